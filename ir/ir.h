@@ -1,0 +1,254 @@
+/* ir.h - carve's graph IR.
+ *
+ * A graph holds values (tensors) and ops in two growable arrays owned by the
+ * graph; strings live in the graph's own string arena.  Ops are kept in
+ * topological order (an op only reads values made earlier), each op makes
+ * exactly one value.  Builders only record: nothing is computed while a graph
+ * is built, so a 39B-parameter model is a few thousand small structs.
+ *
+ * Errors while building are sticky, as in SQLite's error buffer: the first
+ * failing builder call stores a message in the graph and returns -1; every
+ * later call that receives -1 as an operand returns -1 without a new message.
+ * So model code can build a whole graph and check ir_error() once at the end.
+ *
+ * Value ids and op ids are plain ints (indices); -1 means "none".
+ */
+#ifndef CARVE_IR_H
+#define CARVE_IR_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#define IR_MAX_RANK 6
+#define IR_MAX_OPERANDS 2
+#define IR_MAX_SUBSCRIPTS 48
+#define IR_ERR_LEN 512
+
+typedef enum { IR_F32, IR_I32, IR_BF16, IR_F16, IR_N_DTYPES } ir_dtype;
+
+/* What a value is to the training step.  Arguments (everything but
+ * IR_INTERMEDIATE) have no producing op. */
+typedef enum {
+    IR_INPUT,        /* batch data: tokens, labels, features */
+    IR_PARAM,        /* trainable weight */
+    IR_OPT_STATE,    /* optimizer state (Adam m, v, step count) */
+    IR_INTERMEDIATE, /* made by an op */
+    IR_N_ROLES
+} ir_role;
+
+typedef enum {
+#define X(e, name, arity, cls) IR_OP_##e,
+#include "ops.def"
+#undef X
+} ir_opkind;
+
+/* The number of ops; a separate enum so switches over ir_opkind stay exhaustive. */
+enum {
+    IR_N_OPS = 0
+#define X(e, name, arity, cls) +1
+#include "ops.def"
+#undef X
+};
+
+typedef enum { IR_NULLARY, IR_UNARY, IR_BINARY, IR_OTHER } ir_opclass;
+
+typedef struct ir_attrs {
+    double scalar;                       /* CONSTANT value, SCALE factor, ADD_SCALAR */
+    int n_ints;
+    int64_t ints[IR_MAX_RANK];           /* perm, reduce dims, broadcast map, iota dim */
+    char subscripts[IR_MAX_SUBSCRIPTS];  /* EINSUM only */
+} ir_attrs;
+
+/* How the executors fill an argument with seeded values (see exec/exec.h). */
+typedef enum {
+    IR_INIT_AUTO,   /* f32: uniform with std 1/sqrt(dims[0]) for rank >= 2, else 0.02;
+                       opt states: zeros; i32: ids in [0, 2) */
+    IR_INIT_NORMAL, /* f32: uniform with std init_arg */
+    IR_INIT_ZEROS,
+    IR_INIT_ONES,
+    IR_INIT_IDS,    /* i32: uniform ids in [0, init_arg) */
+    IR_N_INITS
+} ir_init;
+
+typedef struct ir_value {
+    const char *name;     /* unique in the graph; owned by the graph's arena */
+    ir_dtype dtype;
+    int rank;
+    int64_t dims[IR_MAX_RANK];
+    ir_role role;
+    int producer;         /* op id, or -1 for arguments */
+    int layer;            /* repeated-layer index this value belongs to, or -1 */
+    int tied;             /* IR_OPT_STATE: the param it belongs to; else -1 */
+    int grad_of;          /* gradient of this param (set by autodiff); else -1 */
+    ir_init init;         /* arguments only: how executors fill it */
+    double init_arg;
+} ir_value;
+
+typedef struct ir_op {
+    ir_opkind kind;
+    int n_in;
+    int in[IR_MAX_OPERANDS];
+    int out;
+    int layer;            /* copied from the builder's current layer */
+    ir_attrs attrs;
+} ir_op;
+
+/* A graph output.  `updates` is the argument this output replaces in the next
+ * training step (new param -> param), or -1 (the loss). */
+typedef struct ir_output {
+    int value;
+    int updates;
+} ir_output;
+
+typedef struct ir_strbuf ir_strbuf;
+
+typedef struct ir_graph {
+    char *name;              /* model name, owned by the graph */
+    ir_value *values;
+    int n_values, cap_values;
+    ir_op *ops;
+    int n_ops, cap_ops;
+    ir_output *outputs;
+    int n_outputs, cap_outputs;
+    int loss;                /* scalar loss value, or -1 */
+    int cur_layer;           /* layer tag given to new values and ops */
+    int n_layers;            /* 1 + largest layer tag used */
+    int *name_index;         /* open-addressing table of value ids by name */
+    int name_cap;
+    ir_strbuf *strings;
+    char err[IR_ERR_LEN];    /* first builder error, "" if none */
+} ir_graph;
+
+/* ---- op table -------------------------------------------------------- */
+const char *ir_op_name(ir_opkind k);
+int ir_op_arity(ir_opkind k);
+ir_opclass ir_op_class(ir_opkind k);
+/* Returns the op with that name, or -1. */
+int ir_op_from_name(const char *name);
+
+const char *ir_dtype_name(ir_dtype t);
+int ir_dtype_from_name(const char *name);  /* -1 if unknown */
+size_t ir_dtype_size(ir_dtype t);
+const char *ir_role_name(ir_role r);
+int ir_role_from_name(const char *name);   /* -1 if unknown */
+
+/* ---- graph ----------------------------------------------------------- */
+/* Returns a new empty graph (never NULL; aborts only on out-of-memory).
+ * The caller owns it and frees it with ir_free. */
+ir_graph *ir_new(const char *name);
+void ir_free(ir_graph *g);
+/* Deep copy; the caller owns the result. */
+ir_graph *ir_clone(const ir_graph *g);
+
+/* The first builder error, or NULL if the graph is fine so far. */
+const char *ir_error(const ir_graph *g);
+/* Records an error (printf-style) if none is recorded yet; returns -1. */
+int ir_fail(ir_graph *g, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* Value id for a name, or -1. */
+int ir_find(const ir_graph *g, const char *name);
+int64_t ir_numel(const ir_value *v);
+size_t ir_bytes(const ir_value *v);
+/* Writes "f32[8,128,512]" into buf; returns buf. */
+char *ir_type_str(const ir_value *v, char *buf, size_t n);
+/* Copy a string into the graph's arena; the graph owns the copy. */
+const char *ir_intern(ir_graph *g, const char *s);
+
+/* Sets how an argument is filled by the executors. Returns 0 or -1. */
+int ir_set_init(ir_graph *g, int v, ir_init init, double arg);
+const char *ir_init_name(ir_init i);
+int ir_init_from_name(const char *name);   /* -1 if unknown */
+
+/* Tag every value and op created from now on with layer `layer` (-1: none). */
+void ir_set_layer(ir_graph *g, int layer);
+
+/* ---- builder --------------------------------------------------------- *
+ * Each returns the new value id, or -1 on error (message in ir_error(g)).
+ * `name` may be NULL for intermediates: an automatic name "%<id>" is used.
+ * Names starting with '%' are reserved for automatic names.             */
+int ir_arg(ir_graph *g, const char *name, ir_role role, ir_dtype t, int rank, const int64_t *dims);
+int ir_constant(ir_graph *g, double value, ir_dtype t, int rank, const int64_t *dims);
+int ir_iota(ir_graph *g, ir_dtype t, int rank, const int64_t *dims, int dim);
+int ir_unary(ir_graph *g, ir_opkind k, int x);
+int ir_scale(ir_graph *g, int x, double s);
+int ir_add_scalar(ir_graph *g, int x, double s);
+int ir_binary(ir_graph *g, ir_opkind k, int a, int b);
+int ir_einsum(ir_graph *g, const char *subscripts, int a, int b);
+/* out dims are `rank, dims`; in dim i goes to out dim map[i] (strictly increasing). */
+int ir_broadcast(ir_graph *g, int x, int rank, const int64_t *dims, const int64_t *map);
+int ir_reduce(ir_graph *g, ir_opkind k, int x, int n_dims, const int64_t *dims);
+int ir_transpose(ir_graph *g, int x, const int64_t *perm);
+int ir_reshape(ir_graph *g, int x, int rank, const int64_t *dims);
+int ir_gather(ir_graph *g, int table, int ids);
+int ir_scatter_add(ir_graph *g, int ids, int updates, int64_t rows);
+int ir_one_hot(ir_graph *g, int ids, int64_t depth);
+/* Generic entry used by the JSON loader: checks arity and attrs, infers the
+ * result shape (`shape_hint` is needed for CONSTANT, IOTA, BROADCAST, RESHAPE;
+ * for SCATTER_ADD its dims[0] gives the rows; may be NULL otherwise). */
+int ir_add_op(ir_graph *g, ir_opkind k, int n_in, const int *in, const ir_attrs *a,
+              ir_dtype t, int rank, const int64_t *shape_hint, const char *name);
+/* Rename a value (must be unique).  Returns 0, or -1 with an error recorded. */
+int ir_rename(ir_graph *g, int v, const char *name);
+
+/* Mark `v` a graph output replacing argument `updates` (or -1). */
+int ir_add_output(ir_graph *g, int v, int updates);
+/* Mark `v` the scalar loss and an output. */
+int ir_set_loss(ir_graph *g, int v);
+
+/* ---- einsum subscripts ------------------------------------------------ *
+ * Every letter appears in exactly two or three of {a, b, out} and at most once
+ * in each: batch letters (a,b,out), m (a,out), n (b,out), k (a,b).  This form is
+ * closed under VJP and maps onto a batched GEMM.                          */
+typedef struct ir_einsum_spec {
+    int rank_a, rank_b, rank_out;
+    char a[IR_MAX_RANK], b[IR_MAX_RANK], out[IR_MAX_RANK];
+} ir_einsum_spec;
+/* Parses `s`; checks ranks when rank_a/rank_b >= 0. Returns 0 or -1 with a message. */
+int ir_einsum_parse(const char *s, int rank_a, int rank_b, ir_einsum_spec *e, char *err, size_t errlen);
+/* Position of letter c in a subscript list of length n, or -1. */
+int ir_einsum_pos(const char *list, int n, char c);
+
+/* ---- checks and printing --------------------------------------------- */
+/* Re-checks every invariant of g (topological order, shapes, names, roles,
+ * outputs).  Returns 0, or -1 with a message naming the op or value. */
+int ir_verify(const ir_graph *g, char *err, size_t errlen);
+
+/* Optional per-value annotation for the printer (e.g. a sharding); writes
+ * into buf and returns it, or returns NULL for none. */
+typedef const char *(*ir_annot_fn)(void *ctx, const ir_graph *g, int value, char *buf, size_t n);
+/* Prints the graph one op a line. */
+void ir_print(const ir_graph *g, FILE *f);
+void ir_print_ex(const ir_graph *g, FILE *f, ir_annot_fn annot, void *ctx);
+/* One op as text, without a newline. */
+char *ir_op_str(const ir_graph *g, int op, char *buf, size_t n);
+
+/* Summary figures. */
+int64_t ir_param_count(const ir_graph *g);
+/* FLOPs of one op (einsum 2*prod(all letters); elementwise 1 a result element). */
+double ir_op_flops(const ir_graph *g, int op);
+double ir_graph_flops(const ir_graph *g);
+
+/* ---- autodiff -------------------------------------------------------- */
+typedef enum { IR_SGD, IR_ADAM } ir_optimizer_kind;
+typedef struct ir_optimizer {
+    ir_optimizer_kind kind;
+    double lr, beta1, beta2, eps;
+} ir_optimizer;
+/* Default Adam: lr 1e-3, betas 0.9/0.999, eps 1e-8. */
+ir_optimizer ir_default_adam(void);
+
+/* From a forward graph with a scalar loss, returns a new graph (caller owns)
+ * holding forward + backward + optimizer, or NULL with a message in err. */
+ir_graph *ir_train_step(const ir_graph *fwd, const ir_optimizer *opt, char *err, size_t errlen);
+
+/* ---- JSON (format "carve-graph/1", docs/graph-format.md) -------------- */
+/* Returns a new graph or NULL with a one-line message naming the place. */
+ir_graph *ir_load_json(const char *text, char *err, size_t errlen);
+ir_graph *ir_load_json_file(const char *path, char *err, size_t errlen);
+/* Returns a malloc'd JSON string (caller frees), or NULL on out-of-memory. */
+char *ir_save_json(const ir_graph *g);
+/* Writes atomically (temporary file then rename). Returns 0 or -1 with message. */
+int ir_save_json_file(const ir_graph *g, const char *path, char *err, size_t errlen);
+
+#endif

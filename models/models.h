@@ -1,0 +1,48 @@
+/* models.h - model builders and named presets.
+ *
+ * A model spec is "NAME" or "NAME:key=value,key=value" where NAME is a model
+ * (mlp, gpt) or a preset (gpt-tiny, gpt-125m, ..., gpt-39b) and the keys
+ * override its configuration, e.g. "gpt:layers=4,hidden=256" or
+ * "gpt-1.3b:batch=16".  Builders record a forward graph with a scalar loss;
+ * ir_train_step turns it into a training step.
+ */
+#ifndef CARVE_MODELS_H
+#define CARVE_MODELS_H
+
+#include <stdio.h>
+
+#include "ir/ir.h"
+
+#define MODEL_MAX_KEYS 12
+
+typedef struct model_config {
+    char model[16];                  /* "mlp" or "gpt" */
+    char preset[24];                 /* the preset it came from, or "" */
+    int n_keys;
+    const char *keys[MODEL_MAX_KEYS]; /* key names in canonical order */
+    int64_t values[MODEL_MAX_KEYS];
+} model_config;
+
+/* Parses a spec into a full configuration (defaults filled in).  Returns 0 or
+ * -1 with a one-line message naming the bad part (unknown model or key, bad
+ * number, a value out of range, heads not dividing hidden, ...). */
+int model_parse(const char *spec, model_config *cfg, char *err, size_t errlen);
+/* Value of a key, or -1 if the model has no such key. */
+int64_t model_get(const model_config *cfg, const char *key);
+/* Canonical text of a config: "gpt:layers=24,hidden=2048,...". */
+char *model_config_str(const model_config *cfg, char *buf, size_t n);
+
+/* Builds the forward graph (caller owns), or NULL with a message. */
+ir_graph *model_build_forward(const model_config *cfg, char *err, size_t errlen);
+/* Forward graph, then ir_train_step with `opt` (NULL: default Adam). */
+ir_graph *model_build_step(const model_config *cfg, const ir_optimizer *opt, char *err, size_t errlen);
+
+/* Parameter count and training-step FLOPs from the model's formulas, without
+ * building a graph (used by `carve models` and checked against the graph). */
+int64_t model_param_count(const model_config *cfg);
+
+/* Names of the models and presets, NULL-terminated; a one-line description. */
+const char *const *model_names(void);
+const char *model_describe(const char *name);
+
+#endif
