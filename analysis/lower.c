@@ -1,0 +1,316 @@
+/* lower.c - from a sharded graph to one SPMD program.
+ *
+ * For each op in order: the factor shardings come from shard_op_factors (the
+ * same conflict rules as propagation); each operand is resharded from its
+ * current layout to what its dims' factors need; the op runs locally and its
+ * result is partial on the axes of its sharded reduction factors.  Partial
+ * results stay partial until a consumer needs them whole (add and sub of two
+ * values partial on the same axes stay partial: that is how the several
+ * gradient contributions to one activation are summed before one all-reduce),
+ * and a partial value needed tiled on the same axis is reduce-scattered.
+ * A resolved version replaces the value's current buffer, so a value is
+ * all-reduced at most once.  At the end every output is resharded to the
+ * layout of the argument it updates, so the next step starts where this began.
+ */
+#include "spmd.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+static const char *const kind_names[SPMD_N_KINDS] = {"compute", "all-gather", "all-reduce",
+                                                     "reduce-scatter", "all-to-all", "slice"};
+static const char *const phase_names[SPMD_N_PHASES] = {"forward", "backward", "optimizer"};
+
+const char *spmd_kind_name(spmd_kind k) { return (unsigned)k < SPMD_N_KINDS ? kind_names[k] : "?"; }
+const char *spmd_phase_name(spmd_phase p) { return (unsigned)p < SPMD_N_PHASES ? phase_names[p] : "?"; }
+
+static void *xrealloc(void *p, size_t n)
+{
+    void *q = realloc(p, n ? n : 1);
+    if (!q) {
+        fprintf(stderr, "carve: out of memory\n");
+        abort();
+    }
+    return q;
+}
+
+typedef struct lower_ctx {
+    shard_state *s;
+    spmd_program *p;
+    int *cur;        /* per value: its current buffer */
+    uint8_t *phase;  /* per op */
+    int serving;     /* op the instructions being emitted serve, -1 for outputs */
+} lower_ctx;
+
+void spmd_buffer_dims(const spmd_program *p, int b, int64_t *dims)
+{
+    shard_local_dims(&p->mesh, &p->g->values[p->bufs[b].value], &p->bufs[b].spec, dims);
+}
+
+size_t spmd_buffer_bytes(const spmd_program *p, int b)
+{
+    return shard_local_bytes(&p->mesh, &p->g->values[p->bufs[b].value], &p->bufs[b].spec);
+}
+
+static int new_buf(spmd_program *p, int value, const shard_spec *spec)
+{
+    if (p->n_bufs == p->cap_bufs) {
+        p->cap_bufs = p->cap_bufs ? 2 * p->cap_bufs : 256;
+        p->bufs = xrealloc(p->bufs, (size_t)p->cap_bufs * sizeof *p->bufs);
+    }
+    p->bufs[p->n_bufs] = (spmd_buffer){value, *spec};
+    return p->n_bufs++;
+}
+
+/* Appends an instruction making a new buffer of `value` in layout `spec`. */
+static int emit(lower_ctx *c, spmd_kind kind, int value, int in0, int in1, const shard_spec *spec, unsigned axes,
+                int dim, int dim2, int reduce_max)
+{
+    spmd_program *p = c->p;
+    int out = new_buf(p, value, spec);
+    if (p->n_instrs == p->cap_instrs) {
+        p->cap_instrs = p->cap_instrs ? 2 * p->cap_instrs : 256;
+        p->instrs = xrealloc(p->instrs, (size_t)p->cap_instrs * sizeof *p->instrs);
+    }
+    spmd_instr *in = &p->instrs[p->n_instrs++];
+    memset(in, 0, sizeof *in);
+    in->kind = (uint8_t)kind;
+    in->axes = (uint8_t)axes;
+    in->reduce_max = (uint8_t)reduce_max;
+    in->dim = (int8_t)dim;
+    in->dim2 = (int8_t)dim2;
+    in->op = c->serving;
+    in->phase = c->serving >= 0 ? c->phase[c->serving] : SPMD_OPTIMIZER;
+    in->layer = c->serving >= 0 ? p->g->ops[c->serving].layer : p->g->values[value].layer;
+    in->value = value;
+    in->out = out;
+    in->in[0] = in0;
+    in->in[1] = in1;
+    switch (kind) {
+    case SPMD_ALL_GATHER: in->bytes = (int64_t)spmd_buffer_bytes(p, out); break;
+    case SPMD_ALL_REDUCE:
+    case SPMD_REDUCE_SCATTER:
+    case SPMD_ALL_TO_ALL: in->bytes = (int64_t)spmd_buffer_bytes(p, in0); break;
+    case SPMD_COMPUTE:
+    case SPMD_SLICE:
+    case SPMD_N_KINDS: in->bytes = 0; break;
+    }
+    p->stats.count[kind][in->phase]++;
+    p->stats.bytes[kind][in->phase] += (double)in->bytes;
+    return out;
+}
+
+static int find_axis(const shard_spec *s, int rank, int a, int *pos)
+{
+    for (int d = 0; d < rank; d++)
+        for (int k = 0; k < s->n[d]; k++)
+            if (s->axes[d][k] == a) {
+                if (pos) *pos = k;
+                return d;
+            }
+    return -1;
+}
+
+/* Brings value v from its current layout to layout T (T.partial: axes that
+ * may stay partial).  Emits the collectives; returns the buffer. */
+static int reshard(lower_ctx *c, int v, const shard_spec *T)
+{
+    spmd_program *p = c->p;
+    int b = c->cur[v];
+    shard_spec S = p->bufs[b].spec;
+    int rank = p->g->values[v].rank;
+    if (shard_spec_equal(&S, T, rank)) return b;
+    unsigned resolved_partial = 0;
+    /* 1. axes that leave a dim: minor end first; an axis that the target
+     *    wants next on another dim moves there with one all-to-all. */
+    for (int d = 0; d < rank; d++) {
+        int common = 0;
+        while (common < S.n[d] && common < T->n[d] && S.axes[d][common] == T->axes[d][common]) common++;
+        while (S.n[d] > common) {
+            int a = S.axes[d][S.n[d] - 1];
+            int pos = 0, j = find_axis(T, rank, a, &pos);
+            int can_move = j >= 0 && j != d && pos == S.n[j];
+            for (int k = 0; can_move && k < S.n[j]; k++) can_move = S.axes[j][k] == T->axes[j][k];
+            S.n[d]--;
+            if (can_move) {
+                S.axes[j][S.n[j]++] = (uint8_t)a;
+                b = emit(c, SPMD_ALL_TO_ALL, v, b, -1, &S, 1u << a, d, j, 0);
+            } else {
+                b = emit(c, SPMD_ALL_GATHER, v, b, -1, &S, 1u << a, d, -1, 0);
+            }
+        }
+    }
+    /* 2. axes that join a dim, in order: reduce-scatter a partial axis,
+     *    slice any other. */
+    for (int d = 0; d < rank; d++)
+        for (int k = S.n[d]; k < T->n[d]; k++) {
+            int a = T->axes[d][k];
+            unsigned bit = 1u << a;
+            S.axes[d][S.n[d]++] = (uint8_t)a;
+            if (S.partial & bit) {
+                int mx = (S.partial_max & bit) != 0;
+                S.partial &= (uint8_t)~bit;
+                S.partial_max &= (uint8_t)~bit;
+                b = emit(c, SPMD_REDUCE_SCATTER, v, b, -1, &S, bit, d, -1, mx);
+                resolved_partial |= bit;
+            } else {
+                b = emit(c, SPMD_SLICE, v, b, -1, &S, bit, d, -1, 0);
+            }
+        }
+    /* 3. partial axes the target does not keep: all-reduce, one per kind. */
+    unsigned drop = S.partial & ~T->partial;
+    for (int mx = 0; mx < 2 && drop; mx++) {
+        unsigned axes = drop & (mx ? S.partial_max : (unsigned)~S.partial_max);
+        if (!axes) continue;
+        S.partial &= (uint8_t)~axes;
+        S.partial_max &= (uint8_t)~axes;
+        b = emit(c, SPMD_ALL_REDUCE, v, b, -1, &S, axes, -1, -1, mx);
+        resolved_partial |= axes;
+    }
+    /* A resolved version replaces the partial one for later consumers. */
+    if (resolved_partial) c->cur[v] = b;
+    return b;
+}
+
+/* Layout tensor t of op `op` needs under factor shardings fa. */
+static void tensor_layout(const shard_state *s, int op, int t, const shard_factor_axes *fa, shard_spec *out)
+{
+    const shard_rule *r = &s->rules[op];
+    const ir_op *o = &s->g->ops[op];
+    int v = t < o->n_in ? o->in[t] : o->out;
+    memset(out, 0, sizeof *out);
+    for (int d = 0; d < s->g->values[v].rank; d++) {
+        if (!r->nf[t][d]) continue;
+        const shard_factor_axes *L = &fa[r->f[t][d][0]];
+        out->n[d] = L->n;
+        memcpy(out->axes[d], L->axes, L->n);
+    }
+}
+
+static void mark_phases(const ir_graph *g, uint8_t *phase)
+{
+    uint8_t *fwd = calloc((size_t)g->n_values + 1, 1);
+    if (!fwd) abort();
+    int last_grad = -1;
+    for (int v = 0; v < g->n_values; v++)
+        if (g->values[v].grad_of >= 0 && g->values[v].producer > last_grad) last_grad = g->values[v].producer;
+    if (g->loss >= 0) fwd[g->loss] = 1;
+    for (int i = g->n_ops - 1; i >= 0; i--) {
+        const ir_op *o = &g->ops[i];
+        if (!fwd[o->out]) continue;
+        for (int k = 0; k < o->n_in; k++) fwd[o->in[k]] = 1;
+    }
+    for (int i = 0; i < g->n_ops; i++)
+        phase[i] = fwd[g->ops[i].out] ? SPMD_FORWARD : i > last_grad && last_grad >= 0 ? SPMD_OPTIMIZER : SPMD_BACKWARD;
+    free(fwd);
+}
+
+spmd_program *spmd_lower(shard_state *s)
+{
+    const ir_graph *g = s->g;
+    spmd_program *p = calloc(1, sizeof *p);
+    if (!p) abort();
+    p->g = g;
+    p->mesh = *s->mesh;
+    p->arg_buf = xrealloc(NULL, (size_t)g->n_values * sizeof(int));
+    p->out_buf = xrealloc(NULL, (size_t)(g->n_outputs ? g->n_outputs : 1) * sizeof(int));
+    lower_ctx c = {s, p, xrealloc(NULL, (size_t)g->n_values * sizeof(int)), xrealloc(NULL, (size_t)g->n_ops + 1), -1};
+    mark_phases(g, c.phase);
+    for (int v = 0; v < g->n_values; v++) {
+        p->arg_buf[v] = c.cur[v] = -1;
+        if (g->values[v].role != IR_INTERMEDIATE) p->arg_buf[v] = c.cur[v] = new_buf(p, v, &s->spec[v]);
+    }
+    int saved = s->record_conflicts;
+    s->record_conflicts = 0; /* conflicts were recorded while propagating */
+    shard_factor_axes fa[SHARD_MAX_FACTORS];
+    for (int i = 0; i < g->n_ops; i++) {
+        const ir_op *o = &g->ops[i];
+        const shard_rule *r = &s->rules[i];
+        c.serving = i;
+        shard_op_factors(s, i, fa);
+        unsigned keep_partial = 0;
+        if ((o->kind == IR_OP_ADD || o->kind == IR_OP_SUB)) {
+            const shard_spec *a = &p->bufs[c.cur[o->in[0]]].spec, *b = &p->bufs[c.cur[o->in[1]]].spec;
+            if (a->partial && a->partial == b->partial && !a->partial_max && !b->partial_max) keep_partial = a->partial;
+        }
+        int ins[IR_MAX_OPERANDS] = {-1, -1};
+        for (int t = 0; t < o->n_in; t++) {
+            shard_spec T;
+            tensor_layout(s, i, t, fa, &T);
+            T.partial = (uint8_t)keep_partial;
+            ins[t] = reshard(&c, o->in[t], &T);
+        }
+        shard_spec out;
+        tensor_layout(s, i, r->n_in, fa, &out);
+        out.partial = (uint8_t)keep_partial;
+        for (int f = 0; f < r->n_factors; f++) {
+            if (r->kind[f] != SHARD_REDUCE_SUM && r->kind[f] != SHARD_REDUCE_MAX) continue;
+            for (int k = 0; k < fa[f].n; k++) {
+                out.partial |= (uint8_t)(1u << fa[f].axes[k]);
+                if (r->kind[f] == SHARD_REDUCE_MAX) out.partial_max |= (uint8_t)(1u << fa[f].axes[k]);
+            }
+        }
+        c.cur[o->out] = emit(&c, SPMD_COMPUTE, o->out, ins[0], ins[1], &out, 0, -1, -1, 0);
+    }
+    s->record_conflicts = saved;
+    c.serving = -1;
+    for (int i = 0; i < g->n_outputs; i++) {
+        const ir_output *o = &g->outputs[i];
+        shard_spec T = s->spec[o->updates >= 0 ? o->updates : o->value];
+        T.partial = T.partial_max = 0;
+        p->out_buf[i] = reshard(&c, o->value, &T);
+    }
+    free(c.cur);
+    free(c.phase);
+    return p;
+}
+
+void spmd_free(spmd_program *p)
+{
+    if (!p) return;
+    free(p->bufs);
+    free(p->instrs);
+    free(p->arg_buf);
+    free(p->out_buf);
+    free(p);
+}
+
+static char *local_type(const spmd_program *p, int b, char *buf, size_t n)
+{
+    ir_value v = p->g->values[p->bufs[b].value];
+    spmd_buffer_dims(p, b, v.dims);
+    return ir_type_str(&v, buf, n);
+}
+
+static char *axes_str(const shard_mesh *m, unsigned axes, char *buf, size_t n)
+{
+    size_t k = 0;
+    buf[0] = 0;
+    for (int a = 0; a < m->n_axes && k < n; a++)
+        if (axes & (1u << a)) k += (size_t)snprintf(buf + k, n - k, "%s%s", k ? "," : "", m->names[a]);
+    return buf;
+}
+
+void spmd_print(const spmd_program *p, FILE *f)
+{
+    const ir_graph *g = p->g;
+    char ty[96], sp[160], ax[64], line[512];
+    for (int i = 0; i < p->n_instrs; i++) {
+        const spmd_instr *in = &p->instrs[i];
+        const spmd_buffer *b = &p->bufs[in->out];
+        const ir_value *v = &g->values[in->value];
+        shard_spec_str(&p->mesh, &b->spec, v->rank, sp, sizeof sp);
+        local_type(p, in->out, ty, sizeof ty);
+        if (in->kind == SPMD_COMPUTE) {
+            fprintf(f, "  %s  local %s  %s\n", ir_op_str(g, in->op, line, sizeof line), ty, sp);
+        } else {
+            axes_str(&p->mesh, in->axes, ax, sizeof ax);
+            fprintf(f, "  %s = %s%s{%s}", v->name, spmd_kind_name((spmd_kind)in->kind), in->reduce_max ? "-max" : "", ax);
+            if (in->dim >= 0) fprintf(f, " dim %d", in->dim);
+            if (in->dim2 >= 0) fprintf(f, "->%d", in->dim2);
+            fprintf(f, "  local %s  %s", ty, sp);
+            if (in->bytes) fprintf(f, "  %.3g MB", (double)in->bytes / 1e6);
+            fprintf(f, "  [%s]\n", spmd_phase_name((spmd_phase)in->phase));
+        }
+    }
+}

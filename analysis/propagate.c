@@ -1,0 +1,418 @@
+/* propagate.c - decisions and propagation to a fixpoint.
+ *
+ * The state owns one shard_spec per value (which axes tile which dims), one
+ * stamp per (value, axis) (the decision that put the axis there), a mask of
+ * axes each value must stay replicated on (atomic decisions), the recorded
+ * conflicts, and scratch: op rules, use lists, a worklist of ops.
+ *
+ * Propagation is monotone: a value's per-dim axis list only ever grows at its
+ * minor end, so it reaches a fixpoint, and an earlier decision is never
+ * undone by a later one.  At each op the factor shardings are computed by
+ * shard_op_factors (earliest stamp wins) and pushed to every tensor of the op
+ * that can take them; a tensor that cannot (the axis already tiles another of
+ * its dims, it is atomic on that axis, the size does not divide, or its dim is
+ * already sharded differently) keeps what it has, and a conflict is recorded.
+ * Outputs that update an argument (new params) are kept in step with it.
+ * The work per decision grows with the graph, never with the device count.
+ */
+#include "shard.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+static void *xcalloc(size_t n, size_t size)
+{
+    void *p = calloc(n ? n : 1, size);
+    if (!p) {
+        fprintf(stderr, "carve: out of memory\n");
+        abort();
+    }
+    return p;
+}
+
+shard_state *shard_state_new(const ir_graph *g, const shard_mesh *mesh)
+{
+    shard_state *s = xcalloc(1, sizeof *s);
+    s->g = g;
+    s->mesh = mesh;
+    s->spec = xcalloc((size_t)g->n_values, sizeof *s->spec);
+    s->stamp = xcalloc((size_t)g->n_values, sizeof *s->stamp);
+    s->atomic = xcalloc((size_t)g->n_values, 1);
+    s->rules = xcalloc((size_t)g->n_ops, sizeof *s->rules);
+    for (int i = 0; i < g->n_ops; i++) shard_rule_of(g, i, &s->rules[i]);
+    s->queue = xcalloc((size_t)g->n_ops + 1, sizeof(int));
+    s->in_queue = xcalloc((size_t)g->n_ops + 1, sizeof(int));
+    /* use lists (CSR) */
+    s->use_start = xcalloc((size_t)g->n_values + 1, sizeof(int));
+    for (int i = 0; i < g->n_ops; i++)
+        for (int k = 0; k < g->ops[i].n_in; k++) s->use_start[g->ops[i].in[k] + 1]++;
+    for (int v = 0; v < g->n_values; v++) s->use_start[v + 1] += s->use_start[v];
+    s->uses = xcalloc((size_t)s->use_start[g->n_values], sizeof(int));
+    int *fill = xcalloc((size_t)g->n_values, sizeof(int));
+    for (int i = 0; i < g->n_ops; i++)
+        for (int k = 0; k < g->ops[i].n_in; k++) {
+            int v = g->ops[i].in[k];
+            /* an op reading the same value twice is listed twice; harmless */
+            s->uses[s->use_start[v] + fill[v]++] = i;
+        }
+    free(fill);
+    s->update_of = xcalloc((size_t)g->n_values, sizeof(int));
+    s->updated_by = xcalloc((size_t)g->n_values, sizeof(int));
+    for (int v = 0; v < g->n_values; v++) s->update_of[v] = s->updated_by[v] = -1;
+    for (int i = 0; i < g->n_outputs; i++)
+        if (g->outputs[i].updates >= 0) {
+            s->update_of[g->outputs[i].value] = g->outputs[i].updates;
+            s->updated_by[g->outputs[i].updates] = g->outputs[i].value;
+        }
+    s->record_conflicts = 1;
+    shard_state_reset(s);
+    return s;
+}
+
+void shard_state_free(shard_state *s)
+{
+    if (!s) return;
+    free(s->spec);
+    free(s->stamp);
+    free(s->atomic);
+    free(s->rules);
+    free(s->queue);
+    free(s->in_queue);
+    free(s->use_start);
+    free(s->uses);
+    free(s->update_of);
+    free(s->updated_by);
+    free(s->conflicts);
+    free(s->conflict_keys);
+    free(s);
+}
+
+void shard_state_reset(shard_state *s)
+{
+    int n = s->g->n_values;
+    memset(s->spec, 0, (size_t)n * sizeof *s->spec);
+    for (int v = 0; v < n; v++)
+        for (int a = 0; a < SHARD_MAX_AXES; a++) s->stamp[v][a] = SHARD_NO_STAMP;
+    memset(s->atomic, 0, (size_t)n);
+    s->n_decisions = 0;
+    s->n_conflicts = 0;
+    if (s->conflict_keys) memset(s->conflict_keys, 0, (size_t)s->conflict_cap * sizeof *s->conflict_keys);
+}
+
+void shard_state_copy(shard_state *dst, const shard_state *src)
+{
+    int n = src->g->n_values;
+    memcpy(dst->spec, src->spec, (size_t)n * sizeof *src->spec);
+    memcpy(dst->stamp, src->stamp, (size_t)n * sizeof *src->stamp);
+    memcpy(dst->atomic, src->atomic, (size_t)n);
+    dst->n_decisions = src->n_decisions;
+}
+
+/* ---- conflicts ------------------------------------------------------- */
+
+static int conflict_seen(shard_state *s, int op, int value, int axis)
+{
+    uint32_t key = ((uint32_t)(op + 1) * 2654435761u) ^ ((uint32_t)value * 40503u) ^ ((uint32_t)axis << 28) ^ 1u;
+    if (!key) key = 1;
+    if (2 * (s->n_conflicts + 1) > s->conflict_cap) {
+        int cap = s->conflict_cap ? 2 * s->conflict_cap : 1024;
+        uint32_t *old = s->conflict_keys;
+        int oldcap = s->conflict_cap;
+        s->conflict_keys = xcalloc((size_t)cap, sizeof *s->conflict_keys);
+        s->conflict_cap = cap;
+        for (int i = 0; i < oldcap; i++)
+            if (old[i]) {
+                uint32_t j = old[i] & (uint32_t)(cap - 1);
+                while (s->conflict_keys[j]) j = (j + 1) & (uint32_t)(cap - 1);
+                s->conflict_keys[j] = old[i];
+            }
+        free(old);
+    }
+    uint32_t mask = (uint32_t)s->conflict_cap - 1;
+    for (uint32_t j = key & mask;; j = (j + 1) & mask) {
+        if (s->conflict_keys[j] == key) return 1;
+        if (!s->conflict_keys[j]) {
+            s->conflict_keys[j] = key;
+            return 0;
+        }
+    }
+}
+
+static void conflict(shard_state *s, int op, int value, int axis, int win, int lose, const char *why)
+{
+    if (!s->record_conflicts || conflict_seen(s, op, value, axis)) return;
+    if (s->n_conflicts == s->cap_conflicts) {
+        s->cap_conflicts = s->cap_conflicts ? 2 * s->cap_conflicts : 64;
+        shard_conflict *c = realloc(s->conflicts, (size_t)s->cap_conflicts * sizeof *c);
+        if (!c) abort();
+        s->conflicts = c;
+    }
+    shard_conflict *c = &s->conflicts[s->n_conflicts++];
+    c->op = op;
+    c->value = value;
+    c->axis = axis;
+    c->winner_stamp = win;
+    c->loser_stamp = lose;
+    snprintf(c->why, sizeof c->why, "%s", why);
+}
+
+/* ---- factor shardings at one op --------------------------------------- */
+
+static int tensor_value(const ir_op *o, int t) { return t < o->n_in ? o->in[t] : o->out; }
+
+typedef struct proposal {
+    int t, d, f, first_stamp;
+} proposal;
+
+void shard_op_factors(shard_state *s, int op, shard_factor_axes *fa)
+{
+    const ir_op *o = &s->g->ops[op];
+    const shard_rule *r = &s->rules[op];
+    proposal p[(IR_MAX_OPERANDS + 1) * IR_MAX_RANK];
+    int np = 0;
+    for (int f = 0; f < r->n_factors; f++) fa[f].n = 0;
+    for (int t = 0; t <= r->n_in; t++) {
+        int v = tensor_value(o, t);
+        const shard_spec *sp = &s->spec[v];
+        for (int d = 0; d < s->g->values[v].rank; d++)
+            if (r->nf[t][d] && sp->n[d]) {
+                int st = s->stamp[v][sp->axes[d][0]];
+                int k = np++;
+                /* insertion sort by first stamp: earliest decision first */
+                while (k > 0 && p[k - 1].first_stamp > st) {
+                    p[k] = p[k - 1];
+                    k--;
+                }
+                p[k] = (proposal){t, d, r->f[t][d][0], st};
+            }
+    }
+    for (int i = 0; i < np; i++) {
+        int v = tensor_value(o, p[i].t);
+        const shard_spec *sp = &s->spec[v];
+        int d = p[i].d, f = p[i].f;
+        if (r->kind[f] == SHARD_REPLICATE) {
+            conflict(s, op, v, sp->axes[d][0], -1, p[i].first_stamp, "this dim must stay replicated at this op");
+            continue;
+        }
+        shard_factor_axes *L = &fa[f];
+        int common = 0;
+        while (common < L->n && common < sp->n[d] && L->axes[common] == sp->axes[d][common]) common++;
+        if (common == L->n) { /* L is a prefix of the proposal: take the longer list */
+            for (int k = common; k < sp->n[d]; k++) {
+                L->axes[k] = sp->axes[d][k];
+                L->stamp[k] = s->stamp[v][sp->axes[d][k]];
+            }
+            if (sp->n[d] > L->n) L->n = sp->n[d];
+        } else if (common < sp->n[d]) {
+            int a = sp->axes[d][common];
+            conflict(s, op, v, a, L->stamp[common], s->stamp[v][a], "operands shard this factor differently");
+        }
+    }
+    /* An axis may shard only one factor of an op: earliest stamp wins. */
+    int order[SHARD_MAX_FACTORS], no = 0;
+    for (int f = 0; f < r->n_factors; f++)
+        if (fa[f].n) {
+            int k = no++;
+            while (k > 0 && fa[order[k - 1]].stamp[0] > fa[f].stamp[0]) {
+                order[k] = order[k - 1];
+                k--;
+            }
+            order[k] = f;
+        }
+    unsigned claimed = 0;
+    for (int i = 0; i < no; i++) {
+        shard_factor_axes *L = &fa[order[i]];
+        for (int k = 0; k < L->n; k++) {
+            unsigned bit = 1u << L->axes[k];
+            if (claimed & bit) {
+                conflict(s, op, o->out, L->axes[k], -1, L->stamp[k], "one axis would shard two factors of this op");
+                L->n = (uint8_t)k;
+                break;
+            }
+            claimed |= bit;
+        }
+    }
+}
+
+/* ---- pushing shardings to tensors ------------------------------------- */
+
+static void enqueue(shard_state *s, int op)
+{
+    if (op < 0 || s->in_queue[op]) return;
+    s->in_queue[op] = 1;
+    s->queue[s->queue_tail] = op;
+    s->queue_tail = (s->queue_tail + 1) % (s->g->n_ops + 1);
+}
+
+static void value_changed(shard_state *s, int v);
+
+/* Extends dim d of value v to the axes in `want` (which must extend what v
+ * has).  `limit` is the size the axes must divide (the dim, or for a compound
+ * dim its major factor).  Returns 1 if v changed. */
+static int extend_dim(shard_state *s, int op, int v, int d, const uint8_t *want, const int16_t *stamps, int n, int64_t limit)
+{
+    shard_spec *sp = &s->spec[v];
+    int have = sp->n[d];
+    for (int k = 0; k < have && k < n; k++)
+        if (sp->axes[d][k] != want[k]) {
+            conflict(s, op, v, want[k], stamps[k], s->stamp[v][sp->axes[d][k]], "dim already sharded differently");
+            return 0;
+        }
+    if (n <= have) return 0;
+    int64_t shards = shard_dim_shards(s->mesh, sp, d);
+    unsigned used = shard_spec_tiled(sp, s->g->values[v].rank);
+    int changed = 0;
+    for (int k = have; k < n; k++) {
+        int a = want[k];
+        unsigned bit = 1u << a;
+        const char *why = NULL;
+        if (used & bit) why = "axis already tiles another dim of this tensor";
+        else if (s->atomic[v] & bit) why = "tensor is atomic (replicated) on this axis";
+        else if (limit % (shards * s->mesh->sizes[a]) != 0) why = "size not divisible by the shards";
+        if (why) {
+            int other = s->stamp[v][a];
+            conflict(s, op, v, a, other == SHARD_NO_STAMP ? -1 : other, stamps[k], why);
+            break;
+        }
+        sp->axes[d][sp->n[d]++] = (uint8_t)a;
+        s->stamp[v][a] = stamps[k];
+        shards *= s->mesh->sizes[a];
+        used |= bit;
+        changed = 1;
+    }
+    return changed;
+}
+
+static void process_op(shard_state *s, int op)
+{
+    const ir_op *o = &s->g->ops[op];
+    const shard_rule *r = &s->rules[op];
+    shard_factor_axes fa[SHARD_MAX_FACTORS];
+    shard_op_factors(s, op, fa);
+    for (int t = 0; t <= r->n_in; t++) {
+        int v = tensor_value(o, t);
+        const ir_value *x = &s->g->values[v];
+        int changed = 0;
+        for (int d = 0; d < x->rank; d++) {
+            if (!r->nf[t][d]) continue;
+            int f = r->f[t][d][0];
+            if (!fa[f].n) continue;
+            int64_t limit = r->nf[t][d] > 1 ? r->size[f] : x->dims[d];
+            changed |= extend_dim(s, op, v, d, fa[f].axes, fa[f].stamp, fa[f].n, limit);
+        }
+        if (changed) value_changed(s, v);
+    }
+}
+
+/* Keeps an argument and the output that updates it sharded alike. */
+static void sync_pair(shard_state *s, int from, int to)
+{
+    const ir_value *x = &s->g->values[to];
+    int changed = 0;
+    for (int d = 0; d < x->rank; d++) {
+        const shard_spec *sp = &s->spec[from];
+        int16_t st[SHARD_MAX_AXES];
+        for (int k = 0; k < sp->n[d]; k++) st[k] = s->stamp[from][sp->axes[d][k]];
+        changed |= extend_dim(s, -1, to, d, sp->axes[d], st, sp->n[d], x->dims[d]);
+    }
+    if (changed) value_changed(s, to);
+}
+
+static void value_changed(shard_state *s, int v)
+{
+    enqueue(s, s->g->values[v].producer);
+    for (int i = s->use_start[v]; i < s->use_start[v + 1]; i++) enqueue(s, s->uses[i]);
+    if (s->update_of[v] >= 0) sync_pair(s, v, s->update_of[v]);
+    if (s->updated_by[v] >= 0) sync_pair(s, v, s->updated_by[v]);
+}
+
+static void run(shard_state *s)
+{
+    int cap = s->g->n_ops + 1;
+    while (s->queue_head != s->queue_tail) {
+        int op = s->queue[s->queue_head];
+        s->queue_head = (s->queue_head + 1) % cap;
+        s->in_queue[op] = 0;
+        process_op(s, op);
+    }
+}
+
+void shard_propagate_all(shard_state *s)
+{
+    for (int i = 0; i < s->g->n_ops; i++) enqueue(s, i);
+    run(s);
+}
+
+/* ---- decisions -------------------------------------------------------- */
+
+char *shard_decision_str(const shard_state *s, const shard_decision *d, char *buf, size_t n)
+{
+    const char *name = d->value >= 0 && d->value < s->g->n_values ? s->g->values[d->value].name : "?";
+    const char *axis = d->axis >= 0 && d->axis < s->mesh->n_axes ? s->mesh->names[d->axis] : "?";
+    if (d->kind == SHARD_TILE) snprintf(buf, n, "tile %s dim %d on %s", name, d->dim, axis);
+    else snprintf(buf, n, "atomic %s on %s", name, axis);
+    return buf;
+}
+
+int shard_apply(shard_state *s, const shard_decision *d, char *err, size_t errlen)
+{
+    const ir_graph *g = s->g;
+    if (d->value < 0 || d->value >= g->n_values) {
+        if (err) snprintf(err, errlen, "decision on a value that does not exist (id %d)", d->value);
+        return -1;
+    }
+    const ir_value *x = &g->values[d->value];
+    if (x->role == IR_INTERMEDIATE) {
+        if (err) snprintf(err, errlen, "decision on '%s': only arguments (params, optimizer states, inputs) take decisions", x->name);
+        return -1;
+    }
+    if (d->axis < 0 || d->axis >= s->mesh->n_axes) {
+        if (err) snprintf(err, errlen, "decision on '%s': no mesh axis %d", x->name, d->axis);
+        return -1;
+    }
+    int v = d->value, a = d->axis;
+    unsigned bit = 1u << a;
+    shard_spec *sp = &s->spec[v];
+    int stamp = s->n_decisions;
+    if (stamp >= SHARD_NO_STAMP) {
+        if (err) snprintf(err, errlen, "too many decisions (more than %d)", SHARD_NO_STAMP - 1);
+        return -1;
+    }
+    if (d->kind == SHARD_ATOMIC) {
+        if (shard_spec_tiled(sp, x->rank) & bit) {
+            conflict(s, -1, v, a, s->stamp[v][a], stamp, "atomic decision on a tensor already tiled on the axis");
+            return 1;
+        }
+        if (s->atomic[v] & bit) return 1;
+        s->atomic[v] |= (uint8_t)bit;
+        s->n_decisions++;
+        return 0;
+    }
+    if (d->dim < 0 || d->dim >= x->rank) {
+        if (err) snprintf(err, errlen, "decision on '%s': no dim %d (rank %d)", x->name, d->dim, x->rank);
+        return -1;
+    }
+    int64_t shards = shard_dim_shards(s->mesh, sp, d->dim) * s->mesh->sizes[a];
+    if (x->dims[d->dim] % shards != 0) {
+        if (err)
+            snprintf(err, errlen, "'%s' dim %d (size %lld) does not divide into %lld shards over axis '%s'", x->name,
+                     d->dim, (long long)x->dims[d->dim], (long long)shards, s->mesh->names[a]);
+        return -1;
+    }
+    if (shard_spec_tiled(sp, x->rank) & bit) {
+        for (int k = 0; k < sp->n[d->dim]; k++)
+            if (sp->axes[d->dim][k] == a) return 1; /* already so */
+        conflict(s, -1, v, a, s->stamp[v][a], stamp, "axis already tiles another dim of this tensor");
+        return 1;
+    }
+    if (s->atomic[v] & bit) {
+        conflict(s, -1, v, a, -1, stamp, "tensor is atomic (replicated) on this axis");
+        return 1;
+    }
+    s->n_decisions++;
+    sp->axes[d->dim][sp->n[d->dim]++] = (uint8_t)a;
+    s->stamp[v][a] = (int16_t)stamp;
+    value_changed(s, v);
+    run(s);
+    return 0;
+}

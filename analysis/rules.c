@@ -1,0 +1,213 @@
+/* rules.c - the sharding rule of every op, as factors (Shardy's OpShardingRule).
+ *
+ * A factor is one loop dimension of the op.  It is PASS when it appears in the
+ * result (sharding it needs no communication: every device computes its own
+ * block), REDUCE_SUM / REDUCE_MAX when it appears only in operands (sharding
+ * it leaves the result partial on that axis) and REPLICATE when it must not be
+ * sharded at all (a reshape that mixes dims in a way no factor describes).
+ *
+ * Result-only factors (broadcast's new dims, iota, one_hot's depth,
+ * scatter_add's rows) are PASS: each device computes its block of the result
+ * from its own offset.  gather's table rows are a SUM reduction: a device
+ * holding rows [lo,hi) of the table looks up only ids in its range and leaves
+ * zeros elsewhere; the sum over devices is the full lookup.
+ */
+#include "shard.h"
+
+#include <string.h>
+
+static int new_factor(shard_rule *r, int64_t size, shard_factor_kind k)
+{
+    int f = r->n_factors++;
+    r->size[f] = size;
+    r->kind[f] = (uint8_t)k;
+    return f;
+}
+
+static void set_dim(shard_rule *r, int t, int d, int f, int64_t dim_size)
+{
+    if (dim_size == 1) return; /* a size-1 dim carries no factor */
+    r->f[t][d][r->nf[t][d]++] = (int8_t)f;
+}
+
+/* Tensor t (rank dims) gets one new factor per dim. */
+static void fresh_dims(shard_rule *r, int t, const ir_value *v, shard_factor_kind k)
+{
+    for (int d = 0; d < v->rank; d++) set_dim(r, t, d, new_factor(r, v->dims[d], k), v->dims[d]);
+}
+
+/* Every tensor's dim d shares factor d (elementwise ops). */
+static void same_dims(shard_rule *r, int n_tensors, const ir_value *v)
+{
+    for (int d = 0; d < v->rank; d++) {
+        int f = new_factor(r, v->dims[d], SHARD_PASS);
+        for (int t = 0; t < n_tensors; t++) set_dim(r, t, d, f, v->dims[d]);
+    }
+}
+
+/* Decomposes a row-major reshape into common factors; when some dims mix in a
+ * way that no factor list describes, those get REPLICATE factors. */
+static void reshape_rule(shard_rule *r, const ir_value *x, const ir_value *y)
+{
+    int i = 0, j = 0;
+    int64_t ri = x->rank ? x->dims[0] : 1, rj = y->rank ? y->dims[0] : 1;
+    while (i < x->rank && j < y->rank) {
+        if (ri == 1) { if (++i < x->rank) ri = x->dims[i]; continue; }
+        if (rj == 1) { if (++j < y->rank) rj = y->dims[j]; continue; }
+        int64_t s;
+        if (ri % rj == 0) s = rj;
+        else if (rj % ri == 0) s = ri;
+        else break;
+        if (r->n_factors == SHARD_MAX_FACTORS || r->nf[0][i] == SHARD_MAX_COMPOUND || r->nf[1][j] == SHARD_MAX_COMPOUND)
+            break;
+        int f = new_factor(r, s, SHARD_PASS);
+        r->f[0][i][r->nf[0][i]++] = (int8_t)f;
+        r->f[1][j][r->nf[1][j]++] = (int8_t)f;
+        ri /= s;
+        rj /= s;
+    }
+    /* Dims left over (an entangled tail) become replicated. */
+    if (i < x->rank || j < y->rank) {
+        for (; i < x->rank; i++)
+            if (!r->nf[0][i] && x->dims[i] > 1 && r->n_factors < SHARD_MAX_FACTORS)
+                set_dim(r, 0, i, new_factor(r, x->dims[i], SHARD_REPLICATE), x->dims[i]);
+        for (; j < y->rank; j++)
+            if (!r->nf[1][j] && y->dims[j] > 1 && r->n_factors < SHARD_MAX_FACTORS)
+                set_dim(r, 1, j, new_factor(r, y->dims[j], SHARD_REPLICATE), y->dims[j]);
+        /* A dim whose factor list ended early in the mix: forbid its factors. */
+        for (int t = 0; t < 2; t++) {
+            const ir_value *v = t ? y : x;
+            for (int d = 0; d < v->rank; d++) {
+                int64_t p = 1;
+                for (int k = 0; k < r->nf[t][d]; k++) p *= r->size[r->f[t][d][k]];
+                if (p != v->dims[d])
+                    for (int k = 0; k < r->nf[t][d]; k++) r->kind[r->f[t][d][k]] = SHARD_REPLICATE;
+            }
+        }
+    }
+}
+
+int shard_rule_of(const ir_graph *g, int op, shard_rule *r)
+{
+    const ir_op *o = &g->ops[op];
+    const ir_value *out = &g->values[o->out];
+    const ir_value *x = o->n_in > 0 ? &g->values[o->in[0]] : NULL;
+    const ir_value *y = o->n_in > 1 ? &g->values[o->in[1]] : NULL;
+    memset(r, 0, sizeof *r);
+    r->n_in = o->n_in;
+    int res = o->n_in; /* tensor index of the result */
+    switch (o->kind) {
+    case IR_OP_CONSTANT:
+    case IR_OP_IOTA:
+        fresh_dims(r, res, out, SHARD_PASS);
+        return 0;
+    case IR_OP_NEG: case IR_OP_EXP: case IR_OP_LOG: case IR_OP_SQRT: case IR_OP_RSQRT:
+    case IR_OP_TANH: case IR_OP_GELU: case IR_OP_GELU_GRAD: case IR_OP_RELU:
+    case IR_OP_SCALE: case IR_OP_ADD_SCALAR: case IR_OP_STOP_GRAD:
+    case IR_OP_ADD: case IR_OP_SUB: case IR_OP_MUL: case IR_OP_DIV: case IR_OP_MAX: case IR_OP_GE:
+        same_dims(r, o->n_in + 1, out);
+        return 0;
+    case IR_OP_EINSUM: {
+        ir_einsum_spec e;
+        if (ir_einsum_parse(o->attrs.subscripts, x->rank, y->rank, &e, NULL, 0) < 0) return -1;
+        char letters[3 * IR_MAX_RANK];
+        int fac[3 * IR_MAX_RANK], n = 0;
+        const char *lists[3] = {e.a, e.b, e.out};
+        const int ranks[3] = {e.rank_a, e.rank_b, e.rank_out};
+        const ir_value *vals[3] = {x, y, out};
+        for (int t = 0; t < 3; t++)
+            for (int d = 0; d < ranks[t]; d++) {
+                char c = lists[t][d];
+                int k = 0;
+                while (k < n && letters[k] != c) k++;
+                if (k == n) {
+                    letters[n] = c;
+                    int in_out = ir_einsum_pos(e.out, e.rank_out, c) >= 0;
+                    fac[n++] = new_factor(r, vals[t]->dims[d], in_out ? SHARD_PASS : SHARD_REDUCE_SUM);
+                }
+                set_dim(r, t, d, fac[k], vals[t]->dims[d]);
+            }
+        return 0;
+    }
+    case IR_OP_BROADCAST: {
+        int used[IR_MAX_RANK] = {0};
+        for (int d = 0; d < x->rank; d++) {
+            int od = (int)o->attrs.ints[d];
+            int f = new_factor(r, x->dims[d], SHARD_PASS);
+            set_dim(r, 0, d, f, x->dims[d]);
+            set_dim(r, res, od, f, out->dims[od]);
+            used[od] = 1;
+        }
+        for (int d = 0; d < out->rank; d++)
+            if (!used[d]) set_dim(r, res, d, new_factor(r, out->dims[d], SHARD_PASS), out->dims[d]);
+        return 0;
+    }
+    case IR_OP_REDUCE_SUM:
+    case IR_OP_REDUCE_MAX: {
+        unsigned reduced = 0;
+        for (int i = 0; i < o->attrs.n_ints; i++) reduced |= 1u << o->attrs.ints[i];
+        int od = 0;
+        for (int d = 0; d < x->rank; d++) {
+            int is_red = (reduced >> d) & 1;
+            int f = new_factor(r, x->dims[d], !is_red ? SHARD_PASS
+                                              : o->kind == IR_OP_REDUCE_SUM ? SHARD_REDUCE_SUM : SHARD_REDUCE_MAX);
+            set_dim(r, 0, d, f, x->dims[d]);
+            if (!is_red) {
+                set_dim(r, res, od, f, out->dims[od]);
+                od++;
+            }
+        }
+        return 0;
+    }
+    case IR_OP_TRANSPOSE:
+        for (int d = 0; d < out->rank; d++) {
+            int src = (int)o->attrs.ints[d];
+            int f = new_factor(r, out->dims[d], SHARD_PASS);
+            set_dim(r, res, d, f, out->dims[d]);
+            set_dim(r, 0, src, f, x->dims[src]);
+        }
+        return 0;
+    case IR_OP_RESHAPE:
+        reshape_rule(r, x, out);
+        return 0;
+    case IR_OP_GATHER: {
+        /* table[V, rest...], ids[idx...] -> [idx..., rest...] */
+        set_dim(r, 0, 0, new_factor(r, x->dims[0], SHARD_REDUCE_SUM), x->dims[0]);
+        for (int d = 0; d < y->rank; d++) {
+            int f = new_factor(r, y->dims[d], SHARD_PASS);
+            set_dim(r, 1, d, f, y->dims[d]);
+            set_dim(r, res, d, f, out->dims[d]);
+        }
+        for (int d = 1; d < x->rank; d++) {
+            int f = new_factor(r, x->dims[d], SHARD_PASS);
+            set_dim(r, 0, d, f, x->dims[d]);
+            set_dim(r, res, y->rank + d - 1, f, out->dims[y->rank + d - 1]);
+        }
+        return 0;
+    }
+    case IR_OP_SCATTER_ADD: {
+        /* ids[idx...], upd[idx..., rest...] -> [rows, rest...] */
+        for (int d = 0; d < x->rank; d++) {
+            int f = new_factor(r, x->dims[d], SHARD_REDUCE_SUM);
+            set_dim(r, 0, d, f, x->dims[d]);
+            set_dim(r, 1, d, f, y->dims[d]);
+        }
+        set_dim(r, res, 0, new_factor(r, out->dims[0], SHARD_PASS), out->dims[0]);
+        for (int d = x->rank; d < y->rank; d++) {
+            int f = new_factor(r, y->dims[d], SHARD_PASS);
+            set_dim(r, 1, d, f, y->dims[d]);
+            set_dim(r, res, d - x->rank + 1, f, out->dims[d - x->rank + 1]);
+        }
+        return 0;
+    }
+    case IR_OP_ONE_HOT:
+        for (int d = 0; d < x->rank; d++) {
+            int f = new_factor(r, x->dims[d], SHARD_PASS);
+            set_dim(r, 0, d, f, x->dims[d]);
+            set_dim(r, res, d, f, out->dims[d]);
+        }
+        set_dim(r, res, x->rank, new_factor(r, out->dims[x->rank], SHARD_PASS), out->dims[x->rank]);
+        return 0;
+    }
+    return -1;
+}

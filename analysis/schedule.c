@@ -1,0 +1,334 @@
+/* schedule.c - parsing schedules and expanding tactics into decisions.
+ * See schedule.h for the tactic language.  The expert schedules know the
+ * argument names of carve's own models (models/): gpt's "hL.attn.wq" ...,
+ * mlp's "layerI.w"; for a graph loaded from JSON only dp, zero3, tile and
+ * atomic apply. */
+#include "schedule.h"
+
+#include <cjson/cJSON.h>
+#include <ctype.h>
+#include <fnmatch.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+
+__attribute__((format(printf, 3, 4))) static int fail(char *err, size_t n, const char *fmt, ...)
+{
+    if (err && n) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(err, n, fmt, ap);
+        va_end(ap);
+    }
+    return -1;
+}
+
+static int parse_axis(const char *name, const shard_mesh *m, const char *tac, char *err, size_t n)
+{
+    int a = shard_mesh_axis(m, name);
+    if (a < 0) {
+        char ms[128];
+        return fail(err, n, "schedule: tactic '%s': unknown mesh axis '%s' (mesh is %s)", tac, name,
+                    shard_mesh_str(m, ms, sizeof ms));
+    }
+    return a;
+}
+
+/* Parses one tactic "kind:args" (no commas). */
+static int parse_tactic(const char *tac, const shard_mesh *m, tactic *t, char *err, size_t n)
+{
+    char buf[256];
+    if (strlen(tac) >= sizeof buf) return fail(err, n, "schedule: tactic too long");
+    strcpy(buf, tac);
+    char *parts[5];
+    int np = 0;
+    for (char *p = buf, *q; np < 5; p = q + 1) {
+        parts[np++] = p;
+        q = strchr(p, ':');
+        if (!q) break;
+        *q = 0;
+    }
+    memset(t, 0, sizeof *t);
+    const char *k = parts[0];
+    if (!strcmp(k, "auto")) {
+        if (np != 1) return fail(err, n, "schedule: tactic '%s': auto takes no arguments", tac);
+        t->kind = TACTIC_AUTO;
+        t->axis = -1;
+        return 0;
+    }
+    if (!strcmp(k, "dp") || !strcmp(k, "megatron") || !strcmp(k, "zero3")) {
+        if (np != 2 || !parts[1][0]) return fail(err, n, "schedule: tactic '%s': write %s:AXIS", tac, k);
+        t->kind = !strcmp(k, "dp") ? TACTIC_DP : !strcmp(k, "megatron") ? TACTIC_MEGATRON : TACTIC_ZERO3;
+        if ((t->axis = parse_axis(parts[1], m, tac, err, n)) < 0) return -1;
+        return 0;
+    }
+    if (!strcmp(k, "tile")) {
+        if (np != 4) return fail(err, n, "schedule: tactic '%s': write tile:NAME:DIM:AXIS", tac);
+        char *end;
+        long d = strtol(parts[2], &end, 10);
+        if (!parts[2][0] || *end || d < 0 || d >= IR_MAX_RANK)
+            return fail(err, n, "schedule: tactic '%s': DIM must be a number in 0..%d", tac, IR_MAX_RANK - 1);
+        t->kind = TACTIC_TILE;
+        t->dim = (int)d;
+        if (!parts[1][0] || strlen(parts[1]) >= SCHED_NAME_LEN) return fail(err, n, "schedule: tactic '%s': bad NAME", tac);
+        strcpy(t->pattern, parts[1]);
+        if ((t->axis = parse_axis(parts[3], m, tac, err, n)) < 0) return -1;
+        return 0;
+    }
+    if (!strcmp(k, "atomic")) {
+        if (np != 3) return fail(err, n, "schedule: tactic '%s': write atomic:NAME:AXIS", tac);
+        t->kind = TACTIC_ATOMIC;
+        if (!parts[1][0] || strlen(parts[1]) >= SCHED_NAME_LEN) return fail(err, n, "schedule: tactic '%s': bad NAME", tac);
+        strcpy(t->pattern, parts[1]);
+        if ((t->axis = parse_axis(parts[2], m, tac, err, n)) < 0) return -1;
+        return 0;
+    }
+    return fail(err, n, "schedule: unknown tactic '%s' (known: dp, megatron, zero3, tile, atomic, auto)", k);
+}
+
+static int parse_list(const char *text, const shard_mesh *m, schedule *out, char *err, size_t n)
+{
+    const char *p = text;
+    while (*p) {
+        const char *q = strchr(p, ',');
+        size_t len = q ? (size_t)(q - p) : strlen(p);
+        char tac[256];
+        if (len == 0) return fail(err, n, "schedule '%s': empty tactic (two commas, or a comma at an end)", text);
+        if (len >= sizeof tac) return fail(err, n, "schedule: tactic too long");
+        memcpy(tac, p, len);
+        tac[len] = 0;
+        if (out->n == SCHED_MAX_TACTICS) return fail(err, n, "schedule: more than %d tactics", SCHED_MAX_TACTICS);
+        if (parse_tactic(tac, m, &out->t[out->n], err, n) < 0) return -1;
+        out->n++;
+        if (!q) break;
+        p = q + 1;
+        if (!*p) return fail(err, n, "schedule '%s': empty tactic (two commas, or a comma at an end)", text);
+    }
+    return 0;
+}
+
+static int parse_file(const char *path, const shard_mesh *m, schedule *out, char *err, size_t n)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f) return fail(err, n, "schedule file '%s': cannot open", path);
+    char *text = NULL;
+    size_t len = 0, cap = 0;
+    for (;;) {
+        if (len + 4096 > cap) {
+            cap = cap ? cap * 2 : 8192;
+            if (cap > (1u << 24)) {
+                free(text);
+                fclose(f);
+                return fail(err, n, "schedule file '%s': too large", path);
+            }
+            char *t = realloc(text, cap);
+            if (!t) abort();
+            text = t;
+        }
+        size_t r = fread(text + len, 1, cap - len - 1, f);
+        len += r;
+        if (r == 0) break;
+    }
+    fclose(f);
+    text[len] = 0;
+    int rc = -1;
+    cJSON *j = cJSON_ParseWithOpts(text, NULL, 1);
+    if (!j) {
+        fail(err, n, "schedule file '%s': malformed JSON", path);
+        goto done;
+    }
+    cJSON *fmt = cJSON_GetObjectItemCaseSensitive(j, "format");
+    cJSON *tacs = cJSON_GetObjectItemCaseSensitive(j, "tactics");
+    if (!cJSON_IsString(fmt) || strcmp(fmt->valuestring, "carve-schedule/1")) {
+        fail(err, n, "schedule file '%s': \"format\" must be \"carve-schedule/1\"", path);
+        goto done;
+    }
+    if (!cJSON_IsArray(tacs) || cJSON_GetArraySize(tacs) == 0) {
+        fail(err, n, "schedule file '%s': \"tactics\" must be a non-empty array of strings", path);
+        goto done;
+    }
+    cJSON *it;
+    int i = 0;
+    cJSON_ArrayForEach(it, tacs)
+    {
+        if (!cJSON_IsString(it)) {
+            fail(err, n, "schedule file '%s': tactics[%d] is not a string", path, i);
+            goto done;
+        }
+        if (out->n == SCHED_MAX_TACTICS) {
+            fail(err, n, "schedule file '%s': more than %d tactics", path, SCHED_MAX_TACTICS);
+            goto done;
+        }
+        if (parse_tactic(it->valuestring, m, &out->t[out->n], err, n) < 0) goto done;
+        out->n++;
+        i++;
+    }
+    rc = 0;
+done:
+    cJSON_Delete(j);
+    free(text);
+    return rc;
+}
+
+int sched_parse(const char *text, const shard_mesh *mesh, schedule *out, char *err, size_t errlen)
+{
+    memset(out, 0, sizeof *out);
+    if (!text || !*text) return fail(err, errlen, "schedule: empty (write e.g. dp:batch or dp:batch,megatron:model)");
+    size_t len = strlen(text);
+    if (len > 5 && !strcmp(text + len - 5, ".json")) return parse_file(text, mesh, out, err, errlen);
+    return parse_list(text, mesh, out, err, errlen);
+}
+
+char *sched_str(const schedule *s, const shard_mesh *mesh, char *buf, size_t n)
+{
+    static const char *const names[] = {"dp", "megatron", "zero3", "tile", "atomic", "auto"};
+    size_t k = 0;
+    buf[0] = 0;
+    for (int i = 0; i < s->n && k < n; i++) {
+        const tactic *t = &s->t[i];
+        const char *ax = t->axis >= 0 ? mesh->names[t->axis] : "";
+        if (i) k += (size_t)snprintf(buf + k, n - k, ",");
+        if (k >= n) break;
+        switch (t->kind) {
+        case TACTIC_DP:
+        case TACTIC_MEGATRON:
+        case TACTIC_ZERO3: k += (size_t)snprintf(buf + k, n - k, "%s:%s", names[t->kind], ax); break;
+        case TACTIC_TILE: k += (size_t)snprintf(buf + k, n - k, "tile:%s:%d:%s", t->pattern, t->dim, ax); break;
+        case TACTIC_ATOMIC: k += (size_t)snprintf(buf + k, n - k, "atomic:%s:%s", t->pattern, ax); break;
+        case TACTIC_AUTO: k += (size_t)snprintf(buf + k, n - k, "auto"); break;
+        }
+    }
+    return buf;
+}
+
+/* ---- expansion -------------------------------------------------------- */
+
+typedef struct rule_row {
+    const char *pattern;
+    int dim;
+} rule_row;
+
+/* Megatron on carve's gpt: heads dim of q/k/v/o, the MLP's 4h dim, vocab. */
+static const rule_row megatron_gpt[] = {
+    {"h*.attn.wq", 1}, {"h*.attn.wk", 1}, {"h*.attn.wv", 1}, {"h*.attn.wo", 0},
+    {"h*.mlp.w1", 1},  {"h*.mlp.w2", 0},  {"wte", 0},
+};
+
+static int push(shard_decision *out, int *n, int cap, shard_decision d)
+{
+    if (*n >= cap) return -1;
+    out[(*n)++] = d;
+    return 0;
+}
+
+static int is_arg(const ir_value *v) { return v->role != IR_INTERMEDIATE; }
+
+static int expand_dp(const tactic *t, const shard_state *st, shard_decision *out, int *n, int cap)
+{
+    const ir_graph *g = st->g;
+    for (int v = 0; v < g->n_values; v++)
+        if (g->values[v].role == IR_INPUT && g->values[v].rank >= 1)
+            if (push(out, n, cap, (shard_decision){SHARD_TILE, 0, (int8_t)t->axis, v}) < 0) return -1;
+    return 0;
+}
+
+int sched_expand(const tactic *t, const shard_state *st, shard_decision *out, int cap, char *err, size_t errlen)
+{
+    const ir_graph *g = st->g;
+    const shard_mesh *m = st->mesh;
+    int n = 0;
+    switch (t->kind) {
+    case TACTIC_AUTO:
+        return 0;
+    case TACTIC_DP:
+        if (expand_dp(t, st, out, &n, cap) < 0) goto full;
+        if (!n) return fail(err, errlen, "dp:%s: the graph has no inputs to split", m->names[t->axis]);
+        return n;
+    case TACTIC_MEGATRON: {
+        int is_gpt = ir_find(g, "wte") >= 0 && ir_find(g, "h0.attn.wq") >= 0;
+        int is_mlp = ir_find(g, "layer0.w") >= 0;
+        if (is_gpt) {
+            for (size_t r = 0; r < sizeof megatron_gpt / sizeof megatron_gpt[0]; r++)
+                for (int v = 0; v < g->n_values; v++)
+                    if (g->values[v].role == IR_PARAM && !fnmatch(megatron_gpt[r].pattern, g->values[v].name, 0))
+                        if (push(out, &n, cap, (shard_decision){SHARD_TILE, (int8_t)megatron_gpt[r].dim, (int8_t)t->axis, v}) < 0)
+                            goto full;
+        } else if (is_mlp) {
+            char name[64];
+            for (int i = 0;; i++) {
+                snprintf(name, sizeof name, "layer%d.w", i);
+                int v = ir_find(g, name);
+                if (v < 0) break;
+                if (push(out, &n, cap, (shard_decision){SHARD_TILE, (int8_t)(i % 2 == 0 ? 1 : 0), (int8_t)t->axis, v}) < 0)
+                    goto full;
+            }
+        } else {
+            return fail(err, errlen, "megatron:%s: only knows carve's gpt and mlp models (use tile: tactics for this graph)",
+                        m->names[t->axis]);
+        }
+        return n;
+    }
+    case TACTIC_ZERO3: {
+        if (expand_dp(t, st, out, &n, cap) < 0) goto full;
+        unsigned bit = 1u << t->axis;
+        for (int v = 0; v < g->n_values; v++) {
+            const ir_value *x = &g->values[v];
+            if (x->role != IR_PARAM || (shard_spec_tiled(&st->spec[v], x->rank) & bit)) continue;
+            int best = -1;
+            int64_t best_local = 0;
+            for (int d = 0; d < x->rank; d++) {
+                int64_t k = shard_dim_shards(m, &st->spec[v], d) * m->sizes[t->axis];
+                int64_t local = x->dims[d] / shard_dim_shards(m, &st->spec[v], d);
+                if (x->dims[d] % k == 0 && local > best_local) {
+                    best = d;
+                    best_local = local;
+                }
+            }
+            if (best >= 0 && push(out, &n, cap, (shard_decision){SHARD_TILE, (int8_t)best, (int8_t)t->axis, v}) < 0) goto full;
+        }
+        return n;
+    }
+    case TACTIC_TILE:
+    case TACTIC_ATOMIC: {
+        int matched = 0;
+        for (int v = 0; v < g->n_values; v++) {
+            if (!is_arg(&g->values[v]) || fnmatch(t->pattern, g->values[v].name, 0)) continue;
+            matched++;
+            if (t->kind == TACTIC_TILE && t->dim >= g->values[v].rank)
+                return fail(err, errlen, "tile:%s:%d: '%s' has rank %d, no dim %d", t->pattern, t->dim, g->values[v].name,
+                            g->values[v].rank, t->dim);
+            shard_decision d = {t->kind == TACTIC_TILE ? SHARD_TILE : SHARD_ATOMIC, (int8_t)t->dim, (int8_t)t->axis, v};
+            if (push(out, &n, cap, d) < 0) goto full;
+        }
+        if (!matched)
+            return fail(err, errlen, "%s:%s: no argument (param, optimizer state or input) is named like that",
+                        t->kind == TACTIC_TILE ? "tile" : "atomic", t->pattern);
+        return n;
+    }
+    }
+    return 0;
+full:
+    return fail(err, errlen, "tactic expands to more than %d decisions", cap);
+}
+
+int sched_apply(const schedule *s, shard_state *st, char *err, size_t errlen)
+{
+    int cap = st->g->n_values + 16;
+    shard_decision *d = malloc((size_t)cap * sizeof *d);
+    if (!d) abort();
+    int rc = 0;
+    for (int i = 0; i < s->n && rc == 0; i++) {
+        int n = sched_expand(&s->t[i], st, d, cap, err, errlen);
+        if (n < 0) {
+            rc = -1;
+            break;
+        }
+        for (int k = 0; k < n; k++)
+            if (shard_apply(st, &d[k], err, errlen) < 0) {
+                rc = -1;
+                break;
+            }
+    }
+    free(d);
+    return rc;
+}

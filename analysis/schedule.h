@@ -1,0 +1,63 @@
+/* schedule.h - manual tactics and the built-in expert schedules.
+ *
+ * A schedule is a list of tactics applied in order; each one expands to
+ * decisions on arguments, and each decision propagates to a fixpoint before
+ * the next.  Written apart from the model, as a short string
+ *     dp:batch,megatron:model,zero3:batch
+ * or a JSON file {"format": "carve-schedule/1", "tactics": ["dp:batch", ...]}.
+ *
+ * Tactics:
+ *   dp:AXIS            data parallel: dim 0 of every input tiled over AXIS
+ *   megatron:AXIS      Megatron tensor parallel: attention split by heads
+ *                      (wq/wk/wv on heads, wo on heads), column- then
+ *                      row-parallel MLP (w1 on its output dim, w2 on its
+ *                      input dim), vocab-parallel embedding and LM head (wte
+ *                      on vocab).  For mlp: layers alternate column / row.
+ *   zero3:AXIS         ZeRO-3 / FSDP: data parallel over AXIS, and every
+ *                      param (so, by propagation, its optimizer states) tiled
+ *                      over AXIS on its largest dim that divides.
+ *   tile:NAME:DIM:AXIS tile dim DIM of the arguments matching NAME (a glob:
+ *                      * and ?) over AXIS
+ *   atomic:NAME:AXIS   keep the arguments matching NAME replicated on AXIS
+ *   auto               the automatic tactic (the search fills in the rest)
+ */
+#ifndef CARVE_SCHEDULE_H
+#define CARVE_SCHEDULE_H
+
+#include "shard.h"
+
+#define SCHED_MAX_TACTICS 32
+#define SCHED_NAME_LEN 96
+
+typedef enum { TACTIC_DP, TACTIC_MEGATRON, TACTIC_ZERO3, TACTIC_TILE, TACTIC_ATOMIC, TACTIC_AUTO } tactic_kind;
+
+typedef struct tactic {
+    tactic_kind kind;
+    int axis;                   /* mesh axis (not for AUTO) */
+    int dim;                    /* TILE */
+    char pattern[SCHED_NAME_LEN]; /* TILE, ATOMIC */
+} tactic;
+
+typedef struct schedule {
+    int n;
+    tactic t[SCHED_MAX_TACTICS];
+} schedule;
+
+/* Parses a schedule string or, when `text` names an existing .json file, that
+ * file.  Axis names are checked against the mesh.  Returns 0 or -1 with a
+ * one-line message naming the bad tactic. */
+int sched_parse(const char *text, const shard_mesh *mesh, schedule *out, char *err, size_t errlen);
+char *sched_str(const schedule *s, const shard_mesh *mesh, char *buf, size_t n);
+
+/* Expands tactic t into decisions on g's arguments (given the shardings so far
+ * in st, so zero3 can choose dims that still divide).  Writes at most `cap`
+ * into out; returns how many, or -1 with a message (e.g. a pattern that
+ * matches no argument, megatron on a model it does not know). */
+int sched_expand(const tactic *t, const shard_state *st, shard_decision *out, int cap, char *err, size_t errlen);
+
+/* Applies every tactic of s in order (AUTO is skipped: the caller searches).
+ * Returns 0 or -1 with a message.  Decisions that are blocked by earlier ones
+ * are not errors: they appear as conflicts in st. */
+int sched_apply(const schedule *s, shard_state *st, char *err, size_t errlen);
+
+#endif

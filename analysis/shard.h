@@ -1,0 +1,170 @@
+/* shard.h - meshes, tensor shardings, per-op factor rules, propagation.
+ *
+ * Vocabulary (GSPMD / Shardy):
+ *  - a mesh has up to 4 named axes; devices are numbered row-major over them;
+ *  - a tensor sharding gives, per dimension, an ordered list of mesh axes
+ *    (major to minor) that tile it, plus a set of axes on which the tensor
+ *    holds unreduced partial results (sum or max);
+ *  - an op's sharding rule maps every dim of every operand and of the result
+ *    to factors; a factor in the result is pass-through, a factor only in
+ *    operands is a reduction (sharding it leaves the result partial).
+ *
+ * Propagation state (shard_state) holds one sharding per value and one
+ * "stamp" per (value, axis): the index of the decision that put the axis
+ * there.  Stamps make conflicts predictable: when two shardings meet at an
+ * op, the one from the earlier decision wins, whatever order the worklist
+ * visits ops in.
+ */
+#ifndef CARVE_SHARD_H
+#define CARVE_SHARD_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+#include "ir/ir.h"
+
+#define SHARD_MAX_AXES 4
+#define SHARD_AXIS_NAME 16
+#define SHARD_MAX_FACTORS 16
+#define SHARD_MAX_COMPOUND 3
+#define SHARD_NO_STAMP 0x7fff
+
+/* ---- mesh ------------------------------------------------------------ */
+typedef struct shard_mesh {
+    int n_axes;
+    char names[SHARD_MAX_AXES][SHARD_AXIS_NAME];
+    int64_t sizes[SHARD_MAX_AXES];
+    int64_t n_devices;
+} shard_mesh;
+
+/* Parses "batch=4,model=2" (or "4x2": axes named batch, model, x2, x3).
+ * Returns 0 or -1 with a one-line message. */
+int shard_mesh_parse(const char *text, shard_mesh *m, char *err, size_t errlen);
+/* Axis index of a name, or -1. */
+int shard_mesh_axis(const shard_mesh *m, const char *name);
+char *shard_mesh_str(const shard_mesh *m, char *buf, size_t n);
+/* Product of the sizes of the axes in `mask`. */
+int64_t shard_axes_size(const shard_mesh *m, unsigned mask);
+/* Coordinate of device `dev` along axis a. */
+int64_t shard_device_coord(const shard_mesh *m, int64_t dev, int a);
+
+/* ---- tensor sharding -------------------------------------------------- */
+typedef struct shard_spec {
+    uint8_t n[IR_MAX_RANK];                   /* number of axes tiling each dim */
+    uint8_t axes[IR_MAX_RANK][SHARD_MAX_AXES]; /* axis ids, major to minor */
+    uint8_t partial;                          /* axes holding partial results */
+    uint8_t partial_max;                      /* of those, partial max (else sum) */
+} shard_spec;
+
+/* Mask of the axes that tile any dim of s. */
+unsigned shard_spec_tiled(const shard_spec *s, int rank);
+/* Number of shards along dim d. */
+int64_t shard_dim_shards(const shard_mesh *m, const shard_spec *s, int d);
+/* Local dims of a value under s (sizes divide: propagation never makes an
+ * uneven split). */
+void shard_local_dims(const shard_mesh *m, const ir_value *v, const shard_spec *s, int64_t *dims);
+size_t shard_local_bytes(const shard_mesh *m, const ir_value *v, const shard_spec *s);
+/* Offset of device `dev`'s block along dim d (in elements of the global dim). */
+int64_t shard_dim_offset(const shard_mesh *m, const ir_value *v, const shard_spec *s, int d, int64_t dev);
+int shard_spec_equal(const shard_spec *a, const shard_spec *b, int rank);
+/* Compact text: "[{batch}, {}, {model}]" plus " partial{model}" when partial. */
+char *shard_spec_str(const shard_mesh *m, const shard_spec *s, int rank, char *buf, size_t n);
+/* JAX-style PartitionSpec: [null, "model"] or [["batch","model"], null]. */
+char *shard_spec_pspec(const shard_mesh *m, const shard_spec *s, int rank, char *buf, size_t n);
+
+/* ---- factor rules ------------------------------------------------------ */
+typedef enum { SHARD_PASS, SHARD_REDUCE_SUM, SHARD_REDUCE_MAX, SHARD_REPLICATE } shard_factor_kind;
+
+/* Tensor t in 0..n_in-1 is an operand, n_in is the result. */
+typedef struct shard_rule {
+    int n_factors;
+    int n_in;
+    int64_t size[SHARD_MAX_FACTORS];
+    uint8_t kind[SHARD_MAX_FACTORS];          /* shard_factor_kind */
+    /* factors of dim d of tensor t, major first; nf = 0 for a size-1 dim
+     * that carries no factor. Only the first (major) factor of a compound
+     * dim can be sharded through that dim. */
+    uint8_t nf[IR_MAX_OPERANDS + 1][IR_MAX_RANK];
+    int8_t f[IR_MAX_OPERANDS + 1][IR_MAX_RANK][SHARD_MAX_COMPOUND];
+} shard_rule;
+
+/* The sharding rule of op `op` of g. Returns 0 or -1 (never for a verified graph). */
+int shard_rule_of(const ir_graph *g, int op, shard_rule *r);
+
+/* ---- decisions and propagation ----------------------------------------- */
+typedef enum { SHARD_TILE, SHARD_ATOMIC } shard_decision_kind;
+
+/* A decision on one argument: tile its dim `dim` over `axis` (appended as the
+ * minor-most axis of that dim), or keep it replicated over `axis` (atomic). */
+typedef struct shard_decision {
+    uint8_t kind;  /* shard_decision_kind */
+    int8_t dim;
+    int8_t axis;
+    int value;
+} shard_decision;
+
+typedef struct shard_conflict {
+    int op;        /* op where two shardings met, or -1 for a decision */
+    int value;     /* the value that could not take the axis */
+    int axis;
+    int winner_stamp, loser_stamp;
+    char why[96];
+} shard_conflict;
+
+/* The axes a factor is sharded on at one op, with the stamps that put them there. */
+typedef struct shard_factor_axes {
+    uint8_t n;
+    uint8_t axes[SHARD_MAX_AXES];
+    int16_t stamp[SHARD_MAX_AXES];
+} shard_factor_axes;
+
+typedef struct shard_state {
+    const ir_graph *g;
+    const shard_mesh *mesh;
+    shard_rule *rules;         /* one per op, computed once */
+    shard_spec *spec;          /* one per value */
+    int16_t (*stamp)[SHARD_MAX_AXES]; /* per value, per axis */
+    uint8_t *atomic;           /* per value: axes it must stay replicated on */
+    int n_decisions;           /* stamps given so far */
+    shard_conflict *conflicts;
+    int n_conflicts, cap_conflicts;
+    /* scratch for the worklist */
+    int *queue, *in_queue;
+    int queue_head, queue_tail;
+    /* use lists: ops reading each value (CSR) */
+    int *use_start, *uses;
+    int *update_of;            /* per value: the argument its output updates, or -1 */
+    int *updated_by;           /* per argument: the output updating it, or -1 */
+    uint32_t *conflict_keys;   /* hash set of recorded (op, value, axis) */
+    int conflict_cap;
+    int record_conflicts;      /* 0 while the search evaluates plans (faster) */
+} shard_state;
+
+/* The factor shardings of op `op` given the current shardings of its operands
+ * and result: for each factor, the axes proposed by the tensors that have it,
+ * earliest decision first; an axis claimed by two factors goes to the one with
+ * the earlier stamp.  Fills fa[0..n_factors).  Used by propagation and by
+ * lowering, so both resolve conflicts the same way.  When `s` records
+ * conflicts, the ones met here are recorded. */
+void shard_op_factors(shard_state *s, int op, shard_factor_axes *fa);
+
+/* Returns a new state with every value replicated; caller frees with
+ * shard_state_free.  g and mesh are borrowed. */
+shard_state *shard_state_new(const ir_graph *g, const shard_mesh *mesh);
+void shard_state_free(shard_state *s);
+/* Back to all-replicated, no decisions (keeps the allocations). */
+void shard_state_reset(shard_state *s);
+/* Copies shardings and stamps of src into dst (same graph and mesh). */
+void shard_state_copy(shard_state *dst, const shard_state *src);
+
+/* Applies one decision and propagates to a fixpoint.  Returns 0 when applied,
+ * 1 when it changed nothing (already so, or blocked: a conflict is recorded),
+ * -1 with a message in err for a decision that is malformed (bad value, dim
+ * or axis, not an argument, dim not divisible). */
+int shard_apply(shard_state *s, const shard_decision *d, char *err, size_t errlen);
+/* Propagates from every value to a fixpoint (used after loading shardings). */
+void shard_propagate_all(shard_state *s);
+
+char *shard_decision_str(const shard_state *s, const shard_decision *d, char *buf, size_t n);
+
+#endif

@@ -1,0 +1,78 @@
+/* spmd.h - the partitioned program: one program for all devices.
+ *
+ * Lowering walks the graph's ops in order.  Each op runs on local shapes with
+ * the factor shardings propagation decided; operands whose current layout
+ * differs are resharded first by collectives over mesh axes.  Every
+ * instruction writes a new buffer (SSA); a buffer is a version of one graph
+ * value in one layout (shard_spec, possibly partial).
+ *
+ * Collective byte counts are per device: all-gather counts its result's local
+ * bytes, reduce-scatter and all-reduce their input's, all-to-all its input's;
+ * a slice moves nothing.  The cost model prices them by these sizes.
+ */
+#ifndef CARVE_SPMD_H
+#define CARVE_SPMD_H
+
+#include "shard.h"
+
+typedef enum {
+    SPMD_COMPUTE,        /* graph op `op` on local shapes */
+    SPMD_ALL_GATHER,     /* gathers `axes` off the minor end of dim `dim` */
+    SPMD_ALL_REDUCE,     /* resolves partial `axes` (sum, or max) */
+    SPMD_REDUCE_SCATTER, /* resolves partial `axes` and tiles dim `dim` with them */
+    SPMD_ALL_TO_ALL,     /* moves `axes` from dim `dim` to the minor end of dim `dim2` */
+    SPMD_SLICE,          /* tiles dim `dim` with `axes`: a local slice, no communication */
+    SPMD_N_KINDS
+} spmd_kind;
+
+typedef enum { SPMD_FORWARD, SPMD_BACKWARD, SPMD_OPTIMIZER, SPMD_N_PHASES } spmd_phase;
+
+typedef struct spmd_instr {
+    uint8_t kind;       /* spmd_kind */
+    uint8_t axes;       /* mesh axes (collectives, slice) */
+    uint8_t reduce_max; /* ALL_REDUCE / REDUCE_SCATTER of a partial max */
+    uint8_t phase;      /* spmd_phase of the op it serves */
+    int8_t dim, dim2;
+    int op;             /* SPMD_COMPUTE: graph op; else the op it serves (-1: outputs) */
+    int value;          /* graph value this buffer is a version of */
+    int out;            /* buffer written */
+    int in[IR_MAX_OPERANDS]; /* buffers read (-1 unused) */
+    int layer;          /* layer tag of the op served */
+    int64_t bytes;      /* per-device bytes communicated (0 for compute and slice) */
+} spmd_instr;
+
+typedef struct spmd_buffer {
+    int value;
+    shard_spec spec;
+} spmd_buffer;
+
+typedef struct spmd_stats {
+    int count[SPMD_N_KINDS][SPMD_N_PHASES];
+    double bytes[SPMD_N_KINDS][SPMD_N_PHASES];
+} spmd_stats;
+
+typedef struct spmd_program {
+    const ir_graph *g;
+    shard_mesh mesh;
+    spmd_buffer *bufs;
+    int n_bufs, cap_bufs;
+    spmd_instr *instrs;
+    int n_instrs, cap_instrs;
+    int *arg_buf;      /* per value: the buffer an argument arrives in, else -1 */
+    int *out_buf;      /* per graph output: the buffer holding it at the end */
+    spmd_stats stats;
+} spmd_program;
+
+/* Lowers g under the shardings in s.  Returns a new program (caller frees
+ * with spmd_free); never fails for a state made by propagation. */
+spmd_program *spmd_lower(shard_state *s);
+void spmd_free(spmd_program *p);
+const char *spmd_kind_name(spmd_kind k);
+const char *spmd_phase_name(spmd_phase p);
+/* Prints the program one instruction a line (local shapes, layouts, bytes). */
+void spmd_print(const spmd_program *p, FILE *f);
+/* Local dims of buffer b. */
+void spmd_buffer_dims(const spmd_program *p, int b, int64_t *dims);
+size_t spmd_buffer_bytes(const spmd_program *p, int b);
+
+#endif
