@@ -1,13 +1,60 @@
-/* main.c - the carve command: dispatches to subcommands. */
+/* main.c - the carve command: a table of subcommands, help, dispatch. */
 #include <stdio.h>
 #include <string.h>
 
+#include "cli/cli.h"
+
+static const cli_command commands[] = {
+    {"models", "", "list models and presets with parameter counts and FLOPs per training step",
+     "usage: carve models\n", cmd_models},
+    {"show", "--model --graph --ops --forward --optimizer",
+     "print a model's training step (or forward graph): summary, and with --ops every op",
+     "usage: carve show (--model SPEC | --graph FILE.json) [--ops] [--forward] [--optimizer adam|sgd]\n"
+     "  --model SPEC   a model or preset with overrides, e.g. gpt-tiny or gpt:layers=4,hidden=256\n"
+     "  --graph FILE   a carve-graph/1 file (docs/graph-format.md); a forward graph gets its training step\n"
+     "  --ops          print every op, one a line\n"
+     "  --forward      the forward graph only, no backward or optimizer\n",
+     cmd_show},
+    {"shard", "--model --graph --mesh --schedule --summary --forward --optimizer",
+     "apply a sharding schedule: decisions, conflicts, argument shardings, the SPMD program",
+     "usage: carve shard (--model SPEC | --graph FILE) --mesh MESH --schedule SCHEDULE [--summary]\n"
+     "  --mesh MESH          named axes, e.g. batch=4,model=2 (or 4x2)\n"
+     "  --schedule SCHEDULE  tactics in order, e.g. dp:batch,megatron:model,zero3:batch\n"
+     "                       (dp, megatron, zero3, tile:NAME:DIM:AXIS, atomic:NAME:AXIS) or a .json file\n"
+     "  --summary            collective counts and bytes instead of the whole program\n",
+     cmd_shard},
+};
+static const int n_commands = sizeof commands / sizeof commands[0];
+
+static void usage(FILE *f)
+{
+    fprintf(f, "carve: find how to split a training step across devices\n\nusage: carve COMMAND [options]\n\ncommands:\n");
+    for (int i = 0; i < n_commands; i++) fprintf(f, "  %-10s %s\n", commands[i].name, commands[i].summary);
+    fprintf(f, "\ncarve COMMAND --help shows a command's options.\n");
+}
+
 int main(int argc, char **argv)
 {
-    if (argc < 2 || !strcmp(argv[1], "--help")) {
-        printf("usage: carve <command> [options]\n");
-        return argc < 2 ? 2 : 0;
+    if (argc < 2) {
+        usage(stderr);
+        return CLI_BAD_INPUT;
     }
-    fprintf(stderr, "carve: unknown command '%s' (see carve --help)\n", argv[1]);
-    return 2;
+    if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") || !strcmp(argv[1], "help")) {
+        usage(stdout);
+        return CLI_OK;
+    }
+    for (int i = 0; i < n_commands; i++) {
+        const cli_command *c = &commands[i];
+        if (strcmp(argv[1], c->name)) continue;
+        cli_opts o;
+        int rc = cli_parse(c, argc - 2, argv + 2, &o);
+        if (rc) return rc;
+        if (o.help) {
+            printf("%s", c->usage);
+            return CLI_OK;
+        }
+        return c->run(&o);
+    }
+    cli_error("unknown command '%s' (see carve --help)", argv[1]);
+    return CLI_BAD_INPUT;
 }

@@ -1,0 +1,42 @@
+/* groups.h - dim-group analysis: the action space of the search.
+ *
+ * Dims of values that an op's factors link (pass-through or reduction) must
+ * shard alike or communicate; union-find over (value, dim) pairs joins them,
+ * as TOAST's named-dimension analysis does.  Outputs join the arguments they
+ * update, and the arguments of repeated layers join their counterparts in
+ * layer 0 (same position within the layer, same role and shape), so a
+ * 48-layer model has the same groups as a 2-layer one.  A group is the set of
+ * argument dims in one class; an action tiles every member of a group over
+ * one mesh axis.
+ */
+#ifndef CARVE_GROUPS_H
+#define CARVE_GROUPS_H
+
+#include "shard.h"
+
+typedef struct shard_group {
+    int first, n;          /* members[first .. first+n) */
+    int64_t size;          /* size of the first member's dim */
+    char name[80];         /* "tokens:0", "h0.attn.wq:1" (first member) */
+} shard_group;
+
+typedef struct shard_member {
+    int value;
+    int dim;
+} shard_member;
+
+typedef struct shard_groups {
+    int n;
+    shard_group *groups;
+    shard_member *members;
+} shard_groups;
+
+/* Builds the groups of g's arguments (caller frees with shard_groups_free). */
+shard_groups *shard_groups_build(const ir_graph *g);
+void shard_groups_free(shard_groups *gs);
+/* 1 when tiling group `grp` over `axis` would tile at least one member now. */
+int shard_group_legal(const shard_state *s, const shard_groups *gs, int grp, int axis);
+/* Tiles every member that can take it; returns how many were tiled. */
+int shard_group_apply(shard_state *s, const shard_groups *gs, int grp, int axis);
+
+#endif

@@ -1,0 +1,45 @@
+/* cli.h - the carve command: options shared by every subcommand.
+ * Exit codes: 0 success, 1 a failed check, 2 bad usage or bad input. */
+#ifndef CARVE_CLI_H
+#define CARVE_CLI_H
+
+#include <stdint.h>
+
+#include "ir/ir.h"
+
+enum { CLI_OK = 0, CLI_CHECK_FAILED = 1, CLI_BAD_INPUT = 2 };
+
+typedef struct cli_opts {
+    const char *model, *graph, *mesh, *hw, *schedule, *plan, *out, *positional;
+    int64_t seed, threads, steps, budget;
+    double time_s, memory_gib;
+    int summary, ops, forward, quiet, help;
+    const char *optimizer; /* "adam" or "sgd" */
+} cli_opts;
+
+/* One subcommand: its name, the flags it accepts (space-separated, e.g.
+ * "--model --graph --mesh"), a one-line summary and a usage text. */
+typedef struct cli_command {
+    const char *name;
+    const char *flags;
+    const char *summary;
+    const char *usage;
+    int (*run)(const cli_opts *o);
+} cli_command;
+
+/* Parses argv (after the subcommand) into o.  Returns 0, or prints one error
+ * line naming the bad flag and returns CLI_BAD_INPUT. */
+int cli_parse(const cli_command *c, int argc, char **argv, cli_opts *o);
+/* Prints "carve: <msg>" on stderr (one line). */
+void cli_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/* The training step named by --model or --graph (a forward graph with a loss
+ * gets its training step derived; a full step is used as is).  NULL after an
+ * error line.  `cfg_text` receives the canonical model text or the file name. */
+ir_graph *cli_load_step(const cli_opts *o, char *cfg_text, size_t n);
+
+int cmd_models(const cli_opts *o);
+int cmd_show(const cli_opts *o);
+int cmd_shard(const cli_opts *o);
+
+#endif

@@ -1,0 +1,112 @@
+/* cmd_shard.c - `carve shard`: apply a schedule and show what it does. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "analysis/schedule.h"
+#include "analysis/spmd.h"
+#include "cli/cli.h"
+
+/* Prints the collective table of a program: count and MB per kind and phase. */
+static void print_collectives(const spmd_program *p)
+{
+    printf("collectives (count, MB per device):\n  %-15s", "");
+    for (int ph = 0; ph < SPMD_N_PHASES; ph++) printf(" %18s", spmd_phase_name((spmd_phase)ph));
+    printf("\n");
+    for (int k = SPMD_ALL_GATHER; k < SPMD_N_KINDS; k++) {
+        printf("  %-15s", spmd_kind_name((spmd_kind)k));
+        for (int ph = 0; ph < SPMD_N_PHASES; ph++)
+            printf(" %6d %11.3f", p->stats.count[k][ph], p->stats.bytes[k][ph] / 1e6);
+        printf("\n");
+    }
+}
+
+int cmd_shard(const cli_opts *o)
+{
+    char cfg[512], err[512], buf[256], buf2[256];
+    if (!o->mesh) {
+        cli_error("shard: --mesh is required (e.g. --mesh batch=4,model=2)");
+        return CLI_BAD_INPUT;
+    }
+    if (!o->schedule) {
+        cli_error("shard: --schedule is required (e.g. --schedule dp:batch,megatron:model)");
+        return CLI_BAD_INPUT;
+    }
+    shard_mesh mesh;
+    if (shard_mesh_parse(o->mesh, &mesh, err, sizeof err) < 0) {
+        cli_error("%s", err);
+        return CLI_BAD_INPUT;
+    }
+    schedule sc;
+    if (sched_parse(o->schedule, &mesh, &sc, err, sizeof err) < 0) {
+        cli_error("%s", err);
+        return CLI_BAD_INPUT;
+    }
+    ir_graph *g = cli_load_step(o, cfg, sizeof cfg);
+    if (!g) return CLI_BAD_INPUT;
+    shard_state *st = shard_state_new(g, &mesh);
+    int cap = g->n_values + 16, rc = CLI_OK;
+    shard_decision *d = malloc((size_t)cap * sizeof *d);
+    if (!d) abort();
+    printf("model %s\nmesh %s (%lld devices)\nschedule %s\n\ndecisions:\n", cfg, shard_mesh_str(&mesh, buf, sizeof buf),
+           (long long)mesh.n_devices, sched_str(&sc, &mesh, buf2, sizeof buf2));
+    for (int t = 0; t < sc.n && rc == CLI_OK; t++) {
+        int n = sched_expand(&sc.t[t], st, d, cap, err, sizeof err);
+        if (n < 0) {
+            cli_error("%s", err);
+            rc = CLI_BAD_INPUT;
+            break;
+        }
+        int applied = 0, blocked = 0;
+        for (int k = 0; k < n; k++) {
+            int r = shard_apply(st, &d[k], err, sizeof err);
+            if (r < 0) {
+                cli_error("%s", err);
+                rc = CLI_BAD_INPUT;
+                break;
+            }
+            applied += r == 0;
+            blocked += r == 1;
+            if (!o->summary) printf("  %-3s %s\n", r == 0 ? "" : "(=)", shard_decision_str(st, &d[k], buf, sizeof buf));
+        }
+        printf("  tactic %d: %d decisions applied, %d already so or blocked\n", t + 1, applied, blocked);
+    }
+    if (rc == CLI_OK) {
+        printf("\nconflicts: %d\n", st->n_conflicts);
+        int shown = o->summary ? 5 : st->n_conflicts;
+        for (int i = 0; i < st->n_conflicts && i < shown; i++) {
+            const shard_conflict *c = &st->conflicts[i];
+            printf("  %s%s: '%s' not sharded on %s: %s\n", c->op >= 0 ? "at " : "decision",
+                   c->op >= 0 ? g->values[g->ops[c->op].out].name : "", g->values[c->value].name,
+                   mesh.names[c->axis], c->why);
+        }
+        if (shown < st->n_conflicts) printf("  ... (%d more)\n", st->n_conflicts - shown);
+        printf("\narguments:\n");
+        double bytes[IR_N_ROLES] = {0}, global[IR_N_ROLES] = {0};
+        for (int v = 0; v < g->n_values; v++) {
+            const ir_value *x = &g->values[v];
+            if (x->role == IR_INTERMEDIATE) continue;
+            bytes[x->role] += (double)shard_local_bytes(&mesh, x, &st->spec[v]);
+            global[x->role] += (double)ir_bytes(x);
+            if (o->summary && x->layer > 0) continue;
+            printf("  %-22s %-9s %-22s %s\n", x->name, ir_role_name(x->role), ir_type_str(x, buf2, sizeof buf2),
+                   shard_spec_pspec(&mesh, &st->spec[v], x->rank, buf, sizeof buf));
+        }
+        if (o->summary && g->n_layers > 1) printf("  (layers 1..%d are sharded like layer 0)\n", g->n_layers - 1);
+        printf("per device: params %.4g MB of %.4g MB, optimizer states %.4g MB of %.4g MB, inputs %.4g MB of %.4g MB\n",
+               bytes[IR_PARAM] / 1e6, global[IR_PARAM] / 1e6, bytes[IR_OPT_STATE] / 1e6, global[IR_OPT_STATE] / 1e6,
+               bytes[IR_INPUT] / 1e6, global[IR_INPUT] / 1e6);
+        spmd_program *p = spmd_lower(st);
+        if (!o->summary) {
+            printf("\nSPMD program (%d instructions):\n", p->n_instrs);
+            spmd_print(p, stdout);
+        }
+        printf("\n");
+        print_collectives(p);
+        spmd_free(p);
+    }
+    free(d);
+    shard_state_free(st);
+    ir_free(g);
+    return rc;
+}

@@ -1,0 +1,174 @@
+/* opts.c - flag parsing and model/graph loading shared by subcommands. */
+#include "cli.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "models/models.h"
+
+void cli_error(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    fputs("carve: ", stderr);
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+    va_end(ap);
+}
+
+static int has_flag(const char *flags, const char *f)
+{
+    size_t n = strlen(f);
+    for (const char *p = flags; (p = strstr(p, f)); p += n)
+        if ((p == flags || p[-1] == ' ') && (p[n] == ' ' || p[n] == 0)) return 1;
+    return 0;
+}
+
+static int parse_int(const char *cmd, const char *flag, const char *s, int64_t lo, int64_t hi, int64_t *out)
+{
+    char *end;
+    errno = 0;
+    long long v = strtoll(s, &end, 10);
+    if (!*s || *end || errno || v < lo || v > hi) {
+        cli_error("%s: %s must be an integer in %lld..%lld, got '%s'", cmd, flag, (long long)lo, (long long)hi, s);
+        return -1;
+    }
+    *out = v;
+    return 0;
+}
+
+static int parse_num(const char *cmd, const char *flag, const char *s, double lo, double hi, double *out)
+{
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (!*s || *end || errno || !isfinite(v) || v <= lo || v > hi) {
+        cli_error("%s: %s must be a number above %g and at most %g, got '%s'", cmd, flag, lo, hi, s);
+        return -1;
+    }
+    *out = v;
+    return 0;
+}
+
+int cli_parse(const cli_command *c, int argc, char **argv, cli_opts *o)
+{
+    memset(o, 0, sizeof *o);
+    o->seed = 1;
+    o->threads = 1;
+    o->steps = 1;
+    o->optimizer = "adam";
+    for (int i = 0; i < argc; i++) {
+        const char *a = argv[i];
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            o->help = 1;
+            return 0;
+        }
+        if (strncmp(a, "--", 2) != 0) {
+            if (o->positional || !has_flag(c->flags, "FILE")) {
+                cli_error("%s: unexpected argument '%s' (see carve %s --help)", c->name, a, c->name);
+                return CLI_BAD_INPUT;
+            }
+            o->positional = a;
+            continue;
+        }
+        char flag[64];
+        const char *val = NULL;
+        const char *eq = strchr(a, '=');
+        size_t fl = eq ? (size_t)(eq - a) : strlen(a);
+        if (fl >= sizeof flag) fl = sizeof flag - 1;
+        memcpy(flag, a, fl);
+        flag[fl] = 0;
+        if (!has_flag(c->flags, flag)) {
+            cli_error("%s: unknown option '%s' (see carve %s --help)", c->name, flag, c->name);
+            return CLI_BAD_INPUT;
+        }
+        static const char *const bools[] = {"--summary", "--ops", "--forward", "--quiet"};
+        int *bool_dst[] = {&o->summary, &o->ops, &o->forward, &o->quiet};
+        int is_bool = 0;
+        for (int k = 0; k < 4; k++)
+            if (!strcmp(flag, bools[k])) {
+                *bool_dst[k] = 1;
+                is_bool = 1;
+            }
+        if (is_bool) continue;
+        if (eq) val = eq + 1;
+        else if (i + 1 < argc) val = argv[++i];
+        else {
+            cli_error("%s: option %s needs a value", c->name, flag);
+            return CLI_BAD_INPUT;
+        }
+        int rc = 0;
+        if (!strcmp(flag, "--model")) o->model = val;
+        else if (!strcmp(flag, "--graph")) o->graph = val;
+        else if (!strcmp(flag, "--mesh")) o->mesh = val;
+        else if (!strcmp(flag, "--hw")) o->hw = val;
+        else if (!strcmp(flag, "--schedule")) o->schedule = val;
+        else if (!strcmp(flag, "--plan")) o->plan = val;
+        else if (!strcmp(flag, "--out")) o->out = val;
+        else if (!strcmp(flag, "--optimizer")) {
+            if (strcmp(val, "adam") && strcmp(val, "sgd")) {
+                cli_error("%s: --optimizer must be adam or sgd, got '%s'", c->name, val);
+                return CLI_BAD_INPUT;
+            }
+            o->optimizer = val;
+        } else if (!strcmp(flag, "--seed")) rc = parse_int(c->name, flag, val, 0, INT64_MAX, &o->seed);
+        else if (!strcmp(flag, "--threads")) rc = parse_int(c->name, flag, val, 1, 256, &o->threads);
+        else if (!strcmp(flag, "--steps")) rc = parse_int(c->name, flag, val, 1, 1000000, &o->steps);
+        else if (!strcmp(flag, "--budget")) rc = parse_int(c->name, flag, val, 1, 100000000, &o->budget);
+        else if (!strcmp(flag, "--time")) rc = parse_num(c->name, flag, val, 0, 86400 * 7, &o->time_s);
+        else if (!strcmp(flag, "--memory")) rc = parse_num(c->name, flag, val, 0, 1e9, &o->memory_gib);
+        if (rc) return CLI_BAD_INPUT;
+    }
+    return 0;
+}
+
+ir_graph *cli_load_step(const cli_opts *o, char *cfg_text, size_t n)
+{
+    char err[IR_ERR_LEN + 128];
+    ir_optimizer opt = ir_default_adam();
+    if (!strcmp(o->optimizer, "sgd")) {
+        opt.kind = IR_SGD;
+        opt.lr = 0.01;
+    }
+    if (o->model && o->graph) {
+        cli_error("give --model or --graph, not both");
+        return NULL;
+    }
+    if (o->model) {
+        model_config cfg;
+        if (model_parse(o->model, &cfg, err, sizeof err) < 0) {
+            cli_error("%s", err);
+            return NULL;
+        }
+        model_config_str(&cfg, cfg_text, n);
+        ir_graph *g = o->forward ? model_build_forward(&cfg, err, sizeof err) : model_build_step(&cfg, &opt, err, sizeof err);
+        if (!g) cli_error("%s", err);
+        return g;
+    }
+    if (o->graph) {
+        snprintf(cfg_text, n, "%s", o->graph);
+        ir_graph *g = ir_load_json_file(o->graph, err, sizeof err);
+        if (!g) {
+            cli_error("%s", err);
+            return NULL;
+        }
+        int has_updates = 0;
+        for (int i = 0; i < g->n_outputs; i++) has_updates |= g->outputs[i].updates >= 0;
+        if (o->forward || has_updates) return g;
+        if (g->loss < 0) {
+            cli_error("%s: the graph has no loss and no updated arguments: nothing to train", o->graph);
+            ir_free(g);
+            return NULL;
+        }
+        ir_graph *step = ir_train_step(g, &opt, err, sizeof err);
+        ir_free(g);
+        if (!step) cli_error("%s: %s", o->graph, err);
+        return step;
+    }
+    cli_error("give a model (--model gpt-tiny, see carve models) or a graph file (--graph file.json)");
+    return NULL;
+}
