@@ -31,12 +31,69 @@
 
 static pthread_once_t blis_once = PTHREAD_ONCE_INIT;
 
+/* 1 when `s` is the number of a kernel set this BLIS was built with.  BLIS
+ * 0.9.0 aborts the process on any other BLIS_ARCH_TYPE value. */
+static int arch_env_valid(const char *s)
+{
+    static const int built[] = {
+#ifdef BLIS_CONFIG_SKX
+        BLIS_ARCH_SKX,
+#endif
+#ifdef BLIS_CONFIG_KNL
+        BLIS_ARCH_KNL,
+#endif
+#ifdef BLIS_CONFIG_HASWELL
+        BLIS_ARCH_HASWELL,
+#endif
+#ifdef BLIS_CONFIG_SANDYBRIDGE
+        BLIS_ARCH_SANDYBRIDGE,
+#endif
+#ifdef BLIS_CONFIG_PENRYN
+        BLIS_ARCH_PENRYN,
+#endif
+#ifdef BLIS_CONFIG_ZEN3
+        BLIS_ARCH_ZEN3,
+#endif
+#ifdef BLIS_CONFIG_ZEN2
+        BLIS_ARCH_ZEN2,
+#endif
+#ifdef BLIS_CONFIG_ZEN
+        BLIS_ARCH_ZEN,
+#endif
+#ifdef BLIS_CONFIG_EXCAVATOR
+        BLIS_ARCH_EXCAVATOR,
+#endif
+#ifdef BLIS_CONFIG_STEAMROLLER
+        BLIS_ARCH_STEAMROLLER,
+#endif
+#ifdef BLIS_CONFIG_PILEDRIVER
+        BLIS_ARCH_PILEDRIVER,
+#endif
+#ifdef BLIS_CONFIG_BULLDOZER
+        BLIS_ARCH_BULLDOZER,
+#endif
+        BLIS_ARCH_GENERIC,
+    };
+    char *end;
+    long v = strtol(s, &end, 10);
+    if (end == s || *end) return 0;
+    for (size_t i = 0; i < sizeof built / sizeof built[0]; i++)
+        if (v == built[i]) return 1;
+    return 0;
+}
+
 static void blis_setup_once(void)
 {
+    const char *user = getenv("BLIS_ARCH_TYPE");
+    if (user && !arch_env_valid(user)) {
+        fprintf(stderr, "carve: ignoring BLIS_ARCH_TYPE=%s (not a kernel set of this BLIS build); choosing kernels automatically\n", user);
+        unsetenv("BLIS_ARCH_TYPE");
+        user = NULL;
+    }
     /* BLIS_ARCH_TYPE=0 selects the skx (AVX-512) kernels in BLIS 0.9.0; on
      * virtual machines BLIS cannot identify the CPU and otherwise falls back
-     * to slower kernels. */
-    if (!getenv("BLIS_ARCH_TYPE") && __builtin_cpu_supports("avx512f")) setenv("BLIS_ARCH_TYPE", "0", 0);
+     * to its generic kernels (about 5x slower here). */
+    if (!user && __builtin_cpu_supports("avx512f")) setenv("BLIS_ARCH_TYPE", "0", 0);
     /* BLIS 0.9.0 aborts in bli_arch_query_id when BLIS_ARCH_TYPE is set and
      * the kernel table is not initialised yet, so initialise it here. */
     bli_init();
