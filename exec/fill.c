@@ -81,8 +81,7 @@ void exec_fill_range(const ir_graph *g, int v, uint64_t seed, int64_t start, int
         } else {
             /* (u + 0.5) / 2^32 is in (0, 1): map it to (-1, 1) */
             double t = ((double)u + 0.5) * (2.0 / 4294967296.0) - 1.0;
-            if (is_int) ((int32_t *)dst)[i] = 0;
-            else ((float *)dst)[i] = (float)(t * half_width);
+            ((float *)dst)[i] = (float)(t * half_width); /* never i32: see the switch */
         }
     }
 }
