@@ -1,0 +1,87 @@
+/* fill.c - seeded argument values, a pure function of (seed, name, index).
+ *
+ * Element i of argument `name` is made from output i of one PCG32 generator
+ * seeded with (seed, stream = FNV-1a 64 hash of name), and from nothing else:
+ * every element takes exactly one output (ids use a multiply-shift instead of
+ * rejection sampling, so no element ever takes two).  Filling a range starts
+ * the generator with pcg32_advance(start), so a device can fill its shard of
+ * a parameter without making the whole tensor, and gets the same numbers.
+ *
+ * Mapping by ir_init (values are "uniform with std s": uniform on
+ * [-sqrt(3) s, sqrt(3) s], whose standard deviation is s):
+ *   AUTO   params/inputs f32: std 1/sqrt(dims[0]) for rank >= 2, else 0.02;
+ *          optimizer states: zeros; i32: ids in [0, 2)
+ *   NORMAL uniform with std init_arg        ZEROS / ONES
+ *   IDS    ids in [0, init_arg)
+ */
+#include "exec/exec.h"
+#include "ir/pcg32.h"
+
+#include <math.h>
+#include <string.h>
+
+static uint64_t fnv1a(const char *s)
+{
+    uint64_t h = 1469598103934665603ull;
+    for (; *s; s++) h = (h ^ (unsigned char)*s) * 1099511628211ull;
+    return h;
+}
+
+typedef enum { FILL_UNIFORM, FILL_CONST, FILL_IDS } fill_kind;
+
+void exec_fill_range(const ir_graph *g, int v, uint64_t seed, int64_t start, int64_t count, void *dst)
+{
+    const ir_value *x = &g->values[v];
+    int is_int = x->dtype == IR_I32;
+    fill_kind kind = FILL_CONST;
+    double c = 0, std = 0;
+    uint32_t bound = 2;
+    switch (x->init) {
+    case IR_INIT_AUTO:
+        if (x->role == IR_OPT_STATE) kind = FILL_CONST;
+        else if (is_int) kind = FILL_IDS;
+        else {
+            kind = FILL_UNIFORM;
+            std = x->rank >= 2 ? 1.0 / sqrt((double)x->dims[0]) : 0.02;
+        }
+        break;
+    case IR_INIT_NORMAL:
+        kind = is_int ? FILL_CONST : FILL_UNIFORM;
+        std = x->init_arg;
+        break;
+    case IR_INIT_ZEROS:
+        break;
+    case IR_INIT_ONES:
+        c = 1;
+        break;
+    case IR_INIT_IDS:
+        kind = FILL_IDS;
+        bound = x->init_arg >= 1 && x->init_arg <= 4294967295.0 ? (uint32_t)x->init_arg : 1;
+        break;
+    case IR_N_INITS:
+        break;
+    }
+    if (kind == FILL_CONST) {
+        for (int64_t i = 0; i < count; i++) {
+            if (is_int) ((int32_t *)dst)[i] = (int32_t)c;
+            else ((float *)dst)[i] = (float)c;
+        }
+        return;
+    }
+    pcg32 r;
+    pcg32_seed(&r, seed, fnv1a(x->name));
+    pcg32_advance(&r, (uint64_t)start);
+    double half_width = sqrt(3.0) * std;
+    for (int64_t i = 0; i < count; i++) {
+        uint32_t u = pcg32_next(&r);
+        if (kind == FILL_IDS) {
+            int32_t id = (int32_t)(((uint64_t)u * bound) >> 32);
+            if (is_int) ((int32_t *)dst)[i] = id;
+            else ((float *)dst)[i] = (float)id;
+        } else {
+            /* (u + 0.5) / 2^32 is in (0, 1): map it to (-1, 1) */
+            double t = ((double)u + 0.5) * (2.0 / 4294967296.0) - 1.0;
+            ((float *)dst)[i] = (float)(t * half_width); /* never i32: see the switch */
+        }
+    }
+}

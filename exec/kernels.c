@@ -1,0 +1,299 @@
+/* kernels.c - every op but einsum's GEMM, as plain loops on dense buffers.
+ *
+ * exec_kernel_run is the one switch over ir_opkind that runs an op; it knows
+ * nothing of graphs, only of operand buffers and their dims (see kernels.h),
+ * so the reference executor runs it on global shapes and the SPMD runtime on
+ * local ones.  Elementwise ops follow the formulas in ir/ops.def, in float.
+ * Data movement (broadcast, transpose, reshape, gather) copies 4-byte words,
+ * so it serves f32 and i32 alike.  Sums accumulate in double so the reference
+ * stays accurate on long reductions (a loss over 10^8 logits).
+ */
+#include "exec/kernels.h"
+
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int64_t numel(const exec_tensor *t)
+{
+    int64_t n = 1;
+    for (int i = 0; i < t->rank; i++) n *= t->dims[i];
+    return n;
+}
+
+static int fail(char *err, size_t n, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static int fail(char *err, size_t n, const char *fmt, ...)
+{
+    if (err && n) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(err, n, fmt, ap);
+        va_end(ap);
+    }
+    return -1;
+}
+
+/* ---- elementwise ------------------------------------------------------ */
+
+#define GELU_C 0.7978845608028654f /* sqrt(2/pi) */
+#define GELU_A 0.044715f
+
+static float gelu(float x)
+{
+    float u = GELU_C * (x + GELU_A * x * x * x);
+    return 0.5f * x * (1.0f + tanhf(u));
+}
+
+/* d/dx of gelu above: 0.5(1+t) + 0.5 x (1-t^2) c (1 + 3a x^2), t = tanh(u). */
+static float gelu_grad(float x)
+{
+    float x2 = x * x;
+    float t = tanhf(GELU_C * (x + GELU_A * x2 * x));
+    return 0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * GELU_C * (1.0f + 3.0f * GELU_A * x2);
+}
+
+static void unary(ir_opkind k, float s, const float *x, float *y, int64_t n)
+{
+    switch (k) {
+    case IR_OP_NEG: for (int64_t i = 0; i < n; i++) y[i] = -x[i]; return;
+    case IR_OP_EXP: for (int64_t i = 0; i < n; i++) y[i] = expf(x[i]); return;
+    case IR_OP_LOG: for (int64_t i = 0; i < n; i++) y[i] = logf(x[i]); return;
+    case IR_OP_SQRT: for (int64_t i = 0; i < n; i++) y[i] = sqrtf(x[i]); return;
+    case IR_OP_RSQRT: for (int64_t i = 0; i < n; i++) y[i] = 1.0f / sqrtf(x[i]); return;
+    case IR_OP_TANH: for (int64_t i = 0; i < n; i++) y[i] = tanhf(x[i]); return;
+    case IR_OP_GELU: for (int64_t i = 0; i < n; i++) y[i] = gelu(x[i]); return;
+    case IR_OP_GELU_GRAD: for (int64_t i = 0; i < n; i++) y[i] = gelu_grad(x[i]); return;
+    case IR_OP_RELU: for (int64_t i = 0; i < n; i++) y[i] = x[i] > 0.0f ? x[i] : 0.0f; return;
+    case IR_OP_SCALE: for (int64_t i = 0; i < n; i++) y[i] = x[i] * s; return;
+    case IR_OP_ADD_SCALAR: for (int64_t i = 0; i < n; i++) y[i] = x[i] + s; return;
+    case IR_OP_STOP_GRAD:
+        if (y != x) memmove(y, x, (size_t)n * sizeof *y);
+        return;
+    case IR_OP_CONSTANT: case IR_OP_IOTA: case IR_OP_ADD: case IR_OP_SUB: case IR_OP_MUL: case IR_OP_DIV:
+    case IR_OP_MAX: case IR_OP_GE: case IR_OP_EINSUM: case IR_OP_BROADCAST: case IR_OP_REDUCE_SUM:
+    case IR_OP_REDUCE_MAX: case IR_OP_TRANSPOSE: case IR_OP_RESHAPE: case IR_OP_GATHER: case IR_OP_SCATTER_ADD:
+    case IR_OP_ONE_HOT:
+        break;
+    }
+}
+
+static void binary(ir_opkind k, const float *a, const float *b, float *y, int64_t n)
+{
+    switch (k) {
+    case IR_OP_ADD: for (int64_t i = 0; i < n; i++) y[i] = a[i] + b[i]; return;
+    case IR_OP_SUB: for (int64_t i = 0; i < n; i++) y[i] = a[i] - b[i]; return;
+    case IR_OP_MUL: for (int64_t i = 0; i < n; i++) y[i] = a[i] * b[i]; return;
+    case IR_OP_DIV: for (int64_t i = 0; i < n; i++) y[i] = a[i] / b[i]; return;
+    case IR_OP_MAX: for (int64_t i = 0; i < n; i++) y[i] = a[i] >= b[i] ? a[i] : b[i]; return;
+    case IR_OP_GE: for (int64_t i = 0; i < n; i++) y[i] = a[i] >= b[i] ? 1.0f : 0.0f; return;
+    case IR_OP_CONSTANT: case IR_OP_IOTA: case IR_OP_NEG: case IR_OP_EXP: case IR_OP_LOG: case IR_OP_SQRT:
+    case IR_OP_RSQRT: case IR_OP_TANH: case IR_OP_GELU: case IR_OP_GELU_GRAD: case IR_OP_RELU: case IR_OP_SCALE:
+    case IR_OP_ADD_SCALAR: case IR_OP_STOP_GRAD: case IR_OP_EINSUM: case IR_OP_BROADCAST: case IR_OP_REDUCE_SUM:
+    case IR_OP_REDUCE_MAX: case IR_OP_TRANSPOSE: case IR_OP_RESHAPE: case IR_OP_GATHER: case IR_OP_SCATTER_ADD:
+    case IR_OP_ONE_HOT:
+        break;
+    }
+}
+
+/* ---- reductions ------------------------------------------------------- */
+
+/* Sums (or maxes) x over the dims listed in a->ints into y.  Walks x in
+ * memory order; each input dim has a result stride (0 when reduced). */
+static int reduce(int is_max, const ir_attrs *a, const exec_tensor *x, exec_tensor *y, char *err, size_t errlen)
+{
+    int64_t ys[IR_MAX_RANK], ydense[IR_MAX_RANK];
+    exec_row_major_strides(y->rank, y->dims, ydense);
+    int reduced[IR_MAX_RANK] = {0};
+    for (int i = 0; i < a->n_ints; i++) reduced[a->ints[i]] = 1;
+    for (int d = 0, o = 0; d < x->rank; d++) ys[d] = reduced[d] ? 0 : ydense[o++];
+    int64_t ny = numel(y), nx = numel(x);
+    const float *xp = x->data;
+    float *yp = y->data;
+    double *acc = NULL;
+    if (!is_max) {
+        acc = calloc((size_t)(ny > 0 ? ny : 1), sizeof *acc);
+        if (!acc) return fail(err, errlen, "reduce_sum: out of memory for %lld accumulators", (long long)ny);
+    } else {
+        for (int64_t i = 0; i < ny; i++) yp[i] = -INFINITY;
+    }
+    if (nx > 0) {
+        int r = x->rank;
+        int64_t inner = r ? x->dims[r - 1] : 1, is = r ? ys[r - 1] : 0;
+        int64_t idx[IR_MAX_RANK] = {0}, off = 0;
+        for (int64_t done = 0; done < nx; done += inner, xp += inner) {
+            if (is_max) {
+                for (int64_t i = 0; i < inner; i++)
+                    if (xp[i] > yp[off + i * is] || isnan(xp[i])) yp[off + i * is] = xp[i];
+            } else if (is == 0) {
+                double s = 0;
+                for (int64_t i = 0; i < inner; i++) s += xp[i];
+                acc[off] += s;
+            } else {
+                for (int64_t i = 0; i < inner; i++) acc[off + i * is] += xp[i];
+            }
+            for (int d = r - 2; d >= 0; d--) {
+                off += ys[d];
+                if (++idx[d] < x->dims[d]) break;
+                off -= ys[d] * x->dims[d];
+                idx[d] = 0;
+            }
+        }
+    }
+    if (!is_max) {
+        for (int64_t i = 0; i < ny; i++) yp[i] = (float)acc[i];
+        free(acc);
+    }
+    return 0;
+}
+
+/* ---- data movement ---------------------------------------------------- */
+
+static void broadcast(const ir_attrs *a, const exec_tensor *x, exec_tensor *y)
+{
+    int64_t xs[IR_MAX_RANK], src[IR_MAX_RANK] = {0};
+    exec_row_major_strides(x->rank, x->dims, xs);
+    for (int i = 0; i < x->rank; i++) src[a->ints[i]] = xs[i];
+    exec_copy_strided32(y->rank, y->dims, x->data, src, y->data);
+}
+
+static void transpose(const ir_attrs *a, const exec_tensor *x, exec_tensor *y)
+{
+    int64_t xs[IR_MAX_RANK], src[IR_MAX_RANK];
+    exec_row_major_strides(x->rank, x->dims, xs);
+    for (int i = 0; i < y->rank; i++) src[i] = xs[a->ints[i]];
+    exec_copy_strided32(y->rank, y->dims, x->data, src, y->data);
+}
+
+static int gather(const exec_tensor *table, const exec_tensor *ids, exec_tensor *y, const exec_kernel_opts *o,
+                  char *err, size_t errlen)
+{
+    int64_t rows = table->rank ? table->dims[0] : 1, n = numel(ids);
+    int64_t row = rows ? numel(table) / rows : 0;
+    const int32_t *id = ids->data;
+    const uint32_t *t = table->data;
+    uint32_t *out = y->data;
+    for (int64_t i = 0; i < n; i++, out += row) {
+        int64_t r = (int64_t)id[i] - o->id_base;
+        if (r >= 0 && r < rows) memcpy(out, t + r * row, (size_t)row * sizeof *out);
+        else if (o->ids_masked) memset(out, 0, (size_t)row * sizeof *out);
+        else
+            return fail(err, errlen, "gather: id %d at position %lld is outside the table's rows [%lld, %lld)", id[i],
+                        (long long)i, (long long)o->id_base, (long long)(o->id_base + rows));
+    }
+    return 0;
+}
+
+static int scatter_add(const exec_tensor *ids, const exec_tensor *upd, exec_tensor *y, const exec_kernel_opts *o,
+                       char *err, size_t errlen)
+{
+    int64_t rows = y->dims[0], n = numel(ids);
+    int64_t row = rows ? numel(y) / rows : 0;
+    const int32_t *id = ids->data;
+    const float *u = upd->data;
+    float *out = y->data;
+    memset(out, 0, (size_t)numel(y) * sizeof *out);
+    for (int64_t i = 0; i < n; i++, u += row) {
+        int64_t r = (int64_t)id[i] - o->id_base;
+        if (r >= 0 && r < rows) {
+            float *dst = out + r * row;
+            for (int64_t j = 0; j < row; j++) dst[j] += u[j];
+        } else if (!o->ids_masked) {
+            return fail(err, errlen, "scatter_add: id %d at position %lld is outside the result's rows [%lld, %lld)",
+                        id[i], (long long)i, (long long)o->id_base, (long long)(o->id_base + rows));
+        }
+    }
+    return 0;
+}
+
+static void one_hot(const exec_tensor *ids, exec_tensor *y, const exec_kernel_opts *o)
+{
+    int64_t depth = y->dims[y->rank - 1], n = numel(ids);
+    const int32_t *id = ids->data;
+    float *out = y->data;
+    memset(out, 0, (size_t)numel(y) * sizeof *out);
+    for (int64_t i = 0; i < n; i++) {
+        int64_t j = (int64_t)id[i] - o->id_base;
+        if (j >= 0 && j < depth) out[i * depth + j] = 1.0f;
+    }
+}
+
+/* value = global index along dim a->ints[0] */
+static void iota(const ir_attrs *a, exec_tensor *y, const exec_kernel_opts *o)
+{
+    int d = (int)a->ints[0];
+    int64_t outer = 1, len = y->dims[d], inner = 1, base = o->out_offset[d];
+    for (int i = 0; i < d; i++) outer *= y->dims[i];
+    for (int i = d + 1; i < y->rank; i++) inner *= y->dims[i];
+    int64_t p = 0;
+    for (int64_t q = 0; q < outer; q++)
+        for (int64_t j = 0; j < len; j++)
+            for (int64_t i = 0; i < inner; i++, p++) {
+                if (y->dtype == IR_I32) ((int32_t *)y->data)[p] = (int32_t)(base + j);
+                else ((float *)y->data)[p] = (float)(base + j);
+            }
+}
+
+static void constant(double v, exec_tensor *y)
+{
+    int64_t n = numel(y);
+    if (y->dtype == IR_I32)
+        for (int64_t i = 0; i < n; i++) ((int32_t *)y->data)[i] = (int32_t)v;
+    else
+        for (int64_t i = 0; i < n; i++) ((float *)y->data)[i] = (float)v;
+}
+
+/* ---- dispatch --------------------------------------------------------- */
+
+int exec_kernel_run(ir_opkind k, const ir_attrs *a, int n_in, const exec_tensor *in, exec_tensor *out,
+                    const exec_kernel_opts *opts, char *err, size_t errlen)
+{
+    static const exec_kernel_opts whole;
+    const exec_kernel_opts *o = opts ? opts : &whole;
+    if (n_in != ir_op_arity(k)) return fail(err, errlen, "%s: takes %d operands, got %d", ir_op_name(k), ir_op_arity(k), n_in);
+    switch (k) {
+    case IR_OP_CONSTANT:
+        constant(a->scalar, out);
+        return 0;
+    case IR_OP_IOTA:
+        iota(a, out, o);
+        return 0;
+    case IR_OP_NEG: case IR_OP_EXP: case IR_OP_LOG: case IR_OP_SQRT: case IR_OP_RSQRT: case IR_OP_TANH:
+    case IR_OP_GELU: case IR_OP_GELU_GRAD: case IR_OP_RELU: case IR_OP_SCALE: case IR_OP_ADD_SCALAR:
+    case IR_OP_STOP_GRAD:
+        unary(k, (float)a->scalar, in[0].data, out->data, numel(out));
+        return 0;
+    case IR_OP_ADD: case IR_OP_SUB: case IR_OP_MUL: case IR_OP_DIV: case IR_OP_MAX: case IR_OP_GE:
+        binary(k, in[0].data, in[1].data, out->data, numel(out));
+        return 0;
+    case IR_OP_EINSUM: {
+        ir_einsum_spec e;
+        char msg[200];
+        if (ir_einsum_parse(a->subscripts, in[0].rank, in[1].rank, &e, msg, sizeof msg) < 0)
+            return fail(err, errlen, "einsum \"%s\": %s", a->subscripts, msg);
+        return exec_einsum_run(&e, in[0].dims, in[0].data, in[1].dims, in[1].data, out->dims, out->data, err, errlen);
+    }
+    case IR_OP_BROADCAST:
+        broadcast(a, &in[0], out);
+        return 0;
+    case IR_OP_REDUCE_SUM:
+        return reduce(0, a, &in[0], out, err, errlen);
+    case IR_OP_REDUCE_MAX:
+        return reduce(1, a, &in[0], out, err, errlen);
+    case IR_OP_TRANSPOSE:
+        transpose(a, &in[0], out);
+        return 0;
+    case IR_OP_RESHAPE:
+        if (out->data != in[0].data) memmove(out->data, in[0].data, (size_t)numel(out) * 4);
+        return 0;
+    case IR_OP_GATHER:
+        return gather(&in[0], &in[1], out, o, err, errlen);
+    case IR_OP_SCATTER_ADD:
+        return scatter_add(&in[0], &in[1], out, o, err, errlen);
+    case IR_OP_ONE_HOT:
+        one_hot(&in[0], out, o);
+        return 0;
+    }
+    return fail(err, errlen, "unknown op %d", (int)k);
+}

@@ -1,0 +1,144 @@
+/* reference.c - the single-device reference executor.
+ *
+ * An exec_ref holds one malloc'd buffer per value of a borrowed graph, sized
+ * for the value's global shape, and runs the ops in order, one at a time,
+ * through exec_kernel_run (BLIS with one thread for einsum).  Every value is
+ * stored with 4-byte elements: f32 and i32 as themselves, and bf16/f16
+ * values are executed as f32 (the reference gives the numbers of the
+ * computation, not of its rounding), so exec_ref_bytes counts 4 bytes per
+ * element whatever the dtype.
+ */
+#include "exec/exec.h"
+#include "exec/kernels.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct exec_ref {
+    const ir_graph *g;
+    void **buf; /* one per value, owned */
+};
+
+static size_t value_bytes(const ir_value *v) { return (size_t)ir_numel(v) * 4; }
+
+size_t exec_ref_bytes(const ir_graph *g)
+{
+    size_t n = 0;
+    for (int v = 0; v < g->n_values; v++) n += value_bytes(&g->values[v]);
+    return n;
+}
+
+exec_ref *exec_ref_new(const ir_graph *g, size_t max_bytes, char *err, size_t errlen)
+{
+    size_t need = exec_ref_bytes(g);
+    if (max_bytes && need > max_bytes) {
+        if (err && errlen)
+            snprintf(err, errlen, "graph '%s': the reference executor needs %zu bytes (%.1f MiB) of buffers, above the limit of %zu bytes",
+                     g->name, need, (double)need / 1048576.0, max_bytes);
+        return NULL;
+    }
+    exec_ref *r = calloc(1, sizeof *r);
+    void **buf = calloc((size_t)(g->n_values ? g->n_values : 1), sizeof *buf);
+    if (!r || !buf) goto oom;
+    r->g = g;
+    r->buf = buf;
+    for (int v = 0; v < g->n_values; v++) {
+        size_t n = value_bytes(&g->values[v]);
+        buf[v] = calloc(n ? n : 4, 1);
+        if (!buf[v]) goto oom;
+    }
+    return r;
+oom:
+    if (err && errlen) snprintf(err, errlen, "graph '%s': out of memory allocating %zu bytes of buffers", g->name, need);
+    if (r) {
+        r->buf = buf;
+        r->g = g;
+        exec_ref_free(r);
+    } else {
+        free(buf);
+    }
+    return NULL;
+}
+
+void exec_ref_free(exec_ref *r)
+{
+    if (!r) return;
+    if (r->buf)
+        for (int v = 0; v < r->g->n_values; v++) free(r->buf[v]);
+    free(r->buf);
+    free(r);
+}
+
+void *exec_ref_data(exec_ref *r, int v) { return r->buf[v]; }
+
+void exec_ref_init_args(exec_ref *r, uint64_t seed)
+{
+    for (int v = 0; v < r->g->n_values; v++) {
+        const ir_value *x = &r->g->values[v];
+        if (x->role != IR_INTERMEDIATE) exec_fill_range(r->g, v, seed, 0, ir_numel(x), r->buf[v]);
+    }
+}
+
+static exec_tensor tensor_of(exec_ref *r, int v)
+{
+    const ir_value *x = &r->g->values[v];
+    exec_tensor t = {.dtype = x->dtype, .rank = x->rank, .data = r->buf[v]};
+    memcpy(t.dims, x->dims, sizeof t.dims);
+    return t;
+}
+
+int exec_ref_run(exec_ref *r, char *err, size_t errlen)
+{
+    const ir_graph *g = r->g;
+    for (int i = 0; i < g->n_ops; i++) {
+        const ir_op *op = &g->ops[i];
+        exec_tensor in[IR_MAX_OPERANDS], out = tensor_of(r, op->out);
+        for (int j = 0; j < op->n_in; j++) in[j] = tensor_of(r, op->in[j]);
+        char msg[256];
+        if (exec_kernel_run(op->kind, &op->attrs, op->n_in, in, &out, NULL, msg, sizeof msg) < 0) {
+            if (err && errlen)
+                snprintf(err, errlen, "op %d (%s -> '%s'): %s", i, ir_op_name(op->kind), g->values[op->out].name, msg);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+void exec_ref_apply_updates(exec_ref *r)
+{
+    const ir_graph *g = r->g;
+    /* An output that is itself an argument (e.g. a state passed through) must
+     * be read before any argument is overwritten: swap through a copy. */
+    void **saved = calloc((size_t)(g->n_outputs ? g->n_outputs : 1), sizeof *saved);
+    if (!saved) {
+        fprintf(stderr, "carve: out of memory in exec_ref_apply_updates\n");
+        abort();
+    }
+    for (int i = 0; i < g->n_outputs; i++) {
+        const ir_output *o = &g->outputs[i];
+        if (o->updates < 0 || o->updates == o->value || g->values[o->value].role == IR_INTERMEDIATE) continue;
+        size_t n = value_bytes(&g->values[o->value]);
+        saved[i] = malloc(n ? n : 4);
+        if (!saved[i]) {
+            fprintf(stderr, "carve: out of memory in exec_ref_apply_updates\n");
+            abort();
+        }
+        memcpy(saved[i], r->buf[o->value], n);
+    }
+    for (int i = 0; i < g->n_outputs; i++) {
+        const ir_output *o = &g->outputs[i];
+        if (o->updates < 0 || o->updates == o->value) continue;
+        const void *src = saved[i] ? saved[i] : r->buf[o->value];
+        memcpy(r->buf[o->updates], src, value_bytes(&g->values[o->updates]));
+        free(saved[i]);
+    }
+    free(saved);
+}
+
+double exec_ref_loss(exec_ref *r)
+{
+    if (r->g->loss < 0) return NAN;
+    return (double)((const float *)r->buf[r->g->loss])[0];
+}
