@@ -193,6 +193,7 @@ static void index_insert(ir_graph *g, int id)
 static void index_grow(ir_graph *g)
 {
     int cap = g->name_cap ? g->name_cap * 2 : 256;
+    while (cap < 2 * g->n_values) cap *= 2; /* ir_clone grows from an empty table */
     free(g->name_index);
     g->name_index = xrealloc(NULL, (size_t)cap * sizeof(int));
     for (int i = 0; i < cap; i++) g->name_index[i] = -1;
@@ -328,7 +329,7 @@ static int infer(ir_graph *g, ir_opkind k, const int *in, const ir_attrs *a, ir_
                  int *rank, int64_t *dims, int hint_rank, const int64_t *hint)
 {
     const char *on = ir_op_name(k);
-    const ir_value *x = in[0] >= 0 && op_arity[k] >= 1 ? &g->values[in[0]] : NULL;
+    const ir_value *x = op_arity[k] >= 1 && in[0] >= 0 ? &g->values[in[0]] : NULL;
     const ir_value *y = op_arity[k] >= 2 ? &g->values[in[1]] : NULL;
     char ta[64], tb[64];
     switch (k) {
@@ -673,9 +674,9 @@ ir_graph *ir_clone(const ir_graph *g)
     c->values = xrealloc(NULL, (size_t)(g->n_values ? g->n_values : 1) * sizeof *c->values);
     c->ops = xrealloc(NULL, (size_t)(g->n_ops ? g->n_ops : 1) * sizeof *c->ops);
     c->outputs = xrealloc(NULL, (size_t)(g->n_outputs ? g->n_outputs : 1) * sizeof *c->outputs);
-    memcpy(c->values, g->values, (size_t)g->n_values * sizeof *c->values);
-    memcpy(c->ops, g->ops, (size_t)g->n_ops * sizeof *c->ops);
-    memcpy(c->outputs, g->outputs, (size_t)g->n_outputs * sizeof *c->outputs);
+    if (g->n_values) memcpy(c->values, g->values, (size_t)g->n_values * sizeof *c->values);
+    if (g->n_ops) memcpy(c->ops, g->ops, (size_t)g->n_ops * sizeof *c->ops); /* NULL when empty */
+    if (g->n_outputs) memcpy(c->outputs, g->outputs, (size_t)g->n_outputs * sizeof *c->outputs);
     c->n_values = c->cap_values = g->n_values;
     c->n_ops = c->cap_ops = g->n_ops;
     c->n_outputs = c->cap_outputs = g->n_outputs;
