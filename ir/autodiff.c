@@ -324,8 +324,8 @@ static int analyse(ad *s)
             int x = o->in[k];
             if (!grad_flows(o->kind, k) || !s->needs[x]) continue;
             if (o->kind == IR_OP_GELU_GRAD)
-                return ir_fail(g, "op '%s' (gelu_grad) lies between a param and the loss: second derivative of gelu not supported",
-                               g->values[o->out].name);
+                return ir_fail(g, "op '%s' (gelu_grad) lies between a param and the loss: "
+                               "second derivative of gelu not supported", g->values[o->out].name);
             s->live[x] = 1;
             s->pending[x]++;
         }
@@ -494,7 +494,8 @@ ir_graph *ir_train_step(const ir_graph *fwd, const ir_optimizer *opt, char *err,
     char msg[IR_ERR_LEN + 64];
     ir_optimizer dflt = ir_default_adam();
     if (!opt) opt = &dflt;
-    if (ir_error(fwd)) return snprintf(msg, sizeof msg, "graph '%s' has an error: %s", fwd->name, ir_error(fwd)), fail_null(err, errlen, msg);
+    if (ir_error(fwd))
+        return snprintf(msg, sizeof msg, "graph '%s' has an error: %s", fwd->name, ir_error(fwd)), fail_null(err, errlen, msg);
     if (fwd->loss < 0) return snprintf(msg, sizeof msg, "graph '%s' has no loss", fwd->name), fail_null(err, errlen, msg);
     if (check_optimizer(opt, msg, sizeof msg) < 0) return fail_null(err, errlen, msg);
     if (ir_verify(fwd, msg, sizeof msg) < 0) return fail_null(err, errlen, msg);

@@ -556,8 +556,10 @@ static void fill(const ir_graph *g, exec_ref *r, const char *case_name)
         int64_t n = ir_numel(x);
         if (x->dtype == IR_I32) {
             int32_t *d = exec_ref_data(r, v);
-            int64_t range = strcmp(x->name, "labels") == 0 ? 2 : 5;
-            for (int64_t i = 0; i < n; i++) d[i] = (int32_t)((i * 3 + 1) % range); /* repeats: ids 1, 4, 2, 0, 3, 1, ... */
+            /* ids 1, 0, 2, 1: row 1 is read twice (its gradients must add up),
+             * rows 3 and 4 never (zero gradient); labels 0, 1, 0, 1 */
+            int labels = strcmp(x->name, "labels") == 0;
+            for (int64_t i = 0; i < n; i++) d[i] = (int32_t)(labels ? i % 2 : (i * 2 + 1) % 3);
             continue;
         }
         float *d = exec_ref_data(r, v);
