@@ -61,8 +61,8 @@ static const preset_def presets[] = {
     {"gpt-1.3b", "gpt", {24, 2048, 32, 1024, 8, 51200}, "GPT-3 XL"},
     {"gpt-2.6b", "gpt", {32, 2560, 32, 1024, 8, 51200}, "GPT-3 2.7B"},
     {"gpt-6.7b", "gpt", {32, 4096, 32, 1024, 8, 51200}, "GPT-3 6.7B"},
-    {"gpt-15b", "gpt", {48, 5120, 40, 1024, 8, 51200}, "GPT 15B (PartIR paper's size list)"},
-    {"gpt-39b", "gpt", {48, 8192, 64, 1024, 8, 51200}, "GPT 39B (PartIR paper's size list)"},
+    {"gpt-15b", "gpt", {48, 5120, 40, 1024, 8, 51200}, "GPT 15B"},
+    {"gpt-39b", "gpt", {48, 8192, 64, 1024, 8, 51200}, "GPT 39B"},
 };
 #define N_PRESETS ((int)(sizeof presets / sizeof presets[0]))
 
@@ -314,8 +314,18 @@ ir_graph *model_build_forward(const model_config *cfg, char *err, size_t errlen)
 
 /* ---- descriptions ------------------------------------------------------ */
 
+/* Writes x with 3 significant digits and a K/M/<giga>/T/P suffix (giga:
+ * "B" for counts of params, "G" for FLOPs). */
+static void si(char *buf, size_t n, double x, const char *giga)
+{
+    const char *const units[] = {"", "K", "M", giga, "T", "P", "E"};
+    int u = 0;
+    while (x >= 999.5 && u < 6) x /= 1000, u++;
+    snprintf(buf, n, "%.3g%s", x, units[u]);
+}
+
 /* Returns a one-line description of a model or preset ("gpt-1.3b  GPT-3 XL:
- * layers=24,...; 1.32B params"), or NULL for an unknown name.  The text lives
+ * layers=24,...; 1.32B params, 69.5T einsum FLOP a step"), or NULL for an unknown name.  The text lives
  * in a per-thread buffer that the next call on the same thread overwrites. */
 const char *model_describe(const char *name)
 {
@@ -327,12 +337,10 @@ const char *model_describe(const char *name)
     char cs[160];
     if (model_parse(name, &cfg, NULL, 0) < 0) return NULL;
     model_config_str(&cfg, cs, sizeof cs);
-    double p = (double)model_param_count(&cfg);
-    const char *unit = "";
-    if (p >= 1e9) p /= 1e9, unit = "B";
-    else if (p >= 1e6) p /= 1e6, unit = "M";
-    else if (p >= 1e3) p /= 1e3, unit = "K";
-    snprintf(buf, sizeof buf, "%-9s %s%s: %s; %.3g%s params, %.3g TFLOP/step", name, pre ? pre->about : m->about,
-             pre ? "" : " (defaults)", strchr(cs, ':') + 1, p, unit, model_step_flops(&cfg) / 1e12);
+    char params[32], flops[32];
+    si(params, sizeof params, (double)model_param_count(&cfg), "B");
+    si(flops, sizeof flops, model_step_flops(&cfg), "G");
+    snprintf(buf, sizeof buf, "%-9s %s%s: %s; %s params, %s einsum FLOP a step", name, pre ? pre->about : m->about,
+             pre ? "" : " (defaults)", strchr(cs, ':') + 1, params, flops);
     return buf;
 }
