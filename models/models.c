@@ -325,8 +325,9 @@ static void si(char *buf, size_t n, double x, const char *giga)
 }
 
 /* Returns a one-line description of a model or preset ("gpt-1.3b  GPT-3 XL:
- * layers=24,...; 1.32B params, 69.5T einsum FLOP a step"), or NULL for an unknown name.  The text lives
- * in a per-thread buffer that the next call on the same thread overwrites. */
+ * layers=24,...; 1.32B params, 69.5T einsum FLOP a step"), or NULL for an
+ * unknown name.  The text lives in a per-thread buffer that the next call on
+ * the same thread overwrites. */
 const char *model_describe(const char *name)
 {
     static __thread char buf[320];
