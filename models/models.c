@@ -35,11 +35,11 @@ static const model_def models[] = {
     {"mlp", 5, {"layers", "batch", "in", "hidden", "out"},
      {2, 32, 64, 256, 16},
      {4096, 1 << 24, 1 << 24, 1 << 24, 1 << 24},
-     "multi-layer perceptron, ReLU, mean squared error"},
+     "multi-layer perceptron: linear layers, ReLU between them, mean squared error loss"},
     {"gpt", 6, {"layers", "hidden", "heads", "seq", "batch", "vocab"},
      {12, 768, 12, 1024, 8, 51200},
      {4096, 1 << 20, 1 << 16, 1 << 20, 1 << 20, 1 << 24},
-     "GPT decoder (pre-LN, causal attention, GELU MLP, tied LM head), cross-entropy"},
+     "GPT decoder: pre-LN blocks, causal multi-head attention, GELU MLP, LM head tied to wte, cross-entropy loss"},
 };
 #define N_MODELS ((int)(sizeof models / sizeof models[0]))
 
@@ -53,16 +53,16 @@ typedef struct preset_def {
 /* GPT presets follow the GPT-3 paper's sizes (seq 1024, GPT-2 vocab 51200
  * padded); all use batch 8 (sequences per step), overridable with :batch=N. */
 static const preset_def presets[] = {
-    {"mlp-tiny", "mlp", {3, 8, 16, 32, 8}, "small MLP for multi-device numeric tests"},
-    {"gpt-tiny", "gpt", {2, 64, 8, 16, 8, 128}, "small GPT for multi-device numeric tests"},
-    {"gpt-125m", "gpt", {12, 768, 12, 1024, 8, 51200}, "GPT-3 Small"},
-    {"gpt-350m", "gpt", {24, 1024, 16, 1024, 8, 51200}, "GPT-3 Medium"},
-    {"gpt-760m", "gpt", {24, 1536, 16, 1024, 8, 51200}, "GPT-3 Large"},
-    {"gpt-1.3b", "gpt", {24, 2048, 32, 1024, 8, 51200}, "GPT-3 XL"},
-    {"gpt-2.6b", "gpt", {32, 2560, 32, 1024, 8, 51200}, "GPT-3 2.7B"},
-    {"gpt-6.7b", "gpt", {32, 4096, 32, 1024, 8, 51200}, "GPT-3 6.7B"},
-    {"gpt-15b", "gpt", {48, 5120, 40, 1024, 8, 51200}, "GPT 15B"},
-    {"gpt-39b", "gpt", {48, 8192, 64, 1024, 8, 51200}, "GPT 39B"},
+    {"mlp-tiny", "mlp", {3, 8, 16, 32, 8}, "tiny MLP for multi-device numeric tests"},
+    {"gpt-tiny", "gpt", {2, 64, 8, 16, 8, 128}, "tiny GPT for multi-device numeric tests (every size divides 8 devices)"},
+    {"gpt-125m", "gpt", {12, 768, 12, 1024, 8, 51200}, "GPT-3 Small sizes, batch 8 sequences of 1024"},
+    {"gpt-350m", "gpt", {24, 1024, 16, 1024, 8, 51200}, "GPT-3 Medium sizes, batch 8 sequences of 1024"},
+    {"gpt-760m", "gpt", {24, 1536, 16, 1024, 8, 51200}, "GPT-3 Large sizes, batch 8 sequences of 1024"},
+    {"gpt-1.3b", "gpt", {24, 2048, 32, 1024, 8, 51200}, "GPT-3 XL sizes (32 heads of 64), batch 8 sequences of 1024"},
+    {"gpt-2.6b", "gpt", {32, 2560, 32, 1024, 8, 51200}, "GPT-3 2.7B sizes, batch 8 sequences of 1024"},
+    {"gpt-6.7b", "gpt", {32, 4096, 32, 1024, 8, 51200}, "GPT-3 6.7B sizes, batch 8 sequences of 1024"},
+    {"gpt-15b", "gpt", {48, 5120, 40, 1024, 8, 51200}, "15B GPT, batch 8 sequences of 1024"},
+    {"gpt-39b", "gpt", {48, 8192, 64, 1024, 8, 51200}, "39B GPT, batch 8 sequences of 1024"},
 };
 #define N_PRESETS ((int)(sizeof presets / sizeof presets[0]))
 
@@ -314,34 +314,13 @@ ir_graph *model_build_forward(const model_config *cfg, char *err, size_t errlen)
 
 /* ---- descriptions ------------------------------------------------------ */
 
-/* Writes x with 3 significant digits and a K/M/<giga>/T/P suffix (giga:
- * "B" for counts of params, "G" for FLOPs). */
-static void si(char *buf, size_t n, double x, const char *giga)
-{
-    const char *const units[] = {"", "K", "M", giga, "T", "P", "E"};
-    int u = 0;
-    while (x >= 999.5 && u < 6) x /= 1000, u++;
-    snprintf(buf, n, "%.3g%s", x, units[u]);
-}
-
-/* Returns a one-line description of a model or preset ("gpt-1.3b  GPT-3 XL:
- * layers=24,...; 1.32B params, 69.5T einsum FLOP a step"), or NULL for an
- * unknown name.  The text lives in a per-thread buffer that the next call on
- * the same thread overwrites. */
+/* Returns the one-line description of a model or preset (a static string,
+ * without the name or the configuration, which `carve models` prints beside
+ * it), or NULL for an unknown name. */
 const char *model_describe(const char *name)
 {
-    static __thread char buf[320];
     const preset_def *pre = find_preset(name);
-    const model_def *m = pre ? find_model(pre->model) : find_model(name);
-    if (!m) return NULL;
-    model_config cfg;
-    char cs[160];
-    if (model_parse(name, &cfg, NULL, 0) < 0) return NULL;
-    model_config_str(&cfg, cs, sizeof cs);
-    char params[32], flops[32];
-    si(params, sizeof params, (double)model_param_count(&cfg), "B");
-    si(flops, sizeof flops, model_step_flops(&cfg), "G");
-    snprintf(buf, sizeof buf, "%-9s %s%s: %s; %s params, %s einsum FLOP a step", name, pre ? pre->about : m->about,
-             pre ? "" : " (defaults)", strchr(cs, ':') + 1, params, flops);
-    return buf;
+    if (pre) return pre->about;
+    const model_def *m = find_model(name);
+    return m ? m->about : NULL;
 }

@@ -66,13 +66,12 @@ static void test_parse(void)
     for (const char *const *p = model_names(); *p; p++, n++) {
         CHECKF(model_parse(*p, &c, err, sizeof err) == 0, "%s: %s", *p, err);
         const char *desc = model_describe(*p);
-        CHECKF(desc && strncmp(desc, *p, strlen(*p)) == 0 && !strchr(desc, '\n'), "%s: '%s'", *p, desc ? desc : "(null)");
-        CHECK(desc && strstr(desc, "params") != NULL);
+        CHECKF(desc && desc[0] && !strchr(desc, '\n'), "%s: '%s'", *p, desc ? desc : "(null)");
     }
     CHECK(n == 12);
     CHECK(model_describe("gpt-7b") == NULL);
-    const char *d13 = model_describe("gpt-1.3b");
-    CHECKF(strstr(d13, "1.32B params, 69.5T einsum FLOP a step") != NULL, "%s", d13);
+    CHECK(strstr(model_describe("gpt-1.3b"), "GPT-3 XL") != NULL);
+    CHECK(strstr(model_describe("gpt"), "GPT decoder") != NULL);
 }
 
 static void test_parse_errors(void)
