@@ -328,7 +328,7 @@ static int infer(ir_graph *g, ir_opkind k, const int *in, const ir_attrs *a, ir_
                  int *rank, int64_t *dims, int hint_rank, const int64_t *hint)
 {
     const char *on = ir_op_name(k);
-    const ir_value *x = in[0] >= 0 && op_arity[k] >= 1 ? &g->values[in[0]] : NULL;
+    const ir_value *x = op_arity[k] >= 1 && in[0] >= 0 ? &g->values[in[0]] : NULL;
     const ir_value *y = op_arity[k] >= 2 ? &g->values[in[1]] : NULL;
     char ta[64], tb[64];
     switch (k) {
