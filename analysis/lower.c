@@ -80,7 +80,13 @@ static int emit(lower_ctx *c, spmd_kind kind, int value, int in0, int in1, const
     in->dim = (int8_t)dim;
     in->dim2 = (int8_t)dim2;
     in->op = c->serving;
-    in->phase = c->serving >= 0 ? c->phase[c->serving] : SPMD_OPTIMIZER;
+    /* A collective belongs to the phase that made the value it moves (a
+     * gradient's all-reduce is backward work even when the optimizer asks
+     * for it); arguments' collectives to the phase of their consumer;
+     * reshards of outputs at the end of the step to the optimizer. */
+    int producer = p->g->values[value].producer;
+    if (kind == SPMD_COMPUTE || c->serving < 0) in->phase = c->serving >= 0 ? c->phase[c->serving] : SPMD_OPTIMIZER;
+    else in->phase = producer >= 0 ? c->phase[producer] : c->phase[c->serving];
     in->layer = c->serving >= 0 ? p->g->ops[c->serving].layer : p->g->values[value].layer;
     in->value = value;
     in->out = out;
@@ -228,10 +234,17 @@ spmd_program *spmd_lower(shard_state *s)
         const shard_rule *r = &s->rules[i];
         c.serving = i;
         shard_op_factors(s, i, fa);
+        /* Linear ops may carry partial sums: add/sub of two values partial
+         * on the same axes, and scale/neg of a value no other op reads
+         * (with other readers, resolving once now is cheaper). */
         unsigned keep_partial = 0;
-        if ((o->kind == IR_OP_ADD || o->kind == IR_OP_SUB)) {
-            const shard_spec *a = &p->bufs[c.cur[o->in[0]]].spec, *b = &p->bufs[c.cur[o->in[1]]].spec;
-            if (a->partial && a->partial == b->partial && !a->partial_max && !b->partial_max) keep_partial = a->partial;
+        const shard_spec *a0 = o->n_in ? &p->bufs[c.cur[o->in[0]]].spec : NULL;
+        if (o->kind == IR_OP_ADD || o->kind == IR_OP_SUB) {
+            const shard_spec *b0 = &p->bufs[c.cur[o->in[1]]].spec;
+            if (a0->partial && a0->partial == b0->partial && !a0->partial_max && !b0->partial_max) keep_partial = a0->partial;
+        } else if ((o->kind == IR_OP_SCALE || o->kind == IR_OP_NEG) && a0->partial && !a0->partial_max &&
+                   s->use_start[o->in[0] + 1] - s->use_start[o->in[0]] == 1) {
+            keep_partial = a0->partial;
         }
         int ins[IR_MAX_OPERANDS] = {-1, -1};
         for (int t = 0; t < o->n_in; t++) {

@@ -40,6 +40,16 @@ ir_graph *model_build_step(const model_config *cfg, const ir_optimizer *opt, cha
 /* Parameter count and training-step FLOPs from the model's formulas, without
  * building a graph (used by `carve models` and checked against the graph). */
 int64_t model_param_count(const model_config *cfg);
+/* FLOPs of the forward pass's einsums (2 per multiply-add; elementwise ops not
+ * counted), and of a training step's einsums (3x: backward is twice the
+ * forward).  Both from formulas; the forward one matches the graph exactly. */
+double model_forward_flops(const model_config *cfg);
+double model_step_flops(const model_config *cfg);
+
+/* The per-model builders behind model_build_forward (cfg->model must match);
+ * they return a new forward graph (caller owns) or NULL with a message. */
+ir_graph *model_build_mlp(const model_config *cfg, char *err, size_t errlen);
+ir_graph *model_build_gpt(const model_config *cfg, char *err, size_t errlen);
 
 /* Names of the models and presets, NULL-terminated; a one-line description. */
 const char *const *model_names(void);

@@ -1,0 +1,1166 @@
+/* json.c - graph files: load and save the "carve-graph/1" JSON format
+ * (docs/graph-format.md).
+ *
+ * Saving writes the text itself (not through cJSON's printer): one argument
+ * and one op a line, doubles in the shortest form that reads back to the same
+ * bits (cJSON would print 15 digits), infinities and NaN as strings.
+ *
+ * Loading parses with cJSON and rebuilds the graph only through the builder
+ * (ir_arg, ir_add_op, ir_set_init, ir_add_output, ir_set_loss), so every
+ * shape rule applies to files as it does to C code.  A loader owns, for the
+ * time of one load, the parsed args, a hash table from every name in the file
+ * to its value, and the caller's error buffer; the first error wins and is
+ * one line that names its place ("ops[3] (\"h\"): ...").
+ *
+ * Arguments are created lazily, in file order, when an op first reads one or
+ * when an automatic name "%<k>" says value k comes next: so a file saved from
+ * a graph whose arguments were declared between ops (a model built layer by
+ * layer, a training step that appends optimizer states) loads back with the
+ * same value ids and the same automatic names.  A hand-edited file whose
+ * "%<k>" labels no longer match their positions still loads: such values keep
+ * their label as name (set directly, then the name index is rebuilt once by
+ * cloning the graph).
+ */
+#include "ir.h"
+
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define JSON_FORMAT "carve-graph/1"
+#define JSON_MAX_BYTES ((size_t)256 << 20) /* refuse files above 256 MB */
+#define JSON_MAX_ENTRIES (1 << 22)         /* args, ops, outputs: at most 4M each */
+#define JSON_MAX_LAYER (1 << 20)
+#define JSON_MAX_INT 9007199254740992.0    /* 2^53: larger JSON numbers are not exact */
+
+/* ---- what each op reads from its entry --------------------------------- */
+
+enum {
+    F_SCALAR = 1 << 0,
+    F_SHAPE = 1 << 1,      /* result shape given by the file (else "shape" is a check) */
+    F_DIMS = 1 << 2,
+    F_PERM = 1 << 3,
+    F_DEPTH = 1 << 4,
+    F_ROWS = 1 << 5,
+    F_SUBSCRIPTS = 1 << 6,
+    F_DTYPE = 1 << 7,      /* result dtype given by the file (else "dtype" is a check) */
+    F_DIMS_OPTIONAL = 1 << 8,
+};
+
+/* The attribute fields op k takes (F_* bits); the saver writes exactly these. */
+static unsigned op_fields(ir_opkind k)
+{
+    switch (k) {
+    case IR_OP_CONSTANT: return F_SCALAR | F_SHAPE | F_DTYPE;
+    case IR_OP_IOTA: return F_SHAPE | F_DIMS | F_DTYPE;
+    case IR_OP_NEG: case IR_OP_EXP: case IR_OP_LOG: case IR_OP_SQRT: case IR_OP_RSQRT:
+    case IR_OP_TANH: case IR_OP_GELU: case IR_OP_GELU_GRAD: case IR_OP_RELU: case IR_OP_STOP_GRAD:
+        return 0;
+    case IR_OP_SCALE: case IR_OP_ADD_SCALAR: return F_SCALAR;
+    case IR_OP_ADD: case IR_OP_SUB: case IR_OP_MUL: case IR_OP_DIV: case IR_OP_MAX: case IR_OP_GE:
+        return 0;
+    case IR_OP_EINSUM: return F_SUBSCRIPTS;
+    case IR_OP_BROADCAST: return F_SHAPE | F_DIMS | F_DIMS_OPTIONAL;
+    case IR_OP_REDUCE_SUM: case IR_OP_REDUCE_MAX: return F_DIMS;
+    case IR_OP_TRANSPOSE: return F_PERM;
+    case IR_OP_RESHAPE: return F_SHAPE;
+    case IR_OP_GATHER: return 0;
+    case IR_OP_SCATTER_ADD: return F_ROWS;
+    case IR_OP_ONE_HOT: return F_DEPTH;
+    }
+    return 0;
+}
+
+/* ======================================================================== *
+ *  Saving                                                                  *
+ * ======================================================================== */
+
+typedef struct sbuf {
+    char *p;
+    size_t n, cap;
+    int oom;
+} sbuf;
+
+static void sb_put(sbuf *b, const char *s, size_t n)
+{
+    if (b->oom) return;
+    if (b->n + n + 1 > b->cap) {
+        size_t cap = b->cap ? b->cap : 4096;
+        while (cap < b->n + n + 1) cap *= 2;
+        char *q = realloc(b->p, cap);
+        if (!q) {
+            b->oom = 1;
+            return;
+        }
+        b->p = q;
+        b->cap = cap;
+    }
+    memcpy(b->p + b->n, s, n);
+    b->n += n;
+    b->p[b->n] = 0;
+}
+
+static void sb_cat(sbuf *b, const char *s) { sb_put(b, s, strlen(s)); }
+
+static void sb_printf(sbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void sb_printf(sbuf *b, const char *fmt, ...)
+{
+    char tmp[128];
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(tmp, sizeof tmp, fmt, ap);
+    va_end(ap);
+    if (n < 0) return;
+    sb_put(b, tmp, (size_t)n < sizeof tmp ? (size_t)n : sizeof tmp - 1);
+}
+
+/* A JSON string literal: quotes, backslashes and control bytes escaped; other
+ * bytes (UTF-8) copied as they are. */
+static void sb_str(sbuf *b, const char *s)
+{
+    sb_put(b, "\"", 1);
+    const char *run = s;
+    for (; *s; s++) {
+        unsigned char c = (unsigned char)*s;
+        if (c >= 0x20 && c != '"' && c != '\\') continue;
+        sb_put(b, run, (size_t)(s - run));
+        run = s + 1;
+        switch (c) {
+        case '"': sb_cat(b, "\\\""); break;
+        case '\\': sb_cat(b, "\\\\"); break;
+        case '\n': sb_cat(b, "\\n"); break;
+        case '\t': sb_cat(b, "\\t"); break;
+        case '\r': sb_cat(b, "\\r"); break;
+        default: sb_printf(b, "\\u%04x", c); break;
+        }
+    }
+    sb_put(b, run, (size_t)(s - run));
+    sb_put(b, "\"", 1);
+}
+
+/* A double in the shortest %.Ng (N = 15..17) that reads back to the same
+ * value; infinities and NaN, which JSON has no numbers for, as strings. */
+static void sb_double(sbuf *b, double x)
+{
+    if (isnan(x)) {
+        sb_cat(b, signbit(x) ? "\"-nan\"" : "\"nan\"");
+        return;
+    }
+    if (isinf(x)) {
+        sb_cat(b, x < 0 ? "\"-inf\"" : "\"inf\"");
+        return;
+    }
+    char tmp[40];
+    for (int prec = 15; prec <= 17; prec++) {
+        snprintf(tmp, sizeof tmp, "%.*g", prec, x);
+        if (strtod(tmp, NULL) == x) break;
+    }
+    sb_cat(b, tmp);
+}
+
+static void sb_dims(sbuf *b, int n, const int64_t *d)
+{
+    sb_put(b, "[", 1);
+    for (int i = 0; i < n; i++) sb_printf(b, "%s%lld", i ? ", " : "", (long long)d[i]);
+    sb_put(b, "]", 1);
+}
+
+static void sb_key(sbuf *b, const char *key)
+{
+    sb_cat(b, ", \"");
+    sb_cat(b, key);
+    sb_cat(b, "\": ");
+}
+
+static void save_arg(sbuf *b, const ir_graph *g, int v)
+{
+    const ir_value *x = &g->values[v];
+    sb_cat(b, "    {\"name\": ");
+    sb_str(b, x->name);
+    sb_key(b, "role");
+    sb_str(b, ir_role_name(x->role));
+    if (x->dtype != IR_F32) {
+        sb_key(b, "dtype");
+        sb_str(b, ir_dtype_name(x->dtype));
+    }
+    sb_key(b, "shape");
+    sb_dims(b, x->rank, x->dims);
+    if (x->init != IR_INIT_AUTO) {
+        sb_key(b, "init");
+        sb_str(b, ir_init_name(x->init));
+    }
+    if (x->init_arg != 0 || signbit(x->init_arg)) {
+        sb_key(b, "init_arg");
+        sb_double(b, x->init_arg);
+    }
+    if (x->layer >= 0) {
+        sb_key(b, "layer");
+        sb_printf(b, "%d", x->layer);
+    }
+    if (x->tied >= 0) {
+        sb_key(b, "tied");
+        sb_str(b, g->values[x->tied].name);
+    }
+    if (x->grad_of >= 0) {
+        sb_key(b, "grad_of");
+        sb_str(b, g->values[x->grad_of].name);
+    }
+    sb_cat(b, "}");
+}
+
+static void save_op(sbuf *b, const ir_graph *g, int i)
+{
+    const ir_op *o = &g->ops[i];
+    const ir_value *out = &g->values[o->out];
+    unsigned f = op_fields(o->kind);
+    sb_cat(b, "    {\"name\": ");
+    sb_str(b, out->name);
+    sb_key(b, "op");
+    sb_str(b, ir_op_name(o->kind));
+    if ((f & F_DTYPE) && out->dtype != IR_F32) {
+        sb_key(b, "dtype");
+        sb_str(b, ir_dtype_name(out->dtype));
+    }
+    if (f & F_SHAPE) {
+        sb_key(b, "shape");
+        sb_dims(b, out->rank, out->dims);
+    }
+    if (f & F_SCALAR) {
+        sb_key(b, "scalar");
+        sb_double(b, o->attrs.scalar);
+    }
+    if (f & F_SUBSCRIPTS) {
+        sb_key(b, "subscripts");
+        sb_str(b, o->attrs.subscripts);
+    }
+    if (f & (F_DIMS | F_PERM)) {
+        sb_key(b, f & F_PERM ? "perm" : "dims");
+        sb_dims(b, o->attrs.n_ints, o->attrs.ints);
+    }
+    if (f & F_DEPTH) {
+        sb_key(b, "depth");
+        sb_printf(b, "%lld", (long long)o->attrs.ints[0]);
+    }
+    if (f & F_ROWS) {
+        sb_key(b, "rows");
+        sb_printf(b, "%lld", (long long)out->dims[0]);
+    }
+    if (o->n_in) {
+        sb_key(b, "in");
+        sb_put(b, "[", 1);
+        for (int k = 0; k < o->n_in; k++) {
+            if (k) sb_cat(b, ", ");
+            sb_str(b, g->values[o->in[k]].name);
+        }
+        sb_put(b, "]", 1);
+    }
+    if (o->layer >= 0) {
+        sb_key(b, "layer");
+        sb_printf(b, "%d", o->layer);
+    }
+    if (out->grad_of >= 0) {
+        sb_key(b, "grad_of");
+        sb_str(b, g->values[out->grad_of].name);
+    }
+    sb_cat(b, "}");
+}
+
+char *ir_save_json(const ir_graph *g)
+{
+    sbuf b = {0};
+    sb_cat(&b, "{\n  \"format\": \"" JSON_FORMAT "\",\n  \"name\": ");
+    sb_str(&b, g->name);
+    if (g->n_layers > 0) sb_printf(&b, ",\n  \"layers\": %d", g->n_layers);
+    sb_cat(&b, ",\n  \"args\": [");
+    int first = 1;
+    for (int v = 0; v < g->n_values; v++) {
+        if (g->values[v].role == IR_INTERMEDIATE) continue;
+        sb_cat(&b, first ? "\n" : ",\n");
+        first = 0;
+        save_arg(&b, g, v);
+    }
+    sb_cat(&b, first ? "],\n  \"ops\": [" : "\n  ],\n  \"ops\": [");
+    for (int i = 0; i < g->n_ops; i++) {
+        sb_cat(&b, i ? ",\n" : "\n");
+        save_op(&b, g, i);
+    }
+    sb_cat(&b, g->n_ops ? "\n  ],\n  \"outputs\": [" : "],\n  \"outputs\": [");
+    for (int i = 0; i < g->n_outputs; i++) {
+        const ir_output *o = &g->outputs[i];
+        sb_cat(&b, i ? ",\n    {\"value\": " : "\n    {\"value\": ");
+        sb_str(&b, g->values[o->value].name);
+        if (o->updates >= 0) {
+            sb_key(&b, "updates");
+            sb_str(&b, g->values[o->updates].name);
+        }
+        sb_cat(&b, "}");
+    }
+    sb_cat(&b, g->n_outputs ? "\n  ]" : "]");
+    if (g->loss >= 0) {
+        sb_cat(&b, ",\n  \"loss\": ");
+        sb_str(&b, g->values[g->loss].name);
+    }
+    sb_cat(&b, "\n}\n");
+    if (b.oom) {
+        free(b.p);
+        return NULL;
+    }
+    return b.p;
+}
+
+/* Writes all of buf to fd; returns 0 or -1 with errno set. */
+static int write_all(int fd, const char *buf, size_t n)
+{
+    while (n) {
+        ssize_t w = write(fd, buf, n);
+        if (w < 0) {
+            if (errno == EINTR) continue;
+            return -1;
+        }
+        buf += w;
+        n -= (size_t)w;
+    }
+    return 0;
+}
+
+int ir_save_json_file(const ir_graph *g, const char *path, char *err, size_t errlen)
+{
+    char none[1];
+    if (!err || !errlen) {
+        err = none;
+        errlen = sizeof none;
+    }
+    if (g->err[0]) {
+        snprintf(err, errlen, "%s: not saved, the graph has an error: %s", path, g->err);
+        return -1;
+    }
+    char *text = ir_save_json(g);
+    if (!text) {
+        snprintf(err, errlen, "%s: out of memory while writing the graph", path);
+        return -1;
+    }
+    /* The temporary file sits next to the target so that rename() is atomic. */
+    size_t plen = strlen(path);
+    char *tmp = malloc(plen + 64);
+    if (!tmp) {
+        free(text);
+        snprintf(err, errlen, "%s: out of memory", path);
+        return -1;
+    }
+    static unsigned counter;
+    int fd = -1;
+    for (int attempt = 0; attempt < 100 && fd < 0; attempt++) {
+        snprintf(tmp, plen + 64, "%s.tmp.%ld.%u", path, (long)getpid(), counter++);
+        fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+        if (fd < 0 && errno != EEXIST) break;
+    }
+    const char *step = "cannot create a temporary file for";
+    int rc = -1, saved_errno = 0;
+    if (fd >= 0) {
+        step = "cannot write";
+        if (write_all(fd, text, strlen(text)) == 0) {
+            step = "cannot sync";
+            if (fsync(fd) == 0) {
+                int fd2 = fd;
+                fd = -1;
+                step = "cannot close";
+                if (close(fd2) == 0) {
+                    step = "cannot rename the temporary file onto";
+                    if (rename(tmp, path) == 0) rc = 0;
+                }
+            }
+        }
+        if (rc < 0) {
+            saved_errno = errno;
+            if (fd >= 0) close(fd);
+            unlink(tmp);
+        }
+    } else {
+        saved_errno = errno;
+    }
+    if (rc < 0) snprintf(err, errlen, "%s '%s': %s", step, path, strerror(saved_errno));
+    free(tmp);
+    free(text);
+    return rc;
+}
+
+/* ======================================================================== *
+ *  Loading                                                                 *
+ * ======================================================================== */
+
+/* An argument entry, parsed before any value is created. */
+typedef struct arg_spec {
+    const char *name;        /* points into the cJSON tree */
+    ir_role role;
+    ir_dtype dtype;
+    int rank;
+    int64_t dims[IR_MAX_RANK];
+    int has_init;
+    ir_init init;
+    double init_arg;
+    int layer;
+    const cJSON *tied, *grad_of;
+} arg_spec;
+
+/* One name of the file: an argument (maybe not created yet) or an op result. */
+typedef struct name_slot {
+    const char *name;        /* NULL: empty slot; points into the cJSON tree or the graph */
+    int value;               /* value id, or -1 for an argument not created yet */
+    int arg, op;             /* where the file defines it (-1 for the other) */
+} name_slot;
+
+typedef struct loader {
+    ir_graph *g;
+    char *err;
+    size_t errlen;
+    int failed;
+    char place[128];         /* e.g. ops[3] ("h") */
+    arg_spec *args;
+    int n_args, next_arg;
+    const cJSON *ops;
+    int n_ops;
+    int *op_value;           /* value id made by ops[j] */
+    name_slot *slots;
+    size_t n_slots;          /* a power of two, at least twice the names */
+    int renamed;             /* some "%<k>" label was set directly: rebuild the index */
+} loader;
+
+static int lfail(loader *L, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static int lfail(loader *L, const char *fmt, ...)
+{
+    if (L->failed) return -1;
+    L->failed = 1;
+    if (!L->err || !L->errlen) return -1;
+    size_t k = 0;
+    if (L->place[0]) k = (size_t)snprintf(L->err, L->errlen, "%s: ", L->place);
+    if (k < L->errlen) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(L->err + k, L->errlen - k, fmt, ap);
+        va_end(ap);
+    }
+    /* One line: a name with a newline in it must not break the message. */
+    for (char *p = L->err; *p; p++)
+        if (*p == '\n' || *p == '\r') *p = ' ';
+    return -1;
+}
+
+/* Records `what[i]` (and its name, shortened) as the place errors name. */
+static void set_place(loader *L, const char *what, int i, const char *name)
+{
+    if (i < 0) snprintf(L->place, sizeof L->place, "%s", what);
+    else if (!name) snprintf(L->place, sizeof L->place, "%s[%d]", what, i);
+    else if (strlen(name) <= 60) snprintf(L->place, sizeof L->place, "%s[%d] (\"%s\")", what, i, name);
+    else snprintf(L->place, sizeof L->place, "%s[%d] (\"%.57s...\")", what, i, name);
+}
+
+static const char *json_type(const cJSON *j)
+{
+    if (cJSON_IsNumber(j)) return "a number";
+    if (cJSON_IsString(j)) return "a string";
+    if (cJSON_IsArray(j)) return "an array";
+    if (cJSON_IsObject(j)) return "an object";
+    if (cJSON_IsBool(j)) return "a boolean";
+    if (cJSON_IsNull(j)) return "null";
+    return "something else";
+}
+
+/* Reads an integer (a JSON number with no fraction, |x| <= 2^53).  `what`
+ * names it in messages.  Returns 0 or -1 with a message. */
+static int get_int(loader *L, const cJSON *j, const char *what, int64_t *out)
+{
+    if (!cJSON_IsNumber(j)) return lfail(L, "%s must be an integer, got %s", what, json_type(j));
+    double x = j->valuedouble;
+    if (!isfinite(x) || fabs(x) > JSON_MAX_INT) return lfail(L, "%s is %.17g, beyond 2^53", what, x);
+    if (x != floor(x)) return lfail(L, "%s must be an integer, got %.17g", what, x);
+    *out = (int64_t)x;
+    return 0;
+}
+
+static int get_int_range(loader *L, const cJSON *j, const char *what, int64_t lo, int64_t hi, int *out)
+{
+    int64_t x;
+    if (get_int(L, j, what, &x) < 0) return -1;
+    if (x < lo || x > hi) return lfail(L, "%s is %lld, outside %lld..%lld", what, (long long)x, (long long)lo, (long long)hi);
+    *out = (int)x;
+    return 0;
+}
+
+/* Reads a list of at most IR_MAX_RANK integers ("shape", "dims", "perm").
+ * A bare integer counts as a list of one when `scalar_ok`. */
+static int get_ints(loader *L, const cJSON *j, const char *what, int scalar_ok, int *n, int64_t *out)
+{
+    if (scalar_ok && cJSON_IsNumber(j)) {
+        *n = 1;
+        return get_int(L, j, what, out);
+    }
+    if (!cJSON_IsArray(j)) return lfail(L, "%s must be an array of integers, got %s", what, json_type(j));
+    int k = 0;
+    for (const cJSON *c = j->child; c; c = c->next, k++) {
+        if (k == IR_MAX_RANK) return lfail(L, "%s has %d entries, at most %d", what, cJSON_GetArraySize(j), IR_MAX_RANK);
+        char w[48];
+        snprintf(w, sizeof w, "%s[%d]", what, k);
+        if (!cJSON_IsNumber(c)) return lfail(L, "%s must be an array of integers (%s is %s)", what, w, json_type(c));
+        if (get_int(L, c, w, &out[k]) < 0) return -1;
+    }
+    *n = k;
+    return 0;
+}
+
+/* A double: a JSON number, or "inf", "-inf", "nan", "-nan". */
+static int get_double(loader *L, const cJSON *j, const char *what, double *out)
+{
+    if (cJSON_IsNumber(j)) {
+        *out = j->valuedouble;
+        return 0;
+    }
+    if (cJSON_IsString(j)) {
+        const char *s = j->valuestring;
+        if (!strcmp(s, "inf")) *out = INFINITY;
+        else if (!strcmp(s, "-inf")) *out = -INFINITY;
+        else if (!strcmp(s, "nan")) *out = NAN;
+        else if (!strcmp(s, "-nan")) *out = -NAN;
+        else return lfail(L, "%s must be a number (or \"inf\", \"-inf\", \"nan\"), got \"%.40s\"", what, s);
+        return 0;
+    }
+    return lfail(L, "%s must be a number, got %s", what, json_type(j));
+}
+
+static int get_string(loader *L, const cJSON *j, const char *what, const char **out)
+{
+    if (!cJSON_IsString(j) || !j->valuestring) return lfail(L, "%s must be a string, got %s", what, json_type(j));
+    *out = j->valuestring;
+    return 0;
+}
+
+/* Checks that every key of object `o` is in `keys` (NULL-terminated) and
+ * appears once.  `attr_keys` (may be NULL) are keys known to other ops:
+ * they get a message naming `opname`.  Keys "comment" and "_..." are free. */
+static int check_keys(loader *L, const cJSON *o, const char *const *keys, const char *const *attr_keys,
+                      const char *opname)
+{
+    for (const cJSON *c = o->child; c; c = c->next) {
+        const char *k = c->string ? c->string : "";
+        if (cJSON_GetObjectItemCaseSensitive(o, k) != c) return lfail(L, "field \"%.40s\" appears twice", k);
+        if (!strcmp(k, "comment") || k[0] == '_') continue;
+        int ok = 0;
+        for (int i = 0; keys[i] && !ok; i++) ok = !strcmp(keys[i], k);
+        if (ok) continue;
+        for (int i = 0; attr_keys && attr_keys[i]; i++)
+            if (!strcmp(attr_keys[i], k)) return lfail(L, "%s takes no \"%s\"", opname, k);
+        return lfail(L, "unknown field \"%.40s\"", k);
+    }
+    return 0;
+}
+
+/* ---- the name table ---------------------------------------------------- */
+
+static uint64_t name_hash(const char *s)
+{
+    uint64_t h = 1469598103934665603ull; /* FNV-1a */
+    for (; *s; s++) h = (h ^ (unsigned char)*s) * 1099511628211ull;
+    return h;
+}
+
+/* The slot holding `name`, or the empty slot where it would go. */
+static name_slot *slot_of(loader *L, const char *name)
+{
+    size_t mask = L->n_slots - 1;
+    for (size_t i = name_hash(name) & mask;; i = (i + 1) & mask)
+        if (!L->slots[i].name || !strcmp(L->slots[i].name, name)) return &L->slots[i];
+}
+
+static const char *slot_place(const name_slot *s, char *buf, size_t n)
+{
+    if (s->arg >= 0) snprintf(buf, n, "args[%d]", s->arg);
+    else snprintf(buf, n, "ops[%d]", s->op);
+    return buf;
+}
+
+/* Adds a name defined by args[arg] or ops[op]; refuses duplicates. */
+static int add_name(loader *L, const char *name, int value, int arg, int op)
+{
+    name_slot *s = slot_of(L, name);
+    if (s->name) {
+        char where[32];
+        return lfail(L, "duplicate name \"%.60s\" (already used by %s)", name, slot_place(s, where, sizeof where));
+    }
+    *s = (name_slot){name, value, arg, op};
+    return 0;
+}
+
+/* ---- arguments --------------------------------------------------------- */
+
+static const char *const arg_keys[] = {"name", "role", "dtype", "shape", "init", "init_arg", "layer", "tied", "grad_of", NULL};
+
+/* Parses args[i] into L->args[i] (no value is created yet). */
+static int parse_arg(loader *L, int i, const cJSON *o)
+{
+    arg_spec *a = &L->args[i];
+    memset(a, 0, sizeof *a);
+    a->layer = -1;
+    set_place(L, "args", i, NULL);
+    if (!cJSON_IsObject(o)) return lfail(L, "must be an object, got %s", json_type(o));
+    const cJSON *name = cJSON_GetObjectItemCaseSensitive(o, "name");
+    if (!name) return lfail(L, "missing field \"name\"");
+    if (get_string(L, name, "name", &a->name) < 0) return -1;
+    set_place(L, "args", i, a->name);
+    if (check_keys(L, o, arg_keys, NULL, NULL) < 0) return -1;
+    if (!a->name[0]) return lfail(L, "empty name");
+    if (a->name[0] == '%') return lfail(L, "names starting with %% are reserved for automatic names");
+
+    const cJSON *j = cJSON_GetObjectItemCaseSensitive(o, "role");
+    const char *s = NULL;
+    if (!j) return lfail(L, "missing field \"role\" (input, param or opt_state)");
+    if (get_string(L, j, "role", &s) < 0) return -1;
+    int r = ir_role_from_name(s);
+    if (r < 0 || r == IR_INTERMEDIATE) return lfail(L, "role \"%.40s\" is not input, param or opt_state", s);
+    a->role = (ir_role)r;
+
+    a->dtype = IR_F32;
+    if ((j = cJSON_GetObjectItemCaseSensitive(o, "dtype"))) {
+        if (get_string(L, j, "dtype", &s) < 0) return -1;
+        int t = ir_dtype_from_name(s);
+        if (t < 0) return lfail(L, "unknown dtype \"%.40s\" (f32, i32, bf16, f16)", s);
+        a->dtype = (ir_dtype)t;
+    }
+    if (!(j = cJSON_GetObjectItemCaseSensitive(o, "shape"))) return lfail(L, "missing field \"shape\"");
+    if (get_ints(L, j, "shape", 0, &a->rank, a->dims) < 0) return -1;
+
+    if ((j = cJSON_GetObjectItemCaseSensitive(o, "init"))) {
+        if (get_string(L, j, "init", &s) < 0) return -1;
+        int k = ir_init_from_name(s);
+        if (k < 0) return lfail(L, "unknown init \"%.40s\" (auto, normal, zeros, ones, ids)", s);
+        a->init = (ir_init)k;
+        a->has_init = 1;
+    }
+    if ((j = cJSON_GetObjectItemCaseSensitive(o, "init_arg"))) {
+        if (get_double(L, j, "init_arg", &a->init_arg) < 0) return -1;
+        a->has_init = 1;
+    }
+    if ((j = cJSON_GetObjectItemCaseSensitive(o, "layer")) &&
+        get_int_range(L, j, "layer", -1, JSON_MAX_LAYER - 1, &a->layer) < 0)
+        return -1;
+    a->tied = cJSON_GetObjectItemCaseSensitive(o, "tied");
+    a->grad_of = cJSON_GetObjectItemCaseSensitive(o, "grad_of");
+    if (a->tied && get_string(L, a->tied, "tied", &s) < 0) return -1;
+    if (a->grad_of && get_string(L, a->grad_of, "grad_of", &s) < 0) return -1;
+    return add_name(L, a->name, -1, i, -1);
+}
+
+/* Creates the arguments up to and including args[upto], in file order. */
+static int create_args(loader *L, int upto)
+{
+    char keep[sizeof L->place];
+    memcpy(keep, L->place, sizeof keep);
+    for (; L->next_arg <= upto; L->next_arg++) {
+        const arg_spec *a = &L->args[L->next_arg];
+        set_place(L, "args", L->next_arg, a->name);
+        ir_set_layer(L->g, a->layer);
+        int v = ir_arg(L->g, a->name, a->role, a->dtype, a->rank, a->dims);
+        if (v >= 0 && a->has_init) ir_set_init(L->g, v, a->init, a->init_arg);
+        if (ir_error(L->g)) return lfail(L, "%s", ir_error(L->g));
+        slot_of(L, a->name)->value = v;
+    }
+    memcpy(L->place, keep, sizeof keep);
+    return 0;
+}
+
+/* The value id of a name the file uses at the current place, creating a
+ * pending argument if needed; -1 with a message if there is none yet. */
+static int resolve(loader *L, const char *name, int from_op)
+{
+    name_slot *s = slot_of(L, name);
+    if (s->name) {
+        if (s->value < 0 && create_args(L, s->arg) < 0) return -1;
+        return s->value;
+    }
+    /* Defined later in the file (or by this very op)? Then the order is wrong. */
+    int j = 0;
+    for (const cJSON *o = from_op >= 0 ? L->ops->child : NULL; o; o = o->next, j++) {
+        const cJSON *n = cJSON_GetObjectItemCaseSensitive(o, "name");
+        if (j >= from_op && cJSON_IsString(n) && !strcmp(n->valuestring, name))
+            return lfail(L, "uses \"%.60s\" before it is defined (ops must be in order; a cycle?%s)", name,
+                         j == from_op ? " an op cannot read its own result" : "");
+    }
+    return lfail(L, "unknown tensor name \"%.60s\"", name);
+}
+
+/* ---- ops --------------------------------------------------------------- */
+
+static const char *const op_keys[] = {"name", "op", "in", "layer", "grad_of", "dtype", "shape", NULL};
+static const char *const attr_keys[] = {"scalar", "dims", "perm", "depth", "rows", "subscripts", NULL};
+
+/* Is `s` an automatic name "%<digits>"?  Sets *k to its number. */
+static int auto_label(const char *s, long *k)
+{
+    if (s[0] != '%' || !s[1]) return 0;
+    char *end;
+    errno = 0;
+    long x = strtol(s + 1, &end, 10);
+    if (*end || errno || x < 0 || s[1] < '0' || s[1] > '9') return 0;
+    *k = x;
+    return 1;
+}
+
+static int load_op(loader *L, int j, const cJSON *o)
+{
+    ir_graph *g = L->g;
+    set_place(L, "ops", j, NULL);
+    if (!cJSON_IsObject(o)) return lfail(L, "must be an object, got %s", json_type(o));
+    const cJSON *jn = cJSON_GetObjectItemCaseSensitive(o, "name");
+    const char *name = NULL, *s = NULL;
+    if (jn) {
+        if (get_string(L, jn, "name", &name) < 0) return -1;
+        set_place(L, "ops", j, name);
+    }
+    const cJSON *jk = cJSON_GetObjectItemCaseSensitive(o, "op");
+    if (!jk) {
+        /* An entry holding only "comment" / "_..." fields is a comment line. */
+        int only_comments = o->child != NULL;
+        for (const cJSON *c = o->child; c && only_comments; c = c->next)
+            only_comments = c->string && (!strcmp(c->string, "comment") || c->string[0] == '_');
+        L->op_value[j] = -1;
+        return only_comments ? 0 : lfail(L, "missing field \"op\"");
+    }
+    if (get_string(L, jk, "op", &s) < 0) return -1;
+    int kind = ir_op_from_name(s);
+    if (kind < 0) return lfail(L, "unknown op \"%.40s\"", s);
+    ir_opkind k = (ir_opkind)kind;
+    const char *on = ir_op_name(k);
+    unsigned f = op_fields(k);
+
+    /* Fields: the common ones plus this op's attributes. */
+    const char *keys[16];
+    int nk = 0;
+    for (int i = 0; op_keys[i]; i++) keys[nk++] = op_keys[i];
+    if (f & F_SCALAR) keys[nk++] = "scalar";
+    if (f & F_DIMS) keys[nk++] = "dims";
+    if (f & F_PERM) keys[nk++] = "perm";
+    if (f & F_DEPTH) keys[nk++] = "depth";
+    if (f & F_ROWS) keys[nk++] = "rows";
+    if (f & F_SUBSCRIPTS) keys[nk++] = "subscripts";
+    keys[nk] = NULL;
+    if (check_keys(L, o, keys, attr_keys, on) < 0) return -1;
+
+    long label = -1;
+    if (name) {
+        if (!name[0]) return lfail(L, "empty name");
+        if (name[0] == '%' && !auto_label(name, &label))
+            return lfail(L, "names starting with %% are reserved for automatic names (%%<number>)");
+        if (slot_of(L, name)->name) return add_name(L, name, -1, -1, j); /* the duplicate message */
+    }
+
+    /* Operands. */
+    int arity = ir_op_arity(k), in[IR_MAX_OPERANDS] = {-1, -1}, n_in = 0;
+    const cJSON *ji = cJSON_GetObjectItemCaseSensitive(o, "in");
+    if (!ji && arity > 0) return lfail(L, "missing field \"in\" (%s takes %d operand%s)", on, arity, arity > 1 ? "s" : "");
+    if (ji) {
+        if (!cJSON_IsArray(ji)) return lfail(L, "\"in\" must be an array of tensor names, got %s", json_type(ji));
+        n_in = cJSON_GetArraySize(ji);
+        if (n_in != arity)
+            return lfail(L, "%s takes %d operand%s, \"in\" has %d", on, arity, arity == 1 ? "" : "s", n_in);
+        int i = 0;
+        for (const cJSON *c = ji->child; c; c = c->next, i++) {
+            if (!cJSON_IsString(c)) return lfail(L, "\"in\" must be an array of tensor names (in[%d] is %s)", i, json_type(c));
+            if ((in[i] = resolve(L, c->valuestring, j)) < 0) return -1;
+        }
+    }
+
+    /* Attributes. */
+    ir_attrs at;
+    memset(&at, 0, sizeof at);
+    int hint_rank = 0, check_rank = -1, have_dtype = 0;
+    int64_t hint[IR_MAX_RANK] = {0}, check[IR_MAX_RANK] = {0};
+    ir_dtype dtype = IR_F32;
+    const cJSON *a;
+    if ((a = cJSON_GetObjectItemCaseSensitive(o, "shape"))) {
+        if (get_ints(L, a, "shape", 0, &check_rank, check) < 0) return -1;
+        if (f & F_SHAPE) {
+            hint_rank = check_rank;
+            memcpy(hint, check, sizeof hint);
+            check_rank = -1;
+        }
+    } else if (f & F_SHAPE) {
+        return lfail(L, "missing field \"shape\" (%s needs its result shape)", on);
+    }
+    if ((a = cJSON_GetObjectItemCaseSensitive(o, "dtype"))) {
+        if (get_string(L, a, "dtype", &s) < 0) return -1;
+        int t = ir_dtype_from_name(s);
+        if (t < 0) return lfail(L, "unknown dtype \"%.40s\" (f32, i32, bf16, f16)", s);
+        dtype = (ir_dtype)t;
+        have_dtype = 1;
+    }
+    if (f & F_SCALAR) {
+        if (!(a = cJSON_GetObjectItemCaseSensitive(o, "scalar"))) return lfail(L, "missing field \"scalar\"");
+        if (get_double(L, a, "scalar", &at.scalar) < 0) return -1;
+    }
+    if (f & F_SUBSCRIPTS) {
+        if (!(a = cJSON_GetObjectItemCaseSensitive(o, "subscripts"))) return lfail(L, "missing field \"subscripts\"");
+        if (get_string(L, a, "subscripts", &s) < 0) return -1;
+        if (strlen(s) >= sizeof at.subscripts)
+            return lfail(L, "subscripts \"%.60s\" are too long (at most %d characters)", s, (int)sizeof at.subscripts - 1);
+        strcpy(at.subscripts, s);
+    }
+    if (f & (F_DIMS | F_PERM)) {
+        const char *key = f & F_PERM ? "perm" : "dims";
+        if ((a = cJSON_GetObjectItemCaseSensitive(o, key))) {
+            if (get_ints(L, a, key, 1, &at.n_ints, at.ints) < 0) return -1;
+        } else if (!(f & F_DIMS_OPTIONAL)) {
+            return lfail(L, "missing field \"%s\"", key);
+        }
+    }
+    if (f & F_DEPTH) {
+        if (!(a = cJSON_GetObjectItemCaseSensitive(o, "depth"))) return lfail(L, "missing field \"depth\"");
+        if (get_int(L, a, "depth", &at.ints[0]) < 0) return -1;
+        at.n_ints = 1;
+    }
+    if (f & F_ROWS) {
+        if (!(a = cJSON_GetObjectItemCaseSensitive(o, "rows"))) return lfail(L, "missing field \"rows\"");
+        if (get_int(L, a, "rows", &hint[0]) < 0) return -1;
+        hint_rank = 1;
+    }
+    int layer = -1;
+    if ((a = cJSON_GetObjectItemCaseSensitive(o, "layer")) && get_int_range(L, a, "layer", -1, JSON_MAX_LAYER - 1, &layer) < 0)
+        return -1;
+    if ((a = cJSON_GetObjectItemCaseSensitive(o, "grad_of")) && get_string(L, a, "grad_of", &s) < 0) return -1;
+
+    /* An automatic label "%k" says k values come before this one. */
+    if (label >= 0)
+        while (g->n_values < label && L->next_arg < L->n_args)
+            if (create_args(L, L->next_arg) < 0) return -1;
+
+    ir_set_layer(g, layer);
+    int v = ir_add_op(g, k, n_in, in, &at, (f & F_DTYPE) ? dtype : IR_F32, hint_rank,
+                      (f & (F_SHAPE | F_ROWS)) ? hint : NULL, label >= 0 ? NULL : name);
+    if (v < 0) return lfail(L, "%s", ir_error(g));
+    if (label >= 0 && strcmp(g->values[v].name, name) != 0) {
+        g->values[v].name = ir_intern(g, name); /* the index is rebuilt at the end */
+        L->renamed = 1;
+    }
+    name_slot *slot = slot_of(L, g->values[v].name);
+    if (slot->name) { /* an automatic name that a "%<k>" label elsewhere already took */
+        char where[32];
+        return lfail(L, "its automatic name \"%s\" is already used by %s", g->values[v].name,
+                     slot_place(slot, where, sizeof where));
+    }
+    *slot = (name_slot){g->values[v].name, v, -1, j};
+    L->op_value[j] = v;
+
+    /* "shape" and "dtype" on ops that infer them are checks. */
+    const ir_value *x = &g->values[v];
+    ir_value claim = *x;
+    if (check_rank >= 0) {
+        claim.rank = check_rank;
+        memcpy(claim.dims, check, sizeof claim.dims);
+    }
+    if (have_dtype && !(f & F_DTYPE)) claim.dtype = dtype;
+    int same = claim.rank == x->rank && claim.dtype == x->dtype;
+    for (int i = 0; same && i < x->rank; i++) same = claim.dims[i] == x->dims[i];
+    if (!same) {
+        char t1[96], t2[96];
+        return lfail(L, "the op gives %s but the file says %s", ir_type_str(x, t1, sizeof t1),
+                     ir_type_str(&claim, t2, sizeof t2));
+    }
+    return 0;
+}
+
+/* ---- links resolved once every value exists ---------------------------- */
+
+/* The param named by `j` ("tied"/"grad_of" of the current place), or -1. */
+static int param_named(loader *L, const cJSON *j, const char *field)
+{
+    name_slot *s = slot_of(L, j->valuestring);
+    if (!s->name) return lfail(L, "%s: unknown tensor name \"%.60s\"", field, j->valuestring);
+    if (L->g->values[s->value].role != IR_PARAM)
+        return lfail(L, "%s \"%.60s\" is not a param", field, j->valuestring);
+    return s->value;
+}
+
+static int load_links(loader *L)
+{
+    ir_graph *g = L->g;
+    for (int i = 0; i < L->n_args; i++) {
+        const arg_spec *a = &L->args[i];
+        int v = slot_of(L, a->name)->value, p;
+        set_place(L, "args", i, a->name);
+        if (a->tied) {
+            if (a->role != IR_OPT_STATE) return lfail(L, "only opt_state args can be tied to a param");
+            if ((p = param_named(L, a->tied, "tied")) < 0) return -1;
+            g->values[v].tied = p;
+        }
+        if (a->grad_of) {
+            if ((p = param_named(L, a->grad_of, "grad_of")) < 0) return -1;
+            g->values[v].grad_of = p;
+        }
+    }
+    int j = 0;
+    for (const cJSON *o = L->ops->child; o; o = o->next, j++) {
+        const cJSON *gr = cJSON_GetObjectItemCaseSensitive(o, "grad_of");
+        if (!gr || L->op_value[j] < 0) continue;
+        set_place(L, "ops", j, g->values[L->op_value[j]].name);
+        int p = param_named(L, gr, "grad_of");
+        if (p < 0) return -1;
+        g->values[L->op_value[j]].grad_of = p;
+    }
+    return 0;
+}
+
+static int load_outputs(loader *L, const cJSON *outs, const cJSON *loss)
+{
+    ir_graph *g = L->g;
+    int loss_v = -1, i = 0;
+    if (loss) {
+        set_place(L, "loss", -1, NULL);
+        if (!cJSON_IsString(loss)) return lfail(L, "must be a tensor name, got %s", json_type(loss));
+        if ((loss_v = resolve(L, loss->valuestring, -1)) < 0) return -1;
+    }
+    static const char *const out_keys[] = {"value", "updates", NULL};
+    for (const cJSON *o = outs ? outs->child : NULL; o; o = o->next, i++) {
+        set_place(L, "outputs", i, NULL);
+        const cJSON *jv = o, *ju = NULL;
+        if (cJSON_IsObject(o)) {
+            if (check_keys(L, o, out_keys, NULL, NULL) < 0) return -1;
+            if (!(jv = cJSON_GetObjectItemCaseSensitive(o, "value"))) return lfail(L, "missing field \"value\"");
+            ju = cJSON_GetObjectItemCaseSensitive(o, "updates");
+        }
+        if (!cJSON_IsString(jv))
+            return lfail(L, "an output is a tensor name or {\"value\": name, \"updates\": name}, got %s", json_type(jv));
+        set_place(L, "outputs", i, jv->valuestring);
+        int v = resolve(L, jv->valuestring, -1), u = -1;
+        if (v < 0) return -1;
+        if (ju) {
+            if (!cJSON_IsString(ju)) return lfail(L, "updates must be a tensor name, got %s", json_type(ju));
+            if ((u = resolve(L, ju->valuestring, -1)) < 0) return -1;
+        }
+        /* The loss listed among the outputs keeps its position there. */
+        int r = v == loss_v && u < 0 && g->loss < 0 ? ir_set_loss(g, v) : ir_add_output(g, v, u);
+        if (r < 0) return lfail(L, "%s", ir_error(g));
+    }
+    if (loss_v >= 0 && g->loss < 0) {
+        set_place(L, "loss", -1, NULL);
+        if (ir_set_loss(g, loss_v) < 0) return lfail(L, "%s", ir_error(g));
+    }
+    return 0;
+}
+
+/* ---- top level --------------------------------------------------------- */
+
+/* Writes "line L, column C" of position `pos` in `text` into buf. */
+static void line_col(const char *text, const char *pos, char *buf, size_t n)
+{
+    int line = 1;
+    const char *bol = text;
+    for (const char *p = text; p < pos; p++)
+        if (*p == '\n') {
+            line++;
+            bol = p + 1;
+        }
+    snprintf(buf, n, "line %d, column %d", line, (int)(pos - bol) + 1);
+}
+
+/* An optional array field of the top object; NULL if absent. */
+static int get_array(loader *L, const cJSON *root, const char *key, const cJSON **out, int *n)
+{
+    *out = cJSON_GetObjectItemCaseSensitive(root, key);
+    *n = 0;
+    if (!*out) return 0;
+    set_place(L, key, -1, NULL);
+    if (!cJSON_IsArray(*out)) return lfail(L, "must be an array, got %s", json_type(*out));
+    *n = cJSON_GetArraySize(*out);
+    if (*n > JSON_MAX_ENTRIES) return lfail(L, "%d entries, more than the limit of %d", *n, JSON_MAX_ENTRIES);
+    return 0;
+}
+
+static ir_graph *load_tree(loader *L, const cJSON *root)
+{
+    static const char *const top_keys[] = {"format", "name", "layers", "args", "ops", "outputs", "loss", NULL};
+    if (!cJSON_IsObject(root)) {
+        lfail(L, "the top level must be an object, got %s", json_type(root));
+        return NULL;
+    }
+    const cJSON *fmt = cJSON_GetObjectItemCaseSensitive(root, "format");
+    if (!fmt) {
+        lfail(L, "missing field \"format\" (expected \"" JSON_FORMAT "\")");
+        return NULL;
+    }
+    if (!cJSON_IsString(fmt)) {
+        lfail(L, "format must be a string, got %s", json_type(fmt));
+        return NULL;
+    }
+    if (strcmp(fmt->valuestring, JSON_FORMAT) != 0) {
+        if (!strncmp(fmt->valuestring, "carve-graph/", 12))
+            lfail(L, "format \"%.40s\" is not supported (this carve reads \"" JSON_FORMAT "\")", fmt->valuestring);
+        else
+            lfail(L, "format \"%.40s\" is not a carve graph (expected \"" JSON_FORMAT "\")", fmt->valuestring);
+        return NULL;
+    }
+    if (check_keys(L, root, top_keys, NULL, NULL) < 0) return NULL;
+    const cJSON *jname = cJSON_GetObjectItemCaseSensitive(root, "name");
+    const char *gname = "graph";
+    if (jname && get_string(L, jname, "name", &gname) < 0) return NULL;
+    int layers = -1;
+    const cJSON *jl = cJSON_GetObjectItemCaseSensitive(root, "layers");
+    if (jl && get_int_range(L, jl, "layers", 0, JSON_MAX_LAYER, &layers) < 0) return NULL;
+
+    const cJSON *args, *outs;
+    int n_outs;
+    if (get_array(L, root, "args", &args, &L->n_args) < 0 || get_array(L, root, "ops", &L->ops, &L->n_ops) < 0 ||
+        get_array(L, root, "outputs", &outs, &n_outs) < 0)
+        return NULL;
+    static const cJSON empty = {0};
+    if (!L->ops) L->ops = &empty;
+
+    size_t names = (size_t)L->n_args + (size_t)L->n_ops;
+    L->n_slots = 16;
+    while (L->n_slots < 2 * names) L->n_slots *= 2;
+    L->slots = calloc(L->n_slots, sizeof *L->slots);
+    L->args = calloc((size_t)L->n_args + 1, sizeof *L->args);
+    L->op_value = calloc((size_t)L->n_ops + 1, sizeof *L->op_value);
+    if (!L->slots || !L->args || !L->op_value) {
+        lfail(L, "out of memory");
+        return NULL;
+    }
+    int i = 0;
+    for (const cJSON *a = args ? args->child : NULL; a; a = a->next, i++)
+        if (parse_arg(L, i, a) < 0) return NULL;
+
+    L->g = ir_new(gname);
+    i = 0;
+    for (const cJSON *o = L->ops->child; o; o = o->next, i++)
+        if (load_op(L, i, o) < 0) return NULL;
+    if (create_args(L, L->n_args - 1) < 0) return NULL;
+    ir_set_layer(L->g, -1);
+    if (load_links(L) < 0 || load_outputs(L, outs, cJSON_GetObjectItemCaseSensitive(root, "loss")) < 0) return NULL;
+    if (layers >= 0) {
+        set_place(L, "layers", -1, NULL);
+        if (layers < L->g->n_layers)
+            return lfail(L, "is %d, but layer tags go up to %d", layers, L->g->n_layers - 1), NULL;
+        L->g->n_layers = layers;
+    }
+    if (L->renamed) { /* names were set directly: a clone rebuilds the name index */
+        ir_graph *c = ir_clone(L->g);
+        ir_free(L->g);
+        L->g = c;
+    }
+    char verr[IR_ERR_LEN];
+    L->place[0] = 0;
+    if (ir_verify(L->g, verr, sizeof verr) < 0) return lfail(L, "the loaded graph does not verify: %s", verr), NULL;
+    ir_graph *g = L->g;
+    L->g = NULL;
+    return g;
+}
+
+ir_graph *ir_load_json(const char *text, char *err, size_t errlen)
+{
+    loader L;
+    memset(&L, 0, sizeof L);
+    L.err = err;
+    L.errlen = errlen;
+    if (err && errlen) err[0] = 0;
+    size_t len = strlen(text);
+    if (len > JSON_MAX_BYTES) {
+        lfail(&L, "the graph text is %zu MB, more than the limit of %zu MB", len >> 20, JSON_MAX_BYTES >> 20);
+        return NULL;
+    }
+    const char *end = NULL;
+    cJSON *root = cJSON_ParseWithOpts(text, &end, 1);
+    if (!root) {
+        char where[64], near[40];
+        if (!end || end < text || end > text + len) end = text + len;
+        line_col(text, end, where, sizeof where);
+        size_t k = 0;
+        for (const char *p = end; *p && *p != '\n' && *p != '\r' && k < 20; p++)
+            near[k++] = (*p >= 0x20 && *p < 0x7f && *p != '"') ? *p : '?';
+        near[k] = 0;
+        if (k) lfail(&L, "%s: malformed JSON near \"%s\"", where, near);
+        else lfail(&L, "%s: malformed JSON (unexpected end of %s)", where, *end ? "line" : "input");
+        return NULL;
+    }
+    ir_graph *g = load_tree(&L, root);
+    ir_free(L.g); /* non-NULL only after an error */
+    free(L.slots);
+    free(L.args);
+    free(L.op_value);
+    cJSON_Delete(root);
+    return g;
+}
+
+ir_graph *ir_load_json_file(const char *path, char *err, size_t errlen)
+{
+    char none[1];
+    if (!err || !errlen) {
+        err = none;
+        errlen = sizeof none;
+    }
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        snprintf(err, errlen, "cannot open '%s': %s", path, strerror(errno));
+        return NULL;
+    }
+    struct stat st;
+    if (fstat(fileno(f), &st) == 0 && S_ISDIR(st.st_mode)) {
+        fclose(f);
+        snprintf(err, errlen, "cannot read '%s': it is a directory", path);
+        return NULL;
+    }
+    if (fstat(fileno(f), &st) == 0 && S_ISREG(st.st_mode) && (uint64_t)st.st_size > JSON_MAX_BYTES) {
+        fclose(f);
+        snprintf(err, errlen, "'%s' is %llu MB, more than the limit of %zu MB for a graph file", path,
+                 (unsigned long long)st.st_size >> 20, JSON_MAX_BYTES >> 20);
+        return NULL;
+    }
+    /* Room for the file, a byte to see the end, and the NUL. */
+    size_t cap = S_ISREG(st.st_mode) && st.st_size > 0 ? (size_t)st.st_size + 2 : 65536, n = 0;
+    char *buf = malloc(cap);
+    int too_big = 0;
+    while (buf) {
+        if (n + 1 == cap) {
+            if (n > JSON_MAX_BYTES) {
+                too_big = 1;
+                break;
+            }
+            char *q = realloc(buf, cap * 2);
+            if (!q) {
+                free(buf);
+                buf = NULL;
+                break;
+            }
+            buf = q;
+            cap *= 2;
+        }
+        size_t r = fread(buf + n, 1, cap - 1 - n, f);
+        n += r;
+        if (r == 0) break;
+    }
+    int read_error = ferror(f);
+    int saved_errno = errno;
+    fclose(f);
+    if (!buf || read_error || too_big || n > JSON_MAX_BYTES) {
+        if (!buf) snprintf(err, errlen, "cannot read '%s': out of memory", path);
+        else if (read_error) snprintf(err, errlen, "cannot read '%s': %s", path, strerror(saved_errno));
+        else snprintf(err, errlen, "'%s' is more than the limit of %zu MB for a graph file", path, JSON_MAX_BYTES >> 20);
+        free(buf);
+        return NULL;
+    }
+    buf[n] = 0;
+    char msg[IR_ERR_LEN + 64];
+    ir_graph *g = NULL;
+    const char *nul = memchr(buf, 0, n);
+    if (nul) {
+        char where[64];
+        line_col(buf, nul, where, sizeof where);
+        snprintf(msg, sizeof msg, "%s: a NUL byte (a binary file?)", where);
+    } else {
+        g = ir_load_json(buf, msg, sizeof msg);
+    }
+    if (!g) snprintf(err, errlen, "%s: %s", path, msg);
+    free(buf);
+    return g;
+}

@@ -1,0 +1,326 @@
+/* models.c - model specs, presets, the registry and the size formulas.
+ *
+ * A model_config is a model name ("mlp" or "gpt") and its integer keys in a
+ * canonical order, with every key filled in.  The two tables below own all of
+ * it: `models` gives each model its keys, defaults and per-key upper limits;
+ * `presets` are named configurations of a model.  A spec "NAME:key=value,..."
+ * starts from NAME's values and overrides keys; the result is checked as a
+ * whole (positive values, limits, heads dividing hidden, no tensor above the
+ * IR's 2^48-element limit) so that a config that parses always builds.
+ *
+ * model_param_count and the FLOPs functions use closed formulas, so
+ * `carve models` can list a 39B model without building its graph; the tests
+ * check the formulas against the built graphs.
+ */
+#include "models.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Largest tensor a config may create, in elements (the IR's own limit). */
+#define MODEL_MAX_NUMEL ((double)((int64_t)1 << 48))
+
+typedef struct model_def {
+    const char *name;
+    int n_keys;
+    const char *keys[MODEL_MAX_KEYS];
+    int64_t defaults[MODEL_MAX_KEYS];
+    int64_t limits[MODEL_MAX_KEYS]; /* largest value accepted for each key */
+    const char *about;
+} model_def;
+
+static const model_def models[] = {
+    {"mlp", 5, {"layers", "batch", "in", "hidden", "out"},
+     {2, 32, 64, 256, 16},
+     {4096, 1 << 24, 1 << 24, 1 << 24, 1 << 24},
+     "multi-layer perceptron: linear layers, ReLU between them, mean squared error loss"},
+    {"gpt", 6, {"layers", "hidden", "heads", "seq", "batch", "vocab"},
+     {12, 768, 12, 1024, 8, 51200},
+     {4096, 1 << 20, 1 << 16, 1 << 20, 1 << 20, 1 << 24},
+     "GPT decoder: pre-LN blocks, causal multi-head attention, GELU MLP, LM head tied to wte, cross-entropy loss"},
+};
+#define N_MODELS ((int)(sizeof models / sizeof models[0]))
+
+typedef struct preset_def {
+    const char *name;
+    const char *model;
+    int64_t values[MODEL_MAX_KEYS]; /* in the model's key order */
+    const char *about;
+} preset_def;
+
+/* GPT presets follow the GPT-3 paper's sizes (seq 1024, GPT-2 vocab 51200
+ * padded); all use batch 8 (sequences per step), overridable with :batch=N. */
+static const preset_def presets[] = {
+    {"mlp-tiny", "mlp", {3, 8, 16, 32, 8}, "tiny MLP for multi-device numeric tests"},
+    {"gpt-tiny", "gpt", {2, 64, 8, 16, 8, 128}, "tiny GPT for multi-device numeric tests (every size divides 8 devices)"},
+    {"gpt-125m", "gpt", {12, 768, 12, 1024, 8, 51200}, "GPT-3 Small sizes, batch 8 sequences of 1024"},
+    {"gpt-350m", "gpt", {24, 1024, 16, 1024, 8, 51200}, "GPT-3 Medium sizes, batch 8 sequences of 1024"},
+    {"gpt-760m", "gpt", {24, 1536, 16, 1024, 8, 51200}, "GPT-3 Large sizes, batch 8 sequences of 1024"},
+    {"gpt-1.3b", "gpt", {24, 2048, 32, 1024, 8, 51200}, "GPT-3 XL sizes (32 heads of 64), batch 8 sequences of 1024"},
+    {"gpt-2.6b", "gpt", {32, 2560, 32, 1024, 8, 51200}, "GPT-3 2.7B sizes, batch 8 sequences of 1024"},
+    {"gpt-6.7b", "gpt", {32, 4096, 32, 1024, 8, 51200}, "GPT-3 6.7B sizes, batch 8 sequences of 1024"},
+    {"gpt-15b", "gpt", {48, 5120, 40, 1024, 8, 51200}, "15B GPT, batch 8 sequences of 1024"},
+    {"gpt-39b", "gpt", {48, 8192, 64, 1024, 8, 51200}, "39B GPT, batch 8 sequences of 1024"},
+};
+#define N_PRESETS ((int)(sizeof presets / sizeof presets[0]))
+
+static const char *const all_names[] = {
+    "mlp", "mlp-tiny", "gpt", "gpt-tiny", "gpt-125m", "gpt-350m", "gpt-760m",
+    "gpt-1.3b", "gpt-2.6b", "gpt-6.7b", "gpt-15b", "gpt-39b", NULL,
+};
+
+const char *const *model_names(void) { return all_names; }
+
+static const model_def *find_model(const char *name)
+{
+    for (int i = 0; i < N_MODELS; i++)
+        if (strcmp(models[i].name, name) == 0) return &models[i];
+    return NULL;
+}
+
+static const preset_def *find_preset(const char *name)
+{
+    for (int i = 0; i < N_PRESETS; i++)
+        if (strcmp(presets[i].name, name) == 0) return &presets[i];
+    return NULL;
+}
+
+static int fail(char *err, size_t n, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static int fail(char *err, size_t n, const char *fmt, ...)
+{
+    if (err && n) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(err, n, fmt, ap);
+        va_end(ap);
+    }
+    return -1;
+}
+
+static void join_names(char *buf, size_t n, const char *const *names, int count)
+{
+    size_t k = 0;
+    buf[0] = 0;
+    for (int i = 0; (count < 0 ? names[i] != NULL : i < count) && k < n; i++)
+        k += (size_t)snprintf(buf + k, n - k, "%s%s", i ? ", " : "", names[i]);
+}
+
+int64_t model_get(const model_config *cfg, const char *key)
+{
+    for (int i = 0; i < cfg->n_keys; i++)
+        if (strcmp(cfg->keys[i], key) == 0) return cfg->values[i];
+    return -1;
+}
+
+char *model_config_str(const model_config *cfg, char *buf, size_t n)
+{
+    if (!n) return buf;
+    size_t k = (size_t)snprintf(buf, n, "%s", cfg->model);
+    for (int i = 0; i < cfg->n_keys && k < n; i++)
+        k += (size_t)snprintf(buf + k, n - k, "%c%s=%lld", i ? ',' : ':', cfg->keys[i], (long long)cfg->values[i]);
+    return buf;
+}
+
+/* Checks a filled config against its model's rules.  `spec` names the input
+ * in messages.  Returns 0 or -1 with a message. */
+static int check_config(const model_def *m, const model_config *cfg, const char *spec, char *err, size_t errlen)
+{
+    for (int i = 0; i < m->n_keys; i++) {
+        if (cfg->values[i] <= 0)
+            return fail(err, errlen, "model '%s': %s=%lld must be positive", spec, m->keys[i], (long long)cfg->values[i]);
+        if (cfg->values[i] > m->limits[i])
+            return fail(err, errlen, "model '%s': %s=%lld is too large (at most %lld)", spec, m->keys[i],
+                        (long long)cfg->values[i], (long long)m->limits[i]);
+    }
+    /* Tensors that would exceed the IR's element limit, by name. */
+    struct big_tensor { const char *what; double numel; } big[4];
+    int n_big = 0;
+    if (strcmp(m->name, "gpt") == 0) {
+        double h = (double)model_get(cfg, "hidden"), n = (double)model_get(cfg, "heads");
+        double s = (double)model_get(cfg, "seq"), b = (double)model_get(cfg, "batch");
+        double v = (double)model_get(cfg, "vocab");
+        if (model_get(cfg, "hidden") % model_get(cfg, "heads") != 0)
+            return fail(err, errlen, "model '%s': heads=%lld does not divide hidden=%lld", spec,
+                        (long long)model_get(cfg, "heads"), (long long)model_get(cfg, "hidden"));
+        big[n_big++] = (struct big_tensor){"attention scores [batch,heads,seq,seq]", b * n * s * s};
+        big[n_big++] = (struct big_tensor){"logits [batch,seq,vocab]", b * s * v};
+        big[n_big++] = (struct big_tensor){"MLP activations [batch,seq,4*hidden]", b * s * 4 * h};
+        big[n_big++] = (struct big_tensor){"MLP weight [hidden,4*hidden]", h * 4 * h};
+    } else {
+        double b = (double)model_get(cfg, "batch"), in = (double)model_get(cfg, "in");
+        double hd = (double)model_get(cfg, "hidden"), out = (double)model_get(cfg, "out");
+        double w = in > hd ? in : hd;
+        if (out > w) w = out;
+        big[n_big++] = (struct big_tensor){"activations [batch,width]", b * w};
+        big[n_big++] = (struct big_tensor){"weight [in,hidden]", in * hd};
+        big[n_big++] = (struct big_tensor){"weight [hidden,hidden]", hd * hd};
+        big[n_big++] = (struct big_tensor){"weight [hidden,out]", hd * out};
+    }
+    for (int i = 0; i < n_big; i++)
+        if (big[i].numel > MODEL_MAX_NUMEL)
+            return fail(err, errlen, "model '%s': too large: %s would have %.3g elements (limit 2^48)", spec,
+                        big[i].what, big[i].numel);
+    return 0;
+}
+
+/* Parses the decimal number in [p, end) into *out.  Returns 0, or -1 with
+ * *neg set when it is a well-formed negative number. */
+static int parse_int(const char *p, const char *end, int64_t *out, int *neg)
+{
+    *neg = 0;
+    const char *q = p;
+    if (q < end && *q == '-') {
+        *neg = 1;
+        q++;
+    }
+    if (q == end) return -1;
+    int64_t v = 0;
+    for (; q < end; q++) {
+        if (*q < '0' || *q > '9') return -1;
+        if (v > (INT64_MAX - 9) / 10) return -1;
+        v = v * 10 + (*q - '0');
+    }
+    *out = *neg ? -v : v;
+    return 0;
+}
+
+int model_parse(const char *spec, model_config *cfg, char *err, size_t errlen)
+{
+    memset(cfg, 0, sizeof *cfg);
+    if (!spec || !spec[0]) return fail(err, errlen, "model spec is empty (expected NAME or NAME:key=value,...)");
+    const char *colon = strchr(spec, ':');
+    size_t name_len = colon ? (size_t)(colon - spec) : strlen(spec);
+    char name[32];
+    char known[256];
+    join_names(known, sizeof known, all_names, -1);
+    if (name_len == 0 || name_len >= sizeof name)
+        return fail(err, errlen, "model '%s': unknown model '%.*s' (known: %s)", spec, (int)(name_len < 31 ? name_len : 31),
+                    spec, known);
+    memcpy(name, spec, name_len);
+    name[name_len] = 0;
+
+    const preset_def *pre = find_preset(name);
+    const model_def *m = find_model(pre ? pre->model : name);
+    if (!m) return fail(err, errlen, "model '%s': unknown model '%s' (known: %s)", spec, name, known);
+    snprintf(cfg->model, sizeof cfg->model, "%s", m->name);
+    if (pre) snprintf(cfg->preset, sizeof cfg->preset, "%s", pre->name);
+    cfg->n_keys = m->n_keys;
+    for (int i = 0; i < m->n_keys; i++) {
+        cfg->keys[i] = m->keys[i];
+        cfg->values[i] = pre ? pre->values[i] : m->defaults[i];
+    }
+
+    if (colon) {
+        char keylist[160];
+        join_names(keylist, sizeof keylist, m->keys, m->n_keys);
+        int seen[MODEL_MAX_KEYS] = {0};
+        const char *p = colon + 1;
+        if (!*p) return fail(err, errlen, "model '%s': nothing after ':' (expected key=value,...)", spec);
+        for (;;) {
+            const char *end = strchr(p, ',');
+            if (!end) end = p + strlen(p);
+            const char *eq = memchr(p, '=', (size_t)(end - p));
+            if (!eq || eq == p)
+                return fail(err, errlen, "model '%s': expected key=value, got '%.*s'", spec, (int)(end - p), p);
+            int k = -1;
+            for (int i = 0; i < m->n_keys; i++)
+                if (strlen(m->keys[i]) == (size_t)(eq - p) && strncmp(m->keys[i], p, (size_t)(eq - p)) == 0) k = i;
+            if (k < 0)
+                return fail(err, errlen, "model '%s': unknown key '%.*s' for %s (keys: %s)", spec, (int)(eq - p), p, m->name,
+                            keylist);
+            if (seen[k]) return fail(err, errlen, "model '%s': key '%s' given twice", spec, m->keys[k]);
+            seen[k] = 1;
+            int64_t v;
+            int neg;
+            if (parse_int(eq + 1, end, &v, &neg) < 0)
+                return fail(err, errlen, "model '%s': bad number '%.*s' for key '%s' (expected a positive integer)", spec,
+                            (int)(end - eq - 1), eq + 1, m->keys[k]);
+            cfg->values[k] = v;
+            if (!*end) break;
+            p = end + 1;
+            if (!*p) return fail(err, errlen, "model '%s': trailing ',' (expected key=value after it)", spec);
+        }
+    }
+    if (check_config(m, cfg, spec, err, errlen) < 0) {
+        memset(cfg, 0, sizeof *cfg);
+        return -1;
+    }
+    return 0;
+}
+
+/* ---- formulas ---------------------------------------------------------- */
+
+/* Width of linear layer i's input and output in an MLP config. */
+static void mlp_dims(const model_config *cfg, int64_t i, int64_t *fan_in, int64_t *fan_out)
+{
+    int64_t layers = model_get(cfg, "layers"), hidden = model_get(cfg, "hidden");
+    *fan_in = i == 0 ? model_get(cfg, "in") : hidden;
+    *fan_out = i == layers - 1 ? model_get(cfg, "out") : hidden;
+}
+
+int64_t model_param_count(const model_config *cfg)
+{
+    if (strcmp(cfg->model, "gpt") == 0) {
+        int64_t L = model_get(cfg, "layers"), h = model_get(cfg, "hidden");
+        int64_t s = model_get(cfg, "seq"), v = model_get(cfg, "vocab");
+        return L * (12 * h * h + 13 * h) + v * h + s * h + 2 * h;
+    }
+    if (strcmp(cfg->model, "mlp") == 0) {
+        int64_t n = 0, fi, fo;
+        for (int64_t i = 0; i < model_get(cfg, "layers"); i++) {
+            mlp_dims(cfg, i, &fi, &fo);
+            n += fi * fo + fo;
+        }
+        return n;
+    }
+    return -1;
+}
+
+double model_forward_flops(const model_config *cfg)
+{
+    if (strcmp(cfg->model, "gpt") == 0) {
+        double L = (double)model_get(cfg, "layers"), h = (double)model_get(cfg, "hidden");
+        double s = (double)model_get(cfg, "seq"), b = (double)model_get(cfg, "batch");
+        double v = (double)model_get(cfg, "vocab");
+        /* per layer: q,k,v,out projections 4 * 2bsh^2, MLP 2 * 2bs*4h^2,
+         * scores and context 2 * 2bs^2h; then the LM head 2bshv. */
+        return L * (24 * b * s * h * h + 4 * b * s * s * h) + 2 * b * s * h * v;
+    }
+    if (strcmp(cfg->model, "mlp") == 0) {
+        double f = 0;
+        int64_t fi, fo;
+        for (int64_t i = 0; i < model_get(cfg, "layers"); i++) {
+            mlp_dims(cfg, i, &fi, &fo);
+            f += 2.0 * (double)model_get(cfg, "batch") * (double)fi * (double)fo;
+        }
+        return f;
+    }
+    return -1;
+}
+
+double model_step_flops(const model_config *cfg) { return 3 * model_forward_flops(cfg); }
+
+/* ---- building ---------------------------------------------------------- */
+
+ir_graph *model_build_forward(const model_config *cfg, char *err, size_t errlen)
+{
+    if (strcmp(cfg->model, "gpt") == 0) return model_build_gpt(cfg, err, errlen);
+    if (strcmp(cfg->model, "mlp") == 0) return model_build_mlp(cfg, err, errlen);
+    fail(err, errlen, "model '%s': unknown model (parse the spec with model_parse first)", cfg->model);
+    return NULL;
+}
+
+/* ---- descriptions ------------------------------------------------------ */
+
+/* Returns the one-line description of a model or preset (a static string,
+ * without the name or the configuration, which `carve models` prints beside
+ * it), or NULL for an unknown name. */
+const char *model_describe(const char *name)
+{
+    const preset_def *pre = find_preset(name);
+    if (pre) return pre->about;
+    const model_def *m = find_model(name);
+    return m ? m->about : NULL;
+}

@@ -1,0 +1,383 @@
+/* test_models.c - model specs, presets, builders and size formulas.
+ *
+ * Parses specs (and every kind of bad spec), builds MLP and GPT forward
+ * graphs for several configs and checks them with ir_verify, checks the
+ * parameter-count and FLOP formulas against the built graphs, checks layer
+ * tags and that repeated layers have the same op sequence, and builds the
+ * gpt-39b forward graph (shapes only), printing its build time and memory
+ * (reported, not asserted: timings are noisy).
+ */
+#include "models/models.h"
+#include "tests/test.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <time.h>
+
+static double now_s(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+static long max_rss_kb(void)
+{
+    struct rusage u;
+    getrusage(RUSAGE_SELF, &u);
+    return u.ru_maxrss;
+}
+
+static void test_parse(void)
+{
+    model_config c;
+    char err[512], buf[256];
+    CHECKF(model_parse("mlp", &c, err, sizeof err) == 0, "%s", err);
+    CHECK(strcmp(c.model, "mlp") == 0 && c.preset[0] == 0);
+    CHECK(model_get(&c, "layers") == 2 && model_get(&c, "batch") == 32 && model_get(&c, "in") == 64);
+    CHECK(model_get(&c, "hidden") == 256 && model_get(&c, "out") == 16);
+    CHECK(model_get(&c, "heads") == -1);
+    CHECK(strcmp(model_config_str(&c, buf, sizeof buf), "mlp:layers=2,batch=32,in=64,hidden=256,out=16") == 0);
+
+    CHECKF(model_parse("gpt-1.3b", &c, err, sizeof err) == 0, "%s", err);
+    CHECK(strcmp(c.model, "gpt") == 0 && strcmp(c.preset, "gpt-1.3b") == 0);
+    CHECK(model_get(&c, "layers") == 24 && model_get(&c, "hidden") == 2048 && model_get(&c, "heads") == 32);
+    CHECK(model_get(&c, "seq") == 1024 && model_get(&c, "vocab") == 51200 && model_get(&c, "batch") == 8);
+
+    /* Overrides apply on top of a preset; keys in any order. */
+    CHECKF(model_parse("gpt-1.3b:batch=16,layers=4", &c, err, sizeof err) == 0, "%s", err);
+    CHECK(strcmp(c.preset, "gpt-1.3b") == 0 && model_get(&c, "batch") == 16 && model_get(&c, "layers") == 4);
+    CHECK(model_get(&c, "hidden") == 2048);
+    model_config_str(&c, buf, sizeof buf);
+    CHECK(strcmp(buf, "gpt:layers=4,hidden=2048,heads=32,seq=1024,batch=16,vocab=51200") == 0);
+
+    /* The canonical string parses back to the same values. */
+    model_config d;
+    CHECKF(model_parse(buf, &d, err, sizeof err) == 0, "%s", err);
+    CHECK(d.n_keys == c.n_keys && memcmp(d.values, c.values, sizeof c.values) == 0);
+
+    CHECKF(model_parse("gpt:layers=2,hidden=64,heads=4,seq=8,batch=2,vocab=100", &c, err, sizeof err) == 0, "%s", err);
+    CHECK(model_get(&c, "vocab") == 100 && model_get(&c, "heads") == 4);
+
+    /* Every model and preset name parses on its own and describes itself. */
+    int n = 0;
+    for (const char *const *p = model_names(); *p; p++, n++) {
+        CHECKF(model_parse(*p, &c, err, sizeof err) == 0, "%s: %s", *p, err);
+        const char *desc = model_describe(*p);
+        CHECKF(desc && desc[0] && !strchr(desc, '\n'), "%s: '%s'", *p, desc ? desc : "(null)");
+    }
+    CHECK(n == 12);
+    CHECK(model_describe("gpt-7b") == NULL);
+    CHECK(strstr(model_describe("gpt-1.3b"), "GPT-3 XL") != NULL);
+    CHECK(strstr(model_describe("gpt"), "GPT decoder") != NULL);
+}
+
+static void test_parse_errors(void)
+{
+    static const struct {
+        const char *spec, *want, *want2;
+    } cases[] = {
+        {"", "empty", NULL},
+        {"foo", "unknown model 'foo'", "known: mlp, mlp-tiny, gpt, gpt-tiny, gpt-125m"},
+        {"gpt-7b:layers=2", "unknown model 'gpt-7b'", "gpt-39b"},
+        {":layers=2", "unknown model ''", NULL},
+        {"averyveryveryverylongmodelname-that-is-long", "unknown model", NULL},
+        {"gpt:depth=3", "unknown key 'depth' for gpt", "keys: layers, hidden, heads, seq, batch, vocab"},
+        {"mlp:heads=2", "unknown key 'heads' for mlp", "keys: layers, batch, in, hidden, out"},
+        {"gpt:layers=x", "bad number 'x' for key 'layers'", NULL},
+        {"gpt:layers=", "bad number '' for key 'layers'", NULL},
+        {"gpt:layers=3x", "bad number '3x'", NULL},
+        {"gpt:layers=1.5", "bad number '1.5'", NULL},
+        {"gpt:layers=+3", "bad number '+3'", NULL},
+        {"gpt:layers=99999999999999999999", "bad number", NULL},
+        {"gpt:layers=0", "layers=0 must be positive", NULL},
+        {"gpt-tiny:batch=-4", "batch=-4 must be positive", NULL},
+        {"gpt:heads=5", "heads=5 does not divide hidden=768", NULL},
+        {"gpt-tiny:hidden=60", "heads=8 does not divide hidden=60", NULL},
+        {"gpt:layers=100000", "layers=100000 is too large (at most 4096)", NULL},
+        {"gpt:vocab=1000000000", "vocab=1000000000 is too large", NULL},
+        {"gpt:seq=1048576,batch=1048576", "too large: attention scores", "limit 2^48"},
+        {"gpt:seq=1048576,batch=65536,heads=1", "too large: attention scores", NULL},
+        {"gpt:batch=1048576,seq=32,vocab=16777216", "too large: logits", NULL},
+        {"mlp:in=16777217", "in=16777217 is too large (at most 16777216)", NULL},
+        {"gpt:", "nothing after ':'", NULL},
+        {"gpt:layers=2,", "trailing ','", NULL},
+        {"gpt:layers=2,,heads=4", "expected key=value, got ''", NULL},
+        {"gpt:layers", "expected key=value, got 'layers'", NULL},
+        {"gpt:=3", "expected key=value, got '=3'", NULL},
+        {"gpt:layers=2,layers=3", "key 'layers' given twice", NULL},
+    };
+    for (int i = 0; i < (int)(sizeof cases / sizeof cases[0]); i++) {
+        model_config c;
+        char err[512] = "";
+        int rc = model_parse(cases[i].spec, &c, err, sizeof err);
+        CHECKF(rc == -1, "spec '%s' was accepted", cases[i].spec);
+        CHECKF(strstr(err, cases[i].want) != NULL, "spec '%s': got '%s', want '%s'", cases[i].spec, err, cases[i].want);
+        if (cases[i].want2)
+            CHECKF(strstr(err, cases[i].want2) != NULL, "spec '%s': got '%s', want '%s'", cases[i].spec, err,
+                   cases[i].want2);
+        CHECKF(!strchr(err, '\n'), "spec '%s': message is not one line", cases[i].spec);
+        /* The message names the input (all but the empty spec). */
+        if (cases[i].spec[0]) CHECKF(strstr(err, cases[i].spec) != NULL, "spec '%s': '%s'", cases[i].spec, err);
+        /* A NULL error buffer is allowed. */
+        CHECK(model_parse(cases[i].spec, &c, NULL, 0) == -1);
+    }
+    CHECK(model_parse(NULL, &(model_config){0}, NULL, 0) == -1);
+
+    /* Builders refuse a config of the other model. */
+    model_config c;
+    char err[256] = "";
+    model_parse("mlp-tiny", &c, NULL, 0);
+    CHECK(model_build_gpt(&c, err, sizeof err) == NULL && strstr(err, "not gpt"));
+    model_parse("gpt-tiny", &c, NULL, 0);
+    CHECK(model_build_mlp(&c, err, sizeof err) == NULL && strstr(err, "not mlp"));
+}
+
+static double einsum_flops(const ir_graph *g)
+{
+    double f = 0;
+    for (int i = 0; i < g->n_ops; i++)
+        if (g->ops[i].kind == IR_OP_EINSUM) f += ir_op_flops(g, i);
+    return f;
+}
+
+/* Ops of layers a and b: same count, same kinds, same attributes, in order. */
+static int same_layer_structure(const ir_graph *g, int a, int b, int *n_ops)
+{
+    int ia = 0, ib = 0, n = 0;
+    for (;;) {
+        while (ia < g->n_ops && g->ops[ia].layer != a) ia++;
+        while (ib < g->n_ops && g->ops[ib].layer != b) ib++;
+        if (ia == g->n_ops || ib == g->n_ops) {
+            *n_ops = n;
+            return ia == g->n_ops && ib == g->n_ops;
+        }
+        const ir_op *x = &g->ops[ia++], *y = &g->ops[ib++];
+        if (x->kind != y->kind || x->n_in != y->n_in || memcmp(&x->attrs, &y->attrs, sizeof x->attrs) != 0) return 0;
+        const ir_value *vx = &g->values[x->out], *vy = &g->values[y->out];
+        if (vx->rank != vy->rank || memcmp(vx->dims, vy->dims, sizeof vx->dims) != 0) return 0;
+        n++;
+    }
+}
+
+/* Builds `spec`, verifies it and checks the formulas against it.  Returns the
+ * graph (caller frees) or NULL. */
+static ir_graph *build_checked(const char *spec)
+{
+    model_config c;
+    char err[512] = "";
+    CHECKF(model_parse(spec, &c, err, sizeof err) == 0, "%s: %s", spec, err);
+    ir_graph *g = model_build_forward(&c, err, sizeof err);
+    CHECKF(g != NULL, "%s: %s", spec, err);
+    if (!g) return NULL;
+    CHECKF(ir_verify(g, err, sizeof err) == 0, "%s: %s", spec, err);
+    CHECKF(ir_param_count(g) == model_param_count(&c), "%s: graph has %lld params, formula %lld", spec,
+           (long long)ir_param_count(g), (long long)model_param_count(&c));
+    /* Exact: every term is an integer below 2^53. */
+    CHECKF(einsum_flops(g) == model_forward_flops(&c), "%s: graph einsum FLOPs %.17g, formula %.17g", spec,
+           einsum_flops(g), model_forward_flops(&c));
+    CHECK(g->loss >= 0 && g->values[g->loss].rank == 0 && strcmp(g->values[g->loss].name, "loss") == 0);
+    CHECK(g->n_layers == model_get(&c, "layers"));
+    CHECK(g->n_outputs == 1 && g->outputs[0].value == g->loss);
+    return g;
+}
+
+static void test_mlp(void)
+{
+    const char *specs[] = {"mlp", "mlp-tiny", "mlp:layers=1", "mlp:layers=5,batch=3,in=7,hidden=11,out=2"};
+    for (int i = 0; i < 4; i++) {
+        ir_graph *g = build_checked(specs[i]);
+        if (!g) continue;
+        for (int l = 0; l < g->n_layers; l++) {
+            char name[32];
+            snprintf(name, sizeof name, "layer%d.w", l);
+            int w = ir_find(g, name);
+            CHECKF(w >= 0 && g->values[w].layer == l && g->values[w].role == IR_PARAM, "%s: %s", specs[i], name);
+            snprintf(name, sizeof name, "layer%d.b", l);
+            int b = ir_find(g, name);
+            CHECKF(b >= 0 && g->values[b].layer == l && g->values[b].rank == 1, "%s: %s", specs[i], name);
+        }
+        /* ReLU between layers only: layers - 1 of them. */
+        int relus = 0;
+        for (int k = 0; k < g->n_ops; k++) relus += g->ops[k].kind == IR_OP_RELU;
+        CHECK(relus == g->n_layers - 1);
+        ir_free(g);
+    }
+    /* Inner layers of mlp-tiny repeat (layer 2 is the last: no ReLU). */
+    ir_graph *g = build_checked("mlp-tiny");
+    int n = 0;
+    CHECK(g && same_layer_structure(g, 0, 1, &n) && n == 4);
+    CHECK(g && !same_layer_structure(g, 1, 2, &n));
+    int x = g ? ir_find(g, "x") : -1, y = g ? ir_find(g, "y") : -1;
+    CHECK(x >= 0 && g->values[x].role == IR_INPUT && g->values[x].dims[0] == 8 && g->values[x].dims[1] == 16);
+    CHECK(y >= 0 && g->values[y].role == IR_INPUT && g->values[y].dims[1] == 8);
+    ir_free(g);
+}
+
+static void test_gpt_graph(void)
+{
+    const char *specs[] = {"gpt-tiny", "gpt:layers=1,hidden=32,heads=2,seq=8,batch=2,vocab=50",
+                           "gpt:layers=3,hidden=48,heads=3,seq=5,batch=3,vocab=7",
+                           "gpt:layers=2,hidden=16,heads=16,seq=1,batch=1,vocab=1"};
+    for (int i = 0; i < 4; i++) {
+        ir_graph *g = build_checked(specs[i]);
+        if (!g) continue;
+        model_config c;
+        model_parse(specs[i], &c, NULL, 0);
+        int64_t h = model_get(&c, "hidden"), L = model_get(&c, "layers");
+        /* Per layer params are exactly 12h^2 + 13h; the rest have tag -1. */
+        for (int64_t l = -1; l < L; l++) {
+            int64_t n = 0;
+            for (int v = 0; v < g->n_values; v++)
+                if (g->values[v].role == IR_PARAM && g->values[v].layer == l) n += ir_numel(&g->values[v]);
+            int64_t want = l < 0 ? (model_get(&c, "vocab") + model_get(&c, "seq") + 2) * h : 12 * h * h + 13 * h;
+            CHECKF(n == want, "%s layer %lld: %lld params, want %lld", specs[i], (long long)l, (long long)n, (long long)want);
+        }
+        /* Layers are tagged and every layer repeats layer 0's op sequence. */
+        for (int64_t l = 1; l < L; l++) {
+            int n = 0;
+            CHECKF(same_layer_structure(g, 0, (int)l, &n) && n > 50, "%s: layer %lld differs from layer 0", specs[i],
+                   (long long)l);
+        }
+        /* Each layer's ops are one contiguous run, in layer order. */
+        int last = -1, ok = 1;
+        for (int k = 0; k < g->n_ops; k++) {
+            int l = g->ops[k].layer;
+            if (l >= 0 && l < last) ok = 0;
+            if (l >= 0) last = l;
+        }
+        CHECK(ok);
+        ir_free(g);
+    }
+
+    /* Shapes, names, inits and tags of gpt-tiny. */
+    ir_graph *g = build_checked("gpt-tiny");
+    if (!g) return;
+    struct {
+        const char *name;
+        int layer, rank;
+        int64_t dims[4];
+    } want[] = {
+        {"tokens", -1, 2, {8, 16}},           {"labels", -1, 2, {8, 16}},
+        {"wte", -1, 2, {128, 64}},            {"wpe", -1, 2, {16, 64}},
+        {"causal_mask", -1, 2, {16, 16}},     {"embed", -1, 3, {8, 16, 64}},
+        {"h0.ln1.g", 0, 1, {64}},             {"h1.ln1.b", 1, 1, {64}},
+        {"h1.attn.wq", 1, 3, {64, 8, 8}},     {"h1.attn.bv", 1, 2, {8, 8}},
+        {"h1.attn.wo", 1, 3, {8, 8, 64}},     {"h1.attn.bo", 1, 1, {64}},
+        {"h1.attn.q", 1, 4, {8, 16, 8, 8}},   {"h1.attn.scores", 1, 4, {8, 8, 16, 16}},
+        {"h1.attn.probs", 1, 4, {8, 8, 16, 16}}, {"h1.attn.ctx", 1, 4, {8, 16, 8, 8}},
+        {"h1.mlp.w1", 1, 2, {64, 256}},       {"h1.mlp.b1", 1, 1, {256}},
+        {"h1.mlp.w2", 1, 2, {256, 64}},       {"h1.mlp.act", 1, 3, {8, 16, 256}},
+        {"h1.out", 1, 3, {8, 16, 64}},        {"ln_f.g", -1, 1, {64}},
+        {"logits", -1, 3, {8, 16, 128}},      {"ce.nll", -1, 2, {8, 16}},
+    };
+    for (int i = 0; i < (int)(sizeof want / sizeof want[0]); i++) {
+        int v = ir_find(g, want[i].name);
+        CHECKF(v >= 0, "no value '%s'", want[i].name);
+        if (v < 0) continue;
+        const ir_value *x = &g->values[v];
+        CHECKF(x->layer == want[i].layer, "%s: layer %d", want[i].name, x->layer);
+        CHECKF(x->rank == want[i].rank && memcmp(x->dims, want[i].dims, sizeof(int64_t) * (size_t)x->rank) == 0,
+               "%s: wrong shape", want[i].name);
+    }
+    int tok = ir_find(g, "tokens");
+    CHECK(g->values[tok].dtype == IR_I32 && g->values[tok].init == IR_INIT_IDS && g->values[tok].init_arg == 128);
+    CHECK(g->values[ir_find(g, "h0.ln2.g")].init == IR_INIT_ONES);
+    CHECK(g->values[ir_find(g, "h0.ln2.b")].init == IR_INIT_ZEROS);
+    /* The LM head is tied: wte is read by the gather and by the logits einsum. */
+    int wte = ir_find(g, "wte"), uses = 0;
+    for (int k = 0; k < g->n_ops; k++)
+        for (int j = 0; j < g->ops[k].n_in; j++) uses += g->ops[k].in[j] == wte;
+    CHECK(uses == 2);
+    CHECK(g->ops[g->values[ir_find(g, "logits")].producer].kind == IR_OP_EINSUM);
+    /* One stop_grad a layer (the softmax max), one in the loss; the mask is
+     * built once (2 iotas, 1 ge), not per layer. */
+    int sg = 0, oh = 0, mask_ops = 0;
+    for (int k = 0; k < g->n_ops; k++) {
+        sg += g->ops[k].kind == IR_OP_STOP_GRAD;
+        oh += g->ops[k].kind == IR_OP_ONE_HOT;
+        mask_ops += g->ops[k].kind == IR_OP_IOTA || g->ops[k].kind == IR_OP_GE;
+    }
+    CHECK(sg == 2 + 1 && oh == 1 && mask_ops == 3);
+
+    /* Building is deterministic: the same spec prints the same graph. */
+    char *a = NULL, *b = NULL;
+    size_t na, nb;
+    FILE *fa = open_memstream(&a, &na), *fb = open_memstream(&b, &nb);
+    ir_graph *g2 = build_checked("gpt-tiny");
+    ir_print(g, fa);
+    if (g2) ir_print(g2, fb);
+    fclose(fa);
+    fclose(fb);
+    CHECK(strcmp(a, b) == 0);
+    CHECK(strstr(a, "h1.attn.scores = scale 0.353553391(") != NULL);
+    free(a);
+    free(b);
+    ir_free(g2);
+    ir_free(g);
+}
+
+static void test_preset_counts(void)
+{
+    static const struct {
+        const char *name;
+        double nominal;
+    } p[] = {{"gpt-125m", 125e6}, {"gpt-350m", 350e6}, {"gpt-760m", 760e6}, {"gpt-1.3b", 1.3e9},
+             {"gpt-2.6b", 2.6e9}, {"gpt-6.7b", 6.7e9}, {"gpt-15b", 15e9},   {"gpt-39b", 39e9}};
+    for (int i = 0; i < 8; i++) {
+        model_config c;
+        model_parse(p[i].name, &c, NULL, 0);
+        int64_t L = model_get(&c, "layers"), h = model_get(&c, "hidden");
+        int64_t n = model_param_count(&c);
+        int64_t per_layer = 12 * h * h + 13 * h;
+        CHECK(n == L * per_layer + (model_get(&c, "vocab") + model_get(&c, "seq") + 2) * h);
+        /* Within 10% of the size in the preset's name (names are rounded). */
+        CHECKF(fabs((double)n / p[i].nominal - 1) < 0.10, "%s has %lld params", p[i].name, (long long)n);
+        printf("%-9s L=%-2lld h=%-5lld heads=%-2lld params %14lld (per layer %lld), step %.3g TFLOP (einsums)\n",
+               p[i].name, (long long)L, (long long)h, (long long)model_get(&c, "heads"), (long long)n,
+               (long long)per_layer, model_step_flops(&c) / 1e12);
+    }
+    /* A mid-size preset built for real agrees with its formula. */
+    ir_graph *g = build_checked("gpt-125m");
+    ir_free(g);
+}
+
+static void test_gpt_39b(void)
+{
+    model_config c;
+    char err[512] = "";
+    CHECKF(model_parse("gpt-39b", &c, err, sizeof err) == 0, "%s", err);
+    long rss0 = max_rss_kb();
+    double t0 = now_s();
+    ir_graph *g = model_build_forward(&c, err, sizeof err);
+    double t1 = now_s();
+    CHECKF(g != NULL, "%s", err);
+    if (!g) return;
+    size_t bytes = (size_t)g->cap_values * sizeof(ir_value) + (size_t)g->cap_ops * sizeof(ir_op) +
+                   (size_t)g->name_cap * sizeof(int);
+    printf("gpt-39b forward: %d values, %d ops, %lld params; built in %.1f ms; arrays %.2f MB; max RSS +%ld KB\n",
+           g->n_values, g->n_ops, (long long)ir_param_count(g), 1e3 * (t1 - t0), (double)bytes / 1e6,
+           max_rss_kb() - rss0);
+    CHECKF(ir_verify(g, err, sizeof err) == 0, "%s", err);
+    CHECK(ir_param_count(g) == model_param_count(&c));
+    CHECK(einsum_flops(g) == model_forward_flops(&c));
+    CHECK(g->n_layers == 48);
+    int n = 0;
+    CHECK(same_layer_structure(g, 0, 47, &n) && n > 50);
+    int s = ir_find(g, "h47.attn.scores");
+    CHECK(s >= 0 && g->values[s].dims[1] == 64 && g->values[s].dims[3] == 1024);
+    ir_free(g);
+}
+
+int main(void)
+{
+    test_parse();
+    test_parse_errors();
+    test_mlp();
+    test_gpt_graph();
+    test_preset_counts();
+    test_gpt_39b();
+    return test_done();
+}

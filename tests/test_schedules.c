@@ -1,0 +1,207 @@
+/* test_schedules.c - the expert schedules reproduce the collective signatures
+ * published for them (data parallel, Megatron-LM, ZeRO-3), and the dim-group
+ * action space does not grow with depth. */
+#include "analysis/groups.h"
+#include "analysis/schedule.h"
+#include "analysis/spmd.h"
+#include "models/models.h"
+#include "tests/test.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+static ir_graph *build(const char *spec)
+{
+    model_config cfg;
+    char err[512];
+    if (model_parse(spec, &cfg, err, sizeof err) < 0) {
+        fprintf(stderr, "%s\n", err);
+        exit(1);
+    }
+    ir_graph *g = model_build_step(&cfg, NULL, err, sizeof err);
+    if (!g) {
+        fprintf(stderr, "%s\n", err);
+        exit(1);
+    }
+    return g;
+}
+
+/* Applies `sched` on `mesh` and lowers. */
+static spmd_program *lower(const ir_graph *g, const char *mesh_text, const char *sched, shard_mesh *mesh,
+                           shard_state **st_out)
+{
+    char err[512];
+    schedule sc;
+    if (shard_mesh_parse(mesh_text, mesh, err, sizeof err) < 0 || sched_parse(sched, mesh, &sc, err, sizeof err) < 0) {
+        fprintf(stderr, "%s\n", err);
+        exit(1);
+    }
+    shard_state *st = shard_state_new(g, mesh);
+    int rc = sched_apply(&sc, st, err, sizeof err);
+    CHECKF(rc == 0, "%s: %s", sched, err);
+    spmd_program *p = spmd_lower(st);
+    if (st_out) *st_out = st;
+    else shard_state_free(st);
+    return p;
+}
+
+static int count(const spmd_program *p, spmd_kind k, int phase, int layer)
+{
+    int n = 0;
+    for (int i = 0; i < p->n_instrs; i++) {
+        const spmd_instr *in = &p->instrs[i];
+        n += in->kind == k && (phase < 0 || in->phase == phase) && (layer == -2 || in->layer == layer);
+    }
+    return n;
+}
+
+static double param_bytes(const ir_graph *g)
+{
+    double b = 0;
+    for (int v = 0; v < g->n_values; v++)
+        if (g->values[v].role == IR_PARAM) b += (double)ir_bytes(&g->values[v]);
+    return b;
+}
+
+static void test_dp_mlp(void)
+{
+    static const char *meshes[] = {"batch=2", "batch=4", "batch=8"};
+    ir_graph *g = build("mlp:layers=3,batch=32,in=64,hidden=128,out=16");
+    for (int m = 0; m < 3; m++) {
+        shard_mesh mesh;
+        spmd_program *p = lower(g, meshes[m], "dp:batch", &mesh, NULL);
+        int fwd = 0;
+        for (int k = SPMD_ALL_GATHER; k < SPMD_N_KINDS; k++)
+            if (k != SPMD_SLICE) fwd += p->stats.count[k][SPMD_FORWARD];
+        CHECKF(fwd == 0, "%s: %d forward collectives", meshes[m], fwd);
+        /* one all-reduce per parameter gradient, together the size of all weights */
+        CHECKF(p->stats.count[SPMD_ALL_REDUCE][SPMD_BACKWARD] == 6, "%s: %d backward all-reduces", meshes[m],
+               p->stats.count[SPMD_ALL_REDUCE][SPMD_BACKWARD]);
+        CHECKF(p->stats.bytes[SPMD_ALL_REDUCE][SPMD_BACKWARD] == param_bytes(g), "%s: %.0f vs %.0f", meshes[m],
+               p->stats.bytes[SPMD_ALL_REDUCE][SPMD_BACKWARD], param_bytes(g));
+        CHECK(count(p, SPMD_ALL_GATHER, -1, -2) == 0 && count(p, SPMD_REDUCE_SCATTER, -1, -2) == 0);
+        spmd_free(p);
+    }
+    ir_free(g);
+}
+
+static void test_megatron_gpt(void)
+{
+    ir_graph *g = build("gpt-tiny");
+    model_config cfg;
+    char err[256];
+    model_parse("gpt-tiny", &cfg, err, sizeof err);
+    int64_t b = model_get(&cfg, "batch"), s = model_get(&cfg, "seq"), h = model_get(&cfg, "hidden");
+    static const char *meshes[] = {"model=2", "model=4"};
+    for (int m = 0; m < 2; m++) {
+        shard_mesh mesh;
+        spmd_program *p = lower(g, meshes[m], "megatron:model", &mesh, NULL);
+        for (int L = 0; L < g->n_layers; L++) {
+            int fwd = 0, bwd = 0, ok_bytes = 1;
+            for (int i = 0; i < p->n_instrs; i++) {
+                const spmd_instr *in = &p->instrs[i];
+                if (in->layer != L || in->kind != SPMD_ALL_REDUCE) continue;
+                fwd += in->phase == SPMD_FORWARD;
+                bwd += in->phase == SPMD_BACKWARD;
+                ok_bytes &= in->bytes == b * s * h * 4;
+            }
+            CHECKF(fwd == 2 && bwd == 2, "%s layer %d: %d forward, %d backward all-reduces", meshes[m], L, fwd, bwd);
+            CHECKF(ok_bytes, "%s layer %d: all-reduce of something other than b x s x h", meshes[m], L);
+            /* no all-gather of activations inside the layers */
+            int ag = 0;
+            for (int i = 0; i < p->n_instrs; i++) {
+                const spmd_instr *in = &p->instrs[i];
+                ag += in->layer == L && (in->kind == SPMD_ALL_GATHER || in->kind == SPMD_ALL_TO_ALL) &&
+                      p->g->values[in->value].role == IR_INTERMEDIATE;
+            }
+            CHECKF(ag == 0, "%s layer %d: %d activation gathers", meshes[m], L, ag);
+        }
+        spmd_free(p);
+    }
+    ir_free(g);
+}
+
+static void check_zero3(const char *model, const char *mesh_text, const char *sched, int64_t divide)
+{
+    ir_graph *g = build(model);
+    shard_mesh mesh;
+    shard_state *st;
+    spmd_program *p = lower(g, mesh_text, sched, &mesh, &st);
+    int n_params = 0;
+    for (int v = 0; v < g->n_values; v++) n_params += g->values[v].role == IR_PARAM;
+    CHECKF(p->stats.count[SPMD_ALL_REDUCE][SPMD_BACKWARD] == 0 || strstr(sched, "megatron"),
+           "%s %s: %d gradient all-reduces", model, sched, p->stats.count[SPMD_ALL_REDUCE][SPMD_BACKWARD]);
+    /* each weight gradient reduce-scattered over batch, each weight gathered before use */
+    int rs = 0, ag_params = 0;
+    int *gathered = calloc((size_t)g->n_values, sizeof(int));
+    for (int i = 0; i < p->n_instrs; i++) {
+        const spmd_instr *in = &p->instrs[i];
+        if (in->kind == SPMD_REDUCE_SCATTER && g->values[in->value].grad_of >= 0) rs++;
+        if (in->kind == SPMD_ALL_GATHER && in->phase == SPMD_FORWARD && g->values[in->value].role == IR_PARAM &&
+            !gathered[in->value]++)
+            ag_params++;
+    }
+    CHECKF(rs == n_params, "%s %s: %d of %d gradients reduce-scattered", model, sched, rs, n_params);
+    CHECKF(ag_params == n_params, "%s %s: %d of %d params gathered in the forward pass", model, sched, ag_params, n_params);
+    free(gathered);
+    /* model states per device: every param and optimizer state is tiled over
+     * batch (so 1/N of it per device), and with megatron the weights Megatron
+     * splits over model too (1/(N x M)); adam.t, a scalar, stays whole. */
+    int untiled = 0, both = 0;
+    double local = 0, total = 0;
+    unsigned batch = 1u << shard_mesh_axis(&mesh, "batch");
+    for (int v = 0; v < g->n_values; v++) {
+        const ir_value *x = &g->values[v];
+        if (x->role != IR_PARAM && x->role != IR_OPT_STATE) continue;
+        local += (double)shard_local_bytes(&mesh, x, &st->spec[v]);
+        total += (double)ir_bytes(x);
+        unsigned tiled = shard_spec_tiled(&st->spec[v], x->rank);
+        if (x->rank && !(tiled & batch)) untiled++;
+        if (strstr(x->name, "attn.wq") && shard_axes_size(&mesh, tiled) == mesh.n_devices) both++;
+        if (x->rank) CHECK(shard_local_bytes(&mesh, x, &st->spec[v]) * (size_t)shard_axes_size(&mesh, tiled) == ir_bytes(x));
+    }
+    CHECKF(untiled == 0, "%s %s: %d model states not tiled over batch", model, sched, untiled);
+    if (divide > mesh.sizes[0]) CHECKF(both > 0, "%s %s: wq not tiled over both axes", model, sched);
+    printf("%s %s on %s: model states per device %.4g MB of %.4g MB (1/%.2f)\n", model, sched, mesh_text, local / 1e6,
+           total / 1e6, total / local);
+    spmd_free(p);
+    shard_state_free(st);
+    ir_free(g);
+}
+
+static void test_groups(void)
+{
+    ir_graph *g2 = build("gpt:layers=2,hidden=64,heads=4,seq=16,batch=4,vocab=128");
+    ir_graph *g8 = build("gpt:layers=8,hidden=64,heads=4,seq=16,batch=4,vocab=128");
+    shard_groups *a = shard_groups_build(g2), *b = shard_groups_build(g8);
+    CHECKF(a->n == b->n, "groups: %d for 2 layers, %d for 8", a->n, b->n);
+    CHECK(a->n >= 6 && a->n <= 12);
+    /* the heads group holds every layer's q, k, v, o heads dims */
+    int heads = -1;
+    for (int i = 0; i < b->n; i++)
+        if (!strcmp(b->groups[i].name, "h0.attn.wq:1")) heads = i;
+    CHECK(heads >= 0);
+    if (heads >= 0) {
+        int wq = 0;
+        for (int k = 0; k < b->groups[heads].n; k++) {
+            const char *nm = g8->values[b->members[b->groups[heads].first + k].value].name;
+            wq += strstr(nm, ".attn.wq") != NULL && strncmp(nm, "adam", 4) != 0;
+        }
+        CHECKF(wq == 8, "heads group holds %d wq", wq);
+    }
+    shard_groups_free(a);
+    shard_groups_free(b);
+    ir_free(g2);
+    ir_free(g8);
+}
+
+int main(void)
+{
+    test_dp_mlp();
+    test_megatron_gpt();
+    check_zero3("mlp:layers=2,batch=32,in=64,hidden=128,out=16", "batch=4", "zero3:batch", 4);
+    check_zero3("gpt-tiny", "batch=4", "zero3:batch", 4);
+    check_zero3("gpt-tiny", "batch=2,model=2", "dp:batch,megatron:model,zero3:batch", 4);
+    test_groups();
+    return test_done();
+}
