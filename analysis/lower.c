@@ -246,6 +246,14 @@ spmd_program *spmd_lower(shard_state *s)
                    s->use_start[o->in[0] + 1] - s->use_start[o->in[0]] == 1) {
             keep_partial = a0->partial;
         }
+        /* Summing two partial values: do it before tiling on their partial
+         * axes, so the sum is reduce-scattered once rather than each term. */
+        for (int f = 0; keep_partial && f < r->n_factors; f++)
+            for (int k = 0; k < fa[f].n; k++)
+                if (keep_partial & (1u << fa[f].axes[k])) {
+                    fa[f].n = (uint8_t)k;
+                    break;
+                }
         int ins[IR_MAX_OPERANDS] = {-1, -1};
         for (int t = 0; t < o->n_in; t++) {
             shard_spec T;

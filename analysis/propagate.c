@@ -392,18 +392,18 @@ int shard_apply(shard_state *s, const shard_decision *d, char *err, size_t errle
         if (err) snprintf(err, errlen, "decision on '%s': no dim %d (rank %d)", x->name, d->dim, x->rank);
         return -1;
     }
+    if (shard_spec_tiled(sp, x->rank) & bit) {
+        for (int k = 0; k < sp->n[d->dim]; k++)
+            if (sp->axes[d->dim][k] == a) return 1; /* already so */
+        conflict(s, -1, v, a, s->stamp[v][a], stamp, "axis already tiles another dim of this tensor");
+        return 1;
+    }
     int64_t shards = shard_dim_shards(s->mesh, sp, d->dim) * s->mesh->sizes[a];
     if (x->dims[d->dim] % shards != 0) {
         if (err)
             snprintf(err, errlen, "'%s' dim %d (size %lld) does not divide into %lld shards over axis '%s'", x->name,
                      d->dim, (long long)x->dims[d->dim], (long long)shards, s->mesh->names[a]);
         return -1;
-    }
-    if (shard_spec_tiled(sp, x->rank) & bit) {
-        for (int k = 0; k < sp->n[d->dim]; k++)
-            if (sp->axes[d->dim][k] == a) return 1; /* already so */
-        conflict(s, -1, v, a, s->stamp[v][a], stamp, "axis already tiles another dim of this tensor");
-        return 1;
     }
     if (s->atomic[v] & bit) {
         conflict(s, -1, v, a, -1, stamp, "tensor is atomic (replicated) on this axis");
