@@ -211,17 +211,29 @@ static void mark_phases(const ir_graph *g, uint8_t *phase)
     free(fwd);
 }
 
-spmd_program *spmd_lower(shard_state *s)
+spmd_program *spmd_lower(shard_state *s) { return spmd_lower_into(s, NULL); }
+
+spmd_program *spmd_lower_into(shard_state *s, spmd_program *p)
 {
     const ir_graph *g = s->g;
-    spmd_program *p = calloc(1, sizeof *p);
-    if (!p) abort();
-    p->g = g;
+    if (p && p->g != g) {
+        spmd_free(p);
+        p = NULL;
+    }
+    if (!p) {
+        p = calloc(1, sizeof *p);
+        if (!p) abort();
+        p->g = g;
+        p->arg_buf = xrealloc(NULL, (size_t)g->n_values * sizeof(int));
+        p->out_buf = xrealloc(NULL, (size_t)(g->n_outputs ? g->n_outputs : 1) * sizeof(int));
+        p->cur = xrealloc(NULL, (size_t)g->n_values * sizeof(int));
+        p->phase = xrealloc(NULL, (size_t)g->n_ops + 1);
+        mark_phases(g, p->phase);
+    }
     p->mesh = *s->mesh;
-    p->arg_buf = xrealloc(NULL, (size_t)g->n_values * sizeof(int));
-    p->out_buf = xrealloc(NULL, (size_t)(g->n_outputs ? g->n_outputs : 1) * sizeof(int));
-    lower_ctx c = {s, p, xrealloc(NULL, (size_t)g->n_values * sizeof(int)), xrealloc(NULL, (size_t)g->n_ops + 1), -1};
-    mark_phases(g, c.phase);
+    p->n_bufs = p->n_instrs = 0;
+    memset(&p->stats, 0, sizeof p->stats);
+    lower_ctx c = {s, p, p->cur, p->phase, -1};
     for (int v = 0; v < g->n_values; v++) {
         p->arg_buf[v] = c.cur[v] = -1;
         if (g->values[v].role != IR_INTERMEDIATE) p->arg_buf[v] = c.cur[v] = new_buf(p, v, &s->spec[v]);
@@ -281,8 +293,6 @@ spmd_program *spmd_lower(shard_state *s)
         T.partial = T.partial_max = 0;
         p->out_buf[i] = reshard(&c, o->value, &T);
     }
-    free(c.cur);
-    free(c.phase);
     return p;
 }
 
@@ -293,6 +303,8 @@ void spmd_free(spmd_program *p)
     free(p->instrs);
     free(p->arg_buf);
     free(p->out_buf);
+    free(p->cur);
+    free(p->phase);
     free(p);
 }
 

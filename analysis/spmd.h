@@ -61,11 +61,18 @@ typedef struct spmd_program {
     int *arg_buf;      /* per value: the buffer an argument arrives in, else -1 */
     int *out_buf;      /* per graph output: the buffer holding it at the end */
     spmd_stats stats;
+    /* scratch kept between lowerings of the same graph (see spmd_lower_into) */
+    int *cur;
+    uint8_t *phase;
 } spmd_program;
 
 /* Lowers g under the shardings in s.  Returns a new program (caller frees
  * with spmd_free); never fails for a state made by propagation. */
 spmd_program *spmd_lower(shard_state *s);
+/* The same, reusing p's arrays when p was lowered from the same graph before
+ * (the search lowers thousands of plans; fresh arrays each time cost page
+ * faults).  p may be NULL.  Returns p, or a new program. */
+spmd_program *spmd_lower_into(shard_state *s, spmd_program *p);
 void spmd_free(spmd_program *p);
 const char *spmd_kind_name(spmd_kind k);
 const char *spmd_phase_name(spmd_phase p);
