@@ -190,9 +190,11 @@ static void index_insert(ir_graph *g, int id)
     g->name_index[i] = id;
 }
 
+/* Rebuilds the name index with room for twice the values (load <= 1/2). */
 static void index_grow(ir_graph *g)
 {
-    int cap = g->name_cap ? g->name_cap * 2 : 256;
+    int cap = 256;
+    while (cap < 4 * g->n_values) cap *= 2;
     free(g->name_index);
     g->name_index = xrealloc(NULL, (size_t)cap * sizeof(int));
     for (int i = 0; i < cap; i++) g->name_index[i] = -1;
