@@ -675,9 +675,9 @@ ir_graph *ir_clone(const ir_graph *g)
     c->values = xrealloc(NULL, (size_t)(g->n_values ? g->n_values : 1) * sizeof *c->values);
     c->ops = xrealloc(NULL, (size_t)(g->n_ops ? g->n_ops : 1) * sizeof *c->ops);
     c->outputs = xrealloc(NULL, (size_t)(g->n_outputs ? g->n_outputs : 1) * sizeof *c->outputs);
-    memcpy(c->values, g->values, (size_t)g->n_values * sizeof *c->values);
-    memcpy(c->ops, g->ops, (size_t)g->n_ops * sizeof *c->ops);
-    memcpy(c->outputs, g->outputs, (size_t)g->n_outputs * sizeof *c->outputs);
+    if (g->n_values) memcpy(c->values, g->values, (size_t)g->n_values * sizeof *c->values);
+    if (g->n_ops) memcpy(c->ops, g->ops, (size_t)g->n_ops * sizeof *c->ops);
+    if (g->n_outputs) memcpy(c->outputs, g->outputs, (size_t)g->n_outputs * sizeof *c->outputs);
     c->n_values = c->cap_values = g->n_values;
     c->n_ops = c->cap_ops = g->n_ops;
     c->n_outputs = c->cap_outputs = g->n_outputs;
