@@ -190,10 +190,11 @@ static void index_insert(ir_graph *g, int id)
     g->name_index[i] = id;
 }
 
+/* Rebuilds the name index with room for twice the values (load <= 1/2). */
 static void index_grow(ir_graph *g)
 {
-    int cap = g->name_cap ? g->name_cap * 2 : 256;
-    while (cap < 2 * g->n_values) cap *= 2; /* ir_clone grows from an empty table */
+    int cap = 256;
+    while (cap < 4 * g->n_values) cap *= 2;
     free(g->name_index);
     g->name_index = xrealloc(NULL, (size_t)cap * sizeof(int));
     for (int i = 0; i < cap; i++) g->name_index[i] = -1;
@@ -675,7 +676,7 @@ ir_graph *ir_clone(const ir_graph *g)
     c->ops = xrealloc(NULL, (size_t)(g->n_ops ? g->n_ops : 1) * sizeof *c->ops);
     c->outputs = xrealloc(NULL, (size_t)(g->n_outputs ? g->n_outputs : 1) * sizeof *c->outputs);
     if (g->n_values) memcpy(c->values, g->values, (size_t)g->n_values * sizeof *c->values);
-    if (g->n_ops) memcpy(c->ops, g->ops, (size_t)g->n_ops * sizeof *c->ops); /* NULL when empty */
+    if (g->n_ops) memcpy(c->ops, g->ops, (size_t)g->n_ops * sizeof *c->ops);
     if (g->n_outputs) memcpy(c->outputs, g->outputs, (size_t)g->n_outputs * sizeof *c->outputs);
     c->n_values = c->cap_values = g->n_values;
     c->n_ops = c->cap_ops = g->n_ops;

@@ -686,8 +686,8 @@ static int resolve(loader *L, const char *name, int from_op)
     for (const cJSON *o = from_op >= 0 ? L->ops->child : NULL; o; o = o->next, j++) {
         const cJSON *n = cJSON_GetObjectItemCaseSensitive(o, "name");
         if (j >= from_op && cJSON_IsString(n) && !strcmp(n->valuestring, name))
-            return lfail(L, "uses \"%.60s\" before it is defined (ops must be in order; a cycle?%s)", name,
-                         j == from_op ? " an op cannot read its own result" : "");
+            return lfail(L, "uses \"%.60s\" before it is defined (%s)", name,
+                         j == from_op ? "an op cannot read its own result" : "ops must be in order; a cycle?");
     }
     return lfail(L, "unknown tensor name \"%.60s\"", name);
 }
@@ -1077,9 +1077,9 @@ ir_graph *ir_load_json(const char *text, char *err, size_t errlen)
         line_col(text, end, where, sizeof where);
         size_t k = 0;
         for (const char *p = end; *p && *p != '\n' && *p != '\r' && k < 20; p++)
-            near[k++] = (*p >= 0x20 && *p < 0x7f && *p != '"') ? *p : '?';
+            near[k++] = (*p >= 0x20 && *p < 0x7f) ? *p : '?';
         near[k] = 0;
-        if (k) lfail(&L, "%s: malformed JSON near \"%s\"", where, near);
+        if (k) lfail(&L, "%s: malformed JSON near '%s'", where, near);
         else lfail(&L, "%s: malformed JSON (unexpected end of %s)", where, *end ? "line" : "input");
         return NULL;
     }
