@@ -65,19 +65,6 @@ static int param(gpt_builder *m, const char *prefix, const char *suffix, int ran
     return p;
 }
 
-/* An iota [s,s] counting along `dim`.  Goes through ir_add_op with a dummy
- * operand array: ir_iota passes in=NULL, which ir/graph.c's infer() reads
- * (in[0]) before checking the arity, a crash reported to the IR owner. */
-static int iota2(ir_graph *g, const int64_t *dims, int dim)
-{
-    int none[IR_MAX_OPERANDS] = {-1, -1};
-    ir_attrs at;
-    memset(&at, 0, sizeof at);
-    at.n_ints = 1;
-    at.ints[0] = dim;
-    return ir_add_op(g, IR_OP_IOTA, 0, none, &at, IR_F32, 2, dims, NULL);
-}
-
 static int reduce1(ir_graph *g, ir_opkind k, int x, int64_t dim) { return ir_reduce(g, k, x, 1, &dim); }
 
 /* LayerNorm over the last dim of x [b,s,h] with params "<prefix>.g" (ones)
@@ -225,7 +212,7 @@ ir_graph *model_build_gpt(const model_config *cfg, char *err, size_t errlen)
     ir_set_init(g, wte, IR_INIT_NORMAL, 0.02);
     ir_set_init(g, wpe, IR_INIT_NORMAL, 0.02);
 
-    int pos_s = iota2(g, ss, 0), pos_t = iota2(g, ss, 1);
+    int pos_s = ir_iota(g, IR_F32, 2, ss, 0), pos_t = ir_iota(g, IR_F32, 2, ss, 1);
     m.mask = named(g, "causal_mask", IR_OP_GE, pos_s, pos_t, 0);
     m.mask_bias = named(g, "causal_bias", IR_OP_SCALE, ir_add_scalar(g, m.mask, -1.0), -1, 1e9);
 

@@ -5,7 +5,9 @@
  * parameter-count and FLOP formulas against the built graphs, checks layer
  * tags and that repeated layers have the same op sequence, and builds the
  * gpt-39b forward graph (shapes only), printing its build time and memory
- * (reported, not asserted: timings are noisy).
+ * (reported, not asserted: timings are noisy).  Training steps (through
+ * ir_train_step) are built for mlp-tiny, gpt-tiny and gpt-39b and checked for
+ * gradients, optimizer outputs and repeated layer structure.
  */
 #include "models/models.h"
 #include "tests/test.h"
@@ -371,6 +373,89 @@ static void test_gpt_39b(void)
     ir_free(g);
 }
 
+/* Checks a training step built from `spec`: every param has a gradient
+ * "grad/P" and is updated by one output; Adam adds m and v per param (updated
+ * too) and a step count.  Returns the step (caller frees) or NULL. */
+static ir_graph *step_checked(const char *spec, const ir_optimizer *opt, double *build_s)
+{
+    model_config c;
+    char err[512] = "";
+    CHECKF(model_parse(spec, &c, err, sizeof err) == 0, "%s: %s", spec, err);
+    double t0 = now_s();
+    ir_graph *g = model_build_step(&c, opt, err, sizeof err);
+    if (build_s) *build_s = now_s() - t0;
+    CHECKF(g != NULL, "%s: %s", spec, err);
+    if (!g) return NULL;
+    CHECKF(ir_verify(g, err, sizeof err) == 0, "%s: %s", spec, err);
+    CHECK(ir_param_count(g) == model_param_count(&c));
+    int params = 0, states = 0, graded = 0, updated = 0;
+    for (int v = 0; v < g->n_values; v++) {
+        const ir_value *x = &g->values[v];
+        if (x->role == IR_OPT_STATE) states++;
+        if (x->role != IR_PARAM) continue;
+        params++;
+        char name[96];
+        snprintf(name, sizeof name, "grad/%s", x->name);
+        int gv = ir_find(g, name);
+        graded += gv >= 0 && g->values[gv].grad_of == v && g->values[gv].rank == x->rank;
+        int n = 0;
+        for (int o = 0; o < g->n_outputs; o++) n += g->outputs[o].updates == v;
+        updated += n == 1;
+    }
+    CHECKF(graded == params, "%s: %d of %d params have a gradient", spec, graded, params);
+    CHECKF(updated == params, "%s: %d of %d params updated once", spec, updated, params);
+    int adam = !opt || opt->kind == IR_ADAM;
+    CHECKF(states == (adam ? 2 * params + 1 : 0), "%s: %d optimizer states for %d params", spec, states, params);
+    CHECKF(g->n_outputs == 1 + params + states, "%s: %d outputs", spec, g->n_outputs);
+    CHECK(g->loss >= 0 && strcmp(g->values[g->loss].name, "loss") == 0);
+    return g;
+}
+
+static void test_steps(void)
+{
+    ir_optimizer sgd = {.kind = IR_SGD, .lr = 0.1};
+    ir_graph *g = step_checked("mlp-tiny", &sgd, NULL);
+    ir_free(g);
+    g = step_checked("mlp", NULL, NULL);
+    ir_free(g);
+    g = step_checked("gpt:layers=3,hidden=48,heads=3,seq=5,batch=3,vocab=7", NULL, NULL);
+    /* In a GPT every einsum operand but none of the inputs needs a gradient,
+     * so the step's einsums are exactly 3x the forward ones (the formula).
+     * (Not so for the MLP: the input x gets no gradient.) */
+    model_config c;
+    model_parse("gpt:layers=3,hidden=48,heads=3,seq=5,batch=3,vocab=7", &c, NULL, 0);
+    CHECKF(g && einsum_flops(g) == model_step_flops(&c), "step einsum FLOPs %.17g, formula %.17g",
+           g ? einsum_flops(g) : 0.0, model_step_flops(&c));
+    int n01 = 0, n02 = 0;
+    /* Forward, backward and optimizer ops of every layer repeat layer 0's. */
+    CHECK(g && same_layer_structure(g, 0, 1, &n01) && same_layer_structure(g, 0, 2, &n02) && n01 == n02);
+    ir_free(g);
+
+    double t;
+    g = step_checked("gpt-tiny", NULL, &t);
+    if (g) printf("gpt-tiny step: %d values, %d ops; built in %.1f ms\n", g->n_values, g->n_ops, 1e3 * t);
+    ir_free(g);
+
+    long rss0 = max_rss_kb();
+    g = step_checked("gpt-39b", NULL, &t);
+    if (g) {
+        size_t bytes = (size_t)g->cap_values * sizeof(ir_value) + (size_t)g->cap_ops * sizeof(ir_op) +
+                       (size_t)g->name_cap * sizeof(int);
+        int n = 0;
+        CHECK(same_layer_structure(g, 0, 47, &n));
+        printf("gpt-39b step: %d values, %d ops (%d a layer); built in %.1f ms; arrays %.2f MB; max RSS +%ld KB\n",
+               g->n_values, g->n_ops, n, 1e3 * t, (double)bytes / 1e6, max_rss_kb() - rss0);
+    }
+    ir_free(g);
+
+    /* A config that did not come from model_parse is refused, not built. */
+    model_config bad;
+    memset(&bad, 0, sizeof bad);
+    snprintf(bad.model, sizeof bad.model, "rnn");
+    char err[256] = "";
+    CHECK(model_build_step(&bad, NULL, err, sizeof err) == NULL && strstr(err, "unknown model"));
+}
+
 int main(void)
 {
     test_parse();
@@ -379,5 +464,6 @@ int main(void)
     test_gpt_graph();
     test_preset_counts();
     test_gpt_39b();
+    test_steps();
     return test_done();
 }
