@@ -33,6 +33,7 @@ enum { CAT_PARAM, CAT_OPT, CAT_GRAD, CAT_ACT, CAT_OTHER, N_CATS };
 struct cost_ws {
     const ir_graph *g;        /* graph the per-graph tables describe */
     int g_ops, g_values;
+    uint64_t g_hash;          /* its fingerprint (a freed graph's address may be reused) */
     uint8_t *op_rule;         /* FL_* */
     uint8_t *op_kmask;        /* einsum: contracted dims of operand a */
     uint8_t *op_phase;
@@ -233,13 +234,33 @@ static void op_rule_of(const ir_graph *g, int op, uint8_t *rule, float *coef, ui
     }
 }
 
-static void build_graph_tables(cost_ws *w, const spmd_program *p)
+/* Fingerprint of what the per-graph tables depend on: shapes, dtypes, roles,
+ * ties of the values; kinds and operands of the ops. */
+static uint64_t graph_hash(const ir_graph *g)
+{
+    uint64_t h = 1469598103934665603ull;
+#define MIX(x) (h = (h ^ (uint64_t)(x)) * 1099511628211ull)
+    for (int v = 0; v < g->n_values; v++) {
+        const ir_value *x = &g->values[v];
+        MIX(x->rank | x->dtype << 4 | x->role << 8);
+        MIX(x->tied);
+        MIX(x->grad_of);
+        for (int d = 0; d < x->rank; d++) MIX(x->dims[d]);
+    }
+    for (int i = 0; i < g->n_ops; i++) MIX(g->ops[i].kind | (uint64_t)(uint32_t)g->ops[i].in[0] << 8);
+    for (int i = 0; i < g->n_outputs; i++) MIX(g->outputs[i].updates);
+#undef MIX
+    return h;
+}
+
+static void build_graph_tables(cost_ws *w, const spmd_program *p, uint64_t hash)
 {
     const ir_graph *g = p->g;
     free_graph_tables(w);
     w->g = g;
     w->g_ops = g->n_ops;
     w->g_values = g->n_values;
+    w->g_hash = hash;
     size_t no = (size_t)g->n_ops + 1, nv = (size_t)g->n_values + 1;
     w->op_rule = xcalloc(no, 1);
     w->op_kmask = xcalloc(no, 1);
@@ -353,7 +374,9 @@ int cost_estimate_program(cost_ws *w, const spmd_program *p, const cost_hw *hw, 
     static const cost_options defaults = {COST_FP32, 0, 0};
     if (!opt) opt = &defaults;
     const ir_graph *g = p->g;
-    if (w->g != g || w->g_ops != g->n_ops || w->g_values != g->n_values) build_graph_tables(w, p);
+    uint64_t hash = graph_hash(g);
+    if (w->g != g || w->g_ops != g->n_ops || w->g_values != g->n_values || w->g_hash != hash)
+        build_graph_tables(w, p, hash);
     grow_program(w, p);
     ctx c = {.p = p, .w = w, .mixed = opt->precision == COST_MIXED_BF16};
     const shard_mesh *m = &p->mesh;
