@@ -45,6 +45,7 @@ LIB_OBJ := $(patsubst %.c,$(OUT)/obj/%.o,$(LIB_SRC))
 TESTS := $(patsubst tests/%.c,$(OUT)/tests/%,$(TEST_SRC))
 BENCHES := $(patsubst bench/%.c,$(OUT)/bench/%,$(BENCH_SRC))
 all: $(OUT)/carve $(TESTS) $(BENCHES)
+.SECONDARY:
 $(OUT)/obj/%.o: %.c
 	@mkdir -p $(dir $@)
 	@echo "  cc $<"

@@ -84,6 +84,7 @@ void shard_state_free(shard_state *s)
     free(s->updated_by);
     free(s->conflicts);
     free(s->conflict_keys);
+    free(s->log);
     free(s);
 }
 
@@ -96,6 +97,7 @@ void shard_state_reset(shard_state *s)
     memset(s->atomic, 0, (size_t)n);
     s->n_decisions = 0;
     s->n_conflicts = 0;
+    s->n_log = 0;
     if (s->conflict_keys) memset(s->conflict_keys, 0, (size_t)s->conflict_cap * sizeof *s->conflict_keys);
 }
 
@@ -106,6 +108,23 @@ void shard_state_copy(shard_state *dst, const shard_state *src)
     memcpy(dst->stamp, src->stamp, (size_t)n * sizeof *src->stamp);
     memcpy(dst->atomic, src->atomic, (size_t)n);
     dst->n_decisions = src->n_decisions;
+    if (dst->cap_log < src->n_log) {
+        dst->cap_log = src->n_log;
+        dst->log = realloc(dst->log, (size_t)dst->cap_log * sizeof *dst->log);
+        if (!dst->log) abort();
+    }
+    if (src->n_log) memcpy(dst->log, src->log, (size_t)src->n_log * sizeof *src->log);
+    dst->n_log = src->n_log;
+}
+
+static void log_decision(shard_state *s, const shard_decision *d)
+{
+    if (s->n_log == s->cap_log) {
+        s->cap_log = s->cap_log ? 2 * s->cap_log : 64;
+        s->log = realloc(s->log, (size_t)s->cap_log * sizeof *s->log);
+        if (!s->log) abort();
+    }
+    s->log[s->n_log++] = *d;
 }
 
 /* ---- conflicts ------------------------------------------------------- */
@@ -386,6 +405,7 @@ int shard_apply(shard_state *s, const shard_decision *d, char *err, size_t errle
         if (s->atomic[v] & bit) return 1;
         s->atomic[v] |= (uint8_t)bit;
         s->n_decisions++;
+        log_decision(s, d);
         return 0;
     }
     if (d->dim < 0 || d->dim >= x->rank) {
@@ -412,6 +432,7 @@ int shard_apply(shard_state *s, const shard_decision *d, char *err, size_t errle
     s->n_decisions++;
     sp->axes[d->dim][sp->n[d->dim]++] = (uint8_t)a;
     s->stamp[v][a] = (int16_t)stamp;
+    log_decision(s, d);
     value_changed(s, v);
     run(s);
     return 0;

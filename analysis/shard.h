@@ -138,6 +138,9 @@ typedef struct shard_state {
     uint32_t *conflict_keys;   /* hash set of recorded (op, value, axis) */
     int conflict_cap;
     int record_conflicts;      /* 0 while the search evaluates plans (faster) */
+    /* every decision that changed something, in order (plans record it) */
+    shard_decision *log;
+    int n_log, cap_log;
 } shard_state;
 
 /* The factor shardings of op `op` given the current shardings of its operands

@@ -48,8 +48,11 @@ int cmd_shard(const cli_opts *o)
     int cap = g->n_values + 16, rc = CLI_OK;
     shard_decision *d = malloc((size_t)cap * sizeof *d);
     if (!d) abort();
-    printf("model %s\nmesh %s (%lld devices)\nschedule %s\n\ndecisions:\n", cfg, shard_mesh_str(&mesh, buf, sizeof buf),
-           (long long)mesh.n_devices, sched_str(&sc, &mesh, buf2, sizeof buf2));
+    /* Decisions are written to memory first: on an error nothing reaches stdout. */
+    char *dec_text = NULL;
+    size_t dec_len = 0;
+    FILE *dec = open_memstream(&dec_text, &dec_len);
+    if (!dec) abort();
     for (int t = 0; t < sc.n && rc == CLI_OK; t++) {
         int n = sched_expand(&sc.t[t], st, d, cap, err, sizeof err);
         if (n < 0) {
@@ -67,11 +70,14 @@ int cmd_shard(const cli_opts *o)
             }
             applied += r == 0;
             blocked += r == 1;
-            if (!o->summary) printf("  %-3s %s\n", r == 0 ? "" : "(=)", shard_decision_str(st, &d[k], buf, sizeof buf));
+            if (!o->summary) fprintf(dec, "  %-3s %s\n", r == 0 ? "" : "(=)", shard_decision_str(st, &d[k], buf, sizeof buf));
         }
-        printf("  tactic %d: %d decisions applied, %d already so or blocked\n", t + 1, applied, blocked);
+        fprintf(dec, "  tactic %d: %d decisions applied, %d already so or blocked\n", t + 1, applied, blocked);
     }
+    fclose(dec);
     if (rc == CLI_OK) {
+        printf("model %s\nmesh %s (%lld devices)\nschedule %s\n\ndecisions:\n%s", cfg, shard_mesh_str(&mesh, buf, sizeof buf),
+               (long long)mesh.n_devices, sched_str(&sc, &mesh, buf2, sizeof buf2), dec_text);
         printf("\nconflicts: %d\n", st->n_conflicts);
         int shown = o->summary ? 5 : st->n_conflicts;
         for (int i = 0; i < st->n_conflicts && i < shown; i++) {
@@ -88,11 +94,13 @@ int cmd_shard(const cli_opts *o)
             if (x->role == IR_INTERMEDIATE) continue;
             bytes[x->role] += (double)shard_local_bytes(&mesh, x, &st->spec[v]);
             global[x->role] += (double)ir_bytes(x);
-            if (o->summary && x->layer > 0) continue;
+            if (o->summary && (x->layer > 0 || x->role == IR_OPT_STATE)) continue;
             printf("  %-22s %-9s %-22s %s\n", x->name, ir_role_name(x->role), ir_type_str(x, buf2, sizeof buf2),
                    shard_spec_pspec(&mesh, &st->spec[v], x->rank, buf, sizeof buf));
         }
-        if (o->summary && g->n_layers > 1) printf("  (layers 1..%d are sharded like layer 0)\n", g->n_layers - 1);
+        if (o->summary)
+            printf("  (optimizer states are not listed: each is sharded like its param%s)\n",
+                   g->n_layers > 1 ? "; nor layers after 0, sharded like layer 0" : "");
         printf("per device: params %.4g MB of %.4g MB, optimizer states %.4g MB of %.4g MB, inputs %.4g MB of %.4g MB\n",
                bytes[IR_PARAM] / 1e6, global[IR_PARAM] / 1e6, bytes[IR_OPT_STATE] / 1e6, global[IR_OPT_STATE] / 1e6,
                bytes[IR_INPUT] / 1e6, global[IR_INPUT] / 1e6);
@@ -105,6 +113,7 @@ int cmd_shard(const cli_opts *o)
         print_collectives(p);
         spmd_free(p);
     }
+    free(dec_text);
     free(d);
     shard_state_free(st);
     ir_free(g);

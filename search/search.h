@@ -1,0 +1,102 @@
+/* search.h - the automatic tactic: search over dim-group actions.
+ *
+ * The search space comes from the dim-group analysis (analysis/groups.h): an
+ * action tiles one group of argument dims over one mesh axis; a plan is a set
+ * of actions.  Plans are evaluated in a canonical order (actions sorted by
+ * id) on top of the state the manual tactics left, so a set means one thing
+ * whatever order a search reached it in, and a transposition table shares it.
+ *
+ * Searches:
+ *   mcts        UCT over action sets, expansion of one untried action,
+ *               random rollouts to STOP or a depth limit (PartIR's partitioner)
+ *   random      independent random rollouts from the root
+ *   greedy      add the single best action while it improves the reward
+ *   exhaustive  every reachable set (small spaces only)
+ *
+ * The evaluator is a callback so search does not depend on how plans are
+ * priced: the command plugs in the cost model, tests plug in small functions.
+ * Determinism: for a given seed, budget in simulations and thread count, the
+ * result is the same (threads run independent trees, PCG32 stream = thread).
+ */
+#ifndef CARVE_SEARCH_H
+#define CARVE_SEARCH_H
+
+#include <signal.h>
+#include <stdint.h>
+
+#include "analysis/groups.h"
+
+#define SEARCH_MAX_PLAN 64
+
+/* What an evaluation returns about one plan. */
+typedef struct search_score {
+    double reward;     /* higher is better; see cost_reward */
+    double step_time;  /* seconds */
+    double peak_bytes; /* per device */
+    int fits;
+} search_score;
+
+/* Per-thread evaluation workspace, created by `make` for each thread. */
+typedef struct search_evaluator {
+    void *cfg;
+    void *(*make)(void *cfg, shard_state *st);
+    /* Prices the plan in st (already propagated); fills *out. */
+    void (*eval)(void *ws, shard_state *st, search_score *out);
+    void (*destroy)(void *ws);
+} search_evaluator;
+
+typedef enum { SEARCH_MCTS, SEARCH_RANDOM, SEARCH_GREEDY, SEARCH_EXHAUSTIVE } search_kind;
+
+typedef struct search_budget {
+    int64_t simulations;   /* evaluations of plans (0: unlimited, needs time) */
+    double seconds;        /* wall time (0: unlimited) */
+    int64_t stall;         /* stop after this many simulations without improvement (0: never) */
+    uint64_t seed;
+    int threads;
+    int max_depth;         /* actions per plan (0: 16) */
+    double exploration;    /* UCT constant (0: 0.5) */
+    int64_t max_exhaustive; /* refuse exhaustive above this many plans (0: 200000) */
+    /* Called about every 0.1 s from thread 0 (may be NULL). */
+    void (*progress)(void *ctx, int64_t sims, double elapsed, const search_score *best);
+    void *progress_ctx;
+} search_budget;
+
+typedef enum { STOP_BUDGET, STOP_TIME, STOP_STALLED, STOP_INTERRUPTED, STOP_EXHAUSTED } search_stop;
+
+typedef struct search_action {
+    int group;
+    int axis;
+} search_action;
+
+typedef struct search_result {
+    int n_actions;
+    search_action actions[SEARCH_MAX_PLAN]; /* the best plan, canonical order */
+    search_score best;
+    int64_t simulations;      /* evaluations counted against the budget */
+    int64_t evaluations;      /* of which priced (the rest were cache hits) */
+    int64_t best_at;          /* simulation at which the best was first found */
+    double seconds;
+    int root_actions;         /* legal actions at the root (tree width) */
+    int tree_nodes;
+    search_stop stop;
+} search_result;
+
+/* Set by a SIGINT handler: every search stops at its next simulation and
+ * returns the best plan found so far. */
+extern volatile sig_atomic_t search_interrupted;
+
+const char *search_kind_name(search_kind k);
+int search_kind_from_name(const char *name);  /* -1 if unknown */
+const char *search_stop_name(search_stop s);
+
+/* Searches for the best set of actions on top of `prefix` (the state the
+ * manual tactics left; not modified).  Returns 0, or -1 with a message (bad
+ * budget, exhaustive space too large). */
+int search_run(search_kind kind, const shard_state *prefix, const shard_groups *gs, const search_evaluator *ev,
+               const search_budget *b, search_result *res, char *err, size_t errlen);
+
+/* Applies a plan's actions (canonical order) to st, which should hold the
+ * prefix state.  Returns the number of actions that changed something. */
+int search_apply_plan(shard_state *st, const shard_groups *gs, const search_action *a, int n);
+
+#endif
