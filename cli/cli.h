@@ -15,6 +15,8 @@ typedef struct cli_opts {
     double time_s, memory_gib;
     int summary, ops, forward, quiet, help;
     const char *optimizer; /* "adam" or "sgd" */
+    const char *precision; /* carve cost: "f32" (default) or "bf16" (mixed) */
+    int overlap;           /* carve cost: communication overlaps compute */
 } cli_opts;
 
 /* One subcommand: its name, the flags it accepts (space-separated, e.g.
@@ -41,5 +43,7 @@ ir_graph *cli_load_step(const cli_opts *o, char *cfg_text, size_t n);
 int cmd_models(const cli_opts *o);
 int cmd_show(const cli_opts *o);
 int cmd_shard(const cli_opts *o);
+int cmd_cost(const cli_opts *o);
+int cmd_calibrate(const cli_opts *o);
 
 #endif

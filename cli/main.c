@@ -23,6 +23,19 @@ static const cli_command commands[] = {
      "                       (dp, megatron, zero3, tile:NAME:DIM:AXIS, atomic:NAME:AXIS) or a .json file\n"
      "  --summary            collective counts and bytes instead of the whole program\n",
      cmd_shard},
+    {"cost", "--model --graph --mesh --schedule --hw --memory --precision --overlap --optimizer",
+     "price a sharding schedule on a hardware profile: step time, peak memory, breakdowns",
+     "usage: carve cost (--model SPEC | --graph FILE) --mesh MESH --schedule SCHEDULE --hw PROFILE\n"
+     "                  [--memory GIB] [--precision f32|bf16] [--overlap]\n"
+     "  --hw PROFILE         a preset (tpu-v3, a100, h100, cpu) or a carve-hw/1 JSON file (carve calibrate)\n"
+     "  --memory GIB         memory per device instead of the profile's\n"
+     "  --precision bf16     mixed precision: bf16 params, activations, gradients; f32 master weights, Adam states\n"
+     "  --overlap            assume communication fully overlaps compute (step = max instead of sum)\n",
+     cmd_cost},
+    {"calibrate", "--out --quiet", "measure this machine (GEMM, elementwise, copy, barrier) into a hardware profile",
+     "usage: carve calibrate --out FILE.json [--quiet]\n"
+     "  writes a carve-hw/1 profile for carve cost --hw FILE.json (docs/cost-model.md)\n",
+     cmd_calibrate},
 };
 static const int n_commands = sizeof commands / sizeof commands[0];
 

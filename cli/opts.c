@@ -86,10 +86,10 @@ int cli_parse(const cli_command *c, int argc, char **argv, cli_opts *o)
             cli_error("%s: unknown option '%s' (see carve %s --help)", c->name, flag, c->name);
             return CLI_BAD_INPUT;
         }
-        static const char *const bools[] = {"--summary", "--ops", "--forward", "--quiet"};
-        int *bool_dst[] = {&o->summary, &o->ops, &o->forward, &o->quiet};
+        static const char *const bools[] = {"--summary", "--ops", "--forward", "--quiet", "--overlap"};
+        int *bool_dst[] = {&o->summary, &o->ops, &o->forward, &o->quiet, &o->overlap};
         int is_bool = 0;
-        for (int k = 0; k < 4; k++)
+        for (int k = 0; k < 5; k++)
             if (!strcmp(flag, bools[k])) {
                 *bool_dst[k] = 1;
                 is_bool = 1;
@@ -109,6 +109,13 @@ int cli_parse(const cli_command *c, int argc, char **argv, cli_opts *o)
         else if (!strcmp(flag, "--schedule")) o->schedule = val;
         else if (!strcmp(flag, "--plan")) o->plan = val;
         else if (!strcmp(flag, "--out")) o->out = val;
+        else if (!strcmp(flag, "--precision")) {
+            if (strcmp(val, "f32") && strcmp(val, "bf16")) {
+                cli_error("%s: --precision must be f32 or bf16, got '%s'", c->name, val);
+                return CLI_BAD_INPUT;
+            }
+            o->precision = val;
+        }
         else if (!strcmp(flag, "--optimizer")) {
             if (strcmp(val, "adam") && strcmp(val, "sgd")) {
                 cli_error("%s: --optimizer must be adam or sgd, got '%s'", c->name, val);

@@ -1,0 +1,112 @@
+/* bench_cost.c - speed of one cost estimate.
+ * Lowers GPT-1.3B (and GPT-39B) training steps under several schedules and
+ * meshes (lowering is not timed), then times cost_estimate_program alone on
+ * one core with a reused workspace: median of the repeats.  Prints a markdown
+ * section.  Target (issue 5): under 2 ms for GPT-1.3B. */
+#define _GNU_SOURCE
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "analysis/schedule.h"
+#include "analysis/spmd.h"
+#include "cost/cost.h"
+#include "models/models.h"
+
+static double now(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+static int cmp(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+static double median(double *x, int n)
+{
+    qsort(x, (size_t)n, sizeof *x, cmp);
+    return n % 2 ? x[n / 2] : 0.5 * (x[n / 2 - 1] + x[n / 2]);
+}
+
+typedef struct bcase {
+    const char *model, *mesh, *sched;
+} bcase;
+
+int main(void)
+{
+    static const bcase cases[] = {
+        {"gpt-1.3b", "batch=4,model=2", "dp:batch,megatron:model,zero3:batch"},
+        {"gpt-1.3b", "batch=4,model=2", "dp:batch,megatron:model"},
+        {"gpt-1.3b", "batch=8", "dp:batch"},
+        {"gpt-1.3b", "batch=8", "zero3:batch"},
+        {"gpt-1.3b", "model=8", "megatron:model"},
+        {"gpt-1.3b:batch=64", "batch=64,model=32", "dp:batch,megatron:model,zero3:batch"},
+        {"gpt-39b", "batch=4,model=2", "dp:batch,megatron:model,zero3:batch"},
+    };
+    const int n_cases = (int)(sizeof cases / sizeof cases[0]);
+    char err[512];
+    cost_hw hw;
+    if (cost_hw_preset("a100", &hw, err, sizeof err) < 0) return 1;
+    cost_options opt = {COST_MIXED_BF16, 0, 0};
+    printf("## Cost model: one estimate\n\n");
+    printf("Time of `cost_estimate_program` alone (lowering not included) on one core with a reused workspace, "
+           "A100 profile, mixed precision; median of the repeats after a warm-up.\n\n");
+    printf("| model | mesh | schedule | instructions | estimate (ms) | first call (ms) | predicted step (s) | peak GB/device |\n");
+    printf("|---|---|---|---|---|---|---|---|\n");
+    ir_graph *g = NULL;
+    char cur_model[64] = "";
+    for (int ci = 0; ci < n_cases; ci++) {
+        const bcase *c = &cases[ci];
+        if (strcmp(cur_model, c->model)) {
+            ir_free(g);
+            model_config cfg;
+            if (model_parse(c->model, &cfg, err, sizeof err) < 0 || !(g = model_build_step(&cfg, NULL, err, sizeof err))) {
+                fprintf(stderr, "%s\n", err);
+                return 1;
+            }
+            snprintf(cur_model, sizeof cur_model, "%s", c->model);
+        }
+        shard_mesh mesh;
+        schedule sc;
+        if (shard_mesh_parse(c->mesh, &mesh, err, sizeof err) < 0 || sched_parse(c->sched, &mesh, &sc, err, sizeof err) < 0) {
+            fprintf(stderr, "%s\n", err);
+            return 1;
+        }
+        shard_state *st = shard_state_new(g, &mesh);
+        st->record_conflicts = 0;
+        if (sched_apply(&sc, st, err, sizeof err) < 0) {
+            fprintf(stderr, "%s\n", err);
+            return 1;
+        }
+        spmd_program *p = spmd_lower(st);
+        cost_ws *ws = cost_ws_new();
+        cost_estimate e;
+        double t0 = now();
+        if (cost_estimate_program(ws, p, &hw, &opt, &e, err, sizeof err) < 0) {
+            fprintf(stderr, "%s\n", err);
+            return 1;
+        }
+        double first = now() - t0;
+        enum { REPS = 41 };
+        double t[REPS];
+        for (int r = 0; r < REPS; r++) {
+            double a = now();
+            cost_estimate_program(ws, p, &hw, &opt, &e, err, sizeof err);
+            t[r] = now() - a;
+        }
+        printf("| %s | %s | `%s` | %d | %.3f | %.3f | %.4g | %.3g |\n", c->model, c->mesh, c->sched, p->n_instrs,
+               1e3 * median(t, REPS), 1e3 * first, e.step_time, e.peak_memory / 1e9);
+        cost_ws_free(ws);
+        spmd_free(p);
+        shard_state_free(st);
+    }
+    ir_free(g);
+    printf("\n\"first call\" includes building the per-graph tables of the workspace (once per graph).\n");
+    printf("Target (issue 5): one estimate of the GPT-1.3B SPMD program under 2 ms on one core.\n");
+    return 0;
+}

@@ -1,0 +1,166 @@
+/* cost.h - hardware profiles and the cost model of an SPMD program.
+ *
+ * A hardware profile (cost_hw) describes one device (peak FLOP/s per dtype,
+ * memory bandwidth and capacity) and the links between devices as a two-level
+ * hierarchy: devices inside a node share a fast link (NVLink, ICI, shared
+ * memory), nodes are joined by a slower one (InfiniBand, DCN).  A mesh axis
+ * whose devices all sit in one node uses the fast link, otherwise the slow one
+ * (cost_axis_link); a profile may also name axes and give them their own link.
+ * Profiles come from presets (public specifications, docs/cost-model.md),
+ * from JSON ("format": "carve-hw/1") or from `carve calibrate`.
+ *
+ * The estimator prices one spmd_program: per instruction a roofline time on
+ * local shapes, ring alpha-beta times for collectives, and peak memory per
+ * device by liveness.  It keeps its scratch in a cost_ws that the caller
+ * reuses across calls (the search prices thousands of programs of one graph:
+ * per-graph facts are computed once, and a call allocates nothing once the
+ * arrays have grown).  Everything is deterministic.
+ */
+#ifndef CARVE_COST_H
+#define CARVE_COST_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "analysis/spmd.h"
+#include "ir/ir.h"
+
+#define COST_NAME_LEN 48
+#define COST_SOURCE_LEN 256
+#define COST_HW_FORMAT "carve-hw/1"
+
+/* ---- hardware profiles ------------------------------------------------ */
+typedef struct cost_link {
+    double bandwidth; /* bytes/s each device sends (and receives) at once */
+    double latency;   /* seconds per step of a collective (alpha) */
+} cost_link;
+
+typedef struct cost_hw {
+    char name[COST_NAME_LEN];
+    char source[COST_SOURCE_LEN];  /* where the figures come from */
+    double matmul_flops[IR_N_DTYPES]; /* einsum FLOP/s per device by dtype (i32: unused, 0) */
+    double vector_flops;           /* FLOP/s of elementwise ops and reductions */
+    double mem_bandwidth;          /* bytes/s per device */
+    double mem_capacity;           /* bytes per device */
+    double op_overhead;            /* seconds per local op (launch / dispatch) */
+    int64_t node_devices;          /* devices per node on the fast link */
+    cost_link intra, inter;        /* inside a node, between nodes */
+    int cores;                     /* CPU profiles: cores running the simulated devices; 0: none */
+    int n_axis_links;              /* links given per mesh axis name (override the hierarchy) */
+    char axis_names[SHARD_MAX_AXES][SHARD_AXIS_NAME];
+    cost_link axis_links[SHARD_MAX_AXES];
+} cost_hw;
+
+/* Names of the presets, NULL-terminated. */
+const char *const *cost_hw_preset_names(void);
+/* Fills *hw with preset `name`.  Returns 0, or -1 with a message listing the
+ * presets. */
+int cost_hw_preset(const char *name, cost_hw *hw, char *err, size_t errlen);
+/* A preset name, or else the path of a carve-hw/1 JSON file.  Returns 0 or -1
+ * with a one-line message. */
+int cost_hw_lookup(const char *name_or_path, cost_hw *hw, char *err, size_t errlen);
+/* Checks every field (positive rates, capacity, links...).  Returns 0 or -1
+ * with a message naming the field. */
+int cost_hw_check(const cost_hw *hw, char *err, size_t errlen);
+/* Parses a carve-hw/1 document.  Missing, negative or non-numeric fields are
+ * errors naming the field (`where` names the file in messages). */
+int cost_hw_from_json(const char *text, const char *where, cost_hw *hw, char *err, size_t errlen);
+int cost_hw_load(const char *path, cost_hw *hw, char *err, size_t errlen);
+/* Returns a malloc'd carve-hw/1 document (caller frees), NULL on out-of-memory. */
+char *cost_hw_to_json(const cost_hw *hw);
+/* Writes atomically (temporary file in the same folder, then rename). */
+int cost_hw_save(const cost_hw *hw, const char *path, char *err, size_t errlen);
+
+/* The link a collective over mesh axis `axis` uses: the axis' own link if the
+ * profile names it, else intra when stride(axis) * size(axis) <= node_devices
+ * (devices numbered row-major, last axis fastest), else inter. */
+cost_link cost_axis_link(const cost_hw *hw, const shard_mesh *mesh, int axis);
+
+/* Measures this machine (see cli/cmd_calibrate.c and docs/cost-model.md):
+ * GEMM and elementwise FLOP/s per thread while every core runs one, copy
+ * bandwidth, barrier latency, core count.  `quick` uses small sizes (tests).
+ * Returns 0, or -1 with a message.  Progress lines go to `log` when not NULL. */
+int cost_calibrate(cost_hw *hw, int quick, FILE *log, char *err, size_t errlen);
+
+/* ---- estimate --------------------------------------------------------- */
+typedef enum {
+    COST_FP32,       /* every value f32 as in the IR */
+    COST_MIXED_BF16, /* bf16 params, activations, gradients; f32 master weights,
+                        Adam states and optimizer arithmetic (docs/cost-model.md) */
+} cost_precision;
+
+typedef struct cost_options {
+    cost_precision precision;
+    int overlap;           /* 0: step = compute + comm; 1: step = max(compute, comm) */
+    double memory_capacity; /* bytes per device; 0: the profile's */
+} cost_options;
+
+/* Bytes per parameter element of each model state (ZeRO paper notation:
+ * params 2 + grads 2 + K = 12 for mixed-precision Adam). */
+typedef struct cost_state_bytes {
+    double param, grad, opt; /* opt: optimizer states incl. the f32 master copy (K) */
+} cost_state_bytes;
+/* Per-element bytes for an optimizer with `n_opt_states` f32 states per param
+ * (Adam: 2) under a precision. */
+cost_state_bytes cost_state_sizes(cost_precision prec, int n_opt_states);
+/* Model-state bytes on one device for `psi` parameter elements whose params,
+ * gradients and optimizer states are split over `shard_p`, `shard_g`, `shard_o`
+ * devices: psi * (param/shard_p + grad/shard_g + opt/shard_o).  The estimator
+ * sums this over the program's params (ZeRO stages 1-3 are shard_o = N,
+ * shard_g = N, shard_p = N in turn). */
+double cost_model_state_bytes(double psi, const cost_state_bytes *sz, double shard_p, double shard_g, double shard_o);
+
+/* Bytes a device sends for one collective of `bytes` (the spmd_instr count)
+ * over n devices on a ring: all-reduce 2(n-1)/n S, all-gather and
+ * reduce-scatter (n-1)/n S, all-to-all (n-1)/n S; 0 for compute and slice. */
+double cost_wire_bytes(spmd_kind kind, int64_t n, double bytes);
+/* Time of one collective over the axes in `axes` (see docs: hierarchical over
+ * several axes, fastest link first). */
+double cost_collective_time(const cost_hw *hw, const shard_mesh *mesh, spmd_kind kind, unsigned axes, double bytes);
+
+typedef struct cost_estimate {
+    double step_time;       /* seconds per training step */
+    double compute_time;    /* per device, incl. CPU serialisation over cores */
+    double comm_time;
+    double flops;           /* per device */
+    double comm_bytes;      /* per device, as counted by lowering (precision-scaled) */
+    double wire_bytes;      /* per device, sent on links by the ring algorithms */
+    double peak_memory;     /* bytes per device */
+    double capacity;        /* bytes per device used for `fits` */
+    int fits;
+    int peak_instr;         /* instruction at which memory peaks */
+    /* what is live at the peak */
+    double peak_params, peak_opt_states, peak_grads, peak_activations, peak_other;
+    double model_state_bytes; /* cost_model_state_bytes summed over params */
+    double serialisation;   /* factor applied to per-device times (devices / cores, >= 1) */
+    /* breakdowns (seconds) */
+    double op_time[IR_N_OPS];
+    int op_count[IR_N_OPS];
+    double coll_time[SPMD_N_KINDS];
+    double coll_wire[SPMD_N_KINDS];
+    int coll_count[SPMD_N_KINDS];
+    double phase_compute[SPMD_N_PHASES], phase_comm[SPMD_N_PHASES];
+    /* per layer: index 0 is "outside layers", 1 + L is layer L; arrays live
+     * in the workspace and stay valid until its next use. */
+    int n_layers;
+    const double *layer_compute, *layer_comm, *layer_wire;
+} cost_estimate;
+
+typedef struct cost_ws cost_ws;
+/* A reusable workspace; caller frees with cost_ws_free. */
+cost_ws *cost_ws_new(void);
+void cost_ws_free(cost_ws *ws);
+
+/* Prices program p on hw.  Fills *out (its layer arrays point into ws).
+ * Returns 0, or -1 with a message when hw fails cost_hw_check. */
+int cost_estimate_program(cost_ws *ws, const spmd_program *p, const cost_hw *hw, const cost_options *opt,
+                          cost_estimate *out, char *err, size_t errlen);
+
+/* Reward for the search: fitting plans get baseline_time / step_time (> 0,
+ * higher is better); a plan that does not fit gets -(excess) / (1 + excess)
+ * with excess = peak / capacity - 1, in (-1, 0): below every fitting plan and
+ * worse the more it overflows. */
+double cost_reward(const cost_estimate *e, double baseline_time);
+
+#endif

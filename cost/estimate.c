@@ -1,0 +1,558 @@
+/* estimate.c - prices an SPMD program: step time, breakdowns, peak memory.
+ *
+ * The workspace (cost_ws) owns two kinds of tables:
+ *  - per graph (rebuilt only when a program of another graph arrives): for
+ *    each op its FLOP rule (which element count, what coefficient, for einsum
+ *    which dims of the first operand are contracted) and its phase; for each
+ *    value its global element count, its memory category (param, optimizer
+ *    state, gradient, activation, other), its element size under mixed
+ *    precision, the optimizer states tied to each param;
+ *  - per program (grown, never shrunk): per buffer its local bytes and the
+ *    last instruction that reads it; per layer the time accumulators.
+ * One estimate is then two linear passes over the instructions: one for last
+ * uses, one that prices every instruction and sweeps live bytes.
+ *
+ * Formulas (docs/cost-model.md has the derivations and sources):
+ *   compute   max(local FLOPs / peak, local bytes / memory bandwidth) + overhead
+ *   all-reduce       2 (n-1)/n S/beta + 2 (n-1) alpha
+ *   all-gather, reduce-scatter  (n-1)/n S/beta + (n-1) alpha
+ *   all-to-all       (n-1)/n S/beta + (n-1) alpha   (pairwise exchange)
+ *   several axes: hierarchical, fastest link first, each axis on the data
+ *   left by the faster ones (all-to-all: one ring at the slowest link).
+ */
+#include "cost/cost.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+enum { FL_ZERO, FL_OUT, FL_IN0, FL_IN1, FL_EINSUM };
+enum { CAT_PARAM, CAT_OPT, CAT_GRAD, CAT_ACT, CAT_OTHER, N_CATS };
+
+struct cost_ws {
+    const ir_graph *g;        /* graph the per-graph tables describe */
+    int g_ops, g_values;
+    uint64_t g_hash;          /* its fingerprint (a freed graph's address may be reused) */
+    uint8_t *op_rule;         /* FL_* */
+    uint8_t *op_kmask;        /* einsum: contracted dims of operand a */
+    uint8_t *op_phase;
+    float *op_coef;
+    double *numel;            /* per value, global */
+    uint8_t *cat;             /* per value, CAT_* */
+    uint8_t *mp_size;         /* per value: bytes per element under mixed precision */
+    int *first_opt;           /* per param value: first optimizer state tied to it, or -1 */
+    int *n_opt;               /* per param value: optimizer states tied to it */
+    int *final_buf;           /* per value: last buffer written for it (this program) */
+    /* per buffer */
+    double *buf_bytes, *buf_numel;
+    int *last_use;
+    uint8_t *persistent;      /* argument buffers and kept outputs */
+    int cap_bufs;
+    double *layer;            /* 3 * (n_layers + 1) */
+    int cap_layer;
+};
+
+static void *xcalloc(size_t n, size_t sz)
+{
+    void *p = calloc(n ? n : 1, sz);
+    if (!p) {
+        fprintf(stderr, "carve: out of memory\n");
+        abort();
+    }
+    return p;
+}
+
+static void *xrealloc(void *p, size_t n)
+{
+    void *q = realloc(p, n ? n : 1);
+    if (!q) {
+        fprintf(stderr, "carve: out of memory\n");
+        abort();
+    }
+    return q;
+}
+
+cost_ws *cost_ws_new(void) { return xcalloc(1, sizeof(cost_ws)); }
+
+static void free_graph_tables(cost_ws *w)
+{
+    free(w->op_rule);
+    free(w->op_kmask);
+    free(w->op_phase);
+    free(w->op_coef);
+    free(w->numel);
+    free(w->cat);
+    free(w->mp_size);
+    free(w->first_opt);
+    free(w->n_opt);
+    free(w->final_buf);
+    w->g = NULL;
+}
+
+void cost_ws_free(cost_ws *w)
+{
+    if (!w) return;
+    free_graph_tables(w);
+    free(w->buf_bytes);
+    free(w->buf_numel);
+    free(w->last_use);
+    free(w->persistent);
+    free(w->layer);
+    free(w);
+}
+
+/* ---- model states -------------------------------------------------------- */
+
+cost_state_bytes cost_state_sizes(cost_precision prec, int n_opt_states)
+{
+    cost_state_bytes s;
+    if (prec == COST_MIXED_BF16) {
+        s.param = 2;
+        s.grad = 2;
+        s.opt = 4.0 + 4.0 * n_opt_states; /* f32 master copy + f32 states */
+    } else {
+        s.param = 4;
+        s.grad = 4;
+        s.opt = 4.0 * n_opt_states;
+    }
+    return s;
+}
+
+double cost_model_state_bytes(double psi, const cost_state_bytes *sz, double shard_p, double shard_g, double shard_o)
+{
+    return psi * (sz->param / shard_p + sz->grad / shard_g + sz->opt / shard_o);
+}
+
+/* ---- collectives --------------------------------------------------------- */
+
+double cost_wire_bytes(spmd_kind kind, int64_t n, double bytes)
+{
+    if (n <= 1) return 0;
+    double f = (double)(n - 1) / (double)n;
+    switch (kind) {
+    case SPMD_ALL_REDUCE: return 2 * f * bytes;
+    case SPMD_ALL_GATHER:
+    case SPMD_REDUCE_SCATTER:
+    case SPMD_ALL_TO_ALL: return f * bytes;
+    case SPMD_COMPUTE:
+    case SPMD_SLICE:
+    case SPMD_N_KINDS: return 0;
+    }
+    return 0;
+}
+
+/* Time and wire bytes of one collective; see the file comment. */
+static double collective(const cost_hw *hw, const shard_mesh *m, spmd_kind kind, unsigned axes, double bytes,
+                         double *wire)
+{
+    int ax[SHARD_MAX_AXES], n = 0;
+    cost_link link[SHARD_MAX_AXES];
+    for (int a = m->n_axes - 1; a >= 0; a--) /* minor (inner) axes first */
+        if ((axes & (1u << a)) && m->sizes[a] > 1) {
+            link[n] = cost_axis_link(hw, m, a);
+            ax[n++] = a;
+        }
+    *wire = 0;
+    if (!n) return 0;
+    /* stable sort by bandwidth, fastest first (n <= 4) */
+    for (int i = 1; i < n; i++)
+        for (int j = i; j > 0 && link[j].bandwidth > link[j - 1].bandwidth; j--) {
+            cost_link tl = link[j];
+            link[j] = link[j - 1];
+            link[j - 1] = tl;
+            int ta = ax[j];
+            ax[j] = ax[j - 1];
+            ax[j - 1] = ta;
+        }
+    if (kind == SPMD_ALL_TO_ALL) {
+        int64_t total = 1;
+        double bw = link[0].bandwidth, lat = link[0].latency;
+        for (int i = 0; i < n; i++) {
+            total *= m->sizes[ax[i]];
+            if (link[i].bandwidth < bw) bw = link[i].bandwidth;
+            if (link[i].latency > lat) lat = link[i].latency;
+        }
+        *wire = cost_wire_bytes(kind, total, bytes);
+        return *wire / bw + (double)(total - 1) * lat;
+    }
+    double passes = kind == SPMD_ALL_REDUCE ? 2 : 1, t = 0, s = bytes;
+    for (int i = 0; i < n; i++) {
+        double k = (double)m->sizes[ax[i]];
+        double w = passes * (k - 1) / k * s;
+        *wire += w;
+        t += w / link[i].bandwidth + passes * (k - 1) * link[i].latency;
+        s /= k;
+    }
+    return t;
+}
+
+double cost_collective_time(const cost_hw *hw, const shard_mesh *mesh, spmd_kind kind, unsigned axes, double bytes)
+{
+    double wire;
+    return collective(hw, mesh, kind, axes, bytes, &wire);
+}
+
+/* ---- per-graph tables ---------------------------------------------------- */
+
+static void op_rule_of(const ir_graph *g, int op, uint8_t *rule, float *coef, uint8_t *kmask)
+{
+    const ir_op *o = &g->ops[op];
+    *coef = 1;
+    *kmask = 0;
+    switch (o->kind) {
+    case IR_OP_EINSUM: {
+        ir_einsum_spec e;
+        const ir_value *a = &g->values[o->in[0]], *b = &g->values[o->in[1]];
+        *rule = FL_EINSUM;
+        *coef = 2;
+        if (ir_einsum_parse(o->attrs.subscripts, a->rank, b->rank, &e, NULL, 0) < 0) {
+            *rule = FL_ZERO;
+            break;
+        }
+        for (int i = 0; i < e.rank_a; i++)
+            if (ir_einsum_pos(e.out, e.rank_out, e.a[i]) < 0) *kmask |= (uint8_t)(1u << i);
+        break;
+    }
+    case IR_OP_REDUCE_SUM:
+    case IR_OP_REDUCE_MAX: *rule = FL_IN0; break;
+    case IR_OP_SCATTER_ADD: *rule = FL_IN1; break;
+    case IR_OP_GELU:
+    case IR_OP_GELU_GRAD:
+        *rule = FL_OUT;
+        *coef = 8;
+        break;
+    case IR_OP_CONSTANT: case IR_OP_IOTA: case IR_OP_BROADCAST: case IR_OP_TRANSPOSE:
+    case IR_OP_RESHAPE: case IR_OP_GATHER: case IR_OP_ONE_HOT: case IR_OP_STOP_GRAD:
+        *rule = FL_ZERO;
+        break;
+    case IR_OP_NEG: case IR_OP_EXP: case IR_OP_LOG: case IR_OP_SQRT: case IR_OP_RSQRT:
+    case IR_OP_TANH: case IR_OP_RELU: case IR_OP_SCALE: case IR_OP_ADD_SCALAR:
+    case IR_OP_ADD: case IR_OP_SUB: case IR_OP_MUL: case IR_OP_DIV: case IR_OP_MAX: case IR_OP_GE:
+        *rule = FL_OUT;
+        break;
+    }
+}
+
+/* Fingerprint of what the per-graph tables depend on: shapes, dtypes, roles,
+ * ties of the values; kinds and operands of the ops. */
+static uint64_t graph_hash(const ir_graph *g)
+{
+    uint64_t h = 1469598103934665603ull;
+#define MIX(x) (h = (h ^ (uint64_t)(x)) * 1099511628211ull)
+    for (int v = 0; v < g->n_values; v++) {
+        const ir_value *x = &g->values[v];
+        MIX(x->rank | x->dtype << 4 | x->role << 8);
+        MIX(x->tied);
+        MIX(x->grad_of);
+        for (int d = 0; d < x->rank; d++) MIX(x->dims[d]);
+    }
+    for (int i = 0; i < g->n_ops; i++) MIX(g->ops[i].kind | (uint64_t)(uint32_t)g->ops[i].in[0] << 8);
+    for (int i = 0; i < g->n_outputs; i++) MIX(g->outputs[i].updates);
+#undef MIX
+    return h;
+}
+
+static void build_graph_tables(cost_ws *w, const spmd_program *p, uint64_t hash)
+{
+    const ir_graph *g = p->g;
+    free_graph_tables(w);
+    w->g = g;
+    w->g_ops = g->n_ops;
+    w->g_values = g->n_values;
+    w->g_hash = hash;
+    size_t no = (size_t)g->n_ops + 1, nv = (size_t)g->n_values + 1;
+    w->op_rule = xcalloc(no, 1);
+    w->op_kmask = xcalloc(no, 1);
+    w->op_phase = xcalloc(no, 1);
+    w->op_coef = xcalloc(no, sizeof(float));
+    w->numel = xcalloc(nv, sizeof(double));
+    w->cat = xcalloc(nv, 1);
+    w->mp_size = xcalloc(nv, 1);
+    w->first_opt = xcalloc(nv, sizeof(int));
+    w->n_opt = xcalloc(nv, sizeof(int));
+    w->final_buf = xcalloc(nv, sizeof(int));
+    for (int i = 0; i < g->n_ops; i++) op_rule_of(g, i, &w->op_rule[i], &w->op_coef[i], &w->op_kmask[i]);
+    /* Phases: lowering marks every compute instruction with its op's phase;
+     * they depend on the graph only. */
+    for (int i = 0; i < p->n_instrs; i++)
+        if (p->instrs[i].kind == SPMD_COMPUTE) w->op_phase[p->instrs[i].op] = p->instrs[i].phase;
+    for (int v = 0; v < g->n_values; v++) {
+        w->first_opt[v] = -1;
+        w->numel[v] = (double)ir_numel(&g->values[v]);
+    }
+    for (int v = 0; v < g->n_values; v++) {
+        const ir_value *x = &g->values[v];
+        if (x->role == IR_OPT_STATE && x->tied >= 0 && x->tied < g->n_values) {
+            if (w->first_opt[x->tied] < 0) w->first_opt[x->tied] = v;
+            w->n_opt[x->tied]++;
+        }
+    }
+    for (int v = 0; v < g->n_values; v++) {
+        const ir_value *x = &g->values[v];
+        int phase = x->producer >= 0 ? w->op_phase[x->producer] : -1;
+        uint8_t cat;
+        switch (x->role) {
+        case IR_PARAM: cat = CAT_PARAM; break;
+        case IR_OPT_STATE: cat = CAT_OPT; break;
+        case IR_INPUT: cat = CAT_ACT; break;
+        case IR_INTERMEDIATE:
+        case IR_N_ROLES:
+        default:
+            cat = x->grad_of >= 0 ? CAT_GRAD : phase == SPMD_FORWARD ? CAT_ACT : CAT_OTHER;
+            break;
+        }
+        w->cat[v] = cat;
+        /* mixed precision: bf16 except optimizer states, optimizer arithmetic
+         * (f32 on the master weights) and integer values */
+        int f32 = x->dtype == IR_I32 || x->role == IR_OPT_STATE || (phase == SPMD_OPTIMIZER && x->grad_of < 0);
+        w->mp_size[v] = (uint8_t)(f32 ? 4 : 2);
+    }
+    /* outputs that update an argument belong to the argument's category */
+    for (int i = 0; i < g->n_outputs; i++)
+        if (g->outputs[i].updates >= 0) w->cat[g->outputs[i].value] = w->cat[g->outputs[i].updates];
+}
+
+static void grow_program(cost_ws *w, const spmd_program *p)
+{
+    if (p->n_bufs > w->cap_bufs) {
+        int cap = w->cap_bufs ? w->cap_bufs : 1024;
+        while (cap < p->n_bufs) cap *= 2;
+        w->buf_bytes = xrealloc(w->buf_bytes, (size_t)cap * sizeof(double));
+        w->buf_numel = xrealloc(w->buf_numel, (size_t)cap * sizeof(double));
+        w->last_use = xrealloc(w->last_use, (size_t)cap * sizeof(int));
+        w->persistent = xrealloc(w->persistent, (size_t)cap);
+        w->cap_bufs = cap;
+    }
+    int nl = 3 * (p->g->n_layers + 1);
+    if (nl > w->cap_layer) {
+        w->layer = xrealloc(w->layer, (size_t)nl * sizeof(double));
+        w->cap_layer = nl;
+    }
+}
+
+/* ---- the estimate ---------------------------------------------------------- */
+
+typedef struct ctx {
+    const spmd_program *p;
+    cost_ws *w;
+    double axes_prod[1u << SHARD_MAX_AXES]; /* product of sizes per axis mask */
+    int mixed;
+} ctx;
+
+static unsigned tiled_mask(const shard_spec *s, int rank)
+{
+    unsigned m = 0;
+    for (int d = 0; d < rank; d++)
+        for (int k = 0; k < s->n[d]; k++) m |= 1u << s->axes[d][k];
+    return m;
+}
+
+/* Local element count and bytes of buffer b (stored in the workspace). */
+static void size_buffer(ctx *c, int b)
+{
+    const spmd_buffer *B = &c->p->bufs[b];
+    const ir_value *v = &c->p->g->values[B->value];
+    double n = c->w->numel[B->value] / c->axes_prod[tiled_mask(&B->spec, v->rank)];
+    c->w->buf_numel[b] = n;
+    c->w->buf_bytes[b] = n * (c->mixed ? (double)c->w->mp_size[B->value] : (double)ir_dtype_size(v->dtype));
+}
+
+/* Local size of dim d of buffer b. */
+static double local_dim(const ctx *c, int b, int d)
+{
+    const spmd_buffer *B = &c->p->bufs[b];
+    double s = (double)c->p->g->values[B->value].dims[d];
+    for (int k = 0; k < B->spec.n[d]; k++) s /= (double)c->p->mesh.sizes[B->spec.axes[d][k]];
+    return s;
+}
+
+int cost_estimate_program(cost_ws *w, const spmd_program *p, const cost_hw *hw, const cost_options *opt,
+                          cost_estimate *out, char *err, size_t errlen)
+{
+    if (cost_hw_check(hw, err, errlen) < 0) return -1;
+    static const cost_options defaults = {COST_FP32, 0, 0};
+    if (!opt) opt = &defaults;
+    const ir_graph *g = p->g;
+    uint64_t hash = graph_hash(g);
+    if (w->g != g || w->g_ops != g->n_ops || w->g_values != g->n_values || w->g_hash != hash)
+        build_graph_tables(w, p, hash);
+    grow_program(w, p);
+    ctx c = {.p = p, .w = w, .mixed = opt->precision == COST_MIXED_BF16};
+    const shard_mesh *m = &p->mesh;
+    for (unsigned mask = 0; mask < (1u << SHARD_MAX_AXES); mask++) {
+        double prod = 1;
+        for (int a = 0; a < m->n_axes; a++)
+            if (mask & (1u << a)) prod *= (double)m->sizes[a];
+        c.axes_prod[mask] = prod;
+    }
+    memset(out, 0, sizeof *out);
+    int nl = g->n_layers + 1;
+    double *lc = w->layer, *lm = w->layer + nl, *lw = w->layer + 2 * nl;
+    memset(w->layer, 0, (size_t)(3 * nl) * sizeof(double));
+    out->n_layers = nl;
+    out->layer_compute = lc;
+    out->layer_comm = lm;
+    out->layer_wire = lw;
+
+    /* pass 1: last readers; persistent buffers (arguments, kept outputs) */
+    memset(w->persistent, 0, (size_t)p->n_bufs);
+    for (int b = 0; b < p->n_bufs; b++) w->last_use[b] = -1;
+    for (int i = 0; i < p->n_instrs; i++) {
+        const spmd_instr *in = &p->instrs[i];
+        if (in->in[0] >= 0) w->last_use[in->in[0]] = i;
+        if (in->in[1] >= 0) w->last_use[in->in[1]] = i;
+    }
+    double live[N_CATS] = {0};
+    for (int v = 0; v < g->n_values; v++) {
+        int b = p->arg_buf[v];
+        if (b < 0) continue;
+        w->persistent[b] = 1;
+        size_buffer(&c, b);
+        live[w->cat[v]] += w->buf_bytes[b];
+    }
+    /* f32 master weights under mixed precision, split like the param's first
+     * optimizer state (ZeRO partitions them with the optimizer states) */
+    for (int v = 0; v < g->n_values; v++) {
+        if (g->values[v].role != IR_PARAM) continue;
+        int ob = w->first_opt[v] >= 0 ? p->arg_buf[w->first_opt[v]] : p->arg_buf[v];
+        if (c.mixed) live[CAT_OPT] += 4.0 * w->buf_numel[ob];
+        w->final_buf[v] = -1;
+    }
+    /* outputs: a new value in the layout of the argument it updates reuses
+     * the argument's memory (donation); any other output stays to the end */
+    for (int i = 0; i < g->n_outputs; i++) {
+        int b = p->out_buf[i], u = g->outputs[i].updates;
+        if (b < 0 || w->persistent[b]) continue;
+        int donated = u >= 0 && p->arg_buf[u] >= 0 &&
+                      shard_spec_equal(&p->bufs[b].spec, &p->bufs[p->arg_buf[u]].spec, g->values[u].rank);
+        w->persistent[b] = donated ? 2 : 1;
+    }
+
+    /* pass 2: price every instruction; sweep live bytes */
+    double ser = 1;
+    if (hw->cores > 0 && (double)m->n_devices > hw->cores) ser = (double)m->n_devices / hw->cores;
+    out->serialisation = ser;
+    double peak = -1, cur = live[0] + live[1] + live[2] + live[3] + live[4];
+    for (int i = 0; i < p->n_instrs; i++) {
+        const spmd_instr *in = &p->instrs[i];
+        int ob = in->out;
+        size_buffer(&c, ob);
+        if (g->values[in->value].grad_of >= 0) w->final_buf[g->values[in->value].grad_of] = ob;
+        int li = in->layer + 1;
+        if (li < 0 || li >= nl) li = 0;
+        double t;
+        if (in->kind == SPMD_COMPUTE) {
+            const ir_op *o = &g->ops[in->op];
+            double flops = 0, bytes = w->buf_bytes[ob];
+            for (int k = 0; k < o->n_in; k++) bytes += w->buf_bytes[in->in[k]];
+            switch (w->op_rule[in->op]) {
+            case FL_OUT: flops = w->op_coef[in->op] * w->buf_numel[ob]; break;
+            case FL_IN0: flops = w->buf_numel[in->in[0]]; break;
+            case FL_IN1: flops = w->buf_numel[in->in[1]]; break;
+            case FL_EINSUM: {
+                flops = 2 * w->buf_numel[ob];
+                for (int d = 0, km = w->op_kmask[in->op]; km; d++, km >>= 1)
+                    if (km & 1) flops *= local_dim(&c, in->in[0], d);
+                break;
+            }
+            default: break;
+            }
+            if (o->kind == IR_OP_GATHER) bytes = w->buf_bytes[in->in[1]] + 2 * w->buf_bytes[ob];
+            double peak_rate = hw->vector_flops;
+            if (o->kind == IR_OP_EINSUM)
+                peak_rate = hw->matmul_flops[c.mixed && in->phase != SPMD_OPTIMIZER ? IR_BF16 : IR_F32];
+            double tf = flops / peak_rate, tb = bytes / hw->mem_bandwidth;
+            t = ser * ((tf > tb ? tf : tb) + hw->op_overhead);
+            out->flops += flops;
+            out->compute_time += t;
+            out->op_time[o->kind] += t;
+            out->op_count[o->kind]++;
+            out->phase_compute[in->phase] += t;
+            lc[li] += t;
+        } else if (in->kind == SPMD_SLICE) {
+            /* a local copy of the kept block: read and write it */
+            t = ser * (2 * w->buf_bytes[ob] / hw->mem_bandwidth + hw->op_overhead);
+            out->comm_time += t;
+            out->coll_time[SPMD_SLICE] += t;
+            out->coll_count[SPMD_SLICE]++;
+            out->phase_comm[in->phase] += t;
+            lm[li] += t;
+        } else {
+            const ir_value *v = &g->values[in->value];
+            double bytes = (double)in->bytes;
+            if (c.mixed) bytes *= (double)w->mp_size[in->value] / (double)ir_dtype_size(v->dtype);
+            double wire;
+            t = ser * collective(hw, m, (spmd_kind)in->kind, in->axes, bytes, &wire);
+            out->comm_time += t;
+            out->comm_bytes += bytes;
+            out->wire_bytes += wire;
+            out->coll_time[in->kind] += t;
+            out->coll_wire[in->kind] += wire;
+            out->coll_count[in->kind]++;
+            out->phase_comm[in->phase] += t;
+            lm[li] += t;
+            lw[li] += wire;
+        }
+        /* memory: the result joins what is live; inputs read for the last
+         * time (and a result nobody reads) leave after the instruction */
+        int cat = w->cat[in->value];
+        if (w->persistent[ob] != 2) {
+            live[cat] += w->buf_bytes[ob];
+            cur += w->buf_bytes[ob];
+        }
+        if (cur > peak) {
+            peak = cur;
+            out->peak_instr = i;
+            out->peak_params = live[CAT_PARAM];
+            out->peak_opt_states = live[CAT_OPT];
+            out->peak_grads = live[CAT_GRAD];
+            out->peak_activations = live[CAT_ACT];
+            out->peak_other = live[CAT_OTHER];
+        }
+        for (int k = 0; k < 2; k++) {
+            int b = in->in[k];
+            if (b < 0 || w->persistent[b] || w->last_use[b] != i || (k == 1 && b == in->in[0])) continue;
+            live[w->cat[p->bufs[b].value]] -= w->buf_bytes[b];
+            cur -= w->buf_bytes[b];
+        }
+        if (!w->persistent[ob] && w->last_use[ob] < 0) {
+            live[cat] -= w->buf_bytes[ob];
+            cur -= w->buf_bytes[ob];
+        }
+    }
+    if (peak < 0) {
+        peak = cur;
+        out->peak_params = live[CAT_PARAM];
+        out->peak_opt_states = live[CAT_OPT];
+        out->peak_grads = live[CAT_GRAD];
+        out->peak_activations = live[CAT_ACT];
+        out->peak_other = live[CAT_OTHER];
+    }
+    /* model states through the ZeRO formula, from the actual splits */
+    for (int v = 0; v < g->n_values; v++) {
+        if (g->values[v].role != IR_PARAM) continue;
+        double n = w->numel[v];
+        int pb = p->arg_buf[v];
+        int ob = w->first_opt[v] >= 0 ? p->arg_buf[w->first_opt[v]] : pb;
+        int gb = w->final_buf[v] >= 0 ? w->final_buf[v] : pb;
+        cost_state_bytes sz = cost_state_sizes(opt->precision, w->n_opt[v]);
+        out->model_state_bytes += cost_model_state_bytes(n, &sz, n / w->buf_numel[pb], n / w->buf_numel[gb], n / w->buf_numel[ob]);
+    }
+    out->peak_memory = peak;
+    out->capacity = opt->memory_capacity > 0 ? opt->memory_capacity : hw->mem_capacity;
+    out->fits = peak <= out->capacity;
+    out->step_time = opt->overlap ? fmax(out->compute_time, out->comm_time) : out->compute_time + out->comm_time;
+    return 0;
+}
+
+double cost_reward(const cost_estimate *e, double baseline_time)
+{
+    if (!e->fits) {
+        double excess = e->peak_memory / e->capacity - 1;
+        if (!(excess > 0)) excess = 1e-12;
+        return -excess / (1 + excess);
+    }
+    if (!(e->step_time > 0)) return baseline_time > 0 ? 1e12 : 1;
+    return baseline_time / e->step_time;
+}

@@ -1,0 +1,542 @@
+/* test_cost.c - the cost model: published communication volumes (Megatron,
+ * data parallel, ZeRO-3), ZeRO model-state memory, collective formulas, link
+ * selection, liveness on a hand-checked graph, the DP / Megatron trade-off
+ * and how it moves with link bandwidth, mixed precision, CPU serialisation,
+ * the reward's ordering, hardware profile JSON (round trip and bad input),
+ * and the quick calibration. */
+#include "analysis/schedule.h"
+#include "analysis/spmd.h"
+#include "cli/cli.h"
+#include "cost/cost.h"
+#include "models/models.h"
+#include "tests/test.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+/* Relative closeness for sums of products of doubles: they are exact up to a
+ * few roundings (1e-9 is far above double rounding, far below any real gap). */
+static int close_rel(double a, double b, double tol) { return fabs(a - b) <= tol * fmax(fabs(a), fabs(b)) + 1e-300; }
+
+static ir_graph *build(const char *spec)
+{
+    model_config cfg;
+    char err[512];
+    if (model_parse(spec, &cfg, err, sizeof err) < 0) {
+        fprintf(stderr, "%s\n", err);
+        exit(1);
+    }
+    ir_graph *g = model_build_step(&cfg, NULL, err, sizeof err);
+    if (!g) {
+        fprintf(stderr, "%s\n", err);
+        exit(1);
+    }
+    return g;
+}
+
+static spmd_program *lower(const ir_graph *g, const char *mesh_text, const char *sched)
+{
+    char err[512];
+    shard_mesh mesh;
+    schedule sc;
+    if (shard_mesh_parse(mesh_text, &mesh, err, sizeof err) < 0 || sched_parse(sched, &mesh, &sc, err, sizeof err) < 0) {
+        fprintf(stderr, "%s\n", err);
+        exit(1);
+    }
+    shard_state *st = shard_state_new(g, &mesh);
+    int rc = sched_apply(&sc, st, err, sizeof err);
+    CHECKF(rc == 0, "%s: %s", sched, err);
+    spmd_program *p = spmd_lower(st);
+    p->mesh = mesh; /* the program keeps its own copy; st can go */
+    shard_state_free(st);
+    return p;
+}
+
+static cost_hw preset(const char *name)
+{
+    cost_hw hw;
+    char err[256];
+    if (cost_hw_preset(name, &hw, err, sizeof err) < 0) {
+        fprintf(stderr, "%s\n", err);
+        exit(1);
+    }
+    return hw;
+}
+
+static cost_estimate estimate(cost_ws *ws, const spmd_program *p, const cost_hw *hw, cost_precision prec)
+{
+    cost_options o = {prec, 0, 0};
+    cost_estimate e;
+    char err[256];
+    int rc = cost_estimate_program(ws, p, hw, &o, &e, err, sizeof err);
+    CHECKF(rc == 0, "%s", err);
+    return e;
+}
+
+static double param_elems(const ir_graph *g)
+{
+    double n = 0;
+    for (int v = 0; v < g->n_values; v++)
+        if (g->values[v].role == IR_PARAM) n += (double)ir_numel(&g->values[v]);
+    return n;
+}
+
+/* ---- formulas -------------------------------------------------------------- */
+
+static void test_formulas(void)
+{
+    /* ring volumes per device */
+    CHECK(cost_wire_bytes(SPMD_ALL_REDUCE, 4, 1000) == 1500);
+    CHECK(cost_wire_bytes(SPMD_ALL_GATHER, 4, 1000) == 750);
+    CHECK(cost_wire_bytes(SPMD_REDUCE_SCATTER, 8, 800) == 700);
+    CHECK(cost_wire_bytes(SPMD_ALL_TO_ALL, 2, 1000) == 500);
+    CHECK(cost_wire_bytes(SPMD_ALL_REDUCE, 1, 1000) == 0);
+    CHECK(cost_wire_bytes(SPMD_SLICE, 4, 1000) == 0);
+    cost_hw hw = preset("a100");
+    shard_mesh m;
+    char err[256];
+    shard_mesh_parse("batch=2,model=8", &m, err, sizeof err);
+    /* model (stride 1, 8 devices) sits in one 8-GPU node: NVLink; batch
+     * (stride 8) spans nodes: InfiniBand */
+    cost_link lm = cost_axis_link(&hw, &m, 1), lb = cost_axis_link(&hw, &m, 0);
+    CHECK(lm.bandwidth == hw.intra.bandwidth && lb.bandwidth == hw.inter.bandwidth);
+    shard_mesh_parse("batch=4,model=2", &m, err, sizeof err);
+    CHECK(cost_axis_link(&hw, &m, 0).bandwidth == hw.intra.bandwidth); /* stride 2 x 4 = 8 */
+    shard_mesh_parse("batch=8,model=2", &m, err, sizeof err);
+    CHECK(cost_axis_link(&hw, &m, 0).bandwidth == hw.inter.bandwidth);
+    /* an axis named in the profile uses its own link */
+    cost_hw h2 = hw;
+    h2.n_axis_links = 1;
+    strcpy(h2.axis_names[0], "batch");
+    h2.axis_links[0] = (cost_link){1e9, 1e-5};
+    CHECK(cost_axis_link(&h2, &m, 0).bandwidth == 1e9);
+    /* single-axis times against the alpha-beta formulas (tolerance: the
+     * same products summed in another order) */
+    shard_mesh_parse("batch=2,model=8", &m, err, sizeof err);
+    double S = 64e6, b = hw.intra.bandwidth, a = hw.intra.latency;
+    CHECK(close_rel(cost_collective_time(&hw, &m, SPMD_ALL_REDUCE, 2u, S), 2 * 7.0 / 8 * S / b + 2 * 7 * a, 1e-12));
+    CHECK(close_rel(cost_collective_time(&hw, &m, SPMD_ALL_GATHER, 2u, S), 7.0 / 8 * S / b + 7 * a, 1e-12));
+    CHECK(close_rel(cost_collective_time(&hw, &m, SPMD_REDUCE_SCATTER, 2u, S), 7.0 / 8 * S / b + 7 * a, 1e-12));
+    CHECK(close_rel(cost_collective_time(&hw, &m, SPMD_ALL_TO_ALL, 2u, S), 7.0 / 8 * S / b + 7 * a, 1e-12));
+    /* two axes, hierarchical: NVLink ring on S, then InfiniBand on S / 8 */
+    double bi = hw.inter.bandwidth, ai = hw.inter.latency;
+    double want = 2 * 7.0 / 8 * S / b + 2 * 7 * a + 2 * 1.0 / 2 * (S / 8) / bi + 2 * 1 * ai;
+    CHECK(close_rel(cost_collective_time(&hw, &m, SPMD_ALL_REDUCE, 3u, S), want, 1e-12));
+    /* all-to-all over both: one ring of 16 at the slower link */
+    CHECK(close_rel(cost_collective_time(&hw, &m, SPMD_ALL_TO_ALL, 3u, S), 15.0 / 16 * S / bi + 15 * ai, 1e-12));
+    /* an axis of size 1 costs nothing */
+    shard_mesh_parse("batch=1,model=8", &m, err, sizeof err);
+    CHECK(cost_collective_time(&hw, &m, SPMD_ALL_REDUCE, 1u, S) == 0);
+}
+
+/* ZeRO paper (Rajbhandari et al. 2020, Figure 1): Psi = 7.5B, N_d = 64,
+ * mixed-precision Adam (K = 12): 120, 31.4, 16.6 and 1.9 GB per device. */
+static void test_zero_memory(void)
+{
+    cost_state_bytes sz = cost_state_sizes(COST_MIXED_BF16, 2);
+    CHECK(sz.param == 2 && sz.grad == 2 && sz.opt == 12);
+    double psi = 7.5e9, n = 64;
+    double base = cost_model_state_bytes(psi, &sz, 1, 1, 1);
+    double os = cost_model_state_bytes(psi, &sz, 1, 1, n);
+    double osg = cost_model_state_bytes(psi, &sz, 1, n, n);
+    double osgp = cost_model_state_bytes(psi, &sz, n, n, n);
+    /* published figures are rounded to 0.1 GB */
+    CHECKF(fabs(base / 1e9 - 120) < 0.05, "%.3f GB", base / 1e9);
+    CHECKF(fabs(os / 1e9 - 31.4) < 0.05, "%.3f GB", os / 1e9);
+    CHECKF(fabs(osg / 1e9 - 16.6) < 0.05, "%.3f GB", osg / 1e9);
+    CHECKF(fabs(osgp / 1e9 - 1.9) < 0.05, "%.3f GB", osgp / 1e9);
+    cost_state_bytes f = cost_state_sizes(COST_FP32, 2);
+    CHECK(f.param == 4 && f.grad == 4 && f.opt == 8);
+
+    /* The estimator uses the same function with the program's real splits:
+     * data parallel keeps everything whole, ZeRO-3 splits all three. */
+    ir_graph *g = build("mlp:layers=2,batch=16,in=64,hidden=128,out=32");
+    cost_hw hw = preset("a100");
+    cost_ws *ws = cost_ws_new();
+    double psi_g = param_elems(g);
+    spmd_program *p = lower(g, "d=4", "dp:d");
+    cost_estimate e = estimate(ws, p, &hw, COST_MIXED_BF16);
+    CHECKF(close_rel(e.model_state_bytes, psi_g * 16, 1e-9), "%.0f vs %.0f", e.model_state_bytes, psi_g * 16);
+    spmd_free(p);
+    p = lower(g, "d=4", "zero3:d");
+    e = estimate(ws, p, &hw, COST_MIXED_BF16);
+    CHECKF(close_rel(e.model_state_bytes, psi_g * 16 / 4, 1e-9), "%.0f vs %.0f", e.model_state_bytes, psi_g * 4);
+    /* the params and optimizer states live all step: the peak holds them */
+    CHECK(e.peak_params > 0 && e.peak_opt_states > 0 && e.peak_memory >= e.peak_params + e.peak_opt_states);
+    spmd_free(p);
+    cost_ws_free(ws);
+    ir_free(g);
+}
+
+/* ---- published communication volumes ---------------------------------- */
+
+/* Megatron-LM: per layer and device, 4 all-reduces of b*s*h (2 forward, 2
+ * backward), i.e. 8 b s h (t-1)/t elements on a ring. */
+static void test_megatron_volume(void)
+{
+    ir_graph *g = build("gpt-tiny");
+    model_config cfg;
+    char err[256];
+    model_parse("gpt-tiny", &cfg, err, sizeof err);
+    double b = (double)model_get(&cfg, "batch"), s = (double)model_get(&cfg, "seq"), h = (double)model_get(&cfg, "hidden");
+    cost_hw hw = preset("a100");
+    cost_ws *ws = cost_ws_new();
+    static const char *meshes[] = {"model=2", "model=4", "model=8"};
+    for (int k = 0; k < 3; k++) {
+        spmd_program *p = lower(g, meshes[k], "megatron:model");
+        double t = (double)p->mesh.sizes[0];
+        cost_estimate e = estimate(ws, p, &hw, COST_FP32);
+        for (int L = 0; L < g->n_layers; L++) {
+            double want = 8 * b * s * h * (t - 1) / t * 4; /* f32 bytes */
+            CHECKF(close_rel(e.layer_wire[L + 1], want, 1e-9), "%s layer %d: %.0f bytes priced, %.0f expected", meshes[k], L,
+                   e.layer_wire[L + 1], want);
+        }
+        /* the estimator's total is the sum of its per-layer figures */
+        double sum = 0;
+        for (int l = 0; l < e.n_layers; l++) sum += e.layer_wire[l];
+        CHECK(close_rel(sum, e.wire_bytes, 1e-9));
+        /* mixed precision moves bf16 activations: half the bytes (copy the
+         * f32 figure first: layer arrays live in the workspace) */
+        double w32 = e.layer_wire[1];
+        cost_estimate e2 = estimate(ws, p, &hw, COST_MIXED_BF16);
+        CHECK(close_rel(e2.layer_wire[1], w32 / 2, 1e-9));
+        spmd_free(p);
+    }
+    cost_ws_free(ws);
+    ir_free(g);
+}
+
+/* Sum over instructions of the ring bytes priced for collectives moving
+ * rank >= 2 params of layer >= 1 or their gradients (the weights whose
+ * input gradient is needed, so ZeRO-3 gathers them in both passes). */
+static double matrix_wire(const spmd_program *p)
+{
+    const ir_graph *g = p->g;
+    double w = 0;
+    for (int i = 0; i < p->n_instrs; i++) {
+        const spmd_instr *in = &p->instrs[i];
+        const ir_value *v = &g->values[in->value];
+        int pv = v->role == IR_PARAM ? in->value : v->grad_of;
+        if (pv < 0 || g->values[pv].rank < 2 || g->values[pv].layer < 1) continue;
+        w += cost_wire_bytes((spmd_kind)in->kind, shard_axes_size(&p->mesh, in->axes), (double)in->bytes);
+    }
+    return w;
+}
+
+static void test_dp_zero3_volume(void)
+{
+    ir_graph *g = build("mlp:layers=4,batch=32,in=64,hidden=128,out=16");
+    double psi_bytes = param_elems(g) * 4;
+    cost_hw hw = preset("a100");
+    cost_ws *ws = cost_ws_new();
+    static const char *meshes[] = {"d=2", "d=4", "d=8"};
+    for (int k = 0; k < 3; k++) {
+        spmd_program *dp = lower(g, meshes[k], "dp:d");
+        double n = (double)dp->mesh.sizes[0];
+        cost_estimate e = estimate(ws, dp, &hw, COST_FP32);
+        /* 2 (n-1)/n Psi; the loss's scalar all-reduce adds 2 (n-1)/n 4 bytes
+         * at most, hence the slack */
+        double want = 2 * (n - 1) / n * psi_bytes;
+        CHECKF(fabs(e.coll_wire[SPMD_ALL_REDUCE] - want) <= 2 * (n - 1) / n * 4 + 1e-6, "%s: %.0f vs %.0f", meshes[k],
+               e.coll_wire[SPMD_ALL_REDUCE], want);
+        CHECK(e.coll_count[SPMD_ALL_GATHER] == 0 && e.coll_count[SPMD_REDUCE_SCATTER] == 0);
+        spmd_program *z3 = lower(g, meshes[k], "zero3:d");
+        cost_estimate f = estimate(ws, z3, &hw, COST_FP32);
+        /* ZeRO-3: params gathered in forward and backward, gradients
+         * reduce-scattered: 3 (n-1)/n Psi = 1.5x data parallel, exactly for
+         * the weights gathered in both passes */
+        double r = matrix_wire(z3) / matrix_wire(dp);
+        CHECKF(close_rel(r, 1.5, 1e-9), "%s: ZeRO-3 / DP volume on hidden weights %.4f", meshes[k], r);
+        /* over the whole model slightly less (first layer's weight and the
+         * biases are not needed by the backward pass) */
+        double total = f.coll_wire[SPMD_ALL_GATHER] + f.coll_wire[SPMD_REDUCE_SCATTER] + f.coll_wire[SPMD_ALL_REDUCE];
+        double rt = total / e.wire_bytes;
+        CHECKF(rt > 1.2 && rt <= 1.5 + 1e-9, "%s: whole-model ratio %.4f", meshes[k], rt);
+        /* and memory: ZeRO-3 holds 1/n of the model states */
+        CHECK(close_rel(f.model_state_bytes * n, e.model_state_bytes, 1e-9));
+        spmd_free(dp);
+        spmd_free(z3);
+    }
+    cost_ws_free(ws);
+    ir_free(g);
+}
+
+/* ---- liveness on a graph checked by hand --------------------------------- */
+
+static void test_liveness(void)
+{
+    ir_graph *g = ir_new("chain");
+    int64_t dims[2] = {4, 8}, rd[1] = {1};
+    int a = ir_arg(g, "a", IR_INPUT, IR_F32, 2, dims);
+    int b = ir_unary(g, IR_OP_EXP, a);
+    int c = ir_unary(g, IR_OP_EXP, b);
+    int d = ir_reduce(g, IR_OP_REDUCE_SUM, c, 1, rd);
+    ir_add_output(g, d, -1);
+    CHECK(!ir_error(g));
+    spmd_program *p = lower(g, "d=1", "tile:a:0:d");
+    cost_hw hw = preset("a100");
+    cost_ws *ws = cost_ws_new();
+    cost_estimate e = estimate(ws, p, &hw, COST_FP32);
+    /* a (128 B) lives all step; b (128) and c (128) overlap while c is made,
+     * then b dies; d (16) stays to the end: peak 384 bytes at instruction 1 */
+    CHECKF(e.peak_memory == 384, "peak %.0f", e.peak_memory);
+    CHECK(e.peak_instr == 1);
+    /* a graph without a loss has no forward phase: b and c count as "other" */
+    CHECK(e.peak_activations + e.peak_other == 384);
+    /* FLOPs: 32 + 32 exp, 32 adds of the reduction */
+    CHECK(e.flops == 96);
+    /* roofline: these tiny ops are memory bound: bytes / bandwidth each */
+    double want = (256 + 256 + 128 + 16) / hw.mem_bandwidth;
+    CHECK(close_rel(e.compute_time, want, 1e-12));
+    CHECK(e.comm_time == 0 && e.step_time == e.compute_time);
+    spmd_free(p);
+    cost_ws_free(ws);
+    ir_free(g);
+}
+
+/* ---- the trade-off -------------------------------------------------------- */
+
+static double step_of(cost_ws *ws, const ir_graph *g, const char *sched, const cost_hw *hw)
+{
+    spmd_program *p = lower(g, "d=4", sched);
+    cost_estimate e = estimate(ws, p, hw, COST_FP32);
+    spmd_free(p);
+    return e.step_time;
+}
+
+/* For mlps of width h and batch 64, 128, ..., 8192: the smallest batch at
+ * which data parallel is faster than Megatron on each of the two profiles
+ * (x[0], x[1]; 0 if never), and where their priced communication volumes
+ * cross (*comm_cross). */
+static void crossover(cost_ws *ws, int64_t h, const cost_hw *hw2, int64_t *x, int64_t *comm_cross)
+{
+    x[0] = x[1] = *comm_cross = 0;
+    for (int64_t bsz = 64; bsz <= 8192; bsz += 64) {
+        char spec[128];
+        snprintf(spec, sizeof spec, "mlp:layers=2,batch=%lld,in=%lld,hidden=%lld,out=%lld", (long long)bsz, (long long)h,
+                 (long long)h, (long long)h);
+        ir_graph *g = build(spec);
+        spmd_program *pd = lower(g, "d=4", "dp:d"), *pm = lower(g, "d=4", "megatron:d");
+        for (int k = 0; k < 2; k++) {
+            cost_estimate ed = estimate(ws, pd, &hw2[k], COST_FP32), em = estimate(ws, pm, &hw2[k], COST_FP32);
+            if (!x[k] && ed.step_time < em.step_time) x[k] = bsz;
+            if (!*comm_cross && ed.wire_bytes < em.wire_bytes) *comm_cross = bsz;
+        }
+        spmd_free(pd);
+        spmd_free(pm);
+        ir_free(g);
+    }
+}
+
+static void test_tradeoff(void)
+{
+    cost_hw hw = preset("a100");
+    cost_ws *ws = cost_ws_new();
+    /* weight-heavy: 4 samples through 2048-wide layers */
+    ir_graph *g = build("mlp:layers=2,batch=4,in=2048,hidden=2048,out=2048");
+    double tdp = step_of(ws, g, "dp:d", &hw), tmt = step_of(ws, g, "megatron:d", &hw);
+    CHECKF(tmt < tdp, "weight-heavy: megatron %.3g s, dp %.3g s", tmt, tdp);
+    ir_free(g);
+    /* activation-heavy: 65536 samples through 64-wide layers */
+    g = build("mlp:layers=2,batch=65536,in=64,hidden=64,out=64");
+    tdp = step_of(ws, g, "dp:d", &hw);
+    tmt = step_of(ws, g, "megatron:d", &hw);
+    CHECKF(tdp < tmt, "activation-heavy: dp %.3g s, megatron %.3g s", tdp, tmt);
+    ir_free(g);
+    /* The crossover batch moves with the link: with fast links the choice is
+     * made by compute (Megatron replicates the elementwise work after its
+     * all-reduces, DP the optimizer), with slow links by the communication
+     * volumes; the slow-link crossover is the volume crossover. */
+    cost_hw links[2] = {hw, hw}; /* fast, slow */
+    links[0].intra.bandwidth *= 100;
+    links[0].intra.latency /= 100;
+    links[1].intra.bandwidth /= 100;
+    int64_t x[2], cc;
+    crossover(ws, 256, links, x, &cc);
+    printf("crossover batch (mlp width 256, 4 devices): fast links %lld, slow links %lld, volumes cross at %lld\n",
+           (long long)x[0], (long long)x[1], (long long)cc);
+    CHECKF(x[0] > 0 && x[1] > 0 && cc > 0 && x[0] != x[1], "crossover batch: fast links %lld, slow links %lld",
+           (long long)x[0], (long long)x[1]);
+    CHECK(llabs(x[1] - cc) < llabs(x[0] - cc));
+    cost_ws_free(ws);
+}
+
+/* ---- precision, overlap, serialisation, reward, determinism -------------- */
+
+static void test_options(void)
+{
+    ir_graph *g = build("gpt-tiny");
+    cost_hw hw = preset("a100");
+    cost_ws *ws = cost_ws_new();
+    spmd_program *p = lower(g, "d=4", "dp:d");
+    cost_estimate f = estimate(ws, p, &hw, COST_FP32), m = estimate(ws, p, &hw, COST_MIXED_BF16);
+    /* bf16 gradients: half the all-reduce bytes */
+    CHECK(close_rel(m.coll_wire[SPMD_ALL_REDUCE], f.coll_wire[SPMD_ALL_REDUCE] / 2, 1e-3));
+    CHECK(m.op_time[IR_OP_EINSUM] < f.op_time[IR_OP_EINSUM]);
+    CHECK(m.flops == f.flops);
+    /* model states: 16 bytes a parameter mixed, 16 (4 + 4 + 8) in f32 with Adam */
+    CHECK(close_rel(m.model_state_bytes, f.model_state_bytes, 1e-9));
+    CHECK(m.peak_activations < f.peak_activations);
+    /* overlap: max instead of sum */
+    cost_options ov = {COST_FP32, 1, 0};
+    cost_estimate o;
+    char err[256];
+    cost_estimate_program(ws, p, &hw, &ov, &o, err, sizeof err);
+    CHECK(o.step_time == fmax(o.compute_time, o.comm_time) && o.step_time < f.step_time);
+    /* capacity override decides fits */
+    cost_options small = {COST_FP32, 0, f.peak_memory * 0.5};
+    cost_estimate s;
+    cost_estimate_program(ws, p, &hw, &small, &s, err, sizeof err);
+    CHECK(!s.fits && f.fits && s.capacity == f.peak_memory * 0.5);
+    /* deterministic, and a workspace reused across graphs gives the same */
+    cost_estimate f2 = estimate(ws, p, &hw, COST_FP32);
+    CHECK(f2.step_time == f.step_time && f2.peak_memory == f.peak_memory && f2.wire_bytes == f.wire_bytes);
+    ir_graph *g2 = build("mlp-tiny");
+    spmd_program *p2 = lower(g2, "d=2", "dp:d");
+    estimate(ws, p2, &hw, COST_FP32);
+    cost_estimate f3 = estimate(ws, p, &hw, COST_FP32);
+    CHECK(f3.step_time == f.step_time && f3.peak_memory == f.peak_memory && !memcmp(f3.op_time, f.op_time, sizeof f.op_time));
+    spmd_free(p2);
+    ir_free(g2);
+    /* CPU: 4 devices on 2 cores run their compute one after the other */
+    cost_hw cpu = preset("cpu"), cpu_free = cpu;
+    cpu_free.cores = 0;
+    cost_estimate c2 = estimate(ws, p, &cpu, COST_FP32), c0 = estimate(ws, p, &cpu_free, COST_FP32);
+    CHECK(c2.serialisation == 2 && c0.serialisation == 1);
+    CHECK(close_rel(c2.compute_time, 2 * c0.compute_time, 1e-12) && close_rel(c2.comm_time, 2 * c0.comm_time, 1e-12));
+    /* bad profile */
+    cost_hw bad = hw;
+    bad.mem_bandwidth = -1;
+    CHECK(cost_estimate_program(ws, p, &bad, NULL, &o, err, sizeof err) == -1 && strstr(err, "memory_bandwidth"));
+    spmd_free(p);
+    cost_ws_free(ws);
+    ir_free(g);
+
+    /* reward: fitting plans above every non-fitting one, faster is better,
+     * bigger overflow is worse */
+    cost_estimate a = {0}, b = {0}, c = {0}, d = {0};
+    a.fits = b.fits = 1;
+    a.step_time = 1, b.step_time = 2;
+    c.peak_memory = 11, c.capacity = 10;
+    d.peak_memory = 30, d.capacity = 10;
+    double ra = cost_reward(&a, 4), rb = cost_reward(&b, 4), rc = cost_reward(&c, 4), rd = cost_reward(&d, 4);
+    CHECK(ra == 4 && rb == 2 && rc < 0 && rd < rc && rd > -1);
+    b.step_time = 1e6;
+    CHECK(cost_reward(&b, 4) > 0);
+}
+
+/* ---- hardware profiles ------------------------------------------------------ */
+
+static int hw_error(const char *json, const char *needle)
+{
+    cost_hw hw;
+    char err[512] = "";
+    int rc = cost_hw_from_json(json, "t.json", &hw, err, sizeof err);
+    int ok = rc == -1 && strstr(err, needle) && !strchr(err, '\n') && strstr(err, "t.json");
+    if (!ok) fprintf(stderr, "  expected an error naming '%s', got rc %d: %s\n", needle, rc, err);
+    return ok;
+}
+
+static void test_profiles(void)
+{
+    char err[512], path[64];
+    for (const char *const *n = cost_hw_preset_names(); *n; n++) {
+        cost_hw hw;
+        CHECKF(cost_hw_preset(*n, &hw, err, sizeof err) == 0 && cost_hw_check(&hw, err, sizeof err) == 0, "%s", *n);
+        /* round trip through JSON is exact */
+        char *s = cost_hw_to_json(&hw);
+        cost_hw back;
+        CHECKF(s && cost_hw_from_json(s, "rt", &back, err, sizeof err) == 0, "%s: %s", *n, err);
+        CHECK(!memcmp(back.matmul_flops, hw.matmul_flops, sizeof hw.matmul_flops) && back.mem_capacity == hw.mem_capacity &&
+              back.intra.latency == hw.intra.latency && back.inter.bandwidth == hw.inter.bandwidth &&
+              back.node_devices == hw.node_devices && back.cores == hw.cores && !strcmp(back.name, hw.name));
+        free(s);
+    }
+    cost_hw hw;
+    CHECK(cost_hw_preset("v100", &hw, err, sizeof err) == -1 && strstr(err, "v100") && strstr(err, "a100"));
+    CHECK(cost_hw_lookup("no-such-profile", &hw, err, sizeof err) == -1 && strstr(err, "no-such-profile"));
+    /* save atomically, load back with axis links */
+    snprintf(path, sizeof path, "/tmp/carve-test-hw-%ld.json", (long)getpid());
+    cost_hw_preset("h100", &hw, err, sizeof err);
+    hw.n_axis_links = 1;
+    strcpy(hw.axis_names[0], "model");
+    hw.axis_links[0] = (cost_link){123.5e9, 0.1 + 0.2};
+    CHECK(cost_hw_save(&hw, path, err, sizeof err) == 0);
+    cost_hw back;
+    CHECKF(cost_hw_lookup(path, &back, err, sizeof err) == 0, "%s", err);
+    CHECK(back.n_axis_links == 1 && !strcmp(back.axis_names[0], "model") && back.axis_links[0].latency == 0.1 + 0.2);
+    remove(path);
+    CHECK(cost_hw_save(&hw, "/nonexistent-dir/x.json", err, sizeof err) == -1 && strstr(err, "nonexistent-dir"));
+
+    const char *good =
+        "{\"format\":\"carve-hw/1\",\"name\":\"x\",\"peak_flops\":{\"f32\":1e12,\"bf16\":2e12},\"vector_flops\":1e11,"
+        "\"memory_bandwidth\":1e11,\"memory_capacity\":1e10,\"node_devices\":8,"
+        "\"intra_link\":{\"bandwidth\":1e10,\"latency\":1e-6},\"inter_link\":{\"bandwidth\":1e9,\"latency\":1e-5}}";
+    CHECKF(cost_hw_from_json(good, "t.json", &hw, err, sizeof err) == 0, "%s", err);
+    CHECK(hw.matmul_flops[IR_F16] == 2e12 && hw.cores == 0 && hw.op_overhead == 0);
+    /* each bad variant: one line naming the field */
+    char bad[1024];
+    struct {
+        const char *from, *to, *needle;
+    } subs[] = {
+        {"\"memory_bandwidth\":1e11,", "", "memory_bandwidth"},
+        {"\"memory_capacity\":1e10", "\"memory_capacity\":-5", "memory_capacity"},
+        {"\"f32\":1e12", "\"f32\":0", "peak_flops.f32"},
+        {"\"bf16\":2e12", "\"bf16\":\"fast\"", "peak_flops.bf16"},
+        {"\"latency\":1e-6", "\"latency\":-1e-6", "intra_link.latency"},
+        {"\"inter_link\":{\"bandwidth\":1e9,\"latency\":1e-5}", "\"inter_link\":{\"latency\":1e-5}", "inter_link.bandwidth"},
+        {"\"node_devices\":8", "\"node_devices\":2.5", "node_devices"},
+        {"carve-hw/1", "carve-hw/9", "carve-hw/9"},
+        {"\"name\":\"x\",", "", "name"},
+        {"\"vector_flops\":1e11", "\"vector_flops\":1e11,\"axis_links\":{\"model\":{\"bandwidth\":-1,\"latency\":0}}",
+         "axis_links.model.bandwidth"},
+        {"}}", "}", "malformed"},
+    };
+    for (size_t i = 0; i < sizeof subs / sizeof subs[0]; i++) {
+        const char *at = strstr(good, subs[i].from);
+        if (!at) {
+            CHECKF(0, "test setup: '%s' not in the document", subs[i].from);
+            continue;
+        }
+        snprintf(bad, sizeof bad, "%.*s%s%s", (int)(at - good), good, subs[i].to, at + strlen(subs[i].from));
+        CHECKF(hw_error(bad, subs[i].needle), "variant %zu", i);
+    }
+    CHECK(hw_error("[1,2]", "object"));
+
+    /* the command reports bad input with exit code 2 */
+    cli_opts o;
+    memset(&o, 0, sizeof o);
+    o.model = "mlp-tiny";
+    o.mesh = "d=2";
+    o.schedule = "dp:d";
+    o.hw = "no-such-profile";
+    o.optimizer = "adam";
+    CHECK(cmd_cost(&o) == CLI_BAD_INPUT);
+}
+
+static void test_calibrate_quick(void)
+{
+    cost_hw hw;
+    char err[256];
+    int rc = cost_calibrate(&hw, 1, NULL, err, sizeof err);
+    CHECKF(rc == 0, "%s", err);
+    /* positive, finite figures and a valid profile; no time is compared */
+    CHECK(hw.matmul_flops[IR_F32] > 0 && hw.vector_flops > 0 && hw.mem_bandwidth > 0 && hw.intra.bandwidth > 0);
+    CHECK(hw.cores >= 1 && hw.mem_capacity > 0 && cost_hw_check(&hw, err, sizeof err) == 0);
+}
+
+int main(void)
+{
+    test_formulas();
+    test_zero_memory();
+    test_megatron_volume();
+    test_dp_zero3_volume();
+    test_liveness();
+    test_tradeoff();
+    test_options();
+    test_profiles();
+    test_calibrate_quick();
+    return test_done();
+}
