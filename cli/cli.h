@@ -17,6 +17,8 @@ typedef struct cli_opts {
     const char *optimizer; /* "adam" or "sgd" */
     const char *precision; /* carve cost: "f32" (default) or "bf16" (mixed) */
     int overlap;           /* carve cost: communication overlaps compute */
+    const char *search;    /* autopart: mcts (default), random, greedy, exhaustive */
+    int64_t stall;         /* autopart: stop after this many simulations without improvement */
 } cli_opts;
 
 /* One subcommand: its name, the flags it accepts (space-separated, e.g.
@@ -43,6 +45,8 @@ ir_graph *cli_load_step(const cli_opts *o, char *cfg_text, size_t n);
 int cmd_models(const cli_opts *o);
 int cmd_show(const cli_opts *o);
 int cmd_shard(const cli_opts *o);
+int cmd_autopart(const cli_opts *o);
+int cmd_explain(const cli_opts *o);
 int cmd_cost(const cli_opts *o);
 int cmd_calibrate(const cli_opts *o);
 

@@ -36,6 +36,25 @@ static const cli_command commands[] = {
      "usage: carve calibrate --out FILE.json [--quiet]\n"
      "  writes a carve-hw/1 profile for carve cost --hw FILE.json (docs/cost-model.md)\n",
      cmd_calibrate},
+    {"autopart",
+     "--model --graph --mesh --hw --memory --schedule --search --budget --time --stall --seed --threads --out --quiet "
+     "--precision --overlap --optimizer",
+     "search for the best plan (MCTS over sharding tactics, priced by the cost model) and write it as JSON",
+     "usage: carve autopart (--model SPEC | --graph FILE) --mesh MESH [--hw PROFILE] [--out plan.json] [options]\n"
+     "  --hw PROFILE       a100 (default), h100, tpu-v3, cpu, or a carve-hw/1 file (carve calibrate)\n"
+     "  --memory GIB       memory per device (default: the profile's)\n"
+     "  --schedule S       manual tactics first, then auto (default: auto), e.g. dp:batch,auto\n"
+     "  --search KIND      mcts (default), random, greedy, exhaustive\n"
+     "  --budget N         simulations (default 2000 unless --time is given)\n"
+     "  --time S           wall-time limit in seconds\n"
+     "  --stall N          stop after N simulations without a better plan\n"
+     "  --seed N --threads N   same seed and thread count give the same plan\n"
+     "  --out FILE         write the plan (docs/plan-format.md); Ctrl-C stops the search and still writes it\n"
+     "  --quiet            no progress line on stderr\n",
+     cmd_autopart},
+    {"explain", "--plan --hw FILE",
+     "explain a plan: shardings, collectives per layer, predicted cost, expert schedules side by side",
+     "usage: carve explain plan.json\n", cmd_explain},
 };
 static const int n_commands = sizeof commands / sizeof commands[0];
 

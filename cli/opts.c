@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "models/models.h"
+#include "search/search.h"
 
 void cli_error(const char *fmt, ...)
 {
@@ -125,6 +126,13 @@ int cli_parse(const cli_command *c, int argc, char **argv, cli_opts *o)
         } else if (!strcmp(flag, "--seed")) rc = parse_int(c->name, flag, val, 0, INT64_MAX, &o->seed);
         else if (!strcmp(flag, "--threads")) rc = parse_int(c->name, flag, val, 1, 256, &o->threads);
         else if (!strcmp(flag, "--steps")) rc = parse_int(c->name, flag, val, 1, 1000000, &o->steps);
+        else if (!strcmp(flag, "--search")) {
+            if (search_kind_from_name(val) < 0) {
+                cli_error("%s: --search must be mcts, random, greedy or exhaustive, got '%s'", c->name, val);
+                return CLI_BAD_INPUT;
+            }
+            o->search = val;
+        } else if (!strcmp(flag, "--stall")) rc = parse_int(c->name, flag, val, 1, 100000000, &o->stall);
         else if (!strcmp(flag, "--budget")) rc = parse_int(c->name, flag, val, 1, 100000000, &o->budget);
         else if (!strcmp(flag, "--time")) rc = parse_num(c->name, flag, val, 0, 86400 * 7, &o->time_s);
         else if (!strcmp(flag, "--memory")) rc = parse_num(c->name, flag, val, 0, 1e9, &o->memory_gib);

@@ -4,6 +4,8 @@
 #define _GNU_SOURCE
 #include "plan.h"
 
+#include "cli/cli.h"
+
 #include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -428,4 +430,28 @@ void plan_free(plan *pl)
     pl->decisions = NULL;
     pl->hw = NULL;
     pl->n_decisions = 0;
+}
+
+ir_graph *plan_build_graph(const plan *pl, const char *path)
+{
+    cli_opts o;
+    memset(&o, 0, sizeof o);
+    o.optimizer = pl->optimizer;
+    char text[512];
+    if (pl->model[0]) {
+        o.model = pl->model;
+    } else {
+        char h[24];
+        if (plan_file_hash(pl->graph_file, h) < 0) {
+            cli_error("plan '%s': its graph file '%s' cannot be read", path, pl->graph_file);
+            return NULL;
+        }
+        if (strcmp(h, pl->graph_hash)) {
+            cli_error("plan '%s': graph file '%s' changed since the plan was made (hash %s, plan has %s)", path,
+                      pl->graph_file, h, pl->graph_hash);
+            return NULL;
+        }
+        o.graph = pl->graph_file;
+    }
+    return cli_load_step(&o, text, sizeof text);
 }

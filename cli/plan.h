@@ -65,6 +65,10 @@ int plan_replay(plan *pl, const char *path, shard_state *st, char *err, size_t e
 
 void plan_free(plan *pl);
 
+/* Rebuilds the plan's training step: the model spec (with its optimizer) or the
+ * graph file, which must still hash as recorded.  NULL after an error line. */
+ir_graph *plan_build_graph(const plan *pl, const char *path);
+
 /* FNV-1a 64 of a file's bytes as 16 hex digits; -1 if unreadable. */
 int plan_file_hash(const char *path, char out[24]);
 

@@ -1,0 +1,242 @@
+/* cmd_autopart.c - `carve autopart`: manual tactics, then the search, then the
+ * plan file.  The schedule's tactics before `auto` are applied by hand; the
+ * search (MCTS by default) fills in the rest on the cost model; the best plan
+ * is compared with the expert schedules and written atomically.  Ctrl-C stops
+ * the search and still writes the best plan found so far. */
+#include <errno.h>
+#include <math.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "analysis/groups.h"
+#include "cli/cli.h"
+#include "cli/plan.h"
+#include "cli/report.h"
+
+#define MAX_EXPERTS 24
+
+static void on_sigint(int sig)
+{
+    (void)sig;
+    search_interrupted = 1;
+}
+
+typedef struct progress_ctx {
+    int64_t budget;
+    double seconds;
+    int shown;
+} progress_ctx;
+
+/* One line on stderr that updates (only on a terminal). */
+static void progress(void *ctx, int64_t sims, double elapsed, const search_score *best)
+{
+    progress_ctx *p = ctx;
+    char t[32];
+    cli_fmt_time(best->step_time, t, sizeof t);
+    double rate = elapsed > 0 ? (double)sims / elapsed : 0;
+    double left = p->seconds > 0 ? p->seconds - elapsed : -1;
+    if (p->budget > 0 && rate > 0) {
+        double by_budget = (double)(p->budget - sims) / rate;
+        if (left < 0 || by_budget < left) left = by_budget;
+    }
+    fprintf(stderr, "\r  searching: %lld simulations, %.0f/s, best step %s%s, %.0f s left   ", (long long)sims, rate,
+            t, best->fits ? "" : " (does not fit)", left > 0 ? left : 0);
+    fflush(stderr);
+    p->shown = 1;
+}
+
+int cmd_autopart(const cli_opts *o)
+{
+    char cfg[512], err[512], buf[512], buf2[256];
+    if (!o->mesh) {
+        cli_error("autopart: --mesh is required (e.g. --mesh batch=4,model=2)");
+        return CLI_BAD_INPUT;
+    }
+    shard_mesh mesh;
+    if (shard_mesh_parse(o->mesh, &mesh, err, sizeof err) < 0) {
+        cli_error("%s", err);
+        return CLI_BAD_INPUT;
+    }
+    cost_hw hw;
+    const char *hw_name = o->hw ? o->hw : "a100";
+    if (cost_hw_lookup(hw_name, &hw, err, sizeof err) < 0) {
+        cli_error("%s", err);
+        return CLI_BAD_INPUT;
+    }
+    const char *sched_text = o->schedule ? o->schedule : "auto";
+    schedule sc;
+    if (sched_parse(sched_text, &mesh, &sc, err, sizeof err) < 0) {
+        cli_error("%s", err);
+        return CLI_BAD_INPUT;
+    }
+    int auto_at = -1;
+    for (int i = 0; i < sc.n; i++)
+        if (sc.t[i].kind == TACTIC_AUTO) {
+            if (auto_at >= 0 || i != sc.n - 1) {
+                cli_error("autopart: 'auto' must appear once, as the last tactic of the schedule (e.g. dp:batch,auto)");
+                return CLI_BAD_INPUT;
+            }
+            auto_at = i;
+        }
+    if (auto_at < 0) {
+        cli_error("autopart: the schedule has no 'auto' tactic: nothing to search (use carve cost for a fixed schedule)");
+        return CLI_BAD_INPUT;
+    }
+    search_kind kind = o->search ? (search_kind)search_kind_from_name(o->search) : SEARCH_MCTS;
+    cost_options copt = {COST_FP32, o->overlap, o->memory_gib * 1024.0 * 1024.0 * 1024.0};
+    if (o->precision && !strcmp(o->precision, "bf16")) copt.precision = COST_MIXED_BF16;
+    search_budget b = {
+        .simulations = o->budget ? o->budget : (o->time_s > 0 ? 0 : 2000),
+        .seconds = o->time_s,
+        .stall = o->stall,
+        .seed = (uint64_t)o->seed,
+        .threads = (int)o->threads,
+    };
+    /* The output path must be writable before minutes of searching. */
+    if (o->out) {
+        char dir[1024];
+        snprintf(dir, sizeof dir, "%s", o->out);
+        char *slash = strrchr(dir, '/');
+        if (slash) slash[slash == dir ? 1 : 0] = 0;
+        else strcpy(dir, ".");
+        if (access(dir, W_OK | X_OK) != 0 || (access(o->out, F_OK) == 0 && access(o->out, W_OK) != 0)) {
+            cli_error("autopart: cannot write '%s': %s", o->out, strerror(errno));
+            return CLI_BAD_INPUT;
+        }
+    }
+    ir_graph *g = cli_load_step(o, cfg, sizeof cfg);
+    if (!g) return CLI_BAD_INPUT;
+    int rc = CLI_OK;
+    shard_state *prefix = shard_state_new(g, &mesh), *st = shard_state_new(g, &mesh);
+    shard_groups *gs = shard_groups_build(g);
+    cli_pricer pr;
+    memset(&pr, 0, sizeof pr);
+    cli_expert *ex = calloc(MAX_EXPERTS, sizeof *ex);
+    if (!ex) abort();
+    if (cli_pricer_init(&pr, &hw, &copt, st, err, sizeof err) < 0) {
+        cli_error("%s", err);
+        rc = CLI_BAD_INPUT;
+        goto done;
+    }
+    schedule manual = sc;
+    manual.n = auto_at;
+    if (sched_apply(&manual, prefix, err, sizeof err) < 0) {
+        cli_error("%s", err);
+        rc = CLI_BAD_INPUT;
+        goto done;
+    }
+    /* search */
+    search_evaluator ev = cli_cost_evaluator;
+    ev.cfg = &pr;
+    progress_ctx pc = {b.simulations, b.seconds, 0};
+    if (!o->quiet && isatty(2)) {
+        b.progress = progress;
+        b.progress_ctx = &pc;
+    }
+    struct sigaction sa, old;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_sigint;
+    sigaction(SIGINT, &sa, &old);
+    search_interrupted = 0;
+    search_result res;
+    int src = search_run(kind, prefix, gs, &ev, &b, &res, err, sizeof err);
+    sigaction(SIGINT, &old, NULL);
+    if (pc.shown) fprintf(stderr, "\r%100s\r", "");
+    if (src < 0) {
+        cli_error("%s", err);
+        rc = CLI_BAD_INPUT;
+        goto done;
+    }
+    /* the best plan, re-applied on the prefix with its decisions logged */
+    shard_state_copy(st, prefix);
+    search_apply_plan(st, gs, res.actions, res.n_actions);
+    cost_estimate e;
+    cli_price(&pr, st, &e);
+    int n_ex = cli_experts(g, &mesh, &pr, ex, MAX_EXPERTS);
+    cli_price(&pr, st, &e); /* pr->p is the plan's program again */
+
+    printf("model      %s\nmesh       %s (%lld devices)\nhardware   %s (%s)\nschedule   %s\n", cfg,
+           shard_mesh_str(&mesh, buf, sizeof buf), (long long)mesh.n_devices, hw.name, hw.source,
+           sched_str(&sc, &mesh, buf2, sizeof buf2));
+    printf("search     %s: %lld simulations (%lld priced) in %.2f s, %.0f/s, %d threads; best found at simulation %lld;"
+           " stopped by %s\n           root actions %d, tree nodes %d, seed %llu\n",
+           search_kind_name(kind), (long long)res.simulations, (long long)res.evaluations, res.seconds,
+           res.seconds > 0 ? (double)res.simulations / res.seconds : 0, b.threads, (long long)res.best_at,
+           search_stop_name(res.stop), res.root_actions, res.tree_nodes, (unsigned long long)b.seed);
+    printf("\nstrategy   %s\n", cli_describe_strategy(st, buf, sizeof buf));
+    printf("actions   ");
+    if (!res.n_actions) printf(" (none: the manual tactics alone are best)");
+    for (int i = 0; i < res.n_actions; i++)
+        printf(" %s->%s", gs->groups[res.actions[i].group].name, mesh.names[res.actions[i].axis]);
+    printf("\n\npredicted:\n");
+    char t1[32], t2[32], t3[32];
+    cli_fmt_time(e.step_time, t1, sizeof t1);
+    cli_fmt_time(e.compute_time, t2, sizeof t2);
+    cli_fmt_time(e.comm_time, t3, sizeof t3);
+    printf("  step time %s (compute %s + communication %s), peak memory %.4g GB of %.4g GB per device%s\n", t1, t2, t3,
+           e.peak_memory / 1e9, e.capacity / 1e9, e.fits ? "" : ": DOES NOT FIT");
+    printf("\nparam shardings (PartitionSpec):\n");
+    cli_print_param_shardings(st);
+    printf("\ncollectives:\n");
+    cli_print_layer_collectives(pr.p, &pr);
+    printf("\ncompared with the expert schedules:\n");
+    int best = cli_print_experts(ex, n_ex, &e);
+    if (best >= 0) {
+        double r = ex[best].e.step_time / e.step_time;
+        if (r > 1.0005) printf("  beats the best expert schedule (%s): %.3gx faster\n", ex[best].schedule, r);
+        else if (r >= 0.9995) printf("  matches the best expert schedule (%s)\n", ex[best].schedule);
+        else printf("  is slower than the best expert schedule (%s): %.3gx its step time\n", ex[best].schedule, 1 / r);
+    } else {
+        printf("  no expert schedule fits in memory\n");
+    }
+    if (!e.fits)
+        fprintf(stderr, "carve: autopart: no plan found fits in %.4g GB per device; the closest needs %.4g GB%s\n",
+                e.capacity / 1e9, e.peak_memory / 1e9, o->out ? " (written anyway, marked \"fits\": false)" : "");
+    if (o->out) {
+        plan pl;
+        memset(&pl, 0, sizeof pl);
+        if (o->model) snprintf(pl.model, sizeof pl.model, "%s", cfg);
+        else {
+            snprintf(pl.graph_file, sizeof pl.graph_file, "%s", o->graph);
+            plan_file_hash(o->graph, pl.graph_hash);
+        }
+        snprintf(pl.optimizer, sizeof pl.optimizer, "%s", o->optimizer);
+        shard_mesh_str(&mesh, pl.mesh, sizeof pl.mesh);
+        sched_str(&sc, &mesh, pl.schedule, sizeof pl.schedule);
+        snprintf(pl.hw_name, sizeof pl.hw_name, "%s", hw.name);
+        char *hwj = cost_hw_to_json(&hw);
+        pl.hw = hwj ? cJSON_Parse(hwj) : NULL;
+        free(hwj);
+        snprintf(pl.search.kind, sizeof pl.search.kind, "%s", search_kind_name(kind));
+        pl.search.budget = b.simulations;
+        pl.search.budget_seconds = b.seconds;
+        pl.search.simulations = res.simulations;
+        pl.search.evaluations = res.evaluations;
+        pl.search.best_at = res.best_at;
+        pl.search.tree_nodes = res.tree_nodes;
+        pl.search.root_actions = res.root_actions;
+        pl.search.seconds = res.seconds;
+        pl.search.seed = b.seed;
+        pl.search.threads = b.threads;
+        snprintf(pl.search.stop, sizeof pl.search.stop, "%s", search_stop_name(res.stop));
+        pl.cost = (plan_cost){1, e.step_time, e.compute_time, e.comm_time, e.peak_memory, e.capacity, e.fits};
+        if (plan_save(o->out, &pl, st, pr.p, err, sizeof err) < 0) {
+            cli_error("%s", err);
+            rc = CLI_BAD_INPUT;
+        } else {
+            printf("\nplan written to %s\n", o->out);
+        }
+        plan_free(&pl);
+    }
+    if (rc == CLI_OK && !e.fits) rc = CLI_CHECK_FAILED;
+done:
+    free(ex);
+    cli_pricer_free(&pr);
+    shard_groups_free(gs);
+    shard_state_free(prefix);
+    shard_state_free(st);
+    ir_free(g);
+    return rc;
+}

@@ -1,0 +1,305 @@
+/* report.c - see report.h. */
+#include "cli/report.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+void cli_fmt_time(double s, char *buf, size_t n)
+{
+    if (s >= 1) snprintf(buf, n, "%.3f s", s);
+    else if (s >= 1e-3) snprintf(buf, n, "%.3f ms", s * 1e3);
+    else snprintf(buf, n, "%.3f us", s * 1e6);
+}
+
+void cli_print_estimate(const cost_estimate *e)
+{
+    char a[32], b[32], c[32];
+    cli_fmt_time(e->step_time, a, sizeof a);
+    cli_fmt_time(e->compute_time, b, sizeof b);
+    cli_fmt_time(e->comm_time, c, sizeof c);
+    printf("step time      %s  (compute %s + communication %s)\n", a, b, c);
+    if (e->serialisation > 1) printf("               devices share %.3g cores: per-device times scaled by %.3g\n",
+                                     e->serialisation, e->serialisation);
+    printf("FLOPs/device   %.4g GFLOP; communicated %.4g MB per device (%.4g MB on the wire)\n", e->flops / 1e9,
+           e->comm_bytes / 1e6, e->wire_bytes / 1e6);
+    printf("peak memory    %.4g GB per device of %.4g GB: %s\n", e->peak_memory / 1e9, e->capacity / 1e9,
+           e->fits ? "fits" : "DOES NOT FIT");
+    printf("  at the peak: params %.4g GB, optimizer states %.4g GB, gradients %.4g GB, activations %.4g GB, "
+           "other %.4g GB\n",
+           e->peak_params / 1e9, e->peak_opt_states / 1e9, e->peak_grads / 1e9, e->peak_activations / 1e9,
+           e->peak_other / 1e9);
+    printf("  model states (params + gradients + optimizer states): %.4g GB\n", e->model_state_bytes / 1e9);
+
+    printf("\ncompute by op kind:\n");
+    int order[IR_N_OPS];
+    for (int k = 0; k < IR_N_OPS; k++) order[k] = k;
+    for (int i = 1; i < IR_N_OPS; i++) /* by time, largest first */
+        for (int j = i; j > 0 && e->op_time[order[j]] > e->op_time[order[j - 1]]; j--) {
+            int t = order[j];
+            order[j] = order[j - 1];
+            order[j - 1] = t;
+        }
+    for (int i = 0; i < IR_N_OPS; i++) {
+        int k = order[i];
+        if (!e->op_count[k]) continue;
+        cli_fmt_time(e->op_time[k], a, sizeof a);
+        printf("  %-12s %6d ops %14s  %5.1f%%\n", ir_op_name((ir_opkind)k), e->op_count[k], a,
+               e->compute_time > 0 ? 100 * e->op_time[k] / e->compute_time : 0);
+    }
+    printf("\ncommunication by kind:\n");
+    for (int k = SPMD_ALL_GATHER; k < SPMD_N_KINDS; k++) {
+        cli_fmt_time(e->coll_time[k], a, sizeof a);
+        printf("  %-15s %6d %14s  %10.4g MB on the wire\n", spmd_kind_name((spmd_kind)k), e->coll_count[k], a,
+               e->coll_wire[k] / 1e6);
+    }
+    printf("\nby phase:          compute  communication\n");
+    for (int ph = 0; ph < SPMD_N_PHASES; ph++) {
+        cli_fmt_time(e->phase_compute[ph], a, sizeof a);
+        cli_fmt_time(e->phase_comm[ph], b, sizeof b);
+        printf("  %-10s %14s %14s\n", spmd_phase_name((spmd_phase)ph), a, b);
+    }
+    printf("\nby layer:          compute  communication   wire MB\n");
+    for (int l = 0; l < e->n_layers; l++) {
+        cli_fmt_time(e->layer_compute[l], a, sizeof a);
+        cli_fmt_time(e->layer_comm[l], b, sizeof b);
+        char name[24];
+        if (l) snprintf(name, sizeof name, "layer %d", l - 1);
+        else snprintf(name, sizeof name, "outside");
+        printf("  %-10s %14s %14s %10.4g\n", name, a, b, e->layer_wire[l] / 1e6);
+    }
+}
+
+int cli_pricer_init(cli_pricer *pr, const cost_hw *hw, const cost_options *opt, shard_state *scratch, char *err,
+                    size_t errlen)
+{
+    memset(pr, 0, sizeof *pr);
+    pr->hw = *hw;
+    pr->opt = *opt;
+    pr->ws = cost_ws_new();
+    shard_state_reset(scratch);
+    pr->p = spmd_lower_into(scratch, NULL);
+    cost_estimate e;
+    if (cost_estimate_program(pr->ws, pr->p, hw, opt, &e, err, errlen) < 0) return -1;
+    pr->baseline = e.step_time;
+    return 0;
+}
+
+void cli_pricer_free(cli_pricer *pr)
+{
+    cost_ws_free(pr->ws);
+    spmd_free(pr->p);
+    pr->ws = NULL;
+    pr->p = NULL;
+}
+
+void cli_price(cli_pricer *pr, shard_state *st, cost_estimate *e)
+{
+    pr->p = spmd_lower_into(st, pr->p);
+    if (cost_estimate_program(pr->ws, pr->p, &pr->hw, &pr->opt, e, NULL, 0) < 0) memset(e, 0, sizeof *e);
+}
+
+/* ---- the search's evaluator ------------------------------------------- */
+
+static void *eval_make(void *cfg, shard_state *st)
+{
+    (void)st;
+    const cli_pricer *base = cfg;
+    cli_pricer *pr = calloc(1, sizeof *pr);
+    if (!pr) abort();
+    pr->hw = base->hw;
+    pr->opt = base->opt;
+    pr->baseline = base->baseline;
+    pr->ws = cost_ws_new();
+    return pr;
+}
+
+static void eval_score(void *ws, shard_state *st, search_score *out)
+{
+    cli_pricer *pr = ws;
+    cost_estimate e;
+    cli_price(pr, st, &e);
+    out->reward = cost_reward(&e, pr->baseline);
+    out->step_time = e.step_time;
+    out->peak_bytes = e.peak_memory;
+    out->fits = e.fits;
+}
+
+static void eval_destroy(void *ws)
+{
+    cli_pricer *pr = ws;
+    cli_pricer_free(pr);
+    free(pr);
+}
+
+const search_evaluator cli_cost_evaluator = {NULL, eval_make, eval_score, eval_destroy};
+
+/* ---- experts ------------------------------------------------------------ */
+
+static int add_expert(const ir_graph *g, const shard_mesh *mesh, cli_pricer *pr, shard_state *st, const char *text,
+                      cli_expert *out)
+{
+    schedule sc;
+    char err[256];
+    memset(out, 0, sizeof *out);
+    snprintf(out->schedule, sizeof out->schedule, "%s", text);
+    if (sched_parse(text, mesh, &sc, err, sizeof err) < 0) return 0;
+    shard_state_reset(st);
+    if (sched_apply(&sc, st, err, sizeof err) < 0) return 0;
+    cli_price(pr, st, &out->e);
+    out->ok = 1;
+    (void)g;
+    return 1;
+}
+
+int cli_experts(const ir_graph *g, const shard_mesh *mesh, cli_pricer *pr, cli_expert *out, int cap)
+{
+    shard_state *st = shard_state_new(g, mesh);
+    st->record_conflicts = 0;
+    int n = 0;
+    char text[96];
+    const char *tac[3] = {"dp", "zero3", "megatron"};
+    for (int a = 0; a < mesh->n_axes; a++)
+        for (int t = 0; t < 3 && n < cap; t++) {
+            snprintf(text, sizeof text, "%s:%s", tac[t], mesh->names[a]);
+            n += add_expert(g, mesh, pr, st, text, &out[n]);
+        }
+    for (int a = 0; a < mesh->n_axes; a++)
+        for (int b = 0; b < mesh->n_axes; b++) {
+            if (a == b) continue;
+            const char *A = mesh->names[a], *B = mesh->names[b];
+            for (int f = 0; f < 3 && n < cap; f++) {
+                if (f == 0) snprintf(text, sizeof text, "dp:%s,megatron:%s", A, B);
+                else if (f == 1) snprintf(text, sizeof text, "zero3:%s,megatron:%s", A, B);
+                else snprintf(text, sizeof text, "dp:%s,megatron:%s,zero3:%s", A, B, A);
+                n += add_expert(g, mesh, pr, st, text, &out[n]);
+            }
+            if (a < b && n < cap) {
+                snprintf(text, sizeof text, "dp:%s,dp:%s", A, B);
+                n += add_expert(g, mesh, pr, st, text, &out[n]);
+            }
+        }
+    shard_state_free(st);
+    return n;
+}
+
+int cli_print_experts(const cli_expert *ex, int n, const cost_estimate *mine)
+{
+    int best = -1;
+    for (int i = 0; i < n; i++)
+        if (ex[i].ok && ex[i].e.fits && (best < 0 || ex[i].e.step_time < ex[best].e.step_time)) best = i;
+    char a[32], b[32];
+    printf("  %-38s %14s %14s  %s\n", "schedule", "step time", "peak memory", "");
+    if (mine) {
+        cli_fmt_time(mine->step_time, a, sizeof a);
+        printf("  %-38s %14s %11.4g GB  %s\n", "this plan", a, mine->peak_memory / 1e9, mine->fits ? "" : "does not fit");
+    }
+    for (int i = 0; i < n; i++) {
+        if (!ex[i].ok) continue;
+        cli_fmt_time(ex[i].e.step_time, a, sizeof a);
+        b[0] = 0;
+        if (mine && mine->step_time > 0 && ex[i].e.step_time > 0)
+            snprintf(b, sizeof b, "x%.3g", ex[i].e.step_time / mine->step_time);
+        printf("  %-38s %14s %11.4g GB  %s%s%s\n", ex[i].schedule, a, ex[i].e.peak_memory / 1e9,
+               ex[i].e.fits ? "" : "does not fit ", i == best ? "best expert " : "", mine ? b : "");
+    }
+    if (mine) printf("  (xN: the expert's step time over this plan's)\n");
+    return best;
+}
+
+/* ---- plan descriptions ---------------------------------------------------- */
+
+static int tiled_on(const shard_state *st, const char *name, int dim, int axis)
+{
+    int v = ir_find(st->g, name);
+    if (v < 0 || dim >= st->g->values[v].rank) return 0;
+    const shard_spec *s = &st->spec[v];
+    for (int k = 0; k < s->n[dim]; k++)
+        if (s->axes[dim][k] == axis) return 1;
+    return 0;
+}
+
+char *cli_describe_strategy(const shard_state *st, char *buf, size_t n)
+{
+    const ir_graph *g = st->g;
+    const shard_mesh *m = st->mesh;
+    size_t k = 0;
+    buf[0] = 0;
+    for (int a = 0; a < m->n_axes; a++) {
+        unsigned bit = 1u << a;
+        int dp = 0, seq = 0;
+        double pbytes = 0, ptiled = 0;
+        for (int v = 0; v < g->n_values; v++) {
+            const ir_value *x = &g->values[v];
+            if (x->role == IR_INPUT && x->rank >= 1) {
+                for (int i = 0; i < st->spec[v].n[0]; i++) dp |= st->spec[v].axes[0][i] == a;
+                if (x->rank >= 2)
+                    for (int i = 0; i < st->spec[v].n[1]; i++) seq |= st->spec[v].axes[1][i] == a;
+            }
+            if (x->role == IR_PARAM) {
+                pbytes += (double)ir_bytes(x);
+                if (shard_spec_tiled(&st->spec[v], x->rank) & bit) ptiled += (double)ir_bytes(x);
+            }
+        }
+        char parts[4][96];
+        int np = 0;
+        if (dp) snprintf(parts[np++], sizeof parts[0], "data parallel");
+        if (seq) snprintf(parts[np++], sizeof parts[0], "sequence split");
+        int heads = tiled_on(st, "h0.attn.wq", 1, a), mlp = tiled_on(st, "h0.mlp.w1", 1, a) || tiled_on(st, "h0.mlp.w2", 0, a);
+        int vocab = tiled_on(st, "wte", 0, a);
+        if (heads || mlp || vocab)
+            snprintf(parts[np++], sizeof parts[0], "tensor parallel (%s%s%s%s%s)", heads ? "attention heads" : "",
+                     heads && (mlp || vocab) ? ", " : "", mlp ? "MLP" : "", mlp && vocab ? ", " : "", vocab ? "vocabulary" : "");
+        if (dp && ptiled > 0)
+            snprintf(parts[np++], sizeof parts[0], "%.0f%% of param bytes sharded (ZeRO-3/FSDP)", 100 * ptiled / pbytes);
+        else if (!heads && !mlp && !vocab && ptiled > 0)
+            snprintf(parts[np++], sizeof parts[0], "%.0f%% of param bytes split", 100 * ptiled / pbytes);
+        if (!np) snprintf(parts[np++], sizeof parts[0], "replicated");
+        k += (size_t)snprintf(buf + k, k < n ? n - k : 0, "%s%s: ", a ? "; " : "", m->names[a]);
+        for (int i = 0; i < np && k < n; i++) k += (size_t)snprintf(buf + k, n - k, "%s%s", i ? " + " : "", parts[i]);
+    }
+    return buf;
+}
+
+void cli_print_param_shardings(const shard_state *st)
+{
+    const ir_graph *g = st->g;
+    char ty[96], ps[160];
+    for (int v = 0; v < g->n_values; v++) {
+        const ir_value *x = &g->values[v];
+        if (x->role != IR_PARAM || x->layer > 0) continue;
+        printf("  %-22s %-20s %s\n", x->name, ir_type_str(x, ty, sizeof ty),
+               shard_spec_pspec(st->mesh, &st->spec[v], x->rank, ps, sizeof ps));
+    }
+    if (g->n_layers > 1) printf("  (layers 1..%d: as layer 0)\n", g->n_layers - 1);
+}
+
+void cli_print_layer_collectives(const spmd_program *p, const cli_pricer *pr)
+{
+    const ir_graph *g = p->g;
+    char t[32], ax[64];
+    for (int pass = 0; pass < 2; pass++) {
+        int layer = pass == 0 ? 0 : -1;
+        if (pass == 0 && g->n_layers == 0) continue;
+        printf(pass == 0 ? "  in layer 0 (every layer alike%s):\n" : "  outside layers%s:\n",
+               pass == 0 && g->n_layers > 1 ? ", folded" : "");
+        int shown = 0;
+        double total = 0;
+        for (int i = 0; i < p->n_instrs; i++) {
+            const spmd_instr *in = &p->instrs[i];
+            if (in->kind == SPMD_COMPUTE || in->kind == SPMD_SLICE || in->layer != layer) continue;
+            double s = cost_collective_time(&pr->hw, &p->mesh, (spmd_kind)in->kind, in->axes, (double)in->bytes);
+            total += s;
+            if (shown++ >= 24) continue;
+            size_t k = 0;
+            ax[0] = 0;
+            for (int a = 0; a < p->mesh.n_axes; a++)
+                if (in->axes & (1u << a)) k += (size_t)snprintf(ax + k, sizeof ax - k, "%s%s", k ? "," : "", p->mesh.names[a]);
+            cli_fmt_time(s, t, sizeof t);
+            printf("    %-9s %-15s{%s} %-26s %10.4g MB %12s\n", spmd_phase_name((spmd_phase)in->phase),
+                   spmd_kind_name((spmd_kind)in->kind), ax, g->values[in->value].name, (double)in->bytes / 1e6, t);
+        }
+        if (shown > 24) printf("    ... %d more\n", shown - 24);
+        cli_fmt_time(total, t, sizeof t);
+        printf("    %d collectives, %s predicted\n", shown, t);
+    }
+}
