@@ -75,5 +75,47 @@ bad not-divisible "does not divide" "$carve" shard --model gpt-tiny --mesh batch
 bad no-such-arg "no argument" "$carve" shard --model gpt-tiny --mesh batch=2 --schedule tile:nothing:0:batch
 bad both-sources "not both" "$carve" show --model gpt-tiny --graph x.json
 
+# autopart -> plan -> explain round trip
+ok autopart "$carve" autopart --model gpt-tiny --mesh batch=2,model=2 --hw a100 --budget 200 --seed 3 --out plan.json --quiet
+has autopart "plan written to plan.json"
+has autopart "compared with the expert schedules"
+step=$(sed -n 's/^  step time \([0-9.]* [mu]*s\).*/\1/p' out.txt | head -1)
+ok plan-json python3 -c "import json,sys; p=json.load(open('plan.json')); sys.exit(0 if p['format']=='carve-plan/1' and p['search']['simulations']==200 else 1)"
+ok explain "$carve" explain plan.json
+has explain "every argument's sharding matches the plan"
+if [ -n "$step" ] && grep -q "^step time *$step" out.txt; then pass=$((pass + 1)); else fail=$((fail + 1)); echo "FAIL explain: step time '$step' from autopart not shown"; fi
+# same seed and thread count: the same plan file apart from timings
+ok autopart-again "$carve" autopart --model gpt-tiny --mesh batch=2,model=2 --hw a100 --budget 200 --seed 3 --out plan2.json --quiet
+strip() { python3 -c "import json,sys; p=json.load(open(sys.argv[1])); p['search'].pop('seconds'); print(json.dumps(p, sort_keys=True))" "$1"; }
+if [ "$(strip plan.json)" = "$(strip plan2.json)" ]; then pass=$((pass + 1)); else fail=$((fail + 1)); echo "FAIL determinism: plans differ"; fi
+ok autopart-manual "$carve" autopart --model mlp-tiny --mesh batch=2 --schedule dp:batch,auto --search greedy --out plan3.json --quiet
+ok autopart-exhaustive "$carve" autopart --model mlp-tiny --mesh batch=2 --search exhaustive --quiet
+
+python3 -c "import json; p=json.load(open('plan.json')); p['model']['spec']='gpt:layers=3,hidden=64,heads=8,seq=16,batch=8,vocab=128'; json.dump(p, open('other.json','w'))"
+bad plan-other-model "does not match the model" "$carve" explain other.json
+python3 -c "import json; p=json.load(open('plan3.json')); p['mesh']='data=2'; json.dump(p, open('othermesh.json','w'))"
+bad plan-other-mesh "does not match the mesh" "$carve" explain othermesh.json
+python3 -c "import json; p=json.load(open('plan.json')); p['format']='carve-plan/9'; json.dump(p, open('v9.json','w'))"
+bad plan-version "carve-plan/1" "$carve" explain v9.json
+bad plan-missing "cannot open plan" "$carve" explain nothere.json
+echo '{"format": "carve-plan/1",' >trunc.json
+bad plan-malformed "malformed JSON" "$carve" explain trunc.json
+bad explain-no-file "give a plan file" "$carve" explain
+bad zero-budget "--budget must be" "$carve" autopart --model gpt-tiny --mesh batch=2 --budget 0
+bad neg-time "--time must be" "$carve" autopart --model gpt-tiny --mesh batch=2 --time -1
+bad bad-search "--search must be" "$carve" autopart --model gpt-tiny --mesh batch=2 --search annealing
+bad no-auto "no 'auto' tactic" "$carve" autopart --model gpt-tiny --mesh batch=2 --schedule dp:batch
+bad unknown-hw "unknown" "$carve" autopart --model gpt-tiny --mesh batch=2 --hw tpu-v9
+mkdir ro && chmod 555 ro
+if [ "$(id -u)" != 0 ]; then
+    bad unwritable-out "cannot write" "$carve" autopart --model gpt-tiny --mesh batch=2 --budget 10 --out ro/plan.json
+fi
+bad out-in-missing-dir "cannot write" "$carve" autopart --model gpt-tiny --mesh batch=2 --budget 10 --out nodir/plan.json
+[ ! -e nodir/plan.json ] && pass=$((pass + 1)) || { fail=$((fail + 1)); echo "FAIL: a file appeared"; }
+# nothing fits: a message, the closest plan, exit 1
+"$carve" autopart --model gpt-tiny --mesh batch=2 --memory 0.000001 --budget 50 --quiet --out tight.json >out.txt 2>err.txt
+rc=$?
+if [ $rc -eq 1 ] && grep -q "no plan found fits" err.txt && python3 -c "import json,sys; sys.exit(json.load(open('tight.json'))['predicted']['fits'] is not False)"; then pass=$((pass + 1)); else fail=$((fail + 1)); echo "FAIL nothing-fits: rc $rc"; cat err.txt; fi
+
 echo "$pass passed, $fail failed"
 [ $fail -eq 0 ]
