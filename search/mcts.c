@@ -26,7 +26,7 @@
 volatile sig_atomic_t search_interrupted;
 
 static const char *const kind_names[] = {"mcts", "random", "greedy", "exhaustive"};
-static const char *const stop_names[] = {"budget", "time", "stalled", "interrupted", "exhausted"};
+static const char *const stop_names[] = {"budget", "time", "stalled", "interrupted", "exhausted", "target"};
 
 const char *search_kind_name(search_kind k) { return kind_names[k]; }
 const char *search_stop_name(search_stop s) { return stop_names[s]; }
@@ -177,6 +177,7 @@ static const search_score *evaluate(ctx *c)
         c->best_reward = s->reward;
         c->res.best = *s;
         c->res.best_at = c->res.simulations;
+        c->res.best_seconds = now() - c->t0;
         c->res.n_actions = c->n_set;
         int sorted[SEARCH_MAX_PLAN];
         memcpy(sorted, c->set, (size_t)c->n_set * sizeof(int));
@@ -226,6 +227,10 @@ static int stop_now(ctx *c)
     }
     if (b->simulations > 0 && c->res.simulations >= b->simulations) {
         c->res.stop = STOP_BUDGET;
+        return 1;
+    }
+    if (b->target_reward != 0 && c->best_reward >= b->target_reward) {
+        c->res.stop = STOP_TARGET;
         return 1;
     }
     if (b->stall > 0 && c->since_best >= b->stall) {

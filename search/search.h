@@ -56,12 +56,13 @@ typedef struct search_budget {
     int max_depth;         /* actions per plan (0: 16) */
     double exploration;    /* UCT constant (0: 0.5) */
     int64_t max_exhaustive; /* refuse exhaustive above this many plans (0: 200000) */
+    double target_reward;  /* stop once a plan scores at least this (0: no target) */
     /* Called about every 0.1 s from thread 0 (may be NULL). */
     void (*progress)(void *ctx, int64_t sims, double elapsed, const search_score *best);
     void *progress_ctx;
 } search_budget;
 
-typedef enum { STOP_BUDGET, STOP_TIME, STOP_STALLED, STOP_INTERRUPTED, STOP_EXHAUSTED } search_stop;
+typedef enum { STOP_BUDGET, STOP_TIME, STOP_STALLED, STOP_INTERRUPTED, STOP_EXHAUSTED, STOP_TARGET } search_stop;
 
 typedef struct search_action {
     int group;
@@ -75,6 +76,7 @@ typedef struct search_result {
     int64_t simulations;      /* evaluations counted against the budget */
     int64_t evaluations;      /* of which priced (the rest were cache hits) */
     int64_t best_at;          /* simulation at which the best was first found */
+    double best_seconds;      /* and when (seconds from the start) */
     double seconds;
     int root_actions;         /* legal actions at the root (tree width) */
     int tree_nodes;
