@@ -437,3 +437,20 @@ int shard_apply(shard_state *s, const shard_decision *d, char *err, size_t errle
     run(s);
     return 0;
 }
+
+uint64_t shard_state_hash(const shard_state *s)
+{
+    _Static_assert(sizeof(shard_spec) == 32, "shard_spec is hashed as four words");
+    uint64_t h = 0x243f6a8885a308d3ull;
+    const unsigned char *p = (const unsigned char *)s->spec;
+    size_t n = (size_t)s->g->n_values * sizeof(shard_spec);
+    for (size_t i = 0; i + 8 <= n; i += 8) {
+        uint64_t w;
+        memcpy(&w, p + i, 8);
+        h = (h ^ w) * 0x9e3779b97f4a7c15ull;
+        h ^= h >> 29;
+    }
+    for (int v = 0; v < s->g->n_values; v++)
+        if (s->atomic[v]) h = (h ^ ((uint64_t)v << 8 | s->atomic[v])) * 0xff51afd7ed558ccdull;
+    return h ? h : 1;
+}

@@ -168,6 +168,11 @@ int shard_apply(shard_state *s, const shard_decision *d, char *err, size_t errle
 /* Propagates from every value to a fixpoint (used after loading shardings). */
 void shard_propagate_all(shard_state *s);
 
+/* A 64-bit hash of every value's sharding and atomic axes: two decision
+ * sequences that reach the same shardings hash equal (the search's
+ * transposition key), whatever order they were applied in. */
+uint64_t shard_state_hash(const shard_state *s);
+
 char *shard_decision_str(const shard_state *s, const shard_decision *d, char *buf, size_t n);
 
 #endif

@@ -1,17 +1,17 @@
 /* mcts.c - Monte Carlo Tree Search over action sets, and the baselines.
  *
  * Each thread owns a tree (nodes in one growable array), a transposition
- * table from action-set keys (Zobrist: XOR of one random word per action) to
- * nodes, a cache from keys to scores, a working propagation state for
- * descending and a second one for canonical evaluation, and its evaluator
- * workspace.  Nothing is shared between threads until the results are merged,
+ * table from state hashes to nodes, a cache from state hashes to scores, a
+ * working propagation state, and its evaluator workspace.  Nothing is shared between threads until the results are merged,
  * so a search is deterministic for a given seed, simulation budget and
  * thread count.
  *
- * Node statistics: visits and the sum of rewards of simulations through the
- * node; STOP (end the plan here) has its own statistics in each node.  UCT
- * picks argmax Q/best + c * sqrt(ln N / n) where rewards are divided by the
- * best reward seen so far, so the constant does not depend on the device count.
+ * Node statistics: visits, the sum and the maximum of the rewards of
+ * simulations through the node; STOP (end the plan here) has its own in each
+ * node.  UCT picks argmax max/best + c * sqrt(ln N / n), rewards divided by
+ * the best reward seen so far so the constant does not depend on the device
+ * count.  Untried actions are expanded best-first by their all-moves-as-first
+ * maximum (unknown ones first, at random).
  */
 #include "search.h"
 
@@ -65,6 +65,7 @@ typedef struct node {
     uint64_t key;
     int visits, stop_visits;
     double sum, stop_sum;
+    double max, stop_max;  /* best reward of a simulation through the node */
     int expanded;
     int n_untried, n_children;
     int *untried;      /* action ids not yet expanded (STOP = n_actions) */
@@ -85,8 +86,8 @@ typedef struct ctx {
     const search_evaluator *ev;
     const search_budget *b;
     int n_actions;           /* groups x axes; STOP = n_actions */
-    const uint64_t *zobrist; /* per action */
-    shard_state *st, *st2;
+    uint64_t root_key;       /* hash of the prefix state */
+    shard_state *st;
     void *ws;
     pcg32 rng;
     node *nodes;
@@ -102,6 +103,11 @@ typedef struct ctx {
     int64_t since_best;
     double t0;
     int *scratch; /* n_actions + 1 */
+    /* all-moves-as-first statistics per action: an action's value depends
+     * little on where in the plan it comes, so every simulation informs every
+     * action it used; expansion tries untried actions best-first by them */
+    double *amaf_max;
+    int *amaf_n;
 } ctx;
 
 static int action_group(const ctx *c, int a) { return a / c->prefix->mesh->n_axes; }
@@ -137,7 +143,6 @@ static map_entry *map_get(ctx *c, uint64_t key, int create)
     }
 }
 
-static uint64_t set_key(uint64_t k) { return k ? k : 0x9e3779b97f4a7c15ull; }
 
 /* Legal actions in c->st (not in the current set): writes ids to out. */
 static int legal_actions(ctx *c, int *out)
@@ -148,27 +153,14 @@ static int legal_actions(ctx *c, int *out)
     return n;
 }
 
-static int cmp_int(const void *a, const void *b) { return *(const int *)a - *(const int *)b; }
-
-/* Scores the current set (canonical order), through the cache. */
+/* Scores the current state, through the cache (keyed by the state's hash:
+ * sequences that reach the same shardings are one plan). */
 static const search_score *evaluate(ctx *c)
 {
-    uint64_t key = set_key(c->key);
-    map_entry *e = map_get(c, key, 1);
+    map_entry *e = map_get(c, c->key, 1);
     c->res.simulations++;
     if (!e->scored) {
-        int sorted[SEARCH_MAX_PLAN];
-        memcpy(sorted, c->set, (size_t)c->n_set * sizeof(int));
-        qsort(sorted, (size_t)c->n_set, sizeof(int), cmp_int);
-        int in_order = !memcmp(sorted, c->set, (size_t)c->n_set * sizeof(int));
-        shard_state *ev_state = c->st;
-        if (!in_order) { /* re-apply in canonical order */
-            shard_state_copy(c->st2, c->prefix);
-            for (int i = 0; i < c->n_set; i++)
-                shard_group_apply(c->st2, c->gs, action_group(c, sorted[i]), action_axis(c, sorted[i]));
-            ev_state = c->st2;
-        }
-        c->ev->eval(c->ws, ev_state, &e->score);
+        c->ev->eval(c->ws, c->st, &e->score);
         e->scored = 1;
         c->res.evaluations++;
     }
@@ -179,11 +171,8 @@ static const search_score *evaluate(ctx *c)
         c->res.best_at = c->res.simulations;
         c->res.best_seconds = now() - c->t0;
         c->res.n_actions = c->n_set;
-        int sorted[SEARCH_MAX_PLAN];
-        memcpy(sorted, c->set, (size_t)c->n_set * sizeof(int));
-        qsort(sorted, (size_t)c->n_set, sizeof(int), cmp_int);
         for (int i = 0; i < c->n_set; i++)
-            c->res.actions[i] = (search_action){action_group(c, sorted[i]), action_axis(c, sorted[i])};
+            c->res.actions[i] = (search_action){action_group(c, c->set[i]), action_axis(c, c->set[i])};
         c->since_best = 0;
     } else {
         c->since_best++;
@@ -195,14 +184,14 @@ static void push_action(ctx *c, int a)
 {
     shard_group_apply(c->st, c->gs, action_group(c, a), action_axis(c, a));
     c->set[c->n_set++] = a;
-    c->key ^= c->zobrist[a];
+    c->key = shard_state_hash(c->st);
 }
 
 static void start_sim(ctx *c)
 {
     shard_state_copy(c->st, c->prefix);
     c->n_set = 0;
-    c->key = 0;
+    c->key = c->root_key;
 }
 
 /* Random legal actions until STOP (weighted like one action) or the depth. */
@@ -248,7 +237,7 @@ static int stop_now(ctx *c)
 
 static int node_for(ctx *c, uint64_t key)
 {
-    map_entry *e = map_get(c, set_key(key), 1);
+    map_entry *e = map_get(c, key, 1);
     if (e->node >= 0) return e->node;
     if (c->n_nodes == c->cap_nodes) {
         c->cap_nodes = c->cap_nodes ? 2 * c->cap_nodes : 1024;
@@ -257,6 +246,7 @@ static int node_for(ctx *c, uint64_t key)
     node *n = &c->nodes[c->n_nodes];
     memset(n, 0, sizeof *n);
     n->key = key;
+    n->max = n->stop_max = -1e300;
     e->node = c->n_nodes;
     return c->n_nodes++;
 }
@@ -289,8 +279,19 @@ static void mcts_sim(ctx *c)
             stopped = 1;
             break;
         }
-        if (nd->n_untried > 0) { /* expand one untried action */
+        if (nd->n_untried > 0) { /* expand one untried action: the best by AMAF, unknown ones first */
             uint32_t k = pcg32_below(&c->rng, (uint32_t)nd->n_untried);
+            if (c->amaf_n[nd->untried[k]]) {
+                double best_v = -1e300;
+                for (int i = 0; i < nd->n_untried; i++) {
+                    int a = nd->untried[i];
+                    double v = c->amaf_n[a] ? c->amaf_max[a] : 1e300;
+                    if (v > best_v) {
+                        best_v = v;
+                        k = (uint32_t)i;
+                    }
+                }
+            }
             int a = nd->untried[k];
             nd->untried[k] = nd->untried[--nd->n_untried];
             if (a == c->n_actions) {
@@ -313,17 +314,23 @@ static void mcts_sim(ctx *c)
         double best_u = -1e300;
         for (int i = 0; i <= nd->n_children; i++) {
             int vis;
-            double sum;
+            double sum, mx;
             if (i < nd->n_children) {
                 const node *ch = &c->nodes[nd->child_node[i]];
                 vis = ch->visits;
                 sum = ch->sum;
+                mx = ch->max;
             } else {
                 vis = nd->stop_visits;
                 sum = nd->stop_sum;
+                mx = nd->stop_max;
                 if (!vis && nd->n_children) continue; /* STOP was expanded as a child only if tried */
             }
-            double u = vis ? sum / vis / norm + cexp * sqrt(lnN / vis) : 1e9;
+            /* exploitation: the best reward below the node, not the mean (single-player
+             * MCTS: the search wants the best plan; measured on the exhaustive cases of
+             * bench_search, max finds the optimum far more often than the mean) */
+            (void)sum;
+            double u = vis ? mx / norm + cexp * sqrt(lnN / vis) : 1e9;
             if (u > best_u) {
                 best_u = u;
                 best = i;
@@ -349,11 +356,18 @@ static void mcts_sim(ctx *c)
         node *nd = &c->nodes[path[i]];
         nd->visits++;
         nd->sum += r;
+        if (r > nd->max) nd->max = r;
+    }
+    for (int i = 0; i <= c->n_set; i++) {
+        int a = i < c->n_set ? c->set[i] : c->n_actions; /* STOP counts too */
+        c->amaf_n[a]++;
+        if (r > c->amaf_max[a] || c->amaf_n[a] == 1) c->amaf_max[a] = r;
     }
     if (stopped) {
         node *nd = &c->nodes[path[np - 1]];
         nd->stop_visits++;
         nd->stop_sum += r;
+        if (r > nd->stop_max) nd->stop_max = r;
     }
 }
 
@@ -399,23 +413,25 @@ static void greedy(ctx *c)
     }
 }
 
-/* Every set reachable by adding legal actions in increasing id order. */
-static int exhaustive(ctx *c, shard_state **stack, int depth, int first, int64_t *count)
+/* Every distinct state reachable by legal actions (depth-first; a state
+ * reached again by another order is not expanded again). */
+static int exhaustive(ctx *c, shard_state **stack, int depth, int64_t *count)
 {
     int max_depth = c->b->max_depth > 0 ? c->b->max_depth : 16;
     c->st = stack[depth];
+    c->key = shard_state_hash(c->st);
+    map_entry *e = map_get(c, c->key, 0);
+    if (e && e->scored) return 0;
     evaluate(c);
     if (++*count > (c->b->max_exhaustive > 0 ? c->b->max_exhaustive : 200000)) return -1;
     if (depth >= max_depth || search_interrupted) return 0;
-    for (int a = first; a < c->n_actions; a++) {
+    for (int a = 0; a < c->n_actions; a++) {
         if (!shard_group_legal(stack[depth], c->gs, action_group(c, a), action_axis(c, a))) continue;
         shard_state_copy(stack[depth + 1], stack[depth]);
         if (!shard_group_apply(stack[depth + 1], c->gs, action_group(c, a), action_axis(c, a))) continue;
         c->set[c->n_set++] = a;
-        c->key ^= c->zobrist[a];
-        int rc = exhaustive(c, stack, depth + 1, a + 1, count);
+        int rc = exhaustive(c, stack, depth + 1, count);
         c->n_set--;
-        c->key ^= c->zobrist[a];
         if (rc < 0) return rc;
     }
     return 0;
@@ -431,7 +447,7 @@ int search_apply_plan(shard_state *st, const shard_groups *gs, const search_acti
 }
 
 static void ctx_init(ctx *c, const shard_state *prefix, const shard_groups *gs, const search_evaluator *ev,
-                     const search_budget *b, const uint64_t *zob, int thread)
+                     const search_budget *b, int thread)
 {
     memset(c, 0, sizeof *c);
     c->prefix = prefix;
@@ -439,13 +455,14 @@ static void ctx_init(ctx *c, const shard_state *prefix, const shard_groups *gs, 
     c->ev = ev;
     c->b = b;
     c->n_actions = gs->n * prefix->mesh->n_axes;
-    c->zobrist = zob;
+    c->root_key = shard_state_hash(prefix);
     c->st = shard_state_new(prefix->g, prefix->mesh);
-    c->st2 = shard_state_new(prefix->g, prefix->mesh);
-    c->st->record_conflicts = c->st2->record_conflicts = 0;
+    c->st->record_conflicts = 0;
     c->ws = ev->make(ev->cfg, c->st);
     pcg32_seed(&c->rng, b->seed, (uint64_t)thread + 1);
     c->scratch = xcalloc((size_t)c->n_actions + 1, sizeof(int));
+    c->amaf_max = xcalloc((size_t)c->n_actions + 1, sizeof(double));
+    c->amaf_n = xcalloc((size_t)c->n_actions + 1, sizeof(int));
     c->best_reward = -1e300;
     c->t0 = now();
 }
@@ -460,9 +477,10 @@ static void ctx_free(ctx *c)
     free(c->nodes);
     free(c->map);
     free(c->scratch);
+    free(c->amaf_max);
+    free(c->amaf_n);
     c->ev->destroy(c->ws);
     shard_state_free(c->st);
-    shard_state_free(c->st2);
 }
 
 static void run_thread(ctx *c, search_kind kind, int thread, char *err, size_t errlen, int *rc)
@@ -470,7 +488,7 @@ static void run_thread(ctx *c, search_kind kind, int thread, char *err, size_t e
     double last_progress = c->t0;
     switch (kind) {
     case SEARCH_MCTS:
-        node_for(c, 0);
+        node_for(c, c->root_key);
         while (!stop_now(c)) {
             mcts_sim(c);
             if (thread == 0 && c->b->progress && now() - last_progress > 0.1) {
@@ -501,7 +519,7 @@ static void run_thread(ctx *c, search_kind kind, int thread, char *err, size_t e
         }
         shard_state_copy(stack[0], c->prefix);
         int64_t count = 0;
-        if (exhaustive(c, stack, 0, 0, &count) < 0) {
+        if (exhaustive(c, stack, 0, &count) < 0) {
             snprintf(err, errlen, "exhaustive search: more than %lld plans; use mcts, or a smaller model or mesh",
                      (long long)(c->b->max_exhaustive > 0 ? c->b->max_exhaustive : 200000));
             *rc = -1;
@@ -530,10 +548,6 @@ int search_run(search_kind kind, const shard_state *prefix, const shard_groups *
         return -1;
     }
     int n_actions = gs->n * prefix->mesh->n_axes;
-    uint64_t *zob = xcalloc((size_t)n_actions + 1, sizeof *zob);
-    pcg32 zr;
-    pcg32_seed(&zr, 0x5eed, 99); /* fixed: keys do not depend on the seed */
-    for (int a = 0; a < n_actions; a++) zob[a] = ((uint64_t)pcg32_next(&zr) << 32) | pcg32_next(&zr);
     int threads = (kind == SEARCH_MCTS || kind == SEARCH_RANDOM) ? b->threads : 1;
     search_budget per = *b;
     if (per.simulations > 0) per.simulations = (b->simulations + threads - 1) / threads;
@@ -542,7 +556,7 @@ int search_run(search_kind kind, const shard_state *prefix, const shard_groups *
     double t0 = now();
 #pragma omp parallel for num_threads(threads) schedule(static, 1)
     for (int t = 0; t < threads; t++) {
-        ctx_init(&cs[t], prefix, gs, ev, &per, zob, t);
+        ctx_init(&cs[t], prefix, gs, ev, &per, t);
         int trc = 0;
         char terr[256] = "";
         run_thread(&cs[t], kind, t, terr, sizeof terr, &trc);
@@ -577,6 +591,5 @@ int search_run(search_kind kind, const shard_state *prefix, const shard_groups *
     res->seconds = now() - t0;
     for (int t = 0; t < threads; t++) ctx_free(&cs[t]);
     free(cs);
-    free(zob);
     return rc;
 }

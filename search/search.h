@@ -1,13 +1,15 @@
 /* search.h - the automatic tactic: search over dim-group actions.
  *
  * The search space comes from the dim-group analysis (analysis/groups.h): an
- * action tiles one group of argument dims over one mesh axis; a plan is a set
- * of actions.  Plans are evaluated in a canonical order (actions sorted by
- * id) on top of the state the manual tactics left, so a set means one thing
- * whatever order a search reached it in, and a transposition table shares it.
+ * action tiles one group of argument dims over one mesh axis; a plan is a
+ * sequence of actions applied on top of the state the manual tactics left.
+ * Order can matter (an earlier action wins a conflict), so states are
+ * identified by the hash of every value's sharding (shard_state_hash): orders
+ * that commute reach the same state and share one node of the transposition
+ * table and one cached score; orders that do not are different plans.
  *
  * Searches:
- *   mcts        UCT over action sets, expansion of one untried action,
+ *   mcts        UCT over sharding states, expansion of one untried action,
  *               random rollouts to STOP or a depth limit (PartIR's partitioner)
  *   random      independent random rollouts from the root
  *   greedy      add the single best action while it improves the reward
@@ -71,7 +73,7 @@ typedef struct search_action {
 
 typedef struct search_result {
     int n_actions;
-    search_action actions[SEARCH_MAX_PLAN]; /* the best plan, canonical order */
+    search_action actions[SEARCH_MAX_PLAN]; /* the best plan, in order */
     search_score best;
     int64_t simulations;      /* evaluations counted against the budget */
     int64_t evaluations;      /* of which priced (the rest were cache hits) */
@@ -97,7 +99,7 @@ const char *search_stop_name(search_stop s);
 int search_run(search_kind kind, const shard_state *prefix, const shard_groups *gs, const search_evaluator *ev,
                const search_budget *b, search_result *res, char *err, size_t errlen);
 
-/* Applies a plan's actions (canonical order) to st, which should hold the
+/* Applies a plan's actions in order to st, which should hold the
  * prefix state.  Returns the number of actions that changed something. */
 int search_apply_plan(shard_state *st, const shard_groups *gs, const search_action *a, int n);
 
