@@ -41,5 +41,6 @@ ir_graph *cli_load_step(const cli_opts *o, char *cfg_text, size_t n);
 int cmd_models(const cli_opts *o);
 int cmd_show(const cli_opts *o);
 int cmd_shard(const cli_opts *o);
+int cmd_run(const cli_opts *o);
 
 #endif
