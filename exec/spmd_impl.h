@@ -36,8 +36,9 @@ struct exec_spmd {
     size_t dev_bytes;
     size_t *off;          /* per buffer: byte offset in each arena */
     int64_t *numel;       /* per buffer: local elements */
-    char **mem;           /* per device arena (64-byte aligned), owned via raw */
-    void **raw;
+    char **mem;           /* per device arena (page aligned), owned via raw */
+    void **raw;           /* per device mapping of map_bytes */
+    size_t map_bytes;
     int mask_slot[SPMD_N_MASKS]; /* barrier slot of each axes mask, -1 unused */
     spmd_barrier *bars;   /* n_slots * n_dev (indexed by slot * n_dev + leader) */
     int n_bars;
