@@ -24,7 +24,7 @@
 #include <string.h>
 
 #define REPEATS 5
-#define MODEL "gpt:layers=2,hidden=1024,heads=16,seq=256,batch=4,vocab=1024"
+#define MODEL "gpt:layers=2,hidden=1024,heads=16,seq=256,batch=8,vocab=1024"
 #define COPY_BYTES ((size_t)256 << 20)
 #define GEMM_N 1024
 

@@ -54,6 +54,20 @@ static void print_timings(const exec_spmd_stats *st)
         moved += s->moved_bytes;
         move_s += s->collective_s - s->wait_s;
     }
+    /* the op kinds that took the most compute time, mean over devices */
+    double op_s[IR_N_OPS] = {0};
+    for (int d = 0; d < st->n_devices; d++)
+        for (int k = 0; k < IR_N_OPS; k++) op_s[k] += st->dev[d].op_s[k] / st->n_devices;
+    printf("  compute by op (mean over devices):");
+    for (int shown = 0; shown < 6; shown++) {
+        int best = -1;
+        for (int k = 0; k < IR_N_OPS; k++)
+            if (op_s[k] > 0 && (best < 0 || op_s[k] > op_s[best])) best = k;
+        if (best < 0) break;
+        printf("%s %s %.4f", shown ? "," : "", ir_op_name((ir_opkind)best), op_s[best]);
+        op_s[best] = 0;
+    }
+    printf("\n");
     printf("\ncollectives (bytes per device as the program counts them; time: mean over devices):\n");
     printf("  %-15s %6s %12s %10s\n", "kind", "count", "MB", "seconds");
     for (int k = SPMD_ALL_GATHER; k < SPMD_N_KINDS; k++) {

@@ -37,6 +37,7 @@ typedef struct exec_spmd_device_stats {
     double kind_s[SPMD_N_KINDS];     /* time per instruction kind */
     double einsum_s, einsum_flops;   /* local einsums (2 FLOPs per multiply-add) */
     double moved_bytes;              /* bytes the collective kernels read from device buffers */
+    double op_s[IR_N_OPS];           /* compute time per graph op kind */
 } exec_spmd_device_stats;
 
 /* One step: the wall time, each device's figures, and what the program says

@@ -349,6 +349,7 @@ static void run_device(exec_spmd *r, int dev)
                 st.einsum_flops += r->instr_flops[i];
             }
             st.kind_s[SPMD_COMPUTE] += dt;
+            st.op_s[r->g->ops[in->op].kind] += dt;
         } else {
             if (spmd_collective(r, in, dev, members, &st.moved_bytes, &st.wait_s) < 0) break;
             double dt = exec_spmd_now() - t0;

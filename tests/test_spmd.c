@@ -74,6 +74,7 @@ static shard_state *schedule_state(const ir_graph *g, const shard_mesh *mesh, co
 static int run_compare(const spmd_program *p, int steps, exec_spmd_check *c, const char *what)
 {
     char err[640];
+    memset(c, 0, sizeof *c);
     exec_ref *ref = exec_ref_new(p->g, 0, err, sizeof err);
     exec_spmd *r = exec_spmd_new(p, 0, err, sizeof err);
     CHECKF(ref && r, "%s: %s", what, err);
