@@ -34,7 +34,7 @@
 static const char *GPT = "gpt-tiny";
 static const char *MLP = "mlp-tiny";
 
-static int kinds_seen[SPMD_N_KINDS];
+static int kinds_seen[SPMD_N_KINDS], max_reductions_seen;
 
 static ir_graph *build(const char *spec, int sgd)
 {
@@ -99,7 +99,10 @@ static int run_compare(const spmd_program *p, int steps, exec_spmd_check *c, con
             exec_spmd_apply_updates(r);
         }
     }
-    for (int i = 0; i < p->n_instrs; i++) kinds_seen[p->instrs[i].kind]++;
+    for (int i = 0; i < p->n_instrs; i++) {
+        kinds_seen[p->instrs[i].kind]++;
+        max_reductions_seen += p->instrs[i].reduce_max;
+    }
     exec_spmd_free(r);
     exec_ref_free(ref);
     return rc;
@@ -313,6 +316,52 @@ static void test_failing_device(const char *mesh_text, const char *sched, int ba
     ir_free(g);
 }
 
+/* The check sees a wrong element in one device's block, and a replica that
+ * differs from the copy it should equal. */
+static void test_check_can_fail(void)
+{
+    char err[512];
+    ir_graph *g = build(GPT, 1);
+    shard_mesh mesh;
+    shard_mesh_parse("batch=2,model=2", &mesh, err, sizeof err);
+    shard_state *st = schedule_state(g, &mesh, "megatron:model");
+    spmd_program *p = spmd_lower(st);
+    exec_ref *ref = exec_ref_new(g, 0, err, sizeof err);
+    exec_spmd *r = exec_spmd_new(p, 0, err, sizeof err);
+    exec_ref_init_args(ref, 5);
+    exec_spmd_init_args(r, 5);
+    CHECK(exec_ref_run(ref, err, sizeof err) == 0 && exec_spmd_step(r, err, sizeof err) == 0);
+    exec_spmd_check c;
+    exec_spmd_check_init(&c, g, err, sizeof err);
+    CHECK(exec_spmd_compare(r, ref, &c, err, sizeof err) == 0 && exec_spmd_check_ok(&c, TOL) && c.replica_diff == 0);
+    exec_spmd_check_free(&c);
+    /* the output updating wte (vocab-sharded over model, replicated over batch) */
+    int out = -1;
+    for (int i = 0; i < g->n_outputs; i++)
+        if (g->outputs[i].updates == ir_find(g, "wte")) out = i;
+    CHECK(out >= 0);
+    if (out >= 0) {
+        float *block = exec_spmd_data(r, 3, p->out_buf[out]); /* batch 1, model 1: a replica */
+        block[5] += 0.25f;
+        exec_spmd_check_init(&c, g, err, sizeof err);
+        exec_spmd_compare(r, ref, &c, err, sizeof err);
+        CHECKF(exec_spmd_check_ok(&c, TOL) && c.replica_diff >= 0.2, "replica: diff %.3g", c.replica_diff);
+        exec_spmd_check_free(&c);
+        block = exec_spmd_data(r, 1, p->out_buf[out]); /* batch 0, model 1: the copy assembled */
+        block[5] += 0.25f;
+        exec_spmd_check_init(&c, g, err, sizeof err);
+        exec_spmd_compare(r, ref, &c, err, sizeof err);
+        CHECKF(!exec_spmd_check_ok(&c, TOL) && c.worst_param_out == out && c.worst_param > 0.1,
+               "corrupted wte: worst param %.3g at output %d", c.worst_param, c.worst_param_out);
+        exec_spmd_check_free(&c);
+    }
+    exec_spmd_free(r);
+    exec_ref_free(ref);
+    spmd_free(p);
+    shard_state_free(st);
+    ir_free(g);
+}
+
 static void test_memory_and_bad_input(void)
 {
     char err[512];
@@ -372,6 +421,7 @@ static void test_memory_and_bad_input(void)
 int main(void)
 {
     test_fill_and_assemble();
+    test_check_can_fail();
     test_memory_and_bad_input();
     test_failing_device("batch=2,model=2", "dp:batch,megatron:model", 1);
     test_failing_device("batch=8", "dp:batch", 5);
@@ -382,5 +432,7 @@ int main(void)
     for (int k = 0; k < SPMD_N_KINDS; k++) printf(" %s %d", spmd_kind_name((spmd_kind)k), kinds_seen[k]);
     printf("\n");
     for (int k = 0; k < SPMD_N_KINDS; k++) CHECKF(kinds_seen[k] > 0, "no %s instruction was exercised", spmd_kind_name((spmd_kind)k));
+    CHECKF(max_reductions_seen > 0, "no max collective was exercised");
+    printf("max collectives run: %d\n", max_reductions_seen);
     return test_done();
 }
