@@ -49,5 +49,6 @@ int cmd_autopart(const cli_opts *o);
 int cmd_explain(const cli_opts *o);
 int cmd_cost(const cli_opts *o);
 int cmd_calibrate(const cli_opts *o);
+int cmd_run(const cli_opts *o);
 
 #endif

@@ -176,6 +176,9 @@ static int gather(const exec_tensor *table, const exec_tensor *ids, exec_tensor 
     uint32_t *out = y->data;
     for (int64_t i = 0; i < n; i++, out += row) {
         int64_t r = (int64_t)id[i] - o->id_base;
+        if (o->ids_masked && o->id_limit > 0 && (id[i] < 0 || id[i] >= o->id_limit))
+            return fail(err, errlen, "gather: id %d at position %lld is outside the table's rows [0, %lld)", id[i],
+                        (long long)i, (long long)o->id_limit);
         if (r >= 0 && r < rows) memcpy(out, t + r * row, (size_t)row * sizeof *out);
         else if (o->ids_masked) memset(out, 0, (size_t)row * sizeof *out);
         else
@@ -196,6 +199,9 @@ static int scatter_add(const exec_tensor *ids, const exec_tensor *upd, exec_tens
     memset(out, 0, (size_t)numel(y) * sizeof *out);
     for (int64_t i = 0; i < n; i++, u += row) {
         int64_t r = (int64_t)id[i] - o->id_base;
+        if (o->ids_masked && o->id_limit > 0 && (id[i] < 0 || id[i] >= o->id_limit))
+            return fail(err, errlen, "scatter_add: id %d at position %lld is outside the result's rows [0, %lld)", id[i],
+                        (long long)i, (long long)o->id_limit);
         if (r >= 0 && r < rows) {
             float *dst = out + r * row;
             for (int64_t j = 0; j < row; j++) dst[j] += u[j];

@@ -36,6 +36,9 @@ typedef struct exec_kernel_opts {
      * 1: it is skipped (gather writes a zero row): the block holds only part
      *    of the id range and another device handles that id. */
     int ids_masked;
+    /* With ids_masked: when > 0, an id outside [0, id_limit) (the whole
+     * table, not just this block) is still an error. */
+    int64_t id_limit;
 } exec_kernel_opts;
 
 /* Runs op `k` with attributes `a` on operands in[0..n_in) into *out.  All dims

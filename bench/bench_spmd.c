@@ -1,0 +1,285 @@
+/* bench_spmd.c - the SPMD runtime on 2 simulated devices against the
+ * single-device reference, on a compute-bound GPT training step.
+ *
+ * In one run it measures what the machine can do (memcpy bandwidth with one
+ * and two threads, a single-thread sgemm alone and two at once), then times
+ * the reference step and the data-parallel and Megatron runs of the same
+ * step on a 2-device mesh, and checks the SPMD outputs against the
+ * reference's.  Every figure is the median over REPEATS steps after one
+ * warm-up step (which maps the buffers: page faults are slow on these
+ * virtual machines).  Each step re-runs the same training step from the same
+ * arguments (no updates applied), so all steps do identical work.
+ *
+ * Prints one markdown section (bench/run.sh collects it into BENCHMARKS.md).
+ * Never passes or fails on a time; exits non-zero only if a run fails.
+ */
+#include "analysis/schedule.h"
+#include "exec/runtime.h"
+#include "models/models.h"
+
+#include <blis.h>
+#include <omp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define REPEATS 5
+#define MODEL "gpt:layers=2,hidden=1024,heads=16,seq=256,batch=8,vocab=1024"
+#define COPY_BYTES ((size_t)256 << 20)
+#define GEMM_N 1024
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static double median(const double *t, int n)
+{
+    double s[64];
+    memcpy(s, t, (size_t)n * sizeof *s);
+    qsort(s, (size_t)n, sizeof *s, cmp_double);
+    return n % 2 ? s[n / 2] : 0.5 * (s[n / 2 - 1] + s[n / 2]);
+}
+
+static void *xmalloc(size_t n)
+{
+    void *p = malloc(n);
+    if (!p) {
+        fprintf(stderr, "bench_spmd: out of memory\n");
+        exit(1);
+    }
+    return p;
+}
+
+/* memcpy bandwidth in bytes copied per second (all threads together), with
+ * `threads` threads each copying its own COPY_BYTES buffer. */
+static double copy_bandwidth(int threads)
+{
+    double runs[REPEATS];
+    char *src[2], *dst[2];
+    for (int t = 0; t < threads; t++) {
+        src[t] = xmalloc(COPY_BYTES);
+        dst[t] = xmalloc(COPY_BYTES);
+        memset(src[t], 1, COPY_BYTES);
+        memset(dst[t], 2, COPY_BYTES);
+    }
+    for (int r = 0; r < REPEATS; r++) {
+        double t0 = 0, t1 = 0;
+#pragma omp parallel num_threads(threads)
+        {
+#pragma omp barrier
+#pragma omp single
+            t0 = exec_spmd_now();
+            memcpy(dst[omp_get_thread_num()], src[omp_get_thread_num()], COPY_BYTES);
+#pragma omp barrier
+#pragma omp single
+            t1 = exec_spmd_now();
+        }
+        runs[r] = (double)threads * (double)COPY_BYTES / (t1 - t0);
+    }
+    for (int t = 0; t < threads; t++) {
+        free(src[t]);
+        free(dst[t]);
+    }
+    return median(runs, REPEATS);
+}
+
+/* GFLOP/s of one single-thread sgemm of GEMM_N^3, per thread, with `threads`
+ * threads each running its own at the same time. */
+static double sgemm_rate(int threads)
+{
+    size_t n = (size_t)GEMM_N * GEMM_N;
+    double runs[REPEATS + 1];
+    float *a[2], *b[2], *c[2];
+    for (int t = 0; t < threads; t++) {
+        a[t] = xmalloc(n * sizeof(float));
+        b[t] = xmalloc(n * sizeof(float));
+        c[t] = xmalloc(n * sizeof(float));
+        for (size_t i = 0; i < n; i++) {
+            a[t][i] = (float)((i * 7) % 13) * 0.01f;
+            b[t][i] = (float)((i * 5) % 11) * 0.01f;
+        }
+    }
+    for (int r = 0; r <= REPEATS; r++) {
+        double dt[2] = {0, 0};
+#pragma omp parallel num_threads(threads)
+        {
+            int t = omp_get_thread_num();
+            rntm_t rntm = BLIS_RNTM_INITIALIZER;
+            bli_rntm_set_num_threads(1, &rntm);
+            float one = 1, zero = 0;
+#pragma omp barrier
+            double t0 = exec_spmd_now();
+            bli_sgemm_ex(BLIS_NO_TRANSPOSE, BLIS_NO_TRANSPOSE, GEMM_N, GEMM_N, GEMM_N, &one, a[t], GEMM_N, 1, b[t], GEMM_N, 1,
+                         &zero, c[t], GEMM_N, 1, NULL, &rntm);
+            dt[t] = exec_spmd_now() - t0;
+        }
+        double worst = dt[0] > dt[1] ? dt[0] : dt[1];
+        runs[r] = 2.0 * GEMM_N * (double)GEMM_N * GEMM_N / worst / 1e9;
+    }
+    for (int t = 0; t < threads; t++) {
+        free(a[t]);
+        free(b[t]);
+        free(c[t]);
+    }
+    return median(runs + 1, REPEATS);
+}
+
+typedef struct run_figures {
+    double step_s, compute_s, collective_s, wait_s, einsum_rate, move_rate, moved_mb, program_mb;
+    double loss_rel, param, state;
+    int ok;
+} run_figures;
+
+/* Times the SPMD run of g under `sched` on `mesh_text` and checks its outputs
+ * against ref (which has run the same step). */
+static int time_spmd(const ir_graph *g, exec_ref *ref, const char *mesh_text, const char *sched, run_figures *f)
+{
+    char err[640];
+    shard_mesh mesh;
+    schedule sc;
+    if (shard_mesh_parse(mesh_text, &mesh, err, sizeof err) < 0 || sched_parse(sched, &mesh, &sc, err, sizeof err) < 0) {
+        fprintf(stderr, "bench_spmd: %s\n", err);
+        return -1;
+    }
+    shard_state *st = shard_state_new(g, &mesh);
+    if (sched_apply(&sc, st, err, sizeof err) < 0) {
+        fprintf(stderr, "bench_spmd: %s\n", err);
+        shard_state_free(st);
+        return -1;
+    }
+    spmd_program *p = spmd_lower(st);
+    exec_spmd *r = exec_spmd_new(p, 0, err, sizeof err);
+    int rc = -1;
+    if (!r) {
+        fprintf(stderr, "bench_spmd: %s\n", err);
+        goto done;
+    }
+    exec_spmd_init_args(r, 1);
+    double step[REPEATS], comp[REPEATS], coll[REPEATS], wait[REPEATS], gemm[REPEATS], move[REPEATS], moved[REPEATS];
+    for (int s = 0; s <= REPEATS; s++) {
+        if (exec_spmd_step(r, err, sizeof err) < 0) {
+            fprintf(stderr, "bench_spmd: %s: %s\n", sched, err);
+            goto done;
+        }
+        if (s == 0) continue; /* warm-up */
+        const exec_spmd_stats *x = exec_spmd_last_stats(r);
+        int k = s - 1;
+        double n = x->n_devices;
+        step[k] = x->wall_s;
+        comp[k] = coll[k] = wait[k] = gemm[k] = move[k] = moved[k] = 0;
+        for (int d = 0; d < x->n_devices; d++) {
+            const exec_spmd_device_stats *ds = &x->dev[d];
+            comp[k] += ds->compute_s / n;
+            coll[k] += ds->collective_s / n;
+            wait[k] += ds->wait_s / n;
+            gemm[k] += (ds->einsum_s > 0 ? ds->einsum_flops / ds->einsum_s / 1e9 : 0) / n;
+            move[k] += (ds->collective_s > ds->wait_s ? ds->moved_bytes / (ds->collective_s - ds->wait_s) / 1e9 : 0) / n;
+            moved[k] += ds->moved_bytes / 1e6 / n;
+        }
+    }
+    f->step_s = median(step, REPEATS);
+    f->compute_s = median(comp, REPEATS);
+    f->collective_s = median(coll, REPEATS);
+    f->wait_s = median(wait, REPEATS);
+    f->einsum_rate = median(gemm, REPEATS);
+    f->move_rate = median(move, REPEATS);
+    f->moved_mb = median(moved, REPEATS);
+    f->program_mb = 0;
+    for (int k = SPMD_ALL_GATHER; k < SPMD_N_KINDS; k++) f->program_mb += exec_spmd_last_stats(r)->bytes[k] / 1e6;
+    exec_spmd_check c;
+    if (exec_spmd_check_init(&c, g, err, sizeof err) < 0 || exec_spmd_compare(r, ref, &c, err, sizeof err) < 0) {
+        fprintf(stderr, "bench_spmd: %s\n", err);
+        goto done;
+    }
+    f->loss_rel = c.worst_loss;
+    f->param = c.worst_param;
+    f->state = c.worst_state;
+    f->ok = exec_spmd_check_ok(&c, 1e-4);
+    exec_spmd_check_free(&c);
+    rc = 0;
+done:
+    exec_spmd_free(r);
+    spmd_free(p);
+    shard_state_free(st);
+    return rc;
+}
+
+int main(void)
+{
+    char err[512];
+    exec_blis_setup();
+    const char *env = getenv("BLIS_ARCH_TYPE");
+    double copy1 = copy_bandwidth(1), copy2 = copy_bandwidth(2);
+    double gemm1 = sgemm_rate(1), gemm2 = sgemm_rate(2);
+
+    model_config cfg;
+    if (model_parse(MODEL, &cfg, err, sizeof err) < 0) {
+        fprintf(stderr, "bench_spmd: %s\n", err);
+        return 1;
+    }
+    ir_graph *g = model_build_step(&cfg, NULL, err, sizeof err);
+    exec_ref *ref = g ? exec_ref_new(g, 0, err, sizeof err) : NULL;
+    if (!ref) {
+        fprintf(stderr, "bench_spmd: %s\n", err);
+        return 1;
+    }
+    exec_ref_init_args(ref, 1);
+    double ref_runs[REPEATS];
+    for (int s = 0; s <= REPEATS; s++) {
+        double t0 = exec_spmd_now();
+        if (exec_ref_run(ref, err, sizeof err) < 0) {
+            fprintf(stderr, "bench_spmd: reference: %s\n", err);
+            return 1;
+        }
+        if (s) ref_runs[s - 1] = exec_spmd_now() - t0;
+    }
+    double t_ref = median(ref_runs, REPEATS);
+    static const struct {
+        const char *name, *mesh, *sched;
+    } runs[] = {{"data parallel", "batch=2", "dp:batch"}, {"Megatron", "model=2", "megatron:model"}};
+    run_figures f[2];
+    int status = 0;
+    for (int i = 0; i < 2; i++)
+        if (time_spmd(g, ref, runs[i].mesh, runs[i].sched, &f[i]) < 0) return 1;
+
+    printf("## SPMD runtime: 2 simulated devices vs the 1-device reference\n\n");
+    printf("Training step of `%s` (Adam; %.1f GFLOP of einsums a step), on a 2-device mesh (one thread a device)\n"
+           "against the reference executor (one thread). BLIS kernels: **%s** (BLIS_ARCH_TYPE=%s).\n"
+           "Medians of %d steps after a warm-up step; each step redoes the same training step.\n\n",
+           MODEL, model_step_flops(&cfg) / 1e9, exec_blis_arch(), env ? env : "unset", REPEATS);
+    printf("What this machine does in the same run:\n\n| measure | value |\n|---|---|\n");
+    printf("| memcpy, 1 thread | %.2f GB/s |\n| memcpy, 2 threads at once (together) | %.2f GB/s |\n", copy1 / 1e9,
+           copy2 / 1e9);
+    printf("| sgemm %d^3, 1 thread | %.1f GFLOP/s |\n| sgemm %d^3, 2 threads at once (each) | %.1f GFLOP/s |\n",
+           GEMM_N, gemm1, GEMM_N, gemm2);
+    printf("| reference step (1 thread) | %.3f s |\n\n", t_ref);
+    printf("| run | mesh | step s | speedup | compute s | collective s (waiting) | einsum GFLOP/s a device | "
+           "vs 1-thread sgemm | MB read by collectives a device | collective GB/s a device | both devices vs 2-thread memcpy | "
+           "check (loss, params, states) |\n");
+    printf("|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+    for (int i = 0; i < 2; i++) {
+        const run_figures *x = &f[i];
+        printf("| %s `%s` | %s | %.3f | %.2fx | %.3f | %.3f (%.3f) | %.1f | %.0f%% | %.1f | %.2f | %.0f%% | %s (%.0e, %.0e, %.0e) |\n",
+               runs[i].name, runs[i].sched, runs[i].mesh, x->step_s, t_ref / x->step_s, x->compute_s, x->collective_s,
+               x->wait_s, x->einsum_rate, 100 * x->einsum_rate / gemm1, x->moved_mb, x->move_rate,
+               100 * 2 * x->move_rate * 1e9 / copy2, x->ok ? "passed" : "FAILED", x->loss_rel, x->param, x->state);
+        if (!x->ok) status = 1;
+    }
+    printf("\nCompute is the devices' time in local ops (mean of the two); collective time includes waiting at\n"
+           "barriers for the other device. Collective GB/s counts the bytes the collective kernels read from\n"
+           "device buffers, over the collective time outside barrier waits.\n\n");
+    printf("Targets: speedup >= 1.7x; collectives at >= 50%% of the copy bandwidth; per-device einsums at >= 75%%\n"
+           "of the single-thread sgemm rate.\n\n");
+    for (int i = 0; i < 2; i++) {
+        const run_figures *x = &f[i];
+        double sp = t_ref / x->step_s, bw = 2 * x->move_rate * 1e9 / copy2, gm = x->einsum_rate / gemm1;
+        printf("- %s: speedup %.2fx (%s), collectives %.0f%% of copy bandwidth (%s), einsums %.0f%% of sgemm (%s)\n",
+               runs[i].name, sp, sp >= 1.7 ? "met" : "missed", 100 * bw, bw >= 0.5 ? "met" : "missed", 100 * gm,
+               gm >= 0.75 ? "met" : "missed");
+    }
+    exec_ref_free(ref);
+    ir_free(g);
+    return status;
+}

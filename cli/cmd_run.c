@@ -1,0 +1,221 @@
+/* cmd_run.c - `carve run`: run a sharded training step on simulated devices
+ * and check it against the single-device reference executor.
+ *
+ * Both executors start from the same seeded arguments and run --steps
+ * training steps.  After each step the losses are compared; after the last
+ * one every updated param and optimizer state as well.  The check passes
+ * when every error is at most RUN_TOLERANCE (docs/run.md says why that
+ * number).  Exit codes: 0 passed, 1 the check failed (or a device failed
+ * where the reference did not), 2 bad input (flags, model, mesh, schedule,
+ * a configuration that does not fit in this machine's memory).
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "analysis/schedule.h"
+#include "analysis/spmd.h"
+#include "cli/cli.h"
+#include "exec/runtime.h"
+
+/* Largest error allowed, relative to each tensor's largest magnitude. */
+#define RUN_TOLERANCE 1e-4
+
+/* Bytes of memory the kernel says are available (MemAvailable), else the
+ * free physical pages, else 0 (unknown). */
+static size_t available_bytes(void)
+{
+    FILE *f = fopen("/proc/meminfo", "r");
+    if (f) {
+        char line[256];
+        unsigned long long kb = 0;
+        while (fgets(line, sizeof line, f))
+            if (sscanf(line, "MemAvailable: %llu kB", &kb) == 1) break;
+        fclose(f);
+        if (kb) return (size_t)kb * 1024;
+    }
+    long pages = sysconf(_SC_AVPHYS_PAGES), size = sysconf(_SC_PAGESIZE);
+    return pages > 0 && size > 0 ? (size_t)pages * (size_t)size : 0;
+}
+
+static double mib(size_t b) { return (double)b / 1048576.0; }
+
+static void print_timings(const exec_spmd_stats *st)
+{
+    printf("\nlast step, per device (seconds; collective time includes waiting at barriers):\n");
+    printf("  device   compute  collective   waiting  einsum GFLOP/s\n");
+    double moved = 0, move_s = 0;
+    for (int d = 0; d < st->n_devices; d++) {
+        const exec_spmd_device_stats *s = &st->dev[d];
+        printf("  %6d  %8.4f  %10.4f  %8.4f  %14.1f\n", d, s->compute_s, s->collective_s, s->wait_s,
+               s->einsum_s > 0 ? s->einsum_flops / s->einsum_s / 1e9 : 0.0);
+        moved += s->moved_bytes;
+        move_s += s->collective_s - s->wait_s;
+    }
+    /* the op kinds that took the most compute time, mean over devices */
+    double op_s[IR_N_OPS] = {0};
+    for (int d = 0; d < st->n_devices; d++)
+        for (int k = 0; k < IR_N_OPS; k++) op_s[k] += st->dev[d].op_s[k] / st->n_devices;
+    printf("  compute by op (mean over devices):");
+    for (int shown = 0; shown < 6; shown++) {
+        int best = -1;
+        for (int k = 0; k < IR_N_OPS; k++)
+            if (op_s[k] > 0 && (best < 0 || op_s[k] > op_s[best])) best = k;
+        if (best < 0) break;
+        printf("%s %s %.4f", shown ? "," : "", ir_op_name((ir_opkind)best), op_s[best]);
+        op_s[best] = 0;
+    }
+    printf("\n");
+    printf("\ncollectives (bytes per device as the program counts them; time: mean over devices):\n");
+    printf("  %-15s %6s %12s %10s\n", "kind", "count", "MB", "seconds");
+    for (int k = SPMD_ALL_GATHER; k < SPMD_N_KINDS; k++) {
+        double t = 0;
+        for (int d = 0; d < st->n_devices; d++) t += st->dev[d].kind_s[k];
+        printf("  %-15s %6d %12.3f %10.4f\n", spmd_kind_name((spmd_kind)k), st->count[k], st->bytes[k] / 1e6,
+               t / st->n_devices);
+    }
+    if (moved > 0)
+        printf("  the collective kernels read %.3f MB from device buffers, at %.2f GB/s per device outside barrier waits\n",
+               moved / 1e6, move_s > 0 ? moved / move_s / 1e9 : 0.0);
+}
+
+static int run_checked(const cli_opts *o, const ir_graph *g, const spmd_program *p, const char *cfg)
+{
+    char err[640], buf[256];
+    size_t spmd_bytes = exec_spmd_bytes(p), ref_bytes = exec_ref_bytes(g), avail = available_bytes();
+    printf("model %s\nmesh %s (%lld devices), schedule %s\noptimizer %s, seed %lld, steps %lld, BLIS kernels %s\n", cfg,
+           shard_mesh_str(&p->mesh, buf, sizeof buf), (long long)p->mesh.n_devices, o->schedule, o->optimizer,
+           (long long)o->seed, (long long)o->steps, exec_blis_arch());
+    printf("memory: %.1f MiB per device x %lld + reference %.1f MiB = %.1f MiB\n", mib(exec_spmd_device_bytes(p)),
+           (long long)p->mesh.n_devices, mib(ref_bytes), mib(spmd_bytes + ref_bytes));
+    fflush(stdout);
+    if (avail && spmd_bytes + ref_bytes > avail) {
+        cli_error("run: %s on mesh %s needs %zu bytes (%.2f GiB: %zu per device x %lld devices + %zu for the reference), "
+                  "but this machine has %zu bytes (%.2f GiB) available",
+                  cfg, buf, spmd_bytes + ref_bytes, (double)(spmd_bytes + ref_bytes) / 1073741824.0,
+                  exec_spmd_device_bytes(p), (long long)p->mesh.n_devices, ref_bytes, avail, (double)avail / 1073741824.0);
+        return CLI_BAD_INPUT;
+    }
+    exec_ref *ref = exec_ref_new(g, 0, err, sizeof err);
+    if (!ref) {
+        cli_error("run: %s", err);
+        return CLI_BAD_INPUT;
+    }
+    exec_spmd *r = exec_spmd_new(p, 0, err, sizeof err);
+    if (!r) {
+        cli_error("run: %s", err);
+        exec_ref_free(ref);
+        return CLI_BAD_INPUT;
+    }
+    exec_ref_init_args(ref, (uint64_t)o->seed);
+    exec_spmd_init_args(r, (uint64_t)o->seed);
+    int rc = CLI_OK;
+    exec_spmd_check c;
+    if (exec_spmd_check_init(&c, g, err, sizeof err) < 0) {
+        cli_error("run: %s", err);
+        exec_spmd_free(r);
+        exec_ref_free(ref);
+        return CLI_BAD_INPUT;
+    }
+    printf("\n%5s %16s %16s %10s %10s %10s %8s\n", "step", "loss reference", "loss spmd", "rel diff", "ref s", "spmd s",
+           "speedup");
+    for (int64_t step = 1; step <= o->steps; step++) {
+        double t0 = exec_spmd_now();
+        if (exec_ref_run(ref, err, sizeof err) < 0) {
+            cli_error("run: the reference executor failed at step %lld: %s", (long long)step, err);
+            rc = CLI_BAD_INPUT;
+            break;
+        }
+        double t_ref = exec_spmd_now() - t0;
+        if (exec_spmd_step(r, err, sizeof err) < 0) {
+            cli_error("run: the SPMD run failed at step %lld: %s", (long long)step, err);
+            rc = CLI_CHECK_FAILED;
+            break;
+        }
+        double t_spmd = exec_spmd_last_stats(r)->wall_s;
+        if (exec_spmd_compare(r, ref, &c, err, sizeof err) < 0) {
+            cli_error("run: %s", err);
+            rc = CLI_CHECK_FAILED;
+            break;
+        }
+        printf("%5lld %16.9g %16.9g %10.2e %10.4f %10.4f %7.2fx\n", (long long)step, c.loss_ref, c.loss, c.loss_rel, t_ref,
+               t_spmd, t_spmd > 0 ? t_ref / t_spmd : 0.0);
+        if (step < o->steps) {
+            exec_ref_apply_updates(ref);
+            exec_spmd_apply_updates(r);
+        }
+    }
+    if (rc == CLI_OK) {
+        print_timings(exec_spmd_last_stats(r));
+        const char *pn = c.worst_param_out >= 0 ? g->values[g->outputs[c.worst_param_out].updates].name : "-";
+        const char *sn = c.worst_state_out >= 0 ? g->values[g->outputs[c.worst_state_out].updates].name : "-";
+        printf("\ncheck against the reference (tolerance %.0e, relative to each tensor's largest magnitude):\n",
+               RUN_TOLERANCE);
+        printf("  loss (worst step)  %10.2e\n", c.worst_loss);
+        printf("  params             %10.2e  (worst: %s)\n", c.worst_param, pn);
+        printf("  optimizer states   %10.2e  (worst: %s)\n", c.worst_state, sn);
+        printf("  replicas           %10.2e  (largest difference between copies of one block)\n", c.replica_diff);
+        if (c.n_excluded)
+            printf("  %lld of %lld elements not compared: Adam-updated where the reference gradient is below %.0e of the "
+                   "largest one (rounding noise; docs/run.md)\n",
+                   (long long)c.n_excluded, (long long)(c.n_excluded + c.n_compared), EXEC_SPMD_NOISE_FLOOR);
+        int ok = exec_spmd_check_ok(&c, RUN_TOLERANCE);
+        printf("check: %s\n", ok ? "passed" : "FAILED");
+        if (!ok) rc = CLI_CHECK_FAILED;
+    }
+    exec_spmd_check_free(&c);
+    exec_spmd_free(r);
+    exec_ref_free(ref);
+    return rc;
+}
+
+int cmd_run(const cli_opts *o)
+{
+    char cfg[512], err[512];
+    if (!o->mesh) {
+        cli_error("run: --mesh is required (e.g. --mesh batch=2,model=2)");
+        return CLI_BAD_INPUT;
+    }
+    if (!o->schedule) {
+        cli_error("run: --schedule is required (e.g. --schedule dp:batch,megatron:model)");
+        return CLI_BAD_INPUT;
+    }
+    shard_mesh mesh;
+    if (shard_mesh_parse(o->mesh, &mesh, err, sizeof err) < 0) {
+        cli_error("run: %s", err);
+        return CLI_BAD_INPUT;
+    }
+    if (mesh.n_devices > 256) {
+        cli_error("run: mesh '%s' has %lld devices; carve run simulates at most 256", o->mesh, (long long)mesh.n_devices);
+        return CLI_BAD_INPUT;
+    }
+    schedule sc;
+    if (sched_parse(o->schedule, &mesh, &sc, err, sizeof err) < 0) {
+        cli_error("run: %s", err);
+        return CLI_BAD_INPUT;
+    }
+    ir_graph *g = cli_load_step(o, cfg, sizeof cfg);
+    if (!g) return CLI_BAD_INPUT;
+    int has_updates = 0;
+    for (int i = 0; i < g->n_outputs; i++) has_updates |= g->outputs[i].updates >= 0;
+    if (!has_updates) {
+        cli_error("run: %s is not a training step (no output updates an argument)", cfg);
+        ir_free(g);
+        return CLI_BAD_INPUT;
+    }
+    shard_state *st = shard_state_new(g, &mesh);
+    int rc;
+    if (sched_apply(&sc, st, err, sizeof err) < 0) {
+        cli_error("run: %s", err);
+        rc = CLI_BAD_INPUT;
+    } else {
+        spmd_program *p = spmd_lower(st);
+        rc = run_checked(o, g, p, cfg);
+        spmd_free(p);
+    }
+    shard_state_free(st);
+    ir_free(g);
+    return rc;
+}

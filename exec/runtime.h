@@ -1,0 +1,133 @@
+/* runtime.h - the SPMD runtime: run a partitioned program on simulated devices.
+ *
+ * An exec_spmd runs one spmd_program (analysis/spmd.h) on N simulated
+ * devices, one OpenMP thread each.  Every device owns one arena holding every
+ * buffer of the program in its local shape (buffers are SSA: written once per
+ * step), so device d's copy of buffer b is at the same offset in every arena
+ * and any device can read any other device's buffers.  That is the "shared
+ * memory" the collectives use: a collective waits on a blocking barrier
+ * (mutex + condition variable) of its device group, then reads the peers'
+ * input buffers directly.
+ *
+ * Arguments are filled from the same seeded global values the reference
+ * executor uses (exec_fill_range on each device's block), so a run can be
+ * compared element for element with exec_ref (exec.h).
+ *
+ * Errors: a device whose kernel fails (e.g. a gather id out of range) sets a
+ * shared abort flag and wakes every barrier; the other devices stop at their
+ * next instruction or barrier, and exec_spmd_step returns -1 with a message
+ * naming the device, the instruction and the op.  No device is left waiting.
+ */
+#ifndef CARVE_EXEC_RUNTIME_H
+#define CARVE_EXEC_RUNTIME_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "analysis/spmd.h"
+#include "exec/exec.h"
+
+typedef struct exec_spmd exec_spmd;
+
+/* What one device did during the last step.  Times in seconds. */
+typedef struct exec_spmd_device_stats {
+    double compute_s;                /* SPMD_COMPUTE instructions */
+    double collective_s;             /* collectives and slices, barrier waits included */
+    double wait_s;                   /* of collective_s: blocked in barriers */
+    double kind_s[SPMD_N_KINDS];     /* time per instruction kind */
+    double einsum_s, einsum_flops;   /* local einsums (2 FLOPs per multiply-add) */
+    double moved_bytes;              /* bytes the collective kernels read from device buffers */
+    double op_s[IR_N_OPS];           /* compute time per graph op kind */
+} exec_spmd_device_stats;
+
+/* One step: the wall time, each device's figures, and what the program says
+ * the collectives move (per device, as spmd.h counts bytes). */
+typedef struct exec_spmd_stats {
+    double wall_s;
+    int n_devices;
+    exec_spmd_device_stats *dev;     /* n_devices entries, owned by the runtime */
+    int count[SPMD_N_KINDS];
+    double bytes[SPMD_N_KINDS];
+} exec_spmd_stats;
+
+/* Bytes of buffers one device needs for p (4 bytes an element, as exec_ref),
+ * and for all devices together. */
+size_t exec_spmd_device_bytes(const spmd_program *p);
+size_t exec_spmd_bytes(const spmd_program *p);
+
+/* Returns a new runtime for p, or NULL with a message when the buffers of all
+ * devices would need more than max_bytes (0: no limit), or on out-of-memory.
+ * Borrows p (and p->g), which must outlive it.  Free with exec_spmd_free. */
+exec_spmd *exec_spmd_new(const spmd_program *p, size_t max_bytes, char *err, size_t errlen);
+void exec_spmd_free(exec_spmd *r);
+int exec_spmd_devices(const exec_spmd *r);
+
+/* Fills every device's argument buffers with its block of the seeded global
+ * values (the numbers exec_ref_init_args gives the whole tensors). */
+void exec_spmd_init_args(exec_spmd *r, uint64_t seed);
+/* Runs the program once on every device.  Returns 0, or -1 with a message
+ * naming the failing device and op (all devices stopped).  Fills the stats
+ * returned by exec_spmd_last_stats. */
+int exec_spmd_step(exec_spmd *r, char *err, size_t errlen);
+/* Copies each output buffer into the argument buffer it updates, on every
+ * device, so the next exec_spmd_step does the next training step. */
+void exec_spmd_apply_updates(exec_spmd *r);
+const exec_spmd_stats *exec_spmd_last_stats(const exec_spmd *r);
+
+/* Device dev's copy of buffer b (float* or int32_t*, local row-major). */
+void *exec_spmd_data(exec_spmd *r, int dev, int b);
+/* The loss after a step, as device 0 holds it (NAN when there is none). */
+double exec_spmd_loss(exec_spmd *r);
+
+/* Assembles the global value of buffer b into `global` (numel of the value,
+ * 4-byte elements): each block from one device, partial buffers summed (or
+ * maxed) over their partial axes.  When replica_diff is not NULL it receives
+ * the largest |difference| between devices holding the same block (0 when
+ * replicas agree bit for bit). */
+void exec_spmd_assemble(exec_spmd *r, int b, void *global, double *replica_diff);
+
+/* Monotonic clock in seconds (what the stats are measured with). */
+double exec_spmd_now(void);
+
+/* ---- comparison with the reference (spmd_check.c) ----------------------- */
+
+/* Errors of a run's outputs against the reference executor's, worst over
+ * the steps compared so far.  Each updated tensor's error is
+ * max|spmd - ref| / max|ref| over its elements (relative to the tensor's
+ * largest magnitude; docs/run.md says why).
+ *
+ * Params updated through optimizer state (Adam) and those states skip the
+ * elements whose reference gradient, at any step so far, was below
+ * EXEC_SPMD_NOISE_FLOOR times the largest gradient of any param at that
+ * step: there Adam's m / (sqrt(v) + eps) turns the gradient's rounding noise
+ * into an update of up to lr (a gradient that is zero in exact arithmetic,
+ * like a key bias's under softmax, is nothing but noise), and later steps
+ * carry that difference.  They are counted in n_excluded. */
+#define EXEC_SPMD_NOISE_FLOOR 1e-4
+
+typedef struct exec_spmd_check {
+    int steps;                           /* compares done */
+    double loss_ref, loss, loss_rel;     /* last step; loss_rel = |loss - loss_ref| / |loss_ref| */
+    double worst_loss;                   /* largest loss_rel over the steps */
+    double worst_param, worst_state;     /* largest error of an updated param / optimizer state */
+    int worst_param_out, worst_state_out; /* graph output index of each, or -1 */
+    double replica_diff;                 /* largest disagreement between replicas of a block */
+    int64_t n_compared, n_excluded;      /* last step: elements of updated tensors compared / skipped */
+    int n_outputs;
+    double *rel;                         /* last step, per graph output (the loss: loss_rel) */
+    const ir_graph *g;
+    uint8_t **noise;                     /* per param with state: elements ever below the floor */
+} exec_spmd_check;
+
+/* Prepares c for graph g.  Returns 0 or -1 with a message (out of memory). */
+int exec_spmd_check_init(exec_spmd_check *c, const ir_graph *g, char *err, size_t errlen);
+/* Compares the outputs of the last exec_spmd_step with those of the last
+ * exec_ref_run (same graph and seed, same number of steps); call it after
+ * every step, before the updates are applied.  Returns 0, or -1 with a
+ * message (out of memory). */
+int exec_spmd_compare(exec_spmd *r, exec_ref *ref, exec_spmd_check *c, char *err, size_t errlen);
+/* 1 when the loss, params and states are all within `tol` (and not NaN). */
+int exec_spmd_check_ok(const exec_spmd_check *c, double tol);
+void exec_spmd_check_free(exec_spmd_check *c);
+
+#endif

@@ -1,0 +1,245 @@
+/* spmd_check.c - global tensors from device blocks, and the comparison of an
+ * SPMD step with the reference executor's.
+ *
+ * A buffer's layout splits the mesh axes three ways: axes that tile a dim
+ * (each device holds a different block), partial axes (the devices along
+ * them hold terms to be summed, or maxed) and the rest, on which devices hold
+ * replicas.  Assembling takes each block from the devices whose coordinate on
+ * every replica axis is 0, reduces over the partial axes, and compares every
+ * other replica with the one it copies.
+ */
+#include "exec/spmd_impl.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Calls fn(global_offset, local_offset, run) for every run of contiguous
+ * elements of device dev's block of buffer b. */
+typedef struct run_ctx {
+    int64_t org[IR_MAX_RANK], ld[IR_MAX_RANK], gs[IR_MAX_RANK];
+    int rank;
+    int64_t numel;
+} run_ctx;
+
+static void run_ctx_of(exec_spmd *r, int b, int dev, run_ctx *c)
+{
+    const spmd_program *p = r->p;
+    const ir_value *v = &r->g->values[p->bufs[b].value];
+    c->rank = v->rank;
+    spmd_buffer_dims(p, b, c->ld);
+    exec_row_major_strides(v->rank, v->dims, c->gs);
+    for (int d = 0; d < v->rank; d++) c->org[d] = shard_dim_offset(&p->mesh, v, &p->bufs[b].spec, d, dev);
+    c->numel = r->numel[b];
+}
+
+typedef enum { PUT_COPY, PUT_ADD, PUT_MAX } put_kind;
+
+static void put_block(const run_ctx *c, put_kind k, int is_int, const void *src, void *global)
+{
+    int rank = c->rank;
+    int64_t inner = rank ? c->ld[rank - 1] : 1, idx[IR_MAX_RANK] = {0};
+    for (int64_t done = 0; done < c->numel; done += inner) {
+        int64_t g0 = 0;
+        for (int d = 0; d < rank; d++) g0 += (c->org[d] + (d < rank - 1 ? idx[d] : 0)) * c->gs[d];
+        const float *s = (const float *)src + done;
+        float *o = (float *)global + g0;
+        if (k == PUT_COPY || is_int) memcpy(o, s, (size_t)inner * 4);
+        else if (k == PUT_ADD)
+            for (int64_t i = 0; i < inner; i++) o[i] += s[i];
+        else
+            for (int64_t i = 0; i < inner; i++)
+                if (s[i] > o[i] || s[i] != s[i]) o[i] = s[i];
+        for (int d = rank - 2; d >= 0; d--) {
+            if (++idx[d] < c->ld[d]) break;
+            idx[d] = 0;
+        }
+    }
+}
+
+static double block_diff(const void *a, const void *b, int64_t n, int is_int)
+{
+    double worst = 0;
+    for (int64_t i = 0; i < n; i++) {
+        double d;
+        if (is_int) d = fabs((double)((const int32_t *)a)[i] - (double)((const int32_t *)b)[i]);
+        else {
+            float x = ((const float *)a)[i], y = ((const float *)b)[i];
+            d = (isnan(x) || isnan(y)) ? (isnan(x) && isnan(y) ? 0 : INFINITY) : fabs((double)x - (double)y);
+        }
+        if (d > worst) worst = d;
+    }
+    return worst;
+}
+
+void exec_spmd_assemble(exec_spmd *r, int b, void *global, double *replica_diff)
+{
+    const spmd_program *p = r->p;
+    const shard_mesh *m = &p->mesh;
+    const spmd_buffer *sb = &p->bufs[b];
+    const ir_value *v = &r->g->values[sb->value];
+    int is_int = v->dtype == IR_I32;
+    unsigned tiled = shard_spec_tiled(&sb->spec, v->rank), partial = sb->spec.partial;
+    unsigned replica = ((1u << m->n_axes) - 1) & ~tiled & ~partial;
+    double worst = 0;
+    run_ctx c;
+    for (int dev = 0; dev < r->n_dev; dev++) {
+        int64_t rep = dev; /* the device with replica coordinates 0 */
+        int on_partial = 0;
+        for (int a = 0; a < m->n_axes; a++) {
+            int64_t coord = shard_device_coord(m, dev, a);
+            if (replica & (1u << a)) rep -= coord * r->axis_stride[a];
+            if ((partial & (1u << a)) && coord) on_partial = 1;
+        }
+        if (rep != dev) {
+            if (replica_diff) {
+                double d = block_diff(spmd_buf(r, dev, b), spmd_buf(r, (int)rep, b), r->numel[b], is_int);
+                if (d > worst) worst = d;
+            }
+            continue;
+        }
+        /* devices with partial coordinates 0 come first in device order */
+        run_ctx_of(r, b, dev, &c);
+        put_kind k = !on_partial ? PUT_COPY : (sb->spec.partial_max & partial) ? PUT_MAX : PUT_ADD;
+        put_block(&c, k, is_int, spmd_buf(r, dev, b), global);
+    }
+    if (replica_diff) *replica_diff = worst;
+}
+
+int exec_spmd_check_init(exec_spmd_check *c, const ir_graph *g, char *err, size_t errlen)
+{
+    memset(c, 0, sizeof *c);
+    c->g = g;
+    c->worst_param_out = c->worst_state_out = -1;
+    c->loss = c->loss_ref = c->loss_rel = NAN;
+    c->n_outputs = g->n_outputs;
+    c->rel = calloc((size_t)(g->n_outputs ? g->n_outputs : 1), sizeof *c->rel);
+    c->noise = calloc((size_t)(g->n_values ? g->n_values : 1), sizeof *c->noise);
+    if (!c->rel || !c->noise) goto oom;
+    for (int v = 0; v < g->n_values; v++) {
+        const ir_value *x = &g->values[v];
+        if (x->role != IR_OPT_STATE || x->tied < 0 || c->noise[x->tied]) continue;
+        c->noise[x->tied] = calloc((size_t)(ir_numel(&g->values[x->tied]) + 1), 1);
+        if (!c->noise[x->tied]) goto oom;
+    }
+    return 0;
+oom:
+    if (err && errlen) snprintf(err, errlen, "out of memory preparing the check of '%s'", g->name);
+    exec_spmd_check_free(c);
+    return -1;
+}
+
+void exec_spmd_check_free(exec_spmd_check *c)
+{
+    if (!c) return;
+    if (c->noise)
+        for (int v = 0; v < c->g->n_values; v++) free(c->noise[v]);
+    free(c->noise);
+    free(c->rel);
+    c->noise = NULL;
+    c->rel = NULL;
+}
+
+int exec_spmd_check_ok(const exec_spmd_check *c, double tol)
+{
+    return c->steps > 0 && c->worst_loss <= tol && c->worst_param <= tol && c->worst_state <= tol;
+}
+
+/* max|x - ref| / max|ref| (absolute when ref is all zeros); NaN in one
+ * only counts as infinite.  Elements with skip[i] set are not compared
+ * (skip NULL: none); counts go to *compared and *excluded. */
+static double rel_error(const float *x, const float *ref, int64_t n, const uint8_t *skip, int64_t *compared,
+                        int64_t *excluded)
+{
+    double diff = 0, mag = 0;
+    for (int64_t i = 0; i < n; i++) {
+        if (fabs((double)ref[i]) > mag) mag = fabs((double)ref[i]);
+        if (skip && skip[i]) {
+            (*excluded)++;
+            continue;
+        }
+        (*compared)++;
+        double d;
+        if (isnan(x[i]) || isnan(ref[i])) d = isnan(x[i]) && isnan(ref[i]) ? 0 : INFINITY;
+        else d = fabs((double)x[i] - (double)ref[i]);
+        if (d > diff) diff = d;
+    }
+    return mag > 0 ? diff / mag : diff;
+}
+
+/* Marks, for every param with optimizer state, the elements whose reference
+ * gradient of this step is below the noise floor. */
+static void mark_noise(exec_spmd_check *c, exec_ref *ref)
+{
+    const ir_graph *g = c->g;
+    double largest = 0;
+    for (int v = 0; v < g->n_values; v++) {
+        const ir_value *x = &g->values[v];
+        if (x->grad_of < 0 || x->dtype == IR_I32) continue;
+        const float *d = exec_ref_data(ref, v);
+        for (int64_t i = 0; i < ir_numel(x); i++)
+            if (fabs((double)d[i]) > largest) largest = fabs((double)d[i]);
+    }
+    double floor = EXEC_SPMD_NOISE_FLOOR * largest;
+    for (int v = 0; v < g->n_values; v++) {
+        const ir_value *x = &g->values[v];
+        if (x->grad_of < 0 || x->dtype == IR_I32 || !c->noise[x->grad_of]) continue;
+        if (ir_numel(x) != ir_numel(&g->values[x->grad_of])) continue;
+        const float *d = exec_ref_data(ref, v);
+        uint8_t *m = c->noise[x->grad_of];
+        for (int64_t i = 0; i < ir_numel(x); i++)
+            if (fabs((double)d[i]) < floor) m[i] = 1;
+    }
+}
+
+int exec_spmd_compare(exec_spmd *r, exec_ref *ref, exec_spmd_check *c, char *err, size_t errlen)
+{
+    const ir_graph *g = r->g;
+    mark_noise(c, ref);
+    c->steps++;
+    c->n_compared = c->n_excluded = 0;
+    for (int i = 0; i < g->n_outputs; i++) {
+        const ir_output *o = &g->outputs[i];
+        const ir_value *v = &g->values[o->value];
+        int64_t n = ir_numel(v);
+        void *tmp = calloc((size_t)(n ? n : 1), 4);
+        if (!tmp) {
+            if (err && errlen) snprintf(err, errlen, "out of memory comparing '%s' with the reference", g->name);
+            return -1;
+        }
+        double rd = 0;
+        exec_spmd_assemble(r, r->p->out_buf[i], tmp, &rd);
+        if (rd > c->replica_diff) c->replica_diff = rd;
+        const void *want = exec_ref_data(ref, o->value);
+        /* the param this output belongs to, when it is updated through state */
+        int param = o->updates < 0 ? -1 : g->values[o->updates].role == IR_PARAM ? o->updates : g->values[o->updates].tied;
+        const uint8_t *skip = NULL;
+        if (param >= 0 && c->noise[param] && ir_numel(&g->values[param]) == n) skip = c->noise[param];
+        int64_t compared = 0, excluded = 0;
+        double e;
+        if (v->dtype == IR_I32) e = memcmp(tmp, want, (size_t)n * 4) ? 1.0 : 0.0;
+        else e = rel_error(tmp, want, n, skip, &compared, &excluded);
+        if (isnan(e)) e = INFINITY;
+        c->rel[i] = e;
+        if (o->value == g->loss) {
+            c->loss = (double)((const float *)tmp)[0];
+            c->loss_ref = (double)((const float *)want)[0];
+            c->loss_rel = e;
+            if (e > c->worst_loss) c->worst_loss = e;
+        }
+        free(tmp);
+        if (o->updates < 0) continue;
+        c->n_compared += compared;
+        c->n_excluded += excluded;
+        if (g->values[o->updates].role == IR_OPT_STATE) {
+            if (c->worst_state_out < 0 || e > c->worst_state) {
+                c->worst_state = e;
+                c->worst_state_out = i;
+            }
+        } else if (c->worst_param_out < 0 || e > c->worst_param) {
+            c->worst_param = e;
+            c->worst_param_out = i;
+        }
+    }
+    return 0;
+}

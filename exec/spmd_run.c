@@ -1,0 +1,384 @@
+/* spmd_run.c - the SPMD runtime: device arenas, argument filling, the device
+ * loop, updates between steps.
+ *
+ * exec_spmd_step starts one OpenMP thread per device; each walks the whole
+ * program in order.  A compute instruction runs the graph op through
+ * exec_kernel_run on the device's local buffers (einsum through BLIS with one
+ * thread), passing the block's global position where the op needs it: iota's
+ * offsets, one_hot's depth offset, the first table row of a gather over a
+ * row-sharded table (ids of other rows give zero rows: the result is a
+ * partial sum) and the first result row of a scatter_add with sharded rows.
+ * Collectives and slices are in spmd_coll.c.  Each device times its own
+ * instructions; the stats are written once at the end of its loop.
+ */
+#include "exec/spmd_impl.h"
+
+#include "exec/kernels.h"
+
+#include <math.h>
+#include <omp.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+
+#define ARENA_ALIGN 64
+#define HUGE_PAGE ((size_t)2 << 20)
+
+static size_t align_up(size_t n) { return (n + ARENA_ALIGN - 1) / ARENA_ALIGN * ARENA_ALIGN; }
+
+static int64_t buffer_numel(const spmd_program *p, int b)
+{
+    int64_t dims[IR_MAX_RANK], n = 1;
+    spmd_buffer_dims(p, b, dims);
+    for (int d = 0; d < p->g->values[p->bufs[b].value].rank; d++) n *= dims[d];
+    return n;
+}
+
+size_t exec_spmd_device_bytes(const spmd_program *p)
+{
+    size_t n = 0;
+    for (int b = 0; b < p->n_bufs; b++) n += align_up((size_t)buffer_numel(p, b) * 4);
+    return n;
+}
+
+size_t exec_spmd_bytes(const spmd_program *p) { return exec_spmd_device_bytes(p) * (size_t)p->mesh.n_devices; }
+
+static int fail(char *err, size_t n, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static int fail(char *err, size_t n, const char *fmt, ...)
+{
+    if (err && n) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(err, n, fmt, ap);
+        va_end(ap);
+    }
+    return -1;
+}
+
+/* Local FLOPs of einsum instruction `in` (2 per multiply-add). */
+static double local_einsum_flops(const spmd_program *p, const spmd_instr *in)
+{
+    const ir_op *op = &p->g->ops[in->op];
+    int64_t da[IR_MAX_RANK], db[IR_MAX_RANK];
+    ir_einsum_spec e;
+    if (ir_einsum_parse(op->attrs.subscripts, p->g->values[op->in[0]].rank, p->g->values[op->in[1]].rank, &e, NULL, 0) < 0)
+        return 0;
+    spmd_buffer_dims(p, in->in[0], da);
+    spmd_buffer_dims(p, in->in[1], db);
+    double f = 2;
+    for (int i = 0; i < e.rank_a; i++) f *= (double)da[i];
+    for (int i = 0; i < e.rank_b; i++)
+        if (ir_einsum_pos(e.a, e.rank_a, e.b[i]) < 0) f *= (double)db[i];
+    return f;
+}
+
+exec_spmd *exec_spmd_new(const spmd_program *p, size_t max_bytes, char *err, size_t errlen)
+{
+    const ir_graph *g = p->g;
+    char mesh_text[128];
+    shard_mesh_str(&p->mesh, mesh_text, sizeof mesh_text);
+    if (p->mesh.n_devices < 1 || p->mesh.n_devices > 256) {
+        fail(err, errlen, "mesh %s: %lld devices; the runtime simulates 1 to 256", mesh_text, (long long)p->mesh.n_devices);
+        return NULL;
+    }
+    /* Blocks are boxes of equal local shape: refuse padded (uneven) splits. */
+    for (int b = 0; b < p->n_bufs; b++) {
+        const ir_value *v = &g->values[p->bufs[b].value];
+        for (int d = 0; d < v->rank; d++)
+            if (v->dims[d] % shard_dim_shards(&p->mesh, &p->bufs[b].spec, d)) {
+                fail(err, errlen, "value '%s': dim %d of size %lld does not split evenly over %lld devices (padding is not supported)",
+                     v->name, d, (long long)v->dims[d], (long long)shard_dim_shards(&p->mesh, &p->bufs[b].spec, d));
+                return NULL;
+            }
+    }
+    size_t dev_bytes = exec_spmd_device_bytes(p), need = dev_bytes * (size_t)p->mesh.n_devices;
+    if (max_bytes && need > max_bytes) {
+        fail(err, errlen, "mesh %s: the SPMD run needs %zu bytes (%.1f MiB) of buffers (%zu per device), above the limit of %zu bytes",
+             mesh_text, need, (double)need / 1048576.0, dev_bytes, max_bytes);
+        return NULL;
+    }
+    exec_spmd *r = calloc(1, sizeof *r);
+    if (!r) goto oom;
+    r->p = p;
+    r->g = g;
+    r->n_dev = (int)p->mesh.n_devices;
+    r->dev_bytes = dev_bytes;
+    pthread_mutex_init(&r->err_mu, NULL);
+    atomic_init(&r->abort, 0);
+    for (int a = p->mesh.n_axes - 1, s = 1; a >= 0; a--) {
+        r->axis_stride[a] = s;
+        s *= (int)p->mesh.sizes[a];
+    }
+    r->off = calloc((size_t)p->n_bufs + 1, sizeof *r->off);
+    r->numel = calloc((size_t)p->n_bufs + 1, sizeof *r->numel);
+    r->instr_flops = calloc((size_t)p->n_instrs + 1, sizeof *r->instr_flops);
+    r->mem = calloc((size_t)r->n_dev, sizeof *r->mem);
+    r->raw = calloc((size_t)r->n_dev, sizeof *r->raw);
+    r->stats.dev = calloc((size_t)r->n_dev, sizeof *r->stats.dev);
+    if (!r->off || !r->numel || !r->instr_flops || !r->mem || !r->raw || !r->stats.dev) goto oom;
+    size_t off = 0;
+    for (int b = 0; b < p->n_bufs; b++) {
+        r->numel[b] = buffer_numel(p, b);
+        r->off[b] = off;
+        off += align_up((size_t)r->numel[b] * 4);
+    }
+    r->map_bytes = (dev_bytes + HUGE_PAGE - 1) / HUGE_PAGE * HUGE_PAGE;
+    for (int d = 0; d < r->n_dev; d++) {
+        /* Zeroed pages mapped on first write.  Transparent huge pages, where
+         * the kernel allows them on request: a 4 KiB page fault costs about
+         * 20 us on these virtual machines, so a first step touching GBs of
+         * small pages spends most of its time in the kernel. */
+        void *m = mmap(NULL, r->map_bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (m == MAP_FAILED) goto oom;
+        r->raw[d] = m;
+        (void)madvise(m, r->map_bytes, MADV_HUGEPAGE);
+        r->mem[d] = m;
+    }
+    if (spmd_barriers_init(r) < 0) goto oom;
+    r->stats.n_devices = r->n_dev;
+    for (int i = 0; i < p->n_instrs; i++) {
+        const spmd_instr *in = &p->instrs[i];
+        if (in->kind == SPMD_COMPUTE && g->ops[in->op].kind == IR_OP_EINSUM) r->instr_flops[i] = local_einsum_flops(p, in);
+        if (in->kind < SPMD_N_KINDS) {
+            r->stats.count[in->kind]++;
+            r->stats.bytes[in->kind] += (double)in->bytes;
+        }
+    }
+    return r;
+oom:
+    fail(err, errlen, "mesh %s: out of memory allocating %zu bytes of device buffers", mesh_text, need);
+    exec_spmd_free(r);
+    return NULL;
+}
+
+void exec_spmd_free(exec_spmd *r)
+{
+    if (!r) return;
+    spmd_barriers_free(r);
+    if (r->raw)
+        for (int d = 0; d < r->n_dev; d++)
+            if (r->raw[d]) munmap(r->raw[d], r->map_bytes);
+    free(r->raw);
+    free(r->mem);
+    free(r->off);
+    free(r->numel);
+    free(r->instr_flops);
+    free(r->stats.dev);
+    pthread_mutex_destroy(&r->err_mu);
+    free(r);
+}
+
+int exec_spmd_devices(const exec_spmd *r) { return r->n_dev; }
+void *exec_spmd_data(exec_spmd *r, int dev, int b) { return spmd_buf(r, dev, b); }
+const exec_spmd_stats *exec_spmd_last_stats(const exec_spmd *r) { return &r->stats; }
+
+/* ---- arguments ---------------------------------------------------------- */
+
+/* Fills device dev's block of argument v (buffer b) from the seeded global
+ * values, one contiguous global run at a time. */
+static void fill_block(exec_spmd *r, int v, int b, int dev, uint64_t seed)
+{
+    const spmd_program *p = r->p;
+    const ir_value *x = &r->g->values[v];
+    int rank = x->rank;
+    int64_t ld[IR_MAX_RANK], org[IR_MAX_RANK], gs[IR_MAX_RANK];
+    spmd_buffer_dims(p, b, ld);
+    exec_row_major_strides(rank, x->dims, gs);
+    for (int d = 0; d < rank; d++) org[d] = shard_dim_offset(&p->mesh, x, &p->bufs[b].spec, d, dev);
+    uint32_t *dst = (uint32_t *)spmd_buf(r, dev, b);
+    int64_t n = r->numel[b];
+    if (rank == 0) {
+        exec_fill_range(r->g, v, seed, 0, 1, dst);
+        return;
+    }
+    int k0 = rank - 1;
+    int64_t inner = ld[k0];
+    while (k0 > 0 && ld[k0] == x->dims[k0]) inner *= ld[--k0];
+    int64_t idx[IR_MAX_RANK] = {0};
+    for (int64_t done = 0; done < n; done += inner, dst += inner) {
+        int64_t start = org[k0] * gs[k0];
+        for (int d = 0; d < k0; d++) start += (org[d] + idx[d]) * gs[d];
+        exec_fill_range(r->g, v, seed, start, inner, dst);
+        for (int d = k0 - 1; d >= 0; d--) {
+            if (++idx[d] < ld[d]) break;
+            idx[d] = 0;
+        }
+    }
+}
+
+void exec_spmd_init_args(exec_spmd *r, uint64_t seed)
+{
+    const spmd_program *p = r->p;
+    int n_threads = omp_get_num_procs();
+    if (n_threads > r->n_dev) n_threads = r->n_dev;
+#pragma omp parallel for num_threads(n_threads) schedule(dynamic, 1)
+    for (int dev = 0; dev < r->n_dev; dev++)
+        for (int v = 0; v < r->g->n_values; v++)
+            if (p->arg_buf[v] >= 0) fill_block(r, v, p->arg_buf[v], dev, seed);
+}
+
+void exec_spmd_apply_updates(exec_spmd *r)
+{
+    const spmd_program *p = r->p;
+    const ir_graph *g = r->g;
+    for (int dev = 0; dev < r->n_dev; dev++) {
+        /* An output that is itself an argument's buffer must be read before
+         * any argument is overwritten: those go through a copy. */
+        void **saved = calloc((size_t)(g->n_outputs ? g->n_outputs : 1), sizeof *saved);
+        if (!saved) {
+            fprintf(stderr, "carve: out of memory in exec_spmd_apply_updates\n");
+            abort();
+        }
+        for (int i = 0; i < g->n_outputs; i++) {
+            int src = p->out_buf[i], upd = g->outputs[i].updates;
+            if (upd < 0 || src == p->arg_buf[upd] || p->arg_buf[p->bufs[src].value] != src) continue;
+            size_t n = (size_t)r->numel[src] * 4;
+            saved[i] = malloc(n ? n : 4);
+            if (!saved[i]) {
+                fprintf(stderr, "carve: out of memory in exec_spmd_apply_updates\n");
+                abort();
+            }
+            memcpy(saved[i], spmd_buf(r, dev, src), n);
+        }
+        for (int i = 0; i < g->n_outputs; i++) {
+            int src = p->out_buf[i], upd = g->outputs[i].updates;
+            if (upd < 0 || src == p->arg_buf[upd]) continue;
+            int dst = p->arg_buf[upd];
+            if (r->numel[dst] != r->numel[src]) continue; /* lowering keeps layouts: never */
+            memcpy(spmd_buf(r, dev, dst), saved[i] ? saved[i] : (void *)spmd_buf(r, dev, src), (size_t)r->numel[src] * 4);
+            free(saved[i]);
+        }
+        free(saved);
+    }
+}
+
+double exec_spmd_loss(exec_spmd *r)
+{
+    const ir_graph *g = r->g;
+    if (g->loss < 0) return NAN;
+    for (int i = 0; i < g->n_outputs; i++)
+        if (g->outputs[i].value == g->loss) return (double)spmd_buf(r, 0, r->p->out_buf[i])[0];
+    return NAN;
+}
+
+/* ---- the device loop ---------------------------------------------------- */
+
+static exec_tensor tensor_of(exec_spmd *r, int dev, int b)
+{
+    const ir_value *v = &r->g->values[r->p->bufs[b].value];
+    exec_tensor t = {.dtype = v->dtype, .rank = v->rank, .data = spmd_buf(r, dev, b)};
+    spmd_buffer_dims(r->p, b, t.dims);
+    return t;
+}
+
+/* Runs compute instruction `in` on device dev.  Returns 0 or -1 with msg. */
+static int run_compute(exec_spmd *r, const spmd_instr *in, int dev, char *msg, size_t n)
+{
+    const spmd_program *p = r->p;
+    const ir_op *op = &r->g->ops[in->op];
+    exec_tensor args[IR_MAX_OPERANDS], out = tensor_of(r, dev, in->out);
+    for (int k = 0; k < op->n_in; k++) args[k] = tensor_of(r, dev, in->in[k]);
+    exec_kernel_opts o;
+    memset(&o, 0, sizeof o);
+    const spmd_buffer *ob = &p->bufs[in->out];
+    const ir_value *ov = &r->g->values[ob->value];
+    for (int d = 0; d < ov->rank; d++) o.out_offset[d] = shard_dim_offset(&p->mesh, ov, &ob->spec, d, dev);
+    if (op->kind == IR_OP_GATHER) {
+        const spmd_buffer *tb = &p->bufs[in->in[0]];
+        const ir_value *tv = &r->g->values[tb->value];
+        if (tb->spec.n[0]) {
+            o.id_base = shard_dim_offset(&p->mesh, tv, &tb->spec, 0, dev);
+            o.ids_masked = 1;
+            o.id_limit = tv->dims[0];
+        }
+    } else if (op->kind == IR_OP_SCATTER_ADD) {
+        if (ob->spec.n[0]) {
+            o.id_base = o.out_offset[0];
+            o.ids_masked = 1;
+            o.id_limit = ov->dims[0];
+        }
+    } else if (op->kind == IR_OP_ONE_HOT) {
+        o.id_base = o.out_offset[ov->rank - 1];
+    }
+    return exec_kernel_run(op->kind, &op->attrs, op->n_in, args, &out, &o, msg, n);
+}
+
+static void set_error(exec_spmd *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void set_error(exec_spmd *r, const char *fmt, ...)
+{
+    pthread_mutex_lock(&r->err_mu);
+    if (!r->err[0]) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(r->err, sizeof r->err, fmt, ap);
+        va_end(ap);
+    }
+    pthread_mutex_unlock(&r->err_mu);
+}
+
+static void run_device(exec_spmd *r, int dev)
+{
+    const spmd_program *p = r->p;
+    exec_spmd_device_stats st;
+    memset(&st, 0, sizeof st);
+    int *members = malloc((size_t)r->n_dev * sizeof *members);
+    if (!members) {
+        set_error(r, "device %d: out of memory", dev);
+        spmd_abort_all(r);
+        return;
+    }
+    char msg[320];
+    for (int i = 0; i < p->n_instrs; i++) {
+        if (atomic_load_explicit(&r->abort, memory_order_relaxed)) break;
+        const spmd_instr *in = &p->instrs[i];
+        double t0 = exec_spmd_now();
+        if (in->kind == SPMD_COMPUTE) {
+            if (run_compute(r, in, dev, msg, sizeof msg) < 0) {
+                const ir_op *op = &r->g->ops[in->op];
+                set_error(r, "device %d: instruction %d, op %d (%s -> '%s'): %s", dev, i, in->op, ir_op_name(op->kind),
+                          r->g->values[op->out].name, msg);
+                spmd_abort_all(r);
+                break;
+            }
+            double dt = exec_spmd_now() - t0;
+            st.compute_s += dt;
+            if (r->instr_flops[i] > 0) {
+                st.einsum_s += dt;
+                st.einsum_flops += r->instr_flops[i];
+            }
+            st.kind_s[SPMD_COMPUTE] += dt;
+            st.op_s[r->g->ops[in->op].kind] += dt;
+        } else {
+            if (spmd_collective(r, in, dev, members, &st.moved_bytes, &st.wait_s) < 0) break;
+            double dt = exec_spmd_now() - t0;
+            st.collective_s += dt;
+            if (in->kind < SPMD_N_KINDS) st.kind_s[in->kind] += dt;
+        }
+    }
+    free(members);
+    r->stats.dev[dev] = st;
+}
+
+int exec_spmd_step(exec_spmd *r, char *err, size_t errlen)
+{
+    exec_blis_setup();
+    spmd_barriers_reset(r);
+    atomic_store(&r->abort, 0);
+    r->err[0] = 0;
+    int team = r->n_dev;
+    double t0 = exec_spmd_now();
+#pragma omp parallel num_threads(r->n_dev)
+    {
+        /* every device must have its thread, or barriers would never fill */
+        if (omp_get_num_threads() == r->n_dev) run_device(r, omp_get_thread_num());
+        else if (omp_get_thread_num() == 0) team = omp_get_num_threads();
+    }
+    r->stats.wall_s = exec_spmd_now() - t0;
+    if (team != r->n_dev)
+        return fail(err, errlen, "could start only %d threads for %d devices (OMP_THREAD_LIMIT, or called inside a parallel region?)",
+                    team, r->n_dev);
+    if (atomic_load(&r->abort)) return fail(err, errlen, "%s", r->err[0] ? r->err : "a device stopped");
+    return 0;
+}

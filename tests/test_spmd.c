@@ -1,0 +1,438 @@
+/* test_spmd.c - the SPMD runtime against the single-device reference.
+ *
+ * Every case builds a training step, applies a schedule (or random legal
+ * group actions) on a mesh, lowers it, runs it on simulated devices and
+ * compares the loss and every updated param and optimizer state with the
+ * reference executor, step by step.
+ *
+ * Tolerance: 1e-4, relative to each tensor's largest magnitude (the loss: to
+ * itself).  Both executors compute in float32 (unit roundoff 6e-8) from the
+ * same numbers; the SPMD run sums the same terms in another order (partial
+ * sums per device, then across devices), which moves results by a few units
+ * of roundoff times the size of the largest terms: we see 1e-7 to 2e-5.  A
+ * wrong block, offset or missing partial sum moves them by 1e-2 or more.
+ * Relative to the tensor's largest magnitude rather than per element: an
+ * element near zero (a sum that cancels) has a large relative error from
+ * rounding alone.  Adam-updated elements whose gradient is rounding noise
+ * are skipped (runtime.h, EXEC_SPMD_NOISE_FLOOR); the SGD cases have no
+ * such exclusion, and there the params must match everywhere.
+ */
+#include "analysis/groups.h"
+#include "analysis/schedule.h"
+#include "cli/cli.h"
+#include "exec/runtime.h"
+#include "ir/pcg32.h"
+#include "models/models.h"
+#include "tests/test.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define TOL 1e-4
+
+static const char *GPT = "gpt-tiny";
+static const char *MLP = "mlp-tiny";
+
+static int kinds_seen[SPMD_N_KINDS], max_reductions_seen;
+
+static ir_graph *build(const char *spec, int sgd)
+{
+    model_config cfg;
+    char err[512];
+    ir_optimizer opt = ir_default_adam();
+    if (sgd) {
+        opt.kind = IR_SGD;
+        opt.lr = 0.05;
+    }
+    if (model_parse(spec, &cfg, err, sizeof err) < 0) {
+        fprintf(stderr, "%s\n", err);
+        exit(1);
+    }
+    ir_graph *g = model_build_step(&cfg, &opt, err, sizeof err);
+    if (!g) {
+        fprintf(stderr, "%s\n", err);
+        exit(1);
+    }
+    return g;
+}
+
+static shard_state *schedule_state(const ir_graph *g, const shard_mesh *mesh, const char *sched)
+{
+    char err[512];
+    schedule sc;
+    shard_state *st = shard_state_new(g, mesh);
+    if (sched_parse(sched, mesh, &sc, err, sizeof err) < 0 || sched_apply(&sc, st, err, sizeof err) < 0) {
+        fprintf(stderr, "%s: %s\n", sched, err);
+        exit(1);
+    }
+    return st;
+}
+
+/* Runs `steps` steps of p and of the reference; returns the check (caller
+ * frees) or fails the test with the runtime's message. */
+static int run_compare(const spmd_program *p, int steps, exec_spmd_check *c, const char *what)
+{
+    char err[640];
+    memset(c, 0, sizeof *c);
+    exec_ref *ref = exec_ref_new(p->g, 0, err, sizeof err);
+    exec_spmd *r = exec_spmd_new(p, 0, err, sizeof err);
+    CHECKF(ref && r, "%s: %s", what, err);
+    if (!ref || !r) {
+        exec_ref_free(ref);
+        exec_spmd_free(r);
+        return -1;
+    }
+    exec_spmd_check_init(c, p->g, err, sizeof err);
+    exec_ref_init_args(ref, 7);
+    exec_spmd_init_args(r, 7);
+    int rc = 0;
+    for (int s = 0; s < steps && rc == 0; s++) {
+        if (exec_ref_run(ref, err, sizeof err) < 0 || exec_spmd_step(r, err, sizeof err) < 0 ||
+            exec_spmd_compare(r, ref, c, err, sizeof err) < 0) {
+            CHECKF(0, "%s: step %d: %s", what, s + 1, err);
+            rc = -1;
+            break;
+        }
+        if (s + 1 < steps) {
+            exec_ref_apply_updates(ref);
+            exec_spmd_apply_updates(r);
+        }
+    }
+    for (int i = 0; i < p->n_instrs; i++) {
+        kinds_seen[p->instrs[i].kind]++;
+        max_reductions_seen += p->instrs[i].reduce_max;
+    }
+    exec_spmd_free(r);
+    exec_ref_free(ref);
+    return rc;
+}
+
+static void check_result(const exec_spmd_check *c, const ir_graph *g, const char *what, int sgd)
+{
+    const char *pn = c->worst_param_out >= 0 ? g->values[g->outputs[c->worst_param_out].value].name : "-";
+    const char *sn = c->worst_state_out >= 0 ? g->values[g->outputs[c->worst_state_out].value].name : "-";
+    CHECKF(exec_spmd_check_ok(c, TOL), "%s: loss %.2e, params %.2e (%s), states %.2e (%s)", what, c->worst_loss,
+           c->worst_param, pn, c->worst_state, sn);
+    CHECKF(c->replica_diff == 0, "%s: replicas differ by %.3g", what, c->replica_diff);
+    if (sgd) CHECKF(c->n_excluded == 0, "%s: %lld elements excluded with SGD", what, (long long)c->n_excluded);
+    /* the exclusion must stay a minority of the elements: 1.6% for the GPT,
+     * 16% for the tiny MLP, whose ReLU units that are dead for all 8
+     * examples of the batch have gradients of exactly zero */
+    CHECKF(c->n_excluded * 4 < c->n_compared, "%s: %lld of %lld elements excluded", what, (long long)c->n_excluded,
+           (long long)(c->n_excluded + c->n_compared));
+    printf("  %-62s loss %.1e  params %.1e  states %.1e  excluded %lld\n", what, c->worst_loss, c->worst_param,
+           c->worst_state, (long long)c->n_excluded);
+}
+
+static void schedule_case(const char *model, int sgd, const char *mesh_text, const char *sched, int steps)
+{
+    char what[256], err[512];
+    snprintf(what, sizeof what, "%s %s %s on %s, %d step%s", model, sgd ? "sgd" : "adam", sched, mesh_text, steps,
+             steps > 1 ? "s" : "");
+    ir_graph *g = build(model, sgd);
+    shard_mesh mesh;
+    if (shard_mesh_parse(mesh_text, &mesh, err, sizeof err) < 0) {
+        CHECKF(0, "%s: %s", what, err);
+        ir_free(g);
+        return;
+    }
+    shard_state *st = schedule_state(g, &mesh, sched);
+    spmd_program *p = spmd_lower(st);
+    exec_spmd_check c;
+    if (run_compare(p, steps, &c, what) == 0) check_result(&c, g, what, sgd);
+    exec_spmd_check_free(&c);
+    spmd_free(p);
+    shard_state_free(st);
+    ir_free(g);
+}
+
+static void test_expert_schedules(void)
+{
+    static const struct {
+        const char *mesh, *sched;
+    } cases[] = {
+        {"batch=1", "dp:batch"},
+        {"batch=2", "dp:batch"},
+        {"batch=2", "zero3:batch"},
+        {"model=2", "megatron:model"},
+        {"batch=4", "dp:batch"},
+        {"batch=4", "zero3:batch"},
+        {"model=4", "megatron:model"},
+        {"batch=2,model=2", "dp:batch,megatron:model"},
+        {"batch=2,model=2", "dp:batch,megatron:model,zero3:batch"},
+        {"batch=8", "dp:batch"},
+        {"batch=8", "zero3:batch"},
+        {"model=8", "megatron:model"},
+        {"batch=4,model=2", "dp:batch,megatron:model"},
+        {"batch=2,model=4", "dp:batch,megatron:model,zero3:batch"},
+        {"batch=2,model=2,x=2", "dp:batch,megatron:model,zero3:x"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        schedule_case(GPT, 0, cases[i].mesh, cases[i].sched, 1);
+        schedule_case(MLP, (int)(i % 2), cases[i].mesh, cases[i].sched, 1);
+    }
+    /* SGD on the GPT: no exclusions at all */
+    schedule_case(GPT, 1, "batch=2,model=2", "dp:batch,megatron:model,zero3:batch", 1);
+    schedule_case(GPT, 1, "model=4", "megatron:model", 1);
+    /* several steps carry the updates through the argument buffers */
+    schedule_case(GPT, 0, "batch=2,model=2", "dp:batch,megatron:model,zero3:batch", 3);
+    schedule_case(GPT, 1, "batch=4,model=2", "dp:batch,megatron:model", 3);
+    schedule_case(MLP, 0, "batch=4", "zero3:batch", 3);
+    /* 16 devices on this 2-core machine: 2-D and 4-D meshes */
+    schedule_case(GPT, 0, "batch=4,model=4", "dp:batch,megatron:model", 1);
+    schedule_case(GPT, 1, "batch=2,model=2,x=2,y=2", "dp:batch,megatron:model,zero3:x,dp:y", 2);
+}
+
+/* Random legal decision sets: random group actions (analysis/groups.h) on a
+ * random mesh, from a seeded PCG32. */
+static void test_random_decisions(void)
+{
+    static const char *meshes[] = {"a=2,b=2", "a=4,b=2", "a=2,b=4", "a=2,b=2,c=2", "a=8", "a=2,b=2,c=2,d=2"};
+    pcg32 rng;
+    pcg32_seed(&rng, 2024, 5);
+    for (int t = 0; t < 12; t++) {
+        const char *model = t % 3 == 2 ? MLP : GPT;
+        int sgd = t % 2;
+        const char *mesh_text = meshes[pcg32_below(&rng, 6)];
+        ir_graph *g = build(model, sgd);
+        shard_mesh mesh;
+        char err[256], what[512];
+        shard_mesh_parse(mesh_text, &mesh, err, sizeof err);
+        shard_state *st = shard_state_new(g, &mesh);
+        shard_groups *gs = shard_groups_build(g);
+        int applied = 0, tries = 4 + (int)pcg32_below(&rng, 8);
+        size_t k = (size_t)snprintf(what, sizeof what, "random #%d %s %s on %s:", t, model, sgd ? "sgd" : "adam", mesh_text);
+        for (int a = 0; a < tries * 4 && applied < tries; a++) {
+            int grp = (int)pcg32_below(&rng, (uint32_t)gs->n), axis = (int)pcg32_below(&rng, (uint32_t)mesh.n_axes);
+            if (!shard_group_legal(st, gs, grp, axis)) continue;
+            shard_group_apply(st, gs, grp, axis);
+            applied++;
+            if (k < sizeof what - 40) k += (size_t)snprintf(what + k, sizeof what - k, " %s@%s", gs->groups[grp].name, mesh.names[axis]);
+        }
+        CHECKF(applied > 0, "%s: no legal action found", what);
+        spmd_program *p = spmd_lower(st);
+        exec_spmd_check c;
+        if (run_compare(p, 1 + t % 2, &c, what) == 0) check_result(&c, g, what, sgd);
+        exec_spmd_check_free(&c);
+        spmd_free(p);
+        shard_groups_free(gs);
+        shard_state_free(st);
+        ir_free(g);
+    }
+}
+
+/* Device blocks of every argument are exactly the reference's values; a
+ * partial buffer assembles to the sum of its terms. */
+static void test_fill_and_assemble(void)
+{
+    char err[512];
+    ir_graph *g = build(GPT, 0);
+    shard_mesh mesh;
+    shard_mesh_parse("batch=2,model=4", &mesh, err, sizeof err);
+    shard_state *st = schedule_state(g, &mesh, "dp:batch,megatron:model,zero3:batch");
+    spmd_program *p = spmd_lower(st);
+    exec_ref *ref = exec_ref_new(g, 0, err, sizeof err);
+    exec_spmd *r = exec_spmd_new(p, 0, err, sizeof err);
+    exec_ref_init_args(ref, 3);
+    exec_spmd_init_args(r, 3);
+    int bad = 0, n_args = 0;
+    for (int v = 0; v < g->n_values; v++) {
+        if (p->arg_buf[v] < 0) continue;
+        size_t n = (size_t)ir_numel(&g->values[v]) * 4;
+        void *tmp = calloc(n ? n : 4, 1);
+        double rd = -1;
+        exec_spmd_assemble(r, p->arg_buf[v], tmp, &rd);
+        if (memcmp(tmp, exec_ref_data(ref, v), n) || rd != 0) {
+            bad++;
+            fprintf(stderr, "argument %s differs after filling\n", g->values[v].name);
+        }
+        n_args++;
+        free(tmp);
+    }
+    CHECKF(bad == 0 && n_args > 10, "%d of %d arguments differ", bad, n_args);
+    /* every partial-sum buffer of a gradient assembles to the reference gradient */
+    CHECK(exec_ref_run(ref, err, sizeof err) == 0);
+    CHECK(exec_spmd_step(r, err, sizeof err) == 0);
+    int partial = 0;
+    double worst = 0;
+    for (int b = 0; b < p->n_bufs; b++) {
+        int v = p->bufs[b].value;
+        if (!p->bufs[b].spec.partial || p->bufs[b].spec.partial_max || g->values[v].grad_of < 0) continue;
+        int64_t n = ir_numel(&g->values[v]);
+        float *tmp = calloc((size_t)n, 4);
+        const float *want = exec_ref_data(ref, v);
+        exec_spmd_assemble(r, b, tmp, NULL);
+        double diff = 0, mag = 0;
+        for (int64_t i = 0; i < n; i++) {
+            diff = fmax(diff, fabs((double)tmp[i] - want[i]));
+            mag = fmax(mag, fabs((double)want[i]));
+        }
+        /* a gradient's rounding scale is the largest terms', so relative to
+         * the largest gradient magnitude (some gradients are zero exactly) */
+        worst = fmax(worst, diff / 1e-3);
+        (void)mag;
+        partial++;
+        free(tmp);
+    }
+    CHECKF(partial > 0, "no partial gradient buffer in the program");
+    CHECKF(worst < TOL, "partial gradients assemble with error %.3g", worst);
+    exec_spmd_free(r);
+    exec_ref_free(ref);
+    spmd_free(p);
+    shard_state_free(st);
+    ir_free(g);
+}
+
+/* A device whose gather meets an id outside the table stops every device:
+ * the step returns (no deadlock) with a message naming the op; the runtime
+ * then runs again from fixed data. */
+static void test_failing_device(const char *mesh_text, const char *sched, int bad_dev)
+{
+    char err[640];
+    ir_graph *g = build(GPT, 0);
+    shard_mesh mesh;
+    shard_mesh_parse(mesh_text, &mesh, err, sizeof err);
+    shard_state *st = schedule_state(g, &mesh, sched);
+    spmd_program *p = spmd_lower(st);
+    exec_spmd *r = exec_spmd_new(p, 0, err, sizeof err);
+    exec_spmd_init_args(r, 1);
+    int tokens = ir_find(g, "tokens");
+    int32_t *tok = exec_spmd_data(r, bad_dev, p->arg_buf[tokens]);
+    tok[3] = 1000000;
+    err[0] = 0;
+    int rc = exec_spmd_step(r, err, sizeof err);
+    CHECKF(rc < 0, "%s: a bad id on device %d went unnoticed", mesh_text, bad_dev);
+    char want[64];
+    snprintf(want, sizeof want, "device %d:", bad_dev);
+    CHECKF(strstr(err, "gather") && strstr(err, "embed.tok") && strstr(err, want) && strstr(err, "1000000"),
+           "%s: message '%s'", mesh_text, err);
+    exec_spmd_init_args(r, 1);
+    CHECKF(exec_spmd_step(r, err, sizeof err) == 0, "%s: run after a failure: %s", mesh_text, err);
+    CHECK(isfinite(exec_spmd_loss(r)));
+    exec_spmd_free(r);
+    spmd_free(p);
+    shard_state_free(st);
+    ir_free(g);
+}
+
+/* The check sees a wrong element in one device's block, and a replica that
+ * differs from the copy it should equal. */
+static void test_check_can_fail(void)
+{
+    char err[512];
+    ir_graph *g = build(GPT, 1);
+    shard_mesh mesh;
+    shard_mesh_parse("batch=2,model=2", &mesh, err, sizeof err);
+    shard_state *st = schedule_state(g, &mesh, "megatron:model");
+    spmd_program *p = spmd_lower(st);
+    exec_ref *ref = exec_ref_new(g, 0, err, sizeof err);
+    exec_spmd *r = exec_spmd_new(p, 0, err, sizeof err);
+    exec_ref_init_args(ref, 5);
+    exec_spmd_init_args(r, 5);
+    CHECK(exec_ref_run(ref, err, sizeof err) == 0 && exec_spmd_step(r, err, sizeof err) == 0);
+    exec_spmd_check c;
+    exec_spmd_check_init(&c, g, err, sizeof err);
+    CHECK(exec_spmd_compare(r, ref, &c, err, sizeof err) == 0 && exec_spmd_check_ok(&c, TOL) && c.replica_diff == 0);
+    exec_spmd_check_free(&c);
+    /* the output updating wte (vocab-sharded over model, replicated over batch) */
+    int out = -1;
+    for (int i = 0; i < g->n_outputs; i++)
+        if (g->outputs[i].updates == ir_find(g, "wte")) out = i;
+    CHECK(out >= 0);
+    if (out >= 0) {
+        float *block = exec_spmd_data(r, 3, p->out_buf[out]); /* batch 1, model 1: a replica */
+        block[5] += 0.25f;
+        exec_spmd_check_init(&c, g, err, sizeof err);
+        exec_spmd_compare(r, ref, &c, err, sizeof err);
+        CHECKF(exec_spmd_check_ok(&c, TOL) && c.replica_diff >= 0.2, "replica: diff %.3g", c.replica_diff);
+        exec_spmd_check_free(&c);
+        block = exec_spmd_data(r, 1, p->out_buf[out]); /* batch 0, model 1: the copy assembled */
+        block[5] += 0.25f;
+        exec_spmd_check_init(&c, g, err, sizeof err);
+        exec_spmd_compare(r, ref, &c, err, sizeof err);
+        CHECKF(!exec_spmd_check_ok(&c, TOL) && c.worst_param_out == out && c.worst_param > 0.1,
+               "corrupted wte: worst param %.3g at output %d", c.worst_param, c.worst_param_out);
+        exec_spmd_check_free(&c);
+    }
+    exec_spmd_free(r);
+    exec_ref_free(ref);
+    spmd_free(p);
+    shard_state_free(st);
+    ir_free(g);
+}
+
+static void test_memory_and_bad_input(void)
+{
+    char err[512];
+    ir_graph *g = build(GPT, 0);
+    shard_mesh mesh;
+    shard_mesh_parse("batch=2,model=2", &mesh, err, sizeof err);
+    shard_state *st = schedule_state(g, &mesh, "dp:batch,megatron:model");
+    spmd_program *p = spmd_lower(st);
+    size_t dev = exec_spmd_device_bytes(p), args = 0;
+    for (int v = 0; v < g->n_values; v++)
+        if (p->arg_buf[v] >= 0) args += spmd_buffer_bytes(p, p->arg_buf[v]);
+    CHECK(exec_spmd_bytes(p) == 4 * dev);
+    CHECK(dev >= args && args > 0);
+    err[0] = 0;
+    exec_spmd *r = exec_spmd_new(p, exec_spmd_bytes(p) - 1, err, sizeof err);
+    CHECKF(!r && strstr(err, "bytes"), "limit: '%s'", err);
+    exec_spmd_free(r);
+    spmd_free(p);
+    shard_state_free(st);
+    ir_free(g);
+
+    /* carve run: bad input is exit 2 with one line, a passing check exit 0 */
+    cli_opts o;
+    memset(&o, 0, sizeof o);
+    o.seed = 1;
+    o.steps = 1;
+    o.optimizer = "adam";
+    o.model = GPT;
+    o.mesh = "batch=2,model=2";
+    o.schedule = "dp:batch,megatron:model";
+    CHECK(cmd_run(&o) == CLI_OK);
+    o.optimizer = "sgd";
+    o.steps = 2;
+    CHECK(cmd_run(&o) == CLI_OK);
+    o.mesh = "batch=3";
+    o.schedule = "dp:batch";
+    CHECK(cmd_run(&o) == CLI_BAD_INPUT); /* batch 8 does not divide by 3 */
+    o.mesh = "batch=0";
+    CHECK(cmd_run(&o) == CLI_BAD_INPUT);
+    o.mesh = "batch=2";
+    o.schedule = "dp:model";
+    CHECK(cmd_run(&o) == CLI_BAD_INPUT);
+    o.schedule = NULL;
+    CHECK(cmd_run(&o) == CLI_BAD_INPUT);
+    o.schedule = "dp:batch";
+    o.model = "gpt:nope=1";
+    CHECK(cmd_run(&o) == CLI_BAD_INPUT);
+    /* far more memory than this machine has: refused before allocating */
+    o.model = "gpt-39b";
+    o.mesh = "batch=8";
+    CHECK(cmd_run(&o) == CLI_BAD_INPUT);
+    o.model = GPT;
+    o.mesh = "batch=1024";
+    CHECK(cmd_run(&o) == CLI_BAD_INPUT);
+}
+
+int main(void)
+{
+    test_fill_and_assemble();
+    test_check_can_fail();
+    test_memory_and_bad_input();
+    test_failing_device("batch=2,model=2", "dp:batch,megatron:model", 1);
+    test_failing_device("batch=8", "dp:batch", 5);
+    test_failing_device("batch=4,model=4", "dp:batch,megatron:model", 13);
+    test_expert_schedules();
+    test_random_decisions();
+    printf("instruction kinds run:");
+    for (int k = 0; k < SPMD_N_KINDS; k++) printf(" %s %d", spmd_kind_name((spmd_kind)k), kinds_seen[k]);
+    printf("\n");
+    for (int k = 0; k < SPMD_N_KINDS; k++) CHECKF(kinds_seen[k] > 0, "no %s instruction was exercised", spmd_kind_name((spmd_kind)k));
+    CHECKF(max_reductions_seen > 0, "no max collective was exercised");
+    printf("max collectives run: %d\n", max_reductions_seen);
+    return test_done();
+}
