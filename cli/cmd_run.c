@@ -18,6 +18,8 @@
 #include "analysis/schedule.h"
 #include "analysis/spmd.h"
 #include "cli/cli.h"
+#include "cli/plan.h"
+#include "models/models.h"
 #include "exec/runtime.h"
 
 /* Largest error allowed, relative to each tensor's largest magnitude. */
@@ -171,9 +173,80 @@ static int run_checked(const cli_opts *o, const ir_graph *g, const spmd_program 
     return rc;
 }
 
+/* `carve run --plan plan.json`: rebuild and replay the plan (refusing one for
+ * another model or mesh than --model / --mesh, when given), then run it. */
+static int run_plan(const cli_opts *o)
+{
+    char err[512], buf[512];
+    if (o->schedule || o->graph) {
+        cli_error("run: --plan brings its own schedule and model; drop --schedule and --graph");
+        return CLI_BAD_INPUT;
+    }
+    plan pl;
+    if (plan_load(o->plan, &pl, err, sizeof err) < 0) {
+        cli_error("run: %s", err);
+        return CLI_BAD_INPUT;
+    }
+    int rc = CLI_BAD_INPUT;
+    ir_graph *g = NULL;
+    shard_state *st = NULL;
+    shard_mesh mesh;
+    if (shard_mesh_parse(pl.mesh, &mesh, err, sizeof err) < 0) {
+        cli_error("run: plan '%s': %s", o->plan, err);
+        goto out;
+    }
+    if (o->mesh) {
+        shard_mesh want;
+        if (shard_mesh_parse(o->mesh, &want, err, sizeof err) < 0) {
+            cli_error("run: %s", err);
+            goto out;
+        }
+        if (strcmp(shard_mesh_str(&want, buf, sizeof buf), pl.mesh)) {
+            cli_error("run: plan '%s' is for mesh %s, not %s", o->plan, pl.mesh, buf);
+            goto out;
+        }
+    }
+    if (o->model) {
+        model_config cfg;
+        if (model_parse(o->model, &cfg, err, sizeof err) < 0) {
+            cli_error("run: %s", err);
+            goto out;
+        }
+        if (strcmp(model_config_str(&cfg, buf, sizeof buf), pl.model)) {
+            cli_error("run: plan '%s' is for model %s, not %s", o->plan, pl.model[0] ? pl.model : pl.graph_file, buf);
+            goto out;
+        }
+    }
+    if (mesh.n_devices > 256) {
+        cli_error("run: plan '%s' has %lld devices; carve run simulates at most 256", o->plan, (long long)mesh.n_devices);
+        goto out;
+    }
+    if (!(g = plan_build_graph(&pl, o->plan))) goto out;
+    st = shard_state_new(g, &mesh);
+    if (plan_replay(&pl, o->plan, st, err, sizeof err) < 0) {
+        cli_error("run: %s", err);
+        goto out;
+    }
+    {
+        spmd_program *p = spmd_lower(st);
+        char label[1200];
+        snprintf(label, sizeof label, "%s (plan %s)", pl.model[0] ? pl.model : pl.graph_file, o->plan);
+        cli_opts with_schedule = *o;
+        with_schedule.schedule = pl.schedule;
+        rc = run_checked(&with_schedule, g, p, label);
+        spmd_free(p);
+    }
+out:
+    shard_state_free(st);
+    ir_free(g);
+    plan_free(&pl);
+    return rc;
+}
+
 int cmd_run(const cli_opts *o)
 {
     char cfg[512], err[512];
+    if (o->plan) return run_plan(o);
     if (!o->mesh) {
         cli_error("run: --mesh is required (e.g. --mesh batch=2,model=2)");
         return CLI_BAD_INPUT;

@@ -55,10 +55,12 @@ static const cli_command commands[] = {
     {"explain", "--plan --hw FILE",
      "explain a plan: shardings, collectives per layer, predicted cost, expert schedules side by side",
      "usage: carve explain plan.json\n", cmd_explain},
-    {"run", "--model --graph --mesh --schedule --steps --seed --optimizer",
+    {"run", "--model --graph --mesh --schedule --plan --steps --seed --optimizer",
      "run a sharded training step on simulated devices and check it against the single-device reference",
      "usage: carve run (--model SPEC | --graph FILE) --mesh MESH --schedule SCHEDULE [--steps N] [--seed N]\n"
      "                 [--optimizer adam|sgd]\n"
+     "       carve run --plan plan.json [--steps N] [--seed N]   (a plan from carve autopart; --model and --mesh,\n"
+     "                 when given, must match it)\n"
      "  --mesh MESH          named axes, e.g. batch=2,model=2; one thread per device\n"
      "  --schedule SCHEDULE  tactics in order, e.g. dp:batch,megatron:model (see carve shard --help)\n"
      "  --steps N            training steps (default 1); updates are carried from step to step\n"

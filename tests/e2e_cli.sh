@@ -91,6 +91,10 @@ if [ "$(strip plan.json)" = "$(strip plan2.json)" ]; then pass=$((pass + 1)); el
 ok autopart-manual "$carve" autopart --model mlp-tiny --mesh batch=2 --schedule dp:batch,auto --search greedy --out plan3.json --quiet
 ok autopart-exhaustive "$carve" autopart --model mlp-tiny --mesh batch=2 --search exhaustive --quiet
 
+ok run-plan "$carve" run --plan plan.json --steps 2
+has run-plan "check: passed"
+bad run-plan-other-mesh "is for mesh" "$carve" run --plan plan.json --mesh batch=4
+bad run-plan-other-model "is for model" "$carve" run --plan plan.json --model mlp-tiny
 python3 -c "import json; p=json.load(open('plan.json')); p['model']['spec']='gpt:layers=3,hidden=64,heads=8,seq=16,batch=8,vocab=128'; json.dump(p, open('other.json','w'))"
 bad plan-other-model "does not match the model" "$carve" explain other.json
 python3 -c "import json; p=json.load(open('plan3.json')); p['mesh']='data=2'; json.dump(p, open('othermesh.json','w'))"
