@@ -5,6 +5,7 @@
 #include "analysis/schedule.h"
 #include "analysis/spmd.h"
 #include "models/models.h"
+#include "cli/report.h"
 #include "search/search.h"
 #include "tests/test.h"
 
@@ -57,7 +58,8 @@ static ir_graph *build(const char *spec)
     return g;
 }
 
-static void against_exhaustive(const char *model, const char *mesh_text, int seeds)
+static void against_exhaustive_ev(const char *model, const char *mesh_text, int seeds, const search_evaluator *ev_in,
+                                  const char *label)
 {
     ir_graph *g = build(model);
     shard_mesh mesh;
@@ -65,19 +67,31 @@ static void against_exhaustive(const char *model, const char *mesh_text, int see
     shard_mesh_parse(mesh_text, &mesh, err, sizeof err);
     shard_state *prefix = shard_state_new(g, &mesh);
     shard_groups *gs = shard_groups_build(g);
+    search_evaluator ev = *ev_in;
+    cli_pricer pr;
+    if (!ev.cfg) { /* the cost model: a pricer on the A100 profile */
+        cost_hw hw;
+        cost_hw_lookup("a100", &hw, err, sizeof err);
+        cost_options opt = {COST_FP32, 0, 0};
+        shard_state *scratch = shard_state_new(g, &mesh);
+        cli_pricer_init(&pr, &hw, &opt, scratch, err, sizeof err);
+        shard_state_free(scratch);
+        ev.cfg = &pr;
+    }
     search_budget b = {.threads = 1, .max_depth = 8};
     search_result ex;
-    CHECKF(search_run(SEARCH_EXHAUSTIVE, prefix, gs, &proxy, &b, &ex, err, sizeof err) == 0, "%s", err);
+    CHECKF(search_run(SEARCH_EXHAUSTIVE, prefix, gs, &ev, &b, &ex, err, sizeof err) == 0, "%s", err);
     int found = 0;
     for (int s = 1; s <= seeds; s++) {
         search_budget mb = {.simulations = 2000, .seed = (uint64_t)s, .threads = 1, .max_depth = 8};
         search_result r;
-        CHECK(search_run(SEARCH_MCTS, prefix, gs, &proxy, &mb, &r, err, sizeof err) == 0);
+        CHECK(search_run(SEARCH_MCTS, prefix, gs, &ev, &mb, &r, err, sizeof err) == 0);
         found += r.best.reward >= ex.best.reward * (1 - 1e-12);
         CHECK(r.best.reward <= ex.best.reward * (1 + 1e-12)); /* nothing beats the optimum */
     }
-    printf("%s on %s: %d groups, %lld plans enumerated, MCTS found the optimum in %d of %d seeds\n", model, mesh_text,
-           gs->n, (long long)ex.evaluations, found, seeds);
+    printf("%s on %s (%s): %d groups, %lld states enumerated, MCTS found the optimum in %d of %d seeds\n", model,
+           mesh_text, label, gs->n, (long long)ex.evaluations, found, seeds);
+    if (ev.cfg == &pr) cli_pricer_free(&pr);
     CHECKF(found >= seeds - (seeds >= 10 ? 1 : 0), "%s %s: optimum in %d of %d seeds", model, mesh_text, found, seeds);
     shard_groups_free(gs);
     shard_state_free(prefix);
@@ -159,8 +173,18 @@ static void tree_width(void)
     ir_free(b);
 }
 
+static void against_exhaustive(const char *model, const char *mesh_text, int seeds)
+{
+    against_exhaustive_ev(model, mesh_text, seeds, &proxy, "proxy evaluator");
+}
+
 int main(void)
 {
+    /* the cost model as the evaluator (A100 profile) */
+    against_exhaustive_ev("mlp:layers=2,batch=64,in=2048,hidden=8192,out=2048", "batch=4,model=2", 3, &cli_cost_evaluator,
+                          "cost model");
+    against_exhaustive_ev("gpt:layers=2,hidden=512,heads=8,seq=256,batch=16,vocab=1024", "batch=8", 2, &cli_cost_evaluator,
+                          "cost model");
     against_exhaustive("mlp:layers=2,batch=32,in=64,hidden=128,out=16", "batch=4", 3);
     against_exhaustive("mlp:layers=3,batch=32,in=64,hidden=128,out=16", "batch=2,model=2", 3);
     against_exhaustive("mlp:layers=4,batch=32,in=64,hidden=128,out=16", "batch=8", 3);
