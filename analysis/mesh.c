@@ -5,62 +5,50 @@
 
 #include <ctype.h>
 #include <errno.h>
-#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
-
-__attribute__((format(printf, 3, 4))) static int bad(char *err, size_t n, const char *fmt, ...)
-{
-    if (err && n) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err, n, fmt, ap);
-        va_end(ap);
-    }
-    return -1;
-}
 
 int shard_mesh_parse(const char *text, shard_mesh *m, char *err, size_t errlen)
 {
     static const char *const defaults[SHARD_MAX_AXES] = {"batch", "model", "x2", "x3"};
     memset(m, 0, sizeof *m);
-    if (!text || !*text) return bad(err, errlen, "mesh: empty mesh%s (write e.g. batch=4,model=2)", "");
+    if (!text || !*text) return ir_errf(err, errlen, "mesh: empty mesh%s (write e.g. batch=4,model=2)", "");
     int shorthand = strchr(text, '=') == NULL;
     const char *p = text;
     while (*p) {
-        if (m->n_axes == SHARD_MAX_AXES) return bad(err, errlen, "mesh '%s': more than 4 axes", text);
+        if (m->n_axes == SHARD_MAX_AXES) return ir_errf(err, errlen, "mesh '%s': more than 4 axes", text);
         char *name = m->names[m->n_axes];
         if (!shorthand) {
             size_t k = 0;
             while (*p && *p != '=' && *p != ',') {
-                if (!(isalnum((unsigned char)*p) || *p == '_')) return bad(err, errlen, "mesh '%s': axis names take letters, digits and _", text);
-                if (k + 1 >= SHARD_AXIS_NAME) return bad(err, errlen, "mesh '%s': axis name too long (15 characters at most)", text);
+                if (!(isalnum((unsigned char)*p) || *p == '_')) return ir_errf(err, errlen, "mesh '%s': axis names take letters, digits and _", text);
+                if (k + 1 >= SHARD_AXIS_NAME) return ir_errf(err, errlen, "mesh '%s': axis name too long (15 characters at most)", text);
                 name[k++] = *p++;
             }
             name[k] = 0;
-            if (!k || *p != '=') return bad(err, errlen, "mesh '%s': expected name=size for each axis", text);
-            if (isdigit((unsigned char)name[0])) return bad(err, errlen, "mesh '%s': axis names must not start with a digit", text);
+            if (!k || *p != '=') return ir_errf(err, errlen, "mesh '%s': expected name=size for each axis", text);
+            if (isdigit((unsigned char)name[0])) return ir_errf(err, errlen, "mesh '%s': axis names must not start with a digit", text);
             p++;
         } else {
             strcpy(name, defaults[m->n_axes]);
         }
-        if (!isdigit((unsigned char)*p)) return bad(err, errlen, "mesh '%s': axis size must be a positive integer", text);
+        if (!isdigit((unsigned char)*p)) return ir_errf(err, errlen, "mesh '%s': axis size must be a positive integer", text);
         errno = 0;
         char *end;
         long long v = strtoll(p, &end, 10);
-        if (errno || v < 1 || v > 1 << 20) return bad(err, errlen, "mesh '%s': axis size must be in 1..1048576", text);
+        if (errno || v < 1 || v > 1 << 20) return ir_errf(err, errlen, "mesh '%s': axis size must be in 1..1048576", text);
         m->sizes[m->n_axes] = v;
         for (int i = 0; i < m->n_axes; i++)
-            if (!strcmp(m->names[i], name)) return bad(err, errlen, "mesh '%s': axis name repeated", text);
+            if (!strcmp(m->names[i], name)) return ir_errf(err, errlen, "mesh '%s': axis name repeated", text);
         m->n_axes++;
         p = end;
         char sep = shorthand ? 'x' : ',';
         if (*p == sep && p[1]) p++;
-        else if (*p) return bad(err, errlen, "mesh '%s': unexpected text after an axis size", text);
+        else if (*p) return ir_errf(err, errlen, "mesh '%s': unexpected text after an axis size", text);
     }
     m->n_devices = 1;
     for (int i = 0; i < m->n_axes; i++) m->n_devices *= m->sizes[i];
-    if (m->n_devices > 1 << 20) return bad(err, errlen, "mesh '%s': more than 1048576 devices", text);
+    if (m->n_devices > 1 << 20) return ir_errf(err, errlen, "mesh '%s': more than 1048576 devices", text);
     return 0;
 }
 

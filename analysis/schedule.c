@@ -8,27 +8,15 @@
 #include <cjson/cJSON.h>
 #include <ctype.h>
 #include <fnmatch.h>
-#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
-
-__attribute__((format(printf, 3, 4))) static int fail(char *err, size_t n, const char *fmt, ...)
-{
-    if (err && n) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err, n, fmt, ap);
-        va_end(ap);
-    }
-    return -1;
-}
 
 static int parse_axis(const char *name, const shard_mesh *m, const char *tac, char *err, size_t n)
 {
     int a = shard_mesh_axis(m, name);
     if (a < 0) {
         char ms[128];
-        return fail(err, n, "schedule: tactic '%s': unknown mesh axis '%s' (mesh is %s)", tac, name,
+        return ir_errf(err, n, "schedule: tactic '%s': unknown mesh axis '%s' (mesh is %s)", tac, name,
                     shard_mesh_str(m, ms, sizeof ms));
     }
     return a;
@@ -38,7 +26,7 @@ static int parse_axis(const char *name, const shard_mesh *m, const char *tac, ch
 static int parse_tactic(const char *tac, const shard_mesh *m, tactic *t, char *err, size_t n)
 {
     char buf[256];
-    if (strlen(tac) >= sizeof buf) return fail(err, n, "schedule: tactic too long");
+    if (strlen(tac) >= sizeof buf) return ir_errf(err, n, "schedule: tactic too long");
     strcpy(buf, tac);
     char *parts[5];
     int np = 0;
@@ -51,39 +39,39 @@ static int parse_tactic(const char *tac, const shard_mesh *m, tactic *t, char *e
     memset(t, 0, sizeof *t);
     const char *k = parts[0];
     if (!strcmp(k, "auto")) {
-        if (np != 1) return fail(err, n, "schedule: tactic '%s': auto takes no arguments", tac);
+        if (np != 1) return ir_errf(err, n, "schedule: tactic '%s': auto takes no arguments", tac);
         t->kind = TACTIC_AUTO;
         t->axis = -1;
         return 0;
     }
     if (!strcmp(k, "dp") || !strcmp(k, "megatron") || !strcmp(k, "zero3")) {
-        if (np != 2 || !parts[1][0]) return fail(err, n, "schedule: tactic '%s': write %s:AXIS", tac, k);
+        if (np != 2 || !parts[1][0]) return ir_errf(err, n, "schedule: tactic '%s': write %s:AXIS", tac, k);
         t->kind = !strcmp(k, "dp") ? TACTIC_DP : !strcmp(k, "megatron") ? TACTIC_MEGATRON : TACTIC_ZERO3;
         if ((t->axis = parse_axis(parts[1], m, tac, err, n)) < 0) return -1;
         return 0;
     }
     if (!strcmp(k, "tile")) {
-        if (np != 4) return fail(err, n, "schedule: tactic '%s': write tile:NAME:DIM:AXIS", tac);
+        if (np != 4) return ir_errf(err, n, "schedule: tactic '%s': write tile:NAME:DIM:AXIS", tac);
         char *end;
         long d = strtol(parts[2], &end, 10);
         if (!parts[2][0] || *end || d < 0 || d >= IR_MAX_RANK)
-            return fail(err, n, "schedule: tactic '%s': DIM must be a number in 0..%d", tac, IR_MAX_RANK - 1);
+            return ir_errf(err, n, "schedule: tactic '%s': DIM must be a number in 0..%d", tac, IR_MAX_RANK - 1);
         t->kind = TACTIC_TILE;
         t->dim = (int)d;
-        if (!parts[1][0] || strlen(parts[1]) >= SCHED_NAME_LEN) return fail(err, n, "schedule: tactic '%s': bad NAME", tac);
+        if (!parts[1][0] || strlen(parts[1]) >= SCHED_NAME_LEN) return ir_errf(err, n, "schedule: tactic '%s': bad NAME", tac);
         strcpy(t->pattern, parts[1]);
         if ((t->axis = parse_axis(parts[3], m, tac, err, n)) < 0) return -1;
         return 0;
     }
     if (!strcmp(k, "atomic")) {
-        if (np != 3) return fail(err, n, "schedule: tactic '%s': write atomic:NAME:AXIS", tac);
+        if (np != 3) return ir_errf(err, n, "schedule: tactic '%s': write atomic:NAME:AXIS", tac);
         t->kind = TACTIC_ATOMIC;
-        if (!parts[1][0] || strlen(parts[1]) >= SCHED_NAME_LEN) return fail(err, n, "schedule: tactic '%s': bad NAME", tac);
+        if (!parts[1][0] || strlen(parts[1]) >= SCHED_NAME_LEN) return ir_errf(err, n, "schedule: tactic '%s': bad NAME", tac);
         strcpy(t->pattern, parts[1]);
         if ((t->axis = parse_axis(parts[2], m, tac, err, n)) < 0) return -1;
         return 0;
     }
-    return fail(err, n, "schedule: unknown tactic '%s' (known: dp, megatron, zero3, tile, atomic, auto)", k);
+    return ir_errf(err, n, "schedule: unknown tactic '%s' (known: dp, megatron, zero3, tile, atomic, auto)", k);
 }
 
 static int parse_list(const char *text, const shard_mesh *m, schedule *out, char *err, size_t n)
@@ -93,16 +81,16 @@ static int parse_list(const char *text, const shard_mesh *m, schedule *out, char
         const char *q = strchr(p, ',');
         size_t len = q ? (size_t)(q - p) : strlen(p);
         char tac[256];
-        if (len == 0) return fail(err, n, "schedule '%s': empty tactic (two commas, or a comma at an end)", text);
-        if (len >= sizeof tac) return fail(err, n, "schedule: tactic too long");
+        if (len == 0) return ir_errf(err, n, "schedule '%s': empty tactic (two commas, or a comma at an end)", text);
+        if (len >= sizeof tac) return ir_errf(err, n, "schedule: tactic too long");
         memcpy(tac, p, len);
         tac[len] = 0;
-        if (out->n == SCHED_MAX_TACTICS) return fail(err, n, "schedule: more than %d tactics", SCHED_MAX_TACTICS);
+        if (out->n == SCHED_MAX_TACTICS) return ir_errf(err, n, "schedule: more than %d tactics", SCHED_MAX_TACTICS);
         if (parse_tactic(tac, m, &out->t[out->n], err, n) < 0) return -1;
         out->n++;
         if (!q) break;
         p = q + 1;
-        if (!*p) return fail(err, n, "schedule '%s': empty tactic (two commas, or a comma at an end)", text);
+        if (!*p) return ir_errf(err, n, "schedule '%s': empty tactic (two commas, or a comma at an end)", text);
     }
     return 0;
 }
@@ -110,7 +98,7 @@ static int parse_list(const char *text, const shard_mesh *m, schedule *out, char
 static int parse_file(const char *path, const shard_mesh *m, schedule *out, char *err, size_t n)
 {
     FILE *f = fopen(path, "rb");
-    if (!f) return fail(err, n, "schedule file '%s': cannot open", path);
+    if (!f) return ir_errf(err, n, "schedule file '%s': cannot open", path);
     char *text = NULL;
     size_t len = 0, cap = 0;
     for (;;) {
@@ -119,7 +107,7 @@ static int parse_file(const char *path, const shard_mesh *m, schedule *out, char
             if (cap > (1u << 24)) {
                 free(text);
                 fclose(f);
-                return fail(err, n, "schedule file '%s': too large", path);
+                return ir_errf(err, n, "schedule file '%s': too large", path);
             }
             char *t = realloc(text, cap);
             if (!t) abort();
@@ -134,17 +122,17 @@ static int parse_file(const char *path, const shard_mesh *m, schedule *out, char
     int rc = -1;
     cJSON *j = cJSON_ParseWithOpts(text, NULL, 1);
     if (!j) {
-        fail(err, n, "schedule file '%s': malformed JSON", path);
+        ir_errf(err, n, "schedule file '%s': malformed JSON", path);
         goto done;
     }
     cJSON *fmt = cJSON_GetObjectItemCaseSensitive(j, "format");
     cJSON *tacs = cJSON_GetObjectItemCaseSensitive(j, "tactics");
     if (!cJSON_IsString(fmt) || strcmp(fmt->valuestring, "carve-schedule/1")) {
-        fail(err, n, "schedule file '%s': \"format\" must be \"carve-schedule/1\"", path);
+        ir_errf(err, n, "schedule file '%s': \"format\" must be \"carve-schedule/1\"", path);
         goto done;
     }
     if (!cJSON_IsArray(tacs) || cJSON_GetArraySize(tacs) == 0) {
-        fail(err, n, "schedule file '%s': \"tactics\" must be a non-empty array of strings", path);
+        ir_errf(err, n, "schedule file '%s': \"tactics\" must be a non-empty array of strings", path);
         goto done;
     }
     cJSON *it;
@@ -152,11 +140,11 @@ static int parse_file(const char *path, const shard_mesh *m, schedule *out, char
     cJSON_ArrayForEach(it, tacs)
     {
         if (!cJSON_IsString(it)) {
-            fail(err, n, "schedule file '%s': tactics[%d] is not a string", path, i);
+            ir_errf(err, n, "schedule file '%s': tactics[%d] is not a string", path, i);
             goto done;
         }
         if (out->n == SCHED_MAX_TACTICS) {
-            fail(err, n, "schedule file '%s': more than %d tactics", path, SCHED_MAX_TACTICS);
+            ir_errf(err, n, "schedule file '%s': more than %d tactics", path, SCHED_MAX_TACTICS);
             goto done;
         }
         if (parse_tactic(it->valuestring, m, &out->t[out->n], err, n) < 0) goto done;
@@ -173,7 +161,7 @@ done:
 int sched_parse(const char *text, const shard_mesh *mesh, schedule *out, char *err, size_t errlen)
 {
     memset(out, 0, sizeof *out);
-    if (!text || !*text) return fail(err, errlen, "schedule: empty (write e.g. dp:batch or dp:batch,megatron:model)");
+    if (!text || !*text) return ir_errf(err, errlen, "schedule: empty (write e.g. dp:batch or dp:batch,megatron:model)");
     size_t len = strlen(text);
     if (len > 5 && !strcmp(text + len - 5, ".json")) return parse_file(text, mesh, out, err, errlen);
     return parse_list(text, mesh, out, err, errlen);
@@ -242,7 +230,7 @@ int sched_expand(const tactic *t, const shard_state *st, shard_decision *out, in
         return 0;
     case TACTIC_DP:
         if (expand_dp(t, st, out, &n, cap) < 0) goto full;
-        if (!n) return fail(err, errlen, "dp:%s: the graph has no inputs to split", m->names[t->axis]);
+        if (!n) return ir_errf(err, errlen, "dp:%s: the graph has no inputs to split", m->names[t->axis]);
         return n;
     case TACTIC_MEGATRON: {
         int is_gpt = ir_find(g, "wte") >= 0 && ir_find(g, "h0.attn.wq") >= 0;
@@ -263,7 +251,7 @@ int sched_expand(const tactic *t, const shard_state *st, shard_decision *out, in
                     goto full;
             }
         } else {
-            return fail(err, errlen, "megatron:%s: only knows carve's gpt and mlp models (use tile: tactics for this graph)",
+            return ir_errf(err, errlen, "megatron:%s: only knows carve's gpt and mlp models (use tile: tactics for this graph)",
                         m->names[t->axis]);
         }
         return n;
@@ -295,20 +283,20 @@ int sched_expand(const tactic *t, const shard_state *st, shard_decision *out, in
             if (!is_arg(&g->values[v]) || fnmatch(t->pattern, g->values[v].name, 0)) continue;
             matched++;
             if (t->kind == TACTIC_TILE && t->dim >= g->values[v].rank)
-                return fail(err, errlen, "tile:%s:%d: '%s' has rank %d, no dim %d", t->pattern, t->dim, g->values[v].name,
+                return ir_errf(err, errlen, "tile:%s:%d: '%s' has rank %d, no dim %d", t->pattern, t->dim, g->values[v].name,
                             g->values[v].rank, t->dim);
             shard_decision d = {t->kind == TACTIC_TILE ? SHARD_TILE : SHARD_ATOMIC, (int8_t)t->dim, (int8_t)t->axis, v};
             if (push(out, &n, cap, d) < 0) goto full;
         }
         if (!matched)
-            return fail(err, errlen, "%s:%s: no argument (param, optimizer state or input) is named like that",
+            return ir_errf(err, errlen, "%s:%s: no argument (param, optimizer state or input) is named like that",
                         t->kind == TACTIC_TILE ? "tile" : "atomic", t->pattern);
         return n;
     }
     }
     return 0;
 full:
-    return fail(err, errlen, "tactic expands to more than %d decisions", cap);
+    return ir_errf(err, errlen, "tactic expands to more than %d decisions", cap);
 }
 
 int sched_apply(const schedule *s, shard_state *st, char *err, size_t errlen)

@@ -7,22 +7,10 @@
 #include "cli/cli.h"
 
 #include <errno.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
-
-__attribute__((format(printf, 3, 4))) static int fail(char *err, size_t n, const char *fmt, ...)
-{
-    if (err && n) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err, n, fmt, ap);
-        va_end(ap);
-    }
-    return -1;
-}
 
 static cJSON *num(double x)
 {
@@ -70,7 +58,7 @@ static int write_atomic(const char *path, const char *text, char *err, size_t er
     if (!f) {
         int e = errno;
         free(tmp);
-        return fail(err, errlen, "cannot write plan '%s': %s", path, strerror(e));
+        return ir_errf(err, errlen, "cannot write plan '%s': %s", path, strerror(e));
     }
     size_t len = strlen(text);
     int ok = fwrite(text, 1, len, f) == len;
@@ -81,7 +69,7 @@ static int write_atomic(const char *path, const char *text, char *err, size_t er
         int e = errno;
         unlink(tmp);
         free(tmp);
-        return fail(err, errlen, "cannot write plan '%s': %s", path, strerror(e));
+        return ir_errf(err, errlen, "cannot write plan '%s': %s", path, strerror(e));
     }
     free(tmp);
     return 0;
@@ -171,7 +159,7 @@ int plan_save(const char *path, const plan *pl, const shard_state *st, const spm
     }
     char *text = cJSON_Print(j);
     cJSON_Delete(j);
-    if (!text) return fail(err, errlen, "cannot write plan '%s': out of memory", path);
+    if (!text) return ir_errf(err, errlen, "cannot write plan '%s': out of memory", path);
     size_t len = strlen(text);
     char *with_nl = malloc(len + 2);
     if (!with_nl) abort();
@@ -190,18 +178,18 @@ static char *read_file(const char *path, char *err, size_t errlen)
 {
     FILE *f = fopen(path, "rb");
     if (!f) {
-        fail(err, errlen, "cannot open plan '%s': %s", path, strerror(errno));
+        ir_errf(err, errlen, "cannot open plan '%s': %s", path, strerror(errno));
         return NULL;
     }
     if (fseek(f, 0, SEEK_END) != 0) {
         fclose(f);
-        fail(err, errlen, "cannot read plan '%s' (not a regular file?)", path);
+        ir_errf(err, errlen, "cannot read plan '%s' (not a regular file?)", path);
         return NULL;
     }
     long n = ftell(f);
     if (n < 0 || n > (1L << 28)) {
         fclose(f);
-        fail(err, errlen, "plan '%s': not a readable file under 256 MB", path);
+        ir_errf(err, errlen, "plan '%s': not a readable file under 256 MB", path);
         return NULL;
     }
     rewind(f);
@@ -210,7 +198,7 @@ static char *read_file(const char *path, char *err, size_t errlen)
     if (fread(t, 1, (size_t)n, f) != (size_t)n) {
         free(t);
         fclose(f);
-        fail(err, errlen, "cannot read plan '%s'", path);
+        ir_errf(err, errlen, "cannot read plan '%s'", path);
         return NULL;
     }
     t[n] = 0;
@@ -247,35 +235,35 @@ int plan_load(const char *path, plan *pl, char *err, size_t errlen)
     int rc = -1;
     if (!j) {
         size_t off = end ? (size_t)(end - text) : 0;
-        fail(err, errlen, "plan '%s': malformed JSON near byte %zu", path, off);
+        ir_errf(err, errlen, "plan '%s': malformed JSON near byte %zu", path, off);
         goto out;
     }
     const char *fmt = get_str(j, "format");
     if (!fmt || strcmp(fmt, "carve-plan/1")) {
-        fail(err, errlen, "plan '%s': \"format\" must be \"carve-plan/1\"%s", path, fmt ? "" : " (is this a plan file?)");
+        ir_errf(err, errlen, "plan '%s': \"format\" must be \"carve-plan/1\"%s", path, fmt ? "" : " (is this a plan file?)");
         goto out;
     }
     const cJSON *model = cJSON_GetObjectItemCaseSensitive(j, "model");
     if (!cJSON_IsObject(model)) {
-        fail(err, errlen, "plan '%s': missing \"model\"", path);
+        ir_errf(err, errlen, "plan '%s': missing \"model\"", path);
         goto out;
     }
     const char *spec = get_str(model, "spec"), *graph = get_str(model, "graph");
     if (spec ? copy_str(pl->model, sizeof pl->model, spec) : graph ? copy_str(pl->graph_file, sizeof pl->graph_file, graph) : -1) {
-        fail(err, errlen, "plan '%s': \"model\" needs a \"spec\" or a \"graph\" (string)", path);
+        ir_errf(err, errlen, "plan '%s': \"model\" needs a \"spec\" or a \"graph\" (string)", path);
         goto out;
     }
     if (graph && copy_str(pl->graph_hash, sizeof pl->graph_hash, get_str(model, "graph_hash") ? get_str(model, "graph_hash") : "")) {
-        fail(err, errlen, "plan '%s': bad \"graph_hash\"", path);
+        ir_errf(err, errlen, "plan '%s': bad \"graph_hash\"", path);
         goto out;
     }
     const char *opt = get_str(model, "optimizer");
     if (copy_str(pl->optimizer, sizeof pl->optimizer, opt ? opt : "adam") || (strcmp(pl->optimizer, "adam") && strcmp(pl->optimizer, "sgd"))) {
-        fail(err, errlen, "plan '%s': \"optimizer\" must be adam or sgd", path);
+        ir_errf(err, errlen, "plan '%s': \"optimizer\" must be adam or sgd", path);
         goto out;
     }
     if (copy_str(pl->mesh, sizeof pl->mesh, get_str(j, "mesh"))) {
-        fail(err, errlen, "plan '%s': missing or bad \"mesh\"", path);
+        ir_errf(err, errlen, "plan '%s': missing or bad \"mesh\"", path);
         goto out;
     }
     const char *sched = get_str(j, "schedule");
@@ -289,7 +277,7 @@ int plan_load(const char *path, plan *pl, char *err, size_t errlen)
     }
     const cJSON *dec = cJSON_GetObjectItemCaseSensitive(j, "decisions");
     if (!cJSON_IsArray(dec)) {
-        fail(err, errlen, "plan '%s': missing \"decisions\" (an array)", path);
+        ir_errf(err, errlen, "plan '%s': missing \"decisions\" (an array)", path);
         goto out;
     }
     int n = cJSON_GetArraySize(dec);
@@ -307,7 +295,7 @@ int plan_load(const char *path, plan *pl, char *err, size_t errlen)
         if (!kind || (!tile && strcmp(kind, "atomic")) || !arg || !axis ||
             (tile && (!cJSON_IsNumber(dim) || dim->valuedouble < 0 || dim->valuedouble >= IR_MAX_RANK ||
                       dim->valuedouble != (int)dim->valuedouble))) {
-            fail(err, errlen, "plan '%s': decisions[%d] needs \"kind\" (tile or atomic), \"arg\", \"axis\" and, to tile, \"dim\"",
+            ir_errf(err, errlen, "plan '%s': decisions[%d] needs \"kind\" (tile or atomic), \"arg\", \"axis\" and, to tile, \"dim\"",
                  path, i);
             goto out;
         }
@@ -324,7 +312,7 @@ int plan_load(const char *path, plan *pl, char *err, size_t errlen)
     /* expected argument shardings, kept for the replay check */
     const cJSON *args = cJSON_GetObjectItemCaseSensitive(j, "arguments");
     if (!cJSON_IsArray(args)) {
-        fail(err, errlen, "plan '%s': missing \"arguments\" (an array)", path);
+        ir_errf(err, errlen, "plan '%s': missing \"arguments\" (an array)", path);
         goto out;
     }
     pl->search.kind[0] = 0;
@@ -371,15 +359,15 @@ int plan_replay(plan *pl, const char *path, shard_state *st, char *err, size_t e
         char name[512];
         snprintf(name, sizeof name, "%s", pl->decision_names[i]);
         char *nl = strchr(name, '\n');
-        if (!nl) return fail(err, errlen, "plan '%s': decisions[%d] is damaged", path, i);
+        if (!nl) return ir_errf(err, errlen, "plan '%s': decisions[%d] is damaged", path, i);
         *nl = 0;
         int v = ir_find(g, name), a = shard_mesh_axis(m, nl + 1);
-        if (v < 0) return fail(err, errlen, "plan '%s' does not match the model: no argument '%s' (decisions[%d])", path, name, i);
-        if (a < 0) return fail(err, errlen, "plan '%s' does not match the mesh: no axis '%s' (decisions[%d])", path, nl + 1, i);
+        if (v < 0) return ir_errf(err, errlen, "plan '%s' does not match the model: no argument '%s' (decisions[%d])", path, name, i);
+        if (a < 0) return ir_errf(err, errlen, "plan '%s' does not match the mesh: no axis '%s' (decisions[%d])", path, nl + 1, i);
         pl->decisions[i].value = v;
         pl->decisions[i].axis = (int8_t)a;
         if (shard_apply(st, &pl->decisions[i], e2, sizeof e2) < 0)
-            return fail(err, errlen, "plan '%s' does not match the model: decisions[%d]: %s", path, i, e2);
+            return ir_errf(err, errlen, "plan '%s' does not match the model: decisions[%d]: %s", path, i, e2);
     }
     /* The argument shardings must come out as the file says. */
     char *text = read_file(path, err, errlen);
@@ -394,17 +382,17 @@ int plan_replay(plan *pl, const char *path, shard_state *st, char *err, size_t e
         const char *name = get_str(a, "name"), *sh = get_str(a, "sharding"), *type = get_str(a, "type");
         int v = name ? ir_find(g, name) : -1;
         if (v < 0 || g->values[v].role == IR_INTERMEDIATE) {
-            rc = fail(err, errlen, "plan '%s' does not match the model: it has no argument '%s'", path, name ? name : "?");
+            rc = ir_errf(err, errlen, "plan '%s' does not match the model: it has no argument '%s'", path, name ? name : "?");
             break;
         }
         seen++;
         if (type && strcmp(type, ir_type_str(&g->values[v], ty, sizeof ty))) {
-            rc = fail(err, errlen, "plan '%s' does not match the model: '%s' is %s in the plan but %s here", path, name, type, ty);
+            rc = ir_errf(err, errlen, "plan '%s' does not match the model: '%s' is %s in the plan but %s here", path, name, type, ty);
             break;
         }
         shard_spec_str(m, &st->spec[v], g->values[v].rank, buf, sizeof buf);
         if (!sh || strcmp(sh, buf)) {
-            rc = fail(err, errlen, "plan '%s': '%s' comes out sharded %s here but %s in the plan (another model or mesh, or an edited file?)",
+            rc = ir_errf(err, errlen, "plan '%s': '%s' comes out sharded %s here but %s in the plan (another model or mesh, or an edited file?)",
                       path, name, buf, sh ? sh : "(missing)");
             break;
         }
@@ -413,7 +401,7 @@ int plan_replay(plan *pl, const char *path, shard_state *st, char *err, size_t e
         int n_args = 0;
         for (int v = 0; v < g->n_values; v++) n_args += g->values[v].role != IR_INTERMEDIATE;
         if (seen != n_args)
-            rc = fail(err, errlen, "plan '%s' does not match the model: it lists %d arguments, the model has %d", path, seen, n_args);
+            rc = ir_errf(err, errlen, "plan '%s' does not match the model: it lists %d arguments, the model has %d", path, seen, n_args);
     }
     cJSON_Delete(j);
     return rc;

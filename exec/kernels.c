@@ -11,7 +11,6 @@
 #include "exec/kernels.h"
 
 #include <math.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,18 +20,6 @@ static int64_t numel(const exec_tensor *t)
     int64_t n = 1;
     for (int i = 0; i < t->rank; i++) n *= t->dims[i];
     return n;
-}
-
-static int fail(char *err, size_t n, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static int fail(char *err, size_t n, const char *fmt, ...)
-{
-    if (err && n) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err, n, fmt, ap);
-        va_end(ap);
-    }
-    return -1;
 }
 
 /* ---- elementwise ------------------------------------------------------ */
@@ -114,7 +101,7 @@ static int reduce(int is_max, const ir_attrs *a, const exec_tensor *x, exec_tens
     double *acc = NULL;
     if (!is_max) {
         acc = calloc((size_t)(ny > 0 ? ny : 1), sizeof *acc);
-        if (!acc) return fail(err, errlen, "reduce_sum: out of memory for %lld accumulators", (long long)ny);
+        if (!acc) return ir_errf(err, errlen, "reduce_sum: out of memory for %lld accumulators", (long long)ny);
     } else {
         for (int64_t i = 0; i < ny; i++) yp[i] = -INFINITY;
     }
@@ -177,12 +164,12 @@ static int gather(const exec_tensor *table, const exec_tensor *ids, exec_tensor 
     for (int64_t i = 0; i < n; i++, out += row) {
         int64_t r = (int64_t)id[i] - o->id_base;
         if (o->ids_masked && o->id_limit > 0 && (id[i] < 0 || id[i] >= o->id_limit))
-            return fail(err, errlen, "gather: id %d at position %lld is outside the table's rows [0, %lld)", id[i],
+            return ir_errf(err, errlen, "gather: id %d at position %lld is outside the table's rows [0, %lld)", id[i],
                         (long long)i, (long long)o->id_limit);
         if (r >= 0 && r < rows) memcpy(out, t + r * row, (size_t)row * sizeof *out);
         else if (o->ids_masked) memset(out, 0, (size_t)row * sizeof *out);
         else
-            return fail(err, errlen, "gather: id %d at position %lld is outside the table's rows [%lld, %lld)", id[i],
+            return ir_errf(err, errlen, "gather: id %d at position %lld is outside the table's rows [%lld, %lld)", id[i],
                         (long long)i, (long long)o->id_base, (long long)(o->id_base + rows));
     }
     return 0;
@@ -200,13 +187,13 @@ static int scatter_add(const exec_tensor *ids, const exec_tensor *upd, exec_tens
     for (int64_t i = 0; i < n; i++, u += row) {
         int64_t r = (int64_t)id[i] - o->id_base;
         if (o->ids_masked && o->id_limit > 0 && (id[i] < 0 || id[i] >= o->id_limit))
-            return fail(err, errlen, "scatter_add: id %d at position %lld is outside the result's rows [0, %lld)", id[i],
+            return ir_errf(err, errlen, "scatter_add: id %d at position %lld is outside the result's rows [0, %lld)", id[i],
                         (long long)i, (long long)o->id_limit);
         if (r >= 0 && r < rows) {
             float *dst = out + r * row;
             for (int64_t j = 0; j < row; j++) dst[j] += u[j];
         } else if (!o->ids_masked) {
-            return fail(err, errlen, "scatter_add: id %d at position %lld is outside the result's rows [%lld, %lld)",
+            return ir_errf(err, errlen, "scatter_add: id %d at position %lld is outside the result's rows [%lld, %lld)",
                         id[i], (long long)i, (long long)o->id_base, (long long)(o->id_base + rows));
         }
     }
@@ -257,7 +244,7 @@ int exec_kernel_run(ir_opkind k, const ir_attrs *a, int n_in, const exec_tensor 
 {
     static const exec_kernel_opts whole;
     const exec_kernel_opts *o = opts ? opts : &whole;
-    if (n_in != ir_op_arity(k)) return fail(err, errlen, "%s: takes %d operands, got %d", ir_op_name(k), ir_op_arity(k), n_in);
+    if (n_in != ir_op_arity(k)) return ir_errf(err, errlen, "%s: takes %d operands, got %d", ir_op_name(k), ir_op_arity(k), n_in);
     switch (k) {
     case IR_OP_CONSTANT:
         constant(a->scalar, out);
@@ -277,7 +264,7 @@ int exec_kernel_run(ir_opkind k, const ir_attrs *a, int n_in, const exec_tensor 
         ir_einsum_spec e;
         char msg[200];
         if (ir_einsum_parse(a->subscripts, in[0].rank, in[1].rank, &e, msg, sizeof msg) < 0)
-            return fail(err, errlen, "einsum \"%s\": %s", a->subscripts, msg);
+            return ir_errf(err, errlen, "einsum \"%s\": %s", a->subscripts, msg);
         return exec_einsum_run(&e, in[0].dims, in[0].data, in[1].dims, in[1].data, out->dims, out->data, err, errlen);
     }
     case IR_OP_BROADCAST:
@@ -301,5 +288,5 @@ int exec_kernel_run(ir_opkind k, const ir_attrs *a, int n_in, const exec_tensor 
         one_hot(&in[0], out, o);
         return 0;
     }
-    return fail(err, errlen, "unknown op %d", (int)k);
+    return ir_errf(err, errlen, "unknown op %d", (int)k);
 }

@@ -16,21 +16,15 @@ int ir_einsum_pos(const char *list, int n, char c)
     return -1;
 }
 
-static int bad(char *err, size_t n, const char *msg)
-{
-    if (err && n) snprintf(err, n, "%s", msg);
-    return -1;
-}
-
 static int parse_list(const char **p, char stop, char *out, int *rank, char *err, size_t n)
 {
     *rank = 0;
     for (; **p && **p != stop && !(stop == '-' && **p == ','); (*p)++) {
         char c = **p;
         if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z')))
-            return bad(err, n, "subscripts may only hold letters, one ',' and one '->'");
-        if (*rank == IR_MAX_RANK) return bad(err, n, "more than 6 letters in one operand");
-        if (ir_einsum_pos(out, *rank, c) >= 0) return bad(err, n, "a letter repeats within one operand");
+            return ir_errf(err, n, "subscripts may only hold letters, one ',' and one '->'");
+        if (*rank == IR_MAX_RANK) return ir_errf(err, n, "more than 6 letters in one operand");
+        if (ir_einsum_pos(out, *rank, c) >= 0) return ir_errf(err, n, "a letter repeats within one operand");
         out[(*rank)++] = c;
     }
     return 0;
@@ -39,13 +33,13 @@ static int parse_list(const char **p, char stop, char *out, int *rank, char *err
 int ir_einsum_parse(const char *s, int rank_a, int rank_b, ir_einsum_spec *e, char *err, size_t errlen)
 {
     memset(e, 0, sizeof *e);
-    if (!s || !*s) return bad(err, errlen, "empty subscripts");
+    if (!s || !*s) return ir_errf(err, errlen, "empty subscripts");
     const char *p = s;
     if (parse_list(&p, '-', e->a, &e->rank_a, err, errlen) < 0) return -1;
-    if (*p != ',') return bad(err, errlen, "expected 'a,b->out' (missing ',')");
+    if (*p != ',') return ir_errf(err, errlen, "expected 'a,b->out' (missing ',')");
     p++;
     if (parse_list(&p, '-', e->b, &e->rank_b, err, errlen) < 0) return -1;
-    if (p[0] != '-' || p[1] != '>') return bad(err, errlen, "expected 'a,b->out' (missing '->')");
+    if (p[0] != '-' || p[1] != '>') return ir_errf(err, errlen, "expected 'a,b->out' (missing '->')");
     p += 2;
     if (parse_list(&p, '\0', e->out, &e->rank_out, err, errlen) < 0) return -1;
     if (rank_a >= 0 && rank_a != e->rank_a) {

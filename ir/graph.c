@@ -154,6 +154,17 @@ void ir_free(ir_graph *g)
     free(g);
 }
 
+int ir_errf(char *err, size_t n, const char *fmt, ...)
+{
+    if (err && n) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(err, n, fmt, ap);
+        va_end(ap);
+    }
+    return -1;
+}
+
 const char *ir_error(const ir_graph *g) { return g->err[0] ? g->err : NULL; }
 
 int ir_fail(ir_graph *g, const char *fmt, ...)

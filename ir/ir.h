@@ -146,6 +146,10 @@ const char *ir_error(const ir_graph *g);
 /* Records an error (printf-style) if none is recorded yet; returns -1. */
 int ir_fail(ir_graph *g, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
+/* Writes a printf-style message into err (when err is not NULL and n > 0) and
+ * returns -1: how every module reports an error into its caller's buffer. */
+int ir_errf(char *err, size_t n, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
 /* Value id for a name, or -1. */
 int ir_find(const ir_graph *g, const char *name);
 int64_t ir_numel(const ir_value *v);

@@ -3,49 +3,37 @@
  * is what tests call after every change. */
 #include "ir.h"
 
-#include <stdarg.h>
 #include <string.h>
-
-static int fail(char *err, size_t n, const char *fmt, ...)
-{
-    if (err && n) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err, n, fmt, ap);
-        va_end(ap);
-    }
-    return -1;
-}
 
 int ir_verify(const ir_graph *g, char *err, size_t errlen)
 {
-    if (g->err[0]) return fail(err, errlen, "%s", g->err);
+    if (g->err[0]) return ir_errf(err, errlen, "%s", g->err);
     for (int v = 0; v < g->n_values; v++) {
         const ir_value *x = &g->values[v];
-        if (!x->name || !x->name[0]) return fail(err, errlen, "value %d has no name", v);
-        if (ir_find(g, x->name) != v) return fail(err, errlen, "value name '%s' is not unique", x->name);
-        if (x->rank < 0 || x->rank > IR_MAX_RANK) return fail(err, errlen, "value '%s': bad rank", x->name);
+        if (!x->name || !x->name[0]) return ir_errf(err, errlen, "value %d has no name", v);
+        if (ir_find(g, x->name) != v) return ir_errf(err, errlen, "value name '%s' is not unique", x->name);
+        if (x->rank < 0 || x->rank > IR_MAX_RANK) return ir_errf(err, errlen, "value '%s': bad rank", x->name);
         for (int i = 0; i < x->rank; i++)
-            if (x->dims[i] <= 0) return fail(err, errlen, "value '%s': dim %d is not positive", x->name, i);
+            if (x->dims[i] <= 0) return ir_errf(err, errlen, "value '%s': dim %d is not positive", x->name, i);
         if ((x->role == IR_INTERMEDIATE) != (x->producer >= 0))
-            return fail(err, errlen, "value '%s': role %s but producer %d", x->name, ir_role_name(x->role), x->producer);
+            return ir_errf(err, errlen, "value '%s': role %s but producer %d", x->name, ir_role_name(x->role), x->producer);
         if (x->producer >= g->n_ops || (x->producer >= 0 && g->ops[x->producer].out != v))
-            return fail(err, errlen, "value '%s': producer does not make it", x->name);
+            return ir_errf(err, errlen, "value '%s': producer does not make it", x->name);
         if (x->tied >= 0 && (x->role != IR_OPT_STATE || x->tied >= g->n_values || g->values[x->tied].role != IR_PARAM))
-            return fail(err, errlen, "value '%s': tied to something that is not a param", x->name);
+            return ir_errf(err, errlen, "value '%s': tied to something that is not a param", x->name);
         if (x->grad_of >= 0 && (x->grad_of >= g->n_values || g->values[x->grad_of].role != IR_PARAM))
-            return fail(err, errlen, "value '%s': gradient of something that is not a param", x->name);
+            return ir_errf(err, errlen, "value '%s': gradient of something that is not a param", x->name);
     }
     /* Rebuild each op through a scratch graph's inference: same shapes? */
     for (int i = 0; i < g->n_ops; i++) {
         const ir_op *o = &g->ops[i];
         if (o->out < 0 || o->out >= g->n_values || g->values[o->out].producer != i)
-            return fail(err, errlen, "op %d (%s): bad result", i, ir_op_name(o->kind));
+            return ir_errf(err, errlen, "op %d (%s): bad result", i, ir_op_name(o->kind));
         for (int k = 0; k < o->n_in; k++) {
             int in = o->in[k];
-            if (in < 0 || in >= g->n_values) return fail(err, errlen, "op %d (%s): operand out of range", i, ir_op_name(o->kind));
+            if (in < 0 || in >= g->n_values) return ir_errf(err, errlen, "op %d (%s): operand out of range", i, ir_op_name(o->kind));
             if (g->values[in].producer >= i)
-                return fail(err, errlen, "op '%s' (%s) reads '%s' before it is made (not topological, or a cycle)",
+                return ir_errf(err, errlen, "op '%s' (%s) reads '%s' before it is made (not topological, or a cycle)",
                             g->values[o->out].name, ir_op_name(o->kind), g->values[in].name);
         }
     }
@@ -73,17 +61,17 @@ int ir_verify(const ir_graph *g, char *err, size_t errlen)
             }
         }
         int rc = 0;
-        if (ir_error(s)) rc = fail(err, errlen, "%s", ir_error(s));
+        if (ir_error(s)) rc = ir_errf(err, errlen, "%s", ir_error(s));
         ir_free(s);
         if (rc) return rc;
     }
     for (int i = 0; i < g->n_outputs; i++) {
         const ir_output *o = &g->outputs[i];
-        if (o->value < 0 || o->value >= g->n_values) return fail(err, errlen, "output %d out of range", i);
+        if (o->value < 0 || o->value >= g->n_values) return ir_errf(err, errlen, "output %d out of range", i);
         if (o->updates >= 0 && (o->updates >= g->n_values || g->values[o->updates].role == IR_INTERMEDIATE))
-            return fail(err, errlen, "output '%s' updates a non-argument", g->values[o->value].name);
+            return ir_errf(err, errlen, "output '%s' updates a non-argument", g->values[o->value].name);
     }
     if (g->loss >= 0 && (g->loss >= g->n_values || g->values[g->loss].rank != 0))
-        return fail(err, errlen, "loss is not a scalar value");
+        return ir_errf(err, errlen, "loss is not a scalar value");
     return 0;
 }

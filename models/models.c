@@ -15,7 +15,6 @@
 #include "models.h"
 
 #include <errno.h>
-#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -87,18 +86,6 @@ static const preset_def *find_preset(const char *name)
     return NULL;
 }
 
-static int fail(char *err, size_t n, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static int fail(char *err, size_t n, const char *fmt, ...)
-{
-    if (err && n) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err, n, fmt, ap);
-        va_end(ap);
-    }
-    return -1;
-}
-
 static void join_names(char *buf, size_t n, const char *const *names, int count)
 {
     size_t k = 0;
@@ -129,9 +116,9 @@ static int check_config(const model_def *m, const model_config *cfg, const char 
 {
     for (int i = 0; i < m->n_keys; i++) {
         if (cfg->values[i] <= 0)
-            return fail(err, errlen, "model '%s': %s=%lld must be positive", spec, m->keys[i], (long long)cfg->values[i]);
+            return ir_errf(err, errlen, "model '%s': %s=%lld must be positive", spec, m->keys[i], (long long)cfg->values[i]);
         if (cfg->values[i] > m->limits[i])
-            return fail(err, errlen, "model '%s': %s=%lld is too large (at most %lld)", spec, m->keys[i],
+            return ir_errf(err, errlen, "model '%s': %s=%lld is too large (at most %lld)", spec, m->keys[i],
                         (long long)cfg->values[i], (long long)m->limits[i]);
     }
     /* Tensors that would exceed the IR's element limit, by name. */
@@ -142,7 +129,7 @@ static int check_config(const model_def *m, const model_config *cfg, const char 
         double s = (double)model_get(cfg, "seq"), b = (double)model_get(cfg, "batch");
         double v = (double)model_get(cfg, "vocab");
         if (model_get(cfg, "hidden") % model_get(cfg, "heads") != 0)
-            return fail(err, errlen, "model '%s': heads=%lld does not divide hidden=%lld", spec,
+            return ir_errf(err, errlen, "model '%s': heads=%lld does not divide hidden=%lld", spec,
                         (long long)model_get(cfg, "heads"), (long long)model_get(cfg, "hidden"));
         big[n_big++] = (struct big_tensor){"attention scores [batch,heads,seq,seq]", b * n * s * s};
         big[n_big++] = (struct big_tensor){"logits [batch,seq,vocab]", b * s * v};
@@ -160,7 +147,7 @@ static int check_config(const model_def *m, const model_config *cfg, const char 
     }
     for (int i = 0; i < n_big; i++)
         if (big[i].numel > MODEL_MAX_NUMEL)
-            return fail(err, errlen, "model '%s': too large: %s would have %.3g elements (limit 2^48)", spec,
+            return ir_errf(err, errlen, "model '%s': too large: %s would have %.3g elements (limit 2^48)", spec,
                         big[i].what, big[i].numel);
     return 0;
 }
@@ -189,21 +176,21 @@ static int parse_int(const char *p, const char *end, int64_t *out, int *neg)
 int model_parse(const char *spec, model_config *cfg, char *err, size_t errlen)
 {
     memset(cfg, 0, sizeof *cfg);
-    if (!spec || !spec[0]) return fail(err, errlen, "model spec is empty (expected NAME or NAME:key=value,...)");
+    if (!spec || !spec[0]) return ir_errf(err, errlen, "model spec is empty (expected NAME or NAME:key=value,...)");
     const char *colon = strchr(spec, ':');
     size_t name_len = colon ? (size_t)(colon - spec) : strlen(spec);
     char name[32];
     char known[256];
     join_names(known, sizeof known, all_names, -1);
     if (name_len == 0 || name_len >= sizeof name)
-        return fail(err, errlen, "model '%s': unknown model '%.*s' (known: %s)", spec, (int)(name_len < 31 ? name_len : 31),
+        return ir_errf(err, errlen, "model '%s': unknown model '%.*s' (known: %s)", spec, (int)(name_len < 31 ? name_len : 31),
                     spec, known);
     memcpy(name, spec, name_len);
     name[name_len] = 0;
 
     const preset_def *pre = find_preset(name);
     const model_def *m = find_model(pre ? pre->model : name);
-    if (!m) return fail(err, errlen, "model '%s': unknown model '%s' (known: %s)", spec, name, known);
+    if (!m) return ir_errf(err, errlen, "model '%s': unknown model '%s' (known: %s)", spec, name, known);
     snprintf(cfg->model, sizeof cfg->model, "%s", m->name);
     if (pre) snprintf(cfg->preset, sizeof cfg->preset, "%s", pre->name);
     cfg->n_keys = m->n_keys;
@@ -217,30 +204,30 @@ int model_parse(const char *spec, model_config *cfg, char *err, size_t errlen)
         join_names(keylist, sizeof keylist, m->keys, m->n_keys);
         int seen[MODEL_MAX_KEYS] = {0};
         const char *p = colon + 1;
-        if (!*p) return fail(err, errlen, "model '%s': nothing after ':' (expected key=value,...)", spec);
+        if (!*p) return ir_errf(err, errlen, "model '%s': nothing after ':' (expected key=value,...)", spec);
         for (;;) {
             const char *end = strchr(p, ',');
             if (!end) end = p + strlen(p);
             const char *eq = memchr(p, '=', (size_t)(end - p));
             if (!eq || eq == p)
-                return fail(err, errlen, "model '%s': expected key=value, got '%.*s'", spec, (int)(end - p), p);
+                return ir_errf(err, errlen, "model '%s': expected key=value, got '%.*s'", spec, (int)(end - p), p);
             int k = -1;
             for (int i = 0; i < m->n_keys; i++)
                 if (strlen(m->keys[i]) == (size_t)(eq - p) && strncmp(m->keys[i], p, (size_t)(eq - p)) == 0) k = i;
             if (k < 0)
-                return fail(err, errlen, "model '%s': unknown key '%.*s' for %s (keys: %s)", spec, (int)(eq - p), p, m->name,
+                return ir_errf(err, errlen, "model '%s': unknown key '%.*s' for %s (keys: %s)", spec, (int)(eq - p), p, m->name,
                             keylist);
-            if (seen[k]) return fail(err, errlen, "model '%s': key '%s' given twice", spec, m->keys[k]);
+            if (seen[k]) return ir_errf(err, errlen, "model '%s': key '%s' given twice", spec, m->keys[k]);
             seen[k] = 1;
             int64_t v;
             int neg;
             if (parse_int(eq + 1, end, &v, &neg) < 0)
-                return fail(err, errlen, "model '%s': bad number '%.*s' for key '%s' (expected a positive integer)", spec,
+                return ir_errf(err, errlen, "model '%s': bad number '%.*s' for key '%s' (expected a positive integer)", spec,
                             (int)(end - eq - 1), eq + 1, m->keys[k]);
             cfg->values[k] = v;
             if (!*end) break;
             p = end + 1;
-            if (!*p) return fail(err, errlen, "model '%s': trailing ',' (expected key=value after it)", spec);
+            if (!*p) return ir_errf(err, errlen, "model '%s': trailing ',' (expected key=value after it)", spec);
         }
     }
     if (check_config(m, cfg, spec, err, errlen) < 0) {
@@ -308,7 +295,7 @@ ir_graph *model_build_forward(const model_config *cfg, char *err, size_t errlen)
 {
     if (strcmp(cfg->model, "gpt") == 0) return model_build_gpt(cfg, err, errlen);
     if (strcmp(cfg->model, "mlp") == 0) return model_build_mlp(cfg, err, errlen);
-    fail(err, errlen, "model '%s': unknown model (parse the spec with model_parse first)", cfg->model);
+    ir_errf(err, errlen, "model '%s': unknown model (parse the spec with model_parse first)", cfg->model);
     return NULL;
 }
 
