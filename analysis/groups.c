@@ -22,20 +22,13 @@ static void uf_union(int *parent, int a, int b)
     else parent[a] = b;
 }
 
-static void *xmalloc(size_t n)
-{
-    void *p = malloc(n ? n : 1);
-    if (!p) abort();
-    return p;
-}
-
 shard_groups *shard_groups_build(const ir_graph *g)
 {
-    int *base = xmalloc(((size_t)g->n_values + 1) * sizeof(int));
+    int *base = ir_xrealloc(NULL, ((size_t)g->n_values + 1) * sizeof(int));
     base[0] = 0;
     for (int v = 0; v < g->n_values; v++) base[v + 1] = base[v] + g->values[v].rank;
     int n = base[g->n_values];
-    int *parent = xmalloc((size_t)n * sizeof(int));
+    int *parent = ir_xrealloc(NULL, (size_t)n * sizeof(int));
     for (int i = 0; i < n; i++) parent[i] = i;
     /* factors link dims */
     shard_rule r;
@@ -72,7 +65,7 @@ shard_groups *shard_groups_build(const ir_graph *g)
         /* positions of layer-0 arguments by role */
         int *pos0[IR_N_ROLES];
         for (int ro = 0; ro < IR_N_ROLES; ro++) {
-            pos0[ro] = xmalloc(((size_t)n0[ro] + 1) * sizeof(int));
+            pos0[ro] = ir_xrealloc(NULL, ((size_t)n0[ro] + 1) * sizeof(int));
             n0[ro] = 0;
         }
         for (int v = 0; v < g->n_values; v++) {
@@ -97,13 +90,13 @@ shard_groups *shard_groups_build(const ir_graph *g)
     /* collect argument dims by class, classes in order of first member */
     shard_groups *gs = calloc(1, sizeof *gs);
     if (!gs) abort();
-    int *class_of_root = xmalloc((size_t)(n ? n : 1) * sizeof(int));
+    int *class_of_root = ir_xrealloc(NULL, (size_t)(n ? n : 1) * sizeof(int));
     for (int i = 0; i < n; i++) class_of_root[i] = -1;
     int n_members = 0;
     for (int v = 0; v < g->n_values; v++)
         if (g->values[v].role != IR_INTERMEDIATE) n_members += g->values[v].rank;
-    gs->members = xmalloc(((size_t)n_members + 1) * sizeof *gs->members);
-    gs->groups = xmalloc(((size_t)n_members + 1) * sizeof *gs->groups);
+    gs->members = ir_xrealloc(NULL, ((size_t)n_members + 1) * sizeof *gs->members);
+    gs->groups = ir_xrealloc(NULL, ((size_t)n_members + 1) * sizeof *gs->groups);
     int *counts = calloc((size_t)n_members + 1, sizeof(int));
     if (!counts) abort();
     /* pass 1: number the classes and count members */

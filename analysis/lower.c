@@ -24,16 +24,6 @@ static const char *const phase_names[SPMD_N_PHASES] = {"forward", "backward", "o
 const char *spmd_kind_name(spmd_kind k) { return (unsigned)k < SPMD_N_KINDS ? kind_names[k] : "?"; }
 const char *spmd_phase_name(spmd_phase p) { return (unsigned)p < SPMD_N_PHASES ? phase_names[p] : "?"; }
 
-static void *xrealloc(void *p, size_t n)
-{
-    void *q = realloc(p, n ? n : 1);
-    if (!q) {
-        fprintf(stderr, "carve: out of memory\n");
-        abort();
-    }
-    return q;
-}
-
 typedef struct lower_ctx {
     shard_state *s;
     spmd_program *p;
@@ -56,7 +46,7 @@ static int new_buf(spmd_program *p, int value, const shard_spec *spec)
 {
     if (p->n_bufs == p->cap_bufs) {
         p->cap_bufs = p->cap_bufs ? 2 * p->cap_bufs : 256;
-        p->bufs = xrealloc(p->bufs, (size_t)p->cap_bufs * sizeof *p->bufs);
+        p->bufs = ir_xrealloc(p->bufs, (size_t)p->cap_bufs * sizeof *p->bufs);
     }
     p->bufs[p->n_bufs] = (spmd_buffer){value, *spec};
     return p->n_bufs++;
@@ -70,7 +60,7 @@ static int emit(lower_ctx *c, spmd_kind kind, int value, int in0, int in1, const
     int out = new_buf(p, value, spec);
     if (p->n_instrs == p->cap_instrs) {
         p->cap_instrs = p->cap_instrs ? 2 * p->cap_instrs : 256;
-        p->instrs = xrealloc(p->instrs, (size_t)p->cap_instrs * sizeof *p->instrs);
+        p->instrs = ir_xrealloc(p->instrs, (size_t)p->cap_instrs * sizeof *p->instrs);
     }
     spmd_instr *in = &p->instrs[p->n_instrs++];
     memset(in, 0, sizeof *in);
@@ -224,10 +214,10 @@ spmd_program *spmd_lower_into(shard_state *s, spmd_program *p)
         p = calloc(1, sizeof *p);
         if (!p) abort();
         p->g = g;
-        p->arg_buf = xrealloc(NULL, (size_t)g->n_values * sizeof(int));
-        p->out_buf = xrealloc(NULL, (size_t)(g->n_outputs ? g->n_outputs : 1) * sizeof(int));
-        p->cur = xrealloc(NULL, (size_t)g->n_values * sizeof(int));
-        p->phase = xrealloc(NULL, (size_t)g->n_ops + 1);
+        p->arg_buf = ir_xrealloc(NULL, (size_t)g->n_values * sizeof(int));
+        p->out_buf = ir_xrealloc(NULL, (size_t)(g->n_outputs ? g->n_outputs : 1) * sizeof(int));
+        p->cur = ir_xrealloc(NULL, (size_t)g->n_values * sizeof(int));
+        p->phase = ir_xrealloc(NULL, (size_t)g->n_ops + 1);
         mark_phases(g, p->phase);
     }
     p->mesh = *s->mesh;

@@ -20,35 +20,25 @@
 #include <stdlib.h>
 #include <string.h>
 
-static void *xcalloc(size_t n, size_t size)
-{
-    void *p = calloc(n ? n : 1, size);
-    if (!p) {
-        fprintf(stderr, "carve: out of memory\n");
-        abort();
-    }
-    return p;
-}
-
 shard_state *shard_state_new(const ir_graph *g, const shard_mesh *mesh)
 {
-    shard_state *s = xcalloc(1, sizeof *s);
+    shard_state *s = ir_xcalloc(1, sizeof *s);
     s->g = g;
     s->mesh = mesh;
-    s->spec = xcalloc((size_t)g->n_values, sizeof *s->spec);
-    s->stamp = xcalloc((size_t)g->n_values, sizeof *s->stamp);
-    s->atomic = xcalloc((size_t)g->n_values, 1);
-    s->rules = xcalloc((size_t)g->n_ops, sizeof *s->rules);
+    s->spec = ir_xcalloc((size_t)g->n_values, sizeof *s->spec);
+    s->stamp = ir_xcalloc((size_t)g->n_values, sizeof *s->stamp);
+    s->atomic = ir_xcalloc((size_t)g->n_values, 1);
+    s->rules = ir_xcalloc((size_t)g->n_ops, sizeof *s->rules);
     for (int i = 0; i < g->n_ops; i++) shard_rule_of(g, i, &s->rules[i]);
-    s->queue = xcalloc((size_t)g->n_ops + 1, sizeof(int));
-    s->in_queue = xcalloc((size_t)g->n_ops + 1, sizeof(int));
+    s->queue = ir_xcalloc((size_t)g->n_ops + 1, sizeof(int));
+    s->in_queue = ir_xcalloc((size_t)g->n_ops + 1, sizeof(int));
     /* use lists (CSR) */
-    s->use_start = xcalloc((size_t)g->n_values + 1, sizeof(int));
+    s->use_start = ir_xcalloc((size_t)g->n_values + 1, sizeof(int));
     for (int i = 0; i < g->n_ops; i++)
         for (int k = 0; k < g->ops[i].n_in; k++) s->use_start[g->ops[i].in[k] + 1]++;
     for (int v = 0; v < g->n_values; v++) s->use_start[v + 1] += s->use_start[v];
-    s->uses = xcalloc((size_t)s->use_start[g->n_values], sizeof(int));
-    int *fill = xcalloc((size_t)g->n_values, sizeof(int));
+    s->uses = ir_xcalloc((size_t)s->use_start[g->n_values], sizeof(int));
+    int *fill = ir_xcalloc((size_t)g->n_values, sizeof(int));
     for (int i = 0; i < g->n_ops; i++)
         for (int k = 0; k < g->ops[i].n_in; k++) {
             int v = g->ops[i].in[k];
@@ -56,8 +46,8 @@ shard_state *shard_state_new(const ir_graph *g, const shard_mesh *mesh)
             s->uses[s->use_start[v] + fill[v]++] = i;
         }
     free(fill);
-    s->update_of = xcalloc((size_t)g->n_values, sizeof(int));
-    s->updated_by = xcalloc((size_t)g->n_values, sizeof(int));
+    s->update_of = ir_xcalloc((size_t)g->n_values, sizeof(int));
+    s->updated_by = ir_xcalloc((size_t)g->n_values, sizeof(int));
     for (int v = 0; v < g->n_values; v++) s->update_of[v] = s->updated_by[v] = -1;
     for (int i = 0; i < g->n_outputs; i++)
         if (g->outputs[i].updates >= 0) {
@@ -137,7 +127,7 @@ static int conflict_seen(shard_state *s, int op, int value, int axis)
         int cap = s->conflict_cap ? 2 * s->conflict_cap : 1024;
         uint32_t *old = s->conflict_keys;
         int oldcap = s->conflict_cap;
-        s->conflict_keys = xcalloc((size_t)cap, sizeof *s->conflict_keys);
+        s->conflict_keys = ir_xcalloc((size_t)cap, sizeof *s->conflict_keys);
         s->conflict_cap = cap;
         for (int i = 0; i < oldcap; i++)
             if (old[i]) {

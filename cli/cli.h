@@ -5,6 +5,7 @@
 
 #include <stdint.h>
 
+#include "analysis/schedule.h"
 #include "ir/ir.h"
 
 enum { CLI_OK = 0, CLI_CHECK_FAILED = 1, CLI_BAD_INPUT = 2 };
@@ -41,6 +42,11 @@ void cli_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
  * gets its training step derived; a full step is used as is).  NULL after an
  * error line.  `cfg_text` receives the canonical model text or the file name. */
 ir_graph *cli_load_step(const cli_opts *o, char *cfg_text, size_t n);
+
+/* Parses --mesh and, when sched_text is not NULL, the schedule for command
+ * `cmd` (both required: a missing one is named).  Returns 0, or prints one
+ * error line and returns CLI_BAD_INPUT. */
+int cli_mesh_schedule(const char *cmd, const char *mesh_text, const char *sched_text, shard_mesh *mesh, schedule *sc);
 
 int cmd_models(const cli_opts *o);
 int cmd_show(const cli_opts *o);

@@ -50,24 +50,13 @@ static void progress(void *ctx, int64_t sims, double elapsed, const search_score
 int cmd_autopart(const cli_opts *o)
 {
     char cfg[512], err[512], buf[512], buf2[256];
-    if (!o->mesh) {
-        cli_error("autopart: --mesh is required (e.g. --mesh batch=4,model=2)");
-        return CLI_BAD_INPUT;
-    }
     shard_mesh mesh;
-    if (shard_mesh_parse(o->mesh, &mesh, err, sizeof err) < 0) {
-        cli_error("%s", err);
-        return CLI_BAD_INPUT;
-    }
+    schedule sc;
+    const char *sched_text = o->schedule ? o->schedule : "auto";
+    if (cli_mesh_schedule("autopart", o->mesh, sched_text, &mesh, &sc)) return CLI_BAD_INPUT;
     cost_hw hw;
     const char *hw_name = o->hw ? o->hw : "a100";
     if (cost_hw_lookup(hw_name, &hw, err, sizeof err) < 0) {
-        cli_error("%s", err);
-        return CLI_BAD_INPUT;
-    }
-    const char *sched_text = o->schedule ? o->schedule : "auto";
-    schedule sc;
-    if (sched_parse(sched_text, &mesh, &sc, err, sizeof err) < 0) {
         cli_error("%s", err);
         return CLI_BAD_INPUT;
     }

@@ -14,22 +14,15 @@
 int cmd_cost(const cli_opts *o)
 {
     char cfg[512], err[512], buf[256], buf2[256];
-    if (!o->mesh || !o->schedule || !o->hw) {
-        cli_error("cost: --mesh, --schedule and --hw are required (e.g. --mesh batch=4,model=2 --schedule dp:batch --hw a100)");
+    shard_mesh mesh;
+    schedule sc;
+    if (cli_mesh_schedule("cost", o->mesh, o->schedule, &mesh, &sc)) return CLI_BAD_INPUT;
+    if (!o->hw) {
+        cli_error("cost: --hw is required (a100, h100, tpu-v3, cpu, or a file from carve calibrate)");
         return CLI_BAD_INPUT;
     }
     cost_hw hw;
     if (cost_hw_lookup(o->hw, &hw, err, sizeof err) < 0) {
-        cli_error("%s", err);
-        return CLI_BAD_INPUT;
-    }
-    shard_mesh mesh;
-    if (shard_mesh_parse(o->mesh, &mesh, err, sizeof err) < 0) {
-        cli_error("%s", err);
-        return CLI_BAD_INPUT;
-    }
-    schedule sc;
-    if (sched_parse(o->schedule, &mesh, &sc, err, sizeof err) < 0) {
         cli_error("%s", err);
         return CLI_BAD_INPUT;
     }

@@ -24,24 +24,9 @@ static void print_collectives(const spmd_program *p)
 int cmd_shard(const cli_opts *o)
 {
     char cfg[512], err[512], buf[256], buf2[256];
-    if (!o->mesh) {
-        cli_error("shard: --mesh is required (e.g. --mesh batch=4,model=2)");
-        return CLI_BAD_INPUT;
-    }
-    if (!o->schedule) {
-        cli_error("shard: --schedule is required (e.g. --schedule dp:batch,megatron:model)");
-        return CLI_BAD_INPUT;
-    }
     shard_mesh mesh;
-    if (shard_mesh_parse(o->mesh, &mesh, err, sizeof err) < 0) {
-        cli_error("%s", err);
-        return CLI_BAD_INPUT;
-    }
     schedule sc;
-    if (sched_parse(o->schedule, &mesh, &sc, err, sizeof err) < 0) {
-        cli_error("%s", err);
-        return CLI_BAD_INPUT;
-    }
+    if (cli_mesh_schedule("shard", o->mesh, o->schedule, &mesh, &sc)) return CLI_BAD_INPUT;
     ir_graph *g = cli_load_step(o, cfg, sizeof cfg);
     if (!g) return CLI_BAD_INPUT;
     shard_state *st = shard_state_new(g, &mesh);

@@ -187,3 +187,21 @@ ir_graph *cli_load_step(const cli_opts *o, char *cfg_text, size_t n)
     cli_error("give a model (--model gpt-tiny, see carve models) or a graph file (--graph file.json)");
     return NULL;
 }
+
+int cli_mesh_schedule(const char *cmd, const char *mesh_text, const char *sched_text, shard_mesh *mesh, schedule *sc)
+{
+    char err[512];
+    if (!mesh_text) {
+        cli_error("%s: --mesh is required (e.g. --mesh batch=4,model=2)", cmd);
+        return CLI_BAD_INPUT;
+    }
+    if (sc && !sched_text) {
+        cli_error("%s: --schedule is required (e.g. --schedule dp:batch,megatron:model)", cmd);
+        return CLI_BAD_INPUT;
+    }
+    if (shard_mesh_parse(mesh_text, mesh, err, sizeof err) < 0 || (sc && sched_parse(sched_text, mesh, sc, err, sizeof err) < 0)) {
+        cli_error("%s", err);
+        return CLI_BAD_INPUT;
+    }
+    return 0;
+}

@@ -93,11 +93,21 @@ int ir_role_from_name(const char *name)
 
 /* ---- memory ----------------------------------------------------------- */
 
-static void *xrealloc(void *p, size_t n)
+void *ir_xrealloc(void *p, size_t n)
 {
     void *q = realloc(p, n ? n : 1);
     if (!q) {
         fprintf(stderr, "carve: out of memory (%zu bytes)\n", n);
+        abort();
+    }
+    return q;
+}
+
+void *ir_xcalloc(size_t n, size_t size)
+{
+    void *q = calloc(n ? n : 1, size ? size : 1);
+    if (!q) {
+        fprintf(stderr, "carve: out of memory (%zu x %zu bytes)\n", n, size);
         abort();
     }
     return q;
@@ -116,7 +126,7 @@ const char *ir_intern(ir_graph *g, const char *s)
     ir_strbuf *b = g->strings;
     if (!b || b->cap - b->used < n) {
         size_t cap = n > 16384 ? n : 16384;
-        ir_strbuf *nb = xrealloc(NULL, sizeof *nb + cap);
+        ir_strbuf *nb = ir_xrealloc(NULL, sizeof *nb + cap);
         nb->next = b;
         nb->used = 0;
         nb->cap = cap;
@@ -130,7 +140,7 @@ const char *ir_intern(ir_graph *g, const char *s)
 
 ir_graph *ir_new(const char *name)
 {
-    ir_graph *g = xrealloc(NULL, sizeof *g);
+    ir_graph *g = ir_xrealloc(NULL, sizeof *g);
     memset(g, 0, sizeof *g);
     g->name = strdup(name ? name : "graph");
     if (!g->name) abort();
@@ -207,7 +217,7 @@ static void index_grow(ir_graph *g)
     int cap = 256;
     while (cap < 4 * g->n_values) cap *= 2;
     free(g->name_index);
-    g->name_index = xrealloc(NULL, (size_t)cap * sizeof(int));
+    g->name_index = ir_xrealloc(NULL, (size_t)cap * sizeof(int));
     for (int i = 0; i < cap; i++) g->name_index[i] = -1;
     g->name_cap = cap;
     for (int v = 0; v < g->n_values; v++) index_insert(g, v);
@@ -285,7 +295,7 @@ static int new_value(ir_graph *g, const char *name, ir_role role, ir_dtype t, in
     }
     if (g->n_values == g->cap_values) {
         g->cap_values = g->cap_values ? 2 * g->cap_values : 64;
-        g->values = xrealloc(g->values, (size_t)g->cap_values * sizeof *g->values);
+        g->values = ir_xrealloc(g->values, (size_t)g->cap_values * sizeof *g->values);
     }
     int id = g->n_values++;
     ir_value *v = &g->values[id];
@@ -514,7 +524,7 @@ int ir_add_op(ir_graph *g, ir_opkind k, int n_in, const int *in, const ir_attrs 
     if (k == IR_OP_CONSTANT || k == IR_OP_IOTA) out_t = t;
     if (g->n_ops == g->cap_ops) {
         g->cap_ops = g->cap_ops ? 2 * g->cap_ops : 64;
-        g->ops = xrealloc(g->ops, (size_t)g->cap_ops * sizeof *g->ops);
+        g->ops = ir_xrealloc(g->ops, (size_t)g->cap_ops * sizeof *g->ops);
     }
     int v = new_value(g, name, IR_INTERMEDIATE, out_t, out_rank, dims, g->n_ops);
     if (v < 0) return -1;
@@ -661,7 +671,7 @@ int ir_add_output(ir_graph *g, int v, int updates)
     }
     if (g->n_outputs == g->cap_outputs) {
         g->cap_outputs = g->cap_outputs ? 2 * g->cap_outputs : 16;
-        g->outputs = xrealloc(g->outputs, (size_t)g->cap_outputs * sizeof *g->outputs);
+        g->outputs = ir_xrealloc(g->outputs, (size_t)g->cap_outputs * sizeof *g->outputs);
     }
     g->outputs[g->n_outputs++] = (ir_output){v, updates};
     return 0;
@@ -683,9 +693,9 @@ int ir_set_loss(ir_graph *g, int v)
 ir_graph *ir_clone(const ir_graph *g)
 {
     ir_graph *c = ir_new(g->name);
-    c->values = xrealloc(NULL, (size_t)(g->n_values ? g->n_values : 1) * sizeof *c->values);
-    c->ops = xrealloc(NULL, (size_t)(g->n_ops ? g->n_ops : 1) * sizeof *c->ops);
-    c->outputs = xrealloc(NULL, (size_t)(g->n_outputs ? g->n_outputs : 1) * sizeof *c->outputs);
+    c->values = ir_xrealloc(NULL, (size_t)(g->n_values ? g->n_values : 1) * sizeof *c->values);
+    c->ops = ir_xrealloc(NULL, (size_t)(g->n_ops ? g->n_ops : 1) * sizeof *c->ops);
+    c->outputs = ir_xrealloc(NULL, (size_t)(g->n_outputs ? g->n_outputs : 1) * sizeof *c->outputs);
     if (g->n_values) memcpy(c->values, g->values, (size_t)g->n_values * sizeof *c->values);
     if (g->n_ops) memcpy(c->ops, g->ops, (size_t)g->n_ops * sizeof *c->ops);
     if (g->n_outputs) memcpy(c->outputs, g->outputs, (size_t)g->n_outputs * sizeof *c->outputs);

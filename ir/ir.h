@@ -146,6 +146,12 @@ const char *ir_error(const ir_graph *g);
 /* Records an error (printf-style) if none is recorded yet; returns -1. */
 int ir_fail(ir_graph *g, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
+/* Allocation that cannot fail quietly: on out-of-memory it prints one line
+ * and aborts (bad input is refused long before: see exec_ref_new).  Sizes of
+ * zero allocate one byte.  The caller owns and frees the result. */
+void *ir_xrealloc(void *p, size_t n);
+void *ir_xcalloc(size_t n, size_t size);
+
 /* Writes a printf-style message into err (when err is not NULL and n > 0) and
  * returns -1: how every module reports an error into its caller's buffer. */
 int ir_errf(char *err, size_t n, const char *fmt, ...) __attribute__((format(printf, 3, 4)));

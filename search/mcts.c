@@ -38,20 +38,6 @@ int search_kind_from_name(const char *name)
     return -1;
 }
 
-static void *xcalloc(size_t n, size_t size)
-{
-    void *p = calloc(n ? n : 1, size);
-    if (!p) abort();
-    return p;
-}
-
-static void *xrealloc(void *p, size_t n)
-{
-    void *q = realloc(p, n ? n : 1);
-    if (!q) abort();
-    return q;
-}
-
 static double now(void)
 {
     struct timespec t;
@@ -119,7 +105,7 @@ static map_entry *map_get(ctx *c, uint64_t key, int create)
         int cap = c->map_cap ? 2 * c->map_cap : 4096;
         map_entry *old = c->map;
         int oldcap = c->map_cap;
-        c->map = xcalloc((size_t)cap, sizeof *c->map);
+        c->map = ir_xcalloc((size_t)cap, sizeof *c->map);
         c->map_cap = cap;
         for (int i = 0; i < oldcap; i++)
             if (old[i].key) {
@@ -241,7 +227,7 @@ static int node_for(ctx *c, uint64_t key)
     if (e->node >= 0) return e->node;
     if (c->n_nodes == c->cap_nodes) {
         c->cap_nodes = c->cap_nodes ? 2 * c->cap_nodes : 1024;
-        c->nodes = xrealloc(c->nodes, (size_t)c->cap_nodes * sizeof *c->nodes);
+        c->nodes = ir_xrealloc(c->nodes, (size_t)c->cap_nodes * sizeof *c->nodes);
     }
     node *n = &c->nodes[c->n_nodes];
     memset(n, 0, sizeof *n);
@@ -255,12 +241,12 @@ static void expand_node(ctx *c, int id)
 {
     int n = legal_actions(c, c->scratch);
     node *nd = &c->nodes[id];
-    nd->untried = xrealloc(NULL, (size_t)(n + 1) * sizeof(int));
+    nd->untried = ir_xrealloc(NULL, (size_t)(n + 1) * sizeof(int));
     memcpy(nd->untried, c->scratch, (size_t)n * sizeof(int));
     nd->untried[n] = c->n_actions; /* STOP */
     nd->n_untried = n + 1;
-    nd->child_action = xrealloc(NULL, (size_t)(n + 1) * sizeof(int));
-    nd->child_node = xrealloc(NULL, (size_t)(n + 1) * sizeof(int));
+    nd->child_action = ir_xrealloc(NULL, (size_t)(n + 1) * sizeof(int));
+    nd->child_node = ir_xrealloc(NULL, (size_t)(n + 1) * sizeof(int));
     nd->expanded = 1;
 }
 
@@ -460,9 +446,9 @@ static void ctx_init(ctx *c, const shard_state *prefix, const shard_groups *gs, 
     c->st->record_conflicts = 0;
     c->ws = ev->make(ev->cfg, c->st);
     pcg32_seed(&c->rng, b->seed, (uint64_t)thread + 1);
-    c->scratch = xcalloc((size_t)c->n_actions + 1, sizeof(int));
-    c->amaf_max = xcalloc((size_t)c->n_actions + 1, sizeof(double));
-    c->amaf_n = xcalloc((size_t)c->n_actions + 1, sizeof(int));
+    c->scratch = ir_xcalloc((size_t)c->n_actions + 1, sizeof(int));
+    c->amaf_max = ir_xcalloc((size_t)c->n_actions + 1, sizeof(double));
+    c->amaf_n = ir_xcalloc((size_t)c->n_actions + 1, sizeof(int));
     c->best_reward = -1e300;
     c->t0 = now();
 }
@@ -511,7 +497,7 @@ static void run_thread(ctx *c, search_kind kind, int thread, char *err, size_t e
         break;
     case SEARCH_EXHAUSTIVE: {
         int max_depth = c->b->max_depth > 0 ? c->b->max_depth : 16;
-        shard_state **stack = xcalloc((size_t)max_depth + 2, sizeof *stack);
+        shard_state **stack = ir_xcalloc((size_t)max_depth + 2, sizeof *stack);
         shard_state *keep = c->st;
         for (int i = 0; i <= max_depth + 1; i++) {
             stack[i] = shard_state_new(c->prefix->g, c->prefix->mesh);
@@ -551,7 +537,7 @@ int search_run(search_kind kind, const shard_state *prefix, const shard_groups *
     int threads = (kind == SEARCH_MCTS || kind == SEARCH_RANDOM) ? b->threads : 1;
     search_budget per = *b;
     if (per.simulations > 0) per.simulations = (b->simulations + threads - 1) / threads;
-    ctx *cs = xcalloc((size_t)threads, sizeof *cs);
+    ctx *cs = ir_xcalloc((size_t)threads, sizeof *cs);
     int rc = 0;
     double t0 = now();
 #pragma omp parallel for num_threads(threads) schedule(static, 1)
