@@ -18,10 +18,13 @@
 #include "models/models.h"
 
 #include <blis.h>
+#include <math.h>
 #include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <unistd.h>
 
 #define REPEATS 5
 #define MODEL "gpt:layers=2,hidden=1024,heads=16,seq=256,batch=8,vocab=1024"
@@ -206,13 +209,39 @@ done:
     return rc;
 }
 
+/* CPU seconds all processes have spent busy (from /proc/stat), and this
+ * process's own (getrusage).  The difference over the run is what other
+ * jobs took: on this shared 2-core machine they lower every figure. */
+static double machine_busy_s(void)
+{
+    unsigned long long v[8] = {0};
+    FILE *f = fopen("/proc/stat", "r");
+    if (!f) return -1;
+    int n = fscanf(f, "cpu %llu %llu %llu %llu %llu %llu %llu %llu", &v[0], &v[1], &v[2], &v[3], &v[4], &v[5], &v[6], &v[7]);
+    fclose(f);
+    if (n != 8) return -1;
+    /* user nice system idle iowait irq softirq steal: all but idle and iowait */
+    return (double)(v[0] + v[1] + v[2] + v[5] + v[6] + v[7]) / (double)sysconf(_SC_CLK_TCK);
+}
+
+static double self_busy_s(void)
+{
+    struct rusage u;
+    getrusage(RUSAGE_SELF, &u);
+    return (double)u.ru_utime.tv_sec + 1e-6 * (double)u.ru_utime.tv_usec + (double)u.ru_stime.tv_sec +
+           1e-6 * (double)u.ru_stime.tv_usec;
+}
+
 int main(void)
 {
     char err[512];
+    double busy0 = machine_busy_s(), self0 = self_busy_s(), wall0 = exec_spmd_now();
     exec_blis_setup();
     const char *env = getenv("BLIS_ARCH_TYPE");
-    double copy1 = copy_bandwidth(1), copy2 = copy_bandwidth(2);
-    double gemm1 = sgemm_rate(1), gemm2 = sgemm_rate(2);
+    /* Machine figures before and after the runs; the ratios use the better
+     * of the two (a disturbed measurement would flatter the ratios). */
+    double copy1b = copy_bandwidth(1), copy2b = copy_bandwidth(2);
+    double gemm1b = sgemm_rate(1), gemm2b = sgemm_rate(2);
 
     model_config cfg;
     if (model_parse(MODEL, &cfg, err, sizeof err) < 0) {
@@ -243,18 +272,29 @@ int main(void)
     int status = 0;
     for (int i = 0; i < 2; i++)
         if (time_spmd(g, ref, runs[i].mesh, runs[i].sched, &f[i]) < 0) return 1;
+    double copy1a = copy_bandwidth(1), copy2a = copy_bandwidth(2);
+    double gemm1a = sgemm_rate(1), gemm2a = sgemm_rate(2);
+    double copy2 = fmax(copy2a, copy2b);
+    double gemm1 = fmax(gemm1a, gemm1b);
 
     printf("## SPMD runtime: 2 simulated devices vs the 1-device reference\n\n");
     printf("Training step of `%s` (Adam; %.1f GFLOP of einsums a step), on a 2-device mesh (one thread a device)\n"
            "against the reference executor (one thread). BLIS kernels: **%s** (BLIS_ARCH_TYPE=%s).\n"
            "Medians of %d steps after a warm-up step; each step redoes the same training step.\n\n",
            MODEL, model_step_flops(&cfg) / 1e9, exec_blis_arch(), env ? env : "unset", REPEATS);
-    printf("What this machine does in the same run:\n\n| measure | value |\n|---|---|\n");
-    printf("| memcpy, 1 thread | %.2f GB/s |\n| memcpy, 2 threads at once (together) | %.2f GB/s |\n", copy1 / 1e9,
-           copy2 / 1e9);
-    printf("| sgemm %d^3, 1 thread | %.1f GFLOP/s |\n| sgemm %d^3, 2 threads at once (each) | %.1f GFLOP/s |\n",
-           GEMM_N, gemm1, GEMM_N, gemm2);
-    printf("| reference step (1 thread) | %.3f s |\n\n", t_ref);
+    double wall = exec_spmd_now() - wall0, busy = machine_busy_s() - busy0, self = self_busy_s() - self0;
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    if (busy0 >= 0 && busy >= 0 && cores > 0)
+        printf("Other processes used %.0f%% of this machine's %ld cores during the run (%.0f of %.0f core-seconds);\n"
+               "above a few percent, every figure below is lower than the machine gives.\n\n",
+               100 * (busy - self) / (wall * (double)cores), cores, busy - self, wall * (double)cores);
+    printf("What this machine does, measured before and after the runs (the ratios below use the better one):\n\n"
+           "| measure | before | after |\n|---|---|---|\n");
+    printf("| memcpy, 1 thread | %.2f GB/s | %.2f GB/s |\n", copy1b / 1e9, copy1a / 1e9);
+    printf("| memcpy, 2 threads at once (together) | %.2f GB/s | %.2f GB/s |\n", copy2b / 1e9, copy2a / 1e9);
+    printf("| sgemm %d^3, 1 thread | %.1f GFLOP/s | %.1f GFLOP/s |\n", GEMM_N, gemm1b, gemm1a);
+    printf("| sgemm %d^3, 2 threads at once (each) | %.1f GFLOP/s | %.1f GFLOP/s |\n", GEMM_N, gemm2b, gemm2a);
+    printf("\nReference step (1 thread): %.3f s.\n\n", t_ref);
     printf("| run | mesh | step s | speedup | compute s | collective s (waiting) | einsum GFLOP/s a device | "
            "vs 1-thread sgemm | MB read by collectives a device | collective GB/s a device | both devices vs 2-thread memcpy | "
            "check (loss, params, states) |\n");
