@@ -135,8 +135,7 @@ const search_evaluator cli_cost_evaluator = {NULL, eval_make, eval_score, eval_d
 
 /* ---- experts ------------------------------------------------------------ */
 
-static int add_expert(const ir_graph *g, const shard_mesh *mesh, cli_pricer *pr, shard_state *st, const char *text,
-                      cli_expert *out)
+static int add_expert(const shard_mesh *mesh, cli_pricer *pr, shard_state *st, const char *text, cli_expert *out)
 {
     schedule sc;
     char err[256];
@@ -147,7 +146,6 @@ static int add_expert(const ir_graph *g, const shard_mesh *mesh, cli_pricer *pr,
     if (sched_apply(&sc, st, err, sizeof err) < 0) return 0;
     cli_price(pr, st, &out->e);
     out->ok = 1;
-    (void)g;
     return 1;
 }
 
@@ -161,7 +159,7 @@ int cli_experts(const ir_graph *g, const shard_mesh *mesh, cli_pricer *pr, cli_e
     for (int a = 0; a < mesh->n_axes; a++)
         for (int t = 0; t < 3 && n < cap; t++) {
             snprintf(text, sizeof text, "%s:%s", tac[t], mesh->names[a]);
-            n += add_expert(g, mesh, pr, st, text, &out[n]);
+            n += add_expert(mesh, pr, st, text, &out[n]);
         }
     for (int a = 0; a < mesh->n_axes; a++)
         for (int b = 0; b < mesh->n_axes; b++) {
@@ -171,11 +169,11 @@ int cli_experts(const ir_graph *g, const shard_mesh *mesh, cli_pricer *pr, cli_e
                 if (f == 0) snprintf(text, sizeof text, "dp:%s,megatron:%s", A, B);
                 else if (f == 1) snprintf(text, sizeof text, "zero3:%s,megatron:%s", A, B);
                 else snprintf(text, sizeof text, "dp:%s,megatron:%s,zero3:%s", A, B, A);
-                n += add_expert(g, mesh, pr, st, text, &out[n]);
+                n += add_expert(mesh, pr, st, text, &out[n]);
             }
             if (a < b && n < cap) {
                 snprintf(text, sizeof text, "dp:%s,dp:%s", A, B);
-                n += add_expert(g, mesh, pr, st, text, &out[n]);
+                n += add_expert(mesh, pr, st, text, &out[n]);
             }
         }
     shard_state_free(st);

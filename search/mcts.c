@@ -6,8 +6,8 @@
  * so a search is deterministic for a given seed, simulation budget and
  * thread count.
  *
- * Node statistics: visits, the sum and the maximum of the rewards of
- * simulations through the node; STOP (end the plan here) has its own in each
+ * Node statistics: visits and the maximum reward of the simulations through
+ * the node; STOP (end the plan here) has its own in each
  * node.  UCT picks argmax max/best + c * sqrt(ln N / n), rewards divided by
  * the best reward seen so far so the constant does not depend on the device
  * count.  Untried actions are expanded best-first by their all-moves-as-first
@@ -50,7 +50,6 @@ static double now(void)
 typedef struct node {
     uint64_t key;
     int visits, stop_visits;
-    double sum, stop_sum;
     double max, stop_max;  /* best reward of a simulation through the node */
     int expanded;
     int n_untried, n_children;
@@ -300,22 +299,19 @@ static void mcts_sim(ctx *c)
         double best_u = -1e300;
         for (int i = 0; i <= nd->n_children; i++) {
             int vis;
-            double sum, mx;
+            double mx;
             if (i < nd->n_children) {
                 const node *ch = &c->nodes[nd->child_node[i]];
                 vis = ch->visits;
-                sum = ch->sum;
                 mx = ch->max;
             } else {
                 vis = nd->stop_visits;
-                sum = nd->stop_sum;
                 mx = nd->stop_max;
                 if (!vis && nd->n_children) continue; /* STOP was expanded as a child only if tried */
             }
             /* exploitation: the best reward below the node, not the mean (single-player
              * MCTS: the search wants the best plan; measured on the exhaustive cases of
              * bench_search, max finds the optimum far more often than the mean) */
-            (void)sum;
             double u = vis ? mx / norm + cexp * sqrt(lnN / vis) : 1e9;
             if (u > best_u) {
                 best_u = u;
@@ -341,7 +337,6 @@ static void mcts_sim(ctx *c)
     for (int i = 0; i < np; i++) {
         node *nd = &c->nodes[path[i]];
         nd->visits++;
-        nd->sum += r;
         if (r > nd->max) nd->max = r;
     }
     for (int i = 0; i <= c->n_set; i++) {
@@ -352,7 +347,6 @@ static void mcts_sim(ctx *c)
     if (stopped) {
         node *nd = &c->nodes[path[np - 1]];
         nd->stop_visits++;
-        nd->stop_sum += r;
         if (r > nd->stop_max) nd->stop_max = r;
     }
 }
