@@ -135,7 +135,8 @@ double cost_model_state_bytes(double psi, const cost_state_bytes *sz, double sha
  * reduce-scatter (n-1)/n S, all-to-all (n-1)/n S; 0 for compute and slice. */
 double cost_wire_bytes(spmd_kind kind, int64_t n, double bytes);
 /* Time of one collective over the axes in `axes` (see docs: hierarchical over
- * several axes, fastest link first). */
+ * several axes, fastest link first; with shared_memory, the SPMD runtime's
+ * barrier and copies at intra_link, devices not sharing cores). */
 double cost_collective_time(const cost_hw *hw, const shard_mesh *mesh, spmd_kind kind, unsigned axes, double bytes);
 
 typedef struct cost_estimate {

@@ -189,10 +189,16 @@ static double collective(const cost_hw *hw, const shard_mesh *m, spmd_kind kind,
     return t;
 }
 
+static double shm_moved(spmd_kind kind, int64_t n, double bytes, int *barriers);
+
 double cost_collective_time(const cost_hw *hw, const shard_mesh *mesh, spmd_kind kind, unsigned axes, double bytes)
 {
     double wire;
-    return collective(hw, mesh, kind, axes, bytes, &wire);
+    double t = collective(hw, mesh, kind, axes, bytes, &wire);
+    if (!hw->shared_memory) return t;
+    int barriers;
+    double moved = shm_moved(kind, shard_axes_size(mesh, axes), bytes, &barriers);
+    return moved / hw->intra.bandwidth + barriers * hw->intra.latency;
 }
 
 /* The SPMD runtime's collectives (exec/spmd_coll.c), for profiles with
