@@ -1,22 +1,28 @@
 /* bench_fidelity.c - does the cost model predict this machine's step times?
  *
- * Calibrates this machine in-process (cost_calibrate, full mode), then for
- * two GPT sizes and meshes of 1, 2 and 4 simulated devices under the expert
- * schedules (replicated, dp, megatron, zero3 and their compositions) it
- * predicts the step time of each plan with cost_estimate_program on the
- * calibrated profile and measures it with the SPMD runtime: one warm-up step
- * (which maps the buffers), then the median wall time of REPEATS steps of
- * exec_spmd_step (each step redoes the same training step from the same
- * arguments).  It reports every plan, the Spearman rank correlation between
+ * For two GPT sizes and meshes of 1, 2 and 4 simulated devices under the
+ * expert schedules (replicated, dp, megatron, zero3, dp+megatron,
+ * dp+megatron+zero3) it predicts each plan's step time with
+ * cost_estimate_program on a profile calibrated in this run (cost_calibrate,
+ * full mode) and measures it with the SPMD runtime (exec_spmd_step wall
+ * time), then reports every plan, the Spearman rank correlation between
  * predicted and measured times and the median absolute relative error, and
  * says whether issue 5's targets (rho >= 0.9, median error <= 25%) are met.
+ *
+ * This host's speed drifts by up to 2x over minutes, so calibration and
+ * measurement are interleaved: a model's plans run side by side in groups
+ * whose buffers fit MEM_BUDGET, each plan after one warm-up step; a group
+ * runs ROUNDS rounds of (one calibration, one step of every plan in a
+ * rotating order).  A plan's time is its median over the rounds; the profile
+ * is the median, figure by figure, of all calibrations of the run.
  *
  * With 4 devices on a 2-core machine the device threads share the cores: the
  * prediction has to account for that (the profile's `cores`).
  *
  * Prints one markdown section (bench/run.sh collects it into BENCHMARKS.md).
  * Never passes or fails on a time; exits non-zero only if a run fails.
- * `bench_fidelity -v` also prints per-plan breakdowns on stderr.
+ * `-v` prints per-plan breakdowns (per op kind and collective kind,
+ * predicted and measured) on stderr; `-m N` runs model N only.
  */
 #include "analysis/schedule.h"
 #include "cost/cost.h"
@@ -316,8 +322,6 @@ int main(int argc, char **argv)
         err_abs[i] = fabs(pred[i] - meas[i]) / meas[i];
     }
     double rho = spearman(pred, meas, n), mae = median(err_abs, n);
-    double gemm_alone = 0;
-    for (int i = 0; i < n_cal; i++) gemm_alone += cal[i].matmul_flops[IR_F32] / n_cal;
 
     printf("## Cost model fidelity on this machine\n\n");
     printf("Predicted step time (`cost_estimate_program` on this machine's calibrated profile) against the measured\n"
@@ -349,7 +353,6 @@ int main(int argc, char **argv)
     printf("| barrier, one thread a core / two a core | %.1f us / %.1f us |\n", hw.intra.latency * 1e6, hw.oversub_latency * 1e6);
     printf("| op overhead | %.3f us |\n", hw.op_overhead * 1e6);
     printf("| cores | %d |\n\n", hw.cores);
-    (void)gemm_alone;
     printf("Models: ");
     for (int m = 0, first = 1; m < N_MODELS; m++)
         if (graphs[m]) {

@@ -12,6 +12,12 @@
  *                  time of one barrier among `cores` threads (alpha)
  *   op_overhead    the time of a kernel call on a one-element tensor
  *   cores          online CPUs
+ * and for the CPU model (docs/cost-model.md, "The CPU model"):
+ *   op_rate        elements/s of every non-einsum kernel on 1 MB operands of
+ *                  random values, one per core at once
+ *   gemm_call      the fixed cost of one GEMM call (a batch of tiny GEMMs)
+ *   alone_speedup  how much faster one thread runs with the other cores idle
+ *   oversub_latency a barrier among two threads a core
  * Each figure is the median of repeats; nothing here is checked against a
  * time (tests only call the quick mode and check the fields are sane).
  */

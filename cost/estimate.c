@@ -19,6 +19,10 @@
  *   all-to-all       (n-1)/n S/beta + (n-1) alpha   (pairwise exchange)
  *   several axes: hierarchical, fastest link first, each axis on the data
  *   left by the faster ones (all-to-all: one ring at the slowest link).
+ * CPU profiles add (docs/cost-model.md, "The CPU model"): per-op-kind element
+ * rates instead of vector_flops, a cost per GEMM call for einsums, a factor
+ * for devices sharing (or not filling) the cores, and, with shared_memory,
+ * collectives priced as the SPMD runtime's barriers and copies.
  */
 #include "cost/cost.h"
 
