@@ -12,6 +12,12 @@
  *                  time of one barrier among `cores` threads (alpha)
  *   op_overhead    the time of a kernel call on a one-element tensor
  *   cores          online CPUs
+ * and for the CPU model (docs/cost-model.md, "The CPU model"):
+ *   op_rate        elements/s of every non-einsum kernel on 1 MB operands of
+ *                  random values, one per core at once
+ *   gemm_call      the fixed cost of one GEMM call (a batch of tiny GEMMs)
+ *   alone_speedup  how much faster one thread runs with the other cores idle
+ *   oversub_latency a barrier among two threads a core
  * Each figure is the median of repeats; nothing here is checked against a
  * time (tests only call the quick mode and check the fields are sane).
  */
@@ -51,6 +57,17 @@ static double median(double *x, int n)
 }
 
 enum { REPS = 7 };
+
+/* Value i of a pseudo-random sequence, uniform in [lo, hi): kernels with
+ * branches (tanhf in gelu, expf's ranges) run slower on unpredictable data
+ * than on a short repeating pattern, and activations are unpredictable. */
+static float noise(uint64_t i, float lo, float hi)
+{
+    uint64_t z = (i + 1) * 0x9e3779b97f4a7c15ull;
+    z = (z ^ (z >> 31)) * 0xbf58476d1ce4e5b9ull;
+    z ^= z >> 29;
+    return lo + (hi - lo) * (float)(z >> 40) / (float)(1u << 24);
+}
 
 /* Per-thread GEMM rate (FLOP/s) with `threads` threads each running its own. */
 static double gemm_rate(int threads, int64_t n, int inner)
@@ -106,7 +123,7 @@ static double vector_rate(int threads, int64_t n, int inner)
         float *x = malloc((size_t)n * sizeof(float)), *y = malloc((size_t)n * sizeof(float)),
               *z = malloc((size_t)n * sizeof(float));
         if (x && y && z) {
-            for (int64_t i = 0; i < n; i++) x[i] = y[i] = (float)(i % 17) / 17.0f - 0.5f;
+            for (int64_t i = 0; i < n; i++) x[i] = y[i] = noise((uint64_t)i, -3, 3);
             exec_tensor in[2] = {{IR_F32, 1, {n}, x}, {IR_F32, 1, {n}, y}}, out = {IR_F32, 1, {n}, z};
             ir_attrs at;
             memset(&at, 0, sizeof at);
@@ -130,6 +147,197 @@ static double vector_rate(int threads, int64_t n, int inner)
     double s = 0;
     for (int t = 0; t < threads && t < 64; t++) s += rates[t];
     return s / (threads < 64 ? threads : 64);
+}
+
+/* One kernel call of the op-rate suite: op kind, operand and result dims.
+ * Shapes are built from n (elements of the result or of the reduced input);
+ * every buffer fits in the core's cache, so these are compute rates (the
+ * estimator takes the max with the memory-bandwidth time). */
+typedef struct op_case {
+    ir_opkind k;
+    int n_in, rank_in[2], rank_out;
+    int64_t in_dims[2][2], out_dims[2];
+    ir_attrs at;
+} op_case;
+
+/* Builds the case(s) for kind k on n elements (n a multiple of 4096); returns
+ * how many (0: not timed, 1 or 2 layouts whose times are averaged). */
+static int op_cases(ir_opkind k, int64_t n, op_case *c)
+{
+    memset(c, 0, 2 * sizeof *c);
+    int64_t rows = n / 64, cols = 64;
+    for (int i = 0; i < 2; i++) {
+        c[i].k = k;
+        c[i].n_in = ir_op_arity(k);
+        c[i].rank_in[0] = c[i].rank_in[1] = 2;
+        c[i].rank_out = 2;
+        c[i].in_dims[0][0] = c[i].in_dims[1][0] = c[i].out_dims[0] = rows;
+        c[i].in_dims[0][1] = c[i].in_dims[1][1] = c[i].out_dims[1] = cols;
+        c[i].at.scalar = 0.5;
+    }
+    switch (k) {
+    case IR_OP_EINSUM: return 0;
+    case IR_OP_CONSTANT: case IR_OP_NEG: case IR_OP_EXP: case IR_OP_LOG: case IR_OP_SQRT: case IR_OP_RSQRT:
+    case IR_OP_TANH: case IR_OP_GELU: case IR_OP_GELU_GRAD: case IR_OP_RELU: case IR_OP_SCALE: case IR_OP_ADD_SCALAR:
+    case IR_OP_STOP_GRAD: case IR_OP_ADD: case IR_OP_SUB: case IR_OP_MUL: case IR_OP_DIV: case IR_OP_MAX: case IR_OP_GE:
+    case IR_OP_RESHAPE:
+        return 1;
+    case IR_OP_IOTA:
+        c[0].at.n_ints = 1;
+        c[0].at.ints[0] = 1;
+        return 1;
+    case IR_OP_TRANSPOSE:
+        c[0].in_dims[0][0] = cols;
+        c[0].in_dims[0][1] = rows;
+        c[0].at.n_ints = 2;
+        c[0].at.ints[0] = 1;
+        c[0].at.ints[1] = 0;
+        return 1;
+    case IR_OP_BROADCAST: /* a row to every row (a bias), a column to every column (a norm) */
+        c[0].rank_in[0] = c[1].rank_in[0] = 1;
+        c[0].in_dims[0][0] = cols;
+        c[0].at.n_ints = c[1].at.n_ints = 1;
+        c[0].at.ints[0] = 1;
+        c[1].in_dims[0][0] = rows;
+        c[1].at.ints[0] = 0;
+        return 2;
+    case IR_OP_REDUCE_SUM:
+    case IR_OP_REDUCE_MAX: /* over the last dim (a norm), over the first (a bias gradient) */
+        c[0].rank_out = c[1].rank_out = 1;
+        c[0].out_dims[0] = rows;
+        c[1].out_dims[0] = cols;
+        c[0].at.n_ints = c[1].at.n_ints = 1;
+        c[0].at.ints[0] = 1;
+        c[1].at.ints[0] = 0;
+        return 2;
+    case IR_OP_GATHER: /* table [256, 64], ids [rows] */
+        c[0].in_dims[0][0] = 256;
+        c[0].rank_in[1] = 1;
+        return 1;
+    case IR_OP_SCATTER_ADD: /* ids [rows], updates [rows, 64] -> [256, 64] */
+        c[0].rank_in[0] = 1;
+        c[0].out_dims[0] = 256;
+        c[0].at.n_ints = 1;
+        return 1;
+    case IR_OP_ONE_HOT: /* ids [rows] -> [rows, 64] */
+        c[0].rank_in[0] = 1;
+        c[0].at.n_ints = 1;
+        c[0].at.ints[0] = cols;
+        return 1;
+    }
+    return 0;
+}
+
+static int64_t dims_numel(int rank, const int64_t *d)
+{
+    int64_t n = 1;
+    for (int i = 0; i < rank; i++) n *= d[i];
+    return n;
+}
+
+/* Elements per second of every non-einsum op kind (cost_op_elements counts
+ * them) per thread, with `threads` threads each running the suite at once.
+ * rate[k] is left 0 for einsum. */
+static void op_rates(int threads, int64_t n, int inner, double *rate)
+{
+    double per[64][IR_N_OPS];
+    memset(per, 0, sizeof per);
+#pragma omp parallel num_threads(threads)
+    {
+        int t = omp_get_thread_num();
+        size_t cap = (size_t)n + 256 * 64; /* gather's table and scatter_add's result are [256, 64] */
+        float *x = malloc(cap * sizeof(float)), *y = malloc(cap * sizeof(float)), *z = malloc(cap * sizeof(float));
+        float *xp = malloc(cap * sizeof(float));
+        int32_t *ids = malloc(cap * sizeof(int32_t));
+        if (x && y && z && xp && ids) {
+            for (size_t i = 0; i < cap; i++) {
+                x[i] = noise(i, -3, 3);
+                xp[i] = noise(i, 0.05f, 3); /* log, sqrt, rsqrt */
+                y[i] = noise(i + cap, 0.5f, 1.5f);
+                ids[i] = (int32_t)(noise(i + 2 * cap, 0, 256));
+            }
+            char err[128];
+            for (int k = 0; k < IR_N_OPS; k++) {
+                op_case cs[2];
+                int nc = op_cases((ir_opkind)k, n, cs);
+                double sum = 0;
+                for (int ci = 0; ci < nc; ci++) {
+                    op_case *c = &cs[ci];
+                    int ids_in = k == IR_OP_GATHER ? 1 : (k == IR_OP_SCATTER_ADD || k == IR_OP_ONE_HOT) ? 0 : -1;
+                    exec_tensor in[2], out = {IR_F32, c->rank_out, {0}, z};
+                    for (int i = 0; i < 2; i++) {
+                        in[i].dtype = i == ids_in ? IR_I32 : IR_F32;
+                        in[i].rank = c->rank_in[i];
+                        memcpy(in[i].dims, c->in_dims[i], sizeof c->in_dims[i]);
+                        int pos = k == IR_OP_LOG || k == IR_OP_SQRT || k == IR_OP_RSQRT;
+                        in[i].data = i == ids_in ? (void *)ids : i ? (void *)y : pos ? (void *)xp : (void *)x;
+                    }
+                    memcpy(out.dims, c->out_dims, sizeof c->out_dims);
+                    double tr[REPS];
+                    exec_kernel_run((ir_opkind)k, &c->at, c->n_in, in, &out, NULL, err, sizeof err);
+                    for (int r = 0; r < REPS; r++) {
+#pragma omp barrier
+                        double t0 = now();
+                        for (int q = 0; q < inner; q++) exec_kernel_run((ir_opkind)k, &c->at, c->n_in, in, &out, NULL, err, sizeof err);
+                        tr[r] = (now() - t0) / inner;
+                    }
+                    int which = cost_op_elements((ir_opkind)k);
+                    int64_t el = which == 1 ? dims_numel(in[0].rank, in[0].dims)
+                               : which == 2 ? dims_numel(in[1].rank, in[1].dims)
+                                            : dims_numel(out.rank, out.dims);
+                    sum += median(tr, REPS) / (double)el;
+                }
+                if (nc && t < 64) per[t][k] = (double)nc / sum;
+            }
+        }
+        free(x);
+        free(y);
+        free(z);
+        free(xp);
+        free(ids);
+    }
+    int nt = threads < 64 ? threads : 64;
+    for (int k = 0; k < IR_N_OPS; k++) {
+        rate[k] = 0;
+        for (int t = 0; t < nt; t++) rate[k] += per[t][k] / nt;
+    }
+}
+
+/* Seconds per GEMM call beyond its FLOPs at `peak`: a batched einsum of many
+ * small GEMMs (one call per batch index), `threads` threads at once. */
+static double gemm_call_time(int threads, double peak, int inner)
+{
+    enum { B = 256, M = 16 };
+    ir_einsum_spec e;
+    ir_einsum_parse("bmk,bkn->bmn", 3, 3, &e, NULL, 0);
+    double per[64] = {0};
+#pragma omp parallel num_threads(threads)
+    {
+        int t = omp_get_thread_num();
+        size_t n = (size_t)B * M * M;
+        float *a = malloc(n * sizeof(float)), *b = malloc(n * sizeof(float)), *c = malloc(n * sizeof(float));
+        if (a && b && c) {
+            for (size_t i = 0; i < n; i++) a[i] = b[i] = (float)(i % 7) / 7.0f;
+            int64_t dims[3] = {B, M, M};
+            double tr[REPS];
+            exec_einsum_f32(&e, dims, a, dims, b, dims, c);
+            for (int r = 0; r < REPS; r++) {
+#pragma omp barrier
+                double t0 = now();
+                for (int k = 0; k < inner; k++) exec_einsum_f32(&e, dims, a, dims, b, dims, c);
+                tr[r] = (now() - t0) / inner;
+            }
+            double call = (median(tr, REPS) - 2.0 * B * M * M * M / peak) / B;
+            if (t < 64) per[t] = call > 0 ? call : 0;
+        }
+        free(a);
+        free(b);
+        free(c);
+    }
+    double s = 0;
+    int nt = threads < 64 ? threads : 64;
+    for (int t = 0; t < nt; t++) s += per[t] / nt;
+    return s;
 }
 
 /* Per-thread copy rate (bytes copied per second) with every thread copying
@@ -252,9 +460,25 @@ int cost_calibrate(cost_hw *hw, int quick, FILE *log, char *err, size_t errlen)
     say(log, "  copy: %.2f GB/s per thread (%.2f GB/s read + write)\n", cr / 1e9, 2 * cr / 1e9);
     double lat = barrier_latency(cores, quick ? 50 : 2000);
     say(log, "  barrier among %d threads: %.2f us\n", cores, lat * 1e6);
+    double lat_over = barrier_latency(2 * cores, quick ? 50 : 1000);
+    say(log, "  barrier among %d threads (2 a core): %.2f us\n", 2 * cores, lat_over * 1e6);
+    double v1 = cores > 1 ? vector_rate(1, quick ? 4096 : 16384, quick ? 2 : 50) : vr;
+    double alone = sqrt((g1 / gn) * (v1 / vr));
+    if (!(alone >= 1)) alone = 1;
+    say(log, "  one thread alone vs every core busy: GEMM %.2fx, elementwise %.2fx; alone_speedup %.2f\n", g1 / gn, v1 / vr, alone);
+    double rates[IR_N_OPS];
+    op_rates(cores, quick ? 4096 : 262144, quick ? 2 : 2, rates);
+    say(log, "  op rates (G elements/s per thread): exp %.2f, gelu %.2f, add %.2f, broadcast %.2f, reduce_sum %.2f\n",
+        rates[IR_OP_EXP] / 1e9, rates[IR_OP_GELU] / 1e9, rates[IR_OP_ADD] / 1e9, rates[IR_OP_BROADCAST] / 1e9,
+        rates[IR_OP_REDUCE_SUM] / 1e9);
+    double call = gemm_call_time(cores, gn, quick ? 1 : 20);
+    say(log, "  GEMM call (beyond its FLOPs): %.2f us\n", call * 1e6);
     double ovh = op_overhead(quick ? 1000 : 200000);
     say(log, "  kernel call overhead: %.3f us\n", ovh * 1e6);
-    if (!(gn > 0) || !(vr > 0) || !(cr > 0) || !isfinite(lat) || !isfinite(ovh)) {
+    int rates_ok = 1;
+    for (int k = 0; k < IR_N_OPS; k++) rates_ok &= k == IR_OP_EINSUM || (rates[k] > 0 && isfinite(rates[k]));
+    if (!(gn > 0) || !(vr > 0) || !(cr > 0) || !isfinite(lat) || !isfinite(ovh) || !rates_ok || !isfinite(call) ||
+        !isfinite(lat_over)) {
         snprintf(err, errlen, "calibrate: a measurement failed (out of memory?)");
         return -1;
     }
@@ -271,5 +495,10 @@ int cost_calibrate(cost_hw *hw, int quick, FILE *log, char *err, size_t errlen)
     hw->intra.bandwidth = hw->inter.bandwidth = cr;
     hw->intra.latency = hw->inter.latency = lat > 0 ? lat : 0;
     hw->cores = cores;
+    hw->alone_speedup = alone;
+    memcpy(hw->op_rate, rates, sizeof rates);
+    hw->gemm_call = call;
+    hw->shared_memory = 1;
+    hw->oversub_latency = lat_over > 0 ? lat_over : 0;
     return cost_hw_check(hw, err, errlen);
 }

@@ -47,6 +47,14 @@ typedef struct cost_hw {
     int64_t node_devices;          /* devices per node on the fast link */
     cost_link intra, inter;        /* inside a node, between nodes */
     int cores;                     /* CPU profiles: cores running the simulated devices; 0: none */
+    /* CPU profiles (0 everywhere else; docs/cost-model.md, "The CPU model"): */
+    double alone_speedup;          /* rate of a thread alone over its rate with every core busy (>= 1; 0: 1) */
+    double op_rate[IR_N_OPS];      /* elements/s of each non-einsum op kind with every core busy (0: price
+                                      the op by vector_flops); elements as cost_op_elements counts them */
+    double gemm_call;              /* seconds per GEMM call (an einsum makes one per batch index) */
+    int shared_memory;             /* 1: collectives are the SPMD runtime's barrier + copies through
+                                      shared memory (priced as such), 0: ring algorithms on links */
+    double oversub_latency;        /* seconds per barrier when devices outnumber cores (0: intra.latency) */
     int n_axis_links;              /* links given per mesh axis name (override the hierarchy) */
     char axis_names[SHARD_MAX_AXES][SHARD_AXIS_NAME];
     cost_link axis_links[SHARD_MAX_AXES];
@@ -83,6 +91,17 @@ cost_link cost_axis_link(const cost_hw *hw, const shard_mesh *mesh, int axis);
  * Returns 0, or -1 with a message.  Progress lines go to `log` when not NULL. */
 int cost_calibrate(cost_hw *hw, int quick, FILE *log, char *err, size_t errlen);
 
+/* How many "elements" an op of kind k processes, as op_rate counts them:
+ * 0 = the result's elements, 1 = operand 0's (reductions), 2 = operand 1's
+ * (scatter_add's updates); -1 for einsum (priced by FLOPs). */
+int cost_op_elements(ir_opkind k);
+
+/* Per-device time multiplier on a CPU profile for a mesh of n devices:
+ * n / cores when devices share the cores, else 1 / alone_speedup when
+ * fewer threads than cores run (each gets more of the machine), never below
+ * that; 1 for profiles without cores. */
+double cost_cpu_factor(const cost_hw *hw, int64_t n_devices);
+
 /* ---- estimate --------------------------------------------------------- */
 typedef enum {
     COST_FP32,       /* every value f32 as in the IR */
@@ -116,7 +135,8 @@ double cost_model_state_bytes(double psi, const cost_state_bytes *sz, double sha
  * reduce-scatter (n-1)/n S, all-to-all (n-1)/n S; 0 for compute and slice. */
 double cost_wire_bytes(spmd_kind kind, int64_t n, double bytes);
 /* Time of one collective over the axes in `axes` (see docs: hierarchical over
- * several axes, fastest link first). */
+ * several axes, fastest link first; with shared_memory, the SPMD runtime's
+ * barrier and copies at intra_link, devices not sharing cores). */
 double cost_collective_time(const cost_hw *hw, const shard_mesh *mesh, spmd_kind kind, unsigned axes, double bytes);
 
 typedef struct cost_estimate {
@@ -133,7 +153,7 @@ typedef struct cost_estimate {
     /* what is live at the peak */
     double peak_params, peak_opt_states, peak_grads, peak_activations, peak_other;
     double model_state_bytes; /* cost_model_state_bytes summed over params */
-    double serialisation;   /* factor applied to per-device times (devices / cores, >= 1) */
+    double serialisation;   /* factor applied to per-device times (cost_cpu_factor) */
     /* breakdowns (seconds) */
     double op_time[IR_N_OPS];
     int op_count[IR_N_OPS];

@@ -19,6 +19,10 @@
  *   all-to-all       (n-1)/n S/beta + (n-1) alpha   (pairwise exchange)
  *   several axes: hierarchical, fastest link first, each axis on the data
  *   left by the faster ones (all-to-all: one ring at the slowest link).
+ * CPU profiles add (docs/cost-model.md, "The CPU model"): per-op-kind element
+ * rates instead of vector_flops, a cost per GEMM call for einsums, a factor
+ * for devices sharing (or not filling) the cores, and, with shared_memory,
+ * collectives priced as the SPMD runtime's barriers and copies.
  */
 #include "cost/cost.h"
 
@@ -36,6 +40,7 @@ struct cost_ws {
     uint64_t g_hash;          /* its fingerprint (a freed graph's address may be reused) */
     uint8_t *op_rule;         /* FL_* */
     uint8_t *op_kmask;        /* einsum: contracted dims of operand a */
+    uint8_t *op_bmask;        /* einsum: batch dims of operand a (in a, b and the result) */
     uint8_t *op_phase;
     float *op_coef;
     double *numel;            /* per value, global */
@@ -79,6 +84,7 @@ static void free_graph_tables(cost_ws *w)
 {
     free(w->op_rule);
     free(w->op_kmask);
+    free(w->op_bmask);
     free(w->op_phase);
     free(w->op_coef);
     free(w->numel);
@@ -187,19 +193,78 @@ static double collective(const cost_hw *hw, const shard_mesh *m, spmd_kind kind,
     return t;
 }
 
+static double shm_moved(spmd_kind kind, int64_t n, double bytes, int *barriers);
+
 double cost_collective_time(const cost_hw *hw, const shard_mesh *mesh, spmd_kind kind, unsigned axes, double bytes)
 {
     double wire;
-    return collective(hw, mesh, kind, axes, bytes, &wire);
+    double t = collective(hw, mesh, kind, axes, bytes, &wire);
+    if (!hw->shared_memory) return t;
+    int barriers;
+    double moved = shm_moved(kind, shard_axes_size(mesh, axes), bytes, &barriers);
+    return moved / hw->intra.bandwidth + barriers * hw->intra.latency;
+}
+
+/* The SPMD runtime's collectives (exec/spmd_coll.c), for profiles with
+ * shared_memory: each waits on one barrier of its group, then copies (or
+ * sums) straight from the peers' buffers; an all-reduce of 16 KiB or more
+ * takes two barriers (each member reduces one chunk, then copies the
+ * others').  Returns the bytes one device copies or reduces for a collective
+ * of `bytes` (the spmd_instr count) over n devices, and its barriers. */
+static double shm_moved(spmd_kind kind, int64_t n, double bytes, int *barriers)
+{
+    double dn = (double)n;
+    *barriers = n > 1;
+    if (n <= 1) return 0;
+    switch (kind) {
+    case SPMD_ALL_GATHER: return bytes;       /* its whole result, block by block */
+    case SPMD_ALL_TO_ALL: return bytes;       /* its result, as large as its input */
+    case SPMD_REDUCE_SCATTER: return bytes;   /* n blocks of bytes / n summed */
+    case SPMD_ALL_REDUCE:
+        if (bytes < 16384) return dn * bytes; /* every member sums the whole buffer */
+        *barriers = 2;
+        return bytes + (dn - 1) / dn * bytes; /* reduce a chunk from n peers, copy n-1 chunks */
+    case SPMD_COMPUTE:
+    case SPMD_SLICE:
+    case SPMD_N_KINDS: return 0;
+    }
+    return 0;
+}
+
+int cost_op_elements(ir_opkind k)
+{
+    switch (k) {
+    case IR_OP_EINSUM: return -1;
+    case IR_OP_REDUCE_SUM:
+    case IR_OP_REDUCE_MAX: return 1;
+    case IR_OP_SCATTER_ADD: return 2;
+    case IR_OP_CONSTANT: case IR_OP_IOTA: case IR_OP_NEG: case IR_OP_EXP: case IR_OP_LOG: case IR_OP_SQRT:
+    case IR_OP_RSQRT: case IR_OP_TANH: case IR_OP_GELU: case IR_OP_GELU_GRAD: case IR_OP_RELU: case IR_OP_SCALE:
+    case IR_OP_ADD_SCALAR: case IR_OP_STOP_GRAD: case IR_OP_ADD: case IR_OP_SUB: case IR_OP_MUL: case IR_OP_DIV:
+    case IR_OP_MAX: case IR_OP_GE: case IR_OP_BROADCAST: case IR_OP_TRANSPOSE: case IR_OP_RESHAPE:
+    case IR_OP_GATHER: case IR_OP_ONE_HOT:
+        return 0;
+    }
+    return 0;
+}
+
+double cost_cpu_factor(const cost_hw *hw, int64_t n_devices)
+{
+    if (hw->cores <= 0) return 1;
+    double share = (double)n_devices / hw->cores;
+    double alone = hw->alone_speedup > 1 ? 1 / hw->alone_speedup : 1;
+    if (n_devices > hw->cores) return share;
+    return share > alone ? share : alone;
 }
 
 /* ---- per-graph tables ---------------------------------------------------- */
 
-static void op_rule_of(const ir_graph *g, int op, uint8_t *rule, float *coef, uint8_t *kmask)
+static void op_rule_of(const ir_graph *g, int op, uint8_t *rule, float *coef, uint8_t *kmask, uint8_t *bmask)
 {
     const ir_op *o = &g->ops[op];
     *coef = 1;
     *kmask = 0;
+    *bmask = 0;
     switch (o->kind) {
     case IR_OP_EINSUM: {
         ir_einsum_spec e;
@@ -210,8 +275,10 @@ static void op_rule_of(const ir_graph *g, int op, uint8_t *rule, float *coef, ui
             *rule = FL_ZERO;
             break;
         }
-        for (int i = 0; i < e.rank_a; i++)
+        for (int i = 0; i < e.rank_a; i++) {
             if (ir_einsum_pos(e.out, e.rank_out, e.a[i]) < 0) *kmask |= (uint8_t)(1u << i);
+            else if (ir_einsum_pos(e.b, e.rank_b, e.a[i]) >= 0) *bmask |= (uint8_t)(1u << i);
+        }
         break;
     }
     case IR_OP_REDUCE_SUM:
@@ -264,6 +331,7 @@ static void build_graph_tables(cost_ws *w, const spmd_program *p, uint64_t hash)
     size_t no = (size_t)g->n_ops + 1, nv = (size_t)g->n_values + 1;
     w->op_rule = xcalloc(no, 1);
     w->op_kmask = xcalloc(no, 1);
+    w->op_bmask = xcalloc(no, 1);
     w->op_phase = xcalloc(no, 1);
     w->op_coef = xcalloc(no, sizeof(float));
     w->numel = xcalloc(nv, sizeof(double));
@@ -272,7 +340,7 @@ static void build_graph_tables(cost_ws *w, const spmd_program *p, uint64_t hash)
     w->first_opt = xcalloc(nv, sizeof(int));
     w->n_opt = xcalloc(nv, sizeof(int));
     w->final_buf = xcalloc(nv, sizeof(int));
-    for (int i = 0; i < g->n_ops; i++) op_rule_of(g, i, &w->op_rule[i], &w->op_coef[i], &w->op_kmask[i]);
+    for (int i = 0; i < g->n_ops; i++) op_rule_of(g, i, &w->op_rule[i], &w->op_coef[i], &w->op_kmask[i], &w->op_bmask[i]);
     /* Phases: lowering marks every compute instruction with its op's phase;
      * they depend on the graph only. */
     for (int i = 0; i < p->n_instrs; i++)
@@ -430,9 +498,9 @@ int cost_estimate_program(cost_ws *w, const spmd_program *p, const cost_hw *hw, 
     }
 
     /* pass 2: price every instruction; sweep live bytes */
-    double ser = 1;
-    if (hw->cores > 0 && (double)m->n_devices > hw->cores) ser = (double)m->n_devices / hw->cores;
+    double ser = cost_cpu_factor(hw, m->n_devices);
     out->serialisation = ser;
+    int oversub = hw->cores > 0 && m->n_devices > hw->cores;
     double peak = -1, cur = live[0] + live[1] + live[2] + live[3] + live[4];
     for (int i = 0; i < p->n_instrs; i++) {
         const spmd_instr *in = &p->instrs[i];
@@ -459,11 +527,24 @@ int cost_estimate_program(cost_ws *w, const spmd_program *p, const cost_hw *hw, 
             default: break;
             }
             if (o->kind == IR_OP_GATHER) bytes = w->buf_bytes[in->in[1]] + 2 * w->buf_bytes[ob];
-            double peak_rate = hw->vector_flops;
-            if (o->kind == IR_OP_EINSUM)
+            double peak_rate = hw->vector_flops, tf, tb = bytes / hw->mem_bandwidth, extra = 0;
+            if (o->kind == IR_OP_EINSUM) {
                 peak_rate = hw->matmul_flops[c.mixed && in->phase != SPMD_OPTIMIZER ? IR_BF16 : IR_F32];
-            double tf = flops / peak_rate, tb = bytes / hw->mem_bandwidth;
-            t = ser * ((tf > tb ? tf : tb) + hw->op_overhead);
+                tf = flops / peak_rate;
+                if (hw->gemm_call > 0) { /* one GEMM call per batch index */
+                    double calls = 1;
+                    for (int d = 0, bm = w->op_bmask[in->op]; bm; d++, bm >>= 1)
+                        if (bm & 1) calls *= local_dim(&c, in->in[0], d);
+                    extra = calls * hw->gemm_call;
+                }
+            } else if (hw->op_rate[o->kind] > 0) {
+                int which = cost_op_elements(o->kind);
+                double n_el = which == 1 ? w->buf_numel[in->in[0]] : which == 2 ? w->buf_numel[in->in[1]] : w->buf_numel[ob];
+                tf = n_el / hw->op_rate[o->kind];
+            } else {
+                tf = flops / peak_rate;
+            }
+            t = ser * ((tf > tb ? tf : tb) + extra + hw->op_overhead);
             out->flops += flops;
             out->compute_time += t;
             out->op_time[o->kind] += t;
@@ -483,7 +564,15 @@ int cost_estimate_program(cost_ws *w, const spmd_program *p, const cost_hw *hw, 
             double bytes = (double)in->bytes;
             if (c.mixed) bytes *= (double)w->mp_size[in->value] / (double)ir_dtype_size(v->dtype);
             double wire;
-            t = ser * collective(hw, m, (spmd_kind)in->kind, in->axes, bytes, &wire);
+            t = collective(hw, m, (spmd_kind)in->kind, in->axes, bytes, &wire);
+            if (hw->shared_memory) {
+                int barriers;
+                double moved = shm_moved((spmd_kind)in->kind, (int64_t)c.axes_prod[in->axes & ((1u << SHARD_MAX_AXES) - 1)], bytes, &barriers);
+                double lat = oversub && hw->oversub_latency > 0 ? hw->oversub_latency : hw->intra.latency;
+                t = ser * moved / hw->intra.bandwidth + barriers * lat;
+            } else {
+                t *= ser;
+            }
             out->comm_time += t;
             out->comm_bytes += bytes;
             out->wire_bytes += wire;

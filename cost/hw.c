@@ -101,6 +101,13 @@ int cost_hw_check(const cost_hw *hw, char *err, size_t errlen)
     if (bad_num(hw->op_overhead, 1)) return fail(err, errlen, "hardware %s: op_overhead must be >= 0", n);
     if (hw->node_devices < 1) return fail(err, errlen, "hardware %s: node_devices must be >= 1", n);
     if (hw->cores < 0) return fail(err, errlen, "hardware %s: cores must be >= 0", n);
+    if (bad_num(hw->alone_speedup, 1)) return fail(err, errlen, "hardware %s: alone_speedup must be >= 0", n);
+    if (bad_num(hw->gemm_call, 1)) return fail(err, errlen, "hardware %s: gemm_call must be >= 0", n);
+    if (bad_num(hw->oversub_latency, 1)) return fail(err, errlen, "hardware %s: oversub_latency must be >= 0", n);
+    if (hw->shared_memory != 0 && hw->shared_memory != 1) return fail(err, errlen, "hardware %s: shared_memory must be 0 or 1", n);
+    for (int k = 0; k < IR_N_OPS; k++)
+        if (bad_num(hw->op_rate[k], 1))
+            return fail(err, errlen, "hardware %s: op_rates.%s must be >= 0", n, ir_op_name((ir_opkind)k));
     const cost_link *l[2] = {&hw->intra, &hw->inter};
     static const char *const ln[2] = {"intra_link", "inter_link"};
     for (int i = 0; i < 2; i++) {
@@ -194,6 +201,27 @@ static int parse_doc(const cJSON *root, const char *where, cost_hw *hw, char *er
     if (cores != floor(cores) || cores > 1e6) return fail(err, errlen, "%s: field 'cores' must be an integer", where);
     hw->node_devices = (int64_t)node;
     hw->cores = (int)cores;
+    double shm;
+    if (get_num(root, "alone_speedup", "", where, &zero, 1, &hw->alone_speedup, err, errlen) < 0 ||
+        get_num(root, "gemm_call", "", where, &zero, 1, &hw->gemm_call, err, errlen) < 0 ||
+        get_num(root, "oversub_latency", "", where, &zero, 1, &hw->oversub_latency, err, errlen) < 0 ||
+        get_num(root, "shared_memory", "", where, &zero, 1, &shm, err, errlen) < 0)
+        return -1;
+    if (shm != 0 && shm != 1) return fail(err, errlen, "%s: field 'shared_memory' must be 0 or 1", where);
+    hw->shared_memory = (int)shm;
+    const cJSON *rates = cJSON_GetObjectItemCaseSensitive(root, "op_rates");
+    if (rates) {
+        if (!cJSON_IsObject(rates)) return fail(err, errlen, "%s: field 'op_rates' must be an object of op name -> elements/s", where);
+        const cJSON *x;
+        cJSON_ArrayForEach(x, rates)
+        {
+            int k = 0;
+            while (k < IR_N_OPS && strcmp(ir_op_name((ir_opkind)k), x->string ? x->string : "")) k++;
+            if (k == IR_N_OPS || k == IR_OP_EINSUM)
+                return fail(err, errlen, "%s: op_rates: '%s' is not an op other than einsum", where, x->string ? x->string : "");
+            if (get_num(rates, x->string, "op_rates.", where, NULL, 1, &hw->op_rate[k], err, errlen) < 0) return -1;
+        }
+    }
     if (get_link(root, "intra_link", where, &hw->intra, err, errlen) < 0) return -1;
     if (get_link(root, "inter_link", where, &hw->inter, err, errlen) < 0) return -1;
     const cJSON *al = cJSON_GetObjectItemCaseSensitive(root, "axis_links");
@@ -314,6 +342,18 @@ char *cost_hw_to_json(const cost_hw *hw)
     add_num(r, "op_overhead", hw->op_overhead);
     add_num(r, "node_devices", (double)hw->node_devices);
     add_num(r, "cores", hw->cores);
+    if (hw->alone_speedup > 0) add_num(r, "alone_speedup", hw->alone_speedup);
+    if (hw->gemm_call > 0) add_num(r, "gemm_call", hw->gemm_call);
+    if (hw->shared_memory) add_num(r, "shared_memory", hw->shared_memory);
+    if (hw->oversub_latency > 0) add_num(r, "oversub_latency", hw->oversub_latency);
+    int any_rate = 0;
+    for (int k = 0; k < IR_N_OPS; k++) any_rate |= hw->op_rate[k] > 0;
+    if (any_rate) {
+        cJSON *rates = cJSON_CreateObject();
+        for (int k = 0; k < IR_N_OPS; k++)
+            if (hw->op_rate[k] > 0) add_num(rates, ir_op_name((ir_opkind)k), hw->op_rate[k]);
+        cJSON_AddItemToObject(r, "op_rates", rates);
+    }
     cJSON_AddItemToObject(r, "intra_link", link_json(&hw->intra));
     cJSON_AddItemToObject(r, "inter_link", link_json(&hw->inter));
     if (hw->n_axis_links) {

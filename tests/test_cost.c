@@ -3,7 +3,8 @@
  * selection, liveness on a hand-checked graph, the DP / Megatron trade-off
  * and how it moves with link bandwidth, mixed precision, CPU serialisation,
  * the reward's ordering, hardware profile JSON (round trip and bad input),
- * and the quick calibration. */
+ * the CPU model (per-op rates, GEMM calls, cores shared or not, the runtime's
+ * shared-memory collectives) and the quick calibration. */
 #include "analysis/schedule.h"
 #include "analysis/spmd.h"
 #include "cli/cli.h"
@@ -471,8 +472,8 @@ static void test_profiles(void)
     CHECK(cost_hw_save(&hw, "/nonexistent-dir/x.json", err, sizeof err) == -1 && strstr(err, "nonexistent-dir"));
 
     const char *good =
-        "{\"format\":\"carve-hw/1\",\"name\":\"x\",\"peak_flops\":{\"f32\":1e12,\"bf16\":2e12},\"vector_flops\":1e11,"
-        "\"memory_bandwidth\":1e11,\"memory_capacity\":1e10,\"node_devices\":8,"
+        "{\"format\":\"carve-hw/1\",\"name\":\"x\",\"peak_flops\":{\"f32\":1e12,\"bf16\":2e12},\"vector_flops\":1e11," \
+    "\"memory_bandwidth\":1e11,\"memory_capacity\":1e10,\"node_devices\":8,"
         "\"intra_link\":{\"bandwidth\":1e10,\"latency\":1e-6},\"inter_link\":{\"bandwidth\":1e9,\"latency\":1e-5}}";
     CHECKF(cost_hw_from_json(good, "t.json", &hw, err, sizeof err) == 0, "%s", err);
     CHECK(hw.matmul_flops[IR_F16] == 2e12 && hw.cores == 0 && hw.op_overhead == 0);
@@ -516,6 +517,145 @@ static void test_profiles(void)
     CHECK(cmd_cost(&o) == CLI_BAD_INPUT);
 }
 
+/* ---- the CPU model (docs/cost-model.md, "The CPU model") ------------------ */
+
+static void test_cpu_model(void)
+{
+    char err[512];
+    cost_hw cpu = preset("cpu");
+    /* cores shared or not: alone a thread runs alone_speedup faster; when
+     * devices outnumber cores they take turns */
+    cpu.alone_speedup = 1.6;
+    CHECK(close_rel(cost_cpu_factor(&cpu, 1), 1 / 1.6, 1e-12));
+    CHECK(cost_cpu_factor(&cpu, 2) == 1 && cost_cpu_factor(&cpu, 4) == 2 && cost_cpu_factor(&cpu, 8) == 4);
+    cpu.alone_speedup = 0;
+    CHECK(cost_cpu_factor(&cpu, 1) == 1);
+    cost_hw gpu = preset("a100");
+    CHECK(cost_cpu_factor(&gpu, 1) == 1 && cost_cpu_factor(&gpu, 64) == 1);
+
+    /* what an op counts */
+    CHECK(cost_op_elements(IR_OP_EINSUM) == -1 && cost_op_elements(IR_OP_REDUCE_SUM) == 1 &&
+          cost_op_elements(IR_OP_SCATTER_ADD) == 2 && cost_op_elements(IR_OP_GELU) == 0);
+
+    ir_graph *g = build("mlp-tiny");
+    cost_ws *ws = cost_ws_new();
+    spmd_program *p = lower(g, "d=2", "dp:d");
+    cost_hw base = preset("cpu");
+    cost_estimate e0 = estimate(ws, p, &base, COST_FP32);
+    /* a per-op rate replaces vector_flops for that op only; compute-bound at
+     * this rate (1e3 elements/s), so its time is elements / rate + overhead:
+     * halving the rate doubles the part above the overhead */
+    cost_hw r1 = base, r2 = base;
+    r1.op_rate[IR_OP_ADD] = 1e3;
+    r2.op_rate[IR_OP_ADD] = 5e2;
+    cost_estimate a1 = estimate(ws, p, &r1, COST_FP32), a2 = estimate(ws, p, &r2, COST_FP32);
+    double ovh = a1.op_count[IR_OP_ADD] * base.op_overhead;
+    CHECK(a1.op_count[IR_OP_ADD] > 0 && a1.op_time[IR_OP_ADD] > 1e-3);
+    CHECK(close_rel(a2.op_time[IR_OP_ADD] - ovh, 2 * (a1.op_time[IR_OP_ADD] - ovh), 1e-9));
+    CHECK(a1.op_time[IR_OP_MUL] == e0.op_time[IR_OP_MUL] && a1.op_time[IR_OP_EINSUM] == e0.op_time[IR_OP_EINSUM]);
+    /* elements of the result: the d=2 adds hold half the batch */
+    double add_elems = 0;
+    for (int i = 0; i < p->n_instrs; i++) {
+        const spmd_instr *in = &p->instrs[i];
+        if (in->kind == SPMD_COMPUTE && g->ops[in->op].kind == IR_OP_ADD) {
+            int64_t dims[IR_MAX_RANK];
+            spmd_buffer_dims(p, in->out, dims);
+            double n = 1;
+            for (int d = 0; d < g->values[in->value].rank; d++) n *= (double)dims[d];
+            add_elems += n;
+        }
+    }
+    CHECK(close_rel(a1.op_time[IR_OP_ADD] - ovh, add_elems / 1e3, 1e-9));
+    /* one GEMM call per einsum here (no batch letters in an MLP) */
+    cost_hw gc = base;
+    gc.gemm_call = 1e-3;
+    cost_estimate c1 = estimate(ws, p, &gc, COST_FP32);
+    CHECK(c1.op_count[IR_OP_EINSUM] > 0 &&
+          close_rel(c1.op_time[IR_OP_EINSUM] - e0.op_time[IR_OP_EINSUM], c1.op_count[IR_OP_EINSUM] * 1e-3, 1e-9));
+    spmd_free(p);
+    ir_free(g);
+    /* attention einsums make one call per (batch, head) */
+    g = build("gpt-tiny");
+    p = lower(g, "d=2", "dp:d");
+    cost_hw gb = base;
+    e0 = estimate(ws, p, &gb, COST_FP32);
+    gb.gemm_call = 1e-3;
+    c1 = estimate(ws, p, &gb, COST_FP32);
+    CHECK(c1.op_time[IR_OP_EINSUM] - e0.op_time[IR_OP_EINSUM] > 1.5 * c1.op_count[IR_OP_EINSUM] * 1e-3);
+
+    /* the runtime's collectives: one barrier and the bytes it copies; a
+     * large all-reduce takes two barriers (reduce a chunk, copy the rest) */
+    cost_hw shm = base;
+    shm.shared_memory = 1;
+    shm.intra.bandwidth = 1e10;
+    shm.intra.latency = 1e-5;
+    shard_mesh m;
+    shard_mesh_parse("d=4", &m, err, sizeof err);
+    double S = 1e6, b = 1e10, a = 1e-5;
+    CHECK(close_rel(cost_collective_time(&shm, &m, SPMD_ALL_GATHER, 1u, S), S / b + a, 1e-12));
+    CHECK(close_rel(cost_collective_time(&shm, &m, SPMD_REDUCE_SCATTER, 1u, S), S / b + a, 1e-12));
+    CHECK(close_rel(cost_collective_time(&shm, &m, SPMD_ALL_REDUCE, 1u, S), (S + 0.75 * S) / b + 2 * a, 1e-12));
+    CHECK(close_rel(cost_collective_time(&shm, &m, SPMD_ALL_REDUCE, 1u, 4096), 4 * 4096 / b + a, 1e-12));
+    /* in the estimate: 4 devices on 2 cores copy at half speed, and their
+     * barriers take oversub_latency */
+    spmd_free(p);
+    p = lower(g, "d=4", "zero3:d");
+    shm.oversub_latency = 1e-5; /* = intra latency: only the copies scale */
+    cost_estimate s4 = estimate(ws, p, &shm, COST_FP32);
+    cost_hw shm_free = shm;
+    shm_free.cores = 0;
+    cost_estimate s0 = estimate(ws, p, &shm_free, COST_FP32);
+    CHECK(s4.coll_count[SPMD_ALL_GATHER] > 0 && s4.comm_time > s0.comm_time && s4.comm_time < 2 * s0.comm_time);
+    cost_hw slow = shm;
+    slow.oversub_latency = 1e-3;
+    cost_estimate s5 = estimate(ws, p, &slow, COST_FP32);
+    int colls = 0;
+    for (int k = SPMD_ALL_GATHER; k < SPMD_SLICE; k++) colls += s4.coll_count[k];
+    CHECK(s5.comm_time - s4.comm_time >= colls * (1e-3 - 1e-5) * (1 - 1e-9));
+    CHECK(s5.comm_time - s4.comm_time <= 2 * colls * (1e-3 - 1e-5) * (1 + 1e-9));
+
+    /* the new fields round-trip through JSON, and bad ones are refused */
+    cost_hw full = shm;
+    full.alone_speedup = 1.25;
+    full.gemm_call = 3e-6;
+    full.oversub_latency = 0.1 + 0.2;
+    for (int k = 0; k < IR_N_OPS; k++) full.op_rate[k] = k == IR_OP_EINSUM ? 0 : 1e9 + k / 3.0;
+    char *s = cost_hw_to_json(&full);
+    cost_hw back;
+    CHECKF(s && cost_hw_from_json(s, "rt", &back, err, sizeof err) == 0, "%s", err);
+    CHECK(!memcmp(back.op_rate, full.op_rate, sizeof full.op_rate) && back.alone_speedup == 1.25 &&
+          back.gemm_call == 3e-6 && back.shared_memory == 1 && back.oversub_latency == 0.1 + 0.2);
+    free(s);
+#define HW_DOC(fields)                                                                                            \
+    "{\"format\":\"carve-hw/1\",\"name\":\"x\",\"peak_flops\":{\"f32\":1e12,\"bf16\":2e12},\"vector_flops\":1e11," \
+    "\"memory_bandwidth\":1e11,\"memory_capacity\":1e10,\"node_devices\":8,%s"                                    \
+    "\"intra_link\":{\"bandwidth\":1e10,\"latency\":1e-6},\"inter_link\":{\"bandwidth\":1e9,\"latency\":1e-5}}", fields
+    char text[1024];
+    struct {
+        const char *field, *needle;
+    } bad[] = {
+        {"\"op_rates\":{\"exp\":1e9,\"frobnicate\":2},", "frobnicate"},
+        {"\"op_rates\":{\"einsum\":1e9},", "einsum"},
+        {"\"op_rates\":{\"exp\":-1},", "op_rates.exp"},
+        {"\"op_rates\":[1],", "op_rates"},
+        {"\"shared_memory\":2,", "shared_memory"},
+        {"\"alone_speedup\":-1,", "alone_speedup"},
+        {"\"gemm_call\":\"slow\",", "gemm_call"},
+        {"\"oversub_latency\":-1,", "oversub_latency"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        snprintf(text, sizeof text, HW_DOC(bad[i].field));
+        CHECKF(hw_error(text, bad[i].needle), "variant %zu", i);
+    }
+    snprintf(text, sizeof text, HW_DOC("\"op_rates\":{\"gelu\":5e7},\"shared_memory\":1,"));
+#undef HW_DOC
+    CHECKF(cost_hw_from_json(text, "t.json", &back, err, sizeof err) == 0, "%s", err);
+    CHECK(back.op_rate[IR_OP_GELU] == 5e7 && back.op_rate[IR_OP_EXP] == 0 && back.shared_memory == 1);
+    spmd_free(p);
+    ir_free(g);
+    cost_ws_free(ws);
+}
+
 static void test_calibrate_quick(void)
 {
     cost_hw hw;
@@ -525,6 +665,10 @@ static void test_calibrate_quick(void)
     /* positive, finite figures and a valid profile; no time is compared */
     CHECK(hw.matmul_flops[IR_F32] > 0 && hw.vector_flops > 0 && hw.mem_bandwidth > 0 && hw.intra.bandwidth > 0);
     CHECK(hw.cores >= 1 && hw.mem_capacity > 0 && cost_hw_check(&hw, err, sizeof err) == 0);
+    /* the CPU model's figures: every non-einsum op has a rate */
+    int rates = 1;
+    for (int k = 0; k < IR_N_OPS; k++) rates &= k == IR_OP_EINSUM ? hw.op_rate[k] == 0 : hw.op_rate[k] > 0;
+    CHECK(rates && hw.alone_speedup >= 1 && hw.shared_memory == 1 && hw.gemm_call >= 0 && hw.oversub_latency >= 0);
 }
 
 int main(void)
@@ -537,6 +681,7 @@ int main(void)
     test_tradeoff();
     test_options();
     test_profiles();
+    test_cpu_model();
     test_calibrate_quick();
     return test_done();
 }
