@@ -18,8 +18,9 @@ void cli_print_estimate(const cost_estimate *e)
     cli_fmt_time(e->compute_time, b, sizeof b);
     cli_fmt_time(e->comm_time, c, sizeof c);
     printf("step time      %s  (compute %s + communication %s)\n", a, b, c);
-    if (e->serialisation > 1) printf("               devices share %.3g cores: per-device times scaled by %.3g\n",
-                                     e->serialisation, e->serialisation);
+    if (e->serialisation != 1)
+        printf("               per-device times scaled by %.3g (simulated devices sharing this machine's cores)\n",
+               e->serialisation);
     printf("FLOPs/device   %.4g GFLOP; communicated %.4g MB per device (%.4g MB on the wire)\n", e->flops / 1e9,
            e->comm_bytes / 1e6, e->wire_bytes / 1e6);
     printf("peak memory    %.4g GB per device of %.4g GB: %s\n", e->peak_memory / 1e9, e->capacity / 1e9,
