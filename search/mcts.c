@@ -253,7 +253,7 @@ static void mcts_sim(ctx *c)
 {
     int path[SEARCH_MAX_PLAN + 2], np = 0, stopped = 0;
     int max_depth = c->b->max_depth > 0 ? c->b->max_depth : 16;
-    double cexp = c->b->exploration > 0 ? c->b->exploration : 0.5;
+    double cexp = c->b->exploration > 0 ? c->b->exploration : 0.4;
     start_sim(c);
     int id = 0;
     path[np++] = id;
