@@ -88,6 +88,7 @@ typedef struct ctx {
     int64_t since_best;
     double t0;
     int *scratch; /* n_actions + 1 */
+    int *target_hit; /* shared by the threads: one reached the target reward */
     /* all-moves-as-first statistics per action: an action's value depends
      * little on where in the plan it comes, so every simulation informs every
      * action it used; expansion tries untried actions best-first by them */
@@ -203,7 +204,9 @@ static int stop_now(ctx *c)
         c->res.stop = STOP_BUDGET;
         return 1;
     }
-    if (b->target_reward != 0 && c->best_reward >= b->target_reward) {
+    if (b->target_reward != 0 &&
+        (c->best_reward >= b->target_reward || __atomic_load_n(c->target_hit, __ATOMIC_RELAXED))) {
+        __atomic_store_n(c->target_hit, 1, __ATOMIC_RELAXED); /* the other threads stop too */
         c->res.stop = STOP_TARGET;
         return 1;
     }
@@ -532,11 +535,12 @@ int search_run(search_kind kind, const shard_state *prefix, const shard_groups *
     search_budget per = *b;
     if (per.simulations > 0) per.simulations = (b->simulations + threads - 1) / threads;
     ctx *cs = ir_xcalloc((size_t)threads, sizeof *cs);
-    int rc = 0;
+    int rc = 0, target_hit = 0;
     double t0 = now();
 #pragma omp parallel for num_threads(threads) schedule(static, 1)
     for (int t = 0; t < threads; t++) {
         ctx_init(&cs[t], prefix, gs, ev, &per, t);
+        cs[t].target_hit = &target_hit;
         int trc = 0;
         char terr[256] = "";
         run_thread(&cs[t], kind, t, terr, sizeof terr, &trc);
