@@ -12,26 +12,8 @@
 #include "analysis/schedule.h"
 #include "analysis/spmd.h"
 #include "cost/cost.h"
+#include "bench/bench_util.h"
 #include "models/models.h"
-
-static double now(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
-
-static int cmp(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
-static double median(double *x, int n)
-{
-    qsort(x, (size_t)n, sizeof *x, cmp);
-    return n % 2 ? x[n / 2] : 0.5 * (x[n / 2 - 1] + x[n / 2]);
-}
 
 typedef struct bcase {
     const char *model, *mesh, *sched;
@@ -86,21 +68,21 @@ int main(void)
         spmd_program *p = spmd_lower(st);
         cost_ws *ws = cost_ws_new();
         cost_estimate e;
-        double t0 = now();
+        double t0 = bench_now();
         if (cost_estimate_program(ws, p, &hw, &opt, &e, err, sizeof err) < 0) {
             fprintf(stderr, "%s\n", err);
             return 1;
         }
-        double first = now() - t0;
+        double first = bench_now() - t0;
         enum { REPS = 41 };
         double t[REPS];
         for (int r = 0; r < REPS; r++) {
-            double a = now();
+            double a = bench_now();
             cost_estimate_program(ws, p, &hw, &opt, &e, err, sizeof err);
-            t[r] = now() - a;
+            t[r] = bench_now() - a;
         }
         printf("| %s | %s | `%s` | %d | %.3f | %.3f | %.4g | %.3g |\n", c->model, c->mesh, c->sched, p->n_instrs,
-               1e3 * median(t, REPS), 1e3 * first, e.step_time, e.peak_memory / 1e9);
+               1e3 * bench_median(t, REPS), 1e3 * first, e.step_time, e.peak_memory / 1e9);
         cost_ws_free(ws);
         spmd_free(p);
         shard_state_free(st);

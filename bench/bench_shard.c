@@ -14,26 +14,8 @@
 
 #include "analysis/schedule.h"
 #include "analysis/spmd.h"
+#include "bench/bench_util.h"
 #include "models/models.h"
-
-static double now(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
-
-static int cmp(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
-static double median(double *x, int n)
-{
-    qsort(x, (size_t)n, sizeof *x, cmp);
-    return n % 2 ? x[n / 2] : 0.5 * (x[n / 2 - 1] + x[n / 2]);
-}
 
 static long rss_kb(void)
 {
@@ -57,9 +39,9 @@ int main(void)
         model_config cfg;
         if (model_parse(models[mi], &cfg, err, sizeof err) < 0) return 1;
         long rss0 = rss_kb();
-        double t0 = now();
+        double t0 = bench_now();
         ir_graph *g = model_build_step(&cfg, NULL, err, sizeof err);
-        double t_build = now() - t0;
+        double t_build = bench_now() - t0;
         if (!g) {
             fprintf(stderr, "%s\n", err);
             return 1;
@@ -77,15 +59,15 @@ int main(void)
             int n_coll = 0, n_dec = 0;
             spmd_program *p = NULL;
             for (int r = 0; r < REPS; r++) {
-                double a = now();
+                double a = bench_now();
                 shard_state_reset(st);
                 if (sched_apply(&sc, st, err, sizeof err) < 0) {
                     fprintf(stderr, "%s\n", err);
                     return 1;
                 }
-                double b = now();
+                double b = bench_now();
                 p = spmd_lower_into(st, p);
-                double c = now();
+                double c = bench_now();
                 tp[r] = b - a;
                 tl[r] = c - b;
                 tt[r] = c - a;
@@ -96,7 +78,7 @@ int main(void)
             spmd_free(p);
             printf("| %s | %d | %s | %s | %d | %.2f | %.2f | %.2f | %d |\n", models[mi], g->n_ops,
                    k ? "" : (snprintf(err, sizeof err, "%.0f (+%.0f MB)", 1e3 * t_build, (double)(rss1 - rss0) / 1024), err),
-                   meshes[k], n_dec, 1e3 * median(tp, REPS), 1e3 * median(tl, REPS), 1e3 * median(tt, REPS), n_coll);
+                   meshes[k], n_dec, 1e3 * bench_median(tp, REPS), 1e3 * bench_median(tl, REPS), 1e3 * bench_median(tt, REPS), n_coll);
             shard_state_free(st);
         }
         ir_free(g);
@@ -111,9 +93,9 @@ int main(void)
         if (pid == 0) {
             model_config cfg;
             model_parse("gpt-39b", &cfg, err, sizeof err);
-            double t0 = now();
+            double t0 = bench_now();
             ir_graph *g = step ? model_build_step(&cfg, NULL, err, sizeof err) : model_build_forward(&cfg, err, sizeof err);
-            double t = now() - t0;
+            double t = bench_now() - t0;
             double msg[2] = {t, g ? (double)g->n_ops : -1};
             if (write(fds[1], msg, sizeof msg) != sizeof msg) _exit(1);
             _exit(0);

@@ -58,27 +58,7 @@ struct cost_ws {
     int cap_layer;
 };
 
-static void *xcalloc(size_t n, size_t sz)
-{
-    void *p = calloc(n ? n : 1, sz);
-    if (!p) {
-        fprintf(stderr, "carve: out of memory\n");
-        abort();
-    }
-    return p;
-}
-
-static void *xrealloc(void *p, size_t n)
-{
-    void *q = realloc(p, n ? n : 1);
-    if (!q) {
-        fprintf(stderr, "carve: out of memory\n");
-        abort();
-    }
-    return q;
-}
-
-cost_ws *cost_ws_new(void) { return xcalloc(1, sizeof(cost_ws)); }
+cost_ws *cost_ws_new(void) { return ir_xcalloc(1, sizeof(cost_ws)); }
 
 static void free_graph_tables(cost_ws *w)
 {
@@ -329,17 +309,17 @@ static void build_graph_tables(cost_ws *w, const spmd_program *p, uint64_t hash)
     w->g_values = g->n_values;
     w->g_hash = hash;
     size_t no = (size_t)g->n_ops + 1, nv = (size_t)g->n_values + 1;
-    w->op_rule = xcalloc(no, 1);
-    w->op_kmask = xcalloc(no, 1);
-    w->op_bmask = xcalloc(no, 1);
-    w->op_phase = xcalloc(no, 1);
-    w->op_coef = xcalloc(no, sizeof(float));
-    w->numel = xcalloc(nv, sizeof(double));
-    w->cat = xcalloc(nv, 1);
-    w->mp_size = xcalloc(nv, 1);
-    w->first_opt = xcalloc(nv, sizeof(int));
-    w->n_opt = xcalloc(nv, sizeof(int));
-    w->final_buf = xcalloc(nv, sizeof(int));
+    w->op_rule = ir_xcalloc(no, 1);
+    w->op_kmask = ir_xcalloc(no, 1);
+    w->op_bmask = ir_xcalloc(no, 1);
+    w->op_phase = ir_xcalloc(no, 1);
+    w->op_coef = ir_xcalloc(no, sizeof(float));
+    w->numel = ir_xcalloc(nv, sizeof(double));
+    w->cat = ir_xcalloc(nv, 1);
+    w->mp_size = ir_xcalloc(nv, 1);
+    w->first_opt = ir_xcalloc(nv, sizeof(int));
+    w->n_opt = ir_xcalloc(nv, sizeof(int));
+    w->final_buf = ir_xcalloc(nv, sizeof(int));
     for (int i = 0; i < g->n_ops; i++) op_rule_of(g, i, &w->op_rule[i], &w->op_coef[i], &w->op_kmask[i], &w->op_bmask[i]);
     /* Phases: lowering marks every compute instruction with its op's phase;
      * they depend on the graph only. */
@@ -386,15 +366,15 @@ static void grow_program(cost_ws *w, const spmd_program *p)
     if (p->n_bufs > w->cap_bufs) {
         int cap = w->cap_bufs ? w->cap_bufs : 1024;
         while (cap < p->n_bufs) cap *= 2;
-        w->buf_bytes = xrealloc(w->buf_bytes, (size_t)cap * sizeof(double));
-        w->buf_numel = xrealloc(w->buf_numel, (size_t)cap * sizeof(double));
-        w->last_use = xrealloc(w->last_use, (size_t)cap * sizeof(int));
-        w->persistent = xrealloc(w->persistent, (size_t)cap);
+        w->buf_bytes = ir_xrealloc(w->buf_bytes, (size_t)cap * sizeof(double));
+        w->buf_numel = ir_xrealloc(w->buf_numel, (size_t)cap * sizeof(double));
+        w->last_use = ir_xrealloc(w->last_use, (size_t)cap * sizeof(int));
+        w->persistent = ir_xrealloc(w->persistent, (size_t)cap);
         w->cap_bufs = cap;
     }
     int nl = 3 * (p->g->n_layers + 1);
     if (nl > w->cap_layer) {
-        w->layer = xrealloc(w->layer, (size_t)nl * sizeof(double));
+        w->layer = ir_xrealloc(w->layer, (size_t)nl * sizeof(double));
         w->cap_layer = nl;
     }
 }

@@ -12,22 +12,10 @@
 #include <cjson/cJSON.h>
 #include <errno.h>
 #include <math.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
-
-__attribute__((format(printf, 3, 4))) static int fail(char *err, size_t n, const char *fmt, ...)
-{
-    if (err && n) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err, n, fmt, ap);
-        va_end(ap);
-    }
-    return -1;
-}
 
 #define GIB (1024.0 * 1024.0 * 1024.0)
 
@@ -83,7 +71,7 @@ int cost_hw_preset(const char *name, cost_hw *hw, char *err, size_t errlen)
         hw->cores = p->cores;
         return 0;
     }
-    return fail(err, errlen, "hardware '%s': unknown preset (presets: tpu-v3, a100, h100, cpu; or a carve-hw/1 JSON file)",
+    return ir_errf(err, errlen, "hardware '%s': unknown preset (presets: tpu-v3, a100, h100, cpu; or a carve-hw/1 JSON file)",
                 name);
 }
 
@@ -92,35 +80,35 @@ static int bad_num(double x, int allow_zero) { return !isfinite(x) || x < 0 || (
 int cost_hw_check(const cost_hw *hw, char *err, size_t errlen)
 {
     const char *n = hw->name[0] ? hw->name : "profile";
-    if (bad_num(hw->matmul_flops[IR_F32], 0)) return fail(err, errlen, "hardware %s: peak_flops.f32 must be positive", n);
-    if (bad_num(hw->matmul_flops[IR_BF16], 0)) return fail(err, errlen, "hardware %s: peak_flops.bf16 must be positive", n);
-    if (bad_num(hw->matmul_flops[IR_F16], 0)) return fail(err, errlen, "hardware %s: peak_flops.f16 must be positive", n);
-    if (bad_num(hw->vector_flops, 0)) return fail(err, errlen, "hardware %s: vector_flops must be positive", n);
-    if (bad_num(hw->mem_bandwidth, 0)) return fail(err, errlen, "hardware %s: memory_bandwidth must be positive", n);
-    if (bad_num(hw->mem_capacity, 0)) return fail(err, errlen, "hardware %s: memory_capacity must be positive", n);
-    if (bad_num(hw->op_overhead, 1)) return fail(err, errlen, "hardware %s: op_overhead must be >= 0", n);
-    if (hw->node_devices < 1) return fail(err, errlen, "hardware %s: node_devices must be >= 1", n);
-    if (hw->cores < 0) return fail(err, errlen, "hardware %s: cores must be >= 0", n);
-    if (bad_num(hw->alone_speedup, 1)) return fail(err, errlen, "hardware %s: alone_speedup must be >= 0", n);
-    if (bad_num(hw->gemm_call, 1)) return fail(err, errlen, "hardware %s: gemm_call must be >= 0", n);
-    if (bad_num(hw->oversub_latency, 1)) return fail(err, errlen, "hardware %s: oversub_latency must be >= 0", n);
-    if (hw->shared_memory != 0 && hw->shared_memory != 1) return fail(err, errlen, "hardware %s: shared_memory must be 0 or 1", n);
+    if (bad_num(hw->matmul_flops[IR_F32], 0)) return ir_errf(err, errlen, "hardware %s: peak_flops.f32 must be positive", n);
+    if (bad_num(hw->matmul_flops[IR_BF16], 0)) return ir_errf(err, errlen, "hardware %s: peak_flops.bf16 must be positive", n);
+    if (bad_num(hw->matmul_flops[IR_F16], 0)) return ir_errf(err, errlen, "hardware %s: peak_flops.f16 must be positive", n);
+    if (bad_num(hw->vector_flops, 0)) return ir_errf(err, errlen, "hardware %s: vector_flops must be positive", n);
+    if (bad_num(hw->mem_bandwidth, 0)) return ir_errf(err, errlen, "hardware %s: memory_bandwidth must be positive", n);
+    if (bad_num(hw->mem_capacity, 0)) return ir_errf(err, errlen, "hardware %s: memory_capacity must be positive", n);
+    if (bad_num(hw->op_overhead, 1)) return ir_errf(err, errlen, "hardware %s: op_overhead must be >= 0", n);
+    if (hw->node_devices < 1) return ir_errf(err, errlen, "hardware %s: node_devices must be >= 1", n);
+    if (hw->cores < 0) return ir_errf(err, errlen, "hardware %s: cores must be >= 0", n);
+    if (bad_num(hw->alone_speedup, 1)) return ir_errf(err, errlen, "hardware %s: alone_speedup must be >= 0", n);
+    if (bad_num(hw->gemm_call, 1)) return ir_errf(err, errlen, "hardware %s: gemm_call must be >= 0", n);
+    if (bad_num(hw->oversub_latency, 1)) return ir_errf(err, errlen, "hardware %s: oversub_latency must be >= 0", n);
+    if (hw->shared_memory != 0 && hw->shared_memory != 1) return ir_errf(err, errlen, "hardware %s: shared_memory must be 0 or 1", n);
     for (int k = 0; k < IR_N_OPS; k++)
         if (bad_num(hw->op_rate[k], 1))
-            return fail(err, errlen, "hardware %s: op_rates.%s must be >= 0", n, ir_op_name((ir_opkind)k));
+            return ir_errf(err, errlen, "hardware %s: op_rates.%s must be >= 0", n, ir_op_name((ir_opkind)k));
     const cost_link *l[2] = {&hw->intra, &hw->inter};
     static const char *const ln[2] = {"intra_link", "inter_link"};
     for (int i = 0; i < 2; i++) {
-        if (bad_num(l[i]->bandwidth, 0)) return fail(err, errlen, "hardware %s: %s.bandwidth must be positive", n, ln[i]);
-        if (bad_num(l[i]->latency, 1)) return fail(err, errlen, "hardware %s: %s.latency must be >= 0", n, ln[i]);
+        if (bad_num(l[i]->bandwidth, 0)) return ir_errf(err, errlen, "hardware %s: %s.bandwidth must be positive", n, ln[i]);
+        if (bad_num(l[i]->latency, 1)) return ir_errf(err, errlen, "hardware %s: %s.latency must be >= 0", n, ln[i]);
     }
     if (hw->n_axis_links < 0 || hw->n_axis_links > SHARD_MAX_AXES)
-        return fail(err, errlen, "hardware %s: at most %d axis_links", n, SHARD_MAX_AXES);
+        return ir_errf(err, errlen, "hardware %s: at most %d axis_links", n, SHARD_MAX_AXES);
     for (int i = 0; i < hw->n_axis_links; i++) {
         if (bad_num(hw->axis_links[i].bandwidth, 0))
-            return fail(err, errlen, "hardware %s: axis_links.%s.bandwidth must be positive", n, hw->axis_names[i]);
+            return ir_errf(err, errlen, "hardware %s: axis_links.%s.bandwidth must be positive", n, hw->axis_names[i]);
         if (bad_num(hw->axis_links[i].latency, 1))
-            return fail(err, errlen, "hardware %s: axis_links.%s.latency must be >= 0", n, hw->axis_names[i]);
+            return ir_errf(err, errlen, "hardware %s: axis_links.%s.latency must be >= 0", n, hw->axis_names[i]);
     }
     return 0;
 }
@@ -147,12 +135,12 @@ static int get_num(const cJSON *o, const char *key, const char *path, const char
             *out = *dflt;
             return 0;
         }
-        return fail(err, errlen, "%s: missing field '%s%s'", where, path, key);
+        return ir_errf(err, errlen, "%s: missing field '%s%s'", where, path, key);
     }
-    if (!cJSON_IsNumber(x)) return fail(err, errlen, "%s: field '%s%s' must be a number", where, path, key);
+    if (!cJSON_IsNumber(x)) return ir_errf(err, errlen, "%s: field '%s%s' must be a number", where, path, key);
     double v = x->valuedouble;
     if (bad_num(v, allow_zero))
-        return fail(err, errlen, "%s: field '%s%s' must be %s, got %g", where, path, key,
+        return ir_errf(err, errlen, "%s: field '%s%s' must be %s, got %g", where, path, key,
                     allow_zero ? "a number >= 0" : "a positive number", v);
     *out = v;
     return 0;
@@ -161,8 +149,8 @@ static int get_num(const cJSON *o, const char *key, const char *path, const char
 static int get_link(const cJSON *o, const char *key, const char *where, cost_link *l, char *err, size_t errlen)
 {
     const cJSON *x = cJSON_GetObjectItemCaseSensitive(o, key);
-    if (!x) return fail(err, errlen, "%s: missing field '%s'", where, key);
-    if (!cJSON_IsObject(x)) return fail(err, errlen, "%s: field '%s' must be an object {bandwidth, latency}", where, key);
+    if (!x) return ir_errf(err, errlen, "%s: missing field '%s'", where, key);
+    if (!cJSON_IsObject(x)) return ir_errf(err, errlen, "%s: field '%s' must be an object {bandwidth, latency}", where, key);
     char path[80];
     snprintf(path, sizeof path, "%s.", key);
     if (get_num(x, "bandwidth", path, where, NULL, 0, &l->bandwidth, err, errlen) < 0) return -1;
@@ -172,19 +160,19 @@ static int get_link(const cJSON *o, const char *key, const char *where, cost_lin
 static int parse_doc(const cJSON *root, const char *where, cost_hw *hw, char *err, size_t errlen)
 {
     memset(hw, 0, sizeof *hw);
-    if (!cJSON_IsObject(root)) return fail(err, errlen, "%s: a hardware profile must be a JSON object", where);
+    if (!cJSON_IsObject(root)) return ir_errf(err, errlen, "%s: a hardware profile must be a JSON object", where);
     const cJSON *fmt = cJSON_GetObjectItemCaseSensitive(root, "format");
-    if (!cJSON_IsString(fmt)) return fail(err, errlen, "%s: missing field 'format' (\"%s\")", where, COST_HW_FORMAT);
+    if (!cJSON_IsString(fmt)) return ir_errf(err, errlen, "%s: missing field 'format' (\"%s\")", where, COST_HW_FORMAT);
     if (strcmp(fmt->valuestring, COST_HW_FORMAT))
-        return fail(err, errlen, "%s: format '%s' is not %s", where, fmt->valuestring, COST_HW_FORMAT);
+        return ir_errf(err, errlen, "%s: format '%s' is not %s", where, fmt->valuestring, COST_HW_FORMAT);
     const cJSON *name = cJSON_GetObjectItemCaseSensitive(root, "name");
-    if (!cJSON_IsString(name) || !name->valuestring[0]) return fail(err, errlen, "%s: missing field 'name'", where);
+    if (!cJSON_IsString(name) || !name->valuestring[0]) return ir_errf(err, errlen, "%s: missing field 'name'", where);
     snprintf(hw->name, sizeof hw->name, "%s", name->valuestring);
     const cJSON *src = cJSON_GetObjectItemCaseSensitive(root, "source");
     if (cJSON_IsString(src)) snprintf(hw->source, sizeof hw->source, "%s", src->valuestring);
     const cJSON *pf = cJSON_GetObjectItemCaseSensitive(root, "peak_flops");
-    if (!pf) return fail(err, errlen, "%s: missing field 'peak_flops'", where);
-    if (!cJSON_IsObject(pf)) return fail(err, errlen, "%s: field 'peak_flops' must be an object {f32, bf16, f16}", where);
+    if (!pf) return ir_errf(err, errlen, "%s: missing field 'peak_flops'", where);
+    if (!cJSON_IsObject(pf)) return ir_errf(err, errlen, "%s: field 'peak_flops' must be an object {f32, bf16, f16}", where);
     if (get_num(pf, "f32", "peak_flops.", where, NULL, 0, &hw->matmul_flops[IR_F32], err, errlen) < 0) return -1;
     if (get_num(pf, "bf16", "peak_flops.", where, NULL, 0, &hw->matmul_flops[IR_BF16], err, errlen) < 0) return -1;
     if (get_num(pf, "f16", "peak_flops.", where, &hw->matmul_flops[IR_BF16], 0, &hw->matmul_flops[IR_F16], err, errlen) < 0)
@@ -197,8 +185,8 @@ static int parse_doc(const cJSON *root, const char *where, cost_hw *hw, char *er
         get_num(root, "node_devices", "", where, NULL, 0, &node, err, errlen) < 0 ||
         get_num(root, "cores", "", where, &zero, 1, &cores, err, errlen) < 0)
         return -1;
-    if (node != floor(node) || node > 1e15) return fail(err, errlen, "%s: field 'node_devices' must be an integer", where);
-    if (cores != floor(cores) || cores > 1e6) return fail(err, errlen, "%s: field 'cores' must be an integer", where);
+    if (node != floor(node) || node > 1e15) return ir_errf(err, errlen, "%s: field 'node_devices' must be an integer", where);
+    if (cores != floor(cores) || cores > 1e6) return ir_errf(err, errlen, "%s: field 'cores' must be an integer", where);
     hw->node_devices = (int64_t)node;
     hw->cores = (int)cores;
     double shm;
@@ -207,18 +195,18 @@ static int parse_doc(const cJSON *root, const char *where, cost_hw *hw, char *er
         get_num(root, "oversub_latency", "", where, &zero, 1, &hw->oversub_latency, err, errlen) < 0 ||
         get_num(root, "shared_memory", "", where, &zero, 1, &shm, err, errlen) < 0)
         return -1;
-    if (shm != 0 && shm != 1) return fail(err, errlen, "%s: field 'shared_memory' must be 0 or 1", where);
+    if (shm != 0 && shm != 1) return ir_errf(err, errlen, "%s: field 'shared_memory' must be 0 or 1", where);
     hw->shared_memory = (int)shm;
     const cJSON *rates = cJSON_GetObjectItemCaseSensitive(root, "op_rates");
     if (rates) {
-        if (!cJSON_IsObject(rates)) return fail(err, errlen, "%s: field 'op_rates' must be an object of op name -> elements/s", where);
+        if (!cJSON_IsObject(rates)) return ir_errf(err, errlen, "%s: field 'op_rates' must be an object of op name -> elements/s", where);
         const cJSON *x;
         cJSON_ArrayForEach(x, rates)
         {
             int k = 0;
             while (k < IR_N_OPS && strcmp(ir_op_name((ir_opkind)k), x->string ? x->string : "")) k++;
             if (k == IR_N_OPS || k == IR_OP_EINSUM)
-                return fail(err, errlen, "%s: op_rates: '%s' is not an op other than einsum", where, x->string ? x->string : "");
+                return ir_errf(err, errlen, "%s: op_rates: '%s' is not an op other than einsum", where, x->string ? x->string : "");
             if (get_num(rates, x->string, "op_rates.", where, NULL, 1, &hw->op_rate[k], err, errlen) < 0) return -1;
         }
     }
@@ -226,16 +214,16 @@ static int parse_doc(const cJSON *root, const char *where, cost_hw *hw, char *er
     if (get_link(root, "inter_link", where, &hw->inter, err, errlen) < 0) return -1;
     const cJSON *al = cJSON_GetObjectItemCaseSensitive(root, "axis_links");
     if (al) {
-        if (!cJSON_IsObject(al)) return fail(err, errlen, "%s: field 'axis_links' must be an object of axis name -> link", where);
+        if (!cJSON_IsObject(al)) return ir_errf(err, errlen, "%s: field 'axis_links' must be an object of axis name -> link", where);
         const cJSON *x;
         cJSON_ArrayForEach(x, al)
         {
-            if (hw->n_axis_links == SHARD_MAX_AXES) return fail(err, errlen, "%s: axis_links: at most %d axes", where, SHARD_MAX_AXES);
+            if (hw->n_axis_links == SHARD_MAX_AXES) return ir_errf(err, errlen, "%s: axis_links: at most %d axes", where, SHARD_MAX_AXES);
             if (!x->string || !x->string[0] || strlen(x->string) >= SHARD_AXIS_NAME)
-                return fail(err, errlen, "%s: axis_links: axis names take 1 to %d characters", where, SHARD_AXIS_NAME - 1);
+                return ir_errf(err, errlen, "%s: axis_links: axis names take 1 to %d characters", where, SHARD_AXIS_NAME - 1);
             char key[80];
             snprintf(key, sizeof key, "axis_links.%s", x->string);
-            if (!cJSON_IsObject(x)) return fail(err, errlen, "%s: field '%s' must be an object {bandwidth, latency}", where, key);
+            if (!cJSON_IsObject(x)) return ir_errf(err, errlen, "%s: field '%s' must be an object {bandwidth, latency}", where, key);
             snprintf(hw->axis_names[hw->n_axis_links], SHARD_AXIS_NAME, "%s", x->string);
             cost_link *l = &hw->axis_links[hw->n_axis_links++];
             strcat(key, ".");
@@ -244,7 +232,7 @@ static int parse_doc(const cJSON *root, const char *where, cost_hw *hw, char *er
         }
     }
     char e2[256];
-    if (cost_hw_check(hw, e2, sizeof e2) < 0) return fail(err, errlen, "%s: %s", where, e2);
+    if (cost_hw_check(hw, e2, sizeof e2) < 0) return ir_errf(err, errlen, "%s: %s", where, e2);
     return 0;
 }
 
@@ -254,7 +242,7 @@ int cost_hw_from_json(const char *text, const char *where, cost_hw *hw, char *er
     cJSON *root = cJSON_ParseWithOpts(text, &end, 0);
     if (!root) {
         size_t off = end && end >= text ? (size_t)(end - text) : 0;
-        return fail(err, errlen, "%s: malformed JSON near byte %zu", where, off);
+        return ir_errf(err, errlen, "%s: malformed JSON near byte %zu", where, off);
     }
     int rc = parse_doc(root, where, hw, err, errlen);
     cJSON_Delete(root);
@@ -264,7 +252,7 @@ int cost_hw_from_json(const char *text, const char *where, cost_hw *hw, char *er
 int cost_hw_load(const char *path, cost_hw *hw, char *err, size_t errlen)
 {
     FILE *f = fopen(path, "rb");
-    if (!f) return fail(err, errlen, "hardware file '%s': %s", path, strerror(errno));
+    if (!f) return ir_errf(err, errlen, "hardware file '%s': %s", path, strerror(errno));
     char *text = NULL;
     size_t n = 0, cap = 0;
     for (;;) {
@@ -273,13 +261,13 @@ int cost_hw_load(const char *path, cost_hw *hw, char *err, size_t errlen)
             if (cap > (64u << 20)) {
                 free(text);
                 fclose(f);
-                return fail(err, errlen, "hardware file '%s': larger than 64 MB", path);
+                return ir_errf(err, errlen, "hardware file '%s': larger than 64 MB", path);
             }
             char *t = realloc(text, cap);
             if (!t) {
                 free(text);
                 fclose(f);
-                return fail(err, errlen, "hardware file '%s': out of memory", path);
+                return ir_errf(err, errlen, "hardware file '%s': out of memory", path);
             }
             text = t;
         }
@@ -291,7 +279,7 @@ int cost_hw_load(const char *path, cost_hw *hw, char *err, size_t errlen)
     fclose(f);
     if (rd_err) {
         free(text);
-        return fail(err, errlen, "hardware file '%s': read error", path);
+        return ir_errf(err, errlen, "hardware file '%s': read error", path);
     }
     text[n] = 0;
     int rc = cost_hw_from_json(text, path, hw, err, errlen);
@@ -369,23 +357,23 @@ char *cost_hw_to_json(const cost_hw *hw)
 int cost_hw_save(const cost_hw *hw, const char *path, char *err, size_t errlen)
 {
     char *s = cost_hw_to_json(hw);
-    if (!s) return fail(err, errlen, "%s: out of memory", path);
+    if (!s) return ir_errf(err, errlen, "%s: out of memory", path);
     size_t n = strlen(path) + 32;
     char *tmp = malloc(n);
     if (!tmp) {
         free(s);
-        return fail(err, errlen, "%s: out of memory", path);
+        return ir_errf(err, errlen, "%s: out of memory", path);
     }
     snprintf(tmp, n, "%s.tmp.%ld", path, (long)getpid());
     FILE *f = fopen(tmp, "wb");
     int rc = 0;
-    if (!f) rc = fail(err, errlen, "cannot write '%s': %s", tmp, strerror(errno));
+    if (!f) rc = ir_errf(err, errlen, "cannot write '%s': %s", tmp, strerror(errno));
     else {
         int ok = fputs(s, f) >= 0 && fputc('\n', f) != EOF;
         ok &= fflush(f) == 0 && fsync(fileno(f)) == 0;
         ok &= fclose(f) == 0;
-        if (!ok) rc = fail(err, errlen, "cannot write '%s': %s", tmp, strerror(errno));
-        else if (rename(tmp, path) != 0) rc = fail(err, errlen, "cannot rename '%s' to '%s': %s", tmp, path, strerror(errno));
+        if (!ok) rc = ir_errf(err, errlen, "cannot write '%s': %s", tmp, strerror(errno));
+        else if (rename(tmp, path) != 0) rc = ir_errf(err, errlen, "cannot rename '%s' to '%s': %s", tmp, path, strerror(errno));
         if (rc) remove(tmp);
     }
     free(tmp);

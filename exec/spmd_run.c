@@ -45,18 +45,6 @@ size_t exec_spmd_device_bytes(const spmd_program *p)
 
 size_t exec_spmd_bytes(const spmd_program *p) { return exec_spmd_device_bytes(p) * (size_t)p->mesh.n_devices; }
 
-static int fail(char *err, size_t n, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static int fail(char *err, size_t n, const char *fmt, ...)
-{
-    if (err && n) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err, n, fmt, ap);
-        va_end(ap);
-    }
-    return -1;
-}
-
 /* Local FLOPs of einsum instruction `in` (2 per multiply-add). */
 static double local_einsum_flops(const spmd_program *p, const spmd_instr *in)
 {
@@ -80,7 +68,7 @@ exec_spmd *exec_spmd_new(const spmd_program *p, size_t max_bytes, char *err, siz
     char mesh_text[128];
     shard_mesh_str(&p->mesh, mesh_text, sizeof mesh_text);
     if (p->mesh.n_devices < 1 || p->mesh.n_devices > 256) {
-        fail(err, errlen, "mesh %s: %lld devices; the runtime simulates 1 to 256", mesh_text, (long long)p->mesh.n_devices);
+        ir_errf(err, errlen, "mesh %s: %lld devices; the runtime simulates 1 to 256", mesh_text, (long long)p->mesh.n_devices);
         return NULL;
     }
     /* Blocks are boxes of equal local shape: refuse padded (uneven) splits. */
@@ -88,14 +76,14 @@ exec_spmd *exec_spmd_new(const spmd_program *p, size_t max_bytes, char *err, siz
         const ir_value *v = &g->values[p->bufs[b].value];
         for (int d = 0; d < v->rank; d++)
             if (v->dims[d] % shard_dim_shards(&p->mesh, &p->bufs[b].spec, d)) {
-                fail(err, errlen, "value '%s': dim %d of size %lld does not split evenly over %lld devices (padding is not supported)",
+                ir_errf(err, errlen, "value '%s': dim %d of size %lld does not split evenly over %lld devices (padding is not supported)",
                      v->name, d, (long long)v->dims[d], (long long)shard_dim_shards(&p->mesh, &p->bufs[b].spec, d));
                 return NULL;
             }
     }
     size_t dev_bytes = exec_spmd_device_bytes(p), need = dev_bytes * (size_t)p->mesh.n_devices;
     if (max_bytes && need > max_bytes) {
-        fail(err, errlen, "mesh %s: the SPMD run needs %zu bytes (%.1f MiB) of buffers (%zu per device), above the limit of %zu bytes",
+        ir_errf(err, errlen, "mesh %s: the SPMD run needs %zu bytes (%.1f MiB) of buffers (%zu per device), above the limit of %zu bytes",
              mesh_text, need, (double)need / 1048576.0, dev_bytes, max_bytes);
         return NULL;
     }
@@ -148,7 +136,7 @@ exec_spmd *exec_spmd_new(const spmd_program *p, size_t max_bytes, char *err, siz
     }
     return r;
 oom:
-    fail(err, errlen, "mesh %s: out of memory allocating %zu bytes of device buffers", mesh_text, need);
+    ir_errf(err, errlen, "mesh %s: out of memory allocating %zu bytes of device buffers", mesh_text, need);
     exec_spmd_free(r);
     return NULL;
 }
@@ -377,8 +365,8 @@ int exec_spmd_step(exec_spmd *r, char *err, size_t errlen)
     }
     r->stats.wall_s = exec_spmd_now() - t0;
     if (team != r->n_dev)
-        return fail(err, errlen, "could start only %d threads for %d devices (OMP_THREAD_LIMIT, or called inside a parallel region?)",
+        return ir_errf(err, errlen, "could start only %d threads for %d devices (OMP_THREAD_LIMIT, or called inside a parallel region?)",
                     team, r->n_dev);
-    if (atomic_load(&r->abort)) return fail(err, errlen, "%s", r->err[0] ? r->err : "a device stopped");
+    if (atomic_load(&r->abort)) return ir_errf(err, errlen, "%s", r->err[0] ? r->err : "a device stopped");
     return 0;
 }

@@ -11,6 +11,7 @@
 #include "cost/cost.h"
 #include "models/models.h"
 #include "tests/test.h"
+#include "tests/util.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -20,22 +21,6 @@
 /* Relative closeness for sums of products of doubles: they are exact up to a
  * few roundings (1e-9 is far above double rounding, far below any real gap). */
 static int close_rel(double a, double b, double tol) { return fabs(a - b) <= tol * fmax(fabs(a), fabs(b)) + 1e-300; }
-
-static ir_graph *build(const char *spec)
-{
-    model_config cfg;
-    char err[512];
-    if (model_parse(spec, &cfg, err, sizeof err) < 0) {
-        fprintf(stderr, "%s\n", err);
-        exit(1);
-    }
-    ir_graph *g = model_build_step(&cfg, NULL, err, sizeof err);
-    if (!g) {
-        fprintf(stderr, "%s\n", err);
-        exit(1);
-    }
-    return g;
-}
 
 static spmd_program *lower(const ir_graph *g, const char *mesh_text, const char *sched)
 {
@@ -153,7 +138,7 @@ static void test_zero_memory(void)
 
     /* The estimator uses the same function with the program's real splits:
      * data parallel keeps everything whole, ZeRO-3 splits all three. */
-    ir_graph *g = build("mlp:layers=2,batch=16,in=64,hidden=128,out=32");
+    ir_graph *g = test_build_step("mlp:layers=2,batch=16,in=64,hidden=128,out=32");
     cost_hw hw = preset("a100");
     cost_ws *ws = cost_ws_new();
     double psi_g = param_elems(g);
@@ -177,7 +162,7 @@ static void test_zero_memory(void)
  * backward), i.e. 8 b s h (t-1)/t elements on a ring. */
 static void test_megatron_volume(void)
 {
-    ir_graph *g = build("gpt-tiny");
+    ir_graph *g = test_build_step("gpt-tiny");
     model_config cfg;
     char err[256];
     model_parse("gpt-tiny", &cfg, err, sizeof err);
@@ -228,7 +213,7 @@ static double matrix_wire(const spmd_program *p)
 
 static void test_dp_zero3_volume(void)
 {
-    ir_graph *g = build("mlp:layers=4,batch=32,in=64,hidden=128,out=16");
+    ir_graph *g = test_build_step("mlp:layers=4,batch=32,in=64,hidden=128,out=16");
     double psi_bytes = param_elems(g) * 4;
     cost_hw hw = preset("a100");
     cost_ws *ws = cost_ws_new();
@@ -318,7 +303,7 @@ static void crossover(cost_ws *ws, int64_t h, const cost_hw *hw2, int64_t *x, in
         char spec[128];
         snprintf(spec, sizeof spec, "mlp:layers=2,batch=%lld,in=%lld,hidden=%lld,out=%lld", (long long)bsz, (long long)h,
                  (long long)h, (long long)h);
-        ir_graph *g = build(spec);
+        ir_graph *g = test_build_step(spec);
         spmd_program *pd = lower(g, "d=4", "dp:d"), *pm = lower(g, "d=4", "megatron:d");
         for (int k = 0; k < 2; k++) {
             cost_estimate ed = estimate(ws, pd, &hw2[k], COST_FP32), em = estimate(ws, pm, &hw2[k], COST_FP32);
@@ -336,12 +321,12 @@ static void test_tradeoff(void)
     cost_hw hw = preset("a100");
     cost_ws *ws = cost_ws_new();
     /* weight-heavy: 4 samples through 2048-wide layers */
-    ir_graph *g = build("mlp:layers=2,batch=4,in=2048,hidden=2048,out=2048");
+    ir_graph *g = test_build_step("mlp:layers=2,batch=4,in=2048,hidden=2048,out=2048");
     double tdp = step_of(ws, g, "dp:d", &hw), tmt = step_of(ws, g, "megatron:d", &hw);
     CHECKF(tmt < tdp, "weight-heavy: megatron %.3g s, dp %.3g s", tmt, tdp);
     ir_free(g);
     /* activation-heavy: 65536 samples through 64-wide layers */
-    g = build("mlp:layers=2,batch=65536,in=64,hidden=64,out=64");
+    g = test_build_step("mlp:layers=2,batch=65536,in=64,hidden=64,out=64");
     tdp = step_of(ws, g, "dp:d", &hw);
     tmt = step_of(ws, g, "megatron:d", &hw);
     CHECKF(tdp < tmt, "activation-heavy: dp %.3g s, megatron %.3g s", tdp, tmt);
@@ -368,7 +353,7 @@ static void test_tradeoff(void)
 
 static void test_options(void)
 {
-    ir_graph *g = build("gpt-tiny");
+    ir_graph *g = test_build_step("gpt-tiny");
     cost_hw hw = preset("a100");
     cost_ws *ws = cost_ws_new();
     spmd_program *p = lower(g, "d=4", "dp:d");
@@ -394,7 +379,7 @@ static void test_options(void)
     /* deterministic, and a workspace reused across graphs gives the same */
     cost_estimate f2 = estimate(ws, p, &hw, COST_FP32);
     CHECK(f2.step_time == f.step_time && f2.peak_memory == f.peak_memory && f2.wire_bytes == f.wire_bytes);
-    ir_graph *g2 = build("mlp-tiny");
+    ir_graph *g2 = test_build_step("mlp-tiny");
     spmd_program *p2 = lower(g2, "d=2", "dp:d");
     estimate(ws, p2, &hw, COST_FP32);
     cost_estimate f3 = estimate(ws, p, &hw, COST_FP32);
@@ -537,7 +522,7 @@ static void test_cpu_model(void)
     CHECK(cost_op_elements(IR_OP_EINSUM) == -1 && cost_op_elements(IR_OP_REDUCE_SUM) == 1 &&
           cost_op_elements(IR_OP_SCATTER_ADD) == 2 && cost_op_elements(IR_OP_GELU) == 0);
 
-    ir_graph *g = build("mlp-tiny");
+    ir_graph *g = test_build_step("mlp-tiny");
     cost_ws *ws = cost_ws_new();
     spmd_program *p = lower(g, "d=2", "dp:d");
     cost_hw base = preset("cpu");
@@ -575,7 +560,7 @@ static void test_cpu_model(void)
     spmd_free(p);
     ir_free(g);
     /* attention einsums make one call per (batch, head) */
-    g = build("gpt-tiny");
+    g = test_build_step("gpt-tiny");
     p = lower(g, "d=2", "dp:d");
     cost_hw gb = base;
     e0 = estimate(ws, p, &gb, COST_FP32);

@@ -6,25 +6,10 @@
 #include "analysis/spmd.h"
 #include "models/models.h"
 #include "tests/test.h"
+#include "tests/util.h"
 
 #include <stdlib.h>
 #include <string.h>
-
-static ir_graph *build(const char *spec)
-{
-    model_config cfg;
-    char err[512];
-    if (model_parse(spec, &cfg, err, sizeof err) < 0) {
-        fprintf(stderr, "%s\n", err);
-        exit(1);
-    }
-    ir_graph *g = model_build_step(&cfg, NULL, err, sizeof err);
-    if (!g) {
-        fprintf(stderr, "%s\n", err);
-        exit(1);
-    }
-    return g;
-}
 
 /* Applies `sched` on `mesh` and lowers. */
 static spmd_program *lower(const ir_graph *g, const char *mesh_text, const char *sched, shard_mesh *mesh,
@@ -66,7 +51,7 @@ static double param_bytes(const ir_graph *g)
 static void test_dp_mlp(void)
 {
     static const char *meshes[] = {"batch=2", "batch=4", "batch=8"};
-    ir_graph *g = build("mlp:layers=3,batch=32,in=64,hidden=128,out=16");
+    ir_graph *g = test_build_step("mlp:layers=3,batch=32,in=64,hidden=128,out=16");
     for (int m = 0; m < 3; m++) {
         shard_mesh mesh;
         spmd_program *p = lower(g, meshes[m], "dp:batch", &mesh, NULL);
@@ -87,7 +72,7 @@ static void test_dp_mlp(void)
 
 static void test_megatron_gpt(void)
 {
-    ir_graph *g = build("gpt-tiny");
+    ir_graph *g = test_build_step("gpt-tiny");
     model_config cfg;
     char err[256];
     model_parse("gpt-tiny", &cfg, err, sizeof err);
@@ -123,7 +108,7 @@ static void test_megatron_gpt(void)
 
 static void check_zero3(const char *model, const char *mesh_text, const char *sched, int64_t divide)
 {
-    ir_graph *g = build(model);
+    ir_graph *g = test_build_step(model);
     shard_mesh mesh;
     shard_state *st;
     spmd_program *p = lower(g, mesh_text, sched, &mesh, &st);
@@ -171,8 +156,8 @@ static void check_zero3(const char *model, const char *mesh_text, const char *sc
 
 static void test_groups(void)
 {
-    ir_graph *g2 = build("gpt:layers=2,hidden=64,heads=4,seq=16,batch=4,vocab=128");
-    ir_graph *g8 = build("gpt:layers=8,hidden=64,heads=4,seq=16,batch=4,vocab=128");
+    ir_graph *g2 = test_build_step("gpt:layers=2,hidden=64,heads=4,seq=16,batch=4,vocab=128");
+    ir_graph *g8 = test_build_step("gpt:layers=8,hidden=64,heads=4,seq=16,batch=4,vocab=128");
     shard_groups *a = shard_groups_build(g2), *b = shard_groups_build(g8);
     CHECKF(a->n == b->n, "groups: %d for 2 layers, %d for 8", a->n, b->n);
     CHECK(a->n >= 6 && a->n <= 12);

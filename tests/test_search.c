@@ -8,6 +8,7 @@
 #include "cli/report.h"
 #include "search/search.h"
 #include "tests/test.h"
+#include "tests/util.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -48,20 +49,10 @@ static void proxy_destroy(void *ws)
 
 static const search_evaluator proxy = {NULL, proxy_make, proxy_eval, proxy_destroy};
 
-static ir_graph *build(const char *spec)
-{
-    model_config cfg;
-    char err[512];
-    if (model_parse(spec, &cfg, err, sizeof err) < 0) exit(1);
-    ir_graph *g = model_build_step(&cfg, NULL, err, sizeof err);
-    if (!g) exit(1);
-    return g;
-}
-
 static void against_exhaustive_ev(const char *model, const char *mesh_text, int seeds, const search_evaluator *ev_in,
                                   const char *label)
 {
-    ir_graph *g = build(model);
+    ir_graph *g = test_build_step(model);
     shard_mesh mesh;
     char err[256];
     shard_mesh_parse(mesh_text, &mesh, err, sizeof err);
@@ -100,7 +91,7 @@ static void against_exhaustive_ev(const char *model, const char *mesh_text, int 
 
 static void determinism_and_budgets(void)
 {
-    ir_graph *g = build("gpt-tiny");
+    ir_graph *g = test_build_step("gpt-tiny");
     shard_mesh mesh;
     char err[256];
     shard_mesh_parse("batch=2,model=2", &mesh, err, sizeof err);
@@ -152,8 +143,8 @@ static void determinism_and_budgets(void)
 
 static void tree_width(void)
 {
-    ir_graph *a = build("gpt:layers=2,hidden=64,heads=8,seq=16,batch=8,vocab=128");
-    ir_graph *b = build("gpt:layers=48,hidden=64,heads=8,seq=16,batch=8,vocab=128");
+    ir_graph *a = test_build_step("gpt:layers=2,hidden=64,heads=8,seq=16,batch=8,vocab=128");
+    ir_graph *b = test_build_step("gpt:layers=48,hidden=64,heads=8,seq=16,batch=8,vocab=128");
     shard_mesh mesh;
     char err[256];
     shard_mesh_parse("batch=4,model=2", &mesh, err, sizeof err);
