@@ -22,45 +22,27 @@ int cmd_explain(const cli_opts *o)
         return CLI_BAD_INPUT;
     }
     plan pl;
-    if (plan_load(path, &pl, err, sizeof err) < 0) {
-        cli_error("%s", err);
-        return CLI_BAD_INPUT;
-    }
+    shard_mesh mesh;
+    ir_graph *g;
+    shard_state *st;
+    if (plan_open("explain", path, &pl, &mesh, &g, &st)) return CLI_BAD_INPUT;
     int rc = CLI_OK;
-    ir_graph *g = NULL;
-    shard_state *st = NULL;
     cli_pricer pr;
     memset(&pr, 0, sizeof pr);
     cli_expert *ex = calloc(MAX_EXPERTS, sizeof *ex);
     if (!ex) abort();
-    shard_mesh mesh;
     cost_hw hw;
-    if (shard_mesh_parse(pl.mesh, &mesh, err, sizeof err) < 0) {
-        cli_error("plan '%s': %s", path, err);
-        rc = CLI_BAD_INPUT;
-        goto done;
-    }
     if (pl.hw) {
         char *text = cJSON_PrintUnformatted(pl.hw);
         int r = cost_hw_from_json(text, path, &hw, err, sizeof err);
         cJSON_free(text);
         if (r < 0) {
-            cli_error("plan '%s': hardware profile: %s", path, err);
+            cli_error("explain: plan '%s': hardware profile: %s", path, err);
             rc = CLI_BAD_INPUT;
             goto done;
         }
     } else if (cost_hw_lookup(o->hw ? o->hw : pl.hw_name[0] ? pl.hw_name : "a100", &hw, err, sizeof err) < 0) {
-        cli_error("%s", err);
-        rc = CLI_BAD_INPUT;
-        goto done;
-    }
-    if (!(g = plan_build_graph(&pl, path))) {
-        rc = CLI_BAD_INPUT;
-        goto done;
-    }
-    st = shard_state_new(g, &mesh);
-    if (plan_replay(&pl, path, st, err, sizeof err) < 0) {
-        cli_error("%s", err);
+        cli_error("explain: %s", err);
         rc = CLI_BAD_INPUT;
         goto done;
     }

@@ -183,18 +183,11 @@ static int run_plan(const cli_opts *o)
         return CLI_BAD_INPUT;
     }
     plan pl;
-    if (plan_load(o->plan, &pl, err, sizeof err) < 0) {
-        cli_error("run: %s", err);
-        return CLI_BAD_INPUT;
-    }
-    int rc = CLI_BAD_INPUT;
-    ir_graph *g = NULL;
-    shard_state *st = NULL;
     shard_mesh mesh;
-    if (shard_mesh_parse(pl.mesh, &mesh, err, sizeof err) < 0) {
-        cli_error("run: plan '%s': %s", o->plan, err);
-        goto out;
-    }
+    ir_graph *g;
+    shard_state *st;
+    if (plan_open("run", o->plan, &pl, &mesh, &g, &st)) return CLI_BAD_INPUT;
+    int rc = CLI_BAD_INPUT;
     if (o->mesh) {
         shard_mesh want;
         if (shard_mesh_parse(o->mesh, &want, err, sizeof err) < 0) {
@@ -219,12 +212,6 @@ static int run_plan(const cli_opts *o)
     }
     if (mesh.n_devices > 256) {
         cli_error("run: plan '%s' has %lld devices; carve run simulates at most 256", o->plan, (long long)mesh.n_devices);
-        goto out;
-    }
-    if (!(g = plan_build_graph(&pl, o->plan))) goto out;
-    st = shard_state_new(g, &mesh);
-    if (plan_replay(&pl, o->plan, st, err, sizeof err) < 0) {
-        cli_error("run: %s", err);
         goto out;
     }
     {

@@ -443,3 +443,34 @@ ir_graph *plan_build_graph(const plan *pl, const char *path)
     }
     return cli_load_step(&o, text, sizeof text);
 }
+
+int plan_open(const char *cmd, const char *path, plan *pl, shard_mesh *mesh, ir_graph **g, shard_state **st)
+{
+    char err[512];
+    *g = NULL;
+    *st = NULL;
+    if (plan_load(path, pl, err, sizeof err) < 0) {
+        cli_error("%s: %s", cmd, err);
+        return CLI_BAD_INPUT;
+    }
+    if (shard_mesh_parse(pl->mesh, mesh, err, sizeof err) < 0) {
+        cli_error("%s: plan '%s': %s", cmd, path, err);
+        plan_free(pl);
+        return CLI_BAD_INPUT;
+    }
+    if (!(*g = plan_build_graph(pl, path))) {
+        plan_free(pl);
+        return CLI_BAD_INPUT;
+    }
+    *st = shard_state_new(*g, mesh);
+    if (plan_replay(pl, path, *st, err, sizeof err) < 0) {
+        cli_error("%s: %s", cmd, err);
+        shard_state_free(*st);
+        ir_free(*g);
+        *st = NULL;
+        *g = NULL;
+        plan_free(pl);
+        return CLI_BAD_INPUT;
+    }
+    return 0;
+}

@@ -65,6 +65,13 @@ int plan_replay(plan *pl, const char *path, shard_state *st, char *err, size_t e
 
 void plan_free(plan *pl);
 
+/* What run and explain both do first: load the plan file, parse its mesh,
+ * rebuild its training step and replay its decisions (checking every
+ * argument's sharding).  Returns 0 with *g and *st set (the caller frees them,
+ * st before g, and plan_free(pl); st borrows *mesh), or prints one error line
+ * starting with `cmd` and returns 2 (CLI_BAD_INPUT) with nothing left to free. */
+int plan_open(const char *cmd, const char *path, plan *pl, shard_mesh *mesh, ir_graph **g, shard_state **st);
+
 /* Rebuilds the plan's training step: the model spec (with its optimizer) or the
  * graph file, which must still hash as recorded.  NULL after an error line. */
 ir_graph *plan_build_graph(const plan *pl, const char *path);
