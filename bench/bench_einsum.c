@@ -6,6 +6,7 @@
  * Each figure is the median of REPEATS timed runs after one warm-up run.
  * Never passes or fails on a time.
  */
+#include "bench/bench_util.h"
 #include "exec/exec.h"
 #include "exec/kernels.h"
 #include "ir/pcg32.h"
@@ -17,25 +18,6 @@
 #include <time.h>
 
 #define REPEATS 5
-
-static double now(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-static double median(double *t, int n)
-{
-    qsort(t, (size_t)n, sizeof *t, cmp_double);
-    return n % 2 ? t[n / 2] : 0.5 * (t[n / 2 - 1] + t[n / 2]);
-}
 
 static float *random_floats(int64_t n, uint64_t seed)
 {
@@ -79,11 +61,11 @@ static double time_sgemm(const sgemm_case *g)
     bli_rntm_set_num_threads(1, &rntm);
     float one = 1, zero = 0;
     int64_t m = g->m, n = g->n, k = g->k;
-    double t0 = now();
+    double t0 = bench_now();
     for (int64_t i = 0; i < g->batches; i++)
         bli_sgemm_ex(BLIS_NO_TRANSPOSE, BLIS_NO_TRANSPOSE, m, n, k, &one, g->a + i * m * k, k, 1, g->b + i * k * n, n, 1,
                      &zero, g->c + i * m * n, n, 1, NULL, &rntm);
-    return now() - t0;
+    return bench_now() - t0;
 }
 
 static void run_case(const bench_case *c)
@@ -116,12 +98,12 @@ static void run_case(const bench_case *c)
     /* Alternate the two so both see the same machine load (it is shared). */
     double te_runs[REPEATS + 1], ts_runs[REPEATS + 1];
     for (int r = 0; r <= REPEATS; r++) {
-        double t0 = now();
+        double t0 = bench_now();
         exec_einsum_f32(&e, da, a, db, b, dc, out);
-        te_runs[r] = now() - t0;
+        te_runs[r] = bench_now() - t0;
         ts_runs[r] = time_sgemm(&g);
     }
-    double te = median(te_runs + 1, REPEATS), ts = median(ts_runs + 1, REPEATS);
+    double te = bench_median(te_runs + 1, REPEATS), ts = bench_median(ts_runs + 1, REPEATS);
     free(a);
     free(b);
     free(out);

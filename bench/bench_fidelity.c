@@ -24,6 +24,7 @@
  * `-v` prints per-plan breakdowns (per op kind and collective kind,
  * predicted and measured) on stderr; `-m N` runs model N only.
  */
+#include "bench/bench_util.h"
 #include "analysis/schedule.h"
 #include "cost/cost.h"
 #include "exec/runtime.h"
@@ -69,20 +70,6 @@ typedef struct result {
     double predicted, measured;
     double p_compute, p_comm, m_compute, m_coll, m_wait;
 } result;
-
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-static double median(const double *t, int n)
-{
-    double s[MAX_CAL > MAX_PLANS ? MAX_CAL : MAX_PLANS];
-    memcpy(s, t, (size_t)n * sizeof *s);
-    qsort(s, (size_t)n, sizeof *s, cmp_double);
-    return n % 2 ? s[n / 2] : 0.5 * (s[n / 2 - 1] + s[n / 2]);
-}
 
 /* Ranks 1..n of x (ties get their mean rank) into r. */
 static void ranks(const double *x, int n, double *r)
@@ -198,7 +185,7 @@ static void median_profile(const cost_hw *runs, int n, cost_hw *out)
 #define MED(field)                                          \
     do {                                                    \
         for (int i = 0; i < n; i++) v[i] = runs[i].field;   \
-        out->field = median(v, n);                          \
+        out->field = bench_median(v, n);                          \
     } while (0)
     for (int d = 0; d < IR_N_DTYPES; d++) MED(matmul_flops[d]);
     MED(vector_flops);
@@ -293,10 +280,10 @@ int main(int argc, char **argv)
             r->predicted = e.step_time;
             r->p_compute = e.compute_time;
             r->p_comm = e.comm_time;
-            r->measured = median(x->wall, ROUNDS);
-            r->m_compute = median(x->comp, ROUNDS);
-            r->m_coll = median(x->coll, ROUNDS);
-            r->m_wait = median(x->wait, ROUNDS);
+            r->measured = bench_median(x->wall, ROUNDS);
+            r->m_compute = bench_median(x->comp, ROUNDS);
+            r->m_coll = bench_median(x->coll, ROUNDS);
+            r->m_wait = bench_median(x->wait, ROUNDS);
             if (verbose) {
                 fprintf(stderr, "%c %s %s: predicted %.4f (compute %.4f comm %.4f) measured %.4f (compute %.4f coll %.4f wait %.4f)\n  steps:",
                         'A' + m, plans[pl].mesh, plans[pl].sched, r->predicted, r->p_compute, r->p_comm, r->measured,
@@ -321,7 +308,7 @@ int main(int argc, char **argv)
         meas[i] = res[i].measured;
         err_abs[i] = fabs(pred[i] - meas[i]) / meas[i];
     }
-    double rho = spearman(pred, meas, n), mae = median(err_abs, n);
+    double rho = spearman(pred, meas, n), mae = bench_median(err_abs, n);
 
     printf("## Cost model fidelity on this machine\n\n");
     printf("Predicted step time (`cost_estimate_program` on this machine's calibrated profile) against the measured\n"

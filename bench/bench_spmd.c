@@ -13,6 +13,7 @@
  * Prints one markdown section (bench/run.sh collects it into BENCHMARKS.md).
  * Never passes or fails on a time; exits non-zero only if a run fails.
  */
+#include "bench/bench_util.h"
 #include "analysis/schedule.h"
 #include "exec/runtime.h"
 #include "models/models.h"
@@ -30,20 +31,6 @@
 #define MODEL "gpt:layers=2,hidden=1024,heads=16,seq=256,batch=8,vocab=1024"
 #define COPY_BYTES ((size_t)256 << 20)
 #define GEMM_N 1024
-
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-static double median(const double *t, int n)
-{
-    double s[64];
-    memcpy(s, t, (size_t)n * sizeof *s);
-    qsort(s, (size_t)n, sizeof *s, cmp_double);
-    return n % 2 ? s[n / 2] : 0.5 * (s[n / 2 - 1] + s[n / 2]);
-}
 
 static void *xmalloc(size_t n)
 {
@@ -85,7 +72,7 @@ static double copy_bandwidth(int threads)
         free(src[t]);
         free(dst[t]);
     }
-    return median(runs, REPEATS);
+    return bench_median(runs, REPEATS);
 }
 
 /* GFLOP/s of one single-thread sgemm of GEMM_N^3, per thread, with `threads`
@@ -126,7 +113,7 @@ static double sgemm_rate(int threads)
         free(b[t]);
         free(c[t]);
     }
-    return median(runs + 1, REPEATS);
+    return bench_median(runs + 1, REPEATS);
 }
 
 typedef struct run_figures {
@@ -182,13 +169,13 @@ static int time_spmd(const ir_graph *g, exec_ref *ref, const char *mesh_text, co
             moved[k] += ds->moved_bytes / 1e6 / n;
         }
     }
-    f->step_s = median(step, REPEATS);
-    f->compute_s = median(comp, REPEATS);
-    f->collective_s = median(coll, REPEATS);
-    f->wait_s = median(wait, REPEATS);
-    f->einsum_rate = median(gemm, REPEATS);
-    f->move_rate = median(move, REPEATS);
-    f->moved_mb = median(moved, REPEATS);
+    f->step_s = bench_median(step, REPEATS);
+    f->compute_s = bench_median(comp, REPEATS);
+    f->collective_s = bench_median(coll, REPEATS);
+    f->wait_s = bench_median(wait, REPEATS);
+    f->einsum_rate = bench_median(gemm, REPEATS);
+    f->move_rate = bench_median(move, REPEATS);
+    f->moved_mb = bench_median(moved, REPEATS);
     f->program_mb = 0;
     for (int k = SPMD_ALL_GATHER; k < SPMD_N_KINDS; k++) f->program_mb += exec_spmd_last_stats(r)->bytes[k] / 1e6;
     exec_spmd_check c;
@@ -264,7 +251,7 @@ int main(void)
         }
         if (s) ref_runs[s - 1] = exec_spmd_now() - t0;
     }
-    double t_ref = median(ref_runs, REPEATS);
+    double t_ref = bench_median(ref_runs, REPEATS);
     static const struct {
         const char *name, *mesh, *sched;
     } runs[] = {{"data parallel", "batch=2", "dp:batch"}, {"Megatron", "model=2", "megatron:model"}};

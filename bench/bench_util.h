@@ -18,11 +18,16 @@ static inline int bench_cmp_double(const void *a, const void *b)
     return x < y ? -1 : x > y;
 }
 
-/* Median of x[0..n) (sorts x in place). */
-static inline double bench_median(double *x, int n)
+/* Median of x[0..n), n >= 1 (x is left as it is). */
+static inline double bench_median(const double *x, int n)
 {
-    qsort(x, (size_t)n, sizeof *x, bench_cmp_double);
-    return n % 2 ? x[n / 2] : 0.5 * (x[n / 2 - 1] + x[n / 2]);
+    double *s = malloc((size_t)n * sizeof *s);
+    if (!s) abort();
+    for (int i = 0; i < n; i++) s[i] = x[i];
+    qsort(s, (size_t)n, sizeof *s, bench_cmp_double);
+    double m = n % 2 ? s[n / 2] : 0.5 * (s[n / 2 - 1] + s[n / 2]);
+    free(s);
+    return m;
 }
 
 #endif
