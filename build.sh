@@ -37,7 +37,7 @@ MODULES := ir analysis cost search exec models cli
 LIB_SRC := $(filter-out cli/main.c,$(foreach m,$(MODULES),$(wildcard $(m)/*.c)))
 TEST_SRC := $(wildcard tests/test_*.c)
 BENCH_SRC := $(wildcard bench/bench_*.c)
-CFLAGS := -std=gnu11 -O2 -g -fopenmp -Wall -Wextra -Werror -Wshadow -Wswitch-enum \
+CFLAGS := -std=gnu11 -O2 -g -fopenmp -fno-math-errno -fno-trapping-math -Wall -Wextra -Werror -Wshadow -Wswitch-enum \
           -Wstrict-prototypes -Wmissing-prototypes -Wpointer-arith -Wformat=2 -Wvla \
           -Wno-unused-parameter -I. -Iir -MMD -MP $(EXTRA_CFLAGS)
 LDLIBS := -lblis -lcjson -lm -fopenmp $(EXTRA_LDFLAGS)

@@ -145,8 +145,8 @@ static int run_checked(const cli_opts *o, const ir_graph *g, const spmd_program 
         printf("%5lld %16.9g %16.9g %10.2e %10.4f %10.4f %7.2fx\n", (long long)step, c.loss_ref, c.loss, c.loss_rel, t_ref,
                t_spmd, t_spmd > 0 ? t_ref / t_spmd : 0.0);
         if (step < o->steps) {
-            exec_ref_apply_updates(ref);
             exec_spmd_apply_updates(r);
+            exec_spmd_sync_reference(r, ref);
         }
     }
     if (rc == CLI_OK) {

@@ -59,8 +59,8 @@ static double median(double *x, int n)
 enum { REPS = 7 };
 
 /* Value i of a pseudo-random sequence, uniform in [lo, hi): kernels with
- * branches (tanhf in gelu, expf's ranges) run slower on unpredictable data
- * than on a short repeating pattern, and activations are unpredictable. */
+ * data-dependent paths (libm's logf and tanhf) run slower on unpredictable
+ * data than on a short repeating pattern, and activations are unpredictable. */
 static float noise(uint64_t i, float lo, float hi)
 {
     uint64_t z = (i + 1) * 0x9e3779b97f4a7c15ull;

@@ -1,13 +1,15 @@
 /* reference.c - the single-device reference executor.
  *
- * An exec_ref holds one malloc'd buffer per value of a borrowed graph, sized
- * for the value's global shape, and runs the ops in order, one at a time,
+ * An exec_ref holds one buffer per value of a borrowed graph, sized for the
+ * value's global shape, all in one arena (arena.h: huge pages, ASan guards
+ * between buffers), and runs the ops in order, one at a time,
  * through exec_kernel_run (BLIS with one thread for einsum).  Every value is
  * stored with 4-byte elements: f32 and i32 as themselves, and bf16/f16
  * values are executed as f32 (the reference gives the numbers of the
  * computation, not of its rounding), so exec_ref_bytes counts 4 bytes per
  * element whatever the dtype.
  */
+#include "exec/arena.h"
 #include "exec/exec.h"
 #include "exec/kernels.h"
 
@@ -18,7 +20,8 @@
 
 struct exec_ref {
     const ir_graph *g;
-    void **buf; /* one per value, owned */
+    void **buf; /* one per value, in the arena */
+    exec_arena arena;
 };
 
 static size_t value_bytes(const ir_value *v) { return (size_t)ir_numel(v) * 4; }
@@ -26,7 +29,7 @@ static size_t value_bytes(const ir_value *v) { return (size_t)ir_numel(v) * 4; }
 size_t exec_ref_bytes(const ir_graph *g)
 {
     size_t n = 0;
-    for (int v = 0; v < g->n_values; v++) n += value_bytes(&g->values[v]);
+    for (int v = 0; v < g->n_values; v++) n += exec_arena_size(value_bytes(&g->values[v]));
     return n;
 }
 
@@ -44,10 +47,15 @@ exec_ref *exec_ref_new(const ir_graph *g, size_t max_bytes, char *err, size_t er
     if (!r || !buf) goto oom;
     r->g = g;
     r->buf = buf;
+    size_t layout = 0;
+    for (int v = 0; v < g->n_values; v++) layout += exec_arena_slot(value_bytes(&g->values[v]));
+    if (exec_arena_map(&r->arena, layout) < 0) goto oom;
+    size_t off = 0;
     for (int v = 0; v < g->n_values; v++) {
         size_t n = value_bytes(&g->values[v]);
-        buf[v] = calloc(n ? n : 4, 1);
-        if (!buf[v]) goto oom;
+        buf[v] = r->arena.base + off;
+        exec_arena_place(&r->arena, off, n);
+        off += exec_arena_slot(n);
     }
     return r;
 oom:
@@ -65,8 +73,7 @@ oom:
 void exec_ref_free(exec_ref *r)
 {
     if (!r) return;
-    if (r->buf)
-        for (int v = 0; v < r->g->n_values; v++) free(r->buf[v]);
+    exec_arena_unmap(&r->arena);
     free(r->buf);
     free(r);
 }

@@ -97,12 +97,18 @@ double exec_spmd_now(void);
  * largest magnitude; docs/run.md says why).
  *
  * Params updated through optimizer state (Adam) and those states skip the
- * elements whose reference gradient, at any step so far, was below
- * EXEC_SPMD_NOISE_FLOOR times the largest gradient of any param at that
- * step: there Adam's m / (sqrt(v) + eps) turns the gradient's rounding noise
- * into an update of up to lr (a gradient that is zero in exact arithmetic,
- * like a key bias's under softmax, is nothing but noise), and later steps
- * carry that difference.  They are counted in n_excluded. */
+ * elements whose reference gradient at this step is below
+ * EXEC_SPMD_NOISE_FLOOR times the largest gradient of any param: there
+ * Adam's m / (sqrt(v) + eps) turns the gradient's rounding noise into an
+ * update of up to lr (a gradient that is zero in exact arithmetic, like a key
+ * bias's under softmax, is nothing but noise).  They are counted in
+ * n_excluded.
+ *
+ * Over several steps, call exec_spmd_sync_reference after the updates: each
+ * step is then compared from the same params and states.  Two runs that
+ * each follow their own updates drift apart however correct both are: Adam
+ * turns a rounding difference in a small gradient into a difference of up
+ * to lr in the update, and the next steps compute from those params. */
 #define EXEC_SPMD_NOISE_FLOOR 1e-4
 
 typedef struct exec_spmd_check {
@@ -116,7 +122,7 @@ typedef struct exec_spmd_check {
     int n_outputs;
     double *rel;                         /* last step, per graph output (the loss: loss_rel) */
     const ir_graph *g;
-    uint8_t **noise;                     /* per param with state: elements ever below the floor */
+    uint8_t **noise;                     /* per param with state: elements below the floor this step */
 } exec_spmd_check;
 
 /* Prepares c for graph g.  Returns 0 or -1 with a message (out of memory). */
@@ -126,6 +132,12 @@ int exec_spmd_check_init(exec_spmd_check *c, const ir_graph *g, char *err, size_
  * every step, before the updates are applied.  Returns 0, or -1 with a
  * message (out of memory). */
 int exec_spmd_compare(exec_spmd *r, exec_ref *ref, exec_spmd_check *c, char *err, size_t errlen);
+/* Starts the reference's next step from the SPMD run's state: copies the
+ * SPMD run's current value (assembled from the devices) of every argument
+ * an output updates (params, optimizer states) into the reference's
+ * argument buffer.  Call it after exec_spmd_apply_updates, instead of
+ * exec_ref_apply_updates. */
+void exec_spmd_sync_reference(exec_spmd *r, exec_ref *ref);
 /* 1 when the loss, params and states are all within `tol` (and not NaN). */
 int exec_spmd_check_ok(const exec_spmd_check *c, double tol);
 void exec_spmd_check_free(exec_spmd_check *c);

@@ -168,11 +168,13 @@ static double rel_error(const float *x, const float *ref, int64_t n, const uint8
 }
 
 /* Marks, for every param with optimizer state, the elements whose reference
- * gradient of this step is below the noise floor. */
+ * gradient of this step is below the noise floor (and clears the others). */
 static void mark_noise(exec_spmd_check *c, exec_ref *ref)
 {
     const ir_graph *g = c->g;
     double largest = 0;
+    for (int v = 0; v < g->n_values; v++)
+        if (c->noise[v]) memset(c->noise[v], 0, (size_t)ir_numel(&g->values[v]));
     for (int v = 0; v < g->n_values; v++) {
         const ir_value *x = &g->values[v];
         if (x->grad_of < 0 || x->dtype == IR_I32) continue;
@@ -242,4 +244,14 @@ int exec_spmd_compare(exec_spmd *r, exec_ref *ref, exec_spmd_check *c, char *err
         }
     }
     return 0;
+}
+
+void exec_spmd_sync_reference(exec_spmd *r, exec_ref *ref)
+{
+    const ir_graph *g = r->g;
+    for (int i = 0; i < g->n_outputs; i++) {
+        int u = g->outputs[i].updates;
+        if (u < 0 || r->p->arg_buf[u] < 0) continue;
+        exec_spmd_assemble(r, r->p->arg_buf[u], exec_ref_data(ref, u), NULL);
+    }
 }

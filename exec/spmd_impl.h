@@ -15,6 +15,7 @@
 #include <pthread.h>
 #include <stdatomic.h>
 
+#include "exec/arena.h"
 #include "exec/kernels.h"
 #include "exec/runtime.h"
 
@@ -36,9 +37,7 @@ struct exec_spmd {
     size_t dev_bytes;
     size_t *off;          /* per buffer: byte offset in each arena */
     int64_t *numel;       /* per buffer: local elements */
-    char **mem;           /* per device arena (page aligned), owned via raw */
-    void **raw;           /* per device mapping of map_bytes */
-    size_t map_bytes;
+    exec_arena *arena;    /* per device: its buffers at off[] */
     int mask_slot[SPMD_N_MASKS]; /* barrier slot of each axes mask, -1 unused */
     spmd_barrier *bars;   /* n_slots * n_dev (indexed by slot * n_dev + leader) */
     int n_bars;
@@ -59,7 +58,7 @@ typedef struct spmd_group {
 
 void spmd_group_of(const exec_spmd *r, unsigned mask, int dev, spmd_group *gr);
 
-static inline float *spmd_buf(const exec_spmd *r, int dev, int b) { return (float *)(r->mem[dev] + r->off[b]); }
+static inline float *spmd_buf(const exec_spmd *r, int dev, int b) { return (float *)(r->arena[dev].base + r->off[b]); }
 
 /* Waits until every member of dev's group for `mask` arrives.  Returns 0, or
  * -1 when the run was aborted (then the caller stops). Adds the time blocked

@@ -21,12 +21,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
-
-#define ARENA_ALIGN 64
-#define HUGE_PAGE ((size_t)2 << 20)
-
-static size_t align_up(size_t n) { return (n + ARENA_ALIGN - 1) / ARENA_ALIGN * ARENA_ALIGN; }
 
 static int64_t buffer_numel(const spmd_program *p, int b)
 {
@@ -39,7 +33,7 @@ static int64_t buffer_numel(const spmd_program *p, int b)
 size_t exec_spmd_device_bytes(const spmd_program *p)
 {
     size_t n = 0;
-    for (int b = 0; b < p->n_bufs; b++) n += align_up((size_t)buffer_numel(p, b) * 4);
+    for (int b = 0; b < p->n_bufs; b++) n += exec_arena_size((size_t)buffer_numel(p, b) * 4);
     return n;
 }
 
@@ -102,27 +96,18 @@ exec_spmd *exec_spmd_new(const spmd_program *p, size_t max_bytes, char *err, siz
     r->off = calloc((size_t)p->n_bufs + 1, sizeof *r->off);
     r->numel = calloc((size_t)p->n_bufs + 1, sizeof *r->numel);
     r->instr_flops = calloc((size_t)p->n_instrs + 1, sizeof *r->instr_flops);
-    r->mem = calloc((size_t)r->n_dev, sizeof *r->mem);
-    r->raw = calloc((size_t)r->n_dev, sizeof *r->raw);
+    r->arena = calloc((size_t)r->n_dev, sizeof *r->arena);
     r->stats.dev = calloc((size_t)r->n_dev, sizeof *r->stats.dev);
-    if (!r->off || !r->numel || !r->instr_flops || !r->mem || !r->raw || !r->stats.dev) goto oom;
+    if (!r->off || !r->numel || !r->instr_flops || !r->arena || !r->stats.dev) goto oom;
     size_t off = 0;
     for (int b = 0; b < p->n_bufs; b++) {
         r->numel[b] = buffer_numel(p, b);
         r->off[b] = off;
-        off += align_up((size_t)r->numel[b] * 4);
+        off += exec_arena_slot((size_t)r->numel[b] * 4);
     }
-    r->map_bytes = (dev_bytes + HUGE_PAGE - 1) / HUGE_PAGE * HUGE_PAGE;
     for (int d = 0; d < r->n_dev; d++) {
-        /* Zeroed pages mapped on first write.  Transparent huge pages, where
-         * the kernel allows them on request: a 4 KiB page fault costs about
-         * 20 us on these virtual machines, so a first step touching GBs of
-         * small pages spends most of its time in the kernel. */
-        void *m = mmap(NULL, r->map_bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-        if (m == MAP_FAILED) goto oom;
-        r->raw[d] = m;
-        (void)madvise(m, r->map_bytes, MADV_HUGEPAGE);
-        r->mem[d] = m;
+        if (exec_arena_map(&r->arena[d], off) < 0) goto oom;
+        for (int b = 0; b < p->n_bufs; b++) exec_arena_place(&r->arena[d], r->off[b], (size_t)r->numel[b] * 4);
     }
     if (spmd_barriers_init(r) < 0) goto oom;
     r->stats.n_devices = r->n_dev;
@@ -145,11 +130,9 @@ void exec_spmd_free(exec_spmd *r)
 {
     if (!r) return;
     spmd_barriers_free(r);
-    if (r->raw)
-        for (int d = 0; d < r->n_dev; d++)
-            if (r->raw[d]) munmap(r->raw[d], r->map_bytes);
-    free(r->raw);
-    free(r->mem);
+    if (r->arena)
+        for (int d = 0; d < r->n_dev; d++) exec_arena_unmap(&r->arena[d]);
+    free(r->arena);
     free(r->off);
     free(r->numel);
     free(r->instr_flops);

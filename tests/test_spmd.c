@@ -69,7 +69,38 @@ static shard_state *schedule_state(const ir_graph *g, const shard_mesh *mesh, co
     return st;
 }
 
-/* Runs `steps` steps of p and of the reference; returns the check (caller
+/* Applies the updates of the step just run and returns 1 when every updated
+ * argument then holds, bit for bit, the output that updates it. */
+static int updates_applied(exec_spmd *r, const spmd_program *p)
+{
+    const ir_graph *g = p->g;
+    int64_t n_all = 0;
+    for (int i = 0; i < g->n_outputs; i++) n_all += ir_numel(&g->values[g->outputs[i].value]);
+    float *want = malloc((size_t)(n_all + 1) * 4), *got = malloc((size_t)(n_all + 1) * 4);
+    int64_t off = 0;
+    for (int i = 0; i < g->n_outputs; i++) {
+        if (g->outputs[i].updates >= 0) exec_spmd_assemble(r, p->out_buf[i], want + off, NULL);
+        off += ir_numel(&g->values[g->outputs[i].value]);
+    }
+    exec_spmd_apply_updates(r);
+    int ok = 1;
+    off = 0;
+    for (int i = 0; i < g->n_outputs; i++) {
+        int u = g->outputs[i].updates;
+        int64_t n = ir_numel(&g->values[g->outputs[i].value]);
+        if (u >= 0) {
+            exec_spmd_assemble(r, p->arg_buf[u], got + off, NULL);
+            ok &= memcmp(got + off, want + off, (size_t)n * 4) == 0;
+        }
+        off += n;
+    }
+    free(want);
+    free(got);
+    return ok;
+}
+
+/* Runs `steps` steps of p and of the reference, each step's reference
+ * starting from the SPMD run's updated state; returns the check (caller
  * frees) or fails the test with the runtime's message. */
 static int run_compare(const spmd_program *p, int steps, exec_spmd_check *c, const char *what)
 {
@@ -95,8 +126,8 @@ static int run_compare(const spmd_program *p, int steps, exec_spmd_check *c, con
             break;
         }
         if (s + 1 < steps) {
-            exec_ref_apply_updates(ref);
-            exec_spmd_apply_updates(r);
+            CHECKF(updates_applied(r, p), "%s: step %d: an argument does not hold its update", what, s + 1);
+            exec_spmd_sync_reference(r, ref);
         }
     }
     for (int i = 0; i < p->n_instrs; i++) {

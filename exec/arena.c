@@ -1,0 +1,53 @@
+/* arena.c - one anonymous mapping for many buffers (see arena.h). */
+#include "exec/arena.h"
+
+#include <sys/mman.h>
+
+#ifdef __SANITIZE_ADDRESS__
+#include <sanitizer/asan_interface.h>
+#define GUARD 64
+#else
+#define ASAN_POISON_MEMORY_REGION(p, n) ((void)(p), (void)(n))
+#define ASAN_UNPOISON_MEMORY_REGION(p, n) ((void)(p), (void)(n))
+#define GUARD 0
+#endif
+
+#define ALIGN 64
+#define HUGE_PAGE ((size_t)2 << 20)
+
+size_t exec_arena_size(size_t n) { return (n + ALIGN - 1) / ALIGN * ALIGN; }
+
+size_t exec_arena_slot(size_t n) { return exec_arena_size(n) + GUARD; }
+
+int exec_arena_map(exec_arena *a, size_t bytes)
+{
+    a->mapped = (bytes + HUGE_PAGE - 1) / HUGE_PAGE * HUGE_PAGE;
+    if (!a->mapped) a->mapped = HUGE_PAGE;
+    void *m = mmap(NULL, a->mapped, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (m == MAP_FAILED) {
+        a->base = NULL;
+        a->mapped = 0;
+        return -1;
+    }
+    /* a request: where the kernel grants no huge pages, small ones serve */
+    (void)madvise(m, a->mapped, MADV_HUGEPAGE);
+    a->base = m;
+    return 0;
+}
+
+void exec_arena_place(exec_arena *a, size_t off, size_t n)
+{
+    size_t end = off + exec_arena_size(n);
+    ASAN_POISON_MEMORY_REGION(a->base + off + n, end - (off + n) + GUARD);
+    (void)a;
+    (void)end;
+}
+
+void exec_arena_unmap(exec_arena *a)
+{
+    if (!a->base) return;
+    ASAN_UNPOISON_MEMORY_REGION(a->base, a->mapped);
+    munmap(a->base, a->mapped);
+    a->base = NULL;
+    a->mapped = 0;
+}
