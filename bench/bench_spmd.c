@@ -3,12 +3,17 @@
  *
  * In one run it measures what the machine can do (memcpy bandwidth with one
  * and two threads, a single-thread sgemm alone and two at once), then times
- * the reference step and the data-parallel and Megatron runs of the same
- * step on a 2-device mesh, and checks the SPMD outputs against the
- * reference's.  Every figure is the median over REPEATS steps after one
- * warm-up step (which maps the buffers: page faults are slow on these
- * virtual machines).  Each step re-runs the same training step from the same
- * arguments (no updates applied), so all steps do identical work.
+ * the data-parallel and Megatron runs of a training step on a 2-device mesh
+ * against the reference running the same step, and checks the SPMD outputs
+ * against the reference's.  Each run goes in ROUNDS rounds of one reference
+ * step and one SPMD step (in alternating order), after one warm-up step of
+ * each (which maps the buffers: page faults are slow on these virtual
+ * machines); the speedup is the median over the rounds of the round's
+ * reference time over its SPMD time, so both sides of each ratio ran under
+ * the same conditions on this shared machine, whose speed drifts.  Other
+ * figures are medians over the rounds.  Each step re-runs the same training
+ * step from the same arguments (no updates applied), so all steps do
+ * identical work.
  *
  * Prints one markdown section (bench/run.sh collects it into BENCHMARKS.md).
  * Never passes or fails on a time; exits non-zero only if a run fails.
@@ -27,7 +32,8 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
-#define REPEATS 5
+#define REPEATS 5 /* machine measurements */
+#define ROUNDS 7  /* reference + SPMD step pairs */
 #define MODEL "gpt:layers=2,hidden=1024,heads=16,seq=256,batch=8,vocab=1024"
 #define COPY_BYTES ((size_t)256 << 20)
 #define GEMM_N 1024
@@ -117,13 +123,24 @@ static double sgemm_rate(int threads)
 }
 
 typedef struct run_figures {
-    double step_s, compute_s, collective_s, wait_s, einsum_rate, move_rate, moved_mb, program_mb;
+    double ref_s, step_s, speedup, compute_s, collective_s, wait_s, einsum_rate, move_rate, moved_mb, program_mb;
     double loss_rel, param, state;
     int ok;
 } run_figures;
 
-/* Times the SPMD run of g under `sched` on `mesh_text` and checks its outputs
- * against ref (which has run the same step). */
+static double time_ref(exec_ref *ref)
+{
+    char err[512];
+    double t0 = exec_spmd_now();
+    if (exec_ref_run(ref, err, sizeof err) < 0) {
+        fprintf(stderr, "bench_spmd: reference: %s\n", err);
+        exit(1);
+    }
+    return exec_spmd_now() - t0;
+}
+
+/* Times the SPMD run of g under `sched` on `mesh_text` in rounds with the
+ * reference, and checks its outputs against ref's. */
 static int time_spmd(const ir_graph *g, exec_ref *ref, const char *mesh_text, const char *sched, run_figures *f)
 {
     char err[640];
@@ -147,17 +164,22 @@ static int time_spmd(const ir_graph *g, exec_ref *ref, const char *mesh_text, co
         goto done;
     }
     exec_spmd_init_args(r, 1);
-    double step[REPEATS], comp[REPEATS], coll[REPEATS], wait[REPEATS], gemm[REPEATS], move[REPEATS], moved[REPEATS];
-    for (int s = 0; s <= REPEATS; s++) {
+    double ref_s[ROUNDS], step[ROUNDS], ratio[ROUNDS], comp[ROUNDS], coll[ROUNDS], wait[ROUNDS], gemm[ROUNDS],
+        move[ROUNDS], moved[ROUNDS];
+    for (int s = 0; s <= ROUNDS; s++) {
+        double t_ref = s % 2 ? time_ref(ref) : 0;
         if (exec_spmd_step(r, err, sizeof err) < 0) {
             fprintf(stderr, "bench_spmd: %s: %s\n", sched, err);
             goto done;
         }
+        if (s % 2 == 0) t_ref = time_ref(ref);
         if (s == 0) continue; /* warm-up */
         const exec_spmd_stats *x = exec_spmd_last_stats(r);
         int k = s - 1;
         double n = x->n_devices;
+        ref_s[k] = t_ref;
         step[k] = x->wall_s;
+        ratio[k] = t_ref / x->wall_s;
         comp[k] = coll[k] = wait[k] = gemm[k] = move[k] = moved[k] = 0;
         for (int d = 0; d < x->n_devices; d++) {
             const exec_spmd_device_stats *ds = &x->dev[d];
@@ -169,13 +191,15 @@ static int time_spmd(const ir_graph *g, exec_ref *ref, const char *mesh_text, co
             moved[k] += ds->moved_bytes / 1e6 / n;
         }
     }
-    f->step_s = bench_median(step, REPEATS);
-    f->compute_s = bench_median(comp, REPEATS);
-    f->collective_s = bench_median(coll, REPEATS);
-    f->wait_s = bench_median(wait, REPEATS);
-    f->einsum_rate = bench_median(gemm, REPEATS);
-    f->move_rate = bench_median(move, REPEATS);
-    f->moved_mb = bench_median(moved, REPEATS);
+    f->ref_s = bench_median(ref_s, ROUNDS);
+    f->step_s = bench_median(step, ROUNDS);
+    f->speedup = bench_median(ratio, ROUNDS);
+    f->compute_s = bench_median(comp, ROUNDS);
+    f->collective_s = bench_median(coll, ROUNDS);
+    f->wait_s = bench_median(wait, ROUNDS);
+    f->einsum_rate = bench_median(gemm, ROUNDS);
+    f->move_rate = bench_median(move, ROUNDS);
+    f->moved_mb = bench_median(moved, ROUNDS);
     f->program_mb = 0;
     for (int k = SPMD_ALL_GATHER; k < SPMD_N_KINDS; k++) f->program_mb += exec_spmd_last_stats(r)->bytes[k] / 1e6;
     exec_spmd_check c;
@@ -242,16 +266,6 @@ int main(void)
         return 1;
     }
     exec_ref_init_args(ref, 1);
-    double ref_runs[REPEATS];
-    for (int s = 0; s <= REPEATS; s++) {
-        double t0 = exec_spmd_now();
-        if (exec_ref_run(ref, err, sizeof err) < 0) {
-            fprintf(stderr, "bench_spmd: reference: %s\n", err);
-            return 1;
-        }
-        if (s) ref_runs[s - 1] = exec_spmd_now() - t0;
-    }
-    double t_ref = bench_median(ref_runs, REPEATS);
     static const struct {
         const char *name, *mesh, *sched;
     } runs[] = {{"data parallel", "batch=2", "dp:batch"}, {"Megatron", "model=2", "megatron:model"}};
@@ -267,8 +281,10 @@ int main(void)
     printf("## SPMD runtime: 2 simulated devices vs the 1-device reference\n\n");
     printf("Training step of `%s` (Adam; %.1f GFLOP of einsums a step), on a 2-device mesh (one thread a device)\n"
            "against the reference executor (one thread). BLIS kernels: **%s** (BLIS_ARCH_TYPE=%s).\n"
-           "Medians of %d steps after a warm-up step; each step redoes the same training step.\n\n",
-           MODEL, model_step_flops(&cfg) / 1e9, exec_blis_arch(), env ? env : "unset", REPEATS);
+           "Each run: %d rounds of one reference step and one SPMD step (alternating which goes first), after a\n"
+           "warm-up step of each; the speedup is the median over the rounds of the round's reference time over\n"
+           "its SPMD time, other figures are medians over the rounds. Each step redoes the same training step.\n\n",
+           MODEL, model_step_flops(&cfg) / 1e9, exec_blis_arch(), env ? env : "unset", ROUNDS);
     double wall = exec_spmd_now() - wall0, busy = machine_busy_s() - busy0, self = self_busy_s() - self0;
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
     if (busy0 >= 0 && busy >= 0 && cores > 0)
@@ -281,15 +297,14 @@ int main(void)
     printf("| memcpy, 2 threads at once (together) | %.2f GB/s | %.2f GB/s |\n", copy2b / 1e9, copy2a / 1e9);
     printf("| sgemm %d^3, 1 thread | %.1f GFLOP/s | %.1f GFLOP/s |\n", GEMM_N, gemm1b, gemm1a);
     printf("| sgemm %d^3, 2 threads at once (each) | %.1f GFLOP/s | %.1f GFLOP/s |\n", GEMM_N, gemm2b, gemm2a);
-    printf("\nReference step (1 thread): %.3f s.\n\n", t_ref);
-    printf("| run | mesh | step s | speedup | compute s | collective s (waiting) | einsum GFLOP/s a device | "
+    printf("\n| run | mesh | reference step s | step s | speedup | compute s | collective s (waiting) | einsum GFLOP/s a device | "
            "vs 1-thread sgemm | MB read by collectives a device | collective GB/s a device | both devices vs 2-thread memcpy | "
            "check (loss, params, states) |\n");
-    printf("|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+    printf("|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
     for (int i = 0; i < 2; i++) {
         const run_figures *x = &f[i];
-        printf("| %s `%s` | %s | %.3f | %.2fx | %.3f | %.3f (%.3f) | %.1f | %.0f%% | %.1f | %.2f | %.0f%% | %s (%.0e, %.0e, %.0e) |\n",
-               runs[i].name, runs[i].sched, runs[i].mesh, x->step_s, t_ref / x->step_s, x->compute_s, x->collective_s,
+        printf("| %s `%s` | %s | %.3f | %.3f | %.2fx | %.3f | %.3f (%.3f) | %.1f | %.0f%% | %.1f | %.2f | %.0f%% | %s (%.0e, %.0e, %.0e) |\n",
+               runs[i].name, runs[i].sched, runs[i].mesh, x->ref_s, x->step_s, x->speedup, x->compute_s, x->collective_s,
                x->wait_s, x->einsum_rate, 100 * x->einsum_rate / gemm1, x->moved_mb, x->move_rate,
                100 * 2 * x->move_rate * 1e9 / copy2, x->ok ? "passed" : "FAILED", x->loss_rel, x->param, x->state);
         if (!x->ok) status = 1;
@@ -301,7 +316,7 @@ int main(void)
            "of the single-thread sgemm rate.\n\n");
     for (int i = 0; i < 2; i++) {
         const run_figures *x = &f[i];
-        double sp = t_ref / x->step_s, bw = 2 * x->move_rate * 1e9 / copy2, gm = x->einsum_rate / gemm1;
+        double sp = x->speedup, bw = 2 * x->move_rate * 1e9 / copy2, gm = x->einsum_rate / gemm1;
         printf("- %s: speedup %.2fx (%s), collectives %.0f%% of copy bandwidth (%s), einsums %.0f%% of sgemm (%s)\n",
                runs[i].name, sp, sp >= 1.7 ? "met" : "missed", 100 * bw, bw >= 0.5 ? "met" : "missed", 100 * gm,
                gm >= 0.75 ? "met" : "missed");
