@@ -134,7 +134,11 @@ void exec_copy_strided32(int rank, const int64_t *dims, const void *src, const i
     int64_t idx[IR_MAX_RANK] = {0}, off = 0;
     for (int64_t done = 0; done < n; done += inner) {
         if (is == 1) memcpy(o, s + off, (size_t)inner * sizeof *o);
-        else
+        else if (is == 0) {
+            uint32_t v = s[off];
+#pragma omp simd
+            for (int64_t i = 0; i < inner; i++) o[i] = v;
+        } else
             for (int64_t i = 0; i < inner; i++) o[i] = s[off + i * is];
         o += inner;
         /* odometer over the outer dims */

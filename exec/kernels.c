@@ -128,6 +128,21 @@ VECTOR_CLONES static void binary(ir_opkind k, const float *a, const float *b, fl
 
 /* ---- reductions ------------------------------------------------------- */
 
+/* sum of a row, in double, vectorized (any order of the terms) */
+VECTOR_CLONES static double sum_row(const float *x, int64_t n)
+{
+    double s = 0;
+#pragma omp simd reduction(+ : s)
+    for (int64_t i = 0; i < n; i++) s += x[i];
+    return s;
+}
+
+VECTOR_CLONES static void add_row(double *acc, const float *x, int64_t n)
+{
+#pragma omp simd
+    for (int64_t i = 0; i < n; i++) acc[i] += x[i];
+}
+
 /* Sums (or maxes) x over the dims listed in a->ints into y.  Walks x in
  * memory order; each input dim has a result stride (0 when reduced). */
 static int reduce(int is_max, const ir_attrs *a, const exec_tensor *x, exec_tensor *y, char *err, size_t errlen)
@@ -156,9 +171,9 @@ static int reduce(int is_max, const ir_attrs *a, const exec_tensor *x, exec_tens
                 for (int64_t i = 0; i < inner; i++)
                     if (xp[i] > yp[off + i * is] || isnan(xp[i])) yp[off + i * is] = xp[i];
             } else if (is == 0) {
-                double s = 0;
-                for (int64_t i = 0; i < inner; i++) s += xp[i];
-                acc[off] += s;
+                acc[off] += sum_row(xp, inner);
+            } else if (is == 1) {
+                add_row(acc + off, xp, inner);
             } else {
                 for (int64_t i = 0; i < inner; i++) acc[off + i * is] += xp[i];
             }
