@@ -197,6 +197,7 @@ static void median_profile(const cost_hw *runs, int n, cost_hw *out)
     MED(inter.latency);
     MED(alone_speedup);
     MED(gemm_call);
+    MED(gemm_bandwidth);
     MED(oversub_latency);
     for (int k = 0; k < IR_N_OPS; k++) MED(op_rate[k]);
 #undef MED
@@ -329,6 +330,7 @@ int main(int argc, char **argv)
            hw.matmul_flops[IR_F32] / 1e9, lo / 1e9, hi / 1e9);
     printf("| a thread alone vs all cores busy (alone_speedup) | %.2fx |\n", hw.alone_speedup);
     printf("| GEMM call overhead (gemm_call) | %.2f us |\n", hw.gemm_call * 1e6);
+    printf("| GEMM operands and result from memory (gemm_bandwidth) | %.2f GB/s |\n", hw.gemm_bandwidth / 1e9);
     printf("| elementwise (vector_flops; mul, exp, gelu) | %.2f GFLOP/s |\n", hw.vector_flops / 1e9);
     printf("| op rates, G elements/s per thread | add %.2f, mul %.2f, div %.2f, exp %.2f, gelu %.3f, gelu_grad %.3f, "
            "broadcast %.2f, reduce_sum %.2f, transpose %.2f |\n",

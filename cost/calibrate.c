@@ -16,6 +16,8 @@
  *   op_rate        elements/s of every non-einsum kernel on 1 MB operands of
  *                  random values, one per core at once
  *   gemm_call      the fixed cost of one GEMM call (a batch of tiny GEMMs)
+ *   gemm_bandwidth what a GEMM's operands cost when they come from memory:
+ *                  the same GEMMs on buffers that are not in cache
  *   alone_speedup  how much faster one thread runs with the other cores idle
  *   oversub_latency a barrier among two threads a core
  * Each figure is the median of repeats; nothing here is checked against a
@@ -303,6 +305,56 @@ static void op_rates(int threads, int64_t n, int inner, double *rate)
     }
 }
 
+/* Bytes per second at which a GEMM of n^3 pays for operands and result that
+ * are not in cache, beyond its time at the in-cache rate `warm` (FLOP/s, a
+ * thread, `threads` at once): each thread runs the GEMM over enough sets of
+ * buffers (64 MB) that every call finds its own evicted.  In a training step
+ * the activations come from memory like this. */
+static double gemm_cold_bandwidth(int threads, int64_t n, double warm, int passes)
+{
+    ir_einsum_spec e;
+    ir_einsum_parse("mk,kn->mn", 2, 2, &e, NULL, 0);
+    size_t nn = (size_t)(n * n), set_bytes = 3 * nn * sizeof(float);
+    int sets = (int)(((size_t)64 << 20) / set_bytes) + 1;
+    double per[64] = {0};
+    int ok = 1;
+#pragma omp parallel num_threads(threads)
+    {
+        int t = omp_get_thread_num();
+        float *buf = malloc(set_bytes * (size_t)sets);
+        if (!buf) {
+#pragma omp atomic write
+            ok = 0;
+        } else {
+            for (size_t i = 0; i < 3 * nn * (size_t)sets; i++) buf[i] = (float)(i % 13) / 13.0f;
+            int64_t dims[2] = {n, n};
+            double tr[REPS];
+            int np = passes < REPS ? passes : REPS;
+            for (int r = 0; r < np; r++) {
+#pragma omp barrier
+                double t0 = now();
+                for (int s = 0; s < sets; s++) {
+                    float *a = buf + 3 * nn * (size_t)s;
+                    exec_einsum_f32(&e, dims, a, dims, a + nn, dims, a + 2 * nn);
+                }
+                tr[r] = (now() - t0) / sets;
+            }
+            double extra = median(tr, np) - 2.0 * (double)n * (double)n * (double)n / warm;
+            if (t < 64) per[t] = extra > 0 ? (double)set_bytes / extra : 0;
+        }
+        free(buf);
+    }
+    if (!ok) return NAN;
+    /* a thread whose GEMMs were no slower than in cache prices nothing */
+    double s = 0;
+    int nt = threads < 64 ? threads : 64;
+    for (int t = 0; t < nt; t++) {
+        if (!(per[t] > 0)) return 0;
+        s += 1 / per[t];
+    }
+    return nt / s;
+}
+
 /* Seconds per GEMM call beyond its FLOPs at `peak`: a batched einsum of many
  * small GEMMs (one call per batch index), `threads` threads at once. */
 static double gemm_call_time(int threads, double peak, int inner)
@@ -473,12 +525,14 @@ int cost_calibrate(cost_hw *hw, int quick, FILE *log, char *err, size_t errlen)
         rates[IR_OP_REDUCE_SUM] / 1e9);
     double call = gemm_call_time(cores, gn, quick ? 1 : 20);
     say(log, "  GEMM call (beyond its FLOPs): %.2f us\n", call * 1e6);
+    double gbw = gemm_cold_bandwidth(cores, quick ? 96 : 512, gn, quick ? 1 : 3);
+    say(log, "  GEMM operands from memory (beyond the in-cache time): %.2f GB/s per thread\n", gbw / 1e9);
     double ovh = op_overhead(quick ? 1000 : 200000);
     say(log, "  kernel call overhead: %.3f us\n", ovh * 1e6);
     int rates_ok = 1;
     for (int k = 0; k < IR_N_OPS; k++) rates_ok &= k == IR_OP_EINSUM || (rates[k] > 0 && isfinite(rates[k]));
     if (!(gn > 0) || !(vr > 0) || !(cr > 0) || !isfinite(lat) || !isfinite(ovh) || !rates_ok || !isfinite(call) ||
-        !isfinite(lat_over)) {
+        !isfinite(lat_over) || !isfinite(gbw)) {
         snprintf(err, errlen, "calibrate: a measurement failed (out of memory?)");
         return -1;
     }
@@ -498,6 +552,7 @@ int cost_calibrate(cost_hw *hw, int quick, FILE *log, char *err, size_t errlen)
     hw->alone_speedup = alone;
     memcpy(hw->op_rate, rates, sizeof rates);
     hw->gemm_call = call;
+    hw->gemm_bandwidth = gbw;
     hw->shared_memory = 1;
     hw->oversub_latency = lat_over > 0 ? lat_over : 0;
     return cost_hw_check(hw, err, errlen);

@@ -52,6 +52,8 @@ typedef struct cost_hw {
     double op_rate[IR_N_OPS];      /* elements/s of each non-einsum op kind with every core busy (0: price
                                       the op by vector_flops); elements as cost_op_elements counts them */
     double gemm_call;              /* seconds per GEMM call (an einsum makes one per batch index) */
+    double gemm_bandwidth;         /* bytes/s at which an einsum's operands and result come from memory
+                                      on top of its FLOP time (0: not priced) */
     int shared_memory;             /* 1: collectives are the SPMD runtime's barrier + copies through
                                       shared memory (priced as such), 0: ring algorithms on links */
     double oversub_latency;        /* seconds per barrier when devices outnumber cores (0: intra.latency) */

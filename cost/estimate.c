@@ -517,6 +517,8 @@ int cost_estimate_program(cost_ws *w, const spmd_program *p, const cost_hw *hw, 
                         if (bm & 1) calls *= local_dim(&c, in->in[0], d);
                     extra = calls * hw->gemm_call;
                 }
+                /* operands and result fetched from memory, not cache */
+                if (hw->gemm_bandwidth > 0) extra += bytes / hw->gemm_bandwidth;
             } else if (hw->op_rate[o->kind] > 0) {
                 int which = cost_op_elements(o->kind);
                 double n_el = which == 1 ? w->buf_numel[in->in[0]] : which == 2 ? w->buf_numel[in->in[1]] : w->buf_numel[ob];

@@ -91,6 +91,7 @@ int cost_hw_check(const cost_hw *hw, char *err, size_t errlen)
     if (hw->cores < 0) return ir_errf(err, errlen, "hardware %s: cores must be >= 0", n);
     if (bad_num(hw->alone_speedup, 1)) return ir_errf(err, errlen, "hardware %s: alone_speedup must be >= 0", n);
     if (bad_num(hw->gemm_call, 1)) return ir_errf(err, errlen, "hardware %s: gemm_call must be >= 0", n);
+    if (bad_num(hw->gemm_bandwidth, 1)) return ir_errf(err, errlen, "hardware %s: gemm_bandwidth must be >= 0", n);
     if (bad_num(hw->oversub_latency, 1)) return ir_errf(err, errlen, "hardware %s: oversub_latency must be >= 0", n);
     if (hw->shared_memory != 0 && hw->shared_memory != 1) return ir_errf(err, errlen, "hardware %s: shared_memory must be 0 or 1", n);
     for (int k = 0; k < IR_N_OPS; k++)
@@ -192,6 +193,7 @@ static int parse_doc(const cJSON *root, const char *where, cost_hw *hw, char *er
     double shm;
     if (get_num(root, "alone_speedup", "", where, &zero, 1, &hw->alone_speedup, err, errlen) < 0 ||
         get_num(root, "gemm_call", "", where, &zero, 1, &hw->gemm_call, err, errlen) < 0 ||
+        get_num(root, "gemm_bandwidth", "", where, &zero, 1, &hw->gemm_bandwidth, err, errlen) < 0 ||
         get_num(root, "oversub_latency", "", where, &zero, 1, &hw->oversub_latency, err, errlen) < 0 ||
         get_num(root, "shared_memory", "", where, &zero, 1, &shm, err, errlen) < 0)
         return -1;
@@ -332,6 +334,7 @@ char *cost_hw_to_json(const cost_hw *hw)
     add_num(r, "cores", hw->cores);
     if (hw->alone_speedup > 0) add_num(r, "alone_speedup", hw->alone_speedup);
     if (hw->gemm_call > 0) add_num(r, "gemm_call", hw->gemm_call);
+    if (hw->gemm_bandwidth > 0) add_num(r, "gemm_bandwidth", hw->gemm_bandwidth);
     if (hw->shared_memory) add_num(r, "shared_memory", hw->shared_memory);
     if (hw->oversub_latency > 0) add_num(r, "oversub_latency", hw->oversub_latency);
     int any_rate = 0;

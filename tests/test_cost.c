@@ -557,6 +557,25 @@ static void test_cpu_model(void)
     cost_estimate c1 = estimate(ws, p, &gc, COST_FP32);
     CHECK(c1.op_count[IR_OP_EINSUM] > 0 &&
           close_rel(c1.op_time[IR_OP_EINSUM] - e0.op_time[IR_OP_EINSUM], c1.op_count[IR_OP_EINSUM] * 1e-3, 1e-9));
+    /* gemm_bandwidth: each einsum also pays for its operands' and result's
+     * local bytes (f32 here) */
+    cost_hw gw = base;
+    gw.gemm_bandwidth = 1e9;
+    cost_estimate w1 = estimate(ws, p, &gw, COST_FP32);
+    double ein_bytes = 0;
+    for (int i = 0; i < p->n_instrs; i++) {
+        const spmd_instr *in = &p->instrs[i];
+        if (in->kind != SPMD_COMPUTE || g->ops[in->op].kind != IR_OP_EINSUM) continue;
+        int bufs[3] = {in->in[0], in->in[1], in->out};
+        for (int k = 0; k < 3; k++) {
+            int64_t dims[IR_MAX_RANK];
+            spmd_buffer_dims(p, bufs[k], dims);
+            double n = 4;
+            for (int d = 0; d < g->values[p->bufs[bufs[k]].value].rank; d++) n *= (double)dims[d];
+            ein_bytes += n;
+        }
+    }
+    CHECK(ein_bytes > 0 && close_rel(w1.op_time[IR_OP_EINSUM] - e0.op_time[IR_OP_EINSUM], ein_bytes / 1e9, 1e-9));
     spmd_free(p);
     ir_free(g);
     /* attention einsums make one call per (batch, head) */
@@ -603,13 +622,15 @@ static void test_cpu_model(void)
     cost_hw full = shm;
     full.alone_speedup = 1.25;
     full.gemm_call = 3e-6;
+    full.gemm_bandwidth = 1.5e10;
     full.oversub_latency = 0.1 + 0.2;
     for (int k = 0; k < IR_N_OPS; k++) full.op_rate[k] = k == IR_OP_EINSUM ? 0 : 1e9 + k / 3.0;
     char *s = cost_hw_to_json(&full);
     cost_hw back;
     CHECKF(s && cost_hw_from_json(s, "rt", &back, err, sizeof err) == 0, "%s", err);
     CHECK(!memcmp(back.op_rate, full.op_rate, sizeof full.op_rate) && back.alone_speedup == 1.25 &&
-          back.gemm_call == 3e-6 && back.shared_memory == 1 && back.oversub_latency == 0.1 + 0.2);
+          back.gemm_call == 3e-6 && back.gemm_bandwidth == 1.5e10 && back.shared_memory == 1 &&
+          back.oversub_latency == 0.1 + 0.2);
     free(s);
 #define HW_DOC(fields)                                                                                            \
     "{\"format\":\"carve-hw/1\",\"name\":\"x\",\"peak_flops\":{\"f32\":1e12,\"bf16\":2e12},\"vector_flops\":1e11," \
@@ -626,6 +647,7 @@ static void test_cpu_model(void)
         {"\"shared_memory\":2,", "shared_memory"},
         {"\"alone_speedup\":-1,", "alone_speedup"},
         {"\"gemm_call\":\"slow\",", "gemm_call"},
+        {"\"gemm_bandwidth\":-1,", "gemm_bandwidth"},
         {"\"oversub_latency\":-1,", "oversub_latency"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
@@ -653,7 +675,8 @@ static void test_calibrate_quick(void)
     /* the CPU model's figures: every non-einsum op has a rate */
     int rates = 1;
     for (int k = 0; k < IR_N_OPS; k++) rates &= k == IR_OP_EINSUM ? hw.op_rate[k] == 0 : hw.op_rate[k] > 0;
-    CHECK(rates && hw.alone_speedup >= 1 && hw.shared_memory == 1 && hw.gemm_call >= 0 && hw.oversub_latency >= 0);
+    CHECK(rates && hw.alone_speedup >= 1 && hw.shared_memory == 1 && hw.gemm_call >= 0 && hw.oversub_latency >= 0 &&
+          hw.gemm_bandwidth >= 0);
 }
 
 int main(void)
