@@ -28,8 +28,10 @@ static int64_t numel(const exec_tensor *t)
  * MLP activations, Adam over every parameter).  They are written so GCC
  * vectorizes them: no libm calls in the hot ops, selects instead of branches,
  * and each loop function is compiled for AVX-512, AVX2 and the baseline, the
- * best one picked when the program loads (function multiversioning).  FMA is
- * not enabled in any clone, so every clone computes the same bits. */
+ * best one picked when the program loads (function multiversioning).  The
+ * AVX-512 clone fuses multiply-adds (FMA), so results can differ in the last
+ * bit between machines; on one machine the reference and the SPMD run use
+ * the same clone. */
 #define VECTOR_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
 
 #define GELU_C 0.7978845608028654f /* sqrt(2/pi) */
