@@ -71,46 +71,56 @@ static float noise(uint64_t i, float lo, float hi)
     return lo + (hi - lo) * (float)(z >> 40) / (float)(1u << 24);
 }
 
-/* Per-thread GEMM rate (FLOP/s) with `threads` threads each running its own. */
-static double gemm_rate(int threads, int64_t n, int inner)
+/* Per-thread GEMM rate (FLOP/s) of n^3 GEMMs, `threads` threads each running
+ * its own, `inner` GEMMs a repeat.  With sets = 1 every GEMM reuses one set
+ * of buffers (in cache after the warm-up); with more, consecutive GEMMs go
+ * through `sets` sets of buffers in turn, enough of them (64 MB) that each
+ * finds its operands evicted, as a training step's activations are. */
+static double gemm_rate(int threads, int64_t n, int inner, int sets)
 {
     ir_einsum_spec e;
     ir_einsum_parse("mk,kn->mn", 2, 2, &e, NULL, 0);
+    size_t nn = (size_t)(n * n);
     double rates[64] = {0};
     int ok = 1;
 #pragma omp parallel num_threads(threads)
     {
         int t = omp_get_thread_num();
-        float *a = malloc((size_t)(n * n) * sizeof(float)), *b = malloc((size_t)(n * n) * sizeof(float)),
-              *c = malloc((size_t)(n * n) * sizeof(float));
-        if (!a || !b || !c) {
+        float *buf = malloc(3 * nn * (size_t)sets * sizeof(float));
+        if (!buf) {
 #pragma omp atomic write
             ok = 0;
         } else {
-            for (int64_t i = 0; i < n * n; i++) {
-                a[i] = (float)((i * 7) % 13) / 13.0f;
-                b[i] = (float)((i * 5) % 11) / 11.0f;
-            }
+            for (size_t s = 0; s < (size_t)sets; s++)
+                for (size_t i = 0; i < nn; i++) {
+                    buf[3 * nn * s + i] = (float)((i * 7) % 13) / 13.0f;
+                    buf[3 * nn * s + nn + i] = (float)((i * 5) % 11) / 11.0f;
+                    buf[3 * nn * s + 2 * nn + i] = 0;
+                }
             int64_t dims[2] = {n, n};
             double tr[REPS];
-            exec_einsum_f32(&e, dims, a, dims, b, dims, c); /* warm-up */
+            exec_einsum_f32(&e, dims, buf, dims, buf + nn, dims, buf + 2 * nn); /* warm-up */
             for (int r = 0; r < REPS; r++) {
 #pragma omp barrier
                 double t0 = now();
-                for (int k = 0; k < inner; k++) exec_einsum_f32(&e, dims, a, dims, b, dims, c);
+                for (int k = 0; k < inner; k++) {
+                    float *a = buf + 3 * nn * (size_t)((r * inner + k) % sets);
+                    exec_einsum_f32(&e, dims, a, dims, a + nn, dims, a + 2 * nn);
+                }
                 tr[r] = (now() - t0) / inner;
             }
             if (t < 64) rates[t] = 2.0 * (double)n * (double)n * (double)n / median(tr, REPS);
         }
-        free(a);
-        free(b);
-        free(c);
+        free(buf);
     }
     if (!ok) return 0;
     double s = 0;
     for (int t = 0; t < threads && t < 64; t++) s += rates[t];
     return s / (threads < 64 ? threads : 64);
 }
+
+/* Sets of n^3 GEMM buffers that fill 64 MB (gemm_rate from memory). */
+static int cold_sets(int64_t n) { return (int)(((size_t)64 << 20) / (3 * (size_t)(n * n) * sizeof(float))) + 1; }
 
 /* Per-thread elementwise FLOP rate: mul (1 FLOP), exp (1), gelu (8) on
  * `n`-element in-cache buffers, total FLOPs over total time. */
@@ -305,56 +315,6 @@ static void op_rates(int threads, int64_t n, int inner, double *rate)
     }
 }
 
-/* Bytes per second at which a GEMM of n^3 pays for operands and result that
- * are not in cache, beyond its time at the in-cache rate `warm` (FLOP/s, a
- * thread, `threads` at once): each thread runs the GEMM over enough sets of
- * buffers (64 MB) that every call finds its own evicted.  In a training step
- * the activations come from memory like this. */
-static double gemm_cold_bandwidth(int threads, int64_t n, double warm, int passes)
-{
-    ir_einsum_spec e;
-    ir_einsum_parse("mk,kn->mn", 2, 2, &e, NULL, 0);
-    size_t nn = (size_t)(n * n), set_bytes = 3 * nn * sizeof(float);
-    int sets = (int)(((size_t)64 << 20) / set_bytes) + 1;
-    double per[64] = {0};
-    int ok = 1;
-#pragma omp parallel num_threads(threads)
-    {
-        int t = omp_get_thread_num();
-        float *buf = malloc(set_bytes * (size_t)sets);
-        if (!buf) {
-#pragma omp atomic write
-            ok = 0;
-        } else {
-            for (size_t i = 0; i < 3 * nn * (size_t)sets; i++) buf[i] = (float)(i % 13) / 13.0f;
-            int64_t dims[2] = {n, n};
-            double tr[REPS];
-            int np = passes < REPS ? passes : REPS;
-            for (int r = 0; r < np; r++) {
-#pragma omp barrier
-                double t0 = now();
-                for (int s = 0; s < sets; s++) {
-                    float *a = buf + 3 * nn * (size_t)s;
-                    exec_einsum_f32(&e, dims, a, dims, a + nn, dims, a + 2 * nn);
-                }
-                tr[r] = (now() - t0) / sets;
-            }
-            double extra = median(tr, np) - 2.0 * (double)n * (double)n * (double)n / warm;
-            if (t < 64) per[t] = extra > 0 ? (double)set_bytes / extra : 0;
-        }
-        free(buf);
-    }
-    if (!ok) return NAN;
-    /* a thread whose GEMMs were no slower than in cache prices nothing */
-    double s = 0;
-    int nt = threads < 64 ? threads : 64;
-    for (int t = 0; t < nt; t++) {
-        if (!(per[t] > 0)) return 0;
-        s += 1 / per[t];
-    }
-    return nt / s;
-}
-
 /* Seconds per GEMM call beyond its FLOPs at `peak`: a batched einsum of many
  * small GEMMs (one call per batch index), `threads` threads at once. */
 static double gemm_call_time(int threads, double peak, int inner)
@@ -503,8 +463,9 @@ int cost_calibrate(cost_hw *hw, int quick, FILE *log, char *err, size_t errlen)
     double ram = pages > 0 && psize > 0 ? (double)pages * (double)psize : 4.0 * 1024 * 1024 * 1024;
 
     say(log, "calibrate: %d cores, BLIS kernels %s\n", cores, exec_blis_arch());
-    double g1 = gemm_rate(1, quick ? 96 : 512, quick ? 1 : 4);
-    double gn = cores > 1 ? gemm_rate(cores, quick ? 96 : 512, quick ? 1 : 4) : g1;
+    int64_t gemm_n = quick ? 96 : 512;
+    double g1 = gemm_rate(1, gemm_n, quick ? 1 : 4, 1);
+    double gn = cores > 1 ? gemm_rate(cores, gemm_n, quick ? 1 : 4, 1) : g1;
     say(log, "  GEMM (einsum mk,kn->mn): %.1f GFLOP/s one thread, %.1f per thread with %d busy\n", g1 / 1e9, gn / 1e9, cores);
     double vr = vector_rate(cores, quick ? 4096 : 16384, quick ? 2 : 50);
     say(log, "  elementwise (mul, exp, gelu): %.2f GFLOP/s per thread\n", vr / 1e9);
@@ -525,7 +486,12 @@ int cost_calibrate(cost_hw *hw, int quick, FILE *log, char *err, size_t errlen)
         rates[IR_OP_REDUCE_SUM] / 1e9);
     double call = gemm_call_time(cores, gn, quick ? 1 : 20);
     say(log, "  GEMM call (beyond its FLOPs): %.2f us\n", call * 1e6);
-    double gbw = gemm_cold_bandwidth(cores, quick ? 96 : 512, gn, quick ? 1 : 3);
+    /* gemm_bandwidth: the bytes of a GEMM's operands and result over its
+     * time from memory beyond its time in cache (0 when it is no slower) */
+    int sets = cold_sets(gemm_n);
+    double gcold = gemm_rate(cores, gemm_n, quick ? sets / 8 : sets, sets);
+    double flops = 2.0 * (double)gemm_n * (double)gemm_n * (double)gemm_n, extra = flops / gcold - flops / gn;
+    double gbw = !(gcold > 0) ? NAN : extra > 0 ? 3.0 * (double)(gemm_n * gemm_n) * sizeof(float) / extra : 0;
     say(log, "  GEMM operands from memory (beyond the in-cache time): %.2f GB/s per thread\n", gbw / 1e9);
     double ovh = op_overhead(quick ? 1000 : 200000);
     say(log, "  kernel call overhead: %.3f us\n", ovh * 1e6);

@@ -37,10 +37,8 @@ int exec_arena_map(exec_arena *a, size_t bytes)
 
 void exec_arena_place(exec_arena *a, size_t off, size_t n)
 {
-    size_t end = off + exec_arena_size(n);
-    ASAN_POISON_MEMORY_REGION(a->base + off + n, end - (off + n) + GUARD);
-    (void)a;
-    (void)end;
+    /* the padding up to the next 64 bytes, and the guard */
+    ASAN_POISON_MEMORY_REGION(a->base + off + n, exec_arena_size(n) - n + GUARD);
 }
 
 void exec_arena_unmap(exec_arena *a)
