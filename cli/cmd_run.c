@@ -69,6 +69,12 @@ static void print_timings(const exec_spmd_stats *st)
         printf("%s %s %.4f", shown ? "," : "", ir_op_name((ir_opkind)best), op_s[best]);
         op_s[best] = 0;
     }
+    if (st->fused_groups) {
+        double f = 0;
+        for (int d = 0; d < st->n_devices; d++) f += st->dev[d].fused_s / st->n_devices;
+        printf("\n  fused elementwise (%d ops in %d groups, run tile by tile; not in the list above): %.4f",
+               st->fused_ops, st->fused_groups, f);
+    }
     printf("\n");
     printf("\ncollectives (bytes per device as the program counts them; time: mean over devices):\n");
     printf("  %-15s %6s %12s %10s\n", "kind", "count", "MB", "seconds");

@@ -51,6 +51,11 @@ int exec_ref_run(exec_ref *r, char *err, size_t errlen);
 void exec_ref_apply_updates(exec_ref *r);
 /* Value of the scalar loss after a run (NAN when the graph has no loss). */
 double exec_ref_loss(exec_ref *r);
+/* The fused elementwise groups the executor runs (fuse.h): how many, and
+ * how many ops they hold; and the group length at op i (>= 2 at a group's
+ * first op, 1 for an op run alone, 0 inside a group). */
+void exec_ref_fusion(const exec_ref *r, int *groups, int *fused_ops);
+int exec_ref_group_len(const exec_ref *r, int op);
 
 /* Kernels shared by the reference executor and the SPMD runtime. ---------- */
 

@@ -128,6 +128,12 @@ VECTOR_CLONES static void binary(ir_opkind k, const float *a, const float *b, fl
     }
 }
 
+void exec_elementwise(ir_opkind k, float s, const float *a, const float *b, float *y, int64_t n)
+{
+    if (ir_op_class(k) == IR_BINARY) binary(k, a, b, y, n);
+    else unary(k, s, a, y, n);
+}
+
 /* ---- reductions ------------------------------------------------------- */
 
 /* sum of a row, in double, vectorized (any order of the terms) */
@@ -314,10 +320,10 @@ int exec_kernel_run(ir_opkind k, const ir_attrs *a, int n_in, const exec_tensor 
     case IR_OP_NEG: case IR_OP_EXP: case IR_OP_LOG: case IR_OP_SQRT: case IR_OP_RSQRT: case IR_OP_TANH:
     case IR_OP_GELU: case IR_OP_GELU_GRAD: case IR_OP_RELU: case IR_OP_SCALE: case IR_OP_ADD_SCALAR:
     case IR_OP_STOP_GRAD:
-        unary(k, (float)a->scalar, in[0].data, out->data, numel(out));
+        exec_elementwise(k, (float)a->scalar, in[0].data, NULL, out->data, numel(out));
         return 0;
     case IR_OP_ADD: case IR_OP_SUB: case IR_OP_MUL: case IR_OP_DIV: case IR_OP_MAX: case IR_OP_GE:
-        binary(k, in[0].data, in[1].data, out->data, numel(out));
+        exec_elementwise(k, 0, in[0].data, in[1].data, out->data, numel(out));
         return 0;
     case IR_OP_EINSUM: {
         ir_einsum_spec e;

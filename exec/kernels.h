@@ -48,6 +48,10 @@ typedef struct exec_kernel_opts {
 int exec_kernel_run(ir_opkind k, const ir_attrs *a, int n_in, const exec_tensor *in, exec_tensor *out,
                     const exec_kernel_opts *opts, char *err, size_t errlen);
 
+/* Elementwise op k (unary or binary class) over n floats: y = k(a), or
+ * k(a, b); s is the scalar of scale and add_scalar.  y may be a. */
+void exec_elementwise(ir_opkind k, float s, const float *a, const float *b, float *y, int64_t n);
+
 /* Copies a strided view into a dense array: dst[i] (row-major over dims) =
  * src[sum_d idx_d * src_strides[d]].  Works on any 4-byte element type. */
 void exec_copy_strided32(int rank, const int64_t *dims, const void *src, const int64_t *src_strides, void *dst);

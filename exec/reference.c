@@ -2,8 +2,11 @@
  *
  * An exec_ref holds one buffer per value of a borrowed graph, sized for the
  * value's global shape, all in one arena (arena.h: huge pages, ASan guards
- * between buffers), and runs the ops in order, one at a time,
- * through exec_kernel_run (BLIS with one thread for einsum).  Every value is
+ * between buffers), and runs the ops in order through exec_kernel_run (BLIS
+ * with one thread for einsum), except that runs of elementwise ops go
+ * through fuse.h tile by tile, as on the SPMD devices.  Values the caller
+ * may read after a run (outputs, the loss, gradients) are always written;
+ * an intermediate that only feeds ops of its own group is not.  Every value is
  * stored with 4-byte elements: f32 and i32 as themselves, and bf16/f16
  * values are executed as f32 (the reference gives the numbers of the
  * computation, not of its rounding), so exec_ref_bytes counts 4 bytes per
@@ -11,6 +14,7 @@
  */
 #include "exec/arena.h"
 #include "exec/exec.h"
+#include "exec/fuse.h"
 #include "exec/kernels.h"
 
 #include <math.h>
@@ -22,6 +26,7 @@ struct exec_ref {
     const ir_graph *g;
     void **buf; /* one per value, in the arena */
     exec_arena arena;
+    exec_fuse_plan fuse;
 };
 
 static size_t value_bytes(const ir_value *v) { return (size_t)ir_numel(v) * 4; }
@@ -31,6 +36,42 @@ size_t exec_ref_bytes(const ir_graph *g)
     size_t n = 0;
     for (int v = 0; v < g->n_values; v++) n += exec_arena_size(value_bytes(&g->values[v]));
     return n;
+}
+
+/* Groups the graph's elementwise chains (fuse.h).  Observed: outputs, the
+ * loss and gradients (the SPMD check reads the reference's gradients). */
+static int plan_fusion(exec_ref *r)
+{
+    const ir_graph *g = r->g;
+    exec_fuse_item *it = calloc((size_t)(g->n_ops ? g->n_ops : 1), sizeof *it);
+    uint8_t *observed = calloc((size_t)(g->n_values ? g->n_values : 1), 1);
+    int rc = -1;
+    if (!it || !observed) goto done;
+    for (int v = 0; v < g->n_values; v++) observed[v] = g->values[v].grad_of >= 0;
+    for (int i = 0; i < g->n_outputs; i++) observed[g->outputs[i].value] = 1;
+    if (g->loss >= 0) observed[g->loss] = 1;
+    for (int i = 0; i < g->n_ops; i++) {
+        const ir_op *op = &g->ops[i];
+        ir_dtype dt[IR_MAX_OPERANDS];
+        int64_t n[IR_MAX_OPERANDS];
+        for (int k = 0; k < op->n_in; k++) {
+            dt[k] = g->values[op->in[k]].dtype;
+            n[k] = ir_numel(&g->values[op->in[k]]);
+            it[i].in[k] = op->in[k];
+        }
+        const ir_value *o = &g->values[op->out];
+        it[i].fusible = exec_fuse_fusible(op->kind, op->n_in, dt, n, o->dtype, ir_numel(o), &it[i].splat);
+        it[i].kind = op->kind;
+        it[i].scalar = (float)op->attrs.scalar;
+        it[i].n_in = op->n_in;
+        it[i].out = op->out;
+        it[i].numel = ir_numel(o);
+    }
+    rc = exec_fuse_plan_build(&r->fuse, it, g->n_ops, g->n_values, observed);
+done:
+    free(it);
+    free(observed);
+    return rc;
 }
 
 exec_ref *exec_ref_new(const ir_graph *g, size_t max_bytes, char *err, size_t errlen)
@@ -57,6 +98,7 @@ exec_ref *exec_ref_new(const ir_graph *g, size_t max_bytes, char *err, size_t er
         exec_arena_place(&r->arena, off, n);
         off += exec_arena_slot(n);
     }
+    if (plan_fusion(r) < 0) goto oom;
     return r;
 oom:
     if (err && errlen) snprintf(err, errlen, "graph '%s': out of memory allocating %zu bytes of buffers", g->name, need);
@@ -74,6 +116,7 @@ void exec_ref_free(exec_ref *r)
 {
     if (!r) return;
     exec_arena_unmap(&r->arena);
+    exec_fuse_plan_free(&r->fuse);
     free(r->buf);
     free(r);
 }
@@ -96,10 +139,30 @@ static exec_tensor tensor_of(exec_ref *r, int v)
     return t;
 }
 
+/* Runs the fused group of ops [i, i + len). */
+static void run_group(exec_ref *r, int i, int len)
+{
+    const ir_graph *g = r->g;
+    const float *in[2 * FUSE_MAX_GROUP];
+    float *out[FUSE_MAX_GROUP];
+    for (int m = 0; m < len; m++) {
+        const ir_op *op = &g->ops[i + m];
+        for (int k = 0; k < op->n_in && k < 2; k++) in[2 * m + k] = r->buf[op->in[k]];
+        out[m] = r->buf[op->out];
+    }
+    exec_fuse_run(&r->fuse.step[i], len, ir_numel(&g->values[g->ops[i].out]), in, out);
+}
+
 int exec_ref_run(exec_ref *r, char *err, size_t errlen)
 {
     const ir_graph *g = r->g;
     for (int i = 0; i < g->n_ops; i++) {
+        int len = r->fuse.len[i];
+        if (len > 1) {
+            run_group(r, i, len);
+            i += len - 1;
+            continue;
+        }
         const ir_op *op = &g->ops[i];
         exec_tensor in[IR_MAX_OPERANDS], out = tensor_of(r, op->out);
         for (int j = 0; j < op->n_in; j++) in[j] = tensor_of(r, op->in[j]);
@@ -149,3 +212,11 @@ double exec_ref_loss(exec_ref *r)
     if (r->g->loss < 0) return NAN;
     return (double)((const float *)r->buf[r->g->loss])[0];
 }
+
+void exec_ref_fusion(const exec_ref *r, int *groups, int *fused_ops)
+{
+    *groups = r->fuse.n_groups;
+    *fused_ops = r->fuse.n_fused;
+}
+
+int exec_ref_group_len(const exec_ref *r, int op) { return r->fuse.len[op]; }

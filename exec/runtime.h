@@ -38,6 +38,7 @@ typedef struct exec_spmd_device_stats {
     double einsum_s, einsum_flops;   /* local einsums (2 FLOPs per multiply-add) */
     double moved_bytes;              /* bytes the collective kernels read from device buffers */
     double op_s[IR_N_OPS];           /* compute time per graph op kind */
+    double fused_s;                  /* of compute_s: fused elementwise groups (not in op_s) */
 } exec_spmd_device_stats;
 
 /* One step: the wall time, each device's figures, and what the program says
@@ -48,6 +49,7 @@ typedef struct exec_spmd_stats {
     exec_spmd_device_stats *dev;     /* n_devices entries, owned by the runtime */
     int count[SPMD_N_KINDS];
     double bytes[SPMD_N_KINDS];
+    int fused_groups, fused_ops;     /* elementwise groups run tile by tile (fuse.h), and their ops */
 } exec_spmd_stats;
 
 /* Bytes of buffers one device needs for p (4 bytes an element, as exec_ref),

@@ -16,6 +16,7 @@
 #include <stdatomic.h>
 
 #include "exec/arena.h"
+#include "exec/fuse.h"
 #include "exec/kernels.h"
 #include "exec/runtime.h"
 
@@ -42,6 +43,7 @@ struct exec_spmd {
     spmd_barrier *bars;   /* n_slots * n_dev (indexed by slot * n_dev + leader) */
     int n_bars;
     double *instr_flops;  /* per instruction: local einsum FLOPs, else 0 */
+    exec_fuse_plan fuse;  /* elementwise groups over the instructions (fuse.h) */
     atomic_int abort;
     pthread_mutex_t err_mu;
     char err[512];

@@ -56,6 +56,46 @@ static double local_einsum_flops(const spmd_program *p, const spmd_instr *in)
     return f;
 }
 
+/* Groups elementwise chains of compute instructions (fuse.h).  Collectives
+ * are items too, so a buffer they read is written to memory; the outputs
+ * are observed (the caller assembles them). */
+static int plan_fusion(exec_spmd *r)
+{
+    const spmd_program *p = r->p;
+    const ir_graph *g = r->g;
+    exec_fuse_item *it = calloc((size_t)(p->n_instrs ? p->n_instrs : 1), sizeof *it);
+    uint8_t *observed = calloc((size_t)(p->n_bufs ? p->n_bufs : 1), 1);
+    int rc = -1;
+    if (!it || !observed) goto done;
+    for (int i = 0; i < g->n_outputs; i++) observed[p->out_buf[i]] = 1;
+    for (int i = 0; i < p->n_instrs; i++) {
+        const spmd_instr *in = &p->instrs[i];
+        exec_fuse_item *x = &it[i];
+        x->out = in->out;
+        x->numel = r->numel[in->out];
+        for (int k = 0; k < IR_MAX_OPERANDS; k++)
+            if (in->in[k] >= 0) x->in[x->n_in++] = in->in[k];
+        if (in->kind != SPMD_COMPUTE) continue;
+        const ir_op *op = &g->ops[in->op];
+        ir_dtype dt[IR_MAX_OPERANDS];
+        int64_t n[IR_MAX_OPERANDS];
+        for (int k = 0; k < op->n_in; k++) {
+            dt[k] = g->values[p->bufs[in->in[k]].value].dtype;
+            n[k] = r->numel[in->in[k]];
+        }
+        x->fusible = exec_fuse_fusible(op->kind, op->n_in, dt, n, g->values[p->bufs[in->out].value].dtype, x->numel, &x->splat);
+        x->kind = op->kind;
+        x->scalar = (float)op->attrs.scalar;
+    }
+    rc = exec_fuse_plan_build(&r->fuse, it, p->n_instrs, p->n_bufs, observed);
+    r->stats.fused_groups = r->fuse.n_groups;
+    r->stats.fused_ops = r->fuse.n_fused;
+done:
+    free(it);
+    free(observed);
+    return rc;
+}
+
 exec_spmd *exec_spmd_new(const spmd_program *p, size_t max_bytes, char *err, size_t errlen)
 {
     const ir_graph *g = p->g;
@@ -110,6 +150,7 @@ exec_spmd *exec_spmd_new(const spmd_program *p, size_t max_bytes, char *err, siz
         for (int b = 0; b < p->n_bufs; b++) exec_arena_place(&r->arena[d], r->off[b], (size_t)r->numel[b] * 4);
     }
     if (spmd_barriers_init(r) < 0) goto oom;
+    if (plan_fusion(r) < 0) goto oom;
     r->stats.n_devices = r->n_dev;
     for (int i = 0; i < p->n_instrs; i++) {
         const spmd_instr *in = &p->instrs[i];
@@ -136,6 +177,7 @@ void exec_spmd_free(exec_spmd *r)
     free(r->off);
     free(r->numel);
     free(r->instr_flops);
+    exec_fuse_plan_free(&r->fuse);
     free(r->stats.dev);
     pthread_mutex_destroy(&r->err_mu);
     free(r);
@@ -289,6 +331,20 @@ static void set_error(exec_spmd *r, const char *fmt, ...)
     pthread_mutex_unlock(&r->err_mu);
 }
 
+/* Runs the fused group of instructions [i, i + len) on device dev. */
+static void run_group(exec_spmd *r, int i, int len, int dev)
+{
+    const spmd_program *p = r->p;
+    const float *in[2 * FUSE_MAX_GROUP];
+    float *out[FUSE_MAX_GROUP];
+    for (int m = 0; m < len; m++) {
+        const spmd_instr *x = &p->instrs[i + m];
+        for (int k = 0; k < 2; k++) in[2 * m + k] = x->in[k] >= 0 ? spmd_buf(r, dev, x->in[k]) : NULL;
+        out[m] = spmd_buf(r, dev, x->out);
+    }
+    exec_fuse_run(&r->fuse.step[i], len, r->numel[p->instrs[i].out], in, out);
+}
+
 static void run_device(exec_spmd *r, int dev)
 {
     const spmd_program *p = r->p;
@@ -305,7 +361,15 @@ static void run_device(exec_spmd *r, int dev)
         if (atomic_load_explicit(&r->abort, memory_order_relaxed)) break;
         const spmd_instr *in = &p->instrs[i];
         double t0 = exec_spmd_now();
-        if (in->kind == SPMD_COMPUTE) {
+        int len = r->fuse.len[i];
+        if (len > 1) {
+            run_group(r, i, len, dev);
+            double dt = exec_spmd_now() - t0;
+            st.compute_s += dt;
+            st.fused_s += dt;
+            st.kind_s[SPMD_COMPUTE] += dt;
+            i += len - 1;
+        } else if (in->kind == SPMD_COMPUTE) {
             if (run_compute(r, in, dev, msg, sizeof msg) < 0) {
                 const ir_op *op = &r->g->ops[in->op];
                 set_error(r, "device %d: instruction %d, op %d (%s -> '%s'): %s", dev, i, in->op, ir_op_name(op->kind),

@@ -1,6 +1,8 @@
 /* test_exec.c - kernels, einsum layouts, argument filling, the reference executor. */
 #include "exec/exec.h"
+#include "exec/fuse.h"
 #include "exec/kernels.h"
+#include "models/models.h"
 #include "ir/pcg32.h"
 #include "tests/test.h"
 
@@ -650,6 +652,146 @@ static void test_blis_arch(void)
     if (!user_set && __builtin_cpu_supports("avx512f")) CHECKF(strcmp(arch, "skx") == 0, "arch %s", arch);
 }
 
+/* ---- fused elementwise groups (fuse.h) -------------------------------- */
+
+static exec_fuse_item fitem(ir_opkind k, float s, int a, int b, int out, int64_t numel)
+{
+    exec_fuse_item x = {.fusible = 1, .kind = k, .scalar = s, .n_in = b >= 0 ? 2 : 1, .in = {a, b}, .out = out,
+                        .numel = numel};
+    return x;
+}
+
+/* Planning: where groups start and end, which results stay in tiles. */
+static void test_fuse_plan(void)
+{
+    /* ids: 0 x, 1 a, 2 b, 3 y, 4 c, 5 e, 6 d */
+    exec_fuse_item it[5] = {
+        fitem(IR_OP_SCALE, 2, 0, -1, 1, 100),   /* a = 2x */
+        fitem(IR_OP_MUL, 0, 1, 1, 2, 100),      /* b = a a */
+        fitem(IR_OP_ADD, 0, 2, 3, 4, 100),      /* c = b + y */
+        {.fusible = 0, .n_in = 1, .in = {1}, .out = 5, .numel = 7}, /* something else reads a */
+        fitem(IR_OP_NEG, 0, 4, -1, 6, 50),      /* another element count: not in the group */
+    };
+    exec_fuse_plan pl;
+    CHECK(exec_fuse_plan_build(&pl, it, 5, 7, NULL) == 0);
+    CHECK(pl.len[0] == 3 && pl.len[1] == 0 && pl.len[2] == 0 && pl.len[3] == 1 && pl.len[4] == 1);
+    CHECK(pl.n_groups == 1 && pl.n_fused == 3);
+    CHECK(pl.step[0].slot < 0);                          /* a: read after the group */
+    CHECK(pl.step[1].slot >= 0 && pl.step[1].src[0] == 0 && pl.step[1].src[1] == 0); /* b: only in the group */
+    CHECK(pl.step[2].slot < 0 && pl.step[2].src[0] == 1 && pl.step[2].src[1] == -1); /* c: read by d */
+    exec_fuse_plan_free(&pl);
+    uint8_t observed[7] = {0, 0, 1, 0, 0, 0, 0}; /* the caller reads b */
+    CHECK(exec_fuse_plan_build(&pl, it, 5, 7, observed) == 0);
+    CHECK(pl.len[0] == 3 && pl.step[1].slot < 0);
+    exec_fuse_plan_free(&pl);
+
+    /* 14 values live at once need 14 tiles: the group is cut where the tiles
+     * run out, and the values read after the cut are written */
+    enum { K = 14, N = 1000 };
+    exec_fuse_item ch[2 * K];
+    int n = 0;
+    for (int k = 0; k < K; k++) ch[n++] = fitem(IR_OP_SCALE, (float)(k + 1), 0, -1, 1 + k, N); /* t_k = (k+1) x */
+    ch[n++] = fitem(IR_OP_ADD, 0, 1, 2, 1 + K, N);                                             /* s_1 = t_0 + t_1 */
+    for (int k = 2; k < K; k++) ch[n++] = fitem(IR_OP_ADD, 0, K + k - 1, 1 + k, K + k, N);      /* s_k = s_k-1 + t_k */
+    CHECK(exec_fuse_plan_build(&pl, ch, n, 2 * K + 1, NULL) == 0);
+    int max_slot = -1, covered = 0;
+    for (int i = 0; i < n; i++) {
+        if (pl.step[i].slot > max_slot) max_slot = pl.step[i].slot;
+        covered += pl.len[i];
+    }
+    CHECKF(pl.len[0] == FUSE_MAX_SLOTS, "first group %d long", pl.len[0]);
+    CHECK(max_slot < FUSE_MAX_SLOTS && covered == n);
+    /* run it group by group, fused, against op by op: the same bits */
+    float *buf[2 * K + 1], *want[2 * K + 1];
+    for (int v = 0; v <= 2 * K; v++) {
+        buf[v] = calloc(N, sizeof(float));
+        want[v] = calloc(N, sizeof(float));
+    }
+    for (int i = 0; i < N; i++) buf[0][i] = want[0][i] = (float)(i % 37) * 0.37f - 3.1f;
+    for (int i = 0; i < n; i++)
+        exec_elementwise(ch[i].kind, ch[i].scalar, want[ch[i].in[0]], ch[i].n_in > 1 ? want[ch[i].in[1]] : NULL,
+                         want[ch[i].out], N);
+    for (int i = 0; i < n; i += pl.len[i]) {
+        const float *in[2 * FUSE_MAX_GROUP];
+        float *out[FUSE_MAX_GROUP];
+        for (int m = 0; m < pl.len[i]; m++) {
+            in[2 * m] = buf[ch[i + m].in[0]];
+            in[2 * m + 1] = ch[i + m].n_in > 1 ? buf[ch[i + m].in[1]] : NULL;
+            out[m] = buf[ch[i + m].out];
+        }
+        exec_fuse_run(&pl.step[i], pl.len[i], N, in, out);
+    }
+    CHECK(memcmp(buf[2 * K], want[2 * K], N * sizeof(float)) == 0);
+    for (int v = 0; v <= 2 * K; v++) {
+        free(buf[v]);
+        free(want[v]);
+    }
+    exec_fuse_plan_free(&pl);
+
+    /* a chain of 40 where each value feeds only the next: two tiles do */
+    exec_fuse_item chain[40];
+    for (int k = 0; k < 40; k++) chain[k] = fitem(k % 2 ? IR_OP_EXP : IR_OP_SCALE, 0.5f, k, -1, k + 1, N);
+    CHECK(exec_fuse_plan_build(&pl, chain, 40, 41, NULL) == 0);
+    max_slot = -1;
+    for (int k = 0; k < 39; k++)
+        if (pl.step[k].slot > max_slot) max_slot = pl.step[k].slot;
+    CHECK(pl.len[0] == 40 && pl.n_groups == 1 && max_slot == 1 && pl.step[39].slot < 0);
+    exec_fuse_plan_free(&pl);
+
+    /* what may join: float elementwise of one count, and broadcasts of one element */
+    int splat;
+    ir_dtype f2[2] = {IR_F32, IR_F32}, i1[1] = {IR_I32};
+    CHECK(exec_fuse_fusible(IR_OP_DIV, 2, f2, (int64_t[]){9, 9}, IR_F32, 9, &splat) == 1 && !splat);
+    CHECK(exec_fuse_fusible(IR_OP_BROADCAST, 1, f2, (int64_t[]){1}, IR_F32, 9, &splat) == 1 && splat);
+    CHECK(exec_fuse_fusible(IR_OP_BROADCAST, 1, f2, (int64_t[]){3}, IR_F32, 9, &splat) == 0);
+    CHECK(exec_fuse_fusible(IR_OP_ADD, 2, f2, (int64_t[]){1, 9}, IR_F32, 9, &splat) == 0);
+    CHECK(exec_fuse_fusible(IR_OP_NEG, 1, i1, (int64_t[]){9}, IR_I32, 9, &splat) == 0);
+    CHECK(exec_fuse_fusible(IR_OP_EINSUM, 2, f2, (int64_t[]){9, 9}, IR_F32, 9, &splat) == 0);
+}
+
+/* Whole training steps with and without fusion (CARVE_FUSE=0): the outputs
+ * and gradients agree bit for bit, over steps, and fusion happened. */
+static void test_fuse_reference(void)
+{
+    const char *specs[] = {"gpt-tiny", "mlp:batch=3,hidden=37,layers=3"};
+    for (int c = 0; c < 2; c++) {
+        char err[300];
+        model_config cfg;
+        CHECKF(model_parse(specs[c], &cfg, err, sizeof err) == 0, "%s", err);
+        ir_graph *g = model_build_step(&cfg, NULL, err, sizeof err);
+        CHECKF(g != NULL, "%s", err);
+        if (!g) continue;
+        setenv("CARVE_FUSE", "0", 1);
+        exec_ref *plain = exec_ref_new(g, 0, err, sizeof err);
+        unsetenv("CARVE_FUSE");
+        exec_ref *fused = exec_ref_new(g, 0, err, sizeof err);
+        int groups, ops, groups0, ops0;
+        exec_ref_fusion(fused, &groups, &ops);
+        exec_ref_fusion(plain, &groups0, &ops0);
+        CHECKF(groups > 0 && ops > 2 * groups && groups0 == 0 && ops0 == 0, "%s: %d groups, %d ops", specs[c], groups, ops);
+        exec_ref_init_args(plain, 5);
+        exec_ref_init_args(fused, 5);
+        int same = 1;
+        for (int step = 0; step < 3; step++) {
+            CHECK(exec_ref_run(plain, err, sizeof err) == 0 && exec_ref_run(fused, err, sizeof err) == 0);
+            for (int v = 0; v < g->n_values; v++) {
+                int seen = g->values[v].grad_of >= 0 || v == g->loss;
+                for (int i = 0; i < g->n_outputs; i++) seen |= g->outputs[i].value == v;
+                if (seen && memcmp(exec_ref_data(plain, v), exec_ref_data(fused, v), (size_t)ir_numel(&g->values[v]) * 4)) {
+                    fprintf(stderr, "%s step %d: '%s' differs\n", specs[c], step, g->values[v].name);
+                    same = 0;
+                }
+            }
+            exec_ref_apply_updates(plain);
+            exec_ref_apply_updates(fused);
+        }
+        CHECKF(same, "%s: fused and op-by-op runs differ", specs[c]);
+        exec_ref_free(plain);
+        exec_ref_free(fused);
+        ir_free(g);
+    }
+}
+
 int main(void)
 {
     test_blis_arch();
@@ -663,5 +805,7 @@ int main(void)
     test_ref_limits_and_errors();
     test_apply_updates();
     test_sgd_linear_regression();
+    test_fuse_plan();
+    test_fuse_reference();
     return test_done();
 }

@@ -34,7 +34,7 @@
 static const char *GPT = "gpt-tiny";
 static const char *MLP = "mlp-tiny";
 
-static int kinds_seen[SPMD_N_KINDS], max_reductions_seen;
+static int kinds_seen[SPMD_N_KINDS], max_reductions_seen, fused_groups_seen, fused_ops_seen;
 
 static ir_graph *build(const char *spec, int sgd)
 {
@@ -134,6 +134,8 @@ static int run_compare(const spmd_program *p, int steps, exec_spmd_check *c, con
         kinds_seen[p->instrs[i].kind]++;
         max_reductions_seen += p->instrs[i].reduce_max;
     }
+    fused_groups_seen += exec_spmd_last_stats(r)->fused_groups;
+    fused_ops_seen += exec_spmd_last_stats(r)->fused_ops;
     exec_spmd_free(r);
     exec_ref_free(ref);
     return rc;
@@ -465,5 +467,9 @@ int main(void)
     for (int k = 0; k < SPMD_N_KINDS; k++) CHECKF(kinds_seen[k] > 0, "no %s instruction was exercised", spmd_kind_name((spmd_kind)k));
     CHECKF(max_reductions_seen > 0, "no max collective was exercised");
     printf("max collectives run: %d\n", max_reductions_seen);
+    /* the comparisons above ran fused elementwise groups on the devices */
+    CHECKF(fused_groups_seen > 0 && fused_ops_seen > 2 * fused_groups_seen, "fused groups %d, ops %d", fused_groups_seen,
+           fused_ops_seen);
+    printf("fused elementwise groups run: %d (%d ops)\n", fused_groups_seen, fused_ops_seen);
     return test_done();
 }
