@@ -132,8 +132,7 @@ void exec_fuse_run(const exec_fuse_step *steps, int len, int64_t numel, const fl
             }
             float *y = st->slot >= 0 ? tile[st->slot] : out[i] + t0;
             if (st->splat) {
-                float v = a[0][0];
-                for (int64_t e = 0; e < n; e++) y[e] = v;
+                exec_splat(a[0][0], y, n);
             } else {
                 exec_elementwise(st->kind, st->scalar, a[0], a[1], y, n);
             }

@@ -128,6 +128,12 @@ VECTOR_CLONES static void binary(ir_opkind k, const float *a, const float *b, fl
     }
 }
 
+VECTOR_CLONES void exec_splat(float v, float *y, int64_t n)
+{
+#pragma omp simd
+    for (int64_t i = 0; i < n; i++) y[i] = v;
+}
+
 void exec_elementwise(ir_opkind k, float s, const float *a, const float *b, float *y, int64_t n)
 {
     if (ir_op_class(k) == IR_BINARY) binary(k, a, b, y, n);

@@ -52,6 +52,9 @@ int exec_kernel_run(ir_opkind k, const ir_attrs *a, int n_in, const exec_tensor 
  * k(a, b); s is the scalar of scale and add_scalar.  y may be a. */
 void exec_elementwise(ir_opkind k, float s, const float *a, const float *b, float *y, int64_t n);
 
+/* y[0..n) = v. */
+void exec_splat(float v, float *y, int64_t n);
+
 /* Copies a strided view into a dense array: dst[i] (row-major over dims) =
  * src[sum_d idx_d * src_strides[d]].  Works on any 4-byte element type. */
 void exec_copy_strided32(int rank, const int64_t *dims, const void *src, const int64_t *src_strides, void *dst);
