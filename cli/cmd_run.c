@@ -72,7 +72,7 @@ static void print_timings(const exec_spmd_stats *st)
     if (st->fused_groups) {
         double f = 0;
         for (int d = 0; d < st->n_devices; d++) f += st->dev[d].fused_s / st->n_devices;
-        printf("\n  fused elementwise (%d ops in %d groups, run tile by tile; not in the list above): %.4f",
+        printf("\n  fused elementwise (%d ops in %d groups run tile by tile, docs/run.md; not in the list above): %.4f",
                st->fused_ops, st->fused_groups, f);
     }
     printf("\n");
