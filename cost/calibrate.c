@@ -520,6 +520,7 @@ int cost_calibrate(cost_hw *hw, int quick, FILE *log, char *err, size_t errlen)
     hw->gemm_call = call;
     hw->gemm_bandwidth = gbw;
     hw->shared_memory = 1;
+    hw->fused_elementwise = 1; /* carve's executors fuse elementwise chains (exec/fuse.h) */
     hw->oversub_latency = lat_over > 0 ? lat_over : 0;
     return cost_hw_check(hw, err, errlen);
 }

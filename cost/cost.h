@@ -57,6 +57,8 @@ typedef struct cost_hw {
     int shared_memory;             /* 1: collectives are the SPMD runtime's barrier + copies through
                                       shared memory (priced as such), 0: ring algorithms on links */
     double oversub_latency;        /* seconds per barrier when devices outnumber cores (0: intra.latency) */
+    int fused_elementwise;         /* 1: runs of elementwise ops are priced as one fused pass, as carve's
+                                      executors run them (exec/fuse.h); 0: op by op */
     int n_axis_links;              /* links given per mesh axis name (override the hierarchy) */
     char axis_names[SHARD_MAX_AXES][SHARD_AXIS_NAME];
     cost_link axis_links[SHARD_MAX_AXES];

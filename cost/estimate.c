@@ -26,6 +26,8 @@
  */
 #include "cost/cost.h"
 
+#include "exec/fuse.h"
+
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -415,6 +417,113 @@ static double local_dim(const ctx *c, int b, int d)
     return s;
 }
 
+/* Time of compute instruction `in` run alone, before the cores factor:
+ * max(compute, memory) + extras + overhead.  Also its FLOPs and compute part. */
+static double price_compute(ctx *c, const cost_hw *hw, const spmd_instr *in, double *flops_out, double *tf_out)
+{
+    cost_ws *w = c->w;
+    const ir_op *o = &c->p->g->ops[in->op];
+    int ob = in->out;
+    double flops = 0, bytes = w->buf_bytes[ob];
+    for (int k = 0; k < o->n_in; k++) bytes += w->buf_bytes[in->in[k]];
+    switch (w->op_rule[in->op]) {
+    case FL_OUT: flops = w->op_coef[in->op] * w->buf_numel[ob]; break;
+    case FL_IN0: flops = w->buf_numel[in->in[0]]; break;
+    case FL_IN1: flops = w->buf_numel[in->in[1]]; break;
+    case FL_EINSUM: {
+        flops = 2 * w->buf_numel[ob];
+        for (int d = 0, km = w->op_kmask[in->op]; km; d++, km >>= 1)
+            if (km & 1) flops *= local_dim(c, in->in[0], d);
+        break;
+    }
+    default: break;
+    }
+    if (o->kind == IR_OP_GATHER) bytes = w->buf_bytes[in->in[1]] + 2 * w->buf_bytes[ob];
+    double peak_rate = hw->vector_flops, tf, tb = bytes / hw->mem_bandwidth, extra = 0;
+    if (o->kind == IR_OP_EINSUM) {
+        peak_rate = hw->matmul_flops[c->mixed && in->phase != SPMD_OPTIMIZER ? IR_BF16 : IR_F32];
+        tf = flops / peak_rate;
+        if (hw->gemm_call > 0) { /* one GEMM call per batch index */
+            double calls = 1;
+            for (int d = 0, bm = w->op_bmask[in->op]; bm; d++, bm >>= 1)
+                if (bm & 1) calls *= local_dim(c, in->in[0], d);
+            extra = calls * hw->gemm_call;
+        }
+        /* operands and result fetched from memory, not cache */
+        if (hw->gemm_bandwidth > 0) extra += bytes / hw->gemm_bandwidth;
+    } else if (hw->op_rate[o->kind] > 0) {
+        int which = cost_op_elements(o->kind);
+        double n_el = which == 1 ? w->buf_numel[in->in[0]] : which == 2 ? w->buf_numel[in->in[1]] : w->buf_numel[ob];
+        tf = n_el / hw->op_rate[o->kind];
+    } else {
+        tf = flops / peak_rate;
+    }
+    *flops_out = flops;
+    *tf_out = tf;
+    return (tf > tb ? tf : tb) + extra + hw->op_overhead;
+}
+
+/* Whether compute instruction `in` joins a fused group of n elements
+ * (exec_fuse_fusible on its local sizes). */
+static int joins_group(ctx *c, const spmd_instr *in, double n)
+{
+    const ir_graph *g = c->p->g;
+    const ir_op *o = &g->ops[in->op];
+    if (in->kind != SPMD_COMPUTE || c->w->buf_numel[in->out] != n) return 0;
+    ir_dtype dt[IR_MAX_OPERANDS];
+    int64_t numel[IR_MAX_OPERANDS];
+    for (int k = 0; k < o->n_in; k++) {
+        dt[k] = g->values[o->in[k]].dtype;
+        numel[k] = (int64_t)c->w->buf_numel[in->in[k]];
+    }
+    int splat;
+    return exec_fuse_fusible(o->kind, o->n_in, dt, numel, g->values[o->out].dtype, (int64_t)n, &splat);
+}
+
+/* With fused_elementwise: the group exec/fuse.c would form from compute
+ * instruction s (the following instructions it accepts with s's local
+ * element count, up to FUSE_MAX_GROUP; the limit on scratch tiles is not
+ * modelled).  The group streams its operands from memory once and writes
+ * only the results read after it (or by the caller), so it takes
+ * max(sum of its ops' compute times, those bytes / memory bandwidth) plus an
+ * overhead per op; each member gets a share in proportion to its time alone,
+ * in share[].  Returns the group's length (1: s runs alone). */
+static int price_group(ctx *c, const cost_hw *hw, int s, double *share)
+{
+    const spmd_program *p = c->p;
+    cost_ws *w = c->w;
+    double n = w->buf_numel[p->instrs[s].out];
+    if (!joins_group(c, &p->instrs[s], n)) return 1;
+    int e = s + 1;
+    while (e < p->n_instrs && e - s < FUSE_MAX_GROUP) {
+        size_buffer(c, p->instrs[e].out);
+        if (!joins_group(c, &p->instrs[e], n)) break;
+        e++;
+    }
+    if (e - s < 2) return 1;
+    double alone = 0, tf_sum = 0, bytes = 0;
+    for (int j = s; j < e; j++) {
+        const spmd_instr *in = &p->instrs[j];
+        double flops, tf;
+        share[j - s] = price_compute(c, hw, in, &flops, &tf);
+        alone += share[j - s];
+        tf_sum += tf;
+        for (int k = 0; k < IR_MAX_OPERANDS && k < 2; k++) {
+            int b = in->in[k], inside = 0, seen = 0;
+            if (b < 0) continue;
+            for (int m = s; m < j && !inside; m++) inside = p->instrs[m].out == b;
+            for (int m = s; m < j && !seen; m++) seen = p->instrs[m].in[0] == b || p->instrs[m].in[1] == b;
+            if (k == 1 && in->in[0] == b) seen = 1;
+            if (!inside && !seen) bytes += w->buf_bytes[b];
+        }
+        int ob = in->out;
+        if (w->persistent[ob] || w->last_use[ob] < 0 || w->last_use[ob] >= e) bytes += w->buf_bytes[ob];
+    }
+    double tb = bytes / hw->mem_bandwidth, group = (tf_sum > tb ? tf_sum : tb) + (e - s) * hw->op_overhead;
+    for (int j = 0; j < e - s; j++) share[j] = alone > 0 ? group * share[j] / alone : 0;
+    return e - s;
+}
+
 int cost_estimate_program(cost_ws *w, const spmd_program *p, const cost_hw *hw, const cost_options *opt,
                           cost_estimate *out, char *err, size_t errlen)
 {
@@ -482,6 +591,8 @@ int cost_estimate_program(cost_ws *w, const spmd_program *p, const cost_hw *hw, 
     out->serialisation = ser;
     int oversub = hw->cores > 0 && m->n_devices > hw->cores;
     double peak = -1, cur = live[0] + live[1] + live[2] + live[3] + live[4];
+    double grp_share[FUSE_MAX_GROUP];
+    int grp_start = 0, grp_end = 0; /* the fused group being priced: instructions [grp_start, grp_end) */
     for (int i = 0; i < p->n_instrs; i++) {
         const spmd_instr *in = &p->instrs[i];
         int ob = in->out;
@@ -492,41 +603,14 @@ int cost_estimate_program(cost_ws *w, const spmd_program *p, const cost_hw *hw, 
         double t;
         if (in->kind == SPMD_COMPUTE) {
             const ir_op *o = &g->ops[in->op];
-            double flops = 0, bytes = w->buf_bytes[ob];
-            for (int k = 0; k < o->n_in; k++) bytes += w->buf_bytes[in->in[k]];
-            switch (w->op_rule[in->op]) {
-            case FL_OUT: flops = w->op_coef[in->op] * w->buf_numel[ob]; break;
-            case FL_IN0: flops = w->buf_numel[in->in[0]]; break;
-            case FL_IN1: flops = w->buf_numel[in->in[1]]; break;
-            case FL_EINSUM: {
-                flops = 2 * w->buf_numel[ob];
-                for (int d = 0, km = w->op_kmask[in->op]; km; d++, km >>= 1)
-                    if (km & 1) flops *= local_dim(&c, in->in[0], d);
-                break;
+            double flops, tf;
+            t = price_compute(&c, hw, in, &flops, &tf);
+            if (hw->fused_elementwise && i >= grp_end) {
+                grp_start = i;
+                grp_end = i + price_group(&c, hw, i, grp_share);
             }
-            default: break;
-            }
-            if (o->kind == IR_OP_GATHER) bytes = w->buf_bytes[in->in[1]] + 2 * w->buf_bytes[ob];
-            double peak_rate = hw->vector_flops, tf, tb = bytes / hw->mem_bandwidth, extra = 0;
-            if (o->kind == IR_OP_EINSUM) {
-                peak_rate = hw->matmul_flops[c.mixed && in->phase != SPMD_OPTIMIZER ? IR_BF16 : IR_F32];
-                tf = flops / peak_rate;
-                if (hw->gemm_call > 0) { /* one GEMM call per batch index */
-                    double calls = 1;
-                    for (int d = 0, bm = w->op_bmask[in->op]; bm; d++, bm >>= 1)
-                        if (bm & 1) calls *= local_dim(&c, in->in[0], d);
-                    extra = calls * hw->gemm_call;
-                }
-                /* operands and result fetched from memory, not cache */
-                if (hw->gemm_bandwidth > 0) extra += bytes / hw->gemm_bandwidth;
-            } else if (hw->op_rate[o->kind] > 0) {
-                int which = cost_op_elements(o->kind);
-                double n_el = which == 1 ? w->buf_numel[in->in[0]] : which == 2 ? w->buf_numel[in->in[1]] : w->buf_numel[ob];
-                tf = n_el / hw->op_rate[o->kind];
-            } else {
-                tf = flops / peak_rate;
-            }
-            t = ser * ((tf > tb ? tf : tb) + extra + hw->op_overhead);
+            if (i < grp_end && grp_end - grp_start > 1) t = grp_share[i - grp_start];
+            t *= ser;
             out->flops += flops;
             out->compute_time += t;
             out->op_time[o->kind] += t;

@@ -94,6 +94,8 @@ int cost_hw_check(const cost_hw *hw, char *err, size_t errlen)
     if (bad_num(hw->gemm_bandwidth, 1)) return ir_errf(err, errlen, "hardware %s: gemm_bandwidth must be >= 0", n);
     if (bad_num(hw->oversub_latency, 1)) return ir_errf(err, errlen, "hardware %s: oversub_latency must be >= 0", n);
     if (hw->shared_memory != 0 && hw->shared_memory != 1) return ir_errf(err, errlen, "hardware %s: shared_memory must be 0 or 1", n);
+    if (hw->fused_elementwise != 0 && hw->fused_elementwise != 1)
+        return ir_errf(err, errlen, "hardware %s: fused_elementwise must be 0 or 1", n);
     for (int k = 0; k < IR_N_OPS; k++)
         if (bad_num(hw->op_rate[k], 1))
             return ir_errf(err, errlen, "hardware %s: op_rates.%s must be >= 0", n, ir_op_name((ir_opkind)k));
@@ -190,15 +192,18 @@ static int parse_doc(const cJSON *root, const char *where, cost_hw *hw, char *er
     if (cores != floor(cores) || cores > 1e6) return ir_errf(err, errlen, "%s: field 'cores' must be an integer", where);
     hw->node_devices = (int64_t)node;
     hw->cores = (int)cores;
-    double shm;
+    double shm, fused;
     if (get_num(root, "alone_speedup", "", where, &zero, 1, &hw->alone_speedup, err, errlen) < 0 ||
         get_num(root, "gemm_call", "", where, &zero, 1, &hw->gemm_call, err, errlen) < 0 ||
         get_num(root, "gemm_bandwidth", "", where, &zero, 1, &hw->gemm_bandwidth, err, errlen) < 0 ||
         get_num(root, "oversub_latency", "", where, &zero, 1, &hw->oversub_latency, err, errlen) < 0 ||
-        get_num(root, "shared_memory", "", where, &zero, 1, &shm, err, errlen) < 0)
+        get_num(root, "shared_memory", "", where, &zero, 1, &shm, err, errlen) < 0 ||
+        get_num(root, "fused_elementwise", "", where, &zero, 1, &fused, err, errlen) < 0)
         return -1;
     if (shm != 0 && shm != 1) return ir_errf(err, errlen, "%s: field 'shared_memory' must be 0 or 1", where);
+    if (fused != 0 && fused != 1) return ir_errf(err, errlen, "%s: field 'fused_elementwise' must be 0 or 1", where);
     hw->shared_memory = (int)shm;
+    hw->fused_elementwise = (int)fused;
     const cJSON *rates = cJSON_GetObjectItemCaseSensitive(root, "op_rates");
     if (rates) {
         if (!cJSON_IsObject(rates)) return ir_errf(err, errlen, "%s: field 'op_rates' must be an object of op name -> elements/s", where);
@@ -336,6 +341,7 @@ char *cost_hw_to_json(const cost_hw *hw)
     if (hw->gemm_call > 0) add_num(r, "gemm_call", hw->gemm_call);
     if (hw->gemm_bandwidth > 0) add_num(r, "gemm_bandwidth", hw->gemm_bandwidth);
     if (hw->shared_memory) add_num(r, "shared_memory", hw->shared_memory);
+    if (hw->fused_elementwise) add_num(r, "fused_elementwise", hw->fused_elementwise);
     if (hw->oversub_latency > 0) add_num(r, "oversub_latency", hw->oversub_latency);
     int any_rate = 0;
     for (int k = 0; k < IR_N_OPS; k++) any_rate |= hw->op_rate[k] > 0;

@@ -624,13 +624,14 @@ static void test_cpu_model(void)
     full.gemm_call = 3e-6;
     full.gemm_bandwidth = 1.5e10;
     full.oversub_latency = 0.1 + 0.2;
+    full.fused_elementwise = 1;
     for (int k = 0; k < IR_N_OPS; k++) full.op_rate[k] = k == IR_OP_EINSUM ? 0 : 1e9 + k / 3.0;
     char *s = cost_hw_to_json(&full);
     cost_hw back;
     CHECKF(s && cost_hw_from_json(s, "rt", &back, err, sizeof err) == 0, "%s", err);
     CHECK(!memcmp(back.op_rate, full.op_rate, sizeof full.op_rate) && back.alone_speedup == 1.25 &&
           back.gemm_call == 3e-6 && back.gemm_bandwidth == 1.5e10 && back.shared_memory == 1 &&
-          back.oversub_latency == 0.1 + 0.2);
+          back.oversub_latency == 0.1 + 0.2 && back.fused_elementwise == 1);
     free(s);
 #define HW_DOC(fields)                                                                                            \
     "{\"format\":\"carve-hw/1\",\"name\":\"x\",\"peak_flops\":{\"f32\":1e12,\"bf16\":2e12},\"vector_flops\":1e11," \
@@ -649,6 +650,7 @@ static void test_cpu_model(void)
         {"\"gemm_call\":\"slow\",", "gemm_call"},
         {"\"gemm_bandwidth\":-1,", "gemm_bandwidth"},
         {"\"oversub_latency\":-1,", "oversub_latency"},
+        {"\"fused_elementwise\":2,", "fused_elementwise"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         snprintf(text, sizeof text, HW_DOC(bad[i].field));
@@ -663,6 +665,65 @@ static void test_cpu_model(void)
     cost_ws_free(ws);
 }
 
+/* fused_elementwise: a chain priced as one pass over the bytes that cross
+ * memory (its inputs, and the results read after it), as exec/fuse.c runs it */
+static void test_fused_pricing(void)
+{
+    for (int a_out = 0; a_out < 2; a_out++) {
+        enum { N = 4096 };
+        ir_graph *g = ir_new("chain");
+        int64_t d[1] = {N};
+        int x = ir_arg(g, "x", IR_INPUT, IR_F32, 1, d);
+        int y = ir_arg(g, "y", IR_INPUT, IR_F32, 1, d);
+        int a = ir_scale(g, x, 2.0);
+        int b = ir_unary(g, IR_OP_EXP, a);
+        int c = ir_binary(g, IR_OP_ADD, b, y);
+        ir_add_output(g, c, -1);
+        if (a_out) ir_add_output(g, a, -1); /* now a is read after the chain */
+        CHECK(ir_error(g) == NULL);
+        char err[256];
+        shard_mesh mesh;
+        CHECK(shard_mesh_parse("d=1", &mesh, err, sizeof err) == 0);
+        shard_state *st = shard_state_new(g, &mesh); /* no tactic: all replicated */
+        spmd_program *p = spmd_lower(st);
+        p->mesh = mesh;
+        shard_state_free(st);
+        cost_ws *ws = cost_ws_new();
+        cost_hw hw = preset("cpu");
+        hw.alone_speedup = 0;
+        hw.cores = 0;
+        for (int k = 0; k < IR_N_OPS; k++) hw.op_rate[k] = k == IR_OP_EINSUM ? 0 : 1e15; /* memory-bound */
+        hw.mem_bandwidth = 1e9;
+        double o = hw.op_overhead;
+        cost_estimate alone = estimate(ws, p, &hw, COST_FP32);
+        hw.fused_elementwise = 1;
+        cost_estimate fused = estimate(ws, p, &hw, COST_FP32);
+        /* op by op: scale and exp read and write N floats, add reads two */
+        CHECKF(close_rel(alone.compute_time, 4.0 * N * (2 + 2 + 3) / 1e9 + 3 * o, 1e-9), "%g", alone.compute_time);
+        /* fused: x and y in, c (and a) out */
+        double want = 4.0 * N * (3 + a_out) / 1e9 + 3 * o;
+        CHECKF(close_rel(fused.compute_time, want, 1e-9), "a_out %d: %g want %g", a_out, fused.compute_time, want);
+        double by_op = fused.op_time[IR_OP_SCALE] + fused.op_time[IR_OP_EXP] + fused.op_time[IR_OP_ADD];
+        CHECK(close_rel(by_op, fused.compute_time, 1e-9) && fused.op_time[IR_OP_EXP] < alone.op_time[IR_OP_EXP]);
+        cost_ws_free(ws);
+        spmd_free(p);
+        ir_free(g);
+    }
+    /* a gpt-tiny step: its Adam chains (among others) cost less fused */
+    ir_graph *g = test_build_step("gpt-tiny");
+    spmd_program *p = lower(g, "d=2", "dp:d");
+    cost_ws *ws = cost_ws_new();
+    cost_hw hw = preset("cpu");
+    cost_estimate alone = estimate(ws, p, &hw, COST_FP32);
+    hw.fused_elementwise = 1;
+    cost_estimate fused = estimate(ws, p, &hw, COST_FP32);
+    CHECK(fused.compute_time < alone.compute_time && fused.op_time[IR_OP_EINSUM] == alone.op_time[IR_OP_EINSUM]);
+    CHECK(fused.comm_time == alone.comm_time && fused.peak_memory == alone.peak_memory);
+    cost_ws_free(ws);
+    spmd_free(p);
+    ir_free(g);
+}
+
 static void test_calibrate_quick(void)
 {
     cost_hw hw;
@@ -675,7 +736,7 @@ static void test_calibrate_quick(void)
     /* the CPU model's figures: every non-einsum op has a rate */
     int rates = 1;
     for (int k = 0; k < IR_N_OPS; k++) rates &= k == IR_OP_EINSUM ? hw.op_rate[k] == 0 : hw.op_rate[k] > 0;
-    CHECK(rates && hw.alone_speedup >= 1 && hw.shared_memory == 1 && hw.gemm_call >= 0 && hw.oversub_latency >= 0 &&
+    CHECK(rates && hw.alone_speedup >= 1 && hw.shared_memory == 1 && hw.fused_elementwise == 1 && hw.gemm_call >= 0 && hw.oversub_latency >= 0 &&
           hw.gemm_bandwidth >= 0);
 }
 
@@ -690,6 +751,7 @@ int main(void)
     test_options();
     test_profiles();
     test_cpu_model();
+    test_fused_pricing();
     test_calibrate_quick();
     return test_done();
 }
