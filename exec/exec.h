@@ -39,7 +39,11 @@ exec_ref *exec_ref_new(const ir_graph *g, size_t max_bytes, char *err, size_t er
 void exec_ref_free(exec_ref *r);
 /* Total bytes the buffers of g would take (what exec_ref_new checks). */
 size_t exec_ref_bytes(const ir_graph *g);
-/* Buffer of value v: float* for float dtypes, int32_t* for i32. */
+/* Buffer of value v: float* for float dtypes, int32_t* for i32.  After a
+ * run it holds v's value when v is an argument, an output, the loss, a
+ * gradient or read by an op outside v's fused group; an intermediate that
+ * only feeds ops of its own group stays in scratch tiles and its buffer is
+ * not written (fuse.h; CARVE_FUSE=0 in the environment writes every value). */
 void *exec_ref_data(exec_ref *r, int v);
 /* Fills every argument from `seed` (see above). */
 void exec_ref_init_args(exec_ref *r, uint64_t seed);
@@ -52,10 +56,8 @@ void exec_ref_apply_updates(exec_ref *r);
 /* Value of the scalar loss after a run (NAN when the graph has no loss). */
 double exec_ref_loss(exec_ref *r);
 /* The fused elementwise groups the executor runs (fuse.h): how many, and
- * how many ops they hold; and the group length at op i (>= 2 at a group's
- * first op, 1 for an op run alone, 0 inside a group). */
+ * how many ops they hold. */
 void exec_ref_fusion(const exec_ref *r, int *groups, int *fused_ops);
-int exec_ref_group_len(const exec_ref *r, int op);
 
 /* Kernels shared by the reference executor and the SPMD runtime. ---------- */
 

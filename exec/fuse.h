@@ -65,7 +65,8 @@ typedef struct exec_fuse_plan {
 /* Plans groups over items[0..n) whose ids are in [0, n_ids).  observed[id]
  * (may be NULL) marks ids the caller reads after the run; those, and results
  * read by an item outside their group or by none, are written to memory.
- * Returns 0, or -1 when out of memory. */
+ * With CARVE_FUSE=0 in the environment it plans no group (every op alone,
+ * for comparison).  Returns 0, or -1 when out of memory. */
 int exec_fuse_plan_build(exec_fuse_plan *pl, const exec_fuse_item *items, int n, int n_ids, const uint8_t *observed);
 void exec_fuse_plan_free(exec_fuse_plan *pl);
 

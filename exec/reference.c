@@ -218,5 +218,3 @@ void exec_ref_fusion(const exec_ref *r, int *groups, int *fused_ops)
     *groups = r->fuse.n_groups;
     *fused_ops = r->fuse.n_fused;
 }
-
-int exec_ref_group_len(const exec_ref *r, int op) { return r->fuse.len[op]; }
