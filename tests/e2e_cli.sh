@@ -95,6 +95,15 @@ ok run-plan "$carve" run --plan plan.json --steps 2
 has run-plan "check: passed"
 bad run-plan-other-mesh "is for mesh" "$carve" run --plan plan.json --mesh batch=4
 bad run-plan-other-model "is for model" "$carve" run --plan plan.json --model mlp-tiny
+# a check that fails: exit 1, the check's verdict on stdout, no crash (tests/graphs/check-fails.json:
+# each device rounds its row's large sum to float before the all-reduce; the reference sums in double)
+"$carve" run --graph "$root/tests/graphs/check-fails.json" --mesh batch=2 --schedule dp:batch --optimizer sgd >out.txt 2>err.txt
+rc=$?
+if [ $rc -eq 1 ] && grep -q "check: FAILED" out.txt && grep -q "loss (worst step)    1.00e+00" out.txt; then
+    pass=$((pass + 1))
+else
+    fail=$((fail + 1)); echo "FAIL run-check-fails: exit $rc"; tail -3 out.txt; cat err.txt
+fi
 python3 -c "import json; p=json.load(open('plan.json')); p['model']['spec']='gpt:layers=3,hidden=64,heads=8,seq=16,batch=8,vocab=128'; json.dump(p, open('other.json','w'))"
 bad plan-other-model "does not match the model" "$carve" explain other.json
 python3 -c "import json; p=json.load(open('plan3.json')); p['mesh']='data=2'; json.dump(p, open('othermesh.json','w'))"
