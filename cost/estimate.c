@@ -463,21 +463,17 @@ static double price_compute(ctx *c, const cost_hw *hw, const spmd_instr *in, dou
     return (tf > tb ? tf : tb) + extra + hw->op_overhead;
 }
 
-/* Whether compute instruction `in` joins a fused group of n elements
- * (exec_fuse_fusible on its local sizes). */
+/* Whether instruction `in` joins a fused group of n elements (exec/fuse.c's
+ * rule on its local sizes). */
 static int joins_group(ctx *c, const spmd_instr *in, double n)
 {
-    const ir_graph *g = c->p->g;
-    const ir_op *o = &g->ops[in->op];
     if (in->kind != SPMD_COMPUTE || c->w->buf_numel[in->out] != n) return 0;
-    ir_dtype dt[IR_MAX_OPERANDS];
+    const ir_op *o = &c->p->g->ops[in->op];
     int64_t numel[IR_MAX_OPERANDS];
-    for (int k = 0; k < o->n_in; k++) {
-        dt[k] = g->values[o->in[k]].dtype;
-        numel[k] = (int64_t)c->w->buf_numel[in->in[k]];
-    }
-    int splat;
-    return exec_fuse_fusible(o->kind, o->n_in, dt, numel, g->values[o->out].dtype, (int64_t)n, &splat);
+    for (int k = 0; k < o->n_in; k++) numel[k] = (int64_t)c->w->buf_numel[in->in[k]];
+    exec_fuse_item x;
+    exec_fuse_describe(&x, c->p->g, o, in->in, numel, in->out, (int64_t)n);
+    return x.fusible;
 }
 
 /* With fused_elementwise: the group exec/fuse.c would form from compute

@@ -32,6 +32,23 @@ int exec_fuse_fusible(ir_opkind k, int n_in, const ir_dtype *in_dtype, const int
     return 0;
 }
 
+void exec_fuse_describe(exec_fuse_item *x, const ir_graph *g, const ir_op *op, const int *in, const int64_t *in_numel,
+                        int out, int64_t numel)
+{
+    ir_dtype dt[IR_MAX_OPERANDS];
+    memset(x, 0, sizeof *x);
+    x->kind = op->kind;
+    x->scalar = (float)op->attrs.scalar;
+    x->n_in = op->n_in;
+    for (int k = 0; k < op->n_in; k++) {
+        x->in[k] = in[k];
+        dt[k] = g->values[op->in[k]].dtype;
+    }
+    x->out = out;
+    x->numel = numel;
+    x->fusible = exec_fuse_fusible(op->kind, op->n_in, dt, in_numel, g->values[op->out].dtype, numel, &x->splat);
+}
+
 void exec_fuse_plan_free(exec_fuse_plan *pl)
 {
     free(pl->len);
@@ -82,7 +99,6 @@ static int plan_group(exec_fuse_plan *pl, const exec_fuse_item *it, int s, int l
 int exec_fuse_plan_build(exec_fuse_plan *pl, const exec_fuse_item *it, int n, int n_ids, const uint8_t *observed)
 {
     memset(pl, 0, sizeof *pl);
-    pl->n_items = n;
     pl->len = calloc((size_t)(n ? n : 1), sizeof *pl->len);
     pl->step = calloc((size_t)(n ? n : 1), sizeof *pl->step);
     int *last_use = malloc((size_t)(n_ids ? n_ids : 1) * sizeof *last_use);

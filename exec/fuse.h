@@ -46,6 +46,13 @@ typedef struct exec_fuse_item {
 int exec_fuse_fusible(ir_opkind k, int n_in, const ir_dtype *in_dtype, const int64_t *in_numel, ir_dtype out_dtype,
                       int64_t numel, int *splat);
 
+/* Fills *x for graph op `op` run on operand ids in[] (op->n_in of them) of
+ * in_numel[] elements into id `out` of numel elements (global sizes for the
+ * reference, local ones for a device): kind, scalar, ids and whether it is
+ * fusible (exec_fuse_fusible). */
+void exec_fuse_describe(exec_fuse_item *x, const ir_graph *g, const ir_op *op, const int *in, const int64_t *in_numel,
+                        int out, int64_t numel);
+
 /* One member of a group, ready to run. */
 typedef struct exec_fuse_step {
     ir_opkind kind;
@@ -56,7 +63,6 @@ typedef struct exec_fuse_step {
 } exec_fuse_step;
 
 typedef struct exec_fuse_plan {
-    int n_items;
     int *len;             /* per item: the group starting here (>= 2 members), 1 for an op run alone, 0 inside a group */
     exec_fuse_step *step; /* per item (meaningful inside groups) */
     int n_groups, n_fused; /* groups, and items in them */

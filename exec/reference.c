@@ -52,20 +52,9 @@ static int plan_fusion(exec_ref *r)
     if (g->loss >= 0) observed[g->loss] = 1;
     for (int i = 0; i < g->n_ops; i++) {
         const ir_op *op = &g->ops[i];
-        ir_dtype dt[IR_MAX_OPERANDS];
         int64_t n[IR_MAX_OPERANDS];
-        for (int k = 0; k < op->n_in; k++) {
-            dt[k] = g->values[op->in[k]].dtype;
-            n[k] = ir_numel(&g->values[op->in[k]]);
-            it[i].in[k] = op->in[k];
-        }
-        const ir_value *o = &g->values[op->out];
-        it[i].fusible = exec_fuse_fusible(op->kind, op->n_in, dt, n, o->dtype, ir_numel(o), &it[i].splat);
-        it[i].kind = op->kind;
-        it[i].scalar = (float)op->attrs.scalar;
-        it[i].n_in = op->n_in;
-        it[i].out = op->out;
-        it[i].numel = ir_numel(o);
+        for (int k = 0; k < op->n_in; k++) n[k] = ir_numel(&g->values[op->in[k]]);
+        exec_fuse_describe(&it[i], g, op, op->in, n, op->out, ir_numel(&g->values[op->out]));
     }
     rc = exec_fuse_plan_build(&r->fuse, it, g->n_ops, g->n_values, observed);
 done:

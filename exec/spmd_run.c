@@ -71,21 +71,15 @@ static int plan_fusion(exec_spmd *r)
     for (int i = 0; i < p->n_instrs; i++) {
         const spmd_instr *in = &p->instrs[i];
         exec_fuse_item *x = &it[i];
-        x->out = in->out;
-        x->numel = r->numel[in->out];
+        if (in->kind == SPMD_COMPUTE) {
+            int64_t n[IR_MAX_OPERANDS];
+            for (int k = 0; k < g->ops[in->op].n_in; k++) n[k] = r->numel[in->in[k]];
+            exec_fuse_describe(x, g, &g->ops[in->op], in->in, n, in->out, r->numel[in->out]);
+            continue;
+        }
+        x->out = in->out; /* a collective: not fusible, but it reads its inputs */
         for (int k = 0; k < IR_MAX_OPERANDS; k++)
             if (in->in[k] >= 0) x->in[x->n_in++] = in->in[k];
-        if (in->kind != SPMD_COMPUTE) continue;
-        const ir_op *op = &g->ops[in->op];
-        ir_dtype dt[IR_MAX_OPERANDS];
-        int64_t n[IR_MAX_OPERANDS];
-        for (int k = 0; k < op->n_in; k++) {
-            dt[k] = g->values[p->bufs[in->in[k]].value].dtype;
-            n[k] = r->numel[in->in[k]];
-        }
-        x->fusible = exec_fuse_fusible(op->kind, op->n_in, dt, n, g->values[p->bufs[in->out].value].dtype, x->numel, &x->splat);
-        x->kind = op->kind;
-        x->scalar = (float)op->attrs.scalar;
     }
     rc = exec_fuse_plan_build(&r->fuse, it, p->n_instrs, p->n_bufs, observed);
     r->stats.fused_groups = r->fuse.n_groups;
