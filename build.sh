@@ -33,7 +33,7 @@ need_pkgs() {
 # One makefile, kept here so the build stays one short file.
 run_make() { # $1 = output dir, $2 = extra CFLAGS, $3 = extra LDFLAGS
     make --no-print-directory -j"$(nproc)" -f - OUT="$1" EXTRA_CFLAGS="$2" EXTRA_LDFLAGS="$3" <<'MK'
-MODULES := ir analysis cost search exec models cli
+MODULES := ir analysis cost search exec models plan cli
 LIB_SRC := $(filter-out cli/main.c,$(foreach m,$(MODULES),$(wildcard $(m)/*.c)))
 TEST_SRC := $(wildcard tests/test_*.c)
 BENCH_SRC := $(wildcard bench/bench_*.c)
