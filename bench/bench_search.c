@@ -17,7 +17,7 @@ typedef struct setup {
     shard_mesh mesh;
     shard_state *prefix;
     shard_groups *gs;
-    cli_pricer pr;
+    plan_pricer pr;
     search_evaluator ev;
 } setup;
 
@@ -36,17 +36,17 @@ static int make(setup *s, const char *model, const char *mesh, const char *hw_na
     cost_options opt = {COST_FP32, 0, 0};
     s->prefix = shard_state_new(s->g, &s->mesh);
     shard_state *scratch = shard_state_new(s->g, &s->mesh);
-    if (cli_pricer_init(&s->pr, &hw, &opt, scratch, err, sizeof err) < 0) return -1;
+    if (plan_pricer_init(&s->pr, &hw, &opt, scratch, err, sizeof err) < 0) return -1;
     shard_state_free(scratch);
     s->gs = shard_groups_build(s->g);
-    s->ev = cli_cost_evaluator;
+    s->ev = plan_cost_evaluator;
     s->ev.cfg = &s->pr;
     return 0;
 }
 
 static void unmake(setup *s)
 {
-    cli_pricer_free(&s->pr);
+    plan_pricer_free(&s->pr);
     shard_groups_free(s->gs);
     shard_state_free(s->prefix);
     ir_free(s->g);
@@ -54,8 +54,8 @@ static void unmake(setup *s)
 
 static double best_expert(setup *s, char *name, size_t n)
 {
-    cli_expert ex[24];
-    int k = cli_experts(s->g, &s->mesh, &s->pr, ex, 24);
+    plan_expert ex[24];
+    int k = plan_experts(s->g, &s->mesh, &s->pr, ex, 24);
     double best = 0;
     for (int i = 0; i < k; i++)
         if (ex[i].ok && ex[i].e.fits && (best == 0 || ex[i].e.step_time < best)) {

@@ -100,11 +100,11 @@ int cmd_autopart(const cli_opts *o)
     int rc = CLI_OK;
     shard_state *prefix = shard_state_new(g, &mesh), *st = shard_state_new(g, &mesh);
     shard_groups *gs = shard_groups_build(g);
-    cli_pricer pr;
+    plan_pricer pr;
     memset(&pr, 0, sizeof pr);
-    cli_expert *ex = calloc(MAX_EXPERTS, sizeof *ex);
+    plan_expert *ex = calloc(MAX_EXPERTS, sizeof *ex);
     if (!ex) abort();
-    if (cli_pricer_init(&pr, &hw, &copt, st, err, sizeof err) < 0) {
+    if (plan_pricer_init(&pr, &hw, &copt, st, err, sizeof err) < 0) {
         cli_error("%s", err);
         rc = CLI_BAD_INPUT;
         goto done;
@@ -117,7 +117,7 @@ int cmd_autopart(const cli_opts *o)
         goto done;
     }
     /* search */
-    search_evaluator ev = cli_cost_evaluator;
+    search_evaluator ev = plan_cost_evaluator;
     ev.cfg = &pr;
     progress_ctx pc = {b.simulations, b.seconds, 0};
     if (!o->quiet && isatty(2)) {
@@ -142,9 +142,9 @@ int cmd_autopart(const cli_opts *o)
     shard_state_copy(st, prefix);
     search_apply_plan(st, gs, res.actions, res.n_actions);
     cost_estimate e;
-    cli_price(&pr, st, &e);
-    int n_ex = cli_experts(g, &mesh, &pr, ex, MAX_EXPERTS);
-    cli_price(&pr, st, &e); /* pr->p is the plan's program again */
+    plan_price(&pr, st, &e);
+    int n_ex = plan_experts(g, &mesh, &pr, ex, MAX_EXPERTS);
+    plan_price(&pr, st, &e); /* pr->p is the plan's program again */
 
     printf("model      %s\nmesh       %s (%lld devices)\nhardware   %s (%s)\nschedule   %s\n", cfg,
            shard_mesh_str(&mesh, buf, sizeof buf), (long long)mesh.n_devices, hw.name, hw.source,
@@ -222,7 +222,7 @@ int cmd_autopart(const cli_opts *o)
     if (rc == CLI_OK && !e.fits) rc = CLI_CHECK_FAILED;
 done:
     free(ex);
-    cli_pricer_free(&pr);
+    plan_pricer_free(&pr);
     shard_groups_free(gs);
     shard_state_free(prefix);
     shard_state_free(st);

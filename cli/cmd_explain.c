@@ -27,9 +27,9 @@ int cmd_explain(const cli_opts *o)
     shard_state *st;
     if (plan_open("explain", path, &pl, &mesh, &g, &st)) return CLI_BAD_INPUT;
     int rc = CLI_OK;
-    cli_pricer pr;
+    plan_pricer pr;
     memset(&pr, 0, sizeof pr);
-    cli_expert *ex = calloc(MAX_EXPERTS, sizeof *ex);
+    plan_expert *ex = calloc(MAX_EXPERTS, sizeof *ex);
     if (!ex) abort();
     cost_hw hw;
     if (pl.hw) {
@@ -49,7 +49,7 @@ int cmd_explain(const cli_opts *o)
     {
         shard_state *scratch = shard_state_new(g, &mesh);
         cost_options copt = {COST_FP32, 0, pl.cost.valid ? pl.cost.capacity_bytes : 0};
-        int r = cli_pricer_init(&pr, &hw, &copt, scratch, err, sizeof err);
+        int r = plan_pricer_init(&pr, &hw, &copt, scratch, err, sizeof err);
         shard_state_free(scratch);
         if (r < 0) {
             cli_error("%s", err);
@@ -58,8 +58,8 @@ int cmd_explain(const cli_opts *o)
         }
     }
     cost_estimate e;
-    int n_ex = cli_experts(g, &mesh, &pr, ex, MAX_EXPERTS);
-    cli_price(&pr, st, &e);
+    int n_ex = plan_experts(g, &mesh, &pr, ex, MAX_EXPERTS);
+    plan_price(&pr, st, &e);
     printf("plan       %s\nmodel      %s\nmesh       %s (%lld devices)\nhardware   %s\nschedule   %s\n", path,
            pl.model[0] ? pl.model : pl.graph_file, pl.mesh, (long long)mesh.n_devices, hw.name, pl.schedule);
     if (pl.search.kind[0])
@@ -81,7 +81,7 @@ int cmd_explain(const cli_opts *o)
     cli_print_experts(ex, n_ex, &e);
 done:
     free(ex);
-    cli_pricer_free(&pr);
+    plan_pricer_free(&pr);
     shard_state_free(st);
     ir_free(g);
     plan_free(&pl);

@@ -70,122 +70,9 @@ void cli_print_estimate(const cost_estimate *e)
     }
 }
 
-int cli_pricer_init(cli_pricer *pr, const cost_hw *hw, const cost_options *opt, shard_state *scratch, char *err,
-                    size_t errlen)
+int cli_print_experts(const plan_expert *ex, int n, const cost_estimate *mine)
 {
-    memset(pr, 0, sizeof *pr);
-    pr->hw = *hw;
-    pr->opt = *opt;
-    pr->ws = cost_ws_new();
-    shard_state_reset(scratch);
-    pr->p = spmd_lower_into(scratch, NULL);
-    cost_estimate e;
-    if (cost_estimate_program(pr->ws, pr->p, hw, opt, &e, err, errlen) < 0) return -1;
-    pr->baseline = e.step_time;
-    return 0;
-}
-
-void cli_pricer_free(cli_pricer *pr)
-{
-    cost_ws_free(pr->ws);
-    spmd_free(pr->p);
-    pr->ws = NULL;
-    pr->p = NULL;
-}
-
-void cli_price(cli_pricer *pr, shard_state *st, cost_estimate *e)
-{
-    pr->p = spmd_lower_into(st, pr->p);
-    if (cost_estimate_program(pr->ws, pr->p, &pr->hw, &pr->opt, e, NULL, 0) < 0) memset(e, 0, sizeof *e);
-}
-
-/* ---- the search's evaluator ------------------------------------------- */
-
-static void *eval_make(void *cfg, shard_state *st)
-{
-    (void)st;
-    const cli_pricer *base = cfg;
-    cli_pricer *pr = calloc(1, sizeof *pr);
-    if (!pr) abort();
-    pr->hw = base->hw;
-    pr->opt = base->opt;
-    pr->baseline = base->baseline;
-    pr->ws = cost_ws_new();
-    return pr;
-}
-
-static void eval_score(void *ws, shard_state *st, search_score *out)
-{
-    cli_pricer *pr = ws;
-    cost_estimate e;
-    cli_price(pr, st, &e);
-    out->reward = cost_reward(&e, pr->baseline);
-    out->step_time = e.step_time;
-    out->peak_bytes = e.peak_memory;
-    out->fits = e.fits;
-}
-
-static void eval_destroy(void *ws)
-{
-    cli_pricer *pr = ws;
-    cli_pricer_free(pr);
-    free(pr);
-}
-
-const search_evaluator cli_cost_evaluator = {NULL, eval_make, eval_score, eval_destroy};
-
-/* ---- experts ------------------------------------------------------------ */
-
-static int add_expert(const shard_mesh *mesh, cli_pricer *pr, shard_state *st, const char *text, cli_expert *out)
-{
-    schedule sc;
-    char err[256];
-    memset(out, 0, sizeof *out);
-    snprintf(out->schedule, sizeof out->schedule, "%s", text);
-    if (sched_parse(text, mesh, &sc, err, sizeof err) < 0) return 0;
-    shard_state_reset(st);
-    if (sched_apply(&sc, st, err, sizeof err) < 0) return 0;
-    cli_price(pr, st, &out->e);
-    out->ok = 1;
-    return 1;
-}
-
-int cli_experts(const ir_graph *g, const shard_mesh *mesh, cli_pricer *pr, cli_expert *out, int cap)
-{
-    shard_state *st = shard_state_new(g, mesh);
-    st->record_conflicts = 0;
-    int n = 0;
-    char text[96];
-    const char *tac[3] = {"dp", "zero3", "megatron"};
-    for (int a = 0; a < mesh->n_axes; a++)
-        for (int t = 0; t < 3 && n < cap; t++) {
-            snprintf(text, sizeof text, "%s:%s", tac[t], mesh->names[a]);
-            n += add_expert(mesh, pr, st, text, &out[n]);
-        }
-    for (int a = 0; a < mesh->n_axes; a++)
-        for (int b = 0; b < mesh->n_axes; b++) {
-            if (a == b) continue;
-            const char *A = mesh->names[a], *B = mesh->names[b];
-            for (int f = 0; f < 3 && n < cap; f++) {
-                if (f == 0) snprintf(text, sizeof text, "dp:%s,megatron:%s", A, B);
-                else if (f == 1) snprintf(text, sizeof text, "zero3:%s,megatron:%s", A, B);
-                else snprintf(text, sizeof text, "dp:%s,megatron:%s,zero3:%s", A, B, A);
-                n += add_expert(mesh, pr, st, text, &out[n]);
-            }
-            if (a < b && n < cap) {
-                snprintf(text, sizeof text, "dp:%s,dp:%s", A, B);
-                n += add_expert(mesh, pr, st, text, &out[n]);
-            }
-        }
-    shard_state_free(st);
-    return n;
-}
-
-int cli_print_experts(const cli_expert *ex, int n, const cost_estimate *mine)
-{
-    int best = -1;
-    for (int i = 0; i < n; i++)
-        if (ex[i].ok && ex[i].e.fits && (best < 0 || ex[i].e.step_time < ex[best].e.step_time)) best = i;
+    int best = plan_best_expert(ex, n);
     char a[32], b[32];
     printf("  %-38s %14s %14s  %s\n", "schedule", "step time", "peak memory", "");
     if (mine) {
@@ -272,7 +159,7 @@ void cli_print_param_shardings(const shard_state *st)
     if (g->n_layers > 1) printf("  (layers 1..%d: as layer 0)\n", g->n_layers - 1);
 }
 
-void cli_print_layer_collectives(const spmd_program *p, const cli_pricer *pr)
+void cli_print_layer_collectives(const spmd_program *p, const plan_pricer *pr)
 {
     const ir_graph *g = p->g;
     char t[32], ax[64];

@@ -5,7 +5,7 @@
 #include "analysis/schedule.h"
 #include "analysis/spmd.h"
 #include "models/models.h"
-#include "cli/report.h"
+#include "plan/pricer.h"
 #include "search/search.h"
 #include "tests/test.h"
 #include "tests/util.h"
@@ -59,13 +59,13 @@ static void against_exhaustive_ev(const char *model, const char *mesh_text, int 
     shard_state *prefix = shard_state_new(g, &mesh);
     shard_groups *gs = shard_groups_build(g);
     search_evaluator ev = *ev_in;
-    cli_pricer pr;
+    plan_pricer pr;
     if (!ev.cfg) { /* the cost model: a pricer on the A100 profile */
         cost_hw hw;
         cost_hw_lookup("a100", &hw, err, sizeof err);
         cost_options opt = {COST_FP32, 0, 0};
         shard_state *scratch = shard_state_new(g, &mesh);
-        cli_pricer_init(&pr, &hw, &opt, scratch, err, sizeof err);
+        plan_pricer_init(&pr, &hw, &opt, scratch, err, sizeof err);
         shard_state_free(scratch);
         ev.cfg = &pr;
     }
@@ -82,7 +82,7 @@ static void against_exhaustive_ev(const char *model, const char *mesh_text, int 
     }
     printf("%s on %s (%s): %d groups, %lld states enumerated, MCTS found the optimum in %d of %d seeds\n", model,
            mesh_text, label, gs->n, (long long)ex.evaluations, found, seeds);
-    if (ev.cfg == &pr) cli_pricer_free(&pr);
+    if (ev.cfg == &pr) plan_pricer_free(&pr);
     CHECKF(found >= seeds - (seeds >= 10 ? 1 : 0), "%s %s: optimum in %d of %d seeds", model, mesh_text, found, seeds);
     shard_groups_free(gs);
     shard_state_free(prefix);
@@ -172,9 +172,9 @@ static void against_exhaustive(const char *model, const char *mesh_text, int see
 int main(void)
 {
     /* the cost model as the evaluator (A100 profile) */
-    against_exhaustive_ev("mlp:layers=2,batch=64,in=2048,hidden=8192,out=2048", "batch=4,model=2", 3, &cli_cost_evaluator,
+    against_exhaustive_ev("mlp:layers=2,batch=64,in=2048,hidden=8192,out=2048", "batch=4,model=2", 3, &plan_cost_evaluator,
                           "cost model");
-    against_exhaustive_ev("gpt:layers=2,hidden=512,heads=8,seq=256,batch=16,vocab=1024", "batch=8", 2, &cli_cost_evaluator,
+    against_exhaustive_ev("gpt:layers=2,hidden=512,heads=8,seq=256,batch=16,vocab=1024", "batch=8", 2, &plan_cost_evaluator,
                           "cost model");
     against_exhaustive("mlp:layers=2,batch=32,in=64,hidden=128,out=16", "batch=4", 3);
     against_exhaustive("mlp:layers=3,batch=32,in=64,hidden=128,out=16", "batch=2,model=2", 3);
