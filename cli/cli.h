@@ -4,6 +4,7 @@
 #define CARVE_CLI_H
 
 #include <stdint.h>
+#include <stdio.h>
 
 #include "analysis/schedule.h"
 #include "ir/ir.h"
@@ -35,8 +36,10 @@ typedef struct cli_command {
 /* Parses argv (after the subcommand) into o.  Returns 0, or prints one error
  * line naming the bad flag and returns CLI_BAD_INPUT. */
 int cli_parse(const cli_command *c, int argc, char **argv, cli_opts *o);
-/* Prints "carve: <msg>" on stderr (one line). */
+/* Prints "carve: <msg>" on stderr (one line), every byte that is not
+ * printable ASCII written as \xNN (cli_put_printable). */
 void cli_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+void cli_put_printable(FILE *f, const char *s);
 
 /* The training step named by --model or --graph (a forward graph with a loss
  * gets its training step derived; a full step is used as is).  NULL after an

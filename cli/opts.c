@@ -11,14 +11,32 @@
 #include "models/models.h"
 #include "search/search.h"
 
+/* Writes s to f with every byte that is not printable ASCII (control
+ * characters, escape sequences, DEL, bytes of other encodings) as \xNN, so a
+ * name read from a file cannot reach the terminal raw. */
+void cli_put_printable(FILE *f, const char *s)
+{
+    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
+        if (*p >= 0x20 && *p < 0x7f) fputc(*p, f);
+        else fprintf(f, "\\x%02x", *p);
+    }
+}
+
 void cli_error(const char *fmt, ...)
 {
-    va_list ap;
+    va_list ap, ap2;
     va_start(ap, fmt);
-    fputs("carve: ", stderr);
-    vfprintf(stderr, fmt, ap);
-    fputc('\n', stderr);
+    va_copy(ap2, ap);
+    int n = vsnprintf(NULL, 0, fmt, ap);
     va_end(ap);
+    char small[1024], *msg = small;
+    if (n >= (int)sizeof small && !(msg = malloc((size_t)n + 1))) msg = small; /* cut only without memory */
+    vsnprintf(msg, msg == small ? sizeof small : (size_t)n + 1, fmt, ap2);
+    va_end(ap2);
+    fputs("carve: ", stderr);
+    cli_put_printable(stderr, msg);
+    fputc('\n', stderr);
+    if (msg != small) free(msg);
 }
 
 static int has_flag(const char *flags, const char *f)

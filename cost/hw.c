@@ -11,6 +11,7 @@
 
 #include <cjson/cJSON.h>
 #include <errno.h>
+#include <stddef.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -75,43 +76,137 @@ int cost_hw_preset(const char *name, cost_hw *hw, char *err, size_t errlen)
                 name);
 }
 
-static int bad_num(double x, int allow_zero) { return !isfinite(x) || x < 0 || (!allow_zero && x == 0); }
+/* ---- the field table ------------------------------------------------------
+ *
+ * Every number a profile holds is one row: its JSON key, where it lives in
+ * cost_hw (or in a cost_link), its kind and its documented range (the table in
+ * docs/cost-model.md).  The reader and cost_hw_check both walk these rows, so
+ * a new field is one row.  A value outside [lo, hi] is refused, except 0 where
+ * HW_ZERO_OK says 0 means "not given"; ranges start well above the subnormal
+ * numbers, so 5e-324 is refused as a rate. */
+typedef enum { HW_REAL, HW_INT, HW_INT64, HW_BOOL, HW_OBJECT } hw_kind;
+enum { HW_REQUIRED = 1, HW_ZERO_OK = 2 };
+
+typedef struct hw_row {
+    const char *key;
+    size_t offset;              /* from the struct the table describes */
+    hw_kind kind;
+    double lo, hi;              /* inclusive range of numbers */
+    int flags;
+    const struct hw_row *sub;   /* HW_OBJECT: rows of the nested object */
+    int n_sub;
+    int dflt_row;               /* optional row: when absent, copy this row's value (-1: 0) */
+} hw_row;
+
+#define HW_SECONDS 1e-15, 10.0
+#define HW_RATE 1, 1e18
+#define HW_BYTES 1e3, 1e18
+#define ROWS(t) t, (int)(sizeof t / sizeof t[0])
+
+static const hw_row link_rows[] = {
+    {"bandwidth", offsetof(cost_link, bandwidth), HW_REAL, HW_RATE, HW_REQUIRED, NULL, 0, -1},
+    {"latency", offsetof(cost_link, latency), HW_REAL, HW_SECONDS, HW_REQUIRED | HW_ZERO_OK, NULL, 0, -1},
+};
+static const hw_row flops_rows[] = {
+    {"f32", IR_F32 * sizeof(double), HW_REAL, HW_RATE, HW_REQUIRED, NULL, 0, -1},
+    {"bf16", IR_BF16 * sizeof(double), HW_REAL, HW_RATE, HW_REQUIRED, NULL, 0, -1},
+    {"f16", IR_F16 * sizeof(double), HW_REAL, HW_RATE, 0, NULL, 0, 1 /* bf16 */},
+};
+static const hw_row hw_rows[] = {
+    {"peak_flops", offsetof(cost_hw, matmul_flops), HW_OBJECT, 0, 0, HW_REQUIRED, ROWS(flops_rows), -1},
+    {"vector_flops", offsetof(cost_hw, vector_flops), HW_REAL, HW_RATE, HW_REQUIRED, NULL, 0, -1},
+    {"memory_bandwidth", offsetof(cost_hw, mem_bandwidth), HW_REAL, HW_RATE, HW_REQUIRED, NULL, 0, -1},
+    {"memory_capacity", offsetof(cost_hw, mem_capacity), HW_REAL, HW_BYTES, HW_REQUIRED, NULL, 0, -1},
+    {"op_overhead", offsetof(cost_hw, op_overhead), HW_REAL, HW_SECONDS, HW_ZERO_OK, NULL, 0, -1},
+    {"node_devices", offsetof(cost_hw, node_devices), HW_INT64, 1, 1 << 30, HW_REQUIRED, NULL, 0, -1},
+    {"cores", offsetof(cost_hw, cores), HW_INT, 1, 65536, HW_ZERO_OK, NULL, 0, -1},
+    {"alone_speedup", offsetof(cost_hw, alone_speedup), HW_REAL, 1, 1000, HW_ZERO_OK, NULL, 0, -1},
+    {"gemm_call", offsetof(cost_hw, gemm_call), HW_REAL, HW_SECONDS, HW_ZERO_OK, NULL, 0, -1},
+    {"gemm_bandwidth", offsetof(cost_hw, gemm_bandwidth), HW_REAL, HW_RATE, HW_ZERO_OK, NULL, 0, -1},
+    {"oversub_latency", offsetof(cost_hw, oversub_latency), HW_REAL, HW_SECONDS, HW_ZERO_OK, NULL, 0, -1},
+    {"shared_memory", offsetof(cost_hw, shared_memory), HW_BOOL, 0, 1, 0, NULL, 0, -1},
+    {"fused_elementwise", offsetof(cost_hw, fused_elementwise), HW_BOOL, 0, 1, 0, NULL, 0, -1},
+    {"intra_link", offsetof(cost_hw, intra), HW_OBJECT, 0, 0, HW_REQUIRED, ROWS(link_rows), -1},
+    {"inter_link", offsetof(cost_hw, inter), HW_OBJECT, 0, 0, HW_REQUIRED, ROWS(link_rows), -1},
+};
+/* op_rates.OP (elements/s) and axis_links.AXIS (a link) have names for keys. */
+static const hw_row op_rate_row = {"", 0, HW_REAL, HW_RATE, HW_ZERO_OK, NULL, 0, -1};
+
+static double row_get(const hw_row *r, const void *base)
+{
+    const char *p = (const char *)base + r->offset;
+    switch (r->kind) {
+    case HW_REAL: return *(const double *)p;
+    case HW_INT:
+    case HW_BOOL: return *(const int *)p;
+    case HW_INT64: return (double)*(const int64_t *)p;
+    case HW_OBJECT: break;
+    }
+    return 0;
+}
+
+static void row_set(const hw_row *r, void *base, double v)
+{
+    char *p = (char *)base + r->offset;
+    switch (r->kind) {
+    case HW_REAL: *(double *)p = v; break;
+    case HW_INT:
+    case HW_BOOL: *(int *)p = (int)v; break;
+    case HW_INT64: *(int64_t *)p = (int64_t)v; break;
+    case HW_OBJECT: break;
+    }
+}
+
+/* NULL when v is allowed in row r, else what is wrong with it (static text). */
+static const char *row_problem(const hw_row *r, double v, char *buf, size_t n)
+{
+    if (!isfinite(v)) return "must be a finite number";
+    if (v == 0 && (r->flags & HW_ZERO_OK)) return NULL;
+    if ((r->kind == HW_INT || r->kind == HW_INT64) && v != floor(v)) return "must be an integer";
+    if (r->kind == HW_BOOL && v != 0 && v != 1) return "must be 0 or 1";
+    if (v < r->lo || v > r->hi) {
+        snprintf(buf, n, "must be %sin [%g, %g]", r->flags & HW_ZERO_OK ? "0 or " : "", r->lo, r->hi);
+        return buf;
+    }
+    return NULL;
+}
+
+/* Checks rows `rows` of the struct at `base`; `path` prefixes keys in messages. */
+static int check_rows(const hw_row *rows, int n, const void *base, const char *who, const char *path, char *err,
+                      size_t errlen)
+{
+    for (int i = 0; i < n; i++) {
+        const hw_row *r = &rows[i];
+        if (r->kind == HW_OBJECT) {
+            char sub[96];
+            snprintf(sub, sizeof sub, "%s%s.", path, r->key);
+            if (check_rows(r->sub, r->n_sub, (const char *)base + r->offset, who, sub, err, errlen) < 0) return -1;
+            continue;
+        }
+        char buf[96];
+        double v = row_get(r, base);
+        const char *why = row_problem(r, v, buf, sizeof buf);
+        if (why) return ir_errf(err, errlen, "%s: %s%s: %s, got %g", who, path, r->key, why, v);
+    }
+    return 0;
+}
 
 int cost_hw_check(const cost_hw *hw, char *err, size_t errlen)
 {
-    const char *n = hw->name[0] ? hw->name : "profile";
-    if (bad_num(hw->matmul_flops[IR_F32], 0)) return ir_errf(err, errlen, "hardware %s: peak_flops.f32 must be positive", n);
-    if (bad_num(hw->matmul_flops[IR_BF16], 0)) return ir_errf(err, errlen, "hardware %s: peak_flops.bf16 must be positive", n);
-    if (bad_num(hw->matmul_flops[IR_F16], 0)) return ir_errf(err, errlen, "hardware %s: peak_flops.f16 must be positive", n);
-    if (bad_num(hw->vector_flops, 0)) return ir_errf(err, errlen, "hardware %s: vector_flops must be positive", n);
-    if (bad_num(hw->mem_bandwidth, 0)) return ir_errf(err, errlen, "hardware %s: memory_bandwidth must be positive", n);
-    if (bad_num(hw->mem_capacity, 0)) return ir_errf(err, errlen, "hardware %s: memory_capacity must be positive", n);
-    if (bad_num(hw->op_overhead, 1)) return ir_errf(err, errlen, "hardware %s: op_overhead must be >= 0", n);
-    if (hw->node_devices < 1) return ir_errf(err, errlen, "hardware %s: node_devices must be >= 1", n);
-    if (hw->cores < 0) return ir_errf(err, errlen, "hardware %s: cores must be >= 0", n);
-    if (bad_num(hw->alone_speedup, 1)) return ir_errf(err, errlen, "hardware %s: alone_speedup must be >= 0", n);
-    if (bad_num(hw->gemm_call, 1)) return ir_errf(err, errlen, "hardware %s: gemm_call must be >= 0", n);
-    if (bad_num(hw->gemm_bandwidth, 1)) return ir_errf(err, errlen, "hardware %s: gemm_bandwidth must be >= 0", n);
-    if (bad_num(hw->oversub_latency, 1)) return ir_errf(err, errlen, "hardware %s: oversub_latency must be >= 0", n);
-    if (hw->shared_memory != 0 && hw->shared_memory != 1) return ir_errf(err, errlen, "hardware %s: shared_memory must be 0 or 1", n);
-    if (hw->fused_elementwise != 0 && hw->fused_elementwise != 1)
-        return ir_errf(err, errlen, "hardware %s: fused_elementwise must be 0 or 1", n);
-    for (int k = 0; k < IR_N_OPS; k++)
-        if (bad_num(hw->op_rate[k], 1))
-            return ir_errf(err, errlen, "hardware %s: op_rates.%s must be >= 0", n, ir_op_name((ir_opkind)k));
-    const cost_link *l[2] = {&hw->intra, &hw->inter};
-    static const char *const ln[2] = {"intra_link", "inter_link"};
-    for (int i = 0; i < 2; i++) {
-        if (bad_num(l[i]->bandwidth, 0)) return ir_errf(err, errlen, "hardware %s: %s.bandwidth must be positive", n, ln[i]);
-        if (bad_num(l[i]->latency, 1)) return ir_errf(err, errlen, "hardware %s: %s.latency must be >= 0", n, ln[i]);
+    char who[COST_NAME_LEN + 16];
+    snprintf(who, sizeof who, "hardware %s", hw->name[0] ? hw->name : "profile");
+    if (check_rows(hw_rows, (int)(sizeof hw_rows / sizeof hw_rows[0]), hw, who, "", err, errlen) < 0) return -1;
+    for (int k = 0; k < IR_N_OPS; k++) {
+        char buf[96];
+        const char *why = row_problem(&op_rate_row, hw->op_rate[k], buf, sizeof buf);
+        if (why) return ir_errf(err, errlen, "%s: op_rates.%s: %s, got %g", who, ir_op_name((ir_opkind)k), why, hw->op_rate[k]);
     }
     if (hw->n_axis_links < 0 || hw->n_axis_links > SHARD_MAX_AXES)
-        return ir_errf(err, errlen, "hardware %s: at most %d axis_links", n, SHARD_MAX_AXES);
+        return ir_errf(err, errlen, "%s: axis_links: at most %d axes", who, SHARD_MAX_AXES);
     for (int i = 0; i < hw->n_axis_links; i++) {
-        if (bad_num(hw->axis_links[i].bandwidth, 0))
-            return ir_errf(err, errlen, "hardware %s: axis_links.%s.bandwidth must be positive", n, hw->axis_names[i]);
-        if (bad_num(hw->axis_links[i].latency, 1))
-            return ir_errf(err, errlen, "hardware %s: axis_links.%s.latency must be >= 0", n, hw->axis_names[i]);
+        char path[SHARD_AXIS_NAME + 16];
+        snprintf(path, sizeof path, "axis_links.%s.", hw->axis_names[i]);
+        if (check_rows(link_rows, 2, &hw->axis_links[i], who, path, err, errlen) < 0) return -1;
     }
     return 0;
 }
@@ -127,117 +222,133 @@ cost_link cost_axis_link(const cost_hw *hw, const shard_mesh *mesh, int axis)
 
 /* ---- JSON ---------------------------------------------------------------- */
 
-/* Reads number `key` of object `o` into *out.  Missing: error unless `dflt`
- * is not NULL (then *out = *dflt).  Negative (or zero when !allow_zero): error. */
-static int get_num(const cJSON *o, const char *key, const char *path, const char *where, const double *dflt,
-                   int allow_zero, double *out, char *err, size_t errlen)
+/* Refuses an object holding one key twice (cJSON keeps both; the first would
+ * win silently). */
+static int no_duplicates(const cJSON *o, const char *where, const char *path, char *err, size_t errlen)
 {
-    const cJSON *x = cJSON_GetObjectItemCaseSensitive(o, key);
-    if (!x) {
-        if (dflt) {
-            *out = *dflt;
-            return 0;
-        }
-        return ir_errf(err, errlen, "%s: missing field '%s%s'", where, path, key);
-    }
-    if (!cJSON_IsNumber(x)) return ir_errf(err, errlen, "%s: field '%s%s' must be a number", where, path, key);
-    double v = x->valuedouble;
-    if (bad_num(v, allow_zero))
-        return ir_errf(err, errlen, "%s: field '%s%s' must be %s, got %g", where, path, key,
-                    allow_zero ? "a number >= 0" : "a positive number", v);
-    *out = v;
+    for (const cJSON *a = o->child; a; a = a->next)
+        for (const cJSON *b = a->next; b; b = b->next)
+            if (a->string && b->string && !strcmp(a->string, b->string))
+                return ir_errf(err, errlen, "%s: %s%s: key given twice", where, path, a->string);
     return 0;
 }
 
-static int get_link(const cJSON *o, const char *key, const char *where, cost_link *l, char *err, size_t errlen)
+/* Reads the number x for row r into the struct at base. */
+static int read_num(const cJSON *x, const hw_row *r, void *base, const char *where, const char *path, char *err,
+                    size_t errlen)
 {
-    const cJSON *x = cJSON_GetObjectItemCaseSensitive(o, key);
-    if (!x) return ir_errf(err, errlen, "%s: missing field '%s'", where, key);
-    if (!cJSON_IsObject(x)) return ir_errf(err, errlen, "%s: field '%s' must be an object {bandwidth, latency}", where, key);
-    char path[80];
-    snprintf(path, sizeof path, "%s.", key);
-    if (get_num(x, "bandwidth", path, where, NULL, 0, &l->bandwidth, err, errlen) < 0) return -1;
-    return get_num(x, "latency", path, where, NULL, 1, &l->latency, err, errlen);
+    double v;
+    if (r->kind == HW_BOOL && cJSON_IsBool(x)) v = cJSON_IsTrue(x);
+    else if (cJSON_IsNumber(x)) v = x->valuedouble;
+    else return ir_errf(err, errlen, "%s: %s%s: must be a number", where, path, r->key);
+    char buf[96];
+    const char *why = row_problem(r, v, buf, sizeof buf);
+    if (why) return ir_errf(err, errlen, "%s: %s%s: %s, got %g", where, path, r->key, why, v);
+    row_set(r, base, v);
+    return 0;
+}
+
+/* Reads object o by rows: every key must be a row (or, at the top, one of the
+ * named extras handled by the caller), none twice; required rows present. */
+static int read_rows(const cJSON *o, const hw_row *rows, int n, void *base, const char *where, const char *path,
+                     const char *const *extras, char *err, size_t errlen)
+{
+    if (!cJSON_IsObject(o)) return ir_errf(err, errlen, "%s: %.*s: must be an object", where, (int)strlen(path) - 1, path);
+    if (no_duplicates(o, where, path, err, errlen) < 0) return -1;
+    unsigned long long seen = 0;
+    for (const cJSON *x = o->child; x; x = x->next) {
+        const char *key = x->string ? x->string : "";
+        int i = 0;
+        while (i < n && strcmp(rows[i].key, key)) i++;
+        if (i == n) {
+            int extra = 0;
+            for (int k = 0; extras && extras[k]; k++) extra |= !strcmp(extras[k], key);
+            if (!extra) return ir_errf(err, errlen, "%s: %s%s: unknown key", where, path, key);
+            continue;
+        }
+        seen |= 1ull << i;
+        const hw_row *r = &rows[i];
+        if (r->kind == HW_OBJECT) {
+            char sub[96];
+            snprintf(sub, sizeof sub, "%s%s.", path, r->key);
+            if (read_rows(x, r->sub, r->n_sub, (char *)base + r->offset, where, sub, NULL, err, errlen) < 0) return -1;
+        } else if (read_num(x, r, base, where, path, err, errlen) < 0) {
+            return -1;
+        }
+    }
+    for (int i = 0; i < n; i++) {
+        if (seen >> i & 1) continue;
+        if (rows[i].flags & HW_REQUIRED) return ir_errf(err, errlen, "%s: %s%s: missing", where, path, rows[i].key);
+        if (rows[i].dflt_row >= 0) row_set(&rows[i], base, row_get(&rows[rows[i].dflt_row], base));
+    }
+    return 0;
+}
+
+/* Copies string field `key` of root into dst (cap bytes): absent is "" unless
+ * required; longer than the field holds is refused, never cut. */
+static int read_str(const cJSON *root, const char *key, int required, char *dst, size_t cap, const char *where,
+                    char *err, size_t errlen)
+{
+    const cJSON *x = cJSON_GetObjectItemCaseSensitive(root, key);
+    if (!x && !required) return 0;
+    if (!x) return ir_errf(err, errlen, "%s: %s: missing", where, key);
+    if (!cJSON_IsString(x)) return ir_errf(err, errlen, "%s: %s: must be a string", where, key);
+    size_t len = strlen(x->valuestring);
+    if (required && !len) return ir_errf(err, errlen, "%s: %s: must not be empty", where, key);
+    if (len >= cap) return ir_errf(err, errlen, "%s: %s: longer than %zu characters", where, key, cap - 1);
+    memcpy(dst, x->valuestring, len + 1);
+    return 0;
+}
+
+static int read_op_rates(const cJSON *rates, cost_hw *hw, const char *where, char *err, size_t errlen)
+{
+    if (!cJSON_IsObject(rates)) return ir_errf(err, errlen, "%s: op_rates: must be an object of op name -> elements/s", where);
+    if (no_duplicates(rates, where, "op_rates.", err, errlen) < 0) return -1;
+    for (const cJSON *x = rates->child; x; x = x->next) {
+        int k = ir_op_from_name(x->string ? x->string : "");
+        if (k < 0 || k == IR_OP_EINSUM)
+            return ir_errf(err, errlen, "%s: op_rates.%s: not an op other than einsum", where, x->string ? x->string : "");
+        hw_row r = op_rate_row;
+        r.key = x->string;
+        r.offset = (size_t)k * sizeof(double);
+        if (read_num(x, &r, hw->op_rate, where, "op_rates.", err, errlen) < 0) return -1;
+    }
+    return 0;
+}
+
+static int read_axis_links(const cJSON *al, cost_hw *hw, const char *where, char *err, size_t errlen)
+{
+    if (!cJSON_IsObject(al)) return ir_errf(err, errlen, "%s: axis_links: must be an object of axis name -> link", where);
+    if (no_duplicates(al, where, "axis_links.", err, errlen) < 0) return -1;
+    for (const cJSON *x = al->child; x; x = x->next) {
+        if (hw->n_axis_links == SHARD_MAX_AXES) return ir_errf(err, errlen, "%s: axis_links: at most %d axes", where, SHARD_MAX_AXES);
+        if (!x->string || !x->string[0] || strlen(x->string) >= SHARD_AXIS_NAME)
+            return ir_errf(err, errlen, "%s: axis_links: axis names take 1 to %d characters", where, SHARD_AXIS_NAME - 1);
+        char path[SHARD_AXIS_NAME + 16];
+        snprintf(path, sizeof path, "axis_links.%s.", x->string);
+        snprintf(hw->axis_names[hw->n_axis_links], SHARD_AXIS_NAME, "%s", x->string);
+        cost_link *l = &hw->axis_links[hw->n_axis_links++];
+        if (read_rows(x, link_rows, 2, l, where, path, NULL, err, errlen) < 0) return -1;
+    }
+    return 0;
 }
 
 static int parse_doc(const cJSON *root, const char *where, cost_hw *hw, char *err, size_t errlen)
 {
+    static const char *const extras[] = {"format", "name", "source", "op_rates", "axis_links", NULL};
     memset(hw, 0, sizeof *hw);
     if (!cJSON_IsObject(root)) return ir_errf(err, errlen, "%s: a hardware profile must be a JSON object", where);
-    const cJSON *fmt = cJSON_GetObjectItemCaseSensitive(root, "format");
-    if (!cJSON_IsString(fmt)) return ir_errf(err, errlen, "%s: missing field 'format' (\"%s\")", where, COST_HW_FORMAT);
-    if (strcmp(fmt->valuestring, COST_HW_FORMAT))
-        return ir_errf(err, errlen, "%s: format '%s' is not %s", where, fmt->valuestring, COST_HW_FORMAT);
-    const cJSON *name = cJSON_GetObjectItemCaseSensitive(root, "name");
-    if (!cJSON_IsString(name) || !name->valuestring[0]) return ir_errf(err, errlen, "%s: missing field 'name'", where);
-    snprintf(hw->name, sizeof hw->name, "%s", name->valuestring);
-    const cJSON *src = cJSON_GetObjectItemCaseSensitive(root, "source");
-    if (cJSON_IsString(src)) snprintf(hw->source, sizeof hw->source, "%s", src->valuestring);
-    const cJSON *pf = cJSON_GetObjectItemCaseSensitive(root, "peak_flops");
-    if (!pf) return ir_errf(err, errlen, "%s: missing field 'peak_flops'", where);
-    if (!cJSON_IsObject(pf)) return ir_errf(err, errlen, "%s: field 'peak_flops' must be an object {f32, bf16, f16}", where);
-    if (get_num(pf, "f32", "peak_flops.", where, NULL, 0, &hw->matmul_flops[IR_F32], err, errlen) < 0) return -1;
-    if (get_num(pf, "bf16", "peak_flops.", where, NULL, 0, &hw->matmul_flops[IR_BF16], err, errlen) < 0) return -1;
-    if (get_num(pf, "f16", "peak_flops.", where, &hw->matmul_flops[IR_BF16], 0, &hw->matmul_flops[IR_F16], err, errlen) < 0)
+    char fmt[32];
+    if (read_str(root, "format", 1, fmt, sizeof fmt, where, err, errlen) < 0) return -1;
+    if (strcmp(fmt, COST_HW_FORMAT)) return ir_errf(err, errlen, "%s: format: '%s' is not %s", where, fmt, COST_HW_FORMAT);
+    if (read_str(root, "name", 1, hw->name, sizeof hw->name, where, err, errlen) < 0 ||
+        read_str(root, "source", 0, hw->source, sizeof hw->source, where, err, errlen) < 0 ||
+        read_rows(root, hw_rows, (int)(sizeof hw_rows / sizeof hw_rows[0]), hw, where, "", extras, err, errlen) < 0)
         return -1;
-    double zero = 0, node, cores;
-    if (get_num(root, "vector_flops", "", where, NULL, 0, &hw->vector_flops, err, errlen) < 0 ||
-        get_num(root, "memory_bandwidth", "", where, NULL, 0, &hw->mem_bandwidth, err, errlen) < 0 ||
-        get_num(root, "memory_capacity", "", where, NULL, 0, &hw->mem_capacity, err, errlen) < 0 ||
-        get_num(root, "op_overhead", "", where, &zero, 1, &hw->op_overhead, err, errlen) < 0 ||
-        get_num(root, "node_devices", "", where, NULL, 0, &node, err, errlen) < 0 ||
-        get_num(root, "cores", "", where, &zero, 1, &cores, err, errlen) < 0)
-        return -1;
-    if (node != floor(node) || node > 1e15) return ir_errf(err, errlen, "%s: field 'node_devices' must be an integer", where);
-    if (cores != floor(cores) || cores > 1e6) return ir_errf(err, errlen, "%s: field 'cores' must be an integer", where);
-    hw->node_devices = (int64_t)node;
-    hw->cores = (int)cores;
-    double shm, fused;
-    if (get_num(root, "alone_speedup", "", where, &zero, 1, &hw->alone_speedup, err, errlen) < 0 ||
-        get_num(root, "gemm_call", "", where, &zero, 1, &hw->gemm_call, err, errlen) < 0 ||
-        get_num(root, "gemm_bandwidth", "", where, &zero, 1, &hw->gemm_bandwidth, err, errlen) < 0 ||
-        get_num(root, "oversub_latency", "", where, &zero, 1, &hw->oversub_latency, err, errlen) < 0 ||
-        get_num(root, "shared_memory", "", where, &zero, 1, &shm, err, errlen) < 0 ||
-        get_num(root, "fused_elementwise", "", where, &zero, 1, &fused, err, errlen) < 0)
-        return -1;
-    if (shm != 0 && shm != 1) return ir_errf(err, errlen, "%s: field 'shared_memory' must be 0 or 1", where);
-    if (fused != 0 && fused != 1) return ir_errf(err, errlen, "%s: field 'fused_elementwise' must be 0 or 1", where);
-    hw->shared_memory = (int)shm;
-    hw->fused_elementwise = (int)fused;
     const cJSON *rates = cJSON_GetObjectItemCaseSensitive(root, "op_rates");
-    if (rates) {
-        if (!cJSON_IsObject(rates)) return ir_errf(err, errlen, "%s: field 'op_rates' must be an object of op name -> elements/s", where);
-        const cJSON *x;
-        cJSON_ArrayForEach(x, rates)
-        {
-            int k = 0;
-            while (k < IR_N_OPS && strcmp(ir_op_name((ir_opkind)k), x->string ? x->string : "")) k++;
-            if (k == IR_N_OPS || k == IR_OP_EINSUM)
-                return ir_errf(err, errlen, "%s: op_rates: '%s' is not an op other than einsum", where, x->string ? x->string : "");
-            if (get_num(rates, x->string, "op_rates.", where, NULL, 1, &hw->op_rate[k], err, errlen) < 0) return -1;
-        }
-    }
-    if (get_link(root, "intra_link", where, &hw->intra, err, errlen) < 0) return -1;
-    if (get_link(root, "inter_link", where, &hw->inter, err, errlen) < 0) return -1;
+    if (rates && read_op_rates(rates, hw, where, err, errlen) < 0) return -1;
     const cJSON *al = cJSON_GetObjectItemCaseSensitive(root, "axis_links");
-    if (al) {
-        if (!cJSON_IsObject(al)) return ir_errf(err, errlen, "%s: field 'axis_links' must be an object of axis name -> link", where);
-        const cJSON *x;
-        cJSON_ArrayForEach(x, al)
-        {
-            if (hw->n_axis_links == SHARD_MAX_AXES) return ir_errf(err, errlen, "%s: axis_links: at most %d axes", where, SHARD_MAX_AXES);
-            if (!x->string || !x->string[0] || strlen(x->string) >= SHARD_AXIS_NAME)
-                return ir_errf(err, errlen, "%s: axis_links: axis names take 1 to %d characters", where, SHARD_AXIS_NAME - 1);
-            char key[80];
-            snprintf(key, sizeof key, "axis_links.%s", x->string);
-            if (!cJSON_IsObject(x)) return ir_errf(err, errlen, "%s: field '%s' must be an object {bandwidth, latency}", where, key);
-            snprintf(hw->axis_names[hw->n_axis_links], SHARD_AXIS_NAME, "%s", x->string);
-            cost_link *l = &hw->axis_links[hw->n_axis_links++];
-            strcat(key, ".");
-            if (get_num(x, "bandwidth", key, where, NULL, 0, &l->bandwidth, err, errlen) < 0) return -1;
-            if (get_num(x, "latency", key, where, NULL, 1, &l->latency, err, errlen) < 0) return -1;
-        }
-    }
+    if (al && read_axis_links(al, hw, where, err, errlen) < 0) return -1;
     char e2[256];
     if (cost_hw_check(hw, e2, sizeof e2) < 0) return ir_errf(err, errlen, "%s: %s", where, e2);
     return 0;

@@ -479,6 +479,22 @@ static void test_profiles(void)
         {"\"vector_flops\":1e11", "\"vector_flops\":1e11,\"axis_links\":{\"model\":{\"bandwidth\":-1,\"latency\":0}}",
          "axis_links.model.bandwidth"},
         {"}}", "}", "malformed"},
+        /* issue 18: denormal and tiny rates, duplicate and unknown keys, names cut short */
+        {"\"memory_bandwidth\":1e11", "\"memory_bandwidth\":5e-324", "memory_bandwidth: must be in"},
+        {"\"f32\":1e12", "\"f32\":1e-300", "peak_flops.f32: must be in"},
+        {"\"bandwidth\":1e10", "\"bandwidth\":4.9e-324", "intra_link.bandwidth"},
+        {"\"latency\":1e-6", "\"latency\":5e-324", "intra_link.latency: must be 0 or in"},
+        {"\"vector_flops\":1e11", "\"vector_flops\":1e11,\"vector_flops\":2e11", "vector_flops: key given twice"},
+        {"\"bf16\":2e12", "\"bf16\":2e12,\"bf16\":3e12", "peak_flops.bf16: key given twice"},
+        {"\"node_devices\":8", "\"node_devices\":8,\"mesh_typo\":1", "mesh_typo: unknown key"},
+        {"\"bf16\":2e12", "\"bf16\":2e12,\"fp8\":9e15", "peak_flops.fp8: unknown key"},
+        {"\"latency\":1e-5", "\"latency\":1e-5,\"jitter\":1", "inter_link.jitter: unknown key"},
+        {"\"node_devices\":8", "\"node_devices\":1e300", "node_devices: must be in"},
+        {"\"node_devices\":8", "\"node_devices\":8,\"cores\":-2", "cores"},
+        {"\"node_devices\":8", "\"node_devices\":8,\"op_rates\":{\"exp\":1e-310}", "op_rates.exp"},
+        {"\"node_devices\":8", "\"node_devices\":8,\"op_rates\":{\"exp\":1e9,\"exp\":2e9}", "op_rates.exp: key given twice"},
+        {"\"name\":\"x\"", "\"name\":\"a-profile-name-far-longer-than-the-forty-seven-bytes-it-may-take\"",
+         "name: longer than"},
     };
     for (size_t i = 0; i < sizeof subs / sizeof subs[0]; i++) {
         const char *at = strstr(good, subs[i].from);
