@@ -274,6 +274,19 @@ spmd_program *spmd_lower_into(shard_state *s, spmd_program *p)
             }
         }
         c.cur[o->out] = emit(&c, SPMD_COMPUTE, o->out, ins[0], ins[1], &out, 0, -1, -1, 0);
+        /* A gradient is resolved where it is made, into its own sharding (an
+         * all-reduce, or for ZeRO-2/3 a reduce-scatter into the blocks the
+         * optimizer updates), so no whole-size partial gradient stays live
+         * through the rest of the backward pass.  On an axis where it is
+         * atomic (ZeRO-1) it stays partial and whole-size until the optimizer
+         * reduce-scatters it into the blocks it updates. */
+        unsigned early = out.partial & ~s->atomic[o->out];
+        if (g->values[o->out].grad_of >= 0 && early) {
+            shard_spec T = s->spec[o->out];
+            T.partial = (uint8_t)(out.partial & ~early);
+            T.partial_max = (uint8_t)(out.partial_max & T.partial);
+            reshard(&c, o->out, &T);
+        }
     }
     s->record_conflicts = saved;
     c.serving = -1;

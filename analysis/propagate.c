@@ -371,8 +371,11 @@ int shard_apply(shard_state *s, const shard_decision *d, char *err, size_t errle
         return -1;
     }
     const ir_value *x = &g->values[d->value];
-    if (x->role == IR_INTERMEDIATE) {
-        if (err) snprintf(err, errlen, "decision on '%s': only arguments (params, optimizer states, inputs) take decisions", x->name);
+    /* Gradients may be kept whole (atomic): ZeRO-1 holds them unsharded. */
+    if (x->role == IR_INTERMEDIATE && !(d->kind == SHARD_ATOMIC && x->grad_of >= 0)) {
+        if (err)
+            snprintf(err, errlen, "decision on '%s': only arguments (params, optimizer states, inputs) take decisions%s",
+                     x->name, d->kind == SHARD_ATOMIC ? " (and gradients, atomic ones)" : "");
         return -1;
     }
     if (d->axis < 0 || d->axis >= s->mesh->n_axes) {

@@ -44,9 +44,15 @@ static int parse_tactic(const char *tac, const shard_mesh *m, tactic *t, char *e
         t->axis = -1;
         return 0;
     }
-    if (!strcmp(k, "dp") || !strcmp(k, "megatron") || !strcmp(k, "zero3")) {
+    static const struct {
+        const char *name;
+        tactic_kind kind;
+    } axis_tactics[] = {{"dp", TACTIC_DP}, {"megatron", TACTIC_MEGATRON}, {"zero1", TACTIC_ZERO1},
+                        {"zero2", TACTIC_ZERO2}, {"zero3", TACTIC_ZERO3}};
+    for (size_t i = 0; i < sizeof axis_tactics / sizeof axis_tactics[0]; i++) {
+        if (strcmp(k, axis_tactics[i].name)) continue;
         if (np != 2 || !parts[1][0]) return ir_errf(err, n, "schedule: tactic '%s': write %s:AXIS", tac, k);
-        t->kind = !strcmp(k, "dp") ? TACTIC_DP : !strcmp(k, "megatron") ? TACTIC_MEGATRON : TACTIC_ZERO3;
+        t->kind = axis_tactics[i].kind;
         if ((t->axis = parse_axis(parts[1], m, tac, err, n)) < 0) return -1;
         return 0;
     }
@@ -71,7 +77,7 @@ static int parse_tactic(const char *tac, const shard_mesh *m, tactic *t, char *e
         if ((t->axis = parse_axis(parts[2], m, tac, err, n)) < 0) return -1;
         return 0;
     }
-    return ir_errf(err, n, "schedule: unknown tactic '%s' (known: dp, megatron, zero3, tile, atomic, auto)", k);
+    return ir_errf(err, n, "schedule: unknown tactic '%s' (known: dp, megatron, zero1, zero2, zero3, tile, atomic, auto)", k);
 }
 
 static int parse_list(const char *text, const shard_mesh *m, schedule *out, char *err, size_t n)
@@ -169,7 +175,7 @@ int sched_parse(const char *text, const shard_mesh *mesh, schedule *out, char *e
 
 char *sched_str(const schedule *s, const shard_mesh *mesh, char *buf, size_t n)
 {
-    static const char *const names[] = {"dp", "megatron", "zero3", "tile", "atomic", "auto"};
+    static const char *const names[] = {"dp", "megatron", "zero1", "zero2", "zero3", "tile", "atomic", "auto"};
     size_t k = 0;
     buf[0] = 0;
     for (int i = 0; i < s->n && k < n; i++) {
@@ -180,6 +186,8 @@ char *sched_str(const schedule *s, const shard_mesh *mesh, char *buf, size_t n)
         switch (t->kind) {
         case TACTIC_DP:
         case TACTIC_MEGATRON:
+        case TACTIC_ZERO1:
+        case TACTIC_ZERO2:
         case TACTIC_ZERO3: k += (size_t)snprintf(buf + k, n - k, "%s:%s", names[t->kind], ax); break;
         case TACTIC_TILE: k += (size_t)snprintf(buf + k, n - k, "tile:%s:%d:%s", t->pattern, t->dim, ax); break;
         case TACTIC_ATOMIC: k += (size_t)snprintf(buf + k, n - k, "atomic:%s:%s", t->pattern, ax); break;
@@ -220,6 +228,48 @@ static int expand_dp(const tactic *t, const shard_state *st, shard_decision *out
     return 0;
 }
 
+/* Tiles every argument of role `role` that is not yet tiled on `axis` over
+ * it, on its largest local dim that still divides (none: left as is). */
+static int tile_largest(int axis, ir_role role, const shard_state *st, shard_decision *out, int *n, int cap)
+{
+    const ir_graph *g = st->g;
+    const shard_mesh *m = st->mesh;
+    for (int v = 0; v < g->n_values; v++) {
+        const ir_value *x = &g->values[v];
+        if (x->role != role || (shard_spec_tiled(&st->spec[v], x->rank) & (1u << axis))) continue;
+        int best = -1;
+        int64_t best_local = 0;
+        for (int d = 0; d < x->rank; d++) {
+            int64_t k = shard_dim_shards(m, &st->spec[v], d) * m->sizes[axis];
+            int64_t local = x->dims[d] / shard_dim_shards(m, &st->spec[v], d);
+            if (x->dims[d] % k == 0 && local > best_local) {
+                best = d;
+                best_local = local;
+            }
+        }
+        if (best >= 0 && push(out, n, cap, (shard_decision){SHARD_TILE, (int8_t)best, (int8_t)axis, v}) < 0) return -1;
+    }
+    return 0;
+}
+
+/* ZeRO-1/2 after data parallelism: params stay whole on the axis (atomic, so
+ * the sharded update does not spread back into them: their new values are
+ * all-gathered at the end of the step); for ZeRO-1 the gradients too (they
+ * are all-reduced and kept whole; the update slices them); then the
+ * optimizer states are tiled, and propagation carries that tiling into the
+ * update arithmetic and, for ZeRO-2, into the gradients (a partial gradient
+ * needed tiled is reduce-scattered). */
+static int expand_zero12(const tactic *t, const shard_state *st, shard_decision *out, int *n, int cap)
+{
+    const ir_graph *g = st->g;
+    for (int v = 0; v < g->n_values; v++) {
+        const ir_value *x = &g->values[v];
+        int keep = x->role == IR_PARAM || (t->kind == TACTIC_ZERO1 && x->grad_of >= 0);
+        if (keep && x->rank > 0 && push(out, n, cap, (shard_decision){SHARD_ATOMIC, 0, (int8_t)t->axis, v}) < 0) return -1;
+    }
+    return tile_largest(t->axis, IR_OPT_STATE, st, out, n, cap);
+}
+
 int sched_expand(const tactic *t, const shard_state *st, shard_decision *out, int cap, char *err, size_t errlen)
 {
     const ir_graph *g = st->g;
@@ -256,26 +306,13 @@ int sched_expand(const tactic *t, const shard_state *st, shard_decision *out, in
         }
         return n;
     }
-    case TACTIC_ZERO3: {
-        if (expand_dp(t, st, out, &n, cap) < 0) goto full;
-        unsigned bit = 1u << t->axis;
-        for (int v = 0; v < g->n_values; v++) {
-            const ir_value *x = &g->values[v];
-            if (x->role != IR_PARAM || (shard_spec_tiled(&st->spec[v], x->rank) & bit)) continue;
-            int best = -1;
-            int64_t best_local = 0;
-            for (int d = 0; d < x->rank; d++) {
-                int64_t k = shard_dim_shards(m, &st->spec[v], d) * m->sizes[t->axis];
-                int64_t local = x->dims[d] / shard_dim_shards(m, &st->spec[v], d);
-                if (x->dims[d] % k == 0 && local > best_local) {
-                    best = d;
-                    best_local = local;
-                }
-            }
-            if (best >= 0 && push(out, &n, cap, (shard_decision){SHARD_TILE, (int8_t)best, (int8_t)t->axis, v}) < 0) goto full;
-        }
+    case TACTIC_ZERO1:
+    case TACTIC_ZERO2:
+        if (expand_dp(t, st, out, &n, cap) < 0 || expand_zero12(t, st, out, &n, cap) < 0) goto full;
         return n;
-    }
+    case TACTIC_ZERO3:
+        if (expand_dp(t, st, out, &n, cap) < 0 || tile_largest(t->axis, IR_PARAM, st, out, &n, cap) < 0) goto full;
+        return n;
     case TACTIC_TILE:
     case TACTIC_ATOMIC: {
         int matched = 0;

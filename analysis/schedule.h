@@ -13,6 +13,13 @@
  *                      row-parallel MLP (w1 on its output dim, w2 on its
  *                      input dim), vocab-parallel embedding and LM head (wte
  *                      on vocab).  For mlp: layers alternate column / row.
+ *   zero1:AXIS         ZeRO-1: data parallel over AXIS; every optimizer
+ *                      state tiled over AXIS on its largest dim that divides;
+ *                      params and gradients kept whole on AXIS (gradients
+ *                      all-reduced, each device updates its block of the
+ *                      params, the new params all-gathered at the end).
+ *   zero2:AXIS         ZeRO-2: as zero1, but the gradients follow the
+ *                      optimizer states (reduce-scattered, kept as blocks).
  *   zero3:AXIS         ZeRO-3 / FSDP: data parallel over AXIS, and every
  *                      param (so, by propagation, its optimizer states) tiled
  *                      over AXIS on its largest dim that divides.
@@ -29,7 +36,16 @@
 #define SCHED_MAX_TACTICS 32
 #define SCHED_NAME_LEN 96
 
-typedef enum { TACTIC_DP, TACTIC_MEGATRON, TACTIC_ZERO3, TACTIC_TILE, TACTIC_ATOMIC, TACTIC_AUTO } tactic_kind;
+typedef enum {
+    TACTIC_DP,
+    TACTIC_MEGATRON,
+    TACTIC_ZERO1,
+    TACTIC_ZERO2,
+    TACTIC_ZERO3,
+    TACTIC_TILE,
+    TACTIC_ATOMIC,
+    TACTIC_AUTO,
+} tactic_kind;
 
 typedef struct tactic {
     tactic_kind kind;

@@ -50,7 +50,7 @@ struct cost_ws {
     uint8_t *mp_size;         /* per value: bytes per element under mixed precision */
     int *first_opt;           /* per param value: first optimizer state tied to it, or -1 */
     int *n_opt;               /* per param value: optimizer states tied to it */
-    int *final_buf;           /* per value: last buffer written for it (this program) */
+    int *final_buf;           /* per param: its gradient's buffer after the op making it (this program) */
     /* per buffer */
     double *buf_bytes, *buf_numel;
     int *last_use;
@@ -593,7 +593,10 @@ int cost_estimate_program(cost_ws *w, const spmd_program *p, const cost_hw *hw, 
         const spmd_instr *in = &p->instrs[i];
         int ob = in->out;
         size_buffer(&c, ob);
-        if (g->values[in->value].grad_of >= 0) w->final_buf[g->values[in->value].grad_of] = ob;
+        /* a gradient's model-state split: the version its producer leaves
+         * (lowering resolves it there unless it is kept whole: ZeRO-1) */
+        if (g->values[in->value].grad_of >= 0 && in->op == g->values[in->value].producer)
+            w->final_buf[g->values[in->value].grad_of] = ob;
         int li = in->layer + 1;
         if (li < 0 || li >= nl) li = 0;
         double t;

@@ -130,6 +130,7 @@ static void test_bad_decisions(void)
     CHECK(shard_apply(s, &(shard_decision){SHARD_TILE, 5, 0, x}, err, sizeof err) < 0 && strstr(err, "no dim 5"));
     CHECK(shard_apply(s, &(shard_decision){SHARD_TILE, 0, 3, x}, err, sizeof err) < 0 && strstr(err, "no mesh axis"));
     CHECK(shard_apply(s, &(shard_decision){SHARD_TILE, 0, 0, g->ops[0].out}, err, sizeof err) < 0 && strstr(err, "only arguments"));
+    CHECK(shard_apply(s, &(shard_decision){SHARD_ATOMIC, 0, 0, g->ops[0].out}, err, sizeof err) < 0 && strstr(err, "only arguments"));
     schedule sc;
     const char *bad[][2] = {{"", "empty"},         {"dp:model", "unknown mesh axis"}, {"dp", "write dp:AXIS"},
                             {"foo:a", "unknown tactic"}, {"dp:a,,dp:a", "empty tactic"}, {"tile:x:9:a", "DIM"},

@@ -156,6 +156,60 @@ static void test_zero_memory(void)
     ir_free(g);
 }
 
+/* ZeRO stages 1, 2, 3 through the tactics on the estimator's real splits:
+ * model-state bytes per device per parameter are the ZeRO paper's
+ * mixed-precision figures 4 + 12/N, 2 + 14/N and 16/N (K = 12: f32 master
+ * weights and two Adam states), and in f32 (params 4, gradients 4, Adam m
+ * and v 8, no master copy) 8 + 8/N, 4 + 12/N and 16/N.  Every param of this
+ * model divides 8 on some dim, so the figures hold exactly (1e-9: double
+ * sums).  Communication: ZeRO-1/2 reduce-scatter the gradients and
+ * all-gather the new params, (n-1)/n Psi each, as data parallel's
+ * all-reduce; the gradients' reduce-scatter waits for the optimizer in
+ * ZeRO-1 and follows each gradient's last contribution in ZeRO-2. */
+static void test_zero_stages(void)
+{
+    ir_graph *g = test_build_step("gpt-tiny");
+    cost_hw hw = preset("a100");
+    cost_ws *ws = cost_ws_new();
+    double psi = param_elems(g);
+    static const char *meshes[] = {"d=2", "d=4", "d=8"};
+    for (int k = 0; k < 3; k++) {
+        double n = (double)(2 << k);
+        for (int stage = 1; stage <= 3; stage++) {
+            char sched[16];
+            snprintf(sched, sizeof sched, "zero%d:d", stage);
+            spmd_program *p = lower(g, meshes[k], sched);
+            cost_estimate mp = estimate(ws, p, &hw, COST_MIXED_BF16);
+            double want = stage == 1 ? 4 + 12 / n : stage == 2 ? 2 + 14 / n : 16 / n;
+            CHECKF(close_rel(mp.model_state_bytes, psi * want, 1e-9), "%s on %s bf16: %.4f bytes per param, want %.4f", sched,
+                   meshes[k], mp.model_state_bytes / psi, want);
+            cost_estimate f = estimate(ws, p, &hw, COST_FP32);
+            want = stage == 1 ? 8 + 8 / n : stage == 2 ? 4 + 12 / n : 16 / n;
+            CHECKF(close_rel(f.model_state_bytes, psi * want, 1e-9), "%s on %s f32: %.4f bytes per param, want %.4f", sched,
+                   meshes[k], f.model_state_bytes / psi, want);
+            if (stage < 3) {
+                /* f32 wire bytes of gradients and params: (n-1)/n 4 Psi each way */
+                double rs = f.coll_wire[SPMD_REDUCE_SCATTER], ag = f.coll_wire[SPMD_ALL_GATHER];
+                CHECKF(close_rel(rs, (n - 1) / n * 4 * psi, 1e-9) && close_rel(ag, (n - 1) / n * 4 * psi, 1e-9),
+                       "%s on %s: reduce-scatter %.0f, all-gather %.0f bytes, want %.0f", sched, meshes[k], rs, ag,
+                       (n - 1) / n * 4 * psi);
+                int late = 0, early = 0;
+                for (int i = 0; i < p->n_instrs; i++) {
+                    const spmd_instr *in = &p->instrs[i];
+                    if (in->kind != SPMD_REDUCE_SCATTER) continue;
+                    if (in->op == g->values[in->value].producer) early++;
+                    else late++;
+                }
+                CHECKF(stage == 1 ? early == 0 && late > 0 : late == 0 && early > 0, "%s on %s: %d early, %d late reduce-scatters",
+                       sched, meshes[k], early, late);
+            }
+            spmd_free(p);
+        }
+    }
+    cost_ws_free(ws);
+    ir_free(g);
+}
+
 /* ---- published communication volumes ---------------------------------- */
 
 /* Megatron-LM: per layer and device, 4 all-reduces of b*s*h (2 forward, 2
@@ -760,6 +814,7 @@ int main(void)
 {
     test_formulas();
     test_zero_memory();
+    test_zero_stages();
     test_megatron_volume();
     test_dp_zero3_volume();
     test_liveness();

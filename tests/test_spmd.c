@@ -200,6 +200,17 @@ static void test_expert_schedules(void)
         {"batch=4,model=2", "dp:batch,megatron:model"},
         {"batch=2,model=4", "dp:batch,megatron:model,zero3:batch"},
         {"batch=2,model=2,x=2", "dp:batch,megatron:model,zero3:x"},
+        /* ZeRO-1 and ZeRO-2, alone and with dp, megatron and zero3 */
+        {"batch=1", "zero1:batch"},
+        {"batch=2", "zero1:batch"},
+        {"batch=4", "zero2:batch"},
+        {"batch=8", "zero1:batch"},
+        {"batch=8", "zero2:batch"},
+        {"batch=2,model=2", "zero1:batch,megatron:model"},
+        {"batch=2,model=4", "zero2:batch,megatron:model"},
+        {"batch=2,x=2", "dp:batch,zero2:x"},
+        {"batch=2,model=2,x=2", "zero3:batch,megatron:model,zero1:x"},
+        {"batch=2,model=2,x=2", "zero3:x,zero2:batch,megatron:model"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         schedule_case(GPT, 0, cases[i].mesh, cases[i].sched, 1);
@@ -212,6 +223,8 @@ static void test_expert_schedules(void)
     schedule_case(GPT, 0, "batch=2,model=2", "dp:batch,megatron:model,zero3:batch", 3);
     schedule_case(GPT, 1, "batch=4,model=2", "dp:batch,megatron:model", 3);
     schedule_case(MLP, 0, "batch=4", "zero3:batch", 3);
+    schedule_case(GPT, 0, "batch=4", "zero1:batch", 3);
+    schedule_case(GPT, 0, "batch=2,model=2", "zero2:batch,megatron:model", 3);
     /* 16 devices on this 2-core machine: 2-D and 4-D meshes */
     schedule_case(GPT, 0, "batch=4,model=4", "dp:batch,megatron:model", 1);
     schedule_case(GPT, 1, "batch=2,model=2,x=2,y=2", "dp:batch,megatron:model,zero3:x,dp:y", 2);
