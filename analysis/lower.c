@@ -11,6 +11,12 @@
  * A resolved version replaces the value's current buffer, so a value is
  * all-reduced at most once.  At the end every output is resharded to the
  * layout of the argument it updates, so the next step starts where this began.
+ *
+ * Every resharded version of a value is remembered (a list per value); a
+ * reader that needs a layout already made is given that buffer, within the
+ * phase that made it (or in any phase under SPMD_GATHER_KEEP), so q, k and v
+ * (or SwiGLU's gate and up projections) share one gather of their input.
+ * Axes of size 1 are dropped from every layout before anything is compared.
  */
 #include "spmd.h"
 
@@ -20,6 +26,10 @@
 static const char *const kind_names[SPMD_N_KINDS] = {"compute", "all-gather", "all-reduce",
                                                      "reduce-scatter", "all-to-all", "slice"};
 static const char *const phase_names[SPMD_N_PHASES] = {"forward", "backward", "optimizer"};
+static const char *const policy_names[] = {"regather", "keep"};
+
+spmd_options spmd_default_options(void) { return (spmd_options){.gather_policy = SPMD_GATHER_REGATHER}; }
+const char *spmd_gather_policy_name(int policy) { return (unsigned)policy < 2 ? policy_names[policy] : "?"; }
 
 const char *spmd_kind_name(spmd_kind k) { return (unsigned)k < SPMD_N_KINDS ? kind_names[k] : "?"; }
 const char *spmd_phase_name(spmd_phase p) { return (unsigned)p < SPMD_N_PHASES ? phase_names[p] : "?"; }
@@ -47,8 +57,12 @@ static int new_buf(spmd_program *p, int value, const shard_spec *spec)
     if (p->n_bufs == p->cap_bufs) {
         p->cap_bufs = p->cap_bufs ? 2 * p->cap_bufs : 256;
         p->bufs = ir_xrealloc(p->bufs, (size_t)p->cap_bufs * sizeof *p->bufs);
+        p->next_version = ir_xrealloc(p->next_version, (size_t)p->cap_bufs * sizeof *p->next_version);
+        p->made_for = ir_xrealloc(p->made_for, (size_t)p->cap_bufs);
     }
     p->bufs[p->n_bufs] = (spmd_buffer){value, *spec};
+    p->next_version[p->n_bufs] = -1;
+    p->made_for[p->n_bufs] = 0;
     return p->n_bufs++;
 }
 
@@ -107,8 +121,40 @@ static int find_axis(const shard_spec *s, int rank, int a, int *pos)
     return -1;
 }
 
+/* Drops the mesh axes of size 1 from s: they split nothing. */
+static void drop_unit_axes(const shard_mesh *m, shard_spec *s, int rank)
+{
+    for (int d = 0; d < rank; d++) {
+        int k = 0;
+        for (int j = 0; j < s->n[d]; j++)
+            if (m->sizes[s->axes[d][j]] > 1) s->axes[d][k++] = s->axes[d][j];
+        s->n[d] = (uint8_t)k;
+    }
+    for (int a = 0; a < m->n_axes; a++)
+        if (m->sizes[a] == 1) {
+            s->partial &= (uint8_t)~(1u << a);
+            s->partial_max &= (uint8_t)~(1u << a);
+        }
+}
+
+/* Phase of the op the instructions being emitted serve. */
+static int reader_phase(const lower_ctx *c) { return c->serving >= 0 ? c->phase[c->serving] : SPMD_OPTIMIZER; }
+
+/* A version of v in layout T made earlier for a reader this one may share
+ * it with (same phase, or any under SPMD_GATHER_KEEP), or -1. */
+static int shared_version(const lower_ctx *c, int v, const shard_spec *T)
+{
+    const spmd_program *p = c->p;
+    int rank = p->g->values[v].rank, ph = reader_phase(c);
+    for (int b = p->versions[v]; b >= 0; b = p->next_version[b])
+        if ((p->opts.gather_policy == SPMD_GATHER_KEEP || p->made_for[b] == ph) && shard_spec_equal(&p->bufs[b].spec, T, rank))
+            return b;
+    return -1;
+}
+
 /* Brings value v from its current layout to layout T (T.partial: axes that
- * may stay partial).  Emits the collectives; returns the buffer. */
+ * may stay partial).  Emits the collectives, or reuses a version made
+ * before (shared_version); returns the buffer. */
 static int reshard(lower_ctx *c, int v, const shard_spec *T)
 {
     spmd_program *p = c->p;
@@ -116,6 +162,8 @@ static int reshard(lower_ctx *c, int v, const shard_spec *T)
     shard_spec S = p->bufs[b].spec;
     int rank = p->g->values[v].rank;
     if (shard_spec_equal(&S, T, rank)) return b;
+    int shared = shared_version(c, v, T);
+    if (shared >= 0) return shared;
     unsigned resolved_partial = 0;
     /* 1. axes that leave a dim: minor end first; an axis that the target
      *    wants next on another dim moves there with one all-to-all. */
@@ -165,6 +213,9 @@ static int reshard(lower_ctx *c, int v, const shard_spec *T)
     }
     /* A resolved version replaces the partial one for later consumers. */
     if (resolved_partial) c->cur[v] = b;
+    p->next_version[b] = p->versions[v];
+    p->versions[v] = b;
+    p->made_for[b] = (uint8_t)reader_phase(c);
     return b;
 }
 
@@ -181,6 +232,7 @@ static void tensor_layout(const shard_state *s, int op, int t, const shard_facto
         out->n[d] = L->n;
         memcpy(out->axes[d], L->axes, L->n);
     }
+    drop_unit_axes(s->mesh, out, s->g->values[v].rank);
 }
 
 static void mark_phases(const ir_graph *g, uint8_t *phase)
@@ -201,9 +253,10 @@ static void mark_phases(const ir_graph *g, uint8_t *phase)
     free(fwd);
 }
 
-spmd_program *spmd_lower(shard_state *s) { return spmd_lower_into(s, NULL); }
+spmd_program *spmd_lower(shard_state *s) { return spmd_lower_ex(s, NULL, NULL); }
+spmd_program *spmd_lower_into(shard_state *s, spmd_program *p) { return spmd_lower_ex(s, p, NULL); }
 
-spmd_program *spmd_lower_into(shard_state *s, spmd_program *p)
+spmd_program *spmd_lower_ex(shard_state *s, spmd_program *p, const spmd_options *opts)
 {
     const ir_graph *g = s->g;
     if (p && p->g != g) {
@@ -218,15 +271,20 @@ spmd_program *spmd_lower_into(shard_state *s, spmd_program *p)
         p->out_buf = ir_xrealloc(NULL, (size_t)(g->n_outputs ? g->n_outputs : 1) * sizeof(int));
         p->cur = ir_xrealloc(NULL, (size_t)g->n_values * sizeof(int));
         p->phase = ir_xrealloc(NULL, (size_t)g->n_ops + 1);
+        p->versions = ir_xrealloc(NULL, (size_t)g->n_values * sizeof(int));
         mark_phases(g, p->phase);
     }
+    p->opts = opts ? *opts : spmd_default_options();
     p->mesh = *s->mesh;
     p->n_bufs = p->n_instrs = 0;
     memset(&p->stats, 0, sizeof p->stats);
     lower_ctx c = {s, p, p->cur, p->phase, -1};
     for (int v = 0; v < g->n_values; v++) {
-        p->arg_buf[v] = c.cur[v] = -1;
-        if (g->values[v].role != IR_INTERMEDIATE) p->arg_buf[v] = c.cur[v] = new_buf(p, v, &s->spec[v]);
+        p->arg_buf[v] = c.cur[v] = p->versions[v] = -1;
+        if (g->values[v].role == IR_INTERMEDIATE) continue;
+        shard_spec arg = s->spec[v];
+        drop_unit_axes(&p->mesh, &arg, g->values[v].rank);
+        p->arg_buf[v] = c.cur[v] = new_buf(p, v, &arg);
     }
     int saved = s->record_conflicts;
     s->record_conflicts = 0; /* conflicts were recorded while propagating */
@@ -269,6 +327,7 @@ spmd_program *spmd_lower_into(shard_state *s, spmd_program *p)
         for (int f = 0; f < r->n_factors; f++) {
             if (r->kind[f] != SHARD_REDUCE_SUM && r->kind[f] != SHARD_REDUCE_MAX) continue;
             for (int k = 0; k < fa[f].n; k++) {
+                if (p->mesh.sizes[fa[f].axes[k]] == 1) continue;
                 out.partial |= (uint8_t)(1u << fa[f].axes[k]);
                 if (r->kind[f] == SHARD_REDUCE_MAX) out.partial_max |= (uint8_t)(1u << fa[f].axes[k]);
             }
@@ -292,8 +351,10 @@ spmd_program *spmd_lower_into(shard_state *s, spmd_program *p)
     c.serving = -1;
     for (int i = 0; i < g->n_outputs; i++) {
         const ir_output *o = &g->outputs[i];
-        shard_spec T = s->spec[o->updates >= 0 ? o->updates : o->value];
+        int tv = o->updates >= 0 ? o->updates : o->value;
+        shard_spec T = s->spec[tv];
         T.partial = T.partial_max = 0;
+        drop_unit_axes(&p->mesh, &T, g->values[tv].rank);
         p->out_buf[i] = reshard(&c, o->value, &T);
     }
     return p;
@@ -308,6 +369,9 @@ void spmd_free(spmd_program *p)
     free(p->out_buf);
     free(p->cur);
     free(p->phase);
+    free(p->versions);
+    free(p->next_version);
+    free(p->made_for);
     free(p);
 }
 

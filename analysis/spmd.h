@@ -9,6 +9,14 @@
  * Collective byte counts are per device: all-gather counts its result's local
  * bytes, reduce-scatter and all-reduce their input's, all-to-all its input's;
  * a slice moves nothing.  The cost model prices them by these sizes.
+ *
+ * A value resharded to one layout is communicated once and the version is
+ * shared by every reader that needs that layout: within one phase always;
+ * from the forward to the backward only under SPMD_GATHER_KEEP (ZeRO-3's
+ * "keep the gathered weight"; the default re-gathers in the backward, as
+ * FSDP does, and frees the forward's copy after its last forward reader).
+ * Mesh axes of size 1 are dropped from every layout, so they make no
+ * collectives: a 1-device mesh lowers to compute instructions only.
  */
 #ifndef CARVE_SPMD_H
 #define CARVE_SPMD_H
@@ -41,6 +49,21 @@ typedef struct spmd_instr {
     int64_t bytes;      /* per-device bytes communicated (0 for compute and slice) */
 } spmd_instr;
 
+/* What the forward's gathered versions do in the backward (ZeRO-3 / FSDP). */
+typedef enum {
+    SPMD_GATHER_REGATHER, /* gather again for the backward's readers (less memory) */
+    SPMD_GATHER_KEEP,     /* the backward reuses the forward's version (less comm) */
+} spmd_gather_policy;
+
+/* Choices the lowering records in the program; spmd_default_options() gives
+ * the defaults. */
+typedef struct spmd_options {
+    int gather_policy; /* spmd_gather_policy */
+} spmd_options;
+
+spmd_options spmd_default_options(void);
+const char *spmd_gather_policy_name(int policy);
+
 typedef struct spmd_buffer {
     int value;
     shard_spec spec;
@@ -54,6 +77,7 @@ typedef struct spmd_stats {
 typedef struct spmd_program {
     const ir_graph *g;
     shard_mesh mesh;
+    spmd_options opts;  /* the options it was lowered with */
     spmd_buffer *bufs;
     int n_bufs, cap_bufs;
     spmd_instr *instrs;
@@ -64,6 +88,9 @@ typedef struct spmd_program {
     /* scratch kept between lowerings of the same graph (see spmd_lower_into) */
     int *cur;
     uint8_t *phase;
+    int *versions;      /* per value: its newest resharded version (a list through next_version) */
+    int *next_version;  /* per buffer: an older version of the same value, or -1 */
+    uint8_t *made_for;  /* per buffer: phase of the reader it was resharded for */
 } spmd_program;
 
 /* Lowers g under the shardings in s.  Returns a new program (caller frees
@@ -73,6 +100,8 @@ spmd_program *spmd_lower(shard_state *s);
  * (the search lowers thousands of plans; fresh arrays each time cost page
  * faults).  p may be NULL.  Returns p, or a new program. */
 spmd_program *spmd_lower_into(shard_state *s, spmd_program *p);
+/* The same with explicit options (NULL: the defaults). */
+spmd_program *spmd_lower_ex(shard_state *s, spmd_program *p, const spmd_options *opts);
 void spmd_free(spmd_program *p);
 const char *spmd_kind_name(spmd_kind k);
 const char *spmd_phase_name(spmd_phase p);

@@ -145,11 +145,123 @@ static void test_bad_decisions(void)
     ir_free(g);
 }
 
+/* A training step (SGD) of n projections of one input x [8,16] by params
+ * w0..w{n-1} [16,32], combined elementwise (n = 2: gelu(x w0) * (x w1), a
+ * SwiGLU-like gate and up; n = 3: (x w0) * (x w1) + x w2, q/k/v-like), then
+ * the sum as the loss. */
+static ir_graph *projections(int n)
+{
+    ir_graph *g = ir_new("projections");
+    int64_t xd[2] = {8, 16}, wd[2] = {16, 32}, all[2] = {0, 1};
+    int x = ir_arg(g, "x", IR_INPUT, IR_F32, 2, xd), y[3];
+    char name[8];
+    for (int i = 0; i < n; i++) {
+        snprintf(name, sizeof name, "w%d", i);
+        y[i] = ir_einsum(g, "mk,kn->mn", x, ir_arg(g, name, IR_PARAM, IR_F32, 2, wd));
+    }
+    int h = ir_binary(g, IR_OP_MUL, n == 2 ? ir_unary(g, IR_OP_GELU, y[0]) : y[0], y[1]);
+    if (n == 3) h = ir_binary(g, IR_OP_ADD, h, y[2]);
+    ir_set_loss(g, ir_reduce(g, IR_OP_REDUCE_SUM, h, 2, all));
+    ir_optimizer opt = ir_default_adam();
+    opt.kind = IR_SGD;
+    char err[256];
+    ir_graph *step = ir_train_step(g, &opt, err, sizeof err);
+    ir_free(g);
+    return step;
+}
+
+/* Count and bytes of all-gathers in a phase. */
+static int gathers(const spmd_program *p, spmd_phase ph, double *bytes)
+{
+    *bytes = p->stats.bytes[SPMD_ALL_GATHER][ph];
+    return p->stats.count[SPMD_ALL_GATHER][ph];
+}
+
+/* The projections' weights split on their output dim (Megatron's column
+ * split) and x on its contracting dim (as sequence parallelism leaves an
+ * activation): every projection needs x whole.  One all-gather of x serves
+ * every reader of a phase; the backward gathers again (re-gather), or reuses
+ * the forward's (keep). */
+static void test_shared_reshard(void)
+{
+    shard_mesh m;
+    char err[256];
+    shard_mesh_parse("a=2", &m, err, sizeof err);
+    for (int n = 2; n <= 3; n++) {
+        ir_graph *g = projections(n);
+        CHECK(g != NULL);
+        if (!g) return;
+        shard_state *s = shard_state_new(g, &m);
+        for (int i = 0; i < n; i++) {
+            char name[8];
+            snprintf(name, sizeof name, "w%d", i);
+            /* 1: propagation through the elementwise combination put it there already */
+            CHECK(shard_apply(s, &(shard_decision){SHARD_TILE, 1, 0, ir_find(g, name)}, err, sizeof err) >= 0);
+            CHECK(s->spec[ir_find(g, name)].n[1] == 1);
+        }
+        CHECK(shard_apply(s, &(shard_decision){SHARD_TILE, 1, 0, ir_find(g, "x")}, err, sizeof err) == 0);
+        spmd_program *p = spmd_lower(s);
+        double fb, bb, x_bytes = 8 * 16 * 4; /* the gathered x: whole on every device */
+        CHECKF(gathers(p, SPMD_FORWARD, &fb) == 1 && fb == x_bytes, "n=%d forward: %d gathers, %g bytes", n,
+               gathers(p, SPMD_FORWARD, &fb), fb);
+        /* the weight gradients x^T dy read the same gathered x in the backward */
+        CHECKF(gathers(p, SPMD_BACKWARD, &bb) == 1 && bb == x_bytes, "n=%d backward: %d gathers, %g bytes", n,
+               gathers(p, SPMD_BACKWARD, &bb), bb);
+        CHECK(p->opts.gather_policy == SPMD_GATHER_REGATHER);
+        spmd_options keep = spmd_default_options();
+        keep.gather_policy = SPMD_GATHER_KEEP;
+        p = spmd_lower_ex(s, p, &keep);
+        CHECK(gathers(p, SPMD_FORWARD, &fb) == 1 && gathers(p, SPMD_BACKWARD, &bb) == 0 && bb == 0);
+        spmd_free(p);
+        shard_state_free(s);
+        ir_free(g);
+    }
+}
+
+/* Axes of size 1 split nothing: they make no collective. */
+static void test_unit_axes(void)
+{
+    ir_graph *g = projections(2);
+    shard_mesh m;
+    char err[256];
+    shard_mesh_parse("a=1,b=2", &m, err, sizeof err);
+    shard_state *s = shard_state_new(g, &m);
+    /* x split on its batch dim over a (data parallel on one device) and on
+     * its contracting dim over b: only b communicates */
+    CHECK(shard_apply(s, &(shard_decision){SHARD_TILE, 0, 0, ir_find(g, "x")}, err, sizeof err) == 0);
+    CHECK(shard_apply(s, &(shard_decision){SHARD_TILE, 1, 1, ir_find(g, "x")}, err, sizeof err) == 0);
+    spmd_program *p = spmd_lower(s);
+    int comm = 0, on_a = 0;
+    for (int i = 0; i < p->n_instrs; i++) {
+        comm += p->instrs[i].kind != SPMD_COMPUTE;
+        on_a += p->instrs[i].kind != SPMD_COMPUTE && (p->instrs[i].axes & 1u);
+    }
+    CHECK(comm > 0 && on_a == 0);
+    for (int b = 0; b < p->n_bufs; b++) CHECK(!(shard_spec_tiled(&p->bufs[b].spec, 2) & 1u) && !(p->bufs[b].spec.partial & 1u));
+    spmd_free(p);
+    shard_state_free(s);
+    /* on a 1-device mesh nothing communicates */
+    shard_mesh_parse("a=1", &m, err, sizeof err);
+    s = shard_state_new(g, &m);
+    CHECK(shard_apply(s, &(shard_decision){SHARD_TILE, 0, 0, ir_find(g, "x")}, err, sizeof err) == 0);
+    CHECK(shard_apply(s, &(shard_decision){SHARD_TILE, 1, 0, ir_find(g, "w0")}, err, sizeof err) == 1 ||
+          s->spec[ir_find(g, "w0")].n[1] == 1);
+    p = spmd_lower(s);
+    comm = 0;
+    for (int i = 0; i < p->n_instrs; i++) comm += p->instrs[i].kind != SPMD_COMPUTE;
+    CHECKF(comm == 0, "%d collectives on a 1-device mesh", comm);
+    spmd_free(p);
+    shard_state_free(s);
+    ir_free(g);
+}
+
 int main(void)
 {
     test_mesh();
     test_conflict();
     test_commute();
     test_bad_decisions();
+    test_shared_reshard();
+    test_unit_axes();
     return test_done();
 }
