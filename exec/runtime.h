@@ -57,12 +57,27 @@ typedef struct exec_spmd_stats {
 size_t exec_spmd_device_bytes(const spmd_program *p);
 size_t exec_spmd_bytes(const spmd_program *p);
 
-/* Returns a new runtime for p, or NULL with a message when the buffers of all
- * devices would need more than max_bytes (0: no limit), or on out-of-memory.
- * Borrows p (and p->g), which must outlive it.  Free with exec_spmd_free. */
+/* Where the devices run (spmd_impl.h's collective interface): threads of
+ * this process, or one MPI rank each (spmd_mpi.c; exec_mpi_* below). */
+typedef enum { EXEC_THREADS, EXEC_MPI } exec_backend;
+
+/* Returns a new runtime for p on the threads backend, or NULL with a message
+ * when the buffers of all devices would need more than max_bytes (0: no
+ * limit), or on out-of-memory.  Borrows p (and p->g), which must outlive it.
+ * Free with exec_spmd_free. */
 exec_spmd *exec_spmd_new(const spmd_program *p, size_t max_bytes, char *err, size_t errlen);
+/* The same on a chosen backend.  With EXEC_MPI every rank of MPI_COMM_WORLD
+ * calls it (after exec_mpi_init) and runs the device of its rank, holding
+ * only that device's buffers (max_bytes then limits that one device); the
+ * world must have one rank per device. */
+exec_spmd *exec_spmd_new_on(const spmd_program *p, exec_backend backend, size_t max_bytes, char *err, size_t errlen);
 void exec_spmd_free(exec_spmd *r);
 int exec_spmd_devices(const exec_spmd *r);
+/* 1 in the process that runs device 0 (always, with threads): the one that
+ * receives assembled tensors, the check's results and every device's stats. */
+int exec_spmd_is_root(const exec_spmd *r);
+/* The largest rc over the processes of the run (every process calls it). */
+int exec_spmd_agree(exec_spmd *r, int rc);
 
 /* Fills every device's argument buffers with its block of the seeded global
  * values (the numbers exec_ref_init_args gives the whole tensors). */
@@ -76,17 +91,36 @@ int exec_spmd_step(exec_spmd *r, char *err, size_t errlen);
 void exec_spmd_apply_updates(exec_spmd *r);
 const exec_spmd_stats *exec_spmd_last_stats(const exec_spmd *r);
 
-/* Device dev's copy of buffer b (float* or int32_t*, local row-major). */
+/* Device dev's copy of buffer b (float* or int32_t*, local row-major); NULL
+ * when another process runs dev. */
 void *exec_spmd_data(exec_spmd *r, int dev, int b);
-/* The loss after a step, as device 0 holds it (NAN when there is none). */
+/* The loss after a step, as device 0 holds it (NAN when there is none, or
+ * on a process other than the root). */
 double exec_spmd_loss(exec_spmd *r);
 
 /* Assembles the global value of buffer b into `global` (numel of the value,
  * 4-byte elements): each block from one device, partial buffers summed (or
  * maxed) over their partial axes.  When replica_diff is not NULL it receives
  * the largest |difference| between devices holding the same block (0 when
- * replicas agree bit for bit). */
+ * replicas agree bit for bit).  Every process calls it; only the root's
+ * `global` is written (the others may pass NULL). */
 void exec_spmd_assemble(exec_spmd *r, int b, void *global, double *replica_diff);
+
+/* ---- MPI (spmd_mpi.c) ---------------------------------------------------- */
+
+/* 1 when carve was built with MPI. */
+int exec_mpi_available(void);
+/* Initialises MPI once (MPI_Init with no arguments) and gives this rank and
+ * the world size.  Returns 0, or -1 with a message (built without MPI). */
+int exec_mpi_init(int *rank, int *size, char *err, size_t errlen);
+/* The largest rc over all ranks (0 without MPI: returns rc). */
+int exec_mpi_agree(int rc);
+/* 1 when x is the same on every rank. */
+int exec_mpi_same(uint64_t x);
+/* Stops every rank: prints msg (prefixed with the rank) and calls MPI_Abort
+ * with code.  Does not return. */
+void exec_mpi_fail(int code, const char *msg) __attribute__((noreturn));
+void exec_mpi_finalize(void);
 
 /* Monotonic clock in seconds (what the stats are measured with). */
 double exec_spmd_now(void);
@@ -131,8 +165,9 @@ typedef struct exec_spmd_check {
 int exec_spmd_check_init(exec_spmd_check *c, const ir_graph *g, char *err, size_t errlen);
 /* Compares the outputs of the last exec_spmd_step with those of the last
  * exec_ref_run (same graph and seed, same number of steps); call it after
- * every step, before the updates are applied.  Returns 0, or -1 with a
- * message (out of memory). */
+ * every step, before the updates are applied.  Every process calls it; the
+ * reference and the results are the root's (others pass ref NULL).
+ * Returns 0, or -1 with a message (out of memory). */
 int exec_spmd_compare(exec_spmd *r, exec_ref *ref, exec_spmd_check *c, char *err, size_t errlen);
 /* Starts the reference's next step from the SPMD run's state: copies the
  * SPMD run's current value (assembled from the devices) of every argument

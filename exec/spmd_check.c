@@ -83,6 +83,13 @@ void exec_spmd_assemble(exec_spmd *r, int b, void *global, double *replica_diff)
     unsigned replica = ((1u << m->n_axes) - 1) & ~tiled & ~partial;
     double worst = 0;
     run_ctx c;
+    /* a block from another process lands here (threads: never used) */
+    void *tmp = r->n_local < r->n_dev ? malloc((size_t)r->numel[b] * 4 + 4) : NULL;
+    if (r->n_local < r->n_dev && !tmp) {
+        spmd_set_error(r, "device %d: out of memory assembling '%s'", r->local[0], v->name);
+        r->be->fail(r);
+        return;
+    }
     for (int dev = 0; dev < r->n_dev; dev++) {
         int64_t rep = dev; /* the device with replica coordinates 0 */
         int on_partial = 0;
@@ -92,18 +99,23 @@ void exec_spmd_assemble(exec_spmd *r, int b, void *global, double *replica_diff)
             if ((partial & (1u << a)) && coord) on_partial = 1;
         }
         if (rep != dev) {
-            if (replica_diff) {
-                double d = block_diff(spmd_buf(r, dev, b), spmd_buf(r, (int)rep, b), r->numel[b], is_int);
+            if (!replica_diff) continue;
+            const void *other = r->be->fetch(r, b, (int)rep, dev, tmp);
+            if (other) {
+                double d = block_diff(spmd_buf(r, dev, b), other, r->numel[b], is_int);
                 if (d > worst) worst = d;
             }
             continue;
         }
         /* devices with partial coordinates 0 come first in device order */
+        const void *src = r->be->fetch(r, b, dev, 0, tmp);
+        if (!src || !global) continue;
         run_ctx_of(r, b, dev, &c);
         put_kind k = !on_partial ? PUT_COPY : (sb->spec.partial_max & partial) ? PUT_MAX : PUT_ADD;
-        put_block(&c, k, is_int, spmd_buf(r, dev, b), global);
+        put_block(&c, k, is_int, src, global);
     }
-    if (replica_diff) *replica_diff = worst;
+    free(tmp);
+    if (replica_diff) *replica_diff = r->be->max_all(r, worst);
 }
 
 int exec_spmd_check_init(exec_spmd_check *c, const ir_graph *g, char *err, size_t errlen)
@@ -197,6 +209,14 @@ static void mark_noise(exec_spmd_check *c, exec_ref *ref)
 int exec_spmd_compare(exec_spmd *r, exec_ref *ref, exec_spmd_check *c, char *err, size_t errlen)
 {
     const ir_graph *g = r->g;
+    if (!ref) { /* not the root: send the blocks the root assembles */
+        c->steps++;
+        for (int i = 0; i < g->n_outputs; i++) {
+            double rd = 0;
+            exec_spmd_assemble(r, r->p->out_buf[i], NULL, &rd);
+        }
+        return 0;
+    }
     mark_noise(c, ref);
     c->steps++;
     c->n_compared = c->n_excluded = 0;
@@ -252,6 +272,6 @@ void exec_spmd_sync_reference(exec_spmd *r, exec_ref *ref)
     for (int i = 0; i < g->n_outputs; i++) {
         int u = g->outputs[i].updates;
         if (u < 0 || r->p->arg_buf[u] < 0) continue;
-        exec_spmd_assemble(r, r->p->arg_buf[u], exec_ref_data(ref, u), NULL);
+        exec_spmd_assemble(r, r->p->arg_buf[u], ref ? exec_ref_data(ref, u) : NULL, NULL);
     }
 }

@@ -1,13 +1,21 @@
 /* spmd_impl.h - private to the SPMD runtime (spmd_run.c, spmd_coll.c,
- * spmd_check.c): the runtime object, device groups and barriers.
+ * spmd_check.c and the backends spmd_threads.c, spmd_mpi.c): the runtime
+ * object, device groups and the collective interface.
  *
  * Buffer b of device d lives at mem[d] + off[b]; every device has the same
- * offsets because local shapes do not depend on the device.  A device group
- * of an axes mask M is the set of devices that differ only in their
- * coordinates on the axes of M; it is named by its leader (the member with
- * coordinate 0 on every axis of M) and its members are numbered by their
- * mixed-radix coordinates on M, major axis first (the group rank), which is
- * also the order of their blocks along a dim tiled by those axes.
+ * offsets because local shapes do not depend on the device.  A process holds
+ * the arenas of its local devices only (all of them with threads, one with
+ * MPI).  A device group of an axes mask M is the set of devices that differ
+ * only in their coordinates on the axes of M; it is named by its leader (the
+ * member with coordinate 0 on every axis of M) and its members are numbered
+ * by their mixed-radix coordinates on M, major axis first (the group rank),
+ * which is also the order of their blocks along a dim tiled by those axes.
+ *
+ * The collective interface (spmd_backend) is a table of functions: one per
+ * collective kind, one that runs the local devices' loops, and the few the
+ * check needs to see other processes' blocks.  The executor (spmd_run.c) and
+ * the check (spmd_check.c) are written once against it; a backend is one
+ * file.  Slices move nothing between devices and run in spmd_coll.c.
  */
 #ifndef CARVE_EXEC_SPMD_IMPL_H
 #define CARVE_EXEC_SPMD_IMPL_H
@@ -20,35 +28,7 @@
 #include "exec/kernels.h"
 #include "exec/runtime.h"
 
-/* A reusable blocking barrier for one device group. */
-typedef struct spmd_barrier {
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
-    int size, count;
-    unsigned gen;
-} spmd_barrier;
-
 #define SPMD_N_MASKS (1 << SHARD_MAX_AXES)
-
-struct exec_spmd {
-    const spmd_program *p;
-    const ir_graph *g;
-    int n_dev;
-    int64_t axis_stride[SHARD_MAX_AXES]; /* device-number stride of each mesh axis */
-    size_t dev_bytes;
-    size_t *off;          /* per buffer: byte offset in each arena */
-    int64_t *numel;       /* per buffer: local elements */
-    exec_arena *arena;    /* per device: its buffers at off[] */
-    int mask_slot[SPMD_N_MASKS]; /* barrier slot of each axes mask, -1 unused */
-    spmd_barrier *bars;   /* n_slots * n_dev (indexed by slot * n_dev + leader) */
-    int n_bars;
-    double *instr_flops;  /* per instruction: local einsum FLOPs, else 0 */
-    exec_fuse_plan fuse;  /* elementwise groups over the instructions (fuse.h) */
-    atomic_int abort;
-    pthread_mutex_t err_mu;
-    char err[512];
-    exec_spmd_stats stats;
-};
 
 /* One device's group for an axes mask. */
 typedef struct spmd_group {
@@ -58,24 +38,99 @@ typedef struct spmd_group {
     int *members; /* device numbers by group rank (caller's storage, n_dev long) */
 } spmd_group;
 
+/* One collective as a backend runs it: the instruction, the device running
+ * it and its group (filled by the caller), and what the backend measured. */
+typedef struct spmd_call {
+    const spmd_instr *in;
+    int dev;
+    spmd_group gr;
+    double moved;  /* bytes this device moved (threads: read from device buffers; MPI: sent) */
+    double wait_s; /* of the call's time: blocked waiting for peers (threads only; MPI: 0) */
+} spmd_call;
+
+typedef struct spmd_backend {
+    const char *name;
+    /* Sets r->local (the devices this process runs) and prepares groups;
+     * called before buffers are mapped.  Returns 0 or -1 with a message. */
+    int (*open)(exec_spmd *r, char *err, size_t errlen);
+    void (*close)(exec_spmd *r);
+    /* Runs spmd_run_device for every local device, sets r->stats.wall_s and
+     * gathers every device's stats where the report is printed. */
+    void (*run)(exec_spmd *r);
+    /* The collectives, on the group in c->gr.  Return 0, or -1 when the run
+     * was aborted (the device stops). */
+    int (*all_gather)(exec_spmd *r, spmd_call *c);
+    int (*all_reduce)(exec_spmd *r, spmd_call *c);
+    int (*reduce_scatter)(exec_spmd *r, spmd_call *c);
+    int (*all_to_all)(exec_spmd *r, spmd_call *c);
+    /* A device failed (r->err says how): stop every device, on every process. */
+    void (*fail)(exec_spmd *r);
+    /* For the check, called by every process in the same order: makes device
+     * `from`'s copy of buffer b readable where device `to` runs.  Returns it
+     * there (the buffer itself, or tmp holding a copy, numel[b] * 4 bytes),
+     * NULL on other processes. */
+    const void *(*fetch)(exec_spmd *r, int b, int from, int to, void *tmp);
+    /* The largest x over the processes (every process gets it). */
+    double (*max_all)(exec_spmd *r, double x);
+} spmd_backend;
+
+extern const spmd_backend spmd_threads_backend;
+extern const spmd_backend spmd_mpi_backend;
+
+struct exec_spmd {
+    const spmd_program *p;
+    const ir_graph *g;
+    const spmd_backend *be;
+    void *be_state;       /* the backend's own */
+    int n_dev;
+    int n_local, *local;  /* devices run by this process */
+    int root;             /* 1 when this process runs device 0 (it prints, and holds the reference) */
+    int64_t axis_stride[SHARD_MAX_AXES]; /* device-number stride of each mesh axis */
+    size_t dev_bytes;
+    size_t *off;          /* per buffer: byte offset in each arena */
+    int64_t *numel;       /* per buffer: local elements */
+    exec_arena *arena;    /* per device: its buffers at off[] (mapped for local devices only) */
+    double *instr_flops;  /* per instruction: local einsum FLOPs, else 0 */
+    exec_fuse_plan fuse;  /* elementwise groups over the instructions (fuse.h) */
+    atomic_int abort;
+    pthread_mutex_t err_mu;
+    char err[512];
+    exec_spmd_stats stats;
+};
+
 void spmd_group_of(const exec_spmd *r, unsigned mask, int dev, spmd_group *gr);
 
 static inline float *spmd_buf(const exec_spmd *r, int dev, int b) { return (float *)(r->arena[dev].base + r->off[b]); }
 
-/* Waits until every member of dev's group for `mask` arrives.  Returns 0, or
- * -1 when the run was aborted (then the caller stops). Adds the time blocked
- * to *wait_s. */
-int spmd_barrier_wait(exec_spmd *r, unsigned mask, int leader, double *wait_s);
-/* Sets the abort flag and wakes every waiting device. */
-void spmd_abort_all(exec_spmd *r);
-/* Back to no arrivals (between steps, when no device runs). */
-void spmd_barriers_reset(exec_spmd *r);
-int spmd_barriers_init(exec_spmd *r);
-void spmd_barriers_free(exec_spmd *r);
+/* Runs the whole program on device dev (the backend's run calls it). */
+void spmd_run_device(exec_spmd *r, int dev);
+/* Records the first error message (thread-safe). */
+void spmd_set_error(exec_spmd *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
-/* Runs collective or slice instruction `in` on device dev.  Returns 0, or -1
- * when the run was aborted.  Adds bytes read to *moved, barrier time to *wait_s. */
+/* Runs collective or slice instruction `in` on device dev through the
+ * backend.  Returns 0, or -1 when the run was aborted.  Adds the bytes moved
+ * to *moved, time blocked to *wait_s. */
 int spmd_collective(exec_spmd *r, const spmd_instr *in, int dev, int *members, double *moved, double *wait_s);
 
+/* ---- blocks and boxes (spmd_coll.c), for the backends ------------------- */
+
+/* A block of a buffer: its origin in global coordinates, dims, data. */
+typedef struct spmd_block {
+    int64_t org[IR_MAX_RANK], dims[IR_MAX_RANK];
+    float *data;
+} spmd_block;
+
+typedef enum { SPMD_BOX_COPY, SPMD_BOX_ADD, SPMD_BOX_MAX } spmd_box_kind;
+
+/* Device dev's block of buffer b; data NULL when dev is not local. */
+void spmd_block_of(const exec_spmd *r, int b, int dev, spmd_block *out);
+/* The intersection [lo, lo + len) of two blocks' boxes; 0 when empty. */
+int spmd_box_meet(int rank, const spmd_block *a, const spmd_block *b, int64_t *lo, int64_t *len);
+/* dst[box] = k(dst[box], src[box]) for the box [lo, lo + len) in global
+ * coordinates, which both blocks contain.  Returns the elements read. */
+int64_t spmd_box_apply(spmd_box_kind k, int rank, const int64_t *lo, const int64_t *len, const spmd_block *src,
+                       spmd_block *dst);
+/* d[i] = k(d[i], s[i]) for n elements. */
+void spmd_run_op(spmd_box_kind k, const float *s, float *d, int64_t n);
 
 #endif

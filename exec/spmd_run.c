@@ -92,6 +92,11 @@ done:
 
 exec_spmd *exec_spmd_new(const spmd_program *p, size_t max_bytes, char *err, size_t errlen)
 {
+    return exec_spmd_new_on(p, EXEC_THREADS, max_bytes, err, errlen);
+}
+
+exec_spmd *exec_spmd_new_on(const spmd_program *p, exec_backend backend, size_t max_bytes, char *err, size_t errlen)
+{
     const ir_graph *g = p->g;
     char mesh_text[128];
     shard_mesh_str(&p->mesh, mesh_text, sizeof mesh_text);
@@ -109,7 +114,8 @@ exec_spmd *exec_spmd_new(const spmd_program *p, size_t max_bytes, char *err, siz
                 return NULL;
             }
     }
-    size_t dev_bytes = exec_spmd_device_bytes(p), need = dev_bytes * (size_t)p->mesh.n_devices;
+    const spmd_backend *be = backend == EXEC_MPI ? &spmd_mpi_backend : &spmd_threads_backend;
+    size_t dev_bytes = exec_spmd_device_bytes(p), need = dev_bytes * (backend == EXEC_MPI ? 1 : (size_t)p->mesh.n_devices);
     if (max_bytes && need > max_bytes) {
         ir_errf(err, errlen, "mesh %s: the SPMD run needs %zu bytes (%.1f MiB) of buffers (%zu per device), above the limit of %zu bytes",
              mesh_text, need, (double)need / 1048576.0, dev_bytes, max_bytes);
@@ -119,6 +125,7 @@ exec_spmd *exec_spmd_new(const spmd_program *p, size_t max_bytes, char *err, siz
     if (!r) goto oom;
     r->p = p;
     r->g = g;
+    r->be = be;
     r->n_dev = (int)p->mesh.n_devices;
     r->dev_bytes = dev_bytes;
     pthread_mutex_init(&r->err_mu, NULL);
@@ -139,11 +146,15 @@ exec_spmd *exec_spmd_new(const spmd_program *p, size_t max_bytes, char *err, siz
         r->off[b] = off;
         off += exec_arena_slot((size_t)r->numel[b] * 4);
     }
-    for (int d = 0; d < r->n_dev; d++) {
-        if (exec_arena_map(&r->arena[d], off) < 0) goto oom;
-        for (int b = 0; b < p->n_bufs; b++) exec_arena_place(&r->arena[d], r->off[b], (size_t)r->numel[b] * 4);
+    if (be->open(r, err, errlen) < 0) {
+        exec_spmd_free(r);
+        return NULL;
     }
-    if (spmd_barriers_init(r) < 0) goto oom;
+    for (int k = 0; k < r->n_local; k++) {
+        exec_arena *a = &r->arena[r->local[k]];
+        if (exec_arena_map(a, off) < 0) goto oom;
+        for (int b = 0; b < p->n_bufs; b++) exec_arena_place(a, r->off[b], (size_t)r->numel[b] * 4);
+    }
     if (plan_fusion(r) < 0) goto oom;
     r->stats.n_devices = r->n_dev;
     for (int i = 0; i < p->n_instrs; i++) {
@@ -164,7 +175,8 @@ oom:
 void exec_spmd_free(exec_spmd *r)
 {
     if (!r) return;
-    spmd_barriers_free(r);
+    if (r->be && r->be->close) r->be->close(r);
+    free(r->local);
     if (r->arena)
         for (int d = 0; d < r->n_dev; d++) exec_arena_unmap(&r->arena[d]);
     free(r->arena);
@@ -178,7 +190,8 @@ void exec_spmd_free(exec_spmd *r)
 }
 
 int exec_spmd_devices(const exec_spmd *r) { return r->n_dev; }
-void *exec_spmd_data(exec_spmd *r, int dev, int b) { return spmd_buf(r, dev, b); }
+int exec_spmd_is_root(const exec_spmd *r) { return r->root; }
+void *exec_spmd_data(exec_spmd *r, int dev, int b) { return r->arena[dev].base ? spmd_buf(r, dev, b) : NULL; }
 const exec_spmd_stats *exec_spmd_last_stats(const exec_spmd *r) { return &r->stats; }
 
 /* ---- arguments ---------------------------------------------------------- */
@@ -219,10 +232,10 @@ void exec_spmd_init_args(exec_spmd *r, uint64_t seed)
 {
     const spmd_program *p = r->p;
     int n_threads = omp_get_num_procs();
-    if (n_threads > r->n_dev) n_threads = r->n_dev;
+    if (n_threads > r->n_local) n_threads = r->n_local;
 #pragma omp parallel for num_threads(n_threads) schedule(dynamic, 1)
-    for (int dev = 0; dev < r->n_dev; dev++)
-        for (int v = 0; v < r->g->n_values; v++)
+    for (int k = 0; k < r->n_local; k++)
+        for (int v = 0, dev = r->local[k]; v < r->g->n_values; v++)
             if (p->arg_buf[v] >= 0) fill_block(r, v, p->arg_buf[v], dev, seed);
 }
 
@@ -230,7 +243,8 @@ void exec_spmd_apply_updates(exec_spmd *r)
 {
     const spmd_program *p = r->p;
     const ir_graph *g = r->g;
-    for (int dev = 0; dev < r->n_dev; dev++) {
+    for (int k = 0; k < r->n_local; k++) {
+        int dev = r->local[k];
         /* An output that is itself an argument's buffer must be read before
          * any argument is overwritten: those go through a copy. */
         void **saved = calloc((size_t)(g->n_outputs ? g->n_outputs : 1), sizeof *saved);
@@ -264,7 +278,7 @@ void exec_spmd_apply_updates(exec_spmd *r)
 double exec_spmd_loss(exec_spmd *r)
 {
     const ir_graph *g = r->g;
-    if (g->loss < 0) return NAN;
+    if (g->loss < 0 || !r->root) return NAN;
     for (int i = 0; i < g->n_outputs; i++)
         if (g->outputs[i].value == g->loss) return (double)spmd_buf(r, 0, r->p->out_buf[i])[0];
     return NAN;
@@ -312,8 +326,7 @@ static int run_compute(exec_spmd *r, const spmd_instr *in, int dev, char *msg, s
     return exec_kernel_run(op->kind, &op->attrs, op->n_in, args, &out, &o, msg, n);
 }
 
-static void set_error(exec_spmd *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void set_error(exec_spmd *r, const char *fmt, ...)
+void spmd_set_error(exec_spmd *r, const char *fmt, ...)
 {
     pthread_mutex_lock(&r->err_mu);
     if (!r->err[0]) {
@@ -339,15 +352,15 @@ static void run_group(exec_spmd *r, int i, int len, int dev)
     exec_fuse_run(&r->fuse.step[i], len, r->numel[p->instrs[i].out], in, out);
 }
 
-static void run_device(exec_spmd *r, int dev)
+void spmd_run_device(exec_spmd *r, int dev)
 {
     const spmd_program *p = r->p;
     exec_spmd_device_stats st;
     memset(&st, 0, sizeof st);
     int *members = malloc((size_t)r->n_dev * sizeof *members);
     if (!members) {
-        set_error(r, "device %d: out of memory", dev);
-        spmd_abort_all(r);
+        spmd_set_error(r, "device %d: out of memory", dev);
+        r->be->fail(r);
         return;
     }
     char msg[320];
@@ -366,9 +379,9 @@ static void run_device(exec_spmd *r, int dev)
         } else if (in->kind == SPMD_COMPUTE) {
             if (run_compute(r, in, dev, msg, sizeof msg) < 0) {
                 const ir_op *op = &r->g->ops[in->op];
-                set_error(r, "device %d: instruction %d, op %d (%s -> '%s'): %s", dev, i, in->op, ir_op_name(op->kind),
-                          r->g->values[op->out].name, msg);
-                spmd_abort_all(r);
+                spmd_set_error(r, "device %d: instruction %d, op %d (%s -> '%s'): %s", dev, i, in->op, ir_op_name(op->kind),
+                               r->g->values[op->out].name, msg);
+                r->be->fail(r);
                 break;
             }
             double dt = exec_spmd_now() - t0;
@@ -393,21 +406,11 @@ static void run_device(exec_spmd *r, int dev)
 int exec_spmd_step(exec_spmd *r, char *err, size_t errlen)
 {
     exec_blis_setup();
-    spmd_barriers_reset(r);
     atomic_store(&r->abort, 0);
     r->err[0] = 0;
-    int team = r->n_dev;
-    double t0 = exec_spmd_now();
-#pragma omp parallel num_threads(r->n_dev)
-    {
-        /* every device must have its thread, or barriers would never fill */
-        if (omp_get_num_threads() == r->n_dev) run_device(r, omp_get_thread_num());
-        else if (omp_get_thread_num() == 0) team = omp_get_num_threads();
-    }
-    r->stats.wall_s = exec_spmd_now() - t0;
-    if (team != r->n_dev)
-        return ir_errf(err, errlen, "could start only %d threads for %d devices (OMP_THREAD_LIMIT, or called inside a parallel region?)",
-                    team, r->n_dev);
+    r->be->run(r);
     if (atomic_load(&r->abort)) return ir_errf(err, errlen, "%s", r->err[0] ? r->err : "a device stopped");
     return 0;
 }
+
+int exec_spmd_agree(exec_spmd *r, int rc) { return (int)r->be->max_all(r, (double)rc); }

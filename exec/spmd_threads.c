@@ -1,0 +1,248 @@
+/* spmd_threads.c - the threads backend: every device is an OpenMP thread of
+ * this process, and collectives go through shared memory.
+ *
+ * Every collective is "wait until the whole device group has written its
+ * input buffer, then read the peers' buffers directly".  Buffers are SSA (a
+ * step writes each one once), so within a step no device overwrites a buffer
+ * a peer may still read, and one barrier before reading is enough; the
+ * all-reduce of a large buffer uses two (reduce one chunk each, then gather
+ * the chunks).  Barriers block on a condition variable: with 16 devices on 2
+ * cores a spinning barrier would starve the device it waits for.  Sums run
+ * over the peers in group-rank order on every device, so replicas of a
+ * reduced value agree bit for bit.
+ *
+ * A device whose kernel fails sets the runtime's abort flag and wakes every
+ * barrier; the others stop at their next instruction or barrier.
+ */
+#include "exec/spmd_impl.h"
+
+#include <omp.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* A reusable blocking barrier for one device group. */
+typedef struct barrier {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int size, count;
+    unsigned gen;
+} barrier;
+
+typedef struct threads_state {
+    int mask_slot[SPMD_N_MASKS]; /* barrier slot of each axes mask, -1 unused */
+    barrier *bars;               /* n_slots * n_dev (indexed by slot * n_dev + leader) */
+    int n_bars;
+} threads_state;
+
+static void threads_close(exec_spmd *r)
+{
+    threads_state *s = r->be_state;
+    if (!s) return;
+    for (int i = 0; i < s->n_bars; i++) {
+        if (!s->bars[i].size) continue;
+        pthread_mutex_destroy(&s->bars[i].mu);
+        pthread_cond_destroy(&s->bars[i].cv);
+    }
+    free(s->bars);
+    free(s);
+    r->be_state = NULL;
+}
+
+static int threads_open(exec_spmd *r, char *err, size_t errlen)
+{
+    const spmd_program *p = r->p;
+    threads_state *s = calloc(1, sizeof *s);
+    r->local = calloc((size_t)r->n_dev, sizeof *r->local);
+    if (!s || !r->local) goto oom;
+    r->be_state = s;
+    r->n_local = r->n_dev;
+    r->root = 1;
+    for (int d = 0; d < r->n_dev; d++) r->local[d] = d;
+    int n_slots = 0;
+    for (int k = 0; k < SPMD_N_MASKS; k++) s->mask_slot[k] = -1;
+    for (int i = 0; i < p->n_instrs; i++) {
+        const spmd_instr *in = &p->instrs[i];
+        if (in->kind == SPMD_COMPUTE || in->kind == SPMD_SLICE) continue;
+        if (s->mask_slot[in->axes & (SPMD_N_MASKS - 1)] < 0) s->mask_slot[in->axes & (SPMD_N_MASKS - 1)] = n_slots++;
+    }
+    s->bars = calloc((size_t)(n_slots * r->n_dev + 1), sizeof *s->bars);
+    if (!s->bars) goto oom;
+    s->n_bars = n_slots * r->n_dev;
+    for (int k = 0; k < SPMD_N_MASKS; k++) {
+        if (s->mask_slot[k] < 0) continue;
+        int size = (int)shard_axes_size(&p->mesh, (unsigned)k);
+        for (int d = 0; d < r->n_dev; d++) {
+            barrier *b = &s->bars[s->mask_slot[k] * r->n_dev + d];
+            pthread_mutex_init(&b->mu, NULL);
+            pthread_cond_init(&b->cv, NULL);
+            b->size = size;
+        }
+    }
+    return 0;
+oom:
+    if (!r->be_state) free(s);
+    return ir_errf(err, errlen, "out of memory preparing %d device threads", r->n_dev);
+}
+
+/* Waits until every member of the group of `leader` for `mask` arrives.
+ * Returns 0, or -1 when the run was aborted.  Adds the time blocked to *wait_s. */
+static int barrier_wait(exec_spmd *r, unsigned mask, int leader, double *wait_s)
+{
+    threads_state *s = r->be_state;
+    int slot = s->mask_slot[mask & (SPMD_N_MASKS - 1)];
+    if (slot < 0) return -1; /* cannot happen: every collective's mask has a slot */
+    barrier *b = &s->bars[slot * r->n_dev + leader];
+    double t0 = exec_spmd_now();
+    int rc = 0;
+    pthread_mutex_lock(&b->mu);
+    if (atomic_load(&r->abort)) rc = -1;
+    else if (++b->count == b->size) {
+        b->count = 0;
+        b->gen++;
+        pthread_cond_broadcast(&b->cv);
+    } else {
+        unsigned gen = b->gen;
+        while (gen == b->gen && !atomic_load(&r->abort)) pthread_cond_wait(&b->cv, &b->mu);
+        if (gen == b->gen) rc = -1;
+    }
+    pthread_mutex_unlock(&b->mu);
+    *wait_s += exec_spmd_now() - t0;
+    return rc;
+}
+
+static void threads_fail(exec_spmd *r)
+{
+    threads_state *s = r->be_state;
+    atomic_store(&r->abort, 1);
+    /* Taking each mutex before broadcasting means a device that checked the
+     * flag before we set it is already waiting, so it gets the wake-up. */
+    for (int i = 0; i < s->n_bars; i++) {
+        if (!s->bars[i].size) continue;
+        pthread_mutex_lock(&s->bars[i].mu);
+        pthread_cond_broadcast(&s->bars[i].cv);
+        pthread_mutex_unlock(&s->bars[i].mu);
+    }
+}
+
+static void threads_run(exec_spmd *r)
+{
+    threads_state *s = r->be_state;
+    for (int i = 0; i < s->n_bars; i++) s->bars[i].count = 0;
+    int team = r->n_dev;
+    double t0 = exec_spmd_now();
+#pragma omp parallel num_threads(r->n_dev)
+    {
+        /* every device must have its thread, or barriers would never fill */
+        if (omp_get_num_threads() == r->n_dev) spmd_run_device(r, omp_get_thread_num());
+        else if (omp_get_thread_num() == 0) team = omp_get_num_threads();
+    }
+    r->stats.wall_s = exec_spmd_now() - t0;
+    if (team != r->n_dev) {
+        spmd_set_error(r, "could start only %d threads for %d devices (OMP_THREAD_LIMIT, or called inside a parallel region?)",
+                       team, r->n_dev);
+        atomic_store(&r->abort, 1);
+    }
+}
+
+/* ---- the collectives ---------------------------------------------------- */
+
+/* All-gather, all-to-all: copy into my output block the part of each
+ * member's input block that falls in it. */
+static double redistribute(exec_spmd *r, const spmd_instr *in, int dev, const spmd_group *gr)
+{
+    int rank = r->g->values[in->value].rank;
+    spmd_block out, src;
+    spmd_block_of(r, in->out, dev, &out);
+    double moved = 0;
+    for (int j = 0; j < gr->n; j++) {
+        spmd_block_of(r, in->in[0], gr->members[j], &src);
+        int64_t lo[IR_MAX_RANK], len[IR_MAX_RANK];
+        if (spmd_box_meet(rank, &out, &src, lo, len))
+            moved += 4.0 * (double)spmd_box_apply(SPMD_BOX_COPY, rank, lo, len, &src, &out);
+    }
+    return moved;
+}
+
+static int threads_redistribute(exec_spmd *r, spmd_call *c)
+{
+    if (barrier_wait(r, c->in->axes, c->gr.leader, &c->wait_s) < 0) return -1;
+    c->moved += redistribute(r, c->in, c->dev, &c->gr);
+    return 0;
+}
+
+/* Reduce-scatter: my output box, summed (or maxed) over the members' inputs. */
+static int threads_reduce_scatter(exec_spmd *r, spmd_call *c)
+{
+    const spmd_instr *in = c->in;
+    if (barrier_wait(r, in->axes, c->gr.leader, &c->wait_s) < 0) return -1;
+    int rank = r->g->values[in->value].rank;
+    spmd_block out, src;
+    spmd_block_of(r, in->out, c->dev, &out);
+    for (int j = 0; j < c->gr.n; j++) {
+        spmd_block_of(r, in->in[0], c->gr.members[j], &src);
+        spmd_box_kind k = j == 0 ? SPMD_BOX_COPY : in->reduce_max ? SPMD_BOX_MAX : SPMD_BOX_ADD;
+        c->moved += 4.0 * (double)spmd_box_apply(k, rank, out.org, out.dims, &src, &out);
+    }
+    return 0;
+}
+
+/* out[lo, hi) = reduction over the members of in[lo, hi) (flat ranges). */
+static double reduce_range(exec_spmd *r, const spmd_instr *in, int dev, const spmd_group *gr, int64_t lo, int64_t hi)
+{
+    float *out = spmd_buf(r, dev, in->out);
+    for (int j = 0; j < gr->n; j++) {
+        const float *src = spmd_buf(r, gr->members[j], in->in[0]);
+        spmd_box_kind k = j == 0 ? SPMD_BOX_COPY : in->reduce_max ? SPMD_BOX_MAX : SPMD_BOX_ADD;
+        if (hi > lo) spmd_run_op(k, src + lo, out + lo, hi - lo);
+    }
+    return 4.0 * (double)(hi > lo ? hi - lo : 0) * gr->n;
+}
+
+/* Below this many bytes an all-reduce sums the whole buffer on every device
+ * (one barrier) instead of reduce-then-gather (two barriers). */
+#define SMALL_ALL_REDUCE 16384
+
+static int threads_all_reduce(exec_spmd *r, spmd_call *c)
+{
+    const spmd_instr *in = c->in;
+    const spmd_group *gr = &c->gr;
+    if (barrier_wait(r, in->axes, gr->leader, &c->wait_s) < 0) return -1;
+    int64_t n = r->numel[in->out];
+    if (n * 4 < SMALL_ALL_REDUCE || gr->n == 1) {
+        c->moved += reduce_range(r, in, c->dev, gr, 0, n);
+        return 0;
+    }
+    /* each member reduces one chunk, then copies the others' chunks */
+    int64_t chunk = (n + gr->n - 1) / gr->n;
+    int64_t lo = chunk * gr->rank, hi = lo + chunk < n ? lo + chunk : n;
+    c->moved += reduce_range(r, in, c->dev, gr, lo, hi);
+    if (barrier_wait(r, in->axes, gr->leader, &c->wait_s) < 0) return -1;
+    float *out = spmd_buf(r, c->dev, in->out);
+    for (int j = 0; j < gr->n; j++) {
+        int64_t l = chunk * j, h = l + chunk < n ? l + chunk : n;
+        if (j == gr->rank || h <= l) continue;
+        memcpy(out + l, spmd_buf(r, gr->members[j], in->out) + l, (size_t)(h - l) * sizeof *out);
+        c->moved += 4.0 * (double)(h - l);
+    }
+    return 0;
+}
+
+/* ---- the check ---------------------------------------------------------- */
+
+static const void *threads_fetch(exec_spmd *r, int b, int from, int to, void *tmp) { return spmd_buf(r, from, b); }
+
+static double threads_max_all(exec_spmd *r, double x) { return x; }
+
+const spmd_backend spmd_threads_backend = {
+    .name = "threads",
+    .open = threads_open,
+    .close = threads_close,
+    .run = threads_run,
+    .all_gather = threads_redistribute,
+    .all_reduce = threads_all_reduce,
+    .reduce_scatter = threads_reduce_scatter,
+    .all_to_all = threads_redistribute,
+    .fail = threads_fail,
+    .fetch = threads_fetch,
+    .max_all = threads_max_all,
+};
