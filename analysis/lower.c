@@ -344,6 +344,7 @@ spmd_program *spmd_lower_ex(shard_state *s, spmd_program *p, const spmd_options 
             shard_spec T = s->spec[o->out];
             T.partial = (uint8_t)(out.partial & ~early);
             T.partial_max = (uint8_t)(out.partial_max & T.partial);
+            drop_unit_axes(&p->mesh, &T, g->values[o->out].rank);
             reshard(&c, o->out, &T);
         }
     }

@@ -323,6 +323,34 @@ static void test_dp_zero3_volume(void)
     ir_free(g);
 }
 
+/* ZeRO-3's gather policy on an MLP whose weights outweigh its activations
+ * (batch 4, width 512, 4 layers): re-gathering holds about one gathered
+ * weight at a time; keeping holds each gathered weight from its forward use
+ * to its backward one, so when the backward starts, layers 1 and 2's too
+ * (layer 0's has no backward reader: nothing needs the input's gradient).
+ * The two peaks need not fall at the same instruction, so the test asks for
+ * at least one whole weight more (we see 1.26), and one gather per weight
+ * less. */
+static void test_keep_memory(void)
+{
+    ir_graph *g = test_build_step("mlp:layers=4,batch=4,in=512,hidden=512,out=512");
+    cost_hw hw = preset("a100");
+    cost_ws *ws = cost_ws_new();
+    spmd_options keep = spmd_default_options();
+    keep.gather_policy = SPMD_GATHER_KEEP;
+    spmd_program *re = lower(g, "d=4", "zero3:d"), *kp = lower_ex(g, "d=4", "zero3:d", &keep);
+    cost_estimate er = estimate(ws, re, &hw, COST_FP32), ek = estimate(ws, kp, &hw, COST_FP32);
+    double w = 512.0 * 512 * 4; /* one weight's bytes */
+    CHECKF(ek.peak_memory - er.peak_memory >= w, "peak keep %.0f, re-gather %.0f",
+           ek.peak_memory, er.peak_memory);
+    CHECK(kp->opts.gather_policy == SPMD_GATHER_KEEP && re->opts.gather_policy == SPMD_GATHER_REGATHER);
+    CHECK(ek.coll_count[SPMD_ALL_GATHER] < er.coll_count[SPMD_ALL_GATHER] && ek.comm_time < er.comm_time);
+    spmd_free(re);
+    spmd_free(kp);
+    cost_ws_free(ws);
+    ir_free(g);
+}
+
 /* ---- liveness on a graph checked by hand --------------------------------- */
 
 static void test_liveness(void)
@@ -837,6 +865,7 @@ int main(void)
     test_zero_stages();
     test_megatron_volume();
     test_dp_zero3_volume();
+    test_keep_memory();
     test_liveness();
     test_tradeoff();
     test_options();
