@@ -28,7 +28,10 @@ static const char *const kind_names[SPMD_N_KINDS] = {"compute", "all-gather", "a
 static const char *const phase_names[SPMD_N_PHASES] = {"forward", "backward", "optimizer"};
 static const char *const policy_names[] = {"regather", "keep"};
 
-spmd_options spmd_default_options(void) { return (spmd_options){.gather_policy = SPMD_GATHER_REGATHER}; }
+spmd_options spmd_default_options(void)
+{
+    return (spmd_options){.gather_policy = SPMD_GATHER_REGATHER, .bucket_bytes = SPMD_DEFAULT_BUCKET_BYTES};
+}
 const char *spmd_gather_policy_name(int policy) { return (unsigned)policy < 2 ? policy_names[policy] : "?"; }
 
 const char *spmd_kind_name(spmd_kind k) { return (unsigned)k < SPMD_N_KINDS ? kind_names[k] : "?"; }
@@ -358,6 +361,7 @@ spmd_program *spmd_lower_ex(shard_state *s, spmd_program *p, const spmd_options 
         drop_unit_axes(&p->mesh, &T, g->values[tv].rank);
         p->out_buf[i] = reshard(&c, o->value, &T);
     }
+    spmd_bucket_gradients(p);
     return p;
 }
 
@@ -411,6 +415,7 @@ void spmd_print(const spmd_program *p, FILE *f)
             if (in->dim2 >= 0) fprintf(f, "->%d", in->dim2);
             fprintf(f, "  local %s  %s", ty, sp);
             if (in->bytes) fprintf(f, "  %.3g MB", (double)in->bytes / 1e6);
+            if (in->bucket >= 0) fprintf(f, "  bucket %d", in->bucket);
             fprintf(f, "  [%s]\n", spmd_phase_name((spmd_phase)in->phase));
         }
     }

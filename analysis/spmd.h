@@ -46,6 +46,7 @@ typedef struct spmd_instr {
     int out;            /* buffer written */
     int in[IR_MAX_OPERANDS]; /* buffers read (-1 unused) */
     int layer;          /* layer tag of the op served */
+    int bucket;         /* gradient collectives: their bucket (bucket.c), members consecutive; else -1 */
     int64_t bytes;      /* per-device bytes communicated (0 for compute and slice) */
 } spmd_instr;
 
@@ -57,8 +58,12 @@ typedef enum {
 
 /* Choices the lowering records in the program; spmd_default_options() gives
  * the defaults. */
+/* PyTorch DDP's default bucket_cap_mb = 25, i.e. 25 MiB. */
+#define SPMD_DEFAULT_BUCKET_BYTES (25 * 1024 * 1024)
+
 typedef struct spmd_options {
-    int gather_policy; /* spmd_gather_policy */
+    int gather_policy;    /* spmd_gather_policy */
+    int64_t bucket_bytes; /* gradient collectives combined up to this many bytes (bucket.c); 0: none */
 } spmd_options;
 
 spmd_options spmd_default_options(void);
@@ -85,6 +90,7 @@ typedef struct spmd_program {
     int *arg_buf;      /* per value: the buffer an argument arrives in, else -1 */
     int *out_buf;      /* per graph output: the buffer holding it at the end */
     spmd_stats stats;
+    int n_buckets;      /* gradient buckets (instr.bucket in 0..n_buckets) */
     /* scratch kept between lowerings of the same graph (see spmd_lower_into) */
     int *cur;
     uint8_t *phase;
@@ -103,6 +109,9 @@ spmd_program *spmd_lower_into(shard_state *s, spmd_program *p);
 /* The same with explicit options (NULL: the defaults). */
 spmd_program *spmd_lower_ex(shard_state *s, spmd_program *p, const spmd_options *opts);
 void spmd_free(spmd_program *p);
+/* Combines p's gradient collectives into buckets of opts.bucket_bytes
+ * (bucket.c); spmd_lower_ex calls it last. */
+void spmd_bucket_gradients(spmd_program *p);
 const char *spmd_kind_name(spmd_kind k);
 const char *spmd_phase_name(spmd_phase p);
 /* Prints the program one instruction a line (local shapes, layouts, bytes). */

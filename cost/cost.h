@@ -164,6 +164,7 @@ typedef struct cost_estimate {
     double coll_time[SPMD_N_KINDS];
     double coll_wire[SPMD_N_KINDS];
     int coll_count[SPMD_N_KINDS];
+    int coll_launches;      /* collectives as they run: a gradient bucket counts once */
     double phase_compute[SPMD_N_PHASES], phase_comm[SPMD_N_PHASES];
     /* per layer: index 0 is "outside layers", 1 + L is layer L; arrays live
      * in the workspace and stay valid until its next use. */

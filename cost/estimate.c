@@ -388,6 +388,8 @@ typedef struct ctx {
     cost_ws *w;
     double axes_prod[1u << SHARD_MAX_AXES]; /* product of sizes per axis mask */
     int mixed;
+    double ser;  /* cost_cpu_factor of the mesh */
+    int oversub; /* devices outnumber cores */
 } ctx;
 
 static unsigned tiled_mask(const shard_spec *s, int rank)
@@ -461,6 +463,28 @@ static double price_compute(ctx *c, const cost_hw *hw, const spmd_instr *in, dou
     *flops_out = flops;
     *tf_out = tf;
     return (tf > tb ? tf : tb) + extra + hw->op_overhead;
+}
+
+/* Bytes collective `in` moves, as priced (its element size under the
+ * precision). */
+static double coll_bytes(const ctx *c, const spmd_instr *in)
+{
+    const ir_value *v = &c->p->g->values[in->value];
+    double bytes = (double)in->bytes;
+    if (c->mixed) bytes *= (double)c->w->mp_size[in->value] / (double)ir_dtype_size(v->dtype);
+    return bytes;
+}
+
+/* Time of one collective of `in`'s kind and axes moving `bytes` (a bucket
+ * passes its members' sum); *wire: the bytes it sends on links. */
+static double coll_time(const ctx *c, const cost_hw *hw, const spmd_instr *in, double bytes, double *wire)
+{
+    double t = collective(hw, &c->p->mesh, (spmd_kind)in->kind, in->axes, bytes, wire);
+    if (!hw->shared_memory) return t * c->ser;
+    int barriers;
+    double moved = shm_moved((spmd_kind)in->kind, (int64_t)c->axes_prod[in->axes & ((1u << SHARD_MAX_AXES) - 1)], bytes, &barriers);
+    double lat = c->oversub && hw->oversub_latency > 0 ? hw->oversub_latency : hw->intra.latency;
+    return c->ser * moved / hw->intra.bandwidth + barriers * lat;
 }
 
 /* Whether instruction `in` joins a fused group of n elements (exec/fuse.c's
@@ -584,8 +608,9 @@ int cost_estimate_program(cost_ws *w, const spmd_program *p, const cost_hw *hw, 
 
     /* pass 2: price every instruction; sweep live bytes */
     double ser = cost_cpu_factor(hw, m->n_devices);
-    out->serialisation = ser;
-    int oversub = hw->cores > 0 && m->n_devices > hw->cores;
+    out->serialisation = c.ser = ser;
+    c.oversub = hw->cores > 0 && m->n_devices > hw->cores;
+    double bucket_bytes = 0, bucket_time = 0; /* the gradient bucket being priced */
     double peak = -1, cur = live[0] + live[1] + live[2] + live[3] + live[4];
     double grp_share[FUSE_MAX_GROUP];
     int grp_start = 0, grp_end = 0; /* the fused group being priced: instructions [grp_start, grp_end) */
@@ -625,19 +650,17 @@ int cost_estimate_program(cost_ws *w, const spmd_program *p, const cost_hw *hw, 
             out->phase_comm[in->phase] += t;
             lm[li] += t;
         } else {
-            const ir_value *v = &g->values[in->value];
-            double bytes = (double)in->bytes;
-            if (c.mixed) bytes *= (double)w->mp_size[in->value] / (double)ir_dtype_size(v->dtype);
-            double wire;
-            t = collective(hw, m, (spmd_kind)in->kind, in->axes, bytes, &wire);
-            if (hw->shared_memory) {
-                int barriers;
-                double moved = shm_moved((spmd_kind)in->kind, (int64_t)c.axes_prod[in->axes & ((1u << SHARD_MAX_AXES) - 1)], bytes, &barriers);
-                double lat = oversub && hw->oversub_latency > 0 ? hw->oversub_latency : hw->intra.latency;
-                t = ser * moved / hw->intra.bandwidth + barriers * lat;
-            } else {
-                t *= ser;
+            double bytes = coll_bytes(&c, in), wire;
+            int starts = in->bucket < 0 || i == 0 || p->instrs[i - 1].bucket != in->bucket;
+            out->coll_launches += starts;
+            if (in->bucket >= 0 && starts) {
+                /* a bucket: one collective of its members' bytes, shared in proportion */
+                bucket_bytes = 0;
+                for (int j = i; j < p->n_instrs && p->instrs[j].bucket == in->bucket; j++) bucket_bytes += coll_bytes(&c, &p->instrs[j]);
+                bucket_time = coll_time(&c, hw, in, bucket_bytes, &wire);
             }
+            t = coll_time(&c, hw, in, bytes, &wire);
+            if (in->bucket >= 0) t = bucket_bytes > 0 ? bucket_time * bytes / bucket_bytes : 0;
             out->comm_time += t;
             out->comm_bytes += bytes;
             out->wire_bytes += wire;

@@ -330,15 +330,17 @@ static void test_dp_zero3_volume(void)
  * (layer 0's has no backward reader: nothing needs the input's gradient).
  * The two peaks need not fall at the same instruction, so the test asks for
  * at least one whole weight more (we see 1.26), and one gather per weight
- * less. */
+ * less.  Gradient buckets are off here: a bucket holding every whole
+ * gradient until the end of the backward would set both peaks. */
 static void test_keep_memory(void)
 {
     ir_graph *g = test_build_step("mlp:layers=4,batch=4,in=512,hidden=512,out=512");
     cost_hw hw = preset("a100");
     cost_ws *ws = cost_ws_new();
-    spmd_options keep = spmd_default_options();
+    spmd_options keep = spmd_default_options(), regather = spmd_default_options();
     keep.gather_policy = SPMD_GATHER_KEEP;
-    spmd_program *re = lower(g, "d=4", "zero3:d"), *kp = lower_ex(g, "d=4", "zero3:d", &keep);
+    keep.bucket_bytes = regather.bucket_bytes = 0;
+    spmd_program *re = lower_ex(g, "d=4", "zero3:d", &regather), *kp = lower_ex(g, "d=4", "zero3:d", &keep);
     cost_estimate er = estimate(ws, re, &hw, COST_FP32), ek = estimate(ws, kp, &hw, COST_FP32);
     double w = 512.0 * 512 * 4; /* one weight's bytes */
     CHECKF(ek.peak_memory - er.peak_memory >= w, "peak keep %.0f, re-gather %.0f",
@@ -347,6 +349,72 @@ static void test_keep_memory(void)
     CHECK(ek.coll_count[SPMD_ALL_GATHER] < er.coll_count[SPMD_ALL_GATHER] && ek.comm_time < er.comm_time);
     spmd_free(re);
     spmd_free(kp);
+    cost_ws_free(ws);
+    ir_free(g);
+}
+
+/* Gradient buckets (analysis/bucket.c) on gpt-tiny, data parallel over 4:
+ * with bucketing off, one all-reduce per param, each its own bucket; with a
+ * cap of a third of the gradients' bytes, at least 3 buckets, none above
+ * the cap unless it has one member, members consecutive and ids in order;
+ * with the default 25 MiB, one bucket (gpt-tiny's gradients are far below).
+ * The price: a bucket is one collective of its members' bytes, so its time
+ * is n alpha-latency terms less than its members priced alone. */
+static void test_buckets(void)
+{
+    ir_graph *g = test_build_step("gpt-tiny");
+    cost_hw hw = preset("a100");
+    cost_ws *ws = cost_ws_new();
+    spmd_options off = spmd_default_options(), third = off;
+    off.bucket_bytes = 0;
+    spmd_program *p0 = lower_ex(g, "d=4", "dp:d", &off);
+    int grads = 0, misplaced = 0;
+    double grad_bytes = 0;
+    for (int i = 0; i < p0->n_instrs; i++) {
+        const spmd_instr *in = &p0->instrs[i];
+        int is_grad = in->kind == SPMD_ALL_REDUCE && g->values[in->value].grad_of >= 0;
+        misplaced += is_grad != (in->bucket >= 0);
+        grads += is_grad;
+        grad_bytes += is_grad ? (double)in->bytes : 0;
+    }
+    CHECK(misplaced == 0);
+    CHECKF(grads == p0->n_buckets && grads > 10, "%d gradient all-reduces, %d buckets", grads,
+           p0->n_buckets);
+    third.bucket_bytes = (int64_t)(grad_bytes / 3);
+    spmd_program *p3 = lower_ex(g, "d=4", "dp:d", &third);
+    CHECKF(p3->n_buckets >= 3 && p3->n_buckets < grads, "%d buckets of %lld bytes", p3->n_buckets,
+           (long long)third.bucket_bytes);
+    int prev = -1, ok = 1;
+    for (int i = 0; i < p3->n_instrs; i++) {
+        int b = p3->instrs[i].bucket;
+        if (b < 0) continue;
+        int first = i == 0 || p3->instrs[i - 1].bucket != b;
+        if (first) { /* a new bucket: the next id, its bytes within the cap */
+            ok &= b == prev + 1;
+            prev = b;
+            double sum = 0;
+            int members = 0;
+            for (int j = i; j < p3->n_instrs && p3->instrs[j].bucket == b; j++, members++) sum += (double)p3->instrs[j].bytes;
+            ok &= members == 1 || sum <= (double)third.bucket_bytes;
+        }
+    }
+    CHECK(ok && prev == p3->n_buckets - 1);
+    spmd_program *pd = lower(g, "d=4", "dp:d");
+    CHECK(pd->n_buckets == 1 && pd->opts.bucket_bytes == 25 * 1024 * 1024);
+    /* same bytes, fewer launches: the difference is the latency terms */
+    cost_estimate e0 = estimate(ws, p0, &hw, COST_FP32), ed = estimate(ws, pd, &hw, COST_FP32);
+    CHECK(close_rel(e0.coll_wire[SPMD_ALL_REDUCE], ed.coll_wire[SPMD_ALL_REDUCE], 1e-9));
+    CHECK(ed.coll_launches == e0.coll_launches - grads + 1);
+    double lat = 2 * (4 - 1) * hw.intra.latency; /* one ring all-reduce's latency */
+    CHECKF(close_rel(e0.coll_time[SPMD_ALL_REDUCE] - ed.coll_time[SPMD_ALL_REDUCE], (grads - 1) * lat, 1e-6),
+           "saved %g s, want %g", e0.coll_time[SPMD_ALL_REDUCE] - ed.coll_time[SPMD_ALL_REDUCE], (grads - 1) * lat);
+    /* on a 1-device mesh there is nothing to bucket */
+    spmd_program *p1 = lower(g, "d=1", "dp:d");
+    CHECK(p1->n_buckets == 0);
+    spmd_free(p0);
+    spmd_free(p3);
+    spmd_free(pd);
+    spmd_free(p1);
     cost_ws_free(ws);
     ir_free(g);
 }
@@ -731,8 +799,8 @@ static void test_cpu_model(void)
     cost_hw slow = shm;
     slow.oversub_latency = 1e-3;
     cost_estimate s5 = estimate(ws, p, &slow, COST_FP32);
-    int colls = 0;
-    for (int k = SPMD_ALL_GATHER; k < SPMD_SLICE; k++) colls += s4.coll_count[k];
+    int colls = s4.coll_launches; /* a gradient bucket waits on its barriers once */
+    CHECK(colls > 0 && colls < s4.coll_count[SPMD_ALL_GATHER] + s4.coll_count[SPMD_REDUCE_SCATTER]);
     CHECK(s5.comm_time - s4.comm_time >= colls * (1e-3 - 1e-5) * (1 - 1e-9));
     CHECK(s5.comm_time - s4.comm_time <= 2 * colls * (1e-3 - 1e-5) * (1 + 1e-9));
 
@@ -866,6 +934,7 @@ int main(void)
     test_megatron_volume();
     test_dp_zero3_volume();
     test_keep_memory();
+    test_buckets();
     test_liveness();
     test_tradeoff();
     test_options();
