@@ -65,7 +65,7 @@ static double best_expert(setup *s, char *name, size_t n)
     return best;
 }
 
-static int run(setup *s, search_kind k, search_budget b, search_result *r)
+static int run(setup *s, const search_algo *k, search_budget b, search_result *r)
 {
     char err[256];
     if (search_run(k, s->prefix, s->gs, &s->ev, &b, r, err, sizeof err) < 0) {
@@ -83,8 +83,8 @@ int main(void)
 
     /* 1. rate */
     if (make(&s, "gpt-1.3b", "batch=4,model=2", "a100") < 0) return 1;
-    run(&s, SEARCH_MCTS, (search_budget){.simulations = 600, .seed = 1, .threads = 1}, &r1);
-    run(&s, SEARCH_MCTS, (search_budget){.simulations = 1200, .seed = 1, .threads = 2}, &r2);
+    run(&s, &search_mcts, (search_budget){.simulations = 600, .seed = 1, .threads = 1}, &r1);
+    run(&s, &search_mcts, (search_budget){.simulations = 1200, .seed = 1, .threads = 2}, &r2);
     double rate1 = (double)r1.simulations / r1.seconds, rate2 = (double)r2.simulations / r2.seconds;
     printf("### Simulations per second (GPT-1.3B step, mesh batch=4,model=2, A100 profile)\n\n");
     printf("| threads | simulations | priced | seconds | simulations/s |\n|---|---|---|---|---|\n");
@@ -100,10 +100,10 @@ int main(void)
     double expert = best_expert(&s, name, sizeof name);
     for (int budget = 200; budget <= 1000; budget *= 5)
         for (int k = 0; k < 3; k++) {
-            search_kind kind = k == 0 ? SEARCH_MCTS : k == 1 ? SEARCH_RANDOM : SEARCH_GREEDY;
+            const search_algo *kind = k == 0 ? &search_mcts : k == 1 ? &search_random : &search_greedy;
             run(&s, kind, (search_budget){.simulations = budget, .seed = 1, .threads = 1}, &r1);
             cli_fmt_time(r1.best.step_time, t, sizeof t);
-            printf("| %s | %d | %lld | %s | %lld |\n", search_kind_name(kind), budget, (long long)r1.simulations, t,
+            printf("| %s | %d | %lld | %s | %lld |\n", kind->name, budget, (long long)r1.simulations, t,
                    (long long)r1.best_at);
         }
     cli_fmt_time(expert, t, sizeof t);
@@ -120,7 +120,7 @@ int main(void)
         if (make(&s, cases[c][0], cases[c][1], "a100") < 0) return 1;
         double be = best_expert(&s, name, sizeof name);
         search_budget b = {.seconds = 120, .seed = 1, .threads = 2, .target_reward = s.pr.baseline / be * (1 - 1e-9)};
-        run(&s, SEARCH_MCTS, b, &r1);
+        run(&s, &search_mcts, b, &r1);
         char t2[32];
         cli_fmt_time(be, t, sizeof t);
         cli_fmt_time(r1.best.step_time, t2, sizeof t2);
@@ -152,12 +152,12 @@ int main(void)
     for (size_t c = 0; c < sizeof ex_cases / sizeof ex_cases[0]; c++) {
         if (make(&s, ex_cases[c].model, ex_cases[c].mesh, "a100") < 0) return 1;
         search_result ex;
-        run(&s, SEARCH_EXHAUSTIVE, (search_budget){.threads = 1, .max_exhaustive = 400000, .max_depth = ex_cases[c].depth}, &ex);
+        run(&s, &search_exhaustive, (search_budget){.threads = 1, .max_exhaustive = 400000, .max_depth = ex_cases[c].depth}, &ex);
         int found = 0;
         int64_t at[20];
         double worst = 0;
         for (int seed = 1; seed <= 20; seed++) {
-            run(&s, SEARCH_MCTS,
+            run(&s, &search_mcts,
                 (search_budget){.simulations = 2000, .seed = (uint64_t)seed, .threads = 1, .max_depth = ex_cases[c].depth}, &r1);
             int ok = r1.best.reward >= ex.best.reward * (1 - 1e-12);
             found += ok;

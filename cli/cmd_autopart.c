@@ -41,7 +41,7 @@ static void progress(void *ctx, int64_t sims, double elapsed, const search_score
         double by_budget = (double)(p->budget - sims) / rate;
         if (left < 0 || by_budget < left) left = by_budget;
     }
-    fprintf(stderr, "\r  searching: %lld simulations, %.0f/s, best step %s%s, %.0f s left   ", (long long)sims, rate,
+    fprintf(stderr, "\r  searching: %lld plans priced, %.0f/s, best step %s%s, %.0f s left   ", (long long)sims, rate,
             t, best->fits ? "" : " (does not fit)", left > 0 ? left : 0);
     fflush(stderr);
     p->shown = 1;
@@ -73,7 +73,7 @@ int cmd_autopart(const cli_opts *o)
         cli_error("autopart: the schedule has no 'auto' tactic: nothing to search (use carve cost for a fixed schedule)");
         return CLI_BAD_INPUT;
     }
-    search_kind kind = o->search ? (search_kind)search_kind_from_name(o->search) : SEARCH_MCTS;
+    const search_algo *algo = search_algo_find(o->search ? o->search : "mcts");
     cost_options copt = {COST_FP32, o->overlap, o->memory_gib * 1024.0 * 1024.0 * 1024.0};
     if (o->precision && !strcmp(o->precision, "bf16")) copt.precision = COST_MIXED_BF16;
     search_budget b = {
@@ -130,7 +130,7 @@ int cmd_autopart(const cli_opts *o)
     sigaction(SIGINT, &sa, &old);
     search_interrupted = 0;
     search_result res;
-    int src = search_run(kind, prefix, gs, &ev, &b, &res, err, sizeof err);
+    int src = search_run(algo, prefix, gs, &ev, &b, &res, err, sizeof err);
     sigaction(SIGINT, &old, NULL);
     if (pc.shown) fprintf(stderr, "\r%100s\r", "");
     if (src < 0) {
@@ -139,8 +139,7 @@ int cmd_autopart(const cli_opts *o)
         goto done;
     }
     /* the best plan, re-applied on the prefix with its decisions logged */
-    shard_state_copy(st, prefix);
-    search_apply_plan(st, gs, res.actions, res.n_actions);
+    search_result_state(st, prefix, &b, gs, &res);
     cost_estimate e;
     plan_price(&pr, st, &e);
     int n_ex = plan_experts(g, &mesh, &pr, ex, MAX_EXPERTS);
@@ -149,10 +148,10 @@ int cmd_autopart(const cli_opts *o)
     printf("model      %s\nmesh       %s (%lld devices)\nhardware   %s (%s)\nschedule   %s\n", cfg,
            shard_mesh_str(&mesh, buf, sizeof buf), (long long)mesh.n_devices, hw.name, hw.source,
            sched_str(&sc, &mesh, buf2, sizeof buf2));
-    printf("search     %s: %lld simulations (%lld priced) in %.2f s, %.0f/s, %d threads; best found at simulation %lld;"
-           " stopped by %s\n           root actions %d, tree nodes %d, seed %llu\n",
-           search_kind_name(kind), (long long)res.simulations, (long long)res.evaluations, res.seconds,
-           res.seconds > 0 ? (double)res.simulations / res.seconds : 0, b.threads, (long long)res.best_at,
+    printf("search     %s: %lld distinct plans priced (%lld simulations) in %.2f s, %.0f plans/s, %d threads; best "
+           "found at plan %lld; stopped by %s\n           root actions %d, tree nodes %d, seed %llu\n",
+           algo->name, (long long)res.evaluations, (long long)res.simulations, res.seconds,
+           res.seconds > 0 ? (double)res.evaluations / res.seconds : 0, b.threads, (long long)res.best_at,
            search_stop_name(res.stop), res.root_actions, res.tree_nodes, (unsigned long long)b.seed);
     printf("\nstrategy   %s\n", cli_describe_strategy(st, buf, sizeof buf));
     printf("actions   ");
@@ -198,7 +197,7 @@ int cmd_autopart(const cli_opts *o)
         char *hwj = cost_hw_to_json(&hw);
         pl.hw = hwj ? cJSON_Parse(hwj) : NULL;
         free(hwj);
-        snprintf(pl.search.kind, sizeof pl.search.kind, "%s", search_kind_name(kind));
+        snprintf(pl.search.kind, sizeof pl.search.kind, "%s", algo->name);
         pl.search.budget = b.simulations;
         pl.search.budget_seconds = b.seconds;
         pl.search.simulations = res.simulations;

@@ -145,7 +145,7 @@ int cli_parse(const cli_command *c, int argc, char **argv, cli_opts *o)
         else if (!strcmp(flag, "--threads")) rc = parse_int(c->name, flag, val, 1, 256, &o->threads);
         else if (!strcmp(flag, "--steps")) rc = parse_int(c->name, flag, val, 1, 1000000, &o->steps);
         else if (!strcmp(flag, "--search")) {
-            if (search_kind_from_name(val) < 0) {
+            if (!search_algo_find(val)) {
                 cli_error("%s: --search must be mcts, random, greedy or exhaustive, got '%s'", c->name, val);
                 return CLI_BAD_INPUT;
             }

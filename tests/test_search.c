@@ -71,12 +71,12 @@ static void against_exhaustive_ev(const char *model, const char *mesh_text, int 
     }
     search_budget b = {.threads = 1, .max_depth = 8};
     search_result ex;
-    CHECKF(search_run(SEARCH_EXHAUSTIVE, prefix, gs, &ev, &b, &ex, err, sizeof err) == 0, "%s", err);
+    CHECKF(search_run(&search_exhaustive, prefix, gs, &ev, &b, &ex, err, sizeof err) == 0, "%s", err);
     int found = 0;
     for (int s = 1; s <= seeds; s++) {
         search_budget mb = {.simulations = 2000, .seed = (uint64_t)s, .threads = 1, .max_depth = 8};
         search_result r;
-        CHECK(search_run(SEARCH_MCTS, prefix, gs, &ev, &mb, &r, err, sizeof err) == 0);
+        CHECK(search_run(&search_mcts, prefix, gs, &ev, &mb, &r, err, sizeof err) == 0);
         found += r.best.reward >= ex.best.reward * (1 - 1e-12);
         CHECK(r.best.reward <= ex.best.reward * (1 + 1e-12)); /* nothing beats the optimum */
     }
@@ -99,32 +99,32 @@ static void determinism_and_budgets(void)
     shard_groups *gs = shard_groups_build(g);
     search_budget b = {.simulations = 150, .seed = 7, .threads = 1};
     search_result r1, r2, r3;
-    CHECK(search_run(SEARCH_MCTS, prefix, gs, &proxy, &b, &r1, err, sizeof err) == 0);
-    CHECK(search_run(SEARCH_MCTS, prefix, gs, &proxy, &b, &r2, err, sizeof err) == 0);
+    CHECK(search_run(&search_mcts, prefix, gs, &proxy, &b, &r1, err, sizeof err) == 0);
+    CHECK(search_run(&search_mcts, prefix, gs, &proxy, &b, &r2, err, sizeof err) == 0);
     CHECK(r1.n_actions == r2.n_actions && !memcmp(r1.actions, r2.actions, sizeof r1.actions));
-    CHECK(r1.best.reward == r2.best.reward && r1.best_at == r2.best_at && r1.simulations == 150);
+    CHECK(r1.best.reward == r2.best.reward && r1.best_at == r2.best_at && r1.evaluations == 150);
     CHECK(r1.stop == STOP_BUDGET);
     b.threads = 2;
-    CHECK(search_run(SEARCH_MCTS, prefix, gs, &proxy, &b, &r2, err, sizeof err) == 0);
-    CHECK(search_run(SEARCH_MCTS, prefix, gs, &proxy, &b, &r3, err, sizeof err) == 0);
-    CHECK(r2.n_actions == r3.n_actions && !memcmp(r2.actions, r3.actions, sizeof r2.actions) && r2.simulations == 150);
+    CHECK(search_run(&search_mcts, prefix, gs, &proxy, &b, &r2, err, sizeof err) == 0);
+    CHECK(search_run(&search_mcts, prefix, gs, &proxy, &b, &r3, err, sizeof err) == 0);
+    CHECK(r2.n_actions == r3.n_actions && !memcmp(r2.actions, r3.actions, sizeof r2.actions) && r2.evaluations == 150);
     /* stall stops early */
     search_budget st = {.simulations = 100000, .stall = 50, .seed = 3, .threads = 1};
-    CHECK(search_run(SEARCH_MCTS, prefix, gs, &proxy, &st, &r3, err, sizeof err) == 0 && r3.stop == STOP_STALLED);
+    CHECK(search_run(&search_mcts, prefix, gs, &proxy, &st, &r3, err, sizeof err) == 0 && r3.stop == STOP_STALLED);
     /* bad budgets */
     search_budget bad = {.simulations = -1, .threads = 1};
-    CHECK(search_run(SEARCH_MCTS, prefix, gs, &proxy, &bad, &r3, err, sizeof err) < 0 && strstr(err, "budget"));
+    CHECK(search_run(&search_mcts, prefix, gs, &proxy, &bad, &r3, err, sizeof err) < 0 && strstr(err, "budget"));
     search_budget none = {.threads = 1};
-    CHECK(search_run(SEARCH_MCTS, prefix, gs, &proxy, &none, &r3, err, sizeof err) < 0 && strstr(err, "budget"));
+    CHECK(search_run(&search_mcts, prefix, gs, &proxy, &none, &r3, err, sizeof err) < 0 && strstr(err, "budget"));
     /* interruption returns the best so far */
     search_interrupted = 1;
-    CHECK(search_run(SEARCH_MCTS, prefix, gs, &proxy, &b, &r3, err, sizeof err) == 0 && r3.stop == STOP_INTERRUPTED);
+    CHECK(search_run(&search_mcts, prefix, gs, &proxy, &b, &r3, err, sizeof err) == 0 && r3.stop == STOP_INTERRUPTED);
     search_interrupted = 0;
     /* baselines run on the same evaluator; random and greedy never beat exhaustive-free MCTS by design? just sanity */
     search_result rr, rg;
     search_budget rb = {.simulations = 150, .seed = 7, .threads = 1};
-    CHECK(search_run(SEARCH_RANDOM, prefix, gs, &proxy, &rb, &rr, err, sizeof err) == 0 && rr.simulations == 150);
-    CHECK(search_run(SEARCH_GREEDY, prefix, gs, &proxy, &rb, &rg, err, sizeof err) == 0 && rg.best.reward > 0);
+    CHECK(search_run(&search_random, prefix, gs, &proxy, &rb, &rr, err, sizeof err) == 0 && rr.evaluations == 150);
+    CHECK(search_run(&search_greedy, prefix, gs, &proxy, &rb, &rg, err, sizeof err) == 0 && rg.best.reward > 0);
     printf("gpt-tiny on batch=2,model=2, 150 simulations: mcts %.4g, random %.4g, greedy %.4g (proxy reward)\n",
            r1.best.reward, rr.best.reward, rg.best.reward);
     /* the plan applies and reproduces its score */
@@ -152,8 +152,8 @@ static void tree_width(void)
     shard_groups *ga = shard_groups_build(a), *gb = shard_groups_build(b);
     search_budget bud = {.simulations = 1, .seed = 1, .threads = 1};
     search_result ra, rb;
-    search_run(SEARCH_MCTS, sa, ga, &proxy, &bud, &ra, err, sizeof err);
-    search_run(SEARCH_MCTS, sb, gb, &proxy, &bud, &rb, err, sizeof err);
+    search_run(&search_mcts, sa, ga, &proxy, &bud, &ra, err, sizeof err);
+    search_run(&search_mcts, sb, gb, &proxy, &bud, &rb, err, sizeof err);
     printf("root actions: %d for 2 layers, %d for 48 layers\n", ra.root_actions, rb.root_actions);
     CHECK(ra.root_actions == rb.root_actions && ra.root_actions > 0);
     shard_groups_free(ga);
