@@ -203,16 +203,25 @@ void shard_op_factors(shard_state *s, int op, shard_factor_axes *fa)
             conflict(s, op, v, sp->axes[d][0], -1, p[i].first_stamp, "this dim must stay replicated at this op");
             continue;
         }
+        /* a compound dim's axes beyond what its major factor divides shard
+         * the minor factors, which this op cannot see: they are dropped */
+        int n = 0;
+        for (int64_t shards = 1; n < sp->n[d]; n++) {
+            shards *= s->mesh->sizes[sp->axes[d][n]];
+            if (r->size[f] % shards) break;
+        }
+        if (n < sp->n[d])
+            conflict(s, op, v, sp->axes[d][n], -1, p[i].first_stamp, "more shards than the dim's major factor has");
         shard_factor_axes *L = &fa[f];
         int common = 0;
-        while (common < L->n && common < sp->n[d] && L->axes[common] == sp->axes[d][common]) common++;
+        while (common < L->n && common < n && L->axes[common] == sp->axes[d][common]) common++;
         if (common == L->n) { /* L is a prefix of the proposal: take the longer list */
-            for (int k = common; k < sp->n[d]; k++) {
+            for (int k = common; k < n; k++) {
                 L->axes[k] = sp->axes[d][k];
                 L->stamp[k] = s->stamp[v][sp->axes[d][k]];
             }
-            if (sp->n[d] > L->n) L->n = sp->n[d];
-        } else if (common < sp->n[d]) {
+            if (n > L->n) L->n = (uint8_t)n;
+        } else if (common < n) {
             int a = sp->axes[d][common];
             conflict(s, op, v, a, L->stamp[common], s->stamp[v][a], "operands shard this factor differently");
         }

@@ -66,6 +66,12 @@ static void reshape_rule(shard_rule *r, const ir_value *x, const ir_value *y)
         ri /= s;
         rj /= s;
     }
+    /* A tensor's sharding names the axes of a dim's major factor only, so a
+     * factor that is minor in a compound dim (S in [B,S,H] -> [B*S,H], hd in
+     * [B,S,H] -> [B,S,nh,hd]) cannot be sharded at this op. */
+    for (int t = 0; t < 2; t++)
+        for (int d = 0; d < IR_MAX_RANK; d++)
+            for (int k = 1; k < r->nf[t][d]; k++) r->kind[r->f[t][d][k]] = SHARD_REPLICATE;
     /* Dims left over (an entangled tail) become replicated. */
     if (i < x->rank || j < y->rank) {
         for (; i < x->rank; i++)
@@ -87,127 +93,168 @@ static void reshape_rule(shard_rule *r, const ir_value *x, const ir_value *y)
     }
 }
 
+/* ---- one builder per rule column of ir/ops.def ------------------------ *
+ * Each fills r for op o; x and y are its operands (or NULL), out its result,
+ * and tensor index `res` (= o->n_in) is the result.  Returns 0 or -1. */
+typedef struct rule_ctx {
+    const ir_op *o;
+    const ir_value *x, *y, *out;
+    int res;
+} rule_ctx;
+
+/* nullary ops: every result dim its own PASS factor */
+static int rule_fresh(shard_rule *r, const rule_ctx *c)
+{
+    fresh_dims(r, c->res, c->out, SHARD_PASS);
+    return 0;
+}
+
+/* elementwise ops: dim d of every tensor shares factor d */
+static int rule_same(shard_rule *r, const rule_ctx *c)
+{
+    same_dims(r, c->o->n_in + 1, c->out);
+    return 0;
+}
+
+/* one factor per letter; a letter missing from the result is a SUM reduction */
+static int rule_einsum(shard_rule *r, const rule_ctx *c)
+{
+    ir_einsum_spec e;
+    if (ir_einsum_parse(c->o->attrs.subscripts, c->x->rank, c->y->rank, &e, NULL, 0) < 0) return -1;
+    char letters[3 * IR_MAX_RANK];
+    int fac[3 * IR_MAX_RANK], n = 0;
+    const char *lists[3] = {e.a, e.b, e.out};
+    const int ranks[3] = {e.rank_a, e.rank_b, e.rank_out};
+    const ir_value *vals[3] = {c->x, c->y, c->out};
+    for (int t = 0; t < 3; t++)
+        for (int d = 0; d < ranks[t]; d++) {
+            char l = lists[t][d];
+            int k = 0;
+            while (k < n && letters[k] != l) k++;
+            if (k == n) {
+                letters[n] = l;
+                int in_out = ir_einsum_pos(e.out, e.rank_out, l) >= 0;
+                fac[n++] = new_factor(r, vals[t]->dims[d], in_out ? SHARD_PASS : SHARD_REDUCE_SUM);
+            }
+            set_dim(r, t, d, fac[k], vals[t]->dims[d]);
+        }
+    return 0;
+}
+
+static int rule_broadcast(shard_rule *r, const rule_ctx *c)
+{
+    int used[IR_MAX_RANK] = {0};
+    for (int d = 0; d < c->x->rank; d++) {
+        int od = (int)c->o->attrs.ints[d];
+        int f = new_factor(r, c->x->dims[d], SHARD_PASS);
+        set_dim(r, 0, d, f, c->x->dims[d]);
+        set_dim(r, c->res, od, f, c->out->dims[od]);
+        used[od] = 1;
+    }
+    for (int d = 0; d < c->out->rank; d++)
+        if (!used[d]) set_dim(r, c->res, d, new_factor(r, c->out->dims[d], SHARD_PASS), c->out->dims[d]);
+    return 0;
+}
+
+/* reduced dims are SUM or MAX reductions, kept dims PASS */
+static int rule_reduce(shard_rule *r, const rule_ctx *c)
+{
+    const ir_op *o = c->o;
+    unsigned reduced = 0;
+    for (int i = 0; i < o->attrs.n_ints; i++) reduced |= 1u << o->attrs.ints[i];
+    int od = 0;
+    for (int d = 0; d < c->x->rank; d++) {
+        int is_red = (reduced >> d) & 1;
+        int f = new_factor(r, c->x->dims[d], !is_red ? SHARD_PASS
+                                          : o->kind == IR_OP_REDUCE_MAX ? SHARD_REDUCE_MAX : SHARD_REDUCE_SUM);
+        set_dim(r, 0, d, f, c->x->dims[d]);
+        if (!is_red) {
+            set_dim(r, c->res, od, f, c->out->dims[od]);
+            od++;
+        }
+    }
+    return 0;
+}
+
+static int rule_transpose(shard_rule *r, const rule_ctx *c)
+{
+    for (int d = 0; d < c->out->rank; d++) {
+        int src = (int)c->o->attrs.ints[d];
+        int f = new_factor(r, c->out->dims[d], SHARD_PASS);
+        set_dim(r, c->res, d, f, c->out->dims[d]);
+        set_dim(r, 0, src, f, c->x->dims[src]);
+    }
+    return 0;
+}
+
+static int rule_reshape(shard_rule *r, const rule_ctx *c)
+{
+    reshape_rule(r, c->x, c->out);
+    return 0;
+}
+
+/* table[V, rest...], ids[idx...] -> [idx..., rest...]: V a SUM reduction */
+static int rule_gather(shard_rule *r, const rule_ctx *c)
+{
+    const ir_value *x = c->x, *y = c->y, *out = c->out;
+    set_dim(r, 0, 0, new_factor(r, x->dims[0], SHARD_REDUCE_SUM), x->dims[0]);
+    for (int d = 0; d < y->rank; d++) {
+        int f = new_factor(r, y->dims[d], SHARD_PASS);
+        set_dim(r, 1, d, f, y->dims[d]);
+        set_dim(r, c->res, d, f, out->dims[d]);
+    }
+    for (int d = 1; d < x->rank; d++) {
+        int f = new_factor(r, x->dims[d], SHARD_PASS);
+        set_dim(r, 0, d, f, x->dims[d]);
+        set_dim(r, c->res, y->rank + d - 1, f, out->dims[y->rank + d - 1]);
+    }
+    return 0;
+}
+
+/* ids[idx...], upd[idx..., rest...] -> [rows, rest...]: idx SUM reductions */
+static int rule_scatter_add(shard_rule *r, const rule_ctx *c)
+{
+    const ir_value *x = c->x, *y = c->y, *out = c->out;
+    for (int d = 0; d < x->rank; d++) {
+        int f = new_factor(r, x->dims[d], SHARD_REDUCE_SUM);
+        set_dim(r, 0, d, f, x->dims[d]);
+        set_dim(r, 1, d, f, y->dims[d]);
+    }
+    set_dim(r, c->res, 0, new_factor(r, out->dims[0], SHARD_PASS), out->dims[0]);
+    for (int d = x->rank; d < y->rank; d++) {
+        int f = new_factor(r, y->dims[d], SHARD_PASS);
+        set_dim(r, 1, d, f, y->dims[d]);
+        set_dim(r, c->res, d - x->rank + 1, f, out->dims[d - x->rank + 1]);
+    }
+    return 0;
+}
+
+static int rule_one_hot(shard_rule *r, const rule_ctx *c)
+{
+    const ir_value *x = c->x, *out = c->out;
+    for (int d = 0; d < x->rank; d++) {
+        int f = new_factor(r, x->dims[d], SHARD_PASS);
+        set_dim(r, 0, d, f, x->dims[d]);
+        set_dim(r, c->res, d, f, out->dims[d]);
+    }
+    set_dim(r, c->res, x->rank, new_factor(r, out->dims[x->rank], SHARD_PASS), out->dims[x->rank]);
+    return 0;
+}
+
+#define X(e, name, arity, cls, count, coef, bytes, grads, shape, rule, vjp, kern, attrs) rule_##rule,
+static int (*const rule_of[IR_N_OPS])(shard_rule *, const rule_ctx *) = {
+#include "ir/ops.def"
+};
+#undef X
+
 int shard_rule_of(const ir_graph *g, int op, shard_rule *r)
 {
     const ir_op *o = &g->ops[op];
-    const ir_value *out = &g->values[o->out];
-    const ir_value *x = o->n_in > 0 ? &g->values[o->in[0]] : NULL;
-    const ir_value *y = o->n_in > 1 ? &g->values[o->in[1]] : NULL;
+    rule_ctx c = {.o = o, .out = &g->values[o->out], .res = o->n_in};
+    if (o->n_in > 0) c.x = &g->values[o->in[0]];
+    if (o->n_in > 1) c.y = &g->values[o->in[1]];
     memset(r, 0, sizeof *r);
     r->n_in = o->n_in;
-    int res = o->n_in; /* tensor index of the result */
-    switch (o->kind) {
-    case IR_OP_CONSTANT:
-    case IR_OP_IOTA:
-        fresh_dims(r, res, out, SHARD_PASS);
-        return 0;
-    case IR_OP_NEG: case IR_OP_EXP: case IR_OP_LOG: case IR_OP_SQRT: case IR_OP_RSQRT:
-    case IR_OP_TANH: case IR_OP_GELU: case IR_OP_GELU_GRAD: case IR_OP_RELU:
-    case IR_OP_SCALE: case IR_OP_ADD_SCALAR: case IR_OP_STOP_GRAD:
-    case IR_OP_ADD: case IR_OP_SUB: case IR_OP_MUL: case IR_OP_DIV: case IR_OP_MAX: case IR_OP_GE:
-        same_dims(r, o->n_in + 1, out);
-        return 0;
-    case IR_OP_EINSUM: {
-        ir_einsum_spec e;
-        if (ir_einsum_parse(o->attrs.subscripts, x->rank, y->rank, &e, NULL, 0) < 0) return -1;
-        char letters[3 * IR_MAX_RANK];
-        int fac[3 * IR_MAX_RANK], n = 0;
-        const char *lists[3] = {e.a, e.b, e.out};
-        const int ranks[3] = {e.rank_a, e.rank_b, e.rank_out};
-        const ir_value *vals[3] = {x, y, out};
-        for (int t = 0; t < 3; t++)
-            for (int d = 0; d < ranks[t]; d++) {
-                char c = lists[t][d];
-                int k = 0;
-                while (k < n && letters[k] != c) k++;
-                if (k == n) {
-                    letters[n] = c;
-                    int in_out = ir_einsum_pos(e.out, e.rank_out, c) >= 0;
-                    fac[n++] = new_factor(r, vals[t]->dims[d], in_out ? SHARD_PASS : SHARD_REDUCE_SUM);
-                }
-                set_dim(r, t, d, fac[k], vals[t]->dims[d]);
-            }
-        return 0;
-    }
-    case IR_OP_BROADCAST: {
-        int used[IR_MAX_RANK] = {0};
-        for (int d = 0; d < x->rank; d++) {
-            int od = (int)o->attrs.ints[d];
-            int f = new_factor(r, x->dims[d], SHARD_PASS);
-            set_dim(r, 0, d, f, x->dims[d]);
-            set_dim(r, res, od, f, out->dims[od]);
-            used[od] = 1;
-        }
-        for (int d = 0; d < out->rank; d++)
-            if (!used[d]) set_dim(r, res, d, new_factor(r, out->dims[d], SHARD_PASS), out->dims[d]);
-        return 0;
-    }
-    case IR_OP_REDUCE_SUM:
-    case IR_OP_REDUCE_MAX: {
-        unsigned reduced = 0;
-        for (int i = 0; i < o->attrs.n_ints; i++) reduced |= 1u << o->attrs.ints[i];
-        int od = 0;
-        for (int d = 0; d < x->rank; d++) {
-            int is_red = (reduced >> d) & 1;
-            int f = new_factor(r, x->dims[d], !is_red ? SHARD_PASS
-                                              : o->kind == IR_OP_REDUCE_SUM ? SHARD_REDUCE_SUM : SHARD_REDUCE_MAX);
-            set_dim(r, 0, d, f, x->dims[d]);
-            if (!is_red) {
-                set_dim(r, res, od, f, out->dims[od]);
-                od++;
-            }
-        }
-        return 0;
-    }
-    case IR_OP_TRANSPOSE:
-        for (int d = 0; d < out->rank; d++) {
-            int src = (int)o->attrs.ints[d];
-            int f = new_factor(r, out->dims[d], SHARD_PASS);
-            set_dim(r, res, d, f, out->dims[d]);
-            set_dim(r, 0, src, f, x->dims[src]);
-        }
-        return 0;
-    case IR_OP_RESHAPE:
-        reshape_rule(r, x, out);
-        return 0;
-    case IR_OP_GATHER: {
-        /* table[V, rest...], ids[idx...] -> [idx..., rest...] */
-        set_dim(r, 0, 0, new_factor(r, x->dims[0], SHARD_REDUCE_SUM), x->dims[0]);
-        for (int d = 0; d < y->rank; d++) {
-            int f = new_factor(r, y->dims[d], SHARD_PASS);
-            set_dim(r, 1, d, f, y->dims[d]);
-            set_dim(r, res, d, f, out->dims[d]);
-        }
-        for (int d = 1; d < x->rank; d++) {
-            int f = new_factor(r, x->dims[d], SHARD_PASS);
-            set_dim(r, 0, d, f, x->dims[d]);
-            set_dim(r, res, y->rank + d - 1, f, out->dims[y->rank + d - 1]);
-        }
-        return 0;
-    }
-    case IR_OP_SCATTER_ADD: {
-        /* ids[idx...], upd[idx..., rest...] -> [rows, rest...] */
-        for (int d = 0; d < x->rank; d++) {
-            int f = new_factor(r, x->dims[d], SHARD_REDUCE_SUM);
-            set_dim(r, 0, d, f, x->dims[d]);
-            set_dim(r, 1, d, f, y->dims[d]);
-        }
-        set_dim(r, res, 0, new_factor(r, out->dims[0], SHARD_PASS), out->dims[0]);
-        for (int d = x->rank; d < y->rank; d++) {
-            int f = new_factor(r, y->dims[d], SHARD_PASS);
-            set_dim(r, 1, d, f, y->dims[d]);
-            set_dim(r, res, d - x->rank + 1, f, out->dims[d - x->rank + 1]);
-        }
-        return 0;
-    }
-    case IR_OP_ONE_HOT:
-        for (int d = 0; d < x->rank; d++) {
-            int f = new_factor(r, x->dims[d], SHARD_PASS);
-            set_dim(r, 0, d, f, x->dims[d]);
-            set_dim(r, res, d, f, out->dims[d]);
-        }
-        set_dim(r, res, x->rank, new_factor(r, out->dims[x->rank], SHARD_PASS), out->dims[x->rank]);
-        return 0;
-    }
-    return -1;
+    if ((unsigned)o->kind >= IR_N_OPS) return -1;
+    return rule_of[o->kind](r, &c);
 }

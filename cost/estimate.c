@@ -215,19 +215,8 @@ static double shm_moved(spmd_kind kind, int64_t n, double bytes, int *barriers)
 
 int cost_op_elements(ir_opkind k)
 {
-    switch (k) {
-    case IR_OP_EINSUM: return -1;
-    case IR_OP_REDUCE_SUM:
-    case IR_OP_REDUCE_MAX: return 1;
-    case IR_OP_SCATTER_ADD: return 2;
-    case IR_OP_CONSTANT: case IR_OP_IOTA: case IR_OP_NEG: case IR_OP_EXP: case IR_OP_LOG: case IR_OP_SQRT:
-    case IR_OP_RSQRT: case IR_OP_TANH: case IR_OP_GELU: case IR_OP_GELU_GRAD: case IR_OP_RELU: case IR_OP_SCALE:
-    case IR_OP_ADD_SCALAR: case IR_OP_STOP_GRAD: case IR_OP_ADD: case IR_OP_SUB: case IR_OP_MUL: case IR_OP_DIV:
-    case IR_OP_MAX: case IR_OP_GE: case IR_OP_BROADCAST: case IR_OP_TRANSPOSE: case IR_OP_RESHAPE:
-    case IR_OP_GATHER: case IR_OP_ONE_HOT:
-        return 0;
-    }
-    return 0;
+    static const int which[] = {[IR_COUNT_OUT] = 0, [IR_COUNT_IN0] = 1, [IR_COUNT_IN1] = 2, [IR_COUNT_EINSUM] = -1};
+    return which[ir_op_count(k)];
 }
 
 double cost_cpu_factor(const cost_hw *hw, int64_t n_devices)
@@ -241,45 +230,27 @@ double cost_cpu_factor(const cost_hw *hw, int64_t n_devices)
 
 /* ---- per-graph tables ---------------------------------------------------- */
 
+/* An op's FLOP rule from ir/ops.def's count and coef columns; for einsum
+ * also which dims of operand a are contracted and which are batch dims. */
 static void op_rule_of(const ir_graph *g, int op, uint8_t *rule, float *coef, uint8_t *kmask, uint8_t *bmask)
 {
+    static const uint8_t rules[] = {[IR_COUNT_OUT] = FL_OUT, [IR_COUNT_IN0] = FL_IN0, [IR_COUNT_IN1] = FL_IN1,
+                                    [IR_COUNT_EINSUM] = FL_EINSUM};
     const ir_op *o = &g->ops[op];
-    *coef = 1;
+    *coef = (float)ir_op_coef(o->kind);
+    *rule = *coef > 0 ? rules[ir_op_count(o->kind)] : FL_ZERO;
     *kmask = 0;
     *bmask = 0;
-    switch (o->kind) {
-    case IR_OP_EINSUM: {
-        ir_einsum_spec e;
-        const ir_value *a = &g->values[o->in[0]], *b = &g->values[o->in[1]];
-        *rule = FL_EINSUM;
-        *coef = 2;
-        if (ir_einsum_parse(o->attrs.subscripts, a->rank, b->rank, &e, NULL, 0) < 0) {
-            *rule = FL_ZERO;
-            break;
-        }
-        for (int i = 0; i < e.rank_a; i++) {
-            if (ir_einsum_pos(e.out, e.rank_out, e.a[i]) < 0) *kmask |= (uint8_t)(1u << i);
-            else if (ir_einsum_pos(e.b, e.rank_b, e.a[i]) >= 0) *bmask |= (uint8_t)(1u << i);
-        }
-        break;
-    }
-    case IR_OP_REDUCE_SUM:
-    case IR_OP_REDUCE_MAX: *rule = FL_IN0; break;
-    case IR_OP_SCATTER_ADD: *rule = FL_IN1; break;
-    case IR_OP_GELU:
-    case IR_OP_GELU_GRAD:
-        *rule = FL_OUT;
-        *coef = 8;
-        break;
-    case IR_OP_CONSTANT: case IR_OP_IOTA: case IR_OP_BROADCAST: case IR_OP_TRANSPOSE:
-    case IR_OP_RESHAPE: case IR_OP_GATHER: case IR_OP_ONE_HOT: case IR_OP_STOP_GRAD:
+    if (*rule != FL_EINSUM) return;
+    ir_einsum_spec e;
+    const ir_value *a = &g->values[o->in[0]], *b = &g->values[o->in[1]];
+    if (ir_einsum_parse(o->attrs.subscripts, a->rank, b->rank, &e, NULL, 0) < 0) {
         *rule = FL_ZERO;
-        break;
-    case IR_OP_NEG: case IR_OP_EXP: case IR_OP_LOG: case IR_OP_SQRT: case IR_OP_RSQRT:
-    case IR_OP_TANH: case IR_OP_RELU: case IR_OP_SCALE: case IR_OP_ADD_SCALAR:
-    case IR_OP_ADD: case IR_OP_SUB: case IR_OP_MUL: case IR_OP_DIV: case IR_OP_MAX: case IR_OP_GE:
-        *rule = FL_OUT;
-        break;
+        return;
+    }
+    for (int i = 0; i < e.rank_a; i++) {
+        if (ir_einsum_pos(e.out, e.rank_out, e.a[i]) < 0) *kmask |= (uint8_t)(1u << i);
+        else if (ir_einsum_pos(e.b, e.rank_b, e.a[i]) >= 0) *bmask |= (uint8_t)(1u << i);
     }
 }
 
@@ -430,17 +401,17 @@ static double price_compute(ctx *c, const cost_hw *hw, const spmd_instr *in, dou
     for (int k = 0; k < o->n_in; k++) bytes += w->buf_bytes[in->in[k]];
     switch (w->op_rule[in->op]) {
     case FL_OUT: flops = w->op_coef[in->op] * w->buf_numel[ob]; break;
-    case FL_IN0: flops = w->buf_numel[in->in[0]]; break;
-    case FL_IN1: flops = w->buf_numel[in->in[1]]; break;
+    case FL_IN0: flops = w->op_coef[in->op] * w->buf_numel[in->in[0]]; break;
+    case FL_IN1: flops = w->op_coef[in->op] * w->buf_numel[in->in[1]]; break;
     case FL_EINSUM: {
-        flops = 2 * w->buf_numel[ob];
+        flops = w->op_coef[in->op] * w->buf_numel[ob];
         for (int d = 0, km = w->op_kmask[in->op]; km; d++, km >>= 1)
             if (km & 1) flops *= local_dim(c, in->in[0], d);
         break;
     }
     default: break;
     }
-    if (o->kind == IR_OP_GATHER) bytes = w->buf_bytes[in->in[1]] + 2 * w->buf_bytes[ob];
+    if (ir_op_bytes(o->kind) == IR_BYTES_ROWS) bytes = w->buf_bytes[in->in[1]] + 2 * w->buf_bytes[ob];
     double peak_rate = hw->vector_flops, tf, tb = bytes / hw->mem_bandwidth, extra = 0;
     if (o->kind == IR_OP_EINSUM) {
         peak_rate = hw->matmul_flops[c->mixed && in->phase != SPMD_OPTIMIZER ? IR_BF16 : IR_F32];

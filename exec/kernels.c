@@ -83,50 +83,43 @@ static inline float gelu_grad(float x)
     return s + 2.0f * x * s * (e * s) * GELU_C * (1.0f + 3.0f * GELU_A * x2);
 }
 
-VECTOR_CLONES static void unary(ir_opkind k, float s, const float *x, float *y, int64_t n)
+/* The elementwise loops are generated from ops.def's kern column: for a
+ * UNARY op a float expression of x (and s, the op's scalar), for a BINARY op
+ * of a and b.  CASE_<class> expands a row into a case that runs the loop, or
+ * into a case that does nothing for ops of the other classes, so each switch
+ * names every op. */
+#define EACH _Pragma("omp simd") for (int64_t i = 0; i < n; i++)
+#define UNARY_CASE_UNARY(e, kern) case IR_OP_##e: EACH { float x = xv[i]; y[i] = (kern); } return;
+#define BINARY_CASE_BINARY(e, kern) case IR_OP_##e: EACH { float a = av[i], b = bv[i]; y[i] = (kern); } return;
+#define UNARY_CASE_NULLARY(e, kern) case IR_OP_##e: break;
+#define UNARY_CASE_BINARY UNARY_CASE_NULLARY
+#define UNARY_CASE_CONTRACTION UNARY_CASE_NULLARY
+#define UNARY_CASE_REDUCTION UNARY_CASE_NULLARY
+#define UNARY_CASE_MOVEMENT UNARY_CASE_NULLARY
+#define BINARY_CASE_NULLARY UNARY_CASE_NULLARY
+#define BINARY_CASE_UNARY UNARY_CASE_NULLARY
+#define BINARY_CASE_CONTRACTION UNARY_CASE_NULLARY
+#define BINARY_CASE_REDUCTION UNARY_CASE_NULLARY
+#define BINARY_CASE_MOVEMENT UNARY_CASE_NULLARY
+
+VECTOR_CLONES static void unary(ir_opkind k, float s, const float *xv, float *y, int64_t n)
 {
     switch (k) {
-#define EACH _Pragma("omp simd") for (int64_t i = 0; i < n; i++)
-    case IR_OP_NEG: EACH y[i] = -x[i]; return;
-    case IR_OP_EXP: EACH y[i] = fast_exp(x[i]); return;
-    case IR_OP_LOG: for (int64_t i = 0; i < n; i++) y[i] = logf(x[i]); return;
-    case IR_OP_SQRT: EACH y[i] = sqrtf(x[i]); return;
-    case IR_OP_RSQRT: EACH y[i] = 1.0f / sqrtf(x[i]); return;
-    case IR_OP_TANH: for (int64_t i = 0; i < n; i++) y[i] = tanhf(x[i]); return;
-    case IR_OP_GELU: EACH y[i] = gelu(x[i]); return;
-    case IR_OP_GELU_GRAD: EACH y[i] = gelu_grad(x[i]); return;
-    case IR_OP_RELU: EACH y[i] = x[i] > 0.0f ? x[i] : 0.0f; return;
-    case IR_OP_SCALE: EACH y[i] = x[i] * s; return;
-    case IR_OP_ADD_SCALAR: EACH y[i] = x[i] + s; return;
-    case IR_OP_STOP_GRAD:
-        if (y != x) memmove(y, x, (size_t)n * sizeof *y);
-        return;
-    case IR_OP_CONSTANT: case IR_OP_IOTA: case IR_OP_ADD: case IR_OP_SUB: case IR_OP_MUL: case IR_OP_DIV:
-    case IR_OP_MAX: case IR_OP_GE: case IR_OP_EINSUM: case IR_OP_BROADCAST: case IR_OP_REDUCE_SUM:
-    case IR_OP_REDUCE_MAX: case IR_OP_TRANSPOSE: case IR_OP_RESHAPE: case IR_OP_GATHER: case IR_OP_SCATTER_ADD:
-    case IR_OP_ONE_HOT:
-        break;
+#define X(e, name, arity, cls, count, coef, bytes, grads, shape, rule, vjp, kern, attrs) UNARY_CASE_##cls(e, kern)
+#include "ir/ops.def"
+#undef X
     }
 }
 
-VECTOR_CLONES static void binary(ir_opkind k, const float *a, const float *b, float *y, int64_t n)
+VECTOR_CLONES static void binary(ir_opkind k, const float *av, const float *bv, float *y, int64_t n)
 {
     switch (k) {
-    case IR_OP_ADD: EACH y[i] = a[i] + b[i]; return;
-    case IR_OP_SUB: EACH y[i] = a[i] - b[i]; return;
-    case IR_OP_MUL: EACH y[i] = a[i] * b[i]; return;
-    case IR_OP_DIV: EACH y[i] = a[i] / b[i]; return;
-    case IR_OP_MAX: EACH y[i] = a[i] >= b[i] ? a[i] : b[i]; return;
-    case IR_OP_GE: EACH y[i] = a[i] >= b[i] ? 1.0f : 0.0f; return;
-#undef EACH
-    case IR_OP_CONSTANT: case IR_OP_IOTA: case IR_OP_NEG: case IR_OP_EXP: case IR_OP_LOG: case IR_OP_SQRT:
-    case IR_OP_RSQRT: case IR_OP_TANH: case IR_OP_GELU: case IR_OP_GELU_GRAD: case IR_OP_RELU: case IR_OP_SCALE:
-    case IR_OP_ADD_SCALAR: case IR_OP_STOP_GRAD: case IR_OP_EINSUM: case IR_OP_BROADCAST: case IR_OP_REDUCE_SUM:
-    case IR_OP_REDUCE_MAX: case IR_OP_TRANSPOSE: case IR_OP_RESHAPE: case IR_OP_GATHER: case IR_OP_SCATTER_ADD:
-    case IR_OP_ONE_HOT:
-        break;
+#define X(e, name, arity, cls, count, coef, bytes, grads, shape, rule, vjp, kern, attrs) BINARY_CASE_##cls(e, kern)
+#include "ir/ops.def"
+#undef X
     }
 }
+#undef EACH
 
 VECTOR_CLONES void exec_splat(float v, float *y, int64_t n)
 {
@@ -308,56 +301,95 @@ static void constant(double v, exec_tensor *y)
         for (int64_t i = 0; i < n; i++) ((float *)y->data)[i] = (float)v;
 }
 
-/* ---- dispatch --------------------------------------------------------- */
+/* ---- dispatch --------------------------------------------------------- *
+ * One kern_<name> per kern column of ir/ops.def for the ops that are not
+ * elementwise (those all run through kern_unary / kern_binary), all with one
+ * signature, in a table indexed by op. */
+#define KERN(name) static int kern_##name(ir_opkind k, const ir_attrs *a, const exec_tensor *in, exec_tensor *out, \
+                                          const exec_kernel_opts *o, char *err, size_t errlen)
+
+KERN(unary)
+{
+    unary(k, (float)a->scalar, in[0].data, out->data, numel(out));
+    return 0;
+}
+
+KERN(binary)
+{
+    binary(k, in[0].data, in[1].data, out->data, numel(out));
+    return 0;
+}
+
+KERN(constant)
+{
+    constant(a->scalar, out);
+    return 0;
+}
+
+KERN(iota)
+{
+    iota(a, out, o);
+    return 0;
+}
+
+KERN(einsum)
+{
+    ir_einsum_spec e;
+    char msg[200];
+    if (ir_einsum_parse(a->subscripts, in[0].rank, in[1].rank, &e, msg, sizeof msg) < 0)
+        return ir_errf(err, errlen, "einsum \"%s\": %s", a->subscripts, msg);
+    return exec_einsum_run(&e, in[0].dims, in[0].data, in[1].dims, in[1].data, out->dims, out->data, err, errlen);
+}
+
+KERN(broadcast)
+{
+    broadcast(a, &in[0], out);
+    return 0;
+}
+
+KERN(reduce_sum) { return reduce(0, a, &in[0], out, err, errlen); }
+KERN(reduce_max) { return reduce(1, a, &in[0], out, err, errlen); }
+
+KERN(transpose)
+{
+    transpose(a, &in[0], out);
+    return 0;
+}
+
+KERN(reshape)
+{
+    if (out->data != in[0].data) memmove(out->data, in[0].data, (size_t)numel(out) * 4);
+    return 0;
+}
+
+KERN(gather) { return gather(&in[0], &in[1], out, o, err, errlen); }
+KERN(scatter_add) { return scatter_add(&in[0], &in[1], out, o, err, errlen); }
+
+KERN(one_hot)
+{
+    one_hot(&in[0], out, o);
+    return 0;
+}
+#undef KERN
+
+#define KERN_NULLARY(kern) kern_##kern
+#define KERN_UNARY(kern) kern_unary
+#define KERN_BINARY(kern) kern_binary
+#define KERN_CONTRACTION KERN_NULLARY
+#define KERN_REDUCTION KERN_NULLARY
+#define KERN_MOVEMENT KERN_NULLARY
+#define X(e, name, arity, cls, count, coef, bytes, grads, shape, rule, vjp, kern, attrs) KERN_##cls(kern),
+static int (*const kern_of[IR_N_OPS])(ir_opkind, const ir_attrs *, const exec_tensor *, exec_tensor *,
+                                      const exec_kernel_opts *, char *, size_t) = {
+#include "ir/ops.def"
+};
+#undef X
 
 int exec_kernel_run(ir_opkind k, const ir_attrs *a, int n_in, const exec_tensor *in, exec_tensor *out,
                     const exec_kernel_opts *opts, char *err, size_t errlen)
 {
     static const exec_kernel_opts whole;
-    const exec_kernel_opts *o = opts ? opts : &whole;
+    if ((unsigned)k >= IR_N_OPS) return ir_errf(err, errlen, "unknown op %d", (int)k);
     if (n_in != ir_op_arity(k)) return ir_errf(err, errlen, "%s: takes %d operands, got %d", ir_op_name(k), ir_op_arity(k), n_in);
-    switch (k) {
-    case IR_OP_CONSTANT:
-        constant(a->scalar, out);
-        return 0;
-    case IR_OP_IOTA:
-        iota(a, out, o);
-        return 0;
-    case IR_OP_NEG: case IR_OP_EXP: case IR_OP_LOG: case IR_OP_SQRT: case IR_OP_RSQRT: case IR_OP_TANH:
-    case IR_OP_GELU: case IR_OP_GELU_GRAD: case IR_OP_RELU: case IR_OP_SCALE: case IR_OP_ADD_SCALAR:
-    case IR_OP_STOP_GRAD:
-        exec_elementwise(k, (float)a->scalar, in[0].data, NULL, out->data, numel(out));
-        return 0;
-    case IR_OP_ADD: case IR_OP_SUB: case IR_OP_MUL: case IR_OP_DIV: case IR_OP_MAX: case IR_OP_GE:
-        exec_elementwise(k, 0, in[0].data, in[1].data, out->data, numel(out));
-        return 0;
-    case IR_OP_EINSUM: {
-        ir_einsum_spec e;
-        char msg[200];
-        if (ir_einsum_parse(a->subscripts, in[0].rank, in[1].rank, &e, msg, sizeof msg) < 0)
-            return ir_errf(err, errlen, "einsum \"%s\": %s", a->subscripts, msg);
-        return exec_einsum_run(&e, in[0].dims, in[0].data, in[1].dims, in[1].data, out->dims, out->data, err, errlen);
-    }
-    case IR_OP_BROADCAST:
-        broadcast(a, &in[0], out);
-        return 0;
-    case IR_OP_REDUCE_SUM:
-        return reduce(0, a, &in[0], out, err, errlen);
-    case IR_OP_REDUCE_MAX:
-        return reduce(1, a, &in[0], out, err, errlen);
-    case IR_OP_TRANSPOSE:
-        transpose(a, &in[0], out);
-        return 0;
-    case IR_OP_RESHAPE:
-        if (out->data != in[0].data) memmove(out->data, in[0].data, (size_t)numel(out) * 4);
-        return 0;
-    case IR_OP_GATHER:
-        return gather(&in[0], &in[1], out, o, err, errlen);
-    case IR_OP_SCATTER_ADD:
-        return scatter_add(&in[0], &in[1], out, o, err, errlen);
-    case IR_OP_ONE_HOT:
-        one_hot(&in[0], out, o);
-        return 0;
-    }
-    return ir_errf(err, errlen, "unknown op %d", (int)k);
+    return kern_of[k](k, a, in, out, opts ? opts : &whole, err, errlen);
 }

@@ -39,21 +39,18 @@ size_t exec_spmd_device_bytes(const spmd_program *p)
 
 size_t exec_spmd_bytes(const spmd_program *p) { return exec_spmd_device_bytes(p) * (size_t)p->mesh.n_devices; }
 
-/* Local FLOPs of einsum instruction `in` (2 per multiply-add). */
-static double local_einsum_flops(const spmd_program *p, const spmd_instr *in)
+/* Local FLOPs of compute instruction `in` (ir_op_flops_dims on its blocks). */
+static double local_flops(const spmd_program *p, const spmd_instr *in)
 {
     const ir_op *op = &p->g->ops[in->op];
-    int64_t da[IR_MAX_RANK], db[IR_MAX_RANK];
-    ir_einsum_spec e;
-    if (ir_einsum_parse(op->attrs.subscripts, p->g->values[op->in[0]].rank, p->g->values[op->in[1]].rank, &e, NULL, 0) < 0)
-        return 0;
-    spmd_buffer_dims(p, in->in[0], da);
-    spmd_buffer_dims(p, in->in[1], db);
-    double f = 2;
-    for (int i = 0; i < e.rank_a; i++) f *= (double)da[i];
-    for (int i = 0; i < e.rank_b; i++)
-        if (ir_einsum_pos(e.a, e.rank_a, e.b[i]) < 0) f *= (double)db[i];
-    return f;
+    int rank[IR_MAX_OPERANDS] = {0};
+    int64_t dims[IR_MAX_OPERANDS][IR_MAX_RANK], out[IR_MAX_RANK];
+    for (int k = 0; k < op->n_in; k++) {
+        rank[k] = p->g->values[op->in[k]].rank;
+        spmd_buffer_dims(p, in->in[k], dims[k]);
+    }
+    spmd_buffer_dims(p, in->out, out);
+    return ir_op_flops_dims(op, rank, (const int64_t(*)[IR_MAX_RANK])dims, p->g->values[op->out].rank, out);
 }
 
 /* Groups elementwise chains of compute instructions (fuse.h).  Collectives
@@ -159,7 +156,7 @@ exec_spmd *exec_spmd_new_on(const spmd_program *p, exec_backend backend, size_t 
     r->stats.n_devices = r->n_dev;
     for (int i = 0; i < p->n_instrs; i++) {
         const spmd_instr *in = &p->instrs[i];
-        if (in->kind == SPMD_COMPUTE && g->ops[in->op].kind == IR_OP_EINSUM) r->instr_flops[i] = local_einsum_flops(p, in);
+        if (in->kind == SPMD_COMPUTE && g->ops[in->op].kind == IR_OP_EINSUM) r->instr_flops[i] = local_flops(p, in);
         if (in->kind < SPMD_N_KINDS) {
             r->stats.count[in->kind]++;
             r->stats.bytes[in->kind] += (double)in->bytes;

@@ -37,24 +37,8 @@ typedef struct ad {
     size_t name_len;
 } ad;
 
-/* Does op kind k pass a gradient to its operand k?  One switch, every op. */
-static int grad_flows(ir_opkind kind, int k)
-{
-    switch (kind) {
-    case IR_OP_CONSTANT: case IR_OP_IOTA: case IR_OP_STOP_GRAD: case IR_OP_GE: case IR_OP_ONE_HOT:
-        return 0;
-    case IR_OP_GATHER:
-        return k == 0; /* table yes, ids no */
-    case IR_OP_SCATTER_ADD:
-        return k == 1; /* updates yes, ids no */
-    case IR_OP_NEG: case IR_OP_EXP: case IR_OP_LOG: case IR_OP_SQRT: case IR_OP_RSQRT: case IR_OP_TANH:
-    case IR_OP_GELU: case IR_OP_GELU_GRAD: case IR_OP_RELU: case IR_OP_SCALE: case IR_OP_ADD_SCALAR:
-    case IR_OP_ADD: case IR_OP_SUB: case IR_OP_MUL: case IR_OP_DIV: case IR_OP_MAX: case IR_OP_EINSUM:
-    case IR_OP_BROADCAST: case IR_OP_REDUCE_SUM: case IR_OP_REDUCE_MAX: case IR_OP_TRANSPOSE: case IR_OP_RESHAPE:
-        return 1;
-    }
-    return 0;
-}
+/* Does op kind k pass a gradient to its operand k?  ops.def's grads column. */
+static int grad_flows(ir_opkind kind, int k) { return (ir_op_grads(kind) >> k) & 1; }
 
 /* ---- small builders that name their result (name NULL: automatic) ---- */
 
@@ -141,138 +125,155 @@ static int kept_dims(const ir_op *o, int rank, int64_t *kept)
     return n;
 }
 
-/* Emits the VJP of op `o` (a copy: the op array may move while we append)
- * for the cotangent gy of its result.  For every operand k with want[k] it
- * stores the contribution in dx[k]; nm[k] (or NULL) names the op that makes
- * it, when that contribution is a param's whole gradient.  Returns 0, or -1
- * with the error in the graph. */
+/* The VJP of each op, one function per vjp column of ir/ops.def.  Each
+ * emits the backward ops of `o` (a copy: the op array may move while we
+ * append) for the cotangent gy of its result: for every operand k with
+ * want[k] it stores the contribution in dx[k]; nm[k] (or NULL) names the op
+ * that makes it, when that contribution is a param's whole gradient.
+ * y, a, b are the result and the operands.  Errors stay in the graph. */
+#define VJP(name) static void vjp_##name(ir_graph *g, const ir_op *o, int gy, const int *want, const char *const *nm, \
+                                         int *dx, int y, int a, int b)
+
+VJP(none) {}
+VJP(neg) { dx[0] = op1(g, IR_OP_NEG, gy, nm[0]); }
+VJP(exp) { dx[0] = op2(g, IR_OP_MUL, gy, y, nm[0]); }
+VJP(log) { dx[0] = op2(g, IR_OP_DIV, gy, a, nm[0]); }
+/* d sqrt(x) = 0.5 / sqrt(x) */
+VJP(sqrt) { dx[0] = op2(g, IR_OP_DIV, scalar_op(g, IR_OP_SCALE, gy, 0.5, NULL), y, nm[0]); }
+/* d x^-1/2 = -0.5 x^-3/2 = -0.5 y^3 */
+VJP(rsqrt)
+{
+    int y3 = op2(g, IR_OP_MUL, op2(g, IR_OP_MUL, y, y, NULL), y, NULL);
+    dx[0] = scalar_op(g, IR_OP_SCALE, op2(g, IR_OP_MUL, gy, y3, NULL), -0.5, nm[0]);
+}
+/* 1 - y^2 */
+VJP(tanh)
+{
+    int d = scalar_op(g, IR_OP_ADD_SCALAR, op1(g, IR_OP_NEG, op2(g, IR_OP_MUL, y, y, NULL), NULL), 1.0, NULL);
+    dx[0] = op2(g, IR_OP_MUL, gy, d, nm[0]);
+}
+VJP(gelu) { dx[0] = op2(g, IR_OP_MUL, gy, op1(g, IR_OP_GELU_GRAD, a, NULL), nm[0]); }
+/* rejected before the backward pass starts (analyse) */
+VJP(gelu_grad) { ir_fail(g, "op '%s' (gelu_grad): second derivative of gelu not supported", g->values[y].name); }
+/* y (1 - y) */
+VJP(sigmoid) { dx[0] = op2(g, IR_OP_MUL, gy, op2(g, IR_OP_SUB, y, op2(g, IR_OP_MUL, y, y, NULL), NULL), nm[0]); }
+/* y = x s, s = sigmoid(x): dy/dx = s + x s (1 - s) = s + y - y s */
+VJP(silu)
+{
+    int s = op1(g, IR_OP_SIGMOID, a, NULL);
+    int d = op2(g, IR_OP_ADD, s, op2(g, IR_OP_SUB, y, op2(g, IR_OP_MUL, y, s, NULL), NULL), NULL);
+    dx[0] = op2(g, IR_OP_MUL, gy, d, nm[0]);
+}
+VJP(sin) { dx[0] = op2(g, IR_OP_MUL, gy, op1(g, IR_OP_COS, a, NULL), nm[0]); }
+VJP(cos) { dx[0] = op1(g, IR_OP_NEG, op2(g, IR_OP_MUL, gy, op1(g, IR_OP_SIN, a, NULL), NULL), nm[0]); }
+VJP(relu) { dx[0] = op2(g, IR_OP_MUL, gy, op2(g, IR_OP_GE, a, constant_like(g, a, 0.0, NULL), NULL), nm[0]); }
+VJP(scale) { dx[0] = scalar_op(g, IR_OP_SCALE, gy, o->attrs.scalar, nm[0]); }
+VJP(add_scalar) { dx[0] = gy; }
+VJP(add) { dx[0] = dx[1] = gy; }
+VJP(sub)
+{
+    dx[0] = gy;
+    if (want[1]) dx[1] = op1(g, IR_OP_NEG, gy, nm[1]);
+}
+VJP(mul)
+{
+    if (want[0]) dx[0] = op2(g, IR_OP_MUL, gy, b, nm[0]);
+    if (want[1]) dx[1] = op2(g, IR_OP_MUL, gy, a, nm[1]);
+}
+/* y = a/b: da = g/b, db = -g a/b^2 = -(g/b) y */
+VJP(div)
+{
+    int t = op2(g, IR_OP_DIV, gy, b, want[0] ? nm[0] : NULL);
+    dx[0] = t;
+    if (want[1]) dx[1] = op1(g, IR_OP_NEG, op2(g, IR_OP_MUL, t, y, NULL), nm[1]);
+}
+/* a gets g where a >= b, b gets the rest */
+VJP(max)
+{
+    int ga = op2(g, IR_OP_MUL, gy, op2(g, IR_OP_GE, a, b, NULL), want[0] ? nm[0] : NULL);
+    dx[0] = ga;
+    if (want[1]) dx[1] = op2(g, IR_OP_SUB, gy, ga, nm[1]);
+}
+VJP(einsum)
+{
+    ir_einsum_spec e;
+    char err[200], sub[IR_MAX_SUBSCRIPTS];
+    if (ir_einsum_parse(o->attrs.subscripts, -1, -1, &e, err, sizeof err) < 0) {
+        ir_fail(g, "einsum '%s': %s", g->values[y].name, err);
+        return;
+    }
+    if (want[0]) {
+        snprintf(sub, sizeof sub, "%.*s,%.*s->%.*s", e.rank_out, e.out, e.rank_b, e.b, e.rank_a, e.a);
+        dx[0] = einsum_op(g, sub, gy, b, nm[0]);
+    }
+    if (want[1]) {
+        snprintf(sub, sizeof sub, "%.*s,%.*s->%.*s", e.rank_a, e.a, e.rank_out, e.out, e.rank_b, e.b);
+        dx[1] = einsum_op(g, sub, a, gy, nm[1]);
+    }
+}
+/* sum over the dims the broadcast added */
+VJP(broadcast)
+{
+    int64_t added[IR_MAX_RANK];
+    int n = 0, r = g->values[y].rank;
+    for (int d = 0; d < r; d++) {
+        int mapped = 0;
+        for (int i = 0; i < o->attrs.n_ints; i++) mapped |= o->attrs.ints[i] == d;
+        if (!mapped) added[n++] = d;
+    }
+    dx[0] = n ? ints_op(g, IR_OP_REDUCE_SUM, gy, n, added, 0, NULL, nm[0]) : gy;
+}
+VJP(reduce_sum)
+{
+    int64_t kept[IR_MAX_RANK];
+    int n = kept_dims(o, g->values[a].rank, kept);
+    dx[0] = broadcast_like(g, gy, a, n, kept, nm[0]);
+}
+/* mask of the maxima, the gradient split between ties */
+VJP(reduce_max)
+{
+    int64_t kept[IR_MAX_RANK];
+    int n = kept_dims(o, g->values[a].rank, kept);
+    int mask = op2(g, IR_OP_GE, a, broadcast_like(g, y, a, n, kept, NULL), NULL);
+    int count = ints_op(g, IR_OP_REDUCE_SUM, mask, o->attrs.n_ints, o->attrs.ints, 0, NULL, NULL);
+    int share = op2(g, IR_OP_DIV, gy, count, NULL);
+    dx[0] = op2(g, IR_OP_MUL, mask, broadcast_like(g, share, a, n, kept, NULL), nm[0]);
+}
+VJP(transpose)
+{
+    int64_t inv[IR_MAX_RANK];
+    for (int i = 0; i < o->attrs.n_ints; i++) inv[o->attrs.ints[i]] = i;
+    dx[0] = ints_op(g, IR_OP_TRANSPOSE, gy, o->attrs.n_ints, inv, 0, NULL, nm[0]);
+}
+VJP(reshape)
+{
+    int64_t dims[IR_MAX_RANK];
+    memcpy(dims, g->values[a].dims, sizeof dims);
+    dx[0] = ints_op(g, IR_OP_RESHAPE, gy, 0, NULL, g->values[a].rank, dims, nm[0]);
+}
+/* table rows get the sum of the rows read from them */
+VJP(gather)
+{
+    int64_t rows = g->values[a].dims[0];
+    int in[2] = {b, gy};
+    dx[0] = gy < 0 ? -1 : ir_add_op(g, IR_OP_SCATTER_ADD, 2, in, NULL, IR_F32, 1, &rows, nm[0]);
+}
+VJP(scatter_add) { dx[1] = op2(g, IR_OP_GATHER, gy, a, nm[1]); }
+#undef VJP
+
+#define X(e, name, arity, cls, count, coef, bytes, grads, shape, rule, vjp, kern, attrs) vjp_##vjp,
+static void (*const vjp_of[IR_N_OPS])(ir_graph *, const ir_op *, int, const int *, const char *const *, int *, int,
+                                      int, int) = {
+#include "ops.def"
+};
+#undef X
+
+/* Emits the VJP of op `o` through vjp_of.  Returns 0, or -1 with the error
+ * in the graph. */
 static int vjp(ir_graph *g, const ir_op *o, int gy, const int *want, const char *const *nm, int *dx)
 {
-    const int y = o->out, a = o->in[0], b = o->n_in > 1 ? o->in[1] : -1;
     dx[0] = dx[1] = -1;
-    switch (o->kind) {
-    case IR_OP_CONSTANT: case IR_OP_IOTA: case IR_OP_STOP_GRAD: case IR_OP_GE: case IR_OP_ONE_HOT:
-        break;
-    case IR_OP_NEG:
-        dx[0] = op1(g, IR_OP_NEG, gy, nm[0]);
-        break;
-    case IR_OP_EXP:
-        dx[0] = op2(g, IR_OP_MUL, gy, y, nm[0]);
-        break;
-    case IR_OP_LOG:
-        dx[0] = op2(g, IR_OP_DIV, gy, a, nm[0]);
-        break;
-    case IR_OP_SQRT: /* d sqrt(x) = 0.5 / sqrt(x) */
-        dx[0] = op2(g, IR_OP_DIV, scalar_op(g, IR_OP_SCALE, gy, 0.5, NULL), y, nm[0]);
-        break;
-    case IR_OP_RSQRT: /* d x^-1/2 = -0.5 x^-3/2 = -0.5 y^3 */
-        dx[0] = scalar_op(g, IR_OP_SCALE, op2(g, IR_OP_MUL, gy, op2(g, IR_OP_MUL, op2(g, IR_OP_MUL, y, y, NULL), y, NULL), NULL),
-                          -0.5, nm[0]);
-        break;
-    case IR_OP_TANH: /* 1 - y^2 */
-        dx[0] = op2(g, IR_OP_MUL, gy,
-                    scalar_op(g, IR_OP_ADD_SCALAR, op1(g, IR_OP_NEG, op2(g, IR_OP_MUL, y, y, NULL), NULL), 1.0, NULL), nm[0]);
-        break;
-    case IR_OP_GELU:
-        dx[0] = op2(g, IR_OP_MUL, gy, op1(g, IR_OP_GELU_GRAD, a, NULL), nm[0]);
-        break;
-    case IR_OP_GELU_GRAD: /* rejected before the backward pass starts */
-        return ir_fail(g, "op '%s' (gelu_grad): second derivative of gelu not supported", g->values[y].name);
-    case IR_OP_RELU:
-        dx[0] = op2(g, IR_OP_MUL, gy, op2(g, IR_OP_GE, a, constant_like(g, a, 0.0, NULL), NULL), nm[0]);
-        break;
-    case IR_OP_SCALE:
-        dx[0] = scalar_op(g, IR_OP_SCALE, gy, o->attrs.scalar, nm[0]);
-        break;
-    case IR_OP_ADD_SCALAR:
-        dx[0] = gy;
-        break;
-    case IR_OP_ADD:
-        dx[0] = dx[1] = gy;
-        break;
-    case IR_OP_SUB:
-        dx[0] = gy;
-        if (want[1]) dx[1] = op1(g, IR_OP_NEG, gy, nm[1]);
-        break;
-    case IR_OP_MUL:
-        if (want[0]) dx[0] = op2(g, IR_OP_MUL, gy, b, nm[0]);
-        if (want[1]) dx[1] = op2(g, IR_OP_MUL, gy, a, nm[1]);
-        break;
-    case IR_OP_DIV: { /* y = a/b: da = g/b, db = -g a/b^2 = -(g/b) y */
-        int t = op2(g, IR_OP_DIV, gy, b, want[0] ? nm[0] : NULL);
-        dx[0] = t;
-        if (want[1]) dx[1] = op1(g, IR_OP_NEG, op2(g, IR_OP_MUL, t, y, NULL), nm[1]);
-        break;
-    }
-    case IR_OP_MAX: { /* a gets g where a >= b, b gets the rest */
-        int ga = op2(g, IR_OP_MUL, gy, op2(g, IR_OP_GE, a, b, NULL), want[0] ? nm[0] : NULL);
-        dx[0] = ga;
-        if (want[1]) dx[1] = op2(g, IR_OP_SUB, gy, ga, nm[1]);
-        break;
-    }
-    case IR_OP_EINSUM: {
-        ir_einsum_spec e;
-        char err[200], sub[IR_MAX_SUBSCRIPTS];
-        if (ir_einsum_parse(o->attrs.subscripts, -1, -1, &e, err, sizeof err) < 0)
-            return ir_fail(g, "einsum '%s': %s", g->values[y].name, err);
-        if (want[0]) {
-            snprintf(sub, sizeof sub, "%.*s,%.*s->%.*s", e.rank_out, e.out, e.rank_b, e.b, e.rank_a, e.a);
-            dx[0] = einsum_op(g, sub, gy, b, nm[0]);
-        }
-        if (want[1]) {
-            snprintf(sub, sizeof sub, "%.*s,%.*s->%.*s", e.rank_a, e.a, e.rank_out, e.out, e.rank_b, e.b);
-            dx[1] = einsum_op(g, sub, a, gy, nm[1]);
-        }
-        break;
-    }
-    case IR_OP_BROADCAST: { /* sum over the dims the broadcast added */
-        int64_t added[IR_MAX_RANK];
-        int n = 0, r = g->values[y].rank;
-        for (int d = 0; d < r; d++) {
-            int mapped = 0;
-            for (int i = 0; i < o->attrs.n_ints; i++) mapped |= o->attrs.ints[i] == d;
-            if (!mapped) added[n++] = d;
-        }
-        dx[0] = n ? ints_op(g, IR_OP_REDUCE_SUM, gy, n, added, 0, NULL, nm[0]) : gy;
-        break;
-    }
-    case IR_OP_REDUCE_SUM: {
-        int64_t kept[IR_MAX_RANK];
-        int n = kept_dims(o, g->values[a].rank, kept);
-        dx[0] = broadcast_like(g, gy, a, n, kept, nm[0]);
-        break;
-    }
-    case IR_OP_REDUCE_MAX: { /* mask of the maxima, the gradient split between ties */
-        int64_t kept[IR_MAX_RANK];
-        int n = kept_dims(o, g->values[a].rank, kept);
-        int mask = op2(g, IR_OP_GE, a, broadcast_like(g, y, a, n, kept, NULL), NULL);
-        int count = ints_op(g, IR_OP_REDUCE_SUM, mask, o->attrs.n_ints, o->attrs.ints, 0, NULL, NULL);
-        int share = op2(g, IR_OP_DIV, gy, count, NULL);
-        dx[0] = op2(g, IR_OP_MUL, mask, broadcast_like(g, share, a, n, kept, NULL), nm[0]);
-        break;
-    }
-    case IR_OP_TRANSPOSE: {
-        int64_t inv[IR_MAX_RANK];
-        for (int i = 0; i < o->attrs.n_ints; i++) inv[o->attrs.ints[i]] = i;
-        dx[0] = ints_op(g, IR_OP_TRANSPOSE, gy, o->attrs.n_ints, inv, 0, NULL, nm[0]);
-        break;
-    }
-    case IR_OP_RESHAPE: {
-        int64_t dims[IR_MAX_RANK];
-        memcpy(dims, g->values[a].dims, sizeof dims);
-        dx[0] = ints_op(g, IR_OP_RESHAPE, gy, 0, NULL, g->values[a].rank, dims, nm[0]);
-        break;
-    }
-    case IR_OP_GATHER: { /* table rows get the sum of the rows read from them */
-        int64_t rows = g->values[a].dims[0];
-        int in[2] = {b, gy};
-        dx[0] = gy < 0 ? -1 : ir_add_op(g, IR_OP_SCATTER_ADD, 2, in, NULL, IR_F32, 1, &rows, nm[0]);
-        break;
-    }
-    case IR_OP_SCATTER_ADD:
-        dx[1] = op2(g, IR_OP_GATHER, gy, a, nm[1]);
-        break;
-    }
+    vjp_of[o->kind](g, o, gy, want, nm, dx, o->out, o->in[0], o->n_in > 1 ? o->in[1] : -1);
     for (int k = 0; k < o->n_in; k++)
         if (!want[k]) dx[k] = -1;
     return ir_error(g) ? -1 : 0;

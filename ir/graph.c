@@ -14,30 +14,36 @@
 
 /* ---- op table --------------------------------------------------------- */
 
-static const char *const op_names[IR_N_OPS] = {
-#define X(e, name, arity, cls) name,
+#define X(e, name, arity, cls, count, coef, bytes, grads, shape, rule, vjp, kern, attrs) \
+    {name, arity, IR_##cls, IR_COUNT_##count, coef, IR_BYTES_##bytes, grads, attrs},
+static const struct op_row {
+    const char *name;
+    int arity;
+    ir_opclass cls;
+    ir_opcount count;
+    double coef;
+    ir_opbytes bytes;
+    unsigned grads;
+    unsigned attrs;
+} op_table[IR_N_OPS] = {
 #include "ops.def"
-#undef X
 };
-static const int op_arity[IR_N_OPS] = {
-#define X(e, name, arity, cls) arity,
-#include "ops.def"
 #undef X
-};
-static const ir_opclass op_class[IR_N_OPS] = {
-#define X(e, name, arity, cls) IR_##cls,
-#include "ops.def"
-#undef X
-};
 
-const char *ir_op_name(ir_opkind k) { return (unsigned)k < IR_N_OPS ? op_names[k] : "?"; }
-int ir_op_arity(ir_opkind k) { return op_arity[k]; }
-ir_opclass ir_op_class(ir_opkind k) { return op_class[k]; }
+const char *ir_op_name(ir_opkind k) { return (unsigned)k < IR_N_OPS ? op_table[k].name : "?"; }
+int ir_op_arity(ir_opkind k) { return op_table[k].arity; }
+ir_opclass ir_op_class(ir_opkind k) { return op_table[k].cls; }
+int ir_op_elementwise(ir_opkind k) { return op_table[k].cls == IR_UNARY || op_table[k].cls == IR_BINARY; }
+ir_opcount ir_op_count(ir_opkind k) { return op_table[k].count; }
+double ir_op_coef(ir_opkind k) { return op_table[k].coef; }
+ir_opbytes ir_op_bytes(ir_opkind k) { return op_table[k].bytes; }
+unsigned ir_op_grads(ir_opkind k) { return op_table[k].grads; }
+unsigned ir_op_attrs(ir_opkind k) { return op_table[k].attrs; }
 
 int ir_op_from_name(const char *name)
 {
     for (int k = 0; k < IR_N_OPS; k++)
-        if (strcmp(op_names[k], name) == 0) return k;
+        if (strcmp(op_table[k].name, name) == 0) return k;
     return -1;
 }
 
@@ -345,188 +351,244 @@ static int ints_are_dims(const ir_attrs *a, int rank)
     return 1;
 }
 
-/* Infers result dtype and shape of op k on operands `in`; fills *t, *rank, dims.
- * Returns 0 or -1 with an error naming the op. */
-static int infer(ir_graph *g, ir_opkind k, const int *in, const ir_attrs *a, ir_dtype *t,
-                 int *rank, int64_t *dims, int hint_rank, const int64_t *hint)
+/* Shape inference: one function per shape column of ops.def.  Each reads
+ * the operands and attributes in *c and sets c->t, c->rank and c->dims, or
+ * returns -1 with an error naming the op.  c->t starts as the dtype the
+ * caller asked for (nullary ops keep it). */
+typedef struct shape_ctx {
+    ir_graph *g;
+    ir_opkind k;
+    const char *on;          /* the op's name */
+    const ir_value *x, *y;   /* operands 0 and 1, or NULL */
+    const ir_attrs *a;
+    int hint_rank;
+    const int64_t *hint;     /* result shape given by the caller, or NULL */
+    ir_dtype t;
+    int rank;
+    int64_t dims[IR_MAX_RANK];
+} shape_ctx;
+
+static void same_as(shape_ctx *c, const ir_value *v)
 {
-    const char *on = ir_op_name(k);
-    const ir_value *x = op_arity[k] >= 1 && in[0] >= 0 ? &g->values[in[0]] : NULL;
-    const ir_value *y = op_arity[k] >= 2 ? &g->values[in[1]] : NULL;
-    char ta[64], tb[64];
-    switch (k) {
-    case IR_OP_CONSTANT:
-    case IR_OP_IOTA:
-        if (!hint) return ir_fail(g, "%s: needs a shape", on);
-        if (check_shape(g, on, hint_rank, hint) < 0) return -1;
-        if (k == IR_OP_IOTA && (a->n_ints != 1 || a->ints[0] < 0 || a->ints[0] >= hint_rank))
-            return ir_fail(g, "iota: needs one dim in 0..%d", hint_rank - 1);
-        *rank = hint_rank;
-        memcpy(dims, hint, sizeof(int64_t) * (size_t)hint_rank);
-        return 0;
-    case IR_OP_NEG: case IR_OP_EXP: case IR_OP_LOG: case IR_OP_SQRT: case IR_OP_RSQRT:
-    case IR_OP_TANH: case IR_OP_GELU: case IR_OP_GELU_GRAD: case IR_OP_RELU:
-    case IR_OP_SCALE: case IR_OP_ADD_SCALAR: case IR_OP_STOP_GRAD:
-        if (!is_float(x->dtype)) return ir_fail(g, "%s: operand '%s' is %s, needs a float type", on, x->name, ir_dtype_name(x->dtype));
-        *t = x->dtype;
-        *rank = x->rank;
-        memcpy(dims, x->dims, sizeof x->dims);
-        return 0;
-    case IR_OP_ADD: case IR_OP_SUB: case IR_OP_MUL: case IR_OP_DIV: case IR_OP_MAX: case IR_OP_GE:
-        if (!is_float(x->dtype) || x->dtype != y->dtype)
-            return ir_fail(g, "%s: operands '%s' (%s) and '%s' (%s) need one float type", on, x->name,
-                           ir_dtype_name(x->dtype), y->name, ir_dtype_name(y->dtype));
-        if (!same_shape(x, y))
-            return ir_fail(g, "%s: shape mismatch: '%s' is %s, '%s' is %s (broadcast explicitly)", on,
-                           x->name, ir_type_str(x, ta, sizeof ta), y->name, ir_type_str(y, tb, sizeof tb));
-        *t = x->dtype;
-        *rank = x->rank;
-        memcpy(dims, x->dims, sizeof x->dims);
-        return 0;
-    case IR_OP_EINSUM: {
-        ir_einsum_spec e;
-        char err[200];
-        if (ir_einsum_parse(a->subscripts, x->rank, y->rank, &e, err, sizeof err) < 0)
-            return ir_fail(g, "einsum \"%s\": %s", a->subscripts, err);
-        if (!is_float(x->dtype) || x->dtype != y->dtype)
-            return ir_fail(g, "einsum: operands '%s' and '%s' need one float type", x->name, y->name);
-        for (int i = 0; i < e.rank_a; i++) {
-            int j = ir_einsum_pos(e.b, e.rank_b, e.a[i]);
-            if (j >= 0 && x->dims[i] != y->dims[j])
-                return ir_fail(g, "einsum \"%s\": letter '%c' is %lld in '%s' but %lld in '%s'", a->subscripts,
-                               e.a[i], (long long)x->dims[i], x->name, (long long)y->dims[j], y->name);
-        }
-        for (int i = 0; i < e.rank_out; i++) {
-            int j = ir_einsum_pos(e.a, e.rank_a, e.out[i]);
-            dims[i] = j >= 0 ? x->dims[j] : y->dims[ir_einsum_pos(e.b, e.rank_b, e.out[i])];
-        }
-        *t = x->dtype;
-        *rank = e.rank_out;
-        return 0;
-    }
-    case IR_OP_BROADCAST: {
-        if (!hint) return ir_fail(g, "broadcast: needs a result shape");
-        if (check_shape(g, on, hint_rank, hint) < 0) return -1;
-        if (a->n_ints != x->rank)
-            return ir_fail(g, "broadcast of '%s': dims map has %d entries, operand rank is %d", x->name, a->n_ints, x->rank);
-        for (int i = 0; i < x->rank; i++) {
-            int64_t d = a->ints[i];
-            if (d < 0 || d >= hint_rank || (i && d <= a->ints[i - 1]))
-                return ir_fail(g, "broadcast of '%s': dims map must be increasing dims of the result", x->name);
-            if (hint[d] != x->dims[i])
-                return ir_fail(g, "broadcast of '%s': operand dim %d is %lld but result dim %lld is %lld", x->name,
-                               i, (long long)x->dims[i], (long long)d, (long long)hint[d]);
-        }
-        *t = x->dtype;
-        *rank = hint_rank;
-        memcpy(dims, hint, sizeof(int64_t) * (size_t)hint_rank);
-        return 0;
-    }
-    case IR_OP_REDUCE_SUM:
-    case IR_OP_REDUCE_MAX: {
-        if (!is_float(x->dtype)) return ir_fail(g, "%s: operand '%s' needs a float type", on, x->name);
-        if (a->n_ints < 1 || !ints_are_dims(a, x->rank))
-            return ir_fail(g, "%s of '%s': needs 1 or more dims in 0..%d", on, x->name, x->rank - 1);
-        int keep = 0, seen = 0;
-        for (int i = 0; i < a->n_ints; i++) {
-            if (seen & (1 << a->ints[i])) return ir_fail(g, "%s of '%s': dim %lld repeated", on, x->name, (long long)a->ints[i]);
-            seen |= 1 << a->ints[i];
-        }
-        for (int i = 0; i < x->rank; i++)
-            if (!(seen & (1 << i))) dims[keep++] = x->dims[i];
-        *t = x->dtype;
-        *rank = keep;
-        return 0;
-    }
-    case IR_OP_TRANSPOSE: {
-        if (a->n_ints != x->rank || !ints_are_dims(a, x->rank))
-            return ir_fail(g, "transpose of '%s': perm must list the %d dims", x->name, x->rank);
-        int seen = 0;
-        for (int i = 0; i < x->rank; i++) {
-            if (seen & (1 << a->ints[i])) return ir_fail(g, "transpose of '%s': perm repeats dim %lld", x->name, (long long)a->ints[i]);
-            seen |= 1 << a->ints[i];
-            dims[i] = x->dims[a->ints[i]];
-        }
-        *t = x->dtype;
-        *rank = x->rank;
-        return 0;
-    }
-    case IR_OP_RESHAPE: {
-        if (!hint) return ir_fail(g, "reshape: needs a result shape");
-        if (check_shape(g, on, hint_rank, hint) < 0) return -1;
-        int64_t n = 1;
-        for (int i = 0; i < hint_rank; i++) n *= hint[i];
-        if (n != ir_numel(x))
-            return ir_fail(g, "reshape of '%s' (%s): %lld elements cannot become %lld", x->name,
-                           ir_type_str(x, ta, sizeof ta), (long long)ir_numel(x), (long long)n);
-        *t = x->dtype;
-        *rank = hint_rank;
-        memcpy(dims, hint, sizeof(int64_t) * (size_t)hint_rank);
-        return 0;
-    }
-    case IR_OP_GATHER:
-        if (!is_float(x->dtype) || x->rank < 1) return ir_fail(g, "gather: table '%s' needs a float type and rank >= 1", x->name);
-        if (y->dtype != IR_I32) return ir_fail(g, "gather: ids '%s' must be i32", y->name);
-        if (y->rank + x->rank - 1 > IR_MAX_RANK) return ir_fail(g, "gather: result rank above %d", IR_MAX_RANK);
-        *rank = 0;
-        for (int i = 0; i < y->rank; i++) dims[(*rank)++] = y->dims[i];
-        for (int i = 1; i < x->rank; i++) dims[(*rank)++] = x->dims[i];
-        *t = x->dtype;
-        return 0;
-    case IR_OP_SCATTER_ADD: {
-        /* x = ids, y = updates */
-        if (x->dtype != IR_I32) return ir_fail(g, "scatter_add: ids '%s' must be i32", x->name);
-        if (!is_float(y->dtype)) return ir_fail(g, "scatter_add: updates '%s' need a float type", y->name);
-        if (!hint || hint_rank < 1 || hint[0] <= 0) return ir_fail(g, "scatter_add: needs a positive row count");
-        if (y->rank < x->rank) return ir_fail(g, "scatter_add: updates '%s' rank below ids '%s' rank", y->name, x->name);
-        for (int i = 0; i < x->rank; i++)
-            if (x->dims[i] != y->dims[i])
-                return ir_fail(g, "scatter_add: updates '%s' dim %d is %lld, ids '%s' dim is %lld", y->name, i,
-                               (long long)y->dims[i], x->name, (long long)x->dims[i]);
-        dims[0] = hint[0];
-        *rank = 1;
-        for (int i = x->rank; i < y->rank; i++) dims[(*rank)++] = y->dims[i];
-        *t = y->dtype;
-        return check_shape(g, on, *rank, dims);
-    }
-    case IR_OP_ONE_HOT:
-        if (x->dtype != IR_I32) return ir_fail(g, "one_hot: ids '%s' must be i32", x->name);
-        if (x->rank + 1 > IR_MAX_RANK) return ir_fail(g, "one_hot: result rank above %d", IR_MAX_RANK);
-        if (a->n_ints != 1 || a->ints[0] <= 0) return ir_fail(g, "one_hot: needs a positive depth");
-        memcpy(dims, x->dims, sizeof x->dims);
-        dims[x->rank] = a->ints[0];
-        *rank = x->rank + 1;
-        *t = IR_F32;
-        return check_shape(g, on, *rank, dims);
-    }
-    return ir_fail(g, "unknown op %d", (int)k);
+    c->t = v->dtype;
+    c->rank = v->rank;
+    memcpy(c->dims, v->dims, sizeof v->dims);
 }
+
+/* The result takes the caller's shape (hint). */
+static int hinted(shape_ctx *c, const char *what)
+{
+    if (!c->hint) return ir_fail(c->g, "%s: needs %s", c->on, what);
+    if (check_shape(c->g, c->on, c->hint_rank, c->hint) < 0) return -1;
+    c->rank = c->hint_rank;
+    memcpy(c->dims, c->hint, sizeof(int64_t) * (size_t)c->hint_rank);
+    return 0;
+}
+
+static int infer_nullary(shape_ctx *c)
+{
+    if (hinted(c, "a shape") < 0) return -1;
+    if (c->k == IR_OP_IOTA && (c->a->n_ints != 1 || c->a->ints[0] < 0 || c->a->ints[0] >= c->hint_rank))
+        return ir_fail(c->g, "iota: needs one dim in 0..%d", c->hint_rank - 1);
+    return 0;
+}
+
+static int infer_unary(shape_ctx *c)
+{
+    if (!is_float(c->x->dtype))
+        return ir_fail(c->g, "%s: operand '%s' is %s, needs a float type", c->on, c->x->name, ir_dtype_name(c->x->dtype));
+    same_as(c, c->x);
+    return 0;
+}
+
+static int infer_binary(shape_ctx *c)
+{
+    const ir_value *x = c->x, *y = c->y;
+    char ta[64], tb[64];
+    if (!is_float(x->dtype) || x->dtype != y->dtype)
+        return ir_fail(c->g, "%s: operands '%s' (%s) and '%s' (%s) need one float type", c->on, x->name,
+                       ir_dtype_name(x->dtype), y->name, ir_dtype_name(y->dtype));
+    if (!same_shape(x, y))
+        return ir_fail(c->g, "%s: shape mismatch: '%s' is %s, '%s' is %s (broadcast explicitly)", c->on, x->name,
+                       ir_type_str(x, ta, sizeof ta), y->name, ir_type_str(y, tb, sizeof tb));
+    same_as(c, x);
+    return 0;
+}
+
+static int infer_einsum(shape_ctx *c)
+{
+    const ir_value *x = c->x, *y = c->y;
+    const char *sub = c->a->subscripts;
+    ir_einsum_spec e;
+    char err[200];
+    if (ir_einsum_parse(sub, x->rank, y->rank, &e, err, sizeof err) < 0)
+        return ir_fail(c->g, "einsum \"%s\": %s", sub, err);
+    if (!is_float(x->dtype) || x->dtype != y->dtype)
+        return ir_fail(c->g, "einsum: operands '%s' and '%s' need one float type", x->name, y->name);
+    for (int i = 0; i < e.rank_a; i++) {
+        int j = ir_einsum_pos(e.b, e.rank_b, e.a[i]);
+        if (j >= 0 && x->dims[i] != y->dims[j])
+            return ir_fail(c->g, "einsum \"%s\": letter '%c' is %lld in '%s' but %lld in '%s'", sub, e.a[i],
+                           (long long)x->dims[i], x->name, (long long)y->dims[j], y->name);
+    }
+    for (int i = 0; i < e.rank_out; i++) {
+        int j = ir_einsum_pos(e.a, e.rank_a, e.out[i]);
+        c->dims[i] = j >= 0 ? x->dims[j] : y->dims[ir_einsum_pos(e.b, e.rank_b, e.out[i])];
+    }
+    c->t = x->dtype;
+    c->rank = e.rank_out;
+    return 0;
+}
+
+static int infer_broadcast(shape_ctx *c)
+{
+    const ir_value *x = c->x;
+    const ir_attrs *a = c->a;
+    if (hinted(c, "a result shape") < 0) return -1;
+    if (a->n_ints != x->rank)
+        return ir_fail(c->g, "broadcast of '%s': dims map has %d entries, operand rank is %d", x->name, a->n_ints, x->rank);
+    for (int i = 0; i < x->rank; i++) {
+        int64_t d = a->ints[i];
+        if (d < 0 || d >= c->rank || (i && d <= a->ints[i - 1]))
+            return ir_fail(c->g, "broadcast of '%s': dims map must be increasing dims of the result", x->name);
+        if (c->dims[d] != x->dims[i])
+            return ir_fail(c->g, "broadcast of '%s': operand dim %d is %lld but result dim %lld is %lld", x->name, i,
+                           (long long)x->dims[i], (long long)d, (long long)c->dims[d]);
+    }
+    c->t = x->dtype;
+    return 0;
+}
+
+/* Bit mask of the dims listed in a->ints (checked to lie in 0..rank-1), or
+ * -1 with an error when one is listed twice. */
+static int dims_mask(shape_ctx *c, int rank, const char *what)
+{
+    const ir_attrs *a = c->a;
+    int seen = 0;
+    for (int i = 0; i < a->n_ints; i++) {
+        if (seen & (1 << a->ints[i]))
+            return ir_fail(c->g, "%s of '%s': %s repeats dim %lld", c->on, c->x->name, what, (long long)a->ints[i]);
+        seen |= 1 << a->ints[i];
+    }
+    return seen;
+}
+
+static int infer_reduce(shape_ctx *c)
+{
+    const ir_value *x = c->x;
+    if (!is_float(x->dtype)) return ir_fail(c->g, "%s: operand '%s' needs a float type", c->on, x->name);
+    if (c->a->n_ints < 1 || !ints_are_dims(c->a, x->rank))
+        return ir_fail(c->g, "%s of '%s': needs 1 or more dims in 0..%d", c->on, x->name, x->rank - 1);
+    int seen = dims_mask(c, x->rank, "dims");
+    if (seen < 0) return -1;
+    c->rank = 0;
+    for (int i = 0; i < x->rank; i++)
+        if (!(seen & (1 << i))) c->dims[c->rank++] = x->dims[i];
+    c->t = x->dtype;
+    return 0;
+}
+
+static int infer_transpose(shape_ctx *c)
+{
+    const ir_value *x = c->x;
+    if (c->a->n_ints != x->rank || !ints_are_dims(c->a, x->rank))
+        return ir_fail(c->g, "transpose of '%s': perm must list the %d dims", x->name, x->rank);
+    if (dims_mask(c, x->rank, "perm") < 0) return -1;
+    for (int i = 0; i < x->rank; i++) c->dims[i] = x->dims[c->a->ints[i]];
+    c->t = x->dtype;
+    c->rank = x->rank;
+    return 0;
+}
+
+static int infer_reshape(shape_ctx *c)
+{
+    const ir_value *x = c->x;
+    char ta[64];
+    if (hinted(c, "a result shape") < 0) return -1;
+    int64_t n = 1;
+    for (int i = 0; i < c->rank; i++) n *= c->dims[i];
+    if (n != ir_numel(x))
+        return ir_fail(c->g, "reshape of '%s' (%s): %lld elements cannot become %lld", x->name,
+                       ir_type_str(x, ta, sizeof ta), (long long)ir_numel(x), (long long)n);
+    c->t = x->dtype;
+    return 0;
+}
+
+static int infer_gather(shape_ctx *c)
+{
+    const ir_value *x = c->x, *y = c->y;
+    if (!is_float(x->dtype) || x->rank < 1) return ir_fail(c->g, "gather: table '%s' needs a float type and rank >= 1", x->name);
+    if (y->dtype != IR_I32) return ir_fail(c->g, "gather: ids '%s' must be i32", y->name);
+    if (y->rank + x->rank - 1 > IR_MAX_RANK) return ir_fail(c->g, "gather: result rank above %d", IR_MAX_RANK);
+    c->rank = 0;
+    for (int i = 0; i < y->rank; i++) c->dims[c->rank++] = y->dims[i];
+    for (int i = 1; i < x->rank; i++) c->dims[c->rank++] = x->dims[i];
+    c->t = x->dtype;
+    return 0;
+}
+
+static int infer_scatter_add(shape_ctx *c)
+{
+    const ir_value *x = c->x, *y = c->y; /* ids, updates */
+    if (x->dtype != IR_I32) return ir_fail(c->g, "scatter_add: ids '%s' must be i32", x->name);
+    if (!is_float(y->dtype)) return ir_fail(c->g, "scatter_add: updates '%s' need a float type", y->name);
+    if (!c->hint || c->hint_rank < 1 || c->hint[0] <= 0) return ir_fail(c->g, "scatter_add: needs a positive row count");
+    if (y->rank < x->rank) return ir_fail(c->g, "scatter_add: updates '%s' rank below ids '%s' rank", y->name, x->name);
+    for (int i = 0; i < x->rank; i++)
+        if (x->dims[i] != y->dims[i])
+            return ir_fail(c->g, "scatter_add: updates '%s' dim %d is %lld, ids '%s' dim is %lld", y->name, i,
+                           (long long)y->dims[i], x->name, (long long)x->dims[i]);
+    c->dims[0] = c->hint[0];
+    c->rank = 1;
+    for (int i = x->rank; i < y->rank; i++) c->dims[c->rank++] = y->dims[i];
+    c->t = y->dtype;
+    return check_shape(c->g, c->on, c->rank, c->dims);
+}
+
+static int infer_one_hot(shape_ctx *c)
+{
+    const ir_value *x = c->x;
+    if (x->dtype != IR_I32) return ir_fail(c->g, "one_hot: ids '%s' must be i32", x->name);
+    if (x->rank + 1 > IR_MAX_RANK) return ir_fail(c->g, "one_hot: result rank above %d", IR_MAX_RANK);
+    if (c->a->n_ints != 1 || c->a->ints[0] <= 0) return ir_fail(c->g, "one_hot: needs a positive depth");
+    memcpy(c->dims, x->dims, sizeof x->dims);
+    c->dims[x->rank] = c->a->ints[0];
+    c->rank = x->rank + 1;
+    c->t = IR_F32;
+    return check_shape(c->g, c->on, c->rank, c->dims);
+}
+
+#define X(e, name, arity, cls, count, coef, bytes, grads, shape, rule, vjp, kern, attrs) infer_##shape,
+static int (*const infer_of[IR_N_OPS])(shape_ctx *) = {
+#include "ops.def"
+};
+#undef X
 
 int ir_add_op(ir_graph *g, ir_opkind k, int n_in, const int *in, const ir_attrs *a, ir_dtype t,
               int rank, const int64_t *shape_hint, const char *name)
 {
     if (g->err[0]) return -1;
     if ((unsigned)k >= IR_N_OPS) return ir_fail(g, "unknown op %d", (int)k);
-    if (n_in != op_arity[k]) return ir_fail(g, "%s: takes %d operands, got %d", op_names[k], op_arity[k], n_in);
+    if (n_in != op_table[k].arity) return ir_fail(g, "%s: takes %d operands, got %d", op_table[k].name, op_table[k].arity, n_in);
     for (int i = 0; i < n_in; i++)
         if (in[i] < 0 || in[i] >= g->n_values)
-            return ir_fail(g, "%s: operand %d is not a value of the graph", op_names[k], i);
+            return ir_fail(g, "%s: operand %d is not a value of the graph", op_table[k].name, i);
     ir_attrs at;
     if (a) at = *a;
     else memset(&at, 0, sizeof at);
-    if (at.n_ints < 0 || at.n_ints > IR_MAX_RANK) return ir_fail(g, "%s: bad attribute count", op_names[k]);
+    if (at.n_ints < 0 || at.n_ints > IR_MAX_RANK) return ir_fail(g, "%s: bad attribute count", op_table[k].name);
     if (k == IR_OP_EINSUM && !memchr(at.subscripts, 0, sizeof at.subscripts))
         return ir_fail(g, "einsum: subscripts too long");
-    int out_rank = 0;
-    int64_t dims[IR_MAX_RANK] = {0};
-    ir_dtype out_t = (unsigned)t < IR_N_DTYPES ? t : IR_F32;
-    if (infer(g, k, in, &at, &out_t, &out_rank, dims, rank, shape_hint) < 0) return -1;
-    if (k == IR_OP_CONSTANT || k == IR_OP_IOTA) out_t = t;
+    shape_ctx c = {.g = g, .k = k, .on = op_table[k].name, .a = &at, .hint_rank = rank, .hint = shape_hint,
+                   .t = (unsigned)t < IR_N_DTYPES ? t : IR_F32};
+    if (n_in >= 1) c.x = &g->values[in[0]];
+    if (n_in >= 2) c.y = &g->values[in[1]];
+    if (infer_of[k](&c) < 0) return -1;
     if (g->n_ops == g->cap_ops) {
         g->cap_ops = g->cap_ops ? 2 * g->cap_ops : 64;
         g->ops = ir_xrealloc(g->ops, (size_t)g->cap_ops * sizeof *g->ops);
     }
-    int v = new_value(g, name, IR_INTERMEDIATE, out_t, out_rank, dims, g->n_ops);
+    int v = new_value(g, name, IR_INTERMEDIATE, c.t, c.rank, c.dims, g->n_ops);
     if (v < 0) return -1;
     ir_op *op = &g->ops[g->n_ops++];
     memset(op, 0, sizeof *op);
@@ -558,7 +620,7 @@ int ir_iota(ir_graph *g, ir_dtype t, int rank, const int64_t *dims, int dim)
 int ir_unary(ir_graph *g, ir_opkind k, int x)
 {
     if (!ok_ids(g, x, 0)) return -1;
-    if (op_class[k] != IR_UNARY) return ir_fail(g, "%s is not a unary op", op_names[k]);
+    if (op_table[k].cls != IR_UNARY) return ir_fail(g, "%s is not a unary op", op_table[k].name);
     return ir_add_op(g, k, 1, &x, NULL, IR_F32, 0, NULL, NULL);
 }
 
@@ -579,7 +641,7 @@ int ir_add_scalar(ir_graph *g, int x, double s)
 int ir_binary(ir_graph *g, ir_opkind k, int a, int b)
 {
     if (!ok_ids(g, a, b)) return -1;
-    if (op_class[k] != IR_BINARY) return ir_fail(g, "%s is not a binary op", op_names[k]);
+    if (op_table[k].cls != IR_BINARY) return ir_fail(g, "%s is not a binary op", op_table[k].name);
     int in[2] = {a, b};
     return ir_add_op(g, k, 2, in, NULL, IR_F32, 0, NULL, NULL);
 }
@@ -598,7 +660,7 @@ int ir_einsum(ir_graph *g, const char *subscripts, int a, int b)
 static int with_ints(ir_graph *g, ir_opkind k, int x, int n, const int64_t *ints, int rank, const int64_t *dims)
 {
     if (!ok_ids(g, x, 0)) return -1;
-    if (n < 0 || n > IR_MAX_RANK) return ir_fail(g, "%s: too many dims", op_names[k]);
+    if (n < 0 || n > IR_MAX_RANK) return ir_fail(g, "%s: too many dims", op_table[k].name);
     ir_attrs a;
     memset(&a, 0, sizeof a);
     a.n_ints = n;
@@ -614,7 +676,7 @@ int ir_broadcast(ir_graph *g, int x, int rank, const int64_t *dims, const int64_
 
 int ir_reduce(ir_graph *g, ir_opkind k, int x, int n_dims, const int64_t *dims)
 {
-    if (k != IR_OP_REDUCE_SUM && k != IR_OP_REDUCE_MAX) return ir_fail(g, "%s is not a reduction", op_names[k]);
+    if (k != IR_OP_REDUCE_SUM && k != IR_OP_REDUCE_MAX) return ir_fail(g, "%s is not a reduction", op_table[k].name);
     return with_ints(g, k, x, n_dims, dims, 0, NULL);
 }
 
@@ -722,37 +784,43 @@ int64_t ir_param_count(const ir_graph *g)
     return n;
 }
 
+double ir_op_flops_dims(const ir_op *o, const int *in_rank, const int64_t (*in_dims)[IR_MAX_RANK], int out_rank,
+                        const int64_t *out_dims)
+{
+    double n = 1;
+    switch (op_table[o->kind].count) {
+    case IR_COUNT_OUT:
+        for (int i = 0; i < out_rank; i++) n *= (double)out_dims[i];
+        break;
+    case IR_COUNT_IN0:
+    case IR_COUNT_IN1: {
+        int k = op_table[o->kind].count == IR_COUNT_IN1;
+        for (int i = 0; i < in_rank[k]; i++) n *= (double)in_dims[k][i];
+        break;
+    }
+    case IR_COUNT_EINSUM: { /* the result's elements times the contracted letters */
+        ir_einsum_spec e;
+        if (ir_einsum_parse(o->attrs.subscripts, in_rank[0], in_rank[1], &e, NULL, 0) < 0) return 0;
+        for (int i = 0; i < out_rank; i++) n *= (double)out_dims[i];
+        for (int i = 0; i < e.rank_a; i++)
+            if (ir_einsum_pos(e.out, e.rank_out, e.a[i]) < 0) n *= (double)in_dims[0][i];
+        break;
+    }
+    }
+    return op_table[o->kind].coef * n;
+}
+
 double ir_op_flops(const ir_graph *g, int op)
 {
     const ir_op *o = &g->ops[op];
     const ir_value *out = &g->values[o->out];
-    switch (o->kind) {
-    case IR_OP_EINSUM: {
-        ir_einsum_spec e;
-        const ir_value *a = &g->values[o->in[0]], *b = &g->values[o->in[1]];
-        if (ir_einsum_parse(o->attrs.subscripts, a->rank, b->rank, &e, NULL, 0) < 0) return 0;
-        double f = 2.0 * (double)ir_numel(out);
-        for (int i = 0; i < e.rank_a; i++)
-            if (ir_einsum_pos(e.out, e.rank_out, e.a[i]) < 0) f *= (double)a->dims[i];
-        return f;
+    int rank[IR_MAX_OPERANDS] = {0};
+    int64_t dims[IR_MAX_OPERANDS][IR_MAX_RANK];
+    for (int k = 0; k < o->n_in; k++) {
+        rank[k] = g->values[o->in[k]].rank;
+        memcpy(dims[k], g->values[o->in[k]].dims, sizeof dims[k]);
     }
-    case IR_OP_REDUCE_SUM:
-    case IR_OP_REDUCE_MAX:
-        return (double)ir_numel(&g->values[o->in[0]]);
-    case IR_OP_SCATTER_ADD:
-        return (double)ir_numel(&g->values[o->in[1]]);
-    case IR_OP_GELU:
-    case IR_OP_GELU_GRAD:
-        return 8.0 * (double)ir_numel(out);
-    case IR_OP_CONSTANT: case IR_OP_IOTA: case IR_OP_BROADCAST: case IR_OP_TRANSPOSE:
-    case IR_OP_RESHAPE: case IR_OP_GATHER: case IR_OP_ONE_HOT: case IR_OP_STOP_GRAD:
-        return 0;
-    case IR_OP_NEG: case IR_OP_EXP: case IR_OP_LOG: case IR_OP_SQRT: case IR_OP_RSQRT:
-    case IR_OP_TANH: case IR_OP_RELU: case IR_OP_SCALE: case IR_OP_ADD_SCALAR:
-    case IR_OP_ADD: case IR_OP_SUB: case IR_OP_MUL: case IR_OP_DIV: case IR_OP_MAX: case IR_OP_GE:
-        return (double)ir_numel(out);
-    }
-    return 0;
+    return ir_op_flops_dims(o, rank, (const int64_t(*)[IR_MAX_RANK])dims, out->rank, out->dims);
 }
 
 double ir_graph_flops(const ir_graph *g)

@@ -37,8 +37,9 @@ typedef enum {
     IR_N_ROLES
 } ir_role;
 
+/* The ops, in the order of ir/ops.def (the one table of per-op facts). */
 typedef enum {
-#define X(e, name, arity, cls) IR_OP_##e,
+#define X(e, name, arity, cls, count, coef, bytes, grads, shape, rule, vjp, kern, attrs) IR_OP_##e,
 #include "ops.def"
 #undef X
 } ir_opkind;
@@ -46,12 +47,17 @@ typedef enum {
 /* The number of ops; a separate enum so switches over ir_opkind stay exhaustive. */
 enum {
     IR_N_OPS = 0
-#define X(e, name, arity, cls) +1
+#define X(e, name, arity, cls, count, coef, bytes, grads, shape, rule, vjp, kern, attrs) +1
 #include "ops.def"
 #undef X
 };
 
-typedef enum { IR_NULLARY, IR_UNARY, IR_BINARY, IR_OTHER } ir_opclass;
+/* What kind of work an op is (ops.def's class column). */
+typedef enum { IR_NULLARY, IR_UNARY, IR_BINARY, IR_CONTRACTION, IR_REDUCTION, IR_MOVEMENT } ir_opclass;
+/* Which element count an op's FLOPs and element rate are counted on. */
+typedef enum { IR_COUNT_OUT, IR_COUNT_IN0, IR_COUNT_IN1, IR_COUNT_EINSUM } ir_opcount;
+/* The memory an op reads and writes. */
+typedef enum { IR_BYTES_ALL, IR_BYTES_ROWS } ir_opbytes;
 
 typedef struct ir_attrs {
     double scalar;                       /* CONSTANT value, SCALE factor, ADD_SCALAR */
@@ -120,10 +126,31 @@ typedef struct ir_graph {
     char err[IR_ERR_LEN];    /* first builder error, "" if none */
 } ir_graph;
 
-/* ---- op table -------------------------------------------------------- */
+/* ---- op table (ir/ops.def) -------------------------------------------- */
 const char *ir_op_name(ir_opkind k);
 int ir_op_arity(ir_opkind k);
 ir_opclass ir_op_class(ir_opkind k);
+/* 1 for the elementwise classes (UNARY, BINARY). */
+int ir_op_elementwise(ir_opkind k);
+ir_opcount ir_op_count(ir_opkind k);
+/* FLOPs per counted element (0: the op only moves data). */
+double ir_op_coef(ir_opkind k);
+ir_opbytes ir_op_bytes(ir_opkind k);
+/* The attributes an op takes, as graph files name them (IR_ATTR_* bits). */
+enum {
+    IR_ATTR_SCALAR = 1 << 0,
+    IR_ATTR_SHAPE = 1 << 1,         /* result shape given by the file (else "shape" is a check) */
+    IR_ATTR_DIMS = 1 << 2,
+    IR_ATTR_PERM = 1 << 3,
+    IR_ATTR_DEPTH = 1 << 4,
+    IR_ATTR_ROWS = 1 << 5,
+    IR_ATTR_SUBSCRIPTS = 1 << 6,
+    IR_ATTR_DTYPE = 1 << 7,         /* result dtype given by the file (else "dtype" is a check) */
+    IR_ATTR_DIMS_OPTIONAL = 1 << 8,
+};
+unsigned ir_op_attrs(ir_opkind k);
+/* Bit k set: a gradient flows from the result to operand k. */
+unsigned ir_op_grads(ir_opkind k);
 /* Returns the op with that name, or -1. */
 int ir_op_from_name(const char *name);
 
@@ -235,8 +262,13 @@ char *ir_op_str(const ir_graph *g, int op, char *buf, size_t n);
 
 /* Summary figures. */
 int64_t ir_param_count(const ir_graph *g);
-/* FLOPs of one op (einsum 2*prod(all letters); elementwise 1 a result element). */
+/* FLOPs of one op on its global shapes, by ops.def's count and coef columns
+ * (einsum: 2 * prod(all letters)). */
 double ir_op_flops(const ir_graph *g, int op);
+/* The same formula on any dims (one device's local blocks): in_rank/in_dims
+ * per operand, then the result's. */
+double ir_op_flops_dims(const ir_op *o, const int *in_rank, const int64_t (*in_dims)[IR_MAX_RANK], int out_rank,
+                        const int64_t *out_dims);
 double ir_graph_flops(const ir_graph *g);
 
 /* ---- autodiff -------------------------------------------------------- */

@@ -41,40 +41,17 @@
 
 /* ---- what each op reads from its entry --------------------------------- */
 
-enum {
-    F_SCALAR = 1 << 0,
-    F_SHAPE = 1 << 1,      /* result shape given by the file (else "shape" is a check) */
-    F_DIMS = 1 << 2,
-    F_PERM = 1 << 3,
-    F_DEPTH = 1 << 4,
-    F_ROWS = 1 << 5,
-    F_SUBSCRIPTS = 1 << 6,
-    F_DTYPE = 1 << 7,      /* result dtype given by the file (else "dtype" is a check) */
-    F_DIMS_OPTIONAL = 1 << 8,
-};
 
-/* The attribute fields op k takes (F_* bits); the saver writes exactly these. */
+/* The attribute fields op k takes (F_* bits, ops.def's attrs column); the
+ * saver writes exactly these. */
 static unsigned op_fields(ir_opkind k)
 {
-    switch (k) {
-    case IR_OP_CONSTANT: return F_SCALAR | F_SHAPE | F_DTYPE;
-    case IR_OP_IOTA: return F_SHAPE | F_DIMS | F_DTYPE;
-    case IR_OP_NEG: case IR_OP_EXP: case IR_OP_LOG: case IR_OP_SQRT: case IR_OP_RSQRT:
-    case IR_OP_TANH: case IR_OP_GELU: case IR_OP_GELU_GRAD: case IR_OP_RELU: case IR_OP_STOP_GRAD:
-        return 0;
-    case IR_OP_SCALE: case IR_OP_ADD_SCALAR: return F_SCALAR;
-    case IR_OP_ADD: case IR_OP_SUB: case IR_OP_MUL: case IR_OP_DIV: case IR_OP_MAX: case IR_OP_GE:
-        return 0;
-    case IR_OP_EINSUM: return F_SUBSCRIPTS;
-    case IR_OP_BROADCAST: return F_SHAPE | F_DIMS | F_DIMS_OPTIONAL;
-    case IR_OP_REDUCE_SUM: case IR_OP_REDUCE_MAX: return F_DIMS;
-    case IR_OP_TRANSPOSE: return F_PERM;
-    case IR_OP_RESHAPE: return F_SHAPE;
-    case IR_OP_GATHER: return 0;
-    case IR_OP_SCATTER_ADD: return F_ROWS;
-    case IR_OP_ONE_HOT: return F_DEPTH;
-    }
-    return 0;
+#define X(e, name, arity, cls, count, coef, bytes, grads, shape, rule, vjp, kern, attrs) attrs,
+    static const unsigned fields[IR_N_OPS] = {
+#include "ops.def"
+    };
+#undef X
+    return fields[k];
 }
 
 /* ======================================================================== *
@@ -223,31 +200,31 @@ static void save_op(sbuf *b, const ir_graph *g, int i)
     sb_str(b, out->name);
     sb_key(b, "op");
     sb_str(b, ir_op_name(o->kind));
-    if ((f & F_DTYPE) && out->dtype != IR_F32) {
+    if ((f & IR_ATTR_DTYPE) && out->dtype != IR_F32) {
         sb_key(b, "dtype");
         sb_str(b, ir_dtype_name(out->dtype));
     }
-    if (f & F_SHAPE) {
+    if (f & IR_ATTR_SHAPE) {
         sb_key(b, "shape");
         sb_dims(b, out->rank, out->dims);
     }
-    if (f & F_SCALAR) {
+    if (f & IR_ATTR_SCALAR) {
         sb_key(b, "scalar");
         sb_double(b, o->attrs.scalar);
     }
-    if (f & F_SUBSCRIPTS) {
+    if (f & IR_ATTR_SUBSCRIPTS) {
         sb_key(b, "subscripts");
         sb_str(b, o->attrs.subscripts);
     }
-    if (f & (F_DIMS | F_PERM)) {
-        sb_key(b, f & F_PERM ? "perm" : "dims");
+    if (f & (IR_ATTR_DIMS | IR_ATTR_PERM)) {
+        sb_key(b, f & IR_ATTR_PERM ? "perm" : "dims");
         sb_dims(b, o->attrs.n_ints, o->attrs.ints);
     }
-    if (f & F_DEPTH) {
+    if (f & IR_ATTR_DEPTH) {
         sb_key(b, "depth");
         sb_printf(b, "%lld", (long long)o->attrs.ints[0]);
     }
-    if (f & F_ROWS) {
+    if (f & IR_ATTR_ROWS) {
         sb_key(b, "rows");
         sb_printf(b, "%lld", (long long)out->dims[0]);
     }
@@ -740,12 +717,12 @@ static int load_op(loader *L, int j, const cJSON *o)
     const char *keys[16];
     int nk = 0;
     for (int i = 0; op_keys[i]; i++) keys[nk++] = op_keys[i];
-    if (f & F_SCALAR) keys[nk++] = "scalar";
-    if (f & F_DIMS) keys[nk++] = "dims";
-    if (f & F_PERM) keys[nk++] = "perm";
-    if (f & F_DEPTH) keys[nk++] = "depth";
-    if (f & F_ROWS) keys[nk++] = "rows";
-    if (f & F_SUBSCRIPTS) keys[nk++] = "subscripts";
+    if (f & IR_ATTR_SCALAR) keys[nk++] = "scalar";
+    if (f & IR_ATTR_DIMS) keys[nk++] = "dims";
+    if (f & IR_ATTR_PERM) keys[nk++] = "perm";
+    if (f & IR_ATTR_DEPTH) keys[nk++] = "depth";
+    if (f & IR_ATTR_ROWS) keys[nk++] = "rows";
+    if (f & IR_ATTR_SUBSCRIPTS) keys[nk++] = "subscripts";
     keys[nk] = NULL;
     if (check_keys(L, o, keys, attr_keys, on) < 0) return -1;
 
@@ -782,12 +759,12 @@ static int load_op(loader *L, int j, const cJSON *o)
     const cJSON *a;
     if ((a = cJSON_GetObjectItemCaseSensitive(o, "shape"))) {
         if (get_ints(L, a, "shape", 0, &check_rank, check) < 0) return -1;
-        if (f & F_SHAPE) {
+        if (f & IR_ATTR_SHAPE) {
             hint_rank = check_rank;
             memcpy(hint, check, sizeof hint);
             check_rank = -1;
         }
-    } else if (f & F_SHAPE) {
+    } else if (f & IR_ATTR_SHAPE) {
         return lfail(L, "missing field \"shape\" (%s needs its result shape)", on);
     }
     if ((a = cJSON_GetObjectItemCaseSensitive(o, "dtype"))) {
@@ -797,31 +774,31 @@ static int load_op(loader *L, int j, const cJSON *o)
         dtype = (ir_dtype)t;
         have_dtype = 1;
     }
-    if (f & F_SCALAR) {
+    if (f & IR_ATTR_SCALAR) {
         if (!(a = cJSON_GetObjectItemCaseSensitive(o, "scalar"))) return lfail(L, "missing field \"scalar\"");
         if (get_double(L, a, "scalar", &at.scalar) < 0) return -1;
     }
-    if (f & F_SUBSCRIPTS) {
+    if (f & IR_ATTR_SUBSCRIPTS) {
         if (!(a = cJSON_GetObjectItemCaseSensitive(o, "subscripts"))) return lfail(L, "missing field \"subscripts\"");
         if (get_string(L, a, "subscripts", &s) < 0) return -1;
         if (strlen(s) >= sizeof at.subscripts)
             return lfail(L, "subscripts \"%.60s\" are too long (at most %d characters)", s, (int)sizeof at.subscripts - 1);
         strcpy(at.subscripts, s);
     }
-    if (f & (F_DIMS | F_PERM)) {
-        const char *key = f & F_PERM ? "perm" : "dims";
+    if (f & (IR_ATTR_DIMS | IR_ATTR_PERM)) {
+        const char *key = f & IR_ATTR_PERM ? "perm" : "dims";
         if ((a = cJSON_GetObjectItemCaseSensitive(o, key))) {
             if (get_ints(L, a, key, 1, &at.n_ints, at.ints) < 0) return -1;
-        } else if (!(f & F_DIMS_OPTIONAL)) {
+        } else if (!(f & IR_ATTR_DIMS_OPTIONAL)) {
             return lfail(L, "missing field \"%s\"", key);
         }
     }
-    if (f & F_DEPTH) {
+    if (f & IR_ATTR_DEPTH) {
         if (!(a = cJSON_GetObjectItemCaseSensitive(o, "depth"))) return lfail(L, "missing field \"depth\"");
         if (get_int(L, a, "depth", &at.ints[0]) < 0) return -1;
         at.n_ints = 1;
     }
-    if (f & F_ROWS) {
+    if (f & IR_ATTR_ROWS) {
         if (!(a = cJSON_GetObjectItemCaseSensitive(o, "rows"))) return lfail(L, "missing field \"rows\"");
         if (get_int(L, a, "rows", &hint[0]) < 0) return -1;
         hint_rank = 1;
@@ -837,8 +814,8 @@ static int load_op(loader *L, int j, const cJSON *o)
             if (create_args(L, L->next_arg) < 0) return -1;
 
     ir_set_layer(g, layer);
-    int v = ir_add_op(g, k, n_in, in, &at, (f & F_DTYPE) ? dtype : IR_F32, hint_rank,
-                      (f & (F_SHAPE | F_ROWS)) ? hint : NULL, label >= 0 ? NULL : name);
+    int v = ir_add_op(g, k, n_in, in, &at, (f & IR_ATTR_DTYPE) ? dtype : IR_F32, hint_rank,
+                      (f & (IR_ATTR_SHAPE | IR_ATTR_ROWS)) ? hint : NULL, label >= 0 ? NULL : name);
     if (v < 0) return lfail(L, "%s", ir_error(g));
     if (label >= 0 && strcmp(g->values[v].name, name) != 0) {
         g->values[v].name = ir_intern(g, name); /* the index is rebuilt at the end */
@@ -860,7 +837,7 @@ static int load_op(loader *L, int j, const cJSON *o)
         claim.rank = check_rank;
         memcpy(claim.dims, check, sizeof claim.dims);
     }
-    if (have_dtype && !(f & F_DTYPE)) claim.dtype = dtype;
+    if (have_dtype && !(f & IR_ATTR_DTYPE)) claim.dtype = dtype;
     int same = claim.rank == x->rank && claim.dtype == x->dtype;
     for (int i = 0; same && i < x->rank; i++) same = claim.dims[i] == x->dims[i];
     if (!same) {

@@ -9,18 +9,9 @@ static size_t attrs_str(const ir_op *o, char *buf, size_t n)
 {
     size_t k = 0;
     buf[0] = 0;
-    switch (ir_op_class(o->kind)) {
-    case IR_NULLARY:
-    case IR_UNARY:
-        if (o->kind == IR_OP_CONSTANT || o->kind == IR_OP_SCALE || o->kind == IR_OP_ADD_SCALAR)
-            k += (size_t)snprintf(buf + k, n - k, " %.9g", o->attrs.scalar);
-        break;
-    case IR_BINARY:
-        break;
-    case IR_OTHER:
-        if (o->kind == IR_OP_EINSUM) k += (size_t)snprintf(buf + k, n - k, " \"%s\"", o->attrs.subscripts);
-        break;
-    }
+    unsigned f = ir_op_attrs(o->kind);
+    if (f & IR_ATTR_SCALAR) k += (size_t)snprintf(buf + k, n - k, " %.9g", o->attrs.scalar);
+    if (f & IR_ATTR_SUBSCRIPTS) k += (size_t)snprintf(buf + k, n - k, " \"%s\"", o->attrs.subscripts);
     if (o->attrs.n_ints && k < n) {
         k += (size_t)snprintf(buf + k, n - k, " [");
         for (int i = 0; i < o->attrs.n_ints && k < n; i++)

@@ -124,6 +124,13 @@ static ir_graph *build_all_ops(void)
     int as = ir_add_scalar(g, sc, -0.0);
     int sg = ir_unary(g, IR_OP_STOP_GRAD, as);
     ir_rename(g, sg, "we\"ird\\name\n\t\x01 \xe2\x9c\x93");
+    /* every other elementwise op of the table, on x */
+    for (int k = 0; k < IR_N_OPS; k++) {
+        int used = 0;
+        for (int i = 0; i < g->n_ops; i++) used |= g->ops[i].kind == (ir_opkind)k;
+        int in[2] = {x, x};
+        if (!used && ir_op_elementwise(k)) ir_add_op(g, k, ir_op_arity(k), in, NULL, IR_F32, 0, NULL, NULL);
+    }
     ir_set_layer(g, 1);
     int w = ir_arg(g, "w", IR_PARAM, IR_F32, 2, d63); /* declared between ops */
     int ad = ir_binary(g, IR_OP_ADD, sg, c);

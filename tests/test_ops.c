@@ -1,0 +1,335 @@
+/* test_ops.c - every op of ir/ops.def, generated from the table.
+ *
+ * For each row of the table the test builds a small forward graph that uses
+ * the op (example(): the elementwise classes share one builder each; every
+ * other op has its case in a switch compiled with -Wswitch-enum, so a new op
+ * without an example does not compile), with loss = sum(y * W) for a batch
+ * input W shaped like the op's result y, so every dim of y is linked to an
+ * argument dim and can be sharded by a decision.  Then:
+ *
+ *  1. table facts: unique names, arity that fits the class, gradient masks
+ *     within the arity;
+ *  2. the VJP against central finite differences of the forward graph (ops
+ *     that pass a gradient), tolerances as in test_autodiff: h = 1e-2 on
+ *     values of size ~1, |fd - grad| <= 2e-3 + 2e-2 |grad|;
+ *  3. the SGD training step run sharded on simulated devices against the
+ *     single-device reference: every legal group action alone on a 2-device
+ *     mesh, every legal pair on a 2x2 mesh, and seeded random triples on a
+ *     2x2x2 mesh.  Tolerance 1e-4 relative to each tensor's largest
+ *     magnitude, as test_spmd (sums in another order move results by a few
+ *     units of f32 roundoff; a wrong block or a missing partial sum by 1e-2
+ *     or more).  Each op must have run with its result or an operand
+ *     actually split or partial in at least one case.
+ */
+#include "analysis/groups.h"
+#include "exec/runtime.h"
+#include "ir/pcg32.h"
+#include "tests/test.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define TOL 1e-4
+
+static int arg(ir_graph *g, const char *name, ir_role role, ir_dtype t, int rank, int64_t d0, int64_t d1, int64_t d2)
+{
+    int64_t d[3] = {d0, d1, d2};
+    int v = ir_arg(g, name, role, t, rank, d);
+    if (role == IR_PARAM) ir_set_init(g, v, IR_INIT_NORMAL, 0.3);
+    return v;
+}
+
+static int param(ir_graph *g, const char *name, int rank, int64_t d0, int64_t d1, int64_t d2)
+{
+    return arg(g, name, IR_PARAM, IR_F32, rank, d0, d1, d2);
+}
+
+/* ids in [0, range) */
+static int ids(ir_graph *g, int rank, int64_t d0, int64_t d1, int64_t range)
+{
+    int v = arg(g, "ids", IR_INPUT, IR_I32, rank, d0, d1, 0);
+    ir_set_init(g, v, IR_INIT_IDS, (double)range);
+    return v;
+}
+
+/* x*x + 0.5: positive, for log, sqrt, rsqrt and div */
+static int positive(ir_graph *g, int x) { return ir_add_scalar(g, ir_binary(g, IR_OP_MUL, x, x), 0.5); }
+
+static int op_with_scalar(ir_graph *g, ir_opkind k, int n_in, const int *in, double s)
+{
+    ir_attrs a = {.scalar = s};
+    return ir_add_op(g, k, n_in, in, &a, IR_F32, 0, NULL, NULL);
+}
+
+static int example_unary(ir_graph *g, ir_opkind k)
+{
+    int x = positive(g, param(g, "P", 2, 4, 8, 0));
+    if (k == IR_OP_GELU_GRAD) { /* it has no VJP: it reads a batch input, not a param */
+        int in = arg(g, "X", IR_INPUT, IR_F32, 2, 4, 8, 0);
+        return ir_binary(g, IR_OP_MUL, op_with_scalar(g, k, 1, &in, 0), x);
+    }
+    return op_with_scalar(g, k, 1, &x, 0.7);
+}
+
+static int example_binary(ir_graph *g, ir_opkind k)
+{
+    int in[2] = {positive(g, param(g, "P", 2, 4, 8, 0)), positive(g, param(g, "Q", 2, 4, 8, 0))};
+    return ir_add_op(g, k, 2, in, NULL, IR_F32, 0, NULL, NULL);
+}
+
+static int example_nullary(ir_graph *g, ir_opkind k)
+{
+    int64_t d[2] = {4, 8};
+    ir_attrs a = {.scalar = 1.5, .n_ints = 1, .ints = {1}};
+    int c = ir_add_op(g, k, 0, NULL, &a, IR_F32, 2, d, NULL);
+    return ir_binary(g, IR_OP_MUL, c, param(g, "P", 2, 4, 8, 0));
+}
+
+#define EXAMPLE_NULLARY(e) case IR_OP_##e: return example_nullary(g, k);
+#define EXAMPLE_UNARY(e) case IR_OP_##e: return example_unary(g, k);
+#define EXAMPLE_BINARY(e) case IR_OP_##e: return example_binary(g, k);
+#define EXAMPLE_CONTRACTION(e)
+#define EXAMPLE_REDUCTION(e)
+#define EXAMPLE_MOVEMENT(e)
+
+/* The op's result in a new graph g (its operands made from params). */
+static int example_value(ir_graph *g, ir_opkind k)
+{
+    int64_t d[IR_MAX_RANK];
+    switch (k) {
+#define X(e, name, arity, cls, count, coef, bytes, grads, shape, rule, vjp, kern, attrs) EXAMPLE_##cls(e)
+#include "ir/ops.def"
+#undef X
+    case IR_OP_EINSUM:
+        return ir_einsum(g, "bik,kj->bji", param(g, "P", 3, 2, 4, 8), param(g, "Q", 2, 8, 4, 0));
+    case IR_OP_BROADCAST:
+        d[0] = 4, d[1] = 8, d[2] = 1;
+        return ir_broadcast(g, param(g, "P", 1, 8, 0, 0), 2, d, &d[2]);
+    case IR_OP_REDUCE_SUM:
+    case IR_OP_REDUCE_MAX:
+        d[0] = 2;
+        return ir_reduce(g, k, param(g, "P", 3, 4, 8, 4), 1, d);
+    case IR_OP_TRANSPOSE:
+        d[0] = 2, d[1] = 0, d[2] = 1;
+        return ir_transpose(g, param(g, "P", 3, 4, 8, 2), d);
+    case IR_OP_RESHAPE:
+        d[0] = 32, d[1] = 4;
+        return ir_reshape(g, param(g, "P", 3, 4, 8, 4), 2, d);
+    case IR_OP_GATHER:
+        return ir_gather(g, param(g, "P", 2, 8, 4, 0), ids(g, 2, 4, 2, 8));
+    case IR_OP_SCATTER_ADD:
+        return ir_scatter_add(g, ids(g, 2, 4, 2, 8), param(g, "P", 3, 4, 2, 4), 8);
+    case IR_OP_ONE_HOT:
+        return ir_binary(g, IR_OP_MUL, ir_one_hot(g, ids(g, 2, 4, 2, 8), 8), param(g, "P", 3, 4, 2, 8));
+    }
+    return -1;
+}
+
+/* The forward graph of op k's example, loss = sum(y * W). */
+static ir_graph *example(ir_opkind k)
+{
+    ir_graph *g = ir_new(ir_op_name(k));
+    int y = example_value(g, k);
+    if (y < 0) return g;
+    const ir_value *v = &g->values[y];
+    int w = ir_arg(g, "W", IR_INPUT, IR_F32, v->rank, v->dims);
+    int64_t all[IR_MAX_RANK];
+    for (int i = 0; i < v->rank; i++) all[i] = i;
+    ir_set_loss(g, ir_reduce(g, IR_OP_REDUCE_SUM, ir_binary(g, IR_OP_MUL, y, w), v->rank, all));
+    return g;
+}
+
+/* ---- 1. the table ------------------------------------------------------- */
+
+static void test_table(void)
+{
+    for (int k = 0; k < IR_N_OPS; k++) {
+        const char *n = ir_op_name(k);
+        CHECKF(ir_op_from_name(n) == k, "op %d (%s): name not unique", k, n);
+        ir_opclass c = ir_op_class(k);
+        int ar = ir_op_arity(k);
+        CHECKF((c != IR_NULLARY || ar == 0) && (c != IR_UNARY || ar == 1) && (c != IR_BINARY || ar == 2),
+               "%s: arity %d does not fit its class", n, ar);
+        CHECKF(ar <= IR_MAX_OPERANDS && ir_op_grads(k) < (1u << ar), "%s: gradient mask beyond its operands", n);
+        CHECKF(ir_op_coef(k) >= 0, "%s: negative FLOPs", n);
+    }
+    CHECK(ir_op_from_name("frobnicate") == -1);
+}
+
+/* ---- 2. finite differences ------------------------------------------------ */
+
+/* Distinct param values in [0.2, 1), for both executors alike: element i
+ * gets 0.2 + 0.8 u with u = (7 i + salt mod n) / n, so the 4 elements of a
+ * row that reduce_max compares lie >= 0.04 apart (no tie within h) and Q
+ * sits half a period from P (max(P, Q) has no ties either). */
+static void fill_params(const ir_graph *g, exec_ref *r)
+{
+    for (int v = 0; v < g->n_values; v++) {
+        const ir_value *x = &g->values[v];
+        if (x->role != IR_PARAM) continue;
+        int64_t n = ir_numel(x), salt = x->name[0] == 'Q' ? n / 2 : 0, step = 7;
+        while (n % step == 0) step += 2;
+        float *d = exec_ref_data(r, v);
+        for (int64_t i = 0; i < n; i++) d[i] = (float)(0.2 + 0.8 * (double)((i * step + salt) % n) / (double)n);
+    }
+}
+
+/* d loss / d P by central differences on the forward graph against grad/P of
+ * the SGD step, on up to 24 elements of each param. */
+static void fd_check(ir_opkind k)
+{
+    const char *n = ir_op_name(k);
+    char err[IR_ERR_LEN];
+    ir_graph *fwd = example(k);
+    ir_optimizer sgd = {IR_SGD, 1.0, 0, 0, 0};
+    ir_graph *st = ir_error(fwd) ? NULL : ir_train_step(fwd, &sgd, err, sizeof err);
+    CHECKF(st, "%s: %s", n, ir_error(fwd) ? ir_error(fwd) : err);
+    exec_ref *rf = st ? exec_ref_new(fwd, 0, err, sizeof err) : NULL;
+    exec_ref *rs = rf ? exec_ref_new(st, 0, err, sizeof err) : NULL;
+    if (!rs) goto out;
+    exec_ref_init_args(rf, 3);
+    exec_ref_init_args(rs, 3);
+    fill_params(fwd, rf);
+    fill_params(st, rs);
+    CHECKF(exec_ref_run(rs, err, sizeof err) == 0 && exec_ref_run(rf, err, sizeof err) == 0, "%s: %s", n, err);
+    const double h = 1e-2;
+    int bad = 0, checked = 0;
+    for (int p = 0; p < fwd->n_values; p++) {
+        if (fwd->values[p].role != IR_PARAM) continue;
+        char gname[64];
+        snprintf(gname, sizeof gname, "grad/%s", fwd->values[p].name);
+        const float *grad = exec_ref_data(rs, ir_find(st, gname));
+        float *x = exec_ref_data(rf, p);
+        int64_t numel = ir_numel(&fwd->values[p]), step = numel / 24 + 1;
+        for (int64_t i = 0; i < numel; i += step) {
+            float saved = x[i];
+            x[i] = saved + (float)h;
+            exec_ref_run(rf, err, sizeof err);
+            double up = exec_ref_loss(rf);
+            x[i] = saved - (float)h;
+            exec_ref_run(rf, err, sizeof err);
+            double down = exec_ref_loss(rf);
+            x[i] = saved;
+            double fd = (up - down) / (2 * h), an = grad[i];
+            checked++;
+            if (!(fabs(fd - an) <= 2e-3 + 2e-2 * fabs(an)) && bad++ < 3)
+                fprintf(stderr, "%s: d loss / d %s[%lld]: finite difference %.6g, autodiff %.6g\n", n,
+                        fwd->values[p].name, (long long)i, fd, an);
+        }
+    }
+    CHECKF(bad == 0 && checked > 0, "%s: %d of %d gradient elements wrong", n, bad, checked);
+out:
+    exec_ref_free(rf);
+    exec_ref_free(rs);
+    ir_free(st);
+    ir_free(fwd);
+}
+
+/* ---- 3. sharded runs ------------------------------------------------------- */
+
+static int sharded_runs[IR_N_OPS];
+
+/* Whether the program splits op k's result or an operand, or leaves the
+ * result partial, on some compute instruction of an op of kind k. */
+static int op_split(const spmd_program *p, ir_opkind k)
+{
+    for (int i = 0; i < p->n_instrs; i++) {
+        const spmd_instr *in = &p->instrs[i];
+        if (in->kind != SPMD_COMPUTE || p->g->ops[in->op].kind != k) continue;
+        const spmd_buffer *b = &p->bufs[in->out];
+        if (b->spec.partial || shard_spec_tiled(&b->spec, p->g->values[b->value].rank)) return 1;
+        for (int j = 0; j < 2; j++)
+            if (in->in[j] >= 0 && shard_spec_tiled(&p->bufs[in->in[j]].spec, p->g->values[p->bufs[in->in[j]].value].rank))
+                return 1;
+    }
+    return 0;
+}
+
+/* Lowers st, runs one step sharded and on the reference, compares. */
+static void run_case(shard_state *st, ir_opkind k, const char *what)
+{
+    char err[640];
+    spmd_program *p = spmd_lower(st);
+    exec_ref *ref = exec_ref_new(p->g, 0, err, sizeof err);
+    exec_spmd *r = ref ? exec_spmd_new(p, 0, err, sizeof err) : NULL;
+    exec_spmd_check c;
+    memset(&c, 0, sizeof c);
+    CHECKF(r, "%s: %s", what, err);
+    if (r && exec_spmd_check_init(&c, p->g, err, sizeof err) == 0) {
+        exec_ref_init_args(ref, 5);
+        exec_spmd_init_args(r, 5);
+        if (exec_ref_run(ref, err, sizeof err) < 0 || exec_spmd_step(r, err, sizeof err) < 0 ||
+            exec_spmd_compare(r, ref, &c, err, sizeof err) < 0) {
+            CHECKF(0, "%s: %s", what, err);
+        } else {
+            CHECKF(exec_spmd_check_ok(&c, TOL) && c.replica_diff == 0, "%s: loss %.2e, params %.2e, replicas %.2e",
+                   what, c.worst_loss, c.worst_param, c.replica_diff);
+            sharded_runs[k] += op_split(p, k);
+        }
+    }
+    exec_spmd_check_free(&c);
+    exec_spmd_free(r);
+    exec_ref_free(ref);
+    spmd_free(p);
+}
+
+/* Applies the listed group actions (group, axis) in order; returns how many
+ * were legal, with their names appended to what. */
+static int apply(shard_state *st, const shard_groups *gs, int n, const int *grp, const int *axis, char *what, size_t wn)
+{
+    int applied = 0;
+    for (int i = 0; i < n; i++) {
+        if (!shard_group_legal(st, gs, grp[i], axis[i])) continue;
+        shard_group_apply(st, gs, grp[i], axis[i]);
+        size_t l = strlen(what);
+        snprintf(what + l, wn - l, " %s@%s", gs->groups[grp[i]].name, st->mesh->names[axis[i]]);
+        applied++;
+    }
+    return applied;
+}
+
+static void sharded_check(ir_opkind k, pcg32 *rng)
+{
+    const char *n = ir_op_name(k);
+    char err[IR_ERR_LEN], what[512];
+    ir_graph *fwd = example(k);
+    ir_optimizer sgd = {IR_SGD, 0.05, 0, 0, 0};
+    ir_graph *g = ir_error(fwd) ? NULL : ir_train_step(fwd, &sgd, err, sizeof err);
+    CHECKF(g, "%s: %s", n, ir_error(fwd) ? ir_error(fwd) : err);
+    ir_free(fwd);
+    if (!g) return;
+    shard_groups *gs = shard_groups_build(g);
+    static const char *meshes[3] = {"a=2", "a=2,b=2", "a=2,b=2,c=2"};
+    for (int m = 0; m < 3; m++) {
+        shard_mesh mesh;
+        shard_mesh_parse(meshes[m], &mesh, err, sizeof err);
+        int n_sets = m == 0 ? gs->n : m == 1 ? gs->n * gs->n : 4;
+        for (int s = 0; s < n_sets; s++) {
+            int grp[3], axis[3] = {0, 1, 2};
+            if (m == 0) grp[0] = s;
+            else if (m == 1) grp[0] = s / gs->n, grp[1] = s % gs->n;
+            else
+                for (int i = 0; i < 3; i++) grp[i] = (int)pcg32_below(rng, (uint32_t)gs->n);
+            shard_state *st = shard_state_new(g, &mesh);
+            snprintf(what, sizeof what, "%s on %s:", n, meshes[m]);
+            if (apply(st, gs, m + 1, grp, axis, what, sizeof what) == m + 1) run_case(st, k, what);
+            shard_state_free(st);
+        }
+    }
+    shard_groups_free(gs);
+    ir_free(g);
+}
+
+int main(void)
+{
+    test_table();
+    pcg32 rng;
+    pcg32_seed(&rng, 17, 1);
+    for (int k = 0; k < IR_N_OPS; k++) {
+        if (ir_op_grads(k)) fd_check(k);
+        sharded_check(k, &rng);
+        CHECKF(sharded_runs[k] > 0, "%s: never ran with a split operand or result", ir_op_name(k));
+    }
+    return test_done();
+}
