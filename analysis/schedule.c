@@ -22,6 +22,27 @@ static int parse_axis(const char *name, const shard_mesh *m, const char *tac, ch
     return a;
 }
 
+/* "all", "N" or "A-B" into t->lo, t->hi.  Returns 0 or -1. */
+static int parse_layers(const char *text, tactic *t)
+{
+    if (!strcmp(text, "all")) {
+        t->lo = 0;
+        t->hi = 1 << 20;
+        return 0;
+    }
+    char *end;
+    if (!isdigit((unsigned char)text[0])) return -1;
+    long a = strtol(text, &end, 10), b = a;
+    if (*end == '-') {
+        if (!isdigit((unsigned char)end[1])) return -1;
+        b = strtol(end + 1, &end, 10);
+    }
+    if (*end || a > b || b >= (1 << 20)) return -1;
+    t->lo = (int)a;
+    t->hi = (int)b;
+    return 0;
+}
+
 /* Parses one tactic "kind:args" (no commas). */
 static int parse_tactic(const char *tac, const shard_mesh *m, tactic *t, char *err, size_t n)
 {
@@ -56,6 +77,13 @@ static int parse_tactic(const char *tac, const shard_mesh *m, tactic *t, char *e
         if ((t->axis = parse_axis(parts[1], m, tac, err, n)) < 0) return -1;
         return 0;
     }
+    if (!strcmp(k, "remat")) {
+        if (np != 2 || parse_layers(parts[1], t) < 0)
+            return ir_errf(err, n, "schedule: tactic '%s': write remat:all, remat:N or remat:A-B (layers)", tac);
+        t->kind = TACTIC_REMAT;
+        t->axis = -1;
+        return 0;
+    }
     if (!strcmp(k, "tile")) {
         if (np != 4) return ir_errf(err, n, "schedule: tactic '%s': write tile:NAME:DIM:AXIS", tac);
         char *end;
@@ -77,7 +105,7 @@ static int parse_tactic(const char *tac, const shard_mesh *m, tactic *t, char *e
         if ((t->axis = parse_axis(parts[2], m, tac, err, n)) < 0) return -1;
         return 0;
     }
-    return ir_errf(err, n, "schedule: unknown tactic '%s' (known: dp, megatron, zero1, zero2, zero3, tile, atomic, auto)", k);
+    return ir_errf(err, n, "schedule: unknown tactic '%s' (known: dp, megatron, zero1, zero2, zero3, tile, atomic, remat, auto)", k);
 }
 
 static int parse_list(const char *text, const shard_mesh *m, schedule *out, char *err, size_t n)
@@ -175,7 +203,7 @@ int sched_parse(const char *text, const shard_mesh *mesh, schedule *out, char *e
 
 char *sched_str(const schedule *s, const shard_mesh *mesh, char *buf, size_t n)
 {
-    static const char *const names[] = {"dp", "megatron", "zero1", "zero2", "zero3", "tile", "atomic", "auto"};
+    static const char *const names[] = {"dp", "megatron", "zero1", "zero2", "zero3", "tile", "atomic", "auto", "remat"};
     size_t k = 0;
     buf[0] = 0;
     for (int i = 0; i < s->n && k < n; i++) {
@@ -192,6 +220,11 @@ char *sched_str(const schedule *s, const shard_mesh *mesh, char *buf, size_t n)
         case TACTIC_TILE: k += (size_t)snprintf(buf + k, n - k, "tile:%s:%d:%s", t->pattern, t->dim, ax); break;
         case TACTIC_ATOMIC: k += (size_t)snprintf(buf + k, n - k, "atomic:%s:%s", t->pattern, ax); break;
         case TACTIC_AUTO: k += (size_t)snprintf(buf + k, n - k, "auto"); break;
+        case TACTIC_REMAT:
+            if (t->hi >= (1 << 20)) k += (size_t)snprintf(buf + k, n - k, "remat:all");
+            else if (t->lo == t->hi) k += (size_t)snprintf(buf + k, n - k, "remat:%d", t->lo);
+            else k += (size_t)snprintf(buf + k, n - k, "remat:%d-%d", t->lo, t->hi);
+            break;
         }
     }
     return buf;
@@ -278,6 +311,10 @@ int sched_expand(const tactic *t, const shard_state *st, shard_decision *out, in
     switch (t->kind) {
     case TACTIC_AUTO:
         return 0;
+    case TACTIC_REMAT:
+        for (int v = 0; v < g->n_values; v++)
+            if (!strncmp(g->values[v].name, "remat/", 6)) return 0;
+        return ir_errf(err, errlen, "remat: the training step was not rewritten for it (sched_rewrite)");
     case TACTIC_DP:
         if (expand_dp(t, st, out, &n, cap) < 0) goto full;
         if (!n) return ir_errf(err, errlen, "dp:%s: the graph has no inputs to split", m->names[t->axis]);
@@ -334,6 +371,34 @@ int sched_expand(const tactic *t, const shard_state *st, shard_decision *out, in
     return 0;
 full:
     return ir_errf(err, errlen, "tactic expands to more than %d decisions", cap);
+}
+
+int sched_has_rewrite(const schedule *s)
+{
+    for (int i = 0; i < s->n; i++)
+        if (s->t[i].kind == TACTIC_REMAT) return 1;
+    return 0;
+}
+
+int sched_rewrite(const schedule *s, ir_graph **g, char *err, size_t errlen)
+{
+    ir_graph *cur = *g;
+    for (int i = 0; i < s->n; i++) {
+        const tactic *t = &s->t[i];
+        if (t->kind != TACTIC_REMAT) continue;
+        ir_graph *next = ir_remat(cur, t->lo, t->hi, NULL, err, errlen);
+        if (!next) {
+            if (cur != *g) ir_free(cur);
+            return -1;
+        }
+        if (cur != *g) ir_free(cur);
+        cur = next;
+    }
+    if (cur != *g) {
+        ir_free(*g);
+        *g = cur;
+    }
+    return 0;
 }
 
 int sched_apply(const schedule *s, shard_state *st, char *err, size_t errlen)

@@ -23,6 +23,10 @@
  *   zero3:AXIS         ZeRO-3 / FSDP: data parallel over AXIS, and every
  *                      param (so, by propagation, its optimizer states) tiled
  *                      over AXIS on its largest dim that divides.
+ *   remat:LAYERS       recomputation: the backward pass recomputes the
+ *                      forward values inside the layers LAYERS (all, one
+ *                      layer N, or a range A-B; layer = transformer block)
+ *                      from their checkpoints (ir_remat)
  *   tile:NAME:DIM:AXIS tile dim DIM of the arguments matching NAME (a glob:
  *                      * and ?) over AXIS
  *   atomic:NAME:AXIS   keep the arguments matching NAME replicated on AXIS
@@ -45,12 +49,14 @@ typedef enum {
     TACTIC_TILE,
     TACTIC_ATOMIC,
     TACTIC_AUTO,
+    TACTIC_REMAT,
 } tactic_kind;
 
 typedef struct tactic {
     tactic_kind kind;
     int axis;                   /* mesh axis (not for AUTO) */
     int dim;                    /* TILE */
+    int lo, hi;                 /* REMAT: layer range */
     char pattern[SCHED_NAME_LEN]; /* TILE, ATOMIC */
 } tactic;
 
@@ -71,7 +77,16 @@ char *sched_str(const schedule *s, const shard_mesh *mesh, char *buf, size_t n);
  * matches no argument, megatron on a model it does not know). */
 int sched_expand(const tactic *t, const shard_state *st, shard_decision *out, int cap, char *err, size_t errlen);
 
-/* Applies every tactic of s in order (AUTO is skipped: the caller searches).
+/* Rewrites the training step *g for the schedule's graph tactics (remat),
+ * in order, replacing *g (the old graph is freed) when there are any.  Call
+ * it before making a shard_state for the graph.  Returns 0, or -1 with a
+ * message (*g is then unchanged). */
+int sched_rewrite(const schedule *s, ir_graph **g, char *err, size_t errlen);
+/* Whether s holds a graph tactic (sched_rewrite changes the graph). */
+int sched_has_rewrite(const schedule *s);
+
+/* Applies every tactic of s in order (AUTO is skipped: the caller searches;
+ * graph tactics are checked to have been applied by sched_rewrite).
  * Returns 0 or -1 with a message.  Decisions that are blocked by earlier ones
  * are not errors: they appear as conflicts in st. */
 int sched_apply(const schedule *s, shard_state *st, char *err, size_t errlen);

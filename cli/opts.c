@@ -159,7 +159,8 @@ int cli_parse(const cli_command *c, int argc, char **argv, cli_opts *o)
     return 0;
 }
 
-ir_graph *cli_load_step(const cli_opts *o, char *cfg_text, size_t n)
+/* The step of --model or --graph, as it comes (see cli_load_step). */
+static ir_graph *load_plain_step(const cli_opts *o, char *cfg_text, size_t n)
 {
     char err[IR_ERR_LEN + 128];
     ir_optimizer opt = ir_default_adam();
@@ -204,6 +205,25 @@ ir_graph *cli_load_step(const cli_opts *o, char *cfg_text, size_t n)
     }
     cli_error("give a model (--model gpt-tiny, see carve models) or a graph file (--graph file.json)");
     return NULL;
+}
+
+ir_graph *cli_load_step(const cli_opts *o, char *cfg_text, size_t n)
+{
+    ir_graph *g = load_plain_step(o, cfg_text, n);
+    if (!g || o->forward || !o->schedule || !o->mesh) return g;
+    /* graph tactics (remat) rewrite the step before anything shards it; a
+     * schedule that does not parse is the caller's to report */
+    char err[512];
+    shard_mesh mesh;
+    schedule sc;
+    if (shard_mesh_parse(o->mesh, &mesh, err, sizeof err) < 0 || sched_parse(o->schedule, &mesh, &sc, err, sizeof err) < 0)
+        return g;
+    if (sched_rewrite(&sc, &g, err, sizeof err) < 0) {
+        cli_error("%s", err);
+        ir_free(g);
+        return NULL;
+    }
+    return g;
 }
 
 int cli_mesh_schedule(const char *cmd, const char *mesh_text, const char *sched_text, shard_mesh *mesh, schedule *sc)

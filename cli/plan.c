@@ -425,6 +425,8 @@ ir_graph *plan_build_graph(const plan *pl, const char *path)
     cli_opts o;
     memset(&o, 0, sizeof o);
     o.optimizer = pl->optimizer;
+    o.mesh = pl->mesh;
+    o.schedule = pl->schedule[0] ? pl->schedule : NULL;
     char text[512];
     if (pl->model[0]) {
         o.model = pl->model;

@@ -157,6 +157,8 @@ typedef struct cost_estimate {
     /* what is live at the peak */
     double peak_params, peak_opt_states, peak_grads, peak_activations, peak_other;
     double model_state_bytes; /* cost_model_state_bytes summed over params */
+    double activation_peak; /* most bytes of activations and temporaries (all but params,
+                               optimizer states, gradients) live at once in the step */
     double serialisation;   /* factor applied to per-device times (cost_cpu_factor) */
     /* breakdowns (seconds) */
     double op_time[IR_N_OPS];

@@ -649,6 +649,7 @@ int cost_estimate_program(cost_ws *w, const spmd_program *p, const cost_hw *hw, 
             live[cat] += w->buf_bytes[ob];
             cur += w->buf_bytes[ob];
         }
+        if (live[CAT_ACT] + live[CAT_OTHER] > out->activation_peak) out->activation_peak = live[CAT_ACT] + live[CAT_OTHER];
         if (cur > peak) {
             peak = cur;
             out->peak_instr = i;

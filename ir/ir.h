@@ -284,6 +284,15 @@ ir_optimizer ir_default_adam(void);
  * holding forward + backward + optimizer, or NULL with a message in err. */
 ir_graph *ir_train_step(const ir_graph *fwd, const ir_optimizer *opt, char *err, size_t errlen);
 
+/* ---- rewrites of a training step (ir/remat.c) ------------------------ */
+/* Recomputation: a new graph (caller owns) in which the backward pass reads
+ * recomputed copies of the internal forward values of layers lo..hi (hi is
+ * clamped to the last layer), made from the layers' checkpoints just before
+ * the backward pass of each layer needs them; n_recomputed (may be NULL)
+ * receives how many forward ops are cloned.  NULL with a message for a graph
+ * without a loss or layer tags, or a range outside its layers. */
+ir_graph *ir_remat(const ir_graph *step, int lo, int hi, int *n_recomputed, char *err, size_t errlen);
+
 /* ---- JSON (format "carve-graph/1", docs/graph-format.md) -------------- */
 /* Returns a new graph or NULL with a one-line message naming the place. */
 ir_graph *ir_load_json(const char *text, char *err, size_t errlen);

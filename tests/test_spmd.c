@@ -58,12 +58,17 @@ static ir_graph *build(const char *spec, int sgd)
     return g;
 }
 
-static shard_state *schedule_state(const ir_graph *g, const shard_mesh *mesh, const char *sched)
+/* Rewrites *g for the schedule's graph tactics (remat) and applies it. */
+static shard_state *schedule_state(ir_graph **g, const shard_mesh *mesh, const char *sched)
 {
     char err[512];
     schedule sc;
-    shard_state *st = shard_state_new(g, mesh);
-    if (sched_parse(sched, mesh, &sc, err, sizeof err) < 0 || sched_apply(&sc, st, err, sizeof err) < 0) {
+    if (sched_parse(sched, mesh, &sc, err, sizeof err) < 0 || sched_rewrite(&sc, g, err, sizeof err) < 0) {
+        fprintf(stderr, "%s: %s\n", sched, err);
+        exit(1);
+    }
+    shard_state *st = shard_state_new(*g, mesh);
+    if (sched_apply(&sc, st, err, sizeof err) < 0) {
         fprintf(stderr, "%s: %s\n", sched, err);
         exit(1);
     }
@@ -171,7 +176,7 @@ static void schedule_case(const char *model, int sgd, const char *mesh_text, con
         ir_free(g);
         return;
     }
-    shard_state *st = schedule_state(g, &mesh, sched);
+    shard_state *st = schedule_state(&g, &mesh, sched);
     spmd_program *p = spmd_lower_ex(st, NULL, &lower_opts);
     if (mesh.n_devices == 1) { /* nothing to communicate on one device */
         int comm = 0;
@@ -217,6 +222,13 @@ static void test_expert_schedules(void)
         {"batch=2,x=2", "dp:batch,zero2:x"},
         {"batch=2,model=2,x=2", "zero3:batch,megatron:model,zero1:x"},
         {"batch=2,model=2,x=2", "zero3:x,zero2:batch,megatron:model"},
+        /* recomputation, alone and with dp, megatron, ZeRO */
+        {"batch=1", "remat:all"},
+        {"batch=2", "dp:batch,remat:all"},
+        {"batch=4", "zero3:batch,remat:0"},
+        {"batch=8", "zero2:batch,remat:all"},
+        {"batch=2,model=2", "remat:1,dp:batch,megatron:model"},
+        {"batch=2,model=4", "remat:all,zero1:batch,megatron:model"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         schedule_case(GPT, 0, cases[i].mesh, cases[i].sched, 1);
@@ -230,6 +242,7 @@ static void test_expert_schedules(void)
     schedule_case(GPT, 1, "batch=4,model=2", "dp:batch,megatron:model", 3);
     schedule_case(MLP, 0, "batch=4", "zero3:batch", 3);
     schedule_case(GPT, 0, "batch=4", "zero1:batch", 3);
+    schedule_case(GPT, 1, "batch=2,model=2", "dp:batch,megatron:model,zero3:batch,remat:all", 2);
     schedule_case(GPT, 0, "batch=2,model=2", "zero2:batch,megatron:model", 3);
     /* ZeRO-3 keeping the forward's gathered weights for the backward */
     lower_opts.gather_policy = SPMD_GATHER_KEEP;
@@ -287,7 +300,7 @@ static void test_fill_and_assemble(void)
     ir_graph *g = build(GPT, 0);
     shard_mesh mesh;
     shard_mesh_parse("batch=2,model=4", &mesh, err, sizeof err);
-    shard_state *st = schedule_state(g, &mesh, "dp:batch,megatron:model,zero3:batch");
+    shard_state *st = schedule_state(&g, &mesh, "dp:batch,megatron:model,zero3:batch");
     spmd_program *p = spmd_lower(st);
     exec_ref *ref = exec_ref_new(g, 0, err, sizeof err);
     exec_spmd *r = exec_spmd_new(p, 0, err, sizeof err);
@@ -350,7 +363,7 @@ static void test_failing_device(const char *mesh_text, const char *sched, int ba
     ir_graph *g = build(GPT, 0);
     shard_mesh mesh;
     shard_mesh_parse(mesh_text, &mesh, err, sizeof err);
-    shard_state *st = schedule_state(g, &mesh, sched);
+    shard_state *st = schedule_state(&g, &mesh, sched);
     spmd_program *p = spmd_lower(st);
     exec_spmd *r = exec_spmd_new(p, 0, err, sizeof err);
     exec_spmd_init_args(r, 1);
@@ -381,7 +394,7 @@ static void test_check_can_fail(void)
     ir_graph *g = build(GPT, 1);
     shard_mesh mesh;
     shard_mesh_parse("batch=2,model=2", &mesh, err, sizeof err);
-    shard_state *st = schedule_state(g, &mesh, "megatron:model");
+    shard_state *st = schedule_state(&g, &mesh, "megatron:model");
     spmd_program *p = spmd_lower(st);
     exec_ref *ref = exec_ref_new(g, 0, err, sizeof err);
     exec_spmd *r = exec_spmd_new(p, 0, err, sizeof err);
@@ -425,7 +438,7 @@ static void test_memory_and_bad_input(void)
     ir_graph *g = build(GPT, 0);
     shard_mesh mesh;
     shard_mesh_parse("batch=2,model=2", &mesh, err, sizeof err);
-    shard_state *st = schedule_state(g, &mesh, "dp:batch,megatron:model");
+    shard_state *st = schedule_state(&g, &mesh, "dp:batch,megatron:model");
     spmd_program *p = spmd_lower(st);
     size_t dev = exec_spmd_device_bytes(p), args = 0;
     for (int v = 0; v < g->n_values; v++)

@@ -1,0 +1,228 @@
+/* remat.c - recomputation (activation checkpointing) as a rewrite of a
+ * training step.
+ *
+ * ir_remat takes a training step (forward + backward + optimizer, as
+ * ir_train_step makes it) and a range of layer tags.  For each layer L in the
+ * range it finds the layer's *internal* forward values: made by a forward op
+ * tagged L (an op the loss depends on) and read by no forward op outside L.
+ * The others (the layer's outputs, e.g. a transformer block's residual
+ * stream) and everything made outside the layer are the checkpoints.  Every
+ * backward op that reads an internal value reads a recomputed copy instead:
+ * the forward ops of L that the backward pass needs (transitively) are cloned,
+ * in their order, just before the first backward op that reads one of them,
+ * and the clones read checkpoints and params as the originals did.  After the
+ * rewrite an internal value's last reader is a forward op of its own layer,
+ * so it dies during the forward pass; what stays live across the forward pass
+ * is the checkpoints, and during the backward pass of layer L, L's recomputed
+ * values.  The clones compute exactly what the originals computed (same ops
+ * on the same inputs), so the step's results are bit for bit those of the
+ * original step.
+ *
+ * The op set is not looked at: a forward op is cloned whatever its kind.
+ * The rewrite builds a new graph value by value in the original order
+ * (values and ops stay in one topological order, which ir_verify checks),
+ * inserting the clones; clones are named "remat/NAME" (NAME may be an
+ * automatic "%N" of the old graph) and keep the layer tag of the op they copy.  Lowering classes
+ * them as backward work (the loss does not depend on them), so the cost
+ * model prices their FLOPs in the backward phase.
+ */
+#include "ir.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct remat {
+    const ir_graph *g;      /* the step being rewritten */
+    ir_graph *out;          /* the new graph */
+    int lo, hi;             /* layers recomputed */
+    unsigned char *fwd;     /* per value: the loss depends on it */
+    unsigned char *redo;    /* per value: internal, read by the backward pass (transitively): recomputed */
+    int *map;               /* per old value: its id in out */
+    int *clone;             /* per old value: its recomputed copy in out, or -1 */
+    unsigned char *emitted; /* per layer (index L - lo): clones emitted */
+} remat;
+
+static int in_range(const remat *r, int layer) { return layer >= r->lo && layer <= r->hi; }
+
+/* fwd[v]: the loss depends on v (as lowering's phases see it). */
+static void mark_forward(remat *r)
+{
+    const ir_graph *g = r->g;
+    r->fwd[g->loss] = 1;
+    for (int i = g->n_ops - 1; i >= 0; i--) {
+        const ir_op *o = &g->ops[i];
+        if (!r->fwd[o->out]) continue;
+        for (int k = 0; k < o->n_in; k++) r->fwd[o->in[k]] = 1;
+    }
+}
+
+/* redo[v] for the internal forward values of the layers in range that the
+ * backward pass reads, directly or through other recomputed values.
+ * Returns how many values are recomputed. */
+static int mark_redo(remat *r)
+{
+    const ir_graph *g = r->g;
+    int nv = g->n_values;
+    unsigned char *internal = ir_xcalloc((size_t)nv, 1), *outside = ir_xcalloc((size_t)nv, 1);
+    for (int i = 0; i < g->n_ops; i++) {
+        const ir_op *o = &g->ops[i];
+        if (r->fwd[o->out] && in_range(r, o->layer)) internal[o->out] = 1;
+    }
+    /* read by a forward op of another layer, or a graph output: a checkpoint */
+    for (int i = 0; i < g->n_ops; i++) {
+        const ir_op *o = &g->ops[i];
+        if (!r->fwd[o->out]) continue;
+        for (int k = 0; k < o->n_in; k++)
+            if (internal[o->in[k]] && g->ops[g->values[o->in[k]].producer].layer != o->layer) outside[o->in[k]] = 1;
+    }
+    for (int i = 0; i < g->n_outputs; i++) outside[g->outputs[i].value] = 1;
+    outside[g->loss] = 1;
+    for (int v = 0; v < nv; v++) internal[v] &= !outside[v];
+    /* backward readers first, then back through the forward ops */
+    for (int i = 0; i < g->n_ops; i++) {
+        const ir_op *o = &g->ops[i];
+        if (r->fwd[o->out]) continue;
+        for (int k = 0; k < o->n_in; k++)
+            if (internal[o->in[k]]) r->redo[o->in[k]] = 1;
+    }
+    int n = 0;
+    for (int i = g->n_ops - 1; i >= 0; i--) {
+        const ir_op *o = &g->ops[i];
+        if (!r->redo[o->out]) continue;
+        n++;
+        for (int k = 0; k < o->n_in; k++)
+            if (internal[o->in[k]]) r->redo[o->in[k]] = 1;
+    }
+    free(internal);
+    free(outside);
+    return n;
+}
+
+/* Adds to out a copy of op `op` of the old graph reading `in` (new ids),
+ * named `name` (NULL: automatic).  Returns the new value or -1. */
+static int copy_op(remat *r, int op, const int *in, const char *name)
+{
+    const ir_op *o = &r->g->ops[op];
+    const ir_value *x = &r->g->values[o->out];
+    int none[1] = {-1}; /* ir_add_op's inference peeks at in[0] of nullary ops */
+    ir_set_layer(r->out, o->layer);
+    int v = ir_add_op(r->out, o->kind, o->n_in, o->n_in ? in : none, &o->attrs, x->dtype, x->rank, x->dims, name);
+    if (v >= 0) r->out->values[v].layer = x->layer;
+    return v;
+}
+
+/* Emits the recomputed copies of layer L's forward values, in op order. */
+static int emit_clones(remat *r, int layer)
+{
+    const ir_graph *g = r->g;
+    char name[512];
+    for (int i = 0; i < g->n_ops; i++) {
+        const ir_op *o = &g->ops[i];
+        if (!r->redo[o->out] || o->layer != layer) continue;
+        int in[IR_MAX_OPERANDS];
+        for (int k = 0; k < o->n_in; k++) in[k] = r->clone[o->in[k]] >= 0 ? r->clone[o->in[k]] : r->map[o->in[k]];
+        snprintf(name, sizeof name, "remat/%s", g->values[o->out].name);
+        if ((r->clone[o->out] = copy_op(r, i, in, name)) < 0) return -1;
+    }
+    return 0;
+}
+
+/* Copies argument or op result v of the old graph into out; a backward op
+ * reading recomputed values first has their layers' clones emitted. */
+static int copy_value(remat *r, int v)
+{
+    const ir_graph *g = r->g;
+    const ir_value *x = &g->values[v];
+    int nv;
+    if (x->role != IR_INTERMEDIATE) {
+        ir_set_layer(r->out, x->layer);
+        nv = ir_arg(r->out, x->name, x->role, x->dtype, x->rank, x->dims);
+        if (nv >= 0) ir_set_init(r->out, nv, x->init, x->init_arg);
+    } else {
+        const ir_op *o = &g->ops[x->producer];
+        int in[IR_MAX_OPERANDS];
+        for (int k = 0; k < o->n_in; k++) {
+            int a = o->in[k];
+            in[k] = r->map[a];
+            if (r->fwd[v] || !r->redo[a]) continue;
+            int L = g->ops[g->values[a].producer].layer;
+            if (!r->emitted[L - r->lo]) {
+                r->emitted[L - r->lo] = 1;
+                if (emit_clones(r, L) < 0) return -1;
+            }
+            in[k] = r->clone[a];
+        }
+        nv = copy_op(r, x->producer, in, x->name[0] == '%' ? NULL : x->name);
+    }
+    if (nv < 0) return -1;
+    ir_value *y = &r->out->values[nv];
+    y->layer = x->layer;
+    y->tied = x->tied >= 0 ? r->map[x->tied] : -1;
+    y->grad_of = x->grad_of >= 0 ? r->map[x->grad_of] : -1;
+    r->map[v] = nv;
+    return 0;
+}
+
+static void remat_free(remat *r)
+{
+    free(r->fwd);
+    free(r->redo);
+    free(r->map);
+    free(r->clone);
+    free(r->emitted);
+}
+
+/* Copies the whole step with the clones inserted; returns r->out or NULL
+ * with a message in msg. */
+static ir_graph *rebuild(remat *r, char *msg, size_t n)
+{
+    const ir_graph *step = r->g;
+    r->out = ir_new(step->name);
+    for (int v = 0; v < step->n_values && !ir_error(r->out); v++) copy_value(r, v);
+    for (int i = 0; i < step->n_outputs && !ir_error(r->out); i++) {
+        const ir_output *o = &step->outputs[i];
+        ir_add_output(r->out, r->map[o->value], o->updates >= 0 ? r->map[o->updates] : -1);
+    }
+    r->out->loss = r->map[step->loss];
+    ir_set_layer(r->out, step->cur_layer);
+    r->out->n_layers = step->n_layers;
+    if (ir_error(r->out) || ir_verify(r->out, msg, n) < 0) {
+        if (ir_error(r->out)) snprintf(msg, n, "%s", ir_error(r->out));
+        ir_free(r->out);
+        return NULL;
+    }
+    return r->out;
+}
+
+ir_graph *ir_remat(const ir_graph *step, int lo, int hi, int *n_recomputed, char *err, size_t errlen)
+{
+    if (step->loss < 0) return ir_errf(err, errlen, "remat: the graph has no loss"), NULL;
+    if (step->n_layers == 0) return ir_errf(err, errlen, "remat: the graph has no layers (its ops carry no layer tags)"), NULL;
+    if (lo < 0 || lo > hi || lo >= step->n_layers)
+        return ir_errf(err, errlen, "remat: layers %d-%d: the graph has layers 0-%d", lo, hi, step->n_layers - 1), NULL;
+    remat r;
+    memset(&r, 0, sizeof r);
+    r.g = step;
+    r.lo = lo;
+    r.hi = hi < step->n_layers - 1 ? hi : step->n_layers - 1;
+    size_t nv = (size_t)step->n_values;
+    r.fwd = ir_xcalloc(nv, 1);
+    r.redo = ir_xcalloc(nv, 1);
+    r.map = ir_xcalloc(nv, sizeof(int));
+    r.clone = ir_xcalloc(nv, sizeof(int));
+    r.emitted = ir_xcalloc((size_t)(r.hi - r.lo + 1), 1);
+    for (size_t v = 0; v < nv; v++) r.map[v] = r.clone[v] = -1;
+    mark_forward(&r);
+    int n = mark_redo(&r);
+    char msg[IR_ERR_LEN + 96];
+    ir_graph *out = NULL;
+    if (n == 0)
+        snprintf(msg, sizeof msg, "layers %d-%d: the backward pass reads no value made inside them: nothing to recompute",
+                 r.lo, r.hi);
+    else
+        out = rebuild(&r, msg, sizeof msg);
+    remat_free(&r);
+    if (!out) return ir_errf(err, errlen, "remat: %s", msg), NULL;
+    if (n_recomputed) *n_recomputed = n;
+    return out;
+}

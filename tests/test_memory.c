@@ -1,0 +1,224 @@
+/* test_memory.c - the memory tactics that rewrite the training step:
+ * recomputation (ir/remat.c, the remat: tactic).
+ *
+ * - the rewritten step computes bit for bit what the original computes (the
+ *   clones are the same ops on the same inputs, run by the same kernels);
+ * - the backward pass reads no internal forward value of a recomputed layer;
+ * - the activation peak of a GPT layer stack with every block recomputed
+ *   grows by exactly one checkpoint (b x s x h) per layer, and above the
+ *   checkpoints holds about one layer's working set;
+ * - the recomputed FLOPs are a part of the layers' forward FLOPs;
+ * - bad ranges and a schedule applied without its rewrite are refused.
+ */
+#include "analysis/schedule.h"
+#include "cost/cost.h"
+#include "exec/exec.h"
+#include "models/models.h"
+#include "tests/test.h"
+#include "tests/util.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Applies the graph tactics of `sched` on a one-device mesh to *g and
+ * returns the estimate of the schedule (f32, a100). */
+static cost_estimate price(ir_graph **g, const char *mesh_text, const char *sched)
+{
+    char err[512];
+    shard_mesh mesh;
+    schedule sc;
+    cost_estimate e;
+    memset(&e, 0, sizeof e);
+    if (shard_mesh_parse(mesh_text, &mesh, err, sizeof err) < 0 || sched_parse(sched, &mesh, &sc, err, sizeof err) < 0 ||
+        sched_rewrite(&sc, g, err, sizeof err) < 0) {
+        CHECKF(0, "%s: %s", sched, err);
+        return e;
+    }
+    shard_state *st = shard_state_new(*g, &mesh);
+    CHECKF(sched_apply(&sc, st, err, sizeof err) == 0, "%s: %s", sched, err);
+    spmd_program *p = spmd_lower(st);
+    cost_hw hw;
+    cost_hw_preset("a100", &hw, err, sizeof err);
+    cost_ws *ws = cost_ws_new();
+    CHECK(cost_estimate_program(ws, p, &hw, NULL, &e, err, sizeof err) == 0);
+    cost_ws_free(ws);
+    spmd_free(p);
+    shard_state_free(st);
+    return e;
+}
+
+/* Runs `steps` reference steps of a and b from seed 7 and returns 1 when
+ * every output of a equals, bit for bit, the output of b of the same name. */
+static int same_outputs(const ir_graph *a, const ir_graph *b, int steps)
+{
+    char err[512];
+    exec_ref *ra = exec_ref_new(a, 0, err, sizeof err), *rb = exec_ref_new(b, 0, err, sizeof err);
+    if (!ra || !rb) return 0;
+    exec_ref_init_args(ra, 7);
+    exec_ref_init_args(rb, 7);
+    int same = a->n_outputs == b->n_outputs;
+    for (int s = 0; s < steps && same; s++) {
+        same = exec_ref_run(ra, err, sizeof err) == 0 && exec_ref_run(rb, err, sizeof err) == 0;
+        for (int i = 0; i < a->n_outputs && same; i++) {
+            int va = a->outputs[i].value, vb = ir_find(b, a->values[va].name);
+            same = vb >= 0 && !memcmp(exec_ref_data(ra, va), exec_ref_data(rb, vb), ir_bytes(&a->values[va]));
+            if (!same) fprintf(stderr, "step %d: output %s differs\n", s + 1, a->values[va].name);
+        }
+        exec_ref_apply_updates(ra);
+        exec_ref_apply_updates(rb);
+    }
+    exec_ref_free(ra);
+    exec_ref_free(rb);
+    return same;
+}
+
+/* Whether op i of g is forward (the loss depends on its result). */
+static unsigned char *forward_values(const ir_graph *g)
+{
+    unsigned char *fwd = calloc((size_t)g->n_values, 1);
+    fwd[g->loss] = 1;
+    for (int i = g->n_ops - 1; i >= 0; i--)
+        if (fwd[g->ops[i].out])
+            for (int k = 0; k < g->ops[i].n_in; k++) fwd[g->ops[i].in[k]] = 1;
+    return fwd;
+}
+
+static void test_remat_rewrite(void)
+{
+    char err[512];
+    ir_graph *g = test_build_step("gpt-tiny");
+    int n = 0;
+    ir_graph *r = ir_remat(g, 0, 99, &n, err, sizeof err);
+    CHECKF(r != NULL, "%s", err);
+    if (!r) {
+        ir_free(g);
+        return;
+    }
+    CHECK(ir_verify(r, err, sizeof err) == 0);
+    int clones = 0;
+    for (int v = 0; v < r->n_values; v++) clones += !strncmp(r->values[v].name, "remat/", 6);
+    CHECKF(clones == n && n > 10 && r->n_ops == g->n_ops + n, "%d clones, %d reported, %d -> %d ops", clones, n, g->n_ops,
+           r->n_ops);
+    /* no backward op of the rewritten step reads an internal value of a
+     * layer: only checkpoints (values some other layer's forward ops read),
+     * params and inputs */
+    unsigned char *fwd = forward_values(r);
+    int bad = 0;
+    for (int i = 0; i < r->n_ops; i++) {
+        const ir_op *o = &r->ops[i];
+        if (fwd[o->out]) continue;
+        for (int k = 0; k < o->n_in; k++) {
+            int a = o->in[k], p = r->values[a].producer;
+            if (p < 0 || !fwd[a] || r->ops[p].layer < 0) continue;
+            int read_outside = 0; /* by a forward op of another layer */
+            for (int j = 0; j < r->n_ops && !read_outside; j++)
+                if (fwd[r->ops[j].out] && r->ops[j].layer != r->ops[p].layer)
+                    read_outside = r->ops[j].in[0] == a || (r->ops[j].n_in > 1 && r->ops[j].in[1] == a);
+            bad += !read_outside;
+        }
+    }
+    free(fwd);
+    CHECKF(bad == 0, "%d backward reads of internal forward values", bad);
+    /* the same numbers, bit for bit, over two steps (the second from the
+     * first's updates) */
+    CHECK(same_outputs(g, r, 2));
+    /* one layer only: fewer clones, same numbers */
+    int n1 = 0;
+    ir_graph *r1 = ir_remat(g, 1, 1, &n1, err, sizeof err);
+    CHECKF(r1 && n1 > 0 && 2 * n1 == n, "layer 1 alone: %d clones of %d", n1, n);
+    if (r1) CHECK(same_outputs(g, r1, 1));
+    ir_free(r1);
+    ir_free(r);
+    ir_free(g);
+}
+
+/* Activation peak of a GPT stack, 4 and 8 layers, with and without every
+ * block recomputed (f32, one device).  Without recomputation each layer adds
+ * its saved activations A; with it, each layer adds exactly its checkpoint
+ * (the block's output, b x s x h f32), and what stands above the checkpoints
+ * is the working set of the layer being differentiated (its recomputed
+ * activations plus its backward temporaries) and of the LM head: measured
+ * 1.31 A here, checked <= 1.5 A. */
+static void test_remat_memory(void)
+{
+    static const char *spec[2] = {"gpt:layers=4,hidden=128,heads=4,seq=64,batch=4,vocab=256",
+                                  "gpt:layers=8,hidden=128,heads=4,seq=64,batch=4,vocab=256"};
+    double act[2][2], flops[2][2], fwd_flops[2] = {0, 0};
+    for (int m = 0; m < 2; m++)
+        for (int rm = 0; rm < 2; rm++) {
+            ir_graph *g = test_build_step(spec[m]);
+            if (!rm) { /* FLOPs of the layers' forward ops (einsums as the estimator counts them) */
+                unsigned char *fwd = forward_values(g);
+                for (int i = 0; i < g->n_ops; i++)
+                    if (fwd[g->ops[i].out] && g->ops[i].layer >= 0 && g->ops[i].kind == IR_OP_EINSUM)
+                        fwd_flops[m] += ir_op_flops(g, i);
+                free(fwd);
+            }
+            cost_estimate e = price(&g, "batch=1", rm ? "dp:batch,remat:all" : "dp:batch");
+            act[m][rm] = e.activation_peak;
+            flops[m][rm] = e.flops;
+            ir_free(g);
+        }
+    double ckpt = 4.0 * 64 * 128 * 4, A = (act[1][0] - act[0][0]) / 4;
+    double slope = (act[1][1] - act[0][1]) / 4, above = act[0][1] - 4 * ckpt;
+    CHECKF(fabs(slope - ckpt) < 1e-6 * ckpt, "recomputed stack grows by %.0f bytes a layer, checkpoint is %.0f", slope, ckpt);
+    CHECKF(above > 0.5 * A && above <= 1.5 * A, "above the checkpoints %.0f bytes, one layer's activations %.0f", above, A);
+    CHECKF(act[1][1] < act[1][0] / 4, "8 layers: activation peak %.0f with remat, %.0f without", act[1][1], act[1][0]);
+    /* extra FLOPs: a part of the layers' forward einsums (the einsums whose
+     * results the backward pass does not read are not recomputed) */
+    for (int m = 0; m < 2; m++) {
+        double extra = flops[m][1] - flops[m][0];
+        CHECKF(extra > 0.5 * fwd_flops[m] && extra <= fwd_flops[m] * 1.05, "%s: %.4g extra FLOPs, layers' forward %.4g",
+               spec[m], extra, fwd_flops[m]);
+        printf("%s: activation peak %.3g MB -> %.3g MB with remat:all, FLOPs +%.1f%%\n", spec[m], act[m][0] / 1e6,
+               act[m][1] / 1e6, 100 * (flops[m][1] / flops[m][0] - 1));
+    }
+    printf("per layer: checkpoint %.0f bytes, activations without remat %.0f bytes; above the checkpoints %.2f layers\n",
+           ckpt, A, above / A);
+}
+
+static void test_remat_errors(void)
+{
+    char err[512];
+    ir_graph *g = test_build_step("gpt-tiny");
+    CHECK(ir_remat(g, 5, 7, NULL, err, sizeof err) == NULL && strstr(err, "layers 0-1"));
+    CHECK(ir_remat(g, 1, 0, NULL, err, sizeof err) == NULL && strstr(err, "layers 1-0"));
+    shard_mesh mesh;
+    schedule sc;
+    shard_mesh_parse("batch=2", &mesh, err, sizeof err);
+    static const char *bad[] = {"remat", "remat:", "remat:x", "remat:2-1", "remat:1-", "remat:-1", "remat:1:2"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
+        CHECKF(sched_parse(bad[i], &mesh, &sc, err, sizeof err) < 0 && strstr(err, "remat:all"), "'%s' -> '%s'", bad[i], err);
+    CHECK(sched_parse("remat:0-1,dp:batch", &mesh, &sc, err, sizeof err) == 0 && sc.t[0].lo == 0 && sc.t[0].hi == 1);
+    char text[128];
+    CHECK(!strcmp(sched_str(&sc, &mesh, text, sizeof text), "remat:0-1,dp:batch"));
+    /* a schedule with remat applied to a step that was not rewritten */
+    shard_state *st = shard_state_new(g, &mesh);
+    CHECK(sched_apply(&sc, st, err, sizeof err) < 0 && strstr(err, "not rewritten"));
+    shard_state_free(st);
+    /* the MLP's layers are recomputed as well: same numbers */
+    ir_graph *mlp = test_build_step("mlp-tiny");
+    ir_graph *r = ir_remat(mlp, 0, 99, NULL, err, sizeof err);
+    CHECKF(r && same_outputs(mlp, r, 2), "%s", r ? "outputs differ" : err);
+    ir_free(r);
+    ir_free(mlp);
+    /* a graph without layer tags */
+    ir_graph *f = ir_new("flat");
+    int64_t d[1] = {4};
+    int x = ir_arg(f, "x", IR_PARAM, IR_F32, 1, d);
+    ir_set_loss(f, ir_reduce(f, IR_OP_REDUCE_SUM, ir_binary(f, IR_OP_MUL, x, x), 1, (int64_t[]){0}));
+    ir_graph *fs = ir_train_step(f, NULL, err, sizeof err);
+    CHECK(fs && ir_remat(fs, 0, 0, NULL, err, sizeof err) == NULL && strstr(err, "no layers"));
+    ir_free(fs);
+    ir_free(f);
+    ir_free(g);
+}
+
+int main(void)
+{
+    test_remat_rewrite();
+    test_remat_memory();
+    test_remat_errors();
+    return test_done();
+}
