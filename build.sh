@@ -4,6 +4,9 @@
 #   ./build.sh test     build, then run every test (closing line: N passed, N failed)
 #   ./build.sh asan     the same tests built with AddressSanitizer + UBSan (build-asan/)
 #   ./build.sh bench    build, then run the benchmarks; they rewrite BENCHMARKS.md
+#   ./build.sh fuzz [S] build the libFuzzer targets in fuzz/ with clang (build-fuzz/) and run
+#                       each for S seconds (default 60) on its corpus; `test` runs each briefly
+#                       (tests/e2e_fuzz.sh, skipped with a note when clang is missing)
 #   ./build.sh clean    remove build outputs
 # Missing Debian packages (libblis-dev, libcjson-dev) are installed with apt-get
 # when run as root; otherwise the script says what to install.
@@ -93,6 +96,80 @@ run_tests() { # $1 = output dir
     return $status
 }
 
+
+# libFuzzer targets (fuzz/fuzz_*.c) built with clang on the whole library,
+# instrumented for coverage, ASan and UBSan.  Nothing here runs without clang.
+fuzz_cc() { command -v clang-14 || command -v clang || true; }
+build_fuzz() { # $1 = output dir
+    local cc; cc=$(fuzz_cc)
+    make --no-print-directory -j"$(nproc)" -f - OUT="$1" CC="$cc" <<'MK'
+MODULES := ir analysis cost search exec models plan cli
+LIB_SRC := $(filter-out cli/main.c,$(foreach m,$(MODULES),$(wildcard $(m)/*.c)))
+FUZZ_SRC := $(wildcard fuzz/fuzz_*.c)
+SAN := -fsanitize=address,undefined -fno-sanitize-recover=all
+CFLAGS := -std=gnu11 -O1 -g -fopenmp -fno-omit-frame-pointer -fsanitize=fuzzer-no-link $(SAN) -Wall -Wno-unused-parameter \
+          -Wno-unknown-warning-option -I. -Iir -MMD -MP
+LIB_OBJ := $(patsubst %.c,$(OUT)/obj/%.o,$(LIB_SRC))
+TARGETS := $(patsubst fuzz/%.c,$(OUT)/%,$(FUZZ_SRC))
+all: $(TARGETS)
+.SECONDARY:
+$(OUT)/obj/%.o: %.c
+	@mkdir -p $(dir $@)
+	@echo "  clang $<"
+	@$(CC) $(CFLAGS) -c $< -o $@
+$(OUT)/libcarve.a: $(LIB_OBJ)
+	@rm -f $@
+	@ar rcs $@ $^
+$(OUT)/fuzz_%: $(OUT)/obj/fuzz/fuzz_%.o $(OUT)/libcarve.a
+	@echo "  ld $@"
+	@$(CC) -fsanitize=fuzzer $(SAN) -fopenmp -o $@ $^ -lblis -lcjson -lm
+-include $(shell find $(OUT)/obj -name '*.d' 2>/dev/null)
+MK
+}
+
+# Seeds from the repo's own files: graphs, schedules, meshes and model specs
+# from the tests and docs, the preset profiles, and a plan made by the build.
+fuzz_seeds() { # $1 = seeds dir, $2 = built carve
+    local s=$1 carve=$2 i=0 t
+    mkdir -p "$s"/graph "$s"/plan "$s"/profile "$s"/schedule "$s"/mesh "$s"/model
+    cp tests/graphs/*.json fuzz/seeds/graph/* "$s"/graph/ 2>/dev/null || true
+    cp fuzz/seeds/profile/* "$s"/profile/ 2>/dev/null || true
+    for t in fuzz/seeds/mesh fuzz/seeds/model; do
+        i=0; while IFS= read -r line; do i=$((i + 1)); printf '%s' "$line" >"$s/${t##*/}/seed$i"; done <"$t.txt"
+    done
+    i=0; while IFS= read -r line; do # schedules: first byte 0 = text, 1 = JSON
+        i=$((i + 1)); printf '0%s' "$line" >"$s/schedule/text$i"
+        printf '1{"format":"carve-schedule/1","tactics":["%s"]}' "${line//,/\",\"}" >"$s/schedule/json$i"
+    done <fuzz/seeds/schedule.txt
+    if [ -x "$carve" ] && [ ! -e "$s/plan/gpt-tiny.json" ]; then
+        "$carve" autopart --model gpt-tiny --mesh batch=2,model=2 --budget 20 --quiet --out "$s/plan/gpt-tiny.json" >/dev/null 2>&1 || true
+        "$carve" autopart --graph tests/graphs/mlp-by-hand.json --mesh 2x2 --budget 20 --quiet --out "$s/plan/mlp.json" >/dev/null 2>&1 || true
+    fi
+}
+
+# Runs every target for $2 seconds (each), corpus kept in $1/corpus/NAME.
+# Prints one line per target with its executions; fails on any finding.
+run_fuzz() { # $1 = fuzz build dir, $2 = seconds per target
+    local out=$1 secs=$2 status=0 t name log execs total=0
+    fuzz_seeds "$out/seeds" "${CARVE_BIN:-build/carve}"
+    for t in "$out"/fuzz_*; do
+        name=${t##*/fuzz_}
+        mkdir -p "$out/corpus/$name" "$out/artifacts"
+        log="$out/$name.log"
+        if "$t" -max_total_time="$secs" -timeout=10 -rss_limit_mb=2048 -max_len=8192 -print_final_stats=1 -artifact_prefix="$out/artifacts/" \
+            "$out/corpus/$name" "$out/seeds/$name" >"$log" 2>&1; then
+            execs=$(grep -E '^stat::number_of_executed_units' "$log" | awk '{print $2}')
+            total=$((total + ${execs:-0}))
+            echo "fuzz $name: ${execs:-?} executions in ${secs}s, no finding"
+        else
+            status=1; echo "fuzz $name: FINDING (log: $log)"; grep -E 'ERROR|SUMMARY|assertion' "$log" | head -5
+        fi
+    done
+    echo "fuzz total: $total executions"
+    return $status
+}
+
+
 case "$mode" in
 build)
     need_pkgs; run_make build "" "" ;;
@@ -106,8 +183,15 @@ asan)
     CARVE_ASAN=1 run_tests build-asan ;;
 bench)
     need_pkgs; run_make build "" ""; bash bench/run.sh build ;;
+fuzz)
+    need_pkgs; run_make build "" ""
+    [ -n "$(fuzz_cc)" ] || { echo "build.sh: fuzz needs clang (apt-get install -y clang-14)" >&2; exit 2; }
+    build_fuzz build-fuzz; run_fuzz build-fuzz "${2:-60}" ;;
+fuzz-smoke) # what tests/e2e_fuzz.sh runs: each target CARVE_FUZZ_SMOKE_S seconds (default 3)
+    [ -n "$(fuzz_cc)" ] || { echo "skip: no clang (apt-get install -y clang-14); fuzz smoke not run"; exit 0; }
+    build_fuzz build-fuzz; run_fuzz build-fuzz "${CARVE_FUZZ_SMOKE_S:-3}" ;;
 clean)
-    rm -rf build build-asan ;;
+    rm -rf build build-asan build-fuzz ;;
 *)
-    echo "usage: ./build.sh [build|test|asan|bench|clean]" >&2; exit 2 ;;
+    echo "usage: ./build.sh [build|test|asan|bench|fuzz [SECONDS]|clean]" >&2; exit 2 ;;
 esac

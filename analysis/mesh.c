@@ -36,7 +36,8 @@ int shard_mesh_parse(const char *text, shard_mesh *m, char *err, size_t errlen)
         errno = 0;
         char *end;
         long long v = strtoll(p, &end, 10);
-        if (errno || v < 1 || v > 1 << 20) return ir_errf(err, errlen, "mesh '%s': axis size must be in 1..1048576", text);
+        if (errno || v < 1 || v > SHARD_MAX_DEVICES)
+            return ir_errf(err, errlen, "mesh '%s': axis size must be in 1..%d", text, SHARD_MAX_DEVICES);
         m->sizes[m->n_axes] = v;
         for (int i = 0; i < m->n_axes; i++)
             if (!strcmp(m->names[i], name)) return ir_errf(err, errlen, "mesh '%s': axis name repeated", text);
@@ -47,8 +48,9 @@ int shard_mesh_parse(const char *text, shard_mesh *m, char *err, size_t errlen)
         else if (*p) return ir_errf(err, errlen, "mesh '%s': unexpected text after an axis size", text);
     }
     m->n_devices = 1;
-    for (int i = 0; i < m->n_axes; i++) m->n_devices *= m->sizes[i];
-    if (m->n_devices > 1 << 20) return ir_errf(err, errlen, "mesh '%s': more than 1048576 devices", text);
+    for (int i = 0; i < m->n_axes; i++)
+        if (ir_mul_i64(m->n_devices, m->sizes[i], &m->n_devices) < 0 || m->n_devices > SHARD_MAX_DEVICES)
+            return ir_errf(err, errlen, "mesh '%s': more than %d devices", text, SHARD_MAX_DEVICES);
     return 0;
 }
 
@@ -72,7 +74,7 @@ int64_t shard_axes_size(const shard_mesh *m, unsigned mask)
 {
     int64_t p = 1;
     for (int a = 0; a < m->n_axes; a++)
-        if (mask & (1u << a)) p *= m->sizes[a];
+        if (mask & (1u << a)) ir_mul_i64(p, m->sizes[a], &p);
     return p;
 }
 
@@ -93,7 +95,7 @@ unsigned shard_spec_tiled(const shard_spec *s, int rank)
 int64_t shard_dim_shards(const shard_mesh *m, const shard_spec *s, int d)
 {
     int64_t p = 1;
-    for (int i = 0; i < s->n[d]; i++) p *= m->sizes[s->axes[d][i]];
+    for (int i = 0; i < s->n[d]; i++) ir_mul_i64(p, m->sizes[s->axes[d][i]], &p);
     return p;
 }
 
@@ -110,7 +112,7 @@ size_t shard_local_bytes(const shard_mesh *m, const ir_value *v, const shard_spe
     int64_t dims[IR_MAX_RANK];
     shard_local_dims(m, v, s, dims);
     size_t n = ir_dtype_size(v->dtype);
-    for (int d = 0; d < v->rank; d++) n *= (size_t)dims[d];
+    for (int d = 0; d < v->rank; d++) ir_mul_size(n, (size_t)dims[d], &n);
     return n;
 }
 

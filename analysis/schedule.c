@@ -7,6 +7,8 @@
 
 #include <cjson/cJSON.h>
 #include <ctype.h>
+#include <errno.h>
+#include <stdio.h>
 #include <fnmatch.h>
 #include <stdlib.h>
 #include <string.h>
@@ -129,44 +131,36 @@ static int parse_list(const char *text, const shard_mesh *m, schedule *out, char
     return 0;
 }
 
-static int parse_file(const char *path, const shard_mesh *m, schedule *out, char *err, size_t n)
+int sched_parse_json(const char *text, const char *where, const shard_mesh *m, schedule *out, char *err, size_t n)
 {
-    FILE *f = fopen(path, "rb");
-    if (!f) return ir_errf(err, n, "schedule file '%s': cannot open", path);
-    char *text = NULL;
-    size_t len = 0, cap = 0;
-    for (;;) {
-        if (len + 4096 > cap) {
-            cap = cap ? cap * 2 : 8192;
-            if (cap > (1u << 24)) {
-                free(text);
-                fclose(f);
-                return ir_errf(err, n, "schedule file '%s': too large", path);
-            }
-            char *t = realloc(text, cap);
-            if (!t) abort();
-            text = t;
-        }
-        size_t r = fread(text + len, 1, cap - len - 1, f);
-        len += r;
-        if (r == 0) break;
-    }
-    fclose(f);
-    text[len] = 0;
+    memset(out, 0, sizeof *out);
     int rc = -1;
     cJSON *j = cJSON_ParseWithOpts(text, NULL, 1);
-    if (!j) {
-        ir_errf(err, n, "schedule file '%s': malformed JSON", path);
+    if (!j) return ir_errf(err, n, "%s: malformed JSON", where);
+    if (!cJSON_IsObject(j)) {
+        ir_errf(err, n, "%s: a schedule file must be a JSON object", where);
         goto done;
+    }
+    for (const cJSON *a = j->child; a; a = a->next) {
+        const char *key = a->string ? a->string : "";
+        if (strcmp(key, "format") && strcmp(key, "tactics")) {
+            ir_errf(err, n, "%s: %s: unknown key", where, key);
+            goto done;
+        }
+        for (const cJSON *b = a->next; b; b = b->next)
+            if (b->string && !strcmp(key, b->string)) {
+                ir_errf(err, n, "%s: %s: key given twice", where, key);
+                goto done;
+            }
     }
     cJSON *fmt = cJSON_GetObjectItemCaseSensitive(j, "format");
     cJSON *tacs = cJSON_GetObjectItemCaseSensitive(j, "tactics");
     if (!cJSON_IsString(fmt) || strcmp(fmt->valuestring, "carve-schedule/1")) {
-        ir_errf(err, n, "schedule file '%s': \"format\" must be \"carve-schedule/1\"", path);
+        ir_errf(err, n, "%s: format: must be \"carve-schedule/1\"", where);
         goto done;
     }
     if (!cJSON_IsArray(tacs) || cJSON_GetArraySize(tacs) == 0) {
-        ir_errf(err, n, "schedule file '%s': \"tactics\" must be a non-empty array of strings", path);
+        ir_errf(err, n, "%s: tactics: must be a non-empty array of strings", where);
         goto done;
     }
     cJSON *it;
@@ -174,20 +168,52 @@ static int parse_file(const char *path, const shard_mesh *m, schedule *out, char
     cJSON_ArrayForEach(it, tacs)
     {
         if (!cJSON_IsString(it)) {
-            ir_errf(err, n, "schedule file '%s': tactics[%d] is not a string", path, i);
+            ir_errf(err, n, "%s: tactics[%d]: not a string", where, i);
             goto done;
         }
         if (out->n == SCHED_MAX_TACTICS) {
-            ir_errf(err, n, "schedule file '%s': more than %d tactics", path, SCHED_MAX_TACTICS);
+            ir_errf(err, n, "%s: tactics: more than %d", where, SCHED_MAX_TACTICS);
             goto done;
         }
-        if (parse_tactic(it->valuestring, m, &out->t[out->n], err, n) < 0) goto done;
+        char e2[IR_ERR_LEN];
+        if (parse_tactic(it->valuestring, m, &out->t[out->n], e2, sizeof e2) < 0) {
+            ir_errf(err, n, "%s: tactics[%d]: %s", where, i, e2);
+            goto done;
+        }
         out->n++;
         i++;
     }
     rc = 0;
 done:
     cJSON_Delete(j);
+    return rc;
+}
+
+static int parse_file(const char *path, const shard_mesh *m, schedule *out, char *err, size_t n)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f) return ir_errf(err, n, "%s: cannot open: %s", path, strerror(errno));
+    char *text = NULL;
+    size_t len = 0, cap = 0;
+    for (;;) {
+        if (len + 4096 > cap) {
+            cap = cap ? cap * 2 : 8192;
+            char *t = cap > (1u << 24) ? NULL : realloc(text, cap);
+            if (!t) {
+                free(text);
+                fclose(f);
+                return ir_errf(err, n, "%s: larger than 16 MB", path);
+            }
+            text = t;
+        }
+        size_t r = fread(text + len, 1, cap - len - 1, f);
+        len += r;
+        if (r == 0) break;
+    }
+    int bad = ferror(f);
+    fclose(f);
+    text[len] = 0;
+    int rc = bad ? ir_errf(err, n, "%s: read error", path) : sched_parse_json(text, path, m, out, err, n);
     free(text);
     return rc;
 }

@@ -69,6 +69,9 @@ typedef struct schedule {
  * file.  Axis names are checked against the mesh.  Returns 0 or -1 with a
  * one-line message naming the bad tactic. */
 int sched_parse(const char *text, const shard_mesh *mesh, schedule *out, char *err, size_t errlen);
+/* Parses the text of a carve-schedule/1 JSON document (`where` names it in
+ * messages): unknown or repeated keys and bad tactics are refused. */
+int sched_parse_json(const char *text, const char *where, const shard_mesh *mesh, schedule *out, char *err, size_t errlen);
 char *sched_str(const schedule *s, const shard_mesh *mesh, char *buf, size_t n);
 
 /* Expands tactic t into decisions on g's arguments (given the shardings so far

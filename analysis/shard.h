@@ -25,6 +25,7 @@
 
 #define SHARD_MAX_AXES 4
 #define SHARD_AXIS_NAME 16
+#define SHARD_MAX_DEVICES (1 << 20) /* devices in a mesh */
 #define SHARD_MAX_FACTORS 16
 #define SHARD_MAX_COMPOUND 3
 #define SHARD_NO_STAMP 0x7fff

@@ -255,11 +255,16 @@ int ir_rename(ir_graph *g, int v, const char *name)
 int64_t ir_numel(const ir_value *v)
 {
     int64_t n = 1;
-    for (int i = 0; i < v->rank; i++) n *= v->dims[i];
+    for (int i = 0; i < v->rank; i++) ir_mul_i64(n, v->dims[i], &n);
     return n;
 }
 
-size_t ir_bytes(const ir_value *v) { return (size_t)ir_numel(v) * ir_dtype_size(v->dtype); }
+size_t ir_bytes(const ir_value *v)
+{
+    size_t n;
+    ir_mul_size((size_t)ir_numel(v), ir_dtype_size(v->dtype), &n);
+    return n;
+}
 
 char *ir_type_str(const ir_value *v, char *buf, size_t n)
 {
@@ -280,9 +285,8 @@ static int check_shape(ir_graph *g, const char *what, int rank, const int64_t *d
     for (int i = 0; i < rank; i++) {
         if (dims[i] <= 0)
             return ir_fail(g, "%s: dimension %d is %lld (must be positive)", what, i, (long long)dims[i]);
-        if (dims[i] > MAX_NUMEL || n > MAX_NUMEL / dims[i])
+        if (ir_mul_i64(n, dims[i], &n) < 0 || n > MAX_NUMEL)
             return ir_fail(g, "%s: shape overflows (more than 2^48 elements)", what);
-        n *= dims[i];
     }
     return 0;
 }

@@ -183,8 +183,40 @@ void *ir_xcalloc(size_t n, size_t size);
  * returns -1: how every module reports an error into its caller's buffer. */
 int ir_errf(char *err, size_t n, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 
+/* ---- checked size arithmetic ------------------------------------------ *
+ * Every product of dims, devices or bytes goes through these: each returns 0
+ * and sets *out, or returns -1 when the exact result does not fit (then *out
+ * is the type's maximum, so a caller that only compares with a limit still
+ * sees "too large", never a wrapped small number). */
+static inline int ir_mul_i64(int64_t a, int64_t b, int64_t *out)
+{
+    if (__builtin_mul_overflow(a, b, out)) {
+        *out = INT64_MAX;
+        return -1;
+    }
+    return 0;
+}
+static inline int ir_mul_size(size_t a, size_t b, size_t *out)
+{
+    if (__builtin_mul_overflow(a, b, out)) {
+        *out = SIZE_MAX;
+        return -1;
+    }
+    return 0;
+}
+static inline int ir_add_size(size_t a, size_t b, size_t *out)
+{
+    if (__builtin_add_overflow(a, b, out)) {
+        *out = SIZE_MAX;
+        return -1;
+    }
+    return 0;
+}
+
 /* Value id for a name, or -1. */
 int ir_find(const ir_graph *g, const char *name);
+/* Elements and bytes of a value (checked: a value built through the IR has at
+ * most 2^48 elements, larger products saturate at INT64_MAX / SIZE_MAX). */
 int64_t ir_numel(const ir_value *v);
 size_t ir_bytes(const ir_value *v);
 /* Writes "f32[8,128,512]" into buf; returns buf. */

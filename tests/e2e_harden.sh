@@ -51,5 +51,9 @@ refused echo-mesh 'd\\x1b\[31m=2' "$carve" shard --model mlp-tiny --mesh $'d\x1b
 refused echo-schedule 'tile:x\\x0by' "$carve" shard --model mlp-tiny --mesh d=2 --schedule $'tile:x\vy:0:d'
 refused echo-argv "unknown option '--x\\\\x07'" "$carve" show --model mlp-tiny $'--x\a'
 
+# ---- 3. integer overflow: 2^20 * 2^20 * 2^20 * 16 devices wrapped to 0 ----
+refused mesh-overflow "more than 1048576 devices" "$carve" autopart --model mlp-tiny --mesh a=1048576,b=1048576,c=1048576,d=16 --budget 5 --out ovf.json --quiet
+absent mesh-overflow-file ovf.json
+
 echo "$pass passed, $fail failed"
 [ $fail -eq 0 ]

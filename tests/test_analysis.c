@@ -5,6 +5,7 @@
 #include "ir/ir.h"
 #include "tests/test.h"
 
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -23,6 +24,19 @@ static void test_mesh(void)
         err[0] = 0;
         CHECKF(shard_mesh_parse(bad[i], &m, err, sizeof err) < 0 && strstr(err, "mesh"), "'%s' -> '%s'", bad[i], err);
     }
+    /* issue 18: 2^20 * 2^20 * 2^20 * 16 = 2^64 wrapped to 0 devices before
+     * the product was checked (UBSan: signed overflow) */
+    const char *huge[] = {"a=1048576,b=1048576,c=1048576,d=16", "a=1048576,b=1048576,c=1048576,d=4", "1048576x2",
+                          "a=1048576,b=1048576,c=1048576,d=1048576"};
+    for (size_t i = 0; i < sizeof huge / sizeof huge[0]; i++)
+        CHECKF(shard_mesh_parse(huge[i], &m, err, sizeof err) < 0 && strstr(err, "more than 1048576 devices"), "'%s' -> '%s'",
+               huge[i], err);
+    int64_t p;
+    CHECK(ir_mul_i64(INT64_MAX / 2, 3, &p) == -1 && p == INT64_MAX);
+    CHECK(ir_mul_i64(-4, 5, &p) == 0 && p == -20);
+    size_t z;
+    CHECK(ir_mul_size(SIZE_MAX / 2 + 1, 2, &z) == -1 && z == SIZE_MAX && ir_add_size(SIZE_MAX, 1, &z) == -1);
+    CHECK(ir_mul_size(1u << 20, 1u << 20, &z) == 0 && z == (size_t)1 << 40);
 }
 
 /* x[8,16] @ w[16,32] -> y, then a loss. */
