@@ -218,6 +218,14 @@ static double get_num(const cJSON *o, const char *k, double dflt)
     return cJSON_IsNumber(x) ? x->valuedouble : dflt;
 }
 
+/* An integer field of a plan's statistics: dflt when absent, not a number or
+ * outside [lo, hi] (a cast of 2e100 to an integer is undefined). */
+static int64_t get_int(const cJSON *o, const char *k, int64_t dflt, double lo, double hi)
+{
+    double v = get_num(o, k, (double)dflt);
+    return v >= lo && v <= hi ? (int64_t)v : dflt;
+}
+
 static int copy_str(char *dst, size_t n, const char *src)
 {
     if (!src || strlen(src) >= n) return -1;
@@ -331,16 +339,16 @@ int plan_load(const char *path, plan *pl, char *err, size_t errlen)
         const char *alg = get_str(se, "algorithm"), *stop = get_str(se, "stopped_by");
         copy_str(pl->search.kind, sizeof pl->search.kind, alg ? alg : "");
         copy_str(pl->search.stop, sizeof pl->search.stop, stop ? stop : "");
-        pl->search.simulations = (int64_t)get_num(se, "simulations", 0);
-        pl->search.evaluations = (int64_t)get_num(se, "evaluations", 0);
-        pl->search.best_at = (int64_t)get_num(se, "best_at_simulation", 0);
+        pl->search.simulations = get_int(se, "simulations", 0, 0, 9e15);
+        pl->search.evaluations = get_int(se, "evaluations", 0, 0, 9e15);
+        pl->search.best_at = get_int(se, "best_at_simulation", 0, 0, 9e15);
         pl->search.seconds = get_num(se, "seconds", 0);
-        pl->search.budget = (int64_t)get_num(se, "budget_simulations", 0);
+        pl->search.budget = get_int(se, "budget_simulations", 0, 0, 9e15);
         pl->search.budget_seconds = get_num(se, "budget_seconds", 0);
-        pl->search.seed = (uint64_t)get_num(se, "seed", 0);
-        pl->search.threads = (int)get_num(se, "threads", 1);
-        pl->search.root_actions = (int)get_num(se, "root_actions", 0);
-        pl->search.tree_nodes = (int64_t)get_num(se, "tree_nodes", 0);
+        pl->search.seed = (uint64_t)get_int(se, "seed", 0, 0, 9e15);
+        pl->search.threads = (int)get_int(se, "threads", 1, 1, 1 << 20);
+        pl->search.root_actions = (int)get_int(se, "root_actions", 0, 0, 1 << 30);
+        pl->search.tree_nodes = get_int(se, "tree_nodes", 0, 0, 9e15);
     }
     rc = 0;
 out:
