@@ -74,8 +74,8 @@ int cmd_autopart(const cli_opts *o)
         return CLI_BAD_INPUT;
     }
     const search_algo *algo = search_algo_find(o->search ? o->search : "mcts");
-    cost_options copt = {COST_FP32, o->overlap, o->memory_gib * 1024.0 * 1024.0 * 1024.0};
-    if (o->precision && !strcmp(o->precision, "bf16")) copt.precision = COST_MIXED_BF16;
+    cost_options copt = {cost_default_precision(&hw), o->overlap, o->memory_gib * 1024.0 * 1024.0 * 1024.0};
+    if (o->precision) cost_precision_parse(o->precision, &copt.precision, err, sizeof err); /* checked by opts.c */
     search_budget b = {
         .simulations = o->budget ? o->budget : (o->time_s > 0 ? 0 : 2000),
         .seconds = o->time_s,
@@ -145,9 +145,9 @@ int cmd_autopart(const cli_opts *o)
     int n_ex = plan_experts(g, &mesh, &pr, ex, MAX_EXPERTS);
     plan_price(&pr, st, &e); /* pr->p is the plan's program again */
 
-    printf("model      %s\nmesh       %s (%lld devices)\nhardware   %s (%s)\nschedule   %s\n", cfg,
+    printf("model      %s\nmesh       %s (%lld devices)\nhardware   %s (%s)\nprecision  %s\nschedule   %s\n", cfg,
            shard_mesh_str(&mesh, buf, sizeof buf), (long long)mesh.n_devices, hw.name, hw.source,
-           sched_str(&sc, &mesh, buf2, sizeof buf2));
+           cost_precision_describe(copt.precision), sched_str(&sc, &mesh, buf2, sizeof buf2));
     printf("search     %s: %lld distinct plans priced (%lld simulations) in %.2f s, %.0f plans/s, %d threads; best "
            "found at plan %lld; stopped by %s\n           root actions %d, tree nodes %d, seed %llu\n",
            algo->name, (long long)res.evaluations, (long long)res.simulations, res.seconds,

@@ -26,8 +26,8 @@ int cmd_cost(const cli_opts *o)
         cli_error("%s", err);
         return CLI_BAD_INPUT;
     }
-    cost_options opt = {COST_FP32, o->overlap, o->memory_gib * 1024.0 * 1024.0 * 1024.0};
-    if (o->precision && !strcmp(o->precision, "bf16")) opt.precision = COST_MIXED_BF16;
+    cost_options opt = {cost_default_precision(&hw), o->overlap, o->memory_gib * 1024.0 * 1024.0 * 1024.0};
+    if (o->precision) cost_precision_parse(o->precision, &opt.precision, err, sizeof err); /* checked by opts.c */
     ir_graph *g = cli_load_step(o, cfg, sizeof cfg);
     if (!g) return CLI_BAD_INPUT;
     int rc = CLI_OK;
@@ -48,7 +48,7 @@ int cmd_cost(const cli_opts *o)
     }
     printf("model %s\nmesh %s (%lld devices)\nschedule %s\nhardware %s (%s)\nprecision %s, %s\n\n", cfg,
            shard_mesh_str(&mesh, buf, sizeof buf), (long long)mesh.n_devices, sched_str(&sc, &mesh, buf2, sizeof buf2),
-           hw.name, hw.source, opt.precision == COST_MIXED_BF16 ? "mixed bf16 (f32 master weights and Adam states)" : "f32",
+           hw.name, hw.source, cost_precision_describe(opt.precision),
            opt.overlap ? "communication overlapped with compute" : "no overlap of compute and communication");
     cli_print_estimate(&e);
     spmd_free(p);

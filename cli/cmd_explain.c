@@ -48,7 +48,8 @@ int cmd_explain(const cli_opts *o)
     }
     {
         shard_state *scratch = shard_state_new(g, &mesh);
-        cost_options copt = {COST_FP32, 0, pl.cost.valid ? pl.cost.capacity_bytes : 0};
+        /* the precision autopart priced in by default (plans do not record it yet) */
+        cost_options copt = {cost_default_precision(&hw), 0, pl.cost.valid ? pl.cost.capacity_bytes : 0};
         int r = plan_pricer_init(&pr, &hw, &copt, scratch, err, sizeof err);
         shard_state_free(scratch);
         if (r < 0) {

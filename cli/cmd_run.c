@@ -93,7 +93,8 @@ static int run_checked(const cli_opts *o, const ir_graph *g, const spmd_program 
 {
     char err[640], buf[256];
     size_t spmd_bytes = exec_spmd_bytes(p), ref_bytes = exec_ref_bytes(g), avail = available_bytes();
-    printf("model %s\nmesh %s (%lld devices), schedule %s\noptimizer %s, seed %lld, steps %lld, BLIS kernels %s\n", cfg,
+    printf("model %s\nmesh %s (%lld devices), schedule %s\noptimizer %s, seed %lld, steps %lld, BLIS kernels %s\n"
+           "precision: f32 everywhere (the CPU executor has no bf16, fp16 or TF32 kernels)\n", cfg,
            shard_mesh_str(&p->mesh, buf, sizeof buf), (long long)p->mesh.n_devices, o->schedule, o->optimizer,
            (long long)o->seed, (long long)o->steps, exec_blis_arch());
     printf("memory: %.1f MiB per device x %lld + reference %.1f MiB = %.1f MiB\n", mib(exec_spmd_device_bytes(p)),

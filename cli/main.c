@@ -27,10 +27,12 @@ static const cli_command commands[] = {
     {"cost", "--model --graph --mesh --schedule --hw --memory --precision --overlap --optimizer",
      "price a sharding schedule on a hardware profile: step time, peak memory, breakdowns",
      "usage: carve cost (--model SPEC | --graph FILE) --mesh MESH --schedule SCHEDULE --hw PROFILE\n"
-     "                  [--memory GIB] [--precision f32|bf16] [--overlap]\n"
+     "                  [--memory GIB] [--precision f32|tf32|bf16|fp16] [--overlap]\n"
      "  --hw PROFILE         a preset (tpu-v3, a100, h100, cpu) or a carve-hw/1 JSON file (carve calibrate)\n"
      "  --memory GIB         memory per device instead of the profile's\n"
-     "  --precision bf16     mixed precision: bf16 params, activations, gradients; f32 master weights, Adam states\n"
+     "  --precision P        f32; tf32 (f32 values, TF32 matmuls); bf16 or fp16 (mixed: 2-byte params,\n"
+     "                       activations, gradients; f32 master weights, Adam states).  Default: bf16 on\n"
+     "                       accelerator profiles, f32 on CPU profiles (what carve's executor runs)\n"
      "  --overlap            assume communication fully overlaps compute (step = max instead of sum)\n",
      cmd_cost},
     {"calibrate", "--out --quiet", "measure this machine (GEMM, elementwise, copy, barrier) into a hardware profile",

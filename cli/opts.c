@@ -1,5 +1,6 @@
 /* opts.c - flag parsing and model/graph loading shared by subcommands. */
 #include "cli.h"
+#include "cost/cost.h"
 
 #include <errno.h>
 #include <math.h>
@@ -129,8 +130,10 @@ int cli_parse(const cli_command *c, int argc, char **argv, cli_opts *o)
         else if (!strcmp(flag, "--plan")) o->plan = val;
         else if (!strcmp(flag, "--out")) o->out = val;
         else if (!strcmp(flag, "--precision")) {
-            if (strcmp(val, "f32") && strcmp(val, "bf16")) {
-                cli_error("%s: --precision must be f32 or bf16, got '%s'", c->name, val);
+            cost_precision prec;
+            char perr[160];
+            if (cost_precision_parse(val, &prec, perr, sizeof perr) < 0) {
+                cli_error("%s: --precision: %s", c->name, perr);
                 return CLI_BAD_INPUT;
             }
             o->precision = val;

@@ -505,7 +505,7 @@ int cost_calibrate(cost_hw *hw, int quick, FILE *log, char *err, size_t errlen)
     snprintf(hw->source, sizeof hw->source,
              "carve calibrate%s: %d cores, BLIS %s; GEMM %.1f GFLOP/s one thread alone, %.1f each with all cores busy",
              quick ? " (quick)" : "", cores, exec_blis_arch(), g1 / 1e9, gn / 1e9);
-    hw->matmul_flops[IR_F32] = hw->matmul_flops[IR_BF16] = hw->matmul_flops[IR_F16] = gn; /* bf16 runs as f32 here */
+    hw->matmul_flops[IR_F32] = hw->matmul_flops[IR_BF16] = hw->matmul_flops[IR_F16] = hw->tf32_flops = gn; /* all run as f32 here */
     hw->vector_flops = vr;
     hw->mem_bandwidth = 2 * cr;
     hw->mem_capacity = ram;

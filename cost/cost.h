@@ -40,6 +40,8 @@ typedef struct cost_hw {
     char name[COST_NAME_LEN];
     char source[COST_SOURCE_LEN];  /* where the figures come from */
     double matmul_flops[IR_N_DTYPES]; /* einsum FLOP/s per device by dtype (i32: unused, 0) */
+    double tf32_flops;             /* einsum FLOP/s on f32 data through TF32 tensor cores (JSON
+                                      peak_flops.tf32; absent: the f32 rate) */
     double vector_flops;           /* FLOP/s of elementwise ops and reductions */
     double mem_bandwidth;          /* bytes/s per device */
     double mem_capacity;           /* bytes per device */
@@ -108,10 +110,29 @@ double cost_cpu_factor(const cost_hw *hw, int64_t n_devices);
 
 /* ---- estimate --------------------------------------------------------- */
 typedef enum {
-    COST_FP32,       /* every value f32 as in the IR */
+    COST_FP32,       /* every value f32 as in the IR, matmuls at the f32 (non-tensor-core) rate */
     COST_MIXED_BF16, /* bf16 params, activations, gradients; f32 master weights,
                         Adam states and optimizer arithmetic (docs/cost-model.md) */
+    COST_TF32,       /* f32 values; matmuls (only) at the TF32 tensor-core rate (JAX's default on
+                        A100/H100) */
+    COST_MIXED_FP16, /* as COST_MIXED_BF16 with fp16 (its own peak) */
+    COST_N_PRECISIONS
 } cost_precision;
+
+/* "f32", "tf32", "bf16", "fp16" (the --precision names). */
+const char *cost_precision_name(cost_precision p);
+/* One line saying what a precision stores and computes in, for report headers. */
+const char *cost_precision_describe(cost_precision p);
+/* Parses a --precision name.  Returns 0, or -1 with a message listing the names. */
+int cost_precision_parse(const char *text, cost_precision *out, char *err, size_t errlen);
+/* The precision a profile is priced in when none is asked for: mixed bf16 with
+ * f32 master weights and Adam states on accelerators (what large-model
+ * training runs in), f32 on CPU profiles (cores > 0: what carve's executor
+ * runs; it has no bf16 kernels). */
+cost_precision cost_default_precision(const cost_hw *hw);
+/* The einsum peak under a precision (optimizer einsums run on f32 master
+ * weights: the f32 rate, TF32 under COST_TF32). */
+double cost_matmul_peak(const cost_hw *hw, cost_precision p, int optimizer);
 
 typedef struct cost_options {
     cost_precision precision;

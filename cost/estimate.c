@@ -95,7 +95,7 @@ void cost_ws_free(cost_ws *w)
 cost_state_bytes cost_state_sizes(cost_precision prec, int n_opt_states)
 {
     cost_state_bytes s;
-    if (prec == COST_MIXED_BF16) {
+    if (prec == COST_MIXED_BF16 || prec == COST_MIXED_FP16) {
         s.param = 2;
         s.grad = 2;
         s.opt = 4.0 + 4.0 * n_opt_states; /* f32 master copy + f32 states */
@@ -358,7 +358,8 @@ typedef struct ctx {
     const spmd_program *p;
     cost_ws *w;
     double axes_prod[1u << SHARD_MAX_AXES]; /* product of sizes per axis mask */
-    int mixed;
+    int mixed;   /* 2-byte working values (mixed bf16 or fp16) */
+    cost_precision precision;
     double ser;  /* cost_cpu_factor of the mesh */
     int oversub; /* devices outnumber cores */
 } ctx;
@@ -414,7 +415,7 @@ static double price_compute(ctx *c, const cost_hw *hw, const spmd_instr *in, dou
     if (ir_op_bytes(o->kind) == IR_BYTES_ROWS) bytes = w->buf_bytes[in->in[1]] + 2 * w->buf_bytes[ob];
     double peak_rate = hw->vector_flops, tf, tb = bytes / hw->mem_bandwidth, extra = 0;
     if (o->kind == IR_OP_EINSUM) {
-        peak_rate = hw->matmul_flops[c->mixed && in->phase != SPMD_OPTIMIZER ? IR_BF16 : IR_F32];
+        peak_rate = cost_matmul_peak(hw, c->precision, in->phase == SPMD_OPTIMIZER);
         tf = flops / peak_rate;
         if (hw->gemm_call > 0) { /* one GEMM call per batch index */
             double calls = 1;
@@ -526,7 +527,8 @@ int cost_estimate_program(cost_ws *w, const spmd_program *p, const cost_hw *hw, 
     if (w->g != g || w->g_ops != g->n_ops || w->g_values != g->n_values || w->g_hash != hash)
         build_graph_tables(w, p, hash);
     grow_program(w, p);
-    ctx c = {.p = p, .w = w, .mixed = opt->precision == COST_MIXED_BF16};
+    ctx c = {.p = p, .w = w, .precision = opt->precision,
+             .mixed = opt->precision == COST_MIXED_BF16 || opt->precision == COST_MIXED_FP16};
     const shard_mesh *m = &p->mesh;
     for (unsigned mask = 0; mask < (1u << SHARD_MAX_AXES); mask++) {
         double prod = 1;

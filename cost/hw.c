@@ -22,7 +22,7 @@
 
 typedef struct preset {
     const char *name;
-    double f32, bf16, f16, vector, mem_bw, mem_cap, overhead;
+    double f32, tf32, bf16, f16, vector, mem_bw, mem_cap, overhead;
     int64_t node;
     cost_link intra, inter;
     int cores;
@@ -33,16 +33,16 @@ typedef struct preset {
  * latencies are assumptions of the usual order for these links (NCCL and
  * ICI step latencies of a few microseconds), stated as such in the docs. */
 static const preset presets[] = {
-    {"tpu-v3", 123e12 / 6, 123e12, 123e12, 123e12 / 6, 900e9, 32 * GIB, 0, 1024, {166e9, 1e-6}, {3.1e9, 20e-6}, 0,
+    {"tpu-v3", 123e12 / 6, 123e12 / 6, 123e12, 123e12, 123e12 / 6, 900e9, 32 * GIB, 0, 1024, {166e9, 1e-6}, {3.1e9, 20e-6}, 0,
      "Cloud TPU v3 system architecture (cloud.google.com/tpu/docs/v3): 123 TFLOP/s bf16 per chip, 32 GiB HBM2 at "
      "900 GB/s, 1024-chip pod, 340 TB/s pod all-reduce bandwidth; f32 matmul = 6 bf16 passes"},
-    {"a100", 19.5e12, 312e12, 312e12, 19.5e12, 2039e9, 80 * GIB, 0, 8, {300e9, 3e-6}, {25e9, 8e-6}, 0,
-     "NVIDIA A100 80GB SXM datasheet: 19.5 TFLOP/s fp32, 312 bf16/fp16 dense, 2039 GB/s HBM2e, NVLink 600 GB/s "
+    {"a100", 19.5e12, 156e12, 312e12, 312e12, 19.5e12, 2039e9, 80 * GIB, 0, 8, {300e9, 3e-6}, {25e9, 8e-6}, 0,
+     "NVIDIA A100 80GB SXM datasheet: 19.5 TFLOP/s fp32, 156 tf32, 312 bf16/fp16 dense, 2039 GB/s HBM2e, NVLink 600 GB/s "
      "(300 each way), 8 GPUs per DGX node, one 200 Gb/s HDR InfiniBand port per GPU"},
-    {"h100", 67e12, 989e12, 989e12, 67e12, 3350e9, 80 * GIB, 0, 8, {450e9, 3e-6}, {50e9, 8e-6}, 0,
-     "NVIDIA H100 SXM datasheet: 67 TFLOP/s fp32, 989 bf16/fp16 dense, 3.35 TB/s HBM3, NVLink 900 GB/s (450 each "
+    {"h100", 67e12, 494.7e12, 989e12, 989e12, 67e12, 3350e9, 80 * GIB, 0, 8, {450e9, 3e-6}, {50e9, 8e-6}, 0,
+     "NVIDIA H100 SXM datasheet: 67 TFLOP/s fp32, 494.7 tf32, 989 bf16/fp16 dense, 3.35 TB/s HBM3, NVLink 900 GB/s (450 each "
      "way), 8 GPUs per DGX node, one 400 Gb/s NDR InfiniBand port per GPU"},
-    {"cpu", 100e9, 100e9, 100e9, 4e9, 7.5e9, 4 * GIB, 1e-6, 1 << 20, {7.5e9, 5e-6}, {7.5e9, 5e-6}, 2,
+    {"cpu", 100e9, 100e9, 100e9, 100e9, 4e9, 7.5e9, 4 * GIB, 1e-6, 1 << 20, {7.5e9, 5e-6}, {7.5e9, 5e-6}, 2,
      "nominal figures of the 2-core development VM (STYLE.md); run carve calibrate for measured ones"},
 };
 #define N_PRESETS ((int)(sizeof presets / sizeof presets[0]))
@@ -62,6 +62,7 @@ int cost_hw_preset(const char *name, cost_hw *hw, char *err, size_t errlen)
         hw->matmul_flops[IR_F32] = p->f32;
         hw->matmul_flops[IR_BF16] = p->bf16;
         hw->matmul_flops[IR_F16] = p->f16;
+        hw->tf32_flops = p->tf32;
         hw->vector_flops = p->vector;
         hw->mem_bandwidth = p->mem_bw;
         hw->mem_capacity = p->mem_cap;
@@ -111,6 +112,8 @@ static const hw_row flops_rows[] = {
     {"f32", IR_F32 * sizeof(double), HW_REAL, HW_RATE, HW_REQUIRED, NULL, 0, -1},
     {"bf16", IR_BF16 * sizeof(double), HW_REAL, HW_RATE, HW_REQUIRED, NULL, 0, -1},
     {"f16", IR_F16 * sizeof(double), HW_REAL, HW_RATE, 0, NULL, 0, 1 /* bf16 */},
+    /* tf32 lives beside the array, at this offset from its start; absent: the f32 rate */
+    {"tf32", offsetof(cost_hw, tf32_flops) - offsetof(cost_hw, matmul_flops), HW_REAL, HW_RATE, 0, NULL, 0, 0 /* f32 */},
 };
 static const hw_row hw_rows[] = {
     {"peak_flops", offsetof(cost_hw, matmul_flops), HW_OBJECT, 0, 0, HW_REQUIRED, ROWS(flops_rows), -1},
@@ -441,6 +444,7 @@ char *cost_hw_to_json(const cost_hw *hw)
     add_num(pf, "f32", hw->matmul_flops[IR_F32]);
     add_num(pf, "bf16", hw->matmul_flops[IR_BF16]);
     add_num(pf, "f16", hw->matmul_flops[IR_F16]);
+    add_num(pf, "tf32", hw->tf32_flops);
     cJSON_AddItemToObject(r, "peak_flops", pf);
     add_num(r, "vector_flops", hw->vector_flops);
     add_num(r, "memory_bandwidth", hw->mem_bandwidth);

@@ -532,13 +532,42 @@ static void test_options(void)
     CHECK(close_rel(m.coll_wire[SPMD_ALL_REDUCE], f.coll_wire[SPMD_ALL_REDUCE] / 2, 1e-3));
     CHECK(m.op_time[IR_OP_EINSUM] < f.op_time[IR_OP_EINSUM]);
     CHECK(m.flops == f.flops);
+    char err[256];
     /* model states: 16 bytes a parameter mixed, 16 (4 + 4 + 8) in f32 with Adam */
     CHECK(close_rel(m.model_state_bytes, f.model_state_bytes, 1e-9));
     CHECK(m.peak_activations < f.peak_activations);
+    /* precisions as the hardware has them: an einsum-only graph big enough to
+     * be compute-bound on the A100 (2048^3: 512 FLOP a byte at f32) runs at
+     * each precision's own peak, 19.5 / 156 / 312 / 312 TFLOP/s */
+    {
+        ir_graph *mm = ir_new("gemm");
+        int64_t d2[2] = {2048, 2048}, all[2] = {0, 1};
+        int a = ir_arg(mm, "a", IR_INPUT, IR_F32, 2, d2), b = ir_arg(mm, "b", IR_INPUT, IR_F32, 2, d2);
+        ir_set_loss(mm, ir_reduce(mm, IR_OP_REDUCE_SUM, ir_einsum(mm, "ij,jk->ik", a, b), 2, all));
+        spmd_program *pm = lower(mm, "d=1", "tile:a:0:d");
+        double fl = 2.0 * 2048 * 2048 * 2048;
+        static const double peak[COST_N_PRECISIONS] = {19.5e12, 312e12, 156e12, 312e12};
+        for (int k = 0; k < COST_N_PRECISIONS; k++) {
+            cost_estimate ek = estimate(ws, pm, &hw, (cost_precision)k);
+            CHECKF(close_rel(ek.op_time[IR_OP_EINSUM], fl / peak[k], 1e-9), "%s: einsum %g s, want %g",
+                   cost_precision_name((cost_precision)k), ek.op_time[IR_OP_EINSUM], fl / peak[k]);
+            cost_precision back;
+            CHECK(cost_precision_parse(cost_precision_name((cost_precision)k), &back, err, sizeof err) == 0 && back == (cost_precision)k);
+        }
+        CHECK(cost_precision_parse("fp8", &(cost_precision){0}, err, sizeof err) < 0 && strstr(err, "fp8"));
+        /* defaults: mixed bf16 on accelerators, f32 on CPU profiles */
+        cost_hw cpu = preset("cpu");
+        CHECK(cost_default_precision(&hw) == COST_MIXED_BF16 && cost_default_precision(&cpu) == COST_FP32);
+        /* a profile without TF32 runs it at the f32 rate */
+        cost_hw no_tf32 = hw;
+        no_tf32.tf32_flops = 0;
+        CHECK(cost_matmul_peak(&no_tf32, COST_TF32, 0) == hw.matmul_flops[IR_F32]);
+        spmd_free(pm);
+        ir_free(mm);
+    }
     /* overlap: max instead of sum */
     cost_options ov = {COST_FP32, 1, 0};
     cost_estimate o;
-    char err[256];
     cost_estimate_program(ws, p, &hw, &ov, &o, err, sizeof err);
     CHECK(o.step_time == fmax(o.compute_time, o.comm_time) && o.step_time < f.step_time);
     /* capacity override decides fits */
