@@ -22,8 +22,78 @@ static void uf_union(int *parent, int a, int b)
     else parent[a] = b;
 }
 
+/* The arguments of layer L in order (by role, then position), as value ids;
+ * returns how many (at most cap). */
+static int layer_args(const ir_graph *g, int layer, int *out, int cap)
+{
+    int n = 0;
+    for (int ro = 0; ro < IR_N_ROLES; ro++)
+        for (int v = 0; v < g->n_values && n < cap; v++)
+            if (g->values[v].role == (ir_role)ro && ro != IR_INTERMEDIATE && g->values[v].layer == layer) out[n++] = v;
+    return n;
+}
+
+static int same_shape(const ir_value *x, const ir_value *y)
+{
+    if (x->rank != y->rank) return 0;
+    for (int d = 0; d < x->rank; d++)
+        if (x->dims[d] != y->dims[d]) return 0;
+    return 1;
+}
+
+/* Joins each argument of layer L with its counterpart (same role, position
+ * and shape) in layer L - period, for every L >= period. */
+static void join_layers(const ir_graph *g, const int *base, int *parent, int period, int *a, int *b, int cap)
+{
+    for (int L = period; L < g->n_layers; L++) {
+        int na = layer_args(g, L, a, cap), nb = layer_args(g, L - period, b, cap);
+        for (int k = 0; k < na && k < nb; k++) {
+            const ir_value *x = &g->values[a[k]], *y = &g->values[b[k]];
+            if (x->role != y->role || !same_shape(x, y)) continue;
+            for (int d = 0; d < x->rank; d++) uf_union(parent, base[a[k]] + d, base[b[k]] + d);
+        }
+    }
+}
+
+/* 1 when `after` joins two dims of one value that `before` keeps apart. */
+static int merges_dims(const ir_graph *g, const int *base, int *before, int *after)
+{
+    for (int v = 0; v < g->n_values; v++)
+        for (int i = 0; i < g->values[v].rank; i++)
+            for (int j = i + 1; j < g->values[v].rank; j++)
+                if (uf_find(after, base[v] + i) == uf_find(after, base[v] + j) &&
+                    uf_find(before, base[v] + i) != uf_find(before, base[v] + j))
+                    return 1;
+    return 0;
+}
+
+/* Folds repeated layers: layer L joins layer L - p for the smallest period p
+ * (1, 2, ... up to SHARD_MAX_FOLD_PERIOD) whose fold merges no two dims of one
+ * value that the ops kept apart; a chain MLP, whose layer L reads layer L-1's
+ * out-dim as its in-dim, folds with period 2, a transformer with period 1.
+ * Without such a period nothing is folded.  Returns the period (0: none). */
+static int fold_layers(const ir_graph *g, const int *base, int *parent, int n)
+{
+    if (g->n_layers < 2) return 0;
+    int cap = g->n_values, found = 0;
+    int *a = ir_xcalloc((size_t)cap + 1, sizeof(int)), *b = ir_xcalloc((size_t)cap + 1, sizeof(int));
+    int *trial = ir_xcalloc((size_t)n + 1, sizeof(int));
+    for (int p = 1; p <= SHARD_MAX_FOLD_PERIOD && p < g->n_layers && !found; p++) {
+        memcpy(trial, parent, (size_t)n * sizeof(int));
+        join_layers(g, base, trial, p, a, b, cap);
+        if (merges_dims(g, base, parent, trial)) continue;
+        memcpy(parent, trial, (size_t)n * sizeof(int));
+        found = p;
+    }
+    free(a);
+    free(b);
+    free(trial);
+    return found;
+}
+
 shard_groups *shard_groups_build(const ir_graph *g)
 {
+    int gs_fold;
     int *base = ir_xrealloc(NULL, ((size_t)g->n_values + 1) * sizeof(int));
     base[0] = 0;
     for (int v = 0; v < g->n_values; v++) base[v + 1] = base[v] + g->values[v].rank;
@@ -54,42 +124,11 @@ shard_groups *shard_groups_build(const ir_graph *g)
         if (u < 0) continue;
         for (int d = 0; d < g->values[v].rank; d++) uf_union(parent, base[v] + d, base[u] + d);
     }
-    /* repeated layers: the k-th argument of each role in layer L with the k-th of layer 0 */
-    {
-        int layers = g->n_layers > 0 ? g->n_layers : 0;
-        int *count = calloc((size_t)(layers ? layers : 1) * IR_N_ROLES, sizeof(int));
-        int n0[IR_N_ROLES] = {0};
-        if (!count) abort();
-        for (int v = 0; v < g->n_values; v++)
-            if (g->values[v].role != IR_INTERMEDIATE && g->values[v].layer == 0) n0[g->values[v].role]++;
-        /* positions of layer-0 arguments by role */
-        int *pos0[IR_N_ROLES];
-        for (int ro = 0; ro < IR_N_ROLES; ro++) {
-            pos0[ro] = ir_xrealloc(NULL, ((size_t)n0[ro] + 1) * sizeof(int));
-            n0[ro] = 0;
-        }
-        for (int v = 0; v < g->n_values; v++) {
-            const ir_value *x = &g->values[v];
-            if (x->role != IR_INTERMEDIATE && x->layer == 0) pos0[x->role][n0[x->role]++] = v;
-        }
-        for (int v = 0; v < g->n_values; v++) {
-            const ir_value *x = &g->values[v];
-            if (x->role == IR_INTERMEDIATE || x->layer <= 0 || x->layer >= layers) continue;
-            int k = count[x->layer * IR_N_ROLES + x->role]++;
-            if (k >= n0[x->role]) continue;
-            const ir_value *y = &g->values[pos0[x->role][k]];
-            if (y->rank != x->rank) continue;
-            int same = 1;
-            for (int d = 0; d < x->rank; d++) same &= y->dims[d] == x->dims[d];
-            if (!same) continue;
-            for (int d = 0; d < x->rank; d++) uf_union(parent, base[v] + d, base[pos0[x->role][k]] + d);
-        }
-        for (int ro = 0; ro < IR_N_ROLES; ro++) free(pos0[ro]);
-        free(count);
-    }
+    gs_fold = fold_layers(g, base, parent, n);
     /* collect argument dims by class, classes in order of first member */
     shard_groups *gs = calloc(1, sizeof *gs);
     if (!gs) abort();
+    gs->period = gs_fold;
     int *class_of_root = ir_xrealloc(NULL, (size_t)(n ? n : 1) * sizeof(int));
     for (int i = 0; i < n; i++) class_of_root[i] = -1;
     int n_members = 0;

@@ -4,8 +4,12 @@
  * shard alike or communicate; union-find over (value, dim) pairs joins them,
  * as TOAST's named-dimension analysis does.  Outputs join the arguments they
  * update, and the arguments of repeated layers join their counterparts in
- * layer 0 (same position within the layer, same role and shape), so a
- * 48-layer model has the same groups as a 2-layer one.  A group is the set of
+ * the layer `period` before (same position within the layer, same role and
+ * shape), so a 48-layer model has the same groups as a 2-layer one.  The
+ * period is the smallest (1, 2, ...) whose fold merges no two dims of one
+ * value that the ops keep apart: a transformer folds every layer onto layer
+ * 0; a chain MLP, whose layer L's in-dim is layer L-1's out-dim, folds even
+ * layers onto layer 0 and odd ones onto layer 1, so a split can alternate.  A group is the set of
  * argument dims in one class; an action tiles every member of a group over
  * one mesh axis.
  */
@@ -25,8 +29,12 @@ typedef struct shard_member {
     int dim;
 } shard_member;
 
+/* Folding periods tried (1 .. this); none fits: layers are not folded. */
+#define SHARD_MAX_FOLD_PERIOD 4
+
 typedef struct shard_groups {
     int n;
+    int period;            /* layers folded with this period (0: not folded) */
     shard_group *groups;
     shard_member *members;
 } shard_groups;

@@ -146,46 +146,138 @@ char *cli_describe_strategy(const shard_state *st, char *buf, size_t n)
     return buf;
 }
 
+/* ---- layers folded in the display ------------------------------------------ */
+
+/* 1 when the params of layers L and M have the same shapes and shardings. */
+static int params_equal(const shard_state *st, int L, int M)
+{
+    const ir_graph *g = st->g;
+    int i = 0, j = 0;
+    for (;;) {
+        while (i < g->n_values && (g->values[i].role != IR_PARAM || g->values[i].layer != L)) i++;
+        while (j < g->n_values && (g->values[j].role != IR_PARAM || g->values[j].layer != M)) j++;
+        if (i == g->n_values || j == g->n_values) return i == j;
+        const ir_value *x = &g->values[i], *y = &g->values[j];
+        if (x->rank != y->rank || memcmp(x->dims, y->dims, sizeof(int64_t) * (size_t)x->rank) ||
+            !shard_spec_equal(&st->spec[i], &st->spec[j], x->rank))
+            return 0;
+        i++;
+        j++;
+    }
+}
+
+/* 1 when layers L and M of program p have the same collectives (kind, axes,
+ * bytes, phase, in order). */
+static int collectives_equal(const spmd_program *p, int L, int M)
+{
+    int i = 0, j = 0;
+    for (;;) {
+        while (i < p->n_instrs && (p->instrs[i].layer != L || p->instrs[i].kind == SPMD_COMPUTE || p->instrs[i].kind == SPMD_SLICE)) i++;
+        while (j < p->n_instrs && (p->instrs[j].layer != M || p->instrs[j].kind == SPMD_COMPUTE || p->instrs[j].kind == SPMD_SLICE)) j++;
+        if (i == p->n_instrs || j == p->n_instrs) return i == j;
+        const spmd_instr *x = &p->instrs[i], *y = &p->instrs[j];
+        if (x->kind != y->kind || x->axes != y->axes || x->bytes != y->bytes || x->phase != y->phase) return 0;
+        i++;
+        j++;
+    }
+}
+
+/* rep[L] = the first layer equal to L (by eq), L itself when none before. */
+static void layer_reps(int n_layers, int (*eq)(const void *, int, int), const void *ctx, int *rep)
+{
+    for (int L = 0; L < n_layers; L++) {
+        rep[L] = L;
+        for (int M = 0; M < L; M++)
+            if (rep[M] == M && eq(ctx, L, M)) {
+                rep[L] = M;
+                break;
+            }
+    }
+}
+
+/* Prints "(layers 2, 4, ..., 10: as layer 0)" for every layer shown once. */
+static void print_folded(int n_layers, const int *rep)
+{
+    for (int M = 0; M < n_layers; M++) {
+        if (rep[M] != M) continue;
+        int list[64], n = 0, total = 0, step = 0, even = 1;
+        for (int L = M + 1; L < n_layers; L++)
+            if (rep[L] == M) {
+                if (n < 64) list[n++] = L;
+                total++;
+            }
+        if (!total) continue;
+        for (int i = 1; i < n; i++) {
+            if (i == 1) step = list[1] - list[0];
+            even &= list[i] - list[i - 1] == step;
+        }
+        printf("  (layer%s ", total > 1 ? "s" : "");
+        if (n >= 3 && even && n == total && step == 1) printf("%d..%d", list[0], list[n - 1]);
+        else if (n >= 3 && even && n == total) printf("%d, %d, ..., %d", list[0], list[1], list[n - 1]);
+        else
+            for (int i = 0; i < n; i++) printf("%s%d", i ? ", " : "", list[i]);
+        if (total > n) printf(", ... (%d in all)", total);
+        printf(": as layer %d)\n", M);
+    }
+}
+
+static int params_eq(const void *st, int L, int M) { return params_equal(st, L, M); }
+static int collectives_eq(const void *p, int L, int M) { return collectives_equal(p, L, M); }
+
 void cli_print_param_shardings(const shard_state *st)
 {
     const ir_graph *g = st->g;
     char ty[96], ps[160];
+    int *rep = ir_xcalloc((size_t)g->n_layers + 1, sizeof(int));
+    layer_reps(g->n_layers, params_eq, st, rep);
     for (int v = 0; v < g->n_values; v++) {
         const ir_value *x = &g->values[v];
-        if (x->role != IR_PARAM || x->layer > 0) continue;
+        if (x->role != IR_PARAM || (x->layer >= 0 && rep[x->layer] != x->layer)) continue;
         printf("  %-22s %-20s %s\n", x->name, ir_type_str(x, ty, sizeof ty),
                shard_spec_pspec(st->mesh, &st->spec[v], x->rank, ps, sizeof ps));
     }
-    if (g->n_layers > 1) printf("  (layers 1..%d: as layer 0)\n", g->n_layers - 1);
+    print_folded(g->n_layers, rep);
+    free(rep);
+}
+
+/* Prints the collectives of one layer (-1: outside layers). */
+static void print_collectives_of(const spmd_program *p, const plan_pricer *pr, int layer)
+{
+    const ir_graph *g = p->g;
+    char t[32], ax[64];
+    int shown = 0;
+    double total = 0;
+    for (int i = 0; i < p->n_instrs; i++) {
+        const spmd_instr *in = &p->instrs[i];
+        if (in->kind == SPMD_COMPUTE || in->kind == SPMD_SLICE || in->layer != layer) continue;
+        double s = cost_collective_time(&pr->hw, &p->mesh, (spmd_kind)in->kind, in->axes, (double)in->bytes);
+        total += s;
+        if (shown++ >= 24) continue;
+        size_t k = 0;
+        ax[0] = 0;
+        for (int a = 0; a < p->mesh.n_axes; a++)
+            if (in->axes & (1u << a)) k += (size_t)snprintf(ax + k, sizeof ax - k, "%s%s", k ? "," : "", p->mesh.names[a]);
+        cli_fmt_time(s, t, sizeof t);
+        printf("    %-9s %-15s{%s} %-26s %10.4g MB %12s\n", spmd_phase_name((spmd_phase)in->phase),
+               spmd_kind_name((spmd_kind)in->kind), ax, g->values[in->value].name, (double)in->bytes / 1e6, t);
+    }
+    if (shown > 24) printf("    ... %d more\n", shown - 24);
+    cli_fmt_time(total, t, sizeof t);
+    printf("    %d collectives, %s predicted\n", shown, t);
 }
 
 void cli_print_layer_collectives(const spmd_program *p, const plan_pricer *pr)
 {
     const ir_graph *g = p->g;
-    char t[32], ax[64];
-    for (int pass = 0; pass < 2; pass++) {
-        int layer = pass == 0 ? 0 : -1;
-        if (pass == 0 && g->n_layers == 0) continue;
-        printf(pass == 0 ? "  in layer 0 (every layer alike%s):\n" : "  outside layers%s:\n",
-               pass == 0 && g->n_layers > 1 ? ", folded" : "");
-        int shown = 0;
-        double total = 0;
-        for (int i = 0; i < p->n_instrs; i++) {
-            const spmd_instr *in = &p->instrs[i];
-            if (in->kind == SPMD_COMPUTE || in->kind == SPMD_SLICE || in->layer != layer) continue;
-            double s = cost_collective_time(&pr->hw, &p->mesh, (spmd_kind)in->kind, in->axes, (double)in->bytes);
-            total += s;
-            if (shown++ >= 24) continue;
-            size_t k = 0;
-            ax[0] = 0;
-            for (int a = 0; a < p->mesh.n_axes; a++)
-                if (in->axes & (1u << a)) k += (size_t)snprintf(ax + k, sizeof ax - k, "%s%s", k ? "," : "", p->mesh.names[a]);
-            cli_fmt_time(s, t, sizeof t);
-            printf("    %-9s %-15s{%s} %-26s %10.4g MB %12s\n", spmd_phase_name((spmd_phase)in->phase),
-                   spmd_kind_name((spmd_kind)in->kind), ax, g->values[in->value].name, (double)in->bytes / 1e6, t);
-        }
-        if (shown > 24) printf("    ... %d more\n", shown - 24);
-        cli_fmt_time(total, t, sizeof t);
-        printf("    %d collectives, %s predicted\n", shown, t);
+    int *rep = ir_xcalloc((size_t)g->n_layers + 1, sizeof(int));
+    layer_reps(g->n_layers, collectives_eq, p, rep);
+    for (int L = 0; L < g->n_layers; L++) {
+        if (rep[L] != L) continue;
+        printf("  in layer %d:\n", L);
+        print_collectives_of(p, pr, L);
     }
+    print_folded(g->n_layers, rep);
+    printf("  outside layers:\n");
+    print_collectives_of(p, pr, -1);
+    free(rep);
 }
