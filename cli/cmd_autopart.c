@@ -1,8 +1,9 @@
 /* cmd_autopart.c - `carve autopart`: manual tactics, then the search, then the
  * plan file.  The schedule's tactics before `auto` are applied by hand; the
  * search (MCTS by default) fills in the rest on the cost model; the best plan
- * is compared with the expert schedules and written atomically.  Ctrl-C stops
- * the search and still writes the best plan found so far. */
+ * is compared with the expert schedules and written atomically.  SIGINT
+ * (Ctrl-C) and SIGTERM (schedulers, `timeout`) stop the search and still write
+ * the best plan found so far; the exit status is then 128 + the signal. */
 #include <errno.h>
 #include <math.h>
 #include <signal.h>
@@ -17,10 +18,23 @@
 
 #define MAX_EXPERTS 24
 
-static void on_sigint(int sig)
+static volatile sig_atomic_t stop_signal;
+
+static void on_stop_signal(int sig)
 {
-    (void)sig;
+    stop_signal = sig;
     search_interrupted = 1;
+}
+
+/* Installs on_stop_signal for SIGINT and SIGTERM (old[2] keeps the previous
+ * actions), or puts the previous ones back. */
+static void stop_signals(int install, struct sigaction old[2])
+{
+    static const int sigs[2] = {SIGINT, SIGTERM};
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_stop_signal;
+    for (int i = 0; i < 2; i++) sigaction(sigs[i], install ? &sa : &old[i], install ? &old[i] : NULL);
 }
 
 typedef struct progress_ctx {
@@ -84,19 +98,19 @@ int cmd_autopart(const cli_opts *o)
         .threads = (int)o->threads,
     };
     /* The output path must be writable before minutes of searching. */
-    if (o->out) {
-        char dir[1024];
-        snprintf(dir, sizeof dir, "%s", o->out);
-        char *slash = strrchr(dir, '/');
-        if (slash) slash[slash == dir ? 1 : 0] = 0;
-        else strcpy(dir, ".");
-        if (access(dir, W_OK | X_OK) != 0 || (access(o->out, F_OK) == 0 && access(o->out, W_OK) != 0)) {
-            cli_error("autopart: cannot write '%s': %s", o->out, strerror(errno));
-            return CLI_BAD_INPUT;
-        }
+    if (o->out && ir_out_check(o->out, err, sizeof err) < 0) {
+        cli_error("autopart: %s", err);
+        return CLI_BAD_INPUT;
     }
+    struct sigaction old_sa[2];
+    stop_signal = 0;
+    search_interrupted = 0;
+    stop_signals(1, old_sa);
     ir_graph *g = cli_load_step(o, cfg, sizeof cfg);
-    if (!g) return CLI_BAD_INPUT;
+    if (!g) {
+        stop_signals(0, old_sa);
+        return CLI_BAD_INPUT;
+    }
     int rc = CLI_OK;
     shard_state *prefix = shard_state_new(g, &mesh), *st = shard_state_new(g, &mesh);
     shard_groups *gs = shard_groups_build(g);
@@ -124,14 +138,8 @@ int cmd_autopart(const cli_opts *o)
         b.progress = progress;
         b.progress_ctx = &pc;
     }
-    struct sigaction sa, old;
-    memset(&sa, 0, sizeof sa);
-    sa.sa_handler = on_sigint;
-    sigaction(SIGINT, &sa, &old);
-    search_interrupted = 0;
     search_result res;
     int src = search_run(algo, prefix, gs, &ev, &b, &res, err, sizeof err);
-    sigaction(SIGINT, &old, NULL);
     if (pc.shown) fprintf(stderr, "\r%100s\r", "");
     if (src < 0) {
         cli_error("%s", err);
@@ -219,7 +227,13 @@ int cmd_autopart(const cli_opts *o)
         plan_free(&pl);
     }
     if (rc == CLI_OK && !e.fits) rc = CLI_CHECK_FAILED;
+    if (stop_signal && rc != CLI_BAD_INPUT) {
+        cli_error("autopart: stopped by %s after %lld simulations%s", stop_signal == SIGTERM ? "SIGTERM" : "SIGINT",
+                  (long long)res.simulations, o->out ? "; the best plan found so far is written" : "");
+        rc = 128 + stop_signal;
+    }
 done:
+    stop_signals(0, old_sa);
     free(ex);
     plan_pricer_free(&pr);
     shard_groups_free(gs);

@@ -12,6 +12,10 @@ int cmd_calibrate(const cli_opts *o)
         cli_error("calibrate: --out FILE.json is required");
         return CLI_BAD_INPUT;
     }
+    if (ir_out_check(o->out, err, sizeof err) < 0) { /* before minutes of measuring */
+        cli_error("calibrate: %s", err);
+        return CLI_BAD_INPUT;
+    }
     cost_hw hw;
     if (cost_calibrate(&hw, 0, o->quiet ? NULL : stderr, err, sizeof err) < 0) {
         cli_error("%s", err);

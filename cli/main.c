@@ -1,4 +1,5 @@
 /* main.c - the carve command: a table of subcommands, help, dispatch. */
+#include <signal.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -52,7 +53,8 @@ static const cli_command commands[] = {
      "  --time S           wall-time limit in seconds\n"
      "  --stall N          stop after N simulations without a better plan\n"
      "  --seed N --threads N   same seed and thread count give the same plan\n"
-     "  --out FILE         write the plan (docs/plan-format.md); Ctrl-C stops the search and still writes it\n"
+     "  --out FILE         write the plan (docs/plan-format.md); Ctrl-C or SIGTERM stops the search and\n"
+     "                     still writes it (exit 130 or 143)\n"
      "  --quiet            no progress line on stderr\n",
      cmd_autopart},
     {"explain", "--plan --hw FILE",
@@ -85,6 +87,9 @@ static void usage(FILE *f)
 
 int main(int argc, char **argv)
 {
+    /* Past RLIMIT_FSIZE a write fails with EFBIG (reported, the temporary
+     * file removed) instead of SIGXFSZ killing carve halfway. */
+    signal(SIGXFSZ, SIG_IGN);
     if (argc < 2) {
         cli_error("no command given (see carve --help)");
         return CLI_BAD_INPUT;

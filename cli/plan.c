@@ -47,32 +47,11 @@ int plan_file_hash(const char *path, char out[24])
     return 0;
 }
 
-/* Writes text to path through a temporary file in the same folder. */
+/* Writes text to path atomically (ir_write_atomic: no link, device or
+ * partial file). */
 static int write_atomic(const char *path, const char *text, char *err, size_t errlen)
 {
-    size_t n = strlen(path);
-    char *tmp = malloc(n + 32);
-    if (!tmp) abort();
-    snprintf(tmp, n + 32, "%s.tmp.%ld", path, (long)getpid());
-    FILE *f = fopen(tmp, "wb");
-    if (!f) {
-        int e = errno;
-        free(tmp);
-        return ir_errf(err, errlen, "cannot write plan '%s': %s", path, strerror(e));
-    }
-    size_t len = strlen(text);
-    int ok = fwrite(text, 1, len, f) == len;
-    ok &= fflush(f) == 0;
-    ok &= fsync(fileno(f)) == 0;
-    ok &= fclose(f) == 0;
-    if (!ok || rename(tmp, path) != 0) {
-        int e = errno;
-        unlink(tmp);
-        free(tmp);
-        return ir_errf(err, errlen, "cannot write plan '%s': %s", path, strerror(e));
-    }
-    free(tmp);
-    return 0;
+    return ir_write_atomic(path, text, strlen(text), err, errlen);
 }
 
 int plan_save(const char *path, const plan *pl, const shard_state *st, const spmd_program *p, char *err, size_t errlen)

@@ -482,25 +482,15 @@ int cost_hw_save(const cost_hw *hw, const char *path, char *err, size_t errlen)
 {
     char *s = cost_hw_to_json(hw);
     if (!s) return ir_errf(err, errlen, "%s: out of memory", path);
-    size_t n = strlen(path) + 32;
-    char *tmp = malloc(n);
-    if (!tmp) {
+    size_t n = strlen(s);
+    char *t = realloc(s, n + 2);
+    if (!t) {
         free(s);
         return ir_errf(err, errlen, "%s: out of memory", path);
     }
-    snprintf(tmp, n, "%s.tmp.%ld", path, (long)getpid());
-    FILE *f = fopen(tmp, "wb");
-    int rc = 0;
-    if (!f) rc = ir_errf(err, errlen, "cannot write '%s': %s", tmp, strerror(errno));
-    else {
-        int ok = fputs(s, f) >= 0 && fputc('\n', f) != EOF;
-        ok &= fflush(f) == 0 && fsync(fileno(f)) == 0;
-        ok &= fclose(f) == 0;
-        if (!ok) rc = ir_errf(err, errlen, "cannot write '%s': %s", tmp, strerror(errno));
-        else if (rename(tmp, path) != 0) rc = ir_errf(err, errlen, "cannot rename '%s' to '%s': %s", tmp, path, strerror(errno));
-        if (rc) remove(tmp);
-    }
-    free(tmp);
-    free(s);
+    t[n] = '\n';
+    t[n + 1] = 0;
+    int rc = ir_write_atomic(path, t, n + 1, err, errlen);
+    free(t);
     return rc;
 }

@@ -213,6 +213,17 @@ static inline int ir_add_size(size_t a, size_t b, size_t *out)
     return 0;
 }
 
+/* ---- output files (ir/file.c) ------------------------------------------ */
+/* Checks, before any long work, that `path` can be written: an existing
+ * target must be a writable regular file (not a link, device, folder, fifo)
+ * and its folder must accept a new file (tried for real).  Returns 0 or -1
+ * with "PATH: what is wrong". */
+int ir_out_check(const char *path, char *err, size_t errlen);
+/* Writes n bytes to path atomically (ir_out_check, a temporary file in the
+ * same folder, fsync, rename): on failure the target is untouched and no
+ * temporary file is left.  Returns 0 or -1 with "PATH: what failed: why". */
+int ir_write_atomic(const char *path, const void *data, size_t n, char *err, size_t errlen);
+
 /* Value id for a name, or -1. */
 int ir_find(const ir_graph *g, const char *name);
 /* Elements and bytes of a value (checked: a value built through the IR has at

@@ -291,21 +291,6 @@ char *ir_save_json(const ir_graph *g)
     return b.p;
 }
 
-/* Writes all of buf to fd; returns 0 or -1 with errno set. */
-static int write_all(int fd, const char *buf, size_t n)
-{
-    while (n) {
-        ssize_t w = write(fd, buf, n);
-        if (w < 0) {
-            if (errno == EINTR) continue;
-            return -1;
-        }
-        buf += w;
-        n -= (size_t)w;
-    }
-    return 0;
-}
-
 int ir_save_json_file(const ir_graph *g, const char *path, char *err, size_t errlen)
 {
     char none[1];
@@ -322,47 +307,7 @@ int ir_save_json_file(const ir_graph *g, const char *path, char *err, size_t err
         snprintf(err, errlen, "%s: out of memory while writing the graph", path);
         return -1;
     }
-    /* The temporary file sits next to the target so that rename() is atomic. */
-    size_t plen = strlen(path);
-    char *tmp = malloc(plen + 64);
-    if (!tmp) {
-        free(text);
-        snprintf(err, errlen, "%s: out of memory", path);
-        return -1;
-    }
-    static unsigned counter;
-    int fd = -1;
-    for (int attempt = 0; attempt < 100 && fd < 0; attempt++) {
-        snprintf(tmp, plen + 64, "%s.tmp.%ld.%u", path, (long)getpid(), counter++);
-        fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
-        if (fd < 0 && errno != EEXIST) break;
-    }
-    const char *step = "cannot create a temporary file for";
-    int rc = -1, saved_errno = 0;
-    if (fd >= 0) {
-        step = "cannot write";
-        if (write_all(fd, text, strlen(text)) == 0) {
-            step = "cannot sync";
-            if (fsync(fd) == 0) {
-                int fd2 = fd;
-                fd = -1;
-                step = "cannot close";
-                if (close(fd2) == 0) {
-                    step = "cannot rename the temporary file onto";
-                    if (rename(tmp, path) == 0) rc = 0;
-                }
-            }
-        }
-        if (rc < 0) {
-            saved_errno = errno;
-            if (fd >= 0) close(fd);
-            unlink(tmp);
-        }
-    } else {
-        saved_errno = errno;
-    }
-    if (rc < 0) snprintf(err, errlen, "%s '%s': %s", step, path, strerror(saved_errno));
-    free(tmp);
+    int rc = ir_write_atomic(path, text, strlen(text), err, errlen);
     free(text);
     return rc;
 }

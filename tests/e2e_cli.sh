@@ -125,14 +125,14 @@ if [ "$(id -u)" != 0 ]; then
 fi
 bad out-in-missing-dir "cannot write" "$carve" autopart --model gpt-tiny --mesh batch=2 --budget 10 --out nodir/plan.json
 [ ! -e nodir/plan.json ] && pass=$((pass + 1)) || { fail=$((fail + 1)); echo "FAIL: a file appeared"; }
-# Ctrl-C stops the search and still writes the best plan
+# Ctrl-C stops the search and still writes the best plan (exit 128 + SIGINT)
 "$carve" autopart --model gpt-tiny --mesh batch=2,model=2 --time 60 --quiet --out int.json >out.txt 2>err.txt &
 pid=$!
 sleep 1
 kill -INT $pid
 wait $pid
 rc=$?
-if [ $rc -eq 0 ] && python3 -c "import json,sys; sys.exit(json.load(open('int.json'))['search']['stopped_by'] != 'interrupted')"; then
+if [ $rc -eq 130 ] && python3 -c "import json,sys; sys.exit(json.load(open('int.json'))['search']['stopped_by'] != 'interrupted')"; then
     pass=$((pass + 1))
 else
     fail=$((fail + 1)); echo "FAIL sigint: rc $rc"; cat err.txt

@@ -55,5 +55,74 @@ refused echo-argv "unknown option '--x\\\\x07'" "$carve" show --model mlp-tiny $
 refused mesh-overflow "more than 1048576 devices" "$carve" autopart --model mlp-tiny --mesh a=1048576,b=1048576,c=1048576,d=16 --budget 5 --out ovf.json --quiet
 absent mesh-overflow-file ovf.json
 
+# ---- 4. --out: no device, link, folder or fifo replaced; the folder checked before any search ----
+search=("$carve" autopart --model gpt-tiny --mesh batch=2,model=2 --budget 20 --quiet)
+echo keep >target.txt
+ln -s target.txt link.json
+refused out-symlink "link.json: is a symbolic link" "${search[@]}" --out link.json
+[ -L link.json ] && [ "$(cat target.txt)" = keep ] && ok_ || no_ "out-symlink: the link or its target changed"
+mkfifo fifo.json
+refused out-fifo "fifo.json: is not a regular file" "${search[@]}" --out fifo.json
+[ -p fifo.json ] && ok_ || no_ "out-fifo: the fifo was replaced"
+if mknod full.json c 1 7 2>/dev/null; then # the device numbers of /dev/full
+    refused out-device "full.json: is not a regular file" "${search[@]}" --out full.json
+    [ -c full.json ] && ok_ || no_ "out-device: the device node was replaced"
+else
+    echo "note: mknod not permitted here; the device-node case is covered by the fifo case"
+fi
+mkdir adir
+refused out-folder "adir: cannot write" "${search[@]}" --out adir
+refused out-no-folder "cannot write in folder 'nodir'" "${search[@]}" --out nodir/p.json
+# calibrate checks before measuring: one line (its progress lines never start)
+refused calibrate-link "link.json: is a symbolic link" "$carve" calibrate --out link.json
+refused calibrate-no-folder "cannot write in folder 'nodir'" "$carve" calibrate --out nodir/cpu.json
+
+# ---- faults: a full disk, a read-only folder; the target untouched, no temporary file left ----
+# wrote_nothing NAME FILE: exit 2, the last stderr line names FILE, FILE absent, no FILE.tmp*
+failed_write() {
+    local rc=$1 name=$2 f=$3 want=$4
+    if [ "$rc" -eq 2 ] && tail -n 1 err.txt | grep -q "^carve: .*$f.*$want" && [ ! -e "$f" ] && ! ls "$f".tmp* >/dev/null 2>&1; then ok_
+    else no_ "$name: rc $rc, file $(ls "$f"* 2>&1 | head -2)" "$(tail -n 2 err.txt)"; fi
+}
+(ulimit -f 4; "${search[@]}" --out fsize.json >out.txt 2>err.txt); failed_write $? fsize-limit fsize.json "File too large"
+"${search[@]}" --out good.json >/dev/null 2>&1 && cp good.json good.copy
+(ulimit -f 4; "${search[@]}" --out good.json --seed 9 >out.txt 2>err.txt)
+[ $? -eq 2 ] && cmp -s good.json good.copy && ! ls good.json.tmp* >/dev/null 2>&1 && ok_ || no_ "fsize-replace: the old plan was changed"
+if [ "$(id -u)" = 0 ] && unshare -m true 2>/dev/null; then
+    mkdir small ro
+    # a 16 KiB tmpfs (a plan of gpt-tiny takes ~20 KB) and a read-only one, in a private mount namespace
+    unshare -m bash -c 'mount -t tmpfs -o size=16k tmpfs small && mount -t tmpfs -o ro,size=16k tmpfs ro &&
+        "$@" --out small/p.json >out.txt 2>err.txt; echo $? >rc1; ls -A small >ls1;
+        "$@" --out ro/p.json >out2.txt 2>err2.txt; echo $? >rc2; ls -A ro >ls2' _ "${search[@]}"
+    failed_write "$(cat rc1)" full-disk small/p.json "No space left on device"
+    [ ! -s ls1 ] && ok_ || no_ "full-disk: files left on the full disk: $(cat ls1)"
+    mv err2.txt err.txt; mv out2.txt out.txt
+    if [ "$(cat rc2)" -eq 2 ] && [ "$(wc -l <err.txt)" -eq 1 ] && grep -q "cannot write in folder 'ro': Read-only file system" err.txt && [ ! -s out.txt ] && [ ! -s ls2 ]; then ok_
+    else no_ "read-only folder: rc $(cat rc2)" "$(cat err.txt)"; fi
+elif [ "$(id -u)" != 0 ]; then
+    mkdir ro && chmod 555 ro
+    refused read-only-folder "cannot write in folder 'ro'" "${search[@]}" --out ro/p.json
+else
+    echo "note: no mount namespace here; full-disk and read-only cases skipped (RLIMIT_FSIZE case ran)"
+fi
+
+# ---- 5. SIGTERM and SIGINT at random moments of a search: the best plan so far, whole, exit 128+sig ----
+for i in 1 2 3 4 5 6; do
+    sig=$([ $((i % 2)) = 0 ] && echo INT || echo TERM)
+    delay=$(printf '0.%02d' $((10 + RANDOM % 90)))
+    rm -f sig.json
+    "$carve" autopart --model gpt-tiny --mesh batch=2,model=2 --time 30 --quiet --out sig.json >out.txt 2>err.txt &
+    pid=$!
+    sleep "$delay"
+    kill -$sig $pid
+    wait $pid
+    rc=$?
+    want=$([ $sig = INT ] && echo 130 || echo 143)
+    if [ $rc -eq $want ] && grep -q "^carve: autopart: stopped by SIG$sig after .* the best plan found so far is written" err.txt &&
+        python3 -c "import json,sys; sys.exit(json.load(open('sig.json'))['search']['stopped_by'] != 'interrupted')" 2>/dev/null &&
+        ! ls sig.json.tmp* >/dev/null 2>&1; then ok_
+    else no_ "SIG$sig after ${delay}s: rc $rc (want $want)" "$(tail -n 2 err.txt)"; fi
+done
+
 echo "$pass passed, $fail failed"
 [ $fail -eq 0 ]
