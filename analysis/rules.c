@@ -7,7 +7,8 @@
  * sharded at all (a reshape that mixes dims in a way no factor describes).
  *
  * Result-only factors (broadcast's new dims, iota, one_hot's depth,
- * scatter_add's rows) are PASS: each device computes its block of the result
+ * scatter_add's rows, the sliced, padded or joined dim of slice, pad and
+ * concat, whose operands must be whole along it) are PASS: each device computes its block of the result
  * from its own offset.  gather's table rows are a SUM reduction: a device
  * holding rows [lo,hi) of the table looks up only ids in its range and leaves
  * zeros elsewhere; the sum over devices is the full lookup.
@@ -240,6 +241,30 @@ static int rule_one_hot(shard_rule *r, const rule_ctx *c)
     set_dim(r, c->res, x->rank, new_factor(r, out->dims[x->rank], SHARD_PASS), out->dims[x->rank]);
     return 0;
 }
+
+/* Every dim but `dim` shares one PASS factor across the operands and the
+ * result; along `dim` the operands must be whole (REPLICATE) and the result
+ * gets its own PASS factor: a device computes its block of the result from
+ * its offset (slice, pad, concat). */
+static int rule_along(shard_rule *r, const rule_ctx *c, int dim)
+{
+    for (int d = 0; d < c->out->rank; d++) {
+        if (d == dim) {
+            for (int t = 0; t < c->o->n_in; t++) {
+                const ir_value *v = t ? c->y : c->x;
+                set_dim(r, t, d, new_factor(r, v->dims[d], SHARD_REPLICATE), v->dims[d]);
+            }
+            set_dim(r, c->res, d, new_factor(r, c->out->dims[d], SHARD_PASS), c->out->dims[d]);
+            continue;
+        }
+        int f = new_factor(r, c->out->dims[d], SHARD_PASS);
+        for (int t = 0; t <= c->o->n_in; t++) set_dim(r, t, d, f, c->out->dims[d]);
+    }
+    return 0;
+}
+
+static int rule_slice(shard_rule *r, const rule_ctx *c) { return rule_along(r, c, (int)c->o->attrs.ints[0]); }
+static int rule_concat(shard_rule *r, const rule_ctx *c) { return rule_along(r, c, (int)c->o->attrs.ints[0]); }
 
 #define X(e, name, arity, cls, count, coef, bytes, grads, shape, rule, vjp, kern, attrs) rule_##rule,
 static int (*const rule_of[IR_N_OPS])(shard_rule *, const rule_ctx *) = {

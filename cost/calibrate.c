@@ -234,6 +234,21 @@ static int op_cases(ir_opkind k, int64_t n, op_case *c)
         c[0].at.n_ints = 1;
         c[0].at.ints[0] = cols;
         return 1;
+    case IR_OP_SLICE: /* [rows, 64] -> its middle [rows, 32] */
+        c[0].out_dims[1] = 32;
+        c[0].at.n_ints = 3;
+        c[0].at.ints[0] = 1, c[0].at.ints[1] = 16, c[0].at.ints[2] = 32;
+        return 1;
+    case IR_OP_PAD: /* [rows, 32] -> [rows, 64] */
+        c[0].in_dims[0][1] = 32;
+        c[0].at.n_ints = 3;
+        c[0].at.ints[0] = 1, c[0].at.ints[1] = 16, c[0].at.ints[2] = 16;
+        return 1;
+    case IR_OP_CONCAT: /* two [rows, 32] -> [rows, 64] */
+        c[0].in_dims[0][1] = c[0].in_dims[1][1] = 32;
+        c[0].at.n_ints = 1;
+        c[0].at.ints[0] = 1;
+        return 1;
     default:
         return 0;
     }

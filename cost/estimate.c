@@ -317,6 +317,7 @@ static void build_graph_tables(cost_ws *w, const spmd_program *p, uint64_t hash)
         case IR_PARAM: cat = CAT_PARAM; break;
         case IR_OPT_STATE: cat = CAT_OPT; break;
         case IR_INPUT: cat = CAT_ACT; break;
+        case IR_CONST: cat = CAT_OTHER; break;
         case IR_INTERMEDIATE:
         case IR_N_ROLES:
         default:

@@ -301,6 +301,39 @@ static void constant(double v, exec_tensor *y)
         for (int64_t i = 0; i < n; i++) ((float *)y->data)[i] = (float)v;
 }
 
+/* Slice, pad and concat along dim d: the result's block starts at global
+ * index `off` along d (exec_kernel_opts.out_offset); the operands are whole
+ * along d (their rule says so) and alike in every other dim.  Each result
+ * row along d is copied from the operand that covers it, or zeroed. */
+typedef struct along {
+    int64_t outer, inner, len; /* result: outer x len x inner */
+} along;
+
+static along along_of(const exec_tensor *t, int d)
+{
+    along s = {1, 1, t->dims[d]};
+    for (int i = 0; i < d; i++) s.outer *= t->dims[i];
+    for (int i = d + 1; i < t->rank; i++) s.inner *= t->dims[i];
+    return s;
+}
+
+/* out row j (global off + j) is row (off + j - shift) of x when that lies in
+ * [0, x's length), else zeros */
+static void rows_from(const exec_tensor *x, exec_tensor *out, int d, int64_t off, int64_t shift, int zero_rest)
+{
+    along s = along_of(out, d);
+    int64_t xl = x->dims[d];
+    const uint32_t *src = x->data;
+    uint32_t *dst = out->data;
+    for (int64_t q = 0; q < s.outer; q++)
+        for (int64_t j = 0; j < s.len; j++) {
+            int64_t r = off + j - shift;
+            uint32_t *o = dst + (q * s.len + j) * s.inner;
+            if (r >= 0 && r < xl) memcpy(o, src + (q * xl + r) * s.inner, (size_t)s.inner * 4);
+            else if (zero_rest) memset(o, 0, (size_t)s.inner * 4);
+        }
+}
+
 /* ---- dispatch --------------------------------------------------------- *
  * One kern_<name> per kern column of ir/ops.def for the ops that are not
  * elementwise (those all run through kern_unary / kern_binary), all with one
@@ -364,6 +397,28 @@ KERN(reshape)
 
 KERN(gather) { return gather(&in[0], &in[1], out, o, err, errlen); }
 KERN(scatter_add) { return scatter_add(&in[0], &in[1], out, o, err, errlen); }
+
+KERN(slice)
+{
+    int d = (int)a->ints[0];
+    rows_from(&in[0], out, d, o->out_offset[d], -a->ints[1], 0);
+    return 0;
+}
+
+KERN(pad)
+{
+    int d = (int)a->ints[0];
+    rows_from(&in[0], out, d, o->out_offset[d], a->ints[1], 1);
+    return 0;
+}
+
+KERN(concat)
+{
+    int d = (int)a->ints[0];
+    rows_from(&in[0], out, d, o->out_offset[d], 0, 0);
+    rows_from(&in[1], out, d, o->out_offset[d], in[0].dims[d], 0);
+    return 0;
+}
 
 KERN(one_hot)
 {

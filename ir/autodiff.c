@@ -259,6 +259,25 @@ VJP(gather)
     dx[0] = gy < 0 ? -1 : ir_add_op(g, IR_OP_SCATTER_ADD, 2, in, NULL, IR_F32, 1, &rows, nm[0]);
 }
 VJP(scatter_add) { dx[1] = op2(g, IR_OP_GATHER, gy, a, nm[1]); }
+/* the slice's rows back in place, zeros around */
+VJP(slice)
+{
+    int64_t d = o->attrs.ints[0], start = o->attrs.ints[1], len = o->attrs.ints[2];
+    int64_t pad[3] = {d, start, g->values[a].dims[d] - start - len};
+    dx[0] = ints_op(g, IR_OP_PAD, gy, 3, pad, 0, NULL, nm[0]);
+}
+VJP(pad)
+{
+    int64_t d = o->attrs.ints[0], sl[3] = {d, o->attrs.ints[1], g->values[a].dims[d]};
+    dx[0] = ints_op(g, IR_OP_SLICE, gy, 3, sl, 0, NULL, nm[0]);
+}
+VJP(concat)
+{
+    int64_t d = o->attrs.ints[0], na = g->values[a].dims[d];
+    int64_t sa[3] = {d, 0, na}, sb[3] = {d, na, g->values[b].dims[d]};
+    if (want[0]) dx[0] = ints_op(g, IR_OP_SLICE, gy, 3, sa, 0, NULL, nm[0]);
+    if (want[1]) dx[1] = ints_op(g, IR_OP_SLICE, gy, 3, sb, 0, NULL, nm[1]);
+}
 #undef VJP
 
 #define X(e, name, arity, cls, count, coef, bytes, grads, shape, rule, vjp, kern, attrs) vjp_##vjp,

@@ -49,7 +49,7 @@ int ir_op_from_name(const char *name)
 
 static const char *const dtype_names[IR_N_DTYPES] = {"f32", "i32", "bf16", "f16"};
 static const size_t dtype_sizes[IR_N_DTYPES] = {4, 4, 2, 2};
-static const char *const role_names[IR_N_ROLES] = {"input", "param", "opt_state", "intermediate"};
+static const char *const role_names[IR_N_ROLES] = {"input", "param", "opt_state", "const", "intermediate"};
 
 static const char *const init_names[IR_N_INITS] = {"auto", "normal", "zeros", "ones", "ids"};
 
@@ -562,6 +562,58 @@ static int infer_one_hot(shape_ctx *c)
     return check_shape(c->g, c->on, c->rank, c->dims);
 }
 
+/* ints = {dim, a, b}: dim of x, and two counts checked by the callers */
+static int dim_and_two(shape_ctx *c, const char *what)
+{
+    const ir_value *x = c->x;
+    const ir_attrs *a = c->a;
+    if (a->n_ints != 3 || a->ints[0] < 0 || a->ints[0] >= x->rank)
+        return ir_fail(c->g, "%s of '%s': needs dims = [dim, %s] with dim in 0..%d", c->on, x->name, what, x->rank - 1);
+    same_as(c, x);
+    return (int)a->ints[0];
+}
+
+static int infer_slice(shape_ctx *c)
+{
+    int d = dim_and_two(c, "start, length");
+    if (d < 0) return -1;
+    int64_t start = c->a->ints[1], len = c->a->ints[2];
+    if (start < 0 || len < 1 || start > c->x->dims[d] - len)
+        return ir_fail(c->g, "slice of '%s': [%lld, %lld) is not inside dim %d (size %lld)", c->x->name, (long long)start,
+                       (long long)(start + len), d, (long long)c->x->dims[d]);
+    c->dims[d] = len;
+    return 0;
+}
+
+static int infer_pad(shape_ctx *c)
+{
+    int d = dim_and_two(c, "before, after");
+    if (d < 0) return -1;
+    if (!is_float(c->x->dtype)) return ir_fail(c->g, "pad: operand '%s' needs a float type", c->x->name);
+    int64_t before = c->a->ints[1], after = c->a->ints[2];
+    if (before < 0 || after < 0 || before > MAX_NUMEL || after > MAX_NUMEL)
+        return ir_fail(c->g, "pad of '%s': before and after must be >= 0", c->x->name);
+    c->dims[d] += before + after;
+    return check_shape(c->g, c->on, c->rank, c->dims);
+}
+
+static int infer_concat(shape_ctx *c)
+{
+    const ir_value *x = c->x, *y = c->y;
+    char ta[64], tb[64];
+    if (c->a->n_ints != 1 || c->a->ints[0] < 0 || c->a->ints[0] >= x->rank)
+        return ir_fail(c->g, "concat of '%s': needs dims = [dim] with dim in 0..%d", x->name, x->rank - 1);
+    int d = (int)c->a->ints[0];
+    int ok = x->dtype == y->dtype && x->rank == y->rank;
+    for (int i = 0; ok && i < x->rank; i++) ok = i == d || x->dims[i] == y->dims[i];
+    if (!ok)
+        return ir_fail(c->g, "concat along dim %d: '%s' is %s, '%s' is %s (dtypes and the other dims must agree)", d,
+                       x->name, ir_type_str(x, ta, sizeof ta), y->name, ir_type_str(y, tb, sizeof tb));
+    same_as(c, x);
+    c->dims[d] += y->dims[d];
+    return check_shape(c->g, c->on, c->rank, c->dims);
+}
+
 #define X(e, name, arity, cls, count, coef, bytes, grads, shape, rule, vjp, kern, attrs) infer_##shape,
 static int (*const infer_of[IR_N_OPS])(shape_ctx *) = {
 #include "ops.def"
@@ -707,6 +759,26 @@ int ir_scatter_add(ir_graph *g, int ids, int updates, int64_t rows)
     if (!ok_ids(g, ids, updates)) return -1;
     int in[2] = {ids, updates};
     return ir_add_op(g, IR_OP_SCATTER_ADD, 2, in, NULL, IR_F32, 1, &rows, NULL);
+}
+
+int ir_slice(ir_graph *g, int x, int dim, int64_t start, int64_t length)
+{
+    int64_t a[3] = {dim, start, length};
+    return with_ints(g, IR_OP_SLICE, x, 3, a, 0, NULL);
+}
+
+int ir_pad(ir_graph *g, int x, int dim, int64_t before, int64_t after)
+{
+    int64_t a[3] = {dim, before, after};
+    return with_ints(g, IR_OP_PAD, x, 3, a, 0, NULL);
+}
+
+int ir_concat(ir_graph *g, int a, int b, int dim)
+{
+    if (!ok_ids(g, a, b)) return -1;
+    ir_attrs at = {.n_ints = 1, .ints = {dim}};
+    int in[2] = {a, b};
+    return ir_add_op(g, IR_OP_CONCAT, 2, in, &at, IR_F32, 0, NULL, NULL);
 }
 
 int ir_one_hot(ir_graph *g, int ids, int64_t depth)

@@ -33,6 +33,8 @@ typedef enum {
     IR_INPUT,        /* batch data: tokens, labels, features */
     IR_PARAM,        /* trainable weight */
     IR_OPT_STATE,    /* optimizer state (Adam m, v, step count) */
+    IR_CONST,        /* neither trained nor batched: rotary tables, masks (no gradient,
+                        no optimizer state, never split by data parallelism) */
     IR_INTERMEDIATE, /* made by an op */
     IR_N_ROLES
 } ir_role;
@@ -263,6 +265,11 @@ int ir_reshape(ir_graph *g, int x, int rank, const int64_t *dims);
 int ir_gather(ir_graph *g, int table, int ids);
 int ir_scatter_add(ir_graph *g, int ids, int updates, int64_t rows);
 int ir_one_hot(ir_graph *g, int ids, int64_t depth);
+/* x[..., start:start+length, ...] along dim; x zero-padded along dim; a and b
+ * joined along dim (every other dim equal). */
+int ir_slice(ir_graph *g, int x, int dim, int64_t start, int64_t length);
+int ir_pad(ir_graph *g, int x, int dim, int64_t before, int64_t after);
+int ir_concat(ir_graph *g, int a, int b, int dim);
 /* Generic entry used by the JSON loader: checks arity and attrs, infers the
  * result shape (`shape_hint` is needed for CONSTANT, IOTA, BROADCAST, RESHAPE;
  * for SCATTER_ADD its dims[0] gives the rows; may be NULL otherwise). */

@@ -542,7 +542,7 @@ static int parse_arg(loader *L, int i, const cJSON *o)
     if (!j) return lfail(L, "missing field \"role\" (input, param or opt_state)");
     if (get_string(L, j, "role", &s) < 0) return -1;
     int r = ir_role_from_name(s);
-    if (r < 0 || r == IR_INTERMEDIATE) return lfail(L, "role \"%.40s\" is not input, param or opt_state", s);
+    if (r < 0 || r == IR_INTERMEDIATE) return lfail(L, "role \"%.40s\" is not input, param, opt_state or const", s);
     a->role = (ir_role)r;
 
     a->dtype = IR_F32;

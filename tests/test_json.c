@@ -151,6 +151,7 @@ static ir_graph *build_all_ops(void)
     int ga = ir_gather(g, table, ids);
     int sa = ir_scatter_add(g, ids, ga, 10);
     int oh = ir_one_hot(g, ids, 10);
+    ir_concat(g, ir_pad(g, ir_slice(g, x, 1, 1, 3), 1, 2, 1), x, 0);
     int64_t all1 = 0;
     int loss_v = ir_reduce(g, IR_OP_REDUCE_SUM, rh, 1, &all1);
     ir_rename(g, loss_v, "loss");
@@ -389,7 +390,7 @@ static void test_bad_inline(void)
         {HDR "\"args\": [" ARGX ", {\"name\": \"w\", \"role\": \"param\"}]}", "args[1] (\"w\"): missing field \"shape\""},
         {HDR "\"args\": [{\"role\": \"param\", \"shape\": [2]}]}", "args[0]: missing field \"name\""},
         {HDR "\"args\": [{\"name\": \"w\", \"shape\": [2]}]}", "args[0] (\"w\"): missing field \"role\""},
-        {HDR "\"args\": [{\"name\": \"w\", \"role\": \"weight\", \"shape\": [2]}]}", "role \"weight\" is not input, param or opt_state"},
+        {HDR "\"args\": [{\"name\": \"w\", \"role\": \"weight\", \"shape\": [2]}]}", "role \"weight\" is not input, param, opt_state or const"},
         {HDR "\"args\": [{\"name\": \"w\", \"role\": \"param\", \"dtype\": \"f64\", \"shape\": [2]}]}", "unknown dtype \"f64\""},
         {HDR "\"args\": [{\"name\": 3, \"role\": \"param\", \"shape\": [2]}]}", "args[0]: name must be a string, got a number"},
         {HDR "\"args\": [" ARGX "], \"ops\": [{\"name\": \"s\", \"op\": \"scale\", \"in\": [\"x\"]}]}", "ops[0] (\"s\"): missing field \"scalar\""},

@@ -120,6 +120,12 @@ static int example_value(ir_graph *g, ir_opkind k)
         return ir_gather(g, param(g, "P", 2, 8, 4, 0), ids(g, 2, 4, 2, 8));
     case IR_OP_SCATTER_ADD:
         return ir_scatter_add(g, ids(g, 2, 4, 2, 8), param(g, "P", 3, 4, 2, 4), 8);
+    case IR_OP_SLICE:
+        return ir_slice(g, param(g, "P", 3, 4, 8, 4), 1, 2, 4);
+    case IR_OP_PAD:
+        return ir_pad(g, param(g, "P", 3, 4, 4, 4), 1, 3, 1);
+    case IR_OP_CONCAT:
+        return ir_concat(g, param(g, "P", 3, 4, 4, 4), param(g, "Q", 3, 4, 4, 4), 1);
     case IR_OP_ONE_HOT:
         return ir_binary(g, IR_OP_MUL, ir_one_hot(g, ids(g, 2, 4, 2, 8), 8), param(g, "P", 3, 4, 2, 8));
     }
