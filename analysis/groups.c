@@ -182,8 +182,7 @@ void shard_groups_free(shard_groups *gs)
     free(gs);
 }
 
-/* Could member (v, d) take axis a now? */
-static int member_can(const shard_state *s, int v, int d, int a)
+int shard_member_can(const shard_state *s, int v, int d, int a)
 {
     const ir_value *x = &s->g->values[v];
     unsigned bit = 1u << a;
@@ -195,7 +194,7 @@ int shard_group_legal(const shard_state *s, const shard_groups *gs, int grp, int
 {
     const shard_group *G = &gs->groups[grp];
     for (int i = 0; i < G->n; i++)
-        if (member_can(s, gs->members[G->first + i].value, gs->members[G->first + i].dim, axis)) return 1;
+        if (shard_member_can(s, gs->members[G->first + i].value, gs->members[G->first + i].dim, axis)) return 1;
     return 0;
 }
 
@@ -205,7 +204,7 @@ int shard_group_apply(shard_state *s, const shard_groups *gs, int grp, int axis)
     int n = 0;
     for (int i = 0; i < G->n; i++) {
         const shard_member *m = &gs->members[G->first + i];
-        if (!member_can(s, m->value, m->dim, axis)) continue;
+        if (!shard_member_can(s, m->value, m->dim, axis)) continue;
         shard_decision d = {SHARD_TILE, (int8_t)m->dim, (int8_t)axis, m->value};
         if (shard_apply(s, &d, NULL, 0) == 0) n++;
     }

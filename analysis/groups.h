@@ -42,6 +42,9 @@ typedef struct shard_groups {
 /* Builds the groups of g's arguments (caller frees with shard_groups_free). */
 shard_groups *shard_groups_build(const ir_graph *g);
 void shard_groups_free(shard_groups *gs);
+/* 1 when dim d of argument v can take axis a now (not tiled or atomic on it,
+ * and the dim divides by its shards times the axis). */
+int shard_member_can(const shard_state *s, int v, int d, int a);
 /* 1 when tiling group `grp` over `axis` would tile at least one member now. */
 int shard_group_legal(const shard_state *s, const shard_groups *gs, int grp, int axis);
 /* Tiles every member that can take it; returns how many were tiled. */

@@ -5,6 +5,8 @@
  * atomic apply. */
 #include "schedule.h"
 
+#include "groups.h"
+
 #include <cjson/cJSON.h>
 #include <ctype.h>
 #include <errno.h>
@@ -86,13 +88,13 @@ static int parse_tactic(const char *tac, const shard_mesh *m, tactic *t, char *e
         t->axis = -1;
         return 0;
     }
-    if (!strcmp(k, "tile")) {
-        if (np != 4) return ir_errf(err, n, "schedule: tactic '%s': write tile:NAME:DIM:AXIS", tac);
+    if (!strcmp(k, "tile") || !strcmp(k, "group")) {
+        if (np != 4) return ir_errf(err, n, "schedule: tactic '%s': write %s:NAME:DIM:AXIS", tac, k);
         char *end;
         long d = strtol(parts[2], &end, 10);
         if (!parts[2][0] || *end || d < 0 || d >= IR_MAX_RANK)
             return ir_errf(err, n, "schedule: tactic '%s': DIM must be a number in 0..%d", tac, IR_MAX_RANK - 1);
-        t->kind = TACTIC_TILE;
+        t->kind = !strcmp(k, "tile") ? TACTIC_TILE : TACTIC_GROUP;
         t->dim = (int)d;
         if (!parts[1][0] || strlen(parts[1]) >= SCHED_NAME_LEN) return ir_errf(err, n, "schedule: tactic '%s': bad NAME", tac);
         strcpy(t->pattern, parts[1]);
@@ -107,7 +109,7 @@ static int parse_tactic(const char *tac, const shard_mesh *m, tactic *t, char *e
         if ((t->axis = parse_axis(parts[2], m, tac, err, n)) < 0) return -1;
         return 0;
     }
-    return ir_errf(err, n, "schedule: unknown tactic '%s' (known: dp, megatron, zero1, zero2, zero3, tile, atomic, remat, auto)", k);
+    return ir_errf(err, n, "schedule: unknown tactic '%s' (known: dp, megatron, zero1, zero2, zero3, tile, atomic, group, remat, auto)", k);
 }
 
 static int parse_list(const char *text, const shard_mesh *m, schedule *out, char *err, size_t n)
@@ -229,7 +231,7 @@ int sched_parse(const char *text, const shard_mesh *mesh, schedule *out, char *e
 
 char *sched_str(const schedule *s, const shard_mesh *mesh, char *buf, size_t n)
 {
-    static const char *const names[] = {"dp", "megatron", "zero1", "zero2", "zero3", "tile", "atomic", "auto", "remat"};
+    static const char *const names[] = {"dp", "megatron", "zero1", "zero2", "zero3", "tile", "atomic", "auto", "remat", "group"};
     size_t k = 0;
     buf[0] = 0;
     for (int i = 0; i < s->n && k < n; i++) {
@@ -243,7 +245,8 @@ char *sched_str(const schedule *s, const shard_mesh *mesh, char *buf, size_t n)
         case TACTIC_ZERO1:
         case TACTIC_ZERO2:
         case TACTIC_ZERO3: k += (size_t)snprintf(buf + k, n - k, "%s:%s", names[t->kind], ax); break;
-        case TACTIC_TILE: k += (size_t)snprintf(buf + k, n - k, "tile:%s:%d:%s", t->pattern, t->dim, ax); break;
+        case TACTIC_TILE:
+        case TACTIC_GROUP: k += (size_t)snprintf(buf + k, n - k, "%s:%s:%d:%s", names[t->kind], t->pattern, t->dim, ax); break;
         case TACTIC_ATOMIC: k += (size_t)snprintf(buf + k, n - k, "atomic:%s:%s", t->pattern, ax); break;
         case TACTIC_AUTO: k += (size_t)snprintf(buf + k, n - k, "auto"); break;
         case TACTIC_REMAT:
@@ -329,6 +332,35 @@ static int expand_zero12(const tactic *t, const shard_state *st, shard_decision 
     return tile_largest(t->axis, IR_OPT_STATE, st, out, n, cap);
 }
 
+/* group:NAME:DIM:AXIS: every member of the dim group of NAME's dim DIM that
+ * can still take AXIS (not tiled or atomic on it, its dim divides) is tiled. */
+static int expand_group(const tactic *t, const shard_state *st, shard_decision *out, int *n, int cap, char *err,
+                        size_t errlen)
+{
+    const ir_graph *g = st->g;
+    int v0 = -1;
+    for (int v = 0; v < g->n_values && v0 < 0; v++)
+        if (is_arg(&g->values[v]) && !fnmatch(t->pattern, g->values[v].name, 0)) v0 = v;
+    if (v0 < 0) return ir_errf(err, errlen, "group:%s: no argument (param, optimizer state or input) is named like that", t->pattern);
+    if (t->dim >= g->values[v0].rank)
+        return ir_errf(err, errlen, "group:%s:%d: '%s' has rank %d, no dim %d", t->pattern, t->dim, g->values[v0].name,
+                       g->values[v0].rank, t->dim);
+    shard_groups *gs = shard_groups_build(g);
+    int rc = 0;
+    for (int c = 0; c < gs->n && rc == 0; c++) {
+        const shard_group *G = &gs->groups[c];
+        int here = 0;
+        for (int i = 0; i < G->n; i++) here |= gs->members[G->first + i].value == v0 && gs->members[G->first + i].dim == t->dim;
+        for (int i = 0; here && i < G->n && rc == 0; i++) {
+            const shard_member *mb = &gs->members[G->first + i];
+            if (!shard_member_can(st, mb->value, mb->dim, t->axis)) continue;
+            rc = push(out, n, cap, (shard_decision){SHARD_TILE, (int8_t)mb->dim, (int8_t)t->axis, mb->value});
+        }
+    }
+    shard_groups_free(gs);
+    return rc < 0 ? ir_errf(err, errlen, "tactic expands to more than %d decisions", cap) : 0;
+}
+
 int sched_expand(const tactic *t, const shard_state *st, shard_decision *out, int cap, char *err, size_t errlen)
 {
     const ir_graph *g = st->g;
@@ -376,6 +408,8 @@ int sched_expand(const tactic *t, const shard_state *st, shard_decision *out, in
     case TACTIC_ZERO3:
         if (expand_dp(t, st, out, &n, cap) < 0 || tile_largest(t->axis, IR_PARAM, st, out, &n, cap) < 0) goto full;
         return n;
+    case TACTIC_GROUP:
+        return expand_group(t, st, out, &n, cap, err, errlen) < 0 ? -1 : n;
     case TACTIC_TILE:
     case TACTIC_ATOMIC: {
         int matched = 0;

@@ -30,6 +30,11 @@
  *   tile:NAME:DIM:AXIS tile dim DIM of the arguments matching NAME (a glob:
  *                      * and ?) over AXIS
  *   atomic:NAME:AXIS   keep the arguments matching NAME replicated on AXIS
+ *   group:NAME:DIM:AXIS tile over AXIS every argument dim in the dim group
+ *                      (analysis/groups.h) of dim DIM of the argument NAME
+ *                      (a glob; its first match): the search's group action
+ *                      as a tactic.  group:senders:0:AXIS on gns shards the
+ *                      edges (senders, receivers, edge features).
  *   auto               the automatic tactic (the search fills in the rest)
  */
 #ifndef CARVE_SCHEDULE_H
@@ -50,14 +55,15 @@ typedef enum {
     TACTIC_ATOMIC,
     TACTIC_AUTO,
     TACTIC_REMAT,
+    TACTIC_GROUP,
 } tactic_kind;
 
 typedef struct tactic {
     tactic_kind kind;
     int axis;                   /* mesh axis (not for AUTO) */
-    int dim;                    /* TILE */
+    int dim;                    /* TILE, GROUP */
     int lo, hi;                 /* REMAT: layer range */
-    char pattern[SCHED_NAME_LEN]; /* TILE, ATOMIC */
+    char pattern[SCHED_NAME_LEN]; /* TILE, ATOMIC, GROUP */
 } tactic;
 
 typedef struct schedule {

@@ -1,6 +1,6 @@
 /* models.c - model specs, presets, the registry and the size formulas.
  *
- * A model_config is a model name ("mlp" or "gpt") and its integer keys in a
+ * A model_config is a model name ("mlp", "gpt" or "gns") and its integer keys in a
  * canonical order, with every key filled in.  The two tables below own all of
  * it: `models` gives each model its keys, defaults and per-key upper limits;
  * `presets` are named configurations of a model.  A spec "NAME:key=value,..."
@@ -39,6 +39,10 @@ static const model_def models[] = {
      {12, 768, 12, 1024, 8, 51200},
      {4096, 1 << 20, 1 << 16, 1 << 20, 1 << 20, 1 << 24},
      "GPT decoder: pre-LN blocks, causal multi-head attention, GELU MLP, LM head tied to wte, cross-entropy loss"},
+    {"gns", 7, {"steps", "nodes", "edges", "hidden", "node_in", "edge_in", "out"},
+     {10, 2048, 40960, 128, 30, 3, 2},
+     {4096, 1 << 30, (int64_t)1 << 36, 1 << 16, 1 << 16, 1 << 16, 1 << 16},
+     "graph network simulator: node and edge MLP encoders, message-passing steps (gather, edge MLP, scatter-add, node MLP), decoder, mean squared error"},
 };
 #define N_MODELS ((int)(sizeof models / sizeof models[0]))
 
@@ -62,12 +66,20 @@ static const preset_def presets[] = {
     {"gpt-6.7b", "gpt", {32, 4096, 32, 1024, 8, 51200}, "GPT-3 6.7B sizes, batch 8 sequences of 1024"},
     {"gpt-15b", "gpt", {48, 5120, 40, 1024, 8, 51200}, "15B GPT, batch 8 sequences of 1024"},
     {"gpt-39b", "gpt", {48, 8192, 64, 1024, 8, 51200}, "39B GPT, batch 8 sequences of 1024"},
+    {"gns-tiny", "gns", {2, 16, 64, 16, 8, 8, 8}, "tiny GNS for multi-device numeric tests (every size divides 8 devices)"},
+    {"gns-2d", "gns", {10, 2048, 40960, 128, 30, 3, 2},
+     "GNS paper's 2-D setting: latent 128, 10 steps, 30 node / 3 edge features; 2048 particles, 20 edges each"},
+    {"gns-3d", "gns", {10, 16384, 393216, 128, 37, 4, 3},
+     "GNS paper's 3-D setting: latent 128, 10 steps, 37 node / 4 edge features; 16384 particles, 24 edges each"},
+    {"gns-large", "gns", {10, 65536, 2097152, 128, 37, 4, 3},
+     "many-edge GNS: the 3-D setting on 65536 particles with 32 edges each (2M edges)"},
 };
 #define N_PRESETS ((int)(sizeof presets / sizeof presets[0]))
 
 static const char *const all_names[] = {
     "mlp", "mlp-tiny", "gpt", "gpt-tiny", "gpt-125m", "gpt-350m", "gpt-760m",
-    "gpt-1.3b", "gpt-2.6b", "gpt-6.7b", "gpt-15b", "gpt-39b", NULL,
+    "gpt-1.3b", "gpt-2.6b", "gpt-6.7b", "gpt-15b", "gpt-39b", "gns", "gns-tiny", "gns-2d", "gns-3d",
+    "gns-large", NULL,
 };
 
 const char *const *model_names(void) { return all_names; }
@@ -135,6 +147,12 @@ static int check_config(const model_def *m, const model_config *cfg, const char 
         big[n_big++] = (struct big_tensor){"logits [batch,seq,vocab]", b * s * v};
         big[n_big++] = (struct big_tensor){"MLP activations [batch,seq,4*hidden]", b * s * 4 * h};
         big[n_big++] = (struct big_tensor){"MLP weight [hidden,4*hidden]", h * 4 * h};
+    } else if (strcmp(m->name, "gns") == 0) {
+        double e = (double)model_get(cfg, "edges"), n = (double)model_get(cfg, "nodes");
+        double h = (double)model_get(cfg, "hidden");
+        big[n_big++] = (struct big_tensor){"edge latents [edges,hidden]", e * h};
+        big[n_big++] = (struct big_tensor){"edge features [edges,edge_in]", e * (double)model_get(cfg, "edge_in")};
+        big[n_big++] = (struct big_tensor){"node features [nodes,node_in]", n * (double)model_get(cfg, "node_in")};
     } else {
         double b = (double)model_get(cfg, "batch"), in = (double)model_get(cfg, "in");
         double hd = (double)model_get(cfg, "hidden"), out = (double)model_get(cfg, "out");
@@ -254,6 +272,12 @@ int64_t model_param_count(const model_config *cfg)
         int64_t s = model_get(cfg, "seq"), v = model_get(cfg, "vocab");
         return L * (12 * h * h + 13 * h) + v * h + s * h + 2 * h;
     }
+    if (strcmp(cfg->model, "gns") == 0) {
+        int64_t S = model_get(cfg, "steps"), H = model_get(cfg, "hidden"), o = model_get(cfg, "out");
+        /* encoders, S steps (edge MLP over 3 inputs, node MLP over 2), decoder */
+        return (model_get(cfg, "node_in") + model_get(cfg, "edge_in")) * H + 2 * H * H + 4 * H + S * (7 * H * H + 4 * H) +
+               H * H + H + H * o + o;
+    }
     if (strcmp(cfg->model, "mlp") == 0) {
         int64_t n = 0, fi, fo;
         for (int64_t i = 0; i < model_get(cfg, "layers"); i++) {
@@ -275,6 +299,13 @@ double model_forward_flops(const model_config *cfg)
          * scores and context 2 * 2bs^2h; then the LM head 2bshv. */
         return L * (24 * b * s * h * h + 4 * b * s * s * h) + 2 * b * s * h * v;
     }
+    if (strcmp(cfg->model, "gns") == 0) {
+        double S = (double)model_get(cfg, "steps"), H = (double)model_get(cfg, "hidden");
+        double N = (double)model_get(cfg, "nodes"), E = (double)model_get(cfg, "edges");
+        /* encoders; per step the edge MLP 2E*4H^2 and the node MLP 2N*3H^2; decoder */
+        return 2 * N * ((double)model_get(cfg, "node_in") * H + H * H) + 2 * E * ((double)model_get(cfg, "edge_in") * H + H * H) +
+               S * (8 * E * H * H + 6 * N * H * H) + 2 * N * (H * H + H * (double)model_get(cfg, "out"));
+    }
     if (strcmp(cfg->model, "mlp") == 0) {
         double f = 0;
         int64_t fi, fo;
@@ -295,6 +326,7 @@ ir_graph *model_build_forward(const model_config *cfg, char *err, size_t errlen)
 {
     if (strcmp(cfg->model, "gpt") == 0) return model_build_gpt(cfg, err, errlen);
     if (strcmp(cfg->model, "mlp") == 0) return model_build_mlp(cfg, err, errlen);
+    if (strcmp(cfg->model, "gns") == 0) return model_build_gns(cfg, err, errlen);
     ir_errf(err, errlen, "model '%s': unknown model (parse the spec with model_parse first)", cfg->model);
     return NULL;
 }

@@ -1,7 +1,7 @@
 /* models.h - model builders and named presets.
  *
  * A model spec is "NAME" or "NAME:key=value,key=value" where NAME is a model
- * (mlp, gpt) or a preset (gpt-tiny, gpt-125m, ..., gpt-39b) and the keys
+ * (mlp, gpt, gns) or a preset (gpt-tiny, gpt-125m, ..., gpt-39b, gns-tiny, ...) and the keys
  * override its configuration, e.g. "gpt:layers=4,hidden=256" or
  * "gpt-1.3b:batch=16".  Builders record a forward graph with a scalar loss;
  * ir_train_step turns it into a training step.
@@ -16,7 +16,7 @@
 #define MODEL_MAX_KEYS 12
 
 typedef struct model_config {
-    char model[16];                  /* "mlp" or "gpt" */
+    char model[16];                  /* "mlp", "gpt" or "gns" */
     char preset[24];                 /* the preset it came from, or "" */
     int n_keys;
     const char *keys[MODEL_MAX_KEYS]; /* key names in canonical order */
@@ -50,6 +50,7 @@ double model_step_flops(const model_config *cfg);
  * they return a new forward graph (caller owns) or NULL with a message. */
 ir_graph *model_build_mlp(const model_config *cfg, char *err, size_t errlen);
 ir_graph *model_build_gpt(const model_config *cfg, char *err, size_t errlen);
+ir_graph *model_build_gns(const model_config *cfg, char *err, size_t errlen);
 
 /* Names of the models and presets, NULL-terminated; a one-line description. */
 const char *const *model_names(void);

@@ -70,7 +70,7 @@ static void test_parse(void)
         const char *desc = model_describe(*p);
         CHECKF(desc && desc[0] && !strchr(desc, '\n'), "%s: '%s'", *p, desc ? desc : "(null)");
     }
-    CHECK(n == 12);
+    CHECK(n == 17);
     CHECK(model_describe("gpt-7b") == NULL);
     CHECK(strstr(model_describe("gpt-1.3b"), "GPT-3 XL") != NULL);
     CHECK(strstr(model_describe("gpt"), "GPT decoder") != NULL);
@@ -108,6 +108,9 @@ static void test_parse_errors(void)
         {"gpt:layers=2,", "trailing ','", NULL},
         {"gpt:layers=2,,heads=4", "expected key=value, got ''", NULL},
         {"gpt:layers", "expected key=value, got 'layers'", NULL},
+        {"gns:edges=0", "edges=0 must be positive", NULL},
+        {"gns:nodes=2147483648", "nodes=2147483648 is too large", NULL},
+        {"gns:edges=68719476736,hidden=65536", "too large: edge latents [edges,hidden]", NULL},
         {"gpt:=3", "expected key=value, got '=3'", NULL},
         {"gpt:layers=2,layers=3", "key 'layers' given twice", NULL},
     };
@@ -181,7 +184,7 @@ static ir_graph *build_checked(const char *spec)
     CHECKF(einsum_flops(g) == model_forward_flops(&c), "%s: graph einsum FLOPs %.17g, formula %.17g", spec,
            einsum_flops(g), model_forward_flops(&c));
     CHECK(g->loss >= 0 && g->values[g->loss].rank == 0 && strcmp(g->values[g->loss].name, "loss") == 0);
-    CHECK(g->n_layers == model_get(&c, "layers"));
+    CHECK(g->n_layers == (model_get(&c, "layers") >= 0 ? model_get(&c, "layers") : model_get(&c, "steps")));
     CHECK(g->n_outputs == 1 && g->outputs[0].value == g->loss);
     return g;
 }
@@ -456,12 +459,49 @@ static void test_steps(void)
     CHECK(model_build_step(&bad, NULL, err, sizeof err) == NULL && strstr(err, "unknown model"));
 }
 
+/* The GNS: formulas (build_checked), per step two gathers of node rows to
+ * the edges and one scatter-add back, all indexed by the i32 edge inputs;
+ * steps are layers with the same op sequence; the 2M-edge preset builds. */
+static void test_gns(void)
+{
+    const char *specs[] = {"gns-tiny", "gns:steps=3,nodes=5,edges=7,hidden=6,node_in=3,edge_in=2,out=1", "gns-large"};
+    for (int i = 0; i < 3; i++) {
+        ir_graph *g = build_checked(specs[i]);
+        if (!g) continue;
+        int n_gather = 0, n_scatter = 0;
+        for (int k = 0; k < g->n_ops; k++) {
+            const ir_op *o = &g->ops[k];
+            if (o->kind == IR_OP_GATHER) {
+                n_gather++;
+                const char *ids = g->values[o->in[1]].name;
+                CHECK(!strcmp(ids, "senders") || !strcmp(ids, "receivers"));
+                CHECK(g->values[o->in[0]].role == IR_INTERMEDIATE && o->layer >= 0);
+            }
+            if (o->kind == IR_OP_SCATTER_ADD) {
+                n_scatter++;
+                CHECK(!strcmp(g->values[o->in[0]].name, "receivers"));
+                CHECK(g->values[o->out].dims[0] == g->values[ir_find(g, "x")].dims[0]);
+            }
+        }
+        CHECKF(n_gather == 2 * g->n_layers && n_scatter == g->n_layers, "%s: %d gathers, %d scatter-adds", specs[i],
+               n_gather, n_scatter);
+        int s = ir_find(g, "senders"), w = ir_find(g, "p1.edge.w1_2");
+        CHECK(s >= 0 && g->values[s].dtype == IR_I32 && g->values[s].init == IR_INIT_IDS &&
+              g->values[s].init_arg == (double)g->values[ir_find(g, "x")].dims[0]);
+        CHECK(w >= 0 && g->values[w].layer == 1 && ir_find(g, "p1.agg") >= 0);
+        int n_ops = 0;
+        CHECK(same_layer_structure(g, 0, g->n_layers - 1, &n_ops) && n_ops > 20);
+        ir_free(g);
+    }
+}
+
 int main(void)
 {
     test_parse();
     test_parse_errors();
     test_mlp();
     test_gpt_graph();
+    test_gns();
     test_preset_counts();
     test_gpt_39b();
     test_steps();

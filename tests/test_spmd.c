@@ -33,6 +33,7 @@
 
 static const char *GPT = "gpt-tiny";
 static const char *MLP = "mlp-tiny";
+static const char *GNS = "gns-tiny";
 
 static int kinds_seen[SPMD_N_KINDS], max_reductions_seen, fused_groups_seen, fused_ops_seen;
 static spmd_options lower_opts; /* options schedule_case lowers with */
@@ -254,6 +255,26 @@ static void test_expert_schedules(void)
     schedule_case(GPT, 1, "batch=2,model=2,x=2,y=2", "dp:batch,megatron:model,zero3:x,dp:y", 2);
 }
 
+/* The GNS (gathers and scatter-adds by index) under data parallelism (nodes
+ * and edges tiled), ZeRO-3, edge sharding (the edge index's dim group) and
+ * their compositions on 2, 4 and 8 devices, 1-, 2- and 3-axis meshes. */
+static void test_gns_schedules(void)
+{
+    static const struct {
+        const char *mesh, *sched;
+    } cases[] = {
+        {"batch=2", "dp:batch"},
+        {"batch=4", "zero3:batch"},
+        {"batch=2", "group:senders:0:batch"},
+        {"batch=8", "group:senders:0:batch"},
+        {"batch=2,model=2", "group:senders:0:batch,zero3:model"},
+        {"batch=4,model=2", "group:senders:0:batch,dp:model"},
+        {"batch=2,model=2,x=2", "group:senders:0:batch,zero3:model,dp:x"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) schedule_case(GNS, (int)(i % 2), cases[i].mesh, cases[i].sched, 1);
+    schedule_case(GNS, 0, "batch=4", "group:senders:0:batch", 3);
+}
+
 /* Random legal decision sets: random group actions (analysis/groups.h) on a
  * random mesh, from a seeded PCG32. */
 static void test_random_decisions(void)
@@ -261,8 +282,8 @@ static void test_random_decisions(void)
     static const char *meshes[] = {"a=2,b=2", "a=4,b=2", "a=2,b=4", "a=2,b=2,c=2", "a=8", "a=2,b=2,c=2,d=2"};
     pcg32 rng;
     pcg32_seed(&rng, 2024, 5);
-    for (int t = 0; t < 12; t++) {
-        const char *model = t % 3 == 2 ? MLP : GPT;
+    for (int t = 0; t < 16; t++) {
+        const char *model = t >= 12 ? GNS : t % 3 == 2 ? MLP : GPT;
         int sgd = t % 2;
         const char *mesh_text = meshes[pcg32_below(&rng, 6)];
         ir_graph *g = build(model, sgd);
@@ -498,6 +519,7 @@ int main(void)
     test_failing_device("batch=8", "dp:batch", 5);
     test_failing_device("batch=4,model=4", "dp:batch,megatron:model", 13);
     test_expert_schedules();
+    test_gns_schedules();
     test_random_decisions();
     printf("instruction kinds run:");
     for (int k = 0; k < SPMD_N_KINDS; k++) printf(" %s %d", spmd_kind_name((spmd_kind)k), kinds_seen[k]);
