@@ -13,8 +13,8 @@
 
 #include "analysis/groups.h"
 #include "cli/cli.h"
-#include "cli/plan.h"
 #include "cli/report.h"
+#include "plan/plan.h"
 
 #define MAX_EXPERTS 24
 
@@ -195,16 +195,17 @@ int cmd_autopart(const cli_opts *o)
         memset(&pl, 0, sizeof pl);
         if (o->model) snprintf(pl.model, sizeof pl.model, "%s", cfg);
         else {
-            snprintf(pl.graph_file, sizeof pl.graph_file, "%s", o->graph);
+            snprintf(pl.graph_path, sizeof pl.graph_path, "%s", o->graph);
             plan_file_hash(o->graph, pl.graph_hash);
         }
         snprintf(pl.optimizer, sizeof pl.optimizer, "%s", o->optimizer);
-        shard_mesh_str(&mesh, pl.mesh, sizeof pl.mesh);
+        pl.mesh = mesh;
         sched_str(&sc, &mesh, pl.schedule, sizeof pl.schedule);
         snprintf(pl.hw_name, sizeof pl.hw_name, "%s", hw.name);
         char *hwj = cost_hw_to_json(&hw);
         pl.hw = hwj ? cJSON_Parse(hwj) : NULL;
         free(hwj);
+        pl.options = copt;
         snprintf(pl.search.kind, sizeof pl.search.kind, "%s", algo->name);
         pl.search.budget = b.simulations;
         pl.search.budget_seconds = b.seconds;
@@ -217,8 +218,7 @@ int cmd_autopart(const cli_opts *o)
         pl.search.seed = b.seed;
         pl.search.threads = b.threads;
         snprintf(pl.search.stop, sizeof pl.search.stop, "%s", search_stop_name(res.stop));
-        pl.cost = (plan_cost){1, e.step_time, e.compute_time, e.comm_time, e.peak_memory, e.capacity, e.fits};
-        if (plan_save(o->out, &pl, st, pr.p, err, sizeof err) < 0) {
+        if (plan_save(o->out, &pl, st, pr.p, &e, err, sizeof err) < 0) {
             cli_error("%s", err);
             rc = CLI_BAD_INPUT;
         } else {

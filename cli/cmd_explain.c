@@ -8,8 +8,8 @@
 #include <string.h>
 
 #include "cli/cli.h"
-#include "cli/plan.h"
 #include "cli/report.h"
+#include "plan/plan.h"
 
 #define MAX_EXPERTS 24
 
@@ -22,35 +22,27 @@ int cmd_explain(const cli_opts *o)
         return CLI_BAD_INPUT;
     }
     plan pl;
-    shard_mesh mesh;
     ir_graph *g;
     shard_state *st;
-    if (plan_open("explain", path, &pl, &mesh, &g, &st)) return CLI_BAD_INPUT;
+    if (plan_open(path, &pl, &g, &st, err, sizeof err)) {
+        cli_error("%s", err);
+        return CLI_BAD_INPUT;
+    }
+    const shard_mesh mesh = pl.mesh;
     int rc = CLI_OK;
     plan_pricer pr;
     memset(&pr, 0, sizeof pr);
     plan_expert *ex = calloc(MAX_EXPERTS, sizeof *ex);
     if (!ex) abort();
     cost_hw hw;
-    if (pl.hw) {
-        char *text = cJSON_PrintUnformatted(pl.hw);
-        int r = cost_hw_from_json(text, path, &hw, err, sizeof err);
-        cJSON_free(text);
-        if (r < 0) {
-            cli_error("explain: plan '%s': hardware profile: %s", path, err);
-            rc = CLI_BAD_INPUT;
-            goto done;
-        }
-    } else if (cost_hw_lookup(o->hw ? o->hw : pl.hw_name[0] ? pl.hw_name : "a100", &hw, err, sizeof err) < 0) {
+    if (o->hw ? cost_hw_lookup(o->hw, &hw, err, sizeof err) < 0 : plan_hw(&pl, path, &hw, err, sizeof err) < 0) {
         cli_error("explain: %s", err);
         rc = CLI_BAD_INPUT;
         goto done;
     }
     {
         shard_state *scratch = shard_state_new(g, &mesh);
-        /* the precision autopart priced in by default (plans do not record it yet) */
-        cost_options copt = {cost_default_precision(&hw), 0, pl.cost.valid ? pl.cost.capacity_bytes : 0};
-        int r = plan_pricer_init(&pr, &hw, &copt, scratch, err, sizeof err);
+        int r = plan_pricer_init(&pr, &hw, &pl.options, scratch, err, sizeof err);
         shard_state_free(scratch);
         if (r < 0) {
             cli_error("%s", err);
@@ -61,8 +53,13 @@ int cmd_explain(const cli_opts *o)
     cost_estimate e;
     int n_ex = plan_experts(g, &mesh, &pr, ex, MAX_EXPERTS);
     plan_price(&pr, st, &e);
-    printf("plan       %s\nmodel      %s\nmesh       %s (%lld devices)\nhardware   %s\nschedule   %s\n", path,
-           pl.model[0] ? pl.model : pl.graph_file, pl.mesh, (long long)mesh.n_devices, hw.name, pl.schedule);
+    printf("plan       %s (%s)\nmodel      %s\nmesh       %s (%lld devices)\nhardware   %s%s\nschedule   %s\n", path,
+           pl.version == 1 ? PLAN_FORMAT_V1 : PLAN_FORMAT, pl.model[0] ? pl.model : pl.graph_file,
+           shard_mesh_str(&mesh, buf, sizeof buf), (long long)mesh.n_devices, hw.name,
+           o->hw ? " (given with --hw, not the plan's)" : "", pl.schedule);
+    printf("options    precision %s, %s, memory per device %s\n", cost_precision_name(pl.options.precision),
+           pl.options.overlap ? "communication overlapped with compute" : "no overlap",
+           pl.options.memory_capacity > 0 ? "as given" : "the profile's");
     if (pl.search.kind[0])
         printf("search     %s, %lld simulations in %.2f s, best at simulation %lld, seed %llu, %d threads\n",
                pl.search.kind, (long long)pl.search.simulations, pl.search.seconds, (long long)pl.search.best_at,
@@ -75,8 +72,8 @@ int cmd_explain(const cli_opts *o)
     cli_print_layer_collectives(pr.p, &pr);
     printf("\n");
     cli_print_estimate(&e);
-    if (pl.cost.valid && fabs(pl.cost.step_time - e.step_time) > 1e-9 * pl.cost.step_time)
-        printf("\nnote: the plan file recorded a step time of %.6g s; priced again now it is %.6g s\n", pl.cost.step_time,
+    if (pl.has_predicted && fabs(pl.predicted.step_time - e.step_time) > 1e-9 * pl.predicted.step_time)
+        printf("\nnote: the plan file recorded a step time of %.6g s; priced again now it is %.6g s\n", pl.predicted.step_time,
                e.step_time);
     printf("\ncompared with the expert schedules:\n");
     cli_print_experts(ex, n_ex, &e);

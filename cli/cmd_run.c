@@ -18,9 +18,10 @@
 #include "analysis/schedule.h"
 #include "analysis/spmd.h"
 #include "cli/cli.h"
-#include "cli/plan.h"
+#include "cli/report.h"
 #include "models/models.h"
 #include "exec/runtime.h"
+#include "plan/plan.h"
 
 /* Largest error allowed, relative to each tensor's largest magnitude. */
 #define RUN_TOLERANCE 1e-4
@@ -190,10 +191,15 @@ static int run_plan(const cli_opts *o)
         return CLI_BAD_INPUT;
     }
     plan pl;
-    shard_mesh mesh;
     ir_graph *g;
     shard_state *st;
-    if (plan_open("run", o->plan, &pl, &mesh, &g, &st)) return CLI_BAD_INPUT;
+    if (plan_open(o->plan, &pl, &g, &st, err, sizeof err)) {
+        cli_error("%s", err);
+        return CLI_BAD_INPUT;
+    }
+    const shard_mesh mesh = pl.mesh;
+    char plan_mesh[256];
+    shard_mesh_str(&mesh, plan_mesh, sizeof plan_mesh);
     int rc = CLI_BAD_INPUT;
     if (o->mesh) {
         shard_mesh want;
@@ -201,8 +207,8 @@ static int run_plan(const cli_opts *o)
             cli_error("run: %s", err);
             goto out;
         }
-        if (strcmp(shard_mesh_str(&want, buf, sizeof buf), pl.mesh)) {
-            cli_error("run: plan '%s' is for mesh %s, not %s", o->plan, pl.mesh, buf);
+        if (strcmp(shard_mesh_str(&want, buf, sizeof buf), plan_mesh)) {
+            cli_error("run: plan '%s' is for mesh %s, not %s", o->plan, plan_mesh, buf);
             goto out;
         }
     }
@@ -225,6 +231,13 @@ static int run_plan(const cli_opts *o)
         spmd_program *p = spmd_lower(st);
         char label[1200];
         snprintf(label, sizeof label, "%s (plan %s)", pl.model[0] ? pl.model : pl.graph_file, o->plan);
+        if (pl.has_predicted) {
+            char t[32];
+            cli_fmt_time(pl.predicted.step_time, t, sizeof t);
+            printf("plan: predicted step time %s, peak memory %.4g GiB per device (%s precision%s; checked by pricing "
+                   "the plan again)\n", t, pl.predicted.peak_memory / 1073741824.0, cost_precision_name(pl.options.precision),
+                   pl.options.overlap ? ", overlap" : "");
+        }
         cli_opts with_schedule = *o;
         with_schedule.schedule = pl.schedule;
         rc = run_checked(&with_schedule, g, p, label);

@@ -80,7 +80,7 @@ ok autopart "$carve" autopart --model gpt-tiny --mesh batch=2,model=2 --hw a100 
 has autopart "plan written to plan.json"
 has autopart "compared with the expert schedules"
 step=$(sed -n 's/^  step time \([0-9.]* [mu]*s\).*/\1/p' out.txt | head -1)
-ok plan-json python3 -c "import json,sys; p=json.load(open('plan.json')); sys.exit(0 if p['format']=='carve-plan/1' and p['search']['evaluations']==200 else 1)"
+ok plan-json python3 -c "import json,sys; p=json.load(open('plan.json')); sys.exit(0 if p['format']=='carve-plan/2' and p['search']['evaluations']==200 else 1)"
 ok explain "$carve" explain plan.json
 has explain "every argument's sharding matches the plan"
 if [ -n "$step" ] && grep -q "^step time *$step" out.txt; then pass=$((pass + 1)); else fail=$((fail + 1)); echo "FAIL explain: step time '$step' from autopart not shown"; fi
@@ -106,7 +106,7 @@ else
 fi
 python3 -c "import json; p=json.load(open('plan.json')); p['model']['spec']='gpt:layers=3,hidden=64,heads=8,seq=16,batch=8,vocab=128'; json.dump(p, open('other.json','w'))"
 bad plan-other-model "does not match the model" "$carve" explain other.json
-python3 -c "import json; p=json.load(open('plan3.json')); p['mesh']='data=2'; json.dump(p, open('othermesh.json','w'))"
+python3 -c "import json; p=json.load(open('plan3.json')); p['mesh']['axes']=[{'name': 'data', 'size': 2}]; json.dump(p, open('othermesh.json','w'))"
 bad plan-other-mesh "does not match the mesh" "$carve" explain othermesh.json
 python3 -c "import json; p=json.load(open('plan.json')); p['format']='carve-plan/9'; json.dump(p, open('v9.json','w'))"
 bad plan-version "carve-plan/1" "$carve" explain v9.json

@@ -1,0 +1,119 @@
+/* plan.h - the plan file a user keeps ("format": "carve-plan/2", docs/plan-format.md).
+ *
+ * A plan records how to rebuild the partitioned program exactly: the model (spec,
+ * or graph file and its hash, the path relative to the plan file), the optimizer,
+ * the mesh (axis names, sizes, device order), the hardware profile and every cost
+ * option that changes the price (plan_options_*), the schedule text, and every
+ * decision in the order it was applied (argument name, dim, axis).  It also
+ * records what follows from those: the sharding of every argument and of the
+ * named forward activations, the collectives, the predicted cost; and how the
+ * search went.
+ *
+ * Loading (plan_open) re-applies the decisions on the rebuilt graph, lowers and
+ * prices the program again, rebuilds the whole document and compares every
+ * derived field with the file: an edited plan, or one for another model or mesh,
+ * is refused with the first difference named ("FILE: KEY: what is wrong").
+ * carve-plan/1 files still load (their derived fields are fewer: arguments only).
+ */
+#ifndef CARVE_PLAN_H
+#define CARVE_PLAN_H
+
+#include <cjson/cJSON.h>
+
+#include "analysis/shard.h"
+#include "analysis/spmd.h"
+#include "cost/cost.h"
+
+#define PLAN_FORMAT "carve-plan/2"
+#define PLAN_FORMAT_V1 "carve-plan/1"
+
+typedef struct plan_search {
+    char kind[16];          /* mcts, random, greedy, exhaustive, or "" (no search) */
+    int64_t budget, simulations, evaluations, best_at, tree_nodes;
+    int root_actions;
+    double budget_seconds, seconds;
+    uint64_t seed;
+    int threads;
+    char stop[16];
+} plan_search;
+
+typedef struct plan {
+    int version;            /* format read (1 or 2); plans are written as 2 */
+    char model[512];        /* canonical model spec, or "" for a graph file */
+    char graph_file[1024];  /* as the file records it (v2: relative to the plan's folder) */
+    char graph_path[2048];  /* where it is read from (resolved at load; set by the writer) */
+    char graph_hash[24];    /* FNV-1a 64 of the graph file's bytes, hex */
+    char optimizer[8];      /* adam or sgd */
+    shard_mesh mesh;
+    char schedule[512];
+    char hw_name[64];
+    cJSON *hw;              /* the hardware profile as JSON (owned), or NULL */
+    cost_options options;   /* recorded in v2; v1 plans: all zero (f32, no overlap, profile's memory) */
+    int n_decisions;
+    shard_decision *decisions; /* owned; values resolved against a graph */
+    char **decision_names;     /* owned; "arg\naxis" as read from a file */
+    plan_search search;
+    int has_predicted;
+    cost_estimate predicted;   /* scalars only (no per-layer arrays) */
+    cJSON *doc;             /* the file as read (owned), for the comparison */
+} plan;
+
+/* The document of a plan: format, model, mesh, hardware, cost options,
+ * schedule, decisions (st's log), arguments and activations (st), collectives
+ * (p, may be NULL), predicted (e, may be NULL), search.  version 1 builds the
+ * fields a carve-plan/1 file has.  Caller deletes. */
+cJSON *plan_to_json(const plan *pl, const shard_state *st, const spmd_program *p, const cost_estimate *e, int version);
+
+/* Writes the plan atomically (temp file, rename).  pl->graph_path (when the
+ * model is a graph file) is stored relative to the plan's folder.  Returns 0, or
+ * -1 with a message naming the path. */
+int plan_save(const char *path, plan *pl, const shard_state *st, const spmd_program *p, const cost_estimate *e,
+              char *err, size_t errlen);
+
+/* Reads a plan file (v1 or v2; rebuilds nothing).  Returns 0 or -1 with a
+ * one-line message "FILE: KEY: what is wrong". */
+int plan_load(const char *path, plan *pl, char *err, size_t errlen);
+
+/* Rebuilds the plan's training step: the model spec (with its optimizer) or the
+ * graph file, which must still hash as recorded.  NULL with a message. */
+ir_graph *plan_build_graph(const plan *pl, const char *path, char *err, size_t errlen);
+
+/* Re-applies the loaded plan's decisions (by argument name) on st (fresh, for
+ * the rebuilt graph and pl->mesh).  Returns 0, or -1 with a message. */
+int plan_replay(plan *pl, const char *path, shard_state *st, char *err, size_t errlen);
+
+/* The plan's hardware profile (its stored profile, else its preset name).
+ * Returns 0 or -1 with a message. */
+int plan_hw(const plan *pl, const char *path, cost_hw *hw, char *err, size_t errlen);
+
+/* Compares every field of the file that follows from the graph and the
+ * decisions (mesh, devices, arguments, activations, collectives, predicted)
+ * with the document rebuilt from st, p and e.  Returns 0, or -1 with the first
+ * difference: "FILE: KEY: what is wrong". */
+int plan_verify(const plan *pl, const char *path, const shard_state *st, const spmd_program *p,
+                const cost_estimate *e, char *err, size_t errlen);
+
+/* Load, rebuild, replay, lower, price and verify.  Returns 0 with *g and *st
+ * set (the caller frees st, then g, then plan_free(pl); st borrows pl->mesh, so
+ * pl must not move), or -1 with a message and nothing left to free. */
+int plan_open(const char *path, plan *pl, ir_graph **g, shard_state **st, char *err, size_t errlen);
+
+void plan_free(plan *pl);
+
+/* FNV-1a 64 of a file's bytes as 16 hex digits; -1 if unreadable. */
+int plan_file_hash(const char *path, char out[24]);
+
+/* Copies s into buf with every byte that is not printable ASCII written as
+ * \xNN (messages never carry control characters from a file).  Returns buf. */
+char *plan_printable(const char *s, char *buf, size_t n);
+
+/* ---- cost options (options.c) ----------------------------------------- */
+/* Every field of cost_options as a JSON object (names in docs/plan-format.md).
+ * Caller deletes. */
+cJSON *plan_options_to_json(const cost_options *o);
+/* Reads the object written by plan_options_to_json: unknown keys and bad
+ * values are errors naming the key; missing keys keep o's values.  Returns 0
+ * or -1 with a message "KEY: what is wrong". */
+int plan_options_from_json(const cJSON *j, cost_options *o, char *err, size_t errlen);
+
+#endif
