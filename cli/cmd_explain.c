@@ -28,6 +28,7 @@ int cmd_explain(const cli_opts *o)
         cli_error("%s", err);
         return CLI_BAD_INPUT;
     }
+    if (pl.note[0]) cli_error("note: %s", pl.note);
     const shard_mesh mesh = pl.mesh;
     int rc = CLI_OK;
     plan_pricer pr;
@@ -72,9 +73,6 @@ int cmd_explain(const cli_opts *o)
     cli_print_layer_collectives(pr.p, &pr);
     printf("\n");
     cli_print_estimate(&e);
-    if (pl.has_predicted && fabs(pl.predicted.step_time - e.step_time) > 1e-9 * pl.predicted.step_time)
-        printf("\nnote: the plan file recorded a step time of %.6g s; priced again now it is %.6g s\n", pl.predicted.step_time,
-               e.step_time);
     printf("\ncompared with the expert schedules:\n");
     cli_print_experts(ex, n_ex, &e);
 done:

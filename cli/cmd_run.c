@@ -197,6 +197,7 @@ static int run_plan(const cli_opts *o)
         cli_error("%s", err);
         return CLI_BAD_INPUT;
     }
+    if (pl.note[0]) cli_error("note: %s", pl.note);
     const shard_mesh mesh = pl.mesh;
     char plan_mesh[256];
     shard_mesh_str(&mesh, plan_mesh, sizeof plan_mesh);

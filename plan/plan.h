@@ -56,6 +56,8 @@ typedef struct plan {
     int has_predicted;
     cost_estimate predicted;   /* scalars only (no per-layer arrays) */
     cJSON *doc;             /* the file as read (owned), for the comparison */
+    char note[1400];        /* set by plan_verify: the first collective or predicted figure that
+                               differs from carve's (another carve version, or an edit), or "" */
 } plan;
 
 /* The document of a plan: format, model, mesh, hardware, cost options,
@@ -87,10 +89,12 @@ int plan_replay(plan *pl, const char *path, shard_state *st, char *err, size_t e
 int plan_hw(const plan *pl, const char *path, cost_hw *hw, char *err, size_t errlen);
 
 /* Compares every field of the file that follows from the graph and the
- * decisions (mesh, devices, arguments, activations, collectives, predicted)
- * with the document rebuilt from st, p and e.  Returns 0, or -1 with the first
- * difference: "FILE: KEY: what is wrong". */
-int plan_verify(const plan *pl, const char *path, const shard_state *st, const spmd_program *p,
+ * decisions with the document rebuilt from st, p and e.  The layout (mesh,
+ * devices, arguments, activations, model.params) must match: else -1 with the
+ * first difference, "FILE: KEY: what is wrong".  The price (collectives,
+ * predicted) depends on carve's version too: a difference there only sets
+ * pl->note.  Returns 0 or -1. */
+int plan_verify(plan *pl, const char *path, const shard_state *st, const spmd_program *p,
                 const cost_estimate *e, char *err, size_t errlen);
 
 /* Load, rebuild, replay, lower, price and verify.  Returns 0 with *g and *st

@@ -207,11 +207,25 @@ static int diff(const cJSON *want, const cJSON *have, char *path, size_t pn, cha
     return 1;
 }
 
-int plan_verify(const plan *pl, const char *path, const shard_state *st, const spmd_program *p,
-                const cost_estimate *e, char *err, size_t errlen)
+/* The first difference in sections `secs` of want and the file: 1 with key and
+ * why set, else 0. */
+static int first_diff(const cJSON *want, const cJSON *file, const char *const *secs, char *key, size_t kn, char *why,
+                      size_t wn)
 {
-    static const char *const derived_v2[] = {"mesh", "devices", "arguments", "activations", "collectives", "predicted", NULL};
-    static const char *const derived_v1[] = {"mesh", "devices", "arguments", NULL};
+    for (const char *const *s = secs; *s; s++) {
+        const cJSON *w = cJSON_GetObjectItemCaseSensitive(want, *s), *h = cJSON_GetObjectItemCaseSensitive(file, *s);
+        if (!w) continue;
+        snprintf(key, kn, "%s", *s);
+        if (diff(w, h, key, kn, why, wn)) return 1;
+    }
+    return 0;
+}
+
+int plan_verify(plan *pl, const char *path, const shard_state *st, const spmd_program *p, const cost_estimate *e,
+                char *err, size_t errlen)
+{
+    static const char *const layout[] = {"mesh", "devices", "arguments", "activations", NULL};
+    static const char *const price[] = {"collectives", "predicted", NULL};
     cJSON *built = plan_to_json(pl, st, p, pl->has_predicted ? e : NULL, pl->version);
     char *text = cJSON_PrintUnformatted(built); /* raw numbers become numbers */
     cJSON_Delete(built);
@@ -219,25 +233,28 @@ int plan_verify(const plan *pl, const char *path, const shard_state *st, const s
     cJSON_free(text);
     if (!want) abort();
     char key[512], why[768], pp[512];
+    plan_printable(path, pp, sizeof pp);
     int rc = 0;
     const cJSON *params = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(want, "model"), "params");
     const cJSON *fparams = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(pl->doc, "model"), "params");
-    snprintf(key, sizeof key, "model.params");
     if (fparams && !(cJSON_IsNumber(fparams) && cJSON_IsNumber(params) && fparams->valuedouble == params->valuedouble)) {
         char a[200], b[200];
         show(fparams, a, sizeof a);
         show(params, b, sizeof b);
+        snprintf(key, sizeof key, "model.params");
         snprintf(why, sizeof why, "does not match the model: the file has %s params, the rebuilt model %s", a, b);
         rc = -1;
     }
-    for (const char *const *s = pl->version >= 2 ? derived_v2 : derived_v1; !rc && *s; s++) {
-        const cJSON *w = cJSON_GetObjectItemCaseSensitive(want, *s), *h = cJSON_GetObjectItemCaseSensitive(pl->doc, *s);
-        if (!w) continue;
-        snprintf(key, sizeof key, "%s", *s);
-        if (diff(w, h, key, sizeof key, why, sizeof why)) rc = -1;
+    if (rc || first_diff(want, pl->doc, layout, key, sizeof key, why, sizeof why)) {
+        ir_errf(err, errlen, "%s: %s: %s", pp, key, why);
+        rc = -1;
+    } else if (first_diff(want, pl->doc, price, key, sizeof key, why, sizeof why)) {
+        char *w = strstr(why, " from the plan's");
+        if (w) snprintf(w, sizeof why - (size_t)(w - why), " now (made by another version of carve, or edited; the figures "
+                                                           "shown are carve's own)");
+        snprintf(pl->note, sizeof pl->note, "%.400s: %.200s: %.700s", pp, key, why);
     }
     cJSON_Delete(want);
-    if (rc) ir_errf(err, errlen, "%s: %s: %s", plan_printable(path, pp, sizeof pp), key, why);
     return rc;
 }
 

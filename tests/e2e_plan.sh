@@ -67,11 +67,10 @@ grep -q '"precision":[[:space:]]*"bf16"' rt2.json; check "bf16 recorded" $?
 for f in v1-gpt-tiny v1-gpt-tiny-mem v1-mlp-graph; do
     "$carve" explain "$root/tests/plans/$f.json" >out.txt 2>err.txt; check "v1 explain $f" $?
     grep -q "carve-plan/1" out.txt; check "v1 explain says $f is v1" $?
-    grep -q "note: the plan file recorded" out.txt && { fail=$((fail + 1)); echo "FAIL v1 $f priced differently"; }
 done
 "$carve" run --plan "$root/tests/plans/v1-gpt-tiny.json" >out.txt 2>&1; check "v1 run" $?
 # the v1 plan made with --memory 1 keeps its capacity
-"$carve" explain "$root/tests/plans/v1-gpt-tiny-mem.json" | grep -q "of 1.074 GB\|of 1 GiB"; check "v1 memory kept" $?
+"$carve" explain "$root/tests/plans/v1-gpt-tiny-mem.json" 2>/dev/null | grep -q "of 1.074 GB\|of 1 GiB"; check "v1 memory kept" $?
 
 # ---- the schema (docs/plan.schema.json) on real plans ----
 "$carve" autopart --model mlp-tiny --mesh batch=2,model=2,x2=2 --budget 40 --quiet --out mesh3.json >/dev/null 2>&1
@@ -107,8 +106,10 @@ edit e4.json "p['surprise']=1"
 bad edit-unknown-key "e4.json: surprise: unknown key" "$carve" explain e4.json
 edit e5.json "p['mesh']['axes'][0]['name']='data'"
 bad edit-other-mesh "does not match the mesh: no axis 'batch'" "$carve" explain e5.json
+# the price depends on carve's version too: a difference is a note, carve's own figures shown
 edit e6.json "p['predicted']['step_time_s']*=0.5"
-bad edit-predicted "predicted.step_time_s: the file has" "$carve" explain e6.json
+"$carve" explain e6.json >out.txt 2>err.txt && grep -q "note: e6.json: predicted.step_time_s: the file has" err.txt
+check "edited price: a note" $?
 edit e7.json "p['arguments'][3]['name']='evil\x1b[31m\x07name'"
 bad edit-control-chars "arguments\[3\]" "$carve" explain e7.json
 edit e8.json "p['cost_options']['precision']='fp8'"
@@ -124,7 +125,9 @@ bad edit-unknown-option "cost_options: turbo: unknown option" "$carve" explain e
 edit e13.json "p['arguments'][0]['extra']=1"
 bad edit-nested-unknown "arguments\[0\] ([a-z]*).extra: unknown key" "$carve" explain e13.json
 edit e14.json "p['collectives']['all-reduce']['backward']['count']+=1"
-bad edit-collectives "collectives.all-reduce.backward.count" "$carve" explain e14.json
+"$carve" run --plan e14.json >out.txt 2>err.txt && grep -q "note: e14.json: collectives.all-reduce.backward.count" err.txt
+check "edited collectives: a note" $?
+"$carve" explain rt1.json >out.txt 2>err.txt && [ ! -s err.txt ]; check "no note for an unedited plan" $?
 
 echo "$pass passed, $fail failed"
 [ $fail -eq 0 ]
