@@ -68,8 +68,10 @@ ir_graph *plan_build_graph(const plan *pl, const char *path, char *err, size_t e
     /* graph tactics of the schedule (remat) rewrite the step before it is sharded */
     char e2[512], pp[512];
     schedule sc;
-    if (sched_parse(pl->schedule, &pl->mesh, &sc, e2, sizeof e2) < 0 || sched_rewrite(&sc, &g, e2, sizeof e2) < 0) {
-        ir_errf(err, errlen, "%s: schedule: %s", plan_printable(path, pp, sizeof pp), e2);
+    int parsed = sched_parse(pl->schedule, &pl->mesh, &sc, e2, sizeof e2) == 0;
+    if (!parsed || sched_rewrite(&sc, &g, e2, sizeof e2) < 0) {
+        const char *why = strncmp(e2, "schedule: ", 10) ? e2 : e2 + 10;
+        ir_errf(err, errlen, "%s: schedule: %s%s", plan_printable(path, pp, sizeof pp), parsed ? "" : "does not match the mesh: ", why);
         ir_free(g);
         return NULL;
     }
