@@ -167,10 +167,13 @@ shard_groups *shard_groups_build(const ir_graph *g)
             gs->members[G->first + G->n++] = (shard_member){v, d};
         }
     }
+    /* every (value, dim), intermediates too: its group, or -1 */
+    gs->dim_base = base;
+    gs->dim_group = ir_xrealloc(NULL, (size_t)(n ? n : 1) * sizeof(int));
+    for (int i = 0; i < n; i++) gs->dim_group[i] = class_of_root[uf_find(parent, i)];
     free(counts);
     free(class_of_root);
     free(parent);
-    free(base);
     return gs;
 }
 
@@ -179,6 +182,8 @@ void shard_groups_free(shard_groups *gs)
     if (!gs) return;
     free(gs->groups);
     free(gs->members);
+    free(gs->dim_base);
+    free(gs->dim_group);
     free(gs);
 }
 

@@ -37,6 +37,9 @@ typedef struct shard_groups {
     int period;            /* layers folded with this period (0: not folded) */
     shard_group *groups;
     shard_member *members;
+    /* dim d of value v (intermediates too) is in group dim_group[dim_base[v] + d],
+     * or -1 when its class holds no argument dim */
+    int *dim_base, *dim_group;
 } shard_groups;
 
 /* Builds the groups of g's arguments (caller frees with shard_groups_free). */

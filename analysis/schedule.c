@@ -1,11 +1,11 @@
 /* schedule.c - parsing schedules and expanding tactics into decisions.
- * See schedule.h for the tactic language.  The expert schedules know the
- * argument names of carve's own models (models/): gpt's "hL.attn.wq" ...,
- * mlp's "layerI.w"; for a graph loaded from JSON only dp, zero3, tile and
- * atomic apply. */
+ * See schedule.h for the tactic language.  The expert tactics (dp, zero*,
+ * megatron) find what to split from the graph's structure (structure.h), so
+ * they apply to any graph, whatever its params are called. */
 #include "schedule.h"
 
 #include "groups.h"
+#include "structure.h"
 
 #include <cjson/cJSON.h>
 #include <ctype.h>
@@ -261,17 +261,6 @@ char *sched_str(const schedule *s, const shard_mesh *mesh, char *buf, size_t n)
 
 /* ---- expansion -------------------------------------------------------- */
 
-typedef struct rule_row {
-    const char *pattern;
-    int dim;
-} rule_row;
-
-/* Megatron on carve's gpt: heads dim of q/k/v/o, the MLP's 4h dim, vocab. */
-static const rule_row megatron_gpt[] = {
-    {"h*.attn.wq", 1}, {"h*.attn.wk", 1}, {"h*.attn.wv", 1}, {"h*.attn.wo", 0},
-    {"h*.mlp.w1", 1},  {"h*.mlp.w2", 0},  {"wte", 0},
-};
-
 static int push(shard_decision *out, int *n, int cap, shard_decision d)
 {
     if (*n >= cap) return -1;
@@ -281,13 +270,28 @@ static int push(shard_decision *out, int *n, int cap, shard_decision d)
 
 static int is_arg(const ir_value *v) { return v->role != IR_INTERMEDIATE; }
 
+/* Data parallelism: every argument dim of the batch group (structure.h)
+ * tiled over the axis.  A graph without a loss has no batch group: dim 0 of
+ * every input is tiled instead. */
 static int expand_dp(const tactic *t, const shard_state *st, shard_decision *out, int *n, int cap)
 {
     const ir_graph *g = st->g;
-    for (int v = 0; v < g->n_values; v++)
-        if (g->values[v].role == IR_INPUT && g->values[v].rank >= 1)
-            if (push(out, n, cap, (shard_decision){SHARD_TILE, 0, (int8_t)t->axis, v}) < 0) return -1;
-    return 0;
+    shard_groups *gs = shard_groups_build(g);
+    char why[160];
+    int grp = shard_batch_group(g, gs, why, sizeof why), rc = 0;
+    if (grp >= 0) {
+        const shard_group *G = &gs->groups[grp];
+        for (int k = 0; k < G->n && rc == 0; k++) {
+            const shard_member *m = &gs->members[G->first + k];
+            rc = push(out, n, cap, (shard_decision){SHARD_TILE, (int8_t)m->dim, (int8_t)t->axis, m->value});
+        }
+    } else {
+        for (int v = 0; v < g->n_values && rc == 0; v++)
+            if (g->values[v].role == IR_INPUT && g->values[v].rank >= 1)
+                rc = push(out, n, cap, (shard_decision){SHARD_TILE, 0, (int8_t)t->axis, v});
+    }
+    shard_groups_free(gs);
+    return rc;
 }
 
 /* Tiles every argument of role `role` that is not yet tiled on `axis` over
@@ -378,27 +382,14 @@ int sched_expand(const tactic *t, const shard_state *st, shard_decision *out, in
         if (!n) return ir_errf(err, errlen, "dp:%s: the graph has no inputs to split", m->names[t->axis]);
         return n;
     case TACTIC_MEGATRON: {
-        int is_gpt = ir_find(g, "wte") >= 0 && ir_find(g, "h0.attn.wq") >= 0;
-        int is_mlp = ir_find(g, "layer0.w") >= 0;
-        if (is_gpt) {
-            for (size_t r = 0; r < sizeof megatron_gpt / sizeof megatron_gpt[0]; r++)
-                for (int v = 0; v < g->n_values; v++)
-                    if (g->values[v].role == IR_PARAM && !fnmatch(megatron_gpt[r].pattern, g->values[v].name, 0))
-                        if (push(out, &n, cap, (shard_decision){SHARD_TILE, (int8_t)megatron_gpt[r].dim, (int8_t)t->axis, v}) < 0)
-                            goto full;
-        } else if (is_mlp) {
-            char name[64];
-            for (int i = 0;; i++) {
-                snprintf(name, sizeof name, "layer%d.w", i);
-                int v = ir_find(g, name);
-                if (v < 0) break;
-                if (push(out, &n, cap, (shard_decision){SHARD_TILE, (int8_t)(i % 2 == 0 ? 1 : 0), (int8_t)t->axis, v}) < 0)
-                    goto full;
-            }
-        } else {
-            return ir_errf(err, errlen, "megatron:%s: only knows carve's gpt and mlp models (use tile: tactics for this graph)",
-                        m->names[t->axis]);
-        }
+        shard_member *dims = ir_xcalloc((size_t)cap + 1, sizeof *dims);
+        char why[160];
+        int k = shard_megatron_dims(g, dims, cap, NULL, why, sizeof why);
+        for (int i = 0; i < k && n >= 0; i++)
+            if (push(out, &n, cap, (shard_decision){SHARD_TILE, (int8_t)dims[i].dim, (int8_t)t->axis, dims[i].value}) < 0) n = -1;
+        free(dims);
+        if (n < 0) goto full;
+        if (!k) return ir_errf(err, errlen, "megatron:%s: %s", m->names[t->axis], why);
         return n;
     }
     case TACTIC_ZERO1:

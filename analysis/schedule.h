@@ -7,12 +7,14 @@
  * or a JSON file {"format": "carve-schedule/1", "tactics": ["dp:batch", ...]}.
  *
  * Tactics:
- *   dp:AXIS            data parallel: dim 0 of every input tiled over AXIS
- *   megatron:AXIS      Megatron tensor parallel: attention split by heads
- *                      (wq/wk/wv on heads, wo on heads), column- then
- *                      row-parallel MLP (w1 on its output dim, w2 on its
- *                      input dim), vocab-parallel embedding and LM head (wte
- *                      on vocab).  For mlp: layers alternate column / row.
+ *   dp:AXIS            data parallel: the batch group (structure.h: the dims
+ *                      the loss reduces over that no param shares) tiled
+ *                      over AXIS; a graph without a loss: dim 0 of inputs
+ *   megatron:AXIS      Megatron tensor parallel, found from structure
+ *                      (structure.h): column- then row-split contraction
+ *                      pairs (attention by heads, the MLP; a chain MLP
+ *                      alternates) and a head whose output dim the loss
+ *                      reduces (vocabulary); refused on a graph with none.
  *   zero1:AXIS         ZeRO-1: data parallel over AXIS; every optimizer
  *                      state tiled over AXIS on its largest dim that divides;
  *                      params and gradients kept whole on AXIS (gradients

@@ -54,14 +54,15 @@ static void unmake(setup *s)
 
 static double best_expert(setup *s, char *name, size_t n)
 {
-    plan_expert ex[24];
-    int k = plan_experts(s->g, &s->mesh, &s->pr, ex, 24);
+    plan_expert *ex;
+    int k = plan_experts(s->g, &s->mesh, NULL, &s->pr, &ex);
     double best = 0;
     for (int i = 0; i < k; i++)
         if (ex[i].ok && ex[i].e.fits && (best == 0 || ex[i].e.step_time < best)) {
             best = ex[i].e.step_time;
             snprintf(name, n, "%.90s", ex[i].schedule);
         }
+    plan_experts_free(ex, k);
     return best;
 }
 

@@ -16,8 +16,6 @@
 #include "cli/report.h"
 #include "plan/plan.h"
 
-#define MAX_EXPERTS 24
-
 static volatile sig_atomic_t stop_signal;
 
 static void on_stop_signal(int sig)
@@ -59,6 +57,54 @@ static void progress(void *ctx, int64_t sims, double elapsed, const search_score
             t, best->fits ? "" : " (does not fit)", left > 0 ? left : 0);
     fflush(stderr);
     p->shown = 1;
+}
+
+/* A mesh axis that divides no dim of the step's arguments can only stay
+ * unused: when no axis divides anything and the manual tactics split nothing,
+ * the search has nothing to do and autopart refuses, as carve cost and carve
+ * shard refuse a tactic on such an axis; an axis that is only partly useless
+ * gets a warning.  Returns 1 after the error line. */
+static int refuse_idle_mesh(const ir_graph *g, const shard_mesh *mesh, const shard_state *prefix, const shard_groups *gs)
+{
+    char idle[160] = "", ms[128];
+    int n_idle = 0;
+    for (int a = 0; a < mesh->n_axes; a++) {
+        int used = 0;
+        for (int grp = 0; grp < gs->n && !used; grp++) used = shard_group_legal(prefix, gs, grp, a);
+        if (used || mesh->sizes[a] == 1) continue;
+        size_t k = strlen(idle);
+        snprintf(idle + k, sizeof idle - k, "%s'%s' (%lld)", n_idle++ ? ", " : "", mesh->names[a], (long long)mesh->sizes[a]);
+    }
+    if (!n_idle) return 0;
+    if (n_idle == mesh->n_axes && prefix->n_log == 0) {
+        cli_error("autopart: mesh %s: %s divides no dim of the model's params, optimizer states or inputs; nothing "
+                  "can be split (choose axis sizes that divide the batch or the model's dims)",
+                  shard_mesh_str(mesh, ms, sizeof ms), idle);
+        return 1;
+    }
+    fprintf(stderr, "carve: autopart: warning: mesh axis %s divides no dim left to split; %s unused\n", idle,
+            n_idle > 1 ? "they stay" : "it stays");
+    return 0;
+}
+
+/* The last line of the comparison: how this plan stands against the best
+ * expert, or why there is none to compare with. */
+static void print_verdict(const plan_expert *ex, int n_ex, int best, const cost_estimate *e)
+{
+    if (best >= 0) {
+        double r = ex[best].e.step_time / e->step_time;
+        if (r > 1.0005)
+            printf("  beats the best expert schedule (%s): %.3f of its step time (%.3fx as fast)\n", ex[best].schedule,
+                   1 / r, r);
+        else if (r >= 0.9995) printf("  matches the best expert schedule (%s)\n", ex[best].schedule);
+        else printf("  is slower than the best expert schedule (%s): %.3fx its step time\n", ex[best].schedule, 1 / r);
+        return;
+    }
+    int applied = 0;
+    for (int i = 0; i < n_ex; i++) applied += ex[i].ok;
+    if (!n_ex) printf("  no expert schedule: every mesh axis has size 1\n");
+    else if (!applied) printf("  no expert schedule applies to this graph and mesh (reasons above)\n");
+    else printf("  no expert schedule fits in memory (%d of %d apply; reasons above)\n", applied, n_ex);
 }
 
 int cmd_autopart(const cli_opts *o)
@@ -116,8 +162,9 @@ int cmd_autopart(const cli_opts *o)
     shard_groups *gs = shard_groups_build(g);
     plan_pricer pr;
     memset(&pr, 0, sizeof pr);
-    plan_expert *ex = calloc(MAX_EXPERTS, sizeof *ex);
-    if (!ex) abort();
+    plan_expert *ex = NULL;
+    int n_ex = 0;
+    const shard_state **seeds = NULL;
     if (plan_pricer_init(&pr, &hw, &copt, st, err, sizeof err) < 0) {
         cli_error("%s", err);
         rc = CLI_BAD_INPUT;
@@ -130,6 +177,16 @@ int cmd_autopart(const cli_opts *o)
         rc = CLI_BAD_INPUT;
         goto done;
     }
+    if (refuse_idle_mesh(g, &mesh, prefix, gs)) {
+        rc = CLI_BAD_INPUT;
+        goto done;
+    }
+    /* the expert schedules on top of the manual tactics: rows of the comparison and the search's seeds */
+    n_ex = plan_experts(g, &mesh, prefix, &pr, &ex);
+    seeds = ir_xcalloc((size_t)n_ex + 1, sizeof *seeds);
+    for (int i = 0; i < n_ex; i++)
+        if (ex[i].ok) seeds[b.n_seeds++] = ex[i].st;
+    b.seeds = seeds;
     /* search */
     search_evaluator ev = plan_cost_evaluator;
     ev.cfg = &pr;
@@ -149,9 +206,7 @@ int cmd_autopart(const cli_opts *o)
     /* the best plan, re-applied on the prefix with its decisions logged */
     search_result_state(st, prefix, &b, gs, &res);
     cost_estimate e;
-    plan_price(&pr, st, &e);
-    int n_ex = plan_experts(g, &mesh, &pr, ex, MAX_EXPERTS);
-    plan_price(&pr, st, &e); /* pr->p is the plan's program again */
+    plan_price(&pr, st, &e); /* pr->p is the plan's program */
 
     printf("model      %s\nmesh       %s (%lld devices)\nhardware   %s (%s)\nprecision  %s\nschedule   %s\n", cfg,
            shard_mesh_str(&mesh, buf, sizeof buf), (long long)mesh.n_devices, hw.name, hw.source,
@@ -161,9 +216,13 @@ int cmd_autopart(const cli_opts *o)
            algo->name, (long long)res.evaluations, (long long)res.simulations, res.seconds,
            res.seconds > 0 ? (double)res.evaluations / res.seconds : 0, b.threads, (long long)res.best_at,
            search_stop_name(res.stop), res.root_actions, res.tree_nodes, (unsigned long long)b.seed);
+    for (int i = 0, k = 0; i < n_ex && res.seed >= 0; i++)
+        if (ex[i].ok && k++ == res.seed)
+            printf("           the best plan starts from the expert schedule %s (the search starts from all %d that apply)\n",
+                   ex[i].schedule, b.n_seeds);
     printf("\nstrategy   %s\n", cli_describe_strategy(st, buf, sizeof buf));
     printf("actions   ");
-    if (!res.n_actions) printf(" (none: the manual tactics alone are best)");
+    if (!res.n_actions) printf(res.seed >= 0 ? " (none after the expert schedule)" : " (none: the manual tactics alone are best)");
     for (int i = 0; i < res.n_actions; i++)
         printf(" %s->%s", gs->groups[res.actions[i].group].name, mesh.names[res.actions[i].axis]);
     printf("\n\npredicted:\n");
@@ -179,14 +238,7 @@ int cmd_autopart(const cli_opts *o)
     cli_print_layer_collectives(pr.p, &pr);
     printf("\ncompared with the expert schedules:\n");
     int best = cli_print_experts(ex, n_ex, &e);
-    if (best >= 0) {
-        double r = ex[best].e.step_time / e.step_time;
-        if (r > 1.0005) printf("  beats the best expert schedule (%s): %.3gx faster\n", ex[best].schedule, r);
-        else if (r >= 0.9995) printf("  matches the best expert schedule (%s)\n", ex[best].schedule);
-        else printf("  is slower than the best expert schedule (%s): %.3gx its step time\n", ex[best].schedule, 1 / r);
-    } else {
-        printf("  no expert schedule fits in memory\n");
-    }
+    print_verdict(ex, n_ex, best, &e);
     if (!e.fits)
         fprintf(stderr, "carve: autopart: no plan found fits in %.4g GB per device; the closest needs %.4g GB%s\n",
                 e.capacity / 1e9, e.peak_memory / 1e9, o->out ? " (written anyway, marked \"fits\": false)" : "");
@@ -234,7 +286,8 @@ int cmd_autopart(const cli_opts *o)
     }
 done:
     stop_signals(0, old_sa);
-    free(ex);
+    free(seeds);
+    plan_experts_free(ex, n_ex);
     plan_pricer_free(&pr);
     shard_groups_free(gs);
     shard_state_free(prefix);

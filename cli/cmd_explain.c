@@ -11,8 +11,6 @@
 #include "cli/report.h"
 #include "plan/plan.h"
 
-#define MAX_EXPERTS 24
-
 int cmd_explain(const cli_opts *o)
 {
     const char *path = o->positional ? o->positional : o->plan;
@@ -33,8 +31,8 @@ int cmd_explain(const cli_opts *o)
     int rc = CLI_OK;
     plan_pricer pr;
     memset(&pr, 0, sizeof pr);
-    plan_expert *ex = calloc(MAX_EXPERTS, sizeof *ex);
-    if (!ex) abort();
+    plan_expert *ex = NULL;
+    int n_ex = 0;
     cost_hw hw;
     if (o->hw ? cost_hw_lookup(o->hw, &hw, err, sizeof err) < 0 : plan_hw(&pl, path, &hw, err, sizeof err) < 0) {
         cli_error("explain: %s", err);
@@ -52,7 +50,7 @@ int cmd_explain(const cli_opts *o)
         }
     }
     cost_estimate e;
-    int n_ex = plan_experts(g, &mesh, &pr, ex, MAX_EXPERTS);
+    n_ex = plan_experts(g, &mesh, NULL, &pr, &ex);
     plan_price(&pr, st, &e);
     printf("plan       %s (%s)\nmodel      %s\nmesh       %s (%lld devices)\nhardware   %s%s\nschedule   %s\n", path,
            pl.version == 1 ? PLAN_FORMAT_V1 : PLAN_FORMAT, pl.model[0] ? pl.model : pl.graph_file,
@@ -76,7 +74,7 @@ int cmd_explain(const cli_opts *o)
     printf("\ncompared with the expert schedules:\n");
     cli_print_experts(ex, n_ex, &e);
 done:
-    free(ex);
+    plan_experts_free(ex, n_ex);
     plan_pricer_free(&pr);
     shard_state_free(st);
     ir_free(g);

@@ -1,6 +1,8 @@
 /* report.c - see report.h. */
 #include "cli/report.h"
 
+#include "analysis/structure.h"
+
 #include <stdlib.h>
 #include <string.h>
 
@@ -74,75 +76,88 @@ int cli_print_experts(const plan_expert *ex, int n, const cost_estimate *mine)
 {
     int best = plan_best_expert(ex, n);
     char a[32], b[32];
-    printf("  %-38s %14s %14s  %s\n", "schedule", "step time", "peak memory", "");
+    printf("  %-44s %14s %14s  %s\n", "schedule", "step time", "peak memory", "");
     if (mine) {
         cli_fmt_time(mine->step_time, a, sizeof a);
-        printf("  %-38s %14s %11.4g GB  %s\n", "this plan", a, mine->peak_memory / 1e9, mine->fits ? "" : "does not fit");
+        printf("  %-44s %14s %11.4g GB  %s\n", "this plan", a, mine->peak_memory / 1e9, mine->fits ? "" : "does not fit");
     }
     for (int i = 0; i < n; i++) {
-        if (!ex[i].ok) continue;
+        if (!ex[i].ok) {
+            printf("  %-44s %14s %14s  %s\n", ex[i].schedule, "-", "-", ex[i].why);
+            continue;
+        }
         cli_fmt_time(ex[i].e.step_time, a, sizeof a);
         b[0] = 0;
         if (mine && mine->step_time > 0 && ex[i].e.step_time > 0)
-            snprintf(b, sizeof b, "x%.3g", ex[i].e.step_time / mine->step_time);
-        printf("  %-38s %14s %11.4g GB  %s%s%s\n", ex[i].schedule, a, ex[i].e.peak_memory / 1e9,
-               ex[i].e.fits ? "" : "does not fit ", i == best ? "best expert " : "", mine ? b : "");
+            snprintf(b, sizeof b, "x%.3f", ex[i].e.step_time / mine->step_time);
+        printf("  %-44s %14s %11.4g GB  %s%s%s%s\n", ex[i].schedule, a, ex[i].e.peak_memory / 1e9,
+               ex[i].e.fits ? "" : ex[i].why, ex[i].e.fits ? "" : " ", i == best ? "best expert " : "", mine ? b : "");
     }
-    if (mine) printf("  (xN: the expert's step time over this plan's)\n");
+    if (!n) printf("  (none: every mesh axis has size 1)\n");
+    if (mine && n) printf("  (xN: the expert's step time over this plan's)\n");
     return best;
 }
 
 /* ---- plan descriptions ---------------------------------------------------- */
 
-static int tiled_on(const shard_state *st, const char *name, int dim, int axis)
+static int dim_on(const shard_state *st, int v, int dim, int axis)
 {
-    int v = ir_find(st->g, name);
-    if (v < 0 || dim >= st->g->values[v].rank) return 0;
     const shard_spec *s = &st->spec[v];
     for (int k = 0; k < s->n[dim]; k++)
         if (s->axes[dim][k] == axis) return 1;
     return 0;
 }
 
+/* Names what axis a does in st, from the graph's structure (the batch group,
+ * the Megatron blocks), so the words do not depend on what params are called. */
+static int axis_parts(const shard_state *st, const shard_groups *gs, int batch, const shard_member *mega, int n_mega,
+                      int a, char parts[4][96])
+{
+    const ir_graph *g = st->g;
+    int np = 0, dp = 0, other = 0, tp = 0;
+    double pbytes = 0, ptiled = 0;
+    for (int v = 0; v < g->n_values; v++) {
+        const ir_value *x = &g->values[v];
+        if (x->role == IR_INPUT)
+            for (int d = 0; d < x->rank; d++) {
+                if (!dim_on(st, v, d, a)) continue;
+                if (gs->dim_group[gs->dim_base[v] + d] == batch) dp = 1;
+                else other = 1;
+            }
+        if (x->role == IR_PARAM) {
+            pbytes += (double)ir_bytes(x);
+            if (shard_spec_tiled(&st->spec[v], x->rank) & (1u << a)) ptiled += (double)ir_bytes(x);
+        }
+    }
+    for (int i = 0; i < n_mega; i++) tp += dim_on(st, mega[i].value, mega[i].dim, a);
+    if (dp) snprintf(parts[np++], 96, "data parallel");
+    if (other) snprintf(parts[np++], 96, "input dims other than the batch split");
+    if (tp) snprintf(parts[np++], 96, "tensor parallel (%d of %d Megatron-split params)", tp, n_mega);
+    if (dp && ptiled > 0) snprintf(parts[np++], 96, "%.0f%% of param bytes sharded (ZeRO-3/FSDP)", 100 * ptiled / pbytes);
+    else if (!tp && ptiled > 0) snprintf(parts[np++], 96, "%.0f%% of param bytes split", 100 * ptiled / pbytes);
+    if (!np) snprintf(parts[np++], 96, "replicated");
+    return np;
+}
+
 char *cli_describe_strategy(const shard_state *st, char *buf, size_t n)
 {
     const ir_graph *g = st->g;
     const shard_mesh *m = st->mesh;
+    shard_groups *gs = shard_groups_build(g);
+    char why[160], parts[4][96];
+    int batch = shard_batch_group(g, gs, why, sizeof why);
+    int cap = g->n_values + 1;
+    shard_member *mega = ir_xcalloc((size_t)cap, sizeof *mega);
+    int n_mega = shard_megatron_dims(g, mega, cap, NULL, why, sizeof why);
     size_t k = 0;
     buf[0] = 0;
     for (int a = 0; a < m->n_axes; a++) {
-        unsigned bit = 1u << a;
-        int dp = 0, seq = 0;
-        double pbytes = 0, ptiled = 0;
-        for (int v = 0; v < g->n_values; v++) {
-            const ir_value *x = &g->values[v];
-            if (x->role == IR_INPUT && x->rank >= 1) {
-                for (int i = 0; i < st->spec[v].n[0]; i++) dp |= st->spec[v].axes[0][i] == a;
-                if (x->rank >= 2)
-                    for (int i = 0; i < st->spec[v].n[1]; i++) seq |= st->spec[v].axes[1][i] == a;
-            }
-            if (x->role == IR_PARAM) {
-                pbytes += (double)ir_bytes(x);
-                if (shard_spec_tiled(&st->spec[v], x->rank) & bit) ptiled += (double)ir_bytes(x);
-            }
-        }
-        char parts[4][96];
-        int np = 0;
-        if (dp) snprintf(parts[np++], sizeof parts[0], "data parallel");
-        if (seq) snprintf(parts[np++], sizeof parts[0], "sequence split");
-        int heads = tiled_on(st, "h0.attn.wq", 1, a), mlp = tiled_on(st, "h0.mlp.w1", 1, a) || tiled_on(st, "h0.mlp.w2", 0, a);
-        int vocab = tiled_on(st, "wte", 0, a);
-        if (heads || mlp || vocab)
-            snprintf(parts[np++], sizeof parts[0], "tensor parallel (%s%s%s%s%s)", heads ? "attention heads" : "",
-                     heads && (mlp || vocab) ? ", " : "", mlp ? "MLP" : "", mlp && vocab ? ", " : "", vocab ? "vocabulary" : "");
-        if (dp && ptiled > 0)
-            snprintf(parts[np++], sizeof parts[0], "%.0f%% of param bytes sharded (ZeRO-3/FSDP)", 100 * ptiled / pbytes);
-        else if (!heads && !mlp && !vocab && ptiled > 0)
-            snprintf(parts[np++], sizeof parts[0], "%.0f%% of param bytes split", 100 * ptiled / pbytes);
-        if (!np) snprintf(parts[np++], sizeof parts[0], "replicated");
+        int np = axis_parts(st, gs, batch, mega, n_mega, a, parts);
         k += (size_t)snprintf(buf + k, k < n ? n - k : 0, "%s%s: ", a ? "; " : "", m->names[a]);
         for (int i = 0; i < np && k < n; i++) k += (size_t)snprintf(buf + k, n - k, "%s%s", i ? " + " : "", parts[i]);
     }
+    free(mega);
+    shard_groups_free(gs);
     return buf;
 }
 

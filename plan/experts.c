@@ -1,22 +1,47 @@
 /* experts.c - see experts.h. */
 #include "plan/experts.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 #include "analysis/schedule.h"
 
-static int add_expert(const shard_mesh *mesh, plan_pricer *pr, shard_state *st, const char *text, plan_expert *out)
+/* Appends "kind:axis" for every axis in mask (mesh order) to text. */
+static void add_tactics(char *text, size_t n, const char *kind, unsigned mask, const shard_mesh *mesh)
+{
+    for (int a = 0; a < mesh->n_axes; a++)
+        if (mask & (1u << a)) {
+            size_t k = strlen(text);
+            snprintf(text + k, n - k, "%s%s:%s", k ? "," : "", kind, mesh->names[a]);
+        }
+}
+
+/* Applies schedule `text` on a copy of base and prices it into ex. */
+static void price_expert(const ir_graph *g, const shard_mesh *mesh, const shard_state *base, plan_pricer *pr,
+                         const char *text, plan_expert *ex)
 {
     schedule sc;
     char err[256];
-    memset(out, 0, sizeof *out);
-    snprintf(out->schedule, sizeof out->schedule, "%s", text);
-    if (sched_parse(text, mesh, &sc, err, sizeof err) < 0) return 0;
-    shard_state_reset(st);
-    if (sched_apply(&sc, st, err, sizeof err) < 0) return 0;
-    plan_price(pr, st, &out->e);
-    out->ok = 1;
-    return 1;
+    memset(ex, 0, sizeof *ex);
+    snprintf(ex->schedule, sizeof ex->schedule, "%s", text);
+    if (sched_parse(text, mesh, &sc, err, sizeof err) < 0) {
+        snprintf(ex->why, sizeof ex->why, "%s", err);
+        return;
+    }
+    shard_state *st = shard_state_new(g, mesh);
+    if (base) shard_state_copy(st, base);
+    if (sched_apply(&sc, st, err, sizeof err) < 0) {
+        snprintf(ex->why, sizeof ex->why, "does not apply: %s", err);
+        shard_state_free(st);
+        return;
+    }
+    st->record_conflicts = 0;
+    plan_price(pr, st, &ex->e);
+    ex->ok = 1;
+    ex->st = st;
+    if (!ex->e.fits)
+        snprintf(ex->why, sizeof ex->why, "does not fit: needs %.4g GB per device of %.4g GB", ex->e.peak_memory / 1e9,
+                 ex->e.capacity / 1e9);
 }
 
 /* The index input of a message-passing graph: a rank-1 i32 input that
@@ -34,57 +59,63 @@ static int edge_index_input(const ir_graph *g)
 }
 
 /* Edge sharding on graphs that pass messages: the dim group of the edge
- * index (every edge input and, by propagation, every edge value) over one
- * axis, alone and with ZeRO-3 on another. */
-static int add_edge_experts(const ir_graph *g, const shard_mesh *mesh, plan_pricer *pr, shard_state *st, plan_expert *out,
-                            int cap)
+ * index (every edge input and, by propagation, every edge value) over the
+ * axes in e, ZeRO-3 over the others. */
+static int add_edge_experts(const ir_graph *g, const shard_mesh *mesh, const shard_state *base, plan_pricer *pr,
+                            unsigned all, plan_expert *out)
 {
     int ids = edge_index_input(g), n = 0;
     if (ids < 0) return 0;
-    char text[96];
-    const char *name = g->values[ids].name;
-    for (int a = 0; a < mesh->n_axes && n < cap; a++) {
-        snprintf(text, sizeof text, "group:%s:0:%s", name, mesh->names[a]);
-        n += add_expert(mesh, pr, st, text, &out[n]);
-        for (int b = 0; b < mesh->n_axes && n < cap; b++) {
-            if (b == a) continue;
-            snprintf(text, sizeof text, "group:%s:0:%s,zero3:%s", name, mesh->names[a], mesh->names[b]);
-            n += add_expert(mesh, pr, st, text, &out[n]);
-        }
+    char text[160], tac[96];
+    snprintf(tac, sizeof tac, "group:%s:0", g->values[ids].name);
+    for (unsigned e = all + 1; e-- > 1;) {
+        if ((e & all) != e) continue;
+        text[0] = 0;
+        for (int a = 0; a < mesh->n_axes; a++)
+            if (e & (1u << a)) {
+                size_t k = strlen(text);
+                snprintf(text + k, sizeof text - k, "%s%s:%s", k ? "," : "", tac, mesh->names[a]);
+            }
+        add_tactics(text, sizeof text, "zero3", all & ~e, mesh);
+        price_expert(g, mesh, base, pr, text, &out[n++]);
     }
     return n;
 }
 
-int plan_experts(const ir_graph *g, const shard_mesh *mesh, plan_pricer *pr, plan_expert *out, int cap)
+int plan_experts(const ir_graph *g, const shard_mesh *mesh, const shard_state *base, plan_pricer *pr,
+                 plan_expert **out)
 {
-    shard_state *st = shard_state_new(g, mesh);
-    st->record_conflicts = 0;
-    int n = 0;
-    char text[96];
-    const char *tac[3] = {"dp", "zero3", "megatron"};
+    unsigned all = 0;
     for (int a = 0; a < mesh->n_axes; a++)
-        for (int t = 0; t < 3 && n < cap; t++) {
-            snprintf(text, sizeof text, "%s:%s", tac[t], mesh->names[a]);
-            n += add_expert(mesh, pr, st, text, &out[n]);
+        if (mesh->sizes[a] > 1) all |= 1u << a;
+    int cap = 4 << mesh->n_axes, n = 0;
+    plan_expert *ex = ir_xcalloc((size_t)cap + 1, sizeof *ex);
+    char text[160];
+    /* data axes: every subset of the axes (all of them first), Megatron the rest */
+    for (unsigned d = all + 1; d-- > 0;) {
+        if ((d & all) != d) continue;
+        unsigned m = all & ~d;
+        for (int variant = 0; variant < 3; variant++) {
+            if (variant > 0 && !d) break;           /* zero3 needs data axes */
+            if (variant == 2 && !m) break;          /* dp then zero3 without Megatron is zero3 */
+            text[0] = 0;
+            add_tactics(text, sizeof text, variant == 1 ? "zero3" : "dp", d, mesh);
+            add_tactics(text, sizeof text, "megatron", m, mesh);
+            if (variant == 2) add_tactics(text, sizeof text, "zero3", d, mesh);
+            if (!text[0]) continue; /* a mesh of size-1 axes */
+            price_expert(g, mesh, base, pr, text, &ex[n++]);
         }
-    for (int a = 0; a < mesh->n_axes; a++)
-        for (int b = 0; b < mesh->n_axes; b++) {
-            if (a == b) continue;
-            const char *A = mesh->names[a], *B = mesh->names[b];
-            for (int f = 0; f < 3 && n < cap; f++) {
-                if (f == 0) snprintf(text, sizeof text, "dp:%s,megatron:%s", A, B);
-                else if (f == 1) snprintf(text, sizeof text, "zero3:%s,megatron:%s", A, B);
-                else snprintf(text, sizeof text, "dp:%s,megatron:%s,zero3:%s", A, B, A);
-                n += add_expert(mesh, pr, st, text, &out[n]);
-            }
-            if (a < b && n < cap) {
-                snprintf(text, sizeof text, "dp:%s,dp:%s", A, B);
-                n += add_expert(mesh, pr, st, text, &out[n]);
-            }
-        }
-    n += add_edge_experts(g, mesh, pr, st, out + n, cap - n);
-    shard_state_free(st);
+    }
+    n += add_edge_experts(g, mesh, base, pr, all, ex + n);
+    *out = ex;
     return n;
+}
+
+void plan_experts_free(plan_expert *ex, int n)
+{
+    if (!ex) return;
+    for (int i = 0; i < n; i++) shard_state_free(ex[i].st);
+    free(ex);
 }
 
 int plan_best_expert(const plan_expert *ex, int n)

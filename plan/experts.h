@@ -1,9 +1,18 @@
-/* experts.h - the expert schedules a plan is measured against.
+/* experts.h - the expert schedules a plan is measured against, and that the
+ * search starts from.
  *
- * Data parallelism, ZeRO-3/FSDP, Megatron tensor parallelism and their
- * compositions over the mesh's axes, and on graphs that pass messages (gns)
- * edge sharding (group:IDS:0:AXIS, alone and with ZeRO-3 on another axis), each applied as a schedule and priced
- * with the same pricer as the search's plans.
+ * Data parallelism, ZeRO-3/FSDP and Megatron tensor parallelism, found from
+ * the graph's structure (analysis/structure.h), composed so that every expert
+ * uses every mesh axis: each axis goes either to the data-parallel side (the
+ * batch split over those axes together, major to minor in mesh order) or to
+ * the Megatron side (blocks split over those axes together).  For each such
+ * assignment: dp x megatron; zero3 (params sharded over the data axes) x
+ * megatron; and dp x megatron followed by zero3 over the data axes, which
+ * shards what Megatron left whole.  On graphs that pass messages (gns), edge
+ * sharding too: the edge index's dim group (group:IDS:0:AXIS) over some axes
+ * and ZeRO-3 over the others.  Axes of size 1 are left out.  An expert
+ * that does not apply (no Megatron block, a batch the axes do not divide)
+ * or does not fit in memory keeps its row, with the reason.
  */
 #ifndef CARVE_PLAN_EXPERTS_H
 #define CARVE_PLAN_EXPERTS_H
@@ -12,16 +21,19 @@
 
 /* One expert schedule priced. */
 typedef struct plan_expert {
-    char schedule[96];
-    int ok;                 /* applied without error */
+    char schedule[160];     /* tactics, e.g. "dp:batch,megatron:model" */
+    int ok;                 /* applied without error and priced */
+    char why[288];          /* !ok: why it does not apply; ok but !e.fits: what it needs */
     cost_estimate e;
+    shard_state *st;        /* the plan (owned; NULL when !ok) */
 } plan_expert;
 
-/* Prices the built-in expert schedules that apply to this mesh (dp, zero3,
- * megatron on each axis, and their compositions on two axes; edge sharding
- * where a graph gathers activations by an index input).  Returns how
- * many were written to out (at most cap). */
-int plan_experts(const ir_graph *g, const shard_mesh *mesh, plan_pricer *pr, plan_expert *out, int cap);
+/* Applies and prices every expert schedule for g on mesh, each on a copy of
+ * base (NULL: from replicated).  *out receives an array (free with
+ * plan_experts_free); returns how many. */
+int plan_experts(const ir_graph *g, const shard_mesh *mesh, const shard_state *base, plan_pricer *pr,
+                 plan_expert **out);
+void plan_experts_free(plan_expert *ex, int n);
 /* The fitting expert with the shortest step time, or -1. */
 int plan_best_expert(const plan_expert *ex, int n);
 

@@ -75,6 +75,16 @@ bad not-divisible "does not divide" "$carve" shard --model gpt-tiny --mesh batch
 bad no-such-arg "no argument" "$carve" shard --model gpt-tiny --mesh batch=2 --schedule tile:nothing:0:batch
 bad both-sources "not both" "$carve" show --model gpt-tiny --graph x.json
 
+# experts from structure: Megatron and data parallelism on a graph whose param names carve does not know
+ok megatron-user-graph "$carve" shard --graph "$root/tests/graphs/vit-tiny.json" --mesh data=2,model=2 --schedule dp:data,megatron:model
+has megatron-user-graph "tile encoder/block0/attn/query/kernel dim 1 on model"
+ok autopart-user-graph "$carve" autopart --graph "$root/tests/graphs/vit-tiny.json" --mesh data=2,model=2 --budget 40 --quiet
+has autopart-user-graph "dp:data,megatron:model "
+has autopart-user-graph "the expert's step time over this plan's"
+# a mesh that divides nothing is refused, as carve cost refuses it
+bad autopart-idle-mesh "divides no dim" "$carve" autopart --model gpt-tiny --mesh batch=3 --budget 10
+bad cost-idle-mesh "does not divide" "$carve" cost --model gpt-tiny --mesh batch=3 --schedule dp:batch --hw a100
+
 # autopart -> plan -> explain round trip
 ok autopart "$carve" autopart --model gpt-tiny --mesh batch=2,model=2 --hw a100 --budget 200 --seed 3 --out plan.json --quiet
 has autopart "plan written to plan.json"

@@ -1,0 +1,216 @@
+/* structure.c - see structure.h.  Both searches read the factor rules
+ * (rules.c): a factor is pass-through where it reaches the result, a
+ * reduction where it does not. */
+#include "structure.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- the batch ------------------------------------------------------------ */
+
+/* Adds the groups of the dims the op producing the loss chain reduces: walks
+ * back from the loss through scalar ops to the first op with a non-scalar
+ * operand.  Returns how many groups were written to out. */
+static int loss_reduced_groups(const ir_graph *g, const shard_groups *gs, int *out, int cap)
+{
+    int v = g->loss, n = 0;
+    while (v >= 0 && g->values[v].rank == 0 && g->values[v].producer >= 0) {
+        int op = g->values[v].producer;
+        const ir_op *o = &g->ops[op];
+        int wide = -1;
+        for (int t = 0; t < o->n_in; t++)
+            if (g->values[o->in[t]].rank > 0) wide = t;
+        if (wide < 0) {
+            v = o->n_in ? o->in[0] : -1;
+            continue;
+        }
+        shard_rule r;
+        if (shard_rule_of(g, op, &r) < 0) return 0;
+        int u = o->in[wide];
+        for (int d = 0; d < g->values[u].rank && n < cap; d++) {
+            if (!r.nf[wide][d]) continue;
+            int k = r.kind[r.f[wide][d][0]];
+            int grp = gs->dim_group[gs->dim_base[u] + d];
+            if ((k == SHARD_REDUCE_SUM || k == SHARD_REDUCE_MAX) && grp >= 0) out[n++] = grp;
+        }
+        break;
+    }
+    return n;
+}
+
+int shard_batch_group(const ir_graph *g, const shard_groups *gs, char *why, size_t n)
+{
+    if (g->loss < 0) return ir_errf(why, n, "the graph has no loss, so no batch dim to split");
+    int cand[IR_MAX_RANK * 2];
+    int nc = loss_reduced_groups(g, gs, cand, IR_MAX_RANK * 2), best = -1;
+    double best_score = -1;
+    for (int i = 0; i < nc; i++) {
+        const shard_group *G = &gs->groups[cand[i]];
+        int inputs = 0, at0 = 0, shared = 0;
+        for (int k = 0; k < G->n; k++) {
+            const shard_member *m = &gs->members[G->first + k];
+            ir_role ro = g->values[m->value].role;
+            shared |= ro == IR_PARAM || ro == IR_OPT_STATE;
+            inputs += ro == IR_INPUT;
+            at0 += ro == IR_INPUT && m->dim == 0;
+        }
+        if (shared || !inputs) continue;
+        double score = (double)at0 / inputs;
+        if (score > best_score) {
+            best_score = score;
+            best = cand[i];
+        }
+    }
+    if (best < 0) return ir_errf(why, n, "every dim the loss reduces over is shared with a param (no batch dim)");
+    return best;
+}
+
+/* ---- Megatron blocks ---------------------------------------------------------- */
+
+typedef struct walker {
+    const ir_graph *g;
+    shard_rule *rules;    /* per op, forward ops only */
+    int fwd_end;          /* ops [0, fwd_end) are the forward pass */
+    int *use_start, *uses; /* consumers of each value (CSR) */
+    int *base, *seen;     /* per (value, dim): generation last visited */
+    int gen;
+} walker;
+
+/* What following a column dim forward found: the row params that reduce it
+ * (distinct; two or more mean a fan-out, as a residual stream has, not a
+ * block) and whether a non-contraction reduction met it. */
+typedef struct found {
+    int n_rows;
+    shard_member row;
+    int reduced;
+} found;
+
+/* Follows dim d of value v forward through every op that passes it through,
+ * recording the contractions with a param that reduce over it and the other
+ * reductions that meet it.  Each (value, dim) once per walk. */
+static void follow(walker *w, int v, int d, found *fd, int depth)
+{
+    if (depth > 64 || fd->n_rows > 1 || w->seen[w->base[v] + d] == w->gen) return;
+    w->seen[w->base[v] + d] = w->gen;
+    for (int k = w->use_start[v]; k < w->use_start[v + 1]; k++) {
+        int op = w->uses[k];
+        const ir_op *o = &w->g->ops[op];
+        const shard_rule *r = &w->rules[op];
+        for (int t = 0; t < o->n_in; t++) {
+            if (o->in[t] != v || !r->nf[t][d]) continue;
+            int f = r->f[t][d][0];
+            if (r->kind[f] == SHARD_PASS) {
+                for (int e = 0; e < w->g->values[o->out].rank; e++)
+                    if (r->nf[o->n_in][e] && r->f[o->n_in][e][0] == f) follow(w, o->out, e, fd, depth + 1);
+            } else if (r->kind[f] == SHARD_REDUCE_SUM || r->kind[f] == SHARD_REDUCE_MAX) {
+                int other = o->n_in == 2 ? o->in[1 - t] : -1;
+                if (o->kind != IR_OP_EINSUM) {
+                    fd->reduced = 1;
+                    continue;
+                }
+                if (w->g->values[other].role != IR_PARAM) {
+                    fd->n_rows = 2; /* reduced against an activation: not a block */
+                    return;
+                }
+                for (int e = 0; e < w->g->values[other].rank; e++)
+                    if (r->nf[1 - t][e] && r->f[1 - t][e][0] == f && (fd->n_rows == 0 || fd->row.value != other)) {
+                        fd->row = (shard_member){other, e};
+                        fd->n_rows++;
+                    }
+            }
+        }
+    }
+}
+
+static int walker_init(walker *w, const ir_graph *g, char *why, size_t n)
+{
+    memset(w, 0, sizeof *w);
+    w->g = g;
+    if (g->loss < 0 || g->values[g->loss].producer < 0)
+        return ir_errf(why, n, "the graph has no loss, so no forward pass to find blocks in");
+    w->fwd_end = g->values[g->loss].producer + 1;
+    w->rules = ir_xcalloc((size_t)w->fwd_end, sizeof *w->rules);
+    for (int i = 0; i < w->fwd_end; i++)
+        if (shard_rule_of(g, i, &w->rules[i]) < 0) memset(&w->rules[i], 0, sizeof w->rules[i]);
+    w->use_start = ir_xcalloc((size_t)g->n_values + 1, sizeof(int));
+    for (int i = 0; i < w->fwd_end; i++)
+        for (int t = 0; t < g->ops[i].n_in; t++) w->use_start[g->ops[i].in[t] + 1]++;
+    for (int v = 0; v < g->n_values; v++) w->use_start[v + 1] += w->use_start[v];
+    w->uses = ir_xcalloc((size_t)w->use_start[g->n_values] + 1, sizeof(int));
+    int *fill = ir_xcalloc((size_t)g->n_values + 1, sizeof(int));
+    for (int i = 0; i < w->fwd_end; i++)
+        for (int t = 0; t < g->ops[i].n_in; t++) {
+            int v = g->ops[i].in[t];
+            w->uses[w->use_start[v] + fill[v]++] = i;
+        }
+    free(fill);
+    w->base = ir_xcalloc((size_t)g->n_values + 1, sizeof(int));
+    for (int v = 0; v < g->n_values; v++) w->base[v + 1] = w->base[v] + g->values[v].rank;
+    w->seen = ir_xcalloc((size_t)w->base[g->n_values] + 1, sizeof(int));
+    return 0;
+}
+
+static void walker_free(walker *w)
+{
+    free(w->rules);
+    free(w->use_start);
+    free(w->uses);
+    free(w->base);
+    free(w->seen);
+}
+
+static int add_member(shard_member *out, int *n, int cap, shard_member m)
+{
+    for (int i = 0; i < *n; i++)
+        if (out[i].value == m.value) return 0;
+    if (*n < cap) out[(*n)++] = m;
+    return 1;
+}
+
+int shard_megatron_dims(const ir_graph *g, shard_member *out, int cap, int *n_blocks, char *why, size_t n)
+{
+    walker w;
+    int count = 0, blocks = 0;
+    if (n_blocks) *n_blocks = 0;
+    if (walker_init(&w, g, why, n) < 0) return 0;
+    char *use = ir_xcalloc((size_t)g->n_values + 1, 1); /* 1 column, 2 row */
+    for (int op = 0; op < w.fwd_end; op++) {
+        const ir_op *o = &g->ops[op];
+        const shard_rule *r = &w.rules[op];
+        if (o->kind != IR_OP_EINSUM || o->n_in != 2) continue;
+        for (int t = 0; t < 2; t++) {
+            int p = o->in[t];
+            if (g->values[p].role != IR_PARAM || use[p]) continue;
+            for (int d = 0; d < g->values[p].rank && !use[p]; d++) {
+                if (!r->nf[t][d]) continue;
+                int f = r->f[t][d][0], in_other = 0;
+                for (int e = 0; e < g->values[o->in[1 - t]].rank; e++) in_other |= r->nf[1 - t][e] && r->f[1 - t][e][0] == f;
+                if (r->kind[f] != SHARD_PASS || in_other) continue;
+                for (int e = 0; e < g->values[o->out].rank && !use[p]; e++) {
+                    if (!r->nf[2][e] || r->f[2][e][0] != f) continue;
+                    found fd = {0, {0, 0}, 0};
+                    w.gen++;
+                    follow(&w, o->out, e, &fd, 0);
+                    if (fd.n_rows == 1 && !fd.reduced && use[fd.row.value] != 1) {
+                        add_member(out, &count, cap, (shard_member){p, d});
+                        add_member(out, &count, cap, fd.row);
+                        use[p] = 1;
+                        blocks += use[fd.row.value] == 0; /* a block per row param: q, k, v share one */
+                        use[fd.row.value] = 2;
+                    } else if (fd.n_rows == 0 && fd.reduced) {
+                        add_member(out, &count, cap, (shard_member){p, d});
+                        use[p] = 1;
+                    }
+                }
+            }
+        }
+    }
+    free(use);
+    walker_free(&w);
+    if (n_blocks) *n_blocks = blocks;
+    if (!blocks) {
+        ir_errf(why, n, "no pair of contractions with params whose inner dim can be split column- then row-wise");
+        return 0;
+    }
+    return count;
+}

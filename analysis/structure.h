@@ -1,0 +1,34 @@
+/* structure.h - the expert strategies found from a graph's structure.
+ *
+ * Data parallelism and Megatron tensor parallelism are defined by what the
+ * ops do, not by what the params are called, so they apply to any graph a
+ * user loads:
+ *  - the batch is the dim group (groups.h) that the loss reduces over and
+ *    that no param or optimizer state shares; among several (a GPT's batch
+ *    and sequence without positional params), the one whose input members
+ *    are most often their value's dim 0, then the first;
+ *  - a Megatron block is a forward contraction with a param whose output dim
+ *    comes from that param alone (column split), followed, through ops that
+ *    pass that dim through, by a contraction with another param that reduces
+ *    over it (row split), and by no other contraction (a dim that fans out
+ *    to several, as an embedding's residual stream does, is not a block):
+ *    an MLP's up- and down-projection, attention's q/k/v and output
+ *    projections.  A column dim that is instead reduced by the
+ *    loss's own reductions (a classifier or LM head's vocabulary) is split as
+ *    in vocabulary-parallel Megatron.  A param is split once, as a column or
+ *    as a row, so a chain MLP alternates.
+ */
+#ifndef CARVE_STRUCTURE_H
+#define CARVE_STRUCTURE_H
+
+#include "groups.h"
+
+/* The batch group of gs (built from g), or -1 with the reason in why. */
+int shard_batch_group(const ir_graph *g, const shard_groups *gs, char *why, size_t n);
+
+/* The param dims a Megatron schedule tiles (columns and rows, in op order),
+ * at most cap; returns how many (0: no block, the reason in why).  *n_blocks
+ * (may be NULL) receives the number of column-row blocks found. */
+int shard_megatron_dims(const ir_graph *g, shard_member *out, int cap, int *n_blocks, char *why, size_t n);
+
+#endif

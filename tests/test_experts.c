@@ -1,0 +1,201 @@
+/* test_experts.c - expert strategies found from structure (analysis/
+ * structure.c), the expert schedules (plan/experts.c) and the search started
+ * from them: on any graph, at a budget that covers the experts, the search is
+ * never slower than the best expert that fits. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "analysis/schedule.h"
+#include "analysis/structure.h"
+#include "plan/experts.h"
+#include "tests/test.h"
+#include "tests/util.h"
+
+/* The training step of graph JSON `path` (relative to CARVE_ROOT or "."). */
+static ir_graph *load_step(const char *path)
+{
+    char full[1024], err[512];
+    const char *root = getenv("CARVE_ROOT");
+    snprintf(full, sizeof full, "%s/%s", root ? root : ".", path);
+    ir_graph *fwd = ir_load_json_file(full, err, sizeof err);
+    if (!fwd) {
+        fprintf(stderr, "%s\n", err);
+        exit(1);
+    }
+    ir_optimizer opt = ir_default_adam();
+    ir_graph *g = ir_train_step(fwd, &opt, err, sizeof err);
+    ir_free(fwd);
+    if (!g) {
+        fprintf(stderr, "%s\n", err);
+        exit(1);
+    }
+    return g;
+}
+
+/* A LLaMA-like shape: a rotary-style table [seq, dim] is an input whose dim 0
+ * is not the batch; data parallelism must split x's batch dim only. */
+static const char *rope_graph =
+    "{\"format\": \"carve-graph/1\", \"name\": \"rope\", \"args\": ["
+    "{\"name\": \"x\", \"role\": \"input\", \"shape\": [8, 16, 32]},"
+    "{\"name\": \"rope\", \"role\": \"input\", \"shape\": [16, 32]},"
+    "{\"name\": \"proj\", \"role\": \"param\", \"shape\": [32, 4]}],"
+    "\"ops\": ["
+    "{\"name\": \"r\", \"op\": \"broadcast\", \"shape\": [8, 16, 32], \"dims\": [1, 2], \"in\": [\"rope\"]},"
+    "{\"name\": \"xr\", \"op\": \"mul\", \"in\": [\"x\", \"r\"]},"
+    "{\"name\": \"y\", \"op\": \"einsum\", \"subscripts\": \"bsd,dc->bsc\", \"in\": [\"xr\", \"proj\"]},"
+    "{\"name\": \"sq\", \"op\": \"mul\", \"in\": [\"y\", \"y\"]},"
+    "{\"name\": \"t\", \"op\": \"reduce_sum\", \"dims\": [0, 1, 2], \"in\": [\"sq\"]},"
+    "{\"name\": \"loss\", \"op\": \"scale\", \"scalar\": 0.001, \"in\": [\"t\"]}],"
+    "\"outputs\": [], \"loss\": \"loss\"}";
+
+static void batch_from_the_loss(void)
+{
+    char err[512];
+    ir_graph *fwd = ir_load_json(rope_graph, err, sizeof err);
+    CHECKF(fwd != NULL, "%s", err);
+    if (!fwd) return;
+    ir_optimizer opt = ir_default_adam();
+    ir_graph *g = ir_train_step(fwd, &opt, err, sizeof err);
+    ir_free(fwd);
+    shard_mesh mesh;
+    shard_mesh_parse("data=4", &mesh, err, sizeof err);
+    schedule sc;
+    CHECK(sched_parse("dp:data", &mesh, &sc, err, sizeof err) == 0);
+    shard_state *st = shard_state_new(g, &mesh);
+    CHECKF(sched_apply(&sc, st, err, sizeof err) == 0, "%s", err);
+    int x = ir_find(g, "x"), rope = ir_find(g, "rope");
+    CHECK(shard_dim_shards(&mesh, &st->spec[x], 0) == 4);        /* the batch is split */
+    CHECK(shard_spec_tiled(&st->spec[rope], 2) == 0);             /* the table's sequence dim is not */
+    CHECK(st->n_conflicts == 0);
+    shard_state_free(st);
+    ir_free(g);
+}
+
+/* Megatron found on a graph whose names carve does not know: every attention
+ * and MLP block of the ViT-like encoder, and the classifier head. */
+static void megatron_on_a_user_graph(void)
+{
+    ir_graph *g = load_step("tests/graphs/vit-tiny.json");
+    shard_member dims[64];
+    int blocks = 0;
+    char why[160] = "";
+    int n = shard_megatron_dims(g, dims, 64, &blocks, why, sizeof why);
+    CHECKF(blocks == 4, "%d blocks, want 4 (attention and MLP in 2 layers): %s", blocks, why);
+    CHECKF(n == 13, "%d params split, want 13 (q, k, v, out, fc_in, fc_out per layer, and the head)", n);
+    int found_q = 0, found_out = 0;
+    for (int i = 0; i < n; i++) {
+        const char *name = g->values[dims[i].value].name;
+        found_q += !strcmp(name, "encoder/block1/attn/query/kernel") && dims[i].dim == 1;  /* heads, column */
+        found_out += !strcmp(name, "encoder/block1/attn/out/kernel") && dims[i].dim == 0; /* heads, row */
+        CHECKF(strcmp(name, "embedding/kernel"), "the embedding feeds a residual stream, not a block");
+    }
+    CHECK(found_q == 1 && found_out == 1);
+    ir_free(g);
+    /* a graph with no contraction pair says why */
+    ir_graph *fwd = ir_load_json(rope_graph, why, sizeof why);
+    ir_optimizer opt = ir_default_adam();
+    g = ir_train_step(fwd, &opt, why, sizeof why);
+    ir_free(fwd);
+    CHECK(shard_megatron_dims(g, dims, 64, &blocks, why, sizeof why) == 0 && strstr(why, "no pair of contractions"));
+    ir_free(g);
+}
+
+/* Every expert uses every axis of the mesh; ones that do not apply keep
+ * their row with a reason. */
+static void experts_use_every_axis(void)
+{
+    ir_graph *g = test_build_step("gpt-tiny");
+    const char *meshes[] = {"a=2,b=2,c=2", "a=2,b=2,c=2,d=2", "batch=8"};
+    for (int m = 0; m < 3; m++) {
+        shard_mesh mesh;
+        char err[256];
+        shard_mesh_parse(meshes[m], &mesh, err, sizeof err);
+        cost_hw hw;
+        cost_hw_lookup("a100", &hw, err, sizeof err);
+        cost_options opt = {COST_FP32, 0, 0};
+        shard_state *scratch = shard_state_new(g, &mesh);
+        plan_pricer pr;
+        plan_pricer_init(&pr, &hw, &opt, scratch, err, sizeof err);
+        plan_expert *ex;
+        int n = plan_experts(g, &mesh, NULL, &pr, &ex), ok = 0, refused = 0;
+        CHECKF(n >= (1 << mesh.n_axes), "%s: %d experts", meshes[m], n);
+        for (int i = 0; i < n; i++) {
+            for (int a = 0; a < mesh.n_axes; a++) {
+                char tag[40];
+                snprintf(tag, sizeof tag, ":%s", mesh.names[a]);
+                CHECKF(strstr(ex[i].schedule, tag), "%s: expert %s leaves axis %s unused", meshes[m], ex[i].schedule,
+                       mesh.names[a]);
+            }
+            ok += ex[i].ok;
+            if (!ex[i].ok) refused += ex[i].why[0] != 0;
+        }
+        CHECKF(ok > 0 && ok + refused == n, "%s: %d applied, %d refused with a reason, of %d", meshes[m], ok, refused, n);
+        plan_experts_free(ex, n);
+        plan_pricer_free(&pr);
+        shard_state_free(scratch);
+    }
+    ir_free(g);
+}
+
+/* The search with the experts as seeds, at a budget that covers them: never
+ * slower than the best expert that fits, for 3 seeds, on zoo models and on a
+ * user's graph, meshes of 1 to 4 axes. */
+static void never_below_the_experts(void)
+{
+    struct {
+        const char *model, *mesh;
+    } cases[] = {
+        {"gpt-tiny", "a=2,b=2,c=2"},
+        {"gpt:layers=2,hidden=256,heads=8,seq=64,batch=16,vocab=512", "batch=4,model=2"},
+        {"mlp:layers=4,batch=64,in=512,hidden=512,out=512", "x=2,y=2,z=2,w=2"},
+        {"tests/graphs/vit-tiny.json", "data=2,model=2"},
+        {"tests/graphs/vit-tiny.json", "x=4"},
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        ir_graph *g = strstr(cases[c].model, ".json") ? load_step(cases[c].model) : test_build_step(cases[c].model);
+        shard_mesh mesh;
+        char err[256];
+        shard_mesh_parse(cases[c].mesh, &mesh, err, sizeof err);
+        cost_hw hw;
+        cost_hw_lookup("a100", &hw, err, sizeof err);
+        cost_options opt = {COST_FP32, 0, 0};
+        shard_state *prefix = shard_state_new(g, &mesh);
+        plan_pricer pr;
+        plan_pricer_init(&pr, &hw, &opt, prefix, err, sizeof err);
+        plan_expert *ex;
+        int n = plan_experts(g, &mesh, NULL, &pr, &ex), best = plan_best_expert(ex, n);
+        const shard_state **seeds = calloc((size_t)n + 1, sizeof *seeds);
+        int n_seeds = 0;
+        for (int i = 0; i < n; i++)
+            if (ex[i].ok) seeds[n_seeds++] = ex[i].st;
+        shard_groups *gs = shard_groups_build(g);
+        search_evaluator ev = plan_cost_evaluator;
+        ev.cfg = &pr;
+        for (uint64_t seed = 1; seed <= 3; seed++) {
+            search_budget b = {.simulations = n_seeds + 40, .seed = seed, .threads = 1, .seeds = seeds, .n_seeds = n_seeds};
+            search_result r;
+            CHECK(search_run(&search_mcts, prefix, gs, &ev, &b, &r, err, sizeof err) == 0);
+            if (best >= 0)
+                CHECKF(r.best.fits && r.best.step_time <= ex[best].e.step_time, "%s on %s, seed %llu: %.6g s vs expert %s %.6g s",
+                       cases[c].model, cases[c].mesh, (unsigned long long)seed, r.best.step_time, ex[best].schedule,
+                       ex[best].e.step_time);
+        }
+        printf("%s on %s: %d experts (%d apply), best %s\n", cases[c].model, cases[c].mesh, n, n_seeds,
+               best >= 0 ? ex[best].schedule : "(none fits)");
+        free(seeds);
+        shard_groups_free(gs);
+        plan_experts_free(ex, n);
+        plan_pricer_free(&pr);
+        shard_state_free(prefix);
+        ir_free(g);
+    }
+}
+
+int main(void)
+{
+    batch_from_the_loss();
+    megatron_on_a_user_graph();
+    experts_use_every_axis();
+    never_below_the_experts();
+    return test_done();
+}
