@@ -51,7 +51,8 @@ static int parse_layers(const char *text, tactic *t)
 static int parse_tactic(const char *tac, const shard_mesh *m, tactic *t, char *err, size_t n)
 {
     char buf[256];
-    if (strlen(tac) >= sizeof buf) return ir_errf(err, n, "schedule: tactic too long");
+    if (strlen(tac) >= sizeof buf)
+        return ir_errf(err, n, "schedule: tactic '%.40s...' is %zu characters, at most %zu", tac, strlen(tac), sizeof buf - 1);
     strcpy(buf, tac);
     char *parts[5];
     int np = 0;
@@ -96,7 +97,8 @@ static int parse_tactic(const char *tac, const shard_mesh *m, tactic *t, char *e
             return ir_errf(err, n, "schedule: tactic '%s': DIM must be a number in 0..%d", tac, IR_MAX_RANK - 1);
         t->kind = !strcmp(k, "tile") ? TACTIC_TILE : TACTIC_GROUP;
         t->dim = (int)d;
-        if (!parts[1][0] || strlen(parts[1]) >= SCHED_NAME_LEN) return ir_errf(err, n, "schedule: tactic '%s': bad NAME", tac);
+        if (!parts[1][0] || strlen(parts[1]) >= SCHED_NAME_LEN)
+            return ir_errf(err, n, "schedule: tactic '%s': NAME must take 1 to %d characters", tac, SCHED_NAME_LEN - 1);
         strcpy(t->pattern, parts[1]);
         if ((t->axis = parse_axis(parts[3], m, tac, err, n)) < 0) return -1;
         return 0;
@@ -104,7 +106,8 @@ static int parse_tactic(const char *tac, const shard_mesh *m, tactic *t, char *e
     if (!strcmp(k, "atomic")) {
         if (np != 3) return ir_errf(err, n, "schedule: tactic '%s': write atomic:NAME:AXIS", tac);
         t->kind = TACTIC_ATOMIC;
-        if (!parts[1][0] || strlen(parts[1]) >= SCHED_NAME_LEN) return ir_errf(err, n, "schedule: tactic '%s': bad NAME", tac);
+        if (!parts[1][0] || strlen(parts[1]) >= SCHED_NAME_LEN)
+            return ir_errf(err, n, "schedule: tactic '%s': NAME must take 1 to %d characters", tac, SCHED_NAME_LEN - 1);
         strcpy(t->pattern, parts[1]);
         if ((t->axis = parse_axis(parts[2], m, tac, err, n)) < 0) return -1;
         return 0;
@@ -120,7 +123,8 @@ static int parse_list(const char *text, const shard_mesh *m, schedule *out, char
         size_t len = q ? (size_t)(q - p) : strlen(p);
         char tac[256];
         if (len == 0) return ir_errf(err, n, "schedule '%s': empty tactic (two commas, or a comma at an end)", text);
-        if (len >= sizeof tac) return ir_errf(err, n, "schedule: tactic too long");
+        if (len >= sizeof tac)
+            return ir_errf(err, n, "schedule: tactic '%.40s...' is %zu characters, at most %zu", p, len, sizeof tac - 1);
         memcpy(tac, p, len);
         tac[len] = 0;
         if (out->n == SCHED_MAX_TACTICS) return ir_errf(err, n, "schedule: more than %d tactics", SCHED_MAX_TACTICS);
@@ -403,9 +407,13 @@ int sched_expand(const tactic *t, const shard_state *st, shard_decision *out, in
         return expand_group(t, st, out, &n, cap, err, errlen) < 0 ? -1 : n;
     case TACTIC_TILE:
     case TACTIC_ATOMIC: {
-        int matched = 0;
+        /* A glob names params and inputs: optimizer states follow their param
+         * by propagation, and `*` must not pick Adam's m and v on its own.
+         * A state is reached only by its exact name. */
+        int glob = strpbrk(t->pattern, "*?[") != NULL, matched = 0;
         for (int v = 0; v < g->n_values; v++) {
-            if (!is_arg(&g->values[v]) || fnmatch(t->pattern, g->values[v].name, 0)) continue;
+            if (!is_arg(&g->values[v]) || (glob && g->values[v].role == IR_OPT_STATE) || fnmatch(t->pattern, g->values[v].name, 0))
+                continue;
             matched++;
             if (t->kind == TACTIC_TILE && t->dim >= g->values[v].rank)
                 return ir_errf(err, errlen, "tile:%s:%d: '%s' has rank %d, no dim %d", t->pattern, t->dim, g->values[v].name,

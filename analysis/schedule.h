@@ -30,7 +30,8 @@
  *                      layer N, or a range A-B; layer = transformer block)
  *                      from their checkpoints (ir_remat)
  *   tile:NAME:DIM:AXIS tile dim DIM of the arguments matching NAME (a glob:
- *                      * and ?) over AXIS
+ *                      * and ?, over params and inputs; an optimizer state
+ *                      only by its exact name) over AXIS
  *   atomic:NAME:AXIS   keep the arguments matching NAME replicated on AXIS
  *   group:NAME:DIM:AXIS tile over AXIS every argument dim in the dim group
  *                      (analysis/groups.h) of dim DIM of the argument NAME
@@ -46,6 +47,9 @@
 
 #define SCHED_MAX_TACTICS 32
 #define SCHED_NAME_LEN 96
+/* sched_str writes at most this many bytes (32 tactics of at most ~121
+ * characters each): a buffer of this size always holds the whole text. */
+#define SCHED_STR_MAX 4096
 
 typedef enum {
     TACTIC_DP,
@@ -80,6 +84,7 @@ int sched_parse(const char *text, const shard_mesh *mesh, schedule *out, char *e
 /* Parses the text of a carve-schedule/1 JSON document (`where` names it in
  * messages): unknown or repeated keys and bad tactics are refused. */
 int sched_parse_json(const char *text, const char *where, const shard_mesh *mesh, schedule *out, char *err, size_t errlen);
+/* The schedule as text (parses back to s); whole when n >= SCHED_STR_MAX. */
 char *sched_str(const schedule *s, const shard_mesh *mesh, char *buf, size_t n);
 
 /* Expands tactic t into decisions on g's arguments (given the shardings so far

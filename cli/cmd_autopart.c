@@ -109,7 +109,7 @@ static void print_verdict(const plan_expert *ex, int n_ex, int best, const cost_
 
 int cmd_autopart(const cli_opts *o)
 {
-    char cfg[512], err[512], buf[512], buf2[256];
+    char cfg[512], err[512], buf[512], buf2[SCHED_STR_MAX];
     shard_mesh mesh;
     schedule sc;
     const char *sched_text = o->schedule ? o->schedule : "auto";
@@ -143,6 +143,11 @@ int cmd_autopart(const cli_opts *o)
         .seed = (uint64_t)o->seed,
         .threads = (int)o->threads,
     };
+    if (strlen(sched_str(&sc, &mesh, buf2, sizeof buf2)) >= sizeof(((plan *)0)->schedule)) {
+        cli_error("autopart: --schedule: %zu characters, more than a plan file keeps (%zu)", strlen(buf2),
+                  sizeof(((plan *)0)->schedule) - 1);
+        return CLI_BAD_INPUT;
+    }
     /* The output path must be writable before minutes of searching. */
     if (o->out && ir_out_check(o->out, err, sizeof err) < 0) {
         cli_error("autopart: %s", err);

@@ -13,7 +13,7 @@
 
 int cmd_cost(const cli_opts *o)
 {
-    char cfg[512], err[512], buf[256], buf2[256];
+    char cfg[512], err[512], buf[256], buf2[SCHED_STR_MAX];
     shard_mesh mesh;
     schedule sc;
     if (cli_mesh_schedule("cost", o->mesh, o->schedule, &mesh, &sc)) return CLI_BAD_INPUT;

@@ -23,7 +23,7 @@ static void print_collectives(const spmd_program *p)
 
 int cmd_shard(const cli_opts *o)
 {
-    char cfg[512], err[512], buf[256], buf2[256];
+    char cfg[512], err[512], buf[256], buf2[SCHED_STR_MAX];
     shard_mesh mesh;
     schedule sc;
     if (cli_mesh_schedule("shard", o->mesh, o->schedule, &mesh, &sc)) return CLI_BAD_INPUT;

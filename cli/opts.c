@@ -102,8 +102,9 @@ int cli_parse(const cli_command *c, int argc, char **argv, cli_opts *o)
         if (fl >= sizeof flag) fl = sizeof flag - 1;
         memcpy(flag, a, fl);
         flag[fl] = 0;
-        if (!has_flag(c->flags, flag)) {
-            cli_error("%s: unknown option '%s' (see carve %s --help)", c->name, flag, c->name);
+        if (fl == sizeof flag - 1 || !has_flag(c->flags, flag)) { /* shown whole, never cut */
+            cli_error("%s: unknown option '%.*s' (see carve %s --help)", c->name, (int)(eq ? (size_t)(eq - a) : strlen(a)), a,
+                      c->name);
             return CLI_BAD_INPUT;
         }
         static const char *const bools[] = {"--summary", "--ops", "--forward", "--quiet", "--overlap"};
@@ -187,6 +188,10 @@ static ir_graph *load_plain_step(const cli_opts *o, char *cfg_text, size_t n)
         return g;
     }
     if (o->graph) {
+        if (strlen(o->graph) >= n) {
+            cli_error("--graph: the path is %zu characters, more than the %zu this command keeps", strlen(o->graph), n - 1);
+            return NULL;
+        }
         snprintf(cfg_text, n, "%s", o->graph);
         ir_graph *g = ir_load_json_file(o->graph, err, sizeof err);
         if (!g) {
@@ -201,7 +206,7 @@ static ir_graph *load_plain_step(const cli_opts *o, char *cfg_text, size_t n)
             ir_free(g);
             return NULL;
         }
-        ir_graph *step = ir_train_step(g, &opt, err, sizeof err);
+        ir_graph *step = ir_check_gradients(g, err, sizeof err) < 0 ? NULL : ir_train_step(g, &opt, err, sizeof err);
         ir_free(g);
         if (!step) cli_error("%s: %s", o->graph, err);
         return step;

@@ -322,35 +322,68 @@ static void accumulate(ad *s, int v, int c)
     s->cot[v] = op2(s->g, IR_OP_ADD, s->cot[v], c, name);
 }
 
-/* Marks which values need and get cotangents and counts the contributions
- * each will receive.  Returns 0, or -1 (message in the graph) when the
- * gradient would need the derivative of gelu_grad. */
-static int analyse(ad *s)
+/* Marks which values depend on a param through differentiable operands
+ * (needs), which of those the loss depends on (live), and counts the
+ * contributions each live value will receive (pending).  Returns -1, or the
+ * id of a gelu_grad op that lies between a param and the loss (its second
+ * derivative is not supported). */
+static int mark_flow(const ir_graph *g, unsigned char *needs, unsigned char *live, int *pending)
 {
-    ir_graph *g = s->g;
-    for (int v = 0; v < s->n_values; v++) s->needs[v] = g->values[v].role == IR_PARAM;
-    for (int i = 0; i < s->n_ops; i++) {
+    for (int v = 0; v < g->n_values; v++) needs[v] = g->values[v].role == IR_PARAM;
+    for (int i = 0; i < g->n_ops; i++) {
         const ir_op *o = &g->ops[i];
         for (int k = 0; k < o->n_in; k++)
-            if (grad_flows(o->kind, k) && s->needs[o->in[k]]) s->needs[o->out] = 1;
+            if (grad_flows(o->kind, k) && needs[o->in[k]]) needs[o->out] = 1;
     }
-    if (!s->needs[g->loss]) return 0;
-    s->live[g->loss] = 1;
-    s->pending[g->loss] = 1; /* the seed */
-    for (int i = s->n_ops - 1; i >= 0; i--) {
+    if (!needs[g->loss]) return -1;
+    live[g->loss] = 1;
+    pending[g->loss] = 1; /* the seed */
+    for (int i = g->n_ops - 1; i >= 0; i--) {
         const ir_op *o = &g->ops[i];
-        if (!s->live[o->out]) continue;
+        if (!live[o->out]) continue;
         for (int k = 0; k < o->n_in; k++) {
             int x = o->in[k];
-            if (!grad_flows(o->kind, k) || !s->needs[x]) continue;
-            if (o->kind == IR_OP_GELU_GRAD)
-                return ir_fail(g, "op '%s' (gelu_grad) lies between a param and the loss: "
-                               "second derivative of gelu not supported", g->values[o->out].name);
-            s->live[x] = 1;
-            s->pending[x]++;
+            if (!grad_flows(o->kind, k) || !needs[x]) continue;
+            if (o->kind == IR_OP_GELU_GRAD) return i;
+            live[x] = 1;
+            pending[x]++;
         }
     }
+    return -1;
+}
+
+/* Marks which values need and get cotangents (mark_flow).  Returns 0, or -1
+ * (message in the graph) when the gradient would need the derivative of
+ * gelu_grad. */
+static int analyse(ad *s)
+{
+    int bad = mark_flow(s->g, s->needs, s->live, s->pending);
+    if (bad >= 0)
+        return ir_fail(s->g, "op '%s' (gelu_grad) lies between a param and the loss: "
+                       "second derivative of gelu not supported", s->g->values[s->g->ops[bad].out].name);
     return 0;
+}
+
+int ir_check_gradients(const ir_graph *fwd, char *err, size_t errlen)
+{
+    if (fwd->loss < 0) return 0;
+    size_t n = (size_t)fwd->n_values;
+    unsigned char *needs = ir_xcalloc(n, 1), *live = ir_xcalloc(n, 1);
+    int *pending = ir_xcalloc(n, sizeof *pending), rc = 0;
+    mark_flow(fwd, needs, live, pending);
+    for (int p = 0; p < fwd->n_values && !rc; p++) {
+        if (fwd->values[p].role != IR_PARAM || live[p]) continue;
+        int used = 0;
+        for (int i = 0; i < fwd->n_ops && !used; i++)
+            for (int k = 0; k < fwd->ops[i].n_in; k++) used |= fwd->ops[i].in[k] == p;
+        rc = ir_errf(err, errlen, "param '%s': %s, so its gradient would always be zero (make it an input, or remove it)",
+                     fwd->values[p].name,
+                     used ? "the loss depends on it only through stop_grad or non-differentiable operands" : "no op uses it");
+    }
+    free(needs);
+    free(live);
+    free(pending);
+    return rc;
 }
 
 static int backward(ad *s)

@@ -330,6 +330,13 @@ typedef struct ir_optimizer {
 /* Default Adam: lr 1e-3, betas 0.9/0.999, eps 1e-8. */
 ir_optimizer ir_default_adam(void);
 
+/* Refuses a forward graph (with a loss) holding a param whose gradient would
+ * always be zero: no op uses it, or the loss reaches it only through
+ * stop_grad or non-differentiable operands.  Returns 0 or -1 with a message
+ * naming the param.  (ir_train_step itself accepts such graphs: tests build
+ * them on purpose; graph files are checked with this.) */
+int ir_check_gradients(const ir_graph *fwd, char *err, size_t errlen);
+
 /* From a forward graph with a scalar loss, returns a new graph (caller owns)
  * holding forward + backward + optimizer, or NULL with a message in err. */
 ir_graph *ir_train_step(const ir_graph *fwd, const ir_optimizer *opt, char *err, size_t errlen);

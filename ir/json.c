@@ -414,14 +414,10 @@ static int get_int_range(loader *L, const cJSON *j, const char *what, int64_t lo
     return 0;
 }
 
-/* Reads a list of at most IR_MAX_RANK integers ("shape", "dims", "perm").
- * A bare integer counts as a list of one when `scalar_ok`. */
-static int get_ints(loader *L, const cJSON *j, const char *what, int scalar_ok, int *n, int64_t *out)
+/* Reads a list of at most IR_MAX_RANK integers ("shape", "dims", "perm");
+ * a bare number where the list belongs ("dims": 1) is refused. */
+static int get_ints(loader *L, const cJSON *j, const char *what, int *n, int64_t *out)
 {
-    if (scalar_ok && cJSON_IsNumber(j)) {
-        *n = 1;
-        return get_int(L, j, what, out);
-    }
     if (!cJSON_IsArray(j)) return lfail(L, "%s must be an array of integers, got %s", what, json_type(j));
     int k = 0;
     for (const cJSON *c = j->child; c; c = c->next, k++) {
@@ -553,7 +549,7 @@ static int parse_arg(loader *L, int i, const cJSON *o)
         a->dtype = (ir_dtype)t;
     }
     if (!(j = cJSON_GetObjectItemCaseSensitive(o, "shape"))) return lfail(L, "missing field \"shape\"");
-    if (get_ints(L, j, "shape", 0, &a->rank, a->dims) < 0) return -1;
+    if (get_ints(L, j, "shape", &a->rank, a->dims) < 0) return -1;
 
     if ((j = cJSON_GetObjectItemCaseSensitive(o, "init"))) {
         if (get_string(L, j, "init", &s) < 0) return -1;
@@ -703,7 +699,7 @@ static int load_op(loader *L, int j, const cJSON *o)
     ir_dtype dtype = IR_F32;
     const cJSON *a;
     if ((a = cJSON_GetObjectItemCaseSensitive(o, "shape"))) {
-        if (get_ints(L, a, "shape", 0, &check_rank, check) < 0) return -1;
+        if (get_ints(L, a, "shape", &check_rank, check) < 0) return -1;
         if (f & IR_ATTR_SHAPE) {
             hint_rank = check_rank;
             memcpy(hint, check, sizeof hint);
@@ -733,7 +729,7 @@ static int load_op(loader *L, int j, const cJSON *o)
     if (f & (IR_ATTR_DIMS | IR_ATTR_PERM)) {
         const char *key = f & IR_ATTR_PERM ? "perm" : "dims";
         if ((a = cJSON_GetObjectItemCaseSensitive(o, key))) {
-            if (get_ints(L, a, key, 1, &at.n_ints, at.ints) < 0) return -1;
+            if (get_ints(L, a, key, &at.n_ints, at.ints) < 0) return -1;
         } else if (!(f & IR_ATTR_DIMS_OPTIONAL)) {
             return lfail(L, "missing field \"%s\"", key);
         }
@@ -900,6 +896,43 @@ static int get_array(loader *L, const cJSON *root, const char *key, const cJSON 
     return 0;
 }
 
+/* Largest id + 1 that the executors fill argument x with (exec/fill.c). */
+static double id_bound(const ir_value *x)
+{
+    switch (x->init) {
+    case IR_INIT_IDS: return x->init_arg;
+    case IR_INIT_AUTO:
+    case IR_INIT_ONES: return 2;
+    case IR_INIT_ZEROS:
+    case IR_INIT_NORMAL:
+    case IR_N_INITS: break;
+    }
+    return 1;
+}
+
+/* Ids drawn for an argument must index inside what they index: one_hot's
+ * depth, gather's table rows, scatter_add's result rows (labels beyond the
+ * depth would give a silently wrong loss, ids beyond a table a read outside
+ * it).  Returns 0 or -1 with a message naming the op and the argument. */
+static int check_ids(const ir_graph *g, char *err, size_t errlen)
+{
+    for (int i = 0; i < g->n_ops; i++) {
+        const ir_op *o = &g->ops[i];
+        int ids;
+        int64_t limit;
+        const char *what;
+        if (o->kind == IR_OP_ONE_HOT) ids = o->in[0], limit = o->attrs.ints[0], what = "its depth";
+        else if (o->kind == IR_OP_GATHER) ids = o->in[1], limit = g->values[o->in[0]].dims[0], what = "its table's row count";
+        else if (o->kind == IR_OP_SCATTER_ADD) ids = o->in[0], limit = g->values[o->out].dims[0], what = "its row count";
+        else continue;
+        const ir_value *x = &g->values[ids];
+        if (x->producer >= 0 || x->dtype != IR_I32 || id_bound(x) <= (double)limit) continue;
+        return ir_errf(err, errlen, "op '%s' (%s): ids '%s' are drawn from [0, %.0f) but %s is %lld", g->values[o->out].name,
+                       ir_op_name(o->kind), x->name, id_bound(x), what, (long long)limit);
+    }
+    return 0;
+}
+
 static ir_graph *load_tree(loader *L, const cJSON *root)
 {
     static const char *const top_keys[] = {"format", "name", "layers", "args", "ops", "outputs", "loss", NULL};
@@ -974,6 +1007,7 @@ static ir_graph *load_tree(loader *L, const cJSON *root)
     char verr[IR_ERR_LEN];
     L->place[0] = 0;
     if (ir_verify(L->g, verr, sizeof verr) < 0) return lfail(L, "the loaded graph does not verify: %s", verr), NULL;
+    if (check_ids(L->g, verr, sizeof verr) < 0) return lfail(L, "%s", verr), NULL;
     ir_graph *g = L->g;
     L->g = NULL;
     return g;

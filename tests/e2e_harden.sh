@@ -124,5 +124,31 @@ for i in 1 2 3 4 5 6; do
     else no_ "SIG$sig after ${delay}s: rc $rc (want $want)" "$(tail -n 2 err.txt)"; fi
 done
 
+# ---- 10. graphs that must be refused ----
+g0="$root/tests/graphs/mlp-by-hand.json"
+sed 's/"dims": \[1\], "in": \["b1"\]/"dims": 1, "in": ["b1"]/' "$g0" >dims1.json
+sed 's/"in": \["a", "w2"\]/"in": ["a", "w2s"]/; s/^  "ops": \[/  "ops": [ {"name": "w2s", "op": "stop_grad", "in": ["w2"]},/' "$g0" >stopgrad.json
+sed 's/^  "args": \[/  "args": [ {"name": "w3", "role": "param", "shape": [4]},/' "$g0" >unused.json
+sed 's/"init": "ids", "init_arg": 4/"init": "ids", "init_arg": 10/' "$g0" >labels.json
+for f in dims1 stopgrad unused labels; do cmp -s "$g0" $f.json && no_ "test setup: $f.json is the unedited graph"; done
+show=("$carve" autopart --mesh d=2 --budget 5 --quiet)
+refused graph-dims-number "dims must be an array" "${show[@]}" --graph dims1.json --out g1.json
+refused graph-stop-grad "param 'w2': the loss depends on it only through stop_grad" "${show[@]}" --graph stopgrad.json --out g2.json
+refused graph-unused-param "param 'w3': no op uses it" "${show[@]}" --graph unused.json --out g3.json
+refused graph-labels-depth "ids 'labels' are drawn from \[0, 10) but its depth is 4" "${show[@]}" --graph labels.json --out g4.json
+absent graph-refusals g1.json g2.json g3.json g4.json
+if "$carve" shard --graph "$g0" --mesh d=2 --schedule 'tile:*:0:d' >out.txt 2>&1 && ! grep -q 'tile adam' out.txt; then ok_
+else no_ "glob '*' picked optimizer states" "$(grep adam out.txt | head -3)"; fi
+
+# ---- 11. no silent truncation: a 263-character schedule is shown and used whole ----
+long=tile:h0.attn.wq:1:model,tile:h0.attn.wk:1:model,tile:h0.attn.wv:1:model,tile:h0.attn.bq:0:model,tile:h0.attn.bk:0:model,tile:h0.attn.bv:0:model,tile:h0.attn.wo:0:model,tile:h0.mlp.w1:1:model,tile:h1.mlp.w1:1:model,tile:h1.attn.wq:1:model,tile:h1.attn.wk:1:model
+[ ${#long} -gt 255 ] || no_ "test setup: the schedule has only ${#long} characters"
+for cmd in shard "cost --hw a100"; do
+    "$carve" $cmd --model gpt-tiny --mesh batch=2,model=2 --schedule "$long" >out.txt 2>err.txt
+    if grep -qF "schedule   $long" out.txt || grep -qF "schedule $long" out.txt; then ok_; else no_ "$cmd cut the schedule" "$(grep schedule out.txt | head -2)"; fi
+done
+refused long-option "unknown option '--$(printf 'x%.0s' $(seq 100))'" "$carve" show --model mlp-tiny "--$(printf 'x%.0s' $(seq 100))"
+refused long-tactic-name "NAME must take 1 to 95 characters" "$carve" shard --model mlp-tiny --mesh d=2 --schedule "tile:$(printf 'w%.0s' $(seq 120)):0:d"
+
 echo "$pass passed, $fail failed"
 [ $fail -eq 0 ]
