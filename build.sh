@@ -8,8 +8,11 @@
 #                       each for S seconds (default 60) on its corpus; `test` runs each briefly
 #                       (tests/e2e_fuzz.sh, skipped with a note when clang is missing)
 #   ./build.sh clean    remove build outputs
-# Missing Debian packages (libblis-dev, libcjson-dev) are installed with apt-get
-# when run as root; otherwise the script says what to install.
+# Missing Debian packages (libblis-dev, libcjson-dev; openmpi-bin and
+# libopenmpi-dev for the MPI backend) are installed with apt-get when run as
+# root; otherwise the script says what to install (and builds without MPI
+# when only MPI is missing).  The MPI tests (tests/e2e_mpi.sh) run when MPI is
+# built in.
 set -euo pipefail
 cd "$(dirname "$0")"
 mode=${1:-build}
@@ -21,6 +24,10 @@ need_pkgs() {
     [ -e /usr/include/cjson/cJSON.h ] || missing+=(libcjson-dev)
     command -v gcc >/dev/null 2>&1 || missing+=(gcc)
     command -v make >/dev/null 2>&1 || missing+=(make)
+    if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+        command -v mpirun >/dev/null 2>&1 || missing+=(openmpi-bin)
+        [ -e /usr/lib/x86_64-linux-gnu/openmpi/include/mpi.h ] || command -v mpicc >/dev/null 2>&1 || missing+=(libopenmpi-dev)
+    fi
     [ ${#missing[@]} -eq 0 ] && return 0
     if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
         echo "build.sh: installing ${missing[*]}" >&2
@@ -33,9 +40,25 @@ need_pkgs() {
     fi
 }
 
+# The MPI backend (exec/spmd_mpi.c) is compiled in when mpicc and mpirun are
+# there; its include directories come in as system headers (no -Werror noise).
+mpi_flags() {
+    MPI_CFLAGS="" MPI_LIBS=""
+    if command -v mpicc >/dev/null 2>&1 && command -v mpirun >/dev/null 2>&1; then
+        MPI_CFLAGS="-DCARVE_MPI $(mpicc --showme:compile | sed 's/-I/-isystem /g')"
+        MPI_LIBS="$(mpicc --showme:link)"
+    fi
+}
+
 # One makefile, kept here so the build stays one short file.
 run_make() { # $1 = output dir, $2 = extra CFLAGS, $3 = extra LDFLAGS
-    make --no-print-directory -j"$(nproc)" -f - OUT="$1" EXTRA_CFLAGS="$2" EXTRA_LDFLAGS="$3" <<'MK'
+    mpi_flags
+    mkdir -p "$1"
+    # the MPI backend's object changes with MPI's presence: rebuild it when that changed
+    if [ "$(cat "$1/.mpi-flags" 2>/dev/null)" != "$MPI_CFLAGS" ]; then
+        rm -f "$1/obj/exec/spmd_mpi.o"; echo "$MPI_CFLAGS" >"$1/.mpi-flags"
+    fi
+    make --no-print-directory -j"$(nproc)" -f - OUT="$1" EXTRA_CFLAGS="$2 $MPI_CFLAGS" EXTRA_LDFLAGS="$3 $MPI_LIBS" <<'MK'
 MODULES := ir analysis cost search exec models plan cli
 LIB_SRC := $(filter-out cli/main.c,$(foreach m,$(MODULES),$(wildcard $(m)/*.c)))
 TEST_SRC := $(wildcard tests/test_*.c)

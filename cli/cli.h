@@ -17,6 +17,7 @@ typedef struct cli_opts {
     double time_s, memory_gib;
     int summary, ops, forward, quiet, help;
     const char *optimizer; /* "adam" or "sgd" */
+    const char *backend;   /* carve run: "threads" (default, NULL) or "mpi" */
     const char *precision; /* carve cost: "f32" (default) or "bf16" (mixed) */
     int overlap;           /* carve cost: communication overlaps compute */
     const char *search;    /* autopart: mcts (default), random, greedy, exhaustive */

@@ -45,15 +45,37 @@ static size_t available_bytes(void)
 
 static double mib(size_t b) { return (double)b / 1048576.0; }
 
+/* Where the devices run: threads of this process, or one MPI rank each
+ * (then every rank runs this command; rank 0 holds the reference and
+ * prints, the others print only their own errors). */
+typedef struct run_env {
+    int mpi, rank, size;
+    int agreed; /* the ranks agreed on the set-up (run_checked got that far) */
+} run_env;
+static run_env env;
+
+/* Every rank's set-up status, agreed: the largest rc.  A rank that did
+ * not fail itself says why it stops (only rank 0, to keep it one line). */
+static int agree_setup(int rc)
+{
+    if (!env.mpi) return rc;
+    env.agreed = 1;
+    int all = exec_mpi_agree(rc);
+    if (all && !rc && env.rank == 0) cli_error("run: stopping: another rank failed during set-up (its message is above)");
+    return all;
+}
+
 static void print_timings(const exec_spmd_stats *st)
 {
-    printf("\nlast step, per device (seconds; collective time includes waiting at barriers):\n");
-    printf("  device   compute  collective   waiting  einsum GFLOP/s\n");
+    const char *who = env.mpi ? "rank" : "device";
+    printf("\nlast step, per %s (seconds; collective time includes waiting %s):\n", who,
+           env.mpi ? "inside MPI" : "at barriers");
+    printf("  %6s   compute  collective   waiting  einsum GFLOP/s  MB moved\n", who);
     double moved = 0, move_s = 0;
     for (int d = 0; d < st->n_devices; d++) {
         const exec_spmd_device_stats *s = &st->dev[d];
-        printf("  %6d  %8.4f  %10.4f  %8.4f  %14.1f\n", d, s->compute_s, s->collective_s, s->wait_s,
-               s->einsum_s > 0 ? s->einsum_flops / s->einsum_s / 1e9 : 0.0);
+        printf("  %6d  %8.4f  %10.4f  %8.4f  %14.1f  %8.3f\n", d, s->compute_s, s->collective_s, s->wait_s,
+               s->einsum_s > 0 ? s->einsum_flops / s->einsum_s / 1e9 : 0.0, s->moved_bytes / 1e6);
         moved += s->moved_bytes;
         move_s += s->collective_s - s->wait_s;
     }
@@ -61,7 +83,7 @@ static void print_timings(const exec_spmd_stats *st)
     double op_s[IR_N_OPS] = {0};
     for (int d = 0; d < st->n_devices; d++)
         for (int k = 0; k < IR_N_OPS; k++) op_s[k] += st->dev[d].op_s[k] / st->n_devices;
-    printf("  compute by op (mean over devices):");
+    printf("  compute by op (mean over %ss):", who);
     for (int shown = 0; shown < 6; shown++) {
         int best = -1;
         for (int k = 0; k < IR_N_OPS; k++)
@@ -77,104 +99,196 @@ static void print_timings(const exec_spmd_stats *st)
                st->fused_ops, st->fused_groups, f);
     }
     printf("\n");
-    printf("\ncollectives (bytes per device as the program counts them; time: mean over devices):\n");
-    printf("  %-15s %6s %12s %10s\n", "kind", "count", "MB", "seconds");
+    printf("\ncollectives (program MB: per %s as the program counts them; moved MB and time: mean over %ss):\n", who, who);
+    printf("  %-15s %6s %12s %10s %10s\n", "kind", "count", "program MB", "moved MB", "seconds");
     for (int k = SPMD_ALL_GATHER; k < SPMD_N_KINDS; k++) {
-        double t = 0;
-        for (int d = 0; d < st->n_devices; d++) t += st->dev[d].kind_s[k];
-        printf("  %-15s %6d %12.3f %10.4f\n", spmd_kind_name((spmd_kind)k), st->count[k], st->bytes[k] / 1e6,
-               t / st->n_devices);
+        double t = 0, b = 0;
+        for (int d = 0; d < st->n_devices; d++) {
+            t += st->dev[d].kind_s[k];
+            b += st->dev[d].kind_bytes[k];
+        }
+        printf("  %-15s %6d %12.3f %10.3f %10.4f\n", spmd_kind_name((spmd_kind)k), st->count[k], st->bytes[k] / 1e6,
+               b / st->n_devices / 1e6, t / st->n_devices);
     }
-    if (moved > 0)
+    if (moved > 0 && env.mpi)
+        printf("  the ranks sent other ranks %.3f MB, at %.2f GB/s per rank over the collective time (waits inside MPI included)\n",
+               moved / 1e6, move_s > 0 ? moved / move_s / 1e9 : 0.0);
+    else if (moved > 0)
         printf("  the collective kernels read %.3f MB from device buffers, at %.2f GB/s per device outside barrier waits\n",
                moved / 1e6, move_s > 0 ? moved / move_s / 1e9 : 0.0);
 }
 
-static int run_checked(const cli_opts *o, const ir_graph *g, const spmd_program *p, const char *cfg)
+/* FNV-1a of the program's instructions and buffer layouts: ranks that
+ * lowered different plans (different files on different hosts) differ. */
+static uint64_t program_hash(const spmd_program *p)
 {
-    char err[640], buf[256];
-    size_t spmd_bytes = exec_spmd_bytes(p), ref_bytes = exec_ref_bytes(g), avail = available_bytes();
+    uint64_t h = 1469598103934665603ull;
+    const unsigned char *bytes[2] = {(const unsigned char *)p->instrs, (const unsigned char *)p->bufs};
+    size_t n[2] = {(size_t)p->n_instrs * sizeof *p->instrs, (size_t)p->n_bufs * sizeof *p->bufs};
+    for (int k = 0; k < 2; k++)
+        for (size_t i = 0; i < n[k]; i++) h = (h ^ bytes[k][i]) * 1099511628211ull;
+    for (int a = 0; a < p->mesh.n_axes; a++) {
+        h = (h ^ (uint64_t)p->mesh.sizes[a]) * 1099511628211ull;
+        for (const char *c = p->mesh.names[a]; *c; c++) h = (h ^ (unsigned char)*c) * 1099511628211ull;
+    }
+    return h;
+}
+
+/* Prints the header and refuses a run whose buffers do not fit in the
+ * memory available (per rank with MPI: its device, plus the reference on
+ * rank 0).  Returns CLI_OK or CLI_BAD_INPUT. */
+static int check_memory(const cli_opts *o, const ir_graph *g, const spmd_program *p, const char *cfg)
+{
+    char buf[256];
+    size_t dev_bytes = exec_spmd_device_bytes(p), ref_bytes = exec_ref_bytes(g), avail = available_bytes();
+    size_t spmd_bytes = env.mpi ? dev_bytes : exec_spmd_bytes(p), mine = spmd_bytes + (env.rank == 0 ? ref_bytes : 0);
     printf("model %s\nmesh %s (%lld devices), schedule %s\noptimizer %s, seed %lld, steps %lld, BLIS kernels %s\n"
            "precision: f32 everywhere (the CPU executor has no bf16, fp16 or TF32 kernels)\n", cfg,
            shard_mesh_str(&p->mesh, buf, sizeof buf), (long long)p->mesh.n_devices, o->schedule, o->optimizer,
            (long long)o->seed, (long long)o->steps, exec_blis_arch());
-    printf("memory: %.1f MiB per device x %lld + reference %.1f MiB = %.1f MiB\n", mib(exec_spmd_device_bytes(p)),
-           (long long)p->mesh.n_devices, mib(ref_bytes), mib(spmd_bytes + ref_bytes));
+    if (env.mpi)
+        printf("backend mpi: %d ranks, one device each\nmemory: %.1f MiB per rank + reference %.1f MiB on rank 0\n", env.size,
+               mib(dev_bytes), mib(ref_bytes));
+    else
+        printf("memory: %.1f MiB per device x %lld + reference %.1f MiB = %.1f MiB\n", mib(dev_bytes),
+               (long long)p->mesh.n_devices, mib(ref_bytes), mib(spmd_bytes + ref_bytes));
     fflush(stdout);
-    if (avail && spmd_bytes + ref_bytes > avail) {
-        cli_error("run: %s on mesh %s needs %zu bytes (%.2f GiB: %zu per device x %lld devices + %zu for the reference), "
-                  "but this machine has %zu bytes (%.2f GiB) available",
-                  cfg, buf, spmd_bytes + ref_bytes, (double)(spmd_bytes + ref_bytes) / 1073741824.0,
-                  exec_spmd_device_bytes(p), (long long)p->mesh.n_devices, ref_bytes, avail, (double)avail / 1073741824.0);
+    if (avail && mine > avail) {
+        if (env.mpi)
+            cli_error("run: rank %d of %d: %s on mesh %s needs %zu bytes (%.2f GiB) on this rank, but its machine has %zu bytes "
+                      "(%.2f GiB) available", env.rank, env.size, cfg, buf, mine, (double)mine / 1073741824.0, avail,
+                      (double)avail / 1073741824.0);
+        else
+            cli_error("run: %s on mesh %s needs %zu bytes (%.2f GiB: %zu per device x %lld devices + %zu for the reference), "
+                      "but this machine has %zu bytes (%.2f GiB) available",
+                      cfg, buf, mine, (double)mine / 1073741824.0, dev_bytes, (long long)p->mesh.n_devices, ref_bytes,
+                      avail, (double)avail / 1073741824.0);
         return CLI_BAD_INPUT;
     }
-    exec_ref *ref = exec_ref_new(g, 0, err, sizeof err);
-    if (!ref) {
-        cli_error("run: %s", err);
-        return CLI_BAD_INPUT;
-    }
-    exec_spmd *r = exec_spmd_new(p, 0, err, sizeof err);
-    if (!r) {
-        cli_error("run: %s", err);
-        exec_ref_free(ref);
-        return CLI_BAD_INPUT;
-    }
-    exec_ref_init_args(ref, (uint64_t)o->seed);
-    exec_spmd_init_args(r, (uint64_t)o->seed);
+    return CLI_OK;
+}
+
+/* Creates the reference (rank 0 only under MPI) and the runtime, with every
+ * rank agreeing on the outcome.  Returns CLI_OK or CLI_BAD_INPUT. */
+static int open_executors(const ir_graph *g, const spmd_program *p, exec_ref **ref, exec_spmd **r)
+{
+    char err[640];
     int rc = CLI_OK;
-    exec_spmd_check c;
-    if (exec_spmd_check_init(&c, g, err, sizeof err) < 0) {
+    *ref = NULL;
+    *r = NULL;
+    if (env.rank == 0 && !(*ref = exec_ref_new(g, 0, err, sizeof err))) {
         cli_error("run: %s", err);
-        exec_spmd_free(r);
-        exec_ref_free(ref);
-        return CLI_BAD_INPUT;
+        rc = CLI_BAD_INPUT;
     }
+    if (env.mpi) rc = exec_mpi_agree(rc); /* exec_spmd_new_on splits communicators: every rank or none */
+    if (!rc && !(*r = exec_spmd_new_on(p, env.mpi ? EXEC_MPI : EXEC_THREADS, 0, err, sizeof err))) {
+        if (env.mpi) cli_error("run: rank %d of %d: %s", env.rank, env.size, err);
+        else cli_error("run: %s", err);
+        rc = CLI_BAD_INPUT;
+    }
+    if (env.mpi) rc = exec_mpi_agree(rc);
+    if (rc) {
+        exec_spmd_free(*r);
+        exec_ref_free(*ref);
+        *r = NULL;
+        *ref = NULL;
+    }
+    return rc;
+}
+
+/* Runs the steps, each checked against the reference.  Returns CLI_OK, or
+ * the exit code of a failure (already reported). */
+static int run_steps(const cli_opts *o, exec_ref *ref, exec_spmd *r, exec_spmd_check *c)
+{
+    char err[640];
     printf("\n%5s %16s %16s %10s %10s %10s %8s\n", "step", "loss reference", "loss spmd", "rel diff", "ref s", "spmd s",
            "speedup");
     for (int64_t step = 1; step <= o->steps; step++) {
-        double t0 = exec_spmd_now();
-        if (exec_ref_run(ref, err, sizeof err) < 0) {
+        double t0 = exec_spmd_now(), t_ref = 0;
+        int rc = CLI_OK;
+        if (ref && exec_ref_run(ref, err, sizeof err) < 0) {
             cli_error("run: the reference executor failed at step %lld: %s", (long long)step, err);
             rc = CLI_BAD_INPUT;
-            break;
         }
-        double t_ref = exec_spmd_now() - t0;
-        if (exec_spmd_step(r, err, sizeof err) < 0) {
+        t_ref = exec_spmd_now() - t0;
+        if (exec_spmd_agree(r, rc)) return CLI_BAD_INPUT;
+        if (exec_spmd_step(r, err, sizeof err) < 0) { /* threads only: an MPI rank that fails stops every rank */
             cli_error("run: the SPMD run failed at step %lld: %s", (long long)step, err);
-            rc = CLI_CHECK_FAILED;
-            break;
+            return CLI_CHECK_FAILED;
         }
         double t_spmd = exec_spmd_last_stats(r)->wall_s;
-        if (exec_spmd_compare(r, ref, &c, err, sizeof err) < 0) {
+        if (exec_spmd_compare(r, ref, c, err, sizeof err) < 0) {
+            if (env.mpi) exec_mpi_fail(CLI_CHECK_FAILED, err);
             cli_error("run: %s", err);
-            rc = CLI_CHECK_FAILED;
-            break;
+            return CLI_CHECK_FAILED;
         }
-        printf("%5lld %16.9g %16.9g %10.2e %10.4f %10.4f %7.2fx\n", (long long)step, c.loss_ref, c.loss, c.loss_rel, t_ref,
+        printf("%5lld %16.9g %16.9g %10.2e %10.4f %10.4f %7.2fx\n", (long long)step, c->loss_ref, c->loss, c->loss_rel, t_ref,
                t_spmd, t_spmd > 0 ? t_ref / t_spmd : 0.0);
+        fflush(stdout);
         if (step < o->steps) {
             exec_spmd_apply_updates(r);
             exec_spmd_sync_reference(r, ref);
         }
     }
-    if (rc == CLI_OK) {
-        print_timings(exec_spmd_last_stats(r));
-        const char *pn = c.worst_param_out >= 0 ? g->values[g->outputs[c.worst_param_out].updates].name : "-";
-        const char *sn = c.worst_state_out >= 0 ? g->values[g->outputs[c.worst_state_out].updates].name : "-";
-        printf("\ncheck against the reference (tolerance %.0e, relative to each tensor's largest magnitude):\n",
-               RUN_TOLERANCE);
-        printf("  loss (worst step)  %10.2e\n", c.worst_loss);
-        printf("  params             %10.2e  (worst: %s)\n", c.worst_param, pn);
-        printf("  optimizer states   %10.2e  (worst: %s)\n", c.worst_state, sn);
-        printf("  replicas           %10.2e  (largest difference between copies of one block)\n", c.replica_diff);
-        if (c.n_excluded)
-            printf("  %lld of %lld elements not compared: Adam-updated where the reference gradient is below %.0e of the "
-                   "largest one (rounding noise; docs/run.md)\n",
-                   (long long)c.n_excluded, (long long)(c.n_excluded + c.n_compared), EXEC_SPMD_NOISE_FLOOR);
-        int ok = exec_spmd_check_ok(&c, RUN_TOLERANCE);
-        printf("check: %s\n", ok ? "passed" : "FAILED");
-        if (!ok) rc = CLI_CHECK_FAILED;
+    return CLI_OK;
+}
+
+/* Prints the check's figures; returns CLI_OK when it passed. */
+static int print_check(const ir_graph *g, const exec_spmd_check *c)
+{
+    const char *pn = c->worst_param_out >= 0 ? g->values[g->outputs[c->worst_param_out].updates].name : "-";
+    const char *sn = c->worst_state_out >= 0 ? g->values[g->outputs[c->worst_state_out].updates].name : "-";
+    printf("\ncheck against the reference (tolerance %.0e, relative to each tensor's largest magnitude):\n", RUN_TOLERANCE);
+    printf("  loss (worst step)  %10.2e\n", c->worst_loss);
+    printf("  params             %10.2e  (worst: %s)\n", c->worst_param, pn);
+    printf("  optimizer states   %10.2e  (worst: %s)\n", c->worst_state, sn);
+    printf("  replicas           %10.2e  (largest difference between copies of one block)\n", c->replica_diff);
+    if (c->n_excluded)
+        printf("  %lld of %lld elements not compared: Adam-updated where the reference gradient is below %.0e of the "
+               "largest one (rounding noise; docs/run.md)\n",
+               (long long)c->n_excluded, (long long)(c->n_excluded + c->n_compared), EXEC_SPMD_NOISE_FLOOR);
+    printf("  outputs digest     %016llx  (FNV-1a of the bits of every output, last step: equal digests, equal bits)\n",
+           (unsigned long long)c->digest);
+    int ok = exec_spmd_check_ok(c, RUN_TOLERANCE);
+    printf("check: %s\n", ok ? "passed" : "FAILED");
+    return ok ? CLI_OK : CLI_CHECK_FAILED;
+}
+
+static int run_checked(const cli_opts *o, const ir_graph *g, const spmd_program *p, const char *cfg)
+{
+    char err[640];
+    int rc = agree_setup(CLI_OK);
+    if (rc) return rc;
+    if (env.mpi && env.size != p->mesh.n_devices) { /* the same on every rank: rank 0 says it */
+        if (env.rank == 0)
+            cli_error("run: the mesh has %lld devices but mpirun started %d ranks (run mpirun -n %lld: one rank per device)",
+                      (long long)p->mesh.n_devices, env.size, (long long)p->mesh.n_devices);
+        return CLI_BAD_INPUT;
     }
+    if (env.mpi && !exec_mpi_same(program_hash(p))) {
+        if (env.rank == 0) cli_error("run: the ranks lowered different programs (give every rank the same plan, model and mesh)");
+        return CLI_BAD_INPUT;
+    }
+    rc = check_memory(o, g, p, cfg);
+    if (env.mpi) rc = exec_mpi_agree(rc);
+    exec_ref *ref;
+    exec_spmd *r;
+    if (rc || (rc = open_executors(g, p, &ref, &r))) return rc;
+    if (ref) exec_ref_init_args(ref, (uint64_t)o->seed);
+    exec_spmd_init_args(r, (uint64_t)o->seed);
+    exec_spmd_check c;
+    if (exec_spmd_check_init(&c, g, err, sizeof err) < 0) {
+        cli_error("run: %s", err);
+        rc = CLI_BAD_INPUT;
+    }
+    if (!exec_spmd_agree(r, rc)) {
+        rc = run_steps(o, ref, r, &c);
+        if (rc == CLI_OK && exec_spmd_is_root(r)) {
+            print_timings(exec_spmd_last_stats(r));
+            rc = print_check(g, &c);
+        }
+        rc = exec_spmd_agree(r, rc);
+    } else rc = CLI_BAD_INPUT;
     exec_spmd_check_free(&c);
     exec_spmd_free(r);
     exec_ref_free(ref);
@@ -251,7 +365,29 @@ out:
     return rc;
 }
 
+static int run_command(const cli_opts *o);
+
 int cmd_run(const cli_opts *o)
+{
+    char err[512];
+    memset(&env, 0, sizeof env);
+    env.mpi = o->backend && !strcmp(o->backend, "mpi");
+    if (!env.mpi) return run_command(o);
+    if (exec_mpi_init(&env.rank, &env.size, err, sizeof err) < 0) {
+        cli_error("run: --backend mpi: %s", err);
+        return CLI_BAD_INPUT;
+    }
+    /* rank 0 prints the report; the others print their own errors only */
+    if (env.rank != 0 && !freopen("/dev/null", "w", stdout)) {
+        cli_error("run: rank %d: cannot silence stdout", env.rank);
+    }
+    int rc = run_command(o);
+    if (!env.agreed) rc = agree_setup(rc); /* failed before run_checked: tell the others */
+    exec_mpi_finalize();
+    return rc;
+}
+
+static int run_command(const cli_opts *o)
 {
     char cfg[512], err[512];
     if (o->plan) return run_plan(o);

@@ -60,7 +60,7 @@ static const cli_command commands[] = {
     {"explain", "--plan --hw FILE",
      "explain a plan: shardings, collectives per layer, predicted cost, expert schedules side by side",
      "usage: carve explain plan.json\n", cmd_explain},
-    {"run", "--model --graph --mesh --schedule --plan --steps --seed --optimizer",
+    {"run", "--model --graph --mesh --schedule --plan --steps --seed --optimizer --backend",
      "run a sharded training step on simulated devices and check it against the single-device reference",
      "usage: carve run (--model SPEC | --graph FILE) --mesh MESH --schedule SCHEDULE [--steps N] [--seed N]\n"
      "                 [--optimizer adam|sgd]\n"
@@ -71,6 +71,8 @@ static const cli_command commands[] = {
      "  --steps N            training steps (default 1); the SPMD run carries its updates and the\n"
      "                       reference checks each step from the SPMD run's params and states\n"
      "  --seed N             seed of the arguments' values (default 1)\n"
+     "  --backend threads|mpi  threads: every device a thread of this process (default); mpi: one device\n"
+     "                       per MPI rank, e.g. mpirun -n 4 carve run --plan p.json --backend mpi (docs/run.md)\n"
      "prints each step's loss from both executors, per-device timings and bytes moved, and the check:\n"
      "the loss and every updated param and optimizer state within 1e-4 of the reference, relative to\n"
      "each tensor's largest magnitude (docs/run.md). Exit 1 when the check fails, 2 on bad input.\n",

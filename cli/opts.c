@@ -139,6 +139,13 @@ int cli_parse(const cli_command *c, int argc, char **argv, cli_opts *o)
             }
             o->precision = val;
         }
+        else if (!strcmp(flag, "--backend")) {
+            if (strcmp(val, "threads") && strcmp(val, "mpi")) {
+                cli_error("%s: --backend must be threads or mpi, got '%s'", c->name, val);
+                return CLI_BAD_INPUT;
+            }
+            o->backend = val;
+        }
         else if (!strcmp(flag, "--optimizer")) {
             if (strcmp(val, "adam") && strcmp(val, "sgd")) {
                 cli_error("%s: --optimizer must be adam or sgd, got '%s'", c->name, val);

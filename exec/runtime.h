@@ -36,7 +36,9 @@ typedef struct exec_spmd_device_stats {
     double wait_s;                   /* of collective_s: blocked in barriers */
     double kind_s[SPMD_N_KINDS];     /* time per instruction kind */
     double einsum_s, einsum_flops;   /* local einsums (2 FLOPs per multiply-add) */
-    double moved_bytes;              /* bytes the collective kernels read from device buffers */
+    double moved_bytes;              /* bytes moved by collectives and slices (threads: read from
+                                        device buffers; MPI: sent to other ranks, slices: copied) */
+    double kind_bytes[SPMD_N_KINDS]; /* of moved_bytes, per instruction kind */
     double op_s[IR_N_OPS];           /* compute time per graph op kind */
     double fused_s;                  /* of compute_s: fused elementwise groups (not in op_s) */
 } exec_spmd_device_stats;
@@ -156,6 +158,7 @@ typedef struct exec_spmd_check {
     double replica_diff;                 /* largest disagreement between replicas of a block */
     int64_t n_compared, n_excluded;      /* last step: elements of updated tensors compared / skipped */
     int n_outputs;
+    uint64_t digest;                     /* last step: FNV-1a over the bits of every output (assembled, in order) */
     double *rel;                         /* last step, per graph output (the loss: loss_rel) */
     const ir_graph *g;
     uint8_t **noise;                     /* per param with state: elements below the floor this step */

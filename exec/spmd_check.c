@@ -220,6 +220,7 @@ int exec_spmd_compare(exec_spmd *r, exec_ref *ref, exec_spmd_check *c, char *err
     mark_noise(c, ref);
     c->steps++;
     c->n_compared = c->n_excluded = 0;
+    c->digest = 1469598103934665603ull;
     for (int i = 0; i < g->n_outputs; i++) {
         const ir_output *o = &g->outputs[i];
         const ir_value *v = &g->values[o->value];
@@ -233,6 +234,7 @@ int exec_spmd_compare(exec_spmd *r, exec_ref *ref, exec_spmd_check *c, char *err
         exec_spmd_assemble(r, r->p->out_buf[i], tmp, &rd);
         if (rd > c->replica_diff) c->replica_diff = rd;
         const void *want = exec_ref_data(ref, o->value);
+        for (int64_t k = 0; k < n * 4; k++) c->digest = (c->digest ^ ((const unsigned char *)tmp)[k]) * 1099511628211ull;
         /* the param this output belongs to, when it is updated through state */
         int param = o->updates < 0 ? -1 : g->values[o->updates].role == IR_PARAM ? o->updates : g->values[o->updates].tied;
         const uint8_t *skip = NULL;

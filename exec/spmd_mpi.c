@@ -1,9 +1,43 @@
-/* spmd_mpi.c - the MPI backend: one device per rank (see spmd_impl.h).
- * This build has no MPI: the backend refuses to open. */
+/* spmd_mpi.c - the MPI backend: one device per rank of MPI_COMM_WORLD
+ * (device number = world rank), each rank holding only its own buffers.
+ *
+ * Groups: for every axes mask a collective names, MPI_Comm_split puts the
+ * ranks of one device group (same coordinates off the mask) in one
+ * communicator, keyed by group rank, so communicator rank = group rank =
+ * the order of the members' blocks along a dim those axes tile.
+ *
+ * Collectives take the device buffers directly:
+ *   all-reduce      MPI_Allreduce(input, output) (sum, or max for a partial max)
+ *   reduce-scatter  MPI_Reduce_scatter_block(input, output) when each
+ *                   member's part of my input is one contiguous run, in group
+ *                   rank order (a split of the leading dim); otherwise the
+ *                   input is packed into that order first (one copy: the call
+ *                   takes a single datatype for its input and output)
+ *   all-gather      MPI_Allgather(input, output) when the members' blocks
+ *                   are consecutive runs of my output; otherwise
+ *                   MPI_Alltoallw with a subarray datatype per member, which
+ *                   lands each block in its strided place without a copy
+ *   all-to-all      MPI_Alltoallw with subarray datatypes on both sides
+ * Bytes counted per rank are the bytes this rank hands MPI to send to other
+ * ranks (what leaves the rank, whatever algorithm MPI picks).
+ *
+ * Reduction order: Open MPI chooses the order of the terms of a sum.  Two
+ * terms sum the same either way (IEEE addition commutes), so on groups of 1
+ * or 2 ranks the results equal the threads backend's bit for bit; on larger
+ * groups they may differ in the last bits (docs/run.md).
+ *
+ * Faults: a kernel error or out-of-memory on a rank prints the message with
+ * the rank and calls MPI_Abort, which ends every rank with a non-zero status;
+ * a rank killed by a signal makes mpirun end the others.  No rank waits
+ * forever on a peer that is gone.
+ */
 #include "exec/spmd_impl.h"
 
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
+
+#ifndef CARVE_MPI
 
 int exec_mpi_available(void) { return 0; }
 
@@ -30,3 +64,333 @@ static int no_mpi_open(exec_spmd *r, char *err, size_t errlen)
 }
 
 const spmd_backend spmd_mpi_backend = {.name = "mpi", .open = no_mpi_open};
+
+#else
+
+#include <mpi.h>
+
+typedef struct mpi_state {
+    MPI_Comm comm[SPMD_N_MASKS]; /* per axes mask: this rank's group, MPI_COMM_NULL unused */
+    int rank;
+    float *pack;                 /* reduce-scatter's packed input, grown on demand */
+    size_t pack_bytes;
+} mpi_state;
+
+int exec_mpi_available(void) { return 1; }
+
+int exec_mpi_init(int *rank, int *size, char *err, size_t errlen)
+{
+    int on = 0;
+    MPI_Initialized(&on);
+    if (!on && MPI_Init(NULL, NULL) != MPI_SUCCESS) return ir_errf(err, errlen, "MPI_Init failed");
+    MPI_Comm_rank(MPI_COMM_WORLD, rank);
+    MPI_Comm_size(MPI_COMM_WORLD, size);
+    return 0;
+}
+
+int exec_mpi_agree(int rc)
+{
+    int all = rc;
+    MPI_Allreduce(&rc, &all, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+    return all;
+}
+
+int exec_mpi_same(uint64_t x)
+{
+    uint64_t lo = x, hi = x;
+    MPI_Allreduce(&x, &lo, 1, MPI_UINT64_T, MPI_MIN, MPI_COMM_WORLD);
+    MPI_Allreduce(&x, &hi, 1, MPI_UINT64_T, MPI_MAX, MPI_COMM_WORLD);
+    return lo == hi;
+}
+
+void exec_mpi_finalize(void)
+{
+    int on = 0, off = 0;
+    MPI_Initialized(&on);
+    MPI_Finalized(&off);
+    if (on && !off) MPI_Finalize();
+}
+
+void exec_mpi_fail(int code, const char *msg)
+{
+    int rank = 0, size = 1;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &size);
+    fprintf(stderr, "carve: rank %d of %d: %s; stopping every rank\n", rank, size, msg);
+    fflush(stderr);
+    MPI_Abort(MPI_COMM_WORLD, code);
+    exit(code); /* MPI_Abort does not return; this keeps the compiler sure of it */
+}
+
+static void mpi_close(exec_spmd *r)
+{
+    mpi_state *s = r->be_state;
+    if (!s) return;
+    for (int k = 0; k < SPMD_N_MASKS; k++)
+        if (s->comm[k] != MPI_COMM_NULL) MPI_Comm_free(&s->comm[k]);
+    free(s->pack);
+    free(s);
+    r->be_state = NULL;
+}
+
+static int mpi_open(exec_spmd *r, char *err, size_t errlen)
+{
+    const spmd_program *p = r->p;
+    int on = 0, size = 0, rank = 0;
+    MPI_Initialized(&on);
+    if (!on) return ir_errf(err, errlen, "the MPI backend needs MPI initialised (exec_mpi_init)");
+    MPI_Comm_size(MPI_COMM_WORLD, &size);
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    if (size != r->n_dev)
+        return ir_errf(err, errlen, "the mesh has %d devices but MPI started %d ranks (run it with mpirun -n %d: one rank per device)",
+                       r->n_dev, size, r->n_dev);
+    mpi_state *s = calloc(1, sizeof *s);
+    r->local = calloc(1, sizeof *r->local);
+    if (!s || !r->local) {
+        free(s);
+        return ir_errf(err, errlen, "rank %d: out of memory", rank);
+    }
+    r->be_state = s;
+    s->rank = rank;
+    r->n_local = 1;
+    r->local[0] = rank;
+    r->root = rank == 0;
+    uint8_t used[SPMD_N_MASKS] = {0};
+    for (int i = 0; i < p->n_instrs; i++)
+        if (p->instrs[i].kind != SPMD_COMPUTE && p->instrs[i].kind != SPMD_SLICE) used[p->instrs[i].axes & (SPMD_N_MASKS - 1)] = 1;
+    /* every rank splits for the same masks in the same order */
+    for (int k = 0; k < SPMD_N_MASKS; k++) {
+        s->comm[k] = MPI_COMM_NULL;
+        if (!used[k]) continue;
+        spmd_group gr = {0};
+        spmd_group_of(r, (unsigned)k, rank, &gr);
+        MPI_Comm_split(MPI_COMM_WORLD, gr.leader, gr.rank, &s->comm[k]);
+    }
+    return 0;
+}
+
+static void mpi_fail(exec_spmd *r) { exec_mpi_fail(1, r->err[0] ? r->err : "a device failed"); }
+
+static void mpi_run(exec_spmd *r)
+{
+    mpi_state *s = r->be_state;
+    /* start together: the root may have spent the time on the reference */
+    MPI_Barrier(MPI_COMM_WORLD);
+    double t0 = exec_spmd_now();
+    spmd_run_device(r, s->rank);
+    double wall = exec_spmd_now() - t0;
+    MPI_Allreduce(&wall, &r->stats.wall_s, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+    int n = (int)sizeof(exec_spmd_device_stats);
+    if (r->root) MPI_Gather(MPI_IN_PLACE, n, MPI_BYTE, r->stats.dev, n, MPI_BYTE, 0, MPI_COMM_WORLD);
+    else MPI_Gather(&r->stats.dev[s->rank], n, MPI_BYTE, NULL, n, MPI_BYTE, 0, MPI_COMM_WORLD);
+}
+
+static MPI_Comm comm_of(exec_spmd *r, const spmd_instr *in)
+{
+    return ((mpi_state *)r->be_state)->comm[in->axes & (SPMD_N_MASKS - 1)];
+}
+
+static int64_t box_numel(int rank, const int64_t *len)
+{
+    int64_t n = 1;
+    for (int d = 0; d < rank; d++) n *= len[d];
+    return n;
+}
+
+/* Flat offset of box [lo, lo + len) in block b when the box is one
+ * contiguous run of it, else -1. */
+static int64_t box_run(int rank, const spmd_block *b, const int64_t *lo, const int64_t *len)
+{
+    int64_t st[IR_MAX_RANK], off = 0;
+    exec_row_major_strides(rank, b->dims, st);
+    int d = 0;
+    while (d < rank && len[d] == 1) d++;   /* leading dims of one element */
+    for (int e = d + 1; e < rank; e++)     /* after the first longer dim, whole dims only */
+        if (len[e] != b->dims[e]) return -1;
+    for (int e = 0; e < rank; e++) off += (lo[e] - b->org[e]) * st[e];
+    return off;
+}
+
+/* A datatype for box [lo, lo + len) of block b (4-byte elements). */
+static MPI_Datatype box_type(int rank, const spmd_block *b, const int64_t *lo, const int64_t *len)
+{
+    MPI_Datatype t;
+    if (rank == 0) {
+        MPI_Type_contiguous(1, MPI_FLOAT, &t);
+    } else {
+        int sizes[IR_MAX_RANK], sub[IR_MAX_RANK], start[IR_MAX_RANK];
+        for (int d = 0; d < rank; d++) {
+            sizes[d] = (int)b->dims[d];
+            sub[d] = (int)len[d];
+            start[d] = (int)(lo[d] - b->org[d]);
+        }
+        MPI_Type_create_subarray(rank, sizes, sub, start, MPI_ORDER_C, MPI_FLOAT, &t);
+    }
+    MPI_Type_commit(&t);
+    return t;
+}
+
+/* All-gather and all-to-all through MPI_Alltoallw: to each member j the
+ * part of my input block inside j's output block, from each member the part
+ * of j's input block inside mine; subarray datatypes address both in place. */
+static int exchange_boxes(exec_spmd *r, spmd_call *c, int gather)
+{
+    const spmd_instr *in = c->in;
+    int n = c->gr.n, rank = r->g->values[in->value].rank;
+    int *cnt = calloc((size_t)n * 4, sizeof *cnt);
+    MPI_Datatype *ty = calloc((size_t)n * 2, sizeof *ty);
+    if (!cnt || !ty) {
+        free(cnt);
+        free(ty);
+        spmd_set_error(r, "device %d: out of memory in a collective", c->dev);
+        r->be->fail(r);
+        return -1;
+    }
+    int *scnt = cnt, *rcnt = cnt + n, *sdisp = cnt + 2 * n, *rdisp = cnt + 3 * n;
+    MPI_Datatype *sty = ty, *rty = ty + n;
+    spmd_block mine_in, mine_out, peer;
+    spmd_block_of(r, in->in[0], c->dev, &mine_in);
+    spmd_block_of(r, in->out, c->dev, &mine_out);
+    int64_t lo[IR_MAX_RANK], len[IR_MAX_RANK];
+    for (int j = 0; j < n; j++) {
+        int m = c->gr.members[j];
+        sty[j] = rty[j] = MPI_FLOAT;
+        if (gather) { /* my whole input goes to everyone */
+            scnt[j] = (int)r->numel[in->in[0]];
+        } else {
+            spmd_block_of(r, in->out, m, &peer);
+            if (spmd_box_meet(rank, &mine_in, &peer, lo, len)) {
+                sty[j] = box_type(rank, &mine_in, lo, len);
+                scnt[j] = 1;
+                if (m != c->dev) c->moved += 4.0 * (double)box_numel(rank, len);
+            }
+        }
+        spmd_block_of(r, in->in[0], m, &peer);
+        if (spmd_box_meet(rank, &peer, &mine_out, lo, len)) {
+            rty[j] = box_type(rank, &mine_out, lo, len);
+            rcnt[j] = 1;
+        }
+    }
+    if (gather) c->moved += 4.0 * (double)r->numel[in->in[0]] * (n - 1);
+    MPI_Alltoallw(mine_in.data, scnt, sdisp, sty, mine_out.data, rcnt, rdisp, rty, comm_of(r, in));
+    for (int j = 0; j < 2 * n; j++)
+        if (ty[j] != MPI_FLOAT) MPI_Type_free(&ty[j]);
+    free(cnt);
+    free(ty);
+    return 0;
+}
+
+static int mpi_all_gather(exec_spmd *r, spmd_call *c)
+{
+    const spmd_instr *in = c->in;
+    int rank = r->g->values[in->value].rank;
+    int64_t n_in = r->numel[in->in[0]], lo[IR_MAX_RANK], len[IR_MAX_RANK];
+    spmd_block out, peer;
+    spmd_block_of(r, in->out, c->dev, &out);
+    int direct = n_in <= 0x7fffffff;
+    for (int j = 0; j < c->gr.n && direct; j++) {
+        spmd_block_of(r, in->in[0], c->gr.members[j], &peer);
+        direct = spmd_box_meet(rank, &peer, &out, lo, len) && box_numel(rank, len) == n_in &&
+                 box_run(rank, &out, lo, len) == j * n_in;
+    }
+    if (!direct) return exchange_boxes(r, c, 1);
+    MPI_Allgather(spmd_buf(r, c->dev, in->in[0]), (int)n_in, MPI_FLOAT, out.data, (int)n_in, MPI_FLOAT, comm_of(r, in));
+    c->moved += 4.0 * (double)n_in * (c->gr.n - 1);
+    return 0;
+}
+
+static int mpi_all_to_all(exec_spmd *r, spmd_call *c) { return exchange_boxes(r, c, 0); }
+
+static int mpi_all_reduce(exec_spmd *r, spmd_call *c)
+{
+    const spmd_instr *in = c->in;
+    int64_t n = r->numel[in->out];
+    if (n > 0x7fffffff) {
+        spmd_set_error(r, "device %d: an all-reduce of %lld elements is above MPI's int count", c->dev, (long long)n);
+        r->be->fail(r);
+        return -1;
+    }
+    MPI_Allreduce(spmd_buf(r, c->dev, in->in[0]), spmd_buf(r, c->dev, in->out), (int)n, MPI_FLOAT,
+                  in->reduce_max ? MPI_MAX : MPI_SUM, comm_of(r, in));
+    if (c->gr.n > 1) c->moved += 4.0 * (double)n;
+    return 0;
+}
+
+/* Reduce-scatter: member j's output block, cut from my input, must be chunk
+ * j of what MPI_Reduce_scatter_block reads; pack when it is not already. */
+static int mpi_reduce_scatter(exec_spmd *r, spmd_call *c)
+{
+    mpi_state *s = r->be_state;
+    const spmd_instr *in = c->in;
+    int rank = r->g->values[in->value].rank, n = c->gr.n;
+    int64_t chunk = r->numel[in->out];
+    spmd_block src, peer;
+    spmd_block_of(r, in->in[0], c->dev, &src);
+    int64_t lo[IR_MAX_RANK], len[IR_MAX_RANK];
+    int direct = 1;
+    for (int j = 0; j < n && direct; j++) {
+        spmd_block_of(r, in->out, c->gr.members[j], &peer);
+        direct = spmd_box_meet(rank, &src, &peer, lo, len) && box_run(rank, &src, lo, len) == j * chunk;
+    }
+    const float *send = src.data;
+    if (!direct) {
+        size_t need = (size_t)chunk * (size_t)n * 4;
+        if (need > s->pack_bytes) {
+            float *p = realloc(s->pack, need);
+            if (!p) {
+                spmd_set_error(r, "device %d: out of memory packing a reduce-scatter (%zu bytes)", c->dev, need);
+                r->be->fail(r);
+                return -1;
+            }
+            s->pack = p;
+            s->pack_bytes = need;
+        }
+        for (int j = 0; j < n; j++) {
+            spmd_block dst;
+            spmd_block_of(r, in->out, c->gr.members[j], &dst);
+            dst.data = s->pack + (size_t)j * (size_t)chunk;
+            spmd_box_apply(SPMD_BOX_COPY, rank, dst.org, dst.dims, &src, &dst);
+        }
+        send = s->pack;
+    }
+    MPI_Reduce_scatter_block(send, spmd_buf(r, c->dev, in->out), (int)chunk, MPI_FLOAT, in->reduce_max ? MPI_MAX : MPI_SUM,
+                             comm_of(r, in));
+    c->moved += 4.0 * (double)chunk * (n - 1);
+    return 0;
+}
+
+/* ---- the check ---------------------------------------------------------- */
+
+static const void *mpi_fetch(exec_spmd *r, int b, int from, int to, void *tmp)
+{
+    mpi_state *s = r->be_state;
+    int n = (int)r->numel[b];
+    if (from == to) return s->rank == from ? spmd_buf(r, from, b) : NULL;
+    if (s->rank == from) MPI_Send(spmd_buf(r, from, b), n, MPI_FLOAT, to, b & 0x7fff, MPI_COMM_WORLD);
+    if (s->rank != to) return NULL;
+    MPI_Recv(tmp, n, MPI_FLOAT, from, b & 0x7fff, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+    return tmp;
+}
+
+static double mpi_max_all(exec_spmd *r, double x)
+{
+    double all = x;
+    MPI_Allreduce(&x, &all, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+    return all;
+}
+
+const spmd_backend spmd_mpi_backend = {
+    .name = "mpi",
+    .open = mpi_open,
+    .close = mpi_close,
+    .run = mpi_run,
+    .all_gather = mpi_all_gather,
+    .all_reduce = mpi_all_reduce,
+    .reduce_scatter = mpi_reduce_scatter,
+    .all_to_all = mpi_all_to_all,
+    .fail = mpi_fail,
+    .fetch = mpi_fetch,
+    .max_all = mpi_max_all,
+};
+
+#endif

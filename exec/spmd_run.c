@@ -390,10 +390,15 @@ void spmd_run_device(exec_spmd *r, int dev)
             st.kind_s[SPMD_COMPUTE] += dt;
             st.op_s[r->g->ops[in->op].kind] += dt;
         } else {
-            if (spmd_collective(r, in, dev, members, &st.moved_bytes, &st.wait_s) < 0) break;
+            double moved = 0;
+            if (spmd_collective(r, in, dev, members, &moved, &st.wait_s) < 0) break;
             double dt = exec_spmd_now() - t0;
             st.collective_s += dt;
-            if (in->kind < SPMD_N_KINDS) st.kind_s[in->kind] += dt;
+            st.moved_bytes += moved;
+            if (in->kind < SPMD_N_KINDS) {
+                st.kind_s[in->kind] += dt;
+                st.kind_bytes[in->kind] += moved;
+            }
         }
     }
     free(members);
