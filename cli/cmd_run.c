@@ -65,7 +65,20 @@ static int agree_setup(int rc)
     return all;
 }
 
-static void print_timings(const exec_spmd_stats *st)
+/* The most devices one sum (all-reduce, reduce-scatter) of p runs over. */
+static int64_t largest_sum_group(const spmd_program *p)
+{
+    int64_t k = 1;
+    for (int i = 0; i < p->n_instrs; i++) {
+        const spmd_instr *in = &p->instrs[i];
+        if (in->kind != SPMD_ALL_REDUCE && in->kind != SPMD_REDUCE_SCATTER) continue;
+        int64_t n = shard_axes_size(&p->mesh, in->axes);
+        if (n > k) k = n;
+    }
+    return k;
+}
+
+static void print_timings(const exec_spmd_stats *st, const spmd_program *p)
 {
     const char *who = env.mpi ? "rank" : "device";
     printf("\nlast step, per %s (seconds; collective time includes waiting %s):\n", who,
@@ -110,6 +123,10 @@ static void print_timings(const exec_spmd_stats *st)
         printf("  %-15s %6d %12.3f %10.3f %10.4f\n", spmd_kind_name((spmd_kind)k), st->count[k], st->bytes[k] / 1e6,
                b / st->n_devices / 1e6, t / st->n_devices);
     }
+    int64_t k = largest_sum_group(p);
+    printf("  sums run over groups of up to %lld devices: %s\n", (long long)k,
+           k <= 2 ? "the same bits on both backends (two terms add the same in either order)"
+                  : "the MPI backend may differ from the threads one in the last bits (Open MPI orders the terms)");
     if (moved > 0 && env.mpi)
         printf("  the ranks sent other ranks %.3f MB, at %.2f GB/s per rank over the collective time (waits inside MPI included)\n",
                moved / 1e6, move_s > 0 ? moved / move_s / 1e9 : 0.0);
@@ -284,7 +301,7 @@ static int run_checked(const cli_opts *o, const ir_graph *g, const spmd_program 
     if (!exec_spmd_agree(r, rc)) {
         rc = run_steps(o, ref, r, &c);
         if (rc == CLI_OK && exec_spmd_is_root(r)) {
-            print_timings(exec_spmd_last_stats(r));
+            print_timings(exec_spmd_last_stats(r), p);
             rc = print_check(g, &c);
         }
         rc = exec_spmd_agree(r, rc);
