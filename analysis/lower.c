@@ -30,7 +30,9 @@ static const char *const policy_names[] = {"regather", "keep"};
 
 spmd_options spmd_default_options(void)
 {
-    return (spmd_options){.gather_policy = SPMD_GATHER_REGATHER, .bucket_bytes = SPMD_DEFAULT_BUCKET_BYTES};
+    return (spmd_options){.gather_policy = SPMD_GATHER_REGATHER,
+                          .bucket_bytes = SPMD_DEFAULT_BUCKET_BYTES,
+                          .fuse = !spmd_fuse_disabled_by_env()};
 }
 const char *spmd_gather_policy_name(int policy) { return (unsigned)policy < 2 ? policy_names[policy] : "?"; }
 
@@ -362,6 +364,7 @@ spmd_program *spmd_lower_ex(shard_state *s, spmd_program *p, const spmd_options 
         p->out_buf[i] = reshard(&c, o->value, &T);
     }
     spmd_bucket_gradients(p);
+    spmd_plan_fusion(p);
     return p;
 }
 
@@ -377,6 +380,7 @@ void spmd_free(spmd_program *p)
     free(p->versions);
     free(p->next_version);
     free(p->made_for);
+    spmd_fuse_plan_free(&p->fuse);
     free(p);
 }
 

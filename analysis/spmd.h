@@ -21,6 +21,7 @@
 #ifndef CARVE_SPMD_H
 #define CARVE_SPMD_H
 
+#include "fusion.h"
 #include "shard.h"
 
 typedef enum {
@@ -64,6 +65,7 @@ typedef enum {
 typedef struct spmd_options {
     int gather_policy;    /* spmd_gather_policy */
     int64_t bucket_bytes; /* gradient collectives combined up to this many bytes (bucket.c); 0: none */
+    int fuse;             /* plan fused elementwise groups (fusion.h); default 1, 0 with CARVE_FUSE=0 */
 } spmd_options;
 
 spmd_options spmd_default_options(void);
@@ -91,6 +93,8 @@ typedef struct spmd_program {
     int *out_buf;      /* per graph output: the buffer holding it at the end */
     spmd_stats stats;
     int n_buckets;      /* gradient buckets (instr.bucket in 0..n_buckets) */
+    spmd_fuse_plan fuse; /* elementwise groups over the instructions (fusion.h): what the executor
+                            runs and the cost model prices */
     /* scratch kept between lowerings of the same graph (see spmd_lower_into) */
     int *cur;
     uint8_t *phase;
@@ -112,6 +116,9 @@ void spmd_free(spmd_program *p);
 /* Combines p's gradient collectives into buckets of opts.bucket_bytes
  * (bucket.c); spmd_lower_ex calls it last. */
 void spmd_bucket_gradients(spmd_program *p);
+/* Plans p's fused elementwise groups into p->fuse (fusion.c); spmd_lower_ex
+ * calls it after bucketing. */
+void spmd_plan_fusion(spmd_program *p);
 const char *spmd_kind_name(spmd_kind k);
 const char *spmd_phase_name(spmd_phase p);
 /* Prints the program one instruction a line (local shapes, layouts, bytes). */

@@ -3,7 +3,7 @@
  * For two GPT sizes and meshes of 1, 2 and 4 simulated devices under the
  * expert schedules (replicated, dp, megatron, zero3, dp+megatron,
  * dp+megatron+zero3) it predicts each plan's step time with
- * cost_estimate_program on a profile calibrated in this run (cost_calibrate,
+ * cost_estimate_program on a profile calibrated in this run (calib_profile,
  * full mode) and measures it with the SPMD runtime (exec_spmd_step wall
  * time), then reports every plan, the Spearman rank correlation between
  * predicted and measured times and the median absolute relative error, and
@@ -26,6 +26,7 @@
  */
 #include "bench/bench_util.h"
 #include "analysis/schedule.h"
+#include "calib/calib.h"
 #include "cost/cost.h"
 #include "exec/runtime.h"
 #include "models/models.h"
@@ -242,7 +243,7 @@ int main(int argc, char **argv)
             for (int pl = g0; pl < g1; pl++)
                 if (live_start(&L[m][pl]) < 0) return 1;
             for (int k = 0; k < ROUNDS; k++) {
-                if (cost_calibrate(&cal[n_cal], 0, NULL, err, sizeof err) < 0) {
+                if (calib_profile(&cal[n_cal], 0, NULL, err, sizeof err) < 0) {
                     fprintf(stderr, "bench_fidelity: %s\n", err);
                     return 1;
                 }
@@ -315,7 +316,7 @@ int main(int argc, char **argv)
     printf("Predicted step time (`cost_estimate_program` on this machine's calibrated profile) against the measured\n"
            "one (SPMD runtime, one thread a simulated device, %d cores; `exec_spmd_step` wall time). BLIS kernels: **%s**.\n"
            "The plans of a model run side by side in groups whose buffers fit %.0f GB; a group runs %d rounds, each a\n"
-           "calibration (`cost_calibrate`, full mode) then one step of every plan, after one warm-up step each. The\n"
+           "calibration (`calib_profile`, full mode) then one step of every plan, after one warm-up step each. The\n"
            "measured time of a plan is its median over the rounds, and the profile is the median, figure by figure,\n"
            "of the %d calibrations: this host's speed drifts by up to 2x over minutes (other tenants), so plans and\n"
            "calibrations are sampled over the same span of time. Whole run: %.0f s.\n\n",

@@ -1,8 +1,9 @@
 /* cmd_calibrate.c - `carve calibrate --out cpu.json`: measure this machine
- * (cost_calibrate) and write the profile atomically. */
+ * (calib_profile) and write the profile atomically. */
 #include <stdio.h>
 
 #include "cli/cli.h"
+#include "calib/calib.h"
 #include "cost/cost.h"
 
 int cmd_calibrate(const cli_opts *o)
@@ -17,7 +18,7 @@ int cmd_calibrate(const cli_opts *o)
         return CLI_BAD_INPUT;
     }
     cost_hw hw;
-    if (cost_calibrate(&hw, 0, o->quiet ? NULL : stderr, err, sizeof err) < 0) {
+    if (calib_profile(&hw, 0, o->quiet ? NULL : stderr, err, sizeof err) < 0) {
         cli_error("%s", err);
         return CLI_CHECK_FAILED;
     }

@@ -7,7 +7,8 @@
  * whose devices all sit in one node uses the fast link, otherwise the slow one
  * (cost_axis_link); a profile may also name axes and give them their own link.
  * Profiles come from presets (public specifications, docs/cost-model.md),
- * from JSON ("format": "carve-hw/1") or from `carve calibrate`.
+ * from JSON ("format": "carve-hw/1") or from `carve calibrate` (calib/, a
+ * tool that measures this machine; cost/ includes no exec/ header).
  *
  * The estimator prices one spmd_program: per instruction a roofline time on
  * local shapes, ring alpha-beta times for collectives, and peak memory per
@@ -90,12 +91,6 @@ int cost_hw_save(const cost_hw *hw, const char *path, char *err, size_t errlen);
  * profile names it, else intra when stride(axis) * size(axis) <= node_devices
  * (devices numbered row-major, last axis fastest), else inter. */
 cost_link cost_axis_link(const cost_hw *hw, const shard_mesh *mesh, int axis);
-
-/* Measures this machine (see cli/cmd_calibrate.c and docs/cost-model.md):
- * GEMM and elementwise FLOP/s per thread while every core runs one, copy
- * bandwidth, barrier latency, core count.  `quick` uses small sizes (tests).
- * Returns 0, or -1 with a message.  Progress lines go to `log` when not NULL. */
-int cost_calibrate(cost_hw *hw, int quick, FILE *log, char *err, size_t errlen);
 
 /* How many "elements" an op of kind k processes, as op_rate counts them:
  * 0 = the result's elements, 1 = operand 0's (reductions), 2 = operand 1's

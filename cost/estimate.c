@@ -26,7 +26,6 @@
  */
 #include "cost/cost.h"
 
-#include "exec/fuse.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -54,7 +53,8 @@ struct cost_ws {
     /* per buffer */
     double *buf_bytes, *buf_numel;
     int *last_use;
-    uint8_t *persistent;      /* argument buffers and kept outputs */
+    uint8_t *persistent;      /* 1: argument buffers and kept outputs, 2: donated outputs, 3: fused
+                                 results in scratch tiles (never allocated) */
     int cap_bufs;
     double *layer;            /* 3 * (n_layers + 1) */
     int cap_layer;
@@ -460,61 +460,41 @@ static double coll_time(const ctx *c, const cost_hw *hw, const spmd_instr *in, d
     return c->ser * moved / hw->intra.bandwidth + barriers * lat;
 }
 
-/* Whether instruction `in` joins a fused group of n elements (exec/fuse.c's
- * rule on its local sizes). */
-static int joins_group(ctx *c, const spmd_instr *in, double n)
-{
-    if (in->kind != SPMD_COMPUTE || c->w->buf_numel[in->out] != n) return 0;
-    const ir_op *o = &c->p->g->ops[in->op];
-    int64_t numel[IR_MAX_OPERANDS];
-    for (int k = 0; k < o->n_in; k++) numel[k] = (int64_t)c->w->buf_numel[in->in[k]];
-    exec_fuse_item x;
-    exec_fuse_describe(&x, c->p->g, o, in->in, numel, in->out, (int64_t)n);
-    return x.fusible;
-}
-
-/* With fused_elementwise: the group exec/fuse.c would form from compute
- * instruction s (the following instructions it accepts with s's local
- * element count, up to FUSE_MAX_GROUP; the limit on scratch tiles is not
- * modelled).  The group streams its operands from memory once and writes
- * only the results read after it (or by the caller), so it takes
- * max(sum of its ops' compute times, those bytes / memory bandwidth) plus an
- * overhead per op; each member gets a share in proportion to its time alone,
- * in share[].  Returns the group's length (1: s runs alone). */
+/* With fused_elementwise: the group the lowering recorded at instruction s
+ * (p->fuse, analysis/fusion.h), priced as one kernel: it reads each operand
+ * from outside the group once (a result kept in a scratch tile is never
+ * written or read back) and writes the members whose results are kept, so
+ * it takes max(sum of its members' compute times, those bytes / memory
+ * bandwidth) plus one op_overhead.  Each member gets a share in proportion
+ * to its time alone, in share[].  Returns the group's length (1: s runs
+ * alone). */
 static int price_group(ctx *c, const cost_hw *hw, int s, double *share)
 {
     const spmd_program *p = c->p;
     cost_ws *w = c->w;
-    double n = w->buf_numel[p->instrs[s].out];
-    if (!joins_group(c, &p->instrs[s], n)) return 1;
-    int e = s + 1;
-    while (e < p->n_instrs && e - s < FUSE_MAX_GROUP) {
-        size_buffer(c, p->instrs[e].out);
-        if (!joins_group(c, &p->instrs[e], n)) break;
-        e++;
-    }
-    if (e - s < 2) return 1;
+    int len = p->fuse.len[s];
+    if (len < 2) return 1;
+    const spmd_fuse_step *st = &p->fuse.step[s];
     double alone = 0, tf_sum = 0, bytes = 0;
-    for (int j = s; j < e; j++) {
-        const spmd_instr *in = &p->instrs[j];
+    for (int j = 0; j < len; j++) {
+        const spmd_instr *in = &p->instrs[s + j];
         double flops, tf;
-        share[j - s] = price_compute(c, hw, in, &flops, &tf);
-        alone += share[j - s];
+        size_buffer(c, in->out);
+        share[j] = price_compute(c, hw, in, &flops, &tf);
+        alone += share[j];
         tf_sum += tf;
-        for (int k = 0; k < IR_MAX_OPERANDS && k < 2; k++) {
-            int b = in->in[k], inside = 0, seen = 0;
-            if (b < 0) continue;
-            for (int m = s; m < j && !inside; m++) inside = p->instrs[m].out == b;
-            for (int m = s; m < j && !seen; m++) seen = p->instrs[m].in[0] == b || p->instrs[m].in[1] == b;
+        for (int k = 0; k < st[j].n_in && k < 2; k++) {
+            int b = in->in[k], seen = st[j].src[k] >= 0; /* made inside: in a tile or just written */
+            for (int m = 0; m < j && !seen; m++)
+                for (int q = 0; q < st[m].n_in && q < 2; q++) seen |= st[m].src[q] < 0 && p->instrs[s + m].in[q] == b;
             if (k == 1 && in->in[0] == b) seen = 1;
-            if (!inside && !seen) bytes += w->buf_bytes[b];
+            if (!seen) bytes += w->buf_bytes[b];
         }
-        int ob = in->out;
-        if (w->persistent[ob] || w->last_use[ob] < 0 || w->last_use[ob] >= e) bytes += w->buf_bytes[ob];
+        if (st[j].slot < 0) bytes += w->buf_bytes[in->out];
     }
-    double tb = bytes / hw->mem_bandwidth, group = (tf_sum > tb ? tf_sum : tb) + (e - s) * hw->op_overhead;
-    for (int j = 0; j < e - s; j++) share[j] = alone > 0 ? group * share[j] / alone : 0;
-    return e - s;
+    double tb = bytes / hw->mem_bandwidth, group = (tf_sum > tb ? tf_sum : tb) + hw->op_overhead;
+    for (int j = 0; j < len; j++) share[j] = alone > 0 ? group * share[j] / alone : group / len;
+    return len;
 }
 
 int cost_estimate_program(cost_ws *w, const spmd_program *p, const cost_hw *hw, const cost_options *opt,
@@ -579,6 +559,11 @@ int cost_estimate_program(cost_ws *w, const spmd_program *p, const cost_hw *hw, 
                       shard_spec_equal(&p->bufs[b].spec, &p->bufs[p->arg_buf[u]].spec, g->values[u].rank);
         w->persistent[b] = donated ? 2 : 1;
     }
+    /* a fused group's results kept in scratch tiles are never allocated */
+    if (hw->fused_elementwise)
+        for (int i = 0; i < p->n_instrs; i++)
+            for (int j = 0; j < p->fuse.len[i] && p->fuse.len[i] > 1; j++)
+                if (p->fuse.step[i + j].slot >= 0 && !w->persistent[p->instrs[i + j].out]) w->persistent[p->instrs[i + j].out] = 3;
 
     /* pass 2: price every instruction; sweep live bytes */
     double ser = cost_cpu_factor(hw, m->n_devices);
@@ -648,7 +633,7 @@ int cost_estimate_program(cost_ws *w, const spmd_program *p, const cost_hw *hw, 
         /* memory: the result joins what is live; inputs read for the last
          * time (and a result nobody reads) leave after the instruction */
         int cat = w->cat[in->value];
-        if (w->persistent[ob] != 2) {
+        if (w->persistent[ob] < 2) { /* not donated (2), not in a tile (3) */
             live[cat] += w->buf_bytes[ob];
             cur += w->buf_bytes[ob];
         }

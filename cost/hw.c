@@ -71,6 +71,7 @@ int cost_hw_preset(const char *name, cost_hw *hw, char *err, size_t errlen)
         hw->intra = p->intra;
         hw->inter = p->inter;
         hw->cores = p->cores;
+        hw->fused_elementwise = p->cores == 0; /* accelerators: a compiler fuses elementwise chains (the program's groups) */
         return 0;
     }
     return ir_errf(err, errlen, "hardware '%s': unknown preset (presets: tpu-v3, a100, h100, cpu; or a carve-hw/1 JSON file)",

@@ -26,7 +26,7 @@ struct exec_ref {
     const ir_graph *g;
     void **buf; /* one per value, in the arena */
     exec_arena arena;
-    exec_fuse_plan fuse;
+    spmd_fuse_plan fuse;
 };
 
 static size_t value_bytes(const ir_value *v) { return (size_t)ir_numel(v) * 4; }
@@ -43,7 +43,7 @@ size_t exec_ref_bytes(const ir_graph *g)
 static int plan_fusion(exec_ref *r)
 {
     const ir_graph *g = r->g;
-    exec_fuse_item *it = calloc((size_t)(g->n_ops ? g->n_ops : 1), sizeof *it);
+    spmd_fuse_item *it = calloc((size_t)(g->n_ops ? g->n_ops : 1), sizeof *it);
     uint8_t *observed = calloc((size_t)(g->n_values ? g->n_values : 1), 1);
     int rc = -1;
     if (!it || !observed) goto done;
@@ -54,9 +54,9 @@ static int plan_fusion(exec_ref *r)
         const ir_op *op = &g->ops[i];
         int64_t n[IR_MAX_OPERANDS];
         for (int k = 0; k < op->n_in; k++) n[k] = ir_numel(&g->values[op->in[k]]);
-        exec_fuse_describe(&it[i], g, op, op->in, n, op->out, ir_numel(&g->values[op->out]));
+        spmd_fuse_describe(&it[i], g, op, op->in, n, op->out, ir_numel(&g->values[op->out]));
     }
-    rc = exec_fuse_plan_build(&r->fuse, it, g->n_ops, g->n_values, observed);
+    rc = spmd_fuse_plan_build(&r->fuse, it, g->n_ops, g->n_values, observed, !spmd_fuse_disabled_by_env());
 done:
     free(it);
     free(observed);
@@ -105,7 +105,7 @@ void exec_ref_free(exec_ref *r)
 {
     if (!r) return;
     exec_arena_unmap(&r->arena);
-    exec_fuse_plan_free(&r->fuse);
+    spmd_fuse_plan_free(&r->fuse);
     free(r->buf);
     free(r);
 }

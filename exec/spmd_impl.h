@@ -91,7 +91,6 @@ struct exec_spmd {
     int64_t *numel;       /* per buffer: local elements */
     exec_arena *arena;    /* per device: its buffers at off[] (mapped for local devices only) */
     double *instr_flops;  /* per instruction: local einsum FLOPs, else 0 */
-    exec_fuse_plan fuse;  /* elementwise groups over the instructions (fuse.h) */
     atomic_int abort;
     pthread_mutex_t err_mu;
     char err[512];

@@ -53,40 +53,6 @@ static double local_flops(const spmd_program *p, const spmd_instr *in)
     return ir_op_flops_dims(op, rank, (const int64_t(*)[IR_MAX_RANK])dims, p->g->values[op->out].rank, out);
 }
 
-/* Groups elementwise chains of compute instructions (fuse.h).  Collectives
- * are items too, so a buffer they read is written to memory; the outputs
- * are observed (the caller assembles them). */
-static int plan_fusion(exec_spmd *r)
-{
-    const spmd_program *p = r->p;
-    const ir_graph *g = r->g;
-    exec_fuse_item *it = calloc((size_t)(p->n_instrs ? p->n_instrs : 1), sizeof *it);
-    uint8_t *observed = calloc((size_t)(p->n_bufs ? p->n_bufs : 1), 1);
-    int rc = -1;
-    if (!it || !observed) goto done;
-    for (int i = 0; i < g->n_outputs; i++) observed[p->out_buf[i]] = 1;
-    for (int i = 0; i < p->n_instrs; i++) {
-        const spmd_instr *in = &p->instrs[i];
-        exec_fuse_item *x = &it[i];
-        if (in->kind == SPMD_COMPUTE) {
-            int64_t n[IR_MAX_OPERANDS];
-            for (int k = 0; k < g->ops[in->op].n_in; k++) n[k] = r->numel[in->in[k]];
-            exec_fuse_describe(x, g, &g->ops[in->op], in->in, n, in->out, r->numel[in->out]);
-            continue;
-        }
-        x->out = in->out; /* a collective: not fusible, but it reads its inputs */
-        for (int k = 0; k < IR_MAX_OPERANDS; k++)
-            if (in->in[k] >= 0) x->in[x->n_in++] = in->in[k];
-    }
-    rc = exec_fuse_plan_build(&r->fuse, it, p->n_instrs, p->n_bufs, observed);
-    r->stats.fused_groups = r->fuse.n_groups;
-    r->stats.fused_ops = r->fuse.n_fused;
-done:
-    free(it);
-    free(observed);
-    return rc;
-}
-
 exec_spmd *exec_spmd_new(const spmd_program *p, size_t max_bytes, char *err, size_t errlen)
 {
     return exec_spmd_new_on(p, EXEC_THREADS, max_bytes, err, errlen);
@@ -152,7 +118,8 @@ exec_spmd *exec_spmd_new_on(const spmd_program *p, exec_backend backend, size_t 
         if (exec_arena_map(a, off) < 0) goto oom;
         for (int b = 0; b < p->n_bufs; b++) exec_arena_place(a, r->off[b], (size_t)r->numel[b] * 4);
     }
-    if (plan_fusion(r) < 0) goto oom;
+    r->stats.fused_groups = p->fuse.n_groups; /* the groups the lowering planned */
+    r->stats.fused_ops = p->fuse.n_fused;
     r->stats.n_devices = r->n_dev;
     for (int i = 0; i < p->n_instrs; i++) {
         const spmd_instr *in = &p->instrs[i];
@@ -180,7 +147,6 @@ void exec_spmd_free(exec_spmd *r)
     free(r->off);
     free(r->numel);
     free(r->instr_flops);
-    exec_fuse_plan_free(&r->fuse);
     free(r->stats.dev);
     pthread_mutex_destroy(&r->err_mu);
     free(r);
@@ -346,7 +312,7 @@ static void run_group(exec_spmd *r, int i, int len, int dev)
         for (int k = 0; k < 2; k++) in[2 * m + k] = x->in[k] >= 0 ? spmd_buf(r, dev, x->in[k]) : NULL;
         out[m] = spmd_buf(r, dev, x->out);
     }
-    exec_fuse_run(&r->fuse.step[i], len, r->numel[p->instrs[i].out], in, out);
+    exec_fuse_run(&r->p->fuse.step[i], len, r->numel[p->instrs[i].out], in, out);
 }
 
 void spmd_run_device(exec_spmd *r, int dev)
@@ -365,7 +331,7 @@ void spmd_run_device(exec_spmd *r, int dev)
         if (atomic_load_explicit(&r->abort, memory_order_relaxed)) break;
         const spmd_instr *in = &p->instrs[i];
         double t0 = exec_spmd_now();
-        int len = r->fuse.len[i];
+        int len = r->p->fuse.len[i];
         if (len > 1) {
             run_group(r, i, len, dev);
             double dt = exec_spmd_now() - t0;

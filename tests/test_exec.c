@@ -654,9 +654,9 @@ static void test_blis_arch(void)
 
 /* ---- fused elementwise groups (fuse.h) -------------------------------- */
 
-static exec_fuse_item fitem(ir_opkind k, float s, int a, int b, int out, int64_t numel)
+static spmd_fuse_item fitem(ir_opkind k, float s, int a, int b, int out, int64_t numel)
 {
-    exec_fuse_item x = {.fusible = 1, .kind = k, .scalar = s, .n_in = b >= 0 ? 2 : 1, .in = {a, b}, .out = out,
+    spmd_fuse_item x = {.fusible = 1, .kind = k, .scalar = s, .n_in = b >= 0 ? 2 : 1, .in = {a, b}, .out = out,
                         .numel = numel};
     return x;
 }
@@ -665,35 +665,35 @@ static exec_fuse_item fitem(ir_opkind k, float s, int a, int b, int out, int64_t
 static void test_fuse_plan(void)
 {
     /* ids: 0 x, 1 a, 2 b, 3 y, 4 c, 5 e, 6 d */
-    exec_fuse_item it[5] = {
+    spmd_fuse_item it[5] = {
         fitem(IR_OP_SCALE, 2, 0, -1, 1, 100),   /* a = 2x */
         fitem(IR_OP_MUL, 0, 1, 1, 2, 100),      /* b = a a */
         fitem(IR_OP_ADD, 0, 2, 3, 4, 100),      /* c = b + y */
         {.fusible = 0, .n_in = 1, .in = {1}, .out = 5, .numel = 7}, /* something else reads a */
         fitem(IR_OP_NEG, 0, 4, -1, 6, 50),      /* another element count: not in the group */
     };
-    exec_fuse_plan pl;
-    CHECK(exec_fuse_plan_build(&pl, it, 5, 7, NULL) == 0);
+    spmd_fuse_plan pl = {0};
+    CHECK(spmd_fuse_plan_build(&pl, it, 5, 7, NULL, 1) == 0);
     CHECK(pl.len[0] == 3 && pl.len[1] == 0 && pl.len[2] == 0 && pl.len[3] == 1 && pl.len[4] == 1);
     CHECK(pl.n_groups == 1 && pl.n_fused == 3);
     CHECK(pl.step[0].slot < 0);                          /* a: read after the group */
     CHECK(pl.step[1].slot >= 0 && pl.step[1].src[0] == 0 && pl.step[1].src[1] == 0); /* b: only in the group */
     CHECK(pl.step[2].slot < 0 && pl.step[2].src[0] == 1 && pl.step[2].src[1] == -1); /* c: read by d */
-    exec_fuse_plan_free(&pl);
+    spmd_fuse_plan_free(&pl);
     uint8_t observed[7] = {0, 0, 1, 0, 0, 0, 0}; /* the caller reads b */
-    CHECK(exec_fuse_plan_build(&pl, it, 5, 7, observed) == 0);
+    CHECK(spmd_fuse_plan_build(&pl, it, 5, 7, observed, 1) == 0);
     CHECK(pl.len[0] == 3 && pl.step[1].slot < 0);
-    exec_fuse_plan_free(&pl);
+    spmd_fuse_plan_free(&pl);
 
     /* 14 values live at once need 14 tiles: the group is cut where the tiles
      * run out, and the values read after the cut are written */
     enum { K = 14, N = 1000 };
-    exec_fuse_item ch[2 * K];
+    spmd_fuse_item ch[2 * K];
     int n = 0;
     for (int k = 0; k < K; k++) ch[n++] = fitem(IR_OP_SCALE, (float)(k + 1), 0, -1, 1 + k, N); /* t_k = (k+1) x */
     ch[n++] = fitem(IR_OP_ADD, 0, 1, 2, 1 + K, N);                                             /* s_1 = t_0 + t_1 */
     for (int k = 2; k < K; k++) ch[n++] = fitem(IR_OP_ADD, 0, K + k - 1, 1 + k, K + k, N);      /* s_k = s_k-1 + t_k */
-    CHECK(exec_fuse_plan_build(&pl, ch, n, 2 * K + 1, NULL) == 0);
+    CHECK(spmd_fuse_plan_build(&pl, ch, n, 2 * K + 1, NULL, 1) == 0);
     int max_slot = -1, covered = 0;
     for (int i = 0; i < n; i++) {
         if (pl.step[i].slot > max_slot) max_slot = pl.step[i].slot;
@@ -726,27 +726,27 @@ static void test_fuse_plan(void)
         free(buf[v]);
         free(want[v]);
     }
-    exec_fuse_plan_free(&pl);
+    spmd_fuse_plan_free(&pl);
 
     /* a chain of 40 where each value feeds only the next: two tiles do */
-    exec_fuse_item chain[40];
+    spmd_fuse_item chain[40];
     for (int k = 0; k < 40; k++) chain[k] = fitem(k % 2 ? IR_OP_EXP : IR_OP_SCALE, 0.5f, k, -1, k + 1, N);
-    CHECK(exec_fuse_plan_build(&pl, chain, 40, 41, NULL) == 0);
+    CHECK(spmd_fuse_plan_build(&pl, chain, 40, 41, NULL, 1) == 0);
     max_slot = -1;
     for (int k = 0; k < 39; k++)
         if (pl.step[k].slot > max_slot) max_slot = pl.step[k].slot;
     CHECK(pl.len[0] == 40 && pl.n_groups == 1 && max_slot == 1 && pl.step[39].slot < 0);
-    exec_fuse_plan_free(&pl);
+    spmd_fuse_plan_free(&pl);
 
     /* what may join: float elementwise of one count, and broadcasts of one element */
     int splat;
     ir_dtype f2[2] = {IR_F32, IR_F32}, i1[1] = {IR_I32};
-    CHECK(exec_fuse_fusible(IR_OP_DIV, 2, f2, (int64_t[]){9, 9}, IR_F32, 9, &splat) == 1 && !splat);
-    CHECK(exec_fuse_fusible(IR_OP_BROADCAST, 1, f2, (int64_t[]){1}, IR_F32, 9, &splat) == 1 && splat);
-    CHECK(exec_fuse_fusible(IR_OP_BROADCAST, 1, f2, (int64_t[]){3}, IR_F32, 9, &splat) == 0);
-    CHECK(exec_fuse_fusible(IR_OP_ADD, 2, f2, (int64_t[]){1, 9}, IR_F32, 9, &splat) == 0);
-    CHECK(exec_fuse_fusible(IR_OP_NEG, 1, i1, (int64_t[]){9}, IR_I32, 9, &splat) == 0);
-    CHECK(exec_fuse_fusible(IR_OP_EINSUM, 2, f2, (int64_t[]){9, 9}, IR_F32, 9, &splat) == 0);
+    CHECK(spmd_fuse_fusible(IR_OP_DIV, 2, f2, (int64_t[]){9, 9}, IR_F32, 9, &splat) == 1 && !splat);
+    CHECK(spmd_fuse_fusible(IR_OP_BROADCAST, 1, f2, (int64_t[]){1}, IR_F32, 9, &splat) == 1 && splat);
+    CHECK(spmd_fuse_fusible(IR_OP_BROADCAST, 1, f2, (int64_t[]){3}, IR_F32, 9, &splat) == 0);
+    CHECK(spmd_fuse_fusible(IR_OP_ADD, 2, f2, (int64_t[]){1, 9}, IR_F32, 9, &splat) == 0);
+    CHECK(spmd_fuse_fusible(IR_OP_NEG, 1, i1, (int64_t[]){9}, IR_I32, 9, &splat) == 0);
+    CHECK(spmd_fuse_fusible(IR_OP_EINSUM, 2, f2, (int64_t[]){9, 9}, IR_F32, 9, &splat) == 0);
 }
 
 /* Whole training steps with and without fusion (CARVE_FUSE=0): the outputs

@@ -1,4 +1,8 @@
-/* calibrate.c - measures this machine into a cost_hw profile.
+/* calibrate.c - measures this machine into a cost_hw profile (calib.h).
+ *
+ * A tool above both the executor and the cost model: it times exec's kernels
+ * and writes the figures as a profile the cost model reads; cost/ itself
+ * never includes exec/.
  *
  * The simulated devices of carve's SPMD runtime are threads on this CPU, each
  * running serial kernels (exec_einsum_f32 over bli_sgemm_ex with one thread)
@@ -24,7 +28,7 @@
  * time (tests only call the quick mode and check the fields are sane).
  */
 #define _GNU_SOURCE
-#include "cost/cost.h"
+#include "calib/calib.h"
 
 #include <math.h>
 #include <omp.h>
@@ -467,7 +471,7 @@ __attribute__((format(printf, 2, 3))) static void say(FILE *log, const char *fmt
     fflush(log);
 }
 
-int cost_calibrate(cost_hw *hw, int quick, FILE *log, char *err, size_t errlen)
+int calib_profile(cost_hw *hw, int quick, FILE *log, char *err, size_t errlen)
 {
     exec_blis_setup();
     memset(hw, 0, sizeof *hw);

@@ -1,0 +1,182 @@
+/* fusion.c - grouping elementwise chains (fusion.h).
+ *
+ * Planning is one pass over the items: a group starts at a fusible item and
+ * takes the following fusible items of the same element count, up to
+ * FUSE_MAX_GROUP.  A member's result is written to memory when an item after
+ * the group reads it, when nothing reads it, or when the caller observes it;
+ * the others get scratch tiles, reused once their last reader in the group
+ * has run.  A group that would need more than FUSE_MAX_SLOTS tiles at once is
+ * cut before the member that does not fit, and planned again.
+ */
+#include "fusion.h"
+#include "spmd.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+int spmd_fuse_disabled_by_env(void)
+{
+    const char *env = getenv("CARVE_FUSE");
+    return env && !strcmp(env, "0");
+}
+
+int spmd_fuse_fusible(ir_opkind k, int n_in, const ir_dtype *in_dtype, const int64_t *in_numel, ir_dtype out_dtype,
+                      int64_t numel, int *splat)
+{
+    *splat = 0;
+    if (numel <= 0 || out_dtype == IR_I32) return 0;
+    for (int i = 0; i < n_in; i++)
+        if (in_dtype[i] == IR_I32) return 0;
+    ir_opclass c = ir_op_class(k);
+    if (c == IR_UNARY || c == IR_BINARY) {
+        for (int i = 0; i < n_in; i++)
+            if (in_numel[i] != numel) return 0;
+        return 1;
+    }
+    if (k == IR_OP_BROADCAST && n_in == 1 && in_numel[0] == 1) return *splat = 1;
+    return 0;
+}
+
+void spmd_fuse_describe(spmd_fuse_item *x, const ir_graph *g, const ir_op *op, const int *in, const int64_t *in_numel,
+                        int out, int64_t numel)
+{
+    ir_dtype dt[IR_MAX_OPERANDS];
+    memset(x, 0, sizeof *x);
+    x->kind = op->kind;
+    x->scalar = (float)op->attrs.scalar;
+    x->n_in = op->n_in;
+    for (int k = 0; k < op->n_in; k++) {
+        x->in[k] = in[k];
+        dt[k] = g->values[op->in[k]].dtype;
+    }
+    x->out = out;
+    x->numel = numel;
+    x->fusible = spmd_fuse_fusible(op->kind, op->n_in, dt, in_numel, g->values[op->out].dtype, numel, &x->splat);
+}
+
+void spmd_fuse_plan_free(spmd_fuse_plan *pl)
+{
+    free(pl->len);
+    free(pl->step);
+    memset(pl, 0, sizeof *pl);
+}
+
+/* Plans members [s, s + len): sources, which results stay in tiles, tiles.
+ * Returns len, or the number of members that fit in FUSE_MAX_SLOTS tiles. */
+static int plan_group(spmd_fuse_plan *pl, const spmd_fuse_item *it, int s, int len, const int *last_use,
+                      const uint8_t *observed)
+{
+    int e = s + len;
+    int slot_free[FUSE_MAX_SLOTS];
+    for (int i = 0; i < FUSE_MAX_SLOTS; i++) slot_free[i] = 1;
+    for (int j = s; j < e; j++) {
+        spmd_fuse_step *st = &pl->step[j];
+        memset(st, 0, sizeof *st);
+        st->kind = it[j].kind;
+        st->scalar = it[j].scalar;
+        st->n_in = it[j].n_in;
+        st->splat = it[j].splat;
+        st->src[0] = st->src[1] = -1;
+        for (int k = 0; k < it[j].n_in && k < 2; k++)
+            for (int m = j - 1; m >= s; m--)
+                if (it[m].out == it[j].in[k]) {
+                    st->src[k] = m - s;
+                    break;
+                }
+        /* tiles whose last reader is j can be reused after j; j's result
+         * needs its own tile first (no aliasing of operand and result) */
+        int o = it[j].out, kept = observed && observed[o] ? 1 : last_use[o] < 0 || last_use[o] >= e;
+        st->slot = -1;
+        if (!kept) {
+            for (int t = 0; t < FUSE_MAX_SLOTS && st->slot < 0; t++)
+                if (slot_free[t]) st->slot = t;
+            if (st->slot < 0) return j - s;
+            slot_free[st->slot] = 0;
+        }
+        for (int k = 0; k < st->n_in; k++) {
+            int m = st->src[k];
+            if (m >= 0 && pl->step[s + m].slot >= 0 && last_use[it[s + m].out] == j) slot_free[pl->step[s + m].slot] = 1;
+        }
+    }
+    return len;
+}
+
+int spmd_fuse_plan_build(spmd_fuse_plan *pl, const spmd_fuse_item *it, int n, int n_ids, const uint8_t *observed,
+                         int enabled)
+{
+    if (n > pl->cap || !pl->len) {
+        int cap = n > 256 ? n : 256;
+        int *len = realloc(pl->len, (size_t)cap * sizeof *pl->len);
+        if (len) pl->len = len;
+        spmd_fuse_step *step = realloc(pl->step, (size_t)cap * sizeof *pl->step);
+        if (step) pl->step = step;
+        if (!len || !step) {
+            spmd_fuse_plan_free(pl);
+            return -1;
+        }
+        pl->cap = cap;
+    }
+    memset(pl->len, 0, (size_t)(n ? n : 1) * sizeof *pl->len);
+    pl->n_groups = pl->n_fused = 0;
+    int *last_use = malloc((size_t)(n_ids ? n_ids : 1) * sizeof *last_use);
+    if (!last_use) return -1;
+    for (int i = 0; i < n_ids; i++) last_use[i] = -1;
+    for (int j = 0; j < n; j++)
+        for (int k = 0; k < it[j].n_in; k++)
+            if (it[j].in[k] >= 0) last_use[it[j].in[k]] = j;
+    for (int s = 0; s < n;) {
+        int len = 1;
+        if (enabled && it[s].fusible && it[s].out >= 0)
+            while (len < FUSE_MAX_GROUP && s + len < n && it[s + len].fusible && it[s + len].out >= 0 &&
+                   it[s + len].numel == it[s].numel)
+                len++;
+        /* cutting a group can only free tiles (fewer results stay in tiles
+         * when more readers fall outside it), so this ends */
+        for (int fit; len > 1 && (fit = plan_group(pl, it, s, len, last_use, observed)) < len;) len = fit;
+        pl->len[s] = len;
+        if (len > 1) {
+            pl->n_groups++;
+            pl->n_fused += len;
+        }
+        s += len;
+    }
+    free(last_use);
+    return 0;
+}
+
+
+static int64_t buf_numel(const spmd_program *p, int b)
+{
+    int64_t dims[IR_MAX_RANK], n = 1;
+    spmd_buffer_dims(p, b, dims);
+    for (int d = 0; d < p->g->values[p->bufs[b].value].rank; d++) n *= dims[d];
+    return n;
+}
+
+/* Collectives are items too (not fusible), so a buffer they read is written
+ * to memory; the outputs are observed (the executor assembles them). */
+void spmd_plan_fusion(spmd_program *p)
+{
+    const ir_graph *g = p->g;
+    int n = p->n_instrs;
+    spmd_fuse_item *it = ir_xcalloc((size_t)(n ? n : 1), sizeof *it);
+    uint8_t *observed = ir_xcalloc((size_t)(p->n_bufs ? p->n_bufs : 1), 1);
+    for (int i = 0; i < g->n_outputs; i++) observed[p->out_buf[i]] = 1;
+    for (int i = 0; i < n; i++) {
+        const spmd_instr *in = &p->instrs[i];
+        spmd_fuse_item *x = &it[i];
+        if (in->kind == SPMD_COMPUTE) {
+            const ir_op *op = &g->ops[in->op];
+            int64_t numel[IR_MAX_OPERANDS];
+            for (int k = 0; k < op->n_in; k++) numel[k] = buf_numel(p, in->in[k]);
+            spmd_fuse_describe(x, g, op, in->in, numel, in->out, buf_numel(p, in->out));
+            continue;
+        }
+        x->out = in->out;
+        for (int k = 0; k < IR_MAX_OPERANDS; k++)
+            if (in->in[k] >= 0) x->in[x->n_in++] = in->in[k];
+    }
+    if (spmd_fuse_plan_build(&p->fuse, it, n, p->n_bufs, observed, p->opts.fuse) < 0) abort();
+    free(it);
+    free(observed);
+}
