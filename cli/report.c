@@ -210,28 +210,29 @@ static void layer_reps(int n_layers, int (*eq)(const void *, int, int), const vo
     }
 }
 
-/* Prints "(layers 2, 4, ..., 10: as layer 0)" for every layer shown once. */
+/* Prints "(layers 2, 4, ..., 10: as layer 0)" for every layer shown once:
+ * an arithmetic run as first, second, ..., last; else the list (the first 16). */
 static void print_folded(int n_layers, const int *rep)
 {
     for (int M = 0; M < n_layers; M++) {
         if (rep[M] != M) continue;
-        int list[64], n = 0, total = 0, step = 0, even = 1;
-        for (int L = M + 1; L < n_layers; L++)
-            if (rep[L] == M) {
-                if (n < 64) list[n++] = L;
-                total++;
-            }
-        if (!total) continue;
-        for (int i = 1; i < n; i++) {
-            if (i == 1) step = list[1] - list[0];
-            even &= list[i] - list[i - 1] == step;
+        int first = -1, second = -1, last = -1, total = 0, even = 1;
+        for (int L = M + 1; L < n_layers; L++) {
+            if (rep[L] != M) continue;
+            if (total == 0) first = L;
+            else if (total == 1) second = L;
+            else even &= L - last == second - first;
+            last = L;
+            total++;
         }
+        if (!total) continue;
         printf("  (layer%s ", total > 1 ? "s" : "");
-        if (n >= 3 && even && n == total && step == 1) printf("%d..%d", list[0], list[n - 1]);
-        else if (n >= 3 && even && n == total) printf("%d, %d, ..., %d", list[0], list[1], list[n - 1]);
+        if (total >= 3 && even && second - first == 1) printf("%d..%d", first, last);
+        else if (total >= 3 && even) printf("%d, %d, ..., %d", first, second, last);
         else
-            for (int i = 0; i < n; i++) printf("%s%d", i ? ", " : "", list[i]);
-        if (total > n) printf(", ... (%d in all)", total);
+            for (int L = M + 1, k = 0; L < n_layers && k < 16; L++)
+                if (rep[L] == M) printf("%s%d", k++ ? ", " : "", L);
+        if (total > 16 && !even) printf(", ... (%d in all)", total);
         printf(": as layer %d)\n", M);
     }
 }

@@ -66,6 +66,8 @@ static const preset_def presets[] = {
     {"gpt-6.7b", "gpt", {32, 4096, 32, 1024, 8, 51200}, "GPT-3 6.7B sizes, batch 8 sequences of 1024"},
     {"gpt-15b", "gpt", {48, 5120, 40, 1024, 8, 51200}, "15B GPT, batch 8 sequences of 1024"},
     {"gpt-39b", "gpt", {48, 8192, 64, 1024, 8, 51200}, "39B GPT, batch 8 sequences of 1024"},
+    {"gpt-76b", "gpt", {60, 10240, 80, 1024, 8, 51200}, "76B GPT (Megatron-LM's 76.1B sizes), batch 8 sequences of 1024"},
+    {"gpt-175b", "gpt", {96, 12288, 96, 1024, 8, 51200}, "GPT-3 175B sizes (96 heads of 128), batch 8 sequences of 1024"},
     {"gns-tiny", "gns", {2, 16, 64, 16, 8, 8, 8}, "tiny GNS for multi-device numeric tests (every size divides 8 devices)"},
     {"gns-2d", "gns", {10, 2048, 40960, 128, 30, 3, 2},
      "GNS paper's 2-D setting: latent 128, 10 steps, 30 node / 3 edge features; 2048 particles, 20 edges each"},
@@ -78,7 +80,7 @@ static const preset_def presets[] = {
 
 static const char *const all_names[] = {
     "mlp", "mlp-tiny", "gpt", "gpt-tiny", "gpt-125m", "gpt-350m", "gpt-760m",
-    "gpt-1.3b", "gpt-2.6b", "gpt-6.7b", "gpt-15b", "gpt-39b", "gns", "gns-tiny", "gns-2d", "gns-3d",
+    "gpt-1.3b", "gpt-2.6b", "gpt-6.7b", "gpt-15b", "gpt-39b", "gpt-76b", "gpt-175b", "gns", "gns-tiny", "gns-2d", "gns-3d",
     "gns-large", NULL,
 };
 

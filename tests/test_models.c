@@ -70,7 +70,7 @@ static void test_parse(void)
         const char *desc = model_describe(*p);
         CHECKF(desc && desc[0] && !strchr(desc, '\n'), "%s: '%s'", *p, desc ? desc : "(null)");
     }
-    CHECK(n == 17);
+    CHECK(n == 19);
     CHECK(model_describe("gpt-7b") == NULL);
     CHECK(strstr(model_describe("gpt-1.3b"), "GPT-3 XL") != NULL);
     CHECK(strstr(model_describe("gpt"), "GPT decoder") != NULL);
