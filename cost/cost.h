@@ -91,6 +91,13 @@ int cost_hw_save(const cost_hw *hw, const char *path, char *err, size_t errlen);
  * profile names it, else intra when stride(axis) * size(axis) <= node_devices
  * (devices numbered row-major, last axis fastest), else inter. */
 cost_link cost_axis_link(const cost_hw *hw, const shard_mesh *mesh, int axis);
+/* The levels a collective over mesh axis `axis` runs in: one (sizes[0] =
+ * the axis size, on cost_axis_link) when the axis stays inside a node or has
+ * its own link; two when its devices span nodes and a node holds a whole
+ * number of them: sizes[0] devices inside each node on the intra link, then
+ * sizes[1] nodes on the inter link (hierarchical, as NCCL runs it), so an
+ * axis of 64 prices like the two axes node=8,gpu=8.  Returns the count. */
+int cost_axis_levels(const cost_hw *hw, const shard_mesh *mesh, int axis, int64_t *sizes, cost_link *links);
 
 /* How many "elements" an op of kind k processes, as op_rate counts them:
  * 0 = the result's elements, 1 = operand 0's (reductions), 2 = operand 1's

@@ -134,30 +134,28 @@ double cost_wire_bytes(spmd_kind kind, int64_t n, double bytes)
 static double collective(const cost_hw *hw, const shard_mesh *m, spmd_kind kind, unsigned axes, double bytes,
                          double *wire)
 {
-    int ax[SHARD_MAX_AXES], n = 0;
-    cost_link link[SHARD_MAX_AXES];
+    int64_t size[2 * SHARD_MAX_AXES];
+    cost_link link[2 * SHARD_MAX_AXES];
+    int n = 0;
     for (int a = m->n_axes - 1; a >= 0; a--) /* minor (inner) axes first */
-        if ((axes & (1u << a)) && m->sizes[a] > 1) {
-            link[n] = cost_axis_link(hw, m, a);
-            ax[n++] = a;
-        }
+        if ((axes & (1u << a)) && m->sizes[a] > 1) n += cost_axis_levels(hw, m, a, &size[n], &link[n]);
     *wire = 0;
     if (!n) return 0;
-    /* stable sort by bandwidth, fastest first (n <= 4) */
+    /* stable sort by bandwidth, fastest first (n <= 8) */
     for (int i = 1; i < n; i++)
         for (int j = i; j > 0 && link[j].bandwidth > link[j - 1].bandwidth; j--) {
             cost_link tl = link[j];
             link[j] = link[j - 1];
             link[j - 1] = tl;
-            int ta = ax[j];
-            ax[j] = ax[j - 1];
-            ax[j - 1] = ta;
+            int64_t ts = size[j];
+            size[j] = size[j - 1];
+            size[j - 1] = ts;
         }
     if (kind == SPMD_ALL_TO_ALL) {
         int64_t total = 1;
         double bw = link[0].bandwidth, lat = link[0].latency;
         for (int i = 0; i < n; i++) {
-            total *= m->sizes[ax[i]];
+            total *= size[i];
             if (link[i].bandwidth < bw) bw = link[i].bandwidth;
             if (link[i].latency > lat) lat = link[i].latency;
         }
@@ -166,7 +164,7 @@ static double collective(const cost_hw *hw, const shard_mesh *m, spmd_kind kind,
     }
     double passes = kind == SPMD_ALL_REDUCE ? 2 : 1, t = 0, s = bytes;
     for (int i = 0; i < n; i++) {
-        double k = (double)m->sizes[ax[i]];
+        double k = (double)size[i];
         double w = passes * (k - 1) / k * s;
         *wire += w;
         t += w / link[i].bandwidth + passes * (k - 1) * link[i].latency;

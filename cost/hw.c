@@ -224,6 +224,25 @@ cost_link cost_axis_link(const cost_hw *hw, const shard_mesh *mesh, int axis)
     return stride * mesh->sizes[axis] <= hw->node_devices ? hw->intra : hw->inter;
 }
 
+int cost_axis_levels(const cost_hw *hw, const shard_mesh *mesh, int axis, int64_t *sizes, cost_link *links)
+{
+    int64_t n = mesh->sizes[axis], stride = 1;
+    for (int a = axis + 1; a < mesh->n_axes; a++) stride *= mesh->sizes[a];
+    int named = 0;
+    for (int i = 0; i < hw->n_axis_links; i++) named |= !strcmp(hw->axis_names[i], mesh->names[axis]);
+    int64_t inner = stride < hw->node_devices && hw->node_devices % stride == 0 ? hw->node_devices / stride : 1;
+    if (named || stride * n <= hw->node_devices || inner < 2 || n % inner) {
+        sizes[0] = n;
+        links[0] = cost_axis_link(hw, mesh, axis);
+        return 1;
+    }
+    sizes[0] = inner; /* the axis' devices inside one node */
+    links[0] = hw->intra;
+    sizes[1] = n / inner; /* one per node, across nodes */
+    links[1] = hw->inter;
+    return 2;
+}
+
 /* ---- JSON ---------------------------------------------------------------- */
 
 /* Refuses an object holding one key twice (cJSON keeps both; the first would

@@ -120,6 +120,26 @@ static void test_formulas(void)
     /* an axis of size 1 costs nothing */
     shard_mesh_parse("batch=1,model=8", &m, err, sizeof err);
     CHECK(cost_collective_time(&hw, &m, SPMD_ALL_REDUCE, 1u, S) == 0);
+    /* topology: one axis of 64 devices spans 8 nodes of 8; it is priced
+     * hierarchically (8 inside each node on NVLink, then 8 nodes on
+     * InfiniBand on S / 8), exactly like the two axes node=8,gpu=8, and far
+     * below one flat ring of 64 on InfiniBand */
+    shard_mesh flat, two;
+    shard_mesh_parse("d=64", &flat, err, sizeof err);
+    shard_mesh_parse("node=8,gpu=8", &two, err, sizeof err);
+    for (int k = SPMD_ALL_GATHER; k <= SPMD_ALL_TO_ALL; k++) {
+        double t1 = cost_collective_time(&hw, &flat, (spmd_kind)k, 1u, S), t2 = cost_collective_time(&hw, &two, (spmd_kind)k, 3u, S);
+        CHECKF(close_rel(t1, t2, 1e-12), "%s: one axis %g s, two axes %g s", spmd_kind_name((spmd_kind)k), t1, t2);
+    }
+    double ring64 = 2 * 63.0 / 64 * S / bi + 2 * 63 * ai;
+    want = 2 * 7.0 / 8 * S / b + 2 * 7 * a + 2 * 7.0 / 8 * (S / 8) / bi + 2 * 7 * ai;
+    CHECK(close_rel(cost_collective_time(&hw, &flat, SPMD_ALL_REDUCE, 1u, S), want, 1e-12) && want < ring64 / 4);
+    int64_t ks[2];
+    cost_link ls[2];
+    CHECK(cost_axis_levels(&hw, &flat, 0, ks, ls) == 2 && ks[0] == 8 && ks[1] == 8 && ls[1].bandwidth == bi);
+    /* an axis inside a node, or one the profile gives its own link: one level */
+    CHECK(cost_axis_levels(&hw, &two, 1, ks, ls) == 1 && ks[0] == 8 && ls[0].bandwidth == b);
+    CHECK(cost_axis_levels(&h2, &flat, 0, ks, ls) == 1 || strcmp(h2.axis_names[0], "d"));
 }
 
 /* ZeRO paper (Rajbhandari et al. 2020, Figure 1): Psi = 7.5B, N_d = 64,
