@@ -164,7 +164,7 @@ fuzz_seeds() { # $1 = seeds dir, $2 = built carve
         i=$((i + 1)); printf '0%s' "$line" >"$s/schedule/text$i"
         printf '1{"format":"carve-schedule/1","tactics":["%s"]}' "${line//,/\",\"}" >"$s/schedule/json$i"
     done <fuzz/seeds/schedule.txt
-    if [ -x "$carve" ] && [ ! -e "$s/plan/gpt-tiny.json" ]; then
+    if [ -x "$carve" ] && [ "$carve" -nt "$s/plan/gpt-tiny.json" ]; then # remade when carve changes
         "$carve" autopart --model gpt-tiny --mesh batch=2,model=2 --budget 20 --quiet --out "$s/plan/gpt-tiny.json" >/dev/null 2>&1 || true
         "$carve" autopart --graph tests/graphs/mlp-by-hand.json --mesh 2x2 --budget 20 --quiet --out "$s/plan/mlp.json" >/dev/null 2>&1 || true
     fi

@@ -26,23 +26,6 @@
 /* Largest error allowed, relative to each tensor's largest magnitude. */
 #define RUN_TOLERANCE 1e-4
 
-/* Bytes of memory the kernel says are available (MemAvailable), else the
- * free physical pages, else 0 (unknown). */
-static size_t available_bytes(void)
-{
-    FILE *f = fopen("/proc/meminfo", "r");
-    if (f) {
-        char line[256];
-        unsigned long long kb = 0;
-        while (fgets(line, sizeof line, f))
-            if (sscanf(line, "MemAvailable: %llu kB", &kb) == 1) break;
-        fclose(f);
-        if (kb) return (size_t)kb * 1024;
-    }
-    long pages = sysconf(_SC_AVPHYS_PAGES), size = sysconf(_SC_PAGESIZE);
-    return pages > 0 && size > 0 ? (size_t)pages * (size_t)size : 0;
-}
-
 static double mib(size_t b) { return (double)b / 1048576.0; }
 
 /* Where the devices run: threads of this process, or one MPI rank each
@@ -156,8 +139,8 @@ static uint64_t program_hash(const spmd_program *p)
  * rank 0).  Returns CLI_OK or CLI_BAD_INPUT. */
 static int check_memory(const cli_opts *o, const ir_graph *g, const spmd_program *p, const char *cfg)
 {
-    char buf[256];
-    size_t dev_bytes = exec_spmd_device_bytes(p), ref_bytes = exec_ref_bytes(g), avail = available_bytes();
+    char buf[256], why[2400];
+    size_t dev_bytes = exec_spmd_device_bytes(p), ref_bytes = exec_ref_bytes(g), avail = exec_memory_available(why, sizeof why);
     size_t spmd_bytes = env.mpi ? dev_bytes : exec_spmd_bytes(p), mine = spmd_bytes + (env.rank == 0 ? ref_bytes : 0);
     printf("model %s\nmesh %s (%lld devices), schedule %s\noptimizer %s, seed %lld, steps %lld, BLIS kernels %s\n"
            "precision: f32 everywhere (the CPU executor has no bf16, fp16 or TF32 kernels)\n", cfg,
@@ -172,14 +155,14 @@ static int check_memory(const cli_opts *o, const ir_graph *g, const spmd_program
     fflush(stdout);
     if (avail && mine > avail) {
         if (env.mpi)
-            cli_error("run: rank %d of %d: %s on mesh %s needs %zu bytes (%.2f GiB) on this rank, but its machine has %zu bytes "
-                      "(%.2f GiB) available", env.rank, env.size, cfg, buf, mine, (double)mine / 1073741824.0, avail,
+            cli_error("run: rank %d of %d: %s on mesh %s needs %zu bytes (%.2f GiB) on this rank, but on its machine %s %zu "
+                      "bytes (%.2f GiB) available", env.rank, env.size, cfg, buf, mine, (double)mine / 1073741824.0, why, avail,
                       (double)avail / 1073741824.0);
         else
             cli_error("run: %s on mesh %s needs %zu bytes (%.2f GiB: %zu per device x %lld devices + %zu for the reference), "
-                      "but this machine has %zu bytes (%.2f GiB) available",
+                      "but %s %zu bytes (%.2f GiB) available",
                       cfg, buf, mine, (double)mine / 1073741824.0, dev_bytes, (long long)p->mesh.n_devices, ref_bytes,
-                      avail, (double)avail / 1073741824.0);
+                      why, avail, (double)avail / 1073741824.0);
         return CLI_BAD_INPUT;
     }
     return CLI_OK;

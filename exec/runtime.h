@@ -59,6 +59,14 @@ typedef struct exec_spmd_stats {
 size_t exec_spmd_device_bytes(const spmd_program *p);
 size_t exec_spmd_bytes(const spmd_program *p);
 
+/* Bytes this process may still allocate (exec/sysmem.c): the smaller of the
+ * kernel's MemAvailable and what the memory cgroup's limit (v1 or v2, every
+ * ancestor) leaves; 0 when neither is known.  `why` gets the words for a
+ * message ("this machine has", or "the cgroup v1 memory limit of 0.20 GiB
+ * (FOLDER) leaves").  _at reads /proc and /sys under `root` (tests). */
+size_t exec_memory_available(char *why, size_t n);
+size_t exec_memory_available_at(const char *root, char *why, size_t n);
+
 /* Where the devices run (spmd_impl.h's collective interface): threads of
  * this process, or one MPI rank each (spmd_mpi.c; exec_mpi_* below). */
 typedef enum { EXEC_THREADS, EXEC_MPI } exec_backend;

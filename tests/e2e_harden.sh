@@ -150,5 +150,32 @@ done
 refused long-option "unknown option '--$(printf 'x%.0s' $(seq 100))'" "$carve" show --model mlp-tiny "--$(printf 'x%.0s' $(seq 100))"
 refused long-tactic-name "NAME must take 1 to 95 characters" "$carve" shard --model mlp-tiny --mesh d=2 --schedule "tile:$(printf 'w%.0s' $(seq 120)):0:d"
 
+# ---- 7. --search exhaustive on a space it cannot finish: refused after counting, before pricing ----
+refused exhaustive-too-large "more than 200000 plans (counted before pricing any)" "$carve" autopart --model gpt-tiny --mesh batch=2,model=2 --search exhaustive --quiet --out ex.json
+absent exhaustive-file ex.json
+
+# ---- 8. carve run under a memory cgroup: refused from the cgroup's limit, not OOM-killed ----
+cg=""
+if [ "$(id -u)" = 0 ]; then
+    for d in /sys/fs/cgroup/memory /sys/fs/cgroup; do
+        [ -w "$d" ] && [ -e "$d/memory.limit_in_bytes" -o -e "$d/cgroup.subtree_control" ] || continue
+        c="$d/carve-test-$$"
+        mkdir "$c" 2>/dev/null || continue
+        if echo 300M >"$c/memory.limit_in_bytes" 2>/dev/null || echo 300M >"$c/memory.max" 2>/dev/null; then cg=$c; break; fi
+        rmdir "$c"
+    done
+fi
+if [ -n "$cg" ]; then
+    # 795 MiB of buffers, far below this machine's free memory, above the cgroup's 300 MiB
+    bash -c 'echo $$ >"$1/cgroup.procs" && shift && exec "$@"' _ "$cg" "$carve" run --model "gpt:layers=2,hidden=256,heads=8,seq=64,batch=8,vocab=1024" \
+        --mesh batch=2 --schedule dp:batch >out.txt 2>err.txt
+    rc=$?
+    rmdir "$cg"
+    if [ $rc -eq 2 ] && [ "$(wc -l <err.txt)" -eq 1 ] && grep -q "cgroup v[12] memory limit of 0.29 GiB" err.txt; then ok_
+    else no_ "run under a 300 MiB cgroup: rc $rc" "$(cat err.txt)"; fi
+else
+    echo "note: cannot make a memory cgroup here; the cgroup reader is tested on fake trees in test_exec"
+fi
+
 echo "$pass passed, $fail failed"
 [ $fail -eq 0 ]

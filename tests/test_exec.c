@@ -2,6 +2,7 @@
 #include "exec/exec.h"
 #include "exec/fuse.h"
 #include "exec/kernels.h"
+#include "exec/runtime.h"
 #include "models/models.h"
 #include "ir/pcg32.h"
 #include "tests/test.h"
@@ -9,6 +10,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 /* ---- einsum against a naive loop -------------------------------------- */
 
@@ -792,8 +794,59 @@ static void test_fuse_reference(void)
     }
 }
 
+/* ---- memory available to a run (exec/sysmem.c), on fake /proc and /sys trees ---- */
+
+static void put(const char *root, const char *rel, const char *text)
+{
+    char path[512], cmd[600];
+    snprintf(path, sizeof path, "%s/%s", root, rel);
+    snprintf(cmd, sizeof cmd, "mkdir -p \"$(dirname '%s')\"", path);
+    if (system(cmd) != 0) return;
+    FILE *f = fopen(path, "w");
+    if (f) {
+        fputs(text, f);
+        fclose(f);
+    }
+}
+
+static void test_memory_available(void)
+{
+    char root[64], why[2400], cmd[128];
+    snprintf(root, sizeof root, "/tmp/carve-test-sysmem-%d", (int)getpid());
+    const char *mi = "MemTotal: 16000000 kB\nMemAvailable:    8000000 kB\n";
+    /* no cgroup limit: MemAvailable */
+    put(root, "proc/meminfo", mi);
+    put(root, "proc/self/cgroup", "0::/\n");
+    put(root, "sys/fs/cgroup/memory.max", "max\n");
+    CHECK(exec_memory_available_at(root, why, sizeof why) == 8000000ull * 1024 && strstr(why, "machine"));
+    /* v2: a 1 GiB limit on an ancestor binds, minus usage, plus inactive file pages */
+    put(root, "proc/self/cgroup", "0::/ci/job\n");
+    put(root, "sys/fs/cgroup/ci/memory.max", "1073741824\n");
+    put(root, "sys/fs/cgroup/ci/memory.current", "536870912\n");
+    put(root, "sys/fs/cgroup/ci/memory.stat", "anon 1\ninactive_file 134217728\nactive_file 5\n");
+    put(root, "sys/fs/cgroup/ci/job/memory.max", "max\n");
+    size_t a = exec_memory_available_at(root, why, sizeof why);
+    CHECKF(a == 1073741824ull - 536870912ull + 134217728ull && strstr(why, "cgroup v2") && strstr(why, "/ci"), "%zu %s", a, why);
+    /* v1 (hybrid: v2 at unified without memory files): the container's own cgroup is the root */
+    snprintf(cmd, sizeof cmd, "rm -rf %s/sys", root);
+    CHECK(system(cmd) == 0);
+    put(root, "proc/self/cgroup", "5:cpu,cpuacct:/x\n4:memory:/process_api/abc\n0::/\n");
+    put(root, "sys/fs/cgroup/unified/cgroup.controllers", "\n");
+    put(root, "sys/fs/cgroup/memory/memory.limit_in_bytes", "209715200\n");
+    put(root, "sys/fs/cgroup/memory/memory.usage_in_bytes", "10485760\n");
+    put(root, "sys/fs/cgroup/memory/memory.stat", "inactive_file 1\ntotal_inactive_file 0\n");
+    a = exec_memory_available_at(root, why, sizeof why);
+    CHECKF(a == 209715200ull - 10485760ull && strstr(why, "cgroup v1"), "%zu %s", a, why);
+    /* v1 without a limit (the kernel's 2^63 - 4096): MemAvailable again */
+    put(root, "sys/fs/cgroup/memory/memory.limit_in_bytes", "9223372036854771712\n");
+    CHECK(exec_memory_available_at(root, why, sizeof why) == 8000000ull * 1024);
+    snprintf(cmd, sizeof cmd, "rm -rf %s", root);
+    CHECK(system(cmd) == 0);
+}
+
 int main(void)
 {
+    test_memory_available();
     test_blis_arch();
     test_einsum_layouts();
     test_unary_binary();

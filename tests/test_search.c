@@ -234,8 +234,42 @@ static void chain_mlp_folding(void)
     }
 }
 
+/* issue 18: an exhaustive search over a space larger than its limit is
+ * refused after counting the states, before pricing any (it priced up to the
+ * limit first: 55 s and more on gpt-tiny). */
+static int64_t n_priced;
+static void counting_eval(void *ws, shard_state *st, search_score *out)
+{
+    n_priced++;
+    proxy_eval(ws, st, out);
+}
+
+static void exhaustive_refused_up_front(void)
+{
+    ir_graph *g = test_build_step("mlp:layers=3,batch=32,in=64,hidden=128,out=16");
+    shard_mesh mesh;
+    char err[256];
+    shard_mesh_parse("batch=2,model=2", &mesh, err, sizeof err);
+    shard_state *prefix = shard_state_new(g, &mesh);
+    shard_groups *gs = shard_groups_build(g);
+    search_evaluator ev = {NULL, proxy_make, counting_eval, proxy_destroy};
+    search_result r;
+    search_budget b = {.threads = 1, .max_depth = 8, .max_exhaustive = 20};
+    n_priced = 0;
+    CHECKF(search_run(&search_exhaustive, prefix, gs, &ev, &b, &r, err, sizeof err) < 0 && strstr(err, "more than 20 plans"),
+           "%s", err);
+    CHECKF(n_priced <= 1, "priced %lld plans before refusing", (long long)n_priced); /* at most the prefix, as a seed */
+    b.max_exhaustive = 0; /* the default limit: the same space is searched whole */
+    n_priced = 0;
+    CHECKF(search_run(&search_exhaustive, prefix, gs, &ev, &b, &r, err, sizeof err) == 0 && n_priced > 20, "%s", err);
+    shard_groups_free(gs);
+    shard_state_free(prefix);
+    ir_free(g);
+}
+
 int main(void)
 {
+    exhaustive_refused_up_front();
     chain_mlp_folding();
     /* the cost model as the evaluator (A100 profile) */
     against_exhaustive_ev("mlp:layers=2,batch=64,in=2048,hidden=8192,out=2048", "batch=4,model=2", 3, &plan_cost_evaluator,
