@@ -155,7 +155,7 @@ static int check_memory(const cli_opts *o, const ir_graph *g, const spmd_program
     fflush(stdout);
     if (avail && mine > avail) {
         if (env.mpi)
-            cli_error("run: rank %d of %d: %s on mesh %s needs %zu bytes (%.2f GiB) on this rank, but on its machine %s %zu "
+            cli_error("run: rank %d of %d: %s on mesh %s needs %zu bytes (%.2f GiB) on this rank, but %s %zu "
                       "bytes (%.2f GiB) available", env.rank, env.size, cfg, buf, mine, (double)mine / 1073741824.0, why, avail,
                       (double)avail / 1073741824.0);
         else
