@@ -20,6 +20,7 @@
 #include "cli/cli.h"
 #include "cli/report.h"
 #include "models/models.h"
+#include "cost/cost.h"
 #include "exec/runtime.h"
 #include "plan/plan.h"
 
@@ -116,6 +117,49 @@ static void print_timings(const exec_spmd_stats *st, const spmd_program *p)
     else if (moved > 0)
         printf("  the collective kernels read %.3f MB from device buffers, at %.2f GB/s per device outside barrier waits\n",
                moved / 1e6, move_s > 0 ? moved / move_s / 1e9 : 0.0);
+}
+
+/* The estimator's peak memory per device for p in f32 (what the executor
+ * runs), or -1 when it cannot price it. */
+static double predicted_peak(const spmd_program *p)
+{
+    char err[256];
+    cost_hw hw;
+    cost_estimate e;
+    cost_options opt = {.precision = COST_FP32};
+    if (cost_hw_preset("cpu", &hw, err, sizeof err) < 0) return -1;
+    cost_ws *ws = cost_ws_new();
+    int rc = ws ? cost_estimate_program(ws, p, &hw, &opt, &e, err, sizeof err) : -1;
+    cost_ws_free(ws);
+    return rc < 0 ? -1 : e.peak_memory;
+}
+
+/* Peak memory per device: the plan's prediction, the arena the runtime laid
+ * out by liveness, and what was measured (resident pages, process peak). */
+static void print_memory(const exec_spmd_stats *st, const spmd_program *p)
+{
+    double lo = 0, hi = 0, hwm_lo = 0, hwm_hi = 0, pred = predicted_peak(p);
+    for (int d = 0; d < st->n_devices; d++) {
+        const exec_spmd_device_stats *s = &st->dev[d];
+        if (!d || s->resident_bytes < lo) lo = s->resident_bytes;
+        if (!d || s->resident_bytes > hi) hi = s->resident_bytes;
+        if (!d || s->process_peak_bytes < hwm_lo) hwm_lo = s->process_peak_bytes;
+        if (!d || s->process_peak_bytes > hwm_hi) hwm_hi = s->process_peak_bytes;
+    }
+    printf("\npeak memory per device (MiB; buffers freed after their last use, docs/run.md):\n");
+    if (pred >= 0) printf("  predicted (the cost model's peak for this program, f32)   %10.2f\n", pred / 1048576.0);
+    printf("  laid out (the device's arena, buffers placed by liveness)  %10.2f\n", mib(exec_spmd_device_bytes(p)));
+    printf("  measured (arena pages resident after the step, mincore)    %10.2f", lo / 1048576.0);
+    if (hi > lo) printf(" to %.2f", hi / 1048576.0);
+    printf("\n");
+    if (env.mpi) {
+        printf("  measured (VmHWM from /proc of each rank's process)         %10.2f", hwm_lo / 1048576.0);
+        if (hwm_hi > hwm_lo) printf(" to %.2f", hwm_hi / 1048576.0);
+        printf("  (rank 0 also holds the reference; every rank MPI and carve itself)\n");
+    } else {
+        printf("  measured (VmHWM from /proc: this process, all %d devices and the reference) %.2f\n", st->n_devices,
+               hwm_hi / 1048576.0);
+    }
 }
 
 /* FNV-1a of the program's instructions and buffer layouts: ranks that
@@ -285,6 +329,7 @@ static int run_checked(const cli_opts *o, const ir_graph *g, const spmd_program 
         rc = run_steps(o, ref, r, &c);
         if (rc == CLI_OK && exec_spmd_is_root(r)) {
             print_timings(exec_spmd_last_stats(r), p);
+            print_memory(exec_spmd_last_stats(r), p);
             rc = print_check(g, &c);
         }
         rc = exec_spmd_agree(r, rc);

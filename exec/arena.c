@@ -1,7 +1,9 @@
 /* arena.c - one anonymous mapping for many buffers (see arena.h). */
 #include "exec/arena.h"
 
+#include <stdlib.h>
 #include <sys/mman.h>
+#include <unistd.h>
 
 #ifdef __SANITIZE_ADDRESS__
 #include <sanitizer/asan_interface.h>
@@ -37,6 +39,7 @@ int exec_arena_map(exec_arena *a, size_t bytes)
 
 void exec_arena_place(exec_arena *a, size_t off, size_t n)
 {
+    ASAN_UNPOISON_MEMORY_REGION(a->base + off, n);
     /* the padding up to the next 64 bytes, and the guard */
     ASAN_POISON_MEMORY_REGION(a->base + off + n, exec_arena_size(n) - n + GUARD);
 }
@@ -48,4 +51,16 @@ void exec_arena_unmap(exec_arena *a)
     munmap(a->base, a->mapped);
     a->base = NULL;
     a->mapped = 0;
+}
+
+size_t exec_arena_resident(const exec_arena *a)
+{
+    if (!a->base) return 0;
+    size_t page = (size_t)sysconf(_SC_PAGESIZE), n = (a->mapped + page - 1) / page, resident = 0;
+    unsigned char *v = malloc(n ? n : 1);
+    if (!v) return 0;
+    if (mincore(a->base, a->mapped, v) == 0)
+        for (size_t i = 0; i < n; i++) resident += v[i] & 1;
+    free(v);
+    return resident * page;
 }

@@ -30,8 +30,14 @@ size_t exec_arena_slot(size_t n);
 /* Maps `bytes` (a layout made of exec_arena_slot sizes).  Returns 0, or -1
  * when the mapping fails. */
 int exec_arena_map(exec_arena *a, size_t bytes);
-/* Declares a buffer of n bytes at offset off (poisons its guard). */
+/* Declares a buffer of n bytes at offset off (makes it addressable and
+ * poisons its guard).  Buffers whose lifetimes do not overlap may share
+ * memory: the SPMD runtime declares each one again as it is written. */
 void exec_arena_place(exec_arena *a, size_t off, size_t n);
 void exec_arena_unmap(exec_arena *a);
+/* Bytes of the mapping resident in memory now (mincore; 0 on failure).
+ * Pages once written stay until unmapped, so after a step this is the
+ * arena's peak. */
+size_t exec_arena_resident(const exec_arena *a);
 
 #endif

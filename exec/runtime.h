@@ -41,6 +41,8 @@ typedef struct exec_spmd_device_stats {
     double kind_bytes[SPMD_N_KINDS]; /* of moved_bytes, per instruction kind */
     double op_s[IR_N_OPS];           /* compute time per graph op kind */
     double fused_s;                  /* of compute_s: fused elementwise groups (not in op_s) */
+    double resident_bytes;           /* the device's buffers resident in memory after the step (mincore) */
+    double process_peak_bytes;       /* VmHWM of the process running the device (/proc/self/status) */
 } exec_spmd_device_stats;
 
 /* One step: the wall time, each device's figures, and what the program says
@@ -55,7 +57,9 @@ typedef struct exec_spmd_stats {
 } exec_spmd_stats;
 
 /* Bytes of buffers one device needs for p (4 bytes an element, as exec_ref),
- * and for all devices together. */
+ * and for all devices together: the size of a device's arena, where buffers
+ * whose lifetimes do not overlap share memory (spmd_mem.c; the peak of live
+ * buffers, plus what fragmentation costs). */
 size_t exec_spmd_device_bytes(const spmd_program *p);
 size_t exec_spmd_bytes(const spmd_program *p);
 

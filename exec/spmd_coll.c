@@ -134,7 +134,7 @@ int spmd_collective(exec_spmd *r, const spmd_instr *in, int dev, int *members, d
         *moved += slice(r, in, dev);
         return 0;
     }
-    spmd_call c = {.in = in, .dev = dev, .gr = {.members = members}};
+    spmd_call c = {.in = in, .dev = dev, .gr = {.members = members}, .release = r->release[in - r->p->instrs]};
     spmd_group_of(r, in->axes, dev, &c.gr);
     int rc = -1;
     switch ((spmd_kind)in->kind) {

@@ -46,6 +46,8 @@ typedef struct spmd_call {
     spmd_group gr;
     double moved;  /* bytes this device moved (threads: read from device buffers; MPI: sent) */
     double wait_s; /* of the call's time: blocked waiting for peers (threads only; MPI: 0) */
+    int release;   /* the memory it reads is reused later: a backend reading peers' buffers in
+                      place must not return before every member has finished reading */
 } spmd_call;
 
 typedef struct spmd_backend {
@@ -91,6 +93,7 @@ struct exec_spmd {
     int64_t *numel;       /* per buffer: local elements */
     exec_arena *arena;    /* per device: its buffers at off[] (mapped for local devices only) */
     double *instr_flops;  /* per instruction: local einsum FLOPs, else 0 */
+    uint8_t *release;     /* per collective: peers overwrite what it reads later in the step (spmd_mem.c) */
     atomic_int abort;
     pthread_mutex_t err_mu;
     char err[512];
@@ -110,6 +113,13 @@ void spmd_set_error(exec_spmd *r, const char *fmt, ...) __attribute__((format(pr
  * backend.  Returns 0, or -1 when the run was aborted.  Adds the bytes moved
  * to *moved, time blocked to *wait_s. */
 int spmd_collective(exec_spmd *r, const spmd_instr *in, int dev, int *members, double *moved, double *wait_s);
+
+/* Offsets of p's buffers in a device arena by liveness (spmd_mem.c): off[b]
+ * for every buffer, the arena's size in *bytes, and when release is not
+ * NULL the collectives after which a buffer they read is overwritten.
+ * reuse 0 gives every buffer its own memory.  Returns 0, or -1 when out of
+ * memory. */
+int spmd_layout(const spmd_program *p, const int64_t *numel, int reuse, size_t *off, size_t *bytes, uint8_t *release);
 
 /* ---- blocks and boxes (spmd_coll.c), for the backends ------------------- */
 

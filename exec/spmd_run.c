@@ -30,13 +30,6 @@ static int64_t buffer_numel(const spmd_program *p, int b)
     return n;
 }
 
-size_t exec_spmd_device_bytes(const spmd_program *p)
-{
-    size_t n = 0;
-    for (int b = 0; b < p->n_bufs; b++) n += exec_arena_size((size_t)buffer_numel(p, b) * 4);
-    return n;
-}
-
 size_t exec_spmd_bytes(const spmd_program *p) { return exec_spmd_device_bytes(p) * (size_t)p->mesh.n_devices; }
 
 /* Local FLOPs of compute instruction `in` (ir_op_flops_dims on its blocks). */
@@ -51,6 +44,37 @@ static double local_flops(const spmd_program *p, const spmd_instr *in)
     }
     spmd_buffer_dims(p, in->out, out);
     return ir_op_flops_dims(op, rank, (const int64_t(*)[IR_MAX_RANK])dims, p->g->values[op->out].rank, out);
+}
+
+/* Whether buffers share memory by liveness (spmd_mem.c): CARVE_REUSE=0 turns it off. */
+static int reuse_enabled(void)
+{
+    const char *e = getenv("CARVE_REUSE");
+    return !(e && !strcmp(e, "0"));
+}
+
+/* The memory layout of one device: local sizes, offsets by liveness over
+ * the program's fused groups, the collectives after which peers may
+ * overwrite what they read.  numel, off and release are caller's arrays
+ * (n_bufs, n_bufs, n_instrs; release may be NULL).  Returns 0, or -1 when
+ * out of memory. */
+static int device_layout(const spmd_program *p, int64_t *numel, size_t *off, size_t *bytes, uint8_t *release)
+{
+    for (int b = 0; b < p->n_bufs; b++) numel[b] = buffer_numel(p, b);
+    return spmd_layout(p, numel, reuse_enabled(), off, bytes, release);
+}
+
+size_t exec_spmd_device_bytes(const spmd_program *p)
+{
+    int64_t *numel = calloc((size_t)p->n_bufs + 1, sizeof *numel);
+    size_t *off = calloc((size_t)p->n_bufs + 1, sizeof *off), bytes = 0;
+    if (!numel || !off || device_layout(p, numel, off, &bytes, NULL) < 0) {
+        bytes = 0; /* out of memory: the sum of every buffer, as without reuse */
+        for (int b = 0; b < p->n_bufs; b++) bytes += exec_arena_size((size_t)buffer_numel(p, b) * 4);
+    }
+    free(numel);
+    free(off);
+    return bytes;
 }
 
 exec_spmd *exec_spmd_new(const spmd_program *p, size_t max_bytes, char *err, size_t errlen)
@@ -100,15 +124,12 @@ exec_spmd *exec_spmd_new_on(const spmd_program *p, exec_backend backend, size_t 
     r->off = calloc((size_t)p->n_bufs + 1, sizeof *r->off);
     r->numel = calloc((size_t)p->n_bufs + 1, sizeof *r->numel);
     r->instr_flops = calloc((size_t)p->n_instrs + 1, sizeof *r->instr_flops);
+    r->release = calloc((size_t)p->n_instrs + 1, 1);
     r->arena = calloc((size_t)r->n_dev, sizeof *r->arena);
     r->stats.dev = calloc((size_t)r->n_dev, sizeof *r->stats.dev);
-    if (!r->off || !r->numel || !r->instr_flops || !r->arena || !r->stats.dev) goto oom;
+    if (!r->off || !r->numel || !r->instr_flops || !r->release || !r->arena || !r->stats.dev) goto oom;
     size_t off = 0;
-    for (int b = 0; b < p->n_bufs; b++) {
-        r->numel[b] = buffer_numel(p, b);
-        r->off[b] = off;
-        off += exec_arena_slot((size_t)r->numel[b] * 4);
-    }
+    if (device_layout(p, r->numel, r->off, &off, r->release) < 0) goto oom;
     if (be->open(r, err, errlen) < 0) {
         exec_spmd_free(r);
         return NULL;
@@ -116,7 +137,8 @@ exec_spmd *exec_spmd_new_on(const spmd_program *p, exec_backend backend, size_t 
     for (int k = 0; k < r->n_local; k++) {
         exec_arena *a = &r->arena[r->local[k]];
         if (exec_arena_map(a, off) < 0) goto oom;
-        for (int b = 0; b < p->n_bufs; b++) exec_arena_place(a, r->off[b], (size_t)r->numel[b] * 4);
+        for (int v = 0; v < g->n_values; v++) /* the rest are placed as they are written */
+            if (p->arg_buf[v] >= 0) exec_arena_place(a, r->off[p->arg_buf[v]], (size_t)r->numel[p->arg_buf[v]] * 4);
     }
     r->stats.fused_groups = p->fuse.n_groups; /* the groups the lowering planned */
     r->stats.fused_ops = p->fuse.n_fused;
@@ -147,6 +169,7 @@ void exec_spmd_free(exec_spmd *r)
     free(r->off);
     free(r->numel);
     free(r->instr_flops);
+    free(r->release);
     free(r->stats.dev);
     pthread_mutex_destroy(&r->err_mu);
     free(r);
@@ -231,6 +254,7 @@ void exec_spmd_apply_updates(exec_spmd *r)
             if (upd < 0 || src == p->arg_buf[upd]) continue;
             int dst = p->arg_buf[upd];
             if (r->numel[dst] != r->numel[src]) continue; /* lowering keeps layouts: never */
+            if (r->off[dst] == r->off[src]) continue;    /* the output was written in place (donated) */
             memcpy(spmd_buf(r, dev, dst), saved[i] ? saved[i] : (void *)spmd_buf(r, dev, src), (size_t)r->numel[src] * 4);
             free(saved[i]);
         }
@@ -315,6 +339,18 @@ static void run_group(exec_spmd *r, int i, int len, int dev)
     exec_fuse_run(&r->p->fuse.step[i], len, r->numel[p->instrs[i].out], in, out);
 }
 
+/* VmHWM of this process in bytes (0 when /proc says nothing). */
+static double process_peak(void)
+{
+    FILE *f = fopen("/proc/self/status", "r");
+    char line[256];
+    double kb = 0;
+    while (f && fgets(line, sizeof line, f))
+        if (sscanf(line, "VmHWM: %lf kB", &kb) == 1) break;
+    if (f) fclose(f);
+    return kb * 1024;
+}
+
 void spmd_run_device(exec_spmd *r, int dev)
 {
     const spmd_program *p = r->p;
@@ -331,7 +367,10 @@ void spmd_run_device(exec_spmd *r, int dev)
         if (atomic_load_explicit(&r->abort, memory_order_relaxed)) break;
         const spmd_instr *in = &p->instrs[i];
         double t0 = exec_spmd_now();
-        int len = r->p->fuse.len[i];
+        int len = p->fuse.len[i];
+        for (int m = 0; m < (len > 1 ? len : 1); m++) /* AddressSanitizer: the memory becomes this buffer's */
+            if (len <= 1 || p->fuse.step[i + m].slot < 0)
+                exec_arena_place(&r->arena[dev], r->off[p->instrs[i + m].out], (size_t)r->numel[p->instrs[i + m].out] * 4);
         if (len > 1) {
             run_group(r, i, len, dev);
             double dt = exec_spmd_now() - t0;
@@ -368,6 +407,8 @@ void spmd_run_device(exec_spmd *r, int dev)
         }
     }
     free(members);
+    st.resident_bytes = (double)exec_arena_resident(&r->arena[dev]);
+    st.process_peak_bytes = process_peak();
     r->stats.dev[dev] = st;
 }
 

@@ -163,11 +163,18 @@ static double redistribute(exec_spmd *r, const spmd_instr *in, int dev, const sp
     return moved;
 }
 
+/* The group waits until every member has read what it needed when the
+ * memory read is reused later in the step (c->release). */
+static int finish(exec_spmd *r, spmd_call *c)
+{
+    return c->release ? barrier_wait(r, c->in->axes, c->gr.leader, &c->wait_s) : 0;
+}
+
 static int threads_redistribute(exec_spmd *r, spmd_call *c)
 {
     if (barrier_wait(r, c->in->axes, c->gr.leader, &c->wait_s) < 0) return -1;
     c->moved += redistribute(r, c->in, c->dev, &c->gr);
-    return 0;
+    return finish(r, c);
 }
 
 /* Reduce-scatter: my output box, summed (or maxed) over the members' inputs. */
@@ -183,7 +190,7 @@ static int threads_reduce_scatter(exec_spmd *r, spmd_call *c)
         spmd_box_kind k = j == 0 ? SPMD_BOX_COPY : in->reduce_max ? SPMD_BOX_MAX : SPMD_BOX_ADD;
         c->moved += 4.0 * (double)spmd_box_apply(k, rank, out.org, out.dims, &src, &out);
     }
-    return 0;
+    return finish(r, c);
 }
 
 /* out[lo, hi) = reduction over the members of in[lo, hi) (flat ranges). */
@@ -210,7 +217,7 @@ static int threads_all_reduce(exec_spmd *r, spmd_call *c)
     int64_t n = r->numel[in->out];
     if (n * 4 < SMALL_ALL_REDUCE || gr->n == 1) {
         c->moved += reduce_range(r, in, c->dev, gr, 0, n);
-        return 0;
+        return finish(r, c);
     }
     /* each member reduces one chunk, then copies the others' chunks */
     int64_t chunk = (n + gr->n - 1) / gr->n;
@@ -224,7 +231,7 @@ static int threads_all_reduce(exec_spmd *r, spmd_call *c)
         memcpy(out + l, spmd_buf(r, gr->members[j], in->out) + l, (size_t)(h - l) * sizeof *out);
         c->moved += 4.0 * (double)(h - l);
     }
-    return 0;
+    return finish(r, c);
 }
 
 /* ---- the check ---------------------------------------------------------- */

@@ -20,6 +20,7 @@
 #include "analysis/groups.h"
 #include "analysis/schedule.h"
 #include "cli/cli.h"
+#include "cost/cost.h"
 #include "exec/runtime.h"
 #include "ir/pcg32.h"
 #include "models/models.h"
@@ -324,7 +325,10 @@ static void test_fill_and_assemble(void)
     shard_state *st = schedule_state(&g, &mesh, "dp:batch,megatron:model,zero3:batch");
     spmd_program *p = spmd_lower(st);
     exec_ref *ref = exec_ref_new(g, 0, err, sizeof err);
+    /* the partial gradients read below are dead after the step: keep every buffer */
+    setenv("CARVE_REUSE", "0", 1);
     exec_spmd *r = exec_spmd_new(p, 0, err, sizeof err);
+    unsetenv("CARVE_REUSE");
     exec_ref_init_args(ref, 3);
     exec_spmd_init_args(r, 3);
     int bad = 0, n_args = 0;
@@ -453,6 +457,80 @@ static void test_check_can_fail(void)
     ir_free(g);
 }
 
+/* One step of p from seed 5; every output assembled, concatenated into a
+ * new array (caller frees), its length in *n. */
+static float *step_outputs(const spmd_program *p, int64_t *n)
+{
+    char err[512];
+    const ir_graph *g = p->g;
+    *n = 0;
+    for (int i = 0; i < g->n_outputs; i++) *n += ir_numel(&g->values[g->outputs[i].value]);
+    float *all = calloc((size_t)*n + 1, 4);
+    exec_spmd *r = exec_spmd_new(p, 0, err, sizeof err);
+    if (!r || !all) {
+        exec_spmd_free(r);
+        return all;
+    }
+    exec_spmd_init_args(r, 5);
+    CHECKF(exec_spmd_step(r, err, sizeof err) == 0, "step: %s", err);
+    for (int i = 0, at = 0; i < g->n_outputs; i++) {
+        exec_spmd_assemble(r, p->out_buf[i], all + at, NULL);
+        at += (int)ir_numel(&g->values[g->outputs[i].value]);
+    }
+    exec_spmd_free(r);
+    return all;
+}
+
+/* Buffers share memory by liveness (spmd_mem.c): a device's arena is close
+ * to the cost model's peak, far below every buffer at once, and the step
+ * gives the same bits as with every buffer in its own memory. */
+static void test_liveness(void)
+{
+    const struct {
+        const char *model, *mesh, *sched;
+    } cases[] = {
+        {GPT, "batch=2,model=2", "dp:batch,megatron:model,zero3:batch"},
+        {GPT, "batch=4", "zero3:batch"},
+        {GPT, "model=2", "megatron:model"},
+        {MLP, "batch=2", "dp:batch"},
+        {GNS, "batch=2", "dp:batch"},
+    };
+    char err[512];
+    cost_hw hw;
+    CHECK(cost_hw_preset("cpu", &hw, err, sizeof err) == 0);
+    cost_ws *ws = cost_ws_new();
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        ir_graph *g = build(cases[k].model, 0);
+        shard_mesh mesh;
+        shard_mesh_parse(cases[k].mesh, &mesh, err, sizeof err);
+        shard_state *st = schedule_state(&g, &mesh, cases[k].sched);
+        spmd_program *p = spmd_lower(st);
+        cost_options opt = {.precision = COST_FP32};
+        cost_estimate e;
+        CHECK(cost_estimate_program(ws, p, &hw, &opt, &e, err, sizeof err) == 0);
+        size_t laid = exec_spmd_device_bytes(p);
+        int64_t n1, n2;
+        float *reused = step_outputs(p, &n1);
+        setenv("CARVE_REUSE", "0", 1);
+        size_t all = exec_spmd_device_bytes(p);
+        float *apart = step_outputs(p, &n2);
+        unsetenv("CARVE_REUSE");
+        /* each buffer is rounded up to 64 bytes in the arena, not in the estimate */
+        double slack = 0.03 * e.peak_memory + 64.0 * p->n_bufs;
+        CHECKF(fabs((double)laid - e.peak_memory) <= slack, "%s %s on %s: arena %zu bytes, predicted peak %.0f",
+               cases[k].model, cases[k].sched, cases[k].mesh, laid, e.peak_memory);
+        CHECKF(laid < all, "%s on %s: arena %zu, every buffer %zu", cases[k].sched, cases[k].mesh, laid, all);
+        CHECKF(n1 == n2 && reused && apart && !memcmp(reused, apart, (size_t)n1 * 4), "%s %s on %s: bits differ with reuse",
+               cases[k].model, cases[k].sched, cases[k].mesh);
+        free(reused);
+        free(apart);
+        spmd_free(p);
+        shard_state_free(st);
+        ir_free(g);
+    }
+    cost_ws_free(ws);
+}
+
 static void test_memory_and_bad_input(void)
 {
     char err[512];
@@ -514,6 +592,7 @@ int main(void)
     lower_opts = spmd_default_options();
     test_fill_and_assemble();
     test_check_can_fail();
+    test_liveness();
     test_memory_and_bad_input();
     test_failing_device("batch=2,model=2", "dp:batch,megatron:model", 1);
     test_failing_device("batch=8", "dp:batch", 5);

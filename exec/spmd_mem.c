@@ -1,0 +1,181 @@
+/* spmd_mem.c - where each buffer of an SPMD program lives in a device's
+ * arena: offsets from liveness, so a device holds at once only the buffers
+ * live at that point of the program, and its memory peaks where the plan
+ * says (cost_estimate_program's peak_memory, priced by the same rules).
+ *
+ * Liveness follows the estimator: arguments (params, optimizer states,
+ * inputs) and outputs stay for the whole step; any other buffer lives from
+ * the instruction that writes it to its last reader.  A fused elementwise
+ * group runs tile by tile over all its members at once (fuse.h), so it
+ * counts as one instruction: every buffer it writes or reads is live over
+ * the whole group; a result it keeps in a scratch tile (read only inside
+ * the group) never reaches memory and takes none.  An output that updates an argument in the same layout
+ * takes the argument's memory (donation) when nothing reads the argument
+ * after the output is written, or only the same elementwise instruction or
+ * group does (which reads each element before writing it).
+ *
+ * Placement is greedy, largest buffer first, at the lowest offset that no
+ * buffer live at an overlapping time occupies.  Buffers keep their offsets
+ * across steps.  CARVE_REUSE=0 in the environment gives every buffer its own
+ * memory (the layout before liveness; tests that read intermediate buffers
+ * after a step use it).
+ *
+ * With threads, a collective reads its peers' buffers in place: before a
+ * device overwrites memory a peer may still be reading, the group must have
+ * finished the collective.  spmd_layout marks those collectives (release):
+ * the threads backend waits at a barrier after them.
+ */
+#include "exec/spmd_impl.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct span {
+    int b;
+    int lo, hi;      /* live over group times [lo, hi] */
+    size_t size, off;
+} span;
+
+static int by_size_desc(const void *x, const void *y)
+{
+    const span *a = x, *b = y;
+    if (a->size != b->size) return a->size < b->size ? 1 : -1;
+    return a->b - b->b;
+}
+
+static int by_off(const void *x, const void *y)
+{
+    const span *a = *(span *const *)x, *b = *(span *const *)y;
+    return a->off < b->off ? -1 : a->off > b->off;
+}
+
+/* Lowest offset for s among the already placed spans live at the same time. */
+static size_t lowest_fit(span *s, span *placed, int n_placed, span **scratch)
+{
+    int n = 0;
+    for (int k = 0; k < n_placed; k++)
+        if (placed[k].lo <= s->hi && s->lo <= placed[k].hi) scratch[n++] = &placed[k];
+    qsort(scratch, (size_t)n, sizeof *scratch, by_off);
+    size_t off = 0;
+    for (int k = 0; k < n; k++) {
+        if (scratch[k]->off >= off + s->size) break;
+        size_t end = scratch[k]->off + scratch[k]->size;
+        if (end > off) off = end;
+    }
+    return off;
+}
+
+/* Whether output buffer ob (written by instruction j) may take argument
+ * buffer ab's memory: same layout and size, and every reader of ab is
+ * before j's group, or is in j's fused group (elementwise, tile by tile). */
+static int can_donate(const spmd_program *p, const int *gstart, const int64_t *numel, int ob, int ab, int j)
+{
+    const spmd_fuse_plan *fuse = &p->fuse;
+    const ir_graph *g = p->g;
+    int rank = g->values[p->bufs[ab].value].rank;
+    if (numel[ob] != numel[ab] || !shard_spec_equal(&p->bufs[ob].spec, &p->bufs[ab].spec, rank)) return 0;
+    int g0 = gstart[j], g1 = g0 + (fuse->len[g0] > 1 ? fuse->len[g0] : 1);
+    for (int i = 0; i < p->n_instrs; i++) {
+        const spmd_instr *in = &p->instrs[i];
+        if (in->in[0] != ab && in->in[1] != ab) continue;
+        if (i < g0) continue;
+        if (i >= g1 || g1 - g0 < 2) return 0; /* after j's group, or j alone (not known to be elementwise) */
+    }
+    return 1;
+}
+
+int spmd_layout(const spmd_program *p, const int64_t *numel, int reuse, size_t *off, size_t *bytes, uint8_t *release)
+{
+    const spmd_fuse_plan *fuse = &p->fuse;
+    int nb = p->n_bufs, ni = p->n_instrs, rc = -1;
+    const ir_graph *g = p->g;
+    span *sp = calloc((size_t)nb + 1, sizeof *sp), **scratch = calloc((size_t)nb + 1, sizeof *scratch);
+    int *gstart = calloc((size_t)ni + 1, sizeof *gstart), *donor = calloc((size_t)nb + 1, sizeof *donor);
+    int *def_instr = calloc((size_t)nb + 1, sizeof *def_instr);
+    size_t *size = calloc((size_t)nb + 1, sizeof *size);
+    if (!sp || !scratch || !gstart || !donor || !def_instr || !size) goto done;
+    for (int i = 0, s = 0; i < ni; i++) {
+        if (fuse->len[i] != 0) s = i; /* a group's start, or an instruction alone */
+        gstart[i] = s;
+    }
+    for (int b = 0; b < nb; b++) {
+        sp[b] = (span){.b = b, .lo = ni, .hi = -1, .size = exec_arena_slot((size_t)numel[b] * 4)};
+        donor[b] = -1;
+        def_instr[b] = -1;
+    }
+    /* a result a fused group keeps in a scratch tile never reaches memory */
+    for (int i = 0; i < ni; i++)
+        if (fuse->len[gstart[i]] > 1 && fuse->step[i].slot >= 0 && reuse) sp[p->instrs[i].out].size = 0;
+    for (int i = 0; i < ni; i++) {
+        const spmd_instr *in = &p->instrs[i];
+        int g0 = gstart[i], g1 = g0 + (fuse->len[g0] > 1 ? fuse->len[g0] : 1) - 1;
+        if (g0 < sp[in->out].lo) sp[in->out].lo = g0;
+        if (g1 > sp[in->out].hi) sp[in->out].hi = g1;
+        def_instr[in->out] = i;
+        for (int k = 0; k < IR_MAX_OPERANDS; k++)
+            if (in->in[k] >= 0 && g1 > sp[in->in[k]].hi) sp[in->in[k]].hi = g1;
+    }
+    /* arguments and outputs: the whole step */
+    for (int v = 0; v < g->n_values; v++)
+        if (p->arg_buf[v] >= 0) sp[p->arg_buf[v]] = (span){.b = p->arg_buf[v], .lo = -1, .hi = ni, .size = sp[p->arg_buf[v]].size};
+    for (int o = 0; o < g->n_outputs; o++) {
+        int ob = p->out_buf[o], u = g->outputs[o].updates, ab = u >= 0 ? p->arg_buf[u] : -1;
+        if (sp[ob].lo > sp[ob].hi) sp[ob].lo = -1; /* never written: an argument */
+        sp[ob].hi = ni;
+        if (reuse && ab >= 0 && ab != ob && p->arg_buf[p->bufs[ob].value] != ob && def_instr[ob] >= 0 &&
+            can_donate(p, gstart, numel, ob, ab, def_instr[ob]))
+            donor[ob] = ab;
+    }
+    size_t total = 0;
+    for (int b = 0; b < nb; b++) size[sp[b].b] = sp[b].size;
+    if (!reuse) {
+        for (int b = 0; b < nb; b++) {
+            off[b] = total;
+            total += sp[b].size;
+        }
+    } else {
+        qsort(sp, (size_t)nb, sizeof *sp, by_size_desc);
+        int n_placed = 0;
+        for (int k = 0; k < nb; k++) {
+            span s = sp[k];
+            if (donor[s.b] >= 0) continue;
+            s.off = lowest_fit(&s, sp, n_placed, scratch);
+            sp[n_placed++] = s; /* placed spans gather at the front (n_placed <= k) */
+            off[s.b] = s.off;
+            if (s.off + s.size > total) total = s.off + s.size;
+        }
+        for (int b = 0; b < nb; b++)
+            if (donor[b] >= 0) off[b] = off[donor[b]];
+    }
+    /* a collective whose read buffers' memory is written later in the step */
+    if (release) {
+        for (int b = 0; b < nb; b++) { /* spans back in buffer order, with offsets */
+            sp[b].b = b;
+            sp[b].off = off[b];
+            sp[b].size = size[b];
+            sp[b].lo = def_instr[b] >= 0 ? gstart[def_instr[b]] : -1;
+        }
+        for (int i = 0; i < ni; i++) {
+            const spmd_instr *in = &p->instrs[i];
+            release[i] = 0;
+            if (in->kind == SPMD_COMPUTE || in->kind == SPMD_SLICE || !reuse) continue;
+            int read[2] = {in->in[0], in->kind == SPMD_ALL_REDUCE ? in->out : -1};
+            for (int k = 0; k < 2 && !release[i]; k++) {
+                if (read[k] < 0) continue;
+                const span *r = &sp[read[k]];
+                for (int c = 0; c < nb && !release[i]; c++)
+                    release[i] = c != read[k] && sp[c].lo > i && sp[c].off < r->off + r->size && r->off < sp[c].off + sp[c].size;
+            }
+        }
+    }
+    *bytes = total;
+    rc = 0;
+done:
+    free(sp);
+    free(scratch);
+    free(gstart);
+    free(donor);
+    free(def_instr);
+    free(size);
+    return rc;
+}
