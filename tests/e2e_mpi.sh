@@ -89,10 +89,10 @@ fails "bad plan on one rank" "plan 'bad.json': malformed" \
 fails "different plans" "lowered different programs" \
     "${mpi[@]}" -n 2 "$carve" run --plan plan.json --backend mpi : -n 2 "$carve" run --plan other.json --backend mpi
 fails "wrong rank count" "mpirun started 3 ranks" "${mpi[@]}" -n 3 "$carve" run --plan plan.json --backend mpi
-# rank 1 may map only 300 MB: its device's buffers (bench_spmd's GPT, over 1 GB) do not fit
-big=(--model gpt:layers=2,hidden=1024,heads=16,seq=256,batch=8,vocab=1024 --mesh batch=2 --schedule dp:batch)
+# rank 1 may map only 150 MB: its device's buffers (237 MiB) do not fit; rank 0 needs 1.6 GiB
+big=(--model gpt:layers=1,hidden=1024,heads=16,seq=128,batch=4,vocab=1024 --mesh batch=2 --schedule dp:batch)
 fails "out of memory on one rank" "rank 1 of 2: mesh batch=2: out of memory" \
-    "${mpi[@]}" -n 1 "$carve" run "${big[@]}" --backend mpi : -n 1 bash -c "ulimit -v 300000; exec $carve run ${big[*]} --backend mpi"
+    "${mpi[@]}" -n 1 "$carve" run "${big[@]}" --backend mpi : -n 1 bash -c "ulimit -v 150000; exec $carve run ${big[*]} --backend mpi"
 
 # a rank killed mid-step: every rank ends, mpirun returns non-zero
 "${mpi[@]}" -n 4 "$carve" run --model gpt-tiny --mesh batch=2,model=2 --schedule dp:batch,megatron:model --steps 100000 \
