@@ -13,7 +13,7 @@ static void replay(search_ctx *c, const int *cur, int n)
 
 static int greedy_run(search_ctx *c, char *err, size_t errlen)
 {
-    int cur[SEARCH_MAX_PLAN + 1], n_cur = 0, *cand = c->scratch;
+    int cur[SEARCH_MAX_PLAN + 1] = {0}, n_cur = 0, *cand = c->scratch;
     /* the starting point: the prefix's score or the best seed's (all priced already) */
     replay(c, cur, 0);
     double cur_reward = search_ctx_eval(c)->reward;
