@@ -21,8 +21,34 @@ size_t exec_arena_size(size_t n) { return (n + ALIGN - 1) / ALIGN * ALIGN; }
 
 size_t exec_arena_slot(size_t n) { return exec_arena_size(n) + GUARD; }
 
+/* Fault injection, as SQLite tests its allocator: with CARVE_FAULT_MAP=N in
+ * the environment the Nth exec_arena_map of the process (counted across
+ * threads from 1) fails as if the kernel had refused the mapping, so tests
+ * can check every caller's out-of-memory path ends in a clean message. */
+static int injected_fault(void)
+{
+    static long countdown = -2; /* -2: the environment not read yet, -1: off */
+    long c = __atomic_load_n(&countdown, __ATOMIC_ACQUIRE);
+    if (c == -2) {
+        const char *s = getenv("CARVE_FAULT_MAP");
+        long n = s ? strtol(s, NULL, 10) : 0;
+        long want = n > 0 ? n : -1;
+        __atomic_compare_exchange_n(&countdown, &c, want, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE);
+    }
+    for (;;) {
+        c = __atomic_load_n(&countdown, __ATOMIC_ACQUIRE);
+        if (c < 0) return 0;
+        if (__atomic_compare_exchange_n(&countdown, &c, c - 1, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) return c == 1;
+    }
+}
+
 int exec_arena_map(exec_arena *a, size_t bytes)
 {
+    if (injected_fault()) {
+        a->base = NULL;
+        a->mapped = 0;
+        return -1;
+    }
     a->mapped = (bytes + HUGE_PAGE - 1) / HUGE_PAGE * HUGE_PAGE;
     if (!a->mapped) a->mapped = HUGE_PAGE;
     void *m = mmap(NULL, a->mapped, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);

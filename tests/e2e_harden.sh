@@ -177,5 +177,16 @@ else
     echo "note: cannot make a memory cgroup here; the cgroup reader is tested on fake trees in test_exec"
 fi
 
+# ---- faults: each allocation of carve run's buffers failing in turn (CARVE_FAULT_MAP=N fails the Nth
+# arena mapping: the reference, then each device), as SQLite tests its allocator ----
+for n in 1 2 3 4 5; do # run prints its header on stdout first: only stderr is checked here
+    CARVE_FAULT_MAP=$n "$carve" run --model gpt-tiny --mesh batch=2,model=2 --schedule dp:batch,megatron:model >out.txt 2>err.txt
+    rc=$?
+    if [ $rc -eq 2 ] && [ "$(wc -l <err.txt)" -eq 1 ] && grep -q "^carve: run: .*out of memory allocating" err.txt; then ok_
+    else no_ "fault-map-$n: rc $rc" "$(head -c 300 err.txt)"; fi
+done
+if CARVE_FAULT_MAP=6 "$carve" run --model gpt-tiny --mesh batch=2,model=2 --schedule dp:batch,megatron:model >out.txt 2>err.txt; then ok_
+else no_ "fault-map-6 (past the last mapping) failed" "$(tail -n 2 err.txt)"; fi
+
 echo "$pass passed, $fail failed"
 [ $fail -eq 0 ]
