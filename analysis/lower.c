@@ -14,7 +14,8 @@
  *
  * Every resharded version of a value is remembered (a list per value); a
  * reader that needs a layout already made is given that buffer, within the
- * phase that made it (or in any phase under SPMD_GATHER_KEEP), so q, k and v
+ * run of ops of one phase that made it (or anywhere under SPMD_GATHER_KEEP;
+ * micro-batches make one forward and one backward run each), so q, k and v
  * (or SwiGLU's gate and up projections) share one gather of their input.
  * Axes of size 1 are dropped from every layout before anything is compared.
  */
@@ -63,11 +64,11 @@ static int new_buf(spmd_program *p, int value, const shard_spec *spec)
         p->cap_bufs = p->cap_bufs ? 2 * p->cap_bufs : 256;
         p->bufs = ir_xrealloc(p->bufs, (size_t)p->cap_bufs * sizeof *p->bufs);
         p->next_version = ir_xrealloc(p->next_version, (size_t)p->cap_bufs * sizeof *p->next_version);
-        p->made_for = ir_xrealloc(p->made_for, (size_t)p->cap_bufs);
+        p->made_in = ir_xrealloc(p->made_in, (size_t)p->cap_bufs * sizeof *p->made_in);
     }
     p->bufs[p->n_bufs] = (spmd_buffer){value, *spec};
     p->next_version[p->n_bufs] = -1;
-    p->made_for[p->n_bufs] = 0;
+    p->made_in[p->n_bufs] = 0;
     return p->n_bufs++;
 }
 
@@ -142,17 +143,22 @@ static void drop_unit_axes(const shard_mesh *m, shard_spec *s, int rank)
         }
 }
 
-/* Phase of the op the instructions being emitted serve. */
-static int reader_phase(const lower_ctx *c) { return c->serving >= 0 ? c->phase[c->serving] : SPMD_OPTIMIZER; }
+/* Phase run of the op the instructions being emitted serve (the outputs'
+ * reshards at the end: one past the last). */
+static int reader_run(const lower_ctx *c)
+{
+    const spmd_program *p = c->p;
+    return c->serving >= 0 ? p->run[c->serving] : p->g->n_ops ? p->run[p->g->n_ops - 1] + 1 : 0;
+}
 
 /* A version of v in layout T made earlier for a reader this one may share
- * it with (same phase, or any under SPMD_GATHER_KEEP), or -1. */
+ * it with (same run of one phase, or any under SPMD_GATHER_KEEP), or -1. */
 static int shared_version(const lower_ctx *c, int v, const shard_spec *T)
 {
     const spmd_program *p = c->p;
-    int rank = p->g->values[v].rank, ph = reader_phase(c);
+    int rank = p->g->values[v].rank, run = reader_run(c);
     for (int b = p->versions[v]; b >= 0; b = p->next_version[b])
-        if ((p->opts.gather_policy == SPMD_GATHER_KEEP || p->made_for[b] == ph) && shard_spec_equal(&p->bufs[b].spec, T, rank))
+        if ((p->opts.gather_policy == SPMD_GATHER_KEEP || p->made_in[b] == run) && shard_spec_equal(&p->bufs[b].spec, T, rank))
             return b;
     return -1;
 }
@@ -220,7 +226,7 @@ static int reshard(lower_ctx *c, int v, const shard_spec *T)
     if (resolved_partial) c->cur[v] = b;
     p->next_version[b] = p->versions[v];
     p->versions[v] = b;
-    p->made_for[b] = (uint8_t)reader_phase(c);
+    p->made_in[b] = reader_run(c);
     return b;
 }
 
@@ -278,6 +284,8 @@ spmd_program *spmd_lower_ex(shard_state *s, spmd_program *p, const spmd_options 
         p->phase = ir_xrealloc(NULL, (size_t)g->n_ops + 1);
         p->versions = ir_xrealloc(NULL, (size_t)g->n_values * sizeof(int));
         mark_phases(g, p->phase);
+        p->run = ir_xrealloc(NULL, (size_t)g->n_ops * sizeof(int) + 1);
+        for (int i = 0; i < g->n_ops; i++) p->run[i] = i && p->phase[i] != p->phase[i - 1] ? p->run[i - 1] + 1 : i ? p->run[i - 1] : 0;
     }
     p->opts = opts ? *opts : spmd_default_options();
     p->mesh = *s->mesh;
@@ -379,7 +387,8 @@ void spmd_free(spmd_program *p)
     free(p->phase);
     free(p->versions);
     free(p->next_version);
-    free(p->made_for);
+    free(p->made_in);
+    free(p->run);
     spmd_fuse_plan_free(&p->fuse);
     free(p);
 }

@@ -89,6 +89,16 @@ static int parse_tactic(const char *tac, const shard_mesh *m, tactic *t, char *e
         t->axis = -1;
         return 0;
     }
+    if (!strcmp(k, "microbatch")) {
+        char *end;
+        long c = np == 2 ? strtol(parts[1], &end, 10) : 0;
+        if (np != 2 || !isdigit((unsigned char)parts[1][0]) || *end || c < 1 || c > 1024)
+            return ir_errf(err, n, "schedule: tactic '%s': write microbatch:N with N in 1..1024", tac);
+        t->kind = TACTIC_MICROBATCH;
+        t->axis = -1;
+        t->lo = t->hi = (int)c;
+        return 0;
+    }
     if (!strcmp(k, "tile") || !strcmp(k, "group")) {
         if (np != 4) return ir_errf(err, n, "schedule: tactic '%s': write %s:NAME:DIM:AXIS", tac, k);
         char *end;
@@ -112,7 +122,7 @@ static int parse_tactic(const char *tac, const shard_mesh *m, tactic *t, char *e
         if ((t->axis = parse_axis(parts[2], m, tac, err, n)) < 0) return -1;
         return 0;
     }
-    return ir_errf(err, n, "schedule: unknown tactic '%s' (known: dp, megatron, zero1, zero2, zero3, tile, atomic, group, remat, auto)", k);
+    return ir_errf(err, n, "schedule: unknown tactic '%s' (known: dp, megatron, zero1, zero2, zero3, tile, atomic, group, remat, microbatch, auto)", k);
 }
 
 static int parse_list(const char *text, const shard_mesh *m, schedule *out, char *err, size_t n)
@@ -235,7 +245,7 @@ int sched_parse(const char *text, const shard_mesh *mesh, schedule *out, char *e
 
 char *sched_str(const schedule *s, const shard_mesh *mesh, char *buf, size_t n)
 {
-    static const char *const names[] = {"dp", "megatron", "zero1", "zero2", "zero3", "tile", "atomic", "auto", "remat", "group"};
+    static const char *const names[] = {"dp", "megatron", "zero1", "zero2", "zero3", "tile", "atomic", "auto", "remat", "group", "microbatch"};
     size_t k = 0;
     buf[0] = 0;
     for (int i = 0; i < s->n && k < n; i++) {
@@ -258,6 +268,7 @@ char *sched_str(const schedule *s, const shard_mesh *mesh, char *buf, size_t n)
             else if (t->lo == t->hi) k += (size_t)snprintf(buf + k, n - k, "remat:%d", t->lo);
             else k += (size_t)snprintf(buf + k, n - k, "remat:%d-%d", t->lo, t->hi);
             break;
+        case TACTIC_MICROBATCH: k += (size_t)snprintf(buf + k, n - k, "microbatch:%d", t->lo); break;
         }
     }
     return buf;
@@ -381,6 +392,11 @@ int sched_expand(const tactic *t, const shard_state *st, shard_decision *out, in
         for (int v = 0; v < g->n_values; v++)
             if (!strncmp(g->values[v].name, "remat/", 6)) return 0;
         return ir_errf(err, errlen, "remat: the training step was not rewritten for it (sched_rewrite)");
+    case TACTIC_MICROBATCH:
+        if (t->lo == 1) return 0;
+        for (int v = 0; v < g->n_values; v++)
+            if (!strncmp(g->values[v].name, "mb1/", 4)) return 0;
+        return ir_errf(err, errlen, "microbatch:%d: the training step was not built for it (model_build_microbatched_step)", t->lo);
     case TACTIC_DP:
         if (expand_dp(t, st, out, &n, cap) < 0) goto full;
         if (!n) return ir_errf(err, errlen, "dp:%s: the graph has no inputs to split", m->names[t->axis]);
@@ -432,11 +448,12 @@ full:
     return ir_errf(err, errlen, "tactic expands to more than %d decisions", cap);
 }
 
-int sched_has_rewrite(const schedule *s)
+int sched_microbatches(const schedule *s)
 {
+    int n = 1;
     for (int i = 0; i < s->n; i++)
-        if (s->t[i].kind == TACTIC_REMAT) return 1;
-    return 0;
+        if (s->t[i].kind == TACTIC_MICROBATCH) n = s->t[i].lo;
+    return n;
 }
 
 int sched_rewrite(const schedule *s, ir_graph **g, char *err, size_t errlen)

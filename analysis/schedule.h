@@ -29,6 +29,9 @@
  *                      forward values inside the layers LAYERS (all, one
  *                      layer N, or a range A-B; layer = transformer block)
  *                      from their checkpoints (ir_remat)
+ *   microbatch:N       gradient accumulation: N micro-batches of batch / N,
+ *                      one update (the step is built so by whoever builds
+ *                      the model: model_build_microbatched_step)
  *   tile:NAME:DIM:AXIS tile dim DIM of the arguments matching NAME (a glob:
  *                      * and ?, over params and inputs; an optimizer state
  *                      only by its exact name) over AXIS
@@ -62,13 +65,14 @@ typedef enum {
     TACTIC_AUTO,
     TACTIC_REMAT,
     TACTIC_GROUP,
+    TACTIC_MICROBATCH,
 } tactic_kind;
 
 typedef struct tactic {
     tactic_kind kind;
     int axis;                   /* mesh axis (not for AUTO) */
     int dim;                    /* TILE, GROUP */
-    int lo, hi;                 /* REMAT: layer range */
+    int lo, hi;                 /* REMAT: layer range; MICROBATCH: lo = count */
     char pattern[SCHED_NAME_LEN]; /* TILE, ATOMIC, GROUP */
 } tactic;
 
@@ -98,8 +102,8 @@ int sched_expand(const tactic *t, const shard_state *st, shard_decision *out, in
  * it before making a shard_state for the graph.  Returns 0, or -1 with a
  * message (*g is then unchanged). */
 int sched_rewrite(const schedule *s, ir_graph **g, char *err, size_t errlen);
-/* Whether s holds a graph tactic (sched_rewrite changes the graph). */
-int sched_has_rewrite(const schedule *s);
+/* The micro-batch count of s (its last microbatch: tactic), 1 if none. */
+int sched_microbatches(const schedule *s);
 
 /* Applies every tactic of s in order (AUTO is skipped: the caller searches;
  * graph tactics are checked to have been applied by sched_rewrite).

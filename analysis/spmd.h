@@ -11,7 +11,8 @@
  * a slice moves nothing.  The cost model prices them by these sizes.
  *
  * A value resharded to one layout is communicated once and the version is
- * shared by every reader that needs that layout: within one phase always;
+ * shared by every reader that needs that layout: within one run of ops of
+ * one phase always (micro-batches make several forward and backward runs);
  * from the forward to the backward only under SPMD_GATHER_KEEP (ZeRO-3's
  * "keep the gathered weight"; the default re-gathers in the backward, as
  * FSDP does, and frees the forward's copy after its last forward reader).
@@ -100,7 +101,8 @@ typedef struct spmd_program {
     uint8_t *phase;
     int *versions;      /* per value: its newest resharded version (a list through next_version) */
     int *next_version;  /* per buffer: an older version of the same value, or -1 */
-    uint8_t *made_for;  /* per buffer: phase of the reader it was resharded for */
+    int *run;           /* per op: index of the run of consecutive ops of one phase it lies in */
+    int *made_in;       /* per buffer: run of the reader it was resharded for */
 } spmd_program;
 
 /* Lowers g under the shardings in s.  Returns a new program (caller frees

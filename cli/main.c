@@ -21,8 +21,8 @@ static const cli_command commands[] = {
      "usage: carve shard (--model SPEC | --graph FILE) --mesh MESH --schedule SCHEDULE [--summary]\n"
      "  --mesh MESH          named axes, e.g. batch=4,model=2 (or 4x2)\n"
      "  --schedule SCHEDULE  tactics in order, e.g. dp:batch,megatron:model,zero3:batch\n"
-     "                       (dp, megatron, zero1, zero2, zero3, remat:LAYERS, tile:NAME:DIM:AXIS,\n"
-     "                       atomic:NAME:AXIS, group:NAME:DIM:AXIS) or a .json file\n"
+     "                       (dp, megatron, zero1, zero2, zero3, remat:LAYERS, microbatch:N,\n"
+     "                       tile:NAME:DIM:AXIS, atomic:NAME:AXIS, group:NAME:DIM:AXIS) or a .json file\n"
      "  --summary            collective counts and bytes instead of the whole program\n",
      cmd_shard},
     {"cost", "--model --graph --mesh --schedule --hw --memory --precision --overlap --optimizer",

@@ -170,8 +170,9 @@ int cli_parse(const cli_command *c, int argc, char **argv, cli_opts *o)
     return 0;
 }
 
-/* The step of --model or --graph, as it comes (see cli_load_step). */
-static ir_graph *load_plain_step(const cli_opts *o, char *cfg_text, size_t n)
+/* The step of --model or --graph (see cli_load_step); with micro > 1 the
+ * model's step of that many micro-batches. */
+static ir_graph *load_plain_step(const cli_opts *o, int micro, char *cfg_text, size_t n)
 {
     char err[IR_ERR_LEN + 128];
     ir_optimizer opt = ir_default_adam();
@@ -190,11 +191,18 @@ static ir_graph *load_plain_step(const cli_opts *o, char *cfg_text, size_t n)
             return NULL;
         }
         model_config_str(&cfg, cfg_text, n);
-        ir_graph *g = o->forward ? model_build_forward(&cfg, err, sizeof err) : model_build_step(&cfg, &opt, err, sizeof err);
+        ir_graph *g = o->forward    ? model_build_forward(&cfg, err, sizeof err)
+                      : micro > 1 ? model_build_microbatched_step(&cfg, &opt, micro, err, sizeof err)
+                                  : model_build_step(&cfg, &opt, err, sizeof err);
         if (!g) cli_error("%s", err);
         return g;
     }
     if (o->graph) {
+        if (micro > 1 && !o->forward) {
+            cli_error("microbatch:%d: needs --model (the model is built at batch / %d); a graph file has a fixed batch", micro,
+                      micro);
+            return NULL;
+        }
         if (strlen(o->graph) >= n) {
             cli_error("--graph: the path is %zu characters, more than the %zu this command keeps", strlen(o->graph), n - 1);
             return NULL;
@@ -224,15 +232,16 @@ static ir_graph *load_plain_step(const cli_opts *o, char *cfg_text, size_t n)
 
 ir_graph *cli_load_step(const cli_opts *o, char *cfg_text, size_t n)
 {
-    ir_graph *g = load_plain_step(o, cfg_text, n);
-    if (!g || o->forward || !o->schedule || !o->mesh) return g;
-    /* graph tactics (remat) rewrite the step before anything shards it; a
-     * schedule that does not parse is the caller's to report */
+    /* graph tactics (microbatch, remat) make or rewrite the step before
+     * anything shards it; a schedule that does not parse is the caller's to
+     * report */
     char err[512];
     shard_mesh mesh;
     schedule sc;
-    if (shard_mesh_parse(o->mesh, &mesh, err, sizeof err) < 0 || sched_parse(o->schedule, &mesh, &sc, err, sizeof err) < 0)
-        return g;
+    int have = o->schedule && o->mesh && shard_mesh_parse(o->mesh, &mesh, err, sizeof err) == 0 &&
+               sched_parse(o->schedule, &mesh, &sc, err, sizeof err) == 0;
+    ir_graph *g = load_plain_step(o, have ? sched_microbatches(&sc) : 1, cfg_text, n);
+    if (!g || o->forward || !have) return g;
     if (sched_rewrite(&sc, &g, err, sizeof err) < 0) {
         cli_error("%s", err);
         ir_free(g);

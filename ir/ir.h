@@ -350,6 +350,13 @@ ir_graph *ir_train_step(const ir_graph *fwd, const ir_optimizer *opt, char *err,
  * without a loss or layer tags, or a range outside its layers. */
 ir_graph *ir_remat(const ir_graph *step, int lo, int hi, int *n_recomputed, char *err, size_t errlen);
 
+/* Gradient accumulation (ir/microbatch.c): from the training step of one
+ * micro-batch, a new graph (caller owns) that runs the forward and backward
+ * passes of n micro-batches in turn (inputs "mbK/NAME"), averages their
+ * gradients and losses and runs the optimizer once.  n = 1 returns a copy.
+ * NULL with a message for n outside 1..1024 or a graph that is not a step. */
+ir_graph *ir_microbatch(const ir_graph *step, int n, char *err, size_t errlen);
+
 /* ---- JSON (format "carve-graph/1", docs/graph-format.md) -------------- */
 /* Returns a new graph or NULL with a one-line message naming the place. */
 ir_graph *ir_load_json(const char *text, char *err, size_t errlen);

@@ -9,8 +9,8 @@
  * stream) and everything made outside the layer are the checkpoints.  Every
  * backward op that reads an internal value reads a recomputed copy instead:
  * the forward ops of L that the backward pass needs (transitively) are cloned,
- * in their order, just before the first backward op that reads one of them,
- * and the clones read checkpoints and params as the originals did.  After the
+ * each just before the first backward op that reads it (after the clones it
+ * reads), and the clones read checkpoints and params as the originals did.  After the
  * rewrite an internal value's last reader is a forward op of its own layer,
  * so it dies during the forward pass; what stays live across the forward pass
  * is the checkpoints, and during the backward pass of layer L, L's recomputed
@@ -39,7 +39,6 @@ typedef struct remat {
     unsigned char *redo;    /* per value: internal, read by the backward pass (transitively): recomputed */
     int *map;               /* per old value: its id in out */
     int *clone;             /* per old value: its recomputed copy in out, or -1 */
-    unsigned char *emitted; /* per layer (index L - lo): clones emitted */
 } remat;
 
 static int in_range(const remat *r, int layer) { return layer >= r->lo && layer <= r->hi; }
@@ -111,24 +110,28 @@ static int copy_op(remat *r, int op, const int *in, const char *name)
     return v;
 }
 
-/* Emits the recomputed copies of layer L's forward values, in op order. */
-static int emit_clones(remat *r, int layer)
+/* Emits the recomputed copy of internal value v, after those of its
+ * recomputed operands (so each clone comes just before its first reader).
+ * Returns the clone or -1. */
+static int emit_clone(remat *r, int v)
 {
+    if (r->clone[v] >= 0) return r->clone[v];
     const ir_graph *g = r->g;
-    char name[512];
-    for (int i = 0; i < g->n_ops; i++) {
-        const ir_op *o = &g->ops[i];
-        if (!r->redo[o->out] || o->layer != layer) continue;
-        int in[IR_MAX_OPERANDS];
-        for (int k = 0; k < o->n_in; k++) in[k] = r->clone[o->in[k]] >= 0 ? r->clone[o->in[k]] : r->map[o->in[k]];
-        snprintf(name, sizeof name, "remat/%s", g->values[o->out].name);
-        if ((r->clone[o->out] = copy_op(r, i, in, name)) < 0) return -1;
+    int op = g->values[v].producer;
+    const ir_op *o = &g->ops[op];
+    int in[IR_MAX_OPERANDS];
+    for (int k = 0; k < o->n_in; k++) {
+        int a = o->in[k];
+        in[k] = r->redo[a] ? emit_clone(r, a) : r->map[a];
+        if (in[k] < 0) return -1;
     }
-    return 0;
+    char name[512];
+    snprintf(name, sizeof name, "remat/%s", g->values[v].name);
+    return r->clone[v] = copy_op(r, op, in, name);
 }
 
 /* Copies argument or op result v of the old graph into out; a backward op
- * reading recomputed values first has their layers' clones emitted. */
+ * reading a recomputed value first has its clone emitted (emit_clone). */
 static int copy_value(remat *r, int v)
 {
     const ir_graph *g = r->g;
@@ -143,14 +146,8 @@ static int copy_value(remat *r, int v)
         int in[IR_MAX_OPERANDS];
         for (int k = 0; k < o->n_in; k++) {
             int a = o->in[k];
-            in[k] = r->map[a];
-            if (r->fwd[v] || !r->redo[a]) continue;
-            int L = g->ops[g->values[a].producer].layer;
-            if (!r->emitted[L - r->lo]) {
-                r->emitted[L - r->lo] = 1;
-                if (emit_clones(r, L) < 0) return -1;
-            }
-            in[k] = r->clone[a];
+            in[k] = !r->fwd[v] && r->redo[a] ? emit_clone(r, a) : r->map[a];
+            if (in[k] < 0) return -1;
         }
         nv = copy_op(r, x->producer, in, x->name[0] == '%' ? NULL : x->name);
     }
@@ -169,7 +166,6 @@ static void remat_free(remat *r)
     free(r->redo);
     free(r->map);
     free(r->clone);
-    free(r->emitted);
 }
 
 /* Copies the whole step with the clones inserted; returns r->out or NULL
@@ -210,7 +206,6 @@ ir_graph *ir_remat(const ir_graph *step, int lo, int hi, int *n_recomputed, char
     r.redo = ir_xcalloc(nv, 1);
     r.map = ir_xcalloc(nv, sizeof(int));
     r.clone = ir_xcalloc(nv, sizeof(int));
-    r.emitted = ir_xcalloc((size_t)(r.hi - r.lo + 1), 1);
     for (size_t v = 0; v < nv; v++) r.map[v] = r.clone[v] = -1;
     mark_forward(&r);
     int n = mark_redo(&r);

@@ -37,6 +37,12 @@ ir_graph *model_build_forward(const model_config *cfg, char *err, size_t errlen)
 /* Forward graph, then ir_train_step with `opt` (NULL: default Adam). */
 ir_graph *model_build_step(const model_config *cfg, const ir_optimizer *opt, char *err, size_t errlen);
 
+/* The step of `micro` micro-batches of the model (ir_microbatch over the
+ * model built at batch / micro): gradients accumulated, one update.  NULL
+ * with a message when micro does not divide the model's batch. */
+ir_graph *model_build_microbatched_step(const model_config *cfg, const ir_optimizer *opt, int micro, char *err,
+                                        size_t errlen);
+
 /* Parameter count and training-step FLOPs from the model's formulas, without
  * building a graph (used by `carve models` and checked against the graph). */
 int64_t model_param_count(const model_config *cfg);

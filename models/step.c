@@ -3,6 +3,8 @@
  * which only build forward graphs link without the autodiff module. */
 #include "models.h"
 
+#include <string.h>
+
 ir_graph *model_build_step(const model_config *cfg, const ir_optimizer *opt, char *err, size_t errlen)
 {
     ir_graph *fwd = model_build_forward(cfg, err, errlen);
@@ -11,4 +13,22 @@ ir_graph *model_build_step(const model_config *cfg, const ir_optimizer *opt, cha
     ir_graph *step = ir_train_step(fwd, opt ? opt : &adam, err, errlen);
     ir_free(fwd);
     return step;
+}
+
+ir_graph *model_build_microbatched_step(const model_config *cfg, const ir_optimizer *opt, int micro, char *err,
+                                        size_t errlen)
+{
+    model_config mc = *cfg;
+    int b = -1;
+    for (int i = 0; i < mc.n_keys; i++)
+        if (!strcmp(mc.keys[i], "batch")) b = i;
+    if (b < 0) return ir_errf(err, errlen, "microbatch: model '%s' has no batch size", cfg->model), NULL;
+    if (micro < 1 || mc.values[b] % micro != 0)
+        return ir_errf(err, errlen, "microbatch:%d: does not divide the batch of %lld", micro, (long long)mc.values[b]), NULL;
+    mc.values[b] /= micro;
+    ir_graph *one = model_build_step(&mc, opt, err, errlen);
+    if (!one || micro == 1) return one;
+    ir_graph *g = ir_microbatch(one, micro, err, errlen);
+    ir_free(one);
+    return g;
 }

@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # e2e_memory.sh - the memory tactics through the carve command: runs checked
-# against the reference with ZeRO-1/2 and recomputation, a plan that records
+# against the reference with ZeRO-1/2, recomputation and micro-batches, a plan that records
 # remat replayed by carve run, and bad tactics refused with one line.
 # Closing line: N passed, N failed.
 set -u
 carve=${CARVE_BIN:-$(dirname "$0")/../build/carve}
 carve=$(cd "$(dirname "$carve")" && pwd)/$(basename "$carve")
+root=${CARVE_ROOT:-$(cd "$(dirname "$0")/.." && pwd)}
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 cd "$tmp" || exit 1
@@ -34,6 +35,11 @@ done
 ok "run mlp" "$carve" run --model mlp-tiny --mesh batch=2,model=2 --schedule remat:all,zero2:batch,megatron:model
 has "run mlp" "check: passed"
 
+for s in dp:batch,microbatch:2 zero2:batch,microbatch:4 microbatch:2,remat:all,zero3:batch; do
+    ok "run $s" "$carve" run --model gpt-tiny --mesh batch=2 --schedule "$s" --steps 2
+    has "run $s" "check: passed"
+done
+
 # remat lowers the activation peak and costs FLOPs
 "$carve" cost --model gpt-125m --mesh batch=8 --schedule zero3:batch --hw a100 >plain.txt 2>&1
 "$carve" cost --model gpt-125m --mesh batch=8 --schedule zero3:batch,remat:all --hw a100 >remat.txt 2>&1
@@ -52,6 +58,8 @@ has "explain plan" "remat:all,zero2:batch"
 
 bad "remat syntax" "remat:all, remat:N or remat:A-B" "$carve" run --model gpt-tiny --mesh batch=2 --schedule remat:x
 bad "remat range" "the graph has layers 0-1" "$carve" run --model gpt-tiny --mesh batch=2 --schedule dp:batch,remat:4-5
+bad "microbatch divides" "does not divide the batch of 8" "$carve" run --model gpt-tiny --mesh batch=2 --schedule dp:batch,microbatch:3
+bad "microbatch graph" "needs --model" "$carve" cost --graph "$root/tests/graphs/mlp-by-hand.json" --mesh d=2 --schedule microbatch:2 --hw a100
 bad "zero1 axis" "unknown mesh axis" "$carve" cost --model gpt-tiny --mesh batch=2 --schedule zero1:model --hw a100
 
 echo "$pass passed, $fail failed"

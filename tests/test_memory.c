@@ -1,5 +1,6 @@
 /* test_memory.c - the memory tactics that rewrite the training step:
- * recomputation (ir/remat.c, the remat: tactic).
+ * recomputation (ir/remat.c, the remat: tactic) and micro-batches
+ * (ir/microbatch.c, the microbatch: tactic).
  *
  * - the rewritten step computes bit for bit what the original computes (the
  *   clones are the same ops on the same inputs, run by the same kernels);
@@ -8,7 +9,10 @@
  *   grows by exactly one checkpoint (b x s x h) per layer, and above the
  *   checkpoints holds about one layer's working set;
  * - the recomputed FLOPs are a part of the layers' forward FLOPs;
- * - bad ranges and a schedule applied without its rewrite are refused.
+ * - bad ranges and a schedule applied without its rewrite are refused;
+ * - N micro-batches compute the whole batch's loss and update (up to float
+ *   summation order), hold about 1/N of the activations, and all-reduce
+ *   each gradient once per step.
  */
 #include "analysis/schedule.h"
 #include "cost/cost.h"
@@ -215,10 +219,164 @@ static void test_remat_errors(void)
     ir_free(g);
 }
 
+/* The step of `spec` in `micro` micro-batches (caller frees); SGD when
+ * sgd, else Adam. */
+static ir_graph *build_micro(const char *spec, int micro, int sgd)
+{
+    model_config cfg;
+    char err[512];
+    ir_graph *g = NULL;
+    ir_optimizer opt = ir_default_adam();
+    if (sgd) {
+        opt.kind = IR_SGD;
+        opt.lr = 0.05;
+    }
+    if (model_parse(spec, &cfg, err, sizeof err) == 0) g = model_build_microbatched_step(&cfg, &opt, micro, err, sizeof err);
+    if (!g) {
+        fprintf(stderr, "%s: %s\n", spec, err);
+        exit(1);
+    }
+    return g;
+}
+
+/* Largest |a - b| over n floats, relative to the largest |a|. */
+static double rel_diff(const float *a, const float *b, int64_t n)
+{
+    double d = 0, m = 0;
+    for (int64_t i = 0; i < n; i++) {
+        d = fmax(d, fabs((double)a[i] - b[i]));
+        m = fmax(m, fabs((double)a[i]));
+    }
+    return m > 0 ? d / m : d;
+}
+
+/* One SGD step of the whole batch and one of `micro` micro-batches from the
+ * same params and the same examples (micro-batch k gets rows k B/N ..
+ * (k+1) B/N of every input): the same loss and updated params (SGD: the
+ * update is lr times the mean gradient, so this checks the accumulated
+ * gradients; Adam divides by sqrt(v) and so magnifies the rounding of tiny
+ * gradients, see tests/test_spmd.c).  Tolerance 1e-5
+ * relative to each tensor's largest magnitude: both run in f32 and sum the
+ * batch's terms in another order (per micro-batch, then across), which
+ * moves results by a few units of roundoff (6e-8) times the terms; a
+ * missing or doubled micro-batch moves the loss by far more. */
+static void check_micro_equivalence(const char *spec, int micro)
+{
+    char err[512];
+    ir_graph *g = build_micro(spec, 1, 1), *m = build_micro(spec, micro, 1);
+    exec_ref *rg = exec_ref_new(g, 0, err, sizeof err), *rm = exec_ref_new(m, 0, err, sizeof err);
+    exec_ref_init_args(rg, 11);
+    exec_ref_init_args(rm, 11);
+    for (int v = 0; v < g->n_values; v++) {
+        const ir_value *x = &g->values[v];
+        if (x->role != IR_INPUT) continue;
+        size_t part = ir_bytes(x) / (size_t)micro;
+        for (int k = 0; k < micro; k++) {
+            char name[300];
+            snprintf(name, sizeof name, "mb%d/%s", k, x->name);
+            int w = ir_find(m, name);
+            CHECKF(w >= 0 && ir_bytes(&m->values[w]) == part, "%s: no input %s of %zu bytes", spec, name, part);
+            if (w >= 0) memcpy(exec_ref_data(rm, w), (char *)exec_ref_data(rg, v) + (size_t)k * part, part);
+        }
+    }
+    CHECK(exec_ref_run(rg, err, sizeof err) == 0 && exec_ref_run(rm, err, sizeof err) == 0);
+    double loss = fabs(exec_ref_loss(rg) - exec_ref_loss(rm)) / fabs(exec_ref_loss(rg)), worst = 0;
+    const char *worst_name = "-";
+    for (int i = 0; i < g->n_outputs; i++) {
+        int u = g->outputs[i].updates;
+        if (u < 0 || g->values[u].role != IR_PARAM) continue;
+        int w = -1;
+        for (int j = 0; j < m->n_outputs && w < 0; j++)
+            if (m->outputs[j].updates >= 0 && !strcmp(m->values[m->outputs[j].updates].name, g->values[u].name))
+                w = m->outputs[j].value;
+        CHECK(w >= 0);
+        if (w < 0) continue;
+        double d = rel_diff(exec_ref_data(rg, g->outputs[i].value), exec_ref_data(rm, w), ir_numel(&g->values[u]));
+        if (d > worst) {
+            worst = d;
+            worst_name = g->values[u].name;
+        }
+    }
+    CHECKF(loss < 1e-5 && worst < 1e-5, "%s in %d micro-batches: loss %.2e, params %.2e (%s)", spec, micro, loss, worst,
+           worst_name);
+    printf("%s in %d micro-batches vs the whole batch: loss %.1e, new params %.1e (%s)\n", spec, micro, loss, worst,
+           worst_name);
+    exec_ref_free(rg);
+    exec_ref_free(rm);
+    ir_free(g);
+    ir_free(m);
+}
+
+static void test_microbatch(void)
+{
+    check_micro_equivalence("gpt-tiny", 2);
+    check_micro_equivalence("gpt-tiny", 4);
+    check_micro_equivalence("mlp-tiny", 4);
+    /* N micro-batches (f32, one device): the activation peak holds one
+     * micro-batch's activations, 1/N of the whole batch's, plus the
+     * accumulated gradient (4 bytes a param, an intermediate until the
+     * last micro-batch); checked within 5% (the temporaries shaped like
+     * weights, not like the batch, do not shrink with N) */
+    const char *spec = "gpt:layers=4,hidden=128,heads=4,seq=64,batch=8,vocab=256";
+    double act1 = 0;
+    for (int n = 1; n <= 4; n *= 2) {
+        ir_graph *g = build_micro(spec, n, 0);
+        double acc = n > 1 ? 4.0 * (double)ir_param_count(g) : 0;
+        char sched[64];
+        snprintf(sched, sizeof sched, "dp:batch,microbatch:%d", n);
+        cost_estimate e = price(&g, "batch=1", sched);
+        if (n == 1) act1 = e.activation_peak;
+        double r = (e.activation_peak - acc) / act1 * n;
+        CHECKF(fabs(r - 1) < 0.05, "%d micro-batches: activation peak %.4g, accumulator %.4g, whole batch %.4g (x N = %.3f)", n,
+               e.activation_peak, acc, act1, r);
+        printf("%s, %d micro-batches: activation peak %.4g MB = %.3f of 1/N the whole batch's + %.3g MB accumulated "
+               "gradients; FLOPs %.4g\n", spec, n, e.activation_peak / 1e6, r, acc / 1e6, e.flops);
+        ir_free(g);
+    }
+    /* gradients all-reduced once per step, not per micro-batch */
+    char err[512];
+    shard_mesh mesh;
+    shard_mesh_parse("batch=2", &mesh, err, sizeof err);
+    int count[2] = {0, 0};
+    for (int k = 0; k < 2; k++) {
+        ir_graph *g = build_micro("gpt-tiny", k ? 4 : 1, 0);
+        schedule sc;
+        sched_parse(k ? "dp:batch,microbatch:4" : "dp:batch", &mesh, &sc, err, sizeof err);
+        shard_state *st = shard_state_new(g, &mesh);
+        CHECK(sched_apply(&sc, st, err, sizeof err) == 0);
+        spmd_program *p = spmd_lower(st);
+        for (int i = 0; i < p->n_instrs; i++) count[k] += p->instrs[i].kind == SPMD_ALL_REDUCE;
+        spmd_free(p);
+        shard_state_free(st);
+        ir_free(g);
+    }
+    CHECKF(count[0] == count[1] && count[0] > 10, "all-reduces: %d in one batch, %d in 4 micro-batches", count[0], count[1]);
+    /* refused: a count that does not divide the batch, bad syntax, a step
+     * that was not built for the tactic */
+    model_config cfg;
+    model_parse("gpt-tiny", &cfg, err, sizeof err);
+    CHECK(model_build_microbatched_step(&cfg, NULL, 3, err, sizeof err) == NULL && strstr(err, "does not divide the batch of 8"));
+    schedule sc;
+    static const char *bad[] = {"microbatch", "microbatch:0", "microbatch:x", "microbatch:2:3", "microbatch:2000"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
+        CHECKF(sched_parse(bad[i], &mesh, &sc, err, sizeof err) < 0 && strstr(err, "microbatch:N"), "'%s' -> '%s'", bad[i], err);
+    CHECK(sched_parse("microbatch:2,dp:batch", &mesh, &sc, err, sizeof err) == 0 && sched_microbatches(&sc) == 2);
+    ir_graph *g = test_build_step("gpt-tiny");
+    shard_state *st = shard_state_new(g, &mesh);
+    CHECK(sched_apply(&sc, st, err, sizeof err) < 0 && strstr(err, "not built for it"));
+    shard_state_free(st);
+    ir_graph *one = ir_microbatch(g, 1, err, sizeof err);
+    CHECK(one && one->n_ops == g->n_ops);
+    ir_free(one);
+    CHECK(ir_microbatch(g, 0, err, sizeof err) == NULL && strstr(err, "1 to 1024"));
+    ir_free(g);
+}
+
 int main(void)
 {
     test_remat_rewrite();
     test_remat_memory();
     test_remat_errors();
+    test_microbatch();
     return test_done();
 }

@@ -39,7 +39,8 @@ static const char *GNS = "gns-tiny";
 static int kinds_seen[SPMD_N_KINDS], max_reductions_seen, fused_groups_seen, fused_ops_seen;
 static spmd_options lower_opts; /* options schedule_case lowers with */
 
-static ir_graph *build(const char *spec, int sgd)
+/* The step of `spec` (SGD or Adam) in `micro` micro-batches. */
+static ir_graph *build_micro(const char *spec, int sgd, int micro)
 {
     model_config cfg;
     char err[512];
@@ -52,13 +53,15 @@ static ir_graph *build(const char *spec, int sgd)
         fprintf(stderr, "%s\n", err);
         exit(1);
     }
-    ir_graph *g = model_build_step(&cfg, &opt, err, sizeof err);
+    ir_graph *g = model_build_microbatched_step(&cfg, &opt, micro, err, sizeof err);
     if (!g) {
         fprintf(stderr, "%s\n", err);
         exit(1);
     }
     return g;
 }
+
+static ir_graph *build(const char *spec, int sgd) { return build_micro(spec, sgd, 1); }
 
 /* Rewrites *g for the schedule's graph tactics (remat) and applies it. */
 static shard_state *schedule_state(ir_graph **g, const shard_mesh *mesh, const char *sched)
@@ -171,13 +174,13 @@ static void schedule_case(const char *model, int sgd, const char *mesh_text, con
     char what[256], err[512];
     snprintf(what, sizeof what, "%s %s %s on %s, %d step%s", model, sgd ? "sgd" : "adam", sched, mesh_text, steps,
              steps > 1 ? "s" : "");
-    ir_graph *g = build(model, sgd);
     shard_mesh mesh;
-    if (shard_mesh_parse(mesh_text, &mesh, err, sizeof err) < 0) {
+    schedule sc;
+    if (shard_mesh_parse(mesh_text, &mesh, err, sizeof err) < 0 || sched_parse(sched, &mesh, &sc, err, sizeof err) < 0) {
         CHECKF(0, "%s: %s", what, err);
-        ir_free(g);
         return;
     }
+    ir_graph *g = build_micro(model, sgd, sched_microbatches(&sc));
     shard_state *st = schedule_state(&g, &mesh, sched);
     spmd_program *p = spmd_lower_ex(st, NULL, &lower_opts);
     if (mesh.n_devices == 1) { /* nothing to communicate on one device */
@@ -231,6 +234,14 @@ static void test_expert_schedules(void)
         {"batch=8", "zero2:batch,remat:all"},
         {"batch=2,model=2", "remat:1,dp:batch,megatron:model"},
         {"batch=2,model=4", "remat:all,zero1:batch,megatron:model"},
+        /* 2 and 4 micro-batches, alone and with the rest */
+        {"batch=1", "microbatch:2"},
+        {"batch=2", "dp:batch,microbatch:2"},
+        {"batch=2", "zero1:batch,microbatch:4"},
+        {"batch=2,model=2", "microbatch:4,dp:batch,megatron:model"},
+        {"batch=2,model=2", "microbatch:2,zero3:batch,megatron:model,remat:all"},
+        {"batch=4,model=2", "microbatch:2,zero2:batch,megatron:model"},
+        {"model=8", "microbatch:4,megatron:model"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         schedule_case(GPT, 0, cases[i].mesh, cases[i].sched, 1);
@@ -245,6 +256,7 @@ static void test_expert_schedules(void)
     schedule_case(MLP, 0, "batch=4", "zero3:batch", 3);
     schedule_case(GPT, 0, "batch=4", "zero1:batch", 3);
     schedule_case(GPT, 1, "batch=2,model=2", "dp:batch,megatron:model,zero3:batch,remat:all", 2);
+    schedule_case(GPT, 0, "batch=2,model=2", "dp:batch,megatron:model,microbatch:4", 3);
     schedule_case(GPT, 0, "batch=2,model=2", "zero2:batch,megatron:model", 3);
     /* ZeRO-3 keeping the forward's gathered weights for the backward */
     lower_opts.gather_policy = SPMD_GATHER_KEEP;
