@@ -18,6 +18,7 @@ ir_graph *model_build_step(const model_config *cfg, const ir_optimizer *opt, cha
 ir_graph *model_build_microbatched_step(const model_config *cfg, const ir_optimizer *opt, int micro, char *err,
                                         size_t errlen)
 {
+    if (micro == 1) return model_build_step(cfg, opt, err, errlen);
     model_config mc = *cfg;
     int b = -1;
     for (int i = 0; i < mc.n_keys; i++)
