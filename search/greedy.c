@@ -15,7 +15,7 @@ static int greedy_run(search_ctx *c, char *err, size_t errlen)
 {
     int cur[SEARCH_MAX_PLAN + 1] = {0}, n_cur = 0, *cand = c->scratch;
     /* the starting point: the prefix's score or the best seed's (all priced already) */
-    replay(c, cur, 0);
+    search_ctx_start(c);
     double cur_reward = search_ctx_eval(c)->reward;
     if (c->res.seed >= 0) {
         cur[n_cur++] = c->n_actions + 1 + c->res.seed;
