@@ -13,6 +13,7 @@ enum { CLI_OK = 0, CLI_CHECK_FAILED = 1, CLI_BAD_INPUT = 2 };
 
 typedef struct cli_opts {
     const char *model, *graph, *mesh, *hw, *schedule, *plan, *out, *positional;
+    const char *to;        /* export: jax, shardy, xla or torch */
     int64_t seed, threads, steps, budget;
     double time_s, memory_gib;
     int summary, ops, forward, quiet, help;
@@ -60,5 +61,6 @@ int cmd_explain(const cli_opts *o);
 int cmd_cost(const cli_opts *o);
 int cmd_calibrate(const cli_opts *o);
 int cmd_run(const cli_opts *o);
+int cmd_export(const cli_opts *o);
 
 #endif

@@ -60,6 +60,15 @@ static const cli_command commands[] = {
     {"explain", "--plan --hw FILE",
      "explain a plan: shardings, collectives per layer, predicted cost, expert schedules side by side",
      "usage: carve explain plan.json\n", cmd_explain},
+    {"export", "--plan --to --out FILE",
+     "write a plan's shardings for JAX, Shardy, XLA or PyTorch",
+     "usage: carve export plan.json --to jax|shardy|xla|torch [--out FILE]\n"
+     "  --to jax      a Python module: Mesh, PartitionSpecs keyed like the params, NamedShardings\n"
+     "  --to shardy   MLIR: sdy.mesh and a #sdy.sharding per argument\n"
+     "  --to xla      an HLO sharding string per argument and named activation ({devices=[..]<=[..]})\n"
+     "  --to torch    a Python module: DeviceMesh and DTensor placements per value\n"
+     "  --out FILE    write FILE (atomically) instead of stdout; docs/export.md has an example of each\n",
+     cmd_export},
     {"run", "--model --graph --mesh --schedule --plan --steps --seed --optimizer --backend",
      "run a sharded training step on simulated devices and check it against the single-device reference",
      "usage: carve run (--model SPEC | --graph FILE) --mesh MESH --schedule SCHEDULE [--steps N] [--seed N]\n"

@@ -1,0 +1,78 @@
+#!/usr/bin/env bash
+# e2e_export.sh - `carve export PLAN --to jax|shardy|xla|torch` on real plans
+# (data parallel, Megatron, ZeRO-3, their mixes, 3-axis meshes, dims split over
+# several axes, searched plans, a graph file, remat): every output is checked
+# by tests/export_check.py against its documented grammar and against the
+# plan's own shardings (the Python outputs also pass py_compile).  No JAX or
+# PyTorch is installed here: loading the exports for real is not done (docs/export.md).
+# Closing line: N passed, N failed.
+set -u
+carve=${CARVE_BIN:-$(dirname "$0")/../build/carve}
+root=${CARVE_ROOT:-$(cd "$(dirname "$0")/.." && pwd)}
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+cd "$tmp" || exit 1
+pass=0 fail=0
+check() { if [ "$2" = 0 ]; then pass=$((pass + 1)); else fail=$((fail + 1)); echo "FAIL $1"; fi; }
+bad() { # bad NAME WORDS CMD...: exit 2, one line on stderr holding WORDS, nothing on stdout
+    "${@:3}" >out.txt 2>err.txt
+    local rc=$?
+    if [ $rc -eq 2 ] && [ "$(wc -l <err.txt)" -eq 1 ] && grep -q -- "$2" err.txt && [ ! -s out.txt ]; then
+        pass=$((pass + 1))
+    else
+        fail=$((fail + 1)); echo "FAIL $1: exit $rc, stderr:"; cat err.txt
+    fi
+}
+
+# name | model | mesh | schedule (all end in auto: autopart writes plans)
+n=0
+while IFS='|' read -r name model mesh sched budget; do
+    [ -z "$name" ] && continue
+    n=$((n + 1))
+    "$carve" autopart $model --mesh "$mesh" --schedule "$sched" --budget "$budget" --quiet --out "$name.json" >/dev/null 2>err.txt
+    rc=$?
+    if [ $rc -gt 1 ]; then fail=$((fail + 1)); echo "FAIL plan $name: autopart exit $rc"; cat err.txt; continue; fi
+    ok=0
+    for to in jax shardy xla torch; do "$carve" export "$name.json" --to "$to" --out "$name.$to" || ok=1; done
+    check "export $name (4 forms)" $ok
+    python3 "$root/tests/export_check.py" "$name.json" "$name" >check.txt 2>&1
+    check "grammar and shardings of $name's exports" $?
+    grep FAIL check.txt | head -5
+done <<EOF2
+dp|--model gpt-tiny|batch=4|dp:batch,auto|5
+megatron|--model gpt-tiny|model=4|megatron:model,auto|5
+zero3|--model gpt-tiny|batch=4|zero3:batch,auto|5
+dp-megatron|--model gpt-tiny|batch=2,model=2|dp:batch,megatron:model,auto|5
+zero3-megatron|--model gpt-tiny|batch=2,model=2|zero3:batch,megatron:model,auto|5
+dp-megatron-zero3|--model gpt-tiny|batch=2,model=2|dp:batch,megatron:model,zero3:batch,auto|5
+three-axes|--model gpt-tiny|batch=2,model=2,x2=2|dp:batch,megatron:model,zero3:x2,auto|5
+two-axes-one-dim|--model mlp-tiny|batch=2,model=2|dp:batch,dp:model,auto|5
+searched|--model gpt-tiny|batch=2,model=2|auto|60
+searched-3axes|--model mlp-tiny|batch=2,model=2,x2=2|auto|60
+graph-file|--graph $root/tests/graphs/mlp-by-hand.json|batch=2|auto|20
+remat-bf16|--model gpt-tiny --precision bf16|batch=2,model=2|remat:all,dp:batch,megatron:model,auto|5
+EOF2
+[ $n -ge 10 ] && pass=$((pass + 1)) || { fail=$((fail + 1)); echo "FAIL only $n plans"; }
+# plans whose dims are split over several axes and meshes of 3 axes are among them
+python3 -c "
+import json,sys
+ok=0
+for f in ['three-axes.json','two-axes-one-dim.json','dp-megatron-zero3.json']:
+    p=json.load(open(f)); ok+=any(isinstance(d,list) for a in p['arguments'] for d in a['partition_spec'])
+sys.exit(0 if ok>=2 else 1)"
+check "multi-axis dims present" $?
+grep -q "last_tile_dim_replicate" zero3-megatron.xla && grep -q "T(" dp-megatron-zero3.xla; check "xla forms with replication and transposes" $?
+
+# stdout when no --out; the same bytes
+"$carve" export dp.json --to xla >stdout.xla; cmp -s stdout.xla dp.xla; check "stdout equals --out" $?
+bad no-to "--to must be jax, shardy, xla or torch (it is required)" "$carve" export dp.json
+bad bad-to "--to must be jax" "$carve" export dp.json --to onnx
+bad no-plan "give a plan file" "$carve" export --to jax
+bad missing-plan "cannot open plan" "$carve" export nothere.json --to jax
+python3 -c "import json; p=json.load(open('dp.json')); p['arguments'][0]['partition_spec']=['model']; json.dump(p, open('edited.json','w'))"
+bad edited-plan "partition_spec" "$carve" export edited.json --to jax
+bad out-missing-folder "nodir" "$carve" export dp.json --to jax --out nodir/x.py
+[ ! -e nodir ]; check "no folder made" $?
+
+echo "$pass passed, $fail failed"
+[ $fail -eq 0 ]
