@@ -135,6 +135,11 @@ int exec_mpi_same(uint64_t x);
  * with code.  Does not return. */
 void exec_mpi_fail(int code, const char *msg) __attribute__((noreturn));
 void exec_mpi_finalize(void);
+/* Seconds (the slowest rank's) of plain MPI_Allreduce calls on
+ * MPI_COMM_WORLD of counts[0..n) floats, one after another: what MPI alone
+ * does with the bytes of a program's all-reduces.  Every rank calls it;
+ * -1 without MPI or out of memory. */
+double exec_mpi_allreduce_loop(const int64_t *counts, int n);
 
 /* Monotonic clock in seconds (what the stats are measured with). */
 double exec_spmd_now(void);

@@ -51,6 +51,7 @@ int exec_mpi_init(int *rank, int *size, char *err, size_t errlen)
 int exec_mpi_agree(int rc) { return rc; }
 int exec_mpi_same(uint64_t x) { return 1; }
 void exec_mpi_finalize(void) {}
+double exec_mpi_allreduce_loop(const int64_t *counts, int n) { return -1; }
 
 void exec_mpi_fail(int code, const char *msg)
 {
@@ -120,6 +121,25 @@ void exec_mpi_fail(int code, const char *msg)
     fflush(stderr);
     MPI_Abort(MPI_COMM_WORLD, code);
     exit(code); /* MPI_Abort does not return; this keeps the compiler sure of it */
+}
+
+double exec_mpi_allreduce_loop(const int64_t *counts, int n)
+{
+    int64_t most = 1;
+    for (int i = 0; i < n; i++)
+        if (counts[i] > most) most = counts[i];
+    float *in = calloc((size_t)most, 4), *out = calloc((size_t)most, 4);
+    double t = -1, mine;
+    if (!in || !out) goto done;
+    MPI_Barrier(MPI_COMM_WORLD);
+    mine = exec_spmd_now();
+    for (int i = 0; i < n; i++) MPI_Allreduce(in, out, (int)counts[i], MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+    mine = exec_spmd_now() - mine;
+    MPI_Allreduce(&mine, &t, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+done:
+    free(in);
+    free(out);
+    return t;
 }
 
 static void mpi_close(exec_spmd *r)
