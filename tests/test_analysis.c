@@ -168,7 +168,7 @@ static ir_graph *projections(int n)
     ir_graph *g = ir_new("projections");
     int64_t xd[2] = {8, 16}, wd[2] = {16, 32}, all[2] = {0, 1};
     int x = ir_arg(g, "x", IR_INPUT, IR_F32, 2, xd), y[3];
-    char name[8];
+    char name[16];
     for (int i = 0; i < n; i++) {
         snprintf(name, sizeof name, "w%d", i);
         y[i] = ir_einsum(g, "mk,kn->mn", x, ir_arg(g, name, IR_PARAM, IR_F32, 2, wd));
@@ -207,7 +207,7 @@ static void test_shared_reshard(void)
         if (!g) return;
         shard_state *s = shard_state_new(g, &m);
         for (int i = 0; i < n; i++) {
-            char name[8];
+            char name[16];
             snprintf(name, sizeof name, "w%d", i);
             /* 1: propagation through the elementwise combination put it there already */
             CHECK(shard_apply(s, &(shard_decision){SHARD_TILE, 1, 0, ir_find(g, name)}, err, sizeof err) >= 0);

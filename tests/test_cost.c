@@ -201,7 +201,7 @@ static void test_zero_stages(void)
     for (int k = 0; k < 3; k++) {
         double n = (double)(2 << k);
         for (int stage = 1; stage <= 3; stage++) {
-            char sched[16];
+            char sched[32];
             snprintf(sched, sizeof sched, "zero%d:d", stage);
             spmd_program *p = lower(g, meshes[k], sched);
             cost_estimate mp = estimate(ws, p, &hw, COST_MIXED_BF16);
