@@ -25,7 +25,7 @@
 #include <string.h>
 
 static const char *const kind_names[SPMD_N_KINDS] = {"compute", "all-gather", "all-reduce",
-                                                     "reduce-scatter", "all-to-all", "slice"};
+                                                     "reduce-scatter", "all-to-all", "slice", "halo"};
 static const char *const phase_names[SPMD_N_PHASES] = {"forward", "backward", "optimizer"};
 static const char *const policy_names[] = {"regather", "keep"};
 
@@ -72,6 +72,17 @@ static int new_buf(spmd_program *p, int value, const shard_spec *spec)
     return p->n_bufs++;
 }
 
+/* The border rows one device receives in a halo exchange for shift op o
+ * into buffer b: |offset| rows of its local block (all of them when the
+ * offset is longer than the block). */
+static int64_t halo_bytes(const spmd_program *p, const ir_op *o, int b)
+{
+    int64_t dims[IR_MAX_RANK], off = o->attrs.ints[1] < 0 ? -o->attrs.ints[1] : o->attrs.ints[1];
+    spmd_buffer_dims(p, b, dims);
+    int64_t len = dims[o->attrs.ints[0]];
+    return len ? (int64_t)spmd_buffer_bytes(p, b) / len * (off < len ? off : len) : 0;
+}
+
 /* Appends an instruction making a new buffer of `value` in layout `spec`. */
 static int emit(lower_ctx *c, spmd_kind kind, int value, int in0, int in1, const shard_spec *spec, unsigned axes,
                 int dim, int dim2, int reduce_max)
@@ -107,6 +118,7 @@ static int emit(lower_ctx *c, spmd_kind kind, int value, int in0, int in1, const
     case SPMD_ALL_REDUCE:
     case SPMD_REDUCE_SCATTER:
     case SPMD_ALL_TO_ALL: in->bytes = (int64_t)spmd_buffer_bytes(p, in0); break;
+    case SPMD_HALO: in->bytes = halo_bytes(p, &p->g->ops[c->serving], out); break;
     case SPMD_COMPUTE:
     case SPMD_SLICE:
     case SPMD_N_KINDS: in->bytes = 0; break;
@@ -345,7 +357,15 @@ spmd_program *spmd_lower_ex(shard_state *s, spmd_program *p, const spmd_options 
                 if (r->kind[f] == SHARD_REDUCE_MAX) out.partial_max |= (uint8_t)(1u << fa[f].axes[k]);
             }
         }
-        c.cur[o->out] = emit(&c, SPMD_COMPUTE, o->out, ins[0], ins[1], &out, 0, -1, -1, 0);
+        /* a shift along a tiled dim is a halo exchange between neighbours */
+        int hd = o->kind == IR_OP_SHIFT ? (int)o->attrs.ints[0] : -1;
+        if (hd >= 0 && out.n[hd]) {
+            unsigned axes = 0;
+            for (int k = 0; k < out.n[hd]; k++) axes |= 1u << out.axes[hd][k];
+            c.cur[o->out] = emit(&c, SPMD_HALO, o->out, ins[0], -1, &out, axes, hd, -1, 0);
+        } else {
+            c.cur[o->out] = emit(&c, SPMD_COMPUTE, o->out, ins[0], ins[1], &out, 0, -1, -1, 0);
+        }
         /* A gradient is resolved where it is made, into its own sharding (an
          * all-reduce, or for ZeRO-2/3 a reduce-scatter into the blocks the
          * optimizer updates), so no whole-size partial gradient stays live

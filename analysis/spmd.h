@@ -8,7 +8,8 @@
  *
  * Collective byte counts are per device: all-gather counts its result's local
  * bytes, reduce-scatter and all-reduce their input's, all-to-all its input's;
- * a slice moves nothing.  The cost model prices them by these sizes.
+ * a slice moves nothing; a halo exchange counts the border rows one device
+ * receives.  The cost model prices them by these sizes.
  *
  * A value resharded to one layout is communicated once and the version is
  * shared by every reader that needs that layout: within one run of ops of
@@ -32,6 +33,8 @@ typedef enum {
     SPMD_REDUCE_SCATTER, /* resolves partial `axes` and tiles dim `dim` with them */
     SPMD_ALL_TO_ALL,     /* moves `axes` from dim `dim` to the minor end of dim `dim2` */
     SPMD_SLICE,          /* tiles dim `dim` with `axes`: a local slice, no communication */
+    SPMD_HALO,           /* shift op `op` on dim `dim` tiled by `axes`: each device takes the
+                            |offset| border rows it needs from its neighbour (collective-permute) */
     SPMD_N_KINDS
 } spmd_kind;
 

@@ -248,6 +248,10 @@ static int op_cases(ir_opkind k, int64_t n, op_case *c)
         c[0].at.n_ints = 3;
         c[0].at.ints[0] = 1, c[0].at.ints[1] = 16, c[0].at.ints[2] = 16;
         return 1;
+    case IR_OP_SHIFT: /* [rows, 64] by one row */
+        c[0].at.n_ints = 2;
+        c[0].at.ints[0] = 0, c[0].at.ints[1] = 1;
+        return 1;
     case IR_OP_CONCAT: /* two [rows, 32] -> [rows, 64] */
         c[0].in_dims[0][1] = c[0].in_dims[1][1] = 32;
         c[0].at.n_ints = 1;

@@ -123,6 +123,7 @@ double cost_wire_bytes(spmd_kind kind, int64_t n, double bytes)
     case SPMD_ALL_GATHER:
     case SPMD_REDUCE_SCATTER:
     case SPMD_ALL_TO_ALL: return f * bytes;
+    case SPMD_HALO: return bytes; /* the border rows, from one neighbour */
     case SPMD_COMPUTE:
     case SPMD_SLICE:
     case SPMD_N_KINDS: return 0;
@@ -151,6 +152,15 @@ static double collective(const cost_hw *hw, const shard_mesh *m, spmd_kind kind,
             size[j] = size[j - 1];
             size[j - 1] = ts;
         }
+    if (kind == SPMD_HALO) { /* one point-to-point transfer on the slowest link of the axes */
+        double bw = link[0].bandwidth, lat = link[0].latency;
+        for (int i = 1; i < n; i++) {
+            if (link[i].bandwidth < bw) bw = link[i].bandwidth;
+            if (link[i].latency > lat) lat = link[i].latency;
+        }
+        *wire = bytes;
+        return bytes / bw + lat;
+    }
     if (kind == SPMD_ALL_TO_ALL) {
         int64_t total = 1;
         double bw = link[0].bandwidth, lat = link[0].latency;
@@ -200,6 +210,7 @@ static double shm_moved(spmd_kind kind, int64_t n, double bytes, int *barriers)
     case SPMD_ALL_GATHER: return bytes;       /* its whole result, block by block */
     case SPMD_ALL_TO_ALL: return bytes;       /* its result, as large as its input */
     case SPMD_REDUCE_SCATTER: return bytes;   /* n blocks of bytes / n summed */
+    case SPMD_HALO: return bytes;             /* the border rows from a neighbour */
     case SPMD_ALL_REDUCE:
         if (bytes < 16384) return dn * bytes; /* every member sums the whole buffer */
         *barriers = 2;

@@ -412,6 +412,14 @@ KERN(pad)
     return 0;
 }
 
+/* the dim is whole here (a tiled one is a halo exchange, spmd_coll.c) */
+KERN(shift)
+{
+    int d = (int)a->ints[0];
+    rows_from(&in[0], out, d, o->out_offset[d], -a->ints[1], 1);
+    return 0;
+}
+
 KERN(concat)
 {
     int d = (int)a->ints[0];

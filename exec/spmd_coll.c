@@ -6,7 +6,9 @@
  * buffer is the box [origin, origin + local dims) where origin comes from
  * shard_dim_offset.  An all-gather, all-to-all or slice copies into its own
  * output block the intersection with each peer's input block; a
- * reduce-scatter sums (or maxes) the peers' input blocks over its output box.
+ * reduce-scatter sums (or maxes) the peers' input blocks over its output box;
+ * a halo exchange copies the box its output block reads, shifted by the
+ * offset, from the neighbours that hold it.
  * The backends (spmd_threads.c, spmd_mpi.c) move the bytes; a slice is a
  * local copy of the kept block on every backend.
  */
@@ -116,6 +118,26 @@ int spmd_box_meet(int rank, const spmd_block *a, const spmd_block *b, int64_t *l
     return 1;
 }
 
+double spmd_halo_copy(exec_spmd *r, const spmd_instr *in, int dev, const spmd_group *gr)
+{
+    int rank = r->g->values[in->value].rank, d = in->dim;
+    spmd_block want, src;
+    spmd_block_of(r, in->out, dev, &want);
+    memset(want.data, 0, (size_t)r->numel[in->out] * sizeof *want.data);
+    /* my output row i reads input row i + offset: the box I want, in the
+     * input's coordinates */
+    want.org[d] += r->g->ops[in->op].attrs.ints[1];
+    double moved = 0;
+    for (int j = 0; j < gr->n; j++) {
+        spmd_block_of(r, in->in[0], gr->members[j], &src);
+        int64_t lo[IR_MAX_RANK], len[IR_MAX_RANK];
+        if (!spmd_box_meet(rank, &want, &src, lo, len)) continue;
+        int64_t n = spmd_box_apply(SPMD_BOX_COPY, rank, lo, len, &src, &want);
+        if (gr->members[j] != dev) moved += 4.0 * (double)n;
+    }
+    return moved;
+}
+
 /* A slice: copy the kept part of my input block into my output block. */
 static double slice(exec_spmd *r, const spmd_instr *in, int dev)
 {
@@ -142,6 +164,7 @@ int spmd_collective(exec_spmd *r, const spmd_instr *in, int dev, int *members, d
     case SPMD_ALL_TO_ALL: rc = r->be->all_to_all(r, &c); break;
     case SPMD_REDUCE_SCATTER: rc = r->be->reduce_scatter(r, &c); break;
     case SPMD_ALL_REDUCE: rc = r->be->all_reduce(r, &c); break;
+    case SPMD_HALO: rc = r->be->halo(r, &c); break;
     case SPMD_COMPUTE:
     case SPMD_SLICE:
     case SPMD_N_KINDS:

@@ -65,6 +65,7 @@ typedef struct spmd_backend {
     int (*all_reduce)(exec_spmd *r, spmd_call *c);
     int (*reduce_scatter)(exec_spmd *r, spmd_call *c);
     int (*all_to_all)(exec_spmd *r, spmd_call *c);
+    int (*halo)(exec_spmd *r, spmd_call *c);
     /* A device failed (r->err says how): stop every device, on every process. */
     void (*fail)(exec_spmd *r);
     /* For the check, called by every process in the same order: makes device
@@ -139,6 +140,11 @@ int spmd_box_meet(int rank, const spmd_block *a, const spmd_block *b, int64_t *l
  * coordinates, which both blocks contain.  Returns the elements read. */
 int64_t spmd_box_apply(spmd_box_kind k, int rank, const int64_t *lo, const int64_t *len, const spmd_block *src,
                        spmd_block *dst);
+/* A halo exchange on device dev, once every member's input is written and
+ * readable (spmd_block_of): fills dev's output block of the shift from the
+ * members' input blocks, zeros beyond the dim's ends.  Returns the bytes read
+ * from other devices. */
+double spmd_halo_copy(exec_spmd *r, const spmd_instr *in, int dev, const spmd_group *gr);
 /* d[i] = k(d[i], s[i]) for n elements. */
 void spmd_run_op(spmd_box_kind k, const float *s, float *d, int64_t n);
 

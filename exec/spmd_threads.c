@@ -177,6 +177,13 @@ static int threads_redistribute(exec_spmd *r, spmd_call *c)
     return finish(r, c);
 }
 
+static int threads_halo(exec_spmd *r, spmd_call *c)
+{
+    if (barrier_wait(r, c->in->axes, c->gr.leader, &c->wait_s) < 0) return -1;
+    c->moved += spmd_halo_copy(r, c->in, c->dev, &c->gr);
+    return 0;
+}
+
 /* Reduce-scatter: my output box, summed (or maxed) over the members' inputs. */
 static int threads_reduce_scatter(exec_spmd *r, spmd_call *c)
 {
@@ -249,6 +256,7 @@ const spmd_backend spmd_threads_backend = {
     .all_reduce = threads_all_reduce,
     .reduce_scatter = threads_reduce_scatter,
     .all_to_all = threads_redistribute,
+    .halo = threads_halo,
     .fail = threads_fail,
     .fetch = threads_fetch,
     .max_all = threads_max_all,

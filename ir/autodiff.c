@@ -271,6 +271,12 @@ VJP(pad)
     int64_t d = o->attrs.ints[0], sl[3] = {d, o->attrs.ints[1], g->values[a].dims[d]};
     dx[0] = ints_op(g, IR_OP_SLICE, gy, 3, sl, 0, NULL, nm[0]);
 }
+/* the rows back where they came from */
+VJP(shift)
+{
+    int64_t back[2] = {o->attrs.ints[0], -o->attrs.ints[1]};
+    dx[0] = ints_op(g, IR_OP_SHIFT, gy, 2, back, 0, NULL, nm[0]);
+}
 VJP(concat)
 {
     int64_t d = o->attrs.ints[0], na = g->values[a].dims[d];

@@ -597,6 +597,22 @@ static int infer_pad(shape_ctx *c)
     return check_shape(c->g, c->on, c->rank, c->dims);
 }
 
+/* ints = {dim, offset}: same shape; |offset| below the dim's size */
+static int infer_shift(shape_ctx *c)
+{
+    const ir_value *x = c->x;
+    const ir_attrs *a = c->a;
+    if (a->n_ints != 2 || a->ints[0] < 0 || a->ints[0] >= x->rank)
+        return ir_fail(c->g, "shift of '%s': needs dims = [dim, offset] with dim in 0..%d", x->name, x->rank - 1);
+    if (!is_float(x->dtype)) return ir_fail(c->g, "shift: operand '%s' needs a float type", x->name);
+    int64_t off = a->ints[1], n = x->dims[a->ints[0]];
+    if (off <= -n || off >= n || off == 0)
+        return ir_fail(c->g, "shift of '%s': offset %lld must be nonzero and inside (-%lld, %lld)", x->name, (long long)off,
+                       (long long)n, (long long)n);
+    same_as(c, x);
+    return 0;
+}
+
 static int infer_concat(shape_ctx *c)
 {
     const ir_value *x = c->x, *y = c->y;
@@ -771,6 +787,12 @@ int ir_pad(ir_graph *g, int x, int dim, int64_t before, int64_t after)
 {
     int64_t a[3] = {dim, before, after};
     return with_ints(g, IR_OP_PAD, x, 3, a, 0, NULL);
+}
+
+int ir_shift(ir_graph *g, int x, int dim, int64_t offset)
+{
+    int64_t a[2] = {dim, offset};
+    return with_ints(g, IR_OP_SHIFT, x, 2, a, 0, NULL);
 }
 
 int ir_concat(ir_graph *g, int a, int b, int dim)

@@ -270,6 +270,9 @@ int ir_one_hot(ir_graph *g, int ids, int64_t depth);
 int ir_slice(ir_graph *g, int x, int dim, int64_t start, int64_t length);
 int ir_pad(ir_graph *g, int x, int dim, int64_t before, int64_t after);
 int ir_concat(ir_graph *g, int a, int b, int dim);
+/* out[..., i, ...] = x[..., i + offset, ...] along `dim`, zeros where i +
+ * offset leaves the dim (a convolution tap); 0 < |offset| < dims[dim]. */
+int ir_shift(ir_graph *g, int x, int dim, int64_t offset);
 /* Generic entry used by the JSON loader: checks arity and attrs, infers the
  * result shape (`shape_hint` is needed for CONSTANT, IOTA, BROADCAST, RESHAPE;
  * for SCATTER_ADD its dims[0] gives the rows; may be NULL otherwise). */

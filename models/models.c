@@ -1,6 +1,6 @@
 /* models.c - model specs, presets, the registry and the size formulas.
  *
- * A model_config is a model name ("mlp", "gpt" or "gns") and its integer keys in a
+ * A model_config is a model name ("mlp", "gpt", "gns" or "unet") and its integer keys in a
  * canonical order, with every key filled in.  The two tables below own all of
  * it: `models` gives each model its keys, defaults and per-key upper limits;
  * `presets` are named configurations of a model.  A spec "NAME:key=value,..."
@@ -43,6 +43,10 @@ static const model_def models[] = {
      {10, 2048, 40960, 128, 30, 3, 2},
      {4096, 1 << 30, (int64_t)1 << 36, 1 << 16, 1 << 16, 1 << 16, 1 << 16},
      "graph network simulator: node and edge MLP encoders, message-passing steps (gather, edge MLP, scatter-add, node MLP), decoder, mean squared error"},
+    {"unet", 6, {"levels", "base", "size", "batch", "in", "out"},
+     {5, 64, 256, 8, 3, 2},
+     {16, 1 << 12, 1 << 16, 1 << 20, 1 << 12, 1 << 12},
+     "U-Net: 3x3 convolutions (shifts and GEMMs), max pooling, up-sampling, skip connections, 1x1 head, mean squared error"},
 };
 #define N_MODELS ((int)(sizeof models / sizeof models[0]))
 
@@ -75,13 +79,18 @@ static const preset_def presets[] = {
      "GNS paper's 3-D setting: latent 128, 10 steps, 37 node / 4 edge features; 16384 particles, 24 edges each"},
     {"gns-large", "gns", {10, 65536, 2097152, 128, 37, 4, 3},
      "many-edge GNS: the 3-D setting on 65536 particles with 32 edges each (2M edges)"},
+    {"unet-tiny", "unet", {2, 8, 16, 8, 8, 8}, "tiny U-Net for multi-device numeric tests (every size divides 8 devices)"},
+    {"unet-256", "unet", {5, 64, 256, 8, 3, 2}, "U-Net paper's widths (64 to 1024 channels, 5 levels), 256x256 images, batch 8"},
+    {"unet-512", "unet", {5, 64, 512, 4, 3, 2}, "U-Net paper's widths, 512x512 images, batch 4"},
+    {"unet-1024", "unet", {5, 64, 1024, 1, 3, 2}, "U-Net paper's widths, 1024x1024 images, batch 1"},
+    {"unet-2048", "unet", {5, 64, 2048, 1, 3, 2}, "U-Net paper's widths, 2048x2048 images, batch 1"},
 };
 #define N_PRESETS ((int)(sizeof presets / sizeof presets[0]))
 
 static const char *const all_names[] = {
     "mlp", "mlp-tiny", "gpt", "gpt-tiny", "gpt-125m", "gpt-350m", "gpt-760m",
     "gpt-1.3b", "gpt-2.6b", "gpt-6.7b", "gpt-15b", "gpt-39b", "gpt-76b", "gpt-175b", "gns", "gns-tiny", "gns-2d", "gns-3d",
-    "gns-large", NULL,
+    "gns-large", "unet", "unet-tiny", "unet-256", "unet-512", "unet-1024", "unet-2048", NULL,
 };
 
 const char *const *model_names(void) { return all_names; }
@@ -149,6 +158,18 @@ static int check_config(const model_def *m, const model_config *cfg, const char 
         big[n_big++] = (struct big_tensor){"logits [batch,seq,vocab]", b * s * v};
         big[n_big++] = (struct big_tensor){"MLP activations [batch,seq,4*hidden]", b * s * 4 * h};
         big[n_big++] = (struct big_tensor){"MLP weight [hidden,4*hidden]", h * 4 * h};
+    } else if (strcmp(m->name, "unet") == 0) {
+        int64_t L = model_get(cfg, "levels"), S = model_get(cfg, "size");
+        if (L > 1 && (S % ((int64_t)1 << (L - 1)) || (S >> (L - 1)) < 2))
+            return ir_errf(err, errlen, "model '%s': size=%lld must be a multiple of 2^(levels-1) = %lld, at least twice that",
+                           spec, (long long)S, (long long)1 << (L - 1));
+        if (L == 1 && S < 2) return ir_errf(err, errlen, "model '%s': size=%lld must be at least 2", spec, (long long)S);
+        double b = (double)model_get(cfg, "batch"), s = (double)S, c = (double)model_get(cfg, "base");
+        big[n_big++] = (struct big_tensor){"decoder activations [batch,size,size,2*base]", b * s * s * 2 * c};
+        big[n_big++] = (struct big_tensor){"bottleneck [batch,size/2^(levels-1),size/2^(levels-1),base*2^(levels-1)]",
+                                           b * s * s * c / (double)((int64_t)1 << (L - 1))};
+        big[n_big++] = (struct big_tensor){"widest weight [9,base*2^(levels-1),base*2^(levels-1)]",
+                                           9 * c * c * (double)((int64_t)1 << (2 * (L - 1)))};
     } else if (strcmp(m->name, "gns") == 0) {
         double e = (double)model_get(cfg, "edges"), n = (double)model_get(cfg, "nodes");
         double h = (double)model_get(cfg, "hidden");
@@ -257,6 +278,45 @@ int model_parse(const char *spec, model_config *cfg, char *err, size_t errlen)
     return 0;
 }
 
+/* The U-Net's convolutions in order, as (resolution, in, out) through `f`:
+ * the sums of params and FLOPs below walk the same list as the builder. */
+static void unet_convs(const model_config *cfg, void (*f)(void *, int64_t, int64_t, int64_t), void *ctx)
+{
+    int64_t L = model_get(cfg, "levels"), base = model_get(cfg, "base"), S = model_get(cfg, "size");
+    int64_t cin = model_get(cfg, "in");
+    for (int64_t i = 0; i < L; i++) {
+        f(ctx, S >> i, cin, base << i);
+        f(ctx, S >> i, base << i, base << i);
+        cin = base << i;
+    }
+    for (int64_t i = L - 2; i >= 0; i--) {
+        f(ctx, S >> i, base << (i + 1), base << i);
+        f(ctx, S >> i, 2 * (base << i), base << i);
+        f(ctx, S >> i, base << i, base << i);
+    }
+}
+
+typedef struct unet_sum {
+    double batch, params, flops;
+} unet_sum;
+
+static void unet_add(void *ctx, int64_t r, int64_t cin, int64_t cout)
+{
+    unet_sum *s = ctx;
+    s->params += 9.0 * (double)cin * (double)cout + (double)cout;
+    s->flops += 9.0 * 2.0 * s->batch * (double)r * (double)r * (double)cin * (double)cout;
+}
+
+static unet_sum unet_totals(const model_config *cfg)
+{
+    unet_sum s = {(double)model_get(cfg, "batch"), 0, 0};
+    unet_convs(cfg, unet_add, &s);
+    double base = (double)model_get(cfg, "base"), out = (double)model_get(cfg, "out"), S = (double)model_get(cfg, "size");
+    s.params += base * out + out;
+    s.flops += 2.0 * s.batch * S * S * base * out;
+    return s;
+}
+
 /* ---- formulas ---------------------------------------------------------- */
 
 /* Width of linear layer i's input and output in an MLP config. */
@@ -274,6 +334,7 @@ int64_t model_param_count(const model_config *cfg)
         int64_t s = model_get(cfg, "seq"), v = model_get(cfg, "vocab");
         return L * (12 * h * h + 13 * h) + v * h + s * h + 2 * h;
     }
+    if (strcmp(cfg->model, "unet") == 0) return (int64_t)unet_totals(cfg).params;
     if (strcmp(cfg->model, "gns") == 0) {
         int64_t S = model_get(cfg, "steps"), H = model_get(cfg, "hidden"), o = model_get(cfg, "out");
         /* encoders, S steps (edge MLP over 3 inputs, node MLP over 2), decoder */
@@ -301,6 +362,7 @@ double model_forward_flops(const model_config *cfg)
          * scores and context 2 * 2bs^2h; then the LM head 2bshv. */
         return L * (24 * b * s * h * h + 4 * b * s * s * h) + 2 * b * s * h * v;
     }
+    if (strcmp(cfg->model, "unet") == 0) return unet_totals(cfg).flops;
     if (strcmp(cfg->model, "gns") == 0) {
         double S = (double)model_get(cfg, "steps"), H = (double)model_get(cfg, "hidden");
         double N = (double)model_get(cfg, "nodes"), E = (double)model_get(cfg, "edges");
@@ -329,6 +391,7 @@ ir_graph *model_build_forward(const model_config *cfg, char *err, size_t errlen)
     if (strcmp(cfg->model, "gpt") == 0) return model_build_gpt(cfg, err, errlen);
     if (strcmp(cfg->model, "mlp") == 0) return model_build_mlp(cfg, err, errlen);
     if (strcmp(cfg->model, "gns") == 0) return model_build_gns(cfg, err, errlen);
+    if (strcmp(cfg->model, "unet") == 0) return model_build_unet(cfg, err, errlen);
     ir_errf(err, errlen, "model '%s': unknown model (parse the spec with model_parse first)", cfg->model);
     return NULL;
 }

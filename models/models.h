@@ -16,7 +16,7 @@
 #define MODEL_MAX_KEYS 12
 
 typedef struct model_config {
-    char model[16];                  /* "mlp", "gpt" or "gns" */
+    char model[16];                  /* "mlp", "gpt", "gns" or "unet" */
     char preset[24];                 /* the preset it came from, or "" */
     int n_keys;
     const char *keys[MODEL_MAX_KEYS]; /* key names in canonical order */
@@ -57,6 +57,18 @@ double model_step_flops(const model_config *cfg);
 ir_graph *model_build_mlp(const model_config *cfg, char *err, size_t errlen);
 ir_graph *model_build_gpt(const model_config *cfg, char *err, size_t errlen);
 ir_graph *model_build_gns(const model_config *cfg, char *err, size_t errlen);
+ir_graph *model_build_unet(const model_config *cfg, char *err, size_t errlen);
+
+/* Image ops (models/unet.c) on x [batch, height, width, channels]; each
+ * returns the new value or -1 with the error in the graph.
+ * model_conv2d: k x k convolution, "same" zero padding, with weight w
+ * [k*k, in, out] (tap i*k+j), every `stride`-th row and column of the
+ * result kept (stride dividing height and width), taps `dilation` apart:
+ * one shift (a halo exchange when the dim is tiled) and one GEMM per tap.
+ * model_max_pool2: 2x2 windows, stride 2.  model_upsample2: nearest 2x. */
+int model_conv2d(ir_graph *g, int x, int w, int k, int stride, int dilation);
+int model_max_pool2(ir_graph *g, int x);
+int model_upsample2(ir_graph *g, int x);
 
 /* Names of the models and presets, NULL-terminated; a one-line description. */
 const char *const *model_names(void);

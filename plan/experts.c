@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "analysis/groups.h"
 #include "analysis/schedule.h"
 
 /* Appends "kind:axis" for every axis in mask (mesh order) to text. */
@@ -58,16 +59,41 @@ static int edge_index_input(const ir_graph *g)
     return -1;
 }
 
-/* Edge sharding on graphs that pass messages: the dim group of the edge
- * index (every edge input and, by propagation, every edge value) over the
- * axes in e, ZeRO-3 over the others. */
-static int add_edge_experts(const ir_graph *g, const shard_mesh *mesh, const shard_state *base, plan_pricer *pr,
-                            unsigned all, plan_expert *out)
+/* The first input dim group (rows before columns) whose tiling over axis 0
+ * makes some shift (a convolution's tap) shift along a tiled dim: a spatial
+ * dim.  Returns 1 with its first member's value and dim, else 0. */
+static int spatial_group(const ir_graph *g, const shard_mesh *mesh, int *value, int *dim)
 {
-    int ids = edge_index_input(g), n = 0;
-    if (ids < 0) return 0;
+    shard_groups *gs = shard_groups_build(g);
+    shard_state *st = shard_state_new(g, mesh);
+    st->record_conflicts = 0;
+    int found = 0;
+    for (int grp = 0; grp < gs->n && !found; grp++) {
+        const shard_member *m = &gs->members[gs->groups[grp].first];
+        if (g->values[m->value].role != IR_INPUT) continue;
+        shard_state_reset(st);
+        if (!shard_group_legal(st, gs, grp, 0) || !shard_group_apply(st, gs, grp, 0)) continue;
+        for (int i = 0; i < g->n_ops && !found; i++) {
+            const ir_op *o = &g->ops[i];
+            found = o->kind == IR_OP_SHIFT && st->spec[o->out].n[o->attrs.ints[0]];
+        }
+        if (found) *value = m->value, *dim = m->dim;
+    }
+    shard_state_free(st);
+    shard_groups_free(gs);
+    return found;
+}
+
+/* A group action as an expert: the dim group of (value, dim) over the axes
+ * in e (every subset of the mesh's axes), `rest` over the others.  Edge
+ * sharding (the edge index's group, ZeRO-3 over the rest) and spatial tiling
+ * (an image's rows, data parallel over the rest). */
+static int add_group_experts(const ir_graph *g, const shard_mesh *mesh, const shard_state *base, plan_pricer *pr,
+                             unsigned all, int value, int dim, const char *rest, plan_expert *out)
+{
+    int n = 0;
     char text[160], tac[96];
-    snprintf(tac, sizeof tac, "group:%s:0", g->values[ids].name);
+    snprintf(tac, sizeof tac, "group:%s:%d", g->values[value].name, dim);
     for (unsigned e = all + 1; e-- > 1;) {
         if ((e & all) != e) continue;
         text[0] = 0;
@@ -76,7 +102,7 @@ static int add_edge_experts(const ir_graph *g, const shard_mesh *mesh, const sha
                 size_t k = strlen(text);
                 snprintf(text + k, sizeof text - k, "%s%s:%s", k ? "," : "", tac, mesh->names[a]);
             }
-        add_tactics(text, sizeof text, "zero3", all & ~e, mesh);
+        add_tactics(text, sizeof text, rest, all & ~e, mesh);
         price_expert(g, mesh, base, pr, text, &out[n++]);
     }
     return n;
@@ -88,7 +114,7 @@ int plan_experts(const ir_graph *g, const shard_mesh *mesh, const shard_state *b
     unsigned all = 0;
     for (int a = 0; a < mesh->n_axes; a++)
         if (mesh->sizes[a] > 1) all |= 1u << a;
-    int cap = 4 << mesh->n_axes, n = 0;
+    int cap = 5 << mesh->n_axes, n = 0;
     plan_expert *ex = ir_xcalloc((size_t)cap + 1, sizeof *ex);
     char text[160];
     /* data axes: every subset of the axes (all of them first), Megatron the rest */
@@ -106,7 +132,9 @@ int plan_experts(const ir_graph *g, const shard_mesh *mesh, const shard_state *b
             price_expert(g, mesh, base, pr, text, &ex[n++]);
         }
     }
-    n += add_edge_experts(g, mesh, base, pr, all, ex + n);
+    int ids = edge_index_input(g), sv, sd;
+    if (ids >= 0) n += add_group_experts(g, mesh, base, pr, all, ids, 0, "zero3", ex + n);
+    if (spatial_group(g, mesh, &sv, &sd)) n += add_group_experts(g, mesh, base, pr, all, sv, sd, "dp", ex + n);
     *out = ex;
     return n;
 }

@@ -10,7 +10,10 @@
  * megatron; and dp x megatron followed by zero3 over the data axes, which
  * shards what Megatron left whole.  On graphs that pass messages (gns), edge
  * sharding too: the edge index's dim group (group:IDS:0:AXIS) over some axes
- * and ZeRO-3 over the others.  Axes of size 1 are left out.  An expert
+ * and ZeRO-3 over the others; on graphs with convolutions (unet), spatial
+ * tiling: the input dim group whose tiling makes the convolutions' shifts halo
+ * exchanges (group:IMAGE:1:AXIS) over some axes, data parallelism over the
+ * others.  Axes of size 1 are left out.  An expert
  * that does not apply (no Megatron block, a batch the axes do not divide)
  * or does not fit in memory keeps its row, with the reason.
  */

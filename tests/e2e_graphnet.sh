@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
-# e2e_graphnet.sh - graph networks through the carve command: the gns-tiny
-# training step run on 2, 4 and 8 devices (1-, 2- and 3-axis meshes) under
-# data parallelism, ZeRO-3, edge sharding and a plan found by autopart, each
-# checked against the single-device reference; autopart lists edge sharding
-# among the expert schedules; bad group tactics are refused with one line.
+# e2e_graphnet.sh - graph networks and U-Nets through the carve command: the
+# gns-tiny and unet-tiny training steps run on 2, 4 and 8 devices (1-, 2- and
+# 3-axis meshes) under data parallelism, ZeRO-3, edge sharding / spatial
+# tiling (halo exchanges) and a plan found by autopart, each checked against
+# the single-device reference; autopart lists edge sharding and spatial
+# tiling among the expert schedules; bad group tactics are refused with one
+# line.
 # Closing line: N passed, N failed.
 set -u
 carve=${CARVE_BIN:-$(dirname "$0")/../build/carve}
@@ -39,6 +41,25 @@ batch=8 group:senders:0:batch
 batch=2,model=2 group:senders:0:batch,zero3:model
 batch=2,model=2,x=2 group:senders:0:batch,dp:model,zero3:x
 CASES
+
+while read -r mesh sched; do
+    ok "run unet $mesh $sched" "$carve" run --model unet-tiny --mesh "$mesh" --schedule "$sched" --steps 2
+    has "run unet $mesh $sched" "check: passed"
+done <<'CASES'
+batch=2 dp:batch
+batch=4 zero3:batch
+x=8 group:image:1:x
+batch=2,x=2 dp:batch,group:image:1:x
+batch=2,x=2,y=2 zero3:batch,group:image:1:x,group:image:2:y
+CASES
+ok "unet halo" "$carve" run --model unet-tiny --mesh x=4 --schedule group:image:1:x
+has "unet halo" "halo  "
+for mesh in batch=2 batch=2,model=2 batch=2,model=2,x=2; do
+    ok "autopart unet $mesh" "$carve" autopart --model unet-tiny --mesh "$mesh" --budget 40 --quiet --out uplan.json
+    has "autopart unet $mesh experts" "group:image:1:batch"
+    ok "run unet plan $mesh" "$carve" run --plan uplan.json
+    has "run unet plan $mesh" "check: passed"
+done
 
 for mesh in batch=2 batch=2,model=2 batch=2,model=2,x=2; do
     ok "autopart $mesh" "$carve" autopart --model gns-tiny --mesh "$mesh" --budget 60 --quiet --out plan.json

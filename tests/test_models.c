@@ -70,7 +70,7 @@ static void test_parse(void)
         const char *desc = model_describe(*p);
         CHECKF(desc && desc[0] && !strchr(desc, '\n'), "%s: '%s'", *p, desc ? desc : "(null)");
     }
-    CHECK(n == 19);
+    CHECK(n == 25);
     CHECK(model_describe("gpt-7b") == NULL);
     CHECK(strstr(model_describe("gpt-1.3b"), "GPT-3 XL") != NULL);
     CHECK(strstr(model_describe("gpt"), "GPT decoder") != NULL);
@@ -109,6 +109,9 @@ static void test_parse_errors(void)
         {"gpt:layers=2,,heads=4", "expected key=value, got ''", NULL},
         {"gpt:layers", "expected key=value, got 'layers'", NULL},
         {"gns:edges=0", "edges=0 must be positive", NULL},
+        {"unet:size=100", "size=100 must be a multiple of 2^(levels-1) = 16", NULL},
+        {"unet:levels=5,size=16", "at least twice that", NULL},
+        {"unet:size=65536,batch=65536", "too large: decoder activations", NULL},
         {"gns:nodes=2147483648", "nodes=2147483648 is too large", NULL},
         {"gns:edges=68719476736,hidden=65536", "too large: edge latents [edges,hidden]", NULL},
         {"gpt:=3", "expected key=value, got '=3'", NULL},
@@ -184,7 +187,9 @@ static ir_graph *build_checked(const char *spec)
     CHECKF(einsum_flops(g) == model_forward_flops(&c), "%s: graph einsum FLOPs %.17g, formula %.17g", spec,
            einsum_flops(g), model_forward_flops(&c));
     CHECK(g->loss >= 0 && g->values[g->loss].rank == 0 && strcmp(g->values[g->loss].name, "loss") == 0);
-    CHECK(g->n_layers == (model_get(&c, "layers") >= 0 ? model_get(&c, "layers") : model_get(&c, "steps")));
+    int64_t layers = model_get(&c, "layers") >= 0 ? model_get(&c, "layers")
+                     : model_get(&c, "steps") >= 0 ? model_get(&c, "steps") : 2 * model_get(&c, "levels") - 1;
+    CHECK(g->n_layers == layers);
     CHECK(g->n_outputs == 1 && g->outputs[0].value == g->loss);
     return g;
 }
@@ -495,6 +500,27 @@ static void test_gns(void)
     }
 }
 
+/* The U-Net: formulas (build_checked), per 3x3 convolution two row shifts
+ * and two column shifts of each of the three rows of taps, pooling and up-sampling between the levels,
+ * one skip concatenation per decoder level; the 2048x2048 preset builds. */
+static void test_unet(void)
+{
+    const char *specs[] = {"unet-tiny", "unet:levels=3,base=2,size=8,batch=1,in=1,out=1", "unet-2048"};
+    for (int i = 0; i < 3; i++) {
+        ir_graph *g = build_checked(specs[i]);
+        if (!g) continue;
+        model_config c;
+        model_parse(specs[i], &c, NULL, 0);
+        int64_t L = model_get(&c, "levels"), convs = 2 * L + 3 * (L - 1);
+        int n[IR_N_OPS] = {0};
+        for (int k = 0; k < g->n_ops; k++) n[g->ops[k].kind]++;
+        CHECKF(n[IR_OP_SHIFT] == 8 * convs && n[IR_OP_REDUCE_MAX] == L - 1 && n[IR_OP_CONCAT] == L - 1,
+               "%s: %d shifts, %d pools, %d concats", specs[i], n[IR_OP_SHIFT], n[IR_OP_REDUCE_MAX], n[IR_OP_CONCAT]);
+        CHECK(ir_find(g, "d0.c1.w") >= 0 && ir_find(g, "u0.c2.w") >= 0 && ir_find(g, "head.w") >= 0);
+        ir_free(g);
+    }
+}
+
 int main(void)
 {
     test_parse();
@@ -502,6 +528,7 @@ int main(void)
     test_mlp();
     test_gpt_graph();
     test_gns();
+    test_unet();
     test_preset_counts();
     test_gpt_39b();
     test_steps();

@@ -19,7 +19,8 @@
  *     magnitude, as test_spmd (sums in another order move results by a few
  *     units of f32 roundoff; a wrong block or a missing partial sum by 1e-2
  *     or more).  Each op must have run with its result or an operand
- *     actually split or partial in at least one case.
+ *     actually split or partial in at least one case (a shift along its
+ *     tiled dim: as a halo exchange).
  */
 #include "analysis/groups.h"
 #include "exec/runtime.h"
@@ -126,6 +127,8 @@ static int example_value(ir_graph *g, ir_opkind k)
         return ir_pad(g, param(g, "P", 3, 4, 4, 4), 1, 3, 1);
     case IR_OP_CONCAT:
         return ir_concat(g, param(g, "P", 3, 4, 4, 4), param(g, "Q", 3, 4, 4, 4), 1);
+    case IR_OP_SHIFT: /* one row each way along a dim of 8, so 2-way tiles exchange one row */
+        return ir_shift(g, ir_shift(g, param(g, "P", 3, 4, 8, 4), 1, 1), 1, -2);
     case IR_OP_ONE_HOT:
         return ir_binary(g, IR_OP_MUL, ir_one_hot(g, ids(g, 2, 4, 2, 8), 8), param(g, "P", 3, 4, 2, 8));
     }
@@ -235,6 +238,7 @@ out:
 /* ---- 3. sharded runs ------------------------------------------------------- */
 
 static int sharded_runs[IR_N_OPS];
+static int halo_runs; /* programs run in which a shift was a halo exchange */
 
 /* Whether the program splits op k's result or an operand, or leaves the
  * result partial, on some compute instruction of an op of kind k. */
@@ -242,6 +246,10 @@ static int op_split(const spmd_program *p, ir_opkind k)
 {
     for (int i = 0; i < p->n_instrs; i++) {
         const spmd_instr *in = &p->instrs[i];
+        if (in->kind == SPMD_HALO && p->g->ops[in->op].kind == k) {
+            halo_runs++;
+            return 1;
+        }
         if (in->kind != SPMD_COMPUTE || p->g->ops[in->op].kind != k) continue;
         const spmd_buffer *b = &p->bufs[in->out];
         if (b->spec.partial || shard_spec_tiled(&b->spec, p->g->values[b->value].rank)) return 1;
@@ -337,5 +345,8 @@ int main(void)
         sharded_check(k, &rng);
         CHECKF(sharded_runs[k] > 0, "%s: never ran with a split operand or result", ir_op_name(k));
     }
+    /* a shift along a tiled dim ran as a halo exchange and matched */
+    CHECKF(halo_runs > 0, "no shift ran as a halo exchange");
+    printf("shift runs as a halo exchange: %d\n", halo_runs);
     return test_done();
 }

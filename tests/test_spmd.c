@@ -35,6 +35,7 @@
 static const char *GPT = "gpt-tiny";
 static const char *MLP = "mlp-tiny";
 static const char *GNS = "gns-tiny";
+static const char *UNET = "unet-tiny";
 
 static int kinds_seen[SPMD_N_KINDS], max_reductions_seen, fused_groups_seen, fused_ops_seen;
 static spmd_options lower_opts; /* options schedule_case lowers with */
@@ -286,6 +287,25 @@ static void test_gns_schedules(void)
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) schedule_case(GNS, (int)(i % 2), cases[i].mesh, cases[i].sched, 1);
     schedule_case(GNS, 0, "batch=4", "group:senders:0:batch", 3);
+}
+
+/* The U-Net (convolutions as shifts and GEMMs, pooling, up-sampling, skip
+ * connections) under data parallelism, ZeRO-3 and spatial tiling (rows: halo
+ * exchanges; rows and columns; with the batch) on 2, 4 and 8 devices. */
+static void test_unet_schedules(void)
+{
+    static const struct {
+        const char *mesh, *sched;
+    } cases[] = {
+        {"batch=2", "dp:batch"},
+        {"batch=4", "zero3:batch"},
+        {"x=2", "group:image:1:x"},
+        {"x=8", "group:image:1:x"},
+        {"batch=2,x=2", "dp:batch,group:image:1:x"},
+        {"x=2,y=4", "group:image:1:x,group:image:2:y"},
+        {"batch=2,x=2,y=2", "zero3:batch,group:image:1:x,group:image:2:y"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) schedule_case(UNET, (int)(i % 2), cases[i].mesh, cases[i].sched, 1);
 }
 
 /* Random legal decision sets: random group actions (analysis/groups.h) on a
@@ -611,6 +631,7 @@ int main(void)
     test_failing_device("batch=4,model=4", "dp:batch,megatron:model", 13);
     test_expert_schedules();
     test_gns_schedules();
+    test_unet_schedules();
     test_random_decisions();
     printf("instruction kinds run:");
     for (int k = 0; k < SPMD_N_KINDS; k++) printf(" %s %d", spmd_kind_name((spmd_kind)k), kinds_seen[k]);
