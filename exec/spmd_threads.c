@@ -181,7 +181,7 @@ static int threads_halo(exec_spmd *r, spmd_call *c)
 {
     if (barrier_wait(r, c->in->axes, c->gr.leader, &c->wait_s) < 0) return -1;
     c->moved += spmd_halo_copy(r, c->in, c->dev, &c->gr);
-    return 0;
+    return finish(r, c);
 }
 
 /* Reduce-scatter: my output box, summed (or maxed) over the members' inputs. */
