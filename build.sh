@@ -50,6 +50,16 @@ mpi_flags() {
     fi
 }
 
+# Chromium renders the HTML report in tests/e2e_report.sh (which skips its
+# browser checks with a note without it): installed when root, never fatal.
+need_browser() {
+    command -v chromium >/dev/null 2>&1 && return 0
+    [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1 || return 0
+    echo "build.sh: installing chromium (for tests/e2e_report.sh)" >&2
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >&2 ||
+        echo "build.sh: chromium not installed; tests/e2e_report.sh will skip its browser checks" >&2
+}
+
 # One makefile, kept here so the build stays one short file.
 run_make() { # $1 = output dir, $2 = extra CFLAGS, $3 = extra LDFLAGS
     mpi_flags
@@ -197,7 +207,7 @@ case "$mode" in
 build)
     need_pkgs; run_make build "" "" ;;
 test)
-    need_pkgs; run_make build "" ""; run_tests build ;;
+    need_pkgs; need_browser; run_make build "" ""; run_tests build ;;
 asan)
     need_pkgs
     run_make build-asan "-O1 -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined" \

@@ -14,6 +14,7 @@ enum { CLI_OK = 0, CLI_CHECK_FAILED = 1, CLI_BAD_INPUT = 2 };
 typedef struct cli_opts {
     const char *model, *graph, *mesh, *hw, *schedule, *plan, *out, *positional;
     const char *to;        /* export: jax, shardy, xla or torch */
+    const char *html;      /* report: the HTML file to write */
     int64_t seed, threads, steps, budget;
     double time_s, memory_gib;
     int summary, ops, forward, quiet, help;
@@ -62,5 +63,6 @@ int cmd_cost(const cli_opts *o);
 int cmd_calibrate(const cli_opts *o);
 int cmd_run(const cli_opts *o);
 int cmd_export(const cli_opts *o);
+int cmd_report(const cli_opts *o);
 
 #endif

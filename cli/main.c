@@ -60,6 +60,13 @@ static const cli_command commands[] = {
     {"explain", "--plan --hw FILE",
      "explain a plan: shardings, collectives per layer, predicted cost, expert schedules side by side",
      "usage: carve explain plan.json\n", cmd_explain},
+    {"report", "--plan --html FILE",
+     "draw a plan as one HTML page: shardings on the mesh, a timeline per phase, memory per device",
+     "usage: carve report plan.json --html plan.html\n"
+     "  writes one self-contained page (inline SVG, no network): per argument the mesh as a grid and the\n"
+     "  block each device holds; per phase the instructions as the cost model prices them; memory per\n"
+     "  device at the peak against the capacity (docs/report.md)\n",
+     cmd_report},
     {"export", "--plan --to --out FILE",
      "write a plan's shardings for JAX, Shardy, XLA or PyTorch",
      "usage: carve export plan.json --to jax|shardy|xla|torch [--out FILE]\n"

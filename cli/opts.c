@@ -130,6 +130,7 @@ int cli_parse(const cli_command *c, int argc, char **argv, cli_opts *o)
         else if (!strcmp(flag, "--schedule")) o->schedule = val;
         else if (!strcmp(flag, "--plan")) o->plan = val;
         else if (!strcmp(flag, "--to")) o->to = val;
+        else if (!strcmp(flag, "--html")) o->html = val;
         else if (!strcmp(flag, "--out")) o->out = val;
         else if (!strcmp(flag, "--precision")) {
             cost_precision prec;

@@ -195,6 +195,7 @@ typedef struct cost_estimate {
      * in the workspace and stay valid until its next use. */
     int n_layers;
     const double *layer_compute, *layer_comm, *layer_wire;
+    const double *instr_time; /* seconds of each instruction of the program (timelines; in the workspace) */
 } cost_estimate;
 
 typedef struct cost_ws cost_ws;

@@ -58,6 +58,8 @@ struct cost_ws {
     int cap_bufs;
     double *layer;            /* 3 * (n_layers + 1) */
     int cap_layer;
+    double *instr_time;       /* per instruction of the last program priced */
+    int cap_instrs;
 };
 
 cost_ws *cost_ws_new(void) { return ir_xcalloc(1, sizeof(cost_ws)); }
@@ -87,6 +89,7 @@ void cost_ws_free(cost_ws *w)
     free(w->last_use);
     free(w->persistent);
     free(w->layer);
+    free(w->instr_time);
     free(w);
 }
 
@@ -355,6 +358,10 @@ static void grow_program(cost_ws *w, const spmd_program *p)
         w->persistent = ir_xrealloc(w->persistent, (size_t)cap);
         w->cap_bufs = cap;
     }
+    if (p->n_instrs > w->cap_instrs) {
+        w->cap_instrs = p->n_instrs;
+        w->instr_time = ir_xrealloc(w->instr_time, (size_t)p->n_instrs * sizeof(double));
+    }
     int nl = 3 * (p->g->n_layers + 1);
     if (nl > w->cap_layer) {
         w->layer = ir_xrealloc(w->layer, (size_t)nl * sizeof(double));
@@ -534,6 +541,7 @@ int cost_estimate_program(cost_ws *w, const spmd_program *p, const cost_hw *hw, 
     out->layer_compute = lc;
     out->layer_comm = lm;
     out->layer_wire = lw;
+    out->instr_time = w->instr_time;
 
     /* pass 1: last readers; persistent buffers (arguments, kept outputs) */
     memset(w->persistent, 0, (size_t)p->n_bufs);
@@ -639,6 +647,7 @@ int cost_estimate_program(cost_ws *w, const spmd_program *p, const cost_hw *hw, 
             lm[li] += t;
             lw[li] += wire;
         }
+        w->instr_time[i] = t;
         /* memory: the result joins what is live; inputs read for the last
          * time (and a result nobody reads) leave after the instruction */
         int cat = w->cat[in->value];

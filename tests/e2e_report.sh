@@ -1,0 +1,82 @@
+#!/usr/bin/env bash
+# e2e_report.sh - `carve report PLAN --html FILE`: one self-contained page
+# (no external resource), parsed by Python's HTML parser; then rendered in
+# headless Chromium (Debian package chromium; build.sh installs it when root):
+# the page's script ran to its end (body data-ready="1" in the DOM: a script
+# error would stop it), and the screenshot (left in $CARVE_REPORT_OUT when set)
+# is not blank.  Without Chromium the browser checks are skipped with a note.
+# Closing line: N passed, N failed.
+set -u
+carve=${CARVE_BIN:-$(dirname "$0")/../build/carve}
+root=${CARVE_ROOT:-$(cd "$(dirname "$0")/.." && pwd)}
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+cd "$tmp" || exit 1
+pass=0 fail=0
+check() { if [ "$2" = 0 ]; then pass=$((pass + 1)); else fail=$((fail + 1)); echo "FAIL $1"; fi; }
+bad() { # bad NAME WORDS CMD...: exit 2, one line on stderr holding WORDS, nothing on stdout
+    "${@:3}" >out.txt 2>err.txt
+    local rc=$?
+    if [ $rc -eq 2 ] && [ "$(wc -l <err.txt)" -eq 1 ] && grep -q -- "$2" err.txt && [ ! -s out.txt ]; then
+        pass=$((pass + 1))
+    else
+        fail=$((fail + 1)); echo "FAIL $1: exit $rc, stderr:"; cat err.txt
+    fi
+}
+
+"$carve" autopart --model gpt-tiny --mesh batch=2,model=2 --schedule dp:batch,megatron:model,zero3:batch,auto \
+    --budget 5 --quiet --out plan.json >/dev/null 2>&1
+"$carve" report plan.json --html plan.html >out.txt 2>err.txt; check "report runs" $?
+grep -q "wrote plan.html" out.txt; check "report says what it wrote" $?
+python3 - plan.html <<'PY'
+import sys
+from html.parser import HTMLParser
+class P(HTMLParser):
+    def __init__(self):
+        super().__init__(); self.tags = {}; self.external = []
+    def handle_starttag(self, tag, attrs):
+        self.tags[tag] = self.tags.get(tag, 0) + 1
+        for k, v in attrs:
+            if k in ("src", "href") and v: self.external.append(v)
+p = P(); p.feed(open(sys.argv[1]).read())
+ok = p.tags.get("svg", 0) >= 10 and p.tags.get("script", 0) == 1 and not p.external and p.tags.get("title", 0) > 50
+sys.exit(0 if ok else 1)
+PY
+check "self-contained page with SVG" $?
+grep -q "forward: " plan.html && grep -q "all-gather{" plan.html && grep -q "memory per device" plan.html -i
+check "timeline and memory sections" $?
+bad no-html "give a plan file and --html FILE" "$carve" report plan.json
+bad missing-plan "cannot open plan" "$carve" report nothere.json --html x.html
+bad out-missing-folder "nodir" "$carve" report plan.json --html nodir/x.html
+
+browser=$(command -v chromium || command -v chromium-browser || true)
+if [ -z "$browser" ]; then
+    echo "note: chromium not installed: the page was not rendered (apt-get install chromium)"
+else
+    flags=(--headless --no-sandbox --disable-gpu --hide-scrollbars --window-size=1200,1600)
+    timeout 120 "$browser" "${flags[@]}" --dump-dom "file://$tmp/plan.html" >dom.html 2>/dev/null
+    grep -q 'data-ready="1"' dom.html; check "the page's script ran without errors (Chromium)" $?
+    timeout 120 "$browser" "${flags[@]}" --screenshot="$tmp/plan.png" "file://$tmp/plan.html" >/dev/null 2>&1
+    python3 - plan.png <<'PY'
+import struct, sys, zlib
+data = open(sys.argv[1], "rb").read()
+assert data[:8] == b"\x89PNG\r\n\x1a\n"
+pos, idat, w = 8, b"", 0
+while pos < len(data):
+    n, kind = struct.unpack(">I4s", data[pos:pos + 8])
+    if kind == b"IHDR": w, h = struct.unpack(">II", data[pos + 8:pos + 16])
+    if kind == b"IDAT": idat += data[pos + 8:pos + 8 + n]
+    pos += 12 + n
+raw = zlib.decompress(idat)
+distinct = len(set(raw))
+# a blank page is one colour: its filtered rows hold a handful of byte values and
+# compress to almost nothing; a drawn page has many values and compresses less
+ratio = len(idat) / len(raw)
+print("png %dx%d, %d distinct byte values, compressed to %.2f%%" % (w, h, distinct, 100 * ratio))
+sys.exit(0 if w >= 1000 and distinct > 30 and ratio > 0.005 else 1)
+PY
+    check "the screenshot is not blank" $?
+    [ -n "${CARVE_REPORT_OUT:-}" ] && mkdir -p "$CARVE_REPORT_OUT" && cp plan.png plan.html "$CARVE_REPORT_OUT/"
+fi
+echo "$pass passed, $fail failed"
+[ $fail -eq 0 ]
