@@ -235,8 +235,9 @@ int cmd_autopart(const cli_opts *o)
     cli_fmt_time(e.step_time, t1, sizeof t1);
     cli_fmt_time(e.compute_time, t2, sizeof t2);
     cli_fmt_time(e.comm_time, t3, sizeof t3);
-    printf("  step time %s (compute %s + communication %s), peak memory %.4g GB of %.4g GB per device%s\n", t1, t2, t3,
-           e.peak_memory / 1e9, e.capacity / 1e9, e.fits ? "" : ": DOES NOT FIT");
+    printf(copt.overlap ? "  step time %s (compute %s and communication %s overlapped), peak memory %.4g GiB of %.4g GiB per device%s\n"
+                        : "  step time %s (compute %s + communication %s), peak memory %.4g GiB of %.4g GiB per device%s\n", t1, t2, t3,
+           e.peak_memory / 1073741824.0, e.capacity / 1073741824.0, e.fits ? "" : ": DOES NOT FIT");
     printf("\nparam shardings (PartitionSpec):\n");
     cli_print_param_shardings(st);
     printf("\ncollectives:\n");
@@ -245,8 +246,8 @@ int cmd_autopart(const cli_opts *o)
     int best = cli_print_experts(ex, n_ex, &e);
     print_verdict(ex, n_ex, best, &e);
     if (!e.fits)
-        fprintf(stderr, "carve: autopart: no plan found fits in %.4g GB per device; the closest needs %.4g GB%s\n",
-                e.capacity / 1e9, e.peak_memory / 1e9, o->out ? " (written anyway, marked \"fits\": false)" : "");
+        fprintf(stderr, "carve: autopart: no plan found fits in %.4g GiB per device; the closest needs %.4g GiB%s\n",
+                e.capacity / 1073741824.0, e.peak_memory / 1073741824.0, o->out ? " (written anyway, marked \"fits\": false)" : "");
     if (o->out) {
         plan pl;
         memset(&pl, 0, sizeof pl);

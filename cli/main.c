@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "cli/cli.h"
+#include "plan/plan.h"
 
 static const cli_command commands[] = {
     {"models", "", "list models and presets with parameter counts and FLOPs per training step",
@@ -46,7 +47,10 @@ static const cli_command commands[] = {
      "search for the best plan (MCTS over sharding tactics, priced by the cost model) and write it as JSON",
      "usage: carve autopart (--model SPEC | --graph FILE) --mesh MESH [--hw PROFILE] [--out plan.json] [options]\n"
      "  --hw PROFILE       a100 (default), h100, tpu-v3, cpu, or a carve-hw/1 file (carve calibrate)\n"
-     "  --memory GIB       memory per device (default: the profile's)\n"
+     "  --memory GIB       memory per device in GiB (default: the profile's)\n"
+     "  --precision P      f32, tf32, bf16 or fp16 (default: bf16 on accelerators, f32 on cpu; see carve help cost)\n"
+     "  --overlap          price communication as overlapping compute (step = the larger of the two)\n"
+     "  --optimizer adam|sgd   the optimizer of the training step (default adam)\n"
      "  --schedule S       manual tactics first, then auto (default: auto), e.g. dp:batch,auto\n"
      "  --search KIND      mcts (default), random, greedy, exhaustive\n"
      "  --budget N         simulations (default 2000 unless --time is given)\n"
@@ -96,11 +100,21 @@ static const cli_command commands[] = {
 };
 static const int n_commands = sizeof commands / sizeof commands[0];
 
+/* The command names, space-separated (for cli_nearest). */
+static const char *command_names(void)
+{
+    static char names[512];
+    size_t k = 0;
+    for (int i = 0; i < n_commands && k < sizeof names; i++)
+        k += (size_t)snprintf(names + k, sizeof names - k, "%s%s", i ? " " : "", commands[i].name);
+    return names;
+}
+
 static void usage(FILE *f)
 {
     fprintf(f, "carve: find how to split a training step across devices\n\nusage: carve COMMAND [options]\n\ncommands:\n");
     for (int i = 0; i < n_commands; i++) fprintf(f, "  %-10s %s\n", commands[i].name, commands[i].summary);
-    fprintf(f, "\ncarve COMMAND --help shows a command's options.\n");
+    fprintf(f, "\ncarve help COMMAND (or carve COMMAND --help) shows a command's options; carve --version.\n");
 }
 
 int main(int argc, char **argv)
@@ -112,7 +126,22 @@ int main(int argc, char **argv)
         cli_error("no command given (see carve --help)");
         return CLI_BAD_INPUT;
     }
+    if (!strcmp(argv[1], "--version") || !strcmp(argv[1], "version")) {
+        printf("carve %s (plans %s, reads %s too)\n", CARVE_VERSION, PLAN_FORMAT, PLAN_FORMAT_V1);
+        return CLI_OK;
+    }
     if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") || !strcmp(argv[1], "help")) {
+        if (argc > 2 && strcmp(argv[1], "help") == 0) { /* carve help COMMAND */
+            for (int i = 0; i < n_commands; i++)
+                if (!strcmp(argv[2], commands[i].name)) {
+                    printf("%s", commands[i].usage);
+                    return CLI_OK;
+                }
+            const char *near = cli_nearest(argv[2], command_names());
+            cli_error("help: unknown command '%s'%s%s%s (see carve --help)", argv[2], near ? " (did you mean " : "",
+                      near ? near : "", near ? "?)" : "");
+            return CLI_BAD_INPUT;
+        }
         usage(stdout);
         return CLI_OK;
     }
@@ -128,6 +157,8 @@ int main(int argc, char **argv)
         }
         return c->run(&o);
     }
-    cli_error("unknown command '%s' (see carve --help)", argv[1]);
+    const char *near = cli_nearest(argv[1], command_names());
+    if (near) cli_error("unknown command '%s' (did you mean %s? see carve --help)", argv[1], near);
+    else cli_error("unknown command '%s' (see carve --help)", argv[1]);
     return CLI_BAD_INPUT;
 }

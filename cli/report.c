@@ -19,19 +19,22 @@ void cli_print_estimate(const cost_estimate *e)
     cli_fmt_time(e->step_time, a, sizeof a);
     cli_fmt_time(e->compute_time, b, sizeof b);
     cli_fmt_time(e->comm_time, c, sizeof c);
-    printf("step time      %s  (compute %s + communication %s)\n", a, b, c);
+    if (e->step_time < e->compute_time + e->comm_time) /* priced with --overlap: the larger of the two */
+        printf("step time      %s  (compute %s and communication %s overlapped: the larger of the two)\n", a, b, c);
+    else
+        printf("step time      %s  (compute %s + communication %s)\n", a, b, c);
     if (e->serialisation != 1)
         printf("               per-device times scaled by %.3g (simulated devices sharing this machine's cores)\n",
                e->serialisation);
-    printf("FLOPs/device   %.4g GFLOP; communicated %.4g MB per device (%.4g MB on the wire)\n", e->flops / 1e9,
-           e->comm_bytes / 1e6, e->wire_bytes / 1e6);
-    printf("peak memory    %.4g GB per device of %.4g GB: %s\n", e->peak_memory / 1e9, e->capacity / 1e9,
+    printf("FLOPs/device   %.4g GFLOP; communicated %.4g MiB per device (%.4g MiB on the wire)\n", e->flops / 1e9,
+           e->comm_bytes / 1048576.0, e->wire_bytes / 1048576.0);
+    printf("peak memory    %.4g GiB per device of %.4g GiB: %s\n", e->peak_memory / 1073741824.0, e->capacity / 1073741824.0,
            e->fits ? "fits" : "DOES NOT FIT");
-    printf("  at the peak: params %.4g GB, optimizer states %.4g GB, gradients %.4g GB, activations %.4g GB, "
-           "other %.4g GB\n",
-           e->peak_params / 1e9, e->peak_opt_states / 1e9, e->peak_grads / 1e9, e->peak_activations / 1e9,
-           e->peak_other / 1e9);
-    printf("  model states (params + gradients + optimizer states): %.4g GB\n", e->model_state_bytes / 1e9);
+    printf("  at the peak: params %.4g GiB, optimizer states %.4g GiB, gradients %.4g GiB, activations %.4g GiB, "
+           "other %.4g GiB\n",
+           e->peak_params / 1073741824.0, e->peak_opt_states / 1073741824.0, e->peak_grads / 1073741824.0, e->peak_activations / 1073741824.0,
+           e->peak_other / 1073741824.0);
+    printf("  model states (params + gradients + optimizer states): %.4g GiB\n", e->model_state_bytes / 1073741824.0);
 
     printf("\ncompute by op kind:\n");
     int order[IR_N_OPS];
@@ -52,8 +55,8 @@ void cli_print_estimate(const cost_estimate *e)
     printf("\ncommunication by kind:\n");
     for (int k = SPMD_ALL_GATHER; k < SPMD_N_KINDS; k++) {
         cli_fmt_time(e->coll_time[k], a, sizeof a);
-        printf("  %-15s %6d %14s  %10.4g MB on the wire\n", spmd_kind_name((spmd_kind)k), e->coll_count[k], a,
-               e->coll_wire[k] / 1e6);
+        printf("  %-15s %6d %14s  %10.4g MiB on the wire\n", spmd_kind_name((spmd_kind)k), e->coll_count[k], a,
+               e->coll_wire[k] / 1048576.0);
     }
     printf("\nby phase:          compute  communication\n");
     for (int ph = 0; ph < SPMD_N_PHASES; ph++) {
@@ -61,14 +64,14 @@ void cli_print_estimate(const cost_estimate *e)
         cli_fmt_time(e->phase_comm[ph], b, sizeof b);
         printf("  %-10s %14s %14s\n", spmd_phase_name((spmd_phase)ph), a, b);
     }
-    printf("\nby layer:          compute  communication   wire MB\n");
+    printf("\nby layer:          compute  communication   wire MiB\n");
     for (int l = 0; l < e->n_layers; l++) {
         cli_fmt_time(e->layer_compute[l], a, sizeof a);
         cli_fmt_time(e->layer_comm[l], b, sizeof b);
         char name[24];
         if (l) snprintf(name, sizeof name, "layer %d", l - 1);
         else snprintf(name, sizeof name, "outside");
-        printf("  %-10s %14s %14s %10.4g\n", name, a, b, e->layer_wire[l] / 1e6);
+        printf("  %-10s %14s %14s %10.4g\n", name, a, b, e->layer_wire[l] / 1048576.0);
     }
 }
 
@@ -79,7 +82,7 @@ int cli_print_experts(const plan_expert *ex, int n, const cost_estimate *mine)
     printf("  %-44s %14s %14s  %s\n", "schedule", "step time", "peak memory", "");
     if (mine) {
         cli_fmt_time(mine->step_time, a, sizeof a);
-        printf("  %-44s %14s %11.4g GB  %s\n", "this plan", a, mine->peak_memory / 1e9, mine->fits ? "" : "does not fit");
+        printf("  %-44s %14s %11.4g GiB  %s\n", "this plan", a, mine->peak_memory / 1073741824.0, mine->fits ? "" : "does not fit");
     }
     for (int i = 0; i < n; i++) {
         if (!ex[i].ok) {
@@ -90,7 +93,7 @@ int cli_print_experts(const plan_expert *ex, int n, const cost_estimate *mine)
         b[0] = 0;
         if (mine && mine->step_time > 0 && ex[i].e.step_time > 0)
             snprintf(b, sizeof b, "x%.3f", ex[i].e.step_time / mine->step_time);
-        printf("  %-44s %14s %11.4g GB  %s%s%s%s\n", ex[i].schedule, a, ex[i].e.peak_memory / 1e9,
+        printf("  %-44s %14s %11.4g GiB  %s%s%s%s\n", ex[i].schedule, a, ex[i].e.peak_memory / 1073741824.0,
                ex[i].e.fits ? "" : ex[i].why, ex[i].e.fits ? "" : " ", i == best ? "best expert " : "", mine ? b : "");
     }
     if (!n) printf("  (none: every mesh axis has size 1)\n");
@@ -274,8 +277,8 @@ static void print_collectives_of(const spmd_program *p, const plan_pricer *pr, i
         for (int a = 0; a < p->mesh.n_axes; a++)
             if (in->axes & (1u << a)) k += (size_t)snprintf(ax + k, sizeof ax - k, "%s%s", k ? "," : "", p->mesh.names[a]);
         cli_fmt_time(s, t, sizeof t);
-        printf("    %-9s %-15s{%s} %-26s %10.4g MB %12s\n", spmd_phase_name((spmd_phase)in->phase),
-               spmd_kind_name((spmd_kind)in->kind), ax, g->values[in->value].name, (double)in->bytes / 1e6, t);
+        printf("    %-9s %-15s{%s} %-26s %10.4g MiB %12s\n", spmd_phase_name((spmd_phase)in->phase),
+               spmd_kind_name((spmd_kind)in->kind), ax, g->values[in->value].name, (double)in->bytes / 1048576.0, t);
     }
     if (shown > 24) printf("    ... %d more\n", shown - 24);
     cli_fmt_time(total, t, sizeof t);

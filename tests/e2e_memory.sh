@@ -43,7 +43,7 @@ done
 # remat lowers the activation peak and costs FLOPs
 "$carve" cost --model gpt-125m --mesh batch=8 --schedule zero3:batch --hw a100 >plain.txt 2>&1
 "$carve" cost --model gpt-125m --mesh batch=8 --schedule zero3:batch,remat:all --hw a100 >remat.txt 2>&1
-peak() { sed -n 's/^peak memory *\([0-9.e+-]*\) GB.*/\1/p' "$1"; }
+peak() { sed -n 's/^peak memory *\([0-9.e+-]*\) GiB.*/\1/p' "$1"; }
 flops() { sed -n 's/^FLOPs\/device *\([0-9.e+-]*\) GFLOP.*/\1/p' "$1"; }
 if awk -v a="$(peak plain.txt)" -v b="$(peak remat.txt)" -v f="$(flops plain.txt)" -v g="$(flops remat.txt)" \
     'BEGIN { exit !(b < a && g > f) }'; then pass=$((pass + 1)); else fail=$((fail + 1)); echo "FAIL remat cost: peak $(peak plain.txt) -> $(peak remat.txt), FLOPs $(flops plain.txt) -> $(flops remat.txt)"; fi

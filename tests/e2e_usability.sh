@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# e2e_usability.sh - the command-line fixes of issue 15: --version, help
+# COMMAND, "did you mean" for commands and flags, bytes in GiB/MiB with
+# --memory in GiB shown as given, the step-time line under --overlap, the
+# pricing flags in autopart --help.  Closing line: N passed, N failed.
+set -u
+carve=${CARVE_BIN:-$(dirname "$0")/../build/carve}
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+cd "$tmp" || exit 1
+pass=0 fail=0
+check() { if [ "$2" = 0 ]; then pass=$((pass + 1)); else fail=$((fail + 1)); echo "FAIL $1"; fi; }
+bad() { # bad NAME WORDS CMD...: exit 2, one line on stderr holding WORDS, nothing on stdout
+    "${@:3}" >out.txt 2>err.txt
+    local rc=$?
+    if [ $rc -eq 2 ] && [ "$(wc -l <err.txt)" -eq 1 ] && grep -q -- "$2" err.txt && [ ! -s out.txt ]; then
+        pass=$((pass + 1))
+    else
+        fail=$((fail + 1)); echo "FAIL $1: exit $rc, stderr:"; cat err.txt
+    fi
+}
+"$carve" --version >out.txt; check "--version exits 0" $?
+grep -q "^carve [0-9]*\.[0-9]*\.[0-9]* (plans carve-plan/2" out.txt; check "--version says the version and plan format" $?
+"$carve" help autopart >out.txt; check "help autopart" $?
+grep -q "^usage: carve autopart" out.txt && ! grep -q "^commands:" out.txt; check "help CMD prints that command's usage" $?
+grep -q -- "--precision P" out.txt && grep -q -- "--overlap" out.txt; check "autopart --help lists --precision and --overlap" $?
+bad help-unknown "did you mean explain?" "$carve" help explian
+bad command-typo "unknown command 'autopar' (did you mean autopart?" "$carve" autopar --mesh x
+bad flag-typo "unknown option '--budjet' (did you mean --budget?" "$carve" autopart --model gpt-tiny --mesh batch=2 --budjet 3
+bad no-near-match "unknown command 'frobnicate' (see carve --help)" "$carve" frobnicate
+"$carve" cost --model gpt-tiny --mesh batch=2 --schedule dp:batch --hw a100 --overlap --memory 40 >out.txt
+grep -q "^step time .*overlapped: the larger of the two" out.txt; check "overlap line" $?
+grep -q "of 40 GiB: fits" out.txt; check "--memory 40 (GiB) shown as 40 GiB" $?
+"$carve" cost --model gpt-tiny --mesh batch=2 --schedule dp:batch --hw a100 >out.txt
+grep -q "^step time .*(compute .* + communication" out.txt; check "sum line without overlap" $?
+! grep -v "^hardware" out.txt | grep -q " GB\b\| MB\b"; check "no decimal GB/MB in cost" $?
+"$carve" autopart --model gpt-tiny --mesh batch=2 --budget 5 --memory 2 --overlap --quiet >out.txt
+grep -q "of 2 GiB per device" out.txt && grep -q "overlapped), peak memory" out.txt; check "autopart units and overlap" $?
+echo "$pass passed, $fail failed"
+[ $fail -eq 0 ]
