@@ -57,7 +57,10 @@ int cmd_shard(const cli_opts *o)
             blocked += r == 1;
             if (!o->summary) fprintf(dec, "  %-3s %s\n", r == 0 ? "" : "(=)", shard_decision_str(st, &d[k], buf, sizeof buf));
         }
-        fprintf(dec, "  tactic %d: %d decisions applied, %d already so or blocked\n", t + 1, applied, blocked);
+        fprintf(dec, "  tactic %d: %d decision%s changed the sharding", t + 1, applied, applied == 1 ? "" : "s");
+        if (blocked)
+            fprintf(dec, "; %d changed nothing (already so, or blocked by an earlier decision: see conflicts)", blocked);
+        fputc('\n', dec);
     }
     fclose(dec);
     if (rc == CLI_OK) {

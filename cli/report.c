@@ -277,8 +277,13 @@ static void print_collectives_of(const spmd_program *p, const plan_pricer *pr, i
         for (int a = 0; a < p->mesh.n_axes; a++)
             if (in->axes & (1u << a)) k += (size_t)snprintf(ax + k, sizeof ax - k, "%s%s", k ? "," : "", p->mesh.names[a]);
         cli_fmt_time(s, t, sizeof t);
+        /* named by the value it moves when that has a name, else by the op it serves */
+        char what[160];
+        const char *vn = g->values[in->value].name;
+        if (vn[0] != '%' || in->op < 0) snprintf(what, sizeof what, "%s", vn);
+        else snprintf(what, sizeof what, "for %s -> %s", ir_op_name(g->ops[in->op].kind), g->values[g->ops[in->op].out].name);
         printf("    %-9s %-15s{%s} %-26s %10.4g MiB %12s\n", spmd_phase_name((spmd_phase)in->phase),
-               spmd_kind_name((spmd_kind)in->kind), ax, g->values[in->value].name, (double)in->bytes / 1048576.0, t);
+               spmd_kind_name((spmd_kind)in->kind), ax, what, (double)in->bytes / 1048576.0, t);
     }
     if (shown > 24) printf("    ... %d more\n", shown - 24);
     cli_fmt_time(total, t, sizeof t);

@@ -36,5 +36,11 @@ grep -q "^step time .*(compute .* + communication" out.txt; check "sum line with
 ! grep -v "^hardware" out.txt | grep -q " GB\b\| MB\b"; check "no decimal GB/MB in cost" $?
 "$carve" autopart --model gpt-tiny --mesh batch=2 --budget 5 --memory 2 --overlap --quiet >out.txt
 grep -q "of 2 GiB per device" out.txt && grep -q "overlapped), peak memory" out.txt; check "autopart units and overlap" $?
+"$carve" shard --model gpt-tiny --mesh batch=2,model=2 --schedule dp:batch,zero3:batch --summary >out.txt
+grep -q "tactic 2: [0-9]* decisions* changed the sharding; [0-9]* changed nothing (already so, or blocked" out.txt
+check "shard says plainly what each tactic did" $?
+"$carve" autopart --model gpt-tiny --mesh batch=2,model=2 --schedule dp:batch,megatron:model,auto --budget 5 --quiet >out.txt
+! sed -n '/^collectives:/,/^compared/p' out.txt | grep -q "} %[0-9]"; check "collectives named by value or op, not %N" $?
+grep -q "for add -> h0.attn.out" out.txt; check "a collective named by the op it serves" $?
 echo "$pass passed, $fail failed"
 [ $fail -eq 0 ]
