@@ -42,5 +42,10 @@ check "shard says plainly what each tactic did" $?
 "$carve" autopart --model gpt-tiny --mesh batch=2,model=2 --schedule dp:batch,megatron:model,auto --budget 5 --quiet >out.txt
 ! sed -n '/^collectives:/,/^compared/p' out.txt | grep -q "} %[0-9]"; check "collectives named by value or op, not %N" $?
 grep -q "for add -> h0.attn.out" out.txt; check "a collective named by the op it serves" $?
+# the schedule file format of docs/schedule-format.md, as documented
+printf '{"format": "carve-schedule/1", "tactics": ["dp:batch", "megatron:model"]}' >s.json
+"$carve" shard --model gpt-tiny --mesh batch=2,model=2 --schedule s.json --summary >/dev/null; check "schedule file" $?
+printf '{"format": "carve-schedule/1", "tactics": ["dp:batch", "pipeline:batch"]}' >s2.json
+bad schedule-file-bad-tactic "s2.json: tactics\[1\]: schedule: unknown tactic 'pipeline'" "$carve" shard --model gpt-tiny --mesh batch=2 --schedule s2.json
 echo "$pass passed, $fail failed"
 [ $fail -eq 0 ]
