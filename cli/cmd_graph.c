@@ -20,15 +20,18 @@ int cmd_models(const cli_opts *o)
 {
     (void)o;
     char err[256], cfgs[256], pc[32], fl[32];
-    printf("%-10s %-9s %-9s  %s\n", "name", "params", "step", "configuration");
+    printf("%-10s %-9s %-11s %s\n", "name", "params", "step FLOPs", "configuration");
     for (const char *const *n = model_names(); *n; n++) {
         model_config cfg;
         if (model_parse(*n, &cfg, err, sizeof err) < 0) continue;
         human((double)model_param_count(&cfg), pc, sizeof pc);
         human(model_step_flops(&cfg), fl, sizeof fl);
-        printf("%-10s %-9s %-8sF  %s\n", *n, pc, fl, model_config_str(&cfg, cfgs, sizeof cfgs));
+        printf("%-10s %-9s %-11s %s\n", *n, pc, fl, model_config_str(&cfg, cfgs, sizeof cfgs));
         printf("%-10s %s\n", "", model_describe(*n));
     }
+    printf("\nstep FLOPs: floating-point operations of one training step's einsums (matrix products), 2 per\n"
+           "multiply-add, backward counted as twice the forward; carve show builds the step and also counts\n"
+           "its elementwise ops and reductions, so its figure is a little higher (it prints both).\n");
     printf("\nOverride any key: --model gpt-1.3b:batch=16 or --model gpt:layers=4,hidden=256.\n");
     return CLI_OK;
 }
@@ -45,7 +48,13 @@ int cmd_show(const cli_opts *o)
     printf("%s: %s\n", o->forward ? "forward graph" : "training step", cfg);
     printf("  %d ops, %d values (%d params, %d optimizer states, %d inputs), %d layers\n", g->n_ops, g->n_values,
            counts[IR_PARAM], counts[IR_OPT_STATE], counts[IR_INPUT], g->n_layers);
-    printf("  %s parameters, %s FLOPs per %s\n", pc, fl, o->forward ? "forward pass" : "step");
+    double ein = 0;
+    for (int i = 0; i < g->n_ops; i++)
+        if (g->ops[i].kind == IR_OP_EINSUM) ein += ir_op_flops(g, i);
+    char fe[32];
+    human(ein, fe, sizeof fe);
+    printf("  %s parameters, %s FLOPs per %s (%s in einsums: what carve models lists)\n", pc, fl,
+           o->forward ? "forward pass" : "step", fe);
     if (o->ops) ir_print(g, stdout);
     ir_free(g);
     return CLI_OK;

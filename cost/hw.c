@@ -43,7 +43,7 @@ static const preset presets[] = {
      "NVIDIA H100 SXM datasheet: 67 TFLOP/s fp32, 494.7 tf32, 989 bf16/fp16 dense, 3.35 TB/s HBM3, NVLink 900 GB/s (450 each "
      "way), 8 GPUs per DGX node, one 400 Gb/s NDR InfiniBand port per GPU"},
     {"cpu", 100e9, 100e9, 100e9, 100e9, 4e9, 7.5e9, 4 * GIB, 1e-6, 1 << 20, {7.5e9, 5e-6}, {7.5e9, 5e-6}, 2,
-     "nominal figures of the 2-core development VM (STYLE.md); run carve calibrate for measured ones"},
+     "nominal figures of a 2-core development VM (docs/cost-model.md, \"The CPU model\"); run carve calibrate for measured ones"},
 };
 #define N_PRESETS ((int)(sizeof presets / sizeof presets[0]))
 

@@ -42,6 +42,15 @@ check "shard says plainly what each tactic did" $?
 "$carve" autopart --model gpt-tiny --mesh batch=2,model=2 --schedule dp:batch,megatron:model,auto --budget 5 --quiet >out.txt
 ! sed -n '/^collectives:/,/^compared/p' out.txt | grep -q "} %[0-9]"; check "collectives named by value or op, not %N" $?
 grep -q "for add -> h0.attn.out" out.txt; check "a collective named by the op it serves" $?
+# carve models' FLOPs column is named, explained, and matches carve show's einsum count
+"$carve" models >out.txt
+grep -q "^name  *params  *step FLOPs" out.txt && grep -q "^step FLOPs: " out.txt; check "models FLOPs column explained" $?
+m=$(awk '$1 == "gpt-tiny" {print $3}' out.txt)
+"$carve" show --model gpt-tiny >out.txt
+grep -q "(${m} in einsums: what carve models lists)" out.txt; check "show's einsum FLOPs ($m) match models" $?
+# the cpu profile's note points to a file in the repository
+"$carve" cost --model mlp-tiny --mesh batch=2 --schedule dp:batch --hw cpu >out.txt
+grep -q "docs/cost-model.md" out.txt && [ -e "${CARVE_ROOT:-$(dirname "$0")/..}/docs/cost-model.md" ]; check "cpu profile note" $?
 # the schedule file format of docs/schedule-format.md, as documented
 printf '{"format": "carve-schedule/1", "tactics": ["dp:batch", "megatron:model"]}' >s.json
 "$carve" shard --model gpt-tiny --mesh batch=2,model=2 --schedule s.json --summary >/dev/null; check "schedule file" $?
