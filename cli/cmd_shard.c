@@ -7,16 +7,16 @@
 #include "analysis/spmd.h"
 #include "cli/cli.h"
 
-/* Prints the collective table of a program: count and MB per kind and phase. */
+/* Prints the collective table of a program: count and MiB per kind and phase. */
 static void print_collectives(const spmd_program *p)
 {
-    printf("collectives (count, MB per device):\n  %-15s", "");
+    printf("collectives (count, MiB per device):\n  %-15s", "");
     for (int ph = 0; ph < SPMD_N_PHASES; ph++) printf(" %18s", spmd_phase_name((spmd_phase)ph));
     printf("\n");
     for (int k = SPMD_ALL_GATHER; k < SPMD_N_KINDS; k++) {
         printf("  %-15s", spmd_kind_name((spmd_kind)k));
         for (int ph = 0; ph < SPMD_N_PHASES; ph++)
-            printf(" %6d %11.3f", p->stats.count[k][ph], p->stats.bytes[k][ph] / 1e6);
+            printf(" %6d %11.3f", p->stats.count[k][ph], p->stats.bytes[k][ph] / 1048576.0);
         printf("\n");
     }
 }
@@ -89,9 +89,9 @@ int cmd_shard(const cli_opts *o)
         if (o->summary)
             printf("  (optimizer states are not listed: each is sharded like its param%s)\n",
                    g->n_layers > 1 ? "; nor layers after 0, sharded like layer 0" : "");
-        printf("per device: params %.4g MB of %.4g MB, optimizer states %.4g MB of %.4g MB, inputs %.4g MB of %.4g MB\n",
-               bytes[IR_PARAM] / 1e6, global[IR_PARAM] / 1e6, bytes[IR_OPT_STATE] / 1e6, global[IR_OPT_STATE] / 1e6,
-               bytes[IR_INPUT] / 1e6, global[IR_INPUT] / 1e6);
+        printf("per device: params %.4g MiB of %.4g MiB, optimizer states %.4g MiB of %.4g MiB, inputs %.4g MiB of %.4g MiB\n",
+               bytes[IR_PARAM] / 1048576.0, global[IR_PARAM] / 1048576.0, bytes[IR_OPT_STATE] / 1048576.0, global[IR_OPT_STATE] / 1048576.0,
+               bytes[IR_INPUT] / 1048576.0, global[IR_INPUT] / 1048576.0);
         spmd_program *p = spmd_lower(st);
         if (!o->summary) {
             printf("\nSPMD program (%d instructions):\n", p->n_instrs);

@@ -39,6 +39,8 @@ grep -q "of 2 GiB per device" out.txt && grep -q "overlapped), peak memory" out.
 "$carve" shard --model gpt-tiny --mesh batch=2,model=2 --schedule dp:batch,zero3:batch --summary >out.txt
 grep -q "tactic 2: [0-9]* decisions* changed the sharding; [0-9]* changed nothing (already so, or blocked" out.txt
 check "shard says plainly what each tactic did" $?
+grep -q "^per device: params .* MiB of .* MiB" out.txt && grep -q "collectives (count, MiB per device)" out.txt
+check "shard in MiB" $?
 "$carve" autopart --model gpt-tiny --mesh batch=2,model=2 --schedule dp:batch,megatron:model,auto --budget 5 --quiet >out.txt
 ! sed -n '/^collectives:/,/^compared/p' out.txt | grep -q "} %[0-9]"; check "collectives named by value or op, not %N" $?
 grep -q "for add -> h0.attn.out" out.txt; check "a collective named by the op it serves" $?
