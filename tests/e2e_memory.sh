@@ -12,21 +12,7 @@ trap 'rm -rf "$tmp"' EXIT
 cd "$tmp" || exit 1
 pass=0 fail=0
 
-ok() { # ok NAME CMD...: exit 0
-    if "${@:2}" >out.txt 2>err.txt; then pass=$((pass + 1)); else fail=$((fail + 1)); echo "FAIL $1: exit $?"; head -5 err.txt; fi
-}
-has() { # has NAME WORDS: out.txt holds WORDS
-    if grep -q -- "$2" out.txt; then pass=$((pass + 1)); else fail=$((fail + 1)); echo "FAIL $1: output lacks '$2'"; fi
-}
-bad() { # bad NAME WORDS CMD...: exit 2, one line on stderr holding WORDS, nothing on stdout
-    "${@:3}" >out.txt 2>err.txt
-    local rc=$?
-    if [ $rc -eq 2 ] && [ "$(wc -l <err.txt)" -eq 1 ] && grep -q -- "$2" err.txt && [ ! -s out.txt ]; then
-        pass=$((pass + 1))
-    else
-        fail=$((fail + 1)); echo "FAIL $1: exit $rc, stderr:"; cat err.txt
-    fi
-}
+. "$root/tests/lib_e2e.sh"
 
 for s in zero1:batch zero2:batch dp:batch,remat:all zero3:batch,remat:0; do
     ok "run $s" "$carve" run --model gpt-tiny --mesh batch=4 --schedule "$s" --steps 2
