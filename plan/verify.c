@@ -32,7 +32,9 @@ static ir_graph *build_plain_step(const plan *pl, const char *path, char *err, s
     if (pl->model[0]) {
         model_config cfg;
         ir_graph *g = NULL;
-        if (model_parse(pl->model, &cfg, e2, sizeof e2) == 0) g = model_build_step(&cfg, &opt, e2, sizeof e2);
+        schedule sc; /* microbatch:N builds the step of N micro-batches */
+        int micro = pl->schedule[0] && sched_parse(pl->schedule, &pl->mesh, &sc, e2, sizeof e2) == 0 ? sched_microbatches(&sc) : 1;
+        if (model_parse(pl->model, &cfg, e2, sizeof e2) == 0) g = model_build_microbatched_step(&cfg, &opt, micro, e2, sizeof e2);
         if (!g) ir_errf(err, errlen, "%s: model.spec: %s", pp, e2);
         return g;
     }

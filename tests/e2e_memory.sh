@@ -42,6 +42,11 @@ has "run plan" "check: passed"
 ok "explain plan" "$carve" explain plan.json
 has "explain plan" "remat:all,zero2:batch"
 
+ok "autopart micro" "$carve" autopart --model gpt-tiny --mesh batch=2 --schedule microbatch:2,dp:batch,auto --hw a100 \
+    --budget 10 --out plan2.json
+ok "run micro plan" "$carve" run --plan plan2.json
+has "run micro plan" "check: passed"
+
 bad "remat syntax" "remat:all, remat:N or remat:A-B" "$carve" run --model gpt-tiny --mesh batch=2 --schedule remat:x
 bad "remat range" "the graph has layers 0-1" "$carve" run --model gpt-tiny --mesh batch=2 --schedule dp:batch,remat:4-5
 bad "microbatch divides" "does not divide the batch of 8" "$carve" run --model gpt-tiny --mesh batch=2 --schedule dp:batch,microbatch:3
