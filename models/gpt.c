@@ -13,6 +13,7 @@
  * ("h3.attn.scores", "h3.out", "logits"), all other values automatic ones.
  */
 #include "models.h"
+#include "models/blocks.h"
 
 #include <math.h>
 #include <string.h>
@@ -24,48 +25,11 @@ typedef struct gpt_builder {
     int mask_bias; /* (mask - 1) * 1e9: 0 where allowed, -1e9 where masked */
 } gpt_builder;
 
-/* Returns the new value made by unary, binary or scale-like op k, named
- * `name` (NULL: automatic), or -1 (error recorded in the graph). */
-static int named(ir_graph *g, const char *name, ir_opkind k, int a, int b, double scalar)
-{
-    int in[2] = {a, b};
-    int n_in = ir_op_arity(k);
-    for (int i = 0; i < n_in; i++)
-        if (in[i] < 0) return -1;
-    ir_attrs at;
-    memset(&at, 0, sizeof at);
-    at.scalar = scalar;
-    return ir_add_op(g, k, n_in, in, &at, IR_F32, 0, NULL, name);
-}
-
-static int named_einsum(ir_graph *g, const char *name, const char *subscripts, int a, int b)
-{
-    if (a < 0 || b < 0) return -1;
-    ir_attrs at;
-    memset(&at, 0, sizeof at);
-    snprintf(at.subscripts, sizeof at.subscripts, "%s", subscripts);
-    int in[2] = {a, b};
-    return ir_add_op(g, IR_OP_EINSUM, 2, in, &at, IR_F32, 0, NULL, name);
-}
-
-/* Writes "<prefix>.<suffix>" into buf; returns buf.  Model names are short
- * (at most "h4095.attn.scores"), so truncation cannot happen. */
-static const char *cat(char *buf, size_t n, const char *prefix, const char *suffix)
-{
-    if ((size_t)snprintf(buf, n, "%s.%s", prefix, suffix) >= n) buf[n - 1] = 0;
-    return buf;
-}
-
 static int param(gpt_builder *m, const char *prefix, const char *suffix, int rank, const int64_t *dims,
                  ir_init init, double arg)
 {
-    char name[64];
-    int p = ir_arg(m->g, cat(name, sizeof name, prefix, suffix), IR_PARAM, IR_F32, rank, dims);
-    if (init != IR_INIT_AUTO) ir_set_init(m->g, p, init, arg);
-    return p;
+    return mb_param(m->g, prefix, suffix, rank, dims, init, arg);
 }
-
-static int reduce1(ir_graph *g, ir_opkind k, int x, int64_t dim) { return ir_reduce(g, k, x, 1, &dim); }
 
 /* LayerNorm over the last dim of x [b,s,h] with params "<prefix>.g" (ones)
  * and "<prefix>.b" (zeros); returns "<prefix>.out". */
@@ -77,13 +41,13 @@ static int layer_norm(gpt_builder *m, int x, const char *prefix)
     int gain = param(m, prefix, "g", 1, hd, IR_INIT_ONES, 0);
     int bias = param(m, prefix, "b", 1, hd, IR_INIT_ZEROS, 0);
     double inv_h = 1.0 / (double)m->h;
-    int mean = ir_scale(g, reduce1(g, IR_OP_REDUCE_SUM, x, 2), inv_h);
+    int mean = ir_scale(g, mb_reduce1(g, IR_OP_REDUCE_SUM, x, 2), inv_h);
     int xc = ir_binary(g, IR_OP_SUB, x, ir_broadcast(g, mean, 3, bsh, map01));
-    int var = ir_scale(g, reduce1(g, IR_OP_REDUCE_SUM, ir_binary(g, IR_OP_MUL, xc, xc), 2), inv_h);
+    int var = ir_scale(g, mb_reduce1(g, IR_OP_REDUCE_SUM, ir_binary(g, IR_OP_MUL, xc, xc), 2), inv_h);
     int rstd = ir_unary(g, IR_OP_RSQRT, ir_add_scalar(g, var, 1e-5));
     int y = ir_binary(g, IR_OP_MUL, xc, ir_broadcast(g, rstd, 3, bsh, map01));
     y = ir_binary(g, IR_OP_MUL, y, ir_broadcast(g, gain, 3, bsh, map2));
-    return named(g, cat(name, sizeof name, prefix, "out"), IR_OP_ADD, y, ir_broadcast(g, bias, 3, bsh, map2), 0);
+    return mb_named(g, mb_cat(name, sizeof name, prefix, "out"), IR_OP_ADD, y, ir_broadcast(g, bias, 3, bsh, map2), 0);
 }
 
 /* x [b,s,h] @ w [h,heads,dh] + b -> [b,s,heads,dh], named "<prefix>.<what>". */
@@ -92,7 +56,7 @@ static int head_proj(gpt_builder *m, int x, int w, int bias, const char *prefix,
     int64_t bsnd[4] = {m->b, m->s, m->heads, m->dh}, map23[2] = {2, 3};
     char name[64];
     int y = ir_einsum(m->g, "bsh,hnd->bsnd", x, w);
-    return named(m->g, cat(name, sizeof name, prefix, what), IR_OP_ADD, y, ir_broadcast(m->g, bias, 4, bsnd, map23), 0);
+    return mb_named(m->g, mb_cat(name, sizeof name, prefix, what), IR_OP_ADD, y, ir_broadcast(m->g, bias, 4, bsnd, map23), 0);
 }
 
 /* Causal multi-head self-attention of x [b,s,h]; returns "<prefix>.out" [b,s,h]. */
@@ -101,7 +65,6 @@ static int attention(gpt_builder *m, int x, const char *prefix)
     ir_graph *g = m->g;
     int64_t wd[3] = {m->h, m->heads, m->dh}, bd[2] = {m->heads, m->dh}, wod[3] = {m->heads, m->dh, m->h};
     int64_t hd[1] = {m->h}, bsh[3] = {m->b, m->s, m->h}, map2[1] = {2};
-    int64_t bnst[4] = {m->b, m->heads, m->s, m->s}, map23[2] = {2, 3}, map012[3] = {0, 1, 2};
     char name[64];
     double w_std = 1.0 / sqrt((double)m->h);
     int wq = param(m, prefix, "wq", 3, wd, IR_INIT_AUTO, 0);
@@ -118,18 +81,12 @@ static int attention(gpt_builder *m, int x, const char *prefix)
     int k = head_proj(m, x, wk, bk, prefix, "k");
     int v = head_proj(m, x, wv, bv, prefix, "v");
     int qk = ir_einsum(g, "bsnd,btnd->bnst", q, k);
-    int scores = named(g, cat(name, sizeof name, prefix, "scores"), IR_OP_SCALE, qk, -1, 1.0 / sqrt((double)m->dh));
-    int masked = ir_binary(g, IR_OP_MUL, scores, ir_broadcast(g, m->mask, 4, bnst, map23));
-    masked = named(g, cat(name, sizeof name, prefix, "masked"), IR_OP_ADD, masked,
-                   ir_broadcast(g, m->mask_bias, 4, bnst, map23), 0);
-    /* softmax over t; the max is a constant shift, so no gradient through it */
-    int mx = ir_unary(g, IR_OP_STOP_GRAD, reduce1(g, IR_OP_REDUCE_MAX, masked, 3));
-    int e = ir_unary(g, IR_OP_EXP, ir_binary(g, IR_OP_SUB, masked, ir_broadcast(g, mx, 4, bnst, map012)));
-    int den = reduce1(g, IR_OP_REDUCE_SUM, e, 3);
-    int p = named(g, cat(name, sizeof name, prefix, "probs"), IR_OP_DIV, e, ir_broadcast(g, den, 4, bnst, map012), 0);
-    int ctx = named_einsum(g, cat(name, sizeof name, prefix, "ctx"), "bnst,btnd->bsnd", p, v);
+    int scores = mb_named(g, mb_cat(name, sizeof name, prefix, "scores"), IR_OP_SCALE, qk, -1, 1.0 / sqrt((double)m->dh));
+    int masked = mb_mask(g, scores, m->mask, m->mask_bias, mb_cat(name, sizeof name, prefix, "masked"));
+    int p = mb_softmax(g, masked, mb_cat(name, sizeof name, prefix, "probs"));
+    int ctx = mb_einsum(g, mb_cat(name, sizeof name, prefix, "ctx"), "bnst,btnd->bsnd", p, v);
     int proj = ir_einsum(g, "bsnd,ndh->bsh", ctx, wo);
-    return named(g, cat(name, sizeof name, prefix, "out"), IR_OP_ADD, proj, ir_broadcast(g, bo, 3, bsh, map2), 0);
+    return mb_named(g, mb_cat(name, sizeof name, prefix, "out"), IR_OP_ADD, proj, ir_broadcast(g, bo, 3, bsh, map2), 0);
 }
 
 /* gelu(x @ w1 + b1) @ w2 + b2 on x [b,s,h]; returns "<prefix>.out". */
@@ -144,10 +101,10 @@ static int mlp_block(gpt_builder *m, int x, const char *prefix)
     int b1 = param(m, prefix, "b1", 1, b1d, IR_INIT_AUTO, 0);
     int w2 = param(m, prefix, "w2", 2, w2d, IR_INIT_AUTO, 0);
     int b2 = param(m, prefix, "b2", 1, b2d, IR_INIT_AUTO, 0);
-    int fc1 = named(g, cat(name, sizeof name, prefix, "fc1"), IR_OP_ADD, ir_einsum(g, "bsh,hf->bsf", x, w1),
+    int fc1 = mb_named(g, mb_cat(name, sizeof name, prefix, "fc1"), IR_OP_ADD, ir_einsum(g, "bsh,hf->bsf", x, w1),
                     ir_broadcast(g, b1, 3, bsf, map2), 0);
-    int act = named(g, cat(name, sizeof name, prefix, "act"), IR_OP_GELU, fc1, -1, 0);
-    return named(g, cat(name, sizeof name, prefix, "out"), IR_OP_ADD, ir_einsum(g, "bsf,fh->bsh", act, w2),
+    int act = mb_named(g, mb_cat(name, sizeof name, prefix, "act"), IR_OP_GELU, fc1, -1, 0);
+    return mb_named(g, mb_cat(name, sizeof name, prefix, "out"), IR_OP_ADD, ir_einsum(g, "bsf,fh->bsh", act, w2),
                  ir_broadcast(g, b2, 3, bsh, map2), 0);
 }
 
@@ -158,25 +115,10 @@ static int block(gpt_builder *m, int x, int layer)
     char pre[32], sub[48], name[64];
     ir_set_layer(g, layer);
     snprintf(pre, sizeof pre, "h%d", layer);
-    int a = attention(m, layer_norm(m, x, cat(sub, sizeof sub, pre, "ln1")), cat(name, sizeof name, pre, "attn"));
-    x = named(g, cat(name, sizeof name, pre, "resid"), IR_OP_ADD, x, a, 0);
-    int f = mlp_block(m, layer_norm(m, x, cat(sub, sizeof sub, pre, "ln2")), cat(name, sizeof name, pre, "mlp"));
-    return named(g, cat(name, sizeof name, pre, "out"), IR_OP_ADD, x, f, 0);
-}
-
-/* Mean cross-entropy of logits [b,s,v] against labels [b,s]; returns "loss". */
-static int cross_entropy(gpt_builder *m, int logits, int labels)
-{
-    ir_graph *g = m->g;
-    int64_t bsv[3] = {m->b, m->s, m->v}, map01[2] = {0, 1}, all[2] = {0, 1};
-    int mx = ir_unary(g, IR_OP_STOP_GRAD, reduce1(g, IR_OP_REDUCE_MAX, logits, 2));
-    int e = ir_unary(g, IR_OP_EXP, ir_binary(g, IR_OP_SUB, logits, ir_broadcast(g, mx, 3, bsv, map01)));
-    int lse = named(g, "ce.lse", IR_OP_ADD, ir_unary(g, IR_OP_LOG, reduce1(g, IR_OP_REDUCE_SUM, e, 2)), mx, 0);
-    int onehot = ir_one_hot(g, labels, m->v);
-    int picked = reduce1(g, IR_OP_REDUCE_SUM, ir_binary(g, IR_OP_MUL, logits, onehot), 2);
-    int nll = named(g, "ce.nll", IR_OP_SUB, lse, picked, 0);
-    int total = ir_reduce(g, IR_OP_REDUCE_SUM, nll, 2, all);
-    return named(g, "loss", IR_OP_SCALE, total, -1, 1.0 / ((double)m->b * (double)m->s));
+    int a = attention(m, layer_norm(m, x, mb_cat(sub, sizeof sub, pre, "ln1")), mb_cat(name, sizeof name, pre, "attn"));
+    x = mb_named(g, mb_cat(name, sizeof name, pre, "resid"), IR_OP_ADD, x, a, 0);
+    int f = mlp_block(m, layer_norm(m, x, mb_cat(sub, sizeof sub, pre, "ln2")), mb_cat(name, sizeof name, pre, "mlp"));
+    return mb_named(g, mb_cat(name, sizeof name, pre, "out"), IR_OP_ADD, x, f, 0);
 }
 
 ir_graph *model_build_gpt(const model_config *cfg, char *err, size_t errlen)
@@ -201,7 +143,7 @@ ir_graph *model_build_gpt(const model_config *cfg, char *err, size_t errlen)
     char gname[160];
     ir_graph *g = m.g = ir_new(model_config_str(cfg, gname, sizeof gname));
 
-    int64_t bs[2] = {m.b, m.s}, ss[2] = {m.s, m.s}, wted[2] = {m.v, m.h}, wped[2] = {m.s, m.h};
+    int64_t bs[2] = {m.b, m.s}, wted[2] = {m.v, m.h}, wped[2] = {m.s, m.h};
     int64_t bsh[3] = {m.b, m.s, m.h}, map12[2] = {1, 2};
     int tokens = ir_arg(g, "tokens", IR_INPUT, IR_I32, 2, bs);
     int labels = ir_arg(g, "labels", IR_INPUT, IR_I32, 2, bs);
@@ -212,17 +154,15 @@ ir_graph *model_build_gpt(const model_config *cfg, char *err, size_t errlen)
     ir_set_init(g, wte, IR_INIT_NORMAL, 0.02);
     ir_set_init(g, wpe, IR_INIT_NORMAL, 0.02);
 
-    int pos_s = ir_iota(g, IR_F32, 2, ss, 0), pos_t = ir_iota(g, IR_F32, 2, ss, 1);
-    m.mask = named(g, "causal_mask", IR_OP_GE, pos_s, pos_t, 0);
-    m.mask_bias = named(g, "causal_bias", IR_OP_SCALE, ir_add_scalar(g, m.mask, -1.0), -1, 1e9);
+    mb_causal(g, m.s, &m.mask, &m.mask_bias);
 
-    int tok = named(g, "embed.tok", IR_OP_GATHER, wte, tokens, 0);
-    int x = named(g, "embed", IR_OP_ADD, tok, ir_broadcast(g, wpe, 3, bsh, map12), 0);
+    int tok = mb_named(g, "embed.tok", IR_OP_GATHER, wte, tokens, 0);
+    int x = mb_named(g, "embed", IR_OP_ADD, tok, ir_broadcast(g, wpe, 3, bsh, map12), 0);
     for (int64_t l = 0; l < m.layers; l++) x = block(&m, x, (int)l);
     ir_set_layer(g, -1);
     x = layer_norm(&m, x, "ln_f");
-    int logits = named_einsum(g, "logits", "bsh,vh->bsv", x, wte);
-    ir_set_loss(g, cross_entropy(&m, logits, labels));
+    int logits = mb_einsum(g, "logits", "bsh,vh->bsv", x, wte);
+    ir_set_loss(g, mb_cross_entropy(g, logits, labels));
 
     if (ir_error(g)) {
         if (err && errlen) snprintf(err, errlen, "model '%s': %s", gname, ir_error(g));

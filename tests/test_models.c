@@ -70,7 +70,7 @@ static void test_parse(void)
         const char *desc = model_describe(*p);
         CHECKF(desc && desc[0] && !strchr(desc, '\n'), "%s: '%s'", *p, desc ? desc : "(null)");
     }
-    CHECK(n == 25);
+    CHECK(n == 30);
     CHECK(model_describe("gpt-7b") == NULL);
     CHECK(strstr(model_describe("gpt-1.3b"), "GPT-3 XL") != NULL);
     CHECK(strstr(model_describe("gpt"), "GPT decoder") != NULL);
@@ -354,6 +354,46 @@ static void test_preset_counts(void)
     ir_free(g);
 }
 
+/* llama: formulas against the graphs, published sizes, structure, errors. */
+static void test_llama(void)
+{
+    const char *specs[] = {"llama-tiny", "llama:layers=1,hidden=32,heads=4,kv_heads=2,ffn=48,seq=8,batch=2,vocab=50",
+                           "llama-tiny:kv_heads=16", "llama-tiny:kv_heads=1"};
+    for (int i = 0; i < 4; i++) ir_free(build_checked(specs[i]));
+    /* published parameter counts: Llama 2 7B 6.74B, 70B 68.98B (Touvron et
+     * al. 2023), Llama 3 8B 8.03B (model card), within 0.5% */
+    static const struct {
+        const char *name;
+        double published;
+    } p[] = {{"llama2-7b", 6.74e9}, {"llama2-70b", 68.98e9}, {"llama3-8b", 8.03e9}};
+    for (int i = 0; i < 3; i++) {
+        model_config c;
+        CHECK(model_parse(p[i].name, &c, NULL, 0) == 0);
+        CHECKF(fabs((double)model_param_count(&c) / p[i].published - 1) < 0.005, "%s has %lld params", p[i].name,
+               (long long)model_param_count(&c));
+    }
+    ir_free(build_checked("llama2-7b"));
+    ir_graph *g = build_checked("llama-tiny");
+    if (!g) return;
+    int n = 0, inputs = 0;
+    CHECK(same_layer_structure(g, 0, 1, &n) && n > 0);
+    for (int v = 0; v < g->n_values; v++) inputs += g->values[v].role == IR_INPUT;
+    /* the rotary tables are made in the graph: no batch input, no param */
+    CHECK(inputs == 2 && ir_find(g, "rope.cos") >= 0 && g->values[ir_find(g, "rope.cos")].role == IR_INTERMEDIATE);
+    CHECK(ir_find(g, "lm_head") >= 0 && ir_find(g, "h1.attn.wq") >= 0 && g->values[ir_find(g, "h1.attn.wq")].rank == 4);
+    ir_free(g);
+    static const char *const bad[][2] = {
+        {"llama-tiny:kv_heads=3", "kv_heads=3 does not divide heads=16"},
+        {"llama-tiny:heads=128", "even head size"},
+        {"llama:ffn=0", "ffn=0 must be positive"},
+    };
+    for (int i = 0; i < 3; i++) {
+        model_config c;
+        char err[256] = "";
+        CHECKF(model_parse(bad[i][0], &c, err, sizeof err) < 0 && strstr(err, bad[i][1]), "%s: %s", bad[i][0], err);
+    }
+}
+
 static void test_gpt_39b(void)
 {
     model_config c;
@@ -530,6 +570,7 @@ int main(void)
     test_gns();
     test_unet();
     test_preset_counts();
+    test_llama();
     test_gpt_39b();
     test_steps();
     return test_done();

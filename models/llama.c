@@ -1,0 +1,167 @@
+/* llama.c - the LLaMA builder (decoder-only transformer as in LLaMA 2/3).
+ *
+ * Forward graph with carve's primitive ops only:
+ *   x = gather(wte, tokens)                               (no position table)
+ *   per layer L:  x = x + attn(rmsnorm1(x));  x = x + swiglu(rmsnorm2(x))
+ *   logits = einsum("bsh,hv->bsv", rmsnorm_f(x), lm_head)  (untied head)
+ *   loss = mean cross-entropy(logits, labels)
+ * RMSNorm: x * rsqrt(mean(x^2) + 1e-6) * g.  SwiGLU: (silu(x w1) * (x w3)) w2.
+ * Grouped-query attention: `heads` query heads in `kv_heads` groups of
+ * g = heads / kv_heads that share one key and value head; the query weight
+ * is wq [h, kv, g, dh] and the scores einsum "bskgd,btkd->bkgst" reads each
+ * group's key head directly (no copies of k and v).  Rotary position
+ * embeddings (RoFormer, the rotate-half form) on q and k: x cos + rot(x) sin
+ * with rot(x) = concat(-x[dh/2:], x[:dh/2]); the cos and sin tables [s, dh]
+ * are made inside the graph from iota (angle = pos * 10000^(-2i/dh)), so they
+ * are neither trained nor batch inputs, and shard like any other value.
+ * Layer L's params and ops carry layer tag L; names follow gpt.c
+ * ("h3.attn.wq", "h3.mlp.w1"), so the expert schedules apply to both.
+ */
+#include "models.h"
+#include "models/blocks.h"
+
+#include <math.h>
+#include <string.h>
+
+typedef struct llama_builder {
+    ir_graph *g;
+    int64_t layers, h, heads, kv, grp, dh, f, s, b, v;
+    int mask, mask_bias;
+    int cos_t, sin_t; /* rotary tables [s, dh] */
+} llama_builder;
+
+/* x * rsqrt(mean over the last dim of x^2 + eps) * "<prefix>.g"; x [b,s,h]. */
+static int rms_norm(llama_builder *m, int x, const char *prefix)
+{
+    ir_graph *g = m->g;
+    int64_t hd[1] = {m->h}, bsh[3] = {m->b, m->s, m->h}, map01[2] = {0, 1}, map2[1] = {2};
+    char name[64];
+    int gain = mb_param(g, prefix, "g", 1, hd, IR_INIT_ONES, 0);
+    int ms = ir_scale(g, mb_reduce1(g, IR_OP_REDUCE_SUM, ir_binary(g, IR_OP_MUL, x, x), 2), 1.0 / (double)m->h);
+    int r = ir_unary(g, IR_OP_RSQRT, ir_add_scalar(g, ms, 1e-6));
+    int y = ir_binary(g, IR_OP_MUL, x, ir_broadcast(g, r, 3, bsh, map01));
+    return mb_named(g, mb_cat(name, sizeof name, prefix, "out"), IR_OP_MUL, y, ir_broadcast(g, gain, 3, bsh, map2), 0);
+}
+
+/* The rotary tables: angle[p, i] = p * 10000^(-2i/dh) for i < dh/2, the
+ * angles repeated for the second half, then cos and sin. */
+static void rope_tables(llama_builder *m)
+{
+    ir_graph *g = m->g;
+    int64_t half[2] = {m->s, m->dh / 2};
+    int pos = ir_iota(g, IR_F32, 2, half, 0), i = ir_iota(g, IR_F32, 2, half, 1);
+    int inv_freq = ir_unary(g, IR_OP_EXP, ir_scale(g, i, -2.0 * log(10000.0) / (double)m->dh));
+    int ang = ir_binary(g, IR_OP_MUL, pos, inv_freq);
+    int full = ir_concat(g, ang, ang, 1);
+    m->cos_t = mb_named(g, "rope.cos", IR_OP_COS, full, -1, 0);
+    m->sin_t = mb_named(g, "rope.sin", IR_OP_SIN, full, -1, 0);
+}
+
+/* x cos + rot(x) sin on x [b, s, ..., dh] (rank 4 or 5), named `name`. */
+static int rope(llama_builder *m, int x, const char *name)
+{
+    ir_graph *g = m->g;
+    if (x < 0) return -1;
+    const ir_value *v = &g->values[x];
+    int r = v->rank;
+    int64_t dims[IR_MAX_RANK], map[2] = {1, r - 1}, hd = m->dh / 2;
+    memcpy(dims, v->dims, sizeof dims);
+    int lo = ir_slice(g, x, r - 1, 0, hd), hi = ir_slice(g, x, r - 1, hd, hd);
+    int rot = ir_concat(g, ir_unary(g, IR_OP_NEG, hi), lo, r - 1);
+    int c = ir_binary(g, IR_OP_MUL, x, ir_broadcast(g, m->cos_t, r, dims, map));
+    return mb_named(g, name, IR_OP_ADD, c, ir_binary(g, IR_OP_MUL, rot, ir_broadcast(g, m->sin_t, r, dims, map)), 0);
+}
+
+/* Grouped-query causal self-attention of x [b,s,h]; returns "<prefix>.out". */
+static int attention(llama_builder *m, int x, const char *prefix)
+{
+    ir_graph *g = m->g;
+    int64_t wqd[4] = {m->h, m->kv, m->grp, m->dh}, wkd[3] = {m->h, m->kv, m->dh};
+    int64_t wod[4] = {m->kv, m->grp, m->dh, m->h};
+    char name[64];
+    int wq = mb_param(g, prefix, "wq", 4, wqd, IR_INIT_AUTO, 0);
+    int wk = mb_param(g, prefix, "wk", 3, wkd, IR_INIT_AUTO, 0);
+    int wv = mb_param(g, prefix, "wv", 3, wkd, IR_INIT_AUTO, 0);
+    /* wo's first dim is kv, not its fan-in h, so AUTO would mis-scale it */
+    int wo = mb_param(g, prefix, "wo", 4, wod, IR_INIT_NORMAL, 1.0 / sqrt((double)m->h));
+    int q = rope(m, ir_einsum(g, "bsh,hkgd->bskgd", x, wq), mb_cat(name, sizeof name, prefix, "q"));
+    int k = rope(m, ir_einsum(g, "bsh,hkd->bskd", x, wk), mb_cat(name, sizeof name, prefix, "k"));
+    int v = mb_einsum(g, mb_cat(name, sizeof name, prefix, "v"), "bsh,hkd->bskd", x, wv);
+    int qk = ir_einsum(g, "bskgd,btkd->bkgst", q, k);
+    int scores = mb_named(g, mb_cat(name, sizeof name, prefix, "scores"), IR_OP_SCALE, qk, -1, 1.0 / sqrt((double)m->dh));
+    int masked = mb_mask(g, scores, m->mask, m->mask_bias, mb_cat(name, sizeof name, prefix, "masked"));
+    int p = mb_softmax(g, masked, mb_cat(name, sizeof name, prefix, "probs"));
+    int ctx = mb_einsum(g, mb_cat(name, sizeof name, prefix, "ctx"), "bkgst,btkd->bskgd", p, v);
+    return mb_einsum(g, mb_cat(name, sizeof name, prefix, "out"), "bskgd,kgdh->bsh", ctx, wo);
+}
+
+/* (silu(x w1) * (x w3)) w2 on x [b,s,h]; returns "<prefix>.out". */
+static int swiglu(llama_builder *m, int x, const char *prefix)
+{
+    ir_graph *g = m->g;
+    int64_t up[2] = {m->h, m->f}, down[2] = {m->f, m->h};
+    char name[64];
+    int w1 = mb_param(g, prefix, "w1", 2, up, IR_INIT_AUTO, 0);
+    int w3 = mb_param(g, prefix, "w3", 2, up, IR_INIT_AUTO, 0);
+    int w2 = mb_param(g, prefix, "w2", 2, down, IR_INIT_AUTO, 0);
+    int gate = mb_named(g, mb_cat(name, sizeof name, prefix, "gate"), IR_OP_SILU, ir_einsum(g, "bsh,hf->bsf", x, w1), -1, 0);
+    int act = mb_named(g, mb_cat(name, sizeof name, prefix, "act"), IR_OP_MUL, gate, ir_einsum(g, "bsh,hf->bsf", x, w3), 0);
+    return mb_einsum(g, mb_cat(name, sizeof name, prefix, "out"), "bsf,fh->bsh", act, w2);
+}
+
+static int block(llama_builder *m, int x, int layer)
+{
+    ir_graph *g = m->g;
+    char pre[32], sub[48], name[64];
+    ir_set_layer(g, layer);
+    snprintf(pre, sizeof pre, "h%d", layer);
+    int a = attention(m, rms_norm(m, x, mb_cat(sub, sizeof sub, pre, "ln1")), mb_cat(name, sizeof name, pre, "attn"));
+    x = mb_named(g, mb_cat(name, sizeof name, pre, "resid"), IR_OP_ADD, x, a, 0);
+    int f = swiglu(m, rms_norm(m, x, mb_cat(sub, sizeof sub, pre, "ln2")), mb_cat(name, sizeof name, pre, "mlp"));
+    return mb_named(g, mb_cat(name, sizeof name, pre, "out"), IR_OP_ADD, x, f, 0);
+}
+
+ir_graph *model_build_llama(const model_config *cfg, char *err, size_t errlen)
+{
+    llama_builder m;
+    memset(&m, 0, sizeof m);
+    m.layers = model_get(cfg, "layers");
+    m.h = model_get(cfg, "hidden");
+    m.heads = model_get(cfg, "heads");
+    m.kv = model_get(cfg, "kv_heads");
+    m.f = model_get(cfg, "ffn");
+    m.s = model_get(cfg, "seq");
+    m.b = model_get(cfg, "batch");
+    m.v = model_get(cfg, "vocab");
+    if (strcmp(cfg->model, "llama") != 0 || m.layers <= 0 || m.h <= 0 || m.heads <= 0 || m.kv <= 0 || m.f <= 0 ||
+        m.s <= 0 || m.b <= 0 || m.v <= 0 || m.h % m.heads != 0 || m.heads % m.kv != 0 || (m.h / m.heads) % 2 != 0) {
+        if (err && errlen) snprintf(err, errlen, "model_build_llama: config not checked (parse it with model_parse)");
+        return NULL;
+    }
+    m.dh = m.h / m.heads;
+    m.grp = m.heads / m.kv;
+    char gname[200];
+    ir_graph *g = m.g = ir_new(model_config_str(cfg, gname, sizeof gname));
+    int64_t bs[2] = {m.b, m.s}, wted[2] = {m.v, m.h}, headd[2] = {m.h, m.v};
+    int tokens = ir_arg(g, "tokens", IR_INPUT, IR_I32, 2, bs);
+    int labels = ir_arg(g, "labels", IR_INPUT, IR_I32, 2, bs);
+    ir_set_init(g, tokens, IR_INIT_IDS, (double)m.v);
+    ir_set_init(g, labels, IR_INIT_IDS, (double)m.v);
+    int wte = ir_arg(g, "wte", IR_PARAM, IR_F32, 2, wted);
+    ir_set_init(g, wte, IR_INIT_NORMAL, 0.02);
+    mb_causal(g, m.s, &m.mask, &m.mask_bias);
+    rope_tables(&m);
+    int x = mb_named(g, "embed", IR_OP_GATHER, wte, tokens, 0);
+    for (int64_t l = 0; l < m.layers; l++) x = block(&m, x, (int)l);
+    ir_set_layer(g, -1);
+    x = rms_norm(&m, x, "ln_f");
+    int head = ir_arg(g, "lm_head", IR_PARAM, IR_F32, 2, headd);
+    int logits = mb_einsum(g, "logits", "bsh,hv->bsv", x, head);
+    ir_set_loss(g, mb_cross_entropy(g, logits, labels));
+    if (ir_error(g)) {
+        if (err && errlen) snprintf(err, errlen, "model '%s': %s", gname, ir_error(g));
+        ir_free(g);
+        return NULL;
+    }
+    return g;
+}

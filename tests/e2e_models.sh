@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# e2e_models.sh - `carve run` on the zoo's newer models (issue 17): each
+# tiny preset under data parallelism, ZeRO-3, Megatron and their compositions
+# on 2, 4 and 8 simulated devices over 1-, 2- and 3-axis meshes, and an
+# autopart plan, must match the single-device reference ("check: passed",
+# tolerance 1e-4 relative to each tensor's largest magnitude, docs/run.md).
+# Closing line: N passed, N failed.
+set -u
+carve=${CARVE_BIN:-$(dirname "$0")/../build/carve}
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+cd "$tmp" || exit 1
+pass=0 fail=0
+
+matches() { # matches NAME CMD...: exit 0 and "check: passed"
+    if "${@:2}" >out.txt 2>err.txt && grep -q "^check: passed" out.txt; then
+        pass=$((pass + 1))
+    else
+        fail=$((fail + 1)); echo "FAIL $1"; tail -5 out.txt; head -3 err.txt
+    fi
+}
+
+for model in llama-tiny; do
+    while read -r mesh sched; do
+        matches "$model $mesh $sched" "$carve" run --model "$model" --mesh "$mesh" --schedule "$sched"
+    done <<'CASES'
+batch=2 dp:batch
+batch=4 zero3:batch
+model=8 megatron:model
+batch=2,model=2 dp:batch,megatron:model
+batch=2,model=4 zero3:batch,megatron:model
+batch=2,model=2,x=2 dp:batch,megatron:model,zero3:x
+CASES
+    if "$carve" autopart --model "$model" --mesh batch=2,model=2,x=2 --budget 60 --seed 3 --out plan.json >out.txt 2>err.txt; then
+        matches "$model autopart plan" "$carve" run --plan plan.json
+    else
+        fail=$((fail + 1)); echo "FAIL $model autopart"; head -3 err.txt
+    fi
+done
+
+echo "$pass passed, $fail failed"
+[ $fail -eq 0 ]
