@@ -264,6 +264,33 @@ static int rule_along(shard_rule *r, const rule_ctx *c, int dim)
 }
 
 static int rule_slice(shard_rule *r, const rule_ctx *c) { return rule_along(r, c, (int)c->o->attrs.ints[0]); }
+
+/* cumsum along dim: each element needs every earlier one, so dim stays
+ * whole (REPLICATE) in operand and result; the other dims pass through. */
+static int rule_cumsum_dim(shard_rule *r, const rule_ctx *c)
+{
+    int dim = (int)c->o->attrs.ints[0];
+    for (int d = 0; d < c->x->rank; d++) {
+        int f = new_factor(r, c->x->dims[d], d == dim ? SHARD_REPLICATE : SHARD_PASS);
+        set_dim(r, 0, d, f, c->x->dims[d]);
+        set_dim(r, c->res, d, f, c->out->dims[d]);
+    }
+    return 0;
+}
+
+/* argmax along dim: the index of a maximum over a split dim would need a
+ * (value, index) reduction carve's collectives lack, so dim stays whole; the
+ * other dims pass through to the result. */
+static int rule_argmax(shard_rule *r, const rule_ctx *c)
+{
+    int dim = (int)c->o->attrs.ints[0], od = 0;
+    for (int d = 0; d < c->x->rank; d++) {
+        int f = new_factor(r, c->x->dims[d], d == dim ? SHARD_REPLICATE : SHARD_PASS);
+        set_dim(r, 0, d, f, c->x->dims[d]);
+        if (d != dim) set_dim(r, c->res, od, f, c->out->dims[od]), od++;
+    }
+    return 0;
+}
 static int rule_concat(shard_rule *r, const rule_ctx *c) { return rule_along(r, c, (int)c->o->attrs.ints[0]); }
 
 #define X(e, name, arity, cls, count, coef, bytes, grads, shape, rule, vjp, kern, attrs) rule_##rule,

@@ -74,7 +74,7 @@ static int parse_tactic(const char *tac, const shard_mesh *m, tactic *t, char *e
         const char *name;
         tactic_kind kind;
     } axis_tactics[] = {{"dp", TACTIC_DP}, {"megatron", TACTIC_MEGATRON}, {"zero1", TACTIC_ZERO1},
-                        {"zero2", TACTIC_ZERO2}, {"zero3", TACTIC_ZERO3}};
+                        {"zero2", TACTIC_ZERO2}, {"zero3", TACTIC_ZERO3}, {"ep", TACTIC_EP}};
     for (size_t i = 0; i < sizeof axis_tactics / sizeof axis_tactics[0]; i++) {
         if (strcmp(k, axis_tactics[i].name)) continue;
         if (np != 2 || !parts[1][0]) return ir_errf(err, n, "schedule: tactic '%s': write %s:AXIS", tac, k);
@@ -122,7 +122,7 @@ static int parse_tactic(const char *tac, const shard_mesh *m, tactic *t, char *e
         if ((t->axis = parse_axis(parts[2], m, tac, err, n)) < 0) return -1;
         return 0;
     }
-    return ir_errf(err, n, "schedule: unknown tactic '%s' (known: dp, megatron, zero1, zero2, zero3, tile, atomic, group, remat, microbatch, auto)", k);
+    return ir_errf(err, n, "schedule: unknown tactic '%s' (known: dp, megatron, zero1, zero2, zero3, ep, tile, atomic, group, remat, microbatch, auto)", k);
 }
 
 static int parse_list(const char *text, const shard_mesh *m, schedule *out, char *err, size_t n)
@@ -245,7 +245,7 @@ int sched_parse(const char *text, const shard_mesh *mesh, schedule *out, char *e
 
 char *sched_str(const schedule *s, const shard_mesh *mesh, char *buf, size_t n)
 {
-    static const char *const names[] = {"dp", "megatron", "zero1", "zero2", "zero3", "tile", "atomic", "auto", "remat", "group", "microbatch"};
+    static const char *const names[] = {"dp", "megatron", "zero1", "zero2", "zero3", "tile", "atomic", "auto", "remat", "group", "microbatch", "ep"};
     size_t k = 0;
     buf[0] = 0;
     for (int i = 0; i < s->n && k < n; i++) {
@@ -258,6 +258,7 @@ char *sched_str(const schedule *s, const shard_mesh *mesh, char *buf, size_t n)
         case TACTIC_MEGATRON:
         case TACTIC_ZERO1:
         case TACTIC_ZERO2:
+        case TACTIC_EP:
         case TACTIC_ZERO3: k += (size_t)snprintf(buf + k, n - k, "%s:%s", names[t->kind], ax); break;
         case TACTIC_TILE:
         case TACTIC_GROUP: k += (size_t)snprintf(buf + k, n - k, "%s:%s:%d:%s", names[t->kind], t->pattern, t->dim, ax); break;
@@ -421,6 +422,15 @@ int sched_expand(const tactic *t, const shard_state *st, shard_decision *out, in
         return n;
     case TACTIC_GROUP:
         return expand_group(t, st, out, &n, cap, err, errlen) < 0 ? -1 : n;
+    case TACTIC_EP: /* experts first: their stamp wins over the tokens' at the expert einsums */
+        for (int v = 0; v < g->n_values; v++) {
+            const char *nm = g->values[v].name;
+            if (g->values[v].role != IR_PARAM || (fnmatch("*.moe.w[123]", nm, 0) != 0)) continue;
+            if (push(out, &n, cap, (shard_decision){SHARD_TILE, 0, (int8_t)t->axis, v}) < 0) goto full;
+        }
+        if (!n) return ir_errf(err, errlen, "ep:%s: the graph has no expert weights (params named *.moe.w1/w2/w3)", m->names[t->axis]);
+        if (expand_dp(t, st, out, &n, cap) < 0) goto full;
+        return n;
     case TACTIC_TILE:
     case TACTIC_ATOMIC: {
         /* A glob names params and inputs: optimizer states follow their param

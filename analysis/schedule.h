@@ -41,6 +41,10 @@
  *                      (a glob; its first match): the search's group action
  *                      as a tactic.  group:senders:0:AXIS on gns shards the
  *                      edges (senders, receivers, edge features).
+ *   ep:AXIS            expert parallelism: the experts dim (dim 0) of every
+ *                      expert weight ("*.moe.w1", "*.moe.w2", "*.moe.w3") tiled
+ *                      over AXIS first, then the batch inputs as dp:AXIS;
+ *                      tokens reach their experts' devices by all-to-all
  *   auto               the automatic tactic (the search fills in the rest)
  */
 #ifndef CARVE_SCHEDULE_H
@@ -66,6 +70,7 @@ typedef enum {
     TACTIC_REMAT,
     TACTIC_GROUP,
     TACTIC_MICROBATCH,
+    TACTIC_EP,
 } tactic_kind;
 
 typedef struct tactic {

@@ -257,6 +257,15 @@ static int op_cases(ir_opkind k, int64_t n, op_case *c)
         c[0].at.n_ints = 1;
         c[0].at.ints[0] = 1;
         return 1;
+    case IR_OP_ARGMAX: /* [rows, 64] -> i32 [rows] */
+        c[0].rank_out = 1;
+        c[0].at.n_ints = 1;
+        c[0].at.ints[0] = 1;
+        return 1;
+    case IR_OP_CUMSUM: /* along the rows of [rows, 64] */
+        c[0].at.n_ints = 1;
+        c[0].at.ints[0] = 1;
+        return 1;
     default:
         return 0;
     }

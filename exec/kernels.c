@@ -428,6 +428,40 @@ KERN(concat)
     return 0;
 }
 
+KERN(argmax)
+{
+    along s = along_of(&in[0], (int)a->ints[0]);
+    const float *x = in[0].data;
+    int32_t *y = out->data;
+    for (int64_t q = 0; q < s.outer; q++)
+        for (int64_t i = 0; i < s.inner; i++) {
+            const float *p = x + q * s.len * s.inner + i;
+            int64_t best = 0;
+            for (int64_t j = 1; j < s.len; j++)
+                if (p[j * s.inner] > p[best * s.inner]) best = j;
+            y[q * s.inner + i] = (int32_t)best;
+        }
+    return 0;
+}
+
+/* running sums in double, like reduce_sum */
+KERN(cumsum)
+{
+    along s = along_of(&in[0], (int)a->ints[0]);
+    const float *x = in[0].data;
+    float *y = out->data;
+    for (int64_t q = 0; q < s.outer; q++)
+        for (int64_t i = 0; i < s.inner; i++) {
+            double acc = 0;
+            for (int64_t j = 0; j < s.len; j++) {
+                int64_t at = (q * s.len + j) * s.inner + i;
+                acc += x[at];
+                y[at] = (float)acc;
+            }
+        }
+    return 0;
+}
+
 KERN(one_hot)
 {
     one_hot(&in[0], out, o);

@@ -277,6 +277,17 @@ VJP(shift)
     int64_t back[2] = {o->attrs.ints[0], -o->attrs.ints[1]};
     dx[0] = ints_op(g, IR_OP_SHIFT, gy, 2, back, 0, NULL, nm[0]);
 }
+/* y_i = sum_{j<=i} x_j: dx_j = sum_{i>=j} g_i = total - cumsum(g)_j + g_j */
+VJP(cumsum)
+{
+    int64_t d = o->attrs.ints[0], kept[IR_MAX_RANK];
+    int n = 0;
+    for (int i = 0; i < g->values[a].rank; i++)
+        if (i != d) kept[n++] = i;
+    int total = broadcast_like(g, ints_op(g, IR_OP_REDUCE_SUM, gy, 1, &d, 0, NULL, NULL), a, n, kept, NULL);
+    int cs = ints_op(g, IR_OP_CUMSUM, gy, 1, &d, 0, NULL, NULL);
+    dx[0] = op2(g, IR_OP_ADD, op2(g, IR_OP_SUB, total, cs, NULL), gy, nm[0]);
+}
 VJP(concat)
 {
     int64_t d = o->attrs.ints[0], na = g->values[a].dims[d];

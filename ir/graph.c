@@ -630,6 +630,34 @@ static int infer_concat(shape_ctx *c)
     return check_shape(c->g, c->on, c->rank, c->dims);
 }
 
+/* ints = {dim}: one dim of a float x */
+static int one_dim(shape_ctx *c)
+{
+    const ir_value *x = c->x;
+    if (!is_float(x->dtype)) return ir_fail(c->g, "%s: operand '%s' needs a float type", c->on, x->name);
+    if (c->a->n_ints != 1 || c->a->ints[0] < 0 || c->a->ints[0] >= x->rank)
+        return ir_fail(c->g, "%s of '%s': needs dims = [dim] with dim in 0..%d", c->on, x->name, x->rank - 1);
+    return (int)c->a->ints[0];
+}
+
+static int infer_argmax(shape_ctx *c)
+{
+    int d = one_dim(c);
+    if (d < 0) return -1;
+    c->rank = 0;
+    for (int i = 0; i < c->x->rank; i++)
+        if (i != d) c->dims[c->rank++] = c->x->dims[i];
+    c->t = IR_I32;
+    return 0;
+}
+
+static int infer_unary_any(shape_ctx *c)
+{
+    if (one_dim(c) < 0) return -1;
+    same_as(c, c->x);
+    return 0;
+}
+
 #define X(e, name, arity, cls, count, coef, bytes, grads, shape, rule, vjp, kern, attrs) infer_##shape,
 static int (*const infer_of[IR_N_OPS])(shape_ctx *) = {
 #include "ops.def"
@@ -801,6 +829,18 @@ int ir_concat(ir_graph *g, int a, int b, int dim)
     ir_attrs at = {.n_ints = 1, .ints = {dim}};
     int in[2] = {a, b};
     return ir_add_op(g, IR_OP_CONCAT, 2, in, &at, IR_F32, 0, NULL, NULL);
+}
+
+int ir_argmax(ir_graph *g, int x, int dim)
+{
+    int64_t d = dim;
+    return with_ints(g, IR_OP_ARGMAX, x, 1, &d, 0, NULL);
+}
+
+int ir_cumsum(ir_graph *g, int x, int dim)
+{
+    int64_t d = dim;
+    return with_ints(g, IR_OP_CUMSUM, x, 1, &d, 0, NULL);
 }
 
 int ir_one_hot(ir_graph *g, int ids, int64_t depth)

@@ -273,6 +273,10 @@ int ir_concat(ir_graph *g, int a, int b, int dim);
 /* out[..., i, ...] = x[..., i + offset, ...] along `dim`, zeros where i +
  * offset leaves the dim (a convolution tap); 0 < |offset| < dims[dim]. */
 int ir_shift(ir_graph *g, int x, int dim, int64_t offset);
+/* i32 index of the first largest element along dim (dim removed); the
+ * inclusive running sum along dim. */
+int ir_argmax(ir_graph *g, int x, int dim);
+int ir_cumsum(ir_graph *g, int x, int dim);
 /* Generic entry used by the JSON loader: checks arity and attrs, infers the
  * result shape (`shape_hint` is needed for CONSTANT, IOTA, BROADCAST, RESHAPE;
  * for SCATTER_ADD its dims[0] gives the rows; may be NULL otherwise). */

@@ -29,4 +29,11 @@ int mb_mask(ir_graph *g, int scores, int mask, int bias, const char *name);
 /* Mean cross-entropy of logits [b,s,v] against i32 labels [b,s]; "loss". */
 int mb_cross_entropy(ir_graph *g, int logits, int labels);
 
+/* The mixture-of-experts MLP (moe.c) on x [b,s,h]: returns "<prefix>.out"
+ * and the layer's load-balancing loss in *aux. */
+typedef struct mb_moe_dims {
+    int64_t b, s, h, f, experts, topk, capacity; /* capacity: percent of an even share */
+} mb_moe_dims;
+int mb_moe(ir_graph *g, int x, const char *prefix, const mb_moe_dims *d, int *aux);
+
 #endif

@@ -16,6 +16,7 @@
  * are neither trained nor batch inputs, and shard like any other value.
  * Layer L's params and ops carry layer tag L; names follow gpt.c
  * ("h3.attn.wq", "h3.mlp.w1"), so the expert schedules apply to both.
+ * The `moe` model is this decoder with each MLP a mixture of experts (moe.c).
  */
 #include "models.h"
 #include "models/blocks.h"
@@ -28,6 +29,8 @@ typedef struct llama_builder {
     int64_t layers, h, heads, kv, grp, dh, f, s, b, v;
     int mask, mask_bias;
     int cos_t, sin_t; /* rotary tables [s, dh] */
+    mb_moe_dims moe; /* moe.experts > 0: the MLP is a mixture of experts */
+    int aux;         /* sum of the layers' load-balancing losses, or -1 */
 } llama_builder;
 
 /* x * rsqrt(mean over the last dim of x^2 + eps) * "<prefix>.g"; x [b,s,h]. */
@@ -117,7 +120,13 @@ static int block(llama_builder *m, int x, int layer)
     snprintf(pre, sizeof pre, "h%d", layer);
     int a = attention(m, rms_norm(m, x, mb_cat(sub, sizeof sub, pre, "ln1")), mb_cat(name, sizeof name, pre, "attn"));
     x = mb_named(g, mb_cat(name, sizeof name, pre, "resid"), IR_OP_ADD, x, a, 0);
-    int f = swiglu(m, rms_norm(m, x, mb_cat(sub, sizeof sub, pre, "ln2")), mb_cat(name, sizeof name, pre, "mlp"));
+    int n2 = rms_norm(m, x, mb_cat(sub, sizeof sub, pre, "ln2")), f, aux;
+    if (m->moe.experts > 0) {
+        f = mb_moe(g, n2, mb_cat(name, sizeof name, pre, "moe"), &m->moe, &aux);
+        m->aux = m->aux < 0 ? aux : ir_binary(g, IR_OP_ADD, m->aux, aux);
+    } else {
+        f = swiglu(m, n2, mb_cat(name, sizeof name, pre, "mlp"));
+    }
     return mb_named(g, mb_cat(name, sizeof name, pre, "out"), IR_OP_ADD, x, f, 0);
 }
 
@@ -133,7 +142,10 @@ ir_graph *model_build_llama(const model_config *cfg, char *err, size_t errlen)
     m.s = model_get(cfg, "seq");
     m.b = model_get(cfg, "batch");
     m.v = model_get(cfg, "vocab");
-    if (strcmp(cfg->model, "llama") != 0 || m.layers <= 0 || m.h <= 0 || m.heads <= 0 || m.kv <= 0 || m.f <= 0 ||
+    m.aux = -1;
+    if (strcmp(cfg->model, "moe") == 0)
+        m.moe = (mb_moe_dims){m.b, m.s, m.h, m.f, model_get(cfg, "experts"), model_get(cfg, "topk"), model_get(cfg, "capacity")};
+    if ((strcmp(cfg->model, "llama") != 0 && !m.moe.experts) || m.layers <= 0 || m.h <= 0 || m.heads <= 0 || m.kv <= 0 || m.f <= 0 ||
         m.s <= 0 || m.b <= 0 || m.v <= 0 || m.h % m.heads != 0 || m.heads % m.kv != 0 || (m.h / m.heads) % 2 != 0) {
         if (err && errlen) snprintf(err, errlen, "model_build_llama: config not checked (parse it with model_parse)");
         return NULL;
@@ -157,7 +169,12 @@ ir_graph *model_build_llama(const model_config *cfg, char *err, size_t errlen)
     x = rms_norm(&m, x, "ln_f");
     int head = ir_arg(g, "lm_head", IR_PARAM, IR_F32, 2, headd);
     int logits = mb_einsum(g, "logits", "bsh,hv->bsv", x, head);
-    ir_set_loss(g, mb_cross_entropy(g, logits, labels));
+    int loss = mb_cross_entropy(g, logits, labels);
+    if (m.aux >= 0) { /* the cross-entropy plus 0.01 times the load-balancing losses */
+        ir_rename(g, loss, "ce.loss");
+        loss = mb_named(g, "loss", IR_OP_ADD, loss, ir_scale(g, m.aux, 0.01), 0);
+    }
+    ir_set_loss(g, loss);
     if (ir_error(g)) {
         if (err && errlen) snprintf(err, errlen, "model '%s': %s", gname, ir_error(g));
         ir_free(g);

@@ -51,6 +51,10 @@ static const model_def models[] = {
      {32, 4096, 32, 32, 11008, 4096, 8, 32000},
      {4096, 1 << 20, 1 << 16, 1 << 16, 1 << 22, 1 << 20, 1 << 20, 1 << 24},
      "LLaMA decoder: RMSNorm, grouped-query attention with rotary embeddings, SwiGLU MLP, untied LM head"},
+    {"moe", 11, {"layers", "hidden", "heads", "kv_heads", "ffn", "experts", "topk", "capacity", "seq", "batch", "vocab"},
+     {32, 4096, 32, 8, 14336, 8, 2, 125, 4096, 8, 32000},
+     {4096, 1 << 20, 1 << 16, 1 << 16, 1 << 22, 1 << 12, 8, 1000, 1 << 20, 1 << 20, 1 << 24},
+     "mixture-of-experts decoder: the llama model with each MLP a router, top-k gating with a capacity factor and SwiGLU experts over an explicit experts dim, load-balancing loss"},
 };
 #define N_MODELS ((int)(sizeof models / sizeof models[0]))
 
@@ -88,6 +92,10 @@ static const preset_def presets[] = {
     {"unet-512", "unet", {5, 64, 512, 4, 3, 2}, "U-Net paper's widths, 512x512 images, batch 4"},
     {"unet-1024", "unet", {5, 64, 1024, 1, 3, 2}, "U-Net paper's widths, 1024x1024 images, batch 1"},
     {"unet-2048", "unet", {5, 64, 2048, 1, 3, 2}, "U-Net paper's widths, 2048x2048 images, batch 1"},
+    {"moe-tiny", "moe", {2, 64, 8, 8, 64, 8, 2, 200, 16, 8, 128},
+     "tiny mixture of experts for multi-device numeric tests (8 experts, top-2, capacity 200%; sizes divide 8 devices)"},
+    {"mixtral-8x7b", "moe", {32, 4096, 32, 8, 14336, 8, 2, 125, 4096, 8, 32000},
+     "Mixtral 8x7B sizes (Jiang et al. 2024): 8 experts, top-2 (capacity 125% here; Mixtral drops no tokens)"},
     {"llama-tiny", "llama", {2, 128, 16, 8, 256, 16, 8, 128},
      "tiny LLaMA for multi-device numeric tests (16 heads in 8 kv groups of 2; sizes divide 8 devices)"},
     {"llama2-7b", "llama", {32, 4096, 32, 32, 11008, 4096, 8, 32000},
@@ -103,7 +111,7 @@ static const char *const all_names[] = {
     "mlp", "mlp-tiny", "gpt", "gpt-tiny", "gpt-125m", "gpt-350m", "gpt-760m",
     "gpt-1.3b", "gpt-2.6b", "gpt-6.7b", "gpt-15b", "gpt-39b", "gpt-76b", "gpt-175b", "gns", "gns-tiny", "gns-2d", "gns-3d",
     "gns-large", "unet", "unet-tiny", "unet-256", "unet-512", "unet-1024", "unet-2048", "llama", "llama-tiny", "llama2-7b",
-    "llama2-70b", "llama3-8b", NULL,
+    "llama2-70b", "llama3-8b", "moe", "moe-tiny", "mixtral-8x7b", NULL,
 };
 
 const char *const *model_names(void) { return all_names; }
@@ -189,7 +197,7 @@ static int check_config(const model_def *m, const model_config *cfg, const char 
         big[n_big++] = (struct big_tensor){"edge latents [edges,hidden]", e * h};
         big[n_big++] = (struct big_tensor){"edge features [edges,edge_in]", e * (double)model_get(cfg, "edge_in")};
         big[n_big++] = (struct big_tensor){"node features [nodes,node_in]", n * (double)model_get(cfg, "node_in")};
-    } else if (strcmp(m->name, "llama") == 0) {
+    } else if (strcmp(m->name, "llama") == 0 || strcmp(m->name, "moe") == 0) {
         int64_t hi = model_get(cfg, "hidden"), hs = model_get(cfg, "heads"), kv = model_get(cfg, "kv_heads");
         double s = (double)model_get(cfg, "seq"), b = (double)model_get(cfg, "batch");
         double f = (double)model_get(cfg, "ffn"), v = (double)model_get(cfg, "vocab"), h = (double)hi;
@@ -199,6 +207,9 @@ static int check_config(const model_def *m, const model_config *cfg, const char 
         if (hs % kv != 0)
             return ir_errf(err, errlen, "model '%s': kv_heads=%lld does not divide heads=%lld", spec, (long long)kv,
                            (long long)hs);
+        if (strcmp(m->name, "moe") == 0 && model_get(cfg, "topk") > model_get(cfg, "experts"))
+            return ir_errf(err, errlen, "model '%s': topk=%lld is more than experts=%lld", spec,
+                           (long long)model_get(cfg, "topk"), (long long)model_get(cfg, "experts"));
         big[n_big++] = (struct big_tensor){"attention scores [batch,heads,seq,seq]", b * (double)hs * s * s};
         big[n_big++] = (struct big_tensor){"logits [batch,seq,vocab]", b * s * v};
         big[n_big++] = (struct big_tensor){"MLP activations [batch,seq,ffn]", b * s * f};
@@ -368,11 +379,13 @@ int64_t model_param_count(const model_config *cfg)
         return (model_get(cfg, "node_in") + model_get(cfg, "edge_in")) * H + 2 * H * H + 4 * H + S * (7 * H * H + 4 * H) +
                H * H + H + H * o + o;
     }
-    if (strcmp(cfg->model, "llama") == 0) {
+    if (strcmp(cfg->model, "llama") == 0 || strcmp(cfg->model, "moe") == 0) {
         int64_t L = model_get(cfg, "layers"), h = model_get(cfg, "hidden"), f = model_get(cfg, "ffn");
         int64_t kvd = model_get(cfg, "kv_heads") * (h / model_get(cfg, "heads")), v = model_get(cfg, "vocab");
-        /* wq, wo h*h; wk, wv h*kv*dh; w1, w3, w2 h*f; two RMSNorm gains */
-        return L * (2 * h * h + 2 * h * kvd + 3 * h * f + 2 * h) + 2 * v * h + h;
+        int64_t e = model_get(cfg, "experts");
+        /* wq, wo h*h; wk, wv h*kv*dh; w1, w3, w2 h*f (per expert, and a router h*e); two RMSNorm gains */
+        int64_t mlp = e > 0 ? e * 3 * h * f + h * e : 3 * h * f;
+        return L * (2 * h * h + 2 * h * kvd + mlp + 2 * h) + 2 * v * h + h;
     }
     if (strcmp(cfg->model, "mlp") == 0) {
         int64_t n = 0, fi, fo;
@@ -403,14 +416,20 @@ double model_forward_flops(const model_config *cfg)
         return 2 * N * ((double)model_get(cfg, "node_in") * H + H * H) + 2 * E * ((double)model_get(cfg, "edge_in") * H + H * H) +
                S * (8 * E * H * H + 6 * N * H * H) + 2 * N * (H * H + H * (double)model_get(cfg, "out"));
     }
-    if (strcmp(cfg->model, "llama") == 0) {
+    if (strcmp(cfg->model, "llama") == 0 || strcmp(cfg->model, "moe") == 0) {
         double L = (double)model_get(cfg, "layers"), h = (double)model_get(cfg, "hidden");
         double s = (double)model_get(cfg, "seq"), b = (double)model_get(cfg, "batch");
         double f = (double)model_get(cfg, "ffn"), v = (double)model_get(cfg, "vocab");
         double kvd = (double)model_get(cfg, "kv_heads") * h / (double)model_get(cfg, "heads");
         /* per layer: q and out projections 2 * 2bsh^2, k and v 2 * 2bsh*kv*dh,
          * scores and context 2 * 2bs^2h, SwiGLU 3 * 2bshf; then the head 2bshv */
-        return L * (4 * b * s * h * h + 4 * b * s * h * kvd + 4 * b * s * s * h + 6 * b * s * h * f) + 2 * b * s * h * v;
+        double mlp = 6 * b * s * h * f;
+        if (strcmp(cfg->model, "moe") == 0) { /* router; dispatch and combine over e*C slots; experts on C slots each */
+            int64_t ei = model_get(cfg, "experts"), ki = model_get(cfg, "topk");
+            double e = (double)ei, C = (double)((model_get(cfg, "capacity") * ki * model_get(cfg, "seq") + 100 * ei - 1) / (100 * ei));
+            mlp = 2 * b * s * h * e + 4 * b * s * e * C * h + 6 * e * b * C * h * f;
+        }
+        return L * (4 * b * s * h * h + 4 * b * s * h * kvd + 4 * b * s * s * h + mlp) + 2 * b * s * h * v;
     }
     if (strcmp(cfg->model, "mlp") == 0) {
         double f = 0;
@@ -434,7 +453,7 @@ ir_graph *model_build_forward(const model_config *cfg, char *err, size_t errlen)
     if (strcmp(cfg->model, "mlp") == 0) return model_build_mlp(cfg, err, errlen);
     if (strcmp(cfg->model, "gns") == 0) return model_build_gns(cfg, err, errlen);
     if (strcmp(cfg->model, "unet") == 0) return model_build_unet(cfg, err, errlen);
-    if (strcmp(cfg->model, "llama") == 0) return model_build_llama(cfg, err, errlen);
+    if (strcmp(cfg->model, "llama") == 0 || strcmp(cfg->model, "moe") == 0) return model_build_llama(cfg, err, errlen);
     ir_errf(err, errlen, "model '%s': unknown model (parse the spec with model_parse first)", cfg->model);
     return NULL;
 }

@@ -3,7 +3,8 @@
 # tiny preset under data parallelism, ZeRO-3, Megatron and their compositions
 # on 2, 4 and 8 simulated devices over 1-, 2- and 3-axis meshes, and an
 # autopart plan, must match the single-device reference ("check: passed",
-# tolerance 1e-4 relative to each tensor's largest magnitude, docs/run.md).
+# tolerance 1e-4 relative to each tensor's largest magnitude, docs/run.md);
+# moe-tiny also under expert parallelism (ep).
 # Closing line: N passed, N failed.
 set -u
 carve=${CARVE_BIN:-$(dirname "$0")/../build/carve}
@@ -20,10 +21,8 @@ matches() { # matches NAME CMD...: exit 0 and "check: passed"
     fi
 }
 
-for model in llama-tiny; do
-    while read -r mesh sched; do
-        matches "$model $mesh $sched" "$carve" run --model "$model" --mesh "$mesh" --schedule "$sched"
-    done <<'CASES'
+cases() { # the schedules every model runs, then the model's own
+    cat <<'CASES'
 batch=2 dp:batch
 batch=4 zero3:batch
 model=8 megatron:model
@@ -31,6 +30,14 @@ batch=2,model=2 dp:batch,megatron:model
 batch=2,model=4 zero3:batch,megatron:model
 batch=2,model=2,x=2 dp:batch,megatron:model,zero3:x
 CASES
+    [ "$1" = moe-tiny ] && printf '%s\n' "batch=8 ep:batch" "batch=4,model=2 ep:batch,megatron:model" \
+        "batch=2,model=2,x=2 ep:batch,megatron:model,zero3:x"
+}
+
+for model in llama-tiny moe-tiny; do
+    while read -r mesh sched; do
+        matches "$model $mesh $sched" "$carve" run --model "$model" --mesh "$mesh" --schedule "$sched"
+    done < <(cases "$model")
     if "$carve" autopart --model "$model" --mesh batch=2,model=2,x=2 --budget 60 --seed 3 --out plan.json >out.txt 2>err.txt; then
         matches "$model autopart plan" "$carve" run --plan plan.json
     else

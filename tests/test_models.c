@@ -70,7 +70,7 @@ static void test_parse(void)
         const char *desc = model_describe(*p);
         CHECKF(desc && desc[0] && !strchr(desc, '\n'), "%s: '%s'", *p, desc ? desc : "(null)");
     }
-    CHECK(n == 30);
+    CHECK(n == 33);
     CHECK(model_describe("gpt-7b") == NULL);
     CHECK(strstr(model_describe("gpt-1.3b"), "GPT-3 XL") != NULL);
     CHECK(strstr(model_describe("gpt"), "GPT decoder") != NULL);
@@ -394,6 +394,28 @@ static void test_llama(void)
     }
 }
 
+/* moe: formulas against the graphs, Mixtral's published size, errors. */
+static void test_moe(void)
+{
+    const char *specs[] = {"moe-tiny", "moe-tiny:topk=1,capacity=100", "moe-tiny:experts=4,topk=3,layers=1"};
+    for (int i = 0; i < 3; i++) ir_free(build_checked(specs[i]));
+    model_config c;
+    CHECK(model_parse("mixtral-8x7b", &c, NULL, 0) == 0);
+    /* Mixtral 8x7B: 46.7B parameters (Jiang et al. 2024) */
+    CHECKF(fabs((double)model_param_count(&c) / 46.7e9 - 1) < 0.005, "mixtral has %lld params", (long long)model_param_count(&c));
+    ir_graph *g = build_checked("moe-tiny");
+    if (g) {
+        int w1 = ir_find(g, "h0.moe.w1");
+        CHECK(w1 >= 0 && g->values[w1].rank == 3 && g->values[w1].dims[0] == 8);
+        CHECK(ir_find(g, "h1.moe.xe") >= 0 && ir_find(g, "ce.loss") >= 0);
+    }
+    ir_free(g);
+    char err[256] = "";
+    CHECKF(model_parse("moe-tiny:topk=9", &c, err, sizeof err) < 0 && strstr(err, "topk=9 is too large"), "%s", err);
+    CHECKF(model_parse("moe-tiny:experts=2,topk=3", &c, err, sizeof err) < 0 && strstr(err, "topk=3 is more than experts=2"),
+           "%s", err);
+}
+
 static void test_gpt_39b(void)
 {
     model_config c;
@@ -571,6 +593,7 @@ int main(void)
     test_unet();
     test_preset_counts();
     test_llama();
+    test_moe();
     test_gpt_39b();
     test_steps();
     return test_done();

@@ -129,6 +129,11 @@ static int example_value(ir_graph *g, ir_opkind k)
         return ir_concat(g, param(g, "P", 3, 4, 4, 4), param(g, "Q", 3, 4, 4, 4), 1);
     case IR_OP_SHIFT: /* one row each way along a dim of 8, so 2-way tiles exchange one row */
         return ir_shift(g, ir_shift(g, param(g, "P", 3, 4, 8, 4), 1, 1), 1, -2);
+    case IR_OP_ARGMAX: /* its i32 result as an f32 mask through one_hot */
+        return ir_binary(g, IR_OP_MUL, ir_one_hot(g, ir_argmax(g, param(g, "P", 3, 4, 2, 8), 2), 8),
+                         param(g, "Q", 3, 4, 2, 8));
+    case IR_OP_CUMSUM:
+        return ir_cumsum(g, param(g, "P", 3, 4, 8, 4), 1);
     case IR_OP_ONE_HOT:
         return ir_binary(g, IR_OP_MUL, ir_one_hot(g, ids(g, 2, 4, 2, 8), 8), param(g, "P", 3, 4, 2, 8));
     }
