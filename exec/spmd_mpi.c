@@ -164,6 +164,12 @@ static int mpi_open(exec_spmd *r, char *err, size_t errlen)
     if (size != r->n_dev)
         return ir_errf(err, errlen, "the mesh has %d devices but MPI started %d ranks (run it with mpirun -n %d: one rank per device)",
                        r->n_dev, size, r->n_dev);
+    /* every rank sees the same program, so every rank refuses alike */
+    for (int i = 0; i < p->n_instrs; i++)
+        if (p->instrs[i].kind == SPMD_HALO)
+            return ir_errf(err, errlen,
+                           "the plan tiles a shifted dim (halo exchange), which the MPI backend does not run yet; "
+                           "run it with --backend threads");
     mpi_state *s = calloc(1, sizeof *s);
     r->local = calloc(1, sizeof *r->local);
     if (!s || !r->local) {

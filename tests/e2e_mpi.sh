@@ -89,6 +89,8 @@ fails "bad plan on one rank" "plan 'bad.json': malformed" \
 fails "different plans" "lowered different programs" \
     "${mpi[@]}" -n 2 "$carve" run --plan plan.json --backend mpi : -n 2 "$carve" run --plan other.json --backend mpi
 fails "wrong rank count" "mpirun started 3 ranks" "${mpi[@]}" -n 3 "$carve" run --plan plan.json --backend mpi
+fails "halo refused" "halo exchange), which the MPI backend does not run yet" \
+    "${mpi[@]}" -n 4 "$carve" run --model unet-tiny --mesh x=4 --schedule group:image:1:x --backend mpi
 # (not under ASan: its shadow memory cannot be mapped under ulimit -v)
 # rank 1 may map only 150 MB: its device's buffers (237 MiB) do not fit; rank 0 needs 1.6 GiB
 big=(--model gpt:layers=1,hidden=1024,heads=16,seq=128,batch=4,vocab=1024 --mesh batch=2 --schedule dp:batch)
