@@ -8,6 +8,7 @@
 # line.
 # Closing line: N passed, N failed.
 set -u
+. "$(dirname "$0")/lib_e2e.sh"
 carve=${CARVE_BIN:-$(dirname "$0")/../build/carve}
 carve=$(cd "$(dirname "$carve")" && pwd)/$(basename "$carve")
 tmp=$(mktemp -d)
@@ -15,21 +16,6 @@ trap 'rm -rf "$tmp"' EXIT
 cd "$tmp" || exit 1
 pass=0 fail=0
 
-ok() { # ok NAME CMD...: exit 0
-    if "${@:2}" >out.txt 2>err.txt; then pass=$((pass + 1)); else fail=$((fail + 1)); echo "FAIL $1: exit $?"; head -5 err.txt; fi
-}
-has() { # has NAME WORDS: out.txt holds WORDS
-    if grep -q -- "$2" out.txt; then pass=$((pass + 1)); else fail=$((fail + 1)); echo "FAIL $1: output lacks '$2'"; fi
-}
-bad() { # bad NAME WORDS CMD...: exit 2, one line on stderr holding WORDS, nothing on stdout
-    "${@:3}" >out.txt 2>err.txt
-    local rc=$?
-    if [ $rc -eq 2 ] && [ "$(wc -l <err.txt)" -eq 1 ] && grep -q -- "$2" err.txt && [ ! -s out.txt ]; then
-        pass=$((pass + 1))
-    else
-        fail=$((fail + 1)); echo "FAIL $1: exit $rc, stderr:"; cat err.txt
-    fi
-}
 
 while read -r mesh sched; do
     ok "run $mesh $sched" "$carve" run --model gns-tiny --mesh "$mesh" --schedule "$sched" --steps 2

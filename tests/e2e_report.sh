@@ -7,22 +7,13 @@
 # is not blank.  Without Chromium the browser checks are skipped with a note.
 # Closing line: N passed, N failed.
 set -u
+. "$(dirname "$0")/lib_e2e.sh"
 carve=${CARVE_BIN:-$(dirname "$0")/../build/carve}
 root=${CARVE_ROOT:-$(cd "$(dirname "$0")/.." && pwd)}
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 cd "$tmp" || exit 1
 pass=0 fail=0
-check() { if [ "$2" = 0 ]; then pass=$((pass + 1)); else fail=$((fail + 1)); echo "FAIL $1"; fi; }
-bad() { # bad NAME WORDS CMD...: exit 2, one line on stderr holding WORDS, nothing on stdout
-    "${@:3}" >out.txt 2>err.txt
-    local rc=$?
-    if [ $rc -eq 2 ] && [ "$(wc -l <err.txt)" -eq 1 ] && grep -q -- "$2" err.txt && [ ! -s out.txt ]; then
-        pass=$((pass + 1))
-    else
-        fail=$((fail + 1)); echo "FAIL $1: exit $rc, stderr:"; cat err.txt
-    fi
-}
 
 "$carve" autopart --model gpt-tiny --mesh batch=2,model=2 --schedule dp:batch,megatron:model,zero3:batch,auto \
     --budget 5 --quiet --out plan.json >/dev/null 2>&1

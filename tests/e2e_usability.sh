@@ -4,21 +4,12 @@
 # --memory in GiB shown as given, the step-time line under --overlap, the
 # pricing flags in autopart --help.  Closing line: N passed, N failed.
 set -u
+. "$(dirname "$0")/lib_e2e.sh"
 carve=${CARVE_BIN:-$(dirname "$0")/../build/carve}
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 cd "$tmp" || exit 1
 pass=0 fail=0
-check() { if [ "$2" = 0 ]; then pass=$((pass + 1)); else fail=$((fail + 1)); echo "FAIL $1"; fi; }
-bad() { # bad NAME WORDS CMD...: exit 2, one line on stderr holding WORDS, nothing on stdout
-    "${@:3}" >out.txt 2>err.txt
-    local rc=$?
-    if [ $rc -eq 2 ] && [ "$(wc -l <err.txt)" -eq 1 ] && grep -q -- "$2" err.txt && [ ! -s out.txt ]; then
-        pass=$((pass + 1))
-    else
-        fail=$((fail + 1)); echo "FAIL $1: exit $rc, stderr:"; cat err.txt
-    fi
-}
 "$carve" --version >out.txt; check "--version exits 0" $?
 grep -q "^carve [0-9]*\.[0-9]*\.[0-9]* (plans carve-plan/2" out.txt; check "--version says the version and plan format" $?
 "$carve" help autopart >out.txt; check "help autopart" $?

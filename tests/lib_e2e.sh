@@ -7,6 +7,9 @@ ok() { # ok NAME CMD...: exit 0
 has() { # has NAME WORDS: out.txt holds WORDS
     if grep -q -- "$2" out.txt; then pass=$((pass + 1)); else fail=$((fail + 1)); echo "FAIL $1: output lacks '$2'"; fi
 }
+check() { # check NAME STATUS: STATUS is 0
+    if [ "$2" = 0 ]; then pass=$((pass + 1)); else fail=$((fail + 1)); echo "FAIL $1"; fi
+}
 bad() { # bad NAME WORDS CMD...: exit 2, one line on stderr holding WORDS, nothing on stdout
     "${@:3}" >out.txt 2>err.txt
     local rc=$?
