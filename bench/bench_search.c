@@ -9,8 +9,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cli/report.h"
 #include "models/models.h"
+#include "plan/experts.h"
 
 typedef struct setup {
     ir_graph *g;
@@ -103,11 +103,11 @@ int main(void)
         for (int k = 0; k < 3; k++) {
             const search_algo *kind = k == 0 ? &search_mcts : k == 1 ? &search_random : &search_greedy;
             run(&s, kind, (search_budget){.simulations = budget, .seed = 1, .threads = 1}, &r1);
-            cli_fmt_time(r1.best.step_time, t, sizeof t);
+            cost_fmt_time(r1.best.step_time, t, sizeof t);
             printf("| %s | %d | %lld | %s | %lld |\n", kind->name, budget, (long long)r1.simulations, t,
                    (long long)r1.best_at);
         }
-    cli_fmt_time(expert, t, sizeof t);
+    cost_fmt_time(expert, t, sizeof t);
     printf("\nBest expert schedule: %s, %s. Greedy stops when no single action improves (it may use fewer "
            "simulations than the budget).\n\n", name, t);
     unmake(&s);
@@ -123,8 +123,8 @@ int main(void)
         search_budget b = {.seconds = 120, .seed = 1, .threads = 2, .target_reward = s.pr.baseline / be * (1 - 1e-9)};
         run(&s, &search_mcts, b, &r1);
         char t2[32];
-        cli_fmt_time(be, t, sizeof t);
-        cli_fmt_time(r1.best.step_time, t2, sizeof t2);
+        cost_fmt_time(be, t, sizeof t);
+        cost_fmt_time(r1.best.step_time, t2, sizeof t2);
         printf("| %s | %s | %s | %s | %s%.2f s | %lld | %s |\n", cases[c][0], cases[c][1], name, t,
                r1.stop == STOP_TARGET ? "" : "not reached in ", r1.seconds, (long long)r1.simulations, t2);
         unmake(&s);

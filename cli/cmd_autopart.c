@@ -46,7 +46,7 @@ static void progress(void *ctx, int64_t sims, double elapsed, const search_score
 {
     progress_ctx *p = ctx;
     char t[32];
-    cli_fmt_time(best->step_time, t, sizeof t);
+    cost_fmt_time(best->step_time, t, sizeof t);
     double rate = elapsed > 0 ? (double)sims / elapsed : 0;
     double left = p->seconds > 0 ? p->seconds - elapsed : -1;
     if (p->budget > 0 && rate > 0) {
@@ -232,9 +232,9 @@ int cmd_autopart(const cli_opts *o)
         printf(" %s->%s", gs->groups[res.actions[i].group].name, mesh.names[res.actions[i].axis]);
     printf("\n\npredicted:\n");
     char t1[32], t2[32], t3[32];
-    cli_fmt_time(e.step_time, t1, sizeof t1);
-    cli_fmt_time(e.compute_time, t2, sizeof t2);
-    cli_fmt_time(e.comm_time, t3, sizeof t3);
+    cost_fmt_time(e.step_time, t1, sizeof t1);
+    cost_fmt_time(e.compute_time, t2, sizeof t2);
+    cost_fmt_time(e.comm_time, t3, sizeof t3);
     printf(copt.overlap ? "  step time %s (compute %s and communication %s overlapped), peak memory %.4g GiB of %.4g GiB per device%s\n"
                         : "  step time %s (compute %s + communication %s), peak memory %.4g GiB of %.4g GiB per device%s\n", t1, t2, t3,
            e.peak_memory / 1073741824.0, e.capacity / 1073741824.0, e.fits ? "" : ": DOES NOT FIT");

@@ -58,7 +58,7 @@ int cmd_cost(const cli_opts *o)
     cost_estimate base;
     if (cost_estimate_program(ws, rp, &hw, &opt, &base, err, sizeof err) == 0) {
         char a[32];
-        cli_fmt_time(base.step_time, a, sizeof a);
+        cost_fmt_time(base.step_time, a, sizeof a);
         printf("\nreplicated plan: step %s, peak %.4g GiB%s; reward of this plan %.4g\n", a, base.peak_memory / 1073741824.0,
                base.fits ? "" : " (does not fit)", cost_reward(&e, base.step_time));
     }

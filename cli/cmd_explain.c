@@ -22,11 +22,7 @@ int cmd_explain(const cli_opts *o)
     plan pl;
     ir_graph *g;
     shard_state *st;
-    if (plan_open(path, &pl, &g, &st, err, sizeof err)) {
-        cli_error("%s", err);
-        return CLI_BAD_INPUT;
-    }
-    if (pl.note[0]) cli_error("note: %s", pl.note);
+    if (cli_open_plan(path, &pl, &g, &st)) return CLI_BAD_INPUT;
     const shard_mesh mesh = pl.mesh;
     int rc = CLI_OK;
     plan_pricer pr;

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "cli/cli.h"
+#include "cli/report.h"
 #include "plan/export.h"
 
 int cmd_export(const cli_opts *o)
@@ -29,11 +30,7 @@ int cmd_export(const cli_opts *o)
     plan pl;
     ir_graph *g;
     shard_state *st;
-    if (plan_open(path, &pl, &g, &st, err, sizeof err)) {
-        cli_error("%s", err);
-        return CLI_BAD_INPUT;
-    }
-    if (pl.note[0]) cli_error("note: %s", pl.note);
+    if (cli_open_plan(path, &pl, &g, &st)) return CLI_BAD_INPUT;
     spmd_program *p = spmd_lower(st);
     char *text = NULL;
     size_t len = 0;

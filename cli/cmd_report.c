@@ -6,6 +6,7 @@
 #include <stdlib.h>
 
 #include "cli/cli.h"
+#include "cli/report.h"
 #include "plan/html.h"
 
 int cmd_report(const cli_opts *o)
@@ -23,11 +24,7 @@ int cmd_report(const cli_opts *o)
     plan pl;
     ir_graph *g;
     shard_state *st;
-    if (plan_open(path, &pl, &g, &st, err, sizeof err)) {
-        cli_error("%s", err);
-        return CLI_BAD_INPUT;
-    }
-    if (pl.note[0]) cli_error("note: %s", pl.note);
+    if (cli_open_plan(path, &pl, &g, &st)) return CLI_BAD_INPUT;
     cost_hw hw;
     int rc = CLI_BAD_INPUT;
     spmd_program *p = spmd_lower(st);

@@ -352,11 +352,7 @@ static int run_plan(const cli_opts *o)
     plan pl;
     ir_graph *g;
     shard_state *st;
-    if (plan_open(o->plan, &pl, &g, &st, err, sizeof err)) {
-        cli_error("%s", err);
-        return CLI_BAD_INPUT;
-    }
-    if (pl.note[0]) cli_error("note: %s", pl.note);
+    if (cli_open_plan(o->plan, &pl, &g, &st)) return CLI_BAD_INPUT;
     const shard_mesh mesh = pl.mesh;
     char plan_mesh[256];
     shard_mesh_str(&mesh, plan_mesh, sizeof plan_mesh);
@@ -393,7 +389,7 @@ static int run_plan(const cli_opts *o)
         snprintf(label, sizeof label, "%s (plan %s)", pl.model[0] ? pl.model : pl.graph_file, o->plan);
         if (pl.has_predicted) {
             char t[32];
-            cli_fmt_time(pl.predicted.step_time, t, sizeof t);
+            cost_fmt_time(pl.predicted.step_time, t, sizeof t);
             printf("plan: predicted step time %s, peak memory %.4g GiB per device (%s precision%s; checked by pricing "
                    "the plan again)\n", t, pl.predicted.peak_memory / 1073741824.0, cost_precision_name(pl.options.precision),
                    pl.options.overlap ? ", overlap" : "");

@@ -1,24 +1,18 @@
 /* report.c - see report.h. */
 #include "cli/report.h"
+#include "cli/cli.h"
 
 #include "analysis/structure.h"
 
 #include <stdlib.h>
 #include <string.h>
 
-void cli_fmt_time(double s, char *buf, size_t n)
-{
-    if (s >= 1) snprintf(buf, n, "%.3f s", s);
-    else if (s >= 1e-3) snprintf(buf, n, "%.3f ms", s * 1e3);
-    else snprintf(buf, n, "%.3f us", s * 1e6);
-}
-
 void cli_print_estimate(const cost_estimate *e)
 {
     char a[32], b[32], c[32];
-    cli_fmt_time(e->step_time, a, sizeof a);
-    cli_fmt_time(e->compute_time, b, sizeof b);
-    cli_fmt_time(e->comm_time, c, sizeof c);
+    cost_fmt_time(e->step_time, a, sizeof a);
+    cost_fmt_time(e->compute_time, b, sizeof b);
+    cost_fmt_time(e->comm_time, c, sizeof c);
     if (e->step_time < e->compute_time + e->comm_time) /* priced with --overlap: the larger of the two */
         printf("step time      %s  (compute %s and communication %s overlapped: the larger of the two)\n", a, b, c);
     else
@@ -48,26 +42,26 @@ void cli_print_estimate(const cost_estimate *e)
     for (int i = 0; i < IR_N_OPS; i++) {
         int k = order[i];
         if (!e->op_count[k]) continue;
-        cli_fmt_time(e->op_time[k], a, sizeof a);
+        cost_fmt_time(e->op_time[k], a, sizeof a);
         printf("  %-12s %6d ops %14s  %5.1f%%\n", ir_op_name((ir_opkind)k), e->op_count[k], a,
                e->compute_time > 0 ? 100 * e->op_time[k] / e->compute_time : 0);
     }
     printf("\ncommunication by kind:\n");
     for (int k = SPMD_ALL_GATHER; k < SPMD_N_KINDS; k++) {
-        cli_fmt_time(e->coll_time[k], a, sizeof a);
+        cost_fmt_time(e->coll_time[k], a, sizeof a);
         printf("  %-15s %6d %14s  %10.4g MiB on the wire\n", spmd_kind_name((spmd_kind)k), e->coll_count[k], a,
                e->coll_wire[k] / 1048576.0);
     }
     printf("\nby phase:          compute  communication\n");
     for (int ph = 0; ph < SPMD_N_PHASES; ph++) {
-        cli_fmt_time(e->phase_compute[ph], a, sizeof a);
-        cli_fmt_time(e->phase_comm[ph], b, sizeof b);
+        cost_fmt_time(e->phase_compute[ph], a, sizeof a);
+        cost_fmt_time(e->phase_comm[ph], b, sizeof b);
         printf("  %-10s %14s %14s\n", spmd_phase_name((spmd_phase)ph), a, b);
     }
     printf("\nby layer:          compute  communication   wire MiB\n");
     for (int l = 0; l < e->n_layers; l++) {
-        cli_fmt_time(e->layer_compute[l], a, sizeof a);
-        cli_fmt_time(e->layer_comm[l], b, sizeof b);
+        cost_fmt_time(e->layer_compute[l], a, sizeof a);
+        cost_fmt_time(e->layer_comm[l], b, sizeof b);
         char name[24];
         if (l) snprintf(name, sizeof name, "layer %d", l - 1);
         else snprintf(name, sizeof name, "outside");
@@ -81,7 +75,7 @@ int cli_print_experts(const plan_expert *ex, int n, const cost_estimate *mine)
     char a[32], b[32];
     printf("  %-44s %14s %14s  %s\n", "schedule", "step time", "peak memory", "");
     if (mine) {
-        cli_fmt_time(mine->step_time, a, sizeof a);
+        cost_fmt_time(mine->step_time, a, sizeof a);
         printf("  %-44s %14s %11.4g GiB  %s\n", "this plan", a, mine->peak_memory / 1073741824.0, mine->fits ? "" : "does not fit");
     }
     for (int i = 0; i < n; i++) {
@@ -89,7 +83,7 @@ int cli_print_experts(const plan_expert *ex, int n, const cost_estimate *mine)
             printf("  %-44s %14s %14s  %s\n", ex[i].schedule, "-", "-", ex[i].why);
             continue;
         }
-        cli_fmt_time(ex[i].e.step_time, a, sizeof a);
+        cost_fmt_time(ex[i].e.step_time, a, sizeof a);
         b[0] = 0;
         if (mine && mine->step_time > 0 && ex[i].e.step_time > 0)
             snprintf(b, sizeof b, "x%.3f", ex[i].e.step_time / mine->step_time);
@@ -276,7 +270,7 @@ static void print_collectives_of(const spmd_program *p, const plan_pricer *pr, i
         ax[0] = 0;
         for (int a = 0; a < p->mesh.n_axes; a++)
             if (in->axes & (1u << a)) k += (size_t)snprintf(ax + k, sizeof ax - k, "%s%s", k ? "," : "", p->mesh.names[a]);
-        cli_fmt_time(s, t, sizeof t);
+        cost_fmt_time(s, t, sizeof t);
         /* named by the value it moves when that has a name, else by the op it serves */
         char what[160];
         const char *vn = g->values[in->value].name;
@@ -286,7 +280,7 @@ static void print_collectives_of(const spmd_program *p, const plan_pricer *pr, i
                spmd_kind_name((spmd_kind)in->kind), ax, what, (double)in->bytes / 1048576.0, t);
     }
     if (shown > 24) printf("    ... %d more\n", shown - 24);
-    cli_fmt_time(total, t, sizeof t);
+    cost_fmt_time(total, t, sizeof t);
     printf("    %d collectives, %s predicted\n", shown, t);
 }
 
@@ -304,4 +298,15 @@ void cli_print_layer_collectives(const spmd_program *p, const plan_pricer *pr)
     printf("  outside layers:\n");
     print_collectives_of(p, pr, -1);
     free(rep);
+}
+
+int cli_open_plan(const char *path, plan *pl, ir_graph **g, shard_state **st)
+{
+    char err[1024];
+    if (plan_open(path, pl, g, st, err, sizeof err)) {
+        cli_error("%s", err);
+        return -1;
+    }
+    if (pl->note[0]) cli_error("note: %s", pl->note);
+    return 0;
 }

@@ -10,9 +10,8 @@
 #include "analysis/spmd.h"
 #include "cost/cost.h"
 #include "plan/experts.h"
+#include "plan/plan.h"
 
-/* "12.345 ms" style. */
-void cli_fmt_time(double s, char *buf, size_t n);
 /* The estimate with its breakdowns (op kinds, collectives, phases, layers). */
 void cli_print_estimate(const cost_estimate *e);
 
@@ -27,5 +26,10 @@ void cli_print_param_shardings(const shard_state *st);
 /* Prints collectives per layer (layer 0 and outside layers) of program p with
  * predicted times from the pricer's profile. */
 void cli_print_layer_collectives(const spmd_program *p, const plan_pricer *pr);
+
+/* Opens a plan file for a command (plan_open): on failure prints the error
+ * and returns -1; prints plan_open's note, if any.  Returns 0 with pl, *g and
+ * *st filled (the caller frees them as after plan_open). */
+int cli_open_plan(const char *path, plan *pl, ir_graph **g, shard_state **st);
 
 #endif

@@ -214,4 +214,7 @@ int cost_estimate_program(cost_ws *ws, const spmd_program *p, const cost_hw *hw,
  * worse the more it overflows. */
 double cost_reward(const cost_estimate *e, double baseline_time);
 
+/* A time for people: "12.345 ms" style (s, ms or us, three decimals). */
+void cost_fmt_time(double s, char *buf, size_t n);
+
 #endif

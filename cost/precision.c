@@ -12,6 +12,7 @@
  */
 #include "cost/cost.h"
 
+#include <stdio.h>
 #include <string.h>
 
 static const char *const names[COST_N_PRECISIONS] = {"f32", "bf16", "tf32", "fp16"};
@@ -48,4 +49,11 @@ double cost_matmul_peak(const cost_hw *hw, cost_precision p, int optimizer)
     case COST_N_PRECISIONS: break;
     }
     return hw->matmul_flops[IR_F32];
+}
+
+void cost_fmt_time(double s, char *buf, size_t n)
+{
+    if (s >= 1) snprintf(buf, n, "%.3f s", s);
+    else if (s >= 1e-3) snprintf(buf, n, "%.3f ms", s * 1e3);
+    else snprintf(buf, n, "%.3f us", s * 1e6);
 }
