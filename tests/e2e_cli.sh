@@ -138,5 +138,20 @@ fi
 rc=$?
 if [ $rc -eq 1 ] && grep -q "no plan found fits" err.txt && python3 -c "import json,sys; sys.exit(json.load(open('tight.json'))['predicted']['fits'] is not False)"; then pass=$((pass + 1)); else fail=$((fail + 1)); echo "FAIL nothing-fits: rc $rc"; cat err.txt; fi
 
+# carve run and carve cost on bad input: exit 2 with one line (moved here from test_spmd and test_cost,
+# which called the commands' functions directly)
+ok run-dp-megatron "$carve" run --model gpt-tiny --mesh batch=2,model=2 --schedule dp:batch,megatron:model --seed 1 --steps 1
+ok run-sgd-2-steps "$carve" run --model gpt-tiny --mesh batch=2,model=2 --schedule dp:batch,megatron:model --optimizer sgd --steps 2
+bad run-indivisible "does not divide into 3 shards" "$carve" run --model gpt-tiny --mesh batch=3 --schedule dp:batch
+bad run-zero-axis "axis size must be in" "$carve" run --model gpt-tiny --mesh batch=0 --schedule dp:batch
+bad run-unknown-axis "unknown mesh axis 'model'" "$carve" run --model gpt-tiny --mesh batch=2 --schedule dp:model
+bad run-no-schedule "--schedule is required" "$carve" run --model gpt-tiny --mesh batch=2
+bad run-unknown-key "unknown key 'nope'" "$carve" run --model gpt:nope=1 --mesh batch=2 --schedule dp:batch
+bad run-too-many-devices "simulates at most" "$carve" run --model gpt-tiny --mesh batch=1024 --schedule dp:batch
+"$carve" run --model gpt-39b --mesh batch=8 --schedule dp:batch >out.txt 2>err.txt
+rc=$?
+if [ $rc -eq 2 ] && [ "$(wc -l <err.txt)" -eq 1 ]; then pass=$((pass + 1)); else fail=$((fail + 1)); echo "FAIL run-too-big: rc $rc"; cat err.txt; fi
+bad cost-unknown-hw "unknown preset" "$carve" cost --model mlp-tiny --mesh d=2 --schedule dp:d --hw no-such-profile
+
 echo "$pass passed, $fail failed"
 [ $fail -eq 0 ]

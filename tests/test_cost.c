@@ -7,7 +7,6 @@
  * shared-memory collectives). */
 #include "analysis/schedule.h"
 #include "analysis/spmd.h"
-#include "cli/cli.h"
 #include "cost/cost.h"
 #include "models/models.h"
 #include "tests/test.h"
@@ -780,16 +779,6 @@ static void test_profiles(void)
         CHECKF(hw_error(bad, subs[i].needle), "variant %zu", i);
     }
     CHECK(hw_error("[1,2]", "object"));
-
-    /* the command reports bad input with exit code 2 */
-    cli_opts o;
-    memset(&o, 0, sizeof o);
-    o.model = "mlp-tiny";
-    o.mesh = "d=2";
-    o.schedule = "dp:d";
-    o.hw = "no-such-profile";
-    o.optimizer = "adam";
-    CHECK(cmd_cost(&o) == CLI_BAD_INPUT);
 }
 
 /* ---- the CPU model (docs/cost-model.md, "The CPU model") ------------------ */

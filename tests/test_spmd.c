@@ -19,7 +19,6 @@
  */
 #include "analysis/groups.h"
 #include "analysis/schedule.h"
-#include "cli/cli.h"
 #include "cost/cost.h"
 #include "exec/runtime.h"
 #include "ir/pcg32.h"
@@ -584,39 +583,6 @@ static void test_memory_and_bad_input(void)
     shard_state_free(st);
     ir_free(g);
 
-    /* carve run: bad input is exit 2 with one line, a passing check exit 0 */
-    cli_opts o;
-    memset(&o, 0, sizeof o);
-    o.seed = 1;
-    o.steps = 1;
-    o.optimizer = "adam";
-    o.model = GPT;
-    o.mesh = "batch=2,model=2";
-    o.schedule = "dp:batch,megatron:model";
-    CHECK(cmd_run(&o) == CLI_OK);
-    o.optimizer = "sgd";
-    o.steps = 2;
-    CHECK(cmd_run(&o) == CLI_OK);
-    o.mesh = "batch=3";
-    o.schedule = "dp:batch";
-    CHECK(cmd_run(&o) == CLI_BAD_INPUT); /* batch 8 does not divide by 3 */
-    o.mesh = "batch=0";
-    CHECK(cmd_run(&o) == CLI_BAD_INPUT);
-    o.mesh = "batch=2";
-    o.schedule = "dp:model";
-    CHECK(cmd_run(&o) == CLI_BAD_INPUT);
-    o.schedule = NULL;
-    CHECK(cmd_run(&o) == CLI_BAD_INPUT);
-    o.schedule = "dp:batch";
-    o.model = "gpt:nope=1";
-    CHECK(cmd_run(&o) == CLI_BAD_INPUT);
-    /* far more memory than this machine has: refused before allocating */
-    o.model = "gpt-39b";
-    o.mesh = "batch=8";
-    CHECK(cmd_run(&o) == CLI_BAD_INPUT);
-    o.model = GPT;
-    o.mesh = "batch=1024";
-    CHECK(cmd_run(&o) == CLI_BAD_INPUT);
 }
 
 int main(void)
