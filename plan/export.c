@@ -91,7 +91,12 @@ static void py_mesh_constants(FILE *f, const shard_mesh *m)
     fprintf(f, "%lld))\n\n", (long long)m->n_devices);
 }
 
-static void jax_table(FILE *f, const shard_state *st, const uint8_t *fwd, const char *var, int want_role)
+/* A Python dict literal `var = {...}` of the exported values of want_role,
+ * keyed by name; entry() writes each value's sharding, its comma, any comment
+ * and the newline. */
+typedef void (*py_entry_fn)(FILE *f, const shard_state *st, int v);
+static void py_table(FILE *f, const shard_state *st, const uint8_t *fwd, const char *var, int want_role,
+                     py_entry_fn entry)
 {
     const ir_graph *g = st->g;
     fprintf(f, "%s = {\n", var);
@@ -101,12 +106,15 @@ static void jax_table(FILE *f, const shard_state *st, const uint8_t *fwd, const 
         fputs("    ", f);
         put_str(f, x->name, 0);
         fputs(": ", f);
-        jax_pspec(f, st->mesh, &st->spec[v], x->rank);
-        if (st->spec[v].partial) fputs(",  # partial sums at this point in carve's program", f);
-        else fputc(',', f);
-        fputc('\n', f);
+        entry(f, st, v);
     }
     fputs("}\n\n", f);
+}
+
+static void jax_entry(FILE *f, const shard_state *st, int v)
+{
+    jax_pspec(f, st->mesh, &st->spec[v], st->g->values[v].rank);
+    fputs(st->spec[v].partial ? ",  # partial sums at this point in carve's program\n" : ",\n", f);
 }
 
 static void export_jax(FILE *f, const shard_state *st, const uint8_t *fwd)
@@ -131,11 +139,11 @@ static void export_jax(FILE *f, const shard_state *st, const uint8_t *fwd)
           "        node[leaf] = value\n"
           "    return tree\n\n\n",
           f);
-    jax_table(f, st, fwd, "PARAM_SPECS_FLAT", IR_PARAM);
-    jax_table(f, st, fwd, "OPT_STATE_SPECS", IR_OPT_STATE);
-    jax_table(f, st, fwd, "INPUT_SPECS", IR_INPUT);
+    py_table(f, st, fwd, "PARAM_SPECS_FLAT", IR_PARAM, jax_entry);
+    py_table(f, st, fwd, "OPT_STATE_SPECS", IR_OPT_STATE, jax_entry);
+    py_table(f, st, fwd, "INPUT_SPECS", IR_INPUT, jax_entry);
     fputs("# named forward values: places for jax.lax.with_sharding_constraint in the model\n", f);
-    jax_table(f, st, fwd, "ACTIVATION_SPECS", IR_INTERMEDIATE);
+    py_table(f, st, fwd, "ACTIVATION_SPECS", IR_INTERMEDIATE, jax_entry);
     fputs("PARAM_SPECS = _nest(PARAM_SPECS_FLAT)\n\n\n"
           "def shardings(specs, mesh):\n"
           "    \"\"\"NamedShardings for a pytree of PartitionSpecs (e.g. PARAM_SPECS) on mesh.\"\"\"\n"
@@ -300,20 +308,10 @@ static int torch_placements(FILE *f, const shard_mesh *m, const shard_spec *s, i
     return reordered;
 }
 
-static void torch_table(FILE *f, const shard_state *st, const uint8_t *fwd, const char *var, int want_role)
+static void torch_entry(FILE *f, const shard_state *st, int v)
 {
-    const ir_graph *g = st->g;
-    fprintf(f, "%s = {\n", var);
-    for (int v = 0; v < g->n_values; v++) {
-        const ir_value *x = &g->values[v];
-        if ((int)x->role != want_role || !exported(st, fwd, v)) continue;
-        fputs("    ", f);
-        put_str(f, x->name, 0);
-        fputs(": ", f);
-        int r = torch_placements(f, st->mesh, &st->spec[v], x->rank);
-        fputs(r ? ",  # carve splits a dim minor mesh axis first: DTensor's blocks go to other devices\n" : ",\n", f);
-    }
-    fputs("}\n\n", f);
+    int r = torch_placements(f, st->mesh, &st->spec[v], st->g->values[v].rank);
+    fputs(r ? ",  # carve splits a dim minor mesh axis first: DTensor's blocks go to other devices\n" : ",\n", f);
 }
 
 static void export_torch(FILE *f, const shard_state *st, const uint8_t *fwd)
@@ -332,11 +330,11 @@ static void export_torch(FILE *f, const shard_state *st, const uint8_t *fwd)
           "# placements per value, one per mesh dim (in MESH_AXES order), for\n"
           "# torch.distributed.tensor.distribute_tensor(t, mesh, placements)\n",
           f);
-    torch_table(f, st, fwd, "PARAM_PLACEMENTS", IR_PARAM);
-    torch_table(f, st, fwd, "OPT_STATE_PLACEMENTS", IR_OPT_STATE);
-    torch_table(f, st, fwd, "INPUT_PLACEMENTS", IR_INPUT);
+    py_table(f, st, fwd, "PARAM_PLACEMENTS", IR_PARAM, torch_entry);
+    py_table(f, st, fwd, "OPT_STATE_PLACEMENTS", IR_OPT_STATE, torch_entry);
+    py_table(f, st, fwd, "INPUT_PLACEMENTS", IR_INPUT, torch_entry);
     fputs("# named forward values as carve's program holds them (Partial(): unreduced sums)\n", f);
-    torch_table(f, st, fwd, "ACTIVATION_PLACEMENTS", IR_INTERMEDIATE);
+    py_table(f, st, fwd, "ACTIVATION_PLACEMENTS", IR_INTERMEDIATE, torch_entry);
 }
 
 int plan_export(const plan *pl, const char *path, const shard_state *st, const spmd_program *p, plan_export_kind k,
