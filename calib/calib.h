@@ -10,6 +10,7 @@
 
 #include <stdio.h>
 
+#include "analysis/spmd.h"
 #include "cost/cost.h"
 
 /* Measures this machine: GEMM and elementwise FLOP/s per thread while every
@@ -17,5 +18,46 @@
  * per-op rates and GEMM call cost.  `quick` uses small sizes (tests).
  * Returns 0, or -1 with a message.  Progress lines go to `log` when not NULL. */
 int calib_profile(cost_hw *hw, int quick, FILE *log, char *err, size_t errlen);
+
+/* ---- calibration at a model's own shapes (model.c) ---------------------- */
+
+/* One distinct einsum of a program: subscripts and local dims, how many
+ * instructions run it, and what calibration measured. */
+typedef struct calib_gemm {
+    ir_einsum_spec spec;
+    int64_t dims_a[IR_MAX_RANK], dims_b[IR_MAX_RANK], dims_out[IR_MAX_RANK];
+    int count;      /* instructions of the program with this einsum */
+    double flops;   /* per instruction: 2 x numel(out) x contracted sizes */
+    double calls;   /* GEMM calls per instruction: product of the batch letters' sizes */
+    double bytes;   /* operands + result, 4 bytes an element */
+    double t_busy;  /* measured seconds per instruction, every core running one (0: not measured) */
+    double t_alone; /* the same with one thread alone */
+} calib_gemm;
+
+typedef struct calib_gemms {
+    calib_gemm *g; /* malloc'd; calib_gemms_free */
+    int n, cap;
+} calib_gemms;
+
+/* The distinct einsums of p's compute instructions, in program order of
+ * first appearance.  Returns 0, or -1 with a message (out of memory). */
+int calib_collect_gemms(const spmd_program *p, calib_gemms *s, char *err, size_t errlen);
+void calib_gemms_free(calib_gemms *s);
+
+/* Writes the einsum figures of *hw from the times measured in s (t_busy,
+ * t_alone of every entry): peak_flops (every dtype) and gemm_bandwidth
+ * fitted to the times beyond gemm_call per GEMM call and hw->op_overhead,
+ * scaled so that the program's summed einsum time is the measured one;
+ * gemm_call (lowered if the overheads would take over 90% of the time);
+ * alone_speedup = sqrt(einsum speed-up alone x elem_alone).  Returns
+ * cost_hw_check's result, or -1 with a message when a time is missing. */
+int calib_apply_gemms(cost_hw *hw, const calib_gemms *s, double gemm_call, double elem_alone, char *err, size_t errlen);
+
+/* calib_profile, then (when model is not NULL) the model's einsums timed
+ * with one thread alone and with every core running one, a GEMM call's
+ * overhead measured on a batch of 1x1x1 GEMMs, and calib_apply_gemms; the
+ * times are left in model.  `what` names the model in the profile's source. */
+int calib_profile_model(cost_hw *hw, int quick, calib_gemms *model, const char *what, FILE *log, char *err,
+                        size_t errlen);
 
 #endif

@@ -484,7 +484,9 @@ __attribute__((format(printf, 2, 3))) static void say(FILE *log, const char *fmt
     fflush(log);
 }
 
-int calib_profile(cost_hw *hw, int quick, FILE *log, char *err, size_t errlen)
+/* The generic calibration; *elem_alone: the elementwise kernels' speed-up
+ * of one thread alone over every core busy. */
+static int profile(cost_hw *hw, int quick, FILE *log, double *elem_alone, char *err, size_t errlen)
 {
     exec_blis_setup();
     memset(hw, 0, sizeof *hw);
@@ -553,5 +555,127 @@ int calib_profile(cost_hw *hw, int quick, FILE *log, char *err, size_t errlen)
     hw->shared_memory = 1;
     hw->fused_elementwise = 1; /* carve's executors fuse elementwise chains (exec/fuse.h) */
     hw->oversub_latency = lat_over > 0 ? lat_over : 0;
+    *elem_alone = v1 / vr;
     return cost_hw_check(hw, err, errlen);
+}
+
+int calib_profile(cost_hw *hw, int quick, FILE *log, char *err, size_t errlen)
+{
+    double elem_alone;
+    return profile(hw, quick, log, &elem_alone, err, errlen);
+}
+
+/* ---- the model's own einsums ------------------------------------------- */
+
+static int64_t numel_of(int rank, const int64_t *d)
+{
+    int64_t n = 1;
+    for (int i = 0; i < rank; i++) n *= d[i];
+    return n;
+}
+
+/* Seconds per call of einsum x with `threads` threads each running it on
+ * its own buffers at once (median of repeats; 0 on failure).  Operands cycle
+ * through enough buffer sets (64 MB) that each call finds them out of
+ * cache, as a step's activations are. */
+static double time_gemm(const calib_gemm *x, int threads, int quick)
+{
+    const ir_einsum_spec *e = &x->spec;
+    size_t na = (size_t)numel_of(e->rank_a, x->dims_a), nb = (size_t)numel_of(e->rank_b, x->dims_b),
+           nc = (size_t)numel_of(e->rank_out, x->dims_out), set = na + nb + nc;
+    size_t sets = quick ? 1 : ((size_t)64 << 20) / (4 * set) + 1;
+    if (sets > 64) sets = 64;
+    double per[64] = {0}, warm = 0;
+    int inner = 1, reps = REPS, ok = 1;
+#pragma omp parallel num_threads(threads)
+    {
+        int t = omp_get_thread_num();
+        float *buf = malloc(set * sets * sizeof(float));
+        char err[128];
+        if (!buf) {
+#pragma omp atomic write
+            ok = 0;
+        }
+        for (size_t i = 0; buf && i < set * sets; i++) buf[i] = noise(i, -1, 1);
+        double t0 = now();
+        if (buf && exec_einsum_run(e, x->dims_a, buf, x->dims_b, buf + na, x->dims_out, buf + na + nb, err, sizeof err) < 0) {
+#pragma omp atomic write
+            ok = 0;
+        }
+        if (t == 0) { /* repeats of about 20 ms (2 in quick mode), fewer for long calls */
+            warm = now() - t0;
+            double target = quick ? 2e-3 : 20e-3;
+            inner = warm >= target ? 1 : (int)(target / (warm > 1e-7 ? warm : 1e-7)) + 1;
+            if (inner > 10000) inner = 10000;
+            reps = quick ? 2 : warm > 0.3 ? 3 : REPS;
+        }
+#pragma omp barrier
+        double tr[REPS];
+        for (int r = 0; r < reps && ok; r++) {
+#pragma omp barrier
+            double t1 = now();
+            for (int k = 0; k < inner; k++) {
+                float *a = buf + set * (size_t)((r * inner + k) % (int)sets);
+                exec_einsum_run(e, x->dims_a, a, x->dims_b, a + na, x->dims_out, a + na + nb, err, sizeof err);
+            }
+            tr[r] = (now() - t1) / inner;
+        }
+        if (ok && t < 64) per[t] = median(tr, reps);
+        free(buf);
+    }
+    if (!ok) return 0;
+    double s = 0;
+    int nt = threads < 64 ? threads : 64;
+    for (int t = 0; t < nt; t++) s += per[t] / nt;
+    return s;
+}
+
+/* Seconds one GEMM call costs beyond its arithmetic: a batch of 1024 GEMMs
+ * of 1x1x1 (one BLIS call each) against a batch of one, per extra call,
+ * `threads` threads at once. */
+static double call_overhead(int threads, int quick)
+{
+    calib_gemm one, many;
+    memset(&one, 0, sizeof one);
+    ir_einsum_parse("bmk,bkn->bmn", 3, 3, &one.spec, NULL, 0);
+    for (int d = 0; d < 3; d++) one.dims_a[d] = one.dims_b[d] = one.dims_out[d] = 1;
+    many = one;
+    many.dims_a[0] = many.dims_b[0] = many.dims_out[0] = 1024;
+    double t1 = time_gemm(&one, threads, quick), tn = time_gemm(&many, threads, quick);
+    double c = (tn - t1) / 1023;
+    return c > 0 ? c : 0;
+}
+
+int calib_profile_model(cost_hw *hw, int quick, calib_gemms *model, const char *what, FILE *log, char *err, size_t errlen)
+{
+    double elem_alone;
+    if (profile(hw, quick, log, &elem_alone, err, errlen) < 0 || !model) return model ? -1 : 0;
+    int cores = hw->cores;
+    double flops = 0, busy = 0, alone = 0;
+    say(log, "  the model's einsums (%d distinct), seconds per instruction with 1 and %d threads:\n", model->n, cores);
+    for (int i = 0; i < model->n; i++) {
+        calib_gemm *x = &model->g[i];
+        x->t_alone = time_gemm(x, 1, quick);
+        x->t_busy = cores > 1 ? time_gemm(x, cores, quick) : x->t_alone;
+        flops += x->count * x->flops;
+        busy += x->count * x->t_busy;
+        alone += x->count * x->t_alone;
+        char sub[3 * IR_MAX_RANK + 4];
+        snprintf(sub, sizeof sub, "%.*s,%.*s->%.*s", x->spec.rank_a, x->spec.a, x->spec.rank_b, x->spec.b, x->spec.rank_out,
+                 x->spec.out);
+        say(log, "    %-16s x%-3d %8.1f MFLOP %6.0f calls  %9.1f us alone (%6.1f GFLOP/s)  %9.1f us busy (%6.1f)\n", sub,
+            x->count, x->flops / 1e6, x->calls, x->t_alone * 1e6, x->flops / x->t_alone / 1e9, x->t_busy * 1e6,
+            x->flops / x->t_busy / 1e9);
+    }
+    double call = call_overhead(cores, quick);
+    say(log, "  the model's einsums: %.1f GFLOP/s per thread alone, %.1f with %d threads; GEMM call %.2f us\n",
+        flops / alone / 1e9, flops / busy / 1e9, cores, call * 1e6);
+    if (calib_apply_gemms(hw, model, call, elem_alone, err, errlen) < 0) return -1;
+    say(log, "  fitted: peak_flops %.1f GFLOP/s, gemm_bandwidth %.2f GB/s, gemm_call %.2f us, alone_speedup %.2f\n",
+        hw->matmul_flops[IR_F32] / 1e9, hw->gemm_bandwidth / 1e9, hw->gemm_call * 1e6, hw->alone_speedup);
+    snprintf(hw->source, sizeof hw->source,
+             "carve calibrate%s at the einsums of %.120s: %d cores, BLIS %s; %.1f GFLOP/s one thread alone, %.1f each with all "
+             "cores busy",
+             quick ? " (quick)" : "", what ? what : "a program", cores, exec_blis_arch(), flops / alone / 1e9, flops / busy / 1e9);
+    return 0;
 }

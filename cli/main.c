@@ -37,9 +37,13 @@ static const cli_command commands[] = {
      "                       accelerator profiles, f32 on CPU profiles (what carve's executor runs)\n"
      "  --overlap            assume communication fully overlaps compute (step = max instead of sum)\n",
      cmd_cost},
-    {"calibrate", "--out --quiet", "measure this machine (GEMM, elementwise, copy, barrier) into a hardware profile",
-     "usage: carve calibrate --out FILE.json [--quiet]\n"
-     "  writes a carve-hw/1 profile for carve cost --hw FILE.json (docs/cost-model.md)\n",
+    {"calibrate", "--out --quiet --model --graph --mesh --schedule --optimizer",
+     "measure this machine (GEMM, elementwise, copy, barrier) into a hardware profile",
+     "usage: carve calibrate --out FILE.json [(--model SPEC | --graph FILE) [--mesh MESH] [--schedule S]] [--quiet]\n"
+     "  writes a carve-hw/1 profile for carve cost --hw FILE.json (docs/cost-model.md)\n"
+     "  --model/--graph    measure the einsums at the local shapes this plan's program runs (default mesh:\n"
+     "                     one device; default schedule: none, every value replicated) instead of one\n"
+     "                     square GEMM; the GEMM call overhead is measured too\n",
      cmd_calibrate},
     {"autopart",
      "--model --graph --mesh --hw --memory --schedule --search --budget --time --stall --seed --threads --out --quiet "

@@ -1,9 +1,50 @@
-/* test_calib.c - the calibration tool (calib/): the quick mode gives a
- * valid profile with every field the CPU model needs.  No time is compared
- * (the machine is shared and noisy); only that the figures exist, are
- * positive and pass cost_hw_check. */
+/* test_calib.c - the calibration tool (calib/).
+ *
+ * The quick mode gives a valid profile with every field the CPU model needs;
+ * no time is compared (the machine is shared and noisy), only that the
+ * figures exist, are positive and pass cost_hw_check.  Calibration at a
+ * model's shapes is tested without timing: the einsums collected from a
+ * program against the graph's FLOPs, and the profile written from given
+ * times (calib_apply_gemms) against the estimator that reads it. */
+#include "analysis/schedule.h"
 #include "calib/calib.h"
+#include "models/models.h"
 #include "tests/test.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Relative closeness of sums of products of doubles: exact up to a few
+ * roundings, so 1e-9 is far above rounding and far below any real gap. */
+static int close_rel(double a, double b, double tol) { return fabs(a - b) <= tol * fmax(fabs(a), fabs(b)) + 1e-300; }
+
+static ir_graph *gpt_tiny(void)
+{
+    model_config cfg;
+    char err[256];
+    ir_optimizer opt = ir_default_adam();
+    if (model_parse("gpt-tiny", &cfg, err, sizeof err) < 0) return NULL;
+    return model_build_step(&cfg, &opt, err, sizeof err);
+}
+
+/* g lowered on mesh under sched ("" for none). */
+static spmd_program *lower(const ir_graph *g, const char *mesh_text, const char *sched)
+{
+    char err[512];
+    shard_mesh mesh;
+    schedule sc;
+    if (shard_mesh_parse(mesh_text, &mesh, err, sizeof err) < 0 || (*sched && sched_parse(sched, &mesh, &sc, err, sizeof err) < 0)) {
+        fprintf(stderr, "%s\n", err);
+        exit(1);
+    }
+    shard_state *st = shard_state_new(g, &mesh);
+    if (*sched) CHECKF(sched_apply(&sc, st, err, sizeof err) == 0, "%s", err);
+    spmd_program *p = spmd_lower(st);
+    p->mesh = mesh;
+    shard_state_free(st);
+    return p;
+}
 
 static void test_calibrate_quick(void)
 {
@@ -21,8 +62,158 @@ static void test_calibrate_quick(void)
           hw.gemm_bandwidth >= 0);
 }
 
+/* FLOPs and instructions the collected einsums stand for. */
+static void gemm_totals(const calib_gemms *s, double *flops, int *count)
+{
+    *flops = 0;
+    *count = 0;
+    for (int i = 0; i < s->n; i++) {
+        *flops += s->g[i].count * s->g[i].flops;
+        *count += s->g[i].count;
+    }
+}
+
+/* The einsums of gpt-tiny's program: every einsum instruction counted once,
+ * their FLOPs the graph's on one device and half of them per device under
+ * dp over 2; attention's batched einsums make one GEMM call per (batch,
+ * head) of the local block. */
+static void test_collect(const ir_graph *g)
+{
+    char err[256];
+    double graph_flops = 0;
+    int graph_einsums = 0;
+    for (int i = 0; i < g->n_ops; i++)
+        if (g->ops[i].kind == IR_OP_EINSUM) {
+            graph_flops += ir_op_flops(g, i);
+            graph_einsums++;
+        }
+    spmd_program *p1 = lower(g, "d=1", ""), *p2 = lower(g, "batch=2", "dp:batch");
+    calib_gemms s1, s2;
+    CHECKF(calib_collect_gemms(p1, &s1, err, sizeof err) == 0, "%s", err);
+    CHECKF(calib_collect_gemms(p2, &s2, err, sizeof err) == 0, "%s", err);
+    double f1, f2;
+    int n1, n2;
+    gemm_totals(&s1, &f1, &n1);
+    gemm_totals(&s2, &f2, &n2);
+    CHECKF(n1 == graph_einsums && n2 == graph_einsums, "%d and %d einsum instructions, the graph has %d", n1, n2, graph_einsums);
+    CHECKF(close_rel(f1, graph_flops, 1e-9), "1 device: %.6g FLOPs collected, the graph has %.6g", f1, graph_flops);
+    CHECKF(close_rel(f2, graph_flops / 2, 1e-9), "dp over 2: %.6g FLOPs per device, half the graph's is %.6g", f2, graph_flops / 2);
+    CHECK(s1.n > 1 && s1.n < n1); /* repeated layers share shapes */
+    /* distinct entries, and the batched ones call once per batch index: gpt-tiny
+     * has batch 8 and 8 heads, so a (batch, head)-batched einsum makes 64 calls
+     * on one device and 32 on each of two under dp */
+    int distinct = 1, batched = 0;
+    for (int i = 0; i < s1.n; i++)
+        for (int j = 0; j < i; j++)
+            distinct &= memcmp(&s1.g[i].spec, &s1.g[j].spec, sizeof s1.g[i].spec) || memcmp(s1.g[i].dims_a, s1.g[j].dims_a, sizeof s1.g[i].dims_a) ||
+                        memcmp(s1.g[i].dims_b, s1.g[j].dims_b, sizeof s1.g[i].dims_b);
+    for (int i = 0; i < s1.n; i++) batched += s1.g[i].calls == 64;
+    int batched2 = 0;
+    for (int i = 0; i < s2.n; i++) batched2 += s2.g[i].calls == 32;
+    CHECK(distinct);
+    CHECKF(batched > 0 && batched2 == batched, "%d einsums with 64 calls on one device, %d with 32 on two", batched, batched2);
+    calib_gemms_free(&s1);
+    calib_gemms_free(&s2);
+    spmd_free(p1);
+    spmd_free(p2);
+}
+
+/* A profile written from given times is what the estimator reads back: times
+ * made from known figures give those figures again, and the estimator's
+ * einsum time on the calibrated program is the measured one. */
+static void test_apply(const ir_graph *g)
+{
+    char err[256];
+    spmd_program *p = lower(g, "batch=2", "dp:batch");
+    calib_gemms s;
+    CHECKF(calib_collect_gemms(p, &s, err, sizeof err) == 0, "%s", err);
+    const double peak = 50e9, bw = 10e9, call = 2e-6, ovh = 1e-6;
+    double busy = 0;
+    for (int i = 0; i < s.n; i++) {
+        calib_gemm *x = &s.g[i];
+        x->t_busy = x->flops / peak + x->bytes / bw + x->calls * call + ovh;
+        x->t_alone = x->t_busy / 1.5;
+        busy += x->count * x->t_busy;
+    }
+    cost_hw hw;
+    CHECK(cost_hw_preset("cpu", &hw, err, sizeof err) == 0);
+    hw.op_overhead = ovh;
+    hw.mem_bandwidth = 1e15; /* so the roofline's byte time never wins */
+    hw.cores = 2;
+    CHECKF(calib_apply_gemms(&hw, &s, call, 1.5, err, sizeof err) == 0, "%s", err);
+    CHECKF(close_rel(hw.matmul_flops[IR_F32], peak, 1e-6) && close_rel(hw.gemm_bandwidth, bw, 1e-6),
+           "fitted %.6g FLOP/s and %.6g B/s from times made with %.6g and %.6g", hw.matmul_flops[IR_F32], hw.gemm_bandwidth, peak, bw);
+    CHECK(hw.gemm_call == call && close_rel(hw.alone_speedup, 1.5, 1e-12) && hw.tf32_flops == hw.matmul_flops[IR_F32]);
+    /* 2 devices on 2 cores: no serialisation factor, so the einsum time priced
+     * is the summed measured one */
+    cost_ws *ws = cost_ws_new();
+    cost_options opt = {COST_FP32, 0, 0};
+    cost_estimate e;
+    CHECKF(cost_estimate_program(ws, p, &hw, &opt, &e, err, sizeof err) == 0, "%s", err);
+    CHECKF(close_rel(e.op_time[IR_OP_EINSUM], busy, 1e-9), "priced %.6g s of einsums, measured %.6g", e.op_time[IR_OP_EINSUM], busy);
+
+    /* times no FLOP/byte split explains (every einsum at one rate plus noise
+     * by shape): the fit differs, the summed time still holds */
+    for (int i = 0; i < s.n; i++) s.g[i].t_busy *= 1 + 0.2 * (i % 3);
+    busy = 0;
+    for (int i = 0; i < s.n; i++) busy += s.g[i].count * s.g[i].t_busy;
+    CHECKF(calib_apply_gemms(&hw, &s, call, 1.5, err, sizeof err) == 0, "%s", err);
+    CHECK(cost_estimate_program(ws, p, &hw, &opt, &e, err, sizeof err) == 0);
+    CHECKF(close_rel(e.op_time[IR_OP_EINSUM], busy, 1e-9), "priced %.6g s, measured %.6g", e.op_time[IR_OP_EINSUM], busy);
+
+    /* a call overhead measured above the einsums' time is lowered so the
+     * FLOPs keep 10% of it; the sum still holds */
+    CHECKF(calib_apply_gemms(&hw, &s, 1.0, 1.5, err, sizeof err) == 0, "%s", err);
+    CHECK(hw.gemm_call < 1.0 && hw.gemm_call > 0 && hw.matmul_flops[IR_F32] > 0);
+    CHECK(cost_estimate_program(ws, p, &hw, &opt, &e, err, sizeof err) == 0);
+    CHECKF(close_rel(e.op_time[IR_OP_EINSUM], busy, 1e-9), "priced %.6g s, measured %.6g", e.op_time[IR_OP_EINSUM], busy);
+
+    /* the profile survives its JSON form */
+    char *json = cost_hw_to_json(&hw);
+    cost_hw back;
+    CHECKF(json && cost_hw_from_json(json, "test", &back, err, sizeof err) == 0, "%s", err);
+    CHECK(back.matmul_flops[IR_F32] == hw.matmul_flops[IR_F32] && back.gemm_bandwidth == hw.gemm_bandwidth &&
+          back.gemm_call == hw.gemm_call && back.alone_speedup == hw.alone_speedup);
+    free(json);
+
+    /* refused: a missing time, a program without einsums */
+    s.g[0].t_alone = 0;
+    CHECK(calib_apply_gemms(&hw, &s, call, 1.5, err, sizeof err) < 0 && strstr(err, "no measured time"));
+    calib_gemms none = {0};
+    CHECK(calib_apply_gemms(&hw, &none, call, 1.5, err, sizeof err) < 0 && strstr(err, "no einsum"));
+    cost_ws_free(ws);
+    calib_gemms_free(&s);
+    spmd_free(p);
+}
+
+/* The quick mode at a program's shapes measures every entry and writes a
+ * valid profile (no time compared). */
+static void test_model_quick(const ir_graph *g)
+{
+    char err[256];
+    spmd_program *p = lower(g, "batch=2", "dp:batch");
+    calib_gemms s;
+    CHECKF(calib_collect_gemms(p, &s, err, sizeof err) == 0, "%s", err);
+    cost_hw hw;
+    CHECKF(calib_profile_model(&hw, 1, &s, "gpt-tiny", NULL, err, sizeof err) == 0, "%s", err);
+    int timed = 1;
+    for (int i = 0; i < s.n; i++) timed &= s.g[i].t_busy > 0 && s.g[i].t_alone > 0;
+    CHECK(timed && hw.matmul_flops[IR_F32] > 0 && hw.gemm_call >= 0 && hw.alone_speedup >= 1 && strstr(hw.source, "gpt-tiny"));
+    CHECK(cost_hw_check(&hw, err, sizeof err) == 0);
+    calib_gemms_free(&s);
+    spmd_free(p);
+}
+
 int main(void)
 {
     test_calibrate_quick();
+    ir_graph *g = gpt_tiny();
+    CHECK(g != NULL);
+    if (g) {
+        test_collect(g);
+        test_apply(g);
+        test_model_quick(g);
+    }
+    ir_free(g);
     return test_done();
 }
