@@ -76,6 +76,10 @@ refused out-no-folder "cannot write in folder 'nodir'" "${search[@]}" --out nodi
 # calibrate checks before measuring: one line (its progress lines never start)
 refused calibrate-link "link.json: is a symbolic link" "$carve" calibrate --out link.json
 refused calibrate-no-folder "cannot write in folder 'nodir'" "$carve" calibrate --out nodir/cpu.json
+refused calibrate-mesh-alone "give --model or --graph too" "$carve" calibrate --out cal.json --mesh batch=2
+refused calibrate-bad-model "unknown" "$carve" calibrate --out cal.json --model gpt-nope
+refused calibrate-bad-mesh "batch" "$carve" calibrate --out cal.json --model gpt-tiny --mesh batch=3 --schedule dp:batch
+[ ! -e cal.json ] && ok_ || no_ "calibrate: a refused calibration wrote cal.json"
 
 # ---- faults: a full disk, a read-only folder; the target untouched, no temporary file left ----
 # wrote_nothing NAME FILE: exit 2, the last stderr line names FILE, FILE absent, no FILE.tmp*
