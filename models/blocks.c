@@ -1,8 +1,11 @@
 /* blocks.c - pieces the transformer builders share: naming, params, softmax,
- * the causal mask and the cross-entropy loss, all from carve's primitive ops
- * (see blocks.h). */
+ * the causal mask, the norms, the attention core (scores, mask, softmax,
+ * context: one code for GPT, ViT, LLaMA's grouped-query and T5's self- and
+ * cross-attention), the GPT/ViT block and the cross-entropy loss, all from
+ * carve's primitive ops (see blocks.h). */
 #include "models/blocks.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -80,18 +83,153 @@ int mb_mask(ir_graph *g, int scores, int mask, int bias, const char *name)
     return mb_named(g, name, IR_OP_ADD, masked, ir_broadcast(g, bias, r, dims, last2), 0);
 }
 
+/* map[i] = i for i < n: a broadcast that keeps the leading n dims */
+static const int64_t *lead_map(int64_t *map, int n)
+{
+    for (int i = 0; i < n; i++) map[i] = i;
+    return map;
+}
+
+int mb_layer_norm(ir_graph *g, int x, const char *prefix)
+{
+    if (x < 0) return -1;
+    const ir_value *xv = &g->values[x];
+    int r = xv->rank;
+    int64_t dims[IR_MAX_RANK], lead[IR_MAX_RANK], last[1] = {r - 1}, h = xv->dims[r - 1];
+    memcpy(dims, xv->dims, sizeof dims);
+    lead_map(lead, r - 1);
+    char name[64];
+    int gain = mb_param(g, prefix, "g", 1, &h, IR_INIT_ONES, 0);
+    int bias = mb_param(g, prefix, "b", 1, &h, IR_INIT_ZEROS, 0);
+    double inv_h = 1.0 / (double)h;
+    int mean = ir_scale(g, mb_reduce1(g, IR_OP_REDUCE_SUM, x, r - 1), inv_h);
+    int xc = ir_binary(g, IR_OP_SUB, x, ir_broadcast(g, mean, r, dims, lead));
+    int var = ir_scale(g, mb_reduce1(g, IR_OP_REDUCE_SUM, ir_binary(g, IR_OP_MUL, xc, xc), r - 1), inv_h);
+    int rstd = ir_unary(g, IR_OP_RSQRT, ir_add_scalar(g, var, 1e-5));
+    int y = ir_binary(g, IR_OP_MUL, xc, ir_broadcast(g, rstd, r, dims, lead));
+    y = ir_binary(g, IR_OP_MUL, y, ir_broadcast(g, gain, r, dims, last));
+    return mb_named(g, mb_cat(name, sizeof name, prefix, "out"), IR_OP_ADD, y, ir_broadcast(g, bias, r, dims, last), 0);
+}
+
+int mb_rms_norm(ir_graph *g, int x, const char *prefix, double eps)
+{
+    if (x < 0) return -1;
+    const ir_value *xv = &g->values[x];
+    int r = xv->rank;
+    int64_t dims[IR_MAX_RANK], lead[IR_MAX_RANK], last[1] = {r - 1}, h = xv->dims[r - 1];
+    memcpy(dims, xv->dims, sizeof dims);
+    lead_map(lead, r - 1);
+    char name[64];
+    int gain = mb_param(g, prefix, "g", 1, &h, IR_INIT_ONES, 0);
+    int ms = ir_scale(g, mb_reduce1(g, IR_OP_REDUCE_SUM, ir_binary(g, IR_OP_MUL, x, x), r - 1), 1.0 / (double)h);
+    int rs = ir_unary(g, IR_OP_RSQRT, ir_add_scalar(g, ms, eps));
+    int y = ir_binary(g, IR_OP_MUL, x, ir_broadcast(g, rs, r, dims, lead));
+    return mb_named(g, mb_cat(name, sizeof name, prefix, "out"), IR_OP_MUL, y, ir_broadcast(g, gain, r, dims, last), 0);
+}
+
+int mb_attend(ir_graph *g, int q, int k, int v, const mb_attn_mask *m, const char *prefix)
+{
+    if (q < 0 || k < 0 || v < 0) return -1;
+    int grouped = g->values[q].rank == 5;
+    int64_t dh = g->values[q].dims[g->values[q].rank - 1];
+    char name[64];
+    int qk = ir_einsum(g, grouped ? "bskgd,btkd->bkgst" : "bsnd,btnd->bnst", q, k);
+    int scores = mb_named(g, mb_cat(name, sizeof name, prefix, "scores"), IR_OP_SCALE, qk, -1, 1.0 / sqrt((double)dh));
+    if (m && m->pos_bias >= 0 && scores >= 0) {
+        const ir_value *sv = &g->values[scores];
+        int64_t dims[IR_MAX_RANK], map[3] = {1, 2, 3};
+        memcpy(dims, sv->dims, sizeof dims);
+        scores = ir_binary(g, IR_OP_ADD, scores, ir_broadcast(g, m->pos_bias, sv->rank, dims, map));
+    }
+    if (m && m->mask >= 0) scores = mb_mask(g, scores, m->mask, m->bias, mb_cat(name, sizeof name, prefix, "masked"));
+    int p = mb_softmax(g, scores, mb_cat(name, sizeof name, prefix, "probs"));
+    return mb_einsum(g, mb_cat(name, sizeof name, prefix, "ctx"), grouped ? "bkgst,btkd->bskgd" : "bnst,btnd->bsnd", p, v);
+}
+
+/* x [b,s,h] @ w [h,heads,dh] + bias [heads,dh], named "<prefix>.<what>". */
+static int head_proj(ir_graph *g, int x, int w, int bias, const char *prefix, const char *what)
+{
+    int y = ir_einsum(g, "bsh,hnd->bsnd", x, w);
+    if (y < 0) return -1;
+    int64_t dims[IR_MAX_RANK], map23[2] = {2, 3};
+    memcpy(dims, g->values[y].dims, sizeof dims);
+    char name[64];
+    return mb_named(g, mb_cat(name, sizeof name, prefix, what), IR_OP_ADD, y, ir_broadcast(g, bias, 4, dims, map23), 0);
+}
+
+/* Multi-head self-attention of x [b,s,h] with biases; returns "<prefix>.out". */
+static int gpt_attention(ir_graph *g, int x, int64_t heads, const mb_attn_mask *mk, const char *prefix)
+{
+    if (x < 0) return -1;
+    int64_t h = g->values[x].dims[2], dh = h / heads;
+    int64_t wd[3] = {h, heads, dh}, bd[2] = {heads, dh}, wod[3] = {heads, dh, h}, hd[1] = {h};
+    int64_t bsh[3] = {g->values[x].dims[0], g->values[x].dims[1], h}, map2[1] = {2};
+    char name[64];
+    int wq = mb_param(g, prefix, "wq", 3, wd, IR_INIT_AUTO, 0);
+    int wk = mb_param(g, prefix, "wk", 3, wd, IR_INIT_AUTO, 0);
+    int wv = mb_param(g, prefix, "wv", 3, wd, IR_INIT_AUTO, 0);
+    int bq = mb_param(g, prefix, "bq", 2, bd, IR_INIT_NORMAL, 0.02);
+    int bk = mb_param(g, prefix, "bk", 2, bd, IR_INIT_NORMAL, 0.02);
+    int bv = mb_param(g, prefix, "bv", 2, bd, IR_INIT_NORMAL, 0.02);
+    /* wo's first dim is heads, not its fan-in h, so AUTO would mis-scale it. */
+    int wo = mb_param(g, prefix, "wo", 3, wod, IR_INIT_NORMAL, 1.0 / sqrt((double)h));
+    int bo = mb_param(g, prefix, "bo", 1, hd, IR_INIT_AUTO, 0);
+    int q = head_proj(g, x, wq, bq, prefix, "q");
+    int k = head_proj(g, x, wk, bk, prefix, "k");
+    int v = head_proj(g, x, wv, bv, prefix, "v");
+    int ctx = mb_attend(g, q, k, v, mk, prefix);
+    int proj = ir_einsum(g, "bsnd,ndh->bsh", ctx, wo);
+    return mb_named(g, mb_cat(name, sizeof name, prefix, "out"), IR_OP_ADD, proj, ir_broadcast(g, bo, 3, bsh, map2), 0);
+}
+
+/* gelu(x @ w1 + b1) @ w2 + b2 on x [b,s,h], width f; returns "<prefix>.out". */
+static int gelu_mlp(ir_graph *g, int x, int64_t f, const char *prefix)
+{
+    if (x < 0) return -1;
+    int64_t b = g->values[x].dims[0], s = g->values[x].dims[1], h = g->values[x].dims[2];
+    int64_t w1d[2] = {h, f}, w2d[2] = {f, h};
+    int64_t bsf[3] = {b, s, f}, bsh[3] = {b, s, h}, map2[1] = {2};
+    char name[64];
+    int w1 = mb_param(g, prefix, "w1", 2, w1d, IR_INIT_AUTO, 0);
+    int b1 = mb_param(g, prefix, "b1", 1, &f, IR_INIT_AUTO, 0);
+    int w2 = mb_param(g, prefix, "w2", 2, w2d, IR_INIT_AUTO, 0);
+    int b2 = mb_param(g, prefix, "b2", 1, &h, IR_INIT_AUTO, 0);
+    int fc1 = mb_named(g, mb_cat(name, sizeof name, prefix, "fc1"), IR_OP_ADD, ir_einsum(g, "bsh,hf->bsf", x, w1),
+                       ir_broadcast(g, b1, 3, bsf, map2), 0);
+    int act = mb_named(g, mb_cat(name, sizeof name, prefix, "act"), IR_OP_GELU, fc1, -1, 0);
+    return mb_named(g, mb_cat(name, sizeof name, prefix, "out"), IR_OP_ADD, ir_einsum(g, "bsf,fh->bsh", act, w2),
+                    ir_broadcast(g, b2, 3, bsh, map2), 0);
+}
+
+int mb_gpt_block(ir_graph *g, int x, int layer, int64_t heads, int64_t f, const mb_attn_mask *m)
+{
+    char pre[32], sub[48], name[64];
+    ir_set_layer(g, layer);
+    snprintf(pre, sizeof pre, "h%d", layer);
+    int a = gpt_attention(g, mb_layer_norm(g, x, mb_cat(sub, sizeof sub, pre, "ln1")), heads, m,
+                          mb_cat(name, sizeof name, pre, "attn"));
+    x = mb_named(g, mb_cat(name, sizeof name, pre, "resid"), IR_OP_ADD, x, a, 0);
+    int y = gelu_mlp(g, mb_layer_norm(g, x, mb_cat(sub, sizeof sub, pre, "ln2")), f, mb_cat(name, sizeof name, pre, "mlp"));
+    return mb_named(g, mb_cat(name, sizeof name, pre, "out"), IR_OP_ADD, x, y, 0);
+}
+
+/* Mean over every leading dim of the cross-entropy along the last. */
 int mb_cross_entropy(ir_graph *g, int logits, int labels)
 {
     if (logits < 0) return -1;
     const ir_value *l = &g->values[logits];
-    int64_t b = l->dims[0], s = l->dims[1], v = l->dims[2];
-    int64_t bsv[3] = {b, s, v}, map01[2] = {0, 1}, all[2] = {0, 1};
-    int mx = ir_unary(g, IR_OP_STOP_GRAD, mb_reduce1(g, IR_OP_REDUCE_MAX, logits, 2));
-    int e = ir_unary(g, IR_OP_EXP, ir_binary(g, IR_OP_SUB, logits, ir_broadcast(g, mx, 3, bsv, map01)));
-    int lse = mb_named(g, "ce.lse", IR_OP_ADD, ir_unary(g, IR_OP_LOG, mb_reduce1(g, IR_OP_REDUCE_SUM, e, 2)), mx, 0);
+    int r = l->rank;
+    int64_t dims[IR_MAX_RANK], lead[IR_MAX_RANK], v = l->dims[r - 1];
+    double count = 1;
+    memcpy(dims, l->dims, sizeof dims);
+    for (int i = 0; i < r - 1; i++) count *= (double)dims[i];
+    lead_map(lead, r - 1);
+    int mx = ir_unary(g, IR_OP_STOP_GRAD, mb_reduce1(g, IR_OP_REDUCE_MAX, logits, r - 1));
+    int e = ir_unary(g, IR_OP_EXP, ir_binary(g, IR_OP_SUB, logits, ir_broadcast(g, mx, r, dims, lead)));
+    int lse = mb_named(g, "ce.lse", IR_OP_ADD, ir_unary(g, IR_OP_LOG, mb_reduce1(g, IR_OP_REDUCE_SUM, e, r - 1)), mx, 0);
     int onehot = ir_one_hot(g, labels, v);
-    int picked = mb_reduce1(g, IR_OP_REDUCE_SUM, ir_binary(g, IR_OP_MUL, logits, onehot), 2);
+    int picked = mb_reduce1(g, IR_OP_REDUCE_SUM, ir_binary(g, IR_OP_MUL, logits, onehot), r - 1);
     int nll = mb_named(g, "ce.nll", IR_OP_SUB, lse, picked, 0);
-    int total = ir_reduce(g, IR_OP_REDUCE_SUM, nll, 2, all);
-    return mb_named(g, "loss", IR_OP_SCALE, total, -1, 1.0 / ((double)b * (double)s));
+    int total = ir_reduce(g, IR_OP_REDUCE_SUM, nll, r - 1, lead);
+    return mb_named(g, "loss", IR_OP_SCALE, total, -1, 1.0 / count);
 }

@@ -1,4 +1,5 @@
-/* blocks.h - pieces the transformer builders share (gpt.c, llama.c).
+/* blocks.h - pieces the transformer builders share (gpt.c, vit.c, llama.c,
+ * moe.c, t5.c).
  *
  * Each returns a new value id of the graph, or -1 with the error recorded in
  * the graph (sticky errors: a -1 operand gives -1 without a new message).
@@ -26,6 +27,31 @@ void mb_causal(ir_graph *g, int64_t s, int *mask, int *bias);
 /* scores * mask + bias, mask and bias [s,t] broadcast to the last two dims of
  * scores; named `name`. */
 int mb_mask(ir_graph *g, int scores, int mask, int bias, const char *name);
+/* LayerNorm over the last dim of x with params "<prefix>.g" (ones) and
+ * "<prefix>.b" (zeros), eps 1e-5; returns "<prefix>.out". */
+int mb_layer_norm(ir_graph *g, int x, const char *prefix);
+/* RMSNorm over the last dim of x: x * rsqrt(mean(x^2) + eps) * "<prefix>.g";
+ * returns "<prefix>.out". */
+int mb_rms_norm(ir_graph *g, int x, const char *prefix, double eps);
+
+/* Scaled dot-product attention on projected heads, the part every
+ * transformer shares: q [b,s,n,d] with k, v [b,t,n,d], or grouped-query
+ * q [b,s,k,g,d] with k, v [b,t,k,d]; scores = q.k / sqrt(d) ("<prefix>.scores"),
+ * plus pos_bias [n,s,t] when >= 0, masked (mb_mask) when mask >= 0
+ * ("<prefix>.masked"), softmax over t ("<prefix>.probs"); returns the context
+ * "<prefix>.ctx", shaped like q. */
+typedef struct mb_attn_mask {
+    int mask, bias; /* mb_causal's pair, or -1: every key visible */
+    int pos_bias;   /* additive [n,s,t] (relative position bias), or -1 */
+} mb_attn_mask;
+int mb_attend(ir_graph *g, int q, int k, int v, const mb_attn_mask *m, const char *prefix);
+
+/* The GPT block (also ViT's encoder block): x + attn(ln1(x)), then
+ * + gelu MLP of width f (ln2), with biases everywhere; heads an explicit dim
+ * of wq, wk, wv [h,heads,dh] and wo [heads,dh,h].  Sets layer tag L and
+ * returns "h<L>.out". */
+int mb_gpt_block(ir_graph *g, int x, int layer, int64_t heads, int64_t f, const mb_attn_mask *m);
+
 /* Mean cross-entropy of logits [b,s,v] against i32 labels [b,s]; "loss". */
 int mb_cross_entropy(ir_graph *g, int logits, int labels);
 

@@ -27,24 +27,11 @@
 typedef struct llama_builder {
     ir_graph *g;
     int64_t layers, h, heads, kv, grp, dh, f, s, b, v;
-    int mask, mask_bias;
+    mb_attn_mask mask;
     int cos_t, sin_t; /* rotary tables [s, dh] */
     mb_moe_dims moe; /* moe.experts > 0: the MLP is a mixture of experts */
     int aux;         /* sum of the layers' load-balancing losses, or -1 */
 } llama_builder;
-
-/* x * rsqrt(mean over the last dim of x^2 + eps) * "<prefix>.g"; x [b,s,h]. */
-static int rms_norm(llama_builder *m, int x, const char *prefix)
-{
-    ir_graph *g = m->g;
-    int64_t hd[1] = {m->h}, bsh[3] = {m->b, m->s, m->h}, map01[2] = {0, 1}, map2[1] = {2};
-    char name[64];
-    int gain = mb_param(g, prefix, "g", 1, hd, IR_INIT_ONES, 0);
-    int ms = ir_scale(g, mb_reduce1(g, IR_OP_REDUCE_SUM, ir_binary(g, IR_OP_MUL, x, x), 2), 1.0 / (double)m->h);
-    int r = ir_unary(g, IR_OP_RSQRT, ir_add_scalar(g, ms, 1e-6));
-    int y = ir_binary(g, IR_OP_MUL, x, ir_broadcast(g, r, 3, bsh, map01));
-    return mb_named(g, mb_cat(name, sizeof name, prefix, "out"), IR_OP_MUL, y, ir_broadcast(g, gain, 3, bsh, map2), 0);
-}
 
 /* The rotary tables: angle[p, i] = p * 10000^(-2i/dh) for i < dh/2, the
  * angles repeated for the second half, then cos and sin. */
@@ -90,11 +77,7 @@ static int attention(llama_builder *m, int x, const char *prefix)
     int q = rope(m, ir_einsum(g, "bsh,hkgd->bskgd", x, wq), mb_cat(name, sizeof name, prefix, "q"));
     int k = rope(m, ir_einsum(g, "bsh,hkd->bskd", x, wk), mb_cat(name, sizeof name, prefix, "k"));
     int v = mb_einsum(g, mb_cat(name, sizeof name, prefix, "v"), "bsh,hkd->bskd", x, wv);
-    int qk = ir_einsum(g, "bskgd,btkd->bkgst", q, k);
-    int scores = mb_named(g, mb_cat(name, sizeof name, prefix, "scores"), IR_OP_SCALE, qk, -1, 1.0 / sqrt((double)m->dh));
-    int masked = mb_mask(g, scores, m->mask, m->mask_bias, mb_cat(name, sizeof name, prefix, "masked"));
-    int p = mb_softmax(g, masked, mb_cat(name, sizeof name, prefix, "probs"));
-    int ctx = mb_einsum(g, mb_cat(name, sizeof name, prefix, "ctx"), "bkgst,btkd->bskgd", p, v);
+    int ctx = mb_attend(g, q, k, v, &m->mask, prefix);
     return mb_einsum(g, mb_cat(name, sizeof name, prefix, "out"), "bskgd,kgdh->bsh", ctx, wo);
 }
 
@@ -118,9 +101,9 @@ static int block(llama_builder *m, int x, int layer)
     char pre[32], sub[48], name[64];
     ir_set_layer(g, layer);
     snprintf(pre, sizeof pre, "h%d", layer);
-    int a = attention(m, rms_norm(m, x, mb_cat(sub, sizeof sub, pre, "ln1")), mb_cat(name, sizeof name, pre, "attn"));
+    int a = attention(m, mb_rms_norm(g, x, mb_cat(sub, sizeof sub, pre, "ln1"), 1e-6), mb_cat(name, sizeof name, pre, "attn"));
     x = mb_named(g, mb_cat(name, sizeof name, pre, "resid"), IR_OP_ADD, x, a, 0);
-    int n2 = rms_norm(m, x, mb_cat(sub, sizeof sub, pre, "ln2")), f, aux;
+    int n2 = mb_rms_norm(g, x, mb_cat(sub, sizeof sub, pre, "ln2"), 1e-6), f, aux;
     if (m->moe.experts > 0) {
         f = mb_moe(g, n2, mb_cat(name, sizeof name, pre, "moe"), &m->moe, &aux);
         m->aux = m->aux < 0 ? aux : ir_binary(g, IR_OP_ADD, m->aux, aux);
@@ -161,12 +144,13 @@ ir_graph *model_build_llama(const model_config *cfg, char *err, size_t errlen)
     ir_set_init(g, labels, IR_INIT_IDS, (double)m.v);
     int wte = ir_arg(g, "wte", IR_PARAM, IR_F32, 2, wted);
     ir_set_init(g, wte, IR_INIT_NORMAL, 0.02);
-    mb_causal(g, m.s, &m.mask, &m.mask_bias);
+    mb_causal(g, m.s, &m.mask.mask, &m.mask.bias);
+    m.mask.pos_bias = -1;
     rope_tables(&m);
     int x = mb_named(g, "embed", IR_OP_GATHER, wte, tokens, 0);
     for (int64_t l = 0; l < m.layers; l++) x = block(&m, x, (int)l);
     ir_set_layer(g, -1);
-    x = rms_norm(&m, x, "ln_f");
+    x = mb_rms_norm(g, x, "ln_f", 1e-6);
     int head = ir_arg(g, "lm_head", IR_PARAM, IR_F32, 2, headd);
     int logits = mb_einsum(g, "logits", "bsh,hv->bsv", x, head);
     int loss = mb_cross_entropy(g, logits, labels);

@@ -1,6 +1,7 @@
 /* models.c - model specs, presets, the registry and the size formulas.
  *
- * A model_config is a model name ("mlp", "gpt", "gns" or "unet") and its integer keys in a
+ * A model_config is a model name ("mlp", "gpt", "gns", "unet", "llama", "moe",
+ * "vit" or "t5") and its integer keys in a
  * canonical order, with every key filled in.  The two tables below own all of
  * it: `models` gives each model its keys, defaults and per-key upper limits;
  * `presets` are named configurations of a model.  A spec "NAME:key=value,..."
@@ -55,6 +56,14 @@ static const model_def models[] = {
      {32, 4096, 32, 8, 14336, 8, 2, 125, 4096, 8, 32000},
      {4096, 1 << 20, 1 << 16, 1 << 16, 1 << 22, 1 << 12, 8, 1000, 1 << 20, 1 << 20, 1 << 24},
      "mixture-of-experts decoder: the llama model with each MLP a router, top-k gating with a capacity factor and SwiGLU experts over an explicit experts dim, load-balancing loss"},
+    {"vit", 9, {"layers", "hidden", "heads", "mlp", "image", "patch", "channels", "classes", "batch"},
+     {12, 768, 12, 3072, 224, 16, 3, 1000, 256},
+     {4096, 1 << 20, 1 << 16, 1 << 22, 1 << 16, 1 << 12, 1 << 12, 1 << 24, 1 << 20},
+     "vision transformer: patch embedding, class token, learned positions, pre-LN blocks without a mask, GELU MLP, classifier on the class token"},
+    {"t5", 10, {"enc_layers", "dec_layers", "hidden", "heads", "dkv", "ffn", "enc_seq", "dec_seq", "batch", "vocab"},
+     {12, 12, 768, 12, 64, 3072, 512, 128, 128, 32128},
+     {4096, 4096, 1 << 20, 1 << 16, 1 << 16, 1 << 22, 1 << 20, 1 << 20, 1 << 20, 1 << 24},
+     "T5-style encoder-decoder: RMSNorm, relative position bias, encoder and decoder stacks (causal self-attention, cross-attention), ReLU FFN, head tied to the embedding"},
 };
 #define N_MODELS ((int)(sizeof models / sizeof models[0]))
 
@@ -104,6 +113,24 @@ static const preset_def presets[] = {
      "Llama 2 70B (Touvron et al. 2023): 64 heads in 8 kv groups, batch 8 sequences of 4096"},
     {"llama3-8b", "llama", {32, 4096, 32, 8, 14336, 8192, 8, 128256},
      "Llama 3 8B (Meta, 2024 model card): 32 heads in 8 kv groups, vocab 128256, batch 8 sequences of 8192"},
+    {"vit-tiny", "vit", {2, 64, 8, 128, 16, 4, 3, 8, 8},
+     "tiny ViT for multi-device numeric tests (16 patches and a class token; other sizes divide 8 devices)"},
+    {"vit-b16", "vit", {12, 768, 12, 3072, 224, 16, 3, 1000, 256},
+     "ViT-B/16 (Dosovitskiy et al. 2021, table 1): 224x224 images, 196 patches, 1000 classes, batch 256"},
+    {"vit-l16", "vit", {24, 1024, 16, 4096, 224, 16, 3, 1000, 256},
+     "ViT-L/16 (Dosovitskiy et al. 2021, table 1): 224x224 images, 196 patches, 1000 classes, batch 256"},
+    {"vit-h14", "vit", {32, 1280, 16, 5120, 224, 14, 3, 1000, 256},
+     "ViT-H/14 (Dosovitskiy et al. 2021, table 1): 224x224 images, 256 patches, 1000 classes, batch 256"},
+    {"t5-tiny", "t5", {2, 1, 64, 8, 8, 128, 16, 8, 8, 128},
+     "tiny T5 for multi-device numeric tests (2 encoder layers, 1 decoder layer; sizes divide 8 devices)"},
+    {"t5-small", "t5", {6, 6, 512, 8, 64, 2048, 512, 128, 128, 32128},
+     "T5-Small (Raffel et al. 2020): 6+6 layers; 512 input and 128 target tokens, batch 128"},
+    {"t5-base", "t5", {12, 12, 768, 12, 64, 3072, 512, 128, 128, 32128},
+     "T5-Base (Raffel et al. 2020): 12+12 layers; 512 input and 128 target tokens, batch 128"},
+    {"t5-large", "t5", {24, 24, 1024, 16, 64, 4096, 512, 128, 128, 32128},
+     "T5-Large (Raffel et al. 2020): 24+24 layers; 512 input and 128 target tokens, batch 128"},
+    {"t5-3b", "t5", {24, 24, 1024, 32, 128, 16384, 512, 128, 128, 32128},
+     "T5-3B (Raffel et al. 2020): 32 heads of 128, FFN 16384; 512 input and 128 target tokens, batch 128"},
 };
 #define N_PRESETS ((int)(sizeof presets / sizeof presets[0]))
 
@@ -111,7 +138,8 @@ static const char *const all_names[] = {
     "mlp", "mlp-tiny", "gpt", "gpt-tiny", "gpt-125m", "gpt-350m", "gpt-760m",
     "gpt-1.3b", "gpt-2.6b", "gpt-6.7b", "gpt-15b", "gpt-39b", "gpt-76b", "gpt-175b", "gns", "gns-tiny", "gns-2d", "gns-3d",
     "gns-large", "unet", "unet-tiny", "unet-256", "unet-512", "unet-1024", "unet-2048", "llama", "llama-tiny", "llama2-7b",
-    "llama2-70b", "llama3-8b", "moe", "moe-tiny", "mixtral-8x7b", NULL,
+    "llama2-70b", "llama3-8b", "moe", "moe-tiny", "mixtral-8x7b", "vit", "vit-tiny", "vit-b16", "vit-l16", "vit-h14",
+    "t5", "t5-tiny", "t5-small", "t5-base", "t5-large", "t5-3b", NULL,
 };
 
 const char *const *model_names(void) { return all_names; }
@@ -214,6 +242,26 @@ static int check_config(const model_def *m, const model_config *cfg, const char 
         big[n_big++] = (struct big_tensor){"logits [batch,seq,vocab]", b * s * v};
         big[n_big++] = (struct big_tensor){"MLP activations [batch,seq,ffn]", b * s * f};
         big[n_big++] = (struct big_tensor){"MLP weight [hidden,ffn]", h * f};
+    } else if (strcmp(m->name, "vit") == 0) {
+        int64_t hi = model_get(cfg, "hidden"), hs = model_get(cfg, "heads"), S = model_get(cfg, "image");
+        int64_t p = model_get(cfg, "patch");
+        if (hi % hs != 0)
+            return ir_errf(err, errlen, "model '%s': heads=%lld does not divide hidden=%lld", spec, (long long)hs, (long long)hi);
+        if (S % p != 0)
+            return ir_errf(err, errlen, "model '%s': patch=%lld does not divide image=%lld", spec, (long long)p, (long long)S);
+        double b = (double)model_get(cfg, "batch"), t = (double)((S / p) * (S / p) + 1);
+        big[n_big++] = (struct big_tensor){"attention scores [batch,heads,tokens,tokens]", b * (double)hs * t * t};
+        big[n_big++] = (struct big_tensor){"images [batch,image,image,channels]", b * (double)S * (double)S * (double)model_get(cfg, "channels")};
+        big[n_big++] = (struct big_tensor){"MLP activations [batch,tokens,mlp]", b * t * (double)model_get(cfg, "mlp")};
+        big[n_big++] = (struct big_tensor){"head weight [hidden,classes]", (double)hi * (double)model_get(cfg, "classes")};
+    } else if (strcmp(m->name, "t5") == 0) {
+        double b = (double)model_get(cfg, "batch"), n = (double)model_get(cfg, "heads"), v = (double)model_get(cfg, "vocab");
+        double se = (double)model_get(cfg, "enc_seq"), sd = (double)model_get(cfg, "dec_seq");
+        double s = se > sd ? se : sd;
+        big[n_big++] = (struct big_tensor){"attention scores [batch,heads,seq,seq]", b * n * s * s};
+        big[n_big++] = (struct big_tensor){"logits [batch,dec_seq,vocab]", b * sd * v};
+        big[n_big++] = (struct big_tensor){"FFN activations [batch,enc_seq,ffn]", b * se * (double)model_get(cfg, "ffn")};
+        big[n_big++] = (struct big_tensor){"position one-hot [seq,seq,32]", s * s * 32};
     } else {
         double b = (double)model_get(cfg, "batch"), in = (double)model_get(cfg, "in");
         double hd = (double)model_get(cfg, "hidden"), out = (double)model_get(cfg, "out");
@@ -387,6 +435,24 @@ int64_t model_param_count(const model_config *cfg)
         int64_t mlp = e > 0 ? e * 3 * h * f + h * e : 3 * h * f;
         return L * (2 * h * h + 2 * h * kvd + mlp + 2 * h) + 2 * v * h + h;
     }
+    if (strcmp(cfg->model, "vit") == 0) {
+        int64_t L = model_get(cfg, "layers"), h = model_get(cfg, "hidden"), f = model_get(cfg, "mlp");
+        int64_t p = model_get(cfg, "patch"), S = model_get(cfg, "image"), k = model_get(cfg, "classes");
+        int64_t t = (S / p) * (S / p) + 1;
+        /* patch embedding and bias, class token, positions; per layer q,k,v,o
+         * with biases, the MLP with biases, two LayerNorms; ln_f; the head */
+        return p * p * model_get(cfg, "channels") * h + h + h + t * h + L * (4 * h * h + 2 * h * f + f + 9 * h) + 2 * h +
+               h * k + k;
+    }
+    if (strcmp(cfg->model, "t5") == 0) {
+        int64_t h = model_get(cfg, "hidden"), nd = model_get(cfg, "heads") * model_get(cfg, "dkv");
+        int64_t f = model_get(cfg, "ffn");
+        /* encoder layer: attention 4h*nd, FFN 2hf, 2 norms; decoder layer:
+         * two attentions, FFN, 3 norms; embedding; 2 final norms; 2 tables */
+        return model_get(cfg, "enc_layers") * (4 * h * nd + 2 * h * f + 2 * h) +
+               model_get(cfg, "dec_layers") * (8 * h * nd + 2 * h * f + 3 * h) + model_get(cfg, "vocab") * h + 2 * h +
+               2 * 32 * model_get(cfg, "heads");
+    }
     if (strcmp(cfg->model, "mlp") == 0) {
         int64_t n = 0, fi, fo;
         for (int64_t i = 0; i < model_get(cfg, "layers"); i++) {
@@ -431,6 +497,30 @@ double model_forward_flops(const model_config *cfg)
         }
         return L * (4 * b * s * h * h + 4 * b * s * h * kvd + 4 * b * s * s * h + mlp) + 2 * b * s * h * v;
     }
+    if (strcmp(cfg->model, "vit") == 0) {
+        double L = (double)model_get(cfg, "layers"), h = (double)model_get(cfg, "hidden"), f = (double)model_get(cfg, "mlp");
+        double b = (double)model_get(cfg, "batch"), p = (double)model_get(cfg, "patch");
+        int64_t np = (model_get(cfg, "image") / model_get(cfg, "patch")) * (model_get(cfg, "image") / model_get(cfg, "patch"));
+        double n = (double)np, t = n + 1;
+        /* patch embedding; per layer q,k,v,o 4 * 2bth^2, scores and context
+         * 2 * 2bt^2h, MLP 2 * 2bthf; the head 2bhk */
+        return 2 * b * n * p * p * (double)model_get(cfg, "channels") * h + L * (8 * b * t * h * h + 4 * b * t * t * h + 4 * b * t * h * f) +
+               2 * b * h * (double)model_get(cfg, "classes");
+    }
+    if (strcmp(cfg->model, "t5") == 0) {
+        double h = (double)model_get(cfg, "hidden"), nd = (double)(model_get(cfg, "heads") * model_get(cfg, "dkv"));
+        double f = (double)model_get(cfg, "ffn"), b = (double)model_get(cfg, "batch"), n = (double)model_get(cfg, "heads");
+        double se = (double)model_get(cfg, "enc_seq"), sd = (double)model_get(cfg, "dec_seq");
+        /* position bias einsums 2 s^2 32 n per stack; encoder layer: q,k,v,o
+         * 8bs h nd, scores and context 4bs^2 nd, FFN 4bshf; decoder layer: the
+         * same on dec_seq, plus cross-attention (q,o on dec_seq, k,v on
+         * enc_seq, scores and context dec_seq x enc_seq); the head 2bshv */
+        double enc = 8 * b * se * h * nd + 4 * b * se * se * nd + 4 * b * se * h * f;
+        double dec = 8 * b * sd * h * nd + 4 * b * sd * sd * nd + 4 * b * sd * h * f + 4 * b * sd * h * nd + 4 * b * se * h * nd +
+                     4 * b * sd * se * nd;
+        return 64 * n * (se * se + sd * sd) + (double)model_get(cfg, "enc_layers") * enc + (double)model_get(cfg, "dec_layers") * dec +
+               2 * b * sd * h * (double)model_get(cfg, "vocab");
+    }
     if (strcmp(cfg->model, "mlp") == 0) {
         double f = 0;
         int64_t fi, fo;
@@ -454,6 +544,8 @@ ir_graph *model_build_forward(const model_config *cfg, char *err, size_t errlen)
     if (strcmp(cfg->model, "gns") == 0) return model_build_gns(cfg, err, errlen);
     if (strcmp(cfg->model, "unet") == 0) return model_build_unet(cfg, err, errlen);
     if (strcmp(cfg->model, "llama") == 0 || strcmp(cfg->model, "moe") == 0) return model_build_llama(cfg, err, errlen);
+    if (strcmp(cfg->model, "vit") == 0) return model_build_vit(cfg, err, errlen);
+    if (strcmp(cfg->model, "t5") == 0) return model_build_t5(cfg, err, errlen);
     ir_errf(err, errlen, "model '%s': unknown model (parse the spec with model_parse first)", cfg->model);
     return NULL;
 }

@@ -1,7 +1,7 @@
 /* models.h - model builders and named presets.
  *
  * A model spec is "NAME" or "NAME:key=value,key=value" where NAME is a model
- * (mlp, gpt, gns, llama) or a preset (gpt-tiny, ..., gpt-39b, gns-tiny, ..., llama-tiny, llama2-7b, ...) and the keys
+ * (mlp, gpt, gns, unet, llama, moe, vit, t5) or a preset (gpt-tiny, ..., llama2-7b, vit-b16, t5-base, ...) and the keys
  * override its configuration, e.g. "gpt:layers=4,hidden=256" or
  * "gpt-1.3b:batch=16".  Builders record a forward graph with a scalar loss;
  * ir_train_step turns it into a training step.
@@ -16,7 +16,7 @@
 #define MODEL_MAX_KEYS 12
 
 typedef struct model_config {
-    char model[16];                  /* "mlp", "gpt", "gns", "unet" or "llama" */
+    char model[16];                  /* "mlp", "gpt", "gns", "unet", "llama", "moe", "vit" or "t5" */
     char preset[24];                 /* the preset it came from, or "" */
     int n_keys;
     const char *keys[MODEL_MAX_KEYS]; /* key names in canonical order */
@@ -69,7 +69,9 @@ ir_graph *model_build_unet(const model_config *cfg, char *err, size_t errlen);
 int model_conv2d(ir_graph *g, int x, int w, int k, int stride, int dilation);
 int model_max_pool2(ir_graph *g, int x);
 int model_upsample2(ir_graph *g, int x);
-ir_graph *model_build_llama(const model_config *cfg, char *err, size_t errlen);
+ir_graph *model_build_llama(const model_config *cfg, char *err, size_t errlen); /* llama and moe */
+ir_graph *model_build_vit(const model_config *cfg, char *err, size_t errlen);
+ir_graph *model_build_t5(const model_config *cfg, char *err, size_t errlen);
 
 /* Names of the models and presets, NULL-terminated; a one-line description. */
 const char *const *model_names(void);

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# e2e_models.sh - `carve run` on the zoo's newer models (issue 17): each
+# e2e_models.sh - `carve run` on the zoo's newer models (issue 17: llama,
+# moe, vit, t5): each
 # tiny preset under data parallelism, ZeRO-3, Megatron and their compositions
 # on 2, 4 and 8 simulated devices over 1-, 2- and 3-axis meshes, and an
 # autopart plan, must match the single-device reference ("check: passed",
@@ -34,7 +35,7 @@ CASES
         "batch=2,model=2,x=2 ep:batch,megatron:model,zero3:x"
 }
 
-for model in llama-tiny moe-tiny; do
+for model in llama-tiny moe-tiny vit-tiny t5-tiny; do
     while read -r mesh sched; do
         matches "$model $mesh $sched" "$carve" run --model "$model" --mesh "$mesh" --schedule "$sched"
     done < <(cases "$model")

@@ -70,7 +70,7 @@ static void test_parse(void)
         const char *desc = model_describe(*p);
         CHECKF(desc && desc[0] && !strchr(desc, '\n'), "%s: '%s'", *p, desc ? desc : "(null)");
     }
-    CHECK(n == 33);
+    CHECK(n == 44);
     CHECK(model_describe("gpt-7b") == NULL);
     CHECK(strstr(model_describe("gpt-1.3b"), "GPT-3 XL") != NULL);
     CHECK(strstr(model_describe("gpt"), "GPT decoder") != NULL);
@@ -187,8 +187,10 @@ static ir_graph *build_checked(const char *spec)
     CHECKF(einsum_flops(g) == model_forward_flops(&c), "%s: graph einsum FLOPs %.17g, formula %.17g", spec,
            einsum_flops(g), model_forward_flops(&c));
     CHECK(g->loss >= 0 && g->values[g->loss].rank == 0 && strcmp(g->values[g->loss].name, "loss") == 0);
-    int64_t layers = model_get(&c, "layers") >= 0 ? model_get(&c, "layers")
-                     : model_get(&c, "steps") >= 0 ? model_get(&c, "steps") : 2 * model_get(&c, "levels") - 1;
+    int64_t layers = model_get(&c, "layers") >= 0       ? model_get(&c, "layers")
+                     : model_get(&c, "steps") >= 0      ? model_get(&c, "steps")
+                     : model_get(&c, "enc_layers") >= 0 ? model_get(&c, "enc_layers") + model_get(&c, "dec_layers")
+                                                        : 2 * model_get(&c, "levels") - 1;
     CHECK(g->n_layers == layers);
     CHECK(g->n_outputs == 1 && g->outputs[0].value == g->loss);
     return g;
@@ -416,6 +418,66 @@ static void test_moe(void)
            "%s", err);
 }
 
+/* Published parameter counts of `n` presets, within `tol` (relative). */
+static void check_published(const char *const *names, const double *published, int n, double tol)
+{
+    for (int i = 0; i < n; i++) {
+        model_config c;
+        CHECK(model_parse(names[i], &c, NULL, 0) == 0);
+        CHECKF(fabs((double)model_param_count(&c) / published[i] - 1) < tol, "%s has %lld params, published %.4g", names[i],
+               (long long)model_param_count(&c), published[i]);
+    }
+}
+
+/* vit: formulas against the graphs, published sizes, structure, errors. */
+static void test_vit(void)
+{
+    const char *specs[] = {"vit-tiny", "vit-tiny:patch=8,layers=1", "vit:layers=1,hidden=24,heads=3,mlp=40,image=12,patch=3,channels=2,classes=5,batch=3"};
+    for (int i = 0; i < 3; i++) ir_free(build_checked(specs[i]));
+    ir_free(build_checked("vit-b16"));
+    /* ViT-B/16 86.6M, L/16 304.3M, H/14 632M (Dosovitskiy et al. 2021, table 1; timm's counts) */
+    static const char *const names[] = {"vit-b16", "vit-l16", "vit-h14"};
+    static const double published[] = {86.57e6, 304.33e6, 632.0e6};
+    check_published(names, published, 3, 0.002);
+    ir_graph *g = build_checked("vit-tiny");
+    if (!g) return;
+    int n = 0, x = ir_find(g, "embed"), pooled = ir_find(g, "pooled");
+    CHECK(same_layer_structure(g, 0, 1, &n) && n > 0);
+    /* 16 patches and the class token; the class token's row is pooled */
+    CHECK(x >= 0 && g->values[x].dims[1] == 17 && pooled >= 0 && g->values[pooled].rank == 2);
+    CHECK(ir_find(g, "h0.attn.masked") < 0 && ir_find(g, "h0.attn.probs") >= 0 && ir_find(g, "cls") >= 0);
+    ir_free(g);
+    model_config c;
+    char err[256] = "";
+    CHECKF(model_parse("vit-tiny:patch=5", &c, err, sizeof err) < 0 && strstr(err, "patch=5 does not divide image=16"), "%s", err);
+    CHECKF(model_parse("vit-tiny:heads=3", &c, err, sizeof err) < 0 && strstr(err, "heads=3 does not divide hidden=64"), "%s", err);
+}
+
+/* t5: formulas against the graphs, published sizes, structure, errors. */
+static void test_t5(void)
+{
+    const char *specs[] = {"t5-tiny", "t5-tiny:enc_layers=1,dec_layers=3,dec_seq=5", "t5-tiny:heads=3,dkv=5,hidden=12"};
+    for (int i = 0; i < 3; i++) ir_free(build_checked(specs[i]));
+    ir_free(build_checked("t5-small"));
+    /* T5 v1.0 checkpoints: small 60,506,624 (with the 32-bucket tables,
+     * exactly), base 222.9M, large 737.7M, 3B 2.85B (Raffel et al. 2020) */
+    static const char *const names[] = {"t5-small", "t5-base", "t5-large", "t5-3b"};
+    static const double published[] = {60506624, 222.90e6, 737.67e6, 2.8516e9};
+    check_published(names, published, 4, 0.002);
+    model_config c;
+    CHECK(model_parse("t5-small", &c, NULL, 0) == 0 && model_param_count(&c) == 60506624);
+    ir_graph *g = build_checked("t5-tiny");
+    if (!g) return;
+    int n = 0;
+    CHECK(same_layer_structure(g, 0, 1, &n) && n > 0); /* the two encoder layers */
+    CHECK(!same_layer_structure(g, 0, 2, &n));         /* the decoder layer has cross-attention */
+    int xk = ir_find(g, "dec0.xattn.k"), pb = ir_find(g, "enc.pos_bias");
+    /* cross-attention keys come from the 16 encoder positions; the bias is [heads,s,t] */
+    CHECK(xk >= 0 && g->values[xk].dims[1] == 16 && ir_find(g, "dec0.attn.masked") >= 0 && ir_find(g, "enc0.attn.masked") < 0);
+    CHECK(pb >= 0 && g->values[pb].dims[0] == 8 && g->values[pb].dims[1] == 16 && g->values[pb].dims[2] == 16);
+    ir_free(g);
+}
+
 static void test_gpt_39b(void)
 {
     model_config c;
@@ -594,6 +656,8 @@ int main(void)
     test_preset_counts();
     test_llama();
     test_moe();
+    test_vit();
+    test_t5();
     test_gpt_39b();
     test_steps();
     return test_done();
