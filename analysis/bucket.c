@@ -26,7 +26,7 @@
  * Every gradient collective gets a bucket id (instr.bucket; -1 for every other
  * instruction); members of one bucket are consecutive.  The cost model prices
  * a bucket as one collective of the members' summed bytes; the executor runs
- * the members back to back at the bucket's place.  The cap compares the
+ * it as one combined collective (exec/spmd_threads.c, exec/spmd_mpi.c).  The cap compares the
  * program's byte counts (the IR's f32 sizes); DDP's default 25 MiB is
  * SPMD_DEFAULT_BUCKET_BYTES.  bucket_bytes = 0 turns bucketing off (every
  * gradient collective its own bucket, at the place lowering gave it).

@@ -39,6 +39,7 @@ typedef struct exec_spmd_device_stats {
     double moved_bytes;              /* bytes moved by collectives and slices (threads: read from
                                         device buffers; MPI: sent to other ranks, slices: copied) */
     double kind_bytes[SPMD_N_KINDS]; /* of moved_bytes, per instruction kind */
+    double launches;                 /* collectives run (not slices); a gradient bucket counts once */
     double op_s[IR_N_OPS];           /* compute time per graph op kind */
     double fused_s;                  /* of compute_s: fused elementwise groups (not in op_s) */
     double resident_bytes;           /* the device's buffers resident in memory after the step (mincore) */

@@ -150,13 +150,21 @@ static double slice(exec_spmd *r, const spmd_instr *in, int dev)
     return 4.0 * (double)spmd_box_apply(SPMD_BOX_COPY, rank, lo, len, &src, &out);
 }
 
-int spmd_collective(exec_spmd *r, const spmd_instr *in, int dev, int *members, double *moved, double *wait_s)
+int spmd_bucket_len(const spmd_program *p, int i)
+{
+    int n = 1, bk = p->instrs[i].bucket;
+    while (bk >= 0 && i + n < p->n_instrs && p->instrs[i + n].bucket == bk) n++;
+    return n;
+}
+
+int spmd_collective(exec_spmd *r, const spmd_instr *in, int n_in, int dev, int *members, double *moved, double *wait_s)
 {
     if (in->kind == SPMD_SLICE) {
         *moved += slice(r, in, dev);
         return 0;
     }
-    spmd_call c = {.in = in, .dev = dev, .gr = {.members = members}, .release = r->release[in - r->p->instrs]};
+    spmd_call c = {.in = in, .n_in = n_in, .dev = dev, .gr = {.members = members}};
+    for (int m = 0; m < n_in; m++) c.release |= r->release[in + m - r->p->instrs];
     spmd_group_of(r, in->axes, dev, &c.gr);
     int rc = -1;
     switch ((spmd_kind)in->kind) {

@@ -39,9 +39,14 @@ typedef struct spmd_group {
 } spmd_group;
 
 /* One collective as a backend runs it: the instruction, the device running
- * it and its group (filled by the caller), and what the backend measured. */
+ * it and its group (filled by the caller), and what the backend measured.
+ * A gradient bucket (bucket.c) is one call: in[0..n_in) are its members, all
+ * all-reduces or all reduce-scatters over the same axes with the same
+ * reduction, and the backend runs them as one combined collective; every
+ * other call has n_in = 1. */
 typedef struct spmd_call {
     const spmd_instr *in;
+    int n_in;
     int dev;
     spmd_group gr;
     double moved;  /* bytes this device moved (threads: read from device buffers; MPI: sent) */
@@ -111,9 +116,14 @@ void spmd_run_device(exec_spmd *r, int dev);
 void spmd_set_error(exec_spmd *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 /* Runs collective or slice instruction `in` on device dev through the
- * backend.  Returns 0, or -1 when the run was aborted.  Adds the bytes moved
- * to *moved, time blocked to *wait_s. */
-int spmd_collective(exec_spmd *r, const spmd_instr *in, int dev, int *members, double *moved, double *wait_s);
+ * backend, with the n_in - 1 instructions after it when they are the rest
+ * of its gradient bucket (one combined collective).  Returns 0, or -1 when
+ * the run was aborted.  Adds the bytes moved to *moved, time blocked to
+ * *wait_s. */
+int spmd_collective(exec_spmd *r, const spmd_instr *in, int n_in, int dev, int *members, double *moved, double *wait_s);
+/* Instructions from i on that run as one collective: the members of i's
+ * gradient bucket from i to its end, else 1. */
+int spmd_bucket_len(const spmd_program *p, int i);
 
 /* Offsets of p's buffers in a device arena by liveness (spmd_mem.c): off[b]
  * for every buffer, the arena's size in *bytes, and when release is not

@@ -9,7 +9,9 @@
  * group runs tile by tile over all its members at once (fuse.h), so it
  * counts as one instruction: every buffer it writes or reads is live over
  * the whole group; a result it keeps in a scratch tile (read only inside
- * the group) never reaches memory and takes none.  An output that updates an argument in the same layout
+ * the group) never reaches memory and takes none.  A gradient bucket (its
+ * members consecutive, bucket.c) runs as one collective, so it too counts as
+ * one instruction: its members' inputs and outputs are live at once.  An output that updates an argument in the same layout
  * takes the argument's memory (donation) when nothing reads the argument
  * after the output is written, or only the same elementwise instruction or
  * group does (which reads each element before writing it).
@@ -91,12 +93,18 @@ int spmd_layout(const spmd_program *p, const int64_t *numel, int reuse, size_t *
     const ir_graph *g = p->g;
     span *sp = calloc((size_t)nb + 1, sizeof *sp), **scratch = calloc((size_t)nb + 1, sizeof *scratch);
     int *gstart = calloc((size_t)ni + 1, sizeof *gstart), *donor = calloc((size_t)nb + 1, sizeof *donor);
-    int *def_instr = calloc((size_t)nb + 1, sizeof *def_instr);
+    int *def_instr = calloc((size_t)nb + 1, sizeof *def_instr), *gend = calloc((size_t)ni + 1, sizeof *gend);
     size_t *size = calloc((size_t)nb + 1, sizeof *size);
-    if (!sp || !scratch || !gstart || !donor || !def_instr || !size) goto done;
-    for (int i = 0, s = 0; i < ni; i++) {
-        if (fuse->len[i] != 0) s = i; /* a group's start, or an instruction alone */
-        gstart[i] = s;
+    if (!sp || !scratch || !gstart || !donor || !def_instr || !size || !gend) goto done;
+    /* times: a fused group or a bucket is one, [gstart, gend] of its instructions */
+    for (int i = 0; i < ni;) {
+        int len = fuse->len[i] > 1 ? fuse->len[i] : 1, bk = p->instrs[i].bucket;
+        while (bk >= 0 && i + len < ni && p->instrs[i + len].bucket == bk) len++;
+        for (int k = i; k < i + len; k++) {
+            gstart[k] = i;
+            gend[k] = i + len - 1;
+        }
+        i += len;
     }
     for (int b = 0; b < nb; b++) {
         sp[b] = (span){.b = b, .lo = ni, .hi = -1, .size = exec_arena_slot((size_t)numel[b] * 4)};
@@ -108,7 +116,7 @@ int spmd_layout(const spmd_program *p, const int64_t *numel, int reuse, size_t *
         if (fuse->len[gstart[i]] > 1 && fuse->step[i].slot >= 0 && reuse) sp[p->instrs[i].out].size = 0;
     for (int i = 0; i < ni; i++) {
         const spmd_instr *in = &p->instrs[i];
-        int g0 = gstart[i], g1 = g0 + (fuse->len[g0] > 1 ? fuse->len[g0] : 1) - 1;
+        int g0 = gstart[i], g1 = gend[i];
         if (g0 < sp[in->out].lo) sp[in->out].lo = g0;
         if (g1 > sp[in->out].hi) sp[in->out].hi = g1;
         def_instr[in->out] = i;
@@ -176,6 +184,7 @@ done:
     free(gstart);
     free(donor);
     free(def_instr);
+    free(gend);
     free(size);
     return rc;
 }

@@ -18,6 +18,10 @@
  *                   MPI_Alltoallw with a subarray datatype per member, which
  *                   lands each block in its strided place without a copy
  *   all-to-all      MPI_Alltoallw with subarray datatypes on both sides
+ *   a gradient bucket (bucket.c) is one collective: its all-reduces packed
+ *   member after member into one buffer, one MPI_Allreduce in place, then
+ *   unpacked; its reduce-scatters packed by destination (every member's part
+ *   for group rank j together), one MPI_Reduce_scatter_block, unpacked
  * Bytes counted per rank are the bytes this rank hands MPI to send to other
  * ranks (what leaves the rank, whatever algorithm MPI picks).
  *
@@ -73,7 +77,7 @@ const spmd_backend spmd_mpi_backend = {.name = "mpi", .open = no_mpi_open};
 typedef struct mpi_state {
     MPI_Comm comm[SPMD_N_MASKS]; /* per axes mask: this rank's group, MPI_COMM_NULL unused */
     int rank;
-    float *pack;                 /* reduce-scatter's packed input, grown on demand */
+    float *pack;                 /* packed reduce-scatter inputs and buckets, grown on demand */
     size_t pack_bytes;
 } mpi_state;
 
@@ -327,61 +331,110 @@ static int mpi_all_gather(exec_spmd *r, spmd_call *c)
 
 static int mpi_all_to_all(exec_spmd *r, spmd_call *c) { return exchange_boxes(r, c, 0); }
 
+/* The backend's scratch, at least `bytes` long (grown on demand), or NULL
+ * after failing the run with a message naming `what`. */
+static float *scratch(exec_spmd *r, spmd_call *c, size_t bytes, const char *what)
+{
+    mpi_state *s = r->be_state;
+    if (bytes > s->pack_bytes) {
+        float *p = realloc(s->pack, bytes);
+        if (!p) {
+            spmd_set_error(r, "device %d: out of memory packing %s (%zu bytes)", c->dev, what, bytes);
+            r->be->fail(r);
+            return NULL;
+        }
+        s->pack = p;
+        s->pack_bytes = bytes;
+    }
+    return s->pack;
+}
+
+static int too_long(exec_spmd *r, spmd_call *c, int64_t n, const char *what)
+{
+    if (n <= 0x7fffffff) return 0;
+    spmd_set_error(r, "device %d: %s of %lld elements is above MPI's int count", c->dev, what, (long long)n);
+    r->be->fail(r);
+    return 1;
+}
+
+/* An all-reduce straight on the device buffers; a bucket of them packed
+ * into one buffer (member after member), one MPI_Allreduce in place,
+ * unpacked into the members' outputs. */
 static int mpi_all_reduce(exec_spmd *r, spmd_call *c)
 {
     const spmd_instr *in = c->in;
-    int64_t n = r->numel[in->out];
-    if (n > 0x7fffffff) {
-        spmd_set_error(r, "device %d: an all-reduce of %lld elements is above MPI's int count", c->dev, (long long)n);
-        r->be->fail(r);
-        return -1;
+    MPI_Op op = in->reduce_max ? MPI_MAX : MPI_SUM;
+    int64_t n = 0;
+    for (int m = 0; m < c->n_in; m++) n += r->numel[in[m].out];
+    if (too_long(r, c, n, c->n_in > 1 ? "a bucket of all-reduces" : "an all-reduce")) return -1;
+    if (c->n_in == 1) {
+        MPI_Allreduce(spmd_buf(r, c->dev, in->in[0]), spmd_buf(r, c->dev, in->out), (int)n, MPI_FLOAT, op, comm_of(r, in));
+    } else {
+        float *pack = scratch(r, c, (size_t)n * 4, "a bucket of all-reduces");
+        if (!pack) return -1;
+        for (int m = 0, at = 0; m < c->n_in; at += (int)r->numel[in[m].out], m++)
+            memcpy(pack + at, spmd_buf(r, c->dev, in[m].in[0]), (size_t)r->numel[in[m].out] * 4);
+        MPI_Allreduce(MPI_IN_PLACE, pack, (int)n, MPI_FLOAT, op, comm_of(r, in));
+        for (int m = 0, at = 0; m < c->n_in; at += (int)r->numel[in[m].out], m++)
+            memcpy(spmd_buf(r, c->dev, in[m].out), pack + at, (size_t)r->numel[in[m].out] * 4);
     }
-    MPI_Allreduce(spmd_buf(r, c->dev, in->in[0]), spmd_buf(r, c->dev, in->out), (int)n, MPI_FLOAT,
-                  in->reduce_max ? MPI_MAX : MPI_SUM, comm_of(r, in));
     if (c->gr.n > 1) c->moved += 4.0 * (double)n;
     return 0;
 }
 
-/* Reduce-scatter: member j's output block, cut from my input, must be chunk
- * j of what MPI_Reduce_scatter_block reads; pack when it is not already. */
-static int mpi_reduce_scatter(exec_spmd *r, spmd_call *c)
+/* Whether every member j's output block, cut from my input of instruction
+ * `in`, is chunk j of the input (what MPI_Reduce_scatter_block reads). */
+static int scatter_in_place(exec_spmd *r, const spmd_call *c, const spmd_instr *in)
 {
-    mpi_state *s = r->be_state;
-    const spmd_instr *in = c->in;
-    int rank = r->g->values[in->value].rank, n = c->gr.n;
-    int64_t chunk = r->numel[in->out];
+    int rank = r->g->values[in->value].rank;
+    int64_t chunk = r->numel[in->out], lo[IR_MAX_RANK], len[IR_MAX_RANK];
     spmd_block src, peer;
     spmd_block_of(r, in->in[0], c->dev, &src);
-    int64_t lo[IR_MAX_RANK], len[IR_MAX_RANK];
-    int direct = 1;
-    for (int j = 0; j < n && direct; j++) {
+    for (int j = 0; j < c->gr.n; j++) {
         spmd_block_of(r, in->out, c->gr.members[j], &peer);
-        direct = spmd_box_meet(rank, &src, &peer, lo, len) && box_run(rank, &src, lo, len) == j * chunk;
+        if (!spmd_box_meet(rank, &src, &peer, lo, len) || box_run(rank, &src, lo, len) != j * chunk) return 0;
     }
-    const float *send = src.data;
-    if (!direct) {
-        size_t need = (size_t)chunk * (size_t)n * 4;
-        if (need > s->pack_bytes) {
-            float *p = realloc(s->pack, need);
-            if (!p) {
-                spmd_set_error(r, "device %d: out of memory packing a reduce-scatter (%zu bytes)", c->dev, need);
-                r->be->fail(r);
-                return -1;
-            }
-            s->pack = p;
-            s->pack_bytes = need;
-        }
+    return 1;
+}
+
+/* Reduce-scatter: MPI_Reduce_scatter_block on the device buffers when each
+ * member's part of my input is already chunk j of it; otherwise, and for a
+ * bucket, the input is packed by destination (for group member j: every
+ * bucket member's part for j, member after member, `total` elements), one
+ * call reduces it, and a bucket's result is unpacked into the outputs. */
+static int mpi_reduce_scatter(exec_spmd *r, spmd_call *c)
+{
+    const spmd_instr *in = c->in;
+    int n = c->gr.n;
+    int64_t total = 0;
+    for (int m = 0; m < c->n_in; m++) total += r->numel[in[m].out];
+    if (too_long(r, c, total * n, "a reduce-scatter")) return -1;
+    MPI_Op op = in->reduce_max ? MPI_MAX : MPI_SUM;
+    if (c->n_in == 1 && scatter_in_place(r, c, in)) {
+        MPI_Reduce_scatter_block(spmd_buf(r, c->dev, in->in[0]), spmd_buf(r, c->dev, in->out), (int)total, MPI_FLOAT, op,
+                                 comm_of(r, in));
+        c->moved += 4.0 * (double)total * (n - 1);
+        return 0;
+    }
+    float *pack = scratch(r, c, (size_t)total * (size_t)(n + 1) * 4, "a reduce-scatter");
+    if (!pack) return -1;
+    int64_t at = 0; /* member m's offset inside each destination's part */
+    for (int m = 0; m < c->n_in; at += r->numel[in[m].out], m++) {
+        int rank = r->g->values[in[m].value].rank;
+        spmd_block src, dst;
+        spmd_block_of(r, in[m].in[0], c->dev, &src);
         for (int j = 0; j < n; j++) {
-            spmd_block dst;
-            spmd_block_of(r, in->out, c->gr.members[j], &dst);
-            dst.data = s->pack + (size_t)j * (size_t)chunk;
+            spmd_block_of(r, in[m].out, c->gr.members[j], &dst);
+            dst.data = pack + (size_t)j * (size_t)total + (size_t)at;
             spmd_box_apply(SPMD_BOX_COPY, rank, dst.org, dst.dims, &src, &dst);
         }
-        send = s->pack;
     }
-    MPI_Reduce_scatter_block(send, spmd_buf(r, c->dev, in->out), (int)chunk, MPI_FLOAT, in->reduce_max ? MPI_MAX : MPI_SUM,
-                             comm_of(r, in));
-    c->moved += 4.0 * (double)chunk * (n - 1);
+    float *got = pack + (size_t)n * (size_t)total;
+    MPI_Reduce_scatter_block(pack, c->n_in == 1 ? spmd_buf(r, c->dev, in->out) : got, (int)total, MPI_FLOAT, op, comm_of(r, in));
+    if (c->n_in > 1)
+        for (int m = 0, off = 0; m < c->n_in; off += (int)r->numel[in[m].out], m++)
+            memcpy(spmd_buf(r, c->dev, in[m].out), got + off, (size_t)r->numel[in[m].out] * 4);
+    c->moved += 4.0 * (double)total * (n - 1);
     return 0;
 }
 

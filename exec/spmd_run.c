@@ -367,8 +367,8 @@ void spmd_run_device(exec_spmd *r, int dev)
         if (atomic_load_explicit(&r->abort, memory_order_relaxed)) break;
         const spmd_instr *in = &p->instrs[i];
         double t0 = exec_spmd_now();
-        int len = p->fuse.len[i];
-        for (int m = 0; m < (len > 1 ? len : 1); m++) /* AddressSanitizer: the memory becomes this buffer's */
+        int len = p->fuse.len[i], n_coll = in->kind == SPMD_COMPUTE ? 1 : spmd_bucket_len(p, i);
+        for (int m = 0; m < (len > 1 ? len : n_coll); m++) /* AddressSanitizer: the memory becomes this buffer's */
             if (len <= 1 || p->fuse.step[i + m].slot < 0)
                 exec_arena_place(&r->arena[dev], r->off[p->instrs[i + m].out], (size_t)r->numel[p->instrs[i + m].out] * 4);
         if (len > 1) {
@@ -395,15 +395,18 @@ void spmd_run_device(exec_spmd *r, int dev)
             st.kind_s[SPMD_COMPUTE] += dt;
             st.op_s[r->g->ops[in->op].kind] += dt;
         } else {
+            /* a gradient bucket's members: one combined collective */
             double moved = 0;
-            if (spmd_collective(r, in, dev, members, &moved, &st.wait_s) < 0) break;
+            if (spmd_collective(r, in, n_coll, dev, members, &moved, &st.wait_s) < 0) break;
             double dt = exec_spmd_now() - t0;
             st.collective_s += dt;
             st.moved_bytes += moved;
+            st.launches += in->kind != SPMD_SLICE;
             if (in->kind < SPMD_N_KINDS) {
                 st.kind_s[in->kind] += dt;
                 st.kind_bytes[in->kind] += moved;
             }
+            i += n_coll - 1;
         }
     }
     free(members);

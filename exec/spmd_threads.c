@@ -184,18 +184,21 @@ static int threads_halo(exec_spmd *r, spmd_call *c)
     return finish(r, c);
 }
 
-/* Reduce-scatter: my output box, summed (or maxed) over the members' inputs. */
+/* Reduce-scatter: my output box, summed (or maxed) over the members' inputs;
+ * a bucket's members one after the other after one barrier. */
 static int threads_reduce_scatter(exec_spmd *r, spmd_call *c)
 {
-    const spmd_instr *in = c->in;
-    if (barrier_wait(r, in->axes, c->gr.leader, &c->wait_s) < 0) return -1;
-    int rank = r->g->values[in->value].rank;
-    spmd_block out, src;
-    spmd_block_of(r, in->out, c->dev, &out);
-    for (int j = 0; j < c->gr.n; j++) {
-        spmd_block_of(r, in->in[0], c->gr.members[j], &src);
-        spmd_box_kind k = j == 0 ? SPMD_BOX_COPY : in->reduce_max ? SPMD_BOX_MAX : SPMD_BOX_ADD;
-        c->moved += 4.0 * (double)spmd_box_apply(k, rank, out.org, out.dims, &src, &out);
+    if (barrier_wait(r, c->in->axes, c->gr.leader, &c->wait_s) < 0) return -1;
+    for (int m = 0; m < c->n_in; m++) {
+        const spmd_instr *in = c->in + m;
+        int rank = r->g->values[in->value].rank;
+        spmd_block out, src;
+        spmd_block_of(r, in->out, c->dev, &out);
+        for (int j = 0; j < c->gr.n; j++) {
+            spmd_block_of(r, in->in[0], c->gr.members[j], &src);
+            spmd_box_kind k = j == 0 ? SPMD_BOX_COPY : in->reduce_max ? SPMD_BOX_MAX : SPMD_BOX_ADD;
+            c->moved += 4.0 * (double)spmd_box_apply(k, rank, out.org, out.dims, &src, &out);
+        }
     }
     return finish(r, c);
 }
@@ -212,31 +215,54 @@ static double reduce_range(exec_spmd *r, const spmd_instr *in, int dev, const sp
     return 4.0 * (double)(hi > lo ? hi - lo : 0) * gr->n;
 }
 
+/* A bucket's all-reduces are one flat range: member m's elements follow
+ * member m-1's.  Applies to [lo, hi) of that range either the reduction
+ * (gather < 0) or, for gather = group rank j, a copy of member j's results
+ * into mine.  Returns the bytes read. */
+static double bucket_range(exec_spmd *r, spmd_call *c, int64_t lo, int64_t hi, int gather)
+{
+    double moved = 0;
+    int64_t start = 0;
+    for (int m = 0; m < c->n_in && start < hi; m++) {
+        const spmd_instr *in = c->in + m;
+        int64_t n = r->numel[in->out], a = lo > start ? lo - start : 0, b = hi - start < n ? hi - start : n;
+        if (b > a && gather < 0) {
+            moved += reduce_range(r, in, c->dev, &c->gr, a, b);
+        } else if (b > a) {
+            memcpy(spmd_buf(r, c->dev, in->out) + a, spmd_buf(r, c->gr.members[gather], in->out) + a, (size_t)(b - a) * 4);
+            moved += 4.0 * (double)(b - a);
+        }
+        start += n;
+    }
+    return moved;
+}
+
 /* Below this many bytes an all-reduce sums the whole buffer on every device
  * (one barrier) instead of reduce-then-gather (two barriers). */
 #define SMALL_ALL_REDUCE 16384
 
+/* An all-reduce, or a bucket of them as one over the members' concatenated
+ * elements (bucket_range): the same barriers as one all-reduce of the
+ * bucket's summed size, and every element summed in the same order (group
+ * rank 0 first) as the members would be one by one, so the bits agree. */
 static int threads_all_reduce(exec_spmd *r, spmd_call *c)
 {
-    const spmd_instr *in = c->in;
     const spmd_group *gr = &c->gr;
-    if (barrier_wait(r, in->axes, gr->leader, &c->wait_s) < 0) return -1;
-    int64_t n = r->numel[in->out];
+    if (barrier_wait(r, c->in->axes, gr->leader, &c->wait_s) < 0) return -1;
+    int64_t n = 0;
+    for (int m = 0; m < c->n_in; m++) n += r->numel[c->in[m].out];
     if (n * 4 < SMALL_ALL_REDUCE || gr->n == 1) {
-        c->moved += reduce_range(r, in, c->dev, gr, 0, n);
+        c->moved += bucket_range(r, c, 0, n, -1);
         return finish(r, c);
     }
     /* each member reduces one chunk, then copies the others' chunks */
     int64_t chunk = (n + gr->n - 1) / gr->n;
     int64_t lo = chunk * gr->rank, hi = lo + chunk < n ? lo + chunk : n;
-    c->moved += reduce_range(r, in, c->dev, gr, lo, hi);
-    if (barrier_wait(r, in->axes, gr->leader, &c->wait_s) < 0) return -1;
-    float *out = spmd_buf(r, c->dev, in->out);
+    c->moved += bucket_range(r, c, lo, hi, -1);
+    if (barrier_wait(r, c->in->axes, gr->leader, &c->wait_s) < 0) return -1;
     for (int j = 0; j < gr->n; j++) {
         int64_t l = chunk * j, h = l + chunk < n ? l + chunk : n;
-        if (j == gr->rank || h <= l) continue;
-        memcpy(out + l, spmd_buf(r, gr->members[j], in->out) + l, (size_t)(h - l) * sizeof *out);
-        c->moved += 4.0 * (double)(h - l);
+        if (j != gr->rank && h > l) c->moved += bucket_range(r, c, l, h, j);
     }
     return finish(r, c);
 }

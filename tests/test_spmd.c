@@ -489,8 +489,9 @@ static void test_check_can_fail(void)
 }
 
 /* One step of p from seed 5; every output assembled, concatenated into a
- * new array (caller frees), its length in *n. */
-static float *step_outputs(const spmd_program *p, int64_t *n)
+ * new array (caller frees), its length in *n; *launches (when not NULL):
+ * the collectives device 0 ran, a bucket counting once. */
+static float *step_outputs_ex(const spmd_program *p, int64_t *n, double *launches)
 {
     char err[512];
     const ir_graph *g = p->g;
@@ -504,12 +505,84 @@ static float *step_outputs(const spmd_program *p, int64_t *n)
     }
     exec_spmd_init_args(r, 5);
     CHECKF(exec_spmd_step(r, err, sizeof err) == 0, "step: %s", err);
+    if (launches) *launches = exec_spmd_last_stats(r)->dev[0].launches;
     for (int i = 0, at = 0; i < g->n_outputs; i++) {
         exec_spmd_assemble(r, p->out_buf[i], all + at, NULL);
         at += (int)ir_numel(&g->values[g->outputs[i].value]);
     }
     exec_spmd_free(r);
     return all;
+}
+
+static float *step_outputs(const spmd_program *p, int64_t *n) { return step_outputs_ex(p, n, NULL); }
+
+/* Collectives of p as they run: a gradient bucket counts once, slices not. */
+static int program_launches(const spmd_program *p, int *multi)
+{
+    int n = 0;
+    *multi = 0;
+    for (int i = 0; i < p->n_instrs; i++) {
+        const spmd_instr *in = &p->instrs[i];
+        if (in->kind == SPMD_COMPUTE || in->kind == SPMD_SLICE) continue;
+        if (in->bucket >= 0 && i > 0 && p->instrs[i - 1].bucket == in->bucket) continue;
+        n++;
+        *multi += in->bucket >= 0 && i + 1 < p->n_instrs && p->instrs[i + 1].bucket == in->bucket;
+    }
+    return n;
+}
+
+/* A gradient bucket runs as one combined collective (one all-reduce over
+ * its members' concatenated elements, or its reduce-scatters after one
+ * barrier): device 0 runs as many collectives as the program has launches,
+ * fewer than with every gradient on its own; the step passes the check
+ * against the reference; and it gives the same bits as the per-member path
+ * (bucket_bytes 0), since every element is summed in the same order (group
+ * rank 0 first).  Caps: DDP's 25 MiB (one bucket for gpt-tiny's gradients)
+ * and 8 KiB (many buckets, some below and some above the threads backend's
+ * 16 KiB one-barrier threshold, and members cut at chunk boundaries). */
+static void test_buckets(void)
+{
+    const struct {
+        const char *model, *mesh, *sched;
+        int64_t cap;
+    } cases[] = {
+        {GPT, "batch=4", "dp:batch", SPMD_DEFAULT_BUCKET_BYTES},
+        {GPT, "batch=4", "dp:batch", 8192},
+        {GPT, "batch=4", "zero2:batch", SPMD_DEFAULT_BUCKET_BYTES},
+        {GPT, "batch=2,model=2", "dp:batch,megatron:model,zero3:batch", 8192},
+        {MLP, "batch=2", "dp:batch", SPMD_DEFAULT_BUCKET_BYTES},
+    };
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        char what[160];
+        snprintf(what, sizeof what, "buckets of %lld bytes: %s %s on %s", (long long)cases[k].cap, cases[k].model, cases[k].sched,
+                 cases[k].mesh);
+        ir_graph *g = build(cases[k].model, 0);
+        shard_mesh mesh;
+        char err[256];
+        shard_mesh_parse(cases[k].mesh, &mesh, err, sizeof err);
+        shard_state *st = schedule_state(&g, &mesh, cases[k].sched);
+        spmd_options on = spmd_default_options(), off = on;
+        on.bucket_bytes = cases[k].cap;
+        off.bucket_bytes = 0;
+        spmd_program *pb = spmd_lower_ex(st, NULL, &on), *pm = spmd_lower_ex(st, NULL, &off);
+        int multi_b, multi_m, lb = program_launches(pb, &multi_b), lm = program_launches(pm, &multi_m);
+        CHECKF(multi_b > 0 && multi_m == 0 && lb < lm, "%s: %d launches (%d buckets of several) against %d", what, lb, multi_b, lm);
+        exec_spmd_check c;
+        if (run_compare(pb, 2, &c, what) == 0) check_result(&c, g, what, 0);
+        exec_spmd_check_free(&c);
+        int64_t nb = 0, nm = 0;
+        double run_b = 0, run_m = 0;
+        float *ob = step_outputs_ex(pb, &nb, &run_b), *om = step_outputs_ex(pm, &nm, &run_m);
+        CHECKF(run_b == lb && run_m == lm, "%s: device 0 ran %.0f and %.0f collectives, the programs have %d and %d", what, run_b,
+               run_m, lb, lm);
+        CHECKF(ob && om && nb == nm && !memcmp(ob, om, (size_t)nb * 4), "%s: bits differ from the per-member path", what);
+        free(ob);
+        free(om);
+        spmd_free(pb);
+        spmd_free(pm);
+        shard_state_free(st);
+        ir_free(g);
+    }
 }
 
 /* Buffers share memory by liveness (spmd_mem.c): a device's arena is close
@@ -591,6 +664,7 @@ int main(void)
     test_fill_and_assemble();
     test_check_can_fail();
     test_liveness();
+    test_buckets();
     test_memory_and_bad_input();
     test_failing_device("batch=2,model=2", "dp:batch,megatron:model", 1);
     test_failing_device("batch=8", "dp:batch", 5);
