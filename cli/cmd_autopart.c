@@ -107,9 +107,84 @@ static void print_verdict(const plan_expert *ex, int n_ex, int best, const cost_
     else printf("  no expert schedule fits in memory (%d of %d apply; reasons above)\n", applied, n_ex);
 }
 
+/* The plan file's fields from the command's inputs and the search's result. */
+static void fill_plan(plan *pl, const cli_opts *o, const char *cfg, const shard_mesh *mesh, const schedule *sc,
+                      const cost_hw *hw, const cost_options *copt, const search_algo *algo, const search_budget *b,
+                      const search_result *res)
+{
+    memset(pl, 0, sizeof *pl);
+    if (o->model) snprintf(pl->model, sizeof pl->model, "%s", cfg);
+    else {
+        snprintf(pl->graph_path, sizeof pl->graph_path, "%s", o->graph);
+        plan_file_hash(o->graph, pl->graph_hash);
+    }
+    snprintf(pl->optimizer, sizeof pl->optimizer, "%s", o->optimizer);
+    pl->mesh = *mesh;
+    sched_str(sc, mesh, pl->schedule, sizeof pl->schedule);
+    snprintf(pl->hw_name, sizeof pl->hw_name, "%s", hw->name);
+    char *hwj = cost_hw_to_json(hw);
+    pl->hw = hwj ? cJSON_Parse(hwj) : NULL;
+    free(hwj);
+    pl->options = *copt;
+    snprintf(pl->search.kind, sizeof pl->search.kind, "%s", algo->name);
+    pl->search.budget = b->simulations;
+    pl->search.budget_seconds = b->seconds;
+    pl->search.simulations = res->simulations;
+    pl->search.evaluations = res->evaluations;
+    pl->search.best_at = res->best_at;
+    pl->search.tree_nodes = res->tree_nodes;
+    pl->search.root_actions = res->root_actions;
+    pl->search.seconds = res->seconds;
+    pl->search.seed = b->seed;
+    pl->search.threads = b->threads;
+    snprintf(pl->search.stop, sizeof pl->search.stop, "%s", search_stop_name(res->stop));
+}
+
+/* The text: inputs, the search, the strategy, the predicted cost, shardings,
+ * collectives and the comparison with the experts. */
+static void print_text(const plan *pl, const cost_hw *hw, const search_algo *algo, const search_budget *b,
+                       const search_result *res, const shard_groups *gs, const shard_state *st, const plan_pricer *pr,
+                       const cost_estimate *e, const plan_expert *ex, int n_ex, const char *from)
+{
+    char buf[512];
+    const shard_mesh *mesh = &pl->mesh;
+    printf("model      %s\nmesh       %s (%lld devices)\nhardware   %s (%s)\nprecision  %s\nschedule   %s\n",
+           pl->model[0] ? pl->model : pl->graph_path, shard_mesh_str(mesh, buf, sizeof buf), (long long)mesh->n_devices,
+           hw->name, hw->source, cost_precision_describe(pl->options.precision), pl->schedule);
+    printf("search     %s: %lld distinct plans priced (%lld simulations) in %.2f s, %.0f plans/s, %d threads; best "
+           "found at plan %lld; stopped by %s\n           root actions %d, tree nodes %d, seed %llu\n",
+           algo->name, (long long)res->evaluations, (long long)res->simulations, res->seconds,
+           res->seconds > 0 ? (double)res->evaluations / res->seconds : 0, b->threads, (long long)res->best_at,
+           search_stop_name(res->stop), res->root_actions, res->tree_nodes, (unsigned long long)b->seed);
+    if (from)
+        printf("           the best plan starts from the expert schedule %s (the search starts from all %d that apply)\n",
+               from, b->n_seeds);
+    printf("\nstrategy   %s\n", plan_describe_strategy(st, buf, sizeof buf));
+    printf("actions   ");
+    if (!res->n_actions) printf(res->seed >= 0 ? " (none after the expert schedule)" : " (none: the manual tactics alone are best)");
+    for (int i = 0; i < res->n_actions; i++)
+        printf(" %s->%s", gs->groups[res->actions[i].group].name, mesh->names[res->actions[i].axis]);
+    printf("\n\npredicted:\n");
+    char t1[32], t2[32], t3[32];
+    cost_fmt_time(e->step_time, t1, sizeof t1);
+    cost_fmt_time(e->compute_time, t2, sizeof t2);
+    cost_fmt_time(e->comm_time, t3, sizeof t3);
+    printf(pl->options.overlap
+               ? "  step time %s (compute %s and communication %s overlapped), peak memory %.4g GiB of %.4g GiB per device%s\n"
+               : "  step time %s (compute %s + communication %s), peak memory %.4g GiB of %.4g GiB per device%s\n",
+           t1, t2, t3, e->peak_memory / 1073741824.0, e->capacity / 1073741824.0, e->fits ? "" : ": DOES NOT FIT");
+    printf("\nparam shardings (PartitionSpec):\n");
+    cli_print_param_shardings(st);
+    printf("\ncollectives:\n");
+    cli_print_layer_collectives(pr->p, pr);
+    printf("\ncompared with the expert schedules:\n");
+    int best = cli_print_experts(ex, n_ex, e);
+    print_verdict(ex, n_ex, best, e);
+}
+
 int cmd_autopart(const cli_opts *o)
 {
-    char cfg[512], err[512], buf[512], buf2[SCHED_STR_MAX];
+    char cfg[512], err[512], buf2[SCHED_STR_MAX];
     shard_mesh mesh;
     schedule sc;
     const char *sched_text = o->schedule ? o->schedule : "auto";
@@ -213,77 +288,40 @@ int cmd_autopart(const cli_opts *o)
     cost_estimate e;
     plan_price(&pr, st, &e); /* pr->p is the plan's program */
 
-    printf("model      %s\nmesh       %s (%lld devices)\nhardware   %s (%s)\nprecision  %s\nschedule   %s\n", cfg,
-           shard_mesh_str(&mesh, buf, sizeof buf), (long long)mesh.n_devices, hw.name, hw.source,
-           cost_precision_describe(copt.precision), sched_str(&sc, &mesh, buf2, sizeof buf2));
-    printf("search     %s: %lld distinct plans priced (%lld simulations) in %.2f s, %.0f plans/s, %d threads; best "
-           "found at plan %lld; stopped by %s\n           root actions %d, tree nodes %d, seed %llu\n",
-           algo->name, (long long)res.evaluations, (long long)res.simulations, res.seconds,
-           res.seconds > 0 ? (double)res.evaluations / res.seconds : 0, b.threads, (long long)res.best_at,
-           search_stop_name(res.stop), res.root_actions, res.tree_nodes, (unsigned long long)b.seed);
+    plan pl;
+    fill_plan(&pl, o, cfg, &mesh, &sc, &hw, &copt, algo, &b, &res);
+    char save_err[512] = "";
+    int written = o->out && plan_save(o->out, &pl, st, pr.p, &e, save_err, sizeof save_err) == 0;
+    const char *from = NULL;
     for (int i = 0, k = 0; i < n_ex && res.seed >= 0; i++)
-        if (ex[i].ok && k++ == res.seed)
-            printf("           the best plan starts from the expert schedule %s (the search starts from all %d that apply)\n",
-                   ex[i].schedule, b.n_seeds);
-    printf("\nstrategy   %s\n", cli_describe_strategy(st, buf, sizeof buf));
-    printf("actions   ");
-    if (!res.n_actions) printf(res.seed >= 0 ? " (none after the expert schedule)" : " (none: the manual tactics alone are best)");
-    for (int i = 0; i < res.n_actions; i++)
-        printf(" %s->%s", gs->groups[res.actions[i].group].name, mesh.names[res.actions[i].axis]);
-    printf("\n\npredicted:\n");
-    char t1[32], t2[32], t3[32];
-    cost_fmt_time(e.step_time, t1, sizeof t1);
-    cost_fmt_time(e.compute_time, t2, sizeof t2);
-    cost_fmt_time(e.comm_time, t3, sizeof t3);
-    printf(copt.overlap ? "  step time %s (compute %s and communication %s overlapped), peak memory %.4g GiB of %.4g GiB per device%s\n"
-                        : "  step time %s (compute %s + communication %s), peak memory %.4g GiB of %.4g GiB per device%s\n", t1, t2, t3,
-           e.peak_memory / 1073741824.0, e.capacity / 1073741824.0, e.fits ? "" : ": DOES NOT FIT");
-    printf("\nparam shardings (PartitionSpec):\n");
-    cli_print_param_shardings(st);
-    printf("\ncollectives:\n");
-    cli_print_layer_collectives(pr.p, &pr);
-    printf("\ncompared with the expert schedules:\n");
-    int best = cli_print_experts(ex, n_ex, &e);
-    print_verdict(ex, n_ex, best, &e);
+        if (ex[i].ok && k++ == res.seed) from = ex[i].schedule;
+    if (o->json) {
+        char (*act)[160] = ir_xcalloc((size_t)res.n_actions + 1, sizeof *act);
+        const char **acts = ir_xcalloc((size_t)res.n_actions + 1, sizeof *acts);
+        for (int i = 0; i < res.n_actions; i++) {
+            snprintf(act[i], sizeof act[i], "%s->%s", gs->groups[res.actions[i].group].name, mesh.names[res.actions[i].axis]);
+            acts[i] = act[i];
+        }
+        plan_doc_body db = {cfg, pl.schedule, st, &pr, &e, ex, n_ex};
+        if (plan_doc_print(plan_doc_autopart(&db, &pl, acts, res.n_actions, from, written ? o->out : NULL), stdout) < 0) {
+            cli_error("autopart: cannot write the JSON document");
+            rc = CLI_BAD_INPUT;
+        }
+        free(acts);
+        free(act);
+    } else {
+        print_text(&pl, &hw, algo, &b, &res, gs, st, &pr, &e, ex, n_ex, from);
+    }
     if (!e.fits)
         fprintf(stderr, "carve: autopart: no plan found fits in %.4g GiB per device; the closest needs %.4g GiB%s\n",
                 e.capacity / 1073741824.0, e.peak_memory / 1073741824.0, o->out ? " (written anyway, marked \"fits\": false)" : "");
-    if (o->out) {
-        plan pl;
-        memset(&pl, 0, sizeof pl);
-        if (o->model) snprintf(pl.model, sizeof pl.model, "%s", cfg);
-        else {
-            snprintf(pl.graph_path, sizeof pl.graph_path, "%s", o->graph);
-            plan_file_hash(o->graph, pl.graph_hash);
-        }
-        snprintf(pl.optimizer, sizeof pl.optimizer, "%s", o->optimizer);
-        pl.mesh = mesh;
-        sched_str(&sc, &mesh, pl.schedule, sizeof pl.schedule);
-        snprintf(pl.hw_name, sizeof pl.hw_name, "%s", hw.name);
-        char *hwj = cost_hw_to_json(&hw);
-        pl.hw = hwj ? cJSON_Parse(hwj) : NULL;
-        free(hwj);
-        pl.options = copt;
-        snprintf(pl.search.kind, sizeof pl.search.kind, "%s", algo->name);
-        pl.search.budget = b.simulations;
-        pl.search.budget_seconds = b.seconds;
-        pl.search.simulations = res.simulations;
-        pl.search.evaluations = res.evaluations;
-        pl.search.best_at = res.best_at;
-        pl.search.tree_nodes = res.tree_nodes;
-        pl.search.root_actions = res.root_actions;
-        pl.search.seconds = res.seconds;
-        pl.search.seed = b.seed;
-        pl.search.threads = b.threads;
-        snprintf(pl.search.stop, sizeof pl.search.stop, "%s", search_stop_name(res.stop));
-        if (plan_save(o->out, &pl, st, pr.p, &e, err, sizeof err) < 0) {
-            cli_error("%s", err);
-            rc = CLI_BAD_INPUT;
-        } else {
-            printf("\nplan written to %s\n", o->out);
-        }
-        plan_free(&pl);
+    if (o->out && !written) {
+        cli_error("%s", save_err);
+        rc = CLI_BAD_INPUT;
+    } else if (written && !o->json) {
+        printf("\nplan written to %s\n", o->out);
     }
+    plan_free(&pl);
     if (rc == CLI_OK && !e.fits) rc = CLI_CHECK_FAILED;
     if (stop_signal && rc != CLI_BAD_INPUT) {
         cli_error("autopart: stopped by %s after %lld simulations%s", stop_signal == SIGTERM ? "SIGTERM" : "SIGINT",

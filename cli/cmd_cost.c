@@ -11,9 +11,21 @@
 #include "cli/report.h"
 #include "cost/cost.h"
 
+/* The text: what was priced, then the estimate. */
+static void print_text(const char *cfg, const shard_mesh *mesh, const schedule *sc, const cost_hw *hw,
+                       const cost_options *opt, const cost_estimate *e)
+{
+    char buf[256], buf2[SCHED_STR_MAX];
+    printf("model %s\nmesh %s (%lld devices)\nschedule %s\nhardware %s (%s)\nprecision %s, %s\n\n", cfg,
+           shard_mesh_str(mesh, buf, sizeof buf), (long long)mesh->n_devices, sched_str(sc, mesh, buf2, sizeof buf2),
+           hw->name, hw->source, cost_precision_describe(opt->precision),
+           opt->overlap ? "communication overlapped with compute" : "no overlap of compute and communication");
+    cli_print_estimate(e);
+}
+
 int cmd_cost(const cli_opts *o)
 {
-    char cfg[512], err[512], buf[256], buf2[SCHED_STR_MAX];
+    char cfg[512], err[512], buf2[SCHED_STR_MAX];
     shard_mesh mesh;
     schedule sc;
     if (cli_mesh_schedule("cost", o->mesh, o->schedule, &mesh, &sc)) return CLI_BAD_INPUT;
@@ -32,38 +44,44 @@ int cmd_cost(const cli_opts *o)
     if (!g) return CLI_BAD_INPUT;
     int rc = CLI_OK;
     shard_state *st = shard_state_new(g, &mesh);
-    cost_ws *ws = cost_ws_new();
+    /* two workspaces: the plan's estimate keeps its layer arrays while the baseline is priced */
+    cost_ws *ws = cost_ws_new(), *ws_base = cost_ws_new();
+    spmd_program *p = NULL, *rp = NULL;
+    cost_estimate e, base;
     if (sched_apply(&sc, st, err, sizeof err) < 0) {
         cli_error("%s", err);
         rc = CLI_BAD_INPUT;
         goto done;
     }
-    spmd_program *p = spmd_lower(st);
-    cost_estimate e;
+    p = spmd_lower(st);
     if (cost_estimate_program(ws, p, &hw, &opt, &e, err, sizeof err) < 0) {
         cli_error("%s", err);
         rc = CLI_BAD_INPUT;
-        spmd_free(p);
         goto done;
     }
-    printf("model %s\nmesh %s (%lld devices)\nschedule %s\nhardware %s (%s)\nprecision %s, %s\n\n", cfg,
-           shard_mesh_str(&mesh, buf, sizeof buf), (long long)mesh.n_devices, sched_str(&sc, &mesh, buf2, sizeof buf2),
-           hw.name, hw.source, cost_precision_describe(opt.precision),
-           opt.overlap ? "communication overlapped with compute" : "no overlap of compute and communication");
-    cli_print_estimate(&e);
-    spmd_free(p);
     /* the replicated plan on the same mesh: every device does all the work */
     shard_state_reset(st);
-    spmd_program *rp = spmd_lower(st);
-    cost_estimate base;
-    if (cost_estimate_program(ws, rp, &hw, &opt, &base, err, sizeof err) == 0) {
+    rp = spmd_lower(st);
+    int have_base = cost_estimate_program(ws_base, rp, &hw, &opt, &base, err, sizeof err) == 0;
+    if (o->json) {
+        cJSON *doc = plan_doc_cost(cfg, &mesh, sched_str(&sc, &mesh, buf2, sizeof buf2), &hw, &opt, &e, have_base ? &base : NULL);
+        if (plan_doc_print(doc, stdout) < 0) {
+            cli_error("cost: cannot write the JSON document");
+            rc = CLI_BAD_INPUT;
+        }
+        goto done;
+    }
+    print_text(cfg, &mesh, &sc, &hw, &opt, &e);
+    if (have_base) {
         char a[32];
         cost_fmt_time(base.step_time, a, sizeof a);
         printf("\nreplicated plan: step %s, peak %.4g GiB%s; reward of this plan %.4g\n", a, base.peak_memory / 1073741824.0,
                base.fits ? "" : " (does not fit)", cost_reward(&e, base.step_time));
     }
-    spmd_free(rp);
 done:
+    spmd_free(rp);
+    spmd_free(p);
+    cost_ws_free(ws_base);
     cost_ws_free(ws);
     shard_state_free(st);
     ir_free(g);

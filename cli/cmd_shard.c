@@ -6,6 +6,7 @@
 #include "analysis/schedule.h"
 #include "analysis/spmd.h"
 #include "cli/cli.h"
+#include "plan/doc.h"
 
 /* Prints the collective table of a program: count and MiB per kind and phase. */
 static void print_collectives(const spmd_program *p)
@@ -38,6 +39,7 @@ int cmd_shard(const cli_opts *o)
     size_t dec_len = 0;
     FILE *dec = open_memstream(&dec_text, &dec_len);
     if (!dec) abort();
+    plan_doc_tactic *tac = ir_xcalloc((size_t)sc.n + 1, sizeof *tac);
     for (int t = 0; t < sc.n && rc == CLI_OK; t++) {
         int n = sched_expand(&sc.t[t], st, d, cap, err, sizeof err);
         if (n < 0) {
@@ -57,13 +59,25 @@ int cmd_shard(const cli_opts *o)
             blocked += r == 1;
             if (!o->summary) fprintf(dec, "  %-3s %s\n", r == 0 ? "" : "(=)", shard_decision_str(st, &d[k], buf, sizeof buf));
         }
+        schedule one = {.n = 1};
+        one.t[0] = sc.t[t];
+        sched_str(&one, &mesh, tac[t].tactic, sizeof tac[t].tactic);
+        tac[t].changed = applied;
+        tac[t].unchanged = blocked;
         fprintf(dec, "  tactic %d: %d decision%s changed the sharding", t + 1, applied, applied == 1 ? "" : "s");
         if (blocked)
             fprintf(dec, "; %d changed nothing (already so, or blocked by an earlier decision: see conflicts)", blocked);
         fputc('\n', dec);
     }
     fclose(dec);
-    if (rc == CLI_OK) {
+    if (rc == CLI_OK && o->json) {
+        spmd_program *p = spmd_lower(st);
+        if (plan_doc_print(plan_doc_shard(cfg, sched_str(&sc, &mesh, buf2, sizeof buf2), st, tac, sc.n, !o->summary, p), stdout) < 0) {
+            cli_error("shard: cannot write the JSON document");
+            rc = CLI_BAD_INPUT;
+        }
+        spmd_free(p);
+    } else if (rc == CLI_OK) {
         printf("model %s\nmesh %s (%lld devices)\nschedule %s\n\ndecisions:\n%s", cfg, shard_mesh_str(&mesh, buf, sizeof buf),
                (long long)mesh.n_devices, sched_str(&sc, &mesh, buf2, sizeof buf2), dec_text);
         printf("\nconflicts: %d\n", st->n_conflicts);
@@ -101,6 +115,7 @@ int cmd_shard(const cli_opts *o)
         print_collectives(p);
         spmd_free(p);
     }
+    free(tac);
     free(dec_text);
     free(d);
     shard_state_free(st);

@@ -17,25 +17,28 @@ static const cli_command commands[] = {
      "  --ops          print every op, one a line\n"
      "  --forward      the forward graph only, no backward or optimizer\n",
      cmd_show},
-    {"shard", "--model --graph --mesh --schedule --summary --forward --optimizer",
+    {"shard", "--model --graph --mesh --schedule --summary --forward --optimizer --json",
      "apply a sharding schedule: decisions, conflicts, argument shardings, the SPMD program",
-     "usage: carve shard (--model SPEC | --graph FILE) --mesh MESH --schedule SCHEDULE [--summary]\n"
+     "usage: carve shard (--model SPEC | --graph FILE) --mesh MESH --schedule SCHEDULE [--summary] [--json]\n"
      "  --mesh MESH          named axes, e.g. batch=4,model=2 (or 4x2)\n"
      "  --schedule SCHEDULE  tactics in order, e.g. dp:batch,megatron:model,zero3:batch\n"
      "                       (dp, megatron, zero1, zero2, zero3, remat:LAYERS, microbatch:N,\n"
      "                       tile:NAME:DIM:AXIS, atomic:NAME:AXIS, group:NAME:DIM:AXIS) or a .json file\n"
-     "  --summary            collective counts and bytes instead of the whole program\n",
+     "  --summary            collective counts and bytes instead of the whole program\n"
+     "  --json               print a carve-shard/1 document instead of text (docs/json-output.md);\n"
+     "                       without --summary it lists every decision too\n",
      cmd_shard},
-    {"cost", "--model --graph --mesh --schedule --hw --memory --precision --overlap --optimizer",
+    {"cost", "--model --graph --mesh --schedule --hw --memory --precision --overlap --optimizer --json",
      "price a sharding schedule on a hardware profile: step time, peak memory, breakdowns",
      "usage: carve cost (--model SPEC | --graph FILE) --mesh MESH --schedule SCHEDULE --hw PROFILE\n"
-     "                  [--memory GIB] [--precision f32|tf32|bf16|fp16] [--overlap]\n"
+     "                  [--memory GIB] [--precision f32|tf32|bf16|fp16] [--overlap] [--json]\n"
      "  --hw PROFILE         a preset (tpu-v3, a100, h100, cpu) or a carve-hw/1 JSON file (carve calibrate)\n"
      "  --memory GIB         memory per device instead of the profile's\n"
      "  --precision P        f32; tf32 (f32 values, TF32 matmuls); bf16 or fp16 (mixed: 2-byte params,\n"
      "                       activations, gradients; f32 master weights, Adam states).  Default: bf16 on\n"
      "                       accelerator profiles, f32 on CPU profiles (what carve's executor runs)\n"
-     "  --overlap            assume communication fully overlaps compute (step = max instead of sum)\n",
+     "  --overlap            assume communication fully overlaps compute (step = max instead of sum)\n"
+     "  --json               print a carve-cost/1 document instead of text (docs/json-output.md)\n",
      cmd_cost},
     {"calibrate", "--out --quiet --model --graph --mesh --schedule --optimizer",
      "measure this machine (GEMM, elementwise, copy, barrier) into a hardware profile",
@@ -47,7 +50,7 @@ static const cli_command commands[] = {
      cmd_calibrate},
     {"autopart",
      "--model --graph --mesh --hw --memory --schedule --search --budget --time --stall --seed --threads --out --quiet "
-     "--precision --overlap --optimizer",
+     "--precision --overlap --optimizer --json",
      "search for the best plan (MCTS over sharding tactics, priced by the cost model) and write it as JSON",
      "usage: carve autopart (--model SPEC | --graph FILE) --mesh MESH [--hw PROFILE] [--out plan.json] [options]\n"
      "  --hw PROFILE       a100 (default), h100, tpu-v3, cpu, or a carve-hw/1 file (carve calibrate)\n"
@@ -63,11 +66,16 @@ static const cli_command commands[] = {
      "  --seed N --threads N   same seed and thread count give the same plan\n"
      "  --out FILE         write the plan (docs/plan-format.md); Ctrl-C or SIGTERM stops the search and\n"
      "                     still writes it (exit 130 or 143)\n"
-     "  --quiet            no progress line on stderr\n",
+     "  --quiet            no progress line on stderr\n"
+     "  --json             print a carve-autopart/1 document instead of text (docs/json-output.md)\n",
      cmd_autopart},
-    {"explain", "--plan --hw FILE",
+    {"explain", "--plan --hw --json --html FILE",
      "explain a plan: shardings, collectives per layer, predicted cost, expert schedules side by side",
-     "usage: carve explain plan.json\n", cmd_explain},
+     "usage: carve explain plan.json [--json] [--html FILE] [--hw PROFILE]\n"
+     "  --json         print a carve-explain/1 document instead of text (docs/json-output.md)\n"
+     "  --html FILE    also write the plan's picture, as carve report does (docs/report.md)\n"
+     "  --hw PROFILE   price on this profile instead of the one the plan records\n",
+     cmd_explain},
     {"report", "--plan --html FILE",
      "draw a plan as one HTML page: shardings on the mesh, a timeline per phase, memory per device",
      "usage: carve report plan.json --html plan.html\n"

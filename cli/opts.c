@@ -108,10 +108,10 @@ int cli_parse(const cli_command *c, int argc, char **argv, cli_opts *o)
                       near ? "did you mean " : "", near ? near : "", near ? "? " : "", c->name);
             return CLI_BAD_INPUT;
         }
-        static const char *const bools[] = {"--summary", "--ops", "--forward", "--quiet", "--overlap"};
-        int *bool_dst[] = {&o->summary, &o->ops, &o->forward, &o->quiet, &o->overlap};
+        static const char *const bools[] = {"--summary", "--ops", "--forward", "--quiet", "--overlap", "--json"};
+        int *bool_dst[] = {&o->summary, &o->ops, &o->forward, &o->quiet, &o->overlap, &o->json};
         int is_bool = 0;
-        for (int k = 0; k < 5; k++)
+        for (int k = 0; k < 6; k++)
             if (!strcmp(flag, bools[k])) {
                 *bool_dst[k] = 1;
                 is_bool = 1;

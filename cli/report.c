@@ -2,8 +2,6 @@
 #include "cli/report.h"
 #include "cli/cli.h"
 
-#include "analysis/structure.h"
-
 #include <stdlib.h>
 #include <string.h>
 
@@ -93,69 +91,6 @@ int cli_print_experts(const plan_expert *ex, int n, const cost_estimate *mine)
     if (!n) printf("  (none: every mesh axis has size 1)\n");
     if (mine && n) printf("  (xN: the expert's step time over this plan's)\n");
     return best;
-}
-
-/* ---- plan descriptions ---------------------------------------------------- */
-
-static int dim_on(const shard_state *st, int v, int dim, int axis)
-{
-    const shard_spec *s = &st->spec[v];
-    for (int k = 0; k < s->n[dim]; k++)
-        if (s->axes[dim][k] == axis) return 1;
-    return 0;
-}
-
-/* Names what axis a does in st, from the graph's structure (the batch group,
- * the Megatron blocks), so the words do not depend on what params are called. */
-static int axis_parts(const shard_state *st, const shard_groups *gs, int batch, const shard_member *mega, int n_mega,
-                      int a, char parts[4][96])
-{
-    const ir_graph *g = st->g;
-    int np = 0, dp = 0, other = 0, tp = 0;
-    double pbytes = 0, ptiled = 0;
-    for (int v = 0; v < g->n_values; v++) {
-        const ir_value *x = &g->values[v];
-        if (x->role == IR_INPUT)
-            for (int d = 0; d < x->rank; d++) {
-                if (!dim_on(st, v, d, a)) continue;
-                if (gs->dim_group[gs->dim_base[v] + d] == batch) dp = 1;
-                else other = 1;
-            }
-        if (x->role == IR_PARAM) {
-            pbytes += (double)ir_bytes(x);
-            if (shard_spec_tiled(&st->spec[v], x->rank) & (1u << a)) ptiled += (double)ir_bytes(x);
-        }
-    }
-    for (int i = 0; i < n_mega; i++) tp += dim_on(st, mega[i].value, mega[i].dim, a);
-    if (dp) snprintf(parts[np++], 96, "data parallel");
-    if (other) snprintf(parts[np++], 96, "input dims other than the batch split");
-    if (tp) snprintf(parts[np++], 96, "tensor parallel (%d of %d Megatron-split params)", tp, n_mega);
-    if (dp && ptiled > 0) snprintf(parts[np++], 96, "%.0f%% of param bytes sharded (ZeRO-3/FSDP)", 100 * ptiled / pbytes);
-    else if (!tp && ptiled > 0) snprintf(parts[np++], 96, "%.0f%% of param bytes split", 100 * ptiled / pbytes);
-    if (!np) snprintf(parts[np++], 96, "replicated");
-    return np;
-}
-
-char *cli_describe_strategy(const shard_state *st, char *buf, size_t n)
-{
-    const ir_graph *g = st->g;
-    const shard_mesh *m = st->mesh;
-    shard_groups *gs = shard_groups_build(g);
-    char why[160], parts[4][96];
-    int batch = shard_batch_group(g, gs, why, sizeof why);
-    int cap = g->n_values + 1;
-    shard_member *mega = ir_xcalloc((size_t)cap, sizeof *mega);
-    int n_mega = shard_megatron_dims(g, mega, cap, NULL, why, sizeof why);
-    size_t k = 0;
-    buf[0] = 0;
-    for (int a = 0; a < m->n_axes; a++) {
-        int np = axis_parts(st, gs, batch, mega, n_mega, a, parts);
-        k += (size_t)snprintf(buf + k, k < n ? n - k : 0, "%s%s: ", a ? "; " : "", m->names[a]);
-        for (int i = 0; i < np && k < n; i++) k += (size_t)snprintf(buf + k, n - k, "%s%s", i ? " + " : "", parts[i]);
-    }
-    free(mega);
-    shard_groups_free(gs);
-    return buf;
 }
 
 /* ---- layers folded in the display ------------------------------------------ */

@@ -9,6 +9,7 @@
 #include "analysis/schedule.h"
 #include "analysis/spmd.h"
 #include "cost/cost.h"
+#include "plan/doc.h"
 #include "plan/experts.h"
 #include "plan/plan.h"
 
@@ -18,9 +19,6 @@ void cli_print_estimate(const cost_estimate *e);
 /* Prints the experts table, marking the best fitting one; returns its index or -1. */
 int cli_print_experts(const plan_expert *ex, int n, const cost_estimate *mine);
 
-/* One sentence naming the strategy of the plan in st (data parallel over X,
- * params sharded over X (ZeRO-3), tensor parallel over Y, ...). */
-char *cli_describe_strategy(const shard_state *st, char *buf, size_t n);
 /* Prints the sharding of the main params: layer 0 and those outside layers. */
 void cli_print_param_shardings(const shard_state *st);
 /* Prints collectives per layer (layer 0 and outside layers) of program p with

@@ -16,13 +16,15 @@
 #include <string.h>
 #include <unistd.h>
 
-static cJSON *num(double x)
+cJSON *plan_json_number(double x)
 {
     char buf[40];
     if (x != x || x > 1e308 || x < -1e308) return cJSON_CreateNull();
     snprintf(buf, sizeof buf, "%.17g", x);
     return cJSON_CreateRaw(buf);
 }
+
+static cJSON *num(double x) { return plan_json_number(x); }
 
 static cJSON *int_array(const int64_t *v, int n)
 {
@@ -31,7 +33,7 @@ static cJSON *int_array(const int64_t *v, int n)
     return a;
 }
 
-static cJSON *pspec_json(const shard_mesh *m, const shard_spec *s, int rank)
+cJSON *plan_pspec_json(const shard_mesh *m, const shard_spec *s, int rank)
 {
     cJSON *a = cJSON_CreateArray();
     for (int d = 0; d < rank; d++) {
@@ -85,7 +87,7 @@ static void add_model(cJSON *j, const plan *pl, const ir_graph *g)
     cJSON_AddItemToObject(model, "params", num((double)ir_param_count(g)));
 }
 
-static void add_mesh(cJSON *j, const shard_mesh *m, int version)
+void plan_add_mesh(cJSON *j, const shard_mesh *m, int version)
 {
     char buf[256];
     if (version == 1) {
@@ -129,7 +131,7 @@ static void add_sharding(cJSON *o, const shard_state *st, int v, int version)
     char buf[512];
     int64_t local[IR_MAX_RANK];
     cJSON_AddStringToObject(o, "sharding", shard_spec_str(st->mesh, s, x->rank, buf, sizeof buf));
-    cJSON_AddItemToObject(o, "partition_spec", pspec_json(st->mesh, s, x->rank));
+    cJSON_AddItemToObject(o, "partition_spec", plan_pspec_json(st->mesh, s, x->rank));
     if (version >= 2) {
         cJSON *pa = cJSON_AddArrayToObject(o, "partial");
         for (int a = 0; a < st->mesh->n_axes; a++)
@@ -198,7 +200,7 @@ static void add_activations(cJSON *j, const shard_state *st, const spmd_program 
     }
 }
 
-static void add_collectives(cJSON *j, const spmd_program *p)
+void plan_add_collectives(cJSON *j, const spmd_program *p)
 {
     cJSON *coll = cJSON_AddObjectToObject(j, "collectives");
     for (int k = SPMD_ALL_GATHER; k < SPMD_N_KINDS; k++) {
@@ -257,7 +259,7 @@ cJSON *plan_to_json(const plan *pl, const shard_state *st, const spmd_program *p
     cJSON *j = cJSON_CreateObject();
     cJSON_AddStringToObject(j, "format", version == 1 ? PLAN_FORMAT_V1 : PLAN_FORMAT);
     add_model(j, pl, st->g);
-    add_mesh(j, st->mesh, version);
+    plan_add_mesh(j, st->mesh, version);
     cJSON *hw = cJSON_AddObjectToObject(j, "hardware");
     cJSON_AddStringToObject(hw, "name", pl->hw_name);
     if (pl->hw) cJSON_AddItemToObject(hw, "profile", cJSON_Duplicate(pl->hw, 1));
@@ -266,7 +268,7 @@ cJSON *plan_to_json(const plan *pl, const shard_state *st, const spmd_program *p
     add_decisions(j, st);
     add_arguments(j, st, version);
     if (version >= 2 && p) add_activations(j, st, p);
-    if (p) add_collectives(j, p);
+    if (p) plan_add_collectives(j, p);
     if (e) add_predicted(j, e, version);
     if (pl->search.kind[0]) add_search(j, &pl->search);
     return j;

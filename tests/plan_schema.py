@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""plan_schema.py SCHEMA PLAN... - validates plan files against docs/plan.schema.json.
+"""plan_schema.py SCHEMA FILE... - validates plan files (docs/plan.schema.json) or --json
+documents (docs/output.schema.json) against a schema.
 
 A small validator for the part of JSON Schema (2020-12) the schema uses: type,
 const, enum, required, properties, additionalProperties: false, items,
@@ -44,7 +45,10 @@ def check(x, s, root, path):
     if "maximum" in s and is_type(x, "number") and x > s["maximum"]:
         return "%s: above %s" % (path, s["maximum"])
     if "oneOf" in s:
-        n = sum(check(x, o, root, path) is None for o in s["oneOf"])
+        errs = [check(x, o, root, path) for o in s["oneOf"]]
+        n = errs.count(None)
+        if n == 0:  # the choice that got deepest before failing says most
+            return max(errs, key=lambda e: len(e.split(":")[0]))
         if n != 1:
             return "%s: matches %d of the oneOf choices, not 1" % (path, n)
     if isinstance(x, dict):

@@ -1,0 +1,106 @@
+#!/usr/bin/env bash
+# e2e_json.sh - `--json` on carve cost, shard, explain and autopart
+# (docs/json-output.md): each document validates against
+# docs/output.schema.json, carries the figures of the text output
+# (tests/json_figures.py rebuilds the text's lines from the document), and
+# autopart's document prices the plan exactly as explain's of the written
+# plan; bad input still gives one error line and nothing on stdout.  Also
+# `explain --html`, which writes the page `carve report` writes.
+# Closing line: N passed, N failed.
+set -u
+. "$(dirname "$0")/lib_e2e.sh"
+carve=${CARVE_BIN:-$(dirname "$0")/../build/carve}
+root=${CARVE_ROOT:-$(cd "$(dirname "$0")/.." && pwd)}
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+cd "$tmp" || exit 1
+pass=0 fail=0
+schema() { python3 "$root/tests/plan_schema.py" "$root/docs/output.schema.json" "$@" >schema.txt; }
+figures() { python3 "$root/tests/json_figures.py" "$1" "$2" >fig.txt || { cat fig.txt; return 1; }; }
+# both() NAME ARGS...: the command with and without --json, same exit code, the
+# document valid and holding the text's figures
+both() {
+    "$carve" "${@:2}" >"$1.txt" 2>/dev/null
+    local rt=$?
+    "$carve" "${@:2}" --json >"$1.json" 2>/dev/null
+    local rj=$?
+    [ $rt = $rj ] && [ $rt -le 1 ]; check "$1: same exit ($rt, $rj)" $?
+    schema "$1.json"; check "$1: schema" $?
+    figures "$1.txt" "$1.json"; check "$1: same figures" $?
+}
+m=(--model gpt-125m:layers=2 --mesh batch=2,model=2)
+
+# ---- carve cost ----
+both cost1 cost "${m[@]}" --schedule dp:batch,megatron:model --hw a100
+both cost2 cost "${m[@]}" --schedule zero3:batch,megatron:model --hw h100 --overlap --precision fp16
+both cost3 cost "${m[@]}" --schedule dp:batch --hw a100 --precision f32 --memory 0.5
+both cost4 cost --model gpt-tiny --mesh batch=2 --schedule dp:batch --hw cpu
+python3 -c "import json,sys; d=json.load(open('cost3.json')); sys.exit(0 if not d['estimate']['fits'] else 1)"
+check "cost3 does not fit in 0.5 GiB" $?
+python3 -c "import json,sys; d=json.load(open('cost2.json')); sys.exit(0 if d['estimate']['overlapped'] else 1)"
+check "cost2 overlapped" $?
+
+# ---- carve shard ----
+both shard1 shard "${m[@]}" --schedule dp:batch,megatron:model,zero3:batch --summary
+both shard2 shard --model gpt-tiny --mesh batch=2,model=2 --schedule dp:batch,megatron:model
+# without --summary every decision is listed, as many as the text lists
+n_text=$(grep -c '^  \(   \|(=)\) ' shard2.txt)
+n_json=$(python3 -c "import json; print(len(json.load(open('shard2.json'))['decisions']))")
+[ "$n_text" -gt 0 ] && [ "$n_text" -ge "$n_json" ]; check "shard decisions listed ($n_text text, $n_json json)" $?
+
+# ---- carve autopart, then carve explain of the plan it wrote ----
+while IFS= read -r flags; do
+    i=$((${i:-0} + 1))
+    # shellcheck disable=SC2086
+    both auto$i autopart "${m[@]}" --budget 40 --quiet --out p$i.json $flags
+    both explain$i explain p$i.json
+    # the estimate autopart printed is the one explain prices from the file, to the last digit
+    python3 -c "
+import json, sys
+a, e = json.load(open('auto$i.json')), json.load(open('explain$i.json'))
+same = a['estimate'] == e['estimate'] and a['collectives'] == e['collectives'] and a['params'] == e['params']
+sys.exit(0 if same and a['plan_written'] == 'p$i.json' else 1)"
+    check "autopart and explain documents agree ($flags)" $?
+done <<'FLAGS'
+
+--overlap --precision f32
+--hw tpu-v3 --schedule dp:batch,auto --memory 2
+FLAGS
+both explain-v1 explain "$root/tests/plans/v1-gpt-tiny.json"
+both explain-hw explain p1.json --hw h100
+grep -q '"hardware_given":[[:space:]]*true' explain-hw.json; check "explain --hw said in the document" $?
+
+# ---- the checks can fail ----
+python3 -c "
+import json; d=json.load(open('cost1.json')); d['estimate']['step_time_s']*=1.01; json.dump(d, open('off.json','w'))"
+python3 "$root/tests/json_figures.py" cost1.txt off.json >fig.txt
+[ $? = 1 ] && grep -q "missing from the text: 'step time" fig.txt; check "a figure off by 1% is caught" $?
+python3 -c "
+import json; d=json.load(open('explain1.json')); d['collectives'][0]['predicted_s']*=2; json.dump(d, open('off.json','w'))"
+python3 "$root/tests/json_figures.py" explain1.txt off.json >fig.txt
+[ $? = 1 ]; check "a collective's time changed is caught" $?
+python3 -c "
+import json; d=json.load(open('shard1.json')); d['arguments'][0]['partition_spec']=[7]; json.dump(d, open('off.json','w'))"
+schema off.json
+[ $? = 1 ] && grep -q "partition_spec" schema.txt; check "the schema check can fail" $?
+: >empty.txt
+python3 "$root/tests/json_figures.py" empty.txt cost1.json >fig.txt; [ $? = 1 ]; check "an empty text fails" $?
+
+# ---- bad input: one line on stderr, no document ----
+bad json-bad-mesh "does not divide" "$carve" cost --model gpt-tiny --mesh batch=3 --schedule dp:batch --hw a100 --json
+bad json-bad-plan "cannot open plan" "$carve" explain nothere.json --json
+bad json-not-on-run "unknown option '--json'" "$carve" run --model gpt-tiny --mesh batch=2 --schedule dp:batch --json
+
+# ---- explain --html: the page carve report writes ----
+ok explain-html "$carve" explain p1.json --html e.html
+grep -q "wrote e.html" out.txt; check "explain says it wrote the page" $?
+"$carve" report p1.json --html r.html >/dev/null 2>&1
+cmp -s e.html r.html; check "explain --html writes report's page" $?
+"$carve" explain p1.json --json --html ej.html >ej.json 2>/dev/null && python3 -c "import json; json.load(open('ej.json'))" &&
+    cmp -s ej.html r.html
+check "--json and --html together" $?
+bad html-no-folder "nofolder/x.html" "$carve" explain p1.json --html nofolder/x.html
+[ ! -e nofolder ]; check "no partial output" $?
+
+echo "$pass passed, $fail failed"
+[ $fail -eq 0 ]

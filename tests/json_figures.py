@@ -1,0 +1,251 @@
+#!/usr/bin/env python3
+"""json_figures.py TEXT JSON - the --json document carries the figures of the text.
+
+TEXT is what a carve command printed without --json, JSON what the same command
+printed with --json (carve cost, shard, explain or autopart; the document's
+"format" says which).  From the document alone this script writes the lines
+the text must hold, with the text's own formats (times as cost_fmt_time's
+"%.3f ms", sizes as "%.4g GiB", ...), and checks each is a line of TEXT, so
+every figure the text rounds is the document's value rounded the same way.
+Lists the text cuts (the first 5 conflicts, layer 0's params, 24 collectives
+a layer) are checked the other way: each line the text shows is one the
+document produces.  Prints one line per mismatch and a closing
+"N lines matched, N mismatched"; exit 1 on any mismatch, or when fewer lines
+matched than the document must yield (so an empty text cannot pass).
+"""
+import json, sys
+
+GIB, MIB = 1073741824.0, 1048576.0
+
+
+def fmt_time(s):
+    """cost_fmt_time (cost/precision.c)."""
+    if s >= 1:
+        return "%.3f s" % s
+    if s >= 1e-3:
+        return "%.3f ms" % (s * 1e3)
+    return "%.3f us" % (s * 1e6)
+
+
+def g4(x):
+    return "%.4g" % x
+
+
+def pspec(p):
+    return json.dumps(p)
+
+
+def type_str(v):
+    return "%s[%s]" % (v["dtype"], ",".join(str(int(d)) for d in v["shape"]))
+
+
+def mesh_str(doc):
+    return ",".join("%s=%d" % (a["name"], a["size"]) for a in doc["mesh"]["axes"])
+
+
+def layer_name(layer):
+    return "outside" if layer is None else "layer %d" % layer
+
+
+def estimate_lines(e):
+    """cli_print_estimate (cli/report.c)."""
+    a, b, c = fmt_time(e["step_time_s"]), fmt_time(e["compute_s"]), fmt_time(e["communication_s"])
+    if e["overlapped"]:
+        out = ["step time      %s  (compute %s and communication %s overlapped: the larger of the two)" % (a, b, c)]
+    else:
+        out = ["step time      %s  (compute %s + communication %s)" % (a, b, c)]
+    if e["serialisation"] != 1:
+        out.append("               per-device times scaled by %.3g (simulated devices sharing this machine's cores)"
+                   % e["serialisation"])
+    out.append("FLOPs/device   %s GFLOP; communicated %s MiB per device (%s MiB on the wire)" %
+               (g4(e["flops_per_device"] / 1e9), g4(e["communicated_bytes_per_device"] / MIB),
+                g4(e["wire_bytes_per_device"] / MIB)))
+    out.append("peak memory    %s GiB per device of %s GiB: %s" % (g4(e["peak_memory_bytes"] / GIB),
+               g4(e["memory_capacity_bytes"] / GIB), "fits" if e["fits"] else "DOES NOT FIT"))
+    p = e["at_peak_bytes"]
+    out.append("  at the peak: params %s GiB, optimizer states %s GiB, gradients %s GiB, activations %s GiB, other %s GiB"
+               % tuple(g4(p[k] / GIB) for k in ("params", "optimizer_states", "gradients", "activations", "other")))
+    out.append("  model states (params + gradients + optimizer states): %s GiB" % g4(e["model_state_bytes"] / GIB))
+    for o in e["by_op_kind"]:
+        pct = 100 * o["seconds"] / e["compute_s"] if e["compute_s"] > 0 else 0
+        out.append("  %-12s %6d ops %14s  %5.1f%%" % (o["op"], o["count"], fmt_time(o["seconds"]), pct))
+    for o in e["by_collective_kind"]:
+        out.append("  %-15s %6d %14s  %10.4g MiB on the wire" % (o["kind"], o["count"], fmt_time(o["seconds"]),
+                                                             o["wire_bytes"] / MIB))
+    for o in e["by_phase"]:
+        out.append("  %-10s %14s %14s" % (o["phase"], fmt_time(o["compute_s"]), fmt_time(o["communication_s"])))
+    for o in e["by_layer"]:
+        out.append("  %-10s %14s %14s %10.4g" % (layer_name(o["layer"]), fmt_time(o["compute_s"]),
+                                               fmt_time(o["communication_s"]), o["wire_bytes"] / MIB))
+    return out
+
+
+def expert_lines(doc):
+    """cli_print_experts: this plan's row and each expert's."""
+    e = doc["estimate"]
+    out = ["  %-44s %14s %11.4g GiB  %s" % ("this plan", fmt_time(e["step_time_s"]), e["peak_memory_bytes"] / GIB,
+                                           "" if e["fits"] else "does not fit")]
+    for x in doc["experts"]:
+        if not x["applies"]:
+            out.append("  %-44s %14s %14s  %s" % (x["schedule"], "-", "-", x["why"]))
+            continue
+        ratio = "x%.3f" % x["time_over_this_plan"] if "time_over_this_plan" in x else ""
+        out.append("  %-44s %14s %11.4g GiB  %s%s%s%s" % (
+            x["schedule"], fmt_time(x["step_time_s"]), x["peak_memory_bytes"] / GIB, "" if x["fits"] else x["why"],
+            "" if x["fits"] else " ", "best expert " if x["best"] else "", ratio))
+    return out
+
+
+def collective_line(c):
+    what = c["value"] if not c["value"].startswith("%") or "op" not in c else "for %s -> %s" % (c["op"], c["op_output"])
+    return "    %-9s %-15s{%s} %-26s %10.4g MiB %12s" % (c["phase"], c["kind"], ",".join(c["axes"]), what,
+                                                     c["bytes_per_device"] / MIB, fmt_time(c["predicted_s"]))
+
+
+def layer_collectives(doc, text):
+    """cli_print_layer_collectives: per layer shown, its total line and each
+    collective line it lists (the text folds equal layers and cuts at 24)."""
+    must, shown = [], []
+    by_layer = {}
+    for c in doc["collectives"]:
+        by_layer.setdefault(c["layer"], []).append(c)
+    cur = "none"
+    for ln in text:
+        if ln.startswith("  in layer ") and ln.endswith(":"):
+            cur = int(ln[len("  in layer "):-1])
+        elif ln == "  outside layers:":
+            cur = None
+        elif cur != "none" and ln.startswith("    ") and " collectives, " in ln:
+            cs = by_layer.get(cur, [])
+            must.append("    %d collectives, %s predicted" % (len(cs), fmt_time(sum(c["predicted_s"] for c in cs))))
+            cur = "none"
+        elif cur != "none" and ln.startswith("    ") and " MiB " in ln:
+            shown.append((ln, {collective_line(c) for c in by_layer.get(cur, [])}))
+    if not any(l.startswith("  in layer ") for l in text) and doc["collectives"]:
+        must.append("  in layer 0:")
+    return must, shown
+
+
+def param_lines(doc, text, start, fmt):
+    """The param rows the text shows (from the line `start` to a blank line),
+    each produced by one of the document's params."""
+    rows = {fmt(p) for p in doc["params" if "params" in doc else "arguments"]}
+    shown, on = [], False
+    for ln in text:
+        if ln == start:
+            on = True
+        elif on and (not ln or not ln.startswith("  ") or ln.startswith("  (")):
+            break
+        elif on:
+            shown.append((ln, rows))
+    if not shown:
+        shown.append(("(no rows after '%s')" % start, set()))
+    return shown
+
+
+def explain_like(doc, text):
+    must = estimate_lines(doc["estimate"]) if doc["format"].startswith("carve-explain") else []
+    must.append("strategy   %s" % doc["strategy"])
+    must += expert_lines(doc)
+    m, shown = layer_collectives(doc, text)
+    must += m
+    shown += param_lines(doc, text, "param shardings (PartitionSpec):",
+                         lambda p: "  %-22s %-20s %s" % (p["name"], type_str(p), pspec(p["partition_spec"])))
+    return must, shown
+
+
+def cost(doc, text):
+    must = estimate_lines(doc["estimate"])
+    must.append("model %s" % doc["model"])
+    must.append("mesh %s (%d devices)" % (mesh_str(doc), doc["devices"]))
+    must.append("schedule %s" % doc["schedule"])
+    must.append("hardware %s (%s)" % (doc["hardware"]["name"], doc["hardware"]["source"]))
+    r = doc["replicated"]
+    must.append("replicated plan: step %s, peak %s GiB%s; reward of this plan %s" % (
+        fmt_time(r["step_time_s"]), g4(r["peak_memory_bytes"] / GIB), "" if r["fits"] else " (does not fit)",
+        g4(doc["reward"])))
+    return must, []
+
+
+def explain(doc, text):
+    must, shown = explain_like(doc, text)
+    p = doc["plan"]
+    must.append("plan       %s (%s)" % (p["path"], p["format"]))
+    must.append("mesh       %s (%d devices)" % (mesh_str(doc), doc["devices"]))
+    must.append("decisions  %d (all replayed; every argument's sharding matches the plan)" % p["decisions"])
+    o = doc["cost_options"]
+    must.append("options    precision %s, %s, memory per device %s" % (
+        o["precision"], "communication overlapped with compute" if o["overlap"] else "no overlap",
+        "as given" if o["memory_capacity_bytes"] > 0 else "the profile's"))
+    return must, shown
+
+
+def autopart(doc, text):
+    must, shown = explain_like(doc, text)
+    e, s = doc["estimate"], doc["search"]
+    tail = ", peak memory %s GiB of %s GiB per device%s" % (g4(e["peak_memory_bytes"] / GIB),
+                                                           g4(e["memory_capacity_bytes"] / GIB),
+                                                           "" if e["fits"] else ": DOES NOT FIT")
+    how = " and " if doc["cost_options"]["overlap"] else " + "
+    must.append("  step time %s (compute %s%scommunication %s%s)%s" % (
+        fmt_time(e["step_time_s"]), fmt_time(e["compute_s"]), how, fmt_time(e["communication_s"]),
+        " overlapped" if doc["cost_options"]["overlap"] else "", tail))
+    must.append("mesh       %s (%d devices)" % (mesh_str(doc), doc["devices"]))
+    must.append("           root actions %d, tree nodes %d, seed %s" % (s["root_actions"], s["tree_nodes"], s["seed"]))
+    if doc["actions"]:
+        must.append("actions    " + " ".join(doc["actions"]))
+    if doc["plan_written"]:
+        must.append("plan written to %s" % doc["plan_written"])
+    return must, shown
+
+
+def shard(doc, text):
+    must = ["model %s" % doc["model"], "mesh %s (%d devices)" % (mesh_str(doc), doc["devices"]),
+            "schedule %s" % doc["schedule"], "conflicts: %d" % len(doc["conflicts"])]
+    for i, t in enumerate(doc["tactics"]):
+        ln = "  tactic %d: %d decision%s changed the sharding" % (i + 1, t["changed"], "" if t["changed"] == 1 else "s")
+        if t["unchanged"]:
+            ln += "; %d changed nothing (already so, or blocked by an earlier decision: see conflicts)" % t["unchanged"]
+        must.append(ln)
+    for c in doc["conflicts"][:5]:
+        must.append("  %s%s: '%s' not sharded on %s: %s" % ("at " if c["at"] is not None else "decision", c["at"] or "",
+                                                          c["value"], c["axis"], c["why"]))
+    b = doc["bytes_per_device"]
+    must.append("per device: params %s MiB of %s MiB, optimizer states %s MiB of %s MiB, inputs %s MiB of %s MiB" % tuple(
+        g4(b[r][k] / MIB) for r in ("params", "optimizer_states", "inputs") for k in ("local", "global")))
+    for kind, phases in doc["collectives"].items():
+        must.append("  %-15s" % kind + "".join(" %6d %11.3f" % (phases[ph]["count"], phases[ph]["bytes_per_device"] / MIB)
+                                               for ph in ("forward", "backward", "optimizer")))
+    shown = param_lines(doc, text, "arguments:", lambda a: "  %-22s %-9s %-22s %s" % (
+        a["name"], a["role"], type_str(a), pspec(a["partition_spec"])))
+    return must, shown
+
+
+def main():
+    text = [l.rstrip() for l in open(sys.argv[1]).read().splitlines()]
+    doc = json.load(open(sys.argv[2]))
+    kind = doc["format"].split("/")[0].replace("carve-", "")
+    must, shown = {"cost": cost, "explain": explain, "autopart": autopart, "shard": shard}[kind](doc, text)
+    lines = set(text)
+    ok = bad = 0
+    for m in must:
+        if m.rstrip() in lines:
+            ok += 1
+        else:
+            bad += 1
+            print("missing from the text: %r" % m)
+    for ln, rows in shown:
+        if ln in {r.rstrip() for r in rows}:
+            ok += 1
+        else:
+            bad += 1
+            print("not from the document: %r" % ln)
+    floor = {"cost": 12, "explain": 14, "autopart": 12, "shard": 10}[kind]
+    if ok < floor:
+        bad += 1
+        print("only %d lines matched; the document must yield at least %d" % (ok, floor))
+    print("%d lines matched, %d mismatched" % (ok, bad))
+    sys.exit(1 if bad else 0)
+
+
+main()
