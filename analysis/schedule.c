@@ -157,17 +157,17 @@ int sched_parse_json(const char *text, const char *where, const shard_mesh *m, s
         ir_errf(err, n, "%s: a schedule file must be a JSON object", where);
         goto done;
     }
+    const char *twice = ir_json_repeated_key(j);
+    if (twice) {
+        ir_errf(err, n, "%s: %s: key given twice", where, twice);
+        goto done;
+    }
     for (const cJSON *a = j->child; a; a = a->next) {
         const char *key = a->string ? a->string : "";
         if (strcmp(key, "format") && strcmp(key, "tactics")) {
             ir_errf(err, n, "%s: %s: unknown key", where, key);
             goto done;
         }
-        for (const cJSON *b = a->next; b; b = b->next)
-            if (b->string && !strcmp(key, b->string)) {
-                ir_errf(err, n, "%s: %s: key given twice", where, key);
-                goto done;
-            }
     }
     cJSON *fmt = cJSON_GetObjectItemCaseSensitive(j, "format");
     cJSON *tacs = cJSON_GetObjectItemCaseSensitive(j, "tactics");

@@ -249,11 +249,8 @@ int cost_axis_levels(const cost_hw *hw, const shard_mesh *mesh, int axis, int64_
  * win silently). */
 static int no_duplicates(const cJSON *o, const char *where, const char *path, char *err, size_t errlen)
 {
-    for (const cJSON *a = o->child; a; a = a->next)
-        for (const cJSON *b = a->next; b; b = b->next)
-            if (a->string && b->string && !strcmp(a->string, b->string))
-                return ir_errf(err, errlen, "%s: %s%s: key given twice", where, path, a->string);
-    return 0;
+    const char *twice = ir_json_repeated_key(o);
+    return twice ? ir_errf(err, errlen, "%s: %s%s: key given twice", where, path, twice) : 0;
 }
 
 /* Reads the number x for row r into the struct at base. */

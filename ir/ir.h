@@ -372,5 +372,10 @@ ir_graph *ir_load_json_file(const char *path, char *err, size_t errlen);
 char *ir_save_json(const ir_graph *g);
 /* Writes atomically (temporary file then rename). Returns 0 or -1 with message. */
 int ir_save_json_file(const ir_graph *g, const char *path, char *err, size_t errlen);
+/* The first key that object o (a cJSON object) holds twice, or NULL.  cJSON
+ * keeps both and its lookups return the first, so every reader of a JSON file
+ * (graphs, plans, profiles, schedules) refuses such an object with this. */
+struct cJSON;
+const char *ir_json_repeated_key(const struct cJSON *o);
 
 #endif

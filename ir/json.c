@@ -457,15 +457,24 @@ static int get_string(loader *L, const cJSON *j, const char *what, const char **
     return 0;
 }
 
+const char *ir_json_repeated_key(const cJSON *o)
+{
+    for (const cJSON *a = o ? o->child : NULL; a; a = a->next)
+        for (const cJSON *b = a->next; b; b = b->next)
+            if (a->string && b->string && !strcmp(a->string, b->string)) return a->string;
+    return NULL;
+}
+
 /* Checks that every key of object `o` is in `keys` (NULL-terminated) and
  * appears once.  `attr_keys` (may be NULL) are keys known to other ops:
  * they get a message naming `opname`.  Keys "comment" and "_..." are free. */
 static int check_keys(loader *L, const cJSON *o, const char *const *keys, const char *const *attr_keys,
                       const char *opname)
 {
+    const char *twice = ir_json_repeated_key(o);
+    if (twice) return lfail(L, "field \"%.40s\" appears twice", twice);
     for (const cJSON *c = o->child; c; c = c->next) {
         const char *k = c->string ? c->string : "";
-        if (cJSON_GetObjectItemCaseSensitive(o, k) != c) return lfail(L, "field \"%.40s\" appears twice", k);
         if (!strcmp(k, "comment") || k[0] == '_') continue;
         int ok = 0;
         for (int i = 0; keys[i] && !ok; i++) ok = !strcmp(keys[i], k);

@@ -97,10 +97,20 @@ __attribute__((format(printf, 5, 6))) static int fail(char *err, size_t errlen, 
     return ir_errf(err, errlen, "%s: %s: %s", plan_printable(path, pp, sizeof pp), key, plan_printable(what, pw, sizeof pw));
 }
 
+/* The first key held twice by any object inside j, or NULL. */
+static const char *repeated_key_anywhere(const cJSON *j)
+{
+    const char *twice = cJSON_IsObject(j) ? ir_json_repeated_key(j) : NULL;
+    for (const cJSON *c = j->child; c && !twice; c = c->next) twice = repeated_key_anywhere(c);
+    return twice;
+}
+
 static int check_keys(const cJSON *j, const char *const *known, const char *path, char *err, size_t errlen)
 {
     const cJSON *x;
     char pk[96];
+    const char *twice = repeated_key_anywhere(j);
+    if (twice) return fail(err, errlen, path, plan_printable(twice, pk, sizeof pk), "key given twice in one object");
     cJSON_ArrayForEach(x, j)
     {
         int i = 0;

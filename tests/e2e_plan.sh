@@ -125,6 +125,13 @@ edit e12.json "p['cost_options']['turbo']=True"
 bad edit-unknown-option "cost_options: turbo: unknown option" "$carve" explain e12.json
 edit e13.json "p['arguments'][0]['extra']=1"
 bad edit-nested-unknown "arguments\[0\] ([a-z]*).extra: unknown key" "$carve" explain e13.json
+# a key given twice (json.dump cannot write one: the text is edited); cJSON would keep the first
+sed 's/"devices":[[:space:]]*\([0-9][0-9]*\)/"devices": \1, "devices": 64/' rt1.json >e15.json
+grep -q '"devices": 64' e15.json; check "test setup: devices given twice" $?
+bad edit-key-twice "e15.json: devices: key given twice in one object" "$carve" explain e15.json
+sed '0,/"name":[[:space:]]*"batch"/s//"name": "batch", "name": "model"/' rt1.json >e16.json
+grep -q '"name": "model"' e16.json; check "test setup: a mesh axis name given twice" $?
+bad edit-nested-key-twice "e16.json: name: key given twice in one object" "$carve" run --plan e16.json
 edit e14.json "p['collectives']['all-reduce']['backward']['count']+=1"
 "$carve" run --plan e14.json >out.txt 2>err.txt && grep -q "note: e14.json: collectives.all-reduce.backward.count" err.txt
 check "edited collectives: a note" $?
