@@ -344,11 +344,17 @@ spmd_program *spmd_lower_ex(shard_state *s, spmd_program *p, const spmd_options 
             shard_spec T;
             tensor_layout(s, i, t, fa, &T);
             T.partial = (uint8_t)keep_partial;
+            if (o->kind == IR_OP_RESHARD) { /* the operand moves into the result's own layout */
+                T = s->spec[o->out];
+                T.partial = T.partial_max = 0;
+                drop_unit_axes(&p->mesh, &T, g->values[o->out].rank);
+            }
             ins[t] = reshard(&c, o->in[t], &T);
         }
         shard_spec out;
         tensor_layout(s, i, r->n_in, fa, &out);
         out.partial = (uint8_t)keep_partial;
+        if (o->kind == IR_OP_RESHARD) out = p->bufs[ins[0]].spec;
         for (int f = 0; f < r->n_factors; f++) {
             if (r->kind[f] != SHARD_REDUCE_SUM && r->kind[f] != SHARD_REDUCE_MAX) continue;
             for (int k = 0; k < fa[f].n; k++) {

@@ -301,10 +301,35 @@ static int extend_dim(shard_state *s, int op, int v, int d, const uint8_t *want,
     return changed;
 }
 
+/* A reshard op passes its source's sharding (operand for dir 0, result for
+ * dir 1) to the other side where that side can take it, never the other
+ * way: the two sides may differ, and the lowering moves the value between
+ * them.  A side that cannot take it is not a conflict: that is the point. */
+static void process_reshard(shard_state *s, int op)
+{
+    const ir_op *o = &s->g->ops[op];
+    int src = o->attrs.ints[0] == 0 ? o->in[0] : o->out, dst = src == o->out ? o->in[0] : o->out;
+    const ir_value *x = &s->g->values[dst];
+    const shard_spec *sp = &s->spec[src];
+    int saved = s->record_conflicts, changed = 0;
+    s->record_conflicts = 0;
+    for (int d = 0; d < x->rank; d++) {
+        int16_t st[SHARD_MAX_AXES];
+        for (int k = 0; k < sp->n[d]; k++) st[k] = s->stamp[src][sp->axes[d][k]];
+        changed |= extend_dim(s, op, dst, d, sp->axes[d], st, sp->n[d], x->dims[d]);
+    }
+    s->record_conflicts = saved;
+    if (changed) value_changed(s, dst);
+}
+
 static void process_op(shard_state *s, int op)
 {
     const ir_op *o = &s->g->ops[op];
     const shard_rule *r = &s->rules[op];
+    if (o->kind == IR_OP_RESHARD) {
+        process_reshard(s, op);
+        return;
+    }
     shard_factor_axes fa[SHARD_MAX_FACTORS];
     shard_op_factors(s, op, fa);
     for (int t = 0; t <= r->n_in; t++) {

@@ -422,15 +422,18 @@ int sched_expand(const tactic *t, const shard_state *st, shard_decision *out, in
         return n;
     case TACTIC_GROUP:
         return expand_group(t, st, out, &n, cap, err, errlen) < 0 ? -1 : n;
-    case TACTIC_EP: /* experts first: their stamp wins over the tokens' at the expert einsums */
-        for (int v = 0; v < g->n_values; v++) {
-            const char *nm = g->values[v].name;
-            if (g->values[v].role != IR_PARAM || (fnmatch("*.moe.w[123]", nm, 0) != 0)) continue;
-            if (push(out, &n, cap, (shard_decision){SHARD_TILE, 0, (int8_t)t->axis, v}) < 0) goto full;
-        }
-        if (!n) return ir_errf(err, errlen, "ep:%s: the graph has no expert weights (params named *.moe.w1/w2/w3)", m->names[t->axis]);
+    case TACTIC_EP: { /* experts first: their stamp wins over the tokens' at the expert einsums */
+        shard_member *dims = ir_xcalloc((size_t)cap + 1, sizeof *dims);
+        char why[160];
+        int k = shard_expert_dims(g, dims, cap, why, sizeof why);
+        for (int i = 0; i < k && n >= 0; i++)
+            if (push(out, &n, cap, (shard_decision){SHARD_TILE, (int8_t)dims[i].dim, (int8_t)t->axis, dims[i].value}) < 0) n = -1;
+        free(dims);
+        if (n < 0) goto full;
+        if (!k) return ir_errf(err, errlen, "ep:%s: %s", m->names[t->axis], why);
         if (expand_dp(t, st, out, &n, cap) < 0) goto full;
         return n;
+    }
     case TACTIC_TILE:
     case TACTIC_ATOMIC: {
         /* A glob names params and inputs: optimizer states follow their param

@@ -214,3 +214,43 @@ int shard_megatron_dims(const ir_graph *g, shard_member *out, int cap, int *n_bl
     }
     return count;
 }
+
+/* The dim group a routing argmax reduces (the experts), or -1. */
+static int expert_group(const ir_graph *g, const shard_groups *gs)
+{
+    for (int i = 0; i < g->n_ops; i++) {
+        const ir_op *o = &g->ops[i];
+        if (o->kind == IR_OP_ARGMAX) return gs->dim_group[gs->dim_base[o->in[0]] + o->attrs.ints[0]];
+    }
+    return -1;
+}
+
+int shard_expert_dims(const ir_graph *g, shard_member *out, int cap, char *why, size_t n)
+{
+    shard_groups *gs = shard_groups_build(g);
+    int eg = expert_group(g, gs), count = 0;
+    /* the forward's contractions only: the backward's (dx = dy . router)
+     * share every dim */
+    int fwd_end = g->loss >= 0 && g->values[g->loss].producer >= 0 ? g->values[g->loss].producer : g->n_ops;
+    for (int op = 0; op < fwd_end && eg >= 0; op++) {
+        const ir_op *o = &g->ops[op];
+        shard_rule r;
+        if (o->kind != IR_OP_EINSUM || shard_rule_of(g, op, &r) < 0) continue;
+        for (int t = 0; t < 2; t++) {
+            int p = o->in[t], q = o->in[1 - t];
+            if (g->values[p].role != IR_PARAM) continue;
+            for (int d = 0; d < g->values[p].rank; d++) {
+                if (!r.nf[t][d] || gs->dim_group[gs->dim_base[p] + d] != eg) continue;
+                int f = r.f[t][d][0], shared = 0;
+                for (int e = 0; e < g->values[q].rank; e++) shared |= r.nf[1 - t][e] && r.f[1 - t][e][0] == f;
+                if (shared) add_member(out, &count, cap, (shard_member){p, d});
+            }
+        }
+    }
+    shard_groups_free(gs);
+    if (!count) {
+        if (eg < 0) ir_errf(why, n, "no routing (an argmax) to find the experts dim by");
+        else ir_errf(why, n, "no param whose experts dim a contraction shares with the tokens (expert weights)");
+    }
+    return count;
+}

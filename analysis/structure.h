@@ -31,4 +31,12 @@ int shard_batch_group(const ir_graph *g, const shard_groups *gs, char *why, size
  * (may be NULL) receives the number of column-row blocks found. */
 int shard_megatron_dims(const ir_graph *g, shard_member *out, int cap, int *n_blocks, char *why, size_t n);
 
+/* The expert weights' experts dims, which expert parallelism (ep:AXIS)
+ * tiles: the experts dim is the dim group a routing argmax reduces (top-k's
+ * choice of expert); expert weights are params with a dim in that group that
+ * a contraction shares with its other operand (one GEMM per expert: "ebch,
+ * ehf->ebcf"), not the router, whose experts dim only the result has.  At
+ * most cap; returns how many (0: none, the reason in why). */
+int shard_expert_dims(const ir_graph *g, shard_member *out, int cap, char *why, size_t n);
+
 #endif

@@ -77,15 +77,17 @@ int cli_print_experts(const plan_expert *ex, int n, const cost_estimate *mine)
         printf("  %-44s %14s %11.4g GiB  %s\n", "this plan", a, mine->peak_memory / 1073741824.0, mine->fits ? "" : "does not fit");
     }
     for (int i = 0; i < n; i++) {
+        char label[208];
+        snprintf(label, sizeof label, ex[i].what[0] ? "%s (%s)" : "%s", ex[i].schedule, ex[i].what);
         if (!ex[i].ok) {
-            printf("  %-44s %14s %14s  %s\n", ex[i].schedule, "-", "-", ex[i].why);
+            printf("  %-44s %14s %14s  %s\n", label, "-", "-", ex[i].why);
             continue;
         }
         cost_fmt_time(ex[i].e.step_time, a, sizeof a);
         b[0] = 0;
         if (mine && mine->step_time > 0 && ex[i].e.step_time > 0)
             snprintf(b, sizeof b, "x%.3f", ex[i].e.step_time / mine->step_time);
-        printf("  %-44s %14s %11.4g GiB  %s%s%s%s\n", ex[i].schedule, a, ex[i].e.peak_memory / 1073741824.0,
+        printf("  %-44s %14s %11.4g GiB  %s%s%s%s\n", label, a, ex[i].e.peak_memory / 1073741824.0,
                ex[i].e.fits ? "" : ex[i].why, ex[i].e.fits ? "" : " ", i == best ? "best expert " : "", mine ? b : "");
     }
     if (!n) printf("  (none: every mesh axis has size 1)\n");

@@ -277,6 +277,12 @@ VJP(shift)
     int64_t back[2] = {o->attrs.ints[0], -o->attrs.ints[1]};
     dx[0] = ints_op(g, IR_OP_SHIFT, gy, 2, back, 0, NULL, nm[0]);
 }
+/* the gradient crosses the same boundary the other way */
+VJP(reshard)
+{
+    int64_t back = 1 - o->attrs.ints[0];
+    dx[0] = ints_op(g, IR_OP_RESHARD, gy, 1, &back, 0, NULL, nm[0]);
+}
 /* y_i = sum_{j<=i} x_j: dx_j = sum_{i>=j} g_i = total - cumsum(g)_j + g_j */
 VJP(cumsum)
 {

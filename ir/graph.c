@@ -658,6 +658,16 @@ static int infer_unary_any(shape_ctx *c)
     return 0;
 }
 
+static int infer_reshard(shape_ctx *c)
+{
+    if (!is_float(c->x->dtype)) return ir_fail(c->g, "%s: operand '%s' needs a float type", c->on, c->x->name);
+    if (c->a->n_ints != 1 || (c->a->ints[0] != 0 && c->a->ints[0] != 1))
+        return ir_fail(c->g, "%s of '%s': needs dims = [dir] with dir 0 (the result follows the operand) or 1 (the reverse)",
+                       c->on, c->x->name);
+    same_as(c, c->x);
+    return 0;
+}
+
 #define X(e, name, arity, cls, count, coef, bytes, grads, shape, rule, vjp, kern, attrs) infer_##shape,
 static int (*const infer_of[IR_N_OPS])(shape_ctx *) = {
 #include "ops.def"
@@ -841,6 +851,12 @@ int ir_cumsum(ir_graph *g, int x, int dim)
 {
     int64_t d = dim;
     return with_ints(g, IR_OP_CUMSUM, x, 1, &d, 0, NULL);
+}
+
+int ir_reshard(ir_graph *g, int x, int dir)
+{
+    int64_t d = dir;
+    return with_ints(g, IR_OP_RESHARD, x, 1, &d, 0, NULL);
 }
 
 int ir_one_hot(ir_graph *g, int ids, int64_t depth)

@@ -277,6 +277,13 @@ int ir_shift(ir_graph *g, int x, int dim, int64_t offset);
  * inclusive running sum along dim. */
 int ir_argmax(ir_graph *g, int x, int dim);
 int ir_cumsum(ir_graph *g, int x, int dim);
+/* The identity, marking a place where the value may change its layout
+ * (expert parallelism's dispatch and combine): the lowering reshards the
+ * operand into the result's layout (an all-to-all when an axis moves between
+ * dims).  Sharding propagates across it in one direction only: dir 0 from the
+ * operand to the result, dir 1 from the result back to the operand; so the
+ * two sides can keep different layouts (docs/sharding.md). */
+int ir_reshard(ir_graph *g, int x, int dir);
 /* Generic entry used by the JSON loader: checks arity and attrs, infers the
  * result shape (`shape_hint` is needed for CONSTANT, IOTA, BROADCAST, RESHAPE;
  * for SCATTER_ADD its dims[0] gives the rows; may be NULL otherwise). */

@@ -11,9 +11,14 @@
  *   dispatch [b,s,e,c] = sum_j mask_j * keep_j * one_hot(pos_j) (one_hot
  *   built as pos == iota_c from two ge's), combine = dispatch weighted by
  *   gate_j (gates not renormalised);
- *   xe = einsum("bsec,bsh->ebch")  (an explicit experts dim e),
+ *   xe = reshard(einsum("bsec,bsh->ebch"), 0)  (an explicit experts dim e),
  *   ye = SwiGLU per expert with w1, w3 [e,h,f] and w2 [e,f,h],
- *   y  = einsum("bsec,ebch->bsh", combine, ye).
+ *   y  = einsum("bsec,ebch->bsh", combine, reshard(ye, 1)).
+ * The reshards (ir.h) let the experts' side keep its own layout: under
+ * `ep:AXIS` the tokens' side is split by batch and the experts' side by
+ * experts, and the lowering moves xe and ye between them with all-to-alls
+ * (GShard's dispatch and combine); under dp both sides are split by batch
+ * and the reshards move nothing.
  * Load balancing (Switch): aux = e * sum_e mean(mask_0)_e * mean(probs)_e,
  * summed over layers into the loss with weight 0.01.  The experts dim exists
  * only inside the graph (one_hot's depth, the expert weights' dim 0) and
@@ -27,6 +32,14 @@
 
 /* value [b,s,e] + (-1e9 where mask) : the next choice cannot repeat */
 static int exclude(ir_graph *g, int cur, int mask) { return ir_binary(g, IR_OP_ADD, cur, ir_scale(g, mask, -1e9)); }
+
+/* reshard(x, dir) named `name` */
+static int named_reshard(ir_graph *g, int x, int dir, const char *name)
+{
+    int y = ir_reshard(g, x, dir);
+    if (y >= 0) ir_rename(g, y, name);
+    return y;
+}
 
 /* [b,s,e] -> [b,s,e,c] along the new last dim */
 static int to4(ir_graph *g, int x, const int64_t *bsec)
@@ -70,7 +83,11 @@ int mb_moe(ir_graph *g, int x, const char *prefix, const mb_moe_dims *d, int *au
         combine = combine < 0 ? comb : ir_binary(g, IR_OP_ADD, combine, comb);
     }
     dispatch = mb_named(g, mb_cat(name, sizeof name, prefix, "dispatch"), IR_OP_STOP_GRAD, dispatch, -1, 0);
-    int xe = mb_einsum(g, mb_cat(name, sizeof name, prefix, "xe"), "bsec,bsh->ebch", dispatch, x);
+    /* each device dispatches its own tokens to every expert; across the
+     * reshards the experts' side may take another layout (ep: the experts
+     * dim split, reached by all-to-alls as in GShard) */
+    int local = mb_einsum(g, mb_cat(name, sizeof name, prefix, "dispatched"), "bsec,bsh->ebch", dispatch, x);
+    int xe = named_reshard(g, local, 0, mb_cat(name, sizeof name, prefix, "xe"));
     int a = ir_unary(g, IR_OP_SILU, ir_einsum(g, "ebch,ehf->ebcf", xe, w1));
     int act = ir_binary(g, IR_OP_MUL, a, ir_einsum(g, "ebch,ehf->ebcf", xe, w3));
     int ye = mb_einsum(g, mb_cat(name, sizeof name, prefix, "ye"), "ebcf,efh->ebch", act, w2);
@@ -81,5 +98,6 @@ int mb_moe(ir_graph *g, int x, const char *prefix, const mb_moe_dims *d, int *au
     int pm = ir_scale(g, ir_reduce(g, IR_OP_REDUCE_SUM, probs, 2, bs), inv);
     int64_t e0 = 0;
     *aux = ir_scale(g, ir_reduce(g, IR_OP_REDUCE_SUM, ir_binary(g, IR_OP_MUL, frac, pm), 1, &e0), (double)e);
-    return mb_einsum(g, mb_cat(name, sizeof name, prefix, "out"), "bsec,ebch->bsh", combine, ye);
+    int back = named_reshard(g, ye, 1, mb_cat(name, sizeof name, prefix, "returned"));
+    return mb_einsum(g, mb_cat(name, sizeof name, prefix, "out"), "bsec,ebch->bsh", combine, back);
 }

@@ -28,9 +28,10 @@ static int dim_on(const shard_state *st, int v, int dim, int axis)
 }
 
 /* Names what axis a does in st, from the graph's structure (the batch group,
- * the Megatron blocks), so the words do not depend on what params are called. */
+ * the Megatron blocks, the expert weights), so the words do not depend on
+ * what params are called. */
 static int axis_parts(const shard_state *st, const shard_groups *gs, int batch, const shard_member *mega, int n_mega,
-                      int a, char parts[4][96])
+                      const shard_member *experts, int n_experts, int a, char parts[5][96])
 {
     const ir_graph *g = st->g;
     int np = 0, dp = 0, other = 0, tp = 0;
@@ -48,12 +49,15 @@ static int axis_parts(const shard_state *st, const shard_groups *gs, int batch, 
             if (shard_spec_tiled(&st->spec[v], x->rank) & (1u << a)) ptiled += (double)ir_bytes(x);
         }
     }
+    int ep = 0;
     for (int i = 0; i < n_mega; i++) tp += dim_on(st, mega[i].value, mega[i].dim, a);
+    for (int i = 0; i < n_experts; i++) ep += dim_on(st, experts[i].value, experts[i].dim, a);
+    if (ep) snprintf(parts[np++], 96, "expert parallelism (%d of %d expert weights split on their experts dim)", ep, n_experts);
     if (dp) snprintf(parts[np++], 96, "data parallel");
     if (other) snprintf(parts[np++], 96, "input dims other than the batch split");
     if (tp) snprintf(parts[np++], 96, "tensor parallel (%d of %d Megatron-split params)", tp, n_mega);
     if (dp && ptiled > 0) snprintf(parts[np++], 96, "%.0f%% of param bytes sharded (ZeRO-3/FSDP)", 100 * ptiled / pbytes);
-    else if (!tp && ptiled > 0) snprintf(parts[np++], 96, "%.0f%% of param bytes split", 100 * ptiled / pbytes);
+    else if (!tp && !ep && ptiled > 0) snprintf(parts[np++], 96, "%.0f%% of param bytes split", 100 * ptiled / pbytes);
     if (!np) snprintf(parts[np++], 96, "replicated");
     return np;
 }
@@ -63,19 +67,22 @@ char *plan_describe_strategy(const shard_state *st, char *buf, size_t n)
     const ir_graph *g = st->g;
     const shard_mesh *m = st->mesh;
     shard_groups *gs = shard_groups_build(g);
-    char why[160], parts[4][96];
+    char why[160], parts[5][96];
     int batch = shard_batch_group(g, gs, why, sizeof why);
     int cap = g->n_values + 1;
     shard_member *mega = ir_xcalloc((size_t)cap, sizeof *mega);
     int n_mega = shard_megatron_dims(g, mega, cap, NULL, why, sizeof why);
+    shard_member *experts = ir_xcalloc((size_t)cap, sizeof *experts);
+    int n_experts = shard_expert_dims(g, experts, cap, why, sizeof why);
     size_t k = 0;
     buf[0] = 0;
     for (int a = 0; a < m->n_axes; a++) {
-        int np = axis_parts(st, gs, batch, mega, n_mega, a, parts);
+        int np = axis_parts(st, gs, batch, mega, n_mega, experts, n_experts, a, parts);
         k += (size_t)snprintf(buf + k, k < n ? n - k : 0, "%s%s: ", a ? "; " : "", m->names[a]);
         for (int i = 0; i < np && k < n; i++) k += (size_t)snprintf(buf + k, n - k, "%s%s", i ? " + " : "", parts[i]);
     }
     free(mega);
+    free(experts);
     shard_groups_free(gs);
     return buf;
 }
@@ -160,6 +167,7 @@ cJSON *plan_doc_experts(const plan_expert *ex, int n, const cost_estimate *mine)
     for (int i = 0; i < n; i++) {
         cJSON *o = cJSON_CreateObject();
         cJSON_AddStringToObject(o, "schedule", ex[i].schedule);
+        if (ex[i].what[0]) cJSON_AddStringToObject(o, "strategy", ex[i].what);
         cJSON_AddBoolToObject(o, "applies", ex[i].ok);
         if (ex[i].ok) {
             cJSON_AddItemToObject(o, "step_time_s", num(ex[i].e.step_time));

@@ -6,6 +6,7 @@
 
 #include "analysis/groups.h"
 #include "analysis/schedule.h"
+#include "analysis/structure.h"
 
 /* Appends "kind:axis" for every axis in mask (mesh order) to text. */
 static void add_tactics(char *text, size_t n, const char *kind, unsigned mask, const shard_mesh *mesh)
@@ -114,7 +115,7 @@ int plan_experts(const ir_graph *g, const shard_mesh *mesh, const shard_state *b
     unsigned all = 0;
     for (int a = 0; a < mesh->n_axes; a++)
         if (mesh->sizes[a] > 1) all |= 1u << a;
-    int cap = 5 << mesh->n_axes, n = 0;
+    int cap = 7 << mesh->n_axes, n = 0;
     plan_expert *ex = ir_xcalloc((size_t)cap + 1, sizeof *ex);
     char text[160];
     /* data axes: every subset of the axes (all of them first), Megatron the rest */
@@ -132,6 +133,24 @@ int plan_experts(const ir_graph *g, const shard_mesh *mesh, const shard_state *b
             price_expert(g, mesh, base, pr, text, &ex[n++]);
         }
     }
+    /* expert parallelism where the graph routes tokens to experts: the
+     * experts dim over some axes (the batch there too), Megatron over the
+     * others, then optionally ZeRO-3 over the expert axes for what EP leaves
+     * whole (attention, embeddings) */
+    char why[160];
+    shard_member one;
+    if (shard_expert_dims(g, &one, 1, why, sizeof why) > 0)
+        for (unsigned e = all + 1; e-- > 1;) {
+            if ((e & all) != e) continue;
+            for (int variant = 0; variant < 2; variant++) {
+                text[0] = 0;
+                add_tactics(text, sizeof text, "ep", e, mesh);
+                add_tactics(text, sizeof text, "megatron", all & ~e, mesh);
+                if (variant) add_tactics(text, sizeof text, "zero3", e, mesh);
+                price_expert(g, mesh, base, pr, text, &ex[n]);
+                snprintf(ex[n++].what, sizeof ex->what, "expert parallelism");
+            }
+        }
     int ids = edge_index_input(g), sv, sd;
     if (ids >= 0) n += add_group_experts(g, mesh, base, pr, all, ids, 0, "zero3", ex + n);
     if (spatial_group(g, mesh, &sv, &sd)) n += add_group_experts(g, mesh, base, pr, all, sv, sd, "dp", ex + n);

@@ -13,7 +13,9 @@
  * and ZeRO-3 over the others; on graphs with convolutions (unet), spatial
  * tiling: the input dim group whose tiling makes the convolutions' shifts halo
  * exchanges (group:IMAGE:1:AXIS) over some axes, data parallelism over the
- * others.  Axes of size 1 are left out.  An expert
+ * others; on graphs that route tokens to experts (analysis/structure.h),
+ * expert parallelism: ep over some axes, Megatron over the others, with and
+ * without ZeRO-3 over the expert axes, named "expert parallelism".  Axes of size 1 are left out.  An expert
  * that does not apply (no Megatron block, a batch the axes do not divide)
  * or does not fit in memory keeps its row, with the reason.
  */
@@ -25,6 +27,7 @@
 /* One expert schedule priced. */
 typedef struct plan_expert {
     char schedule[160];     /* tactics, e.g. "dp:batch,megatron:model" */
+    char what[32];          /* the strategy's name where the tactics alone do not say it ("expert parallelism"), or "" */
     int ok;                 /* applied without error and priced */
     char why[288];          /* !ok: why it does not apply; ok but !e.fits: what it needs */
     cost_estimate e;

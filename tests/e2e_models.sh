@@ -46,5 +46,20 @@ for model in llama-tiny moe-tiny vit-tiny t5-tiny; do
     fi
 done
 
+# expert parallelism on one axis is GShard's: per layer one all-to-all for the
+# dispatch and one for the combine, forward and backward (2 layers: 8), each
+# moving the local [experts/8, batch, capacity, hidden] block, 8*8*8*64/8
+# floats = 16384 bytes = 0.0164 MB; no all-gather, no reduce-scatter (the
+# gradients of the replicated params are all-reduced, as under dp)
+"$carve" shard --model moe-tiny --mesh batch=8 --schedule ep:batch >out.txt 2>err.txt
+a2a=$(grep -c "= all-to-all{batch}.*0.0164 MB" out.txt)
+other=$(grep -cE "= (all-gather|reduce-scatter)\{" out.txt)
+if [ "$a2a" = 8 ] && [ "$other" = 0 ] && grep -q "^conflicts: 0" out.txt; then pass=$((pass + 1));
+else fail=$((fail + 1)); echo "FAIL ep:batch lowering: $a2a all-to-alls of 0.0164 MB, $other other collectives"; fi
+# the cost model prices the 8 all-to-alls
+"$carve" cost --model moe-tiny --mesh batch=8 --schedule ep:batch --hw a100 >out.txt 2>err.txt
+if grep -qE "all-to-all +8 " out.txt; then pass=$((pass + 1));
+else fail=$((fail + 1)); echo "FAIL ep:batch cost: no all-to-all row"; grep -i "all-to-all" out.txt; fi
+
 echo "$pass passed, $fail failed"
 [ $fail -eq 0 ]

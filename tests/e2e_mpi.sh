@@ -76,6 +76,8 @@ for model in mlp-tiny gpt-tiny; do
     same "$model 3-axis 8" 8 tol --model "$model" --mesh batch=2,model=2,x=2 --schedule dp:batch,megatron:model,zero3:x
 done
 same "gpt-tiny megatron 8" 8 tol --model gpt-tiny --mesh model=8 --schedule megatron:model
+# expert parallelism: dispatch and combine are all-to-alls
+same "moe-tiny ep 4" 4 tol --model moe-tiny --mesh batch=4 --schedule ep:batch
 # an autopart plan found by random search (all-gathers, reduce-scatters and all-to-alls)
 same "autopart plan with all-to-all" 4 exact --plan "$root/tests/graphs/autopart-a2a-4dev.json"
 # and one made now

@@ -134,6 +134,8 @@ static int example_value(ir_graph *g, ir_opkind k)
                          param(g, "Q", 3, 4, 2, 8));
     case IR_OP_CUMSUM:
         return ir_cumsum(g, param(g, "P", 3, 4, 8, 4), 1);
+    case IR_OP_RESHARD: /* both directions */
+        return ir_reshard(g, ir_reshard(g, param(g, "P", 3, 4, 8, 4), 0), 1);
     case IR_OP_ONE_HOT:
         return ir_binary(g, IR_OP_MUL, ir_one_hot(g, ids(g, 2, 4, 2, 8), 8), param(g, "P", 3, 4, 2, 8));
     }
