@@ -266,6 +266,7 @@ static int op_cases(ir_opkind k, int64_t n, op_case *c)
         c[0].at.n_ints = 1;
         c[0].at.ints[0] = 1;
         return 1;
+    case IR_OP_CAST: /* [rows, 64] to f32: a copy */
     case IR_OP_RESHARD: /* a copy of [rows, 64] */
         c[0].at.n_ints = 1;
         c[0].at.ints[0] = 0;

@@ -395,6 +395,31 @@ KERN(reshape)
     return 0;
 }
 
+/* f32 to the nearest bf16 (ties to even), kept in an f32 */
+static float round_bf16(float x)
+{
+    uint32_t u;
+    memcpy(&u, &x, 4);
+    if ((u & 0x7f800000u) != 0x7f800000u) u = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;
+    else if (u & 0x7fffffu) u |= 0x400000u; /* NaN stays NaN */
+    memcpy(&x, &u, 4);
+    return x;
+}
+
+KERN(cast)
+{
+    const float *x = in[0].data;
+    float *y = out->data;
+    int64_t n = numel(out);
+    if (out->dtype == IR_BF16)
+        for (int64_t i = 0; i < n; i++) y[i] = round_bf16(x[i]);
+    else if (out->dtype == IR_F16)
+        for (int64_t i = 0; i < n; i++) y[i] = (float)(_Float16)x[i];
+    else if (y != x)
+        memmove(y, x, (size_t)n * 4);
+    return 0;
+}
+
 KERN(gather) { return gather(&in[0], &in[1], out, o, err, errlen); }
 KERN(scatter_add) { return scatter_add(&in[0], &in[1], out, o, err, errlen); }
 

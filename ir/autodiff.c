@@ -277,6 +277,8 @@ VJP(shift)
     int64_t back[2] = {o->attrs.ints[0], -o->attrs.ints[1]};
     dx[0] = ints_op(g, IR_OP_SHIFT, gy, 2, back, 0, NULL, nm[0]);
 }
+/* the gradient in the operand's type (straight through the rounding) */
+VJP(cast) { dx[0] = ir_add_op(g, IR_OP_CAST, 1, &gy, NULL, g->values[a].dtype, 0, NULL, nm[0]); }
 /* the gradient crosses the same boundary the other way */
 VJP(reshard)
 {

@@ -658,6 +658,18 @@ static int infer_unary_any(shape_ctx *c)
     return 0;
 }
 
+/* the operand's shape in the float type the caller gives (c->t) */
+static int infer_cast(shape_ctx *c)
+{
+    if (!is_float(c->x->dtype) || !is_float(c->t))
+        return ir_fail(c->g, "cast of '%s' from %s to %s: casts are between float types (f32, bf16, f16)", c->x->name,
+                       ir_dtype_name(c->x->dtype), ir_dtype_name(c->t));
+    ir_dtype t = c->t;
+    same_as(c, c->x);
+    c->t = t;
+    return 0;
+}
+
 static int infer_reshard(shape_ctx *c)
 {
     if (!is_float(c->x->dtype)) return ir_fail(c->g, "%s: operand '%s' needs a float type", c->on, c->x->name);
@@ -767,6 +779,68 @@ int ir_einsum(ir_graph *g, const char *subscripts, int a, int b)
     return ir_add_op(g, IR_OP_EINSUM, 2, in, &at, IR_F32, 0, NULL, NULL);
 }
 
+/* Letters of `add` not yet in `set` appended to it (set holds < 64). */
+static void add_letters(char *set, const char *add)
+{
+    size_t n = strlen(set);
+    for (; *add && n < 63; add++)
+        if (!strchr(set, *add)) set[n++] = *add, set[n] = 0;
+}
+
+/* An einsum of n operands as n-1 pairwise einsums, left to right: step i
+ * contracts the running result with operand i and keeps the letters that the
+ * output or a later operand still needs (docs/sharding.md). */
+int ir_einsum_n(ir_graph *g, const char *subscripts, int n, const int *in)
+{
+    if (g->err[0]) return -1;
+    for (int i = 0; i < n; i++)
+        if (in[i] < 0) return -1;
+    char buf[256], *ops[16];
+    const char *arrow = strstr(subscripts, "->");
+    if (n < 2 || n > 16) return ir_fail(g, "einsum: %d operands (2 to 16)", n);
+    if (!arrow || strlen(subscripts) >= sizeof buf) return ir_fail(g, "einsum '%s': needs '->' (and at most 255 characters)", subscripts);
+    memcpy(buf, subscripts, (size_t)(arrow - subscripts));
+    buf[arrow - subscripts] = 0;
+    const char *out = arrow + 2;
+    int k = 0;
+    for (char *p = buf, *q; k < 16; p = q + 1) {
+        ops[k++] = p;
+        if (!(q = strchr(p, ','))) break;
+        *q = 0;
+    }
+    if (k != n) return ir_fail(g, "einsum '%s': %d operand subscripts for %d operands", subscripts, k, n);
+    for (const char *c = subscripts; *c; c++) { /* as for two operands: each letter in two places */
+        if (*c == ',' || *c == '-' || *c == '>') continue;
+        int seen = strchr(out, *c) != NULL;
+        for (int i = 0; i < n; i++) seen += strchr(ops[i], *c) != NULL;
+        if (seen < 2) return ir_fail(g, "einsum '%s': letter '%c' appears only once (each letter must be in two of the operands and the output)", subscripts, *c);
+    }
+    char cur[64] = "";
+    add_letters(cur, ops[0]);
+    if (strlen(cur) != strlen(ops[0])) return ir_fail(g, "einsum '%s': a letter repeats in one operand", subscripts);
+    int v = in[0];
+    for (int i = 1; i < n && v >= 0; i++) {
+        char need[64] = "", keep[64] = "", step[IR_MAX_SUBSCRIPTS + 64];
+        add_letters(need, out);
+        for (int j = i + 1; j < n; j++) add_letters(need, ops[j]);
+        if (i == n - 1) {
+            snprintf(keep, sizeof keep, "%s", out);
+        } else {
+            char both[64] = "";
+            add_letters(both, cur);
+            add_letters(both, ops[i]);
+            size_t m = 0;
+            for (const char *c = both; *c; c++)
+                if (strchr(need, *c)) keep[m++] = *c;
+            keep[m] = 0;
+        }
+        snprintf(step, sizeof step, "%s,%s->%s", cur, ops[i], keep);
+        v = ir_einsum(g, step, v, in[i]);
+        snprintf(cur, sizeof cur, "%s", keep);
+    }
+    return v;
+}
+
 static int with_ints(ir_graph *g, ir_opkind k, int x, int n, const int64_t *ints, int rank, const int64_t *dims)
 {
     if (!ok_ids(g, x, 0)) return -1;
@@ -851,6 +925,12 @@ int ir_cumsum(ir_graph *g, int x, int dim)
 {
     int64_t d = dim;
     return with_ints(g, IR_OP_CUMSUM, x, 1, &d, 0, NULL);
+}
+
+int ir_cast(ir_graph *g, int x, ir_dtype t)
+{
+    if (!ok_ids(g, x, 0)) return -1;
+    return ir_add_op(g, IR_OP_CAST, 1, &x, NULL, t, 0, NULL, NULL);
 }
 
 int ir_reshard(ir_graph *g, int x, int dir)

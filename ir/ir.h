@@ -257,6 +257,11 @@ int ir_scale(ir_graph *g, int x, double s);
 int ir_add_scalar(ir_graph *g, int x, double s);
 int ir_binary(ir_graph *g, ir_opkind k, int a, int b);
 int ir_einsum(ir_graph *g, const char *subscripts, int a, int b);
+/* An einsum of n (2..16) operands, "ab,bc,cd->ad": built as n-1 two-operand
+ * einsums, left to right (the operands' order is the contraction order),
+ * each keeping only the letters the output or a later operand needs.
+ * Returns the last one. */
+int ir_einsum_n(ir_graph *g, const char *subscripts, int n, const int *in);
 /* out dims are `rank, dims`; in dim i goes to out dim map[i] (strictly increasing). */
 int ir_broadcast(ir_graph *g, int x, int rank, const int64_t *dims, const int64_t *map);
 int ir_reduce(ir_graph *g, ir_opkind k, int x, int n_dims, const int64_t *dims);
@@ -284,6 +289,10 @@ int ir_cumsum(ir_graph *g, int x, int dim);
  * operand to the result, dir 1 from the result back to the operand; so the
  * two sides can keep different layouts (docs/sharding.md). */
 int ir_reshard(ir_graph *g, int x, int dir);
+/* x converted to float type t (f32, bf16, f16), rounded to nearest even.
+ * The executors hold every element in 4 bytes and compute in f32: a cast is
+ * where a value's precision drops (docs/graph-format.md). */
+int ir_cast(ir_graph *g, int x, ir_dtype t);
 /* Generic entry used by the JSON loader: checks arity and attrs, infers the
  * result shape (`shape_hint` is needed for CONSTANT, IOTA, BROADCAST, RESHAPE;
  * for SCATTER_ADD its dims[0] gives the rows; may be NULL otherwise). */

@@ -685,13 +685,15 @@ static int load_op(loader *L, int j, const cJSON *o)
     }
 
     /* Operands. */
-    int arity = ir_op_arity(k), in[IR_MAX_OPERANDS] = {-1, -1}, n_in = 0;
+    int arity = ir_op_arity(k), in[16] = {-1, -1}, n_in = 0;
     const cJSON *ji = cJSON_GetObjectItemCaseSensitive(o, "in");
     if (!ji && arity > 0) return lfail(L, "missing field \"in\" (%s takes %d operand%s)", on, arity, arity > 1 ? "s" : "");
     if (ji) {
         if (!cJSON_IsArray(ji)) return lfail(L, "\"in\" must be an array of tensor names, got %s", json_type(ji));
         n_in = cJSON_GetArraySize(ji);
-        if (n_in != arity)
+        /* an einsum of more operands is built as two-operand ones (ir_einsum_n) */
+        int nary = k == IR_OP_EINSUM && n_in > 2 && n_in <= 16;
+        if (n_in != arity && !nary)
             return lfail(L, "%s takes %d operand%s, \"in\" has %d", on, arity, arity == 1 ? "" : "s", n_in);
         int i = 0;
         for (const cJSON *c = ji->child; c; c = c->next, i++) {
@@ -704,6 +706,7 @@ static int load_op(loader *L, int j, const cJSON *o)
     ir_attrs at;
     memset(&at, 0, sizeof at);
     int hint_rank = 0, check_rank = -1, have_dtype = 0;
+    const char *nary_subs = NULL;
     int64_t hint[IR_MAX_RANK] = {0}, check[IR_MAX_RANK] = {0};
     ir_dtype dtype = IR_F32;
     const cJSON *a;
@@ -731,7 +734,8 @@ static int load_op(loader *L, int j, const cJSON *o)
     if (f & IR_ATTR_SUBSCRIPTS) {
         if (!(a = cJSON_GetObjectItemCaseSensitive(o, "subscripts"))) return lfail(L, "missing field \"subscripts\"");
         if (get_string(L, a, "subscripts", &s) < 0) return -1;
-        if (strlen(s) >= sizeof at.subscripts)
+        nary_subs = s;
+        if (n_in <= 2 && strlen(s) >= sizeof at.subscripts)
             return lfail(L, "subscripts \"%.60s\" are too long (at most %d characters)", s, (int)sizeof at.subscripts - 1);
         strcpy(at.subscripts, s);
     }
@@ -764,8 +768,10 @@ static int load_op(loader *L, int j, const cJSON *o)
             if (create_args(L, L->next_arg) < 0) return -1;
 
     ir_set_layer(g, layer);
-    int v = ir_add_op(g, k, n_in, in, &at, (f & IR_ATTR_DTYPE) ? dtype : IR_F32, hint_rank,
-                      (f & (IR_ATTR_SHAPE | IR_ATTR_ROWS)) ? hint : NULL, label >= 0 ? NULL : name);
+    int v = n_in > 2 ? ir_einsum_n(g, nary_subs, n_in, in)
+                     : ir_add_op(g, k, n_in, in, &at, (f & IR_ATTR_DTYPE) ? dtype : IR_F32, hint_rank,
+                                 (f & (IR_ATTR_SHAPE | IR_ATTR_ROWS)) ? hint : NULL, label >= 0 ? NULL : name);
+    if (n_in > 2 && v >= 0 && label < 0 && name && ir_rename(g, v, name) < 0) v = -1;
     if (v < 0) return lfail(L, "%s", ir_error(g));
     if (label >= 0 && strcmp(g->values[v].name, name) != 0) {
         g->values[v].name = ir_intern(g, name); /* the index is rebuilt at the end */

@@ -134,6 +134,10 @@ static int example_value(ir_graph *g, ir_opkind k)
                          param(g, "Q", 3, 4, 2, 8));
     case IR_OP_CUMSUM:
         return ir_cumsum(g, param(g, "P", 3, 4, 8, 4), 1);
+    case IR_OP_CAST: { /* a bf16 param read in f32: exact forward; its gradient is rounded to bf16 */
+        int64_t pd[3] = {4, 8, 4};
+        return ir_cast(g, ir_arg(g, "P", IR_PARAM, IR_BF16, 3, pd), IR_F32);
+    }
     case IR_OP_RESHARD: /* both directions */
         return ir_reshard(g, ir_reshard(g, param(g, "P", 3, 4, 8, 4), 0), 1);
     case IR_OP_ONE_HOT:
@@ -342,9 +346,103 @@ static void sharded_check(ir_opkind k, pcg32 *rng)
     ir_free(g);
 }
 
+/* cast rounds to the nearest bf16 or f16, ties to even, and back to f32
+ * exactly: values chosen on and between the representable neighbours */
+static void test_cast_rounding(void)
+{
+    static const float x[8] = {1.0f, 1.00390625f /* 1 + 2^-8: tie, to even 1 */, 1.01171875f /* 1 + 3*2^-8: tie, up */,
+                               1.005f, -3.14159f, 65504.0f, 1e-8f, 1.0f + 0x1p-11f /* f16 tie: to 1 */};
+    static const float bf[8] = {1.0f, 1.0f, 1.015625f, 1.0078125f, -3.140625f, 65536.0f, 0x1.58p-27f /* 172 * 2^-34 */, 1.0f};
+    int64_t d[1] = {8};
+    ir_graph *g = ir_new("cast");
+    int in = ir_arg(g, "X", IR_INPUT, IR_F32, 1, d);
+    int b = ir_cast(g, in, IR_BF16), h = ir_cast(g, in, IR_F16);
+    int back = ir_cast(g, b, IR_F32);
+    ir_add_output(g, back, -1);
+    ir_add_output(g, h, -1);
+    char err[256];
+    exec_ref *r = ir_error(g) ? NULL : exec_ref_new(g, 0, err, sizeof err);
+    CHECKF(r, "%s", ir_error(g) ? ir_error(g) : err);
+    if (r) {
+        memcpy(exec_ref_data(r, in), x, sizeof x);
+        CHECKF(exec_ref_run(r, err, sizeof err) == 0, "%s", err);
+        const float *yb = exec_ref_data(r, back), *yh = exec_ref_data(r, h);
+        for (int i = 0; i < 8; i++) {
+            CHECKF(yb[i] == bf[i], "bf16(%.9g) = %.9g, want %.9g", x[i], yb[i], bf[i]);
+            CHECKF(yh[i] == (float)(_Float16)x[i], "f16(%.9g) = %.9g", x[i], yh[i]);
+        }
+        CHECK(g->values[b].dtype == IR_BF16 && ir_bytes(&g->values[b]) == 16); /* priced as 2 bytes an element */
+    }
+    exec_ref_free(r);
+    ir_free(g);
+}
+
+/* An einsum of three operands is two einsums whose result equals the
+ * contraction done by hand; from the builder and from a graph file. */
+static void test_einsum_n(void)
+{
+    ir_graph *g = ir_new("einsum3");
+    int64_t ad[2] = {2, 3}, bd[3] = {3, 4, 5}, cd[2] = {5, 2};
+    int in[3] = {ir_arg(g, "A", IR_INPUT, IR_F32, 2, ad), ir_arg(g, "B", IR_INPUT, IR_F32, 3, bd),
+                 ir_arg(g, "C", IR_INPUT, IR_F32, 2, cd)};
+    int y = ir_einsum_n(g, "ab,bcd,de->ace", 3, in);
+    CHECKF(y >= 0 && g->n_ops == 2, "%s", ir_error(g) ? ir_error(g) : "");
+    if (y < 0) {
+        ir_free(g);
+        return;
+    }
+    /* the letter b is contracted at the first step, d at the second */
+    CHECK(!strcmp(g->ops[0].attrs.subscripts, "ab,bcd->acd") && !strcmp(g->ops[1].attrs.subscripts, "acd,de->ace"));
+    CHECK(g->values[y].rank == 3 && g->values[y].dims[0] == 2 && g->values[y].dims[1] == 4 && g->values[y].dims[2] == 2);
+    ir_add_output(g, y, -1);
+    char err[256];
+    exec_ref *r = exec_ref_new(g, 0, err, sizeof err);
+    CHECKF(r, "%s", err);
+    if (r) {
+        exec_ref_init_args(r, 5);
+        CHECK(exec_ref_run(r, err, sizeof err) == 0);
+        const float *A = exec_ref_data(r, in[0]), *B = exec_ref_data(r, in[1]), *C = exec_ref_data(r, in[2]);
+        const float *Y = exec_ref_data(r, y);
+        double worst = 0;
+        for (int a = 0; a < 2; a++)
+            for (int c = 0; c < 4; c++)
+                for (int e = 0; e < 2; e++) {
+                    double want = 0;
+                    for (int b = 0; b < 3; b++)
+                        for (int d = 0; d < 5; d++) want += (double)A[a * 3 + b] * B[(b * 4 + c) * 5 + d] * C[d * 2 + e];
+                    double diff = fabs(Y[(a * 4 + c) * 2 + e] - want);
+                    if (diff > worst) worst = diff;
+                }
+        CHECKF(worst < 1e-5, "einsum of three: off by %g", worst); /* f32 sums of 15 terms of size ~1 */
+    }
+    exec_ref_free(r);
+    ir_free(g);
+    /* refused: a letter in one place only, too few subscripts */
+    const char *bad[][2] = {{"ab,bcd,dx->ace", "letter 'x' appears only once"}, {"ab,bcd->ac", "2 operand subscripts for 3"}};
+    for (int i = 0; i < 2; i++) {
+        ir_graph *h = ir_new("bad");
+        int hin[3] = {ir_arg(h, "A", IR_INPUT, IR_F32, 2, ad), ir_arg(h, "B", IR_INPUT, IR_F32, 3, bd),
+                      ir_arg(h, "C", IR_INPUT, IR_F32, 2, cd)};
+        CHECKF(ir_einsum_n(h, bad[i][0], 3, hin) < 0 && strstr(ir_error(h), bad[i][1]), "%s: %s", bad[i][0], ir_error(h));
+        ir_free(h);
+    }
+    /* a graph file's three-operand einsum */
+    const char *text = "{\"format\": \"carve-graph/1\", \"name\": \"e3\", \"args\": ["
+                       "{\"name\": \"A\", \"role\": \"input\", \"shape\": [2, 3]},"
+                       "{\"name\": \"B\", \"role\": \"input\", \"shape\": [3, 4, 5]},"
+                       "{\"name\": \"C\", \"role\": \"input\", \"shape\": [5, 2]}], \"ops\": ["
+                       "{\"name\": \"y\", \"op\": \"einsum\", \"subscripts\": \"ab,bcd,de->ace\", \"in\": [\"A\", \"B\", \"C\"]}],"
+                       "\"outputs\": [\"y\"]}";
+    ir_graph *f = ir_load_json(text, err, sizeof err);
+    CHECKF(f && f->n_ops == 2 && ir_find(f, "y") == f->ops[1].out, "%s", f ? "" : err);
+    ir_free(f);
+}
+
 int main(void)
 {
     test_table();
+    test_einsum_n();
+    test_cast_rounding();
     pcg32 rng;
     pcg32_seed(&rng, 17, 1);
     for (int k = 0; k < IR_N_OPS; k++) {
