@@ -90,41 +90,51 @@ static const int64_t *lead_map(int64_t *map, int n)
     return map;
 }
 
+/* What a norm over the last dim of x broadcasts with. */
+typedef struct norm_shape {
+    int r;
+    int64_t dims[IR_MAX_RANK], lead[IR_MAX_RANK], last[1], h;
+} norm_shape;
+
+static norm_shape norm_shape_of(const ir_graph *g, int x)
+{
+    norm_shape n;
+    const ir_value *xv = &g->values[x];
+    n.r = xv->rank;
+    memcpy(n.dims, xv->dims, sizeof n.dims);
+    lead_map(n.lead, n.r - 1);
+    n.last[0] = n.r - 1;
+    n.h = xv->dims[n.r - 1];
+    return n;
+}
+
 int mb_layer_norm(ir_graph *g, int x, const char *prefix)
 {
     if (x < 0) return -1;
-    const ir_value *xv = &g->values[x];
-    int r = xv->rank;
-    int64_t dims[IR_MAX_RANK], lead[IR_MAX_RANK], last[1] = {r - 1}, h = xv->dims[r - 1];
-    memcpy(dims, xv->dims, sizeof dims);
-    lead_map(lead, r - 1);
+    norm_shape n = norm_shape_of(g, x);
     char name[64];
-    int gain = mb_param(g, prefix, "g", 1, &h, IR_INIT_ONES, 0);
-    int bias = mb_param(g, prefix, "b", 1, &h, IR_INIT_ZEROS, 0);
-    double inv_h = 1.0 / (double)h;
-    int mean = ir_scale(g, mb_reduce1(g, IR_OP_REDUCE_SUM, x, r - 1), inv_h);
-    int xc = ir_binary(g, IR_OP_SUB, x, ir_broadcast(g, mean, r, dims, lead));
-    int var = ir_scale(g, mb_reduce1(g, IR_OP_REDUCE_SUM, ir_binary(g, IR_OP_MUL, xc, xc), r - 1), inv_h);
+    int gain = mb_param(g, prefix, "g", 1, &n.h, IR_INIT_ONES, 0);
+    int bias = mb_param(g, prefix, "b", 1, &n.h, IR_INIT_ZEROS, 0);
+    double inv_h = 1.0 / (double)n.h;
+    int mean = ir_scale(g, mb_reduce1(g, IR_OP_REDUCE_SUM, x, n.r - 1), inv_h);
+    int xc = ir_binary(g, IR_OP_SUB, x, ir_broadcast(g, mean, n.r, n.dims, n.lead));
+    int var = ir_scale(g, mb_reduce1(g, IR_OP_REDUCE_SUM, ir_binary(g, IR_OP_MUL, xc, xc), n.r - 1), inv_h);
     int rstd = ir_unary(g, IR_OP_RSQRT, ir_add_scalar(g, var, 1e-5));
-    int y = ir_binary(g, IR_OP_MUL, xc, ir_broadcast(g, rstd, r, dims, lead));
-    y = ir_binary(g, IR_OP_MUL, y, ir_broadcast(g, gain, r, dims, last));
-    return mb_named(g, mb_cat(name, sizeof name, prefix, "out"), IR_OP_ADD, y, ir_broadcast(g, bias, r, dims, last), 0);
+    int y = ir_binary(g, IR_OP_MUL, xc, ir_broadcast(g, rstd, n.r, n.dims, n.lead));
+    y = ir_binary(g, IR_OP_MUL, y, ir_broadcast(g, gain, n.r, n.dims, n.last));
+    return mb_named(g, mb_cat(name, sizeof name, prefix, "out"), IR_OP_ADD, y, ir_broadcast(g, bias, n.r, n.dims, n.last), 0);
 }
 
 int mb_rms_norm(ir_graph *g, int x, const char *prefix, double eps)
 {
     if (x < 0) return -1;
-    const ir_value *xv = &g->values[x];
-    int r = xv->rank;
-    int64_t dims[IR_MAX_RANK], lead[IR_MAX_RANK], last[1] = {r - 1}, h = xv->dims[r - 1];
-    memcpy(dims, xv->dims, sizeof dims);
-    lead_map(lead, r - 1);
+    norm_shape n = norm_shape_of(g, x);
     char name[64];
-    int gain = mb_param(g, prefix, "g", 1, &h, IR_INIT_ONES, 0);
-    int ms = ir_scale(g, mb_reduce1(g, IR_OP_REDUCE_SUM, ir_binary(g, IR_OP_MUL, x, x), r - 1), 1.0 / (double)h);
+    int gain = mb_param(g, prefix, "g", 1, &n.h, IR_INIT_ONES, 0);
+    int ms = ir_scale(g, mb_reduce1(g, IR_OP_REDUCE_SUM, ir_binary(g, IR_OP_MUL, x, x), n.r - 1), 1.0 / (double)n.h);
     int rs = ir_unary(g, IR_OP_RSQRT, ir_add_scalar(g, ms, eps));
-    int y = ir_binary(g, IR_OP_MUL, x, ir_broadcast(g, rs, r, dims, lead));
-    return mb_named(g, mb_cat(name, sizeof name, prefix, "out"), IR_OP_MUL, y, ir_broadcast(g, gain, r, dims, last), 0);
+    int y = ir_binary(g, IR_OP_MUL, x, ir_broadcast(g, rs, n.r, n.dims, n.lead));
+    return mb_named(g, mb_cat(name, sizeof name, prefix, "out"), IR_OP_MUL, y, ir_broadcast(g, gain, n.r, n.dims, n.last), 0);
 }
 
 int mb_attend(ir_graph *g, int q, int k, int v, const mb_attn_mask *m, const char *prefix)
@@ -232,4 +242,13 @@ int mb_cross_entropy(ir_graph *g, int logits, int labels)
     int nll = mb_named(g, "ce.nll", IR_OP_SUB, lse, picked, 0);
     int total = ir_reduce(g, IR_OP_REDUCE_SUM, nll, r - 1, lead);
     return mb_named(g, "loss", IR_OP_SCALE, total, -1, 1.0 / count);
+}
+
+ir_graph *mb_finish(ir_graph *g, int loss, const char *gname, char *err, size_t errlen)
+{
+    ir_set_loss(g, loss);
+    if (!ir_error(g)) return g;
+    ir_errf(err, errlen, "model '%s': %s", gname, ir_error(g));
+    ir_free(g);
+    return NULL;
 }

@@ -55,6 +55,10 @@ int mb_gpt_block(ir_graph *g, int x, int layer, int64_t heads, int64_t f, const 
 /* Mean cross-entropy of logits [b,s,v] against i32 labels [b,s]; "loss". */
 int mb_cross_entropy(ir_graph *g, int logits, int labels);
 
+/* Ends a builder: loss set; on a graph error, the graph freed and NULL
+ * with "model '<gname>': <error>" in err.  Returns g or NULL. */
+ir_graph *mb_finish(ir_graph *g, int loss, const char *gname, char *err, size_t errlen);
+
 /* The mixture-of-experts MLP (moe.c) on x [b,s,h]: returns "<prefix>.out"
  * and the layer's load-balancing loss in *aux. */
 typedef struct mb_moe_dims {

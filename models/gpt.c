@@ -66,12 +66,5 @@ ir_graph *model_build_gpt(const model_config *cfg, char *err, size_t errlen)
     ir_set_layer(g, -1);
     x = mb_layer_norm(g, x, "ln_f");
     int logits = mb_einsum(g, "logits", "bsh,vh->bsv", x, wte);
-    ir_set_loss(g, mb_cross_entropy(g, logits, labels));
-
-    if (ir_error(g)) {
-        if (err && errlen) snprintf(err, errlen, "model '%s': %s", gname, ir_error(g));
-        ir_free(g);
-        return NULL;
-    }
-    return g;
+    return mb_finish(g, mb_cross_entropy(g, logits, labels), gname, err, errlen);
 }

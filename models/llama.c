@@ -158,11 +158,5 @@ ir_graph *model_build_llama(const model_config *cfg, char *err, size_t errlen)
         ir_rename(g, loss, "ce.loss");
         loss = mb_named(g, "loss", IR_OP_ADD, loss, ir_scale(g, m.aux, 0.01), 0);
     }
-    ir_set_loss(g, loss);
-    if (ir_error(g)) {
-        if (err && errlen) snprintf(err, errlen, "model '%s': %s", gname, ir_error(g));
-        ir_free(g);
-        return NULL;
-    }
-    return g;
+    return mb_finish(g, loss, gname, err, errlen);
 }

@@ -154,11 +154,5 @@ ir_graph *model_build_t5(const model_config *cfg, char *err, size_t errlen)
     int y = mb_named(g, "dec.embed", IR_OP_GATHER, shared, dec_tokens, 0);
     y = stack(&m, y, "dec", ld, sd, (int)le);
     int logits = mb_einsum(g, "logits", "bsh,vh->bsv", ir_scale(g, y, 1.0 / sqrt((double)m.h)), shared);
-    ir_set_loss(g, mb_cross_entropy(g, logits, labels));
-    if (ir_error(g)) {
-        ir_errf(err, errlen, "model '%s': %s", gname, ir_error(g));
-        ir_free(g);
-        return NULL;
-    }
-    return g;
+    return mb_finish(g, mb_cross_entropy(g, logits, labels), gname, err, errlen);
 }

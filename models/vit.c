@@ -74,11 +74,5 @@ ir_graph *model_build_vit(const model_config *cfg, char *err, size_t errlen)
     int w = mb_param(g, "head", "w", 2, hk, IR_INIT_AUTO, 0);
     int bias = mb_param(g, "head", "b", 1, &k, IR_INIT_ZEROS, 0);
     int logits = mb_named(g, "logits", IR_OP_ADD, ir_einsum(g, "bh,hk->bk", pooled, w), ir_broadcast(g, bias, 2, bk, map1), 0);
-    ir_set_loss(g, mb_cross_entropy(g, logits, labels));
-    if (ir_error(g)) {
-        ir_errf(err, errlen, "model '%s': %s", gname, ir_error(g));
-        ir_free(g);
-        return NULL;
-    }
-    return g;
+    return mb_finish(g, mb_cross_entropy(g, logits, labels), gname, err, errlen);
 }
