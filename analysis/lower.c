@@ -299,7 +299,11 @@ spmd_program *spmd_lower_ex(shard_state *s, spmd_program *p, const spmd_options 
         p->run = ir_xrealloc(NULL, (size_t)g->n_ops * sizeof(int) + 1);
         for (int i = 0; i < g->n_ops; i++) p->run[i] = i && p->phase[i] != p->phase[i - 1] ? p->run[i - 1] + 1 : i ? p->run[i - 1] : 0;
     }
-    p->opts = opts ? *opts : spmd_default_options();
+    if (opts) p->opts = *opts;
+    else {
+        p->opts = spmd_default_options();
+        p->opts.gather_policy = s->gather_policy; /* the plan's (gather: tactic) */
+    }
     p->mesh = *s->mesh;
     p->n_bufs = p->n_instrs = 0;
     memset(&p->stats, 0, sizeof p->stats);

@@ -88,6 +88,7 @@ void shard_state_reset(shard_state *s)
     s->n_decisions = 0;
     s->n_conflicts = 0;
     s->n_log = 0;
+    s->gather_policy = 0;
     if (s->conflict_keys) memset(s->conflict_keys, 0, (size_t)s->conflict_cap * sizeof *s->conflict_keys);
 }
 
@@ -98,6 +99,7 @@ void shard_state_copy(shard_state *dst, const shard_state *src)
     memcpy(dst->stamp, src->stamp, (size_t)n * sizeof *src->stamp);
     memcpy(dst->atomic, src->atomic, (size_t)n);
     dst->n_decisions = src->n_decisions;
+    dst->gather_policy = src->gather_policy;
     if (dst->cap_log < src->n_log) {
         dst->cap_log = src->n_log;
         dst->log = realloc(dst->log, (size_t)dst->cap_log * sizeof *dst->log);

@@ -3,6 +3,7 @@
  * megatron) find what to split from the graph's structure (structure.h), so
  * they apply to any graph, whatever its params are called. */
 #include "schedule.h"
+#include "spmd.h"
 
 #include "groups.h"
 #include "structure.h"
@@ -99,6 +100,14 @@ static int parse_tactic(const char *tac, const shard_mesh *m, tactic *t, char *e
         t->lo = t->hi = (int)c;
         return 0;
     }
+    if (!strcmp(k, "gather")) {
+        if (np != 2 || (strcmp(parts[1], "keep") && strcmp(parts[1], "regather")))
+            return ir_errf(err, n, "schedule: tactic '%s': write gather:keep or gather:regather", tac);
+        t->kind = TACTIC_GATHER;
+        t->axis = -1;
+        t->lo = t->hi = !strcmp(parts[1], "keep") ? SPMD_GATHER_KEEP : SPMD_GATHER_REGATHER;
+        return 0;
+    }
     if (!strcmp(k, "tile") || !strcmp(k, "group")) {
         if (np != 4) return ir_errf(err, n, "schedule: tactic '%s': write %s:NAME:DIM:AXIS", tac, k);
         char *end;
@@ -122,7 +131,7 @@ static int parse_tactic(const char *tac, const shard_mesh *m, tactic *t, char *e
         if ((t->axis = parse_axis(parts[2], m, tac, err, n)) < 0) return -1;
         return 0;
     }
-    return ir_errf(err, n, "schedule: unknown tactic '%s' (known: dp, megatron, zero1, zero2, zero3, ep, tile, atomic, group, remat, microbatch, auto)", k);
+    return ir_errf(err, n, "schedule: unknown tactic '%s' (known: dp, megatron, zero1, zero2, zero3, ep, tile, atomic, group, remat, microbatch, gather, auto)", k);
 }
 
 static int parse_list(const char *text, const shard_mesh *m, schedule *out, char *err, size_t n)
@@ -245,7 +254,7 @@ int sched_parse(const char *text, const shard_mesh *mesh, schedule *out, char *e
 
 char *sched_str(const schedule *s, const shard_mesh *mesh, char *buf, size_t n)
 {
-    static const char *const names[] = {"dp", "megatron", "zero1", "zero2", "zero3", "tile", "atomic", "auto", "remat", "group", "microbatch", "ep"};
+    static const char *const names[] = {"dp", "megatron", "zero1", "zero2", "zero3", "tile", "atomic", "auto", "remat", "group", "microbatch", "ep", "gather"};
     size_t k = 0;
     buf[0] = 0;
     for (int i = 0; i < s->n && k < n; i++) {
@@ -270,6 +279,7 @@ char *sched_str(const schedule *s, const shard_mesh *mesh, char *buf, size_t n)
             else k += (size_t)snprintf(buf + k, n - k, "remat:%d-%d", t->lo, t->hi);
             break;
         case TACTIC_MICROBATCH: k += (size_t)snprintf(buf + k, n - k, "microbatch:%d", t->lo); break;
+        case TACTIC_GATHER: k += (size_t)snprintf(buf + k, n - k, "gather:%s", spmd_gather_policy_name(t->lo)); break;
         }
     }
     return buf;
@@ -388,6 +398,7 @@ int sched_expand(const tactic *t, const shard_state *st, shard_decision *out, in
     int n = 0;
     switch (t->kind) {
     case TACTIC_AUTO:
+    case TACTIC_GATHER: /* sched_apply sets the state's policy */
         return 0;
     case TACTIC_REMAT:
         for (int v = 0; v < g->n_values; v++)
@@ -469,6 +480,14 @@ int sched_microbatches(const schedule *s)
     return n;
 }
 
+int sched_gather_policy(const schedule *s)
+{
+    int policy = -1;
+    for (int i = 0; i < s->n; i++)
+        if (s->t[i].kind == TACTIC_GATHER) policy = s->t[i].lo;
+    return policy;
+}
+
 int sched_rewrite(const schedule *s, ir_graph **g, char *err, size_t errlen)
 {
     ir_graph *cur = *g;
@@ -497,6 +516,7 @@ int sched_apply(const schedule *s, shard_state *st, char *err, size_t errlen)
     if (!d) abort();
     int rc = 0;
     for (int i = 0; i < s->n && rc == 0; i++) {
+        if (s->t[i].kind == TACTIC_GATHER) st->gather_policy = s->t[i].lo;
         int n = sched_expand(&s->t[i], st, d, cap, err, errlen);
         if (n < 0) {
             rc = -1;

@@ -45,6 +45,10 @@
  *                      expert weight ("*.moe.w1", "*.moe.w2", "*.moe.w3") tiled
  *                      over AXIS first, then the batch inputs as dp:AXIS;
  *                      tokens reach their experts' devices by all-to-all
+ *   gather:POLICY      the lowering's ZeRO-3 gather policy (spmd_gather_policy):
+ *                      regather (gather a sharded param again for the
+ *                      backward pass) or keep (the backward reuses the
+ *                      forward's gathered copy); sets st->gather_policy
  *   auto               the automatic tactic (the search fills in the rest)
  */
 #ifndef CARVE_SCHEDULE_H
@@ -71,13 +75,14 @@ typedef enum {
     TACTIC_GROUP,
     TACTIC_MICROBATCH,
     TACTIC_EP,
+    TACTIC_GATHER,
 } tactic_kind;
 
 typedef struct tactic {
     tactic_kind kind;
     int axis;                   /* mesh axis (not for AUTO) */
     int dim;                    /* TILE, GROUP */
-    int lo, hi;                 /* REMAT: layer range; MICROBATCH: lo = count */
+    int lo, hi;                 /* REMAT: layer range; MICROBATCH: lo = count; GATHER: lo = policy */
     char pattern[SCHED_NAME_LEN]; /* TILE, ATOMIC, GROUP */
 } tactic;
 
@@ -109,6 +114,8 @@ int sched_expand(const tactic *t, const shard_state *st, shard_decision *out, in
 int sched_rewrite(const schedule *s, ir_graph **g, char *err, size_t errlen);
 /* The micro-batch count of s (its last microbatch: tactic), 1 if none. */
 int sched_microbatches(const schedule *s);
+/* The gather policy of s (its last gather: tactic), or -1 if none. */
+int sched_gather_policy(const schedule *s);
 
 /* Applies every tactic of s in order (AUTO is skipped: the caller searches;
  * graph tactics are checked to have been applied by sched_rewrite).

@@ -142,6 +142,9 @@ typedef struct shard_state {
     /* every decision that changed something, in order (plans record it) */
     shard_decision *log;
     int n_log, cap_log;
+    /* ZeRO-3 gather policy the lowering uses for this plan (spmd_gather_policy:
+     * 0 regather, 1 keep); set by the gather: tactic, copied with the state */
+    int gather_policy;
 } shard_state;
 
 /* The factor shardings of op `op` given the current shardings of its operands

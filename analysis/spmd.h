@@ -115,7 +115,8 @@ spmd_program *spmd_lower(shard_state *s);
  * (the search lowers thousands of plans; fresh arrays each time cost page
  * faults).  p may be NULL.  Returns p, or a new program. */
 spmd_program *spmd_lower_into(shard_state *s, spmd_program *p);
-/* The same with explicit options (NULL: the defaults). */
+/* The same with explicit options (NULL: the defaults, with the state's
+ * gather_policy). */
 spmd_program *spmd_lower_ex(shard_state *s, spmd_program *p, const spmd_options *opts);
 void spmd_free(spmd_program *p);
 /* Combines p's gradient collectives into buckets of opts.bucket_bytes

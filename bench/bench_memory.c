@@ -1,160 +1,109 @@
-/* bench_memory.c - memory tactics against sharding alone on large GPTs.
+/* bench_memory.c - autopart's memory level against sharding alone on large GPTs.
  *
  * For GPT-6.7B and GPT-15B (batch 8, Adam, the A100 profile in its default
- * precision, mixed bf16) over 8 and 64 devices, every expert sharding
- * schedule (plan/experts.h: data parallel, ZeRO-3, Megatron and their
- * compositions over the mesh's axes) is priced on the plain training step
- * and on the step rewritten by each memory tactic prefix (recomputation,
- * micro-batches, both).  For memory caps of 40 and 16 GiB per device the
- * table gives the fastest plan that fits with sharding alone and the
- * fastest with the memory tactics.  The search does not choose the memory
- * tactics yet: these are the expert schedules, not autopart's plans.
- * Then gpt-6.7b:seq=4096 (batch 8) over 8 A100s at their 80 GB.
+ * precision, mixed bf16) over 8 and 64 devices, and memory caps of 40 and
+ * 16 GiB per device, autopart's search runs as `carve autopart` runs it
+ * (plan/memory.h): the sharding search on the plain step (MCTS from the
+ * expert schedules), then the steps with recomputation and micro-batches
+ * (each on a quarter of the budget; micro-batches only while nothing fits),
+ * with ZeRO-1/2 seeds and the ZeRO-3 gather policy chosen by the pricer.  The
+ * table gives the plain step's best plan (sharding alone) beside the plan the
+ * memory level picks.  Then gpt-6.7b:seq=4096 (batch 8) over 8 A100s at 80 GB.
+ * Usage: bench_memory [BUDGET] (plans priced on the plain step; default 200).
  */
 #include "analysis/schedule.h"
 #include "models/models.h"
-#include "plan/experts.h"
+#include "plan/memory.h"
 
-#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#define MAX_ROWS 256
+static int64_t budget = 200;
 
-typedef struct priced {
-    char schedule[200];
-    double step, peak;
-} priced;
-
-/* Prices the experts of `model` on `mesh_text` after the memory tactics in
- * `prefix` ("" for none); appends one row per expert that applies. */
-static int price_prefix(const char *model, const char *mesh_text, const char *prefix, priced *rows, int n)
+/* The plan s found, in words: the expert schedule it starts from (with the
+ * gather policy the pricer chose for it) and how many search actions follow. */
+static char *describe(const plan_step_search *s, char *buf, size_t n)
 {
-    char err[512];
+    const char *from = "replicated";
+    for (int i = 0, k = 0; i < s->n_ex && s->res.seed >= 0; i++)
+        if (s->ex[i].ok && k++ == s->res.seed) from = s->ex[i].schedule;
+    int k = snprintf(buf, n, "%s%s`%s`", s->tactics, s->tactics[0] ? " + " : "", from);
+    if (s->res.n_actions && k > 0 && (size_t)k < n) snprintf(buf + k, n - (size_t)k, " + %d actions", s->res.n_actions);
+    return buf;
+}
+
+/* One case: the memory level of `model` on `mesh_text` under cap GiB;
+ * prints one table row (and returns 0), or an error line (-1). */
+static int run_case(const char *model, const char *mesh_text, double cap_gib, int long_form)
+{
+    char err[512], tactics[PLAN_MEMORY_MAX_CONFIGS][64], sched[SCHED_STR_MAX];
+    plan tmpl;
+    memset(&tmpl, 0, sizeof tmpl);
     model_config cfg;
-    shard_mesh mesh;
     schedule sc;
-    memset(&sc, 0, sizeof sc);
-    if (model_parse(model, &cfg, err, sizeof err) < 0 || shard_mesh_parse(mesh_text, &mesh, err, sizeof err) < 0 ||
-        (prefix[0] && sched_parse(prefix, &mesh, &sc, err, sizeof err) < 0)) {
+    if (model_parse(model, &cfg, err, sizeof err) < 0 || shard_mesh_parse(mesh_text, &tmpl.mesh, err, sizeof err) < 0 ||
+        sched_parse("auto", &tmpl.mesh, &sc, err, sizeof err) < 0) {
         fprintf(stderr, "bench_memory: %s\n", err);
-        return n;
+        return -1;
     }
-    ir_graph *g = model_build_microbatched_step(&cfg, NULL, sched_microbatches(&sc), err, sizeof err);
-    if (!g || sched_rewrite(&sc, &g, err, sizeof err) < 0) {
-        fprintf(stderr, "bench_memory: %s %s: %s\n", model, prefix, err);
-        ir_free(g);
-        return n;
-    }
+    model_config_str(&cfg, tmpl.model, sizeof tmpl.model);
+    snprintf(tmpl.optimizer, sizeof tmpl.optimizer, "adam");
+    snprintf(tmpl.schedule, sizeof tmpl.schedule, "auto");
     cost_hw hw;
     cost_hw_preset("a100", &hw, err, sizeof err);
-    cost_options opt = {cost_default_precision(&hw), 0, 0};
-    shard_state *scratch = shard_state_new(g, &mesh);
-    plan_pricer pr;
-    plan_expert *ex = NULL;
-    int ne = 0;
-    if (plan_pricer_init(&pr, &hw, &opt, scratch, err, sizeof err) == 0) ne = plan_experts(g, &mesh, NULL, &pr, &ex);
-    for (int i = 0; i < ne && n < MAX_ROWS; i++) {
-        if (!ex[i].ok) continue;
-        snprintf(rows[n].schedule, sizeof rows[n].schedule, "%s%s%s", prefix, prefix[0] ? "," : "", ex[i].schedule);
-        rows[n].step = ex[i].e.step_time;
-        rows[n].peak = ex[i].e.peak_memory;
-        n++;
+    cost_options opt = {cost_default_precision(&hw), 0, cap_gib * 1073741824.0};
+    search_budget b = {.simulations = budget, .seed = 1, .threads = 1};
+    plan_memory_level m = {&tmpl, &hw, opt, &search_mcts, b, 1};
+    plan_step_search steps[PLAN_MEMORY_MAX_CONFIGS];
+    memset(steps, 0, sizeof steps);
+    int n = plan_memory_configs(&sc, tactics), chosen = -1;
+    schedule manual = {0};
+    ir_graph *g = model_build_step(&cfg, NULL, err, sizeof err);
+    if (g && plan_step_setup(&steps[0], g, &tmpl.mesh, &manual, &hw, &opt, 1, err, sizeof err) == 0 &&
+        plan_step_search_run(&steps[0], &search_mcts, &b, err, sizeof err) == 0)
+        chosen = plan_memory_search(&m, tactics, n, steps);
+    else
+        fprintf(stderr, "bench_memory: %s on %s: %s\n", model, mesh_text, err);
+    if (chosen >= 0) {
+        const plan_step_search *p = &steps[0], *c = &steps[chosen];
+        double secs = 0;
+        for (int i = 0; i < n; i++) secs += steps[i].res.seconds;
+        if (long_form) printf("| sharding alone |");
+        else printf("| %s | %s | %.0f GiB |", model, mesh_text, cap_gib);
+        printf(" %s%s | %.3f s | %.1f GB |", p->e.fits ? "" : "does not fit: ", describe(p, sched, sizeof sched), p->e.step_time,
+               p->e.peak_memory / 1e9);
+        if (long_form) printf(" |\n| with memory tactics |");
+        printf(" %s%s%s | %.3f s | %.1f GB | %.0f s |\n", c->e.fits ? "" : "does not fit: ", describe(c, sched, sizeof sched),
+               c->st->gather_policy == SPMD_GATHER_KEEP ? ", gather:keep" : "", c->e.step_time, c->e.peak_memory / 1e9, secs);
     }
-    plan_experts_free(ex, ne);
-    plan_pricer_free(&pr);
-    shard_state_free(scratch);
-    ir_free(g);
-    return n;
+    for (int i = 0; i < n; i++) plan_step_search_free(&steps[i]);
+    return chosen >= 0 ? 0 : -1;
 }
 
-/* The fastest row of rows[lo, hi) that fits in cap bytes, or -1. */
-static int best_fit(const priced *rows, int lo, int hi, double cap)
+int main(int argc, char **argv)
 {
-    int best = -1;
-    for (int i = lo; i < hi; i++)
-        if (rows[i].peak <= cap && (best < 0 || rows[i].step < rows[best].step)) best = i;
-    return best;
-}
-
-/* The row of rows[lo, hi) with the smallest peak. */
-static int smallest(const priced *rows, int lo, int hi)
-{
-    int best = lo;
-    for (int i = lo; i < hi; i++)
-        if (rows[i].peak < rows[best].peak) best = i;
-    return best;
-}
-
-static void cell(const priced *rows, int i, int fallback)
-{
-    if (i >= 0) printf(" `%s` | %.3f s | %.1f GB |", rows[i].schedule, rows[i].step, rows[i].peak / 1e9);
-    else printf(" none fits (smallest peak %.1f GB: `%s`) | - | - |", rows[fallback].peak / 1e9, rows[fallback].schedule);
-}
-
-static const char *const prefixes[] = {"", "remat:all", "microbatch:2", "microbatch:4", "remat:all,microbatch:2",
-                                       "remat:all,microbatch:4"};
-enum { N_PREFIXES = sizeof prefixes / sizeof prefixes[0] };
-
-static void table(void)
-{
+    if (argc > 1) budget = atoll(argv[1]);
+    if (budget < 8) budget = 8;
     static const char *models[] = {"gpt-6.7b", "gpt-15b"};
     static const char *meshes[] = {"data=2,model=4", "data=8,model=8"};
     static const double caps[] = {40, 16};
-    priced *rows = calloc(MAX_ROWS, sizeof *rows);
-    printf("| model | devices | memory | sharding alone | step | peak | with memory tactics | step | peak |\n");
-    printf("|---|---|---|---|---|---|---|---|---|\n");
-    for (int m = 0; m < 2; m++)
-        for (int k = 0; k < 2; k++) {
-            int n = 0, plain = 0;
-            for (int p = 0; p < N_PREFIXES; p++) {
-                n = price_prefix(models[m], meshes[k], prefixes[p], rows, n);
-                if (p == 0) plain = n;
-            }
-            if (!plain) continue;
-            for (int c = 0; c < 2; c++) {
-                double cap = caps[c] * 1024.0 * 1024.0 * 1024.0;
-                printf("| %s | %s | %.0f GiB |", models[m], meshes[k], caps[c]);
-                cell(rows, best_fit(rows, 0, plain, cap), smallest(rows, 0, plain));
-                cell(rows, best_fit(rows, 0, n, cap), smallest(rows, 0, n));
-                printf("\n");
-            }
-        }
-    free(rows);
-}
-
-static void long_sequence(void)
-{
-    priced *rows = calloc(MAX_ROWS, sizeof *rows);
-    const char *model = "gpt-6.7b:seq=4096", *mesh = "data=2,model=4";
-    int n = 0, plain = 0;
-    for (int p = 0; p < N_PREFIXES; p++) {
-        n = price_prefix(model, mesh, prefixes[p], rows, n);
-        if (p == 0) plain = n;
-    }
-    double cap = 80e9;
-    printf("\n`%s` (batch 8) over 8 A100s (`%s`), 80 GB each:\n\n", model, mesh);
-    printf("| | plan | step | peak |\n|---|---|---|---|\n");
-    if (plain) {
-        printf("| sharding alone |");
-        cell(rows, best_fit(rows, 0, plain, cap), smallest(rows, 0, plain));
-        printf("\n| with memory tactics |");
-        cell(rows, best_fit(rows, 0, n, cap), smallest(rows, 0, n));
-        printf("\n");
-    }
-    free(rows);
-}
-
-int main(void)
-{
-    printf("## Memory tactics: what fits with sharding alone and with recomputation / micro-batches\n\n");
-    printf("Expert schedules (plan/experts.h) on the A100 profile in its default precision (mixed bf16, f32 master\n"
-           "weights and Adam states), batch 8, priced by the cost model; each memory tactic prefix (`remat:all`,\n"
-           "`microbatch:2`, `microbatch:4`, both) rewrites the step first. The fastest plan under each memory cap\n"
-           "(GiB per device); step times are the cost model's predictions for A100s, not measurements. The search\n"
-           "does not choose memory tactics yet (issue 14 item 5): these are expert schedules, not autopart's plans.\n\n");
-    table();
-    long_sequence();
-    return 0;
+    printf("## Memory tactics: autopart with and without recomputation / micro-batches\n\n");
+    printf("`build/bench/bench_memory %lld`: autopart's search (plan/memory.h) on the A100 profile in its default\n"
+           "precision (mixed bf16, f32 master weights and Adam states), batch 8, MCTS seed 1, one thread, %lld plans\n"
+           "priced on the plain step and %lld on each step with memory tactics (micro-batches only while nothing fits).\n"
+           "\"sharding alone\" is the plain step's best plan (`--memory-tactics none`), \"with memory tactics\" the plan\n"
+           "autopart picks; a plan is the expert schedule it starts from plus the search's actions. Step times and\n"
+           "peaks are the cost model's predictions for A100s, not measurements; seconds: search time on this machine.\n\n",
+           (long long)budget, (long long)budget, (long long)(budget / 4));
+    printf("| model | devices | memory | sharding alone | step | peak | with memory tactics | step | peak | search |\n");
+    printf("|---|---|---|---|---|---|---|---|---|---|\n");
+    int rc = 0;
+    for (int i = 0; i < 2; i++)
+        for (int k = 0; k < 2; k++)
+            for (int c = 0; c < 2; c++) rc |= run_case(models[i], meshes[k], caps[c], 0);
+    printf("\n`gpt-6.7b:seq=4096` (batch 8) over 8 A100s (`data=2,model=4`), 80 GB each (74.5 GiB):\n\n");
+    printf("| | plan | step | peak | search |\n|---|---|---|---|---|\n");
+    rc |= run_case("gpt-6.7b:seq=4096", "data=2,model=4", 80e9 / 1073741824.0, 1);
+    return rc ? 1 : 0;
 }

@@ -25,6 +25,7 @@ typedef struct cli_opts {
     int overlap;           /* carve cost: communication overlaps compute */
     const char *search;    /* autopart: mcts (default), random, greedy, exhaustive */
     int64_t stall;         /* autopart: stop after this many simulations without improvement */
+    const char *memory_tactics; /* autopart: "auto" (default, NULL) or "none" */
 } cli_opts;
 
 /* One subcommand: its name, the flags it accepts (space-separated, e.g.

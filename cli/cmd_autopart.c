@@ -3,7 +3,9 @@
  * search (MCTS by default) fills in the rest on the cost model; the best plan
  * is compared with the expert schedules and written atomically.  SIGINT
  * (Ctrl-C) and SIGTERM (schedulers, `timeout`) stop the search and still write
- * the best plan found so far; the exit status is then 128 + the signal. */
+ * the best plan found so far; the exit status is then 128 + the signal.
+ * Above the sharding search, the memory level (plan/memory.h) searches the
+ * step with recomputation and micro-batches and keeps the best plan of all. */
 #include <errno.h>
 #include <math.h>
 #include <signal.h>
@@ -14,6 +16,7 @@
 #include "analysis/groups.h"
 #include "cli/cli.h"
 #include "cli/report.h"
+#include "plan/memory.h"
 #include "plan/plan.h"
 
 static volatile sig_atomic_t stop_signal;
@@ -107,10 +110,9 @@ static void print_verdict(const plan_expert *ex, int n_ex, int best, const cost_
     else printf("  no expert schedule fits in memory (%d of %d apply; reasons above)\n", applied, n_ex);
 }
 
-/* The plan file's fields from the command's inputs and the search's result. */
-static void fill_plan(plan *pl, const cli_opts *o, const char *cfg, const shard_mesh *mesh, const schedule *sc,
-                      const cost_hw *hw, const cost_options *copt, const search_algo *algo, const search_budget *b,
-                      const search_result *res)
+/* The plan's inputs: the model or graph file, optimizer, mesh, schedule
+ * (its length was checked against the plan's room). */
+static void plan_inputs(const cli_opts *o, const char *cfg, const shard_mesh *mesh, const char *sched_text, plan *pl)
 {
     memset(pl, 0, sizeof *pl);
     if (o->model) snprintf(pl->model, sizeof pl->model, "%s", cfg);
@@ -120,7 +122,17 @@ static void fill_plan(plan *pl, const cli_opts *o, const char *cfg, const shard_
     }
     snprintf(pl->optimizer, sizeof pl->optimizer, "%s", o->optimizer);
     pl->mesh = *mesh;
-    sched_str(sc, mesh, pl->schedule, sizeof pl->schedule);
+    snprintf(pl->schedule, sizeof pl->schedule, "%.*s", (int)sizeof pl->schedule - 1, sched_text);
+}
+
+/* The plan file's fields from the command's inputs and the chosen step's
+ * search. */
+static void fill_plan(plan *pl, const cli_opts *o, const char *cfg, const shard_mesh *mesh, const char *sched_text,
+                      const cost_hw *hw, const cost_options *copt, const search_algo *algo, const plan_step_search *s)
+{
+    const search_budget *b = &s->b;
+    const search_result *res = &s->res;
+    plan_inputs(o, cfg, mesh, sched_text, pl);
     snprintf(pl->hw_name, sizeof pl->hw_name, "%s", hw->name);
     char *hwj = cost_hw_to_json(hw);
     pl->hw = hwj ? cJSON_Parse(hwj) : NULL;
@@ -144,7 +156,7 @@ static void fill_plan(plan *pl, const cli_opts *o, const char *cfg, const shard_
  * collectives and the comparison with the experts. */
 static void print_text(const plan *pl, const cost_hw *hw, const search_algo *algo, const search_budget *b,
                        const search_result *res, const shard_groups *gs, const shard_state *st, const plan_pricer *pr,
-                       const cost_estimate *e, const plan_expert *ex, int n_ex, const char *from)
+                       const cost_estimate *e, const plan_expert *ex, int n_ex, const char *from, const char *tactics)
 {
     char buf[512];
     const shard_mesh *mesh = &pl->mesh;
@@ -177,14 +189,177 @@ static void print_text(const plan *pl, const cost_hw *hw, const search_algo *alg
     cli_print_param_shardings(st);
     printf("\ncollectives:\n");
     cli_print_layer_collectives(pr->p, pr);
-    printf("\ncompared with the expert schedules:\n");
+    printf("\ncompared with the expert schedules%s%s:\n", tactics[0] ? " on the step with " : "", tactics);
     int best = cli_print_experts(ex, n_ex, e);
     print_verdict(ex, n_ex, best, e);
 }
 
+/* The memory level's rows: each configuration's best plan, the one chosen
+ * and why (docs/memory.md). */
+static void print_memory_level(const plan_step_search *s, int n, int chosen)
+{
+    char t[32], buf[96];
+    if (n < 2) return;
+    printf("\nmemory tactics (each step searched; a plan that fits first, then the shortest step):\n");
+    printf("  %-26s %14s %14s  %s\n", "tactics", "step time", "peak memory", "plans priced");
+    for (int i = 0; i < n; i++) {
+        const char *name = s[i].tactics[0] ? s[i].tactics : "none";
+        if (!s[i].ok) {
+            printf("  %-26s %14s %14s  %s\n", name, "-", "-", s[i].why);
+            continue;
+        }
+        cost_fmt_time(s[i].e.step_time, t, sizeof t);
+        printf("  %-26s %14s %10.4g GiB  %lld%s%s\n", name, t, s[i].e.peak_memory / 1073741824.0,
+               (long long)s[i].res.evaluations, s[i].e.fits ? "" : "  does not fit", i == chosen ? "  chosen" : "");
+    }
+    const cost_estimate *c = &s[chosen].e, *p = &s[0].e;
+    snprintf(buf, sizeof buf, "%s", s[chosen].tactics[0] ? s[chosen].tactics : "none");
+    if (chosen == 0 && c->fits) {
+        int slower = 0;
+        for (int i = 1; i < n; i++) slower += s[i].ok && s[i].e.fits;
+        printf("  chosen: none: the best plan of the plain step fits (%.4g of %.4g GiB)%s\n", c->peak_memory / 1073741824.0,
+               c->capacity / 1073741824.0, slower ? "; recomputation and micro-batches only add work, and the searched steps with them are no faster" : "");
+    } else if (chosen == 0) {
+        printf("  chosen: none fits; the plan with the smallest peak is kept (%.4g GiB of %.4g GiB)\n", c->peak_memory / 1073741824.0,
+               c->capacity / 1073741824.0);
+    } else if (!c->fits) {
+        printf("  chosen: %s: nothing fits; it has the smallest peak (%.4g GiB of %.4g GiB)\n", buf, c->peak_memory / 1073741824.0,
+               c->capacity / 1073741824.0);
+    } else if (s[0].ok && !p->fits) {
+        printf("  chosen: %s: without memory tactics the best plan needs %.4g GiB of %.4g GiB; %s fits in %.4g GiB "
+               "(activations %.4g GiB at the peak, %.3gx the FLOPs of the plain step's best plan) and is the fastest that fits\n",
+               buf, p->peak_memory / 1073741824.0, c->capacity / 1073741824.0, buf, c->peak_memory / 1073741824.0,
+               c->activation_peak / 1073741824.0, p->flops > 0 ? c->flops / p->flops : 0);
+    } else {
+        cost_fmt_time(p->step_time, t, sizeof t);
+        printf("  chosen: %s: its best plan is faster than the plain step's (%s), whose sharding must work harder to fit\n", buf, t);
+    }
+}
+
+/* The gather policy the pricer chose for the plan, against the other one. */
+static void print_gather_policy(plan_step_search *s, int chosen_by_search)
+{
+    cost_estimate other;
+    char t1[32], t2[32];
+    int keep = s->st->gather_policy == SPMD_GATHER_KEEP;
+    if (plan_price_other_gather(&s->pr, s->st, &other) < 0) {
+        printf("gather     %s (no param is gathered again in the backward pass: the policy changes nothing here)\n",
+               keep ? "keep" : "regather");
+        return;
+    }
+    cost_fmt_time(s->e.step_time, t1, sizeof t1);
+    cost_fmt_time(other.step_time, t2, sizeof t2);
+    printf("gather     %s%s: %s, %.4g GiB; %s would take %s, %.4g GiB%s\n", keep ? "keep" : "regather",
+           chosen_by_search ? " (chosen by the search)" : " (the schedule's)", t1, s->e.peak_memory / 1073741824.0,
+           keep ? "regather" : "keep", t2, other.peak_memory / 1073741824.0, other.fits ? "" : " (does not fit)");
+}
+
+/* Sets up and searches the plain step (the schedule as given) into s.
+ * Returns CLI_OK or CLI_BAD_INPUT after the error line. */
+static int search_plain(const cli_opts *o, const shard_mesh *mesh, const schedule *manual, const cost_hw *hw,
+                        const cost_options *copt, int gather_auto, const search_algo *algo, search_budget *b,
+                        plan_step_search *s, char *cfg, size_t cfg_n)
+{
+    char err[512];
+    ir_graph *g = cli_load_step(o, cfg, cfg_n);
+    if (!g) return CLI_BAD_INPUT;
+    if (plan_step_setup(s, g, mesh, manual, hw, copt, gather_auto, err, sizeof err) < 0) {
+        cli_error("%s", err);
+        return CLI_BAD_INPUT;
+    }
+    if (refuse_idle_mesh(g, mesh, s->prefix, s->gs)) return CLI_BAD_INPUT;
+    progress_ctx pc = {b->simulations, b->seconds, 0};
+    if (!o->quiet && isatty(2)) {
+        b->progress = progress;
+        b->progress_ctx = &pc;
+    }
+    int src = plan_step_search_run(s, algo, b, err, sizeof err);
+    b->progress = NULL;
+    if (pc.shown) fprintf(stderr, "\r%100s\r", "");
+    if (src < 0) {
+        cli_error("%s", err);
+        return CLI_BAD_INPUT;
+    }
+    return CLI_OK;
+}
+
+/* Checks the schedule for autopart: one auto, last.  Returns its index or -1
+ * after the error line. */
+static int find_auto(const schedule *sc)
+{
+    int auto_at = -1;
+    for (int i = 0; i < sc->n; i++)
+        if (sc->t[i].kind == TACTIC_AUTO) {
+            if (auto_at >= 0 || i != sc->n - 1) {
+                cli_error("autopart: 'auto' must appear once, as the last tactic of the schedule (e.g. dp:batch,auto)");
+                return -1;
+            }
+            auto_at = i;
+        }
+    if (auto_at < 0)
+        cli_error("autopart: the schedule has no 'auto' tactic: nothing to search (use carve cost for a fixed schedule)");
+    return auto_at;
+}
+
+/* The chosen plan as a carve-autopart/1 document on stdout (docs/json-output.md). */
+static int print_json(const char *cfg, const plan *pl, plan_step_search *s, const char *from, const char *written)
+{
+    const search_result *res = &s->res;
+    char (*act)[160] = ir_xcalloc((size_t)res->n_actions + 1, sizeof *act);
+    const char **acts = ir_xcalloc((size_t)res->n_actions + 1, sizeof *acts);
+    for (int i = 0; i < res->n_actions; i++) {
+        snprintf(act[i], sizeof act[i], "%s->%s", s->gs->groups[res->actions[i].group].name, pl->mesh.names[res->actions[i].axis]);
+        acts[i] = act[i];
+    }
+    plan_doc_body db = {cfg, pl->schedule, s->st, &s->pr, &s->e, s->ex, s->n_ex};
+    int rc = CLI_OK;
+    if (plan_doc_print(plan_doc_autopart(&db, pl, acts, res->n_actions, from, written), stdout) < 0) {
+        cli_error("autopart: cannot write the JSON document");
+        rc = CLI_BAD_INPUT;
+    }
+    free(acts);
+    free(act);
+    return rc;
+}
+
+/* Writes the plan file of the chosen step and prints the result (text or
+ * JSON).  Returns CLI_OK or CLI_BAD_INPUT after an error line. */
+static int report_and_save(const cli_opts *o, const char *cfg, const shard_mesh *mesh, const char *sched_text,
+                           const cost_hw *hw, const cost_options *copt, const search_algo *algo, plan_step_search *steps,
+                           int n_cfg, int chosen, int gather_auto)
+{
+    plan_step_search *s = &steps[chosen];
+    int rc = CLI_OK;
+    plan pl;
+    fill_plan(&pl, o, cfg, mesh, sched_text, hw, copt, algo, s);
+    char save_err[512] = "";
+    int written = o->out && plan_save(o->out, &pl, s->st, s->pr.p, &s->e, save_err, sizeof save_err) == 0;
+    const char *from = NULL;
+    for (int i = 0, k = 0; i < s->n_ex && s->res.seed >= 0; i++)
+        if (s->ex[i].ok && k++ == s->res.seed) from = s->ex[i].schedule;
+    if (o->json) rc = print_json(cfg, &pl, s, from, written ? o->out : NULL);
+    else {
+        print_text(&pl, hw, algo, &s->b, &s->res, s->gs, s->st, &s->pr, &s->e, s->ex, s->n_ex, from, s->tactics);
+        print_memory_level(steps, n_cfg, chosen);
+        printf("\n");
+        print_gather_policy(s, gather_auto);
+    }
+    if (!s->e.fits)
+        fprintf(stderr, "carve: autopart: no plan found fits in %.4g GiB per device; the closest needs %.4g GiB%s\n",
+                s->e.capacity / 1073741824.0, s->e.peak_memory / 1073741824.0, o->out ? " (written anyway, marked \"fits\": false)" : "");
+    if (o->out && !written) {
+        cli_error("%s", save_err);
+        rc = CLI_BAD_INPUT;
+    } else if (written && !o->json) {
+        printf("\nplan written to %s\n", o->out);
+    }
+    plan_free(&pl);
+    return rc;
+}
+
 int cmd_autopart(const cli_opts *o)
 {
-    char cfg[512], err[512], buf2[SCHED_STR_MAX];
+    char cfg[512], err[512], buf2[SCHED_STR_MAX], final[SCHED_STR_MAX];
     shard_mesh mesh;
     schedule sc;
     const char *sched_text = o->schedule ? o->schedule : "auto";
@@ -195,19 +370,8 @@ int cmd_autopart(const cli_opts *o)
         cli_error("%s", err);
         return CLI_BAD_INPUT;
     }
-    int auto_at = -1;
-    for (int i = 0; i < sc.n; i++)
-        if (sc.t[i].kind == TACTIC_AUTO) {
-            if (auto_at >= 0 || i != sc.n - 1) {
-                cli_error("autopart: 'auto' must appear once, as the last tactic of the schedule (e.g. dp:batch,auto)");
-                return CLI_BAD_INPUT;
-            }
-            auto_at = i;
-        }
-    if (auto_at < 0) {
-        cli_error("autopart: the schedule has no 'auto' tactic: nothing to search (use carve cost for a fixed schedule)");
-        return CLI_BAD_INPUT;
-    }
+    int auto_at = find_auto(&sc);
+    if (auto_at < 0) return CLI_BAD_INPUT;
     const search_algo *algo = search_algo_find(o->search ? o->search : "mcts");
     cost_options copt = {cost_default_precision(&hw), o->overlap, o->memory_gib * 1024.0 * 1024.0 * 1024.0};
     if (o->precision) cost_precision_parse(o->precision, &copt.precision, err, sizeof err); /* checked by opts.c */
@@ -218,9 +382,10 @@ int cmd_autopart(const cli_opts *o)
         .seed = (uint64_t)o->seed,
         .threads = (int)o->threads,
     };
-    if (strlen(sched_str(&sc, &mesh, buf2, sizeof buf2)) >= sizeof(((plan *)0)->schedule)) {
-        cli_error("autopart: --schedule: %zu characters, more than a plan file keeps (%zu)", strlen(buf2),
-                  sizeof(((plan *)0)->schedule) - 1);
+    /* room for the memory tactics the search may add in front ("remat:all,microbatch:4,gather:keep,") */
+    size_t room = sizeof(((plan *)0)->schedule) - 40;
+    if (strlen(sched_str(&sc, &mesh, buf2, sizeof buf2)) >= room) {
+        cli_error("autopart: --schedule: %zu characters, more than a plan file keeps (%zu)", strlen(buf2), room - 1);
         return CLI_BAD_INPUT;
     }
     /* The output path must be writable before minutes of searching. */
@@ -228,114 +393,41 @@ int cmd_autopart(const cli_opts *o)
         cli_error("autopart: %s", err);
         return CLI_BAD_INPUT;
     }
+    int gather_auto = sched_gather_policy(&sc) < 0, memory = !o->memory_tactics || strcmp(o->memory_tactics, "none");
+    char tactics[PLAN_MEMORY_MAX_CONFIGS][64];
+    int n_cfg = memory ? plan_memory_configs(&sc, tactics) : 1, chosen = 0;
+    if (!memory) tactics[0][0] = 0;
+    plan_step_search steps[PLAN_MEMORY_MAX_CONFIGS];
+    memset(steps, 0, sizeof steps);
     struct sigaction old_sa[2];
     stop_signal = 0;
     search_interrupted = 0;
     stop_signals(1, old_sa);
-    ir_graph *g = cli_load_step(o, cfg, sizeof cfg);
-    if (!g) {
-        stop_signals(0, old_sa);
-        return CLI_BAD_INPUT;
-    }
-    int rc = CLI_OK;
-    shard_state *prefix = shard_state_new(g, &mesh), *st = shard_state_new(g, &mesh);
-    shard_groups *gs = shard_groups_build(g);
-    plan_pricer pr;
-    memset(&pr, 0, sizeof pr);
-    plan_expert *ex = NULL;
-    int n_ex = 0;
-    const shard_state **seeds = NULL;
-    if (plan_pricer_init(&pr, &hw, &copt, st, err, sizeof err) < 0) {
-        cli_error("%s", err);
-        rc = CLI_BAD_INPUT;
-        goto done;
-    }
     schedule manual = sc;
     manual.n = auto_at;
-    if (sched_apply(&manual, prefix, err, sizeof err) < 0) {
-        cli_error("%s", err);
-        rc = CLI_BAD_INPUT;
-        goto done;
+    int rc = search_plain(o, &mesh, &manual, &hw, &copt, gather_auto, algo, &b, &steps[0], cfg, sizeof cfg);
+    if (rc != CLI_OK) goto done;
+    plan tmpl; /* the steps' states borrow its mesh until they are freed */
+    if (n_cfg > 1) {
+        plan_inputs(o, cfg, &mesh, buf2, &tmpl);
+        plan_memory_level m = {&tmpl, &hw, copt, algo, b, gather_auto};
+        if (!o->quiet && isatty(2)) fprintf(stderr, "  searching the steps with memory tactics ...\r");
+        chosen = plan_memory_search(&m, tactics, n_cfg, steps);
+        if (!o->quiet && isatty(2)) fprintf(stderr, "\r%100s\r", "");
     }
-    if (refuse_idle_mesh(g, &mesh, prefix, gs)) {
-        rc = CLI_BAD_INPUT;
-        goto done;
-    }
-    /* the expert schedules on top of the manual tactics: rows of the comparison and the search's seeds */
-    n_ex = plan_experts(g, &mesh, prefix, &pr, &ex);
-    seeds = ir_xcalloc((size_t)n_ex + 1, sizeof *seeds);
-    for (int i = 0; i < n_ex; i++)
-        if (ex[i].ok) seeds[b.n_seeds++] = ex[i].st;
-    b.seeds = seeds;
-    /* search */
-    search_evaluator ev = plan_cost_evaluator;
-    ev.cfg = &pr;
-    progress_ctx pc = {b.simulations, b.seconds, 0};
-    if (!o->quiet && isatty(2)) {
-        b.progress = progress;
-        b.progress_ctx = &pc;
-    }
-    search_result res;
-    int src = search_run(algo, prefix, gs, &ev, &b, &res, err, sizeof err);
-    if (pc.shown) fprintf(stderr, "\r%100s\r", "");
-    if (src < 0) {
-        cli_error("%s", err);
-        rc = CLI_BAD_INPUT;
-        goto done;
-    }
-    /* the best plan, re-applied on the prefix with its decisions logged */
-    search_result_state(st, prefix, &b, gs, &res);
-    cost_estimate e;
-    plan_price(&pr, st, &e); /* pr->p is the plan's program */
-
-    plan pl;
-    fill_plan(&pl, o, cfg, &mesh, &sc, &hw, &copt, algo, &b, &res);
-    char save_err[512] = "";
-    int written = o->out && plan_save(o->out, &pl, st, pr.p, &e, save_err, sizeof save_err) == 0;
-    const char *from = NULL;
-    for (int i = 0, k = 0; i < n_ex && res.seed >= 0; i++)
-        if (ex[i].ok && k++ == res.seed) from = ex[i].schedule;
-    if (o->json) {
-        char (*act)[160] = ir_xcalloc((size_t)res.n_actions + 1, sizeof *act);
-        const char **acts = ir_xcalloc((size_t)res.n_actions + 1, sizeof *acts);
-        for (int i = 0; i < res.n_actions; i++) {
-            snprintf(act[i], sizeof act[i], "%s->%s", gs->groups[res.actions[i].group].name, mesh.names[res.actions[i].axis]);
-            acts[i] = act[i];
-        }
-        plan_doc_body db = {cfg, pl.schedule, st, &pr, &e, ex, n_ex};
-        if (plan_doc_print(plan_doc_autopart(&db, &pl, acts, res.n_actions, from, written ? o->out : NULL), stdout) < 0) {
-            cli_error("autopart: cannot write the JSON document");
-            rc = CLI_BAD_INPUT;
-        }
-        free(acts);
-        free(act);
-    } else {
-        print_text(&pl, &hw, algo, &b, &res, gs, st, &pr, &e, ex, n_ex, from);
-    }
-    if (!e.fits)
-        fprintf(stderr, "carve: autopart: no plan found fits in %.4g GiB per device; the closest needs %.4g GiB%s\n",
-                e.capacity / 1073741824.0, e.peak_memory / 1073741824.0, o->out ? " (written anyway, marked \"fits\": false)" : "");
-    if (o->out && !written) {
-        cli_error("%s", save_err);
-        rc = CLI_BAD_INPUT;
-    } else if (written && !o->json) {
-        printf("\nplan written to %s\n", o->out);
-    }
-    plan_free(&pl);
-    if (rc == CLI_OK && !e.fits) rc = CLI_CHECK_FAILED;
+    plan_step_search *s = &steps[chosen];
+    plan_memory_schedule(s->tactics, s->st, gather_auto, buf2, final, sizeof final);
+    rc = report_and_save(o, cfg, &mesh, final, &hw, &copt, algo, steps, n_cfg, chosen, gather_auto);
+    if (rc == CLI_OK && !s->e.fits) rc = CLI_CHECK_FAILED;
     if (stop_signal && rc != CLI_BAD_INPUT) {
+        int64_t sims = 0;
+        for (int i = 0; i < n_cfg; i++) sims += steps[i].res.simulations;
         cli_error("autopart: stopped by %s after %lld simulations%s", stop_signal == SIGTERM ? "SIGTERM" : "SIGINT",
-                  (long long)res.simulations, o->out ? "; the best plan found so far is written" : "");
+                  (long long)sims, o->out ? "; the best plan found so far is written" : "");
         rc = 128 + stop_signal;
     }
 done:
     stop_signals(0, old_sa);
-    free(seeds);
-    plan_experts_free(ex, n_ex);
-    plan_pricer_free(&pr);
-    shard_groups_free(gs);
-    shard_state_free(prefix);
-    shard_state_free(st);
-    ir_free(g);
+    for (int i = 0; i < n_cfg; i++) plan_step_search_free(&steps[i]);
     return rc;
 }

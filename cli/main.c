@@ -50,7 +50,7 @@ static const cli_command commands[] = {
      cmd_calibrate},
     {"autopart",
      "--model --graph --mesh --hw --memory --schedule --search --budget --time --stall --seed --threads --out --quiet "
-     "--precision --overlap --optimizer --json",
+     "--precision --overlap --optimizer --json --memory-tactics",
      "search for the best plan (MCTS over sharding tactics, priced by the cost model) and write it as JSON",
      "usage: carve autopart (--model SPEC | --graph FILE) --mesh MESH [--hw PROFILE] [--out plan.json] [options]\n"
      "  --hw PROFILE       a100 (default), h100, tpu-v3, cpu, or a carve-hw/1 file (carve calibrate)\n"
@@ -59,6 +59,9 @@ static const cli_command commands[] = {
      "  --overlap          price communication as overlapping compute (step = the larger of the two)\n"
      "  --optimizer adam|sgd   the optimizer of the training step (default adam)\n"
      "  --schedule S       manual tactics first, then auto (default: auto), e.g. dp:batch,auto\n"
+     "  --memory-tactics auto|none   auto (default): also search the step with recomputation and 2 or 4\n"
+     "                     micro-batches (a quarter of the budget each), ZeRO-1/2 seeds and the ZeRO-3\n"
+     "                     gather policy, and keep the fastest plan that fits (docs/memory.md); none: sharding only\n"
      "  --search KIND      mcts (default), random, greedy, exhaustive\n"
      "  --budget N         simulations (default 2000 unless --time is given)\n"
      "  --time S           wall-time limit in seconds\n"

@@ -142,6 +142,13 @@ int cli_parse(const cli_command *c, int argc, char **argv, cli_opts *o)
             }
             o->precision = val;
         }
+        else if (!strcmp(flag, "--memory-tactics")) {
+            if (strcmp(val, "auto") && strcmp(val, "none")) {
+                cli_error("%s: --memory-tactics must be auto or none, got '%s'", c->name, val);
+                return CLI_BAD_INPUT;
+            }
+            o->memory_tactics = val;
+        }
         else if (!strcmp(flag, "--backend")) {
             if (strcmp(val, "threads") && strcmp(val, "mpi")) {
                 cli_error("%s: --backend must be threads or mpi, got '%s'", c->name, val);

@@ -39,6 +39,10 @@ static void price_expert(const ir_graph *g, const shard_mesh *mesh, const shard_
     }
     st->record_conflicts = 0;
     plan_price(pr, st, &ex->e);
+    if (pr->gather_auto && st->gather_policy == SPMD_GATHER_KEEP) { /* the pricer chose it: say so */
+        size_t k = strlen(ex->schedule);
+        snprintf(ex->schedule + k, sizeof ex->schedule - k, ",gather:keep");
+    }
     ex->ok = 1;
     ex->st = st;
     if (!ex->e.fits)
@@ -154,6 +158,27 @@ int plan_experts(const ir_graph *g, const shard_mesh *mesh, const shard_state *b
     int ids = edge_index_input(g), sv, sd;
     if (ids >= 0) n += add_group_experts(g, mesh, base, pr, all, ids, 0, "zero3", ex + n);
     if (spatial_group(g, mesh, &sv, &sd)) n += add_group_experts(g, mesh, base, pr, all, sv, sd, "dp", ex + n);
+    *out = ex;
+    return n;
+}
+
+int plan_zero_experts(const ir_graph *g, const shard_mesh *mesh, const shard_state *base, plan_pricer *pr,
+                      plan_expert **out)
+{
+    unsigned all = 0;
+    int states = 0, n = 0;
+    for (int a = 0; a < mesh->n_axes; a++)
+        if (mesh->sizes[a] > 1) all |= 1u << a;
+    for (int v = 0; v < g->n_values; v++) states |= g->values[v].role == IR_OPT_STATE;
+    plan_expert *ex = ir_xcalloc((size_t)(2 << mesh->n_axes) + 1, sizeof *ex);
+    char text[160];
+    for (unsigned d = all; d && states; d = (d - 1) & all) /* every non-empty set of data axes */
+        for (int stage = 1; stage <= 2; stage++) {
+            text[0] = 0;
+            add_tactics(text, sizeof text, stage == 1 ? "zero1" : "zero2", d, mesh);
+            add_tactics(text, sizeof text, "megatron", all & ~d, mesh);
+            price_expert(g, mesh, base, pr, text, &ex[n++]);
+        }
     *out = ex;
     return n;
 }

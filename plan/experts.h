@@ -39,6 +39,13 @@ typedef struct plan_expert {
  * plan_experts_free); returns how many. */
 int plan_experts(const ir_graph *g, const shard_mesh *mesh, const shard_state *base, plan_pricer *pr,
                  plan_expert **out);
+/* ZeRO-1 and ZeRO-2 over every non-empty set of data axes, Megatron over
+ * the others ("zero2:data,megatron:model"): the optimizer-state and gradient
+ * stages between dp and zero3, which the search's group actions cannot reach
+ * (a param and its states form one group).  None when g has no optimizer
+ * states (SGD).  As plan_experts otherwise. */
+int plan_zero_experts(const ir_graph *g, const shard_mesh *mesh, const shard_state *base, plan_pricer *pr,
+                      plan_expert **out);
 void plan_experts_free(plan_expert *ex, int n);
 /* The fitting expert with the shortest step time, or -1. */
 int plan_best_expert(const plan_expert *ex, int n);

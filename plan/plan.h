@@ -91,7 +91,8 @@ int plan_load(const char *path, plan *pl, char *err, size_t errlen);
 ir_graph *plan_build_graph(const plan *pl, const char *path, char *err, size_t errlen);
 
 /* Re-applies the loaded plan's decisions (by argument name) on st (fresh, for
- * the rebuilt graph and pl->mesh).  Returns 0, or -1 with a message. */
+ * the rebuilt graph and pl->mesh), and its schedule's gather policy.  Returns
+ * 0, or -1 with a message. */
 int plan_replay(plan *pl, const char *path, shard_state *st, char *err, size_t errlen);
 
 /* The plan's hardware profile (its stored profile, else its preset name).

@@ -22,15 +22,62 @@ int plan_pricer_init(plan_pricer *pr, const cost_hw *hw, const cost_options *opt
 void plan_pricer_free(plan_pricer *pr)
 {
     cost_ws_free(pr->ws);
+    cost_ws_free(pr->ws2);
     spmd_free(pr->p);
-    pr->ws = NULL;
-    pr->p = NULL;
+    spmd_free(pr->p2);
+    pr->ws = pr->ws2 = NULL;
+    pr->p = pr->p2 = NULL;
+}
+
+static void price_into(plan_pricer *pr, shard_state *st, spmd_program **p, cost_ws *ws, cost_estimate *e)
+{
+    *p = spmd_lower_into(st, *p);
+    if (cost_estimate_program(ws, *p, &pr->hw, &pr->opt, e, NULL, 0) < 0) memset(e, 0, sizeof *e);
+}
+
+/* Whether the backward pass reshards anything (a gather, a slice, ...): only
+ * then can the keep policy differ from regather. */
+static int reshards_in_backward(const spmd_program *p)
+{
+    for (int k = 0; k < SPMD_N_KINDS; k++)
+        if (k != SPMD_COMPUTE && k != SPMD_ALL_REDUCE && k != SPMD_REDUCE_SCATTER && p->stats.count[k][SPMD_BACKWARD])
+            return 1;
+    return 0;
 }
 
 void plan_price(plan_pricer *pr, shard_state *st, cost_estimate *e)
 {
-    pr->p = spmd_lower_into(st, pr->p);
-    if (cost_estimate_program(pr->ws, pr->p, &pr->hw, &pr->opt, e, NULL, 0) < 0) memset(e, 0, sizeof *e);
+    if (pr->gather_auto) st->gather_policy = SPMD_GATHER_REGATHER;
+    price_into(pr, st, &pr->p, pr->ws, e);
+    if (!pr->gather_auto || !reshards_in_backward(pr->p)) return;
+    if (!pr->ws2) pr->ws2 = cost_ws_new();
+    cost_estimate keep;
+    st->gather_policy = SPMD_GATHER_KEEP;
+    price_into(pr, st, &pr->p2, pr->ws2, &keep);
+    if (cost_reward(&keep, pr->baseline) <= cost_reward(e, pr->baseline)) {
+        st->gather_policy = SPMD_GATHER_REGATHER;
+        return;
+    }
+    spmd_program *tp = pr->p; /* the chosen program and its workspace become pr->p and pr->ws */
+    pr->p = pr->p2;
+    pr->p2 = tp;
+    cost_ws *tw = pr->ws;
+    pr->ws = pr->ws2;
+    pr->ws2 = tw;
+    *e = keep;
+}
+
+int plan_price_other_gather(plan_pricer *pr, shard_state *st, cost_estimate *e)
+{
+    int was = st->gather_policy;
+    if (!pr->ws2) pr->ws2 = cost_ws_new();
+    st->gather_policy = was == SPMD_GATHER_KEEP ? SPMD_GATHER_REGATHER : SPMD_GATHER_KEEP;
+    price_into(pr, st, &pr->p2, pr->ws2, e);
+    st->gather_policy = was;
+    return pr->p2->n_instrs == pr->p->n_instrs && pr->p2->stats.count[SPMD_ALL_GATHER][SPMD_BACKWARD] ==
+                                                      pr->p->stats.count[SPMD_ALL_GATHER][SPMD_BACKWARD]
+               ? -1
+               : 0;
 }
 
 /* ---- the search's evaluator ------------------------------------------- */
@@ -43,6 +90,7 @@ static void *eval_make(void *cfg, shard_state *st)
     pr->hw = base->hw;
     pr->opt = base->opt;
     pr->baseline = base->baseline;
+    pr->gather_auto = base->gather_auto;
     pr->ws = cost_ws_new();
     return pr;
 }

@@ -85,6 +85,9 @@ int plan_replay(plan *pl, const char *path, shard_state *st, char *err, size_t e
     const ir_graph *g = st->g;
     char e2[256], pp[512], pn[256];
     plan_printable(path, pp, sizeof pp);
+    schedule sc; /* gather:POLICY is the lowering's, not a decision (plan_build_graph parsed it) */
+    if (pl->schedule[0] && sched_parse(pl->schedule, &pl->mesh, &sc, e2, sizeof e2) == 0 && sched_gather_policy(&sc) >= 0)
+        st->gather_policy = sched_gather_policy(&sc);
     for (int i = 0; i < pl->n_decisions; i++) {
         char name[512];
         snprintf(name, sizeof name, "%s", pl->decision_names[i]);
@@ -92,7 +95,7 @@ int plan_replay(plan *pl, const char *path, shard_state *st, char *err, size_t e
         if (!nl) return ir_errf(err, errlen, "%s: decisions[%d]: damaged", pp, i);
         *nl = 0;
         int v = ir_find(g, name), a = shard_mesh_axis(st->mesh, nl + 1);
-        if (v < 0 || g->values[v].role == IR_INTERMEDIATE)
+        if (v < 0 || (g->values[v].role == IR_INTERMEDIATE && g->values[v].grad_of < 0)) /* zero1: gradients atomic */
             return ir_errf(err, errlen, "%s: decisions[%d].arg: does not match the model: no argument '%s'", pp, i,
                            plan_printable(name, pn, sizeof pn));
         if (a < 0)

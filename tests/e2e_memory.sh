@@ -47,6 +47,38 @@ ok "autopart micro" "$carve" autopart --model gpt-tiny --mesh batch=2 --schedule
 ok "run micro plan" "$carve" run --plan plan2.json
 has "run micro plan" "check: passed"
 
+# the memory level: with 0.004 GiB per device no sharding of gpt-tiny:seq=64 fits
+# (the best needs 0.0044 GiB), recomputation does; with 0.0024 GiB only
+# recomputation with micro-batches fits.  The plan records the tactics and replays.
+ok "autopart remat" "$carve" autopart --model gpt-tiny:seq=64 --mesh batch=2 --hw a100 --memory 0.004 --budget 60 --out m1.json
+has "autopart remat" "^schedule   remat:all,auto"
+has "autopart remat" "^  remat:all .* chosen"
+has "autopart remat" "^  none .* does not fit"
+has "autopart remat" "chosen: remat:all: without memory tactics the best plan needs"
+ok "run remat plan" "$carve" run --plan m1.json --steps 2
+has "run remat plan" "check: passed"
+ok "autopart chooses micro" "$carve" autopart --model gpt-tiny:seq=64 --mesh batch=2 --hw a100 --memory 0.0024 --budget 60 --out m2.json
+has "autopart chooses micro" "^schedule   \(remat:all,\)\?microbatch:[24],"
+has "autopart chooses micro" "^  remat:all .* does not fit"
+ok "run chosen micro plan" "$carve" run --plan m2.json
+has "run chosen micro plan" "check: passed"
+"$carve" autopart --model gpt-tiny:seq=64 --mesh batch=2 --hw a100 --memory 0.004 --budget 60 --memory-tactics none >out.txt 2>err.txt
+rc=$?
+if [ $rc -eq 1 ] && ! grep -q "^memory tactics" out.txt && grep -q "no plan found fits" err.txt; then pass=$((pass + 1)); else fail=$((fail + 1)); echo "FAIL memory-tactics none: exit $rc"; fi
+# the gather policy: under zero3 with room to spare keep is chosen (faster), recorded, run for real
+ok "autopart keep" "$carve" autopart --model gpt-tiny --mesh batch=4 --schedule zero3:batch,auto --hw a100 --budget 20 --out k.json
+has "autopart keep" "^gather     keep (chosen by the search): .* regather would take"
+has "autopart keep" "^schedule   gather:keep,zero3:batch,auto"
+ok "run keep plan" "$carve" run --plan k.json --steps 2
+has "run keep plan" "check: passed"
+"$carve" cost --model gpt-tiny --mesh batch=4 --schedule zero3:batch --hw a100 >re.txt 2>&1
+"$carve" cost --model gpt-tiny --mesh batch=4 --schedule zero3:batch,gather:keep --hw a100 >kp.txt 2>&1
+comm() { sed -n 's/.*; communicated \([0-9.e+-]*\) MiB.*/\1/p' "$1"; }
+if awk -v a="$(comm re.txt)" -v b="$(comm kp.txt)" -v p="$(peak re.txt)" -v q="$(peak kp.txt)" 'BEGIN { exit !(b < a && q >= p && b > 0) }'; then
+    pass=$((pass + 1)); else fail=$((fail + 1)); echo "FAIL gather cost: comm $(comm re.txt) -> $(comm kp.txt), peak $(peak re.txt) -> $(peak kp.txt)"; fi
+bad "gather syntax" "gather:keep or gather:regather" "$carve" cost --model gpt-tiny --mesh batch=2 --schedule zero3:batch,gather:yes --hw a100
+bad "memory-tactics value" "must be auto or none" "$carve" autopart --model gpt-tiny --mesh batch=2 --memory-tactics some
+
 bad "remat syntax" "remat:all, remat:N or remat:A-B" "$carve" run --model gpt-tiny --mesh batch=2 --schedule remat:x
 bad "remat range" "the graph has layers 0-1" "$carve" run --model gpt-tiny --mesh batch=2 --schedule dp:batch,remat:4-5
 bad "microbatch divides" "does not divide the batch of 8" "$carve" run --model gpt-tiny --mesh batch=2 --schedule dp:batch,microbatch:3

@@ -12,12 +12,17 @@
  * - bad ranges and a schedule applied without its rewrite are refused;
  * - N micro-batches compute the whole batch's loss and update (up to float
  *   summation order), hold about 1/N of the activations, and all-reduce
- *   each gradient once per step.
+ *   each gradient once per step;
+ * - the pricer's gather choice (plan/pricer.c): keep where both policies fit
+ *   (it is faster), regather where only it fits or neither does;
+ * - the memory level (plan/memory.c): its configurations and its order of
+ *   plans (fits first, then the shorter step, then the smaller peak).
  */
 #include "analysis/schedule.h"
 #include "cost/cost.h"
 #include "exec/exec.h"
 #include "models/models.h"
+#include "plan/memory.h"
 #include "tests/test.h"
 #include "tests/util.h"
 
@@ -372,11 +377,95 @@ static void test_microbatch(void)
     ir_free(g);
 }
 
+/* The pricer's gather choice on an MLP under zero3 over 4 devices: keep
+ * gathers each weight once (less communication, a longer-lived copy), so with
+ * room for both it is chosen; with a capacity between the two peaks only
+ * regather fits and is chosen; with room for neither the smaller peak
+ * (regather) is kept. */
+static void test_gather_choice(void)
+{
+    char err[512];
+    /* weights of 16 MB, so the default 25 MiB gradient buckets close between
+     * layers and do not set both peaks */
+    ir_graph *g = test_build_step("mlp:layers=4,batch=4,in=2048,hidden=2048,out=2048");
+    shard_mesh mesh;
+    schedule sc;
+    shard_mesh_parse("d=4", &mesh, err, sizeof err);
+    sched_parse("zero3:d", &mesh, &sc, err, sizeof err);
+    shard_state *st = shard_state_new(g, &mesh), *scratch = shard_state_new(g, &mesh);
+    CHECK(sched_apply(&sc, st, err, sizeof err) == 0);
+    cost_hw hw;
+    cost_hw_preset("a100", &hw, err, sizeof err);
+    cost_options opt = {COST_FP32, 0, 0};
+    plan_pricer pr;
+    CHECK(plan_pricer_init(&pr, &hw, &opt, scratch, err, sizeof err) == 0);
+    cost_estimate re, kp, e;
+    st->gather_policy = SPMD_GATHER_REGATHER;
+    plan_price(&pr, st, &re);
+    st->gather_policy = SPMD_GATHER_KEEP;
+    plan_price(&pr, st, &kp);
+    CHECKF(kp.peak_memory > re.peak_memory && kp.step_time < re.step_time, "keep %.0f B %.3g s, regather %.0f B %.3g s",
+           kp.peak_memory, kp.step_time, re.peak_memory, re.step_time);
+    double caps[3] = {0, (re.peak_memory + kp.peak_memory) / 2, re.peak_memory / 2};
+    int want[3] = {SPMD_GATHER_KEEP, SPMD_GATHER_REGATHER, SPMD_GATHER_REGATHER};
+    for (int i = 0; i < 3; i++) {
+        pr.opt.memory_capacity = caps[i];
+        pr.gather_auto = 1;
+        st->gather_policy = 1 - want[i];
+        plan_price(&pr, st, &e);
+        CHECKF(st->gather_policy == want[i] && pr.p->opts.gather_policy == want[i], "capacity %.0f: chose %s", caps[i],
+               spmd_gather_policy_name(st->gather_policy));
+        CHECK(e.peak_memory == (want[i] == SPMD_GATHER_KEEP ? kp.peak_memory : re.peak_memory));
+        cost_estimate other;
+        CHECK(plan_price_other_gather(&pr, st, &other) == 0 && other.peak_memory != e.peak_memory);
+        CHECK(st->gather_policy == want[i]);
+    }
+    /* data parallel gathers nothing again: the policy makes no difference */
+    shard_state_reset(st);
+    sched_parse("dp:d", &mesh, &sc, err, sizeof err);
+    sched_apply(&sc, st, err, sizeof err);
+    plan_price(&pr, st, &e);
+    cost_estimate other;
+    CHECK(st->gather_policy == SPMD_GATHER_REGATHER && plan_price_other_gather(&pr, st, &other) < 0);
+    /* the gather: tactic sets the state's policy, and the schedule prints it back */
+    CHECK(sched_parse("zero3:d,gather:keep", &mesh, &sc, err, sizeof err) == 0 && sched_gather_policy(&sc) == SPMD_GATHER_KEEP);
+    char buf[256];
+    CHECKF(!strcmp(sched_str(&sc, &mesh, buf, sizeof buf), "zero3:d,gather:keep"), "%s", buf);
+    shard_state_reset(st);
+    CHECK(sched_apply(&sc, st, err, sizeof err) == 0 && st->gather_policy == SPMD_GATHER_KEEP);
+    CHECK(sched_parse("gather:all", &mesh, &sc, err, sizeof err) < 0 && strstr(err, "gather:keep or gather:regather"));
+    plan_pricer_free(&pr);
+    shard_state_free(st);
+    shard_state_free(scratch);
+    ir_free(g);
+}
+
+static void test_memory_level(void)
+{
+    char err[512], cfg[PLAN_MEMORY_MAX_CONFIGS][64];
+    shard_mesh mesh;
+    schedule sc;
+    shard_mesh_parse("batch=2", &mesh, err, sizeof err);
+    sched_parse("dp:batch,auto", &mesh, &sc, err, sizeof err);
+    int n = plan_memory_configs(&sc, cfg);
+    CHECKF(n == 6 && !cfg[0][0] && !strcmp(cfg[1], "remat:all") && !strcmp(cfg[5], "remat:all,microbatch:4"), "%d configs", n);
+    sched_parse("microbatch:2,auto", &mesh, &sc, err, sizeof err);
+    CHECK(plan_memory_configs(&sc, cfg) == 1 && !cfg[0][0]);
+    cost_estimate fast_big = {.step_time = 1, .peak_memory = 9, .fits = 0}, slow_small = {.step_time = 3, .peak_memory = 2, .fits = 1},
+                  fast_small = {.step_time = 2, .peak_memory = 5, .fits = 1}, huge = {.step_time = 1, .peak_memory = 20, .fits = 0};
+    CHECK(plan_memory_better(&slow_small, &fast_big) && !plan_memory_better(&fast_big, &slow_small));
+    CHECK(plan_memory_better(&fast_small, &slow_small) && !plan_memory_better(&slow_small, &fast_small));
+    CHECK(plan_memory_better(&fast_big, &huge) && !plan_memory_better(&huge, &fast_big));
+    CHECK(!plan_memory_better(&fast_small, &fast_small));
+}
+
 int main(void)
 {
     test_remat_rewrite();
     test_remat_memory();
     test_remat_errors();
     test_microbatch();
+    test_gather_choice();
+    test_memory_level();
     return test_done();
 }

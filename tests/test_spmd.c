@@ -242,6 +242,9 @@ static void test_expert_schedules(void)
         {"batch=2,model=2", "microbatch:2,zero3:batch,megatron:model,remat:all"},
         {"batch=4,model=2", "microbatch:2,zero2:batch,megatron:model"},
         {"model=8", "microbatch:4,megatron:model"},
+        {"batch=1", "microbatch:4"},
+        {"batch=4", "dp:batch,microbatch:2"},
+        {"batch=4", "zero1:batch,remat:all"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         schedule_case(GPT, 0, cases[i].mesh, cases[i].sched, 1);
@@ -262,6 +265,9 @@ static void test_expert_schedules(void)
     lower_opts.gather_policy = SPMD_GATHER_KEEP;
     schedule_case(GPT, 0, "batch=4", "zero3:batch", 2);
     schedule_case(GPT, 1, "batch=2,model=2", "dp:batch,megatron:model,zero3:batch", 1);
+    schedule_case(GPT, 0, "batch=2", "microbatch:4,zero3:batch", 1); /* gathered once for every micro-batch */
+    schedule_case(GPT, 0, "batch=8", "zero3:batch,remat:all", 1);
+    schedule_case(MLP, 0, "batch=2,model=4", "zero3:batch,megatron:model,microbatch:2,remat:all", 1);
     lower_opts = spmd_default_options();
     /* 16 devices on this 2-core machine: 2-D and 4-D meshes */
     schedule_case(GPT, 0, "batch=4,model=4", "dp:batch,megatron:model", 1);
