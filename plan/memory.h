@@ -66,7 +66,8 @@ void plan_step_search_free(plan_step_search *s);
 /* What the memory level searches. */
 typedef struct plan_memory_level {
     const plan *tmpl;           /* the model or graph file, optimizer, mesh, and the user's schedule
-                                   (which ends in auto): plan_build_graph builds each step from it */
+                                   (which ends in auto): plan_build_graph builds each step from it;
+                                   the steps' states borrow tmpl->mesh (keep it until they are freed) */
     const cost_hw *hw;
     cost_options opt;
     const search_algo *algo;
