@@ -8,7 +8,9 @@
  * (each on a quarter of the budget; micro-batches only while nothing fits),
  * with ZeRO-1/2 seeds and the ZeRO-3 gather policy chosen by the pricer.  The
  * table gives the plain step's best plan (sharding alone) beside the plan the
- * memory level picks.  Then gpt-6.7b:seq=4096 (batch 8) over 8 A100s at 80 GB.
+ * memory level picks; then the same at batch 64 over the 64 devices (one
+ * example per data-parallel device), and gpt-6.7b:seq=4096 (batch 8) over 8
+ * A100s at 80 GB.
  * Usage: bench_memory [BUDGET] (plans priced on the plain step; default 200).
  */
 #include "analysis/schedule.h"
@@ -29,7 +31,10 @@ static char *describe(const plan_step_search *s, char *buf, size_t n)
     for (int i = 0, k = 0; i < s->n_ex && s->res.seed >= 0; i++)
         if (s->ex[i].ok && k++ == s->res.seed) from = s->ex[i].schedule;
     int k = snprintf(buf, n, "%s%s`%s`", s->tactics, s->tactics[0] ? " + " : "", from);
-    if (s->res.n_actions && k > 0 && (size_t)k < n) snprintf(buf + k, n - (size_t)k, " + %d actions", s->res.n_actions);
+    if (s->res.n_actions && k > 0 && (size_t)k < n)
+        k += snprintf(buf + k, n - (size_t)k, " + %d action%s", s->res.n_actions, s->res.n_actions > 1 ? "s" : "");
+    if (s->st->gather_policy == SPMD_GATHER_KEEP && !strstr(from, "gather:keep") && k > 0 && (size_t)k < n)
+        snprintf(buf + k, n - (size_t)k, ", gather:keep");
     return buf;
 }
 
@@ -74,8 +79,8 @@ static int run_case(const char *model, const char *mesh_text, double cap_gib, in
         printf(" %s%s | %.3f s | %.1f GB |", p->e.fits ? "" : "does not fit: ", describe(p, sched, sizeof sched), p->e.step_time,
                p->e.peak_memory / 1e9);
         if (long_form) printf(" |\n| with memory tactics |");
-        printf(" %s%s%s | %.3f s | %.1f GB | %.0f s |\n", c->e.fits ? "" : "does not fit: ", describe(c, sched, sizeof sched),
-               c->st->gather_policy == SPMD_GATHER_KEEP ? ", gather:keep" : "", c->e.step_time, c->e.peak_memory / 1e9, secs);
+        printf(" %s%s | %.3f s | %.1f GB | %.0f |\n", c->e.fits ? "" : "does not fit: ", describe(c, sched, sizeof sched),
+               c->e.step_time, c->e.peak_memory / 1e9, secs);
     }
     for (int i = 0; i < n; i++) plan_step_search_free(&steps[i]);
     return chosen >= 0 ? 0 : -1;
@@ -96,14 +101,18 @@ int main(int argc, char **argv)
            "autopart picks; a plan is the expert schedule it starts from plus the search's actions. Step times and\n"
            "peaks are the cost model's predictions for A100s, not measurements; seconds: search time on this machine.\n\n",
            (long long)budget, (long long)budget, (long long)(budget / 4));
-    printf("| model | devices | memory | sharding alone | step | peak | with memory tactics | step | peak | search |\n");
+    printf("| model | devices | memory | sharding alone | step | peak | with memory tactics | step | peak | search (s) |\n");
     printf("|---|---|---|---|---|---|---|---|---|---|\n");
     int rc = 0;
     for (int i = 0; i < 2; i++)
         for (int k = 0; k < 2; k++)
             for (int c = 0; c < 2; c++) rc |= run_case(models[i], meshes[k], caps[c], 0);
+    /* 64 devices with one example per data-parallel device, as such runs are made */
+    static const char *big_batch[] = {"gpt-6.7b:batch=64", "gpt-15b:batch=64"};
+    for (int i = 0; i < 2; i++)
+        for (int c = 0; c < 2; c++) rc |= run_case(big_batch[i], meshes[1], caps[c], 0);
     printf("\n`gpt-6.7b:seq=4096` (batch 8) over 8 A100s (`data=2,model=4`), 80 GB each (74.5 GiB):\n\n");
-    printf("| | plan | step | peak | search |\n|---|---|---|---|---|\n");
+    printf("| | plan | step | peak | search (s) |\n|---|---|---|---|---|\n");
     rc |= run_case("gpt-6.7b:seq=4096", "data=2,model=4", 80e9 / 1073741824.0, 1);
     return rc ? 1 : 0;
 }
