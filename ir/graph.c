@@ -820,7 +820,7 @@ int ir_einsum_n(ir_graph *g, const char *subscripts, int n, const int *in)
     if (strlen(cur) != strlen(ops[0])) return ir_fail(g, "einsum '%s': a letter repeats in one operand", subscripts);
     int v = in[0];
     for (int i = 1; i < n && v >= 0; i++) {
-        char need[64] = "", keep[64] = "", step[IR_MAX_SUBSCRIPTS + 64];
+        char need[64] = "", keep[64] = "", step[400]; /* cur, an operand's subscripts (< 256), keep */
         add_letters(need, out);
         for (int j = i + 1; j < n; j++) add_letters(need, ops[j]);
         if (i == n - 1) {
