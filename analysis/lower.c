@@ -423,6 +423,48 @@ void spmd_free(spmd_program *p)
     free(p);
 }
 
+/* The share of buffer b's block that is padding, averaged over the blocks:
+ * 1 - (global elements) / (blocks x local elements). */
+static double padding_share(const spmd_program *p, int b)
+{
+    const ir_value *v = &p->g->values[p->bufs[b].value];
+    int64_t dims[IR_MAX_RANK];
+    spmd_buffer_dims(p, b, dims);
+    double local = 1, blocks = 1;
+    for (int d = 0; d < v->rank; d++) {
+        local *= (double)dims[d];
+        blocks *= (double)shard_dim_shards(&p->mesh, &p->bufs[b].spec, d);
+    }
+    return local > 0 ? 1.0 - (double)ir_numel(v) / (blocks * local) : 0;
+}
+
+void spmd_padding_of(const spmd_program *p, spmd_padding *out)
+{
+    memset(out, 0, sizeof *out);
+    for (int i = 0; i < p->n_instrs; i++) {
+        const spmd_instr *in = &p->instrs[i];
+        if (in->kind == SPMD_COMPUTE) {
+            int64_t dims[IR_MAX_RANK];
+            double n = 1;
+            spmd_buffer_dims(p, in->out, dims);
+            for (int d = 0; d < p->g->values[in->value].rank; d++) n *= (double)dims[d];
+            out->elems += n;
+            out->padded_elems += n * padding_share(p, in->out);
+        } else if (in->bytes) {
+            /* the buffer the bytes were counted on (emit) */
+            int b = in->kind == SPMD_ALL_GATHER || in->kind == SPMD_HALO ? in->out : in->in[0];
+            out->comm_bytes += (double)in->bytes;
+            out->padded_comm_bytes += (double)in->bytes * padding_share(p, b);
+        }
+    }
+    for (int v = 0; v < p->g->n_values; v++)
+        if (p->arg_buf[v] >= 0) {
+            double n = (double)spmd_buffer_bytes(p, p->arg_buf[v]);
+            out->arg_bytes += n;
+            out->padded_arg_bytes += n * padding_share(p, p->arg_buf[v]);
+        }
+}
+
 static char *local_type(const spmd_program *p, int b, char *buf, size_t n)
 {
     ir_value v = p->g->values[p->bufs[b].value];

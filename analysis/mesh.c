@@ -99,12 +99,27 @@ int64_t shard_dim_shards(const shard_mesh *m, const shard_spec *s, int d)
     return p;
 }
 
+/* Uneven splits are padded, as GSPMD does: a dim of size D tiled by axes
+ * n1..nk (major to minor) is cut into blocks level by level: b0 = D and
+ * b_i = ceil(b_{i-1} / n_i), so the block of every device has the same
+ * size b_k, and a block of level i holds the n_{i+1} blocks of level i+1
+ * (gathering the minor axis gives back the level above, with no data
+ * crossing between its blocks).  A block's rows past the end of the block
+ * above it (or of the dim) are padding: zeros that hold no data.  When every
+ * level divides, this is the plain even split. */
+int64_t shard_dim_block(const shard_mesh *m, const shard_spec *s, int d, int64_t size)
+{
+    int64_t b = size;
+    for (int i = 0; i < s->n[d]; i++) {
+        int64_t k = m->sizes[s->axes[d][i]];
+        b = (b + k - 1) / k;
+    }
+    return b;
+}
+
 void shard_local_dims(const shard_mesh *m, const ir_value *v, const shard_spec *s, int64_t *dims)
 {
-    for (int d = 0; d < v->rank; d++) {
-        int64_t k = shard_dim_shards(m, s, d);
-        dims[d] = (v->dims[d] + k - 1) / k;
-    }
+    for (int d = 0; d < v->rank; d++) dims[d] = shard_dim_block(m, s, d, v->dims[d]);
 }
 
 size_t shard_local_bytes(const shard_mesh *m, const ir_value *v, const shard_spec *s)
@@ -116,18 +131,35 @@ size_t shard_local_bytes(const shard_mesh *m, const ir_value *v, const shard_spe
     return n;
 }
 
-int64_t shard_dim_offset(const shard_mesh *m, const ir_value *v, const shard_spec *s, int d, int64_t dev)
+/* Walks the levels of dim d for device dev: its block's offset and the
+ * number of its rows that hold data. */
+static int64_t dim_walk(const shard_mesh *m, const ir_value *v, const shard_spec *s, int d, int64_t dev, int64_t *valid)
 {
-    /* The block index is the mixed-radix number of the device's coordinates
-     * along the dim's axes, major first. */
-    int64_t block = 0;
+    int64_t org = 0, b = v->dims[d], end = v->dims[d];
     for (int i = 0; i < s->n[d]; i++) {
         int a = s->axes[d][i];
-        block = block * m->sizes[a] + shard_device_coord(m, dev, a);
+        b = (b + m->sizes[a] - 1) / m->sizes[a];
+        org += shard_device_coord(m, dev, a) * b;
+        if (org + b < end) end = org + b;
     }
-    int64_t k = shard_dim_shards(m, s, d);
-    return block * ((v->dims[d] + k - 1) / k);
+    *valid = end > org ? end - org : 0;
+    return org;
 }
+
+int64_t shard_dim_offset(const shard_mesh *m, const ir_value *v, const shard_spec *s, int d, int64_t dev)
+{
+    int64_t valid;
+    return dim_walk(m, v, s, d, dev, &valid);
+}
+
+int64_t shard_dim_valid(const shard_mesh *m, const ir_value *v, const shard_spec *s, int d, int64_t dev)
+{
+    int64_t valid;
+    dim_walk(m, v, s, d, dev, &valid);
+    return valid;
+}
+
+int shard_split_ok(int64_t size, int64_t shards) { return size % shards == 0 || size >= shards; }
 
 int shard_spec_equal(const shard_spec *a, const shard_spec *b, int rank)
 {

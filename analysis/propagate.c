@@ -182,6 +182,7 @@ void shard_op_factors(shard_state *s, int op, shard_factor_axes *fa)
     proposal p[(IR_MAX_OPERANDS + 1) * IR_MAX_RANK];
     int np = 0;
     for (int f = 0; f < r->n_factors; f++) fa[f].n = 0;
+    unsigned even = shard_rule_even_factors(s->g, r, o);
     for (int t = 0; t <= r->n_in; t++) {
         int v = tensor_value(o, t);
         const shard_spec *sp = &s->spec[v];
@@ -206,11 +207,13 @@ void shard_op_factors(shard_state *s, int op, shard_factor_axes *fa)
             continue;
         }
         /* a compound dim's axes beyond what its major factor divides shard
-         * the minor factors, which this op cannot see: they are dropped */
+         * the minor factors, which this op cannot see: they are dropped (a
+         * factor of a compound dim is split evenly or not at all: a padded
+         * block would not be whole rows of the compound dim) */
         int n = 0;
         for (int64_t shards = 1; n < sp->n[d]; n++) {
             shards *= s->mesh->sizes[sp->axes[d][n]];
-            if (r->size[f] % shards) break;
+            if ((even >> f & 1u) ? r->size[f] % shards != 0 : !shard_split_ok(r->size[f], shards)) break;
         }
         if (n < sp->n[d])
             conflict(s, op, v, sp->axes[d][n], -1, p[i].first_stamp, "more shards than the dim's major factor has");
@@ -267,9 +270,11 @@ static void enqueue(shard_state *s, int op)
 static void value_changed(shard_state *s, int v);
 
 /* Extends dim d of value v to the axes in `want` (which must extend what v
- * has).  `limit` is the size the axes must divide (the dim, or for a compound
- * dim its major factor).  Returns 1 if v changed. */
-static int extend_dim(shard_state *s, int op, int v, int d, const uint8_t *want, const int16_t *stamps, int n, int64_t limit)
+ * has).  `limit` is the size the axes split (the dim, or for a compound dim
+ * its major factor): evenly when `even`, else padded (shard_split_ok).
+ * Returns 1 if v changed. */
+static int extend_dim(shard_state *s, int op, int v, int d, const uint8_t *want, const int16_t *stamps, int n, int64_t limit,
+                      int even)
 {
     shard_spec *sp = &s->spec[v];
     int have = sp->n[d];
@@ -288,7 +293,8 @@ static int extend_dim(shard_state *s, int op, int v, int d, const uint8_t *want,
         const char *why = NULL;
         if (used & bit) why = "axis already tiles another dim of this tensor";
         else if (s->atomic[v] & bit) why = "tensor is atomic (replicated) on this axis";
-        else if (limit % (shards * s->mesh->sizes[a]) != 0) why = "size not divisible by the shards";
+        else if (even ? limit % (shards * s->mesh->sizes[a]) != 0 : !shard_split_ok(limit, shards * s->mesh->sizes[a]))
+            why = even ? "size not divisible by the shards (a reshape's compound dim)" : "fewer rows than shards";
         if (why) {
             int other = s->stamp[v][a];
             conflict(s, op, v, a, other == SHARD_NO_STAMP ? -1 : other, stamps[k], why);
@@ -318,7 +324,7 @@ static void process_reshard(shard_state *s, int op)
     for (int d = 0; d < x->rank; d++) {
         int16_t st[SHARD_MAX_AXES];
         for (int k = 0; k < sp->n[d]; k++) st[k] = s->stamp[src][sp->axes[d][k]];
-        changed |= extend_dim(s, op, dst, d, sp->axes[d], st, sp->n[d], x->dims[d]);
+        changed |= extend_dim(s, op, dst, d, sp->axes[d], st, sp->n[d], x->dims[d], 0);
     }
     s->record_conflicts = saved;
     if (changed) value_changed(s, dst);
@@ -334,6 +340,7 @@ static void process_op(shard_state *s, int op)
     }
     shard_factor_axes fa[SHARD_MAX_FACTORS];
     shard_op_factors(s, op, fa);
+    unsigned even = shard_rule_even_factors(s->g, r, o);
     for (int t = 0; t <= r->n_in; t++) {
         int v = tensor_value(o, t);
         const ir_value *x = &s->g->values[v];
@@ -343,7 +350,7 @@ static void process_op(shard_state *s, int op)
             int f = r->f[t][d][0];
             if (!fa[f].n) continue;
             int64_t limit = r->nf[t][d] > 1 ? r->size[f] : x->dims[d];
-            changed |= extend_dim(s, op, v, d, fa[f].axes, fa[f].stamp, fa[f].n, limit);
+            changed |= extend_dim(s, op, v, d, fa[f].axes, fa[f].stamp, fa[f].n, limit, (even >> f & 1u) != 0);
         }
         if (changed) value_changed(s, v);
     }
@@ -358,7 +365,7 @@ static void sync_pair(shard_state *s, int from, int to)
         const shard_spec *sp = &s->spec[from];
         int16_t st[SHARD_MAX_AXES];
         for (int k = 0; k < sp->n[d]; k++) st[k] = s->stamp[from][sp->axes[d][k]];
-        changed |= extend_dim(s, -1, to, d, sp->axes[d], st, sp->n[d], x->dims[d]);
+        changed |= extend_dim(s, -1, to, d, sp->axes[d], st, sp->n[d], x->dims[d], 0);
     }
     if (changed) value_changed(s, to);
 }
@@ -448,9 +455,9 @@ int shard_apply(shard_state *s, const shard_decision *d, char *err, size_t errle
         return 1;
     }
     int64_t shards = shard_dim_shards(s->mesh, sp, d->dim) * s->mesh->sizes[a];
-    if (x->dims[d->dim] % shards != 0) {
+    if (!shard_split_ok(x->dims[d->dim], shards)) {
         if (err)
-            snprintf(err, errlen, "'%s' dim %d (size %lld) does not divide into %lld shards over axis '%s'", x->name,
+            snprintf(err, errlen, "'%s' dim %d (size %lld) is smaller than its %lld shards over axis '%s'", x->name,
                      d->dim, (long long)x->dims[d->dim], (long long)shards, s->mesh->names[a]);
         return -1;
     }

@@ -310,3 +310,19 @@ int shard_rule_of(const ir_graph *g, int op, shard_rule *r)
     if ((unsigned)o->kind >= IR_N_OPS) return -1;
     return rule_of[o->kind](r, &c);
 }
+
+unsigned shard_rule_even_factors(const ir_graph *g, const shard_rule *r, const ir_op *o)
+{
+    unsigned even = 0;
+    for (int t = 0; t <= r->n_in; t++) {
+        int v = t < o->n_in ? o->in[t] : o->out;
+        for (int d = 0; d < g->values[v].rank; d++)
+            if (r->nf[t][d] > 1)
+                for (int k = 0; k < r->nf[t][d]; k++) even |= 1u << r->f[t][d][k];
+    }
+    /* slice, pad and concat copy their block along the dim from its offset
+     * in the operands, which a padded block would overrun */
+    if ((o->kind == IR_OP_SLICE || o->kind == IR_OP_PAD || o->kind == IR_OP_CONCAT) && r->nf[r->n_in][o->attrs.ints[0]])
+        even |= 1u << r->f[r->n_in][o->attrs.ints[0]][0];
+    return even;
+}

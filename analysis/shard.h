@@ -61,12 +61,20 @@ typedef struct shard_spec {
 unsigned shard_spec_tiled(const shard_spec *s, int rank);
 /* Number of shards along dim d. */
 int64_t shard_dim_shards(const shard_mesh *m, const shard_spec *s, int d);
-/* Local dims of a value under s (sizes divide: propagation never makes an
- * uneven split). */
+/* Block size of a dim of `size` under s (mesh.c: uneven splits are padded,
+ * level by level over the dim's axes). */
+int64_t shard_dim_block(const shard_mesh *m, const shard_spec *s, int d, int64_t size);
+/* Local dims of a value under s: the same on every device, padding included. */
 void shard_local_dims(const shard_mesh *m, const ir_value *v, const shard_spec *s, int64_t *dims);
 size_t shard_local_bytes(const shard_mesh *m, const ir_value *v, const shard_spec *s);
 /* Offset of device `dev`'s block along dim d (in elements of the global dim). */
 int64_t shard_dim_offset(const shard_mesh *m, const ir_value *v, const shard_spec *s, int d, int64_t dev);
+/* Rows of device `dev`'s block along dim d that hold data (the rest, at the
+ * block's end, is padding: zeros). */
+int64_t shard_dim_valid(const shard_mesh *m, const ir_value *v, const shard_spec *s, int d, int64_t dev);
+/* Whether a dim of `size` may be split in `shards`: evenly, or padded when
+ * it has at least one row per shard (a smaller dim would be mostly padding). */
+int shard_split_ok(int64_t size, int64_t shards);
 int shard_spec_equal(const shard_spec *a, const shard_spec *b, int rank);
 /* Compact text: "[{batch}, {}, {model}]" plus " partial{model}" when partial. */
 char *shard_spec_str(const shard_mesh *m, const shard_spec *s, int rank, char *buf, size_t n);
@@ -91,6 +99,12 @@ typedef struct shard_rule {
 
 /* The sharding rule of op `op` of g. Returns 0 or -1 (never for a verified graph). */
 int shard_rule_of(const ir_graph *g, int op, shard_rule *r);
+
+/* Mask of the factors of op o (rule r) that split only evenly: those of a
+ * reshape's compound dims (a padded block of the major factor would not be
+ * whole rows of the compound dim) and the dim that slice, pad and concat
+ * cut; any other factor may be split unevenly, padded (mesh.c). */
+unsigned shard_rule_even_factors(const ir_graph *g, const shard_rule *r, const ir_op *o);
 
 /* ---- decisions and propagation ----------------------------------------- */
 typedef enum { SHARD_TILE, SHARD_ATOMIC } shard_decision_kind;

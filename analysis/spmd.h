@@ -133,4 +133,13 @@ void spmd_print(const spmd_program *p, FILE *f);
 void spmd_buffer_dims(const spmd_program *p, int b, int64_t *dims);
 size_t spmd_buffer_bytes(const spmd_program *p, int b);
 
+/* What uneven splits cost a program, per device (a device's mean over the
+ * mesh: blocks are padded to one size, docs/sharding.md). */
+typedef struct spmd_padding {
+    double elems, padded_elems;          /* elements of the compute instructions' results */
+    double comm_bytes, padded_comm_bytes; /* bytes of the collectives (as instr.bytes counts them) */
+    double arg_bytes, padded_arg_bytes;   /* params, optimizer states and inputs */
+} spmd_padding;
+void spmd_padding_of(const spmd_program *p, spmd_padding *out);
+
 #endif

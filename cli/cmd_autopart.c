@@ -62,8 +62,9 @@ static void progress(void *ctx, int64_t sims, double elapsed, const search_score
     p->shown = 1;
 }
 
-/* A mesh axis that divides no dim of the step's arguments can only stay
- * unused: when no axis divides anything and the manual tactics split nothing,
+/* A mesh axis that can split no dim of the step's arguments (every dim has
+ * fewer rows than the axis has devices, or is taken) can only stay unused:
+ * when no axis can split anything and the manual tactics split nothing,
  * the search has nothing to do and autopart refuses, as carve cost and carve
  * shard refuse a tactic on such an axis; an axis that is only partly useless
  * gets a warning.  Returns 1 after the error line. */
@@ -80,12 +81,13 @@ static int refuse_idle_mesh(const ir_graph *g, const shard_mesh *mesh, const sha
     }
     if (!n_idle) return 0;
     if (n_idle == mesh->n_axes && prefix->n_log == 0) {
-        cli_error("autopart: mesh %s: %s divides no dim of the model's params, optimizer states or inputs; nothing "
-                  "can be split (choose axis sizes that divide the batch or the model's dims)",
+        cli_error("autopart: mesh %s: %s can split no dim of the model's params, optimizer states or inputs (each "
+                  "is smaller than the axis); nothing can be split (choose axis sizes no larger than the batch or the "
+                  "model's dims)",
                   shard_mesh_str(mesh, ms, sizeof ms), idle);
         return 1;
     }
-    fprintf(stderr, "carve: autopart: warning: mesh axis %s divides no dim left to split; %s unused\n", idle,
+    fprintf(stderr, "carve: autopart: warning: mesh axis %s can split no dim left; %s unused\n", idle,
             n_idle > 1 ? "they stay" : "it stays");
     return 0;
 }

@@ -11,9 +11,10 @@
 #include "cli/report.h"
 #include "cost/cost.h"
 
-/* The text: what was priced, then the estimate. */
+/* The text: what was priced, then the estimate and the padding of p's
+ * uneven splits (priced in the estimate like data). */
 static void print_text(const char *cfg, const shard_mesh *mesh, const schedule *sc, const cost_hw *hw,
-                       const cost_options *opt, const cost_estimate *e)
+                       const cost_options *opt, const cost_estimate *e, const spmd_program *p)
 {
     char buf[256], buf2[SCHED_STR_MAX];
     printf("model %s\nmesh %s (%lld devices)\nschedule %s\nhardware %s (%s)\nprecision %s, %s\n\n", cfg,
@@ -21,6 +22,16 @@ static void print_text(const char *cfg, const shard_mesh *mesh, const schedule *
            hw->name, hw->source, cost_precision_describe(opt->precision),
            opt->overlap ? "communication overlapped with compute" : "no overlap of compute and communication");
     cli_print_estimate(e);
+    spmd_padding pad;
+    spmd_padding_of(p, &pad);
+    if (pad.padded_elems > 0 || pad.padded_comm_bytes > 0 || pad.padded_arg_bytes > 0)
+        printf("\npadding (uneven splits, counted in the figures above): %.2f%% of the elements computed per device, "
+               "%.2f%% of the bytes communicated (%.4g MiB), %.4g MiB of %.4g MiB of params, states and inputs\n",
+               pad.elems > 0 ? 100 * pad.padded_elems / pad.elems : 0,
+               pad.comm_bytes > 0 ? 100 * pad.padded_comm_bytes / pad.comm_bytes : 0, pad.padded_comm_bytes / 1048576.0,
+               pad.padded_arg_bytes / 1048576.0, pad.arg_bytes / 1048576.0);
+    else
+        printf("\npadding: none (every split is even)\n");
 }
 
 int cmd_cost(const cli_opts *o)
@@ -71,7 +82,7 @@ int cmd_cost(const cli_opts *o)
         }
         goto done;
     }
-    print_text(cfg, &mesh, &sc, &hw, &opt, &e);
+    print_text(cfg, &mesh, &sc, &hw, &opt, &e, p);
     if (have_base) {
         char a[32];
         cost_fmt_time(base.step_time, a, sizeof a);

@@ -17,20 +17,20 @@
 /* Calls fn(global_offset, local_offset, run) for every run of contiguous
  * elements of device dev's block of buffer b. */
 typedef struct run_ctx {
-    int64_t org[IR_MAX_RANK], ld[IR_MAX_RANK], gs[IR_MAX_RANK];
+    int64_t org[IR_MAX_RANK], ld[IR_MAX_RANK], vd[IR_MAX_RANK], gs[IR_MAX_RANK];
     int rank;
-    int64_t numel;
 } run_ctx;
 
 static void run_ctx_of(exec_spmd *r, int b, int dev, run_ctx *c)
 {
-    const spmd_program *p = r->p;
-    const ir_value *v = &r->g->values[p->bufs[b].value];
+    const ir_value *v = &r->g->values[r->p->bufs[b].value];
+    spmd_block blk;
+    spmd_block_of(r, b, dev, &blk);
     c->rank = v->rank;
-    spmd_buffer_dims(p, b, c->ld);
+    memcpy(c->org, blk.org, sizeof c->org);
+    memcpy(c->ld, blk.dims, sizeof c->ld);
+    memcpy(c->vd, blk.valid, sizeof c->vd);
     exec_row_major_strides(v->rank, v->dims, c->gs);
-    for (int d = 0; d < v->rank; d++) c->org[d] = shard_dim_offset(&p->mesh, v, &p->bufs[b].spec, d, dev);
-    c->numel = r->numel[b];
 }
 
 typedef enum { PUT_COPY, PUT_ADD, PUT_MAX } put_kind;
@@ -38,11 +38,18 @@ typedef enum { PUT_COPY, PUT_ADD, PUT_MAX } put_kind;
 static void put_block(const run_ctx *c, put_kind k, int is_int, const void *src, void *global)
 {
     int rank = c->rank;
-    int64_t inner = rank ? c->ld[rank - 1] : 1, idx[IR_MAX_RANK] = {0};
-    for (int64_t done = 0; done < c->numel; done += inner) {
-        int64_t g0 = 0;
-        for (int d = 0; d < rank; d++) g0 += (c->org[d] + (d < rank - 1 ? idx[d] : 0)) * c->gs[d];
-        const float *s = (const float *)src + done;
+    int64_t inner = rank ? c->vd[rank - 1] : 1, idx[IR_MAX_RANK] = {0}, ls[IR_MAX_RANK], count = 1;
+    exec_row_major_strides(rank, c->ld, ls);
+    for (int d = 0; d < rank - 1; d++) count *= c->vd[d];
+    if (inner <= 0) return;
+    /* the runs of the valid box (padding holds no data) */
+    for (int64_t run = 0; run < count; run++) {
+        int64_t g0 = 0, l0 = 0;
+        for (int d = 0; d < rank; d++) {
+            g0 += (c->org[d] + (d < rank - 1 ? idx[d] : 0)) * c->gs[d];
+            if (d < rank - 1) l0 += idx[d] * ls[d];
+        }
+        const float *s = (const float *)src + l0;
         float *o = (float *)global + g0;
         if (k == PUT_COPY || is_int) memcpy(o, s, (size_t)inner * 4);
         else if (k == PUT_ADD)
@@ -51,7 +58,7 @@ static void put_block(const run_ctx *c, put_kind k, int is_int, const void *src,
             for (int64_t i = 0; i < inner; i++)
                 if (s[i] > o[i] || s[i] != s[i]) o[i] = s[i];
         for (int d = rank - 2; d >= 0; d--) {
-            if (++idx[d] < c->ld[d]) break;
+            if (++idx[d] < c->vd[d]) break;
             idx[d] = 0;
         }
     }

@@ -102,7 +102,10 @@ void spmd_block_of(const exec_spmd *r, int b, int dev, spmd_block *out)
     const spmd_program *p = r->p;
     const ir_value *v = &p->g->values[p->bufs[b].value];
     spmd_buffer_dims(p, b, out->dims);
-    for (int d = 0; d < v->rank; d++) out->org[d] = shard_dim_offset(&p->mesh, v, &p->bufs[b].spec, d, dev);
+    for (int d = 0; d < v->rank; d++) {
+        out->org[d] = shard_dim_offset(&p->mesh, v, &p->bufs[b].spec, d, dev);
+        out->valid[d] = shard_dim_valid(&p->mesh, v, &p->bufs[b].spec, d, dev);
+    }
     out->data = r->arena[dev].base ? spmd_buf(r, dev, b) : NULL;
 }
 
@@ -110,7 +113,7 @@ int spmd_box_meet(int rank, const spmd_block *a, const spmd_block *b, int64_t *l
 {
     for (int d = 0; d < rank; d++) {
         int64_t s = a->org[d] > b->org[d] ? a->org[d] : b->org[d];
-        int64_t e1 = a->org[d] + a->dims[d], e2 = b->org[d] + b->dims[d];
+        int64_t e1 = a->org[d] + a->valid[d], e2 = b->org[d] + b->valid[d];
         lo[d] = s;
         len[d] = (e1 < e2 ? e1 : e2) - s;
         if (len[d] <= 0) return 0;
@@ -136,6 +139,40 @@ double spmd_halo_copy(exec_spmd *r, const spmd_instr *in, int dev, const spmd_gr
         if (gr->members[j] != dev) moved += 4.0 * (double)n;
     }
     return moved;
+}
+
+/* Fills the rows of dims [d, rank) of data (shape dims) outside valid;
+ * no dim after `last` is padded. */
+static void fill_outside(float *data, int rank, int d, int last, const int64_t *dims, const int64_t *valid, float x)
+{
+    int64_t inner = 1;
+    for (int e = d + 1; e < rank; e++) inner *= dims[e];
+    for (int64_t i = 0; i < dims[d]; i++) {
+        float *row = data + i * inner;
+        if (i >= valid[d]) {
+            for (int64_t k = 0; k < inner; k++) row[k] = x;
+        } else if (d < last) {
+            fill_outside(row, rank, d + 1, last, dims, valid, x);
+        }
+    }
+}
+
+void spmd_fill_padding(exec_spmd *r, int b, int dev, float x)
+{
+    spmd_block blk;
+    spmd_block_of(r, b, dev, &blk);
+    int rank = r->g->values[r->p->bufs[b].value].rank, d0 = -1, last = -1;
+    for (int d = 0; d < rank; d++)
+        if (blk.valid[d] < blk.dims[d]) {
+            if (d0 < 0) d0 = d;
+            last = d;
+        }
+    if (d0 < 0 || !blk.data) return;
+    /* the dims before the first padded one are whole: one pass per row of them */
+    int64_t outer = 1, inner = 1;
+    for (int d = 0; d < d0; d++) outer *= blk.dims[d];
+    for (int d = d0; d < rank; d++) inner *= blk.dims[d];
+    for (int64_t i = 0; i < outer; i++) fill_outside(blk.data + i * inner, rank, d0, last, blk.dims, blk.valid, x);
 }
 
 /* A slice: copy the kept part of my input block into my output block. */

@@ -100,6 +100,7 @@ struct exec_spmd {
     exec_arena *arena;    /* per device: its buffers at off[] (mapped for local devices only) */
     double *instr_flops;  /* per instruction: local einsum FLOPs, else 0 */
     uint8_t *release;     /* per collective: peers overwrite what it reads later in the step (spmd_mem.c) */
+    uint8_t *padded;      /* per buffer: some device's block has padding (an uneven split) */
     atomic_int abort;
     pthread_mutex_t err_mu;
     char err[512];
@@ -135,8 +136,11 @@ int spmd_layout(const spmd_program *p, const int64_t *numel, int reuse, size_t *
 /* ---- blocks and boxes (spmd_coll.c), for the backends ------------------- */
 
 /* A block of a buffer: its origin in global coordinates, dims, data. */
+/* A device's block of a buffer: its box in global coordinates starts at
+ * org; dims is its allocated shape (the same on every device), valid the
+ * part of it that holds data (smaller at the end of a padded dim). */
 typedef struct spmd_block {
-    int64_t org[IR_MAX_RANK], dims[IR_MAX_RANK];
+    int64_t org[IR_MAX_RANK], dims[IR_MAX_RANK], valid[IR_MAX_RANK];
     float *data;
 } spmd_block;
 
@@ -144,7 +148,7 @@ typedef enum { SPMD_BOX_COPY, SPMD_BOX_ADD, SPMD_BOX_MAX } spmd_box_kind;
 
 /* Device dev's block of buffer b; data NULL when dev is not local. */
 void spmd_block_of(const exec_spmd *r, int b, int dev, spmd_block *out);
-/* The intersection [lo, lo + len) of two blocks' boxes; 0 when empty. */
+/* The intersection [lo, lo + len) of two blocks' valid boxes; 0 when empty. */
 int spmd_box_meet(int rank, const spmd_block *a, const spmd_block *b, int64_t *lo, int64_t *len);
 /* dst[box] = k(dst[box], src[box]) for the box [lo, lo + len) in global
  * coordinates, which both blocks contain.  Returns the elements read. */
@@ -155,6 +159,10 @@ int64_t spmd_box_apply(spmd_box_kind k, int rank, const int64_t *lo, const int64
  * members' input blocks, zeros beyond the dim's ends.  Returns the bytes read
  * from other devices. */
 double spmd_halo_copy(exec_spmd *r, const spmd_instr *in, int dev, const spmd_group *gr);
+/* Sets the padding of device dev's block of buffer b (the rows outside its
+ * valid box) to x: 0 keeps padding neutral for sums and contractions,
+ * -INFINITY for a max over a padded dim. */
+void spmd_fill_padding(exec_spmd *r, int b, int dev, float x);
 /* d[i] = k(d[i], s[i]) for n elements. */
 void spmd_run_op(spmd_box_kind k, const float *s, float *d, int64_t n);
 

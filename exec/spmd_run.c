@@ -91,16 +91,6 @@ exec_spmd *exec_spmd_new_on(const spmd_program *p, exec_backend backend, size_t 
         ir_errf(err, errlen, "mesh %s: %lld devices; the runtime simulates 1 to 256", mesh_text, (long long)p->mesh.n_devices);
         return NULL;
     }
-    /* Blocks are boxes of equal local shape: refuse padded (uneven) splits. */
-    for (int b = 0; b < p->n_bufs; b++) {
-        const ir_value *v = &g->values[p->bufs[b].value];
-        for (int d = 0; d < v->rank; d++)
-            if (v->dims[d] % shard_dim_shards(&p->mesh, &p->bufs[b].spec, d)) {
-                ir_errf(err, errlen, "value '%s': dim %d of size %lld does not split evenly over %lld devices (padding is not supported)",
-                     v->name, d, (long long)v->dims[d], (long long)shard_dim_shards(&p->mesh, &p->bufs[b].spec, d));
-                return NULL;
-            }
-    }
     const spmd_backend *be = backend == EXEC_MPI ? &spmd_mpi_backend : &spmd_threads_backend;
     size_t dev_bytes = exec_spmd_device_bytes(p), need = dev_bytes * (backend == EXEC_MPI ? 1 : (size_t)p->mesh.n_devices);
     if (max_bytes && need > max_bytes) {
@@ -125,9 +115,16 @@ exec_spmd *exec_spmd_new_on(const spmd_program *p, exec_backend backend, size_t 
     r->numel = calloc((size_t)p->n_bufs + 1, sizeof *r->numel);
     r->instr_flops = calloc((size_t)p->n_instrs + 1, sizeof *r->instr_flops);
     r->release = calloc((size_t)p->n_instrs + 1, 1);
+    r->padded = calloc((size_t)p->n_bufs + 1, 1);
     r->arena = calloc((size_t)r->n_dev, sizeof *r->arena);
     r->stats.dev = calloc((size_t)r->n_dev, sizeof *r->stats.dev);
-    if (!r->off || !r->numel || !r->instr_flops || !r->release || !r->arena || !r->stats.dev) goto oom;
+    if (!r->off || !r->numel || !r->instr_flops || !r->release || !r->padded || !r->arena || !r->stats.dev) goto oom;
+    for (int b = 0; b < p->n_bufs; b++) {
+        const ir_value *v = &g->values[p->bufs[b].value];
+        for (int d = 0; d < v->rank; d++)
+            if (shard_dim_block(&p->mesh, &p->bufs[b].spec, d, v->dims[d]) * shard_dim_shards(&p->mesh, &p->bufs[b].spec, d) != v->dims[d])
+                r->padded[b] = 1;
+    }
     size_t off = 0;
     if (device_layout(p, r->numel, r->off, &off, r->release) < 0) goto oom;
     if (be->open(r, err, errlen) < 0) {
@@ -170,6 +167,7 @@ void exec_spmd_free(exec_spmd *r)
     free(r->numel);
     free(r->instr_flops);
     free(r->release);
+    free(r->padded);
     free(r->stats.dev);
     pthread_mutex_destroy(&r->err_mu);
     free(r);
@@ -183,32 +181,37 @@ const exec_spmd_stats *exec_spmd_last_stats(const exec_spmd *r) { return &r->sta
 /* ---- arguments ---------------------------------------------------------- */
 
 /* Fills device dev's block of argument v (buffer b) from the seeded global
- * values, one contiguous global run at a time. */
+ * values, one contiguous global run of its valid box at a time (padding:
+ * zeros). */
 static void fill_block(exec_spmd *r, int v, int b, int dev, uint64_t seed)
 {
-    const spmd_program *p = r->p;
     const ir_value *x = &r->g->values[v];
     int rank = x->rank;
-    int64_t ld[IR_MAX_RANK], org[IR_MAX_RANK], gs[IR_MAX_RANK];
-    spmd_buffer_dims(p, b, ld);
-    exec_row_major_strides(rank, x->dims, gs);
-    for (int d = 0; d < rank; d++) org[d] = shard_dim_offset(&p->mesh, x, &p->bufs[b].spec, d, dev);
-    uint32_t *dst = (uint32_t *)spmd_buf(r, dev, b);
-    int64_t n = r->numel[b];
+    int64_t gs[IR_MAX_RANK], ls[IR_MAX_RANK], idx[IR_MAX_RANK] = {0};
+    spmd_block blk;
+    spmd_block_of(r, b, dev, &blk);
+    uint32_t *dst = (uint32_t *)blk.data;
     if (rank == 0) {
         exec_fill_range(r->g, v, seed, 0, 1, dst);
         return;
     }
+    if (r->padded[b]) memset(dst, 0, (size_t)r->numel[b] * 4);
+    exec_row_major_strides(rank, x->dims, gs);
+    exec_row_major_strides(rank, blk.dims, ls);
     int k0 = rank - 1;
-    int64_t inner = ld[k0];
-    while (k0 > 0 && ld[k0] == x->dims[k0]) inner *= ld[--k0];
-    int64_t idx[IR_MAX_RANK] = {0};
-    for (int64_t done = 0; done < n; done += inner, dst += inner) {
-        int64_t start = org[k0] * gs[k0];
-        for (int d = 0; d < k0; d++) start += (org[d] + idx[d]) * gs[d];
-        exec_fill_range(r->g, v, seed, start, inner, dst);
+    int64_t inner = blk.valid[k0], count = 1;
+    while (k0 > 0 && blk.valid[k0] == x->dims[k0] && blk.dims[k0] == x->dims[k0]) inner *= blk.valid[--k0];
+    for (int d = 0; d < k0; d++) count *= blk.valid[d];
+    if (inner <= 0) return;
+    for (int64_t done = 0; done < count; done++) {
+        int64_t start = blk.org[k0] * gs[k0], lo = 0;
+        for (int d = 0; d < k0; d++) {
+            start += (blk.org[d] + idx[d]) * gs[d];
+            lo += idx[d] * ls[d];
+        }
+        exec_fill_range(r->g, v, seed, start, inner, dst + lo);
         for (int d = k0 - 1; d >= 0; d--) {
-            if (++idx[d] < ld[d]) break;
+            if (++idx[d] < blk.valid[d]) break;
             idx[d] = 0;
         }
     }
@@ -310,7 +313,14 @@ static int run_compute(exec_spmd *r, const spmd_instr *in, int dev, char *msg, s
     } else if (op->kind == IR_OP_ONE_HOT) {
         o.id_base = o.out_offset[ov->rank - 1];
     }
-    return exec_kernel_run(op->kind, &op->attrs, op->n_in, args, &out, &o, msg, n);
+    /* Padding is zero, which a sum or a contraction ignores; a max over a
+     * padded dim sees it as -inf for the time of the op. */
+    int masked = op->kind == IR_OP_REDUCE_MAX && r->padded[in->in[0]];
+    if (masked) spmd_fill_padding(r, in->in[0], dev, -INFINITY);
+    int rc = exec_kernel_run(op->kind, &op->attrs, op->n_in, args, &out, &o, msg, n);
+    if (masked) spmd_fill_padding(r, in->in[0], dev, 0.0f);
+    if (r->padded[in->out]) spmd_fill_padding(r, in->out, dev, 0.0f);
+    return rc;
 }
 
 void spmd_set_error(exec_spmd *r, const char *fmt, ...)
@@ -373,6 +383,9 @@ void spmd_run_device(exec_spmd *r, int dev)
                 exec_arena_place(&r->arena[dev], r->off[p->instrs[i + m].out], (size_t)r->numel[p->instrs[i + m].out] * 4);
         if (len > 1) {
             run_group(r, i, len, dev);
+            for (int m = 0; m < len; m++) /* elementwise: padding stays padding, but is no longer zero */
+                if (p->fuse.step[i + m].slot < 0 && r->padded[p->instrs[i + m].out])
+                    spmd_fill_padding(r, p->instrs[i + m].out, dev, 0.0f);
             double dt = exec_spmd_now() - t0;
             st.compute_s += dt;
             st.fused_s += dt;
@@ -398,6 +411,8 @@ void spmd_run_device(exec_spmd *r, int dev)
             /* a gradient bucket's members: one combined collective */
             double moved = 0;
             if (spmd_collective(r, in, n_coll, dev, members, &moved, &st.wait_s) < 0) break;
+            for (int m = 0; m < n_coll; m++)
+                if (r->padded[in[m].out]) spmd_fill_padding(r, in[m].out, dev, 0.0f);
             double dt = exec_spmd_now() - t0;
             st.collective_s += dt;
             st.moved_bytes += moved;

@@ -197,7 +197,7 @@ static int threads_reduce_scatter(exec_spmd *r, spmd_call *c)
         for (int j = 0; j < c->gr.n; j++) {
             spmd_block_of(r, in->in[0], c->gr.members[j], &src);
             spmd_box_kind k = j == 0 ? SPMD_BOX_COPY : in->reduce_max ? SPMD_BOX_MAX : SPMD_BOX_ADD;
-            c->moved += 4.0 * (double)spmd_box_apply(k, rank, out.org, out.dims, &src, &out);
+            c->moved += 4.0 * (double)spmd_box_apply(k, rank, out.org, out.valid, &src, &out);
         }
     }
     return finish(r, c);

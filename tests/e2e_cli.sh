@@ -57,7 +57,7 @@ bad bad-mesh "mesh" "$carve" shard --model gpt-tiny --mesh batch=0 --schedule dp
 bad unknown-axis "unknown mesh axis 'data'" "$carve" shard --model gpt-tiny --mesh batch=2 --schedule dp:data
 bad empty-schedule "empty" "$carve" shard --model gpt-tiny --mesh batch=2 --schedule ""
 bad unknown-tactic "unknown tactic" "$carve" shard --model gpt-tiny --mesh batch=2 --schedule pipeline:batch
-bad not-divisible "does not divide" "$carve" shard --model gpt-tiny --mesh batch=3 --schedule dp:batch
+bad too-many-shards "smaller than its 16 shards" "$carve" shard --model gpt-tiny --mesh batch=16 --schedule dp:batch
 bad no-such-arg "no argument" "$carve" shard --model gpt-tiny --mesh batch=2 --schedule tile:nothing:0:batch
 bad both-sources "not both" "$carve" show --model gpt-tiny --graph x.json
 
@@ -67,9 +67,10 @@ has megatron-user-graph "tile encoder/block0/attn/query/kernel dim 1 on model"
 ok autopart-user-graph "$carve" autopart --graph "$root/tests/graphs/vit-tiny.json" --mesh data=2,model=2 --budget 40 --quiet
 has autopart-user-graph "dp:data,megatron:model "
 has autopart-user-graph "the expert's step time over this plan's"
-# a mesh that divides nothing is refused, as carve cost refuses it
-bad autopart-idle-mesh "divides no dim" "$carve" autopart --model gpt-tiny --mesh batch=3 --budget 10
-bad cost-idle-mesh "does not divide" "$carve" cost --model gpt-tiny --mesh batch=3 --schedule dp:batch --hw a100
+# a mesh axis larger than every dim splits nothing (an uneven split is padded, but a dim needs
+# at least one row per shard): autopart refuses it, as carve cost refuses a tactic on it
+bad autopart-idle-mesh "can split no dim" "$carve" autopart --model gpt-tiny --mesh batch=1024 --budget 10
+bad cost-idle-mesh "smaller than its 1024 shards" "$carve" cost --model gpt-tiny --mesh batch=1024 --schedule dp:batch --hw a100
 
 # autopart -> plan -> explain round trip
 ok autopart "$carve" autopart --model gpt-tiny --mesh batch=2,model=2 --hw a100 --budget 200 --seed 3 --out plan.json --quiet
@@ -142,7 +143,7 @@ if [ $rc -eq 1 ] && grep -q "no plan found fits" err.txt && python3 -c "import j
 # which called the commands' functions directly)
 ok run-dp-megatron "$carve" run --model gpt-tiny --mesh batch=2,model=2 --schedule dp:batch,megatron:model --seed 1 --steps 1
 ok run-sgd-2-steps "$carve" run --model gpt-tiny --mesh batch=2,model=2 --schedule dp:batch,megatron:model --optimizer sgd --steps 2
-bad run-indivisible "does not divide into 3 shards" "$carve" run --model gpt-tiny --mesh batch=3 --schedule dp:batch
+bad run-too-many-shards "smaller than its 16 shards" "$carve" run --model gpt-tiny --mesh batch=16 --schedule dp:batch
 bad run-zero-axis "axis size must be in" "$carve" run --model gpt-tiny --mesh batch=0 --schedule dp:batch
 bad run-unknown-axis "unknown mesh axis 'model'" "$carve" run --model gpt-tiny --mesh batch=2 --schedule dp:model
 bad run-no-schedule "--schedule is required" "$carve" run --model gpt-tiny --mesh batch=2

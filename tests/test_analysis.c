@@ -136,11 +136,12 @@ static void test_bad_decisions(void)
     ir_graph *g = small_dot();
     shard_mesh m;
     char err[256];
-    shard_mesh_parse("a=3", &m, err, sizeof err);
+    shard_mesh_parse("a=16", &m, err, sizeof err);
     shard_state *s = shard_state_new(g, &m);
     int x = ir_find(g, "x");
     err[0] = 0;
-    CHECK(shard_apply(s, &(shard_decision){SHARD_TILE, 0, 0, x}, err, sizeof err) < 0 && strstr(err, "does not divide"));
+    /* x's dim 0 (8 rows) cannot be split in 16 even with padding */
+    CHECK(shard_apply(s, &(shard_decision){SHARD_TILE, 0, 0, x}, err, sizeof err) < 0 && strstr(err, "smaller than its 16 shards"));
     CHECK(shard_apply(s, &(shard_decision){SHARD_TILE, 5, 0, x}, err, sizeof err) < 0 && strstr(err, "no dim 5"));
     CHECK(shard_apply(s, &(shard_decision){SHARD_TILE, 0, 3, x}, err, sizeof err) < 0 && strstr(err, "no mesh axis"));
     CHECK(shard_apply(s, &(shard_decision){SHARD_TILE, 0, 0, g->ops[0].out}, err, sizeof err) < 0 && strstr(err, "only arguments"));
