@@ -22,6 +22,10 @@
  *   member after member into one buffer, one MPI_Allreduce in place, then
  *   unpacked; its reduce-scatters packed by destination (every member's part
  *   for group rank j together), one MPI_Reduce_scatter_block, unpacked
+ *   halo            the same, each member's box being its output block
+ *                   shifted by the offset: only neighbours' border rows move
+ * Padded blocks (uneven splits) move only their valid boxes; the direct
+ * MPI_Allgather and MPI_Reduce_scatter_block paths are for unpadded ones.
  * Bytes counted per rank are the bytes this rank hands MPI to send to other
  * ranks (what leaves the rank, whatever algorithm MPI picks).
  *
@@ -168,12 +172,6 @@ static int mpi_open(exec_spmd *r, char *err, size_t errlen)
     if (size != r->n_dev)
         return ir_errf(err, errlen, "the mesh has %d devices but MPI started %d ranks (run it with mpirun -n %d: one rank per device)",
                        r->n_dev, size, r->n_dev);
-    /* every rank sees the same program, so every rank refuses alike */
-    for (int i = 0; i < p->n_instrs; i++)
-        if (p->instrs[i].kind == SPMD_HALO)
-            return ir_errf(err, errlen,
-                           "the plan tiles a shifted dim (halo exchange), which the MPI backend does not run yet; "
-                           "run it with --backend threads");
     mpi_state *s = calloc(1, sizeof *s);
     r->local = calloc(1, sizeof *r->local);
     if (!s || !r->local) {
@@ -260,12 +258,25 @@ static MPI_Datatype box_type(int rank, const spmd_block *b, const int64_t *lo, c
     return t;
 }
 
-/* All-gather and all-to-all through MPI_Alltoallw: to each member j the
- * part of my input block inside j's output block, from each member the part
- * of j's input block inside mine; subarray datatypes address both in place. */
-static int exchange_boxes(exec_spmd *r, spmd_call *c, int gather)
+/* The box of member m's output block in the input's coordinates: the block
+ * itself, or for a halo exchange the block shifted by the shift's offset
+ * (output row i reads input row i + offset). */
+static void wanted_box(exec_spmd *r, const spmd_instr *in, int m, spmd_block *b)
+{
+    spmd_block_of(r, in->out, m, b);
+    if (in->kind == SPMD_HALO) b->org[in->dim] += r->g->ops[in->op].attrs.ints[1];
+}
+
+/* All-gather, all-to-all and halo exchange through MPI_Alltoallw: to each
+ * member j the part of my input block inside the box j's output wants, from
+ * each member the part of j's input block inside mine; subarray datatypes
+ * address both in place.  Only valid boxes move (padding stays behind), so
+ * a halo exchange sends its neighbours their border rows and nothing else. */
+static int exchange_boxes(exec_spmd *r, spmd_call *c)
 {
     const spmd_instr *in = c->in;
+    /* an all-gather of unpadded blocks sends my whole input to everyone */
+    int gather = in->kind == SPMD_ALL_GATHER && !r->padded[in->in[0]];
     int n = c->gr.n, rank = r->g->values[in->value].rank;
     int *cnt = calloc((size_t)n * 4, sizeof *cnt);
     MPI_Datatype *ty = calloc((size_t)n * 2, sizeof *ty);
@@ -280,7 +291,7 @@ static int exchange_boxes(exec_spmd *r, spmd_call *c, int gather)
     MPI_Datatype *sty = ty, *rty = ty + n;
     spmd_block mine_in, mine_out, peer;
     spmd_block_of(r, in->in[0], c->dev, &mine_in);
-    spmd_block_of(r, in->out, c->dev, &mine_out);
+    wanted_box(r, in, c->dev, &mine_out);
     int64_t lo[IR_MAX_RANK], len[IR_MAX_RANK];
     for (int j = 0; j < n; j++) {
         int m = c->gr.members[j];
@@ -288,7 +299,7 @@ static int exchange_boxes(exec_spmd *r, spmd_call *c, int gather)
         if (gather) { /* my whole input goes to everyone */
             scnt[j] = (int)r->numel[in->in[0]];
         } else {
-            spmd_block_of(r, in->out, m, &peer);
+            wanted_box(r, in, m, &peer);
             if (spmd_box_meet(rank, &mine_in, &peer, lo, len)) {
                 sty[j] = box_type(rank, &mine_in, lo, len);
                 scnt[j] = 1;
@@ -323,13 +334,21 @@ static int mpi_all_gather(exec_spmd *r, spmd_call *c)
         direct = spmd_box_meet(rank, &peer, &out, lo, len) && box_numel(rank, len) == n_in &&
                  box_run(rank, &out, lo, len) == j * n_in;
     }
-    if (!direct) return exchange_boxes(r, c, 1);
+    if (!direct) return exchange_boxes(r, c);
     MPI_Allgather(spmd_buf(r, c->dev, in->in[0]), (int)n_in, MPI_FLOAT, out.data, (int)n_in, MPI_FLOAT, comm_of(r, in));
     c->moved += 4.0 * (double)n_in * (c->gr.n - 1);
     return 0;
 }
 
-static int mpi_all_to_all(exec_spmd *r, spmd_call *c) { return exchange_boxes(r, c, 0); }
+static int mpi_all_to_all(exec_spmd *r, spmd_call *c) { return exchange_boxes(r, c); }
+
+/* Halo exchange: rows beyond the dim's ends are zeros (the shift's fill),
+ * the rest comes from the neighbours that hold them. */
+static int mpi_halo(exec_spmd *r, spmd_call *c)
+{
+    memset(spmd_buf(r, c->dev, c->in->out), 0, (size_t)r->numel[c->in->out] * 4);
+    return exchange_boxes(r, c);
+}
 
 /* The backend's scratch, at least `bytes` long (grown on demand), or NULL
  * after failing the run with a message naming `what`. */
@@ -390,6 +409,7 @@ static int scatter_in_place(exec_spmd *r, const spmd_call *c, const spmd_instr *
     int64_t chunk = r->numel[in->out], lo[IR_MAX_RANK], len[IR_MAX_RANK];
     spmd_block src, peer;
     spmd_block_of(r, in->in[0], c->dev, &src);
+    if (r->padded[in->in[0]] || r->padded[in->out]) return 0; /* padded blocks move valid boxes only */
     for (int j = 0; j < c->gr.n; j++) {
         spmd_block_of(r, in->out, c->gr.members[j], &peer);
         if (!spmd_box_meet(rank, &src, &peer, lo, len) || box_run(rank, &src, lo, len) != j * chunk) return 0;
@@ -426,7 +446,7 @@ static int mpi_reduce_scatter(exec_spmd *r, spmd_call *c)
         for (int j = 0; j < n; j++) {
             spmd_block_of(r, in[m].out, c->gr.members[j], &dst);
             dst.data = pack + (size_t)j * (size_t)total + (size_t)at;
-            spmd_box_apply(SPMD_BOX_COPY, rank, dst.org, dst.dims, &src, &dst);
+            spmd_box_apply(SPMD_BOX_COPY, rank, dst.org, dst.valid, &src, &dst); /* padding: reset after */
         }
     }
     float *got = pack + (size_t)n * (size_t)total;
@@ -467,6 +487,7 @@ const spmd_backend spmd_mpi_backend = {
     .all_reduce = mpi_all_reduce,
     .reduce_scatter = mpi_reduce_scatter,
     .all_to_all = mpi_all_to_all,
+    .halo = mpi_halo,
     .fail = mpi_fail,
     .fetch = mpi_fetch,
     .max_all = mpi_max_all,
