@@ -78,7 +78,7 @@ refused calibrate-link "link.json: is a symbolic link" "$carve" calibrate --out 
 refused calibrate-no-folder "cannot write in folder 'nodir'" "$carve" calibrate --out nodir/cpu.json
 refused calibrate-mesh-alone "give --model or --graph too" "$carve" calibrate --out cal.json --mesh batch=2
 refused calibrate-bad-model "unknown" "$carve" calibrate --out cal.json --model gpt-nope
-refused calibrate-bad-mesh "batch" "$carve" calibrate --out cal.json --model gpt-tiny --mesh batch=3 --schedule dp:batch
+refused calibrate-bad-mesh "batch" "$carve" calibrate --out cal.json --model gpt-tiny --mesh batch=16 --schedule dp:batch
 [ ! -e cal.json ] && ok_ || no_ "calibrate: a refused calibration wrote cal.json"
 
 # ---- faults: a full disk, a read-only folder; the target untouched, no temporary file left ----

@@ -284,6 +284,8 @@ static void test_gns_schedules(void)
     } cases[] = {
         {"batch=2", "dp:batch"},
         {"batch=4", "zero3:batch"},
+        {"batch=8", "dp:batch"},
+        {"batch=2", "zero3:batch"},
         {"batch=2", "group:senders:0:batch"},
         {"batch=8", "group:senders:0:batch"},
         {"batch=2,model=2", "group:senders:0:batch,zero3:model"},
@@ -304,7 +306,10 @@ static void test_unet_schedules(void)
     } cases[] = {
         {"batch=2", "dp:batch"},
         {"batch=4", "zero3:batch"},
+        {"batch=4", "dp:batch"},
+        {"batch=8", "zero3:batch"},
         {"x=2", "group:image:1:x"},
+        {"x=4", "group:image:2:x"},
         {"x=8", "group:image:1:x"},
         {"batch=2,x=2", "dp:batch,group:image:1:x"},
         {"x=2,y=4", "group:image:1:x,group:image:2:y"},
