@@ -20,6 +20,7 @@
 #include "exec/runtime.h"
 #include "models/models.h"
 #include "tests/test.h"
+#include "tests/util.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -118,20 +119,6 @@ static void test_pool_upsample(void)
     ir_free(g);
 }
 
-static spmd_program *lower_sched(ir_graph **g, const char *mesh_text, const char *sched, shard_state **st)
-{
-    shard_mesh mesh;
-    schedule sc;
-    char err[512];
-    if (shard_mesh_parse(mesh_text, &mesh, err, sizeof err) < 0 || sched_parse(sched, &mesh, &sc, err, sizeof err) < 0) {
-        fprintf(stderr, "%s\n", err);
-        exit(1);
-    }
-    *st = shard_state_new(*g, &mesh);
-    CHECKF(sched_apply(&sc, *st, err, sizeof err) == 0, "%s: %s", sched, err);
-    return spmd_lower(*st);
-}
-
 /* The forward conv with its rows tiled over 4 devices (2 rows each). */
 static void test_halo_bytes(void)
 {
@@ -141,7 +128,7 @@ static void test_halo_bytes(void)
         char err[512];
         ir_graph *g = conv_graph(1, d, &yv);
         shard_state *st;
-        spmd_program *p = lower_sched(&g, "a=4", "tile:x:1:a", &st);
+        spmd_program *p = test_lower_sched(g, "a=4", "tile:x:1:a", &st);
         double row = (double)B * W * C * 4; /* one image row of the local block, bytes */
         int halos = 0, others = 0;
         for (int i = 0; i < p->n_instrs; i++) {
@@ -201,7 +188,7 @@ static void test_sharded_numerics(void)
         CHECKF(g, "%s", err);
         if (!g) continue;
         shard_state *st;
-        spmd_program *p = lower_sched(&g, cases[i].mesh, cases[i].sched, &st);
+        spmd_program *p = test_lower_sched(g, cases[i].mesh, cases[i].sched, &st);
         exec_ref *ref = exec_ref_new(g, 0, err, sizeof err);
         exec_spmd *r = exec_spmd_new(p, 0, err, sizeof err);
         exec_spmd_check c;

@@ -23,6 +23,7 @@
 #include "exec/runtime.h"
 #include "models/models.h"
 #include "tests/test.h"
+#include "tests/util.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -146,20 +147,6 @@ static ir_graph *reduce_graph(int kind)
     return g;
 }
 
-static spmd_program *lower_sched(ir_graph *g, const char *mesh_text, const char *sched, shard_state **st)
-{
-    shard_mesh mesh;
-    schedule sc;
-    char err[512];
-    if (shard_mesh_parse(mesh_text, &mesh, err, sizeof err) < 0 || sched_parse(sched, &mesh, &sc, err, sizeof err) < 0) {
-        fprintf(stderr, "%s\n", err);
-        exit(1);
-    }
-    *st = shard_state_new(g, &mesh);
-    CHECKF(sched_apply(&sc, *st, err, sizeof err) == 0, "%s: %s", sched, err);
-    return spmd_lower(*st);
-}
-
 /* One SGD step of forward graph fwd under sched on mesh, against the
  * reference; 1 when it matched.  *padded: the program computes padding. */
 static int train_matches(ir_graph *fwd, const char *mesh, const char *sched, double *padded)
@@ -170,7 +157,7 @@ static int train_matches(ir_graph *fwd, const char *mesh, const char *sched, dou
     CHECKF(g, "%s", err);
     if (!g) return 0;
     shard_state *st;
-    spmd_program *p = lower_sched(g, mesh, sched, &st);
+    spmd_program *p = test_lower_sched(g, mesh, sched, &st);
     spmd_padding pad;
     spmd_padding_of(p, &pad);
     *padded = pad.padded_elems;
@@ -244,7 +231,7 @@ static void test_halo(void)
     char err[512];
     ir_graph *g = conv10(1);
     shard_state *st;
-    spmd_program *p = lower_sched(g, "a=4", "tile:x:1:a", &st);
+    spmd_program *p = test_lower_sched(g, "a=4", "tile:x:1:a", &st);
     exec_spmd *r = exec_spmd_new(p, 0, err, sizeof err);
     CHECKF(r, "%s", err);
     if (r) {
@@ -286,7 +273,7 @@ static void test_report(void)
         int x = ir_arg(g, "x", IR_INPUT, IR_F32, 2, xd), w = ir_arg(g, "w", IR_PARAM, IR_F32, 2, wd);
         ir_set_loss(g, ir_reduce(g, IR_OP_REDUCE_SUM, ir_einsum(g, "mk,kn->mn", x, w), 2, all));
         shard_state *st;
-        spmd_program *p = lower_sched(g, "a=4", "tile:x:0:a", &st);
+        spmd_program *p = test_lower_sched(g, "a=4", "tile:x:0:a", &st);
         spmd_padding pad;
         spmd_padding_of(p, &pad);
         /* x: blocks of 2 rows x 5 (40 bytes); 6 rows hold 30 bytes per device
