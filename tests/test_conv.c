@@ -6,10 +6,10 @@
  *     up-sampling against their definitions, on the reference executor.
  *     Tolerance 1e-5 absolute: values of size ~1, sums of <= 27 products in
  *     float32 in another order (roundoff ~1e-6).
- *  2. Halo bytes: the conv's image tiled along its rows over 4 devices; the
- *     lowered program exchanges, per shift of the rows, |offset| rows of the
- *     local block (GSPMD's halo: 1 row from each neighbour for a 3x3 conv, 2
- *     for dilation 2), and the runtime's measured bytes read from other
+ *  2. Halo bytes: the conv's image (strides 1 and 2) tiled along its rows
+ *     over 4 devices; the lowered program exchanges, per shift of the rows,
+ *     |offset| rows of the local block (GSPMD's halo: 1 row from each
+ *     neighbour for a 3x3 conv, 2 for dilation 2), and the runtime's measured bytes read from other
  *     devices are exactly the border rows (a device at the image's edge gets
  *     one side only), plus the loss's scalar all-reduce.
  *  3. The same convs trained sharded (rows, columns, both, with the batch)
@@ -119,14 +119,16 @@ static void test_pool_upsample(void)
     ir_free(g);
 }
 
-/* The forward conv with its rows tiled over 4 devices (2 rows each). */
+/* The forward conv with its rows tiled over 4 devices (2 rows each), at
+ * strides 1 and 2 (a strided conv shifts at full resolution, then keeps
+ * every other row: the same halos) and dilations 1 and 2. */
 static void test_halo_bytes(void)
 {
-    static const int dils[2] = {1, 2};
-    for (int k = 0; k < 2; k++) {
-        int d = dils[k], yv;
+    static const int cases[4][2] = {{1, 1}, {1, 2}, {2, 1}, {2, 2}};
+    for (int k = 0; k < 4; k++) {
+        int d = cases[k][1], yv;
         char err[512];
-        ir_graph *g = conv_graph(1, d, &yv);
+        ir_graph *g = conv_graph(cases[k][0], d, &yv);
         shard_state *st;
         spmd_program *p = test_lower_sched(g, "a=4", "tile:x:1:a", &st);
         double row = (double)B * W * C * 4; /* one image row of the local block, bytes */
@@ -143,7 +145,8 @@ static void test_halo_bytes(void)
         /* priced as what one device receives from a neighbour */
         CHECK(cost_wire_bytes(SPMD_HALO, 4, d * row) == d * row);
         /* two row shifts (up and down); the column shifts stay local; the loss is all-reduced */
-        CHECKF(halos == 2 && others == 1, "dilation %d: %d halo exchanges, %d other collectives", d, halos, others);
+        CHECKF(halos == 2 && others == 1, "stride %d dilation %d: %d halo exchanges, %d other collectives", cases[k][0], d,
+               halos, others);
         exec_spmd *r = exec_spmd_new(p, 0, err, sizeof err);
         CHECKF(r, "%s", err);
         if (r) {
@@ -158,7 +161,8 @@ static void test_halo_bytes(void)
                 CHECKF(s->dev[dev].moved_bytes == want, "dilation %d device %d moved %.0f bytes, want %.0f", d, dev,
                        s->dev[dev].moved_bytes, want);
             }
-            printf("conv 3x3 dilation %d, rows over 4 devices: halo %g bytes per exchange (block %g)\n", d, d * row, row * H / 4);
+            printf("conv 3x3 stride %d dilation %d, rows over 4 devices: halo %g bytes per exchange (block %g)\n",
+                   cases[k][0], d, d * row, row * H / 4);
         }
         exec_spmd_free(r);
         spmd_free(p);
