@@ -87,7 +87,7 @@ schema off.json
 python3 "$root/tests/json_figures.py" empty.txt cost1.json >fig.txt; [ $? = 1 ]; check "an empty text fails" $?
 
 # ---- bad input: one line on stderr, no document ----
-bad json-bad-mesh "does not divide" "$carve" cost --model gpt-tiny --mesh batch=3 --schedule dp:batch --hw a100 --json
+bad json-bad-mesh "smaller than its 16 shards" "$carve" cost --model gpt-tiny --mesh batch=16 --schedule dp:batch --hw a100 --json
 bad json-bad-plan "cannot open plan" "$carve" explain nothere.json --json
 bad json-not-on-run "unknown option '--json'" "$carve" run --model gpt-tiny --mesh batch=2 --schedule dp:batch --json
 
