@@ -38,7 +38,7 @@ int main(void)
     printf("## Cost model: one estimate\n\n");
     printf("Time of `cost_estimate_program` alone (lowering not included) on one core with a reused workspace, "
            "A100 profile, mixed precision; median of the repeats after a warm-up.\n\n");
-    printf("| model | mesh | schedule | instructions | estimate (ms) | first call (ms) | predicted step (s) | peak GB/device |\n");
+    printf("| model | mesh | schedule | instructions | estimate (ms) | first call (ms) | predicted step (s) | peak GiB/device |\n");
     printf("|---|---|---|---|---|---|---|---|\n");
     ir_graph *g = NULL;
     char cur_model[64] = "";
@@ -82,7 +82,7 @@ int main(void)
             t[r] = bench_now() - a;
         }
         printf("| %s | %s | `%s` | %d | %.3f | %.3f | %.4g | %.3g |\n", c->model, c->mesh, c->sched, p->n_instrs,
-               1e3 * bench_median(t, REPS), 1e3 * first, e.step_time, e.peak_memory / 1e9);
+               1e3 * bench_median(t, REPS), 1e3 * first, e.step_time, e.peak_memory / 1073741824.0);
         cost_ws_free(ws);
         spmd_free(p);
         shard_state_free(st);

@@ -239,7 +239,7 @@ int main(int argc, char **argv)
             double bytes = 0;
             while (g1 < N_PLANS && (g1 == g0 || bytes + (double)exec_spmd_bytes(L[m][g1].p) <= MEM_BUDGET))
                 bytes += (double)exec_spmd_bytes(L[m][g1++].p);
-            if (verbose) fprintf(stderr, "model %c: plans %d..%d (%.1f GB of buffers)\n", 'A' + m, g0, g1 - 1, bytes / 1e9);
+            if (verbose) fprintf(stderr, "model %c: plans %d..%d (%.1f GiB of buffers)\n", 'A' + m, g0, g1 - 1, bytes / 1073741824.0);
             for (int pl = g0; pl < g1; pl++)
                 if (live_start(&L[m][pl]) < 0) return 1;
             for (int k = 0; k < ROUNDS; k++) {
@@ -315,12 +315,12 @@ int main(int argc, char **argv)
     printf("## Cost model fidelity on this machine\n\n");
     printf("Predicted step time (`cost_estimate_program` on this machine's calibrated profile) against the measured\n"
            "one (SPMD runtime, one thread a simulated device, %d cores; `exec_spmd_step` wall time). BLIS kernels: **%s**.\n"
-           "The plans of a model run side by side in groups whose buffers fit %.0f GB; a group runs %d rounds, each a\n"
+           "The plans of a model run side by side in groups whose buffers fit %.1f GiB; a group runs %d rounds, each a\n"
            "calibration (`calib_profile`, full mode) then one step of every plan, after one warm-up step each. The\n"
            "measured time of a plan is its median over the rounds, and the profile is the median, figure by figure,\n"
            "of the %d calibrations: this host's speed drifts by up to 2x over minutes (other tenants), so plans and\n"
            "calibrations are sampled over the same span of time. Whole run: %.0f s.\n\n",
-           hw.cores, exec_blis_arch(), MEM_BUDGET / 1e9, ROUNDS, n_cal, exec_spmd_now() - t_start);
+           hw.cores, exec_blis_arch(), MEM_BUDGET / 1073741824.0, ROUNDS, n_cal, exec_spmd_now() - t_start);
     double lo = 1e300, hi = 0;
     for (int i = 0; i < n_cal; i++) {
         lo = fmin(lo, cal[i].matmul_flops[IR_F32]);

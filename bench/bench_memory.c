@@ -76,11 +76,11 @@ static int run_case(const char *model, const char *mesh_text, double cap_gib, in
         for (int i = 0; i < n; i++) secs += steps[i].res.seconds;
         if (long_form) printf("| sharding alone |");
         else printf("| %s | %s | %.0f GiB |", model, mesh_text, cap_gib);
-        printf(" %s%s | %.3f s | %.1f GB |", p->e.fits ? "" : "does not fit: ", describe(p, sched, sizeof sched), p->e.step_time,
-               p->e.peak_memory / 1e9);
+        printf(" %s%s | %.3f s | %.1f GiB |", p->e.fits ? "" : "does not fit: ", describe(p, sched, sizeof sched), p->e.step_time,
+               p->e.peak_memory / 1073741824.0);
         if (long_form) printf(" |\n| with memory tactics |");
-        printf(" %s%s | %.3f s | %.1f GB | %.0f |\n", c->e.fits ? "" : "does not fit: ", describe(c, sched, sizeof sched),
-               c->e.step_time, c->e.peak_memory / 1e9, secs);
+        printf(" %s%s | %.3f s | %.1f GiB | %.0f |\n", c->e.fits ? "" : "does not fit: ", describe(c, sched, sizeof sched),
+               c->e.step_time, c->e.peak_memory / 1073741824.0, secs);
     }
     for (int i = 0; i < n; i++) plan_step_search_free(&steps[i]);
     return chosen >= 0 ? 0 : -1;

@@ -152,10 +152,10 @@ static int mpi_phase(const figures *thr)
         printf("| MPI, 2 ranks | %.3f | %.3f | %.2fx |\n\n", f.ref_s, f.step_s, f.speedup);
         printf("Target: 2-rank speedup >= 1.7x over the 1-device reference: %s (%.2fx).\n\n",
                f.speedup >= 1.7 ? "met" : "NOT met", f.speedup);
-        printf("All-reduces of the step (%d, %.1f MB per rank): %.3f s in the step (mean over ranks, waiting for the "
+        printf("All-reduces of the step (%d, %.1f MiB per rank): %.3f s in the step (mean over ranks, waiting for the "
                "other rank included) = %.2f GB/s; the same sizes through a plain MPI_Allreduce loop: %.3f s = %.2f GB/s "
                "(median of %d loops).\n\n",
-               n, ar_bytes / 1e6, ar_s, ar_s > 0 ? ar_bytes / ar_s / 1e9 : 0.0, loop_s,
+               n, ar_bytes / 1048576.0, ar_s, ar_s > 0 ? ar_bytes / ar_s / 1e9 : 0.0, loop_s,
                loop_s > 0 ? ar_bytes / loop_s / 1e9 : 0.0, ROUNDS);
         printf("Peak memory per rank (MiB): predicted by the cost model for this program (f32) %.1f; the device's arena "
                "laid out by liveness %.1f; arena resident after the steps (mincore)",

@@ -77,7 +77,7 @@ int main(void)
             }
             spmd_free(p);
             printf("| %s | %d | %s | %s | %d | %.2f | %.2f | %.2f | %d |\n", models[mi], g->n_ops,
-                   k ? "" : (snprintf(err, sizeof err, "%.0f (+%.0f MB)", 1e3 * t_build, (double)(rss1 - rss0) / 1024), err),
+                   k ? "" : (snprintf(err, sizeof err, "%.0f (+%.0f MiB)", 1e3 * t_build, (double)(rss1 - rss0) / 1024), err),
                    meshes[k], n_dec, 1e3 * bench_median(tp, REPS), 1e3 * bench_median(tl, REPS), 1e3 * bench_median(tt, REPS), n_coll);
             shard_state_free(st);
         }
@@ -107,7 +107,7 @@ int main(void)
         wait4(pid, &status, 0, &ru);
         close(fds[0]);
         close(fds[1]);
-        printf("| %s | %.0f | %.1f | %.1f MB |\n", step ? "training step (forward, backward, Adam)" : "forward", msg[1],
+        printf("| %s | %.0f | %.1f | %.1f MiB |\n", step ? "training step (forward, backward, Adam)" : "forward", msg[1],
                1e3 * msg[0], (double)ru.ru_maxrss / 1024);
     }
     printf("\nTarget (issue 2): under 1 s and under 200 MB.\n");

@@ -188,7 +188,7 @@ static int time_spmd(const ir_graph *g, exec_ref *ref, const char *mesh_text, co
             wait[k] += ds->wait_s / n;
             gemm[k] += (ds->einsum_s > 0 ? ds->einsum_flops / ds->einsum_s / 1e9 : 0) / n;
             move[k] += (ds->collective_s > ds->wait_s ? ds->moved_bytes / (ds->collective_s - ds->wait_s) / 1e9 : 0) / n;
-            moved[k] += ds->moved_bytes / 1e6 / n;
+            moved[k] += ds->moved_bytes / 1048576.0 / n;
         }
     }
     f->ref_s = bench_median(ref_s, ROUNDS);
@@ -201,7 +201,7 @@ static int time_spmd(const ir_graph *g, exec_ref *ref, const char *mesh_text, co
     f->move_rate = bench_median(move, ROUNDS);
     f->moved_mb = bench_median(moved, ROUNDS);
     f->program_mb = 0;
-    for (int k = SPMD_ALL_GATHER; k < SPMD_N_KINDS; k++) f->program_mb += exec_spmd_last_stats(r)->bytes[k] / 1e6;
+    for (int k = SPMD_ALL_GATHER; k < SPMD_N_KINDS; k++) f->program_mb += exec_spmd_last_stats(r)->bytes[k] / 1048576.0;
     exec_spmd_check c;
     if (exec_spmd_check_init(&c, g, err, sizeof err) < 0 || exec_spmd_compare(r, ref, &c, err, sizeof err) < 0) {
         fprintf(stderr, "bench_spmd: %s\n", err);
@@ -298,7 +298,7 @@ int main(void)
     printf("| sgemm %d^3, 1 thread | %.1f GFLOP/s | %.1f GFLOP/s |\n", GEMM_N, gemm1b, gemm1a);
     printf("| sgemm %d^3, 2 threads at once (each) | %.1f GFLOP/s | %.1f GFLOP/s |\n", GEMM_N, gemm2b, gemm2a);
     printf("\n| run | mesh | reference step s | step s | speedup | compute s | collective s (waiting) | einsum GFLOP/s a device | "
-           "vs 1-thread sgemm | MB read by collectives a device | collective GB/s a device | both devices vs 2-thread memcpy | "
+           "vs 1-thread sgemm | MiB read by collectives a device | collective GB/s a device | both devices vs 2-thread memcpy | "
            "check (loss, params, states) |\n");
     printf("|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
     for (int i = 0; i < 2; i++) {
