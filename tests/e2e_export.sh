@@ -3,8 +3,10 @@
 # (data parallel, Megatron, ZeRO-3, their mixes, 3-axis meshes, dims split over
 # several axes, searched plans, a graph file, remat): every output is checked
 # by tests/export_check.py against its documented grammar and against the
-# plan's own shardings (the Python outputs also pass py_compile).  No JAX or
-# PyTorch is installed here: loading the exports for real is not done (docs/export.md).
+# plan's own shardings (the Python outputs also pass py_compile).  Where jax
+# is installed, tests/jax_load.py jits carve's GPT in JAX with the JAX exports
+# over 8 emulated devices; without it that part is skipped with a note
+# (docs/export.md says it has not run).
 # Closing line: N passed, N failed.
 set -u
 . "$(dirname "$0")/lib_e2e.sh"
@@ -53,6 +55,17 @@ for f in ['three-axes.json','two-axes-one-dim.json','dp-megatron-zero3.json']:
 sys.exit(0 if ok>=2 else 1)"
 check "multi-axis dims present" $?
 grep -q "last_tile_dim_replicate" zero3-megatron.xla && grep -q "T(" dp-megatron-zero3.xla; check "xla forms with replication and transposes" $?
+
+# ---- loading into JAX (tests/jax_load.py): only where jax is installed ----
+if python3 -c "import jax, numpy" 2>/dev/null; then
+    for name in dp megatron zero3 dp-megatron zero3-megatron dp-megatron-zero3 three-axes searched remat-bf16; do
+        python3 "$root/tests/jax_load.py" "$name.json" "$name.jax" >jax.txt 2>&1
+        [ $? = 0 ] && grep -q "^[1-9][0-9]* passed, 0 failed" jax.txt; check "JAX jit of $name with its export" $?
+        grep -E "^FAIL|XLA|carve plan" jax.txt
+    done
+else
+    echo "note: jax is not installed: tests/jax_load.py did not run (nothing was loaded into JAX)"
+fi
 
 # stdout when no --out; the same bytes
 "$carve" export dp.json --to xla >stdout.xla; cmp -s stdout.xla dp.xla; check "stdout equals --out" $?
