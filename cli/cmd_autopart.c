@@ -190,7 +190,7 @@ static void print_text(const plan *pl, const cost_hw *hw, const search_algo *alg
     printf("\nparam shardings (PartitionSpec):\n");
     cli_print_param_shardings(st);
     printf("\ncollectives:\n");
-    cli_print_layer_collectives(pr->p, pr);
+    cli_print_layer_collectives(pr->p, e);
     printf("\ncompared with the expert schedules%s%s:\n", tactics[0] ? " on the step with " : "", tactics);
     int best = cli_print_experts(ex, n_ex, e);
     print_verdict(ex, n_ex, best, e);

@@ -56,7 +56,7 @@ static void print_text(const cli_opts *o, const char *path, const plan *pl, cons
     printf("\nparam shardings (PartitionSpec):\n");
     cli_print_param_shardings(st);
     printf("\ncollectives with predicted times:\n");
-    cli_print_layer_collectives(pr->p, pr);
+    cli_print_layer_collectives(pr->p, e);
     printf("\n");
     cli_print_estimate(e);
     printf("\ncompared with the expert schedules:\n");

@@ -30,8 +30,9 @@ int cmd_models(const cli_opts *o)
         printf("%-10s %s\n", "", model_describe(*n));
     }
     printf("\nstep FLOPs: floating-point operations of one training step's einsums (matrix products), 2 per\n"
-           "multiply-add, backward counted as twice the forward; carve show builds the step and also counts\n"
-           "its elementwise ops and reductions, so its figure is a little higher (it prints both).\n");
+           "multiply-add, backward counted as twice the forward (as if every einsum operand had a gradient; the\n"
+           "first layer's input has none, so where it enters an einsum the step has a little less).  carve show\n"
+           "builds the step and counts exactly, its elementwise ops and reductions too (it prints both).\n");
     printf("\nOverride any key: --model gpt-1.3b:batch=16 or --model gpt:layers=4,hidden=256.\n");
     return CLI_OK;
 }
@@ -51,10 +52,14 @@ int cmd_show(const cli_opts *o)
     double ein = 0;
     for (int i = 0; i < g->n_ops; i++)
         if (g->ops[i].kind == IR_OP_EINSUM) ein += ir_op_flops(g, i);
-    char fe[32];
+    char fe[32], fm[32] = "";
     human(ein, fe, sizeof fe);
-    printf("  %s parameters, %s FLOPs per %s (%s in einsums: what carve models lists)\n", pc, fl,
-           o->forward ? "forward pass" : "step", fe);
+    model_config mc;
+    if (o->model && !o->forward && model_parse(o->model, &mc, NULL, 0) == 0) human(model_step_flops(&mc), fm, sizeof fm);
+    printf("  %s parameters, %s FLOPs per %s (%s in einsums", pc, fl, o->forward ? "forward pass" : "step", fe);
+    if (!fm[0]) printf(")\n");
+    else if (!strcmp(fm, fe)) printf(": what carve models lists)\n");
+    else printf("; carve models lists %s, 3x the forward's einsums: it counts a gradient for every einsum operand)\n", fm);
     if (o->ops) ir_print(g, stdout);
     ir_free(g);
     return CLI_OK;

@@ -67,12 +67,12 @@ static void print_timings(const exec_spmd_stats *st, const spmd_program *p)
     const char *who = env.mpi ? "rank" : "device";
     printf("\nlast step, per %s (seconds; collective time includes waiting %s):\n", who,
            env.mpi ? "inside MPI" : "at barriers");
-    printf("  %6s   compute  collective   waiting  einsum GFLOP/s  MB moved\n", who);
+    printf("  %6s   compute  collective   waiting  einsum GFLOP/s  MiB moved\n", who);
     double moved = 0, move_s = 0;
     for (int d = 0; d < st->n_devices; d++) {
         const exec_spmd_device_stats *s = &st->dev[d];
         printf("  %6d  %8.4f  %10.4f  %8.4f  %14.1f  %8.3f\n", d, s->compute_s, s->collective_s, s->wait_s,
-               s->einsum_s > 0 ? s->einsum_flops / s->einsum_s / 1e9 : 0.0, s->moved_bytes / 1e6);
+               s->einsum_s > 0 ? s->einsum_flops / s->einsum_s / 1e9 : 0.0, s->moved_bytes / 1048576.0);
         moved += s->moved_bytes;
         move_s += s->collective_s - s->wait_s;
     }
@@ -96,27 +96,27 @@ static void print_timings(const exec_spmd_stats *st, const spmd_program *p)
                st->fused_ops, st->fused_groups, f);
     }
     printf("\n");
-    printf("\ncollectives (program MB: per %s as the program counts them; moved MB and time: mean over %ss):\n", who, who);
-    printf("  %-15s %6s %12s %10s %10s\n", "kind", "count", "program MB", "moved MB", "seconds");
+    printf("\ncollectives (program MiB: per %s as the program counts them; moved MiB and time: mean over %ss):\n", who, who);
+    printf("  %-15s %6s %12s %10s %10s\n", "kind", "count", "program MiB", "moved MiB", "seconds");
     for (int k = SPMD_ALL_GATHER; k < SPMD_N_KINDS; k++) {
         double t = 0, b = 0;
         for (int d = 0; d < st->n_devices; d++) {
             t += st->dev[d].kind_s[k];
             b += st->dev[d].kind_bytes[k];
         }
-        printf("  %-15s %6d %12.3f %10.3f %10.4f\n", spmd_kind_name((spmd_kind)k), st->count[k], st->bytes[k] / 1e6,
-               b / st->n_devices / 1e6, t / st->n_devices);
+        printf("  %-15s %6d %12.3f %10.3f %10.4f\n", spmd_kind_name((spmd_kind)k), st->count[k], st->bytes[k] / 1048576.0,
+               b / st->n_devices / 1048576.0, t / st->n_devices);
     }
     int64_t k = largest_sum_group(p);
     printf("  sums run over groups of up to %lld devices: %s\n", (long long)k,
            k <= 2 ? "the same bits on both backends (two terms add the same in either order)"
                   : "the MPI backend may differ from the threads one in the last bits (Open MPI orders the terms)");
     if (moved > 0 && env.mpi)
-        printf("  the ranks sent other ranks %.3f MB, at %.2f GB/s per rank over the collective time (waits inside MPI included)\n",
-               moved / 1e6, move_s > 0 ? moved / move_s / 1e9 : 0.0);
+        printf("  the ranks sent other ranks %.3f MiB, at %.2f GB/s per rank over the collective time (waits inside MPI included)\n",
+               moved / 1048576.0, move_s > 0 ? moved / move_s / 1e9 : 0.0);
     else if (moved > 0)
-        printf("  the collective kernels read %.3f MB from device buffers, at %.2f GB/s per device outside barrier waits\n",
-               moved / 1e6, move_s > 0 ? moved / move_s / 1e9 : 0.0);
+        printf("  the collective kernels read %.3f MiB from device buffers, at %.2f GB/s per device outside barrier waits\n",
+               moved / 1048576.0, move_s > 0 ? moved / move_s / 1e9 : 0.0);
 }
 
 /* The estimator's peak memory per device for p in f32 (what the executor

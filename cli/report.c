@@ -191,7 +191,7 @@ void cli_print_param_shardings(const shard_state *st)
 }
 
 /* Prints the collectives of one layer (-1: outside layers). */
-static void print_collectives_of(const spmd_program *p, const plan_pricer *pr, int layer)
+static void print_collectives_of(const spmd_program *p, const cost_estimate *e, int layer)
 {
     const ir_graph *g = p->g;
     char t[32], ax[64];
@@ -200,7 +200,7 @@ static void print_collectives_of(const spmd_program *p, const plan_pricer *pr, i
     for (int i = 0; i < p->n_instrs; i++) {
         const spmd_instr *in = &p->instrs[i];
         if (in->kind == SPMD_COMPUTE || in->kind == SPMD_SLICE || in->layer != layer) continue;
-        double s = cost_collective_time(&pr->hw, &p->mesh, (spmd_kind)in->kind, in->axes, (double)in->bytes);
+        double s = e->instr_time[i]; /* as the estimate priced it: precision, gradient buckets */
         total += s;
         if (shown++ >= 24) continue;
         size_t k = 0;
@@ -221,7 +221,7 @@ static void print_collectives_of(const spmd_program *p, const plan_pricer *pr, i
     printf("    %d collectives, %s predicted\n", shown, t);
 }
 
-void cli_print_layer_collectives(const spmd_program *p, const plan_pricer *pr)
+void cli_print_layer_collectives(const spmd_program *p, const cost_estimate *e)
 {
     const ir_graph *g = p->g;
     int *rep = ir_xcalloc((size_t)g->n_layers + 1, sizeof(int));
@@ -229,11 +229,11 @@ void cli_print_layer_collectives(const spmd_program *p, const plan_pricer *pr)
     for (int L = 0; L < g->n_layers; L++) {
         if (rep[L] != L) continue;
         printf("  in layer %d:\n", L);
-        print_collectives_of(p, pr, L);
+        print_collectives_of(p, e, L);
     }
     print_folded(g->n_layers, rep);
     printf("  outside layers:\n");
-    print_collectives_of(p, pr, -1);
+    print_collectives_of(p, e, -1);
     free(rep);
 }
 

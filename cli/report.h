@@ -22,8 +22,8 @@ int cli_print_experts(const plan_expert *ex, int n, const cost_estimate *mine);
 /* Prints the sharding of the main params: layer 0 and those outside layers. */
 void cli_print_param_shardings(const shard_state *st);
 /* Prints collectives per layer (layer 0 and outside layers) of program p with
- * predicted times from the pricer's profile. */
-void cli_print_layer_collectives(const spmd_program *p, const plan_pricer *pr);
+ * their predicted times from e, p's estimate (its instr_time must be valid). */
+void cli_print_layer_collectives(const spmd_program *p, const cost_estimate *e);
 
 /* Opens a plan file for a command (plan_open): on failure prints the error
  * and returns -1; prints plan_open's note, if any.  Returns 0 with pl, *g and

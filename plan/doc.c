@@ -293,9 +293,9 @@ cJSON *plan_doc_shard(const char *model, const char *sched, const shard_state *s
 
 /* ---- carve explain and carve autopart ----------------------------------------- */
 
-/* Every collective of p: where, what, how many bytes, its predicted time on
- * pr's profile (as the text's per-layer lists, unfolded and uncut). */
-static cJSON *collectives_json(const spmd_program *p, const plan_pricer *pr)
+/* Every collective of p: where, what, how many bytes, its predicted time in
+ * e, p's estimate (as the text's per-layer lists, unfolded and uncut). */
+static cJSON *collectives_json(const spmd_program *p, const cost_estimate *e)
 {
     const ir_graph *g = p->g;
     cJSON *a = cJSON_CreateArray();
@@ -315,8 +315,8 @@ static cJSON *collectives_json(const spmd_program *p, const plan_pricer *pr)
             cJSON_AddStringToObject(o, "op_output", g->values[g->ops[in->op].out].name);
         }
         cJSON_AddItemToObject(o, "bytes_per_device", num((double)in->bytes));
-        cJSON_AddItemToObject(o, "predicted_s",
-                              num(cost_collective_time(&pr->hw, &p->mesh, (spmd_kind)in->kind, in->axes, (double)in->bytes)));
+        cJSON_AddItemToObject(o, "bucket", in->bucket >= 0 ? num(in->bucket) : cJSON_CreateNull());
+        cJSON_AddItemToObject(o, "predicted_s", num(e->instr_time[i]));
         cJSON_AddItemToArray(a, o);
     }
     return a;
@@ -342,7 +342,7 @@ static cJSON *body_json(const char *format, const plan_doc_body *b)
 static void add_body_tail(cJSON *j, const plan_doc_body *b)
 {
     cJSON_AddItemToObject(j, "params", params_json(b->st));
-    cJSON_AddItemToObject(j, "collectives", collectives_json(b->pr->p, b->pr));
+    cJSON_AddItemToObject(j, "collectives", collectives_json(b->pr->p, b->e));
     cJSON_AddItemToObject(j, "estimate", plan_doc_estimate(b->e));
     cJSON_AddItemToObject(j, "experts", plan_doc_experts(b->ex, b->n_ex, b->e));
 }

@@ -46,8 +46,8 @@ static void price_expert(const ir_graph *g, const shard_mesh *mesh, const shard_
     ex->ok = 1;
     ex->st = st;
     if (!ex->e.fits)
-        snprintf(ex->why, sizeof ex->why, "does not fit: needs %.4g GB per device of %.4g GB", ex->e.peak_memory / 1e9,
-                 ex->e.capacity / 1e9);
+        snprintf(ex->why, sizeof ex->why, "does not fit: needs %.4g GiB per device of %.4g GiB", ex->e.peak_memory / 1073741824.0,
+                 ex->e.capacity / 1073741824.0);
 }
 
 /* The index input of a message-passing graph: a rank-1 i32 input that

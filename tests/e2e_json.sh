@@ -61,10 +61,19 @@ a, e = json.load(open('auto$i.json')), json.load(open('explain$i.json'))
 same = a['estimate'] == e['estimate'] and a['collectives'] == e['collectives'] and a['params'] == e['params']
 sys.exit(0 if same and a['plan_written'] == 'p$i.json' else 1)"
     check "autopart and explain documents agree ($flags)" $?
+    # the collectives' predicted times and the local slices add up to the estimate's communication
+    # (summed in another order than the estimator: 1e-9 relative leaves room for rounding only)
+    python3 -c "
+import json, sys
+d = json.load(open('explain$i.json')); e = d['estimate']
+total = sum(c['predicted_s'] for c in d['collectives']) + [k for k in e['by_collective_kind'] if k['kind'] == 'slice'][0]['seconds']
+sys.exit(0 if abs(total - e['communication_s']) <= 1e-9 * e['communication_s'] else 1)"
+    check "collectives add up to the communication time ($flags)" $?
 done <<'FLAGS'
 
 --overlap --precision f32
 --hw tpu-v3 --schedule dp:batch,auto --memory 2
+--schedule zero1:batch,auto --precision bf16
 FLAGS
 both explain-v1 explain "$root/tests/plans/v1-gpt-tiny.json"
 both explain-hw explain p1.json --hw h100

@@ -29,11 +29,14 @@ bad() { # bad NAME WORDS CMD...: exit 2, one printable line on stderr holding WO
 step_of() { grep -o 'step time *[0-9.]* [mu]*s' "$1" | head -1 | sed 's/step time *//'; }
 
 # ---- round trip for each combination of flags that changes the price ----
+# (a line "model=NAME flags" replaces gpt-tiny)
 i=0
 while IFS= read -r flags; do
     i=$((i + 1))
+    model=gpt-tiny
+    case $flags in model=*) model=${flags%% *}; model=${model#model=}; flags=${flags#* } ;; esac
     # shellcheck disable=SC2086
-    "$carve" autopart --model gpt-tiny --mesh batch=2,model=2 --schedule dp:batch,auto --budget 60 --quiet \
+    "$carve" autopart --model $model --mesh batch=2,model=2 --schedule dp:batch,auto --budget 60 --quiet \
         $flags --out rt$i.json >auto.txt 2>&1
     rc=$?
     "$carve" explain rt$i.json >explain.txt 2>&1
@@ -59,6 +62,13 @@ done <<'FLAGS'
 --hw cpu
 --hw tpu-v3 --overlap --optimizer sgd
 --schedule remat:all,dp:batch,auto --precision bf16
+--schedule zero1:batch,auto
+--schedule zero2:batch,auto --hw cpu
+--schedule microbatch:2,remat:all,auto --precision bf16 --overlap
+model=moe-tiny --schedule ep:model,auto
+model=llama-tiny --precision fp16
+model=vit-tiny --overlap
+model=t5-tiny --memory 1
 FLAGS
 # what explain shows of the options, from the file
 grep -q '"precision":[[:space:]]*"bf16"' rt2.json; check "bf16 recorded" $?

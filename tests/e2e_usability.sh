@@ -41,6 +41,19 @@ grep -q "^name  *params  *step FLOPs" out.txt && grep -q "^step FLOPs: " out.txt
 m=$(awk '$1 == "gpt-tiny" {print $3}' out.txt)
 "$carve" show --model gpt-tiny >out.txt
 grep -q "(${m} in einsums: what carve models lists)" out.txt; check "show's einsum FLOPs ($m) match models" $?
+# where they differ (vit: the image input enters an einsum and has no gradient) show says both
+"$carve" models >out.txt
+m=$(awk '$1 == "vit-tiny" {print $3}' out.txt)
+"$carve" show --model vit-tiny >out.txt
+grep -q "; carve models lists ${m}, 3x the forward's einsums" out.txt && ! grep -q "what carve models lists" out.txt
+check "show says where its einsum FLOPs differ from models' ($m)" $?
+# carve run and the experts' table speak MiB and GiB like the other commands
+"$carve" run --model gpt-tiny --mesh batch=2 --schedule dp:batch >out.txt 2>&1
+grep -q "program MiB" out.txt && grep -q "read [0-9.]* MiB from device buffers" out.txt && ! grep -q " MB" out.txt
+check "run in MiB" $?
+"$carve" autopart --model gpt-tiny --mesh batch=2 --budget 5 --memory 0.001 --quiet >out.txt 2>&1
+grep -q "does not fit: needs [0-9.e-]* GiB per device of 0.001 GiB" out.txt && ! grep -q "needs [0-9.e-]* GB" out.txt
+check "experts that do not fit: GiB" $?
 # the cpu profile's note points to a file in the repository
 "$carve" cost --model mlp-tiny --mesh batch=2 --schedule dp:batch --hw cpu >out.txt
 grep -q "docs/cost-model.md" out.txt && [ -e "${CARVE_ROOT:-$(dirname "$0")/..}/docs/cost-model.md" ]; check "cpu profile note" $?
