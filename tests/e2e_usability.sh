@@ -62,5 +62,11 @@ printf '{"format": "carve-schedule/1", "tactics": ["dp:batch", "megatron:model"]
 "$carve" shard --model gpt-tiny --mesh batch=2,model=2 --schedule s.json --summary >/dev/null; check "schedule file" $?
 printf '{"format": "carve-schedule/1", "tactics": ["dp:batch", "pipeline:batch"]}' >s2.json
 bad schedule-file-bad-tactic "s2.json: tactics\[1\]: schedule: unknown tactic 'pipeline'" "$carve" shard --model gpt-tiny --mesh batch=2 --schedule s2.json
+# the doc's table of tactics names every tactic the parser knows (its error lists them)
+"$carve" shard --model gpt-tiny --mesh batch=2 --schedule pipeline:batch >out.txt 2>err.txt
+known=$(grep -o "(known: [a-z0-9, ]*)" err.txt | sed 's/(known: //; s/)//; s/, /\n/g' | sort)
+doc=$(awk '/^## Tactics/ {on = 1; next} /^## / {on = 0} on && /^\| `/' "${CARVE_ROOT:-$(dirname "$0")/..}/docs/schedule-format.md" |
+      cut -d'|' -f2 | grep -o '`[a-z0-9]*' | tr -d '`' | sort)
+[ -n "$known" ] && [ "$known" = "$doc" ]; check "docs/schedule-format.md lists every tactic" $?
 echo "$pass passed, $fail failed"
 [ $fail -eq 0 ]
