@@ -149,12 +149,7 @@ cJSON *plan_doc_estimate(const cost_estimate *e)
     cJSON_AddItemToObject(j, "peak_memory_bytes", num(e->peak_memory));
     cJSON_AddItemToObject(j, "memory_capacity_bytes", num(e->capacity));
     cJSON_AddBoolToObject(j, "fits", e->fits);
-    cJSON *pk = cJSON_AddObjectToObject(j, "at_peak_bytes");
-    cJSON_AddItemToObject(pk, "params", num(e->peak_params));
-    cJSON_AddItemToObject(pk, "optimizer_states", num(e->peak_opt_states));
-    cJSON_AddItemToObject(pk, "gradients", num(e->peak_grads));
-    cJSON_AddItemToObject(pk, "activations", num(e->peak_activations));
-    cJSON_AddItemToObject(pk, "other", num(e->peak_other));
+    plan_add_at_peak(j, e);
     cJSON_AddItemToObject(j, "model_state_bytes", num(e->model_state_bytes));
     add_breakdowns(j, e);
     return j;

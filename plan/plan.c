@@ -214,6 +214,16 @@ void plan_add_collectives(cJSON *j, const spmd_program *p)
     }
 }
 
+void plan_add_at_peak(cJSON *j, const cost_estimate *e)
+{
+    cJSON *pk = cJSON_AddObjectToObject(j, "at_peak_bytes");
+    cJSON_AddItemToObject(pk, "params", num(e->peak_params));
+    cJSON_AddItemToObject(pk, "optimizer_states", num(e->peak_opt_states));
+    cJSON_AddItemToObject(pk, "gradients", num(e->peak_grads));
+    cJSON_AddItemToObject(pk, "activations", num(e->peak_activations));
+    cJSON_AddItemToObject(pk, "other", num(e->peak_other));
+}
+
 static void add_predicted(cJSON *j, const cost_estimate *e, int version)
 {
     cJSON *c = cJSON_AddObjectToObject(j, "predicted");
@@ -227,12 +237,7 @@ static void add_predicted(cJSON *j, const cost_estimate *e, int version)
     cJSON_AddItemToObject(c, "flops_per_device", num(e->flops));
     cJSON_AddItemToObject(c, "communicated_bytes_per_device", num(e->comm_bytes));
     cJSON_AddItemToObject(c, "wire_bytes_per_device", num(e->wire_bytes));
-    cJSON *pk = cJSON_AddObjectToObject(c, "at_peak_bytes");
-    cJSON_AddItemToObject(pk, "params", num(e->peak_params));
-    cJSON_AddItemToObject(pk, "optimizer_states", num(e->peak_opt_states));
-    cJSON_AddItemToObject(pk, "gradients", num(e->peak_grads));
-    cJSON_AddItemToObject(pk, "activations", num(e->peak_activations));
-    cJSON_AddItemToObject(pk, "other", num(e->peak_other));
+    plan_add_at_peak(c, e);
 }
 
 static void add_search(cJSON *j, const plan_search *s)

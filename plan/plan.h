@@ -70,11 +70,13 @@ cJSON *plan_to_json(const plan *pl, const shard_state *st, const spmd_program *p
  * written with %.17g (null when not finite); a PartitionSpec as JSON (null,
  * an axis name, or a list of names per dim); "mesh" and "devices" added to j
  * (version 1: the mesh as text); "collectives" added to j (count and bytes per
- * device by kind and phase). */
+ * device by kind and phase); "at_peak_bytes" added to j (what is live at e's
+ * peak, by kind). */
 cJSON *plan_json_number(double x);
 cJSON *plan_pspec_json(const shard_mesh *m, const shard_spec *s, int rank);
 void plan_add_mesh(cJSON *j, const shard_mesh *m, int version);
 void plan_add_collectives(cJSON *j, const spmd_program *p);
+void plan_add_at_peak(cJSON *j, const cost_estimate *e);
 
 /* Writes the plan atomically (temp file, rename).  pl->graph_path (when the
  * model is a graph file) is stored relative to the plan's folder.  Returns 0, or
