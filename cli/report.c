@@ -50,6 +50,10 @@ void cli_print_estimate(const cost_estimate *e)
         printf("  %-15s %6d %14s  %10.4g MiB on the wire\n", spmd_kind_name((spmd_kind)k), e->coll_count[k], a,
                e->coll_wire[k] / 1048576.0);
     }
+    int n_coll = 0;
+    for (int k = SPMD_ALL_GATHER; k < SPMD_N_KINDS; k++) n_coll += k == SPMD_SLICE ? 0 : e->coll_count[k];
+    if (e->coll_launches != n_coll)
+        printf("  (%d collectives run as %d: gradients combined in buckets, docs/cost-model.md)\n", n_coll, e->coll_launches);
     printf("\nby phase:          compute  communication\n");
     for (int ph = 0; ph < SPMD_N_PHASES; ph++) {
         cost_fmt_time(e->phase_compute[ph], a, sizeof a);

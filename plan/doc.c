@@ -151,6 +151,7 @@ cJSON *plan_doc_estimate(const cost_estimate *e)
     cJSON_AddBoolToObject(j, "fits", e->fits);
     plan_add_at_peak(j, e);
     cJSON_AddItemToObject(j, "model_state_bytes", num(e->model_state_bytes));
+    cJSON_AddNumberToObject(j, "collective_launches", e->coll_launches);
     add_breakdowns(j, e);
     return j;
 }

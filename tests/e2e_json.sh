@@ -39,6 +39,7 @@ python3 -c "import json,sys; d=json.load(open('cost3.json')); sys.exit(0 if not 
 check "cost3 does not fit in 0.5 GiB" $?
 python3 -c "import json,sys; d=json.load(open('cost2.json')); sys.exit(0 if d['estimate']['overlapped'] else 1)"
 check "cost2 overlapped" $?
+grep -q "collectives run as [0-9]*: gradients combined in buckets" cost1.txt; check "gradient buckets shown (and checked)" $?
 
 # ---- carve shard ----
 both shard1 shard "${m[@]}" --schedule dp:batch,megatron:model,zero3:batch --summary

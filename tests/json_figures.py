@@ -72,6 +72,10 @@ def estimate_lines(e):
     for o in e["by_collective_kind"]:
         out.append("  %-15s %6d %14s  %10.4g MiB on the wire" % (o["kind"], o["count"], fmt_time(o["seconds"]),
                                                              o["wire_bytes"] / MIB))
+    n = sum(o["count"] for o in e["by_collective_kind"] if o["kind"] != "slice")
+    if e["collective_launches"] != n:
+        out.append("  (%d collectives run as %d: gradients combined in buckets, docs/cost-model.md)" %
+                   (n, e["collective_launches"]))
     for o in e["by_phase"]:
         out.append("  %-10s %14s %14s" % (o["phase"], fmt_time(o["compute_s"]), fmt_time(o["communication_s"])))
     for o in e["by_layer"]:
