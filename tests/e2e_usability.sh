@@ -66,7 +66,7 @@ bad schedule-file-bad-tactic "s2.json: tactics\[1\]: schedule: unknown tactic 'p
 "$carve" shard --model gpt-tiny --mesh batch=2 --schedule pipeline:batch >out.txt 2>err.txt
 known=$(grep -o "(known: [a-z0-9, ]*)" err.txt | sed 's/(known: //; s/)//; s/, /\n/g' | sort)
 doc=$(awk '/^## Tactics/ {on = 1; next} /^## / {on = 0} on && /^\| `/' "${CARVE_ROOT:-$(dirname "$0")/..}/docs/schedule-format.md" |
-      cut -d'|' -f2 | grep -o '`[a-z][a-z0-9]*' | tr -d '`' | sort)
+      cut -d'|' -f2 | grep -o '`[a-z][a-z0-9]*' | tr -d '`' | sort -u)
 [ -n "$known" ] && [ "$known" = "$doc" ]; check "docs/schedule-format.md lists every tactic" $?
 echo "$pass passed, $fail failed"
 [ $fail -eq 0 ]
