@@ -303,9 +303,12 @@ static int find_auto(const schedule *sc)
     return auto_at;
 }
 
-/* The chosen plan as a carve-autopart/1 document on stdout (docs/json-output.md). */
-static int print_json(const char *cfg, const plan *pl, plan_step_search *s, const char *from, const char *written)
+/* The chosen plan (steps[chosen]) as a carve-autopart/1 document on stdout
+ * (docs/json-output.md). */
+static int print_json(const char *cfg, const plan *pl, plan_step_search *steps, int n_cfg, int chosen, int gather_auto,
+                      const char *from, const char *written)
 {
+    plan_step_search *s = &steps[chosen];
     const search_result *res = &s->res;
     char (*act)[160] = ir_xcalloc((size_t)res->n_actions + 1, sizeof *act);
     const char **acts = ir_xcalloc((size_t)res->n_actions + 1, sizeof *acts);
@@ -315,7 +318,12 @@ static int print_json(const char *cfg, const plan *pl, plan_step_search *s, cons
     }
     plan_doc_body db = {cfg, pl->schedule, s->st, &s->pr, &s->e, s->ex, s->n_ex};
     int rc = CLI_OK;
-    if (plan_doc_print(plan_doc_autopart(&db, pl, acts, res->n_actions, from, written), stdout) < 0) {
+    cJSON *doc = plan_doc_autopart(&db, pl, acts, res->n_actions, from, written);
+    /* priced after the body: pricing again reuses the workspace holding e's per-instruction times */
+    cost_estimate other;
+    int has_other = plan_price_other_gather(&s->pr, s->st, &other) == 0;
+    plan_doc_add_memory(doc, steps, n_cfg, chosen, gather_auto, has_other ? &other : NULL);
+    if (plan_doc_print(doc, stdout) < 0) {
         cli_error("autopart: cannot write the JSON document");
         rc = CLI_BAD_INPUT;
     }
@@ -339,7 +347,7 @@ static int report_and_save(const cli_opts *o, const char *cfg, const shard_mesh 
     const char *from = NULL;
     for (int i = 0, k = 0; i < s->n_ex && s->res.seed >= 0; i++)
         if (s->ex[i].ok && k++ == s->res.seed) from = s->ex[i].schedule;
-    if (o->json) rc = print_json(cfg, &pl, s, from, written ? o->out : NULL);
+    if (o->json) rc = print_json(cfg, &pl, steps, n_cfg, chosen, gather_auto, from, written ? o->out : NULL);
     else {
         print_text(&pl, hw, algo, &s->b, &s->res, s->gs, s->st, &s->pr, &s->e, s->ex, s->n_ex, from, s->tactics);
         print_memory_level(steps, n_cfg, chosen);

@@ -387,6 +387,41 @@ cJSON *plan_doc_autopart(const plan_doc_body *b, const plan *pl, const char *con
     return j;
 }
 
+void plan_doc_add_memory(cJSON *doc, const plan_step_search *steps, int n, int chosen, int by_search,
+                         const cost_estimate *other)
+{
+    cJSON *m = cJSON_AddObjectToObject(doc, "memory");
+    cJSON *cf = cJSON_AddArrayToObject(m, "configurations");
+    for (int i = 0; i < n; i++) {
+        const plan_step_search *s = &steps[i];
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddStringToObject(o, "tactics", s->tactics);
+        cJSON_AddBoolToObject(o, "searched", s->ok);
+        if (s->ok) {
+            cJSON_AddItemToObject(o, "step_time_s", num(s->e.step_time));
+            cJSON_AddItemToObject(o, "peak_memory_bytes", num(s->e.peak_memory));
+            cJSON_AddBoolToObject(o, "fits", s->e.fits);
+            cJSON_AddItemToObject(o, "evaluations", num((double)s->res.evaluations));
+        } else {
+            cJSON_AddStringToObject(o, "why", s->why);
+        }
+        cJSON_AddBoolToObject(o, "chosen", i == chosen);
+        cJSON_AddItemToArray(cf, o);
+    }
+    const plan_step_search *s = &steps[chosen];
+    cJSON *g = cJSON_AddObjectToObject(m, "gather");
+    cJSON_AddStringToObject(g, "policy", s->st->gather_policy == SPMD_GATHER_KEEP ? "keep" : "regather");
+    cJSON_AddBoolToObject(g, "chosen_by_search", by_search);
+    if (!other) {
+        cJSON_AddNullToObject(g, "other");
+        return;
+    }
+    cJSON *o = cJSON_AddObjectToObject(g, "other");
+    cJSON_AddItemToObject(o, "step_time_s", num(other->step_time));
+    cJSON_AddItemToObject(o, "peak_memory_bytes", num(other->peak_memory));
+    cJSON_AddBoolToObject(o, "fits", other->fits);
+}
+
 int plan_doc_print(cJSON *doc, FILE *f)
 {
     char *text = doc ? cJSON_Print(doc) : NULL;

@@ -13,6 +13,7 @@
 
 #include "analysis/schedule.h"
 #include "plan/experts.h"
+#include "plan/memory.h"
 #include "plan/plan.h"
 
 #define PLAN_DOC_COST "carve-cost/1"
@@ -70,6 +71,14 @@ cJSON *plan_doc_explain(const plan_doc_body *b, const plan *pl, const char *path
  * the plan file written (NULL: none). */
 cJSON *plan_doc_autopart(const plan_doc_body *b, const plan *pl, const char *const *actions, int n_actions,
                          const char *from_expert, const char *written);
+
+/* Adds "memory" to an autopart document: the memory level's configurations
+ * (steps[0..n), each step's best plan; `chosen` the one kept) and the ZeRO-3
+ * gather policy of the chosen plan (by_search: the search chose it, not the
+ * schedule; other: the chosen plan priced under the other policy, NULL when
+ * the policy changes nothing). */
+void plan_doc_add_memory(cJSON *doc, const plan_step_search *steps, int n, int chosen, int by_search,
+                         const cost_estimate *other);
 
 /* Prints doc (indented, one trailing newline) on f and deletes it.  Returns 0,
  * or -1 when out of memory or f reports an error. */

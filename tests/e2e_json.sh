@@ -75,7 +75,16 @@ done <<'FLAGS'
 --overlap --precision f32
 --hw tpu-v3 --schedule dp:batch,auto --memory 2
 --schedule zero1:batch,auto --precision bf16
+--memory 0.8
 FLAGS
+# the memory level (--memory 0.8: the plain step does not fit) is in the document: its rows and the choice
+python3 -c "
+import json, sys
+m = json.load(open('auto5.json'))['memory']; cf = m['configurations']
+chosen = [c for c in cf if c['chosen']]
+sys.exit(0 if len(cf) > 1 and len(chosen) == 1 and chosen[0]['tactics'] and chosen[0]['fits'] and not cf[0]['fits'] else 1)"
+check "autopart's memory tactics in the document" $?
+grep -q "^memory tactics" auto5.txt; check "and in the text it is compared with" $?
 both explain-v1 explain "$root/tests/plans/v1-gpt-tiny.json"
 both explain-hw explain p1.json --hw h100
 grep -q '"hardware_given":[[:space:]]*true' explain-hw.json; check "explain --hw said in the document" $?

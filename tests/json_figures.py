@@ -200,7 +200,34 @@ def autopart(doc, text):
         must.append("actions    " + " ".join(doc["actions"]))
     if doc["plan_written"]:
         must.append("plan written to %s" % doc["plan_written"])
-    return must, shown
+    return must + memory_lines(doc["memory"]), shown
+
+
+def memory_lines(m):
+    """The memory level's table (print_memory_level, when more than one
+    configuration was searched) and the gather line (print_gather_policy)."""
+    out = []
+    cf = m["configurations"]
+    for c in cf if len(cf) > 1 else []:
+        name = c["tactics"] or "none"
+        if c["searched"]:
+            out.append("  %-26s %14s %10.4g GiB  %d%s%s" % (name, fmt_time(c["step_time_s"]), c["peak_memory_bytes"] / GIB,
+                                                         c["evaluations"], "" if c["fits"] else "  does not fit",
+                                                         "  chosen" if c["chosen"] else ""))
+        else:
+            out.append("  %-26s %14s %14s  %s" % (name, "-", "-", c["why"]))
+    g, o = m["gather"], m["gather"]["other"]
+    if o is None:
+        out.append("gather     %s (no param is gathered again in the backward pass: the policy changes nothing here)"
+                   % g["policy"])
+    else:
+        mine = [c for c in cf if c["chosen"]][0]
+        out.append("gather     %s%s: %s, %s GiB; %s would take %s, %s GiB%s" % (
+            g["policy"], " (chosen by the search)" if g["chosen_by_search"] else " (the schedule's)",
+            fmt_time(mine["step_time_s"]), g4(mine["peak_memory_bytes"] / GIB),
+            "regather" if g["policy"] == "keep" else "keep", fmt_time(o["step_time_s"]), g4(o["peak_memory_bytes"] / GIB),
+            "" if o["fits"] else " (does not fit)"))
+    return out
 
 
 def shard(doc, text):
