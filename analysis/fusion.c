@@ -58,6 +58,8 @@ void spmd_fuse_plan_free(spmd_fuse_plan *pl)
 {
     free(pl->len);
     free(pl->step);
+    free(pl->klen);
+    free(pl->kfold);
     memset(pl, 0, sizeof *pl);
 }
 
@@ -179,4 +181,120 @@ void spmd_plan_fusion(spmd_program *p)
     if (spmd_fuse_plan_build(&p->fuse, it, n, p->n_bufs, observed, p->opts.fuse) < 0) abort();
     free(it);
     free(observed);
+    spmd_plan_kernels(p, p->opts.fuse);
+}
+
+/* ---- accelerator kernels (fusion.h, spmd_plan_kernels) ------------------- */
+
+enum { KC_OTHER, KC_ELEM, KC_REDUCE, KC_EINSUM };
+
+/* What an instruction is to the kernel planner; *row: a reduction over the
+ * trailing dims of its operand. */
+static int kernel_class(const spmd_program *p, const spmd_instr *in, int *row)
+{
+    *row = 0;
+    if (in->kind != SPMD_COMPUTE) return KC_OTHER;
+    const ir_graph *g = p->g;
+    const ir_op *op = &g->ops[in->op];
+    if (g->values[op->out].dtype == IR_I32) return KC_OTHER;
+    for (int k = 0; k < op->n_in; k++)
+        if (g->values[op->in[k]].dtype == IR_I32) return KC_OTHER;
+    ir_opclass c = ir_op_class(op->kind);
+    if (c == IR_UNARY || c == IR_BINARY) return KC_ELEM;
+    if (op->kind == IR_OP_EINSUM) return KC_EINSUM;
+    if (op->kind == IR_OP_REDUCE_SUM || op->kind == IR_OP_REDUCE_MAX) {
+        int rank = g->values[op->in[0]].rank, n = op->attrs.n_ints, trailing = n > 0;
+        for (int k = 0; k < n; k++) trailing &= op->attrs.ints[k] >= rank - n;
+        *row = trailing;
+        return KC_REDUCE;
+    }
+    return KC_OTHER;
+}
+
+/* Broadcasts every reader of which is an elementwise op or a reduction (and
+ * whose result is no output) are folded into their readers. */
+static void fold_broadcasts(spmd_program *p, uint8_t *fold)
+{
+    int n = p->n_instrs;
+    uint8_t *bad = ir_xcalloc((size_t)(p->n_bufs ? p->n_bufs : 1), 1); /* read by a non-fusing reader */
+    for (int i = 0; i < p->g->n_outputs; i++)
+        if (p->out_buf[i] >= 0) bad[p->out_buf[i]] = 1;
+    for (int i = 0; i < n; i++) {
+        const spmd_instr *in = &p->instrs[i];
+        int row, c = kernel_class(p, in, &row);
+        for (int k = 0; k < IR_MAX_OPERANDS; k++)
+            if (in->in[k] >= 0 && c != KC_ELEM && c != KC_REDUCE) bad[in->in[k]] = 1;
+    }
+    for (int i = 0; i < n; i++) {
+        const spmd_instr *in = &p->instrs[i];
+        fold[i] = in->kind == SPMD_COMPUTE && p->g->ops[in->op].kind == IR_OP_BROADCAST &&
+                  p->g->values[p->g->ops[in->op].out].dtype != IR_I32 && !bad[in->out];
+    }
+    free(bad);
+}
+
+/* The kernel being grown by spmd_plan_kernels. */
+typedef struct kstate {
+    int start, last;   /* first and last member; start < 0: none open */
+    int64_t loop;      /* element count of its iteration space */
+    int64_t row;       /* element count of its row reductions' results (0: none) */
+    int closed, phase;
+} kstate;
+
+/* Whether instruction i of class c may join the open kernel k. */
+static int kernel_joins(const spmd_program *p, const kstate *k, int i, int c, int row)
+{
+    const spmd_instr *in = &p->instrs[i];
+    if (k->start < 0 || k->closed || in->phase != k->phase || i - k->start >= FUSE_MAX_KERNEL) return 0;
+    int64_t numel = buf_numel(p, in->out);
+    int einsum_led = p->instrs[k->start].kind == SPMD_COMPUTE && p->g->ops[p->instrs[k->start].op].kind == IR_OP_EINSUM;
+    if (c == KC_ELEM) return numel == k->loop || (k->row > 0 && numel == k->row);
+    if (c == KC_REDUCE)
+        return !einsum_led && buf_numel(p, in->in[0]) == k->loop && (!row || !k->row || numel == k->row);
+    return 0;
+}
+
+void spmd_plan_kernels(spmd_program *p, int enabled)
+{
+    spmd_fuse_plan *pl = &p->fuse;
+    int n = p->n_instrs;
+    if (n > pl->kcap || !pl->klen) {
+        int cap = n > 256 ? n : 256;
+        pl->klen = ir_xrealloc(pl->klen, (size_t)cap * sizeof *pl->klen);
+        pl->kfold = ir_xrealloc(pl->kfold, (size_t)cap);
+        pl->kcap = cap;
+    }
+    memset(pl->klen, 0, (size_t)(n ? n : 1) * sizeof *pl->klen);
+    memset(pl->kfold, 0, (size_t)(n ? n : 1));
+    pl->n_kernels = pl->n_folded = 0;
+    if (enabled) fold_broadcasts(p, pl->kfold);
+    kstate k = {.start = -1};
+    for (int i = 0; i <= n; i++) {
+        if (i < n && pl->kfold[i]) {
+            pl->n_folded++;
+            continue;
+        }
+        int row = 0, c = i < n ? kernel_class(p, &p->instrs[i], &row) : KC_OTHER;
+        if (i < n && enabled && kernel_joins(p, &k, i, c, row)) {
+            k.last = i;
+            if (c == KC_REDUCE) {
+                if (row) k.row = buf_numel(p, p->instrs[i].out);
+                else k.closed = 1; /* a column reduction needs every block: nothing after it */
+            }
+            continue;
+        }
+        if (k.start >= 0) {
+            pl->klen[k.start] = k.last - k.start + 1;
+            pl->n_kernels++;
+        }
+        k.start = -1;
+        if (i == n || p->instrs[i].kind != SPMD_COMPUTE) continue;
+        const spmd_instr *in = &p->instrs[i];
+        k = (kstate){.start = i, .last = i, .phase = in->phase, .closed = c == KC_OTHER,
+                     .loop = c == KC_REDUCE ? buf_numel(p, in->in[0]) : buf_numel(p, in->out)};
+        if (c == KC_REDUCE) {
+            if (row) k.row = buf_numel(p, in->out);
+            else k.closed = 1;
+        }
+    }
 }

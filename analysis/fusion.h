@@ -27,6 +27,7 @@
 
 #define FUSE_MAX_SLOTS 12  /* scratch tiles a group may use at once */
 #define FUSE_MAX_GROUP 64  /* ops per group */
+#define FUSE_MAX_KERNEL 256 /* instructions an accelerator kernel spans (spmd_plan_kernels) */
 
 /* One instruction as the planner sees it. */
 typedef struct spmd_fuse_item {
@@ -67,6 +68,14 @@ typedef struct spmd_fuse_plan {
     spmd_fuse_step *step; /* per item (meaningful inside groups) */
     int n_groups, n_fused; /* groups, and items in them */
     int cap;              /* items the arrays hold */
+    /* Accelerator kernels (spmd_plan_fusion only; NULL for the reference
+     * executor's plan): what a fusing compiler (XLA, TorchInductor) would
+     * launch on a GPU or TPU.  The cost model prices them on profiles with
+     * fused_elementwise = 2; carve's CPU executors run the groups above. */
+    int *klen;            /* per instruction: the kernel starting here covers [i, i + klen) (>= 1), 0 inside
+                             a kernel, for a folded broadcast, and for collectives and slices */
+    uint8_t *kfold;       /* per instruction: 1 for a broadcast folded into its readers (never written) */
+    int n_kernels, n_folded, kcap;
 } spmd_fuse_plan;
 
 /* Plans groups over items[0..n) whose ids are in [0, n_ids).  observed[id]
@@ -77,6 +86,23 @@ typedef struct spmd_fuse_plan {
 int spmd_fuse_plan_build(spmd_fuse_plan *pl, const spmd_fuse_item *items, int n, int n_ids, const uint8_t *observed,
                          int enabled);
 void spmd_fuse_plan_free(spmd_fuse_plan *pl);
+
+/* Accelerator kernels over a lowered program (fills pl->klen, pl->kfold;
+ * spmd_plan_fusion calls it).  Contiguous runs of compute instructions of one
+ * phase form one kernel, as XLA's GPU fusion and cuBLAS epilogues make them:
+ *  - an einsum starts a kernel; the elementwise ops on its result's element
+ *    count that follow join it (bias add, scale, mask, activation: the
+ *    epilogue);
+ *  - a reduction joins a kernel without einsum whose iteration space is its
+ *    operand (input fusion); when it reduces the trailing dims (a row: one
+ *    thread block holds it), the per-row ops on its result and the elementwise
+ *    ops on the row space after it join too, so softmax and layernorm are one
+ *    kernel (one read, one write); any other reduction ends the kernel;
+ *  - a broadcast every reader of which is an elementwise op or a reduction is
+ *    folded: never written, its readers read its (small) operand.
+ * With `enabled` 0 every instruction is its own kernel. */
+struct spmd_program;
+void spmd_plan_kernels(struct spmd_program *p, int enabled);
 
 /* Whether CARVE_FUSE=0 is set in the environment (every op alone). */
 int spmd_fuse_disabled_by_env(void);

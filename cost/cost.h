@@ -60,8 +60,15 @@ typedef struct cost_hw {
     int shared_memory;             /* 1: collectives are the SPMD runtime's barrier + copies through
                                       shared memory (priced as such), 0: ring algorithms on links */
     double oversub_latency;        /* seconds per barrier when devices outnumber cores (0: intra.latency) */
-    int fused_elementwise;         /* 1: runs of elementwise ops are priced as one fused pass, as carve's
-                                      executors run them (exec/fuse.h); 0: op by op */
+    int fused_elementwise;         /* 2: the program's accelerator kernels (fusion.h: matmul epilogues,
+                                      one-pass softmax and layernorm, folded broadcasts), as XLA fuses on a
+                                      GPU; 1: its elementwise groups, as carve's executors run them
+                                      (exec/fuse.h); 0: op by op */
+    /* achievable GEMM rates (accelerators; 0: an einsum runs at the peak, docs/cost-model.md): */
+    double gemm_efficiency;        /* fraction of the peak a large GEMM reaches (measured cuBLAS); 0: 1 */
+    int gemm_tile;                 /* edge of the output tile one processor computes (cuBLAS 128x128) */
+    int gemm_units;                /* processors running tiles at once (SMs); with gemm_tile: tile and
+                                      wave quantization, cost_gemm_quantization */
     int n_axis_links;              /* links given per mesh axis name (override the hierarchy) */
     char axis_names[SHARD_MAX_AXES][SHARD_AXIS_NAME];
     cost_link axis_links[SHARD_MAX_AXES];
@@ -103,6 +110,14 @@ int cost_axis_levels(const cost_hw *hw, const shard_mesh *mesh, int axis, int64_
  * 0 = the result's elements, 1 = operand 0's (reductions), 2 = operand 1's
  * (scatter_add's updates); -1 for einsum (priced by FLOPs). */
 int cost_op_elements(ir_opkind k);
+
+/* Fraction of a processor array's work a GEMM of `batch` independent m x n
+ * outputs uses (NVIDIA, Matrix Multiplication Background User's Guide: tile
+ * and wave quantization): each dim is padded to whole tiles (edge `tile`, or
+ * tile/2 for a dim that fits in that), and the batch * tiles_m * tiles_n
+ * tiles run in waves of `units`; the last wave's empty slots are lost, except
+ * below one wave (cuBLAS then splits K).  1 when tile or units is 0. */
+double cost_gemm_quantization(double m, double n, double batch, int tile, int units);
 
 /* Per-device time multiplier on a CPU profile for a mesh of n devices:
  * n / cores when devices share the cores, else 1 / alone_speedup when

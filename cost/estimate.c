@@ -54,7 +54,10 @@ struct cost_ws {
     double *buf_bytes, *buf_numel;
     int *last_use;
     uint8_t *persistent;      /* 1: argument buffers and kept outputs, 2: donated outputs, 3: fused
-                                 results in scratch tiles (never allocated) */
+                                 results in scratch tiles or kernel-internal (never allocated) */
+    int *fold_src;            /* per buffer made by a folded broadcast: the buffer its readers read, else -1 */
+    unsigned *kin, *kout;     /* per buffer: stamp of the kernel that read / made it (price_kernel) */
+    unsigned kstamp;
     int cap_bufs;
     double *layer;            /* 3 * (n_layers + 1) */
     int cap_layer;
@@ -88,6 +91,9 @@ void cost_ws_free(cost_ws *w)
     free(w->buf_numel);
     free(w->last_use);
     free(w->persistent);
+    free(w->fold_src);
+    free(w->kin);
+    free(w->kout);
     free(w->layer);
     free(w->instr_time);
     free(w);
@@ -225,6 +231,25 @@ static double shm_moved(spmd_kind kind, int64_t n, double bytes, int *barriers)
     return 0;
 }
 
+/* The tile edge cuBLAS uses along a dim of size d: the profile's, or half of
+ * it when d fits in that (the Guide's 64-wide tiles), and the padding of d up
+ * to a whole number of tiles. */
+static double tile_padding(double d, int tile, double *tiles)
+{
+    double t = d <= tile / 2 ? tile / 2 : tile;
+    *tiles = ceil(d / t);
+    return d / (*tiles * t);
+}
+
+double cost_gemm_quantization(double m, double n, double batch, int tile, int units)
+{
+    if (tile <= 1 || units <= 0 || !(m > 0) || !(n > 0) || !(batch > 0)) return 1;
+    double tm, tn, pad = tile_padding(m, tile, &tm) * tile_padding(n, tile, &tn), tiles = batch * tm * tn;
+    /* below one wave cuBLAS splits K among more thread blocks (split-K): no wave loss */
+    double wave = tiles < units ? 1 : tiles / (ceil(tiles / units) * units);
+    return pad * wave;
+}
+
 int cost_op_elements(ir_opkind k)
 {
     static const int which[] = {[IR_COUNT_OUT] = 0, [IR_COUNT_IN0] = 1, [IR_COUNT_IN1] = 2, [IR_COUNT_EINSUM] = -1};
@@ -356,6 +381,9 @@ static void grow_program(cost_ws *w, const spmd_program *p)
         w->buf_numel = ir_xrealloc(w->buf_numel, (size_t)cap * sizeof(double));
         w->last_use = ir_xrealloc(w->last_use, (size_t)cap * sizeof(int));
         w->persistent = ir_xrealloc(w->persistent, (size_t)cap);
+        w->fold_src = ir_xrealloc(w->fold_src, (size_t)cap * sizeof(int));
+        w->kin = ir_xrealloc(w->kin, (size_t)cap * sizeof(unsigned));
+        w->kout = ir_xrealloc(w->kout, (size_t)cap * sizeof(unsigned));
         w->cap_bufs = cap;
     }
     if (p->n_instrs > w->cap_instrs) {
@@ -408,6 +436,27 @@ static double local_dim(const ctx *c, int b, int d)
     return s;
 }
 
+/* The fraction of the matmul peak einsum `in` reaches on its local shape:
+ * the profile's large-GEMM efficiency times its tile and wave quantization
+ * (cost_gemm_quantization), with m the product of the local dims only
+ * operand a has, n those only b has, and batch those both have and the
+ * result keeps.  1 for profiles without these figures. */
+static double gemm_efficiency(const ctx *c, const cost_hw *hw, const spmd_instr *in)
+{
+    double eff = hw->gemm_efficiency > 0 ? hw->gemm_efficiency : 1;
+    if (hw->gemm_tile <= 0 || hw->gemm_units <= 0) return eff;
+    const cost_ws *w = c->w;
+    int a = in->in[0], rank = c->p->g->values[c->p->bufs[a].value].rank;
+    double m = 1, batch = 1;
+    for (int d = 0; d < rank; d++) {
+        unsigned bit = 1u << d;
+        if (w->op_bmask[in->op] & bit) batch *= local_dim(c, a, d);
+        else if (!(w->op_kmask[in->op] & bit)) m *= local_dim(c, a, d);
+    }
+    double n = w->buf_numel[in->out] / (m * batch);
+    return eff * cost_gemm_quantization(m, n, batch, hw->gemm_tile, hw->gemm_units);
+}
+
 /* Time of compute instruction `in` run alone, before the cores factor:
  * max(compute, memory) + extras + overhead.  Also its FLOPs and compute part. */
 static double price_compute(ctx *c, const cost_hw *hw, const spmd_instr *in, double *flops_out, double *tf_out)
@@ -432,7 +481,7 @@ static double price_compute(ctx *c, const cost_hw *hw, const spmd_instr *in, dou
     if (ir_op_bytes(o->kind) == IR_BYTES_ROWS) bytes = w->buf_bytes[in->in[1]] + 2 * w->buf_bytes[ob];
     double peak_rate = hw->vector_flops, tf, tb = bytes / hw->mem_bandwidth, extra = 0;
     if (o->kind == IR_OP_EINSUM) {
-        peak_rate = cost_matmul_peak(hw, c->precision, in->phase == SPMD_OPTIMIZER);
+        peak_rate = cost_matmul_peak(hw, c->precision, in->phase == SPMD_OPTIMIZER) * gemm_efficiency(c, hw, in);
         tf = flops / peak_rate;
         if (hw->gemm_call > 0) { /* one GEMM call per batch index */
             double calls = 1;
@@ -513,6 +562,77 @@ static int price_group(ctx *c, const cost_hw *hw, int s, double *share)
     return len;
 }
 
+/* With fused_elementwise = 2 (accelerators): the kernel the lowering
+ * recorded at instruction s (p->fuse.klen, fusion.h) priced as one launch:
+ * it reads each buffer from outside the kernel once (a folded broadcast's
+ * readers read its small operand) and writes only the results read after it
+ * or kept (the others stay in registers and are never allocated), so it takes
+ * max(sum of its members' compute times, those bytes / memory bandwidth) plus
+ * one op_overhead.  An einsum leads its kernel, so its epilogue (bias,
+ * activation) costs no pass of its own; softmax and layernorm are one pass.
+ * Each member's share is in proportion to its time alone.  Returns the
+ * kernel's span. */
+static int price_kernel(ctx *c, const cost_hw *hw, int s, double *share)
+{
+    const spmd_program *p = c->p;
+    cost_ws *w = c->w;
+    int len = p->fuse.klen[s];
+    unsigned st = ++w->kstamp;
+    for (int j = s; j < s + len; j++)
+        if (!p->fuse.kfold[j]) w->kout[p->instrs[j].out] = st;
+    double alone = 0, tf_sum = 0, bytes = 0;
+    for (int j = 0; j < len; j++) {
+        const spmd_instr *in = &p->instrs[s + j];
+        share[j] = 0;
+        size_buffer(c, in->out); /* a folded member too: a later member's share reads its size */
+        if (p->fuse.kfold[s + j]) continue;
+        double flops, tf;
+        share[j] = price_compute(c, hw, in, &flops, &tf);
+        alone += share[j];
+        tf_sum += tf;
+        for (int k = 0; k < IR_MAX_OPERANDS; k++) {
+            int b = in->in[k];
+            if (b < 0) continue;
+            if (w->fold_src[b] >= 0) b = w->fold_src[b];
+            if (w->kout[b] == st || w->kin[b] == st) continue;
+            w->kin[b] = st;
+            bytes += w->buf_bytes[b];
+        }
+        if (w->persistent[in->out] != 3) bytes += w->buf_bytes[in->out];
+    }
+    double tb = bytes / hw->mem_bandwidth, kern = (tf_sum > tb ? tf_sum : tb) + hw->op_overhead;
+    for (int j = 0; j < len; j++) share[j] = alone > 0 ? kern * share[j] / alone : 0;
+    return len;
+}
+
+/* Kernels (fused_elementwise = 2): folded broadcasts hand their readers their
+ * operand, which then lives until the last of those readers; a folded
+ * broadcast's result and a kernel's results read only inside it are never
+ * allocated (persistent 3). */
+static void mark_kernels(cost_ws *w, const spmd_program *p)
+{
+    const spmd_fuse_plan *f = &p->fuse;
+    for (int b = 0; b < p->n_bufs; b++) {
+        w->fold_src[b] = -1;
+        w->kin[b] = w->kout[b] = 0;
+    }
+    w->kstamp = 0;
+    for (int i = 0; i < p->n_instrs; i++) {
+        const spmd_instr *in = &p->instrs[i];
+        if (!f->kfold[i]) continue;
+        w->fold_src[in->out] = in->in[0];
+        if (w->last_use[in->out] > w->last_use[in->in[0]]) w->last_use[in->in[0]] = w->last_use[in->out];
+        if (!w->persistent[in->out]) w->persistent[in->out] = 3;
+    }
+    for (int s = 0; s < p->n_instrs; s++) {
+        int end = s + f->klen[s];
+        for (int j = s; j < end; j++) {
+            int o = p->instrs[j].out;
+            if (!f->kfold[j] && !w->persistent[o] && w->last_use[o] < end) w->persistent[o] = 3;
+        }
+    }
+}
+
 int cost_estimate_program(cost_ws *w, const spmd_program *p, const cost_hw *hw, const cost_options *opt,
                           cost_estimate *out, char *err, size_t errlen)
 {
@@ -576,8 +696,11 @@ int cost_estimate_program(cost_ws *w, const spmd_program *p, const cost_hw *hw, 
                       shard_spec_equal(&p->bufs[b].spec, &p->bufs[p->arg_buf[u]].spec, g->values[u].rank);
         w->persistent[b] = donated ? 2 : 1;
     }
-    /* a fused group's results kept in scratch tiles are never allocated */
-    if (hw->fused_elementwise)
+    /* accelerator kernels (fused_elementwise 2), else the executor's groups (1):
+     * results kept in registers or scratch tiles are never allocated */
+    int kern = hw->fused_elementwise == 2 && p->fuse.klen;
+    if (kern) mark_kernels(w, p);
+    else if (hw->fused_elementwise)
         for (int i = 0; i < p->n_instrs; i++)
             for (int j = 0; j < p->fuse.len[i] && p->fuse.len[i] > 1; j++)
                 if (p->fuse.step[i + j].slot >= 0 && !w->persistent[p->instrs[i + j].out]) w->persistent[p->instrs[i + j].out] = 3;
@@ -588,7 +711,7 @@ int cost_estimate_program(cost_ws *w, const spmd_program *p, const cost_hw *hw, 
     c.oversub = hw->cores > 0 && m->n_devices > hw->cores;
     double bucket_bytes = 0, bucket_time = 0; /* the gradient bucket being priced */
     double peak = -1, cur = live[0] + live[1] + live[2] + live[3] + live[4];
-    double grp_share[FUSE_MAX_GROUP];
+    double grp_share[FUSE_MAX_KERNEL > FUSE_MAX_GROUP ? FUSE_MAX_KERNEL : FUSE_MAX_GROUP];
     int grp_start = 0, grp_end = 0; /* the fused group being priced: instructions [grp_start, grp_end) */
     for (int i = 0; i < p->n_instrs; i++) {
         const spmd_instr *in = &p->instrs[i];
@@ -605,11 +728,16 @@ int cost_estimate_program(cost_ws *w, const spmd_program *p, const cost_hw *hw, 
             const ir_op *o = &g->ops[in->op];
             double flops, tf;
             t = price_compute(&c, hw, in, &flops, &tf);
-            if (hw->fused_elementwise && i >= grp_end) {
+            if (kern && p->fuse.klen[i] > 0) {
+                grp_start = i;
+                grp_end = i + price_kernel(&c, hw, i, grp_share);
+            } else if (kern && p->fuse.kfold[i]) {
+                t = 0; /* folded into its readers */
+            } else if (!kern && hw->fused_elementwise && i >= grp_end) {
                 grp_start = i;
                 grp_end = i + price_group(&c, hw, i, grp_share);
             }
-            if (i < grp_end && grp_end - grp_start > 1) t = grp_share[i - grp_start];
+            if (i < grp_end && (kern || grp_end - grp_start > 1)) t = grp_share[i - grp_start];
             t *= ser;
             out->flops += flops;
             out->compute_time += t;
@@ -665,9 +793,12 @@ int cost_estimate_program(cost_ws *w, const spmd_program *p, const cost_hw *hw, 
             out->peak_activations = live[CAT_ACT];
             out->peak_other = live[CAT_OTHER];
         }
+        int freed[2] = {-1, -1};
         for (int k = 0; k < 2; k++) {
             int b = in->in[k];
-            if (b < 0 || w->persistent[b] || w->last_use[b] != i || (k == 1 && b == in->in[0])) continue;
+            if (kern && b >= 0 && w->fold_src[b] >= 0) b = w->fold_src[b]; /* read through a folded broadcast */
+            if (b < 0 || w->persistent[b] || w->last_use[b] != i || b == freed[0]) continue;
+            freed[k] = b;
             live[w->cat[p->bufs[b].value]] -= w->buf_bytes[b];
             cur -= w->buf_bytes[b];
         }

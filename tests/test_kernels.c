@@ -1,0 +1,208 @@
+/* test_kernels.c - accelerator kernels (analysis/fusion.c spmd_plan_kernels)
+ * and how the cost model prices them (fused_elementwise = 2): a matmul's
+ * bias and activation epilogue in its kernel, softmax as one pass, a column
+ * reduction ending its kernel, broadcasts folded into their readers, the
+ * bytes of each kernel exactly, and the memory of results that stay in
+ * registers; then GEMM efficiency by shape (tile and wave quantization) and
+ * a GPT step priced with kernels against the executor's groups.
+ */
+#include "analysis/schedule.h"
+#include "analysis/spmd.h"
+#include "cost/cost.h"
+#include "tests/test.h"
+#include "tests/util.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Sums of a few products of doubles: exact up to roundings far below 1e-9. */
+static int close_rel(double a, double b, double tol) { return fabs(a - b) <= tol * fmax(fabs(a), fabs(b)) + 1e-300; }
+
+/* g replicated on one device. */
+static spmd_program *lower_one(const ir_graph *g)
+{
+    char err[256];
+    shard_mesh mesh;
+    if (shard_mesh_parse("d=1", &mesh, err, sizeof err) < 0) abort();
+    shard_state *st = shard_state_new(g, &mesh);
+    spmd_program *p = spmd_lower(st);
+    p->mesh = mesh;
+    shard_state_free(st);
+    return p;
+}
+
+/* The A100 preset made memory-bound (every kernel's time is its bytes over
+ * 1 GB/s), with no launch cost, no GEMM efficiency model. */
+static cost_hw slow_memory_a100(void)
+{
+    cost_hw hw;
+    char err[256];
+    if (cost_hw_preset("a100", &hw, err, sizeof err) < 0) abort();
+    hw.mem_bandwidth = 1e9;
+    hw.op_overhead = 0;
+    hw.gemm_efficiency = 0;
+    CHECK(hw.fused_elementwise == 2);
+    return hw;
+}
+
+static cost_estimate estimate(const spmd_program *p, const cost_hw *hw)
+{
+    cost_options o = {COST_FP32, 0, 0};
+    cost_estimate e;
+    char err[256];
+    cost_ws *ws = cost_ws_new();
+    CHECKF(cost_estimate_program(ws, p, hw, &o, &e, err, sizeof err) == 0, "%s", err);
+    cost_ws_free(ws);
+    return e;
+}
+
+/* Index of the instruction computing value v, or -1. */
+static int instr_of(const spmd_program *p, int v)
+{
+    for (int i = 0; i < p->n_instrs; i++)
+        if (p->instrs[i].kind == SPMD_COMPUTE && p->instrs[i].value == v) return i;
+    return -1;
+}
+
+/* y = gelu(x @ w + bias): one kernel led by the einsum, the bias broadcast
+ * folded; it reads x, w, bias once and writes only the gelu. */
+static void test_epilogue(void)
+{
+    enum { M = 512, K = 256, F = 1024 };
+    ir_graph *g = ir_new("epilogue");
+    int64_t dx[2] = {M, K}, dw[2] = {K, F}, db[1] = {F}, dy[2] = {M, F}, map[1] = {1};
+    int x = ir_arg(g, "x", IR_INPUT, IR_F32, 2, dx);
+    int w = ir_arg(g, "w", IR_INPUT, IR_F32, 2, dw);
+    int bias = ir_arg(g, "bias", IR_INPUT, IR_F32, 1, db);
+    int bb = ir_broadcast(g, bias, 2, dy, map);
+    int y = ir_einsum(g, "mk,kf->mf", x, w);
+    int z = ir_binary(g, IR_OP_ADD, y, bb);
+    int a = ir_unary(g, IR_OP_GELU, z);
+    ir_add_output(g, a, -1);
+    CHECK(ir_error(g) == NULL);
+    spmd_program *p = lower_one(g);
+    int ib = instr_of(p, bb), iy = instr_of(p, y), ia = instr_of(p, a);
+    CHECK(ib >= 0 && iy >= 0 && ia >= 0);
+    if (ib < 0 || iy < 0 || ia < 0) return;
+    CHECK(p->fuse.kfold[ib] == 1 && p->fuse.n_folded == 1);
+    CHECKF(p->fuse.klen[iy] == ia - iy + 1 && p->fuse.n_kernels == 1, "klen %d, kernels %d", p->fuse.klen[iy],
+           p->fuse.n_kernels);
+    cost_hw hw = slow_memory_a100();
+    cost_estimate e = estimate(p, &hw);
+    double in_bytes = 4.0 * (M * K + K * F + F), out_bytes = 4.0 * M * F;
+    CHECKF(close_rel(e.compute_time, (in_bytes + out_bytes) / 1e9, 1e-9), "%g want %g", e.compute_time,
+           (in_bytes + out_bytes) / 1e9);
+    /* y and z stay in registers, the broadcast is never made */
+    CHECKF(close_rel(e.peak_memory, in_bytes + out_bytes, 1e-9), "peak %g want %g", e.peak_memory, in_bytes + out_bytes);
+    /* the executor's groups (add + gelu) write y and read it back, and make the broadcast */
+    hw.fused_elementwise = 1;
+    cost_estimate grp = estimate(p, &hw);
+    CHECK(grp.compute_time > e.compute_time * 1.5 && grp.peak_memory > e.peak_memory);
+    spmd_free(p);
+    ir_free(g);
+}
+
+/* Softmax over rows: max, subtract, exp, sum, divide in one kernel that
+ * reads x once and writes the probabilities once.  A reduction over the
+ * leading dim (a column) ends its kernel. */
+static void test_softmax_and_columns(void)
+{
+    enum { R = 64, C = 128 };
+    for (int column = 0; column < 2; column++) {
+        ir_graph *g = ir_new("softmax");
+        int64_t dx[2] = {R, C}, red[1] = {column ? 0 : 1}, map[1] = {column ? 1 : 0};
+        int x = ir_arg(g, "x", IR_INPUT, IR_F32, 2, dx);
+        int m = ir_reduce(g, IR_OP_REDUCE_MAX, x, 1, red);
+        int s = ir_binary(g, IR_OP_SUB, x, ir_broadcast(g, m, 2, dx, map));
+        int ex = ir_unary(g, IR_OP_EXP, s);
+        int sum = ir_reduce(g, IR_OP_REDUCE_SUM, ex, 1, red);
+        int pr = ir_binary(g, IR_OP_DIV, ex, ir_broadcast(g, sum, 2, dx, map));
+        ir_add_output(g, pr, -1);
+        CHECK(ir_error(g) == NULL);
+        spmd_program *p = lower_one(g);
+        int im = instr_of(p, m), ip = instr_of(p, pr);
+        CHECK(p->fuse.n_folded == 2);
+        cost_hw hw = slow_memory_a100();
+        cost_estimate e = estimate(p, &hw);
+        if (!column) {
+            CHECKF(im >= 0 && p->fuse.klen[im] == ip - im + 1 && p->fuse.n_kernels == 1, "kernels %d", p->fuse.n_kernels);
+            CHECKF(close_rel(e.compute_time, 2 * 4.0 * R * C / 1e9, 1e-9), "%g", e.compute_time);
+        } else {
+            /* max | sub, exp, sum | div: the column max and sum each end a kernel */
+            CHECKF(p->fuse.n_kernels == 3 && p->fuse.klen[im] == 1, "kernels %d", p->fuse.n_kernels);
+            /* x, max; x, max -> exp, sum (exp kept for the divide); exp, sum -> probs */
+            double want = 4.0 * ((R * C + C) + (R * C + C + R * C + C) + (R * C + C + R * C)) / 1e9;
+            CHECKF(close_rel(e.compute_time, want, 1e-9), "%g want %g", e.compute_time, want);
+        }
+        spmd_free(p);
+        ir_free(g);
+    }
+}
+
+/* A broadcast read by an einsum is made (not folded): cuBLAS reads memory. */
+static void test_unfolded_broadcast(void)
+{
+    ir_graph *g = ir_new("bcast-einsum");
+    int64_t dv[1] = {64}, dm[2] = {32, 64}, map[1] = {1};
+    int v = ir_arg(g, "v", IR_INPUT, IR_F32, 1, dv);
+    int w = ir_arg(g, "w", IR_INPUT, IR_F32, 2, dm);
+    int vb = ir_broadcast(g, v, 2, dm, map);
+    int y = ir_einsum(g, "mk,nk->mn", vb, w);
+    ir_add_output(g, y, -1);
+    CHECK(ir_error(g) == NULL);
+    spmd_program *p = lower_one(g);
+    int ib = instr_of(p, vb);
+    CHECK(ib >= 0 && !p->fuse.kfold[ib] && p->fuse.n_folded == 0 && p->fuse.klen[ib] == 1);
+    spmd_free(p);
+    ir_free(g);
+}
+
+/* A GPT step on 2 A100s (data parallel, bf16): the compiler's kernels cost
+ * less time and memory than the executor's elementwise groups, the
+ * communication is the same, and every compute instruction lies in exactly
+ * one kernel or is a folded broadcast. */
+static void test_gpt_step(void)
+{
+    ir_graph *g = test_build_step("gpt-tiny");
+    char err[512];
+    shard_mesh mesh;
+    schedule sc;
+    CHECK(shard_mesh_parse("d=2", &mesh, err, sizeof err) == 0 && sched_parse("dp:d", &mesh, &sc, err, sizeof err) == 0);
+    shard_state *st = shard_state_new(g, &mesh);
+    CHECK(sched_apply(&sc, st, err, sizeof err) == 0);
+    spmd_program *p = spmd_lower(st);
+    p->mesh = mesh;
+    shard_state_free(st);
+    int covered = 0, computes = 0;
+    for (int i = 0; i < p->n_instrs; i++) {
+        computes += p->instrs[i].kind == SPMD_COMPUTE;
+        covered += p->fuse.kfold[i];
+        if (p->fuse.klen[i] > 0)
+            for (int j = i; j < i + p->fuse.klen[i]; j++) covered += !p->fuse.kfold[j] && p->instrs[j].kind == SPMD_COMPUTE;
+    }
+    CHECKF(covered == computes && p->fuse.n_kernels < computes / 2, "%d of %d, %d kernels", covered, computes,
+           p->fuse.n_kernels);
+    cost_hw hw;
+    CHECK(cost_hw_preset("a100", &hw, err, sizeof err) == 0);
+    cost_options o = {COST_MIXED_BF16, 0, 0};
+    cost_estimate k, grp;
+    cost_ws *ws = cost_ws_new();
+    CHECK(cost_estimate_program(ws, p, &hw, &o, &k, err, sizeof err) == 0);
+    hw.fused_elementwise = 1;
+    CHECK(cost_estimate_program(ws, p, &hw, &o, &grp, err, sizeof err) == 0);
+    CHECKF(k.compute_time < grp.compute_time && k.peak_memory < grp.peak_memory && k.comm_time == grp.comm_time,
+           "kernels %g s %g B, groups %g s %g B", k.compute_time, k.peak_memory, grp.compute_time, grp.peak_memory);
+    cost_ws_free(ws);
+    spmd_free(p);
+    ir_free(g);
+}
+
+int main(void)
+{
+    test_epilogue();
+    test_softmax_and_columns();
+    test_unfolded_broadcast();
+    test_gpt_step();
+    return test_done();
+}
