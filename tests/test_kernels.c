@@ -19,18 +19,24 @@
 /* Sums of a few products of doubles: exact up to roundings far below 1e-9. */
 static int close_rel(double a, double b, double tol) { return fabs(a - b) <= tol * fmax(fabs(a), fabs(b)) + 1e-300; }
 
-/* g replicated on one device. */
-static spmd_program *lower_one(const ir_graph *g)
+/* g under schedule `sched` ("" for none) on mesh `mesh_text`. */
+static spmd_program *lower(const ir_graph *g, const char *mesh_text, const char *sched)
 {
-    char err[256];
+    char err[512];
     shard_mesh mesh;
-    if (shard_mesh_parse("d=1", &mesh, err, sizeof err) < 0) abort();
+    schedule sc;
+    if (shard_mesh_parse(mesh_text, &mesh, err, sizeof err) < 0) abort();
     shard_state *st = shard_state_new(g, &mesh);
+    if (*sched) CHECKF(sched_parse(sched, &mesh, &sc, err, sizeof err) == 0 && sched_apply(&sc, st, err, sizeof err) == 0,
+                       "%s", err);
     spmd_program *p = spmd_lower(st);
     p->mesh = mesh;
     shard_state_free(st);
     return p;
 }
+
+/* g replicated on one device. */
+static spmd_program *lower_one(const ir_graph *g) { return lower(g, "d=1", ""); }
 
 /* The A100 preset made memory-bound (every kernel's time is its bytes over
  * 1 GB/s), with no launch cost, no GEMM efficiency model. */
@@ -166,14 +172,7 @@ static void test_gpt_step(void)
 {
     ir_graph *g = test_build_step("gpt-tiny");
     char err[512];
-    shard_mesh mesh;
-    schedule sc;
-    CHECK(shard_mesh_parse("d=2", &mesh, err, sizeof err) == 0 && sched_parse("dp:d", &mesh, &sc, err, sizeof err) == 0);
-    shard_state *st = shard_state_new(g, &mesh);
-    CHECK(sched_apply(&sc, st, err, sizeof err) == 0);
-    spmd_program *p = spmd_lower(st);
-    p->mesh = mesh;
-    shard_state_free(st);
+    spmd_program *p = lower(g, "d=2", "dp:d");
     int covered = 0, computes = 0;
     for (int i = 0; i < p->n_instrs; i++) {
         computes += p->instrs[i].kind == SPMD_COMPUTE;
