@@ -296,7 +296,8 @@ static int push(shard_decision *out, int *n, int cap, shard_decision d)
 
 static int is_arg(const ir_value *v) { return v->role != IR_INTERMEDIATE; }
 
-/* Data parallelism: every argument dim of the batch group (structure.h)
+/* Data parallelism: every argument dim of the batch groups (structure.h: one,
+ * or one per micro-batch)
  * tiled over the axis.  A graph without a loss has no batch group: dim 0 of
  * every input is tiled instead. */
 static int expand_dp(const tactic *t, const shard_state *st, shard_decision *out, int *n, int cap)
@@ -304,12 +305,15 @@ static int expand_dp(const tactic *t, const shard_state *st, shard_decision *out
     const ir_graph *g = st->g;
     shard_groups *gs = shard_groups_build(g);
     char why[160];
-    int grp = shard_batch_group(g, gs, why, sizeof why), rc = 0;
-    if (grp >= 0) {
-        const shard_group *G = &gs->groups[grp];
-        for (int k = 0; k < G->n && rc == 0; k++) {
-            const shard_member *m = &gs->members[G->first + k];
-            rc = push(out, n, cap, (shard_decision){SHARD_TILE, (int8_t)m->dim, (int8_t)t->axis, m->value});
+    int grps[64]; /* every micro-batch's batch group */
+    int n_grp = shard_batch_groups(g, gs, grps, 64, why, sizeof why), rc = 0;
+    if (n_grp > 0) {
+        for (int j = 0; j < n_grp && rc == 0; j++) {
+            const shard_group *G = &gs->groups[grps[j]];
+            for (int k = 0; k < G->n && rc == 0; k++) {
+                const shard_member *m = &gs->members[G->first + k];
+                rc = push(out, n, cap, (shard_decision){SHARD_TILE, (int8_t)m->dim, (int8_t)t->axis, m->value});
+            }
         }
     } else {
         for (int v = 0; v < g->n_values && rc == 0; v++)

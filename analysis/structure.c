@@ -8,24 +8,28 @@
 
 /* ---- the batch ------------------------------------------------------------ */
 
-/* Adds the groups of the dims the op producing the loss chain reduces: walks
- * back from the loss through scalar ops to the first op with a non-scalar
- * operand.  Returns how many groups were written to out. */
+/* Adds the groups of the dims the ops producing the loss reduce: walks back
+ * from the loss through scalar ops (every scalar operand: a loss summed over
+ * micro-batches has one branch each) to the first op of each branch with a
+ * non-scalar operand.  Returns how many groups were written to out. */
 static int loss_reduced_groups(const ir_graph *g, const shard_groups *gs, int *out, int cap)
 {
-    int v = g->loss, n = 0;
-    while (v >= 0 && g->values[v].rank == 0 && g->values[v].producer >= 0) {
+    int stack[64], top = 0, n = 0;
+    if (g->loss >= 0) stack[top++] = g->loss;
+    while (top > 0) {
+        int v = stack[--top];
+        if (g->values[v].rank != 0 || g->values[v].producer < 0) continue;
         int op = g->values[v].producer;
         const ir_op *o = &g->ops[op];
         int wide = -1;
         for (int t = 0; t < o->n_in; t++)
             if (g->values[o->in[t]].rank > 0) wide = t;
         if (wide < 0) {
-            v = o->n_in ? o->in[0] : -1;
+            for (int t = o->n_in - 1; t >= 0 && top < 64; t--) stack[top++] = o->in[t]; /* in[0] first */
             continue;
         }
         shard_rule r;
-        if (shard_rule_of(g, op, &r) < 0) return 0;
+        if (shard_rule_of(g, op, &r) < 0) return n;
         int u = o->in[wide];
         for (int d = 0; d < g->values[u].rank && n < cap; d++) {
             if (!r.nf[wide][d]) continue;
@@ -33,16 +37,21 @@ static int loss_reduced_groups(const ir_graph *g, const shard_groups *gs, int *o
             int grp = gs->dim_group[gs->dim_base[u] + d];
             if ((k == SHARD_REDUCE_SUM || k == SHARD_REDUCE_MAX) && grp >= 0) out[n++] = grp;
         }
-        break;
     }
     return n;
 }
 
 int shard_batch_group(const ir_graph *g, const shard_groups *gs, char *why, size_t n)
 {
+    int grp;
+    return shard_batch_groups(g, gs, &grp, 1, why, n) > 0 ? grp : -1;
+}
+
+int shard_batch_groups(const ir_graph *g, const shard_groups *gs, int *out, int cap, char *why, size_t n)
+{
     if (g->loss < 0) return ir_errf(why, n, "the graph has no loss, so no batch dim to split");
     int cand[IR_MAX_RANK * 2];
-    int nc = loss_reduced_groups(g, gs, cand, IR_MAX_RANK * 2), best = -1;
+    int nc = loss_reduced_groups(g, gs, cand, IR_MAX_RANK * 2), best = -1, n_out = 0;
     double best_score = -1;
     for (int i = 0; i < nc; i++) {
         const shard_group *G = &gs->groups[cand[i]];
@@ -59,10 +68,12 @@ int shard_batch_group(const ir_graph *g, const shard_groups *gs, char *why, size
         if (score > best_score) {
             best_score = score;
             best = cand[i];
+            n_out = 0;
         }
+        if (score == best_score && n_out < cap) out[n_out++] = cand[i];
     }
     if (best < 0) return ir_errf(why, n, "every dim the loss reduces over is shared with a param (no batch dim)");
-    return best;
+    return n_out;
 }
 
 /* ---- Megatron blocks ---------------------------------------------------------- */

@@ -25,6 +25,11 @@
 
 /* The batch group of gs (built from g), or -1 with the reason in why. */
 int shard_batch_group(const ir_graph *g, const shard_groups *gs, char *why, size_t n);
+/* Every batch group: the groups that tie as the batch group's best (the
+ * micro-batches of a step of several, ir/microbatch.c, each have their own:
+ * no op joins their batch dims).  At most cap into out, the first as
+ * shard_batch_group's; returns how many, or -1 with the reason in why. */
+int shard_batch_groups(const ir_graph *g, const shard_groups *gs, int *out, int cap, char *why, size_t n);
 
 /* The param dims a Megatron schedule tiles (columns and rows, in op order),
  * at most cap; returns how many (0: no block, the reason in why).  *n_blocks

@@ -342,7 +342,7 @@ static void test_microbatch(void)
     char err[512];
     shard_mesh mesh;
     shard_mesh_parse("batch=2", &mesh, err, sizeof err);
-    int count[2] = {0, 0};
+    int count[2] = {0, 0}, buckets[2] = {0, 0}, split = 0;
     for (int k = 0; k < 2; k++) {
         ir_graph *g = build_micro("gpt-tiny", k ? 4 : 1, 0);
         schedule sc;
@@ -351,11 +351,17 @@ static void test_microbatch(void)
         CHECK(sched_apply(&sc, st, err, sizeof err) == 0);
         spmd_program *p = spmd_lower(st);
         for (int i = 0; i < p->n_instrs; i++) count[k] += p->instrs[i].kind == SPMD_ALL_REDUCE;
+        buckets[k] = p->n_buckets;
+        /* dp splits every micro-batch's inputs, not only the first's */
+        for (int v = 0; v < g->n_values && k; v++)
+            split += g->values[v].role == IR_INPUT && st->spec[v].n[0] == 1;
         spmd_free(p);
         shard_state_free(st);
         ir_free(g);
     }
     CHECKF(count[0] == count[1] && count[0] > 10, "all-reduces: %d in one batch, %d in 4 micro-batches", count[0], count[1]);
+    CHECKF(buckets[0] == buckets[1], "gradient buckets: %d in one batch, %d in 4 micro-batches", buckets[0], buckets[1]);
+    CHECKF(split == 8, "%d of the 4 micro-batches' 8 inputs split by dp", split);
     /* refused: a count that does not divide the batch, bad syntax, a step
      * that was not built for the tactic */
     model_config cfg;
