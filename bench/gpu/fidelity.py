@@ -72,6 +72,30 @@ def gib(x):
     return x / 2**30
 
 
+def median_time(run_once, steps):
+    """Median seconds of `steps` calls of run_once (which waits for the
+    device), and the last call's result."""
+    times, out = [], None
+    for _ in range(steps):
+        t0 = time.perf_counter()
+        out = run_once()
+        times.append(time.perf_counter() - t0)
+    times.sort()
+    return times[len(times) // 2], out
+
+
+def jax_timed(step, state, args, steps):
+    """median_time of a jitted JAX step that takes and returns the state."""
+    box = [state]
+
+    def once():
+        box[0], l = step(box[0], *args)
+        l.block_until_ready()
+        return l
+
+    return median_time(once, steps)
+
+
 def carve_params(model):
     """Parameter count of carve's GPT (models/gpt.c, models/blocks.c): tied
     wte, wpe, ln_f; per layer two norms, q/k/v/o with biases, the 4h MLP."""
@@ -211,17 +235,11 @@ def jax_one_device(model, precision, steps, cpu=False):
         step = jax.jit(jax_step_fn(jax, jnp, loss), donate_argnums=0)
         state, l = step(state, tokens, labels)  # compile and warm up
         l0 = float(l)
-        times = []
-        for _ in range(steps):
-            t0 = time.perf_counter()
-            state, l = step(state, tokens, labels)
-            l.block_until_ready()
-            times.append(time.perf_counter() - t0)
+        t, l = jax_timed(step, state, (tokens, labels), steps)
     stats = dev.memory_stats() or {}
-    times.sort()
     if not (float(l) < l0):
         return None, "the loss did not fall (%.4f then %.4f): the step is wrong" % (l0, float(l))
-    return {"step_s": times[len(times) // 2], "peak_bytes": float(stats.get("peak_bytes_in_use", float("nan"))),
+    return {"step_s": t, "peak_bytes": float(stats.get("peak_bytes_in_use", float("nan"))),
             "loss": [l0, float(l)], "params": n_params}, None
 
 
@@ -301,17 +319,11 @@ def torch_one_device(model, precision, steps, cpu=False):
     sync()
     if not cpu:
         torch.cuda.reset_peak_memory_stats()
-    times = []
-    for _ in range(steps):
-        t0 = time.perf_counter()
-        l = step()
-        sync()
-        times.append(time.perf_counter() - t0)
-    times.sort()
+    t, l = median_time(lambda: (step(), sync())[0], steps)
     if not (float(l) < l0):
         return None, "the loss did not fall (%.4f then %.4f): the step is wrong" % (l0, float(l))
     peak = float("nan") if cpu else float(torch.cuda.max_memory_allocated())
-    return {"step_s": times[len(times) // 2], "peak_bytes": peak, "loss": [l0, float(l)], "params": n_params}, None
+    return {"step_s": t, "peak_bytes": peak, "loss": [l0, float(l)], "params": n_params}, None
 
 
 # ---- partitioned plans under JAX sharding -----------------------------------
@@ -375,14 +387,7 @@ def partitioned(model, precision, n, steps):
                 tokens = jax.device_put(jax.random.randint(jax.random.PRNGKey(1), (b, s), 0, v), data)
                 state, l = compiled(state, tokens, tokens)
                 l.block_until_ready()
-                times = []
-                for _ in range(steps):
-                    t0 = time.perf_counter()
-                    state, l = compiled(state, tokens, tokens)
-                    l.block_until_ready()
-                    times.append(time.perf_counter() - t0)
-                times.sort()
-                r["step_s"] = times[len(times) // 2]
+                r["step_s"], _ = jax_timed(compiled, state, (tokens, tokens), steps)
             results[plan] = r
     return results, None
 
