@@ -14,7 +14,7 @@
  *    them (cost/estimate.c: 2 x numel(out) x contracted sizes; one call per
  *    index of the batch letters, those in both operands and the result);
  *  - calibrate.c times each instance through exec's einsum kernel with one
- *    thread alone and with every core running one (calib_time_gemms);
+ *    thread alone and with every core running one (calib_profile_model);
  *  - calib_apply_gemms turns the times into the profile's einsum figures:
  *    the time per call beyond the measured call overhead (gemm_call, per
  *    GEMM call) and op_overhead is fitted as FLOPs / peak + bytes /
