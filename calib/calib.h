@@ -49,15 +49,20 @@ void calib_gemms_free(calib_gemms *s);
  * fitted to the times beyond gemm_call per GEMM call and hw->op_overhead,
  * scaled so that the program's summed einsum time is the measured one;
  * gemm_call (lowered if the overheads would take over 90% of the time);
- * alone_speedup = sqrt(einsum speed-up alone x elem_alone).  Returns
- * cost_hw_check's result, or -1 with a message when a time is missing. */
-int calib_apply_gemms(cost_hw *hw, const calib_gemms *s, double gemm_call, double elem_alone, char *err, size_t errlen);
+ * alone_speedup = einsum speed-up alone ^ einsum_share x elem_alone ^ (1 -
+ * einsum_share) (einsum_share in [0, 1]: the einsums' share of the step's
+ * time; outside it, 0.5).  Returns cost_hw_check's result, or -1 with a
+ * message when a time is missing. */
+int calib_apply_gemms(cost_hw *hw, const calib_gemms *s, double gemm_call, double elem_alone, double einsum_share, char *err,
+                      size_t errlen);
 
-/* calib_profile, then (when model is not NULL) the model's einsums timed
- * with one thread alone and with every core running one, a GEMM call's
- * overhead measured on a batch of 1x1x1 GEMMs, and calib_apply_gemms; the
- * times are left in model.  `what` names the model in the profile's source. */
-int calib_profile_model(cost_hw *hw, int quick, calib_gemms *model, const char *what, FILE *log, char *err,
-                        size_t errlen);
+/* calib_profile, then (when p is not NULL) p's einsums (calib_collect_gemms,
+ * into *model, which the caller frees) timed with one thread alone and with
+ * every core running one, a GEMM call's overhead measured on a batch of
+ * 1x1x1 GEMMs, and calib_apply_gemms with the einsums' share of p's compute
+ * time as this profile prices it.  `what` names the plan in the profile's
+ * source.  Returns 0, or -1 with a message. */
+int calib_profile_model(cost_hw *hw, int quick, const spmd_program *p, calib_gemms *model, const char *what, FILE *log,
+                        char *err, size_t errlen);
 
 #endif

@@ -651,10 +651,29 @@ static double call_overhead(int threads, int quick)
     return c > 0 ? c : 0;
 }
 
-int calib_profile_model(cost_hw *hw, int quick, calib_gemms *model, const char *what, FILE *log, char *err, size_t errlen)
+/* The einsums' share of p's compute time as hw prices it (0.5 when it
+ * cannot be priced). */
+static double einsum_share(const spmd_program *p, const cost_hw *hw)
+{
+    cost_ws *ws = cost_ws_new();
+    cost_options opt = {COST_FP32, 0, 0};
+    cost_estimate e;
+    char err[256];
+    double share = 0.5;
+    if (cost_estimate_program(ws, p, hw, &opt, &e, err, sizeof err) == 0 && e.compute_time > 0)
+        share = e.op_time[IR_OP_EINSUM] / e.compute_time;
+    cost_ws_free(ws);
+    return share;
+}
+
+int calib_profile_model(cost_hw *hw, int quick, const spmd_program *p, calib_gemms *model, const char *what, FILE *log,
+                        char *err, size_t errlen)
 {
     double elem_alone;
-    if (profile(hw, quick, log, &elem_alone, err, errlen) < 0 || !model) return model ? -1 : 0;
+    memset(model, 0, sizeof *model);
+    if (profile(hw, quick, log, &elem_alone, err, errlen) < 0) return -1;
+    if (!p) return 0;
+    if (calib_collect_gemms(p, model, err, errlen) < 0) return -1;
     int cores = hw->cores;
     double flops = 0, busy = 0, alone = 0;
     say(log, "  the model's einsums (%d distinct), seconds per instruction with 1 and %d threads:\n", model->n, cores);
@@ -675,9 +694,13 @@ int calib_profile_model(cost_hw *hw, int quick, calib_gemms *model, const char *
     double call = call_overhead(cores, quick);
     say(log, "  the model's einsums: %.1f GFLOP/s per thread alone, %.1f with %d threads; GEMM call %.2f us\n",
         flops / alone / 1e9, flops / busy / 1e9, cores, call * 1e6);
-    if (calib_apply_gemms(hw, model, call, elem_alone, err, errlen) < 0) return -1;
-    say(log, "  fitted: peak_flops %.1f GFLOP/s, gemm_bandwidth %.2f GB/s, gemm_call %.2f us, alone_speedup %.2f\n",
-        hw->matmul_flops[IR_F32] / 1e9, hw->gemm_bandwidth / 1e9, hw->gemm_call * 1e6, hw->alone_speedup);
+    /* the share is priced with the einsum figures it weights: apply, price, apply again */
+    if (calib_apply_gemms(hw, model, call, elem_alone, 0.5, err, errlen) < 0) return -1;
+    double share = einsum_share(p, hw);
+    if (calib_apply_gemms(hw, model, call, elem_alone, share, err, errlen) < 0) return -1;
+    say(log, "  fitted: peak_flops %.1f GFLOP/s, gemm_bandwidth %.2f GB/s, gemm_call %.2f us; einsums %.0f%% of the "
+        "step, alone_speedup %.2f\n", hw->matmul_flops[IR_F32] / 1e9, hw->gemm_bandwidth / 1e9, hw->gemm_call * 1e6,
+        100 * share, hw->alone_speedup);
     snprintf(hw->source, sizeof hw->source,
              "carve calibrate%s at the einsums of %.120s: %d cores, BLIS %s; %.1f GFLOP/s one thread alone, %.1f each with all "
              "cores busy",

@@ -21,8 +21,10 @@
  *    gemm_bandwidth over the instances (least squares on relative error,
  *    weighted by each instance's share of the step's einsum time), then both
  *    terms are scaled so that the program's summed einsum time is exactly
- *    what was measured.  The einsum part of alone_speedup becomes the
- *    model's own (summed time with every core busy over summed time alone).
+ *    what was measured.  alone_speedup becomes the geometric mean of the
+ *    model's own einsum speed-up alone (summed time with every core busy over
+ *    summed time alone) and the other kernels', weighted by the einsums'
+ *    share of the program's priced compute time.
  *
  * Nothing here measures: this file is deterministic and tested on its own
  * (tests/test_calib.c); calib/ is a tool above exec/ and cost/.
@@ -135,7 +137,8 @@ static void fit_rates(const calib_gemms *s, const double *r, const double *w, do
     }
 }
 
-int calib_apply_gemms(cost_hw *hw, const calib_gemms *s, double gemm_call, double elem_alone, char *err, size_t errlen)
+int calib_apply_gemms(cost_hw *hw, const calib_gemms *s, double gemm_call, double elem_alone, double einsum_share, char *err,
+                      size_t errlen)
 {
     if (s->n == 0) return ir_errf(err, errlen, "calibrate: the program has no einsum to measure");
     double busy = 0, alone = 0, calls = 0, launches = 0;
@@ -173,7 +176,9 @@ int calib_apply_gemms(cost_hw *hw, const calib_gemms *s, double gemm_call, doubl
     hw->matmul_flops[IR_F32] = hw->matmul_flops[IR_BF16] = hw->matmul_flops[IR_F16] = hw->tf32_flops = 1 / a;
     hw->gemm_bandwidth = b > 0 ? 1 / b : 0;
     hw->gemm_call = gemm_call;
-    double gemm_alone = busy / alone;
-    hw->alone_speedup = sqrt((gemm_alone >= 1 ? gemm_alone : 1) * (elem_alone >= 1 ? elem_alone : 1));
+    /* one thread alone: the einsums' speed-up and the other kernels',
+     * geometric mean weighted by the einsums' share of the step's time */
+    double gemm_alone = busy / alone, sh = einsum_share >= 0 && einsum_share <= 1 ? einsum_share : 0.5;
+    hw->alone_speedup = exp(sh * log(gemm_alone >= 1 ? gemm_alone : 1) + (1 - sh) * log(elem_alone >= 1 ? elem_alone : 1));
     return cost_hw_check(hw, err, errlen);
 }

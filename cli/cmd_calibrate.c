@@ -11,9 +11,24 @@
 #include "calib/calib.h"
 #include "cost/cost.h"
 
-/* The program of the model and plan given, into *shapes; *what describes
- * them.  Returns CLI_OK or an exit status (the error printed). */
-static int model_gemms(const cli_opts *o, calib_gemms *shapes, char *what, size_t n)
+/* The plan to calibrate at: its graph, sharding and program (NULLs when no
+ * --model or --graph was given). */
+typedef struct cal_plan {
+    ir_graph *g;
+    shard_state *st;
+    spmd_program *p;
+} cal_plan;
+
+static void plan_done(cal_plan *pl)
+{
+    spmd_free(pl->p);
+    shard_state_free(pl->st);
+    ir_free(pl->g);
+}
+
+/* Lowers the model and plan given into *pl; *what describes them.  Returns
+ * CLI_OK or an exit status (the error printed). */
+static int model_program(const cli_opts *o, cal_plan *pl, char *what, size_t n)
 {
     char cfg[512], err[512], mesh_text[256], sched_text[SCHED_STR_MAX];
     shard_mesh mesh;
@@ -22,29 +37,23 @@ static int model_gemms(const cli_opts *o, calib_gemms *shapes, char *what, size_
     if (!lo.mesh) lo.mesh = "d=1";
     /* no --schedule: every value replicated */
     if (cli_mesh_schedule("calibrate", lo.mesh, lo.schedule, &mesh, lo.schedule ? &sc : NULL)) return CLI_BAD_INPUT;
-    ir_graph *g = cli_load_step(&lo, cfg, sizeof cfg);
-    if (!g) return CLI_BAD_INPUT;
-    shard_state *st = shard_state_new(g, &mesh);
-    int rc = CLI_OK;
-    if (lo.schedule && sched_apply(&sc, st, err, sizeof err) < 0) {
+    if (!(pl->g = cli_load_step(&lo, cfg, sizeof cfg))) return CLI_BAD_INPUT;
+    pl->st = shard_state_new(pl->g, &mesh);
+    if (lo.schedule && sched_apply(&sc, pl->st, err, sizeof err) < 0) {
         cli_error("%s", err);
-        rc = CLI_BAD_INPUT;
-    } else {
-        spmd_program *p = spmd_lower(st);
-        if (calib_collect_gemms(p, shapes, err, sizeof err) < 0) {
-            cli_error("%s", err);
-            rc = CLI_CHECK_FAILED;
-        } else if (shapes->n == 0) {
-            cli_error("calibrate: %s on %s runs no einsum: nothing to measure at its shapes", cfg, lo.mesh);
-            rc = CLI_BAD_INPUT;
-        }
-        snprintf(what, n, "%s on %s under %s", cfg, shard_mesh_str(&mesh, mesh_text, sizeof mesh_text),
-                 lo.schedule ? sched_str(&sc, &mesh, sched_text, sizeof sched_text) : "no tactic (replicated)");
-        spmd_free(p);
+        return CLI_BAD_INPUT;
     }
-    shard_state_free(st);
-    ir_free(g);
-    return rc;
+    pl->p = spmd_lower(pl->st);
+    int einsums = 0;
+    for (int i = 0; i < pl->p->n_instrs; i++)
+        einsums += pl->p->instrs[i].kind == SPMD_COMPUTE && pl->g->ops[pl->p->instrs[i].op].kind == IR_OP_EINSUM;
+    if (!einsums) {
+        cli_error("calibrate: %s on %s runs no einsum: nothing to measure at its shapes", cfg, lo.mesh);
+        return CLI_BAD_INPUT;
+    }
+    snprintf(what, n, "%s on %s under %s", cfg, shard_mesh_str(&mesh, mesh_text, sizeof mesh_text),
+             lo.schedule ? sched_str(&sc, &mesh, sched_text, sizeof sched_text) : "no tactic (replicated)");
+    return CLI_OK;
 }
 
 int cmd_calibrate(const cli_opts *o)
@@ -58,30 +67,25 @@ int cmd_calibrate(const cli_opts *o)
         cli_error("calibrate: %s", err);
         return CLI_BAD_INPUT;
     }
-    calib_gemms shapes = {0};
-    int with_model = o->model || o->graph;
-    if ((o->mesh || o->schedule) && !with_model) {
+    if ((o->mesh || o->schedule) && !o->model && !o->graph) {
         cli_error("calibrate: --mesh and --schedule name the plan whose einsums to measure: give --model or --graph too");
         return CLI_BAD_INPUT;
     }
-    if (with_model) {
-        int rc = model_gemms(o, &shapes, what, sizeof what);
-        if (rc != CLI_OK) {
-            calib_gemms_free(&shapes);
-            return rc;
-        }
-    }
+    cal_plan pl = {0};
+    int rc = o->model || o->graph ? model_program(o, &pl, what, sizeof what) : CLI_OK;
     cost_hw hw;
-    int rc = calib_profile_model(&hw, 0, with_model ? &shapes : NULL, what, o->quiet ? NULL : stderr, err, sizeof err);
+    calib_gemms shapes = {0};
+    if (rc == CLI_OK &&
+        calib_profile_model(&hw, 0, pl.p, &shapes, what, o->quiet ? NULL : stderr, err, sizeof err) < 0) {
+        cli_error("%s", err);
+        rc = CLI_CHECK_FAILED;
+    }
+    if (rc == CLI_OK && cost_hw_save(&hw, o->out, err, sizeof err) < 0) {
+        cli_error("%s", err);
+        rc = CLI_BAD_INPUT;
+    }
+    if (rc == CLI_OK) printf("wrote %s (%s)\n", o->out, hw.source);
     calib_gemms_free(&shapes);
-    if (rc < 0) {
-        cli_error("%s", err);
-        return CLI_CHECK_FAILED;
-    }
-    if (cost_hw_save(&hw, o->out, err, sizeof err) < 0) {
-        cli_error("%s", err);
-        return CLI_BAD_INPUT;
-    }
-    printf("wrote %s (%s)\n", o->out, hw.source);
-    return CLI_OK;
+    plan_done(&pl);
+    return rc;
 }

@@ -140,7 +140,7 @@ static void test_apply(const ir_graph *g)
     hw.op_overhead = ovh;
     hw.mem_bandwidth = 1e15; /* so the roofline's byte time never wins */
     hw.cores = 2;
-    CHECKF(calib_apply_gemms(&hw, &s, call, 1.5, err, sizeof err) == 0, "%s", err);
+    CHECKF(calib_apply_gemms(&hw, &s, call, 1.5, 0.5, err, sizeof err) == 0, "%s", err);
     CHECKF(close_rel(hw.matmul_flops[IR_F32], peak, 1e-6) && close_rel(hw.gemm_bandwidth, bw, 1e-6),
            "fitted %.6g FLOP/s and %.6g B/s from times made with %.6g and %.6g", hw.matmul_flops[IR_F32], hw.gemm_bandwidth, peak, bw);
     CHECK(hw.gemm_call == call && close_rel(hw.alone_speedup, 1.5, 1e-12) && hw.tf32_flops == hw.matmul_flops[IR_F32]);
@@ -157,16 +157,27 @@ static void test_apply(const ir_graph *g)
     for (int i = 0; i < s.n; i++) s.g[i].t_busy *= 1 + 0.2 * (i % 3);
     busy = 0;
     for (int i = 0; i < s.n; i++) busy += s.g[i].count * s.g[i].t_busy;
-    CHECKF(calib_apply_gemms(&hw, &s, call, 1.5, err, sizeof err) == 0, "%s", err);
+    CHECKF(calib_apply_gemms(&hw, &s, call, 1.5, 0.5, err, sizeof err) == 0, "%s", err);
     CHECK(cost_estimate_program(ws, p, &hw, &opt, &e, err, sizeof err) == 0);
     CHECKF(close_rel(e.op_time[IR_OP_EINSUM], busy, 1e-9), "priced %.6g s, measured %.6g", e.op_time[IR_OP_EINSUM], busy);
 
     /* a call overhead measured above the einsums' time is lowered so the
      * FLOPs keep 10% of it; the sum still holds */
-    CHECKF(calib_apply_gemms(&hw, &s, 1.0, 1.5, err, sizeof err) == 0, "%s", err);
+    CHECKF(calib_apply_gemms(&hw, &s, 1.0, 1.5, 0.5, err, sizeof err) == 0, "%s", err);
     CHECK(hw.gemm_call < 1.0 && hw.gemm_call > 0 && hw.matmul_flops[IR_F32] > 0);
     CHECK(cost_estimate_program(ws, p, &hw, &opt, &e, err, sizeof err) == 0);
     CHECKF(close_rel(e.op_time[IR_OP_EINSUM], busy, 1e-9), "priced %.6g s, measured %.6g", e.op_time[IR_OP_EINSUM], busy);
+
+    /* alone: the einsums' speed-up (1.5 here) and the other kernels' (1.0),
+     * weighted by the einsums' share of the step */
+    for (int i = 0; i < s.n; i++) s.g[i].t_alone = s.g[i].t_busy / 1.5;
+    double alone[3];
+    for (int k = 0; k < 3; k++) {
+        CHECK(calib_apply_gemms(&hw, &s, call, 1.0, 0.5 * k, err, sizeof err) == 0);
+        alone[k] = hw.alone_speedup;
+    }
+    CHECKF(close_rel(alone[0], 1.0, 1e-12) && close_rel(alone[1], sqrt(1.5), 1e-12) && close_rel(alone[2], 1.5, 1e-12),
+           "alone_speedup %.6g %.6g %.6g with the einsums 0%%, 50%% and 100%% of the step", alone[0], alone[1], alone[2]);
 
     /* the profile survives its JSON form */
     char *json = cost_hw_to_json(&hw);
@@ -178,9 +189,9 @@ static void test_apply(const ir_graph *g)
 
     /* refused: a missing time, a program without einsums */
     s.g[0].t_alone = 0;
-    CHECK(calib_apply_gemms(&hw, &s, call, 1.5, err, sizeof err) < 0 && strstr(err, "no measured time"));
+    CHECK(calib_apply_gemms(&hw, &s, call, 1.5, 0.5, err, sizeof err) < 0 && strstr(err, "no measured time"));
     calib_gemms none = {0};
-    CHECK(calib_apply_gemms(&hw, &none, call, 1.5, err, sizeof err) < 0 && strstr(err, "no einsum"));
+    CHECK(calib_apply_gemms(&hw, &none, call, 1.5, 0.5, err, sizeof err) < 0 && strstr(err, "no einsum"));
     cost_ws_free(ws);
     calib_gemms_free(&s);
     spmd_free(p);
@@ -193,9 +204,9 @@ static void test_model_quick(const ir_graph *g)
     char err[256];
     spmd_program *p = lower(g, "batch=2", "dp:batch");
     calib_gemms s;
-    CHECKF(calib_collect_gemms(p, &s, err, sizeof err) == 0, "%s", err);
     cost_hw hw;
-    CHECKF(calib_profile_model(&hw, 1, &s, "gpt-tiny", NULL, err, sizeof err) == 0, "%s", err);
+    CHECKF(calib_profile_model(&hw, 1, p, &s, "gpt-tiny", NULL, err, sizeof err) == 0, "%s", err);
+    CHECK(s.n > 1);
     int timed = 1;
     for (int i = 0; i < s.n; i++) timed &= s.g[i].t_busy > 0 && s.g[i].t_alone > 0;
     CHECK(timed && hw.matmul_flops[IR_F32] > 0 && hw.gemm_call >= 0 && hw.alone_speedup >= 1 && strstr(hw.source, "gpt-tiny"));
