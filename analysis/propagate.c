@@ -59,6 +59,17 @@ shard_state *shard_state_new(const ir_graph *g, const shard_mesh *mesh)
     return s;
 }
 
+shard_state *shard_state_new_saved(const ir_graph *g, const shard_mesh *mesh)
+{
+    shard_state *s = ir_xcalloc(1, sizeof *s);
+    s->g = g;
+    s->mesh = mesh;
+    s->spec = ir_xcalloc((size_t)g->n_values, sizeof *s->spec);
+    s->stamp = ir_xcalloc((size_t)g->n_values, sizeof *s->stamp);
+    s->atomic = ir_xcalloc((size_t)g->n_values, 1);
+    return s;
+}
+
 void shard_state_free(shard_state *s)
 {
     if (!s) return;
@@ -169,8 +180,6 @@ static void conflict(shard_state *s, int op, int value, int axis, int win, int l
 
 /* ---- factor shardings at one op --------------------------------------- */
 
-static int tensor_value(const ir_op *o, int t) { return t < o->n_in ? o->in[t] : o->out; }
-
 typedef struct proposal {
     int t, d, f, first_stamp;
 } proposal;
@@ -184,9 +193,9 @@ void shard_op_factors(shard_state *s, int op, shard_factor_axes *fa)
     for (int f = 0; f < r->n_factors; f++) fa[f].n = 0;
     unsigned even = shard_rule_even_factors(s->g, r, o);
     for (int t = 0; t <= r->n_in; t++) {
-        int v = tensor_value(o, t);
+        int v = r->tensor[t];
         const shard_spec *sp = &s->spec[v];
-        for (int d = 0; d < s->g->values[v].rank; d++)
+        for (int d = 0; d < r->rank[t]; d++)
             if (r->nf[t][d] && sp->n[d]) {
                 int st = s->stamp[v][sp->axes[d][0]];
                 int k = np++;
@@ -199,7 +208,7 @@ void shard_op_factors(shard_state *s, int op, shard_factor_axes *fa)
             }
     }
     for (int i = 0; i < np; i++) {
-        int v = tensor_value(o, p[i].t);
+        int v = r->tensor[p[i].t];
         const shard_spec *sp = &s->spec[v];
         int d = p[i].d, f = p[i].f;
         if (r->kind[f] == SHARD_REPLICATE) {
@@ -248,7 +257,7 @@ void shard_op_factors(shard_state *s, int op, shard_factor_axes *fa)
         for (int k = 0; k < L->n; k++) {
             unsigned bit = 1u << L->axes[k];
             if (claimed & bit) {
-                conflict(s, op, o->out, L->axes[k], -1, L->stamp[k], "one axis would shard two factors of this op");
+                conflict(s, op, r->tensor[r->n_in], L->axes[k], -1, L->stamp[k], "one axis would shard two factors of this op");
                 L->n = (uint8_t)k;
                 break;
             }
@@ -342,14 +351,13 @@ static void process_op(shard_state *s, int op)
     shard_op_factors(s, op, fa);
     unsigned even = shard_rule_even_factors(s->g, r, o);
     for (int t = 0; t <= r->n_in; t++) {
-        int v = tensor_value(o, t);
-        const ir_value *x = &s->g->values[v];
+        int v = r->tensor[t];
         int changed = 0;
-        for (int d = 0; d < x->rank; d++) {
+        for (int d = 0; d < r->rank[t]; d++) {
             if (!r->nf[t][d]) continue;
             int f = r->f[t][d][0];
             if (!fa[f].n) continue;
-            int64_t limit = r->nf[t][d] > 1 ? r->size[f] : x->dims[d];
+            int64_t limit = r->nf[t][d] > 1 ? r->size[f] : s->g->values[v].dims[d];
             changed |= extend_dim(s, op, v, d, fa[f].axes, fa[f].stamp, fa[f].n, limit, (even >> f & 1u) != 0);
         }
         if (changed) value_changed(s, v);

@@ -307,6 +307,10 @@ int shard_rule_of(const ir_graph *g, int op, shard_rule *r)
     if (o->n_in > 1) c.y = &g->values[o->in[1]];
     memset(r, 0, sizeof *r);
     r->n_in = o->n_in;
+    for (int t = 0; t <= o->n_in; t++) {
+        r->tensor[t] = t < o->n_in ? o->in[t] : o->out;
+        r->rank[t] = (uint8_t)g->values[r->tensor[t]].rank;
+    }
     if ((unsigned)o->kind >= IR_N_OPS) return -1;
     return rule_of[o->kind](r, &c);
 }
@@ -315,8 +319,7 @@ unsigned shard_rule_even_factors(const ir_graph *g, const shard_rule *r, const i
 {
     unsigned even = 0;
     for (int t = 0; t <= r->n_in; t++) {
-        int v = t < o->n_in ? o->in[t] : o->out;
-        for (int d = 0; d < g->values[v].rank; d++)
+        for (int d = 0; d < r->rank[t]; d++)
             if (r->nf[t][d] > 1)
                 for (int k = 0; k < r->nf[t][d]; k++) even |= 1u << r->f[t][d][k];
     }

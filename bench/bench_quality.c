@@ -8,14 +8,9 @@
  * worst over the seeds), distinct plans priced, the root width and seconds.
  * A second table compares MCTS, random, greedy and exhaustive search at equal
  * budgets on six of the cases.  Prints a markdown section; never fails on a
- * time or a ratio.  CARVE_QUALITY_CASES=N runs only the first N cases. */
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-#include <time.h>
-
-#include "models/models.h"
-#include "plan/experts.h"
+ * time or a ratio.  CARVE_QUALITY_CASES=N runs only the first N cases;
+ * CARVE_QUALITY_ONLY=3,7,27 only those rows (and no algorithms table). */
+#include "bench/bench_setup.h"
 
 #define SEEDS 5
 
@@ -25,82 +20,11 @@ typedef struct qcase {
     const char *note;
 } qcase;
 
-/* "a100-2pn": the A100 profile with 2 devices per node, so a mesh's outer
- * axis crosses the slow inter-node link (25 GB/s a direction). */
-static int lookup_hw(const char *name, cost_hw *hw, char *err, size_t n)
-{
-    if (!strcmp(name, "a100-2pn")) {
-        if (cost_hw_lookup("a100", hw, err, n) < 0) return -1;
-        hw->node_devices = 2;
-        snprintf(hw->name, sizeof hw->name, "a100-2pn");
-        return 0;
-    }
-    return cost_hw_lookup(name, hw, err, n);
-}
+typedef bench_setup setup;
 
-static ir_graph *load(const char *model, char *err, size_t n)
-{
-    if (strstr(model, ".json")) {
-        ir_graph *fwd = ir_load_json_file(model, err, n);
-        if (!fwd) return NULL;
-        ir_optimizer opt = ir_default_adam();
-        ir_graph *g = ir_train_step(fwd, &opt, err, n);
-        ir_free(fwd);
-        return g;
-    }
-    model_config cfg;
-    if (model_parse(model, &cfg, err, n) < 0) return NULL;
-    return model_build_step(&cfg, NULL, err, n);
-}
+static int make(setup *s, const qcase *c) { return bench_setup_make(s, c->model, c->mesh, c->hw, 0, 1); }
 
-typedef struct setup {
-    ir_graph *g;
-    shard_mesh mesh;
-    shard_state *prefix;
-    shard_groups *gs;
-    plan_pricer pr;
-    search_evaluator ev;
-    plan_expert *ex;
-    int n_ex, best, n_seeds;
-    const shard_state **seeds;
-} setup;
-
-static int make(setup *s, const qcase *c)
-{
-    char err[512];
-    memset(s, 0, sizeof *s);
-    cost_hw hw;
-    if (!(s->g = load(c->model, err, sizeof err)) || shard_mesh_parse(c->mesh, &s->mesh, err, sizeof err) < 0 ||
-        lookup_hw(c->hw, &hw, err, sizeof err) < 0) {
-        fprintf(stderr, "%s: %s\n", c->model, err);
-        return -1;
-    }
-    cost_options opt = {cost_default_precision(&hw), 0, 0};
-    s->prefix = shard_state_new(s->g, &s->mesh);
-    if (plan_pricer_init(&s->pr, &hw, &opt, s->prefix, err, sizeof err) < 0) {
-        fprintf(stderr, "%s: %s\n", c->model, err);
-        return -1;
-    }
-    s->gs = shard_groups_build(s->g);
-    s->ev = plan_cost_evaluator;
-    s->ev.cfg = &s->pr;
-    s->n_ex = plan_experts(s->g, &s->mesh, NULL, &s->pr, &s->ex);
-    s->best = plan_best_expert(s->ex, s->n_ex);
-    s->seeds = calloc((size_t)s->n_ex + 1, sizeof *s->seeds);
-    for (int i = 0; i < s->n_ex; i++)
-        if (s->ex[i].ok) s->seeds[s->n_seeds++] = s->ex[i].st;
-    return 0;
-}
-
-static void unmake(setup *s)
-{
-    free(s->seeds);
-    plan_experts_free(s->ex, s->n_ex);
-    plan_pricer_free(&s->pr);
-    shard_groups_free(s->gs);
-    shard_state_free(s->prefix);
-    ir_free(s->g);
-}
+static void unmake(setup *s) { bench_setup_free(s); }
 
 static search_budget budget_of(const setup *s, int sims, uint64_t seed)
 {
@@ -155,9 +79,7 @@ static void quality_row(int k, const qcase *c)
     char med[16], worst[16];
     fmt_ratio(ratio[0] > 0 ? ratio[SEEDS / 2] : -1, med, sizeof med);
     fmt_ratio(ratio[0] > 0 ? ratio[SEEDS - 1] : -1, worst, sizeof worst);
-    int root = 0;
-    for (int a = 0; a < s.gs->n * s.mesh.n_axes; a++)
-        root += shard_group_legal(s.prefix, s.gs, a / s.mesh.n_axes, a % s.mesh.n_axes);
+    int root = bench_root_width(&s);
     printf("| %d | %s | %s (%lld) | %s | %d / %d / %d | %s | %d | %s | %s | %.0f | %d | %.1f | %s%s |\n", k, c->model,
            c->mesh, (long long)s.mesh.n_devices, c->hw, s.n_ex, applied, fit, s.best >= 0 ? s.ex[s.best].schedule : "none fits",
            c->budget, med, worst, distinct[SEEDS / 2], root, secs[SEEDS / 2], c->note,
@@ -217,13 +139,27 @@ static const qcase cases[] = {
     {"bench/graphs/vit-base.json", "data=8", "a100", 300, "user graph (ViT-like JSON)"},
     {"bench/graphs/vit-base.json", "data=4,model=4", "h100", 300, "user graph, 2 axes"},
     {"bench/graphs/vit-base.json", "a=2,b=2,c=2,d=2", "tpu-v3", 300, "user graph, 4 axes"},
+    {"llama2-70b:seq=1024", "batch=8,model=8", "a100", 1000, "the issue's LLaMA-2-70B over 8x8 (seq 1024: at 4096 no plan fits)"},
 };
 #define N_CASES ((int)(sizeof cases / sizeof cases[0]))
+
+/* 1 when k is in the comma-separated list */
+static int in_list(const char *list, int k)
+{
+    for (const char *p = list; *p;) {
+        char *end;
+        long v = strtol(p, &end, 10);
+        if (end == p) break;
+        if (v == k) return 1;
+        p = *end == ',' ? end + 1 : end;
+    }
+    return 0;
+}
 
 int main(void)
 {
     int n = N_CASES;
-    const char *lim = getenv("CARVE_QUALITY_CASES");
+    const char *lim = getenv("CARVE_QUALITY_CASES"), *only = getenv("CARVE_QUALITY_ONLY");
     if (lim && atoi(lim) > 0 && atoi(lim) < n) n = atoi(lim);
     printf("## Search quality: autopart against the expert schedules\n\n");
     printf("Written by `build/bench/bench_quality` (its own run; the machine line at the top of this file may be of "
@@ -236,7 +172,9 @@ int main(void)
     printf("| # | model | mesh (devices) | hw | experts / apply / fit | best expert | budget | ratio median | ratio "
            "worst | distinct plans (median) | root width | seconds (median) | note |\n"
            "|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
-    for (int k = 0; k < n; k++) quality_row(k + 1, &cases[k]);
+    for (int k = 0; k < n; k++)
+        if (!only || in_list(only, k + 1)) quality_row(k + 1, &cases[k]);
+    if (only) return 0; /* a subset of the rows: no algorithms table */
     printf("\n### MCTS, random, greedy and exhaustive at equal budgets (seed 1, experts as seeds for all)\n\n");
     printf("Each cell: ratio to the best expert (distinct plans priced). Exhaustive enumerates every state within "
            "the depth limit and is refused above 50,000.\n\n");

@@ -12,9 +12,8 @@ static int64_t limit(const search_ctx *c) { return c->b->max_exhaustive > 0 ? c-
 
 static int visit(search_ctx *c, shard_state **stack, int depth, int64_t *count)
 {
-    c->st = stack[depth];
-    c->key = shard_state_hash(c->st);
-    search_entry *e = search_ctx_entry(c, c->key, 0);
+    search_ctx_adopt(c, stack[depth]);
+    search_entry *e = search_ctx_entry(c, search_ctx_key(c), 0);
     if (e && e->scored && e->node == -2) return 0; /* expanded already */
     search_ctx_eval(c);
     search_ctx_entry(c, c->key, 0)->node = -2;
@@ -99,6 +98,7 @@ static int exhaustive_run(search_ctx *c, char *err, size_t errlen)
         snprintf(err, errlen, "exhaustive search: more than %lld plans (counted before pricing any); use mcts, or a smaller "
                  "model or mesh", (long long)limit(c));
     c->st = keep;
+    c->n_applied = -1; /* keep holds nothing known */
     for (int i = 0; i <= c->max_depth + 1; i++) shard_state_free(stack[i]);
     free(stack);
     c->res.stop = search_interrupted ? STOP_INTERRUPTED : STOP_EXHAUSTED;

@@ -8,7 +8,7 @@
 static void replay(search_ctx *c, const int *cur, int n)
 {
     search_ctx_start(c);
-    for (int i = 0; i < n; i++) search_ctx_push(c, cur[i]);
+    for (int i = 0; i < n; i++) search_ctx_defer(c, cur[i]); /* the path's state is saved: not propagated again */
 }
 
 static int greedy_run(search_ctx *c, char *err, size_t errlen)

@@ -135,8 +135,8 @@ static int descend(mcts *m, int *path, int *np)
             int a = nd->untried[k];
             nd->untried[k] = nd->untried[--nd->n_untried];
             if (a == c->n_actions) return 1;
-            search_ctx_push(c, a);
-            int child = node_for(c, c->key);
+            search_ctx_defer(c, a); /* saved: later descents through the child start from it */
+            int child = node_for(c, search_ctx_key(c));
             nd = &c->nodes[id]; /* node_for may move the array */
             nd->child_action[nd->n_children] = a;
             nd->child_node[nd->n_children++] = child;
@@ -148,7 +148,7 @@ static int descend(mcts *m, int *path, int *np)
             nd->done = 1;
             return 1;
         }
-        search_ctx_push(c, nd->child_action[best]);
+        search_ctx_defer(c, nd->child_action[best]); /* applied when a state is needed */
         id = nd->child_node[best];
         path[(*np)++] = id;
     }

@@ -71,6 +71,7 @@ search_entry *search_ctx_entry(search_ctx *c, uint64_t key, int create)
 
 int search_ctx_legal(search_ctx *c, int *out)
 {
+    search_ctx_sync(c);
     int n = 0;
     for (int a = 0; a < c->n_actions; a++)
         if (shard_group_legal(c->st, c->gs, search_ctx_group(c, a), search_ctx_axis(c, a))) out[n++] = a;
@@ -79,9 +80,10 @@ int search_ctx_legal(search_ctx *c, int *out)
 
 const search_score *search_ctx_eval(search_ctx *c)
 {
-    search_entry *e = search_ctx_entry(c, c->key, 1);
+    search_entry *e = search_ctx_entry(c, search_ctx_key(c), 1);
     c->res.simulations++;
     if (!e->scored) {
+        search_ctx_sync(c);
         c->ev->eval(c->ws, c->st, &e->score);
         e->scored = 1;
         c->res.evaluations++;
@@ -111,19 +113,116 @@ const search_score *search_ctx_eval(search_ctx *c)
     return s;
 }
 
-void search_ctx_push(search_ctx *c, int a)
+/* ---- the current plan's state, and saved states of tree paths ---------- */
+
+/* Hash of the action sequence a[0..n) (nonzero). */
+static uint64_t seq_hash(const int *a, int n)
+{
+    uint64_t h = 0x9ae16a3b2f90404full ^ (uint64_t)n;
+    for (int i = 0; i < n; i++) {
+        h = (h ^ (uint64_t)(a[i] + 1)) * 0x9e3779b97f4a7c15ull;
+        h ^= h >> 31;
+    }
+    return h ? h : 1;
+}
+
+static search_saved *saved_find(search_ctx *c, uint64_t seq)
+{
+    for (int i = 0; i < c->n_saved; i++)
+        if (c->saved[i].seq == seq) return &c->saved[i];
+    return NULL;
+}
+
+/* Saves st as the state of the sequence `seq`, over the least recently used slot. */
+static void saved_put(search_ctx *c, uint64_t seq)
+{
+    if (!c->n_saved) return;
+    search_saved *slot = &c->saved[0];
+    for (int i = 1; i < c->n_saved && slot->seq; i++)
+        if (!c->saved[i].seq || c->saved[i].used < slot->used) slot = &c->saved[i];
+    if (!slot->st) slot->st = shard_state_new_saved(c->prefix->g, c->prefix->mesh);
+    shard_state_copy(slot->st, c->st);
+    slot->seq = seq;
+    slot->used = ++c->tick;
+}
+
+static void apply_action(search_ctx *c, int a)
 {
     if (a > c->n_actions) shard_state_copy(c->st, c->b->seeds[a - c->n_actions - 1]);
     else shard_group_apply(c->st, c->gs, search_ctx_group(c, a), search_ctx_axis(c, a));
+}
+
+void search_ctx_sync(search_ctx *c)
+{
+    int base = c->n_applied; /* st usable as the state of set[0..base)? */
+    if (base > c->n_set) base = -1;
+    for (int i = 0; i < base; i++)
+        if (c->applied[i] != c->set[i]) {
+            base = -1;
+            break;
+        }
+    if (base == c->n_set) return;
+    uint64_t seq[SEARCH_MAX_PLAN + 2];
+    for (int k = 0; k <= c->n_set; k++) seq[k] = seq_hash(c->set, k);
+    for (int k = c->n_set; k > base && k > 0; k--) {
+        search_saved *sv = saved_find(c, seq[k]);
+        if (sv) {
+            shard_state_copy(c->st, sv->st);
+            sv->used = ++c->tick;
+            base = k;
+            break;
+        }
+    }
+    if (base < 0) {
+        if (!c->n_set || c->set[0] <= c->n_actions) shard_state_copy(c->st, c->prefix); /* a seed replaces it */
+        base = 0;
+    }
+    for (int k = base; k < c->n_set; k++) {
+        apply_action(c, c->set[k]);
+        if (c->set[k] <= c->n_actions) saved_put(c, seq[k + 1]); /* a seed is a copy already */
+    }
+    memcpy(c->applied, c->set, (size_t)c->n_set * sizeof(int));
+    c->n_applied = c->n_set;
+}
+
+void search_ctx_defer(search_ctx *c, int a)
+{
     c->set[c->n_set++] = a;
-    c->key = shard_state_hash(c->st);
+    c->key_ok = 0;
+}
+
+void search_ctx_push(search_ctx *c, int a)
+{
+    search_ctx_sync(c);
+    apply_action(c, a);
+    c->set[c->n_set++] = a;
+    c->applied[c->n_applied++] = a;
+    c->key_ok = 0;
+}
+
+void search_ctx_adopt(search_ctx *c, shard_state *st)
+{
+    c->st = st;
+    memcpy(c->applied, c->set, (size_t)c->n_set * sizeof(int));
+    c->n_applied = c->n_set;
+    c->key_ok = 0;
+}
+
+uint64_t search_ctx_key(search_ctx *c)
+{
+    if (!c->key_ok) {
+        search_ctx_sync(c);
+        c->key = shard_state_hash(c->st);
+        c->key_ok = 1;
+    }
+    return c->key;
 }
 
 void search_ctx_start(search_ctx *c)
 {
-    shard_state_copy(c->st, c->prefix);
     c->n_set = 0;
     c->key = c->root_key;
+    c->key_ok = 1;
 }
 
 void search_ctx_rollout(search_ctx *c)
@@ -209,6 +308,14 @@ static void ctx_init(search_ctx *c, const shard_state *prefix, const shard_group
     c->root_key = shard_state_hash(prefix);
     c->st = shard_state_new(prefix->g, prefix->mesh);
     c->st->record_conflicts = 0;
+    c->n_applied = -1;
+    /* saved path states: about 32 MiB a thread, 4 to 64 of them */
+    size_t bytes = (size_t)prefix->g->n_values * (sizeof(shard_spec) + sizeof *c->st->stamp + 1) + 1;
+    c->n_saved = (int)((32u << 20) / bytes);
+    if (c->n_saved > 64) c->n_saved = 64;
+    if (c->n_saved < 4) c->n_saved = 4;
+    if (b->saved_states) c->n_saved = b->saved_states > 0 ? b->saved_states : 0;
+    c->saved = ir_xcalloc((size_t)c->n_saved + 1, sizeof *c->saved);
     c->ws = ev->make(ev->cfg, c->st);
     pcg32_seed(&c->rng, b->seed, (uint64_t)thread + 1);
     c->scratch = ir_xcalloc((size_t)c->n_ids, sizeof(int));
@@ -225,6 +332,8 @@ static void ctx_free(search_ctx *c)
         free(c->nodes[i].child_node);
     }
     free(c->nodes);
+    for (int i = 0; i < c->n_saved; i++) shard_state_free(c->saved[i].st);
+    free(c->saved);
     free(c->map);
     free(c->scratch);
     c->ev->destroy(c->ws);

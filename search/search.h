@@ -63,6 +63,8 @@ typedef struct search_budget {
     int max_depth;         /* actions per plan (0: 16) */
     double exploration;    /* UCT constant (0: 0.4, chosen by measuring 0.1 to 2 on bench_search's exhaustive cases) */
     int64_t max_exhaustive; /* refuse exhaustive above this many plans (0: 200000) */
+    int saved_states;      /* states of tree paths kept per thread (0: about 32 MiB of them; -1: none);
+                            * changes the speed, never the result */
     double target_reward;  /* stop (every thread) once a plan scores at least this (0: no target) */
     /* Called about every 0.1 s from thread 0 (may be NULL). */
     void (*progress)(void *ctx, int64_t sims, double elapsed, const search_score *best);

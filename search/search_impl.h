@@ -37,6 +37,13 @@ typedef struct search_entry {
     search_score score;
 } search_entry;
 
+/* A saved state of a tree path, found by the hash of its action sequence. */
+typedef struct search_saved {
+    uint64_t seq;      /* 0 = empty */
+    uint64_t used;     /* tick of the last use (least recently used goes) */
+    shard_state *st;   /* shard_state_new_saved */
+} search_saved;
+
 typedef struct search_ctx {
     const shard_state *prefix;
     const shard_groups *gs;
@@ -55,7 +62,16 @@ typedef struct search_ctx {
     int map_cap, map_used;
     /* current simulation: the actions taken (a seed first, if any) */
     int set[SEARCH_MAX_PLAN + 1], n_set;
-    uint64_t key;
+    uint64_t key;            /* hash of the plan's state, valid when key_ok (computed on
+                              * demand: a rollout's intermediate states need none) */
+    int key_ok;
+    /* st holds the state of applied[0..n_applied) (n_applied < 0: of nothing
+     * known); search_ctx_sync brings it to set[0..n_set) from the longest
+     * usable start: st itself, a saved state, or the prefix */
+    int applied[SEARCH_MAX_PLAN + 1], n_applied;
+    search_saved *saved;
+    int n_saved;
+    uint64_t tick;
     /* results */
     search_result res;
     double best_reward;
@@ -71,10 +87,20 @@ static inline int search_ctx_axis(const search_ctx *c, int a) { return a % c->pr
 
 /* The table entry of a state hash (created when `create`; may move entries). */
 search_entry *search_ctx_entry(search_ctx *c, uint64_t key, int create);
+/* The hash of the current state (computed once per state). */
+uint64_t search_ctx_key(search_ctx *c);
 /* Back to the prefix state with no actions. */
 void search_ctx_start(search_ctx *c);
 /* Takes action a (a group action or a seed) in the current simulation. */
 void search_ctx_push(search_ctx *c, int a);
+/* The same, applied only when the state is next needed (search_ctx_sync):
+ * for a tree's path, whose states are saved and found again, so a path that
+ * later simulations share is not propagated again. */
+void search_ctx_defer(search_ctx *c, int a);
+/* Brings st to the state of the current plan (applies deferred actions). */
+void search_ctx_sync(search_ctx *c);
+/* Says that st (set by the algorithm itself) holds the current plan's state. */
+void search_ctx_adopt(search_ctx *c, shard_state *st);
 /* Legal group actions in the current state (seeds excluded); ids to out. */
 int search_ctx_legal(search_ctx *c, int *out);
 /* Random legal actions until STOP (weighted like one action) or the depth. */

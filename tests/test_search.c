@@ -267,8 +267,49 @@ static void exhaustive_refused_up_front(void)
     ir_free(g);
 }
 
+/* Saved path states (search.c) are a cache: with them and without, each
+ * search prices the same plans in the same order and returns the same plan. */
+static uint64_t order_hash;
+static void order_eval(void *ws, shard_state *st, search_score *out)
+{
+    order_hash = (order_hash ^ shard_state_hash(st)) * 0x9e3779b97f4a7c15ull;
+    proxy_eval(ws, st, out);
+}
+
+static void saved_states_change_nothing(void)
+{
+    ir_graph *g = test_build_step("gpt-tiny");
+    shard_mesh mesh;
+    char err[256];
+    shard_mesh_parse("batch=2,model=2", &mesh, err, sizeof err);
+    shard_state *prefix = shard_state_new(g, &mesh);
+    shard_groups *gs = shard_groups_build(g);
+    search_evaluator ev = {NULL, proxy_make, order_eval, proxy_destroy};
+    const search_algo *algos[] = {&search_mcts, &search_greedy, &search_random};
+    for (int k = 0; k < 3; k++) {
+        uint64_t h[3];
+        search_result r[3];
+        int saved[3] = {0, 2, -1}; /* the default, a tiny cache (slots reused), none */
+        for (int i = 0; i < 3; i++) {
+            search_budget b = {.simulations = 120, .seed = 5, .threads = 1, .saved_states = saved[i]};
+            order_hash = 0;
+            CHECK(search_run(algos[k], prefix, gs, &ev, &b, &r[i], err, sizeof err) == 0);
+            h[i] = order_hash;
+        }
+        for (int i = 1; i < 3; i++)
+            CHECKF(h[i] == h[0] && r[i].evaluations == r[0].evaluations && r[i].simulations == r[0].simulations &&
+                       r[i].best.reward == r[0].best.reward && r[i].n_actions == r[0].n_actions &&
+                       !memcmp(r[i].actions, r[0].actions, sizeof r[0].actions),
+                   "%s: saved_states %d changes the search", algos[k]->name, saved[i]);
+    }
+    shard_groups_free(gs);
+    shard_state_free(prefix);
+    ir_free(g);
+}
+
 int main(void)
 {
+    saved_states_change_nothing();
     exhaustive_refused_up_front();
     chain_mlp_folding();
     /* the cost model as the evaluator (A100 profile) */
