@@ -9,7 +9,8 @@
  * A second table compares MCTS, random, greedy and exhaustive search at equal
  * budgets on six of the cases.  Prints a markdown section; never fails on a
  * time or a ratio.  CARVE_QUALITY_CASES=N runs only the first N cases;
- * CARVE_QUALITY_ONLY=3,7,27 only those rows (and no algorithms table). */
+ * CARVE_QUALITY_ONLY=3,7,27 only those rows (and no algorithms table);
+ * CARVE_QUALITY_BUDGET=N gives every row that budget. */
 #include "bench/bench_setup.h"
 
 #define SEEDS 5
@@ -120,25 +121,25 @@ static const qcase cases[] = {
     {"mlp:layers=4,batch=16384,in=512,hidden=512,out=512", "a=2,b=2,c=2", "tpu-v3", 1000, "chain MLP, activations, 3 axes"},
     {"gpt-125m", "batch=8", "a100", 1000, ""},
     {"gpt-125m", "batch=4,model=2", "h100", 1000, ""},
-    {"gpt-125m:batch=16", "a=2,b=2,c=2,d=2", "tpu-v3", 500, "4 axes"},
-    {"gpt-350m:batch=16", "batch=4,model=4", "a100", 300, ""},
-    {"gpt-1.3b", "batch=4,model=2", "a100", 300, ""},
-    {"gpt-1.3b", "batch=8,model=8", "a100", 300, "the issue's case"},
-    {"gpt-1.3b", "a=2,b=2,c=2", "a100", 300, "3 axes"},
-    {"gpt-1.3b", "node=4,gpu=2", "a100-2pn", 300, "outer axis across nodes"},
-    {"gpt-1.3b:batch=32", "batch=8", "a100-2pn", 300, "1 axis across nodes"},
-    {"gpt-6.7b:batch=64", "batch=16,model=4", "h100", 200, ""},
-    {"gpt-6.7b:batch=32", "a=4,b=2,c=2,d=2", "tpu-v3", 200, "4 axes"},
-    {"gpt-15b:batch=64", "batch=8,model=8", "a100-2pn", 150, "outer axis across nodes"},
-    {"gpt-39b:batch=64", "batch=8,model=8", "a100", 100, ""},
-    {"gpt-39b:batch=256", "a=16,b=4,c=16", "tpu-v3", 100, "1024 devices"},
-    {"gpt-76b:batch=128", "batch=16,model=8", "h100", 100, ""},
-    {"gpt-76b:batch=256", "a=8,b=8,c=8", "a100", 100, "512 devices"},
-    {"gpt-175b:batch=256", "batch=128,model=8", "a100", 100, "1024 devices"},
-    {"gpt-175b:batch=256", "a=16,b=8,c=8", "h100", 100, "1024 devices, 3 axes"},
-    {"bench/graphs/vit-base.json", "data=8", "a100", 300, "user graph (ViT-like JSON)"},
-    {"bench/graphs/vit-base.json", "data=4,model=4", "h100", 300, "user graph, 2 axes"},
-    {"bench/graphs/vit-base.json", "a=2,b=2,c=2,d=2", "tpu-v3", 300, "user graph, 4 axes"},
+    {"gpt-125m:batch=16", "a=2,b=2,c=2,d=2", "tpu-v3", 1000, "4 axes"},
+    {"gpt-350m:batch=16", "batch=4,model=4", "a100", 1000, ""},
+    {"gpt-1.3b", "batch=4,model=2", "a100", 1000, ""},
+    {"gpt-1.3b", "batch=8,model=8", "a100", 1000, "the issue's case"},
+    {"gpt-1.3b", "a=2,b=2,c=2", "a100", 1000, "3 axes"},
+    {"gpt-1.3b", "node=4,gpu=2", "a100-2pn", 1000, "outer axis across nodes"},
+    {"gpt-1.3b:batch=32", "batch=8", "a100-2pn", 1000, "1 axis across nodes"},
+    {"gpt-6.7b:batch=64", "batch=16,model=4", "h100", 1000, ""},
+    {"gpt-6.7b:batch=32", "a=4,b=2,c=2,d=2", "tpu-v3", 1000, "4 axes"},
+    {"gpt-15b:batch=64", "batch=8,model=8", "a100-2pn", 1000, "outer axis across nodes"},
+    {"gpt-39b:batch=64", "batch=8,model=8", "a100", 1000, ""},
+    {"gpt-39b:batch=256", "a=16,b=4,c=16", "tpu-v3", 1000, "1024 devices"},
+    {"gpt-76b:batch=128", "batch=16,model=8", "h100", 1000, ""},
+    {"gpt-76b:batch=256", "a=8,b=8,c=8", "a100", 1000, "512 devices"},
+    {"gpt-175b:batch=256", "batch=128,model=8", "a100", 1000, "1024 devices"},
+    {"gpt-175b:batch=256", "a=16,b=8,c=8", "h100", 1000, "1024 devices, 3 axes"},
+    {"bench/graphs/vit-base.json", "data=8", "a100", 1000, "user graph (ViT-like JSON)"},
+    {"bench/graphs/vit-base.json", "data=4,model=4", "h100", 1000, "user graph, 2 axes"},
+    {"bench/graphs/vit-base.json", "a=2,b=2,c=2,d=2", "tpu-v3", 1000, "user graph, 4 axes"},
     {"llama2-70b:seq=1024", "batch=8,model=8", "a100", 1000, "the issue's LLaMA-2-70B over 8x8 (seq 1024: at 4096 no plan fits)"},
 };
 #define N_CASES ((int)(sizeof cases / sizeof cases[0]))
@@ -172,8 +173,12 @@ int main(void)
     printf("| # | model | mesh (devices) | hw | experts / apply / fit | best expert | budget | ratio median | ratio "
            "worst | distinct plans (median) | root width | seconds (median) | note |\n"
            "|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
-    for (int k = 0; k < n; k++)
-        if (!only || in_list(only, k + 1)) quality_row(k + 1, &cases[k]);
+    const char *budget = getenv("CARVE_QUALITY_BUDGET");
+    for (int k = 0; k < n; k++) {
+        qcase c = cases[k];
+        if (budget && atoi(budget) > 0) c.budget = atoi(budget);
+        if (!only || in_list(only, k + 1)) quality_row(k + 1, &c);
+    }
     if (only) return 0; /* a subset of the rows: no algorithms table */
     printf("\n### MCTS, random, greedy and exhaustive at equal budgets (seed 1, experts as seeds for all)\n\n");
     printf("Each cell: ratio to the best expert (distinct plans priced). Exhaustive enumerates every state within "

@@ -49,8 +49,8 @@ static void proxy_destroy(void *ws)
 
 static const search_evaluator proxy = {NULL, proxy_make, proxy_eval, proxy_destroy};
 
-static void against_exhaustive_ev(const char *model, const char *mesh_text, int seeds, const search_evaluator *ev_in,
-                                  const char *label)
+static void against_exhaustive_ev(const char *model, const char *mesh_text, int depth, int seeds,
+                                  const search_evaluator *ev_in, const char *label)
 {
     ir_graph *g = test_build_step(model);
     shard_mesh mesh;
@@ -69,19 +69,20 @@ static void against_exhaustive_ev(const char *model, const char *mesh_text, int 
         shard_state_free(scratch);
         ev.cfg = &pr;
     }
-    search_budget b = {.threads = 1, .max_depth = 8};
+    search_budget b = {.threads = 1, .max_depth = depth};
     search_result ex;
     CHECKF(search_run(&search_exhaustive, prefix, gs, &ev, &b, &ex, err, sizeof err) == 0, "%s", err);
     int found = 0;
     for (int s = 1; s <= seeds; s++) {
-        search_budget mb = {.simulations = 2000, .seed = (uint64_t)s, .threads = 1, .max_depth = 8};
+        /* 1000 distinct plans: fewer than bench_search gives (2000), so no easier */
+        search_budget mb = {.simulations = 1000, .seed = (uint64_t)s, .threads = 1, .max_depth = depth};
         search_result r;
         CHECK(search_run(&search_mcts, prefix, gs, &ev, &mb, &r, err, sizeof err) == 0);
         found += r.best.reward >= ex.best.reward * (1 - 1e-12);
         CHECK(r.best.reward <= ex.best.reward * (1 + 1e-12)); /* nothing beats the optimum */
     }
-    printf("%s on %s (%s): %d groups, %lld states enumerated, MCTS found the optimum in %d of %d seeds\n", model,
-           mesh_text, label, gs->n, (long long)ex.evaluations, found, seeds);
+    printf("%s on %s (%s, depth %d): %d groups, %lld states enumerated, MCTS found the optimum in %d of %d seeds\n",
+           model, mesh_text, label, depth, gs->n, (long long)ex.evaluations, found, seeds);
     if (ev.cfg == &pr) plan_pricer_free(&pr);
     CHECKF(found >= seeds - (seeds >= 10 ? 1 : 0), "%s %s: optimum in %d of %d seeds", model, mesh_text, found, seeds);
     shard_groups_free(gs);
@@ -164,9 +165,9 @@ static void tree_width(void)
     ir_free(b);
 }
 
-static void against_exhaustive(const char *model, const char *mesh_text, int seeds)
+static void against_exhaustive(const char *model, const char *mesh_text, int depth, int seeds)
 {
-    against_exhaustive_ev(model, mesh_text, seeds, &proxy, "proxy evaluator");
+    against_exhaustive_ev(model, mesh_text, depth, seeds, &proxy, "proxy evaluator");
 }
 
 /* The sharding of param `name` as a PartitionSpec string. */
@@ -246,7 +247,7 @@ static void counting_eval(void *ws, shard_state *st, search_score *out)
 
 static void exhaustive_refused_up_front(void)
 {
-    ir_graph *g = test_build_step("mlp:layers=3,batch=32,in=64,hidden=128,out=16");
+    ir_graph *g = test_build_step("mlp:layers=2,batch=32,in=64,hidden=128,out=16");
     shard_mesh mesh;
     char err[256];
     shard_mesh_parse("batch=2,model=2", &mesh, err, sizeof err);
@@ -313,13 +314,14 @@ int main(void)
     exhaustive_refused_up_front();
     chain_mlp_folding();
     /* the cost model as the evaluator (A100 profile) */
-    against_exhaustive_ev("mlp:layers=2,batch=64,in=2048,hidden=8192,out=2048", "batch=4,model=2", 3, &plan_cost_evaluator,
+    against_exhaustive_ev("mlp:layers=2,batch=64,in=2048,hidden=8192,out=2048", "batch=4,model=2", 8, 3, &plan_cost_evaluator,
                           "cost model");
-    against_exhaustive_ev("gpt:layers=2,hidden=512,heads=8,seq=256,batch=16,vocab=1024", "batch=8", 2, &plan_cost_evaluator,
+    against_exhaustive_ev("gpt:layers=2,hidden=512,heads=8,seq=256,batch=16,vocab=1024", "batch=8", 8, 2, &plan_cost_evaluator,
                           "cost model");
-    against_exhaustive("mlp:layers=2,batch=32,in=64,hidden=128,out=16", "batch=4", 3);
-    against_exhaustive("mlp:layers=3,batch=32,in=64,hidden=128,out=16", "batch=2,model=2", 10);
-    against_exhaustive("mlp:layers=4,batch=32,in=64,hidden=128,out=16", "batch=8", 3);
+    against_exhaustive("mlp:layers=2,batch=32,in=64,hidden=128,out=16", "batch=4", 8, 3);
+    /* the largest space (57,321 states at depth 8) cut at depth 6 */
+    against_exhaustive("mlp:layers=3,batch=32,in=64,hidden=128,out=16", "batch=2,model=2", 6, 10);
+    against_exhaustive("mlp:layers=4,batch=32,in=64,hidden=128,out=16", "batch=8", 8, 3);
     determinism_and_budgets();
     tree_width();
     return test_done();
