@@ -43,10 +43,6 @@ typedef struct cli_command {
 int cli_parse(const cli_command *c, int argc, char **argv, cli_opts *o);
 #define CARVE_VERSION "0.15.0"
 
-/* The word of `words` (space-separated) nearest to `w` by edit distance, when
- * it is close enough to be a likely typo (at most 2 edits, and fewer than half
- * of w's letters); NULL otherwise.  The result points into a static buffer. */
-const char *cli_nearest(const char *w, const char *words);
 /* Prints "carve: <msg>" on stderr (one line), every byte that is not
  * printable ASCII written as \xNN (cli_put_printable). */
 void cli_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));

@@ -115,7 +115,7 @@ static const cli_command commands[] = {
 };
 static const int n_commands = sizeof commands / sizeof commands[0];
 
-/* The command names, space-separated (for cli_nearest). */
+/* The command names, space-separated (for ir_nearest). */
 static const char *command_names(void)
 {
     static char names[512];
@@ -152,7 +152,7 @@ int main(int argc, char **argv)
                     printf("%s", commands[i].usage);
                     return CLI_OK;
                 }
-            const char *near = cli_nearest(argv[2], command_names());
+            const char *near = ir_nearest(argv[2], command_names());
             cli_error("help: unknown command '%s'%s%s%s (see carve --help)", argv[2], near ? " (did you mean " : "",
                       near ? near : "", near ? "?)" : "");
             return CLI_BAD_INPUT;
@@ -172,7 +172,7 @@ int main(int argc, char **argv)
         }
         return c->run(&o);
     }
-    const char *near = cli_nearest(argv[1], command_names());
+    const char *near = ir_nearest(argv[1], command_names());
     if (near) cli_error("unknown command '%s' (did you mean %s? see carve --help)", argv[1], near);
     else cli_error("unknown command '%s' (see carve --help)", argv[1]);
     return CLI_BAD_INPUT;

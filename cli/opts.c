@@ -103,7 +103,7 @@ int cli_parse(const cli_command *c, int argc, char **argv, cli_opts *o)
         memcpy(flag, a, fl);
         flag[fl] = 0;
         if (fl == sizeof flag - 1 || !has_flag(c->flags, flag)) { /* shown whole, never cut */
-            const char *near = cli_nearest(flag, c->flags);
+            const char *near = ir_nearest(flag, c->flags);
             cli_error("%s: unknown option '%.*s' (%s%s%ssee carve %s --help)", c->name, (int)(eq ? (size_t)(eq - a) : strlen(a)), a,
                       near ? "did you mean " : "", near ? near : "", near ? "? " : "", c->name);
             return CLI_BAD_INPUT;
@@ -278,46 +278,3 @@ int cli_mesh_schedule(const char *cmd, const char *mesh_text, const char *sched_
     return 0;
 }
 
-/* Levenshtein distance of a and b (each at most 63 bytes; longer: far). */
-static int edit_distance(const char *a, const char *b)
-{
-    size_t na = strlen(a), nb = strlen(b);
-    if (na > 63 || nb > 63) return 99;
-    int row[64];
-    for (size_t j = 0; j <= nb; j++) row[j] = (int)j;
-    for (size_t i = 1; i <= na; i++) {
-        int diag = row[0];
-        row[0] = (int)i;
-        for (size_t j = 1; j <= nb; j++) {
-            int up = row[j], best = diag + (a[i - 1] != b[j - 1]);
-            if (up + 1 < best) best = up + 1;
-            if (row[j - 1] + 1 < best) best = row[j - 1] + 1;
-            diag = up;
-            row[j] = best;
-        }
-    }
-    return row[nb];
-}
-
-const char *cli_nearest(const char *w, const char *words)
-{
-    static char best[64];
-    int best_d = 99;
-    char word[64];
-    for (const char *p = words; *p;) {
-        while (*p == ' ') p++;
-        size_t n = strcspn(p, " ");
-        if (n && n < sizeof word) {
-            memcpy(word, p, n);
-            word[n] = 0;
-            int d = edit_distance(w, word);
-            if (d < best_d) {
-                best_d = d;
-                strcpy(best, word);
-            }
-        }
-        p += n;
-    }
-    size_t len = strlen(w);
-    return best_d <= 2 && (size_t)best_d * 2 < len ? best : NULL;
-}

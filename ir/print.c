@@ -1,6 +1,8 @@
 /* print.c - the text form of a graph: arguments, then one op a line, then the
  * outputs.  Tests compare printer output (JSON round trips), and `carve show
- * --ops` and the SPMD printer build on it through the annotation hook. */
+ * --ops` and the SPMD printer build on it through the annotation hook.  Also
+ * the nearest-name suggestion ("did you mean ...?") that the command line and
+ * the model zoo give for a misspelled name. */
 #include "ir.h"
 
 #include <string.h>
@@ -70,3 +72,47 @@ void ir_print_ex(const ir_graph *g, FILE *f, ir_annot_fn annot, void *ctx)
 }
 
 void ir_print(const ir_graph *g, FILE *f) { ir_print_ex(g, f, NULL, NULL); }
+
+/* Levenshtein distance of a and b (each at most 63 bytes; longer: far). */
+static int edit_distance(const char *a, const char *b)
+{
+    size_t na = strlen(a), nb = strlen(b);
+    if (na > 63 || nb > 63) return 99;
+    int row[64];
+    for (size_t j = 0; j <= nb; j++) row[j] = (int)j;
+    for (size_t i = 1; i <= na; i++) {
+        int diag = row[0];
+        row[0] = (int)i;
+        for (size_t j = 1; j <= nb; j++) {
+            int up = row[j], best = diag + (a[i - 1] != b[j - 1]);
+            if (up + 1 < best) best = up + 1;
+            if (row[j - 1] + 1 < best) best = row[j - 1] + 1;
+            diag = up;
+            row[j] = best;
+        }
+    }
+    return row[nb];
+}
+
+const char *ir_nearest(const char *w, const char *words)
+{
+    static char best[64];
+    int best_d = 99;
+    char word[64];
+    for (const char *p = words; *p;) {
+        while (*p == ' ') p++;
+        size_t n = strcspn(p, " ");
+        if (n && n < sizeof word) {
+            memcpy(word, p, n);
+            word[n] = 0;
+            int d = edit_distance(w, word);
+            if (d < best_d) {
+                best_d = d;
+                strcpy(best, word);
+            }
+        }
+        p += n;
+    }
+    size_t len = strlen(w);
+    return best_d <= 2 && (size_t)best_d * 2 < len ? best : NULL;
+}

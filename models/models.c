@@ -300,6 +300,25 @@ static int parse_int(const char *p, const char *end, int64_t *out, int *neg)
     return 0;
 }
 
+/* "unknown model": the nearest name when there is one, the model families,
+ * and where the presets are listed (the whole list no longer fits a line). */
+static int unknown_model(const char *spec, const char *name, size_t len, char *err, size_t errlen)
+{
+    char word[32], words[1024], families[256];
+    snprintf(word, sizeof word, "%.*s", (int)len, name);
+    size_t k = 0;
+    words[0] = 0;
+    for (int i = 0; all_names[i] && k < sizeof words; i++)
+        k += (size_t)snprintf(words + k, sizeof words - k, "%s%s", i ? " " : "", all_names[i]);
+    const char *fam[N_MODELS + 1];
+    for (int i = 0; i < N_MODELS; i++) fam[i] = models[i].name;
+    fam[N_MODELS] = NULL;
+    join_names(families, sizeof families, fam, N_MODELS);
+    const char *near = word[0] ? ir_nearest(word, words) : NULL;
+    return ir_errf(err, errlen, "model '%s': unknown model '%s' (%s%s%smodels: %s; presets: carve models)", spec, word,
+                   near ? "did you mean " : "", near ? near : "", near ? "? " : "", families);
+}
+
 int model_parse(const char *spec, model_config *cfg, char *err, size_t errlen)
 {
     memset(cfg, 0, sizeof *cfg);
@@ -307,17 +326,13 @@ int model_parse(const char *spec, model_config *cfg, char *err, size_t errlen)
     const char *colon = strchr(spec, ':');
     size_t name_len = colon ? (size_t)(colon - spec) : strlen(spec);
     char name[32];
-    char known[256];
-    join_names(known, sizeof known, all_names, -1);
-    if (name_len == 0 || name_len >= sizeof name)
-        return ir_errf(err, errlen, "model '%s': unknown model '%.*s' (known: %s)", spec, (int)(name_len < 31 ? name_len : 31),
-                    spec, known);
+    if (name_len == 0 || name_len >= sizeof name) return unknown_model(spec, spec, name_len < 31 ? name_len : 31, err, errlen);
     memcpy(name, spec, name_len);
     name[name_len] = 0;
 
     const preset_def *pre = find_preset(name);
     const model_def *m = find_model(pre ? pre->model : name);
-    if (!m) return ir_errf(err, errlen, "model '%s': unknown model '%s' (known: %s)", spec, name, known);
+    if (!m) return unknown_model(spec, name, name_len, err, errlen);
     snprintf(cfg->model, sizeof cfg->model, "%s", m->name);
     if (pre) snprintf(cfg->preset, sizeof cfg->preset, "%s", pre->name);
     cfg->n_keys = m->n_keys;

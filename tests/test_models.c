@@ -82,8 +82,10 @@ static void test_parse_errors(void)
         const char *spec, *want, *want2;
     } cases[] = {
         {"", "empty", NULL},
-        {"foo", "unknown model 'foo'", "known: mlp, mlp-tiny, gpt, gpt-tiny, gpt-125m"},
-        {"gpt-7b:layers=2", "unknown model 'gpt-7b'", "gpt-39b"},
+        {"foo", "unknown model 'foo' (models: mlp, gpt, gns, unet, llama, moe, vit, t5; presets: carve models)", NULL},
+        {"gpt-7b:layers=2", "unknown model 'gpt-7b'", "did you mean gpt-76b?"},
+        {"llama2-7", "unknown model 'llama2-7'", "did you mean llama2-7b?"}, /* the end of the list once fell off */
+        {"t5-smal", "unknown model 't5-smal'", "did you mean t5-small?"},
         {":layers=2", "unknown model ''", NULL},
         {"averyveryveryverylongmodelname-that-is-long", "unknown model", NULL},
         {"gpt:depth=3", "unknown key 'depth' for gpt", "keys: layers, hidden, heads, seq, batch, vocab"},
