@@ -117,6 +117,14 @@ for i in 1 2 3 4 5 6; do
     rm -f sig.json
     "$carve" autopart --model gpt-tiny --mesh batch=2,model=2 --time 30 --quiet --out sig.json >out.txt 2>err.txt &
     pid=$!
+    # a background job of a script starts with SIGINT ignored until carve
+    # installs its handler: wait for the handlers (SigCgt bits of SIGINT and
+    # SIGTERM) so that a slow start (ASan, a loaded machine) cannot eat the signal
+    for _ in $(seq 1500); do
+        cgt=$(awk '/^SigCgt:/ {print $2}' /proc/$pid/status 2>/dev/null)
+        [ -n "$cgt" ] && [ $((0x$cgt & 0x4002)) = $((0x4002)) ] && break
+        sleep 0.02
+    done
     sleep "$delay"
     kill -$sig $pid
     wait $pid
