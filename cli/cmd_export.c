@@ -37,6 +37,11 @@ int cmd_export(const cli_opts *o)
     FILE *mem = open_memstream(&text, &len);
     if (!mem) abort();
     int rc = plan_export(&pl, path, st, p, (plan_export_kind)kind, mem);
+    char first[160];
+    int uneven = plan_export_uneven(st, first, sizeof first);
+    if (rc == 0 && uneven)
+        fprintf(stderr, "carve: export: note: %d argument(s) split unevenly (first: %s); carve pads them, a framework that needs divisible dims refuses them as written\n",
+                uneven, first);
     fclose(mem);
     if (rc == 0 && o->out) {
         if (ir_write_atomic(o->out, text, len, err, sizeof err) < 0) {

@@ -337,6 +337,23 @@ static void export_torch(FILE *f, const shard_state *st, const uint8_t *fwd)
     py_table(f, st, fwd, "ACTIVATION_PLACEMENTS", IR_INTERMEDIATE, torch_entry);
 }
 
+int plan_export_uneven(const shard_state *st, char *first, size_t n)
+{
+    int count = 0;
+    if (n) first[0] = 0;
+    for (int v = 0; v < st->g->n_values; v++) {
+        const ir_value *x = &st->g->values[v];
+        if (x->role == IR_INTERMEDIATE) continue;
+        for (int d = 0; d < x->rank; d++) {
+            int64_t shards = shard_dim_shards(st->mesh, &st->spec[v], d);
+            if (shards < 2 || x->dims[d] % shards == 0) continue;
+            if (!count++ && n) snprintf(first, n, "%s dim %d (%lld over %lld shards)", x->name, d, (long long)x->dims[d], (long long)shards);
+            break;
+        }
+    }
+    return count;
+}
+
 int plan_export(const plan *pl, const char *path, const shard_state *st, const spmd_program *p, plan_export_kind k,
                 FILE *f)
 {
@@ -346,6 +363,12 @@ int plan_export(const plan *pl, const char *path, const shard_state *st, const s
             plan_export_kind_name(k), plan_printable(path, pp, sizeof pp), pl->version == 1 ? PLAN_FORMAT_V1 : PLAN_FORMAT,
             hash, plan_printable(pl->model[0] ? pl->model : pl->graph_file, pm, sizeof pm),
             shard_mesh_str(st->mesh, buf, sizeof buf), plan_printable(pl->schedule, ps, sizeof ps));
+    char first[160];
+    int uneven = plan_export_uneven(st, first, sizeof first);
+    if (uneven)
+        fprintf(f, "%s note: %d argument(s) split unevenly, first %s: carve pads such dims (docs/sharding.md);\n"
+                   "%s frameworks that need divisible dims (JAX's device_put) refuse them as written\n",
+                hash, uneven, first, hash);
     uint8_t *fwd = calloc((size_t)st->g->n_ops + 1, 1);
     if (!fwd) abort();
     for (int o = 0; o < st->g->n_ops; o++) fwd[o] = p->phase[o] == SPMD_FORWARD;

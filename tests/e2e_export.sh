@@ -78,5 +78,18 @@ bad edited-plan "partition_spec" "$carve" export edited.json --to jax
 bad out-missing-folder "nodir" "$carve" export dp.json --to jax --out nodir/x.py
 [ ! -e nodir ]; check "no folder made" $?
 
+# a plan that splits the batch 8 over 3 devices (padded): every form says so, in the file and on stderr;
+# an even plan says nothing
+"$carve" autopart --model gpt-tiny --mesh batch=3 --schedule dp:batch,auto --budget 2 --memory-tactics none --quiet \
+    --out uneven.json >/dev/null 2>&1
+for to in jax shardy xla torch; do
+    "$carve" export uneven.json --to $to --out uneven.$to 2>err.txt
+    rc=$?
+    [ $rc = 0 ] && grep -q "note: 2 argument(s) split unevenly, first tokens dim 0 (8 over 3 shards)" uneven.$to &&
+        grep -q "^carve: export: note: 2 argument(s) split unevenly" err.txt
+    check "uneven split noted ($to)" $?
+done
+"$carve" export dp.json --to jax --out even.jax 2>err.txt && ! grep -q "unevenly" even.jax err.txt; check "even plan: no note" $?
+
 echo "$pass passed, $fail failed"
 [ $fail -eq 0 ]
