@@ -17,7 +17,7 @@ const char *plan_export_kind_name(plan_export_kind k);
  * program) in form k to f.  Returns 0, or -1 when f reports a write error. */
 /* Arguments (params, inputs) with a dim that its axes do not divide (carve
  * pads it): their count, and the first described in `first`.  Exports say
- * so, since JAX's device_put and DTensor want divisible dims. */
+ * so, since JAX's device_put wants divisible dims. */
 int plan_export_uneven(const shard_state *st, char *first, size_t n);
 int plan_export(const plan *pl, const char *path, const shard_state *st, const spmd_program *p, plan_export_kind k,
                 FILE *f);
