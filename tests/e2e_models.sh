@@ -26,7 +26,12 @@ matches() { # matches NAME CMD...: exit 0 and "check: passed"
 cases() { # the schedules every model runs, then the model's own
     cat <<'CASES'
 batch=2 dp:batch
+batch=8 dp:batch
+batch=2 zero3:batch
 batch=4 zero3:batch
+batch=8 zero3:batch
+model=2 megatron:model
+model=4 megatron:model
 model=8 megatron:model
 batch=2,model=2 dp:batch,megatron:model
 batch=2,model=4 zero3:batch,megatron:model
@@ -40,11 +45,13 @@ for model in llama-tiny moe-tiny vit-tiny t5-tiny; do
     while read -r mesh sched; do
         matches "$model $mesh $sched" "$carve" run --model "$model" --mesh "$mesh" --schedule "$sched"
     done < <(cases "$model")
-    if "$carve" autopart --model "$model" --mesh batch=2,model=2,x=2 --budget 60 --seed 3 --out plan.json >out.txt 2>err.txt; then
-        matches "$model autopart plan" "$carve" run --plan plan.json
-    else
-        fail=$((fail + 1)); echo "FAIL $model autopart"; head -3 err.txt
-    fi
+    for mesh in batch=2 batch=2,model=2 batch=2,model=2,x=2; do # autopart plans on 2, 4 and 8 devices
+        if "$carve" autopart --model "$model" --mesh $mesh --budget 60 --seed 3 --out plan.json >out.txt 2>err.txt; then
+            matches "$model autopart plan on $mesh" "$carve" run --plan plan.json
+        else
+            fail=$((fail + 1)); echo "FAIL $model autopart on $mesh"; head -3 err.txt
+        fi
+    done
 done
 
 # expert parallelism on one axis is GShard's: per layer one all-to-all for the
