@@ -22,12 +22,7 @@
 
 shard_state *shard_state_new(const ir_graph *g, const shard_mesh *mesh)
 {
-    shard_state *s = ir_xcalloc(1, sizeof *s);
-    s->g = g;
-    s->mesh = mesh;
-    s->spec = ir_xcalloc((size_t)g->n_values, sizeof *s->spec);
-    s->stamp = ir_xcalloc((size_t)g->n_values, sizeof *s->stamp);
-    s->atomic = ir_xcalloc((size_t)g->n_values, 1);
+    shard_state *s = shard_state_new_saved(g, mesh);
     s->rules = ir_xcalloc((size_t)g->n_ops, sizeof *s->rules);
     for (int i = 0; i < g->n_ops; i++) shard_rule_of(g, i, &s->rules[i]);
     s->queue = ir_xcalloc((size_t)g->n_ops + 1, sizeof(int));
