@@ -158,12 +158,12 @@ static const preset_def *find_preset(const char *name)
     return NULL;
 }
 
-static void join_names(char *buf, size_t n, const char *const *names, int count)
+static void join_names(char *buf, size_t n, const char *const *names, int count, const char *sep)
 {
     size_t k = 0;
     buf[0] = 0;
     for (int i = 0; (count < 0 ? names[i] != NULL : i < count) && k < n; i++)
-        k += (size_t)snprintf(buf + k, n - k, "%s%s", i ? ", " : "", names[i]);
+        k += (size_t)snprintf(buf + k, n - k, "%s%s", i ? sep : "", names[i]);
 }
 
 int64_t model_get(const model_config *cfg, const char *key)
@@ -306,14 +306,11 @@ static int unknown_model(const char *spec, const char *name, size_t len, char *e
 {
     char word[32], words[1024], families[256];
     snprintf(word, sizeof word, "%.*s", (int)len, name);
-    size_t k = 0;
-    words[0] = 0;
-    for (int i = 0; all_names[i] && k < sizeof words; i++)
-        k += (size_t)snprintf(words + k, sizeof words - k, "%s%s", i ? " " : "", all_names[i]);
+    join_names(words, sizeof words, all_names, -1, " ");
     const char *fam[N_MODELS + 1];
     for (int i = 0; i < N_MODELS; i++) fam[i] = models[i].name;
     fam[N_MODELS] = NULL;
-    join_names(families, sizeof families, fam, N_MODELS);
+    join_names(families, sizeof families, fam, N_MODELS, ", ");
     const char *near = word[0] ? ir_nearest(word, words) : NULL;
     return ir_errf(err, errlen, "model '%s': unknown model '%s' (%s%s%smodels: %s; presets: carve models)", spec, word,
                    near ? "did you mean " : "", near ? near : "", near ? "? " : "", families);
@@ -343,7 +340,7 @@ int model_parse(const char *spec, model_config *cfg, char *err, size_t errlen)
 
     if (colon) {
         char keylist[160];
-        join_names(keylist, sizeof keylist, m->keys, m->n_keys);
+        join_names(keylist, sizeof keylist, m->keys, m->n_keys, ", ");
         int seen[MODEL_MAX_KEYS] = {0};
         const char *p = colon + 1;
         if (!*p) return ir_errf(err, errlen, "model '%s': nothing after ':' (expected key=value,...)", spec);

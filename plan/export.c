@@ -111,6 +111,22 @@ static void py_table(FILE *f, const shard_state *st, const uint8_t *fwd, const c
     fputs("}\n\n", f);
 }
 
+/* The four tables of a Python export, named PARAM<params>, OPT_STATE<rest>,
+ * INPUT<rest> and ACTIVATION<rest>: params, optimizer states, inputs, then
+ * the named forward values under `activation_note` (a comment line). */
+static void py_tables(FILE *f, const shard_state *st, const uint8_t *fwd, const char *params, const char *rest,
+                      const char *activation_note, py_entry_fn entry)
+{
+    static const char *const stem[4] = {"PARAM", "OPT_STATE", "INPUT", "ACTIVATION"};
+    static const int role[4] = {IR_PARAM, IR_OPT_STATE, IR_INPUT, IR_INTERMEDIATE};
+    char var[64];
+    for (int i = 0; i < 4; i++) {
+        if (i == 3) fprintf(f, "# %s\n", activation_note);
+        snprintf(var, sizeof var, "%s%s", stem[i], i ? rest : params);
+        py_table(f, st, fwd, var, role[i], entry);
+    }
+}
+
 static void jax_entry(FILE *f, const shard_state *st, int v)
 {
     jax_pspec(f, st->mesh, &st->spec[v], st->g->values[v].rank);
@@ -139,11 +155,8 @@ static void export_jax(FILE *f, const shard_state *st, const uint8_t *fwd)
           "        node[leaf] = value\n"
           "    return tree\n\n\n",
           f);
-    py_table(f, st, fwd, "PARAM_SPECS_FLAT", IR_PARAM, jax_entry);
-    py_table(f, st, fwd, "OPT_STATE_SPECS", IR_OPT_STATE, jax_entry);
-    py_table(f, st, fwd, "INPUT_SPECS", IR_INPUT, jax_entry);
-    fputs("# named forward values: places for jax.lax.with_sharding_constraint in the model\n", f);
-    py_table(f, st, fwd, "ACTIVATION_SPECS", IR_INTERMEDIATE, jax_entry);
+    py_tables(f, st, fwd, "_SPECS_FLAT", "_SPECS", "named forward values: places for jax.lax.with_sharding_constraint in the model",
+              jax_entry);
     fputs("PARAM_SPECS = _nest(PARAM_SPECS_FLAT)\n\n\n"
           "def shardings(specs, mesh):\n"
           "    \"\"\"NamedShardings for a pytree of PartitionSpecs (e.g. PARAM_SPECS) on mesh.\"\"\"\n"
@@ -330,11 +343,8 @@ static void export_torch(FILE *f, const shard_state *st, const uint8_t *fwd)
           "# placements per value, one per mesh dim (in MESH_AXES order), for\n"
           "# torch.distributed.tensor.distribute_tensor(t, mesh, placements)\n",
           f);
-    py_table(f, st, fwd, "PARAM_PLACEMENTS", IR_PARAM, torch_entry);
-    py_table(f, st, fwd, "OPT_STATE_PLACEMENTS", IR_OPT_STATE, torch_entry);
-    py_table(f, st, fwd, "INPUT_PLACEMENTS", IR_INPUT, torch_entry);
-    fputs("# named forward values as carve's program holds them (Partial(): unreduced sums)\n", f);
-    py_table(f, st, fwd, "ACTIVATION_PLACEMENTS", IR_INTERMEDIATE, torch_entry);
+    py_tables(f, st, fwd, "_PLACEMENTS", "_PLACEMENTS", "named forward values as carve's program holds them (Partial(): unreduced sums)",
+              torch_entry);
 }
 
 int plan_export_uneven(const shard_state *st, char *first, size_t n)

@@ -47,7 +47,7 @@ same() {
     # Open MPI 4.x's launcher sometimes misses a rank's clean exit on a loaded
     # machine and reports "process rank R with PID 0 ... exiting improperly"
     # after every rank finalized (open-mpi/ompi#7833, not fixed on 4.x; about
-    # 1 run in 20 of this script at load 20): that one case is run once more.
+    # 1 run in 24 of this script at load 20): that one case is run once more.
     if [ $rm -ne 0 ] && grep -q "check: passed" m.txt && grep -q "with PID 0 on" m.err; then
         echo "note: $name: mpirun reported Open MPI's exit race (ompi#7833); run again"
         "${mpi[@]}" -n "$n" "$carve" run "$@" --steps 2 --backend mpi >m.txt 2>m.err
