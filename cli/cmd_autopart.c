@@ -415,12 +415,15 @@ int cmd_autopart(const cli_opts *o)
     stop_signals(1, old_sa);
     schedule manual = sc;
     manual.n = auto_at;
+    /* --time bounds the whole command: the plain step's share, then the rest */
+    double deadline = b.seconds > 0 ? plan_memory_clock() + b.seconds : 0;
+    b.seconds = plan_memory_plain_seconds(b.seconds, n_cfg);
     int rc = search_plain(o, &mesh, &manual, &hw, &copt, gather_auto, algo, &b, &steps[0], cfg, sizeof cfg);
     if (rc != CLI_OK) goto done;
     plan tmpl; /* the steps' states borrow its mesh until they are freed */
     if (n_cfg > 1) {
         plan_inputs(o, cfg, &mesh, buf2, &tmpl);
-        plan_memory_level m = {&tmpl, &hw, copt, algo, b, gather_auto};
+        plan_memory_level m = {&tmpl, &hw, copt, algo, b, gather_auto, deadline};
         if (!o->quiet && isatty(2)) fprintf(stderr, "  searching the steps with memory tactics ...\r");
         chosen = plan_memory_search(&m, tactics, n_cfg, steps);
         if (!o->quiet && isatty(2)) fprintf(stderr, "\r%100s\r", "");

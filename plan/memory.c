@@ -9,6 +9,7 @@
 #include "plan/memory.h"
 
 #include <stdlib.h>
+#include <time.h>
 #include <string.h>
 
 int plan_step_setup(plan_step_search *s, ir_graph *g, const shard_mesh *mesh, const schedule *manual,
@@ -89,12 +90,30 @@ char *plan_memory_schedule(const char *tactics, const shard_state *st, int gathe
     return buf;
 }
 
-/* A share of the budget: a quarter of each limit that is set. */
-static search_budget budget_share(search_budget b)
+double plan_memory_clock(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+double plan_memory_plain_seconds(double seconds, int n)
+{
+    return n > 1 ? seconds * 4 / (n + 3) : seconds;
+}
+
+/* A share of the budget: a quarter of each limit that is set (b.seconds is
+ * already the plain step's share of a time limit), and never past the
+ * deadline. */
+static search_budget budget_share(search_budget b, double deadline)
 {
     if (b.simulations) b.simulations = b.simulations >= 8 ? b.simulations / 4 : 2;
     if (b.stall) b.stall = b.stall >= 8 ? b.stall / 4 : 2;
     b.seconds /= 4;
+    if (deadline > 0) {
+        double left = deadline - plan_memory_clock();
+        if (b.seconds <= 0 || b.seconds > left) b.seconds = left > 1e-3 ? left : 1e-3;
+    }
     return b;
 }
 
@@ -118,7 +137,7 @@ static void search_config(const plan_memory_level *m, const char *tactics, plan_
         return;
     }
     if (sc.n && sc.t[sc.n - 1].kind == TACTIC_AUTO) sc.n--; /* the manual tactics */
-    search_budget b = budget_share(m->b);
+    search_budget b = budget_share(m->b, m->deadline);
     if (plan_step_setup(s, g, &m->tmpl->mesh, &sc, m->hw, &m->opt, m->gather_auto, err, sizeof err) < 0 ||
         plan_step_search_run(s, m->algo, &b, err, sizeof err) < 0) {
         snprintf(s->why, sizeof s->why, "%s", err);
@@ -134,6 +153,11 @@ int plan_memory_search(const plan_memory_level *m, char tactics[][64], int n, pl
         if (search_interrupted) {
             snprintf(out[i].tactics, sizeof out[i].tactics, "%s", tactics[i]);
             snprintf(out[i].why, sizeof out[i].why, "not searched: interrupted");
+            continue;
+        }
+        if (m->deadline > 0 && plan_memory_clock() >= m->deadline) {
+            snprintf(out[i].tactics, sizeof out[i].tactics, "%s", tactics[i]);
+            snprintf(out[i].why, sizeof out[i].why, "not searched: the --time limit is spent");
             continue;
         }
         if (strstr(tactics[i], "microbatch:") && out[best].ok && out[best].e.fits) {

@@ -14,8 +14,11 @@
  * where they differ (plan_pricer.gather_auto).
  *
  * Budget: the configuration without graph tactics gets the whole budget (as a
- * plain search would); every other one a quarter of it (simulations, time
- * and stall), so the level costs at most 1 + (n - 1) / 4 searches.  The
+ * plain search would); every other one a quarter of it (simulations and
+ * stall), so the level costs at most 1 + (n - 1) / 4 searches.  A wall-time
+ * limit is the whole level's: the plain step gets 4 / (n + 3) of it, every
+ * other configuration a quarter of that but never more than is left, and
+ * none once it is spent (plan_memory_plain_seconds, the deadline).  The
  * configurations with micro-batches are searched only while no plan fits:
  * under carve's cost model a micro-batched step of the same sharding is
  * never faster (the same FLOPs, the same gradient reductions, ZeRO-3 gathers
@@ -73,7 +76,18 @@ typedef struct plan_memory_level {
     const search_algo *algo;
     search_budget b;            /* the whole budget (the plain step's) */
     int gather_auto;            /* choose the gather policy (the schedule has no gather: tactic) */
+    double deadline;            /* CLOCK_MONOTONIC seconds by which the level ends (0: none): a
+                                   configuration gets at most the time left, none when it is spent */
 } plan_memory_level;
+
+/* CLOCK_MONOTONIC seconds, the clock of plan_memory_level.deadline. */
+double plan_memory_clock(void);
+
+/* The plain step's share of a wall-time limit of `seconds` for the whole
+ * level of n configurations: each other configuration gets a quarter of the
+ * plain one's, so the plain step gets 4 / (n + 3) of it (all of it when n is
+ * 1, or when seconds is 0, no limit). */
+double plan_memory_plain_seconds(double seconds, int n);
 
 /* The memory configurations for a schedule (the plain step first): none
  * when the schedule already has remat: or microbatch: tactics (the user chose),

@@ -15,8 +15,9 @@
  *   each gradient once per step;
  * - the pricer's gather choice (plan/pricer.c): keep where both policies fit
  *   (it is faster), regather where only it fits or neither does;
- * - the memory level (plan/memory.c): its configurations and its order of
- *   plans (fits first, then the shorter step, then the smaller peak).
+ * - the memory level (plan/memory.c): its configurations, its order of
+ *   plans (fits first, then the shorter step, then the smaller peak), and a
+ *   --time limit shared by the whole level (no configuration after it).
  */
 #include "analysis/schedule.h"
 #include "cost/cost.h"
@@ -463,6 +464,19 @@ static void test_memory_level(void)
     CHECK(plan_memory_better(&fast_small, &slow_small) && !plan_memory_better(&slow_small, &fast_small));
     CHECK(plan_memory_better(&fast_big, &huge) && !plan_memory_better(&huge, &fast_big));
     CHECK(!plan_memory_better(&fast_small, &fast_small));
+    /* --time is the whole level's: the plain step gets 4 / (n + 3) of it */
+    CHECK(plan_memory_plain_seconds(30, 1) == 30 && plan_memory_plain_seconds(0, 6) == 0);
+    CHECKF(fabs(plan_memory_plain_seconds(36, 6) - 16) < 1e-12, "%g", plan_memory_plain_seconds(36, 6));
+    /* past the deadline no configuration is built or searched, and each says why */
+    sched_parse("dp:batch,auto", &mesh, &sc, err, sizeof err);
+    n = plan_memory_configs(&sc, cfg);
+    plan_step_search out[PLAN_MEMORY_MAX_CONFIGS];
+    memset(out, 0, sizeof out);
+    plan_memory_level m = {.deadline = plan_memory_clock() - 1};
+    CHECK(plan_memory_search(&m, cfg, n, out) == 0);
+    for (int i = 1; i < n; i++)
+        CHECKF(!out[i].ok && !out[i].g && strstr(out[i].why, "--time limit is spent") && !strcmp(out[i].tactics, cfg[i]),
+               "%s: %s", out[i].tactics, out[i].why);
 }
 
 int main(void)
