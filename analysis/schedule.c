@@ -84,10 +84,21 @@ static int parse_tactic(const char *tac, const shard_mesh *m, tactic *t, char *e
         return 0;
     }
     if (!strcmp(k, "remat")) {
-        if (np != 2 || parse_layers(parts[1], t) < 0)
-            return ir_errf(err, n, "schedule: tactic '%s': write remat:all, remat:N or remat:A-B (layers)", tac);
+        /* remat:LAYERS (selective), remat:LAYERS:full, remat:full (= remat:all:full) */
+        int full = np == 3 && !strcmp(parts[2], "full");
+        const char *layers = np >= 2 ? parts[1] : "";
+        if (np == 2 && !strcmp(layers, "full")) {
+            full = 1;
+            layers = "all";
+        }
+        if ((np != 2 && !full) || parse_layers(layers, t) < 0)
+            return ir_errf(err, n,
+                           "schedule: tactic '%s': write remat:all, remat:N or remat:A-B (layers), :full after them to "
+                           "re-run each layer's whole forward, or remat:full",
+                           tac);
         t->kind = TACTIC_REMAT;
         t->axis = -1;
+        t->dim = full;
         return 0;
     }
     if (!strcmp(k, "microbatch")) {
@@ -274,9 +285,9 @@ char *sched_str(const schedule *s, const shard_mesh *mesh, char *buf, size_t n)
         case TACTIC_ATOMIC: k += (size_t)snprintf(buf + k, n - k, "atomic:%s:%s", t->pattern, ax); break;
         case TACTIC_AUTO: k += (size_t)snprintf(buf + k, n - k, "auto"); break;
         case TACTIC_REMAT:
-            if (t->hi >= (1 << 20)) k += (size_t)snprintf(buf + k, n - k, "remat:all");
-            else if (t->lo == t->hi) k += (size_t)snprintf(buf + k, n - k, "remat:%d", t->lo);
-            else k += (size_t)snprintf(buf + k, n - k, "remat:%d-%d", t->lo, t->hi);
+            if (t->hi >= (1 << 20)) k += (size_t)snprintf(buf + k, n - k, t->dim ? "remat:full" : "remat:all");
+            else if (t->lo == t->hi) k += (size_t)snprintf(buf + k, n - k, "remat:%d%s", t->lo, t->dim ? ":full" : "");
+            else k += (size_t)snprintf(buf + k, n - k, "remat:%d-%d%s", t->lo, t->hi, t->dim ? ":full" : "");
             break;
         case TACTIC_MICROBATCH: k += (size_t)snprintf(buf + k, n - k, "microbatch:%d", t->lo); break;
         case TACTIC_GATHER: k += (size_t)snprintf(buf + k, n - k, "gather:%s", spmd_gather_policy_name(t->lo)); break;
@@ -498,7 +509,7 @@ int sched_rewrite(const schedule *s, ir_graph **g, char *err, size_t errlen)
     for (int i = 0; i < s->n; i++) {
         const tactic *t = &s->t[i];
         if (t->kind != TACTIC_REMAT) continue;
-        ir_graph *next = ir_remat(cur, t->lo, t->hi, NULL, err, errlen);
+        ir_graph *next = (t->dim ? ir_remat_full : ir_remat)(cur, t->lo, t->hi, NULL, err, errlen);
         if (!next) {
             if (cur != *g) ir_free(cur);
             return -1;

@@ -28,7 +28,10 @@
  *   remat:LAYERS       recomputation: the backward pass recomputes the
  *                      forward values inside the layers LAYERS (all, one
  *                      layer N, or a range A-B; layer = transformer block)
- *                      from their checkpoints (ir_remat)
+ *                      from their checkpoints (ir_remat): those it reads
+ *   remat:LAYERS:full  full recomputation: each layer's whole forward is
+ *                      re-run from its input (ir_remat_full, Megatron-LM's
+ *                      --checkpoint-activations); remat:full = remat:all:full
  *   microbatch:N       gradient accumulation: N micro-batches of batch / N,
  *                      one update (the step is built so by whoever builds
  *                      the model: model_build_microbatched_step)
@@ -81,7 +84,7 @@ typedef enum {
 typedef struct tactic {
     tactic_kind kind;
     int axis;                   /* mesh axis (not for AUTO) */
-    int dim;                    /* TILE, GROUP */
+    int dim;                    /* TILE, GROUP; REMAT: 1 full recomputation, 0 selective */
     int lo, hi;                 /* REMAT: layer range; MICROBATCH: lo = count; GATHER: lo = policy */
     char pattern[SCHED_NAME_LEN]; /* TILE, ATOMIC, GROUP */
 } tactic;

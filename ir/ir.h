@@ -376,6 +376,11 @@ ir_graph *ir_train_step(const ir_graph *fwd, const ir_optimizer *opt, char *err,
  * receives how many forward ops are cloned.  NULL with a message for a graph
  * without a loss or layer tags, or a range outside its layers. */
 ir_graph *ir_remat(const ir_graph *step, int lo, int hi, int *n_recomputed, char *err, size_t errlen);
+/* Full recomputation (Megatron-LM's --checkpoint-activations): as ir_remat,
+ * but every forward op of each layer lo..hi is re-run from the layer's input
+ * before the layer's backward pass, whether the backward pass reads its
+ * result or not; n_recomputed receives how many. */
+ir_graph *ir_remat_full(const ir_graph *step, int lo, int hi, int *n_recomputed, char *err, size_t errlen);
 
 /* Gradient accumulation (ir/microbatch.c): from the training step of one
  * micro-batch, a new graph (caller owns) that runs the forward and backward

@@ -18,6 +18,17 @@
  * on the same inputs), so the step's results are bit for bit those of the
  * original step.
  *
+ * Full recomputation (ir_remat_full, Megatron-LM's --checkpoint-activations,
+ * torch.utils.checkpoint around each block): the whole forward of each layer
+ * in range is re-run from the layer's input, not only what the backward pass
+ * reads.  Every forward op tagged L is cloned, all together, just before the
+ * first backward op that reads an internal value of L (the clones of values
+ * the backward pass never reads, such as the block's last projection and
+ * its output, are computed and dropped, as the framework does).  A clone
+ * reads the clones of its own layer's values and the originals of
+ * everything else (the layer input is the previous layer's output, a
+ * checkpoint); backward ops read clones of internal values only.
+ *
  * The op set is not looked at: a forward op is cloned whatever its kind.
  * The rewrite builds a new graph value by value in the original order
  * (values and ops stay in one topological order, which ir_verify checks),
@@ -35,8 +46,12 @@ typedef struct remat {
     const ir_graph *g;      /* the step being rewritten */
     ir_graph *out;          /* the new graph */
     int lo, hi;             /* layers recomputed */
+    int full;               /* re-run every forward op of the layers (ir_remat_full) */
     unsigned char *fwd;     /* per value: the loss depends on it */
-    unsigned char *redo;    /* per value: internal, read by the backward pass (transitively): recomputed */
+    unsigned char *internal; /* per value: made inside a layer in range, read by no other layer, no output */
+    unsigned char *redo;    /* per value: recomputed (selective: internal values the backward pass reads,
+                               transitively; full: every forward value of the layers) */
+    unsigned char *done;    /* per layer (full): its clones are emitted */
     int *map;               /* per old value: its id in out */
     int *clone;             /* per old value: its recomputed copy in out, or -1 */
 } remat;
@@ -62,7 +77,7 @@ static int mark_redo(remat *r)
 {
     const ir_graph *g = r->g;
     int nv = g->n_values;
-    unsigned char *internal = ir_xcalloc((size_t)nv, 1), *outside = ir_xcalloc((size_t)nv, 1);
+    unsigned char *internal = r->internal, *outside = ir_xcalloc((size_t)nv, 1);
     for (int i = 0; i < g->n_ops; i++) {
         const ir_op *o = &g->ops[i];
         if (r->fwd[o->out] && in_range(r, o->layer)) internal[o->out] = 1;
@@ -77,6 +92,15 @@ static int mark_redo(remat *r)
     for (int i = 0; i < g->n_outputs; i++) outside[g->outputs[i].value] = 1;
     outside[g->loss] = 1;
     for (int v = 0; v < nv; v++) internal[v] &= !outside[v];
+    free(outside);
+    int n = 0;
+    if (r->full) { /* every forward value made inside the layers */
+        for (int i = 0; i < g->n_ops; i++) {
+            const ir_op *o = &g->ops[i];
+            if (r->fwd[o->out] && in_range(r, o->layer)) n += r->redo[o->out] = 1;
+        }
+        return n;
+    }
     /* backward readers first, then back through the forward ops */
     for (int i = 0; i < g->n_ops; i++) {
         const ir_op *o = &g->ops[i];
@@ -84,7 +108,6 @@ static int mark_redo(remat *r)
         for (int k = 0; k < o->n_in; k++)
             if (internal[o->in[k]]) r->redo[o->in[k]] = 1;
     }
-    int n = 0;
     for (int i = g->n_ops - 1; i >= 0; i--) {
         const ir_op *o = &g->ops[i];
         if (!r->redo[o->out]) continue;
@@ -92,8 +115,6 @@ static int mark_redo(remat *r)
         for (int k = 0; k < o->n_in; k++)
             if (internal[o->in[k]]) r->redo[o->in[k]] = 1;
     }
-    free(internal);
-    free(outside);
     return n;
 }
 
@@ -110,9 +131,16 @@ static int copy_op(remat *r, int op, const int *in, const char *name)
     return v;
 }
 
-/* Emits the recomputed copy of internal value v, after those of its
- * recomputed operands (so each clone comes just before its first reader).
- * Returns the clone or -1. */
+/* The layer tag of the op that made value v (-1: an argument). */
+static int layer_of(const ir_graph *g, int v)
+{
+    int p = g->values[v].producer;
+    return p >= 0 ? g->ops[p].layer : -1;
+}
+
+/* Emits the recomputed copy of value v, after those of its recomputed
+ * operands of the same layer (so each clone comes just before its first
+ * reader).  Returns the clone or -1. */
 static int emit_clone(remat *r, int v)
 {
     if (r->clone[v] >= 0) return r->clone[v];
@@ -122,7 +150,7 @@ static int emit_clone(remat *r, int v)
     int in[IR_MAX_OPERANDS];
     for (int k = 0; k < o->n_in; k++) {
         int a = o->in[k];
-        in[k] = r->redo[a] ? emit_clone(r, a) : r->map[a];
+        in[k] = r->redo[a] && layer_of(g, a) == o->layer ? emit_clone(r, a) : r->map[a];
         if (in[k] < 0) return -1;
     }
     char name[512];
@@ -130,8 +158,22 @@ static int emit_clone(remat *r, int v)
     return r->clone[v] = copy_op(r, op, in, name);
 }
 
+/* The clone a backward op reads for internal value v: with full
+ * recomputation the whole forward of v's layer is emitted first, in order.
+ * Returns the clone or -1. */
+static int backward_read(remat *r, int v)
+{
+    int layer = layer_of(r->g, v);
+    if (r->full && !r->done[layer - r->lo]) {
+        r->done[layer - r->lo] = 1;
+        for (int u = 0; u < r->g->n_values; u++)
+            if (r->redo[u] && layer_of(r->g, u) == layer && emit_clone(r, u) < 0) return -1;
+    }
+    return emit_clone(r, v);
+}
+
 /* Copies argument or op result v of the old graph into out; a backward op
- * reading a recomputed value first has its clone emitted (emit_clone). */
+ * reading a recomputed internal value first has its clone emitted. */
 static int copy_value(remat *r, int v)
 {
     const ir_graph *g = r->g;
@@ -146,7 +188,7 @@ static int copy_value(remat *r, int v)
         int in[IR_MAX_OPERANDS];
         for (int k = 0; k < o->n_in; k++) {
             int a = o->in[k];
-            in[k] = !r->fwd[v] && r->redo[a] ? emit_clone(r, a) : r->map[a];
+            in[k] = !r->fwd[v] && r->redo[a] && r->internal[a] ? backward_read(r, a) : r->map[a];
             if (in[k] < 0) return -1;
         }
         nv = copy_op(r, x->producer, in, x->name[0] == '%' ? NULL : x->name);
@@ -163,7 +205,9 @@ static int copy_value(remat *r, int v)
 static void remat_free(remat *r)
 {
     free(r->fwd);
+    free(r->internal);
     free(r->redo);
+    free(r->done);
     free(r->map);
     free(r->clone);
 }
@@ -190,7 +234,8 @@ static ir_graph *rebuild(remat *r, char *msg, size_t n)
     return r->out;
 }
 
-ir_graph *ir_remat(const ir_graph *step, int lo, int hi, int *n_recomputed, char *err, size_t errlen)
+/* ir_remat and ir_remat_full: `full` picks the policy (file comment). */
+static ir_graph *remat_step(const ir_graph *step, int lo, int hi, int full, int *n_recomputed, char *err, size_t errlen)
 {
     if (step->loss < 0) return ir_errf(err, errlen, "remat: the graph has no loss"), NULL;
     if (step->n_layers == 0) return ir_errf(err, errlen, "remat: the graph has no layers (its ops carry no layer tags)"), NULL;
@@ -201,9 +246,12 @@ ir_graph *ir_remat(const ir_graph *step, int lo, int hi, int *n_recomputed, char
     r.g = step;
     r.lo = lo;
     r.hi = hi < step->n_layers - 1 ? hi : step->n_layers - 1;
+    r.full = full;
     size_t nv = (size_t)step->n_values;
     r.fwd = ir_xcalloc(nv, 1);
+    r.internal = ir_xcalloc(nv, 1);
     r.redo = ir_xcalloc(nv, 1);
+    r.done = ir_xcalloc((size_t)(r.hi - r.lo + 1), 1);
     r.map = ir_xcalloc(nv, sizeof(int));
     r.clone = ir_xcalloc(nv, sizeof(int));
     for (size_t v = 0; v < nv; v++) r.map[v] = r.clone[v] = -1;
@@ -220,4 +268,14 @@ ir_graph *ir_remat(const ir_graph *step, int lo, int hi, int *n_recomputed, char
     if (!out) return ir_errf(err, errlen, "remat: %s", msg), NULL;
     if (n_recomputed) *n_recomputed = n;
     return out;
+}
+
+ir_graph *ir_remat(const ir_graph *step, int lo, int hi, int *n_recomputed, char *err, size_t errlen)
+{
+    return remat_step(step, lo, hi, 0, n_recomputed, err, errlen);
+}
+
+ir_graph *ir_remat_full(const ir_graph *step, int lo, int hi, int *n_recomputed, char *err, size_t errlen)
+{
+    return remat_step(step, lo, hi, 1, n_recomputed, err, errlen);
 }

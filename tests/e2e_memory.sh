@@ -14,7 +14,7 @@ pass=0 fail=0
 
 . "$root/tests/lib_e2e.sh"
 
-for s in zero1:batch zero2:batch dp:batch,remat:all zero3:batch,remat:0; do
+for s in zero1:batch zero2:batch dp:batch,remat:all zero3:batch,remat:0 dp:batch,remat:full zero3:batch,remat:1:full; do
     ok "run $s" "$carve" run --model gpt-tiny --mesh batch=4 --schedule "$s" --steps 2
     has "run $s" "check: passed"
 done

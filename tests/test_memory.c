@@ -8,7 +8,8 @@
  * - the activation peak of a GPT layer stack with every block recomputed
  *   grows by exactly one checkpoint (b x s x h) per layer, and above the
  *   checkpoints holds about one layer's working set;
- * - the recomputed FLOPs are a part of the layers' forward FLOPs;
+ * - the recomputed FLOPs are a part of the layers' forward FLOPs; with full
+ *   recomputation (remat:full) exactly the layers' forward FLOPs;
  * - bad ranges and a schedule applied without its rewrite are refused;
  * - N micro-batches compute the whole batch's loss and update (up to float
  *   summation order), hold about 1/N of the activations, and all-reduce
@@ -94,25 +95,11 @@ static unsigned char *forward_values(const ir_graph *g)
     return fwd;
 }
 
-static void test_remat_rewrite(void)
+/* How many times a backward op of step r reads an internal value of a
+ * layer (one no forward op of another layer reads): 0 after a remat
+ * rewrite, whose backward ops read only checkpoints, params and inputs. */
+static int internal_reads(const ir_graph *r)
 {
-    char err[512];
-    ir_graph *g = test_build_step("gpt-tiny");
-    int n = 0;
-    ir_graph *r = ir_remat(g, 0, 99, &n, err, sizeof err);
-    CHECKF(r != NULL, "%s", err);
-    if (!r) {
-        ir_free(g);
-        return;
-    }
-    CHECK(ir_verify(r, err, sizeof err) == 0);
-    int clones = 0;
-    for (int v = 0; v < r->n_values; v++) clones += !strncmp(r->values[v].name, "remat/", 6);
-    CHECKF(clones == n && n > 10 && r->n_ops == g->n_ops + n, "%d clones, %d reported, %d -> %d ops", clones, n, g->n_ops,
-           r->n_ops);
-    /* no backward op of the rewritten step reads an internal value of a
-     * layer: only checkpoints (values some other layer's forward ops read),
-     * params and inputs */
     unsigned char *fwd = forward_values(r);
     int bad = 0;
     for (int i = 0; i < r->n_ops; i++) {
@@ -129,6 +116,26 @@ static void test_remat_rewrite(void)
         }
     }
     free(fwd);
+    return bad;
+}
+
+static void test_remat_rewrite(void)
+{
+    char err[512];
+    ir_graph *g = test_build_step("gpt-tiny");
+    int n = 0;
+    ir_graph *r = ir_remat(g, 0, 99, &n, err, sizeof err);
+    CHECKF(r != NULL, "%s", err);
+    if (!r) {
+        ir_free(g);
+        return;
+    }
+    CHECK(ir_verify(r, err, sizeof err) == 0);
+    int clones = 0;
+    for (int v = 0; v < r->n_values; v++) clones += !strncmp(r->values[v].name, "remat/", 6);
+    CHECKF(clones == n && n > 10 && r->n_ops == g->n_ops + n, "%d clones, %d reported, %d -> %d ops", clones, n, g->n_ops,
+           r->n_ops);
+    int bad = internal_reads(r);
     CHECKF(bad == 0, "%d backward reads of internal forward values", bad);
     /* the same numbers, bit for bit, over two steps (the second from the
      * first's updates) */
@@ -188,6 +195,71 @@ static void test_remat_memory(void)
            ckpt, A, above / A);
 }
 
+/* Full recomputation (remat:full, ir_remat_full): every forward op of every
+ * layer is cloned, all of a layer's clones in one run before its backward
+ * pass; the backward pass reads no internal value; the outputs are bit for
+ * bit the plain step's; the extra FLOPs are exactly the layers' forward
+ * FLOPs (the selective rewrite's are fewer); the activation peak still grows
+ * by one checkpoint a layer. */
+static void test_remat_full(void)
+{
+    char err[512];
+    ir_graph *g = test_build_step("gpt-tiny");
+    int ns = 0, nf = 0, n1 = 0, layer_ops = 0;
+    ir_graph *sel = ir_remat(g, 0, 99, &ns, err, sizeof err), *r = ir_remat_full(g, 0, 99, &nf, err, sizeof err);
+    CHECKF(sel && r, "%s", err);
+    if (!sel || !r) goto out;
+    unsigned char *fwd = forward_values(g);
+    for (int i = 0; i < g->n_ops; i++) layer_ops += fwd[g->ops[i].out] && g->ops[i].layer >= 0;
+    free(fwd);
+    CHECKF(nf == layer_ops && nf > ns && r->n_ops == g->n_ops + nf, "full: %d clones, %d forward ops in layers, selective %d",
+           nf, layer_ops, ns);
+    CHECK(ir_verify(r, err, sizeof err) == 0 && internal_reads(r) == 0);
+    /* each layer's clones are one run of values (re-run together) */
+    int runs = 0, prev = -2, prev_layer = -2;
+    for (int v = 0; v < r->n_values; v++) {
+        if (strncmp(r->values[v].name, "remat/", 6)) continue;
+        int layer = r->ops[r->values[v].producer].layer;
+        runs += v != prev + 1 || layer != prev_layer;
+        prev = v;
+        prev_layer = layer;
+    }
+    CHECKF(runs == g->n_layers, "%d runs of clones for %d layers", runs, g->n_layers);
+    CHECK(same_outputs(g, r, 2));
+    ir_graph *r1 = ir_remat_full(g, 1, 1, &n1, err, sizeof err);
+    CHECKF(r1 && 2 * n1 == nf && same_outputs(g, r1, 1), "layer 1 alone: %d clones of %d", n1, nf);
+    ir_free(r1);
+    /* FLOPs and activation peaks on 4 and 8 layers (f32, one device) */
+    static const char *spec[2] = {"gpt:layers=4,hidden=128,heads=4,seq=64,batch=4,vocab=256",
+                                  "gpt:layers=8,hidden=128,heads=4,seq=64,batch=4,vocab=256"};
+    double act[2];
+    for (int m = 0; m < 2; m++) {
+        ir_graph *a = test_build_step(spec[m]), *b = test_build_step(spec[m]), *c = test_build_step(spec[m]);
+        double layer_fwd = 0;
+        unsigned char *f = forward_values(a);
+        for (int i = 0; i < a->n_ops; i++)
+            if (f[a->ops[i].out] && a->ops[i].layer >= 0) layer_fwd += ir_op_flops(a, i);
+        free(f);
+        cost_estimate plain = price(&a, "batch=1", "dp:batch"), full = price(&b, "batch=1", "dp:batch,remat:full");
+        cost_estimate selective = price(&c, "batch=1", "dp:batch,remat:all");
+        double extra = full.flops - plain.flops;
+        CHECKF(fabs(extra - layer_fwd) <= 1e-9 * layer_fwd && selective.flops < full.flops,
+               "%s: full recomputation adds %.6g FLOPs, layers' forward %.6g", spec[m], extra, layer_fwd);
+        printf("%s: FLOPs +%.1f%% with remat:full, +%.1f%% with remat:all\n", spec[m], 100 * extra / plain.flops,
+               100 * (selective.flops / plain.flops - 1));
+        act[m] = full.activation_peak;
+        ir_free(a);
+        ir_free(b);
+        ir_free(c);
+    }
+    double ckpt = 4.0 * 64 * 128 * 4, slope = (act[1] - act[0]) / 4;
+    CHECKF(fabs(slope - ckpt) < 1e-6 * ckpt, "remat:full stack grows by %.0f bytes a layer, checkpoint is %.0f", slope, ckpt);
+out:
+    ir_free(sel);
+    ir_free(r);
+    ir_free(g);
+}
+
 static void test_remat_errors(void)
 {
     char err[512];
@@ -197,12 +269,17 @@ static void test_remat_errors(void)
     shard_mesh mesh;
     schedule sc;
     shard_mesh_parse("batch=2", &mesh, err, sizeof err);
-    static const char *bad[] = {"remat", "remat:", "remat:x", "remat:2-1", "remat:1-", "remat:-1", "remat:1:2"};
+    static const char *bad[] = {"remat", "remat:", "remat:x", "remat:2-1", "remat:1-", "remat:-1", "remat:1:2",
+                                "remat:full:full", "remat:1:fll", "remat:all:full:x"};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
         CHECKF(sched_parse(bad[i], &mesh, &sc, err, sizeof err) < 0 && strstr(err, "remat:all"), "'%s' -> '%s'", bad[i], err);
     CHECK(sched_parse("remat:0-1,dp:batch", &mesh, &sc, err, sizeof err) == 0 && sc.t[0].lo == 0 && sc.t[0].hi == 1);
     char text[128];
-    CHECK(!strcmp(sched_str(&sc, &mesh, text, sizeof text), "remat:0-1,dp:batch"));
+    CHECK(!strcmp(sched_str(&sc, &mesh, text, sizeof text), "remat:0-1,dp:batch") && sc.t[0].dim == 0);
+    /* full recomputation: remat:full, remat:LAYERS:full; remat:all:full prints as remat:full */
+    CHECK(sched_parse("remat:full,remat:1:full,remat:0-1:full,remat:all:full", &mesh, &sc, err, sizeof err) == 0 &&
+          sc.t[0].dim == 1 && sc.t[0].hi == 1 << 20 && sc.t[1].lo == 1 && sc.t[1].hi == 1 && sc.t[2].dim == 1);
+    CHECK(!strcmp(sched_str(&sc, &mesh, text, sizeof text), "remat:full,remat:1:full,remat:0-1:full,remat:full"));
     /* a schedule with remat applied to a step that was not rewritten */
     shard_state *st = shard_state_new(g, &mesh);
     CHECK(sched_apply(&sc, st, err, sizeof err) < 0 && strstr(err, "not rewritten"));
@@ -483,6 +560,7 @@ int main(void)
 {
     test_remat_rewrite();
     test_remat_memory();
+    test_remat_full();
     test_remat_errors();
     test_microbatch();
     test_gather_choice();

@@ -234,6 +234,10 @@ static void test_expert_schedules(void)
         {"batch=8", "zero2:batch,remat:all"},
         {"batch=2,model=2", "remat:1,dp:batch,megatron:model"},
         {"batch=2,model=4", "remat:all,zero1:batch,megatron:model"},
+        /* full recomputation (each layer's whole forward re-run) */
+        {"batch=2", "dp:batch,remat:full"},
+        {"batch=4", "zero3:batch,remat:full"},
+        {"batch=2,model=2", "remat:0:full,dp:batch,megatron:model"},
         /* 2 and 4 micro-batches, alone and with the rest */
         {"batch=1", "microbatch:2"},
         {"batch=2", "dp:batch,microbatch:2"},
