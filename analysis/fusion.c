@@ -200,7 +200,8 @@ static int kernel_class(const spmd_program *p, const spmd_instr *in, int *row)
     for (int k = 0; k < op->n_in; k++)
         if (g->values[op->in[k]].dtype == IR_I32) return KC_OTHER;
     ir_opclass c = ir_op_class(op->kind);
-    if (c == IR_UNARY || c == IR_BINARY) return KC_ELEM;
+    /* a dropout mask is drawn inside the kernel from its coordinates */
+    if (c == IR_UNARY || c == IR_BINARY || op->kind == IR_OP_DROPOUT_MASK) return KC_ELEM;
     if (op->kind == IR_OP_EINSUM) return KC_EINSUM;
     if (op->kind == IR_OP_REDUCE_SUM || op->kind == IR_OP_REDUCE_MAX) {
         int rank = g->values[op->in[0]].rank, n = op->attrs.n_ints, trailing = n > 0;

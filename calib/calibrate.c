@@ -196,6 +196,7 @@ static int op_cases(ir_opkind k, int64_t n, op_case *c)
      * vector_flops) */
     if (ir_op_elementwise(k) || k == IR_OP_CONSTANT || k == IR_OP_RESHAPE) return 1;
     switch ((int)k) {
+    case IR_OP_DROPOUT_MASK: /* rate 0.5 (at.scalar), seed 1 */
     case IR_OP_IOTA:
         c[0].at.n_ints = 1;
         c[0].at.ints[0] = 1;

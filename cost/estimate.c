@@ -404,6 +404,7 @@ typedef struct ctx {
     cost_ws *w;
     double axes_prod[1u << SHARD_MAX_AXES]; /* product of sizes per axis mask */
     int mixed;   /* 2-byte working values (mixed bf16 or fp16) */
+    int kern;    /* accelerator kernels (fused_elementwise 2): a kept dropout mask takes 1 byte an element */
     cost_precision precision;
     double ser;  /* cost_cpu_factor of the mesh */
     int oversub; /* devices outnumber cores */
@@ -425,6 +426,9 @@ static void size_buffer(ctx *c, int b)
     double n = c->w->numel[B->value] / c->axes_prod[tiled_mask(&B->spec, v->rank)];
     c->w->buf_numel[b] = n;
     c->w->buf_bytes[b] = n * (c->mixed ? (double)c->w->mp_size[B->value] : (double)ir_dtype_size(v->dtype));
+    /* a fused kernel writes the mask it drew, for the backward pass, as
+     * PyTorch's dropout keeps it: a bool, one byte an element */
+    if (c->kern && v->producer >= 0 && c->p->g->ops[v->producer].kind == IR_OP_DROPOUT_MASK) c->w->buf_bytes[b] = n;
 }
 
 /* Local size of dim d of buffer b. */
@@ -645,7 +649,8 @@ int cost_estimate_program(cost_ws *w, const spmd_program *p, const cost_hw *hw, 
         build_graph_tables(w, p, hash);
     grow_program(w, p);
     ctx c = {.p = p, .w = w, .precision = opt->precision,
-             .mixed = opt->precision == COST_MIXED_BF16 || opt->precision == COST_MIXED_FP16};
+             .mixed = opt->precision == COST_MIXED_BF16 || opt->precision == COST_MIXED_FP16,
+             .kern = hw->fused_elementwise == 2 && p->fuse.klen};
     const shard_mesh *m = &p->mesh;
     for (unsigned mask = 0; mask < (1u << SHARD_MAX_AXES); mask++) {
         double prod = 1;
@@ -698,7 +703,7 @@ int cost_estimate_program(cost_ws *w, const spmd_program *p, const cost_hw *hw, 
     }
     /* accelerator kernels (fused_elementwise 2), else the executor's groups (1):
      * results kept in registers or scratch tiles are never allocated */
-    int kern = hw->fused_elementwise == 2 && p->fuse.klen;
+    int kern = c.kern;
     if (kern) mark_kernels(w, p);
     else if (hw->fused_elementwise)
         for (int i = 0; i < p->n_instrs; i++)

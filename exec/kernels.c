@@ -9,6 +9,7 @@
  * stays accurate on long reductions (a loss over 10^8 logits).
  */
 #include "exec/kernels.h"
+#include "ir/pcg32.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -292,6 +293,30 @@ static void iota(const ir_attrs *a, exec_tensor *y, const exec_kernel_opts *o)
             }
 }
 
+/* dropout_mask: each element from its global coordinates (the block's
+ * offset plus its local index), so a block drawn on a device equals the
+ * same block of the whole mask; the leading coordinates are hashed once per
+ * row (pcg32_counter_prefix). */
+static void dropout_mask(const ir_attrs *a, exec_tensor *y, const exec_kernel_opts *o)
+{
+    int r = y->rank;
+    int64_t idx[IR_MAX_RANK] = {0}, rows = 1, len = y->dims[r - 1];
+    for (int d = 0; d < r - 1; d++) rows *= y->dims[d];
+    double p = a->scalar;
+    float keep = (float)(1.0 / (1.0 - p));
+    float *out = y->data;
+    for (int64_t q = 0; q < rows; q++) {
+        int64_t g[IR_MAX_RANK];
+        for (int d = 0; d < r - 1; d++) g[d] = o->out_offset[d] + idx[d];
+        uint64_t prefix = pcg32_counter_prefix((uint64_t)a->ints[0], r - 1, g);
+        for (int64_t j = 0; j < len; j++) {
+            double u = (double)pcg32_counter_last(prefix, o->out_offset[r - 1] + j) * (1.0 / 4294967296.0);
+            out[q * len + j] = u >= p ? keep : 0.0f;
+        }
+        for (int d = r - 2; d >= 0 && ++idx[d] == y->dims[d]; d--) idx[d] = 0; /* next row */
+    }
+}
+
 static void constant(double v, exec_tensor *y)
 {
     int64_t n = numel(y);
@@ -362,6 +387,12 @@ KERN(constant)
 KERN(iota)
 {
     iota(a, out, o);
+    return 0;
+}
+
+KERN(dropout_mask)
+{
+    dropout_mask(a, out, o);
     return 0;
 }
 

@@ -7,6 +7,7 @@
  * error in g->err and returns -1 (see ir.h).
  */
 #include "ir.h"
+#include "pcg32.h"
 
 #include <stdarg.h>
 #include <stdlib.h>
@@ -394,6 +395,14 @@ static int infer_nullary(shape_ctx *c)
     if (hinted(c, "a shape") < 0) return -1;
     if (c->k == IR_OP_IOTA && (c->a->n_ints != 1 || c->a->ints[0] < 0 || c->a->ints[0] >= c->hint_rank))
         return ir_fail(c->g, "iota: needs one dim in 0..%d", c->hint_rank - 1);
+    if (c->k == IR_OP_DROPOUT_MASK) {
+        if (!(c->a->scalar >= 0 && c->a->scalar < 1))
+            return ir_fail(c->g, "dropout_mask: rate %g is outside [0, 1)", c->a->scalar);
+        if (c->a->n_ints != 1 || c->a->ints[0] < 0 || c->a->ints[0] > ((int64_t)1 << 53))
+            return ir_fail(c->g, "dropout_mask: needs one seed in 0..2^53");
+        if (c->hint_rank < 1) return ir_fail(c->g, "dropout_mask: needs a shape of rank 1 or more");
+        c->t = IR_F32;
+    }
     return 0;
 }
 
@@ -737,6 +746,18 @@ int ir_iota(ir_graph *g, ir_dtype t, int rank, const int64_t *dims, int dim)
 {
     ir_attrs a = {.n_ints = 1, .ints = {dim}};
     return ir_add_op(g, IR_OP_IOTA, 0, NULL, &a, t, rank, dims, NULL);
+}
+
+int ir_dropout_mask(ir_graph *g, int rank, const int64_t *dims, double p, int64_t seed)
+{
+    ir_attrs a = {.scalar = p, .n_ints = 1, .ints = {seed}};
+    return ir_add_op(g, IR_OP_DROPOUT_MASK, 0, NULL, &a, IR_F32, rank, dims, NULL);
+}
+
+float ir_dropout_value(double p, int64_t seed, int rank, const int64_t *index)
+{
+    double u = (double)pcg32_counter((uint64_t)seed, rank, index) * (1.0 / 4294967296.0);
+    return u >= p ? (float)(1.0 / (1.0 - p)) : 0.0f;
 }
 
 int ir_unary(ir_graph *g, ir_opkind k, int x)

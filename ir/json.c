@@ -224,6 +224,10 @@ static void save_op(sbuf *b, const ir_graph *g, int i)
         sb_key(b, "depth");
         sb_printf(b, "%lld", (long long)o->attrs.ints[0]);
     }
+    if (f & IR_ATTR_SEED) {
+        sb_key(b, "seed");
+        sb_printf(b, "%lld", (long long)o->attrs.ints[0]);
+    }
     if (f & IR_ATTR_ROWS) {
         sb_key(b, "rows");
         sb_printf(b, "%lld", (long long)out->dims[0]);
@@ -622,7 +626,7 @@ static int resolve(loader *L, const char *name, int from_op)
 /* ---- ops --------------------------------------------------------------- */
 
 static const char *const op_keys[] = {"name", "op", "in", "layer", "grad_of", "dtype", "shape", NULL};
-static const char *const attr_keys[] = {"scalar", "dims", "perm", "depth", "rows", "subscripts", NULL};
+static const char *const attr_keys[] = {"scalar", "dims", "perm", "depth", "rows", "subscripts", "seed", NULL};
 
 /* Is `s` an automatic name "%<digits>"?  Sets *k to its number. */
 static int auto_label(const char *s, long *k)
@@ -673,6 +677,7 @@ static int load_op(loader *L, int j, const cJSON *o)
     if (f & IR_ATTR_DEPTH) keys[nk++] = "depth";
     if (f & IR_ATTR_ROWS) keys[nk++] = "rows";
     if (f & IR_ATTR_SUBSCRIPTS) keys[nk++] = "subscripts";
+    if (f & IR_ATTR_SEED) keys[nk++] = "seed";
     keys[nk] = NULL;
     if (check_keys(L, o, keys, attr_keys, on) < 0) return -1;
 
@@ -750,6 +755,11 @@ static int load_op(loader *L, int j, const cJSON *o)
     if (f & IR_ATTR_DEPTH) {
         if (!(a = cJSON_GetObjectItemCaseSensitive(o, "depth"))) return lfail(L, "missing field \"depth\"");
         if (get_int(L, a, "depth", &at.ints[0]) < 0) return -1;
+        at.n_ints = 1;
+    }
+    if (f & IR_ATTR_SEED) {
+        if (!(a = cJSON_GetObjectItemCaseSensitive(o, "seed"))) return lfail(L, "missing field \"seed\"");
+        if (get_int(L, a, "seed", &at.ints[0]) < 0) return -1;
         at.n_ints = 1;
     }
     if (f & IR_ATTR_ROWS) {

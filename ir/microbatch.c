@@ -38,6 +38,7 @@ typedef struct mb {
     int *shared;            /* per old value: its id in out for params and optimizer states, else -1 */
     int *map;               /* per old value: its id in out for the current pass */
     int *acc;               /* per old param: its accumulated gradient so far, or -1 */
+    int k;                  /* the micro-batch being copied */
     char name[600];
 } mb;
 
@@ -74,7 +75,10 @@ static int copy_op(mb *m, int op, const char *name)
     int in[IR_MAX_OPERANDS] = {-1, -1};
     for (int k = 0; k < o->n_in; k++) in[k] = m->map[o->in[k]];
     ir_set_layer(m->out, o->layer);
-    int v = ir_add_op(m->out, o->kind, o->n_in, in, &o->attrs, x->dtype, x->rank, x->dims, name);
+    ir_attrs a = o->attrs;
+    if (o->kind == IR_OP_DROPOUT_MASK) /* each micro-batch draws its own masks (53-bit seeds) */
+        a.ints[0] = (int64_t)(((uint64_t)a.ints[0] + (uint64_t)m->k * 0x9e3779b97f4a7c15ull) & ((1ull << 53) - 1));
+    int v = ir_add_op(m->out, o->kind, o->n_in, in, &a, x->dtype, x->rank, x->dims, name);
     if (v >= 0) m->out->values[v].layer = x->layer;
     return v;
 }
@@ -102,6 +106,7 @@ static int copy_arg(mb *m, int v, int k)
 static void pass(mb *m, int k)
 {
     const ir_graph *g = m->g;
+    m->k = k;
     for (int v = 0; v < g->n_values && !ir_error(m->out); v++) {
         const ir_value *x = &g->values[v];
         if (x->role != IR_INTERMEDIATE) m->map[v] = copy_arg(m, v, k);

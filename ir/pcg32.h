@@ -22,4 +22,16 @@ void pcg32_advance(pcg32 *r, uint64_t delta);
 /* Uniform in [0, 1). */
 double pcg32_double(pcg32 *r);
 
+/* Counter-based numbers: a pure function of (key, index[0..n)), with no
+ * state, so any block of a tensor can be drawn alone (dropout masks drawn
+ * from global element coordinates).  The key and each coordinate in turn go
+ * through SplitMix64's finalizer (h = mix(h ^ index[d])); the last word
+ * takes one PCG32 step and PCG32's output function.  n >= 1.
+ * pcg32_counter(key, n, index) = pcg32_counter_last(pcg32_counter_prefix(
+ * key, n - 1, index), index[n - 1]): a kernel hashes a row's leading
+ * coordinates once. */
+uint32_t pcg32_counter(uint64_t key, int n, const int64_t *index);
+uint64_t pcg32_counter_prefix(uint64_t key, int n, const int64_t *index);
+uint32_t pcg32_counter_last(uint64_t prefix, int64_t last);
+
 #endif

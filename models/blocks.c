@@ -9,6 +9,16 @@
 #include <stdio.h>
 #include <string.h>
 
+int mb_dropout(ir_graph *g, int x, double p, const char *name)
+{
+    if (x < 0 || !(p > 0)) return x;
+    uint64_t h = 1469598103934665603ull; /* FNV-1a of the name, cut to 53 bits (a graph file's integers) */
+    for (const char *c = name; *c; c++) h = (h ^ (unsigned char)*c) * 1099511628211ull;
+    const ir_value *v = &g->values[x];
+    int mask = ir_dropout_mask(g, v->rank, v->dims, p, (int64_t)(h >> 11));
+    return mb_named(g, name, IR_OP_MUL, x, mask, 0);
+}
+
 int mb_named(ir_graph *g, const char *name, ir_opkind k, int a, int b, double scalar)
 {
     int in[2] = {a, b};
@@ -153,6 +163,7 @@ int mb_attend(ir_graph *g, int q, int k, int v, const mb_attn_mask *m, const cha
     }
     if (m && m->mask >= 0) scores = mb_mask(g, scores, m->mask, m->bias, mb_cat(name, sizeof name, prefix, "masked"));
     int p = mb_softmax(g, scores, mb_cat(name, sizeof name, prefix, "probs"));
+    if (m) p = mb_dropout(g, p, m->dropout, mb_cat(name, sizeof name, prefix, "probs.drop"));
     return mb_einsum(g, mb_cat(name, sizeof name, prefix, "ctx"), grouped ? "bkgst,btkd->bskgd" : "bnst,btnd->bsnd", p, v);
 }
 
@@ -218,8 +229,10 @@ int mb_gpt_block(ir_graph *g, int x, int layer, int64_t heads, int64_t f, const 
     snprintf(pre, sizeof pre, "h%d", layer);
     int a = gpt_attention(g, mb_layer_norm(g, x, mb_cat(sub, sizeof sub, pre, "ln1")), heads, m,
                           mb_cat(name, sizeof name, pre, "attn"));
+    a = mb_dropout(g, a, m ? m->dropout : 0, mb_cat(name, sizeof name, pre, "attn.drop"));
     x = mb_named(g, mb_cat(name, sizeof name, pre, "resid"), IR_OP_ADD, x, a, 0);
     int y = gelu_mlp(g, mb_layer_norm(g, x, mb_cat(sub, sizeof sub, pre, "ln2")), f, mb_cat(name, sizeof name, pre, "mlp"));
+    y = mb_dropout(g, y, m ? m->dropout : 0, mb_cat(name, sizeof name, pre, "mlp.drop"));
     return mb_named(g, mb_cat(name, sizeof name, pre, "out"), IR_OP_ADD, x, y, 0);
 }
 

@@ -43,6 +43,8 @@ int mb_rms_norm(ir_graph *g, int x, const char *prefix, double eps);
 typedef struct mb_attn_mask {
     int mask, bias; /* mb_causal's pair, or -1: every key visible */
     int pos_bias;   /* additive [n,s,t] (relative position bias), or -1 */
+    double dropout; /* rate on the probabilities ("<prefix>.probs.drop") and, in
+                       mb_gpt_block, on the attention and MLP outputs; 0: none */
 } mb_attn_mask;
 int mb_attend(ir_graph *g, int q, int k, int v, const mb_attn_mask *m, const char *prefix);
 
@@ -51,6 +53,11 @@ int mb_attend(ir_graph *g, int q, int k, int v, const mb_attn_mask *m, const cha
  * of wq, wk, wv [h,heads,dh] and wo [heads,dh,h].  Sets layer tag L and
  * returns "h<L>.out". */
 int mb_gpt_block(ir_graph *g, int x, int layer, int64_t heads, int64_t f, const mb_attn_mask *m);
+
+/* Dropout of rate p on x: x * ir_dropout_mask(p), named `name`, the mask's
+ * seed a hash of `name` (so each site draws its own mask and a rebuilt or
+ * recomputed graph draws the same one).  p = 0 returns x (no op). */
+int mb_dropout(ir_graph *g, int x, double p, const char *name);
 
 /* Mean cross-entropy of logits [b,s,v] against i32 labels [b,s]; "loss". */
 int mb_cross_entropy(ir_graph *g, int logits, int labels);

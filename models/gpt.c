@@ -12,6 +12,10 @@
  * the loss carry tag -1.  Main intermediates get readable names
  * ("h3.attn.scores", "h3.out", "logits"), all other values automatic ones.
  * The block itself is models/blocks.c's (ViT uses it without the mask).
+ * With dropout=P (cfg->dropout > 0), Megatron-LM's GPT placement: on the
+ * embeddings ("embed.drop"), the attention probabilities ("h3.attn.probs.drop")
+ * and the attention and MLP outputs before each residual add
+ * ("h3.attn.drop", "h3.mlp.drop"); each is x * a dropout_mask op.
  */
 #include "models.h"
 #include "models/blocks.h"
@@ -59,9 +63,11 @@ ir_graph *model_build_gpt(const model_config *cfg, char *err, size_t errlen)
 
     mb_causal(g, m.s, &m.mask.mask, &m.mask.bias);
     m.mask.pos_bias = -1;
+    m.mask.dropout = cfg->dropout;
 
     int tok = mb_named(g, "embed.tok", IR_OP_GATHER, wte, tokens, 0);
     int x = mb_named(g, "embed", IR_OP_ADD, tok, ir_broadcast(g, wpe, 3, bsh, map12), 0);
+    x = mb_dropout(g, x, cfg->dropout, "embed.drop");
     for (int64_t l = 0; l < m.layers; l++) x = mb_gpt_block(g, x, (int)l, m.heads, 4 * m.h, &m.mask);
     ir_set_layer(g, -1);
     x = mb_layer_norm(g, x, "ln_f");

@@ -179,7 +179,36 @@ char *model_config_str(const model_config *cfg, char *buf, size_t n)
     size_t k = (size_t)snprintf(buf, n, "%s", cfg->model);
     for (int i = 0; i < cfg->n_keys && k < n; i++)
         k += (size_t)snprintf(buf + k, n - k, "%c%s=%lld", i ? ',' : ':', cfg->keys[i], (long long)cfg->values[i]);
+    if (cfg->dropout > 0 && k < n) { /* the shortest text that reads back the same */
+        char num[32];
+        snprintf(num, sizeof num, "%.15g", cfg->dropout);
+        if (strtod(num, NULL) != cfg->dropout) snprintf(num, sizeof num, "%.17g", cfg->dropout);
+        snprintf(buf + k, n - k, ",dropout=%s", num);
+    }
     return buf;
+}
+
+/* Models whose builders place dropout (mb_gpt_block's). */
+static int takes_dropout(const model_def *m) { return !strcmp(m->name, "gpt") || !strcmp(m->name, "vit"); }
+
+/* "dropout=P" in [p, end): P a decimal rate in [0, 1).  Returns 0, 1 when
+ * the key is not dropout, or -1 with a message. */
+static int parse_dropout(const char *spec, const model_def *m, const char *p, const char *eq, const char *end,
+                         model_config *cfg, int *seen, char *err, size_t errlen)
+{
+    if (eq - p != 7 || strncmp(p, "dropout", 7) || !takes_dropout(m)) return 1;
+    if (*seen) return ir_errf(err, errlen, "model '%s': key 'dropout' given twice", spec);
+    *seen = 1;
+    char num[40], *stop;
+    int len = (int)(end - eq - 1);
+    snprintf(num, sizeof num, "%.*s", len, eq + 1);
+    errno = 0;
+    double v = len > 0 && len < (int)sizeof num ? strtod(num, &stop) : -1;
+    if (len <= 0 || len >= (int)sizeof num || *stop || errno || !(v >= 0 && v < 1) || !strchr("0123456789.", num[0]))
+        return ir_errf(err, errlen, "model '%s': bad dropout '%.*s' (expected a rate in [0, 1), e.g. dropout=0.1)", spec,
+                       len, eq + 1);
+    cfg->dropout = v;
+    return 0;
 }
 
 /* Checks a filled config against its model's rules.  `spec` names the input
@@ -316,6 +345,28 @@ static int unknown_model(const char *spec, const char *name, size_t len, char *e
                    near ? "did you mean " : "", near ? near : "", near ? "? " : "", families);
 }
 
+/* One integer "key=value" in [p, end) of spec into cfg (seen: the keys
+ * given so far).  Returns 0 or -1 with a message. */
+static int parse_key(const char *spec, const model_def *m, const char *keylist, const char *p, const char *eq,
+                     const char *end, model_config *cfg, int *seen, char *err, size_t errlen)
+{
+    int k = -1;
+    for (int i = 0; i < m->n_keys; i++)
+        if (strlen(m->keys[i]) == (size_t)(eq - p) && strncmp(m->keys[i], p, (size_t)(eq - p)) == 0) k = i;
+    if (k < 0)
+        return ir_errf(err, errlen, "model '%s': unknown key '%.*s' for %s (keys: %s)", spec, (int)(eq - p), p, m->name,
+                       keylist);
+    if (seen[k]) return ir_errf(err, errlen, "model '%s': key '%s' given twice", spec, m->keys[k]);
+    seen[k] = 1;
+    int64_t v;
+    int neg;
+    if (parse_int(eq + 1, end, &v, &neg) < 0)
+        return ir_errf(err, errlen, "model '%s': bad number '%.*s' for key '%s' (expected a positive integer)", spec,
+                       (int)(end - eq - 1), eq + 1, m->keys[k]);
+    cfg->values[k] = v;
+    return 0;
+}
+
 int model_parse(const char *spec, model_config *cfg, char *err, size_t errlen)
 {
     memset(cfg, 0, sizeof *cfg);
@@ -339,9 +390,10 @@ int model_parse(const char *spec, model_config *cfg, char *err, size_t errlen)
     }
 
     if (colon) {
-        char keylist[160];
+        char keylist[180];
         join_names(keylist, sizeof keylist, m->keys, m->n_keys, ", ");
-        int seen[MODEL_MAX_KEYS] = {0};
+        if (takes_dropout(m)) snprintf(keylist + strlen(keylist), sizeof keylist - strlen(keylist), ", dropout");
+        int seen[MODEL_MAX_KEYS] = {0}, seen_dropout = 0;
         const char *p = colon + 1;
         if (!*p) return ir_errf(err, errlen, "model '%s': nothing after ':' (expected key=value,...)", spec);
         for (;;) {
@@ -350,20 +402,8 @@ int model_parse(const char *spec, model_config *cfg, char *err, size_t errlen)
             const char *eq = memchr(p, '=', (size_t)(end - p));
             if (!eq || eq == p)
                 return ir_errf(err, errlen, "model '%s': expected key=value, got '%.*s'", spec, (int)(end - p), p);
-            int k = -1;
-            for (int i = 0; i < m->n_keys; i++)
-                if (strlen(m->keys[i]) == (size_t)(eq - p) && strncmp(m->keys[i], p, (size_t)(eq - p)) == 0) k = i;
-            if (k < 0)
-                return ir_errf(err, errlen, "model '%s': unknown key '%.*s' for %s (keys: %s)", spec, (int)(eq - p), p, m->name,
-                            keylist);
-            if (seen[k]) return ir_errf(err, errlen, "model '%s': key '%s' given twice", spec, m->keys[k]);
-            seen[k] = 1;
-            int64_t v;
-            int neg;
-            if (parse_int(eq + 1, end, &v, &neg) < 0)
-                return ir_errf(err, errlen, "model '%s': bad number '%.*s' for key '%s' (expected a positive integer)", spec,
-                            (int)(end - eq - 1), eq + 1, m->keys[k]);
-            cfg->values[k] = v;
+            int rc = parse_dropout(spec, m, p, eq, end, cfg, &seen_dropout, err, errlen);
+            if (rc < 0 || (rc > 0 && parse_key(spec, m, keylist, p, eq, end, cfg, seen, err, errlen) < 0)) return -1;
             if (!*end) break;
             p = end + 1;
             if (!*p) return ir_errf(err, errlen, "model '%s': trailing ',' (expected key=value after it)", spec);

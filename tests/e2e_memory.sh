@@ -20,6 +20,9 @@ for s in zero1:batch zero2:batch dp:batch,remat:all zero3:batch,remat:0 dp:batch
 done
 ok "run mlp" "$carve" run --model mlp-tiny --mesh batch=2,model=2 --schedule remat:all,zero2:batch,megatron:model
 has "run mlp" "check: passed"
+# dropout (Megatron's placement) with full recomputation: the recomputed masks are the forward's
+ok "run dropout" "$carve" run --model gpt-tiny:dropout=0.1 --mesh batch=2,model=2 --schedule remat:full,dp:batch,megatron:model --steps 2
+has "run dropout" "check: passed"
 
 for s in dp:batch,microbatch:2 zero2:batch,microbatch:4 microbatch:2,remat:all,zero3:batch; do
     ok "run $s" "$carve" run --model gpt-tiny --mesh batch=2 --schedule "$s" --steps 2

@@ -153,6 +153,7 @@ static ir_graph *build_all_ops(void)
     int oh = ir_one_hot(g, ids, 10);
     ir_concat(g, ir_pad(g, ir_slice(g, x, 1, 1, 3), 1, 2, 1), x, 0);
     ir_shift(g, x, 1, -2);
+    ir_binary(g, IR_OP_MUL, x, ir_dropout_mask(g, g->values[x].rank, g->values[x].dims, 0.1, 9007199254740992));
     ir_argmax(g, ir_reshard(g, ir_cast(g, ir_cast(g, ir_cumsum(g, x, 1), IR_BF16), IR_F32), 1), 1);
     int64_t all1 = 0;
     int loss_v = ir_reduce(g, IR_OP_REDUCE_SUM, rh, 1, &all1);

@@ -3,8 +3,10 @@
  * bias and activation epilogue in its kernel, softmax as one pass, a column
  * reduction ending its kernel, broadcasts folded into their readers, the
  * bytes of each kernel exactly, and the memory of results that stay in
- * registers; then GEMM efficiency by shape (tile and wave quantization) and
- * a GPT step priced with kernels against the executor's groups.
+ * registers; a dropout mask drawn inside its reader's kernel, kept for the
+ * backward pass at one byte an element; then GEMM efficiency by shape (tile
+ * and wave quantization) and a GPT step (with and without dropout) priced
+ * with kernels against the executor's groups.
  */
 #include "analysis/schedule.h"
 #include "analysis/spmd.h"
@@ -164,24 +166,63 @@ static void test_unfolded_broadcast(void)
     ir_free(g);
 }
 
+/* Dropout of a matmul's result, y = (x @ w) * dropout_mask: the mask is
+ * drawn inside the einsum's kernel (never read from memory).  Kept for a
+ * later reader (the backward pass; here an output), the kernel writes it as
+ * a fused compiler keeps it, one byte an element; otherwise not at all. */
+static void test_dropout_in_kernel(void)
+{
+    enum { M = 256, K = 128, F = 512 };
+    for (int keep = 0; keep < 2; keep++) {
+        ir_graph *g = ir_new("dropout");
+        int64_t dx[2] = {M, K}, dw[2] = {K, F}, dy[2] = {M, F};
+        int x = ir_arg(g, "x", IR_INPUT, IR_F32, 2, dx);
+        int w = ir_arg(g, "w", IR_INPUT, IR_F32, 2, dw);
+        int y = ir_einsum(g, "mk,kf->mf", x, w);
+        int mask = ir_dropout_mask(g, 2, dy, 0.1, 7);
+        int z = ir_binary(g, IR_OP_MUL, y, mask);
+        ir_add_output(g, z, -1);
+        if (keep) ir_add_output(g, mask, -1);
+        CHECK(ir_error(g) == NULL);
+        spmd_program *p = lower_one(g);
+        int iy = instr_of(p, y), iz = instr_of(p, z);
+        CHECKF(iy >= 0 && p->fuse.klen[iy] == iz - iy + 1 && p->fuse.n_kernels == 1, "kernels %d", p->fuse.n_kernels);
+        cost_hw hw = slow_memory_a100();
+        cost_estimate e = estimate(p, &hw);
+        double want = 4.0 * (M * K + K * F) + 4.0 * M * F + (keep ? 1.0 * M * F : 0);
+        CHECKF(close_rel(e.compute_time, want / 1e9, 1e-9), "keep %d: %g want %g", keep, e.compute_time, want / 1e9);
+        CHECKF(close_rel(e.peak_memory, want, 1e-9), "keep %d: peak %g want %g", keep, e.peak_memory, want);
+        spmd_free(p);
+        ir_free(g);
+    }
+}
+
 /* A GPT step on 2 A100s (data parallel, bf16): the compiler's kernels cost
  * less time and memory than the executor's elementwise groups, the
  * communication is the same, and every compute instruction lies in exactly
  * one kernel or is a folded broadcast. */
-static void test_gpt_step(void)
+static void test_gpt_step(const char *spec)
 {
-    ir_graph *g = test_build_step("gpt-tiny");
+    ir_graph *g = test_build_step(spec);
     char err[512];
     spmd_program *p = lower(g, "d=2", "dp:d");
-    int covered = 0, computes = 0;
+    int covered = 0, computes = 0, masks = 0, masks_inside = 0;
     for (int i = 0; i < p->n_instrs; i++) {
         computes += p->instrs[i].kind == SPMD_COMPUTE;
         covered += p->fuse.kfold[i];
         if (p->fuse.klen[i] > 0)
-            for (int j = i; j < i + p->fuse.klen[i]; j++) covered += !p->fuse.kfold[j] && p->instrs[j].kind == SPMD_COMPUTE;
+            for (int j = i; j < i + p->fuse.klen[i]; j++) {
+                covered += !p->fuse.kfold[j] && p->instrs[j].kind == SPMD_COMPUTE;
+                if (p->instrs[j].kind == SPMD_COMPUTE && g->ops[p->instrs[j].op].kind == IR_OP_DROPOUT_MASK)
+                    masks_inside += j > i; /* drawn inside a kernel that something else leads */
+            }
+        masks += p->instrs[i].kind == SPMD_COMPUTE && g->ops[p->instrs[i].op].kind == IR_OP_DROPOUT_MASK;
     }
-    CHECKF(covered == computes && p->fuse.n_kernels < computes / 2, "%d of %d, %d kernels", covered, computes,
+    CHECKF(covered == computes && p->fuse.n_kernels < computes / 2, "%s: %d of %d, %d kernels", spec, covered, computes,
            p->fuse.n_kernels);
+    /* with dropout: the embeddings' and 3 per layer (gpt-tiny has 2 layers) */
+    CHECKF(masks == (strstr(spec, "dropout") ? 7 : 0) && masks_inside == masks, "%s: %d masks, %d inside kernels", spec,
+           masks, masks_inside);
     cost_hw hw;
     CHECK(cost_hw_preset("a100", &hw, err, sizeof err) == 0);
     cost_options o = {COST_MIXED_BF16, 0, 0};
@@ -202,6 +243,8 @@ int main(void)
     test_epilogue();
     test_softmax_and_columns();
     test_unfolded_broadcast();
-    test_gpt_step();
+    test_dropout_in_kernel();
+    test_gpt_step("gpt-tiny");
+    test_gpt_step("gpt-tiny:dropout=0.1");
     return test_done();
 }

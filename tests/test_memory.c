@@ -395,6 +395,18 @@ static void test_microbatch(void)
     check_micro_equivalence("gpt-tiny", 2);
     check_micro_equivalence("gpt-tiny", 4);
     check_micro_equivalence("mlp-tiny", 4);
+    /* with dropout each micro-batch draws its own masks: 7 sites, 4 copies, 28 seeds */
+    ir_graph *dg = build_micro("gpt-tiny:dropout=0.1", 4, 0);
+    int64_t seeds[64];
+    int n_masks = 0, distinct = 1;
+    for (int i = 0; i < dg->n_ops; i++) {
+        if (dg->ops[i].kind != IR_OP_DROPOUT_MASK) continue;
+        for (int j = 0; j < n_masks && n_masks < 64; j++) distinct &= seeds[j] != dg->ops[i].attrs.ints[0];
+        if (n_masks < 64) seeds[n_masks] = dg->ops[i].attrs.ints[0];
+        n_masks++;
+    }
+    CHECKF(n_masks == 28 && distinct, "4 micro-batches with dropout: %d masks, distinct seeds %d", n_masks, distinct);
+    ir_free(dg);
     /* N micro-batches (f32, one device): the activation peak holds one
      * micro-batch's activations, 1/N of the whole batch's, plus the
      * accumulated gradient (4 bytes a param, an intermediate until the

@@ -106,6 +106,11 @@ static void test_parse_errors(void)
         {"gpt:seq=1048576,batch=65536,heads=1", "too large: attention scores", NULL},
         {"gpt:batch=1048576,seq=32,vocab=16777216", "too large: logits", NULL},
         {"mlp:in=16777217", "in=16777217 is too large (at most 16777216)", NULL},
+        {"gpt:dropout=1", "bad dropout '1' (expected a rate in [0, 1)", NULL},
+        {"gpt:dropout=abc", "bad dropout 'abc'", NULL},
+        {"gpt:dropout=-0.1", "bad dropout '-0.1'", NULL},
+        {"gpt:dropout=0.1,dropout=0.2", "key 'dropout' given twice", NULL},
+        {"llama-tiny:dropout=0.1", "unknown key 'dropout' for llama", NULL},
         {"gpt:", "nothing after ':'", NULL},
         {"gpt:layers=2,", "trailing ','", NULL},
         {"gpt:layers=2,,heads=4", "expected key=value, got ''", NULL},
@@ -647,6 +652,55 @@ static void test_unet(void)
     }
 }
 
+/* dropout=P (gpt, vit): 0 builds exactly the graph without the key; P > 0
+ * adds one mask on the embeddings and three per block (probabilities,
+ * attention output, MLP output), each read by one multiply, each with its
+ * own seed; the canonical text carries it and parses back. */
+static void test_dropout(void)
+{
+    model_config c, d;
+    char err[512], buf[256];
+    CHECKF(model_parse("gpt-tiny:dropout=0.1", &c, err, sizeof err) == 0 && c.dropout == 0.1, "%s", err);
+    model_config_str(&c, buf, sizeof buf);
+    CHECKF(!strcmp(buf, "gpt:layers=2,hidden=64,heads=8,seq=16,batch=8,vocab=128,dropout=0.1"), "%s", buf);
+    CHECK(model_parse(buf, &d, err, sizeof err) == 0 && d.dropout == c.dropout);
+    CHECK(model_parse("gpt-tiny:dropout=0", &c, err, sizeof err) == 0 && c.dropout == 0);
+    CHECK(!strcmp(model_config_str(&c, buf, sizeof buf), "gpt:layers=2,hidden=64,heads=8,seq=16,batch=8,vocab=128"));
+    static const char *pairs[][2] = {{"gpt-tiny", "gpt-tiny:dropout=0"}, {"vit-tiny", "vit-tiny:dropout=0.0"}};
+    for (int i = 0; i < 2; i++) {
+        ir_graph *a = build_checked(pairs[i][0]), *b = build_checked(pairs[i][1]);
+        char *ja = a ? ir_save_json(a) : NULL, *jb = b ? ir_save_json(b) : NULL;
+        CHECKF(ja && jb && !strcmp(ja, jb), "%s and %s build different graphs", pairs[i][0], pairs[i][1]);
+        free(ja);
+        free(jb);
+        ir_free(a);
+        ir_free(b);
+    }
+    static const char *specs[2] = {"gpt-tiny:dropout=0.1", "vit-tiny:dropout=0.25"};
+    for (int i = 0; i < 2; i++) {
+        ir_graph *g = build_checked(specs[i]);
+        if (!g) continue;
+        int masks = 0, readers_ok = 1, seeds_distinct = 1;
+        int64_t seeds[64];
+        for (int k = 0; k < g->n_ops; k++) {
+            const ir_op *o = &g->ops[k];
+            if (o->kind != IR_OP_DROPOUT_MASK) continue;
+            int readers = 0;
+            for (int j = 0; j < g->n_ops; j++)
+                for (int q = 0; q < g->ops[j].n_in; q++) readers += g->ops[j].in[q] == o->out && g->ops[j].kind == IR_OP_MUL;
+            readers_ok &= readers == 1;
+            for (int j = 0; j < masks && masks < 64; j++) seeds_distinct &= seeds[j] != o->attrs.ints[0];
+            if (masks < 64) seeds[masks] = o->attrs.ints[0];
+            masks++;
+        }
+        CHECKF(masks == 1 + 3 * g->n_layers && readers_ok && seeds_distinct, "%s: %d masks for %d layers", specs[i], masks,
+               g->n_layers);
+        CHECK(ir_find(g, "embed.drop") >= 0 && ir_find(g, "h1.attn.probs.drop") >= 0 && ir_find(g, "h0.attn.drop") >= 0 &&
+              ir_find(g, "h1.mlp.drop") >= 0);
+        ir_free(g);
+    }
+}
+
 int main(void)
 {
     test_parse();
@@ -662,5 +716,6 @@ int main(void)
     test_t5();
     test_gpt_39b();
     test_steps();
+    test_dropout();
     return test_done();
 }

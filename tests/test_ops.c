@@ -23,6 +23,7 @@
  *     tiled dim: as a halo exchange).
  */
 #include "analysis/groups.h"
+#include "exec/kernels.h"
 #include "exec/runtime.h"
 #include "ir/pcg32.h"
 #include "tests/test.h"
@@ -82,7 +83,8 @@ static int example_binary(ir_graph *g, ir_opkind k)
 static int example_nullary(ir_graph *g, ir_opkind k)
 {
     int64_t d[2] = {4, 8};
-    ir_attrs a = {.scalar = 1.5, .n_ints = 1, .ints = {1}};
+    /* constant 1.5; iota along dim 1; a dropout mask of rate 0.25, seed 1 */
+    ir_attrs a = {.scalar = k == IR_OP_DROPOUT_MASK ? 0.25 : 1.5, .n_ints = 1, .ints = {1}};
     int c = ir_add_op(g, k, 0, NULL, &a, IR_F32, 2, d, NULL);
     return ir_binary(g, IR_OP_MUL, c, param(g, "P", 2, 4, 8, 0));
 }
@@ -438,15 +440,77 @@ static void test_einsum_n(void)
     ir_free(f);
 }
 
+/* dropout_mask of rate p, seed `seed` over [A, B, C] (whole) into m. */
+static void draw_mask(double p, int64_t seed, const int64_t *dims, const int64_t *offset, float *m)
+{
+    ir_attrs a = {.scalar = p, .n_ints = 1, .ints = {seed}};
+    exec_tensor out = {IR_F32, 3, {dims[0], dims[1], dims[2]}, m};
+    exec_kernel_opts o;
+    memset(&o, 0, sizeof o);
+    for (int d = 0; d < 3; d++) o.out_offset[d] = offset[d];
+    char err[128];
+    CHECKF(exec_kernel_run(IR_OP_DROPOUT_MASK, &a, 0, NULL, &out, &o, err, sizeof err) == 0, "%s", err);
+}
+
+/* The dropout mask: every element 0 or exactly 1/(1-p), the value
+ * ir_dropout_value gives at its coordinates; a block drawn at an offset is
+ * that block of the whole mask (what makes it partition-invariant); the
+ * keep rate over n = 2^20 elements is 1-p within 5 standard deviations of a
+ * binomial count, sqrt(p(1-p)/n) (p = 0.1: 1.5e-3; a wrong rate or a
+ * constant mask misses by far more), and two seeds agree on a fraction
+ * p^2 + (1-p)^2 within 5 standard deviations (independent masks). */
+static void test_dropout_mask(void)
+{
+    enum { A = 16, B = 256, C = 256, N = A * B * C };
+    const int64_t whole[3] = {A, B, C}, zero[3] = {0, 0, 0}, blk[3] = {4, 32, 64}, off[3] = {8, 128, 64};
+    float *m = malloc(N * sizeof(float)), *m2 = malloc(N * sizeof(float)), *part = malloc(4 * 32 * 64 * sizeof(float));
+    const double rates[3] = {0.1, 0.5, 0.0};
+    for (int r = 0; r < 3; r++) {
+        double p = rates[r], sd = sqrt(p * (1 - p) / N);
+        draw_mask(p, 3, whole, zero, m);
+        int64_t kept = 0, bad = 0, wrong = 0;
+        for (int64_t i = 0; i < N; i++) {
+            kept += m[i] != 0;
+            bad += m[i] != 0 && m[i] != (float)(1.0 / (1.0 - p));
+            int64_t idx[3] = {i / (B * C), i / C % B, i % C};
+            if (i % 97 == 0) wrong += m[i] != ir_dropout_value(p, 3, 3, idx);
+        }
+        double rate = (double)kept / N;
+        CHECKF(bad == 0 && wrong == 0, "p %g: %lld values not 0 or 1/(1-p), %lld unlike ir_dropout_value", p,
+               (long long)bad, (long long)wrong);
+        CHECKF(fabs(rate - (1 - p)) <= 5 * sd + 1e-12, "p %g: keep rate %.5f, want %.5f +- %.5f", p, rate, 1 - p, 5 * sd);
+        printf("dropout p %.1f: keep rate %.5f over %d elements (want %.1f +- %.5f)\n", p, rate, N, 1 - p, 5 * sd);
+        draw_mask(p, 3, blk, off, part);
+        int64_t differ = 0;
+        for (int i = 0; i < 4; i++)
+            for (int j = 0; j < 32; j++)
+                for (int k = 0; k < 64; k++)
+                    differ += part[(i * 32 + j) * 64 + k] != m[((off[0] + i) * B + off[1] + j) * C + off[2] + k];
+        CHECKF(differ == 0, "p %g: a block drawn at an offset differs from the whole mask in %lld places", p,
+               (long long)differ);
+    }
+    /* two seeds, p = 0.1 */
+    draw_mask(0.1, 3, whole, zero, m);
+    draw_mask(0.1, 4, whole, zero, m2);
+    int64_t agree = 0;
+    for (int64_t i = 0; i < N; i++) agree += (m[i] != 0) == (m2[i] != 0);
+    double q = 0.1 * 0.1 + 0.9 * 0.9, frac = (double)agree / N, sd = sqrt(q * (1 - q) / N);
+    CHECKF(fabs(frac - q) <= 5 * sd, "seeds 3 and 4 agree on %.5f, independent masks %.5f +- %.5f", frac, q, 5 * sd);
+    free(m);
+    free(m2);
+    free(part);
+}
+
 int main(void)
 {
     test_table();
     test_einsum_n();
     test_cast_rounding();
+    test_dropout_mask();
     pcg32 rng;
     pcg32_seed(&rng, 17, 1);
     for (int k = 0; k < IR_N_OPS; k++) {
-        if (ir_op_grads(k)) fd_check(k);
+        if (ir_op_grads(k) || k == IR_OP_DROPOUT_MASK) fd_check(k); /* the mask's: the gradient through P * mask */
         sharded_check(k, &rng);
         CHECKF(sharded_runs[k] > 0, "%s: never ran with a split operand or result", ir_op_name(k));
     }

@@ -273,6 +273,16 @@ static void test_expert_schedules(void)
     schedule_case(GPT, 0, "batch=8", "zero3:batch,remat:all", 1);
     schedule_case(MLP, 0, "batch=2,model=4", "zero3:batch,megatron:model,microbatch:2,remat:all", 1);
     lower_opts = spmd_default_options();
+    /* dropout (Megatron's placement, rate 0.1): the masks are drawn from
+     * global coordinates, so every plan computes the reference's numbers */
+    static const char *DROP = "gpt-tiny:dropout=0.1";
+    schedule_case(DROP, 1, "batch=4", "dp:batch", 2);
+    schedule_case(DROP, 1, "model=4", "megatron:model", 1);
+    schedule_case(DROP, 0, "batch=4", "zero3:batch", 1);
+    schedule_case(DROP, 1, "batch=2,model=2", "dp:batch,megatron:model,zero3:batch", 1);
+    schedule_case(DROP, 0, "batch=2,model=2", "remat:full,dp:batch,megatron:model", 1);
+    schedule_case(DROP, 1, "batch=2", "dp:batch,microbatch:2", 1);
+    schedule_case("vit-tiny:dropout=0.2", 1, "batch=2,model=2", "dp:batch,megatron:model", 1);
     /* 16 devices on this 2-core machine: 2-D and 4-D meshes */
     schedule_case(GPT, 0, "batch=4,model=4", "dp:batch,megatron:model", 1);
     schedule_case(GPT, 1, "batch=2,model=2,x=2,y=2", "dp:batch,megatron:model,zero3:x,dp:y", 2);
