@@ -74,18 +74,19 @@ static double model_flops(const run *r)
     return (r->recompute ? 96.0 : 72.0) * B * s * l * h * h * (1 + s / (6 * h) + V / (16 * l * h));
 }
 
-/* Prices run r on the a100 preset in bf16.  Returns 0 or -1 with a message. */
-static int predict(const run *r, cost_estimate *e, char *err, size_t errlen)
+/* Prices run r on the a100 preset in bf16 under schedule `sched` with
+ * dropout rate `dropout`.  Returns 0 or -1 with a message. */
+static int predict(const run *r, const char *sched, double dropout, cost_estimate *e, char *err, size_t errlen)
 {
     char spec[256];
     snprintf(spec, sizeof spec, "gpt:layers=%d,hidden=%d,heads=%d,seq=%d,batch=%d,vocab=%d,dropout=%g", r->layers,
-             r->hidden, r->heads, SEQ, r->batch, VOCAB, r->dropout);
+             r->hidden, r->heads, SEQ, r->batch, VOCAB, dropout);
     model_config cfg;
     shard_mesh mesh;
     schedule sc;
     cost_hw hw;
     if (model_parse(spec, &cfg, err, errlen) < 0 || shard_mesh_parse(r->mesh, &mesh, err, errlen) < 0 ||
-        sched_parse(r->sched, &mesh, &sc, err, errlen) < 0 || cost_hw_preset("a100", &hw, err, errlen) < 0)
+        sched_parse(sched, &mesh, &sc, err, errlen) < 0 || cost_hw_preset("a100", &hw, err, errlen) < 0)
         return -1;
     ir_optimizer adam = ir_default_adam();
     ir_graph *g = model_build_step(&cfg, &adam, err, errlen);
@@ -109,6 +110,17 @@ static int predict(const run *r, cost_estimate *e, char *err, size_t errlen)
     return rc;
 }
 
+/* The previous model of run r (before dropout and full recomputation were
+ * modelled): no dropout, and the selective remat:all where r->sched has
+ * remat:full.  Writes its schedule into buf. */
+static const char *previous_sched(const run *r, char *buf, size_t n)
+{
+    const char *full = strstr(r->sched, "remat:full");
+    if (!full) snprintf(buf, n, "%s", r->sched);
+    else snprintf(buf, n, "%.*sremat:all%s", (int)(full - r->sched), r->sched, full + strlen("remat:full"));
+    return buf;
+}
+
 int main(void)
 {
     double err_abs[N_RUNS], worst = 1;
@@ -116,25 +128,33 @@ int main(void)
     printf("## Cost model against published A100 runs\n\n");
     printf("Predicted step time (`carve cost`, `a100` preset, bf16, no overlap) against the step time each\n"
            "source's published throughput implies (its model FLOPs over GPUs x FLOP/s per GPU). Sequence 2048,\n"
-           "vocabulary 51200, Adam. Nothing is fitted to these runs (docs/cost-model.md, section 7).\n\n");
+           "vocabulary 51200, Adam, Megatron-LM's dropout 0.1 (`dropout=0.1`), full recomputation (`remat:full`)\n"
+           "where the run used it. Nothing is fitted to these runs (docs/cost-model.md, section 7). FLOPs: carve's\n"
+           "per device over the source's formula's. Previous: the same run priced without dropout and with the\n"
+           "selective `remat:all`, as this table was priced before.\n\n");
     printf("| source | model | GPUs | batch | mesh | schedule | published | measured step | predicted (compute + comm) | "
-           "error | ratio |\n|---|---|---|---|---|---|---|---|---|---|---|\n");
+           "FLOPs | error | ratio | previous |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
     for (int i = 0; i < N_RUNS; i++) {
         const run *r = &runs[i];
         char err[512];
-        cost_estimate e;
+        char prev_sched[128];
+        cost_estimate e, prev;
         double t0 = bench_now();
-        if (predict(r, &e, err, sizeof err) < 0) {
+        if (predict(r, r->sched, r->dropout, &e, err, sizeof err) < 0 ||
+            predict(r, previous_sched(r, prev_sched, sizeof prev_sched), 0, &prev, err, sizeof err) < 0) {
             fprintf(stderr, "bench_published: %s: %s\n", r->name, err);
             return 1;
         }
         double measured = model_flops(r) / (r->gpus * r->per_gpu), rel = (e.step_time - measured) / measured;
+        double prev_rel = (prev.step_time - measured) / measured;
         double ratio = e.step_time > measured ? e.step_time / measured : measured / e.step_time;
         err_abs[n++] = fabs(rel);
         if (ratio > worst) worst = ratio;
-        printf("| %s | %s | %d | %d | `%s` | `%s` | %.0f TFLOP/s/GPU | %.3f s | %.3f s (%.3f + %.3f) | %+.1f%% | %.2fx |\n",
+        printf("| %s | %s | %d | %d | `%s` | `%s` | %.0f TFLOP/s/GPU | %.3f s | %.3f s (%.3f + %.3f) | %.3f | %+.1f%% | "
+               "%.2fx | %.3f s (%.3f + %.3f), %+.1f%% |\n",
                r->source, r->name, r->gpus, r->batch, r->mesh, r->sched, r->per_gpu / 1e12, measured, e.step_time,
-               e.compute_time, e.comm_time, 100 * rel, ratio);
+               e.compute_time, e.comm_time, e.flops * r->gpus / model_flops(r), 100 * rel, ratio, prev.step_time,
+               prev.compute_time, prev.comm_time, 100 * prev_rel);
         fprintf(stderr, "%s: priced in %.1f s; peak %.1f GB, %s\n", r->name, bench_now() - t0, e.peak_memory / 1e9,
                 e.fits ? "fits" : "does not fit");
     }
