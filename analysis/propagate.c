@@ -41,6 +41,8 @@ shard_state *shard_state_new(const ir_graph *g, const shard_mesh *mesh)
             s->uses[s->use_start[v] + fill[v]++] = i;
         }
     free(fill);
+    s->producer = ir_xcalloc((size_t)g->n_values, sizeof(int));
+    for (int v = 0; v < g->n_values; v++) s->producer[v] = g->values[v].producer;
     s->update_of = ir_xcalloc((size_t)g->n_values, sizeof(int));
     s->updated_by = ir_xcalloc((size_t)g->n_values, sizeof(int));
     for (int v = 0; v < g->n_values; v++) s->update_of[v] = s->updated_by[v] = -1;
@@ -76,6 +78,7 @@ void shard_state_free(shard_state *s)
     free(s->in_queue);
     free(s->use_start);
     free(s->uses);
+    free(s->producer);
     free(s->update_of);
     free(s->updated_by);
     free(s->conflicts);
@@ -181,12 +184,11 @@ typedef struct proposal {
 
 void shard_op_factors(shard_state *s, int op, shard_factor_axes *fa)
 {
-    const ir_op *o = &s->g->ops[op];
     const shard_rule *r = &s->rules[op];
     proposal p[(IR_MAX_OPERANDS + 1) * IR_MAX_RANK];
     int np = 0;
     for (int f = 0; f < r->n_factors; f++) fa[f].n = 0;
-    unsigned even = shard_rule_even_factors(s->g, r, o);
+    unsigned even = r->even;
     for (int t = 0; t <= r->n_in; t++) {
         int v = r->tensor[t];
         const shard_spec *sp = &s->spec[v];
@@ -268,7 +270,7 @@ static void enqueue(shard_state *s, int op)
     if (op < 0 || s->in_queue[op]) return;
     s->in_queue[op] = 1;
     s->queue[s->queue_tail] = op;
-    s->queue_tail = (s->queue_tail + 1) % (s->g->n_ops + 1);
+    if (++s->queue_tail == s->g->n_ops + 1) s->queue_tail = 0;
 }
 
 static void value_changed(shard_state *s, int v);
@@ -277,8 +279,8 @@ static void value_changed(shard_state *s, int v);
  * has).  `limit` is the size the axes split (the dim, or for a compound dim
  * its major factor): evenly when `even`, else padded (shard_split_ok).
  * Returns 1 if v changed. */
-static int extend_dim(shard_state *s, int op, int v, int d, const uint8_t *want, const int16_t *stamps, int n, int64_t limit,
-                      int even)
+static int extend_dim(shard_state *s, int op, int v, int rank, int d, const uint8_t *want, const int16_t *stamps, int n,
+                      int64_t limit, int even)
 {
     shard_spec *sp = &s->spec[v];
     int have = sp->n[d];
@@ -289,7 +291,7 @@ static int extend_dim(shard_state *s, int op, int v, int d, const uint8_t *want,
         }
     if (n <= have) return 0;
     int64_t shards = shard_dim_shards(s->mesh, sp, d);
-    unsigned used = shard_spec_tiled(sp, s->g->values[v].rank);
+    unsigned used = shard_spec_tiled(sp, rank);
     int changed = 0;
     for (int k = have; k < n; k++) {
         int a = want[k];
@@ -328,7 +330,7 @@ static void process_reshard(shard_state *s, int op)
     for (int d = 0; d < x->rank; d++) {
         int16_t st[SHARD_MAX_AXES];
         for (int k = 0; k < sp->n[d]; k++) st[k] = s->stamp[src][sp->axes[d][k]];
-        changed |= extend_dim(s, op, dst, d, sp->axes[d], st, sp->n[d], x->dims[d], 0);
+        changed |= extend_dim(s, op, dst, x->rank, d, sp->axes[d], st, sp->n[d], x->dims[d], 0);
     }
     s->record_conflicts = saved;
     if (changed) value_changed(s, dst);
@@ -336,15 +338,14 @@ static void process_reshard(shard_state *s, int op)
 
 static void process_op(shard_state *s, int op)
 {
-    const ir_op *o = &s->g->ops[op];
     const shard_rule *r = &s->rules[op];
-    if (o->kind == IR_OP_RESHARD) {
+    if (r->reshard) {
         process_reshard(s, op);
         return;
     }
     shard_factor_axes fa[SHARD_MAX_FACTORS];
     shard_op_factors(s, op, fa);
-    unsigned even = shard_rule_even_factors(s->g, r, o);
+    unsigned even = r->even;
     for (int t = 0; t <= r->n_in; t++) {
         int v = r->tensor[t];
         int changed = 0;
@@ -352,8 +353,9 @@ static void process_op(shard_state *s, int op)
             if (!r->nf[t][d]) continue;
             int f = r->f[t][d][0];
             if (!fa[f].n) continue;
-            int64_t limit = r->nf[t][d] > 1 ? r->size[f] : s->g->values[v].dims[d];
-            changed |= extend_dim(s, op, v, d, fa[f].axes, fa[f].stamp, fa[f].n, limit, (even >> f & 1u) != 0);
+            /* the dim's size, or for a compound dim its major factor's */
+            int64_t limit = r->own_size >> (t * IR_MAX_RANK + d) & 1u ? s->g->values[v].dims[d] : r->size[f];
+            changed |= extend_dim(s, op, v, r->rank[t], d, fa[f].axes, fa[f].stamp, fa[f].n, limit, (even >> f & 1u) != 0);
         }
         if (changed) value_changed(s, v);
     }
@@ -368,14 +370,14 @@ static void sync_pair(shard_state *s, int from, int to)
         const shard_spec *sp = &s->spec[from];
         int16_t st[SHARD_MAX_AXES];
         for (int k = 0; k < sp->n[d]; k++) st[k] = s->stamp[from][sp->axes[d][k]];
-        changed |= extend_dim(s, -1, to, d, sp->axes[d], st, sp->n[d], x->dims[d], 0);
+        changed |= extend_dim(s, -1, to, x->rank, d, sp->axes[d], st, sp->n[d], x->dims[d], 0);
     }
     if (changed) value_changed(s, to);
 }
 
 static void value_changed(shard_state *s, int v)
 {
-    enqueue(s, s->g->values[v].producer);
+    enqueue(s, s->producer[v]);
     for (int i = s->use_start[v]; i < s->use_start[v + 1]; i++) enqueue(s, s->uses[i]);
     if (s->update_of[v] >= 0) sync_pair(s, v, s->update_of[v]);
     if (s->updated_by[v] >= 0) sync_pair(s, v, s->updated_by[v]);
@@ -386,9 +388,10 @@ static void run(shard_state *s)
     int cap = s->g->n_ops + 1;
     while (s->queue_head != s->queue_tail) {
         int op = s->queue[s->queue_head];
-        s->queue_head = (s->queue_head + 1) % cap;
+        if (++s->queue_head == cap) s->queue_head = 0;
+        if (s->revisit || s->record_conflicts) s->in_queue[op] = 0;
+        process_op(s, op); /* else its own changes do not queue it again (see shard_state.revisit) */
         s->in_queue[op] = 0;
-        process_op(s, op);
     }
 }
 

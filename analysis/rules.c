@@ -312,7 +312,15 @@ int shard_rule_of(const ir_graph *g, int op, shard_rule *r)
         r->rank[t] = (uint8_t)g->values[r->tensor[t]].rank;
     }
     if ((unsigned)o->kind >= IR_N_OPS) return -1;
-    return rule_of[o->kind](r, &c);
+    int rc = rule_of[o->kind](r, &c);
+    /* what propagation would otherwise read from the op and its values at every visit */
+    r->reshard = o->kind == IR_OP_RESHARD;
+    r->even = (uint16_t)shard_rule_even_factors(g, r, o);
+    for (int t = 0; t <= r->n_in; t++)
+        for (int d = 0; d < r->rank[t]; d++)
+            if (r->nf[t][d] == 1 && r->size[r->f[t][d][0]] != g->values[r->tensor[t]].dims[d])
+                r->own_size |= 1u << (t * IR_MAX_RANK + d);
+    return rc;
 }
 
 unsigned shard_rule_even_factors(const ir_graph *g, const shard_rule *r, const ir_op *o)

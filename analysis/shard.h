@@ -92,6 +92,11 @@ typedef struct shard_rule {
     int n_in;
     int tensor[IR_MAX_OPERANDS + 1];          /* value of tensor t (inputs, then the output) */
     uint8_t rank[IR_MAX_OPERANDS + 1];        /* and its rank */
+    uint8_t reshard;                          /* the op is a reshard (propagation passes it one way) */
+    uint16_t even;                            /* shard_rule_even_factors, computed once */
+    /* bit t * IR_MAX_RANK + d: dim d of tensor t has one factor whose size is
+     * not the dim's (propagation then reads the dim's size from the value) */
+    uint32_t own_size;
     /* factors of dim d of tensor t, major first; nf = 0 for a size-1 dim
      * that carries no factor. Only the first (major) factor of a compound
      * dim can be sharded through that dim. */
@@ -152,11 +157,20 @@ typedef struct shard_state {
     int queue_head, queue_tail;
     /* use lists: ops reading each value (CSR) */
     int *use_start, *uses;
+    int *producer;             /* per value: its producer op, or -1 (the graph's, read without touching ir_value) */
     int *update_of;            /* per value: the argument its output updates, or -1 */
     int *updated_by;           /* per argument: the output updating it, or -1 */
     uint32_t *conflict_keys;   /* hash set of recorded (op, value, axis) */
     int conflict_cap;
     int record_conflicts;      /* 0 while the search evaluates plans (faster) */
+    /* 1, or while recording conflicts: an op whose visit changed one of its
+     * tensors is queued again, as any op reading a changed value is.  0 (the
+     * default) and not recording conflicts (the search): it is not, because a
+     * visit leaves its op at a fixpoint (each tensor took the factor shardings
+     * or kept what it had, so a second visit computes the same ones and
+     * changes nothing; it would only record the same conflicts in another
+     * order).  tests/test_search.c checks that both reach the same state. */
+    int revisit;
     /* every decision that changed something, in order (plans record it) */
     shard_decision *log;
     int n_log, cap_log;
