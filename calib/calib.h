@@ -51,7 +51,9 @@ void calib_gemms_free(calib_gemms *s);
  * gemm_call (lowered if the overheads would take over 90% of the time);
  * alone_speedup = einsum speed-up alone ^ einsum_share x elem_alone ^ (1 -
  * einsum_share) (einsum_share in [0, 1]: the einsums' share of the step's
- * time; outside it, 0.5).  Returns cost_hw_check's result, or -1 with a
+ * time; outside it, 0.5), where with hw->alone_bandwidth set the einsums'
+ * speed-up is that of their FLOP term (their bytes term is sped up by
+ * alone_bandwidth).  Returns cost_hw_check's result, or -1 with a
  * message when a time is missing. */
 int calib_apply_gemms(cost_hw *hw, const calib_gemms *s, double gemm_call, double elem_alone, double einsum_share, char *err,
                       size_t errlen);

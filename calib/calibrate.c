@@ -23,6 +23,9 @@
  *   gemm_bandwidth what a GEMM's operands cost when they come from memory:
  *                  the same GEMMs on buffers that are not in cache
  *   alone_speedup  how much faster one thread runs with the other cores idle
+ *                  (GEMM and elementwise kernels in cache: the compute rates)
+ *   alone_bandwidth the same for memory (a copy of 32 MB alone vs every core
+ *                  copying): a thread alone has memory and shared caches to itself
  *   oversub_latency a barrier among two threads a core
  * Each figure is the median of repeats; nothing here is checked against a
  * time (tests only call the quick mode and check the fields are sane).
@@ -518,6 +521,10 @@ static int profile(cost_hw *hw, int quick, FILE *log, double *elem_alone, char *
     double alone = sqrt((g1 / gn) * (v1 / vr));
     if (!(alone >= 1)) alone = 1;
     say(log, "  one thread alone vs every core busy: GEMM %.2fx, elementwise %.2fx; alone_speedup %.2f\n", g1 / gn, v1 / vr, alone);
+    /* memory and the shared caches: one thread copying alone vs every core copying */
+    double cr1 = cores > 1 ? copy_rate(1, quick ? (1u << 20) : (32u << 20), quick ? 2 : 4) : cr;
+    double alone_bw = cr1 / cr >= 1 ? cr1 / cr : 1;
+    say(log, "  copy alone: %.2f GB/s (%.2fx the rate with every core copying: alone_bandwidth)\n", cr1 / 1e9, alone_bw);
     double rates[IR_N_OPS];
     op_rates(cores, quick ? 4096 : 262144, quick ? 2 : 2, rates);
     say(log, "  op rates (G elements/s per thread): exp %.2f, gelu %.2f, add %.2f, broadcast %.2f, reduce_sum %.2f\n",
@@ -555,6 +562,7 @@ static int profile(cost_hw *hw, int quick, FILE *log, double *elem_alone, char *
     hw->intra.latency = hw->inter.latency = lat > 0 ? lat : 0;
     hw->cores = cores;
     hw->alone_speedup = alone;
+    hw->alone_bandwidth = alone_bw;
     memcpy(hw->op_rate, rates, sizeof rates);
     hw->gemm_call = call;
     hw->gemm_bandwidth = gbw;

@@ -177,8 +177,20 @@ int calib_apply_gemms(cost_hw *hw, const calib_gemms *s, double gemm_call, doubl
     hw->gemm_bandwidth = b > 0 ? 1 / b : 0;
     hw->gemm_call = gemm_call;
     /* one thread alone: the einsums' speed-up and the other kernels',
-     * geometric mean weighted by the einsums' share of the step's time */
+     * geometric mean weighted by the einsums' share of the step's time.
+     * With alone_bandwidth the estimator speeds up the einsums' bytes term
+     * by that already, so the einsums' own figure is what is left for their
+     * FLOP term: alone = flops / s + bytes / alone_bandwidth + overheads. */
     double gemm_alone = busy / alone, sh = einsum_share >= 0 && einsum_share <= 1 ? einsum_share : 0.5;
+    if (hw->alone_bandwidth > 0) {
+        double tflops = 0, tbytes = 0;
+        for (int i = 0; i < s->n; i++) {
+            tflops += s->g[i].count * s->g[i].flops * a;
+            tbytes += s->g[i].count * s->g[i].bytes * b;
+        }
+        double left = alone - (busy - rest) - tbytes / hw->alone_bandwidth;
+        gemm_alone = left > 0 ? tflops / left : 1;
+    }
     hw->alone_speedup = exp(sh * log(gemm_alone >= 1 ? gemm_alone : 1) + (1 - sh) * log(elem_alone >= 1 ? elem_alone : 1));
     return cost_hw_check(hw, err, errlen);
 }

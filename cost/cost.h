@@ -51,7 +51,11 @@ typedef struct cost_hw {
     cost_link intra, inter;        /* inside a node, between nodes */
     int cores;                     /* CPU profiles: cores running the simulated devices; 0: none */
     /* CPU profiles (0 everywhere else; docs/cost-model.md, "The CPU model"): */
-    double alone_speedup;          /* rate of a thread alone over its rate with every core busy (>= 1; 0: 1) */
+    double alone_speedup;          /* rate of a thread alone over its rate with every core busy (>= 1; 0: 1);
+                                      with alone_bandwidth, of the compute terms only */
+    double alone_bandwidth;        /* the same for the memory terms (bytes / memory_bandwidth, bytes /
+                                      gemm_bandwidth): memory and shared caches, which a thread alone has
+                                      to itself (>= 1; 0: alone_speedup prices the whole op) */
     double op_rate[IR_N_OPS];      /* elements/s of each non-einsum op kind with every core busy (0: price
                                       the op by vector_flops); elements as cost_op_elements counts them */
     double gemm_call;              /* seconds per GEMM call (an einsum makes one per batch index) */

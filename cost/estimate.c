@@ -265,6 +265,17 @@ double cost_cpu_factor(const cost_hw *hw, int64_t n_devices)
     return share > alone ? share : alone;
 }
 
+/* cost_cpu_factor for the memory terms: a thread alone has the memory and
+ * the shared caches to itself, which speeds up streaming work by
+ * alone_bandwidth (measured apart from the compute rates' alone_speedup);
+ * without that figure, the same as cost_cpu_factor. */
+static double cpu_bandwidth_factor(const cost_hw *hw, int64_t n_devices)
+{
+    if (hw->cores <= 0 || hw->alone_bandwidth <= 0 || n_devices >= hw->cores) return cost_cpu_factor(hw, n_devices);
+    double share = (double)n_devices / hw->cores, alone = 1 / hw->alone_bandwidth;
+    return share > alone ? share : alone;
+}
+
 /* ---- per-graph tables ---------------------------------------------------- */
 
 /* An op's FLOP rule from ir/ops.def's count and coef columns; for einsum
@@ -407,6 +418,7 @@ typedef struct ctx {
     int kern;    /* accelerator kernels (fused_elementwise 2): a kept dropout mask takes 1 byte an element */
     cost_precision precision;
     double ser;  /* cost_cpu_factor of the mesh */
+    double bw;   /* what the memory terms are multiplied by before ser (alone_bandwidth's factor / ser) */
     int oversub; /* devices outnumber cores */
 } ctx;
 
@@ -483,7 +495,7 @@ static double price_compute(ctx *c, const cost_hw *hw, const spmd_instr *in, dou
     default: break;
     }
     if (ir_op_bytes(o->kind) == IR_BYTES_ROWS) bytes = w->buf_bytes[in->in[1]] + 2 * w->buf_bytes[ob];
-    double peak_rate = hw->vector_flops, tf, tb = bytes / hw->mem_bandwidth, extra = 0;
+    double peak_rate = hw->vector_flops, tf, tb = c->bw * bytes / hw->mem_bandwidth, extra = 0;
     if (o->kind == IR_OP_EINSUM) {
         peak_rate = cost_matmul_peak(hw, c->precision, in->phase == SPMD_OPTIMIZER) * gemm_efficiency(c, hw, in);
         tf = flops / peak_rate;
@@ -494,7 +506,7 @@ static double price_compute(ctx *c, const cost_hw *hw, const spmd_instr *in, dou
             extra = calls * hw->gemm_call;
         }
         /* operands and result fetched from memory, not cache */
-        if (hw->gemm_bandwidth > 0) extra += bytes / hw->gemm_bandwidth;
+        if (hw->gemm_bandwidth > 0) extra += c->bw * bytes / hw->gemm_bandwidth;
     } else if (hw->op_rate[o->kind] > 0) {
         int which = cost_op_elements(o->kind);
         double n_el = which == 1 ? w->buf_numel[in->in[0]] : which == 2 ? w->buf_numel[in->in[1]] : w->buf_numel[ob];
@@ -561,7 +573,7 @@ static int price_group(ctx *c, const cost_hw *hw, int s, double *share)
         }
         if (st[j].slot < 0) bytes += w->buf_bytes[in->out];
     }
-    double tb = bytes / hw->mem_bandwidth, group = (tf_sum > tb ? tf_sum : tb) + hw->op_overhead;
+    double tb = c->bw * bytes / hw->mem_bandwidth, group = (tf_sum > tb ? tf_sum : tb) + hw->op_overhead;
     for (int j = 0; j < len; j++) share[j] = alone > 0 ? group * share[j] / alone : group / len;
     return len;
 }
@@ -713,6 +725,7 @@ int cost_estimate_program(cost_ws *w, const spmd_program *p, const cost_hw *hw, 
     /* pass 2: price every instruction; sweep live bytes */
     double ser = cost_cpu_factor(hw, m->n_devices);
     out->serialisation = c.ser = ser;
+    c.bw = cpu_bandwidth_factor(hw, m->n_devices) / ser;
     c.oversub = hw->cores > 0 && m->n_devices > hw->cores;
     double bucket_bytes = 0, bucket_time = 0; /* the gradient bucket being priced */
     double peak = -1, cur = live[0] + live[1] + live[2] + live[3] + live[4];
@@ -752,7 +765,7 @@ int cost_estimate_program(cost_ws *w, const spmd_program *p, const cost_hw *hw, 
             lc[li] += t;
         } else if (in->kind == SPMD_SLICE) {
             /* a local copy of the kept block: read and write it */
-            t = ser * (2 * w->buf_bytes[ob] / hw->mem_bandwidth + hw->op_overhead);
+            t = ser * (2 * c.bw * w->buf_bytes[ob] / hw->mem_bandwidth + hw->op_overhead);
             out->comm_time += t;
             out->coll_time[SPMD_SLICE] += t;
             out->coll_count[SPMD_SLICE]++;

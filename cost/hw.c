@@ -139,6 +139,7 @@ static const hw_row hw_rows[] = {
     {"node_devices", offsetof(cost_hw, node_devices), HW_INT64, 1, 1 << 30, HW_REQUIRED, NULL, 0, -1},
     {"cores", offsetof(cost_hw, cores), HW_INT, 1, 65536, HW_ZERO_OK, NULL, 0, -1},
     {"alone_speedup", offsetof(cost_hw, alone_speedup), HW_REAL, 1, 1000, HW_ZERO_OK, NULL, 0, -1},
+    {"alone_bandwidth", offsetof(cost_hw, alone_bandwidth), HW_REAL, 1, 1000, HW_ZERO_OK, NULL, 0, -1},
     {"gemm_call", offsetof(cost_hw, gemm_call), HW_REAL, HW_SECONDS, HW_ZERO_OK, NULL, 0, -1},
     {"gemm_bandwidth", offsetof(cost_hw, gemm_bandwidth), HW_REAL, HW_RATE, HW_ZERO_OK, NULL, 0, -1},
     {"oversub_latency", offsetof(cost_hw, oversub_latency), HW_REAL, HW_SECONDS, HW_ZERO_OK, NULL, 0, -1},
@@ -487,6 +488,7 @@ char *cost_hw_to_json(const cost_hw *hw)
     add_num(r, "node_devices", (double)hw->node_devices);
     add_num(r, "cores", hw->cores);
     if (hw->alone_speedup > 0) add_num(r, "alone_speedup", hw->alone_speedup);
+    if (hw->alone_bandwidth > 0) add_num(r, "alone_bandwidth", hw->alone_bandwidth);
     if (hw->gemm_call > 0) add_num(r, "gemm_call", hw->gemm_call);
     if (hw->gemm_bandwidth > 0) add_num(r, "gemm_bandwidth", hw->gemm_bandwidth);
     if (hw->shared_memory) add_num(r, "shared_memory", hw->shared_memory);

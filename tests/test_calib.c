@@ -58,7 +58,7 @@ static void test_calibrate_quick(void)
     /* the CPU model's figures: every non-einsum op has a rate */
     int rates = 1;
     for (int k = 0; k < IR_N_OPS; k++) rates &= k == IR_OP_EINSUM ? hw.op_rate[k] == 0 : hw.op_rate[k] > 0;
-    CHECK(rates && hw.alone_speedup >= 1 && hw.shared_memory == 1 && hw.fused_elementwise == 1 && hw.gemm_call >= 0 && hw.oversub_latency >= 0 &&
+    CHECK(rates && hw.alone_speedup >= 1 && hw.alone_bandwidth >= 1 && hw.shared_memory == 1 && hw.fused_elementwise == 1 && hw.gemm_call >= 0 && hw.oversub_latency >= 0 &&
           hw.gemm_bandwidth >= 0);
 }
 
@@ -178,6 +178,20 @@ static void test_apply(const ir_graph *g)
     }
     CHECKF(close_rel(alone[0], 1.0, 1e-12) && close_rel(alone[1], sqrt(1.5), 1e-12) && close_rel(alone[2], 1.5, 1e-12),
            "alone_speedup %.6g %.6g %.6g with the einsums 0%%, 50%% and 100%% of the step", alone[0], alone[1], alone[2]);
+
+    /* with alone_bandwidth, the einsums' bytes term is sped up by it and
+     * alone_speedup keeps what is left for their FLOP term: times alone made
+     * with the FLOPs 1.5x and the bytes 2x faster (overheads unchanged) give
+     * 1.5 back */
+    for (int i = 0; i < s.n; i++) {
+        calib_gemm *x = &s.g[i];
+        x->t_busy = x->flops / peak + x->bytes / bw + x->calls * call + ovh;
+        x->t_alone = x->flops / peak / 1.5 + x->bytes / bw / 2 + x->calls * call + ovh;
+    }
+    hw.alone_bandwidth = 2;
+    CHECK(calib_apply_gemms(&hw, &s, call, 1.0, 1.0, err, sizeof err) == 0);
+    CHECKF(close_rel(hw.alone_speedup, 1.5, 1e-9), "alone_speedup %.9g, made with 1.5", hw.alone_speedup);
+    hw.alone_bandwidth = 0;
 
     /* the profile survives its JSON form */
     char *json = cost_hw_to_json(&hw);

@@ -788,6 +788,48 @@ static void test_profiles(void)
 
 /* ---- the CPU model (docs/cost-model.md, "The CPU model") ------------------ */
 
+/* alone_bandwidth: a device alone on the cores gets its memory terms divided
+ * by it (capped by the cores it cannot use), its compute terms by
+ * alone_speedup; with as many devices as cores nothing changes. */
+static void test_alone_bandwidth(void)
+{
+    ir_graph *g = test_build_step("mlp-tiny");
+    cost_ws *ws = cost_ws_new();
+    spmd_program *p1 = lower(g, "d=1", "dp:d"), *p2 = lower(g, "d=2", "dp:d");
+    for (int fused = 0; fused < 2; fused++) {
+        cost_hw hw = preset("cpu");
+        hw.cores = 2;
+        hw.alone_speedup = 0;
+        hw.op_overhead = 0;
+        hw.fused_elementwise = fused;
+        hw.mem_bandwidth = 1e3; /* every op memory-bound: its time is bytes / bandwidth */
+        cost_hw fast = hw, capped = hw;
+        fast.alone_bandwidth = 1.6;
+        capped.alone_bandwidth = 4; /* one device cannot go faster than its share of 2 cores: 2x */
+        cost_estimate a = estimate(ws, p1, &hw, COST_FP32), b = estimate(ws, p1, &fast, COST_FP32),
+                      c = estimate(ws, p1, &capped, COST_FP32);
+        CHECKF(a.compute_time > 1 && close_rel(b.compute_time, a.compute_time / 1.6, 1e-9), "fused %d: %g vs %g", fused,
+               b.compute_time, a.compute_time);
+        CHECKF(close_rel(c.compute_time, a.compute_time / 2, 1e-9), "fused %d", fused);
+        CHECK(close_rel(b.op_time[IR_OP_EINSUM], a.op_time[IR_OP_EINSUM] / 1.6, 1e-9));
+        cost_estimate a2 = estimate(ws, p2, &hw, COST_FP32), b2 = estimate(ws, p2, &fast, COST_FP32);
+        CHECK(a2.step_time == b2.step_time);
+        /* compute-bound (memory fast): alone_bandwidth changes nothing, alone_speedup does */
+        hw.mem_bandwidth = fast.mem_bandwidth = 1e18;
+        hw.gemm_bandwidth = fast.gemm_bandwidth = 0;
+        a = estimate(ws, p1, &hw, COST_FP32);
+        b = estimate(ws, p1, &fast, COST_FP32);
+        CHECK(a.compute_time > 0 && close_rel(a.compute_time, b.compute_time, 1e-9));
+        fast.alone_speedup = 1.25;
+        b = estimate(ws, p1, &fast, COST_FP32);
+        CHECK(close_rel(b.compute_time, a.compute_time / 1.25, 1e-9));
+    }
+    spmd_free(p1);
+    spmd_free(p2);
+    ir_free(g);
+    cost_ws_free(ws);
+}
+
 static void test_cpu_model(void)
 {
     char err[512];
@@ -905,6 +947,7 @@ static void test_cpu_model(void)
     /* the new fields round-trip through JSON, and bad ones are refused */
     cost_hw full = shm;
     full.alone_speedup = 1.25;
+    full.alone_bandwidth = 1.75;
     full.gemm_call = 3e-6;
     full.gemm_bandwidth = 1.5e10;
     full.oversub_latency = 0.1 + 0.2;
@@ -913,7 +956,7 @@ static void test_cpu_model(void)
     char *s = cost_hw_to_json(&full);
     cost_hw back;
     CHECKF(s && cost_hw_from_json(s, "rt", &back, err, sizeof err) == 0, "%s", err);
-    CHECK(!memcmp(back.op_rate, full.op_rate, sizeof full.op_rate) && back.alone_speedup == 1.25 &&
+    CHECK(!memcmp(back.op_rate, full.op_rate, sizeof full.op_rate) && back.alone_speedup == 1.25 && back.alone_bandwidth == 1.75 &&
           back.gemm_call == 3e-6 && back.gemm_bandwidth == 1.5e10 && back.shared_memory == 1 &&
           back.oversub_latency == 0.1 + 0.2 && back.fused_elementwise == 1);
     free(s);
@@ -931,6 +974,7 @@ static void test_cpu_model(void)
         {"\"op_rates\":[1],", "op_rates"},
         {"\"shared_memory\":2,", "shared_memory"},
         {"\"alone_speedup\":-1,", "alone_speedup"},
+        {"\"alone_bandwidth\":0.5,", "alone_bandwidth"},
         {"\"gemm_call\":\"slow\",", "gemm_call"},
         {"\"gemm_bandwidth\":-1,", "gemm_bandwidth"},
         {"\"oversub_latency\":-1,", "oversub_latency"},
@@ -1031,6 +1075,7 @@ int main(void)
     test_options();
     test_profiles();
     test_cpu_model();
+    test_alone_bandwidth();
     test_fused_pricing();
     return test_done();
 }
