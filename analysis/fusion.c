@@ -155,6 +155,16 @@ static int64_t buf_numel(const spmd_program *p, int b)
     return n;
 }
 
+/* Every buffer's local element count (the planners read each several times). */
+static int64_t *buffer_numels(const spmd_program *p)
+{
+    int64_t *numel = ir_xrealloc(NULL, (size_t)(p->n_bufs ? p->n_bufs : 1) * sizeof *numel);
+    for (int b = 0; b < p->n_bufs; b++) numel[b] = buf_numel(p, b);
+    return numel;
+}
+
+static void plan_kernels(spmd_program *p, int enabled, const int64_t *numel);
+
 /* Collectives are items too (not fusible), so a buffer they read is written
  * to memory; the outputs are observed (the executor assembles them). */
 void spmd_plan_fusion(spmd_program *p)
@@ -163,15 +173,16 @@ void spmd_plan_fusion(spmd_program *p)
     int n = p->n_instrs;
     spmd_fuse_item *it = ir_xcalloc((size_t)(n ? n : 1), sizeof *it);
     uint8_t *observed = ir_xcalloc((size_t)(p->n_bufs ? p->n_bufs : 1), 1);
+    int64_t *numel = buffer_numels(p);
     for (int i = 0; i < g->n_outputs; i++) observed[p->out_buf[i]] = 1;
     for (int i = 0; i < n; i++) {
         const spmd_instr *in = &p->instrs[i];
         spmd_fuse_item *x = &it[i];
         if (in->kind == SPMD_COMPUTE) {
             const ir_op *op = &g->ops[in->op];
-            int64_t numel[IR_MAX_OPERANDS];
-            for (int k = 0; k < op->n_in; k++) numel[k] = buf_numel(p, in->in[k]);
-            spmd_fuse_describe(x, g, op, in->in, numel, in->out, buf_numel(p, in->out));
+            int64_t in_numel[IR_MAX_OPERANDS];
+            for (int k = 0; k < op->n_in; k++) in_numel[k] = numel[in->in[k]];
+            spmd_fuse_describe(x, g, op, in->in, in_numel, in->out, numel[in->out]);
             continue;
         }
         x->out = in->out;
@@ -181,7 +192,8 @@ void spmd_plan_fusion(spmd_program *p)
     if (spmd_fuse_plan_build(&p->fuse, it, n, p->n_bufs, observed, p->opts.fuse) < 0) abort();
     free(it);
     free(observed);
-    spmd_plan_kernels(p, p->opts.fuse);
+    plan_kernels(p, p->opts.fuse, numel);
+    free(numel);
 }
 
 /* ---- accelerator kernels (fusion.h, spmd_plan_kernels) ------------------- */
@@ -213,8 +225,9 @@ static int kernel_class(const spmd_program *p, const spmd_instr *in, int *row)
 }
 
 /* Broadcasts every reader of which is an elementwise op or a reduction (and
- * whose result is no output) are folded into their readers. */
-static void fold_broadcasts(spmd_program *p, uint8_t *fold)
+ * whose result is no output) are folded into their readers.  cls: each
+ * instruction's kernel_class. */
+static void fold_broadcasts(spmd_program *p, uint8_t *fold, const uint8_t *cls)
 {
     int n = p->n_instrs;
     uint8_t *bad = ir_xcalloc((size_t)(p->n_bufs ? p->n_bufs : 1), 1); /* read by a non-fusing reader */
@@ -222,7 +235,7 @@ static void fold_broadcasts(spmd_program *p, uint8_t *fold)
         if (p->out_buf[i] >= 0) bad[p->out_buf[i]] = 1;
     for (int i = 0; i < n; i++) {
         const spmd_instr *in = &p->instrs[i];
-        int row, c = kernel_class(p, in, &row);
+        int c = cls[i] >> 1;
         for (int k = 0; k < IR_MAX_OPERANDS; k++)
             if (in->in[k] >= 0 && c != KC_ELEM && c != KC_REDUCE) bad[in->in[k]] = 1;
     }
@@ -243,19 +256,27 @@ typedef struct kstate {
 } kstate;
 
 /* Whether instruction i of class c may join the open kernel k. */
-static int kernel_joins(const spmd_program *p, const kstate *k, int i, int c, int row)
+static int kernel_joins(const spmd_program *p, const kstate *k, int i, int c, int row, const int64_t *numel_of)
 {
     const spmd_instr *in = &p->instrs[i];
     if (k->start < 0 || k->closed || in->phase != k->phase || i - k->start >= FUSE_MAX_KERNEL) return 0;
-    int64_t numel = buf_numel(p, in->out);
+    int64_t numel = numel_of[in->out];
     int einsum_led = p->instrs[k->start].kind == SPMD_COMPUTE && p->g->ops[p->instrs[k->start].op].kind == IR_OP_EINSUM;
     if (c == KC_ELEM) return numel == k->loop || (k->row > 0 && numel == k->row);
     if (c == KC_REDUCE)
-        return !einsum_led && buf_numel(p, in->in[0]) == k->loop && (!row || !k->row || numel == k->row);
+        return !einsum_led && numel_of[in->in[0]] == k->loop && (!row || !k->row || numel == k->row);
     return 0;
 }
 
 void spmd_plan_kernels(spmd_program *p, int enabled)
+{
+    int64_t *numel = buffer_numels(p);
+    plan_kernels(p, enabled, numel);
+    free(numel);
+}
+
+/* spmd_plan_kernels with every buffer's element count given. */
+static void plan_kernels(spmd_program *p, int enabled, const int64_t *numel)
 {
     spmd_fuse_plan *pl = &p->fuse;
     int n = p->n_instrs;
@@ -268,18 +289,23 @@ void spmd_plan_kernels(spmd_program *p, int enabled)
     memset(pl->klen, 0, (size_t)(n ? n : 1) * sizeof *pl->klen);
     memset(pl->kfold, 0, (size_t)(n ? n : 1));
     pl->n_kernels = pl->n_folded = 0;
-    if (enabled) fold_broadcasts(p, pl->kfold);
+    uint8_t *cls = ir_xrealloc(NULL, (size_t)(n ? n : 1)); /* kernel_class << 1 | row */
+    for (int i = 0; i < n; i++) {
+        int row, c = kernel_class(p, &p->instrs[i], &row);
+        cls[i] = (uint8_t)(c << 1 | row);
+    }
+    if (enabled) fold_broadcasts(p, pl->kfold, cls);
     kstate k = {.start = -1};
     for (int i = 0; i <= n; i++) {
         if (i < n && pl->kfold[i]) {
             pl->n_folded++;
             continue;
         }
-        int row = 0, c = i < n ? kernel_class(p, &p->instrs[i], &row) : KC_OTHER;
-        if (i < n && enabled && kernel_joins(p, &k, i, c, row)) {
+        int row = i < n ? cls[i] & 1 : 0, c = i < n ? cls[i] >> 1 : KC_OTHER;
+        if (i < n && enabled && kernel_joins(p, &k, i, c, row, numel)) {
             k.last = i;
             if (c == KC_REDUCE) {
-                if (row) k.row = buf_numel(p, p->instrs[i].out);
+                if (row) k.row = numel[p->instrs[i].out];
                 else k.closed = 1; /* a column reduction needs every block: nothing after it */
             }
             continue;
@@ -292,10 +318,11 @@ void spmd_plan_kernels(spmd_program *p, int enabled)
         if (i == n || p->instrs[i].kind != SPMD_COMPUTE) continue;
         const spmd_instr *in = &p->instrs[i];
         k = (kstate){.start = i, .last = i, .phase = in->phase, .closed = c == KC_OTHER,
-                     .loop = c == KC_REDUCE ? buf_numel(p, in->in[0]) : buf_numel(p, in->out)};
+                     .loop = c == KC_REDUCE ? numel[in->in[0]] : numel[in->out]};
         if (c == KC_REDUCE) {
-            if (row) k.row = buf_numel(p, in->out);
+            if (row) k.row = numel[in->out];
             else k.closed = 1;
         }
     }
+    free(cls);
 }

@@ -142,6 +142,9 @@ static int find_axis(const shard_spec *s, int rank, int a, int *pos)
 /* Drops the mesh axes of size 1 from s: they split nothing. */
 static void drop_unit_axes(const shard_mesh *m, shard_spec *s, int rank)
 {
+    int any = 0;
+    for (int a = 0; a < m->n_axes; a++) any |= m->sizes[a] == 1;
+    if (!any) return; /* the usual mesh: nothing to drop */
     for (int d = 0; d < rank; d++) {
         int k = 0;
         for (int j = 0; j < s->n[d]; j++)
@@ -246,16 +249,14 @@ static int reshard(lower_ctx *c, int v, const shard_spec *T)
 static void tensor_layout(const shard_state *s, int op, int t, const shard_factor_axes *fa, shard_spec *out)
 {
     const shard_rule *r = &s->rules[op];
-    const ir_op *o = &s->g->ops[op];
-    int v = t < o->n_in ? o->in[t] : o->out;
     memset(out, 0, sizeof *out);
-    for (int d = 0; d < s->g->values[v].rank; d++) {
+    for (int d = 0; d < r->rank[t]; d++) {
         if (!r->nf[t][d]) continue;
         const shard_factor_axes *L = &fa[r->f[t][d][0]];
         out->n[d] = L->n;
         memcpy(out->axes[d], L->axes, L->n);
     }
-    drop_unit_axes(s->mesh, out, s->g->values[v].rank);
+    drop_unit_axes(s->mesh, out, r->rank[t]);
 }
 
 static void mark_phases(const ir_graph *g, uint8_t *phase)
@@ -322,6 +323,7 @@ spmd_program *spmd_lower_ex(shard_state *s, spmd_program *p, const spmd_options 
         const ir_op *o = &g->ops[i];
         const shard_rule *r = &s->rules[i];
         c.serving = i;
+        if (i + 4 < g->n_ops) shard_prefetch_tensors(s, i + 4); /* the shardings are read in value order, not op order */
         shard_op_factors(s, i, fa);
         /* Linear ops may carry partial sums: add/sub of two values partial
          * on the same axes, and scale/neg of a value no other op reads

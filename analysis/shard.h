@@ -187,6 +187,17 @@ typedef struct shard_state {
  * conflicts, the ones met here are recorded. */
 void shard_op_factors(shard_state *s, int op, shard_factor_axes *fa);
 
+/* A hint: asks for the shardings and stamps of op's tensors, which
+ * shard_op_factors reads (its rule is read here). */
+static inline void shard_prefetch_tensors(const shard_state *s, int op)
+{
+    const shard_rule *r = &s->rules[op];
+    for (int t = 0; t <= r->n_in; t++) {
+        __builtin_prefetch(&s->spec[r->tensor[t]]);
+        __builtin_prefetch(&s->stamp[r->tensor[t]]);
+    }
+}
+
 /* Returns a new state with every value replicated; caller frees with
  * shard_state_free.  g and mesh are borrowed. */
 shard_state *shard_state_new(const ir_graph *g, const shard_mesh *mesh);
