@@ -149,7 +149,7 @@ enum {
     IR_ATTR_SUBSCRIPTS = 1 << 6,
     IR_ATTR_DTYPE = 1 << 7,         /* result dtype given by the file (else "dtype" is a check) */
     IR_ATTR_DIMS_OPTIONAL = 1 << 8,
-    IR_ATTR_SEED = 1 << 9,          /* "seed": ints[0], a non-negative integer below 2^53 */
+    IR_ATTR_SEED = 1 << 9,          /* "seed": ints[0], an integer in 0..2^53 */
 };
 unsigned ir_op_attrs(ir_opkind k);
 /* Bit k set: a gradient flows from the result to operand k. */
@@ -256,7 +256,7 @@ int ir_iota(ir_graph *g, ir_dtype t, int rank, const int64_t *dims, int dim);
 /* A dropout mask f32[dims] of rate p in [0, 1): element x is 1/(1-p) where
  * u(x) >= p, else 0, with u(x) = pcg32_counter(seed, rank, global
  * coordinates of x) / 2^32 (ir/pcg32.h), so every block of it is the same
- * wherever it is drawn.  seed in [0, 2^53).  y = x * mask is dropout; the
+ * wherever it is drawn.  seed in 0..2^53.  y = x * mask is dropout; the
  * mask takes no gradient. */
 int ir_dropout_mask(ir_graph *g, int rank, const int64_t *dims, double p, int64_t seed);
 /* The value of element `index` of ir_dropout_mask(rank, dims, p, seed). */

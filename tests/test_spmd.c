@@ -275,14 +275,22 @@ static void test_expert_schedules(void)
     lower_opts = spmd_default_options();
     /* dropout (Megatron's placement, rate 0.1): the masks are drawn from
      * global coordinates, so every plan computes the reference's numbers */
-    static const char *DROP = "gpt-tiny:dropout=0.1";
-    schedule_case(DROP, 1, "batch=4", "dp:batch", 2);
-    schedule_case(DROP, 1, "model=4", "megatron:model", 1);
-    schedule_case(DROP, 0, "batch=4", "zero3:batch", 1);
-    schedule_case(DROP, 1, "batch=2,model=2", "dp:batch,megatron:model,zero3:batch", 1);
-    schedule_case(DROP, 0, "batch=2,model=2", "remat:full,dp:batch,megatron:model", 1);
-    schedule_case(DROP, 1, "batch=2", "dp:batch,microbatch:2", 1);
-    schedule_case("vit-tiny:dropout=0.2", 1, "batch=2,model=2", "dp:batch,megatron:model", 1);
+    static const struct {
+        const char *model;
+        int sgd;
+        const char *mesh, *sched;
+        int steps;
+    } drop[] = {
+        {"gpt-tiny:dropout=0.1", 1, "batch=4", "dp:batch", 2},
+        {"gpt-tiny:dropout=0.1", 1, "model=4", "megatron:model", 1},
+        {"gpt-tiny:dropout=0.1", 0, "batch=4", "zero3:batch", 1},
+        {"gpt-tiny:dropout=0.1", 1, "batch=2,model=2", "dp:batch,megatron:model,zero3:batch", 1},
+        {"gpt-tiny:dropout=0.1", 0, "batch=2,model=2", "remat:full,dp:batch,megatron:model", 1},
+        {"gpt-tiny:dropout=0.1", 1, "batch=2", "dp:batch,microbatch:2", 1},
+        {"vit-tiny:dropout=0.2", 1, "batch=2,model=2", "dp:batch,megatron:model", 1},
+    };
+    for (size_t i = 0; i < sizeof drop / sizeof drop[0]; i++)
+        schedule_case(drop[i].model, drop[i].sgd, drop[i].mesh, drop[i].sched, drop[i].steps);
     /* 16 devices on this 2-core machine: 2-D and 4-D meshes */
     schedule_case(GPT, 0, "batch=4,model=4", "dp:batch,megatron:model", 1);
     schedule_case(GPT, 1, "batch=2,model=2,x=2,y=2", "dp:batch,megatron:model,zero3:x,dp:y", 2);
