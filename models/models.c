@@ -188,8 +188,11 @@ char *model_config_str(const model_config *cfg, char *buf, size_t n)
     return buf;
 }
 
-/* Models whose builders place dropout (mb_gpt_block's). */
-static int takes_dropout(const model_def *m) { return !strcmp(m->name, "gpt") || !strcmp(m->name, "vit"); }
+/* Models whose builders place dropout (gpt and vit: mb_gpt_block's; t5). */
+static int takes_dropout(const model_def *m)
+{
+    return !strcmp(m->name, "gpt") || !strcmp(m->name, "vit") || !strcmp(m->name, "t5");
+}
 
 /* "dropout=P" in [p, end): P a decimal rate in [0, 1).  Returns 0, 1 when
  * the key is not dropout, or -1 with a message. */

@@ -21,15 +21,16 @@ typedef struct model_config {
     int n_keys;
     const char *keys[MODEL_MAX_KEYS]; /* key names in canonical order */
     int64_t values[MODEL_MAX_KEYS];
-    double dropout;                  /* gpt, vit: dropout rate in [0, 1) (key "dropout"), 0: none */
+    double dropout;                  /* gpt, vit, t5: dropout rate in [0, 1) (key "dropout"), 0: none */
 } model_config;
 
 /* Parses a spec into a full configuration (defaults filled in).  Returns 0 or
  * -1 with a one-line message naming the bad part (unknown model or key, bad
- * number, a value out of range, heads not dividing hidden, ...).  gpt and vit
- * also take dropout=P, a rate in [0, 1) (default 0, not part of the
- * canonical text then): Megatron-LM's placement, on the embeddings, the
- * attention probabilities and each block's attention and MLP outputs. */
+ * number, a value out of range, heads not dividing hidden, ...).  gpt, vit
+ * and t5 also take dropout=P, a rate in [0, 1) (default 0, not part of the
+ * canonical text then): for gpt and vit Megatron-LM's placement, on the
+ * embeddings, the attention probabilities and each block's attention and MLP
+ * outputs; for t5 T5's (models/t5.c). */
 int model_parse(const char *spec, model_config *cfg, char *err, size_t errlen);
 /* Value of a key, or -1 if the model has no such key. */
 int64_t model_get(const model_config *cfg, const char *key);

@@ -21,6 +21,10 @@
  * no future); the table's size, and so the parameter count, is T5's.
  * Attention scores are scaled by 1/sqrt(dkv) (T5 folds this into its init).
  * Encoder layers carry tags 0..enc_layers-1, decoder layers follow on.
+ * With dropout=P, T5's placement: on the embeddings ("enc.embed.drop"), the
+ * attention probabilities, each sublayer's output before its residual add
+ * ("enc0.attn.drop"), the FFN's activation ("enc0.mlp.act.drop") and each
+ * stack's final norm ("enc.ln_f.drop").
  */
 #include "models.h"
 #include "models/blocks.h"
@@ -33,6 +37,7 @@
 typedef struct t5_builder {
     ir_graph *g;
     int64_t h, heads, dkv, f, b;
+    double p;         /* dropout rate (0: none) */
     int enc;          /* the encoder's output [b, enc_seq, h] */
     mb_attn_mask self; /* the current stack's self-attention mask and position bias */
 } t5_builder;
@@ -82,6 +87,7 @@ static int ffn(t5_builder *m, int x, const char *prefix)
     int w1 = mb_param(g, prefix, "w1", 2, up, IR_INIT_AUTO, 0);
     int w2 = mb_param(g, prefix, "w2", 2, down, IR_INIT_AUTO, 0);
     int act = mb_named(g, mb_cat(name, sizeof name, prefix, "act"), IR_OP_RELU, ir_einsum(g, "bsh,hf->bsf", x, w1), -1, 0);
+    act = mb_dropout(g, act, m->p, mb_cat(name, sizeof name, prefix, "act.drop"));
     return mb_einsum(g, mb_cat(name, sizeof name, prefix, "out"), "bsf,fh->bsh", act, w2);
 }
 
@@ -92,21 +98,24 @@ static int residual(t5_builder *m, int x, const char *pre, const char *sub)
     char ln[48], name[64];
     snprintf(ln, sizeof ln, "%s.ln_%s", pre, sub);
     int n = mb_rms_norm(g, x, ln, 1e-6), y;
-    mb_attn_mask none = {-1, -1, -1, 0};
+    mb_attn_mask none = {-1, -1, -1, m->p};
     if (!strcmp(sub, "ffn")) y = ffn(m, n, mb_cat(name, sizeof name, pre, "mlp"));
     else if (!strcmp(sub, "xattn")) y = attention(m, n, m->enc, &none, mb_cat(name, sizeof name, pre, "xattn"));
     else y = attention(m, n, n, &m->self, mb_cat(name, sizeof name, pre, "attn"));
+    snprintf(ln, sizeof ln, "%s.%s.drop", pre, sub);
+    y = mb_dropout(g, y, m->p, ln);
     return mb_named(g, mb_cat(name, sizeof name, pre, sub), IR_OP_ADD, x, y, 0);
 }
 
 /* One stack: "enc" (no mask) or "dec" (causal, cross-attention); layer tags
- * from `tag0`.  Returns "<stack>.ln_f.out". */
+ * from `tag0`.  Returns "<stack>.ln_f.out" ("<stack>.ln_f.drop" with
+ * dropout). */
 static int stack(t5_builder *m, int x, const char *st, int64_t layers, int64_t s, int tag0)
 {
     ir_graph *g = m->g;
     int dec = !strcmp(st, "dec");
     ir_set_layer(g, -1);
-    m->self = (mb_attn_mask){-1, -1, rel_bias(m, s, st), 0};
+    m->self = (mb_attn_mask){-1, -1, rel_bias(m, s, st), m->p};
     if (dec) mb_causal(g, s, &m->self.mask, &m->self.bias);
     for (int64_t l = 0; l < layers; l++) {
         char pre[32];
@@ -117,9 +126,10 @@ static int stack(t5_builder *m, int x, const char *st, int64_t layers, int64_t s
         x = residual(m, x, pre, "ffn");
     }
     ir_set_layer(g, -1);
-    char ln[32];
+    char ln[32], drop[40];
     snprintf(ln, sizeof ln, "%s.ln_f", st);
-    return mb_rms_norm(g, x, ln, 1e-6);
+    snprintf(drop, sizeof drop, "%s.ln_f.drop", st);
+    return mb_dropout(g, mb_rms_norm(g, x, ln, 1e-6), m->p, drop);
 }
 
 ir_graph *model_build_t5(const model_config *cfg, char *err, size_t errlen)
@@ -133,6 +143,7 @@ ir_graph *model_build_t5(const model_config *cfg, char *err, size_t errlen)
     m.dkv = model_get(cfg, "dkv");
     m.f = model_get(cfg, "ffn");
     m.b = model_get(cfg, "batch");
+    m.p = cfg->dropout;
     if (strcmp(cfg->model, "t5") != 0 || le <= 0 || ld <= 0 || se <= 0 || sd <= 0 || v <= 0 || m.h <= 0 || m.heads <= 0 ||
         m.dkv <= 0 || m.f <= 0 || m.b <= 0) {
         ir_errf(err, errlen, "model_build_t5: config not checked (parse it with model_parse)");
@@ -149,9 +160,9 @@ ir_graph *model_build_t5(const model_config *cfg, char *err, size_t errlen)
     ir_set_init(g, labels, IR_INIT_IDS, (double)v);
     int shared = ir_arg(g, "shared", IR_PARAM, IR_F32, 2, vh);
     ir_set_init(g, shared, IR_INIT_NORMAL, 1.0);
-    int x = mb_named(g, "enc.embed", IR_OP_GATHER, shared, enc_tokens, 0);
+    int x = mb_dropout(g, mb_named(g, "enc.embed", IR_OP_GATHER, shared, enc_tokens, 0), m.p, "enc.embed.drop");
     m.enc = stack(&m, x, "enc", le, se, 0);
-    int y = mb_named(g, "dec.embed", IR_OP_GATHER, shared, dec_tokens, 0);
+    int y = mb_dropout(g, mb_named(g, "dec.embed", IR_OP_GATHER, shared, dec_tokens, 0), m.p, "dec.embed.drop");
     y = stack(&m, y, "dec", ld, sd, (int)le);
     int logits = mb_einsum(g, "logits", "bsh,vh->bsv", ir_scale(g, y, 1.0 / sqrt((double)m.h)), shared);
     return mb_finish(g, mb_cross_entropy(g, logits, labels), gname, err, errlen);

@@ -652,10 +652,12 @@ static void test_unet(void)
     }
 }
 
-/* dropout=P (gpt, vit): 0 builds exactly the graph without the key; P > 0
- * adds one mask on the embeddings and three per block (probabilities,
- * attention output, MLP output), each read by one multiply, each with its
- * own seed; the canonical text carries it and parses back. */
+/* dropout=P (gpt, vit, t5): 0 builds exactly the graph without the key;
+ * P > 0 adds, for gpt and vit, one mask on the embeddings and three per
+ * block (probabilities, attention output, MLP output), for t5 one per
+ * embedding and final norm, 4 per encoder layer and 6 per decoder layer;
+ * each read by one multiply, each with its own seed; the canonical text
+ * carries it and parses back. */
 static void test_dropout(void)
 {
     model_config c, d;
@@ -666,8 +668,9 @@ static void test_dropout(void)
     CHECK(model_parse(buf, &d, err, sizeof err) == 0 && d.dropout == c.dropout);
     CHECK(model_parse("gpt-tiny:dropout=0", &c, err, sizeof err) == 0 && c.dropout == 0);
     CHECK(!strcmp(model_config_str(&c, buf, sizeof buf), "gpt:layers=2,hidden=64,heads=8,seq=16,batch=8,vocab=128"));
-    static const char *pairs[][2] = {{"gpt-tiny", "gpt-tiny:dropout=0"}, {"vit-tiny", "vit-tiny:dropout=0.0"}};
-    for (int i = 0; i < 2; i++) {
+    static const char *pairs[][2] = {
+        {"gpt-tiny", "gpt-tiny:dropout=0"}, {"vit-tiny", "vit-tiny:dropout=0.0"}, {"t5-tiny", "t5-tiny:dropout=0"}};
+    for (int i = 0; i < 3; i++) {
         ir_graph *a = build_checked(pairs[i][0]), *b = build_checked(pairs[i][1]);
         char *ja = a ? ir_save_json(a) : NULL, *jb = b ? ir_save_json(b) : NULL;
         CHECKF(ja && jb && !strcmp(ja, jb), "%s and %s build different graphs", pairs[i][0], pairs[i][1]);
@@ -676,9 +679,18 @@ static void test_dropout(void)
         ir_free(a);
         ir_free(b);
     }
-    static const char *specs[2] = {"gpt-tiny:dropout=0.1", "vit-tiny:dropout=0.25"};
-    for (int i = 0; i < 2; i++) {
-        ir_graph *g = build_checked(specs[i]);
+    static const struct {
+        const char *spec;
+        int masks;            /* expected */
+        const char *names[4]; /* values that must exist */
+    } cases[3] = {
+        {"gpt-tiny:dropout=0.1", 1 + 3 * 2, {"embed.drop", "h1.attn.probs.drop", "h0.attn.drop", "h1.mlp.drop"}},
+        {"vit-tiny:dropout=0.25", 1 + 3 * 2, {"embed.drop", "h1.attn.probs.drop", "h0.attn.drop", "h1.mlp.drop"}},
+        {"t5-tiny:dropout=0.1", 2 + 2 + 4 * 2 + 6 * 1, {"enc.embed.drop", "enc1.mlp.act.drop", "dec0.xattn.drop", "dec.ln_f.drop"}},
+    };
+    for (int i = 0; i < 3; i++) {
+        const char *spec = cases[i].spec;
+        ir_graph *g = build_checked(spec);
         if (!g) continue;
         int masks = 0, readers_ok = 1, seeds_distinct = 1;
         int64_t seeds[64];
@@ -693,10 +705,9 @@ static void test_dropout(void)
             if (masks < 64) seeds[masks] = o->attrs.ints[0];
             masks++;
         }
-        CHECKF(masks == 1 + 3 * g->n_layers && readers_ok && seeds_distinct, "%s: %d masks for %d layers", specs[i], masks,
-               g->n_layers);
-        CHECK(ir_find(g, "embed.drop") >= 0 && ir_find(g, "h1.attn.probs.drop") >= 0 && ir_find(g, "h0.attn.drop") >= 0 &&
-              ir_find(g, "h1.mlp.drop") >= 0);
+        CHECKF(masks == cases[i].masks && readers_ok && seeds_distinct, "%s: %d masks, want %d", spec, masks,
+               cases[i].masks);
+        for (int k = 0; k < 4; k++) CHECKF(ir_find(g, cases[i].names[k]) >= 0, "%s: no %s", spec, cases[i].names[k]);
         ir_free(g);
     }
 }

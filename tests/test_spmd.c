@@ -288,6 +288,7 @@ static void test_expert_schedules(void)
         {"gpt-tiny:dropout=0.1", 0, "batch=2,model=2", "remat:full,dp:batch,megatron:model", 1},
         {"gpt-tiny:dropout=0.1", 1, "batch=2", "dp:batch,microbatch:2", 1},
         {"vit-tiny:dropout=0.2", 1, "batch=2,model=2", "dp:batch,megatron:model", 1},
+        {"t5-tiny:dropout=0.1", 1, "batch=2,model=2", "dp:batch,megatron:model", 1},
     };
     for (size_t i = 0; i < sizeof drop / sizeof drop[0]; i++)
         schedule_case(drop[i].model, drop[i].sgd, drop[i].mesh, drop[i].sched, drop[i].steps);
