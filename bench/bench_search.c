@@ -4,10 +4,58 @@
  *     (GPT-1.3B on 8 devices, GPT-39B on 64, GPT-175B on 1024), A100 profile;
  *  3. MCTS against random and greedy search at equal budgets;
  *  4. MCTS (2000 simulations) against exhaustive enumeration over 20 seeds.
- * Prints a markdown section; never fails on a time. */
+ * Prints a markdown section; never fails on a time.
+ *
+ * CARVE_SEARCH_PRICELOG=PREFIX: section 1 also logs every plan it prices, one
+ * line each (state hash, step time, peak bytes, fits, reward; floats in %a,
+ * exact), thread t's plans to PREFIX.t in the order priced: two builds whose
+ * logs are equal byte for byte priced the same plans in the same order at the
+ * same prices (how speed changes to pricing are checked, docs/search.md). */
 #include "bench/bench_setup.h"
 
+#include <omp.h>
+
 typedef bench_setup setup;
+
+/* ---- the price log (CARVE_SEARCH_PRICELOG) ------------------------------ */
+
+typedef struct logged {
+    const search_evaluator *inner;
+    void *ws;
+    FILE *f;
+} logged;
+
+static const search_evaluator *log_inner;
+static const char *log_prefix;
+
+static void *log_make(void *cfg, shard_state *st)
+{
+    logged *l = calloc(1, sizeof *l);
+    if (!l) abort();
+    char path[512];
+    snprintf(path, sizeof path, "%s.%d", log_prefix, omp_get_thread_num());
+    l->inner = log_inner;
+    l->ws = log_inner->make(cfg, st);
+    if (!(l->f = fopen(path, "a"))) fprintf(stderr, "bench_search: cannot write %s\n", path);
+    return l;
+}
+
+static void log_eval(void *ws, shard_state *st, search_score *out)
+{
+    logged *l = ws;
+    l->inner->eval(l->ws, st, out);
+    if (l->f)
+        fprintf(l->f, "%016llx %a %a %d %a\n", (unsigned long long)shard_state_hash(st), out->step_time, out->peak_bytes,
+                out->fits, out->reward);
+}
+
+static void log_destroy(void *ws)
+{
+    logged *l = ws;
+    l->inner->destroy(l->ws);
+    if (l->f) fclose(l->f);
+    free(l);
+}
 
 static int make(setup *s, const char *model, const char *mesh, const char *hw_name)
 {
@@ -42,11 +90,22 @@ static int run(setup *s, const search_algo *k, search_budget b, search_result *r
 static void rate(setup *s)
 {
     search_result r1, r2;
+    search_evaluator plain = s->ev;
+    if ((log_prefix = getenv("CARVE_SEARCH_PRICELOG"))) {
+        for (int t = 0; t < 2; t++) { /* start the files empty */
+            char path[512];
+            snprintf(path, sizeof path, "%s.%d", log_prefix, t);
+            remove(path);
+        }
+        log_inner = &plain;
+        s->ev = (search_evaluator){plain.cfg, log_make, log_eval, log_destroy};
+    }
     double c0 = bench_cpu_seconds();
     run(s, &search_mcts, (search_budget){.simulations = 600, .seed = 1, .threads = 1}, &r1);
     double c1 = bench_cpu_seconds();
     run(s, &search_mcts, (search_budget){.simulations = 1200, .seed = 1, .threads = 2}, &r2);
     double c2 = bench_cpu_seconds();
+    s->ev = plain;
     double rate1 = (double)r1.simulations / r1.seconds, rate2 = (double)r2.simulations / r2.seconds;
     printf("### Simulations per second (GPT-1.3B step, mesh batch=4,model=2, A100 profile)\n\n");
     printf("| threads | simulations | priced | seconds | simulations/s | CPU seconds | simulations per CPU second |\n"

@@ -5,6 +5,7 @@
 #include "analysis/schedule.h"
 #include "analysis/spmd.h"
 #include "models/models.h"
+#include "plan/experts.h"
 #include "plan/pricer.h"
 #include "ir/pcg32.h"
 #include "search/search.h"
@@ -368,8 +369,77 @@ static void revisit_changes_nothing(void)
     }
 }
 
+/* The cost model's evaluator on a thread's state whose propagation queues
+ * ops again for their own changes (revisit_flag) or not (the default): hashes
+ * each plan priced with its exact step time, peak and reward into order_hash. */
+static int revisit_flag;
+static void *revisit_make(void *cfg, shard_state *st)
+{
+    st->revisit = revisit_flag;
+    return plan_cost_evaluator.make(cfg, st);
+}
+static void revisit_eval(void *ws, shard_state *st, search_score *out)
+{
+    plan_cost_evaluator.eval(ws, st, out);
+    uint64_t w[3];
+    memcpy(&w[0], &out->step_time, 8);
+    memcpy(&w[1], &out->peak_bytes, 8);
+    memcpy(&w[2], &out->reward, 8);
+    order_hash = (order_hash ^ shard_state_hash(st)) * 0x9e3779b97f4a7c15ull;
+    for (int i = 0; i < 3; i++) order_hash = (order_hash ^ w[i]) * 0x9e3779b97f4a7c15ull;
+}
+
+/* What the search prices does not depend on shard_state.revisit: the same
+ * plans in the same order at bit-identical prices, on an accelerator profile
+ * (kernels) and the CPU profile (fused groups), with the experts as seeds. */
+static void revisit_prices_the_same(void)
+{
+    const char *cases[][3] = {{"gpt-tiny", "batch=2,model=2", "a100"}, {"llama-tiny", "a=2,b=2,c=2", "cpu"}};
+    for (int c = 0; c < 2; c++) {
+        ir_graph *g = test_build_step(cases[c][0]);
+        shard_mesh mesh;
+        cost_hw hw;
+        char err[256];
+        CHECK(shard_mesh_parse(cases[c][1], &mesh, err, sizeof err) == 0 && cost_hw_lookup(cases[c][2], &hw, err, sizeof err) == 0);
+        shard_state *prefix = shard_state_new(g, &mesh);
+        shard_groups *gs = shard_groups_build(g);
+        plan_pricer pr;
+        cost_options opt = {COST_FP32, 0, 0};
+        shard_state *scratch = shard_state_new(g, &mesh);
+        CHECK(plan_pricer_init(&pr, &hw, &opt, scratch, err, sizeof err) == 0);
+        pr.gather_auto = 1;
+        plan_expert *ex;
+        int n_ex = plan_experts(g, &mesh, NULL, &pr, &ex), n_seeds = 0;
+        const shard_state **seeds = calloc((size_t)n_ex + 1, sizeof *seeds);
+        for (int i = 0; i < n_ex; i++)
+            if (ex[i].ok) seeds[n_seeds++] = ex[i].st;
+        search_evaluator ev = {&pr, revisit_make, revisit_eval, plan_cost_evaluator.destroy};
+        uint64_t h[2];
+        search_result r[2];
+        for (int k = 0; k < 2; k++) {
+            search_budget b = {.simulations = 150, .seed = 3, .threads = 1, .seeds = seeds, .n_seeds = n_seeds};
+            revisit_flag = k;
+            order_hash = 0;
+            CHECK(search_run(&search_mcts, prefix, gs, &ev, &b, &r[k], err, sizeof err) == 0);
+            h[k] = order_hash;
+        }
+        CHECKF(h[0] == h[1] && r[0].evaluations == r[1].evaluations && r[0].simulations == r[1].simulations &&
+                   r[0].best.step_time == r[1].best.step_time && r[0].best.peak_bytes == r[1].best.peak_bytes,
+               "%s on %s (%s): the search's propagation changes what is priced", cases[c][0], cases[c][1], cases[c][2]);
+        CHECKF(r[0].evaluations > 100, "%s: only %lld plans priced", cases[c][0], (long long)r[0].evaluations);
+        free(seeds);
+        plan_experts_free(ex, n_ex);
+        plan_pricer_free(&pr);
+        shard_state_free(scratch);
+        shard_groups_free(gs);
+        shard_state_free(prefix);
+        ir_free(g);
+    }
+}
+
 int main(void)
 {
+    revisit_prices_the_same();
     revisit_changes_nothing();
     saved_states_change_nothing();
     exhaustive_refused_up_front();
