@@ -231,11 +231,13 @@ static void median_profile(const cost_hw *runs, int n, cost_hw *out)
 /* Measures every plan of the selected models: groups of consecutive plans
  * whose buffers fit MEM_BUDGET together, each group ROUNDS rounds of (a
  * calibration, one step of every plan in an order that rotates from round to
- * round).  Fills cal[0..*n_cal).  Returns 0 or -1 with a message on stderr. */
-static int measure(live L[][N_PLANS], const int *use, int verbose, cost_hw *cal, int *n_cal)
+ * round).  Fills cal[0..*n_cal); model m's calibrations start at
+ * first_cal[m].  Returns 0 or -1 with a message on stderr. */
+static int measure(live L[][N_PLANS], const int *use, int verbose, cost_hw *cal, int *n_cal, int *first_cal)
 {
     char err[512];
     for (int m = 0; m < N_MODELS; m++) {
+        first_cal[m] = *n_cal;
         if (!use[m]) continue;
         for (int pl = 0; pl < N_PLANS; pl++)
             if (live_lower(m, pl, &L[m][pl]) < 0) return -1;
@@ -354,30 +356,55 @@ static int write_times(const char *path, const result *res, int n)
     return fclose(f);
 }
 
-static void print_profile(const cost_hw *hw, const cost_hw *cal, int n_cal)
+/* One row of the profile table: the figure of every measured model's
+ * profile, scaled by `unit`, in format `fmt`. */
+#define PROFILE_ROW(label, expr, unit, fmt)                                 \
+    do {                                                                   \
+        printf("| %s |", label);                                           \
+        for (int m = 0; m < N_MODELS; m++)                                 \
+            if (use[m]) {                                                  \
+                const cost_hw *h = &hw[m];                                 \
+                printf(" " fmt " |", (expr) / (unit));                     \
+            }                                                              \
+        printf("\n");                                                      \
+    } while (0)
+
+/* The calibrated profiles, a column per model (each the median of the
+ * calibrations taken during that model's rounds). */
+static void print_profiles(const cost_hw *hw, const int *use, const cost_hw *cal, const int *first_cal, int n_cal)
 {
-    double lo = 1e300, hi = 0;
-    for (int i = 0; i < n_cal; i++) {
-        lo = fmin(lo, cal[i].matmul_flops[IR_F32]);
-        hi = fmax(hi, cal[i].matmul_flops[IR_F32]);
+    printf("Calibrated profiles (each the median of the calibrations taken while that model's plans ran):\n\n| figure |");
+    for (int m = 0; m < N_MODELS; m++)
+        if (use[m]) printf(" %c |", 'A' + m);
+    printf("\n|---|");
+    for (int m = 0; m < N_MODELS; m++)
+        if (use[m]) printf("---|");
+    printf("\n| GEMM (einsum) per thread, all cores busy, GFLOP/s (range over the calibrations) |");
+    for (int m = 0; m < N_MODELS; m++) {
+        if (!use[m]) continue;
+        int end = m + 1 < N_MODELS ? first_cal[m + 1] : n_cal;
+        double lo = 1e300, hi = 0;
+        for (int i = first_cal[m]; i < end; i++) {
+            lo = fmin(lo, cal[i].matmul_flops[IR_F32]);
+            hi = fmax(hi, cal[i].matmul_flops[IR_F32]);
+        }
+        printf(" %.1f (%.1f-%.1f) |", hw[m].matmul_flops[IR_F32] / 1e9, lo / 1e9, hi / 1e9);
     }
-    printf("Calibrated profile (medians of %d calibrations):\n\n| figure | value |\n|---|---|\n", n_cal);
-    printf("| GEMM (einsum) per thread, all cores busy | %.1f GFLOP/s (calibrations ranged %.1f to %.1f) |\n",
-           hw->matmul_flops[IR_F32] / 1e9, lo / 1e9, hi / 1e9);
-    printf("| a thread alone vs all cores busy (alone_speedup) | %.2fx |\n", hw->alone_speedup);
-    printf("| GEMM call overhead (gemm_call) | %.2f us |\n", hw->gemm_call * 1e6);
-    printf("| GEMM operands and result from memory (gemm_bandwidth) | %.2f GB/s |\n", hw->gemm_bandwidth / 1e9);
-    printf("| elementwise (vector_flops; mul, exp, gelu) | %.2f GFLOP/s |\n", hw->vector_flops / 1e9);
-    printf("| op rates, G elements/s per thread | add %.2f, mul %.2f, div %.2f, exp %.2f, gelu %.3f, gelu_grad %.3f, "
-           "broadcast %.2f, reduce_sum %.2f, transpose %.2f |\n",
-           hw->op_rate[IR_OP_ADD] / 1e9, hw->op_rate[IR_OP_MUL] / 1e9, hw->op_rate[IR_OP_DIV] / 1e9, hw->op_rate[IR_OP_EXP] / 1e9,
-           hw->op_rate[IR_OP_GELU] / 1e9, hw->op_rate[IR_OP_GELU_GRAD] / 1e9, hw->op_rate[IR_OP_BROADCAST] / 1e9,
-           hw->op_rate[IR_OP_REDUCE_SUM] / 1e9, hw->op_rate[IR_OP_TRANSPOSE] / 1e9);
-    printf("| memory bandwidth (read + write) per thread | %.2f GB/s |\n", hw->mem_bandwidth / 1e9);
-    printf("| copy bandwidth per thread (collectives) | %.2f GB/s |\n", hw->intra.bandwidth / 1e9);
-    printf("| barrier, one thread a core / two a core | %.1f us / %.1f us |\n", hw->intra.latency * 1e6, hw->oversub_latency * 1e6);
-    printf("| op overhead | %.3f us |\n", hw->op_overhead * 1e6);
-    printf("| cores | %d |\n\n", hw->cores);
+    printf("\n");
+    PROFILE_ROW("a thread alone vs all cores busy: compute (alone_speedup)", h->alone_speedup, 1, "%.2fx");
+    PROFILE_ROW("a thread alone vs all cores busy: memory (alone_bandwidth)", h->alone_bandwidth, 1, "%.2fx");
+    PROFILE_ROW("GEMM call overhead (gemm_call), us", h->gemm_call, 1e-6, "%.2f");
+    PROFILE_ROW("GEMM operands and result from memory (gemm_bandwidth), GB/s", h->gemm_bandwidth, 1e9, "%.2f");
+    PROFILE_ROW("op rate add, G elements/s per thread", h->op_rate[IR_OP_ADD], 1e9, "%.2f");
+    PROFILE_ROW("op rate exp", h->op_rate[IR_OP_EXP], 1e9, "%.2f");
+    PROFILE_ROW("op rate gelu", h->op_rate[IR_OP_GELU], 1e9, "%.3f");
+    PROFILE_ROW("op rate reduce_sum", h->op_rate[IR_OP_REDUCE_SUM], 1e9, "%.2f");
+    PROFILE_ROW("memory bandwidth (read + write) per thread, GB/s", h->mem_bandwidth, 1e9, "%.2f");
+    PROFILE_ROW("cache shared by the devices (cache_bytes), MiB", h->cache_bytes, 1048576.0, "%.0f");
+    PROFILE_ROW("copy bandwidth per thread (collectives), GB/s", h->intra.bandwidth, 1e9, "%.2f");
+    PROFILE_ROW("barrier, one thread a core, us", h->intra.latency, 1e-6, "%.1f");
+    PROFILE_ROW("barrier, two threads a core, us", h->oversub_latency, 1e-6, "%.1f");
+    printf("\n");
 }
 
 int main(int argc, char **argv)
@@ -389,7 +416,7 @@ int main(int argc, char **argv)
         else if (!strcmp(argv[i], "-m") && i + 1 < argc) only = atoi(argv[++i]);
         else if (!strcmp(argv[i], "-o") && i + 1 < argc) out_dir = argv[++i];
         else {
-            fprintf(stderr, "usage: bench_fidelity [-v] [-m MODEL_INDEX] [-o DIR (writes DIR/profile.json, DIR/times.tsv)]\n");
+            fprintf(stderr, "usage: bench_fidelity [-v] [-m MODEL_INDEX] [-o DIR (writes DIR/profile-M.json per model M, DIR/times.tsv)]\n");
             return 2;
         }
     }
@@ -404,32 +431,36 @@ int main(int argc, char **argv)
     static cost_hw cal[MAX_CAL];
     int n_cal = 0, use[N_MODELS];
     for (int m = 0; m < N_MODELS; m++) use[m] = only < 0 || m == only;
-    if (measure(L, use, verbose, cal, &n_cal) < 0) return 1;
-    cost_hw hw;
-    median_profile(cal, n_cal, &hw);
-    if (cost_hw_check(&hw, err, sizeof err) < 0) {
-        fprintf(stderr, "bench_fidelity: %s\n", err);
-        return 1;
-    }
+    int first_cal[N_MODELS];
+    if (measure(L, use, verbose, cal, &n_cal, first_cal) < 0) return 1;
+    /* a profile per model, from the calibrations taken while its plans ran */
+    static cost_hw hw[N_MODELS];
     static result res[MAX_PLANS];
     int n = 0;
     cost_ws *ws = cost_ws_new();
-    for (int m = 0; m < N_MODELS; m++)
-        for (int pl = 0; use[m] && pl < N_PLANS; pl++)
-            if (predict(ws, &hw, m, &L[m][pl], verbose, &res[n++]) < 0) return 1;
-    cost_ws_free(ws);
-    if (out_dir) {
-        char path[1024];
-        snprintf(path, sizeof path, "%s/profile.json", out_dir);
-        if (cost_hw_save(&hw, path, err, sizeof err) < 0) {
+    for (int m = 0; m < N_MODELS; m++) {
+        if (!use[m]) continue;
+        int end = m + 1 < N_MODELS ? first_cal[m + 1] : n_cal;
+        median_profile(cal + first_cal[m], end - first_cal[m], &hw[m]);
+        if (cost_hw_check(&hw[m], err, sizeof err) < 0) {
             fprintf(stderr, "bench_fidelity: %s\n", err);
             return 1;
         }
-        snprintf(path, sizeof path, "%s/times.tsv", out_dir);
-        if (write_times(path, res, n) < 0) {
-            fprintf(stderr, "bench_fidelity: cannot write %s\n", path);
+        for (int pl = 0; pl < N_PLANS; pl++)
+            if (predict(ws, &hw[m], m, &L[m][pl], verbose, &res[n++]) < 0) return 1;
+        char path[1024];
+        snprintf(path, sizeof path, "%s/profile-%c.json", out_dir, 'A' + m);
+        if (out_dir && cost_hw_save(&hw[m], path, err, sizeof err) < 0) {
+            fprintf(stderr, "bench_fidelity: %s\n", err);
             return 1;
         }
+    }
+    cost_ws_free(ws);
+    char path[1024];
+    snprintf(path, sizeof path, "%s/times.tsv", out_dir);
+    if (out_dir && write_times(path, res, n) < 0) {
+        fprintf(stderr, "bench_fidelity: cannot write %s\n", path);
+        return 1;
     }
 
     printf("## Cost model fidelity on this machine\n\n");
@@ -437,11 +468,12 @@ int main(int argc, char **argv)
            "one (SPMD runtime, one thread a simulated device, %d cores; `exec_spmd_step` wall time). BLIS kernels: **%s**.\n"
            "The plans of a model run side by side in groups whose buffers fit %.1f GiB; a group runs %d rounds, each a\n"
            "calibration (`calib_profile`, full mode) then one step of every plan, after one warm-up step each. The\n"
-           "measured time of a plan is its median over the rounds, and the profile is the median, figure by figure,\n"
-           "of the %d calibrations: this host's speed drifts by up to 2x over minutes (other tenants), so plans and\n"
-           "calibrations are sampled over the same span of time. Whole run: %.0f s.\n\n",
-           hw.cores, exec_blis_arch(), MEM_BUDGET / 1073741824.0, ROUNDS, n_cal, exec_spmd_now() - t_start);
-    print_profile(&hw, cal, n_cal);
+           "measured time of a plan is its median over the rounds, and a model's plans are priced on the profile whose\n"
+           "every figure is the median of that figure over the calibrations of the model's rounds (%d calibrations in\n"
+           "all): this host's speed drifts by up to 2x over minutes (other tenants), so plans and calibrations are\n"
+           "sampled over the same span of time. Whole run: %.0f s.\n\n",
+           cal[0].cores, exec_blis_arch(), MEM_BUDGET / 1073741824.0, ROUNDS, n_cal, exec_spmd_now() - t_start);
+    print_profiles(hw, use, cal, first_cal, n_cal);
     printf("Models (Adam training steps): ");
     for (int m = 0, first = 1; m < N_MODELS; m++)
         if (use[m]) {

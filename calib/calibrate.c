@@ -27,6 +27,8 @@
  *   alone_bandwidth the same for memory (a copy of 32 MB alone vs every core
  *                  copying): a thread alone has memory and shared caches to itself
  *   oversub_latency a barrier among two threads a core
+ *   cache_bytes    the caches beyond L1 (sysfs), which the devices share
+ * With every core busy a figure is the slowest thread's (slowest_rate).
  * Each figure is the median of repeats; nothing here is checked against a
  * time (tests only call the quick mode and check the fields are sane).
  */
@@ -78,6 +80,26 @@ static float noise(uint64_t i, float lo, float hi)
     return lo + (hi - lo) * (float)(z >> 40) / (float)(1u << 24);
 }
 
+/* What `threads` threads running the same work at once deliver together:
+ * the slowest one's figure, since the devices of an SPMD step meet at every
+ * collective (and at the step's end) and wait for the last.  Rates: the
+ * smallest; times: the largest. */
+static double slowest_rate(const double *r, int threads)
+{
+    int nt = threads < 64 ? threads : 64;
+    double m = r[0];
+    for (int t = 1; t < nt; t++) m = r[t] < m ? r[t] : m;
+    return m;
+}
+
+static double slowest_time(const double *x, int threads)
+{
+    int nt = threads < 64 ? threads : 64;
+    double m = x[0];
+    for (int t = 1; t < nt; t++) m = x[t] > m ? x[t] : m;
+    return m;
+}
+
 /* Per-thread GEMM rate (FLOP/s) of n^3 GEMMs, `threads` threads each running
  * its own, `inner` GEMMs a repeat.  With sets = 1 every GEMM reuses one set
  * of buffers (in cache after the warm-up); with more, consecutive GEMMs go
@@ -120,10 +142,7 @@ static double gemm_rate(int threads, int64_t n, int inner, int sets)
         }
         free(buf);
     }
-    if (!ok) return 0;
-    double s = 0;
-    for (int t = 0; t < threads && t < 64; t++) s += rates[t];
-    return s / (threads < 64 ? threads : 64);
+    return ok ? slowest_rate(rates, threads) : 0;
 }
 
 /* Sets of n^3 GEMM buffers that fill 64 MB (gemm_rate from memory). */
@@ -163,9 +182,7 @@ static double vector_rate(int threads, int64_t n, int inner)
         free(y);
         free(z);
     }
-    double s = 0;
-    for (int t = 0; t < threads && t < 64; t++) s += rates[t];
-    return s / (threads < 64 ? threads : 64);
+    return slowest_rate(rates, threads);
 }
 
 /* One kernel call of the op-rate suite: op kind, operand and result dims.
@@ -350,8 +367,9 @@ static void op_rates(int threads, int64_t n, int inner, double *rate)
     }
     int nt = threads < 64 ? threads : 64;
     for (int k = 0; k < IR_N_OPS; k++) {
-        rate[k] = 0;
-        for (int t = 0; t < nt; t++) rate[k] += per[t][k] / nt;
+        double r[64];
+        for (int t = 0; t < nt; t++) r[t] = per[t][k];
+        rate[k] = slowest_rate(r, threads);
     }
 }
 
@@ -386,10 +404,7 @@ static double gemm_call_time(int threads, double peak, int inner)
         free(b);
         free(c);
     }
-    double s = 0;
-    int nt = threads < 64 ? threads : 64;
-    for (int t = 0; t < nt; t++) s += per[t] / nt;
-    return s;
+    return slowest_time(per, threads);
 }
 
 /* Per-thread copy rate (bytes copied per second) with every thread copying
@@ -419,9 +434,7 @@ static double copy_rate(int threads, size_t bytes, int inner)
         free(a);
         free(b);
     }
-    double s = 0;
-    for (int t = 0; t < threads && t < 64; t++) s += rates[t];
-    return s / (threads < 64 ? threads : 64);
+    return slowest_rate(rates, threads);
 }
 
 /* A blocking barrier (mutex + condition variable), as device threads that may
@@ -481,6 +494,60 @@ static double op_overhead(int count)
         tr[r] = (now() - t0) / count;
     }
     return median(tr, REPS);
+}
+
+/* CPUs in a Linux cpu list ("0-3,8,10-11"); 0 when it does not parse. */
+static int cpu_list_count(const char *s)
+{
+    int n = 0;
+    while (*s && *s != '\n') {
+        char *e;
+        long lo = strtol(s, &e, 10), hi = lo;
+        if (e == s) return 0;
+        if (*e == '-') {
+            s = e + 1;
+            hi = strtol(s, &e, 10);
+            if (e == s || hi < lo) return 0;
+        }
+        n += (int)(hi - lo + 1);
+        s = *e == ',' ? e + 1 : e;
+    }
+    return n;
+}
+
+/* Reads one line of a sysfs file into buf; 0 or -1. */
+static int read_line(const char *path, char *buf, size_t n)
+{
+    FILE *f = fopen(path, "r");
+    if (!f) return -1;
+    int ok = fgets(buf, (int)n, f) != NULL;
+    fclose(f);
+    return ok ? 0 : -1;
+}
+
+/* The machine's data caches beyond L1 (each core's private ones and the
+ * shared ones, every instance counted once), from the cache description
+ * of CPU 0 in sysfs: size x cores / CPUs sharing it; 0 when unknown. */
+static double cache_total(int cores)
+{
+    double total = 0;
+    for (int i = 0; i < 16; i++) {
+        char path[128], level[16], type[32], size[32], shared[256];
+        snprintf(path, sizeof path, "/sys/devices/system/cpu/cpu0/cache/index%d/level", i);
+        if (read_line(path, level, sizeof level) < 0) break;
+        snprintf(path, sizeof path, "/sys/devices/system/cpu/cpu0/cache/index%d/type", i);
+        if (read_line(path, type, sizeof type) < 0 || !strncmp(type, "Instruction", 11) || atoi(level) < 2) continue;
+        snprintf(path, sizeof path, "/sys/devices/system/cpu/cpu0/cache/index%d/size", i);
+        if (read_line(path, size, sizeof size) < 0) continue;
+        char *e;
+        double bytes = strtod(size, &e);
+        bytes *= *e == 'K' ? 1024.0 : *e == 'M' ? 1048576.0 : 1.0;
+        snprintf(path, sizeof path, "/sys/devices/system/cpu/cpu0/cache/index%d/shared_cpu_list", i);
+        int sharing = read_line(path, shared, sizeof shared) == 0 ? cpu_list_count(shared) : 0;
+        if (sharing < 1) sharing = 1;
+        total += bytes * (cores > sharing ? (double)cores / sharing : 1);
+    }
+    return total;
 }
 
 __attribute__((format(printf, 2, 3))) static void say(FILE *log, const char *fmt, ...)
@@ -563,6 +630,8 @@ static int profile(cost_hw *hw, int quick, FILE *log, double *elem_alone, char *
     hw->cores = cores;
     hw->alone_speedup = alone;
     hw->alone_bandwidth = alone_bw;
+    hw->cache_bytes = cache_total(cores);
+    say(log, "  caches beyond L1 (sysfs): %.1f MiB in all\n", hw->cache_bytes / 1048576.0);
     memcpy(hw->op_rate, rates, sizeof rates);
     hw->gemm_call = call;
     hw->gemm_bandwidth = gbw;
@@ -638,10 +707,7 @@ static double time_gemm(const calib_gemm *x, int threads, int quick)
         free(buf);
     }
     if (!ok) return 0;
-    double s = 0;
-    int nt = threads < 64 ? threads : 64;
-    for (int t = 0; t < nt; t++) s += per[t] / nt;
-    return s;
+    return slowest_time(per, threads);
 }
 
 /* Seconds one GEMM call costs beyond its arithmetic: a batch of 1024 GEMMs

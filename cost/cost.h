@@ -61,6 +61,10 @@ typedef struct cost_hw {
     double gemm_call;              /* seconds per GEMM call (an einsum makes one per batch index) */
     double gemm_bandwidth;         /* bytes/s at which an einsum's operands and result come from memory
                                       on top of its FLOP time (0: not priced) */
+    double cache_bytes;            /* CPU profiles: the machine's cache (every core's private caches and
+                                      the shared one), shared evenly by the devices; a buffer touched
+                                      within that many bytes of traffic is read from cache (0: every
+                                      operand comes from memory) */
     int shared_memory;             /* 1: collectives are the SPMD runtime's barrier + copies through
                                       shared memory (priced as such), 0: ring algorithms on links */
     double oversub_latency;        /* seconds per barrier when devices outnumber cores (0: intra.latency) */

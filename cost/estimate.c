@@ -57,6 +57,7 @@ struct cost_ws {
                                  results in scratch tiles or kernel-internal (never allocated) */
     int *fold_src;            /* per buffer made by a folded broadcast: the buffer its readers read, else -1 */
     unsigned *kin, *kout;     /* per buffer: stamp of the kernel that read / made it (price_kernel) */
+    double *touched;          /* per buffer: the device's traffic when it was last read or written (cache) */
     unsigned kstamp;
     int cap_bufs;
     double *layer;            /* 3 * (n_layers + 1) */
@@ -94,6 +95,7 @@ void cost_ws_free(cost_ws *w)
     free(w->fold_src);
     free(w->kin);
     free(w->kout);
+    free(w->touched);
     free(w->layer);
     free(w->instr_time);
     free(w);
@@ -395,6 +397,7 @@ static void grow_program(cost_ws *w, const spmd_program *p)
         w->fold_src = ir_xrealloc(w->fold_src, (size_t)cap * sizeof(int));
         w->kin = ir_xrealloc(w->kin, (size_t)cap * sizeof(unsigned));
         w->kout = ir_xrealloc(w->kout, (size_t)cap * sizeof(unsigned));
+        w->touched = ir_xrealloc(w->touched, (size_t)cap * sizeof(double));
         w->cap_bufs = cap;
     }
     if (p->n_instrs > w->cap_instrs) {
@@ -420,6 +423,8 @@ typedef struct ctx {
     double ser;  /* cost_cpu_factor of the mesh */
     double bw;   /* what the memory terms are multiplied by before ser (alone_bandwidth's factor / ser) */
     int oversub; /* devices outnumber cores */
+    double cache;   /* CPU profiles with cache_bytes: one device's share of the cache; 0: no cache model */
+    double traffic; /* bytes the device's instructions have read and written so far */
 } ctx;
 
 static unsigned tiled_mask(const shard_spec *s, int rank)
@@ -473,6 +478,36 @@ static double gemm_efficiency(const ctx *c, const cost_hw *hw, const spmd_instr 
     return eff * cost_gemm_quantization(m, n, batch, hw->gemm_tile, hw->gemm_units);
 }
 
+/* The cache model (CPU profiles with cache_bytes): bytes of buffer b that an
+ * instruction reading it now fetches from memory: none when the device
+ * touched it within its share of the cache (bytes of traffic since then, an
+ * LRU stack distance), all of it otherwise. */
+static double read_bytes(const ctx *c, int b)
+{
+    return c->cache > 0 && c->traffic - c->w->touched[b] <= c->cache ? 0 : c->w->buf_bytes[b];
+}
+
+/* Bytes a result written now costs in memory: none while it fits in the
+ * device's share of the cache (it is read back from there, or its memory is
+ * reused by a later buffer), all of it when it streams through. */
+static double write_bytes(const ctx *c, int b)
+{
+    return c->cache > 0 && c->w->buf_bytes[b] <= c->cache ? 0 : c->w->buf_bytes[b];
+}
+
+/* After instruction `in`: its operands and result are the device's most
+ * recently touched bytes. */
+static void touch(ctx *c, const spmd_instr *in)
+{
+    if (c->cache <= 0) return;
+    for (int k = 0; k < 2; k++)
+        if (in->in[k] >= 0) c->traffic += c->w->buf_bytes[in->in[k]];
+    c->traffic += c->w->buf_bytes[in->out];
+    for (int k = 0; k < 2; k++)
+        if (in->in[k] >= 0) c->w->touched[in->in[k]] = c->traffic;
+    c->w->touched[in->out] = c->traffic;
+}
+
 /* Time of compute instruction `in` run alone, before the cores factor:
  * max(compute, memory) + extras + overhead.  Also its FLOPs and compute part. */
 static double price_compute(ctx *c, const cost_hw *hw, const spmd_instr *in, double *flops_out, double *tf_out)
@@ -480,8 +515,8 @@ static double price_compute(ctx *c, const cost_hw *hw, const spmd_instr *in, dou
     cost_ws *w = c->w;
     const ir_op *o = &c->p->g->ops[in->op];
     int ob = in->out;
-    double flops = 0, bytes = w->buf_bytes[ob];
-    for (int k = 0; k < o->n_in; k++) bytes += w->buf_bytes[in->in[k]];
+    double flops = 0, bytes = write_bytes(c, ob);
+    for (int k = 0; k < o->n_in; k++) bytes += read_bytes(c, in->in[k]);
     switch (w->op_rule[in->op]) {
     case FL_OUT: flops = w->op_coef[in->op] * w->buf_numel[ob]; break;
     case FL_IN0: flops = w->op_coef[in->op] * w->buf_numel[in->in[0]]; break;
@@ -494,7 +529,7 @@ static double price_compute(ctx *c, const cost_hw *hw, const spmd_instr *in, dou
     }
     default: break;
     }
-    if (ir_op_bytes(o->kind) == IR_BYTES_ROWS) bytes = w->buf_bytes[in->in[1]] + 2 * w->buf_bytes[ob];
+    if (ir_op_bytes(o->kind) == IR_BYTES_ROWS) bytes = read_bytes(c, in->in[1]) + 2 * write_bytes(c, ob);
     double peak_rate = hw->vector_flops, tf, tb = c->bw * bytes / hw->mem_bandwidth, extra = 0;
     if (o->kind == IR_OP_EINSUM) {
         peak_rate = cost_matmul_peak(hw, c->precision, in->phase == SPMD_OPTIMIZER) * gemm_efficiency(c, hw, in);
@@ -552,7 +587,6 @@ static double coll_time(const ctx *c, const cost_hw *hw, const spmd_instr *in, d
 static int price_group(ctx *c, const cost_hw *hw, int s, double *share)
 {
     const spmd_program *p = c->p;
-    cost_ws *w = c->w;
     int len = p->fuse.len[s];
     if (len < 2) return 1;
     const spmd_fuse_step *st = &p->fuse.step[s];
@@ -569,9 +603,9 @@ static int price_group(ctx *c, const cost_hw *hw, int s, double *share)
             for (int m = 0; m < j && !seen; m++)
                 for (int q = 0; q < st[m].n_in && q < 2; q++) seen |= st[m].src[q] < 0 && p->instrs[s + m].in[q] == b;
             if (k == 1 && in->in[0] == b) seen = 1;
-            if (!seen) bytes += w->buf_bytes[b];
+            if (!seen) bytes += read_bytes(c, b);
         }
-        if (st[j].slot < 0) bytes += w->buf_bytes[in->out];
+        if (st[j].slot < 0) bytes += write_bytes(c, in->out);
     }
     double tb = c->bw * bytes / hw->mem_bandwidth, group = (tf_sum > tb ? tf_sum : tb) + hw->op_overhead;
     for (int j = 0; j < len; j++) share[j] = alone > 0 ? group * share[j] / alone : group / len;
@@ -726,6 +760,8 @@ int cost_estimate_program(cost_ws *w, const spmd_program *p, const cost_hw *hw, 
     double ser = cost_cpu_factor(hw, m->n_devices);
     out->serialisation = c.ser = ser;
     c.bw = cpu_bandwidth_factor(hw, m->n_devices) / ser;
+    c.cache = hw->cores > 0 && !kern && hw->cache_bytes > 0 ? hw->cache_bytes / (double)m->n_devices : 0;
+    for (int b = 0; c.cache > 0 && b < p->n_bufs; b++) w->touched[b] = -1e300;
     c.oversub = hw->cores > 0 && m->n_devices > hw->cores;
     double bucket_bytes = 0, bucket_time = 0; /* the gradient bucket being priced */
     double peak = -1, cur = live[0] + live[1] + live[2] + live[3] + live[4];
@@ -794,6 +830,7 @@ int cost_estimate_program(cost_ws *w, const spmd_program *p, const cost_hw *hw, 
             lw[li] += wire;
         }
         w->instr_time[i] = t;
+        touch(&c, in);
         /* memory: the result joins what is live; inputs read for the last
          * time (and a result nobody reads) leave after the instruction */
         int cat = w->cat[in->value];

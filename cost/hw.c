@@ -142,6 +142,7 @@ static const hw_row hw_rows[] = {
     {"alone_bandwidth", offsetof(cost_hw, alone_bandwidth), HW_REAL, 1, 1000, HW_ZERO_OK, NULL, 0, -1},
     {"gemm_call", offsetof(cost_hw, gemm_call), HW_REAL, HW_SECONDS, HW_ZERO_OK, NULL, 0, -1},
     {"gemm_bandwidth", offsetof(cost_hw, gemm_bandwidth), HW_REAL, HW_RATE, HW_ZERO_OK, NULL, 0, -1},
+    {"cache_bytes", offsetof(cost_hw, cache_bytes), HW_REAL, HW_BYTES, HW_ZERO_OK, NULL, 0, -1},
     {"oversub_latency", offsetof(cost_hw, oversub_latency), HW_REAL, HW_SECONDS, HW_ZERO_OK, NULL, 0, -1},
     {"shared_memory", offsetof(cost_hw, shared_memory), HW_BOOL, 0, 1, 0, NULL, 0, -1},
     {"fused_elementwise", offsetof(cost_hw, fused_elementwise), HW_INT, 1, 2, HW_ZERO_OK, NULL, 0, -1},
@@ -491,6 +492,7 @@ char *cost_hw_to_json(const cost_hw *hw)
     if (hw->alone_bandwidth > 0) add_num(r, "alone_bandwidth", hw->alone_bandwidth);
     if (hw->gemm_call > 0) add_num(r, "gemm_call", hw->gemm_call);
     if (hw->gemm_bandwidth > 0) add_num(r, "gemm_bandwidth", hw->gemm_bandwidth);
+    if (hw->cache_bytes > 0) add_num(r, "cache_bytes", hw->cache_bytes);
     if (hw->shared_memory) add_num(r, "shared_memory", hw->shared_memory);
     if (hw->fused_elementwise) add_num(r, "fused_elementwise", hw->fused_elementwise);
     if (hw->oversub_latency > 0) add_num(r, "oversub_latency", hw->oversub_latency);

@@ -788,6 +788,53 @@ static void test_profiles(void)
 
 /* ---- the CPU model (docs/cost-model.md, "The CPU model") ------------------ */
 
+/* The cache model (cache_bytes): with a cache larger than the step only the
+ * first reads of the arguments (params, states, inputs: not touched yet this
+ * step) come from memory, so a memory-bound step costs a fraction of its
+ * price without the model, and more than with free memory; with a cache of
+ * 1000 bytes only the smallest buffers hit (mlp-tiny has some); in between the
+ * price falls as the cache grows.  Profiles without cores (accelerators)
+ * ignore it. */
+static void test_cache_model(void)
+{
+    ir_graph *g = test_build_step("mlp-tiny");
+    cost_ws *ws = cost_ws_new();
+    spmd_program *p = lower(g, "d=2", "dp:d");
+    for (int fused = 0; fused < 2; fused++) {
+        cost_hw hw = preset("cpu");
+        hw.fused_elementwise = fused;
+        hw.mem_bandwidth = 1e6;
+        hw.gemm_bandwidth = 1e6;
+        cost_hw nomem = hw, tiny = hw, huge = hw;
+        nomem.mem_bandwidth = nomem.gemm_bandwidth = 1e18;
+        tiny.cache_bytes = 1000;
+        huge.cache_bytes = 1e15;
+        cost_estimate a = estimate(ws, p, &hw, COST_FP32), t = estimate(ws, p, &tiny, COST_FP32),
+                      h = estimate(ws, p, &huge, COST_FP32), f = estimate(ws, p, &nomem, COST_FP32);
+        CHECKF(a.compute_time > 10 * f.compute_time && t.compute_time <= a.compute_time,
+               "fused %d: %g with a 1000-byte cache, %g without", fused, t.compute_time, a.compute_time);
+        CHECKF(h.compute_time < a.compute_time / 2 && h.compute_time > f.compute_time, "fused %d: %g with every byte in cache, %g "
+               "without the model, %g with free memory", fused, h.compute_time, a.compute_time, f.compute_time);
+        double prev = a.compute_time;
+        int monotone = 1;
+        for (double cb = 1e3; cb < 1e8; cb *= 4) {
+            cost_hw mid = hw;
+            mid.cache_bytes = cb;
+            cost_estimate m = estimate(ws, p, &mid, COST_FP32);
+            monotone &= m.compute_time <= prev * (1 + 1e-12);
+            prev = m.compute_time;
+        }
+        CHECKF(monotone, "fused %d: a larger cache never costs more", fused);
+        CHECK(a.peak_memory == h.peak_memory && a.comm_time == h.comm_time);
+    }
+    cost_hw gpu = preset("a100"), gpu_c = gpu;
+    gpu_c.cache_bytes = 1e15;
+    CHECK(estimate(ws, p, &gpu, COST_MIXED_BF16).step_time == estimate(ws, p, &gpu_c, COST_MIXED_BF16).step_time);
+    spmd_free(p);
+    ir_free(g);
+    cost_ws_free(ws);
+}
+
 /* alone_bandwidth: a device alone on the cores gets its memory terms divided
  * by it (capped by the cores it cannot use), its compute terms by
  * alone_speedup; with as many devices as cores nothing changes. */
@@ -948,6 +995,7 @@ static void test_cpu_model(void)
     cost_hw full = shm;
     full.alone_speedup = 1.25;
     full.alone_bandwidth = 1.75;
+    full.cache_bytes = 3.5e7;
     full.gemm_call = 3e-6;
     full.gemm_bandwidth = 1.5e10;
     full.oversub_latency = 0.1 + 0.2;
@@ -956,7 +1004,7 @@ static void test_cpu_model(void)
     char *s = cost_hw_to_json(&full);
     cost_hw back;
     CHECKF(s && cost_hw_from_json(s, "rt", &back, err, sizeof err) == 0, "%s", err);
-    CHECK(!memcmp(back.op_rate, full.op_rate, sizeof full.op_rate) && back.alone_speedup == 1.25 && back.alone_bandwidth == 1.75 &&
+    CHECK(!memcmp(back.op_rate, full.op_rate, sizeof full.op_rate) && back.alone_speedup == 1.25 && back.alone_bandwidth == 1.75 && back.cache_bytes == 3.5e7 &&
           back.gemm_call == 3e-6 && back.gemm_bandwidth == 1.5e10 && back.shared_memory == 1 &&
           back.oversub_latency == 0.1 + 0.2 && back.fused_elementwise == 1);
     free(s);
@@ -975,6 +1023,7 @@ static void test_cpu_model(void)
         {"\"shared_memory\":2,", "shared_memory"},
         {"\"alone_speedup\":-1,", "alone_speedup"},
         {"\"alone_bandwidth\":0.5,", "alone_bandwidth"},
+        {"\"cache_bytes\":-1,", "cache_bytes"},
         {"\"gemm_call\":\"slow\",", "gemm_call"},
         {"\"gemm_bandwidth\":-1,", "gemm_bandwidth"},
         {"\"oversub_latency\":-1,", "oversub_latency"},
@@ -1076,6 +1125,7 @@ int main(void)
     test_profiles();
     test_cpu_model();
     test_alone_bandwidth();
+    test_cache_model();
     test_fused_pricing();
     return test_done();
 }
