@@ -314,9 +314,14 @@ static void saved_states_change_nothing(void)
 static int states_equal(const shard_state *a, const shard_state *b)
 {
     size_t n = (size_t)a->g->n_values;
-    return !memcmp(a->spec, b->spec, n * sizeof *a->spec) && !memcmp(a->stamp, b->stamp, n * sizeof *a->stamp) &&
-           !memcmp(a->atomic, b->atomic, n) && a->n_decisions == b->n_decisions && a->n_log == b->n_log &&
-           !memcmp(a->log, b->log, (size_t)a->n_log * sizeof *a->log);
+    if (memcmp(a->spec, b->spec, n * sizeof *a->spec) || memcmp(a->stamp, b->stamp, n * sizeof *a->stamp) ||
+        memcmp(a->atomic, b->atomic, n) || a->n_decisions != b->n_decisions || a->n_log != b->n_log)
+        return 0;
+    for (int i = 0; i < a->n_log; i++) /* field by field: a decision has padding */
+        if (a->log[i].kind != b->log[i].kind || a->log[i].dim != b->log[i].dim || a->log[i].axis != b->log[i].axis ||
+            a->log[i].value != b->log[i].value)
+            return 0;
+    return 1;
 }
 
 /* The search's propagation (conflicts not recorded: an op is not queued again
