@@ -749,6 +749,10 @@ int calib_profile_model(cost_hw *hw, int quick, const spmd_program *p, calib_gem
     if (profile(hw, quick, log, &elem_alone, err, errlen) < 0) return -1;
     if (!p) return 0;
     if (calib_collect_gemms(p, model, err, errlen) < 0) return -1;
+    /* the einsums are timed with their operands out of cache, and the fit
+     * below makes the program's einsum time exactly that: this profile
+     * prices every operand from memory (no cache model) */
+    hw->cache_bytes = 0;
     int cores = hw->cores;
     double flops = 0, busy = 0, alone = 0;
     say(log, "  the model's einsums (%d distinct), seconds per instruction with 1 and %d threads:\n", model->n, cores);

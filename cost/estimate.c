@@ -500,10 +500,10 @@ static double write_bytes(const ctx *c, int b)
 static void touch(ctx *c, const spmd_instr *in)
 {
     if (c->cache <= 0) return;
-    for (int k = 0; k < 2; k++)
+    for (int k = 0; k < IR_MAX_OPERANDS; k++)
         if (in->in[k] >= 0) c->traffic += c->w->buf_bytes[in->in[k]];
     c->traffic += c->w->buf_bytes[in->out];
-    for (int k = 0; k < 2; k++)
+    for (int k = 0; k < IR_MAX_OPERANDS; k++)
         if (in->in[k] >= 0) c->w->touched[in->in[k]] = c->traffic;
     c->w->touched[in->out] = c->traffic;
 }
