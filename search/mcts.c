@@ -19,8 +19,24 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* A plan kept for the final local search: its actions, reward and state. */
+typedef struct mcts_plan {
+    double reward;
+    uint64_t key;
+    int climbed; /* its neighbourhood was searched */
+    int n, a[SEARCH_MAX_PLAN + 1];
+} mcts_plan;
+
+#define MCTS_TOP 8      /* plans kept as starts of the local search */
+#define MCTS_PLATEAU 16 /* plans of equal reward searched from, per climb */
+#define MCTS_CLIMB 0.2  /* the share of the budget left to the local search */
+
 typedef struct mcts {
     search_ctx *c;
+    mcts_plan top[MCTS_TOP]; /* the best plans priced, best first */
+    int n_top;
+    double climb_from;       /* distinct plans priced after which the local search starts */
+    mcts_plan flat[MCTS_PLATEAU + 1]; /* climb: plans of the current reward */
     /* all-moves-as-first statistics per action id: an action's value depends
      * little on where in the plan it comes, so every simulation informs every
      * action it used */
@@ -154,6 +170,8 @@ static int descend(mcts *m, int *path, int *np)
     }
 }
 
+static void keep_top(mcts *m, double r);
+
 static void mcts_sim(mcts *m)
 {
     search_ctx *c = m->c;
@@ -162,6 +180,7 @@ static void mcts_sim(mcts *m)
     int stopped = descend(m, path, &np);
     if (!stopped) search_ctx_rollout(c);
     double r = search_ctx_eval(c)->reward;
+    keep_top(m, r);
     for (int i = 0; i < np; i++) {
         search_node *nd = &c->nodes[path[i]];
         nd->visits++;
@@ -179,15 +198,141 @@ static void mcts_sim(mcts *m)
     }
 }
 
+/* Keeps the current plan (just priced, reward r) among the best MCTS_TOP. */
+static void keep_top(mcts *m, double r)
+{
+    search_ctx *c = m->c;
+    uint64_t key = search_ctx_key(c);
+    for (int i = 0; i < m->n_top; i++)
+        if (m->top[i].key == key) return;
+    if (m->n_top == MCTS_TOP && r <= m->top[MCTS_TOP - 1].reward) return;
+    int i = m->n_top < MCTS_TOP ? m->n_top++ : MCTS_TOP - 1;
+    for (; i > 0 && m->top[i - 1].reward < r; i--) m->top[i] = m->top[i - 1];
+    m->top[i] = (mcts_plan){r, key, 0, c->n_set, {0}};
+    memcpy(m->top[i].a, c->set, (size_t)c->n_set * sizeof(int));
+}
+
+/* Prices the plan a[0..n) (actions illegal where they come are left out) and
+ * returns its reward; the plan is kept among the best. */
+static double try_plan(mcts *m, const int *a, int n)
+{
+    search_ctx *c = m->c;
+    search_ctx_start(c);
+    for (int i = 0; i < n && c->n_set < c->max_depth; i++) {
+        if (a[i] < c->n_actions) {
+            search_ctx_sync(c);
+            if (!shard_group_legal(c->st, c->gs, search_ctx_group(c, a[i]), search_ctx_axis(c, a[i]))) continue;
+        }
+        search_ctx_defer(c, a[i]);
+    }
+    double r = search_ctx_eval(c)->reward;
+    keep_top(m, r);
+    return r;
+}
+
+/* The k-th neighbour of plan p: two actions in a row swapped, one action
+ * removed, replaced or inserted (the seed a plan starts from stays).  Returns
+ * its length, or -1 past the last. */
+static int neighbour(const search_ctx *c, const mcts_plan *p, int k, int *out)
+{
+    int fixed = p->n > 0 && p->a[0] > c->n_actions, A = c->n_actions, L = p->n;
+    int pos, act, n = 0;
+    if (L - fixed > 1) {
+        if (k < L - fixed - 1) { /* swap two actions in a row (order decides conflicts) */
+            memcpy(out, p->a, (size_t)L * sizeof(int));
+            out[fixed + k] = p->a[fixed + k + 1];
+            out[fixed + k + 1] = p->a[fixed + k];
+            return L;
+        }
+        k -= L - fixed - 1;
+    }
+    if (k < L - fixed) { /* remove */
+        pos = fixed + k;
+        for (int i = 0; i < L; i++)
+            if (i != pos) out[n++] = p->a[i];
+        return n;
+    }
+    k -= L - fixed;
+    if (k < (L - fixed) * A) { /* replace */
+        pos = fixed + k / A, act = k % A;
+        memcpy(out, p->a, (size_t)L * sizeof(int));
+        out[pos] = act;
+        return L;
+    }
+    k -= (L - fixed) * A;
+    if (L >= c->max_depth || k >= (L - fixed + 1) * A) return -1;
+    pos = fixed + k / A, act = k % A; /* insert */
+    for (int i = 0; i < pos; i++) out[n++] = p->a[i];
+    out[n++] = act;
+    for (int i = pos; i < L; i++) out[n++] = p->a[i];
+    return n;
+}
+
+/* 1 when flat[0..n) holds the sequence a[0..len) already. */
+static int seen_plan(const mcts_plan *flat, int n, const int *a, int len)
+{
+    for (int i = 0; i < n; i++)
+        if (flat[i].n == len && !memcmp(flat[i].a, a, (size_t)len * sizeof(int))) return 1;
+    return 0;
+}
+
+/* Local search from the best kept plan not climbed yet: moves to the first
+ * neighbour that improves, until none does.  Neighbours as good as the plan
+ * (another order of the same shardings, say) are searched from too, up to
+ * MCTS_PLATEAU of them, since the better plan may be one move from them only.
+ * Returns 0 when every kept plan has been climbed (the tree search goes on). */
+static int climb(mcts *m)
+{
+    search_ctx *c = m->c;
+    int t = 0;
+    while (t < m->n_top && m->top[t].climbed) t++;
+    if (t == m->n_top) return 0;
+    m->top[t].climbed = 1;
+    /* flat: the plans of the current reward whose neighbourhoods are searched
+     * (the first is the plan climbed to; the others reach the same reward) */
+    mcts_plan *flat = m->flat;
+    flat[0] = m->top[t];
+    int n_flat = 1, cur = 0;
+    int buf[SEARCH_MAX_PLAN + 2];
+    for (int k = 0;; k++) {
+        if (search_ctx_stop(c)) return 1;
+        int n = neighbour(c, &flat[cur], k, buf);
+        if (n < 0) {
+            if (++cur == n_flat) break;
+            k = -1;
+            continue;
+        }
+        double r = try_plan(m, buf, n);
+        if (r > flat[cur].reward) { /* move there: the plan as priced (illegal actions left out) */
+            flat[0].reward = r;
+            flat[0].n = c->n_set;
+            memcpy(flat[0].a, c->set, (size_t)c->n_set * sizeof(int));
+            n_flat = 1, cur = 0, k = -1;
+        } else if (r == flat[cur].reward && n_flat <= MCTS_PLATEAU && !seen_plan(flat, n_flat, c->set, c->n_set)) {
+            flat[n_flat] = flat[cur];
+            flat[n_flat].n = c->n_set;
+            memcpy(flat[n_flat++].a, c->set, (size_t)c->n_set * sizeof(int));
+        }
+    }
+    for (int i = 0; i < m->n_top; i++) /* a local optimum: no start again from it */
+        if (m->top[i].reward == flat[0].reward) m->top[i].climbed = 1;
+    return 1;
+}
+
 static int mcts_run(search_ctx *c, char *err, size_t errlen)
 {
-    mcts m = {c, ir_xcalloc((size_t)c->n_ids, sizeof(double)), ir_xcalloc((size_t)c->n_ids, sizeof(int))};
+    mcts m = {.c = c, .amaf_max = ir_xcalloc((size_t)c->n_ids, sizeof(double)),
+              .amaf_n = ir_xcalloc((size_t)c->n_ids, sizeof(int))};
+    m.climb_from = c->b->simulations > 0 ? (1 - MCTS_CLIMB) * (double)c->b->simulations : 1e300;
     node_for(c, c->root_key);
     while (!search_ctx_stop(c)) {
         if (c->nodes[0].done) {
             c->res.stop = STOP_EXHAUSTED;
             break;
         }
+        /* the last share of the budget: local search around the best plans
+         * (back to the tree when every kept plan is a local optimum) */
+        if ((double)c->res.evaluations >= m.climb_from && climb(&m)) continue;
         mcts_sim(&m);
         search_ctx_progress(c);
     }
