@@ -9,7 +9,8 @@
  * A second table compares MCTS, random, greedy and exhaustive search at equal
  * budgets on six of the cases.  Prints a markdown section; never fails on a
  * time or a ratio.  CARVE_QUALITY_CASES=N runs only the first N cases;
- * CARVE_QUALITY_ONLY=3,7,27 only those rows (and no algorithms table);
+ * CARVE_QUALITY_ONLY=3,7,27 only those rows (and no algorithms table, unless
+ * CARVE_QUALITY_ALGOS=1; CARVE_QUALITY_ONLY=0 selects no row);
  * CARVE_QUALITY_BUDGET=N gives every row that budget. */
 #include "bench/bench_setup.h"
 
@@ -179,7 +180,7 @@ int main(void)
         if (budget && atoi(budget) > 0) c.budget = atoi(budget);
         if (!only || in_list(only, k + 1)) quality_row(k + 1, &c);
     }
-    if (only) return 0; /* a subset of the rows: no algorithms table */
+    if (only && !getenv("CARVE_QUALITY_ALGOS")) return 0; /* a subset of the rows: no algorithms table */
     printf("\n### MCTS, random, greedy and exhaustive at equal budgets (seed 1, experts as seeds for all)\n\n");
     printf("Each cell: ratio to the best expert (distinct plans priced). Exhaustive enumerates every state within "
            "the depth limit and is refused above 50,000.\n\n");
