@@ -82,9 +82,9 @@ static void quality_row(int k, const qcase *c)
     fmt_ratio(ratio[0] > 0 ? ratio[SEEDS / 2] : -1, med, sizeof med);
     fmt_ratio(ratio[0] > 0 ? ratio[SEEDS - 1] : -1, worst, sizeof worst);
     int root = bench_root_width(&s);
-    printf("| %d | %s | %s (%lld) | %s | %d / %d / %d | %s | %d | %s | %s | %.0f | %d | %.1f | %s%s |\n", k, c->model,
+    printf("| %d | %s | %s (%lld) | %s | %d / %d / %d | %s | %d | %s | %s | %.0f (%.0f) | %d | %.1f | %s%s |\n", k, c->model,
            c->mesh, (long long)s.mesh.n_devices, c->hw, s.n_ex, applied, fit, s.best >= 0 ? s.ex[s.best].schedule : "none fits",
-           c->budget, med, worst, distinct[SEEDS / 2], root, secs[SEEDS / 2], c->note,
+           c->budget, med, worst, distinct[SEEDS / 2], distinct[0], root, secs[SEEDS / 2], c->note,
            all_fit ? "" : (s.best >= 0 ? " (a seed's plan does not fit)" : " (no plan fits)"));
     fflush(stdout);
     unmake(&s);
@@ -172,7 +172,7 @@ int main(void)
            "takes about 0.1 s to price on this machine. a100-2pn: the A100 profile with 2 devices per node, so the "
            "outer mesh axis crosses the 25 GB/s inter-node link.\n\n");
     printf("| # | model | mesh (devices) | hw | experts / apply / fit | best expert | budget | ratio median | ratio "
-           "worst | distinct plans (median) | root width | seconds (median) | note |\n"
+           "worst | distinct plans: median (fewest) | root width | seconds (median) | note |\n"
            "|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
     const char *budget = getenv("CARVE_QUALITY_BUDGET");
     for (int k = 0; k < n; k++) {

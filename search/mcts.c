@@ -12,6 +12,10 @@
  * search whose root is done has priced everything within the depth.  At the root the seeds (expert plans) are
  * expanded first, in order; elsewhere untried actions are expanded best-first
  * by their all-moves-as-first maximum (unknown ones first, at random).
+ * The last fifth of a budget of plans is an exact local search around the 8
+ * best plans priced (climb): one action swapped with the next, removed,
+ * replaced or inserted, first improvement, plateaus of equal reward followed
+ * a little way; when every kept plan is a local optimum the tree goes on.
  */
 #include "search_impl.h"
 
@@ -19,7 +23,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* A plan kept for the final local search: its actions, reward and state. */
+/* A plan kept for the final local search: its actions, reward and state hash. */
 typedef struct mcts_plan {
     double reward;
     uint64_t key;
@@ -225,7 +229,10 @@ static double try_plan(mcts *m, const int *a, int n)
         }
         search_ctx_defer(c, a[i]);
     }
+    int64_t since_new = c->since_new;
     double r = search_ctx_eval(c)->reward;
+    if (c->since_new) /* a neighbour priced before says nothing of the tree's exhaustion */
+        c->since_new = since_new;
     keep_top(m, r);
     return r;
 }
