@@ -64,6 +64,7 @@ shard_state *shard_state_new_saved(const ir_graph *g, const shard_mesh *mesh)
     s->spec = ir_xcalloc((size_t)g->n_values, sizeof *s->spec);
     s->stamp = ir_xcalloc((size_t)g->n_values, sizeof *s->stamp);
     s->atomic = ir_xcalloc((size_t)g->n_values, 1);
+    s->contested = ir_xcalloc((size_t)g->n_ops + 1, 1);
     return s;
 }
 
@@ -73,6 +74,7 @@ void shard_state_free(shard_state *s)
     free(s->spec);
     free(s->stamp);
     free(s->atomic);
+    free(s->contested);
     free(s->rules);
     free(s->queue);
     free(s->in_queue);
@@ -94,6 +96,7 @@ void shard_state_reset(shard_state *s)
     for (int v = 0; v < n; v++)
         for (int a = 0; a < SHARD_MAX_AXES; a++) s->stamp[v][a] = SHARD_NO_STAMP;
     memset(s->atomic, 0, (size_t)n);
+    memset(s->contested, 0, (size_t)s->g->n_ops);
     s->n_decisions = 0;
     s->n_conflicts = 0;
     s->n_log = 0;
@@ -107,6 +110,7 @@ void shard_state_copy(shard_state *dst, const shard_state *src)
     memcpy(dst->spec, src->spec, (size_t)n * sizeof *src->spec);
     memcpy(dst->stamp, src->stamp, (size_t)n * sizeof *src->stamp);
     memcpy(dst->atomic, src->atomic, (size_t)n);
+    memcpy(dst->contested, src->contested, (size_t)src->g->n_ops);
     dst->n_decisions = src->n_decisions;
     dst->gather_policy = src->gather_policy;
     if (dst->cap_log < src->n_log) {
@@ -186,11 +190,11 @@ typedef struct proposal {
     int t, d, f, first_stamp;
 } proposal;
 
-void shard_op_factors(shard_state *s, int op, shard_factor_axes *fa)
+int shard_op_factors(shard_state *s, int op, shard_factor_axes *fa)
 {
     const shard_rule *r = &s->rules[op];
     proposal p[(IR_MAX_OPERANDS + 1) * IR_MAX_RANK];
-    int np = 0;
+    int np = 0, met = 0;
     for (int f = 0; f < r->n_factors; f++) fa[f].n = 0;
     unsigned even = r->even;
     for (int t = 0; t <= r->n_in; t++) {
@@ -214,6 +218,7 @@ void shard_op_factors(shard_state *s, int op, shard_factor_axes *fa)
         int d = p[i].d, f = p[i].f;
         if (r->kind[f] == SHARD_REPLICATE) {
             conflict(s, op, v, sp->axes[d][0], -1, p[i].first_stamp, "this dim must stay replicated at this op");
+            met++;
             continue;
         }
         /* a compound dim's axes beyond what its major factor divides shard
@@ -225,8 +230,10 @@ void shard_op_factors(shard_state *s, int op, shard_factor_axes *fa)
             shards *= s->mesh->sizes[sp->axes[d][n]];
             if ((even >> f & 1u) ? r->size[f] % shards != 0 : !split_ok(r->size[f], shards)) break;
         }
-        if (n < sp->n[d])
+        if (n < sp->n[d]) {
             conflict(s, op, v, sp->axes[d][n], -1, p[i].first_stamp, "more shards than the dim's major factor has");
+            met++;
+        }
         shard_factor_axes *L = &fa[f];
         int common = 0;
         while (common < L->n && common < n && L->axes[common] == sp->axes[d][common]) common++;
@@ -239,6 +246,7 @@ void shard_op_factors(shard_state *s, int op, shard_factor_axes *fa)
         } else if (common < n) {
             int a = sp->axes[d][common];
             conflict(s, op, v, a, L->stamp[common], s->stamp[v][a], "operands shard this factor differently");
+            met++;
         }
     }
     /* An axis may shard only one factor of an op: earliest stamp wins. */
@@ -259,12 +267,14 @@ void shard_op_factors(shard_state *s, int op, shard_factor_axes *fa)
             unsigned bit = 1u << L->axes[k];
             if (claimed & bit) {
                 conflict(s, op, r->tensor[r->n_in], L->axes[k], -1, L->stamp[k], "one axis would shard two factors of this op");
+                met++;
                 L->n = (uint8_t)k;
                 break;
             }
             claimed |= bit;
         }
     }
+    return met;
 }
 
 /* ---- pushing shardings to tensors ------------------------------------- */
@@ -348,7 +358,7 @@ static void process_op(shard_state *s, int op)
         return;
     }
     shard_factor_axes fa[SHARD_MAX_FACTORS];
-    shard_op_factors(s, op, fa);
+    if (shard_op_factors(s, op, fa)) s->contested[op] = 1;
     unsigned even = r->even;
     for (int t = 0; t <= r->n_in; t++) {
         int v = r->tensor[t];
@@ -515,5 +525,26 @@ uint64_t shard_state_hash(const shard_state *s)
     }
     for (int v = 0; v < s->g->n_values; v++)
         if (s->atomic[v]) h = (h ^ ((uint64_t)v << 8 | s->atomic[v])) * 0xff51afd7ed558ccdull;
+    return h ? h : 1;
+}
+
+uint64_t shard_state_plan_hash(shard_state *s)
+{
+    uint64_t h = shard_state_hash(s) ^ (uint64_t)s->gather_policy << 60;
+    int saved = s->record_conflicts, n_ops = s->g->n_ops;
+    s->record_conflicts = 0;
+    shard_factor_axes fa[SHARD_MAX_FACTORS];
+    for (int i = 0; i < n_ops; i++) {
+        if (!s->contested[i] || !shard_op_factors(s, i, fa)) continue; /* else fa follows from the shardings */
+        const shard_rule *r = &s->rules[i];
+        for (int f = 0; f < r->n_factors; f++) {
+            if (!fa[f].n) continue;
+            uint64_t w = (uint64_t)i << 24 | (uint64_t)f << 16 | fa[f].n;
+            for (int k = 0; k < fa[f].n; k++) w = w << 4 ^ fa[f].axes[k];
+            h = (h ^ w) * 0x9e3779b97f4a7c15ull;
+            h ^= h >> 29;
+        }
+    }
+    s->record_conflicts = saved;
     return h ? h : 1;
 }

@@ -149,6 +149,8 @@ typedef struct shard_state {
     shard_spec *spec;          /* one per value */
     int16_t (*stamp)[SHARD_MAX_AXES]; /* per value, per axis */
     uint8_t *atomic;           /* per value: axes it must stay replicated on */
+    uint8_t *contested;        /* per op: 1 once a visit found its tensors proposing conflicting
+                                * factor shardings (kept until reset; shard_state_plan_hash) */
     int n_decisions;           /* stamps given so far */
     shard_conflict *conflicts;
     int n_conflicts, cap_conflicts;
@@ -184,8 +186,9 @@ typedef struct shard_state {
  * earliest decision first; an axis claimed by two factors goes to the one with
  * the earlier stamp.  Fills fa[0..n_factors).  Used by propagation and by
  * lowering, so both resolve conflicts the same way.  When `s` records
- * conflicts, the ones met here are recorded. */
-void shard_op_factors(shard_state *s, int op, shard_factor_axes *fa);
+ * conflicts, the ones met here are recorded.  Returns the number of conflicts
+ * met (0: the tensors agree, and fa does not depend on the stamps). */
+int shard_op_factors(shard_state *s, int op, shard_factor_axes *fa);
 
 /* A hint: asks for the shardings and stamps of op's tensors, which
  * shard_op_factors reads (its rule is read here). */
@@ -220,9 +223,19 @@ int shard_apply(shard_state *s, const shard_decision *d, char *err, size_t errle
 void shard_propagate_all(shard_state *s);
 
 /* A 64-bit hash of every value's sharding and atomic axes: two decision
- * sequences that reach the same shardings hash equal (the search's
- * transposition key), whatever order they were applied in. */
+ * sequences that reach the same shardings hash equal, whatever order they
+ * were applied in. */
 uint64_t shard_state_hash(const shard_state *s);
+/* A 64-bit hash of everything lowering reads: shard_state_hash, the gather
+ * policy, and the factor shardings (shard_op_factors) of each op where the
+ * tensors propose conflicting ones.  Equal value shardings do not make equal
+ * programs: at such an op the earlier decision wins, so two orders of the same
+ * decisions can leave every value sharded alike and resolve a conflict
+ * differently.  Two states whose plan hashes are equal lower to the same
+ * program (the search's transposition key).  Only ops marked `contested` are
+ * looked at: an op whose tensors conflict was visited by propagation since it
+ * last changed.  Records no conflicts; s is otherwise unchanged. */
+uint64_t shard_state_plan_hash(shard_state *s);
 
 char *shard_decision_str(const shard_state *s, const shard_decision *d, char *buf, size_t n);
 

@@ -62,7 +62,7 @@ static int key_add(key_set *s, uint64_t k)
  * but pricing none; stops once the count passes `cap`.  Returns the count. */
 static int64_t count_states(search_ctx *c, shard_state **stack, int depth, key_set *seen, int64_t cap)
 {
-    if (!key_add(seen, shard_state_hash(stack[depth]))) return 0;
+    if (!key_add(seen, shard_state_plan_hash(stack[depth]))) return 0;
     int64_t n = 1;
     if (depth >= c->max_depth || search_interrupted) return n;
     for (int a = 0; a < c->n_actions && n <= cap; a++) {

@@ -2,7 +2,8 @@
  * transposition table, pricing through it, budgets, seeds, and the driver that
  * runs an algorithm on each thread and merges the results.
  *
- * The table maps a state's hash (every value's sharding) to its tree node and
+ * The table maps a state's plan hash (shard_state_plan_hash: every value's
+ * sharding and each op's conflict resolution) to its tree node and
  * its score: a plan is priced once however many simulations reach it, and the
  * budget counts distinct plans priced.  A search that keeps reaching only
  * plans it priced before has exhausted what it can find and stops.
@@ -212,7 +213,7 @@ uint64_t search_ctx_key(search_ctx *c)
 {
     if (!c->key_ok) {
         search_ctx_sync(c);
-        c->key = shard_state_hash(c->st);
+        c->key = shard_state_plan_hash(c->st);
         c->key_ok = 1;
     }
     return c->key;
@@ -305,12 +306,13 @@ static void ctx_init(search_ctx *c, const shard_state *prefix, const shard_group
     c->n_ids = c->n_actions + 1 + (b->seeds ? b->n_seeds : 0);
     c->max_depth = b->max_depth > 0 ? b->max_depth : 16;
     if (c->max_depth > SEARCH_MAX_PLAN) c->max_depth = SEARCH_MAX_PLAN;
-    c->root_key = shard_state_hash(prefix);
     c->st = shard_state_new(prefix->g, prefix->mesh);
     c->st->record_conflicts = 0;
+    shard_state_copy(c->st, prefix);
+    c->root_key = shard_state_plan_hash(c->st);
     c->n_applied = -1;
     /* saved path states: about 32 MiB a thread, 4 to 64 of them */
-    size_t bytes = (size_t)prefix->g->n_values * (sizeof(shard_spec) + sizeof *c->st->stamp + 1) + 1;
+    size_t bytes = (size_t)prefix->g->n_values * (sizeof(shard_spec) + sizeof *c->st->stamp + 1) + (size_t)prefix->g->n_ops + 1;
     c->n_saved = (int)((32u << 20) / bytes);
     if (c->n_saved > 64) c->n_saved = 64;
     if (c->n_saved < 4) c->n_saved = 4;

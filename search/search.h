@@ -4,11 +4,12 @@
  * action tiles one group of argument dims over one mesh axis; a plan is a
  * sequence of actions applied on top of the state the manual tactics left.
  * Order can matter (an earlier action wins a conflict), so states are
- * identified by the hash of every value's sharding (shard_state_hash): orders
- * that commute reach the same state and share one node of the transposition
- * table and one cached score; orders that do not are different plans.  A
- * state priced once is never priced again, and the budget counts distinct
- * plans priced.
+ * identified by the hash of what lowering reads (shard_state_plan_hash): every
+ * value's sharding and how each op's conflicts are resolved.  Orders that
+ * commute reach the same state and share one node of the transposition table
+ * and one cached score; orders that do not are different plans, even where
+ * they leave every value sharded alike.  A state priced once is never priced
+ * again, and the budget counts distinct plans priced.
  *
  * Seeds (optional) are starting points, e.g. the expert schedules applied on
  * the prefix: every search prices each seed first, so its result is never
