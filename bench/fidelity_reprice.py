@@ -5,11 +5,13 @@
     python3 bench/fidelity_reprice.py DIR [JSON] [--carve build/carve] [-v]
 
 Each plan of DIR/times.tsv (model, mesh, schedule, devices, measured s) is priced
-with `carve cost --hw` on the profile of its model (DIR/profile-M.json, M = A, B, C
-in the order the models appear), after replacing the profile's fields with those of
-JSON (e.g. '{"cache_bytes": 0}' prices without the cache model), and the script prints
-Spearman and the median |error| per set (the last model is the held-out one) and per
-device count, as bench_fidelity does.  Nothing is measured again: it compares pricing
+with `carve cost --hw` on the profile of its model (DIR/profile-M.json, M = A, B, C, D
+in the order the models appear; it holds the einsum shapes timed in that run), after
+replacing the profile's fields with those of JSON (e.g. '{"cache_bytes": 0}' prices
+without the cache model, '{"gemm_times": []}' without the timed shapes), and the script
+prints Spearman and the median |error| per set (the held-out model: the seventh column
+of times.tsv, or the last model in runs that lack it) and per device count, as
+bench_fidelity does.  Nothing is measured again: it compares pricing
 rules on the same measurements.
 """
 import json, os, re, statistics, subprocess, sys, tempfile
@@ -54,9 +56,12 @@ def main():
     if not args:
         sys.exit(__doc__)
     run_dir, over = args[0], json.loads(args[1]) if len(args) > 1 else {}
-    rows, models, tmp = [], [], {}
+    rows, models, tmp, held_out = [], [], {}, set()
     for line in open(os.path.join(run_dir, 'times.tsv')):
-        model, mesh, sched, dev, meas, _ = line.rstrip('\n').split('\t')
+        cols = line.rstrip('\n').split('\t')
+        model, mesh, sched, dev, meas = cols[:5]
+        if len(cols) > 6 and cols[6] == '1':
+            held_out.add(model)
         if model not in models:
             models.append(model)
             hw = json.load(open(os.path.join(run_dir, f'profile-{chr(65 + len(models) - 1)}.json')))
@@ -68,8 +73,8 @@ def main():
         rows.append((models.index(model), mesh, sched, int(dev), float(meas), price(carve, model, mesh, sched, tmp[model])))
     for name in tmp.values():
         os.unlink(name)
-    held = len(models) - 1
-    for label, sel in (('judging', lambda r: r[0] != held), ('held out', lambda r: r[0] == held)):
+    held = {models.index(m) for m in held_out} if held_out else {len(models) - 1}
+    for label, sel in (('judging', lambda r: r[0] not in held), ('held out', lambda r: r[0] in held)):
         sets = [('all', [r for r in rows if sel(r)])] + [(f'{d} dev', [r for r in rows if sel(r) and r[3] == d]) for d in (1, 2, 4)]
         for what, rs in sets:
             if len(rs) < 2:

@@ -28,6 +28,9 @@
  *                  copying): a thread alone has memory and shared caches to itself
  *   oversub_latency a barrier among two threads a core
  *   cache_bytes    the caches beyond L1 (sysfs), which the devices share
+ *   gemm_times     (at a model's shapes, calib_profile_model) every distinct
+ *                  einsum of the program timed alone and with every core
+ *                  busy, operands in and out of cache (calib_time_gemms)
  * With every core busy a figure is the slowest thread's (slowest_rate).
  * Each figure is the median of repeats; nothing here is checked against a
  * time (tests only call the quick mode and check the fields are sane).
@@ -69,6 +72,12 @@ static double median(double *x, int n)
 
 enum { REPS = 7 };
 
+/* Buffers for BLIS are 64-byte aligned (aligned_alloc, and operands placed
+ * at multiples of 16 floats) as the runtime's arena places them: with
+ * malloc's 16 bytes a model's einsums ran up to 1.5x slower here than in
+ * the step (docs/cost-model.md, "Fidelity on this machine"). */
+#define ALIGN16(n) (((n) + 15) & ~(size_t)15)
+
 /* Value i of a pseudo-random sequence, uniform in [lo, hi): kernels with
  * data-dependent paths (libm's logf and tanhf) run slower on unpredictable
  * data than on a short repeating pattern, and activations are unpredictable. */
@@ -109,13 +118,13 @@ static double gemm_rate(int threads, int64_t n, int inner, int sets)
 {
     ir_einsum_spec e;
     ir_einsum_parse("mk,kn->mn", 2, 2, &e, NULL, 0);
-    size_t nn = (size_t)(n * n);
+    size_t nn = ALIGN16((size_t)(n * n));
     double rates[64] = {0};
     int ok = 1;
 #pragma omp parallel num_threads(threads)
     {
         int t = omp_get_thread_num();
-        float *buf = malloc(3 * nn * (size_t)sets * sizeof(float));
+        float *buf = aligned_alloc(64, 3 * nn * (size_t)sets * sizeof(float)); /* as the runtime's arena */
         if (!buf) {
 #pragma omp atomic write
             ok = 0;
@@ -385,7 +394,7 @@ static double gemm_call_time(int threads, double peak, int inner)
     {
         int t = omp_get_thread_num();
         size_t n = (size_t)B * M * M;
-        float *a = malloc(n * sizeof(float)), *b = malloc(n * sizeof(float)), *c = malloc(n * sizeof(float));
+        float *a = aligned_alloc(64, n * sizeof(float)), *b = aligned_alloc(64, n * sizeof(float)), *c = aligned_alloc(64, n * sizeof(float));
         if (a && b && c) {
             for (size_t i = 0; i < n; i++) a[i] = b[i] = (float)(i % 7) / 7.0f;
             int64_t dims[3] = {B, M, M};
@@ -648,6 +657,11 @@ int calib_profile(cost_hw *hw, int quick, FILE *log, char *err, size_t errlen)
     return profile(hw, quick, log, &elem_alone, err, errlen);
 }
 
+int calib_profile_elem(cost_hw *hw, int quick, FILE *log, double *elem_alone, char *err, size_t errlen)
+{
+    return profile(hw, quick, log, elem_alone, err, errlen);
+}
+
 /* ---- the model's own einsums ------------------------------------------- */
 
 static int64_t numel_of(int rank, const int64_t *d)
@@ -658,39 +672,43 @@ static int64_t numel_of(int rank, const int64_t *d)
 }
 
 /* Seconds per call of einsum x with `threads` threads each running it on
- * its own buffers at once (median of repeats; 0 on failure).  Operands cycle
- * through enough buffer sets (64 MB) that each call finds them out of
- * cache, as a step's activations are. */
-static double time_gemm(const calib_gemm *x, int threads, int quick)
+ * its own buffers at once (the slowest thread's median over repeats of
+ * about `target` seconds; 0 on failure).  cold: operands cycle through
+ * enough buffer sets (64 MB) that each call finds them out of cache; else
+ * one set, in cache after the warm-up call (as far as it fits). */
+static double time_gemm(const calib_gemm *x, int threads, int cold, double target, int quick)
 {
     const ir_einsum_spec *e = &x->spec;
-    size_t na = (size_t)numel_of(e->rank_a, x->dims_a), nb = (size_t)numel_of(e->rank_b, x->dims_b),
-           nc = (size_t)numel_of(e->rank_out, x->dims_out), set = na + nb + nc;
-    size_t sets = quick ? 1 : ((size_t)64 << 20) / (4 * set) + 1;
-    if (sets > 64) sets = 64;
+    /* each operand 64-byte aligned (ALIGN16) */
+    size_t na = ALIGN16((size_t)numel_of(e->rank_a, x->dims_a)), nb = ALIGN16((size_t)numel_of(e->rank_b, x->dims_b)),
+           nc = ALIGN16((size_t)numel_of(e->rank_out, x->dims_out)), set = na + nb + nc;
+    size_t sets = quick || !cold ? 1 : ((size_t)64 << 20) / (4 * set) + 1;
+    if (sets > 4096) sets = 4096;
     double per[64] = {0}, warm = 0;
     int inner = 1, reps = REPS, ok = 1;
 #pragma omp parallel num_threads(threads)
     {
         int t = omp_get_thread_num();
-        float *buf = malloc(set * sets * sizeof(float));
+        float *buf = aligned_alloc(64, set * sets * sizeof(float));
         char err[128];
         if (!buf) {
 #pragma omp atomic write
             ok = 0;
         }
-        for (size_t i = 0; buf && i < set * sets; i++) buf[i] = noise(i, -1, 1);
+        /* the values do not change a GEMM's speed: one set drawn, copied to the others */
+        for (size_t i = 0; buf && i < set; i++) buf[i] = noise(i, -1, 1);
+        for (size_t k = 1; buf && k < sets; k++) memcpy(buf + k * set, buf, set * sizeof *buf);
         double t0 = now();
         if (buf && exec_einsum_run(e, x->dims_a, buf, x->dims_b, buf + na, x->dims_out, buf + na + nb, err, sizeof err) < 0) {
 #pragma omp atomic write
             ok = 0;
         }
-        if (t == 0) { /* repeats of about 20 ms (2 in quick mode), fewer for long calls */
+        if (t == 0) { /* repeats of about `target` (2 ms in quick mode), fewer for long calls */
             warm = now() - t0;
-            double target = quick ? 2e-3 : 20e-3;
-            inner = warm >= target ? 1 : (int)(target / (warm > 1e-7 ? warm : 1e-7)) + 1;
+            double tg = quick ? 2e-3 : target;
+            inner = warm >= tg ? 1 : (int)(tg / (warm > 1e-7 ? warm : 1e-7)) + 1;
             if (inner > 10000) inner = 10000;
-            reps = quick ? 2 : warm > 0.3 ? 3 : REPS;
+            reps = quick ? 2 : warm > 0.3 ? 3 : target < 10e-3 ? 5 : REPS;
         }
 #pragma omp barrier
         double tr[REPS];
@@ -710,10 +728,7 @@ static double time_gemm(const calib_gemm *x, int threads, int quick)
     return slowest_time(per, threads);
 }
 
-/* Seconds one GEMM call costs beyond its arithmetic: a batch of 1024 GEMMs
- * of 1x1x1 (one BLIS call each) against a batch of one, per extra call,
- * `threads` threads at once. */
-static double call_overhead(int threads, int quick)
+double calib_gemm_call(int cores, int quick)
 {
     calib_gemm one, many;
     memset(&one, 0, sizeof one);
@@ -721,9 +736,39 @@ static double call_overhead(int threads, int quick)
     for (int d = 0; d < 3; d++) one.dims_a[d] = one.dims_b[d] = one.dims_out[d] = 1;
     many = one;
     many.dims_a[0] = many.dims_b[0] = many.dims_out[0] = 1024;
-    double t1 = time_gemm(&one, threads, quick), tn = time_gemm(&many, threads, quick);
+    double t1 = time_gemm(&one, cores, 1, 20e-3, quick), tn = time_gemm(&many, cores, 1, 20e-3, quick);
     double c = (tn - t1) / 1023;
     return c > 0 ? c : 0;
+}
+
+int calib_time_gemms(calib_gemms *s, int cores, int quick, double target, FILE *log, char *err, size_t errlen)
+{
+    double flops = 0, busy = 0, alone = 0;
+    if (!(target > 0)) target = 20e-3;
+    say(log, "  the model's einsums (%d distinct), seconds per instruction with 1 and %d threads, operands out of cache "
+        "(in cache):\n", s->n, cores);
+    for (int i = 0; i < s->n; i++) {
+        calib_gemm *x = &s->g[i];
+        x->t_alone = time_gemm(x, 1, 1, target, quick);
+        x->t_busy = cores > 1 ? time_gemm(x, cores, 1, target, quick) : x->t_alone;
+        x->t_alone_in = time_gemm(x, 1, 0, target, quick);
+        x->t_busy_in = cores > 1 ? time_gemm(x, cores, 0, target, quick) : x->t_alone_in;
+        if (!(x->t_alone > 0 && x->t_busy > 0 && x->t_alone_in > 0 && x->t_busy_in > 0))
+            return ir_errf(err, errlen, "calibrate: timing einsum %d failed (out of memory?)", i);
+        flops += x->count * x->flops;
+        busy += x->count * x->t_busy;
+        alone += x->count * x->t_alone;
+        char sub[3 * IR_MAX_RANK + 4];
+        snprintf(sub, sizeof sub, "%.*s,%.*s->%.*s", x->spec.rank_a, x->spec.a, x->spec.rank_b, x->spec.b, x->spec.rank_out,
+                 x->spec.out);
+        say(log, "    %-16s x%-3d %8.1f MFLOP %6.0f calls  %9.1f (%9.1f) us alone (%5.1f GFLOP/s)  %9.1f (%9.1f) us busy (%5.1f)\n",
+            sub, x->count, x->flops / 1e6, x->calls, x->t_alone * 1e6, x->t_alone_in * 1e6, x->flops / x->t_alone / 1e9,
+            x->t_busy * 1e6, x->t_busy_in * 1e6, x->flops / x->t_busy / 1e9);
+    }
+    if (s->n)
+        say(log, "  the model's einsums: %.1f GFLOP/s per thread alone, %.1f with %d threads (out of cache)\n",
+            flops / alone / 1e9, flops / busy / 1e9, cores);
+    return 0;
 }
 
 /* The einsums' share of p's compute time as hw prices it (0.5 when it
@@ -749,37 +794,30 @@ int calib_profile_model(cost_hw *hw, int quick, const spmd_program *p, calib_gem
     if (profile(hw, quick, log, &elem_alone, err, errlen) < 0) return -1;
     if (!p) return 0;
     if (calib_collect_gemms(p, model, err, errlen) < 0) return -1;
-    /* the einsums are timed with their operands out of cache, and the fit
-     * below makes the program's einsum time exactly that: this profile
-     * prices every operand from memory (no cache model) */
-    hw->cache_bytes = 0;
     int cores = hw->cores;
-    double flops = 0, busy = 0, alone = 0;
-    say(log, "  the model's einsums (%d distinct), seconds per instruction with 1 and %d threads:\n", model->n, cores);
+    if (calib_time_gemms(model, cores, quick, 0, log, err, errlen) < 0) return -1;
+    double call = calib_gemm_call(cores, quick), flops = 0, busy = 0, alone = 0;
     for (int i = 0; i < model->n; i++) {
-        calib_gemm *x = &model->g[i];
-        x->t_alone = time_gemm(x, 1, quick);
-        x->t_busy = cores > 1 ? time_gemm(x, cores, quick) : x->t_alone;
-        flops += x->count * x->flops;
-        busy += x->count * x->t_busy;
-        alone += x->count * x->t_alone;
-        char sub[3 * IR_MAX_RANK + 4];
-        snprintf(sub, sizeof sub, "%.*s,%.*s->%.*s", x->spec.rank_a, x->spec.a, x->spec.rank_b, x->spec.b, x->spec.rank_out,
-                 x->spec.out);
-        say(log, "    %-16s x%-3d %8.1f MFLOP %6.0f calls  %9.1f us alone (%6.1f GFLOP/s)  %9.1f us busy (%6.1f)\n", sub,
-            x->count, x->flops / 1e6, x->calls, x->t_alone * 1e6, x->flops / x->t_alone / 1e9, x->t_busy * 1e6,
-            x->flops / x->t_busy / 1e9);
+        flops += model->g[i].count * model->g[i].flops;
+        busy += model->g[i].count * model->g[i].t_busy;
+        alone += model->g[i].count * model->g[i].t_alone;
     }
-    double call = call_overhead(cores, quick);
-    say(log, "  the model's einsums: %.1f GFLOP/s per thread alone, %.1f with %d threads; GEMM call %.2f us\n",
-        flops / alone / 1e9, flops / busy / 1e9, cores, call * 1e6);
+    say(log, "  GEMM call (measured on 1x1x1 GEMMs): %.2f us\n", call * 1e6);
     /* the share is priced with the einsum figures it weights: apply, price, apply again */
     if (calib_apply_gemms(hw, model, call, elem_alone, 0.5, err, errlen) < 0) return -1;
     double share = einsum_share(p, hw);
     if (calib_apply_gemms(hw, model, call, elem_alone, share, err, errlen) < 0) return -1;
-    say(log, "  fitted: peak_flops %.1f GFLOP/s, gemm_bandwidth %.2f GB/s, gemm_call %.2f us; einsums %.0f%% of the "
-        "step, alone_speedup %.2f\n", hw->matmul_flops[IR_F32] / 1e9, hw->gemm_bandwidth / 1e9, hw->gemm_call * 1e6,
-        100 * share, hw->alone_speedup);
+    say(log, "  fitted (einsums of other shapes): peak_flops %.1f GFLOP/s, gemm_bandwidth %.2f GB/s, gemm_call %.2f us; "
+        "einsums %.0f%% of the step\n", hw->matmul_flops[IR_F32] / 1e9, hw->gemm_bandwidth / 1e9, hw->gemm_call * 1e6,
+        100 * share);
+    /* the shapes timed price themselves (cost_gemm_time_price, in and out of
+     * cache as the cache model says) */
+    if (calib_gemm_table(hw, model, err, errlen) < 0) return -1;
+    /* those einsums' own alone times price them alone; alone_speedup is left
+     * to the other kernels (and to einsums of other shapes) */
+    hw->alone_speedup = elem_alone >= 1 ? elem_alone : 1;
+    say(log, "  %d einsum shapes timed (gemm_times); alone_speedup (the other kernels) %.2f\n", hw->n_gemm_times,
+        hw->alone_speedup);
     snprintf(hw->source, sizeof hw->source,
              "carve calibrate%s at the einsums of %.120s: %d cores, BLIS %s; %.1f GFLOP/s one thread alone, %.1f each with all "
              "cores busy",

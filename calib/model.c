@@ -14,8 +14,12 @@
  *    them (cost/estimate.c: 2 x numel(out) x contracted sizes; one call per
  *    index of the batch letters, those in both operands and the result);
  *  - calibrate.c times each instance through exec's einsum kernel with one
- *    thread alone and with every core running one (calib_profile_model);
- *  - calib_apply_gemms turns the times into the profile's einsum figures:
+ *    thread alone and with every core running one, operands in and out of
+ *    cache (calib_time_gemms);
+ *  - calib_gemm_table writes the timed instances into the profile
+ *    (cost_hw.gemm_times): the estimator prices those shapes by their times;
+ *  - calib_apply_gemms turns the times into the figures that price einsums
+ *    of other shapes:
  *    the time per call beyond the measured call overhead (gemm_call, per
  *    GEMM call) and op_overhead is fitted as FLOPs / peak + bytes /
  *    gemm_bandwidth over the instances (least squares on relative error,
@@ -72,14 +76,21 @@ static void count_gemm(calib_gemm *x)
 int calib_collect_gemms(const spmd_program *p, calib_gemms *s, char *err, size_t errlen)
 {
     memset(s, 0, sizeof *s);
+    return calib_add_gemms(p, s, err, errlen);
+}
+
+int calib_add_gemms(const spmd_program *p, calib_gemms *s, char *err, size_t errlen)
+{
     const ir_graph *g = p->g;
     for (int i = 0; i < p->n_instrs; i++) {
         const spmd_instr *in = &p->instrs[i];
         if (in->kind != SPMD_COMPUTE || g->ops[in->op].kind != IR_OP_EINSUM) continue;
         const ir_op *o = &g->ops[in->op];
         ir_einsum_spec e;
-        if (ir_einsum_parse(o->attrs.subscripts, g->values[o->in[0]].rank, g->values[o->in[1]].rank, &e, err, errlen) < 0)
+        if (ir_einsum_parse(o->attrs.subscripts, g->values[o->in[0]].rank, g->values[o->in[1]].rank, &e, err, errlen) < 0) {
+            calib_gemms_free(s);
             return -1;
+        }
         int64_t dims[3][IR_MAX_RANK];
         memset(dims, 0, sizeof dims);
         spmd_buffer_dims(p, in->in[0], dims[0]);
@@ -192,5 +203,31 @@ int calib_apply_gemms(cost_hw *hw, const calib_gemms *s, double gemm_call, doubl
         gemm_alone = left > 0 ? tflops / left : 1;
     }
     hw->alone_speedup = exp(sh * log(gemm_alone >= 1 ? gemm_alone : 1) + (1 - sh) * log(elem_alone >= 1 ? elem_alone : 1));
+    return cost_hw_check(hw, err, errlen);
+}
+
+int calib_gemm_table(cost_hw *hw, const calib_gemms *s, char *err, size_t errlen)
+{
+    if (s->n > COST_MAX_GEMM_TIMES)
+        return ir_errf(err, errlen, "calibrate: %d distinct einsums, a profile holds at most %d", s->n, COST_MAX_GEMM_TIMES);
+    for (int i = 0; i < s->n; i++) {
+        const calib_gemm *x = &s->g[i];
+        if (!(x->t_alone > 0) || !(x->t_busy > 0) || !(x->t_alone_in > 0) || !(x->t_busy_in > 0))
+            return ir_errf(err, errlen, "calibrate: einsum %d of the program has no measured time", i);
+    }
+    hw->n_gemm_times = s->n;
+    for (int i = 0; i < s->n; i++) {
+        const calib_gemm *x = &s->g[i];
+        cost_gemm_time *t = &hw->gemm_times[i];
+        memset(t, 0, sizeof *t);
+        t->spec = x->spec;
+        memcpy(t->dims_a, x->dims_a, sizeof t->dims_a);
+        memcpy(t->dims_b, x->dims_b, sizeof t->dims_b);
+        memcpy(t->dims_out, x->dims_out, sizeof t->dims_out);
+        t->alone[0] = x->t_alone_in;
+        t->alone[1] = x->t_alone;
+        t->busy[0] = x->t_busy_in;
+        t->busy[1] = x->t_busy;
+    }
     return cost_hw_check(hw, err, errlen);
 }

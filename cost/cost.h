@@ -37,6 +37,20 @@ typedef struct cost_link {
     double latency;   /* seconds per step of a collective (alpha) */
 } cost_link;
 
+/* One einsum shape a CPU profile was calibrated at (`carve calibrate
+ * --model`, bench_fidelity): subscripts and the local dims of both operands
+ * and the result, and the seconds one instruction took through carve's einsum
+ * kernel, [0] with its operands in cache, [1] with them out of cache; alone:
+ * one thread with the other cores idle, busy: every core running one.  The
+ * estimator prices an einsum of exactly this shape by these times
+ * (docs/cost-model.md, "The CPU model"). */
+typedef struct cost_gemm_time {
+    ir_einsum_spec spec;
+    int64_t dims_a[IR_MAX_RANK], dims_b[IR_MAX_RANK], dims_out[IR_MAX_RANK];
+    double alone[2], busy[2];
+} cost_gemm_time;
+#define COST_MAX_GEMM_TIMES 256
+
 typedef struct cost_hw {
     char name[COST_NAME_LEN];
     char source[COST_SOURCE_LEN];  /* where the figures come from */
@@ -77,6 +91,8 @@ typedef struct cost_hw {
     int gemm_tile;                 /* edge of the output tile one processor computes (cuBLAS 128x128) */
     int gemm_units;                /* processors running tiles at once (SMs); with gemm_tile: tile and
                                       wave quantization, cost_gemm_quantization */
+    int n_gemm_times;              /* CPU profiles calibrated at a model's shapes: einsum shapes timed */
+    cost_gemm_time gemm_times[COST_MAX_GEMM_TIMES];
     int n_axis_links;              /* links given per mesh axis name (override the hierarchy) */
     char axis_names[SHARD_MAX_AXES][SHARD_AXIS_NAME];
     cost_link axis_links[SHARD_MAX_AXES];
@@ -126,6 +142,17 @@ int cost_op_elements(ir_opkind k);
  * tiles run in waves of `units`; the last wave's empty slots are lost, except
  * below one wave (cuBLAS then splits K).  1 when tile or units is 0. */
 double cost_gemm_quantization(double m, double n, double batch, int tile, int units);
+
+/* The entry of hw->gemm_times for einsum `e` on these local dims (ranks as
+ * in e), or NULL. */
+const cost_gemm_time *cost_gemm_time_find(const cost_hw *hw, const ir_einsum_spec *e, const int64_t *dims_a,
+                                          const int64_t *dims_b, const int64_t *dims_out);
+/* Seconds one device spends on a timed einsum shape: with n_devices below the
+ * cores a single device runs alone (its alone times; several share the
+ * machine: busy), otherwise busy times, times n / cores when devices
+ * outnumber the cores; in between the in-cache and out-of-cache times by the
+ * fraction `missed` of its bytes that come from memory (the cache model's). */
+double cost_gemm_time_price(const cost_hw *hw, const cost_gemm_time *t, int64_t n_devices, double missed);
 
 /* Per-device time multiplier on a CPU profile for a mesh of n devices:
  * n / cores when devices share the cores, else 1 / alone_speedup when

@@ -508,6 +508,27 @@ static void touch(ctx *c, const spmd_instr *in)
     c->w->touched[in->out] = c->traffic;
 }
 
+/* An einsum whose shape the profile timed (cost_hw.gemm_times): its time on
+ * this mesh, divided by the cores factor that price_compute's caller
+ * multiplies by; `missed` are the bytes the cache model fetches from memory,
+ * out of all its operands' and result's.  -1 when the shape is not timed. */
+static double timed_einsum(const ctx *c, const cost_hw *hw, const spmd_instr *in, double missed)
+{
+    const ir_graph *g = c->p->g;
+    const ir_op *o = &g->ops[in->op];
+    ir_einsum_spec e;
+    if (ir_einsum_parse(o->attrs.subscripts, g->values[o->in[0]].rank, g->values[o->in[1]].rank, &e, NULL, 0) < 0) return -1;
+    int64_t dims[3][IR_MAX_RANK];
+    spmd_buffer_dims(c->p, in->in[0], dims[0]);
+    spmd_buffer_dims(c->p, in->in[1], dims[1]);
+    spmd_buffer_dims(c->p, in->out, dims[2]);
+    const cost_gemm_time *t = cost_gemm_time_find(hw, &e, dims[0], dims[1], dims[2]);
+    if (!t) return -1;
+    const cost_ws *w = c->w;
+    double all = w->buf_bytes[in->in[0]] + w->buf_bytes[in->in[1]] + w->buf_bytes[in->out];
+    return cost_gemm_time_price(hw, t, c->p->mesh.n_devices, all > 0 ? missed / all : 1) / c->ser;
+}
+
 /* Time of compute instruction `in` run alone, before the cores factor:
  * max(compute, memory) + extras + overhead.  Also its FLOPs and compute part. */
 static double price_compute(ctx *c, const cost_hw *hw, const spmd_instr *in, double *flops_out, double *tf_out)
@@ -531,6 +552,14 @@ static double price_compute(ctx *c, const cost_hw *hw, const spmd_instr *in, dou
     }
     if (ir_op_bytes(o->kind) == IR_BYTES_ROWS) bytes = read_bytes(c, in->in[1]) + 2 * write_bytes(c, ob);
     double peak_rate = hw->vector_flops, tf, tb = c->bw * bytes / hw->mem_bandwidth, extra = 0;
+    if (o->kind == IR_OP_EINSUM && hw->n_gemm_times > 0) {
+        double t = timed_einsum(c, hw, in, bytes);
+        if (t >= 0) {
+            *flops_out = flops;
+            *tf_out = t;
+            return t;
+        }
+    }
     if (o->kind == IR_OP_EINSUM) {
         peak_rate = cost_matmul_peak(hw, c->precision, in->phase == SPMD_OPTIMIZER) * gemm_efficiency(c, hw, in);
         tf = flops / peak_rate;

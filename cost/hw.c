@@ -8,6 +8,7 @@
  * by its field name.
  */
 #include "cost/cost.h"
+#include "cost/gemm_times.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>
@@ -224,6 +225,7 @@ int cost_hw_check(const cost_hw *hw, char *err, size_t errlen)
         const char *why = row_problem(&op_rate_row, hw->op_rate[k], buf, sizeof buf);
         if (why) return ir_errf(err, errlen, "%s: op_rates.%s: %s, got %g", who, ir_op_name((ir_opkind)k), why, hw->op_rate[k]);
     }
+    if (cost_gemm_times_check(hw, who, err, errlen) < 0) return -1;
     if (hw->n_axis_links < 0 || hw->n_axis_links > SHARD_MAX_AXES)
         return ir_errf(err, errlen, "%s: axis_links: at most %d axes", who, SHARD_MAX_AXES);
     for (int i = 0; i < hw->n_axis_links; i++) {
@@ -374,7 +376,7 @@ static int read_axis_links(const cJSON *al, cost_hw *hw, const char *where, char
 
 static int parse_doc(const cJSON *root, const char *where, cost_hw *hw, char *err, size_t errlen)
 {
-    static const char *const extras[] = {"format", "name", "source", "op_rates", "axis_links", NULL};
+    static const char *const extras[] = {"format", "name", "source", "op_rates", "axis_links", "gemm_times", NULL};
     memset(hw, 0, sizeof *hw);
     if (!cJSON_IsObject(root)) return ir_errf(err, errlen, "%s: a hardware profile must be a JSON object", where);
     char fmt[32];
@@ -388,6 +390,8 @@ static int parse_doc(const cJSON *root, const char *where, cost_hw *hw, char *er
     if (rates && read_op_rates(rates, hw, where, err, errlen) < 0) return -1;
     const cJSON *al = cJSON_GetObjectItemCaseSensitive(root, "axis_links");
     if (al && read_axis_links(al, hw, where, err, errlen) < 0) return -1;
+    const cJSON *gt = cJSON_GetObjectItemCaseSensitive(root, "gemm_times");
+    if (gt && cost_gemm_times_read(gt, hw, where, err, errlen) < 0) return -1;
     char e2[256];
     if (cost_hw_check(hw, e2, sizeof e2) < 0) return ir_errf(err, errlen, "%s: %s", where, e2);
     return 0;
@@ -514,6 +518,7 @@ char *cost_hw_to_json(const cost_hw *hw)
         for (int i = 0; i < hw->n_axis_links; i++) cJSON_AddItemToObject(al, hw->axis_names[i], link_json(&hw->axis_links[i]));
         cJSON_AddItemToObject(r, "axis_links", al);
     }
+    if (hw->n_gemm_times) cJSON_AddItemToObject(r, "gemm_times", cost_gemm_times_json(hw));
     char *s = cJSON_Print(r);
     cJSON_Delete(r);
     return s;

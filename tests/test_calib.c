@@ -211,6 +211,135 @@ static void test_apply(const ir_graph *g)
     spmd_free(p);
 }
 
+/* Einsum instruction time the estimator gives program p on hw. */
+static double einsum_time(const spmd_program *p, const cost_hw *hw)
+{
+    char err[256];
+    cost_ws *ws = cost_ws_new();
+    cost_options opt = {COST_FP32, 0, 0};
+    cost_estimate e;
+    double t = -1;
+    if (cost_estimate_program(ws, p, hw, &opt, &e, err, sizeof err) == 0) t = e.op_time[IR_OP_EINSUM];
+    cost_ws_free(ws);
+    return t;
+}
+
+/* p lowered on a copy of g's mesh text, its einsums' summed given times:
+ * k = 0 alone in cache, 1 alone from memory, 2 busy in cache, 3 busy from
+ * memory. */
+static double summed(const calib_gemms *s, int k)
+{
+    double t = 0;
+    for (int i = 0; i < s->n; i++) {
+        const calib_gemm *x = &s->g[i];
+        t += x->count * (k == 0 ? x->t_alone_in : k == 1 ? x->t_alone : k == 2 ? x->t_busy_in : x->t_busy);
+    }
+    return t;
+}
+
+/* The timed shapes of a profile (calib_gemm_table): the shapes of several
+ * programs collected together, each program's einsums priced by exactly the
+ * times given for them (alone on one device, busy on as many as the cores,
+ * busy x n / cores beyond; in cache or from memory as the cache model says),
+ * other shapes by the fitted figures, and the table kept by the JSON. */
+static void test_table(const ir_graph *g)
+{
+    char err[256];
+    spmd_program *p1 = lower(g, "d=1", ""), *p2 = lower(g, "batch=2", "dp:batch"), *p4 = lower(g, "batch=4", "dp:batch"),
+                 *pm = lower(g, "model=2", "megatron:model");
+    calib_gemms s, s1, s2, s4;
+    CHECKF(calib_collect_gemms(p1, &s, err, sizeof err) == 0, "%s", err);
+    CHECK(calib_add_gemms(p2, &s, err, sizeof err) == 0 && calib_add_gemms(p4, &s, err, sizeof err) == 0);
+    CHECK(calib_collect_gemms(p1, &s1, err, sizeof err) == 0 && calib_collect_gemms(p2, &s2, err, sizeof err) == 0 &&
+          calib_collect_gemms(p4, &s4, err, sizeof err) == 0);
+    /* the union: as many instructions as the three programs, no shape twice
+     * (dp over 2 and 4 halve and quarter the batch, so few are shared) */
+    int n_all = 0, n_each = 0;
+    for (int i = 0; i < s.n; i++) n_all += s.g[i].count;
+    for (int i = 0; i < s1.n; i++) n_each += s1.g[i].count;
+    for (int i = 0; i < s2.n; i++) n_each += s2.g[i].count;
+    for (int i = 0; i < s4.n; i++) n_each += s4.g[i].count;
+    CHECKF(n_all == n_each && s.n <= s1.n + s2.n + s4.n && s.n > s1.n, "%d instructions in the union, %d in the three; %d shapes",
+           n_all, n_each, s.n);
+    /* times made up per shape, unrelated to its FLOPs (no fitted rate can
+     * give them back), different in each of the four conditions */
+    calib_gemms *sets[3] = {&s1, &s2, &s4};
+    for (int i = 0; i < s.n; i++) {
+        calib_gemm *x = &s.g[i];
+        double base = 1e-4 * (1 + i % 5);
+        x->t_alone_in = base, x->t_alone = 1.3 * base, x->t_busy_in = 1.2 * base, x->t_busy = 1.7 * base;
+        for (int k = 0; k < 3; k++) /* the same times on each program's own entries */
+            for (int j = 0; j < sets[k]->n; j++) {
+                calib_gemm *y = &sets[k]->g[j];
+                if (!memcmp(&y->spec, &x->spec, sizeof y->spec) && !memcmp(y->dims_a, x->dims_a, sizeof y->dims_a) &&
+                    !memcmp(y->dims_b, x->dims_b, sizeof y->dims_b) && !memcmp(y->dims_out, x->dims_out, sizeof y->dims_out)) {
+                    y->t_alone_in = x->t_alone_in, y->t_alone = x->t_alone, y->t_busy_in = x->t_busy_in, y->t_busy = x->t_busy;
+                }
+            }
+    }
+    cost_hw hw;
+    CHECK(cost_hw_preset("cpu", &hw, err, sizeof err) == 0);
+    hw.cores = 2;
+    hw.alone_speedup = 1.25;
+    hw.cache_bytes = 0; /* every operand from memory: the out-of-cache times */
+    double before = einsum_time(pm, &hw);
+    CHECKF(calib_gemm_table(&hw, &s, err, sizeof err) == 0, "%s", err);
+    CHECK(hw.n_gemm_times == s.n);
+    /* sums of the given times up to rounding: 1e-9 */
+    double t1 = einsum_time(p1, &hw), t2 = einsum_time(p2, &hw), t4 = einsum_time(p4, &hw);
+    CHECKF(close_rel(t1, summed(&s1, 1), 1e-9), "1 device: priced %.9g s of einsums, alone from memory %.9g", t1, summed(&s1, 1));
+    CHECKF(close_rel(t2, summed(&s2, 3), 1e-9), "2 devices: priced %.9g s, busy from memory %.9g", t2, summed(&s2, 3));
+    CHECKF(close_rel(t4, 2 * summed(&s4, 3), 1e-9), "4 devices on 2 cores: priced %.9g s, twice busy %.9g", t4, summed(&s4, 3));
+    /* megatron's shapes were not timed: the fitted figures price them, as before */
+    CHECKF(einsum_time(pm, &hw) == before, "megatron: %.9g s with the table, %.9g without", einsum_time(pm, &hw), before);
+    /* a cache as big as everything: only what the step reads first (its
+     * arguments) comes from memory, so the time lies between the in-cache
+     * and the from-memory sums, below the latter */
+    hw.cache_bytes = 1e12;
+    double tc = einsum_time(p2, &hw);
+    CHECKF(tc >= summed(&s2, 2) * (1 - 1e-9) && tc < summed(&s2, 3), "with a cache: %.9g s, in cache %.9g, from memory %.9g", tc,
+           summed(&s2, 2), summed(&s2, 3));
+    /* the JSON keeps the table to the bit */
+    char *json = cost_hw_to_json(&hw);
+    cost_hw back;
+    CHECKF(json && cost_hw_from_json(json, "test", &back, err, sizeof err) == 0, "%s", err);
+    int same = back.n_gemm_times == hw.n_gemm_times;
+    for (int i = 0; same && i < hw.n_gemm_times; i++) {
+        const cost_gemm_time *x = &hw.gemm_times[i], *y = &back.gemm_times[i];
+        same = !memcmp(x->alone, y->alone, sizeof x->alone) && !memcmp(x->busy, y->busy, sizeof x->busy) &&
+               cost_gemm_time_find(&back, &x->spec, x->dims_a, x->dims_b, x->dims_out) == y;
+    }
+    CHECK(same && einsum_time(p2, &back) == tc);
+    /* a bad entry: one line naming it, no crash */
+    const char *bad[] = {"\"einsum\": \"mk,kn->mn\", \"a\": [2, 3], \"b\": [4, 5], \"out\": [2, 5], \"alone\": [1, 1], \"busy\": [1, 1]",
+                         "\"einsum\": \"mk,kn->mn\", \"a\": [2, 3], \"b\": [3, 5], \"out\": [2, 5], \"alone\": [0, 1], \"busy\": [1, 1]",
+                         "\"einsum\": \"mk,kn->mn\", \"a\": [2, 3], \"b\": [3], \"out\": [2, 5], \"alone\": [1, 1], \"busy\": [1, 1]",
+                         "\"einsum\": \"mk,kn-\", \"a\": [2, 3], \"b\": [3, 5], \"out\": [2, 5], \"alone\": [1, 1], \"busy\": [1, 1]"};
+    const char *why[] = {"letter 'k'", "positive", "array of 2 dims", "gemm_times[0].einsum"};
+    for (int k = 0; k < 4 && json; k++) {
+        char *doc = malloc(strlen(json) + 512);
+        char *cut = strstr(json, "\"gemm_times\"");
+        CHECK(doc && cut);
+        if (!doc || !cut) break;
+        snprintf(doc, strlen(json) + 512, "%.*s\"gemm_times\": [{%s}]}", (int)(cut - json), json, bad[k]);
+        CHECKF(cost_hw_from_json(doc, "bad.json", &back, err, sizeof err) < 0 && strstr(err, why[k]) && strstr(err, "bad.json"),
+               "case %d: %s", k, err);
+        free(doc);
+    }
+    free(json);
+    /* refused: an entry without all four times */
+    s.g[1].t_busy_in = 0;
+    CHECK(calib_gemm_table(&hw, &s, err, sizeof err) < 0 && strstr(err, "no measured time"));
+    calib_gemms_free(&s);
+    calib_gemms_free(&s1);
+    calib_gemms_free(&s2);
+    calib_gemms_free(&s4);
+    spmd_free(p1);
+    spmd_free(p2);
+    spmd_free(p4);
+    spmd_free(pm);
+}
+
 /* The quick mode at a program's shapes measures every entry and writes a
  * valid profile (no time compared). */
 static void test_model_quick(const ir_graph *g)
@@ -225,7 +354,10 @@ static void test_model_quick(const ir_graph *g)
     for (int i = 0; i < s.n; i++) timed &= s.g[i].t_busy > 0 && s.g[i].t_alone > 0;
     CHECK(timed && hw.matmul_flops[IR_F32] > 0 && hw.gemm_call >= 0 && hw.alone_speedup >= 1 && strstr(hw.source, "gpt-tiny"));
     CHECK(cost_hw_check(&hw, err, sizeof err) == 0);
-    CHECK(hw.cache_bytes == 0); /* its einsums were timed out of cache: no cache model discounts them */
+    /* every shape of the program is in the profile's table, in and out of cache */
+    CHECK(hw.n_gemm_times == s.n);
+    for (int i = 0; i < hw.n_gemm_times; i++) timed &= hw.gemm_times[i].alone[0] > 0 && hw.gemm_times[i].busy[0] > 0;
+    CHECK(timed);
     calib_gemms_free(&s);
     spmd_free(p);
 }
@@ -238,6 +370,7 @@ int main(void)
     if (g) {
         test_collect(g);
         test_apply(g);
+        test_table(g);
         test_model_quick(g);
     }
     ir_free(g);
