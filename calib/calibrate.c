@@ -19,7 +19,8 @@
  * and for the CPU model (docs/cost-model.md, "The CPU model"):
  *   op_rate        elements/s of every non-einsum kernel on 1 MB operands of
  *                  random values, one per core at once
- *   gemm_call      the fixed cost of one GEMM call (a batch of tiny GEMMs)
+ *   gemm_call      the fixed cost of one GEMM call (a batch of 1024 GEMMs of
+ *                  1x1x1 against a batch of one: no FLOP rate assumed)
  *   gemm_bandwidth what a GEMM's operands cost when they come from memory:
  *                  the same GEMMs on buffers that are not in cache
  *   alone_speedup  how much faster one thread runs with the other cores idle
@@ -382,40 +383,6 @@ static void op_rates(int threads, int64_t n, int inner, double *rate)
     }
 }
 
-/* Seconds per GEMM call beyond its FLOPs at `peak`: a batched einsum of many
- * small GEMMs (one call per batch index), `threads` threads at once. */
-static double gemm_call_time(int threads, double peak, int inner)
-{
-    enum { B = 256, M = 16 };
-    ir_einsum_spec e;
-    ir_einsum_parse("bmk,bkn->bmn", 3, 3, &e, NULL, 0);
-    double per[64] = {0};
-#pragma omp parallel num_threads(threads)
-    {
-        int t = omp_get_thread_num();
-        size_t n = (size_t)B * M * M;
-        float *a = aligned_alloc(64, n * sizeof(float)), *b = aligned_alloc(64, n * sizeof(float)), *c = aligned_alloc(64, n * sizeof(float));
-        if (a && b && c) {
-            for (size_t i = 0; i < n; i++) a[i] = b[i] = (float)(i % 7) / 7.0f;
-            int64_t dims[3] = {B, M, M};
-            double tr[REPS];
-            exec_einsum_f32(&e, dims, a, dims, b, dims, c);
-            for (int r = 0; r < REPS; r++) {
-#pragma omp barrier
-                double t0 = now();
-                for (int k = 0; k < inner; k++) exec_einsum_f32(&e, dims, a, dims, b, dims, c);
-                tr[r] = (now() - t0) / inner;
-            }
-            double call = (median(tr, REPS) - 2.0 * B * M * M * M / peak) / B;
-            if (t < 64) per[t] = call > 0 ? call : 0;
-        }
-        free(a);
-        free(b);
-        free(c);
-    }
-    return slowest_time(per, threads);
-}
-
 /* Per-thread copy rate (bytes copied per second) with every thread copying
  * its own `bytes`-byte buffer. */
 static double copy_rate(int threads, size_t bytes, int inner)
@@ -606,8 +573,8 @@ static int profile(cost_hw *hw, int quick, FILE *log, double *elem_alone, char *
     say(log, "  op rates (G elements/s per thread): exp %.2f, gelu %.2f, add %.2f, broadcast %.2f, reduce_sum %.2f\n",
         rates[IR_OP_EXP] / 1e9, rates[IR_OP_GELU] / 1e9, rates[IR_OP_ADD] / 1e9, rates[IR_OP_BROADCAST] / 1e9,
         rates[IR_OP_REDUCE_SUM] / 1e9);
-    double call = gemm_call_time(cores, gn, quick ? 1 : 20);
-    say(log, "  GEMM call (beyond its FLOPs): %.2f us\n", call * 1e6);
+    double call = calib_gemm_call(cores, quick);
+    say(log, "  GEMM call (1x1x1 GEMMs, per extra call): %.2f us\n", call * 1e6);
     /* gemm_bandwidth: the bytes of a GEMM's operands and result over its
      * time from memory beyond its time in cache (0 when it is no slower) */
     int sets = cold_sets(gemm_n);
