@@ -34,7 +34,7 @@ int main(void)
     char err[512];
     cost_hw hw;
     if (cost_hw_preset("a100", &hw, err, sizeof err) < 0) return 1;
-    cost_options opt = {COST_MIXED_BF16, 0, 0};
+    cost_options opt = {COST_MIXED_BF16, 0, 0, COST_GRADS_AUTO};
     printf("## Cost model: one estimate\n\n");
     printf("Time of `cost_estimate_program` alone (lowering not included) on one core with a reused workspace, "
            "A100 profile, mixed precision; median of the repeats after a warm-up.\n\n");

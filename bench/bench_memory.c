@@ -57,7 +57,7 @@ static int run_case(const char *model, const char *mesh_text, double cap_gib, in
     snprintf(tmpl.schedule, sizeof tmpl.schedule, "auto");
     cost_hw hw;
     cost_hw_preset("a100", &hw, err, sizeof err);
-    cost_options opt = {cost_default_precision(&hw), 0, cap_gib * 1073741824.0};
+    cost_options opt = {cost_default_precision(&hw), 0, cap_gib * 1073741824.0, COST_GRADS_AUTO};
     search_budget b = {.simulations = budget, .seed = 1, .threads = 1};
     plan_memory_level m = {&tmpl, &hw, opt, &search_mcts, b, 1, 0};
     plan_step_search steps[PLAN_MEMORY_MAX_CONFIGS];

@@ -12,7 +12,8 @@
  * the FLOP formula the source used (Narayanan et al., SC 2021, eq. 3: 96 B s l
  * h^2 (1 + s/6h + V/16lh) with recomputation, 72 without), so the comparison
  * inverts exactly what the source computed.  The prediction is `carve cost`'s
- * (the a100 preset, bf16), split into compute and communication.
+ * (the a100 preset, the run's mixed precision: fp16 for the SC 2021 runs,
+ * bf16 for the 22B), split into compute and communication.
  *
  * Nothing here is fitted: the profile's figures come from data sheets and
  * microbenchmarks (docs/cost-model.md); these runs only judge them.  Targets
@@ -38,6 +39,7 @@ typedef struct run {
     double per_gpu;      /* published model FLOP/s per GPU (the source's formula) */
     int recompute;       /* the source's formula counts a recomputed forward (96) or not (72) */
     double dropout;      /* the run's dropout rate (Megatron-LM's default, 0.1) */
+    cost_precision precision; /* the run's mixed precision */
 } run;
 
 #define SEQ 2048
@@ -53,17 +55,22 @@ typedef struct run {
  * with sequence parallelism and selective recomputation of the attention
  * core (carve has neither: priced without recomputation, which the MFU
  * formula does not count).  Both used Megatron-LM's default dropout, 0.1
- * on the hidden states and on the attention probabilities. */
+ * on the hidden states and on the attention probabilities.  The SC 2021
+ * runs' scripts (Megatron-LM, examples/sc21/CONFIG.sh and run_table_1.sh)
+ * pass --fp16 --loss-scale 8192 and --DDP-impl torch (fp16 gradients,
+ * all-reduced in fp16 by PyTorch's DDP): priced in fp16 with the working
+ * 16-bit gradients (--grads auto).  The 22B's precision is not published
+ * with it: priced in bf16, the profile's default. */
 static const run runs[] = {
-    {"Narayanan et al. SC21, Table 1", "GPT 1.7B", 24, 2304, 24, 512, 32, "batch=32", "dp:batch,remat:full", 137e12, 1, 0.1},
+    {"Narayanan et al. SC21, Table 1", "GPT 1.7B", 24, 2304, 24, 512, 32, "batch=32", "dp:batch,remat:full", 137e12, 1, 0.1, COST_MIXED_FP16},
     {"Narayanan et al. SC21, Table 1", "GPT 3.6B", 30, 3072, 32, 512, 64, "batch=32,model=2",
-     "dp:batch,megatron:model,remat:full", 138e12, 1, 0.1},
+     "dp:batch,megatron:model,remat:full", 138e12, 1, 0.1, COST_MIXED_FP16},
     {"Narayanan et al. SC21, Table 1", "GPT 7.5B", 36, 4096, 32, 512, 128, "batch=32,model=4",
-     "dp:batch,megatron:model,remat:full", 142e12, 1, 0.1},
+     "dp:batch,megatron:model,remat:full", 142e12, 1, 0.1, COST_MIXED_FP16},
     {"Narayanan et al. SC21, Table 1", "GPT 18.4B", 40, 6144, 48, 1024, 256, "batch=32,model=8",
-     "dp:batch,megatron:model,remat:full", 135e12, 1, 0.1},
+     "dp:batch,megatron:model,remat:full", 135e12, 1, 0.1, COST_MIXED_FP16},
     {"Korthikanti et al. 2022 (Megatron-LM README)", "GPT 22B", 48, 6144, 64, 4, 8, "model=8", "megatron:model",
-     0.415 * 312e12, 0, 0.1},
+     0.415 * 312e12, 0, 0.1, COST_MIXED_BF16},
 };
 #define N_RUNS ((int)(sizeof runs / sizeof runs[0]))
 
@@ -74,7 +81,7 @@ static double model_flops(const run *r)
     return (r->recompute ? 96.0 : 72.0) * B * s * l * h * h * (1 + s / (6 * h) + V / (16 * l * h));
 }
 
-/* Prices run r on the a100 preset in bf16 under schedule `sched` with
+/* Prices run r on the a100 preset in its precision under schedule `sched` with
  * dropout rate `dropout`.  Returns 0 or -1 with a message. */
 static int predict(const run *r, const char *sched, double dropout, cost_estimate *e, char *err, size_t errlen)
 {
@@ -100,7 +107,7 @@ static int predict(const run *r, const char *sched, double dropout, cost_estimat
     if (rc == 0) {
         spmd_program *p = spmd_lower(st);
         cost_ws *ws = cost_ws_new();
-        cost_options o = {COST_MIXED_BF16, 0, 0};
+        cost_options o = {r->precision, 0, 0, COST_GRADS_AUTO};
         rc = cost_estimate_program(ws, p, &hw, &o, e, err, errlen);
         cost_ws_free(ws);
         spmd_free(p);
@@ -126,14 +133,14 @@ int main(void)
     double err_abs[N_RUNS], worst = 1;
     int n = 0;
     printf("## Cost model against published A100 runs\n\n");
-    printf("Predicted step time (`carve cost`, `a100` preset, bf16, no overlap) against the step time each\n"
+    printf("Predicted step time (`carve cost`, `a100` preset, the run's precision, no overlap) against the step time each\n"
            "source's published throughput implies (its model FLOPs over GPUs x FLOP/s per GPU). Sequence 2048,\n"
            "vocabulary 51200, Adam, Megatron-LM's dropout 0.1 (`dropout=0.1`), full recomputation (`remat:full`)\n"
            "where the run used it. Nothing is fitted to these runs (docs/cost-model.md, section 7). FLOPs: carve's\n"
            "per device over the source's formula's. Previous: the same run priced without dropout and with the\n"
            "selective `remat:all`, as this table was priced before.\n\n");
-    printf("| source | model | GPUs | batch | mesh | schedule | published | measured step | predicted (compute + comm) | "
-           "FLOPs | error | ratio | previous |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+    printf("| source | model | GPUs | batch | mesh | schedule | precision | published | measured step | predicted (compute + comm) | "
+           "FLOPs | error | ratio | previous |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
     for (int i = 0; i < N_RUNS; i++) {
         const run *r = &runs[i];
         char err[512];
@@ -150,9 +157,9 @@ int main(void)
         double ratio = e.step_time > measured ? e.step_time / measured : measured / e.step_time;
         err_abs[n++] = fabs(rel);
         if (ratio > worst) worst = ratio;
-        printf("| %s | %s | %d | %d | `%s` | `%s` | %.0f TFLOP/s/GPU | %.3f s | %.3f s (%.3f + %.3f) | %.3f | %+.1f%% | "
+        printf("| %s | %s | %d | %d | `%s` | `%s` | %s | %.0f TFLOP/s/GPU | %.3f s | %.3f s (%.3f + %.3f) | %.3f | %+.1f%% | "
                "%.2fx | %.3f s (%.3f + %.3f), %+.1f%% |\n",
-               r->source, r->name, r->gpus, r->batch, r->mesh, r->sched, r->per_gpu / 1e12, measured, e.step_time,
+               r->source, r->name, r->gpus, r->batch, r->mesh, r->sched, cost_precision_name(r->precision), r->per_gpu / 1e12, measured, e.step_time,
                e.compute_time, e.comm_time, e.flops * r->gpus / model_flops(r), 100 * rel, ratio, prev.step_time,
                prev.compute_time, prev.comm_time, 100 * prev_rel);
         fprintf(stderr, "%s: priced in %.1f s; peak %.1f GB, %s\n", r->name, bench_now() - t0, e.peak_memory / 1e9,

@@ -76,7 +76,7 @@ static int one(int k, int n, double *pred, double *laid, double *meas, char *err
     if (p) {
         cost_ws *ws = cost_ws_new();
         cost_estimate e;
-        cost_options o = {COST_FP32, 0, 0};
+        cost_options o = {COST_FP32, 0, 0, COST_GRADS_AUTO};
         rc = cost_estimate_program(ws, p, &hw, &o, &e, err, errlen);
         cost_ws_free(ws);
         *pred = rc == 0 ? e.peak_memory : 0;

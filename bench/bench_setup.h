@@ -73,7 +73,7 @@ static inline int bench_setup_make(bench_setup *s, const char *model, const char
         fprintf(stderr, "%s: %s\n", model, err);
         return -1;
     }
-    cost_options opt = {fp32 ? COST_FP32 : cost_default_precision(&hw), 0, 0};
+    cost_options opt = {fp32 ? COST_FP32 : cost_default_precision(&hw), 0, 0, COST_GRADS_AUTO};
     s->prefix = shard_state_new(s->g, &s->mesh);
     if (plan_pricer_init(&s->pr, &hw, &opt, s->prefix, err, sizeof err) < 0) {
         fprintf(stderr, "%s: %s\n", model, err);

@@ -22,6 +22,7 @@ typedef struct cli_opts {
     const char *optimizer; /* "adam" or "sgd" */
     const char *backend;   /* carve run: "threads" (default, NULL) or "mpi" */
     const char *precision; /* carve cost: "f32" (default) or "bf16" (mixed) */
+    const char *grads;     /* --grads: auto, f32 or working (gradient precision under mixed precision) */
     int overlap;           /* carve cost: communication overlaps compute */
     const char *search;    /* autopart: mcts (default), random, greedy, exhaustive */
     int64_t stall;         /* autopart: stop after this many simulations without improvement */

@@ -383,8 +383,9 @@ int cmd_autopart(const cli_opts *o)
     int auto_at = find_auto(&sc);
     if (auto_at < 0) return CLI_BAD_INPUT;
     const search_algo *algo = search_algo_find(o->search ? o->search : "mcts");
-    cost_options copt = {cost_default_precision(&hw), o->overlap, o->memory_gib * 1024.0 * 1024.0 * 1024.0};
+    cost_options copt = {cost_default_precision(&hw), o->overlap, o->memory_gib * 1024.0 * 1024.0 * 1024.0, COST_GRADS_AUTO};
     if (o->precision) cost_precision_parse(o->precision, &copt.precision, err, sizeof err); /* checked by opts.c */
+    if (o->grads) cost_grads_parse(o->grads, &copt.grads, err, sizeof err); /* checked by opts.c */
     search_budget b = {
         .simulations = o->budget ? o->budget : (o->time_s > 0 ? 0 : 2000),
         .seconds = o->time_s,

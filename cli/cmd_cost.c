@@ -17,9 +17,11 @@ static void print_text(const char *cfg, const shard_mesh *mesh, const schedule *
                        const cost_options *opt, const cost_estimate *e, const spmd_program *p)
 {
     char buf[256], buf2[SCHED_STR_MAX];
-    printf("model %s\nmesh %s (%lld devices)\nschedule %s\nhardware %s (%s)\nprecision %s, %s\n\n", cfg,
+    int mixed = opt->precision == COST_MIXED_BF16 || opt->precision == COST_MIXED_FP16;
+    printf("model %s\nmesh %s (%lld devices)\nschedule %s\nhardware %s (%s)\nprecision %s%s%s, %s\n\n", cfg,
            shard_mesh_str(mesh, buf, sizeof buf), (long long)mesh->n_devices, sched_str(sc, mesh, buf2, sizeof buf2),
            hw->name, hw->source, cost_precision_describe(opt->precision),
+           mixed ? "; gradients in " : "", mixed ? (cost_grads_f32(opt) ? "f32" : cost_precision_name(opt->precision)) : "",
            opt->overlap ? "communication overlapped with compute" : "no overlap of compute and communication");
     cli_print_estimate(e);
     spmd_padding pad;
@@ -49,8 +51,9 @@ int cmd_cost(const cli_opts *o)
         cli_error("%s", err);
         return CLI_BAD_INPUT;
     }
-    cost_options opt = {cost_default_precision(&hw), o->overlap, o->memory_gib * 1024.0 * 1024.0 * 1024.0};
+    cost_options opt = {cost_default_precision(&hw), o->overlap, o->memory_gib * 1024.0 * 1024.0 * 1024.0, COST_GRADS_AUTO};
     if (o->precision) cost_precision_parse(o->precision, &opt.precision, err, sizeof err); /* checked by opts.c */
+    if (o->grads) cost_grads_parse(o->grads, &opt.grads, err, sizeof err); /* checked by opts.c */
     ir_graph *g = cli_load_step(o, cfg, sizeof cfg);
     if (!g) return CLI_BAD_INPUT;
     int rc = CLI_OK;

@@ -28,15 +28,17 @@ static const cli_command commands[] = {
      "  --json               print a carve-shard/1 document instead of text (docs/json-output.md);\n"
      "                       without --summary it lists every decision too\n",
      cmd_shard},
-    {"cost", "--model --graph --mesh --schedule --hw --memory --precision --overlap --optimizer --json",
+    {"cost", "--model --graph --mesh --schedule --hw --memory --precision --grads --overlap --optimizer --json",
      "price a sharding schedule on a hardware profile: step time, peak memory, breakdowns",
      "usage: carve cost (--model SPEC | --graph FILE) --mesh MESH --schedule SCHEDULE --hw PROFILE\n"
-     "                  [--memory GIB] [--precision f32|tf32|bf16|fp16] [--overlap] [--json]\n"
+     "                  [--memory GIB] [--precision f32|tf32|bf16|fp16] [--grads auto|f32|working] [--overlap] [--json]\n"
      "  --hw PROFILE         a preset (tpu-v3, a100, h100, cpu) or a carve-hw/1 JSON file (carve calibrate)\n"
      "  --memory GIB         memory per device instead of the profile's\n"
      "  --precision P        f32; tf32 (f32 values, TF32 matmuls); bf16 or fp16 (mixed: 2-byte params,\n"
      "                       activations, gradients; f32 master weights, Adam states).  Default: bf16 on\n"
      "                       accelerator profiles, f32 on CPU profiles (what carve's executor runs)\n"
+     "  --grads G            mixed precision: gradients in f32 or in the working 16-bit type; auto (default):\n"
+     "                       f32 under bf16, 16-bit under fp16 (Megatron-LM's defaults; docs/cost-model.md)\n"
      "  --overlap            assume communication fully overlaps compute (step = max instead of sum)\n"
      "  --json               print a carve-cost/1 document instead of text (docs/json-output.md)\n",
      cmd_cost},
@@ -50,12 +52,13 @@ static const cli_command commands[] = {
      cmd_calibrate},
     {"autopart",
      "--model --graph --mesh --hw --memory --schedule --search --budget --time --stall --seed --threads --out --quiet "
-     "--precision --overlap --optimizer --json --memory-tactics",
+     "--precision --grads --overlap --optimizer --json --memory-tactics",
      "search for the best plan (MCTS over sharding tactics, priced by the cost model) and write it as JSON",
      "usage: carve autopart (--model SPEC | --graph FILE) --mesh MESH [--hw PROFILE] [--out plan.json] [options]\n"
      "  --hw PROFILE       a100 (default), h100, tpu-v3, cpu, or a carve-hw/1 file (carve calibrate)\n"
      "  --memory GIB       memory per device in GiB (default: the profile's)\n"
      "  --precision P      f32, tf32, bf16 or fp16 (default: bf16 on accelerators, f32 on cpu; see carve help cost)\n"
+     "  --grads G          auto (default), f32 or working: gradient precision under bf16/fp16 (see carve help cost)\n"
      "  --overlap          price communication as overlapping compute (step = the larger of the two)\n"
      "  --optimizer adam|sgd   the optimizer of the training step (default adam)\n"
      "  --schedule S       manual tactics first, then auto (default: auto), e.g. dp:batch,auto\n"

@@ -142,6 +142,15 @@ int cli_parse(const cli_command *c, int argc, char **argv, cli_opts *o)
             }
             o->precision = val;
         }
+        else if (!strcmp(flag, "--grads")) {
+            cost_grads gr;
+            char perr[160];
+            if (cost_grads_parse(val, &gr, perr, sizeof perr) < 0) {
+                cli_error("%s: --grads: %s", c->name, perr);
+                return CLI_BAD_INPUT;
+            }
+            o->grads = val;
+        }
         else if (!strcmp(flag, "--memory-tactics")) {
             if (strcmp(val, "auto") && strcmp(val, "none")) {
                 cli_error("%s: --memory-tactics must be auto or none, got '%s'", c->name, val);

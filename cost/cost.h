@@ -186,11 +186,40 @@ cost_precision cost_default_precision(const cost_hw *hw);
  * weights: the f32 rate, TF32 under COST_TF32). */
 double cost_matmul_peak(const cost_hw *hw, cost_precision p, int optimizer);
 
+/* Under mixed precision, the precision of the parameter gradients (their
+ * buffers, their all-reduces and reduce-scatters, what the optimizer reads):
+ * AUTO is f32 under bf16 (Megatron-LM forces fp32 gradient accumulation and
+ * all-reduce for bf16; PyTorch AMP and JAX differentiate the f32 master
+ * weights) and the working 16-bit type under fp16 (Megatron-LM's and
+ * DeepSpeed's fp16 default); no effect in f32 and tf32. */
+typedef enum { COST_GRADS_AUTO, COST_GRADS_F32, COST_GRADS_WORKING, COST_N_GRADS } cost_grads;
+
 typedef struct cost_options {
     cost_precision precision;
     int overlap;           /* 0: step = compute + comm; 1: step = max(compute, comm) */
     double memory_capacity; /* bytes per device; 0: the profile's */
+    cost_grads grads;      /* gradient precision under mixed precision (0: AUTO) */
 } cost_options;
+
+/* "auto", "f32", "working" (the --grads names). */
+const char *cost_grads_name(cost_grads g);
+/* Parses a --grads name.  Returns 0, or -1 with a message listing the names. */
+int cost_grads_parse(const char *text, cost_grads *out, char *err, size_t errlen);
+/* 1 when the gradients are f32 under options o: mixed precision with grads
+ * F32, or AUTO under bf16; 0 otherwise (f32 and tf32 steps have f32 values
+ * anyway, priced as such). */
+int cost_grads_f32(const cost_options *o);
+/* Bytes per element of a parameter's optimizer shard that a mixed-precision
+ * optimizer step moves beyond the program's fused update (which reads the
+ * 16-bit working param and the gradient at its width, the f32 states, and
+ * writes the f32 result and states), as Megatron-LM's mixed-precision
+ * optimizer runs it (docs/cost-model.md, section 4): 8 for the f32 master
+ * weights (read 4 where the program reads the 2-byte copy; a copy pass back
+ * to the 16-bit working weights, read 4 and write 2), 8 more for 16-bit
+ * gradients (a cast to f32 main gradients, read 2 and write 4, then read at
+ * 4), 8 more under fp16 (the loss-scale unscale and inf/nan check, read and
+ * write 4).  0 in f32 and tf32. */
+double cost_mp_optimizer_bytes(const cost_options *o);
 
 /* Bytes per parameter element of each model state (ZeRO paper notation:
  * params 2 + grads 2 + K = 12 for mixed-precision Adam). */

@@ -23,6 +23,10 @@
  * rates instead of vector_flops, a cost per GEMM call for einsums, a factor
  * for devices sharing (or not filling) the cores, and, with shared_memory,
  * collectives priced as the SPMD runtime's barriers and copies.
+ * Mixed precision (docs/cost-model.md, section 4) sizes values at 2 bytes
+ * but the optimizer's and the loss head's at 4, gradients at 2 or 4
+ * (cost_grads), and adds the mixed-precision optimizer's passes to the
+ * instruction making each param's update (mp_optimizer_time).
  */
 #include "cost/cost.h"
 
@@ -50,6 +54,7 @@ struct cost_ws {
     int *first_opt;           /* per param value: first optimizer state tied to it, or -1 */
     int *n_opt;               /* per param value: optimizer states tied to it */
     int *final_buf;           /* per param: its gradient's buffer after the op making it (this program) */
+    int *upd_param;           /* per op: the param whose update (a graph output) it makes, or -1 */
     /* per buffer */
     double *buf_bytes, *buf_numel;
     int *last_use;
@@ -81,6 +86,7 @@ static void free_graph_tables(cost_ws *w)
     free(w->first_opt);
     free(w->n_opt);
     free(w->final_buf);
+    free(w->upd_param);
     w->g = NULL;
 }
 
@@ -323,6 +329,47 @@ static uint64_t graph_hash(const ir_graph *g)
     return h;
 }
 
+/* Mixed precision: the loss head in f32.  Frameworks compute the loss's
+ * softmax and cross-entropy over the logits in f32 (Megatron-LM casts the
+ * logits with .float() unless --fp16-lm-cross-entropy; PyTorch autocast runs
+ * softmax, log_softmax and cross_entropy in f32), so these values take 4
+ * bytes an element: forward values from which no einsum is reachable in the
+ * forward (the last einsum's result, the logits, and everything from there to
+ * the loss), and backward values made by non-einsum ops from those and from
+ * constants only (the loss's gradient down to the logits' gradient, which the
+ * backward einsums then read at 4 bytes).  Gradients of params keep their own
+ * width (cost_grads_f32). */
+static void mark_loss_head(cost_ws *w, const ir_graph *g)
+{
+    uint8_t *reach = ir_xcalloc((size_t)g->n_values + 1, 1); /* bit 0: an einsum is reachable; bit 1: pure; bit 2: head */
+    for (int i = g->n_ops - 1; i >= 0; i--) {
+        const ir_op *o = &g->ops[i];
+        if (w->op_phase[i] != SPMD_FORWARD) continue;
+        int r = (reach[o->out] & 1) || o->kind == IR_OP_EINSUM;
+        for (int k = 0; k < o->n_in; k++)
+            if (r) reach[o->in[k]] |= 1;
+    }
+    for (int i = 0; i < g->n_ops; i++) {
+        const ir_op *o = &g->ops[i];
+        int pure = 1, head = 0, ok = o->kind != IR_OP_EINSUM;
+        for (int k = 0; k < o->n_in; k++) {
+            uint8_t f = reach[o->in[k]];
+            pure &= (f >> 1) & 1;
+            head |= (f >> 2) & 1;
+            ok &= ((f >> 1) & 1) || ((f >> 2) & 1);
+        }
+        if (pure) reach[o->out] |= 2;
+        const ir_value *x = &g->values[o->out];
+        if (w->op_phase[i] == SPMD_FORWARD) head = !(reach[o->out] & 1);
+        else head = w->op_phase[i] == SPMD_BACKWARD && ok && head && x->grad_of < 0;
+        if (head) {
+            reach[o->out] |= 4;
+            if (x->dtype != IR_I32) w->mp_size[o->out] = 4;
+        }
+    }
+    free(reach);
+}
+
 static void build_graph_tables(cost_ws *w, const spmd_program *p, uint64_t hash)
 {
     const ir_graph *g = p->g;
@@ -343,6 +390,7 @@ static void build_graph_tables(cost_ws *w, const spmd_program *p, uint64_t hash)
     w->first_opt = ir_xcalloc(nv, sizeof(int));
     w->n_opt = ir_xcalloc(nv, sizeof(int));
     w->final_buf = ir_xcalloc(nv, sizeof(int));
+    w->upd_param = ir_xcalloc(no, sizeof(int));
     for (int i = 0; i < g->n_ops; i++) op_rule_of(g, i, &w->op_rule[i], &w->op_coef[i], &w->op_kmask[i], &w->op_bmask[i]);
     /* Phases: lowering marks every compute instruction with its op's phase;
      * they depend on the graph only. */
@@ -383,6 +431,12 @@ static void build_graph_tables(cost_ws *w, const spmd_program *p, uint64_t hash)
     /* outputs that update an argument belong to the argument's category */
     for (int i = 0; i < g->n_outputs; i++)
         if (g->outputs[i].updates >= 0) w->cat[g->outputs[i].value] = w->cat[g->outputs[i].updates];
+    mark_loss_head(w, g);
+    for (int i = 0; i < g->n_ops; i++) w->upd_param[i] = -1;
+    for (int i = 0; i < g->n_outputs; i++) {
+        int u = g->outputs[i].updates, op = g->values[g->outputs[i].value].producer;
+        if (u >= 0 && g->values[u].role == IR_PARAM && op >= 0) w->upd_param[op] = u;
+    }
 }
 
 static void grow_program(cost_ws *w, const spmd_program *p)
@@ -418,6 +472,8 @@ typedef struct ctx {
     cost_ws *w;
     double axes_prod[1u << SHARD_MAX_AXES]; /* product of sizes per axis mask */
     int mixed;   /* 2-byte working values (mixed bf16 or fp16) */
+    int grad32;  /* mixed precision with f32 parameter gradients (cost_grads_f32) */
+    double mp_opt; /* bytes per optimizer-shard element the mixed-precision optimizer adds (cost_mp_optimizer_bytes) */
     int kern;    /* accelerator kernels (fused_elementwise 2): a kept dropout mask takes 1 byte an element */
     cost_precision precision;
     double ser;  /* cost_cpu_factor of the mesh */
@@ -435,6 +491,14 @@ static unsigned tiled_mask(const shard_spec *s, int rank)
     return m;
 }
 
+/* Bytes an element of value v takes under the precision. */
+static double elem_bytes(const ctx *c, int v)
+{
+    const ir_value *x = &c->p->g->values[v];
+    if (!c->mixed) return (double)ir_dtype_size(x->dtype);
+    return c->grad32 && x->grad_of >= 0 ? 4.0 : (double)c->w->mp_size[v];
+}
+
 /* Local element count and bytes of buffer b (stored in the workspace). */
 static void size_buffer(ctx *c, int b)
 {
@@ -442,7 +506,7 @@ static void size_buffer(ctx *c, int b)
     const ir_value *v = &c->p->g->values[B->value];
     double n = c->w->numel[B->value] / c->axes_prod[tiled_mask(&B->spec, v->rank)];
     c->w->buf_numel[b] = n;
-    c->w->buf_bytes[b] = n * (c->mixed ? (double)c->w->mp_size[B->value] : (double)ir_dtype_size(v->dtype));
+    c->w->buf_bytes[b] = n * elem_bytes(c, B->value);
     /* a fused kernel writes the mask it drew, for the backward pass, as
      * PyTorch's dropout keeps it: a bool, one byte an element */
     if (c->kern && v->producer >= 0 && c->p->g->ops[v->producer].kind == IR_OP_DROPOUT_MASK) c->w->buf_bytes[b] = n;
@@ -589,7 +653,7 @@ static double coll_bytes(const ctx *c, const spmd_instr *in)
 {
     const ir_value *v = &c->p->g->values[in->value];
     double bytes = (double)in->bytes;
-    if (c->mixed) bytes *= (double)c->w->mp_size[in->value] / (double)ir_dtype_size(v->dtype);
+    if (c->mixed) bytes *= elem_bytes(c, in->value) / (double)ir_dtype_size(v->dtype);
     return bytes;
 }
 
@@ -712,11 +776,24 @@ static void mark_kernels(cost_ws *w, const spmd_program *p)
     }
 }
 
+/* Mixed precision: the passes of the optimizer step over param v's shard that
+ * the program's fused update does not make (cost_mp_optimizer_bytes: the
+ * master-weight round trip, the cast of 16-bit gradients to f32, fp16's
+ * unscale and inf check), memory-bound streaming passes.  The shard is the
+ * optimizer's (the param's first optimizer state, else the param). */
+static double mp_optimizer_time(const ctx *c, const cost_hw *hw, int v)
+{
+    const cost_ws *w = c->w;
+    int ob = w->first_opt[v] >= 0 ? c->p->arg_buf[w->first_opt[v]] : c->p->arg_buf[v];
+    if (ob < 0) return 0;
+    return c->bw * c->mp_opt * w->buf_numel[ob] / hw->mem_bandwidth;
+}
+
 int cost_estimate_program(cost_ws *w, const spmd_program *p, const cost_hw *hw, const cost_options *opt,
                           cost_estimate *out, char *err, size_t errlen)
 {
     if (cost_hw_check(hw, err, errlen) < 0) return -1;
-    static const cost_options defaults = {COST_FP32, 0, 0};
+    static const cost_options defaults = {COST_FP32, 0, 0, COST_GRADS_AUTO};
     if (!opt) opt = &defaults;
     const ir_graph *g = p->g;
     uint64_t hash = graph_hash(g);
@@ -725,6 +802,7 @@ int cost_estimate_program(cost_ws *w, const spmd_program *p, const cost_hw *hw, 
     grow_program(w, p);
     ctx c = {.p = p, .w = w, .precision = opt->precision,
              .mixed = opt->precision == COST_MIXED_BF16 || opt->precision == COST_MIXED_FP16,
+             .grad32 = cost_grads_f32(opt), .mp_opt = cost_mp_optimizer_bytes(opt),
              .kern = hw->fused_elementwise == 2 && p->fuse.klen};
     const shard_mesh *m = &p->mesh;
     for (unsigned mask = 0; mask < (1u << SHARD_MAX_AXES); mask++) {
@@ -821,6 +899,7 @@ int cost_estimate_program(cost_ws *w, const spmd_program *p, const cost_hw *hw, 
                 grp_end = i + price_group(&c, hw, i, grp_share);
             }
             if (i < grp_end && (kern || grp_end - grp_start > 1)) t = grp_share[i - grp_start];
+            if (c.mp_opt > 0 && w->upd_param[in->op] >= 0) t += mp_optimizer_time(&c, hw, w->upd_param[in->op]);
             t *= ser;
             out->flops += flops;
             out->compute_time += t;
@@ -907,6 +986,7 @@ int cost_estimate_program(cost_ws *w, const spmd_program *p, const cost_hw *hw, 
         int ob = w->first_opt[v] >= 0 ? p->arg_buf[w->first_opt[v]] : pb;
         int gb = w->final_buf[v] >= 0 ? w->final_buf[v] : pb;
         cost_state_bytes sz = cost_state_sizes(opt->precision, w->n_opt[v]);
+        if (c.grad32) sz.grad = 4;
         out->model_state_bytes += cost_model_state_bytes(n, &sz, n / w->buf_numel[pb], n / w->buf_numel[gb], n / w->buf_numel[ob]);
     }
     out->peak_memory = peak;

@@ -11,7 +11,7 @@
 
 #include "plan/plan.h"
 
-typedef enum { OPT_PRECISION, OPT_BOOL, OPT_BYTES } opt_kind;
+typedef enum { OPT_PRECISION, OPT_GRADS, OPT_BOOL, OPT_BYTES } opt_kind;
 
 typedef struct opt_field {
     const char *key;
@@ -23,6 +23,7 @@ static const opt_field fields[] = {
     {"precision", OPT_PRECISION, offsetof(cost_options, precision)},
     {"overlap", OPT_BOOL, offsetof(cost_options, overlap)},
     {"memory_capacity_bytes", OPT_BYTES, offsetof(cost_options, memory_capacity)},
+    {"grads", OPT_GRADS, offsetof(cost_options, grads)},
 };
 static const int n_fields = sizeof fields / sizeof fields[0];
 
@@ -36,6 +37,10 @@ cJSON *plan_options_to_json(const cost_options *o)
             cost_precision v;
             memcpy(&v, base + f->offset, sizeof v);
             cJSON_AddStringToObject(j, f->key, cost_precision_name(v));
+        } else if (f->kind == OPT_GRADS) {
+            cost_grads v;
+            memcpy(&v, base + f->offset, sizeof v);
+            cJSON_AddStringToObject(j, f->key, cost_grads_name(v));
         } else if (f->kind == OPT_BOOL) {
             int v;
             memcpy(&v, base + f->offset, sizeof v);
@@ -58,6 +63,14 @@ static int read_field(const opt_field *f, const cJSON *x, char *base, char *err,
         char e2[200];
         if (!cJSON_IsString(x) || cost_precision_parse(x->valuestring, &v, e2, sizeof e2) < 0)
             return ir_errf(err, errlen, "%s: must be a precision name (f32, tf32, bf16, fp16)", f->key);
+        memcpy(base + f->offset, &v, sizeof v);
+        return 0;
+    }
+    if (f->kind == OPT_GRADS) {
+        cost_grads v;
+        char e2[200];
+        if (!cJSON_IsString(x) || cost_grads_parse(x->valuestring, &v, e2, sizeof e2) < 0)
+            return ir_errf(err, errlen, "%s: must be auto, f32 or working", f->key);
         memcpy(base + f->offset, &v, sizeof v);
         return 0;
     }

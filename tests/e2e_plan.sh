@@ -69,10 +69,13 @@ model=moe-tiny --schedule ep:model,auto
 model=llama-tiny --precision fp16
 model=vit-tiny --overlap
 model=t5-tiny --memory 1
+--precision bf16 --grads working
+--hw h100 --precision fp16 --grads f32
 FLAGS
 # what explain shows of the options, from the file
 grep -q '"precision":[[:space:]]*"bf16"' rt2.json; check "bf16 recorded" $?
 "$carve" explain rt5.json >out.txt; grep -q "precision bf16, communication overlapped" out.txt; check "explain shows options" $?
+grep -q '"grads":[[:space:]]*"working"' rt19.json && grep -q '"grads":[[:space:]]*"auto"' rt2.json; check "gradient precision recorded" $?
 
 # ---- carve-plan/1 files (made by carve before format 2) still load ----
 for f in v1-gpt-tiny v1-gpt-tiny-mem v1-mlp-graph; do
@@ -125,6 +128,8 @@ edit e7.json "p['arguments'][3]['name']='evil\x1b[31m\x07name'"
 bad edit-control-chars "arguments\[3\]" "$carve" explain e7.json
 edit e8.json "p['cost_options']['precision']='fp8'"
 bad edit-options "cost_options: precision: must be a precision name" "$carve" explain e8.json
+edit e8g.json "p['cost_options']['grads']='bf16'"
+bad edit-grads "cost_options: grads: must be auto, f32 or working" "$carve" explain e8g.json
 edit e9.json "p['mesh']['device_ids'].reverse()"
 bad edit-device-order "mesh.device_ids\[0\]" "$carve" explain e9.json
 edit e10.json "a=[x for x in p['activations'] if any(x['partition_spec'])][0]; a['partition_spec']=[None]*len(a['shape'])"

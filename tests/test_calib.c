@@ -147,7 +147,7 @@ static void test_apply(const ir_graph *g)
     /* 2 devices on 2 cores: no serialisation factor, so the einsum time priced
      * is the summed measured one */
     cost_ws *ws = cost_ws_new();
-    cost_options opt = {COST_FP32, 0, 0};
+    cost_options opt = {COST_FP32, 0, 0, COST_GRADS_AUTO};
     cost_estimate e;
     CHECKF(cost_estimate_program(ws, p, &hw, &opt, &e, err, sizeof err) == 0, "%s", err);
     CHECKF(close_rel(e.op_time[IR_OP_EINSUM], busy, 1e-9), "priced %.6g s of einsums, measured %.6g", e.op_time[IR_OP_EINSUM], busy);
@@ -216,7 +216,7 @@ static double einsum_time(const spmd_program *p, const cost_hw *hw)
 {
     char err[256];
     cost_ws *ws = cost_ws_new();
-    cost_options opt = {COST_FP32, 0, 0};
+    cost_options opt = {COST_FP32, 0, 0, COST_GRADS_AUTO};
     cost_estimate e;
     double t = -1;
     if (cost_estimate_program(ws, p, hw, &opt, &e, err, sizeof err) == 0) t = e.op_time[IR_OP_EINSUM];

@@ -55,9 +55,21 @@ static cost_hw preset(const char *name)
     return hw;
 }
 
+/* Priced in precision prec with gradients `grads` (mixed precision only). */
+static cost_estimate estimate_g(cost_ws *ws, const spmd_program *p, const cost_hw *hw, cost_precision prec, cost_grads grads)
+{
+    cost_options o = {prec, 0, 0, grads};
+    cost_estimate e;
+    char err[256];
+    int rc = cost_estimate_program(ws, p, hw, &o, &e, err, sizeof err);
+    CHECKF(rc == 0, "%s", err);
+    return e;
+}
+
+/* The ZeRO paper's setting where mixed: 16-bit gradients (2 + 2 + 12 bytes a param). */
 static cost_estimate estimate(cost_ws *ws, const spmd_program *p, const cost_hw *hw, cost_precision prec)
 {
-    cost_options o = {prec, 0, 0};
+    cost_options o = {prec, 0, 0, COST_GRADS_WORKING};
     cost_estimate e;
     char err[256];
     int rc = cost_estimate_program(ws, p, hw, &o, &e, err, sizeof err);
@@ -645,12 +657,12 @@ static void test_options(void)
         ir_free(mm);
     }
     /* overlap: max instead of sum */
-    cost_options ov = {COST_FP32, 1, 0};
+    cost_options ov = {COST_FP32, 1, 0, COST_GRADS_AUTO};
     cost_estimate o;
     cost_estimate_program(ws, p, &hw, &ov, &o, err, sizeof err);
     CHECK(o.step_time == fmax(o.compute_time, o.comm_time) && o.step_time < f.step_time);
     /* capacity override decides fits */
-    cost_options small = {COST_FP32, 0, f.peak_memory * 0.5};
+    cost_options small = {COST_FP32, 0, f.peak_memory * 0.5, COST_GRADS_AUTO};
     cost_estimate s;
     cost_estimate_program(ws, p, &hw, &small, &s, err, sizeof err);
     CHECK(!s.fits && f.fits && s.capacity == f.peak_memory * 0.5);
@@ -1109,8 +1121,77 @@ static void test_fused_pricing(void)
     ir_free(g);
 }
 
+/* ---- mixed precision: the optimizer's passes, gradient width ------------- */
+
+/* cost_mp_optimizer_bytes per optimizer-shard element (docs/cost-model.md,
+ * section 4): 8 for the f32 master weights, 8 more for 16-bit gradients, 8
+ * more for fp16's unscale; none in f32 or tf32.  The estimator adds them in
+ * the optimizer phase at memory bandwidth: fp16 and bf16 with f32 gradients
+ * differ only by the unscale pass (the a100 preset has one peak for both), 8
+ * bytes per element of each param's optimizer shard, a quarter of the params
+ * under ZeRO-1 on 4 devices.  f32 gradients double data parallel's
+ * all-reduced bytes (2 more per param) and make model states 2 + 4 + 12. */
+static void test_mixed_optimizer(void)
+{
+    static const struct {
+        cost_precision p;
+        cost_grads g;
+        int f32;
+        double bytes;
+    } rows[] = {
+        {COST_MIXED_BF16, COST_GRADS_AUTO, 1, 8},     {COST_MIXED_BF16, COST_GRADS_F32, 1, 8},
+        {COST_MIXED_BF16, COST_GRADS_WORKING, 0, 16}, {COST_MIXED_FP16, COST_GRADS_AUTO, 0, 24},
+        {COST_MIXED_FP16, COST_GRADS_WORKING, 0, 24}, {COST_MIXED_FP16, COST_GRADS_F32, 1, 16},
+        {COST_FP32, COST_GRADS_F32, 0, 0},            {COST_TF32, COST_GRADS_WORKING, 0, 0},
+    };
+    for (int i = 0; i < (int)(sizeof rows / sizeof rows[0]); i++) {
+        cost_options o = {rows[i].p, 0, 0, rows[i].g};
+        CHECKF(cost_grads_f32(&o) == rows[i].f32 && cost_mp_optimizer_bytes(&o) == rows[i].bytes, "%s grads %s: %d, %g",
+               cost_precision_name(rows[i].p), cost_grads_name(rows[i].g), cost_grads_f32(&o), cost_mp_optimizer_bytes(&o));
+    }
+    cost_grads gr;
+    char err[160];
+    CHECK(cost_grads_parse("working", &gr, err, sizeof err) == 0 && gr == COST_GRADS_WORKING);
+    CHECK(cost_grads_parse("fp32", &gr, err, sizeof err) < 0 && strstr(err, "auto, f32 or working"));
+
+    ir_graph *g = test_build_step("gpt-tiny");
+    cost_hw hw = preset("a100");
+    cost_ws *ws = cost_ws_new();
+    double psi = param_elems(g);
+    static const char *scheds[] = {"dp:d", "zero1:d"};
+    for (int k = 0; k < 2; k++) {
+        spmd_program *p = lower(g, "d=4", scheds[k]);
+        cost_estimate h = estimate_g(ws, p, &hw, COST_MIXED_FP16, COST_GRADS_F32);
+        cost_estimate b = estimate_g(ws, p, &hw, COST_MIXED_BF16, COST_GRADS_F32);
+        double want = 8 * psi / (k ? 4 : 1) / hw.mem_bandwidth;
+        CHECKF(close_rel(h.compute_time - b.compute_time, want, 1e-6), "%s: fp16 - bf16 compute %g s, want %g", scheds[k],
+               h.compute_time - b.compute_time, want);
+        CHECKF(close_rel(h.phase_compute[SPMD_OPTIMIZER] - b.phase_compute[SPMD_OPTIMIZER], want, 1e-6),
+               "%s: optimizer phase %g s, want %g", scheds[k],
+               h.phase_compute[SPMD_OPTIMIZER] - b.phase_compute[SPMD_OPTIMIZER], want);
+        CHECK(h.comm_time == b.comm_time && h.peak_memory == b.peak_memory);
+        /* the passes are priced in mixed precision only */
+        cost_estimate f = estimate_g(ws, p, &hw, COST_FP32, COST_GRADS_F32);
+        cost_estimate f2 = estimate_g(ws, p, &hw, COST_FP32, COST_GRADS_WORKING);
+        CHECK(f.step_time == f2.step_time && f.peak_memory == f2.peak_memory && f.comm_bytes == f2.comm_bytes);
+        if (k == 0) {
+            cost_estimate a = estimate_g(ws, p, &hw, COST_MIXED_BF16, COST_GRADS_AUTO);
+            cost_estimate w = estimate_g(ws, p, &hw, COST_MIXED_BF16, COST_GRADS_WORKING);
+            CHECKF(close_rel(a.comm_bytes - w.comm_bytes, 2 * psi, 1e-9), "all-reduced %.0f more bytes, want %.0f",
+                   a.comm_bytes - w.comm_bytes, 2 * psi);
+            CHECKF(close_rel(a.model_state_bytes, 18 * psi, 1e-9) && close_rel(w.model_state_bytes, 16 * psi, 1e-9),
+                   "model states %.3f and %.3f bytes a param", a.model_state_bytes / psi, w.model_state_bytes / psi);
+            CHECK(a.peak_grads > w.peak_grads || a.peak_memory > w.peak_memory);
+        }
+        spmd_free(p);
+    }
+    cost_ws_free(ws);
+    ir_free(g);
+}
+
 int main(void)
 {
+    test_mixed_optimizer();
     test_formulas();
     test_zero_memory();
     test_zero_stages();

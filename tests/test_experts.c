@@ -112,7 +112,7 @@ static void experts_use_every_axis(void)
         shard_mesh_parse(meshes[m], &mesh, err, sizeof err);
         cost_hw hw;
         cost_hw_lookup("a100", &hw, err, sizeof err);
-        cost_options opt = {COST_FP32, 0, 0};
+        cost_options opt = {COST_FP32, 0, 0, COST_GRADS_AUTO};
         shard_state *scratch = shard_state_new(g, &mesh);
         plan_pricer pr;
         plan_pricer_init(&pr, &hw, &opt, scratch, err, sizeof err);
@@ -158,7 +158,7 @@ static void never_below_the_experts(void)
         shard_mesh_parse(cases[c].mesh, &mesh, err, sizeof err);
         cost_hw hw;
         cost_hw_lookup("a100", &hw, err, sizeof err);
-        cost_options opt = {COST_FP32, 0, 0};
+        cost_options opt = {COST_FP32, 0, 0, COST_GRADS_AUTO};
         shard_state *prefix = shard_state_new(g, &mesh);
         plan_pricer pr;
         plan_pricer_init(&pr, &hw, &opt, prefix, err, sizeof err);

@@ -11,6 +11,7 @@
 #include "analysis/schedule.h"
 #include "analysis/spmd.h"
 #include "cost/cost.h"
+#include "models/blocks.h"
 #include "tests/test.h"
 #include "tests/util.h"
 
@@ -54,9 +55,25 @@ static cost_hw slow_memory_a100(void)
     return hw;
 }
 
+/* Priced in prec with gradients `grads`; the instructions' times copied to
+ * times[] (p->n_instrs), since the estimate's array lives in the workspace. */
+static cost_estimate estimate_in(const spmd_program *p, const cost_hw *hw, cost_precision prec, cost_grads grads,
+                                 double *times)
+{
+    cost_options o = {prec, 0, 0, grads};
+    cost_estimate e;
+    char err[256];
+    cost_ws *ws = cost_ws_new();
+    CHECKF(cost_estimate_program(ws, p, hw, &o, &e, err, sizeof err) == 0, "%s", err);
+    memcpy(times, e.instr_time, (size_t)p->n_instrs * sizeof *times);
+    e.instr_time = times;
+    cost_ws_free(ws);
+    return e;
+}
+
 static cost_estimate estimate(const spmd_program *p, const cost_hw *hw)
 {
-    cost_options o = {COST_FP32, 0, 0};
+    cost_options o = {COST_FP32, 0, 0, COST_GRADS_AUTO};
     cost_estimate e;
     char err[256];
     cost_ws *ws = cost_ws_new();
@@ -225,7 +242,7 @@ static void test_gpt_step(const char *spec)
            masks, masks_inside);
     cost_hw hw;
     CHECK(cost_hw_preset("a100", &hw, err, sizeof err) == 0);
-    cost_options o = {COST_MIXED_BF16, 0, 0};
+    cost_options o = {COST_MIXED_BF16, 0, 0, COST_GRADS_AUTO};
     cost_estimate k, grp;
     cost_ws *ws = cost_ws_new();
     CHECK(cost_estimate_program(ws, p, &hw, &o, &k, err, sizeof err) == 0);
@@ -238,8 +255,63 @@ static void test_gpt_step(const char *spec)
     ir_free(g);
 }
 
+/* Mixed precision computes the loss head in f32 (docs/cost-model.md,
+ * section 4): in h = x @ w1, logits = h @ w2, loss = cross-entropy(logits),
+ * the first einsum writes h at 2 bytes, the second writes the logits at 4,
+ * and the backward einsum making w2's gradient reads the logits' gradient
+ * at 4 (and h at 2; writes the gradient at 2 with working gradients, 4 with
+ * f32).  Each einsum is a kernel alone, so on a memory-bound profile its
+ * time is exactly its bytes.  In f32 every value is 4 bytes, as before. */
+static void test_loss_head_f32(void)
+{
+    enum { B = 64, H = 128, V = 512 };
+    ir_graph *f = ir_new("head");
+    int64_t dx[2] = {B, H}, dw1[2] = {H, H}, dw2[2] = {H, V}, dl[1] = {B};
+    int x = ir_arg(f, "x", IR_INPUT, IR_F32, 2, dx);
+    ir_arg(f, "w1", IR_PARAM, IR_F32, 2, dw1);
+    ir_arg(f, "w2", IR_PARAM, IR_F32, 2, dw2);
+    int labels = ir_arg(f, "labels", IR_INPUT, IR_I32, 1, dl);
+    int h = ir_einsum(f, "bh,hk->bk", x, ir_find(f, "w1"));
+    int logits = ir_einsum(f, "bk,kv->bv", h, ir_find(f, "w2"));
+    ir_set_loss(f, mb_cross_entropy(f, logits, labels));
+    CHECKF(ir_error(f) == NULL, "%s", ir_error(f) ? ir_error(f) : "");
+    char err[256];
+    ir_optimizer adam = ir_default_adam();
+    ir_graph *g = ir_train_step(f, &adam, err, sizeof err);
+    CHECKF(g != NULL, "%s", err);
+    if (!g) return;
+    spmd_program *p = lower_one(g);
+    int ih = instr_of(p, ir_find(g, f->values[h].name)), il = instr_of(p, ir_find(g, f->values[logits].name));
+    int w2 = ir_find(g, "w2"), idw = -1;
+    for (int v = 0; v < g->n_values; v++)
+        if (g->values[v].grad_of == w2) idw = instr_of(p, v);
+    CHECK(ih >= 0 && il >= 0 && idw >= 0);
+    if (ih < 0 || il < 0 || idw < 0) return;
+    CHECKF(g->ops[p->instrs[idw].op].kind == IR_OP_EINSUM && p->fuse.klen[ih] == 1 && p->fuse.klen[il] == 1 &&
+               p->fuse.klen[idw] == 1, "kernels %d %d %d", p->fuse.klen[ih], p->fuse.klen[il], p->fuse.klen[idw]);
+    cost_hw hw = slow_memory_a100();
+    double *times = calloc((size_t)p->n_instrs, sizeof *times);
+    if (!times) abort();
+    for (int grads = 0; grads < 2; grads++) {
+        cost_estimate e = estimate_in(p, &hw, COST_MIXED_BF16, grads ? COST_GRADS_F32 : COST_GRADS_WORKING, times);
+        double th = (2.0 * B * H + 2.0 * H * H + 2.0 * B * H) / 1e9, tl = (2.0 * B * H + 2.0 * H * V + 4.0 * B * V) / 1e9;
+        double tdw = (2.0 * B * H + 4.0 * B * V + (grads ? 4.0 : 2.0) * H * V) / 1e9;
+        CHECKF(close_rel(e.instr_time[ih], th, 1e-9), "h: %g want %g", e.instr_time[ih], th);
+        CHECKF(close_rel(e.instr_time[il], tl, 1e-9), "logits: %g want %g", e.instr_time[il], tl);
+        CHECKF(close_rel(e.instr_time[idw], tdw, 1e-9), "grad w2 (grads %d): %g want %g", grads, e.instr_time[idw], tdw);
+    }
+    cost_estimate e = estimate_in(p, &hw, COST_FP32, COST_GRADS_F32, times);
+    CHECKF(close_rel(e.instr_time[il], 4.0 * (B * H + H * V + B * V) / 1e9, 1e-9), "f32 logits: %g", e.instr_time[il]);
+    CHECKF(close_rel(e.instr_time[ih], 4.0 * (2 * B * H + H * H) / 1e9, 1e-9), "f32 h: %g", e.instr_time[ih]);
+    free(times);
+    spmd_free(p);
+    ir_free(g);
+    ir_free(f);
+}
+
 int main(void)
 {
+    test_loss_head_f32();
     test_epilogue();
     test_softmax_and_columns();
     test_unfolded_broadcast();

@@ -492,7 +492,7 @@ static void test_gather_choice(void)
     CHECK(sched_apply(&sc, st, err, sizeof err) == 0);
     cost_hw hw;
     cost_hw_preset("a100", &hw, err, sizeof err);
-    cost_options opt = {COST_FP32, 0, 0};
+    cost_options opt = {COST_FP32, 0, 0, COST_GRADS_AUTO};
     plan_pricer pr;
     CHECK(plan_pricer_init(&pr, &hw, &opt, scratch, err, sizeof err) == 0);
     cost_estimate re, kp, e;

@@ -65,7 +65,7 @@ static void against_exhaustive_ev(const char *model, const char *mesh_text, int 
     if (!ev.cfg) { /* the cost model: a pricer on the A100 profile */
         cost_hw hw;
         cost_hw_lookup("a100", &hw, err, sizeof err);
-        cost_options opt = {COST_FP32, 0, 0};
+        cost_options opt = {COST_FP32, 0, 0, COST_GRADS_AUTO};
         shard_state *scratch = shard_state_new(g, &mesh);
         plan_pricer_init(&pr, &hw, &opt, scratch, err, sizeof err);
         shard_state_free(scratch);
@@ -216,7 +216,7 @@ static void chain_mlp_folding(void)
         shard_groups *gs = shard_groups_build(g);
         cost_hw hw;
         cost_hw_lookup("a100", &hw, err, sizeof err);
-        cost_options opt = {COST_FP32, 0, 0};
+        cost_options opt = {COST_FP32, 0, 0, COST_GRADS_AUTO};
         plan_pricer pr;
         plan_pricer_init(&pr, &hw, &opt, st, err, sizeof err);
         search_evaluator ev = plan_cost_evaluator;
@@ -461,7 +461,7 @@ static void plan_hash_is_exact(void)
     st->record_conflicts = 0;
     shard_groups *gs = shard_groups_build(g);
     plan_pricer pr;
-    cost_options opt = {COST_FP32, 0, 0};
+    cost_options opt = {COST_FP32, 0, 0, COST_GRADS_AUTO};
     CHECK(plan_pricer_init(&pr, &hw, &opt, st, err, sizeof err) == 0);
     void *ws = plan_cost_evaluator.make(&pr, st);
     static const search_action orders[2][4] = {{{1, 0}, {3, 1}, {4, 0}, {4, 1}}, {{1, 0}, {4, 0}, {3, 1}, {4, 1}}};
@@ -519,7 +519,7 @@ static void revisit_prices_the_same(void)
         shard_state *prefix = shard_state_new(g, &mesh);
         shard_groups *gs = shard_groups_build(g);
         plan_pricer pr;
-        cost_options opt = {COST_FP32, 0, 0};
+        cost_options opt = {COST_FP32, 0, 0, COST_GRADS_AUTO};
         shard_state *scratch = shard_state_new(g, &mesh);
         CHECK(plan_pricer_init(&pr, &hw, &opt, scratch, err, sizeof err) == 0);
         pr.gather_auto = 1;
