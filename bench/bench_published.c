@@ -158,7 +158,7 @@ int main(void)
         err_abs[n++] = fabs(rel);
         if (ratio > worst) worst = ratio;
         printf("| %s | %s | %d | %d | `%s` | `%s` | %s | %.0f TFLOP/s/GPU | %.3f s | %.3f s (%.3f + %.3f) | %.3f | %+.1f%% | "
-               "%.2fx | %.3f s (%.3f + %.3f), %+.1f%% |\n",
+               "%.3fx | %.3f s (%.3f + %.3f), %+.1f%% |\n",
                r->source, r->name, r->gpus, r->batch, r->mesh, r->sched, cost_precision_name(r->precision), r->per_gpu / 1e12, measured, e.step_time,
                e.compute_time, e.comm_time, e.flops * r->gpus / model_flops(r), 100 * rel, ratio, prev.step_time,
                prev.compute_time, prev.comm_time, 100 * prev_rel);
@@ -168,7 +168,7 @@ int main(void)
     double med = bench_median(err_abs, n);
     printf("\n- runs: %d\n- median |error|: **%.1f%%** (issue 19: <= 15%%, %s; issue 14: <= 20%%, %s)\n", n, 100 * med,
            med <= 0.15 ? "met" : "missed", med <= 0.20 ? "met" : "missed");
-    printf("- worst ratio: **%.2fx** (issue 19: <= 1.3x, %s; issue 14: <= 2x, %s)\n\n", worst,
+    printf("- worst ratio: **%.3fx** (issue 19: <= 1.3x, %s; issue 14: <= 2x, %s)\n\n", worst,
            worst <= 1.3 ? "met" : "missed", worst <= 2 ? "met" : "missed");
     return 0;
 }
