@@ -15,7 +15,9 @@
  * The last fifth of a budget of plans is an exact local search around the 8
  * best plans priced (climb): one action swapped with the next, removed,
  * replaced or inserted, first improvement, plateaus of equal reward followed
- * a little way; when every kept plan is a local optimum the tree goes on.
+ * a little way.  When every kept plan is a local optimum, half of the steps
+ * are kicks (the best plan changed by two random moves, then climbed from:
+ * iterated local search) and half simulations of the tree.
  */
 #include "search_impl.h"
 
@@ -34,12 +36,14 @@ typedef struct mcts_plan {
 #define MCTS_TOP 8      /* plans kept as starts of the local search */
 #define MCTS_PLATEAU 16 /* plans of equal reward searched from, per climb */
 #define MCTS_CLIMB 0.2  /* the share of the budget left to the local search */
+#define MCTS_KICK 2     /* random moves of a kick */
+#define MCTS_KICK_ODDS 2 /* once every kept plan is a local optimum: a kick 1 time in this many */
 
 typedef struct mcts {
     search_ctx *c;
     mcts_plan top[MCTS_TOP]; /* the best plans priced, best first */
     int n_top;
-    double climb_from;       /* distinct plans priced after which the local search starts */
+    double climb_start;      /* distinct plans priced after which the local search starts */
     mcts_plan flat[MCTS_PLATEAU + 1]; /* climb: plans of the current reward */
     /* all-moves-as-first statistics per action id: an action's value depends
      * little on where in the plan it comes, so every simulation informs every
@@ -283,26 +287,67 @@ static int seen_plan(const mcts_plan *flat, int n, const int *a, int len)
     return 0;
 }
 
-/* Local search from the best kept plan not climbed yet: moves to the first
- * neighbour that improves, until none does.  Neighbours as good as the plan
- * (another order of the same shardings, say) are searched from too, up to
- * MCTS_PLATEAU of them, since the better plan may be one move from them only.
- * Returns 0 when every kept plan has been climbed (the tree search goes on). */
+static void climb_from(mcts *m, const mcts_plan *start);
+
+/* Local search from the best kept plan not climbed yet (climb_from).
+ * Returns 0 when every kept plan has been climbed. */
 static int climb(mcts *m)
 {
-    search_ctx *c = m->c;
     int t = 0;
     while (t < m->n_top && m->top[t].climbed) t++;
     if (t == m->n_top) return 0;
     m->top[t].climbed = 1;
+    mcts_plan start = m->top[t];
+    climb_from(m, &start);
+    return 1;
+}
+
+/* The number of neighbours of plan p (neighbour's k ranges over 0 .. this - 1). */
+static int n_neighbours(const search_ctx *c, const mcts_plan *p)
+{
+    int fixed = p->n > 0 && p->a[0] > c->n_actions, A = c->n_actions, L = p->n - fixed;
+    return (L > 1 ? L - 1 : 0) + L + L * A + (p->n < c->max_depth ? (L + 1) * A : 0);
+}
+
+/* A kick (iterated local search): the best plan changed by MCTS_KICK random
+ * moves (neighbour's, drawn from the thread's stream), priced, and climbed
+ * from; a basin that no single move leaves may be left by two and a climb. */
+static void kick(mcts *m)
+{
+    search_ctx *c = m->c;
+    mcts_plan p = m->top[0];
+    int64_t before = c->res.evaluations;
+    int buf[SEARCH_MAX_PLAN + 2];
+    for (int j = 0; j < MCTS_KICK; j++) {
+        int N = n_neighbours(c, &p);
+        if (N <= 0) break;
+        int n = neighbour(c, &p, (int)pcg32_below(&c->rng, (uint32_t)N), buf);
+        if (n < 0) break;
+        memcpy(p.a, buf, (size_t)n * sizeof(int));
+        p.n = n;
+    }
+    p.reward = try_plan(m, p.a, p.n);
+    p.n = c->n_set;
+    memcpy(p.a, c->set, (size_t)c->n_set * sizeof(int));
+    climb_from(m, &p);
+    if (c->res.evaluations == before) c->since_new++; /* nothing new: counts toward exhaustion */
+}
+
+/* Local search from `start`: moves to the first neighbour that improves,
+ * until none does.  Neighbours as good as the plan (another order of the same
+ * shardings, say) are searched from too, up to MCTS_PLATEAU of them, since the
+ * better plan may be one move from them only. */
+static void climb_from(mcts *m, const mcts_plan *start)
+{
+    search_ctx *c = m->c;
     /* flat: the plans of the current reward whose neighbourhoods are searched
      * (the first is the plan climbed to; the others reach the same reward) */
     mcts_plan *flat = m->flat;
-    flat[0] = m->top[t];
+    flat[0] = *start;
     int n_flat = 1, cur = 0;
     int buf[SEARCH_MAX_PLAN + 2];
     for (int k = 0;; k++) {
-        if (search_ctx_stop(c)) return 1;
+        if (search_ctx_stop(c)) return;
         int n = neighbour(c, &flat[cur], k, buf);
         if (n < 0) {
             if (++cur == n_flat) break;
@@ -323,23 +368,29 @@ static int climb(mcts *m)
     }
     for (int i = 0; i < m->n_top; i++) /* a local optimum: no start again from it */
         if (m->top[i].reward == flat[0].reward) m->top[i].climbed = 1;
-    return 1;
 }
 
 static int mcts_run(search_ctx *c, char *err, size_t errlen)
 {
     mcts m = {.c = c, .amaf_max = ir_xcalloc((size_t)c->n_ids, sizeof(double)),
               .amaf_n = ir_xcalloc((size_t)c->n_ids, sizeof(int))};
-    m.climb_from = c->b->simulations > 0 ? (1 - MCTS_CLIMB) * (double)c->b->simulations : 1e300;
+    m.climb_start = c->b->simulations > 0 ? (1 - MCTS_CLIMB) * (double)c->b->simulations : 1e300;
     node_for(c, c->root_key);
     while (!search_ctx_stop(c)) {
         if (c->nodes[0].done) {
             c->res.stop = STOP_EXHAUSTED;
             break;
         }
-        /* the last share of the budget: local search around the best plans
-         * (back to the tree when every kept plan is a local optimum) */
-        if ((double)c->res.evaluations >= m.climb_from && climb(&m)) continue;
+        /* the last share of the budget: local search around the best plans;
+         * when every kept plan is a local optimum, a kick or (as likely) a
+         * simulation of the tree, whose new good plans are climbed from in turn */
+        if ((double)c->res.evaluations >= m.climb_start) {
+            if (climb(&m)) continue;
+            if (m.n_top && pcg32_below(&c->rng, MCTS_KICK_ODDS) == 0) {
+                kick(&m);
+                continue;
+            }
+        }
         mcts_sim(&m);
         search_ctx_progress(c);
     }
