@@ -23,6 +23,9 @@
  *    and their inputs were all made before, so the program computes the same
  *    thing.
  *
+ * In a pipelined program (spmd_program.segment) every open bucket is also
+ * closed where a segment ends, so a bucket stays in its stage's task.
+ *
  * Every gradient collective gets a bucket id (instr.bucket; -1 for every other
  * instruction); members of one bucket are consecutive.  The cost model prices
  * a bucket as one collective of the members' summed bytes; the executor runs
@@ -48,6 +51,7 @@ typedef struct open_bucket {
 typedef struct bucketer {
     spmd_program *p;
     const spmd_instr *old; /* the instructions as lowering emitted them */
+    const int *old_seg;    /* pipelined programs: their segments (spmd_program.segment), else NULL */
     int *next;             /* per old instruction: next member of its bucket, -1 */
     int *pending;          /* per buffer: open bucket holding the instruction writing it, -1 */
     open_bucket open[MAX_OPEN];
@@ -63,6 +67,7 @@ static int is_gradient_collective(const spmd_program *p, const spmd_instr *in)
 static void place(bucketer *b, int k)
 {
     for (int i = b->open[k].first; i >= 0; i = b->next[i]) {
+        if (b->old_seg) b->p->segment[b->n_out] = b->old_seg[i];
         spmd_instr *in = &b->p->instrs[b->n_out++];
         *in = b->old[i];
         in->bucket = b->n_buckets;
@@ -106,12 +111,19 @@ void spmd_bucket_gradients(spmd_program *p)
     for (int i = 0; i < n; i++) p->instrs[i].bucket = -1;
     spmd_instr *old = ir_xrealloc(NULL, (size_t)(n ? n : 1) * sizeof *old);
     memcpy(old, p->instrs, (size_t)n * sizeof *old);
-    bucketer b = {.p = p, .old = old};
+    int *old_seg = NULL;
+    if (p->segment) {
+        old_seg = ir_xrealloc(NULL, (size_t)(n ? n : 1) * sizeof *old_seg);
+        memcpy(old_seg, p->segment, (size_t)n * sizeof *old_seg);
+    }
+    bucketer b = {.p = p, .old = old, .old_seg = old_seg};
     b.next = ir_xrealloc(NULL, (size_t)(n ? n : 1) * sizeof(int));
     b.pending = ir_xrealloc(NULL, (size_t)(p->n_bufs ? p->n_bufs : 1) * sizeof(int));
     for (int i = 0; i < p->n_bufs; i++) b.pending[i] = -1;
     for (int i = 0; i < n; i++) {
         const spmd_instr *in = &old[i];
+        if (old_seg && i > 0 && old_seg[i] != old_seg[i - 1]) /* a bucket never leaves its segment */
+            while (b.n_open) place(&b, b.n_open - 1);
         for (int k = 0; k < IR_MAX_OPERANDS; k++)
             if (in->in[k] >= 0 && b.pending[in->in[k]] >= 0) place(&b, b.pending[in->in[k]]);
         if (is_gradient_collective(p, in)) {
@@ -120,12 +132,14 @@ void spmd_bucket_gradients(spmd_program *p)
             if (p->opts.bucket_bytes <= 0) place(&b, b.n_open - 1);
             continue;
         }
+        if (old_seg) p->segment[b.n_out] = old_seg[i];
         p->instrs[b.n_out++] = *in;
     }
     /* outputs read a bucket's results after the last instruction */
     while (b.n_open) place(&b, b.n_open - 1);
     p->n_buckets = b.n_buckets;
     free(old);
+    free(old_seg);
     free(b.next);
     free(b.pending);
 }

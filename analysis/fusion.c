@@ -130,7 +130,7 @@ int spmd_fuse_plan_build(spmd_fuse_plan *pl, const spmd_fuse_item *it, int n, in
         int len = 1;
         if (enabled && it[s].fusible && it[s].out >= 0)
             while (len < FUSE_MAX_GROUP && s + len < n && it[s + len].fusible && it[s + len].out >= 0 &&
-                   it[s + len].numel == it[s].numel)
+                   it[s + len].numel == it[s].numel && !it[s + len].cut)
                 len++;
         /* cutting a group can only free tiles (fewer results stay in tiles
          * when more readers fall outside it), so this ends */
@@ -178,11 +178,13 @@ void spmd_plan_fusion(spmd_program *p)
     for (int i = 0; i < n; i++) {
         const spmd_instr *in = &p->instrs[i];
         spmd_fuse_item *x = &it[i];
+        int cut = p->segment && i > 0 && p->segment[i] != p->segment[i - 1];
         if (in->kind == SPMD_COMPUTE) {
             const ir_op *op = &g->ops[in->op];
             int64_t in_numel[IR_MAX_OPERANDS];
             for (int k = 0; k < op->n_in; k++) in_numel[k] = numel[in->in[k]];
             spmd_fuse_describe(x, g, op, in->in, in_numel, in->out, numel[in->out]);
+            x->cut = cut;
             continue;
         }
         x->out = in->out;
@@ -233,12 +235,22 @@ static void fold_broadcasts(spmd_program *p, uint8_t *fold, const uint8_t *cls)
     uint8_t *bad = ir_xcalloc((size_t)(p->n_bufs ? p->n_bufs : 1), 1); /* read by a non-fusing reader */
     for (int i = 0; i < p->g->n_outputs; i++)
         if (p->out_buf[i] >= 0) bad[p->out_buf[i]] = 1;
+    int *seg_of = NULL; /* pipelined programs: per buffer, the segment writing it; a reader in another
+                           segment runs in another task, so the broadcast is written there */
+    if (p->segment) {
+        seg_of = ir_xrealloc(NULL, (size_t)(p->n_bufs ? p->n_bufs : 1) * sizeof *seg_of);
+        for (int b = 0; b < p->n_bufs; b++) seg_of[b] = -1;
+        for (int i = 0; i < n; i++)
+            if (p->instrs[i].kind != SPMD_SEND && seg_of[p->instrs[i].out] < 0) seg_of[p->instrs[i].out] = p->segment[i];
+    }
     for (int i = 0; i < n; i++) {
         const spmd_instr *in = &p->instrs[i];
         int c = cls[i] >> 1;
         for (int k = 0; k < IR_MAX_OPERANDS; k++)
-            if (in->in[k] >= 0 && c != KC_ELEM && c != KC_REDUCE) bad[in->in[k]] = 1;
+            if (in->in[k] >= 0 && ((c != KC_ELEM && c != KC_REDUCE) || (seg_of && seg_of[in->in[k]] != p->segment[i])))
+                bad[in->in[k]] = 1;
     }
+    free(seg_of);
     for (int i = 0; i < n; i++) {
         const spmd_instr *in = &p->instrs[i];
         fold[i] = in->kind == SPMD_COMPUTE && p->g->ops[in->op].kind == IR_OP_BROADCAST &&
@@ -260,6 +272,7 @@ static int kernel_joins(const spmd_program *p, const kstate *k, int i, int c, in
 {
     const spmd_instr *in = &p->instrs[i];
     if (k->start < 0 || k->closed || in->phase != k->phase || i - k->start >= FUSE_MAX_KERNEL) return 0;
+    if (p->segment && p->segment[i] != p->segment[k->start]) return 0;
     int64_t numel = numel_of[in->out];
     int einsum_led = p->instrs[k->start].kind == SPMD_COMPUTE && p->g->ops[p->instrs[k->start].op].kind == IR_OP_EINSUM;
     if (c == KC_ELEM) return numel == k->loop || (k->row > 0 && numel == k->row);

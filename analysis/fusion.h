@@ -39,6 +39,8 @@ typedef struct spmd_fuse_item {
     int in[IR_MAX_OPERANDS]; /* ids read */
     int out;              /* id written, or -1 */
     int64_t numel;        /* elements of the result */
+    int cut;              /* no group reaches this item from the one before it (a pipelined
+                             program's segment starts here) */
 } spmd_fuse_item;
 
 /* Whether op k can join a group: an elementwise op (unary or binary class)

@@ -25,7 +25,7 @@
 #include <string.h>
 
 static const char *const kind_names[SPMD_N_KINDS] = {"compute", "all-gather", "all-reduce",
-                                                     "reduce-scatter", "all-to-all", "slice", "halo"};
+                                                     "reduce-scatter", "all-to-all", "slice", "halo", "send", "recv"};
 static const char *const phase_names[SPMD_N_PHASES] = {"forward", "backward", "optimizer"};
 static const char *const policy_names[] = {"regather", "keep"};
 
@@ -121,6 +121,8 @@ static int emit(lower_ctx *c, spmd_kind kind, int value, int in0, int in1, const
     case SPMD_HALO: in->bytes = halo_bytes(p, &p->g->ops[c->serving], out); break;
     case SPMD_COMPUTE:
     case SPMD_SLICE:
+    case SPMD_SEND: /* made by pipe_lower, never here */
+    case SPMD_RECV:
     case SPMD_N_KINDS: in->bytes = 0; break;
     }
     p->stats.count[kind][in->phase]++;
@@ -421,6 +423,7 @@ void spmd_free(spmd_program *p)
     free(p->next_version);
     free(p->made_in);
     free(p->run);
+    free(p->segment);
     spmd_fuse_plan_free(&p->fuse);
     free(p);
 }

@@ -35,6 +35,9 @@ typedef enum {
     SPMD_SLICE,          /* tiles dim `dim` with `axes`: a local slice, no communication */
     SPMD_HALO,           /* shift op `op` on dim `dim` tiled by `axes`: each device takes the
                             |offset| border rows it needs from its neighbour (collective-permute) */
+    SPMD_SEND,           /* pipelines (pipeline.h): in[0] goes to stage `peer` on the pipeline axis
+                            `axes`, into the buffer `out` its matching RECV writes there */
+    SPMD_RECV,           /* pipelines: writes `out` with what stage `peer` sends (in[] unused, -1) */
     SPMD_N_KINDS
 } spmd_kind;
 
@@ -46,6 +49,7 @@ typedef struct spmd_instr {
     uint8_t reduce_max; /* ALL_REDUCE / REDUCE_SCATTER of a partial max */
     uint8_t phase;      /* spmd_phase of the op it serves */
     int8_t dim, dim2;
+    int16_t peer;       /* SEND / RECV: the other side's stage (coordinate on the pipeline axis) */
     int op;             /* SPMD_COMPUTE: graph op; else the op it serves (-1: outputs) */
     int value;          /* graph value this buffer is a version of */
     int out;            /* buffer written */
@@ -99,6 +103,8 @@ typedef struct spmd_program {
     int n_buckets;      /* gradient buckets (instr.bucket in 0..n_buckets) */
     spmd_fuse_plan fuse; /* elementwise groups over the instructions (fusion.h): what the executor
                             runs and the cost model prices */
+    int *segment;       /* pipelined programs (pipeline.h): per instruction its segment, which no
+                           fusion group, kernel or gradient bucket crosses; NULL otherwise */
     /* scratch kept between lowerings of the same graph (see spmd_lower_into) */
     int *cur;
     uint8_t *phase;
@@ -126,6 +132,9 @@ void spmd_bucket_gradients(spmd_program *p);
  * calls it after bucketing. */
 void spmd_plan_fusion(spmd_program *p);
 const char *spmd_kind_name(spmd_kind k);
+/* SEND and RECV: only pipelined programs have them; listings skip them when
+ * a program has none, so other plans print as before. */
+static inline int spmd_kind_is_p2p(int k) { return k == SPMD_SEND || k == SPMD_RECV; }
 const char *spmd_phase_name(spmd_phase p);
 /* Prints the program one instruction a line (local shapes, layouts, bytes). */
 void spmd_print(const spmd_program *p, FILE *f);

@@ -99,6 +99,7 @@ static void print_timings(const exec_spmd_stats *st, const spmd_program *p)
     printf("\ncollectives (program MiB: per %s as the program counts them; moved MiB and time: mean over %ss):\n", who, who);
     printf("  %-15s %6s %12s %10s %10s\n", "kind", "count", "program MiB", "moved MiB", "seconds");
     for (int k = SPMD_ALL_GATHER; k < SPMD_N_KINDS; k++) {
+        if (spmd_kind_is_p2p(k) && !st->count[k]) continue;
         double t = 0, b = 0;
         for (int d = 0; d < st->n_devices; d++) {
             t += st->dev[d].kind_s[k];

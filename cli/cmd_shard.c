@@ -15,6 +15,9 @@ static void print_collectives(const spmd_program *p)
     for (int ph = 0; ph < SPMD_N_PHASES; ph++) printf(" %18s", spmd_phase_name((spmd_phase)ph));
     printf("\n");
     for (int k = SPMD_ALL_GATHER; k < SPMD_N_KINDS; k++) {
+        if (spmd_kind_is_p2p(k) && !p->stats.count[k][SPMD_FORWARD] && !p->stats.count[k][SPMD_BACKWARD] &&
+            !p->stats.count[k][SPMD_OPTIMIZER])
+            continue;
         printf("  %-15s", spmd_kind_name((spmd_kind)k));
         for (int ph = 0; ph < SPMD_N_PHASES; ph++)
             printf(" %6d %11.3f", p->stats.count[k][ph], p->stats.bytes[k][ph] / 1048576.0);

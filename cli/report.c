@@ -46,6 +46,7 @@ void cli_print_estimate(const cost_estimate *e)
     }
     printf("\ncommunication by kind:\n");
     for (int k = SPMD_ALL_GATHER; k < SPMD_N_KINDS; k++) {
+        if (spmd_kind_is_p2p(k) && !e->coll_count[k]) continue;
         cost_fmt_time(e->coll_time[k], a, sizeof a);
         printf("  %-15s %6d %14s  %10.4g MiB on the wire\n", spmd_kind_name((spmd_kind)k), e->coll_count[k], a,
                e->coll_wire[k] / 1048576.0);

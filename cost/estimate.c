@@ -141,6 +141,8 @@ double cost_wire_bytes(spmd_kind kind, int64_t n, double bytes)
     case SPMD_REDUCE_SCATTER:
     case SPMD_ALL_TO_ALL: return f * bytes;
     case SPMD_HALO: return bytes; /* the border rows, from one neighbour */
+    case SPMD_SEND: return bytes;
+    case SPMD_RECV: return 0;     /* its SEND counts the bytes */
     case SPMD_COMPUTE:
     case SPMD_SLICE:
     case SPMD_N_KINDS: return 0;
@@ -169,13 +171,13 @@ static double collective(const cost_hw *hw, const shard_mesh *m, spmd_kind kind,
             size[j] = size[j - 1];
             size[j - 1] = ts;
         }
-    if (kind == SPMD_HALO) { /* one point-to-point transfer on the slowest link of the axes */
+    if (kind == SPMD_HALO || spmd_kind_is_p2p(kind)) { /* one point-to-point transfer on the slowest link of the axes */
         double bw = link[0].bandwidth, lat = link[0].latency;
         for (int i = 1; i < n; i++) {
             if (link[i].bandwidth < bw) bw = link[i].bandwidth;
             if (link[i].latency > lat) lat = link[i].latency;
         }
-        *wire = bytes;
+        *wire = kind == SPMD_RECV ? 0 : bytes;
         return bytes / bw + lat;
     }
     if (kind == SPMD_ALL_TO_ALL) {
@@ -228,6 +230,8 @@ static double shm_moved(spmd_kind kind, int64_t n, double bytes, int *barriers)
     case SPMD_ALL_TO_ALL: return bytes;       /* its result, as large as its input */
     case SPMD_REDUCE_SCATTER: return bytes;   /* n blocks of bytes / n summed */
     case SPMD_HALO: return bytes;             /* the border rows from a neighbour */
+    case SPMD_SEND: return 0;                 /* the receiver copies */
+    case SPMD_RECV: return bytes;
     case SPMD_ALL_REDUCE:
         if (bytes < 16384) return dn * bytes; /* every member sums the whole buffer */
         *barriers = 2;

@@ -210,6 +210,11 @@ int spmd_collective(exec_spmd *r, const spmd_instr *in, int n_in, int dev, int *
     case SPMD_REDUCE_SCATTER: rc = r->be->reduce_scatter(r, &c); break;
     case SPMD_ALL_REDUCE: rc = r->be->all_reduce(r, &c); break;
     case SPMD_HALO: rc = r->be->halo(r, &c); break;
+    case SPMD_SEND: /* pipelined programs only (exec runs them through the pipeline runner) */
+    case SPMD_RECV:
+        spmd_set_error(r, "device %d: %s outside a pipelined run", dev, spmd_kind_name((spmd_kind)in->kind));
+        r->be->fail(r);
+        break;
     case SPMD_COMPUTE:
     case SPMD_SLICE:
     case SPMD_N_KINDS:

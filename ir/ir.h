@@ -397,6 +397,15 @@ ir_graph *ir_remat_full(const ir_graph *step, int lo, int hi, int *n_recomputed,
  * gradients and losses and runs the optimizer once.  n = 1 returns a copy.
  * NULL with a message for n outside 1..1024 or a graph that is not a step. */
 ir_graph *ir_microbatch(const ir_graph *step, int n, char *err, size_t errlen);
+/* The seed micro-batch k's copy of a dropout_mask op with seed `seed` draws
+ * with (ir_microbatch's copies; a pipelined run's k-th pass over the body). */
+int64_t ir_microbatch_seed(int64_t seed, int k);
+/* Makes forward graph g's loss `factor` times the loss (a scale op appended,
+ * named "NAME/scaled"; it replaces the loss among the outputs), so every
+ * gradient autodiff derives from it is scaled too.  A pipelined step's body
+ * is a micro-batch's step with its loss scaled by 1/m.  Returns 0, or -1
+ * with a message (no loss). */
+int ir_scale_loss(ir_graph *g, double factor, char *err, size_t errlen);
 
 /* ---- JSON (format "carve-graph/1", docs/graph-format.md) -------------- */
 /* Returns a new graph or NULL with a one-line message naming the place. */

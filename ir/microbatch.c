@@ -60,6 +60,32 @@ static void mark_optimizer(mb *m)
     free(fwd);
 }
 
+/* 53-bit seeds, so they survive a double in graph files */
+int64_t ir_microbatch_seed(int64_t seed, int k)
+{
+    return (int64_t)(((uint64_t)seed + (uint64_t)k * 0x9e3779b97f4a7c15ull) & ((1ull << 53) - 1));
+}
+
+int ir_scale_loss(ir_graph *g, double factor, char *err, size_t errlen)
+{
+    int loss = g->loss;
+    if (loss < 0) return ir_errf(err, errlen, "graph '%s' has no loss to scale", g->name);
+    char name[600];
+    snprintf(name, sizeof name, "%s/scaled", g->values[loss].name);
+    ir_attrs a;
+    memset(&a, 0, sizeof a);
+    a.scalar = factor;
+    int saved = g->cur_layer;
+    ir_set_layer(g, -1);
+    int v = ir_add_op(g, IR_OP_SCALE, 1, &loss, &a, g->values[loss].dtype, 0, NULL, name);
+    ir_set_layer(g, saved);
+    if (v < 0) return ir_errf(err, errlen, "%s", g->err);
+    for (int i = 0; i < g->n_outputs; i++)
+        if (g->outputs[i].value == loss) g->outputs[i].value = v;
+    g->loss = v;
+    return 0;
+}
+
 static const char *prefixed(mb *m, int k, const char *name)
 {
     snprintf(m->name, sizeof m->name, "mb%d/%s", k, name);
@@ -76,8 +102,7 @@ static int copy_op(mb *m, int op, const char *name)
     for (int k = 0; k < o->n_in; k++) in[k] = m->map[o->in[k]];
     ir_set_layer(m->out, o->layer);
     ir_attrs a = o->attrs;
-    if (o->kind == IR_OP_DROPOUT_MASK) /* each micro-batch draws its own masks (53-bit seeds) */
-        a.ints[0] = (int64_t)(((uint64_t)a.ints[0] + (uint64_t)m->k * 0x9e3779b97f4a7c15ull) & ((1ull << 53) - 1));
+    if (o->kind == IR_OP_DROPOUT_MASK) a.ints[0] = ir_microbatch_seed(a.ints[0], m->k); /* each micro-batch its own masks */
     int v = ir_add_op(m->out, o->kind, o->n_in, in, &a, x->dtype, x->rank, x->dims, name);
     if (v >= 0) m->out->values[v].layer = x->layer;
     return v;

@@ -49,6 +49,14 @@ ir_graph *model_build_step(const model_config *cfg, const ir_optimizer *opt, cha
 ir_graph *model_build_microbatched_step(const model_config *cfg, const ir_optimizer *opt, int micro, char *err,
                                         size_t errlen);
 
+/* The body of a pipelined step of `micro` micro-batches (analysis/pipeline.h):
+ * the training step of one micro-batch (the model at batch / micro) with its
+ * loss scaled by 1 / micro (ir_scale_loss), so the gradients summed over the
+ * micro-batches are the whole batch's and so is the loss.  micro = 1 gives
+ * the plain step with its loss scaled by 1.  NULL with a message when micro
+ * does not divide the model's batch. */
+ir_graph *model_build_pipeline_body(const model_config *cfg, const ir_optimizer *opt, int micro, char *err, size_t errlen);
+
 /* Parameter count and training-step FLOPs from the model's formulas, without
  * building a graph (used by `carve models` and checked against the graph). */
 int64_t model_param_count(const model_config *cfg);

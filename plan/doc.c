@@ -111,6 +111,7 @@ static void add_breakdowns(cJSON *j, const cost_estimate *e)
     }
     cJSON *co = cJSON_AddArrayToObject(j, "by_collective_kind");
     for (int k = SPMD_ALL_GATHER; k < SPMD_N_KINDS; k++) {
+        if (spmd_kind_is_p2p(k) && !e->coll_count[k]) continue;
         cJSON *o = cJSON_CreateObject();
         cJSON_AddStringToObject(o, "kind", spmd_kind_name((spmd_kind)k));
         cJSON_AddNumberToObject(o, "count", e->coll_count[k]);

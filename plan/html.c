@@ -179,13 +179,15 @@ static void axes_text(const shard_mesh *m, unsigned axes, char *buf, size_t n)
 static void timeline_section(FILE *f, const spmd_program *p, const cost_estimate *e)
 {
     const ir_graph *g = p->g;
-    static const char *const colour[SPMD_N_KINDS] = {"#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#b07aa1", "#9c755f"};
+    static const char *const colour[SPMD_N_KINDS] = {"#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#b07aa1", "#9c755f",
+                                                     [SPMD_SEND] = "#59a14f", [SPMD_RECV] = "#8cd17d"};
     char t[32], ax[64];
     fputs("<h2>Timeline per phase</h2><p class=\"note\">Each instruction of the program in order, as the cost model "
           "prices it (runs of compute merged). Hover a bar for what it is.",
           f);
     for (int k = SPMD_ALL_GATHER; k < SPMD_N_KINDS; k++)
-        fprintf(f, " <span style=\"color:%s\">&#9632; %s</span>", colour[k], spmd_kind_name((spmd_kind)k));
+        if (!spmd_kind_is_p2p(k) || p->stats.count[k][SPMD_FORWARD] + p->stats.count[k][SPMD_BACKWARD] + p->stats.count[k][SPMD_OPTIMIZER])
+            fprintf(f, " <span style=\"color:%s\">&#9632; %s</span>", colour[k], spmd_kind_name((spmd_kind)k));
     fprintf(f, " <span style=\"color:%s\">&#9632; compute</span></p>", colour[0]);
     for (int ph = 0; ph < SPMD_N_PHASES; ph++) {
         double total = 0;

@@ -205,6 +205,9 @@ void plan_add_collectives(cJSON *j, const spmd_program *p)
     cJSON *coll = cJSON_AddObjectToObject(j, "collectives");
     for (int k = SPMD_ALL_GATHER; k < SPMD_N_KINDS; k++) {
         if (k == SPMD_SLICE) continue;
+        if (spmd_kind_is_p2p(k) && !p->stats.count[k][SPMD_FORWARD] && !p->stats.count[k][SPMD_BACKWARD] &&
+            !p->stats.count[k][SPMD_OPTIMIZER])
+            continue;
         cJSON *ko = cJSON_AddObjectToObject(coll, spmd_kind_name((spmd_kind)k));
         for (int ph = 0; ph < SPMD_N_PHASES; ph++) {
             cJSON *po = cJSON_AddObjectToObject(ko, spmd_phase_name((spmd_phase)ph));

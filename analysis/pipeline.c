@@ -1,0 +1,128 @@
+/* pipeline.c - the pipeline spec (checks, layer splits) and the order in
+ * which each device runs its micro-batches' forward and backward passes.
+ * See pipeline.h.  The orders are Megatron-LM's (schedules.py): GPipe's
+ * all-forward-then-all-backward, the non-interleaved 1F1B of PipeDream-flush,
+ * and interleaved 1F1B over model chunks (Narayanan et al., SC 2021, 2.2). */
+#include "pipeline.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+static const char *const schedule_names[PIPE_N_SCHEDULES] = {"gpipe", "1f1b", "interleaved"};
+
+const char *pipe_schedule_name(int schedule)
+{
+    return (unsigned)schedule < PIPE_N_SCHEDULES ? schedule_names[schedule] : "?";
+}
+
+pipe_spec pipe_spec_none(void)
+{
+    pipe_spec s;
+    memset(&s, 0, sizeof s);
+    s.axis = -1;
+    return s;
+}
+
+void pipe_split_even(pipe_spec *s, int n_layers)
+{
+    int V = pipe_vstages(s);
+    s->n_layers = n_layers;
+    if (V <= 0) return;
+    int base = n_layers / V, extra = n_layers % V;
+    s->first[0] = 0;
+    for (int i = 0; i < V; i++) s->first[i + 1] = s->first[i] + base + (i < extra);
+}
+
+int pipe_vstage_of_layer(const pipe_spec *s, int layer)
+{
+    int V = pipe_vstages(s);
+    for (int i = 0; i < V; i++)
+        if (layer < s->first[i + 1]) return i;
+    return V > 0 ? V - 1 : 0;
+}
+
+int pipe_spec_check(const pipe_spec *s, const shard_mesh *mesh, int n_layers, char *err, size_t errlen)
+{
+    if (s->axis < 0) return 0;
+    if (s->axis >= mesh->n_axes) return ir_errf(err, errlen, "pipeline: axis %d is not an axis of the mesh", s->axis);
+    const char *ax = mesh->names[s->axis];
+    if (mesh->sizes[s->axis] < 2)
+        return ir_errf(err, errlen, "pipeline:%s: the axis has %lld device; a pipeline needs at least 2 stages", ax,
+                       (long long)mesh->sizes[s->axis]);
+    if (s->stages != mesh->sizes[s->axis] || s->stages > PIPE_MAX_STAGES)
+        return ir_errf(err, errlen, "pipeline:%s: %d stages (at most %d, the axis' size %lld)", ax, s->stages,
+                       PIPE_MAX_STAGES, (long long)mesh->sizes[s->axis]);
+    if ((unsigned)s->schedule >= PIPE_N_SCHEDULES) return ir_errf(err, errlen, "pipeline:%s: unknown schedule %d", ax, s->schedule);
+    int interleaved = s->schedule == PIPE_INTERLEAVED;
+    if (interleaved ? s->chunks < 2 : s->chunks != 1)
+        return ir_errf(err, errlen, "pipeline:%s: %s with %d model chunks per device (%s)", ax, pipe_schedule_name(s->schedule),
+                       s->chunks, interleaved ? "interleaving needs at least 2" : "only interleaved takes chunks");
+    if (s->chunks * s->stages > PIPE_MAX_VSTAGES)
+        return ir_errf(err, errlen, "pipeline:%s: %d virtual stages, at most %d", ax, s->chunks * s->stages, PIPE_MAX_VSTAGES);
+    if (s->microbatches < 1 || s->microbatches > PIPE_MAX_MICROBATCHES)
+        return ir_errf(err, errlen, "pipeline:%s: %d micro-batches, must be 1 to %d", ax, s->microbatches, PIPE_MAX_MICROBATCHES);
+    if (interleaved && s->microbatches % s->stages)
+        return ir_errf(err, errlen, "pipeline:%s: interleaving needs the micro-batches (%d) to be a multiple of the stages (%d)",
+                       ax, s->microbatches, s->stages);
+    int V = pipe_vstages(s);
+    if (n_layers < 0) return 0; /* the model is not known yet */
+    if (n_layers < 1) return ir_errf(err, errlen, "pipeline:%s: the model has no layers (layer tags) to split into stages", ax);
+    if (s->split_auto) return 0;
+    if (s->n_layers != n_layers || s->first[0] != 0 || s->first[V] != n_layers)
+        return ir_errf(err, errlen, "pipeline:%s: the split covers %d layers, the model has %d", ax, s->first[V] - s->first[0],
+                       n_layers);
+    for (int i = 0; i < V; i++)
+        if (s->first[i + 1] < s->first[i]) return ir_errf(err, errlen, "pipeline:%s: virtual stage %d has a negative layer count", ax, i);
+    return 0;
+}
+
+/* ---- task order -------------------------------------------------------------- */
+
+int pipe_task_count(const pipe_spec *s) { return s->axis < 0 ? 0 : 2 * s->microbatches * s->chunks; }
+
+/* The forward (dir 0) or backward (dir 1) "virtual micro-batch" j of the
+ * interleaved schedule as (micro-batch, chunk). */
+static pipe_task interleaved_task(const pipe_spec *s, int j, int dir)
+{
+    int p = s->stages, v = s->chunks;
+    int c = (j / p) % v;
+    pipe_task t = {.mb = (j / (p * v)) * p + j % p, .chunk = dir ? v - 1 - c : c, .dir = dir};
+    return t;
+}
+
+void pipe_task_order(const pipe_spec *s, int stage, pipe_task *out)
+{
+    int m = s->microbatches, p = s->stages, n = 0;
+    if (s->axis < 0) return;
+    if (s->schedule == PIPE_GPIPE) {
+        for (int k = 0; k < m; k++) out[n++] = (pipe_task){k, 0, PIPE_FWD};
+        for (int k = 0; k < m; k++) out[n++] = (pipe_task){k, 0, PIPE_BWD};
+        return;
+    }
+    int total = s->schedule == PIPE_INTERLEAVED ? m * s->chunks : m;
+    int warm = s->schedule == PIPE_INTERLEAVED ? 2 * (p - stage - 1) + (s->chunks - 1) * p : p - stage - 1;
+    if (warm > total) warm = total;
+    int f = 0, b = 0;
+#define NEXT(dir, j) (s->schedule == PIPE_INTERLEAVED ? interleaved_task(s, (j), (dir)) : (pipe_task){(j), 0, (dir)})
+    while (f < warm) out[n++] = NEXT(PIPE_FWD, f), f++;
+    while (f < total) {
+        out[n++] = NEXT(PIPE_FWD, f), f++;
+        out[n++] = NEXT(PIPE_BWD, b), b++;
+    }
+    while (b < total) out[n++] = NEXT(PIPE_BWD, b), b++;
+#undef NEXT
+}
+
+int pipe_max_in_flight(const pipe_spec *s, int stage)
+{
+    int n = pipe_task_count(s), cur = 0, best = 0;
+    if (n <= 0) return 0;
+    pipe_task *t = ir_xcalloc((size_t)n, sizeof *t);
+    pipe_task_order(s, stage, t);
+    for (int i = 0; i < n; i++) {
+        cur += t[i].dir == PIPE_FWD ? 1 : -1;
+        if (cur > best) best = cur;
+    }
+    free(t);
+    return best;
+}

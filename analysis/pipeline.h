@@ -1,0 +1,143 @@
+/* pipeline.h - pipeline parallelism: stages over a mesh axis, micro-batch
+ * schedules, and the pipelined program.
+ *
+ * A pipelined plan leaves one mesh axis (the pipeline axis, size p >= 2)
+ * unused by every sharding; its p devices per coordinate of the other axes
+ * are p stages.  The model's layers (layer tags 0..L-1) are cut into
+ * V = v * p contiguous ranges, the virtual stages s = 0..V-1; virtual stage
+ * s runs on stage s % p as its chunk s / p (Megatron-LM's interleaving:
+ * stage r holds virtual stages r, p + r, 2p + r, ...; v = 1 is the plain
+ * pipeline).  Inside a stage the other axes shard as in any plan.
+ *
+ * The step is the training step of one micro-batch (the model at batch
+ * B / m, its loss scaled by 1 / m), lowered once; each device runs its
+ * stage's forward and backward parts of it once per micro-batch in the order
+ * pipe_task_order gives, summing gradients over the micro-batches, then its
+ * end-of-step part (gradient reduction, optimizer) once.  Nothing is
+ * unrolled.  The interface between lowering, cost model and executor is
+ * written down in docs/pipeline.md.
+ */
+#ifndef CARVE_PIPELINE_H
+#define CARVE_PIPELINE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "spmd.h"
+
+typedef enum { PIPE_GPIPE, PIPE_1F1B, PIPE_INTERLEAVED, PIPE_N_SCHEDULES } pipe_schedule;
+
+#define PIPE_MAX_STAGES 256   /* p */
+#define PIPE_MAX_VSTAGES 512  /* v * p */
+#define PIPE_MAX_MICROBATCHES 4096
+
+typedef struct pipe_spec {
+    int axis;         /* mesh axis of the stages; -1: not pipelined */
+    int stages;       /* p: that axis' size (>= 2) */
+    int chunks;       /* v: model chunks per device; 1 unless PIPE_INTERLEAVED (then >= 2) */
+    int microbatches; /* m >= 1; PIPE_INTERLEAVED needs m % p == 0 */
+    int schedule;     /* pipe_schedule */
+    int n_layers;     /* L: the model's layer tags are 0..L-1 (0 until the model is known) */
+    /* virtual stage s holds layers [first[s], first[s + 1]): first[0] = 0,
+     * first[V] = L, non-decreasing.  split_auto = 1: not given, the cost
+     * model balances it (first[] then holds an equal split until it does). */
+    int first[PIPE_MAX_VSTAGES + 1];
+    int split_auto;
+} pipe_spec;
+
+/* "gpipe", "1f1b", "interleaved" */
+const char *pipe_schedule_name(int schedule);
+/* The not-pipelined spec (axis -1). */
+pipe_spec pipe_spec_none(void);
+/* Virtual stages v * p (0 when not pipelined). */
+static inline int pipe_vstages(const pipe_spec *s) { return s->axis < 0 ? 0 : s->chunks * s->stages; }
+/* Sets first[] to layer counts as equal as the layers allow (earlier virtual
+ * stages get the extra layers), for n_layers layers. */
+void pipe_split_even(pipe_spec *s, int n_layers);
+/* The virtual stage holding layer `layer` (0..L-1). */
+int pipe_vstage_of_layer(const pipe_spec *s, int layer);
+/* Checks a spec against a mesh and the model's layer count: axis, p >= 2,
+ * chunks, micro-batches, interleaving's m % p, the split.  Returns 0, or -1
+ * with a message naming what is wrong. */
+int pipe_spec_check(const pipe_spec *s, const shard_mesh *mesh, int n_layers, char *err, size_t errlen);
+
+/* ---- task order ------------------------------------------------------------ */
+typedef enum { PIPE_FWD, PIPE_BWD } pipe_dir;
+
+/* One task of a device: the forward or backward pass of chunk `chunk` (its
+ * virtual stage chunk * p + stage) for micro-batch `mb`. */
+typedef struct pipe_task {
+    int mb;
+    int chunk;
+    int dir; /* pipe_dir */
+} pipe_task;
+
+/* Tasks a device runs in a step: 2 * m * v. */
+int pipe_task_count(const pipe_spec *s);
+/* Fills out[0 .. pipe_task_count) with stage `stage`'s tasks in the order it
+ * runs them:
+ *  - GPipe: every forward (micro-batch 0..m-1), then every backward;
+ *  - 1F1B (PipeDream-flush, Megatron-LM's default): min(p - r - 1, m)
+ *    forwards, then one forward and one backward in turn, then the remaining
+ *    backwards: at most p - r micro-batches in flight at stage r;
+ *  - interleaved 1F1B (Megatron-LM): the m v forwards are taken in groups of p
+ *    micro-batches per chunk (forward j is chunk (j / p) % v of micro-batch
+ *    (j / pv) p + j % p; backward j the same micro-batch on chunk
+ *    v - 1 - (j / p) % v), with min(2 (p - r - 1) + (v - 1) p, m v) forwards of
+ *    warm-up, then 1F1B, then the cool-down.
+ * For each chunk and direction micro-batches come in increasing order. */
+void pipe_task_order(const pipe_spec *s, int stage, pipe_task *out);
+/* The most micro-batches (counted per chunk: a (micro-batch, chunk) whose
+ * forward ran and whose backward has not) in flight at once on `stage`. */
+int pipe_max_in_flight(const pipe_spec *s, int stage);
+
+/* ---- the pipelined program (pipe_lower.c) ----------------------------------- */
+
+/* Segments of a pipelined program, numbered like cost/pipeline.h's: the
+ * forward of virtual stage s is s, its backward V + s, the end of step of
+ * stage r is 2V + r, and the part every stage runs at its end (values made
+ * from arguments no param owns, such as Adam's step count) is 2V + p. */
+static inline int pipe_seg_common(const pipe_spec *s) { return 2 * pipe_vstages(s) + s->stages; }
+/* The stage running segment seg (-1: every stage, the common part). */
+int pipe_seg_stage(const pipe_spec *s, int seg);
+
+typedef enum { PIPE_BUF_NONE, PIPE_BUF_STATE, PIPE_BUF_MB, PIPE_BUF_ACC, PIPE_BUF_END } pipe_buf_class;
+
+typedef struct pipe_range {
+    int lo, hi; /* instructions [lo, hi) of the program */
+} pipe_range;
+
+/* A pipelined program: one SPMD program of the body (the step of one
+ * micro-batch, all stages) whose instructions are ordered in contiguous
+ * segments, forwards of virtual stages 0..V-1, backwards of V-1..0, the
+ * common end, the ends of stages 0..p-1, with SEND / RECV between stages
+ * (spmd.h).  Fusion groups and gradient buckets never cross a segment
+ * (prog->segment).  docs/pipeline.md says what the executor does with it. */
+typedef struct pipe_program {
+    pipe_spec spec;        /* the split resolved (split_auto cleared) */
+    spmd_program *prog;    /* owned */
+    int n_vstages;         /* V */
+    int n_segs;            /* 2V + p + 1 */
+    pipe_range *seg;       /* per segment: its instructions */
+    uint8_t *buf_class;    /* per buffer: pipe_buf_class */
+    int16_t *owner;        /* per buffer: a param's or optimizer state's argument: the stage that
+                              updates it; -1 otherwise (inputs; states no param owns: every stage) */
+    uint8_t *holds;        /* [stage * prog->n_bufs + b]: stage reads or writes buffer b */
+    int n_xfers;           /* SEND / RECV pairs (counted once per step; those of forward and
+                              backward segments run once per micro-batch) */
+} pipe_program;
+
+/* Lowers the body step in st (every argument replicated on the pipeline
+ * axis: no tactic may use it) into a pipelined program under spec, whose
+ * split must be resolved (pipe_spec_check with the graph's layers); opts as
+ * spmd_lower_ex's (NULL: the defaults with the state's gather policy).
+ * Returns 0, or -1 with a message (a graph the stages cannot be cut from,
+ * an argument sharded over the pipeline axis).  Free with
+ * pipe_program_free. */
+int pipe_lower(shard_state *st, const pipe_spec *spec, const spmd_options *opts, pipe_program *out, char *err,
+               size_t errlen);
+void pipe_program_free(pipe_program *pp);
+/* The segment of a task of stage `stage`. */
+int pipe_task_seg(const pipe_spec *s, int stage, const pipe_task *t);
+
+#endif

@@ -1,0 +1,88 @@
+/* pipeline.h (cost) - the price of a pipelined step: its schedule simulated.
+ *
+ * A pipelined step (analysis/pipeline.h) is, per stage, a fixed order of
+ * tasks (micro-batch, chunk, forward or backward), each running one segment
+ * of the program, then the stage's end-of-step segment.  The model below
+ * reduces each segment to a list of events: receive (wait for a transfer),
+ * work (seconds of the stage's own compute and collectives), send (a
+ * transfer leaves; it arrives `time` later on the link between the two
+ * devices).  cost_pipe_simulate runs every stage's order: a task starts when
+ * its stage has finished the task before and, at each receive, waits for
+ * the data.  The step is the latest end; the bubble of a stage is the step
+ * minus its work.  Nothing about the schedule's shape is assumed: the
+ * bubble, and the micro-batches in flight that set the peak memory, are
+ * outcomes of the orders (tests/test_pipeline.c checks the closed forms of
+ * GPipe, 1F1B and interleaved 1F1B on equal stages).
+ */
+#ifndef CARVE_COST_PIPELINE_H
+#define CARVE_COST_PIPELINE_H
+
+#include "analysis/pipeline.h"
+
+typedef enum { COST_PIPE_WORK, COST_PIPE_RECV, COST_PIPE_SEND } cost_pipe_event_kind;
+
+typedef struct cost_pipe_event {
+    int kind;    /* cost_pipe_event_kind */
+    int xfer;    /* RECV, SEND: the transfer */
+    double time; /* WORK: seconds */
+} cost_pipe_event;
+
+/* Segments are numbered: forward of virtual stage s = s, backward of s =
+ * V + s, end of stage r = 2V + r. */
+static inline int cost_pipe_seg_fwd(const pipe_spec *s, int vs) { (void)s; return vs; }
+static inline int cost_pipe_seg_bwd(const pipe_spec *s, int vs) { return pipe_vstages(s) + vs; }
+static inline int cost_pipe_seg_end(const pipe_spec *s, int stage) { return 2 * pipe_vstages(s) + stage; }
+
+typedef struct cost_pipe_model {
+    pipe_spec spec;
+    int n_segs;            /* 2V + p */
+    int *seg_first;        /* [n_segs + 1]: segment k's events start at ev[seg_first[k]] (k <= last_seg) */
+    int last_seg;          /* the last segment given events (-1: none); later ones are empty */
+    cost_pipe_event *ev;
+    int n_ev, cap_ev;
+    int n_xfers;
+    double *xfer_time;     /* per transfer: seconds from its send to its arrival */
+    uint8_t *xfer_end;     /* per transfer: 1 when it belongs to the end of the step (once), else once
+                              per micro-batch */
+    /* memory, bytes per device */
+    double *stash;         /* per forward segment: what stays from its end to its backward's end */
+    double *transient;     /* per segment: the most its temporaries add while it runs */
+    double *base;          /* per stage: held all step (params, optimizer states, accumulators) */
+} cost_pipe_model;
+
+/* What the simulation found, per stage and per task. */
+typedef struct cost_pipe_result {
+    double step;           /* s: the last end of step */
+    double *busy;          /* [p]: work seconds of the stage (tasks and end) */
+    double *end_start;     /* [p]: when its end of step starts */
+    double *task_start, *task_end; /* [p * 2mv], tasks in pipe_task_order's order */
+    double *peak;          /* [p]: bytes */
+    int *in_flight;        /* [p]: most (micro-batch, chunk) stashes held at once */
+} cost_pipe_result;
+
+/* An empty model for spec (segments without events); free with
+ * cost_pipe_model_free.  Returns 0, or -1 on out of memory. */
+int cost_pipe_model_init(cost_pipe_model *m, const pipe_spec *spec);
+void cost_pipe_model_free(cost_pipe_model *m);
+/* Appends an event to segment `seg`; segments must be filled in order of
+ * their numbers (each one's events contiguous).  Returns 0 or -1. */
+int cost_pipe_add_event(cost_pipe_model *m, int seg, int kind, int xfer, double time);
+/* A new transfer taking `time` seconds; end: once a step, else per
+ * micro-batch.  Returns its index, or -1. */
+int cost_pipe_add_xfer(cost_pipe_model *m, double time, int end);
+
+/* The model of equal virtual stages: each forward takes tf, each backward
+ * tb, each activation or gradient between neighbouring virtual stages xfer
+ * seconds, each end of step `end`; stash and transient bytes per segment,
+ * nothing held otherwise.  For the closed forms and for tests. */
+int cost_pipe_model_uniform(cost_pipe_model *m, const pipe_spec *spec, double tf, double tb, double xfer, double end,
+                            double stash);
+
+/* Simulates m's schedule.  r's arrays are allocated here (free with
+ * cost_pipe_result_free).  Returns 0, or -1 with a message when a stage
+ * waits for a transfer that never comes (a deadlock of the orders) or out of
+ * memory. */
+int cost_pipe_simulate(const cost_pipe_model *m, cost_pipe_result *r, char *err, size_t errlen);
+void cost_pipe_result_free(cost_pipe_result *r);
+
+#endif
