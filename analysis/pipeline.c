@@ -126,3 +126,17 @@ int pipe_max_in_flight(const pipe_spec *s, int stage)
     free(t);
     return best;
 }
+
+int pipe_seg_stage(const pipe_spec *s, int seg)
+{
+    int V = pipe_vstages(s);
+    if (seg < V) return seg % s->stages;
+    if (seg < 2 * V) return (seg - V) % s->stages;
+    return seg < 2 * V + s->stages ? seg - 2 * V : -1;
+}
+
+int pipe_task_seg(const pipe_spec *s, int stage, const pipe_task *t)
+{
+    int vs = t->chunk * s->stages + stage;
+    return t->dir == PIPE_FWD ? vs : pipe_vstages(s) + vs;
+}

@@ -91,7 +91,7 @@ void pipe_task_order(const pipe_spec *s, int stage, pipe_task *out);
  * forward ran and whose backward has not) in flight at once on `stage`. */
 int pipe_max_in_flight(const pipe_spec *s, int stage);
 
-/* ---- the pipelined program (pipe_lower.c) ----------------------------------- */
+/* ---- the pipelined program (pipe_lower.c: lands after the orders) ---------- */
 
 /* Segments of a pipelined program, numbered like cost/pipeline.h's: the
  * forward of virtual stage s is s, its backward V + s, the end of step of
