@@ -5,7 +5,9 @@
  * equal stages: GPipe and 1F1B idle (p-1)/(m+p-1) of the step, interleaved
  * 1F1B (p-1)/(v m) of the ideal time. */
 #include "analysis/pipeline.h"
+#include "analysis/schedule.h"
 #include "cost/pipeline.h"
+#include "models/models.h"
 #include "tests/test.h"
 
 #include <math.h>
@@ -214,11 +216,170 @@ static void test_spec_check(void)
     CHECK(pipe_spec_check(&s, &mesh, 3, err, sizeof err) == 0 && s.first[3] == 3 && s.first[4] == 3);
 }
 
+/* The body of `model` at m micro-batches, lowered on `mesh` under `sched`
+ * and pipelined over axis `axis` with `sched_kind` (v chunks).  Returns the
+ * graph (caller frees) and fills *pp; exits when the set-up fails. */
+static ir_graph *lower_pipe(const char *model, int m, const char *mesh_text, const char *sched, const char *axis,
+                            int kind, int v, pipe_program *pp, shard_state **st_out)
+{
+    char err[512];
+    model_config cfg;
+    shard_mesh *mesh = calloc(1, sizeof *mesh);
+    schedule sc;
+    ir_graph *g = NULL;
+    if (model_parse(model, &cfg, err, sizeof err) < 0 || !(g = model_build_pipeline_body(&cfg, NULL, m, err, sizeof err)) ||
+        shard_mesh_parse(mesh_text, mesh, err, sizeof err) < 0 || (sched[0] && sched_parse(sched, mesh, &sc, err, sizeof err) < 0)) {
+        fprintf(stderr, "%s\n", err);
+        exit(1);
+    }
+    shard_state *st = shard_state_new(g, mesh);
+    if (sched[0] && sched_apply(&sc, st, err, sizeof err) < 0) {
+        fprintf(stderr, "%s\n", err);
+        exit(1);
+    }
+    pipe_spec s = make_spec(kind, (int)mesh->sizes[shard_mesh_axis(mesh, axis)], m, v);
+    s.axis = shard_mesh_axis(mesh, axis);
+    pipe_split_even(&s, g->n_layers);
+    int rc = pipe_lower(st, &s, NULL, pp, err, sizeof err);
+    CHECKF(rc == 0, "%s over %s: %s", model, mesh_text, err);
+    if (rc) exit(1);
+    *st_out = st;
+    return g;
+}
+
+/* Walks each stage's segments in an order its tasks respect (forwards of
+ * its virtual stages ascending, backwards descending, the common end, its
+ * end) and checks that every buffer an instruction reads is there: an
+ * argument the stage holds, or written before on the stage (by an
+ * instruction or a RECV).  Returns the number of reads that fail. */
+static int unavailable_reads(const pipe_program *pp)
+{
+    const spmd_program *p = pp->prog;
+    const pipe_spec *s = &pp->spec;
+    int V = pp->n_vstages, bad = 0;
+    uint8_t *have = malloc((size_t)p->n_bufs + 1);
+    int *order = malloc(((size_t)2 * V + 2) * sizeof *order);
+    for (int r = 0; r < s->stages; r++) {
+        int n = 0;
+        for (int c = 0; c < s->chunks; c++) order[n++] = c * s->stages + r;
+        for (int c = s->chunks - 1; c >= 0; c--) order[n++] = V + c * s->stages + r;
+        order[n++] = pipe_seg_common(s);
+        order[n++] = 2 * V + r;
+        for (int b = 0; b < p->n_bufs; b++) have[b] = p->arg_buf[p->bufs[b].value] == b;
+        for (int k = 0; k < n; k++)
+            for (int i = pp->seg[order[k]].lo; i < pp->seg[order[k]].hi; i++) {
+                const spmd_instr *in = &p->instrs[i];
+                for (int j = 0; j < IR_MAX_OPERANDS; j++)
+                    if (in->in[j] >= 0 && !have[in->in[j]]) {
+                        if (bad++ < 5)
+                            fprintf(stderr, "stage %d: instruction %d (%s of '%s', segment %d) reads buffer %d before it is there\n", r, i,
+                                    spmd_kind_name((spmd_kind)in->kind), p->g->values[in->value].name, order[k], in->in[j]);
+                    }
+                if (in->kind != SPMD_SEND) have[in->out] = 1;
+            }
+    }
+    free(have);
+    free(order);
+    return bad;
+}
+
+/* The lowering of a 4-layer GPT body over two or four stages. */
+static void test_lower_gpt(void)
+{
+    static const struct {
+        const char *mesh, *sched;
+        int kind, v;
+    } cases[] = {{"pipe=2", "", PIPE_1F1B, 1}, {"data=2,pipe=2", "dp:data", PIPE_1F1B, 1},
+                 {"pipe=2,model=2", "megatron:model", PIPE_GPIPE, 1}, {"pipe=2", "", PIPE_INTERLEAVED, 2},
+                 {"data=2,pipe=4", "zero3:data", PIPE_1F1B, 1}};
+    for (size_t t = 0; t < sizeof cases / sizeof cases[0]; t++) {
+        pipe_program pp;
+        shard_state *st;
+        ir_graph *g = lower_pipe("gpt:layers=4,hidden=32,heads=4,seq=8,batch=8,vocab=64", 4, cases[t].mesh, cases[t].sched,
+                                 "pipe", cases[t].kind, cases[t].v, &pp, &st);
+        const spmd_program *p = pp.prog;
+        int V = pp.n_vstages, P = pp.spec.stages;
+        /* segments tile the program, in order */
+        int at = 0, ok = 1;
+        for (int k = 0; k < V; k++) ok &= pp.seg[k].lo == at, at = pp.seg[k].hi;
+        for (int k = 2 * V - 1; k >= V; k--) ok &= pp.seg[k].lo == at, at = pp.seg[k].hi;
+        for (int k = 2 * V + P; k >= 2 * V && k <= 2 * V + P; k = k == 2 * V + P ? 2 * V : k + 1) {
+            ok &= pp.seg[k].lo == at, at = pp.seg[k].hi;
+            if (k == 2 * V + P - 1) break;
+        }
+        CHECKF(ok && at == p->n_instrs, "%s: segments do not tile the program (%d of %d)", cases[t].mesh, at, p->n_instrs);
+        for (int k = 0; k < pp.n_segs; k++)
+            for (int i = pp.seg[k].lo; i < pp.seg[k].hi; i++) ok &= p->segment[i] == k;
+        CHECK(ok);
+        /* every SEND has its RECV on the peer, the same buffer; per
+         * boundary one activation forward and one gradient backward */
+        int sends_f = 0, sends_b = 0, matched = 1, never_axis = 1;
+        for (int i = 0; i < p->n_instrs; i++) {
+            const spmd_instr *in = &p->instrs[i];
+            if (in->kind != SPMD_SEND && in->kind != SPMD_RECV) {
+                never_axis &= !(in->axes & (1u << pp.spec.axis));
+                continue;
+            }
+            int here = pipe_seg_stage(&pp.spec, p->segment[i]), found = 0;
+            for (int j = 0; j < p->n_instrs && !found; j++) {
+                const spmd_instr *o = &p->instrs[j];
+                found = o->kind == (in->kind == SPMD_SEND ? SPMD_RECV : SPMD_SEND) && o->out == in->out && o->peer == here &&
+                        pipe_seg_stage(&pp.spec, p->segment[j]) == in->peer;
+            }
+            matched &= found && in->bytes == (int64_t)spmd_buffer_bytes(p, in->out);
+            if (in->kind == SPMD_SEND && p->segment[i] < V) sends_f++;
+            if (in->kind == SPMD_SEND && p->segment[i] >= V && p->segment[i] < 2 * V) sends_b++;
+        }
+        CHECKF(matched, "%s: a SEND or RECV has no partner", cases[t].mesh);
+        CHECKF(never_axis, "%s: a collective uses the pipeline axis", cases[t].mesh);
+        CHECKF(sends_f == V - 1 && sends_b == V - 1, "%s: %d forward and %d backward sends, want %d each", cases[t].mesh, sends_f,
+               sends_b, V - 1);
+        CHECKF(unavailable_reads(&pp) == 0, "%s %s: reads of buffers a stage does not have", cases[t].mesh, cases[t].sched);
+        /* the tied embedding: held by the first and the last stage, owned
+         * by the first; its new value goes to the last, the last stage's
+         * share of its gradient to the first, once a step (in ends) */
+        int wte = ir_find(g, "wte"), wb = p->arg_buf[wte];
+        CHECK(pp.owner[wb] == 0 && pp.holds[wb] && pp.holds[(size_t)(P - 1) * p->n_bufs + wb]);
+        int end_to_first = 0, end_to_last = 0;
+        for (int i = pp.seg[2 * V].lo; i < p->n_instrs; i++) {
+            const spmd_instr *in = &p->instrs[i];
+            if (in->kind != SPMD_SEND) continue;
+            int here = pipe_seg_stage(&pp.spec, p->segment[i]);
+            end_to_first += here == P - 1 && in->peer == 0;
+            end_to_last += here == 0 && in->peer == P - 1 && !strcmp(g->values[in->value].name, "new/wte");
+        }
+        CHECKF(end_to_first >= 1 && end_to_last == 1, "%s: wte's gradient share %d, new wte %d", cases[t].mesh, end_to_first, end_to_last);
+        /* classes: params are state, the loss is accumulated, so is every
+         * gradient the optimizer reads */
+        int loss_out = -1;
+        for (int o = 0; o < g->n_outputs; o++)
+            if (g->outputs[o].value == g->loss) loss_out = p->out_buf[o];
+        /* (with data parallelism the loss is all-reduced at the end, on its accumulated sum) */
+        CHECKF(pp.buf_class[wb] == PIPE_BUF_STATE && loss_out >= 0 &&
+                   pp.buf_class[loss_out] == (strstr(cases[t].sched, "data") ? PIPE_BUF_END : PIPE_BUF_ACC),
+               "%s %s: wte class %d, loss class %d", cases[t].mesh, cases[t].sched, pp.buf_class[wb], pp.buf_class[loss_out]);
+        int grads_acc = 1, n_grads = 0;
+        for (int b = 0; b < p->n_bufs; b++) {
+            const ir_value *x = &g->values[p->bufs[b].value];
+            if (x->grad_of < 0 || x->producer < 0 || p->arg_buf[p->bufs[b].value] == b) continue;
+            if (pp.buf_class[b] == PIPE_BUF_MB) grads_acc = 0;
+            n_grads++;
+        }
+        CHECKF(grads_acc && n_grads > 0, "%s: a gradient is not accumulated", cases[t].mesh);
+        pipe_program_free(&pp);
+        const shard_mesh *mesh = st->mesh;
+        shard_state_free(st);
+        free((void *)mesh);
+        ir_free(g);
+    }
+}
+
 int main(void)
 {
     test_orders();
     test_closed_forms();
     test_deadlock();
     test_spec_check();
+    test_lower_gpt();
     return test_done();
 }
