@@ -224,3 +224,15 @@ int spmd_collective(exec_spmd *r, const spmd_instr *in, int n_in, int dev, int *
     *wait_s += c.wait_s;
     return rc;
 }
+
+int spmd_p2p_bad(exec_spmd *r, const spmd_p2p *m)
+{
+    const char *why = m->tag < 0 || m->tag > SPMD_P2P_MAX_TAG ? "a tag outside 0..32767"
+                      : m->peer < 0 || m->peer >= r->n_dev || m->peer == m->dev ? "no other device of the mesh"
+                      : m->n < 0 || (m->n && !m->data) ? "no data"
+                      : NULL;
+    if (!why) return 0;
+    spmd_set_error(r, "device %d: a message to or from device %d with tag %d has %s", m->dev, m->peer, m->tag, why);
+    r->be->fail(r);
+    return 1;
+}

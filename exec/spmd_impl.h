@@ -1,6 +1,7 @@
 /* spmd_impl.h - private to the SPMD runtime (spmd_run.c, spmd_coll.c,
- * spmd_check.c and the backends spmd_threads.c, spmd_mpi.c): the runtime
- * object, device groups and the collective interface.
+ * spmd_check.c and the backends spmd_threads.c, spmd_mpi.c; tests/test_p2p.c
+ * drives the backends through it): the runtime object, device groups and
+ * the collective interface.
  *
  * Buffer b of device d lives at mem[d] + off[b]; every device has the same
  * offsets because local shapes do not depend on the device.  A process holds
@@ -12,10 +13,20 @@
  * which is also the order of their blocks along a dim tiled by those axes.
  *
  * The collective interface (spmd_backend) is a table of functions: one per
- * collective kind, one that runs the local devices' loops, and the few the
- * check needs to see other processes' blocks.  The executor (spmd_run.c) and
- * the check (spmd_check.c) are written once against it; a backend is one
- * file.  Slices move nothing between devices and run in spmd_coll.c.
+ * collective kind, point-to-point send and recv (pipeline stages hand
+ * activations and their gradients to their neighbours), one that runs the
+ * local devices' loops, and the few the check needs to see other processes'
+ * blocks.  The executor (spmd_run.c) and the check (spmd_check.c) are
+ * written once against it; a backend is one file.  Slices move nothing
+ * between devices and run in spmd_coll.c.
+ *
+ * Point-to-point transfers are eager: a send returns once its data may be
+ * overwritten, without waiting for the matching recv (the data is copied
+ * into the receiver's posted buffer, or queued), so neighbours that each
+ * send before they receive, as 1F1B's steady state does, cannot deadlock.
+ * A recv blocks until the send with the same tag from its peer has
+ * arrived.  Within one step every send must be received: the backends check
+ * it after the step.
  */
 #ifndef CARVE_EXEC_SPMD_IMPL_H
 #define CARVE_EXEC_SPMD_IMPL_H
@@ -55,15 +66,36 @@ typedef struct spmd_call {
                       place must not return before every member has finished reading */
 } spmd_call;
 
+/* One point-to-point transfer as a backend runs it: on the sending device
+ * (dev) n elements at data go to device peer; on the receiving device (dev)
+ * n elements from device peer land in data.  A send and its recv carry the
+ * same tag (0 to SPMD_P2P_MAX_TAG); between one pair of devices, tags of
+ * the messages of one step are distinct. */
+#define SPMD_P2P_MAX_TAG 32767 /* the least MPI_TAG_UB the MPI standard allows */
+
+typedef struct spmd_p2p {
+    int dev, peer;
+    int tag;
+    float *data;   /* send: read; recv: written */
+    int64_t n;     /* elements */
+    double moved;  /* bytes this device sent to another (recv: 0) */
+    double wait_s; /* blocked waiting for the message (recv: threads, the wait; MPI, the whole call) */
+} spmd_p2p;
+
+/* The loop one device runs during a step (spmd_run_device for a program). */
+typedef void (*spmd_device_fn)(exec_spmd *r, int dev);
+
 typedef struct spmd_backend {
     const char *name;
     /* Sets r->local (the devices this process runs) and prepares groups;
      * called before buffers are mapped.  Returns 0 or -1 with a message. */
     int (*open)(exec_spmd *r, char *err, size_t errlen);
     void (*close)(exec_spmd *r);
-    /* Runs spmd_run_device for every local device, sets r->stats.wall_s and
-     * gathers every device's stats where the report is printed. */
-    void (*run)(exec_spmd *r);
+    /* Runs fn for every local device (each on its own thread, or its rank),
+     * sets r->stats.wall_s and gathers every device's stats where the report
+     * is printed.  With r->p2p set, checks that every message sent was
+     * received (else fails the run). */
+    void (*run)(exec_spmd *r, spmd_device_fn fn);
     /* The collectives, on the group in c->gr.  Return 0, or -1 when the run
      * was aborted (the device stops). */
     int (*all_gather)(exec_spmd *r, spmd_call *c);
@@ -71,6 +103,12 @@ typedef struct spmd_backend {
     int (*reduce_scatter)(exec_spmd *r, spmd_call *c);
     int (*all_to_all)(exec_spmd *r, spmd_call *c);
     int (*halo)(exec_spmd *r, spmd_call *c);
+    /* Point-to-point (see above): send returns once m->data may be
+     * overwritten; recv once the message is in m->data.  Return 0, or -1
+     * when the run was aborted, or failed with a message (a tag out of
+     * range, a message of another size than the recv expects). */
+    int (*send)(exec_spmd *r, spmd_p2p *m);
+    int (*recv)(exec_spmd *r, spmd_p2p *m);
     /* A device failed (r->err says how): stop every device, on every process. */
     void (*fail)(exec_spmd *r);
     /* For the check, called by every process in the same order: makes device
@@ -101,6 +139,7 @@ struct exec_spmd {
     double *instr_flops;  /* per instruction: local einsum FLOPs, else 0 */
     uint8_t *release;     /* per collective: peers overwrite what it reads later in the step (spmd_mem.c) */
     uint8_t *padded;      /* per buffer: some device's block has padding (an uneven split) */
+    int p2p;              /* the step sends point to point (the same on every process) */
     atomic_int abort;
     pthread_mutex_t err_mu;
     char err[512];
@@ -132,6 +171,11 @@ int spmd_bucket_len(const spmd_program *p, int i);
  * reuse 0 gives every buffer its own memory.  Returns 0, or -1 when out of
  * memory. */
 int spmd_layout(const spmd_program *p, const int64_t *numel, int reuse, size_t *off, size_t *bytes, uint8_t *release);
+
+/* Fails the run with a message and returns 1 when m cannot be sent: a tag
+ * outside 0..SPMD_P2P_MAX_TAG, a peer that is no other device, no data
+ * (both backends check every send and recv with it). */
+int spmd_p2p_bad(exec_spmd *r, const spmd_p2p *m);
 
 /* ---- blocks and boxes (spmd_coll.c), for the backends ------------------- */
 

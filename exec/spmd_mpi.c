@@ -24,6 +24,13 @@
  *   for group rank j together), one MPI_Reduce_scatter_block, unpacked
  *   halo            the same, each member's box being its output block
  *                   shifted by the offset: only neighbours' border rows move
+ *   send            a copy of the data, MPI_Isend on a duplicate of
+ *                   MPI_COMM_WORLD (so it never waits for the receiver: a
+ *                   plain MPI_Send of more than the eager limit would, and
+ *                   1F1B's neighbours that send before they receive would
+ *                   deadlock); the copy is freed when MPI is done with it,
+ *                   at the latest at the end of the step
+ *   recv            MPI_Recv straight into the device buffer
  * Padded blocks (uneven splits) move only their valid boxes; the direct
  * MPI_Allgather and MPI_Reduce_scatter_block paths are for unpadded ones.
  * Bytes counted per rank are the bytes this rank hands MPI to send to other
@@ -36,6 +43,9 @@
  *
  * Faults: a kernel error or out-of-memory on a rank prints the message with
  * the rank and calls MPI_Abort, which ends every rank with a non-zero status;
+ * so does a message sent and never received (the ranks compare counts of
+ * messages after a step that sends point to point) or of another size than
+ * its receive;
  * a rank killed by a signal makes mpirun end the others.  No rank waits
  * forever on a peer that is gone.
  */
@@ -83,6 +93,12 @@ typedef struct mpi_state {
     int rank;
     float *pack;                 /* packed reduce-scatter inputs and buckets, grown on demand */
     size_t pack_bytes;
+    MPI_Comm p2p;                /* point to point: MPI_COMM_WORLD's ranks, errors returned */
+    int tag_ub;
+    MPI_Request *req;            /* sends in flight, and the copies they send */
+    float **copy;
+    int n_req, cap_req;
+    int *sent, *got;             /* per rank: messages sent to it, received from it, this step */
 } mpi_state;
 
 int exec_mpi_available(void) { return 1; }
@@ -156,6 +172,15 @@ static void mpi_close(exec_spmd *r)
     if (!s) return;
     for (int k = 0; k < SPMD_N_MASKS; k++)
         if (s->comm[k] != MPI_COMM_NULL) MPI_Comm_free(&s->comm[k]);
+    for (int i = 0; i < s->n_req; i++) { /* an aborted step's sends */
+        MPI_Cancel(&s->req[i]);
+        MPI_Request_free(&s->req[i]);
+        free(s->copy[i]);
+    }
+    if (s->p2p != MPI_COMM_NULL) MPI_Comm_free(&s->p2p);
+    free(s->req);
+    free(s->copy);
+    free(s->sent); /* and got: one allocation */
     free(s->pack);
     free(s);
     r->be_state = NULL;
@@ -174,11 +199,20 @@ static int mpi_open(exec_spmd *r, char *err, size_t errlen)
                        r->n_dev, size, r->n_dev);
     mpi_state *s = calloc(1, sizeof *s);
     r->local = calloc(1, sizeof *r->local);
-    if (!s || !r->local) {
+    int *counts = calloc((size_t)size * 2, sizeof *counts);
+    if (!s || !r->local || !counts) {
         free(s);
+        free(counts);
         return ir_errf(err, errlen, "rank %d: out of memory", rank);
     }
     r->be_state = s;
+    s->sent = counts;
+    s->got = counts + size;
+    int *ub = NULL, has_ub = 0;
+    MPI_Comm_get_attr(MPI_COMM_WORLD, MPI_TAG_UB, &ub, &has_ub);
+    s->tag_ub = has_ub && ub ? *ub : SPMD_P2P_MAX_TAG;
+    MPI_Comm_dup(MPI_COMM_WORLD, &s->p2p);
+    MPI_Comm_set_errhandler(s->p2p, MPI_ERRORS_RETURN);
     s->rank = rank;
     r->n_local = 1;
     r->local[0] = rank;
@@ -199,13 +233,54 @@ static int mpi_open(exec_spmd *r, char *err, size_t errlen)
 
 static void mpi_fail(exec_spmd *r) { exec_mpi_fail(1, r->err[0] ? r->err : "a device failed"); }
 
-static void mpi_run(exec_spmd *r)
+/* Frees the copies of the sends MPI is done with (all of them, waiting for
+ * them, when `all`). */
+static void reap_sends(mpi_state *s, int all)
+{
+    int kept = 0;
+    for (int i = 0; i < s->n_req; i++) {
+        int done = 1;
+        if (all) MPI_Wait(&s->req[i], MPI_STATUS_IGNORE);
+        else MPI_Test(&s->req[i], &done, MPI_STATUS_IGNORE);
+        if (done) {
+            free(s->copy[i]);
+            continue;
+        }
+        s->req[kept] = s->req[i];
+        s->copy[kept++] = s->copy[i];
+    }
+    s->n_req = kept;
+}
+
+/* After a step that sends point to point: every message sent to this rank
+ * was received (counts compared over all ranks), then the sends are
+ * completed.  A message left over fails the run on every rank. */
+static void finish_p2p(exec_spmd *r)
+{
+    mpi_state *s = r->be_state;
+    int n = r->n_dev, *expect = calloc((size_t)n, sizeof *expect);
+    if (!expect) exec_mpi_fail(1, "out of memory checking messages");
+    MPI_Alltoall(s->sent, 1, MPI_INT, expect, 1, MPI_INT, MPI_COMM_WORLD);
+    for (int j = 0; j < n; j++)
+        if (expect[j] != s->got[j]) {
+            char msg[200];
+            snprintf(msg, sizeof msg, "device %d sent device %d %d messages, %d of them received in the step", j, s->rank,
+                     expect[j], s->got[j]);
+            exec_mpi_fail(1, msg);
+        }
+    free(expect);
+    reap_sends(s, 1);
+    memset(s->sent, 0, (size_t)n * 2 * sizeof *s->sent);
+}
+
+static void mpi_run(exec_spmd *r, spmd_device_fn fn)
 {
     mpi_state *s = r->be_state;
     /* start together: the root may have spent the time on the reference */
     MPI_Barrier(MPI_COMM_WORLD);
     double t0 = exec_spmd_now();
-    spmd_run_device(r, s->rank);
+    fn(r, s->rank);
+    if (r->p2p) finish_p2p(r);
     double wall = exec_spmd_now() - t0;
     MPI_Allreduce(&wall, &r->stats.wall_s, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
     int n = (int)sizeof(exec_spmd_device_stats);
@@ -458,6 +533,79 @@ static int mpi_reduce_scatter(exec_spmd *r, spmd_call *c)
     return 0;
 }
 
+/* ---- point to point ----------------------------------------------------- */
+
+/* Fails the run when m cannot go through MPI (tag, count); returns 1 then. */
+static int p2p_bad(exec_spmd *r, spmd_p2p *m)
+{
+    mpi_state *s = r->be_state;
+    if (spmd_p2p_bad(r, m)) return 1;
+    if (m->tag > s->tag_ub) { /* cannot happen: the standard says at least 32767 */
+        spmd_set_error(r, "device %d: message tag %d is above this MPI's MPI_TAG_UB %d", m->dev, m->tag, s->tag_ub);
+        r->be->fail(r);
+        return 1;
+    }
+    spmd_call c = {.dev = m->dev};
+    return too_long(r, &c, m->n, "a message");
+}
+
+static int mpi_send(exec_spmd *r, spmd_p2p *m)
+{
+    mpi_state *s = r->be_state;
+    size_t bytes = (size_t)m->n * sizeof(float);
+    if (p2p_bad(r, m)) return -1;
+    reap_sends(s, 0);
+    if (s->n_req == s->cap_req) {
+        int cap = s->cap_req ? 2 * s->cap_req : 16;
+        MPI_Request *req = realloc(s->req, (size_t)cap * sizeof *req);
+        if (req) s->req = req;
+        float **copy = realloc(s->copy, (size_t)cap * sizeof *copy);
+        if (copy) s->copy = copy;
+        if (!req || !copy) goto oom;
+        s->cap_req = cap;
+    }
+    float *copy = malloc(bytes ? bytes : 1);
+    if (!copy) goto oom;
+    if (bytes) memcpy(copy, m->data, bytes);
+    if (MPI_Isend(copy, (int)m->n, MPI_FLOAT, m->peer, m->tag, s->p2p, &s->req[s->n_req]) != MPI_SUCCESS) {
+        free(copy);
+        spmd_set_error(r, "device %d: MPI_Isend to device %d (tag %d) failed", m->dev, m->peer, m->tag);
+        r->be->fail(r);
+        return -1;
+    }
+    s->copy[s->n_req++] = copy;
+    s->sent[m->peer]++;
+    if (m->peer != m->dev) m->moved += (double)bytes;
+    return 0;
+oom:
+    spmd_set_error(r, "device %d: out of memory sending %zu bytes to device %d", m->dev, bytes, m->peer);
+    r->be->fail(r);
+    return -1;
+}
+
+static int mpi_recv(exec_spmd *r, spmd_p2p *m)
+{
+    mpi_state *s = r->be_state;
+    if (p2p_bad(r, m)) return -1;
+    MPI_Status st;
+    int got = -1;
+    double t0 = exec_spmd_now();
+    int rc = MPI_Recv(m->data, (int)m->n, MPI_FLOAT, m->peer, m->tag, s->p2p, &st);
+    m->wait_s += exec_spmd_now() - t0;
+    if (rc == MPI_SUCCESS) MPI_Get_count(&st, MPI_FLOAT, &got);
+    if (got != (int)m->n) {
+        char why[MPI_MAX_ERROR_STRING] = "";
+        int len = 0;
+        if (rc != MPI_SUCCESS) MPI_Error_string(rc, why, &len);
+        spmd_set_error(r, "device %d: the message from device %d (tag %d): %s%s; the receive expects %lld elements", m->dev,
+                       m->peer, m->tag, rc == MPI_SUCCESS ? "shorter" : "MPI_Recv failed: ", why, (long long)m->n);
+        r->be->fail(r);
+        return -1;
+    }
+    s->got[m->peer]++;
+    return 0;
+}
+
 /* ---- the check ---------------------------------------------------------- */
 
 static const void *mpi_fetch(exec_spmd *r, int b, int from, int to, void *tmp)
@@ -488,6 +636,8 @@ const spmd_backend spmd_mpi_backend = {
     .reduce_scatter = mpi_reduce_scatter,
     .all_to_all = mpi_all_to_all,
     .halo = mpi_halo,
+    .send = mpi_send,
+    .recv = mpi_recv,
     .fail = mpi_fail,
     .fetch = mpi_fetch,
     .max_all = mpi_max_all,

@@ -435,7 +435,7 @@ int exec_spmd_step(exec_spmd *r, char *err, size_t errlen)
     exec_blis_setup();
     atomic_store(&r->abort, 0);
     r->err[0] = 0;
-    r->be->run(r);
+    r->be->run(r, spmd_run_device);
     if (atomic_load(&r->abort)) return ir_errf(err, errlen, "%s", r->err[0] ? r->err : "a device stopped");
     return 0;
 }

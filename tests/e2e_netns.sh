@@ -1,0 +1,84 @@
+#!/usr/bin/env bash
+# e2e_netns.sh - the MPI backend across a network: ranks split between two
+# "hosts" that are two network namespaces of this machine joined by a veth
+# pair, Open MPI on its TCP transport only (no shared memory between ranks).
+#
+# mpirun runs in namespace A with its own host name (a UTS namespace, so Open
+# MPI sees two nodes) and starts the ranks of host B through a stand-in for
+# ssh that enters namespace B (plm_rsh_agent).  Ranks are placed round robin
+# over the hosts (--map-by node): rank 0 on A, 1 on B, 2 on A, 3 on B, so
+# neighbours in rank order talk over the veth.
+#
+# What runs: test_p2p's point-to-point cases (`test_p2p --mpi`) on 4 ranks,
+# and the bytes that crossed the veth must be at least what its exchange
+# case sends between the hosts (two pairs, both ways, three 1.2 MB messages).
+# Needs root (ip netns, veth); as another user it says so and counts the
+# cases skipped.  As root, a namespace that cannot be made is a failure.
+# Closing line: N passed, N failed[, N skipped].
+set -u
+carve=${CARVE_BIN:-$(dirname "$0")/../build/carve}
+p2p=$(dirname "$carve")/tests/test_p2p
+pass=0 fail=0
+if [ "$(id -u)" != 0 ]; then
+    echo "not root: network namespaces cannot be made; the cases across two hosts did not run"
+    echo "0 passed, 0 failed, 2 skipped"
+    exit 0
+fi
+if ! command -v mpirun >/dev/null 2>&1 || ! "$carve" run --backend mpi --model mlp-tiny --mesh batch=1 --schedule dp:batch \
+    >/dev/null 2>&1; then
+    echo "MPI is not built in (or mpirun is missing): no case across namespaces ran"
+    echo "0 passed, 0 failed, 2 skipped"
+    exit 0
+fi
+[ "${CARVE_ASAN:-0}" = 1 ] && export ASAN_OPTIONS="${ASAN_OPTIONS:-}:detect_leaks=0"
+tmp=$(mktemp -d)
+a=cva$$ b=cvb$$ # namespace names (one pair per run: runs side by side do not meet)
+cleanup() { ip netns del "$a" 2>/dev/null; ip netns del "$b" 2>/dev/null; rm -rf "$tmp"; }
+trap cleanup EXIT
+cd "$tmp" || exit 1
+
+# two hosts: 10.77.0.1 in $a, 10.77.0.2 in $b (a veth pair; each namespace's own stack)
+if ! { ip netns add "$a" && ip netns add "$b" && ip link add "va$$" type veth peer name "vb$$" &&
+    ip link set "va$$" netns "$a" && ip link set "vb$$" netns "$b" &&
+    ip -n "$a" addr add 10.77.0.1/24 dev "va$$" && ip -n "$b" addr add 10.77.0.2/24 dev "vb$$" &&
+    ip -n "$a" link set "va$$" up && ip -n "$b" link set "vb$$" up &&
+    ip -n "$a" link set lo up && ip -n "$b" link set lo up; } 2>setup.err; then
+    echo "FAIL: cannot make two network namespaces joined by a veth pair:"; cat setup.err
+    echo "0 passed, 1 failed"
+    exit 1
+fi
+cat >rsh <<EOF
+#!/bin/sh
+# ssh's stand-in: runs the command in host \$1's namespace, under its host name
+host=\$1; shift
+case \$host in 10.77.0.1) ns=$a ;; 10.77.0.2) ns=$b ;; *) echo "rsh: unknown host \$host" >&2; exit 1 ;; esac
+exec ip netns exec \$ns unshare --uts sh -c "hostname host-\$ns; \$*"
+EOF
+chmod +x rsh
+net=(--mca plm_rsh_agent "$tmp/rsh" --mca btl tcp,self --mca btl_tcp_if_include 10.77.0.0/24
+    --mca oob_tcp_if_include 10.77.0.0/24)
+# across N CMD...: runs CMD on N ranks split over the two hosts, from host A
+across() {
+    local n=$1
+    shift
+    timeout 300 ip netns exec "$a" unshare --uts sh -c "hostname host-$a; exec \"\$@\"" sh \
+        mpirun --allow-run-as-root --oversubscribe -H "10.77.0.1:$n,10.77.0.2:$n" --map-by node -n "$n" "${net[@]}" "$@"
+}
+veth_bytes() { # bytes host B received on the veth
+    ip netns exec "$b" cat "/sys/class/net/vb$$/statistics/rx_bytes"
+}
+
+before=$(veth_bytes)
+across 4 "$p2p" --mpi >p2p.txt 2>p2p.err
+rc=$?
+after=$(veth_bytes)
+if [ $rc -eq 0 ] && grep -qE '^[1-9][0-9]* passed, 0 failed' p2p.txt; then pass=$((pass + 1))
+else fail=$((fail + 1)); echo "FAIL test_p2p --mpi on 4 ranks over two hosts: exit $rc"; tail -5 p2p.txt; head -10 p2p.err; fi
+# host B receives from A in the exchange case: 2 pairs x 3 messages x 1.2 MB
+crossed=$((after - before))
+if [ "$crossed" -ge 7200000 ]; then pass=$((pass + 1))
+else fail=$((fail + 1)); echo "FAIL: only $crossed bytes reached host B over the veth (want at least 7200000)"; fi
+echo "point to point over two hosts: $crossed bytes received by host B"
+
+echo "$pass passed, $fail failed"
+[ $fail -eq 0 ]
