@@ -120,7 +120,7 @@ run_tests() { # $1 = output dir
         else
             p=${line%% passed*}; f=${line#*passed, }; f=${f%% failed*}
             total_p=$((total_p + p)); total_f=$((total_f + f))
-            if [ "$f" != 0 ]; then echo "FAIL $(basename "$t"): $line"; grep -E '^FAIL|check failed|error' "$log" | head -n 20; status=1
+            if [ "$f" != 0 ]; then echo "FAIL $(basename "$t"): $line"; grep -E '^FAIL|check failed|error' "$log" | head -n 20 || true; status=1
             else echo "ok   $(basename "$t"): $line ($((SECONDS - start))s)"; fi
         fi
         rm -f "$log"

@@ -134,6 +134,7 @@ struct exec_spmd {
     int64_t axis_stride[SHARD_MAX_AXES]; /* device-number stride of each mesh axis */
     size_t dev_bytes;
     size_t *off;          /* per buffer: byte offset in each arena */
+    size_t **dev_off;     /* per device: its offsets (off, unless devices run different layouts) */
     int64_t *numel;       /* per buffer: local elements */
     exec_arena *arena;    /* per device: its buffers at off[] (mapped for local devices only) */
     double *instr_flops;  /* per instruction: local einsum FLOPs, else 0 */
@@ -148,10 +149,17 @@ struct exec_spmd {
 
 void spmd_group_of(const exec_spmd *r, unsigned mask, int dev, spmd_group *gr);
 
-static inline float *spmd_buf(const exec_spmd *r, int dev, int b) { return (float *)(r->arena[dev].base + r->off[b]); }
+static inline float *spmd_buf(const exec_spmd *r, int dev, int b) { return (float *)(r->arena[dev].base + r->dev_off[dev][b]); }
 
 /* Runs the whole program on device dev (the backend's run calls it). */
 void spmd_run_device(exec_spmd *r, int dev);
+/* Runs instruction i on device dev, with the rest of its fused group or
+ * gradient bucket, adding its time (and bytes) into *st; members is
+ * scratch of n_dev ints.  Returns how many instructions it ran, or -1 when
+ * the device stopped (the run failed, with a message, or was aborted). */
+int spmd_run_instr(exec_spmd *r, int dev, int i, int *members, exec_spmd_device_stats *st);
+/* Fills st's memory figures after device dev's step. */
+void spmd_device_memory(exec_spmd *r, int dev, exec_spmd_device_stats *st);
 /* Records the first error message (thread-safe). */
 void spmd_set_error(exec_spmd *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
@@ -171,6 +179,12 @@ int spmd_bucket_len(const spmd_program *p, int i);
  * reuse 0 gives every buffer its own memory.  Returns 0, or -1 when out of
  * memory. */
 int spmd_layout(const spmd_program *p, const int64_t *numel, int reuse, size_t *off, size_t *bytes, uint8_t *release);
+/* The same, with the buffers marked in pinned (NULL: none) live over the
+ * whole program, as arguments are.  A buffer that no instruction uses and
+ * that is no argument, output or pinned buffer takes no memory (a pipeline
+ * stage's program lists every stage's buffers). */
+int spmd_layout_ex(const spmd_program *p, const int64_t *numel, int reuse, const uint8_t *pinned, size_t *off, size_t *bytes,
+                   uint8_t *release);
 
 /* Fails the run with a message and returns 1 when m cannot be sent: a tag
  * outside 0..SPMD_P2P_MAX_TAG, a peer that is no other device, no data

@@ -86,105 +86,168 @@ static int can_donate(const spmd_program *p, const int *gstart, const int64_t *n
     return 1;
 }
 
-int spmd_layout(const spmd_program *p, const int64_t *numel, int reuse, size_t *off, size_t *bytes, uint8_t *release)
+/* The layout's working arrays (one allocation each, freed together). */
+typedef struct layout_ws {
+    span *sp, **scratch;
+    int *gstart, *gend, *donor, *def_instr;
+    size_t *size;
+} layout_ws;
+
+static void ws_free(layout_ws *w)
 {
-    const spmd_fuse_plan *fuse = &p->fuse;
-    int nb = p->n_bufs, ni = p->n_instrs, rc = -1;
-    const ir_graph *g = p->g;
-    span *sp = calloc((size_t)nb + 1, sizeof *sp), **scratch = calloc((size_t)nb + 1, sizeof *scratch);
-    int *gstart = calloc((size_t)ni + 1, sizeof *gstart), *donor = calloc((size_t)nb + 1, sizeof *donor);
-    int *def_instr = calloc((size_t)nb + 1, sizeof *def_instr), *gend = calloc((size_t)ni + 1, sizeof *gend);
-    size_t *size = calloc((size_t)nb + 1, sizeof *size);
-    if (!sp || !scratch || !gstart || !donor || !def_instr || !size || !gend) goto done;
-    /* times: a fused group or a bucket is one, [gstart, gend] of its instructions */
-    for (int i = 0; i < ni;) {
-        int len = fuse->len[i] > 1 ? fuse->len[i] : 1, bk = p->instrs[i].bucket;
+    free(w->sp);
+    free(w->scratch);
+    free(w->gstart);
+    free(w->gend);
+    free(w->donor);
+    free(w->def_instr);
+    free(w->size);
+}
+
+/* Times: a fused group or a bucket is one, [gstart, gend] of its instructions. */
+static void group_times(const spmd_program *p, layout_ws *w)
+{
+    for (int i = 0, ni = p->n_instrs; i < ni;) {
+        int len = p->fuse.len[i] > 1 ? p->fuse.len[i] : 1, bk = p->instrs[i].bucket;
         while (bk >= 0 && i + len < ni && p->instrs[i + len].bucket == bk) len++;
         for (int k = i; k < i + len; k++) {
-            gstart[k] = i;
-            gend[k] = i + len - 1;
+            w->gstart[k] = i;
+            w->gend[k] = i + len - 1;
         }
         i += len;
     }
+}
+
+/* Every buffer's span: from its writer's time to its last reader's;
+ * arguments, outputs and pinned buffers the whole program; buffers nothing
+ * uses take no memory.  Marks outputs that take an argument's memory
+ * (donor).  */
+static void live_spans(const spmd_program *p, const int64_t *numel, int reuse, const uint8_t *pinned, layout_ws *w)
+{
+    const spmd_fuse_plan *fuse = &p->fuse;
+    const ir_graph *g = p->g;
+    int nb = p->n_bufs, ni = p->n_instrs;
+    span *sp = w->sp;
     for (int b = 0; b < nb; b++) {
         sp[b] = (span){.b = b, .lo = ni, .hi = -1, .size = exec_arena_slot((size_t)numel[b] * 4)};
-        donor[b] = -1;
-        def_instr[b] = -1;
+        w->donor[b] = -1;
+        w->def_instr[b] = -1;
     }
     /* a result a fused group keeps in a scratch tile never reaches memory */
     for (int i = 0; i < ni; i++)
-        if (fuse->len[gstart[i]] > 1 && fuse->step[i].slot >= 0 && reuse) sp[p->instrs[i].out].size = 0;
+        if (fuse->len[w->gstart[i]] > 1 && fuse->step[i].slot >= 0 && reuse) sp[p->instrs[i].out].size = 0;
     for (int i = 0; i < ni; i++) {
         const spmd_instr *in = &p->instrs[i];
-        int g0 = gstart[i], g1 = gend[i];
+        int g0 = w->gstart[i], g1 = w->gend[i];
         if (g0 < sp[in->out].lo) sp[in->out].lo = g0;
         if (g1 > sp[in->out].hi) sp[in->out].hi = g1;
-        def_instr[in->out] = i;
+        w->def_instr[in->out] = i;
         for (int k = 0; k < IR_MAX_OPERANDS; k++)
             if (in->in[k] >= 0 && g1 > sp[in->in[k]].hi) sp[in->in[k]].hi = g1;
     }
-    /* arguments and outputs: the whole step */
+    /* arguments and pinned buffers: the whole step */
     for (int v = 0; v < g->n_values; v++)
         if (p->arg_buf[v] >= 0) sp[p->arg_buf[v]] = (span){.b = p->arg_buf[v], .lo = -1, .hi = ni, .size = sp[p->arg_buf[v]].size};
+    for (int b = 0; pinned && b < nb; b++)
+        if (pinned[b]) sp[b].lo = -1, sp[b].hi = ni;
     for (int o = 0; o < g->n_outputs; o++) {
         int ob = p->out_buf[o], u = g->outputs[o].updates, ab = u >= 0 ? p->arg_buf[u] : -1;
+        if (ob < 0) continue; /* not in this program (a pipeline stage's) */
         if (sp[ob].lo > sp[ob].hi) sp[ob].lo = -1; /* never written: an argument */
         sp[ob].hi = ni;
-        if (reuse && ab >= 0 && ab != ob && p->arg_buf[p->bufs[ob].value] != ob && def_instr[ob] >= 0 &&
-            can_donate(p, gstart, numel, ob, ab, def_instr[ob]))
-            donor[ob] = ab;
+        if (reuse && ab >= 0 && ab != ob && p->arg_buf[p->bufs[ob].value] != ob && w->def_instr[ob] >= 0 &&
+            can_donate(p, w->gstart, numel, ob, ab, w->def_instr[ob]))
+            w->donor[ob] = ab;
     }
+    for (int b = 0; b < nb; b++)
+        if (sp[b].lo > sp[b].hi) sp[b].size = 0; /* nothing writes or reads it here */
+}
+
+/* Offsets: every buffer its own memory (reuse 0), or greedy by liveness.
+ * Returns the arena's size. */
+static size_t place(const spmd_program *p, int reuse, layout_ws *w, size_t *off)
+{
+    int nb = p->n_bufs;
+    span *sp = w->sp;
     size_t total = 0;
-    for (int b = 0; b < nb; b++) size[sp[b].b] = sp[b].size;
+    for (int b = 0; b < nb; b++) w->size[sp[b].b] = sp[b].size;
     if (!reuse) {
         for (int b = 0; b < nb; b++) {
             off[b] = total;
             total += sp[b].size;
         }
-    } else {
-        qsort(sp, (size_t)nb, sizeof *sp, by_size_desc);
-        int n_placed = 0;
-        for (int k = 0; k < nb; k++) {
-            span s = sp[k];
-            if (donor[s.b] >= 0) continue;
-            s.off = lowest_fit(&s, sp, n_placed, scratch);
-            sp[n_placed++] = s; /* placed spans gather at the front (n_placed <= k) */
-            off[s.b] = s.off;
-            if (s.off + s.size > total) total = s.off + s.size;
-        }
-        for (int b = 0; b < nb; b++)
-            if (donor[b] >= 0) off[b] = off[donor[b]];
+        return total;
     }
-    /* a collective whose read buffers' memory is written later in the step */
-    if (release) {
-        for (int b = 0; b < nb; b++) { /* spans back in buffer order, with offsets */
-            sp[b].b = b;
-            sp[b].off = off[b];
-            sp[b].size = size[b];
-            sp[b].lo = def_instr[b] >= 0 ? gstart[def_instr[b]] : -1;
+    qsort(sp, (size_t)nb, sizeof *sp, by_size_desc);
+    int n_placed = 0;
+    for (int k = 0; k < nb; k++) {
+        span s = sp[k];
+        if (w->donor[s.b] >= 0) continue;
+        if (!s.size) { /* takes no memory (kept in a tile, or not here) */
+            off[s.b] = 0;
+            continue;
         }
-        for (int i = 0; i < ni; i++) {
-            const spmd_instr *in = &p->instrs[i];
-            release[i] = 0;
-            if (in->kind == SPMD_COMPUTE || in->kind == SPMD_SLICE || !reuse) continue;
-            int read[2] = {in->in[0], in->kind == SPMD_ALL_REDUCE ? in->out : -1};
-            for (int k = 0; k < 2 && !release[i]; k++) {
-                if (read[k] < 0) continue;
-                const span *r = &sp[read[k]];
-                for (int c = 0; c < nb && !release[i]; c++)
-                    release[i] = c != read[k] && sp[c].lo > i && sp[c].off < r->off + r->size && r->off < sp[c].off + sp[c].size;
-            }
+        s.off = lowest_fit(&s, sp, n_placed, w->scratch);
+        sp[n_placed++] = s; /* placed spans gather at the front (n_placed <= k) */
+        off[s.b] = s.off;
+        if (s.off + s.size > total) total = s.off + s.size;
+    }
+    for (int b = 0; b < nb; b++)
+        if (w->donor[b] >= 0) off[b] = off[w->donor[b]];
+    return total;
+}
+
+/* release[i]: collective i reads memory that a buffer written after it takes. */
+static void mark_release(const spmd_program *p, int reuse, layout_ws *w, const size_t *off, uint8_t *release)
+{
+    int nb = p->n_bufs, ni = p->n_instrs;
+    span *sp = w->sp;
+    for (int b = 0; b < nb; b++) { /* spans back in buffer order, with offsets */
+        sp[b].b = b;
+        sp[b].off = off[b];
+        sp[b].size = w->size[b];
+        sp[b].lo = w->def_instr[b] >= 0 ? w->gstart[w->def_instr[b]] : -1;
+    }
+    for (int i = 0; i < ni; i++) {
+        const spmd_instr *in = &p->instrs[i];
+        release[i] = 0;
+        if (in->kind == SPMD_COMPUTE || in->kind == SPMD_SLICE || !reuse) continue;
+        int read[2] = {in->in[0], in->kind == SPMD_ALL_REDUCE ? in->out : -1};
+        for (int k = 0; k < 2 && !release[i]; k++) {
+            if (read[k] < 0) continue;
+            const span *r = &sp[read[k]];
+            for (int c = 0; c < nb && !release[i]; c++)
+                release[i] = c != read[k] && sp[c].lo > i && sp[c].off < r->off + r->size && r->off < sp[c].off + sp[c].size;
         }
     }
-    *bytes = total;
-    rc = 0;
-done:
-    free(sp);
-    free(scratch);
-    free(gstart);
-    free(donor);
-    free(def_instr);
-    free(gend);
-    free(size);
-    return rc;
+}
+
+int spmd_layout_ex(const spmd_program *p, const int64_t *numel, int reuse, const uint8_t *pinned, size_t *off, size_t *bytes,
+                   uint8_t *release)
+{
+    int nb = p->n_bufs, ni = p->n_instrs;
+    layout_ws w = {
+        .sp = calloc((size_t)nb + 1, sizeof *w.sp),
+        .scratch = calloc((size_t)nb + 1, sizeof *w.scratch),
+        .gstart = calloc((size_t)ni + 1, sizeof *w.gstart),
+        .gend = calloc((size_t)ni + 1, sizeof *w.gend),
+        .donor = calloc((size_t)nb + 1, sizeof *w.donor),
+        .def_instr = calloc((size_t)nb + 1, sizeof *w.def_instr),
+        .size = calloc((size_t)nb + 1, sizeof *w.size),
+    };
+    if (!w.sp || !w.scratch || !w.gstart || !w.gend || !w.donor || !w.def_instr || !w.size) {
+        ws_free(&w);
+        return -1;
+    }
+    group_times(p, &w);
+    live_spans(p, numel, reuse, pinned, &w);
+    *bytes = place(p, reuse, &w, off);
+    if (release) mark_release(p, reuse, &w, off, release);
+    ws_free(&w);
+    return 0;
+}
+
+int spmd_layout(const spmd_program *p, const int64_t *numel, int reuse, size_t *off, size_t *bytes, uint8_t *release)
+{
+    return spmd_layout_ex(p, numel, reuse, NULL, off, bytes, release);
 }

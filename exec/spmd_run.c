@@ -112,13 +112,16 @@ exec_spmd *exec_spmd_new_on(const spmd_program *p, exec_backend backend, size_t 
         s *= (int)p->mesh.sizes[a];
     }
     r->off = calloc((size_t)p->n_bufs + 1, sizeof *r->off);
+    r->dev_off = calloc((size_t)r->n_dev, sizeof *r->dev_off);
     r->numel = calloc((size_t)p->n_bufs + 1, sizeof *r->numel);
     r->instr_flops = calloc((size_t)p->n_instrs + 1, sizeof *r->instr_flops);
     r->release = calloc((size_t)p->n_instrs + 1, 1);
     r->padded = calloc((size_t)p->n_bufs + 1, 1);
     r->arena = calloc((size_t)r->n_dev, sizeof *r->arena);
     r->stats.dev = calloc((size_t)r->n_dev, sizeof *r->stats.dev);
-    if (!r->off || !r->numel || !r->instr_flops || !r->release || !r->padded || !r->arena || !r->stats.dev) goto oom;
+    if (!r->off || !r->dev_off || !r->numel || !r->instr_flops || !r->release || !r->padded || !r->arena || !r->stats.dev)
+        goto oom;
+    for (int d = 0; d < r->n_dev; d++) r->dev_off[d] = r->off; /* one layout for every device */
     for (int b = 0; b < p->n_bufs; b++) {
         const ir_value *v = &g->values[p->bufs[b].value];
         for (int d = 0; d < v->rank; d++)
@@ -135,7 +138,7 @@ exec_spmd *exec_spmd_new_on(const spmd_program *p, exec_backend backend, size_t 
         exec_arena *a = &r->arena[r->local[k]];
         if (exec_arena_map(a, off) < 0) goto oom;
         for (int v = 0; v < g->n_values; v++) /* the rest are placed as they are written */
-            if (p->arg_buf[v] >= 0) exec_arena_place(a, r->off[p->arg_buf[v]], (size_t)r->numel[p->arg_buf[v]] * 4);
+            if (p->arg_buf[v] >= 0) exec_arena_place(a, r->dev_off[r->local[k]][p->arg_buf[v]], (size_t)r->numel[p->arg_buf[v]] * 4);
     }
     r->stats.fused_groups = p->fuse.n_groups; /* the groups the lowering planned */
     r->stats.fused_ops = p->fuse.n_fused;
@@ -164,6 +167,7 @@ void exec_spmd_free(exec_spmd *r)
         for (int d = 0; d < r->n_dev; d++) exec_arena_unmap(&r->arena[d]);
     free(r->arena);
     free(r->off);
+    free(r->dev_off);
     free(r->numel);
     free(r->instr_flops);
     free(r->release);
@@ -257,7 +261,7 @@ void exec_spmd_apply_updates(exec_spmd *r)
             if (upd < 0 || src == p->arg_buf[upd]) continue;
             int dst = p->arg_buf[upd];
             if (r->numel[dst] != r->numel[src]) continue; /* lowering keeps layouts: never */
-            if (r->off[dst] == r->off[src]) continue;    /* the output was written in place (donated) */
+            if (r->dev_off[dev][dst] == r->dev_off[dev][src]) continue; /* the output was written in place (donated) */
             memcpy(spmd_buf(r, dev, dst), saved[i] ? saved[i] : (void *)spmd_buf(r, dev, src), (size_t)r->numel[src] * 4);
             free(saved[i]);
         }
@@ -361,6 +365,89 @@ static double process_peak(void)
     return kb * 1024;
 }
 
+/* A fused group [i, i + len) on device dev. */
+static void run_fused(exec_spmd *r, int dev, int i, int len, exec_spmd_device_stats *st)
+{
+    const spmd_program *p = r->p;
+    double t0 = exec_spmd_now();
+    run_group(r, i, len, dev);
+    for (int m = 0; m < len; m++) /* elementwise: padding stays padding, but is no longer zero */
+        if (p->fuse.step[i + m].slot < 0 && r->padded[p->instrs[i + m].out]) spmd_fill_padding(r, p->instrs[i + m].out, dev, 0.0f);
+    double dt = exec_spmd_now() - t0;
+    st->compute_s += dt;
+    st->fused_s += dt;
+    st->kind_s[SPMD_COMPUTE] += dt;
+}
+
+/* Compute instruction i alone on device dev.  Returns 0, or -1 after
+ * failing the run with a message naming the device and the op. */
+static int run_alone(exec_spmd *r, int dev, int i, exec_spmd_device_stats *st)
+{
+    const spmd_instr *in = &r->p->instrs[i];
+    const ir_op *op = &r->g->ops[in->op];
+    char msg[320];
+    double t0 = exec_spmd_now();
+    if (run_compute(r, in, dev, msg, sizeof msg) < 0) {
+        spmd_set_error(r, "device %d: instruction %d, op %d (%s -> '%s'): %s", dev, i, in->op, ir_op_name(op->kind),
+                       r->g->values[op->out].name, msg);
+        r->be->fail(r);
+        return -1;
+    }
+    double dt = exec_spmd_now() - t0;
+    st->compute_s += dt;
+    if (r->instr_flops[i] > 0) {
+        st->einsum_s += dt;
+        st->einsum_flops += r->instr_flops[i];
+    }
+    st->kind_s[SPMD_COMPUTE] += dt;
+    st->op_s[op->kind] += dt;
+    return 0;
+}
+
+/* The collective at i on device dev, with the rest of its gradient bucket
+ * (n instructions: one combined collective), or a slice.  Returns 0, or -1
+ * when the run stopped. */
+static int run_collective(exec_spmd *r, int dev, int i, int n, int *members, exec_spmd_device_stats *st)
+{
+    const spmd_instr *in = &r->p->instrs[i];
+    double t0 = exec_spmd_now(), moved = 0;
+    if (spmd_collective(r, in, n, dev, members, &moved, &st->wait_s) < 0) return -1;
+    for (int m = 0; m < n; m++)
+        if (r->padded[in[m].out]) spmd_fill_padding(r, in[m].out, dev, 0.0f);
+    double dt = exec_spmd_now() - t0;
+    st->collective_s += dt;
+    st->moved_bytes += moved;
+    st->launches += in->kind != SPMD_SLICE;
+    if (in->kind < SPMD_N_KINDS) {
+        st->kind_s[in->kind] += dt;
+        st->kind_bytes[in->kind] += moved;
+    }
+    return 0;
+}
+
+int spmd_run_instr(exec_spmd *r, int dev, int i, int *members, exec_spmd_device_stats *st)
+{
+    const spmd_program *p = r->p;
+    const spmd_instr *in = &p->instrs[i];
+    int len = p->fuse.len[i], n = len > 1 ? len : in->kind == SPMD_COMPUTE ? 1 : spmd_bucket_len(p, i);
+    for (int m = 0; m < n; m++) /* AddressSanitizer: the memory becomes this buffer's */
+        if (len <= 1 || p->fuse.step[i + m].slot < 0) {
+            int b = p->instrs[i + m].out;
+            exec_arena_place(&r->arena[dev], r->dev_off[dev][b], (size_t)r->numel[b] * 4);
+        }
+    int rc = len > 1                     ? (run_fused(r, dev, i, len, st), 0)
+             : in->kind == SPMD_COMPUTE ? run_alone(r, dev, i, st)
+                                        : run_collective(r, dev, i, n, members, st);
+    return rc < 0 ? -1 : n;
+}
+
+/* VmHWM and the arena's resident pages, after the device's step. */
+void spmd_device_memory(exec_spmd *r, int dev, exec_spmd_device_stats *st)
+{
+    st->resident_bytes = (double)exec_arena_resident(&r->arena[dev]);
+    st->process_peak_bytes = process_peak();
+}
+
 void spmd_run_device(exec_spmd *r, int dev)
 {
     const spmd_program *p = r->p;
@@ -372,61 +459,10 @@ void spmd_run_device(exec_spmd *r, int dev)
         r->be->fail(r);
         return;
     }
-    char msg[320];
-    for (int i = 0; i < p->n_instrs; i++) {
-        if (atomic_load_explicit(&r->abort, memory_order_relaxed)) break;
-        const spmd_instr *in = &p->instrs[i];
-        double t0 = exec_spmd_now();
-        int len = p->fuse.len[i], n_coll = in->kind == SPMD_COMPUTE ? 1 : spmd_bucket_len(p, i);
-        for (int m = 0; m < (len > 1 ? len : n_coll); m++) /* AddressSanitizer: the memory becomes this buffer's */
-            if (len <= 1 || p->fuse.step[i + m].slot < 0)
-                exec_arena_place(&r->arena[dev], r->off[p->instrs[i + m].out], (size_t)r->numel[p->instrs[i + m].out] * 4);
-        if (len > 1) {
-            run_group(r, i, len, dev);
-            for (int m = 0; m < len; m++) /* elementwise: padding stays padding, but is no longer zero */
-                if (p->fuse.step[i + m].slot < 0 && r->padded[p->instrs[i + m].out])
-                    spmd_fill_padding(r, p->instrs[i + m].out, dev, 0.0f);
-            double dt = exec_spmd_now() - t0;
-            st.compute_s += dt;
-            st.fused_s += dt;
-            st.kind_s[SPMD_COMPUTE] += dt;
-            i += len - 1;
-        } else if (in->kind == SPMD_COMPUTE) {
-            if (run_compute(r, in, dev, msg, sizeof msg) < 0) {
-                const ir_op *op = &r->g->ops[in->op];
-                spmd_set_error(r, "device %d: instruction %d, op %d (%s -> '%s'): %s", dev, i, in->op, ir_op_name(op->kind),
-                               r->g->values[op->out].name, msg);
-                r->be->fail(r);
-                break;
-            }
-            double dt = exec_spmd_now() - t0;
-            st.compute_s += dt;
-            if (r->instr_flops[i] > 0) {
-                st.einsum_s += dt;
-                st.einsum_flops += r->instr_flops[i];
-            }
-            st.kind_s[SPMD_COMPUTE] += dt;
-            st.op_s[r->g->ops[in->op].kind] += dt;
-        } else {
-            /* a gradient bucket's members: one combined collective */
-            double moved = 0;
-            if (spmd_collective(r, in, n_coll, dev, members, &moved, &st.wait_s) < 0) break;
-            for (int m = 0; m < n_coll; m++)
-                if (r->padded[in[m].out]) spmd_fill_padding(r, in[m].out, dev, 0.0f);
-            double dt = exec_spmd_now() - t0;
-            st.collective_s += dt;
-            st.moved_bytes += moved;
-            st.launches += in->kind != SPMD_SLICE;
-            if (in->kind < SPMD_N_KINDS) {
-                st.kind_s[in->kind] += dt;
-                st.kind_bytes[in->kind] += moved;
-            }
-            i += n_coll - 1;
-        }
-    }
+    for (int i = 0, n; i < p->n_instrs; i += n)
+        if (atomic_load_explicit(&r->abort, memory_order_relaxed) || (n = spmd_run_instr(r, dev, i, members, &st)) < 0) break;
     free(members);
-    st.resident_bytes = (double)exec_arena_resident(&r->arena[dev]);
-    st.process_peak_bytes = process_peak();
+    spmd_device_memory(r, dev, &st);
     r->stats.dev[dev] = st;
 }
 
