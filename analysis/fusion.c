@@ -235,22 +235,12 @@ static void fold_broadcasts(spmd_program *p, uint8_t *fold, const uint8_t *cls)
     uint8_t *bad = ir_xcalloc((size_t)(p->n_bufs ? p->n_bufs : 1), 1); /* read by a non-fusing reader */
     for (int i = 0; i < p->g->n_outputs; i++)
         if (p->out_buf[i] >= 0) bad[p->out_buf[i]] = 1;
-    int *seg_of = NULL; /* pipelined programs: per buffer, the segment writing it; a reader in another
-                           segment runs in another task, so the broadcast is written there */
-    if (p->segment) {
-        seg_of = ir_xrealloc(NULL, (size_t)(p->n_bufs ? p->n_bufs : 1) * sizeof *seg_of);
-        for (int b = 0; b < p->n_bufs; b++) seg_of[b] = -1;
-        for (int i = 0; i < n; i++)
-            if (p->instrs[i].kind != SPMD_SEND && seg_of[p->instrs[i].out] < 0) seg_of[p->instrs[i].out] = p->segment[i];
-    }
     for (int i = 0; i < n; i++) {
         const spmd_instr *in = &p->instrs[i];
         int c = cls[i] >> 1;
         for (int k = 0; k < IR_MAX_OPERANDS; k++)
-            if (in->in[k] >= 0 && ((c != KC_ELEM && c != KC_REDUCE) || (seg_of && seg_of[in->in[k]] != p->segment[i])))
-                bad[in->in[k]] = 1;
+            if (in->in[k] >= 0 && c != KC_ELEM && c != KC_REDUCE) bad[in->in[k]] = 1;
     }
-    free(seg_of);
     for (int i = 0; i < n; i++) {
         const spmd_instr *in = &p->instrs[i];
         fold[i] = in->kind == SPMD_COMPUTE && p->g->ops[in->op].kind == IR_OP_BROADCAST &&

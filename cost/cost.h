@@ -287,6 +287,14 @@ void cost_ws_free(cost_ws *ws);
 int cost_estimate_program(cost_ws *ws, const spmd_program *p, const cost_hw *hw, const cost_options *opt,
                           cost_estimate *out, char *err, size_t errlen);
 
+/* What cost_estimate_program found about each buffer of the program it
+ * priced last in ws (valid until ws prices another): its local bytes under
+ * the precision, and whether it is ever stored in memory (0: a result kept
+ * in a fused kernel's registers or a scratch tile).  The pipeline cost model
+ * (cost/pipeline.h) counts a stage's memory with them. */
+const double *cost_ws_buffer_bytes(const cost_ws *ws);
+int cost_ws_buffer_stored(const cost_ws *ws, int b);
+
 /* Reward for the search: fitting plans get baseline_time / step_time (> 0,
  * higher is better); a plan that does not fit gets -(excess) / (1 + excess)
  * with excess = peak / capacity - 1, in (-1, 0): below every fitting plan and

@@ -1010,3 +1010,7 @@ double cost_reward(const cost_estimate *e, double baseline_time)
     if (!(e->step_time > 0)) return baseline_time > 0 ? 1e12 : 1;
     return baseline_time / e->step_time;
 }
+
+const double *cost_ws_buffer_bytes(const cost_ws *w) { return w->buf_bytes; }
+
+int cost_ws_buffer_stored(const cost_ws *w, int b) { return w->persistent[b] != 3; }

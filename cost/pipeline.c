@@ -15,6 +15,7 @@
  */
 #include "cost/pipeline.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -248,5 +249,322 @@ done:
     free(arrive);
     free(cur);
     if (rc) cost_pipe_result_free(r);
+    return rc;
+}
+
+/* ---- a pipelined program priced ------------------------------------------------ */
+
+/* The link between stages a and b of axis `axis`: the axis' own link when
+ * the profile names it, else intra-node when the two devices (other axes at
+ * 0) share a node by their numbers, else inter-node. */
+static cost_link p2p_link(const cost_hw *hw, const shard_mesh *m, int axis, int a, int b)
+{
+    for (int i = 0; i < hw->n_axis_links; i++)
+        if (!strcmp(hw->axis_names[i], m->names[axis])) return hw->axis_links[i];
+    if (hw->shared_memory) return hw->intra;
+    int64_t stride = 1;
+    for (int k = axis + 1; k < m->n_axes; k++) stride *= m->sizes[k];
+    int64_t node = hw->node_devices > 0 ? hw->node_devices : 1;
+    return (a * stride) / node == (b * stride) / node ? hw->intra : hw->inter;
+}
+
+typedef struct xkey {
+    int buf, to, id;
+} xkey;
+
+static int cmp_xkey(const void *a, const void *b)
+{
+    const xkey *x = a, *y = b;
+    return x->buf != y->buf ? (x->buf > y->buf) - (x->buf < y->buf) : (x->to > y->to) - (x->to < y->to);
+}
+
+typedef struct pricer {
+    const pipe_program *pp;
+    const spmd_program *p;
+    const double *it;     /* per instruction: seconds */
+    const double *bytes;  /* per buffer */
+    cost_ws *ws;
+    cost_pipe_model m;
+    xkey *keys;
+    int n_keys;
+    int *send_id;         /* per instruction: its transfer (SEND), else -1 */
+    int *last_read;       /* per buffer: last instruction of the stage being counted reading it */
+    int *wseg;            /* per buffer: segment writing it on that stage */
+} pricer;
+
+static int key_of(const pricer *c, int buf, int to)
+{
+    xkey k = {buf, to, 0}, *f = bsearch(&k, c->keys, (size_t)c->n_keys, sizeof k, cmp_xkey);
+    return f ? f->id : -1;
+}
+
+/* Events of the instructions [lo, hi) of segment `seg` (of model segment ms). */
+static int add_events(pricer *c, int ms, int seg, int lo, int hi, int stage)
+{
+    const spmd_program *p = c->p;
+    double work = 0;
+    int rc = 0;
+    for (int i = lo; i < hi && !rc; i++) {
+        const spmd_instr *in = &p->instrs[i];
+        if (!spmd_kind_is_p2p(in->kind)) {
+            work += c->it[i];
+            continue;
+        }
+        if (work > 0) rc |= cost_pipe_add_event(&c->m, ms, COST_PIPE_WORK, -1, work);
+        work = 0;
+        int x = in->kind == SPMD_SEND ? c->send_id[i] : key_of(c, in->out, stage);
+        if (x < 0) return -1;
+        rc |= cost_pipe_add_event(&c->m, ms, in->kind == SPMD_SEND ? COST_PIPE_SEND : COST_PIPE_RECV, x, 0);
+    }
+    (void)seg;
+    if (work > 0 && !rc) rc |= cost_pipe_add_event(&c->m, ms, COST_PIPE_WORK, -1, work);
+    return rc;
+}
+
+/* The transfers (one per SEND) and every segment's events. */
+static int build_model(pricer *c, const cost_hw *hw)
+{
+    const pipe_program *pp = c->pp;
+    const spmd_program *p = c->p;
+    const pipe_spec *s = &pp->spec;
+    int V = pp->n_vstages, P = s->stages;
+    c->keys = malloc(((size_t)pp->n_xfers + 1) * sizeof *c->keys);
+    c->send_id = malloc(((size_t)p->n_instrs + 1) * sizeof *c->send_id);
+    if (!c->keys || !c->send_id || cost_pipe_model_init(&c->m, s) < 0) return -1;
+    for (int i = 0; i < p->n_instrs; i++) {
+        const spmd_instr *in = &p->instrs[i];
+        c->send_id[i] = -1;
+        if (in->kind != SPMD_SEND) continue;
+        int from = pipe_seg_stage(s, p->segment[i]);
+        cost_link l = p2p_link(hw, &p->mesh, s->axis, from, in->peer);
+        int id = cost_pipe_add_xfer(&c->m, c->bytes[in->out] / l.bandwidth + l.latency, p->segment[i] >= 2 * V);
+        if (id < 0 || c->n_keys > pp->n_xfers) return -1;
+        c->send_id[i] = id;
+        c->keys[c->n_keys++] = (xkey){in->out, in->peer, id};
+    }
+    qsort(c->keys, (size_t)c->n_keys, sizeof *c->keys, cmp_xkey);
+    const pipe_range *common = &pp->seg[pipe_seg_common(s)];
+    for (int k = 0; k < 2 * V + P; k++) {
+        int st = pipe_seg_stage(s, k);
+        if (k >= 2 * V && add_events(c, k, pipe_seg_common(s), common->lo, common->hi, st) < 0) return -1;
+        if (add_events(c, k, k, pp->seg[k].lo, pp->seg[k].hi, st) < 0) return -1;
+    }
+    return 0;
+}
+
+/* Instructions [lo, hi): the bytes written there that die there at the
+ * most (transient), and, for a forward segment, those read by a backward
+ * (stash).  last_read and wseg describe the stage. */
+static double sweep(pricer *c, int seg, int lo, int hi, double *stash)
+{
+    const spmd_program *p = c->p;
+    const pipe_program *pp = c->pp;
+    double cur = 0, peak = 0;
+    for (int i = lo; i < hi; i++) {
+        const spmd_instr *in = &p->instrs[i];
+        int b = in->out;
+        if (in->kind != SPMD_SEND && c->wseg[b] == seg && pp->buf_class[b] != PIPE_BUF_STATE && cost_ws_buffer_stored(c->ws, b)) {
+            cur += c->bytes[b];
+            if (cur > peak) peak = cur;
+            int beyond = c->last_read[b] >= hi || c->last_read[b] < lo;
+            int later = c->last_read[b] >= 0 ? p->segment[c->last_read[b]] : -1; /* read by a backward: stashed */
+            if (stash && beyond && later >= pp->n_vstages && later < 2 * pp->n_vstages && pp->buf_class[b] != PIPE_BUF_ACC)
+                *stash += c->bytes[b];
+            if (c->last_read[b] < 0) cur -= c->bytes[b]; /* read by nothing */
+        }
+        for (int k = 0; k < IR_MAX_OPERANDS; k++) {
+            int r = in->in[k];
+            if (r >= 0 && c->last_read[r] == i && c->wseg[r] == seg && pp->buf_class[r] != PIPE_BUF_STATE &&
+                pp->buf_class[r] != PIPE_BUF_ACC && cost_ws_buffer_stored(c->ws, r) && !(k == 1 && in->in[0] == r))
+                cur -= c->bytes[r];
+        }
+    }
+    return peak;
+}
+
+/* Master weights (f32 copies under mixed precision) of a param, split as its
+ * first optimizer state (ZeRO partitions them with the states). */
+static double master_bytes(const spmd_program *p, int param)
+{
+    const ir_graph *g = p->g;
+    int b = p->arg_buf[param];
+    for (int v = 0; v < g->n_values; v++)
+        if (g->values[v].role == IR_OPT_STATE && g->values[v].tied == param && p->arg_buf[v] >= 0) {
+            b = p->arg_buf[v];
+            break;
+        }
+    int64_t dims[IR_MAX_RANK], n = 1;
+    spmd_buffer_dims(p, b, dims);
+    for (int d = 0; d < g->values[param].rank; d++) n *= dims[d];
+    return 4.0 * (double)n;
+}
+
+/* Stage r's memory in the model: base, stash per forward segment, transient
+ * per segment. */
+static void stage_bytes(pricer *c, int r, int mixed)
+{
+    const pipe_program *pp = c->pp;
+    const spmd_program *p = c->p;
+    const pipe_spec *s = &pp->spec;
+    int V = pp->n_vstages, nb = p->n_bufs;
+    const uint8_t *h = pp->holds + (size_t)r * nb;
+    int segs[2 * PIPE_MAX_VSTAGES / 2 + 2], ns = 0;
+    for (int ch = 0; ch < s->chunks; ch++) segs[ns++] = ch * s->stages + r;
+    for (int ch = s->chunks - 1; ch >= 0; ch--) segs[ns++] = V + ch * s->stages + r;
+    segs[ns++] = pipe_seg_common(s);
+    segs[ns++] = 2 * V + r;
+    for (int b = 0; b < nb; b++) c->last_read[b] = c->wseg[b] = -1;
+    for (int k = 0; k < ns; k++)
+        for (int i = pp->seg[segs[k]].lo; i < pp->seg[segs[k]].hi; i++) {
+            const spmd_instr *in = &p->instrs[i];
+            for (int j = 0; j < IR_MAX_OPERANDS; j++)
+                if (in->in[j] >= 0) c->last_read[in->in[j]] = i;
+            if (in->kind != SPMD_SEND && c->wseg[in->out] < 0) c->wseg[in->out] = segs[k];
+        }
+    double base = 0;
+    const ir_graph *g = p->g;
+    for (int b = 0; b < nb; b++) {
+        if (!h[b]) continue;
+        int v = p->bufs[b].value, arg = p->arg_buf[v] == b;
+        if (arg && pp->buf_class[b] == PIPE_BUF_STATE) {
+            base += c->bytes[b];
+            if (mixed && g->values[v].role == IR_PARAM && pp->owner[b] == r) base += master_bytes(p, v);
+        } else if (arg) {
+            base += c->bytes[b]; /* an input: one micro-batch's, filled as it comes */
+        } else if (pp->buf_class[b] == PIPE_BUF_ACC && c->wseg[b] >= 0 && c->wseg[b] < 2 * V) {
+            base += c->bytes[b]; /* the accumulator */
+        }
+    }
+    c->m.base[r] = base;
+    for (int k = 0; k < ns; k++) {
+        int seg = segs[k];
+        double stash = 0;
+        double t = sweep(c, seg, pp->seg[seg].lo, pp->seg[seg].hi, seg < V ? &stash : NULL);
+        if (seg < V) c->m.stash[seg] = stash;
+        int ms = seg == pipe_seg_common(s) ? 2 * V + r : seg;
+        if (seg == pipe_seg_common(s)) c->m.transient[ms] = t;
+        else if (seg >= 2 * V) c->m.transient[ms] += t;
+        else c->m.transient[ms] = t;
+    }
+}
+
+void cost_pipe_estimate_free(cost_pipe_estimate *pe)
+{
+    if (!pe) return;
+    free(pe->stage);
+    free(pe->task_start);
+    free(pe->task_end);
+    free(pe->end_start);
+    memset(pe, 0, sizeof *pe);
+}
+
+/* Per-stage sums of compute and collective time (a step: tasks times m). */
+static void stage_times(const pricer *c, cost_pipe_stage *st, int r)
+{
+    const pipe_program *pp = c->pp;
+    const spmd_program *p = c->p;
+    const pipe_spec *s = &pp->spec;
+    int V = pp->n_vstages, m = s->microbatches;
+    for (int k = 0; k < pp->n_segs; k++) {
+        int sr = pipe_seg_stage(s, k);
+        if (sr != r && sr >= 0) continue;
+        double comp = 0, comm = 0;
+        for (int i = pp->seg[k].lo; i < pp->seg[k].hi; i++) {
+            const spmd_instr *in = &p->instrs[i];
+            if (spmd_kind_is_p2p(in->kind)) {
+                if (in->kind == SPMD_SEND) st->send_bytes += c->bytes[in->out] * (k < 2 * V ? m : 1);
+                continue;
+            }
+            if (in->kind == SPMD_COMPUTE) comp += c->it[i];
+            else comm += c->it[i];
+        }
+        if (k < V) st->fwd += comp + comm;
+        else if (k < 2 * V) st->bwd += comp + comm;
+        else st->end += comp + comm;
+        double times = k < 2 * V ? m : 1;
+        st->compute += comp * times;
+        st->comm += comm * times;
+    }
+}
+
+int cost_estimate_pipeline(cost_ws *ws, const pipe_program *pp, const cost_hw *hw, const cost_options *opt,
+                           cost_estimate *out, cost_pipe_estimate *pe, char *err, size_t errlen)
+{
+    const spmd_program *p = pp->prog;
+    const pipe_spec *s = &pp->spec;
+    static const cost_options defaults = {COST_FP32, 0, 0, COST_GRADS_AUTO};
+    if (!opt) opt = &defaults;
+    if (cost_estimate_program(ws, p, hw, opt, out, err, errlen) < 0) return -1;
+    pricer c = {.pp = pp, .p = p, .it = out->instr_time, .bytes = cost_ws_buffer_bytes(ws), .ws = ws};
+    int P = s->stages, rc = 0, mixed = opt->precision == COST_MIXED_BF16 || opt->precision == COST_MIXED_FP16;
+    cost_pipe_result res;
+    memset(&res, 0, sizeof res);
+    cost_pipe_stage *stg = calloc((size_t)P, sizeof *stg);
+    c.last_read = malloc(((size_t)p->n_bufs + 1) * sizeof *c.last_read);
+    c.wseg = malloc(((size_t)p->n_bufs + 1) * sizeof *c.wseg);
+    if (!stg || !c.last_read || !c.wseg || build_model(&c, hw) < 0) {
+        rc = ir_errf(err, errlen, "pipeline: out of memory pricing the schedule");
+        goto done;
+    }
+    for (int r = 0; r < P; r++) stage_bytes(&c, r, mixed);
+    if (cost_pipe_simulate(&c.m, &res, err, errlen) < 0) {
+        rc = -1;
+        goto done;
+    }
+    int busiest = 0;
+    double idle = 0, ideal = 0;
+    for (int r = 0; r < P; r++) {
+        cost_pipe_stage *st = &stg[r];
+        stage_times(&c, st, r);
+        st->busy = res.busy[r];
+        st->idle = res.step - res.busy[r];
+        st->peak = res.peak[r];
+        st->base = c.m.base[r];
+        st->in_flight = res.in_flight[r];
+        for (int ch = 0; ch < s->chunks; ch++) {
+            int vs = ch * P + r;
+            st->stash += c.m.stash[vs];
+            st->n_layers += s->first[vs + 1] - s->first[vs];
+        }
+        st->first_layer = s->first[r];
+        idle += st->idle / res.step;
+        if (s->microbatches * (st->fwd + st->bwd) > ideal) ideal = s->microbatches * (st->fwd + st->bwd);
+        if (st->busy > stg[busiest].busy || (st->peak > stg[busiest].peak && st->busy == stg[busiest].busy)) busiest = r;
+    }
+    int top = 0;
+    for (int r = 1; r < P; r++)
+        if (stg[r].peak > stg[top].peak) top = r;
+    out->step_time = res.step;
+    out->compute_time = stg[busiest].compute;
+    out->comm_time = res.step - stg[busiest].compute; /* the rest of its step: collectives, transfers, waiting */
+    out->flops *= (double)s->microbatches / P;          /* mean per device */
+    out->comm_bytes = out->wire_bytes = stg[busiest].send_bytes;
+    out->peak_memory = stg[top].peak;
+    out->capacity = opt->memory_capacity > 0 ? opt->memory_capacity : hw->mem_capacity;
+    out->fits = out->peak_memory <= out->capacity;
+    out->activation_peak = stg[top].peak - stg[top].base;
+    if (pe) {
+        memset(pe, 0, sizeof *pe);
+        pe->n_stages = P;
+        pe->stage = stg;
+        stg = NULL;
+        pe->step = res.step;
+        pe->bubble = idle / P;
+        pe->ideal = ideal;
+        pe->n_tasks = pipe_task_count(s);
+        pe->task_start = res.task_start;
+        pe->task_end = res.task_end;
+        pe->end_start = res.end_start;
+        res.task_start = res.task_end = res.end_start = NULL;
+        for (int r = 0; r < P; r++) pe->xfer_time = fmax(pe->xfer_time, pe->stage[r].send_bytes / p2p_link(hw, &p->mesh, s->axis, r, r + 1 < P ? r + 1 : r - 1).bandwidth);
+    }
+done:
+    free(stg);
+    free(c.keys);
+    free(c.send_id);
+    free(c.last_read);
+    free(c.wseg);
+    cost_pipe_model_free(&c.m);
+    cost_pipe_result_free(&res);
     return rc;
 }

@@ -85,4 +85,49 @@ int cost_pipe_model_uniform(cost_pipe_model *m, const pipe_spec *spec, double tf
 int cost_pipe_simulate(const cost_pipe_model *m, cost_pipe_result *r, char *err, size_t errlen);
 void cost_pipe_result_free(cost_pipe_result *r);
 
+/* ---- a pipelined program priced --------------------------------------------- */
+#include "cost/cost.h"
+
+/* Per stage (every device of the stage alike). */
+typedef struct cost_pipe_stage {
+    double busy;        /* s a step: its tasks' work and its end of step */
+    double fwd, bwd;    /* s: one micro-batch's forward / backward over all its chunks */
+    double end;         /* s: its end of step (the common part included) */
+    double compute, comm; /* s a step: of busy, compute instructions and collectives inside the stage */
+    double idle;        /* s: step - busy (its bubble) */
+    double send_bytes;  /* bytes it sends a step (precision-scaled) */
+    double peak;        /* bytes: its peak */
+    double base;        /* bytes held all step: params, optimizer states, f32 master weights, accumulators */
+    double stash;       /* bytes: one micro-batch's stashed activations over all its chunks */
+    int in_flight;      /* most (micro-batch, chunk) stashes held at once */
+    int first_layer, n_layers; /* its layers (chunk 0; interleaved: every chunk's in docs) */
+} cost_pipe_stage;
+
+typedef struct cost_pipe_estimate {
+    int n_stages;
+    cost_pipe_stage *stage;   /* [n_stages], owned by the estimate: free with cost_pipe_estimate_free */
+    double step;              /* s */
+    double bubble;            /* mean over stages of idle / step */
+    double ideal;             /* m * max over stages of (fwd + bwd): the work of the busiest stage's tasks */
+    double xfer_time;         /* s a step: the busiest link's transfers (per micro-batch ones times m) */
+    int n_tasks;              /* 2 m v a stage */
+    double *task_start, *task_end; /* [stage * n_tasks + i], in pipe_task_order's order */
+    double *end_start;        /* [stage] */
+} cost_pipe_estimate;
+
+/* Prices pipelined program pp: each instruction as cost_estimate_program
+ * prices it, each transfer on the link between its two devices (the axis'
+ * own link when the profile names it; else intra-node when both devices are
+ * in one node by their numbers, inter-node otherwise), the schedule
+ * simulated (cost_pipe_simulate).  Fills *out as for any plan: step_time the
+ * simulated step, peak_memory the largest stage's, fits, compute_time and
+ * comm_time of the busiest stage (its intra-stage collectives and its
+ * transfers' share are comm); the breakdowns per op kind, collective kind,
+ * phase and layer are the body's (one micro-batch of every stage).  pe may be
+ * NULL.  Returns 0, or -1 with a message (a profile that fails its check, a
+ * schedule that deadlocks). */
+int cost_estimate_pipeline(cost_ws *ws, const pipe_program *pp, const cost_hw *hw, const cost_options *opt,
+                           cost_estimate *out, cost_pipe_estimate *pe, char *err, size_t errlen);
+void cost_pipe_estimate_free(cost_pipe_estimate *pe);
+
 #endif
