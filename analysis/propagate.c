@@ -101,6 +101,7 @@ void shard_state_reset(shard_state *s)
     s->n_conflicts = 0;
     s->n_log = 0;
     s->gather_policy = 0;
+    s->reserved_axes = 0;
     if (s->conflict_keys) memset(s->conflict_keys, 0, (size_t)s->conflict_cap * sizeof *s->conflict_keys);
 }
 
@@ -113,6 +114,7 @@ void shard_state_copy(shard_state *dst, const shard_state *src)
     memcpy(dst->contested, src->contested, (size_t)src->g->n_ops);
     dst->n_decisions = src->n_decisions;
     dst->gather_policy = src->gather_policy;
+    dst->reserved_axes = src->reserved_axes;
     if (dst->cap_log < src->n_log) {
         dst->cap_log = src->n_log;
         dst->log = realloc(dst->log, (size_t)dst->cap_log * sizeof *dst->log);
@@ -485,6 +487,10 @@ int shard_apply(shard_state *s, const shard_decision *d, char *err, size_t errle
         if (err) snprintf(err, errlen, "decision on '%s': no dim %d (rank %d)", x->name, d->dim, x->rank);
         return -1;
     }
+    if (s->reserved_axes & bit) {
+        if (err) snprintf(err, errlen, "decision on '%s': axis '%s' holds the pipeline's stages; nothing is sharded over it", x->name, s->mesh->names[a]);
+        return -1;
+    }
     if (shard_spec_tiled(sp, x->rank) & bit) {
         for (int k = 0; k < sp->n[d->dim]; k++)
             if (sp->axes[d->dim][k] == a) return 1; /* already so */
@@ -530,7 +536,7 @@ uint64_t shard_state_hash(const shard_state *s)
 
 uint64_t shard_state_plan_hash(shard_state *s)
 {
-    uint64_t h = shard_state_hash(s) ^ (uint64_t)s->gather_policy << 60;
+    uint64_t h = shard_state_hash(s) ^ (uint64_t)s->gather_policy << 60 ^ (uint64_t)s->reserved_axes << 52;
     int saved = s->record_conflicts, n_ops = s->g->n_ops;
     s->record_conflicts = 0;
     shard_factor_axes fa[SHARD_MAX_FACTORS];

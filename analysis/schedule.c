@@ -3,6 +3,7 @@
  * megatron) find what to split from the graph's structure (structure.h), so
  * they apply to any graph, whatever its params are called. */
 #include "schedule.h"
+#include "pipeline.h"
 #include "spmd.h"
 
 #include "groups.h"
@@ -45,6 +46,61 @@ static int parse_layers(const char *text, tactic *t)
     if (*end || a > b || b >= (1 << 20)) return -1;
     t->lo = (int)a;
     t->hi = (int)b;
+    return 0;
+}
+
+/* pipeline:AXIS[:M[:SCHED[:SPLIT]]] (parts split at ':', np of them). */
+static int parse_pipeline(const char *tac, char **parts, int np, const shard_mesh *m, tactic *t, char *err, size_t n)
+{
+    if (np < 2 || !parts[1][0])
+        return ir_errf(err, n, "schedule: tactic '%s': write pipeline:AXIS, pipeline:AXIS:M, pipeline:AXIS:M:SCHED or pipeline:AXIS:M:SCHED:SPLIT", tac);
+    t->kind = TACTIC_PIPELINE;
+    t->dim = PIPE_1F1B;
+    t->hi = 1;
+    if ((t->axis = parse_axis(parts[1], m, tac, err, n)) < 0) return -1;
+    if (m->sizes[t->axis] < 2)
+        return ir_errf(err, n, "schedule: tactic '%s': axis '%s' has %lld device; a pipeline needs at least 2 stages", tac, parts[1],
+                       (long long)m->sizes[t->axis]);
+    if (np >= 3 && strcmp(parts[2], "auto")) {
+        char *end;
+        long c = strtol(parts[2], &end, 10);
+        if (!isdigit((unsigned char)parts[2][0]) || *end || c < 1 || c > PIPE_MAX_MICROBATCHES)
+            return ir_errf(err, n, "schedule: tactic '%s': M (micro-batches) must be a number in 1..%d", tac, PIPE_MAX_MICROBATCHES);
+        t->lo = (int)c;
+    }
+    if (np >= 4) {
+        const char *s = parts[3];
+        if (!strcmp(s, "gpipe")) t->dim = PIPE_GPIPE;
+        else if (!strcmp(s, "1f1b")) t->dim = PIPE_1F1B;
+        else if (!strncmp(s, "interleaved-", 12) && isdigit((unsigned char)s[12])) {
+            char *end;
+            long v = strtol(s + 12, &end, 10);
+            if (*end || v < 2 || v > 64)
+                return ir_errf(err, n, "schedule: tactic '%s': interleaved-V needs V (model chunks per device) in 2..64", tac);
+            t->dim = PIPE_INTERLEAVED;
+            t->hi = (int)v;
+        } else {
+            return ir_errf(err, n, "schedule: tactic '%s': SCHED must be 1f1b, gpipe or interleaved-V (V chunks per device)", tac);
+        }
+    }
+    if (t->dim == PIPE_INTERLEAVED && t->hi * m->sizes[t->axis] > PIPE_MAX_VSTAGES)
+        return ir_errf(err, n, "schedule: tactic '%s': %lld virtual stages, at most %d", tac, (long long)(t->hi * m->sizes[t->axis]),
+                       PIPE_MAX_VSTAGES);
+    if (np >= 5 && strcmp(parts[4], "auto")) {
+        const char *s = parts[4];
+        int count = 0, digits = 0;
+        for (const char *q = s; *q; q++) {
+            if (isdigit((unsigned char)*q)) digits++;
+            else if (*q == '/' && digits) count++, digits = 0;
+            else return ir_errf(err, n, "schedule: tactic '%s': SPLIT must be auto or layer counts joined by '/' (7/6/6/5)", tac);
+        }
+        if (!digits) return ir_errf(err, n, "schedule: tactic '%s': SPLIT must be auto or layer counts joined by '/' (7/6/6/5)", tac);
+        if (++count != t->hi * m->sizes[t->axis])
+            return ir_errf(err, n, "schedule: tactic '%s': SPLIT gives %d layer counts, the pipeline has %lld virtual stages", tac, count,
+                           (long long)(t->hi * m->sizes[t->axis]));
+        if (strlen(s) >= SCHED_NAME_LEN) return ir_errf(err, n, "schedule: tactic '%s': SPLIT is longer than %d characters", tac, SCHED_NAME_LEN - 1);
+        strcpy(t->pattern, s);
+    }
     return 0;
 }
 
@@ -119,6 +175,7 @@ static int parse_tactic(const char *tac, const shard_mesh *m, tactic *t, char *e
         t->lo = t->hi = !strcmp(parts[1], "keep") ? SPMD_GATHER_KEEP : SPMD_GATHER_REGATHER;
         return 0;
     }
+    if (!strcmp(k, "pipeline")) return parse_pipeline(tac, parts, np, m, t, err, n);
     if (!strcmp(k, "tile") || !strcmp(k, "group")) {
         if (np != 4) return ir_errf(err, n, "schedule: tactic '%s': write %s:NAME:DIM:AXIS", tac, k);
         char *end;
@@ -142,7 +199,30 @@ static int parse_tactic(const char *tac, const shard_mesh *m, tactic *t, char *e
         if ((t->axis = parse_axis(parts[2], m, tac, err, n)) < 0) return -1;
         return 0;
     }
-    return ir_errf(err, n, "schedule: unknown tactic '%s' (known: dp, megatron, zero1, zero2, zero3, ep, tile, atomic, group, remat, microbatch, gather, auto)", k);
+    return ir_errf(err, n, "schedule: unknown tactic '%s' (known: dp, megatron, zero1, zero2, zero3, ep, tile, atomic, group, remat, microbatch, gather, pipeline, auto)", k);
+}
+
+/* At most one pipeline; no other tactic on its axis; not with microbatch. */
+static int check_pipeline(const schedule *s, const shard_mesh *m, char *err, size_t n)
+{
+    int pipe = -1;
+    for (int i = 0; i < s->n; i++)
+        if (s->t[i].kind == TACTIC_PIPELINE) {
+            if (pipe >= 0) return ir_errf(err, n, "schedule: two pipeline tactics; a plan has one pipeline");
+            pipe = i;
+        }
+    if (pipe < 0) return 0;
+    int axis = s->t[pipe].axis;
+    for (int i = 0; i < s->n; i++) {
+        const tactic *t = &s->t[i];
+        if (t->kind == TACTIC_MICROBATCH)
+            return ir_errf(err, n, "schedule: microbatch:%d with pipeline:%s: the pipeline makes its own micro-batches (pipeline:%s:M)", t->lo,
+                           m->names[axis], m->names[axis]);
+        if (i != pipe && t->kind != TACTIC_AUTO && t->kind != TACTIC_REMAT && t->kind != TACTIC_GATHER && t->axis == axis)
+            return ir_errf(err, n, "schedule: tactic %d shards over '%s', the pipeline's axis; nothing is sharded over it", i + 1,
+                           m->names[axis]);
+    }
+    return 0;
 }
 
 static int parse_list(const char *text, const shard_mesh *m, schedule *out, char *err, size_t n)
@@ -164,7 +244,7 @@ static int parse_list(const char *text, const shard_mesh *m, schedule *out, char
         p = q + 1;
         if (!*p) return ir_errf(err, n, "schedule '%s': empty tactic (two commas, or a comma at an end)", text);
     }
-    return 0;
+    return check_pipeline(out, m, err, n);
 }
 
 int sched_parse_json(const char *text, const char *where, const shard_mesh *m, schedule *out, char *err, size_t n)
@@ -219,7 +299,12 @@ int sched_parse_json(const char *text, const char *where, const shard_mesh *m, s
         out->n++;
         i++;
     }
-    rc = 0;
+    rc = check_pipeline(out, m, err, n) < 0 ? -1 : 0;
+    if (rc) {
+        char e2[IR_ERR_LEN];
+        snprintf(e2, sizeof e2, "%s", err);
+        ir_errf(err, n, "%s: %s", where, e2);
+    }
 done:
     cJSON_Delete(j);
     return rc;
@@ -265,7 +350,7 @@ int sched_parse(const char *text, const shard_mesh *mesh, schedule *out, char *e
 
 char *sched_str(const schedule *s, const shard_mesh *mesh, char *buf, size_t n)
 {
-    static const char *const names[] = {"dp", "megatron", "zero1", "zero2", "zero3", "tile", "atomic", "auto", "remat", "group", "microbatch", "ep", "gather"};
+    static const char *const names[] = {"dp", "megatron", "zero1", "zero2", "zero3", "tile", "atomic", "auto", "remat", "group", "microbatch", "ep", "gather", "pipeline"};
     size_t k = 0;
     buf[0] = 0;
     for (int i = 0; i < s->n && k < n; i++) {
@@ -291,6 +376,15 @@ char *sched_str(const schedule *s, const shard_mesh *mesh, char *buf, size_t n)
             break;
         case TACTIC_MICROBATCH: k += (size_t)snprintf(buf + k, n - k, "microbatch:%d", t->lo); break;
         case TACTIC_GATHER: k += (size_t)snprintf(buf + k, n - k, "gather:%s", spmd_gather_policy_name(t->lo)); break;
+        case TACTIC_PIPELINE: {
+            char sch[32], mb[16];
+            if (t->dim == PIPE_INTERLEAVED) snprintf(sch, sizeof sch, "interleaved-%d", t->hi);
+            else snprintf(sch, sizeof sch, "%s", pipe_schedule_name(t->dim));
+            if (t->lo) snprintf(mb, sizeof mb, "%d", t->lo);
+            else snprintf(mb, sizeof mb, "auto");
+            k += (size_t)snprintf(buf + k, n - k, "pipeline:%s:%s:%s:%s", ax, mb, sch, t->pattern[0] ? t->pattern : "auto");
+            break;
+        }
         }
     }
     return buf;
@@ -413,7 +507,8 @@ int sched_expand(const tactic *t, const shard_state *st, shard_decision *out, in
     int n = 0;
     switch (t->kind) {
     case TACTIC_AUTO:
-    case TACTIC_GATHER: /* sched_apply sets the state's policy */
+    case TACTIC_GATHER:   /* sched_apply sets the state's policy */
+    case TACTIC_PIPELINE: /* sched_apply reserves the axis; pipe_lower cuts the stages */
         return 0;
     case TACTIC_REMAT:
         for (int v = 0; v < g->n_values; v++)
@@ -495,6 +590,54 @@ int sched_microbatches(const schedule *s)
     return n;
 }
 
+int sched_pipeline_default_microbatches(int64_t batch, int p)
+{
+    int best = 1;
+    for (int64_t d = 1; d <= 4 * (int64_t)p && d <= batch; d++)
+        if (batch % d == 0) best = (int)d;
+    return best;
+}
+
+int sched_pipeline(const schedule *s, const shard_mesh *mesh, int64_t batch, int n_layers, pipe_spec *out, char *err, size_t errlen)
+{
+    *out = pipe_spec_none();
+    const tactic *t = NULL;
+    for (int i = 0; i < s->n; i++)
+        if (s->t[i].kind == TACTIC_PIPELINE) t = &s->t[i];
+    if (!t) return 0;
+    const char *ax = mesh->names[t->axis];
+    out->axis = t->axis;
+    out->stages = (int)mesh->sizes[t->axis];
+    out->schedule = t->dim;
+    out->chunks = t->dim == PIPE_INTERLEAVED ? t->hi : 1;
+    out->microbatches = t->lo;
+    if (!out->microbatches) {
+        if (batch <= 0) return ir_errf(err, errlen, "pipeline:%s: give the micro-batches (pipeline:%s:M): the batch is not known", ax, ax);
+        out->microbatches = sched_pipeline_default_microbatches(batch, out->stages);
+        if (t->dim == PIPE_INTERLEAVED) /* a multiple of the stages */
+            for (int d = out->microbatches; d >= out->stages; d--)
+                if (d % out->stages == 0 && batch % d == 0) {
+                    out->microbatches = d;
+                    break;
+                }
+    }
+    if (batch > 0 && batch % out->microbatches)
+        return ir_errf(err, errlen, "pipeline:%s: %d micro-batches do not divide the batch of %lld", ax, out->microbatches, (long long)batch);
+    int V = pipe_vstages(out);
+    out->split_auto = !t->pattern[0];
+    if (n_layers >= 0) {
+        pipe_split_even(out, n_layers);
+        if (!out->split_auto) {
+            const char *q = t->pattern;
+            for (int i = 0; i < V; i++) {
+                out->first[i + 1] = out->first[i] + (int)strtol(q, (char **)&q, 10);
+                if (*q == '/') q++;
+            }
+        }
+    }
+    return pipe_spec_check(out, mesh, n_layers, err, errlen) < 0 ? -1 : 1;
+}
+
 int sched_gather_policy(const schedule *s)
 {
     int policy = -1;
@@ -532,6 +675,7 @@ int sched_apply(const schedule *s, shard_state *st, char *err, size_t errlen)
     int rc = 0;
     for (int i = 0; i < s->n && rc == 0; i++) {
         if (s->t[i].kind == TACTIC_GATHER) st->gather_policy = s->t[i].lo;
+        if (s->t[i].kind == TACTIC_PIPELINE) st->reserved_axes |= 1u << s->t[i].axis;
         int n = sched_expand(&s->t[i], st, d, cap, err, errlen);
         if (n < 0) {
             rc = -1;

@@ -52,6 +52,17 @@
  *                      regather (gather a sharded param again for the
  *                      backward pass) or keep (the backward reuses the
  *                      forward's gathered copy); sets st->gather_policy
+ *   pipeline:AXIS[:M[:SCHED[:SPLIT]]]
+ *                      pipeline parallelism (pipeline.h): AXIS's devices are
+ *                      the stages, nothing is sharded over it; M micro-
+ *                      batches (default: the largest divisor of the batch
+ *                      not above 4 x stages); SCHED 1f1b (default), gpipe or
+ *                      interleaved-V (V model chunks per device); SPLIT auto
+ *                      (default: balanced by the cost model) or the layers
+ *                      of each virtual stage, "7/6/6/5" (V x stages counts).
+ *                      The step is built as the body of one micro-batch
+ *                      (model_build_pipeline_body); at most one pipeline,
+ *                      not with microbatch:
  *   auto               the automatic tactic (the search fills in the rest)
  */
 #ifndef CARVE_SCHEDULE_H
@@ -79,14 +90,17 @@ typedef enum {
     TACTIC_MICROBATCH,
     TACTIC_EP,
     TACTIC_GATHER,
+    TACTIC_PIPELINE,
 } tactic_kind;
 
 typedef struct tactic {
     tactic_kind kind;
     int axis;                   /* mesh axis (not for AUTO) */
-    int dim;                    /* TILE, GROUP; REMAT: 1 full recomputation, 0 selective */
-    int lo, hi;                 /* REMAT: layer range; MICROBATCH: lo = count; GATHER: lo = policy */
-    char pattern[SCHED_NAME_LEN]; /* TILE, ATOMIC, GROUP */
+    int dim;                    /* TILE, GROUP; REMAT: 1 full recomputation, 0 selective;
+                                   PIPELINE: the schedule (pipe_schedule) */
+    int lo, hi;                 /* REMAT: layer range; MICROBATCH: lo = count; GATHER: lo = policy;
+                                   PIPELINE: lo = micro-batches (0: default), hi = chunks */
+    char pattern[SCHED_NAME_LEN]; /* TILE, ATOMIC, GROUP; PIPELINE: the split ("" = auto) */
 } tactic;
 
 typedef struct schedule {
@@ -119,6 +133,17 @@ int sched_rewrite(const schedule *s, ir_graph **g, char *err, size_t errlen);
 int sched_microbatches(const schedule *s);
 /* The gather policy of s (its last gather: tactic), or -1 if none. */
 int sched_gather_policy(const schedule *s);
+/* The pipeline of s (its pipeline: tactic) for a model of `batch` sequences
+ * and `n_layers` layers (batch 0: M must be given; n_layers -1: the split is
+ * checked later), in *out; pipe_spec_none() when s has none.  Returns 1 when
+ * s pipelines, 0 when not, -1 with a message (M does not divide the batch,
+ * a split that does not cover the layers, ...). */
+struct pipe_spec;
+int sched_pipeline(const schedule *s, const shard_mesh *mesh, int64_t batch, int n_layers, struct pipe_spec *out, char *err,
+                   size_t errlen);
+/* The micro-batches a pipeline over p stages takes by default for a batch:
+ * its largest divisor not above 4p. */
+int sched_pipeline_default_microbatches(int64_t batch, int p);
 
 /* Applies every tactic of s in order (AUTO is skipped: the caller searches;
  * graph tactics are checked to have been applied by sched_rewrite).

@@ -179,6 +179,10 @@ typedef struct shard_state {
     /* ZeRO-3 gather policy the lowering uses for this plan (spmd_gather_policy:
      * 0 regather, 1 keep); set by the gather: tactic, copied with the state */
     int gather_policy;
+    /* axes no decision may tile (a pipelined plan's pipeline axis: set by the
+     * pipeline: tactic, copied with the state); the search offers no action
+     * on them */
+    unsigned reserved_axes;
 } shard_state;
 
 /* The factor shardings of op `op` given the current shardings of its operands

@@ -438,12 +438,83 @@ static void test_price_gpt(void)
     cost_ws_free(ws);
 }
 
+/* The pipeline: tactic: its text both ways, its errors, its spec. */
+static void test_tactic(void)
+{
+    shard_mesh mesh;
+    schedule sc;
+    char err[512], buf[SCHED_STR_MAX];
+    CHECK(shard_mesh_parse("data=2,pipe=4,model=2", &mesh, err, sizeof err) == 0);
+    static const struct {
+        const char *in, *out;
+    } ok[] = {{"pipeline:pipe", "pipeline:pipe:auto:1f1b:auto"},
+              {"dp:data,pipeline:pipe:8", "dp:data,pipeline:pipe:8:1f1b:auto"},
+              {"pipeline:pipe:16:gpipe,megatron:model", "pipeline:pipe:16:gpipe:auto,megatron:model"},
+              {"pipeline:pipe:8:interleaved-2:3/3/3/3/3/3/3/3", "pipeline:pipe:8:interleaved-2:3/3/3/3/3/3/3/3"},
+              {"pipeline:pipe:4:1f1b:7/6/6/5,remat:all,auto", "pipeline:pipe:4:1f1b:7/6/6/5,remat:all,auto"}};
+    for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++) {
+        int rc = sched_parse(ok[i].in, &mesh, &sc, err, sizeof err);
+        CHECKF(rc == 0 && !strcmp(sched_str(&sc, &mesh, buf, sizeof buf), ok[i].out), "%s: %s", ok[i].in, rc ? err : buf);
+        schedule again;
+        CHECK(sched_parse(buf, &mesh, &again, err, sizeof err) == 0 && !memcmp(&again, &sc, sizeof sc));
+    }
+    static const struct {
+        const char *in, *says;
+    } bad[] = {{"pipeline", "write pipeline:AXIS"},
+               {"pipeline:nope", "unknown mesh axis"},
+               {"pipeline:pipe:0", "1..4096"},
+               {"pipeline:pipe:x", "1..4096"},
+               {"pipeline:pipe:8:zigzag", "1f1b, gpipe or interleaved-V"},
+               {"pipeline:pipe:8:interleaved-1", "2..64"},
+               {"pipeline:pipe:8:1f1b:3/3/3", "3 layer counts"},
+               {"pipeline:pipe:8:1f1b:3//3", "SPLIT"},
+               {"pipeline:pipe,pipeline:data", "two pipeline"},
+               {"pipeline:pipe,dp:pipe", "pipeline's axis"},
+               {"microbatch:2,pipeline:pipe", "own micro-batches"}};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        int rc = sched_parse(bad[i].in, &mesh, &sc, err, sizeof err);
+        CHECKF(rc == -1 && strstr(err, bad[i].says), "%s: %s", bad[i].in, rc ? err : "accepted");
+    }
+    shard_mesh one;
+    CHECK(shard_mesh_parse("data=2,pipe=1", &one, err, sizeof err) == 0);
+    CHECK(sched_parse("pipeline:pipe", &one, &sc, err, sizeof err) == -1 && strstr(err, "at least 2 stages"));
+    /* the spec: M by default the largest divisor of the batch up to 4p; the split given or even */
+    pipe_spec s;
+    CHECK(sched_parse("pipeline:pipe", &mesh, &sc, err, sizeof err) == 0);
+    CHECK(sched_pipeline(&sc, &mesh, 24, 12, &s, err, sizeof err) == 1 && s.microbatches == 12 && s.stages == 4 && s.axis == 1 &&
+          s.split_auto && s.first[1] == 3);
+    CHECK(sched_pipeline(&sc, &mesh, 0, 12, &s, err, sizeof err) == -1 && strstr(err, "give the micro-batches"));
+    CHECK(sched_parse("pipeline:pipe:8:interleaved-2:2/1/1/1/1/2/2/2", &mesh, &sc, err, sizeof err) == 0);
+    CHECK(sched_pipeline(&sc, &mesh, 32, 12, &s, err, sizeof err) == 1 && !s.split_auto && s.chunks == 2 && s.first[1] == 2 &&
+          s.first[2] == 3 && s.first[8] == 12);
+    CHECK(sched_pipeline(&sc, &mesh, 32, 13, &s, err, sizeof err) == -1 && strstr(err, "13"));
+    CHECK(sched_pipeline(&sc, &mesh, 12, 12, &s, err, sizeof err) == -1 && strstr(err, "do not divide"));
+    CHECK(sched_parse("dp:data", &mesh, &sc, err, sizeof err) == 0 && sched_pipeline(&sc, &mesh, 8, 2, &s, err, sizeof err) == 0 &&
+          s.axis == -1);
+    /* the axis is reserved: no decision may tile it, the search offers nothing on it */
+    ir_graph *g = NULL;
+    model_config cfg;
+    CHECK(model_parse("gpt:layers=4,hidden=32,heads=4,seq=8,batch=8,vocab=64", &cfg, err, sizeof err) == 0);
+    g = model_build_pipeline_body(&cfg, NULL, 2, err, sizeof err);
+    CHECK(g != NULL);
+    shard_state *st = shard_state_new(g, &mesh);
+    CHECK(sched_parse("pipeline:pipe:2,dp:data", &mesh, &sc, err, sizeof err) == 0 && sched_apply(&sc, st, err, sizeof err) == 0);
+    shard_decision d = {SHARD_TILE, 0, 1, ir_find(g, "tokens")};
+    CHECK(shard_apply(st, &d, err, sizeof err) == -1 && strstr(err, "pipeline"));
+    d.axis = 2;
+    int rc = shard_apply(st, &d, err, sizeof err);
+    CHECKF(rc >= 0, "%s", err);
+    shard_state_free(st);
+    ir_free(g);
+}
+
 int main(void)
 {
     test_orders();
     test_closed_forms();
     test_deadlock();
     test_spec_check();
+    test_tactic();
     test_lower_gpt();
     test_price_gpt();
     return test_done();
