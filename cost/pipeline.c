@@ -568,3 +568,106 @@ done:
     cost_pipe_result_free(&res);
     return rc;
 }
+
+/* ---- the layer split ---------------------------------------------------------- */
+
+void cost_pipe_balance(const pipe_program *pp, const double *instr_time, pipe_spec *out)
+{
+    const spmd_program *p = pp->prog;
+    const pipe_spec *s = &pp->spec;
+    int V = pp->n_vstages, L = s->n_layers, m = s->microbatches;
+    *out = *s;
+    out->split_auto = 0;
+    if (V <= 1 || L <= 0) return;
+    double *w = calloc((size_t)L + 1, sizeof *w), *extra = calloc((size_t)V, sizeof *extra);
+    double *best = malloc((size_t)(V + 1) * (L + 1) * sizeof *best);
+    int *cut = malloc((size_t)(V + 1) * (L + 1) * sizeof *cut);
+    if (!w || !extra || !best || !cut) goto done;
+    for (int k = 0; k < pp->n_segs; k++) {
+        int fb = k < 2 * V, vs = k < V ? k : k < 2 * V ? k - V : -1;
+        for (int i = pp->seg[k].lo; i < pp->seg[k].hi; i++) {
+            const spmd_instr *in = &p->instrs[i];
+            if (spmd_kind_is_p2p(in->kind)) continue;
+            double t = instr_time[i] * (fb ? m : 1);
+            if (in->layer >= 0 && in->layer < L) w[in->layer] += t;
+            else if (vs >= 0) extra[vs] += t;
+        }
+    }
+    /* best[v][j]: the least largest work of virtual stages 0..v-1 holding layers 0..j-1 */
+#define B(v, j) best[(size_t)(v) * (L + 1) + (j)]
+#define C(v, j) cut[(size_t)(v) * (L + 1) + (j)]
+    for (int j = 0; j <= L; j++) B(0, j) = j ? 1e300 : 0;
+    for (int v = 1; v <= V; v++)
+        for (int j = 0; j <= L; j++) {
+            double sum = extra[v - 1], b = 1e300;
+            int at = j;
+            /* stage v-1 holds layers i..j-1: at least one when there are layers enough (the untagged work
+               follows the layers: a stage without any would hand its head to the stage before) */
+            for (int i = L >= V ? j - 1 : j; i >= 0; i--) {
+                sum += i < j ? w[i] : 0;
+                double x = B(v - 1, i) > sum ? B(v - 1, i) : sum;
+                if (x < b * (1 - 1e-12)) b = x, at = i;
+            }
+            B(v, j) = b;
+            C(v, j) = at;
+        }
+    out->first[V] = L;
+    for (int v = V, j = L; v > 0; v--) {
+        j = C(v, j);
+        out->first[v - 1] = j;
+    }
+    out->first[0] = 0;
+#undef B
+#undef C
+done:
+    free(w);
+    free(extra);
+    free(best);
+    free(cut);
+}
+
+int cost_price_pipelined(cost_ws *ws, shard_state *st, const pipe_spec *spec, const spmd_options *opts, const cost_hw *hw,
+                         const cost_options *opt, pipe_program *pp, cost_estimate *e, cost_pipe_estimate *pe, char *err,
+                         size_t errlen)
+{
+    pipe_spec sp = *spec;
+    int autos = sp.split_auto;
+    if (autos) {
+        pipe_split_even(&sp, st->g->n_layers);
+        sp.split_auto = 0;
+    }
+    memset(pp, 0, sizeof *pp);
+    if (pe) memset(pe, 0, sizeof *pe);
+    if (pipe_lower(st, &sp, opts, pp, err, errlen) < 0) return -1;
+    if (cost_estimate_pipeline(ws, pp, hw, opt, e, pe, err, errlen) < 0) {
+        pipe_program_free(pp);
+        return -1;
+    }
+    if (!autos) return 0;
+    pipe_spec bal;
+    cost_pipe_balance(pp, e->instr_time, &bal);
+    if (!memcmp(bal.first, sp.first, sizeof bal.first)) return 0;
+    pipe_program q;
+    cost_estimate f;
+    cost_pipe_estimate qe;
+    if (pipe_lower(st, &bal, opts, &q, err, errlen) < 0) return 0; /* keep the even split */
+    if (cost_estimate_pipeline(ws, &q, hw, opt, &f, pe ? &qe : NULL, err, errlen) < 0) {
+        pipe_program_free(&q);
+        return 0;
+    }
+    int better = f.fits != e->fits ? f.fits : f.fits ? f.step_time < e->step_time : f.peak_memory < e->peak_memory;
+    if (!better) {
+        pipe_program_free(&q);
+        if (pe) cost_pipe_estimate_free(&qe);
+        /* the workspace now holds the balanced program's buffers: price the even one again */
+        return cost_estimate_pipeline(ws, pp, hw, opt, e, NULL, err, errlen) < 0 ? -1 : 0;
+    }
+    pipe_program_free(pp);
+    *pp = q;
+    *e = f;
+    if (pe) {
+        cost_pipe_estimate_free(pe);
+        *pe = qe;
+    }
+    return 0;
+}

@@ -130,4 +130,23 @@ int cost_estimate_pipeline(cost_ws *ws, const pipe_program *pp, const cost_hw *h
                            cost_estimate *out, cost_pipe_estimate *pe, char *err, size_t errlen);
 void cost_pipe_estimate_free(cost_pipe_estimate *pe);
 
+/* A layer split for pp's pipeline balanced by the priced work: each layer's
+ * seconds a step (its instructions in forward and backward segments m times,
+ * in ends once; instr_time as cost_estimate_program left it), each virtual
+ * stage's untagged work (GPT's embedding on the first, head and loss on the
+ * last), and the split of contiguous layers that makes the largest virtual
+ * stage's work least (exact, by dynamic programming; ties keep the earlier
+ * stages larger).  Writes first[] into *out (a copy of pp's spec). */
+void cost_pipe_balance(const pipe_program *pp, const double *instr_time, pipe_spec *out);
+
+/* Lowers st under spec (pipe_lower) and prices it.  A spec with split_auto
+ * is priced at the even split first, then at cost_pipe_balance's split when
+ * that moves a layer, and the faster of the two is kept (a plan that fits
+ * first).  *pp receives the program priced (free with pipe_program_free;
+ * pp->spec holds the split).  pe may be NULL.  Returns 0, or -1 with a
+ * message. */
+int cost_price_pipelined(cost_ws *ws, shard_state *st, const pipe_spec *spec, const spmd_options *opts, const cost_hw *hw,
+                         const cost_options *opt, pipe_program *pp, cost_estimate *e, cost_pipe_estimate *pe, char *err,
+                         size_t errlen);
+
 #endif

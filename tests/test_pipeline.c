@@ -508,6 +508,38 @@ static void test_tactic(void)
     ir_free(g);
 }
 
+/* The cost model's split: a large vocabulary makes the last stage (head and
+ * loss) heavy, so it gets fewer layers, and the step is no slower than the
+ * even split's. */
+static void test_balance(void)
+{
+    char err[512];
+    cost_hw hw;
+    CHECK(cost_hw_preset("a100", &hw, err, sizeof err) == 0);
+    cost_options o = {.precision = COST_MIXED_BF16};
+    cost_ws *ws = cost_ws_new();
+    pipe_program pp, bal;
+    shard_state *st;
+    ir_graph *g = lower_pipe("gpt:layers=16,hidden=1024,heads=8,seq=512,batch=32,vocab=65536", 8, "data=2,pipe=4", "dp:data", "pipe",
+                             PIPE_1F1B, 1, &pp, &st);
+    cost_estimate even, best;
+    CHECK(cost_estimate_pipeline(ws, &pp, &hw, &o, &even, NULL, err, sizeof err) == 0);
+    pipe_spec s = pp.spec;
+    s.split_auto = 1;
+    CHECK(cost_price_pipelined(ws, st, &s, NULL, &hw, &o, &bal, &best, NULL, err, sizeof err) == 0);
+    int last = bal.spec.first[4] - bal.spec.first[3], first = bal.spec.first[1] - bal.spec.first[0];
+    CHECKF(!bal.spec.split_auto && bal.spec.first[4] == 16 && last < 4 && first >= 4 && best.step_time < even.step_time,
+           "split %d/%d/%d/%d: %g s against the even split's %g s", bal.spec.first[1], bal.spec.first[2] - bal.spec.first[1],
+           bal.spec.first[3] - bal.spec.first[2], last, best.step_time, even.step_time);
+    pipe_program_free(&pp);
+    pipe_program_free(&bal);
+    const shard_mesh *mesh = st->mesh;
+    shard_state_free(st);
+    free((void *)mesh);
+    ir_free(g);
+    cost_ws_free(ws);
+}
+
 int main(void)
 {
     test_orders();
@@ -517,5 +549,6 @@ int main(void)
     test_tactic();
     test_lower_gpt();
     test_price_gpt();
+    test_balance();
     return test_done();
 }
