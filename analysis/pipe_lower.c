@@ -30,6 +30,12 @@
  *     before its first reader on the receiving stage (one per buffer and
  *     stage); an updated param goes back from its owner to every other stage
  *     that holds it;
+ *     A buffer the other axes hold whole on every device (tensor parallelism's
+ *     activations at a stage boundary) is sent in shares: each device slices
+ *     its 1/n of it, sends that, and the receiving devices all-gather it over
+ *     those axes (Narayanan et al., SC 2021, 4.1, "scatter/gather"; Megatron-
+ *     LM's default, --no-scatter-gather-tensors-in-pipeline turns it off):
+ *     the slow link carries 1/n of the bytes, the fast one the rest;
  *  4. reorder the instructions into segments (forwards 0..V-1, backwards
  *     V-1..0, the common end, the ends of stages 0..p-1), each keeping the
  *     lowering's order, so the flat program stays in dependency order; then
@@ -53,6 +59,9 @@ typedef struct xfer {
     int recv_seg;  /* segment of the RECV */
     int recv_at;   /* original instruction before which it is received; -1: at the end of recv_seg */
     int clone;     /* 1: no transfer, the writer runs again on `to` (a value made from no argument) */
+    int part;      /* scatter / gather: the buffer of one device's share, sent instead of buf; else -1 */
+    unsigned part_axes; /* the axes buf is replicated on: sliced before, gathered after */
+    int part_dim;
 } xfer;
 
 typedef struct plower {
@@ -261,6 +270,51 @@ static xfer *find_xfer(plower *c, int buf, int to)
     return NULL;
 }
 
+/* Appends a buffer of value v in layout spec to p. */
+static int add_buf(spmd_program *p, int v, const shard_spec *spec)
+{
+    if (p->n_bufs == p->cap_bufs) {
+        p->cap_bufs = p->cap_bufs ? 2 * p->cap_bufs : 256;
+        p->bufs = ir_xrealloc(p->bufs, (size_t)p->cap_bufs * sizeof *p->bufs);
+        p->next_version = ir_xrealloc(p->next_version, (size_t)p->cap_bufs * sizeof *p->next_version);
+        p->made_in = ir_xrealloc(p->made_in, (size_t)p->cap_bufs * sizeof *p->made_in);
+    }
+    p->bufs[p->n_bufs] = (spmd_buffer){v, *spec};
+    p->next_version[p->n_bufs] = -1;
+    p->made_in[p->n_bufs] = 0;
+    return p->n_bufs++;
+}
+
+/* Scatter / gather: when the other axes hold x's buffer whole (not tiled,
+ * not partial on them), its share per device is sliced off a dim their
+ * product divides, sent, and gathered again on the receiving side. */
+static void plan_parts(plower *c, xfer *x)
+{
+    spmd_program *p = c->p;
+    const shard_spec *sp = &p->bufs[x->buf].spec;
+    const ir_value *v = &c->g->values[p->bufs[x->buf].value];
+    unsigned tiled = shard_spec_tiled(sp, v->rank), axes = 0;
+    int64_t n = 1;
+    for (int a = 0; a < p->mesh.n_axes; a++)
+        if (a != c->sp.axis && p->mesh.sizes[a] > 1 && !(tiled & (1u << a)) && !(sp->partial & (1u << a))) {
+            axes |= 1u << a;
+            n *= p->mesh.sizes[a];
+        }
+    if (!axes) return;
+    int64_t dims[IR_MAX_RANK];
+    spmd_buffer_dims(p, x->buf, dims);
+    int d = -1;
+    for (int k = 0; k < v->rank; k++) /* the largest dim they divide */
+        if (dims[k] % n == 0 && sp->n[k] + __builtin_popcount(axes) <= SHARD_MAX_AXES && (d < 0 || dims[k] > dims[d])) d = k;
+    if (d < 0) return;
+    shard_spec part = *sp;
+    for (int a = 0; a < p->mesh.n_axes; a++) /* major to minor, after the dim's own axes */
+        if (axes & (1u << a)) part.axes[d][part.n[d]++] = (uint8_t)a;
+    x->part = add_buf(p, p->bufs[x->buf].value, &part);
+    x->part_axes = axes;
+    x->part_dim = d;
+}
+
 /* Buffer b, written by original instruction w (segment wseg), is read on
  * stage `to` by original instruction `at` (segment rseg; at -1: by an
  * output at the end of rseg).  Returns 0, or -1 with a message. */
@@ -298,7 +352,8 @@ static int need(plower *c, int b, int w, int to, int rseg, int at)
     }
     int acc = is_fb(c, wseg) && !is_fb(c, rseg); /* a micro-batch value read at the end: its sum */
     c->x[c->n_x++] = (xfer){.buf = b, .from = from, .to = to, .send_seg = acc ? end_seg(c, from) : wseg,
-                            .send_at = acc || clone ? -1 : w, .recv_seg = rseg, .recv_at = at, .clone = clone};
+                            .send_at = acc || clone ? -1 : w, .recv_seg = rseg, .recv_at = at, .clone = clone, .part = -1};
+    if (!clone) plan_parts(c, &c->x[c->n_x - 1]);
     return 0;
 }
 
@@ -372,6 +427,31 @@ typedef struct emitter {
     int n;
 } emitter;
 
+/* One instruction of a transfer: kind on buffer `buf` (SEND reads it, RECV
+ * writes it; SLICE and ALL_GATHER between `from` and `to`). */
+static void emit_one(plower *c, emitter *e, const xfer *x, int kind, int seg, int from, int to)
+{
+    const spmd_program *p = c->p;
+    const spmd_instr *src = &p->instrs[c->writer[x->buf]];
+    spmd_instr *in = &e->out[e->n];
+    memset(in, 0, sizeof *in);
+    in->kind = (uint8_t)kind;
+    in->axes = (uint8_t)(spmd_kind_is_p2p(kind) ? 1u << c->sp.axis : x->part_axes);
+    in->phase = src->phase;
+    in->dim = (int8_t)(spmd_kind_is_p2p(kind) ? -1 : x->part_dim);
+    in->dim2 = -1;
+    in->peer = (int16_t)(kind == SPMD_SEND ? x->to : kind == SPMD_RECV ? x->from : 0);
+    in->op = src->op;
+    in->value = p->bufs[x->buf].value;
+    in->out = to;
+    in->in[0] = kind == SPMD_RECV ? -1 : from;
+    in->in[1] = -1;
+    in->layer = src->layer;
+    in->bucket = -1;
+    in->bytes = kind == SPMD_SLICE ? 0 : (int64_t)spmd_buffer_bytes(p, kind == SPMD_ALL_GATHER ? to : from >= 0 ? from : to);
+    e->seg[e->n++] = seg;
+}
+
 static void emit_p2p(plower *c, emitter *e, const xfer *x, int kind, int seg)
 {
     const spmd_program *p = c->p;
@@ -381,6 +461,16 @@ static void emit_p2p(plower *c, emitter *e, const xfer *x, int kind, int seg)
     if (x->clone) { /* the writer again, on this stage */
         *in = *src;
         e->seg[e->n++] = seg;
+        return;
+    }
+    if (x->part >= 0) { /* this device's share: slice, send | receive, all-gather */
+        if (kind == SPMD_SEND) {
+            emit_one(c, e, x, SPMD_SLICE, seg, x->buf, x->part);
+            emit_one(c, e, x, SPMD_SEND, seg, x->part, x->part);
+        } else {
+            emit_one(c, e, x, SPMD_RECV, seg, -1, x->part);
+            emit_one(c, e, x, SPMD_ALL_GATHER, seg, x->part, x->buf);
+        }
         return;
     }
     memset(in, 0, sizeof *in);
@@ -410,7 +500,7 @@ static int cmp_pair(const void *a, const void *b)
 static void reorder(plower *c)
 {
     spmd_program *p = c->p;
-    int n = p->n_instrs, total = n + 2 * c->n_x;
+    int n = p->n_instrs, total = n + 4 * c->n_x;
     /* per segment, its original instructions in order (a counting sort) */
     int *start = ir_xcalloc((size_t)c->NS + 1, sizeof *start), *by_seg = ir_xcalloc((size_t)n + 1, sizeof *by_seg);
     for (int i = 0; i < n; i++) start[seg_rank(c, c->iseg[i]) + 1]++;

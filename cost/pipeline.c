@@ -4,7 +4,10 @@
  * keeps, per stage, a cursor (task, event) and its clock; per transfer and
  * micro-batch the time its data arrives (-1 until its send has run).  It
  * sweeps the stages round-robin, running each as far as it can: work moves
- * its clock, a send stamps an arrival, a receive whose data has not been
+ * its clock, a send moves it by the transfer's time and stamps the arrival
+ * (Megatron-LM's point-to-point calls wait for their transfers before the
+ * next kernel, megatron/p2p_communication.py; carve's executor copies a
+ * send out before it goes on), a receive whose data has not been
  * sent stops the stage until a later sweep.  Stages run their own fixed
  * orders, so the times are exact for the model (no event queue needed); a
  * sweep in which no stage moves while some are unfinished is a deadlock of
@@ -224,8 +227,10 @@ int cost_pipe_simulate(const cost_pipe_model *m, cost_pipe_result *r, char *err,
                     if (x->kind == COST_PIPE_WORK) {
                         c->t += x->time;
                         r->busy[st] += x->time;
-                    } else {
-                        arrive[slot] = c->t + m->xfer_time[x->xfer];
+                    } else { /* a send holds its stage until its data has left */
+                        c->t += m->xfer_time[x->xfer];
+                        r->busy[st] += m->xfer_time[x->xfer];
+                        arrive[slot] = c->t;
                     }
                     moved = 1;
                 }

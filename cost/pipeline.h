@@ -8,7 +8,7 @@
  * transfer leaves; it arrives `time` later on the link between the two
  * devices).  cost_pipe_simulate runs every stage's order: a task starts when
  * its stage has finished the task before and, at each receive, waits for
- * the data.  The step is the latest end; the bubble of a stage is the step
+ * the data; a send holds its stage for the transfer's time.  The step is the latest end; the bubble of a stage is the step
  * minus its work.  Nothing about the schedule's shape is assumed: the
  * bubble, and the micro-batches in flight that set the peak memory, are
  * outcomes of the orders (tests/test_pipeline.c checks the closed forms of

@@ -379,11 +379,12 @@ static void test_lower_gpt(void)
  * and the stages' work adds up to the unpipelined body's. */
 static void test_price_gpt(void)
 {
-    /* large enough that transfers (NVLink: the 8 devices share a node) are small beside the stages */
     const char *model = "gpt:layers=8,hidden=1024,heads=8,seq=512,batch=32,vocab=1024";
     char err[512];
     cost_hw hw;
     CHECK(cost_hw_preset("a100", &hw, err, sizeof err) == 0);
+    hw.intra.bandwidth = 1e15; /* transfers next to free: the closed forms leave them out */
+    hw.intra.latency = 1e-12;
     cost_options o = {.precision = COST_MIXED_BF16};
     cost_ws *ws = cost_ws_new();
     double peak[PIPE_N_SCHEDULES][4] = {{0}};
@@ -410,7 +411,9 @@ static void test_price_gpt(void)
             CHECKF(close_rel(pe.stage[r].idle, e.step_time - pe.stage[r].busy, 1e-12) && pe.stage[r].peak <= e.peak_memory,
                    "%s stage %d", pipe_schedule_name(kind), r);
         }
-        CHECKF(close_rel(work, m * fb, 1e-9), "%s: tasks' work %g, m x (fwd + bwd) %g", pipe_schedule_name(kind), work, m * fb);
+        /* the tasks' work: m forwards and backwards, and the sends (a send holds its stage; next to free here) */
+        CHECKF(work >= m * fb * (1 - 1e-9) && work < 1.02 * m * fb, "%s: tasks' work %g, m x (fwd + bwd) %g", pipe_schedule_name(kind),
+               work, m * fb);
         /* the stages' forward and backward passes are the body's forward and
          * backward (within 10%: the body's gradient reductions are in the
          * ends here, and fused groups are cut at stage boundaries) */
@@ -418,11 +421,15 @@ static void test_price_gpt(void)
         CHECKF(fb > 0.9 * body_fb && fb < 1.1 * body_fb, "%s: stages' passes %g s, the body's %g s", pipe_schedule_name(kind), fb,
                body_fb);
         /* the bubble: (p-1)/(m+p-1) of the step (GPipe, 1F1B) or (p-1)/(vm)
-         * of the ideal (interleaved), to 15% (stages differ: the embedding,
-         * the head and the ends) */
+         * of the ideal (interleaved), to 10% (stages differ: the embedding,
+         * the head) */
         double want = kind == PIPE_INTERLEAVED ? (double)(P - 1) / (2.0 * m) * m * (tf + tb) : (double)(P - 1) / (m + P - 1) * e.step_time;
-        double idle = e.step_time - m * (tf + tb) - pe.stage[0].end;
-        CHECKF(idle > 0.85 * want && idle < 1.15 * want, "%s: idle %g s, closed form %g s", pipe_schedule_name(kind), idle, want);
+        double idle = 0, tasks_end = 0; /* the tasks' bubble: up to the last task's end, ends of step left out */
+        for (int r = 0; r < P; r++) tasks_end = fmax(tasks_end, pe.task_end[(size_t)r * pe.n_tasks + pe.n_tasks - 1]);
+        for (int r = 0; r < P; r++) idle += (tasks_end - (pe.stage[r].busy - pe.stage[r].end)) / P;
+        /* interleaved: up to 1.3x, its chunks are less equal (the head is a larger share of one layer's chunk) */
+        CHECKF(idle > 0.9 * want && idle < (kind == PIPE_INTERLEAVED ? 1.3 : 1.1) * want, "%s: idle %g s, closed form %g s",
+               pipe_schedule_name(kind), idle, want);
         pipe_program_free(&pp);
         spmd_free(body);
         cost_pipe_estimate_free(&pe);
