@@ -11,6 +11,7 @@
 
 #include <cjson/cJSON.h>
 #include <ctype.h>
+#include <math.h>
 #include <errno.h>
 #include <stdio.h>
 #include <fnmatch.h>
@@ -507,9 +508,18 @@ int sched_expand(const tactic *t, const shard_state *st, shard_decision *out, in
     int n = 0;
     switch (t->kind) {
     case TACTIC_AUTO:
-    case TACTIC_GATHER:   /* sched_apply sets the state's policy */
-    case TACTIC_PIPELINE: /* sched_apply reserves the axis; pipe_lower cuts the stages */
+    case TACTIC_GATHER: /* sched_apply sets the state's policy */
         return 0;
+    case TACTIC_PIPELINE: { /* sched_apply reserves the axis; pipe_lower cuts the stages */
+        const ir_op *lo = g->loss >= 0 && g->values[g->loss].producer >= 0 ? &g->ops[g->values[g->loss].producer] : NULL;
+        const char *nm = g->loss >= 0 ? g->values[g->loss].name : "";
+        size_t ln = strlen(nm);
+        if (lo && lo->kind == IR_OP_SCALE && ln > 7 && !strcmp(nm + ln - 7, "/scaled") &&
+            (!t->lo || fabs(lo->attrs.scalar * t->lo - 1) < 1e-9))
+            return 0;
+        return ir_errf(err, errlen, "pipeline:%s: the training step was not built for it (the body of one micro-batch: "
+                       "model_build_pipeline_body)", m->names[t->axis]);
+    }
     case TACTIC_REMAT:
         for (int v = 0; v < g->n_values; v++)
             if (!strncmp(g->values[v].name, "remat/", 6)) return 0;

@@ -56,7 +56,7 @@ bad no-mesh "--mesh is required" "$carve" shard --model gpt-tiny --schedule dp:b
 bad bad-mesh "mesh" "$carve" shard --model gpt-tiny --mesh batch=0 --schedule dp:batch
 bad unknown-axis "unknown mesh axis 'data'" "$carve" shard --model gpt-tiny --mesh batch=2 --schedule dp:data
 bad empty-schedule "empty" "$carve" shard --model gpt-tiny --mesh batch=2 --schedule ""
-bad unknown-tactic "unknown tactic" "$carve" shard --model gpt-tiny --mesh batch=2 --schedule pipeline:batch
+bad unknown-tactic "unknown tactic" "$carve" shard --model gpt-tiny --mesh batch=2 --schedule zigzag:batch
 bad too-many-shards "smaller than its 16 shards" "$carve" shard --model gpt-tiny --mesh batch=16 --schedule dp:batch
 bad no-such-arg "no argument" "$carve" shard --model gpt-tiny --mesh batch=2 --schedule tile:nothing:0:batch
 bad both-sources "not both" "$carve" show --model gpt-tiny --graph x.json

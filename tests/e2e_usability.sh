@@ -60,10 +60,10 @@ grep -q "docs/cost-model.md" out.txt && [ -e "${CARVE_ROOT:-$(dirname "$0")/..}/
 # the schedule file format of docs/schedule-format.md, as documented
 printf '{"format": "carve-schedule/1", "tactics": ["dp:batch", "megatron:model"]}' >s.json
 "$carve" shard --model gpt-tiny --mesh batch=2,model=2 --schedule s.json --summary >/dev/null; check "schedule file" $?
-printf '{"format": "carve-schedule/1", "tactics": ["dp:batch", "pipeline:batch"]}' >s2.json
-bad schedule-file-bad-tactic "s2.json: tactics\[1\]: schedule: unknown tactic 'pipeline'" "$carve" shard --model gpt-tiny --mesh batch=2 --schedule s2.json
+printf '{"format": "carve-schedule/1", "tactics": ["dp:batch", "zigzag:batch"]}' >s2.json
+bad schedule-file-bad-tactic "s2.json: tactics\[1\]: schedule: unknown tactic 'zigzag'" "$carve" shard --model gpt-tiny --mesh batch=2 --schedule s2.json
 # the doc's table of tactics names every tactic the parser knows (its error lists them)
-"$carve" shard --model gpt-tiny --mesh batch=2 --schedule pipeline:batch >out.txt 2>err.txt
+"$carve" shard --model gpt-tiny --mesh batch=2 --schedule zigzag:batch >out.txt 2>err.txt
 known=$(grep -o "(known: [a-z0-9, ]*)" err.txt | sed 's/(known: //; s/)//; s/, /\n/g' | sort)
 doc=$(awk '/^## Tactics/ {on = 1; next} /^## / {on = 0} on && /^\| `/' "${CARVE_ROOT:-$(dirname "$0")/..}/docs/schedule-format.md" |
       cut -d'|' -f2 | grep -o '`[a-z][a-z0-9]*' | tr -d '`' | sort -u)

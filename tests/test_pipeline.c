@@ -513,6 +513,13 @@ static void test_tactic(void)
     CHECKF(rc >= 0, "%s", err);
     shard_state_free(st);
     ir_free(g);
+    /* a plain step (not a micro-batch's body) is refused: the commands price pipelines on the body */
+    g = model_build_step(&cfg, NULL, err, sizeof err);
+    st = shard_state_new(g, &mesh);
+    CHECK(sched_parse("pipeline:pipe,dp:data", &mesh, &sc, err, sizeof err) == 0 && sched_apply(&sc, st, err, sizeof err) == -1 &&
+          strstr(err, "not built for it"));
+    shard_state_free(st);
+    ir_free(g);
 }
 
 /* The cost model's split: a large vocabulary makes the last stage (head and
