@@ -282,26 +282,176 @@ static void mark_phases(const ir_graph *g, uint8_t *phase)
 spmd_program *spmd_lower(shard_state *s) { return spmd_lower_ex(s, NULL, NULL); }
 spmd_program *spmd_lower_into(shard_state *s, spmd_program *p) { return spmd_lower_ex(s, p, NULL); }
 
-spmd_program *spmd_lower_ex(shard_state *s, spmd_program *p, const spmd_options *opts)
+/* A program for s's graph: p itself when it is for that graph (its arrays
+ * reused), else a new one with the per-graph arrays (phases, runs). */
+static spmd_program *program_for(const ir_graph *g, spmd_program *p)
 {
-    const ir_graph *g = s->g;
     if (p && p->g != g) {
         spmd_free(p);
         p = NULL;
     }
-    if (!p) {
-        p = calloc(1, sizeof *p);
-        if (!p) abort();
-        p->g = g;
-        p->arg_buf = ir_xrealloc(NULL, (size_t)g->n_values * sizeof(int));
-        p->out_buf = ir_xrealloc(NULL, (size_t)(g->n_outputs ? g->n_outputs : 1) * sizeof(int));
-        p->cur = ir_xrealloc(NULL, (size_t)g->n_values * sizeof(int));
-        p->phase = ir_xrealloc(NULL, (size_t)g->n_ops + 1);
-        p->versions = ir_xrealloc(NULL, (size_t)g->n_values * sizeof(int));
-        mark_phases(g, p->phase);
-        p->run = ir_xrealloc(NULL, (size_t)g->n_ops * sizeof(int) + 1);
-        for (int i = 0; i < g->n_ops; i++) p->run[i] = i && p->phase[i] != p->phase[i - 1] ? p->run[i - 1] + 1 : i ? p->run[i - 1] : 0;
+    if (p) return p;
+    p = calloc(1, sizeof *p);
+    if (!p) abort();
+    p->g = g;
+    p->arg_buf = ir_xrealloc(NULL, (size_t)g->n_values * sizeof(int));
+    p->out_buf = ir_xrealloc(NULL, (size_t)(g->n_outputs ? g->n_outputs : 1) * sizeof(int));
+    p->cur = ir_xrealloc(NULL, (size_t)g->n_values * sizeof(int));
+    p->phase = ir_xrealloc(NULL, (size_t)g->n_ops + 1);
+    p->versions = ir_xrealloc(NULL, (size_t)g->n_values * sizeof(int));
+    mark_phases(g, p->phase);
+    p->run = ir_xrealloc(NULL, (size_t)g->n_ops * sizeof(int) + 1);
+    for (int i = 0; i < g->n_ops; i++) p->run[i] = i && p->phase[i] != p->phase[i - 1] ? p->run[i - 1] + 1 : i ? p->run[i - 1] : 0;
+    return p;
+}
+
+/* Every argument (a value that is not an intermediate) gets its buffer in
+ * its sharding; the other values have none yet. */
+static void place_arguments(lower_ctx *c)
+{
+    const shard_state *s = c->s;
+    spmd_program *p = c->p;
+    const ir_graph *g = p->g;
+    for (int v = 0; v < g->n_values; v++) {
+        p->arg_buf[v] = c->cur[v] = p->versions[v] = -1;
+        if (g->values[v].role == IR_INTERMEDIATE) continue;
+        shard_spec arg = s->spec[v];
+        drop_unit_axes(&p->mesh, &arg, g->values[v].rank);
+        p->arg_buf[v] = c->cur[v] = new_buf(p, v, &arg);
     }
+}
+
+/* The partial axes op i's operands may keep (its result stays partial on
+ * them): linear ops may carry partial sums: add/sub of two values partial
+ * on the same axes, and scale/neg of a value no other op reads (with other
+ * readers, resolving once now is cheaper).  Summing two partial values is
+ * done before tiling on their partial axes, so the factors in fa lose those
+ * axes (the sum is reduce-scattered once rather than each term). */
+static unsigned kept_partial(const lower_ctx *c, int i, shard_factor_axes *fa)
+{
+    const shard_state *s = c->s;
+    const spmd_program *p = c->p;
+    const ir_op *o = &p->g->ops[i];
+    unsigned keep_partial = 0;
+    const shard_spec *a0 = o->n_in ? &p->bufs[c->cur[o->in[0]]].spec : NULL;
+    if (o->kind == IR_OP_ADD || o->kind == IR_OP_SUB) {
+        const shard_spec *b0 = &p->bufs[c->cur[o->in[1]]].spec;
+        if (a0->partial && a0->partial == b0->partial && !a0->partial_max && !b0->partial_max) keep_partial = a0->partial;
+    } else if ((o->kind == IR_OP_SCALE || o->kind == IR_OP_NEG) && a0->partial && !a0->partial_max &&
+               s->use_start[o->in[0] + 1] - s->use_start[o->in[0]] == 1) {
+        keep_partial = a0->partial;
+    }
+    const shard_rule *r = &s->rules[i];
+    for (int f = 0; keep_partial && f < r->n_factors; f++)
+        for (int k = 0; k < fa[f].n; k++)
+            if (keep_partial & (1u << fa[f].axes[k])) {
+                fa[f].n = (uint8_t)k;
+                break;
+            }
+    return keep_partial;
+}
+
+/* The layout op i's result comes out in: its factors' axes, partial on the
+ * kept axes and on every mesh axis of a sharded reduction factor (a reshard
+ * op: its operand's new buffer `in0`'s layout). */
+static void result_layout(const lower_ctx *c, int i, const shard_factor_axes *fa, unsigned keep_partial, int in0,
+                          shard_spec *out)
+{
+    const shard_state *s = c->s;
+    const spmd_program *p = c->p;
+    const shard_rule *r = &s->rules[i];
+    tensor_layout(s, i, r->n_in, fa, out);
+    out->partial = (uint8_t)keep_partial;
+    if (p->g->ops[i].kind == IR_OP_RESHARD) *out = p->bufs[in0].spec;
+    for (int f = 0; f < r->n_factors; f++) {
+        if (r->kind[f] != SHARD_REDUCE_SUM && r->kind[f] != SHARD_REDUCE_MAX) continue;
+        for (int k = 0; k < fa[f].n; k++) {
+            if (p->mesh.sizes[fa[f].axes[k]] == 1) continue;
+            out->partial |= (uint8_t)(1u << fa[f].axes[k]);
+            if (r->kind[f] == SHARD_REDUCE_MAX) out->partial_max |= (uint8_t)(1u << fa[f].axes[k]);
+        }
+    }
+}
+
+/* A gradient is resolved where it is made, into its own sharding (an
+ * all-reduce, or for ZeRO-2/3 a reduce-scatter into the blocks the
+ * optimizer updates), so no whole-size partial gradient stays live through
+ * the rest of the backward pass.  On an axis where it is atomic (ZeRO-1) it
+ * stays partial and whole-size until the optimizer reduce-scatters it into
+ * the blocks it updates.  v: op's result, in layout out. */
+static void resolve_gradient(lower_ctx *c, int v, const shard_spec *out)
+{
+    const shard_state *s = c->s;
+    const spmd_program *p = c->p;
+    unsigned early = out->partial & ~s->atomic[v];
+    if (p->g->values[v].grad_of < 0 || !early) return;
+    shard_spec T = s->spec[v];
+    T.partial = (uint8_t)(out->partial & ~early);
+    T.partial_max = (uint8_t)(out->partial_max & T.partial);
+    drop_unit_axes(&p->mesh, &T, p->g->values[v].rank);
+    reshard(c, v, &T);
+}
+
+/* Op i: its operands resharded to what its factors need, the op itself (or
+ * a halo exchange for a shift along a tiled dim), its gradient resolved. */
+static void lower_op(lower_ctx *c, int i, shard_factor_axes *fa)
+{
+    shard_state *s = c->s;
+    spmd_program *p = c->p;
+    const ir_graph *g = p->g;
+    const ir_op *o = &g->ops[i];
+    c->serving = i;
+    if (i + 4 < g->n_ops) shard_prefetch_tensors(s, i + 4); /* the shardings are read in value order, not op order */
+    shard_op_factors(s, i, fa);
+    unsigned keep_partial = kept_partial(c, i, fa);
+    int ins[IR_MAX_OPERANDS] = {-1, -1};
+    for (int t = 0; t < o->n_in; t++) {
+        shard_spec T;
+        tensor_layout(s, i, t, fa, &T);
+        T.partial = (uint8_t)keep_partial;
+        if (o->kind == IR_OP_RESHARD) { /* the operand moves into the result's own layout */
+            T = s->spec[o->out];
+            T.partial = T.partial_max = 0;
+            drop_unit_axes(&p->mesh, &T, g->values[o->out].rank);
+        }
+        ins[t] = reshard(c, o->in[t], &T);
+    }
+    shard_spec out;
+    result_layout(c, i, fa, keep_partial, ins[0], &out);
+    /* a shift along a tiled dim is a halo exchange between neighbours */
+    int hd = o->kind == IR_OP_SHIFT ? (int)o->attrs.ints[0] : -1;
+    if (hd >= 0 && out.n[hd]) {
+        unsigned axes = 0;
+        for (int k = 0; k < out.n[hd]; k++) axes |= 1u << out.axes[hd][k];
+        c->cur[o->out] = emit(c, SPMD_HALO, o->out, ins[0], -1, &out, axes, hd, -1, 0);
+    } else {
+        c->cur[o->out] = emit(c, SPMD_COMPUTE, o->out, ins[0], ins[1], &out, 0, -1, -1, 0);
+    }
+    resolve_gradient(c, o->out, &out);
+}
+
+/* Every output resharded to the layout of the argument it updates (else its
+ * own sharding), whole: the next step starts where this one began. */
+static void reshard_outputs(lower_ctx *c)
+{
+    const shard_state *s = c->s;
+    spmd_program *p = c->p;
+    const ir_graph *g = p->g;
+    c->serving = -1;
+    for (int i = 0; i < g->n_outputs; i++) {
+        const ir_output *o = &g->outputs[i];
+        int tv = o->updates >= 0 ? o->updates : o->value;
+        shard_spec T = s->spec[tv];
+        T.partial = T.partial_max = 0;
+        drop_unit_axes(&p->mesh, &T, g->values[tv].rank);
+        p->out_buf[i] = reshard(c, o->value, &T);
+    }
+}
+
+spmd_program *spmd_lower_ex(shard_state *s, spmd_program *p, const spmd_options *opts)
+{
+    const ir_graph *g = s->g;
+    p = program_for(g, p);
     if (opts) p->opts = *opts;
     else {
         p->opts = spmd_default_options();
@@ -311,100 +461,13 @@ spmd_program *spmd_lower_ex(shard_state *s, spmd_program *p, const spmd_options 
     p->n_bufs = p->n_instrs = 0;
     memset(&p->stats, 0, sizeof p->stats);
     lower_ctx c = {s, p, p->cur, p->phase, -1};
-    for (int v = 0; v < g->n_values; v++) {
-        p->arg_buf[v] = c.cur[v] = p->versions[v] = -1;
-        if (g->values[v].role == IR_INTERMEDIATE) continue;
-        shard_spec arg = s->spec[v];
-        drop_unit_axes(&p->mesh, &arg, g->values[v].rank);
-        p->arg_buf[v] = c.cur[v] = new_buf(p, v, &arg);
-    }
+    place_arguments(&c);
     int saved = s->record_conflicts;
     s->record_conflicts = 0; /* conflicts were recorded while propagating */
     shard_factor_axes fa[SHARD_MAX_FACTORS];
-    for (int i = 0; i < g->n_ops; i++) {
-        const ir_op *o = &g->ops[i];
-        const shard_rule *r = &s->rules[i];
-        c.serving = i;
-        if (i + 4 < g->n_ops) shard_prefetch_tensors(s, i + 4); /* the shardings are read in value order, not op order */
-        shard_op_factors(s, i, fa);
-        /* Linear ops may carry partial sums: add/sub of two values partial
-         * on the same axes, and scale/neg of a value no other op reads
-         * (with other readers, resolving once now is cheaper). */
-        unsigned keep_partial = 0;
-        const shard_spec *a0 = o->n_in ? &p->bufs[c.cur[o->in[0]]].spec : NULL;
-        if (o->kind == IR_OP_ADD || o->kind == IR_OP_SUB) {
-            const shard_spec *b0 = &p->bufs[c.cur[o->in[1]]].spec;
-            if (a0->partial && a0->partial == b0->partial && !a0->partial_max && !b0->partial_max) keep_partial = a0->partial;
-        } else if ((o->kind == IR_OP_SCALE || o->kind == IR_OP_NEG) && a0->partial && !a0->partial_max &&
-                   s->use_start[o->in[0] + 1] - s->use_start[o->in[0]] == 1) {
-            keep_partial = a0->partial;
-        }
-        /* Summing two partial values: do it before tiling on their partial
-         * axes, so the sum is reduce-scattered once rather than each term. */
-        for (int f = 0; keep_partial && f < r->n_factors; f++)
-            for (int k = 0; k < fa[f].n; k++)
-                if (keep_partial & (1u << fa[f].axes[k])) {
-                    fa[f].n = (uint8_t)k;
-                    break;
-                }
-        int ins[IR_MAX_OPERANDS] = {-1, -1};
-        for (int t = 0; t < o->n_in; t++) {
-            shard_spec T;
-            tensor_layout(s, i, t, fa, &T);
-            T.partial = (uint8_t)keep_partial;
-            if (o->kind == IR_OP_RESHARD) { /* the operand moves into the result's own layout */
-                T = s->spec[o->out];
-                T.partial = T.partial_max = 0;
-                drop_unit_axes(&p->mesh, &T, g->values[o->out].rank);
-            }
-            ins[t] = reshard(&c, o->in[t], &T);
-        }
-        shard_spec out;
-        tensor_layout(s, i, r->n_in, fa, &out);
-        out.partial = (uint8_t)keep_partial;
-        if (o->kind == IR_OP_RESHARD) out = p->bufs[ins[0]].spec;
-        for (int f = 0; f < r->n_factors; f++) {
-            if (r->kind[f] != SHARD_REDUCE_SUM && r->kind[f] != SHARD_REDUCE_MAX) continue;
-            for (int k = 0; k < fa[f].n; k++) {
-                if (p->mesh.sizes[fa[f].axes[k]] == 1) continue;
-                out.partial |= (uint8_t)(1u << fa[f].axes[k]);
-                if (r->kind[f] == SHARD_REDUCE_MAX) out.partial_max |= (uint8_t)(1u << fa[f].axes[k]);
-            }
-        }
-        /* a shift along a tiled dim is a halo exchange between neighbours */
-        int hd = o->kind == IR_OP_SHIFT ? (int)o->attrs.ints[0] : -1;
-        if (hd >= 0 && out.n[hd]) {
-            unsigned axes = 0;
-            for (int k = 0; k < out.n[hd]; k++) axes |= 1u << out.axes[hd][k];
-            c.cur[o->out] = emit(&c, SPMD_HALO, o->out, ins[0], -1, &out, axes, hd, -1, 0);
-        } else {
-            c.cur[o->out] = emit(&c, SPMD_COMPUTE, o->out, ins[0], ins[1], &out, 0, -1, -1, 0);
-        }
-        /* A gradient is resolved where it is made, into its own sharding (an
-         * all-reduce, or for ZeRO-2/3 a reduce-scatter into the blocks the
-         * optimizer updates), so no whole-size partial gradient stays live
-         * through the rest of the backward pass.  On an axis where it is
-         * atomic (ZeRO-1) it stays partial and whole-size until the optimizer
-         * reduce-scatters it into the blocks it updates. */
-        unsigned early = out.partial & ~s->atomic[o->out];
-        if (g->values[o->out].grad_of >= 0 && early) {
-            shard_spec T = s->spec[o->out];
-            T.partial = (uint8_t)(out.partial & ~early);
-            T.partial_max = (uint8_t)(out.partial_max & T.partial);
-            drop_unit_axes(&p->mesh, &T, g->values[o->out].rank);
-            reshard(&c, o->out, &T);
-        }
-    }
+    for (int i = 0; i < g->n_ops; i++) lower_op(&c, i, fa);
     s->record_conflicts = saved;
-    c.serving = -1;
-    for (int i = 0; i < g->n_outputs; i++) {
-        const ir_output *o = &g->outputs[i];
-        int tv = o->updates >= 0 ? o->updates : o->value;
-        shard_spec T = s->spec[tv];
-        T.partial = T.partial_max = 0;
-        drop_unit_axes(&p->mesh, &T, g->values[tv].rank);
-        p->out_buf[i] = reshard(&c, o->value, &T);
-    }
+    reshard_outputs(&c);
     spmd_bucket_gradients(p);
     spmd_plan_fusion(p);
     return p;

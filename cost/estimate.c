@@ -793,39 +793,57 @@ static double mp_optimizer_time(const ctx *c, const cost_hw *hw, int v)
     return c->bw * c->mp_opt * w->buf_numel[ob] / hw->mem_bandwidth;
 }
 
-int cost_estimate_program(cost_ws *w, const spmd_program *p, const cost_hw *hw, const cost_options *opt,
-                          cost_estimate *out, char *err, size_t errlen)
+/* The estimate, step by step: set_up (tables, the context), mark_lifetimes
+ * (pass 1), then per instruction price_instruction and sweep_memory (pass 2),
+ * then finish (model states, the totals). */
+
+/* What pass 2 carries from one instruction to the next. */
+typedef struct sweep {
+    double live[N_CATS];  /* bytes live per category */
+    double cur, peak;     /* live bytes in all; the largest so far (-1: none yet) */
+    double bucket_bytes, bucket_time; /* the gradient bucket being priced */
+    double grp_share[FUSE_MAX_KERNEL > FUSE_MAX_GROUP ? FUSE_MAX_KERNEL : FUSE_MAX_GROUP];
+    int grp_start, grp_end; /* the fused group being priced: instructions [grp_start, grp_end) */
+} sweep;
+
+/* The per-graph tables (rebuilt when p's graph is not the one they
+ * describe), the per-program arrays, the context, the layer accumulators. */
+static void set_up(ctx *c, cost_ws *w, const spmd_program *p, const cost_hw *hw, const cost_options *opt,
+                   cost_estimate *out)
 {
-    if (cost_hw_check(hw, err, errlen) < 0) return -1;
-    static const cost_options defaults = {COST_FP32, 0, 0, COST_GRADS_AUTO};
-    if (!opt) opt = &defaults;
     const ir_graph *g = p->g;
     uint64_t hash = graph_hash(g);
     if (w->g != g || w->g_ops != g->n_ops || w->g_values != g->n_values || w->g_hash != hash)
         build_graph_tables(w, p, hash);
     grow_program(w, p);
-    ctx c = {.p = p, .w = w, .precision = opt->precision,
-             .mixed = opt->precision == COST_MIXED_BF16 || opt->precision == COST_MIXED_FP16,
-             .grad32 = cost_grads_f32(opt), .mp_opt = cost_mp_optimizer_bytes(opt),
-             .kern = hw->fused_elementwise == 2 && p->fuse.klen};
+    *c = (ctx){.p = p, .w = w, .precision = opt->precision,
+               .mixed = opt->precision == COST_MIXED_BF16 || opt->precision == COST_MIXED_FP16,
+               .grad32 = cost_grads_f32(opt), .mp_opt = cost_mp_optimizer_bytes(opt),
+               .kern = hw->fused_elementwise == 2 && p->fuse.klen};
     const shard_mesh *m = &p->mesh;
     for (unsigned mask = 0; mask < (1u << SHARD_MAX_AXES); mask++) {
         double prod = 1;
         for (int a = 0; a < m->n_axes; a++)
             if (mask & (1u << a)) prod *= (double)m->sizes[a];
-        c.axes_prod[mask] = prod;
+        c->axes_prod[mask] = prod;
     }
     memset(out, 0, sizeof *out);
     int nl = g->n_layers + 1;
-    double *lc = w->layer, *lm = w->layer + nl, *lw = w->layer + 2 * nl;
     memset(w->layer, 0, (size_t)(3 * nl) * sizeof(double));
     out->n_layers = nl;
-    out->layer_compute = lc;
-    out->layer_comm = lm;
-    out->layer_wire = lw;
+    out->layer_compute = w->layer;
+    out->layer_comm = w->layer + nl;
+    out->layer_wire = w->layer + 2 * nl;
     out->instr_time = w->instr_time;
+}
 
-    /* pass 1: last readers; persistent buffers (arguments, kept outputs) */
+/* Pass 1: last readers; persistent buffers (arguments, kept outputs, results
+ * never allocated); the bytes live before the first instruction, in live[]. */
+static void mark_lifetimes(ctx *c, const cost_hw *hw, double *live)
+{
+    const spmd_program *p = c->p;
+    const ir_graph *g = p->g;
+    cost_ws *w = c->w;
     memset(w->persistent, 0, (size_t)p->n_bufs);
     for (int b = 0; b < p->n_bufs; b++) w->last_use[b] = -1;
     for (int i = 0; i < p->n_instrs; i++) {
@@ -833,12 +851,11 @@ int cost_estimate_program(cost_ws *w, const spmd_program *p, const cost_hw *hw, 
         if (in->in[0] >= 0) w->last_use[in->in[0]] = i;
         if (in->in[1] >= 0) w->last_use[in->in[1]] = i;
     }
-    double live[N_CATS] = {0};
     for (int v = 0; v < g->n_values; v++) {
         int b = p->arg_buf[v];
         if (b < 0) continue;
         w->persistent[b] = 1;
-        size_buffer(&c, b);
+        size_buffer(c, b);
         live[w->cat[v]] += w->buf_bytes[b];
     }
     /* f32 master weights under mixed precision, split like the param's first
@@ -846,7 +863,7 @@ int cost_estimate_program(cost_ws *w, const spmd_program *p, const cost_hw *hw, 
     for (int v = 0; v < g->n_values; v++) {
         if (g->values[v].role != IR_PARAM) continue;
         int ob = w->first_opt[v] >= 0 ? p->arg_buf[w->first_opt[v]] : p->arg_buf[v];
-        if (c.mixed) live[CAT_OPT] += 4.0 * w->buf_numel[ob];
+        if (c->mixed) live[CAT_OPT] += 4.0 * w->buf_numel[ob];
         w->final_buf[v] = -1;
     }
     /* outputs: a new value in the layout of the argument it updates reuses
@@ -860,129 +877,178 @@ int cost_estimate_program(cost_ws *w, const spmd_program *p, const cost_hw *hw, 
     }
     /* accelerator kernels (fused_elementwise 2), else the executor's groups (1):
      * results kept in registers or scratch tiles are never allocated */
-    int kern = c.kern;
-    if (kern) mark_kernels(w, p);
+    if (c->kern) mark_kernels(w, p);
     else if (hw->fused_elementwise)
         for (int i = 0; i < p->n_instrs; i++)
             for (int j = 0; j < p->fuse.len[i] && p->fuse.len[i] > 1; j++)
                 if (p->fuse.step[i + j].slot >= 0 && !w->persistent[p->instrs[i + j].out]) w->persistent[p->instrs[i + j].out] = 3;
+}
 
-    /* pass 2: price every instruction; sweep live bytes */
-    double ser = cost_cpu_factor(hw, m->n_devices);
-    out->serialisation = c.ser = ser;
-    c.bw = cpu_bandwidth_factor(hw, m->n_devices) / ser;
-    c.cache = hw->cores > 0 && !kern && hw->cache_bytes > 0 ? hw->cache_bytes / (double)m->n_devices : 0;
-    for (int b = 0; c.cache > 0 && b < p->n_bufs; b++) w->touched[b] = -1e300;
-    c.oversub = hw->cores > 0 && m->n_devices > hw->cores;
-    double bucket_bytes = 0, bucket_time = 0; /* the gradient bucket being priced */
-    double peak = -1, cur = live[0] + live[1] + live[2] + live[3] + live[4];
-    double grp_share[FUSE_MAX_KERNEL > FUSE_MAX_GROUP ? FUSE_MAX_KERNEL : FUSE_MAX_GROUP];
-    int grp_start = 0, grp_end = 0; /* the fused group being priced: instructions [grp_start, grp_end) */
-    for (int i = 0; i < p->n_instrs; i++) {
-        const spmd_instr *in = &p->instrs[i];
-        int ob = in->out;
-        size_buffer(&c, ob);
-        /* a gradient's model-state split: the version its producer leaves
-         * (lowering resolves it there unless it is kept whole: ZeRO-1) */
-        if (g->values[in->value].grad_of >= 0 && in->op == g->values[in->value].producer)
-            w->final_buf[g->values[in->value].grad_of] = ob;
-        int li = in->layer + 1;
-        if (li < 0 || li >= nl) li = 0;
-        double t;
-        if (in->kind == SPMD_COMPUTE) {
-            const ir_op *o = &g->ops[in->op];
-            double flops, tf;
-            t = price_compute(&c, hw, in, &flops, &tf);
-            if (kern && p->fuse.klen[i] > 0) {
-                grp_start = i;
-                grp_end = i + price_kernel(&c, hw, i, grp_share);
-            } else if (kern && p->fuse.kfold[i]) {
-                t = 0; /* folded into its readers */
-            } else if (!kern && hw->fused_elementwise && i >= grp_end) {
-                grp_start = i;
-                grp_end = i + price_group(&c, hw, i, grp_share);
-            }
-            if (i < grp_end && (kern || grp_end - grp_start > 1)) t = grp_share[i - grp_start];
-            if (c.mp_opt > 0 && w->upd_param[in->op] >= 0) t += mp_optimizer_time(&c, hw, w->upd_param[in->op]);
-            t *= ser;
-            out->flops += flops;
-            out->compute_time += t;
-            out->op_time[o->kind] += t;
-            out->op_count[o->kind]++;
-            out->phase_compute[in->phase] += t;
-            lc[li] += t;
-        } else if (in->kind == SPMD_SLICE) {
-            /* a local copy of the kept block: read and write it */
-            t = ser * (2 * c.bw * w->buf_bytes[ob] / hw->mem_bandwidth + hw->op_overhead);
-            out->comm_time += t;
-            out->coll_time[SPMD_SLICE] += t;
-            out->coll_count[SPMD_SLICE]++;
-            out->phase_comm[in->phase] += t;
-            lm[li] += t;
-        } else {
-            double bytes = coll_bytes(&c, in), wire;
-            int starts = in->bucket < 0 || i == 0 || p->instrs[i - 1].bucket != in->bucket;
-            out->coll_launches += starts;
-            if (in->bucket >= 0 && starts) {
-                /* a bucket: one collective of its members' bytes, shared in proportion */
-                bucket_bytes = 0;
-                for (int j = i; j < p->n_instrs && p->instrs[j].bucket == in->bucket; j++) bucket_bytes += coll_bytes(&c, &p->instrs[j]);
-                bucket_time = coll_time(&c, hw, in, bucket_bytes, &wire);
-            }
-            t = coll_time(&c, hw, in, bytes, &wire);
-            if (in->bucket >= 0) t = bucket_bytes > 0 ? bucket_time * bytes / bucket_bytes : 0;
-            out->comm_time += t;
-            out->comm_bytes += bytes;
-            out->wire_bytes += wire;
-            out->coll_time[in->kind] += t;
-            out->coll_wire[in->kind] += wire;
-            out->coll_count[in->kind]++;
-            out->phase_comm[in->phase] += t;
-            lm[li] += t;
-            lw[li] += wire;
-        }
-        w->instr_time[i] = t;
-        touch(&c, in);
-        /* memory: the result joins what is live; inputs read for the last
-         * time (and a result nobody reads) leave after the instruction */
-        int cat = w->cat[in->value];
-        if (w->persistent[ob] < 2) { /* not donated (2), not in a tile (3) */
-            live[cat] += w->buf_bytes[ob];
-            cur += w->buf_bytes[ob];
-        }
-        if (live[CAT_ACT] + live[CAT_OTHER] > out->activation_peak) out->activation_peak = live[CAT_ACT] + live[CAT_OTHER];
-        if (cur > peak) {
-            peak = cur;
-            out->peak_instr = i;
-            out->peak_params = live[CAT_PARAM];
-            out->peak_opt_states = live[CAT_OPT];
-            out->peak_grads = live[CAT_GRAD];
-            out->peak_activations = live[CAT_ACT];
-            out->peak_other = live[CAT_OTHER];
-        }
-        int freed[2] = {-1, -1};
-        for (int k = 0; k < 2; k++) {
-            int b = in->in[k];
-            if (kern && b >= 0 && w->fold_src[b] >= 0) b = w->fold_src[b]; /* read through a folded broadcast */
-            if (b < 0 || w->persistent[b] || w->last_use[b] != i || b == freed[0]) continue;
-            freed[k] = b;
-            live[w->cat[p->bufs[b].value]] -= w->buf_bytes[b];
-            cur -= w->buf_bytes[b];
-        }
-        if (!w->persistent[ob] && w->last_use[ob] < 0) {
-            live[cat] -= w->buf_bytes[ob];
-            cur -= w->buf_bytes[ob];
-        }
+/* The part of pass 2's context that depends on the mesh's size: the cores
+ * factor, the bandwidth factor, the cache model. */
+static void set_up_devices(ctx *c, const cost_hw *hw, cost_estimate *out)
+{
+    const spmd_program *p = c->p;
+    int64_t n = p->mesh.n_devices;
+    double ser = cost_cpu_factor(hw, n);
+    out->serialisation = c->ser = ser;
+    c->bw = cpu_bandwidth_factor(hw, n) / ser;
+    c->cache = hw->cores > 0 && !c->kern && hw->cache_bytes > 0 ? hw->cache_bytes / (double)n : 0;
+    for (int b = 0; c->cache > 0 && b < p->n_bufs; b++) c->w->touched[b] = -1e300;
+    c->oversub = hw->cores > 0 && n > hw->cores;
+}
+
+/* Time of compute instruction i (its share of a fused group or kernel, with
+ * the mixed-precision optimizer's passes), added to the breakdowns. */
+static double price_compute_instruction(ctx *c, const cost_hw *hw, int i, sweep *s, cost_estimate *out)
+{
+    const spmd_program *p = c->p;
+    const spmd_instr *in = &p->instrs[i];
+    const ir_op *o = &p->g->ops[in->op];
+    cost_ws *w = c->w;
+    int kern = c->kern;
+    double flops, tf, t = price_compute(c, hw, in, &flops, &tf);
+    if (kern && p->fuse.klen[i] > 0) {
+        s->grp_start = i;
+        s->grp_end = i + price_kernel(c, hw, i, s->grp_share);
+    } else if (kern && p->fuse.kfold[i]) {
+        t = 0; /* folded into its readers */
+    } else if (!kern && hw->fused_elementwise && i >= s->grp_end) {
+        s->grp_start = i;
+        s->grp_end = i + price_group(c, hw, i, s->grp_share);
     }
-    if (peak < 0) {
-        peak = cur;
-        out->peak_params = live[CAT_PARAM];
-        out->peak_opt_states = live[CAT_OPT];
-        out->peak_grads = live[CAT_GRAD];
-        out->peak_activations = live[CAT_ACT];
-        out->peak_other = live[CAT_OTHER];
+    if (i < s->grp_end && (kern || s->grp_end - s->grp_start > 1)) t = s->grp_share[i - s->grp_start];
+    if (c->mp_opt > 0 && w->upd_param[in->op] >= 0) t += mp_optimizer_time(c, hw, w->upd_param[in->op]);
+    t *= c->ser;
+    out->flops += flops;
+    out->compute_time += t;
+    out->op_time[o->kind] += t;
+    out->op_count[o->kind]++;
+    out->phase_compute[in->phase] += t;
+    return t;
+}
+
+/* Time of collective instruction i (a bucket's member: its share of the
+ * bucket's one collective), added to the breakdowns; *wire: bytes on links. */
+static double price_collective_instruction(ctx *c, const cost_hw *hw, int i, sweep *s, cost_estimate *out,
+                                           double *wire)
+{
+    const spmd_program *p = c->p;
+    const spmd_instr *in = &p->instrs[i];
+    double bytes = coll_bytes(c, in);
+    int starts = in->bucket < 0 || i == 0 || p->instrs[i - 1].bucket != in->bucket;
+    out->coll_launches += starts;
+    if (in->bucket >= 0 && starts) {
+        /* a bucket: one collective of its members' bytes, shared in proportion */
+        s->bucket_bytes = 0;
+        for (int j = i; j < p->n_instrs && p->instrs[j].bucket == in->bucket; j++) s->bucket_bytes += coll_bytes(c, &p->instrs[j]);
+        s->bucket_time = coll_time(c, hw, in, s->bucket_bytes, wire);
     }
-    /* model states through the ZeRO formula, from the actual splits */
+    double t = coll_time(c, hw, in, bytes, wire);
+    if (in->bucket >= 0) t = s->bucket_bytes > 0 ? s->bucket_time * bytes / s->bucket_bytes : 0;
+    out->comm_time += t;
+    out->comm_bytes += bytes;
+    out->wire_bytes += *wire;
+    out->coll_time[in->kind] += t;
+    out->coll_wire[in->kind] += *wire;
+    out->coll_count[in->kind]++;
+    out->phase_comm[in->phase] += t;
+    return t;
+}
+
+/* Pass 2's pricing of instruction i: its time, into instr_time, the
+ * breakdowns and its layer's accumulators (w->layer: compute, then comm,
+ * then wire bytes, nl each). */
+static void price_instruction(ctx *c, const cost_hw *hw, int i, sweep *s, cost_estimate *out)
+{
+    const spmd_program *p = c->p;
+    const ir_graph *g = p->g;
+    const spmd_instr *in = &p->instrs[i];
+    cost_ws *w = c->w;
+    int ob = in->out, nl = out->n_layers;
+    size_buffer(c, ob);
+    /* a gradient's model-state split: the version its producer leaves
+     * (lowering resolves it there unless it is kept whole: ZeRO-1) */
+    if (g->values[in->value].grad_of >= 0 && in->op == g->values[in->value].producer)
+        w->final_buf[g->values[in->value].grad_of] = ob;
+    int li = in->layer + 1;
+    if (li < 0 || li >= nl) li = 0;
+    double t;
+    if (in->kind == SPMD_COMPUTE) {
+        t = price_compute_instruction(c, hw, i, s, out);
+        w->layer[li] += t;
+    } else if (in->kind == SPMD_SLICE) {
+        /* a local copy of the kept block: read and write it */
+        t = c->ser * (2 * c->bw * w->buf_bytes[ob] / hw->mem_bandwidth + hw->op_overhead);
+        out->comm_time += t;
+        out->coll_time[SPMD_SLICE] += t;
+        out->coll_count[SPMD_SLICE]++;
+        out->phase_comm[in->phase] += t;
+        w->layer[nl + li] += t;
+    } else {
+        double wire;
+        t = price_collective_instruction(c, hw, i, s, out, &wire);
+        w->layer[nl + li] += t;
+        w->layer[2 * nl + li] += wire;
+    }
+    w->instr_time[i] = t;
+}
+
+/* The live bytes per category at the peak, into out. */
+static void record_peak(const double *live, cost_estimate *out)
+{
+    out->peak_params = live[CAT_PARAM];
+    out->peak_opt_states = live[CAT_OPT];
+    out->peak_grads = live[CAT_GRAD];
+    out->peak_activations = live[CAT_ACT];
+    out->peak_other = live[CAT_OTHER];
+}
+
+/* Pass 2's memory after instruction i: its result joins what is live; inputs
+ * read for the last time (and a result nobody reads) leave after it. */
+static void sweep_memory(ctx *c, int i, sweep *s, cost_estimate *out)
+{
+    const spmd_program *p = c->p;
+    const spmd_instr *in = &p->instrs[i];
+    cost_ws *w = c->w;
+    int ob = in->out, cat = w->cat[in->value];
+    double *live = s->live;
+    if (w->persistent[ob] < 2) { /* not donated (2), not in a tile (3) */
+        live[cat] += w->buf_bytes[ob];
+        s->cur += w->buf_bytes[ob];
+    }
+    if (live[CAT_ACT] + live[CAT_OTHER] > out->activation_peak) out->activation_peak = live[CAT_ACT] + live[CAT_OTHER];
+    if (s->cur > s->peak) {
+        s->peak = s->cur;
+        out->peak_instr = i;
+        record_peak(live, out);
+    }
+    int freed[2] = {-1, -1};
+    for (int k = 0; k < 2; k++) {
+        int b = in->in[k];
+        if (c->kern && b >= 0 && w->fold_src[b] >= 0) b = w->fold_src[b]; /* read through a folded broadcast */
+        if (b < 0 || w->persistent[b] || w->last_use[b] != i || b == freed[0]) continue;
+        freed[k] = b;
+        live[w->cat[p->bufs[b].value]] -= w->buf_bytes[b];
+        s->cur -= w->buf_bytes[b];
+    }
+    if (!w->persistent[ob] && w->last_use[ob] < 0) {
+        live[cat] -= w->buf_bytes[ob];
+        s->cur -= w->buf_bytes[ob];
+    }
+}
+
+/* After pass 2: model states through the ZeRO formula from the actual splits,
+ * the peak, whether it fits, the step time. */
+static void finish(const ctx *c, const cost_hw *hw, const cost_options *opt, sweep *s, cost_estimate *out)
+{
+    const spmd_program *p = c->p;
+    const ir_graph *g = p->g;
+    const cost_ws *w = c->w;
+    if (s->peak < 0) {
+        s->peak = s->cur;
+        record_peak(s->live, out);
+    }
     for (int v = 0; v < g->n_values; v++) {
         if (g->values[v].role != IR_PARAM) continue;
         double n = w->numel[v];
@@ -990,13 +1056,33 @@ int cost_estimate_program(cost_ws *w, const spmd_program *p, const cost_hw *hw, 
         int ob = w->first_opt[v] >= 0 ? p->arg_buf[w->first_opt[v]] : pb;
         int gb = w->final_buf[v] >= 0 ? w->final_buf[v] : pb;
         cost_state_bytes sz = cost_state_sizes(opt->precision, w->n_opt[v]);
-        if (c.grad32) sz.grad = 4;
+        if (c->grad32) sz.grad = 4;
         out->model_state_bytes += cost_model_state_bytes(n, &sz, n / w->buf_numel[pb], n / w->buf_numel[gb], n / w->buf_numel[ob]);
     }
-    out->peak_memory = peak;
+    out->peak_memory = s->peak;
     out->capacity = opt->memory_capacity > 0 ? opt->memory_capacity : hw->mem_capacity;
-    out->fits = peak <= out->capacity;
+    out->fits = s->peak <= out->capacity;
     out->step_time = opt->overlap ? fmax(out->compute_time, out->comm_time) : out->compute_time + out->comm_time;
+}
+
+int cost_estimate_program(cost_ws *w, const spmd_program *p, const cost_hw *hw, const cost_options *opt,
+                          cost_estimate *out, char *err, size_t errlen)
+{
+    if (cost_hw_check(hw, err, errlen) < 0) return -1;
+    static const cost_options defaults = {COST_FP32, 0, 0, COST_GRADS_AUTO};
+    if (!opt) opt = &defaults;
+    ctx c;
+    set_up(&c, w, p, hw, opt, out);
+    sweep s = {.peak = -1};
+    mark_lifetimes(&c, hw, s.live);
+    set_up_devices(&c, hw, out);
+    s.cur = s.live[0] + s.live[1] + s.live[2] + s.live[3] + s.live[4];
+    for (int i = 0; i < p->n_instrs; i++) {
+        price_instruction(&c, hw, i, &s, out);
+        touch(&c, &p->instrs[i]);
+        sweep_memory(&c, i, &s, out);
+    }
+    finish(&c, hw, opt, &s, out);
     return 0;
 }
 

@@ -640,34 +640,54 @@ static int auto_label(const char *s, long *k)
     return 1;
 }
 
-static int load_op(loader *L, int j, const cJSON *o)
+/* Loading one op, step by step: its kind and name (load_op_kind), its fields
+ * (check_op_fields), its operands (load_operands), its attributes
+ * (load_attrs), the op itself (add_loaded_op), then its "shape" and "dtype"
+ * checks (check_claims). */
+
+/* What an op's entry says besides its kind and operands. */
+typedef struct op_entry {
+    ir_attrs at;
+    int hint_rank, check_rank, have_dtype, layer;
+    const char *nary_subs;                              /* an n-ary einsum's subscripts */
+    int64_t hint[IR_MAX_RANK], check[IR_MAX_RANK];      /* result shape given (ops that need it), claimed */
+    ir_dtype dtype;
+} op_entry;
+
+/* ops[j]'s name (NULL: none) and kind.  Returns 1 for a comment line (an
+ * entry of only "comment" / "_..." fields), 0, or -1 with a message. */
+static int load_op_kind(loader *L, int j, const cJSON *o, const char **name, ir_opkind *k)
 {
-    ir_graph *g = L->g;
     set_place(L, "ops", j, NULL);
     if (!cJSON_IsObject(o)) return lfail(L, "must be an object, got %s", json_type(o));
     const cJSON *jn = cJSON_GetObjectItemCaseSensitive(o, "name");
-    const char *name = NULL, *s = NULL;
+    const char *s = NULL;
+    *name = NULL;
     if (jn) {
-        if (get_string(L, jn, "name", &name) < 0) return -1;
-        set_place(L, "ops", j, name);
+        if (get_string(L, jn, "name", name) < 0) return -1;
+        set_place(L, "ops", j, *name);
     }
     const cJSON *jk = cJSON_GetObjectItemCaseSensitive(o, "op");
     if (!jk) {
-        /* An entry holding only "comment" / "_..." fields is a comment line. */
         int only_comments = o->child != NULL;
         for (const cJSON *c = o->child; c && only_comments; c = c->next)
             only_comments = c->string && (!strcmp(c->string, "comment") || c->string[0] == '_');
         L->op_value[j] = -1;
-        return only_comments ? 0 : lfail(L, "missing field \"op\"");
+        return only_comments ? 1 : lfail(L, "missing field \"op\"");
     }
     if (get_string(L, jk, "op", &s) < 0) return -1;
     int kind = ir_op_from_name(s);
     if (kind < 0) return lfail(L, "unknown op \"%.40s\"", s);
-    ir_opkind k = (ir_opkind)kind;
-    const char *on = ir_op_name(k);
-    unsigned f = op_fields(k);
+    *k = (ir_opkind)kind;
+    return 0;
+}
 
-    /* Fields: the common ones plus this op's attributes. */
+/* The entry's fields (the common ones plus op k's attributes) and its name:
+ * not empty, not a reserved "%..." unless an automatic label (*label: its
+ * number, else -1), not taken.  Returns 0 or -1 with a message. */
+static int check_op_fields(loader *L, int j, const cJSON *o, ir_opkind k, const char *name, long *label)
+{
+    unsigned f = op_fields(k);
     const char *keys[16];
     int nk = 0;
     for (int i = 0; op_keys[i]; i++) keys[nk++] = op_keys[i];
@@ -679,108 +699,133 @@ static int load_op(loader *L, int j, const cJSON *o)
     if (f & IR_ATTR_SUBSCRIPTS) keys[nk++] = "subscripts";
     if (f & IR_ATTR_SEED) keys[nk++] = "seed";
     keys[nk] = NULL;
-    if (check_keys(L, o, keys, attr_keys, on) < 0) return -1;
-
-    long label = -1;
+    if (check_keys(L, o, keys, attr_keys, ir_op_name(k)) < 0) return -1;
+    *label = -1;
     if (name) {
         if (!name[0]) return lfail(L, "empty name");
-        if (name[0] == '%' && !auto_label(name, &label))
+        if (name[0] == '%' && !auto_label(name, label))
             return lfail(L, "names starting with %% are reserved for automatic names (%%<number>)");
         if (slot_of(L, name)->name) return add_name(L, name, -1, -1, j); /* the duplicate message */
     }
+    return 0;
+}
 
-    /* Operands. */
-    int arity = ir_op_arity(k), in[16] = {-1, -1}, n_in = 0;
+/* Operands of ops[j] (op k) resolved into in[] (room for 16), their count in
+ * *n_in.  Returns 0 or -1 with a message. */
+static int load_operands(loader *L, int j, const cJSON *o, ir_opkind k, int *in, int *n_in)
+{
+    const char *on = ir_op_name(k);
+    int arity = ir_op_arity(k);
     const cJSON *ji = cJSON_GetObjectItemCaseSensitive(o, "in");
+    *n_in = 0;
     if (!ji && arity > 0) return lfail(L, "missing field \"in\" (%s takes %d operand%s)", on, arity, arity > 1 ? "s" : "");
-    if (ji) {
-        if (!cJSON_IsArray(ji)) return lfail(L, "\"in\" must be an array of tensor names, got %s", json_type(ji));
-        n_in = cJSON_GetArraySize(ji);
-        /* an einsum of more operands is built as two-operand ones (ir_einsum_n) */
-        int nary = k == IR_OP_EINSUM && n_in > 2 && n_in <= 16;
-        if (n_in != arity && !nary)
-            return lfail(L, "%s takes %d operand%s, \"in\" has %d", on, arity, arity == 1 ? "" : "s", n_in);
-        int i = 0;
-        for (const cJSON *c = ji->child; c; c = c->next, i++) {
-            if (!cJSON_IsString(c)) return lfail(L, "\"in\" must be an array of tensor names (in[%d] is %s)", i, json_type(c));
-            if ((in[i] = resolve(L, c->valuestring, j)) < 0) return -1;
-        }
+    if (!ji) return 0;
+    if (!cJSON_IsArray(ji)) return lfail(L, "\"in\" must be an array of tensor names, got %s", json_type(ji));
+    *n_in = cJSON_GetArraySize(ji);
+    /* an einsum of more operands is built as two-operand ones (ir_einsum_n) */
+    int nary = k == IR_OP_EINSUM && *n_in > 2 && *n_in <= 16;
+    if (*n_in != arity && !nary)
+        return lfail(L, "%s takes %d operand%s, \"in\" has %d", on, arity, arity == 1 ? "" : "s", *n_in);
+    int i = 0;
+    for (const cJSON *c = ji->child; c; c = c->next, i++) {
+        if (!cJSON_IsString(c)) return lfail(L, "\"in\" must be an array of tensor names (in[%d] is %s)", i, json_type(c));
+        if ((in[i] = resolve(L, c->valuestring, j)) < 0) return -1;
     }
+    return 0;
+}
 
-    /* Attributes. */
-    ir_attrs at;
-    memset(&at, 0, sizeof at);
-    int hint_rank = 0, check_rank = -1, have_dtype = 0;
-    const char *nary_subs = NULL;
-    int64_t hint[IR_MAX_RANK] = {0}, check[IR_MAX_RANK] = {0};
-    ir_dtype dtype = IR_F32;
+/* A required integer attribute `key` into *x.  Returns 0 or -1. */
+static int required_int(loader *L, const cJSON *o, const char *key, int64_t *x)
+{
+    const cJSON *a = cJSON_GetObjectItemCaseSensitive(o, key);
+    if (!a) return lfail(L, "missing field \"%s\"", key);
+    return get_int(L, a, key, x);
+}
+
+/* Attributes of an entry of op k with n_in operands, and its "shape",
+ * "dtype", "layer" and "grad_of", into *e.  Returns 0 or -1 with a message. */
+static int load_attrs(loader *L, const cJSON *o, ir_opkind k, int n_in, op_entry *e)
+{
+    unsigned f = op_fields(k);
+    const char *s = NULL;
+    memset(e, 0, sizeof *e);
+    e->check_rank = -1;
+    e->layer = -1;
+    e->dtype = IR_F32;
     const cJSON *a;
     if ((a = cJSON_GetObjectItemCaseSensitive(o, "shape"))) {
-        if (get_ints(L, a, "shape", &check_rank, check) < 0) return -1;
+        if (get_ints(L, a, "shape", &e->check_rank, e->check) < 0) return -1;
         if (f & IR_ATTR_SHAPE) {
-            hint_rank = check_rank;
-            memcpy(hint, check, sizeof hint);
-            check_rank = -1;
+            e->hint_rank = e->check_rank;
+            memcpy(e->hint, e->check, sizeof e->hint);
+            e->check_rank = -1;
         }
     } else if (f & IR_ATTR_SHAPE) {
-        return lfail(L, "missing field \"shape\" (%s needs its result shape)", on);
+        return lfail(L, "missing field \"shape\" (%s needs its result shape)", ir_op_name(k));
     }
     if ((a = cJSON_GetObjectItemCaseSensitive(o, "dtype"))) {
         if (get_string(L, a, "dtype", &s) < 0) return -1;
         int t = ir_dtype_from_name(s);
         if (t < 0) return lfail(L, "unknown dtype \"%.40s\" (f32, i32, bf16, f16)", s);
-        dtype = (ir_dtype)t;
-        have_dtype = 1;
+        e->dtype = (ir_dtype)t;
+        e->have_dtype = 1;
     }
+    ir_attrs *at = &e->at;
     if (f & IR_ATTR_SCALAR) {
         if (!(a = cJSON_GetObjectItemCaseSensitive(o, "scalar"))) return lfail(L, "missing field \"scalar\"");
-        if (get_double(L, a, "scalar", &at.scalar) < 0) return -1;
+        if (get_double(L, a, "scalar", &at->scalar) < 0) return -1;
     }
     if (f & IR_ATTR_SUBSCRIPTS) {
         if (!(a = cJSON_GetObjectItemCaseSensitive(o, "subscripts"))) return lfail(L, "missing field \"subscripts\"");
         if (get_string(L, a, "subscripts", &s) < 0) return -1;
-        nary_subs = s;
-        if (n_in <= 2 && strlen(s) >= sizeof at.subscripts)
-            return lfail(L, "subscripts \"%.60s\" are too long (at most %d characters)", s, (int)sizeof at.subscripts - 1);
-        strcpy(at.subscripts, s);
+        e->nary_subs = s;
+        if (n_in <= 2 && strlen(s) >= sizeof at->subscripts)
+            return lfail(L, "subscripts \"%.60s\" are too long (at most %d characters)", s, (int)sizeof at->subscripts - 1);
+        strcpy(at->subscripts, s);
     }
     if (f & (IR_ATTR_DIMS | IR_ATTR_PERM)) {
         const char *key = f & IR_ATTR_PERM ? "perm" : "dims";
         if ((a = cJSON_GetObjectItemCaseSensitive(o, key))) {
-            if (get_ints(L, a, key, &at.n_ints, at.ints) < 0) return -1;
+            if (get_ints(L, a, key, &at->n_ints, at->ints) < 0) return -1;
         } else if (!(f & IR_ATTR_DIMS_OPTIONAL)) {
             return lfail(L, "missing field \"%s\"", key);
         }
     }
     if (f & IR_ATTR_DEPTH) {
-        if (!(a = cJSON_GetObjectItemCaseSensitive(o, "depth"))) return lfail(L, "missing field \"depth\"");
-        if (get_int(L, a, "depth", &at.ints[0]) < 0) return -1;
-        at.n_ints = 1;
+        if (required_int(L, o, "depth", &at->ints[0]) < 0) return -1;
+        at->n_ints = 1;
     }
     if (f & IR_ATTR_SEED) {
-        if (!(a = cJSON_GetObjectItemCaseSensitive(o, "seed"))) return lfail(L, "missing field \"seed\"");
-        if (get_int(L, a, "seed", &at.ints[0]) < 0) return -1;
-        at.n_ints = 1;
+        if (required_int(L, o, "seed", &at->ints[0]) < 0) return -1;
+        at->n_ints = 1;
     }
     if (f & IR_ATTR_ROWS) {
-        if (!(a = cJSON_GetObjectItemCaseSensitive(o, "rows"))) return lfail(L, "missing field \"rows\"");
-        if (get_int(L, a, "rows", &hint[0]) < 0) return -1;
-        hint_rank = 1;
+        if (required_int(L, o, "rows", &e->hint[0]) < 0) return -1;
+        e->hint_rank = 1;
     }
-    int layer = -1;
-    if ((a = cJSON_GetObjectItemCaseSensitive(o, "layer")) && get_int_range(L, a, "layer", -1, JSON_MAX_LAYER - 1, &layer) < 0)
+    if ((a = cJSON_GetObjectItemCaseSensitive(o, "layer")) && get_int_range(L, a, "layer", -1, JSON_MAX_LAYER - 1, &e->layer) < 0)
         return -1;
     if ((a = cJSON_GetObjectItemCaseSensitive(o, "grad_of")) && get_string(L, a, "grad_of", &s) < 0) return -1;
+    return 0;
+}
 
+/* Records ops[j] (op k on in[0..n_in), named `name` or automatically, at
+ * automatic label `label` or -1) in the graph and in the name index.
+ * Returns its value id, or -1 with a message. */
+static int add_loaded_op(loader *L, int j, ir_opkind k, const int *in, int n_in, const op_entry *e, const char *name,
+                         long label)
+{
+    ir_graph *g = L->g;
+    unsigned f = op_fields(k);
     /* An automatic label "%k" says k values come before this one. */
     if (label >= 0)
         while (g->n_values < label && L->next_arg < L->n_args)
             if (create_args(L, L->next_arg) < 0) return -1;
 
-    ir_set_layer(g, layer);
-    int v = n_in > 2 ? ir_einsum_n(g, nary_subs, n_in, in)
-                     : ir_add_op(g, k, n_in, in, &at, (f & IR_ATTR_DTYPE) ? dtype : IR_F32, hint_rank,
-                                 (f & (IR_ATTR_SHAPE | IR_ATTR_ROWS)) ? hint : NULL, label >= 0 ? NULL : name);
+    ir_set_layer(g, e->layer);
+    int v = n_in > 2 ? ir_einsum_n(g, e->nary_subs, n_in, in)
+                     : ir_add_op(g, k, n_in, in, &e->at, (f & IR_ATTR_DTYPE) ? e->dtype : IR_F32, e->hint_rank,
+                                 (f & (IR_ATTR_SHAPE | IR_ATTR_ROWS)) ? e->hint : NULL, label >= 0 ? NULL : name);
     if (n_in > 2 && v >= 0 && label < 0 && name && ir_rename(g, v, name) < 0) v = -1;
     if (v < 0) return lfail(L, "%s", ir_error(g));
     if (label >= 0 && strcmp(g->values[v].name, name) != 0) {
@@ -795,15 +840,20 @@ static int load_op(loader *L, int j, const cJSON *o)
     }
     *slot = (name_slot){g->values[v].name, v, -1, j};
     L->op_value[j] = v;
+    return v;
+}
 
-    /* "shape" and "dtype" on ops that infer them are checks. */
-    const ir_value *x = &g->values[v];
+/* "shape" and "dtype" on ops that infer them are checks of value v.
+ * Returns 0 or -1 with a message. */
+static int check_claims(loader *L, int v, ir_opkind k, const op_entry *e)
+{
+    const ir_value *x = &L->g->values[v];
     ir_value claim = *x;
-    if (check_rank >= 0) {
-        claim.rank = check_rank;
-        memcpy(claim.dims, check, sizeof claim.dims);
+    if (e->check_rank >= 0) {
+        claim.rank = e->check_rank;
+        memcpy(claim.dims, e->check, sizeof claim.dims);
     }
-    if (have_dtype && !(f & IR_ATTR_DTYPE)) claim.dtype = dtype;
+    if (e->have_dtype && !(op_fields(k) & IR_ATTR_DTYPE)) claim.dtype = e->dtype;
     int same = claim.rank == x->rank && claim.dtype == x->dtype;
     for (int i = 0; same && i < x->rank; i++) same = claim.dims[i] == x->dims[i];
     if (!same) {
@@ -812,6 +862,22 @@ static int load_op(loader *L, int j, const cJSON *o)
                      ir_type_str(&claim, t2, sizeof t2));
     }
     return 0;
+}
+
+static int load_op(loader *L, int j, const cJSON *o)
+{
+    const char *name = NULL;
+    ir_opkind k = IR_OP_EINSUM;
+    int rc = load_op_kind(L, j, o, &name, &k);
+    if (rc != 0) return rc > 0 ? 0 : -1;
+    long label;
+    if (check_op_fields(L, j, o, k, name, &label) < 0) return -1;
+    int in[16] = {-1, -1}, n_in;
+    if (load_operands(L, j, o, k, in, &n_in) < 0) return -1;
+    op_entry e;
+    if (load_attrs(L, o, k, n_in, &e) < 0) return -1;
+    int v = add_loaded_op(L, j, k, in, n_in, &e, name, label);
+    return v < 0 ? -1 : check_claims(L, v, k, &e);
 }
 
 /* ---- links resolved once every value exists ---------------------------- */
