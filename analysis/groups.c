@@ -91,16 +91,11 @@ static int fold_layers(const ir_graph *g, const int *base, int *parent, int n)
     return found;
 }
 
-shard_groups *shard_groups_build(const ir_graph *g)
+/* Union-find over every (value, dim), numbered base[v] + d: dims that one
+ * factor of an op links (apart from replicated factors), and each output's
+ * dims with those of the argument it updates. */
+static void link_dims(const ir_graph *g, const int *base, int *parent)
 {
-    int gs_fold;
-    int *base = ir_xrealloc(NULL, ((size_t)g->n_values + 1) * sizeof(int));
-    base[0] = 0;
-    for (int v = 0; v < g->n_values; v++) base[v + 1] = base[v] + g->values[v].rank;
-    int n = base[g->n_values];
-    int *parent = ir_xrealloc(NULL, (size_t)n * sizeof(int));
-    for (int i = 0; i < n; i++) parent[i] = i;
-    /* factors link dims */
     shard_rule r;
     for (int i = 0; i < g->n_ops; i++) {
         const ir_op *o = &g->ops[i];
@@ -118,19 +113,17 @@ shard_groups *shard_groups_build(const ir_graph *g)
             }
         }
     }
-    /* outputs with the arguments they update */
     for (int i = 0; i < g->n_outputs; i++) {
         int v = g->outputs[i].value, u = g->outputs[i].updates;
         if (u < 0) continue;
         for (int d = 0; d < g->values[v].rank; d++) uf_union(parent, base[v] + d, base[u] + d);
     }
-    gs_fold = fold_layers(g, base, parent, n);
-    /* collect argument dims by class, classes in order of first member */
-    shard_groups *gs = calloc(1, sizeof *gs);
-    if (!gs) abort();
-    gs->period = gs_fold;
-    int *class_of_root = ir_xrealloc(NULL, (size_t)(n ? n : 1) * sizeof(int));
-    for (int i = 0; i < n; i++) class_of_root[i] = -1;
+}
+
+/* The argument dims of gs collected by class, classes numbered in order of
+ * their first member (class_of_root: per union-find root, its group or -1). */
+static void collect_groups(const ir_graph *g, const int *base, int *parent, int *class_of_root, shard_groups *gs)
+{
     int n_members = 0;
     for (int v = 0; v < g->n_values; v++)
         if (g->values[v].role != IR_INTERMEDIATE) n_members += g->values[v].rank;
@@ -167,11 +160,29 @@ shard_groups *shard_groups_build(const ir_graph *g)
             gs->members[G->first + G->n++] = (shard_member){v, d};
         }
     }
+    free(counts);
+}
+
+shard_groups *shard_groups_build(const ir_graph *g)
+{
+    int *base = ir_xrealloc(NULL, ((size_t)g->n_values + 1) * sizeof(int));
+    base[0] = 0;
+    for (int v = 0; v < g->n_values; v++) base[v + 1] = base[v] + g->values[v].rank;
+    int n = base[g->n_values];
+    int *parent = ir_xrealloc(NULL, (size_t)n * sizeof(int));
+    for (int i = 0; i < n; i++) parent[i] = i;
+    link_dims(g, base, parent);
+    int gs_fold = fold_layers(g, base, parent, n);
+    shard_groups *gs = calloc(1, sizeof *gs);
+    if (!gs) abort();
+    gs->period = gs_fold;
+    int *class_of_root = ir_xrealloc(NULL, (size_t)(n ? n : 1) * sizeof(int));
+    for (int i = 0; i < n; i++) class_of_root[i] = -1;
+    collect_groups(g, base, parent, class_of_root, gs);
     /* every (value, dim), intermediates too: its group, or -1 */
     gs->dim_base = base;
     gs->dim_group = ir_xrealloc(NULL, (size_t)(n ? n : 1) * sizeof(int));
     for (int i = 0; i < n; i++) gs->dim_group[i] = class_of_root[uf_find(parent, i)];
-    free(counts);
     free(class_of_root);
     free(parent);
     return gs;

@@ -192,13 +192,12 @@ typedef struct proposal {
     int t, d, f, first_stamp;
 } proposal;
 
-int shard_op_factors(shard_state *s, int op, shard_factor_axes *fa)
+/* Op's sharded tensor dims as proposals for their major factor, in p[]
+ * sorted by the stamp of their first axis (earliest decision first).
+ * Returns their count. */
+static int gather_proposals(const shard_state *s, const shard_rule *r, proposal *p)
 {
-    const shard_rule *r = &s->rules[op];
-    proposal p[(IR_MAX_OPERANDS + 1) * IR_MAX_RANK];
-    int np = 0, met = 0;
-    for (int f = 0; f < r->n_factors; f++) fa[f].n = 0;
-    unsigned even = r->even;
+    int np = 0;
     for (int t = 0; t <= r->n_in; t++) {
         int v = r->tensor[t];
         const shard_spec *sp = &s->spec[v];
@@ -214,45 +213,59 @@ int shard_op_factors(shard_state *s, int op, shard_factor_axes *fa)
                 p[k] = (proposal){t, d, r->f[t][d][0], st};
             }
     }
-    for (int i = 0; i < np; i++) {
-        int v = r->tensor[p[i].t];
-        const shard_spec *sp = &s->spec[v];
-        int d = p[i].d, f = p[i].f;
-        if (r->kind[f] == SHARD_REPLICATE) {
-            conflict(s, op, v, sp->axes[d][0], -1, p[i].first_stamp, "this dim must stay replicated at this op");
-            met++;
-            continue;
-        }
-        /* a compound dim's axes beyond what its major factor divides shard
-         * the minor factors, which this op cannot see: they are dropped (a
-         * factor of a compound dim is split evenly or not at all: a padded
-         * block would not be whole rows of the compound dim) */
-        int n = 0;
-        for (int64_t shards = 1; n < sp->n[d]; n++) {
-            shards *= s->mesh->sizes[sp->axes[d][n]];
-            if ((even >> f & 1u) ? r->size[f] % shards != 0 : !split_ok(r->size[f], shards)) break;
-        }
-        if (n < sp->n[d]) {
-            conflict(s, op, v, sp->axes[d][n], -1, p[i].first_stamp, "more shards than the dim's major factor has");
-            met++;
-        }
-        shard_factor_axes *L = &fa[f];
-        int common = 0;
-        while (common < L->n && common < n && L->axes[common] == sp->axes[d][common]) common++;
-        if (common == L->n) { /* L is a prefix of the proposal: take the longer list */
-            for (int k = common; k < n; k++) {
-                L->axes[k] = sp->axes[d][k];
-                L->stamp[k] = s->stamp[v][sp->axes[d][k]];
-            }
-            if (n > L->n) L->n = (uint8_t)n;
-        } else if (common < n) {
-            int a = sp->axes[d][common];
-            conflict(s, op, v, a, L->stamp[common], s->stamp[v][a], "operands shard this factor differently");
-            met++;
-        }
+    return np;
+}
+
+/* Proposal q merged into its factor's axes fa[q->f]: a replicated factor
+ * refuses it; axes beyond what the factor divides are dropped; a list that
+ * disagrees with the factor's is cut where they part.  Returns the
+ * conflicts met (0 to 2). */
+static int merge_proposal(shard_state *s, int op, const proposal *q, shard_factor_axes *fa)
+{
+    const shard_rule *r = &s->rules[op];
+    int v = r->tensor[q->t], met = 0;
+    const shard_spec *sp = &s->spec[v];
+    int d = q->d, f = q->f;
+    if (r->kind[f] == SHARD_REPLICATE) {
+        conflict(s, op, v, sp->axes[d][0], -1, q->first_stamp, "this dim must stay replicated at this op");
+        return 1;
     }
-    /* An axis may shard only one factor of an op: earliest stamp wins. */
-    int order[SHARD_MAX_FACTORS], no = 0;
+    /* a compound dim's axes beyond what its major factor divides shard
+     * the minor factors, which this op cannot see: they are dropped (a
+     * factor of a compound dim is split evenly or not at all: a padded
+     * block would not be whole rows of the compound dim) */
+    int n = 0;
+    for (int64_t shards = 1; n < sp->n[d]; n++) {
+        shards *= s->mesh->sizes[sp->axes[d][n]];
+        if ((r->even >> f & 1u) ? r->size[f] % shards != 0 : !split_ok(r->size[f], shards)) break;
+    }
+    if (n < sp->n[d]) {
+        conflict(s, op, v, sp->axes[d][n], -1, q->first_stamp, "more shards than the dim's major factor has");
+        met++;
+    }
+    shard_factor_axes *L = &fa[f];
+    int common = 0;
+    while (common < L->n && common < n && L->axes[common] == sp->axes[d][common]) common++;
+    if (common == L->n) { /* L is a prefix of the proposal: take the longer list */
+        for (int k = common; k < n; k++) {
+            L->axes[k] = sp->axes[d][k];
+            L->stamp[k] = s->stamp[v][sp->axes[d][k]];
+        }
+        if (n > L->n) L->n = (uint8_t)n;
+    } else if (common < n) {
+        int a = sp->axes[d][common];
+        conflict(s, op, v, a, L->stamp[common], s->stamp[v][a], "operands shard this factor differently");
+        met++;
+    }
+    return met;
+}
+
+/* An axis may shard only one factor of an op: earliest stamp wins; the
+ * others lose it and the axes after it.  Returns the conflicts met. */
+static int claim_axes(shard_state *s, int op, shard_factor_axes *fa)
+{
+    const shard_rule *r = &s->rules[op];
+    int order[SHARD_MAX_FACTORS], no = 0, met = 0;
     for (int f = 0; f < r->n_factors; f++)
         if (fa[f].n) {
             int k = no++;
@@ -277,6 +290,17 @@ int shard_op_factors(shard_state *s, int op, shard_factor_axes *fa)
         }
     }
     return met;
+}
+
+int shard_op_factors(shard_state *s, int op, shard_factor_axes *fa)
+{
+    const shard_rule *r = &s->rules[op];
+    proposal p[(IR_MAX_OPERANDS + 1) * IR_MAX_RANK];
+    int met = 0;
+    for (int f = 0; f < r->n_factors; f++) fa[f].n = 0;
+    int np = gather_proposals(s, r, p);
+    for (int i = 0; i < np; i++) met += merge_proposal(s, op, &p[i], fa);
+    return met + claim_axes(s, op, fa);
 }
 
 /* ---- pushing shardings to tensors ------------------------------------- */

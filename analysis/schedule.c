@@ -105,6 +105,136 @@ static int parse_pipeline(const char *tac, char **parts, int np, const shard_mes
     return 0;
 }
 
+/* One tactic's words after its name, parsed into t (parts[0] is the name,
+ * np the count; tac the whole text, for messages): one parser a family, in
+ * a table by name below.  Each returns 0 or -1 with a message. */
+typedef struct tactic_text {
+    const char *tac;
+    char **parts;
+    int np;
+    tactic_kind kind; /* the table row's */
+} tactic_text;
+typedef int (*tactic_parser)(const tactic_text *x, const shard_mesh *m, tactic *t, char *err, size_t n);
+
+static int parse_auto(const tactic_text *x, const shard_mesh *m, tactic *t, char *err, size_t n)
+{
+    if (x->np != 1) return ir_errf(err, n, "schedule: tactic '%s': auto takes no arguments", x->tac);
+    t->kind = TACTIC_AUTO;
+    t->axis = -1;
+    return 0;
+}
+
+/* dp, megatron, zero1-3, ep: KIND:AXIS */
+static int parse_axis_tactic(const tactic_text *x, const shard_mesh *m, tactic *t, char *err, size_t n)
+{
+    if (x->np != 2 || !x->parts[1][0]) return ir_errf(err, n, "schedule: tactic '%s': write %s:AXIS", x->tac, x->parts[0]);
+    t->kind = x->kind;
+    return (t->axis = parse_axis(x->parts[1], m, x->tac, err, n)) < 0 ? -1 : 0;
+}
+
+/* remat:LAYERS (selective), remat:LAYERS:full, remat:full (= remat:all:full) */
+static int parse_remat(const tactic_text *x, const shard_mesh *m, tactic *t, char *err, size_t n)
+{
+    int np = x->np, full = np == 3 && !strcmp(x->parts[2], "full");
+    const char *layers = np >= 2 ? x->parts[1] : "";
+    if (np == 2 && !strcmp(layers, "full")) {
+        full = 1;
+        layers = "all";
+    }
+    if ((np != 2 && !full) || parse_layers(layers, t) < 0)
+        return ir_errf(err, n,
+                       "schedule: tactic '%s': write remat:all, remat:N or remat:A-B (layers), :full after them to "
+                       "re-run each layer's whole forward, or remat:full",
+                       x->tac);
+    t->kind = TACTIC_REMAT;
+    t->axis = -1;
+    t->dim = full;
+    return 0;
+}
+
+static int parse_microbatch(const tactic_text *x, const shard_mesh *m, tactic *t, char *err, size_t n)
+{
+    char *end;
+    long c = x->np == 2 ? strtol(x->parts[1], &end, 10) : 0;
+    if (x->np != 2 || !isdigit((unsigned char)x->parts[1][0]) || *end || c < 1 || c > 1024)
+        return ir_errf(err, n, "schedule: tactic '%s': write microbatch:N with N in 1..1024", x->tac);
+    t->kind = TACTIC_MICROBATCH;
+    t->axis = -1;
+    t->lo = t->hi = (int)c;
+    return 0;
+}
+
+static int parse_gather(const tactic_text *x, const shard_mesh *m, tactic *t, char *err, size_t n)
+{
+    if (x->np != 2 || (strcmp(x->parts[1], "keep") && strcmp(x->parts[1], "regather")))
+        return ir_errf(err, n, "schedule: tactic '%s': write gather:keep or gather:regather", x->tac);
+    t->kind = TACTIC_GATHER;
+    t->axis = -1;
+    t->lo = t->hi = !strcmp(x->parts[1], "keep") ? SPMD_GATHER_KEEP : SPMD_GATHER_REGATHER;
+    return 0;
+}
+
+/* The NAME of tile, group and atomic into t->pattern. */
+static int parse_pattern(const tactic_text *x, const char *name, tactic *t, char *err, size_t n)
+{
+    if (!name[0] || strlen(name) >= SCHED_NAME_LEN)
+        return ir_errf(err, n, "schedule: tactic '%s': NAME must take 1 to %d characters", x->tac, SCHED_NAME_LEN - 1);
+    strcpy(t->pattern, name);
+    return 0;
+}
+
+/* tile:NAME:DIM:AXIS, group:NAME:DIM:AXIS */
+static int parse_tile(const tactic_text *x, const shard_mesh *m, tactic *t, char *err, size_t n)
+{
+    if (x->np != 4) return ir_errf(err, n, "schedule: tactic '%s': write %s:NAME:DIM:AXIS", x->tac, x->parts[0]);
+    char *end;
+    long d = strtol(x->parts[2], &end, 10);
+    if (!x->parts[2][0] || *end || d < 0 || d >= IR_MAX_RANK)
+        return ir_errf(err, n, "schedule: tactic '%s': DIM must be a number in 0..%d", x->tac, IR_MAX_RANK - 1);
+    t->kind = x->kind;
+    t->dim = (int)d;
+    if (parse_pattern(x, x->parts[1], t, err, n) < 0) return -1;
+    return (t->axis = parse_axis(x->parts[3], m, x->tac, err, n)) < 0 ? -1 : 0;
+}
+
+/* atomic:NAME:AXIS */
+static int parse_atomic(const tactic_text *x, const shard_mesh *m, tactic *t, char *err, size_t n)
+{
+    if (x->np != 3) return ir_errf(err, n, "schedule: tactic '%s': write atomic:NAME:AXIS", x->tac);
+    t->kind = TACTIC_ATOMIC;
+    if (parse_pattern(x, x->parts[1], t, err, n) < 0) return -1;
+    return (t->axis = parse_axis(x->parts[2], m, x->tac, err, n)) < 0 ? -1 : 0;
+}
+
+/* pipeline:AXIS[:M[:SCHED[:SPLIT]]] */
+static int parse_pipeline_tactic(const tactic_text *x, const shard_mesh *m, tactic *t, char *err, size_t n)
+{
+    return parse_pipeline(x->tac, x->parts, x->np, m, t, err, n);
+}
+
+/* The tactics by name, in the order the unknown-tactic message lists them. */
+static const struct {
+    const char *name;
+    tactic_kind kind;
+    tactic_parser parse;
+} tactic_table[] = {
+    {"dp", TACTIC_DP, parse_axis_tactic},
+    {"megatron", TACTIC_MEGATRON, parse_axis_tactic},
+    {"zero1", TACTIC_ZERO1, parse_axis_tactic},
+    {"zero2", TACTIC_ZERO2, parse_axis_tactic},
+    {"zero3", TACTIC_ZERO3, parse_axis_tactic},
+    {"ep", TACTIC_EP, parse_axis_tactic},
+    {"tile", TACTIC_TILE, parse_tile},
+    {"atomic", TACTIC_ATOMIC, parse_atomic},
+    {"group", TACTIC_GROUP, parse_tile},
+    {"remat", TACTIC_REMAT, parse_remat},
+    {"microbatch", TACTIC_MICROBATCH, parse_microbatch},
+    {"gather", TACTIC_GATHER, parse_gather},
+    {"pipeline", TACTIC_PIPELINE, parse_pipeline_tactic},
+    {"auto", TACTIC_AUTO, parse_auto},
+};
+#define N_TACTIC_NAMES ((int)(sizeof tactic_table / sizeof tactic_table[0]))
+
 /* Parses one tactic "kind:args" (no commas). */
 static int parse_tactic(const char *tac, const shard_mesh *m, tactic *t, char *err, size_t n)
 {
@@ -121,86 +251,14 @@ static int parse_tactic(const char *tac, const shard_mesh *m, tactic *t, char *e
         *q = 0;
     }
     memset(t, 0, sizeof *t);
-    const char *k = parts[0];
-    if (!strcmp(k, "auto")) {
-        if (np != 1) return ir_errf(err, n, "schedule: tactic '%s': auto takes no arguments", tac);
-        t->kind = TACTIC_AUTO;
-        t->axis = -1;
-        return 0;
-    }
-    static const struct {
-        const char *name;
-        tactic_kind kind;
-    } axis_tactics[] = {{"dp", TACTIC_DP}, {"megatron", TACTIC_MEGATRON}, {"zero1", TACTIC_ZERO1},
-                        {"zero2", TACTIC_ZERO2}, {"zero3", TACTIC_ZERO3}, {"ep", TACTIC_EP}};
-    for (size_t i = 0; i < sizeof axis_tactics / sizeof axis_tactics[0]; i++) {
-        if (strcmp(k, axis_tactics[i].name)) continue;
-        if (np != 2 || !parts[1][0]) return ir_errf(err, n, "schedule: tactic '%s': write %s:AXIS", tac, k);
-        t->kind = axis_tactics[i].kind;
-        if ((t->axis = parse_axis(parts[1], m, tac, err, n)) < 0) return -1;
-        return 0;
-    }
-    if (!strcmp(k, "remat")) {
-        /* remat:LAYERS (selective), remat:LAYERS:full, remat:full (= remat:all:full) */
-        int full = np == 3 && !strcmp(parts[2], "full");
-        const char *layers = np >= 2 ? parts[1] : "";
-        if (np == 2 && !strcmp(layers, "full")) {
-            full = 1;
-            layers = "all";
-        }
-        if ((np != 2 && !full) || parse_layers(layers, t) < 0)
-            return ir_errf(err, n,
-                           "schedule: tactic '%s': write remat:all, remat:N or remat:A-B (layers), :full after them to "
-                           "re-run each layer's whole forward, or remat:full",
-                           tac);
-        t->kind = TACTIC_REMAT;
-        t->axis = -1;
-        t->dim = full;
-        return 0;
-    }
-    if (!strcmp(k, "microbatch")) {
-        char *end;
-        long c = np == 2 ? strtol(parts[1], &end, 10) : 0;
-        if (np != 2 || !isdigit((unsigned char)parts[1][0]) || *end || c < 1 || c > 1024)
-            return ir_errf(err, n, "schedule: tactic '%s': write microbatch:N with N in 1..1024", tac);
-        t->kind = TACTIC_MICROBATCH;
-        t->axis = -1;
-        t->lo = t->hi = (int)c;
-        return 0;
-    }
-    if (!strcmp(k, "gather")) {
-        if (np != 2 || (strcmp(parts[1], "keep") && strcmp(parts[1], "regather")))
-            return ir_errf(err, n, "schedule: tactic '%s': write gather:keep or gather:regather", tac);
-        t->kind = TACTIC_GATHER;
-        t->axis = -1;
-        t->lo = t->hi = !strcmp(parts[1], "keep") ? SPMD_GATHER_KEEP : SPMD_GATHER_REGATHER;
-        return 0;
-    }
-    if (!strcmp(k, "pipeline")) return parse_pipeline(tac, parts, np, m, t, err, n);
-    if (!strcmp(k, "tile") || !strcmp(k, "group")) {
-        if (np != 4) return ir_errf(err, n, "schedule: tactic '%s': write %s:NAME:DIM:AXIS", tac, k);
-        char *end;
-        long d = strtol(parts[2], &end, 10);
-        if (!parts[2][0] || *end || d < 0 || d >= IR_MAX_RANK)
-            return ir_errf(err, n, "schedule: tactic '%s': DIM must be a number in 0..%d", tac, IR_MAX_RANK - 1);
-        t->kind = !strcmp(k, "tile") ? TACTIC_TILE : TACTIC_GROUP;
-        t->dim = (int)d;
-        if (!parts[1][0] || strlen(parts[1]) >= SCHED_NAME_LEN)
-            return ir_errf(err, n, "schedule: tactic '%s': NAME must take 1 to %d characters", tac, SCHED_NAME_LEN - 1);
-        strcpy(t->pattern, parts[1]);
-        if ((t->axis = parse_axis(parts[3], m, tac, err, n)) < 0) return -1;
-        return 0;
-    }
-    if (!strcmp(k, "atomic")) {
-        if (np != 3) return ir_errf(err, n, "schedule: tactic '%s': write atomic:NAME:AXIS", tac);
-        t->kind = TACTIC_ATOMIC;
-        if (!parts[1][0] || strlen(parts[1]) >= SCHED_NAME_LEN)
-            return ir_errf(err, n, "schedule: tactic '%s': NAME must take 1 to %d characters", tac, SCHED_NAME_LEN - 1);
-        strcpy(t->pattern, parts[1]);
-        if ((t->axis = parse_axis(parts[2], m, tac, err, n)) < 0) return -1;
-        return 0;
-    }
-    return ir_errf(err, n, "schedule: unknown tactic '%s' (known: dp, megatron, zero1, zero2, zero3, ep, tile, atomic, group, remat, microbatch, gather, pipeline, auto)", k);
+    for (int i = 0; i < N_TACTIC_NAMES; i++)
+        if (!strcmp(parts[0], tactic_table[i].name))
+            return tactic_table[i].parse(&(tactic_text){tac, parts, np, tactic_table[i].kind}, m, t, err, n);
+    char known[256];
+    size_t k = 0;
+    for (int i = 0; i < N_TACTIC_NAMES && k < sizeof known; i++)
+        k += (size_t)snprintf(known + k, sizeof known - k, "%s%s", i ? ", " : "", tactic_table[i].name);
+    return ir_errf(err, n, "schedule: unknown tactic '%s' (known: %s)", parts[0], known);
 }
 
 /* At most one pipeline; no other tactic on its axis; not with microbatch. */

@@ -331,57 +331,57 @@ int64_t exec_einsum_copies(const ir_einsum_spec *e, const int64_t *dims_a, const
     return n;
 }
 
-int exec_einsum_run(const ir_einsum_spec *e, const int64_t *dims_a, const float *a, const int64_t *dims_b,
-                    const float *b, const int64_t *dims_c, float *c, char *err, size_t errlen)
+/* exec_einsum_run's operands in the layouts the plan chose: each of a, b
+ * and c either in place (its own layout) or a dense temporary in tmp[] (a
+ * and b gathered into theirs; c's filled by the GEMMs, scattered after).
+ * Sets lay[] and the pointers the GEMMs use.  Returns 0, or -1 with a
+ * message (out of memory; no temporary left allocated). */
+static int prepare_operands(const einsum_plan *plan, const float *a, const float *b, float *c, layout *lay, float **tmp,
+                            const float **pa, const float **pb, float **pc, char *err, size_t errlen)
 {
-    exec_blis_setup();
-    einsum_plan plan;
-    plan_einsum(e, dims_a, dims_b, dims_c, &plan);
-    const operands o = plan.o;
-    if (o.numel[OP_C] == 0) return 0;
-    if (o.numel[OP_A] == 0 || o.numel[OP_B] == 0) {
-        memset(c, 0, (size_t)o.numel[OP_C] * sizeof *c);
-        return 0;
-    }
-    const group *gm = &plan.gm, *gn = &plan.gn, *gk = &plan.gk;
-    const group batch = plan.batch;
-    const int *best_copy = plan.copy;
-    int64_t M = group_size(&o, gm), N = group_size(&o, gn), K = group_size(&o, gk);
-
-    /* Layouts and temporaries. */
-    const float *pa = a, *pb = b;
-    float *pc = c, *tmp[3] = {NULL, NULL, NULL};
-    layout lay[3];
-    const group *pairs[3][2] = {{gm, gk}, {gk, gn}, {gm, gn}};
+    const operands *o = &plan->o;
+    const group *pairs[3][2] = {{&plan->gm, &plan->gk}, {&plan->gk, &plan->gn}, {&plan->gm, &plan->gn}};
+    *pa = a;
+    *pb = b;
+    *pc = c;
     for (int x = 0; x < 3; x++) {
-        if (!best_copy[x]) {
-            lay[x] = own_layout(&o, x);
+        if (!plan->copy[x]) {
+            lay[x] = own_layout(o, x);
             continue;
         }
-        lay[x] = dense_layout(&o, &batch, pairs[x][0], pairs[x][1]);
-        tmp[x] = xmalloc_floats(o.numel[x]);
+        lay[x] = dense_layout(o, &plan->batch, pairs[x][0], pairs[x][1]);
+        tmp[x] = xmalloc_floats(o->numel[x]);
         if (!tmp[x]) {
             for (int y = 0; y < x; y++) free(tmp[y]);
-            if (err && errlen) snprintf(err, errlen, "einsum: out of memory for a %lld-element temporary", (long long)o.numel[x]);
+            if (err && errlen) snprintf(err, errlen, "einsum: out of memory for a %lld-element temporary", (long long)o->numel[x]);
             return -1;
         }
         if (x == OP_C) {
-            pc = tmp[x];
+            *pc = tmp[x];
             continue;
         }
         /* Gather the operand into the temporary: walk the dense layout and
          * read the source with the source strides of the same letters. */
         int64_t dims[IR_MAX_RANK], src_s[IR_MAX_RANK];
         for (int i = 0; i < lay[x].n; i++) {
-            int p = letter_pos(&o, x, lay[x].l[i]);
-            dims[i] = o.dims[x][p];
-            src_s[i] = o.strides[x][p];
+            int p = letter_pos(o, x, lay[x].l[i]);
+            dims[i] = o->dims[x][p];
+            src_s[i] = o->strides[x][p];
         }
         exec_copy_strided32(lay[x].n, dims, x == OP_A ? (const void *)a : (const void *)b, src_s, tmp[x]);
-        if (x == OP_A) pa = tmp[x];
-        else pb = tmp[x];
+        if (x == OP_A) *pa = tmp[x];
+        else *pb = tmp[x];
     }
+    return 0;
+}
 
+/* One serial GEMM (M x K by K x N) per index of the plan's batch letters,
+ * on operands in layouts lay[]. */
+static void run_gemms(const einsum_plan *plan, const layout *lay, const float *pa, const float *pb, float *pc)
+{
+    const operands *o = &plan->o;
+    const group *gm = &plan->gm, *gn = &plan->gn, *gk = &plan->gk, *batch = &plan->batch;
+    int64_t M = group_size(o, gm), N = group_size(o, gn), K = group_size(o, gk);
     /* The innermost letter of a fused group carries the group's stride. */
 #define INNER(L, g) ((g)->n ? layout_stride(L, (g)->l[(g)->n - 1]) : 0)
     int64_t rs_a, cs_a, rs_b, cs_b, rs_c, cs_c;
@@ -391,10 +391,10 @@ int exec_einsum_run(const ir_einsum_spec *e, const int64_t *dims_a, const float 
 #undef INNER
 
     int64_t bdims[IR_MAX_RANK], bs[3][IR_MAX_RANK], n_batches = 1;
-    for (int i = 0; i < batch.n; i++) {
-        bdims[i] = letter_size(&o, batch.l[i]);
+    for (int i = 0; i < batch->n; i++) {
+        bdims[i] = letter_size(o, batch->l[i]);
         n_batches *= bdims[i];
-        for (int x = 0; x < 3; x++) bs[x][i] = layout_stride(&lay[x], batch.l[i]);
+        for (int x = 0; x < 3; x++) bs[x][i] = layout_stride(&lay[x], batch->l[i]);
     }
 
     rntm_t rntm = BLIS_RNTM_INITIALIZER;
@@ -404,19 +404,37 @@ int exec_einsum_run(const ir_einsum_spec *e, const int64_t *dims_a, const float 
     for (int64_t t = 0; t < n_batches; t++) {
         bli_sgemm_ex(BLIS_NO_TRANSPOSE, BLIS_NO_TRANSPOSE, M, N, K, &one, (float *)pa + off[OP_A], rs_a, cs_a,
                      (float *)pb + off[OP_B], rs_b, cs_b, &zero, pc + off[OP_C], rs_c, cs_c, NULL, &rntm);
-        for (int d = batch.n - 1; d >= 0; d--) {
+        for (int d = batch->n - 1; d >= 0; d--) {
             for (int x = 0; x < 3; x++) off[x] += bs[x][d];
             if (++idx[d] < bdims[d]) break;
             for (int x = 0; x < 3; x++) off[x] -= bs[x][d] * bdims[d];
             idx[d] = 0;
         }
     }
+}
 
-    if (best_copy[OP_C]) {
+int exec_einsum_run(const ir_einsum_spec *e, const int64_t *dims_a, const float *a, const int64_t *dims_b,
+                    const float *b, const int64_t *dims_c, float *c, char *err, size_t errlen)
+{
+    exec_blis_setup();
+    einsum_plan plan;
+    plan_einsum(e, dims_a, dims_b, dims_c, &plan);
+    const operands *o = &plan.o;
+    if (o->numel[OP_C] == 0) return 0;
+    if (o->numel[OP_A] == 0 || o->numel[OP_B] == 0) {
+        memset(c, 0, (size_t)o->numel[OP_C] * sizeof *c);
+        return 0;
+    }
+    const float *pa, *pb;
+    float *pc, *tmp[3] = {NULL, NULL, NULL};
+    layout lay[3];
+    if (prepare_operands(&plan, a, b, c, lay, tmp, &pa, &pb, &pc, err, errlen) < 0) return -1;
+    run_gemms(&plan, lay, pa, pb, pc);
+    if (plan.copy[OP_C]) {
         /* Scatter the [batch, m, n] temporary into c's own layout. */
         int64_t src_s[IR_MAX_RANK];
-        for (int i = 0; i < o.rank[OP_C]; i++) src_s[i] = layout_stride(&lay[OP_C], o.letters[OP_C][i]);
-        exec_copy_strided32(o.rank[OP_C], dims_c, pc, src_s, c);
+        for (int i = 0; i < o->rank[OP_C]; i++) src_s[i] = layout_stride(&lay[OP_C], o->letters[OP_C][i]);
+        exec_copy_strided32(o->rank[OP_C], dims_c, pc, src_s, c);
     }
     for (int x = 0; x < 3; x++) free(tmp[x]);
     return 0;
