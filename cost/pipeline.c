@@ -295,6 +295,7 @@ typedef struct pricer {
     int *send_id;         /* per instruction: its transfer (SEND), else -1 */
     int *last_read;       /* per buffer: last instruction of the stage being counted reading it */
     int *wseg;            /* per buffer: segment writing it on that stage */
+    int *opt_of;          /* per value: a param's first optimizer state, else -1 */
 } pricer;
 
 static int key_of(const pricer *c, int buf, int to)
@@ -388,16 +389,12 @@ static double sweep(pricer *c, int seg, int lo, int hi, double *stash)
 }
 
 /* Master weights (f32 copies under mixed precision) of a param, split as its
- * first optimizer state (ZeRO partitions them with the states). */
-static double master_bytes(const spmd_program *p, int param)
+ * first optimizer state (ZeRO partitions them with the states); opt_of:
+ * per param, its first optimizer state, or -1. */
+static double master_bytes(const spmd_program *p, int param, const int *opt_of)
 {
     const ir_graph *g = p->g;
-    int b = p->arg_buf[param];
-    for (int v = 0; v < g->n_values; v++)
-        if (g->values[v].role == IR_OPT_STATE && g->values[v].tied == param && p->arg_buf[v] >= 0) {
-            b = p->arg_buf[v];
-            break;
-        }
+    int b = opt_of[param] >= 0 && p->arg_buf[opt_of[param]] >= 0 ? p->arg_buf[opt_of[param]] : p->arg_buf[param];
     int64_t dims[IR_MAX_RANK], n = 1;
     spmd_buffer_dims(p, b, dims);
     for (int d = 0; d < g->values[param].rank; d++) n *= dims[d];
@@ -433,7 +430,7 @@ static void stage_bytes(pricer *c, int r, int mixed)
         int v = p->bufs[b].value, arg = p->arg_buf[v] == b;
         if (arg && pp->buf_class[b] == PIPE_BUF_STATE) {
             base += c->bytes[b];
-            if (mixed && g->values[v].role == IR_PARAM && pp->owner[b] == r) base += master_bytes(p, v);
+            if (mixed && g->values[v].role == IR_PARAM && pp->owner[b] == r) base += master_bytes(p, v, c->opt_of);
         } else if (arg) {
             base += c->bytes[b]; /* an input: one micro-batch's, filled as it comes */
         } else if (pp->buf_class[b] == PIPE_BUF_ACC && c->wseg[b] >= 0 && c->wseg[b] < 2 * V) {
@@ -507,7 +504,14 @@ int cost_estimate_pipeline(cost_ws *ws, const pipe_program *pp, const cost_hw *h
     cost_pipe_stage *stg = calloc((size_t)P, sizeof *stg);
     c.last_read = malloc(((size_t)p->n_bufs + 1) * sizeof *c.last_read);
     c.wseg = malloc(((size_t)p->n_bufs + 1) * sizeof *c.wseg);
-    if (!stg || !c.last_read || !c.wseg || build_model(&c, hw) < 0) {
+    c.opt_of = malloc(((size_t)p->g->n_values + 1) * sizeof *c.opt_of);
+    if (c.opt_of) {
+        const ir_graph *g = p->g;
+        for (int v = 0; v < g->n_values; v++) c.opt_of[v] = -1;
+        for (int v = 0; v < g->n_values; v++)
+            if (g->values[v].role == IR_OPT_STATE && g->values[v].tied >= 0 && c.opt_of[g->values[v].tied] < 0) c.opt_of[g->values[v].tied] = v;
+    }
+    if (!stg || !c.last_read || !c.wseg || !c.opt_of || build_model(&c, hw) < 0) {
         rc = ir_errf(err, errlen, "pipeline: out of memory pricing the schedule");
         goto done;
     }
@@ -569,6 +573,7 @@ done:
     free(c.send_id);
     free(c.last_read);
     free(c.wseg);
+    free(c.opt_of);
     cost_pipe_model_free(&c.m);
     cost_pipe_result_free(&res);
     return rc;
