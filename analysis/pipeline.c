@@ -5,6 +5,7 @@
  * and interleaved 1F1B over model chunks (Narayanan et al., SC 2021, 2.2). */
 #include "pipeline.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -39,6 +40,17 @@ int pipe_vstage_of_layer(const pipe_spec *s, int layer)
     for (int i = 0; i < V; i++)
         if (layer < s->first[i + 1]) return i;
     return V > 0 ? V - 1 : 0;
+}
+
+int pipe_body_microbatches(const ir_graph *g)
+{
+    if (g->loss < 0 || g->values[g->loss].producer < 0) return 0;
+    const ir_op *o = &g->ops[g->values[g->loss].producer];
+    const char *nm = g->values[g->loss].name;
+    size_t n = strlen(nm);
+    if (o->kind != IR_OP_SCALE || n <= 7 || strcmp(nm + n - 7, "/scaled") || !(o->attrs.scalar > 0)) return 0;
+    double m = 1 / o->attrs.scalar;
+    return fabs(m - floor(m + 0.5)) < 1e-6 ? (int)floor(m + 0.5) : 0;
 }
 
 int pipe_spec_check(const pipe_spec *s, const shard_mesh *mesh, int n_layers, char *err, size_t errlen)

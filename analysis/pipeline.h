@@ -56,6 +56,9 @@ static inline int pipe_vstages(const pipe_spec *s) { return s->axis < 0 ? 0 : s-
 void pipe_split_even(pipe_spec *s, int n_layers);
 /* The virtual stage holding layer `layer` (0..L-1). */
 int pipe_vstage_of_layer(const pipe_spec *s, int layer);
+/* The micro-batches m of a pipelined step's body (model_build_pipeline_body:
+ * its loss is NAME/scaled, the loss times 1/m), or 0 for any other step. */
+int pipe_body_microbatches(const ir_graph *g);
 /* Checks a spec against a mesh and the model's layer count: axis, p >= 2,
  * chunks, micro-batches, interleaving's m % p, the split.  Returns 0, or -1
  * with a message naming what is wrong. */

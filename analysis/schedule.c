@@ -11,7 +11,6 @@
 
 #include <cjson/cJSON.h>
 #include <ctype.h>
-#include <math.h>
 #include <errno.h>
 #include <stdio.h>
 #include <fnmatch.h>
@@ -569,12 +568,8 @@ int sched_expand(const tactic *t, const shard_state *st, shard_decision *out, in
     case TACTIC_GATHER: /* sched_apply sets the state's policy */
         return 0;
     case TACTIC_PIPELINE: { /* sched_apply reserves the axis; pipe_lower cuts the stages */
-        const ir_op *lo = g->loss >= 0 && g->values[g->loss].producer >= 0 ? &g->ops[g->values[g->loss].producer] : NULL;
-        const char *nm = g->loss >= 0 ? g->values[g->loss].name : "";
-        size_t ln = strlen(nm);
-        if (lo && lo->kind == IR_OP_SCALE && ln > 7 && !strcmp(nm + ln - 7, "/scaled") &&
-            (!t->lo || fabs(lo->attrs.scalar * t->lo - 1) < 1e-9))
-            return 0;
+        int mb = pipe_body_microbatches(g);
+        if (mb > 0 && (!t->lo || t->lo == mb)) return 0;
         return ir_errf(err, errlen, "pipeline:%s: the training step was not built for it (the body of one micro-batch: "
                        "model_build_pipeline_body)", m->names[t->axis]);
     }

@@ -113,12 +113,19 @@ static int add_group_experts(const ir_graph *g, const shard_mesh *mesh, const sh
     return n;
 }
 
-int plan_experts(const ir_graph *g, const shard_mesh *mesh, const shard_state *base, plan_pricer *pr,
-                 plan_expert **out)
+/* The axes an expert may use: size above 1, not reserved (a pipeline's). */
+static unsigned expert_axes(const shard_mesh *mesh, const shard_state *base)
 {
     unsigned all = 0;
     for (int a = 0; a < mesh->n_axes; a++)
-        if (mesh->sizes[a] > 1) all |= 1u << a;
+        if (mesh->sizes[a] > 1 && !(base && (base->reserved_axes >> a & 1))) all |= 1u << a;
+    return all;
+}
+
+int plan_experts(const ir_graph *g, const shard_mesh *mesh, const shard_state *base, plan_pricer *pr,
+                 plan_expert **out)
+{
+    unsigned all = expert_axes(mesh, base);
     int cap = 7 << mesh->n_axes, n = 0;
     plan_expert *ex = ir_xcalloc((size_t)cap + 1, sizeof *ex);
     char text[160];
@@ -165,10 +172,8 @@ int plan_experts(const ir_graph *g, const shard_mesh *mesh, const shard_state *b
 int plan_zero_experts(const ir_graph *g, const shard_mesh *mesh, const shard_state *base, plan_pricer *pr,
                       plan_expert **out)
 {
-    unsigned all = 0;
+    unsigned all = expert_axes(mesh, base);
     int states = 0, n = 0;
-    for (int a = 0; a < mesh->n_axes; a++)
-        if (mesh->sizes[a] > 1) all |= 1u << a;
     for (int v = 0; v < g->n_values; v++) states |= g->values[v].role == IR_OPT_STATE;
     plan_expert *ex = ir_xcalloc((size_t)(2 << mesh->n_axes) + 1, sizeof *ex);
     char text[160];

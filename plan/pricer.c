@@ -23,16 +23,65 @@ void plan_pricer_free(plan_pricer *pr)
 {
     cost_ws_free(pr->ws);
     cost_ws_free(pr->ws2);
+    if (pr->pp.prog == pr->p) pr->p = NULL; /* owned by pp */
+    if (pr->pp2.prog == pr->p2) pr->p2 = NULL;
+    pipe_program_free(&pr->pp);
+    pipe_program_free(&pr->pp2);
+    cost_pipe_estimate_free(&pr->pe);
+    cost_pipe_estimate_free(&pr->pe2);
     spmd_free(pr->p);
     spmd_free(pr->p2);
     pr->ws = pr->ws2 = NULL;
     pr->p = pr->p2 = NULL;
 }
 
+/* A pipelined plan: pipe_lower and the schedule's price into *pp (its
+ * program becomes *p); balanced when the pricer balances an auto split. */
+static void price_pipelined(plan_pricer *pr, shard_state *st, spmd_program **p, pipe_program *pp, cost_pipe_estimate *pe,
+                            cost_ws *ws, cost_estimate *e)
+{
+    if (*p == pp->prog) *p = NULL;
+    spmd_free(*p);
+    *p = NULL;
+    pipe_program_free(pp);
+    pipe_spec spec = pr->pipe;
+    if (spec.split_auto && !pr->pipe_balance) {
+        pipe_split_even(&spec, st->g->n_layers);
+        spec.split_auto = 0;
+    }
+    cost_pipe_estimate_free(pe);
+    char err[256];
+    if (cost_price_pipelined(ws, st, &spec, NULL, &pr->hw, &pr->opt, pp, e, pr->pipe_balance ? pe : NULL, err, sizeof err) < 0) {
+        memset(e, 0, sizeof *e);
+        memset(pp, 0, sizeof *pp);
+        *p = spmd_lower(st); /* never priced: the plan stays a program for the callers that print it */
+        return;
+    }
+    *p = pp->prog;
+}
+
 static void price_into(plan_pricer *pr, shard_state *st, spmd_program **p, cost_ws *ws, cost_estimate *e)
 {
+    if (pr->pipe.axis >= 0) {
+        int first = p == &pr->p;
+        price_pipelined(pr, st, p, first ? &pr->pp : &pr->pp2, first ? &pr->pe : &pr->pe2, ws, e);
+        return;
+    }
     *p = spmd_lower_into(st, *p);
     if (cost_estimate_program(ws, *p, &pr->hw, &pr->opt, e, NULL, 0) < 0) memset(e, 0, sizeof *e);
+}
+
+int plan_pricer_set_pipeline(plan_pricer *pr, const pipe_spec *spec, shard_state *scratch, char *err, size_t errlen)
+{
+    pr->pipe = *spec;
+    pr->pipe_balance = 1;
+    shard_state_reset(scratch);
+    scratch->reserved_axes = 1u << spec->axis;
+    cost_estimate e;
+    price_into(pr, scratch, &pr->p, pr->ws, &e);
+    if (!(e.step_time > 0)) return ir_errf(err, errlen, "pipeline: the step cannot be priced as a pipeline over '%s'", scratch->mesh->names[spec->axis]);
+    pr->baseline = e.step_time;
+    return 0;
 }
 
 /* Whether the backward pass reshards anything (a gather, a slice, ...): only
@@ -61,6 +110,12 @@ void plan_price(plan_pricer *pr, shard_state *st, cost_estimate *e)
     spmd_program *tp = pr->p; /* the chosen program and its workspace become pr->p and pr->ws */
     pr->p = pr->p2;
     pr->p2 = tp;
+    pipe_program tq = pr->pp;
+    pr->pp = pr->pp2;
+    pr->pp2 = tq;
+    cost_pipe_estimate te = pr->pe;
+    pr->pe = pr->pe2;
+    pr->pe2 = te;
     cost_ws *tw = pr->ws;
     pr->ws = pr->ws2;
     pr->ws2 = tw;
@@ -91,6 +146,8 @@ static void *eval_make(void *cfg, shard_state *st)
     pr->opt = base->opt;
     pr->baseline = base->baseline;
     pr->gather_auto = base->gather_auto;
+    pr->pipe = base->pipe; /* priced at the even split: balancing doubles an evaluation */
+    pr->pipe_balance = 0;
     pr->ws = cost_ws_new();
     return pr;
 }

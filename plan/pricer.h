@@ -13,12 +13,21 @@
  * fits before one that does not, then the shorter step), written back into
  * the state; so the search, its result and the expert rows all see the
  * policy they are priced with.
+ *
+ * A pricer set to a pipeline (plan_pricer_set_pipeline) lowers every plan
+ * with pipe_lower and prices its schedule (cost/pipeline.h); pr->p is then
+ * the pipelined program (owned by pr->pp).  A pipeline whose layer split is
+ * auto is priced at the even split while searching (the search's
+ * evaluators) and balanced by the cost model when the pricer itself prices
+ * (plan_price on the best plan and the experts: cost_price_pipelined).
  */
 #ifndef CARVE_PLAN_PRICER_H
 #define CARVE_PLAN_PRICER_H
 
+#include "analysis/pipeline.h"
 #include "analysis/spmd.h"
 #include "cost/cost.h"
+#include "cost/pipeline.h"
 #include "search/search.h"
 
 typedef struct plan_pricer {
@@ -30,6 +39,10 @@ typedef struct plan_pricer {
     int gather_auto;      /* choose each plan's gather policy (see above) */
     cost_ws *ws2;         /* scratch for the other policy (gather_auto) */
     spmd_program *p2;
+    pipe_spec pipe;       /* a pipelined step's pipeline (axis -1: none) */
+    int pipe_balance;     /* balance an auto split (the pricer itself; not the search's copies) */
+    pipe_program pp, pp2; /* the pipelined programs of p and p2 */
+    cost_pipe_estimate pe, pe2; /* per stage, the prices of pp and pp2 (filled when the pricer balances) */
 } plan_pricer;
 
 /* Sets up a pricer on scratch's graph and mesh (scratch is reset) and prices
@@ -38,6 +51,11 @@ typedef struct plan_pricer {
 int plan_pricer_init(plan_pricer *pr, const cost_hw *hw, const cost_options *opt, shard_state *scratch, char *err,
                      size_t errlen);
 void plan_pricer_free(plan_pricer *pr);
+/* Makes pr price pipelined plans under spec (a copy is kept; split_auto:
+ * balanced as above) and prices the baseline again: the pipelined plan with
+ * nothing else sharded, on scratch (reset, then the axis reserved).
+ * Returns 0, or -1 with a message. */
+int plan_pricer_set_pipeline(plan_pricer *pr, const pipe_spec *spec, shard_state *scratch, char *err, size_t errlen);
 /* Lowers and prices the plan in st; the program stays in pr->p.  An
  * estimator error leaves *e zeroed.  With pr->gather_auto, sets
  * st->gather_policy to the policy chosen. */

@@ -8,6 +8,7 @@
 #include "analysis/schedule.h"
 #include "cost/pipeline.h"
 #include "models/models.h"
+#include "plan/memory.h"
 #include "tests/test.h"
 
 #include <math.h>
@@ -569,6 +570,42 @@ static void test_balance(void)
     cost_ws_free(ws);
 }
 
+/* The search on a pipelined step: the pricer prices pipelines, the experts
+ * leave the pipeline's axis alone, and the search's plan is at least as good
+ * as the best of them. */
+static void test_search_pipelined(void)
+{
+    char err[512];
+    model_config cfg;
+    shard_mesh mesh;
+    schedule sc;
+    cost_hw hw;
+    CHECK(model_parse("gpt:layers=4,hidden=256,heads=8,seq=128,batch=32,vocab=1024", &cfg, err, sizeof err) == 0);
+    CHECK(shard_mesh_parse("data=2,pipe=2,model=2", &mesh, err, sizeof err) == 0 && cost_hw_preset("a100", &hw, err, sizeof err) == 0);
+    CHECK(sched_parse("pipeline:pipe:4", &mesh, &sc, err, sizeof err) == 0);
+    ir_graph *g = model_build_pipeline_body(&cfg, NULL, 4, err, sizeof err);
+    CHECK(g && pipe_body_microbatches(g) == 4);
+    cost_options o = {.precision = COST_MIXED_BF16};
+    plan_step_search s;
+    memset(&s, 0, sizeof s);
+    int rc = plan_step_setup(&s, g, &mesh, &sc, &hw, &o, 1, err, sizeof err);
+    CHECKF(rc == 0 && s.pr.pipe.axis == 1 && s.pr.pipe.microbatches == 4, "%s", err);
+    search_budget b = {.simulations = 60, .seed = 1, .threads = 1};
+    rc = rc ? rc : plan_step_search_run(&s, &search_mcts, &b, err, sizeof err);
+    CHECKF(rc == 0, "%s", err);
+    if (rc == 0) {
+        int best = plan_best_expert(s.ex, s.n_ex), ok = 1, sends = 0;
+        for (int i = 0; i < s.n_ex; i++) ok &= !strstr(s.ex[i].schedule, "pipe"); /* experts use data and model only */
+        CHECK(ok && s.n_ex > 0 && best >= 0);
+        CHECKF(best < 0 || s.e.step_time <= s.ex[best].e.step_time * (1 + 1e-9), "search %g s, best expert %g s", s.e.step_time,
+               best >= 0 ? s.ex[best].e.step_time : 0);
+        for (int i = 0; s.pr.p && i < s.pr.p->n_instrs; i++) sends += s.pr.p->instrs[i].kind == SPMD_SEND;
+        CHECK(s.pr.pp.prog == s.pr.p && sends > 0 && s.pr.pe.n_stages == 2 && s.e.fits);
+        CHECK(!(s.st->reserved_axes & 1) && (s.st->reserved_axes & 2));
+    }
+    plan_step_search_free(&s);
+}
+
 int main(void)
 {
     test_orders();
@@ -579,5 +616,6 @@ int main(void)
     test_lower_gpt();
     test_price_gpt();
     test_balance();
+    test_search_pipelined();
     return test_done();
 }
