@@ -6,6 +6,7 @@
 #include "pipeline.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -86,6 +87,28 @@ int pipe_spec_check(const pipe_spec *s, const shard_mesh *mesh, int n_layers, ch
     for (int i = 0; i < V; i++)
         if (s->first[i + 1] < s->first[i]) return ir_errf(err, errlen, "pipeline:%s: virtual stage %d has a negative layer count", ax, i);
     return 0;
+}
+
+int pipe_candidates(const shard_mesh *mesh, unsigned axes, int64_t batch, int n_layers, char (*out)[PIPE_TACTIC_LEN], int cap)
+{
+    int n = 0;
+    for (int a = 0; a < mesh->n_axes; a++) {
+        int64_t p = mesh->sizes[a];
+        if ((axes && !(axes >> a & 1)) || p < 2 || p > n_layers || p > PIPE_MAX_STAGES) continue;
+        int64_t ms[4], nm = 0;
+        for (int64_t m = p; m <= 8 * p; m *= 2)
+            if (m <= batch && batch % m == 0) ms[nm++] = m;
+        if (!nm)
+            for (int64_t m = p - 1; m >= 1 && !nm; m--)
+                if (batch % m == 0) ms[nm++] = m;
+        for (int i = 0; i < nm && n < cap; i++) {
+            snprintf(out[n++], PIPE_TACTIC_LEN, "pipeline:%s:%lld:1f1b", mesh->names[a], (long long)ms[i]);
+            if (ms[i] % p == 0 && n_layers >= 2 * p && n < cap)
+                snprintf(out[n++], PIPE_TACTIC_LEN, "pipeline:%s:%lld:interleaved-2", mesh->names[a], (long long)ms[i]);
+        }
+        if (nm && n < cap) snprintf(out[n++], PIPE_TACTIC_LEN, "pipeline:%s:%lld:gpipe", mesh->names[a], (long long)ms[nm - 1]);
+    }
+    return n;
 }
 
 /* ---- task order -------------------------------------------------------------- */

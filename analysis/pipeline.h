@@ -64,6 +64,17 @@ int pipe_body_microbatches(const ir_graph *g);
  * with a message naming what is wrong. */
 int pipe_spec_check(const pipe_spec *s, const shard_mesh *mesh, int n_layers, char *err, size_t errlen);
 
+/* The pipelines autopart's level considers for a mesh, a model of `batch`
+ * sequences and `n_layers` layers, as tactic texts ("pipeline:AXIS:M:SCHED",
+ * split auto): over each axis in `axes` (a mask; 0: every axis) of 2 to
+ * n_layers devices, m in {p, 2p, 4p, 8p} dividing the batch (none: the
+ * largest divisor below p), 1F1B for each, interleaved with 2 chunks where m
+ * is a multiple of p and there are 2p layers or more, GPipe for the largest
+ * m (the same bubble as 1F1B, more memory: there to be compared).  Writes at
+ * most cap texts of PIPE_TACTIC_LEN bytes; returns how many. */
+#define PIPE_TACTIC_LEN 64
+int pipe_candidates(const shard_mesh *mesh, unsigned axes, int64_t batch, int n_layers, char (*out)[PIPE_TACTIC_LEN], int cap);
+
 /* ---- task order ------------------------------------------------------------ */
 typedef enum { PIPE_FWD, PIPE_BWD } pipe_dir;
 

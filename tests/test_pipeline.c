@@ -606,6 +606,23 @@ static void test_search_pipelined(void)
     plan_step_search_free(&s);
 }
 
+/* The pipelines the level considers. */
+static void test_candidates(void)
+{
+    shard_mesh mesh;
+    char err[256], c[64][PIPE_TACTIC_LEN];
+    CHECK(shard_mesh_parse("x=8,data=4,model=2", &mesh, err, sizeof err) == 0);
+    int n = pipe_candidates(&mesh, 1u, 256, 48, c, 64); /* over x only */
+    CHECKF(n == 9 && !strcmp(c[0], "pipeline:x:8:1f1b") && !strcmp(c[1], "pipeline:x:8:interleaved-2") &&
+               !strcmp(c[6], "pipeline:x:64:1f1b") && !strcmp(c[8], "pipeline:x:64:gpipe"),
+           "%d: %s %s", n, n ? c[0] : "", n > 8 ? c[8] : "");
+    schedule sc;
+    for (int i = 0; i < n; i++) CHECKF(sched_parse(c[i], &mesh, &sc, err, sizeof err) == 0, "%s: %s", c[i], err);
+    CHECK(pipe_candidates(&mesh, 0, 256, 48, c, 64) == 9 + 9 + 9); /* every axis */
+    CHECK(pipe_candidates(&mesh, 0, 256, 4, c, 64) == 5 + 9); /* 4 layers: x=8 is too many stages, data=4 too few to interleave */
+    CHECK(pipe_candidates(&mesh, 1u, 6, 48, c, 64) == 2 && !strcmp(c[0], "pipeline:x:6:1f1b")); /* 8 does not divide 6 */
+}
+
 int main(void)
 {
     test_orders();
@@ -617,5 +634,6 @@ int main(void)
     test_price_gpt();
     test_balance();
     test_search_pipelined();
+    test_candidates();
     return test_done();
 }
