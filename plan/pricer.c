@@ -62,7 +62,7 @@ static void price_pipelined(plan_pricer *pr, shard_state *st, spmd_program **p, 
 
 static void price_into(plan_pricer *pr, shard_state *st, spmd_program **p, cost_ws *ws, cost_estimate *e)
 {
-    if (pr->pipe.axis >= 0) {
+    if (pr->piped) {
         int first = p == &pr->p;
         price_pipelined(pr, st, p, first ? &pr->pp : &pr->pp2, first ? &pr->pe : &pr->pe2, ws, e);
         return;
@@ -73,6 +73,7 @@ static void price_into(plan_pricer *pr, shard_state *st, spmd_program **p, cost_
 
 int plan_pricer_set_pipeline(plan_pricer *pr, const pipe_spec *spec, shard_state *scratch, char *err, size_t errlen)
 {
+    pr->piped = 1;
     pr->pipe = *spec;
     pr->pipe_balance = 1;
     shard_state_reset(scratch);
@@ -146,6 +147,7 @@ static void *eval_make(void *cfg, shard_state *st)
     pr->opt = base->opt;
     pr->baseline = base->baseline;
     pr->gather_auto = base->gather_auto;
+    pr->piped = base->piped;
     pr->pipe = base->pipe; /* priced at the even split: balancing doubles an evaluation */
     pr->pipe_balance = 0;
     pr->ws = cost_ws_new();

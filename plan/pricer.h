@@ -39,7 +39,8 @@ typedef struct plan_pricer {
     int gather_auto;      /* choose each plan's gather policy (see above) */
     cost_ws *ws2;         /* scratch for the other policy (gather_auto) */
     spmd_program *p2;
-    pipe_spec pipe;       /* a pipelined step's pipeline (axis -1: none) */
+    int piped;            /* 1: plans are pipelined under `pipe` (0 in a zeroed pricer: not pipelined) */
+    pipe_spec pipe;       /* the pipeline when piped */
     int pipe_balance;     /* balance an auto split (the pricer itself; not the search's copies) */
     pipe_program pp, pp2; /* the pipelined programs of p and p2 */
     cost_pipe_estimate pe, pe2; /* per stage, the prices of pp and pp2 (filled when the pricer balances) */

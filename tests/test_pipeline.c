@@ -589,7 +589,7 @@ static void test_search_pipelined(void)
     plan_step_search s;
     memset(&s, 0, sizeof s);
     int rc = plan_step_setup(&s, g, &mesh, &sc, &hw, &o, 1, err, sizeof err);
-    CHECKF(rc == 0 && s.pr.pipe.axis == 1 && s.pr.pipe.microbatches == 4, "%s", err);
+    CHECKF(rc == 0 && s.pr.piped && s.pr.pipe.axis == 1 && s.pr.pipe.microbatches == 4, "%s", err);
     search_budget b = {.simulations = 60, .seed = 1, .threads = 1};
     rc = rc ? rc : plan_step_search_run(&s, &search_mcts, &b, err, sizeof err);
     CHECKF(rc == 0, "%s", err);
