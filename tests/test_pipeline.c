@@ -9,6 +9,7 @@
 #include "cost/pipeline.h"
 #include "models/models.h"
 #include "plan/memory.h"
+#include "plan/pipeline.h"
 #include "tests/test.h"
 
 #include <math.h>
@@ -623,6 +624,65 @@ static void test_candidates(void)
     CHECK(pipe_candidates(&mesh, 1u, 6, 48, c, 64) == 2 && !strcmp(c[0], "pipeline:x:6:1f1b")); /* 8 does not divide 6 */
 }
 
+/* A step builder for the level (what a command's loader does): the body for
+ * a schedule with a pipeline, else the plain step; then its recomputation. */
+static ir_graph *build_step(void *ctx, const char *tactics, const char *sched_text, char *err, size_t errlen)
+{
+    const char *spec = ctx;
+    model_config cfg;
+    shard_mesh mesh;
+    schedule sc;
+    pipe_spec ps;
+    (void)tactics;
+    if (model_parse(spec, &cfg, err, errlen) < 0 || shard_mesh_parse("x=4,data=2,model=2", &mesh, err, errlen) < 0 ||
+        sched_parse(sched_text, &mesh, &sc, err, errlen) < 0 || sched_pipeline(&sc, &mesh, model_get(&cfg, "batch"), -1, &ps, err, errlen) < 0)
+        return NULL;
+    ir_graph *g = ps.axis >= 0 ? model_build_pipeline_body(&cfg, NULL, ps.microbatches, err, errlen) : model_build_step(&cfg, NULL, err, errlen);
+    if (g && sched_rewrite(&sc, &g, err, errlen) < 0) {
+        ir_free(g);
+        return NULL;
+    }
+    return g;
+}
+
+/* The pipeline level: candidates over the axes that leave a node, each
+ * priced by its experts, the best searched. */
+static void test_level(void)
+{
+    char err[256];
+    shard_mesh mesh;
+    cost_hw hw;
+    CHECK(shard_mesh_parse("x=4,data=2,model=2", &mesh, err, sizeof err) == 0 && cost_hw_preset("a100", &hw, err, sizeof err) == 0);
+    hw.node_devices = 2; /* model inside a node, x and data across */
+    CHECK(plan_pipeline_slow_axes(&hw, &mesh) == 3u);
+    const char *model = "gpt:layers=8,hidden=256,heads=8,seq=128,batch=32,vocab=1024";
+    plan_pipeline_level L = {.mesh = &mesh, .user = "auto", .build = build_step, .build_ctx = (void *)model, .hw = &hw,
+                             .opt = {.precision = COST_MIXED_BF16}, .algo = &search_mcts,
+                             .b = {.simulations = 40, .seed = 1, .threads = 1}, .gather_auto = 1, .batch = 32, .n_layers = 8, .keep = 2};
+    plan_pipeline_candidate c[PLAN_PIPELINE_MAX];
+    plan_step_search out[2];
+    int nc = 0, no = 0, best = plan_pipeline_search(&L, c, &nc, out, &no);
+    int priced = 0, searched = 0;
+    for (int i = 0; i < nc; i++) {
+        priced += c[i].ok;
+        searched += c[i].searched >= 0;
+    }
+    CHECKF(nc == 2 * (9 + 9) && priced == nc && searched == 2 && no == 2 && best >= 0, "%d candidates, %d priced, %d searched, best %d", nc,
+           priced, searched, best);
+    if (best >= 0) {
+        const plan_step_search *s = &out[best];
+        int cand = -1;
+        for (int i = 0; i < nc; i++)
+            if (c[i].searched == best) cand = i;
+        CHECK(s->ok && s->e.fits && s->pr.piped && strstr(s->tactics, "pipeline:") && cand >= 0);
+        CHECKF(cand < 0 || s->e.step_time <= c[cand].e.step_time * (1 + 1e-9), "searched %g s, its best expert %g s", s->e.step_time,
+               cand >= 0 ? c[cand].e.step_time : 0);
+        for (int i = 0; i < nc; i++) /* the searched ones were the best priced */
+            if (c[i].searched < 0 && c[i].ok && cand >= 0) CHECK(!plan_memory_better(&c[i].e, &c[cand].e) || c[i].e.fits == c[cand].e.fits);
+    }
+    for (int i = 0; i < no; i++) plan_step_search_free(&out[i]);
+}
+
 int main(void)
 {
     test_orders();
@@ -635,5 +695,6 @@ int main(void)
     test_balance();
     test_search_pipelined();
     test_candidates();
+    test_level();
     return test_done();
 }

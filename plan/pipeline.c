@@ -1,0 +1,132 @@
+/* pipeline.c (plan) - autopart's pipeline level (see pipeline.h). */
+#include "plan/pipeline.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+unsigned plan_pipeline_slow_axes(const cost_hw *hw, const shard_mesh *mesh)
+{
+    unsigned slow = 0;
+    for (int a = 0; a < mesh->n_axes; a++) {
+        if (mesh->sizes[a] < 2) continue;
+        cost_link l = cost_axis_link(hw, mesh, a);
+        if (l.bandwidth < hw->intra.bandwidth || l.latency > hw->intra.latency) slow |= 1u << a;
+    }
+    return slow;
+}
+
+/* The step of candidate `tactics` set up on s (memset by the caller).
+ * Returns 0, or -1 with the reason in s->why. */
+static int setup(const plan_pipeline_level *L, const char *tactics, plan_step_search *s)
+{
+    char err[512], sched[SCHED_STR_MAX];
+    snprintf(s->tactics, sizeof s->tactics, "%s", tactics);
+    if ((size_t)snprintf(sched, sizeof sched, "%s,%s", tactics, L->user) >= sizeof sched) {
+        snprintf(s->why, sizeof s->why, "the schedule with %s is too long", tactics);
+        return -1;
+    }
+    ir_graph *g = L->build(L->build_ctx, tactics, sched, err, sizeof err);
+    schedule sc;
+    if (!g || sched_parse(sched, L->mesh, &sc, err, sizeof err) < 0) {
+        snprintf(s->why, sizeof s->why, "%s", err);
+        ir_free(g);
+        return -1;
+    }
+    if (sc.n && sc.t[sc.n - 1].kind == TACTIC_AUTO) sc.n--; /* the manual tactics */
+    if (plan_step_setup(s, g, L->mesh, &sc, L->hw, &L->opt, L->gather_auto, err, sizeof err) < 0) {
+        snprintf(s->why, sizeof s->why, "%s", err);
+        return -1;
+    }
+    return 0;
+}
+
+/* Prices candidate c's experts (no search). */
+static void price_candidate(const plan_pipeline_level *L, plan_pipeline_candidate *c)
+{
+    plan_step_search s;
+    memset(&s, 0, sizeof s);
+    c->searched = -1;
+    if (setup(L, c->tactics, &s) < 0) {
+        snprintf(c->why, sizeof c->why, "%s", s.why);
+        plan_step_search_free(&s);
+        return;
+    }
+    plan_expert *ex = NULL, *zero = NULL;
+    int n = plan_experts(s.g, L->mesh, s.prefix, &s.pr, &ex), nz = plan_zero_experts(s.g, L->mesh, s.prefix, &s.pr, &zero);
+    const plan_expert *best = NULL;
+    for (int i = 0; i < n + nz; i++) {
+        const plan_expert *x = i < n ? &ex[i] : &zero[i - n];
+        if (x->ok && (!best || plan_memory_better(&x->e, &best->e))) best = x;
+    }
+    if (best) {
+        c->ok = 1;
+        c->e = best->e;
+        snprintf(c->expert, sizeof c->expert, "%s", best->schedule);
+    } else {
+        snprintf(c->why, sizeof c->why, "no expert schedule applies over the other axes%s%s", n ? ": " : "", n ? ex[0].why : "");
+    }
+    plan_experts_free(ex, n);
+    plan_experts_free(zero, nz);
+    plan_step_search_free(&s);
+}
+
+/* A quarter of the budget, never past the deadline (as the memory level's). */
+static search_budget share(const plan_pipeline_level *L)
+{
+    search_budget b = L->b;
+    if (b.simulations) b.simulations = b.simulations >= 8 ? b.simulations / 4 : 2;
+    if (b.stall) b.stall = b.stall >= 8 ? b.stall / 4 : 2;
+    b.seconds /= 4;
+    if (L->deadline > 0) {
+        double left = L->deadline - plan_memory_clock();
+        if (b.seconds <= 0 || b.seconds > left) b.seconds = left > 1e-3 ? left : 1e-3;
+    }
+    return b;
+}
+
+int plan_pipeline_search(const plan_pipeline_level *L, plan_pipeline_candidate *cands, int *n_cands, plan_step_search *out,
+                         int *n_out)
+{
+    char pipes[PLAN_PIPELINE_MAX][PIPE_TACTIC_LEN];
+    int remat = 0;
+    schedule user;
+    char err[256];
+    if (sched_parse(L->user, L->mesh, &user, err, sizeof err) == 0)
+        for (int i = 0; i < user.n; i++) remat |= user.t[i].kind == TACTIC_REMAT;
+    int np = pipe_candidates(L->mesh, plan_pipeline_slow_axes(L->hw, L->mesh), L->batch, L->n_layers, pipes,
+                             remat ? PLAN_PIPELINE_MAX : PLAN_PIPELINE_MAX / 2);
+    int n = 0;
+    for (int i = 0; i < np; i++) /* each alone, and with recomputation unless the user's schedule has it */
+        for (int r = 0; r < (remat ? 1 : 2) && n < PLAN_PIPELINE_MAX; r++) {
+            plan_pipeline_candidate *c = &cands[n++];
+            memset(c, 0, sizeof *c);
+            snprintf(c->tactics, sizeof c->tactics, "%.50s%s", pipes[i], r ? ",remat:all" : "");
+        }
+    *n_cands = n;
+    for (int i = 0; i < n && !search_interrupted; i++) price_candidate(L, &cands[i]);
+    /* the best candidates by their best expert, searched */
+    int keep = L->keep > 0 ? L->keep : 3, best = -1;
+    *n_out = 0;
+    for (int k = 0; k < keep; k++) {
+        int pick = -1;
+        for (int i = 0; i < n; i++)
+            if (cands[i].ok && cands[i].searched < 0 && (pick < 0 || plan_memory_better(&cands[i].e, &cands[pick].e))) pick = i;
+        if (pick < 0) break;
+        plan_step_search *s = &out[*n_out];
+        memset(s, 0, sizeof *s);
+        cands[pick].searched = (*n_out)++;
+        if (search_interrupted || (L->deadline > 0 && plan_memory_clock() >= L->deadline)) {
+            snprintf(s->tactics, sizeof s->tactics, "%s", cands[pick].tactics);
+            snprintf(s->why, sizeof s->why, "not searched: %s", search_interrupted ? "interrupted" : "the --time limit is spent");
+            continue;
+        }
+        search_budget b = share(L);
+        if (setup(L, cands[pick].tactics, s) < 0 || plan_step_search_run(s, L->algo, &b, err, sizeof err) < 0) {
+            if (!s->why[0]) snprintf(s->why, sizeof s->why, "%s", err);
+            s->ok = 0;
+            continue;
+        }
+        if (best < 0 || plan_memory_better(&s->e, &out[best].e)) best = cands[pick].searched;
+    }
+    return best;
+}
