@@ -89,6 +89,21 @@ int pipe_spec_check(const pipe_spec *s, const shard_mesh *mesh, int n_layers, ch
     return 0;
 }
 
+char *pipe_tactic_text(const pipe_spec *s, const shard_mesh *mesh, char *buf, size_t n)
+{
+    char sched[24], split[96] = "auto";
+    if (s->schedule == PIPE_INTERLEAVED) snprintf(sched, sizeof sched, "interleaved-%d", s->chunks);
+    else snprintf(sched, sizeof sched, "%s", pipe_schedule_name(s->schedule));
+    if (!s->split_auto) {
+        size_t k = 0;
+        for (int i = 0; i < pipe_vstages(s) && k < sizeof split; i++)
+            k += (size_t)snprintf(split + k, sizeof split - k, "%s%d", i ? "/" : "", s->first[i + 1] - s->first[i]);
+        if (k >= sizeof split) snprintf(split, sizeof split, "auto"); /* longer than a tactic's SPLIT: balanced again */
+    }
+    snprintf(buf, n, "pipeline:%s:%d:%s:%s", mesh->names[s->axis], s->microbatches, sched, split);
+    return buf;
+}
+
 int pipe_candidates(const shard_mesh *mesh, unsigned axes, int64_t batch, int n_layers, char (*out)[PIPE_TACTIC_LEN], int cap)
 {
     int n = 0;

@@ -75,6 +75,11 @@ int pipe_spec_check(const pipe_spec *s, const shard_mesh *mesh, int n_layers, ch
 #define PIPE_TACTIC_LEN 64
 int pipe_candidates(const shard_mesh *mesh, unsigned axes, int64_t batch, int n_layers, char (*out)[PIPE_TACTIC_LEN], int cap);
 
+/* The tactic that replays spec exactly: "pipeline:AXIS:M:SCHED:SPLIT" with
+ * the split's layer counts ("auto" when split_auto).  Returns buf (n bytes;
+ * a split longer than a tactic keeps is written "auto"). */
+char *pipe_tactic_text(const pipe_spec *s, const shard_mesh *mesh, char *buf, size_t n);
+
 /* ---- task order ------------------------------------------------------------ */
 typedef enum { PIPE_FWD, PIPE_BWD } pipe_dir;
 

@@ -511,6 +511,8 @@ static void test_tactic(void)
     CHECK(sched_parse("pipeline:pipe:8:interleaved-2:2/1/1/1/1/2/2/2", &mesh, &sc, err, sizeof err) == 0);
     CHECK(sched_pipeline(&sc, &mesh, 32, 12, &s, err, sizeof err) == 1 && !s.split_auto && s.chunks == 2 && s.first[1] == 2 &&
           s.first[2] == 3 && s.first[8] == 12);
+    char tt[128];
+    CHECK(!strcmp(pipe_tactic_text(&s, &mesh, tt, sizeof tt), "pipeline:pipe:8:interleaved-2:2/1/1/1/1/2/2/2"));
     CHECK(sched_pipeline(&sc, &mesh, 32, 13, &s, err, sizeof err) == -1 && strstr(err, "13"));
     CHECK(sched_pipeline(&sc, &mesh, 12, 12, &s, err, sizeof err) == -1 && strstr(err, "do not divide"));
     CHECK(sched_parse("dp:data", &mesh, &sc, err, sizeof err) == 0 && sched_pipeline(&sc, &mesh, 8, 2, &s, err, sizeof err) == 0 &&
