@@ -69,7 +69,7 @@ run_make() { # $1 = output dir, $2 = extra CFLAGS, $3 = extra LDFLAGS
         rm -f "$1/obj/exec/spmd_mpi.o"; echo "$MPI_CFLAGS" >"$1/.mpi-flags"
     fi
     make --no-print-directory -j"$(nproc)" -f - OUT="$1" EXTRA_CFLAGS="$2 $MPI_CFLAGS" EXTRA_LDFLAGS="$3 $MPI_LIBS" <<'MK'
-MODULES := ir analysis cost search exec calib models plan cli
+MODULES := ir analysis cost search exec calib models autopart plan view cli
 LIB_SRC := $(filter-out cli/main.c,$(foreach m,$(MODULES),$(wildcard $(m)/*.c)))
 TEST_SRC := $(wildcard tests/test_*.c)
 BENCH_SRC := $(wildcard bench/bench_*.c)

@@ -15,7 +15,7 @@
  */
 #include "analysis/schedule.h"
 #include "models/models.h"
-#include "plan/memory.h"
+#include "autopart/memory.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -16,7 +16,7 @@
 #include <sys/resource.h>
 
 #include "models/models.h"
-#include "plan/experts.h"
+#include "autopart/experts.h"
 
 typedef struct bench_setup {
     ir_graph *g;

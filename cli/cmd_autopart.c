@@ -16,7 +16,7 @@
 #include "analysis/groups.h"
 #include "cli/cli.h"
 #include "cli/report.h"
-#include "plan/memory.h"
+#include "autopart/memory.h"
 #include "plan/plan.h"
 
 static volatile sig_atomic_t stop_signal;

@@ -11,7 +11,7 @@
 
 #include "cli/cli.h"
 #include "cli/report.h"
-#include "plan/html.h"
+#include "view/html.h"
 #include "plan/plan.h"
 
 /* Writes the HTML picture of the plan (plan/html.h) atomically; 0, or -1

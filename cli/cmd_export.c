@@ -8,7 +8,7 @@
 
 #include "cli/cli.h"
 #include "cli/report.h"
-#include "plan/export.h"
+#include "view/export.h"
 
 int cmd_export(const cli_opts *o)
 {

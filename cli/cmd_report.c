@@ -7,7 +7,7 @@
 
 #include "cli/cli.h"
 #include "cli/report.h"
-#include "plan/html.h"
+#include "view/html.h"
 
 int cmd_report(const cli_opts *o)
 {

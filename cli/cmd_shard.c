@@ -6,7 +6,7 @@
 #include "analysis/schedule.h"
 #include "analysis/spmd.h"
 #include "cli/cli.h"
-#include "plan/doc.h"
+#include "view/json.h"
 
 /* Prints the collective table of a program: count and MiB per kind and phase. */
 static void print_collectives(const spmd_program *p)

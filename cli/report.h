@@ -9,8 +9,8 @@
 #include "analysis/schedule.h"
 #include "analysis/spmd.h"
 #include "cost/cost.h"
-#include "plan/doc.h"
-#include "plan/experts.h"
+#include "view/json.h"
+#include "autopart/experts.h"
 #include "plan/plan.h"
 
 /* The estimate with its breakdowns (op kinds, collectives, phases, layers). */

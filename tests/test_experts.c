@@ -7,7 +7,7 @@
 
 #include "analysis/schedule.h"
 #include "analysis/structure.h"
-#include "plan/experts.h"
+#include "autopart/experts.h"
 #include "tests/test.h"
 #include "tests/util.h"
 

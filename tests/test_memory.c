@@ -24,7 +24,7 @@
 #include "cost/cost.h"
 #include "exec/exec.h"
 #include "models/models.h"
-#include "plan/memory.h"
+#include "autopart/memory.h"
 #include "tests/test.h"
 #include "tests/util.h"
 

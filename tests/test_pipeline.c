@@ -8,8 +8,8 @@
 #include "analysis/schedule.h"
 #include "cost/pipeline.h"
 #include "models/models.h"
-#include "plan/memory.h"
-#include "plan/pipeline.h"
+#include "autopart/memory.h"
+#include "autopart/pipeline.h"
 #include "tests/test.h"
 
 #include <math.h>

@@ -20,7 +20,7 @@
 #ifndef CARVE_PLAN_PIPELINE_H
 #define CARVE_PLAN_PIPELINE_H
 
-#include "plan/memory.h"
+#include "autopart/memory.h"
 
 #define PLAN_PIPELINE_MAX 64 /* candidates */
 

@@ -12,8 +12,8 @@
 #define CARVE_PLAN_DOC_H
 
 #include "analysis/schedule.h"
-#include "plan/experts.h"
-#include "plan/memory.h"
+#include "autopart/experts.h"
+#include "autopart/memory.h"
 #include "plan/plan.h"
 
 #define PLAN_DOC_COST "carve-cost/1"

@@ -8,7 +8,7 @@
  * %.17g through plan_json_number, so a reader gets the value the text rounds.
  * The strategy sentence lives here too, so text and JSON say the same words.
  */
-#include "plan/doc.h"
+#include "view/json.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -6,7 +6,7 @@
  * priced as seeds, then the search algorithm on a share of the budget.  The
  * configurations' best plans are compared by plan_memory_better.
  */
-#include "plan/memory.h"
+#include "autopart/memory.h"
 
 #include <stdlib.h>
 #include <time.h>

@@ -1,5 +1,5 @@
 /* pipeline.c (plan) - autopart's pipeline level (see pipeline.h). */
-#include "plan/pipeline.h"
+#include "autopart/pipeline.h"
 
 #include <stdlib.h>
 #include <string.h>

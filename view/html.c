@@ -21,7 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "plan/html.h"
+#include "view/html.h"
 
 /* Writes s with &, <, >, " escaped and non-printable bytes as '?'. */
 static void esc(FILE *f, const char *s)

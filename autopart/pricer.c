@@ -1,5 +1,5 @@
 /* pricer.c - see pricer.h. */
-#include "plan/pricer.h"
+#include "autopart/pricer.h"
 
 #include <stdlib.h>
 #include <string.h>

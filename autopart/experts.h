@@ -22,7 +22,7 @@
 #ifndef CARVE_PLAN_EXPERTS_H
 #define CARVE_PLAN_EXPERTS_H
 
-#include "plan/pricer.h"
+#include "autopart/pricer.h"
 
 /* One expert schedule priced. */
 typedef struct plan_expert {

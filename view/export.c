@@ -20,7 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "plan/export.h"
+#include "view/export.h"
 
 static const char *const kind_names[PLAN_EXPORT_N] = {"jax", "shardy", "xla", "torch"};
 

@@ -1,5 +1,5 @@
 /* experts.c - see experts.h. */
-#include "plan/experts.h"
+#include "autopart/experts.h"
 
 #include <stdlib.h>
 #include <string.h>

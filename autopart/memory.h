@@ -30,9 +30,9 @@
 #define CARVE_PLAN_MEMORY_H
 
 #include "analysis/schedule.h"
-#include "plan/experts.h"
+#include "autopart/experts.h"
 #include "plan/plan.h"
-#include "plan/pricer.h"
+#include "autopart/pricer.h"
 
 #define PLAN_MEMORY_MAX_CONFIGS 8
 
