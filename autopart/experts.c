@@ -19,8 +19,8 @@ static void add_tactics(char *text, size_t n, const char *kind, unsigned mask, c
 }
 
 /* Applies schedule `text` on a copy of base and prices it into ex. */
-static void price_expert(const ir_graph *g, const shard_mesh *mesh, const shard_state *base, plan_pricer *pr,
-                         const char *text, plan_expert *ex)
+static void price_expert(const ir_graph *g, const shard_mesh *mesh, const shard_state *base, autopart_pricer *pr,
+                         const char *text, autopart_expert *ex)
 {
     schedule sc;
     char err[256];
@@ -38,7 +38,7 @@ static void price_expert(const ir_graph *g, const shard_mesh *mesh, const shard_
         return;
     }
     st->record_conflicts = 0;
-    plan_price(pr, st, &ex->e);
+    autopart_price(pr, st, &ex->e);
     if (pr->gather_auto && st->gather_policy == SPMD_GATHER_KEEP) { /* the pricer chose it: say so */
         size_t k = strlen(ex->schedule);
         snprintf(ex->schedule + k, sizeof ex->schedule - k, ",gather:keep");
@@ -93,8 +93,8 @@ static int spatial_group(const ir_graph *g, const shard_mesh *mesh, int *value, 
  * in e (every subset of the mesh's axes), `rest` over the others.  Edge
  * sharding (the edge index's group, ZeRO-3 over the rest) and spatial tiling
  * (an image's rows, data parallel over the rest). */
-static int add_group_experts(const ir_graph *g, const shard_mesh *mesh, const shard_state *base, plan_pricer *pr,
-                             unsigned all, int value, int dim, const char *rest, plan_expert *out)
+static int add_group_experts(const ir_graph *g, const shard_mesh *mesh, const shard_state *base, autopart_pricer *pr,
+                             unsigned all, int value, int dim, const char *rest, autopart_expert *out)
 {
     int n = 0;
     char text[160], tac[96];
@@ -122,12 +122,12 @@ static unsigned expert_axes(const shard_mesh *mesh, const shard_state *base)
     return all;
 }
 
-int plan_experts(const ir_graph *g, const shard_mesh *mesh, const shard_state *base, plan_pricer *pr,
-                 plan_expert **out)
+int autopart_experts(const ir_graph *g, const shard_mesh *mesh, const shard_state *base, autopart_pricer *pr,
+                 autopart_expert **out)
 {
     unsigned all = expert_axes(mesh, base);
     int cap = 7 << mesh->n_axes, n = 0;
-    plan_expert *ex = ir_xcalloc((size_t)cap + 1, sizeof *ex);
+    autopart_expert *ex = ir_xcalloc((size_t)cap + 1, sizeof *ex);
     char text[160];
     /* data axes: every subset of the axes (all of them first), Megatron the rest */
     for (unsigned d = all + 1; d-- > 0;) {
@@ -169,13 +169,13 @@ int plan_experts(const ir_graph *g, const shard_mesh *mesh, const shard_state *b
     return n;
 }
 
-int plan_zero_experts(const ir_graph *g, const shard_mesh *mesh, const shard_state *base, plan_pricer *pr,
-                      plan_expert **out)
+int autopart_zero_experts(const ir_graph *g, const shard_mesh *mesh, const shard_state *base, autopart_pricer *pr,
+                      autopart_expert **out)
 {
     unsigned all = expert_axes(mesh, base);
     int states = 0, n = 0;
     for (int v = 0; v < g->n_values; v++) states |= g->values[v].role == IR_OPT_STATE;
-    plan_expert *ex = ir_xcalloc((size_t)(2 << mesh->n_axes) + 1, sizeof *ex);
+    autopart_expert *ex = ir_xcalloc((size_t)(2 << mesh->n_axes) + 1, sizeof *ex);
     char text[160];
     for (unsigned d = all; d && states; d = (d - 1) & all) /* every non-empty set of data axes */
         for (int stage = 1; stage <= 2; stage++) {
@@ -188,14 +188,14 @@ int plan_zero_experts(const ir_graph *g, const shard_mesh *mesh, const shard_sta
     return n;
 }
 
-void plan_experts_free(plan_expert *ex, int n)
+void autopart_experts_free(autopart_expert *ex, int n)
 {
     if (!ex) return;
     for (int i = 0; i < n; i++) shard_state_free(ex[i].st);
     free(ex);
 }
 
-int plan_best_expert(const plan_expert *ex, int n)
+int autopart_best_expert(const autopart_expert *ex, int n)
 {
     int best = -1;
     for (int i = 0; i < n; i++)

@@ -19,35 +19,35 @@
  * that does not apply (no Megatron block, a batch the axes do not divide)
  * or does not fit in memory keeps its row, with the reason.
  */
-#ifndef CARVE_PLAN_EXPERTS_H
-#define CARVE_PLAN_EXPERTS_H
+#ifndef CARVE_AUTOPART_EXPERTS_H
+#define CARVE_AUTOPART_EXPERTS_H
 
 #include "autopart/pricer.h"
 
 /* One expert schedule priced. */
-typedef struct plan_expert {
+typedef struct autopart_expert {
     char schedule[160];     /* tactics, e.g. "dp:batch,megatron:model" */
     char what[32];          /* the strategy's name where the tactics alone do not say it ("expert parallelism"), or "" */
     int ok;                 /* applied without error and priced */
     char why[288];          /* !ok: why it does not apply; ok but !e.fits: what it needs */
     cost_estimate e;
     shard_state *st;        /* the plan (owned; NULL when !ok) */
-} plan_expert;
+} autopart_expert;
 
 /* Applies and prices every expert schedule for g on mesh, each on a copy of
  * base (NULL: from replicated).  *out receives an array (free with
- * plan_experts_free); returns how many. */
-int plan_experts(const ir_graph *g, const shard_mesh *mesh, const shard_state *base, plan_pricer *pr,
-                 plan_expert **out);
+ * autopart_experts_free); returns how many. */
+int autopart_experts(const ir_graph *g, const shard_mesh *mesh, const shard_state *base, autopart_pricer *pr,
+                 autopart_expert **out);
 /* ZeRO-1 and ZeRO-2 over every non-empty set of data axes, Megatron over
  * the others ("zero2:data,megatron:model"): the optimizer-state and gradient
  * stages between dp and zero3, which the search's group actions cannot reach
  * (a param and its states form one group).  None when g has no optimizer
- * states (SGD).  As plan_experts otherwise. */
-int plan_zero_experts(const ir_graph *g, const shard_mesh *mesh, const shard_state *base, plan_pricer *pr,
-                      plan_expert **out);
-void plan_experts_free(plan_expert *ex, int n);
+ * states (SGD).  As autopart_experts otherwise. */
+int autopart_zero_experts(const ir_graph *g, const shard_mesh *mesh, const shard_state *base, autopart_pricer *pr,
+                      autopart_expert **out);
+void autopart_experts_free(autopart_expert *ex, int n);
 /* The fitting expert with the shortest step time, or -1. */
-int plan_best_expert(const plan_expert *ex, int n);
+int autopart_best_expert(const autopart_expert *ex, int n);
 
 #endif

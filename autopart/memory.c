@@ -1,10 +1,10 @@
 /* memory.c - the memory level above the sharding search (see memory.h).
  *
  * Each configuration is a whole search of its own step: the step built with
- * the configuration's graph tactics (plan_build_graph, as a plan replays
- * them), the user's manual tactics applied, the expert and ZeRO-1/2 schedules
+ * the configuration's graph tactics (the level's build callback: as a plan
+ * replays them), the user's manual tactics applied, the expert and ZeRO-1/2 schedules
  * priced as seeds, then the search algorithm on a share of the budget.  The
- * configurations' best plans are compared by plan_memory_better.
+ * configurations' best plans are compared by autopart_better.
  */
 #include "autopart/memory.h"
 
@@ -12,14 +12,14 @@
 #include <time.h>
 #include <string.h>
 
-int plan_step_setup(plan_step_search *s, ir_graph *g, const shard_mesh *mesh, const schedule *manual,
+int autopart_step_setup(autopart_step *s, ir_graph *g, const shard_mesh *mesh, const schedule *manual,
                     const cost_hw *hw, const cost_options *opt, int gather_auto, char *err, size_t errlen)
 {
     s->g = g;
     s->prefix = shard_state_new(g, mesh);
     s->st = shard_state_new(g, mesh);
     s->gs = shard_groups_build(g);
-    if (plan_pricer_init(&s->pr, hw, opt, s->st, err, errlen) < 0) return -1;
+    if (autopart_pricer_init(&s->pr, hw, opt, s->st, err, errlen) < 0) return -1;
     s->pr.gather_auto = gather_auto;
     pipe_spec spec; /* a pipelined step: its micro-batches are the body's (its loss's scale) */
     int piped = sched_pipeline(manual, mesh, 0, g->n_layers, &spec, err, errlen);
@@ -29,17 +29,17 @@ int plan_step_setup(plan_step_search *s, ir_graph *g, const shard_mesh *mesh, co
             if (with.t[i].kind == TACTIC_PIPELINE && !with.t[i].lo) with.t[i].lo = pipe_body_microbatches(g);
         piped = sched_pipeline(&with, mesh, 0, g->n_layers, &spec, err, errlen);
     }
-    if (piped < 0 || (piped && plan_pricer_set_pipeline(&s->pr, &spec, s->st, err, errlen) < 0)) return -1;
+    if (piped < 0 || (piped && autopart_pricer_set_pipeline(&s->pr, &spec, s->st, err, errlen) < 0)) return -1;
     return sched_apply(manual, s->prefix, err, errlen);
 }
 
-int plan_step_search_run(plan_step_search *s, const search_algo *algo, const search_budget *b, char *err,
+int autopart_step_search(autopart_step *s, const search_algo *algo, const search_budget *b, char *err,
                          size_t errlen)
 {
     const shard_mesh *mesh = s->prefix->mesh;
-    plan_expert *zero = NULL;
-    s->n_ex = plan_experts(s->g, mesh, s->prefix, &s->pr, &s->ex);
-    int nz = plan_zero_experts(s->g, mesh, s->prefix, &s->pr, &zero);
+    autopart_expert *zero = NULL;
+    s->n_ex = autopart_experts(s->g, mesh, s->prefix, &s->pr, &s->ex);
+    int nz = autopart_zero_experts(s->g, mesh, s->prefix, &s->pr, &zero);
     s->ex = ir_xrealloc(s->ex, (size_t)(s->n_ex + nz + 1) * sizeof *s->ex);
     memcpy(s->ex + s->n_ex, zero, (size_t)nz * sizeof *zero); /* the states move with the rows */
     s->n_ex += nz;
@@ -50,20 +50,20 @@ int plan_step_search_run(plan_step_search *s, const search_algo *algo, const sea
     for (int i = 0; i < s->n_ex; i++)
         if (s->ex[i].ok) s->seeds[s->b.n_seeds++] = s->ex[i].st;
     s->b.seeds = s->seeds;
-    search_evaluator ev = plan_cost_evaluator;
+    search_evaluator ev = autopart_evaluator;
     ev.cfg = &s->pr;
     if (search_run(algo, s->prefix, s->gs, &ev, &s->b, &s->res, err, errlen) < 0) return -1;
     search_result_state(s->st, s->prefix, &s->b, s->gs, &s->res);
-    plan_price(&s->pr, s->st, &s->e); /* s->pr.p is the plan's program */
+    autopart_price(&s->pr, s->st, &s->e); /* s->pr.p is the plan's program */
     s->ok = 1;
     return 0;
 }
 
-void plan_step_search_free(plan_step_search *s)
+void autopart_step_free(autopart_step *s)
 {
     free(s->seeds);
-    plan_experts_free(s->ex, s->n_ex);
-    plan_pricer_free(&s->pr);
+    autopart_experts_free(s->ex, s->n_ex);
+    autopart_pricer_free(&s->pr);
     shard_groups_free(s->gs);
     shard_state_free(s->prefix);
     shard_state_free(s->st);
@@ -71,7 +71,7 @@ void plan_step_search_free(plan_step_search *s)
     memset(s, 0, sizeof *s);
 }
 
-int plan_memory_configs(const schedule *sc, char out[][64])
+int autopart_memory_configs(const schedule *sc, char out[][64])
 {
     static const char *const more[] = {"remat:all", "microbatch:2", "microbatch:4", "remat:all,microbatch:2",
                                        "remat:all,microbatch:4"};
@@ -79,19 +79,19 @@ int plan_memory_configs(const schedule *sc, char out[][64])
     out[n++][0] = 0;
     for (int i = 0; i < sc->n; i++)
         if (sc->t[i].kind == TACTIC_REMAT || sc->t[i].kind == TACTIC_MICROBATCH) return n;
-    for (size_t i = 0; i < sizeof more / sizeof more[0] && n < PLAN_MEMORY_MAX_CONFIGS; i++)
+    for (size_t i = 0; i < sizeof more / sizeof more[0] && n < AUTOPART_MAX_CONFIGS; i++)
         snprintf(out[n++], 64, "%s", more[i]);
     return n;
 }
 
-int plan_memory_better(const cost_estimate *a, const cost_estimate *b)
+int autopart_better(const cost_estimate *a, const cost_estimate *b)
 {
     if (a->fits != b->fits) return a->fits;
     if (a->fits) return a->step_time < b->step_time;
     return a->peak_memory < b->peak_memory;
 }
 
-char *plan_memory_schedule(const char *tactics, const shard_state *st, int gather_auto, const char *user,
+char *autopart_memory_schedule(const char *tactics, const shard_state *st, int gather_auto, const char *user,
                            char *buf, size_t n)
 {
     snprintf(buf, n, "%s%s%s%s", tactics, tactics[0] ? "," : "",
@@ -99,14 +99,14 @@ char *plan_memory_schedule(const char *tactics, const shard_state *st, int gathe
     return buf;
 }
 
-double plan_memory_clock(void)
+double autopart_clock(void)
 {
     struct timespec t;
     clock_gettime(CLOCK_MONOTONIC, &t);
     return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
 }
 
-double plan_memory_plain_seconds(double seconds, int n)
+double autopart_plain_seconds(double seconds, int n)
 {
     return n > 1 ? seconds * 4 / (n + 3) : seconds;
 }
@@ -120,7 +120,7 @@ static search_budget budget_share(search_budget b, double deadline)
     if (b.stall) b.stall = b.stall >= 8 ? b.stall / 4 : 2;
     b.seconds /= 4;
     if (deadline > 0) {
-        double left = deadline - plan_memory_clock();
+        double left = deadline - autopart_clock();
         if (b.seconds <= 0 || b.seconds > left) b.seconds = left > 1e-3 ? left : 1e-3;
     }
     return b;
@@ -128,33 +128,28 @@ static search_budget budget_share(search_budget b, double deadline)
 
 /* Builds and searches configuration `tactics` into s (memset by the caller);
  * on failure s->why says why. */
-static void search_config(const plan_memory_level *m, const char *tactics, plan_step_search *s)
+static void search_config(const autopart_memory_level *m, const char *tactics, autopart_step *s)
 {
-    char err[512];
+    char err[512], sched[SCHED_STR_MAX];
     snprintf(s->tactics, sizeof s->tactics, "%s", tactics);
-    plan pl = *m->tmpl; /* a shallow copy: plan_build_graph only reads it; never freed */
-    if ((size_t)snprintf(pl.schedule, sizeof pl.schedule, "%s,%.*s", tactics, (int)sizeof pl.schedule - 2,
-                         m->tmpl->schedule) >= sizeof pl.schedule) {
-        snprintf(s->why, sizeof s->why, "the schedule with %s is longer than a plan keeps", tactics);
-        return;
-    }
-    ir_graph *g = plan_build_graph(&pl, tactics, err, sizeof err);
+    snprintf(sched, sizeof sched, "%s,%s", tactics, m->schedule);
+    ir_graph *g = m->build(m->build_ctx, tactics, sched, err, sizeof err);
     schedule sc;
-    if (!g || sched_parse(pl.schedule, &pl.mesh, &sc, err, sizeof err) < 0) {
+    if (!g || sched_parse(sched, m->mesh, &sc, err, sizeof err) < 0) {
         snprintf(s->why, sizeof s->why, "%s", err);
         ir_free(g);
         return;
     }
     if (sc.n && sc.t[sc.n - 1].kind == TACTIC_AUTO) sc.n--; /* the manual tactics */
     search_budget b = budget_share(m->b, m->deadline);
-    if (plan_step_setup(s, g, &m->tmpl->mesh, &sc, m->hw, &m->opt, m->gather_auto, err, sizeof err) < 0 ||
-        plan_step_search_run(s, m->algo, &b, err, sizeof err) < 0) {
+    if (autopart_step_setup(s, g, m->mesh, &sc, m->hw, &m->opt, m->gather_auto, err, sizeof err) < 0 ||
+        autopart_step_search(s, m->algo, &b, err, sizeof err) < 0) {
         snprintf(s->why, sizeof s->why, "%s", err);
         s->ok = 0;
     }
 }
 
-int plan_memory_search(const plan_memory_level *m, char tactics[][64], int n, plan_step_search *out)
+int autopart_memory_search(const autopart_memory_level *m, char tactics[][64], int n, autopart_step *out)
 {
     int best = 0;
     for (int i = 1; i < n; i++) {
@@ -164,7 +159,7 @@ int plan_memory_search(const plan_memory_level *m, char tactics[][64], int n, pl
             snprintf(out[i].why, sizeof out[i].why, "not searched: interrupted");
             continue;
         }
-        if (m->deadline > 0 && plan_memory_clock() >= m->deadline) {
+        if (m->deadline > 0 && autopart_clock() >= m->deadline) {
             snprintf(out[i].tactics, sizeof out[i].tactics, "%s", tactics[i]);
             snprintf(out[i].why, sizeof out[i].why, "not searched: the --time limit is spent");
             continue;
@@ -176,7 +171,7 @@ int plan_memory_search(const plan_memory_level *m, char tactics[][64], int n, pl
             continue;
         }
         search_config(m, tactics[i], &out[i]);
-        if (out[i].ok && (!out[best].ok || plan_memory_better(&out[i].e, &out[best].e))) best = i;
+        if (out[i].ok && (!out[best].ok || autopart_better(&out[i].e, &out[best].e))) best = i;
     }
     return best;
 }

@@ -9,16 +9,16 @@
  * a plan that fits before one that does not, then the shorter step (among
  * plans that fit none, the smaller peak).  Inside each configuration the
  * ZeRO stage and the ZeRO-3 gather policy are chosen too: ZeRO-1/2 schedules
- * are seeds beside the experts (plan_zero_experts), ZeRO-3 is reached by the
+ * are seeds beside the experts (autopart_zero_experts), ZeRO-3 is reached by the
  * group actions, and the pricer prices every plan under both gather policies
- * where they differ (plan_pricer.gather_auto).
+ * where they differ (autopart_pricer.gather_auto).
  *
  * Budget: the configuration without graph tactics gets the whole budget (as a
  * plain search would); every other one a quarter of it (simulations and
  * stall), so the level costs at most 1 + (n - 1) / 4 searches.  A wall-time
  * limit is the whole level's: the plain step gets 4 / (n + 3) of it, every
  * other configuration a quarter of that but never more than is left, and
- * none once it is spent (plan_memory_plain_seconds, the deadline).  The
+ * none once it is spent (autopart_plain_seconds, the deadline).  The
  * configurations with micro-batches are searched only while no plan fits:
  * under carve's cost model a micro-batched step of the same sharding is
  * never faster (the same FLOPs, the same gradient reductions, ZeRO-3 gathers
@@ -26,51 +26,55 @@
  * is copied N times, ir/microbatch.c).  Recomputation is always searched: it
  * can let a faster sharding fit (less ZeRO, more data parallelism).
  */
-#ifndef CARVE_PLAN_MEMORY_H
-#define CARVE_PLAN_MEMORY_H
+#ifndef CARVE_AUTOPART_MEMORY_H
+#define CARVE_AUTOPART_MEMORY_H
 
 #include "analysis/schedule.h"
 #include "autopart/experts.h"
-#include "plan/plan.h"
 #include "autopart/pricer.h"
 
-#define PLAN_MEMORY_MAX_CONFIGS 8
+#define AUTOPART_MAX_CONFIGS 8
 
 /* One training step searched: the search's inputs, its state and its result. */
-typedef struct plan_step_search {
+typedef struct autopart_step {
     char tactics[64];          /* this step's memory tactics, e.g. "remat:all,microbatch:2" ("" none) */
     int ok;                    /* built, set up and searched */
     char why[512];             /* !ok: why not */
     ir_graph *g;               /* owned */
     shard_state *prefix, *st;  /* the manual tactics' state; the best plan */
     shard_groups *gs;
-    plan_pricer pr;            /* st's program is pr.p */
-    plan_expert *ex;           /* experts, then the ZeRO-1/2 schedules */
+    autopart_pricer pr;            /* st's program is pr.p */
+    autopart_expert *ex;           /* experts, then the ZeRO-1/2 schedules */
     int n_ex;
     const shard_state **seeds;
     search_budget b;
     search_result res;
     cost_estimate e;           /* the best plan's price */
-} plan_step_search;
+} autopart_step;
 
 /* Sets s up on g (owned by s from here, even on error): the pricer on hw and
  * opt (gather_auto as given), the state of the schedule's tactics before its
  * auto (`manual`), the dim groups.  Returns 0, or -1 with a message (a tactic
  * that does not apply, a bad profile). */
-int plan_step_setup(plan_step_search *s, ir_graph *g, const shard_mesh *mesh, const schedule *manual,
+int autopart_step_setup(autopart_step *s, ir_graph *g, const shard_mesh *mesh, const schedule *manual,
                     const cost_hw *hw, const cost_options *opt, int gather_auto, char *err, size_t errlen);
 /* Prices the experts (and ZeRO-1/2 schedules) on s->prefix, searches from
  * them with algo and budget b (its seeds are set here), and leaves the best
  * plan in s->st, priced in s->e.  Returns 0, or -1 with a message. */
-int plan_step_search_run(plan_step_search *s, const search_algo *algo, const search_budget *b, char *err,
+int autopart_step_search(autopart_step *s, const search_algo *algo, const search_budget *b, char *err,
                          size_t errlen);
-void plan_step_search_free(plan_step_search *s);
+void autopart_step_free(autopart_step *s);
 
 /* What the memory level searches. */
-typedef struct plan_memory_level {
-    const plan *tmpl;           /* the model or graph file, optimizer, mesh, and the user's schedule
-                                   (which ends in auto): plan_build_graph builds each step from it;
-                                   the steps' states borrow tmpl->mesh (keep it until they are freed) */
+typedef struct autopart_memory_level {
+    const shard_mesh *mesh;     /* the steps' states borrow it (keep it until they are freed) */
+    const char *schedule;       /* the user's schedule, which ends in auto */
+    /* Builds the training step of a configuration: `tactics` (its graph
+     * tactics) and `schedule` (those tactics, then the user's schedule).
+     * NULL with a message (a batch the micro-batches do not divide, a graph
+     * file with micro-batches, a schedule longer than a plan keeps). */
+    ir_graph *(*build)(void *ctx, const char *tactics, const char *schedule, char *err, size_t errlen);
+    void *build_ctx;
     const cost_hw *hw;
     cost_options opt;
     const search_algo *algo;
@@ -78,22 +82,22 @@ typedef struct plan_memory_level {
     int gather_auto;            /* choose the gather policy (the schedule has no gather: tactic) */
     double deadline;            /* CLOCK_MONOTONIC seconds by which the level ends (0: none): a
                                    configuration gets at most the time left, none when it is spent */
-} plan_memory_level;
+} autopart_memory_level;
 
-/* CLOCK_MONOTONIC seconds, the clock of plan_memory_level.deadline. */
-double plan_memory_clock(void);
+/* CLOCK_MONOTONIC seconds, the clock of autopart_memory_level.deadline. */
+double autopart_clock(void);
 
 /* The plain step's share of a wall-time limit of `seconds` for the whole
  * level of n configurations: each other configuration gets a quarter of the
  * plain one's, so the plain step gets 4 / (n + 3) of it (all of it when n is
  * 1, or when seconds is 0, no limit). */
-double plan_memory_plain_seconds(double seconds, int n);
+double autopart_plain_seconds(double seconds, int n);
 
 /* The memory configurations for a schedule (the plain step first): none
  * when the schedule already has remat: or microbatch: tactics (the user chose),
  * else remat:all, microbatch:2 and 4, and remat:all with each.  Returns how
- * many (at most PLAN_MEMORY_MAX_CONFIGS) written to out. */
-int plan_memory_configs(const schedule *sc, char out[][64]);
+ * many (at most AUTOPART_MAX_CONFIGS) written to out. */
+int autopart_memory_configs(const schedule *sc, char out[][64]);
 
 /* Searches every configuration after the first (out[0], the plain step,
  * is the caller's, already searched): out[i] for i in 1..n, each built from
@@ -101,16 +105,16 @@ int plan_memory_configs(const schedule *sc, char out[][64]);
  * whose step cannot be built (a batch the micro-batches do not divide, a
  * graph file with micro-batches, a graph without layers to recompute) keeps
  * ok = 0 and its reason.  Returns the index of the chosen configuration. */
-int plan_memory_search(const plan_memory_level *m, char tactics[][64], int n, plan_step_search *out);
+int autopart_memory_search(const autopart_memory_level *m, char tactics[][64], int n, autopart_step *out);
 
 /* 1 when plan estimate a is better than b: fits before does not, then the
  * shorter step; when neither fits, the smaller peak. */
-int plan_memory_better(const cost_estimate *a, const cost_estimate *b);
+int autopart_better(const cost_estimate *a, const cost_estimate *b);
 
 /* The schedule text of a chosen plan: the configuration's tactics, then
  * gather:keep when st keeps (and the user's schedule has no gather:), then
  * the user's schedule.  Writes into buf (n bytes); returns buf. */
-char *plan_memory_schedule(const char *tactics, const shard_state *st, int gather_auto, const char *user,
+char *autopart_memory_schedule(const char *tactics, const shard_state *st, int gather_auto, const char *user,
                            char *buf, size_t n);
 
 #endif

@@ -4,7 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-unsigned plan_pipeline_slow_axes(const cost_hw *hw, const shard_mesh *mesh)
+unsigned autopart_pipeline_slow_axes(const cost_hw *hw, const shard_mesh *mesh)
 {
     unsigned slow = 0;
     for (int a = 0; a < mesh->n_axes; a++) {
@@ -17,7 +17,7 @@ unsigned plan_pipeline_slow_axes(const cost_hw *hw, const shard_mesh *mesh)
 
 /* The step of candidate `tactics` set up on s (memset by the caller).
  * Returns 0, or -1 with the reason in s->why. */
-static int setup(const plan_pipeline_level *L, const char *tactics, plan_step_search *s)
+static int setup(const autopart_pipeline_level *L, const char *tactics, autopart_step *s)
 {
     char err[512], sched[SCHED_STR_MAX];
     snprintf(s->tactics, sizeof s->tactics, "%s", tactics);
@@ -33,7 +33,7 @@ static int setup(const plan_pipeline_level *L, const char *tactics, plan_step_se
         return -1;
     }
     if (sc.n && sc.t[sc.n - 1].kind == TACTIC_AUTO) sc.n--; /* the manual tactics */
-    if (plan_step_setup(s, g, L->mesh, &sc, L->hw, &L->opt, L->gather_auto, err, sizeof err) < 0) {
+    if (autopart_step_setup(s, g, L->mesh, &sc, L->hw, &L->opt, L->gather_auto, err, sizeof err) < 0) {
         snprintf(s->why, sizeof s->why, "%s", err);
         return -1;
     }
@@ -41,22 +41,22 @@ static int setup(const plan_pipeline_level *L, const char *tactics, plan_step_se
 }
 
 /* Prices candidate c's experts (no search). */
-static void price_candidate(const plan_pipeline_level *L, plan_pipeline_candidate *c)
+static void price_candidate(const autopart_pipeline_level *L, autopart_pipeline_candidate *c)
 {
-    plan_step_search s;
+    autopart_step s;
     memset(&s, 0, sizeof s);
     c->searched = -1;
     if (setup(L, c->tactics, &s) < 0) {
         snprintf(c->why, sizeof c->why, "%s", s.why);
-        plan_step_search_free(&s);
+        autopart_step_free(&s);
         return;
     }
-    plan_expert *ex = NULL, *zero = NULL;
-    int n = plan_experts(s.g, L->mesh, s.prefix, &s.pr, &ex), nz = plan_zero_experts(s.g, L->mesh, s.prefix, &s.pr, &zero);
-    const plan_expert *best = NULL;
+    autopart_expert *ex = NULL, *zero = NULL;
+    int n = autopart_experts(s.g, L->mesh, s.prefix, &s.pr, &ex), nz = autopart_zero_experts(s.g, L->mesh, s.prefix, &s.pr, &zero);
+    const autopart_expert *best = NULL;
     for (int i = 0; i < n + nz; i++) {
-        const plan_expert *x = i < n ? &ex[i] : &zero[i - n];
-        if (x->ok && (!best || plan_memory_better(&x->e, &best->e))) best = x;
+        const autopart_expert *x = i < n ? &ex[i] : &zero[i - n];
+        if (x->ok && (!best || autopart_better(&x->e, &best->e))) best = x;
     }
     if (best) {
         c->ok = 1;
@@ -65,40 +65,40 @@ static void price_candidate(const plan_pipeline_level *L, plan_pipeline_candidat
     } else {
         snprintf(c->why, sizeof c->why, "no expert schedule applies over the other axes%s%s", n ? ": " : "", n ? ex[0].why : "");
     }
-    plan_experts_free(ex, n);
-    plan_experts_free(zero, nz);
-    plan_step_search_free(&s);
+    autopart_experts_free(ex, n);
+    autopart_experts_free(zero, nz);
+    autopart_step_free(&s);
 }
 
 /* A quarter of the budget, never past the deadline (as the memory level's). */
-static search_budget share(const plan_pipeline_level *L)
+static search_budget share(const autopart_pipeline_level *L)
 {
     search_budget b = L->b;
     if (b.simulations) b.simulations = b.simulations >= 8 ? b.simulations / 4 : 2;
     if (b.stall) b.stall = b.stall >= 8 ? b.stall / 4 : 2;
     b.seconds /= 4;
     if (L->deadline > 0) {
-        double left = L->deadline - plan_memory_clock();
+        double left = L->deadline - autopart_clock();
         if (b.seconds <= 0 || b.seconds > left) b.seconds = left > 1e-3 ? left : 1e-3;
     }
     return b;
 }
 
-int plan_pipeline_search(const plan_pipeline_level *L, plan_pipeline_candidate *cands, int *n_cands, plan_step_search *out,
+int autopart_pipeline_search(const autopart_pipeline_level *L, autopart_pipeline_candidate *cands, int *n_cands, autopart_step *out,
                          int *n_out)
 {
-    char pipes[PLAN_PIPELINE_MAX][PIPE_TACTIC_LEN];
+    char pipes[AUTOPART_PIPELINE_MAX][PIPE_TACTIC_LEN];
     int remat = 0;
     schedule user;
     char err[256];
     if (sched_parse(L->user, L->mesh, &user, err, sizeof err) == 0)
         for (int i = 0; i < user.n; i++) remat |= user.t[i].kind == TACTIC_REMAT;
-    int np = pipe_candidates(L->mesh, plan_pipeline_slow_axes(L->hw, L->mesh), L->batch, L->n_layers, pipes,
-                             remat ? PLAN_PIPELINE_MAX : PLAN_PIPELINE_MAX / 2);
+    int np = pipe_candidates(L->mesh, autopart_pipeline_slow_axes(L->hw, L->mesh), L->batch, L->n_layers, pipes,
+                             remat ? AUTOPART_PIPELINE_MAX : AUTOPART_PIPELINE_MAX / 2);
     int n = 0;
     for (int i = 0; i < np; i++) /* each alone, and with recomputation unless the user's schedule has it */
-        for (int r = 0; r < (remat ? 1 : 2) && n < PLAN_PIPELINE_MAX; r++) {
-            plan_pipeline_candidate *c = &cands[n++];
+        for (int r = 0; r < (remat ? 1 : 2) && n < AUTOPART_PIPELINE_MAX; r++) {
+            autopart_pipeline_candidate *c = &cands[n++];
             memset(c, 0, sizeof *c);
             snprintf(c->tactics, sizeof c->tactics, "%.50s%s", pipes[i], r ? ",remat:all" : "");
         }
@@ -110,23 +110,23 @@ int plan_pipeline_search(const plan_pipeline_level *L, plan_pipeline_candidate *
     for (int k = 0; k < keep; k++) {
         int pick = -1;
         for (int i = 0; i < n; i++)
-            if (cands[i].ok && cands[i].searched < 0 && (pick < 0 || plan_memory_better(&cands[i].e, &cands[pick].e))) pick = i;
+            if (cands[i].ok && cands[i].searched < 0 && (pick < 0 || autopart_better(&cands[i].e, &cands[pick].e))) pick = i;
         if (pick < 0) break;
-        plan_step_search *s = &out[*n_out];
+        autopart_step *s = &out[*n_out];
         memset(s, 0, sizeof *s);
         cands[pick].searched = (*n_out)++;
-        if (search_interrupted || (L->deadline > 0 && plan_memory_clock() >= L->deadline)) {
+        if (search_interrupted || (L->deadline > 0 && autopart_clock() >= L->deadline)) {
             snprintf(s->tactics, sizeof s->tactics, "%s", cands[pick].tactics);
             snprintf(s->why, sizeof s->why, "not searched: %s", search_interrupted ? "interrupted" : "the --time limit is spent");
             continue;
         }
         search_budget b = share(L);
-        if (setup(L, cands[pick].tactics, s) < 0 || plan_step_search_run(s, L->algo, &b, err, sizeof err) < 0) {
+        if (setup(L, cands[pick].tactics, s) < 0 || autopart_step_search(s, L->algo, &b, err, sizeof err) < 0) {
             if (!s->why[0]) snprintf(s->why, sizeof s->why, "%s", err);
             s->ok = 0;
             continue;
         }
-        if (best < 0 || plan_memory_better(&s->e, &out[best].e)) best = cands[pick].searched;
+        if (best < 0 || autopart_better(&s->e, &out[best].e)) best = cands[pick].searched;
     }
     return best;
 }

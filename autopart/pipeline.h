@@ -1,4 +1,4 @@
-/* pipeline.h (plan) - autopart's pipeline level: whether to pipeline, over
+/* pipeline.h (autopart) - autopart's pipeline level: whether to pipeline, over
  * which axis, with how many micro-batches and which schedule.
  *
  * A pipeline changes the step itself (the body of one micro-batch:
@@ -15,16 +15,16 @@
  * them on a quarter of the budget, from those experts.  Every candidate's
  * layer split is auto: the search prices the even split, its best plan is
  * priced again with the cost model's balanced split.  The caller compares the
- * level's best plan with the unpipelined ones (plan_memory_better).
+ * level's best plan with the unpipelined ones (autopart_better).
  */
-#ifndef CARVE_PLAN_PIPELINE_H
-#define CARVE_PLAN_PIPELINE_H
+#ifndef CARVE_AUTOPART_PIPELINE_H
+#define CARVE_AUTOPART_PIPELINE_H
 
 #include "autopart/memory.h"
 
-#define PLAN_PIPELINE_MAX 64 /* candidates */
+#define AUTOPART_PIPELINE_MAX 64 /* candidates */
 
-typedef struct plan_pipeline_level {
+typedef struct autopart_pipeline_level {
     const shard_mesh *mesh;     /* borrowed by the steps' states: keep it until they are freed */
     const char *user;           /* the user's schedule (ends in auto) */
     /* builds the step of schedule `sched` (its first tactics `tactics`), as a plan replays it;
@@ -36,34 +36,34 @@ typedef struct plan_pipeline_level {
     const search_algo *algo;
     search_budget b;            /* the plain step's budget; each searched candidate gets a quarter */
     int gather_auto;
-    double deadline;            /* as plan_memory_level's */
+    double deadline;            /* as autopart_memory_level's */
     int64_t batch;              /* the model's batch (sequences a step) */
     int n_layers;               /* its layer tags */
     int keep;                   /* candidates searched (0: 3) */
-} plan_pipeline_level;
+} autopart_pipeline_level;
 
 /* One candidate: its tactics and its best expert, or why it was dropped. */
-typedef struct plan_pipeline_candidate {
+typedef struct autopart_pipeline_candidate {
     char tactics[64];
     int ok;
     char why[640];
     char expert[160];           /* its best expert's schedule */
     cost_estimate e;            /* and its price */
     int searched;               /* index into the level's searched steps, or -1 */
-} plan_pipeline_candidate;
+} autopart_pipeline_candidate;
 
 /* Runs the level: cands[] receives every candidate (at most
- * PLAN_PIPELINE_MAX; *n_cands how many), out[] the searched ones (at most
- * `keep`, *n_out; each as plan_memory_search leaves a configuration, with
+ * AUTOPART_PIPELINE_MAX; *n_cands how many), out[] the searched ones (at most
+ * `keep`, *n_out; each as autopart_memory_search leaves a configuration, with
  * `tactics` its pipeline and remat).  Returns the index in out of the best
  * plan, or -1 when no candidate was searched (none applies: the reason is in
  * each candidate's `why`). */
-int plan_pipeline_search(const plan_pipeline_level *L, plan_pipeline_candidate *cands, int *n_cands, plan_step_search *out,
+int autopart_pipeline_search(const autopart_pipeline_level *L, autopart_pipeline_candidate *cands, int *n_cands, autopart_step *out,
                          int *n_out);
 
 /* The axes of mesh whose collectives leave a node on hw (cost_axis_link
  * inter-node; a profile's own axis link slower than its intra-node link); 0
  * when none does. */
-unsigned plan_pipeline_slow_axes(const cost_hw *hw, const shard_mesh *mesh);
+unsigned autopart_pipeline_slow_axes(const cost_hw *hw, const shard_mesh *mesh);
 
 #endif

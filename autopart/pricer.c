@@ -4,7 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-int plan_pricer_init(plan_pricer *pr, const cost_hw *hw, const cost_options *opt, shard_state *scratch, char *err,
+int autopart_pricer_init(autopart_pricer *pr, const cost_hw *hw, const cost_options *opt, shard_state *scratch, char *err,
                      size_t errlen)
 {
     memset(pr, 0, sizeof *pr);
@@ -19,7 +19,7 @@ int plan_pricer_init(plan_pricer *pr, const cost_hw *hw, const cost_options *opt
     return 0;
 }
 
-void plan_pricer_free(plan_pricer *pr)
+void autopart_pricer_free(autopart_pricer *pr)
 {
     cost_ws_free(pr->ws);
     cost_ws_free(pr->ws2);
@@ -37,7 +37,7 @@ void plan_pricer_free(plan_pricer *pr)
 
 /* A pipelined plan: pipe_lower and the schedule's price into *pp (its
  * program becomes *p); balanced when the pricer balances an auto split. */
-static void price_pipelined(plan_pricer *pr, shard_state *st, spmd_program **p, pipe_program *pp, cost_pipe_estimate *pe,
+static void price_pipelined(autopart_pricer *pr, shard_state *st, spmd_program **p, pipe_program *pp, cost_pipe_estimate *pe,
                             cost_ws *ws, cost_estimate *e)
 {
     if (*p == pp->prog) *p = NULL;
@@ -60,7 +60,7 @@ static void price_pipelined(plan_pricer *pr, shard_state *st, spmd_program **p, 
     *p = pp->prog;
 }
 
-static void price_into(plan_pricer *pr, shard_state *st, spmd_program **p, cost_ws *ws, cost_estimate *e)
+static void price_into(autopart_pricer *pr, shard_state *st, spmd_program **p, cost_ws *ws, cost_estimate *e)
 {
     if (pr->piped) {
         int first = p == &pr->p;
@@ -71,7 +71,7 @@ static void price_into(plan_pricer *pr, shard_state *st, spmd_program **p, cost_
     if (cost_estimate_program(ws, *p, &pr->hw, &pr->opt, e, NULL, 0) < 0) memset(e, 0, sizeof *e);
 }
 
-int plan_pricer_set_pipeline(plan_pricer *pr, const pipe_spec *spec, shard_state *scratch, char *err, size_t errlen)
+int autopart_pricer_set_pipeline(autopart_pricer *pr, const pipe_spec *spec, shard_state *scratch, char *err, size_t errlen)
 {
     pr->piped = 1;
     pr->pipe = *spec;
@@ -95,7 +95,7 @@ static int reshards_in_backward(const spmd_program *p)
     return 0;
 }
 
-void plan_price(plan_pricer *pr, shard_state *st, cost_estimate *e)
+void autopart_price(autopart_pricer *pr, shard_state *st, cost_estimate *e)
 {
     if (pr->gather_auto) st->gather_policy = SPMD_GATHER_REGATHER;
     price_into(pr, st, &pr->p, pr->ws, e);
@@ -123,7 +123,7 @@ void plan_price(plan_pricer *pr, shard_state *st, cost_estimate *e)
     *e = keep;
 }
 
-int plan_price_other_gather(plan_pricer *pr, shard_state *st, cost_estimate *e)
+int autopart_price_other_gather(autopart_pricer *pr, shard_state *st, cost_estimate *e)
 {
     int was = st->gather_policy;
     if (!pr->ws2) pr->ws2 = cost_ws_new();
@@ -141,8 +141,8 @@ int plan_price_other_gather(plan_pricer *pr, shard_state *st, cost_estimate *e)
 static void *eval_make(void *cfg, shard_state *st)
 {
     (void)st;
-    const plan_pricer *base = cfg;
-    plan_pricer *pr = ir_xcalloc(1, sizeof *pr);
+    const autopart_pricer *base = cfg;
+    autopart_pricer *pr = ir_xcalloc(1, sizeof *pr);
     pr->hw = base->hw;
     pr->opt = base->opt;
     pr->baseline = base->baseline;
@@ -156,9 +156,9 @@ static void *eval_make(void *cfg, shard_state *st)
 
 static void eval_score(void *ws, shard_state *st, search_score *out)
 {
-    plan_pricer *pr = ws;
+    autopart_pricer *pr = ws;
     cost_estimate e;
-    plan_price(pr, st, &e);
+    autopart_price(pr, st, &e);
     out->reward = cost_reward(&e, pr->baseline);
     out->step_time = e.step_time;
     out->peak_bytes = e.peak_memory;
@@ -167,9 +167,9 @@ static void eval_score(void *ws, shard_state *st, search_score *out)
 
 static void eval_destroy(void *ws)
 {
-    plan_pricer *pr = ws;
-    plan_pricer_free(pr);
+    autopart_pricer *pr = ws;
+    autopart_pricer_free(pr);
     free(pr);
 }
 
-const search_evaluator plan_cost_evaluator = {NULL, eval_make, eval_score, eval_destroy};
+const search_evaluator autopart_evaluator = {NULL, eval_make, eval_score, eval_destroy};

@@ -14,15 +14,15 @@
  * the state; so the search, its result and the expert rows all see the
  * policy they are priced with.
  *
- * A pricer set to a pipeline (plan_pricer_set_pipeline) lowers every plan
+ * A pricer set to a pipeline (autopart_pricer_set_pipeline) lowers every plan
  * with pipe_lower and prices its schedule (cost/pipeline.h); pr->p is then
  * the pipelined program (owned by pr->pp).  A pipeline whose layer split is
  * auto is priced at the even split while searching (the search's
  * evaluators) and balanced by the cost model when the pricer itself prices
- * (plan_price on the best plan and the experts: cost_price_pipelined).
+ * (autopart_price on the best plan and the experts: cost_price_pipelined).
  */
-#ifndef CARVE_PLAN_PRICER_H
-#define CARVE_PLAN_PRICER_H
+#ifndef CARVE_AUTOPART_PRICER_H
+#define CARVE_AUTOPART_PRICER_H
 
 #include "analysis/pipeline.h"
 #include "analysis/spmd.h"
@@ -30,7 +30,7 @@
 #include "cost/pipeline.h"
 #include "search/search.h"
 
-typedef struct plan_pricer {
+typedef struct autopart_pricer {
     cost_hw hw;
     cost_options opt;
     double baseline;      /* step time of the replicated plan (the reward's unit) */
@@ -44,32 +44,32 @@ typedef struct plan_pricer {
     int pipe_balance;     /* balance an auto split (the pricer itself; not the search's copies) */
     pipe_program pp, pp2; /* the pipelined programs of p and p2 */
     cost_pipe_estimate pe, pe2; /* per stage, the prices of pp and pp2 (filled when the pricer balances) */
-} plan_pricer;
+} autopart_pricer;
 
 /* Sets up a pricer on scratch's graph and mesh (scratch is reset) and prices
  * the replicated plan.  Returns 0 or -1 with a message; free with
- * plan_pricer_free either way. */
-int plan_pricer_init(plan_pricer *pr, const cost_hw *hw, const cost_options *opt, shard_state *scratch, char *err,
+ * autopart_pricer_free either way. */
+int autopart_pricer_init(autopart_pricer *pr, const cost_hw *hw, const cost_options *opt, shard_state *scratch, char *err,
                      size_t errlen);
-void plan_pricer_free(plan_pricer *pr);
+void autopart_pricer_free(autopart_pricer *pr);
 /* Makes pr price pipelined plans under spec (a copy is kept; split_auto:
  * balanced as above) and prices the baseline again: the pipelined plan with
  * nothing else sharded, on scratch (reset, then the axis reserved).
  * Returns 0, or -1 with a message. */
-int plan_pricer_set_pipeline(plan_pricer *pr, const pipe_spec *spec, shard_state *scratch, char *err, size_t errlen);
+int autopart_pricer_set_pipeline(autopart_pricer *pr, const pipe_spec *spec, shard_state *scratch, char *err, size_t errlen);
 /* Lowers and prices the plan in st; the program stays in pr->p.  An
  * estimator error leaves *e zeroed.  With pr->gather_auto, sets
  * st->gather_policy to the policy chosen. */
-void plan_price(plan_pricer *pr, shard_state *st, cost_estimate *e);
+void autopart_price(autopart_pricer *pr, shard_state *st, cost_estimate *e);
 
 /* Prices st under the gather policy it does not have (st's policy and pr->p
  * are left as they were; *e's layer arrays are the pricer's scratch).
  * Returns 0, or -1 when both policies make the same program (nothing is
  * gathered again in the backward pass). */
-int plan_price_other_gather(plan_pricer *pr, shard_state *st, cost_estimate *e);
+int autopart_price_other_gather(autopart_pricer *pr, shard_state *st, cost_estimate *e);
 
-/* The search's evaluator over the cost model (cfg: a plan_pricer whose hw,
+/* The search's evaluator over the cost model (cfg: a autopart_pricer whose hw,
  * opt and baseline each thread copies). */
-extern const search_evaluator plan_cost_evaluator;
+extern const search_evaluator autopart_evaluator;
 
 #endif

@@ -3,7 +3,7 @@
  * For GPT-6.7B and GPT-15B (batch 8, Adam, the A100 profile in its default
  * precision, mixed bf16) over 8 and 64 devices, and memory caps of 40 and
  * 16 GiB per device, autopart's search runs as `carve autopart` runs it
- * (plan/memory.h): the sharding search on the plain step (MCTS from the
+ * (autopart/memory.h): the sharding search on the plain step (MCTS from the
  * expert schedules), then the steps with recomputation and micro-batches
  * (each on a quarter of the budget; micro-batches only while nothing fits),
  * with ZeRO-1/2 seeds and the ZeRO-3 gather policy chosen by the pricer.  The
@@ -16,6 +16,7 @@
 #include "analysis/schedule.h"
 #include "models/models.h"
 #include "autopart/memory.h"
+#include "plan/plan.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -25,7 +26,7 @@ static int64_t budget = 200;
 
 /* The plan s found, in words: the expert schedule it starts from (with the
  * gather policy the pricer chose for it) and how many search actions follow. */
-static char *describe(const plan_step_search *s, char *buf, size_t n)
+static char *describe(const autopart_step *s, char *buf, size_t n)
 {
     const char *from = "replicated";
     for (int i = 0, k = 0; i < s->n_ex && s->res.seed >= 0; i++)
@@ -38,11 +39,20 @@ static char *describe(const plan_step_search *s, char *buf, size_t n)
     return buf;
 }
 
+/* The memory level's step builder: the plan template ctx with schedule
+ * `sched`, rebuilt as a plan replays it. */
+static ir_graph *build_config(void *ctx, const char *tactics, const char *sched, char *err, size_t errlen)
+{
+    plan pl = *(const plan *)ctx;
+    snprintf(pl.schedule, sizeof pl.schedule, "%s", sched);
+    return plan_build_graph(&pl, tactics, err, errlen);
+}
+
 /* One case: the memory level of `model` on `mesh_text` under cap GiB;
  * prints one table row (and returns 0), or an error line (-1). */
 static int run_case(const char *model, const char *mesh_text, double cap_gib, int long_form)
 {
-    char err[512], tactics[PLAN_MEMORY_MAX_CONFIGS][64], sched[SCHED_STR_MAX];
+    char err[512], tactics[AUTOPART_MAX_CONFIGS][64], sched[SCHED_STR_MAX];
     plan tmpl;
     memset(&tmpl, 0, sizeof tmpl);
     model_config cfg;
@@ -59,19 +69,19 @@ static int run_case(const char *model, const char *mesh_text, double cap_gib, in
     cost_hw_preset("a100", &hw, err, sizeof err);
     cost_options opt = {cost_default_precision(&hw), 0, cap_gib * 1073741824.0, COST_GRADS_AUTO};
     search_budget b = {.simulations = budget, .seed = 1, .threads = 1};
-    plan_memory_level m = {&tmpl, &hw, opt, &search_mcts, b, 1, 0};
-    plan_step_search steps[PLAN_MEMORY_MAX_CONFIGS];
+    autopart_memory_level m = {&tmpl.mesh, tmpl.schedule, build_config, &tmpl, &hw, opt, &search_mcts, b, 1, 0};
+    autopart_step steps[AUTOPART_MAX_CONFIGS];
     memset(steps, 0, sizeof steps);
-    int n = plan_memory_configs(&sc, tactics), chosen = -1;
+    int n = autopart_memory_configs(&sc, tactics), chosen = -1;
     schedule manual = {0};
     ir_graph *g = model_build_step(&cfg, NULL, err, sizeof err);
-    if (g && plan_step_setup(&steps[0], g, &tmpl.mesh, &manual, &hw, &opt, 1, err, sizeof err) == 0 &&
-        plan_step_search_run(&steps[0], &search_mcts, &b, err, sizeof err) == 0)
-        chosen = plan_memory_search(&m, tactics, n, steps);
+    if (g && autopart_step_setup(&steps[0], g, &tmpl.mesh, &manual, &hw, &opt, 1, err, sizeof err) == 0 &&
+        autopart_step_search(&steps[0], &search_mcts, &b, err, sizeof err) == 0)
+        chosen = autopart_memory_search(&m, tactics, n, steps);
     else
         fprintf(stderr, "bench_memory: %s on %s: %s\n", model, mesh_text, err);
     if (chosen >= 0) {
-        const plan_step_search *p = &steps[0], *c = &steps[chosen];
+        const autopart_step *p = &steps[0], *c = &steps[chosen];
         double secs = 0;
         for (int i = 0; i < n; i++) secs += steps[i].res.seconds;
         if (long_form) printf("| sharding alone |");
@@ -82,7 +92,7 @@ static int run_case(const char *model, const char *mesh_text, double cap_gib, in
         printf(" %s%s | %.3f s | %.1f GiB | %.0f |\n", c->e.fits ? "" : "does not fit: ", describe(c, sched, sizeof sched),
                c->e.step_time, c->e.peak_memory / 1073741824.0, secs);
     }
-    for (int i = 0; i < n; i++) plan_step_search_free(&steps[i]);
+    for (int i = 0; i < n; i++) autopart_step_free(&steps[i]);
     return chosen >= 0 ? 0 : -1;
 }
 
@@ -94,7 +104,7 @@ int main(int argc, char **argv)
     static const char *meshes[] = {"data=2,model=4", "data=8,model=8"};
     static const double caps[] = {40, 16};
     printf("## Memory tactics: autopart with and without recomputation / micro-batches\n\n");
-    printf("`build/bench/bench_memory %lld`: autopart's search (plan/memory.h) on the A100 profile in its default\n"
+    printf("`build/bench/bench_memory %lld`: autopart's search (autopart/memory.h) on the A100 profile in its default\n"
            "precision (mixed bf16, f32 master weights and Adam states), batch 8, MCTS seed 1, one thread, %lld plans\n"
            "priced on the plain step and %lld on each step with memory tactics (micro-batches only while nothing fits).\n"
            "\"sharding alone\" is the plain step's best plan (`--memory-tactics none`), \"with memory tactics\" the plan\n"

@@ -1,7 +1,7 @@
 /* bench_quality.c - the auto-partitioner's search quality against the expert
  * schedules, on many models, meshes and hardware profiles.
  *
- * Per case: the expert schedules (plan/experts.c, every one using every mesh
+ * Per case: the expert schedules (autopart/experts.c, every one using every mesh
  * axis) are priced and given to the search as seeds; MCTS then runs with 5
  * seeds at the case's budget (distinct plans priced).  The table gives
  * autopart's predicted step time over the best fitting expert's (median and

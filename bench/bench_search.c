@@ -68,12 +68,12 @@ static void unmake(setup *s) { bench_setup_free(s); }
 
 static double best_expert(setup *s, char *name, size_t n)
 {
-    plan_expert *ex;
-    int k = plan_experts(s->g, &s->mesh, NULL, &s->pr, &ex);
-    int b = plan_best_expert(ex, k);
+    autopart_expert *ex;
+    int k = autopart_experts(s->g, &s->mesh, NULL, &s->pr, &ex);
+    int b = autopart_best_expert(ex, k);
     double best = b >= 0 ? ex[b].e.step_time : 0;
     if (b >= 0) snprintf(name, n, "%.90s", ex[b].schedule);
-    plan_experts_free(ex, k);
+    autopart_experts_free(ex, k);
     return best;
 }
 

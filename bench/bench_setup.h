@@ -23,9 +23,9 @@ typedef struct bench_setup {
     shard_mesh mesh;
     shard_state *prefix;
     shard_groups *gs;
-    plan_pricer pr;
+    autopart_pricer pr;
     search_evaluator ev;
-    plan_expert *ex;          /* with experts only */
+    autopart_expert *ex;          /* with experts only */
     int n_ex, best, n_seeds;  /* best: the fitting expert with the shortest step, or -1 */
     const shard_state **seeds;
 } bench_setup;
@@ -75,16 +75,16 @@ static inline int bench_setup_make(bench_setup *s, const char *model, const char
     }
     cost_options opt = {fp32 ? COST_FP32 : cost_default_precision(&hw), 0, 0, COST_GRADS_AUTO};
     s->prefix = shard_state_new(s->g, &s->mesh);
-    if (plan_pricer_init(&s->pr, &hw, &opt, s->prefix, err, sizeof err) < 0) {
+    if (autopart_pricer_init(&s->pr, &hw, &opt, s->prefix, err, sizeof err) < 0) {
         fprintf(stderr, "%s: %s\n", model, err);
         return -1;
     }
     s->gs = shard_groups_build(s->g);
-    s->ev = plan_cost_evaluator;
+    s->ev = autopart_evaluator;
     s->ev.cfg = &s->pr;
     if (with_experts) {
-        s->n_ex = plan_experts(s->g, &s->mesh, NULL, &s->pr, &s->ex);
-        s->best = plan_best_expert(s->ex, s->n_ex);
+        s->n_ex = autopart_experts(s->g, &s->mesh, NULL, &s->pr, &s->ex);
+        s->best = autopart_best_expert(s->ex, s->n_ex);
         s->seeds = calloc((size_t)s->n_ex + 1, sizeof *s->seeds);
         if (!s->seeds) abort();
         for (int i = 0; i < s->n_ex; i++)
@@ -96,8 +96,8 @@ static inline int bench_setup_make(bench_setup *s, const char *model, const char
 static inline void bench_setup_free(bench_setup *s)
 {
     free(s->seeds);
-    if (s->ex) plan_experts_free(s->ex, s->n_ex);
-    if (s->pr.ws) plan_pricer_free(&s->pr);
+    if (s->ex) autopart_experts_free(s->ex, s->n_ex);
+    if (s->pr.ws) autopart_pricer_free(&s->pr);
     shard_groups_free(s->gs);
     shard_state_free(s->prefix);
     ir_free(s->g);

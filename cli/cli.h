@@ -18,7 +18,7 @@ typedef struct cli_opts {
     int64_t seed, threads, steps, budget;
     double time_s, memory_gib;
     int summary, ops, forward, quiet, help;
-    int json;              /* cost, shard, explain, autopart: print the JSON document (plan/doc.h) */
+    int json;              /* cost, shard, explain, autopart: print the JSON document (view/json.h) */
     const char *optimizer; /* "adam" or "sgd" */
     const char *backend;   /* carve run: "threads" (default, NULL) or "mpi" */
     const char *precision; /* carve cost: "f32" (default) or "bf16" (mixed) */

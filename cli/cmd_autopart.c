@@ -4,7 +4,7 @@
  * is compared with the expert schedules and written atomically.  SIGINT
  * (Ctrl-C) and SIGTERM (schedulers, `timeout`) stop the search and still write
  * the best plan found so far; the exit status is then 128 + the signal.
- * Above the sharding search, the memory level (plan/memory.h) searches the
+ * Above the sharding search, the memory level (autopart/memory.h) searches the
  * step with recomputation and micro-batches and keeps the best plan of all. */
 #include <errno.h>
 #include <math.h>
@@ -94,7 +94,7 @@ static int refuse_idle_mesh(const ir_graph *g, const shard_mesh *mesh, const sha
 
 /* The last line of the comparison: how this plan stands against the best
  * expert, or why there is none to compare with. */
-static void print_verdict(const plan_expert *ex, int n_ex, int best, const cost_estimate *e)
+static void print_verdict(const autopart_expert *ex, int n_ex, int best, const cost_estimate *e)
 {
     if (best >= 0) {
         double r = ex[best].e.step_time / e->step_time;
@@ -130,7 +130,7 @@ static void plan_inputs(const cli_opts *o, const char *cfg, const shard_mesh *me
 /* The plan file's fields from the command's inputs and the chosen step's
  * search. */
 static void fill_plan(plan *pl, const cli_opts *o, const char *cfg, const shard_mesh *mesh, const char *sched_text,
-                      const cost_hw *hw, const cost_options *copt, const search_algo *algo, const plan_step_search *s)
+                      const cost_hw *hw, const cost_options *copt, const search_algo *algo, const autopart_step *s)
 {
     const search_budget *b = &s->b;
     const search_result *res = &s->res;
@@ -157,8 +157,8 @@ static void fill_plan(plan *pl, const cli_opts *o, const char *cfg, const shard_
 /* The text: inputs, the search, the strategy, the predicted cost, shardings,
  * collectives and the comparison with the experts. */
 static void print_text(const plan *pl, const cost_hw *hw, const search_algo *algo, const search_budget *b,
-                       const search_result *res, const shard_groups *gs, const shard_state *st, const plan_pricer *pr,
-                       const cost_estimate *e, const plan_expert *ex, int n_ex, const char *from, const char *tactics)
+                       const search_result *res, const shard_groups *gs, const shard_state *st, const autopart_pricer *pr,
+                       const cost_estimate *e, const autopart_expert *ex, int n_ex, const char *from, const char *tactics)
 {
     char buf[512];
     const shard_mesh *mesh = &pl->mesh;
@@ -173,7 +173,7 @@ static void print_text(const plan *pl, const cost_hw *hw, const search_algo *alg
     if (from)
         printf("           the best plan starts from the expert schedule %s (the search starts from all %d that apply)\n",
                from, b->n_seeds);
-    printf("\nstrategy   %s\n", plan_describe_strategy(st, buf, sizeof buf));
+    printf("\nstrategy   %s\n", view_strategy(st, buf, sizeof buf));
     printf("actions   ");
     if (!res->n_actions) printf(res->seed >= 0 ? " (none after the expert schedule)" : " (none: the manual tactics alone are best)");
     for (int i = 0; i < res->n_actions; i++)
@@ -198,7 +198,7 @@ static void print_text(const plan *pl, const cost_hw *hw, const search_algo *alg
 
 /* The memory level's rows: each configuration's best plan, the one chosen
  * and why (docs/memory.md). */
-static void print_memory_level(const plan_step_search *s, int n, int chosen)
+static void print_memory_level(const autopart_step *s, int n, int chosen)
 {
     char t[32], buf[96];
     if (n < 2) return;
@@ -239,12 +239,12 @@ static void print_memory_level(const plan_step_search *s, int n, int chosen)
 }
 
 /* The gather policy the pricer chose for the plan, against the other one. */
-static void print_gather_policy(plan_step_search *s, int chosen_by_search)
+static void print_gather_policy(autopart_step *s, int chosen_by_search)
 {
     cost_estimate other;
     char t1[32], t2[32];
     int keep = s->st->gather_policy == SPMD_GATHER_KEEP;
-    if (plan_price_other_gather(&s->pr, s->st, &other) < 0) {
+    if (autopart_price_other_gather(&s->pr, s->st, &other) < 0) {
         printf("gather     %s (no param is gathered again in the backward pass: the policy changes nothing here)\n",
                keep ? "keep" : "regather");
         return;
@@ -256,16 +256,28 @@ static void print_gather_policy(plan_step_search *s, int chosen_by_search)
            keep ? "regather" : "keep", t2, other.peak_memory / 1073741824.0, other.fits ? "" : " (does not fit)");
 }
 
+/* The memory level's step builder: the plan template ctx with schedule
+ * `sched`, rebuilt as a plan replays it. */
+static ir_graph *build_config(void *ctx, const char *tactics, const char *sched, char *err, size_t errlen)
+{
+    plan pl = *(const plan *)ctx; /* a shallow copy: plan_build_graph only reads it; never freed */
+    if ((size_t)snprintf(pl.schedule, sizeof pl.schedule, "%s", sched) >= sizeof pl.schedule) {
+        ir_errf(err, errlen, "the schedule with %s is longer than a plan keeps", tactics);
+        return NULL;
+    }
+    return plan_build_graph(&pl, tactics, err, errlen);
+}
+
 /* Sets up and searches the plain step (the schedule as given) into s.
  * Returns CLI_OK or CLI_BAD_INPUT after the error line. */
 static int search_plain(const cli_opts *o, const shard_mesh *mesh, const schedule *manual, const cost_hw *hw,
                         const cost_options *copt, int gather_auto, const search_algo *algo, search_budget *b,
-                        plan_step_search *s, char *cfg, size_t cfg_n)
+                        autopart_step *s, char *cfg, size_t cfg_n)
 {
     char err[512];
     ir_graph *g = cli_load_step(o, cfg, cfg_n);
     if (!g) return CLI_BAD_INPUT;
-    if (plan_step_setup(s, g, mesh, manual, hw, copt, gather_auto, err, sizeof err) < 0) {
+    if (autopart_step_setup(s, g, mesh, manual, hw, copt, gather_auto, err, sizeof err) < 0) {
         cli_error("%s", err);
         return CLI_BAD_INPUT;
     }
@@ -275,7 +287,7 @@ static int search_plain(const cli_opts *o, const shard_mesh *mesh, const schedul
         b->progress = progress;
         b->progress_ctx = &pc;
     }
-    int src = plan_step_search_run(s, algo, b, err, sizeof err);
+    int src = autopart_step_search(s, algo, b, err, sizeof err);
     b->progress = NULL;
     if (pc.shown) fprintf(stderr, "\r%100s\r", "");
     if (src < 0) {
@@ -305,10 +317,10 @@ static int find_auto(const schedule *sc)
 
 /* The chosen plan (steps[chosen]) as a carve-autopart/1 document on stdout
  * (docs/json-output.md). */
-static int print_json(const char *cfg, const plan *pl, plan_step_search *steps, int n_cfg, int chosen, int gather_auto,
+static int print_json(const char *cfg, const plan *pl, autopart_step *steps, int n_cfg, int chosen, int gather_auto,
                       const char *from, const char *written)
 {
-    plan_step_search *s = &steps[chosen];
+    autopart_step *s = &steps[chosen];
     const search_result *res = &s->res;
     char (*act)[160] = ir_xcalloc((size_t)res->n_actions + 1, sizeof *act);
     const char **acts = ir_xcalloc((size_t)res->n_actions + 1, sizeof *acts);
@@ -316,14 +328,14 @@ static int print_json(const char *cfg, const plan *pl, plan_step_search *steps, 
         snprintf(act[i], sizeof act[i], "%s->%s", s->gs->groups[res->actions[i].group].name, pl->mesh.names[res->actions[i].axis]);
         acts[i] = act[i];
     }
-    plan_doc_body db = {cfg, pl->schedule, s->st, &s->pr, &s->e, s->ex, s->n_ex};
+    view_doc_body db = {cfg, pl->schedule, s->st, &s->pr, &s->e, s->ex, s->n_ex};
     int rc = CLI_OK;
-    cJSON *doc = plan_doc_autopart(&db, pl, acts, res->n_actions, from, written);
+    cJSON *doc = view_doc_autopart(&db, pl, acts, res->n_actions, from, written);
     /* priced after the body: pricing again reuses the workspace holding e's per-instruction times */
     cost_estimate other;
-    int has_other = plan_price_other_gather(&s->pr, s->st, &other) == 0;
-    plan_doc_add_memory(doc, steps, n_cfg, chosen, gather_auto, has_other ? &other : NULL);
-    if (plan_doc_print(doc, stdout) < 0) {
+    int has_other = autopart_price_other_gather(&s->pr, s->st, &other) == 0;
+    view_doc_add_memory(doc, steps, n_cfg, chosen, gather_auto, has_other ? &other : NULL);
+    if (view_doc_print(doc, stdout) < 0) {
         cli_error("autopart: cannot write the JSON document");
         rc = CLI_BAD_INPUT;
     }
@@ -335,10 +347,10 @@ static int print_json(const char *cfg, const plan *pl, plan_step_search *steps, 
 /* Writes the plan file of the chosen step and prints the result (text or
  * JSON).  Returns CLI_OK or CLI_BAD_INPUT after an error line. */
 static int report_and_save(const cli_opts *o, const char *cfg, const shard_mesh *mesh, const char *sched_text,
-                           const cost_hw *hw, const cost_options *copt, const search_algo *algo, plan_step_search *steps,
+                           const cost_hw *hw, const cost_options *copt, const search_algo *algo, autopart_step *steps,
                            int n_cfg, int chosen, int gather_auto)
 {
-    plan_step_search *s = &steps[chosen];
+    autopart_step *s = &steps[chosen];
     int rc = CLI_OK;
     plan pl;
     fill_plan(&pl, o, cfg, mesh, sched_text, hw, copt, algo, s);
@@ -405,10 +417,10 @@ int cmd_autopart(const cli_opts *o)
         return CLI_BAD_INPUT;
     }
     int gather_auto = sched_gather_policy(&sc) < 0, memory = !o->memory_tactics || strcmp(o->memory_tactics, "none");
-    char tactics[PLAN_MEMORY_MAX_CONFIGS][64];
-    int n_cfg = memory ? plan_memory_configs(&sc, tactics) : 1, chosen = 0;
+    char tactics[AUTOPART_MAX_CONFIGS][64];
+    int n_cfg = memory ? autopart_memory_configs(&sc, tactics) : 1, chosen = 0;
     if (!memory) tactics[0][0] = 0;
-    plan_step_search steps[PLAN_MEMORY_MAX_CONFIGS];
+    autopart_step steps[AUTOPART_MAX_CONFIGS];
     memset(steps, 0, sizeof steps);
     struct sigaction old_sa[2];
     stop_signal = 0;
@@ -417,20 +429,20 @@ int cmd_autopart(const cli_opts *o)
     schedule manual = sc;
     manual.n = auto_at;
     /* --time bounds the whole command: the plain step's share, then the rest */
-    double deadline = b.seconds > 0 ? plan_memory_clock() + b.seconds : 0;
-    b.seconds = plan_memory_plain_seconds(b.seconds, n_cfg);
+    double deadline = b.seconds > 0 ? autopart_clock() + b.seconds : 0;
+    b.seconds = autopart_plain_seconds(b.seconds, n_cfg);
     int rc = search_plain(o, &mesh, &manual, &hw, &copt, gather_auto, algo, &b, &steps[0], cfg, sizeof cfg);
     if (rc != CLI_OK) goto done;
     plan tmpl; /* the steps' states borrow its mesh until they are freed */
     if (n_cfg > 1) {
         plan_inputs(o, cfg, &mesh, buf2, &tmpl);
-        plan_memory_level m = {&tmpl, &hw, copt, algo, b, gather_auto, deadline};
+        autopart_memory_level m = {&tmpl.mesh, tmpl.schedule, build_config, &tmpl, &hw, copt, algo, b, gather_auto, deadline};
         if (!o->quiet && isatty(2)) fprintf(stderr, "  searching the steps with memory tactics ...\r");
-        chosen = plan_memory_search(&m, tactics, n_cfg, steps);
+        chosen = autopart_memory_search(&m, tactics, n_cfg, steps);
         if (!o->quiet && isatty(2)) fprintf(stderr, "\r%100s\r", "");
     }
-    plan_step_search *s = &steps[chosen];
-    plan_memory_schedule(s->tactics, s->st, gather_auto, buf2, final, sizeof final);
+    autopart_step *s = &steps[chosen];
+    autopart_memory_schedule(s->tactics, s->st, gather_auto, buf2, final, sizeof final);
     rc = report_and_save(o, cfg, &mesh, final, &hw, &copt, algo, steps, n_cfg, chosen, gather_auto);
     if (rc == CLI_OK && !s->e.fits) rc = CLI_CHECK_FAILED;
     if (stop_signal && rc != CLI_BAD_INPUT) {
@@ -442,6 +454,6 @@ int cmd_autopart(const cli_opts *o)
     }
 done:
     stop_signals(0, old_sa);
-    for (int i = 0; i < n_cfg; i++) plan_step_search_free(&steps[i]);
+    for (int i = 0; i < n_cfg; i++) autopart_step_free(&steps[i]);
     return rc;
 }

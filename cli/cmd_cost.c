@@ -78,8 +78,8 @@ int cmd_cost(const cli_opts *o)
     rp = spmd_lower(st);
     int have_base = cost_estimate_program(ws_base, rp, &hw, &opt, &base, err, sizeof err) == 0;
     if (o->json) {
-        cJSON *doc = plan_doc_cost(cfg, &mesh, sched_str(&sc, &mesh, buf2, sizeof buf2), &hw, &opt, &e, have_base ? &base : NULL);
-        if (plan_doc_print(doc, stdout) < 0) {
+        cJSON *doc = view_doc_cost(cfg, &mesh, sched_str(&sc, &mesh, buf2, sizeof buf2), &hw, &opt, &e, have_base ? &base : NULL);
+        if (view_doc_print(doc, stdout) < 0) {
             cli_error("cost: cannot write the JSON document");
             rc = CLI_BAD_INPUT;
         }

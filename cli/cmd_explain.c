@@ -14,16 +14,16 @@
 #include "view/html.h"
 #include "plan/plan.h"
 
-/* Writes the HTML picture of the plan (plan/html.h) atomically; 0, or -1
+/* Writes the HTML picture of the plan (view/html.h) atomically; 0, or -1
  * after the error line. */
-static int write_html(const char *out, const plan *pl, const char *path, const shard_state *st, const plan_pricer *pr,
+static int write_html(const char *out, const plan *pl, const char *path, const shard_state *st, const autopart_pricer *pr,
                       const cost_estimate *e)
 {
     char err[1024], *text = NULL;
     size_t len = 0;
     FILE *mem = open_memstream(&text, &len);
     if (!mem) abort();
-    int r = plan_html(pl, path, st, pr->p, &pr->hw, e, mem);
+    int r = view_html(pl, path, st, pr->p, &pr->hw, e, mem);
     fclose(mem);
     if (r < 0 || ir_write_atomic(out, text, len, err, sizeof err) < 0) {
         cli_error("explain: %s", r < 0 ? "out of memory" : err);
@@ -35,8 +35,8 @@ static int write_html(const char *out, const plan *pl, const char *path, const s
 }
 
 /* The text: the plan's inputs, shardings, collectives, estimate, experts. */
-static void print_text(const cli_opts *o, const char *path, const plan *pl, const shard_state *st, const plan_pricer *pr,
-                       const cost_estimate *e, const plan_expert *ex, int n_ex)
+static void print_text(const cli_opts *o, const char *path, const plan *pl, const shard_state *st, const autopart_pricer *pr,
+                       const cost_estimate *e, const autopart_expert *ex, int n_ex)
 {
     char buf[512];
     const shard_mesh *mesh = &pl->mesh;
@@ -51,7 +51,7 @@ static void print_text(const cli_opts *o, const char *path, const plan *pl, cons
         printf("search     %s, %lld simulations in %.2f s, best at simulation %lld, seed %llu, %d threads\n",
                pl->search.kind, (long long)pl->search.simulations, pl->search.seconds, (long long)pl->search.best_at,
                (unsigned long long)pl->search.seed, pl->search.threads);
-    printf("\nstrategy   %s\n", plan_describe_strategy(st, buf, sizeof buf));
+    printf("\nstrategy   %s\n", view_strategy(st, buf, sizeof buf));
     printf("decisions  %d (all replayed; every argument's sharding matches the plan)\n", pl->n_decisions);
     printf("\nparam shardings (PartitionSpec):\n");
     cli_print_param_shardings(st);
@@ -82,9 +82,9 @@ int cmd_explain(const cli_opts *o)
     if (cli_open_plan(path, &pl, &g, &st)) return CLI_BAD_INPUT;
     const shard_mesh mesh = pl.mesh;
     int rc = CLI_OK;
-    plan_pricer pr;
+    autopart_pricer pr;
     memset(&pr, 0, sizeof pr);
-    plan_expert *ex = NULL;
+    autopart_expert *ex = NULL;
     int n_ex = 0;
     cost_hw hw;
     if (o->hw ? cost_hw_lookup(o->hw, &hw, err, sizeof err) < 0 : plan_hw(&pl, path, &hw, err, sizeof err) < 0) {
@@ -94,7 +94,7 @@ int cmd_explain(const cli_opts *o)
     }
     {
         shard_state *scratch = shard_state_new(g, &mesh);
-        int r = plan_pricer_init(&pr, &hw, &pl.options, scratch, err, sizeof err);
+        int r = autopart_pricer_init(&pr, &hw, &pl.options, scratch, err, sizeof err);
         shard_state_free(scratch);
         if (r < 0) {
             cli_error("%s", err);
@@ -103,15 +103,15 @@ int cmd_explain(const cli_opts *o)
         }
     }
     cost_estimate e;
-    n_ex = plan_experts(g, &mesh, NULL, &pr, &ex);
-    plan_price(&pr, st, &e); /* e's per-instruction times stay valid until pr prices again */
+    n_ex = autopart_experts(g, &mesh, NULL, &pr, &ex);
+    autopart_price(&pr, st, &e); /* e's per-instruction times stay valid until pr prices again */
     if (o->html && write_html(o->html, &pl, path, st, &pr, &e)) {
         rc = CLI_BAD_INPUT;
         goto done;
     }
     if (o->json) {
-        plan_doc_body b = {pl.model[0] ? pl.model : pl.graph_file, pl.schedule, st, &pr, &e, ex, n_ex};
-        if (plan_doc_print(plan_doc_explain(&b, &pl, path, o->hw != NULL), stdout) < 0) {
+        view_doc_body b = {pl.model[0] ? pl.model : pl.graph_file, pl.schedule, st, &pr, &e, ex, n_ex};
+        if (view_doc_print(view_doc_explain(&b, &pl, path, o->hw != NULL), stdout) < 0) {
             cli_error("explain: cannot write the JSON document");
             rc = CLI_BAD_INPUT;
         }
@@ -120,8 +120,8 @@ int cmd_explain(const cli_opts *o)
     print_text(o, path, &pl, st, &pr, &e, ex, n_ex);
     if (o->html) printf("\nwrote %s\n", o->html);
 done:
-    plan_experts_free(ex, n_ex);
-    plan_pricer_free(&pr);
+    autopart_experts_free(ex, n_ex);
+    autopart_pricer_free(&pr);
     shard_state_free(st);
     ir_free(g);
     plan_free(&pl);

@@ -1,5 +1,5 @@
 /* cmd_export.c - `carve export PLAN --to jax|shardy|xla|torch [--out FILE]`:
- * open and verify the plan, write it in the framework's form (plan/export.h)
+ * open and verify the plan, write it in the framework's form (view/export.h)
  * to stdout or atomically to FILE. */
 #define _GNU_SOURCE
 #include <stdio.h>
@@ -18,7 +18,7 @@ int cmd_export(const cli_opts *o)
         cli_error("export: give a plan file (carve export plan.json --to jax)");
         return CLI_BAD_INPUT;
     }
-    int kind = o->to ? plan_export_kind_from_name(o->to) : -1;
+    int kind = o->to ? view_export_kind_from_name(o->to) : -1;
     if (kind < 0) {
         cli_error("export: --to must be jax, shardy, xla or torch%s", o->to ? "" : " (it is required)");
         return CLI_BAD_INPUT;
@@ -36,9 +36,9 @@ int cmd_export(const cli_opts *o)
     size_t len = 0;
     FILE *mem = open_memstream(&text, &len);
     if (!mem) abort();
-    int rc = plan_export(&pl, path, st, p, (plan_export_kind)kind, mem);
+    int rc = view_export(&pl, path, st, p, (view_export_kind)kind, mem);
     char first[160];
-    int uneven = plan_export_uneven(st, first, sizeof first);
+    int uneven = view_export_uneven(st, first, sizeof first);
     if (rc == 0 && uneven)
         fprintf(stderr, "carve: export: note: %d argument(s) split unevenly (first: %s); carve pads them, a framework that needs divisible dims refuses them as written\n",
                 uneven, first);

@@ -1,6 +1,6 @@
 /* cmd_report.c - `carve report PLAN --html out.html`: open and verify the
  * plan, price it with its own hardware and options, and write the picture
- * (plan/html.h) atomically. */
+ * (view/html.h) atomically. */
 #define _GNU_SOURCE
 #include <stdio.h>
 #include <stdlib.h>
@@ -38,7 +38,7 @@ int cmd_report(const cli_opts *o)
     }
     FILE *mem = open_memstream(&text, &len);
     if (!mem) abort();
-    int r = plan_html(&pl, path, st, p, &hw, &e, mem);
+    int r = view_html(&pl, path, st, p, &hw, &e, mem);
     fclose(mem);
     if (r < 0 || ir_write_atomic(o->html, text, len, err, sizeof err) < 0) {
         cli_error("report: %s", r < 0 ? "out of memory" : err);

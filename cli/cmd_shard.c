@@ -42,7 +42,7 @@ int cmd_shard(const cli_opts *o)
     size_t dec_len = 0;
     FILE *dec = open_memstream(&dec_text, &dec_len);
     if (!dec) abort();
-    plan_doc_tactic *tac = ir_xcalloc((size_t)sc.n + 1, sizeof *tac);
+    view_doc_tactic *tac = ir_xcalloc((size_t)sc.n + 1, sizeof *tac);
     for (int t = 0; t < sc.n && rc == CLI_OK; t++) {
         int n = sched_expand(&sc.t[t], st, d, cap, err, sizeof err);
         if (n < 0) {
@@ -75,7 +75,7 @@ int cmd_shard(const cli_opts *o)
     fclose(dec);
     if (rc == CLI_OK && o->json) {
         spmd_program *p = spmd_lower(st);
-        if (plan_doc_print(plan_doc_shard(cfg, sched_str(&sc, &mesh, buf2, sizeof buf2), st, tac, sc.n, !o->summary, p), stdout) < 0) {
+        if (view_doc_print(view_doc_shard(cfg, sched_str(&sc, &mesh, buf2, sizeof buf2), st, tac, sc.n, !o->summary, p), stdout) < 0) {
             cli_error("shard: cannot write the JSON document");
             rc = CLI_BAD_INPUT;
         }

@@ -72,9 +72,9 @@ void cli_print_estimate(const cost_estimate *e)
     }
 }
 
-int cli_print_experts(const plan_expert *ex, int n, const cost_estimate *mine)
+int cli_print_experts(const autopart_expert *ex, int n, const cost_estimate *mine)
 {
-    int best = plan_best_expert(ex, n);
+    int best = autopart_best_expert(ex, n);
     char a[32], b[32];
     printf("  %-44s %14s %14s  %s\n", "schedule", "step time", "peak memory", "");
     if (mine) {

@@ -17,7 +17,7 @@
 void cli_print_estimate(const cost_estimate *e);
 
 /* Prints the experts table, marking the best fitting one; returns its index or -1. */
-int cli_print_experts(const plan_expert *ex, int n, const cost_estimate *mine);
+int cli_print_experts(const autopart_expert *ex, int n, const cost_estimate *mine);
 
 /* Prints the sharding of the main params: layer 0 and those outside layers. */
 void cli_print_param_shardings(const shard_state *st);

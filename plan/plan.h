@@ -66,7 +66,7 @@ typedef struct plan {
  * fields a carve-plan/1 file has.  Caller deletes. */
 cJSON *plan_to_json(const plan *pl, const shard_state *st, const spmd_program *p, const cost_estimate *e, int version);
 
-/* Pieces of the document that other documents (plan/doc.h) share: a number
+/* Pieces of the document that other documents (view/json.h) share: a number
  * written with %.17g (null when not finite); a PartitionSpec as JSON (null,
  * an axis name, or a list of names per dim); "mesh" and "devices" added to j
  * (version 1: the mesh as text); "collectives" added to j (count and bytes per

@@ -1,5 +1,5 @@
 /* test_experts.c - expert strategies found from structure (analysis/
- * structure.c), the expert schedules (plan/experts.c) and the search started
+ * structure.c), the expert schedules (autopart/experts.c) and the search started
  * from them: on any graph, at a budget that covers the experts, the search is
  * never slower than the best expert that fits. */
 #include <stdlib.h>
@@ -114,10 +114,10 @@ static void experts_use_every_axis(void)
         cost_hw_lookup("a100", &hw, err, sizeof err);
         cost_options opt = {COST_FP32, 0, 0, COST_GRADS_AUTO};
         shard_state *scratch = shard_state_new(g, &mesh);
-        plan_pricer pr;
-        plan_pricer_init(&pr, &hw, &opt, scratch, err, sizeof err);
-        plan_expert *ex;
-        int n = plan_experts(g, &mesh, NULL, &pr, &ex), ok = 0, refused = 0;
+        autopart_pricer pr;
+        autopart_pricer_init(&pr, &hw, &opt, scratch, err, sizeof err);
+        autopart_expert *ex;
+        int n = autopart_experts(g, &mesh, NULL, &pr, &ex), ok = 0, refused = 0;
         CHECKF(n >= (1 << mesh.n_axes), "%s: %d experts", meshes[m], n);
         for (int i = 0; i < n; i++) {
             for (int a = 0; a < mesh.n_axes; a++) {
@@ -130,8 +130,8 @@ static void experts_use_every_axis(void)
             if (!ex[i].ok) refused += ex[i].why[0] != 0;
         }
         CHECKF(ok > 0 && ok + refused == n, "%s: %d applied, %d refused with a reason, of %d", meshes[m], ok, refused, n);
-        plan_experts_free(ex, n);
-        plan_pricer_free(&pr);
+        autopart_experts_free(ex, n);
+        autopart_pricer_free(&pr);
         shard_state_free(scratch);
     }
     ir_free(g);
@@ -160,16 +160,16 @@ static void never_below_the_experts(void)
         cost_hw_lookup("a100", &hw, err, sizeof err);
         cost_options opt = {COST_FP32, 0, 0, COST_GRADS_AUTO};
         shard_state *prefix = shard_state_new(g, &mesh);
-        plan_pricer pr;
-        plan_pricer_init(&pr, &hw, &opt, prefix, err, sizeof err);
-        plan_expert *ex;
-        int n = plan_experts(g, &mesh, NULL, &pr, &ex), best = plan_best_expert(ex, n);
+        autopart_pricer pr;
+        autopart_pricer_init(&pr, &hw, &opt, prefix, err, sizeof err);
+        autopart_expert *ex;
+        int n = autopart_experts(g, &mesh, NULL, &pr, &ex), best = autopart_best_expert(ex, n);
         const shard_state **seeds = calloc((size_t)n + 1, sizeof *seeds);
         int n_seeds = 0;
         for (int i = 0; i < n; i++)
             if (ex[i].ok) seeds[n_seeds++] = ex[i].st;
         shard_groups *gs = shard_groups_build(g);
-        search_evaluator ev = plan_cost_evaluator;
+        search_evaluator ev = autopart_evaluator;
         ev.cfg = &pr;
         for (uint64_t seed = 1; seed <= 3; seed++) {
             search_budget b = {.simulations = n_seeds + 40, .seed = seed, .threads = 1, .seeds = seeds, .n_seeds = n_seeds};
@@ -184,8 +184,8 @@ static void never_below_the_experts(void)
                best >= 0 ? ex[best].schedule : "(none fits)");
         free(seeds);
         shard_groups_free(gs);
-        plan_experts_free(ex, n);
-        plan_pricer_free(&pr);
+        autopart_experts_free(ex, n);
+        autopart_pricer_free(&pr);
         shard_state_free(prefix);
         ir_free(g);
     }

@@ -14,9 +14,9 @@
  * - N micro-batches compute the whole batch's loss and update (up to float
  *   summation order), hold about 1/N of the activations, and all-reduce
  *   each gradient once per step;
- * - the pricer's gather choice (plan/pricer.c): keep where both policies fit
+ * - the pricer's gather choice (autopart/pricer.c): keep where both policies fit
  *   (it is faster), regather where only it fits or neither does;
- * - the memory level (plan/memory.c): its configurations, its order of
+ * - the memory level (autopart/memory.c): its configurations, its order of
  *   plans (fits first, then the shorter step, then the smaller peak), and a
  *   --time limit shared by the whole level (no configuration after it).
  */
@@ -493,13 +493,13 @@ static void test_gather_choice(void)
     cost_hw hw;
     cost_hw_preset("a100", &hw, err, sizeof err);
     cost_options opt = {COST_FP32, 0, 0, COST_GRADS_AUTO};
-    plan_pricer pr;
-    CHECK(plan_pricer_init(&pr, &hw, &opt, scratch, err, sizeof err) == 0);
+    autopart_pricer pr;
+    CHECK(autopart_pricer_init(&pr, &hw, &opt, scratch, err, sizeof err) == 0);
     cost_estimate re, kp, e;
     st->gather_policy = SPMD_GATHER_REGATHER;
-    plan_price(&pr, st, &re);
+    autopart_price(&pr, st, &re);
     st->gather_policy = SPMD_GATHER_KEEP;
-    plan_price(&pr, st, &kp);
+    autopart_price(&pr, st, &kp);
     CHECKF(kp.peak_memory > re.peak_memory && kp.step_time < re.step_time, "keep %.0f B %.3g s, regather %.0f B %.3g s",
            kp.peak_memory, kp.step_time, re.peak_memory, re.step_time);
     double caps[3] = {0, (re.peak_memory + kp.peak_memory) / 2, re.peak_memory / 2};
@@ -508,21 +508,21 @@ static void test_gather_choice(void)
         pr.opt.memory_capacity = caps[i];
         pr.gather_auto = 1;
         st->gather_policy = 1 - want[i];
-        plan_price(&pr, st, &e);
+        autopart_price(&pr, st, &e);
         CHECKF(st->gather_policy == want[i] && pr.p->opts.gather_policy == want[i], "capacity %.0f: chose %s", caps[i],
                spmd_gather_policy_name(st->gather_policy));
         CHECK(e.peak_memory == (want[i] == SPMD_GATHER_KEEP ? kp.peak_memory : re.peak_memory));
         cost_estimate other;
-        CHECK(plan_price_other_gather(&pr, st, &other) == 0 && other.peak_memory != e.peak_memory);
+        CHECK(autopart_price_other_gather(&pr, st, &other) == 0 && other.peak_memory != e.peak_memory);
         CHECK(st->gather_policy == want[i]);
     }
     /* data parallel gathers nothing again: the policy makes no difference */
     shard_state_reset(st);
     sched_parse("dp:d", &mesh, &sc, err, sizeof err);
     sched_apply(&sc, st, err, sizeof err);
-    plan_price(&pr, st, &e);
+    autopart_price(&pr, st, &e);
     cost_estimate other;
-    CHECK(st->gather_policy == SPMD_GATHER_REGATHER && plan_price_other_gather(&pr, st, &other) < 0);
+    CHECK(st->gather_policy == SPMD_GATHER_REGATHER && autopart_price_other_gather(&pr, st, &other) < 0);
     /* the gather: tactic sets the state's policy, and the schedule prints it back */
     CHECK(sched_parse("zero3:d,gather:keep", &mesh, &sc, err, sizeof err) == 0 && sched_gather_policy(&sc) == SPMD_GATHER_KEEP);
     char buf[256];
@@ -530,7 +530,7 @@ static void test_gather_choice(void)
     shard_state_reset(st);
     CHECK(sched_apply(&sc, st, err, sizeof err) == 0 && st->gather_policy == SPMD_GATHER_KEEP);
     CHECK(sched_parse("gather:all", &mesh, &sc, err, sizeof err) < 0 && strstr(err, "gather:keep or gather:regather"));
-    plan_pricer_free(&pr);
+    autopart_pricer_free(&pr);
     shard_state_free(st);
     shard_state_free(scratch);
     ir_free(g);
@@ -538,31 +538,31 @@ static void test_gather_choice(void)
 
 static void test_memory_level(void)
 {
-    char err[512], cfg[PLAN_MEMORY_MAX_CONFIGS][64];
+    char err[512], cfg[AUTOPART_MAX_CONFIGS][64];
     shard_mesh mesh;
     schedule sc;
     shard_mesh_parse("batch=2", &mesh, err, sizeof err);
     sched_parse("dp:batch,auto", &mesh, &sc, err, sizeof err);
-    int n = plan_memory_configs(&sc, cfg);
+    int n = autopart_memory_configs(&sc, cfg);
     CHECKF(n == 6 && !cfg[0][0] && !strcmp(cfg[1], "remat:all") && !strcmp(cfg[5], "remat:all,microbatch:4"), "%d configs", n);
     sched_parse("microbatch:2,auto", &mesh, &sc, err, sizeof err);
-    CHECK(plan_memory_configs(&sc, cfg) == 1 && !cfg[0][0]);
+    CHECK(autopart_memory_configs(&sc, cfg) == 1 && !cfg[0][0]);
     cost_estimate fast_big = {.step_time = 1, .peak_memory = 9, .fits = 0}, slow_small = {.step_time = 3, .peak_memory = 2, .fits = 1},
                   fast_small = {.step_time = 2, .peak_memory = 5, .fits = 1}, huge = {.step_time = 1, .peak_memory = 20, .fits = 0};
-    CHECK(plan_memory_better(&slow_small, &fast_big) && !plan_memory_better(&fast_big, &slow_small));
-    CHECK(plan_memory_better(&fast_small, &slow_small) && !plan_memory_better(&slow_small, &fast_small));
-    CHECK(plan_memory_better(&fast_big, &huge) && !plan_memory_better(&huge, &fast_big));
-    CHECK(!plan_memory_better(&fast_small, &fast_small));
+    CHECK(autopart_better(&slow_small, &fast_big) && !autopart_better(&fast_big, &slow_small));
+    CHECK(autopart_better(&fast_small, &slow_small) && !autopart_better(&slow_small, &fast_small));
+    CHECK(autopart_better(&fast_big, &huge) && !autopart_better(&huge, &fast_big));
+    CHECK(!autopart_better(&fast_small, &fast_small));
     /* --time is the whole level's: the plain step gets 4 / (n + 3) of it */
-    CHECK(plan_memory_plain_seconds(30, 1) == 30 && plan_memory_plain_seconds(0, 6) == 0);
-    CHECKF(fabs(plan_memory_plain_seconds(36, 6) - 16) < 1e-12, "%g", plan_memory_plain_seconds(36, 6));
+    CHECK(autopart_plain_seconds(30, 1) == 30 && autopart_plain_seconds(0, 6) == 0);
+    CHECKF(fabs(autopart_plain_seconds(36, 6) - 16) < 1e-12, "%g", autopart_plain_seconds(36, 6));
     /* past the deadline no configuration is built or searched, and each says why */
     sched_parse("dp:batch,auto", &mesh, &sc, err, sizeof err);
-    n = plan_memory_configs(&sc, cfg);
-    plan_step_search out[PLAN_MEMORY_MAX_CONFIGS];
+    n = autopart_memory_configs(&sc, cfg);
+    autopart_step out[AUTOPART_MAX_CONFIGS];
     memset(out, 0, sizeof out);
-    plan_memory_level m = {.deadline = plan_memory_clock() - 1};
-    CHECK(plan_memory_search(&m, cfg, n, out) == 0);
+    autopart_memory_level m = {.deadline = autopart_clock() - 1};
+    CHECK(autopart_memory_search(&m, cfg, n, out) == 0);
     for (int i = 1; i < n; i++)
         CHECKF(!out[i].ok && !out[i].g && strstr(out[i].why, "--time limit is spent") && !strcmp(out[i].tactics, cfg[i]),
                "%s: %s", out[i].tactics, out[i].why);

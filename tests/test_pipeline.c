@@ -589,15 +589,15 @@ static void test_search_pipelined(void)
     ir_graph *g = model_build_pipeline_body(&cfg, NULL, 4, err, sizeof err);
     CHECK(g && pipe_body_microbatches(g) == 4);
     cost_options o = {.precision = COST_MIXED_BF16};
-    plan_step_search s;
+    autopart_step s;
     memset(&s, 0, sizeof s);
-    int rc = plan_step_setup(&s, g, &mesh, &sc, &hw, &o, 1, err, sizeof err);
+    int rc = autopart_step_setup(&s, g, &mesh, &sc, &hw, &o, 1, err, sizeof err);
     CHECKF(rc == 0 && s.pr.piped && s.pr.pipe.axis == 1 && s.pr.pipe.microbatches == 4, "%s", err);
     search_budget b = {.simulations = 60, .seed = 1, .threads = 1};
-    rc = rc ? rc : plan_step_search_run(&s, &search_mcts, &b, err, sizeof err);
+    rc = rc ? rc : autopart_step_search(&s, &search_mcts, &b, err, sizeof err);
     CHECKF(rc == 0, "%s", err);
     if (rc == 0) {
-        int best = plan_best_expert(s.ex, s.n_ex), ok = 1, sends = 0;
+        int best = autopart_best_expert(s.ex, s.n_ex), ok = 1, sends = 0;
         for (int i = 0; i < s.n_ex; i++) ok &= !strstr(s.ex[i].schedule, "pipe"); /* experts use data and model only */
         CHECK(ok && s.n_ex > 0 && best >= 0);
         CHECKF(best < 0 || s.e.step_time <= s.ex[best].e.step_time * (1 + 1e-9), "search %g s, best expert %g s", s.e.step_time,
@@ -606,7 +606,7 @@ static void test_search_pipelined(void)
         CHECK(s.pr.pp.prog == s.pr.p && sends > 0 && s.pr.pe.n_stages == 2 && s.e.fits);
         CHECK(!(s.st->reserved_axes & 1) && (s.st->reserved_axes & 2));
     }
-    plan_step_search_free(&s);
+    autopart_step_free(&s);
 }
 
 /* The pipelines the level considers. */
@@ -656,14 +656,14 @@ static void test_level(void)
     cost_hw hw;
     CHECK(shard_mesh_parse("x=4,data=2,model=2", &mesh, err, sizeof err) == 0 && cost_hw_preset("a100", &hw, err, sizeof err) == 0);
     hw.node_devices = 2; /* model inside a node, x and data across */
-    CHECK(plan_pipeline_slow_axes(&hw, &mesh) == 3u);
+    CHECK(autopart_pipeline_slow_axes(&hw, &mesh) == 3u);
     const char *model = "gpt:layers=8,hidden=256,heads=8,seq=128,batch=32,vocab=1024";
-    plan_pipeline_level L = {.mesh = &mesh, .user = "auto", .build = build_step, .build_ctx = (void *)model, .hw = &hw,
+    autopart_pipeline_level L = {.mesh = &mesh, .user = "auto", .build = build_step, .build_ctx = (void *)model, .hw = &hw,
                              .opt = {.precision = COST_MIXED_BF16}, .algo = &search_mcts,
                              .b = {.simulations = 40, .seed = 1, .threads = 1}, .gather_auto = 1, .batch = 32, .n_layers = 8, .keep = 2};
-    plan_pipeline_candidate c[PLAN_PIPELINE_MAX];
-    plan_step_search out[2];
-    int nc = 0, no = 0, best = plan_pipeline_search(&L, c, &nc, out, &no);
+    autopart_pipeline_candidate c[AUTOPART_PIPELINE_MAX];
+    autopart_step out[2];
+    int nc = 0, no = 0, best = autopart_pipeline_search(&L, c, &nc, out, &no);
     int priced = 0, searched = 0;
     for (int i = 0; i < nc; i++) {
         priced += c[i].ok;
@@ -672,7 +672,7 @@ static void test_level(void)
     CHECKF(nc == 2 * (9 + 9) && priced == nc && searched == 2 && no == 2 && best >= 0, "%d candidates, %d priced, %d searched, best %d", nc,
            priced, searched, best);
     if (best >= 0) {
-        const plan_step_search *s = &out[best];
+        const autopart_step *s = &out[best];
         int cand = -1;
         for (int i = 0; i < nc; i++)
             if (c[i].searched == best) cand = i;
@@ -680,9 +680,9 @@ static void test_level(void)
         CHECKF(cand < 0 || s->e.step_time <= c[cand].e.step_time * (1 + 1e-9), "searched %g s, its best expert %g s", s->e.step_time,
                cand >= 0 ? c[cand].e.step_time : 0);
         for (int i = 0; i < nc; i++) /* the searched ones were the best priced */
-            if (c[i].searched < 0 && c[i].ok && cand >= 0) CHECK(!plan_memory_better(&c[i].e, &c[cand].e) || c[i].e.fits == c[cand].e.fits);
+            if (c[i].searched < 0 && c[i].ok && cand >= 0) CHECK(!autopart_better(&c[i].e, &c[cand].e) || c[i].e.fits == c[cand].e.fits);
     }
-    for (int i = 0; i < no; i++) plan_step_search_free(&out[i]);
+    for (int i = 0; i < no; i++) autopart_step_free(&out[i]);
 }
 
 int main(void)

@@ -61,13 +61,13 @@ static void against_exhaustive_ev(const char *model, const char *mesh_text, int 
     shard_state *prefix = shard_state_new(g, &mesh);
     shard_groups *gs = shard_groups_build(g);
     search_evaluator ev = *ev_in;
-    plan_pricer pr;
+    autopart_pricer pr;
     if (!ev.cfg) { /* the cost model: a pricer on the A100 profile */
         cost_hw hw;
         cost_hw_lookup("a100", &hw, err, sizeof err);
         cost_options opt = {COST_FP32, 0, 0, COST_GRADS_AUTO};
         shard_state *scratch = shard_state_new(g, &mesh);
-        plan_pricer_init(&pr, &hw, &opt, scratch, err, sizeof err);
+        autopart_pricer_init(&pr, &hw, &opt, scratch, err, sizeof err);
         shard_state_free(scratch);
         ev.cfg = &pr;
     }
@@ -85,7 +85,7 @@ static void against_exhaustive_ev(const char *model, const char *mesh_text, int 
     }
     printf("%s on %s (%s, depth %d): %d groups, %lld states enumerated, MCTS found the optimum in %d of %d seeds\n",
            model, mesh_text, label, depth, gs->n, (long long)ex.evaluations, found, seeds);
-    if (ev.cfg == &pr) plan_pricer_free(&pr);
+    if (ev.cfg == &pr) autopart_pricer_free(&pr);
     CHECKF(found >= seeds - (seeds >= 10 ? 1 : 0), "%s %s: optimum in %d of %d seeds", model, mesh_text, found, seeds);
     shard_groups_free(gs);
     shard_state_free(prefix);
@@ -217,9 +217,9 @@ static void chain_mlp_folding(void)
         cost_hw hw;
         cost_hw_lookup("a100", &hw, err, sizeof err);
         cost_options opt = {COST_FP32, 0, 0, COST_GRADS_AUTO};
-        plan_pricer pr;
-        plan_pricer_init(&pr, &hw, &opt, st, err, sizeof err);
-        search_evaluator ev = plan_cost_evaluator;
+        autopart_pricer pr;
+        autopart_pricer_init(&pr, &hw, &opt, st, err, sizeof err);
+        search_evaluator ev = autopart_evaluator;
         ev.cfg = &pr;
         search_budget b = {.simulations = 300, .seed = 1, .threads = 1};
         search_result r;
@@ -229,7 +229,7 @@ static void chain_mlp_folding(void)
         for (int k = 0; k < 4; k++)
             CHECKF(!strcmp(pspec_of(st, names[k], buf, sizeof buf), cases[c].want[k]), "%s: %s is %s, want %s",
                    cases[c].model, names[k], buf, cases[c].want[k]);
-        plan_pricer_free(&pr);
+        autopart_pricer_free(&pr);
         shard_groups_free(gs);
         shard_state_free(prefix);
         shard_state_free(st);
@@ -460,10 +460,10 @@ static void plan_hash_is_exact(void)
     shard_state *st = shard_state_new(g, &mesh);
     st->record_conflicts = 0;
     shard_groups *gs = shard_groups_build(g);
-    plan_pricer pr;
+    autopart_pricer pr;
     cost_options opt = {COST_FP32, 0, 0, COST_GRADS_AUTO};
-    CHECK(plan_pricer_init(&pr, &hw, &opt, st, err, sizeof err) == 0);
-    void *ws = plan_cost_evaluator.make(&pr, st);
+    CHECK(autopart_pricer_init(&pr, &hw, &opt, st, err, sizeof err) == 0);
+    void *ws = autopart_evaluator.make(&pr, st);
     static const search_action orders[2][4] = {{{1, 0}, {3, 1}, {4, 0}, {4, 1}}, {{1, 0}, {4, 0}, {3, 1}, {4, 1}}};
     uint64_t vhash[2], phash[2];
     search_score sc[2];
@@ -472,13 +472,13 @@ static void plan_hash_is_exact(void)
         search_apply_plan(st, gs, orders[k], 4);
         vhash[k] = shard_state_hash(st);
         phash[k] = shard_state_plan_hash(st);
-        plan_cost_evaluator.eval(ws, st, &sc[k]);
+        autopart_evaluator.eval(ws, st, &sc[k]);
     }
     CHECKF(vhash[0] == vhash[1] && sc[0].step_time < 0.9 * sc[1].step_time && phash[0] != phash[1],
            "g1a0 g3a1 g4a0 g4a1 against g1a0 g4a0 g3a1 g4a1: shardings %s, steps %g and %g s, plan hashes %s",
            vhash[0] == vhash[1] ? "equal" : "differ", sc[0].step_time, sc[1].step_time, phash[0] != phash[1] ? "differ" : "equal");
-    plan_cost_evaluator.destroy(ws);
-    plan_pricer_free(&pr);
+    autopart_evaluator.destroy(ws);
+    autopart_pricer_free(&pr);
     shard_groups_free(gs);
     shard_state_free(st);
     ir_free(g);
@@ -491,11 +491,11 @@ static int revisit_flag;
 static void *revisit_make(void *cfg, shard_state *st)
 {
     st->revisit = revisit_flag;
-    return plan_cost_evaluator.make(cfg, st);
+    return autopart_evaluator.make(cfg, st);
 }
 static void revisit_eval(void *ws, shard_state *st, search_score *out)
 {
-    plan_cost_evaluator.eval(ws, st, out);
+    autopart_evaluator.eval(ws, st, out);
     uint64_t w[3];
     memcpy(&w[0], &out->step_time, 8);
     memcpy(&w[1], &out->peak_bytes, 8);
@@ -518,17 +518,17 @@ static void revisit_prices_the_same(void)
         CHECK(shard_mesh_parse(cases[c][1], &mesh, err, sizeof err) == 0 && cost_hw_lookup(cases[c][2], &hw, err, sizeof err) == 0);
         shard_state *prefix = shard_state_new(g, &mesh);
         shard_groups *gs = shard_groups_build(g);
-        plan_pricer pr;
+        autopart_pricer pr;
         cost_options opt = {COST_FP32, 0, 0, COST_GRADS_AUTO};
         shard_state *scratch = shard_state_new(g, &mesh);
-        CHECK(plan_pricer_init(&pr, &hw, &opt, scratch, err, sizeof err) == 0);
+        CHECK(autopart_pricer_init(&pr, &hw, &opt, scratch, err, sizeof err) == 0);
         pr.gather_auto = 1;
-        plan_expert *ex;
-        int n_ex = plan_experts(g, &mesh, NULL, &pr, &ex), n_seeds = 0;
+        autopart_expert *ex;
+        int n_ex = autopart_experts(g, &mesh, NULL, &pr, &ex), n_seeds = 0;
         const shard_state **seeds = calloc((size_t)n_ex + 1, sizeof *seeds);
         for (int i = 0; i < n_ex; i++)
             if (ex[i].ok) seeds[n_seeds++] = ex[i].st;
-        search_evaluator ev = {&pr, revisit_make, revisit_eval, plan_cost_evaluator.destroy};
+        search_evaluator ev = {&pr, revisit_make, revisit_eval, autopart_evaluator.destroy};
         uint64_t h[2];
         search_result r[2];
         for (int k = 0; k < 2; k++) {
@@ -543,8 +543,8 @@ static void revisit_prices_the_same(void)
                "%s on %s (%s): the search's propagation changes what is priced", cases[c][0], cases[c][1], cases[c][2]);
         CHECKF(r[0].evaluations > 100, "%s: only %lld plans priced", cases[c][0], (long long)r[0].evaluations);
         free(seeds);
-        plan_experts_free(ex, n_ex);
-        plan_pricer_free(&pr);
+        autopart_experts_free(ex, n_ex);
+        autopart_pricer_free(&pr);
         shard_state_free(scratch);
         shard_groups_free(gs);
         shard_state_free(prefix);
@@ -628,10 +628,10 @@ static void kicks_leave_a_basin(void)
     CHECK(shard_mesh_parse("batch=2,model=4", &mesh, err, sizeof err) == 0 && cost_hw_lookup("a100", &hw, err, sizeof err) == 0);
     shard_state *prefix = shard_state_new(g, &mesh), *st = shard_state_new(g, &mesh);
     shard_groups *gs = shard_groups_build(g);
-    plan_pricer pr;
+    autopart_pricer pr;
     cost_options opt = {COST_FP32, 0, 0, COST_GRADS_AUTO};
-    CHECK(plan_pricer_init(&pr, &hw, &opt, prefix, err, sizeof err) == 0);
-    search_evaluator ev = plan_cost_evaluator;
+    CHECK(autopart_pricer_init(&pr, &hw, &opt, prefix, err, sizeof err) == 0);
+    search_evaluator ev = autopart_evaluator;
     ev.cfg = &pr;
     void *ws = ev.make(&pr, st);
     static const search_action best[] = {{1, 0}, {3, 1}, {4, 0}, {4, 1}};
@@ -648,7 +648,7 @@ static void kicks_leave_a_basin(void)
                r.best.step_time, sc.step_time);
     }
     ev.destroy(ws);
-    plan_pricer_free(&pr);
+    autopart_pricer_free(&pr);
     shard_groups_free(gs);
     shard_state_free(st);
     shard_state_free(prefix);
@@ -664,9 +664,9 @@ int main(void)
     exhaustive_refused_up_front();
     chain_mlp_folding();
     /* the cost model as the evaluator (A100 profile) */
-    against_exhaustive_ev("mlp:layers=2,batch=64,in=2048,hidden=8192,out=2048", "batch=4,model=2", 8, 3, &plan_cost_evaluator,
+    against_exhaustive_ev("mlp:layers=2,batch=64,in=2048,hidden=8192,out=2048", "batch=4,model=2", 8, 3, &autopart_evaluator,
                           "cost model");
-    against_exhaustive_ev("gpt:layers=2,hidden=512,heads=8,seq=256,batch=16,vocab=1024", "batch=8", 8, 2, &plan_cost_evaluator,
+    against_exhaustive_ev("gpt:layers=2,hidden=512,heads=8,seq=256,batch=16,vocab=1024", "batch=8", 8, 2, &autopart_evaluator,
                           "cost model");
     against_exhaustive("mlp:layers=2,batch=32,in=64,hidden=128,out=16", "batch=4", 8, 3);
     /* the largest space (57,321 states at depth 8) cut at depth 6 */

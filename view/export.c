@@ -22,16 +22,16 @@
 
 #include "view/export.h"
 
-static const char *const kind_names[PLAN_EXPORT_N] = {"jax", "shardy", "xla", "torch"};
+static const char *const kind_names[VIEW_EXPORT_N] = {"jax", "shardy", "xla", "torch"};
 
-int plan_export_kind_from_name(const char *name)
+int view_export_kind_from_name(const char *name)
 {
-    for (int k = 0; k < PLAN_EXPORT_N; k++)
+    for (int k = 0; k < VIEW_EXPORT_N; k++)
         if (!strcmp(name, kind_names[k])) return k;
     return -1;
 }
 
-const char *plan_export_kind_name(plan_export_kind k) { return (unsigned)k < PLAN_EXPORT_N ? kind_names[k] : "?"; }
+const char *view_export_kind_name(view_export_kind k) { return (unsigned)k < VIEW_EXPORT_N ? kind_names[k] : "?"; }
 
 /* Writes s as a double-quoted Python / MLIR string literal (both accept \\,
  * \" and \xNN... MLIR takes \NN hex: bytes outside printable ASCII are
@@ -241,7 +241,7 @@ static void export_shardy(FILE *f, const shard_state *st, const uint8_t *fwd)
 
 /* ---- xla ------------------------------------------------------------------- */
 
-char *plan_hlo_sharding(const shard_mesh *m, const shard_spec *s, int rank, char *buf, size_t n)
+char *view_hlo_sharding(const shard_mesh *m, const shard_spec *s, int rank, char *buf, size_t n)
 {
     int perm[SHARD_MAX_AXES], np = 0;
     int64_t tiles[IR_MAX_RANK + 1];
@@ -291,7 +291,7 @@ static void export_xla(FILE *f, const shard_state *st, const uint8_t *fwd)
         const ir_value *x = &g->values[v];
         if (!exported(st, fwd, v)) continue;
         fprintf(f, "%s\t%s\t%s\t%s%s\n", plan_printable(x->name, pn, sizeof pn), x->role == IR_INTERMEDIATE ? "activation" : ir_role_name(x->role),
-                ir_type_str(x, ty, sizeof ty), plan_hlo_sharding(st->mesh, &st->spec[v], x->rank, buf, sizeof buf),
+                ir_type_str(x, ty, sizeof ty), view_hlo_sharding(st->mesh, &st->spec[v], x->rank, buf, sizeof buf),
                 st->spec[v].partial ? "\t# partial sums here; the sharding shown is of the summed value" : "");
     }
 }
@@ -347,7 +347,7 @@ static void export_torch(FILE *f, const shard_state *st, const uint8_t *fwd)
               torch_entry);
 }
 
-int plan_export_uneven(const shard_state *st, char *first, size_t n)
+int view_export_uneven(const shard_state *st, char *first, size_t n)
 {
     int count = 0;
     if (n) first[0] = 0;
@@ -364,17 +364,17 @@ int plan_export_uneven(const shard_state *st, char *first, size_t n)
     return count;
 }
 
-int plan_export(const plan *pl, const char *path, const shard_state *st, const spmd_program *p, plan_export_kind k,
+int view_export(const plan *pl, const char *path, const shard_state *st, const spmd_program *p, view_export_kind k,
                 FILE *f)
 {
     char buf[256], pp[512], pm[1100], ps[600];
-    const char *hash = k == PLAN_EXPORT_SHARDY ? "//" : "#";
+    const char *hash = k == VIEW_EXPORT_SHARDY ? "//" : "#";
     fprintf(f, "%s carve export --to %s of %s (%s; docs/export.md)\n%s model %s, mesh %s, schedule %s\n", hash,
-            plan_export_kind_name(k), plan_printable(path, pp, sizeof pp), pl->version == 1 ? PLAN_FORMAT_V1 : PLAN_FORMAT,
+            view_export_kind_name(k), plan_printable(path, pp, sizeof pp), pl->version == 1 ? PLAN_FORMAT_V1 : PLAN_FORMAT,
             hash, plan_printable(pl->model[0] ? pl->model : pl->graph_file, pm, sizeof pm),
             shard_mesh_str(st->mesh, buf, sizeof buf), plan_printable(pl->schedule, ps, sizeof ps));
     char first[160];
-    int uneven = plan_export_uneven(st, first, sizeof first);
+    int uneven = view_export_uneven(st, first, sizeof first);
     if (uneven)
         fprintf(f, "%s note: %d argument(s) split unevenly, first %s: carve pads such dims (docs/sharding.md);\n"
                    "%s frameworks that need divisible dims (JAX's device_put) refuse them as written\n",
@@ -383,11 +383,11 @@ int plan_export(const plan *pl, const char *path, const shard_state *st, const s
     if (!fwd) abort();
     for (int o = 0; o < st->g->n_ops; o++) fwd[o] = p->phase[o] == SPMD_FORWARD;
     switch (k) {
-    case PLAN_EXPORT_JAX: export_jax(f, st, fwd); break;
-    case PLAN_EXPORT_SHARDY: export_shardy(f, st, fwd); break;
-    case PLAN_EXPORT_XLA: export_xla(f, st, fwd); break;
-    case PLAN_EXPORT_TORCH: export_torch(f, st, fwd); break;
-    case PLAN_EXPORT_N: break;
+    case VIEW_EXPORT_JAX: export_jax(f, st, fwd); break;
+    case VIEW_EXPORT_SHARDY: export_shardy(f, st, fwd); break;
+    case VIEW_EXPORT_XLA: export_xla(f, st, fwd); break;
+    case VIEW_EXPORT_TORCH: export_torch(f, st, fwd); break;
+    case VIEW_EXPORT_N: break;
     }
     free(fwd);
     return ferror(f) ? -1 : 0;

@@ -280,7 +280,7 @@ static const char *const script =
     "});});"
     "document.body.dataset.ready=String(document.querySelectorAll('svg').length>0?1:0);";
 
-int plan_html(const plan *pl, const char *path, const shard_state *st, const spmd_program *p, const cost_hw *hw,
+int view_html(const plan *pl, const char *path, const shard_state *st, const spmd_program *p, const cost_hw *hw,
               const cost_estimate *e, FILE *f)
 {
     char a[64], b[64], c[64], buf[256];

@@ -62,7 +62,7 @@ static int axis_parts(const shard_state *st, const shard_groups *gs, int batch, 
     return np;
 }
 
-char *plan_describe_strategy(const shard_state *st, char *buf, size_t n)
+char *view_strategy(const shard_state *st, char *buf, size_t n)
 {
     const ir_graph *g = st->g;
     const shard_mesh *m = st->mesh;
@@ -136,7 +136,7 @@ static void add_breakdowns(cJSON *j, const cost_estimate *e)
     }
 }
 
-cJSON *plan_doc_estimate(const cost_estimate *e)
+cJSON *view_doc_estimate(const cost_estimate *e)
 {
     cJSON *j = cJSON_CreateObject();
     cJSON_AddItemToObject(j, "step_time_s", num(e->step_time));
@@ -157,9 +157,9 @@ cJSON *plan_doc_estimate(const cost_estimate *e)
     return j;
 }
 
-cJSON *plan_doc_experts(const plan_expert *ex, int n, const cost_estimate *mine)
+cJSON *view_doc_experts(const autopart_expert *ex, int n, const cost_estimate *mine)
 {
-    int best = plan_best_expert(ex, n);
+    int best = autopart_best_expert(ex, n);
     cJSON *a = cJSON_CreateArray();
     for (int i = 0; i < n; i++) {
         cJSON *o = cJSON_CreateObject();
@@ -197,12 +197,12 @@ static void add_head(cJSON *j, const char *format, const char *model, const shar
 
 /* ---- carve cost --------------------------------------------------------------- */
 
-cJSON *plan_doc_cost(const char *model, const shard_mesh *mesh, const char *sched, const cost_hw *hw,
+cJSON *view_doc_cost(const char *model, const shard_mesh *mesh, const char *sched, const cost_hw *hw,
                      const cost_options *opt, const cost_estimate *e, const cost_estimate *base)
 {
     cJSON *j = cJSON_CreateObject();
-    add_head(j, PLAN_DOC_COST, model, mesh, hw, opt, sched);
-    cJSON_AddItemToObject(j, "estimate", plan_doc_estimate(e));
+    add_head(j, VIEW_DOC_COST, model, mesh, hw, opt, sched);
+    cJSON_AddItemToObject(j, "estimate", view_doc_estimate(e));
     if (base) {
         cJSON *r = cJSON_AddObjectToObject(j, "replicated");
         cJSON_AddItemToObject(r, "step_time_s", num(base->step_time));
@@ -230,7 +230,7 @@ static cJSON *value_json(const shard_state *st, int v)
     return o;
 }
 
-static void add_shard_tactics(cJSON *j, const shard_state *st, const plan_doc_tactic *t, int n, int decisions)
+static void add_shard_tactics(cJSON *j, const shard_state *st, const view_doc_tactic *t, int n, int decisions)
 {
     char buf[256];
     cJSON *ta = cJSON_AddArrayToObject(j, "tactics");
@@ -259,12 +259,12 @@ static void add_shard_tactics(cJSON *j, const shard_state *st, const plan_doc_ta
     }
 }
 
-cJSON *plan_doc_shard(const char *model, const char *sched, const shard_state *st, const plan_doc_tactic *t,
+cJSON *view_doc_shard(const char *model, const char *sched, const shard_state *st, const view_doc_tactic *t,
                       int n_tactics, int decisions, const spmd_program *p)
 {
     const ir_graph *g = st->g;
     cJSON *j = cJSON_CreateObject();
-    add_head(j, PLAN_DOC_SHARD, model, st->mesh, NULL, NULL, sched);
+    add_head(j, VIEW_DOC_SHARD, model, st->mesh, NULL, NULL, sched);
     add_shard_tactics(j, st, t, n_tactics, decisions);
     cJSON *args = cJSON_AddArrayToObject(j, "arguments");
     double local[IR_N_ROLES] = {0}, global[IR_N_ROLES] = {0};
@@ -327,26 +327,26 @@ static cJSON *params_json(const shard_state *st)
     return a;
 }
 
-static cJSON *body_json(const char *format, const plan_doc_body *b)
+static cJSON *body_json(const char *format, const view_doc_body *b)
 {
     char buf[1024];
     cJSON *j = cJSON_CreateObject();
     add_head(j, format, b->model, b->st->mesh, &b->pr->hw, &b->pr->opt, b->schedule);
-    cJSON_AddStringToObject(j, "strategy", plan_describe_strategy(b->st, buf, sizeof buf));
+    cJSON_AddStringToObject(j, "strategy", view_strategy(b->st, buf, sizeof buf));
     return j;
 }
 
-static void add_body_tail(cJSON *j, const plan_doc_body *b)
+static void add_body_tail(cJSON *j, const view_doc_body *b)
 {
     cJSON_AddItemToObject(j, "params", params_json(b->st));
     cJSON_AddItemToObject(j, "collectives", collectives_json(b->pr->p, b->e));
-    cJSON_AddItemToObject(j, "estimate", plan_doc_estimate(b->e));
-    cJSON_AddItemToObject(j, "experts", plan_doc_experts(b->ex, b->n_ex, b->e));
+    cJSON_AddItemToObject(j, "estimate", view_doc_estimate(b->e));
+    cJSON_AddItemToObject(j, "experts", view_doc_experts(b->ex, b->n_ex, b->e));
 }
 
-cJSON *plan_doc_explain(const plan_doc_body *b, const plan *pl, const char *path, int hw_given)
+cJSON *view_doc_explain(const view_doc_body *b, const plan *pl, const char *path, int hw_given)
 {
-    cJSON *j = body_json(PLAN_DOC_EXPLAIN, b);
+    cJSON *j = body_json(VIEW_DOC_EXPLAIN, b);
     cJSON *f = cJSON_AddObjectToObject(j, "plan");
     cJSON_AddStringToObject(f, "path", path);
     cJSON_AddStringToObject(f, "format", pl->version == 1 ? PLAN_FORMAT_V1 : PLAN_FORMAT);
@@ -360,10 +360,10 @@ cJSON *plan_doc_explain(const plan_doc_body *b, const plan *pl, const char *path
     return j;
 }
 
-cJSON *plan_doc_autopart(const plan_doc_body *b, const plan *pl, const char *const *actions, int n_actions,
+cJSON *view_doc_autopart(const view_doc_body *b, const plan *pl, const char *const *actions, int n_actions,
                          const char *from_expert, const char *written)
 {
-    cJSON *j = body_json(PLAN_DOC_AUTOPART, b);
+    cJSON *j = body_json(VIEW_DOC_AUTOPART, b);
     const plan_search *s = &pl->search;
     char seed[32];
     cJSON *so = cJSON_AddObjectToObject(j, "search");
@@ -388,13 +388,13 @@ cJSON *plan_doc_autopart(const plan_doc_body *b, const plan *pl, const char *con
     return j;
 }
 
-void plan_doc_add_memory(cJSON *doc, const plan_step_search *steps, int n, int chosen, int by_search,
+void view_doc_add_memory(cJSON *doc, const autopart_step *steps, int n, int chosen, int by_search,
                          const cost_estimate *other)
 {
     cJSON *m = cJSON_AddObjectToObject(doc, "memory");
     cJSON *cf = cJSON_AddArrayToObject(m, "configurations");
     for (int i = 0; i < n; i++) {
-        const plan_step_search *s = &steps[i];
+        const autopart_step *s = &steps[i];
         cJSON *o = cJSON_CreateObject();
         cJSON_AddStringToObject(o, "tactics", s->tactics);
         cJSON_AddBoolToObject(o, "searched", s->ok);
@@ -409,7 +409,7 @@ void plan_doc_add_memory(cJSON *doc, const plan_step_search *steps, int n, int c
         cJSON_AddBoolToObject(o, "chosen", i == chosen);
         cJSON_AddItemToArray(cf, o);
     }
-    const plan_step_search *s = &steps[chosen];
+    const autopart_step *s = &steps[chosen];
     cJSON *g = cJSON_AddObjectToObject(m, "gather");
     cJSON_AddStringToObject(g, "policy", s->st->gather_policy == SPMD_GATHER_KEEP ? "keep" : "regather");
     cJSON_AddBoolToObject(g, "chosen_by_search", by_search);
@@ -423,7 +423,7 @@ void plan_doc_add_memory(cJSON *doc, const plan_step_search *steps, int n, int c
     cJSON_AddBoolToObject(o, "fits", other->fits);
 }
 
-int plan_doc_print(cJSON *doc, FILE *f)
+int view_doc_print(cJSON *doc, FILE *f)
 {
     char *text = doc ? cJSON_Print(doc) : NULL;
     cJSON_Delete(doc);
