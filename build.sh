@@ -69,7 +69,7 @@ run_make() { # $1 = output dir, $2 = extra CFLAGS, $3 = extra LDFLAGS
         rm -f "$1/obj/exec/spmd_mpi.o"; echo "$MPI_CFLAGS" >"$1/.mpi-flags"
     fi
     make --no-print-directory -j"$(nproc)" -f - OUT="$1" EXTRA_CFLAGS="$2 $MPI_CFLAGS" EXTRA_LDFLAGS="$3 $MPI_LIBS" <<'MK'
-MODULES := ir analysis cost search exec calib models autopart plan view cli
+MODULES := ir analysis cost search exec calib models autopart plan view session cli
 LIB_SRC := $(filter-out cli/main.c,$(foreach m,$(MODULES),$(wildcard $(m)/*.c)))
 TEST_SRC := $(wildcard tests/test_*.c)
 BENCH_SRC := $(wildcard bench/bench_*.c)
@@ -137,7 +137,7 @@ build_fuzz() { # $1 = output dir
     local cc; cc=$(fuzz_cc)
     make --no-print-directory -j"$(nproc)" -f - OUT="$1" CC="$cc" <<'MK'
 # the readers and what they call (not exec/ nor the commands: a shorter build)
-LIB_SRC := $(foreach m,ir analysis cost search models plan,$(wildcard $(m)/*.c)) $(wildcard cli/plan.c cli/opts.c)
+LIB_SRC := $(foreach m,ir analysis cost search models plan,$(wildcard $(m)/*.c))
 FUZZ_SRC := $(wildcard fuzz/fuzz_*.c)
 SAN := -fsanitize=address,undefined -fno-sanitize-recover=all
 CFLAGS := -std=gnu11 -O1 -g -fopenmp -fno-omit-frame-pointer -fsanitize=fuzzer-no-link $(SAN) -Wall -Wno-unused-parameter \

@@ -13,9 +13,8 @@ int autopart_pricer_init(autopart_pricer *pr, const cost_hw *hw, const cost_opti
     pr->ws = cost_ws_new();
     shard_state_reset(scratch);
     pr->p = spmd_lower_into(scratch, NULL);
-    cost_estimate e;
-    if (cost_estimate_program(pr->ws, pr->p, hw, opt, &e, err, errlen) < 0) return -1;
-    pr->baseline = e.step_time;
+    if (cost_estimate_program(pr->ws, pr->p, hw, opt, &pr->replicated, err, errlen) < 0) return -1;
+    pr->baseline = pr->replicated.step_time;
     return 0;
 }
 

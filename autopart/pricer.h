@@ -34,6 +34,8 @@ typedef struct autopart_pricer {
     cost_hw hw;
     cost_options opt;
     double baseline;      /* step time of the replicated plan (the reward's unit) */
+    cost_estimate replicated; /* the replicated plan's estimate (scalars only: its arrays are the
+                             workspace's, overwritten by the next price) */
     cost_ws *ws;
     spmd_program *p;      /* the program of the last plan priced */
     int gather_auto;      /* choose each plan's gather policy (see above) */

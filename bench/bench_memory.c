@@ -2,8 +2,8 @@
  *
  * For GPT-6.7B and GPT-15B (batch 8, Adam, the A100 profile in its default
  * precision, mixed bf16) over 8 and 64 devices, and memory caps of 40 and
- * 16 GiB per device, autopart's search runs as `carve autopart` runs it
- * (autopart/memory.h): the sharding search on the plain step (MCTS from the
+ * 16 GiB per device, autopart runs as `carve autopart` runs it
+ * (session_autopart_run, autopart/memory.h): the sharding search on the plain step (MCTS from the
  * expert schedules), then the steps with recomputation and micro-batches
  * (each on a quarter of the budget; micro-batches only while nothing fits),
  * with ZeRO-1/2 seeds and the ZeRO-3 gather policy chosen by the pricer.  The
@@ -13,10 +13,7 @@
  * A100s at 80 GB.
  * Usage: bench_memory [BUDGET] (plans priced on the plain step; default 200).
  */
-#include "analysis/schedule.h"
-#include "models/models.h"
-#include "autopart/memory.h"
-#include "plan/plan.h"
+#include "session/session.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -39,51 +36,29 @@ static char *describe(const autopart_step *s, char *buf, size_t n)
     return buf;
 }
 
-/* The memory level's step builder: the plan template ctx with schedule
- * `sched`, rebuilt as a plan replays it. */
-static ir_graph *build_config(void *ctx, const char *tactics, const char *sched, char *err, size_t errlen)
-{
-    plan pl = *(const plan *)ctx;
-    snprintf(pl.schedule, sizeof pl.schedule, "%s", sched);
-    return plan_build_graph(&pl, tactics, err, errlen);
-}
-
-/* One case: the memory level of `model` on `mesh_text` under cap GiB;
- * prints one table row (and returns 0), or an error line (-1). */
+/* One case: autopart (session_autopart_run, as carve autopart runs it) of
+ * `model` on `mesh_text` under cap GiB; prints one table row (and returns
+ * 0), or an error line (-1). */
 static int run_case(const char *model, const char *mesh_text, double cap_gib, int long_form)
 {
-    char err[512], tactics[AUTOPART_MAX_CONFIGS][64], sched[SCHED_STR_MAX];
-    plan tmpl;
-    memset(&tmpl, 0, sizeof tmpl);
-    model_config cfg;
-    schedule sc;
-    if (model_parse(model, &cfg, err, sizeof err) < 0 || shard_mesh_parse(mesh_text, &tmpl.mesh, err, sizeof err) < 0 ||
-        sched_parse("auto", &tmpl.mesh, &sc, err, sizeof err) < 0) {
-        fprintf(stderr, "bench_memory: %s\n", err);
-        return -1;
-    }
-    model_config_str(&cfg, tmpl.model, sizeof tmpl.model);
-    snprintf(tmpl.optimizer, sizeof tmpl.optimizer, "adam");
-    snprintf(tmpl.schedule, sizeof tmpl.schedule, "auto");
-    cost_hw hw;
-    cost_hw_preset("a100", &hw, err, sizeof err);
-    cost_options opt = {cost_default_precision(&hw), 0, cap_gib * 1073741824.0, COST_GRADS_AUTO};
-    search_budget b = {.simulations = budget, .seed = 1, .threads = 1};
-    autopart_memory_level m = {&tmpl.mesh, tmpl.schedule, build_config, &tmpl, &hw, opt, &search_mcts, b, 1, 0};
-    autopart_step steps[AUTOPART_MAX_CONFIGS];
-    memset(steps, 0, sizeof steps);
-    int n = autopart_memory_configs(&sc, tactics), chosen = -1;
-    schedule manual = {0};
-    ir_graph *g = model_build_step(&cfg, NULL, err, sizeof err);
-    if (g && autopart_step_setup(&steps[0], g, &tmpl.mesh, &manual, &hw, &opt, 1, err, sizeof err) == 0 &&
-        autopart_step_search(&steps[0], &search_mcts, &b, err, sizeof err) == 0)
-        chosen = autopart_memory_search(&m, tactics, n, steps);
-    else
-        fprintf(stderr, "bench_memory: %s on %s: %s\n", model, mesh_text, err);
-    if (chosen >= 0) {
-        const autopart_step *p = &steps[0], *c = &steps[chosen];
+    static session_autopart a; /* large: its steps */
+    char err[1024], sched[SCHED_STR_MAX];
+    memset(&a, 0, sizeof a);
+    session_pricing pricing = {"a100", NULL, NULL, 0, cap_gib};
+    int rc = shard_mesh_parse(mesh_text, &a.mesh, err, sizeof err) < 0 || sched_parse("auto", &a.mesh, &a.sc, err, sizeof err) < 0 ||
+                     session_cost_options(&pricing, &a.hw, &a.opt, err, sizeof err) < 0
+                 ? -1
+                 : 0;
+    a.src.model = model;
+    a.algo = &search_mcts;
+    a.b = (search_budget){.simulations = budget, .seed = 1, .threads = 1};
+    a.memory_tactics = 1;
+    if (rc == 0) rc = session_autopart_run(&a, err, sizeof err);
+    if (rc < 0) fprintf(stderr, "bench_memory: %s on %s: %s\n", model, mesh_text, err);
+    else {
+        const autopart_step *p = &a.steps[0], *c = &a.steps[a.chosen];
         double secs = 0;
-        for (int i = 0; i < n; i++) secs += steps[i].res.seconds;
+        for (int i = 0; i < a.n_steps; i++) secs += a.steps[i].res.seconds;
         if (long_form) printf("| sharding alone |");
         else printf("| %s | %s | %.0f GiB |", model, mesh_text, cap_gib);
         printf(" %s%s | %.3f s | %.1f GiB |", p->e.fits ? "" : "does not fit: ", describe(p, sched, sizeof sched), p->e.step_time,
@@ -92,8 +67,8 @@ static int run_case(const char *model, const char *mesh_text, double cap_gib, in
         printf(" %s%s | %.3f s | %.1f GiB | %.0f |\n", c->e.fits ? "" : "does not fit: ", describe(c, sched, sizeof sched),
                c->e.step_time, c->e.peak_memory / 1073741824.0, secs);
     }
-    for (int i = 0; i < n; i++) autopart_step_free(&steps[i]);
-    return chosen >= 0 ? 0 : -1;
+    session_autopart_free(&a);
+    return rc;
 }
 
 int main(int argc, char **argv)
@@ -104,7 +79,7 @@ int main(int argc, char **argv)
     static const char *meshes[] = {"data=2,model=4", "data=8,model=8"};
     static const double caps[] = {40, 16};
     printf("## Memory tactics: autopart with and without recomputation / micro-batches\n\n");
-    printf("`build/bench/bench_memory %lld`: autopart's search (autopart/memory.h) on the A100 profile in its default\n"
+    printf("`build/bench/bench_memory %lld`: autopart (session_autopart_run) on the A100 profile in its default\n"
            "precision (mixed bf16, f32 master weights and Adam states), batch 8, MCTS seed 1, one thread, %lld plans\n"
            "priced on the plain step and %lld on each step with memory tactics (micro-batches only while nothing fits).\n"
            "\"sharding alone\" is the plain step's best plan (`--memory-tactics none`), \"with memory tactics\" the plan\n"

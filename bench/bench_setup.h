@@ -15,8 +15,8 @@
 #include <string.h>
 #include <sys/resource.h>
 
-#include "models/models.h"
 #include "autopart/experts.h"
+#include "session/session.h"
 
 typedef struct bench_setup {
     ir_graph *g;
@@ -41,20 +41,14 @@ static inline int bench_lookup_hw(const char *name, cost_hw *hw, char *err, size
     return cost_hw_lookup(name, hw, err, n);
 }
 
-/* The training step of a model spec, or of a graph file (a name ending in .json). */
+/* The training step of a model spec, or of a graph file (a name ending in
+ * .json), loaded as carve autopart loads it (session_load_step). */
 static inline ir_graph *bench_load_step(const char *model, char *err, size_t n)
 {
-    if (strstr(model, ".json")) {
-        ir_graph *fwd = ir_load_json_file(model, err, n);
-        if (!fwd) return NULL;
-        ir_optimizer opt = ir_default_adam();
-        ir_graph *g = ir_train_step(fwd, &opt, err, n);
-        ir_free(fwd);
-        return g;
-    }
-    model_config cfg;
-    if (model_parse(model, &cfg, err, n) < 0) return NULL;
-    return model_build_step(&cfg, NULL, err, n);
+    char label[512];
+    int file = strstr(model, ".json") != NULL;
+    session_source src = {file ? NULL : model, file ? model : NULL, NULL, 0, NULL};
+    return session_load_step(&src, label, sizeof label, NULL, err, n);
 }
 
 /* Builds s for model on mesh and hardware profile hw_name, priced in f32

@@ -210,7 +210,7 @@ static int time_spmd(const ir_graph *g, exec_ref *ref, const char *mesh_text, co
     f->loss_rel = c.worst_loss;
     f->param = c.worst_param;
     f->state = c.worst_state;
-    f->ok = exec_spmd_check_ok(&c, 1e-4);
+    f->ok = exec_spmd_check_ok(&c, EXEC_SPMD_TOLERANCE);
     exec_spmd_check_free(&c);
     rc = 0;
 done:

@@ -1,6 +1,7 @@
 /* cmd_cost.c - `carve cost`: apply a schedule, lower, and print the cost
  * model's estimate with its breakdowns (per op kind, collective kind, phase,
- * layer) and the reward against the replicated plan on the same mesh. */
+ * layer) and the reward against the replicated plan on the same mesh
+ * (session_cost_run prices both). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -9,7 +10,7 @@
 #include "analysis/spmd.h"
 #include "cli/cli.h"
 #include "cli/report.h"
-#include "cost/cost.h"
+#include "session/session.h"
 
 /* The text: what was priced, then the estimate and the padding of p's
  * uneven splits (priced in the estimate like data). */
@@ -38,7 +39,7 @@ static void print_text(const char *cfg, const shard_mesh *mesh, const schedule *
 
 int cmd_cost(const cli_opts *o)
 {
-    char cfg[512], err[512], buf2[SCHED_STR_MAX];
+    char cfg[512], err[1024], buf2[SCHED_STR_MAX];
     shard_mesh mesh;
     schedule sc;
     if (cli_mesh_schedule("cost", o->mesh, o->schedule, &mesh, &sc)) return CLI_BAD_INPUT;
@@ -47,57 +48,33 @@ int cmd_cost(const cli_opts *o)
         return CLI_BAD_INPUT;
     }
     cost_hw hw;
-    if (cost_hw_lookup(o->hw, &hw, err, sizeof err) < 0) {
+    cost_options opt;
+    session_pricing pricing = {o->hw, o->precision, o->grads, o->overlap, o->memory_gib};
+    if (session_cost_options(&pricing, &hw, &opt, err, sizeof err) < 0) {
         cli_error("%s", err);
         return CLI_BAD_INPUT;
     }
-    cost_options opt = {cost_default_precision(&hw), o->overlap, o->memory_gib * 1024.0 * 1024.0 * 1024.0, COST_GRADS_AUTO};
-    if (o->precision) cost_precision_parse(o->precision, &opt.precision, err, sizeof err); /* checked by opts.c */
-    if (o->grads) cost_grads_parse(o->grads, &opt.grads, err, sizeof err); /* checked by opts.c */
     ir_graph *g = cli_load_step(o, cfg, sizeof cfg);
     if (!g) return CLI_BAD_INPUT;
     int rc = CLI_OK;
-    shard_state *st = shard_state_new(g, &mesh);
-    /* two workspaces: the plan's estimate keeps its layer arrays while the baseline is priced */
-    cost_ws *ws = cost_ws_new(), *ws_base = cost_ws_new();
-    spmd_program *p = NULL, *rp = NULL;
-    cost_estimate e, base;
-    if (sched_apply(&sc, st, err, sizeof err) < 0) {
+    session_cost c;
+    if (session_cost_run(&c, g, &mesh, &sc, &hw, &opt, err, sizeof err) < 0) {
         cli_error("%s", err);
         rc = CLI_BAD_INPUT;
-        goto done;
-    }
-    p = spmd_lower(st);
-    if (cost_estimate_program(ws, p, &hw, &opt, &e, err, sizeof err) < 0) {
-        cli_error("%s", err);
-        rc = CLI_BAD_INPUT;
-        goto done;
-    }
-    /* the replicated plan on the same mesh: every device does all the work */
-    shard_state_reset(st);
-    rp = spmd_lower(st);
-    int have_base = cost_estimate_program(ws_base, rp, &hw, &opt, &base, err, sizeof err) == 0;
-    if (o->json) {
-        cJSON *doc = view_doc_cost(cfg, &mesh, sched_str(&sc, &mesh, buf2, sizeof buf2), &hw, &opt, &e, have_base ? &base : NULL);
+    } else if (o->json) {
+        cJSON *doc = view_doc_cost(cfg, &mesh, sched_str(&sc, &mesh, buf2, sizeof buf2), &hw, &opt, &c.e, &c.base);
         if (view_doc_print(doc, stdout) < 0) {
             cli_error("cost: cannot write the JSON document");
             rc = CLI_BAD_INPUT;
         }
-        goto done;
-    }
-    print_text(cfg, &mesh, &sc, &hw, &opt, &e, p);
-    if (have_base) {
+    } else {
+        print_text(cfg, &mesh, &sc, &hw, &opt, &c.e, c.p);
         char a[32];
-        cost_fmt_time(base.step_time, a, sizeof a);
-        printf("\nreplicated plan: step %s, peak %.4g GiB%s; reward of this plan %.4g\n", a, base.peak_memory / 1073741824.0,
-               base.fits ? "" : " (does not fit)", cost_reward(&e, base.step_time));
+        cost_fmt_time(c.base.step_time, a, sizeof a);
+        printf("\nreplicated plan: step %s, peak %.4g GiB%s; reward of this plan %.4g\n", a, c.base.peak_memory / 1073741824.0,
+               c.base.fits ? "" : " (does not fit)", cost_reward(&c.e, c.base.step_time));
     }
-done:
-    spmd_free(rp);
-    spmd_free(p);
-    cost_ws_free(ws_base);
-    cost_ws_free(ws);
-    shard_state_free(st);
+    session_cost_free(&c);
     ir_free(g);
     return rc;
 }

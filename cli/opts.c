@@ -1,4 +1,5 @@
-/* opts.c - flag parsing and model/graph loading shared by subcommands. */
+/* opts.c - flag parsing and the loading of --model / --graph shared by
+ * subcommands (session/load.c does the loading). */
 #include "cli.h"
 #include "cost/cost.h"
 
@@ -9,8 +10,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "models/models.h"
 #include "search/search.h"
+#include "session/session.h"
 
 /* Writes s to f with every byte that is not printable ASCII (control
  * characters, escape sequences, DEL, bytes of other encodings) as \xNN, so a
@@ -189,83 +190,19 @@ int cli_parse(const cli_command *c, int argc, char **argv, cli_opts *o)
     return 0;
 }
 
-/* The step of --model or --graph (see cli_load_step); with micro > 1 the
- * model's step of that many micro-batches. */
-static ir_graph *load_plain_step(const cli_opts *o, int micro, char *cfg_text, size_t n)
-{
-    char err[IR_ERR_LEN + 128];
-    ir_optimizer opt = ir_default_adam();
-    if (!strcmp(o->optimizer, "sgd")) {
-        opt.kind = IR_SGD;
-        opt.lr = 0.01;
-    }
-    if (o->model && o->graph) {
-        cli_error("give --model or --graph, not both");
-        return NULL;
-    }
-    if (o->model) {
-        model_config cfg;
-        if (model_parse(o->model, &cfg, err, sizeof err) < 0) {
-            cli_error("%s", err);
-            return NULL;
-        }
-        model_config_str(&cfg, cfg_text, n);
-        ir_graph *g = o->forward    ? model_build_forward(&cfg, err, sizeof err)
-                      : micro > 1 ? model_build_microbatched_step(&cfg, &opt, micro, err, sizeof err)
-                                  : model_build_step(&cfg, &opt, err, sizeof err);
-        if (!g) cli_error("%s", err);
-        return g;
-    }
-    if (o->graph) {
-        if (micro > 1 && !o->forward) {
-            cli_error("microbatch:%d: needs --model (the model is built at batch / %d); a graph file has a fixed batch", micro,
-                      micro);
-            return NULL;
-        }
-        if (strlen(o->graph) >= n) {
-            cli_error("--graph: the path is %zu characters, more than the %zu this command keeps", strlen(o->graph), n - 1);
-            return NULL;
-        }
-        snprintf(cfg_text, n, "%s", o->graph);
-        ir_graph *g = ir_load_json_file(o->graph, err, sizeof err);
-        if (!g) {
-            cli_error("%s", err);
-            return NULL;
-        }
-        int has_updates = 0;
-        for (int i = 0; i < g->n_outputs; i++) has_updates |= g->outputs[i].updates >= 0;
-        if (o->forward || has_updates) return g;
-        if (g->loss < 0) {
-            cli_error("%s: the graph has no loss and no updated arguments: nothing to train", o->graph);
-            ir_free(g);
-            return NULL;
-        }
-        ir_graph *step = ir_check_gradients(g, err, sizeof err) < 0 ? NULL : ir_train_step(g, &opt, err, sizeof err);
-        ir_free(g);
-        if (!step) cli_error("%s: %s", o->graph, err);
-        return step;
-    }
-    cli_error("give a model (--model gpt-tiny, see carve models) or a graph file (--graph file.json)");
-    return NULL;
-}
-
 ir_graph *cli_load_step(const cli_opts *o, char *cfg_text, size_t n)
 {
     /* graph tactics (microbatch, remat) make or rewrite the step before
      * anything shards it; a schedule that does not parse is the caller's to
      * report */
-    char err[512];
+    char err[IR_ERR_LEN + 640];
     shard_mesh mesh;
     schedule sc;
     int have = o->schedule && o->mesh && shard_mesh_parse(o->mesh, &mesh, err, sizeof err) == 0 &&
                sched_parse(o->schedule, &mesh, &sc, err, sizeof err) == 0;
-    ir_graph *g = load_plain_step(o, have ? sched_microbatches(&sc) : 1, cfg_text, n);
-    if (!g || o->forward || !have) return g;
-    if (sched_rewrite(&sc, &g, err, sizeof err) < 0) {
-        cli_error("%s", err);
-        ir_free(g);
-        return NULL;
-    }
+    session_source src = {o->model, o->graph, o->optimizer, o->forward, have ? &sc : NULL};
+    ir_graph *g = session_load_step(&src, cfg_text, n, NULL, err, sizeof err);
+    if (!g) cli_error("%s", err);
     return g;
 }
 

@@ -1,6 +1,7 @@
 /* report.c - see report.h. */
 #include "cli/report.h"
 #include "cli/cli.h"
+#include "session/session.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -245,7 +246,7 @@ void cli_print_layer_collectives(const spmd_program *p, const cost_estimate *e)
 int cli_open_plan(const char *path, plan *pl, ir_graph **g, shard_state **st)
 {
     char err[1024];
-    if (plan_open(path, pl, g, st, err, sizeof err)) {
+    if (session_plan_open(path, pl, g, st, err, sizeof err)) {
         cli_error("%s", err);
         return -1;
     }

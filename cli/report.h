@@ -25,9 +25,9 @@ void cli_print_param_shardings(const shard_state *st);
  * their predicted times from e, p's estimate (its instr_time must be valid). */
 void cli_print_layer_collectives(const spmd_program *p, const cost_estimate *e);
 
-/* Opens a plan file for a command (plan_open): on failure prints the error
- * and returns -1; prints plan_open's note, if any.  Returns 0 with pl, *g and
- * *st filled (the caller frees them as after plan_open). */
+/* Opens a plan file for a command (session_plan_open): on failure prints
+ * the error and returns -1; prints the plan's note, if any.  Returns 0 with
+ * pl, *g and *st filled (the caller frees them as after session_plan_open). */
 int cli_open_plan(const char *path, plan *pl, ir_graph **g, shard_state **st);
 
 #endif

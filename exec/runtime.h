@@ -196,6 +196,18 @@ int exec_spmd_compare(exec_spmd *r, exec_ref *ref, exec_spmd_check *c, char *err
  * argument buffer.  Call it after exec_spmd_apply_updates, instead of
  * exec_ref_apply_updates. */
 void exec_spmd_sync_reference(exec_spmd *r, exec_ref *ref);
+/* The tolerance of a checked run (carve run, the tests, the benchmarks):
+ * errors relative to each tensor's largest magnitude (the loss: to itself).
+ * Both executors compute in float32 (unit roundoff 6e-8) from the same
+ * numbers; the SPMD run sums the same terms in another order (partial sums
+ * per device, then across devices), which moves results by a few units of
+ * roundoff times the size of the largest terms: 1e-7 to 2e-5 is what the
+ * tests see.  A wrong block, offset or missing partial sum moves them by
+ * 1e-2 or more.  Relative to the tensor's largest magnitude rather than per
+ * element: an element near zero (a sum that cancels) has a large relative
+ * error from rounding alone (docs/run.md). */
+#define EXEC_SPMD_TOLERANCE 1e-4
+
 /* 1 when the loss, params and states are all within `tol` (and not NaN). */
 int exec_spmd_check_ok(const exec_spmd_check *c, double tol);
 void exec_spmd_check_free(exec_spmd_check *c);

@@ -9,9 +9,10 @@
  * named forward activations, the collectives, the predicted cost; and how the
  * search went.
  *
- * Loading (plan_open) re-applies the decisions on the rebuilt graph, lowers and
- * prices the program again, rebuilds the whole document and compares every
- * derived field with the file: an edited plan, or one for another model or mesh,
+ * Opening a plan (session_plan_open in session/plan.c) rebuilds its training
+ * step, re-applies the decisions, lowers and prices the program again, and
+ * plan_verify rebuilds the whole document and compares every derived field
+ * with the file: an edited plan, or one for another model or mesh,
  * is refused with the first difference named ("FILE: KEY: what is wrong").
  * carve-plan/1 files still load (their derived fields are fewer: arguments only).
  */
@@ -88,10 +89,6 @@ int plan_save(const char *path, plan *pl, const shard_state *st, const spmd_prog
  * one-line message "FILE: KEY: what is wrong". */
 int plan_load(const char *path, plan *pl, char *err, size_t errlen);
 
-/* Rebuilds the plan's training step: the model spec (with its optimizer) or the
- * graph file, which must still hash as recorded.  NULL with a message. */
-ir_graph *plan_build_graph(const plan *pl, const char *path, char *err, size_t errlen);
-
 /* Re-applies the loaded plan's decisions (by argument name) on st (fresh, for
  * the rebuilt graph and pl->mesh), and its schedule's gather policy.  Returns
  * 0, or -1 with a message. */
@@ -109,11 +106,6 @@ int plan_hw(const plan *pl, const char *path, cost_hw *hw, char *err, size_t err
  * pl->note.  Returns 0 or -1. */
 int plan_verify(plan *pl, const char *path, const shard_state *st, const spmd_program *p,
                 const cost_estimate *e, char *err, size_t errlen);
-
-/* Load, rebuild, replay, lower, price and verify.  Returns 0 with *g and *st
- * set (the caller frees st, then g, then plan_free(pl); st borrows pl->mesh, so
- * pl must not move), or -1 with a message and nothing left to free. */
-int plan_open(const char *path, plan *pl, ir_graph **g, shard_state **st, char *err, size_t errlen);
 
 void plan_free(plan *pl);
 

@@ -16,76 +16,14 @@
 #include <unistd.h>
 
 #include "analysis/schedule.h"
-#include "models/models.h"
 #include "plan/plan.h"
-
-/* The plan's training step as built, before graph tactics. */
-static ir_graph *build_plain_step(const plan *pl, const char *path, char *err, size_t errlen)
-{
-    char e2[IR_ERR_LEN + 128], pp[512], pg[512];
-    plan_printable(path, pp, sizeof pp);
-    ir_optimizer opt = ir_default_adam();
-    if (!strcmp(pl->optimizer, "sgd")) {
-        opt.kind = IR_SGD;
-        opt.lr = 0.01;
-    }
-    if (pl->model[0]) {
-        model_config cfg;
-        ir_graph *g = NULL;
-        schedule sc; /* microbatch:N builds the step of N micro-batches */
-        int micro = pl->schedule[0] && sched_parse(pl->schedule, &pl->mesh, &sc, e2, sizeof e2) == 0 ? sched_microbatches(&sc) : 1;
-        if (model_parse(pl->model, &cfg, e2, sizeof e2) == 0) g = model_build_microbatched_step(&cfg, &opt, micro, e2, sizeof e2);
-        if (!g) ir_errf(err, errlen, "%s: model.spec: %s", pp, e2);
-        return g;
-    }
-    char h[24];
-    plan_printable(pl->graph_path, pg, sizeof pg);
-    if (plan_file_hash(pl->graph_path, h) < 0) {
-        ir_errf(err, errlen, "%s: model.graph: its graph file '%s' cannot be read", pp, pg);
-        return NULL;
-    }
-    if (strcmp(h, pl->graph_hash)) {
-        ir_errf(err, errlen, "%s: model.graph_hash: graph file '%s' changed since the plan was made (hash %s, plan has %.20s)",
-                pp, pg, h, pl->graph_hash);
-        return NULL;
-    }
-    ir_graph *g = ir_load_json_file(pl->graph_path, e2, sizeof e2);
-    if (!g) {
-        ir_errf(err, errlen, "%s: model.graph: %s", pp, e2);
-        return NULL;
-    }
-    int has_updates = 0;
-    for (int i = 0; i < g->n_outputs; i++) has_updates |= g->outputs[i].updates >= 0;
-    if (has_updates) return g;
-    ir_graph *step = g->loss >= 0 ? ir_train_step(g, &opt, e2, sizeof e2) : NULL;
-    if (!step) ir_errf(err, errlen, "%s: model.graph: %s", pp, g->loss >= 0 ? e2 : "the graph has no loss: nothing to train");
-    ir_free(g);
-    return step;
-}
-
-ir_graph *plan_build_graph(const plan *pl, const char *path, char *err, size_t errlen)
-{
-    ir_graph *g = build_plain_step(pl, path, err, errlen);
-    if (!g || !pl->schedule[0]) return g;
-    /* graph tactics of the schedule (remat) rewrite the step before it is sharded */
-    char e2[512], pp[512];
-    schedule sc;
-    int parsed = sched_parse(pl->schedule, &pl->mesh, &sc, e2, sizeof e2) == 0;
-    if (!parsed || sched_rewrite(&sc, &g, e2, sizeof e2) < 0) {
-        const char *why = strncmp(e2, "schedule: ", 10) ? e2 : e2 + 10;
-        ir_errf(err, errlen, "%s: schedule: %s%s", plan_printable(path, pp, sizeof pp), parsed ? "" : "does not match the mesh: ", why);
-        ir_free(g);
-        return NULL;
-    }
-    return g;
-}
 
 int plan_replay(plan *pl, const char *path, shard_state *st, char *err, size_t errlen)
 {
     const ir_graph *g = st->g;
     char e2[256], pp[512], pn[256];
     plan_printable(path, pp, sizeof pp);
-    schedule sc; /* gather:POLICY is the lowering's, not a decision (plan_build_graph parsed it) */
+    schedule sc; /* gather:POLICY is the lowering's, not a decision (the plan's step was built from it) */
     if (pl->schedule[0] && sched_parse(pl->schedule, &pl->mesh, &sc, e2, sizeof e2) == 0 && sched_gather_policy(&sc) >= 0)
         st->gather_policy = sched_gather_policy(&sc);
     for (int i = 0; i < pl->n_decisions; i++) {
@@ -263,39 +201,4 @@ int plan_verify(plan *pl, const char *path, const shard_state *st, const spmd_pr
     }
     cJSON_Delete(want);
     return rc;
-}
-
-int plan_open(const char *path, plan *pl, ir_graph **g, shard_state **st, char *err, size_t errlen)
-{
-    *g = NULL;
-    *st = NULL;
-    if (plan_load(path, pl, err, errlen) < 0) return -1;
-    cost_hw hw;
-    if (plan_hw(pl, path, &hw, err, errlen) < 0 || !(*g = plan_build_graph(pl, path, err, errlen))) {
-        plan_free(pl);
-        return -1;
-    }
-    /* v1 recorded no options; its capacity says whether --memory was given */
-    if (pl->version == 1 && pl->has_predicted && pl->predicted.capacity > 0 && pl->predicted.capacity != hw.mem_capacity)
-        pl->options.memory_capacity = pl->predicted.capacity;
-    *st = shard_state_new(*g, &pl->mesh);
-    int rc = plan_replay(pl, path, *st, err, errlen);
-    if (!rc) {
-        spmd_program *p = spmd_lower(*st);
-        cost_ws *ws = cost_ws_new();
-        cost_estimate e;
-        rc = cost_estimate_program(ws, p, &hw, &pl->options, &e, err, errlen);
-        if (!rc) rc = plan_verify(pl, path, *st, p, &e, err, errlen);
-        cost_ws_free(ws);
-        spmd_free(p);
-    }
-    if (rc) {
-        shard_state_free(*st);
-        ir_free(*g);
-        *st = NULL;
-        *g = NULL;
-        plan_free(pl);
-        return -1;
-    }
-    return 0;
 }

@@ -13,7 +13,7 @@
  *     devices are exactly the border rows (a device at the image's edge gets
  *     one side only), plus the loss's scalar all-reduce.
  *  3. The same convs trained sharded (rows, columns, both, with the batch)
- *     against the single-device reference, tolerance 1e-4 as test_spmd.
+ *     against the single-device reference, tolerance EXEC_SPMD_TOLERANCE (1e-4), as test_spmd.
  */
 #include "analysis/schedule.h"
 #include "cost/cost.h"
@@ -202,7 +202,7 @@ static void test_sharded_numerics(void)
             exec_spmd_init_args(r, 9);
             int ok = exec_ref_run(ref, err, sizeof err) == 0 && exec_spmd_step(r, err, sizeof err) == 0 &&
                      exec_spmd_compare(r, ref, &c, err, sizeof err) == 0;
-            CHECKF(ok && exec_spmd_check_ok(&c, 1e-4) && c.replica_diff == 0 && p->stats.count[SPMD_HALO][SPMD_FORWARD] > 0,
+            CHECKF(ok && exec_spmd_check_ok(&c, EXEC_SPMD_TOLERANCE) && c.replica_diff == 0 && p->stats.count[SPMD_HALO][SPMD_FORWARD] > 0,
                    "stride %d dilation %d %s on %s: %s loss %.2e params %.2e", cases[i].stride, cases[i].dil,
                    cases[i].sched, cases[i].mesh, ok ? "" : err, c.worst_loss, c.worst_param);
         } else {

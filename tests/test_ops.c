@@ -15,7 +15,7 @@
  *  3. the SGD training step run sharded on simulated devices against the
  *     single-device reference: every legal group action alone on a 2-device
  *     mesh, every legal pair on a 2x2 mesh, and seeded random triples on a
- *     2x2x2 mesh.  Tolerance 1e-4 relative to each tensor's largest
+ *     2x2x2 mesh.  Tolerance EXEC_SPMD_TOLERANCE (1e-4) relative to each tensor's largest
  *     magnitude, as test_spmd (sums in another order move results by a few
  *     units of f32 roundoff; a wrong block or a missing partial sum by 1e-2
  *     or more).  Each op must have run with its result or an operand
@@ -32,7 +32,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define TOL 1e-4
+#define TOL EXEC_SPMD_TOLERANCE
 
 static int arg(ir_graph *g, const char *name, ir_role role, ir_dtype t, int rank, int64_t d0, int64_t d1, int64_t d2)
 {

@@ -10,7 +10,7 @@
  *     single-device reference: a sum and a mean, a softmax (max, exp, sum), a
  *     layer norm's statistics, a matmul contracting the padded dim, and a max
  *     of all-negative values (zero padding would win it: the runtime masks it
- *     with -inf), on 1-, 2- and 3-axis meshes.  Tolerance 1e-4 relative to
+ *     with -inf), on 1-, 2- and 3-axis meshes.  Tolerance EXEC_SPMD_TOLERANCE (1e-4) relative to
  *     each tensor's largest magnitude, as test_spmd.
  *  3. Halo exchange on an image of 10 rows over 4 devices (blocks of 3, the
  *     last holding 1 row): the runtime reads exactly the border rows that hold
@@ -170,7 +170,7 @@ static int train_matches(ir_graph *fwd, const char *mesh, const char *sched, dou
         exec_ref_init_args(ref, 5);
         exec_spmd_init_args(r, 5);
         ok = exec_ref_run(ref, err, sizeof err) == 0 && exec_spmd_step(r, err, sizeof err) == 0 &&
-             exec_spmd_compare(r, ref, &c, err, sizeof err) == 0 && exec_spmd_check_ok(&c, 1e-4) && c.replica_diff == 0;
+             exec_spmd_compare(r, ref, &c, err, sizeof err) == 0 && exec_spmd_check_ok(&c, EXEC_SPMD_TOLERANCE) && c.replica_diff == 0;
         if (!ok) fprintf(stderr, "  %s on %s: %s loss %.2e params %.2e\n", sched, mesh, err, c.worst_loss, c.worst_param);
     } else {
         fprintf(stderr, "  %s on %s: %s\n", sched, mesh, err);

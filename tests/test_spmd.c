@@ -5,17 +5,13 @@
  * compares the loss and every updated param and optimizer state with the
  * reference executor, step by step.
  *
- * Tolerance: 1e-4, relative to each tensor's largest magnitude (the loss: to
- * itself).  Both executors compute in float32 (unit roundoff 6e-8) from the
- * same numbers; the SPMD run sums the same terms in another order (partial
- * sums per device, then across devices), which moves results by a few units
- * of roundoff times the size of the largest terms: we see 1e-7 to 2e-5.  A
- * wrong block, offset or missing partial sum moves them by 1e-2 or more.
- * Relative to the tensor's largest magnitude rather than per element: an
- * element near zero (a sum that cancels) has a large relative error from
- * rounding alone.  Adam-updated elements whose gradient is rounding noise
- * are skipped (runtime.h, EXEC_SPMD_NOISE_FLOOR); the SGD cases have no
- * such exclusion, and there the params must match everywhere.
+ * The runs go through the checked run carve run uses (session/run.c), with
+ * its tolerance, EXEC_SPMD_TOLERANCE (exec/runtime.h says why 1e-4: sums in
+ * another order move results by 1e-7 to 2e-5 here; a wrong block, offset or
+ * missing partial sum by 1e-2 or more).  Adam-updated elements whose
+ * gradient is rounding noise are skipped (runtime.h, EXEC_SPMD_NOISE_FLOOR);
+ * the SGD cases have no such exclusion, and there the params must match
+ * everywhere.
  */
 #include "analysis/groups.h"
 #include "analysis/schedule.h"
@@ -23,13 +19,14 @@
 #include "exec/runtime.h"
 #include "ir/pcg32.h"
 #include "models/models.h"
+#include "session/session.h"
 #include "tests/test.h"
 
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
-#define TOL 1e-4
+#define TOL EXEC_SPMD_TOLERANCE
 
 static const char *GPT = "gpt-tiny";
 static const char *MLP = "mlp-tiny";
@@ -80,78 +77,28 @@ static shard_state *schedule_state(ir_graph **g, const shard_mesh *mesh, const c
     return st;
 }
 
-/* Applies the updates of the step just run and returns 1 when every updated
- * argument then holds, bit for bit, the output that updates it. */
-static int updates_applied(exec_spmd *r, const spmd_program *p)
+/* 1 when every argument an output updates holds, bit for bit, that
+ * output (after session_run_advance). */
+static int updates_hold(exec_spmd *r, const spmd_program *p)
 {
     const ir_graph *g = p->g;
-    int64_t n_all = 0;
-    for (int i = 0; i < g->n_outputs; i++) n_all += ir_numel(&g->values[g->outputs[i].value]);
-    float *want = malloc((size_t)(n_all + 1) * 4), *got = malloc((size_t)(n_all + 1) * 4);
-    int64_t off = 0;
-    for (int i = 0; i < g->n_outputs; i++) {
-        if (g->outputs[i].updates >= 0) exec_spmd_assemble(r, p->out_buf[i], want + off, NULL);
-        off += ir_numel(&g->values[g->outputs[i].value]);
-    }
-    exec_spmd_apply_updates(r);
     int ok = 1;
-    off = 0;
     for (int i = 0; i < g->n_outputs; i++) {
         int u = g->outputs[i].updates;
+        if (u < 0) continue;
         int64_t n = ir_numel(&g->values[g->outputs[i].value]);
-        if (u >= 0) {
-            exec_spmd_assemble(r, p->arg_buf[u], got + off, NULL);
-            ok &= memcmp(got + off, want + off, (size_t)n * 4) == 0;
-        }
-        off += n;
+        float *want = malloc((size_t)(n + 1) * 4), *got = malloc((size_t)(n + 1) * 4);
+        exec_spmd_assemble(r, p->out_buf[i], want, NULL);
+        exec_spmd_assemble(r, p->arg_buf[u], got, NULL);
+        ok &= memcmp(got, want, (size_t)n * 4) == 0;
+        free(want);
+        free(got);
     }
-    free(want);
-    free(got);
     return ok;
 }
 
-/* Runs `steps` steps of p and of the reference, each step's reference
- * starting from the SPMD run's updated state; returns the check (caller
- * frees) or fails the test with the runtime's message. */
-static int run_compare(const spmd_program *p, int steps, exec_spmd_check *c, const char *what)
-{
-    char err[640];
-    memset(c, 0, sizeof *c);
-    exec_ref *ref = exec_ref_new(p->g, 0, err, sizeof err);
-    exec_spmd *r = exec_spmd_new(p, 0, err, sizeof err);
-    CHECKF(ref && r, "%s: %s", what, err);
-    if (!ref || !r) {
-        exec_ref_free(ref);
-        exec_spmd_free(r);
-        return -1;
-    }
-    exec_spmd_check_init(c, p->g, err, sizeof err);
-    exec_ref_init_args(ref, 7);
-    exec_spmd_init_args(r, 7);
-    int rc = 0;
-    for (int s = 0; s < steps && rc == 0; s++) {
-        if (exec_ref_run(ref, err, sizeof err) < 0 || exec_spmd_step(r, err, sizeof err) < 0 ||
-            exec_spmd_compare(r, ref, c, err, sizeof err) < 0) {
-            CHECKF(0, "%s: step %d: %s", what, s + 1, err);
-            rc = -1;
-            break;
-        }
-        if (s + 1 < steps) {
-            CHECKF(updates_applied(r, p), "%s: step %d: an argument does not hold its update", what, s + 1);
-            exec_spmd_sync_reference(r, ref);
-        }
-    }
-    for (int i = 0; i < p->n_instrs; i++) {
-        kinds_seen[p->instrs[i].kind]++;
-        max_reductions_seen += p->instrs[i].reduce_max;
-    }
-    fused_groups_seen += exec_spmd_last_stats(r)->fused_groups;
-    fused_ops_seen += exec_spmd_last_stats(r)->fused_ops;
-    exec_spmd_free(r);
-    exec_ref_free(ref);
-    return rc;
-}
-
+/* The check's verdict on a run of g (`what`; sgd: no element may be
+ * excluded). */
 static void check_result(const exec_spmd_check *c, const ir_graph *g, const char *what, int sgd)
 {
     const char *pn = c->worst_param_out >= 0 ? g->values[g->outputs[c->worst_param_out].value].name : "-";
@@ -167,6 +114,39 @@ static void check_result(const exec_spmd_check *c, const ir_graph *g, const char
            (long long)(c->n_excluded + c->n_compared));
     printf("  %-62s loss %.1e  params %.1e  states %.1e  excluded %lld\n", what, c->worst_loss, c->worst_param,
            c->worst_state, (long long)c->n_excluded);
+}
+
+/* Runs `steps` steps of p as carve run does (session_run: each step's
+ * reference starting from the SPMD run's updated state, seed 7) and checks
+ * the result (check_result), or fails the test with the run's message. */
+static void run_compare(const spmd_program *p, int steps, const char *what, int sgd)
+{
+    char err[2048];
+    session_world w;
+    session_run *r = NULL;
+    session_run_memory mem;
+    session_world_init(&w, EXEC_THREADS, err, sizeof err);
+    int rc = session_run_open(&r, &w, p, what, 7, &mem, err, sizeof err);
+    if (rc == 0) rc = session_run_start(r, err, sizeof err);
+    for (int s = 0; s < steps && rc == 0; s++) {
+        session_step_times t;
+        rc = session_run_step(r, s + 1, &t, err, sizeof err);
+        if (rc == 0 && s + 1 < steps) {
+            session_run_advance(r);
+            CHECKF(updates_hold(session_run_runtime(r), p), "%s: step %d: an argument does not hold its update", what, s + 1);
+        }
+    }
+    CHECKF(rc == 0, "%s: %s", what, err);
+    if (rc == 0) {
+        check_result(session_run_check(r), p->g, what, sgd);
+        fused_groups_seen += session_run_stats(r)->fused_groups;
+        fused_ops_seen += session_run_stats(r)->fused_ops;
+    }
+    for (int i = 0; i < p->n_instrs; i++) {
+        kinds_seen[p->instrs[i].kind]++;
+        max_reductions_seen += p->instrs[i].reduce_max;
+    }
+    session_run_free(r);
 }
 
 static void schedule_case(const char *model, int sgd, const char *mesh_text, const char *sched, int steps)
@@ -188,9 +168,7 @@ static void schedule_case(const char *model, int sgd, const char *mesh_text, con
         for (int i = 0; i < p->n_instrs; i++) comm += p->instrs[i].kind != SPMD_COMPUTE;
         CHECKF(comm == 0, "%s: %d collectives", what, comm);
     }
-    exec_spmd_check c;
-    if (run_compare(p, steps, &c, what) == 0) check_result(&c, g, what, sgd);
-    exec_spmd_check_free(&c);
+    run_compare(p, steps, what, sgd);
     spmd_free(p);
     shard_state_free(st);
     ir_free(g);
@@ -369,9 +347,7 @@ static void test_random_decisions(void)
         }
         CHECKF(applied > 0, "%s: no legal action found", what);
         spmd_program *p = spmd_lower(st);
-        exec_spmd_check c;
-        if (run_compare(p, 1 + t % 2, &c, what) == 0) check_result(&c, g, what, sgd);
-        exec_spmd_check_free(&c);
+        run_compare(p, 1 + t % 2, what, sgd);
         spmd_free(p);
         shard_groups_free(gs);
         shard_state_free(st);
@@ -601,9 +577,7 @@ static void test_buckets(void)
         spmd_program *pb = spmd_lower_ex(st, NULL, &on), *pm = spmd_lower_ex(st, NULL, &off);
         int multi_b, multi_m, lb = program_launches(pb, &multi_b), lm = program_launches(pm, &multi_m);
         CHECKF(multi_b > 0 && multi_m == 0 && lb < lm, "%s: %d launches (%d buckets of several) against %d", what, lb, multi_b, lm);
-        exec_spmd_check c;
-        if (run_compare(pb, 2, &c, what) == 0) check_result(&c, g, what, 0);
-        exec_spmd_check_free(&c);
+        run_compare(pb, 2, what, 0);
         int64_t nb = 0, nm = 0;
         double run_b = 0, run_m = 0;
         float *ob = step_outputs_ex(pb, &nb, &run_b), *om = step_outputs_ex(pm, &nm, &run_m);

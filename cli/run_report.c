@@ -1,0 +1,152 @@
+/* run_report.c - what `carve run` prints about a checked run (session/run.c
+ * runs it): the header, each step's losses and times, per-device timings and
+ * bytes moved, peak memory against the prediction, and the check. */
+#include <stdio.h>
+
+#include "cli/cli.h"
+#include "cli/run_report.h"
+#include "exec/exec.h"
+
+static double mib(size_t b) { return (double)b / 1048576.0; }
+
+void run_print_header(const cli_opts *o, const session_world *w, const spmd_program *p, const char *cfg,
+                      const session_run_memory *m)
+{
+    char buf[256];
+    printf("model %s\nmesh %s (%lld devices), schedule %s\noptimizer %s, seed %lld, steps %lld, BLIS kernels %s\n"
+           "precision: f32 everywhere (the CPU executor has no bf16, fp16 or TF32 kernels)\n", cfg,
+           shard_mesh_str(&p->mesh, buf, sizeof buf), (long long)p->mesh.n_devices, o->schedule, o->optimizer,
+           (long long)o->seed, (long long)o->steps, exec_blis_arch());
+    if (w->backend == EXEC_MPI)
+        printf("backend mpi: %d ranks, one device each\nmemory: %.1f MiB per rank + reference %.1f MiB on rank 0\n", w->size,
+               mib(m->device), mib(m->reference));
+    else
+        printf("memory: %.1f MiB per device x %lld + reference %.1f MiB = %.1f MiB\n", mib(m->device),
+               (long long)p->mesh.n_devices, mib(m->reference), mib(m->spmd + m->reference));
+    fflush(stdout);
+}
+
+void run_print_step_head(void)
+{
+    printf("\n%5s %16s %16s %10s %10s %10s %8s\n", "step", "loss reference", "loss spmd", "rel diff", "ref s", "spmd s",
+           "speedup");
+}
+
+void run_print_step(int64_t step, const exec_spmd_check *c, const session_step_times *t)
+{
+    printf("%5lld %16.9g %16.9g %10.2e %10.4f %10.4f %7.2fx\n", (long long)step, c->loss_ref, c->loss, c->loss_rel, t->ref_s,
+           t->spmd_s, t->spmd_s > 0 ? t->ref_s / t->spmd_s : 0.0);
+    fflush(stdout);
+}
+
+/* The op kinds that took the most compute time, mean over devices. */
+static void print_top_ops(const exec_spmd_stats *st, const char *who)
+{
+    double op_s[IR_N_OPS] = {0};
+    for (int d = 0; d < st->n_devices; d++)
+        for (int k = 0; k < IR_N_OPS; k++) op_s[k] += st->dev[d].op_s[k] / st->n_devices;
+    printf("  compute by op (mean over %ss):", who);
+    for (int shown = 0; shown < 6; shown++) {
+        int best = -1;
+        for (int k = 0; k < IR_N_OPS; k++)
+            if (op_s[k] > 0 && (best < 0 || op_s[k] > op_s[best])) best = k;
+        if (best < 0) break;
+        printf("%s %s %.4f", shown ? "," : "", ir_op_name((ir_opkind)best), op_s[best]);
+        op_s[best] = 0;
+    }
+    if (st->fused_groups) {
+        double f = 0;
+        for (int d = 0; d < st->n_devices; d++) f += st->dev[d].fused_s / st->n_devices;
+        printf("\n  fused elementwise (%d ops in %d groups run tile by tile, docs/run.md; not in the list above): %.4f",
+               st->fused_ops, st->fused_groups, f);
+    }
+    printf("\n");
+}
+
+void run_print_timings(const session_world *w, const session_run *r)
+{
+    const exec_spmd_stats *st = session_run_stats(r);
+    int mpi = w->backend == EXEC_MPI;
+    const char *who = mpi ? "rank" : "device";
+    printf("\nlast step, per %s (seconds; collective time includes waiting %s):\n", who, mpi ? "inside MPI" : "at barriers");
+    printf("  %6s   compute  collective   waiting  einsum GFLOP/s  MiB moved\n", who);
+    double moved = 0, move_s = 0;
+    for (int d = 0; d < st->n_devices; d++) {
+        const exec_spmd_device_stats *s = &st->dev[d];
+        printf("  %6d  %8.4f  %10.4f  %8.4f  %14.1f  %8.3f\n", d, s->compute_s, s->collective_s, s->wait_s,
+               s->einsum_s > 0 ? s->einsum_flops / s->einsum_s / 1e9 : 0.0, s->moved_bytes / 1048576.0);
+        moved += s->moved_bytes;
+        move_s += s->collective_s - s->wait_s;
+    }
+    print_top_ops(st, who);
+    printf("\ncollectives (program MiB: per %s as the program counts them; moved MiB and time: mean over %ss):\n", who, who);
+    printf("  %-15s %6s %12s %10s %10s\n", "kind", "count", "program MiB", "moved MiB", "seconds");
+    for (int k = SPMD_ALL_GATHER; k < SPMD_N_KINDS; k++) {
+        if (spmd_kind_is_p2p(k) && !st->count[k]) continue;
+        double t = 0, b = 0;
+        for (int d = 0; d < st->n_devices; d++) {
+            t += st->dev[d].kind_s[k];
+            b += st->dev[d].kind_bytes[k];
+        }
+        printf("  %-15s %6d %12.3f %10.3f %10.4f\n", spmd_kind_name((spmd_kind)k), st->count[k], st->bytes[k] / 1048576.0,
+               b / st->n_devices / 1048576.0, t / st->n_devices);
+    }
+    int64_t k = session_run_largest_sum(r);
+    printf("  sums run over groups of up to %lld devices: %s\n", (long long)k,
+           k <= 2 ? "the same bits on both backends (two terms add the same in either order)"
+                  : "the MPI backend may differ from the threads one in the last bits (Open MPI orders the terms)");
+    if (moved > 0 && mpi)
+        printf("  the ranks sent other ranks %.3f MiB, at %.2f GB/s per rank over the collective time (waits inside MPI included)\n",
+               moved / 1048576.0, move_s > 0 ? moved / move_s / 1e9 : 0.0);
+    else if (moved > 0)
+        printf("  the collective kernels read %.3f MiB from device buffers, at %.2f GB/s per device outside barrier waits\n",
+               moved / 1048576.0, move_s > 0 ? moved / move_s / 1e9 : 0.0);
+}
+
+void run_print_memory(const session_world *w, const session_run *r, const spmd_program *p)
+{
+    const exec_spmd_stats *st = session_run_stats(r);
+    double lo = 0, hi = 0, hwm_lo = 0, hwm_hi = 0, pred = session_run_predicted_peak(r);
+    for (int d = 0; d < st->n_devices; d++) {
+        const exec_spmd_device_stats *s = &st->dev[d];
+        if (!d || s->resident_bytes < lo) lo = s->resident_bytes;
+        if (!d || s->resident_bytes > hi) hi = s->resident_bytes;
+        if (!d || s->process_peak_bytes < hwm_lo) hwm_lo = s->process_peak_bytes;
+        if (!d || s->process_peak_bytes > hwm_hi) hwm_hi = s->process_peak_bytes;
+    }
+    printf("\npeak memory per device (MiB; buffers freed after their last use, docs/run.md):\n");
+    if (pred >= 0) printf("  predicted (the cost model's peak for this program, f32)   %10.2f\n", pred / 1048576.0);
+    printf("  laid out (the device's arena, buffers placed by liveness)  %10.2f\n", mib(exec_spmd_device_bytes(p)));
+    printf("  measured (arena pages resident after the step, mincore)    %10.2f", lo / 1048576.0);
+    if (hi > lo) printf(" to %.2f", hi / 1048576.0);
+    printf("\n");
+    if (w->backend == EXEC_MPI) {
+        printf("  measured (VmHWM from /proc of each rank's process)         %10.2f", hwm_lo / 1048576.0);
+        if (hwm_hi > hwm_lo) printf(" to %.2f", hwm_hi / 1048576.0);
+        printf("  (rank 0 also holds the reference; every rank MPI and carve itself)\n");
+    } else {
+        printf("  measured (VmHWM from /proc: this process, all %d devices and the reference) %.2f\n", st->n_devices,
+               hwm_hi / 1048576.0);
+    }
+}
+
+int run_print_check(const ir_graph *g, const session_run *r)
+{
+    const exec_spmd_check *c = session_run_check(r);
+    const char *pn = c->worst_param_out >= 0 ? g->values[g->outputs[c->worst_param_out].updates].name : "-";
+    const char *sn = c->worst_state_out >= 0 ? g->values[g->outputs[c->worst_state_out].updates].name : "-";
+    printf("\ncheck against the reference (tolerance %.0e, relative to each tensor's largest magnitude):\n", EXEC_SPMD_TOLERANCE);
+    printf("  loss (worst step)  %10.2e\n", c->worst_loss);
+    printf("  params             %10.2e  (worst: %s)\n", c->worst_param, pn);
+    printf("  optimizer states   %10.2e  (worst: %s)\n", c->worst_state, sn);
+    printf("  replicas           %10.2e  (largest difference between copies of one block)\n", c->replica_diff);
+    if (c->n_excluded)
+        printf("  %lld of %lld elements not compared: Adam-updated where the reference gradient is below %.0e of the "
+               "largest one (rounding noise; docs/run.md)\n",
+               (long long)c->n_excluded, (long long)(c->n_excluded + c->n_compared), EXEC_SPMD_NOISE_FLOOR);
+    printf("  outputs digest     %016llx  (FNV-1a of the bits of every output, last step: equal digests, equal bits)\n",
+           (unsigned long long)c->digest);
+    int ok = session_run_ok(r);
+    printf("check: %s\n", ok ? "passed" : "FAILED");
+    return ok ? CLI_OK : CLI_CHECK_FAILED;
+}

@@ -1,0 +1,204 @@
+/* autopart.c - carve autopart as a function (session.h): the schedule's
+ * manual tactics, then the search (autopart/: MCTS by default, from the
+ * expert schedules, priced by the cost model) on the step as given, then the
+ * memory level above it (recomputation and micro-batches: each such step
+ * searched on a share of the budget), and the chosen step's best plan mapped
+ * into a plan file, written atomically.
+ *
+ * A --time limit bounds the whole run: the plain step gets its share
+ * (autopart_plain_seconds) and the memory level ends by the deadline.  The
+ * search stops early, keeping its best plan, when search_interrupted is set
+ * (the command's SIGINT and SIGTERM handlers set it).
+ */
+#include "session/session.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "analysis/groups.h"
+
+static void note(const session_autopart *a, const char *msg)
+{
+    if (a->hooks.note) a->hooks.note(a->hooks.ctx, msg);
+}
+
+/* Checks the schedule: one auto, last.  Returns its index, or -1 with a
+ * message. */
+static int find_auto(const schedule *sc, char *err, size_t errlen)
+{
+    int auto_at = -1;
+    for (int i = 0; i < sc->n; i++)
+        if (sc->t[i].kind == TACTIC_AUTO) {
+            if (auto_at >= 0 || i != sc->n - 1)
+                return ir_errf(err, errlen, "autopart: 'auto' must appear once, as the last tactic of the schedule (e.g. dp:batch,auto)");
+            auto_at = i;
+        }
+    if (auto_at < 0)
+        return ir_errf(err, errlen, "autopart: the schedule has no 'auto' tactic: nothing to search (use carve cost for a fixed schedule)");
+    return auto_at;
+}
+
+/* A mesh axis that can split no dim of the step's arguments (every dim has
+ * fewer rows than the axis has devices, or is taken) can only stay unused:
+ * when no axis can split anything and the manual tactics split nothing, the
+ * search has nothing to do and autopart refuses, as carve cost and carve
+ * shard refuse a tactic on such an axis; an axis that is only partly useless
+ * gets a warning.  Returns 0, or -1 with a message. */
+static int refuse_idle_mesh(const session_autopart *a, const shard_state *prefix, const shard_groups *gs, char *err,
+                            size_t errlen)
+{
+    const shard_mesh *mesh = &a->mesh;
+    char idle[160] = "", ms[128], msg[512];
+    int n_idle = 0;
+    for (int ax = 0; ax < mesh->n_axes; ax++) {
+        int used = 0;
+        for (int grp = 0; grp < gs->n && !used; grp++) used = shard_group_legal(prefix, gs, grp, ax);
+        if (used || mesh->sizes[ax] == 1) continue;
+        size_t k = strlen(idle);
+        snprintf(idle + k, sizeof idle - k, "%s'%s' (%lld)", n_idle++ ? ", " : "", mesh->names[ax], (long long)mesh->sizes[ax]);
+    }
+    if (!n_idle) return 0;
+    if (n_idle == mesh->n_axes && prefix->n_log == 0)
+        return ir_errf(err, errlen,
+                       "autopart: mesh %s: %s can split no dim of the model's params, optimizer states or inputs (each "
+                       "is smaller than the axis); nothing can be split (choose axis sizes no larger than the batch or the "
+                       "model's dims)",
+                       shard_mesh_str(mesh, ms, sizeof ms), idle);
+    snprintf(msg, sizeof msg, "autopart: warning: mesh axis %s can split no dim left; %s unused", idle,
+             n_idle > 1 ? "they stay" : "it stays");
+    note(a, msg);
+    return 0;
+}
+
+/* The plan's inputs: the model or graph file, optimizer, mesh, schedule
+ * (its length was checked against the plan's room). */
+static void plan_inputs(const session_autopart *a, const char *sched_text, plan *pl)
+{
+    memset(pl, 0, sizeof *pl);
+    if (a->src.model) snprintf(pl->model, sizeof pl->model, "%s", a->label);
+    else {
+        snprintf(pl->graph_path, sizeof pl->graph_path, "%s", a->src.graph);
+        plan_file_hash(a->src.graph, pl->graph_hash);
+    }
+    snprintf(pl->optimizer, sizeof pl->optimizer, "%s", a->src.optimizer ? a->src.optimizer : "adam");
+    pl->mesh = a->mesh;
+    snprintf(pl->schedule, sizeof pl->schedule, "%.*s", (int)sizeof pl->schedule - 1, sched_text);
+}
+
+/* The plan file's fields from the inputs and the chosen step's search. */
+static void fill_plan(session_autopart *a)
+{
+    const autopart_step *s = &a->steps[a->chosen];
+    const search_result *res = &s->res;
+    plan *pl = &a->pl;
+    plan_inputs(a, a->schedule, pl);
+    snprintf(pl->hw_name, sizeof pl->hw_name, "%s", a->hw.name);
+    char *hwj = cost_hw_to_json(&a->hw);
+    pl->hw = hwj ? cJSON_Parse(hwj) : NULL;
+    free(hwj);
+    pl->options = a->opt;
+    snprintf(pl->search.kind, sizeof pl->search.kind, "%s", a->algo->name);
+    pl->search.budget = s->b.simulations;
+    pl->search.budget_seconds = s->b.seconds;
+    pl->search.simulations = res->simulations;
+    pl->search.evaluations = res->evaluations;
+    pl->search.best_at = res->best_at;
+    pl->search.tree_nodes = res->tree_nodes;
+    pl->search.root_actions = res->root_actions;
+    pl->search.seconds = res->seconds;
+    pl->search.seed = s->b.seed;
+    pl->search.threads = s->b.threads;
+    snprintf(pl->search.stop, sizeof pl->search.stop, "%s", search_stop_name(res->stop));
+}
+
+/* The memory level's step builder: the step of the plan template ctx with
+ * schedule `sched`, rebuilt as a plan replays it (messages prefixed with the
+ * configuration's tactics). */
+static ir_graph *build_config(void *ctx, const char *tactics, const char *sched, char *err, size_t errlen)
+{
+    plan pl = *(const plan *)ctx; /* a shallow copy: session_plan_step only reads it; never freed */
+    if ((size_t)snprintf(pl.schedule, sizeof pl.schedule, "%s", sched) >= sizeof pl.schedule)
+        return ir_errf(err, errlen, "the schedule with %s is longer than a plan keeps", tactics), NULL;
+    return session_plan_step(&pl, tactics, err, errlen);
+}
+
+/* Loads, sets up and searches the plain step (the schedule as given,
+ * manual tactics first) into steps[0].  Returns 0, or -1 with a message. */
+static int search_plain(session_autopart *a, const schedule *manual, char *err, size_t errlen)
+{
+    autopart_step *s = &a->steps[0];
+    a->src.sched = &a->sc;
+    ir_graph *g = session_load_step(&a->src, a->label, sizeof a->label, NULL, err, errlen);
+    if (!g) return -1;
+    if (autopart_step_setup(s, g, &a->mesh, manual, &a->hw, &a->opt, a->gather_auto, err, errlen) < 0) return -1;
+    if (refuse_idle_mesh(a, s->prefix, s->gs, err, errlen) < 0) return -1;
+    search_budget b = a->b;
+    b.progress = a->hooks.progress;
+    b.progress_ctx = a->hooks.ctx;
+    return autopart_step_search(s, a->algo, &b, err, errlen);
+}
+
+/* Checks what can be checked before minutes of searching: the schedule
+ * (one auto, last; short enough for a plan file with memory tactics in
+ * front) and the output path.  Returns the index of auto, or -1 with a
+ * message. */
+static int check_inputs(const session_autopart *a, char *err, size_t errlen)
+{
+    char buf[SCHED_STR_MAX], e2[512];
+    int auto_at = find_auto(&a->sc, err, errlen);
+    if (auto_at < 0) return -1;
+    /* room for the memory tactics the search may add in front ("remat:all,microbatch:4,gather:keep,") */
+    size_t room = sizeof(((plan *)0)->schedule) - 40;
+    if (strlen(sched_str(&a->sc, &a->mesh, buf, sizeof buf)) >= room)
+        return ir_errf(err, errlen, "autopart: --schedule: %zu characters, more than a plan file keeps (%zu)", strlen(buf), room - 1);
+    if (a->out && ir_out_check(a->out, e2, sizeof e2) < 0) return ir_errf(err, errlen, "autopart: %s", e2);
+    return auto_at;
+}
+
+int session_autopart_run(session_autopart *a, char *err, size_t errlen)
+{
+    char user[SCHED_STR_MAX];
+    int auto_at = check_inputs(a, err, errlen);
+    if (auto_at < 0) return -1;
+    sched_str(&a->sc, &a->mesh, user, sizeof user);
+    a->gather_auto = sched_gather_policy(&a->sc) < 0;
+    char tactics[AUTOPART_MAX_CONFIGS][64];
+    a->n_steps = a->memory_tactics ? autopart_memory_configs(&a->sc, tactics) : 1;
+    a->chosen = 0;
+    if (!a->memory_tactics) tactics[0][0] = 0;
+    schedule manual = a->sc;
+    manual.n = auto_at;
+    /* --time bounds the whole command: the plain step's share, then the rest */
+    double deadline = a->b.seconds > 0 ? autopart_clock() + a->b.seconds : 0;
+    search_budget whole = a->b;
+    a->b.seconds = autopart_plain_seconds(a->b.seconds, a->n_steps);
+    int rc = search_plain(a, &manual, err, errlen);
+    a->b = whole;
+    if (rc < 0) return -1;
+    plan tmpl; /* the steps' states borrow its mesh until they are freed */
+    if (a->n_steps > 1) {
+        plan_inputs(a, user, &tmpl);
+        search_budget b = a->b;
+        b.seconds = autopart_plain_seconds(a->b.seconds, a->n_steps);
+        autopart_memory_level m = {&a->mesh, tmpl.schedule, build_config, &tmpl, &a->hw, a->opt, a->algo, b,
+                                   a->gather_auto, deadline};
+        if (a->hooks.level) a->hooks.level(a->hooks.ctx, 1);
+        a->chosen = autopart_memory_search(&m, tactics, a->n_steps, a->steps);
+        if (a->hooks.level) a->hooks.level(a->hooks.ctx, 0);
+    }
+    const autopart_step *s = &a->steps[a->chosen];
+    autopart_memory_schedule(s->tactics, s->st, a->gather_auto, user, a->schedule, sizeof a->schedule);
+    fill_plan(a);
+    a->written = a->out && plan_save(a->out, &a->pl, s->st, s->pr.p, &s->e, a->save_err, sizeof a->save_err) == 0;
+    for (int i = 0, k = 0; i < s->n_ex && s->res.seed >= 0; i++)
+        if (s->ex[i].ok && k++ == s->res.seed) a->from = s->ex[i].schedule;
+    return 0;
+}
+
+void session_autopart_free(session_autopart *a)
+{
+    for (int i = 0; i < a->n_steps; i++) autopart_step_free(&a->steps[i]);
+    plan_free(&a->pl);
+    a->n_steps = 0;
+}

@@ -1,0 +1,144 @@
+/* load.c - a command's input into a training step (session.h).
+ *
+ * Every input goes through one table of front ends: each row names the
+ * flag that selects it, how the usage error describes it, and a builder
+ * that turns its argument into a graph.  A builder returns either a
+ * training step it built itself (a model: models/ builds the step at
+ * batch / N for N micro-batches) or a forward graph, which the loader turns
+ * into a step the same way for every front end: a graph that already
+ * updates its arguments is used as is, a forward graph needs a loss, has
+ * every param checked for a gradient (ir_check_gradients) and gets its
+ * backward pass and optimizer (ir_train_step).  Then the schedule's remat:
+ * tactics rewrite the step.  A new reader (an ONNX file, say) is one more
+ * row here: nothing downstream changes.
+ */
+#include "session/session.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#include "models/models.h"
+
+/* One front end of the IR. */
+typedef struct front_end {
+    const char *flag;  /* the command's flag that names it */
+    const char *what;  /* how the usage error describes it */
+    const char *(*arg)(const session_source *s);
+    /* Builds the input named `arg`: the forward graph when s->forward,
+     * else a training step of `micro` micro-batches (*is_step = 1) or a
+     * forward graph with a loss (*is_step = 0).  label gets the input's
+     * name.  NULL with a message. */
+    ir_graph *(*build)(const char *arg, const session_source *s, const ir_optimizer *opt, int micro, int *is_step,
+                       char *label, size_t n, char *err, size_t errlen);
+} front_end;
+
+static const char *model_arg(const session_source *s) { return s->model; }
+static const char *graph_arg(const session_source *s) { return s->graph; }
+
+static ir_graph *build_model(const char *arg, const session_source *s, const ir_optimizer *opt, int micro, int *is_step,
+                             char *label, size_t n, char *err, size_t errlen)
+{
+    model_config cfg;
+    if (model_parse(arg, &cfg, err, errlen) < 0) return NULL;
+    model_config_str(&cfg, label, n);
+    *is_step = !s->forward;
+    return s->forward ? model_build_forward(&cfg, err, errlen) : model_build_microbatched_step(&cfg, opt, micro, err, errlen);
+}
+
+static ir_graph *build_graph_file(const char *arg, const session_source *s, const ir_optimizer *opt, int micro,
+                                  int *is_step, char *label, size_t n, char *err, size_t errlen)
+{
+    (void)opt;
+    if (micro > 1 && !s->forward)
+        return ir_errf(err, errlen, "microbatch:%d: needs --model (the model is built at batch / %d); a graph file has a fixed batch",
+                       micro, micro),
+               NULL;
+    if (strlen(arg) >= n)
+        return ir_errf(err, errlen, "--graph: the path is %zu characters, more than the %zu this command keeps", strlen(arg), n - 1),
+               NULL;
+    snprintf(label, n, "%s", arg);
+    ir_graph *g = ir_load_json_file(arg, err, errlen);
+    if (g) *is_step = session_is_step(g);
+    return g;
+}
+
+static const front_end front_ends[] = {
+    {"--model", "a model (--model gpt-tiny, see carve models)", model_arg, build_model},
+    {"--graph", "a graph file (--graph file.json)", graph_arg, build_graph_file},
+};
+enum { N_FRONT_ENDS = sizeof front_ends / sizeof front_ends[0] };
+
+ir_optimizer session_optimizer(const char *name)
+{
+    ir_optimizer opt = ir_default_adam();
+    if (name && !strcmp(name, "sgd")) {
+        opt.kind = IR_SGD;
+        opt.lr = 0.01;
+    }
+    return opt;
+}
+
+int session_is_step(const ir_graph *g)
+{
+    for (int i = 0; i < g->n_outputs; i++)
+        if (g->outputs[i].updates >= 0) return 1;
+    return 0;
+}
+
+/* The front end src names; NULL with a message when it names none or
+ * several. */
+static const front_end *pick_front_end(const session_source *src, char *err, size_t errlen)
+{
+    const front_end *fe = NULL;
+    int named = 0;
+    for (int i = 0; i < N_FRONT_ENDS; i++)
+        if (front_ends[i].arg(src)) {
+            fe = &front_ends[i];
+            named++;
+        }
+    if (named == 1) return fe;
+    char list[256];
+    size_t k = 0;
+    list[0] = 0;
+    for (int i = 0; i < N_FRONT_ENDS && k < sizeof list; i++)
+        k += (size_t)snprintf(list + k, sizeof list - k, "%s%s", i == 0 ? "" : i + 1 < N_FRONT_ENDS ? ", " : " or ",
+                              named ? front_ends[i].flag : front_ends[i].what);
+    if (named) ir_errf(err, errlen, "give %s, not %s", list, N_FRONT_ENDS == 2 ? "both" : "more than one");
+    else ir_errf(err, errlen, "give %s", list);
+    return NULL;
+}
+
+/* The training step of forward graph fwd (from the input named label):
+ * fwd is freed.  NULL with a message. */
+static ir_graph *train_step(ir_graph *fwd, const ir_optimizer *opt, const char *label, char *err, size_t errlen)
+{
+    if (fwd->loss < 0) {
+        ir_free(fwd);
+        return ir_errf(err, errlen, "%s: the graph has no loss and no updated arguments: nothing to train", label), NULL;
+    }
+    char e2[IR_ERR_LEN + 128];
+    ir_graph *step = ir_check_gradients(fwd, e2, sizeof e2) < 0 ? NULL : ir_train_step(fwd, opt, e2, sizeof e2);
+    ir_free(fwd);
+    if (!step) ir_errf(err, errlen, "%s: %s", label, e2);
+    return step;
+}
+
+ir_graph *session_load_step(const session_source *src, char *label, size_t n, int *rewrite_failed, char *err,
+                            size_t errlen)
+{
+    if (rewrite_failed) *rewrite_failed = 0;
+    const front_end *fe = pick_front_end(src, err, errlen);
+    if (!fe) return NULL;
+    ir_optimizer opt = session_optimizer(src->optimizer);
+    int is_step = 0, micro = src->sched ? sched_microbatches(src->sched) : 1;
+    ir_graph *g = fe->build(fe->arg(src), src, &opt, micro, &is_step, label, n, err, errlen);
+    if (!g || src->forward) return g;
+    if (!is_step && !(g = train_step(g, &opt, label, err, errlen))) return NULL;
+    /* graph tactics (remat) rewrite the step before anything shards it */
+    if (src->sched && sched_rewrite(src->sched, &g, err, errlen) < 0) {
+        if (rewrite_failed) *rewrite_failed = 1;
+        ir_free(g);
+        return NULL;
+    }
+    return g;
+}

@@ -1,0 +1,105 @@
+/* plan.c - a plan file opened for a command (session.h): its training step
+ * rebuilt through the loader (load.c) from the inputs the file records, its
+ * decisions replayed, its program lowered and priced, and every derived
+ * field checked against the file (plan/verify.c). */
+#include "session/session.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#include "models/models.h"
+
+/* The graph file's hash against the plan's: 0, or -1 with a message. */
+static int check_graph_hash(const plan *pl, const char *pp, char *err, size_t errlen)
+{
+    char h[24], pg[512];
+    plan_printable(pl->graph_path, pg, sizeof pg);
+    if (plan_file_hash(pl->graph_path, h) < 0)
+        return ir_errf(err, errlen, "%s: model.graph: its graph file '%s' cannot be read", pp, pg);
+    if (strcmp(h, pl->graph_hash))
+        return ir_errf(err, errlen, "%s: model.graph_hash: graph file '%s' changed since the plan was made (hash %s, plan has %.20s)",
+                       pp, pg, h, pl->graph_hash);
+    return 0;
+}
+
+ir_graph *session_plan_step(const plan *pl, const char *path, char *err, size_t errlen)
+{
+    char e2[IR_ERR_LEN + 128], pp[512], label[2048];
+    plan_printable(path, pp, sizeof pp);
+    if (!pl->model[0] && check_graph_hash(pl, pp, err, errlen) < 0) return NULL;
+    /* microbatch:N builds the step of N micro-batches, remat: rewrites it */
+    schedule sc;
+    char why[512] = "";
+    int parsed = !pl->schedule[0] || sched_parse(pl->schedule, &pl->mesh, &sc, why, sizeof why) == 0;
+    session_source src = {pl->model[0] ? pl->model : NULL, pl->model[0] ? NULL : pl->graph_path, pl->optimizer, 0,
+                          parsed && pl->schedule[0] ? &sc : NULL};
+    int rewrite_failed;
+    ir_graph *g = session_load_step(&src, label, sizeof label, &rewrite_failed, e2, sizeof e2);
+    if (!g && !rewrite_failed) {
+        ir_errf(err, errlen, "%s: model.%s: %s", pp, pl->model[0] ? "spec" : "graph", e2);
+        return NULL;
+    }
+    if (!g || !parsed) {
+        const char *w = parsed ? e2 : why;
+        ir_errf(err, errlen, "%s: schedule: %s%s", pp, parsed ? "" : "does not match the mesh: ",
+                strncmp(w, "schedule: ", 10) ? w : w + 10);
+        ir_free(g);
+        return NULL;
+    }
+    return g;
+}
+
+int session_plan_open(const char *path, plan *pl, ir_graph **g, shard_state **st, char *err, size_t errlen)
+{
+    *g = NULL;
+    *st = NULL;
+    if (plan_load(path, pl, err, errlen) < 0) return -1;
+    cost_hw hw;
+    if (plan_hw(pl, path, &hw, err, errlen) < 0 || !(*g = session_plan_step(pl, path, err, errlen))) {
+        plan_free(pl);
+        return -1;
+    }
+    /* v1 recorded no options; its capacity says whether --memory was given */
+    if (pl->version == 1 && pl->has_predicted && pl->predicted.capacity > 0 && pl->predicted.capacity != hw.mem_capacity)
+        pl->options.memory_capacity = pl->predicted.capacity;
+    *st = shard_state_new(*g, &pl->mesh);
+    int rc = plan_replay(pl, path, *st, err, errlen);
+    if (!rc) {
+        spmd_program *p = spmd_lower(*st);
+        cost_ws *ws = cost_ws_new();
+        cost_estimate e;
+        rc = cost_estimate_program(ws, p, &hw, &pl->options, &e, err, errlen);
+        if (!rc) rc = plan_verify(pl, path, *st, p, &e, err, errlen);
+        cost_ws_free(ws);
+        spmd_free(p);
+    }
+    if (rc) {
+        shard_state_free(*st);
+        ir_free(*g);
+        *st = NULL;
+        *g = NULL;
+        plan_free(pl);
+        return -1;
+    }
+    return 0;
+}
+
+int session_plan_matches(const plan *pl, const char *path, const char *mesh_text, const char *model_text, char *err,
+                         size_t errlen)
+{
+    char e2[512], want[512], have[256];
+    shard_mesh_str(&pl->mesh, have, sizeof have);
+    if (mesh_text) {
+        shard_mesh m;
+        if (shard_mesh_parse(mesh_text, &m, e2, sizeof e2) < 0) return ir_errf(err, errlen, "%s", e2);
+        if (strcmp(shard_mesh_str(&m, want, sizeof want), have))
+            return ir_errf(err, errlen, "plan '%s' is for mesh %s, not %s", path, have, want);
+    }
+    if (model_text) {
+        model_config cfg;
+        if (model_parse(model_text, &cfg, e2, sizeof e2) < 0) return ir_errf(err, errlen, "%s", e2);
+        if (strcmp(model_config_str(&cfg, want, sizeof want), pl->model))
+            return ir_errf(err, errlen, "plan '%s' is for model %s, not %s", path, pl->model[0] ? pl->model : pl->graph_file, want);
+    }
+    return 0;
+}

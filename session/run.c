@@ -1,0 +1,254 @@
+/* run.c - a checked run (session.h): a program run on simulated devices and
+ * compared, step by step, with the single-device reference executor.
+ *
+ * Both executors start from the same seeded arguments.  After each step the
+ * loss and every updated param and optimizer state are compared
+ * (exec_spmd_compare); before the next one the devices apply their updates
+ * and the reference starts from the devices' values, so each step is judged
+ * from the same state.  The check passes when every error is within
+ * EXEC_SPMD_TOLERANCE.
+ *
+ * With the MPI backend every rank runs this code on its own device; rank 0
+ * also holds the reference.  The ranks agree (the largest status wins) at
+ * each point where one of them may fail alone: the set-up (each rank's
+ * command line, plan and memory), the executors, each step.  A rank that
+ * fails says why itself; where the reason is the same on every rank, rank 0
+ * alone says it.
+ *
+ * The program is one SPMD program for every device (exec_spmd).  The
+ * pieces that know that are prog_hash, the memory figures and open_executors:
+ * a pipelined program (stages, a task order per device) adds its own there.
+ */
+#include "session/session.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct session_run {
+    session_world *w;
+    const spmd_program *p;
+    const char *label;
+    uint64_t seed;
+    session_run_memory mem;
+    exec_ref *ref;          /* rank 0 only */
+    exec_spmd *rt;
+    exec_spmd_check c;
+    int check_ready;
+};
+
+int session_world_init(session_world *w, exec_backend b, char *err, size_t errlen)
+{
+    memset(w, 0, sizeof *w);
+    w->backend = b;
+    w->size = 1;
+    if (b != EXEC_MPI) return 0;
+    char e2[512];
+    if (exec_mpi_init(&w->rank, &w->size, e2, sizeof e2) < 0) return ir_errf(err, errlen, "run: --backend mpi: %s", e2);
+    return 0;
+}
+
+/* Every rank's set-up status, agreed: the largest rc.  A rank that did not
+ * fail itself says why it stops (only rank 0, to keep it one line). */
+static int agree_setup(session_world *w, int rc, char *err, size_t errlen)
+{
+    if (w->backend != EXEC_MPI) return rc;
+    w->agreed = 1;
+    int all = exec_mpi_agree(rc);
+    if (all && !rc && w->rank == 0) ir_errf(err, errlen, "run: stopping: another rank failed during set-up (its message is above)");
+    return all;
+}
+
+int session_world_end(session_world *w, int rc, char *err, size_t errlen)
+{
+    err[0] = 0;
+    if (w->backend != EXEC_MPI) return rc;
+    if (!w->agreed) rc = agree_setup(w, rc, err, errlen); /* failed before the run: tell the others */
+    exec_mpi_finalize();
+    return rc;
+}
+
+/* FNV-1a of the program's instructions, buffer layouts and mesh: ranks that
+ * lowered different plans (different files on different hosts) differ. */
+static uint64_t prog_hash(const spmd_program *p)
+{
+    uint64_t h = 1469598103934665603ull;
+    const unsigned char *bytes[2] = {(const unsigned char *)p->instrs, (const unsigned char *)p->bufs};
+    size_t n[2] = {(size_t)p->n_instrs * sizeof *p->instrs, (size_t)p->n_bufs * sizeof *p->bufs};
+    for (int k = 0; k < 2; k++)
+        for (size_t i = 0; i < n[k]; i++) h = (h ^ bytes[k][i]) * 1099511628211ull;
+    for (int a = 0; a < p->mesh.n_axes; a++) {
+        h = (h ^ (uint64_t)p->mesh.sizes[a]) * 1099511628211ull;
+        for (const char *c = p->mesh.names[a]; *c; c++) h = (h ^ (unsigned char)*c) * 1099511628211ull;
+    }
+    return h;
+}
+
+int session_run_open(session_run **out, session_world *w, const spmd_program *p, const char *label, uint64_t seed,
+                     session_run_memory *mem, char *err, size_t errlen)
+{
+    *out = NULL;
+    err[0] = 0;
+    int mpi = w->backend == EXEC_MPI, rc = agree_setup(w, 0, err, errlen);
+    if (rc) return rc;
+    if (mpi && w->size != p->mesh.n_devices) { /* the same on every rank: rank 0 says it */
+        if (w->rank == 0)
+            ir_errf(err, errlen, "run: the mesh has %lld devices but mpirun started %d ranks (run mpirun -n %lld: one rank per device)",
+                    (long long)p->mesh.n_devices, w->size, (long long)p->mesh.n_devices);
+        return SESSION_BAD_INPUT;
+    }
+    if (mpi && !exec_mpi_same(prog_hash(p))) {
+        if (w->rank == 0) ir_errf(err, errlen, "run: the ranks lowered different programs (give every rank the same plan, model and mesh)");
+        return SESSION_BAD_INPUT;
+    }
+    session_run *r = ir_xcalloc(1, sizeof *r);
+    r->w = w;
+    r->p = p;
+    r->label = label;
+    r->seed = seed;
+    mem->device = exec_spmd_device_bytes(p);
+    mem->reference = exec_ref_bytes(p->g);
+    mem->available = exec_memory_available(mem->why, sizeof mem->why);
+    mem->spmd = mpi ? mem->device : exec_spmd_bytes(p);
+    mem->mine = mem->spmd + (w->rank == 0 ? mem->reference : 0);
+    r->mem = *mem;
+    *out = r;
+    return 0;
+}
+
+/* Refuses a run whose buffers do not fit in the memory available (per rank
+ * with MPI: its device, plus the reference on rank 0). */
+static int check_memory(const session_run *r, char *err, size_t errlen)
+{
+    const session_run_memory *m = &r->mem;
+    const spmd_program *p = r->p;
+    char ms[256];
+    shard_mesh_str(&p->mesh, ms, sizeof ms);
+    if (!m->available || m->mine <= m->available) return 0;
+    if (r->w->backend == EXEC_MPI)
+        ir_errf(err, errlen, "run: rank %d of %d: %s on mesh %s needs %zu bytes (%.2f GiB) on this rank, but %s %zu bytes (%.2f GiB) available",
+                r->w->rank, r->w->size, r->label, ms, m->mine, (double)m->mine / 1073741824.0, m->why, m->available,
+                (double)m->available / 1073741824.0);
+    else
+        ir_errf(err, errlen, "run: %s on mesh %s needs %zu bytes (%.2f GiB: %zu per device x %lld devices + %zu for the reference), "
+                "but %s %zu bytes (%.2f GiB) available",
+                r->label, ms, m->mine, (double)m->mine / 1073741824.0, m->device, (long long)p->mesh.n_devices, m->reference, m->why,
+                m->available, (double)m->available / 1073741824.0);
+    return SESSION_BAD_INPUT;
+}
+
+/* Creates the reference (rank 0 only under MPI) and the runtime, with every
+ * rank agreeing on the outcome. */
+static int open_executors(session_run *r, char *err, size_t errlen)
+{
+    char e2[640];
+    int mpi = r->w->backend == EXEC_MPI, rc = 0;
+    if (r->w->rank == 0 && !(r->ref = exec_ref_new(r->p->g, 0, e2, sizeof e2))) {
+        ir_errf(err, errlen, "run: %s", e2);
+        rc = SESSION_BAD_INPUT;
+    }
+    if (mpi) rc = exec_mpi_agree(rc); /* exec_spmd_new_on splits communicators: every rank or none */
+    if (!rc && !(r->rt = exec_spmd_new_on(r->p, r->w->backend, 0, e2, sizeof e2))) {
+        if (mpi) ir_errf(err, errlen, "run: rank %d of %d: %s", r->w->rank, r->w->size, e2);
+        else ir_errf(err, errlen, "run: %s", e2);
+        rc = SESSION_BAD_INPUT;
+    }
+    if (mpi) rc = exec_mpi_agree(rc);
+    if (rc) {
+        exec_spmd_free(r->rt);
+        exec_ref_free(r->ref);
+        r->rt = NULL;
+        r->ref = NULL;
+    }
+    return rc;
+}
+
+int session_run_start(session_run *r, char *err, size_t errlen)
+{
+    char e2[640];
+    err[0] = 0;
+    int rc = check_memory(r, err, errlen);
+    if (r->w->backend == EXEC_MPI) rc = exec_mpi_agree(rc);
+    if (rc || (rc = open_executors(r, err, errlen))) return rc;
+    if (r->ref) exec_ref_init_args(r->ref, r->seed);
+    exec_spmd_init_args(r->rt, r->seed);
+    if (exec_spmd_check_init(&r->c, r->p->g, e2, sizeof e2) < 0) {
+        ir_errf(err, errlen, "run: %s", e2);
+        rc = SESSION_BAD_INPUT;
+    }
+    r->check_ready = rc == 0;
+    return exec_spmd_agree(r->rt, rc) ? SESSION_BAD_INPUT : 0;
+}
+
+int session_run_step(session_run *r, int64_t step, session_step_times *t, char *err, size_t errlen)
+{
+    char e2[640];
+    err[0] = 0;
+    double t0 = exec_spmd_now();
+    int rc = 0;
+    if (r->ref && exec_ref_run(r->ref, e2, sizeof e2) < 0) {
+        ir_errf(err, errlen, "run: the reference executor failed at step %lld: %s", (long long)step, e2);
+        rc = SESSION_BAD_INPUT;
+    }
+    t->ref_s = exec_spmd_now() - t0;
+    if (exec_spmd_agree(r->rt, rc)) return SESSION_BAD_INPUT;
+    if (exec_spmd_step(r->rt, e2, sizeof e2) < 0) { /* threads only: an MPI rank that fails stops every rank */
+        ir_errf(err, errlen, "run: the SPMD run failed at step %lld: %s", (long long)step, e2);
+        return SESSION_CHECK_FAILED;
+    }
+    t->spmd_s = exec_spmd_last_stats(r->rt)->wall_s;
+    if (exec_spmd_compare(r->rt, r->ref, &r->c, e2, sizeof e2) < 0) {
+        if (r->w->backend == EXEC_MPI) exec_mpi_fail(SESSION_CHECK_FAILED, e2);
+        ir_errf(err, errlen, "run: %s", e2);
+        return SESSION_CHECK_FAILED;
+    }
+    return 0;
+}
+
+void session_run_advance(session_run *r)
+{
+    exec_spmd_apply_updates(r->rt);
+    exec_spmd_sync_reference(r->rt, r->ref);
+}
+
+int session_run_agree(session_run *r, int rc) { return exec_spmd_agree(r->rt, rc); }
+int session_run_is_root(const session_run *r) { return exec_spmd_is_root(r->rt); }
+const exec_spmd_stats *session_run_stats(const session_run *r) { return exec_spmd_last_stats(r->rt); }
+const exec_spmd_check *session_run_check(const session_run *r) { return &r->c; }
+exec_spmd *session_run_runtime(session_run *r) { return r->rt; }
+int session_run_ok(const session_run *r) { return exec_spmd_check_ok(&r->c, EXEC_SPMD_TOLERANCE); }
+
+double session_run_predicted_peak(const session_run *r)
+{
+    char err[256];
+    cost_hw hw;
+    cost_estimate e;
+    cost_options opt = {.precision = COST_FP32};
+    if (cost_hw_preset("cpu", &hw, err, sizeof err) < 0) return -1;
+    cost_ws *ws = cost_ws_new();
+    int rc = ws ? cost_estimate_program(ws, r->p, &hw, &opt, &e, err, sizeof err) : -1;
+    cost_ws_free(ws);
+    return rc < 0 ? -1 : e.peak_memory;
+}
+
+int64_t session_run_largest_sum(const session_run *r)
+{
+    const spmd_program *p = r->p;
+    int64_t k = 1;
+    for (int i = 0; i < p->n_instrs; i++) {
+        const spmd_instr *in = &p->instrs[i];
+        if (in->kind != SPMD_ALL_REDUCE && in->kind != SPMD_REDUCE_SCATTER) continue;
+        int64_t n = shard_axes_size(&p->mesh, in->axes);
+        if (n > k) k = n;
+    }
+    return k;
+}
+
+void session_run_free(session_run *r)
+{
+    if (!r) return;
+    if (r->check_ready) exec_spmd_check_free(&r->c);
+    exec_spmd_free(r->rt);
+    exec_ref_free(r->ref);
+    free(r);
+}

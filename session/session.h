@@ -1,0 +1,229 @@
+/* session.h - what a carve command does, as functions a test can call.
+ *
+ * The command (cli/) parses its flags, calls one of these and prints what
+ * comes back; tests and benchmarks call the same functions, so what they
+ * check and measure is what a user runs.  Four jobs:
+ *
+ *  - load (load.c): the input a command names (a model spec, a graph file:
+ *    one row each in the table of front ends) into a training step, with the
+ *    schedule's graph tactics (microbatch:N builds the step of N micro-batches,
+ *    remat: rewrites it); a plan's step is rebuilt the same way (plan.c);
+ *  - price (options.c, cost.c): cost options from a command's settings, and
+ *    a schedule priced beside the replicated plan through the pricer;
+ *  - search (autopart.c): autopart's two levels (the sharding search on the
+ *    step as given, then the memory tactics), the --time deadline split
+ *    between them, and the chosen result mapped into a plan file;
+ *  - run (run.c): a program run on simulated devices (threads, or one MPI
+ *    rank each) and checked step by step against the single-device
+ *    reference, with the ranks' agreement protocol.
+ *
+ * Errors: a function that fails returns -1 (or NULL), or for a run the
+ * command's exit status (SESSION_CHECK_FAILED, SESSION_BAD_INPUT), with one
+ * line in err in the style the command prints after "carve: "; an empty err
+ * means another MPI rank reports it.  Nothing here prints: warnings go
+ * through a hook the caller gives.
+ */
+#ifndef CARVE_SESSION_H
+#define CARVE_SESSION_H
+
+#include "analysis/schedule.h"
+#include "analysis/spmd.h"
+#include "autopart/memory.h"
+#include "cost/cost.h"
+#include "exec/runtime.h"
+#include "ir/ir.h"
+#include "plan/plan.h"
+
+enum { SESSION_CHECK_FAILED = 1, SESSION_BAD_INPUT = 2 };
+
+/* ---- load (load.c) --------------------------------------------------------- */
+
+/* What a command loads.  Exactly one input is named: a model spec (models/,
+ * e.g. "gpt-tiny" or "gpt:layers=4") or a carve-graph/1 file (a forward
+ * graph with a loss gets its training step; a full step is used as is). */
+typedef struct session_source {
+    const char *model, *graph;
+    const char *optimizer;  /* "adam" (also when NULL) or "sgd" */
+    int forward;            /* the forward graph: no training step, no rewrite */
+    const schedule *sched;  /* NULL, or the schedule whose graph tactics shape the step */
+} session_source;
+
+/* The optimizer named "adam" (or NULL) or "sgd" (lr 0.01). */
+ir_optimizer session_optimizer(const char *name);
+
+/* Loads src: the training step (or the forward graph), built with
+ * sched's micro-batches and rewritten by its remat: tactics.  label gets
+ * the model's canonical spec or the graph file's name.  Returns the graph
+ * (caller frees), or NULL with a message; *rewrite_failed (when not NULL)
+ * tells whether the input loaded and only the schedule's rewrite failed. */
+ir_graph *session_load_step(const session_source *src, char *label, size_t n, int *rewrite_failed, char *err,
+                            size_t errlen);
+
+/* 1 when some output of g updates an argument (g is a training step). */
+int session_is_step(const ir_graph *g);
+
+/* ---- plans (plan.c) ---------------------------------------------------------- */
+
+/* The training step of plan pl (read from path; path prefixes the
+ * messages): its model spec with its optimizer, or its graph file (which must
+ * still hash as recorded), with its schedule's graph tactics.  NULL with a
+ * message "PATH: KEY: what is wrong". */
+ir_graph *session_plan_step(const plan *pl, const char *path, char *err, size_t errlen);
+
+/* Load, rebuild, replay, lower, price and verify the plan file at path.
+ * Returns 0 with *g and *st set (the caller frees st, then g, then
+ * plan_free(pl); st borrows pl->mesh, so pl must not move), or -1 with a
+ * message and nothing left to free.  pl->note may hold a note to show. */
+int session_plan_open(const char *path, plan *pl, ir_graph **g, shard_state **st, char *err, size_t errlen);
+
+/* Checks a plan against the --mesh and --model a command was also given
+ * (NULL: not given).  Returns 0, or -1 with a message naming the
+ * difference. */
+int session_plan_matches(const plan *pl, const char *path, const char *mesh_text, const char *model_text, char *err,
+                         size_t errlen);
+
+/* ---- pricing (options.c, cost.c) --------------------------------------------- */
+
+/* A command's pricing settings, as given (NULL or 0: not given). */
+typedef struct session_pricing {
+    const char *hw;         /* preset name or carve-hw/1 file */
+    const char *precision;  /* f32, tf32, bf16, fp16 (default: the profile's) */
+    const char *grads;      /* auto, f32, working */
+    int overlap;
+    double memory_gib;      /* memory per device (default: the profile's) */
+} session_pricing;
+
+/* The profile and cost options of s.  Returns 0, or -1 with a message. */
+int session_cost_options(const session_pricing *s, cost_hw *hw, cost_options *opt, char *err, size_t errlen);
+
+/* carve cost: a schedule priced beside the replicated plan on its mesh. */
+typedef struct session_cost {
+    shard_state *st;          /* the schedule applied (owns nothing of g) */
+    spmd_program *p;          /* its program */
+    cost_ws *ws;
+    cost_estimate e;          /* its price (its arrays live in ws) */
+    autopart_pricer pr;       /* the replicated plan's, the search's baseline */
+    cost_estimate base;       /* the replicated plan's price (scalars only) */
+} session_cost;
+
+/* Applies sc to g on mesh and prices it and the replicated plan on hw with
+ * opt.  Returns 0, or -1 with a message; free c with session_cost_free
+ * either way (g stays the caller's). */
+int session_cost_run(session_cost *c, const ir_graph *g, const shard_mesh *mesh, const schedule *sc, const cost_hw *hw,
+                     const cost_options *opt, char *err, size_t errlen);
+void session_cost_free(session_cost *c);
+
+/* ---- autopart (autopart.c) ------------------------------------------------------- */
+
+/* Callbacks a command gives autopart (each may be NULL). */
+typedef struct session_hooks {
+    void *ctx;
+    void (*note)(void *ctx, const char *msg);   /* a warning, as it arises ("autopart: warning: ...") */
+    void (*progress)(void *ctx, int64_t sims, double elapsed, const search_score *best); /* the plain step's search */
+    void (*level)(void *ctx, int begin);        /* the memory level begins (1) and ends (0) */
+} session_hooks;
+
+/* One autopart: its inputs (set by the caller), then its results. */
+typedef struct session_autopart {
+    session_source src;         /* the model or graph file and optimizer (src.sched is set by the run) */
+    shard_mesh mesh;
+    schedule sc;                /* the user's schedule: manual tactics, then auto last */
+    cost_hw hw;
+    cost_options opt;
+    const search_algo *algo;
+    search_budget b;            /* the whole budget; b.seconds bounds the whole command */
+    int memory_tactics;         /* also search the memory level (docs/memory.md) */
+    const char *out;            /* the plan file to write, or NULL */
+    session_hooks hooks;
+    /* results */
+    char label[512];            /* the model's canonical spec or the graph file */
+    autopart_step steps[AUTOPART_MAX_CONFIGS]; /* steps[0]: the plain step; then each memory configuration */
+    int n_steps, chosen, gather_auto;
+    char schedule[SCHED_STR_MAX]; /* the chosen plan's schedule */
+    plan pl;                    /* the plan file's fields (plan_save's input) */
+    const char *from;           /* the expert schedule the chosen plan starts from, or NULL */
+    int written;                /* out was written */
+    char save_err[512];         /* out was not written: why */
+} session_autopart;
+
+/* Runs autopart a: checks the schedule (one auto, last) and the output
+ * path, searches the plain step, then the memory level, and writes the
+ * chosen plan to a->out (a failed write is left in save_err).  Returns 0, or
+ * -1 with a message (bad input: nothing searched or written).  Free with
+ * session_autopart_free either way. */
+int session_autopart_run(session_autopart *a, char *err, size_t errlen);
+void session_autopart_free(session_autopart *a);
+
+/* ---- checked runs (run.c) ---------------------------------------------------------- */
+
+/* Where a run's devices are: threads of this process, or one MPI rank each
+ * (then every rank runs the same command: rank 0 holds the reference and
+ * reports, the others report only their own errors). */
+typedef struct session_world {
+    exec_backend backend;
+    int rank, size;
+    int agreed;             /* the ranks agreed on the set-up (the run got that far) */
+} session_world;
+
+/* Joins the world of backend b (MPI: MPI_Init).  Returns 0, or -1 with a
+ * message. */
+int session_world_init(session_world *w, exec_backend b, char *err, size_t errlen);
+/* Leaves it with the command's status rc: ranks that failed before the run
+ * tell the others.  Returns the status every rank agrees on; err gets a
+ * line to print, or "". */
+int session_world_end(session_world *w, int rc, char *err, size_t errlen);
+
+/* What a run of a program needs in memory, this rank and the whole run. */
+typedef struct session_run_memory {
+    size_t device, reference, spmd; /* one device; the reference; every device of this process */
+    size_t mine, available;         /* this rank's need (its devices, and the reference on rank 0); 0: unknown */
+    char why[2400];                 /* words for `available` ("this machine has") */
+} session_run_memory;
+
+/* The times of one checked step: wall seconds of the reference's step and
+ * of the devices'. */
+typedef struct session_step_times {
+    double ref_s, spmd_s;
+} session_step_times;
+
+typedef struct session_run session_run;
+
+/* Opens a checked run of p (p->g its training step; label names it in
+ * messages) in world w, its arguments seeded with seed: agrees with the other ranks that they run the
+ * same program, one rank a device, and measures the memory it needs into
+ * *mem (for the caller to show).  Returns 0 with *out set, or a non-zero
+ * exit status (2: bad input) with err (empty when another rank says it).
+ * The program is run by one SPMD runtime for every device; a pipelined
+ * program (per-stage programs, a task order per device) would open here
+ * too, behind the same step and report functions. */
+int session_run_open(session_run **out, session_world *w, const spmd_program *p, const char *label, uint64_t seed,
+                     session_run_memory *mem, char *err, size_t errlen);
+/* Refuses a run that does not fit in memory, then creates the reference
+ * (rank 0) and the runtime and fills both with the seeded arguments.
+ * Returns 0, or an exit status with err. */
+int session_run_start(session_run *r, char *err, size_t errlen);
+/* Runs training step `step` (1, 2, ...) on the reference and on the
+ * devices and compares their outputs (session_run_check).  Returns 0, or an
+ * exit status with err (1: the devices failed where the reference did not). */
+int session_run_step(session_run *r, int64_t step, session_step_times *t, char *err, size_t errlen);
+/* Before the next step: the devices apply their updates (params, optimizer
+ * states), and the reference starts from the devices' values, so each step
+ * is compared from the same state. */
+void session_run_advance(session_run *r);
+/* The statuses of every rank, agreed (the largest). */
+int session_run_agree(session_run *r, int rc);
+/* 1 in the process that reports (rank 0, or the only one). */
+int session_run_is_root(const session_run *r);
+const exec_spmd_stats *session_run_stats(const session_run *r);
+const exec_spmd_check *session_run_check(const session_run *r);
+exec_spmd *session_run_runtime(session_run *r);
+/* The cost model's peak memory per device for the run's program in f32
+ * (what the executor runs), or -1 when it cannot price it. */
+double session_run_predicted_peak(const session_run *r);
+/* The most devices one sum (all-reduce, reduce-scatter) runs over. */
+int64_t session_run_largest_sum(const session_run *r);
+/* 1 when the check passed: every error within EXEC_SPMD_TOLERANCE. */
+int session_run_ok(const session_run *r);
+void session_run_free(session_run *r);
+
+#endif

@@ -1,0 +1,272 @@
+/* test_session.c - the session library (session/): what the commands do,
+ * called as functions.
+ *
+ *  1. loading: a model, a graph file (forward: its step derived; a full
+ *     step used as is), the optimizer, the schedule's micro-batches and
+ *     recomputation, and the usage errors (both inputs, none, micro-batches
+ *     on a graph file, a failed rewrite);
+ *  2. pricing: cost options from settings and their errors; a schedule
+ *     priced beside the replicated plan (data parallelism beats it);
+ *  3. autopart: a search whose plan file is written, reopened, verified and
+ *     priced the same; the memory level under a tight cap; the schedule and
+ *     mesh refusals; the warning hook for a mesh axis that can split nothing;
+ *  4. a checked run of the plan on the threads backend, step by step, and a
+ *     plan checked against another --mesh or --model.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "session/session.h"
+#include "tests/test.h"
+
+static char graph_path[1024];
+
+/* A path below CARVE_ROOT (or the current folder). */
+static const char *at_root(const char *rel, char *buf, size_t n)
+{
+    const char *root = getenv("CARVE_ROOT");
+    snprintf(buf, n, "%s%s%s", root ? root : "", root ? "/" : "", rel);
+    return buf;
+}
+
+static int has_value(const ir_graph *g, const char *prefix)
+{
+    for (int v = 0; v < g->n_values; v++)
+        if (!strncmp(g->values[v].name, prefix, strlen(prefix))) return 1;
+    return 0;
+}
+
+static void test_load(void)
+{
+    char label[512], err[1024];
+    session_source src = {"gpt-tiny", NULL, NULL, 0, NULL};
+    ir_graph *g = session_load_step(&src, label, sizeof label, NULL, err, sizeof err);
+    CHECKF(g && session_is_step(g), "%s", err);
+    CHECKF(!strcmp(label, "gpt:layers=2,hidden=64,heads=8,seq=16,batch=8,vocab=128"), "label '%s'", label);
+    int plain_ops = g ? g->n_ops : 0;
+    ir_free(g);
+    /* the forward graph: no update */
+    src.forward = 1;
+    g = session_load_step(&src, label, sizeof label, NULL, err, sizeof err);
+    CHECK(g && !session_is_step(g) && g->loss >= 0);
+    ir_free(g);
+    src.forward = 0;
+    /* microbatch:2 builds the step of two micro-batches; remat:all rewrites it */
+    shard_mesh mesh;
+    schedule sc;
+    CHECK(shard_mesh_parse("batch=2", &mesh, err, sizeof err) == 0);
+    CHECK(sched_parse("microbatch:2,remat:all,dp:batch", &mesh, &sc, err, sizeof err) == 0);
+    src.sched = &sc;
+    g = session_load_step(&src, label, sizeof label, NULL, err, sizeof err);
+    CHECKF(g && has_value(g, "mb1/") && g->n_ops > plain_ops, "micro-batches and remat: %s", g ? "" : err);
+    ir_free(g);
+    /* a graph file: the forward graph gets its step (SGD: no optimizer states) */
+    session_source file = {NULL, graph_path, "sgd", 0, NULL};
+    g = session_load_step(&file, label, sizeof label, NULL, err, sizeof err);
+    CHECKF(g && session_is_step(g) && !strcmp(label, graph_path), "%s", err);
+    int states = 0;
+    for (int v = 0; g && v < g->n_values; v++) states += g->values[v].role == IR_OPT_STATE;
+    CHECK(g && states == 0);
+    ir_free(g);
+    ir_optimizer sgd = session_optimizer("sgd"), adam = session_optimizer(NULL);
+    CHECK(sgd.kind == IR_SGD && sgd.lr == 0.01 && adam.kind == IR_ADAM);
+    /* usage errors, worded as the command prints them */
+    session_source both = {"gpt-tiny", graph_path, NULL, 0, NULL}, none = {0};
+    CHECK(!session_load_step(&both, label, sizeof label, NULL, err, sizeof err) &&
+          !strcmp(err, "give --model or --graph, not both"));
+    CHECK(!session_load_step(&none, label, sizeof label, NULL, err, sizeof err) &&
+          !strcmp(err, "give a model (--model gpt-tiny, see carve models) or a graph file (--graph file.json)"));
+    file.sched = &sc;
+    CHECKF(!session_load_step(&file, label, sizeof label, NULL, err, sizeof err) && strstr(err, "microbatch:2: needs --model"),
+           "'%s'", err);
+    /* a rewrite that fails is told apart from an input that does not load */
+    CHECK(sched_parse("remat:7", &mesh, &sc, err, sizeof err) == 0);
+    int rewrite_failed = 0;
+    src.sched = &sc;
+    CHECK(!session_load_step(&src, label, sizeof label, &rewrite_failed, err, sizeof err) && rewrite_failed);
+    session_source bad = {"gpt-tiny:layers=0", NULL, NULL, 0, NULL};
+    CHECK(!session_load_step(&bad, label, sizeof label, &rewrite_failed, err, sizeof err) && !rewrite_failed);
+}
+
+static void test_pricing(void)
+{
+    char err[1024], label[512];
+    cost_hw hw;
+    cost_options opt;
+    session_pricing s = {"a100", NULL, NULL, 0, 40};
+    CHECK(session_cost_options(&s, &hw, &opt, err, sizeof err) == 0);
+    CHECK(opt.precision == cost_default_precision(&hw) && opt.memory_capacity == 40.0 * 1073741824.0 && !opt.overlap);
+    s.precision = "f32";
+    s.overlap = 1;
+    CHECK(session_cost_options(&s, &hw, &opt, err, sizeof err) == 0 && opt.precision == COST_FP32 && opt.overlap);
+    s.precision = "f16";
+    CHECKF(session_cost_options(&s, &hw, &opt, err, sizeof err) < 0 && !strncmp(err, "--precision: ", 13), "'%s'", err);
+    s.precision = NULL;
+    s.hw = "b200";
+    CHECKF(session_cost_options(&s, &hw, &opt, err, sizeof err) < 0 && strstr(err, "b200"), "'%s'", err);
+    /* data parallelism over 4 devices: faster than every device doing all the work */
+    s = (session_pricing){"a100", "f32", NULL, 0, 0};
+    session_source src = {"gpt-125m", NULL, NULL, 0, NULL};
+    ir_graph *g = session_load_step(&src, label, sizeof label, NULL, err, sizeof err);
+    shard_mesh mesh;
+    schedule sc;
+    CHECK(shard_mesh_parse("batch=4", &mesh, err, sizeof err) == 0 && sched_parse("dp:batch", &mesh, &sc, err, sizeof err) == 0);
+    CHECK(session_cost_options(&s, &hw, &opt, err, sizeof err) == 0);
+    session_cost c;
+    int rc = session_cost_run(&c, g, &mesh, &sc, &hw, &opt, err, sizeof err);
+    CHECKF(rc == 0, "%s", err);
+    CHECKF(rc == 0 && c.e.step_time > 0 && c.e.step_time < c.base.step_time && c.e.peak_memory < c.base.peak_memory,
+           "dp %.3g s against replicated %.3g s", c.e.step_time, c.base.step_time);
+    CHECK(rc == 0 && c.pr.baseline == c.base.step_time && c.p && c.p->stats.count[SPMD_ALL_REDUCE][SPMD_BACKWARD] > 0);
+    session_cost_free(&c);
+    CHECK(sched_parse("megatron:nope", &mesh, &sc, err, sizeof err) < 0);
+    ir_free(g);
+}
+
+static char notes[1024];
+static void on_note(void *ctx, const char *msg)
+{
+    (void)ctx;
+    snprintf(notes, sizeof notes, "%s", msg);
+}
+
+/* Sets a up for model on mesh with schedule sched, budget sims, out. */
+static int autopart_setup(session_autopart *a, const char *model, const char *mesh, const char *sched, int64_t sims,
+                          double mem_gib, const char *out)
+{
+    char err[512];
+    memset(a, 0, sizeof *a);
+    session_pricing s = {"a100", NULL, NULL, 0, mem_gib};
+    if (shard_mesh_parse(mesh, &a->mesh, err, sizeof err) < 0 || sched_parse(sched, &a->mesh, &a->sc, err, sizeof err) < 0 ||
+        session_cost_options(&s, &a->hw, &a->opt, err, sizeof err) < 0) {
+        fprintf(stderr, "%s\n", err);
+        return -1;
+    }
+    a->src.model = model;
+    a->algo = search_algo_find("mcts");
+    a->b = (search_budget){.simulations = sims, .seed = 1, .threads = 1};
+    a->memory_tactics = 1;
+    a->out = out;
+    a->hooks = (session_hooks){NULL, on_note, NULL, NULL};
+    return 0;
+}
+
+static session_autopart a; /* large: its steps */
+
+static void test_autopart(const char *plan_path)
+{
+    char err[2048];
+    CHECK(autopart_setup(&a, "gpt-tiny", "batch=2,model=2", "auto", 30, 0, plan_path) == 0);
+    int rc = session_autopart_run(&a, err, sizeof err);
+    CHECKF(rc == 0 && a.written, "%s %s", err, a.save_err);
+    const autopart_step *s = &a.steps[a.chosen];
+    CHECK(rc == 0 && a.n_steps > 1 && a.chosen == 0 && s->ok && s->e.fits && s->res.evaluations <= 30);
+    CHECK(rc == 0 && !strcmp(a.pl.model, a.label) && !strcmp(a.pl.schedule, a.schedule) && !strcmp(a.pl.search.kind, "mcts"));
+    /* the file reopens, verifies and prices as the search priced it */
+    plan pl;
+    ir_graph *g = NULL;
+    shard_state *st = NULL;
+    rc = session_plan_open(plan_path, &pl, &g, &st, err, sizeof err);
+    CHECKF(rc == 0, "%s", err);
+    if (rc == 0) {
+        CHECKF(pl.has_predicted && pl.predicted.step_time == s->e.step_time && !pl.note[0], "reopened: %.17g vs %.17g; %s",
+               pl.predicted.step_time, s->e.step_time, pl.note);
+        CHECK(session_plan_matches(&pl, plan_path, "batch=2,model=2", "gpt-tiny", err, sizeof err) == 0);
+        CHECK(session_plan_matches(&pl, plan_path, "batch=4", NULL, err, sizeof err) < 0 && strstr(err, "is for mesh batch=2,model=2, not batch=4"));
+        CHECK(session_plan_matches(&pl, plan_path, NULL, "mlp-tiny", err, sizeof err) < 0 && strstr(err, "is for model gpt:"));
+        shard_state_free(st);
+        ir_free(g);
+        plan_free(&pl);
+    }
+    session_autopart_free(&a);
+    /* a cap nothing fits in: the plain step and the five memory
+     * configurations all searched, the smallest peak kept */
+    CHECK(autopart_setup(&a, "gpt-tiny", "batch=2", "auto", 16, 0.0001, NULL) == 0);
+    CHECK(session_autopart_run(&a, err, sizeof err) == 0);
+    int searched = 0;
+    for (int i = 0; i < a.n_steps; i++) searched += a.steps[i].ok;
+    CHECKF(a.n_steps == 6 && searched == a.n_steps && !a.steps[a.chosen].e.fits && !a.written,
+           "%d configurations, %d searched", a.n_steps, searched);
+    for (int i = 0; i < a.n_steps; i++)
+        CHECK(a.steps[a.chosen].e.peak_memory <= a.steps[i].e.peak_memory);
+    session_autopart_free(&a);
+    /* refusals, before anything is searched */
+    static const struct { const char *model, *mesh, *sched, *out, *words; } bad[] = {
+        {"gpt-tiny", "batch=2", "dp:batch", NULL, "the schedule has no 'auto' tactic"},
+        {"gpt-tiny", "batch=2", "auto,dp:batch", NULL, "'auto' must appear once, as the last tactic"},
+        {"gpt-tiny", "batch=2", "auto", "/nonexistent/folder/p.json", "cannot write in folder"},
+        {"mlp-tiny", "batch=64", "auto", NULL, "can split no dim of the model's params"},
+        {"gpt-tiny:batch=3", "batch=2", "microbatch:2,auto", NULL, "does not divide the batch of 3"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        CHECK(autopart_setup(&a, bad[i].model, bad[i].mesh, bad[i].sched, 10, 0, bad[i].out) == 0);
+        CHECKF(session_autopart_run(&a, err, sizeof err) < 0 && strstr(err, bad[i].words) && a.steps[0].res.evaluations == 0,
+               "%s: '%s'", bad[i].sched, err);
+        session_autopart_free(&a);
+    }
+    /* an axis that can split nothing beside one that can: a warning through the hook */
+    notes[0] = 0;
+    CHECK(autopart_setup(&a, "mlp-tiny", "batch=2,x=64", "auto", 10, 0, NULL) == 0);
+    CHECK(session_autopart_run(&a, err, sizeof err) == 0 && strstr(notes, "autopart: warning: mesh axis 'x' (64) can split no dim left"));
+    session_autopart_free(&a);
+}
+
+static void test_run(const char *plan_path)
+{
+    char err[2048];
+    plan pl;
+    ir_graph *g;
+    shard_state *st;
+    if (session_plan_open(plan_path, &pl, &g, &st, err, sizeof err) < 0) {
+        CHECKF(0, "%s", err);
+        return;
+    }
+    spmd_program *p = spmd_lower(st);
+    session_world w;
+    CHECK(session_world_init(&w, EXEC_THREADS, err, sizeof err) == 0 && w.size == 1 && w.rank == 0);
+    session_run *r;
+    session_run_memory mem;
+    int rc = session_run_open(&r, &w, p, "gpt-tiny", 3, &mem, err, sizeof err);
+    CHECKF(rc == 0 && mem.device > 0 && mem.reference > 0 && mem.mine == mem.spmd + mem.reference, "%s", err);
+    if (rc == 0) rc = session_run_start(r, err, sizeof err);
+    CHECKF(rc == 0, "%s", err);
+    double loss[2] = {0, 0};
+    for (int step = 1; step <= 2 && rc == 0; step++) {
+        session_step_times t;
+        rc = session_run_step(r, step, &t, err, sizeof err);
+        CHECKF(rc == 0 && t.ref_s > 0 && t.spmd_s > 0, "step %d: %s", step, err);
+        loss[step - 1] = session_run_check(r)->loss_ref;
+        if (step == 1) session_run_advance(r);
+    }
+    if (rc == 0) {
+        const exec_spmd_check *c = session_run_check(r);
+        CHECKF(session_run_ok(r) && c->steps == 2 && isfinite(loss[1]) && loss[1] != loss[0], "losses %g %g", loss[0], loss[1]);
+        CHECK(session_run_is_root(r) && session_run_stats(r)->n_devices == 4 && session_run_largest_sum(r) >= 1 &&
+              session_run_largest_sum(r) <= 4);
+        CHECK(session_run_predicted_peak(r) > 0);
+        CHECK(session_run_agree(r, 0) == 0 && session_run_agree(r, 1) == 1);
+    }
+    session_run_free(r);
+    CHECK(session_world_end(&w, 0, err, sizeof err) == 0 && !err[0]);
+    spmd_free(p);
+    shard_state_free(st);
+    ir_free(g);
+    plan_free(&pl);
+}
+
+int main(void)
+{
+    at_root("tests/graphs/mlp-by-hand.json", graph_path, sizeof graph_path);
+    char plan_path[] = "/tmp/carve-test-session-XXXXXX";
+    int fd = mkstemp(plan_path);
+    if (fd >= 0) close(fd);
+    test_load();
+    test_pricing();
+    test_autopart(plan_path);
+    test_run(plan_path);
+    unlink(plan_path);
+    return test_done();
+}
