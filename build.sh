@@ -1,18 +1,22 @@
 #!/usr/bin/env bash
 # build.sh - builds carve, runs its tests and benchmarks.
 #   ./build.sh          build build/carve and the test programs
-#   ./build.sh test     build, then run every test (closing line: N passed, N failed)
+#   ./build.sh test     build, then run every test (closing line: N passed, N failed; and
+#                       N skipped where a test could not run a check here)
 #   ./build.sh asan     the same tests built with AddressSanitizer + UBSan (build-asan/)
 #   ./build.sh bench    build, then run the benchmarks; they rewrite BENCHMARKS.md
 #   ./build.sh fuzz [S] build the libFuzzer targets in fuzz/ with clang (build-fuzz/) and run
 #                       each for S seconds (default 60) on its corpus; `test` runs each briefly
-#                       (tests/e2e_fuzz.sh, skipped with a note when clang is missing)
+#                       (tests/e2e_fuzz.sh)
 #   ./build.sh clean    remove build outputs
 # Missing Debian packages (libblis-dev, libcjson-dev; openmpi-bin and
-# libopenmpi-dev for the MPI backend) are installed with apt-get when run as
-# root; otherwise the script says what to install (and builds without MPI
-# when only MPI is missing).  The MPI tests (tests/e2e_mpi.sh) run when MPI is
-# built in.
+# libopenmpi-dev for the MPI backend, clang for the fuzz targets; chromium
+# for `test`) are installed with apt-get when run as root; otherwise the
+# script says what to install (and builds without MPI when only MPI is
+# missing).  The tests fail closed: a missing or broken MPI, clang or
+# chromium is a failure, unless CARVE_TEST_WITHOUT names it (e.g.
+# CARVE_TEST_WITHOUT=mpi,clang,chromium), which counts those checks as
+# skipped in the closing line.
 set -euo pipefail
 cd "$(dirname "$0")"
 mode=${1:-build}
@@ -27,6 +31,7 @@ need_pkgs() {
     if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
         command -v mpirun >/dev/null 2>&1 || missing+=(openmpi-bin)
         [ -e /usr/lib/x86_64-linux-gnu/openmpi/include/mpi.h ] || command -v mpicc >/dev/null 2>&1 || missing+=(libopenmpi-dev)
+        [ -n "$(fuzz_cc)" ] || missing+=(clang)
     fi
     [ ${#missing[@]} -eq 0 ] && return 0
     if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
@@ -50,14 +55,15 @@ mpi_flags() {
     fi
 }
 
-# Chromium renders the HTML report in tests/e2e_report.sh (which skips its
-# browser checks with a note without it): installed when root, never fatal.
+# Chromium renders the HTML report in tests/e2e_report.sh: installed when
+# root (for `test` only: it is large); without it that test fails (unless
+# CARVE_TEST_WITHOUT=chromium).
 need_browser() {
     command -v chromium >/dev/null 2>&1 && return 0
     [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1 || return 0
     echo "build.sh: installing chromium (for tests/e2e_report.sh)" >&2
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >&2 ||
-        echo "build.sh: chromium not installed; tests/e2e_report.sh will skip its browser checks" >&2
+        echo "build.sh: chromium could not be installed; tests/e2e_report.sh will fail" >&2
 }
 
 # One makefile, kept here so the build stays one short file.
@@ -103,29 +109,37 @@ MK
 }
 
 # Runs every test program and every tests/*.sh end-to-end script; sums their
-# closing "N passed, N failed" lines.
+# closing "N passed, N failed" lines (", N skipped" where any were skipped).
+# A test without that line, or whose status is not 0, fails.
 run_tests() { # $1 = output dir
-    local out=$1 total_p=0 total_f=0 status=0 t line p f
+    local out=$1 total_p=0 total_f=0 total_s=0 status=0 t line p f s
     export CARVE_BIN="$PWD/$out/carve" CARVE_ROOT="$PWD"
     for t in "$out"/tests/test_* tests/e2e_*.sh; do
         [ -e "$t" ] || continue
         case "$t" in *.d|*.o) continue ;; esac
         local log; log=$(mktemp)
-        local start=$SECONDS
-        if [[ "$t" == *.sh ]]; then bash "$t" >"$log" 2>&1 || status=1
-        else "$t" >"$log" 2>&1 || status=1; fi
-        line=$(grep -E '^[0-9]+ passed, [0-9]+ failed' "$log" | tail -n 1 || true)
+        local start=$SECONDS rc=0
+        if [[ "$t" == *.sh ]]; then bash "$t" >"$log" 2>&1 || rc=$?
+        else "$t" >"$log" 2>&1 || rc=$?; fi
+        line=$(grep -E '^[0-9]+ passed, [0-9]+ failed(, [0-9]+ skipped)?$' "$log" | tail -n 1 || true)
         if [ -z "$line" ]; then
             echo "FAIL $(basename "$t"): no closing line (crashed?)"; tail -n 20 "$log"; status=1; total_f=$((total_f + 1))
         else
-            p=${line%% passed*}; f=${line#*passed, }; f=${f%% failed*}
-            total_p=$((total_p + p)); total_f=$((total_f + f))
-            if [ "$f" != 0 ]; then echo "FAIL $(basename "$t"): $line"; grep -E '^FAIL|check failed|error' "$log" | head -n 20 || true; status=1
-            else echo "ok   $(basename "$t"): $line ($((SECONDS - start))s)"; fi
+            p=${line%% passed*}; f=${line#*passed, }; f=${f%% failed*}; s=0
+            [[ "$line" == *skipped ]] && { s=${line##*failed, }; s=${s%% skipped}; }
+            total_p=$((total_p + p)); total_f=$((total_f + f)); total_s=$((total_s + s))
+            if [ "$f" != 0 ] || [ "$rc" != 0 ]; then
+                echo "FAIL $(basename "$t"): $line (exit $rc)"; grep -E '^FAIL|check failed|error' "$log" | head -n 20 || true; status=1
+                [ "$f" = 0 ] && total_f=$((total_f + 1))
+            else
+                echo "ok   $(basename "$t"): $line ($((SECONDS - start))s)"
+                if [ "$s" != 0 ]; then grep -E '^skip ' "$log" | head -n 10 | sed 's/^/       /' || true; fi
+            fi
         fi
         rm -f "$log"
     done
-    echo "$total_p passed, $total_f failed"
+    if [ "$total_s" -gt 0 ]; then echo "$total_p passed, $total_f failed, $total_s skipped"
+    else echo "$total_p passed, $total_f failed"; fi
     return $status
 }
 
@@ -221,7 +235,7 @@ fuzz)
     [ -n "$(fuzz_cc)" ] || { echo "build.sh: fuzz needs clang (apt-get install -y clang-14)" >&2; exit 2; }
     build_fuzz build-fuzz; run_fuzz build-fuzz "${2:-60}" ;;
 fuzz-smoke) # what tests/e2e_fuzz.sh runs: each target CARVE_FUZZ_SMOKE_S seconds (default 3)
-    [ -n "$(fuzz_cc)" ] || { echo "skip: no clang (apt-get install -y clang-14); fuzz smoke not run"; exit 0; }
+    [ -n "$(fuzz_cc)" ] || { echo "build.sh: fuzz needs clang (apt-get install -y clang-14)" >&2; exit 2; }
     build_fuzz build-fuzz; run_fuzz build-fuzz "${CARVE_FUZZ_SMOKE_S:-3}" ;;
 clean)
     rm -rf build build-asan build-fuzz ;;

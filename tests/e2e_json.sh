@@ -14,7 +14,6 @@ root=${CARVE_ROOT:-$(cd "$(dirname "$0")/.." && pwd)}
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 cd "$tmp" || exit 1
-pass=0 fail=0
 schema() { python3 "$root/tests/plan_schema.py" "$root/docs/output.schema.json" "$@" >schema.txt; }
 figures() { python3 "$root/tests/json_figures.py" "$1" "$2" >fig.txt || { cat fig.txt; return 1; }; }
 # both() NAME ARGS...: the command with and without --json, same exit code, the
@@ -121,5 +120,4 @@ check "--json and --html together" $?
 bad html-no-folder "nofolder/x.html" "$carve" explain p1.json --html nofolder/x.html
 [ ! -e nofolder ]; check "no partial output" $?
 
-echo "$pass passed, $fail failed"
-[ $fail -eq 0 ]
+closing

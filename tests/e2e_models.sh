@@ -8,12 +8,12 @@
 # moe-tiny also under expert parallelism (ep).
 # Closing line: N passed, N failed.
 set -u
+. "$(dirname "$0")/lib_e2e.sh"
 root=$(cd "$(dirname "$0")/.." && pwd)
 carve=${CARVE_BIN:-$root/build/carve}
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 cd "$tmp" || exit 1
-pass=0 fail=0
 
 matches() { # matches NAME CMD...: exit 0 and "check: passed"
     if "${@:2}" >out.txt 2>err.txt && grep -q "^check: passed" out.txt; then
@@ -89,5 +89,4 @@ for what in "--graph $moe_json" "--model mixtral-8x7b:layers=4"; do
     fi
 done
 
-echo "$pass passed, $fail failed"
-[ $fail -eq 0 ]
+closing

@@ -6,12 +6,12 @@
 # refused with one line naming the first field that differs.
 # Closing line: N passed, N failed.
 set -u
+. "$(dirname "$0")/lib_e2e.sh"
 carve=${CARVE_BIN:-$(dirname "$0")/../build/carve}
 root=${CARVE_ROOT:-$(cd "$(dirname "$0")/.." && pwd)}
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 cd "$tmp" || exit 1
-pass=0 fail=0
 check() { # check NAME CONDITION-EXIT-CODE
     if [ "$2" = 0 ]; then pass=$((pass + 1)); else fail=$((fail + 1)); echo "FAIL $1"; fi
 }
@@ -152,5 +152,4 @@ edit e14.json "p['collectives']['all-reduce']['backward']['count']+=1"
 check "edited collectives: a note" $?
 "$carve" explain rt1.json >out.txt 2>err.txt && [ ! -s err.txt ]; check "no note for an unedited plan" $?
 
-echo "$pass passed, $fail failed"
-[ $fail -eq 0 ]
+closing

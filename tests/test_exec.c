@@ -93,13 +93,11 @@ static void check_einsum(const char *subs, const char *names, const int64_t *siz
     /* A float dot product of K terms has error at most about K * 2^-24 times
      * the sum of |a*b|; K <= 60 here, so 1e-5 * sum|a*b| bounds it with room
      * (and differs from a wrong answer by orders of magnitude). */
-    int bad = 0;
-    for (int64_t i = 0; i < nc && !bad; i++)
-        if (!(fabs(c[i] - want[i]) <= 1e-5 * mag[i] + 1e-7)) {
-            CHECKF(0, "%s: element %lld is %g, want %g", subs, (long long)i, c[i], want[i]);
-            bad = 1;
-        }
-    if (!bad) CHECK(1);
+    int64_t bad = -1;
+    for (int64_t i = 0; i < nc && bad < 0; i++)
+        if (!(fabs(c[i] - want[i]) <= 1e-5 * mag[i] + 1e-7)) bad = i;
+    CHECKF(bad < 0 && nc > 0, "%s: element %lld of %lld is %g, want %g", subs, (long long)bad, (long long)nc,
+           bad >= 0 ? c[bad] : 0.0, bad >= 0 ? want[bad] : 0.0);
     free(a);
     free(b);
     free(c);
@@ -775,7 +773,8 @@ static void test_fuse_reference(void)
         exec_ref_init_args(fused, 5);
         int same = 1;
         for (int step = 0; step < 3; step++) {
-            CHECK(exec_ref_run(plain, err, sizeof err) == 0 && exec_ref_run(fused, err, sizeof err) == 0);
+            int rc_plain = exec_ref_run(plain, err, sizeof err), rc_fused = exec_ref_run(fused, err, sizeof err);
+            CHECKF(rc_plain == 0 && rc_fused == 0, "%s step %d: %s", specs[c], step, err);
             for (int v = 0; v < g->n_values; v++) {
                 int seen = g->values[v].grad_of >= 0 || v == g->loss;
                 for (int i = 0; i < g->n_outputs; i++) seen |= g->outputs[i].value == v;

@@ -30,8 +30,11 @@ static spmd_program *lower(const ir_graph *g, const char *mesh_text, const char 
     schedule sc;
     if (shard_mesh_parse(mesh_text, &mesh, err, sizeof err) < 0) abort();
     shard_state *st = shard_state_new(g, &mesh);
-    if (*sched) CHECKF(sched_parse(sched, &mesh, &sc, err, sizeof err) == 0 && sched_apply(&sc, st, err, sizeof err) == 0,
-                       "%s", err);
+    if (*sched) {
+        int rc = sched_parse(sched, &mesh, &sc, err, sizeof err);
+        if (rc == 0) rc = sched_apply(&sc, st, err, sizeof err);
+        CHECKF(rc == 0, "%s: %s", sched, err);
+    }
     spmd_program *p = spmd_lower(st);
     p->mesh = mesh;
     shard_state_free(st);

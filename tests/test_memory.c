@@ -362,7 +362,8 @@ static void check_micro_equivalence(const char *spec, int micro)
             if (w >= 0) memcpy(exec_ref_data(rm, w), (char *)exec_ref_data(rg, v) + (size_t)k * part, part);
         }
     }
-    CHECK(exec_ref_run(rg, err, sizeof err) == 0 && exec_ref_run(rm, err, sizeof err) == 0);
+    int rc_g = exec_ref_run(rg, err, sizeof err), rc_m = exec_ref_run(rm, err, sizeof err);
+    CHECKF(rc_g == 0 && rc_m == 0, "%s: %s", spec, err);
     double loss = fabs(exec_ref_loss(rg) - exec_ref_loss(rm)) / fabs(exec_ref_loss(rg)), worst = 0;
     const char *worst_name = "-";
     for (int i = 0; i < g->n_outputs; i++) {

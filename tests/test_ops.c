@@ -214,7 +214,8 @@ static void fd_check(ir_opkind k)
     exec_ref_init_args(rs, 3);
     fill_params(fwd, rf);
     fill_params(st, rs);
-    CHECKF(exec_ref_run(rs, err, sizeof err) == 0 && exec_ref_run(rf, err, sizeof err) == 0, "%s: %s", n, err);
+    int rc_s = exec_ref_run(rs, err, sizeof err), rc_f = exec_ref_run(rf, err, sizeof err);
+    CHECKF(rc_s == 0 && rc_f == 0, "%s: %s", n, err);
     const double h = 1e-2;
     int bad = 0, checked = 0;
     for (int p = 0; p < fwd->n_values; p++) {

@@ -388,8 +388,8 @@ static void test_fill_and_assemble(void)
     }
     CHECKF(bad == 0 && n_args > 10, "%d of %d arguments differ", bad, n_args);
     /* every partial-sum buffer of a gradient assembles to the reference gradient */
-    CHECK(exec_ref_run(ref, err, sizeof err) == 0);
-    CHECK(exec_spmd_step(r, err, sizeof err) == 0);
+    int rc_ref = exec_ref_run(ref, err, sizeof err), rc_spmd = exec_spmd_step(r, err, sizeof err);
+    CHECKF(rc_ref == 0 && rc_spmd == 0, "%s", err);
     int partial = 0;
     double worst = 0;
     for (int b = 0; b < p->n_bufs; b++) {
@@ -466,10 +466,12 @@ static void test_check_can_fail(void)
     exec_spmd *r = exec_spmd_new(p, 0, err, sizeof err);
     exec_ref_init_args(ref, 5);
     exec_spmd_init_args(r, 5);
-    CHECK(exec_ref_run(ref, err, sizeof err) == 0 && exec_spmd_step(r, err, sizeof err) == 0);
+    int rc_ref = exec_ref_run(ref, err, sizeof err), rc_spmd = exec_spmd_step(r, err, sizeof err);
+    CHECKF(rc_ref == 0 && rc_spmd == 0, "%s", err);
     exec_spmd_check c;
     exec_spmd_check_init(&c, g, err, sizeof err);
-    CHECK(exec_spmd_compare(r, ref, &c, err, sizeof err) == 0 && exec_spmd_check_ok(&c, TOL) && c.replica_diff == 0);
+    int rc_cmp = exec_spmd_compare(r, ref, &c, err, sizeof err);
+    CHECKF(rc_cmp == 0 && exec_spmd_check_ok(&c, TOL) && c.replica_diff == 0, "%s", err);
     exec_spmd_check_free(&c);
     /* the output updating wte (vocab-sharded over model, replicated over batch) */
     int out = -1;
