@@ -8,6 +8,7 @@
 
 #include "analysis/schedule.h"
 #include "ir/ir.h"
+#include "view/view.h"
 
 enum { CLI_OK = 0, CLI_CHECK_FAILED = 1, CLI_BAD_INPUT = 2 };
 
@@ -58,6 +59,17 @@ ir_graph *cli_load_step(const cli_opts *o, char *cfg_text, size_t n);
  * `cmd` (both required: a missing one is named).  Returns 0, or prints one
  * error line and returns CLI_BAD_INPUT. */
 int cli_mesh_schedule(const char *cmd, const char *mesh_text, const char *sched_text, shard_mesh *mesh, schedule *sc);
+
+/* Renders x with the renderer named `renderer` (view_find) on stdout.
+ * Returns 0, or -1 when the renderer fails or stdout reports an error. */
+int cli_render(const char *renderer, const view_explanation *x);
+/* The same into a buffer first, then atomically into path (stdout when path
+ * is NULL); *bytes (when not NULL) gets the size.  Returns 0, or -1 with a
+ * message. */
+int cli_render_file(const char *renderer, const view_explanation *x, const char *path, size_t *bytes, char *err,
+                    size_t errlen);
+/* Prints a plan's note (the first figure that differs from carve's own), if any. */
+void cli_plan_note(const plan *pl);
 
 int cmd_models(const cli_opts *o);
 int cmd_show(const cli_opts *o);

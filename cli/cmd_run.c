@@ -14,7 +14,6 @@
 #include <string.h>
 
 #include "cli/cli.h"
-#include "cli/report.h"
 #include "cli/run_report.h"
 
 /* Prints err when this rank has something to say. */
@@ -70,7 +69,11 @@ static int run_plan(const cli_opts *o, session_world *w)
     plan pl;
     ir_graph *g;
     shard_state *st;
-    if (cli_open_plan(o->plan, &pl, &g, &st)) return CLI_BAD_INPUT;
+    if (session_plan_open(o->plan, &pl, &g, &st, err, sizeof err) < 0) {
+        cli_error("%s", err);
+        return CLI_BAD_INPUT;
+    }
+    cli_plan_note(&pl);
     int rc = CLI_BAD_INPUT;
     if (session_plan_matches(&pl, o->plan, o->mesh, o->model, err, sizeof err) < 0) cli_error("run: %s", err);
     else if (pl.mesh.n_devices > 256)

@@ -4,6 +4,7 @@
 #include "cost/cost.h"
 
 #include <errno.h>
+#include <stddef.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -75,6 +76,114 @@ static int parse_num(const char *cmd, const char *flag, const char *s, double lo
     return 0;
 }
 
+/* A value checked against a list of words ("auto none"), or by a parser:
+ * 0, or -1 after the error line. */
+static int one_of(const char *cmd, const char *flag, const char *val, const char *words, const char *said)
+{
+    if (*val && !strchr(val, ' ') && has_flag(words, val)) return 0;
+    cli_error("%s: %s must be %s, got '%s'", cmd, flag, said, val);
+    return -1;
+}
+
+static int check_precision(const char *cmd, const char *val)
+{
+    cost_precision prec;
+    char perr[160];
+    if (cost_precision_parse(val, &prec, perr, sizeof perr) == 0) return 0;
+    cli_error("%s: --precision: %s", cmd, perr);
+    return -1;
+}
+
+static int check_grads(const char *cmd, const char *val)
+{
+    cost_grads gr;
+    char perr[160];
+    if (cost_grads_parse(val, &gr, perr, sizeof perr) == 0) return 0;
+    cli_error("%s: --grads: %s", cmd, perr);
+    return -1;
+}
+
+static int check_search(const char *cmd, const char *val)
+{
+    return search_algo_find(val) ? 0 : one_of(cmd, "--search", val, "", "mcts, random, greedy or exhaustive");
+}
+
+/* Every flag with a value: where it goes in cli_opts and how it is checked. */
+typedef enum { FLAG_TEXT, FLAG_INT, FLAG_NUM } flag_kind;
+static const struct flag {
+    const char *name;
+    flag_kind kind;
+    size_t at;                                   /* offsetof(cli_opts, ...) */
+    const char *words, *said;                    /* FLAG_TEXT: the values allowed (NULL: any), as the error says them */
+    int (*check)(const char *cmd, const char *val); /* FLAG_TEXT: or a parser that checks it */
+    double lo, hi;                               /* FLAG_INT: lo..hi; FLAG_NUM: above lo, at most hi */
+} flags[] = {
+    {"--model", FLAG_TEXT, offsetof(cli_opts, model), NULL, NULL, NULL, 0, 0},
+    {"--graph", FLAG_TEXT, offsetof(cli_opts, graph), NULL, NULL, NULL, 0, 0},
+    {"--mesh", FLAG_TEXT, offsetof(cli_opts, mesh), NULL, NULL, NULL, 0, 0},
+    {"--hw", FLAG_TEXT, offsetof(cli_opts, hw), NULL, NULL, NULL, 0, 0},
+    {"--schedule", FLAG_TEXT, offsetof(cli_opts, schedule), NULL, NULL, NULL, 0, 0},
+    {"--plan", FLAG_TEXT, offsetof(cli_opts, plan), NULL, NULL, NULL, 0, 0},
+    {"--to", FLAG_TEXT, offsetof(cli_opts, to), NULL, NULL, NULL, 0, 0},
+    {"--html", FLAG_TEXT, offsetof(cli_opts, html), NULL, NULL, NULL, 0, 0},
+    {"--out", FLAG_TEXT, offsetof(cli_opts, out), NULL, NULL, NULL, 0, 0},
+    {"--precision", FLAG_TEXT, offsetof(cli_opts, precision), NULL, NULL, check_precision, 0, 0},
+    {"--grads", FLAG_TEXT, offsetof(cli_opts, grads), NULL, NULL, check_grads, 0, 0},
+    {"--memory-tactics", FLAG_TEXT, offsetof(cli_opts, memory_tactics), "auto none", "auto or none", NULL, 0, 0},
+    {"--backend", FLAG_TEXT, offsetof(cli_opts, backend), "threads mpi", "threads or mpi", NULL, 0, 0},
+    {"--optimizer", FLAG_TEXT, offsetof(cli_opts, optimizer), "adam sgd", "adam or sgd", NULL, 0, 0},
+    {"--search", FLAG_TEXT, offsetof(cli_opts, search), NULL, NULL, check_search, 0, 0},
+    {"--seed", FLAG_INT, offsetof(cli_opts, seed), NULL, NULL, NULL, 0, (double)INT64_MAX},
+    {"--threads", FLAG_INT, offsetof(cli_opts, threads), NULL, NULL, NULL, 1, 256},
+    {"--steps", FLAG_INT, offsetof(cli_opts, steps), NULL, NULL, NULL, 1, 1000000},
+    {"--stall", FLAG_INT, offsetof(cli_opts, stall), NULL, NULL, NULL, 1, 100000000},
+    {"--budget", FLAG_INT, offsetof(cli_opts, budget), NULL, NULL, NULL, 1, 100000000},
+    {"--time", FLAG_NUM, offsetof(cli_opts, time_s), NULL, NULL, NULL, 0, 86400 * 7},
+    {"--memory", FLAG_NUM, offsetof(cli_opts, memory_gib), NULL, NULL, NULL, 0, 1e9},
+};
+
+/* Flags without a value. */
+static const struct { const char *name; size_t at; } switches[] = {
+    {"--summary", offsetof(cli_opts, summary)}, {"--ops", offsetof(cli_opts, ops)},
+    {"--forward", offsetof(cli_opts, forward)}, {"--quiet", offsetof(cli_opts, quiet)},
+    {"--overlap", offsetof(cli_opts, overlap)}, {"--json", offsetof(cli_opts, json)},
+};
+
+/* Stores the value of flag f into o.  Returns 0, or -1 after the error line. */
+static int set_flag(const char *cmd, const struct flag *f, const char *val, cli_opts *o)
+{
+    char *at = (char *)o + f->at;
+    switch (f->kind) {
+    case FLAG_TEXT:
+        if (f->words && one_of(cmd, f->name, val, f->words, f->said) < 0) return -1;
+        if (f->check && f->check(cmd, val) < 0) return -1;
+        memcpy(at, &val, sizeof val);
+        return 0;
+    case FLAG_INT:
+        return parse_int(cmd, f->name, val, (int64_t)f->lo, f->hi >= (double)INT64_MAX ? INT64_MAX : (int64_t)f->hi, (int64_t *)(void *)at);
+    case FLAG_NUM:
+        return parse_num(cmd, f->name, val, f->lo, f->hi, (double *)(void *)at);
+    }
+    return -1;
+}
+
+/* The flag named by argument a ("--name" or "--name=value") into flag[64];
+ * its value after '=' (or NULL) into *eq.  Returns 0, or CLI_BAD_INPUT after
+ * the error line when command c has no such flag. */
+static int flag_name(const cli_command *c, const char *a, char flag[64], const char **eq)
+{
+    *eq = strchr(a, '=');
+    size_t fl = *eq ? (size_t)(*eq - a) : strlen(a);
+    if (fl >= 64) fl = 63;
+    memcpy(flag, a, fl);
+    flag[fl] = 0;
+    if (fl < 63 && has_flag(c->flags, flag)) return 0;
+    const char *near = ir_nearest(flag, c->flags); /* shown whole, never cut */
+    cli_error("%s: unknown option '%.*s' (%s%s%ssee carve %s --help)", c->name, (int)(*eq ? (size_t)(*eq - a) : strlen(a)), a,
+              near ? "did you mean " : "", near ? near : "", near ? "? " : "", c->name);
+    return CLI_BAD_INPUT;
+}
+
 int cli_parse(const cli_command *c, int argc, char **argv, cli_opts *o)
 {
     memset(o, 0, sizeof *o);
@@ -83,7 +192,7 @@ int cli_parse(const cli_command *c, int argc, char **argv, cli_opts *o)
     o->steps = 1;
     o->optimizer = "adam";
     for (int i = 0; i < argc; i++) {
-        const char *a = argv[i];
+        const char *a = argv[i], *eq;
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
             o->help = 1;
             return 0;
@@ -97,95 +206,18 @@ int cli_parse(const cli_command *c, int argc, char **argv, cli_opts *o)
             continue;
         }
         char flag[64];
-        const char *val = NULL;
-        const char *eq = strchr(a, '=');
-        size_t fl = eq ? (size_t)(eq - a) : strlen(a);
-        if (fl >= sizeof flag) fl = sizeof flag - 1;
-        memcpy(flag, a, fl);
-        flag[fl] = 0;
-        if (fl == sizeof flag - 1 || !has_flag(c->flags, flag)) { /* shown whole, never cut */
-            const char *near = ir_nearest(flag, c->flags);
-            cli_error("%s: unknown option '%.*s' (%s%s%ssee carve %s --help)", c->name, (int)(eq ? (size_t)(eq - a) : strlen(a)), a,
-                      near ? "did you mean " : "", near ? near : "", near ? "? " : "", c->name);
-            return CLI_BAD_INPUT;
-        }
-        static const char *const bools[] = {"--summary", "--ops", "--forward", "--quiet", "--overlap", "--json"};
-        int *bool_dst[] = {&o->summary, &o->ops, &o->forward, &o->quiet, &o->overlap, &o->json};
-        int is_bool = 0;
-        for (int k = 0; k < 6; k++)
-            if (!strcmp(flag, bools[k])) {
-                *bool_dst[k] = 1;
-                is_bool = 1;
-            }
-        if (is_bool) continue;
-        if (eq) val = eq + 1;
-        else if (i + 1 < argc) val = argv[++i];
-        else {
+        if (flag_name(c, a, flag, &eq)) return CLI_BAD_INPUT;
+        int is_switch = 0;
+        for (size_t k = 0; k < sizeof switches / sizeof switches[0]; k++)
+            if (!strcmp(flag, switches[k].name)) *(int *)(void *)((char *)o + switches[k].at) = is_switch = 1;
+        if (is_switch) continue;
+        const char *val = eq ? eq + 1 : i + 1 < argc ? argv[++i] : NULL;
+        if (!val) {
             cli_error("%s: option %s needs a value", c->name, flag);
             return CLI_BAD_INPUT;
         }
-        int rc = 0;
-        if (!strcmp(flag, "--model")) o->model = val;
-        else if (!strcmp(flag, "--graph")) o->graph = val;
-        else if (!strcmp(flag, "--mesh")) o->mesh = val;
-        else if (!strcmp(flag, "--hw")) o->hw = val;
-        else if (!strcmp(flag, "--schedule")) o->schedule = val;
-        else if (!strcmp(flag, "--plan")) o->plan = val;
-        else if (!strcmp(flag, "--to")) o->to = val;
-        else if (!strcmp(flag, "--html")) o->html = val;
-        else if (!strcmp(flag, "--out")) o->out = val;
-        else if (!strcmp(flag, "--precision")) {
-            cost_precision prec;
-            char perr[160];
-            if (cost_precision_parse(val, &prec, perr, sizeof perr) < 0) {
-                cli_error("%s: --precision: %s", c->name, perr);
-                return CLI_BAD_INPUT;
-            }
-            o->precision = val;
-        }
-        else if (!strcmp(flag, "--grads")) {
-            cost_grads gr;
-            char perr[160];
-            if (cost_grads_parse(val, &gr, perr, sizeof perr) < 0) {
-                cli_error("%s: --grads: %s", c->name, perr);
-                return CLI_BAD_INPUT;
-            }
-            o->grads = val;
-        }
-        else if (!strcmp(flag, "--memory-tactics")) {
-            if (strcmp(val, "auto") && strcmp(val, "none")) {
-                cli_error("%s: --memory-tactics must be auto or none, got '%s'", c->name, val);
-                return CLI_BAD_INPUT;
-            }
-            o->memory_tactics = val;
-        }
-        else if (!strcmp(flag, "--backend")) {
-            if (strcmp(val, "threads") && strcmp(val, "mpi")) {
-                cli_error("%s: --backend must be threads or mpi, got '%s'", c->name, val);
-                return CLI_BAD_INPUT;
-            }
-            o->backend = val;
-        }
-        else if (!strcmp(flag, "--optimizer")) {
-            if (strcmp(val, "adam") && strcmp(val, "sgd")) {
-                cli_error("%s: --optimizer must be adam or sgd, got '%s'", c->name, val);
-                return CLI_BAD_INPUT;
-            }
-            o->optimizer = val;
-        } else if (!strcmp(flag, "--seed")) rc = parse_int(c->name, flag, val, 0, INT64_MAX, &o->seed);
-        else if (!strcmp(flag, "--threads")) rc = parse_int(c->name, flag, val, 1, 256, &o->threads);
-        else if (!strcmp(flag, "--steps")) rc = parse_int(c->name, flag, val, 1, 1000000, &o->steps);
-        else if (!strcmp(flag, "--search")) {
-            if (!search_algo_find(val)) {
-                cli_error("%s: --search must be mcts, random, greedy or exhaustive, got '%s'", c->name, val);
-                return CLI_BAD_INPUT;
-            }
-            o->search = val;
-        } else if (!strcmp(flag, "--stall")) rc = parse_int(c->name, flag, val, 1, 100000000, &o->stall);
-        else if (!strcmp(flag, "--budget")) rc = parse_int(c->name, flag, val, 1, 100000000, &o->budget);
-        else if (!strcmp(flag, "--time")) rc = parse_num(c->name, flag, val, 0, 86400 * 7, &o->time_s);
-        else if (!strcmp(flag, "--memory")) rc = parse_num(c->name, flag, val, 0, 1e9, &o->memory_gib);
-        if (rc) return CLI_BAD_INPUT;
+        for (size_t k = 0; k < sizeof flags / sizeof flags[0]; k++)
+            if (!strcmp(flag, flags[k].name) && set_flag(c->name, &flags[k], val, o) < 0) return CLI_BAD_INPUT;
     }
     return 0;
 }
@@ -204,6 +236,11 @@ ir_graph *cli_load_step(const cli_opts *o, char *cfg_text, size_t n)
     ir_graph *g = session_load_step(&src, cfg_text, n, NULL, err, sizeof err);
     if (!g) cli_error("%s", err);
     return g;
+}
+
+void cli_plan_note(const plan *pl)
+{
+    if (pl->note[0]) cli_error("note: %s", pl->note);
 }
 
 int cli_mesh_schedule(const char *cmd, const char *mesh_text, const char *sched_text, shard_mesh *mesh, schedule *sc)

@@ -198,6 +198,7 @@ int session_autopart_run(session_autopart *a, char *err, size_t errlen)
 
 void session_autopart_free(session_autopart *a)
 {
+    view_explain_free(&a->x);
     for (int i = 0; i < a->n_steps; i++) autopart_step_free(&a->steps[i]);
     plan_free(&a->pl);
     a->n_steps = 0;

@@ -41,6 +41,7 @@ int session_cost_run(session_cost *c, const ir_graph *g, const shard_mesh *mesh,
 
 void session_cost_free(session_cost *c)
 {
+    view_explain_free(&c->x);
     autopart_pricer_free(&c->pr);
     spmd_free(c->p);
     cost_ws_free(c->ws);

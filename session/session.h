@@ -33,6 +33,7 @@
 #include "exec/runtime.h"
 #include "ir/ir.h"
 #include "plan/plan.h"
+#include "view/view.h"
 
 enum { SESSION_CHECK_FAILED = 1, SESSION_BAD_INPUT = 2 };
 
@@ -82,6 +83,59 @@ int session_plan_open(const char *path, plan *pl, ir_graph **g, shard_state **st
 int session_plan_matches(const plan *pl, const char *path, const char *mesh_text, const char *model_text, char *err,
                          size_t errlen);
 
+/* What a plan file is opened for: explain (priced through the pricer,
+ * beside the expert schedules), its picture (priced alone: carve report),
+ * its shardings (nothing priced: carve export). */
+typedef enum { SESSION_PLAN_EXPLAIN, SESSION_PLAN_PICTURE, SESSION_PLAN_SHARDINGS } session_plan_use;
+
+/* A plan file opened for a command, and its explanation (x). */
+typedef struct session_plan_view {
+    plan pl;
+    ir_graph *g;
+    shard_state *st;
+    int opened;               /* pl, g and st are set (pl.note may hold a note to show) */
+    cost_hw hw;
+    autopart_pricer pr;       /* explain */
+    spmd_program *p;          /* picture, shardings */
+    cost_ws *ws;              /* picture */
+    cost_estimate e;
+    autopart_expert *ex;
+    int n_ex;
+    view_explanation x;
+} session_plan_view;
+
+/* Opens the plan at path for `use` (hw_name: a profile replacing the plan's,
+ * or NULL) and fills v->x.  Returns 0, or -1 with a message (those about the
+ * profile or the price prefixed with "CMD: "); free v with
+ * session_plan_view_free either way. */
+int session_plan_view_open(session_plan_view *v, const char *cmd, const char *path, session_plan_use use, const char *hw_name,
+                           char *err, size_t errlen);
+void session_plan_view_free(session_plan_view *v);
+
+/* ---- carve shard (shard.c) ---------------------------------------------------------- */
+
+/* A schedule applied tactic by tactic: every decision tried with what it did. */
+typedef struct session_shard {
+    shard_state *st;
+    spmd_program *p;
+    view_tactic *tactics;
+    int n_tactics;
+    shard_decision *decisions;
+    int *decided;             /* per decision: 0 it changed the sharding, 1 it changed nothing */
+    int *decision_tactic;
+    int n_decisions;
+    view_explanation x;       /* set by session_shard_explain */
+} session_shard;
+
+/* Applies sc to g on mesh and lowers it.  Returns 0, or -1 with a message;
+ * free s with session_shard_free either way. */
+int session_shard_run(session_shard *s, const ir_graph *g, const shard_mesh *mesh, const schedule *sc, char *err,
+                      size_t errlen);
+/* Fills s->x (label: the model; sched_text: the schedule as shown;
+ * summary: carve shard --summary). */
+void session_shard_explain(session_shard *s, const char *label, const char *sched_text, int summary);
+void session_shard_free(session_shard *s);
+
 /* ---- pricing (options.c, cost.c) --------------------------------------------- */
 
 /* A command's pricing settings, as given (NULL or 0: not given). */
@@ -104,6 +158,7 @@ typedef struct session_cost {
     cost_estimate e;          /* its price (its arrays live in ws) */
     autopart_pricer pr;       /* the replicated plan's, the search's baseline */
     cost_estimate base;       /* the replicated plan's price (scalars only) */
+    view_explanation x;       /* set by session_cost_explain */
 } session_cost;
 
 /* Applies sc to g on mesh and prices it and the replicated plan on hw with
@@ -111,6 +166,10 @@ typedef struct session_cost {
  * either way (g stays the caller's). */
 int session_cost_run(session_cost *c, const ir_graph *g, const shard_mesh *mesh, const schedule *sc, const cost_hw *hw,
                      const cost_options *opt, char *err, size_t errlen);
+/* Fills c->x (label: the model; sched_text: the schedule as shown; the
+ * profile and options c was priced with). */
+void session_cost_explain(session_cost *c, const char *label, const char *sched_text, const cost_hw *hw,
+                          const cost_options *opt);
 void session_cost_free(session_cost *c);
 
 /* ---- autopart (autopart.c) ------------------------------------------------------- */
@@ -144,6 +203,9 @@ typedef struct session_autopart {
     const char *from;           /* the expert schedule the chosen plan starts from, or NULL */
     int written;                /* out was written */
     char save_err[512];         /* out was not written: why */
+    view_explanation x;         /* set by session_autopart_explain */
+    view_search view_search;
+    cost_estimate other_gather; /* the chosen plan under the other gather policy */
 } session_autopart;
 
 /* Runs autopart a: checks the schedule (one auto, last) and the output
@@ -152,6 +214,9 @@ typedef struct session_autopart {
  * -1 with a message (bad input: nothing searched or written).  Free with
  * session_autopart_free either way. */
 int session_autopart_run(session_autopart *a, char *err, size_t errlen);
+/* Fills a->x with the chosen plan (after session_autopart_run), its
+ * search, the memory level and the plan under the other gather policy. */
+void session_autopart_explain(session_autopart *a);
 void session_autopart_free(session_autopart *a);
 
 /* ---- checked runs (run.c) ---------------------------------------------------------- */

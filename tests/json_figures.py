@@ -48,7 +48,7 @@ def layer_name(layer):
 
 
 def estimate_lines(e):
-    """cli_print_estimate (cli/report.c)."""
+    """The estimate section of the text renderer (view/text.c)."""
     a, b, c = fmt_time(e["step_time_s"]), fmt_time(e["compute_s"]), fmt_time(e["communication_s"])
     if e["overlapped"]:
         out = ["step time      %s  (compute %s and communication %s overlapped: the larger of the two)" % (a, b, c)]
@@ -85,7 +85,7 @@ def estimate_lines(e):
 
 
 def expert_lines(doc):
-    """cli_print_experts: this plan's row and each expert's."""
+    """The experts table (view/text.c): this plan's row and each expert's."""
     e = doc["estimate"]
     out = ["  %-44s %14s %11.4g GiB  %s" % ("this plan", fmt_time(e["step_time_s"]), e["peak_memory_bytes"] / GIB,
                                            "" if e["fits"] else "does not fit")]
@@ -107,7 +107,7 @@ def collective_line(c):
 
 
 def layer_collectives(doc, text):
-    """cli_print_layer_collectives: per layer shown, its total line and each
+    """The collectives per layer (view/text.c): per layer shown, its total line and each
     collective line it lists (the text folds equal layers and cuts at 24)."""
     must, shown = [], []
     by_layer = {}

@@ -1,30 +1,30 @@
-/* export.h - a verified plan in JAX, Shardy, XLA and PyTorch form (export.c,
- * docs/export.md). */
+/* export.h - what the exports of a plan share (export.c); each export is a
+ * renderer of its own file (export_jax.c, export_shardy.c, export_xla.c,
+ * export_torch.c; view.h).  Private to view/. */
 #ifndef CARVE_VIEW_EXPORT_H
 #define CARVE_VIEW_EXPORT_H
 
+#include <stdint.h>
 #include <stdio.h>
 
-#include "plan/plan.h"
+#include "view/view.h"
 
-typedef enum { VIEW_EXPORT_JAX, VIEW_EXPORT_SHARDY, VIEW_EXPORT_XLA, VIEW_EXPORT_TORCH, VIEW_EXPORT_N } view_export_kind;
-
-/* The kind named "jax", "shardy", "xla" or "torch", or -1. */
-int view_export_kind_from_name(const char *name);
-const char *view_export_kind_name(view_export_kind k);
-
-/* Writes the plan (pl, read from `path`; st its replayed state, p its lowered
- * program) in form k to f.  Returns 0, or -1 when f reports a write error. */
-/* Arguments (params, inputs) with a dim that its axes do not divide (carve
- * pads it): their count, and the first described in `first`.  Exports say
- * so, since JAX's device_put wants divisible dims. */
-int view_export_uneven(const shard_state *st, char *first, size_t n);
-int view_export(const plan *pl, const char *path, const shard_state *st, const spmd_program *p, view_export_kind k,
-                FILE *f);
-
-/* The HLO sharding string of a value of rank `rank` sharded as s on mesh m:
- * "{replicated}" or "{devices=[t0,..(,r)]<=[N]}" / "<=[sizes]T(perm)" with
- * " last_tile_dim_replicate" when some axes do not tile it.  Returns buf. */
-char *view_hlo_sharding(const shard_mesh *m, const shard_spec *s, int rank, char *buf, size_t n);
+/* Writes the header lines of export `name` of x's plan (each starting with
+ * `comment`) and returns each op's forward mark (caller frees). */
+uint8_t *export_begin(const view_explanation *x, const char *name, const char *comment, FILE *f);
+/* Writes s as a double-quoted Python (mlir 0) or MLIR (mlir 1) string literal. */
+void export_put_str(FILE *f, const char *s, int mlir);
+/* Whether value v is listed: arguments, and the named values the forward
+ * pass computes (the plan file's "activations"). */
+int export_listed(const shard_state *st, const uint8_t *forward, int v);
+/* MESH_AXES, MESH_SHAPE and DEVICE_IDS as Python constants. */
+void export_py_mesh(FILE *f, const shard_mesh *m);
+/* The four Python dicts of a table export: PARAM<params>, OPT_STATE<rest>,
+ * INPUT<rest> and ACTIVATION<rest> (the last under the comment
+ * activation_note), keyed by name; entry writes each value's sharding, its
+ * comma, any comment and the newline. */
+typedef void (*py_entry_fn)(FILE *f, const shard_state *st, int v);
+void export_py_tables(FILE *f, const shard_state *st, const uint8_t *fwd, const char *params, const char *rest,
+                      const char *activation_note, py_entry_fn entry);
 
 #endif

@@ -1,9 +1,11 @@
-/* html.c - a picture of a plan: one self-contained HTML page with inline SVG
- * (carve report PLAN --html out.html, docs/report.md).
+/* html.c - the HTML renderer (view.h): a picture of a plan, one
+ * self-contained page with inline SVG (carve report PLAN --html out.html,
+ * carve explain --html, docs/report.md).
  *
  *  - per argument (params and inputs of layer 0 and outside layers; the other
- *    layers are folded when their sharding is layer 0's; optimizer states are
- *    sharded like their params): the mesh as a grid, first axis down, the
+ *    layers are folded when their sharding is layer 0's, the explanation's
+ *    per-value fold; optimizer states are sharded like their params): the
+ *    mesh as a grid, first axis down, the
  *    others across, and in each device the block of the tensor it holds
  *    ([0:1024, :]); devices holding the same block share a colour;
  *  - per phase (forward, backward, optimizer): a timeline of the program's
@@ -21,7 +23,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "view/html.h"
+#include "view/view.h"
 
 /* Writes s with &, <, >, " escaped and non-printable bytes as '?'. */
 static void esc(FILE *f, const char *s)
@@ -119,26 +121,9 @@ static void mesh_grid(FILE *f, const shard_state *st, int v)
     fputs("</svg>", f);
 }
 
-/* Whether every layer's copy of layer-0 value v is sharded like it. */
-static int folded(const shard_state *st, int v, int *n_same)
+static void shardings_section(FILE *f, const view_explanation *vx)
 {
-    const ir_graph *g = st->g;
-    const ir_value *x = &g->values[v];
-    const char *dot = strchr(x->name, '.');
-    int same = 0, other = 0;
-    for (int u = 0; u < g->n_values && dot; u++) {
-        const ir_value *y = &g->values[u];
-        const char *d2 = strchr(y->name, '.');
-        if (u == v || y->layer <= 0 || y->role != x->role || !d2 || strcmp(d2, dot)) continue;
-        if (shard_spec_equal(&st->spec[u], &st->spec[v], x->rank)) same++;
-        else other++;
-    }
-    *n_same = same;
-    return other == 0;
-}
-
-static void shardings_section(FILE *f, const shard_state *st)
-{
+    const shard_state *st = vx->st;
     const ir_graph *g = st->g;
     char ty[128], ps[256];
     fputs("<h2>Shardings</h2><p class=\"note\">The mesh as a grid (first axis down, the others across); each "
@@ -148,7 +133,7 @@ static void shardings_section(FILE *f, const shard_state *st)
     for (int v = 0; v < g->n_values; v++) {
         const ir_value *x = &g->values[v];
         if ((x->role != IR_PARAM && x->role != IR_INPUT) || x->layer > 0) continue;
-        int same = 0, all = x->layer == 0 ? folded(st, v, &same) : 1;
+        int all = x->layer == 0 ? vx->alike[v] : 1;
         fputs("<div class=\"arg\"><h3>", f);
         esc(f, x->name);
         fputs(" <code>", f);
@@ -161,7 +146,6 @@ static void shardings_section(FILE *f, const shard_state *st)
             fprintf(f, "<div class=\"note\">%s</div>",
                     all ? "every layer alike" : "other layers differ (see the plan file)");
         fputs("</div>", f);
-        (void)same;
     }
     fputs("</div>", f);
 }
@@ -176,7 +160,7 @@ static void axes_text(const shard_mesh *m, unsigned axes, char *buf, size_t n)
         if (axes & (1u << a)) k += (size_t)snprintf(buf + k, n - k, "%s%s", k ? "," : "", m->names[a]);
 }
 
-static void timeline_section(FILE *f, const spmd_program *p, const cost_estimate *e)
+static void timeline_section(FILE *f, const spmd_program *p, const double *instr_time)
 {
     const ir_graph *g = p->g;
     static const char *const colour[SPMD_N_KINDS] = {"#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#b07aa1", "#9c755f",
@@ -192,7 +176,7 @@ static void timeline_section(FILE *f, const spmd_program *p, const cost_estimate
     for (int ph = 0; ph < SPMD_N_PHASES; ph++) {
         double total = 0;
         for (int i = 0; i < p->n_instrs; i++)
-            if (p->instrs[i].phase == ph) total += e->instr_time[i];
+            if (p->instrs[i].phase == ph) total += instr_time[i];
         fmt_time(total, t, sizeof t);
         fprintf(f, "<h3>%s: %s</h3>", spmd_phase_name((spmd_phase)ph), t);
         if (total <= 0) continue;
@@ -212,7 +196,7 @@ static void timeline_section(FILE *f, const spmd_program *p, const cost_estimate
                 run_time = 0;
             }
             if (!in) break;
-            double dt = e->instr_time[i];
+            double dt = instr_time[i];
             if (compute) {
                 if (run_start < 0) run_start = clock;
                 run_time += dt;
@@ -280,9 +264,14 @@ static const char *const script =
     "});});"
     "document.body.dataset.ready=String(document.querySelectorAll('svg').length>0?1:0);";
 
-int view_html(const plan *pl, const char *path, const shard_state *st, const spmd_program *p, const cost_hw *hw,
-              const cost_estimate *e, FILE *f)
+int view_render_html(const view_explanation *x, FILE *f)
 {
+    if (!x->pl || !x->e) return -1;
+    const plan *pl = x->pl;
+    const char *path = x->path;
+    const shard_state *st = x->st;
+    const cost_hw *hw = x->hw;
+    const cost_estimate *e = x->e;
     char a[64], b[64], c[64], buf[256];
     fputs("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>carve plan ", f);
     esc(f, path);
@@ -307,8 +296,8 @@ int view_html(const plan *pl, const char *path, const shard_state *st, const spm
     fmt_bytes(e->peak_memory, a, sizeof a);
     fmt_bytes(e->capacity, b, sizeof b);
     fprintf(f, "<tr><td>peak memory</td><td>%s of %s per device</td></tr></table>\n", a, b);
-    shardings_section(f, st);
-    timeline_section(f, p, e);
+    shardings_section(f, x);
+    timeline_section(f, x->p, x->instr_time);
     memory_section(f, st->mesh, e);
     fprintf(f, "\n<script>%s</script>\n</body></html>\n", script);
     return ferror(f) ? -1 : 0;

@@ -1,91 +1,26 @@
-/* doc.c - the --json documents of carve cost, shard, explain and autopart
- * (doc.h, docs/json-output.md).
+/* json.c - the JSON renderer (view.h): the --json documents of carve cost,
+ * shard, explain and autopart (docs/json-output.md, schema in
+ * docs/output.schema.json), each one object whose "format" names it and its
+ * version.
  *
- * Each builder turns what a command computed into one cJSON tree: an
- * estimate (cost_estimate with its breakdowns), the experts table, the
- * collectives of a program with their predicted times, the shardings of
- * params and arguments.  Figures are raw (seconds, bytes) and written with
- * %.17g through plan_json_number, so a reader gets the value the text rounds.
- * The strategy sentence lives here too, so text and JSON say the same words.
+ * A document carries the figures the command's text shows, unrounded (times
+ * in seconds, sizes in bytes, numbers written with %.17g through
+ * plan_json_number, so a reader gets the value the text rounds), and the
+ * lists the text folds or cuts (every param, every collective).  Everything
+ * comes from the explanation: the strategy is its sentence, so text and
+ * JSON say the same words.
  */
-#include "view/json.h"
+#include "view/view.h"
 
 #include <stdlib.h>
 #include <string.h>
 
-#include "analysis/structure.h"
+#define VIEW_DOC_COST "carve-cost/1"
+#define VIEW_DOC_SHARD "carve-shard/1"
+#define VIEW_DOC_EXPLAIN "carve-explain/1"
+#define VIEW_DOC_AUTOPART "carve-autopart/1"
 
 static cJSON *num(double x) { return plan_json_number(x); }
-
-/* ---- the strategy in words ------------------------------------------------ */
-
-static int dim_on(const shard_state *st, int v, int dim, int axis)
-{
-    const shard_spec *s = &st->spec[v];
-    for (int k = 0; k < s->n[dim]; k++)
-        if (s->axes[dim][k] == axis) return 1;
-    return 0;
-}
-
-/* Names what axis a does in st, from the graph's structure (the batch group,
- * the Megatron blocks, the expert weights), so the words do not depend on
- * what params are called. */
-static int axis_parts(const shard_state *st, const shard_groups *gs, int batch, const shard_member *mega, int n_mega,
-                      const shard_member *experts, int n_experts, int a, char parts[5][96])
-{
-    const ir_graph *g = st->g;
-    int np = 0, dp = 0, other = 0, tp = 0;
-    double pbytes = 0, ptiled = 0;
-    for (int v = 0; v < g->n_values; v++) {
-        const ir_value *x = &g->values[v];
-        if (x->role == IR_INPUT)
-            for (int d = 0; d < x->rank; d++) {
-                if (!dim_on(st, v, d, a)) continue;
-                if (gs->dim_group[gs->dim_base[v] + d] == batch) dp = 1;
-                else other = 1;
-            }
-        if (x->role == IR_PARAM) {
-            pbytes += (double)ir_bytes(x);
-            if (shard_spec_tiled(&st->spec[v], x->rank) & (1u << a)) ptiled += (double)ir_bytes(x);
-        }
-    }
-    int ep = 0;
-    for (int i = 0; i < n_mega; i++) tp += dim_on(st, mega[i].value, mega[i].dim, a);
-    for (int i = 0; i < n_experts; i++) ep += dim_on(st, experts[i].value, experts[i].dim, a);
-    if (ep) snprintf(parts[np++], 96, "expert parallelism (%d of %d expert weights split on their experts dim)", ep, n_experts);
-    if (dp) snprintf(parts[np++], 96, "data parallel");
-    if (other) snprintf(parts[np++], 96, "input dims other than the batch split");
-    if (tp) snprintf(parts[np++], 96, "tensor parallel (%d of %d Megatron-split params)", tp, n_mega);
-    if (dp && ptiled > 0) snprintf(parts[np++], 96, "%.0f%% of param bytes sharded (ZeRO-3/FSDP)", 100 * ptiled / pbytes);
-    else if (!tp && !ep && ptiled > 0) snprintf(parts[np++], 96, "%.0f%% of param bytes split", 100 * ptiled / pbytes);
-    if (!np) snprintf(parts[np++], 96, "replicated");
-    return np;
-}
-
-char *view_strategy(const shard_state *st, char *buf, size_t n)
-{
-    const ir_graph *g = st->g;
-    const shard_mesh *m = st->mesh;
-    shard_groups *gs = shard_groups_build(g);
-    char why[160], parts[5][96];
-    int batch = shard_batch_group(g, gs, why, sizeof why);
-    int cap = g->n_values + 1;
-    shard_member *mega = ir_xcalloc((size_t)cap, sizeof *mega);
-    int n_mega = shard_megatron_dims(g, mega, cap, NULL, why, sizeof why);
-    shard_member *experts = ir_xcalloc((size_t)cap, sizeof *experts);
-    int n_experts = shard_expert_dims(g, experts, cap, why, sizeof why);
-    size_t k = 0;
-    buf[0] = 0;
-    for (int a = 0; a < m->n_axes; a++) {
-        int np = axis_parts(st, gs, batch, mega, n_mega, experts, n_experts, a, parts);
-        k += (size_t)snprintf(buf + k, k < n ? n - k : 0, "%s%s: ", a ? "; " : "", m->names[a]);
-        for (int i = 0; i < np && k < n; i++) k += (size_t)snprintf(buf + k, n - k, "%s%s", i ? " + " : "", parts[i]);
-    }
-    free(mega);
-    free(experts);
-    shard_groups_free(gs);
-    return buf;
-}
 
 /* ---- shared pieces ---------------------------------------------------------- */
 
@@ -136,7 +71,7 @@ static void add_breakdowns(cJSON *j, const cost_estimate *e)
     }
 }
 
-cJSON *view_doc_estimate(const cost_estimate *e)
+static cJSON *estimate_json(const cost_estimate *e)
 {
     cJSON *j = cJSON_CreateObject();
     cJSON_AddItemToObject(j, "step_time_s", num(e->step_time));
@@ -157,9 +92,8 @@ cJSON *view_doc_estimate(const cost_estimate *e)
     return j;
 }
 
-cJSON *view_doc_experts(const autopart_expert *ex, int n, const cost_estimate *mine)
+static cJSON *experts_json(const autopart_expert *ex, int n, int best, const cost_estimate *mine)
 {
-    int best = autopart_best_expert(ex, n);
     cJSON *a = cJSON_CreateArray();
     for (int i = 0; i < n; i++) {
         cJSON *o = cJSON_CreateObject();
@@ -197,18 +131,17 @@ static void add_head(cJSON *j, const char *format, const char *model, const shar
 
 /* ---- carve cost --------------------------------------------------------------- */
 
-cJSON *view_doc_cost(const char *model, const shard_mesh *mesh, const char *sched, const cost_hw *hw,
-                     const cost_options *opt, const cost_estimate *e, const cost_estimate *base)
+static cJSON *cost_json(const view_explanation *x)
 {
     cJSON *j = cJSON_CreateObject();
-    add_head(j, VIEW_DOC_COST, model, mesh, hw, opt, sched);
-    cJSON_AddItemToObject(j, "estimate", view_doc_estimate(e));
-    if (base) {
+    add_head(j, VIEW_DOC_COST, x->model, x->st->mesh, x->hw, x->opt, x->schedule);
+    cJSON_AddItemToObject(j, "estimate", estimate_json(x->e));
+    if (x->base) {
         cJSON *r = cJSON_AddObjectToObject(j, "replicated");
-        cJSON_AddItemToObject(r, "step_time_s", num(base->step_time));
-        cJSON_AddItemToObject(r, "peak_memory_bytes", num(base->peak_memory));
-        cJSON_AddBoolToObject(r, "fits", base->fits);
-        cJSON_AddItemToObject(j, "reward", num(cost_reward(e, base->step_time)));
+        cJSON_AddItemToObject(r, "step_time_s", num(x->base->step_time));
+        cJSON_AddItemToObject(r, "peak_memory_bytes", num(x->base->peak_memory));
+        cJSON_AddBoolToObject(r, "fits", x->base->fits);
+        cJSON_AddItemToObject(j, "reward", num(cost_reward(x->e, x->base->step_time)));
     }
     return j;
 }
@@ -230,7 +163,7 @@ static cJSON *value_json(const shard_state *st, int v)
     return o;
 }
 
-static void add_shard_tactics(cJSON *j, const shard_state *st, const view_doc_tactic *t, int n, int decisions)
+static void add_shard_tactics(cJSON *j, const shard_state *st, const view_tactic *t, int n, int decisions)
 {
     char buf[256];
     cJSON *ta = cJSON_AddArrayToObject(j, "tactics");
@@ -259,20 +192,21 @@ static void add_shard_tactics(cJSON *j, const shard_state *st, const view_doc_ta
     }
 }
 
-cJSON *view_doc_shard(const char *model, const char *sched, const shard_state *st, const view_doc_tactic *t,
-                      int n_tactics, int decisions, const spmd_program *p)
+static cJSON *shard_json(const view_explanation *x)
 {
+    const shard_state *st = x->st;
+    const spmd_program *p = x->p;
     const ir_graph *g = st->g;
     cJSON *j = cJSON_CreateObject();
-    add_head(j, VIEW_DOC_SHARD, model, st->mesh, NULL, NULL, sched);
-    add_shard_tactics(j, st, t, n_tactics, decisions);
+    add_head(j, VIEW_DOC_SHARD, x->model, st->mesh, NULL, NULL, x->schedule);
+    add_shard_tactics(j, st, x->tactics, x->n_tactics, !x->summary);
     cJSON *args = cJSON_AddArrayToObject(j, "arguments");
     double local[IR_N_ROLES] = {0}, global[IR_N_ROLES] = {0};
     for (int v = 0; v < g->n_values; v++) {
-        const ir_value *x = &g->values[v];
-        if (x->role == IR_INTERMEDIATE) continue;
-        local[x->role] += (double)shard_local_bytes(st->mesh, x, &st->spec[v]);
-        global[x->role] += (double)ir_bytes(x);
+        const ir_value *y = &g->values[v];
+        if (y->role == IR_INTERMEDIATE) continue;
+        local[y->role] += (double)shard_local_bytes(st->mesh, y, &st->spec[v]);
+        global[y->role] += (double)ir_bytes(y);
         cJSON_AddItemToArray(args, value_json(st, v));
     }
     cJSON *pd = cJSON_AddObjectToObject(j, "bytes_per_device");
@@ -290,10 +224,11 @@ cJSON *view_doc_shard(const char *model, const char *sched, const shard_state *s
 
 /* ---- carve explain and carve autopart ----------------------------------------- */
 
-/* Every collective of p: where, what, how many bytes, its predicted time in
- * e, p's estimate (as the text's per-layer lists, unfolded and uncut). */
-static cJSON *collectives_json(const spmd_program *p, const cost_estimate *e)
+/* Every collective of x's program: where, what, how many bytes, its
+ * predicted time (as the text's per-layer lists, unfolded and uncut). */
+static cJSON *collectives_json(const view_explanation *x)
 {
+    const spmd_program *p = x->p;
     const ir_graph *g = p->g;
     cJSON *a = cJSON_CreateArray();
     for (int i = 0; i < p->n_instrs; i++) {
@@ -313,7 +248,7 @@ static cJSON *collectives_json(const spmd_program *p, const cost_estimate *e)
         }
         cJSON_AddItemToObject(o, "bytes_per_device", num((double)in->bytes));
         cJSON_AddItemToObject(o, "bucket", in->bucket >= 0 ? num(in->bucket) : cJSON_CreateNull());
-        cJSON_AddItemToObject(o, "predicted_s", num(e->instr_time[i]));
+        cJSON_AddItemToObject(o, "predicted_s", num(x->instr_time[i]));
         cJSON_AddItemToArray(a, o);
     }
     return a;
@@ -327,70 +262,47 @@ static cJSON *params_json(const shard_state *st)
     return a;
 }
 
-static cJSON *body_json(const char *format, const view_doc_body *b)
+static cJSON *body_json(const char *format, const view_explanation *x)
 {
-    char buf[1024];
     cJSON *j = cJSON_CreateObject();
-    add_head(j, format, b->model, b->st->mesh, &b->pr->hw, &b->pr->opt, b->schedule);
-    cJSON_AddStringToObject(j, "strategy", view_strategy(b->st, buf, sizeof buf));
+    add_head(j, format, x->model, x->st->mesh, x->hw, x->opt, x->schedule);
+    cJSON_AddStringToObject(j, "strategy", x->strategy);
     return j;
 }
 
-static void add_body_tail(cJSON *j, const view_doc_body *b)
+static void add_body_tail(cJSON *j, const view_explanation *x)
 {
-    cJSON_AddItemToObject(j, "params", params_json(b->st));
-    cJSON_AddItemToObject(j, "collectives", collectives_json(b->pr->p, b->e));
-    cJSON_AddItemToObject(j, "estimate", view_doc_estimate(b->e));
-    cJSON_AddItemToObject(j, "experts", view_doc_experts(b->ex, b->n_ex, b->e));
+    cJSON_AddItemToObject(j, "params", params_json(x->st));
+    cJSON_AddItemToObject(j, "collectives", collectives_json(x));
+    cJSON_AddItemToObject(j, "estimate", estimate_json(x->e));
+    cJSON_AddItemToObject(j, "experts", experts_json(x->ex, x->n_ex, x->best, x->e));
 }
 
-cJSON *view_doc_explain(const view_doc_body *b, const plan *pl, const char *path, int hw_given)
+static cJSON *explain_json(const view_explanation *x)
 {
-    cJSON *j = body_json(VIEW_DOC_EXPLAIN, b);
+    const plan *pl = x->pl;
+    cJSON *j = body_json(VIEW_DOC_EXPLAIN, x);
     cJSON *f = cJSON_AddObjectToObject(j, "plan");
-    cJSON_AddStringToObject(f, "path", path);
+    cJSON_AddStringToObject(f, "path", x->path);
     cJSON_AddStringToObject(f, "format", pl->version == 1 ? PLAN_FORMAT_V1 : PLAN_FORMAT);
     cJSON_AddNumberToObject(f, "decisions", pl->n_decisions);
-    cJSON_AddBoolToObject(f, "hardware_given", hw_given);
+    cJSON_AddBoolToObject(f, "hardware_given", x->hw_given);
     if (pl->search.kind[0] && pl->doc) {
         const cJSON *s = cJSON_GetObjectItemCaseSensitive(pl->doc, "search");
         if (s) cJSON_AddItemToObject(j, "search", cJSON_Duplicate(s, 1));
     }
-    add_body_tail(j, b);
+    add_body_tail(j, x);
     return j;
 }
 
-cJSON *view_doc_autopart(const view_doc_body *b, const plan *pl, const char *const *actions, int n_actions,
-                         const char *from_expert, const char *written)
+/* "memory": the memory level's configurations (each step's best plan, the
+ * one kept) and the ZeRO-3 gather policy of the plan kept, against the other
+ * policy (null when it changes nothing). */
+static void add_memory(cJSON *doc, const view_search *vs)
 {
-    cJSON *j = body_json(VIEW_DOC_AUTOPART, b);
-    const plan_search *s = &pl->search;
-    char seed[32];
-    cJSON *so = cJSON_AddObjectToObject(j, "search");
-    cJSON_AddStringToObject(so, "algorithm", s->kind);
-    cJSON_AddItemToObject(so, "evaluations", num((double)s->evaluations));
-    cJSON_AddItemToObject(so, "simulations", num((double)s->simulations));
-    cJSON_AddItemToObject(so, "seconds", num(s->seconds));
-    cJSON_AddItemToObject(so, "best_at_evaluation", num((double)s->best_at));
-    cJSON_AddStringToObject(so, "stopped_by", s->stop);
-    cJSON_AddNumberToObject(so, "root_actions", s->root_actions);
-    cJSON_AddItemToObject(so, "tree_nodes", num((double)s->tree_nodes));
-    snprintf(seed, sizeof seed, "%llu", (unsigned long long)s->seed);
-    cJSON_AddItemToObject(so, "seed", cJSON_CreateRaw(seed));
-    cJSON_AddNumberToObject(so, "threads", s->threads);
-    if (from_expert) cJSON_AddStringToObject(so, "starts_from_expert", from_expert);
-    else cJSON_AddNullToObject(so, "starts_from_expert");
-    cJSON *ac = cJSON_AddArrayToObject(j, "actions");
-    for (int i = 0; i < n_actions; i++) cJSON_AddItemToArray(ac, cJSON_CreateString(actions[i]));
-    add_body_tail(j, b);
-    if (written) cJSON_AddStringToObject(j, "plan_written", written);
-    else cJSON_AddNullToObject(j, "plan_written");
-    return j;
-}
-
-void view_doc_add_memory(cJSON *doc, const autopart_step *steps, int n, int chosen, int by_search,
-                         const cost_estimate *other)
-{
+    const autopart_step *steps = vs->steps;
+    int n = vs->n_steps, chosen = vs->chosen, by_search = vs->gather_auto;
+    const cost_estimate *other = vs->other;
     cJSON *m = cJSON_AddObjectToObject(doc, "memory");
     cJSON *cf = cJSON_AddArrayToObject(m, "configurations");
     for (int i = 0; i < n; i++) {
@@ -423,7 +335,44 @@ void view_doc_add_memory(cJSON *doc, const autopart_step *steps, int n, int chos
     cJSON_AddBoolToObject(o, "fits", other->fits);
 }
 
-int view_doc_print(cJSON *doc, FILE *f)
+static cJSON *autopart_json(const view_explanation *x)
+{
+    const plan *pl = x->pl;
+    const view_search *vs = x->search;
+    const autopart_step *step = &vs->steps[vs->chosen];
+    cJSON *j = body_json(VIEW_DOC_AUTOPART, x);
+    const plan_search *s = &pl->search;
+    char seed[32];
+    cJSON *so = cJSON_AddObjectToObject(j, "search");
+    cJSON_AddStringToObject(so, "algorithm", s->kind);
+    cJSON_AddItemToObject(so, "evaluations", num((double)s->evaluations));
+    cJSON_AddItemToObject(so, "simulations", num((double)s->simulations));
+    cJSON_AddItemToObject(so, "seconds", num(s->seconds));
+    cJSON_AddItemToObject(so, "best_at_evaluation", num((double)s->best_at));
+    cJSON_AddStringToObject(so, "stopped_by", s->stop);
+    cJSON_AddNumberToObject(so, "root_actions", s->root_actions);
+    cJSON_AddItemToObject(so, "tree_nodes", num((double)s->tree_nodes));
+    snprintf(seed, sizeof seed, "%llu", (unsigned long long)s->seed);
+    cJSON_AddItemToObject(so, "seed", cJSON_CreateRaw(seed));
+    cJSON_AddNumberToObject(so, "threads", s->threads);
+    if (vs->from) cJSON_AddStringToObject(so, "starts_from_expert", vs->from);
+    else cJSON_AddNullToObject(so, "starts_from_expert");
+    cJSON *ac = cJSON_AddArrayToObject(j, "actions");
+    for (int i = 0; i < step->res.n_actions; i++) {
+        char act[160];
+        snprintf(act, sizeof act, "%s->%s", step->gs->groups[step->res.actions[i].group].name, pl->mesh.names[step->res.actions[i].axis]);
+        cJSON_AddItemToArray(ac, cJSON_CreateString(act));
+    }
+    add_body_tail(j, x);
+    if (vs->written) cJSON_AddStringToObject(j, "plan_written", vs->written);
+    else cJSON_AddNullToObject(j, "plan_written");
+    add_memory(j, vs);
+    return j;
+}
+
+/* Prints doc (indented, one trailing newline) on f and deletes it.  Returns
+ * 0, or -1 when out of memory or f reports an error. */
+static int print_doc(cJSON *doc, FILE *f)
 {
     char *text = doc ? cJSON_Print(doc) : NULL;
     cJSON_Delete(doc);
@@ -431,4 +380,17 @@ int view_doc_print(cJSON *doc, FILE *f)
     int rc = fputs(text, f) < 0 || fputc('\n', f) == EOF || fflush(f) ? -1 : 0;
     cJSON_free(text);
     return rc;
+}
+
+int view_render_json(const view_explanation *x, FILE *f)
+{
+    cJSON *doc = NULL;
+    switch (x->kind) {
+    case VIEW_COST: doc = cost_json(x); break;
+    case VIEW_SHARD: doc = shard_json(x); break;
+    case VIEW_EXPLAIN: doc = explain_json(x); break;
+    case VIEW_AUTOPART: doc = autopart_json(x); break;
+    case VIEW_PLAN: return -1;
+    }
+    return print_doc(doc, f);
 }

@@ -1,0 +1,114 @@
+/* explain.c - the explanations the commands render (session.h, view/view.h):
+ * a plan file opened and priced for carve explain, report and export, and
+ * the explanations of carve cost and carve autopart's results. */
+#include "session/session.h"
+
+#include <string.h>
+
+int session_plan_view_open(session_plan_view *v, const char *cmd, const char *path, session_plan_use use, const char *hw_name,
+                           char *err, size_t errlen)
+{
+    char e2[1024];
+    memset(v, 0, sizeof *v);
+    if (session_plan_open(path, &v->pl, &v->g, &v->st, err, errlen) < 0) return -1;
+    v->opened = 1;
+    view_explanation *x = &v->x;
+    x->kind = use == SESSION_PLAN_EXPLAIN ? VIEW_EXPLAIN : VIEW_PLAN;
+    x->model = v->pl.model[0] ? v->pl.model : v->pl.graph_file;
+    x->schedule = v->pl.schedule;
+    x->st = v->st;
+    x->pl = &v->pl;
+    x->path = path;
+    x->hw_given = hw_name != NULL;
+    if (use == SESSION_PLAN_SHARDINGS) { /* the exports: shardings only, nothing priced */
+        v->p = spmd_lower(v->st);
+        x->p = v->p;
+        view_explain(x);
+        return 0;
+    }
+    if (hw_name ? cost_hw_lookup(hw_name, &v->hw, e2, sizeof e2) < 0 : plan_hw(&v->pl, path, &v->hw, e2, sizeof e2) < 0)
+        return ir_errf(err, errlen, "%s: %s", cmd, e2);
+    x->hw = &v->hw;
+    x->opt = &v->pl.options;
+    if (use == SESSION_PLAN_PICTURE) { /* the plan alone, on a workspace of its own */
+        v->p = spmd_lower(v->st);
+        v->ws = cost_ws_new();
+        if (cost_estimate_program(v->ws, v->p, &v->hw, &v->pl.options, &v->e, e2, sizeof e2) < 0)
+            return ir_errf(err, errlen, "%s: %s", cmd, e2);
+        x->p = v->p;
+        x->e = &v->e;
+        view_explain(x);
+        return 0;
+    }
+    /* explain: priced through the pricer, beside the experts */
+    shard_state *scratch = shard_state_new(v->g, &v->pl.mesh);
+    int r = autopart_pricer_init(&v->pr, &v->hw, &v->pl.options, scratch, err, errlen);
+    shard_state_free(scratch);
+    if (r < 0) return -1;
+    v->n_ex = autopart_experts(v->g, &v->pl.mesh, NULL, &v->pr, &v->ex);
+    autopart_price(&v->pr, v->st, &v->e); /* e's per-instruction times stay valid until pr prices again */
+    x->hw = &v->pr.hw;
+    x->opt = &v->pr.opt;
+    x->p = v->pr.p;
+    x->e = &v->e;
+    x->ex = v->ex;
+    x->n_ex = v->n_ex;
+    view_explain(x);
+    return 0;
+}
+
+void session_plan_view_free(session_plan_view *v)
+{
+    view_explain_free(&v->x);
+    autopart_experts_free(v->ex, v->n_ex);
+    autopart_pricer_free(&v->pr);
+    cost_ws_free(v->ws);
+    spmd_free(v->p);
+    if (v->opened) {
+        shard_state_free(v->st);
+        ir_free(v->g);
+        plan_free(&v->pl);
+    }
+    memset(v, 0, sizeof *v);
+}
+
+void session_cost_explain(session_cost *c, const char *label, const char *sched_text, const cost_hw *hw,
+                          const cost_options *opt)
+{
+    view_explanation *x = &c->x;
+    memset(x, 0, sizeof *x);
+    x->kind = VIEW_COST;
+    x->model = label;
+    x->schedule = sched_text;
+    x->st = c->st;
+    x->p = c->p;
+    x->hw = hw;
+    x->opt = opt;
+    x->e = &c->e;
+    x->base = &c->base;
+    view_explain(x);
+}
+
+void session_autopart_explain(session_autopart *a)
+{
+    autopart_step *s = &a->steps[a->chosen];
+    view_search *vs = &a->view_search;
+    *vs = (view_search){a->algo, a->steps, a->n_steps, a->chosen, a->gather_auto, NULL, a->from,
+                        a->written ? a->out : NULL};
+    view_explanation *x = &a->x;
+    memset(x, 0, sizeof *x);
+    x->kind = VIEW_AUTOPART;
+    x->model = a->label;
+    x->schedule = a->pl.schedule;
+    x->st = s->st;
+    x->p = s->pr.p;
+    x->hw = &s->pr.hw;
+    x->opt = &s->pr.opt;
+    x->e = &s->e;
+    x->ex = s->ex;
+    x->n_ex = s->n_ex;
+    x->pl = &a->pl;
+    x->search = vs;
+    view_explain(x); /* before pricing the other gather policy: e's instruction times are copied */
+    if (autopart_price_other_gather(&s->pr, s->st, &a->other_gather) == 0) vs->other = &a->other_gather;
+}

@@ -1,0 +1,232 @@
+/* explain.c - the facts of an explanation, derived once (view.h): the
+ * strategy in words, the layers folded, the collectives named and timed,
+ * the best expert, the padding.  The renderers read them.
+ *
+ * Layers are folded three ways, each for what it says:
+ *  - params: layer L is shown as layer M when every param of both has the
+ *    same shape and sharding, in order (the text's param shardings);
+ *  - collectives: when both layers run the same collectives (kind, axes,
+ *    bytes, phase, in order) (the text's collectives per layer);
+ *  - per value of layer 0: whether every layer's copy of it (the value of the
+ *    same role named alike after the first '.') is sharded alike (the
+ *    picture's note under each argument).
+ */
+#include "view/view.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "analysis/structure.h"
+
+/* ---- the strategy in words ------------------------------------------------ */
+
+static int dim_on(const shard_state *st, int v, int dim, int axis)
+{
+    const shard_spec *s = &st->spec[v];
+    for (int k = 0; k < s->n[dim]; k++)
+        if (s->axes[dim][k] == axis) return 1;
+    return 0;
+}
+
+/* Names what axis a does in st, from the graph's structure (the batch group,
+ * the Megatron blocks, the expert weights), so the words do not depend on
+ * what params are called. */
+static int axis_parts(const shard_state *st, const shard_groups *gs, int batch, const shard_member *mega, int n_mega,
+                      const shard_member *experts, int n_experts, int a, char parts[5][96])
+{
+    const ir_graph *g = st->g;
+    int np = 0, dp = 0, other = 0, tp = 0;
+    double pbytes = 0, ptiled = 0;
+    for (int v = 0; v < g->n_values; v++) {
+        const ir_value *x = &g->values[v];
+        if (x->role == IR_INPUT)
+            for (int d = 0; d < x->rank; d++) {
+                if (!dim_on(st, v, d, a)) continue;
+                if (gs->dim_group[gs->dim_base[v] + d] == batch) dp = 1;
+                else other = 1;
+            }
+        if (x->role == IR_PARAM) {
+            pbytes += (double)ir_bytes(x);
+            if (shard_spec_tiled(&st->spec[v], x->rank) & (1u << a)) ptiled += (double)ir_bytes(x);
+        }
+    }
+    int ep = 0;
+    for (int i = 0; i < n_mega; i++) tp += dim_on(st, mega[i].value, mega[i].dim, a);
+    for (int i = 0; i < n_experts; i++) ep += dim_on(st, experts[i].value, experts[i].dim, a);
+    if (ep) snprintf(parts[np++], 96, "expert parallelism (%d of %d expert weights split on their experts dim)", ep, n_experts);
+    if (dp) snprintf(parts[np++], 96, "data parallel");
+    if (other) snprintf(parts[np++], 96, "input dims other than the batch split");
+    if (tp) snprintf(parts[np++], 96, "tensor parallel (%d of %d Megatron-split params)", tp, n_mega);
+    if (dp && ptiled > 0) snprintf(parts[np++], 96, "%.0f%% of param bytes sharded (ZeRO-3/FSDP)", 100 * ptiled / pbytes);
+    else if (!tp && !ep && ptiled > 0) snprintf(parts[np++], 96, "%.0f%% of param bytes split", 100 * ptiled / pbytes);
+    if (!np) snprintf(parts[np++], 96, "replicated");
+    return np;
+}
+
+char *view_strategy(const shard_state *st, char *buf, size_t n)
+{
+    const ir_graph *g = st->g;
+    const shard_mesh *m = st->mesh;
+    shard_groups *gs = shard_groups_build(g);
+    char why[160], parts[5][96];
+    int batch = shard_batch_group(g, gs, why, sizeof why);
+    int cap = g->n_values + 1;
+    shard_member *mega = ir_xcalloc((size_t)cap, sizeof *mega);
+    int n_mega = shard_megatron_dims(g, mega, cap, NULL, why, sizeof why);
+    shard_member *experts = ir_xcalloc((size_t)cap, sizeof *experts);
+    int n_experts = shard_expert_dims(g, experts, cap, why, sizeof why);
+    size_t k = 0;
+    buf[0] = 0;
+    for (int a = 0; a < m->n_axes; a++) {
+        int np = axis_parts(st, gs, batch, mega, n_mega, experts, n_experts, a, parts);
+        k += (size_t)snprintf(buf + k, k < n ? n - k : 0, "%s%s: ", a ? "; " : "", m->names[a]);
+        for (int i = 0; i < np && k < n; i++) k += (size_t)snprintf(buf + k, n - k, "%s%s", i ? " + " : "", parts[i]);
+    }
+    free(mega);
+    free(experts);
+    shard_groups_free(gs);
+    return buf;
+}
+
+/* ---- layers folded ----------------------------------------------------------- */
+
+/* 1 when the params of layers L and M have the same shapes and shardings. */
+static int params_equal(const shard_state *st, int L, int M)
+{
+    const ir_graph *g = st->g;
+    int i = 0, j = 0;
+    for (;;) {
+        while (i < g->n_values && (g->values[i].role != IR_PARAM || g->values[i].layer != L)) i++;
+        while (j < g->n_values && (g->values[j].role != IR_PARAM || g->values[j].layer != M)) j++;
+        if (i == g->n_values || j == g->n_values) return i == j;
+        const ir_value *x = &g->values[i], *y = &g->values[j];
+        if (x->rank != y->rank || memcmp(x->dims, y->dims, sizeof(int64_t) * (size_t)x->rank) ||
+            !shard_spec_equal(&st->spec[i], &st->spec[j], x->rank))
+            return 0;
+        i++;
+        j++;
+    }
+}
+
+static int is_collective(const spmd_instr *in) { return in->kind != SPMD_COMPUTE && in->kind != SPMD_SLICE; }
+
+/* 1 when layers L and M of program p have the same collectives (kind, axes,
+ * bytes, phase, in order). */
+static int collectives_equal(const spmd_program *p, int L, int M)
+{
+    int i = 0, j = 0;
+    for (;;) {
+        while (i < p->n_instrs && (p->instrs[i].layer != L || !is_collective(&p->instrs[i]))) i++;
+        while (j < p->n_instrs && (p->instrs[j].layer != M || !is_collective(&p->instrs[j]))) j++;
+        if (i == p->n_instrs || j == p->n_instrs) return i == j;
+        const spmd_instr *x = &p->instrs[i], *y = &p->instrs[j];
+        if (x->kind != y->kind || x->axes != y->axes || x->bytes != y->bytes || x->phase != y->phase) return 0;
+        i++;
+        j++;
+    }
+}
+
+static int params_eq(const void *st, int L, int M) { return params_equal(st, L, M); }
+static int collectives_eq(const void *p, int L, int M) { return collectives_equal(p, L, M); }
+
+/* rep[L] = the first layer equal to L (by eq), L itself when none before. */
+static int *layer_reps(int n_layers, int (*eq)(const void *, int, int), const void *ctx)
+{
+    int *rep = ir_xcalloc((size_t)n_layers + 1, sizeof(int));
+    for (int L = 0; L < n_layers; L++) {
+        rep[L] = L;
+        for (int M = 0; M < L; M++)
+            if (rep[M] == M && eq(ctx, L, M)) {
+                rep[L] = M;
+                break;
+            }
+    }
+    return rep;
+}
+
+/* Whether every layer's copy of layer-0 value v is sharded like it. */
+static int alike(const shard_state *st, int v)
+{
+    const ir_graph *g = st->g;
+    const ir_value *x = &g->values[v];
+    const char *dot = strchr(x->name, '.');
+    for (int u = 0; u < g->n_values && dot; u++) {
+        const ir_value *y = &g->values[u];
+        const char *d2 = strchr(y->name, '.');
+        if (u == v || y->layer <= 0 || y->role != x->role || !d2 || strcmp(d2, dot)) continue;
+        if (!shard_spec_equal(&st->spec[u], &st->spec[v], x->rank)) return 0;
+    }
+    return 1;
+}
+
+/* ---- collectives --------------------------------------------------------------- */
+
+static void name_collectives(view_explanation *x)
+{
+    const spmd_program *p = x->p;
+    const ir_graph *g = p->g;
+    x->coll = ir_xcalloc((size_t)p->n_instrs + 1, sizeof *x->coll);
+    for (int i = 0; i < p->n_instrs; i++) {
+        const spmd_instr *in = &p->instrs[i];
+        if (!is_collective(in)) continue;
+        view_collective *c = &x->coll[x->n_coll++];
+        c->instr = i;
+        c->layer = in->layer;
+        c->seconds = x->instr_time ? x->instr_time[i] : 0;
+        size_t k = 0;
+        for (int a = 0; a < p->mesh.n_axes; a++)
+            if (in->axes & (1u << a)) k += (size_t)snprintf(c->axes + k, sizeof c->axes - k, "%s%s", k ? "," : "", p->mesh.names[a]);
+        /* named by the value it moves when that has a name, else by the op it serves */
+        const char *vn = g->values[in->value].name;
+        if (vn[0] != '%' || in->op < 0) snprintf(c->what, sizeof c->what, "%s", vn);
+        else snprintf(c->what, sizeof c->what, "for %s -> %s", ir_op_name(g->ops[in->op].kind), g->values[g->ops[in->op].out].name);
+    }
+}
+
+void view_explain(view_explanation *x)
+{
+    const ir_graph *g = x->st->g;
+    view_strategy(x->st, x->strategy, sizeof x->strategy);
+    x->param_rep = layer_reps(g->n_layers, params_eq, x->st);
+    x->alike = ir_xcalloc((size_t)g->n_values + 1, 1);
+    for (int v = 0; v < g->n_values; v++) x->alike[v] = g->values[v].layer == 0 && alike(x->st, v);
+    x->best = x->ex ? autopart_best_expert(x->ex, x->n_ex) : -1;
+    if (!x->p) return;
+    x->coll_rep = layer_reps(g->n_layers, collectives_eq, x->p);
+    if (x->e) {
+        x->instr_time = ir_xcalloc((size_t)x->p->n_instrs + 1, sizeof(double));
+        memcpy(x->instr_time, x->e->instr_time, (size_t)x->p->n_instrs * sizeof(double));
+    }
+    name_collectives(x);
+    spmd_padding_of(x->p, &x->pad);
+}
+
+void view_explain_free(view_explanation *x)
+{
+    free(x->param_rep);
+    free(x->coll_rep);
+    free(x->alike);
+    free(x->coll);
+    free(x->instr_time);
+    x->param_rep = x->coll_rep = NULL;
+    x->alike = NULL;
+    x->coll = NULL;
+    x->instr_time = NULL;
+}
+
+/* ---- the renderers ---------------------------------------------------------------- */
+
+static const view_renderer renderers[] = {
+    {"text", view_render_text},     {"json", view_render_json}, {"html", view_render_html},
+    {"jax", view_render_jax},       {"shardy", view_render_shardy}, {"xla", view_render_xla},
+    {"torch", view_render_torch},
+};
+
+const char *const view_export_names = "jax, shardy, xla or torch";
+
+const view_renderer *view_find(const char *name)
+{
+    for (size_t i = 0; i < sizeof renderers / sizeof renderers[0]; i++)
+        if (!strcmp(renderers[i].name, name)) return &renderers[i];
+    return NULL;
+}

@@ -1,0 +1,139 @@
+/* view.h - one explanation of a plan, drawn by many renderers.
+ *
+ * A command that shows a plan (carve cost, shard, explain, autopart, report,
+ * export) fills the inputs of a view_explanation with what it computed (the
+ * sharded state, its program, its estimate, the experts, the search) and
+ * calls view_explain, which derives once every fact more than one output
+ * shows: the strategy in words, the layers folded (params alike, collectives
+ * alike, each argument's copies alike), every collective with its predicted
+ * time, the best expert and each expert's ratio, the padding of uneven
+ * splits.  Renderers draw it; each is one file, one row of view_renderers:
+ *
+ *   text    what the command prints (text.c)
+ *   json    the --json documents, carve-cost/1 ... (json.c, docs/json-output.md)
+ *   html    the plan's picture (html.c, docs/report.md)
+ *   jax, shardy, xla, torch   exports of the shardings (export_*.c, docs/export.md)
+ *
+ * A renderer reads the explanation only; nothing is priced or searched
+ * again.  New facts (the search's best-so-far curve, a pipeline's schedule)
+ * join the explanation as fields of their own and the renderers that show
+ * them read them there.
+ */
+#ifndef CARVE_VIEW_H
+#define CARVE_VIEW_H
+
+#include <stdio.h>
+
+#include "analysis/schedule.h"
+#include "analysis/spmd.h"
+#include "autopart/memory.h"
+#include "cost/cost.h"
+#include "plan/plan.h"
+
+/* Which command's output an explanation is. */
+typedef enum { VIEW_COST, VIEW_SHARD, VIEW_EXPLAIN, VIEW_AUTOPART, VIEW_PLAN } view_kind;
+
+/* What one tactic of carve shard did. */
+typedef struct view_tactic {
+    char tactic[SCHED_NAME_LEN + 64]; /* as sched_str writes it */
+    int changed, unchanged;   /* decisions that changed the sharding; that changed nothing */
+} view_tactic;
+
+/* One collective of the program, as the outputs name it. */
+typedef struct view_collective {
+    int instr;                /* its instruction in the program */
+    int layer;                /* -1: outside layers */
+    char axes[64];            /* "batch,model" */
+    char what[160];           /* the value it moves, or "for OP -> OUT" where the value has no name */
+    double seconds;           /* its predicted time (0 without an estimate) */
+} view_collective;
+
+/* The search of carve autopart, and the memory level above it. */
+typedef struct view_search {
+    const search_algo *algo;
+    const autopart_step *steps; /* steps[chosen] holds the plan shown */
+    int n_steps, chosen;
+    int gather_auto;          /* the search chose the gather policy (the schedule has no gather:) */
+    const cost_estimate *other; /* the plan under the other gather policy; NULL when it changes nothing */
+    const char *from;         /* the expert schedule the plan starts from, or NULL */
+    const char *written;      /* the plan file written, or NULL */
+} view_search;
+
+typedef struct view_explanation {
+    /* ---- inputs: set by the command (NULL or 0 where its kind has none) */
+    view_kind kind;
+    const char *model;        /* the model's canonical spec, or the graph file */
+    const char *schedule;     /* the schedule as shown */
+    const shard_state *st;    /* the plan (its mesh: st->mesh) */
+    const spmd_program *p;    /* its program */
+    const cost_hw *hw;
+    const cost_options *opt;
+    const cost_estimate *e;   /* p priced on hw (its instr_time valid while view_explain runs) */
+    const cost_estimate *base; /* cost: the replicated plan on the same mesh */
+    const autopart_expert *ex; /* the expert schedules priced, n_ex of them */
+    int n_ex;
+    const plan *pl;           /* explain, report, export, autopart: the plan file */
+    const char *path;         /* where pl was read from */
+    int hw_given;             /* explain: --hw replaced the plan's profile */
+    const view_search *search; /* autopart */
+    const view_tactic *tactics; /* shard: each tactic's outcome, n_tactics of them */
+    int n_tactics;
+    const shard_decision *decisions; /* shard: every decision tried, in order, with decided[i] */
+    const int *decided;       /* 0: it changed the sharding; 1: it changed nothing */
+    const int *decision_tactic; /* the tactic each decision came from */
+    int n_decisions;
+    int summary;              /* shard: the summary (no program, no decisions, layer 0 only) */
+    /* ---- derived by view_explain */
+    char strategy[1024];      /* the strategy in words */
+    int *param_rep;           /* per layer: the first layer whose params are alike (shapes and shardings) */
+    int *coll_rep;            /* per layer: the first layer whose collectives are alike */
+    unsigned char *alike;     /* per value of layer 0: every layer's copy (same name after the '.') is sharded alike */
+    view_collective *coll;    /* every collective, in program order */
+    int n_coll;
+    double *instr_time;       /* per instruction of p: its predicted time (e's, copied) */
+    int best;                 /* the fitting expert with the shortest step, or -1 */
+    spmd_padding pad;         /* the program's uneven splits */
+} view_explanation;
+
+/* Derives the facts of x from its inputs.  Free with view_explain_free. */
+void view_explain(view_explanation *x);
+void view_explain_free(view_explanation *x);
+
+/* One renderer.  render writes x to f; returns 0, or -1 when f reports a
+ * write error or x is not of a kind this renderer draws. */
+typedef struct view_renderer {
+    const char *name;
+    int (*render)(const view_explanation *x, FILE *f);
+} view_renderer;
+
+/* The renderer called name ("text", "json", "html", "jax", "shardy", "xla",
+ * "torch"), or NULL. */
+const view_renderer *view_find(const char *name);
+
+/* Names "jax, shardy, xla or torch": the renderers that export shardings. */
+extern const char *const view_export_names;
+
+/* One sentence naming the strategy of the plan in st (data parallel over X,
+ * params sharded over X (ZeRO-3), tensor parallel over Y, ...).  Returns buf. */
+char *view_strategy(const shard_state *st, char *buf, size_t n);
+
+/* Arguments (params, inputs) with a dim that its axes do not divide (carve
+ * pads it): their count, and the first described in `first`.  Exports say
+ * so, since JAX's device_put wants divisible dims. */
+int view_export_uneven(const shard_state *st, char *first, size_t n);
+
+/* The HLO sharding string of a value of rank `rank` sharded as s on mesh m:
+ * "{replicated}" or "{devices=[t0,..(,r)]<=[N]}" / "<=[sizes]T(perm)" with
+ * " last_tile_dim_replicate" when some axes do not tile it.  Returns buf. */
+char *view_hlo_sharding(const shard_mesh *m, const shard_spec *s, int rank, char *buf, size_t n);
+
+/* The renderers (one file each). */
+int view_render_text(const view_explanation *x, FILE *f);
+int view_render_json(const view_explanation *x, FILE *f);
+int view_render_html(const view_explanation *x, FILE *f);
+int view_render_jax(const view_explanation *x, FILE *f);
+int view_render_shardy(const view_explanation *x, FILE *f);
+int view_render_xla(const view_explanation *x, FILE *f);
+int view_render_torch(const view_explanation *x, FILE *f);
+
+#endif
