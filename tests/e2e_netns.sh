@@ -13,24 +13,33 @@
 # and the bytes that crossed the veth must be at least what its exchange
 # case sends between the hosts (two pairs, both ways, three 1.2 MB messages).
 # Needs root (ip netns, veth); as another user it says so and counts the
-# cases skipped.  As root, a namespace that cannot be made is a failure.
+# cases skipped.  As root, a namespace that cannot be made is a failure, and
+# so is a missing or broken MPI (CARVE_TEST_WITHOUT=mpi: a skip).
 # Closing line: N passed, N failed[, N skipped].
 set -u
+. "$(dirname "$0")/lib_e2e.sh"
 carve=${CARVE_BIN:-$(dirname "$0")/../build/carve}
 p2p=$(dirname "$carve")/tests/test_p2p
-pass=0 fail=0
 if [ "$(id -u)" != 0 ]; then
-    echo "not root: network namespaces cannot be made; the cases across two hosts did not run"
-    echo "0 passed, 0 failed, 2 skipped"
-    exit 0
+    skipped "test_p2p --mpi over two hosts" "not root: network namespaces cannot be made"
+    skipped "bytes over the veth" "not root"
+    closing
+    exit
 fi
 # Open MPI's own start-up allocations are reported as leaks under ASan: not ours
 [ "${CARVE_ASAN:-0}" = 1 ] && export ASAN_OPTIONS="${ASAN_OPTIONS:-}:detect_leaks=0"
-if ! command -v mpirun >/dev/null 2>&1 || ! "$carve" run --backend mpi --model mlp-tiny --mesh batch=1 --schedule dp:batch \
-    >/dev/null 2>&1; then
-    echo "MPI is not built in (or mpirun is missing): no case across namespaces ran"
-    echo "0 passed, 0 failed, 2 skipped"
-    exit 0
+# MPI is a component build.sh installs: missing, or not built in, is a
+# failure (a skip where CARVE_TEST_WITHOUT names mpi); a broken backend fails
+if ! command -v mpirun >/dev/null 2>&1; then
+    missing mpi "MPI across namespaces" "mpirun is not installed: no case across namespaces ran"
+    closing
+    exit
+fi
+if ! probe=$("$carve" run --backend mpi --model mlp-tiny --mesh batch=1 --schedule dp:batch 2>&1 >/dev/null); then
+    if [[ "$probe" == *"built without MPI"* ]]; then missing mpi "MPI across namespaces" "$probe"
+    else fail=$((fail + 1)); echo "FAIL MPI probe (one rank, mlp-tiny): the MPI backend is broken:"; echo "$probe" | tail -5; fi
+    closing
+    exit
 fi
 tmp=$(mktemp -d)
 a=cva$$ b=cvb$$ # namespace names (one pair per run: runs side by side do not meet)
@@ -44,9 +53,9 @@ if ! { ip netns add "$a" && ip netns add "$b" && ip link add "va$$" type veth pe
     ip -n "$a" addr add 10.77.0.1/24 dev "va$$" && ip -n "$b" addr add 10.77.0.2/24 dev "vb$$" &&
     ip -n "$a" link set "va$$" up && ip -n "$b" link set "vb$$" up &&
     ip -n "$a" link set lo up && ip -n "$b" link set lo up; } 2>setup.err; then
-    echo "FAIL: cannot make two network namespaces joined by a veth pair:"; cat setup.err
-    echo "0 passed, 1 failed"
-    exit 1
+    fail=$((fail + 1)); echo "FAIL: cannot make two network namespaces joined by a veth pair:"; cat setup.err
+    closing
+    exit
 fi
 cat >rsh <<EOF
 #!/bin/sh
@@ -81,5 +90,4 @@ if [ "$crossed" -ge 7200000 ]; then pass=$((pass + 1))
 else fail=$((fail + 1)); echo "FAIL: only $crossed bytes reached host B over the veth (want at least 7200000)"; fi
 echo "point to point over two hosts: $crossed bytes received by host B"
 
-echo "$pass passed, $fail failed"
-[ $fail -eq 0 ]
+closing
