@@ -105,10 +105,9 @@ int view_export_uneven(const shard_state *st, char *first, size_t n)
     return count;
 }
 
-/* Writes the header of export `name` of x's plan (comment lines starting
- * with `comment`) and returns the forward marks of its ops (caller frees). */
-uint8_t *export_begin(const view_explanation *x, const char *name, const char *comment, FILE *f)
+int export_render(const view_explanation *x, const char *name, const char *comment, export_write_fn write, FILE *f)
 {
+    if (!x->pl || !x->p) return -1;
     const plan *pl = x->pl;
     const shard_state *st = x->st;
     char buf[256], pp[512], pm[1100], ps[600];
@@ -124,5 +123,7 @@ uint8_t *export_begin(const view_explanation *x, const char *name, const char *c
                 comment, uneven, first, comment);
     uint8_t *fwd = ir_xcalloc((size_t)st->g->n_ops + 1, 1);
     for (int o = 0; o < st->g->n_ops; o++) fwd[o] = x->p->phase[o] == SPMD_FORWARD;
-    return fwd;
+    write(f, st, fwd);
+    free(fwd);
+    return ferror(f) ? -1 : 0;
 }

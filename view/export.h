@@ -9,9 +9,11 @@
 
 #include "view/view.h"
 
-/* Writes the header lines of export `name` of x's plan (each starting with
- * `comment`) and returns each op's forward mark (caller frees). */
-uint8_t *export_begin(const view_explanation *x, const char *name, const char *comment, FILE *f);
+/* Writes export `name` of x's plan to f: its header lines (each starting
+ * with `comment`), then write(f, state, each op's forward mark).  Returns 0,
+ * or -1 when x is no verified plan or f reports an error. */
+typedef void (*export_write_fn)(FILE *f, const shard_state *st, const uint8_t *fwd);
+int export_render(const view_explanation *x, const char *name, const char *comment, export_write_fn write, FILE *f);
 /* Writes s as a double-quoted Python (mlir 0) or MLIR (mlir 1) string literal. */
 void export_put_str(FILE *f, const char *s, int mlir);
 /* Whether value v is listed: arguments, and the named values the forward

@@ -5,7 +5,6 @@
  * function making NamedShardings. */
 #include "view/export.h"
 
-#include <stdlib.h>
 #include <string.h>
 
 static void jax_pspec(FILE *f, const shard_mesh *m, const shard_spec *s, int rank)
@@ -66,11 +65,4 @@ static void write_jax(FILE *f, const shard_state *st, const uint8_t *fwd)
 }
 
 
-int view_render_jax(const view_explanation *x, FILE *f)
-{
-    if (!x->pl || !x->p) return -1;
-    uint8_t *fwd = export_begin(x, "jax", "#", f);
-    write_jax(f, x->st, fwd);
-    free(fwd);
-    return ferror(f) ? -1 : 0;
-}
+int view_render_jax(const view_explanation *x, FILE *f) { return export_render(x, "jax", "#", write_jax, f); }

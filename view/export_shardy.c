@@ -4,7 +4,6 @@
  * replicated={...}); activations as comments. */
 #include "view/export.h"
 
-#include <stdlib.h>
 #include <string.h>
 
 static void sdy_sharding(FILE *f, const shard_mesh *m, const shard_spec *s, int rank, unsigned replicated)
@@ -80,11 +79,4 @@ static void write_shardy(FILE *f, const shard_state *st, const uint8_t *fwd)
 }
 
 
-int view_render_shardy(const view_explanation *x, FILE *f)
-{
-    if (!x->pl || !x->p) return -1;
-    uint8_t *fwd = export_begin(x, "shardy", "//", f);
-    write_shardy(f, x->st, fwd);
-    free(fwd);
-    return ferror(f) ? -1 : 0;
-}
+int view_render_shardy(const view_explanation *x, FILE *f) { return export_render(x, "shardy", "//", write_shardy, f); }

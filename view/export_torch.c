@@ -3,7 +3,6 @@
  * Replicate(), Partial() for partial activations). */
 #include "view/export.h"
 
-#include <stdlib.h>
 #include <string.h>
 
 /* DTensor placements: one per mesh dim.  Returns 1 when a tensor dim is split
@@ -56,11 +55,4 @@ static void write_torch(FILE *f, const shard_state *st, const uint8_t *fwd)
 }
 
 
-int view_render_torch(const view_explanation *x, FILE *f)
-{
-    if (!x->pl || !x->p) return -1;
-    uint8_t *fwd = export_begin(x, "torch", "#", f);
-    write_torch(f, x->st, fwd);
-    free(fwd);
-    return ferror(f) ? -1 : 0;
-}
+int view_render_torch(const view_explanation *x, FILE *f) { return export_render(x, "torch", "#", write_torch, f); }

@@ -3,7 +3,6 @@
  * (`devices=[..]<=[..]T(..)`) and last_tile_dim_replicate. */
 #include "view/export.h"
 
-#include <stdlib.h>
 #include <string.h>
 
 char *view_hlo_sharding(const shard_mesh *m, const shard_spec *s, int rank, char *buf, size_t n)
@@ -62,11 +61,4 @@ static void write_xla(FILE *f, const shard_state *st, const uint8_t *fwd)
 }
 
 
-int view_render_xla(const view_explanation *x, FILE *f)
-{
-    if (!x->pl || !x->p) return -1;
-    uint8_t *fwd = export_begin(x, "xla", "#", f);
-    write_xla(f, x->st, fwd);
-    free(fwd);
-    return ferror(f) ? -1 : 0;
-}
+int view_render_xla(const view_explanation *x, FILE *f) { return export_render(x, "xla", "#", write_xla, f); }
