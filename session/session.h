@@ -2,20 +2,25 @@
  *
  * The command (cli/) parses its flags, calls one of these and prints what
  * comes back; tests and benchmarks call the same functions, so what they
- * check and measure is what a user runs.  Four jobs:
+ * check and measure is what a user runs.  Five jobs:
  *
  *  - load (load.c): the input a command names (a model spec, a graph file:
  *    one row each in the table of front ends) into a training step, with the
  *    schedule's graph tactics (microbatch:N builds the step of N micro-batches,
  *    remat: rewrites it); a plan's step is rebuilt the same way (plan.c);
- *  - price (options.c, cost.c): cost options from a command's settings, and
- *    a schedule priced beside the replicated plan through the pricer;
+ *  - price (cost.c): cost options from a command's settings, and a schedule
+ *    priced beside the replicated plan (the search's baseline, through the
+ *    pricer);
  *  - search (autopart.c): autopart's two levels (the sharding search on the
  *    step as given, then the memory tactics), the --time deadline split
  *    between them, and the chosen result mapped into a plan file;
  *  - run (run.c): a program run on simulated devices (threads, or one MPI
  *    rank each) and checked step by step against the single-device
- *    reference, with the ranks' agreement protocol.
+ *    reference, with the ranks' agreement protocol;
+ *  - explain (explain.c, shard.c): the explanation (view/view.h) of what a
+ *    command computed, which the command renders: a plan file opened for
+ *    carve explain, report or export; carve cost's and carve autopart's
+ *    results; carve shard's schedule applied tactic by tactic.
  *
  * Errors: a function that fails returns -1 (or NULL), or for a run the
  * command's exit status (SESSION_CHECK_FAILED, SESSION_BAD_INPUT), with one
@@ -136,7 +141,7 @@ int session_shard_run(session_shard *s, const ir_graph *g, const shard_mesh *mes
 void session_shard_explain(session_shard *s, const char *label, const char *sched_text, int summary);
 void session_shard_free(session_shard *s);
 
-/* ---- pricing (options.c, cost.c) --------------------------------------------- */
+/* ---- pricing (cost.c) --------------------------------------------- */
 
 /* A command's pricing settings, as given (NULL or 0: not given). */
 typedef struct session_pricing {

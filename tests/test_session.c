@@ -10,9 +10,13 @@
  *  3. autopart: a search whose plan file is written, reopened, verified and
  *     priced the same; the memory level under a tight cap; the schedule and
  *     mesh refusals; the warning hook for a mesh axis that can split nothing;
- *  4. a checked run of the plan on the threads backend, step by step, and a
+ *  4. the explanations and their renderers (view/): carve cost's text and
+ *     JSON from one explanation, a plan file explained, pictured and
+ *     exported, the renderers that refuse what they cannot draw;
+ *  5. a checked run of the plan on the threads backend, step by step, and a
  *     plan checked against another --mesh or --model.
  */
+#define _GNU_SOURCE
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -228,6 +232,84 @@ static void test_autopart(const char *plan_path)
     session_autopart_free(&a);
 }
 
+/* x rendered by `name` into a string (caller frees), or NULL when the
+ * renderer refuses it. */
+static char *render(const char *name, const view_explanation *x)
+{
+    const view_renderer *r = view_find(name);
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&text, &len);
+    int rc = r && f ? r->render(x, f) : -1;
+    if (f) fclose(f);
+    if (rc == 0) return text;
+    free(text);
+    return NULL;
+}
+
+/* The explanations and their renderers: what carve cost, explain, report and
+ * export print, from the same facts. */
+static void test_views(const char *plan_path)
+{
+    char err[2048], label[512], sched_text[SCHED_STR_MAX];
+    static const char *const names[] = {"text", "json", "html", "jax", "shardy", "xla", "torch"};
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) CHECK(view_find(names[i]) && !strcmp(view_find(names[i])->name, names[i]));
+    CHECK(view_find("pdf") == NULL);
+    /* carve cost: text and JSON of one explanation */
+    session_source src = {"gpt-tiny", NULL, NULL, 0, NULL};
+    ir_graph *g = session_load_step(&src, label, sizeof label, NULL, err, sizeof err);
+    shard_mesh mesh;
+    schedule sc;
+    cost_hw hw;
+    cost_options opt;
+    session_pricing pricing = {"a100", NULL, NULL, 0, 0};
+    int rc = g ? shard_mesh_parse("batch=2,model=2", &mesh, err, sizeof err) : -1;
+    if (rc == 0) rc = sched_parse("dp:batch,megatron:model", &mesh, &sc, err, sizeof err);
+    if (rc == 0) rc = session_cost_options(&pricing, &hw, &opt, err, sizeof err);
+    session_cost c;
+    if (rc == 0) rc = session_cost_run(&c, g, &mesh, &sc, &hw, &opt, err, sizeof err);
+    CHECKF(rc == 0, "%s", err);
+    if (rc == 0) {
+        session_cost_explain(&c, label, sched_str(&sc, &mesh, sched_text, sizeof sched_text), &hw, &opt);
+        const view_explanation *x = &c.x;
+        int colls = 0;
+        for (int i = 0; i < c.p->n_instrs; i++) colls += c.p->instrs[i].kind != SPMD_COMPUTE && c.p->instrs[i].kind != SPMD_SLICE;
+        CHECKF(x->n_coll == colls && colls > 0, "%d collectives named, %d in the program", x->n_coll, colls);
+        CHECK(x->param_rep[1] == 0 && x->coll_rep[1] == 0); /* gpt-tiny's two layers alike */
+        CHECK(strstr(x->strategy, "batch: data parallel") && strstr(x->strategy, "model: tensor parallel"));
+        char *text = render("text", x), *json = render("json", x);
+        CHECK(text && strstr(text, "step time      ") && strstr(text, "\nreplicated plan: step "));
+        char want[64];
+        snprintf(want, sizeof want, "\"step_time_s\":\t%.17g", c.e.step_time);
+        CHECKF(json && strstr(json, "\"format\":\t\"carve-cost/1\"") && strstr(json, want), "JSON lacks %s", want);
+        CHECK(render("html", x) == NULL && render("jax", x) == NULL); /* no plan file: no picture, no export */
+        free(text);
+        free(json);
+    }
+    session_cost_free(&c);
+    ir_free(g);
+    /* a plan file: explained, pictured, exported */
+    session_plan_view v;
+    rc = session_plan_view_open(&v, "explain", plan_path, SESSION_PLAN_EXPLAIN, NULL, err, sizeof err);
+    CHECKF(rc == 0, "%s", err);
+    if (rc == 0) {
+        char *text = render("text", &v.x), *html = render("html", &v.x);
+        CHECK(text && strstr(text, "compared with the expert schedules:") && v.x.n_ex > 0 && v.x.best >= -1);
+        CHECK(html && strstr(html, "<svg") && strstr(html, "dataset.ready"));
+        for (size_t i = 3; i < sizeof names / sizeof names[0]; i++) {
+            char *e = render(names[i], &v.x);
+            CHECKF(e && strstr(e, "carve export --to ") && strstr(e, names[i]), "%s export", names[i]);
+            free(e);
+        }
+        free(text);
+        free(html);
+    }
+    session_plan_view_free(&v);
+    rc = session_plan_view_open(&v, "report", "/nonexistent.json", SESSION_PLAN_PICTURE, NULL, err, sizeof err);
+    CHECK(rc < 0 && !v.opened && strstr(err, "cannot open plan"));
+    session_plan_view_free(&v);
+}
+
 static void test_run(const char *plan_path)
 {
     char err[2048];
@@ -283,6 +365,7 @@ int main(void)
     test_load();
     test_pricing();
     test_autopart(plan_path);
+    test_views(plan_path);
     test_run(plan_path);
     unlink(plan_path);
     return test_done();
