@@ -28,6 +28,10 @@ const char *exec_blis_arch(void);
 /* Fills elements [start, start+count) of argument v's global row-major array
  * into dst (float* for float dtypes, int32_t* for i32). */
 void exec_fill_range(const ir_graph *g, int v, uint64_t seed, int64_t start, int64_t count, void *dst);
+/* The same for a value described by x (its name, dtype, dims, role and
+ * init decide the numbers): a pipeline's body fills micro-batch k's input
+ * with the values of the unrolled step's input "mbK/NAME". */
+void exec_fill_value(const ir_value *x, uint64_t seed, int64_t start, int64_t count, void *dst);
 
 /* One buffer per value of a graph. */
 typedef struct exec_ref exec_ref;
@@ -58,6 +62,8 @@ double exec_ref_loss(exec_ref *r);
 /* The fused elementwise groups the executor runs (fuse.h): how many, and
  * how many ops they hold. */
 void exec_ref_fusion(const exec_ref *r, int *groups, int *fused_ops);
+/* The graph it runs. */
+const ir_graph *exec_ref_graph(const exec_ref *r);
 
 /* Kernels shared by the reference executor and the SPMD runtime. ---------- */
 

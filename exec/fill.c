@@ -31,7 +31,11 @@ typedef enum { FILL_UNIFORM, FILL_CONST, FILL_IDS } fill_kind;
 
 void exec_fill_range(const ir_graph *g, int v, uint64_t seed, int64_t start, int64_t count, void *dst)
 {
-    const ir_value *x = &g->values[v];
+    exec_fill_value(&g->values[v], seed, start, count, dst);
+}
+
+void exec_fill_value(const ir_value *x, uint64_t seed, int64_t start, int64_t count, void *dst)
+{
     int is_int = x->dtype == IR_I32;
     fill_kind kind = FILL_CONST;
     double c = 0, std = 0;

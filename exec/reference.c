@@ -207,3 +207,5 @@ void exec_ref_fusion(const exec_ref *r, int *groups, int *fused_ops)
     *groups = r->fuse.n_groups;
     *fused_ops = r->fuse.n_fused;
 }
+
+const ir_graph *exec_ref_graph(const exec_ref *r) { return r->g; }

@@ -44,6 +44,13 @@ typedef struct exec_spmd_device_stats {
     double fused_s;                  /* of compute_s: fused elementwise groups (not in op_s) */
     double resident_bytes;           /* the device's buffers resident in memory after the step (mincore) */
     double process_peak_bytes;       /* VmHWM of the process running the device (/proc/self/status) */
+    /* pipelined steps (exec_pipe_new) */
+    double p2p_s;                    /* in SEND and RECV (kind_s has each) */
+    double p2p_wait_s;               /* of p2p_s: blocked in a RECV, waiting for the other stage */
+    double accumulate_s;             /* of compute_s: adding micro-batches' gradients (and loss) into accumulators */
+    double span_s;                   /* from the device's start of the step to its end */
+    double idle_s;                   /* the step's wall time less busy time (compute, collectives, transfers
+                                        not blocked): the device's share of the pipeline's bubble */
 } exec_spmd_device_stats;
 
 /* One step: the wall time, each device's figures, and what the program says
@@ -120,6 +127,28 @@ double exec_spmd_loss(exec_spmd *r);
  * replicas agree bit for bit).  Every process calls it; only the root's
  * `global` is written (the others may pass NULL). */
 void exec_spmd_assemble(exec_spmd *r, int b, void *global, double *replica_diff);
+
+/* ---- pipelined programs (spmd_pipe.c) ----------------------------------- */
+
+/* Returns a runtime for the pipelined program pp (analysis/pipeline.h) on a
+ * backend, or NULL with a message (as exec_spmd_new_on).  Each device runs
+ * only its stage's tasks, in the schedule's order, sending activations and
+ * their gradients to the neighbouring stages through the backend, summing
+ * gradients over the micro-batches, then its end of step (gradient
+ * reduction, optimizer) once.  Each stage's arena is laid out by liveness
+ * over its own order (it holds the micro-batches its schedule has in
+ * flight).  exec_spmd_init_args, _step, _apply_updates, _assemble and the
+ * check work on it as on any runtime; the check compares it with the
+ * unrolled step of the same micro-batches (outputs matched by the argument
+ * they update, and the loss).  Borrows pp, which must outlive it. */
+typedef struct pipe_program pipe_program;
+exec_spmd *exec_pipe_new(const pipe_program *pp, exec_backend backend, size_t max_bytes, char *err, size_t errlen);
+/* After a pipelined step, on the root: device dev's tasks' start and end
+ * times (seconds from the device's start of the step), 2 per task in
+ * pipe_task_order's order; NULL when not pipelined. */
+const double *exec_pipe_task_times(const exec_spmd *r, int dev);
+/* Bytes of stage `stage`'s arena (0 when not pipelined). */
+size_t exec_pipe_stage_bytes(const exec_spmd *r, int stage);
 
 /* ---- MPI (spmd_mpi.c) ---------------------------------------------------- */
 

@@ -97,12 +97,15 @@ void exec_spmd_assemble(exec_spmd *r, int b, void *global, double *replica_diff)
         r->be->fail(r);
         return;
     }
+    /* a pipeline's stages hold different buffers: the value is its home stage's copy */
+    int home = spmd_home_stage(r, b), pipe_axis = home >= 0 ? spmd_pipe_axis(r) : -1;
     for (int dev = 0; dev < r->n_dev; dev++) {
-        int64_t rep = dev; /* the device with replica coordinates 0 */
+        int64_t rep = dev; /* the device with replica coordinates 0 (on a pipeline axis: home) */
         int on_partial = 0;
+        if (!spmd_holds(r, dev, b)) continue;
         for (int a = 0; a < m->n_axes; a++) {
             int64_t coord = shard_device_coord(m, dev, a);
-            if (replica & (1u << a)) rep -= coord * r->axis_stride[a];
+            if (replica & (1u << a)) rep -= (coord - (a == pipe_axis ? home : 0)) * r->axis_stride[a];
             if ((partial & (1u << a)) && coord) on_partial = 1;
         }
         if (rep != dev) {
@@ -213,12 +216,27 @@ static void mark_noise(exec_spmd_check *c, exec_ref *ref)
     }
 }
 
+/* The check's output (of c->g, the reference's graph) that the runtime's
+ * output i (of rg) is: the same index when both run one graph, else the
+ * output updating the argument of the same name, or the loss (a pipeline's
+ * body against the unrolled step).  -1 when there is none. */
+static int ref_output(const exec_spmd_check *c, const ir_graph *rg, int i)
+{
+    const ir_graph *g = c->g;
+    if (g == rg) return i;
+    const ir_output *o = &rg->outputs[i];
+    int u = o->updates >= 0 ? ir_find(g, rg->values[o->updates].name) : -1;
+    for (int j = 0; j < g->n_outputs; j++)
+        if (o->updates >= 0 ? g->outputs[j].updates == u && u >= 0 : o->value == rg->loss && g->outputs[j].value == g->loss) return j;
+    return -1;
+}
+
 int exec_spmd_compare(exec_spmd *r, exec_ref *ref, exec_spmd_check *c, char *err, size_t errlen)
 {
-    const ir_graph *g = r->g;
+    const ir_graph *rg = r->g, *g = c->g;
     if (!ref) { /* not the root: send the blocks the root assembles */
         c->steps++;
-        for (int i = 0; i < g->n_outputs; i++) {
+        for (int i = 0; i < rg->n_outputs; i++) {
             double rd = 0;
             exec_spmd_assemble(r, r->p->out_buf[i], NULL, &rd);
         }
@@ -228,7 +246,14 @@ int exec_spmd_compare(exec_spmd *r, exec_ref *ref, exec_spmd_check *c, char *err
     c->steps++;
     c->n_compared = c->n_excluded = 0;
     c->digest = 1469598103934665603ull;
-    for (int i = 0; i < g->n_outputs; i++) {
+    for (int ri = 0; ri < rg->n_outputs; ri++) {
+        int i = ref_output(c, rg, ri);
+        if (i < 0 || ir_numel(&g->values[g->outputs[i].value]) != ir_numel(&rg->values[rg->outputs[ri].value])) {
+            if (err && errlen)
+                snprintf(err, errlen, "output '%s' of the run has no match in the reference '%s'", rg->values[rg->outputs[ri].value].name,
+                         g->name);
+            return -1;
+        }
         const ir_output *o = &g->outputs[i];
         const ir_value *v = &g->values[o->value];
         int64_t n = ir_numel(v);
@@ -238,7 +263,7 @@ int exec_spmd_compare(exec_spmd *r, exec_ref *ref, exec_spmd_check *c, char *err
             return -1;
         }
         double rd = 0;
-        exec_spmd_assemble(r, r->p->out_buf[i], tmp, &rd);
+        exec_spmd_assemble(r, r->p->out_buf[ri], tmp, &rd);
         if (rd > c->replica_diff) c->replica_diff = rd;
         const void *want = exec_ref_data(ref, o->value);
         for (int64_t k = 0; k < n * 4; k++) c->digest = (c->digest ^ ((const unsigned char *)tmp)[k]) * 1099511628211ull;
@@ -277,10 +302,11 @@ int exec_spmd_compare(exec_spmd *r, exec_ref *ref, exec_spmd_check *c, char *err
 
 void exec_spmd_sync_reference(exec_spmd *r, exec_ref *ref)
 {
-    const ir_graph *g = r->g;
+    const ir_graph *g = r->g, *rg = ref ? exec_ref_graph(ref) : NULL;
     for (int i = 0; i < g->n_outputs; i++) {
         int u = g->outputs[i].updates;
         if (u < 0 || r->p->arg_buf[u] < 0) continue;
-        exec_spmd_assemble(r, r->p->arg_buf[u], ref ? exec_ref_data(ref, u) : NULL, NULL);
+        int ru = !rg || rg == g ? u : ir_find(rg, g->values[u].name); /* a pipeline's body: by name */
+        exec_spmd_assemble(r, r->p->arg_buf[u], ref && ru >= 0 ? exec_ref_data(ref, ru) : NULL, NULL);
     }
 }

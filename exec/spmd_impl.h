@@ -82,6 +82,9 @@ typedef struct spmd_p2p {
     double wait_s; /* blocked waiting for the message (recv: threads, the wait; MPI, the whole call) */
 } spmd_p2p;
 
+typedef struct spmd_pipe spmd_pipe;
+typedef struct pipe_program pipe_program;
+
 /* The loop one device runs during a step (spmd_run_device for a program). */
 typedef void (*spmd_device_fn)(exec_spmd *r, int dev);
 
@@ -118,6 +121,9 @@ typedef struct spmd_backend {
     const void *(*fetch)(exec_spmd *r, int b, int from, int to, void *tmp);
     /* The largest x over the processes (every process gets it). */
     double (*max_all)(exec_spmd *r, double x);
+    /* all holds n_dev entries of `each` bytes, by device: every process
+     * calls it, and the local devices' entries reach the root's copy. */
+    void (*gather)(exec_spmd *r, void *all, size_t each);
 } spmd_backend;
 
 extern const spmd_backend spmd_threads_backend;
@@ -141,6 +147,7 @@ struct exec_spmd {
     uint8_t *release;     /* per collective: peers overwrite what it reads later in the step (spmd_mem.c) */
     uint8_t *padded;      /* per buffer: some device's block has padding (an uneven split) */
     int p2p;              /* the step sends point to point (the same on every process) */
+    spmd_pipe *pipe;      /* a pipelined program's stream and tables (spmd_pipe.c), owned; else NULL */
     atomic_int abort;
     pthread_mutex_t err_mu;
     char err[512];
@@ -160,6 +167,40 @@ void spmd_run_device(exec_spmd *r, int dev);
 int spmd_run_instr(exec_spmd *r, int dev, int i, int *members, exec_spmd_device_stats *st);
 /* Fills st's memory figures after device dev's step. */
 void spmd_device_memory(exec_spmd *r, int dev, exec_spmd_device_stats *st);
+/* Fills device dev's block of buffer b with the seeded values of x (an
+ * argument, or what its values are to be: a pipeline's micro-batch input). */
+void spmd_fill_block(exec_spmd *r, const ir_value *x, int b, int dev, uint64_t seed);
+
+/* ---- pipelined programs (spmd_pipe.c) ----------------------------------- */
+
+/* A pipelined program expanded into one stream of instructions (every
+ * stage's tasks in its schedule's order, then its end of step) with the
+ * tables to run it; r->pipe of a runtime made by exec_pipe_new. */
+spmd_pipe *spmd_pipe_new(const pipe_program *pp, char *err, size_t errlen);
+void spmd_pipe_free(spmd_pipe *s);
+/* The stream (the runtime's r->p). */
+const spmd_program *spmd_pipe_stream(const spmd_pipe *s);
+/* Each stage's arena by liveness over its part of the stream; sets
+ * r->dev_off, r->release, r->dev_bytes (the largest stage's).  Returns 0, or
+ * -1 when out of memory. */
+int spmd_pipe_layout(exec_spmd *r, int reuse);
+size_t spmd_pipe_device_bytes(const exec_spmd *r, int dev);
+/* Fills argument v on device dev: a param or state it holds as any
+ * argument, an input once per micro-batch (instance k from "mbK/NAME"). */
+void spmd_pipe_fill(exec_spmd *r, int v, int dev, uint64_t seed);
+int spmd_pipe_step(exec_spmd *r, char *err, size_t errlen);
+/* The micro-batch instruction i runs for (-1: not pipelined, or an end). */
+int spmd_pipe_mb(const exec_spmd *r, int i);
+/* Whether device dev holds buffer b (always, unless pipelined: its stage uses b). */
+int spmd_holds(const exec_spmd *r, int dev, int b);
+/* The device whose copy of buffer b is its value: 0, or in a pipeline the
+ * device of b's home stage (an argument's owner, an output's maker) with
+ * coordinates 0 on the other axes. */
+int spmd_home_device(const exec_spmd *r, int b);
+/* The stage whose copy of b is its value (-1: not pipelined). */
+int spmd_home_stage(const exec_spmd *r, int b);
+/* The pipeline's mesh axis (-1: not pipelined). */
+int spmd_pipe_axis(const exec_spmd *r);
 /* Records the first error message (thread-safe). */
 void spmd_set_error(exec_spmd *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 

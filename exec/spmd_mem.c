@@ -139,9 +139,11 @@ static void live_spans(const spmd_program *p, const int64_t *numel, int reuse, c
     for (int i = 0; i < ni; i++) {
         const spmd_instr *in = &p->instrs[i];
         int g0 = w->gstart[i], g1 = w->gend[i];
-        if (g0 < sp[in->out].lo) sp[in->out].lo = g0;
-        if (g1 > sp[in->out].hi) sp[in->out].hi = g1;
-        w->def_instr[in->out] = i;
+        if (in->out >= 0) { /* (a pipeline's SEND writes nothing) */
+            if (g0 < sp[in->out].lo) sp[in->out].lo = g0;
+            if (g1 > sp[in->out].hi) sp[in->out].hi = g1;
+            w->def_instr[in->out] = i;
+        }
         for (int k = 0; k < IR_MAX_OPERANDS; k++)
             if (in->in[k] >= 0 && g1 > sp[in->in[k]].hi) sp[in->in[k]].hi = g1;
     }

@@ -219,7 +219,8 @@ static int mpi_open(exec_spmd *r, char *err, size_t errlen)
     r->root = rank == 0;
     uint8_t used[SPMD_N_MASKS] = {0};
     for (int i = 0; i < p->n_instrs; i++)
-        if (p->instrs[i].kind != SPMD_COMPUTE && p->instrs[i].kind != SPMD_SLICE) used[p->instrs[i].axes & (SPMD_N_MASKS - 1)] = 1;
+        if (p->instrs[i].kind != SPMD_COMPUTE && p->instrs[i].kind != SPMD_SLICE && !spmd_kind_is_p2p(p->instrs[i].kind))
+            used[p->instrs[i].axes & (SPMD_N_MASKS - 1)] = 1;
     /* every rank splits for the same masks in the same order */
     for (int k = 0; k < SPMD_N_MASKS; k++) {
         s->comm[k] = MPI_COMM_NULL;
@@ -283,9 +284,15 @@ static void mpi_run(exec_spmd *r, spmd_device_fn fn)
     if (r->p2p) finish_p2p(r);
     double wall = exec_spmd_now() - t0;
     MPI_Allreduce(&wall, &r->stats.wall_s, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
-    int n = (int)sizeof(exec_spmd_device_stats);
-    if (r->root) MPI_Gather(MPI_IN_PLACE, n, MPI_BYTE, r->stats.dev, n, MPI_BYTE, 0, MPI_COMM_WORLD);
-    else MPI_Gather(&r->stats.dev[s->rank], n, MPI_BYTE, NULL, n, MPI_BYTE, 0, MPI_COMM_WORLD);
+    r->be->gather(r, r->stats.dev, sizeof(exec_spmd_device_stats));
+}
+
+static void mpi_gather(exec_spmd *r, void *all, size_t each)
+{
+    mpi_state *s = r->be_state;
+    int n = (int)each;
+    if (r->root) MPI_Gather(MPI_IN_PLACE, n, MPI_BYTE, all, n, MPI_BYTE, 0, MPI_COMM_WORLD);
+    else MPI_Gather((char *)all + (size_t)s->rank * each, n, MPI_BYTE, NULL, n, MPI_BYTE, 0, MPI_COMM_WORLD);
 }
 
 static MPI_Comm comm_of(exec_spmd *r, const spmd_instr *in)
@@ -641,6 +648,7 @@ const spmd_backend spmd_mpi_backend = {
     .fail = mpi_fail,
     .fetch = mpi_fetch,
     .max_all = mpi_max_all,
+    .gather = mpi_gather,
 };
 
 #endif

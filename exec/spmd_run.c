@@ -82,35 +82,11 @@ exec_spmd *exec_spmd_new(const spmd_program *p, size_t max_bytes, char *err, siz
     return exec_spmd_new_on(p, EXEC_THREADS, max_bytes, err, errlen);
 }
 
-exec_spmd *exec_spmd_new_on(const spmd_program *p, exec_backend backend, size_t max_bytes, char *err, size_t errlen)
+/* The runtime's per-buffer and per-instruction arrays, uneven splits and
+ * local sizes.  Returns 0, or -1 when out of memory. */
+static int alloc_tables(exec_spmd *r)
 {
-    const ir_graph *g = p->g;
-    char mesh_text[128];
-    shard_mesh_str(&p->mesh, mesh_text, sizeof mesh_text);
-    if (p->mesh.n_devices < 1 || p->mesh.n_devices > 256) {
-        ir_errf(err, errlen, "mesh %s: %lld devices; the runtime simulates 1 to 256", mesh_text, (long long)p->mesh.n_devices);
-        return NULL;
-    }
-    const spmd_backend *be = backend == EXEC_MPI ? &spmd_mpi_backend : &spmd_threads_backend;
-    size_t dev_bytes = exec_spmd_device_bytes(p), need = dev_bytes * (backend == EXEC_MPI ? 1 : (size_t)p->mesh.n_devices);
-    if (max_bytes && need > max_bytes) {
-        ir_errf(err, errlen, "mesh %s: the SPMD run needs %zu bytes (%.1f MiB) of buffers (%zu per device), above the limit of %zu bytes",
-             mesh_text, need, (double)need / 1048576.0, dev_bytes, max_bytes);
-        return NULL;
-    }
-    exec_spmd *r = calloc(1, sizeof *r);
-    if (!r) goto oom;
-    r->p = p;
-    r->g = g;
-    r->be = be;
-    r->n_dev = (int)p->mesh.n_devices;
-    r->dev_bytes = dev_bytes;
-    pthread_mutex_init(&r->err_mu, NULL);
-    atomic_init(&r->abort, 0);
-    for (int a = p->mesh.n_axes - 1, s = 1; a >= 0; a--) {
-        r->axis_stride[a] = s;
-        s *= (int)p->mesh.sizes[a];
-    }
+    const spmd_program *p = r->p;
     r->off = calloc((size_t)p->n_bufs + 1, sizeof *r->off);
     r->dev_off = calloc((size_t)r->n_dev, sizeof *r->dev_off);
     r->numel = calloc((size_t)p->n_bufs + 1, sizeof *r->numel);
@@ -120,25 +96,79 @@ exec_spmd *exec_spmd_new_on(const spmd_program *p, exec_backend backend, size_t 
     r->arena = calloc((size_t)r->n_dev, sizeof *r->arena);
     r->stats.dev = calloc((size_t)r->n_dev, sizeof *r->stats.dev);
     if (!r->off || !r->dev_off || !r->numel || !r->instr_flops || !r->release || !r->padded || !r->arena || !r->stats.dev)
-        goto oom;
-    for (int d = 0; d < r->n_dev; d++) r->dev_off[d] = r->off; /* one layout for every device */
+        return -1;
     for (int b = 0; b < p->n_bufs; b++) {
-        const ir_value *v = &g->values[p->bufs[b].value];
+        const ir_value *v = &r->g->values[p->bufs[b].value];
+        r->numel[b] = buffer_numel(p, b);
         for (int d = 0; d < v->rank; d++)
             if (shard_dim_block(&p->mesh, &p->bufs[b].spec, d, v->dims[d]) * shard_dim_shards(&p->mesh, &p->bufs[b].spec, d) != v->dims[d])
                 r->padded[b] = 1;
     }
-    size_t off = 0;
-    if (device_layout(p, r->numel, r->off, &off, r->release) < 0) goto oom;
-    if (be->open(r, err, errlen) < 0) {
-        exec_spmd_free(r);
+    return 0;
+}
+
+/* Bytes of arena device dev needs. */
+static size_t arena_bytes(const exec_spmd *r, int dev) { return r->pipe ? spmd_pipe_device_bytes(r, dev) : r->dev_bytes; }
+
+/* Maps the arenas of the local devices, after checking their sum against
+ * max_bytes (0: no limit).  Returns 0, or -1 with a message. */
+static int map_arenas(exec_spmd *r, size_t max_bytes, const char *mesh_text, char *err, size_t errlen)
+{
+    const spmd_program *p = r->p;
+    size_t need = 0;
+    for (int k = 0; k < r->n_local; k++) need += arena_bytes(r, r->local[k]);
+    if (max_bytes && need > max_bytes)
+        return ir_errf(err, errlen, "mesh %s: the SPMD run needs %zu bytes (%.1f MiB) of buffers (%zu per device), above the limit of %zu bytes",
+                       mesh_text, need, (double)need / 1048576.0, r->dev_bytes, max_bytes);
+    for (int k = 0; k < r->n_local; k++) {
+        int dev = r->local[k];
+        exec_arena *a = &r->arena[dev];
+        if (exec_arena_map(a, arena_bytes(r, dev)) < 0)
+            return ir_errf(err, errlen, "mesh %s: out of memory allocating %zu bytes of device buffers", mesh_text, need);
+        for (int v = 0; v < r->g->n_values; v++) /* the rest are placed as they are written */
+            if (p->arg_buf[v] >= 0 && spmd_holds(r, dev, p->arg_buf[v]))
+                exec_arena_place(a, r->dev_off[dev][p->arg_buf[v]], (size_t)r->numel[p->arg_buf[v]] * 4);
+    }
+    return 0;
+}
+
+/* A runtime for p (pipe: the stream of a pipelined program, whose per-stage
+ * layout it makes; owned by the runtime from here on). */
+static exec_spmd *runtime_new(const spmd_program *p, spmd_pipe *pipe, exec_backend backend, size_t max_bytes, char *err,
+                              size_t errlen)
+{
+    const ir_graph *g = p->g;
+    char mesh_text[128];
+    shard_mesh_str(&p->mesh, mesh_text, sizeof mesh_text);
+    if (p->mesh.n_devices < 1 || p->mesh.n_devices > 256) {
+        ir_errf(err, errlen, "mesh %s: %lld devices; the runtime simulates 1 to 256", mesh_text, (long long)p->mesh.n_devices);
+        spmd_pipe_free(pipe);
         return NULL;
     }
-    for (int k = 0; k < r->n_local; k++) {
-        exec_arena *a = &r->arena[r->local[k]];
-        if (exec_arena_map(a, off) < 0) goto oom;
-        for (int v = 0; v < g->n_values; v++) /* the rest are placed as they are written */
-            if (p->arg_buf[v] >= 0) exec_arena_place(a, r->dev_off[r->local[k]][p->arg_buf[v]], (size_t)r->numel[p->arg_buf[v]] * 4);
+    exec_spmd *r = calloc(1, sizeof *r);
+    if (!r) {
+        spmd_pipe_free(pipe);
+        goto oom;
+    }
+    r->p = p;
+    r->g = g;
+    r->pipe = pipe;
+    r->p2p = pipe != NULL;
+    r->be = backend == EXEC_MPI ? &spmd_mpi_backend : &spmd_threads_backend;
+    r->n_dev = (int)p->mesh.n_devices;
+    pthread_mutex_init(&r->err_mu, NULL);
+    atomic_init(&r->abort, 0);
+    for (int a = p->mesh.n_axes - 1, s = 1; a >= 0; a--) {
+        r->axis_stride[a] = s;
+        s *= (int)p->mesh.sizes[a];
+    }
+    if (alloc_tables(r) < 0) goto oom;
+    for (int d = 0; d < r->n_dev; d++) r->dev_off[d] = r->off; /* one layout for every device */
+    if (pipe ? spmd_pipe_layout(r, reuse_enabled()) < 0 : spmd_layout(p, r->numel, reuse_enabled(), r->off, &r->dev_bytes, r->release) < 0)
+        goto oom;
+    if (r->be->open(r, err, errlen) < 0 || map_arenas(r, max_bytes, mesh_text, err, errlen) < 0) {
+        exec_spmd_free(r);
+        return NULL;
     }
     r->stats.fused_groups = p->fuse.n_groups; /* the groups the lowering planned */
     r->stats.fused_ops = p->fuse.n_fused;
@@ -153,9 +183,20 @@ exec_spmd *exec_spmd_new_on(const spmd_program *p, exec_backend backend, size_t 
     }
     return r;
 oom:
-    ir_errf(err, errlen, "mesh %s: out of memory allocating %zu bytes of device buffers", mesh_text, need);
+    ir_errf(err, errlen, "mesh %s: out of memory preparing the device buffers", mesh_text);
     exec_spmd_free(r);
     return NULL;
+}
+
+exec_spmd *exec_spmd_new_on(const spmd_program *p, exec_backend backend, size_t max_bytes, char *err, size_t errlen)
+{
+    return runtime_new(p, NULL, backend, max_bytes, err, errlen);
+}
+
+exec_spmd *exec_pipe_new(const pipe_program *pp, exec_backend backend, size_t max_bytes, char *err, size_t errlen)
+{
+    spmd_pipe *pipe = spmd_pipe_new(pp, err, errlen);
+    return pipe ? runtime_new(spmd_pipe_stream(pipe), pipe, backend, max_bytes, err, errlen) : NULL;
 }
 
 void exec_spmd_free(exec_spmd *r)
@@ -173,6 +214,7 @@ void exec_spmd_free(exec_spmd *r)
     free(r->release);
     free(r->padded);
     free(r->stats.dev);
+    spmd_pipe_free(r->pipe);
     pthread_mutex_destroy(&r->err_mu);
     free(r);
 }
@@ -184,19 +226,16 @@ const exec_spmd_stats *exec_spmd_last_stats(const exec_spmd *r) { return &r->sta
 
 /* ---- arguments ---------------------------------------------------------- */
 
-/* Fills device dev's block of argument v (buffer b) from the seeded global
- * values, one contiguous global run of its valid box at a time (padding:
- * zeros). */
-static void fill_block(exec_spmd *r, int v, int b, int dev, uint64_t seed)
+/* One contiguous global run of the valid box at a time (padding: zeros). */
+void spmd_fill_block(exec_spmd *r, const ir_value *x, int b, int dev, uint64_t seed)
 {
-    const ir_value *x = &r->g->values[v];
     int rank = x->rank;
     int64_t gs[IR_MAX_RANK], ls[IR_MAX_RANK], idx[IR_MAX_RANK] = {0};
     spmd_block blk;
     spmd_block_of(r, b, dev, &blk);
     uint32_t *dst = (uint32_t *)blk.data;
     if (rank == 0) {
-        exec_fill_range(r->g, v, seed, 0, 1, dst);
+        exec_fill_value(x, seed, 0, 1, dst);
         return;
     }
     if (r->padded[b]) memset(dst, 0, (size_t)r->numel[b] * 4);
@@ -213,7 +252,7 @@ static void fill_block(exec_spmd *r, int v, int b, int dev, uint64_t seed)
             start += (blk.org[d] + idx[d]) * gs[d];
             lo += idx[d] * ls[d];
         }
-        exec_fill_range(r->g, v, seed, start, inner, dst + lo);
+        exec_fill_value(x, seed, start, inner, dst + lo);
         for (int d = k0 - 1; d >= 0; d--) {
             if (++idx[d] < blk.valid[d]) break;
             idx[d] = 0;
@@ -229,7 +268,10 @@ void exec_spmd_init_args(exec_spmd *r, uint64_t seed)
 #pragma omp parallel for num_threads(n_threads) schedule(dynamic, 1)
     for (int k = 0; k < r->n_local; k++)
         for (int v = 0, dev = r->local[k]; v < r->g->n_values; v++)
-            if (p->arg_buf[v] >= 0) fill_block(r, v, p->arg_buf[v], dev, seed);
+            if (p->arg_buf[v] >= 0 && spmd_holds(r, dev, p->arg_buf[v])) {
+                if (r->pipe) spmd_pipe_fill(r, v, dev, seed);
+                else spmd_fill_block(r, &r->g->values[v], p->arg_buf[v], dev, seed);
+            }
 }
 
 void exec_spmd_apply_updates(exec_spmd *r)
@@ -248,6 +290,7 @@ void exec_spmd_apply_updates(exec_spmd *r)
         for (int i = 0; i < g->n_outputs; i++) {
             int src = p->out_buf[i], upd = g->outputs[i].updates;
             if (upd < 0 || src == p->arg_buf[upd] || p->arg_buf[p->bufs[src].value] != src) continue;
+            if (!spmd_holds(r, dev, src) || !spmd_holds(r, dev, p->arg_buf[upd])) continue;
             size_t n = (size_t)r->numel[src] * 4;
             saved[i] = malloc(n ? n : 4);
             if (!saved[i]) {
@@ -260,6 +303,7 @@ void exec_spmd_apply_updates(exec_spmd *r)
             int src = p->out_buf[i], upd = g->outputs[i].updates;
             if (upd < 0 || src == p->arg_buf[upd]) continue;
             int dst = p->arg_buf[upd];
+            if (!spmd_holds(r, dev, src) || !spmd_holds(r, dev, dst)) continue; /* a stage updates what it holds */
             if (r->numel[dst] != r->numel[src]) continue; /* lowering keeps layouts: never */
             if (r->dev_off[dev][dst] == r->dev_off[dev][src]) continue; /* the output was written in place (donated) */
             memcpy(spmd_buf(r, dev, dst), saved[i] ? saved[i] : (void *)spmd_buf(r, dev, src), (size_t)r->numel[src] * 4);
@@ -272,9 +316,12 @@ void exec_spmd_apply_updates(exec_spmd *r)
 double exec_spmd_loss(exec_spmd *r)
 {
     const ir_graph *g = r->g;
-    if (g->loss < 0 || !r->root) return NAN;
-    for (int i = 0; i < g->n_outputs; i++)
-        if (g->outputs[i].value == g->loss) return (double)spmd_buf(r, 0, r->p->out_buf[i])[0];
+    if (g->loss < 0) return NAN;
+    for (int i = 0; i < g->n_outputs; i++) {
+        if (g->outputs[i].value != g->loss) continue;
+        int dev = spmd_home_device(r, r->p->out_buf[i]); /* device 0, unless a pipeline's last stage holds it */
+        return r->arena[dev].base ? (double)spmd_buf(r, dev, r->p->out_buf[i])[0] : NAN;
+    }
     return NAN;
 }
 
@@ -321,7 +368,10 @@ static int run_compute(exec_spmd *r, const spmd_instr *in, int dev, char *msg, s
      * padded dim sees it as -inf for the time of the op. */
     int masked = op->kind == IR_OP_REDUCE_MAX && r->padded[in->in[0]];
     if (masked) spmd_fill_padding(r, in->in[0], dev, -INFINITY);
-    int rc = exec_kernel_run(op->kind, &op->attrs, op->n_in, args, &out, &o, msg, n);
+    ir_attrs attrs = op->attrs;
+    int mb = op->kind == IR_OP_DROPOUT_MASK ? spmd_pipe_mb(r, (int)(in - p->instrs)) : -1;
+    if (mb > 0) attrs.ints[0] = ir_microbatch_seed(attrs.ints[0], mb); /* micro-batch k's masks, as the unrolled step's */
+    int rc = exec_kernel_run(op->kind, &attrs, op->n_in, args, &out, &o, msg, n);
     if (masked) spmd_fill_padding(r, in->in[0], dev, 0.0f);
     if (r->padded[in->out]) spmd_fill_padding(r, in->out, dev, 0.0f);
     return rc;
@@ -471,6 +521,7 @@ int exec_spmd_step(exec_spmd *r, char *err, size_t errlen)
     exec_blis_setup();
     atomic_store(&r->abort, 0);
     r->err[0] = 0;
+    if (r->pipe) return spmd_pipe_step(r, err, errlen);
     r->be->run(r, spmd_run_device);
     if (atomic_load(&r->abort)) return ir_errf(err, errlen, "%s", r->err[0] ? r->err : "a device stopped");
     return 0;

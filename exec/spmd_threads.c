@@ -118,7 +118,7 @@ static int threads_open(exec_spmd *r, char *err, size_t errlen)
     for (int k = 0; k < SPMD_N_MASKS; k++) s->mask_slot[k] = -1;
     for (int i = 0; i < p->n_instrs; i++) {
         const spmd_instr *in = &p->instrs[i];
-        if (in->kind == SPMD_COMPUTE || in->kind == SPMD_SLICE) continue;
+        if (in->kind == SPMD_COMPUTE || in->kind == SPMD_SLICE || spmd_kind_is_p2p(in->kind)) continue;
         if (s->mask_slot[in->axes & (SPMD_N_MASKS - 1)] < 0) s->mask_slot[in->axes & (SPMD_N_MASKS - 1)] = n_slots++;
     }
     s->bars = calloc((size_t)(n_slots * r->n_dev + 1), sizeof *s->bars);
@@ -505,6 +505,8 @@ static const void *threads_fetch(exec_spmd *r, int b, int from, int to, void *tm
 
 static double threads_max_all(exec_spmd *r, double x) { return x; }
 
+static void threads_gather(exec_spmd *r, void *all, size_t each) {} /* one process holds every device */
+
 const spmd_backend spmd_threads_backend = {
     .name = "threads",
     .open = threads_open,
@@ -520,4 +522,5 @@ const spmd_backend spmd_threads_backend = {
     .fail = threads_fail,
     .fetch = threads_fetch,
     .max_all = threads_max_all,
+    .gather = threads_gather,
 };

@@ -11,7 +11,9 @@
 #
 # What runs: test_p2p's point-to-point cases (`test_p2p --mpi`) on 4 ranks,
 # and the bytes that crossed the veth must be at least what its exchange
-# case sends between the hosts (two pairs, both ways, three 1.2 MB messages).
+# case sends between the hosts (two pairs, both ways, three 1.2 MB messages);
+# pipelined training steps (`test_pipe_run --mpi K`, each checked against
+# the single-device reference) with the stages on different hosts.
 # Needs root (ip netns, veth); as another user it says so and counts the
 # cases skipped.  As root, a namespace that cannot be made is a failure, and
 # so is a missing or broken MPI (CARVE_TEST_WITHOUT=mpi: a skip).
@@ -23,6 +25,7 @@ p2p=$(dirname "$carve")/tests/test_p2p
 if [ "$(id -u)" != 0 ]; then
     skipped "test_p2p --mpi over two hosts" "not root: network namespaces cannot be made"
     skipped "bytes over the veth" "not root"
+    skipped "pipelined steps over two hosts (2)" "not root"
     closing
     exit
 fi
@@ -67,19 +70,21 @@ EOF
 chmod +x rsh
 net=(--mca plm_rsh_agent "$tmp/rsh" --mca btl tcp,self --mca btl_tcp_if_include 10.77.0.0/24
     --mca oob_tcp_if_include 10.77.0.0/24)
-# across N CMD...: runs CMD on N ranks split over the two hosts, from host A
+# across N MAP CMD...: runs CMD on N ranks split over the two hosts, from host A,
+# placed round robin (MAP node) or the first half on A (MAP slot)
 across() {
-    local n=$1
-    shift
+    local n=$1 map=$2 slots=$(($1 / 2))
+    shift 2
+    [ "$map" = node ] && slots=$n
     timeout 300 ip netns exec "$a" unshare --uts sh -c "hostname host-$a; exec \"\$@\"" sh \
-        mpirun --allow-run-as-root --oversubscribe -H "10.77.0.1:$n,10.77.0.2:$n" --map-by node -n "$n" "${net[@]}" "$@"
+        mpirun --allow-run-as-root --oversubscribe -H "10.77.0.1:$slots,10.77.0.2:$slots" --map-by "$map" -n "$n" "${net[@]}" "$@"
 }
 veth_bytes() { # bytes host B received on the veth
     ip netns exec "$b" cat "/sys/class/net/vb$$/statistics/rx_bytes"
 }
 
 before=$(veth_bytes)
-across 4 "$p2p" --mpi >p2p.txt 2>p2p.err
+across 4 node "$p2p" --mpi >p2p.txt 2>p2p.err
 rc=$?
 after=$(veth_bytes)
 if [ $rc -eq 0 ] && grep -qE '^[1-9][0-9]* passed, 0 failed' p2p.txt; then pass=$((pass + 1))
@@ -89,5 +94,20 @@ crossed=$((after - before))
 if [ "$crossed" -ge 7200000 ]; then pass=$((pass + 1))
 else fail=$((fail + 1)); echo "FAIL: only $crossed bytes reached host B over the veth (want at least 7200000)"; fi
 echo "point to point over two hosts: $crossed bytes received by host B"
+
+# pipelined GPT steps (test_pipe_run's MPI cases, checked against the reference there): two stages
+# on two hosts (case 0: one rank each), and two stages of a tensor-parallel pair each, a stage per
+# host (case 2, interleaved; slots: ranks 0 and 1 on A, 2 and 3 on B)
+pipe=$(dirname "$carve")/tests/test_pipe_run
+for c in "0 2" "2 4"; do
+    set -- $c
+    before=$(veth_bytes)
+    across "$2" slot "$pipe" --mpi "$1" >pipe.txt 2>pipe.err
+    rc=$?
+    crossed=$(($(veth_bytes) - before))
+    if [ $rc -eq 0 ] && grep -qE '^[1-9][0-9]* passed, 0 failed' pipe.txt && [ "$crossed" -gt 0 ]; then pass=$((pass + 1))
+    else fail=$((fail + 1)); echo "FAIL test_pipe_run --mpi $1 on $2 ranks over two hosts: exit $rc, $crossed bytes over the veth"; tail -5 pipe.txt; head -10 pipe.err; fi
+    echo "pipelined case $1 on $2 ranks over two hosts: $crossed bytes received by host B"
+done
 
 closing
