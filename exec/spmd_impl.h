@@ -165,6 +165,9 @@ void spmd_run_device(exec_spmd *r, int dev);
  * scratch of n_dev ints.  Returns how many instructions it ran, or -1 when
  * the device stopped (the run failed, with a message, or was aborted). */
 int spmd_run_instr(exec_spmd *r, int dev, int i, int *members, exec_spmd_device_stats *st);
+/* n_dev ints of scratch for device dev's collectives (members), or NULL
+ * after failing the run (out of memory). */
+int *spmd_members_new(exec_spmd *r, int dev);
 /* Fills st's memory figures after device dev's step. */
 void spmd_device_memory(exec_spmd *r, int dev, exec_spmd_device_stats *st);
 /* Fills device dev's block of buffer b with the seeded values of x (an

@@ -421,12 +421,8 @@ static void run_pipe_device(exec_spmd *r, int dev)
     spmd_pipe *s = r->pipe;
     exec_spmd_device_stats st;
     memset(&st, 0, sizeof st);
-    int *members = malloc((size_t)r->n_dev * sizeof *members);
-    if (!members) {
-        spmd_set_error(r, "device %d: out of memory", dev);
-        r->be->fail(r);
-        return;
-    }
+    int *members = spmd_members_new(r, dev);
+    if (!members) return;
     const int *at = s->task_at + (size_t)stage_of(r, dev) * (size_t)(s->n_tasks + 2);
     double *tt = s->task_t + (size_t)dev * 2 * (size_t)s->n_tasks, start = exec_spmd_now();
     int rc = 0;

@@ -498,17 +498,23 @@ void spmd_device_memory(exec_spmd *r, int dev, exec_spmd_device_stats *st)
     st->process_peak_bytes = process_peak();
 }
 
+int *spmd_members_new(exec_spmd *r, int dev)
+{
+    int *members = malloc((size_t)r->n_dev * sizeof *members);
+    if (!members) {
+        spmd_set_error(r, "device %d: out of memory", dev);
+        r->be->fail(r);
+    }
+    return members;
+}
+
 void spmd_run_device(exec_spmd *r, int dev)
 {
     const spmd_program *p = r->p;
     exec_spmd_device_stats st;
     memset(&st, 0, sizeof st);
-    int *members = malloc((size_t)r->n_dev * sizeof *members);
-    if (!members) {
-        spmd_set_error(r, "device %d: out of memory", dev);
-        r->be->fail(r);
-        return;
-    }
+    int *members = spmd_members_new(r, dev);
+    if (!members) return;
     for (int i = 0, n; i < p->n_instrs; i += n)
         if (atomic_load_explicit(&r->abort, memory_order_relaxed) || (n = spmd_run_instr(r, dev, i, members, &st)) < 0) break;
     free(members);
