@@ -51,6 +51,8 @@ typedef struct exec_spmd_device_stats {
     double span_s;                   /* from the device's start of the step to its end */
     double idle_s;                   /* the step's wall time less busy time (compute, collectives, transfers
                                         not blocked): the device's share of the pipeline's bubble */
+    double cpu_s;                    /* CPU seconds of the device's thread in the step */
+    double replay_idle_s;            /* the replayed step (exec_spmd_stats.replay_s) less its stage's CPU time */
 } exec_spmd_device_stats;
 
 /* One step: the wall time, each device's figures, and what the program says
@@ -62,6 +64,11 @@ typedef struct exec_spmd_stats {
     int count[SPMD_N_KINDS];
     double bytes[SPMD_N_KINDS];
     int fused_groups, fused_ops;     /* elementwise groups run tile by tile (fuse.h), and their ops */
+    /* pipelined steps: the step replayed as if each device had a core of its own, from each device's
+       CPU time between its transfers (the stage's slowest device at each point) and the order of the
+       transfers: on a machine with fewer cores than devices the wall-clock idle_s mixes the bubble
+       with time the devices share cores; this does not */
+    double replay_s;
 } exec_spmd_stats;
 
 /* Bytes of buffers one device needs for p (4 bytes an element, as exec_ref),

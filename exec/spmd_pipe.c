@@ -43,6 +43,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 struct spmd_pipe {
     const pipe_program *pp;
@@ -63,6 +64,12 @@ struct spmd_pipe {
     size_t *off;        /* [stage * e.n_bufs + b]: offsets */
     size_t *bytes;      /* per stage: its arena */
     double *task_t;     /* [dev * 2 n_tasks + 2 t (+ 1)]: start and end of task t (seconds from the device's start) */
+    /* the CPU-time trace (the replay below) */
+    int *p2p_ord;       /* per instruction of e: its rank among its stage's SENDs and RECVs, or -1 */
+    int *match;         /* per RECV of e: the SEND of its message; else -1 */
+    int n_p2p;          /* the most SENDs and RECVs a stage has */
+    double *cpu_t;      /* [dev * (2 n_p2p + 1) + 2k (+ 1)]: the device thread's CPU seconds at the start and end
+                           of its k-th transfer; [.. + 2 n_p2p]: at its end of step */
 };
 
 /* ---- the stream --------------------------------------------------------------- */
@@ -201,6 +208,39 @@ static int make_stream(spmd_pipe *s, char *err, size_t errlen)
     return make_tags(s, err, errlen);
 }
 
+/* Each stage's transfers numbered in its order, and each RECV's SEND (same
+ * tag, the two stages swapped). */
+static void make_trace(spmd_pipe *s)
+{
+    const spmd_program *e = &s->e;
+    s->p2p_ord = ir_xcalloc((size_t)e->n_instrs + 1, sizeof *s->p2p_ord);
+    s->match = ir_xcalloc((size_t)e->n_instrs + 1, sizeof *s->match);
+    int *first_send = ir_xcalloc((size_t)SPMD_P2P_MAX_TAG + 1, sizeof *first_send), *next = ir_xcalloc((size_t)e->n_instrs + 1, sizeof *next);
+    for (int t = 0; t <= SPMD_P2P_MAX_TAG; t++) first_send[t] = -1;
+    for (int r = 0; r < s->p; r++) {
+        const int *at = s->task_at + (size_t)r * (size_t)(s->n_tasks + 2);
+        int k = 0;
+        for (int i = at[0]; i < at[s->n_tasks + 1]; i++) {
+            s->p2p_ord[i] = s->match[i] = next[i] = -1;
+            if (!spmd_kind_is_p2p(e->instrs[i].kind)) continue;
+            s->p2p_ord[i] = k++;
+            if (e->instrs[i].kind == SPMD_SEND) next[i] = first_send[s->tag[i]], first_send[s->tag[i]] = i;
+        }
+        if (k > s->n_p2p) s->n_p2p = k;
+    }
+    for (int r = 0; r < s->p; r++) {
+        const int *at = s->task_at + (size_t)r * (size_t)(s->n_tasks + 2);
+        for (int i = at[0]; i < at[s->n_tasks + 1]; i++)
+            if (e->instrs[i].kind == SPMD_RECV)
+                for (int j = first_send[s->tag[i]]; j >= 0 && s->match[i] < 0; j = next[j])
+                    if (e->instrs[j].peer == r && j >= s->task_at[(size_t)e->instrs[i].peer * (size_t)(s->n_tasks + 2)] &&
+                        j < s->task_at[(size_t)e->instrs[i].peer * (size_t)(s->n_tasks + 2) + (size_t)s->n_tasks + 1])
+                        s->match[i] = j;
+    }
+    free(first_send);
+    free(next);
+}
+
 /* ---- per stage: what it holds, its layout -------------------------------- */
 
 /* held and pinned of stage r: every buffer its part of the stream uses, the
@@ -318,6 +358,9 @@ void spmd_pipe_free(spmd_pipe *s)
     free(s->off);
     free(s->bytes);
     free(s->task_t);
+    free(s->p2p_ord);
+    free(s->match);
+    free(s->cpu_t);
     free(s);
 }
 
@@ -355,6 +398,8 @@ spmd_pipe *spmd_pipe_new(const pipe_program *pp, char *err, size_t errlen)
     for (int r = 0; r < s->p; r++) stage_buffers(s, r);
     make_homes(s);
     s->task_t = ir_xcalloc((size_t)p->mesh.n_devices * 2 * (size_t)s->n_tasks + 1, sizeof *s->task_t);
+    make_trace(s);
+    s->cpu_t = ir_xcalloc((size_t)p->mesh.n_devices * (2 * (size_t)s->n_p2p + 1) + 1, sizeof *s->cpu_t);
     return s;
 }
 
@@ -362,9 +407,18 @@ const spmd_program *spmd_pipe_stream(const spmd_pipe *s) { return &s->e; }
 
 /* ---- running -------------------------------------------------------------- */
 
-/* SEND or RECV instruction i on device dev.  Returns 0, or -1 when the run
- * stopped. */
-static int transfer(exec_spmd *r, int dev, int i, exec_spmd_device_stats *st)
+/* CPU seconds of the calling thread (the device's work, not the time it
+ * waits or another thread runs on its core). */
+static double thread_cpu(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+/* SEND or RECV instruction i on device dev, whose thread had cpu_start CPU
+ * seconds at its start of the step.  Returns 0, or -1 when the run stopped. */
+static int transfer(exec_spmd *r, int dev, int i, double cpu_start, exec_spmd_device_stats *st)
 {
     spmd_pipe *s = r->pipe;
     const spmd_instr *in = &r->p->instrs[i];
@@ -373,9 +427,12 @@ static int transfer(exec_spmd *r, int dev, int i, exec_spmd_device_stats *st)
     spmd_p2p m = {.dev = dev, .peer = dev + (in->peer - my) * (int)r->axis_stride[s->axis], .tag = s->tag[i],
                   .data = spmd_buf(r, dev, b), .n = r->numel[b]};
     if (!send) exec_arena_place(&r->arena[dev], r->dev_off[dev][b], (size_t)r->numel[b] * 4);
+    double *cpu = s->cpu_t + (size_t)dev * (2 * (size_t)s->n_p2p + 1) + 2 * (size_t)s->p2p_ord[i];
+    cpu[0] = thread_cpu() - cpu_start;
     double t0 = exec_spmd_now();
     int rc = send ? r->be->send(r, &m) : r->be->recv(r, &m);
     double dt = exec_spmd_now() - t0;
+    cpu[1] = thread_cpu() - cpu_start;
     st->p2p_s += dt;
     st->p2p_wait_s += m.wait_s;
     st->moved_bytes += m.moved;
@@ -400,12 +457,12 @@ static void accumulate(exec_spmd *r, int dev, int i, exec_spmd_device_stats *st)
 
 /* Instructions [lo, hi) of the stream on device dev.  Returns 0, or -1 when
  * the run stopped. */
-static int run_span(exec_spmd *r, int dev, int lo, int hi, int *members, exec_spmd_device_stats *st)
+static int run_span(exec_spmd *r, int dev, int lo, int hi, double cpu_start, int *members, exec_spmd_device_stats *st)
 {
     spmd_pipe *s = r->pipe;
     for (int i = lo, n; i < hi; i += n) {
         if (atomic_load_explicit(&r->abort, memory_order_relaxed)) return -1;
-        if (spmd_kind_is_p2p(r->p->instrs[i].kind)) n = transfer(r, dev, i, st) < 0 ? -1 : 1;
+        if (spmd_kind_is_p2p(r->p->instrs[i].kind)) n = transfer(r, dev, i, cpu_start, st) < 0 ? -1 : 1;
         else n = spmd_run_instr(r, dev, i, members, st);
         if (n < 0) return -1;
         for (int k = i; k < i + n; k++)
@@ -424,18 +481,82 @@ static void run_pipe_device(exec_spmd *r, int dev)
     int *members = spmd_members_new(r, dev);
     if (!members) return;
     const int *at = s->task_at + (size_t)stage_of(r, dev) * (size_t)(s->n_tasks + 2);
-    double *tt = s->task_t + (size_t)dev * 2 * (size_t)s->n_tasks, start = exec_spmd_now();
+    double *tt = s->task_t + (size_t)dev * 2 * (size_t)s->n_tasks, start = exec_spmd_now(), cpu = thread_cpu();
     int rc = 0;
     for (int t = 0; t < s->n_tasks && !rc; t++) {
         tt[2 * t] = exec_spmd_now() - start;
-        rc = run_span(r, dev, at[t], at[t + 1], members, &st);
+        rc = run_span(r, dev, at[t], at[t + 1], cpu, members, &st);
         tt[2 * t + 1] = exec_spmd_now() - start;
     }
-    if (!rc) run_span(r, dev, at[s->n_tasks], at[s->n_tasks + 1], members, &st);
+    if (!rc) run_span(r, dev, at[s->n_tasks], at[s->n_tasks + 1], cpu, members, &st);
     st.span_s = exec_spmd_now() - start;
+    st.cpu_s = thread_cpu() - cpu;
+    s->cpu_t[(size_t)dev * (2 * (size_t)s->n_p2p + 1) + 2 * (size_t)s->n_p2p] = st.cpu_s;
     free(members);
     spmd_device_memory(r, dev, &st);
     r->stats.dev[dev] = st;
+}
+
+/* The step replayed from the CPU-time trace, as if every device had a core
+ * of its own: each stage (its devices' slowest CPU time at each point, since
+ * its collectives keep them together) works for its CPU time between
+ * transfers; a RECV waits until its SEND has ended on the other stage.
+ * Sets r->stats.replay_s and each device's replay_idle_s (the replayed step
+ * less its stage's CPU time).  Returns 0, or -1 when the trace cannot be
+ * replayed (a RECV whose SEND never ends: the run itself would have failed). */
+static int replay(exec_spmd *r)
+{
+    spmd_pipe *s = r->pipe;
+    const spmd_program *e = &s->e;
+    size_t w = 2 * (size_t)s->n_p2p + 1;
+    double *cpu = ir_xcalloc((size_t)s->p * w + 1, sizeof *cpu), *clock = ir_xcalloc((size_t)s->p + 1, sizeof *clock);
+    double *sent = ir_xcalloc((size_t)e->n_instrs + 1, sizeof *sent), *last = ir_xcalloc((size_t)s->p + 1, sizeof *last);
+    int *pos = ir_xcalloc((size_t)s->p + 1, sizeof *pos), done = 0, moved = 1, rc = 0;
+    for (int i = 0; i < e->n_instrs; i++) sent[i] = -1;
+    for (int d = 0; d < r->n_dev; d++) /* a stage: its slowest device at each point */
+        for (size_t k = 0; k < w; k++) {
+            double *c = &cpu[(size_t)stage_of(r, d) * w + k], x = s->cpu_t[(size_t)d * w + k];
+            if (x > *c) *c = x;
+        }
+    for (int r0 = 0; r0 < s->p; r0++) pos[r0] = s->task_at[(size_t)r0 * (size_t)(s->n_tasks + 2)];
+    while (done < s->p && moved) {
+        moved = 0;
+        for (int st = 0; st < s->p; st++) {
+            int hi = s->task_at[(size_t)st * (size_t)(s->n_tasks + 2) + (size_t)s->n_tasks + 1];
+            const double *c = cpu + (size_t)st * w;
+            for (; pos[st] < hi; pos[st]++) {
+                int i = pos[st];
+                if (s->p2p_ord[i] < 0) continue;
+                const double *at = c + 2 * s->p2p_ord[i];
+                double t = clock[st] + (at[0] - last[st]);
+                if (e->instrs[i].kind == SPMD_RECV) {
+                    if (s->match[i] < 0 || sent[s->match[i]] < 0) break; /* not sent yet */
+                    if (sent[s->match[i]] > t) t = sent[s->match[i]];
+                }
+                clock[st] = t + (at[1] - at[0]);
+                last[st] = at[1];
+                if (e->instrs[i].kind == SPMD_SEND) sent[i] = clock[st];
+                moved = 1;
+            }
+            if (pos[st] == hi) {
+                clock[st] += c[w - 1] - last[st]; /* after its last transfer */
+                last[st] = c[w - 1];
+                pos[st]++;
+                done++;
+            }
+        }
+    }
+    if (done < s->p) rc = -1;
+    r->stats.replay_s = 0;
+    for (int st = 0; st < s->p && !rc; st++)
+        if (clock[st] > r->stats.replay_s) r->stats.replay_s = clock[st];
+    for (int d = 0; d < r->n_dev && !rc; d++) r->stats.dev[d].replay_idle_s = r->stats.replay_s - cpu[(size_t)stage_of(r, d) * w + w - 1];
+    free(cpu);
+    free(clock);
+    free(sent);
+    free(last);
+    free(pos);
+    return rc;
 }
 
 int spmd_pipe_step(exec_spmd *r, char *err, size_t errlen)
@@ -444,6 +565,8 @@ int spmd_pipe_step(exec_spmd *r, char *err, size_t errlen)
     r->be->run(r, run_pipe_device);
     if (atomic_load(&r->abort)) return ir_errf(err, errlen, "%s", r->err[0] ? r->err : "a device stopped");
     r->be->gather(r, s->task_t, 2 * (size_t)s->n_tasks * sizeof *s->task_t);
+    r->be->gather(r, s->cpu_t, (2 * (size_t)s->n_p2p + 1) * sizeof *s->cpu_t);
+    if (r->root && replay(r) < 0) return ir_errf(err, errlen, "pipeline: the step's transfers cannot be replayed in order");
     /* idle: the step's wall time less what the device was busy with */
     for (int d = 0; d < r->n_dev && r->root; d++) {
         exec_spmd_device_stats *st = &r->stats.dev[d];

@@ -224,6 +224,18 @@ static void test_measures(void)
                 bytes[k][d] = exec_pipe_stage_bytes(x.r, d);
             }
             CHECKF(in_order, "%s: tasks out of order", pipe_schedule_name(t.kind));
+            /* the replay with a core per device: at least the busiest stage's CPU time, at most all of it */
+            double cpu_max = 0, cpu_sum = 0;
+            for (int d = 0; d < 4; d++) {
+                cpu_max = st->dev[d].cpu_s > cpu_max ? st->dev[d].cpu_s : cpu_max;
+                cpu_sum += st->dev[d].cpu_s;
+                CHECKF(st->dev[d].replay_idle_s >= 0 && st->dev[d].replay_idle_s <= st->replay_s, "device %d: replayed idle %g of %g", d,
+                       st->dev[d].replay_idle_s, st->replay_s);
+            }
+            CHECKF(st->replay_s >= cpu_max && st->replay_s <= cpu_sum * 1.000001, "replayed step %g, CPU: most %g, sum %g", st->replay_s, cpu_max,
+                   cpu_sum);
+            /* GPipe: the first stage's backwards wait for every other stage's last forward */
+            if (t.kind == PIPE_GPIPE) CHECK(st->dev[0].replay_idle_s > 0 && st->dev[0].p2p_wait_s > 0);
             /* every stage sends once per micro-batch and boundary: activations, gradients */
             CHECK(st->dev[0].kind_bytes[SPMD_RECV] == 0 && st->dev[3].kind_bytes[SPMD_SEND] > 0);
         }
