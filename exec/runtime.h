@@ -156,6 +156,9 @@ exec_spmd *exec_pipe_new(const pipe_program *pp, exec_backend backend, size_t ma
 const double *exec_pipe_task_times(const exec_spmd *r, int dev);
 /* Bytes of stage `stage`'s arena (0 when not pipelined). */
 size_t exec_pipe_stage_bytes(const exec_spmd *r, int stage);
+/* The same before any runtime exists: each stage's arena for pp into
+ * stage_bytes[0 .. stages).  Returns 0, or -1 with a message. */
+int exec_pipe_bytes(const pipe_program *pp, size_t *stage_bytes, char *err, size_t errlen);
 
 /* ---- MPI (spmd_mpi.c) ---------------------------------------------------- */
 

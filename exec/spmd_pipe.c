@@ -286,9 +286,11 @@ static spmd_program stage_view(const spmd_pipe *s, int r, int *arg_buf, int *out
     return v;
 }
 
-int spmd_pipe_layout(exec_spmd *r, int reuse)
+/* Every stage's offsets and arena (s->off, s->bytes) from the buffers'
+ * sizes; release (per instruction of the stream, may be NULL) as
+ * spmd_layout's.  Returns 0, or -1 when out of memory. */
+static int layout_stages(spmd_pipe *s, const int64_t *numel, int reuse, uint8_t *release)
 {
-    spmd_pipe *s = r->pipe;
     const spmd_program *e = &s->e;
     int nb = e->n_bufs, rc = 0;
     int *arg_buf = calloc((size_t)e->g->n_values + 1, sizeof *arg_buf), *out_buf = calloc((size_t)e->g->n_outputs + 1, sizeof *out_buf);
@@ -296,13 +298,43 @@ int spmd_pipe_layout(exec_spmd *r, int reuse)
     for (int st = 0; st < s->p && !rc; st++) {
         spmd_program v = stage_view(s, st, arg_buf, out_buf);
         const int *at = s->task_at + (size_t)st * (size_t)(s->n_tasks + 2);
-        rc = spmd_layout_ex(&v, r->numel, reuse, s->pinned + (size_t)st * nb, s->off + (size_t)st * nb, &s->bytes[st],
-                            r->release + at[0]);
-        if (s->bytes[st] > r->dev_bytes) r->dev_bytes = s->bytes[st];
+        rc = spmd_layout_ex(&v, numel, reuse, s->pinned + (size_t)st * nb, s->off + (size_t)st * nb, &s->bytes[st],
+                            release ? release + at[0] : NULL);
     }
-    for (int d = 0; d < r->n_dev; d++) r->dev_off[d] = s->off + (size_t)stage_of(r, d) * nb;
     free(arg_buf);
     free(out_buf);
+    return rc;
+}
+
+int spmd_pipe_layout(exec_spmd *r, int reuse)
+{
+    spmd_pipe *s = r->pipe;
+    if (layout_stages(s, r->numel, reuse, r->release) < 0) return -1;
+    for (int st = 0; st < s->p; st++)
+        if (s->bytes[st] > r->dev_bytes) r->dev_bytes = s->bytes[st];
+    for (int d = 0; d < r->n_dev; d++) r->dev_off[d] = s->off + (size_t)stage_of(r, d) * s->e.n_bufs;
+    return 0;
+}
+
+int exec_pipe_bytes(const pipe_program *pp, size_t *stage_bytes, char *err, size_t errlen)
+{
+    spmd_pipe *s = spmd_pipe_new(pp, err, errlen);
+    if (!s) return -1;
+    const spmd_program *e = &s->e;
+    int64_t *numel = calloc((size_t)e->n_bufs + 1, sizeof *numel);
+    int rc = numel ? 0 : -1;
+    for (int b = 0; numel && b < e->n_bufs; b++) {
+        int64_t dims[IR_MAX_RANK];
+        spmd_buffer_dims(e, b, dims);
+        numel[b] = 1;
+        for (int d = 0; d < e->g->values[e->bufs[b].value].rank; d++) numel[b] *= dims[d];
+    }
+    const char *reuse = getenv("CARVE_REUSE");
+    if (!rc) rc = layout_stages(s, numel, !(reuse && !strcmp(reuse, "0")), NULL);
+    if (!rc) memcpy(stage_bytes, s->bytes, (size_t)s->p * sizeof *stage_bytes);
+    else ir_errf(err, errlen, "out of memory laying out the stages' buffers");
+    free(numel);
+    spmd_pipe_free(s);
     return rc;
 }
 

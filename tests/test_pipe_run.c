@@ -223,6 +223,9 @@ static void test_measures(void)
                 CHECK(st->dev[d].accumulate_s > 0 && st->dev[d].kind_bytes[SPMD_SEND] > 0);
                 bytes[k][d] = exec_pipe_stage_bytes(x.r, d);
             }
+            size_t before[4] = {0}; /* what a caller can know before making the runtime */
+            char err[300];
+            CHECK(exec_pipe_bytes(&x.pp, before, err, sizeof err) == 0 && !memcmp(before, bytes[k], sizeof before));
             CHECKF(in_order, "%s: tasks out of order", pipe_schedule_name(t.kind));
             /* the replay with a core per device: at least the busiest stage's CPU time, at most all of it */
             double cpu_max = 0, cpu_sum = 0;
