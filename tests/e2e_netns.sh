@@ -25,7 +25,8 @@ p2p=$(dirname "$carve")/tests/test_p2p
 if [ "$(id -u)" != 0 ]; then
     skipped "test_p2p --mpi over two hosts" "not root: network namespaces cannot be made"
     skipped "bytes over the veth" "not root"
-    skipped "pipelined steps over two hosts (2)" "not root"
+    skipped "pipelined step, 2 stages on 2 hosts" "not root"
+    skipped "pipelined step, 2 stages of 2 devices on 2 hosts" "not root"
     closing
     exit
 fi
