@@ -15,11 +15,14 @@
  * fails says why itself; where the reason is the same on every rank, rank 0
  * alone says it.
  *
- * The program is one SPMD program for every device (exec_spmd).  The
- * pieces that know that are prog_hash, the memory figures and open_executors:
- * a pipelined program (stages, a task order per device) adds its own there.
+ * The program is one SPMD program for every device (exec_spmd), or a
+ * pipelined program (each device runs its stage's tasks: exec_pipe_new),
+ * checked against the unrolled step of the same micro-batches.  The pieces
+ * that know which are prog_hash, the memory figures and open_executors.
  */
 #include "session/session.h"
+
+#include "cost/pipeline.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -27,7 +30,9 @@
 
 struct session_run {
     session_world *w;
-    const spmd_program *p;
+    const spmd_program *p;  /* the program, or a pipeline's body */
+    const pipe_program *pp; /* a pipelined run's program, else NULL */
+    ir_graph *ref_g;        /* a pipelined run's reference (the unrolled step), owned; else NULL */
     const char *label;
     uint64_t seed;
     session_run_memory mem;
@@ -68,11 +73,13 @@ int session_world_end(session_world *w, int rc, char *err, size_t errlen)
     return rc;
 }
 
-/* FNV-1a of the program's instructions, buffer layouts and mesh: ranks that
- * lowered different plans (different files on different hosts) differ. */
-static uint64_t prog_hash(const spmd_program *p)
+/* FNV-1a of the program's instructions, buffer layouts and mesh (and a
+ * pipeline's spec): ranks that lowered different plans (different files on
+ * different hosts) differ. */
+static uint64_t prog_hash(const spmd_program *p, const pipe_program *pp)
 {
     uint64_t h = 1469598103934665603ull;
+    for (size_t i = 0; pp && i < sizeof pp->spec; i++) h = (h ^ ((const unsigned char *)&pp->spec)[i]) * 1099511628211ull;
     const unsigned char *bytes[2] = {(const unsigned char *)p->instrs, (const unsigned char *)p->bufs};
     size_t n[2] = {(size_t)p->n_instrs * sizeof *p->instrs, (size_t)p->n_bufs * sizeof *p->bufs};
     for (int k = 0; k < 2; k++)
@@ -84,8 +91,38 @@ static uint64_t prog_hash(const spmd_program *p)
     return h;
 }
 
-int session_run_open(session_run **out, session_world *w, const spmd_program *p, const char *label, uint64_t seed,
-                     session_run_memory *mem, char *err, size_t errlen)
+/* What the run needs in memory (pipelined: each device its stage's arena). */
+static int measure(session_run *r, session_run_memory *mem, char *err, size_t errlen)
+{
+    const spmd_program *p = r->p;
+    int mpi = r->w->backend == EXEC_MPI;
+    mem->reference = exec_ref_bytes(r->ref_g ? r->ref_g : p->g);
+    mem->available = exec_memory_available(mem->why, sizeof mem->why);
+    if (!r->pp) {
+        mem->device = exec_spmd_device_bytes(p);
+        mem->spmd = mpi ? mem->device : exec_spmd_bytes(p);
+    } else {
+        const pipe_spec *s = &r->pp->spec;
+        size_t *stage = calloc((size_t)s->stages, sizeof *stage);
+        char e2[400];
+        if (!stage || exec_pipe_bytes(r->pp, stage, e2, sizeof e2) < 0) {
+            free(stage);
+            return ir_errf(err, errlen, "run: %s", stage ? e2 : "out of memory");
+        }
+        mem->device = mem->spmd = 0;
+        for (int d = 0; d < p->mesh.n_devices; d++) {
+            size_t b = stage[shard_device_coord(&p->mesh, d, s->axis)];
+            if (b > mem->device) mem->device = b;
+            if (!mpi || d == r->w->rank) mem->spmd += b;
+        }
+        free(stage);
+    }
+    mem->mine = mem->spmd + (r->w->rank == 0 ? mem->reference : 0);
+    return 0;
+}
+
+static int open_run(session_run **out, session_world *w, const spmd_program *p, const pipe_program *pp, ir_graph *ref,
+                    const char *label, uint64_t seed, session_run_memory *mem, char *err, size_t errlen)
 {
     *out = NULL;
     err[0] = 0;
@@ -97,24 +134,43 @@ int session_run_open(session_run **out, session_world *w, const spmd_program *p,
                     (long long)p->mesh.n_devices, w->size, (long long)p->mesh.n_devices);
         return SESSION_BAD_INPUT;
     }
-    if (mpi && !exec_mpi_same(prog_hash(p))) {
+    if (mpi && !exec_mpi_same(prog_hash(p, pp))) {
         if (w->rank == 0) ir_errf(err, errlen, "run: the ranks lowered different programs (give every rank the same plan, model and mesh)");
         return SESSION_BAD_INPUT;
     }
     session_run *r = ir_xcalloc(1, sizeof *r);
     r->w = w;
     r->p = p;
+    r->pp = pp;
+    r->ref_g = ref;
     r->label = label;
     r->seed = seed;
-    mem->device = exec_spmd_device_bytes(p);
-    mem->reference = exec_ref_bytes(p->g);
-    mem->available = exec_memory_available(mem->why, sizeof mem->why);
-    mem->spmd = mpi ? mem->device : exec_spmd_bytes(p);
-    mem->mine = mem->spmd + (w->rank == 0 ? mem->reference : 0);
+    if (measure(r, mem, err, errlen) < 0) {
+        r->ref_g = NULL; /* the caller frees it on failure */
+        session_run_free(r);
+        return SESSION_BAD_INPUT;
+    }
     r->mem = *mem;
     *out = r;
     return 0;
 }
+
+int session_run_open(session_run **out, session_world *w, const spmd_program *p, const char *label, uint64_t seed,
+                     session_run_memory *mem, char *err, size_t errlen)
+{
+    return open_run(out, w, p, NULL, NULL, label, seed, mem, err, errlen);
+}
+
+int session_run_open_pipe(session_run **out, session_world *w, const pipe_program *pp, ir_graph *ref, const char *label,
+                          uint64_t seed, session_run_memory *mem, char *err, size_t errlen)
+{
+    int rc = open_run(out, w, pp->prog, pp, ref, label, seed, mem, err, errlen);
+    if (rc) ir_free(ref);
+    return rc;
+}
+
+const pipe_program *session_run_pipeline(const session_run *r) { return r->pp; }
+const ir_graph *session_run_check_graph(const session_run *r) { return r->ref_g ? r->ref_g : r->p->g; }
 
 /* Refuses a run whose buffers do not fit in the memory available (per rank
  * with MPI: its device, plus the reference on rank 0). */
@@ -143,12 +199,14 @@ static int open_executors(session_run *r, char *err, size_t errlen)
 {
     char e2[640];
     int mpi = r->w->backend == EXEC_MPI, rc = 0;
-    if (r->w->rank == 0 && !(r->ref = exec_ref_new(r->p->g, 0, e2, sizeof e2))) {
+    if (r->w->rank == 0 && !(r->ref = exec_ref_new(session_run_check_graph(r), 0, e2, sizeof e2))) {
         ir_errf(err, errlen, "run: %s", e2);
         rc = SESSION_BAD_INPUT;
     }
     if (mpi) rc = exec_mpi_agree(rc); /* exec_spmd_new_on splits communicators: every rank or none */
-    if (!rc && !(r->rt = exec_spmd_new_on(r->p, r->w->backend, 0, e2, sizeof e2))) {
+    if (!rc)
+        r->rt = r->pp ? exec_pipe_new(r->pp, r->w->backend, 0, e2, sizeof e2) : exec_spmd_new_on(r->p, r->w->backend, 0, e2, sizeof e2);
+    if (!rc && !r->rt) {
         if (mpi) ir_errf(err, errlen, "run: rank %d of %d: %s", r->w->rank, r->w->size, e2);
         else ir_errf(err, errlen, "run: %s", e2);
         rc = SESSION_BAD_INPUT;
@@ -172,7 +230,7 @@ int session_run_start(session_run *r, char *err, size_t errlen)
     if (rc || (rc = open_executors(r, err, errlen))) return rc;
     if (r->ref) exec_ref_init_args(r->ref, r->seed);
     exec_spmd_init_args(r->rt, r->seed);
-    if (exec_spmd_check_init(&r->c, r->p->g, e2, sizeof e2) < 0) {
+    if (exec_spmd_check_init(&r->c, session_run_check_graph(r), e2, sizeof e2) < 0) {
         ir_errf(err, errlen, "run: %s", e2);
         rc = SESSION_BAD_INPUT;
     }
@@ -224,11 +282,35 @@ double session_run_predicted_peak(const session_run *r)
     cost_hw hw;
     cost_estimate e;
     cost_options opt = {.precision = COST_FP32};
+    if (r->pp) { /* the largest stage's */
+        cost_pipe_estimate pe;
+        double peak = -1;
+        if (session_run_pipe_estimate(r, &pe, err, sizeof err) < 0) return -1;
+        for (int s = 0; s < pe.n_stages; s++)
+            if (pe.stage[s].peak > peak) peak = pe.stage[s].peak;
+        cost_pipe_estimate_free(&pe);
+        return peak;
+    }
     if (cost_hw_preset("cpu", &hw, err, sizeof err) < 0) return -1;
     cost_ws *ws = cost_ws_new();
     int rc = ws ? cost_estimate_program(ws, r->p, &hw, &opt, &e, err, sizeof err) : -1;
     cost_ws_free(ws);
     return rc < 0 ? -1 : e.peak_memory;
+}
+
+int session_run_pipe_estimate(const session_run *r, cost_pipe_estimate *pe, char *err, size_t errlen)
+{
+    cost_hw hw;
+    cost_estimate e;
+    cost_options opt = {.precision = COST_FP32};
+    memset(pe, 0, sizeof *pe);
+    if (!r->pp) return ir_errf(err, errlen, "not a pipelined run");
+    if (cost_hw_preset("cpu", &hw, err, errlen) < 0) return -1;
+    hw.fused_elementwise = 1; /* the groups the executor runs */
+    cost_ws *ws = cost_ws_new();
+    int rc = ws ? cost_estimate_pipeline(ws, r->pp, &hw, &opt, &e, pe, err, errlen) : ir_errf(err, errlen, "out of memory");
+    cost_ws_free(ws);
+    return rc;
 }
 
 int64_t session_run_largest_sum(const session_run *r)
@@ -250,5 +332,6 @@ void session_run_free(session_run *r)
     if (r->check_ready) exec_spmd_check_free(&r->c);
     exec_spmd_free(r->rt);
     exec_ref_free(r->ref);
+    ir_free(r->ref_g);
     free(r);
 }

@@ -31,6 +31,7 @@
 #ifndef CARVE_SESSION_H
 #define CARVE_SESSION_H
 
+#include "analysis/pipeline.h"
 #include "analysis/schedule.h"
 #include "analysis/spmd.h"
 #include "autopart/memory.h"
@@ -263,11 +264,21 @@ typedef struct session_run session_run;
  * same program, one rank a device, and measures the memory it needs into
  * *mem (for the caller to show).  Returns 0 with *out set, or a non-zero
  * exit status (2: bad input) with err (empty when another rank says it).
- * The program is run by one SPMD runtime for every device; a pipelined
- * program (per-stage programs, a task order per device) would open here
- * too, behind the same step and report functions. */
+ * The program is run by one SPMD runtime for every device. */
 int session_run_open(session_run **out, session_world *w, const spmd_program *p, const char *label, uint64_t seed,
                      session_run_memory *mem, char *err, size_t errlen);
+/* The same for a pipelined program pp (analysis/pipeline.h: each device runs
+ * its stage's tasks; exec_pipe_new), checked against ref, the unrolled step
+ * of the same model and micro-batches (model_build_microbatched_step), which
+ * the run takes over (frees).  mem->device is the largest stage's arena.
+ * Everything below works on it alike. */
+int session_run_open_pipe(session_run **out, session_world *w, const pipe_program *pp, ir_graph *ref, const char *label,
+                          uint64_t seed, session_run_memory *mem, char *err, size_t errlen);
+/* The run's pipelined program, or NULL. */
+const pipe_program *session_run_pipeline(const session_run *r);
+/* The graph the check compares with (the outputs its indices name): the
+ * program's step, or a pipeline's unrolled reference. */
+const ir_graph *session_run_check_graph(const session_run *r);
 /* Refuses a run that does not fit in memory, then creates the reference
  * (rank 0) and the runtime and fills both with the seeded arguments.
  * Returns 0, or an exit status with err. */
@@ -290,6 +301,12 @@ exec_spmd *session_run_runtime(session_run *r);
 /* The cost model's peak memory per device for the run's program in f32
  * (what the executor runs), or -1 when it cannot price it. */
 double session_run_predicted_peak(const session_run *r);
+/* A pipelined run's price in f32 on the `cpu` preset with the executor's
+ * fused groups (cost_estimate_pipeline): the simulated step, each stage's
+ * bubble and peak, to hold the measured ones against.  Returns 0 (free pe
+ * with cost_pipe_estimate_free), or -1 with a message. */
+struct cost_pipe_estimate;
+int session_run_pipe_estimate(const session_run *r, struct cost_pipe_estimate *pe, char *err, size_t errlen);
 /* The most devices one sum (all-reduce, reduce-scatter) runs over. */
 int64_t session_run_largest_sum(const session_run *r);
 /* 1 when the check passed: every error within EXEC_SPMD_TOLERANCE. */

@@ -17,7 +17,9 @@
  * backwards wait for the last stage).  No test depends on a timing's size.
  */
 #include "analysis/pipeline.h"
+#include "cost/pipeline.h"
 #include "exec/runtime.h"
+#include "session/session.h"
 #include "tests/util.h"
 
 #include <math.h>
@@ -254,6 +256,41 @@ static void test_measures(void)
     CHECKF(bytes[0][0] > bytes[0][2], "1F1B: stage 0 (4 in flight) %zu, stage 2 (2 in flight) %zu", bytes[0][0], bytes[0][2]);
 }
 
+/* The checked run a command makes (session/run.c) on a pipelined program:
+ * it takes the unrolled reference, checks two steps, prices the pipeline. */
+static void test_session_run(void)
+{
+    pcase t = {GPT, 4, "pipe=2,model=2", "megatron:model", PIPE_1F1B, 1, 0};
+    prun x;
+    char err[800];
+    if (prun_open(&t, &x) == 0) {
+        session_world w;
+        session_run *r = NULL;
+        session_run_memory mem;
+        int rc = session_world_init(&w, EXEC_THREADS, err, sizeof err);
+        ir_graph *ref = x.ref_g;
+        x.ref_g = NULL; /* the run owns it now */
+        if (!rc) rc = session_run_open_pipe(&r, &w, &x.pp, ref, "gpt (pipelined)", 3, &mem, err, sizeof err);
+        if (!rc) rc = session_run_start(r, err, sizeof err);
+        for (int64_t step = 1; step <= 2 && !rc; step++) {
+            session_step_times tm;
+            rc = session_run_step(r, step, &tm, err, sizeof err);
+            if (!rc && step < 2) session_run_advance(r);
+        }
+        CHECKF(rc == 0 && session_run_ok(r), "session run: rc %d, %s", rc, err);
+        CHECK(rc != 0 || (session_run_pipeline(r) == &x.pp && session_run_check_graph(r) == ref && mem.device >= exec_pipe_stage_bytes(session_run_runtime(r), 0)));
+        cost_pipe_estimate pe;
+        int prc = r ? session_run_pipe_estimate(r, &pe, err, sizeof err) : -1;
+        CHECKF(prc == 0 && pe.n_stages == 2 && pe.step > 0, "pipe estimate: %s", err);
+        double peak = r ? session_run_predicted_peak(r) : -1;
+        CHECK(prc != 0 || peak == fmax(pe.stage[0].peak, pe.stage[1].peak));
+        if (prc == 0) cost_pipe_estimate_free(&pe);
+        session_run_free(r);
+        session_world_end(&w, rc, err, sizeof err);
+    }
+    prun_free(&x);
+}
+
 /* ---- on MPI ranks ------------------------------------------------------- */
 
 /* Every sum over devices has at most 2 terms, so MPI's results equal the
@@ -332,6 +369,7 @@ int main(int argc, char **argv)
     test_against_reference();
     test_check_can_fail();
     test_measures();
+    test_session_run();
     test_mpi(argv[0]);
     return test_done();
 }
