@@ -341,44 +341,12 @@ static int mpi_child(const char *fail_case)
     return failed != 0;
 }
 
-/* Runs `mpirun -n N self --mpi ARGS`; returns its exit status, its output
- * (stdout and stderr) in out. */
-static int mpirun(const char *self, int n, const char *args, char *out, size_t outlen)
-{
-    char cmd[2400];
-    /* under AddressSanitizer, Open MPI's own start-up allocations would be reported as leaks */
-    const char *asan = getenv("ASAN_OPTIONS");
-    snprintf(cmd, sizeof cmd, "ASAN_OPTIONS='%s:detect_leaks=0' mpirun --oversubscribe --allow-run-as-root -n %d '%s' --mpi %s 2>&1",
-             asan ? asan : "", n, self, args);
-    FILE *f = popen(cmd, "r");
-    size_t len = 0;
-    out[0] = 0;
-    if (!f) return -1;
-    while (len + 1 < outlen && fgets(out + len, (int)(outlen - len), f)) len += strlen(out + len);
-    return pclose(f);
-}
-
 static void mpi_cases(const char *self)
 {
-    if (!exec_mpi_available() || system("command -v mpirun >/dev/null 2>&1") != 0) {
-        /* a component build.sh installs: missing is a failure unless CARVE_TEST_WITHOUT names it */
-        const char *without = getenv("CARVE_TEST_WITHOUT");
-        if (without && strstr(without, "mpi")) SKIP("MPI is not built in (or mpirun is missing): the MPI cases did not run");
-        else CHECKF(0, "MPI is not built in (or mpirun is missing): build.sh installs it as root; CARVE_TEST_WITHOUT=mpi to skip");
-        return;
-    }
+    if (!test_have_mpi("the MPI cases")) return;
     static char out[1 << 16];
-    int rc = mpirun(self, 4, "", out, sizeof out);
-    const char *line = strstr(out, " passed, ");
-    int p = 0, f = 1;
-    while (line && line > out && line[-1] >= '0' && line[-1] <= '9') line--;
-    if (line && sscanf(line, "%d passed, %d failed", &p, &f) == 2 && rc == 0 && p > 0) {
-        test_passed += p;
-        test_failed += f;
-    } else {
-        test_failed++;
-        fprintf(stderr, "check failed: mpirun -n 4 test_p2p --mpi: exit %d, output:\n%s\n", rc, out);
-    }
+    int rc = test_mpirun(self, 4, "", out, sizeof out);
+    test_count_child("mpirun -n 4 test_p2p --mpi", rc, out);
     struct {
         const char *arg, *says;
     } fails[] = {
@@ -387,7 +355,7 @@ static void mpi_cases(const char *self)
         {"bad-tag", "a tag outside 0..32767"},
     };
     for (int k = 0; k < 3; k++) {
-        rc = mpirun(self, 2, fails[k].arg, out, sizeof out);
+        rc = test_mpirun(self, 2, fails[k].arg, out, sizeof out);
         CHECKF(rc != 0 && strstr(out, fails[k].says) && strstr(out, "stopping every rank"), "mpirun %s: exit %d, output:\n%s",
                fails[k].arg, rc, out);
     }

@@ -332,34 +332,19 @@ static int mesh_devices(const char *text)
 
 static void test_mpi(const char *self)
 {
-    if (!exec_mpi_available() || system("command -v mpirun >/dev/null 2>&1") != 0) {
-        /* a component build.sh installs: missing is a failure unless CARVE_TEST_WITHOUT names it */
-        const char *without = getenv("CARVE_TEST_WITHOUT");
-        if (without && strstr(without, "mpi")) SKIP("MPI is not built in (or mpirun is missing): the MPI cases did not run");
-        else CHECKF(0, "MPI is not built in (or mpirun is missing): build.sh installs it as root; CARVE_TEST_WITHOUT=mpi to skip");
-        return;
-    }
+    if (!test_have_mpi("the MPI cases")) return;
     static char out[1 << 16];
     for (int k = 0; k < N_MPI_CASES; k++) {
         uint64_t want = check_case_on(&mpi_cases[k], 2, EXEC_THREADS);
-        char cmd[1200];
-        const char *asan = getenv("ASAN_OPTIONS"); /* Open MPI's start-up allocations are no leaks of ours */
-        snprintf(cmd, sizeof cmd, "ASAN_OPTIONS='%s:detect_leaks=0' mpirun --oversubscribe --allow-run-as-root -n %d '%s' --mpi %d 2>&1",
-                 asan ? asan : "", mesh_devices(mpi_cases[k].mesh), self, k);
-        FILE *f = popen(cmd, "r");
-        size_t len = 0;
-        out[0] = 0;
-        while (f && len + 1 < sizeof out && fgets(out + len, (int)(sizeof out - len), f)) len += strlen(out + len);
-        int rc = f ? pclose(f) : -1, p = 0, fl = 1;
+        char arg[16], what[200];
+        snprintf(arg, sizeof arg, "%d", k);
+        snprintf(what, sizeof what, "mpirun case %d (%s over %s)", k, pipe_schedule_name(mpi_cases[k].kind), mpi_cases[k].mesh);
+        int rc = test_mpirun(self, mesh_devices(mpi_cases[k].mesh), arg, out, sizeof out);
         unsigned long long got = 0;
-        const char *d = strstr(out, "digest "), *line = strstr(out, " passed, ");
-        while (line && line > out && line[-1] >= '0' && line[-1] <= '9') line--;
-        int ok = rc == 0 && d && sscanf(d, "digest %llx", &got) == 1 && line && sscanf(line, "%d passed, %d failed", &p, &fl) == 2 && p > 0;
-        if (ok) test_passed += p, test_failed += fl;
-        CHECKF(ok, "check failed: mpirun case %d (%s over %s): exit %d, output:\n%s", k, pipe_schedule_name(mpi_cases[k].kind),
-               mpi_cases[k].mesh, rc, out);
-        CHECKF(!ok || got == want, "case %d over %s: MPI's digest %016llx, the threads backend's %016llx", k, mpi_cases[k].mesh, got,
-               (unsigned long long)want);
+        const char *d = strstr(out, "digest ");
+        int read = d && sscanf(d, "digest %llx", &got) == 1;
+        if (test_count_child(what, rc, out))
+            CHECKF(read && got == want, "%s: MPI's digest %016llx, the threads backend's %016llx", what, got, (unsigned long long)want);
     }
 }
 
