@@ -8,10 +8,7 @@
  * step with recomputation and micro-batches and keeps the best plan of all.
  * session_autopart_run does all that; this file parses, reports progress and
  * prints. */
-#include <errno.h>
-#include <math.h>
 #include <signal.h>
-#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -144,14 +141,10 @@ int cmd_autopart(const cli_opts *o)
     stop_signal = 0;
     search_interrupted = 0;
     stop_signals(1, old_sa);
-    if (session_autopart_run(&a, err, sizeof err) < 0) {
-        if (pc.shown) fprintf(stderr, "\r%100s\r", "");
-        cli_error("%s", err);
-        rc = CLI_BAD_INPUT;
-    } else {
-        if (pc.shown) fprintf(stderr, "\r%100s\r", "");
-        rc = report(o, &a);
-    }
+    int ran = session_autopart_run(&a, err, sizeof err);
+    if (pc.shown) fprintf(stderr, "\r%100s\r", "");
+    if (ran < 0) cli_error("%s", err);
+    rc = ran < 0 ? CLI_BAD_INPUT : report(o, &a);
     if (stop_signal && rc != CLI_BAD_INPUT) {
         int64_t sims = 0;
         for (int i = 0; i < a.n_steps; i++) sims += a.steps[i].res.simulations;

@@ -85,22 +85,27 @@ static int one_of(const char *cmd, const char *flag, const char *val, const char
     return -1;
 }
 
+/* A parser's verdict on flag's value: 0, or -1 after the error line
+ * "CMD: FLAG: what the parser said". */
+static int parsed(const char *cmd, const char *flag, int rc, const char *perr)
+{
+    if (rc == 0) return 0;
+    cli_error("%s: %s: %s", cmd, flag, perr);
+    return -1;
+}
+
 static int check_precision(const char *cmd, const char *val)
 {
     cost_precision prec;
     char perr[160];
-    if (cost_precision_parse(val, &prec, perr, sizeof perr) == 0) return 0;
-    cli_error("%s: --precision: %s", cmd, perr);
-    return -1;
+    return parsed(cmd, "--precision", cost_precision_parse(val, &prec, perr, sizeof perr), perr);
 }
 
 static int check_grads(const char *cmd, const char *val)
 {
     cost_grads gr;
     char perr[160];
-    if (cost_grads_parse(val, &gr, perr, sizeof perr) == 0) return 0;
-    cli_error("%s: --grads: %s", cmd, perr);
-    return -1;
+    return parsed(cmd, "--grads", cost_grads_parse(val, &gr, perr, sizeof perr), perr);
 }
 
 static int check_search(const char *cmd, const char *val)
