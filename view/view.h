@@ -57,6 +57,8 @@ typedef struct view_search {
     const cost_estimate *other; /* the plan under the other gather policy; NULL when it changes nothing */
     const char *from;         /* the expert schedule the plan starts from, or NULL */
     const char *written;      /* the plan file written, or NULL */
+    /* the search's best-so-far curve and why it stopped (issue 28) join here:
+     * read from steps[chosen].res, drawn by text, json and html */
 } view_search;
 
 typedef struct view_explanation {
@@ -83,6 +85,8 @@ typedef struct view_explanation {
     const int *decision_tactic; /* the tactic each decision came from */
     int n_decisions;
     int summary;              /* shard: the summary (no program, no decisions, layer 0 only) */
+    /* a pipelined plan's schedule (stages, micro-batches, each device's task
+     * order; issue 27) joins here as an input, beside p */
     /* ---- derived by view_explain */
     char strategy[1024];      /* the strategy in words */
     int *param_rep;           /* per layer: the first layer whose params are alike (shapes and shardings) */
