@@ -322,11 +322,12 @@ static void place_arguments(lower_ctx *c)
 }
 
 /* The partial axes op i's operands may keep (its result stays partial on
- * them): linear ops may carry partial sums: add/sub of two values partial
- * on the same axes, and scale/neg of a value no other op reads (with other
- * readers, resolving once now is cheaper).  Summing two partial values is
- * done before tiling on their partial axes, so the factors in fa lose those
- * axes (the sum is reduce-scattered once rather than each term). */
+ * them), by ops.def's partial column: linear ops may carry partial sums:
+ * PAIR (add, sub) of two values partial on the same axes, SOLE (scale, neg)
+ * of a value no other op reads (with other readers, resolving once now is
+ * cheaper).  Summing two partial values is done before tiling on their
+ * partial axes, so the factors in fa lose those axes (the sum is
+ * reduce-scattered once rather than each term). */
 static unsigned kept_partial(const lower_ctx *c, int i, shard_factor_axes *fa)
 {
     const shard_state *s = c->s;
@@ -334,12 +335,16 @@ static unsigned kept_partial(const lower_ctx *c, int i, shard_factor_axes *fa)
     const ir_op *o = &p->g->ops[i];
     unsigned keep_partial = 0;
     const shard_spec *a0 = o->n_in ? &p->bufs[c->cur[o->in[0]]].spec : NULL;
-    if (o->kind == IR_OP_ADD || o->kind == IR_OP_SUB) {
+    switch (ir_op_partial(o->kind)) {
+    case IR_PARTIAL_PAIR: {
         const shard_spec *b0 = &p->bufs[c->cur[o->in[1]]].spec;
         if (a0->partial && a0->partial == b0->partial && !a0->partial_max && !b0->partial_max) keep_partial = a0->partial;
-    } else if ((o->kind == IR_OP_SCALE || o->kind == IR_OP_NEG) && a0->partial && !a0->partial_max &&
-               s->use_start[o->in[0] + 1] - s->use_start[o->in[0]] == 1) {
-        keep_partial = a0->partial;
+        break;
+    }
+    case IR_PARTIAL_SOLE:
+        if (a0->partial && !a0->partial_max && s->use_start[o->in[0] + 1] - s->use_start[o->in[0]] == 1) keep_partial = a0->partial;
+        break;
+    case IR_PARTIAL_NO: break;
     }
     const shard_rule *r = &s->rules[i];
     for (int f = 0; keep_partial && f < r->n_factors; f++)

@@ -293,7 +293,7 @@ static int rule_argmax(shard_rule *r, const rule_ctx *c)
 }
 static int rule_concat(shard_rule *r, const rule_ctx *c) { return rule_along(r, c, (int)c->o->attrs.ints[0]); }
 
-#define X(e, name, arity, cls, count, coef, bytes, grads, shape, rule, vjp, kern, attrs) rule_##rule,
+#define X(e, name, arity, cls, count, coef, bytes, grads, partial, ids, domain, pad, shape, rule, ...) rule_##rule,
 static int (*const rule_of[IR_N_OPS])(shard_rule *, const rule_ctx *) = {
 #include "ir/ops.def"
 };

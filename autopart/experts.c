@@ -57,9 +57,10 @@ static int edge_index_input(const ir_graph *g)
 {
     for (int i = 0; i < g->n_ops; i++) {
         const ir_op *o = &g->ops[i];
-        if (o->kind != IR_OP_GATHER) continue;
-        const ir_value *table = &g->values[o->in[0]], *ids = &g->values[o->in[1]];
-        if (table->role == IR_INTERMEDIATE && ids->role == IR_INPUT && ids->rank == 1) return o->in[1];
+        int target, k = ir_op_ids(o->kind, &target, NULL);
+        if (k < 0 || target < 0) continue; /* not a lookup into a table operand */
+        const ir_value *table = &g->values[o->in[target]], *ids = &g->values[o->in[k]];
+        if (table->role == IR_INTERMEDIATE && ids->role == IR_INPUT && ids->rank == 1) return o->in[k];
     }
     return -1;
 }

@@ -158,11 +158,22 @@ static double gemm_rate(int threads, int64_t n, int inner, int sets)
 /* Sets of n^3 GEMM buffers that fill 64 MB (gemm_rate from memory). */
 static int cold_sets(int64_t n) { return (int)(((size_t)64 << 20) / (3 * (size_t)(n * n) * sizeof(float))) + 1; }
 
+/* A kernel failed while being timed: the first message, for the caller. */
+static void kernel_failed(int *failed, char *first, size_t n, ir_opkind k, const char *msg)
+{
+#pragma omp critical(calib_kernel_failed)
+    if (!*failed) {
+        *failed = 1;
+        snprintf(first, n, "calibrate: the %s kernel failed: %s", ir_op_name(k), msg);
+    }
+}
+
 /* Per-thread elementwise FLOP rate: mul, exp and gelu (FLOPs per element
  * from ir/ops.def) on `n`-element in-cache buffers, total FLOPs over total
- * time. */
-static double vector_rate(int threads, int64_t n, int inner)
+ * time.  NaN, with a message in err, when a kernel fails. */
+static double vector_rate(int threads, int64_t n, int inner, char *err, size_t errlen)
 {
+    int failed = 0;
     static const ir_opkind ops[3] = {IR_OP_MUL, IR_OP_EXP, IR_OP_GELU};
     double rates[64] = {0};
 #pragma omp parallel num_threads(threads)
@@ -175,13 +186,15 @@ static double vector_rate(int threads, int64_t n, int inner)
             exec_tensor in[2] = {{IR_F32, 1, {n}, x}, {IR_F32, 1, {n}, y}}, out = {IR_F32, 1, {n}, z};
             ir_attrs at;
             memset(&at, 0, sizeof at);
-            char err[64];
+            char msg[128];
             double tr[REPS];
             for (int r = 0; r < REPS; r++) {
 #pragma omp barrier
                 double t0 = now();
                 for (int k = 0; k < inner; k++)
-                    for (int o = 0; o < 3; o++) exec_kernel_run(ops[o], &at, ir_op_arity(ops[o]), in, &out, NULL, err, sizeof err);
+                    for (int o = 0; o < 3; o++)
+                        if (exec_kernel_run(ops[o], &at, ir_op_arity(ops[o]), in, &out, NULL, msg, sizeof msg) < 0)
+                            kernel_failed(&failed, err, errlen, ops[o], msg);
                 tr[r] = now() - t0;
             }
             double f = 0;
@@ -192,7 +205,7 @@ static double vector_rate(int threads, int64_t n, int inner)
         free(y);
         free(z);
     }
-    return slowest_rate(rates, threads);
+    return failed ? NAN : slowest_rate(rates, threads);
 }
 
 /* One kernel call of the op-rate suite: op kind, operand and result dims.
@@ -205,6 +218,130 @@ typedef struct op_case {
     int64_t in_dims[2][2], out_dims[2];
     ir_attrs at;
 } op_case;
+
+/* The case builders, one per calib column of ir/ops.def: each adjusts the
+ * two cases c[0], c[1] (set up as [rows, 64] operands and result, scalar
+ * 0.5, no ints) and returns how many it uses (their times are averaged; 0:
+ * the op is not timed here, and the estimator prices it by vector_flops). */
+#define CAL(name) static int cal_##name(op_case *c, int64_t rows, int64_t cols)
+
+CAL(none) { return 0; }
+/* every elementwise op, constant and reshape on [rows, 64] */
+CAL(rows) { return 1; }
+/* iota, cumsum, a dropout mask (rate 0.5, seed 1): along dim 1 */
+CAL(along1)
+{
+    c[0].at.n_ints = 1;
+    c[0].at.ints[0] = 1;
+    return 1;
+}
+CAL(transpose)
+{
+    c[0].in_dims[0][0] = cols;
+    c[0].in_dims[0][1] = rows;
+    c[0].at.n_ints = 2;
+    c[0].at.ints[0] = 1;
+    c[0].at.ints[1] = 0;
+    return 1;
+}
+/* a row to every row (a bias), a column to every column (a norm) */
+CAL(broadcast)
+{
+    c[0].rank_in[0] = c[1].rank_in[0] = 1;
+    c[0].in_dims[0][0] = cols;
+    c[0].at.n_ints = c[1].at.n_ints = 1;
+    c[0].at.ints[0] = 1;
+    c[1].in_dims[0][0] = rows;
+    c[1].at.ints[0] = 0;
+    return 2;
+}
+/* over the last dim (a norm), over the first (a bias gradient) */
+CAL(reduce)
+{
+    c[0].rank_out = c[1].rank_out = 1;
+    c[0].out_dims[0] = rows;
+    c[1].out_dims[0] = cols;
+    c[0].at.n_ints = c[1].at.n_ints = 1;
+    c[0].at.ints[0] = 1;
+    c[1].at.ints[0] = 0;
+    return 2;
+}
+/* table [256, 64], ids [rows] */
+CAL(gather)
+{
+    c[0].in_dims[0][0] = 256;
+    c[0].rank_in[1] = 1;
+    return 1;
+}
+/* ids [rows], updates [rows, 64] -> [256, 64] */
+CAL(scatter_add)
+{
+    c[0].rank_in[0] = 1;
+    c[0].out_dims[0] = 256;
+    c[0].at.n_ints = 1;
+    return 1;
+}
+/* ids [rows] -> [rows, 64] */
+CAL(one_hot)
+{
+    c[0].rank_in[0] = 1;
+    c[0].at.n_ints = 1;
+    c[0].at.ints[0] = cols;
+    return 1;
+}
+/* [rows, 64] -> its middle [rows, 32] */
+CAL(slice)
+{
+    c[0].out_dims[1] = 32;
+    c[0].at.n_ints = 3;
+    c[0].at.ints[0] = 1, c[0].at.ints[1] = 16, c[0].at.ints[2] = 32;
+    return 1;
+}
+/* [rows, 32] -> [rows, 64] */
+CAL(pad)
+{
+    c[0].in_dims[0][1] = 32;
+    c[0].at.n_ints = 3;
+    c[0].at.ints[0] = 1, c[0].at.ints[1] = 16, c[0].at.ints[2] = 16;
+    return 1;
+}
+/* [rows, 64] by one row */
+CAL(shift)
+{
+    c[0].at.n_ints = 2;
+    c[0].at.ints[0] = 0, c[0].at.ints[1] = 1;
+    return 1;
+}
+/* two [rows, 32] -> [rows, 64] */
+CAL(concat)
+{
+    c[0].in_dims[0][1] = c[0].in_dims[1][1] = 32;
+    c[0].at.n_ints = 1;
+    c[0].at.ints[0] = 1;
+    return 1;
+}
+/* [rows, 64] -> i32 [rows] */
+CAL(argmax)
+{
+    c[0].rank_out = 1;
+    c[0].at.n_ints = 1;
+    c[0].at.ints[0] = 1;
+    return 1;
+}
+/* a cast to f32 or a reshard (direction 0) of [rows, 64]: a copy */
+CAL(copy)
+{
+    c[0].at.n_ints = 1;
+    c[0].at.ints[0] = 0;
+    return 1;
+}
+#undef CAL
+
+#define X(e, name, arity, cls, count, coef, bytes, grads, partial, ids, domain, pad, shape, rule, vjp, calib, ...) cal_##calib,
+static int (*const cal_of[IR_N_OPS])(op_case *, int64_t, int64_t) = {
+#include "ir/ops.def"
+};
+#undef X
 
 /* Builds the case(s) for kind k on n elements (n a multiple of 4096); returns
  * how many (0: not timed, 1 or 2 layouts whose times are averaged). */
@@ -221,90 +358,7 @@ static int op_cases(ir_opkind k, int64_t n, op_case *c)
         c[i].in_dims[0][1] = c[i].in_dims[1][1] = c[i].out_dims[1] = cols;
         c[i].at.scalar = 0.5;
     }
-    /* every elementwise op on [rows, 64]; the others by the layouts below;
-     * an op with no case here is not timed (the estimator prices it by
-     * vector_flops) */
-    if (ir_op_elementwise(k) || k == IR_OP_CONSTANT || k == IR_OP_RESHAPE) return 1;
-    switch ((int)k) {
-    case IR_OP_DROPOUT_MASK: /* rate 0.5 (at.scalar), seed 1 */
-    case IR_OP_IOTA:
-        c[0].at.n_ints = 1;
-        c[0].at.ints[0] = 1;
-        return 1;
-    case IR_OP_TRANSPOSE:
-        c[0].in_dims[0][0] = cols;
-        c[0].in_dims[0][1] = rows;
-        c[0].at.n_ints = 2;
-        c[0].at.ints[0] = 1;
-        c[0].at.ints[1] = 0;
-        return 1;
-    case IR_OP_BROADCAST: /* a row to every row (a bias), a column to every column (a norm) */
-        c[0].rank_in[0] = c[1].rank_in[0] = 1;
-        c[0].in_dims[0][0] = cols;
-        c[0].at.n_ints = c[1].at.n_ints = 1;
-        c[0].at.ints[0] = 1;
-        c[1].in_dims[0][0] = rows;
-        c[1].at.ints[0] = 0;
-        return 2;
-    case IR_OP_REDUCE_SUM:
-    case IR_OP_REDUCE_MAX: /* over the last dim (a norm), over the first (a bias gradient) */
-        c[0].rank_out = c[1].rank_out = 1;
-        c[0].out_dims[0] = rows;
-        c[1].out_dims[0] = cols;
-        c[0].at.n_ints = c[1].at.n_ints = 1;
-        c[0].at.ints[0] = 1;
-        c[1].at.ints[0] = 0;
-        return 2;
-    case IR_OP_GATHER: /* table [256, 64], ids [rows] */
-        c[0].in_dims[0][0] = 256;
-        c[0].rank_in[1] = 1;
-        return 1;
-    case IR_OP_SCATTER_ADD: /* ids [rows], updates [rows, 64] -> [256, 64] */
-        c[0].rank_in[0] = 1;
-        c[0].out_dims[0] = 256;
-        c[0].at.n_ints = 1;
-        return 1;
-    case IR_OP_ONE_HOT: /* ids [rows] -> [rows, 64] */
-        c[0].rank_in[0] = 1;
-        c[0].at.n_ints = 1;
-        c[0].at.ints[0] = cols;
-        return 1;
-    case IR_OP_SLICE: /* [rows, 64] -> its middle [rows, 32] */
-        c[0].out_dims[1] = 32;
-        c[0].at.n_ints = 3;
-        c[0].at.ints[0] = 1, c[0].at.ints[1] = 16, c[0].at.ints[2] = 32;
-        return 1;
-    case IR_OP_PAD: /* [rows, 32] -> [rows, 64] */
-        c[0].in_dims[0][1] = 32;
-        c[0].at.n_ints = 3;
-        c[0].at.ints[0] = 1, c[0].at.ints[1] = 16, c[0].at.ints[2] = 16;
-        return 1;
-    case IR_OP_SHIFT: /* [rows, 64] by one row */
-        c[0].at.n_ints = 2;
-        c[0].at.ints[0] = 0, c[0].at.ints[1] = 1;
-        return 1;
-    case IR_OP_CONCAT: /* two [rows, 32] -> [rows, 64] */
-        c[0].in_dims[0][1] = c[0].in_dims[1][1] = 32;
-        c[0].at.n_ints = 1;
-        c[0].at.ints[0] = 1;
-        return 1;
-    case IR_OP_ARGMAX: /* [rows, 64] -> i32 [rows] */
-        c[0].rank_out = 1;
-        c[0].at.n_ints = 1;
-        c[0].at.ints[0] = 1;
-        return 1;
-    case IR_OP_CUMSUM: /* along the rows of [rows, 64] */
-        c[0].at.n_ints = 1;
-        c[0].at.ints[0] = 1;
-        return 1;
-    case IR_OP_CAST: /* [rows, 64] to f32: a copy */
-    case IR_OP_RESHARD: /* a copy of [rows, 64] */
-        c[0].at.n_ints = 1;
-        c[0].at.ints[0] = 0;
-        return 1;
-    default:
-        return 0;
-    }
+    return cal_of[k](c, rows, cols);
 }
 
 static int64_t dims_numel(int rank, const int64_t *d)
@@ -314,66 +368,89 @@ static int64_t dims_numel(int rank, const int64_t *d)
     return n;
 }
 
+/* One thread's operand buffers for the op-rate suite, each `cap` elements:
+ * values in [-3, 3) (x), positive ones for operands that need them (xp:
+ * ops.def's domain; y, in [0.5, 1.5), for every second operand, a divisor
+ * included), ids in [0, 256). */
+typedef struct rate_bufs {
+    float *x, *xp, *y, *z;
+    int32_t *ids;
+} rate_bufs;
+
+/* Case c's operands and result over b's buffers. */
+static void case_tensors(const op_case *c, const rate_bufs *b, exec_tensor *in, exec_tensor *out)
+{
+    int ids_in = ir_op_ids(c->k, NULL, NULL), pos = ir_op_domain(c->k) & 1;
+    for (int i = 0; i < 2; i++) {
+        in[i].dtype = i == ids_in ? IR_I32 : IR_F32;
+        in[i].rank = c->rank_in[i];
+        memcpy(in[i].dims, c->in_dims[i], sizeof c->in_dims[i]);
+        in[i].data = i == ids_in ? (void *)b->ids : i ? (void *)b->y : pos ? (void *)b->xp : (void *)b->x;
+    }
+    *out = (exec_tensor){IR_F32, c->rank_out, {0}, b->z};
+    memcpy(out->dims, c->out_dims, sizeof c->out_dims);
+}
+
+/* Seconds per counted element (cost_op_elements) of case c, every thread
+ * timing its own at once: median of REPS repeats of `inner` calls after a
+ * warm-up.  A failed kernel call is recorded in *failed and err. */
+static double time_case(const op_case *c, const rate_bufs *b, int inner, int *failed, char *err, size_t errlen)
+{
+    exec_tensor in[2], out;
+    case_tensors(c, b, in, &out);
+    char msg[128];
+    double tr[REPS];
+    int rc = exec_kernel_run(c->k, &c->at, c->n_in, in, &out, NULL, msg, sizeof msg);
+    for (int r = 0; r < REPS; r++) {
+#pragma omp barrier
+        double t0 = now();
+        for (int q = 0; q < inner; q++)
+            if (exec_kernel_run(c->k, &c->at, c->n_in, in, &out, NULL, msg, sizeof msg) < 0) rc = -1;
+        tr[r] = (now() - t0) / inner;
+    }
+    if (rc < 0) kernel_failed(failed, err, errlen, c->k, msg);
+    int which = cost_op_elements(c->k);
+    int64_t el = which == 1 ? dims_numel(in[0].rank, in[0].dims)
+               : which == 2 ? dims_numel(in[1].rank, in[1].dims)
+                            : dims_numel(out.rank, out.dims);
+    return median(tr, REPS) / (double)el;
+}
+
 /* Elements per second of every non-einsum op kind (cost_op_elements counts
  * them) per thread, with `threads` threads each running the suite at once.
- * rate[k] is left 0 for einsum. */
-static void op_rates(int threads, int64_t n, int inner, double *rate)
+ * rate[k] is left 0 for einsum.  Returns 0, or -1 with a message when a
+ * kernel fails. */
+static int op_rates(int threads, int64_t n, int inner, double *rate, char *err, size_t errlen)
 {
     double per[64][IR_N_OPS];
     memset(per, 0, sizeof per);
+    int failed = 0;
 #pragma omp parallel num_threads(threads)
     {
         int t = omp_get_thread_num();
         size_t cap = (size_t)n + 256 * 64; /* gather's table and scatter_add's result are [256, 64] */
-        float *x = malloc(cap * sizeof(float)), *y = malloc(cap * sizeof(float)), *z = malloc(cap * sizeof(float));
-        float *xp = malloc(cap * sizeof(float));
-        int32_t *ids = malloc(cap * sizeof(int32_t));
-        if (x && y && z && xp && ids) {
+        rate_bufs b = {malloc(cap * sizeof(float)), malloc(cap * sizeof(float)), malloc(cap * sizeof(float)),
+                       malloc(cap * sizeof(float)), malloc(cap * sizeof(int32_t))};
+        if (b.x && b.y && b.z && b.xp && b.ids) {
             for (size_t i = 0; i < cap; i++) {
-                x[i] = noise(i, -3, 3);
-                xp[i] = noise(i, 0.05f, 3); /* log, sqrt, rsqrt */
-                y[i] = noise(i + cap, 0.5f, 1.5f);
-                ids[i] = (int32_t)(noise(i + 2 * cap, 0, 256));
+                b.x[i] = noise(i, -3, 3);
+                b.xp[i] = noise(i, 0.05f, 3);
+                b.y[i] = noise(i + cap, 0.5f, 1.5f);
+                b.ids[i] = (int32_t)(noise(i + 2 * cap, 0, 256));
             }
-            char err[128];
             for (int k = 0; k < IR_N_OPS; k++) {
                 op_case cs[2];
                 int nc = op_cases((ir_opkind)k, n, cs);
                 double sum = 0;
-                for (int ci = 0; ci < nc; ci++) {
-                    op_case *c = &cs[ci];
-                    int ids_in = k == IR_OP_GATHER ? 1 : (k == IR_OP_SCATTER_ADD || k == IR_OP_ONE_HOT) ? 0 : -1;
-                    exec_tensor in[2], out = {IR_F32, c->rank_out, {0}, z};
-                    for (int i = 0; i < 2; i++) {
-                        in[i].dtype = i == ids_in ? IR_I32 : IR_F32;
-                        in[i].rank = c->rank_in[i];
-                        memcpy(in[i].dims, c->in_dims[i], sizeof c->in_dims[i]);
-                        int pos = k == IR_OP_LOG || k == IR_OP_SQRT || k == IR_OP_RSQRT;
-                        in[i].data = i == ids_in ? (void *)ids : i ? (void *)y : pos ? (void *)xp : (void *)x;
-                    }
-                    memcpy(out.dims, c->out_dims, sizeof c->out_dims);
-                    double tr[REPS];
-                    exec_kernel_run((ir_opkind)k, &c->at, c->n_in, in, &out, NULL, err, sizeof err);
-                    for (int r = 0; r < REPS; r++) {
-#pragma omp barrier
-                        double t0 = now();
-                        for (int q = 0; q < inner; q++) exec_kernel_run((ir_opkind)k, &c->at, c->n_in, in, &out, NULL, err, sizeof err);
-                        tr[r] = (now() - t0) / inner;
-                    }
-                    int which = cost_op_elements((ir_opkind)k);
-                    int64_t el = which == 1 ? dims_numel(in[0].rank, in[0].dims)
-                               : which == 2 ? dims_numel(in[1].rank, in[1].dims)
-                                            : dims_numel(out.rank, out.dims);
-                    sum += median(tr, REPS) / (double)el;
-                }
+                for (int ci = 0; ci < nc; ci++) sum += time_case(&cs[ci], &b, inner, &failed, err, errlen);
                 if (nc && t < 64) per[t][k] = (double)nc / sum;
             }
         }
-        free(x);
-        free(y);
-        free(z);
-        free(xp);
-        free(ids);
+        free(b.x);
+        free(b.y);
+        free(b.z);
+        free(b.xp);
+        free(b.ids);
     }
     int nt = threads < 64 ? threads : 64;
     for (int k = 0; k < IR_N_OPS; k++) {
@@ -381,6 +458,7 @@ static void op_rates(int threads, int64_t n, int inner, double *rate)
         for (int t = 0; t < nt; t++) r[t] = per[t][k];
         rate[k] = slowest_rate(r, threads);
     }
+    return failed ? -1 : 0;
 }
 
 /* Per-thread copy rate (bytes copied per second) with every thread copying
@@ -455,19 +533,25 @@ static double barrier_latency(int threads, int count)
     return median(tr, REPS);
 }
 
-/* Seconds per kernel call on one-element tensors. */
-static double op_overhead(int count)
+/* Seconds per kernel call on one-element tensors; NaN with a message in
+ * err when the kernel fails. */
+static double op_overhead(int count, char *err, size_t errlen)
 {
     float x = 1, y = 2, z = 0;
     exec_tensor in[2] = {{IR_F32, 1, {1}, &x}, {IR_F32, 1, {1}, &y}}, out = {IR_F32, 1, {1}, &z};
     ir_attrs at;
     memset(&at, 0, sizeof at);
-    char err[64];
+    char msg[128];
     double tr[REPS];
+    int failed = 0;
     for (int r = 0; r < REPS; r++) {
         double t0 = now();
-        for (int k = 0; k < count; k++) exec_kernel_run(IR_OP_ADD, &at, 2, in, &out, NULL, err, sizeof err);
+        for (int k = 0; k < count; k++) failed |= exec_kernel_run(IR_OP_ADD, &at, 2, in, &out, NULL, msg, sizeof msg) < 0;
         tr[r] = (now() - t0) / count;
+    }
+    if (failed) {
+        kernel_failed(&(int){0}, err, errlen, IR_OP_ADD, msg);
+        return NAN;
     }
     return median(tr, REPS);
 }
@@ -552,7 +636,8 @@ static int profile(cost_hw *hw, int quick, FILE *log, double *elem_alone, char *
     double g1 = gemm_rate(1, gemm_n, quick ? 1 : 4, 1);
     double gn = cores > 1 ? gemm_rate(cores, gemm_n, quick ? 1 : 4, 1) : g1;
     say(log, "  GEMM (einsum mk,kn->mn): %.1f GFLOP/s one thread, %.1f per thread with %d busy\n", g1 / 1e9, gn / 1e9, cores);
-    double vr = vector_rate(cores, quick ? 4096 : 16384, quick ? 2 : 50);
+    double vr = vector_rate(cores, quick ? 4096 : 16384, quick ? 2 : 50, err, errlen);
+    if (isnan(vr)) return -1;
     say(log, "  elementwise (mul, exp, gelu): %.2f GFLOP/s per thread\n", vr / 1e9);
     double cr = copy_rate(cores, quick ? (1u << 20) : (32u << 20), quick ? 2 : 4);
     say(log, "  copy: %.2f GB/s per thread (%.2f GB/s read + write)\n", cr / 1e9, 2 * cr / 1e9);
@@ -560,7 +645,8 @@ static int profile(cost_hw *hw, int quick, FILE *log, double *elem_alone, char *
     say(log, "  barrier among %d threads: %.2f us\n", cores, lat * 1e6);
     double lat_over = barrier_latency(2 * cores, quick ? 50 : 1000);
     say(log, "  barrier among %d threads (2 a core): %.2f us\n", 2 * cores, lat_over * 1e6);
-    double v1 = cores > 1 ? vector_rate(1, quick ? 4096 : 16384, quick ? 2 : 50) : vr;
+    double v1 = cores > 1 ? vector_rate(1, quick ? 4096 : 16384, quick ? 2 : 50, err, errlen) : vr;
+    if (isnan(v1)) return -1;
     double alone = sqrt((g1 / gn) * (v1 / vr));
     if (!(alone >= 1)) alone = 1;
     say(log, "  one thread alone vs every core busy: GEMM %.2fx, elementwise %.2fx; alone_speedup %.2f\n", g1 / gn, v1 / vr, alone);
@@ -569,7 +655,7 @@ static int profile(cost_hw *hw, int quick, FILE *log, double *elem_alone, char *
     double alone_bw = cr1 / cr >= 1 ? cr1 / cr : 1;
     say(log, "  copy alone: %.2f GB/s (%.2fx the rate with every core copying: alone_bandwidth)\n", cr1 / 1e9, alone_bw);
     double rates[IR_N_OPS];
-    op_rates(cores, quick ? 4096 : 262144, quick ? 2 : 2, rates);
+    if (op_rates(cores, quick ? 4096 : 262144, quick ? 2 : 2, rates, err, errlen) < 0) return -1;
     say(log, "  op rates (G elements/s per thread): exp %.2f, gelu %.2f, add %.2f, broadcast %.2f, reduce_sum %.2f\n",
         rates[IR_OP_EXP] / 1e9, rates[IR_OP_GELU] / 1e9, rates[IR_OP_ADD] / 1e9, rates[IR_OP_BROADCAST] / 1e9,
         rates[IR_OP_REDUCE_SUM] / 1e9);
@@ -582,7 +668,8 @@ static int profile(cost_hw *hw, int quick, FILE *log, double *elem_alone, char *
     double flops = 2.0 * (double)gemm_n * (double)gemm_n * (double)gemm_n, extra = flops / gcold - flops / gn;
     double gbw = !(gcold > 0) ? NAN : extra > 0 ? 3.0 * (double)(gemm_n * gemm_n) * sizeof(float) / extra : 0;
     say(log, "  GEMM operands from memory (beyond the in-cache time): %.2f GB/s per thread\n", gbw / 1e9);
-    double ovh = op_overhead(quick ? 1000 : 200000);
+    double ovh = op_overhead(quick ? 1000 : 200000, err, errlen);
+    if (isnan(ovh)) return -1;
     say(log, "  kernel call overhead: %.3f us\n", ovh * 1e6);
     int rates_ok = 1;
     for (int k = 0; k < IR_N_OPS; k++) rates_ok &= k == IR_OP_EINSUM || (rates[k] > 0 && isfinite(rates[k]));

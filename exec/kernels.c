@@ -106,7 +106,7 @@ static inline float gelu_grad(float x)
 VECTOR_CLONES static void unary(ir_opkind k, float s, const float *xv, float *y, int64_t n)
 {
     switch (k) {
-#define X(e, name, arity, cls, count, coef, bytes, grads, shape, rule, vjp, kern, attrs) UNARY_CASE_##cls(e, kern)
+#define X(e, name, arity, cls, count, coef, bytes, grads, partial, ids, domain, pad, shape, rule, vjp, calib, kern, ...) UNARY_CASE_##cls(e, kern)
 #include "ir/ops.def"
 #undef X
     }
@@ -115,7 +115,7 @@ VECTOR_CLONES static void unary(ir_opkind k, float s, const float *xv, float *y,
 VECTOR_CLONES static void binary(ir_opkind k, const float *av, const float *bv, float *y, int64_t n)
 {
     switch (k) {
-#define X(e, name, arity, cls, count, coef, bytes, grads, shape, rule, vjp, kern, attrs) BINARY_CASE_##cls(e, kern)
+#define X(e, name, arity, cls, count, coef, bytes, grads, partial, ids, domain, pad, shape, rule, vjp, calib, kern, ...) BINARY_CASE_##cls(e, kern)
 #include "ir/ops.def"
 #undef X
     }
@@ -531,7 +531,7 @@ KERN(one_hot)
 #define KERN_CONTRACTION KERN_NULLARY
 #define KERN_REDUCTION KERN_NULLARY
 #define KERN_MOVEMENT KERN_NULLARY
-#define X(e, name, arity, cls, count, coef, bytes, grads, shape, rule, vjp, kern, attrs) KERN_##cls(kern),
+#define X(e, name, arity, cls, count, coef, bytes, grads, partial, ids, domain, pad, shape, rule, vjp, calib, kern, ...) KERN_##cls(kern),
 static int (*const kern_of[IR_N_OPS])(ir_opkind, const ir_attrs *, const exec_tensor *, exec_tensor *,
                                       const exec_kernel_opts *, char *, size_t) = {
 #include "ir/ops.def"

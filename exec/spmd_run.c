@@ -347,32 +347,31 @@ static int run_compute(exec_spmd *r, const spmd_instr *in, int dev, char *msg, s
     const spmd_buffer *ob = &p->bufs[in->out];
     const ir_value *ov = &r->g->values[ob->value];
     for (int d = 0; d < ov->rank; d++) o.out_offset[d] = shard_dim_offset(&p->mesh, ov, &ob->spec, d, dev);
-    if (op->kind == IR_OP_GATHER) {
-        const spmd_buffer *tb = &p->bufs[in->in[0]];
+    /* ids into a tiled dim (a gather's table rows, a scatter_add's result
+     * rows, a one_hot's depth): the block's first global index; ids outside
+     * it belong to another device */
+    int target, last;
+    if (ir_op_ids(op->kind, &target, &last) >= 0) {
+        const spmd_buffer *tb = target >= 0 ? &p->bufs[in->in[target]] : ob;
         const ir_value *tv = &r->g->values[tb->value];
-        if (tb->spec.n[0]) {
-            o.id_base = shard_dim_offset(&p->mesh, tv, &tb->spec, 0, dev);
+        int d = last ? tv->rank - 1 : 0;
+        if (tb->spec.n[d]) {
+            o.id_base = shard_dim_offset(&p->mesh, tv, &tb->spec, d, dev);
             o.ids_masked = 1;
-            o.id_limit = tv->dims[0];
+            o.id_limit = tv->dims[d];
         }
-    } else if (op->kind == IR_OP_SCATTER_ADD) {
-        if (ob->spec.n[0]) {
-            o.id_base = o.out_offset[0];
-            o.ids_masked = 1;
-            o.id_limit = ov->dims[0];
-        }
-    } else if (op->kind == IR_OP_ONE_HOT) {
-        o.id_base = o.out_offset[ov->rank - 1];
     }
     /* Padding is zero, which a sum or a contraction ignores; a max over a
-     * padded dim sees it as -inf for the time of the op. */
-    int masked = op->kind == IR_OP_REDUCE_MAX && r->padded[in->in[0]];
-    if (masked) spmd_fill_padding(r, in->in[0], dev, -INFINITY);
+     * padded dim sees it as -inf for the time of the op (ops.def's pad). */
+    float pad = ir_op_pad(op->kind);
+    for (int k = 0; k < op->n_in && pad != 0.0f; k++)
+        if (r->padded[in->in[k]]) spmd_fill_padding(r, in->in[k], dev, pad);
     ir_attrs attrs = op->attrs;
     int mb = op->kind == IR_OP_DROPOUT_MASK ? spmd_pipe_mb(r, (int)(in - p->instrs)) : -1;
     if (mb > 0) attrs.ints[0] = ir_microbatch_seed(attrs.ints[0], mb); /* micro-batch k's masks, as the unrolled step's */
     int rc = exec_kernel_run(op->kind, &attrs, op->n_in, args, &out, &o, msg, n);
-    if (masked) spmd_fill_padding(r, in->in[0], dev, 0.0f);
+    for (int k = 0; k < op->n_in && pad != 0.0f; k++)
+        if (r->padded[in->in[k]]) spmd_fill_padding(r, in->in[k], dev, 0.0f);
     if (r->padded[in->out]) spmd_fill_padding(r, in->out, dev, 0.0f);
     return rc;
 }

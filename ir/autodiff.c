@@ -305,7 +305,7 @@ VJP(concat)
 }
 #undef VJP
 
-#define X(e, name, arity, cls, count, coef, bytes, grads, shape, rule, vjp, kern, attrs) vjp_##vjp,
+#define X(e, name, arity, cls, count, coef, bytes, grads, partial, ids, domain, pad, shape, rule, vjp, ...) vjp_##vjp,
 static void (*const vjp_of[IR_N_OPS])(ir_graph *, const ir_op *, int, const int *, const char *const *, int *, int,
                                       int, int) = {
 #include "ops.def"

@@ -9,14 +9,18 @@
 #include "ir.h"
 #include "pcg32.h"
 
+#include <math.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 
 /* ---- op table --------------------------------------------------------- */
 
-#define X(e, name, arity, cls, count, coef, bytes, grads, shape, rule, vjp, kern, attrs) \
-    {name, arity, IR_##cls, IR_COUNT_##count, coef, IR_BYTES_##bytes, grads, attrs},
+#define PAD_ZERO 0.0f
+#define PAD_NEG_INF (-INFINITY)
+#define X(e, name, arity, cls, count, coef, bytes, grads, partial, ids, domain, pad, shape, rule, vjp, calib, kern, attrs) \
+    {name, arity, IR_##cls, IR_COUNT_##count, coef, IR_BYTES_##bytes, grads, attrs, IR_PARTIAL_##partial, IR_IDS_##ids, \
+     domain, PAD_##pad},
 static const struct op_row {
     const char *name;
     int arity;
@@ -26,10 +30,16 @@ static const struct op_row {
     ir_opbytes bytes;
     unsigned grads;
     unsigned attrs;
+    ir_oppartial partial;
+    ir_opids ids;
+    unsigned domain;
+    float pad;
 } op_table[IR_N_OPS] = {
 #include "ops.def"
 };
 #undef X
+#undef PAD_ZERO
+#undef PAD_NEG_INF
 
 const char *ir_op_name(ir_opkind k) { return (unsigned)k < IR_N_OPS ? op_table[k].name : "?"; }
 int ir_op_arity(ir_opkind k) { return op_table[k].arity; }
@@ -40,6 +50,20 @@ double ir_op_coef(ir_opkind k) { return op_table[k].coef; }
 ir_opbytes ir_op_bytes(ir_opkind k) { return op_table[k].bytes; }
 unsigned ir_op_grads(ir_opkind k) { return op_table[k].grads; }
 unsigned ir_op_attrs(ir_opkind k) { return op_table[k].attrs; }
+ir_oppartial ir_op_partial(ir_opkind k) { return op_table[k].partial; }
+unsigned ir_op_domain(ir_opkind k) { return op_table[k].domain; }
+float ir_op_pad(ir_opkind k) { return op_table[k].pad; }
+
+int ir_op_ids(ir_opkind k, int *target, int *last)
+{
+    static const struct {
+        int ids, target, last;
+    } at[] = {[IR_IDS_NONE] = {-1, -1, 0}, [IR_IDS_TABLE] = {1, 0, 0}, [IR_IDS_ROWS] = {0, -1, 0}, [IR_IDS_DEPTH] = {0, -1, 1}};
+    ir_opids i = op_table[k].ids;
+    if (target) *target = at[i].target;
+    if (last) *last = at[i].last;
+    return at[i].ids;
+}
 
 int ir_op_from_name(const char *name)
 {
@@ -689,7 +713,7 @@ static int infer_reshard(shape_ctx *c)
     return 0;
 }
 
-#define X(e, name, arity, cls, count, coef, bytes, grads, shape, rule, vjp, kern, attrs) infer_##shape,
+#define X(e, name, arity, cls, count, coef, bytes, grads, partial, ids, domain, pad, shape, ...) infer_##shape,
 static int (*const infer_of[IR_N_OPS])(shape_ctx *) = {
 #include "ops.def"
 };

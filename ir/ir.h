@@ -41,7 +41,7 @@ typedef enum {
 
 /* The ops, in the order of ir/ops.def (the one table of per-op facts). */
 typedef enum {
-#define X(e, name, arity, cls, count, coef, bytes, grads, shape, rule, vjp, kern, attrs) IR_OP_##e,
+#define X(e, ...) IR_OP_##e,
 #include "ops.def"
 #undef X
 } ir_opkind;
@@ -49,7 +49,7 @@ typedef enum {
 /* The number of ops; a separate enum so switches over ir_opkind stay exhaustive. */
 enum {
     IR_N_OPS = 0
-#define X(e, name, arity, cls, count, coef, bytes, grads, shape, rule, vjp, kern, attrs) +1
+#define X(e, ...) +1
 #include "ops.def"
 #undef X
 };
@@ -60,6 +60,10 @@ typedef enum { IR_NULLARY, IR_UNARY, IR_BINARY, IR_CONTRACTION, IR_REDUCTION, IR
 typedef enum { IR_COUNT_OUT, IR_COUNT_IN0, IR_COUNT_IN1, IR_COUNT_EINSUM } ir_opcount;
 /* The memory an op reads and writes. */
 typedef enum { IR_BYTES_ALL, IR_BYTES_ROWS } ir_opbytes;
+/* Whether an op's result may stay a partial sum (ops.def's partial column). */
+typedef enum { IR_PARTIAL_NO, IR_PARTIAL_PAIR, IR_PARTIAL_SOLE } ir_oppartial;
+/* Which operand of an op holds ids and what they index (ops.def's ids column). */
+typedef enum { IR_IDS_NONE, IR_IDS_TABLE, IR_IDS_ROWS, IR_IDS_DEPTH } ir_opids;
 
 typedef struct ir_attrs {
     double scalar;                       /* CONSTANT value, SCALE factor, ADD_SCALAR */
@@ -154,6 +158,17 @@ enum {
 unsigned ir_op_attrs(ir_opkind k);
 /* Bit k set: a gradient flows from the result to operand k. */
 unsigned ir_op_grads(ir_opkind k);
+ir_oppartial ir_op_partial(ir_opkind k);
+/* The operand of op k that holds i32 ids, or -1 (ops.def's ids column);
+ * *target: the operand the ids index, or -1 for the result; *last: 1 when
+ * they index its last dim (one_hot's depth), 0 its first (rows). */
+int ir_op_ids(ir_opkind k, int *target, int *last);
+/* Bit k set: operand k must be positive (log, sqrt, rsqrt) or non-zero (a
+ * divisor); tests and calibration draw positive values there. */
+unsigned ir_op_domain(ir_opkind k);
+/* The value an operand's padding must hold while op k reads it: 0, or
+ * -infinity for a max (ops.def's pad column). */
+float ir_op_pad(ir_opkind k);
 /* Returns the op with that name, or -1. */
 int ir_op_from_name(const char *name);
 

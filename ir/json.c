@@ -46,7 +46,7 @@
  * saver writes exactly these. */
 static unsigned op_fields(ir_opkind k)
 {
-#define X(e, name, arity, cls, count, coef, bytes, grads, shape, rule, vjp, kern, attrs) attrs,
+#define X(e, name, arity, cls, count, coef, bytes, grads, partial, ids, domain, pad, shape, rule, vjp, calib, kern, attrs) attrs,
     static const unsigned fields[IR_N_OPS] = {
 #include "ops.def"
     };
@@ -1009,14 +1009,12 @@ static int check_ids(const ir_graph *g, char *err, size_t errlen)
 {
     for (int i = 0; i < g->n_ops; i++) {
         const ir_op *o = &g->ops[i];
-        int ids;
-        int64_t limit;
-        const char *what;
-        if (o->kind == IR_OP_ONE_HOT) ids = o->in[0], limit = o->attrs.ints[0], what = "its depth";
-        else if (o->kind == IR_OP_GATHER) ids = o->in[1], limit = g->values[o->in[0]].dims[0], what = "its table's row count";
-        else if (o->kind == IR_OP_SCATTER_ADD) ids = o->in[0], limit = g->values[o->out].dims[0], what = "its row count";
-        else continue;
-        const ir_value *x = &g->values[ids];
+        int target, last, k = ir_op_ids(o->kind, &target, &last);
+        if (k < 0) continue;
+        const ir_value *t = &g->values[target >= 0 ? o->in[target] : o->out];
+        int64_t limit = t->dims[last ? t->rank - 1 : 0];
+        const char *what = target >= 0 ? "its table's row count" : last ? "its depth" : "its row count";
+        const ir_value *x = &g->values[o->in[k]];
         if (x->producer >= 0 || x->dtype != IR_I32 || id_bound(x) <= (double)limit) continue;
         return ir_errf(err, errlen, "op '%s' (%s): ids '%s' are drawn from [0, %.0f) but %s is %lld", g->values[o->out].name,
                        ir_op_name(o->kind), x->name, id_bound(x), what, (long long)limit);

@@ -8,7 +8,11 @@
  * argument dim and can be sharded by a decision.  Then:
  *
  *  1. table facts: unique names, arity that fits the class, gradient masks
- *     within the arity;
+ *     within the arity; the columns other modules read checked against the
+ *     kernels: ops marked partial are linear, operands are i32 where the ids
+ *     column says, the domain column is what keeps results finite (and each
+ *     mark is needed), a dim padded with the pad column's value reduces to
+ *     the unpadded result;
  *  2. the VJP against central finite differences of the forward graph (ops
  *     that pass a gradient), tolerances as in test_autodiff: h = 1e-2 on
  *     values of size ~1, |fd - grad| <= 2e-3 + 2e-2 |grad|;
@@ -101,7 +105,7 @@ static int example_value(ir_graph *g, ir_opkind k)
 {
     int64_t d[IR_MAX_RANK];
     switch (k) {
-#define X(e, name, arity, cls, count, coef, bytes, grads, shape, rule, vjp, kern, attrs) EXAMPLE_##cls(e)
+#define X(e, name, arity, cls, ...) EXAMPLE_##cls(e)
 #include "ir/ops.def"
 #undef X
     case IR_OP_EINSUM:
@@ -177,6 +181,166 @@ static void test_table(void)
         CHECKF(ir_op_coef(k) >= 0, "%s: negative FLOPs", n);
     }
     CHECK(ir_op_from_name("frobnicate") == -1);
+}
+
+/* ---- 1b. the columns lowering, the runtime and calibration read --------- */
+
+/* partial: an op marked SOLE is linear in its operand, f(x1 + x2) =
+ * f(x1) + f(x2); PAIR in both at once, f(a1 + a2, b1 + b2) = f(a1, b1) +
+ * f(a2, b2): a sum of partial results is then the result of the sums.
+ * (Tolerance 1e-5 relative: one rounding of each side.) */
+static void test_partial_column(void)
+{
+    enum { N = 64 };
+    float a1[N], a2[N], b1[N], b2[N], sa[N], sb[N], y1[N], y2[N], ys[N];
+    for (int i = 0; i < N; i++) {
+        a1[i] = (float)(i % 7) - 3.1f, a2[i] = 0.37f * (float)(i % 5) - 0.9f;
+        b1[i] = 0.5f * (float)(i % 3) - 0.4f, b2[i] = (float)(i % 11) * 0.21f - 1.0f;
+        sa[i] = a1[i] + a2[i], sb[i] = b1[i] + b2[i];
+    }
+    int marked = 0;
+    for (int k = 0; k < IR_N_OPS; k++) {
+        ir_oppartial p = ir_op_partial(k);
+        if (p == IR_PARTIAL_NO) continue;
+        marked++;
+        const char *n = ir_op_name(k);
+        int ok = (p == IR_PARTIAL_SOLE && ir_op_class(k) == IR_UNARY) || (p == IR_PARTIAL_PAIR && ir_op_class(k) == IR_BINARY);
+        CHECKF(ok, "%s: partial %d does not fit its class", n, (int)p);
+        if (!ok) continue;
+        exec_elementwise(k, 0.7f, a1, b1, y1, N);
+        exec_elementwise(k, 0.7f, a2, b2, y2, N);
+        exec_elementwise(k, 0.7f, sa, sb, ys, N);
+        double worst = 0;
+        for (int i = 0; i < N; i++) {
+            double d = fabs((double)ys[i] - ((double)y1[i] + (double)y2[i])) / (1 + fabs((double)ys[i]));
+            if (d > worst) worst = d;
+        }
+        CHECKF(worst < 1e-5, "%s: marked %s but not linear (off by %.3g)", n, p == IR_PARTIAL_PAIR ? "PAIR" : "SOLE", worst);
+    }
+    CHECK(marked >= 4); /* add, sub, scale, neg */
+}
+
+/* ids: in every op's example, an operand is i32 exactly where the ids
+ * column says the op reads ids, and the tensor they index is another
+ * operand or the result. */
+static void test_ids_column(void)
+{
+    int with_ids = 0;
+    for (int k = 0; k < IR_N_OPS; k++) {
+        ir_graph *g = example(k);
+        for (int i = 0; i < g->n_ops && !ir_error(g); i++) {
+            const ir_op *o = &g->ops[i];
+            int target, last, ids = ir_op_ids(o->kind, &target, &last);
+            with_ids += o->kind == (ir_opkind)k && ids >= 0;
+            for (int j = 0; j < o->n_in; j++)
+                CHECKF((g->values[o->in[j]].dtype == IR_I32) == (j == ids), "%s (in %s's example): operand %d is %s, ids column %d",
+                       ir_op_name(o->kind), ir_op_name(k), j, ir_dtype_name(g->values[o->in[j]].dtype), ids);
+            if (ids >= 0) CHECKF(target != ids && target < o->n_in, "%s: its ids index themselves", ir_op_name(o->kind));
+        }
+        ir_free(g);
+    }
+    CHECK(with_ids == 3); /* gather, scatter_add, one_hot */
+}
+
+/* domain: values in [-3, 3] (0 among them), positive in [0.2, 2] where the
+ * column asks, give finite results; and each operand it marks is needed: -1
+ * or 0 there gives a non-finite one (a log, square root or division outside
+ * its domain). */
+static void test_domain_column(void)
+{
+    enum { N = 61 };
+    float in[2][N], y[N];
+    for (int k = 0; k < IR_N_OPS; k++) {
+        if (!ir_op_elementwise(k)) {
+            CHECKF(ir_op_domain(k) == 0, "%s: a domain on an op that is not elementwise", ir_op_name(k));
+            continue;
+        }
+        unsigned dom = ir_op_domain(k);
+        CHECKF(dom < (1u << ir_op_arity(k)), "%s: domain beyond its operands", ir_op_name(k));
+        for (int j = 0; j < 2; j++)
+            for (int i = 0; i < N; i++)
+                in[j][i] = dom >> j & 1 ? 0.2f + 1.8f * (float)((i * 7 + j) % N) / N
+                                        : -3.0f + 6.0f * (float)((i * 5 + 3 * j) % N) / (N - 1);
+        exec_elementwise(k, 0.7f, in[0], in[1], y, N);
+        int finite = 1;
+        for (int i = 0; i < N; i++) finite &= isfinite(y[i]) != 0;
+        CHECKF(finite, "%s: a non-finite result on its domain", ir_op_name(k));
+        for (int j = 0; j < ir_op_arity(k); j++) {
+            if (!(dom >> j & 1)) continue;
+            float keep = in[j][0];
+            int outside = 0;
+            for (int t = 0; t < 2; t++) {
+                in[j][0] = t ? 0.0f : -1.0f;
+                exec_elementwise(k, 0.7f, in[0], in[1], y, 1);
+                outside |= !isfinite(y[0]);
+            }
+            in[j][0] = keep;
+            CHECKF(outside, "%s: operand %d marked in its domain column but -1 and 0 give finite results", ir_op_name(k), j);
+        }
+    }
+}
+
+/* pad: a reduction or contraction over a dim padded with the pad column's
+ * value gives the result of the unpadded dim (values all negative, so a
+ * zero would win a max).  x [4, 8] against x [4, 9] with the pad in its
+ * last column; einsum ik,kj->ij with k padded in both. */
+static void test_pad_column(void)
+{
+    enum { R = 4, C = 8 };
+    float x[R * C], xp[R * (C + 1)], y[R * (C + 1)], yp[R * (C + 1)], w[(C + 1) * 3];
+    for (int k = 0; k < IR_N_OPS; k++) {
+        ir_opclass cls = ir_op_class(k);
+        float pad = ir_op_pad(k);
+        if (cls != IR_REDUCTION && cls != IR_CONTRACTION) {
+            CHECKF(pad == 0.0f, "%s: a pad value on an op that reduces no dim", ir_op_name(k));
+            continue;
+        }
+        for (int r = 0; r < R; r++)
+            for (int c = 0; c <= C; c++) {
+                float v = -1.0f - 0.1f * (float)((r * 3 + c * 5) % 9);
+                if (c < C) x[r * C + c] = v;
+                xp[r * (C + 1) + c] = c < C ? v : pad;
+            }
+        for (int i = 0; i < (C + 1) * 3; i++) w[i] = i / 3 < C ? 0.25f * (float)(i % 7) - 0.5f : pad;
+        exec_tensor in = {IR_F32, 2, {R, C}, x}, inp = {IR_F32, 2, {R, C + 1}, xp}, out, outp;
+        ir_attrs a = {.n_ints = 1, .ints = {1}};
+        int n_out;
+        char err[128];
+        if (cls == IR_CONTRACTION) {
+            ir_einsum_spec e;
+            CHECK(ir_einsum_parse("ik,kj->ij", 2, 2, &e, err, sizeof err) == 0);
+            CHECK(exec_einsum_run(&e, in.dims, x, (int64_t[]){C, 3}, w, (int64_t[]){R, 3}, y, err, sizeof err) == 0);
+            CHECK(exec_einsum_run(&e, inp.dims, xp, (int64_t[]){C + 1, 3}, w, (int64_t[]){R, 3}, yp, err, sizeof err) == 0);
+            n_out = R * 3;
+        } else {
+            ir_graph *g = ir_new("pad");
+            int v = ir_arg(g, "x", IR_INPUT, IR_F32, 2, in.dims), r = ir_add_op(g, k, 1, &v, &a, IR_F32, 0, NULL, NULL);
+            CHECKF(r >= 0, "%s: %s", ir_op_name(k), ir_error(g));
+            if (r < 0) {
+                ir_free(g);
+                continue;
+            }
+            const ir_value *o = &g->values[r];
+            out = (exec_tensor){o->dtype, o->rank, {0}, y};
+            memcpy(out.dims, o->dims, sizeof out.dims);
+            outp = out;
+            outp.data = yp;
+            if (o->rank == 2) outp.dims[1] = C + 1; /* a running sum keeps the dim */
+            CHECK(exec_kernel_run(k, &a, 1, &in, &out, NULL, err, sizeof err) == 0);
+            CHECK(exec_kernel_run(k, &a, 1, &inp, &outp, NULL, err, sizeof err) == 0);
+            n_out = o->rank == 2 ? R * C : R;
+            if (o->rank == 2) /* compare the unpadded columns */
+                for (int i = 0; i < R; i++) memmove(yp + i * C, yp + i * (C + 1), C * sizeof *yp);
+            ir_free(g);
+        }
+        CHECKF(memcmp(y, yp, (size_t)n_out * sizeof *y) == 0 || cls == IR_CONTRACTION,
+               "%s: its padding (%g) changes the result", ir_op_name(k), (double)pad);
+        if (cls == IR_CONTRACTION) {
+            double worst = 0;
+            for (int i = 0; i < n_out; i++) worst = fmax(worst, fabs((double)y[i] - (double)yp[i]));
+            CHECKF(worst < 1e-6, "%s: its padding (%g) changes the result by %.3g", ir_op_name(k), (double)pad, worst);
+        }
+    }
 }
 
 /* ---- 2. finite differences ------------------------------------------------ */
@@ -505,6 +669,10 @@ static void test_dropout_mask(void)
 int main(void)
 {
     test_table();
+    test_partial_column();
+    test_ids_column();
+    test_domain_column();
+    test_pad_column();
     test_einsum_n();
     test_cast_rounding();
     test_dropout_mask();
