@@ -22,7 +22,7 @@
  * propagation every edge value) gathers node rows to the local edges and
  * leaves the scatter-added messages partial, summed across devices.
  */
-#include "models.h"
+#include "models/registry.h"
 
 #include <string.h>
 
@@ -95,17 +95,18 @@ static void process_step(gns_builder *m, int64_t L, int senders, int receivers, 
 
 ir_graph *model_build_gns(const model_config *cfg, char *err, size_t errlen)
 {
-    if (strcmp(cfg->model, "gns") != 0) {
+    if (cfg->family != MODEL_GNS) {
         ir_errf(err, errlen, "model_build_gns: config is for '%s', not gns", cfg->model);
         return NULL;
     }
     char gname[200];
-    gns_builder m = {.g = ir_new(model_config_str(cfg, gname, sizeof gname)), .nodes = model_get(cfg, "nodes"),
-                     .edges = model_get(cfg, "edges"), .hidden = model_get(cfg, "hidden")};
+    const model_gns_config *c = &cfg->gns;
+    gns_builder m = {.g = ir_new(model_config_str(cfg, gname, sizeof gname)), .nodes = c->nodes, .edges = c->edges,
+                     .hidden = c->hidden};
     ir_graph *g = m.g;
-    int64_t n_out = model_get(cfg, "out");
-    int x = input(g, "x", IR_F32, m.nodes, model_get(cfg, "node_in"), 2);
-    int e = input(g, "e", IR_F32, m.edges, model_get(cfg, "edge_in"), 2);
+    int64_t n_out = c->out;
+    int x = input(g, "x", IR_F32, m.nodes, c->node_in, 2);
+    int e = input(g, "e", IR_F32, m.edges, c->edge_in, 2);
     int senders = input(g, "senders", IR_I32, m.edges, 0, 1);
     int receivers = input(g, "receivers", IR_I32, m.edges, 0, 1);
     int y = input(g, "y", IR_F32, m.nodes, n_out, 2);
@@ -117,7 +118,7 @@ ir_graph *model_build_gns(const model_config *cfg, char *err, size_t errlen)
 
     int h = mlp(&m, "enc.node", 1, &x, m.nodes, m.hidden);
     int el = mlp(&m, "enc.edge", 1, &e, m.edges, m.hidden);
-    for (int64_t L = 0; L < model_get(cfg, "steps"); L++) process_step(&m, L, senders, receivers, &h, &el);
+    for (int64_t L = 0; L < c->steps; L++) process_step(&m, L, senders, receivers, &h, &el);
     ir_set_layer(g, -1);
     int pred = mlp(&m, "dec", 1, &h, m.nodes, n_out);
     int diff = ir_binary(g, IR_OP_SUB, pred, y);
@@ -132,4 +133,30 @@ ir_graph *model_build_gns(const model_config *cfg, char *err, size_t errlen)
         return NULL;
     }
     return g;
+}
+
+/* ---- the registry's formulas and checks (models/registry.h) -------------- */
+
+int64_t model_gns_params(const model_gns_config *c)
+{
+    int64_t S = c->steps, H = c->hidden, o = c->out;
+    /* encoders, S steps (edge MLP over 3 inputs, node MLP over 2), decoder */
+    return (c->node_in + c->edge_in) * H + 2 * H * H + 4 * H + S * (7 * H * H + 4 * H) + H * H + H + H * o + o;
+}
+
+double model_gns_flops(const model_gns_config *c)
+{
+    double S = (double)c->steps, H = (double)c->hidden, N = (double)c->nodes, E = (double)c->edges;
+    /* encoders; per step the edge MLP 2E*4H^2 and the node MLP 2N*3H^2; decoder */
+    return 2 * N * ((double)c->node_in * H + H * H) + 2 * E * ((double)c->edge_in * H + H * H) +
+           S * (8 * E * H * H + 6 * N * H * H) + 2 * N * (H * H + H * (double)c->out);
+}
+
+int model_gns_check(const model_gns_config *c, const char *spec, model_big *big, char *err, size_t errlen)
+{
+    double e = (double)c->edges, n = (double)c->nodes, h = (double)c->hidden;
+    big[0] = (model_big){"edge latents [edges,hidden]", e * h};
+    big[1] = (model_big){"edge features [edges,edge_in]", e * (double)c->edge_in};
+    big[2] = (model_big){"node features [nodes,node_in]", n * (double)c->node_in};
+    return 3;
 }

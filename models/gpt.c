@@ -17,7 +17,7 @@
  * and the attention and MLP outputs before each residual add
  * ("h3.attn.drop", "h3.mlp.drop"); each is x * a dropout_mask op.
  */
-#include "models.h"
+#include "models/registry.h"
 #include "models/blocks.h"
 
 #include <string.h>
@@ -30,18 +30,19 @@ typedef struct gpt_builder {
 
 ir_graph *model_build_gpt(const model_config *cfg, char *err, size_t errlen)
 {
-    if (strcmp(cfg->model, "gpt") != 0) {
+    if (cfg->family != MODEL_GPT) {
         if (err && errlen) snprintf(err, errlen, "model_build_gpt: config is for '%s', not gpt", cfg->model);
         return NULL;
     }
     gpt_builder m;
     memset(&m, 0, sizeof m);
-    m.layers = model_get(cfg, "layers");
-    m.h = model_get(cfg, "hidden");
-    m.heads = model_get(cfg, "heads");
-    m.s = model_get(cfg, "seq");
-    m.b = model_get(cfg, "batch");
-    m.v = model_get(cfg, "vocab");
+    const model_gpt_config *c = &cfg->gpt;
+    m.layers = c->layers;
+    m.h = c->hidden;
+    m.heads = c->heads;
+    m.s = c->seq;
+    m.b = c->batch;
+    m.v = c->vocab;
     if (m.layers <= 0 || m.h <= 0 || m.heads <= 0 || m.s <= 0 || m.b <= 0 || m.v <= 0 || m.h % m.heads != 0) {
         if (err && errlen) snprintf(err, errlen, "model_build_gpt: config not checked (parse it with model_parse)");
         return NULL;
@@ -73,4 +74,33 @@ ir_graph *model_build_gpt(const model_config *cfg, char *err, size_t errlen)
     x = mb_layer_norm(g, x, "ln_f");
     int logits = mb_einsum(g, "logits", "bsh,vh->bsv", x, wte);
     return mb_finish(g, mb_cross_entropy(g, logits, labels), gname, err, errlen);
+}
+
+/* ---- the registry's formulas and checks (models/registry.h) -------------- */
+
+int64_t model_gpt_params(const model_gpt_config *c)
+{
+    int64_t L = c->layers, h = c->hidden, s = c->seq, v = c->vocab;
+    return L * (12 * h * h + 13 * h) + v * h + s * h + 2 * h;
+}
+
+double model_gpt_flops(const model_gpt_config *c)
+{
+    double L = (double)c->layers, h = (double)c->hidden, s = (double)c->seq, b = (double)c->batch, v = (double)c->vocab;
+    /* per layer: q,k,v,out projections 4 * 2bsh^2, MLP 2 * 2bs*4h^2,
+     * scores and context 2 * 2bs^2h; then the LM head 2bshv. */
+    return L * (24 * b * s * h * h + 4 * b * s * s * h) + 2 * b * s * h * v;
+}
+
+int model_gpt_check(const model_gpt_config *c, const char *spec, model_big *big, char *err, size_t errlen)
+{
+    double h = (double)c->hidden, n = (double)c->heads, s = (double)c->seq, b = (double)c->batch, v = (double)c->vocab;
+    if (c->hidden % c->heads != 0)
+        return ir_errf(err, errlen, "model '%s': heads=%lld does not divide hidden=%lld", spec, (long long)c->heads,
+                       (long long)c->hidden);
+    big[0] = (model_big){"attention scores [batch,heads,seq,seq]", b * n * s * s};
+    big[1] = (model_big){"logits [batch,seq,vocab]", b * s * v};
+    big[2] = (model_big){"MLP activations [batch,seq,4*hidden]", b * s * 4 * h};
+    big[3] = (model_big){"MLP weight [hidden,4*hidden]", h * 4 * h};
+    return 4;
 }

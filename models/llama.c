@@ -18,8 +18,8 @@
  * ("h3.attn.wq", "h3.mlp.w1"), so the expert schedules apply to both.
  * The `moe` model is this decoder with each MLP a mixture of experts (moe.c).
  */
-#include "models.h"
 #include "models/blocks.h"
+#include "models/registry.h"
 
 #include <math.h>
 #include <string.h>
@@ -113,23 +113,13 @@ static int block(llama_builder *m, int x, int layer)
     return mb_named(g, mb_cat(name, sizeof name, pre, "out"), IR_OP_ADD, x, f, 0);
 }
 
-ir_graph *model_build_llama(const model_config *cfg, char *err, size_t errlen)
+/* The graph of m's sizes (set from a llama or moe config; all zero for a
+ * config of another family, which is refused), named after cfg. */
+static ir_graph *build_decoder(llama_builder m, const model_config *cfg, char *err, size_t errlen)
 {
-    llama_builder m;
-    memset(&m, 0, sizeof m);
-    m.layers = model_get(cfg, "layers");
-    m.h = model_get(cfg, "hidden");
-    m.heads = model_get(cfg, "heads");
-    m.kv = model_get(cfg, "kv_heads");
-    m.f = model_get(cfg, "ffn");
-    m.s = model_get(cfg, "seq");
-    m.b = model_get(cfg, "batch");
-    m.v = model_get(cfg, "vocab");
     m.aux = -1;
-    if (strcmp(cfg->model, "moe") == 0)
-        m.moe = (mb_moe_dims){m.b, m.s, m.h, m.f, model_get(cfg, "experts"), model_get(cfg, "topk"), model_get(cfg, "capacity")};
-    if ((strcmp(cfg->model, "llama") != 0 && !m.moe.experts) || m.layers <= 0 || m.h <= 0 || m.heads <= 0 || m.kv <= 0 || m.f <= 0 ||
-        m.s <= 0 || m.b <= 0 || m.v <= 0 || m.h % m.heads != 0 || m.heads % m.kv != 0 || (m.h / m.heads) % 2 != 0) {
+    if (m.layers <= 0 || m.h <= 0 || m.heads <= 0 || m.kv <= 0 || m.f <= 0 || m.s <= 0 || m.b <= 0 || m.v <= 0 ||
+        m.h % m.heads != 0 || m.heads % m.kv != 0 || (m.h / m.heads) % 2 != 0) {
         if (err && errlen) snprintf(err, errlen, "model_build_llama: config not checked (parse it with model_parse)");
         return NULL;
     }
@@ -159,4 +149,108 @@ ir_graph *model_build_llama(const model_config *cfg, char *err, size_t errlen)
         loss = mb_named(g, "loss", IR_OP_ADD, loss, ir_scale(g, m.aux, 0.01), 0);
     }
     return mb_finish(g, loss, gname, err, errlen);
+}
+
+/* The decoder's sizes, the same keys in both families. */
+#define SET_DECODER(m, c)                                                                                              \
+    ((m).layers = (c)->layers, (m).h = (c)->hidden, (m).heads = (c)->heads, (m).kv = (c)->kv_heads, (m).f = (c)->ffn,  \
+     (m).s = (c)->seq, (m).b = (c)->batch, (m).v = (c)->vocab)
+
+ir_graph *model_build_llama(const model_config *cfg, char *err, size_t errlen)
+{
+    llama_builder m;
+    memset(&m, 0, sizeof m);
+    if (cfg->family == MODEL_LLAMA) SET_DECODER(m, &cfg->llama);
+    return build_decoder(m, cfg, err, errlen);
+}
+
+ir_graph *model_build_moe(const model_config *cfg, char *err, size_t errlen)
+{
+    llama_builder m;
+    memset(&m, 0, sizeof m);
+    if (cfg->family == MODEL_MOE) {
+        const model_moe_config *c = &cfg->moe;
+        SET_DECODER(m, c);
+        m.moe = (mb_moe_dims){m.b, m.s, m.h, m.f, c->experts, c->topk, c->capacity};
+    }
+    return build_decoder(m, cfg, err, errlen);
+}
+
+/* ---- the registry's formulas and checks (models/registry.h) -------------- */
+
+/* Both families: the parameter count, with e experts (0: the dense MLP). */
+static int64_t decoder_params(int64_t L, int64_t h, int64_t heads, int64_t kv_heads, int64_t f, int64_t v, int64_t e)
+{
+    int64_t kvd = kv_heads * (h / heads);
+    /* wq, wo h*h; wk, wv h*kv*dh; w1, w3, w2 h*f (per expert, and a router h*e); two RMSNorm gains */
+    int64_t mlp = e > 0 ? e * 3 * h * f + h * e : 3 * h * f;
+    return L * (2 * h * h + 2 * h * kvd + mlp + 2 * h) + 2 * v * h + h;
+}
+
+int64_t model_llama_params(const model_llama_config *c)
+{
+    return decoder_params(c->layers, c->hidden, c->heads, c->kv_heads, c->ffn, c->vocab, -1);
+}
+
+int64_t model_moe_params(const model_moe_config *c)
+{
+    return decoder_params(c->layers, c->hidden, c->heads, c->kv_heads, c->ffn, c->vocab, c->experts);
+}
+
+/* Both families' forward FLOPs, given the MLP's per layer. */
+static double decoder_flops(const model_llama_config *c, double mlp)
+{
+    double L = (double)c->layers, h = (double)c->hidden, s = (double)c->seq, b = (double)c->batch;
+    double v = (double)c->vocab, kvd = (double)c->kv_heads * h / (double)c->heads;
+    /* per layer: q and out projections 2 * 2bsh^2, k and v 2 * 2bsh*kv*dh,
+     * scores and context 2 * 2bs^2h, the MLP; then the head 2bshv */
+    return L * (4 * b * s * h * h + 4 * b * s * h * kvd + 4 * b * s * s * h + mlp) + 2 * b * s * h * v;
+}
+
+double model_llama_flops(const model_llama_config *c)
+{
+    /* SwiGLU 3 * 2bshf */
+    return decoder_flops(c, 6 * (double)c->batch * (double)c->seq * (double)c->hidden * (double)c->ffn);
+}
+
+double model_moe_flops(const model_moe_config *c)
+{
+    model_llama_config d = {c->layers, c->hidden, c->heads, c->kv_heads, c->ffn, c->seq, c->batch, c->vocab};
+    double b = (double)c->batch, s = (double)c->seq, h = (double)c->hidden, f = (double)c->ffn;
+    /* router; dispatch and combine over e*C slots; experts on C slots each */
+    int64_t ei = c->experts, ki = c->topk;
+    double e = (double)ei, C = (double)((c->capacity * ki * c->seq + 100 * ei - 1) / (100 * ei));
+    return decoder_flops(&d, 2 * b * s * h * e + 4 * b * s * e * C * h + 6 * e * b * C * h * f);
+}
+
+/* Both families: heads, kv groups, the largest tensors. */
+static int decoder_check(const model_llama_config *c, const char *spec, model_big *big, char *err, size_t errlen)
+{
+    int64_t hi = c->hidden, hs = c->heads, kv = c->kv_heads;
+    double s = (double)c->seq, b = (double)c->batch, f = (double)c->ffn, v = (double)c->vocab, h = (double)hi;
+    if (hi % hs != 0 || (hi / hs) % 2 != 0)
+        return ir_errf(err, errlen, "model '%s': heads=%lld must divide hidden=%lld into an even head size (rotary)", spec,
+                       (long long)hs, (long long)hi);
+    if (hs % kv != 0)
+        return ir_errf(err, errlen, "model '%s': kv_heads=%lld does not divide heads=%lld", spec, (long long)kv, (long long)hs);
+    big[0] = (model_big){"attention scores [batch,heads,seq,seq]", b * (double)hs * s * s};
+    big[1] = (model_big){"logits [batch,seq,vocab]", b * s * v};
+    big[2] = (model_big){"MLP activations [batch,seq,ffn]", b * s * f};
+    big[3] = (model_big){"MLP weight [hidden,ffn]", h * f};
+    return 4;
+}
+
+int model_llama_check(const model_llama_config *c, const char *spec, model_big *big, char *err, size_t errlen)
+{
+    return decoder_check(c, spec, big, err, errlen);
+}
+
+int model_moe_check(const model_moe_config *c, const char *spec, model_big *big, char *err, size_t errlen)
+{
+    model_llama_config d = {c->layers, c->hidden, c->heads, c->kv_heads, c->ffn, c->seq, c->batch, c->vocab};
+    int n = decoder_check(&d, spec, big, err, errlen);
+    if (n >= 0 && c->topk > c->experts)
+        return ir_errf(err, errlen, "model '%s': topk=%lld is more than experts=%lld", spec, (long long)c->topk,
+                       (long long)c->experts);
+    return n;
 }

@@ -6,7 +6,7 @@
  * loss is the mean squared error sum((pred - y)^2) / (batch*out).  Layer i's
  * params and ops carry layer tag i; inputs and the loss carry none (-1).
  */
-#include "models.h"
+#include "models/registry.h"
 
 #include <string.h>
 
@@ -28,12 +28,12 @@ static int named_scale(ir_graph *g, const char *name, int x, double s)
 
 ir_graph *model_build_mlp(const model_config *cfg, char *err, size_t errlen)
 {
-    if (strcmp(cfg->model, "mlp") != 0) {
+    if (cfg->family != MODEL_MLP) {
         if (err && errlen) snprintf(err, errlen, "model_build_mlp: config is for '%s', not mlp", cfg->model);
         return NULL;
     }
-    int64_t layers = model_get(cfg, "layers"), batch = model_get(cfg, "batch");
-    int64_t n_in = model_get(cfg, "in"), hidden = model_get(cfg, "hidden"), n_out = model_get(cfg, "out");
+    const model_mlp_config *c = &cfg->mlp;
+    int64_t layers = c->layers, batch = c->batch, n_in = c->in, hidden = c->hidden, n_out = c->out;
     char gname[160];
     ir_graph *g = ir_new(model_config_str(cfg, gname, sizeof gname));
 
@@ -73,4 +73,46 @@ ir_graph *model_build_mlp(const model_config *cfg, char *err, size_t errlen)
         return NULL;
     }
     return g;
+}
+
+/* ---- the registry's formulas and checks (models/registry.h) -------------- */
+
+/* Width of linear layer i's input and output. */
+static void mlp_dims(const model_mlp_config *c, int64_t i, int64_t *fan_in, int64_t *fan_out)
+{
+    *fan_in = i == 0 ? c->in : c->hidden;
+    *fan_out = i == c->layers - 1 ? c->out : c->hidden;
+}
+
+int64_t model_mlp_params(const model_mlp_config *c)
+{
+    int64_t n = 0, fi, fo;
+    for (int64_t i = 0; i < c->layers; i++) {
+        mlp_dims(c, i, &fi, &fo);
+        n += fi * fo + fo;
+    }
+    return n;
+}
+
+double model_mlp_flops(const model_mlp_config *c)
+{
+    double f = 0;
+    int64_t fi, fo;
+    for (int64_t i = 0; i < c->layers; i++) {
+        mlp_dims(c, i, &fi, &fo);
+        f += 2.0 * (double)c->batch * (double)fi * (double)fo;
+    }
+    return f;
+}
+
+int model_mlp_check(const model_mlp_config *c, const char *spec, model_big *big, char *err, size_t errlen)
+{
+    double b = (double)c->batch, in = (double)c->in, hd = (double)c->hidden, out = (double)c->out;
+    double w = in > hd ? in : hd;
+    if (out > w) w = out;
+    big[0] = (model_big){"activations [batch,width]", b * w};
+    big[1] = (model_big){"weight [in,hidden]", in * hd};
+    big[2] = (model_big){"weight [hidden,hidden]", hd * hd};
+    big[3] = (model_big){"weight [hidden,out]", hd * out};
+    return 4;
 }

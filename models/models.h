@@ -4,7 +4,8 @@
  * (mlp, gpt, gns, unet, llama, moe, vit, t5) or a preset (gpt-tiny, ..., llama2-7b, vit-b16, t5-base, ...) and the keys
  * override its configuration, e.g. "gpt:layers=4,hidden=256" or
  * "gpt-1.3b:batch=16".  Builders record a forward graph with a scalar loss;
- * ir_train_step turns it into a training step.
+ * ir_train_step turns it into a training step.  The families, their keys
+ * and the presets are rows of models/models.def (the model registry).
  */
 #ifndef CARVE_MODELS_H
 #define CARVE_MODELS_H
@@ -15,12 +16,36 @@
 
 #define MODEL_MAX_KEYS 12
 
+/* The model families, in the order of models/models.def; MODEL_NONE: a
+ * config that did not parse. */
+typedef enum {
+    MODEL_NONE,
+#define MODEL(E, ...) MODEL_##E,
+#include "models/models.def"
+#undef MODEL
+} model_family;
+
+/* The typed config of each family, model_<id>_config: its keys as int64_t
+ * fields, in canonical order (e.g. model_gpt_config: layers, hidden, heads,
+ * seq, batch, vocab). */
+#define MODEL_KEY_FIELD(key, def, limit) int64_t key;
+#define MODEL(E, id, keys, ...) typedef struct model_##id##_config { keys(MODEL_KEY_FIELD) } model_##id##_config;
+#include "models/models.def"
+#undef MODEL
+#undef MODEL_KEY_FIELD
+
 typedef struct model_config {
-    char model[16];                  /* "mlp", "gpt", "gns", "unet", "llama", "moe", "vit" or "t5" */
+    char model[16];                  /* the family's name: "mlp", "gpt", "gns", "unet", "llama", "moe", "vit" or "t5" */
+    model_family family;
     char preset[24];                 /* the preset it came from, or "" */
     int n_keys;
     const char *keys[MODEL_MAX_KEYS]; /* key names in canonical order */
-    int64_t values[MODEL_MAX_KEYS];
+    union {                          /* the key values: by index, or typed by family (cfg->gpt.hidden) */
+        int64_t values[MODEL_MAX_KEYS];
+#define MODEL(E, id, ...) model_##id##_config id;
+#include "models/models.def"
+#undef MODEL
+    };
     double dropout;                  /* gpt, vit, t5: dropout rate in [0, 1) (key "dropout"), 0: none */
 } model_config;
 
@@ -32,8 +57,12 @@ typedef struct model_config {
  * embeddings, the attention probabilities and each block's attention and MLP
  * outputs; for t5 T5's (models/t5.c). */
 int model_parse(const char *spec, model_config *cfg, char *err, size_t errlen);
-/* Value of a key, or -1 if the model has no such key. */
+/* Value of a key named at run time, or -1 if the model has no such key
+ * (for tools and tests that walk every family; the library reads the typed
+ * fields). */
 int64_t model_get(const model_config *cfg, const char *key);
+/* Index in cfg->values of the key that holds the batch size, or -1 (gns). */
+int model_batch_key(const model_config *cfg);
 /* Canonical text of a config: "gpt:layers=24,hidden=2048,..." (",dropout=P"
  * at the end when the rate is not 0). */
 char *model_config_str(const model_config *cfg, char *buf, size_t n);
@@ -66,7 +95,7 @@ int64_t model_param_count(const model_config *cfg);
 double model_forward_flops(const model_config *cfg);
 double model_step_flops(const model_config *cfg);
 
-/* The per-model builders behind model_build_forward (cfg->model must match);
+/* The per-model builders behind model_build_forward (cfg->family must match);
  * they return a new forward graph (caller owns) or NULL with a message. */
 ir_graph *model_build_mlp(const model_config *cfg, char *err, size_t errlen);
 ir_graph *model_build_gpt(const model_config *cfg, char *err, size_t errlen);
@@ -83,7 +112,8 @@ ir_graph *model_build_unet(const model_config *cfg, char *err, size_t errlen);
 int model_conv2d(ir_graph *g, int x, int w, int k, int stride, int dilation);
 int model_max_pool2(ir_graph *g, int x);
 int model_upsample2(ir_graph *g, int x);
-ir_graph *model_build_llama(const model_config *cfg, char *err, size_t errlen); /* llama and moe */
+ir_graph *model_build_llama(const model_config *cfg, char *err, size_t errlen);
+ir_graph *model_build_moe(const model_config *cfg, char *err, size_t errlen); /* the llama model with MoE MLPs (llama.c) */
 ir_graph *model_build_vit(const model_config *cfg, char *err, size_t errlen);
 ir_graph *model_build_t5(const model_config *cfg, char *err, size_t errlen);
 

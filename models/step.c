@@ -20,9 +20,7 @@ ir_graph *model_build_step(const model_config *cfg, const ir_optimizer *opt, cha
 static int micro_config(const model_config *cfg, int micro, const char *what, model_config *mc, char *err, size_t errlen)
 {
     *mc = *cfg;
-    int b = -1;
-    for (int i = 0; i < mc->n_keys; i++)
-        if (!strcmp(mc->keys[i], "batch")) b = i;
+    int b = model_batch_key(cfg);
     if (b < 0) return ir_errf(err, errlen, "%s: model '%s' has no batch size", what, cfg->model);
     if (micro < 1 || mc->values[b] % micro != 0)
         return ir_errf(err, errlen, "%s:%d: does not divide the batch of %lld", what, micro, (long long)mc->values[b]);

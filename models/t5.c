@@ -26,8 +26,8 @@
  * ("enc0.attn.drop"), the FFN's activation ("enc0.mlp.act.drop") and each
  * stack's final norm ("enc.ln_f.drop").
  */
-#include "models.h"
 #include "models/blocks.h"
+#include "models/registry.h"
 
 #include <math.h>
 #include <string.h>
@@ -136,15 +136,15 @@ ir_graph *model_build_t5(const model_config *cfg, char *err, size_t errlen)
 {
     t5_builder m;
     memset(&m, 0, sizeof m);
-    int64_t le = model_get(cfg, "enc_layers"), ld = model_get(cfg, "dec_layers"), se = model_get(cfg, "enc_seq");
-    int64_t sd = model_get(cfg, "dec_seq"), v = model_get(cfg, "vocab");
-    m.h = model_get(cfg, "hidden");
-    m.heads = model_get(cfg, "heads");
-    m.dkv = model_get(cfg, "dkv");
-    m.f = model_get(cfg, "ffn");
-    m.b = model_get(cfg, "batch");
+    const model_t5_config *c = &cfg->t5;
+    int64_t le = c->enc_layers, ld = c->dec_layers, se = c->enc_seq, sd = c->dec_seq, v = c->vocab;
+    m.h = c->hidden;
+    m.heads = c->heads;
+    m.dkv = c->dkv;
+    m.f = c->ffn;
+    m.b = c->batch;
     m.p = cfg->dropout;
-    if (strcmp(cfg->model, "t5") != 0 || le <= 0 || ld <= 0 || se <= 0 || sd <= 0 || v <= 0 || m.h <= 0 || m.heads <= 0 ||
+    if (cfg->family != MODEL_T5 || le <= 0 || ld <= 0 || se <= 0 || sd <= 0 || v <= 0 || m.h <= 0 || m.heads <= 0 ||
         m.dkv <= 0 || m.f <= 0 || m.b <= 0) {
         ir_errf(err, errlen, "model_build_t5: config not checked (parse it with model_parse)");
         return NULL;
@@ -166,4 +166,42 @@ ir_graph *model_build_t5(const model_config *cfg, char *err, size_t errlen)
     y = stack(&m, y, "dec", ld, sd, (int)le);
     int logits = mb_einsum(g, "logits", "bsh,vh->bsv", ir_scale(g, y, 1.0 / sqrt((double)m.h)), shared);
     return mb_finish(g, mb_cross_entropy(g, logits, labels), gname, err, errlen);
+}
+
+/* ---- the registry's formulas and checks (models/registry.h) -------------- */
+
+int64_t model_t5_params(const model_t5_config *c)
+{
+    int64_t h = c->hidden, nd = c->heads * c->dkv, f = c->ffn;
+    /* encoder layer: attention 4h*nd, FFN 2hf, 2 norms; decoder layer:
+     * two attentions, FFN, 3 norms; embedding; 2 final norms; 2 tables */
+    return c->enc_layers * (4 * h * nd + 2 * h * f + 2 * h) + c->dec_layers * (8 * h * nd + 2 * h * f + 3 * h) + c->vocab * h +
+           2 * h + 2 * 32 * c->heads;
+}
+
+double model_t5_flops(const model_t5_config *c)
+{
+    double h = (double)c->hidden, nd = (double)(c->heads * c->dkv), f = (double)c->ffn, b = (double)c->batch;
+    double n = (double)c->heads, se = (double)c->enc_seq, sd = (double)c->dec_seq;
+    /* position bias einsums 2 s^2 32 n per stack; encoder layer: q,k,v,o
+     * 8bs h nd, scores and context 4bs^2 nd, FFN 4bshf; decoder layer: the
+     * same on dec_seq, plus cross-attention (q,o on dec_seq, k,v on
+     * enc_seq, scores and context dec_seq x enc_seq); the head 2bshv */
+    double enc = 8 * b * se * h * nd + 4 * b * se * se * nd + 4 * b * se * h * f;
+    double dec = 8 * b * sd * h * nd + 4 * b * sd * sd * nd + 4 * b * sd * h * f + 4 * b * sd * h * nd + 4 * b * se * h * nd +
+                 4 * b * sd * se * nd;
+    return 64 * n * (se * se + sd * sd) + (double)c->enc_layers * enc + (double)c->dec_layers * dec +
+           2 * b * sd * h * (double)c->vocab;
+}
+
+int model_t5_check(const model_t5_config *c, const char *spec, model_big *big, char *err, size_t errlen)
+{
+    double b = (double)c->batch, n = (double)c->heads, v = (double)c->vocab;
+    double se = (double)c->enc_seq, sd = (double)c->dec_seq;
+    double s = se > sd ? se : sd;
+    big[0] = (model_big){"attention scores [batch,heads,seq,seq]", b * n * s * s};
+    big[1] = (model_big){"logits [batch,dec_seq,vocab]", b * sd * v};
+    big[2] = (model_big){"FFN activations [batch,enc_seq,ffn]", b * se * (double)c->ffn};
+    big[3] = (model_big){"position one-hot [seq,seq,32]", s * s * 32};
+    return 4;
 }

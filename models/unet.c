@@ -23,7 +23,7 @@
  * target image.  Encoder level i carries layer tag i, decoder level i tag
  * 2 * levels - 2 - i; the head and loss none (-1).
  */
-#include "models.h"
+#include "models/registry.h"
 
 #include <math.h>
 #include <string.h>
@@ -116,15 +116,15 @@ static int level_block(ir_graph *g, int x, int64_t c, const char *prefix)
 
 ir_graph *model_build_unet(const model_config *cfg, char *err, size_t errlen)
 {
-    if (strcmp(cfg->model, "unet") != 0) {
+    if (cfg->family != MODEL_UNET) {
         ir_errf(err, errlen, "model_build_unet: config is for '%s', not unet", cfg->model);
         return NULL;
     }
     char gname[200];
     ir_graph *g = ir_new(model_config_str(cfg, gname, sizeof gname));
-    int64_t L = model_get(cfg, "levels"), base = model_get(cfg, "base"), S = model_get(cfg, "size");
-    int64_t B = model_get(cfg, "batch"), n_out = model_get(cfg, "out");
-    int64_t xd[4] = {B, S, S, model_get(cfg, "in")}, yd[4] = {B, S, S, n_out};
+    const model_unet_config *c = &cfg->unet;
+    int64_t L = c->levels, base = c->base, S = c->size, B = c->batch, n_out = c->out;
+    int64_t xd[4] = {B, S, S, c->in}, yd[4] = {B, S, S, n_out};
     int x = ir_arg(g, "image", IR_INPUT, IR_F32, 4, xd);
     int y = ir_arg(g, "target", IR_INPUT, IR_F32, 4, yd);
     ir_set_init(g, x, IR_INIT_NORMAL, 1.0);
@@ -163,4 +163,63 @@ ir_graph *model_build_unet(const model_config *cfg, char *err, size_t errlen)
         return NULL;
     }
     return g;
+}
+
+/* ---- the registry's formulas and checks (models/registry.h) -------------- */
+
+/* The U-Net's convolutions in order, as (resolution, in, out) through `f`:
+ * the sums of params and FLOPs below walk the same list as the builder. */
+static void unet_convs(const model_unet_config *c, void (*f)(void *, int64_t, int64_t, int64_t), void *ctx)
+{
+    int64_t L = c->levels, base = c->base, S = c->size, cin = c->in;
+    for (int64_t i = 0; i < L; i++) {
+        f(ctx, S >> i, cin, base << i);
+        f(ctx, S >> i, base << i, base << i);
+        cin = base << i;
+    }
+    for (int64_t i = L - 2; i >= 0; i--) {
+        f(ctx, S >> i, base << (i + 1), base << i);
+        f(ctx, S >> i, 2 * (base << i), base << i);
+        f(ctx, S >> i, base << i, base << i);
+    }
+}
+
+typedef struct unet_sum {
+    double batch, params, flops;
+} unet_sum;
+
+static void unet_add(void *ctx, int64_t r, int64_t cin, int64_t cout)
+{
+    unet_sum *s = ctx;
+    s->params += 9.0 * (double)cin * (double)cout + (double)cout;
+    s->flops += 9.0 * 2.0 * s->batch * (double)r * (double)r * (double)cin * (double)cout;
+}
+
+static unet_sum unet_totals(const model_unet_config *c)
+{
+    unet_sum s = {(double)c->batch, 0, 0};
+    unet_convs(c, unet_add, &s);
+    double base = (double)c->base, out = (double)c->out, S = (double)c->size;
+    s.params += base * out + out;
+    s.flops += 2.0 * s.batch * S * S * base * out;
+    return s;
+}
+
+int64_t model_unet_params(const model_unet_config *c) { return (int64_t)unet_totals(c).params; }
+double model_unet_flops(const model_unet_config *c) { return unet_totals(c).flops; }
+
+int model_unet_check(const model_unet_config *c, const char *spec, model_big *big, char *err, size_t errlen)
+{
+    int64_t L = c->levels, S = c->size;
+    if (L > 1 && (S % ((int64_t)1 << (L - 1)) || (S >> (L - 1)) < 2))
+        return ir_errf(err, errlen, "model '%s': size=%lld must be a multiple of 2^(levels-1) = %lld, at least twice that",
+                       spec, (long long)S, (long long)1 << (L - 1));
+    if (L == 1 && S < 2) return ir_errf(err, errlen, "model '%s': size=%lld must be at least 2", spec, (long long)S);
+    double b = (double)c->batch, s = (double)S, w = (double)c->base;
+    big[0] = (model_big){"decoder activations [batch,size,size,2*base]", b * s * s * 2 * w};
+    big[1] = (model_big){"bottleneck [batch,size/2^(levels-1),size/2^(levels-1),base*2^(levels-1)]",
+                         b * s * s * w / (double)((int64_t)1 << (L - 1))};
+    big[2] = (model_big){"widest weight [9,base*2^(levels-1),base*2^(levels-1)]",
+                         9 * w * w * (double)((int64_t)1 << (2 * (L - 1)))};
+    return 3;
 }

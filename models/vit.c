@@ -14,8 +14,8 @@
  * ("h3.attn.wq", "h3.mlp.w1"); patch embedding, class token, position
  * table, ln_f and the head carry tag -1.
  */
-#include "models.h"
 #include "models/blocks.h"
+#include "models/registry.h"
 
 #include <string.h>
 
@@ -49,10 +49,10 @@ static int embed(ir_graph *g, int patches, int64_t b, int64_t n, int64_t P, int6
 
 ir_graph *model_build_vit(const model_config *cfg, char *err, size_t errlen)
 {
-    int64_t L = model_get(cfg, "layers"), h = model_get(cfg, "hidden"), heads = model_get(cfg, "heads");
-    int64_t f = model_get(cfg, "mlp"), S = model_get(cfg, "image"), p = model_get(cfg, "patch");
-    int64_t c = model_get(cfg, "channels"), k = model_get(cfg, "classes"), b = model_get(cfg, "batch");
-    if (strcmp(cfg->model, "vit") != 0 || L <= 0 || h <= 0 || heads <= 0 || f <= 0 || p <= 0 || S <= 0 || c <= 0 ||
+    const model_vit_config *vc = &cfg->vit;
+    int64_t L = vc->layers, h = vc->hidden, heads = vc->heads, f = vc->mlp, S = vc->image, p = vc->patch;
+    int64_t c = vc->channels, k = vc->classes, b = vc->batch;
+    if (cfg->family != MODEL_VIT || L <= 0 || h <= 0 || heads <= 0 || f <= 0 || p <= 0 || S <= 0 || c <= 0 ||
         k <= 0 || b <= 0 || h % heads != 0 || S % p != 0) {
         ir_errf(err, errlen, "model_build_vit: config not checked (parse it with model_parse)");
         return NULL;
@@ -75,4 +75,41 @@ ir_graph *model_build_vit(const model_config *cfg, char *err, size_t errlen)
     int bias = mb_param(g, "head", "b", 1, &k, IR_INIT_ZEROS, 0);
     int logits = mb_named(g, "logits", IR_OP_ADD, ir_einsum(g, "bh,hk->bk", pooled, w), ir_broadcast(g, bias, 2, bk, map1), 0);
     return mb_finish(g, mb_cross_entropy(g, logits, labels), gname, err, errlen);
+}
+
+/* ---- the registry's formulas and checks (models/registry.h) -------------- */
+
+int64_t model_vit_params(const model_vit_config *c)
+{
+    int64_t L = c->layers, h = c->hidden, f = c->mlp, p = c->patch, S = c->image, k = c->classes;
+    int64_t t = (S / p) * (S / p) + 1;
+    /* patch embedding and bias, class token, positions; per layer q,k,v,o
+     * with biases, the MLP with biases, two LayerNorms; ln_f; the head */
+    return p * p * c->channels * h + h + h + t * h + L * (4 * h * h + 2 * h * f + f + 9 * h) + 2 * h + h * k + k;
+}
+
+double model_vit_flops(const model_vit_config *c)
+{
+    double L = (double)c->layers, h = (double)c->hidden, f = (double)c->mlp, b = (double)c->batch, p = (double)c->patch;
+    int64_t np = (c->image / c->patch) * (c->image / c->patch);
+    double n = (double)np, t = n + 1;
+    /* patch embedding; per layer q,k,v,o 4 * 2bth^2, scores and context
+     * 2 * 2bt^2h, MLP 2 * 2bthf; the head 2bhk */
+    return 2 * b * n * p * p * (double)c->channels * h + L * (8 * b * t * h * h + 4 * b * t * t * h + 4 * b * t * h * f) +
+           2 * b * h * (double)c->classes;
+}
+
+int model_vit_check(const model_vit_config *c, const char *spec, model_big *big, char *err, size_t errlen)
+{
+    int64_t hi = c->hidden, hs = c->heads, S = c->image, p = c->patch;
+    if (hi % hs != 0)
+        return ir_errf(err, errlen, "model '%s': heads=%lld does not divide hidden=%lld", spec, (long long)hs, (long long)hi);
+    if (S % p != 0)
+        return ir_errf(err, errlen, "model '%s': patch=%lld does not divide image=%lld", spec, (long long)p, (long long)S);
+    double b = (double)c->batch, t = (double)((S / p) * (S / p) + 1);
+    big[0] = (model_big){"attention scores [batch,heads,tokens,tokens]", b * (double)hs * t * t};
+    big[1] = (model_big){"images [batch,image,image,channels]", b * (double)S * (double)S * (double)c->channels};
+    big[2] = (model_big){"MLP activations [batch,tokens,mlp]", b * t * (double)c->mlp};
+    big[3] = (model_big){"head weight [hidden,classes]", (double)hi * (double)c->classes};
+    return 4;
 }

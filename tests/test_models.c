@@ -1,6 +1,7 @@
 /* test_models.c - model specs, presets, builders and size formulas.
  *
- * Parses specs (and every kind of bad spec), builds MLP and GPT forward
+ * Parses specs (and every kind of bad spec), checks the registry's rows
+ * (typed configs, key order, batch key, presets), builds MLP and GPT forward
  * graphs for several configs and checks them with ir_verify, checks the
  * parameter-count and FLOP formulas against the built graphs, checks layer
  * tags and that repeated layers have the same op sequence, and builds the
@@ -149,6 +150,56 @@ static void test_parse_errors(void)
     model_parse("gpt-tiny", &c, NULL, 0);
     CHECK(model_build_mlp(&c, err, sizeof err) == NULL && strstr(err, "not mlp"));
 }
+
+/* The registry (models/models.def): each family parses under its name with
+ * its defaults, its typed fields are the values the string lookup finds, in
+ * the key order the text form writes; the batch key is where the row says;
+ * the builders refuse a config of another family (or none); every preset
+ * parses to its family with every key set. */
+#define KEY_AGREES(key, def, limit)                                                                                    \
+    ok &= typed->key == model_get(&c, #key) && typed->key == (def) && !strcmp(c.keys[k], #key) && c.values[k] == (def); \
+    k++;
+static void test_registry(void)
+{
+    int families = 0;
+#define MODEL(E, id, key_list, batch, dropout, about)                                                                  \
+    {                                                                                                                  \
+        model_config c;                                                                                                \
+        CHECK(model_parse(#id, &c, NULL, 0) == 0 && c.family == MODEL_##E && !strcmp(c.model, #id));                   \
+        const model_##id##_config *typed = &c.id;                                                                      \
+        int ok = 1, k = 0;                                                                                             \
+        key_list(KEY_AGREES);                                                                                          \
+        CHECKF(ok && k == c.n_keys, "%s: typed config and key list disagree", #id);                                    \
+        int b = model_batch_key(&c);                                                                                   \
+        CHECKF((b >= 0) == (model_get(&c, "batch") >= 0) && (b < 0 || !strcmp(c.keys[b], "batch")),                    \
+               "%s: batch key %d", #id, b);                                                                            \
+        ir_graph *g = model_build_forward(&c, NULL, 0);                                                                \
+        CHECKF(g != NULL, "%s: default config does not build", #id);                                                   \
+        ir_free(g);                                                                                                    \
+        families++;                                                                                                    \
+    }
+#include "models/models.def"
+#undef MODEL
+    CHECK(families == 8);
+    model_config none;
+    memset(&none, 0, sizeof none);
+    char err[200] = "";
+    CHECK(model_build_forward(&none, err, sizeof err) == NULL && strstr(err, "unknown model"));
+    CHECK(model_param_count(&none) == -1 && model_forward_flops(&none) == -1 && model_batch_key(&none) == -1);
+    model_config gns;
+    CHECK(model_parse("gns-tiny", &gns, NULL, 0) == 0 && model_batch_key(&gns) == -1);
+    int presets = 0;
+    for (const char *const *n = model_names(); *n; n++) {
+        model_config c;
+        CHECKF(model_parse(*n, &c, err, sizeof err) == 0, "%s: %s", *n, err);
+        if (!strcmp(c.model, *n)) continue; /* a family */
+        presets++;
+        CHECKF(!strcmp(c.preset, *n) && c.family > MODEL_NONE && model_describe(*n), "preset %s", *n);
+        for (int i = 0; i < c.n_keys; i++) CHECKF(c.values[i] > 0, "preset %s: key %s unset", *n, c.keys[i]);
+    }
+    CHECK(presets == 36);
+}
+#undef KEY_AGREES
 
 static double einsum_flops(const ir_graph *g)
 {
@@ -716,6 +767,7 @@ int main(void)
 {
     test_parse();
     test_parse_errors();
+    test_registry();
     test_mlp();
     test_gpt_graph();
     test_gns();
