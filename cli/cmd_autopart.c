@@ -110,7 +110,7 @@ static int inputs(const cli_opts *o, session_autopart *a)
         cli_error("%s", err);
         return CLI_BAD_INPUT;
     }
-    a->src = (session_source){o->model, o->graph, o->optimizer, o->forward, NULL};
+    a->src = (session_source){o->model, o->graph, o->optimizer, o->forward, NULL, 0};
     a->algo = search_algo_find(o->search ? o->search : "mcts");
     a->b = (search_budget){
         .simulations = o->budget ? o->budget : (o->time_s > 0 ? 0 : 2000),

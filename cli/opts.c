@@ -237,7 +237,7 @@ ir_graph *cli_load_step(const cli_opts *o, char *cfg_text, size_t n)
     schedule sc;
     int have = o->schedule && o->mesh && shard_mesh_parse(o->mesh, &mesh, err, sizeof err) == 0 &&
                sched_parse(o->schedule, &mesh, &sc, err, sizeof err) == 0;
-    session_source src = {o->model, o->graph, o->optimizer, o->forward, have ? &sc : NULL};
+    session_source src = {o->model, o->graph, o->optimizer, o->forward, have ? &sc : NULL, 0};
     ir_graph *g = session_load_step(&src, cfg_text, n, NULL, err, sizeof err);
     if (!g) cli_error("%s", err);
     return g;

@@ -23,6 +23,7 @@
 typedef struct front_end {
     const char *flag;  /* the command's flag that names it */
     const char *what;  /* how the usage error describes it */
+    int micro_batches; /* it can build the step of N micro-batches (else its batch is fixed) */
     const char *(*arg)(const session_source *s);
     /* Builds the input named `arg`: the forward graph when s->forward,
      * else a training step of `micro` micro-batches (*is_step = 1) or a
@@ -63,8 +64,8 @@ static ir_graph *build_graph_file(const char *arg, const session_source *s, cons
 }
 
 static const front_end front_ends[] = {
-    {"--model", "a model (--model gpt-tiny, see carve models)", model_arg, build_model},
-    {"--graph", "a graph file (--graph file.json)", graph_arg, build_graph_file},
+    {"--model", "a model (--model gpt-tiny, see carve models)", 1, model_arg, build_model},
+    {"--graph", "a graph file (--graph file.json)", 0, graph_arg, build_graph_file},
 };
 enum { N_FRONT_ENDS = sizeof front_ends / sizeof front_ends[0] };
 
@@ -131,6 +132,7 @@ ir_graph *session_load_step(const session_source *src, char *label, size_t n, in
     if (!fe) return NULL;
     ir_optimizer opt = session_optimizer(src->optimizer);
     int is_step = 0, micro = src->sched ? sched_microbatches(src->sched) : 1;
+    if (micro > 1 && !fe->micro_batches && src->micro_as_tactic) micro = 1;
     ir_graph *g = fe->build(fe->arg(src), src, &opt, micro, &is_step, label, n, err, errlen);
     if (!g || src->forward) return g;
     if (!is_step && !(g = train_step(g, &opt, label, err, errlen))) return NULL;

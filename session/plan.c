@@ -32,7 +32,7 @@ ir_graph *session_plan_step(const plan *pl, const char *path, char *err, size_t 
     char why[512] = "";
     int parsed = !pl->schedule[0] || sched_parse(pl->schedule, &pl->mesh, &sc, why, sizeof why) == 0;
     session_source src = {pl->model[0] ? pl->model : NULL, pl->model[0] ? NULL : pl->graph_path, pl->optimizer, 0,
-                          parsed && pl->schedule[0] ? &sc : NULL};
+                          parsed && pl->schedule[0] ? &sc : NULL, 1};
     int rewrite_failed;
     ir_graph *g = session_load_step(&src, label, sizeof label, &rewrite_failed, e2, sizeof e2);
     if (!g && !rewrite_failed) {

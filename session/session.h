@@ -53,6 +53,9 @@ typedef struct session_source {
     const char *optimizer;  /* "adam" (also when NULL) or "sgd" */
     int forward;            /* the forward graph: no training step, no rewrite */
     const schedule *sched;  /* NULL, or the schedule whose graph tactics shape the step */
+    int micro_as_tactic;    /* an input with a fixed batch (a graph file) under microbatch:N: 0 refuses it
+                               here; 1 loads it as is, and the tactic refuses the step where it is
+                               applied (a plan's replay, the memory level's configurations) */
 } session_source;
 
 /* The optimizer named "adam" (or NULL) or "sgd" (lr 0.01). */
