@@ -110,9 +110,22 @@ int pipe_candidates(const shard_mesh *mesh, unsigned axes, int64_t batch, int n_
     for (int a = 0; a < mesh->n_axes; a++) {
         int64_t p = mesh->sizes[a];
         if ((axes && !(axes >> a & 1)) || p < 2 || p > n_layers || p > PIPE_MAX_STAGES) continue;
-        int64_t ms[4], nm = 0;
+        /* m in p..8p, and the m of micro-batches of 1, 2 and 4 sequences a data-parallel replica when
+           the other axes of the mask split the batch (Megatron-LM's --micro-batch-size) */
+        int64_t ms[8], nm = 0, data = 1;
+        for (int b = 0; b < mesh->n_axes; b++)
+            if (b != a && (!axes || (axes >> b & 1))) data *= mesh->sizes[b];
         for (int64_t m = p; m <= 8 * p; m *= 2)
             if (m <= batch && batch % m == 0) ms[nm++] = m;
+        for (int64_t mbs = 4; mbs >= 1; mbs /= 2) {
+            int64_t m = batch % (data * mbs) ? 0 : batch / (data * mbs), seen = 0;
+            for (int i = 0; i < nm; i++) seen |= ms[i] == m;
+            if (m >= p && m <= 512 && !seen) {
+                int i = nm++; /* in increasing order */
+                while (i > 0 && ms[i - 1] > m) ms[i] = ms[i - 1], i--;
+                ms[i] = m;
+            }
+        }
         if (!nm)
             for (int64_t m = p - 1; m >= 1 && !nm; m--)
                 if (batch % m == 0) ms[nm++] = m;

@@ -67,8 +67,10 @@ int pipe_spec_check(const pipe_spec *s, const shard_mesh *mesh, int n_layers, ch
 /* The pipelines autopart's level considers for a mesh, a model of `batch`
  * sequences and `n_layers` layers, as tactic texts ("pipeline:AXIS:M:SCHED",
  * split auto): over each axis in `axes` (a mask; 0: every axis) of 2 to
- * n_layers devices, m in {p, 2p, 4p, 8p} dividing the batch (none: the
- * largest divisor below p), 1F1B for each, interleaved with 2 chunks where m
+ * n_layers devices, m in {p, 2p, 4p, 8p} dividing the batch, and the m that
+ * gives micro-batches of 4, 2 and 1 sequences to each replica of the data
+ * parallelism the mask's other axes could carry (at most 512; none at all:
+ * the largest divisor below p), 1F1B for each, interleaved with 2 chunks where m
  * is a multiple of p and there are 2p layers or more, GPipe for the largest
  * m (the same bubble as 1F1B, more memory: there to be compared).  Writes at
  * most cap texts of PIPE_TACTIC_LEN bytes; returns how many. */

