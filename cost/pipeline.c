@@ -296,6 +296,7 @@ typedef struct pricer {
     int *last_read;       /* per buffer: last instruction of the stage being counted reading it */
     int *wseg;            /* per buffer: segment writing it on that stage */
     int *opt_of;          /* per value: a param's first optimizer state, else -1 */
+    double mem_bandwidth; /* the profile's */
 } pricer;
 
 static int key_of(const pricer *c, int buf, int to)
@@ -304,16 +305,20 @@ static int key_of(const pricer *c, int buf, int to)
     return f ? f->id : -1;
 }
 
-/* Events of the instructions [lo, hi) of segment `seg` (of model segment ms). */
+/* Events of the instructions [lo, hi) of segment `seg` (of model segment ms).
+ * A forward or backward instruction making an accumulated buffer (a
+ * gradient, the loss) also adds it into its accumulator: one elementwise add
+ * (read two, write one) at the memory bandwidth, as the executor runs it. */
 static int add_events(pricer *c, int ms, int seg, int lo, int hi, int stage)
 {
     const spmd_program *p = c->p;
     double work = 0;
-    int rc = 0;
+    int rc = 0, fb = seg < 2 * c->pp->n_vstages;
     for (int i = lo; i < hi && !rc; i++) {
         const spmd_instr *in = &p->instrs[i];
         if (!spmd_kind_is_p2p(in->kind)) {
             work += c->it[i];
+            if (fb && c->pp->buf_class[in->out] == PIPE_BUF_ACC) work += 3 * c->bytes[in->out] / c->mem_bandwidth;
             continue;
         }
         if (work > 0) rc |= cost_pipe_add_event(&c->m, ms, COST_PIPE_WORK, -1, work);
@@ -479,6 +484,7 @@ static void stage_times(const pricer *c, cost_pipe_stage *st, int r)
             }
             if (in->kind == SPMD_COMPUTE) comp += c->it[i];
             else comm += c->it[i];
+            if (k < 2 * V && pp->buf_class[in->out] == PIPE_BUF_ACC) comp += 3 * c->bytes[in->out] / c->mem_bandwidth;
         }
         if (k < V) st->fwd += comp + comm;
         else if (k < 2 * V) st->bwd += comp + comm;
@@ -497,7 +503,7 @@ int cost_estimate_pipeline(cost_ws *ws, const pipe_program *pp, const cost_hw *h
     static const cost_options defaults = {COST_FP32, 0, 0, COST_GRADS_AUTO};
     if (!opt) opt = &defaults;
     if (cost_estimate_program(ws, p, hw, opt, out, err, errlen) < 0) return -1;
-    pricer c = {.pp = pp, .p = p, .it = out->instr_time, .bytes = cost_ws_buffer_bytes(ws), .ws = ws};
+    pricer c = {.pp = pp, .p = p, .it = out->instr_time, .bytes = cost_ws_buffer_bytes(ws), .ws = ws, .mem_bandwidth = hw->mem_bandwidth};
     int P = s->stages, rc = 0, mixed = opt->precision == COST_MIXED_BF16 || opt->precision == COST_MIXED_FP16;
     cost_pipe_result res;
     memset(&res, 0, sizeof res);

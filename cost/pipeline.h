@@ -91,7 +91,8 @@ void cost_pipe_result_free(cost_pipe_result *r);
 /* Per stage (every device of the stage alike). */
 typedef struct cost_pipe_stage {
     double busy;        /* s a step: its tasks' work and its end of step */
-    double fwd, bwd;    /* s: one micro-batch's forward / backward over all its chunks */
+    double fwd, bwd;    /* s: one micro-batch's forward / backward over all its chunks (with the adds of
+                           its gradients into their accumulators) */
     double end;         /* s: its end of step (the common part included) */
     double compute, comm; /* s a step: of busy, compute instructions and collectives inside the stage */
     double idle;        /* s: step - busy (its bubble) */
