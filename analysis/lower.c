@@ -525,7 +525,7 @@ void spmd_padding_of(const spmd_program *p, spmd_padding *out)
             out->padded_elems += n * padding_share(p, in->out);
         } else if (in->bytes) {
             /* the buffer the bytes were counted on (emit) */
-            int b = in->kind == SPMD_ALL_GATHER || in->kind == SPMD_HALO ? in->out : in->in[0];
+            int b = in->kind == SPMD_ALL_GATHER || in->kind == SPMD_HALO || in->kind == SPMD_RECV ? in->out : in->in[0];
             out->comm_bytes += (double)in->bytes;
             out->padded_comm_bytes += (double)in->bytes * padding_share(p, b);
         }
@@ -571,6 +571,8 @@ void spmd_print(const spmd_program *p, FILE *f)
             fprintf(f, "  %s = %s%s{%s}", v->name, spmd_kind_name((spmd_kind)in->kind), in->reduce_max ? "-max" : "", ax);
             if (in->dim >= 0) fprintf(f, " dim %d", in->dim);
             if (in->dim2 >= 0) fprintf(f, "->%d", in->dim2);
+            if (spmd_kind_is_p2p(in->kind)) fprintf(f, " %s stage %d", in->kind == SPMD_SEND ? "to" : "from", in->peer);
+            if (p->segment) fprintf(f, " (segment %d)", p->segment[i]);
             fprintf(f, "  local %s  %s", ty, sp);
             if (in->bytes) fprintf(f, "  %.3g MB", (double)in->bytes / 1e6);
             if (in->bucket >= 0) fprintf(f, "  bucket %d", in->bucket);

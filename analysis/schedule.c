@@ -653,12 +653,15 @@ int sched_microbatches(const schedule *s)
     return n;
 }
 
-int sched_pipeline_default_microbatches(int64_t batch, int p)
+int sched_pipeline_default_microbatches(int64_t batch, int p, int64_t others, int multiple)
 {
-    int best = 1;
-    for (int64_t d = 1; d <= 4 * (int64_t)p && d <= batch; d++)
-        if (batch % d == 0) best = (int)d;
-    return best;
+    int best = 0, any = 1;
+    for (int64_t d = 1; d <= 4 * (int64_t)p && d <= batch; d++) {
+        if (batch % d || (multiple && d % p)) continue;
+        any = (int)d;
+        if ((batch / d) % others == 0) best = (int)d;
+    }
+    return best ? best : any;
 }
 
 int sched_pipeline(const schedule *s, const shard_mesh *mesh, int64_t batch, int n_layers, pipe_spec *out, char *err, size_t errlen)
@@ -676,13 +679,8 @@ int sched_pipeline(const schedule *s, const shard_mesh *mesh, int64_t batch, int
     out->microbatches = t->lo;
     if (!out->microbatches) {
         if (batch <= 0) return ir_errf(err, errlen, "pipeline:%s: give the micro-batches (pipeline:%s:M): the batch is not known", ax, ax);
-        out->microbatches = sched_pipeline_default_microbatches(batch, out->stages);
-        if (t->dim == PIPE_INTERLEAVED) /* a multiple of the stages */
-            for (int d = out->microbatches; d >= out->stages; d--)
-                if (d % out->stages == 0 && batch % d == 0) {
-                    out->microbatches = d;
-                    break;
-                }
+        int64_t others = mesh->n_devices / out->stages;
+        out->microbatches = sched_pipeline_default_microbatches(batch, out->stages, others, t->dim == PIPE_INTERLEAVED);
     }
     if (batch > 0 && batch % out->microbatches)
         return ir_errf(err, errlen, "pipeline:%s: %d micro-batches do not divide the batch of %lld", ax, out->microbatches, (long long)batch);
@@ -699,6 +697,15 @@ int sched_pipeline(const schedule *s, const shard_mesh *mesh, int64_t batch, int
         }
     }
     return pipe_spec_check(out, mesh, n_layers, err, errlen) < 0 ? -1 : 1;
+}
+
+int sched_pipeline_step(const schedule *s, const ir_graph *g, const shard_mesh *mesh, pipe_spec *out, char *err, size_t errlen)
+{
+    schedule with = *s;
+    int m = pipe_body_microbatches(g);
+    for (int i = 0; i < with.n; i++)
+        if (with.t[i].kind == TACTIC_PIPELINE && !with.t[i].lo) with.t[i].lo = m;
+    return sched_pipeline(&with, mesh, 0, g->n_layers, out, err, errlen);
 }
 
 int sched_gather_policy(const schedule *s)

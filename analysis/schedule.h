@@ -55,8 +55,7 @@
  *   pipeline:AXIS[:M[:SCHED[:SPLIT]]]
  *                      pipeline parallelism (pipeline.h): AXIS's devices are
  *                      the stages, nothing is sharded over it; M micro-
- *                      batches (default: the largest divisor of the batch
- *                      not above 4 x stages); SCHED 1f1b (default), gpipe or
+ *                      batches (default: sched_pipeline_default_microbatches); SCHED 1f1b (default), gpipe or
  *                      interleaved-V (V model chunks per device); SPLIT auto
  *                      (default: balanced by the cost model) or the layers
  *                      of each virtual stage, "7/6/6/5" (V x stages counts).
@@ -141,9 +140,18 @@ int sched_gather_policy(const schedule *s);
 struct pipe_spec;
 int sched_pipeline(const schedule *s, const shard_mesh *mesh, int64_t batch, int n_layers, struct pipe_spec *out, char *err,
                    size_t errlen);
+/* The pipeline of s on its step g (a body: model_build_pipeline_body), as
+ * sched_pipeline gives it with M, when the schedule leaves it auto, the
+ * body's (pipe_body_microbatches) and g's layers.  Returns 1, 0 when s has
+ * no pipeline, -1 with a message. */
+int sched_pipeline_step(const schedule *s, const ir_graph *g, const shard_mesh *mesh, struct pipe_spec *out, char *err,
+                        size_t errlen);
 /* The micro-batches a pipeline over p stages takes by default for a batch:
- * its largest divisor not above 4p. */
-int sched_pipeline_default_microbatches(int64_t batch, int p);
+ * its largest divisor not above 4p (a multiple of p when `multiple`: the
+ * interleaved schedule) whose micro-batch the other axes' `others` devices
+ * divide (so they may all split it); when none, the largest divisor not
+ * above 4p (1 when even that fails). */
+int sched_pipeline_default_microbatches(int64_t batch, int p, int64_t others, int multiple);
 
 /* Applies every tactic of s in order (AUTO is skipped: the caller searches;
  * graph tactics are checked to have been applied by sched_rewrite).

@@ -22,13 +22,7 @@ int autopart_step_setup(autopart_step *s, ir_graph *g, const shard_mesh *mesh, c
     if (autopart_pricer_init(&s->pr, hw, opt, s->st, err, errlen) < 0) return -1;
     s->pr.gather_auto = gather_auto;
     pipe_spec spec; /* a pipelined step: its micro-batches are the body's (its loss's scale) */
-    int piped = sched_pipeline(manual, mesh, 0, g->n_layers, &spec, err, errlen);
-    if (piped < 0 && pipe_body_microbatches(g) > 0) {
-        schedule with = *manual;
-        for (int i = 0; i < with.n; i++)
-            if (with.t[i].kind == TACTIC_PIPELINE && !with.t[i].lo) with.t[i].lo = pipe_body_microbatches(g);
-        piped = sched_pipeline(&with, mesh, 0, g->n_layers, &spec, err, errlen);
-    }
+    int piped = sched_pipeline_step(manual, g, mesh, &spec, err, errlen);
     if (piped < 0 || (piped && autopart_pricer_set_pipeline(&s->pr, &spec, s->st, err, errlen) < 0)) return -1;
     return sched_apply(manual, s->prefix, err, errlen);
 }

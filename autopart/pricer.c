@@ -81,6 +81,7 @@ int autopart_pricer_set_pipeline(autopart_pricer *pr, const pipe_spec *spec, sha
     price_into(pr, scratch, &pr->p, pr->ws, &e);
     if (!(e.step_time > 0)) return ir_errf(err, errlen, "pipeline: the step cannot be priced as a pipeline over '%s'", scratch->mesh->names[spec->axis]);
     pr->baseline = e.step_time;
+    pr->replicated = e;
     return 0;
 }
 

@@ -47,7 +47,7 @@ static inline ir_graph *bench_load_step(const char *model, char *err, size_t n)
 {
     char label[512];
     int file = strstr(model, ".json") != NULL;
-    session_source src = {file ? NULL : model, file ? model : NULL, NULL, 0, NULL, 0};
+    session_source src = {file ? NULL : model, file ? model : NULL, NULL, 0, NULL, 0, NULL};
     return session_load_step(&src, label, sizeof label, NULL, err, n);
 }
 

@@ -28,6 +28,7 @@ typedef struct cli_opts {
     const char *search;    /* autopart: mcts (default), random, greedy, exhaustive */
     int64_t stall;         /* autopart: stop after this many simulations without improvement */
     const char *memory_tactics; /* autopart: "auto" (default, NULL) or "none" */
+    const char *pipeline;       /* autopart: "auto" (default, NULL), "search" or "none" */
 } cli_opts;
 
 /* One subcommand: its name, the flags it accepts (space-separated, e.g.

@@ -110,7 +110,7 @@ static int inputs(const cli_opts *o, session_autopart *a)
         cli_error("%s", err);
         return CLI_BAD_INPUT;
     }
-    a->src = (session_source){o->model, o->graph, o->optimizer, o->forward, NULL, 0};
+    a->src = (session_source){o->model, o->graph, o->optimizer, o->forward, NULL, 0, NULL};
     a->algo = search_algo_find(o->search ? o->search : "mcts");
     a->b = (search_budget){
         .simulations = o->budget ? o->budget : (o->time_s > 0 ? 0 : 2000),
@@ -120,6 +120,9 @@ static int inputs(const cli_opts *o, session_autopart *a)
         .threads = (int)o->threads,
     };
     a->memory_tactics = !o->memory_tactics || strcmp(o->memory_tactics, "none");
+    a->pipeline = !o->pipeline || !strcmp(o->pipeline, "auto") ? SESSION_PIPELINE_AUTO
+                  : !strcmp(o->pipeline, "search")              ? SESSION_PIPELINE_SEARCH
+                                                                : SESSION_PIPELINE_NONE;
     a->out = o->out;
     return CLI_OK;
 }

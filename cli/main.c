@@ -52,7 +52,7 @@ static const cli_command commands[] = {
      cmd_calibrate},
     {"autopart",
      "--model --graph --mesh --hw --memory --schedule --search --budget --time --stall --seed --threads --out --quiet "
-     "--precision --grads --overlap --optimizer --json --memory-tactics",
+     "--precision --grads --overlap --optimizer --json --memory-tactics --pipeline",
      "search for the best plan (MCTS over sharding tactics, priced by the cost model) and write it as JSON",
      "usage: carve autopart (--model SPEC | --graph FILE) --mesh MESH [--hw PROFILE] [--out plan.json] [options]\n"
      "  --hw PROFILE       a100 (default), h100, tpu-v3, cpu, or a carve-hw/1 file (carve calibrate)\n"
@@ -65,6 +65,9 @@ static const cli_command commands[] = {
      "  --memory-tactics auto|none   auto (default): also search the step with recomputation and 2 or 4\n"
      "                     micro-batches (a quarter of the budget each), ZeRO-1/2 seeds and the ZeRO-3\n"
      "                     gather policy, and keep the fastest plan that fits (docs/memory.md); none: sharding only\n"
+     "  --pipeline auto|search|none   search pipelines too (an axis as stages, micro-batches, 1F1B,\n"
+     "                     interleaved or GPipe, each priced by its experts, the best 3 searched; docs/pipeline.md):\n"
+     "                     auto (default) when a mesh axis leaves a node, search always, none never\n"
      "  --search KIND      mcts (default), random, greedy, exhaustive\n"
      "  --budget N         simulations (default 2000 unless --time is given)\n"
      "  --time S           wall-time limit in seconds\n"

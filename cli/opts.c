@@ -135,6 +135,7 @@ static const struct flag {
     {"--precision", FLAG_TEXT, offsetof(cli_opts, precision), NULL, NULL, check_precision, 0, 0},
     {"--grads", FLAG_TEXT, offsetof(cli_opts, grads), NULL, NULL, check_grads, 0, 0},
     {"--memory-tactics", FLAG_TEXT, offsetof(cli_opts, memory_tactics), "auto none", "auto or none", NULL, 0, 0},
+    {"--pipeline", FLAG_TEXT, offsetof(cli_opts, pipeline), "auto search none", "auto, search or none", NULL, 0, 0},
     {"--backend", FLAG_TEXT, offsetof(cli_opts, backend), "threads mpi", "threads or mpi", NULL, 0, 0},
     {"--optimizer", FLAG_TEXT, offsetof(cli_opts, optimizer), "adam sgd", "adam or sgd", NULL, 0, 0},
     {"--search", FLAG_TEXT, offsetof(cli_opts, search), NULL, NULL, check_search, 0, 0},
@@ -237,7 +238,7 @@ ir_graph *cli_load_step(const cli_opts *o, char *cfg_text, size_t n)
     schedule sc;
     int have = o->schedule && o->mesh && shard_mesh_parse(o->mesh, &mesh, err, sizeof err) == 0 &&
                sched_parse(o->schedule, &mesh, &sc, err, sizeof err) == 0;
-    session_source src = {o->model, o->graph, o->optimizer, o->forward, have ? &sc : NULL, 0};
+    session_source src = {o->model, o->graph, o->optimizer, o->forward, have ? &sc : NULL, 0, have ? &mesh : NULL};
     ir_graph *g = session_load_step(&src, cfg_text, n, NULL, err, sizeof err);
     if (!g) cli_error("%s", err);
     return g;

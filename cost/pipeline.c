@@ -33,7 +33,10 @@ int cost_pipe_model_init(cost_pipe_model *m, const pipe_spec *spec)
     m->stash = calloc((size_t)V + 1, sizeof *m->stash);
     m->transient = calloc((size_t)m->n_segs + 1, sizeof *m->transient);
     m->base = calloc((size_t)p + 1, sizeof *m->base);
-    if (!m->seg_first || !m->stash || !m->transient || !m->base) {
+    m->params = calloc((size_t)p + 1, sizeof *m->params);
+    m->opt_states = calloc((size_t)p + 1, sizeof *m->opt_states);
+    m->grads = calloc((size_t)p + 1, sizeof *m->grads);
+    if (!m->seg_first || !m->stash || !m->transient || !m->base || !m->params || !m->opt_states || !m->grads) {
         cost_pipe_model_free(m);
         return -1;
     }
@@ -49,6 +52,9 @@ void cost_pipe_model_free(cost_pipe_model *m)
     free(m->stash);
     free(m->transient);
     free(m->base);
+    free(m->params);
+    free(m->opt_states);
+    free(m->grads);
     memset(m, 0, sizeof *m);
 }
 
@@ -428,21 +434,31 @@ static void stage_bytes(pricer *c, int r, int mixed)
                 if (in->in[j] >= 0) c->last_read[in->in[j]] = i;
             if (in->kind != SPMD_SEND && c->wseg[in->out] < 0) c->wseg[in->out] = segs[k];
         }
-    double base = 0;
+    double base = 0, params = 0, opt = 0, grads = 0;
     const ir_graph *g = p->g;
     for (int b = 0; b < nb; b++) {
         if (!h[b]) continue;
         int v = p->bufs[b].value, arg = p->arg_buf[v] == b;
         if (arg && pp->buf_class[b] == PIPE_BUF_STATE) {
             base += c->bytes[b];
-            if (mixed && g->values[v].role == IR_PARAM && pp->owner[b] == r) base += master_bytes(p, v, c->opt_of);
+            if (g->values[v].role == IR_PARAM) params += c->bytes[b];
+            else opt += c->bytes[b];
+            if (mixed && g->values[v].role == IR_PARAM && pp->owner[b] == r) {
+                double mb = master_bytes(p, v, c->opt_of);
+                base += mb;
+                opt += mb;
+            }
         } else if (arg) {
             base += c->bytes[b]; /* an input: one micro-batch's, filled as it comes */
         } else if (pp->buf_class[b] == PIPE_BUF_ACC && c->wseg[b] >= 0 && c->wseg[b] < 2 * V) {
             base += c->bytes[b]; /* the accumulator */
+            if (g->values[v].grad_of >= 0) grads += c->bytes[b];
         }
     }
     c->m.base[r] = base;
+    c->m.params[r] = params;
+    c->m.opt_states[r] = opt;
+    c->m.grads[r] = grads;
     for (int k = 0; k < ns; k++) {
         int seg = segs[k];
         double stash = 0;
@@ -535,6 +551,9 @@ int cost_estimate_pipeline(cost_ws *ws, const pipe_program *pp, const cost_hw *h
         st->idle = res.step - res.busy[r];
         st->peak = res.peak[r];
         st->base = c.m.base[r];
+        st->params = c.m.params[r];
+        st->opt_states = c.m.opt_states[r];
+        st->grads = c.m.grads[r];
         st->in_flight = res.in_flight[r];
         for (int ch = 0; ch < s->chunks; ch++) {
             int vs = ch * P + r;
@@ -558,6 +577,13 @@ int cost_estimate_pipeline(cost_ws *ws, const pipe_program *pp, const cost_hw *h
     out->capacity = opt->memory_capacity > 0 ? opt->memory_capacity : hw->mem_capacity;
     out->fits = out->peak_memory <= out->capacity;
     out->activation_peak = stg[top].peak - stg[top].base;
+    /* what the largest stage holds at its peak (its other held bytes, inputs and the loss's sum, with "other") */
+    out->peak_params = stg[top].params;
+    out->peak_opt_states = stg[top].opt_states;
+    out->peak_grads = stg[top].grads;
+    out->peak_activations = stg[top].peak - stg[top].base;
+    out->peak_other = stg[top].base - stg[top].params - stg[top].opt_states - stg[top].grads;
+    out->model_state_bytes = stg[top].params + stg[top].opt_states + stg[top].grads;
     if (pe) {
         memset(pe, 0, sizeof *pe);
         pe->n_stages = P;

@@ -48,6 +48,7 @@ typedef struct cost_pipe_model {
     double *stash;         /* per forward segment: what stays from its end to its backward's end */
     double *transient;     /* per segment: the most its temporaries add while it runs */
     double *base;          /* per stage: held all step (params, optimizer states, accumulators) */
+    double *params, *opt_states, *grads; /* per stage: of base (cost_pipe_stage's fields) */
 } cost_pipe_model;
 
 /* What the simulation found, per stage and per task. */
@@ -99,6 +100,8 @@ typedef struct cost_pipe_stage {
     double send_bytes;  /* bytes it sends a step (precision-scaled) */
     double peak;        /* bytes: its peak */
     double base;        /* bytes held all step: params, optimizer states, f32 master weights, accumulators */
+    double params, opt_states, grads; /* of base: params, optimizer states with master weights, gradient
+                                         accumulators (the rest: inputs, the loss's accumulator) */
     double stash;       /* bytes: one micro-batch's stashed activations over all its chunks */
     int in_flight;      /* most (micro-batch, chunk) stashes held at once */
     int first_layer, n_layers; /* its layers (chunk 0; interleaved: every chunk's in docs) */

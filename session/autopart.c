@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include "analysis/groups.h"
+#include "models/models.h"
 
 static void note(const session_autopart *a, const char *msg)
 {
@@ -129,6 +130,7 @@ static int search_plain(session_autopart *a, const schedule *manual, char *err, 
 {
     autopart_step *s = &a->steps[0];
     a->src.sched = &a->sc;
+    a->src.mesh = &a->mesh;
     ir_graph *g = session_load_step(&a->src, a->label, sizeof a->label, NULL, err, errlen);
     if (!g) return -1;
     if (autopart_step_setup(s, g, &a->mesh, manual, &a->hw, &a->opt, a->gather_auto, err, errlen) < 0) return -1;
@@ -154,6 +156,38 @@ static int check_inputs(const session_autopart *a, char *err, size_t errlen)
         return ir_errf(err, errlen, "autopart: --schedule: %zu characters, more than a plan file keeps (%zu)", strlen(buf), room - 1);
     if (a->out && ir_out_check(a->out, e2, sizeof e2) < 0) return ir_errf(err, errlen, "autopart: %s", e2);
     return auto_at;
+}
+
+/* The pipeline level (autopart/pipeline.h): its searched candidates join
+ * a->steps after the memory level's configurations, and one is chosen when
+ * it beats the chosen plan (a plan that fits first, then the shorter step).
+ * Returns 0, or -1 with a message. */
+static int pipeline_level(session_autopart *a, const char *user, double deadline)
+{
+    int has = 0;
+    for (int i = 0; i < a->sc.n; i++) has |= a->sc.t[i].kind == TACTIC_PIPELINE || a->sc.t[i].kind == TACTIC_MICROBATCH;
+    if (has || a->src.graph || a->pipeline == SESSION_PIPELINE_NONE ||
+        (a->pipeline == SESSION_PIPELINE_AUTO && !autopart_pipeline_slow_axes(&a->hw, &a->mesh)))
+        return 0; /* the user chose, a graph file (a fixed batch), switched off, or a single node */
+    model_config cfg;
+    char e2[512];
+    if (model_parse(a->src.model, &cfg, e2, sizeof e2) < 0) return 0;
+    plan tmpl; /* the steps' states borrow its mesh until they are freed */
+    plan_inputs(a, user, &tmpl);
+    search_budget b = a->b;
+    b.seconds = autopart_plain_seconds(a->b.seconds, a->n_steps);
+    autopart_pipeline_level L = {&a->mesh, user, build_config, &tmpl, &a->hw, a->opt, a->algo, b, a->gather_auto, deadline,
+                                 model_get(&cfg, "batch"), a->steps[0].g ? a->steps[0].g->n_layers : 0, 3};
+    if (L.n_layers < 2 || L.batch < 1) return 0;
+    if (a->hooks.level) a->hooks.level(a->hooks.ctx, 1);
+    int n_out = 0, best = autopart_pipeline_search(&L, a->pipe_cands, &a->n_pipe_cands, &a->steps[a->n_steps], &n_out);
+    if (a->hooks.level) a->hooks.level(a->hooks.ctx, 0);
+    int first = a->n_steps;
+    a->n_steps += n_out;
+    if (best >= 0 && a->steps[first + best].ok &&
+        (!a->steps[a->chosen].ok || autopart_better(&a->steps[first + best].e, &a->steps[a->chosen].e)))
+        a->chosen = first + best;
+    return 0;
 }
 
 int session_autopart_run(session_autopart *a, char *err, size_t errlen)
@@ -187,8 +221,19 @@ int session_autopart_run(session_autopart *a, char *err, size_t errlen)
         a->chosen = autopart_memory_search(&m, tactics, a->n_steps, a->steps);
         if (a->hooks.level) a->hooks.level(a->hooks.ctx, 0);
     }
+    a->pipe_first = a->n_steps;
+    if (pipeline_level(a, user, deadline) < 0) return -1;
     const autopart_step *s = &a->steps[a->chosen];
-    autopart_memory_schedule(s->tactics, s->st, a->gather_auto, user, a->schedule, sizeof a->schedule);
+    char resolved[96]; /* a pipeline as it replays exactly: its micro-batches and layer split */
+    const char *tac = s->tactics;
+    if (s->pr.piped && s->pr.pp.prog) {
+        pipe_tactic_text(&s->pr.pp.spec, &a->mesh, resolved, sizeof resolved);
+        const char *rest = strchr(s->tactics, ',');
+        size_t k = strlen(resolved);
+        if (rest) snprintf(resolved + k, sizeof resolved - k, "%s", rest);
+        tac = resolved;
+    }
+    autopart_memory_schedule(tac, s->st, a->gather_auto, user, a->schedule, sizeof a->schedule);
     fill_plan(a);
     a->written = a->out && plan_save(a->out, &a->pl, s->st, s->pr.p, &s->e, a->save_err, sizeof a->save_err) == 0;
     for (int i = 0, k = 0; i < s->n_ex && s->res.seed >= 0; i++)

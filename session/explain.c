@@ -20,9 +20,19 @@ int session_plan_view_open(session_plan_view *v, const char *cmd, const char *pa
     x->pl = &v->pl;
     x->path = path;
     x->hw_given = hw_name != NULL;
+    if ((v->piped = session_plan_pipeline(&v->pl, v->g, &v->ps, e2, sizeof e2)) < 0) return ir_errf(err, errlen, "%s: %s", cmd, e2);
+    if (v->piped) v->st->reserved_axes |= 1u << v->ps.axis;
     if (use == SESSION_PLAN_SHARDINGS) { /* the exports: shardings only, nothing priced */
-        v->p = spmd_lower(v->st);
-        x->p = v->p;
+        if (v->piped) { /* the stages as the plan splits them (an auto split: the even one) */
+            pipe_spec ps = v->ps;
+            if (ps.split_auto) pipe_split_even(&ps, v->g->n_layers), ps.split_auto = 0;
+            if (pipe_lower(v->st, &ps, NULL, &v->pp, e2, sizeof e2) < 0) return ir_errf(err, errlen, "%s: %s", cmd, e2);
+            x->p = v->pp.prog;
+            x->pp = &v->pp;
+        } else {
+            v->p = spmd_lower(v->st);
+            x->p = v->p;
+        }
         view_explain(x);
         return 0;
     }
@@ -31,11 +41,19 @@ int session_plan_view_open(session_plan_view *v, const char *cmd, const char *pa
     x->hw = &v->hw;
     x->opt = &v->pl.options;
     if (use == SESSION_PLAN_PICTURE) { /* the plan alone, on a workspace of its own */
-        v->p = spmd_lower(v->st);
         v->ws = cost_ws_new();
-        if (cost_estimate_program(v->ws, v->p, &v->hw, &v->pl.options, &v->e, e2, sizeof e2) < 0)
-            return ir_errf(err, errlen, "%s: %s", cmd, e2);
-        x->p = v->p;
+        if (v->piped) {
+            if (cost_price_pipelined(v->ws, v->st, &v->ps, NULL, &v->hw, &v->pl.options, &v->pp, &v->e, &v->pe, e2, sizeof e2) < 0)
+                return ir_errf(err, errlen, "%s: %s", cmd, e2);
+            x->p = v->pp.prog;
+            x->pp = &v->pp;
+            x->pe = &v->pe;
+        } else {
+            v->p = spmd_lower(v->st);
+            if (cost_estimate_program(v->ws, v->p, &v->hw, &v->pl.options, &v->e, e2, sizeof e2) < 0)
+                return ir_errf(err, errlen, "%s: %s", cmd, e2);
+            x->p = v->p;
+        }
         x->e = &v->e;
         view_explain(x);
         return 0;
@@ -43,13 +61,21 @@ int session_plan_view_open(session_plan_view *v, const char *cmd, const char *pa
     /* explain: priced through the pricer, beside the experts */
     shard_state *scratch = shard_state_new(v->g, &v->pl.mesh);
     int r = autopart_pricer_init(&v->pr, &v->hw, &v->pl.options, scratch, err, errlen);
+    if (!r && v->piped) r = autopart_pricer_set_pipeline(&v->pr, &v->ps, scratch, err, errlen);
+    /* the experts (on a pipeline: over the other axes) from replicated */
+    shard_state_reset(scratch);
+    scratch->reserved_axes = v->st->reserved_axes;
+    if (!r) v->n_ex = autopart_experts(v->g, &v->pl.mesh, v->piped ? scratch : NULL, &v->pr, &v->ex);
     shard_state_free(scratch);
     if (r < 0) return -1;
-    v->n_ex = autopart_experts(v->g, &v->pl.mesh, NULL, &v->pr, &v->ex);
     autopart_price(&v->pr, v->st, &v->e); /* e's per-instruction times stay valid until pr prices again */
     x->hw = &v->pr.hw;
     x->opt = &v->pr.opt;
     x->p = v->pr.p;
+    if (v->piped) {
+        x->pp = &v->pr.pp;
+        x->pe = &v->pr.pe;
+    }
     x->e = &v->e;
     x->ex = v->ex;
     x->n_ex = v->n_ex;
@@ -64,6 +90,8 @@ void session_plan_view_free(session_plan_view *v)
     autopart_pricer_free(&v->pr);
     cost_ws_free(v->ws);
     spmd_free(v->p);
+    pipe_program_free(&v->pp);
+    cost_pipe_estimate_free(&v->pe);
     if (v->opened) {
         shard_state_free(v->st);
         ir_free(v->g);
@@ -86,6 +114,10 @@ void session_cost_explain(session_cost *c, const char *label, const char *sched_
     x->opt = opt;
     x->e = &c->e;
     x->base = &c->base;
+    if (c->piped) {
+        x->pp = &c->pp;
+        x->pe = &c->pe;
+    }
     view_explain(x);
 }
 
@@ -109,6 +141,10 @@ void session_autopart_explain(session_autopart *a)
     x->n_ex = s->n_ex;
     x->pl = &a->pl;
     x->search = vs;
+    if (s->pr.piped && s->pr.pp.prog) {
+        x->pp = &s->pr.pp;
+        x->pe = &s->pr.pe;
+    }
     view_explain(x); /* before pricing the other gather policy: e's instruction times are copied */
     if (autopart_price_other_gather(&s->pr, s->st, &a->other_gather) == 0) vs->other = &a->other_gather;
 }

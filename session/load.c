@@ -36,6 +36,20 @@ typedef struct front_end {
 static const char *model_arg(const session_source *s) { return s->model; }
 static const char *graph_arg(const session_source *s) { return s->graph; }
 
+/* The micro-batches of s's pipeline for a model of `batch` sequences: 0
+ * when s has no pipeline, -1 with a message. */
+static int pipeline_microbatches(const session_source *s, int64_t batch, char *err, size_t errlen)
+{
+    const tactic *t = NULL;
+    for (int i = 0; s->sched && i < s->sched->n; i++)
+        if (s->sched->t[i].kind == TACTIC_PIPELINE) t = &s->sched->t[i];
+    if (!t || s->forward) return 0;
+    if (t->lo) return t->lo;
+    pipe_spec ps;
+    if (!s->mesh) return ir_errf(err, errlen, "pipeline: give its micro-batches (pipeline:AXIS:M)");
+    return sched_pipeline(s->sched, s->mesh, batch, -1, &ps, err, errlen) < 0 ? -1 : ps.microbatches;
+}
+
 static ir_graph *build_model(const char *arg, const session_source *s, const ir_optimizer *opt, int micro, int *is_step,
                              char *label, size_t n, char *err, size_t errlen)
 {
@@ -43,6 +57,9 @@ static ir_graph *build_model(const char *arg, const session_source *s, const ir_
     if (model_parse(arg, &cfg, err, errlen) < 0) return NULL;
     model_config_str(&cfg, label, n);
     *is_step = !s->forward;
+    int pipe_m = pipeline_microbatches(s, model_get(&cfg, "batch"), err, errlen);
+    if (pipe_m < 0) return NULL;
+    if (pipe_m > 0) return model_build_pipeline_body(&cfg, opt, pipe_m, err, errlen);
     return s->forward ? model_build_forward(&cfg, err, errlen) : model_build_microbatched_step(&cfg, opt, micro, err, errlen);
 }
 
@@ -50,6 +67,10 @@ static ir_graph *build_graph_file(const char *arg, const session_source *s, cons
                                   int *is_step, char *label, size_t n, char *err, size_t errlen)
 {
     (void)opt;
+    for (int i = 0; s->sched && !s->forward && i < s->sched->n; i++)
+        if (s->sched->t[i].kind == TACTIC_PIPELINE)
+            return ir_errf(err, errlen, "pipeline: needs --model (the step is built as one micro-batch's body); a graph file has a fixed batch"),
+                   NULL;
     if (micro > 1 && !s->forward)
         return ir_errf(err, errlen, "microbatch:%d: needs --model (the model is built at batch / %d); a graph file has a fixed batch",
                        micro, micro),

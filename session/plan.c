@@ -32,7 +32,7 @@ ir_graph *session_plan_step(const plan *pl, const char *path, char *err, size_t 
     char why[512] = "";
     int parsed = !pl->schedule[0] || sched_parse(pl->schedule, &pl->mesh, &sc, why, sizeof why) == 0;
     session_source src = {pl->model[0] ? pl->model : NULL, pl->model[0] ? NULL : pl->graph_path, pl->optimizer, 0,
-                          parsed && pl->schedule[0] ? &sc : NULL, 1};
+                          parsed && pl->schedule[0] ? &sc : NULL, 1, &pl->mesh};
     int rewrite_failed;
     ir_graph *g = session_load_step(&src, label, sizeof label, &rewrite_failed, e2, sizeof e2);
     if (!g && !rewrite_failed) {
@@ -47,6 +47,15 @@ ir_graph *session_plan_step(const plan *pl, const char *path, char *err, size_t 
         return NULL;
     }
     return g;
+}
+
+int session_plan_pipeline(const plan *pl, const ir_graph *g, pipe_spec *ps, char *err, size_t errlen)
+{
+    schedule sc;
+    char e2[512];
+    if (!pl->schedule[0] || sched_parse(pl->schedule, &pl->mesh, &sc, e2, sizeof e2) < 0) return 0; /* replay said why */
+    if (sched_pipeline_step(&sc, g, &pl->mesh, ps, e2, sizeof e2) < 0) return ir_errf(err, errlen, "schedule: %s", e2);
+    return ps->axis >= 0;
 }
 
 int session_plan_open(const char *path, plan *pl, ir_graph **g, shard_state **st, char *err, size_t errlen)
@@ -64,7 +73,19 @@ int session_plan_open(const char *path, plan *pl, ir_graph **g, shard_state **st
         pl->options.memory_capacity = pl->predicted.capacity;
     *st = shard_state_new(*g, &pl->mesh);
     int rc = plan_replay(pl, path, *st, err, errlen);
-    if (!rc) {
+    pipe_spec ps;
+    int piped = rc ? 0 : session_plan_pipeline(pl, *g, &ps, err, errlen);
+    if (piped < 0) rc = -1;
+    if (!rc && piped) { /* priced as its pipeline's schedule */
+        (*st)->reserved_axes |= 1u << ps.axis;
+        cost_ws *ws = cost_ws_new();
+        cost_estimate e;
+        pipe_program pp;
+        rc = cost_price_pipelined(ws, *st, &ps, NULL, &hw, &pl->options, &pp, &e, NULL, err, errlen);
+        if (!rc) rc = plan_verify(pl, path, *st, pp.prog, &e, err, errlen);
+        if (!rc) pipe_program_free(&pp);
+        cost_ws_free(ws);
+    } else if (!rc) {
         spmd_program *p = spmd_lower(*st);
         cost_ws *ws = cost_ws_new();
         cost_estimate e;

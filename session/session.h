@@ -35,6 +35,7 @@
 #include "analysis/schedule.h"
 #include "analysis/spmd.h"
 #include "autopart/memory.h"
+#include "autopart/pipeline.h"
 #include "cost/cost.h"
 #include "exec/runtime.h"
 #include "ir/ir.h"
@@ -56,13 +57,16 @@ typedef struct session_source {
     int micro_as_tactic;    /* an input with a fixed batch (a graph file) under microbatch:N: 0 refuses it
                                here; 1 loads it as is, and the tactic refuses the step where it is
                                applied (a plan's replay, the memory level's configurations) */
+    const shard_mesh *mesh; /* the schedule's mesh (a pipeline's stages), or NULL */
 } session_source;
 
 /* The optimizer named "adam" (or NULL) or "sgd" (lr 0.01). */
 ir_optimizer session_optimizer(const char *name);
 
 /* Loads src: the training step (or the forward graph), built with
- * sched's micro-batches and rewritten by its remat: tactics.  label gets
+ * sched's micro-batches and rewritten by its remat: tactics; with a
+ * pipeline: tactic, the body of one micro-batch (model_build_pipeline_body;
+ * a model only, and src->mesh is needed when M is auto).  label gets
  * the model's canonical spec or the graph file's name.  Returns the graph
  * (caller frees), or NULL with a message; *rewrite_failed (when not NULL)
  * tells whether the input loaded and only the schedule's rewrite failed. */
@@ -80,7 +84,11 @@ int session_is_step(const ir_graph *g);
  * message "PATH: KEY: what is wrong". */
 ir_graph *session_plan_step(const plan *pl, const char *path, char *err, size_t errlen);
 
-/* Load, rebuild, replay, lower, price and verify the plan file at path.
+/* The pipeline of plan pl's schedule on its step g (session_plan_step):
+ * 1 with *ps, 0 when it has none, -1 with a message. */
+int session_plan_pipeline(const plan *pl, const ir_graph *g, pipe_spec *ps, char *err, size_t errlen);
+/* Load, rebuild, replay, lower, price and verify the plan file at path (a
+ * pipelined plan: pipe_lower and its schedule's price).
  * Returns 0 with *g and *st set (the caller frees st, then g, then
  * plan_free(pl); st borrows pl->mesh, so pl must not move), or -1 with a
  * message and nothing left to free.  pl->note may hold a note to show. */
@@ -111,6 +119,10 @@ typedef struct session_plan_view {
     autopart_expert *ex;
     int n_ex;
     view_explanation x;
+    int piped;                /* a pipelined plan: spec, and (picture, shardings) its program in pp */
+    pipe_spec ps;
+    pipe_program pp;
+    cost_pipe_estimate pe;    /* picture */
 } session_plan_view;
 
 /* Opens the plan at path for `use` (hw_name: a profile replacing the plan's,
@@ -134,6 +146,8 @@ typedef struct session_shard {
     int *decision_tactic;
     int n_decisions;
     view_explanation x;       /* set by session_shard_explain */
+    int piped;                /* a pipelined schedule: p is pp.prog (an auto split: the even one) */
+    pipe_program pp;
 } session_shard;
 
 /* Applies sc to g on mesh and lowers it.  Returns 0, or -1 with a message;
@@ -168,6 +182,9 @@ typedef struct session_cost {
     autopart_pricer pr;       /* the replicated plan's, the search's baseline */
     cost_estimate base;       /* the replicated plan's price (scalars only) */
     view_explanation x;       /* set by session_cost_explain */
+    int piped;                /* a pipelined schedule: p is pp.prog, pe its stages */
+    pipe_program pp;
+    cost_pipe_estimate pe;
 } session_cost;
 
 /* Applies sc to g on mesh and prices it and the replicated plan on hw with
@@ -201,11 +218,13 @@ typedef struct session_autopart {
     const search_algo *algo;
     search_budget b;            /* the whole budget; b.seconds bounds the whole command */
     int memory_tactics;         /* also search the memory level (docs/memory.md) */
+    int pipeline;               /* the pipeline level (docs/pipeline.md): SESSION_PIPELINE_* */
     const char *out;            /* the plan file to write, or NULL */
     session_hooks hooks;
     /* results */
     char label[512];            /* the model's canonical spec or the graph file */
-    autopart_step steps[AUTOPART_MAX_CONFIGS]; /* steps[0]: the plain step; then each memory configuration */
+    autopart_step steps[AUTOPART_MAX_CONFIGS + 3]; /* steps[0]: the plain step; then each memory configuration;
+                                                       then the pipeline level's searched candidates */
     int n_steps, chosen, gather_auto;
     char schedule[SCHED_STR_MAX]; /* the chosen plan's schedule */
     plan pl;                    /* the plan file's fields (plan_save's input) */
@@ -215,7 +234,13 @@ typedef struct session_autopart {
     view_explanation x;         /* set by session_autopart_explain */
     view_search view_search;
     cost_estimate other_gather; /* the chosen plan under the other gather policy */
+    autopart_pipeline_candidate pipe_cands[AUTOPART_PIPELINE_MAX]; /* the pipeline level's candidates */
+    int n_pipe_cands, pipe_first; /* how many; steps[pipe_first..n_steps) are its searched ones */
 } session_autopart;
+
+/* session_autopart.pipeline: the pipeline level searched when some mesh axis
+ * leaves a node on the profile (AUTO, the default), always, or never. */
+enum { SESSION_PIPELINE_AUTO, SESSION_PIPELINE_SEARCH, SESSION_PIPELINE_NONE };
 
 /* Runs autopart a: checks the schedule (one auto, last) and the output
  * path, searches the plain step, then the memory level, and writes the

@@ -15,6 +15,7 @@ int session_shard_run(session_shard *s, const ir_graph *g, const shard_mesh *mes
     int cap = g->n_values + 16, room = 0;
     shard_decision *d = ir_xcalloc((size_t)cap, sizeof *d);
     for (int t = 0; t < sc->n; t++) {
+        if (sc->t[t].kind == TACTIC_PIPELINE) s->st->reserved_axes |= 1u << sc->t[t].axis;
         int n = sched_expand(&sc->t[t], s->st, d, cap, err, errlen);
         if (n < 0) break;
         if (s->n_decisions + n > room) {
@@ -43,6 +44,19 @@ int session_shard_run(session_shard *s, const ir_graph *g, const shard_mesh *mes
     }
     free(d);
     if (s->n_tactics < sc->n) return -1;
+    pipe_spec ps;
+    int piped = sched_pipeline_step(sc, g, mesh, &ps, err, errlen);
+    if (piped < 0) return -1;
+    if (piped) { /* not priced: an auto split is shown even */
+        if (ps.split_auto) {
+            pipe_split_even(&ps, g->n_layers);
+            ps.split_auto = 0;
+        }
+        if (pipe_lower(s->st, &ps, NULL, &s->pp, err, errlen) < 0) return -1;
+        s->piped = 1;
+        s->p = s->pp.prog;
+        return 0;
+    }
     s->p = spmd_lower(s->st);
     return 0;
 }
@@ -63,13 +77,15 @@ void session_shard_explain(session_shard *s, const char *label, const char *sche
     x->decision_tactic = s->decision_tactic;
     x->n_decisions = s->n_decisions;
     x->summary = summary;
+    if (s->piped) x->pp = &s->pp;
     view_explain(x);
 }
 
 void session_shard_free(session_shard *s)
 {
     view_explain_free(&s->x);
-    spmd_free(s->p);
+    if (s->piped) pipe_program_free(&s->pp);
+    else spmd_free(s->p);
     shard_state_free(s->st);
     free(s->tactics);
     free(s->decisions);

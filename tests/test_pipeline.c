@@ -510,10 +510,10 @@ static void test_tactic(void)
     shard_mesh one;
     CHECK(shard_mesh_parse("data=2,pipe=1", &one, err, sizeof err) == 0);
     CHECK(sched_parse("pipeline:pipe", &one, &sc, err, sizeof err) == -1 && strstr(err, "at least 2 stages"));
-    /* the spec: M by default the largest divisor of the batch up to 4p; the split given or even */
+    /* the spec: M by default the largest divisor of the batch up to 4p whose micro-batch the other axes (4 devices) divide: 6; the split given or even */
     pipe_spec s;
     CHECK(sched_parse("pipeline:pipe", &mesh, &sc, err, sizeof err) == 0);
-    CHECK(sched_pipeline(&sc, &mesh, 24, 12, &s, err, sizeof err) == 1 && s.microbatches == 12 && s.stages == 4 && s.axis == 1 &&
+    CHECK(sched_pipeline(&sc, &mesh, 24, 12, &s, err, sizeof err) == 1 && s.microbatches == 6 && s.stages == 4 && s.axis == 1 &&
           s.split_auto && s.first[1] == 3);
     CHECK(sched_pipeline(&sc, &mesh, 0, 12, &s, err, sizeof err) == -1 && strstr(err, "give the micro-batches"));
     CHECK(sched_parse("pipeline:pipe:8:interleaved-2:2/1/1/1/1/2/2/2", &mesh, &sc, err, sizeof err) == 0);

@@ -46,7 +46,7 @@ static int has_value(const ir_graph *g, const char *prefix)
 static void test_load(void)
 {
     char label[512], err[1024];
-    session_source src = {"gpt-tiny", NULL, NULL, 0, NULL, 0};
+    session_source src = {"gpt-tiny", NULL, NULL, 0, NULL, 0, NULL};
     ir_graph *g = session_load_step(&src, label, sizeof label, NULL, err, sizeof err);
     CHECKF(g && session_is_step(g), "%s", err);
     CHECKF(!strcmp(label, "gpt:layers=2,hidden=64,heads=8,seq=16,batch=8,vocab=128"), "label '%s'", label);
@@ -69,7 +69,7 @@ static void test_load(void)
     CHECKF(g && has_value(g, "mb1/") && g->n_ops > plain_ops, "micro-batches and remat: %s", g ? "" : err);
     ir_free(g);
     /* a graph file: the forward graph gets its step (SGD: no optimizer states) */
-    session_source file = {NULL, graph_path, "sgd", 0, NULL, 0};
+    session_source file = {NULL, graph_path, "sgd", 0, NULL, 0, NULL};
     g = session_load_step(&file, label, sizeof label, NULL, err, sizeof err);
     CHECKF(g && session_is_step(g) && !strcmp(label, graph_path), "%s", err);
     int states = 0;
@@ -79,7 +79,7 @@ static void test_load(void)
     ir_optimizer sgd = session_optimizer("sgd"), adam = session_optimizer(NULL);
     CHECK(sgd.kind == IR_SGD && sgd.lr == 0.01 && adam.kind == IR_ADAM);
     /* usage errors, worded as the command prints them */
-    session_source both = {"gpt-tiny", graph_path, NULL, 0, NULL, 0}, none = {0};
+    session_source both = {"gpt-tiny", graph_path, NULL, 0, NULL, 0, NULL}, none = {0};
     g = session_load_step(&both, label, sizeof label, NULL, err, sizeof err);
     CHECK(!g && !strcmp(err, "give --model or --graph, not both"));
     g = session_load_step(&none, label, sizeof label, NULL, err, sizeof err);
@@ -99,7 +99,7 @@ static void test_load(void)
     src.sched = &sc;
     g = session_load_step(&src, label, sizeof label, &rewrite_failed, err, sizeof err);
     CHECK(!g && rewrite_failed);
-    session_source bad = {"gpt-tiny:layers=0", NULL, NULL, 0, NULL, 0};
+    session_source bad = {"gpt-tiny:layers=0", NULL, NULL, 0, NULL, 0, NULL};
     g = session_load_step(&bad, label, sizeof label, &rewrite_failed, err, sizeof err);
     CHECK(!g && !rewrite_failed);
 }
@@ -125,7 +125,7 @@ static void test_pricing(void)
     CHECKF(rc < 0 && strstr(err, "b200"), "'%s'", err);
     /* data parallelism over 4 devices: faster than every device doing all the work */
     s = (session_pricing){"a100", "f32", NULL, 0, 0};
-    session_source src = {"gpt-125m", NULL, NULL, 0, NULL, 0};
+    session_source src = {"gpt-125m", NULL, NULL, 0, NULL, 0, NULL};
     ir_graph *g = session_load_step(&src, label, sizeof label, NULL, err, sizeof err);
     shard_mesh mesh;
     schedule sc;
@@ -261,7 +261,7 @@ static void test_views(const char *plan_path)
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) CHECK(view_find(names[i]) && !strcmp(view_find(names[i])->name, names[i]));
     CHECK(view_find("pdf") == NULL);
     /* carve cost: text and JSON of one explanation */
-    session_source src = {"gpt-tiny", NULL, NULL, 0, NULL, 0};
+    session_source src = {"gpt-tiny", NULL, NULL, 0, NULL, 0, NULL};
     ir_graph *g = session_load_step(&src, label, sizeof label, NULL, err, sizeof err);
     shard_mesh mesh;
     schedule sc;

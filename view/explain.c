@@ -78,6 +78,10 @@ char *view_strategy(const shard_state *st, char *buf, size_t n)
     size_t k = 0;
     buf[0] = 0;
     for (int a = 0; a < m->n_axes; a++) {
+        if (st->reserved_axes >> a & 1) { /* a pipeline's */
+            k += (size_t)snprintf(buf + k, k < n ? n - k : 0, "%s%s: pipeline stages", a ? "; " : "", m->names[a]);
+            continue;
+        }
         int np = axis_parts(st, gs, batch, mega, n_mega, experts, n_experts, a, parts);
         k += (size_t)snprintf(buf + k, k < n ? n - k : 0, "%s%s: ", a ? "; " : "", m->names[a]);
         for (int i = 0; i < np && k < n; i++) k += (size_t)snprintf(buf + k, n - k, "%s%s", i ? " + " : "", parts[i]);

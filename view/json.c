@@ -131,11 +131,60 @@ static void add_head(cJSON *j, const char *format, const char *model, const shar
 
 /* ---- carve cost --------------------------------------------------------------- */
 
+/* A pipelined plan's pipeline: its spec and, when priced, each stage. */
+static void add_pipeline(cJSON *j, const view_explanation *x)
+{
+    const pipe_program *pp = x->pp;
+    if (!pp) return;
+    const pipe_spec *s = &pp->spec;
+    cJSON *o = cJSON_AddObjectToObject(j, "pipeline");
+    cJSON_AddStringToObject(o, "axis", x->st->mesh->names[s->axis]);
+    cJSON_AddNumberToObject(o, "stages", s->stages);
+    cJSON_AddStringToObject(o, "schedule", pipe_schedule_name(s->schedule));
+    cJSON_AddNumberToObject(o, "chunks", s->chunks);
+    cJSON_AddNumberToObject(o, "microbatches", s->microbatches);
+    cJSON *lay = cJSON_AddArrayToObject(o, "layers_per_virtual_stage");
+    for (int v = 0; v < pipe_vstages(s); v++) cJSON_AddItemToArray(lay, num(s->first[v + 1] - s->first[v]));
+    cJSON_AddNumberToObject(o, "transfers", pp->n_xfers);
+    const cost_pipe_estimate *pe = x->pe;
+    if (!pe || !pe->stage) return;
+    cJSON_AddItemToObject(o, "bubble", num(pe->bubble));
+    cJSON_AddItemToObject(o, "ideal_s", num(pe->ideal));
+    cJSON *st = cJSON_AddArrayToObject(o, "per_stage");
+    for (int r = 0; r < pe->n_stages; r++) {
+        const cost_pipe_stage *g = &pe->stage[r];
+        cJSON *e = cJSON_CreateObject();
+        cJSON_AddNumberToObject(e, "stage", r);
+        cJSON *vs = cJSON_AddArrayToObject(e, "layers");
+        for (int c = 0; c < s->chunks; c++) { /* [first, last] of each chunk, empty when it holds none */
+            int v = c * s->stages + r;
+            cJSON *range = cJSON_CreateArray();
+            if (s->first[v + 1] > s->first[v]) {
+                cJSON_AddItemToArray(range, num(s->first[v]));
+                cJSON_AddItemToArray(range, num(s->first[v + 1] - 1));
+            }
+            cJSON_AddItemToArray(vs, range);
+        }
+        cJSON_AddItemToObject(e, "busy_s", num(g->busy));
+        cJSON_AddItemToObject(e, "idle_s", num(g->idle));
+        cJSON_AddItemToObject(e, "forward_s", num(g->fwd));
+        cJSON_AddItemToObject(e, "backward_s", num(g->bwd));
+        cJSON_AddItemToObject(e, "end_of_step_s", num(g->end));
+        cJSON_AddItemToObject(e, "peak_memory_bytes", num(g->peak));
+        cJSON_AddItemToObject(e, "held_bytes", num(g->base));
+        cJSON_AddItemToObject(e, "stash_bytes", num(g->stash));
+        cJSON_AddNumberToObject(e, "in_flight", g->in_flight);
+        cJSON_AddItemToObject(e, "sent_bytes", num(g->send_bytes));
+        cJSON_AddItemToArray(st, e);
+    }
+}
+
 static cJSON *cost_json(const view_explanation *x)
 {
     cJSON *j = cJSON_CreateObject();
     add_head(j, VIEW_DOC_COST, x->model, x->st->mesh, x->hw, x->opt, x->schedule);
     cJSON_AddItemToObject(j, "estimate", estimate_json(x->e));
+    add_pipeline(j, x);
     if (x->base) {
         cJSON *r = cJSON_AddObjectToObject(j, "replicated");
         cJSON_AddItemToObject(r, "step_time_s", num(x->base->step_time));
@@ -275,6 +324,7 @@ static void add_body_tail(cJSON *j, const view_explanation *x)
     cJSON_AddItemToObject(j, "params", params_json(x->st));
     cJSON_AddItemToObject(j, "collectives", collectives_json(x));
     cJSON_AddItemToObject(j, "estimate", estimate_json(x->e));
+    add_pipeline(j, x);
     cJSON_AddItemToObject(j, "experts", experts_json(x->ex, x->n_ex, x->best, x->e));
 }
 

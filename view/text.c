@@ -202,6 +202,48 @@ static void layer_collectives(FILE *f, const view_explanation *x)
     collectives_of(f, x, -1);
 }
 
+/* A pipelined plan: its schedule, and per stage its layers, time and memory
+ * (docs/pipeline.md). */
+static void pipeline_section(FILE *f, const view_explanation *x)
+{
+    const pipe_program *pp = x->pp;
+    const cost_pipe_estimate *pe = x->pe;
+    if (!pp) return;
+    const pipe_spec *s = &pp->spec;
+    char sched[64], t1[32], t2[32];
+    if (s->schedule == PIPE_INTERLEAVED) snprintf(sched, sizeof sched, "interleaved 1F1B, %d chunks a device", s->chunks);
+    else snprintf(sched, sizeof sched, "%s", s->schedule == PIPE_GPIPE ? "GPipe" : "1F1B");
+    fprintf(f, "\npipeline       %s over '%s': %d stages, %d micro-batches, %d transfers a micro-batch or step", sched,
+            x->st->mesh->names[s->axis], s->stages, s->microbatches, pp->n_xfers);
+    if (!pe || !pe->stage) {
+        fprintf(f, "\n");
+        return;
+    }
+    cost_fmt_time(pe->step, t1, sizeof t1);
+    fprintf(f, "\n  bubble %.1f%% of the step (%s), stages' idle time; ideal (the busiest stage's tasks) ", 100 * pe->bubble, t1);
+    cost_fmt_time(pe->ideal, t1, sizeof t1);
+    fprintf(f, "%s\n", t1);
+    fprintf(f, "  %-5s %-14s %14s %14s %14s %11s %11s %11s %9s\n", "stage", "layers", "busy", "idle", "fwd+bwd/mb", "peak GiB",
+            "held GiB", "stash/mb", "in flight");
+    for (int r = 0; r < pe->n_stages; r++) {
+        const cost_pipe_stage *st = &pe->stage[r];
+        char layers[64] = "";
+        size_t k = 0;
+        for (int c = 0; c < s->chunks && k < sizeof layers; c++) {
+            int vs = c * s->stages + r, lo = s->first[vs], hi = s->first[vs + 1];
+            if (hi <= lo) k += (size_t)snprintf(layers + k, sizeof layers - k, "%snone", c ? "," : "");
+            else if (hi - lo == 1) k += (size_t)snprintf(layers + k, sizeof layers - k, "%s%d", c ? "," : "", lo);
+            else k += (size_t)snprintf(layers + k, sizeof layers - k, "%s%d-%d", c ? "," : "", lo, hi - 1);
+        }
+        char fb[32];
+        cost_fmt_time(st->busy, t1, sizeof t1);
+        cost_fmt_time(st->idle, t2, sizeof t2);
+        cost_fmt_time(st->fwd + st->bwd, fb, sizeof fb);
+        fprintf(f, "  %-5d %-14s %14s %14s %14s %11.4g %11.4g %11.4g %9d\n", r, layers, t1, t2, fb, st->peak / GiB, st->base / GiB,
+                st->stash / GiB, st->in_flight);
+    }
+}
+
 /* ---- carve cost ------------------------------------------------------------------------ */
 
 static void text_cost(FILE *f, const view_explanation *x)
@@ -217,6 +259,7 @@ static void text_cost(FILE *f, const view_explanation *x)
             mixed ? (cost_grads_f32(opt) ? "f32" : cost_precision_name(opt->precision)) : "",
             opt->overlap ? "communication overlapped with compute" : "no overlap of compute and communication");
     estimate(f, x->e);
+    pipeline_section(f, x);
     /* the padding of uneven splits (priced in the estimate like data) */
     if (pad->padded_elems > 0 || pad->padded_comm_bytes > 0 || pad->padded_arg_bytes > 0)
         fprintf(f, "\npadding (uneven splits, counted in the figures above): %.2f%% of the elements computed per device, "
@@ -258,6 +301,7 @@ static void text_explain(FILE *f, const view_explanation *x)
     layer_collectives(f, x);
     fprintf(f, "\n");
     estimate(f, x->e);
+    pipeline_section(f, x);
     fprintf(f, "\ncompared with the expert schedules:\n");
     experts(f, x, x->e);
 }
@@ -355,6 +399,10 @@ static void memory_choice(FILE *f, const autopart_step *s, int n, int chosen)
                    "(activations %.4g GiB at the peak, %.3gx the FLOPs of the plain step's best plan) and is the fastest that fits\n",
                 buf, p->peak_memory / GiB, c->capacity / GiB, buf, c->peak_memory / GiB, c->activation_peak / GiB,
                 p->flops > 0 ? c->flops / p->flops : 0);
+    } else if (!strncmp(buf, "pipeline:", 9)) {
+        cost_fmt_time(p->step_time, t, sizeof t);
+        fprintf(f, "  chosen: %s: its best plan (%.4g GiB) is faster than the unpipelined plain step's (%s)\n", buf,
+                c->peak_memory / GiB, t);
     } else {
         cost_fmt_time(p->step_time, t, sizeof t);
         fprintf(f, "  chosen: %s: its best plan is faster than the plain step's (%s), whose sharding must work harder to fit\n", buf, t);
@@ -368,7 +416,10 @@ static void memory_level(FILE *f, const view_search *vs)
     const autopart_step *s = vs->steps;
     char t[32];
     if (vs->n_steps < 2) return;
-    fprintf(f, "\nmemory tactics (each step searched; a plan that fits first, then the shortest step):\n");
+    int piped = 0;
+    for (int i = 0; i < vs->n_steps; i++) piped |= !strncmp(s[i].tactics, "pipeline:", 9);
+    fprintf(f, "\nmemory tactics%s (each step searched; a plan that fits first, then the shortest step):\n",
+            piped ? " and pipelines (the best 3 of the pipeline level's candidates, docs/pipeline.md)" : "");
     fprintf(f, "  %-26s %14s %14s  %s\n", "tactics", "step time", "peak memory", "plans priced");
     for (int i = 0; i < vs->n_steps; i++) {
         const char *name = s[i].tactics[0] ? s[i].tactics : "none";
@@ -404,6 +455,7 @@ static void gather_policy(FILE *f, const view_explanation *x)
 static void text_autopart(FILE *f, const view_explanation *x)
 {
     autopart_plan(f, x);
+    pipeline_section(f, x);
     memory_level(f, x->search);
     fprintf(f, "\n");
     gather_policy(f, x);
@@ -492,6 +544,7 @@ static void text_shard(FILE *f, const view_explanation *x)
     }
     fprintf(f, "\n");
     collective_table(f, x->p);
+    pipeline_section(f, x);
 }
 
 int view_render_text(const view_explanation *x, FILE *f)

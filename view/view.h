@@ -28,6 +28,7 @@
 #include "analysis/spmd.h"
 #include "autopart/memory.h"
 #include "cost/cost.h"
+#include "cost/pipeline.h"
 #include "plan/plan.h"
 
 /* Which command's output an explanation is. */
@@ -86,7 +87,9 @@ typedef struct view_explanation {
     int n_decisions;
     int summary;              /* shard: the summary (no program, no decisions, layer 0 only) */
     /* a pipelined plan's schedule (stages, micro-batches, each device's task
-     * order; issue 27) joins here as an input, beside p */
+     * order; issue 27), beside p: */
+    const pipe_program *pp;   /* a pipelined plan's program (p is pp->prog), or NULL */
+    const cost_pipe_estimate *pe; /* and its stages priced (cost, explain, autopart), or NULL */
     /* ---- derived by view_explain */
     char strategy[1024];      /* the strategy in words */
     int *param_rep;           /* per layer: the first layer whose params are alike (shapes and shardings) */
