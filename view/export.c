@@ -105,6 +105,30 @@ int view_export_uneven(const shard_state *st, char *first, size_t n)
     return count;
 }
 
+/* A pipelined plan: which stages hold each param, its owner (the stage that
+ * updates it) first, as comment lines. */
+static void export_stages(FILE *f, const view_explanation *x, const char *comment)
+{
+    const pipe_program *pp = x->pp;
+    if (!pp) return;
+    const pipe_spec *s = &pp->spec;
+    const spmd_program *p = pp->prog;
+    const ir_graph *g = p->g;
+    fprintf(f, "\n%s pipeline over '%s': %d stages (%s, %d chunk(s) a stage, %d micro-batches); layers per virtual stage", comment,
+            x->st->mesh->names[s->axis], s->stages, pipe_schedule_name(s->schedule), s->chunks, s->microbatches);
+    for (int v = 0; v < pipe_vstages(s); v++) fprintf(f, "%s%d", v ? "/" : " ", s->first[v + 1] - s->first[v]);
+    fprintf(f, "\n%s the stages holding each param (the first updates it; docs/pipeline.md):\n", comment);
+    for (int v = 0; v < g->n_values; v++) {
+        int b = p->arg_buf[v];
+        if (g->values[v].role != IR_PARAM || b < 0) continue;
+        int owner = pp->owner[b];
+        fprintf(f, "%s   %s: %d", comment, g->values[v].name, owner);
+        for (int r = 0; r < s->stages; r++)
+            if (r != owner && pp->holds[(size_t)r * p->n_bufs + b]) fprintf(f, ", %d", r);
+        fputc('\n', f);
+    }
+}
+
 int export_render(const view_explanation *x, const char *name, const char *comment, export_write_fn write, FILE *f)
 {
     if (!x->pl || !x->p) return -1;
@@ -125,5 +149,6 @@ int export_render(const view_explanation *x, const char *name, const char *comme
     for (int o = 0; o < st->g->n_ops; o++) fwd[o] = x->p->phase[o] == SPMD_FORWARD;
     write(f, st, fwd);
     free(fwd);
+    export_stages(f, x, comment);
     return ferror(f) ? -1 : 0;
 }
