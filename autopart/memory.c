@@ -38,6 +38,19 @@ int autopart_step_search(autopart_step *s, const search_algo *algo, const search
     memcpy(s->ex + s->n_ex, zero, (size_t)nz * sizeof *zero); /* the states move with the rows */
     s->n_ex += nz;
     free(zero);
+    if (s->pr.piped && s->pr.pipe.split_auto) { /* the search prices the best expert's balanced split */
+        int best = -1;
+        for (int i = 0; i < s->n_ex; i++)
+            if (s->ex[i].ok && (best < 0 || autopart_better(&s->ex[i].e, &s->ex[best].e))) best = i;
+        if (best >= 0) {
+            cost_estimate e;
+            autopart_price(&s->pr, s->ex[best].st, &e);
+            if (s->pr.pp.prog) {
+                s->pr.pipe_search = s->pr.pp.spec;
+                s->pr.pipe_fixed = 1;
+            }
+        }
+    }
     s->seeds = ir_xcalloc((size_t)s->n_ex + 1, sizeof *s->seeds);
     s->b = *b;
     s->b.n_seeds = 0;

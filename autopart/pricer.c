@@ -148,7 +148,7 @@ static void *eval_make(void *cfg, shard_state *st)
     pr->baseline = base->baseline;
     pr->gather_auto = base->gather_auto;
     pr->piped = base->piped;
-    pr->pipe = base->pipe; /* priced at the even split: balancing doubles an evaluation */
+    pr->pipe = base->pipe_fixed ? base->pipe_search : base->pipe; /* one split for every plan (see pricer.h) */
     pr->pipe_balance = 0;
     pr->ws = cost_ws_new();
     return pr;

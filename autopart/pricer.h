@@ -17,9 +17,11 @@
  * A pricer set to a pipeline (autopart_pricer_set_pipeline) lowers every plan
  * with pipe_lower and prices its schedule (cost/pipeline.h); pr->p is then
  * the pipelined program (owned by pr->pp).  A pipeline whose layer split is
- * auto is priced at the even split while searching (the search's
- * evaluators) and balanced by the cost model when the pricer itself prices
- * (autopart_price on the best plan and the experts: cost_price_pipelined).
+ * auto is balanced by the cost model when the pricer itself prices
+ * (autopart_price on the best plan and the experts: cost_price_pipelined);
+ * the search's evaluators price one split for every plan (balancing doubles
+ * an evaluation): the best expert's balanced split (autopart_step_search sets
+ * pipe_search), else the even one.
  */
 #ifndef CARVE_AUTOPART_PRICER_H
 #define CARVE_AUTOPART_PRICER_H
@@ -44,6 +46,8 @@ typedef struct autopart_pricer {
     int piped;            /* 1: plans are pipelined under `pipe` (0 in a zeroed pricer: not pipelined) */
     pipe_spec pipe;       /* the pipeline when piped */
     int pipe_balance;     /* balance an auto split (the pricer itself; not the search's copies) */
+    int pipe_fixed;       /* the search's copies price pipe_search (a resolved split) instead of the even split */
+    pipe_spec pipe_search;
     pipe_program pp, pp2; /* the pipelined programs of p and p2 */
     cost_pipe_estimate pe, pe2; /* per stage, the prices of pp and pp2 (filled when the pricer balances) */
 } autopart_pricer;
