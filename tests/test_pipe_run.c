@@ -269,6 +269,7 @@ static void test_session_run(void)
         session_run_memory mem;
         int rc = session_world_init(&w, EXEC_THREADS, err, sizeof err);
         ir_graph *ref = x.ref_g;
+        exec_spmd_check_free(&x.c); /* its check reads ref, which the run frees */
         x.ref_g = NULL; /* the run owns it now */
         if (!rc) rc = session_run_open_pipe(&r, &w, &x.pp, ref, "gpt (pipelined)", 3, &mem, err, sizeof err);
         if (!rc) rc = session_run_start(r, err, sizeof err);
