@@ -172,12 +172,13 @@ static int pipeline_level(session_autopart *a, const char *user, double deadline
     model_config cfg;
     char e2[512];
     if (model_parse(a->src.model, &cfg, e2, sizeof e2) < 0) return 0;
+    int bk = model_batch_key(&cfg);
     plan tmpl; /* the steps' states borrow its mesh until they are freed */
     plan_inputs(a, user, &tmpl);
     search_budget b = a->b;
     b.seconds = autopart_plain_seconds(a->b.seconds, a->n_steps);
     autopart_pipeline_level L = {&a->mesh, user, build_config, &tmpl, &a->hw, a->opt, a->algo, b, a->gather_auto, deadline,
-                                 model_get(&cfg, "batch"), a->steps[0].g ? a->steps[0].g->n_layers : 0, 3};
+                                 bk >= 0 ? cfg.values[bk] : -1, a->steps[0].g ? a->steps[0].g->n_layers : 0, 3};
     if (L.n_layers < 2 || L.batch < 1) return 0;
     if (a->hooks.level) a->hooks.level(a->hooks.ctx, 1);
     int n_out = 0, best = autopart_pipeline_search(&L, a->pipe_cands, &a->n_pipe_cands, &a->steps[a->n_steps], &n_out);

@@ -57,7 +57,8 @@ static ir_graph *build_model(const char *arg, const session_source *s, const ir_
     if (model_parse(arg, &cfg, err, errlen) < 0) return NULL;
     model_config_str(&cfg, label, n);
     *is_step = !s->forward;
-    int pipe_m = pipeline_microbatches(s, model_get(&cfg, "batch"), err, errlen);
+    int bk = model_batch_key(&cfg);
+    int pipe_m = pipeline_microbatches(s, bk >= 0 ? cfg.values[bk] : -1, err, errlen);
     if (pipe_m < 0) return NULL;
     if (pipe_m > 0) return model_build_pipeline_body(&cfg, opt, pipe_m, err, errlen);
     return s->forward ? model_build_forward(&cfg, err, errlen) : model_build_microbatched_step(&cfg, opt, micro, err, errlen);
