@@ -34,7 +34,10 @@
  * its own start of the step), its time in transfers and, of that, blocked in
  * a recv.  After the step, idle_s = the step's wall time minus the device's
  * busy time (compute, collectives, transfers not blocked): its share of the
- * pipeline's bubble.
+ * pipeline's bubble when every device has a core of its own.  Each device
+ * thread also records its CPU seconds at every transfer, and the step is
+ * replayed from that trace as if it had (replay(): the bubble on a machine
+ * with fewer free cores than devices).
  */
 #include "exec/spmd_impl.h"
 
