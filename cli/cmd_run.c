@@ -22,13 +22,16 @@ static void say(const char *err)
     if (err[0]) cli_error("%s", err);
 }
 
-/* Runs p (its step p->g, named cfg) checked against the reference. */
-static int run_checked(const cli_opts *o, session_world *w, const spmd_program *p, const char *cfg)
+/* Runs p (its step p->g, named cfg), or the pipelined program pp (p =
+ * pp->prog) against ref (taken over), checked against the reference. */
+static int run_checked(const cli_opts *o, session_world *w, const spmd_program *p, const pipe_program *pp, ir_graph *ref,
+                       const char *cfg)
 {
     char err[4096];
     session_run *r;
     session_run_memory mem;
-    int rc = session_run_open(&r, w, p, cfg, (uint64_t)o->seed, &mem, err, sizeof err);
+    int rc = pp ? session_run_open_pipe(&r, w, pp, ref, cfg, (uint64_t)o->seed, &mem, err, sizeof err)
+                : session_run_open(&r, w, p, cfg, (uint64_t)o->seed, &mem, err, sizeof err);
     say(err);
     if (rc) return rc;
     run_print_header(o, w, p, cfg, &mem);
@@ -49,11 +52,36 @@ static int run_checked(const cli_opts *o, session_world *w, const spmd_program *
     }
     if (rc == CLI_OK && session_run_is_root(r)) {
         run_print_timings(w, r);
-        run_print_memory(w, r, p);
-        rc = run_print_check(p->g, r);
+        if (pp) run_print_pipeline(w, r);
+        else run_print_memory(w, r, p);
+        rc = run_print_check(session_run_check_graph(r), r);
     }
     rc = session_run_agree(r, rc);
     session_run_free(r);
+    return rc;
+}
+
+/* Runs st's step: lowered (as the pipeline ps when piped, checked against
+ * the unrolled step of `model` at its micro-batches), run and checked. */
+static int run_lowered(const cli_opts *o, session_world *w, shard_state *st, int piped, const pipe_spec *ps, const char *model,
+                       const char *cfg)
+{
+    char err[1024];
+    if (!piped) {
+        spmd_program *p = spmd_lower(st);
+        int rc = run_checked(o, w, p, NULL, NULL, cfg);
+        spmd_free(p);
+        return rc;
+    }
+    pipe_program pp;
+    ir_graph *ref = session_run_reference(model, o->optimizer, ps->microbatches, err, sizeof err);
+    if (!ref || session_run_lower_pipeline(st, ps, &pp, err, sizeof err) < 0) {
+        cli_error("run: %s", err);
+        ir_free(ref);
+        return CLI_BAD_INPUT;
+    }
+    int rc = run_checked(o, w, pp.prog, &pp, ref, cfg);
+    pipe_program_free(&pp);
     return rc;
 }
 
@@ -79,7 +107,8 @@ static int run_plan(const cli_opts *o, session_world *w)
     else if (pl.mesh.n_devices > 256)
         cli_error("run: plan '%s' has %lld devices; carve run simulates at most 256", o->plan, (long long)pl.mesh.n_devices);
     else {
-        spmd_program *p = spmd_lower(st);
+        pipe_spec ps;
+        int piped = session_plan_pipeline(&pl, g, &ps, err, sizeof err);
         char label[1200];
         snprintf(label, sizeof label, "%s (plan %s)", pl.model[0] ? pl.model : pl.graph_file, o->plan);
         if (pl.has_predicted) {
@@ -91,8 +120,8 @@ static int run_plan(const cli_opts *o, session_world *w)
         }
         cli_opts with_schedule = *o;
         with_schedule.schedule = pl.schedule;
-        rc = run_checked(&with_schedule, w, p, label);
-        spmd_free(p);
+        if (piped < 0) cli_error("run: %s", err);
+        else rc = run_lowered(&with_schedule, w, st, piped, &ps, pl.model, label);
     }
     shard_state_free(st);
     ir_free(g);
@@ -127,14 +156,13 @@ static int run_schedule(const cli_opts *o, session_world *w)
         return CLI_BAD_INPUT;
     }
     shard_state *st = shard_state_new(g, &mesh);
-    int rc;
-    if (sched_apply(&sc, st, err, sizeof err) < 0) {
+    pipe_spec ps;
+    int rc, piped = sched_pipeline_step(&sc, g, &mesh, &ps, err, sizeof err);
+    if (piped < 0 || sched_apply(&sc, st, err, sizeof err) < 0) {
         cli_error("run: %s", err);
         rc = CLI_BAD_INPUT;
     } else {
-        spmd_program *p = spmd_lower(st);
-        rc = run_checked(o, w, p, cfg);
-        spmd_free(p);
+        rc = run_lowered(o, w, st, piped, &ps, o->model, cfg);
     }
     shard_state_free(st);
     ir_free(g);

@@ -2,9 +2,11 @@
  * runs it): the header, each step's losses and times, per-device timings and
  * bytes moved, peak memory against the prediction, and the check. */
 #include <stdio.h>
+#include <stdlib.h>
 
 #include "cli/cli.h"
 #include "cli/run_report.h"
+#include "cost/pipeline.h"
 #include "exec/exec.h"
 
 static double mib(size_t b) { return (double)b / 1048576.0; }
@@ -20,6 +22,9 @@ void run_print_header(const cli_opts *o, const session_world *w, const spmd_prog
     if (w->backend == EXEC_MPI)
         printf("backend mpi: %d ranks, one device each\nmemory: %.1f MiB per rank + reference %.1f MiB on rank 0\n", w->size,
                mib(m->device), mib(m->reference));
+    else if (m->spmd < m->device * (size_t)p->mesh.n_devices) /* a pipeline's stages hold different buffers */
+        printf("memory: up to %.1f MiB per device (its stage's arena), %.1f MiB for all %lld + reference %.1f MiB = %.1f MiB\n",
+               mib(m->device), mib(m->spmd), (long long)p->mesh.n_devices, mib(m->reference), mib(m->spmd + m->reference));
     else
         printf("memory: %.1f MiB per device x %lld + reference %.1f MiB = %.1f MiB\n", mib(m->device),
                (long long)p->mesh.n_devices, mib(m->reference), mib(m->spmd + m->reference));
@@ -75,7 +80,7 @@ void run_print_timings(const session_world *w, const session_run *r)
         const exec_spmd_device_stats *s = &st->dev[d];
         printf("  %6d  %8.4f  %10.4f  %8.4f  %14.1f  %8.3f\n", d, s->compute_s, s->collective_s, s->wait_s,
                s->einsum_s > 0 ? s->einsum_flops / s->einsum_s / 1e9 : 0.0, s->moved_bytes / 1048576.0);
-        moved += s->moved_bytes;
+        moved += s->moved_bytes - s->kind_bytes[SPMD_SEND]; /* a pipeline's sends: in its own section */
         move_s += s->collective_s - s->wait_s;
     }
     print_top_ops(st, who);
@@ -149,4 +154,66 @@ int run_print_check(const ir_graph *g, const session_run *r)
     int ok = session_run_ok(r);
     printf("check: %s\n", ok ? "passed" : "FAILED");
     return ok ? CLI_OK : CLI_CHECK_FAILED;
+}
+
+/* Median of x[0..n) (sorts x). */
+static double median(double *x, int n)
+{
+    for (int i = 1; i < n; i++) /* insertion sort: a handful of devices a stage */
+        for (int j = i; j > 0 && x[j - 1] > x[j]; j--) {
+            double t = x[j];
+            x[j] = x[j - 1];
+            x[j - 1] = t;
+        }
+    return n % 2 ? x[n / 2] : 0.5 * (x[n / 2 - 1] + x[n / 2]);
+}
+
+void run_print_pipeline(const session_world *w, session_run *r)
+{
+    const pipe_program *pp = session_run_pipeline(r);
+    const exec_spmd_stats *st = session_run_stats(r);
+    const pipe_spec *s = &pp->spec;
+    const shard_mesh *mesh = &pp->prog->mesh;
+    char err[512];
+    cost_pipe_estimate pe;
+    int priced = session_run_pipe_estimate(r, &pe, err, sizeof err) == 0;
+    printf("\npipeline over axis %s: %d stages, %s, %d micro-batches, layers", mesh->names[s->axis], s->stages,
+           pipe_schedule_name(s->schedule), s->microbatches);
+    for (int v = 0; v < pipe_vstages(s); v++) printf("%s%d", v ? "/" : " ", s->first[v + 1] - s->first[v]);
+    if (s->chunks > 1) printf(" (%d chunks a stage, Megatron-LM's interleaving)", s->chunks);
+    printf("\n");
+    if (!priced) printf("  (no prediction: %s)\n", err);
+    printf("last step per stage (bubble: its idle share of the step. predicted: the cost model's simulated schedule;\n"
+           "replay: the step replayed from each device's CPU time with a core per device; wall: its wall-clock idle share,\n"
+           "which on fewer free cores than devices also counts core sharing. Memory: MiB per device; docs/run.md):\n");
+    printf("  %5s  %9s  %6s  %6s  %9s  %9s  %9s  %9s  %9s\n", "stage", "predicted", "replay", "wall", "wait s", "sent MiB",
+           "predicted", "laid out", "measured");
+    double *idle = calloc((size_t)st->n_devices + 1, sizeof *idle), *wall = calloc((size_t)st->n_devices + 1, sizeof *wall);
+    for (int stage = 0; idle && wall && stage < s->stages; stage++) {
+        int n = 0;
+        double wait = 0, sent = 0, resident = 0;
+        for (int d = 0; d < st->n_devices; d++) {
+            const exec_spmd_device_stats *x = &st->dev[d];
+            if (shard_device_coord(mesh, d, s->axis) != stage) continue;
+            idle[n] = st->replay_s > 0 ? x->replay_idle_s / st->replay_s : 0;
+            wall[n++] = st->wall_s > 0 ? x->idle_s / st->wall_s : 0;
+            wait += x->p2p_wait_s;
+            sent += x->kind_bytes[SPMD_SEND];
+            if (x->resident_bytes > resident) resident = x->resident_bytes;
+        }
+        printf("  %5d  ", stage);
+        if (priced) printf("%9.3f", pe.stage[stage].idle / pe.step);
+        else printf("%9s", "-");
+        printf("  %6.3f  %6.3f  %9.4f  %9.3f  ", median(idle, n), median(wall, n), wait / n, sent / n / 1048576.0);
+        if (priced) printf("%9.2f", pe.stage[stage].peak / 1048576.0);
+        else printf("%9s", "-");
+        printf("  %9.2f  %9.2f\n", mib(exec_pipe_stage_bytes(session_run_runtime(r), stage)), resident / 1048576.0);
+    }
+    free(idle);
+    free(wall);
+    if (priced)
+        printf("  step: predicted %.4f s on the cpu preset (bubble %.3f of it), replayed %.4f s, wall %.4f s\n", pe.step, pe.bubble,
+               st->replay_s, st->wall_s);
+    if (w->backend == EXEC_MPI) printf("  (MPI: a rank's time blocked in a receive includes MPI's own work on the message)\n");
+    if (priced) cost_pipe_estimate_free(&pe);
 }

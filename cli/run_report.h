@@ -16,6 +16,10 @@ void run_print_step(int64_t step, const exec_spmd_check *c, const session_step_t
 void run_print_timings(const session_world *w, const session_run *r);
 /* Peak memory per device: predicted, laid out, measured. */
 void run_print_memory(const session_world *w, const session_run *r, const spmd_program *p);
+/* A pipelined run: per stage its bubble (predicted, replayed from the
+ * devices' CPU time, wall-clock), waits, bytes sent and memory (predicted,
+ * laid out, measured). */
+void run_print_pipeline(const session_world *w, session_run *r);
 /* The check's figures; returns CLI_OK when it passed, else CLI_CHECK_FAILED. */
 int run_print_check(const ir_graph *g, const session_run *r);
 

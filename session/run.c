@@ -23,6 +23,7 @@
 #include "session/session.h"
 
 #include "cost/pipeline.h"
+#include "models/models.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -167,6 +168,28 @@ int session_run_open_pipe(session_run **out, session_world *w, const pipe_progra
     int rc = open_run(out, w, pp->prog, pp, ref, label, seed, mem, err, errlen);
     if (rc) ir_free(ref);
     return rc;
+}
+
+int session_run_lower_pipeline(shard_state *st, const pipe_spec *ps, pipe_program *pp, char *err, size_t errlen)
+{
+    cost_hw hw;
+    cost_estimate e;
+    cost_options opt = {.precision = COST_FP32};
+    if (cost_hw_preset("cpu", &hw, err, errlen) < 0) return -1;
+    hw.fused_elementwise = 1; /* the groups the executor runs */
+    cost_ws *ws = cost_ws_new();
+    int rc = ws ? cost_price_pipelined(ws, st, ps, NULL, &hw, &opt, pp, &e, NULL, err, errlen) : ir_errf(err, errlen, "out of memory");
+    cost_ws_free(ws);
+    return rc;
+}
+
+ir_graph *session_run_reference(const char *model, const char *optimizer, int m, char *err, size_t errlen)
+{
+    model_config cfg;
+    ir_optimizer opt = session_optimizer(optimizer);
+    if (!model || !model[0]) return ir_errf(err, errlen, "run: a pipelined run is checked against its model's unrolled step: give --model"), NULL;
+    if (model_parse(model, &cfg, err, errlen) < 0) return NULL;
+    return model_build_microbatched_step(&cfg, &opt, m, err, errlen);
 }
 
 const pipe_program *session_run_pipeline(const session_run *r) { return r->pp; }

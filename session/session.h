@@ -302,6 +302,15 @@ int session_run_open(session_run **out, session_world *w, const spmd_program *p,
  * Everything below works on it alike. */
 int session_run_open_pipe(session_run **out, session_world *w, const pipe_program *pp, ir_graph *ref, const char *label,
                           uint64_t seed, session_run_memory *mem, char *err, size_t errlen);
+/* Lowers st's step (a pipeline's body) under ps for a run: an auto layer
+ * split balanced by the `cpu` preset's prices in f32, what the executor
+ * runs (cost_price_pipelined).  Returns 0 (free pp with pipe_program_free),
+ * or -1 with a message. */
+int session_run_lower_pipeline(shard_state *st, const pipe_spec *ps, pipe_program *pp, char *err, size_t errlen);
+/* What a pipelined run is checked against: the unrolled step of model
+ * (its spec) with `optimizer` at m micro-batches
+ * (model_build_microbatched_step).  NULL with a message. */
+ir_graph *session_run_reference(const char *model, const char *optimizer, int m, char *err, size_t errlen);
 /* The run's pipelined program, or NULL. */
 const pipe_program *session_run_pipeline(const session_run *r);
 /* The graph the check compares with (the outputs its indices name): the

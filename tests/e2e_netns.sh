@@ -13,7 +13,8 @@
 # and the bytes that crossed the veth must be at least what its exchange
 # case sends between the hosts (two pairs, both ways, three 1.2 MB messages);
 # pipelined training steps (`test_pipe_run --mpi K`, each checked against
-# the single-device reference) with the stages on different hosts.
+# the single-device reference) with the stages on different hosts, and
+# `carve run` of a pipelined GPT with a stage per host.
 # Needs root (ip netns, veth); as another user it says so and counts the
 # cases skipped.  As root, a namespace that cannot be made is a failure, and
 # so is a missing or broken MPI (CARVE_TEST_WITHOUT=mpi: a skip).
@@ -27,6 +28,7 @@ if [ "$(id -u)" != 0 ]; then
     skipped "bytes over the veth" "not root"
     skipped "pipelined step, 2 stages on 2 hosts" "not root"
     skipped "pipelined step, 2 stages of 2 devices on 2 hosts" "not root"
+    skipped "carve run, pipelined, a stage per host" "not root"
     closing
     exit
 fi
@@ -110,5 +112,15 @@ for c in "0 2" "2 4"; do
     else fail=$((fail + 1)); echo "FAIL test_pipe_run --mpi $1 on $2 ranks over two hosts: exit $rc, $crossed bytes over the veth"; tail -5 pipe.txt; head -10 pipe.err; fi
     echo "pipelined case $1 on $2 ranks over two hosts: $crossed bytes received by host B"
 done
+
+# carve run itself: a pipelined GPT step, a stage per host, a tensor-parallel pair inside each
+before=$(veth_bytes)
+across 4 slot "$carve" run --model gpt-tiny:layers=8 --mesh pipe=2,model=2 --schedule pipeline:pipe:4,megatron:model \
+    --steps 2 --backend mpi >run.txt 2>run.err
+rc=$?
+crossed=$(($(veth_bytes) - before))
+if [ $rc -eq 0 ] && grep -q "^check: passed" run.txt && [ "$crossed" -gt 0 ]; then pass=$((pass + 1))
+else fail=$((fail + 1)); echo "FAIL carve run, pipelined, a stage per host: exit $rc, $crossed bytes over the veth"; tail -5 run.txt; head -10 run.err; fi
+echo "carve run, pipelined, a stage per host: $crossed bytes received by host B"
 
 closing

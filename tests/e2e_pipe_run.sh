@@ -1,0 +1,85 @@
+#!/usr/bin/env bash
+# e2e_pipe_run.sh - `carve run` of pipelined GPT and LLaMA presets (tiny
+# sizes, 8 layers) on simulated devices and on MPI ranks, checked against
+# the single-device reference of the unrolled step.
+#
+# Threads: every schedule (GPipe, 1F1B, interleaved 1F1B with 2 chunks) on 4
+# devices (4 stages) and on 8 (4 stages of a Megatron tensor-parallel pair),
+# for both models, plus 8 stages; each run must exit 0 with "check: passed"
+# and print the pipeline section (a row per stage).  MPI: one rank per
+# device, each schedule on 4 ranks (GPT) and on 8 (LLaMA with tensor
+# parallelism); every sum has at most 2 terms, so the outputs digest must
+# equal the threads backend's bit for bit.  A pipelined plan (autopart's,
+# where nothing else fits its memory) replayed by `carve run --plan`.  Then
+# what must be refused with one line: a pipeline on a graph file.  MPI missing: a failure unless
+# CARVE_TEST_WITHOUT names mpi.  Closing line: N passed, N failed[, N skipped].
+set -u
+. "$(dirname "$0")/lib_e2e.sh"
+carve=${CARVE_BIN:-$(dirname "$0")/../build/carve}
+root=${CARVE_ROOT:-$(cd "$(dirname "$0")/.." && pwd)}
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+cd "$tmp" || exit 1
+[ "${CARVE_ASAN:-0}" = 1 ] && export ASAN_OPTIONS="${ASAN_OPTIONS:-}:detect_leaks=0"
+GPT=gpt-tiny:layers=8
+LLAMA=llama-tiny:layers=8
+digest() { sed -n 's/^  outputs digest *\([0-9a-f]*\).*/\1/p' "$1"; }
+
+# piped NAME FILE ARGS...: carve run ARGS (2 steps) passes its check and prints a row per stage
+piped() {
+    local name=$1 out=$2 stages
+    shift 2
+    "$carve" run "$@" --steps 2 >"$out" 2>err.txt
+    local rc=$?
+    stages=$(sed -n 's/^pipeline over axis [a-z]*: \([0-9]*\) stages.*/\1/p' "$out")
+    local rows; rows=$(grep -cE '^ +[0-9]+ +[0-9.]+ +[0-9.]+ +[0-9.]+ ' "$out")
+    if [ $rc -eq 0 ] && grep -q "^check: passed" "$out" && [ -n "$stages" ] && [ "$rows" -ge "$stages" ] && [ -n "$(digest "$out")" ]; then
+        pass=$((pass + 1))
+    else
+        fail=$((fail + 1)); echo "FAIL $name: exit $rc, $rows rows for '${stages:-no}' stages"; tail -5 "$out"; head -5 err.txt
+    fi
+}
+
+for sched in gpipe 1f1b interleaved-2; do
+    for model in $GPT $LLAMA; do
+        piped "$model $sched on 4 stages" "t4-$model-$sched.txt" --model "$model" --mesh pipe=4 --schedule "pipeline:pipe:4:$sched"
+        piped "$model $sched on 4 stages x megatron 2" "t8-$model-$sched.txt" --model "$model" --mesh pipe=4,model=2 \
+            --schedule "pipeline:pipe:4:$sched,megatron:model"
+    done
+done
+piped "$GPT 1f1b on 8 stages" t8s.txt --model $GPT --mesh pipe=8 --schedule pipeline:pipe:8
+# data parallelism and ZeRO-3 around and inside the stages
+piped "$GPT 1f1b, dp x 2 stages" tdp.txt --model $GPT --mesh data=2,pipe=2 --schedule pipeline:pipe:4,dp:data
+piped "$LLAMA gpipe, zero3 x 2 stages" tz3.txt --model $LLAMA --mesh data=2,pipe=2 --schedule pipeline:pipe:4:gpipe,zero3:data
+
+# on MPI ranks: the threads backend's digest
+mpi_same() { # NAME N THREADS_OUT ARGS...
+    local name=$1 n=$2 want=$3
+    shift 3
+    mpirun --oversubscribe --allow-run-as-root -n "$n" "$carve" run "$@" --steps 2 --backend mpi >m.txt 2>m.err
+    local rc=$?
+    if [ $rc -eq 0 ] && grep -q "^check: passed" m.txt && [ "$(digest m.txt)" = "$(digest "$want")" ]; then pass=$((pass + 1))
+    else fail=$((fail + 1)); echo "FAIL $name on MPI: exit $rc, digest '$(digest m.txt)' vs threads '$(digest "$want")'"; tail -3 m.txt; head -5 m.err; fi
+}
+if ! command -v mpirun >/dev/null 2>&1 || ! "$carve" run --backend mpi --model mlp-tiny --mesh batch=1 --schedule dp:batch >/dev/null 2>&1; then
+    missing mpi "pipelined runs on MPI ranks" "MPI is not built in (or mpirun is missing)"
+else
+    for sched in gpipe 1f1b interleaved-2; do
+        mpi_same "$GPT $sched on 4 ranks" 4 "t4-$GPT-$sched.txt" --model $GPT --mesh pipe=4 --schedule "pipeline:pipe:4:$sched"
+        mpi_same "$LLAMA $sched on 8 ranks" 8 "t8-$LLAMA-$sched.txt" --model $LLAMA --mesh pipe=4,model=2 \
+            --schedule "pipeline:pipe:4:$sched,megatron:model"
+    done
+fi
+
+# a pipelined plan: autopart chooses a pipeline where nothing else fits in 6 MB a device, carve run replays it
+"$carve" autopart --model $GPT --mesh node=2,gpu=2 --hw a100 --pipeline search --budget 10 --memory 0.006 --out plan.json \
+    >ap.txt 2>&1
+if grep -q '"schedule":.*pipeline:' plan.json 2>/dev/null; then
+    piped "a pipelined plan" tplan.txt --plan plan.json
+else
+    fail=$((fail + 1)); echo "FAIL autopart chose no pipeline under --memory 0.006:"; grep -i "chosen" ap.txt | head -3
+fi
+
+bad "pipeline on a graph file" "needs --model" "$carve" run --graph "$root/tests/graphs/mlp-by-hand.json" --mesh pipe=2 \
+    --schedule pipeline:pipe:2
+closing
