@@ -14,7 +14,13 @@
 # case sends between the hosts (two pairs, both ways, three 1.2 MB messages);
 # pipelined training steps (`test_pipe_run --mpi K`, each checked against
 # the single-device reference) with the stages on different hosts, and
-# `carve run` of a pipelined GPT with a stage per host.
+# `carve run` of pipelined GPT and LLaMA steps across the hosts, every
+# schedule: GPT on 4 ranks (4 stages, two a host), LLaMA on 8 (4 stages of a
+# tensor-parallel pair, two stages a host); each must pass its check, send
+# bytes over the veth and end with the threads backend's outputs digest.
+# Every host believes its -H slots are its own cores, so Open MPI would spin
+# in its waits; mpi_yield_when_idle makes waiting ranks yield (on 2 shared
+# cores a spinning rank slowed a step from 4 s to 2 minutes).
 # Needs root (ip netns, veth); as another user it says so and counts the
 # cases skipped.  As root, a namespace that cannot be made is a failure, and
 # so is a missing or broken MPI (CARVE_TEST_WITHOUT=mpi: a skip).
@@ -28,7 +34,9 @@ if [ "$(id -u)" != 0 ]; then
     skipped "bytes over the veth" "not root"
     skipped "pipelined step, 2 stages on 2 hosts" "not root"
     skipped "pipelined step, 2 stages of 2 devices on 2 hosts" "not root"
-    skipped "carve run, pipelined, a stage per host" "not root"
+    for c in "gpt gpipe 4" "gpt 1f1b 4" "gpt interleaved-2 4" "llama gpipe 8" "llama 1f1b 8" "llama interleaved-2 8"; do
+        skipped "carve run, pipelined $c ranks over two hosts" "not root"
+    done
     closing
     exit
 fi
@@ -72,7 +80,7 @@ exec ip netns exec \$ns unshare --uts sh -c "hostname host-\$ns; \$*"
 EOF
 chmod +x rsh
 net=(--mca plm_rsh_agent "$tmp/rsh" --mca btl tcp,self --mca btl_tcp_if_include 10.77.0.0/24
-    --mca oob_tcp_if_include 10.77.0.0/24)
+    --mca oob_tcp_if_include 10.77.0.0/24 --mca mpi_yield_when_idle 1)
 # across N MAP CMD...: runs CMD on N ranks split over the two hosts, from host A,
 # placed round robin (MAP node) or the first half on A (MAP slot)
 across() {
@@ -113,14 +121,27 @@ for c in "0 2" "2 4"; do
     echo "pipelined case $1 on $2 ranks over two hosts: $crossed bytes received by host B"
 done
 
-# carve run itself: a pipelined GPT step, a stage per host, a tensor-parallel pair inside each
-before=$(veth_bytes)
-across 4 slot "$carve" run --model gpt-tiny:layers=8 --mesh pipe=2,model=2 --schedule pipeline:pipe:4,megatron:model \
-    --steps 2 --backend mpi >run.txt 2>run.err
-rc=$?
-crossed=$(($(veth_bytes) - before))
-if [ $rc -eq 0 ] && grep -q "^check: passed" run.txt && [ "$crossed" -gt 0 ]; then pass=$((pass + 1))
-else fail=$((fail + 1)); echo "FAIL carve run, pipelined, a stage per host: exit $rc, $crossed bytes over the veth"; tail -5 run.txt; head -10 run.err; fi
-echo "carve run, pipelined, a stage per host: $crossed bytes received by host B"
+# carve run itself: pipelined GPT (4 stages, two a host) and LLaMA (4 stages of a tensor-parallel
+# pair, two stages a host) steps, every schedule, against the threads backend's digest
+digest() { sed -n 's/^  outputs digest *\([0-9a-f]*\).*/\1/p' "$1"; }
+for c in "gpt gpipe 4" "gpt 1f1b 4" "gpt interleaved-2 4" "llama gpipe 8" "llama 1f1b 8" "llama interleaved-2 8"; do
+    set -- $c
+    mesh=pipe=4 sched=pipeline:pipe:4:$2
+    [ "$3" = 8 ] && mesh=pipe=4,model=2 sched=$sched,megatron:model
+    args=(run --model "$1-tiny:layers=8" --mesh "$mesh" --schedule "$sched" --steps 2)
+    "$carve" "${args[@]}" >threads.txt 2>threads.err
+    before=$(veth_bytes)
+    across "$3" slot "$carve" "${args[@]}" --backend mpi >run.txt 2>run.err
+    rc=$?
+    crossed=$(($(veth_bytes) - before))
+    want=$(digest threads.txt) got=$(digest run.txt)
+    if [ $rc -eq 0 ] && grep -q "^check: passed" run.txt && grep -q "^backend mpi: $3 ranks" run.txt && [ "$crossed" -gt 0 ] &&
+        [ -n "$want" ] && [ "$got" = "$want" ]; then pass=$((pass + 1))
+    else
+        fail=$((fail + 1)); echo "FAIL carve run, pipelined $c ranks over two hosts: exit $rc, $crossed bytes over the veth," \
+            "digest '$got' vs threads '$want'"; tail -5 run.txt; head -10 run.err
+    fi
+    echo "carve run, pipelined $1 $2 on $3 ranks over two hosts: $crossed bytes received by host B"
+done
 
 closing

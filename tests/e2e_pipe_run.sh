@@ -7,8 +7,8 @@
 # devices (4 stages) and on 8 (4 stages of a Megatron tensor-parallel pair),
 # for both models, plus 8 stages; each run must exit 0 with "check: passed"
 # and print the pipeline section (a row per stage).  MPI: one rank per
-# device, each schedule on 4 ranks (GPT) and on 8 (LLaMA with tensor
-# parallelism); every sum has at most 2 terms, so the outputs digest must
+# device, each schedule and model on 4 ranks and on 8 (4 stages of a
+# tensor-parallel pair); every sum has at most 2 terms, so the outputs digest must
 # equal the threads backend's bit for bit.  A pipelined plan (autopart's,
 # where nothing else fits its memory) replayed by `carve run --plan`.  Then
 # what must be refused with one line: a pipeline on a graph file.  MPI missing: a failure unless
@@ -65,9 +65,11 @@ if ! command -v mpirun >/dev/null 2>&1 || ! "$carve" run --backend mpi --model m
     missing mpi "pipelined runs on MPI ranks" "MPI is not built in (or mpirun is missing)"
 else
     for sched in gpipe 1f1b interleaved-2; do
-        mpi_same "$GPT $sched on 4 ranks" 4 "t4-$GPT-$sched.txt" --model $GPT --mesh pipe=4 --schedule "pipeline:pipe:4:$sched"
-        mpi_same "$LLAMA $sched on 8 ranks" 8 "t8-$LLAMA-$sched.txt" --model $LLAMA --mesh pipe=4,model=2 \
-            --schedule "pipeline:pipe:4:$sched,megatron:model"
+        for model in $GPT $LLAMA; do
+            mpi_same "$model $sched on 4 ranks" 4 "t4-$model-$sched.txt" --model $model --mesh pipe=4 --schedule "pipeline:pipe:4:$sched"
+            mpi_same "$model $sched on 8 ranks" 8 "t8-$model-$sched.txt" --model $model --mesh pipe=4,model=2 \
+                --schedule "pipeline:pipe:4:$sched,megatron:model"
+        done
     done
 fi
 
