@@ -86,11 +86,12 @@ static const cli_command commands[] = {
      "  --hw PROFILE   price on this profile instead of the one the plan records\n",
      cmd_explain},
     {"report", "--plan --html FILE",
-     "draw a plan as one HTML page: shardings on the mesh, a timeline per phase, memory per device",
+     "draw a plan as one HTML page: shardings on the mesh, a timeline per phase, memory, a pipeline's schedule",
      "usage: carve report plan.json --html plan.html\n"
      "  writes one self-contained page (inline SVG, no network): per argument the mesh as a grid and the\n"
      "  block each device holds; per phase the instructions as the cost model prices them; memory per\n"
-     "  device at the peak against the capacity (docs/report.md)\n",
+     "  device at the peak against the capacity; a pipelined plan's schedule (a row per stage, a box per\n"
+     "  micro-batch's forward and backward, the bubbles hatched) and memory per stage (docs/report.md)\n",
      cmd_report},
     {"export", "--plan --to --out FILE",
      "write a plan's shardings for JAX, Shardy, XLA or PyTorch",

@@ -4,7 +4,12 @@
 # headless Chromium (Debian package chromium; build.sh installs it when root):
 # the page's script ran to its end (body data-ready="1" in the DOM: a script
 # error would stop it), and the screenshot (left in $CARVE_REPORT_OUT when set)
-# is not blank.  Without Chromium (a component build.sh installs when run as
+# is not blank.  A pipelined plan (autopart's, 4 stages where nothing else
+# fits): its schedule picture checked by tests/report_pipeline.py against
+# carve explain --json (a row per stage, each micro-batch's forward and
+# backward once in the schedule's order, the hatched bubbles adding up to each
+# stage's idle time), on the page as written and as Chromium rendered it, and
+# the screenshot shows forward, backward and bubble colours.  Without Chromium (a component build.sh installs when run as
 # root) the test fails; CARVE_TEST_WITHOUT=chromium makes that a skip.
 # Closing line: N passed, N failed (, N skipped).
 set -u
@@ -36,6 +41,13 @@ PY
 check "self-contained page with SVG" $?
 grep -q "forward: " plan.html && grep -q "all-gather{" plan.html && grep -q "memory per device" plan.html -i
 check "timeline and memory sections" $?
+# a pipelined plan: 4 stages over node (nothing else fits in 6 MB a device), its schedule drawn
+"$carve" autopart --model gpt-tiny:layers=8 --mesh node=4,gpu=2 --hw a100 --pipeline search --budget 10 --memory 0.006 \
+    --quiet --out pipe.json >/dev/null 2>&1
+grep -q '"schedule":.*pipeline:node:4:' pipe.json; check "autopart chose 4 stages" $?
+"$carve" report pipe.json --html pipe.html >out.txt 2>err.txt; check "report of a pipelined plan runs" $?
+"$carve" explain pipe.json --json >pipe-explain.json 2>err.txt; check "explain --json of the pipelined plan" $?
+python3 "$root/tests/report_pipeline.py" pipe.html pipe-explain.json; check "the schedule picture: stages, tasks in order, bubbles" $?
 bad no-html "give a plan file and --html FILE" "$carve" report plan.json
 bad missing-plan "cannot open plan" "$carve" report nothere.json --html x.html
 bad out-missing-folder "nodir" "$carve" report plan.json --html nodir/x.html
@@ -67,6 +79,12 @@ print("png %dx%d, %d distinct byte values, compressed to %.2f%%" % (w, h, distin
 sys.exit(0 if w >= 1000 and distinct > 30 and ratio > 0.005 else 1)
 PY
     check "the screenshot is not blank" $?
-    [ -n "${CARVE_REPORT_OUT:-}" ] && mkdir -p "$CARVE_REPORT_OUT" && cp plan.png plan.html "$CARVE_REPORT_OUT/"
+    # the pipelined page rendered: its script ran, the picture is in the rendered DOM, and the screenshot shows it
+    timeout 120 "$browser" "${flags[@]}" --dump-dom "file://$tmp/pipe.html" >pipe-dom.html 2>/dev/null
+    grep -q 'data-ready="1"' pipe-dom.html && python3 "$root/tests/report_pipeline.py" pipe-dom.html pipe-explain.json
+    check "the pipelined page rendered by Chromium: script ran, schedule picture in the DOM" $?
+    timeout 120 "$browser" "${flags[@]}" --screenshot="$tmp/pipe.png" "file://$tmp/pipe.html" >/dev/null 2>&1
+    python3 "$root/tests/report_pipeline.py" --png pipe.png; check "the screenshot shows forwards, backwards and bubbles" $?
+    [ -n "${CARVE_REPORT_OUT:-}" ] && mkdir -p "$CARVE_REPORT_OUT" && cp plan.png plan.html pipe.png pipe.html "$CARVE_REPORT_OUT/"
 fi
 closing

@@ -13,7 +13,11 @@
  *    runs of compute as one bar, each collective as its own bar with a tooltip
  *    naming its kind, axes, the value it moves and the op it serves;
  *  - memory per device at the peak as stacked bars (params, optimizer states,
- *    gradients, activations, other) against the capacity.
+ *    gradients, activations, other) against the capacity; a pipelined plan's
+ *    per stage;
+ *  - a pipelined plan's schedule first: a row per stage, a box per
+ *    micro-batch's forward and backward at its simulated times
+ *    (cost_pipe_estimate), the end of step, the bubbles hatched.
  * A short script highlights devices holding the same block on hover and marks
  * the page ready (body data-ready="1"), which the browser test checks.
  */
@@ -59,7 +63,7 @@ static const char *const style =
     "table.s td{padding:2px 10px 2px 0}.args{display:flex;flex-wrap:wrap;gap:14px}"
     ".arg{border:1px solid #ddd;padding:6px;border-radius:4px}.arg h3{font-size:13px;margin:0 0 4px}"
     "code{font-size:12px}.note{color:#555;font-size:12px}svg text{font:10px monospace}"
-    ".hl rect.dev{stroke:#000;stroke-width:2}";
+    ".hl rect.dev{stroke:#000;stroke-width:2}rect.task.mb{stroke:#000;stroke-width:2}";
 
 /* ---- shardings ------------------------------------------------------------ */
 
@@ -160,7 +164,7 @@ static void axes_text(const shard_mesh *m, unsigned axes, char *buf, size_t n)
         if (axes & (1u << a)) k += (size_t)snprintf(buf + k, n - k, "%s%s", k ? "," : "", m->names[a]);
 }
 
-static void timeline_section(FILE *f, const spmd_program *p, const double *instr_time)
+static void timeline_section(FILE *f, const spmd_program *p, const double *instr_time, int piped)
 {
     const ir_graph *g = p->g;
     static const char *const colour[SPMD_N_KINDS] = {"#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#b07aa1", "#9c755f",
@@ -169,6 +173,7 @@ static void timeline_section(FILE *f, const spmd_program *p, const double *instr
     fputs("<h2>Timeline per phase</h2><p class=\"note\">Each instruction of the program in order, as the cost model "
           "prices it (runs of compute merged). Hover a bar for what it is.",
           f);
+    if (piped) fputs(" A pipelined plan's program is one micro-batch's step: every stage's part of it, in order.", f);
     for (int k = SPMD_ALL_GATHER; k < SPMD_N_KINDS; k++)
         if (!spmd_kind_is_p2p(k) || p->stats.count[k][SPMD_FORWARD] + p->stats.count[k][SPMD_BACKWARD] + p->stats.count[k][SPMD_OPTIMIZER])
             fprintf(f, " <span style=\"color:%s\">&#9632; %s</span>", colour[k], spmd_kind_name((spmd_kind)k));
@@ -221,10 +226,47 @@ static void timeline_section(FILE *f, const spmd_program *p, const double *instr
 
 /* ---- memory -------------------------------------------------------------- */
 
+static const char *const mem_names[5] = {"params", "optimizer states", "gradients", "activations", "other"};
+static const char *const mem_colour[5] = {"#4e79a7", "#59a14f", "#edc948", "#e15759", "#bab0ac"};
+
+/* Stacked bars, one per column: part[col * 5 + k] bytes of mem_names[k],
+ * against the capacity (dashed line); columns labelled label(col). */
+static void memory_bars(FILE *f, int cols, const double *part, double capacity, const char *what)
+{
+    char a[32];
+    double most = capacity;
+    for (int c = 0; c < cols; c++) {
+        double sum = 0;
+        for (int k = 0; k < 5; k++) sum += part[c * 5 + k];
+        most = fmax(most, sum);
+    }
+    double top = most * 1.05, h = 220;
+    fprintf(f, "<svg width=\"%d\" height=\"%.0f\">", 60 + cols * 40, h + 30);
+    double cy = h - capacity / top * h;
+    for (int d = 0; d < cols; d++) {
+        double y = h;
+        for (int k = 0; k < 5; k++) {
+            double bh = part[d * 5 + k] / top * h;
+            y -= bh;
+            fmt_bytes(part[d * 5 + k], a, sizeof a);
+            fprintf(f, "<rect x=\"%d\" y=\"%.2f\" width=\"28\" height=\"%.2f\" fill=\"%s\"><title>%s %d %s: %s</title></rect>",
+                    50 + d * 40, y, fmax(bh, 0), mem_colour[k], what, d, mem_names[k], a);
+        }
+        fprintf(f, "<text x=\"%d\" y=\"%.0f\">%d</text>", 56 + d * 40, h + 14, d);
+    }
+    fprintf(f, "<line x1=\"40\" x2=\"%d\" y1=\"%.2f\" y2=\"%.2f\" stroke=\"#000\" stroke-dasharray=\"4 3\"/>"
+               "<text x=\"0\" y=\"%.2f\">capacity</text></svg>",
+            50 + cols * 40, cy, cy, cy - 3);
+}
+
+static void memory_legend(FILE *f)
+{
+    for (int k = 0; k < 5; k++) fprintf(f, " <span style=\"color:%s\">&#9632; %s</span>", mem_colour[k], mem_names[k]);
+    fputs("</p>", f);
+}
+
 static void memory_section(FILE *f, const shard_mesh *m, const cost_estimate *e)
 {
-    static const char *const names[5] = {"params", "optimizer states", "gradients", "activations", "other"};
-    static const char *const colour[5] = {"#4e79a7", "#59a14f", "#edc948", "#e15759", "#bab0ac"};
     const double part[5] = {e->peak_params, e->peak_opt_states, e->peak_grads, e->peak_activations, e->peak_other};
     char a[32], b[32];
     fmt_bytes(e->peak_memory, a, sizeof a);
@@ -232,27 +274,160 @@ static void memory_section(FILE *f, const shard_mesh *m, const cost_estimate *e)
     fprintf(f, "<h2>Memory per device at the peak</h2><p class=\"note\">%s of %s per device (%s); every device "
                "holds the same amount (one program for all devices).",
             a, b, e->fits ? "fits" : "DOES NOT FIT");
-    for (int k = 0; k < 5; k++) fprintf(f, " <span style=\"color:%s\">&#9632; %s</span>", colour[k], names[k]);
-    fputs("</p>", f);
+    memory_legend(f);
     int shown = m->n_devices > 16 ? 16 : (int)m->n_devices;
-    double top = fmax(e->capacity, e->peak_memory) * 1.05, h = 220;
-    fprintf(f, "<svg width=\"%d\" height=\"%.0f\">", 60 + shown * 40, h + 30);
-    double cy = h - e->capacity / top * h;
-    for (int d = 0; d < shown; d++) {
-        double y = h;
-        for (int k = 0; k < 5; k++) {
-            double bh = part[k] / top * h;
-            y -= bh;
-            fmt_bytes(part[k], a, sizeof a);
-            fprintf(f, "<rect x=\"%d\" y=\"%.2f\" width=\"28\" height=\"%.2f\" fill=\"%s\"><title>device %d %s: %s</title></rect>",
-                    50 + d * 40, y, fmax(bh, 0), colour[k], d, names[k], a);
-        }
-        fprintf(f, "<text x=\"%d\" y=\"%.0f\">%d</text>", 56 + d * 40, h + 14, d);
-    }
-    fprintf(f, "<line x1=\"40\" x2=\"%d\" y1=\"%.2f\" y2=\"%.2f\" stroke=\"#000\" stroke-dasharray=\"4 3\"/>"
-               "<text x=\"0\" y=\"%.2f\">capacity</text></svg>",
-            50 + shown * 40, cy, cy, cy - 3);
+    double *parts = malloc(sizeof *parts * 5 * (size_t)shown);
+    if (!parts) return;
+    for (int d = 0; d < shown; d++) memcpy(parts + d * 5, part, sizeof part);
+    memory_bars(f, shown, parts, e->capacity, "device");
+    free(parts);
     if (shown < m->n_devices) fprintf(f, "<p class=\"note\">devices 16..%lld alike</p>", (long long)m->n_devices - 1);
+}
+
+/* A pipeline's stages hold different layers: a bar per stage (every device
+ * of a stage alike), its peak as the schedule simulation found it: held all
+ * step (params, optimizer states, gradient accumulators), the activations
+ * stashed by its micro-batches in flight, the rest (inputs, temporaries). */
+static void memory_stages_section(FILE *f, const cost_pipe_estimate *pe, const cost_estimate *e)
+{
+    char a[32], b[32];
+    double *parts = calloc((size_t)pe->n_stages * 5, sizeof *parts);
+    if (!parts) return;
+    for (int r = 0; r < pe->n_stages; r++) {
+        const cost_pipe_stage *s = &pe->stage[r];
+        double *q = parts + r * 5;
+        q[0] = s->params;
+        q[1] = s->opt_states;
+        q[2] = s->grads;
+        q[3] = fmin(s->stash * s->in_flight, fmax(s->peak - q[0] - q[1] - q[2], 0));
+        q[4] = fmax(s->peak - q[0] - q[1] - q[2] - q[3], 0);
+    }
+    fmt_bytes(e->peak_memory, a, sizeof a);
+    fmt_bytes(e->capacity, b, sizeof b);
+    fprintf(f, "<h2>Memory per stage at the peak</h2><p class=\"note\">The largest stage holds %s of %s per device (%s). "
+               "A bar per stage (its devices alike): activations are the micro-batches in flight at its peak under the "
+               "schedule.",
+            a, b, e->fits ? "fits" : "DOES NOT FIT");
+    memory_legend(f);
+    memory_bars(f, pe->n_stages, parts, e->capacity, "stage");
+    free(parts);
+}
+
+/* ---- a pipeline's schedule ----------------------------------------------- */
+
+/* A task's colour: forwards blue, backwards orange, later chunks lighter. */
+static const char *task_colour(int dir, int chunk)
+{
+    static const char *const fwd[3] = {"#4e79a7", "#86a9d0", "#b7cde6"}, *const bwd[3] = {"#f28e2b", "#f7b26b", "#fbd2a6"};
+    return dir == PIPE_FWD ? fwd[chunk % 3] : bwd[chunk % 3];
+}
+
+/* The idle stretch [t0, t1) of stage row y, if long enough to draw. */
+static void idle_box(FILE *f, int r, double t0, double t1, double x0, double scale, double y, double h)
+{
+    char t[32];
+    if ((t1 - t0) * scale < 0.5) return;
+    fmt_time(t1 - t0, t, sizeof t);
+    fprintf(f, "<rect class=\"idle\" data-stage=\"%d\" x=\"%.2f\" y=\"%.1f\" width=\"%.2f\" height=\"%.1f\" fill=\"url(#bubble)\">"
+               "<title>stage %d idle %s (bubble)</title></rect>",
+            r, x0 + t0 * scale, y, (t1 - t0) * scale, h, r, t);
+}
+
+/* Stage r's row: its tasks (pe's start and end, pipe_task_order's order),
+ * its end of step, and the idle stretches between them. */
+static void schedule_row(FILE *f, const pipe_spec *s, const cost_pipe_estimate *pe, const pipe_task *order, int r, double x0,
+                         double scale, double y, double h)
+{
+    char t[32];
+    int n = pe->n_tasks;
+    double clock = 0, spans = 0;
+    fprintf(f, "<g class=\"row\" data-stage=\"%d\" data-idle=\"%.4f\"><text x=\"0\" y=\"%.1f\">stage %d</text>", r,
+            pe->step > 0 ? pe->stage[r].idle / pe->step : 0, y + h / 2 + 4, r);
+    for (int i = 0; i < n; i++) {
+        const pipe_task *k = &order[i];
+        double t0 = pe->task_start[(size_t)r * n + i], t1 = pe->task_end[(size_t)r * n + i];
+        idle_box(f, r, clock, t0, x0, scale, y, h);
+        fmt_time(t1 - t0, t, sizeof t);
+        fprintf(f, "<rect class=\"task\" data-stage=\"%d\" data-mb=\"%d\" data-chunk=\"%d\" data-dir=\"%c\" x=\"%.2f\" y=\"%.1f\" "
+                   "width=\"%.2f\" height=\"%.1f\" fill=\"%s\" stroke=\"#fff\" stroke-width=\"0.5\">"
+                   "<title>stage %d: micro-batch %d, chunk %d (virtual stage %d), %s: %s</title></rect>",
+                r, k->mb, k->chunk, k->dir == PIPE_FWD ? 'F' : 'B', x0 + t0 * scale, y, fmax((t1 - t0) * scale, 0.5), h,
+                task_colour(k->dir, k->chunk), r, k->mb, k->chunk, k->chunk * s->stages + r,
+                k->dir == PIPE_FWD ? "forward" : "backward", t);
+        if ((t1 - t0) * scale >= 14)
+            fprintf(f, "<text x=\"%.2f\" y=\"%.1f\" fill=\"#fff\" text-anchor=\"middle\" pointer-events=\"none\">%d</text>",
+                    x0 + (t0 + t1) / 2 * scale, y + h / 2 + 4, k->mb);
+        clock = t1;
+        spans += t1 - t0;
+    }
+    /* the end of step holds its stage for its work and its sends (of shared
+     * params' updates): the stage's busy time less its tasks' */
+    double e0 = pe->end_start[r], e1 = e0 + fmax(pe->stage[r].busy - spans, pe->stage[r].end);
+    idle_box(f, r, clock, e0, x0, scale, y, h);
+    fmt_time(e1 - e0, t, sizeof t);
+    fprintf(f, "<rect class=\"end\" data-stage=\"%d\" x=\"%.2f\" y=\"%.1f\" width=\"%.2f\" height=\"%.1f\" fill=\"#9c755f\">"
+               "<title>stage %d: end of step (gradient sums, optimizer, sends of shared params): %s</title></rect>",
+            r, x0 + e0 * scale, y, fmax((e1 - e0) * scale, 0.5), h, r, t);
+    idle_box(f, r, e1, pe->step, x0, scale, y, h);
+    fprintf(f, "<text x=\"%.1f\" y=\"%.1f\">idle %.1f%%</text></g>", x0 + pe->step * scale + 8, y + h / 2 + 4,
+            pe->step > 0 ? 100 * pe->stage[r].idle / pe->step : 0.0);
+}
+
+/* The time axis under the rows: about six ticks. */
+static void schedule_axis(FILE *f, double step, double x0, double scale, double y)
+{
+    char t[32];
+    double tick = pow(10, floor(log10(step / 6)));
+    if (step / tick > 30) tick *= 5;
+    else if (step / tick > 12) tick *= 2;
+    fprintf(f, "<line x1=\"%.1f\" x2=\"%.1f\" y1=\"%.1f\" y2=\"%.1f\" stroke=\"#888\"/>", x0, x0 + step * scale, y, y);
+    for (double v = 0; v <= step * 1.0001; v += tick) {
+        fmt_time(v, t, sizeof t);
+        fprintf(f, "<line x1=\"%.1f\" x2=\"%.1f\" y1=\"%.1f\" y2=\"%.1f\" stroke=\"#888\"/><text x=\"%.1f\" y=\"%.1f\">%s</text>",
+                x0 + v * scale, x0 + v * scale, y, y + 4, x0 + v * scale - 10, y + 15, v > 0 ? t : "0");
+    }
+}
+
+/* The schedule as pipelines are drawn (GPipe's and Megatron-LM's papers): a
+ * row per stage, a box per micro-batch's forward and backward at the times
+ * the cost model's simulation gives them (cost_pipe_estimate), its end of
+ * step, and the bubbles hatched. */
+static void schedule_section(FILE *f, const pipe_program *pp, const cost_pipe_estimate *pe)
+{
+    const pipe_spec *s = &pp->spec;
+    int p = pe->n_stages, n = pe->n_tasks;
+    pipe_task *order = malloc(sizeof *order * (size_t)n);
+    if (!order || pe->step <= 0) {
+        free(order);
+        return;
+    }
+    char a[32], b[32];
+    fmt_time(pe->step, a, sizeof a);
+    fmt_time(pe->ideal, b, sizeof b);
+    fprintf(f, "<h2>Pipeline schedule</h2><p class=\"note\">%s over axis <code>%s</code>: %d stages, %d micro-batches", pipe_schedule_name(s->schedule),
+            pp->prog->mesh.names[s->axis], p, s->microbatches);
+    if (s->chunks > 1) fprintf(f, ", %d chunks a stage", s->chunks);
+    fprintf(f, "; step %s (without bubbles %s), bubble %.1f%% of the step (mean over stages). A row per stage, a box per "
+               "micro-batch's forward <span style=\"color:%s\">&#9632;</span> and backward "
+               "<span style=\"color:%s\">&#9632;</span> (numbered by micro-batch%s), its end of step "
+               "<span style=\"color:#9c755f\">&#9632;</span>, the bubbles hatched; times as the cost model simulates the "
+               "schedule. Hover a box for what it is.</p>",
+            a, b, 100 * pe->bubble, task_colour(PIPE_FWD, 0), task_colour(PIPE_BWD, 0), s->chunks > 1 ? "; later chunks lighter" : "");
+    const double x0 = 60, width = 1000, h = 22, gap = 6;
+    double scale = width / pe->step, height = p * (h + gap) + 24;
+    fprintf(f, "<svg class=\"pipe\" data-schedule=\"%s\" data-stages=\"%d\" data-chunks=\"%d\" data-microbatches=\"%d\" "
+               "data-step=\"%.9g\" data-scale=\"%.9g\" width=\"%.0f\" height=\"%.0f\">"
+               "<defs><pattern id=\"bubble\" width=\"6\" height=\"6\" patternUnits=\"userSpaceOnUse\" "
+               "patternTransform=\"rotate(45)\"><rect width=\"6\" height=\"6\" fill=\"#fde8e8\"/>"
+               "<rect width=\"2\" height=\"6\" fill=\"#e8a0a0\"/></pattern></defs>",
+            pipe_schedule_name(s->schedule), p, s->chunks, s->microbatches, pe->step, scale, x0 + width + 90, height);
+    for (int r = 0; r < p; r++) {
+        pipe_task_order(s, r, order);
+        schedule_row(f, s, pe, order, r, x0, scale, r * (h + gap), h);
+    }
+    schedule_axis(f, pe->step, x0, scale, p * (h + gap) + 2);
+    fputs("</svg>", f);
+    free(order);
 }
 
 static const char *const script =
@@ -262,6 +437,11 @@ static const char *const script =
     "q.parentNode.classList.toggle('hl',q.dataset.block===r.dataset.block);});});"
     "r.addEventListener('mouseleave',function(){s.querySelectorAll('g.hl').forEach(function(q){q.classList.remove('hl');});});"
     "});});"
+    "document.querySelectorAll('svg.pipe rect.task').forEach(function(r){"
+    "r.addEventListener('mouseenter',function(){r.ownerSVGElement.querySelectorAll('rect.task').forEach(function(q){"
+    "q.classList.toggle('mb',q.dataset.mb===r.dataset.mb);});});"
+    "r.addEventListener('mouseleave',function(){r.ownerSVGElement.querySelectorAll('rect.mb').forEach(function(q){"
+    "q.classList.remove('mb');});});});"
     "document.body.dataset.ready=String(document.querySelectorAll('svg').length>0?1:0);";
 
 int view_render_html(const view_explanation *x, FILE *f)
@@ -296,9 +476,11 @@ int view_render_html(const view_explanation *x, FILE *f)
     fmt_bytes(e->peak_memory, a, sizeof a);
     fmt_bytes(e->capacity, b, sizeof b);
     fprintf(f, "<tr><td>peak memory</td><td>%s of %s per device</td></tr></table>\n", a, b);
+    if (x->pp && x->pe) schedule_section(f, x->pp, x->pe);
     shardings_section(f, x);
-    timeline_section(f, x->p, x->instr_time);
-    memory_section(f, st->mesh, e);
+    timeline_section(f, x->p, x->instr_time, x->pp != NULL);
+    if (x->pp && x->pe) memory_stages_section(f, x->pe, e);
+    else memory_section(f, st->mesh, e);
     fprintf(f, "\n<script>%s</script>\n</body></html>\n", script);
     return ferror(f) ? -1 : 0;
 }
