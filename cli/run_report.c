@@ -214,6 +214,8 @@ void run_print_pipeline(const session_world *w, session_run *r)
     if (priced)
         printf("  step: predicted %.4f s on the cpu preset (bubble %.3f of it), replayed %.4f s, wall %.4f s\n", pe.step, pe.bubble,
                st->replay_s, st->wall_s);
-    if (w->backend == EXEC_MPI) printf("  (MPI: a rank's time blocked in a receive includes MPI's own work on the message)\n");
+    if (w->backend == EXEC_MPI)
+        printf("  (MPI: a rank polls while it waits, so its CPU time and the replay count waiting as work, and its time\n"
+               "  blocked in a receive includes MPI's own work on the message: judge the bubble on the threads backend)\n");
     if (priced) cost_pipe_estimate_free(&pe);
 }

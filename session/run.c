@@ -170,13 +170,21 @@ int session_run_open_pipe(session_run **out, session_world *w, const pipe_progra
     return rc;
 }
 
+/* What a pipelined run is priced on: the `cpu` preset with the executor's
+ * fused groups (in f32, as it runs). */
+static int run_pipe_hw(cost_hw *hw, char *err, size_t errlen)
+{
+    if (cost_hw_preset("cpu", hw, err, errlen) < 0) return -1;
+    hw->fused_elementwise = 1; /* the groups the executor runs */
+    return 0;
+}
+
 int session_run_lower_pipeline(shard_state *st, const pipe_spec *ps, pipe_program *pp, char *err, size_t errlen)
 {
     cost_hw hw;
     cost_estimate e;
     cost_options opt = {.precision = COST_FP32};
-    if (cost_hw_preset("cpu", &hw, err, errlen) < 0) return -1;
-    hw.fused_elementwise = 1; /* the groups the executor runs */
+    if (run_pipe_hw(&hw, err, errlen) < 0) return -1;
     cost_ws *ws = cost_ws_new();
     int rc = ws ? cost_price_pipelined(ws, st, ps, NULL, &hw, &opt, pp, &e, NULL, err, errlen) : ir_errf(err, errlen, "out of memory");
     cost_ws_free(ws);
@@ -328,8 +336,7 @@ int session_run_pipe_estimate(const session_run *r, cost_pipe_estimate *pe, char
     cost_options opt = {.precision = COST_FP32};
     memset(pe, 0, sizeof *pe);
     if (!r->pp) return ir_errf(err, errlen, "not a pipelined run");
-    if (cost_hw_preset("cpu", &hw, err, errlen) < 0) return -1;
-    hw.fused_elementwise = 1; /* the groups the executor runs */
+    if (run_pipe_hw(&hw, err, errlen) < 0) return -1;
     cost_ws *ws = cost_ws_new();
     int rc = ws ? cost_estimate_pipeline(ws, r->pp, &hw, &opt, &e, pe, err, errlen) : ir_errf(err, errlen, "out of memory");
     cost_ws_free(ws);
