@@ -52,11 +52,17 @@ int autopart_step_search(autopart_step *s, const search_algo *algo, const search
         }
     }
     s->seeds = ir_xcalloc((size_t)s->n_ex + 1, sizeof *s->seeds);
+    s->seed_scores = ir_xcalloc((size_t)s->n_ex + 1, sizeof *s->seed_scores);
     s->b = *b;
     s->b.n_seeds = 0;
     for (int i = 0; i < s->n_ex; i++)
-        if (s->ex[i].ok) s->seeds[s->b.n_seeds++] = s->ex[i].st;
+        if (s->ex[i].ok) { /* priced by autopart_experts with this pricer: the evaluator's score, not priced again */
+            const cost_estimate *e = &s->ex[i].e;
+            s->seed_scores[s->b.n_seeds] = (search_score){cost_reward(e, s->pr.baseline), e->step_time, e->peak_memory, e->fits};
+            s->seeds[s->b.n_seeds++] = s->ex[i].st;
+        }
     s->b.seeds = s->seeds;
+    s->b.seed_scores = s->seed_scores;
     search_evaluator ev = autopart_evaluator;
     ev.cfg = &s->pr;
     if (search_run(algo, s->prefix, s->gs, &ev, &s->b, &s->res, err, errlen) < 0) return -1;
@@ -69,6 +75,7 @@ int autopart_step_search(autopart_step *s, const search_algo *algo, const search
 void autopart_step_free(autopart_step *s)
 {
     free(s->seeds);
+    free(s->seed_scores);
     autopart_experts_free(s->ex, s->n_ex);
     autopart_pricer_free(&s->pr);
     shard_groups_free(s->gs);
@@ -119,12 +126,13 @@ double autopart_plain_seconds(double seconds, int n)
 }
 
 /* A share of the budget: a quarter of each limit that is set (b.seconds is
- * already the plain step's share of a time limit), and never past the
- * deadline. */
+ * already the plain step's share of a time limit) and of the converge rule's
+ * least patience, and never past the deadline. */
 static search_budget budget_share(search_budget b, double deadline)
 {
     if (b.simulations) b.simulations = b.simulations >= 8 ? b.simulations / 4 : 2;
     if (b.stall) b.stall = b.stall >= 8 ? b.stall / 4 : 2;
+    if (b.converge) b.patience_min = (b.patience_min > 0 ? b.patience_min : SEARCH_PATIENCE_MIN) / 4;
     b.seconds /= 4;
     if (deadline > 0) {
         double left = deadline - autopart_clock();

@@ -14,8 +14,9 @@
  * where they differ (autopart_pricer.gather_auto).
  *
  * Budget: the configuration without graph tactics gets the whole budget (as a
- * plain search would); every other one a quarter of it (simulations and
- * stall), so the level costs at most 1 + (n - 1) / 4 searches.  A wall-time
+ * plain search would); every other one a quarter of it (steps, stall and the
+ * converge rule's least patience), so the level costs at most 1 + (n - 1) / 4
+ * searches.  A wall-time
  * limit is the whole level's: the plain step gets 4 / (n + 3) of it, every
  * other configuration a quarter of that but never more than is left, and
  * none once it is spent (autopart_plain_seconds, the deadline).  The
@@ -47,6 +48,7 @@ typedef struct autopart_step {
     autopart_expert *ex;           /* experts, then the ZeRO-1/2 schedules */
     int n_ex;
     const shard_state **seeds;
+    search_score *seed_scores; /* the seeds' scores (their expert rows' prices) */
     search_budget b;
     search_result res;
     cost_estimate e;           /* the best plan's price */

@@ -3,22 +3,22 @@
  *
  * Per case: the expert schedules (autopart/experts.c, every one using every mesh
  * axis) are priced and given to the search as seeds; MCTS then runs with 5
- * seeds at the case's budget (distinct plans priced).  The table gives
- * autopart's predicted step time over the best fitting expert's (median and
- * worst over the seeds), distinct plans priced, the root width and seconds.
+ * seeds as carve autopart does by default (the converge rule, capped at
+ * SEARCH_AUTO_CAP steps).  The table gives autopart's predicted step time over
+ * the best fitting expert's (median and worst over the seeds), distinct plans
+ * priced, steps, why the seeds stopped, the root width and seconds.
  * A second table compares MCTS, random, greedy and exhaustive search at equal
  * budgets on six of the cases.  Prints a markdown section; never fails on a
  * time or a ratio.  CARVE_QUALITY_CASES=N runs only the first N cases;
  * CARVE_QUALITY_ONLY=3,7,27 only those rows (and no algorithms table, unless
  * CARVE_QUALITY_ALGOS=1; CARVE_QUALITY_ONLY=0 selects no row);
- * CARVE_QUALITY_BUDGET=N gives every row that budget. */
+ * CARVE_QUALITY_BUDGET=N gives every row a budget of N steps instead. */
 #include "bench/bench_setup.h"
 
 #define SEEDS 5
 
 typedef struct qcase {
     const char *model, *mesh, *hw;
-    int budget;
     const char *note;
 } qcase;
 
@@ -28,10 +28,12 @@ static int make(setup *s, const qcase *c) { return bench_setup_make(s, c->model,
 
 static void unmake(setup *s) { bench_setup_free(s); }
 
-static search_budget budget_of(const setup *s, int sims, uint64_t seed)
+/* A budget of `steps`, or (0) carve autopart's default: the converge rule,
+ * capped at SEARCH_AUTO_CAP steps. */
+static search_budget budget_of(const setup *s, int steps, uint64_t seed)
 {
-    return (search_budget){.simulations = sims, .seed = seed, .threads = 1, .seeds = s->seeds, .n_seeds = s->n_seeds,
-                           .max_exhaustive = 50000};
+    return (search_budget){.simulations = steps ? steps : SEARCH_AUTO_CAP, .converge = !steps, .seed = seed,
+                           .threads = 1, .seeds = s->seeds, .n_seeds = s->n_seeds, .max_exhaustive = 50000};
 }
 
 static int cmp_double(const void *a, const void *b)
@@ -46,19 +48,20 @@ static void fmt_ratio(double r, char *buf, size_t n)
     else snprintf(buf, n, "-");
 }
 
-/* One row of the quality table: 5 seeds of MCTS (two at a time). */
-static void quality_row(int k, const qcase *c)
+/* One row of the quality table: 5 seeds of MCTS (two at a time), with a
+ * budget of `steps` or (0) autopart's default. */
+static void quality_row(int k, const qcase *c, int steps_budget)
 {
     setup s;
     if (make(&s, c) < 0) {
         printf("| %d | %s | %s | %s | (failed to build) |||||||\n", k, c->model, c->mesh, c->hw);
         return;
     }
-    double ratio[SEEDS], secs[SEEDS], distinct[SEEDS];
-    int fits[SEEDS];
+    double ratio[SEEDS], secs[SEEDS], distinct[SEEDS], steps[SEEDS];
+    int fits[SEEDS], stops[SEEDS];
 #pragma omp parallel for num_threads(2) schedule(dynamic, 1)
     for (int i = 0; i < SEEDS; i++) {
-        search_budget b = budget_of(&s, c->budget, (uint64_t)i + 1);
+        search_budget b = budget_of(&s, steps_budget, (uint64_t)i + 1);
         search_result r;
         char err[256];
         ratio[i] = -1;
@@ -68,6 +71,8 @@ static void quality_row(int k, const qcase *c)
         if (s.best >= 0 && r.best.fits) ratio[i] = r.best.step_time / s.ex[s.best].e.step_time;
         secs[i] = r.seconds;
         distinct[i] = (double)r.evaluations;
+        steps[i] = r.steps;
+        stops[i] = r.stop;
     }
     int applied = 0, fit = 0, all_fit = 1;
     for (int i = 0; i < s.n_ex; i++) {
@@ -78,13 +83,25 @@ static void quality_row(int k, const qcase *c)
     qsort(ratio, SEEDS, sizeof ratio[0], cmp_double);
     qsort(secs, SEEDS, sizeof secs[0], cmp_double);
     qsort(distinct, SEEDS, sizeof distinct[0], cmp_double);
-    char med[16], worst[16];
+    qsort(steps, SEEDS, sizeof steps[0], cmp_double);
+    char med[16], worst[16], why[96] = "";
+    for (int st = 0; st <= STOP_CONVERGED; st++) { /* stop reasons and how many seeds each */
+        int n = 0;
+        for (int i = 0; i < SEEDS; i++) n += stops[i] == st;
+        size_t at = strlen(why);
+        if (n) snprintf(why + at, sizeof why - at, "%s%s %d", at ? ", " : "", search_stop_name((search_stop)st), n);
+    }
     fmt_ratio(ratio[0] > 0 ? ratio[SEEDS / 2] : -1, med, sizeof med);
     fmt_ratio(ratio[0] > 0 ? ratio[SEEDS - 1] : -1, worst, sizeof worst);
     int root = bench_root_width(&s);
-    printf("| %d | %s | %s (%lld) | %s | %d / %d / %d | %s | %d | %s | %s | %.0f (%.0f) | %d | %.1f | %s%s |\n", k, c->model,
-           c->mesh, (long long)s.mesh.n_devices, c->hw, s.n_ex, applied, fit, s.best >= 0 ? s.ex[s.best].schedule : "none fits",
-           c->budget, med, worst, distinct[SEEDS / 2], distinct[0], root, secs[SEEDS / 2], c->note,
+    char budget[16];
+    if (steps_budget) snprintf(budget, sizeof budget, "%d", steps_budget);
+    else snprintf(budget, sizeof budget, "default");
+    printf("| %d | %s | %s (%lld) | %s | %d / %d / %d | %s | %s | %s | %s | %.0f (%.0f) | %.0f (%.0f-%.0f) | %s | %d | %.1f | "
+           "%s%s |\n",
+           k, c->model, c->mesh, (long long)s.mesh.n_devices, c->hw, s.n_ex, applied, fit,
+           s.best >= 0 ? s.ex[s.best].schedule : "none fits", budget, med, worst, distinct[SEEDS / 2], distinct[0],
+           steps[SEEDS / 2], steps[0], steps[SEEDS - 1], why, root, secs[SEEDS / 2], c->note,
            all_fit ? "" : (s.best >= 0 ? " (a seed's plan does not fit)" : " (no plan fits)"));
     fflush(stdout);
     unmake(&s);
@@ -115,33 +132,33 @@ static void algorithms_row(const qcase *c, int budget)
 }
 
 static const qcase cases[] = {
-    {"mlp:layers=8,batch=64,in=4096,hidden=4096,out=4096", "x=8", "a100", 1000, "chain MLP, weights dominate"},
-    {"mlp:layers=8,batch=65536,in=256,hidden=256,out=256", "x=8", "a100", 1000, "chain MLP, activations dominate"},
-    {"mlp:layers=4,batch=128,in=2048,hidden=2048,out=2048", "x=4", "a100", 1000, "the issue's MLP"},
-    {"mlp:layers=12,batch=512,in=4096,hidden=4096,out=4096", "x=4,y=2", "h100", 1000, "chain MLP, 2 axes"},
-    {"mlp:layers=4,batch=16384,in=512,hidden=512,out=512", "a=2,b=2,c=2", "tpu-v3", 1000, "chain MLP, activations, 3 axes"},
-    {"gpt-125m", "batch=8", "a100", 1000, ""},
-    {"gpt-125m", "batch=4,model=2", "h100", 1000, ""},
-    {"gpt-125m:batch=16", "a=2,b=2,c=2,d=2", "tpu-v3", 1000, "4 axes"},
-    {"gpt-350m:batch=16", "batch=4,model=4", "a100", 1000, ""},
-    {"gpt-1.3b", "batch=4,model=2", "a100", 1000, ""},
-    {"gpt-1.3b", "batch=8,model=8", "a100", 1000, "the issue's case"},
-    {"gpt-1.3b", "a=2,b=2,c=2", "a100", 1000, "3 axes"},
-    {"gpt-1.3b", "node=4,gpu=2", "a100-2pn", 1000, "outer axis across nodes"},
-    {"gpt-1.3b:batch=32", "batch=8", "a100-2pn", 1000, "1 axis across nodes"},
-    {"gpt-6.7b:batch=64", "batch=16,model=4", "h100", 1000, ""},
-    {"gpt-6.7b:batch=32", "a=4,b=2,c=2,d=2", "tpu-v3", 1000, "4 axes"},
-    {"gpt-15b:batch=64", "batch=8,model=8", "a100-2pn", 1000, "outer axis across nodes"},
-    {"gpt-39b:batch=64", "batch=8,model=8", "a100", 1000, ""},
-    {"gpt-39b:batch=256", "a=16,b=4,c=16", "tpu-v3", 1000, "1024 devices"},
-    {"gpt-76b:batch=128", "batch=16,model=8", "h100", 1000, ""},
-    {"gpt-76b:batch=256", "a=8,b=8,c=8", "a100", 1000, "512 devices"},
-    {"gpt-175b:batch=256", "batch=128,model=8", "a100", 1000, "1024 devices"},
-    {"gpt-175b:batch=256", "a=16,b=8,c=8", "h100", 1000, "1024 devices, 3 axes"},
-    {"bench/graphs/vit-base.json", "data=8", "a100", 1000, "user graph (ViT-like JSON)"},
-    {"bench/graphs/vit-base.json", "data=4,model=4", "h100", 1000, "user graph, 2 axes"},
-    {"bench/graphs/vit-base.json", "a=2,b=2,c=2,d=2", "tpu-v3", 1000, "user graph, 4 axes"},
-    {"llama2-70b:seq=1024", "batch=8,model=8", "a100", 1000, "the issue's LLaMA-2-70B over 8x8 (seq 1024: at 4096 no plan fits)"},
+    {"mlp:layers=8,batch=64,in=4096,hidden=4096,out=4096", "x=8", "a100", "chain MLP, weights dominate"},
+    {"mlp:layers=8,batch=65536,in=256,hidden=256,out=256", "x=8", "a100", "chain MLP, activations dominate"},
+    {"mlp:layers=4,batch=128,in=2048,hidden=2048,out=2048", "x=4", "a100", "the issue's MLP"},
+    {"mlp:layers=12,batch=512,in=4096,hidden=4096,out=4096", "x=4,y=2", "h100", "chain MLP, 2 axes"},
+    {"mlp:layers=4,batch=16384,in=512,hidden=512,out=512", "a=2,b=2,c=2", "tpu-v3", "chain MLP, activations, 3 axes"},
+    {"gpt-125m", "batch=8", "a100", ""},
+    {"gpt-125m", "batch=4,model=2", "h100", ""},
+    {"gpt-125m:batch=16", "a=2,b=2,c=2,d=2", "tpu-v3", "4 axes"},
+    {"gpt-350m:batch=16", "batch=4,model=4", "a100", ""},
+    {"gpt-1.3b", "batch=4,model=2", "a100", ""},
+    {"gpt-1.3b", "batch=8,model=8", "a100", "the issue's case"},
+    {"gpt-1.3b", "a=2,b=2,c=2", "a100", "3 axes"},
+    {"gpt-1.3b", "node=4,gpu=2", "a100-2pn", "outer axis across nodes"},
+    {"gpt-1.3b:batch=32", "batch=8", "a100-2pn", "1 axis across nodes"},
+    {"gpt-6.7b:batch=64", "batch=16,model=4", "h100", ""},
+    {"gpt-6.7b:batch=32", "a=4,b=2,c=2,d=2", "tpu-v3", "4 axes"},
+    {"gpt-15b:batch=64", "batch=8,model=8", "a100-2pn", "outer axis across nodes"},
+    {"gpt-39b:batch=64", "batch=8,model=8", "a100", ""},
+    {"gpt-39b:batch=256", "a=16,b=4,c=16", "tpu-v3", "1024 devices"},
+    {"gpt-76b:batch=128", "batch=16,model=8", "h100", ""},
+    {"gpt-76b:batch=256", "a=8,b=8,c=8", "a100", "512 devices"},
+    {"gpt-175b:batch=256", "batch=128,model=8", "a100", "1024 devices"},
+    {"gpt-175b:batch=256", "a=16,b=8,c=8", "h100", "1024 devices, 3 axes"},
+    {"bench/graphs/vit-base.json", "data=8", "a100", "user graph (ViT-like JSON)"},
+    {"bench/graphs/vit-base.json", "data=4,model=4", "h100", "user graph, 2 axes"},
+    {"bench/graphs/vit-base.json", "a=2,b=2,c=2,d=2", "tpu-v3", "user graph, 4 axes"},
+    {"llama2-70b:seq=1024", "batch=8,model=8", "a100", "the issue's LLaMA-2-70B over 8x8 (seq 1024: at 4096 no plan fits)"},
 };
 #define N_CASES ((int)(sizeof cases / sizeof cases[0]))
 
@@ -167,19 +184,16 @@ int main(void)
     printf("Written by `build/bench/bench_quality` (its own run; the machine line at the top of this file may be of "
            "another run). Per case the expert schedules (every one using every mesh axis; rows that do not apply or "
            "fit are counted, not dropped) are priced and seed the search; MCTS then runs for 5 seeds, one thread "
-           "each, the budget being distinct plans priced. ratio = autopart's predicted step time / the best fitting "
-           "expert's (<= 1.000 is never slower). The budget is smaller for the large models: one plan of GPT-175B "
-           "takes about 0.1 s to price on this machine. a100-2pn: the A100 profile with 2 devices per node, so the "
+           "each, with autopart's default budget (the converge rule, capped at 10000 steps; docs/search.md, "
+           "\"Budgets\") unless the budget column gives steps. ratio = autopart's predicted step time / the best "
+           "fitting expert's (<= 1.000 is never slower). a100-2pn: the A100 profile with 2 devices per node, so the "
            "outer mesh axis crosses the 25 GB/s inter-node link.\n\n");
     printf("| # | model | mesh (devices) | hw | experts / apply / fit | best expert | budget | ratio median | ratio "
-           "worst | distinct plans: median (fewest) | root width | seconds (median) | note |\n"
-           "|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+           "worst | distinct plans: median (fewest) | steps: median (range) | stopped by | root width | seconds (median) | "
+           "note |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
     const char *budget = getenv("CARVE_QUALITY_BUDGET");
-    for (int k = 0; k < n; k++) {
-        qcase c = cases[k];
-        if (budget && atoi(budget) > 0) c.budget = atoi(budget);
-        if (!only || in_list(only, k + 1)) quality_row(k + 1, &c);
-    }
+    for (int k = 0; k < n; k++)
+        if (!only || in_list(only, k + 1)) quality_row(k + 1, &cases[k], budget && atoi(budget) > 0 ? atoi(budget) : 0);
     if (only && !getenv("CARVE_QUALITY_ALGOS")) return 0; /* a subset of the rows: no algorithms table */
     printf("\n### MCTS, random, greedy and exhaustive at equal budgets (seed 1, experts as seeds for all)\n\n");
     printf("Each cell: ratio to the best expert (distinct plans priced). Exhaustive enumerates every state within "

@@ -3,9 +3,12 @@
  *  2. time to reach a plan as good as the best expert schedule without seeds
  *     (GPT-1.3B on 8 devices, GPT-39B on 64, GPT-175B on 1024), A100 profile;
  *  3. MCTS against random and greedy search at equal budgets;
- *  4. MCTS (2000 simulations) against exhaustive enumeration over 20 seeds;
+ *  4. MCTS (2000 steps, and with the converge rule) against exhaustive
+ *     enumeration over 20 seeds;
  *  5. the same on the cases the tree policy is tuned on (held apart from 4's;
- *     CARVE_SEARCH_BUDGET=N runs sections 4 and 5 at N plans instead of 2000).
+ *     CARVE_SEARCH_BUDGET=N runs sections 4 and 5 at N steps instead of 2000);
+ *  6. the converge rule on its tuning cases, against long searches;
+ *  7. what a step costs: a plan priced against a table hit.
  * Prints a markdown section; never fails on a time.
  *
  * CARVE_SEARCH_PRICELOG=PREFIX: section 1 also logs every plan it prices, one
@@ -16,6 +19,7 @@
 #include "bench/bench_setup.h"
 
 #include <omp.h>
+#include <time.h>
 
 typedef bench_setup setup;
 
@@ -185,23 +189,32 @@ typedef struct ex_case {
     int depth;
 } ex_case;
 
-/* Rows of MCTS (2000 distinct plans, or CARVE_SEARCH_BUDGET; 20 seeds) against exhaustive search. */
+static int cmp_i64(const void *a, const void *b)
+{
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return (x > y) - (x < y);
+}
+
+/* Rows of MCTS (2000 steps, or CARVE_SEARCH_BUDGET; 20 seeds) against
+ * exhaustive search, and MCTS with the converge rule (autopart's default:
+ * capped at SEARCH_AUTO_CAP steps) on the same seeds. */
 static void exhaustive_rows(const ex_case *cs, int n)
 {
     setup s;
     search_result r1;
     const char *env = getenv("CARVE_SEARCH_BUDGET");
     int budget = env && atoi(env) > 0 ? atoi(env) : 2000;
-    if (budget != 2000) printf("Budget: %d distinct plans (CARVE_SEARCH_BUDGET).\n\n", budget);
-    printf("| model | mesh | depth | groups | states enumerated | optimum found (of 20) | median simulation found at | "
-           "worst gap to the optimum |\n|---|---|---|---|---|---|---|---|\n");
+    if (budget != 2000) printf("Budget: %d steps (CARVE_SEARCH_BUDGET).\n\n", budget);
+    printf("| model | mesh | depth | groups | states enumerated | optimum found (of 20) | median plans priced when found | "
+           "worst gap to the optimum | converge rule: found (of 20) | its steps: median (most) | its worst gap |\n"
+           "|---|---|---|---|---|---|---|---|---|---|---|\n");
     for (int c = 0; c < n; c++) {
         if (make(&s, cs[c].model, cs[c].mesh, "a100") < 0) return;
         search_result ex;
         run(&s, &search_exhaustive, (search_budget){.threads = 1, .max_exhaustive = 400000, .max_depth = cs[c].depth}, &ex);
-        int found = 0;
-        int64_t at[20];
-        double worst = 0;
+        int found = 0, found_c = 0;
+        int64_t at[20], steps_c[20];
+        double worst = 0, worst_c = 0;
         for (int seed = 1; seed <= 20; seed++) {
             run(&s, &search_mcts,
                 (search_budget){.simulations = budget, .seed = (uint64_t)seed, .threads = 1, .max_depth = cs[c].depth}, &r1);
@@ -209,18 +222,22 @@ static void exhaustive_rows(const ex_case *cs, int n)
             found += ok;
             at[seed - 1] = ok ? r1.best_at : 1000000;
             if (r1.best.step_time / ex.best.step_time - 1 > worst) worst = r1.best.step_time / ex.best.step_time - 1;
+            run(&s, &search_mcts,
+                (search_budget){.simulations = SEARCH_AUTO_CAP, .converge = 1, .seed = (uint64_t)seed, .threads = 1,
+                                .max_depth = cs[c].depth},
+                &r1);
+            found_c += r1.best.reward >= ex.best.reward * (1 - 1e-12);
+            steps_c[seed - 1] = (int64_t)(r1.steps + 0.5);
+            if (r1.best.step_time / ex.best.step_time - 1 > worst_c) worst_c = r1.best.step_time / ex.best.step_time - 1;
         }
-        for (int i = 1; i < 20; i++)
-            for (int j = i; j > 0 && at[j] < at[j - 1]; j--) {
-                int64_t x = at[j];
-                at[j] = at[j - 1];
-                at[j - 1] = x;
-            }
+        qsort(at, 20, sizeof at[0], cmp_i64);
+        qsort(steps_c, 20, sizeof steps_c[0], cmp_i64);
         char med[32];
         if (at[9] >= 1000000) snprintf(med, sizeof med, "-");
         else snprintf(med, sizeof med, "%lld", (long long)at[9]);
-        printf("| %s | %s | %d | %d | %lld | %d | %s | %.3f%% |\n", cs[c].model, cs[c].mesh, cs[c].depth ? cs[c].depth : 16,
-               s.gs->n, (long long)ex.evaluations, found, med, 100 * worst);
+        printf("| %s | %s | %d | %d | %lld | %d | %s | %.3f%% | %d | %lld (%lld) | %.3f%% |\n", cs[c].model, cs[c].mesh,
+               cs[c].depth ? cs[c].depth : 16, s.gs->n, (long long)ex.evaluations, found, med, 100 * worst, found_c,
+               (long long)steps_c[9], (long long)steps_c[19], 100 * worst_c);
         fflush(stdout);
         unmake(&s);
     }
@@ -229,7 +246,7 @@ static void exhaustive_rows(const ex_case *cs, int n)
 /* 4. MCTS against exhaustive search, 20 seeds: the judging cases */
 static void against_exhaustive(void)
 {
-    printf("### MCTS (2000 simulations) against exhaustive search, 20 seeds each (A100 profile)\n\n");
+    printf("### MCTS (2000 steps) against exhaustive search, 20 seeds each (A100 profile)\n\n");
     printf("States are distinct shardings reached by sequences of at most `depth` actions (orders that commute reach "
            "one state). The two-axis GPT spaces are cut at 4 actions: unbounded, they hold over two million states.\n\n");
     static const ex_case cases[] = {
@@ -275,6 +292,129 @@ static void tuning_cases(void)
     printf("\n");
 }
 
+/* 6. The converge rule on its tuning cases: cases of neither bench_quality nor
+ * the zoo timings (BENCHMARKS.md), where it is judged.  Per case and seed, MCTS
+ * from the experts with the default rule, against a long search of
+ * CARVE_SEARCH_REF steps (default 4000) without it.  CARVE_SEARCH_CONVERGE=
+ * GAIN,MIN,FACTOR sets the rule's constants (search_budget). */
+static void converge_cases(void)
+{
+    static const struct {
+        const char *model, *mesh, *hw;
+    } cases[] = {
+        {"gpt-350m", "batch=8", "a100"},
+        {"gpt-760m", "batch=4,model=2", "h100"},
+        {"gpt-2.6b", "batch=8,model=4", "a100"},
+        {"gpt-125m:batch=32", "batch=4,model=4", "tpu-v3"},
+        {"llama3-8b:seq=2048", "data=4,model=4", "a100"},
+        {"t5-base", "data=8", "a100"},
+        {"vit-b16", "data=4,model=2", "h100"},
+        {"gpt-15b:batch=32", "batch=4,model=8", "h100"},
+        {"mlp:layers=3,batch=512,in=2048,hidden=4096,out=2048", "batch=2,model=4", "a100"},
+        {"mlp:layers=5,batch=256,in=2048,hidden=4096,out=2048", "batch=2,model=2", "a100"},
+    };
+    const char *env = getenv("CARVE_SEARCH_REF"), *conv = getenv("CARVE_SEARCH_CONVERGE");
+    int ref = env && atoi(env) > 0 ? atoi(env) : 4000, seeds = getenv("CARVE_SEARCH_SEEDS") ? atoi(getenv("CARVE_SEARCH_SEEDS")) : 2;
+    double gain = 0, min = 0, factor = 0;
+    if (conv) sscanf(conv, "%lf,%lf,%lf", &gain, &min, &factor);
+    printf("### The converge rule on its tuning cases (experts as seeds, one thread)\n\n");
+    printf("Reference: %d steps without the rule. Rule: gain %g, patience min %g, factor %g (0: the defaults).\n\n", ref,
+           gain, min, factor);
+    printf("| model | mesh | hw | seed | reference: / best expert, best at step, steps, s | rule: / best expert, steps, s, stop "
+           "| rule / reference |\n|---|---|---|---|---|---|---|\n");
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        if (getenv("CARVE_SEARCH_CASES") && !strchr(getenv("CARVE_SEARCH_CASES"), 'a' + (int)k)) continue;
+        setup s;
+        if (bench_setup_make(&s, cases[k].model, cases[k].mesh, cases[k].hw, 0, 1) < 0) continue;
+        double be = s.best >= 0 ? s.ex[s.best].e.step_time : 0;
+        for (int seed = 1; seed <= seeds; seed++) {
+            search_result r0, r1;
+            search_budget b = {.simulations = ref, .seed = (uint64_t)seed, .threads = 1, .seeds = s.seeds, .n_seeds = s.n_seeds};
+            if (!getenv("CARVE_SEARCH_NOREF")) run(&s, &search_mcts, b, &r0);
+            else memset(&r0, 0, sizeof r0);
+            b.simulations = 20000;
+            b.converge = 1;
+            b.converge_gain = gain;
+            b.patience_min = min;
+            b.patience_factor = factor;
+            run(&s, &search_mcts, b, &r1);
+            double bs0 = 0;
+            for (int i = 0; i < r0.n_curve; i++)
+                if (r0.curve[i].best.reward == r0.best.reward) {
+                    bs0 = r0.curve[i].steps;
+                    break;
+                }
+            printf("| %s | %s | %s | %d | %.4f, %.0f, %.0f, %.1f | %.4f, %.0f, %.1f, %s | %.5f |\n", cases[k].model,
+                   cases[k].mesh, cases[k].hw, seed, r0.best.step_time / be, bs0, r0.steps, r0.seconds,
+                   r1.best.step_time / be, r1.steps, r1.seconds, search_stop_name(r1.stop),
+                   r0.best.step_time > 0 ? r1.best.step_time / r0.best.step_time : 0);
+            fflush(stdout);
+        }
+        unmake(&s);
+    }
+    printf("\n");
+}
+
+/* 7. What a step costs: the time of a plan priced against a plan propagated
+ * and found in the table, which SEARCH_HIT_STEPS stands for.  The evaluator is
+ * wrapped in a clock; the rest of a search's time is its simulations'
+ * propagation, hashing and tree work, shared by the plans priced and the
+ * table hits (recalled sequences, which propagate nothing, left out). */
+static double timed_seconds;
+static const search_evaluator *timed_inner;
+static void *timed_make(void *cfg, shard_state *st) { return timed_inner->make(cfg, st); }
+static void timed_eval(void *ws, shard_state *st, search_score *out)
+{
+    struct timespec a, b;
+    clock_gettime(CLOCK_MONOTONIC, &a);
+    timed_inner->eval(ws, st, out);
+    clock_gettime(CLOCK_MONOTONIC, &b);
+    timed_seconds += (double)(b.tv_sec - a.tv_sec) + 1e-9 * (double)(b.tv_nsec - a.tv_nsec);
+}
+static void timed_destroy(void *ws) { timed_inner->destroy(ws); }
+
+static void step_cost(void)
+{
+    static const struct {
+        const char *model, *mesh, *hw;
+    } cases[] = {
+        {"mlp:layers=3,batch=512,in=2048,hidden=4096,out=2048", "batch=2,model=4", "a100"},
+        {"gpt-125m", "batch=8", "a100"},
+        {"gpt-1.3b", "batch=4,model=2", "a100"},
+        {"gpt-1.3b", "batch=8,model=8", "a100"},
+        {"llama2-7b", "data=4,model=2", "a100"},
+        {"t5-large", "data=8,model=8", "a100"},
+        {"gpt-175b:batch=256", "batch=128,model=8", "a100"},
+    };
+    const char *env = getenv("CARVE_SEARCH_BUDGET");
+    int budget = env && atoi(env) > 0 ? atoi(env) : 400;
+    printf("### What a step costs: a plan priced against a table hit (experts as seeds, one thread, %d steps)\n\n", budget);
+    printf("| model | mesh | hw | priced | table hits | recalled | seconds | pricing s | ms per simulation (propagated) | "
+           "ms per pricing | priced / hit |\n|---|---|---|---|---|---|---|---|---|---|---|\n");
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        setup s;
+        if (bench_setup_make(&s, cases[k].model, cases[k].mesh, cases[k].hw, 0, 1) < 0) continue;
+        search_evaluator plain = s.ev;
+        timed_inner = &plain;
+        s.ev = (search_evaluator){plain.cfg, timed_make, timed_eval, timed_destroy};
+        timed_seconds = 0;
+        search_result r;
+        run(&s, &search_mcts, (search_budget){.simulations = budget, .seed = 1, .threads = 1, .seeds = s.seeds,
+                                              .n_seeds = s.n_seeds}, &r);
+        s.ev = plain;
+        double sims = (double)(r.evaluations + r.hits), t_sim = (r.seconds - timed_seconds) / sims,
+               t_price = timed_seconds / (double)r.evaluations;
+        printf("| %s | %s | %s | %lld | %lld | %lld | %.2f | %.2f | %.3f | %.3f | %.1f |\n", cases[k].model,
+               cases[k].mesh, cases[k].hw, (long long)r.evaluations, (long long)r.hits,
+               (long long)(r.simulations - r.evaluations - r.hits), r.seconds, timed_seconds, 1e3 * t_sim, 1e3 * t_price,
+               (t_sim + t_price) / t_sim);
+        fflush(stdout);
+        unmake(&s);
+    }
+    printf("\nA plan priced costs a simulation and a pricing; a table hit a simulation. \"priced / hit\" is their "
+           "ratio, which SEARCH_HIT_STEPS (%d) stands for in the budget.\n\n", SEARCH_HIT_STEPS);
+}
+
 /* CARVE_SEARCH_ONLY=1245 runs only those sections (default: all) */
 static int wanted(int k)
 {
@@ -295,5 +435,7 @@ int main(void)
     if (wanted(2)) time_to_expert();
     if (wanted(4)) against_exhaustive();
     if (wanted(5)) tuning_cases();
+    if (wanted(6)) converge_cases();
+    if (wanted(7)) step_cost();
     return 0;
 }

@@ -52,7 +52,7 @@ static void progress(void *ctx, int64_t sims, double elapsed, const search_score
         double by_budget = (double)(p->budget - sims) / rate;
         if (left < 0 || by_budget < left) left = by_budget;
     }
-    fprintf(stderr, "\r  searching: %lld plans priced, %.0f/s, best step %s%s, %.0f s left   ", (long long)sims, rate,
+    fprintf(stderr, "\r  searching: %lld steps, %.0f/s, best step %s%s, %.0f s left   ", (long long)sims, rate,
             t, best->fits ? "" : " (does not fit)", left > 0 ? left : 0);
     fflush(stderr);
     p->shown = 1;
@@ -112,8 +112,10 @@ static int inputs(const cli_opts *o, session_autopart *a)
     }
     a->src = (session_source){o->model, o->graph, o->optimizer, o->forward, NULL, 0, NULL};
     a->algo = search_algo_find(o->search ? o->search : "mcts");
+    /* without --budget, --time or --stall the converge rule decides (docs/search.md, "Budgets"), capped */
     a->b = (search_budget){
-        .simulations = o->budget ? o->budget : (o->time_s > 0 ? 0 : 2000),
+        .simulations = o->budget ? o->budget : (o->time_s > 0 ? 0 : SEARCH_AUTO_CAP),
+        .converge = !o->budget && !o->stall && !(o->time_s > 0),
         .seconds = o->time_s,
         .stall = o->stall,
         .seed = (uint64_t)o->seed,
@@ -134,7 +136,7 @@ int cmd_autopart(const cli_opts *o)
     memset(&a, 0, sizeof a);
     int rc = inputs(o, &a);
     if (rc != CLI_OK) return rc;
-    progress_ctx pc = {a.b.simulations, a.b.seconds, 0};
+    progress_ctx pc = {a.b.converge ? 0 : a.b.simulations, a.b.seconds, 0};
     a.hooks = (session_hooks){&pc, on_note, NULL, NULL};
     if (!o->quiet && isatty(2)) {
         a.hooks.progress = progress;

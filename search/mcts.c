@@ -12,12 +12,17 @@
  * search whose root is done has priced everything within the depth.  At the root the seeds (expert plans) are
  * expanded first, in order; elsewhere untried actions are expanded best-first
  * by their all-moves-as-first maximum (unknown ones first, at random).
- * The last fifth of a budget of plans is an exact local search around the 8
- * best plans priced (climb): one action swapped with the next, removed,
- * replaced or inserted, first improvement, plateaus of equal reward followed
- * a little way.  When every kept plan is a local optimum, half of the steps
- * are kicks (the best plan changed by two random moves, then climbed from:
- * iterated local search) and half simulations of the tree.
+ * The last fifth of a budget of steps (or, with the stall or converge rule,
+ * what follows the tree's patience running out) is an exact local search
+ * around the 8 best plans priced (climb): one action swapped with the next,
+ * removed, replaced or inserted, first improvement, plateaus of equal reward
+ * followed a little way.  When every kept plan is a local optimum, half of the
+ * steps are kicks (the best plan changed by two random moves, then climbed
+ * from: iterated local search) and half simulations of the tree.  The local
+ * search remembers the action sequences it tried (their state hashes: a
+ * sequence tried again is not propagated again, and costs no step) and where
+ * each climb ended (a climb that reaches a plan climbed from before stops:
+ * the rest would repeat it); neither changes a plan priced or its order.
  */
 #include "search_impl.h"
 
@@ -35,9 +40,26 @@ typedef struct mcts_plan {
 
 #define MCTS_TOP 8      /* plans kept as starts of the local search */
 #define MCTS_PLATEAU 16 /* plans of equal reward searched from, per climb */
-#define MCTS_CLIMB 0.2  /* the share of the budget left to the local search */
+#define MCTS_CLIMB 0.2  /* the share of a budget of steps left to the local search */
 #define MCTS_KICK 2     /* random moves of a kick */
 #define MCTS_KICK_ODDS 2 /* once every kept plan is a local optimum: a kick 1 time in this many */
+
+/* A plan tried by the local search, found again by its action sequence (as
+ * asked, before illegal actions are left out): its state hash and which
+ * actions were left out, so a sequence tried before is not propagated again. */
+typedef struct mcts_seq {
+    uint64_t seq;     /* search_seq_hash of the sequence asked (0: empty slot) */
+    uint64_t key;     /* the plan's state hash (priced: in the table) */
+    uint64_t dropped; /* bit i: action i was left out (illegal there, or past the depth limit) */
+} mcts_seq;
+
+/* A climb done (mcts.climbed). */
+typedef struct mcts_climbed {
+    uint64_t seq;      /* search_seq_hash of the plan's actions (0: empty slot) */
+    double end_reward; /* what the climb from it reached */
+} mcts_climbed;
+
+#define MCTS_PATH 64 /* plans of one climb remembered (the moves of a longer climb after these are not) */
 
 typedef struct mcts {
     search_ctx *c;
@@ -50,6 +72,16 @@ typedef struct mcts {
      * action it used */
     double *amaf_max;
     int *amaf_n;
+    mcts_seq *seqs; /* open addressing, seq_cap a power of two */
+    int seq_cap, seq_used;
+    /* climbs done: from the plan of this action sequence a climb ends at this
+     * reward (a climb from a plan is the same every time: its neighbours come
+     * in a fixed order and their prices are exact), so a climb that reaches
+     * such a plan stops there */
+    mcts_climbed *climbed; /* open addressing, climbed_cap a power of two */
+    int climbed_cap, climbed_used;
+    uint64_t path[MCTS_PATH]; /* the current climb's plans (their sequences' hashes) */
+    int n_path;
 } mcts;
 
 static int node_for(search_ctx *c, uint64_t key)
@@ -220,23 +252,67 @@ static void keep_top(mcts *m, double r)
     memcpy(m->top[i].a, c->set, (size_t)c->n_set * sizeof(int));
 }
 
+static mcts_seq *seq_slot(mcts *m, uint64_t seq)
+{
+    uint64_t mask = (uint64_t)m->seq_cap - 1;
+    for (uint64_t j = seq & mask;; j = (j + 1) & mask)
+        if (m->seqs[j].seq == seq || !m->seqs[j].seq) return &m->seqs[j];
+}
+
+static void seq_put(mcts *m, uint64_t seq, uint64_t key, uint64_t dropped)
+{
+    if (2 * (m->seq_used + 1) > m->seq_cap) {
+        mcts_seq *old = m->seqs;
+        int oldcap = m->seq_cap;
+        m->seq_cap = oldcap ? 2 * oldcap : 4096;
+        m->seqs = ir_xcalloc((size_t)m->seq_cap, sizeof *m->seqs);
+        for (int i = 0; i < oldcap; i++)
+            if (old[i].seq) *seq_slot(m, old[i].seq) = old[i];
+        free(old);
+    }
+    mcts_seq *e = seq_slot(m, seq);
+    if (!e->seq) m->seq_used++;
+    *e = (mcts_seq){seq, key, dropped};
+}
+
 /* Prices the plan a[0..n) (actions illegal where they come are left out) and
- * returns its reward; the plan is kept among the best. */
+ * returns its reward; the plan is kept among the best.  A sequence tried
+ * before is found again without propagating it (the same actions reach the
+ * same state): a simulation, but no step (it costs a lookup). */
 static double try_plan(mcts *m, const int *a, int n)
 {
     search_ctx *c = m->c;
+    uint64_t seq = search_seq_hash(a, n), dropped = 0;
+    const mcts_seq *known = m->seq_cap && n <= 64 ? seq_slot(m, seq) : NULL;
     search_ctx_start(c);
-    for (int i = 0; i < n && c->n_set < c->max_depth; i++) {
-        if (a[i] < c->n_actions) {
-            search_ctx_sync(c);
-            if (!shard_group_legal(c->st, c->gs, search_ctx_group(c, a[i]), search_ctx_axis(c, a[i]))) continue;
+    if (known && known->seq == seq) {
+        for (int i = 0; i < n; i++)
+            if (!(known->dropped >> i & 1)) c->set[c->n_set++] = a[i];
+        c->key = known->key;
+        c->key_ok = 1;
+        c->recalled = 1; /* no propagation: not a step */
+    } else {
+        known = NULL;
+        for (int i = 0; i < n; i++) {
+            if (c->n_set >= c->max_depth) {
+                dropped |= (uint64_t)1 << i;
+                continue;
+            }
+            if (a[i] < c->n_actions) {
+                search_ctx_sync(c);
+                if (!shard_group_legal(c->st, c->gs, search_ctx_group(c, a[i]), search_ctx_axis(c, a[i]))) {
+                    dropped |= (uint64_t)1 << i;
+                    continue;
+                }
+            }
+            search_ctx_defer(c, a[i]);
         }
-        search_ctx_defer(c, a[i]);
     }
     int64_t since_new = c->since_new;
     double r = search_ctx_eval(c)->reward;
     if (c->since_new) /* a neighbour priced before says nothing of the tree's exhaustion */
         c->since_new = since_new;
+    if (!known && n <= 64) seq_put(m, seq, search_ctx_key(c), dropped);
     keep_top(m, r);
     return r;
 }
@@ -337,6 +413,58 @@ static void kick(mcts *m)
  * until none does.  Neighbours as good as the plan (another order of the same
  * shardings, say) are searched from too, up to MCTS_PLATEAU of them, since the
  * better plan may be one move from them only. */
+static mcts_climbed *climbed_slot(mcts *m, uint64_t seq)
+{
+    uint64_t mask = (uint64_t)m->climbed_cap - 1;
+    for (uint64_t j = seq & mask;; j = (j + 1) & mask)
+        if (m->climbed[j].seq == seq || !m->climbed[j].seq) return &m->climbed[j];
+}
+
+/* The reward a climb from plan p reached, when one was done (else 0 with *found 0). */
+static double climbed_to(mcts *m, const mcts_plan *p, int *found)
+{
+    *found = 0;
+    if (!m->climbed_cap) return 0;
+    const mcts_climbed *e = climbed_slot(m, search_seq_hash(p->a, p->n));
+    *found = e->seq != 0;
+    return e->end_reward;
+}
+
+/* Remembers that climbs from the plans of the current path end at `reward`. */
+static void remember_climb(mcts *m, double reward)
+{
+    for (int i = 0; i < m->n_path; i++) {
+        if (2 * (m->climbed_used + 1) > m->climbed_cap) {
+            mcts_climbed *old = m->climbed;
+            int oldcap = m->climbed_cap;
+            m->climbed_cap = oldcap ? 2 * oldcap : 1024;
+            m->climbed = ir_xcalloc((size_t)m->climbed_cap, sizeof *m->climbed);
+            for (int j = 0; j < oldcap; j++)
+                if (old[j].seq) *climbed_slot(m, old[j].seq) = old[j];
+            free(old);
+        }
+        mcts_climbed *e = climbed_slot(m, m->path[i]);
+        if (!e->seq) m->climbed_used++;
+        *e = (mcts_climbed){m->path[i], reward};
+    }
+}
+
+/* Adds plan p to the current climb's path; returns 1 (with the reward it
+ * reaches in *end) when a climb from p was done before. */
+static int enter_path(mcts *m, const mcts_plan *p, double *end)
+{
+    int found;
+    double to = climbed_to(m, p, &found);
+    if (found) *end = to;
+    else if (m->n_path < MCTS_PATH) m->path[m->n_path++] = search_seq_hash(p->a, p->n);
+    return found;
+}
+
+/* Local search from `start`: moves to the first neighbour that improves,
+ * until none does.  Neighbours as good as the plan (another order of the same
+ * shardings, say) are searched from too, up to MCTS_PLATEAU of them, since the
+ * better plan may be one move from them only.  A plan climbed from before
+ * ends the climb where that one ended (the rest would be the same). */
 static void climb_from(mcts *m, const mcts_plan *start)
 {
     search_ctx *c = m->c;
@@ -346,45 +474,57 @@ static void climb_from(mcts *m, const mcts_plan *start)
     flat[0] = *start;
     int n_flat = 1, cur = 0;
     int buf[SEARCH_MAX_PLAN + 2];
-    for (int k = 0;; k++) {
-        if (search_ctx_stop(c)) return;
-        int n = neighbour(c, &flat[cur], k, buf);
-        if (n < 0) {
-            if (++cur == n_flat) break;
-            k = -1;
-            continue;
+    double end = -1e300;
+    m->n_path = 0;
+    if (!enter_path(m, &flat[0], &end)) {
+        for (int k = 0;; k++) {
+            if (search_ctx_stop(c)) return;
+            int n = neighbour(c, &flat[cur], k, buf);
+            if (n < 0) {
+                if (++cur == n_flat) break;
+                k = -1;
+                continue;
+            }
+            double r = try_plan(m, buf, n);
+            if (r > flat[cur].reward) { /* move there: the plan as priced (illegal actions left out) */
+                flat[0].reward = r;
+                flat[0].n = c->n_set;
+                memcpy(flat[0].a, c->set, (size_t)c->n_set * sizeof(int));
+                n_flat = 1, cur = 0, k = -1;
+                if (enter_path(m, &flat[0], &end)) break;
+            } else if (r == flat[cur].reward && n_flat <= MCTS_PLATEAU && !seen_plan(flat, n_flat, c->set, c->n_set)) {
+                flat[n_flat] = flat[cur];
+                flat[n_flat].n = c->n_set;
+                memcpy(flat[n_flat++].a, c->set, (size_t)c->n_set * sizeof(int));
+            }
         }
-        double r = try_plan(m, buf, n);
-        if (r > flat[cur].reward) { /* move there: the plan as priced (illegal actions left out) */
-            flat[0].reward = r;
-            flat[0].n = c->n_set;
-            memcpy(flat[0].a, c->set, (size_t)c->n_set * sizeof(int));
-            n_flat = 1, cur = 0, k = -1;
-        } else if (r == flat[cur].reward && n_flat <= MCTS_PLATEAU && !seen_plan(flat, n_flat, c->set, c->n_set)) {
-            flat[n_flat] = flat[cur];
-            flat[n_flat].n = c->n_set;
-            memcpy(flat[n_flat++].a, c->set, (size_t)c->n_set * sizeof(int));
-        }
+        if (end == -1e300) end = flat[0].reward;
     }
+    remember_climb(m, end);
     for (int i = 0; i < m->n_top; i++) /* a local optimum: no start again from it */
-        if (m->top[i].reward == flat[0].reward) m->top[i].climbed = 1;
+        if (m->top[i].reward == end) m->top[i].climbed = 1;
 }
 
 static int mcts_run(search_ctx *c, char *err, size_t errlen)
 {
     mcts m = {.c = c, .amaf_max = ir_xcalloc((size_t)c->n_ids, sizeof(double)),
               .amaf_n = ir_xcalloc((size_t)c->n_ids, sizeof(int))};
+    /* the local search starts with the last share of a budget of steps, or
+     * when the stall or converge rule says the tree has stopped finding better
+     * plans (which then gives it a patience of its own) */
     m.climb_start = c->b->simulations > 0 ? (1 - MCTS_CLIMB) * (double)c->b->simulations : 1e300;
+    c->two_phase = 1;
     node_for(c, c->root_key);
     while (!search_ctx_stop(c)) {
         if (c->nodes[0].done) {
             c->res.stop = STOP_EXHAUSTED;
             break;
         }
-        /* the last share of the budget: local search around the best plans;
-         * when every kept plan is a local optimum, a kick or (as likely) a
-         * simulation of the tree, whose new good plans are climbed from in turn */
-        if ((double)c->res.evaluations >= m.climb_start) {
+        if (!c->second && (search_ctx_steps(c) >= m.climb_start || search_ctx_stalled(c))) search_ctx_second_phase(c);
+        /* the local search around the best plans; when every kept plan is a
+         * local optimum, a kick or (as likely) a simulation of the tree, whose
+         * new good plans are climbed from in turn */
+        if (c->second) {
             if (climb(&m)) continue;
             if (m.n_top && pcg32_below(&c->rng, MCTS_KICK_ODDS) == 0) {
                 kick(&m);
@@ -392,10 +532,11 @@ static int mcts_run(search_ctx *c, char *err, size_t errlen)
             }
         }
         mcts_sim(&m);
-        search_ctx_progress(c);
     }
     free(m.amaf_max);
     free(m.amaf_n);
+    free(m.seqs);
+    free(m.climbed);
     return 0;
 }
 

@@ -12,7 +12,6 @@ static int random_run(search_ctx *c, char *err, size_t errlen)
         if (s > 0) search_ctx_push(c, c->n_actions + (int)s);
         search_ctx_rollout(c);
         search_ctx_eval(c);
-        search_ctx_progress(c);
     }
     return 0;
 }

@@ -10,6 +10,7 @@
  */
 #include "search_impl.h"
 
+#include <omp.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -18,7 +19,7 @@ volatile sig_atomic_t search_interrupted;
 
 const search_algo *const search_algos[] = {&search_mcts, &search_random, &search_greedy, &search_exhaustive, NULL};
 
-static const char *const stop_names[] = {"budget", "time", "stalled", "interrupted", "exhausted", "target"};
+static const char *const stop_names[] = {"budget", "time", "stalled", "interrupted", "exhausted", "target", "converged"};
 
 const char *search_stop_name(search_stop s) { return stop_names[s]; }
 
@@ -32,6 +33,13 @@ const search_algo *search_algo_find(const char *name)
 /* Simulations in a row that reach only plans priced before, after which a
  * search says the space is exhausted (it keeps finding nothing new). */
 #define SEARCH_EXHAUSTED_AFTER 5000
+
+double search_patience(const search_budget *b, double steps)
+{
+    double p = (b->patience_factor > 0 ? b->patience_factor : SEARCH_PATIENCE_FACTOR) * steps;
+    double min = b->patience_min > 0 ? b->patience_min : SEARCH_PATIENCE_MIN;
+    return p > min ? p : min;
+}
 
 static double now(void)
 {
@@ -79,45 +87,84 @@ int search_ctx_legal(search_ctx *c, int *out)
     return n;
 }
 
+/* Appends the current best to the thread's curve (every other inner point
+ * dropped when it is full). */
+static void curve_add(search_ctx *c, double seconds)
+{
+    search_result *r = &c->res;
+    if (r->n_curve == SEARCH_CURVE_MAX) {
+        int n = 1;
+        for (int i = 2; i < SEARCH_CURVE_MAX - 1; i += 2) r->curve[n++] = r->curve[i];
+        r->curve[n++] = r->curve[SEARCH_CURVE_MAX - 1];
+        r->n_curve = n;
+    }
+    int64_t ev = __atomic_load_n(&c->shared->evaluations, __ATOMIC_RELAXED);
+    int64_t hits = __atomic_load_n(&c->shared->hits, __ATOMIC_RELAXED);
+    r->curve[r->n_curve++] = (search_point){(double)ev + (double)hits / SEARCH_HIT_STEPS, ev, ev + hits, seconds, r->best};
+}
+
+/* Keeps the current plan (score s) as the best. */
+static void new_best(search_ctx *c, const search_score *s)
+{
+    double steps = search_ctx_steps(c);
+    /* the converge rule's reference: a gain in reward (the replicated step time over this one) of more than
+     * SEARCH_CONVERGE_GAIN, or any gain while nothing fits */
+    double gain = c->b->converge_gain > 0 ? c->b->converge_gain : SEARCH_CONVERGE_GAIN;
+    if (c->gain_reward <= 0 || s->reward > c->gain_reward * (1 + gain)) {
+        c->gain_reward = s->reward;
+        c->gain_steps = steps;
+    }
+    c->best_reward = s->reward;
+    c->best_steps = steps;
+    c->res.best = *s;
+    c->res.best_at = c->res.evaluations;
+    c->res.best_seconds = now() - c->t0;
+    int first = 0;
+    c->res.seed = -1;
+    if (c->n_set && c->set[0] > c->n_actions) {
+        c->res.seed = c->set[0] - c->n_actions - 1;
+        first = 1;
+    }
+    c->res.n_actions = c->n_set - first;
+    for (int i = first; i < c->n_set; i++)
+        c->res.actions[i - first] = (search_action){search_ctx_group(c, c->set[i]), search_ctx_axis(c, c->set[i])};
+    curve_add(c, c->res.best_seconds);
+}
+
 const search_score *search_ctx_eval(search_ctx *c)
 {
     search_entry *e = search_ctx_entry(c, search_ctx_key(c), 1);
     c->res.simulations++;
     if (!e->scored) {
         search_ctx_sync(c);
+        /* the pricer may choose the plan's gather policy into the state (autopart_pricer.gather_auto): that is its
+         * output, not part of the state the actions reached, whose hash must not depend on what was priced in it
+         * before */
+        int gather = c->st->gather_policy;
         c->ev->eval(c->ws, c->st, &e->score);
+        c->st->gather_policy = gather;
         e->scored = 1;
         c->res.evaluations++;
+        __atomic_add_fetch(&c->shared->evaluations, 1, __ATOMIC_RELAXED);
         c->since_new = 0;
     } else {
+        if (!c->recalled) {
+            c->hits++;
+            __atomic_add_fetch(&c->shared->hits, 1, __ATOMIC_RELAXED);
+        }
         c->since_new++;
     }
+    c->recalled = 0;
+    c->res.hits = c->hits;
+    c->res.steps = search_ctx_steps(c);
     const search_score *s = &e->score;
-    if (s->reward > c->best_reward) {
-        c->best_reward = s->reward;
-        c->res.best = *s;
-        c->res.best_at = c->res.evaluations;
-        c->res.best_seconds = now() - c->t0;
-        int first = 0;
-        c->res.seed = -1;
-        if (c->n_set && c->set[0] > c->n_actions) {
-            c->res.seed = c->set[0] - c->n_actions - 1;
-            first = 1;
-        }
-        c->res.n_actions = c->n_set - first;
-        for (int i = first; i < c->n_set; i++)
-            c->res.actions[i - first] = (search_action){search_ctx_group(c, c->set[i]), search_ctx_axis(c, c->set[i])};
-        c->since_best = 0;
-    } else {
-        c->since_best++;
-    }
+    if (s->reward > c->best_reward) new_best(c, s);
     return s;
 }
 
 /* ---- the current plan's state, and saved states of tree paths ---------- */
 
-/* Hash of the action sequence a[0..n) (nonzero). */
-static uint64_t seq_hash(const int *a, int n)
+uint64_t search_seq_hash(const int *a, int n)
 {
     uint64_t h = 0x9ae16a3b2f90404full ^ (uint64_t)n;
     for (int i = 0; i < n; i++) {
@@ -164,7 +211,7 @@ void search_ctx_sync(search_ctx *c)
         }
     if (base == c->n_set) return;
     uint64_t seq[SEARCH_MAX_PLAN + 2];
-    for (int k = 0; k <= c->n_set; k++) seq[k] = seq_hash(c->set, k);
+    for (int k = 0; k <= c->n_set; k++) seq[k] = search_seq_hash(c->set, k);
     for (int k = c->n_set; k > base && k > 0; k--) {
         search_saved *sv = saved_find(c, seq[k]);
         if (sv) {
@@ -236,25 +283,130 @@ void search_ctx_rollout(search_ctx *c)
     }
 }
 
+/* Whether the stall or converge rule's patience has run out at `steps`, the
+ * best plan found at best_steps, the last gain at gain_steps, and (second)
+ * the second phase started at phase_steps. */
+static int patience_out(const search_budget *b, double steps, double best_steps, double gain_steps, int second,
+                        double phase_steps)
+{
+    if (b->stall <= 0 && !b->converge) return 0;
+    double since_best = steps - best_steps, since_gain = steps - gain_steps;
+    if (second) { /* the second phase gets its own patience */
+        double in_phase = steps - phase_steps;
+        if (since_best > in_phase) since_best = in_phase;
+        if (since_gain > in_phase) since_gain = in_phase;
+    }
+    if (b->stall > 0 && since_best < (double)b->stall) return 0;
+    if (b->converge && since_gain < search_patience(b, gain_steps)) return 0;
+    return 1;
+}
+
+int search_ctx_stalled(const search_ctx *c)
+{
+    if (c->shared->sync) return 0;
+    return patience_out(c->b, search_ctx_steps(c), c->best_steps, c->gain_steps, c->second, c->phase_steps);
+}
+
+/* The epochs' decision (search_shared), by the last thread to arrive. */
+static void decide(search_shared *sh, const search_budget *b, int two_phase)
+{
+    double steps = 0, best = -1e300;
+    int all_done = 1;
+    for (int t = 0; t < sh->threads; t++) {
+        steps += sh->slot[t].steps;
+        if (sh->slot[t].best_reward > best) best = sh->slot[t].best_reward;
+        all_done &= sh->slot[t].done;
+    }
+    if (best > sh->best_reward) { /* as new_best */
+        double gain = b->converge_gain > 0 ? b->converge_gain : SEARCH_CONVERGE_GAIN;
+        if (sh->gain_reward <= 0 || best > sh->gain_reward * (1 + gain)) {
+            sh->gain_reward = best;
+            sh->gain_steps = steps;
+        }
+        sh->best_reward = best;
+        sh->best_steps = steps;
+    }
+    sh->all_done = all_done;
+    if (all_done || sh->stop ||
+        !patience_out(b, steps, sh->best_steps, sh->gain_steps, sh->second, sh->phase_steps))
+        return;
+    if (two_phase && !sh->second) {
+        sh->second = 1;
+        sh->phase_steps = steps;
+    } else {
+        sh->stop = 1 + (b->converge ? STOP_CONVERGED : STOP_STALLED);
+    }
+}
+
+/* This thread's epoch: brings its best and steps (done: its algorithm has
+ * returned), waits for the others, and takes the decision. */
+static void epoch(search_ctx *c, int done)
+{
+    search_shared *sh = c->shared;
+    double steps = search_ctx_steps(c);
+    pthread_mutex_lock(&sh->mu);
+    sh->slot[c->thread] = (search_slot){c->best_reward, steps, done};
+    int64_t gen = sh->generation;
+    if (++sh->arrived == sh->threads) {
+        decide(sh, c->b, c->two_phase);
+        sh->arrived = 0;
+        sh->generation++;
+        pthread_cond_broadcast(&sh->cv);
+    } else {
+        while (sh->generation == gen) pthread_cond_wait(&sh->cv, &sh->mu);
+    }
+    int second = sh->second;
+    pthread_mutex_unlock(&sh->mu);
+    if (second && !c->second) {
+        c->second = 1;
+        c->phase_steps = steps;
+    }
+    while (c->next_epoch <= steps) c->next_epoch += SEARCH_EPOCH;
+}
+
+void search_ctx_second_phase(search_ctx *c)
+{
+    c->second = 1;
+    c->phase_steps = search_ctx_steps(c);
+}
+
+static void progress(search_ctx *c)
+{
+    if (c->thread != 0 || !c->b->progress) return;
+    double t = now();
+    if (t - c->last_progress <= 0.1) return;
+    c->last_progress = t;
+    int64_t ev = __atomic_load_n(&c->shared->evaluations, __ATOMIC_RELAXED);
+    int64_t hits = __atomic_load_n(&c->shared->hits, __ATOMIC_RELAXED);
+    c->b->progress(c->b->progress_ctx, ev + hits / SEARCH_HIT_STEPS, t - c->t0, &c->res.best);
+}
+
 int search_ctx_stop(search_ctx *c)
 {
     const search_budget *b = c->b;
+    progress(c);
     if (search_interrupted) {
         c->res.stop = STOP_INTERRUPTED;
         return 1;
     }
-    if (b->simulations > 0 && c->res.evaluations >= b->simulations) {
+    if (b->simulations > 0 && search_ctx_steps(c) >= (double)b->simulations) {
         c->res.stop = STOP_BUDGET;
         return 1;
     }
     if (b->target_reward != 0 &&
-        (c->best_reward >= b->target_reward || __atomic_load_n(c->target_hit, __ATOMIC_RELAXED))) {
-        __atomic_store_n(c->target_hit, 1, __ATOMIC_RELAXED); /* the other threads stop too */
+        (c->best_reward >= b->target_reward || __atomic_load_n(&c->shared->target_hit, __ATOMIC_RELAXED))) {
+        __atomic_store_n(&c->shared->target_hit, 1, __ATOMIC_RELAXED); /* the other threads stop too */
         c->res.stop = STOP_TARGET;
         return 1;
     }
-    if (b->stall > 0 && c->since_best >= b->stall) {
-        c->res.stop = STOP_STALLED;
+    if (c->shared->sync) {
+        if (search_ctx_steps(c) >= c->next_epoch) epoch(c, 0);
+        if (c->shared->stop) {
+            c->res.stop = (search_stop)(c->shared->stop - 1);
+            return 1;
+        }
+    } else if ((!c->two_phase || c->second) && search_ctx_stalled(c)) {
+        c->res.stop = b->converge ? STOP_CONVERGED : STOP_STALLED;
         return 1;
     }
     if (c->since_new >= SEARCH_EXHAUSTED_AFTER) {
@@ -266,15 +418,6 @@ int search_ctx_stop(search_ctx *c)
         return 1;
     }
     return 0;
-}
-
-void search_ctx_progress(search_ctx *c)
-{
-    if (c->thread != 0 || !c->b->progress) return;
-    double t = now();
-    if (t - c->last_progress <= 0.1) return;
-    c->last_progress = t;
-    c->b->progress(c->b->progress_ctx, c->res.evaluations, t - c->t0, &c->res.best);
 }
 
 /* ---- driver ------------------------------------------------------------- */
@@ -294,7 +437,7 @@ void search_result_state(shard_state *st, const shard_state *prefix, const searc
 }
 
 static void ctx_init(search_ctx *c, const shard_state *prefix, const shard_groups *gs, const search_evaluator *ev,
-                     const search_budget *b, int thread)
+                     const search_budget *b, int thread, double t0)
 {
     memset(c, 0, sizeof *c);
     c->prefix = prefix;
@@ -322,8 +465,10 @@ static void ctx_init(search_ctx *c, const shard_state *prefix, const shard_group
     pcg32_seed(&c->rng, b->seed, (uint64_t)thread + 1);
     c->scratch = ir_xcalloc((size_t)c->n_ids, sizeof(int));
     c->best_reward = -1e300;
+    c->gain_reward = -1e300;
     c->res.seed = -1;
-    c->t0 = c->last_progress = now();
+    c->t0 = t0; /* every thread's: the curves' times compare */
+    c->last_progress = now();
 }
 
 static void ctx_free(search_ctx *c)
@@ -342,18 +487,55 @@ static void ctx_free(search_ctx *c)
     shard_state_free(c->st);
 }
 
-/* Prices the prefix and every seed as they are, before the algorithm runs:
- * whatever the algorithm does next, the result is at least as good. */
-static void price_seeds(search_ctx *c)
+/* The plans every search starts with: the prefix (k = 0) and the seeds
+ * (k = 1 .. n_seeds), with their state hashes and scores. */
+typedef struct start_plan {
+    uint64_t key;
+    search_score score;
+} start_plan;
+
+/* The first part of pricing the starts, in thread c->thread of `threads`:
+ * the hashes and scores of plans k = thread, thread + threads, ... (a seed's
+ * score from the budget when it gives them). */
+static void price_starts(search_ctx *c, start_plan *sp, int n, int threads)
 {
-    search_ctx_start(c);
-    search_ctx_eval(c);
-    int n_seeds = c->n_ids - c->n_actions - 1;
-    for (int k = 0; k < n_seeds && !search_ctx_stop(c); k++) {
+    for (int k = c->thread; k < n; k += threads) {
         search_ctx_start(c);
-        search_ctx_push(c, c->n_actions + 1 + k);
-        search_ctx_eval(c);
+        if (k) search_ctx_push(c, c->n_actions + k);
+        sp[k].key = search_ctx_key(c);
+        if (k && c->b->seed_scores) {
+            sp[k].score = c->b->seed_scores[k - 1];
+            continue;
+        }
+        int gather = c->st->gather_policy; /* as search_ctx_eval */
+        c->ev->eval(c->ws, c->st, &sp[k].score);
+        c->st->gather_policy = gather;
     }
+}
+
+/* The second part, in every thread once all are priced: the starts enter the
+ * thread's table in order, as if it had priced them one by one (its own share
+ * counts as its evaluations), so whatever the algorithm does next, the result
+ * is at least as good as each of them. */
+static void enter_starts(search_ctx *c, const start_plan *sp, int n, int threads)
+{
+    for (int k = 0; k < n; k++) {
+        search_ctx_start(c);
+        if (k) search_ctx_defer(c, c->n_actions + k);
+        c->key = sp[k].key;
+        c->key_ok = 1;
+        search_entry *e = search_ctx_entry(c, c->key, 1);
+        if (k % threads == c->thread) { /* the shared count has them all already */
+            c->res.simulations++;
+            if (!e->scored) c->res.evaluations++;
+        }
+        if (!e->scored) {
+            e->scored = 1;
+            e->score = sp[k].score;
+        }
+        if (e->score.reward > c->best_reward) new_best(c, &e->score);
+    }
+    c->res.steps = search_ctx_steps(c);
 }
 
 static int check_budget(const search_algo *algo, const search_budget *b, char *err, size_t errlen)
@@ -363,31 +545,63 @@ static int check_budget(const search_algo *algo, const search_budget *b, char *e
                  (long long)b->simulations, b->seconds, b->threads);
         return -1;
     }
-    if (b->simulations == 0 && b->seconds == 0 && b->stall == 0 && algo->needs_budget) {
-        snprintf(err, errlen, "search: give a budget (simulations, seconds or stall)");
+    if (b->simulations == 0 && b->seconds == 0 && b->stall == 0 && !b->converge && algo->needs_budget) {
+        snprintf(err, errlen, "search: give a budget (steps, seconds, stall or converge)");
         return -1;
     }
     return 0;
 }
 
+/* The threads' curves as one: every point in time order, kept where it beats
+ * the points before it. */
+static void merge_curves(search_ctx *cs, int threads, search_result *res)
+{
+    int *at = ir_xcalloc((size_t)threads, sizeof *at);
+    res->n_curve = 0;
+    double best = -1e300;
+    for (;;) {
+        int t = -1;
+        for (int k = 0; k < threads; k++)
+            if (at[k] < cs[k].res.n_curve &&
+                (t < 0 || cs[k].res.curve[at[k]].seconds < cs[t].res.curve[at[t]].seconds))
+                t = k;
+        if (t < 0) break;
+        const search_point *p = &cs[t].res.curve[at[t]++];
+        if (p->best.reward <= best) continue;
+        best = p->best.reward;
+        if (res->n_curve == SEARCH_CURVE_MAX) { /* as curve_add thins */
+            int n = 1;
+            for (int i = 2; i < SEARCH_CURVE_MAX - 1; i += 2) res->curve[n++] = res->curve[i];
+            res->curve[n++] = res->curve[SEARCH_CURVE_MAX - 1];
+            res->n_curve = n;
+        }
+        res->curve[res->n_curve++] = *p;
+    }
+    free(at);
+}
+
 /* Merges the threads' results into res: the best plan (ties: lowest thread),
- * counts summed. */
+ * counts summed, the curves merged. */
 static void merge(search_ctx *cs, int threads, search_result *res)
 {
     int best = 0;
     for (int t = 1; t < threads; t++)
         if (cs[t].best_reward > cs[best].best_reward) best = t;
     *res = cs[best].res;
-    res->simulations = res->evaluations = 0;
+    res->simulations = res->evaluations = res->hits = 0;
+    res->steps = 0;
     res->tree_nodes = 0;
     for (int t = 0; t < threads; t++) {
         res->simulations += cs[t].res.simulations;
         res->evaluations += cs[t].res.evaluations;
+        res->hits += cs[t].res.hits;
+        res->steps += cs[t].res.steps;
         res->tree_nodes += cs[t].n_nodes;
         if (t != best && cs[t].best_reward == cs[best].best_reward && cs[t].res.best_at < res->best_at)
             res->best_at = cs[t].res.best_at;
     }
     res->stop = cs[0].res.stop;
+    if (threads > 1) merge_curves(cs, threads, res);
 }
 
 int search_run(const search_algo *algo, const shard_state *prefix, const shard_groups *gs, const search_evaluator *ev,
@@ -401,22 +615,49 @@ int search_run(const search_algo *algo, const shard_state *prefix, const shard_g
     if (!per.seeds) per.n_seeds = 0;
     if (per.simulations > 0) per.simulations = (b->simulations + threads - 1) / threads;
     search_ctx *cs = ir_xcalloc((size_t)threads, sizeof *cs);
-    int rc = 0, target_hit = 0;
+    int rc = 0;
+    search_shared shared = {.threads = threads, .best_reward = -1e300, .gain_reward = -1e300};
+    shared.sync = threads > 1 && (b->stall > 0 || b->converge);
+    shared.slot = ir_xcalloc((size_t)threads, sizeof *shared.slot);
+    pthread_mutex_init(&shared.mu, NULL);
+    pthread_cond_init(&shared.cv, NULL);
     double t0 = now();
+    int n_starts = 1 + per.n_seeds;
+    start_plan *sp = ir_xcalloc((size_t)n_starts, sizeof *sp);
 #pragma omp parallel for num_threads(threads) schedule(static, 1)
     for (int t = 0; t < threads; t++) {
-        ctx_init(&cs[t], prefix, gs, ev, &per, t);
-        cs[t].target_hit = &target_hit;
-        char terr[256] = "";
-        price_seeds(&cs[t]);
-        if (algo->run(&cs[t], terr, sizeof terr) < 0) {
+        ctx_init(&cs[t], prefix, gs, ev, &per, t, t0);
+        cs[t].shared = &shared;
+        price_starts(&cs[t], sp, n_starts, threads);
+    }
+    for (int k = 0; k < n_starts; k++) { /* the distinct starts, priced */
+        int seen = 0;
+        for (int j = 0; j < k && !seen; j++) seen = sp[j].key == sp[k].key;
+        shared.evaluations += !seen;
+    }
+#pragma omp parallel num_threads(threads)
+    { /* epochs need every thread at once: with fewer (nested, limits) the threads decide alone */
+#pragma omp single
+        if (omp_get_num_threads() < threads) shared.sync = 0;
+#pragma omp for schedule(static, 1)
+        for (int t = 0; t < threads; t++) {
+            char terr[256] = "";
+            enter_starts(&cs[t], sp, n_starts, threads);
+            cs[t].next_epoch = SEARCH_EPOCH;
+            if (algo->run(&cs[t], terr, sizeof terr) < 0) {
 #pragma omp critical
-            {
-                rc = -1;
-                snprintf(err, errlen, "%s", terr);
+                {
+                    rc = -1;
+                    snprintf(err, errlen, "%s", terr);
+                }
             }
+            while (shared.sync && !shared.stop && !shared.all_done) epoch(&cs[t], 1); /* until all decide */
         }
     }
+    free(sp);
+    free(shared.slot);
+    pthread_mutex_destroy(&shared.mu);
+    pthread_cond_destroy(&shared.cv);
     merge(cs, threads, res);
     int n_actions = gs->n * prefix->mesh->n_axes, w = 0; /* root width: legal actions on the prefix */
     for (int a = 0; a < n_actions; a++)

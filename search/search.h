@@ -9,7 +9,7 @@
  * commute reach the same state and share one node of the transposition table
  * and one cached score; orders that do not are different plans, even where
  * they leave every value sharded alike.  A state priced once is never priced
- * again, and the budget counts distinct plans priced.
+ * again; the budget counts steps (SEARCH_HIT_STEPS).
  *
  * Seeds (optional) are starting points, e.g. the expert schedules applied on
  * the prefix: every search prices each seed first, so its result is never
@@ -25,8 +25,9 @@
  *
  * The evaluator is a callback so search does not depend on how plans are
  * priced: the command plugs in the cost model, tests plug in small functions.
- * Determinism: for a given seed, budget in simulations and thread count, the
- * result is the same (threads run independent trees, PCG32 stream = thread).
+ * Determinism: for a given seed, budget in steps and thread count, the result
+ * is the same (threads run independent trees, PCG32 stream = thread; with the
+ * stall or converge rule they decide together at epochs, search_impl.h).
  */
 #ifndef CARVE_SEARCH_H
 #define CARVE_SEARCH_H
@@ -55,10 +56,27 @@ typedef struct search_evaluator {
     void (*destroy)(void *ws);
 } search_evaluator;
 
+/* Steps: what budgets count.  Pricing a plan (propagation, lowering, the
+ * cost model) is one step; reaching a plan priced before (a table hit: its
+ * actions propagated again to find it, not priced) is 1/SEARCH_HIT_STEPS of
+ * one, about what it costs next to a pricing (docs/search.md, "Budgets").  A
+ * run's wall time is about its steps times the time to price one plan. */
+#define SEARCH_HIT_STEPS 4
+
+/* carve autopart's cap on steps when the converge rule decides (no --budget):
+ * a bound on the time, which the rule reaches first on every case measured. */
+#define SEARCH_AUTO_CAP 10000
+
 typedef struct search_budget {
-    int64_t simulations;   /* distinct plans priced (0: unlimited, needs time or stall) */
+    int64_t simulations;   /* the budget in steps (0: none; then time, stall or converge bounds it) */
     double seconds;        /* wall time (0: unlimited) */
-    int64_t stall;         /* stop after this many simulations without improvement (0: never) */
+    int64_t stall;         /* patience: this many steps without a better plan end the tree search (MCTS goes on
+                            * to its local search) and then the search (0: no such rule) */
+    int converge;          /* stop when more search is unlikely to pay: the patience grows with the steps it took
+                            * to find the best plan (search_patience); with stall, the larger of the two */
+    double converge_gain;  /* the converge rule's constants (0: the defaults, SEARCH_CONVERGE_GAIN, */
+    double patience_min;   /* SEARCH_PATIENCE_MIN, SEARCH_PATIENCE_FACTOR), settable for tuning them */
+    double patience_factor;
     uint64_t seed;
     int threads;
     int max_depth;         /* actions per plan (0: 16) */
@@ -67,21 +85,40 @@ typedef struct search_budget {
     int saved_states;      /* states of tree paths kept per thread (0: about 32 MiB of them; -1: none);
                             * changes the speed, never the result */
     double target_reward;  /* stop (every thread) once a plan scores at least this (0: no target) */
-    /* Called about every 0.1 s from thread 0 (may be NULL). */
-    void (*progress)(void *ctx, int64_t sims, double elapsed, const search_score *best);
+    /* Called about every 0.1 s from thread 0 (may be NULL): steps done (every thread's), seconds, the best plan
+     * so far (thread 0's). */
+    void (*progress)(void *ctx, int64_t steps, double elapsed, const search_score *best);
     void *progress_ctx;
     /* Starting points (states on top of the prefix, same graph and mesh), or
      * NULL: each is priced first, and plans may start from one of them. */
     const shard_state *const *seeds;
     int n_seeds;
+    /* The seeds' scores, when the caller has priced them with the same
+     * evaluator (autopart/memory.c prices the experts), or NULL: then the search
+     * prices them, the threads sharing the work. */
+    const search_score *seed_scores;
 } search_budget;
 
-typedef enum { STOP_BUDGET, STOP_TIME, STOP_STALLED, STOP_INTERRUPTED, STOP_EXHAUSTED, STOP_TARGET } search_stop;
+/* Why a search stopped: its budget of steps, its time, the --stall patience, a signal, the space priced
+ * through, the target reward reached, or converged (search_budget.converge: no better plan for the patience). */
+typedef enum { STOP_BUDGET, STOP_TIME, STOP_STALLED, STOP_INTERRUPTED, STOP_EXHAUSTED, STOP_TARGET, STOP_CONVERGED } search_stop;
 
 typedef struct search_action {
     int group;
     int axis;
 } search_action;
+
+/* One point of the best-so-far curve: when the search first held a plan this
+ * good.  Counts are every thread's at that moment. */
+typedef struct search_point {
+    double steps;             /* steps done (budget units) */
+    int64_t evaluations;      /* distinct plans priced */
+    int64_t simulations;      /* plans reached */
+    double seconds;           /* from the start of the search */
+    search_score best;        /* the best plan then */
+} search_point;
+
+#define SEARCH_CURVE_MAX 96
 
 typedef struct search_result {
     int seed;                               /* the best plan starts from this seed (-1: the prefix) */
@@ -89,13 +126,21 @@ typedef struct search_result {
     search_action actions[SEARCH_MAX_PLAN]; /* the best plan, in order */
     search_score best;
     int64_t simulations;      /* plans reached (descents and rollouts), priced or found in the table */
-    int64_t evaluations;      /* distinct plans priced (what the budget counts) */
+    int64_t evaluations;      /* distinct plans priced */
+    int64_t hits;             /* simulations that propagated a plan priced before (the others not priced were
+                               * recalled by their action sequence, without propagating: search/mcts.c) */
+    double steps;             /* what the budget counts: evaluations + hits / SEARCH_HIT_STEPS */
     int64_t best_at;          /* plans priced when the best was first found */
     double best_seconds;      /* and when (seconds from the start) */
     double seconds;
     int root_actions;         /* legal actions at the root (tree width) */
     int tree_nodes;
     search_stop stop;
+    /* The best-so-far curve, one point per better plan (the seeds' included),
+     * in order; past SEARCH_CURVE_MAX points, every other inner point is
+     * dropped (the first and the last stay). */
+    int n_curve;
+    search_point curve[SEARCH_CURVE_MAX];
 } search_result;
 
 /* Set by a SIGINT handler: every search stops at its next simulation and
@@ -120,6 +165,18 @@ extern const search_algo *const search_algos[];
 /* The algorithm of that name, or NULL. */
 const search_algo *search_algo_find(const char *name);
 const char *search_stop_name(search_stop s);
+/* The converge rule (search_budget.converge): a better plan resets the
+ * patience only when its reward (the replicated plan's step time over its
+ * own) gains more than a fraction SEARCH_CONVERGE_GAIN over the last one that
+ * did (any gain while no plan fits), and the patience after such a plan found
+ * at `steps` is the larger of SEARCH_PATIENCE_MIN steps and
+ * SEARCH_PATIENCE_FACTOR times `steps`: that many steps without such a gain
+ * and the search has converged.  Chosen on the tuning cases of bench_search
+ * (docs/search.md, "Budgets"). */
+#define SEARCH_CONVERGE_GAIN 1e-3
+#define SEARCH_PATIENCE_MIN 200.0
+#define SEARCH_PATIENCE_FACTOR 1.0
+double search_patience(const search_budget *b, double steps);
 
 /* Searches for the best set of actions on top of `prefix` (the state the
  * manual tactics left; not modified).  Returns 0, or -1 with a message (bad

@@ -16,6 +16,8 @@
 
 #include "search.h"
 
+#include <pthread.h>
+
 #include "ir/pcg32.h"
 
 typedef struct search_node {
@@ -43,6 +45,39 @@ typedef struct search_saved {
     uint64_t used;     /* tick of the last use (least recently used goes) */
     shard_state *st;   /* shard_state_new_saved */
 } search_saved;
+
+/* What one thread brings to an epoch (search_shared). */
+typedef struct search_slot {
+    double best_reward, steps;
+    int done; /* its algorithm has returned */
+} search_slot;
+
+/* Steps of each thread between two epochs. */
+#define SEARCH_EPOCH 16
+
+/* What the threads of one search share: counts for the curve and the
+ * progress line (atomics: they never steer a thread), whether one reached the
+ * target reward, and the epochs.  With several threads and the stall or
+ * converge rule, the threads decide together when the tree search ends and
+ * when the search stops, as one search of all their steps would: every
+ * SEARCH_EPOCH steps of its own, each thread brings its best reward and steps
+ * and waits for the others, and the last to arrive decides from what all
+ * brought.  Each thread's state at its epochs is its own doing, so the
+ * decisions, and the search, are the same in every run. */
+typedef struct search_shared {
+    int64_t evaluations, hits; /* every thread's */
+    int target_hit;
+    int threads, sync;         /* sync: decide at epochs */
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int arrived;
+    int64_t generation;
+    search_slot *slot;         /* per thread */
+    /* the decisions so far, in steps of all threads together (see search_ctx) */
+    double best_reward, best_steps, gain_reward, gain_steps, phase_steps;
+    int second, all_done;
+    int stop;                  /* 0, or 1 + the search_stop every thread stops with */
+} search_shared;
 
 typedef struct search_ctx {
     const shard_state *prefix;
@@ -75,16 +110,28 @@ typedef struct search_ctx {
     /* results */
     search_result res;
     double best_reward;
-    int64_t since_best, since_new; /* simulations since the best / since a plan not priced before */
+    int64_t since_new;       /* simulations since a plan not priced before */
+    int64_t hits;            /* simulations that propagated their plan and found it priced (res.hits) */
+    int recalled;            /* set by an algorithm: the current plan's key is known without propagating it
+                              * (search_ctx_eval counts no hit, and clears it) */
+    double best_steps;       /* steps when the best plan was found */
+    double gain_reward, gain_steps; /* the last best that gained more than SEARCH_CONVERGE_GAIN, and when */
+    int two_phase;           /* the algorithm has a second phase that the stall and converge rules start (MCTS:
+                              * its local search) before they stop the search */
+    int second;              /* in that phase, since phase_steps */
+    double phase_steps;
+    double next_epoch;       /* steps at which this thread next meets the others (search_shared.sync) */
     double t0, last_progress;
     int thread;
     int *scratch; /* n_ids */
-    int *target_hit; /* shared by the threads: one reached the target reward */
+    search_shared *shared;
 } search_ctx;
 
 static inline int search_ctx_group(const search_ctx *c, int a) { return a / c->prefix->mesh->n_axes; }
 static inline int search_ctx_axis(const search_ctx *c, int a) { return a % c->prefix->mesh->n_axes; }
 
+/* Hash of the action sequence a[0..n) (nonzero). */
+uint64_t search_seq_hash(const int *a, int n);
 /* The table entry of a state hash (created when `create`; may move entries). */
 search_entry *search_ctx_entry(search_ctx *c, uint64_t key, int create);
 /* The hash of the current state (computed once per state). */
@@ -108,9 +155,19 @@ void search_ctx_rollout(search_ctx *c);
 /* Scores the current state through the table (a state priced before is not
  * priced again), counts the simulation and keeps the best plan. */
 const search_score *search_ctx_eval(search_ctx *c);
-/* 1 when the budget, time, target, stall or an interrupt says stop (sets res.stop). */
+/* Steps done by this thread (what its budget counts). */
+static inline double search_ctx_steps(const search_ctx *c)
+{
+    return (double)c->res.evaluations + (double)c->hits / SEARCH_HIT_STEPS;
+}
+/* 1 when the stall or converge rule's patience has run out (counted from the
+ * last better plan, or from the start of the second phase); 0 without those
+ * rules, and with threads that decide at epochs (which set c->second). */
+int search_ctx_stalled(const search_ctx *c);
+/* Starts the second phase (two_phase algorithms): the patience starts again. */
+void search_ctx_second_phase(search_ctx *c);
+/* 1 when the budget, time, target, stall, converge rule or an interrupt says
+ * stop (sets res.stop); calls the progress callback about every 0.1 s. */
 int search_ctx_stop(search_ctx *c);
-/* Calls the budget's progress callback about every 0.1 s (thread 0 only). */
-void search_ctx_progress(search_ctx *c);
 
 #endif

@@ -344,9 +344,9 @@ static void autopart_plan(FILE *f, const view_explanation *x)
     fprintf(f, "model      %s\nmesh       %s (%lld devices)\nhardware   %s (%s)\nprecision  %s\nschedule   %s\n", x->model,
             shard_mesh_str(mesh, buf, sizeof buf), (long long)mesh->n_devices, x->hw->name, x->hw->source,
             cost_precision_describe(pl->options.precision), pl->schedule);
-    fprintf(f, "search     %s: %lld distinct plans priced (%lld simulations) in %.2f s, %.0f plans/s, %d threads; best "
-               "found at plan %lld; stopped by %s\n           root actions %d, tree nodes %d, seed %llu\n",
-            vs->algo->name, (long long)res->evaluations, (long long)res->simulations, res->seconds,
+    fprintf(f, "search     %s: %.0f steps, %lld distinct plans priced (%lld simulations) in %.2f s, %.0f plans/s, %d "
+               "threads; best found at plan %lld; stopped by %s\n           root actions %d, tree nodes %d, seed %llu\n",
+            vs->algo->name, res->steps, (long long)res->evaluations, (long long)res->simulations, res->seconds,
             res->seconds > 0 ? (double)res->evaluations / res->seconds : 0, b->threads, (long long)res->best_at,
             search_stop_name(res->stop), res->root_actions, res->tree_nodes, (unsigned long long)b->seed);
     if (vs->from)
