@@ -9,7 +9,7 @@
 #                       each for S seconds (default 60) on its corpus; `test` runs each briefly
 #                       (tests/e2e_fuzz.sh)
 #   ./build.sh clean    remove build outputs
-# Missing Debian packages (libblis-dev, libcjson-dev; openmpi-bin and
+# Missing Debian packages (libblis-dev, libcjson-dev, libprotobuf-c-dev; openmpi-bin and
 # libopenmpi-dev for the MPI backend, clang for the fuzz targets; chromium
 # for `test`) are installed with apt-get when run as root; otherwise the
 # script says what to install (and builds without MPI when only MPI is
@@ -26,6 +26,7 @@ need_pkgs() {
     [ -e /usr/include/x86_64-linux-gnu/blis.h ] || [ -e /usr/include/blis.h ] || [ -e /usr/include/blis/blis.h ] \
         || dpkg -s libblis-dev >/dev/null 2>&1 || missing+=(libblis-dev)
     [ -e /usr/include/cjson/cJSON.h ] || missing+=(libcjson-dev)
+    [ -e /usr/include/protobuf-c/protobuf-c.h ] || missing+=(libprotobuf-c-dev)
     command -v gcc >/dev/null 2>&1 || missing+=(gcc)
     command -v make >/dev/null 2>&1 || missing+=(make)
     if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
@@ -66,6 +67,16 @@ need_browser() {
         echo "build.sh: chromium could not be installed; tests/e2e_report.sh will fail" >&2
 }
 
+# The ONNX node tests (tests/test_onnx_nodes.c) read libonnx-testdata: installed
+# when root, never fatal (the test says it skipped without it).
+need_testdata() {
+    [ -d /usr/share/libonnx-testdata/data/node ] && return 0
+    [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1 || return 0
+    echo "build.sh: installing libonnx-testdata (for tests/test_onnx_nodes.c)" >&2
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq libonnx-testdata >&2 ||
+        echo "build.sh: libonnx-testdata not installed; tests/test_onnx_nodes.c will skip" >&2
+}
+
 # One makefile, kept here so the build stays one short file.
 run_make() { # $1 = output dir, $2 = extra CFLAGS, $3 = extra LDFLAGS
     mpi_flags
@@ -75,14 +86,14 @@ run_make() { # $1 = output dir, $2 = extra CFLAGS, $3 = extra LDFLAGS
         rm -f "$1/obj/exec/spmd_mpi.o"; echo "$MPI_CFLAGS" >"$1/.mpi-flags"
     fi
     make --no-print-directory -j"$(nproc)" -f - OUT="$1" EXTRA_CFLAGS="$2 $MPI_CFLAGS" EXTRA_LDFLAGS="$3 $MPI_LIBS" <<'MK'
-MODULES := ir analysis cost search exec calib models autopart plan view session cli
+MODULES := ir onnx analysis cost search exec calib models autopart plan view session cli
 LIB_SRC := $(filter-out cli/main.c,$(foreach m,$(MODULES),$(wildcard $(m)/*.c)))
 TEST_SRC := $(wildcard tests/test_*.c)
 BENCH_SRC := $(wildcard bench/bench_*.c)
 CFLAGS := -std=gnu11 -O2 -g -fopenmp -fno-math-errno -fno-trapping-math -Wall -Wextra -Werror -Wshadow -Wswitch-enum \
           -Wstrict-prototypes -Wmissing-prototypes -Wpointer-arith -Wformat=2 -Wvla \
           -Wno-unused-parameter -I. -Iir -MMD -MP $(EXTRA_CFLAGS)
-LDLIBS := -lblis -lcjson -lm -fopenmp $(EXTRA_LDFLAGS)
+LDLIBS := -lblis -lcjson -lprotobuf-c -lm -fopenmp $(EXTRA_LDFLAGS)
 LIB_OBJ := $(patsubst %.c,$(OUT)/obj/%.o,$(LIB_SRC))
 TESTS := $(patsubst tests/%.c,$(OUT)/tests/%,$(TEST_SRC))
 BENCHES := $(patsubst bench/%.c,$(OUT)/bench/%,$(BENCH_SRC))
@@ -151,7 +162,7 @@ build_fuzz() { # $1 = output dir
     local cc; cc=$(fuzz_cc)
     make --no-print-directory -j"$(nproc)" -f - OUT="$1" CC="$cc" <<'MK'
 # the readers and what they call (not exec/ nor the commands: a shorter build)
-LIB_SRC := $(foreach m,ir analysis cost search models plan,$(wildcard $(m)/*.c))
+LIB_SRC := $(foreach m,ir onnx analysis cost search models plan,$(wildcard $(m)/*.c))
 FUZZ_SRC := $(wildcard fuzz/fuzz_*.c)
 SAN := -fsanitize=address,undefined -fno-sanitize-recover=all
 CFLAGS := -std=gnu11 -O1 -g -fopenmp -fno-omit-frame-pointer -fsanitize=fuzzer-no-link $(SAN) -Wall -Wno-unused-parameter \
@@ -169,7 +180,7 @@ $(OUT)/libcarve.a: $(LIB_OBJ)
 	@ar rcs $@ $^
 $(OUT)/fuzz_%: $(OUT)/obj/fuzz/fuzz_%.o $(OUT)/libcarve.a
 	@echo "  ld $@"
-	@$(CC) -fsanitize=fuzzer $(SAN) -fopenmp -o $@ $^ -lblis -lcjson -lm
+	@$(CC) -fsanitize=fuzzer $(SAN) -fopenmp -o $@ $^ -lblis -lcjson -lprotobuf-c -lm
 -include $(shell find $(OUT)/obj -name '*.d' 2>/dev/null)
 MK
 }
@@ -178,8 +189,13 @@ MK
 # from the tests and docs, the preset profiles, and a plan made by the build.
 fuzz_seeds() { # $1 = seeds dir, $2 = built carve
     local s=$1 carve=$2 i=0 t
-    mkdir -p "$s"/graph "$s"/plan "$s"/profile "$s"/schedule "$s"/mesh "$s"/model
+    mkdir -p "$s"/graph "$s"/plan "$s"/profile "$s"/schedule "$s"/mesh "$s"/model "$s"/onnx
     cp tests/graphs/*.json fuzz/seeds/graph/* "$s"/graph/ 2>/dev/null || true
+    # ONNX: the small fixtures, and the node tests' one-op models when libonnx-testdata is there
+    find tests/onnx/fixtures -name '*.onnx' -size -8k -exec cp {} "$s"/onnx/ \; 2>/dev/null || true
+    i=0; for t in /usr/share/libonnx-testdata/data/node/*/model.onnx; do
+        [ -e "$t" ] || break; i=$((i + 1)); [ "$(stat -c %s "$t")" -lt 8192 ] && cp "$t" "$s/onnx/node$i.onnx"
+    done
     cp fuzz/seeds/profile/* "$s"/profile/ 2>/dev/null || true
     for t in fuzz/seeds/mesh fuzz/seeds/model; do
         i=0; while IFS= read -r line; do i=$((i + 1)); printf '%s' "$line" >"$s/${t##*/}/seed$i"; done <"$t.txt"
@@ -221,9 +237,9 @@ case "$mode" in
 build)
     need_pkgs; run_make build "" "" ;;
 test)
-    need_pkgs; need_browser; run_make build "" ""; run_tests build ;;
+    need_pkgs; need_browser; need_testdata; run_make build "" ""; run_tests build ;;
 asan)
-    need_pkgs
+    need_pkgs; need_testdata
     run_make build-asan "-O1 -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined" \
         "-fsanitize=address,undefined"
     export ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1

@@ -29,9 +29,10 @@ const char *exec_blis_arch(void);
  * into dst (float* for float dtypes, int32_t* for i32). */
 void exec_fill_range(const ir_graph *g, int v, uint64_t seed, int64_t start, int64_t count, void *dst);
 /* The same for a value described by x (its name, dtype, dims, role and
- * init decide the numbers): a pipeline's body fills micro-batch k's input
+ * init decide the numbers; data: its elements where its init is
+ * IR_INIT_DATA, else NULL): a pipeline's body fills micro-batch k's input
  * with the values of the unrolled step's input "mbK/NAME". */
-void exec_fill_value(const ir_value *x, uint64_t seed, int64_t start, int64_t count, void *dst);
+void exec_fill_value(const ir_value *x, const void *data, uint64_t seed, int64_t start, int64_t count, void *dst);
 
 /* One buffer per value of a graph. */
 typedef struct exec_ref exec_ref;

@@ -13,6 +13,7 @@
  *          optimizer states: zeros; i32: ids in [0, 2)
  *   NORMAL uniform with std init_arg        ZEROS / ONES
  *   IDS    ids in [0, init_arg)
+ *   DATA   the elements attached to the graph (ir_data): copied, not drawn
  */
 #include "exec/exec.h"
 #include "ir/pcg32.h"
@@ -31,12 +32,17 @@ typedef enum { FILL_UNIFORM, FILL_CONST, FILL_IDS } fill_kind;
 
 void exec_fill_range(const ir_graph *g, int v, uint64_t seed, int64_t start, int64_t count, void *dst)
 {
-    exec_fill_value(&g->values[v], seed, start, count, dst);
+    exec_fill_value(&g->values[v], ir_data(g, v), seed, start, count, dst);
 }
 
-void exec_fill_value(const ir_value *x, uint64_t seed, int64_t start, int64_t count, void *dst)
+void exec_fill_value(const ir_value *x, const void *data, uint64_t seed, int64_t start, int64_t count, void *dst)
 {
     int is_int = x->dtype == IR_I32;
+    if (x->init == IR_INIT_DATA) { /* exec_ref_new and exec_spmd_new refuse a graph missing its data */
+        if (data) memcpy(dst, (const char *)data + 4 * start, (size_t)count * 4);
+        else memset(dst, 0, (size_t)count * 4);
+        return;
+    }
     fill_kind kind = FILL_CONST;
     double c = 0, std = 0;
     uint32_t bound = 2;
@@ -62,6 +68,7 @@ void exec_fill_value(const ir_value *x, uint64_t seed, int64_t start, int64_t co
         kind = FILL_IDS;
         bound = x->init_arg >= 1 && x->init_arg <= 4294967295.0 ? (uint32_t)x->init_arg : 1;
         break;
+    case IR_INIT_DATA:
     case IR_N_INITS:
         break;
     }

@@ -442,6 +442,11 @@ KERN(cast)
     const float *x = in[0].data;
     float *y = out->data;
     int64_t n = numel(out);
+    if (in[0].dtype == IR_I32) { /* integers to float (a mask given as ids), then rounded as below */
+        const int32_t *xi = in[0].data;
+        for (int64_t i = 0; i < n; i++) y[i] = (float)xi[i];
+        x = y;
+    }
     if (out->dtype == IR_BF16)
         for (int64_t i = 0; i < n; i++) y[i] = round_bf16(x[i]);
     else if (out->dtype == IR_F16)

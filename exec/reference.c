@@ -65,6 +65,12 @@ done:
 
 exec_ref *exec_ref_new(const ir_graph *g, size_t max_bytes, char *err, size_t errlen)
 {
+    int missing = ir_data_missing(g);
+    if (missing >= 0) {
+        ir_errf(err, errlen, "graph '%s': argument '%s' takes its values from data that was not loaded", g->name,
+                g->values[missing].name);
+        return NULL;
+    }
     size_t need = exec_ref_bytes(g);
     if (max_bytes && need > max_bytes) {
         if (err && errlen)

@@ -172,7 +172,7 @@ int *spmd_members_new(exec_spmd *r, int dev);
 void spmd_device_memory(exec_spmd *r, int dev, exec_spmd_device_stats *st);
 /* Fills device dev's block of buffer b with the seeded values of x (an
  * argument, or what its values are to be: a pipeline's micro-batch input). */
-void spmd_fill_block(exec_spmd *r, const ir_value *x, int b, int dev, uint64_t seed);
+void spmd_fill_block(exec_spmd *r, const ir_value *x, const void *data, int b, int dev, uint64_t seed);
 
 /* ---- pipelined programs (spmd_pipe.c) ----------------------------------- */
 

@@ -632,16 +632,17 @@ void spmd_pipe_fill(exec_spmd *r, int v, int dev, uint64_t seed)
     int b = r->p->arg_buf[v];
     ir_value x = r->g->values[v];
     if (s->pp->buf_class[b] != PIPE_BUF_MB) {
-        spmd_fill_block(r, &x, b, dev, seed);
+        spmd_fill_block(r, &x, ir_data(r->g, v), b, dev, seed);
         return;
     }
     /* micro-batch k's values are those of the unrolled step's input "mbK/NAME"
-       (ir/microbatch.c's names; one micro-batch: the plain step's NAME) */
+       (ir/microbatch.c's names; one micro-batch: the plain step's NAME); an
+       input given as data has a fixed batch, which is not split into micro-batches */
     char name[600];
     for (int k = 0; k < s->m; k++) {
         if (s->m > 1) snprintf(name, sizeof name, "mb%d/%s", k, r->g->values[v].name);
         x.name = s->m > 1 ? name : r->g->values[v].name;
-        spmd_fill_block(r, &x, rename_buf(s, b, k), dev, seed);
+        spmd_fill_block(r, &x, s->m > 1 ? NULL : ir_data(r->g, v), rename_buf(s, b, k), dev, seed);
     }
 }
 

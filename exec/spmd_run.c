@@ -145,6 +145,13 @@ static exec_spmd *runtime_new(const spmd_program *p, spmd_pipe *pipe, exec_backe
         spmd_pipe_free(pipe);
         return NULL;
     }
+    int missing = ir_data_missing(g);
+    if (missing >= 0) {
+        ir_errf(err, errlen, "graph '%s': argument '%s' takes its values from data that was not loaded", g->name,
+                g->values[missing].name);
+        spmd_pipe_free(pipe);
+        return NULL;
+    }
     exec_spmd *r = calloc(1, sizeof *r);
     if (!r) {
         spmd_pipe_free(pipe);
@@ -227,7 +234,7 @@ const exec_spmd_stats *exec_spmd_last_stats(const exec_spmd *r) { return &r->sta
 /* ---- arguments ---------------------------------------------------------- */
 
 /* One contiguous global run of the valid box at a time (padding: zeros). */
-void spmd_fill_block(exec_spmd *r, const ir_value *x, int b, int dev, uint64_t seed)
+void spmd_fill_block(exec_spmd *r, const ir_value *x, const void *data, int b, int dev, uint64_t seed)
 {
     int rank = x->rank;
     int64_t gs[IR_MAX_RANK], ls[IR_MAX_RANK], idx[IR_MAX_RANK] = {0};
@@ -235,7 +242,7 @@ void spmd_fill_block(exec_spmd *r, const ir_value *x, int b, int dev, uint64_t s
     spmd_block_of(r, b, dev, &blk);
     uint32_t *dst = (uint32_t *)blk.data;
     if (rank == 0) {
-        exec_fill_value(x, seed, 0, 1, dst);
+        exec_fill_value(x, data, seed, 0, 1, dst);
         return;
     }
     if (r->padded[b]) memset(dst, 0, (size_t)r->numel[b] * 4);
@@ -252,7 +259,7 @@ void spmd_fill_block(exec_spmd *r, const ir_value *x, int b, int dev, uint64_t s
             start += (blk.org[d] + idx[d]) * gs[d];
             lo += idx[d] * ls[d];
         }
-        exec_fill_value(x, seed, start, inner, dst + lo);
+        exec_fill_value(x, data, seed, start, inner, dst + lo);
         for (int d = k0 - 1; d >= 0; d--) {
             if (++idx[d] < blk.valid[d]) break;
             idx[d] = 0;
@@ -270,7 +277,7 @@ void exec_spmd_init_args(exec_spmd *r, uint64_t seed)
         for (int v = 0, dev = r->local[k]; v < r->g->n_values; v++)
             if (p->arg_buf[v] >= 0 && spmd_holds(r, dev, p->arg_buf[v])) {
                 if (r->pipe) spmd_pipe_fill(r, v, dev, seed);
-                else spmd_fill_block(r, &r->g->values[v], p->arg_buf[v], dev, seed);
+                else spmd_fill_block(r, &r->g->values[v], ir_data(r->g, v), p->arg_buf[v], dev, seed);
             }
 }
 

@@ -13,8 +13,8 @@
  *
  * Cotangents of values with several uses are summed with ADD.  Backward ops
  * carry the layer tag of the forward op they differentiate; optimizer ops
- * carry the layer tag of their param.  Nothing is renamed after the fact
- * (ir_rename rebuilds the name index), so building is O(ops + values).
+ * carry the layer tag of their param.  Values are named as they are made
+ * (not renamed after the fact), so building is O(ops + values).
  *
  * Reference formulas (g = cotangent of the result y):
  *   einsum "A,B->O": dA = einsum "O,B->A"(g, b), dB = einsum "A,O->B"(a, g)
@@ -163,6 +163,12 @@ VJP(silu)
     int s = op1(g, IR_OP_SIGMOID, a, NULL);
     int d = op2(g, IR_OP_ADD, s, op2(g, IR_OP_SUB, y, op2(g, IR_OP_MUL, y, s, NULL), NULL), NULL);
     dx[0] = op2(g, IR_OP_MUL, gy, d, nm[0]);
+}
+/* d erf(x) / dx = 2 / sqrt(pi) exp(-x^2) */
+VJP(erf)
+{
+    int e = op1(g, IR_OP_EXP, op1(g, IR_OP_NEG, op2(g, IR_OP_MUL, a, a, NULL), NULL), NULL);
+    dx[0] = op2(g, IR_OP_MUL, gy, scalar_op(g, IR_OP_SCALE, e, 1.1283791670955126, NULL), nm[0]);
 }
 VJP(sin) { dx[0] = op2(g, IR_OP_MUL, gy, op1(g, IR_OP_COS, a, NULL), nm[0]); }
 VJP(cos) { dx[0] = op1(g, IR_OP_NEG, op2(g, IR_OP_MUL, gy, op1(g, IR_OP_SIN, a, NULL), NULL), nm[0]); }

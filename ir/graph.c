@@ -76,7 +76,7 @@ static const char *const dtype_names[IR_N_DTYPES] = {"f32", "i32", "bf16", "f16"
 static const size_t dtype_sizes[IR_N_DTYPES] = {4, 4, 2, 2};
 static const char *const role_names[IR_N_ROLES] = {"input", "param", "opt_state", "const", "intermediate"};
 
-static const char *const init_names[IR_N_INITS] = {"auto", "normal", "zeros", "ones", "ids"};
+static const char *const init_names[IR_N_INITS] = {"auto", "normal", "zeros", "ones", "ids", "data"};
 
 const char *ir_init_name(ir_init i) { return (unsigned)i < IR_N_INITS ? init_names[i] : "?"; }
 
@@ -192,6 +192,7 @@ void ir_free(ir_graph *g)
     free(g->outputs);
     free(g->name_index);
     free(g->name);
+    ir_data_free(g->data);
     free(g);
 }
 
@@ -263,6 +264,27 @@ int ir_find(const ir_graph *g, const char *name)
     return -1;
 }
 
+/* Removes value v's entry from the name index: the entries after it in its
+ * probe run move back into the hole when their home slot allows (deletion
+ * in linear probing without tombstones). */
+static void index_remove(ir_graph *g, int v)
+{
+    size_t mask = (size_t)g->name_cap - 1, i = hash_str(g->values[v].name) & mask;
+    while (g->name_index[i] != v) {
+        if (g->name_index[i] < 0) return;
+        i = (i + 1) & mask;
+    }
+    for (size_t j = (i + 1) & mask; g->name_index[j] >= 0; j = (j + 1) & mask) {
+        size_t home = hash_str(g->values[g->name_index[j]].name) & mask;
+        /* j's entry may fill the hole at i unless its home lies in (i, j] */
+        if (((j - home) & mask) >= ((j - i) & mask)) {
+            g->name_index[i] = g->name_index[j];
+            i = j;
+        }
+    }
+    g->name_index[i] = -1;
+}
+
 int ir_rename(ir_graph *g, int v, const char *name)
 {
     if (v < 0 || v >= g->n_values) return -1;
@@ -270,8 +292,9 @@ int ir_rename(ir_graph *g, int v, const char *name)
     int other = ir_find(g, name);
     if (other == v) return 0;
     if (other >= 0) return ir_fail(g, "duplicate name '%s'", name);
+    index_remove(g, v); /* the old name must not be found any more */
     g->values[v].name = ir_intern(g, name);
-    index_grow(g); /* rebuild: the old name must not be found any more */
+    index_insert(g, v);
     return 0;
 }
 
@@ -694,8 +717,8 @@ static int infer_unary_any(shape_ctx *c)
 /* the operand's shape in the float type the caller gives (c->t) */
 static int infer_cast(shape_ctx *c)
 {
-    if (!is_float(c->x->dtype) || !is_float(c->t))
-        return ir_fail(c->g, "cast of '%s' from %s to %s: casts are between float types (f32, bf16, f16)", c->x->name,
+    if (!is_float(c->t))
+        return ir_fail(c->g, "cast of '%s' from %s to %s: casts go to float types (f32, bf16, f16)", c->x->name,
                        ir_dtype_name(c->x->dtype), ir_dtype_name(c->t));
     ir_dtype t = c->t;
     same_as(c, c->x);
@@ -1052,6 +1075,7 @@ ir_graph *ir_clone(const ir_graph *g)
     c->n_layers = g->n_layers;
     memcpy(c->err, g->err, sizeof c->err);
     index_grow(c);
+    ir_data_share(c, g);
     return c;
 }
 

@@ -80,6 +80,7 @@ typedef enum {
     IR_INIT_ZEROS,
     IR_INIT_ONES,
     IR_INIT_IDS,    /* i32: uniform ids in [0, init_arg) */
+    IR_INIT_DATA,   /* the elements attached to the graph (ir_data_attach): weights, constant tables */
     IR_N_INITS
 } ir_init;
 
@@ -114,6 +115,7 @@ typedef struct ir_output {
 } ir_output;
 
 typedef struct ir_strbuf ir_strbuf;
+typedef struct ir_datatab ir_datatab;
 
 typedef struct ir_graph {
     char *name;              /* model name, owned by the graph */
@@ -129,6 +131,7 @@ typedef struct ir_graph {
     int *name_index;         /* open-addressing table of value ids by name */
     int name_cap;
     ir_strbuf *strings;
+    ir_datatab *data;        /* elements of IR_INIT_DATA arguments by name, or NULL (ir/data.c) */
     char err[IR_ERR_LEN];    /* first builder error, "" if none */
 } ir_graph;
 
@@ -260,6 +263,28 @@ int ir_init_from_name(const char *name);   /* -1 if unknown */
 
 /* Tag every value and op created from now on with layer `layer` (-1: none). */
 void ir_set_layer(ir_graph *g, int layer);
+
+/* ---- argument data (ir/data.c) ----------------------------------------- *
+ * An argument whose init is IR_INIT_DATA takes its elements from a table the
+ * graph owns, keyed by name (an imported model's weights and constant
+ * tables, a given batch).  Elements are 4 bytes each, as the executors hold
+ * them: float for float dtypes, int32_t for i32.  Clones share the elements
+ * (reference counted), and ir_data_share gives a rewritten graph the table of
+ * the graph it was made from.                                              */
+/* Attaches n elements (a malloc'd block: the graph takes it, also on error)
+ * to argument v, whose init becomes IR_INIT_DATA.  n must be v's element
+ * count.  Returns 0, or -1 with an error recorded in g. */
+int ir_data_attach(ir_graph *g, int v, void *elems, int64_t n);
+/* The same with a copy of elems. */
+int ir_data_set(ir_graph *g, int v, const void *elems, int64_t n);
+/* The elements attached to value v (by its name), or NULL. */
+const void *ir_data(const ir_graph *g, int v);
+/* dst reads the elements src holds, for the arguments dst names alike. */
+void ir_data_share(ir_graph *dst, const ir_graph *src);
+/* The first argument whose init is IR_INIT_DATA but that has no elements
+ * attached, or -1. */
+int ir_data_missing(const ir_graph *g);
+void ir_data_free(ir_datatab *t);
 
 /* ---- builder --------------------------------------------------------- *
  * Each returns the new value id, or -1 on error (message in ir_error(g)).

@@ -155,6 +155,35 @@ static void sb_key(sbuf *b, const char *key)
     sb_cat(b, "\": ");
 }
 
+/* An argument's attached elements (ir_data): integers, or floats in the
+ * shortest form that reads back to the same f32 bits ("inf", "nan" as
+ * strings), row-major. */
+static void save_data(sbuf *b, const ir_value *x, const void *data)
+{
+    sb_key(b, "data");
+    sb_cat(b, "[");
+    int64_t n = ir_numel(x);
+    for (int64_t i = 0; i < n; i++) {
+        if (i) sb_cat(b, i % 16 ? ", " : ",\n      ");
+        if (x->dtype == IR_I32) {
+            sb_printf(b, "%d", ((const int32_t *)data)[i]);
+            continue;
+        }
+        float f = ((const float *)data)[i];
+        if (!isfinite(f)) {
+            sb_double(b, f);
+            continue;
+        }
+        char tmp[32];
+        for (int prec = 6; prec <= 9; prec++) {
+            snprintf(tmp, sizeof tmp, "%.*g", prec, (double)f);
+            if (strtof(tmp, NULL) == f) break;
+        }
+        sb_cat(b, tmp);
+    }
+    sb_cat(b, "]");
+}
+
 static void save_arg(sbuf *b, const ir_graph *g, int v)
 {
     const ir_value *x = &g->values[v];
@@ -188,6 +217,8 @@ static void save_arg(sbuf *b, const ir_graph *g, int v)
         sb_key(b, "grad_of");
         sb_str(b, g->values[x->grad_of].name);
     }
+    const void *data = x->init == IR_INIT_DATA ? ir_data(g, v) : NULL;
+    if (data) save_data(b, x, data);
     sb_cat(b, "}");
 }
 
@@ -332,6 +363,7 @@ typedef struct arg_spec {
     double init_arg;
     int layer;
     const cJSON *tied, *grad_of;
+    const cJSON *data;       /* "data": the elements of an init "data" argument */
 } arg_spec;
 
 /* One name of the file: an argument (maybe not created yet) or an op result. */
@@ -528,7 +560,7 @@ static int add_name(loader *L, const char *name, int value, int arg, int op)
 
 /* ---- arguments --------------------------------------------------------- */
 
-static const char *const arg_keys[] = {"name", "role", "dtype", "shape", "init", "init_arg", "layer", "tied", "grad_of", NULL};
+static const char *const arg_keys[] = {"name", "role", "dtype", "shape", "init", "init_arg", "layer", "tied", "grad_of", "data", NULL};
 
 /* Parses args[i] into L->args[i] (no value is created yet). */
 static int parse_arg(loader *L, int i, const cJSON *o)
@@ -567,7 +599,7 @@ static int parse_arg(loader *L, int i, const cJSON *o)
     if ((j = cJSON_GetObjectItemCaseSensitive(o, "init"))) {
         if (get_string(L, j, "init", &s) < 0) return -1;
         int k = ir_init_from_name(s);
-        if (k < 0) return lfail(L, "unknown init \"%.40s\" (auto, normal, zeros, ones, ids)", s);
+        if (k < 0) return lfail(L, "unknown init \"%.40s\" (auto, normal, zeros, ones, ids, data)", s);
         a->init = (ir_init)k;
         a->has_init = 1;
     }
@@ -580,9 +612,45 @@ static int parse_arg(loader *L, int i, const cJSON *o)
         return -1;
     a->tied = cJSON_GetObjectItemCaseSensitive(o, "tied");
     a->grad_of = cJSON_GetObjectItemCaseSensitive(o, "grad_of");
+    a->data = cJSON_GetObjectItemCaseSensitive(o, "data");
+    if ((a->data != NULL) != (a->has_init && a->init == IR_INIT_DATA))
+        return lfail(L, a->data ? "\"data\" needs \"init\": \"data\"" : "init \"data\" needs a \"data\" array of the elements");
     if (a->tied && get_string(L, a->tied, "tied", &s) < 0) return -1;
     if (a->grad_of && get_string(L, a->grad_of, "grad_of", &s) < 0) return -1;
     return add_name(L, a->name, -1, i, -1);
+}
+
+/* Reads the "data" array of argument v: one number (or "inf", "-inf",
+ * "nan") per element, integers for i32. */
+static int load_data(loader *L, int v, const cJSON *arr)
+{
+    const ir_value *x = &L->g->values[v];
+    int64_t n = ir_numel(x);
+    if (!cJSON_IsArray(arr)) return lfail(L, "data must be an array, got %s", json_type(arr));
+    if ((int64_t)cJSON_GetArraySize(arr) != n)
+        return lfail(L, "data has %d elements, the shape holds %lld", cJSON_GetArraySize(arr), (long long)n);
+    size_t bytes;
+    if (ir_mul_size((size_t)n, 4, &bytes) < 0) return lfail(L, "data: too many elements");
+    void *elems = ir_xrealloc(NULL, bytes);
+    int64_t i = 0;
+    for (const cJSON *j = arr->child; j; j = j->next, i++) {
+        if (x->dtype == IR_I32) {
+            int64_t k;
+            if (get_int(L, j, "data", &k) < 0 || ((k < INT32_MIN || k > INT32_MAX) && lfail(L, "data[%lld] is %lld, outside i32", (long long)i, (long long)k) < 0)) {
+                free(elems);
+                return -1;
+            }
+            ((int32_t *)elems)[i] = (int32_t)k;
+        } else {
+            double d;
+            if (get_double(L, j, "data", &d) < 0) {
+                free(elems);
+                return -1;
+            }
+            ((float *)elems)[i] = (float)d;
+        }
+    }
+    return ir_data_attach(L->g, v, elems, n) < 0 ? lfail(L, "%s", ir_error(L->g)) : 0;
 }
 
 /* Creates the arguments up to and including args[upto], in file order. */
@@ -596,6 +664,7 @@ static int create_args(loader *L, int upto)
         ir_set_layer(L->g, a->layer);
         int v = ir_arg(L->g, a->name, a->role, a->dtype, a->rank, a->dims);
         if (v >= 0 && a->has_init) ir_set_init(L->g, v, a->init, a->init_arg);
+        if (v >= 0 && a->data && load_data(L, v, a->data) < 0) return -1;
         if (ir_error(L->g)) return lfail(L, "%s", ir_error(L->g));
         slot_of(L, a->name)->value = v;
     }
@@ -994,6 +1063,7 @@ static double id_bound(const ir_value *x)
     case IR_INIT_IDS: return x->init_arg;
     case IR_INIT_AUTO:
     case IR_INIT_ONES: return 2;
+    case IR_INIT_DATA: return 0; /* given ids: gather checks them where it reads them */
     case IR_INIT_ZEROS:
     case IR_INIT_NORMAL:
     case IR_N_INITS: break;

@@ -209,6 +209,7 @@ ir_graph *ir_microbatch(const ir_graph *step, int n, char *err, size_t errlen)
     for (size_t v = 0; v < nv; v++) m.shared[v] = m.map[v] = m.acc[v] = -1;
     mark_optimizer(&m);
     m.out = ir_new(step->name);
+    ir_data_share(m.out, step);
     int loss_sum = -1;
     for (int k = 0; k < n && !ir_error(m.out); k++) {
         pass(&m, k);

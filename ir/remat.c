@@ -218,6 +218,7 @@ static ir_graph *rebuild(remat *r, char *msg, size_t n)
 {
     const ir_graph *step = r->g;
     r->out = ir_new(step->name);
+    ir_data_share(r->out, step);
     for (int v = 0; v < step->n_values && !ir_error(r->out); v++) copy_value(r, v);
     for (int i = 0; i < step->n_outputs && !ir_error(r->out); i++) {
         const ir_output *o = &step->outputs[i];

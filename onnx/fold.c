@@ -1,0 +1,645 @@
+/* fold.c - constant folding: ONNX nodes evaluated at import.
+ *
+ * A node whose inputs are all constant (Constant nodes, initializers that
+ * are not trained, the results of earlier folds, Shape of a static shape) is
+ * computed here on doubles and its outputs become constants; carve never
+ * sees it.  That is where the exporter's shape arithmetic (Shape, Gather,
+ * Unsqueeze, Concat feeding a Reshape), its repeat_interleave chains
+ * (Shape -> ConstantOfShape -> Equal -> Where -> Expand), causal masks
+ * (Trilu of a constant, `bias[:, :, :T, :T] == 0`) and rotary tables
+ * (Range, Mul, Cos, Sin of constants) go.  Float results are rounded to their
+ * element type after each op (a float32 table holds what torch computes in
+ * float32).  Every folder is fold_<name> of a row of onnx/ops.def.
+ */
+#include "onnx/internal.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+int ox_fold_node(ox_ctx *c, const Onnx__NodeProto *n)
+{
+    ox_tensor *in[64] = {0}, *out[64] = {0};
+    int nin = ox_n_in(n), nout = (int)n->n_output;
+    if (nin > 64 || nout > 64) return ox_fail(c, "too many inputs or outputs");
+    for (int k = 0; k < nin; k++) {
+        if (!n->input[k][0]) continue;
+        ox_val *v = ox_in(c, n, k);
+        if (!v) return -1;
+        if (v->kind == OX_IR) {
+            if (!strcmp(n->op_type, "Shape") || !strcmp(n->op_type, "Size")) continue; /* the folder reads the shape */
+            return ox_fail(c, "input %d must be a constant (carve folds %s, it does not run it)", k, n->op_type);
+        }
+        if (!(in[k] = ox_const(c, v))) return -1;
+    }
+    if (c->row->fold(c, n, in, nin, out, nout) < 0) {
+        for (int k = 0; k < nout; k++) ox_tensor_free(out[k]);
+        return c->failed ? -1 : ox_fail(c, "not folded");
+    }
+    for (int k = 0; k < nout; k++)
+        if (out[k] && ox_out_const(c, n, k, out[k]) < 0) return -1;
+    return 0;
+}
+
+static int is_op(const Onnx__NodeProto *n, const char *op) { return !strcmp(n->op_type, op); }
+
+static ox_tensor *like(ox_ctx *c, const ox_tensor *t, int type) { return ox_tensor_new(c, type, t->rank, t->dims); }
+
+/* every input must be there (optional ones are checked by the folder) */
+static int need(ox_ctx *c, ox_tensor **in, int k)
+{
+    for (int i = 0; i < k; i++)
+        if (!in[i]) return ox_fail(c, "input %d is missing", i);
+    return 0;
+}
+
+/* ---- elementwise ---------------------------------------------------------- */
+
+double ox_scalar_unary(const char *op, double x, double alpha)
+{
+    switch (op[0]) {
+    case 'A': return fabs(x);
+    case 'C': return !strcmp(op, "Cos") ? cos(x) : ceil(x);
+    case 'E': return !strcmp(op, "Exp") ? exp(x) : !strcmp(op, "Erf") ? erf(x) : x >= 0 ? x : alpha * (exp(x) - 1); /* Elu */
+    case 'F': return floor(x);
+    case 'I': return x;
+    case 'L': return !strcmp(op, "Log") ? log(x) : x >= 0 ? x : alpha * x; /* LeakyRelu */
+    case 'N': return !strcmp(op, "Neg") ? -x : x == 0; /* Not */
+    case 'R': return !strcmp(op, "Reciprocal") ? 1 / x : !strcmp(op, "Relu") ? (x > 0 ? x : 0) : nearbyint(x); /* Round */
+    case 'S':
+        if (!strcmp(op, "Sqrt")) return sqrt(x);
+        if (!strcmp(op, "Sigmoid")) return 1 / (1 + exp(-x));
+        if (!strcmp(op, "Sin")) return sin(x);
+        if (!strcmp(op, "Sign")) return (x > 0) - (x < 0);
+        return x > 30 ? x : log1p(exp(x)); /* Softplus */
+    case 'T': return tanh(x);
+    default: return NAN;
+    }
+}
+
+int fold_unary(ox_ctx *c, const Onnx__NodeProto *n, ox_tensor **in, int n_in, ox_tensor **out, int n_out)
+{
+    if (need(c, in, 1) < 0) return -1;
+    double alpha = ox_attr_float(n, "alpha", is_op(n, "LeakyRelu") ? 0.01 : 1.0);
+    int type = is_op(n, "Not") ? OX_BOOL : in[0]->type;
+    if (!is_op(n, "Not") && !is_op(n, "Abs") && !is_op(n, "Neg") && !is_op(n, "Sign") && !is_op(n, "Relu") &&
+        !ox_type_is_float(type))
+        return ox_fail(c, "%s of %s", n->op_type, ox_type_name(type));
+    if (!(out[0] = like(c, in[0], type))) return -1;
+    for (int64_t i = 0; i < in[0]->n; i++) out[0]->v[i] = ox_round_to(type, ox_scalar_unary(n->op_type, in[0]->v[i], alpha));
+    return 0;
+}
+
+int fold_identity(ox_ctx *c, const Onnx__NodeProto *n, ox_tensor **in, int n_in, ox_tensor **out, int n_out)
+{
+    if (need(c, in, 1) < 0 || !(out[0] = like(c, in[0], in[0]->type))) return -1;
+    memcpy(out[0]->v, in[0]->v, (size_t)in[0]->n * sizeof(double));
+    return 0;
+}
+
+static double binary(const Onnx__NodeProto *n, int type, double a, double b, int fmod_)
+{
+    const char *op = n->op_type;
+    int is_int = ox_type_is_int(type);
+    if (!strcmp(op, "Add")) return a + b;
+    if (!strcmp(op, "Sub")) return a - b;
+    if (!strcmp(op, "Mul")) return a * b;
+    if (!strcmp(op, "Div")) return is_int ? (b == 0 ? 0 : trunc(a / b)) : a / b;
+    if (!strcmp(op, "Pow")) return pow(a, b);
+    if (!strcmp(op, "Mod")) {
+        if (b == 0) return is_int ? 0 : NAN;
+        double r = fmod(a, b);
+        return fmod_ || r == 0 || (r < 0) == (b < 0) ? r : r + b; /* fmod=0: the sign of the divisor */
+    }
+    if (!strcmp(op, "Equal")) return a == b;
+    if (!strcmp(op, "Less")) return a < b;
+    if (!strcmp(op, "Greater")) return a > b;
+    if (!strcmp(op, "LessOrEqual")) return a <= b;
+    if (!strcmp(op, "GreaterOrEqual")) return a >= b;
+    if (!strcmp(op, "And")) return a != 0 && b != 0;
+    if (!strcmp(op, "Or")) return a != 0 || b != 0;
+    if (!strcmp(op, "Xor")) return (a != 0) != (b != 0);
+    return NAN;
+}
+
+int fold_binary(ox_ctx *c, const Onnx__NodeProto *n, ox_tensor **in, int n_in, ox_tensor **out, int n_out)
+{
+    if (need(c, in, 2) < 0) return -1;
+    const ox_tensor *a = in[0], *b = in[1];
+    const char *op = n->op_type;
+    int cmp = !strcmp(op, "Equal") || !strcmp(op, "Less") || !strcmp(op, "Greater") || !strcmp(op, "LessOrEqual") ||
+              !strcmp(op, "GreaterOrEqual") || !strcmp(op, "And") || !strcmp(op, "Or") || !strcmp(op, "Xor");
+    int type = cmp ? OX_BOOL : a->type, r;
+    int64_t dims[OX_MAX_RANK];
+    if (ox_broadcast_shape(c, a->rank, a->dims, b->rank, b->dims, &r, dims) < 0) return -1;
+    if (!(out[0] = ox_tensor_new(c, type, r, dims))) return -1;
+    int fm = (int)ox_attr_int(n, "fmod", 0);
+    for (int64_t i = 0; i < out[0]->n; i++) {
+        double x = a->v[ox_bcast_offset(a->rank, a->dims, r, dims, i)], y = b->v[ox_bcast_offset(b->rank, b->dims, r, dims, i)];
+        out[0]->v[i] = ox_round_to(type, binary(n, a->type, x, y, fm));
+    }
+    return 0;
+}
+
+int fold_variadic(ox_ctx *c, const Onnx__NodeProto *n, ox_tensor **in, int n_in, ox_tensor **out, int n_out)
+{
+    if (need(c, in, n_in) < 0) return -1;
+    int r = in[0]->rank;
+    int64_t dims[OX_MAX_RANK];
+    memcpy(dims, in[0]->dims, sizeof dims);
+    for (int k = 1; k < n_in; k++)
+        if (ox_broadcast_shape(c, r, dims, in[k]->rank, in[k]->dims, &r, dims) < 0) return -1;
+    if (!(out[0] = ox_tensor_new(c, in[0]->type, r, dims))) return -1;
+    char op = n->op_type[1]; /* mAx, mIn, sUm, mEan */
+    for (int64_t i = 0; i < out[0]->n; i++) {
+        double acc = 0;
+        for (int k = 0; k < n_in; k++) {
+            double x = in[k]->v[ox_bcast_offset(in[k]->rank, in[k]->dims, r, dims, i)];
+            if (k == 0) acc = x;
+            else if (op == 'a') acc = x > acc || x != x ? x : acc;
+            else if (op == 'i') acc = x < acc || x != x ? x : acc;
+            else acc += x;
+        }
+        out[0]->v[i] = ox_round_to(in[0]->type, op == 'e' ? acc / n_in : acc);
+    }
+    return 0;
+}
+
+int fold_where(ox_ctx *c, const Onnx__NodeProto *n, ox_tensor **in, int n_in, ox_tensor **out, int n_out)
+{
+    if (need(c, in, 3) < 0) return -1;
+    int r;
+    int64_t dims[OX_MAX_RANK];
+    if (ox_broadcast_shape(c, in[0]->rank, in[0]->dims, in[1]->rank, in[1]->dims, &r, dims) < 0 ||
+        ox_broadcast_shape(c, r, dims, in[2]->rank, in[2]->dims, &r, dims) < 0)
+        return -1;
+    if (!(out[0] = ox_tensor_new(c, in[1]->type, r, dims))) return -1;
+    for (int64_t i = 0; i < out[0]->n; i++) {
+        int k = in[0]->v[ox_bcast_offset(in[0]->rank, in[0]->dims, r, dims, i)] != 0 ? 1 : 2;
+        out[0]->v[i] = in[k]->v[ox_bcast_offset(in[k]->rank, in[k]->dims, r, dims, i)];
+    }
+    return 0;
+}
+
+int fold_clip(ox_ctx *c, const Onnx__NodeProto *n, ox_tensor **in, int n_in, ox_tensor **out, int n_out)
+{
+    if (need(c, in, 1) < 0) return -1;
+    double lo = -INFINITY, hi = INFINITY;
+    if (n_in > 1 && in[1]) lo = in[1]->v[0];
+    if (n_in > 2 && in[2]) hi = in[2]->v[0];
+    if (!(out[0] = like(c, in[0], in[0]->type))) return -1;
+    for (int64_t i = 0; i < in[0]->n; i++) {
+        double x = in[0]->v[i];
+        out[0]->v[i] = x < lo ? lo : x > hi ? hi : x;
+    }
+    return 0;
+}
+
+/* ---- reductions -------------------------------------------------------------- */
+
+int fold_reduce(ox_ctx *c, const Onnx__NodeProto *n, ox_tensor **in, int n_in, ox_tensor **out, int n_out)
+{
+    if (need(c, in, 1) < 0) return -1;
+    const ox_tensor *x = in[0];
+    unsigned mask;
+    int none;
+    if (ox_reduce_axes(c, n, x->rank, &mask, &none) < 0) return -1;
+    if (none) return fold_identity(c, n, in, n_in, out, n_out);
+    int keep = (int)ox_attr_int(n, "keepdims", 1), r = 0;
+    int64_t dims[OX_MAX_RANK];
+    for (int d = 0; d < x->rank; d++)
+        if (!(mask >> d & 1)) dims[r++] = x->dims[d];
+        else if (keep) dims[r++] = 1;
+    if (!(out[0] = ox_tensor_new(c, x->type, r, dims))) return -1;
+    const char *op = n->op_type + 6; /* after "Reduce" */
+    double init = !strcmp(op, "Max") ? -INFINITY : !strcmp(op, "Min") ? INFINITY : !strcmp(op, "Prod") ? 1 : 0;
+    int64_t *count = ir_xcalloc((size_t)(out[0]->n ? out[0]->n : 1), sizeof *count);
+    for (int64_t i = 0; i < out[0]->n; i++) out[0]->v[i] = init;
+    for (int64_t i = 0; i < x->n; i++) {
+        /* the output index of input element i: its coordinates with reduced dims dropped */
+        int64_t rem = i, o = 0, stride = 1;
+        for (int d = x->rank - 1; d >= 0; d--) {
+            int64_t idx = rem % x->dims[d];
+            rem /= x->dims[d];
+            if (mask >> d & 1) continue;
+            o += idx * stride;
+            stride *= x->dims[d];
+        }
+        double v = x->v[i], *acc = &out[0]->v[o];
+        if (!strcmp(op, "Max")) *acc = v > *acc || v != v ? v : *acc;
+        else if (!strcmp(op, "Min")) *acc = v < *acc || v != v ? v : *acc;
+        else if (!strcmp(op, "Prod")) *acc *= v;
+        else if (!strcmp(op, "SumSquare") || !strcmp(op, "L2")) *acc += v * v;
+        else if (!strcmp(op, "LogSumExp")) *acc += exp(v);
+        else *acc += v;
+        count[o]++;
+    }
+    for (int64_t i = 0; i < out[0]->n; i++) {
+        double *acc = &out[0]->v[i];
+        if (!strcmp(op, "Mean")) *acc /= (double)(count[i] ? count[i] : 1);
+        else if (!strcmp(op, "L2")) *acc = sqrt(*acc);
+        else if (!strcmp(op, "LogSumExp")) *acc = log(*acc);
+        *acc = ox_round_to(x->type, *acc);
+    }
+    free(count);
+    return 0;
+}
+
+int fold_cumsum(ox_ctx *c, const Onnx__NodeProto *n, ox_tensor **in, int n_in, ox_tensor **out, int n_out)
+{
+    if (need(c, in, 2) < 0) return -1;
+    const ox_tensor *x = in[0];
+    int64_t axis, inner = 1;
+    if (in[1]->n != 1 || ox_axis(c, ox_i64(in[1]->v[0]), x->rank, &axis) < 0) return ox_fail(c, "axis must be one integer");
+    for (int d = (int)axis + 1; d < x->rank; d++) inner *= x->dims[d];
+    int ex = (int)ox_attr_int(n, "exclusive", 0), rev = (int)ox_attr_int(n, "reverse", 0);
+    if (!(out[0] = like(c, x, x->type))) return -1;
+    int64_t len = x->rank ? x->dims[axis] : 1, outer = len ? x->n / (len * inner) : 0;
+    for (int64_t o = 0; o < outer; o++)
+        for (int64_t i = 0; i < inner; i++) {
+            double acc = 0;
+            for (int64_t j = 0; j < len; j++) {
+                int64_t k = rev ? len - 1 - j : j, at = (o * len + k) * inner + i;
+                if (ex) out[0]->v[at] = acc;
+                acc += x->v[at];
+                if (!ex) out[0]->v[at] = ox_round_to(x->type, acc);
+            }
+        }
+    return 0;
+}
+
+int fold_argmax(ox_ctx *c, const Onnx__NodeProto *n, ox_tensor **in, int n_in, ox_tensor **out, int n_out)
+{
+    if (need(c, in, 1) < 0) return -1;
+    const ox_tensor *x = in[0];
+    int64_t axis, inner = 1;
+    if (ox_axis(c, ox_attr_int(n, "axis", 0), x->rank, &axis) < 0) return -1;
+    for (int d = (int)axis + 1; d < x->rank; d++) inner *= x->dims[d];
+    int keep = (int)ox_attr_int(n, "keepdims", 1), last = (int)ox_attr_int(n, "select_last_index", 0), r = 0;
+    int64_t dims[OX_MAX_RANK];
+    for (int d = 0; d < x->rank; d++)
+        if (d != axis) dims[r++] = x->dims[d];
+        else if (keep) dims[r++] = 1;
+    if (!(out[0] = ox_tensor_new(c, OX_INT64, r, dims))) return -1;
+    int64_t len = x->dims[axis], outer = len ? x->n / (len * inner) : 0;
+    for (int64_t o = 0; o < outer; o++)
+        for (int64_t i = 0; i < inner; i++) {
+            int64_t best = 0;
+            for (int64_t j = 1; j < len; j++) {
+                double v = x->v[(o * len + j) * inner + i], b = x->v[(o * len + best) * inner + i];
+                if (v > b || (last && v == b)) best = j;
+            }
+            out[0]->v[o * inner + i] = (double)best;
+        }
+    return 0;
+}
+
+/* ---- shapes and data movement ---------------------------------------------------- */
+
+int fold_reshape(ox_ctx *c, const Onnx__NodeProto *n, ox_tensor **in, int n_in, ox_tensor **out, int n_out)
+{
+    if (need(c, in, 1) < 0) return -1;
+    int r;
+    int64_t dims[OX_MAX_RANK];
+    if (ox_reshape_dims(c, n, in[0]->rank, in[0]->dims, &r, dims) < 0) return -1;
+    if (!(out[0] = ox_tensor_new(c, in[0]->type, r, dims))) return -1;
+    memcpy(out[0]->v, in[0]->v, (size_t)in[0]->n * sizeof(double));
+    return 0;
+}
+
+/* Row-major strides of a shape. */
+static void strides(int rank, const int64_t *dims, int64_t *s)
+{
+    int64_t k = 1;
+    for (int d = rank - 1; d >= 0; d--) {
+        s[d] = k;
+        k *= dims[d];
+    }
+}
+
+/* out[i] = in[offset(i)] where each output coordinate j along dim d reads
+ * in coordinate base[d] + j * step[d] (a strided view: transpose, slice, tile
+ * and pad build their maps this way). */
+typedef struct view {
+    int64_t base[OX_MAX_RANK], step[OX_MAX_RANK]; /* in elements of the input */
+    int64_t mod[OX_MAX_RANK];                      /* coordinates wrap at this (tile), or 0 */
+} view;
+
+static void copy_view(const ox_tensor *x, ox_tensor *y, const view *w)
+{
+    int64_t idx[OX_MAX_RANK] = {0};
+    for (int64_t i = 0; i < y->n; i++) {
+        int64_t off = 0;
+        for (int d = 0; d < y->rank; d++) {
+            int64_t j = w->mod[d] ? idx[d] % w->mod[d] : idx[d];
+            off += w->base[d] + j * w->step[d];
+        }
+        y->v[i] = x->v[off];
+        for (int d = y->rank - 1; d >= 0; d--) {
+            if (++idx[d] < y->dims[d]) break;
+            idx[d] = 0;
+        }
+    }
+}
+
+int fold_transpose(ox_ctx *c, const Onnx__NodeProto *n, ox_tensor **in, int n_in, ox_tensor **out, int n_out)
+{
+    if (need(c, in, 1) < 0) return -1;
+    int64_t perm[OX_MAX_RANK], s[OX_MAX_RANK], dims[OX_MAX_RANK];
+    if (ox_perm(c, n, in[0]->rank, perm) < 0) return -1;
+    strides(in[0]->rank, in[0]->dims, s);
+    view w;
+    memset(&w, 0, sizeof w);
+    for (int d = 0; d < in[0]->rank; d++) dims[d] = in[0]->dims[perm[d]], w.step[d] = s[perm[d]];
+    if (!(out[0] = ox_tensor_new(c, in[0]->type, in[0]->rank, dims))) return -1;
+    copy_view(in[0], out[0], &w);
+    return 0;
+}
+
+int fold_slice(ox_ctx *c, const Onnx__NodeProto *n, ox_tensor **in, int n_in, ox_tensor **out, int n_out)
+{
+    if (need(c, in, 1) < 0) return -1;
+    const ox_tensor *x = in[0];
+    int64_t start[OX_MAX_RANK], end[OX_MAX_RANK], step[OX_MAX_RANK], s[OX_MAX_RANK], dims[OX_MAX_RANK];
+    if (ox_slice_params(c, n, x->rank, x->dims, start, end, step) < 0) return -1;
+    strides(x->rank, x->dims, s);
+    view w;
+    memset(&w, 0, sizeof w);
+    for (int d = 0; d < x->rank; d++) {
+        int64_t len = step[d] > 0 ? (end[d] - start[d] + step[d] - 1) / step[d] : (start[d] - end[d] - step[d] - 1) / -step[d];
+        dims[d] = len > 0 ? len : 0;
+        w.base[d] = start[d] * s[d];
+        w.step[d] = step[d] * s[d];
+    }
+    if (!(out[0] = ox_tensor_new(c, x->type, x->rank, dims))) return -1;
+    copy_view(x, out[0], &w);
+    return 0;
+}
+
+int fold_tile(ox_ctx *c, const Onnx__NodeProto *n, ox_tensor **in, int n_in, ox_tensor **out, int n_out)
+{
+    if (need(c, in, 2) < 0) return -1;
+    const ox_tensor *x = in[0];
+    if (in[1]->n != x->rank) return ox_fail(c, "repeats has %lld entries for rank %d", (long long)in[1]->n, x->rank);
+    int64_t s[OX_MAX_RANK], dims[OX_MAX_RANK];
+    strides(x->rank, x->dims, s);
+    view w;
+    memset(&w, 0, sizeof w);
+    for (int d = 0; d < x->rank; d++) {
+        if (in[1]->v[d] < 0) return ox_fail(c, "a negative repeat");
+        dims[d] = x->dims[d] * ox_i64(in[1]->v[d]);
+        w.step[d] = s[d];
+        w.mod[d] = x->dims[d];
+    }
+    if (!(out[0] = ox_tensor_new(c, x->type, x->rank, dims))) return -1;
+    copy_view(x, out[0], &w);
+    return 0;
+}
+
+int fold_expand(ox_ctx *c, const Onnx__NodeProto *n, ox_tensor **in, int n_in, ox_tensor **out, int n_out)
+{
+    if (need(c, in, 2) < 0) return -1;
+    int64_t shape[OX_MAX_RANK + 1], dims[OX_MAX_RANK];
+    int k, r;
+    ox_val *v = ox_in(c, n, 1);
+    if (!v || ox_const_ints(c, v, "shape", shape, OX_MAX_RANK, &k) < 0) return -1;
+    if (ox_broadcast_shape(c, in[0]->rank, in[0]->dims, k, shape, &r, dims) < 0) return -1;
+    if (!(out[0] = ox_tensor_new(c, in[0]->type, r, dims))) return -1;
+    for (int64_t i = 0; i < out[0]->n; i++) out[0]->v[i] = in[0]->v[ox_bcast_offset(in[0]->rank, in[0]->dims, r, dims, i)];
+    return 0;
+}
+
+int fold_concat(ox_ctx *c, const Onnx__NodeProto *n, ox_tensor **in, int n_in, ox_tensor **out, int n_out)
+{
+    if (need(c, in, n_in) < 0) return -1;
+    int r = in[0]->rank;
+    int64_t axis, dims[OX_MAX_RANK];
+    if (ox_axis(c, ox_attr_int(n, "axis", 0), r, &axis) < 0) return -1;
+    memcpy(dims, in[0]->dims, sizeof dims);
+    dims[axis] = 0;
+    for (int k = 0; k < n_in; k++) {
+        if (in[k]->rank != r) return ox_fail(c, "inputs of ranks %d and %d", r, in[k]->rank);
+        for (int d = 0; d < r; d++)
+            if (d != axis && in[k]->dims[d] != dims[d]) return ox_fail(c, "input %d differs in dim %d", k, d);
+        dims[axis] += in[k]->dims[axis];
+    }
+    if (!(out[0] = ox_tensor_new(c, in[0]->type, r, dims))) return -1;
+    int64_t inner = 1, outer = 1, at = 0;
+    for (int d = (int)axis + 1; d < r; d++) inner *= dims[d];
+    for (int d = 0; d < axis; d++) outer *= dims[d];
+    for (int64_t o = 0; o < outer; o++)
+        for (int k = 0; k < n_in; k++) {
+            int64_t len = in[k]->dims[axis] * inner;
+            memcpy(out[0]->v + at, in[k]->v + o * len, (size_t)len * sizeof(double));
+            at += len;
+        }
+    return 0;
+}
+
+int fold_split(ox_ctx *c, const Onnx__NodeProto *n, ox_tensor **in, int n_in, ox_tensor **out, int n_out)
+{
+    if (need(c, in, 1) < 0) return -1;
+    const ox_tensor *x = in[0];
+    int64_t axis, sizes[64], s[OX_MAX_RANK], dims[OX_MAX_RANK], off = 0;
+    if (ox_split_sizes(c, n, x->rank, x->dims, &axis, sizes, n_out) < 0) return -1;
+    strides(x->rank, x->dims, s);
+    for (int k = 0; k < n_out; k++) {
+        view w;
+        memset(&w, 0, sizeof w);
+        memcpy(dims, x->dims, sizeof dims);
+        dims[axis] = sizes[k];
+        for (int d = 0; d < x->rank; d++) w.step[d] = s[d];
+        w.base[axis] = off * s[axis];
+        off += sizes[k];
+        if (!(out[k] = ox_tensor_new(c, x->type, x->rank, dims))) return -1;
+        copy_view(x, out[k], &w);
+    }
+    return 0;
+}
+
+int fold_gather(ox_ctx *c, const Onnx__NodeProto *n, ox_tensor **in, int n_in, ox_tensor **out, int n_out)
+{
+    if (need(c, in, 2) < 0) return -1;
+    const ox_tensor *x = in[0], *ids = in[1];
+    int64_t axis, dims[OX_MAX_RANK];
+    if (ox_axis(c, ox_attr_int(n, "axis", 0), x->rank, &axis) < 0) return -1;
+    int r = x->rank - 1 + ids->rank;
+    if (r > OX_MAX_RANK) return ox_fail(c, "result of rank %d", r);
+    int k = 0;
+    for (int d = 0; d < axis; d++) dims[k++] = x->dims[d];
+    for (int d = 0; d < ids->rank; d++) dims[k++] = ids->dims[d];
+    for (int d = (int)axis + 1; d < x->rank; d++) dims[k++] = x->dims[d];
+    if (!(out[0] = ox_tensor_new(c, x->type, r, dims))) return -1;
+    int64_t inner = 1, outer = 1, len = x->dims[axis];
+    for (int d = (int)axis + 1; d < x->rank; d++) inner *= x->dims[d];
+    for (int d = 0; d < axis; d++) outer *= x->dims[d];
+    int64_t at = 0;
+    for (int64_t o = 0; o < outer; o++)
+        for (int64_t j = 0; j < ids->n; j++) {
+            int64_t id = ox_i64(ids->v[j]);
+            if (id < 0) id += len;
+            if (id < 0 || id >= len) return ox_fail(c, "index %lld is outside [%lld, %lld)", (long long)ids->v[j], (long long)-len, (long long)len);
+            memcpy(out[0]->v + at, x->v + (o * len + id) * inner, (size_t)inner * sizeof(double));
+            at += inner;
+        }
+    return 0;
+}
+
+int fold_pad(ox_ctx *c, const Onnx__NodeProto *n, ox_tensor **in, int n_in, ox_tensor **out, int n_out)
+{
+    if (need(c, in, 1) < 0) return -1;
+    const ox_tensor *x = in[0];
+    int64_t before[OX_MAX_RANK], after[OX_MAX_RANK], dims[OX_MAX_RANK], s[OX_MAX_RANK];
+    double value;
+    if (ox_pad_params(c, n, x->rank, before, after, &value) < 0) return -1;
+    for (int d = 0; d < x->rank; d++)
+        if ((dims[d] = x->dims[d] + before[d] + after[d]) < 0) return ox_fail(c, "pads leave dim %d negative", d);
+    if (!(out[0] = ox_tensor_new(c, x->type, x->rank, dims))) return -1;
+    strides(x->rank, x->dims, s);
+    int64_t idx[OX_MAX_RANK] = {0};
+    for (int64_t i = 0; i < out[0]->n; i++) {
+        int64_t off = 0, inside = 1;
+        for (int d = 0; d < x->rank; d++) {
+            int64_t j = idx[d] - before[d];
+            if (j < 0 || j >= x->dims[d]) inside = 0;
+            off += j * s[d];
+        }
+        out[0]->v[i] = inside ? x->v[off] : value;
+        for (int d = x->rank - 1; d >= 0; d--) {
+            if (++idx[d] < dims[d]) break;
+            idx[d] = 0;
+        }
+    }
+    return 0;
+}
+
+int fold_trilu(ox_ctx *c, const Onnx__NodeProto *n, ox_tensor **in, int n_in, ox_tensor **out, int n_out)
+{
+    if (need(c, in, 1) < 0) return -1;
+    const ox_tensor *x = in[0];
+    if (x->rank < 2) return ox_fail(c, "an input of rank %d (at least 2)", x->rank);
+    int64_t k = n_in > 1 && in[1] ? ox_i64(in[1]->v[0]) : 0, rows = x->dims[x->rank - 2], cols = x->dims[x->rank - 1];
+    int upper = (int)ox_attr_int(n, "upper", 1);
+    if (!(out[0] = like(c, x, x->type))) return -1;
+    for (int64_t i = 0; i < x->n; i++) {
+        int64_t col = i % cols, row = (i / cols) % rows;
+        int keep = upper ? col - row >= k : col - row <= k;
+        out[0]->v[i] = keep ? x->v[i] : 0;
+    }
+    return 0;
+}
+
+int fold_cast(ox_ctx *c, const Onnx__NodeProto *n, ox_tensor **in, int n_in, ox_tensor **out, int n_out)
+{
+    if (need(c, in, 1) < 0) return -1;
+    int to = (int)ox_attr_int(n, "to", 0);
+    if (!ox_type_is_float(to) && !ox_type_is_int(to)) return ox_fail(c, "cast to %s", ox_type_name(to));
+    if (!(out[0] = like(c, in[0], to))) return -1;
+    for (int64_t i = 0; i < in[0]->n; i++) {
+        double x = in[0]->v[i];
+        if (ox_type_is_int(to) && to != OX_BOOL && !isfinite(x)) return ox_fail(c, "cast of %g to %s", x, ox_type_name(to));
+        out[0]->v[i] = ox_round_to(to, x);
+    }
+    return 0;
+}
+
+int fold_dropout(ox_ctx *c, const Onnx__NodeProto *n, ox_tensor **in, int n_in, ox_tensor **out, int n_out)
+{
+    if (need(c, in, 1) < 0) return -1;
+    if (n_in > 2 && in[2] && in[2]->v[0] != 0 && (!in[1] || in[1]->v[0] != 0))
+        return ox_fail(c, "dropout in training mode on a constant");
+    if (fold_identity(c, n, in, 1, out, 1) < 0) return -1;
+    if (n_out > 1 && !(out[1] = like(c, in[0], OX_BOOL))) return -1;
+    if (n_out > 1)
+        for (int64_t i = 0; i < in[0]->n; i++) out[1]->v[i] = 1;
+    return 0;
+}
+
+/* ---- constants ------------------------------------------------------------------------ */
+
+int fold_constant(ox_ctx *c, const Onnx__NodeProto *n, ox_tensor **in, int n_in, ox_tensor **out, int n_out)
+{
+    if (n->n_attribute != 1) return ox_fail(c, "needs exactly one value attribute");
+    const Onnx__AttributeProto *a = n->attribute[0];
+    const char *name = a->name;
+    if (!strcmp(name, "value")) {
+        if (!a->t) return ox_fail(c, "value is not a tensor");
+        return (out[0] = ox_tensor_from_proto(c, a->t, "value")) ? 0 : -1;
+    }
+    int64_t k = (int64_t)(!strcmp(name, "value_floats") ? a->n_floats : a->n_ints);
+    int scalar = !strcmp(name, "value_float") || !strcmp(name, "value_int");
+    int isf = !strcmp(name, "value_float") || !strcmp(name, "value_floats");
+    if (!(out[0] = ox_tensor_new(c, isf ? OX_FLOAT : OX_INT64, scalar ? 0 : 1, &k))) return -1;
+    for (int64_t i = 0; i < out[0]->n; i++)
+        out[0]->v[i] = scalar ? (isf ? a->f : (double)a->i) : isf ? a->floats[i] : (double)a->ints[i];
+    return 0;
+}
+
+int fold_constant_of_shape(ox_ctx *c, const Onnx__NodeProto *n, ox_tensor **in, int n_in, ox_tensor **out, int n_out)
+{
+    int64_t dims[OX_MAX_RANK + 1];
+    int k;
+    ox_val *v = ox_in(c, n, 0);
+    if (!v || ox_const_ints(c, v, "shape", dims, OX_MAX_RANK, &k) < 0) return -1;
+    double value = 0;
+    int type = OX_FLOAT;
+    const Onnx__AttributeProto *a = ox_attr(n, "value");
+    if (a) {
+        ox_tensor *t = a->t ? ox_tensor_from_proto(c, a->t, "value") : NULL;
+        if (!t) return c->failed ? -1 : ox_fail(c, "value is not a tensor");
+        if (t->n != 1) {
+            ox_tensor_free(t);
+            return ox_fail(c, "value must hold one element");
+        }
+        value = t->v[0];
+        type = t->type;
+        ox_tensor_free(t);
+    }
+    if (!(out[0] = ox_tensor_new(c, type, k, dims))) return -1;
+    for (int64_t i = 0; i < out[0]->n; i++) out[0]->v[i] = value;
+    return 0;
+}
+
+int fold_shape(ox_ctx *c, const Onnx__NodeProto *n, ox_tensor **in, int n_in, ox_tensor **out, int n_out)
+{
+    int rank;
+    int64_t dims[OX_MAX_RANK];
+    ox_val *v = ox_in(c, n, 0);
+    if (!v || ox_shape(c, v, &rank, dims) < 0) return -1;
+    if (!strcmp(n->op_type, "Size")) {
+        int64_t total = 1;
+        for (int d = 0; d < rank; d++) total *= dims[d];
+        return (out[0] = ox_tensor_scalar(c, OX_INT64, (double)total)) ? 0 : -1;
+    }
+    int64_t lo = ox_attr_int(n, "start", 0), hi = ox_attr_int(n, "end", rank);
+    if (lo < 0) lo += rank;
+    if (hi < 0) hi += rank;
+    lo = lo < 0 ? 0 : lo > rank ? rank : lo;
+    hi = hi < 0 ? 0 : hi > rank ? rank : hi;
+    int64_t len = hi > lo ? hi - lo : 0;
+    if (!(out[0] = ox_tensor_new(c, OX_INT64, 1, &len))) return -1;
+    for (int64_t i = 0; i < len; i++) out[0]->v[i] = (double)dims[lo + i];
+    return 0;
+}
+
+int emit_shape(ox_ctx *c, const Onnx__NodeProto *n)
+{
+    ox_tensor *out = NULL;
+    if (fold_shape(c, n, NULL, 1, &out, 1) < 0) return -1;
+    if (c->info) c->info->folded++;
+    return ox_out_const(c, n, 0, out);
+}
+
+int fold_range(ox_ctx *c, const Onnx__NodeProto *n, ox_tensor **in, int n_in, ox_tensor **out, int n_out)
+{
+    if (need(c, in, 3) < 0) return -1;
+    if (in[0]->n != 1 || in[1]->n != 1 || in[2]->n != 1) return ox_fail(c, "start, limit and delta must be scalars");
+    double start = in[0]->v[0], limit = in[1]->v[0], delta = in[2]->v[0];
+    if (delta == 0) return ox_fail(c, "a delta of 0");
+    double count = ceil((limit - start) / delta);
+    int64_t len = count > 0 ? (int64_t)count : 0;
+    if (!(count < (double)OX_MAX_CONST)) return ox_fail(c, "a range of %g elements", count);
+    if (!(out[0] = ox_tensor_new(c, in[0]->type, 1, &len))) return -1;
+    for (int64_t i = 0; i < len; i++) out[0]->v[i] = ox_round_to(in[0]->type, start + (double)i * delta);
+    return 0;
+}

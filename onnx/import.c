@@ -1,0 +1,956 @@
+/* import.c - the ONNX reader's driver: file, checks, params, nodes, loss.
+ *
+ * An import (onnx.h) goes in steps, each a function below:
+ *   read      the file (or bytes) unpacked by protobuf-c into a ModelProto;
+ *   check     the opset (13-17 for the default domain), every node's op
+ *             against the table (onnx/ops.def: type, opset, input and output
+ *             counts, attributes), names;
+ *   values    initializers and graph inputs enter the value table; inputs
+ *             get static shapes (symbolic dims from `dims`);
+ *   loss      the value the loss is (the graph's scalar output, or the OUT
+ *             of `loss`), and which initializers the loss depends on
+ *             differentiably (each op's differentiable inputs: the table's
+ *             diff column): those become params, the rest constants;
+ *   layers    repeated blocks from scoped names (onnx/layers.c);
+ *   nodes     in order: folded when every input is constant and the op has
+ *             a folder, else emitted as carve ops;
+ *   finish    the appended loss or the outputs, the notes.
+ * The first error stops the import; the message names the file and, inside
+ * a node, the node, its op and the opset.
+ */
+#include "onnx/internal.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <fnmatch.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+/* protobuf holds at most 2 GB in one message */
+#define OX_MAX_FILE ((size_t)2 << 30)
+
+int onnx_is_onnx_path(const char *path)
+{
+    size_t n = path ? strlen(path) : 0;
+    return n > 5 && !strcmp(path + n - 5, ".onnx");
+}
+
+/* ---- errors ------------------------------------------------------------ */
+
+int ox_fail(ox_ctx *c, const char *fmt, ...)
+{
+    if (c->failed) return -1;
+    c->failed = 1;
+    if (!c->err || !c->errlen) return -1;
+    size_t k = 0;
+    const Onnx__NodeProto *n = c->node;
+    if (n)
+        k = (size_t)snprintf(c->err, c->errlen, "node '%.120s' (%.60s, opset %d): ", n->name && n->name[0] ? n->name : "(unnamed)",
+                             n->op_type ? n->op_type : "?", c->opset);
+    if (k < c->errlen) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(c->err + k, c->errlen - k, fmt, ap);
+        va_end(ap);
+    }
+    for (char *p = c->err; *p; p++)
+        if (*p == '\n' || *p == '\r') *p = ' ';
+    return -1;
+}
+
+int ox_check_ir(ox_ctx *c)
+{
+    const char *e = ir_error(c->g);
+    return e ? ox_fail(c, "%s", e) : 0;
+}
+
+static int is_printable(const char *s)
+{
+    for (; *s; s++)
+        if ((unsigned char)*s < 0x20 || (unsigned char)*s >= 0x7f) return 0;
+    return 1;
+}
+
+/* ---- the value table ------------------------------------------------------- */
+
+static uint64_t hash_name(const char *s)
+{
+    uint64_t h = 1469598103934665603ull;
+    for (; *s; s++) h = (h ^ (unsigned char)*s) * 1099511628211ull;
+    return h;
+}
+
+static void index_add(ox_ctx *c, int i)
+{
+    size_t mask = (size_t)c->index_cap - 1, k = hash_name(c->vals[i].name) & mask;
+    while (c->index[k] >= 0) k = (k + 1) & mask;
+    c->index[k] = i;
+}
+
+ox_val *ox_val_get(ox_ctx *c, const char *name)
+{
+    if (!c->index_cap || !name) return NULL;
+    size_t mask = (size_t)c->index_cap - 1;
+    for (size_t k = hash_name(name) & mask; c->index[k] >= 0; k = (k + 1) & mask)
+        if (!strcmp(c->vals[c->index[k]].name, name)) return &c->vals[c->index[k]];
+    return NULL;
+}
+
+ox_val *ox_val_put(ox_ctx *c, const char *name)
+{
+    if (c->n_vals == c->cap_vals) {
+        c->cap_vals = c->cap_vals ? 2 * c->cap_vals : 256;
+        c->vals = ir_xrealloc(c->vals, (size_t)c->cap_vals * sizeof *c->vals);
+    }
+    if (2 * (c->n_vals + 1) > c->index_cap) {
+        int cap = 512;
+        while (cap < 4 * (c->n_vals + 1)) cap *= 2;
+        free(c->index);
+        c->index = ir_xrealloc(NULL, (size_t)cap * sizeof(int));
+        for (int i = 0; i < cap; i++) c->index[i] = -1;
+        c->index_cap = cap;
+        for (int i = 0; i < c->n_vals; i++) index_add(c, i);
+    }
+    ox_val *v = &c->vals[c->n_vals];
+    memset(v, 0, sizeof *v);
+    v->name = name;
+    v->ir = -1;
+    v->init = -1;
+    v->layer = -1;
+    index_add(c, c->n_vals++);
+    return v;
+}
+
+int ox_n_in(const Onnx__NodeProto *n)
+{
+    int k = (int)n->n_input;
+    while (k > 0 && (!n->input[k - 1] || !n->input[k - 1][0])) k--;
+    return k;
+}
+
+ox_val *ox_in(ox_ctx *c, const Onnx__NodeProto *n, int k)
+{
+    if (k >= (int)n->n_input || !n->input[k] || !n->input[k][0]) return NULL;
+    ox_val *v = ox_val_get(c, n->input[k]);
+    if (!v || v->kind == OX_UNSET) {
+        ox_fail(c, "input %d '%.120s' is not made by an earlier node, an initializer or a graph input", k, n->input[k]);
+        return NULL;
+    }
+    return v;
+}
+
+int ox_is_const(const ox_val *v) { return v && (v->kind == OX_CONST || (v->kind == OX_INIT && !v->param)); }
+
+ox_tensor *ox_const(ox_ctx *c, ox_val *v)
+{
+    if (v->kind == OX_CONST) return v->c;
+    if (v->kind != OX_INIT || v->param) {
+        ox_fail(c, "'%.120s' must be a constant (it depends on the model's inputs or params)", v->name);
+        return NULL;
+    }
+    char what[200];
+    snprintf(what, sizeof what, "initializer '%.120s'", v->name);
+    ox_tensor *t = ox_tensor_from_proto(c, c->graph->initializer[v->init], what);
+    if (!t) return NULL;
+    v->kind = OX_CONST;
+    v->c = t;
+    v->type = t->type;
+    return t;
+}
+
+int ox_shape(ox_ctx *c, ox_val *v, int *rank, int64_t *dims)
+{
+    if (v->kind == OX_IR) {
+        const ir_value *x = &c->g->values[v->ir >= 0 ? v->ir : v->src];
+        *rank = x->rank;
+        for (int i = 0; i < x->rank; i++) dims[i] = v->ir >= 0 ? x->dims[i] : x->dims[v->perm[i]];
+        return 0;
+    }
+    if (v->kind == OX_INIT) {
+        int64_t n;
+        char what[200];
+        snprintf(what, sizeof what, "initializer '%.120s'", v->name);
+        return ox_proto_shape(c, c->graph->initializer[v->init], what, rank, dims, &n);
+    }
+    if (v->kind == OX_CONST) {
+        *rank = v->c->rank;
+        memcpy(dims, v->c->dims, sizeof(int64_t) * (size_t)v->c->rank);
+        return 0;
+    }
+    return ox_fail(c, "'%.120s' has no value", v->name);
+}
+
+/* Runs fn with the graph's layer tag set to `layer` (arguments take the
+ * builder's current tag). */
+static int arg_at_layer(ox_ctx *c, int layer, const char *name, ir_role role, ir_dtype t, int rank, const int64_t *dims)
+{
+    int keep = c->g->cur_layer, keep_n = c->g->n_layers;
+    ir_set_layer(c->g, layer);
+    int v = ir_arg(c->g, name, role, t, rank, dims);
+    c->g->cur_layer = keep;
+    if (c->g->n_layers < keep_n) c->g->n_layers = keep_n;
+    return v;
+}
+
+/* A name for a new value made from ONNX name `base`, unique in the graph:
+ * `base` itself, or base#2, base#3... ('%' names are carve's own). */
+static const char *fresh_name(ox_ctx *c, const char *base, char *buf, size_t n)
+{
+    if (base[0] == '%') snprintf(buf, n, "onnx:%.200s", base);
+    else snprintf(buf, n, "%.220s", base);
+    size_t len = strlen(buf);
+    for (int k = 2; ir_find(c->g, buf) >= 0; k++) snprintf(buf + len, n - len, "#%d", k);
+    return buf;
+}
+
+/* The param for initializer v: its name, shape and, with weights, values. */
+static int make_param(ox_ctx *c, ox_val *v)
+{
+    const Onnx__TensorProto *p = c->graph->initializer[v->init];
+    int rank;
+    int64_t dims[OX_MAX_RANK], n;
+    char what[200];
+    snprintf(what, sizeof what, "initializer '%.120s'", v->name);
+    if (ox_proto_shape(c, p, what, &rank, dims, &n) < 0) return -1;
+    if (rank > IR_MAX_RANK) return ox_fail(c, "%s: rank %d (carve holds at most %d)", what, rank, IR_MAX_RANK);
+    if (n == 0) return ox_fail(c, "%s: an empty param", what);
+    int dt = ox_ir_dtype(p->data_type);
+    if (dt < 0 || dt == IR_I32) return ox_fail(c, "%s: a param of type %s", what, ox_type_name(p->data_type));
+    char name[256];
+    int x = arg_at_layer(c, v->layer, fresh_name(c, v->name, name, sizeof name), IR_PARAM, (ir_dtype)dt, rank, dims);
+    if (x < 0) return ox_check_ir(c);
+    if (c->opt->weights) {
+        float *w = ir_xrealloc(NULL, (size_t)n * sizeof(float));
+        if (ox_proto_read_f32(c, p, what, w, n) < 0) {
+            free(w);
+            return -1;
+        }
+        ir_data_attach(c->g, x, w, n);
+    }
+    if (c->info) {
+        c->info->params++;
+        if (!strncmp(v->name, "onnx::", 6)) c->info->generated_names++;
+    }
+    v->kind = OX_IR;
+    v->ir = x;
+    v->type = p->data_type == OX_DOUBLE ? OX_FLOAT : p->data_type;
+    return ox_check_ir(c) < 0 ? -1 : x;
+}
+
+int ox_ir(ox_ctx *c, ox_val *v)
+{
+    if (v->kind == OX_IR && v->ir < 0) { /* a transpose made where something needs it */
+        int64_t perm[OX_MAX_RANK];
+        for (int i = 0; i < c->g->values[v->src].rank; i++) perm[i] = v->perm[i];
+        int y = ir_transpose(c->g, v->src, perm);
+        if (y < 0) return ox_check_ir(c);
+        if (is_printable(v->name) && strlen(v->name) < 200 && ir_find(c->g, v->name) < 0) ir_rename(c->g, y, v->name);
+        v->ir = y;
+    }
+    if (v->kind == OX_IR) return v->ir;
+    if (v->kind == OX_INIT && v->param) return make_param(c, v);
+    ox_tensor *t = ox_const(c, v);
+    return t ? ox_ir_of_tensor(c, t) : -1;
+}
+
+static uint64_t tensor_hash(const ox_tensor *t)
+{
+    uint64_t h = 1469598103934665603ull ^ (uint64_t)t->type;
+    for (int i = 0; i < t->rank; i++) h = (h ^ (uint64_t)t->dims[i]) * 1099511628211ull;
+    for (int64_t i = 0; i < t->n; i++) {
+        uint64_t u;
+        memcpy(&u, &t->v[i], 8);
+        h = (h ^ u) * 1099511628211ull;
+    }
+    return h;
+}
+
+/* 1 when const argument x holds exactly t's values. */
+static int same_contents(ox_ctx *c, int x, const ox_tensor *t)
+{
+    const ir_value *v = &c->g->values[x];
+    if (v->rank != t->rank || memcmp(v->dims, t->dims, sizeof(int64_t) * (size_t)t->rank)) return 0;
+    const void *d = ir_data(c->g, x);
+    for (int64_t i = 0; d && i < t->n; i++) {
+        double e = v->dtype == IR_I32 ? (double)((const int32_t *)d)[i] : (double)((const float *)d)[i];
+        if (e != (v->dtype == IR_I32 ? t->v[i] : (double)(float)t->v[i]) && !(e != e && t->v[i] != t->v[i])) return 0;
+    }
+    return d != NULL;
+}
+
+int ox_ir_of_tensor(ox_ctx *c, const ox_tensor *t)
+{
+    if (t->rank > IR_MAX_RANK) return ox_fail(c, "a constant of rank %d (carve holds at most %d)", t->rank, IR_MAX_RANK);
+    if (t->n == 0) return ox_fail(c, "an empty tensor (a dim of 0)");
+    int is_int = ox_type_is_int(t->type) && t->type != OX_BOOL;
+    if (!is_int && !ox_type_is_float(t->type) && t->type != OX_BOOL)
+        return ox_fail(c, "a constant of type %s", ox_type_name(t->type));
+    ir_dtype dt = is_int ? IR_I32 : IR_F32;
+    if (ox_tensor_splat(t) && !is_int) {
+        int v = ir_constant(c->g, t->v[0], dt, t->rank, t->dims);
+        return v < 0 ? ox_check_ir(c) : v;
+    }
+    uint64_t h = tensor_hash(t);
+    for (int i = 0; i < c->n_shared; i++)
+        if (c->shared[i].hash == h && same_contents(c, c->shared[i].ir, t)) return c->shared[i].ir;
+    char base[64], name[256];
+    snprintf(base, sizeof base, "const.%d", c->uid++);
+    int x = arg_at_layer(c, -1, fresh_name(c, base, name, sizeof name), IR_CONST, dt, t->rank, t->dims);
+    if (x < 0) return ox_check_ir(c);
+    void *elems = ir_xrealloc(NULL, (size_t)t->n * 4);
+    for (int64_t i = 0; i < t->n; i++) {
+        if (!is_int) ((float *)elems)[i] = (float)t->v[i];
+        else if (t->v[i] < INT32_MIN || t->v[i] > INT32_MAX) {
+            free(elems);
+            return ox_fail(c, "a constant holds %.0f, beyond what an i32 holds", t->v[i]);
+        } else ((int32_t *)elems)[i] = (int32_t)t->v[i];
+    }
+    ir_data_attach(c->g, x, elems, t->n);
+    if (c->n_shared == c->cap_shared) {
+        c->cap_shared = c->cap_shared ? 2 * c->cap_shared : 32;
+        c->shared = ir_xrealloc(c->shared, (size_t)c->cap_shared * sizeof *c->shared);
+    }
+    c->shared[c->n_shared++] = (ox_shared){h, x};
+    if (c->info) c->info->consts++;
+    return ox_check_ir(c) < 0 ? -1 : x;
+}
+
+
+int ox_out_ir(ox_ctx *c, const Onnx__NodeProto *n, int k, int ir, int type)
+{
+    if (ir < 0) return ox_check_ir(c) < 0 ? -1 : ox_fail(c, "output %d was not made", k);
+    if (k >= (int)n->n_output || !n->output[k] || !n->output[k][0]) return 0;
+    ox_val *v = ox_val_get(c, n->output[k]);
+    if (!v) return ox_fail(c, "output '%.120s' is not known", n->output[k]);
+    v->kind = OX_IR;
+    v->ir = ir;
+    v->type = type;
+    /* the user's name on the value (an op's result, not yet named) */
+    const ir_value *x = &c->g->values[ir];
+    if (x->producer >= 0 && x->name[0] == '%' && is_printable(n->output[k]) && strlen(n->output[k]) < 200 &&
+        ir_find(c->g, n->output[k]) < 0 && n->output[k][0] != '%')
+        ir_rename(c->g, ir, n->output[k]);
+    return ox_check_ir(c);
+}
+
+int ox_out_const(ox_ctx *c, const Onnx__NodeProto *n, int k, ox_tensor *t)
+{
+    if (!t) return -1;
+    if (k >= (int)n->n_output || !n->output[k] || !n->output[k][0]) {
+        ox_tensor_free(t);
+        return 0;
+    }
+    ox_val *v = ox_val_get(c, n->output[k]);
+    v->kind = OX_CONST;
+    v->c = t;
+    v->type = t->type;
+    return 0;
+}
+
+/* ---- attributes --------------------------------------------------------------- */
+
+const Onnx__AttributeProto *ox_attr(const Onnx__NodeProto *n, const char *name)
+{
+    for (size_t i = 0; i < n->n_attribute; i++)
+        if (n->attribute[i]->name && !strcmp(n->attribute[i]->name, name)) return n->attribute[i];
+    return NULL;
+}
+
+int64_t ox_attr_int(const Onnx__NodeProto *n, const char *name, int64_t dflt)
+{
+    const Onnx__AttributeProto *a = ox_attr(n, name);
+    return a && a->has_i ? a->i : dflt;
+}
+
+double ox_attr_float(const Onnx__NodeProto *n, const char *name, double dflt)
+{
+    const Onnx__AttributeProto *a = ox_attr(n, name);
+    return a && a->has_f ? a->f : dflt;
+}
+
+int ox_attr_ints(const Onnx__NodeProto *n, const char *name, int64_t *out, int max)
+{
+    const Onnx__AttributeProto *a = ox_attr(n, name);
+    if (!a) return -1;
+    int k = (int)(a->n_ints < (size_t)max ? a->n_ints : (size_t)max);
+    for (int i = 0; i < k; i++) out[i] = a->ints[i];
+    return a->n_ints > (size_t)max ? max + 1 : k;
+}
+
+const char *ox_attr_str(const Onnx__NodeProto *n, const char *name, char *buf, size_t len)
+{
+    const Onnx__AttributeProto *a = ox_attr(n, name);
+    size_t k = a && a->has_s ? a->s.len : 0;
+    if (k >= len) k = len - 1;
+    if (k) memcpy(buf, a->s.data, k);
+    buf[k] = 0;
+    return buf;
+}
+
+/* ---- check ----------------------------------------------------------------------- */
+
+static int check_model(ox_ctx *c)
+{
+    Onnx__ModelProto *m = c->model;
+    if (!m->graph) return ox_fail(c, "not an ONNX model (no graph)");
+    c->graph = m->graph;
+    int lo = c->opt->opset_lo > 0 ? c->opt->opset_lo : ONNX_OPSET_MIN;
+    c->opset = -1;
+    for (size_t i = 0; i < m->n_opset_import; i++) {
+        const Onnx__OperatorSetIdProto *o = m->opset_import[i];
+        if (!o->domain || !o->domain[0] || !strcmp(o->domain, "ai.onnx")) c->opset = o->has_version ? (int)o->version : -1;
+    }
+    if (c->info) {
+        c->info->opset = c->opset;
+        c->info->ir_version = m->has_ir_version ? m->ir_version : 0;
+        c->info->nodes = (int)c->graph->n_node;
+    }
+    if (c->opset < 0) return ox_fail(c, "the model declares no opset of the default ONNX domain");
+    if (c->opset < lo || c->opset > ONNX_OPSET_MAX)
+        return ox_fail(c, "opset %d is outside %d-%d, the opsets carve reads (export with opset_version=%d or %d)", c->opset,
+                       lo, ONNX_OPSET_MAX, ONNX_OPSET_MIN + 1, ONNX_OPSET_MAX);
+    for (size_t i = 0; i < c->graph->n_node && c->info; i++) {
+        const char *op = c->graph->node[i]->op_type;
+        char *t = c->info->op_types;
+        size_t len = op ? strlen(op) : 0, k = strlen(t);
+        const char *p = t;
+        int seen = 0;
+        while (len && (p = strstr(p, op)))
+            seen |= (p == t || p[-1] == ' ') && (p[len] == ' ' || !p[len]), p += len;
+        if (len && !seen && k + len + 2 < sizeof c->info->op_types) snprintf(t + k, sizeof c->info->op_types - k, "%s%s", k ? " " : "", op);
+    }
+    for (size_t i = 0; i < c->graph->n_node; i++) {
+        const Onnx__NodeProto *n = c->node = c->graph->node[i];
+        if (!n->op_type || !n->op_type[0]) return ox_fail(c, "a node without an op type");
+        if (n->domain && n->domain[0] && strcmp(n->domain, "ai.onnx"))
+            return ox_fail(c, "op of domain '%.60s': carve reads the default ONNX domain only", n->domain);
+        int other = 0;
+        const ox_row *r = ox_row_find(n->op_type, c->opset, &other);
+        if (!r) {
+            if (other) return ox_fail(c, "this version of %.60s is not supported (carve reads it at other opsets)", n->op_type);
+            return ox_fail(c, "unsupported op %.60s (docs/onnx.md lists the ops carve reads)", n->op_type);
+        }
+        int nin = ox_n_in(n);
+        if (nin < r->in_min || nin > r->in_max)
+            return ox_fail(c, "%d inputs (%.60s takes %d to %d)", nin, n->op_type, r->in_min, r->in_max);
+        if ((int)n->n_output < 1 || (int)n->n_output > r->out_max)
+            return ox_fail(c, "%zu outputs (%.60s makes at most %d)", n->n_output, n->op_type, r->out_max);
+        for (size_t a = 0; a < n->n_attribute; a++) {
+            const char *an = n->attribute[a]->name ? n->attribute[a]->name : "";
+            size_t len = strlen(an);
+            const char *p = r->attrs;
+            int known = 0;
+            while (len && (p = strstr(p, an))) {
+                if ((p == r->attrs || p[-1] == ' ') && (p[len] == ' ' || !p[len])) known = 1;
+                p += len;
+            }
+            if (!known) return ox_fail(c, "attribute '%.60s' is not supported", an);
+            if (n->attribute[a]->ref_attr_name && n->attribute[a]->ref_attr_name[0])
+                return ox_fail(c, "attribute '%.60s' refers to a function's attribute", an);
+        }
+    }
+    c->node = NULL;
+    return 0;
+}
+
+/* ---- values: initializers and inputs -------------------------------------------------- */
+
+/* The value of symbolic dim `sym` from opt->dims ("batch=8,seq=128"), or -1. */
+static int64_t dim_value(ox_ctx *c, const char *sym)
+{
+    const char *s = c->opt->dims;
+    size_t len = strlen(sym);
+    while (s && *s) {
+        const char *eq = strchr(s, '='), *end = strchr(s, ',');
+        if (!end) end = s + strlen(s);
+        if (eq && eq < end && (size_t)(eq - s) == len && !strncmp(s, sym, len)) {
+            char *e;
+            long long v = strtoll(eq + 1, &e, 10);
+            return e == end && v > 0 ? v : 0;
+        }
+        s = *end ? end + 1 : end;
+    }
+    return -1;
+}
+
+/* Checks that every entry of --dim is NAME=N with N positive. */
+static int check_dims_option(ox_ctx *c)
+{
+    const char *s = c->opt->dims;
+    while (s && *s) {
+        const char *eq = strchr(s, '='), *end = strchr(s, ',');
+        if (!end) end = s + strlen(s);
+        char *e;
+        if (!eq || eq > end || eq == s) return ox_fail(c, "--dim: '%.*s' is not NAME=SIZE", (int)(end - s), s);
+        errno = 0;
+        long long v = strtoll(eq + 1, &e, 10);
+        if (e != end || v <= 0 || errno) return ox_fail(c, "--dim: size of '%.*s' must be a positive integer", (int)(eq - s), s);
+        s = *end ? end + 1 : end;
+    }
+    return 0;
+}
+
+/* A graph input given by value (onnx_options.known) becomes a constant. */
+static int known_input(ox_ctx *c, ox_val *v, const onnx_tensor *t)
+{
+    ox_tensor *x = ox_tensor_new(c, t->elem_type, t->rank, t->dims);
+    if (!x) return -1;
+    for (int64_t i = 0; i < t->n; i++) x->v[i] = t->is_int ? ((const int32_t *)t->data)[i] : ((const float *)t->data)[i];
+    v->kind = OX_CONST;
+    v->c = x;
+    v->type = t->elem_type;
+    return 0;
+}
+
+static int add_input(ox_ctx *c, const Onnx__ValueInfoProto *in)
+{
+    const char *name = in->name;
+    for (int k = 0; k < c->opt->n_known; k++)
+        if (!strcmp(c->opt->known[k].name, name)) return known_input(c, ox_val_get(c, name), &c->opt->known[k]);
+    const Onnx__TypeProto *t = in->type;
+    if (!t || t->value_case != ONNX__TYPE_PROTO__VALUE_TENSOR_TYPE || !t->tensor_type)
+        return ox_fail(c, "input '%.120s': not a tensor", name);
+    const Onnx__TypeProto__Tensor *tt = t->tensor_type;
+    int type = tt->has_elem_type ? tt->elem_type : 0;
+    int dt = ox_ir_dtype(type);
+    if (dt < 0) return ox_fail(c, "input '%.120s': element type %s is not supported", name, ox_type_name(type));
+    if (!tt->shape) return ox_fail(c, "input '%.120s': no shape (carve needs static shapes)", name);
+    if (tt->shape->n_dim > IR_MAX_RANK) return ox_fail(c, "input '%.120s': rank %zu (at most %d)", name, tt->shape->n_dim, IR_MAX_RANK);
+    int64_t dims[IR_MAX_RANK];
+    for (size_t d = 0; d < tt->shape->n_dim; d++) {
+        const Onnx__TensorShapeProto__Dimension *dm = tt->shape->dim[d];
+        if (dm->value_case == ONNX__TENSOR_SHAPE_PROTO__DIMENSION__VALUE_DIM_VALUE && dm->dim_value > 0) {
+            dims[d] = dm->dim_value;
+            continue;
+        }
+        if (dm->value_case == ONNX__TENSOR_SHAPE_PROTO__DIMENSION__VALUE_DIM_PARAM && dm->dim_param && dm->dim_param[0]) {
+            int64_t v = dim_value(c, dm->dim_param);
+            if (v > 0) {
+                dims[d] = v;
+                continue;
+            }
+            return ox_fail(c, "input '%.120s': dim %zu is symbolic ('%.60s'): give its size with --dim %.60s=N", name, d,
+                           dm->dim_param, dm->dim_param);
+        }
+        if (dm->value_case == ONNX__TENSOR_SHAPE_PROTO__DIMENSION__VALUE_DIM_VALUE)
+            return ox_fail(c, "input '%.120s': dim %zu is %lld", name, d, (long long)dm->dim_value);
+        return ox_fail(c, "input '%.120s': dim %zu has no size (carve needs static shapes: export with fixed shapes)", name, d);
+    }
+    char buf[256];
+    if (!is_printable(name)) return ox_fail(c, "input name with non-printable bytes");
+    int x = arg_at_layer(c, -1, fresh_name(c, name, buf, sizeof buf), IR_INPUT, (ir_dtype)dt, (int)tt->shape->n_dim, dims);
+    if (x < 0) return ox_check_ir(c);
+    ox_val *v = ox_val_get(c, name);
+    v->kind = OX_IR;
+    v->ir = x;
+    v->type = type;
+    if (c->info) c->info->inputs++;
+    return 0;
+}
+
+/* 1 when name matches one of the comma-separated globs of --frozen. */
+static int frozen(ox_ctx *c, const char *name)
+{
+    const char *s = c->opt->frozen;
+    char pat[256];
+    while (s && *s) {
+        const char *end = strchr(s, ',');
+        size_t len = end ? (size_t)(end - s) : strlen(s);
+        if (len < sizeof pat) {
+            memcpy(pat, s, len);
+            pat[len] = 0;
+            if (!fnmatch(pat, name, 0)) return 1;
+        }
+        s += len + (end ? 1 : 0);
+    }
+    return 0;
+}
+
+static int add_values(ox_ctx *c)
+{
+    const Onnx__GraphProto *gp = c->graph;
+    for (size_t i = 0; i < gp->n_initializer; i++) {
+        const Onnx__TensorProto *t = gp->initializer[i];
+        if (!t->name || !t->name[0]) return ox_fail(c, "initializer %zu has no name", i);
+        if (ox_val_get(c, t->name)) return ox_fail(c, "two initializers are named '%.120s'", t->name);
+        if (!is_printable(t->name)) return ox_fail(c, "initializer %zu: name with non-printable bytes", i);
+        ox_val *v = ox_val_put(c, t->name);
+        v->kind = OX_INIT;
+        v->init = (int)i;
+        v->type = t->has_data_type ? t->data_type : 0;
+    }
+    for (size_t i = 0; i < gp->n_input; i++) {
+        const char *name = gp->input[i]->name;
+        if (!name || !name[0]) return ox_fail(c, "graph input %zu has no name", i);
+        ox_val *v = ox_val_get(c, name);
+        if (v && v->kind == OX_INIT) continue; /* an initializer listed as an input too */
+        if (v) return ox_fail(c, "two graph inputs are named '%.120s'", name);
+        ox_val_put(c, name);
+    }
+    for (size_t i = 0; i < gp->n_node; i++) {
+        const Onnx__NodeProto *n = c->node = gp->node[i];
+        for (size_t k = 0; k < n->n_output; k++) {
+            if (!n->output[k] || !n->output[k][0]) continue;
+            if (ox_val_get(c, n->output[k])) return ox_fail(c, "output '%.120s' is made twice", n->output[k]);
+            ox_val_put(c, n->output[k]);
+        }
+    }
+    c->node = NULL;
+    return 0;
+}
+
+/* ---- the loss and the params ----------------------------------------------------------- */
+
+/* The name of the value the loss is computed from, or NULL with an error. */
+static const char *loss_source(ox_ctx *c, char *kind, size_t klen, char *second, size_t slen)
+{
+    const Onnx__GraphProto *gp = c->graph;
+    kind[0] = second[0] = 0;
+    if (c->opt->loss) {
+        const char *s = c->opt->loss, *colon = strchr(s, ':');
+        if (!colon || colon == s || (size_t)(colon - s) >= klen)
+            return ox_fail(c, "--loss '%.80s': expected cross_entropy:OUTPUT[,LABELS] or mse:OUTPUT[,TARGET]", s), NULL;
+        memcpy(kind, s, (size_t)(colon - s));
+        kind[colon - s] = 0;
+        if (strcmp(kind, "cross_entropy") && strcmp(kind, "mse"))
+            return ox_fail(c, "--loss: unknown kind '%.40s' (cross_entropy or mse)", kind), NULL;
+        const char *out = colon + 1, *comma = strchr(out, ',');
+        static char outname[256];
+        size_t len = comma ? (size_t)(comma - out) : strlen(out);
+        if (!len || len >= sizeof outname) return ox_fail(c, "--loss '%.80s': no output named", s), NULL;
+        memcpy(outname, out, len);
+        outname[len] = 0;
+        snprintf(second, slen, "%s", comma ? comma + 1 : strcmp(kind, "mse") ? "labels" : "target");
+        if (!ox_val_get(c, outname)) return ox_fail(c, "--loss: the model has no value '%.120s'", outname), NULL;
+        return outname;
+    }
+    for (size_t i = 0; i < gp->n_output; i++) {
+        const Onnx__ValueInfoProto *o = gp->output[i];
+        const Onnx__TypeProto *t = o->type;
+        if (!o->name || !t || t->value_case != ONNX__TYPE_PROTO__VALUE_TENSOR_TYPE || !t->tensor_type) continue;
+        const Onnx__TypeProto__Tensor *tt = t->tensor_type;
+        if (!ox_type_is_float(tt->has_elem_type ? tt->elem_type : 0) || !tt->shape) continue;
+        int64_t n = 1;
+        for (size_t d = 0; d < tt->shape->n_dim; d++)
+            n *= tt->shape->dim[d]->value_case == ONNX__TENSOR_SHAPE_PROTO__DIMENSION__VALUE_DIM_VALUE ? tt->shape->dim[d]->dim_value : 2;
+        if (n == 1) return o->name;
+    }
+    ox_fail(c, "the graph has no scalar float output to train on: export the module with its loss, or give --loss "
+               "cross_entropy:OUTPUT or mse:OUTPUT");
+    return NULL;
+}
+
+/* Marks what the loss depends on differentiably, then makes params of the
+ * float initializers among it (minus --frozen). */
+static int mark_params(ox_ctx *c, const char *const *roots, int n_roots)
+{
+    for (int i = 0; i < n_roots; i++) {
+        ox_val *v = ox_val_get(c, roots[i]);
+        if (v) v->needs_grad = 1;
+    }
+    const Onnx__GraphProto *gp = c->graph;
+    for (size_t i = gp->n_node; i-- > 0;) {
+        const Onnx__NodeProto *n = gp->node[i];
+        int any = 0;
+        for (size_t k = 0; k < n->n_output; k++) {
+            ox_val *v = n->output[k] && n->output[k][0] ? ox_val_get(c, n->output[k]) : NULL;
+            any |= v && v->needs_grad;
+        }
+        if (!any) continue;
+        const ox_row *r = ox_row_find(n->op_type, c->opset, NULL);
+        for (size_t k = 0; k < n->n_input && k < 32; k++) {
+            ox_val *v = n->input[k] && n->input[k][0] ? ox_val_get(c, n->input[k]) : NULL;
+            if (v && r && (r->diff >> k & 1)) v->needs_grad = 1;
+        }
+    }
+    int frozen_floats = 0;
+    char first[128] = "";
+    for (int i = 0; i < c->n_vals; i++) {
+        ox_val *v = &c->vals[i];
+        if (v->kind != OX_INIT || !ox_type_is_float(v->type) || !v->needs_grad) continue;
+        if (frozen(c, v->name)) {
+            if (!frozen_floats++) snprintf(first, sizeof first, "%.100s", v->name);
+            continue;
+        }
+        v->param = 1;
+    }
+    if (frozen_floats && c->info) {
+        size_t k = strlen(c->info->notes);
+        snprintf(c->info->notes + k, sizeof c->info->notes - k, "%s%d float initializer%s kept constant by --frozen ('%s'%s)",
+                 k ? "; " : "", frozen_floats, frozen_floats > 1 ? "s" : "", first, frozen_floats > 1 ? ", ..." : "");
+    }
+    return 0;
+}
+
+/* ---- the appended loss ------------------------------------------------------------------- */
+
+/* The input `name` (an existing graph input, or a new one of `rank, dims`). */
+static int loss_input(ox_ctx *c, const char *name, ir_dtype dt, int rank, const int64_t *dims, double ids)
+{
+    ox_val *v = ox_val_get(c, name);
+    if (v) {
+        if (v->kind != OX_IR || c->g->values[v->ir].producer >= 0) return ox_fail(c, "--loss: '%.120s' is not a graph input", name);
+        const ir_value *x = &c->g->values[v->ir];
+        if (x->dtype != dt || x->rank != rank || memcmp(x->dims, dims, sizeof(int64_t) * (size_t)rank))
+            return ox_fail(c, "--loss: input '%.120s' has not the shape and type the loss needs", name);
+        return v->ir;
+    }
+    if (ir_find(c->g, name) >= 0) return ox_fail(c, "--loss: '%.120s' names a value of the graph", name);
+    int x = arg_at_layer(c, -1, name, IR_INPUT, dt, rank, dims);
+    if (x >= 0 && ids > 0) ir_set_init(c->g, x, IR_INIT_IDS, ids);
+    return x < 0 ? ox_check_ir(c) : x;
+}
+
+static int append_loss(ox_ctx *c, const char *kind, const char *out, const char *second)
+{
+    ox_val *v = ox_val_get(c, out);
+    int x = v ? ox_ir(c, v) : -1;
+    if (x < 0) return -1;
+    const ir_value *xv = &c->g->values[x];
+    int r = xv->rank;
+    int64_t dims[IR_MAX_RANK], all[IR_MAX_RANK], n = 1;
+    memcpy(dims, xv->dims, sizeof dims);
+    for (int i = 0; i < r; i++) all[i] = i, n *= dims[i];
+    ir_set_layer(c->g, -1);
+    int loss;
+    if (!strcmp(kind, "mse")) {
+        int t = loss_input(c, second, IR_F32, r, dims, 0);
+        if (t < 0) return -1;
+        int d = ir_binary(c->g, IR_OP_SUB, x, t);
+        loss = ir_scale(c->g, ir_reduce(c->g, IR_OP_REDUCE_SUM, ir_binary(c->g, IR_OP_MUL, d, d), r, all), 1.0 / (double)n);
+    } else {
+        if (r < 1) return ox_fail(c, "--loss cross_entropy: '%.120s' is a scalar, not logits", out);
+        int labels = loss_input(c, second, IR_I32, r - 1, dims, (double)dims[r - 1]);
+        if (labels < 0) return -1;
+        int lead = r - 1;
+        int64_t keep[IR_MAX_RANK];
+        for (int i = 0; i < lead; i++) keep[i] = i;
+        int64_t last = r - 1;
+        int mx = ir_unary(c->g, IR_OP_STOP_GRAD, ir_reduce(c->g, IR_OP_REDUCE_MAX, x, 1, &last));
+        int z = ir_binary(c->g, IR_OP_SUB, x, ir_broadcast(c->g, mx, r, dims, keep));
+        int lse = ir_unary(c->g, IR_OP_LOG, ir_reduce(c->g, IR_OP_REDUCE_SUM, ir_unary(c->g, IR_OP_EXP, z), 1, &last));
+        int picked = ir_reduce(c->g, IR_OP_REDUCE_SUM, ir_binary(c->g, IR_OP_MUL, z, ir_one_hot(c->g, labels, dims[r - 1])), 1, &last);
+        int nll = ir_binary(c->g, IR_OP_SUB, lse, picked);
+        loss = lead ? ir_reduce(c->g, IR_OP_REDUCE_SUM, nll, lead, all) : nll;
+        loss = ir_scale(c->g, loss, 1.0 / (double)(n / dims[r - 1]));
+    }
+    if (loss < 0) return ox_check_ir(c);
+    ir_rename(c->g, loss, ir_find(c->g, "loss") < 0 ? "loss" : "carve.loss");
+    ir_set_loss(c->g, loss);
+    return ox_check_ir(c);
+}
+
+/* ---- nodes --------------------------------------------------------------------------------- */
+
+static int import_nodes(ox_ctx *c)
+{
+    const Onnx__GraphProto *gp = c->graph;
+    for (size_t i = 0; i < gp->n_node && !c->failed; i++) {
+        const Onnx__NodeProto *n = c->node = gp->node[i];
+        c->row = ox_row_find(n->op_type, c->opset, NULL);
+        int all_const = 1, nin = ox_n_in(n);
+        for (int k = 0; k < nin; k++) {
+            ox_val *v = ox_in(c, n, k);
+            if (!v && n->input[k] && n->input[k][0]) return -1;
+            if (v && !ox_is_const(v)) all_const = 0;
+        }
+        ir_set_layer(c->g, c->node_layer[i]);
+        if (c->row->fold && (all_const || !c->row->emit)) {
+            if (ox_fold_node(c, n) < 0) return -1;
+            if (c->info) c->info->folded++;
+            continue;
+        }
+        if (!c->row->emit) return ox_fail(c, "its inputs must be constants (carve folds %.60s, it does not run it)", n->op_type);
+        if (c->row->emit(c, n) < 0) return ox_check_ir(c) < 0 ? -1 : (c->failed ? -1 : ox_fail(c, "not imported"));
+        for (size_t k = 0; k < n->n_output; k++) {
+            ox_val *v = n->output[k] && n->output[k][0] ? ox_val_get(c, n->output[k]) : NULL;
+            if (v && v->kind == OX_UNSET && v->needs_grad) return ox_fail(c, "output %zu is not made", k);
+        }
+    }
+    c->node = NULL;
+    return c->failed ? -1 : 0;
+}
+
+static int finish_outputs(ox_ctx *c)
+{
+    for (size_t i = 0; i < c->graph->n_output; i++) {
+        const char *name = c->graph->output[i]->name;
+        ox_val *v = name ? ox_val_get(c, name) : NULL;
+        if (!v || v->kind == OX_UNSET) return ox_fail(c, "graph output '%.120s' is not made", name ? name : "");
+        int x = ox_ir(c, v);
+        if (x < 0) return -1;
+        if (c->g->values[x].producer < 0 || c->g->values[x].role != IR_INTERMEDIATE) {
+            /* an argument as an output: a copy, so the output is an op's result */
+            x = ir_reshape(c->g, x, c->g->values[x].rank, c->g->values[x].dims);
+        }
+        ir_add_output(c->g, x, -1);
+        if (ox_check_ir(c) < 0) return -1;
+    }
+    return 0;
+}
+
+static int finish_loss(ox_ctx *c, const char *src, const char *kind, const char *second)
+{
+    if (kind[0]) return append_loss(c, kind, src, second);
+    ox_val *v = ox_val_get(c, src);
+    if (!v || v->kind != OX_IR) return ox_fail(c, "the loss '%.120s' does not depend on any param or input", src);
+    int x = ox_ir(c, v);
+    if (x < 0) return -1;
+    if (c->g->values[x].rank > 0 && (x = ox_ir_reshape(c, x, 0, NULL)) < 0) return -1;
+    if (c->g->values[x].producer < 0) return ox_fail(c, "the loss '%.120s' is a graph input", src);
+    if (c->g->values[x].dtype == IR_I32) return ox_fail(c, "the loss '%.120s' is an integer", src);
+    ir_set_loss(c->g, x);
+    int extra = (int)c->graph->n_output - 1;
+    if (extra > 0 && c->info) {
+        size_t k = strlen(c->info->notes);
+        snprintf(c->info->notes + k, sizeof c->info->notes - k, "%s%d other graph output%s not kept (carve trains on the loss '%.60s')",
+                 k ? "; " : "", extra, extra > 1 ? "s" : "", src);
+    }
+    return ox_check_ir(c);
+}
+
+static void note_generated(ox_ctx *c)
+{
+    onnx_info *in = c->info;
+    if (!in || !in->generated_names) return;
+    size_t k = strlen(in->notes);
+    snprintf(in->notes + k, sizeof in->notes - k,
+             "%s%d of %d params have names the exporter made (\"onnx::...\": folded or transposed copies of the module's "
+             "weights); export with training=torch.onnx.TrainingMode.TRAINING, do_constant_folding=False to keep the "
+             "state_dict names",
+             k ? "; " : "", in->generated_names, in->params);
+}
+
+/* ---- the whole import ------------------------------------------------------------------------ */
+
+static ir_graph *import_model(ox_ctx *c)
+{
+    char kind[32], second[256];
+    const char *src = NULL;
+    if (check_dims_option(c) < 0 || check_model(c) < 0 || add_values(c) < 0) return NULL;
+    const char *name = c->graph->name && c->graph->name[0] && is_printable(c->graph->name) ? c->graph->name : "onnx";
+    c->g = ir_new(name);
+    for (size_t i = 0; i < c->graph->n_input && !c->failed; i++) {
+        ox_val *v = c->graph->input[i]->name ? ox_val_get(c, c->graph->input[i]->name) : NULL;
+        if (v && v->kind == OX_UNSET) add_input(c, c->graph->input[i]);
+    }
+    if (c->failed) return NULL;
+    if (c->opt->outputs) {
+        const char **roots = ir_xcalloc(c->graph->n_output + 1, sizeof *roots);
+        for (size_t i = 0; i < c->graph->n_output; i++) roots[i] = c->graph->output[i]->name;
+        mark_params(c, roots, (int)c->graph->n_output);
+        free(roots);
+    } else {
+        if (!(src = loss_source(c, kind, sizeof kind, second, sizeof second))) return NULL;
+        mark_params(c, &src, 1);
+    }
+    ox_layers(c);
+    if (import_nodes(c) < 0) return NULL;
+    if (c->opt->outputs ? finish_outputs(c) < 0 : finish_loss(c, src, kind, second) < 0) return NULL;
+    if (c->info) c->info->layers = c->g->n_layers;
+    note_generated(c);
+    char msg[IR_ERR_LEN];
+    if (ir_verify(c->g, msg, sizeof msg) < 0) return ox_fail(c, "the imported graph is not valid: %s", msg), NULL;
+    ir_graph *g = c->g;
+    c->g = NULL;
+    return g;
+}
+
+static void ctx_free(ox_ctx *c)
+{
+    for (int i = 0; i < c->n_vals; i++)
+        if (c->vals[i].kind == OX_CONST) ox_tensor_free(c->vals[i].c);
+    free(c->vals);
+    free(c->index);
+    free(c->shared);
+    free(c->node_layer);
+    if (c->model) onnx__model_proto__free_unpacked(c->model, NULL);
+    if (c->g) ir_free(c->g);
+}
+
+/* Sets up c for one import. */
+static void ctx_init(ox_ctx *c, const char *path, const char *dir, const onnx_options *o, onnx_info *info, char *err,
+                     size_t errlen)
+{
+    memset(c, 0, sizeof *c);
+    c->path = path;
+    c->dir = dir;
+    c->opt = o;
+    c->info = info;
+    c->err = err;
+    c->errlen = errlen;
+    if (info) memset(info, 0, sizeof *info);
+    if (err && errlen) err[0] = 0;
+}
+
+/* Imports c->model (NULL: the bytes did not parse), frees c, and prefixes a
+ * message with the file's name. */
+static ir_graph *import_unpacked(ox_ctx *c)
+{
+    ir_graph *g = NULL;
+    if (!c->model) ox_fail(c, "not an ONNX model (the protobuf does not parse as a ModelProto: truncated or corrupt)");
+    else g = import_model(c);
+    ctx_free(c);
+    if (!g && c->err && c->errlen) {
+        char tmp[1024];
+        snprintf(tmp, sizeof tmp, "%s", c->err[0] ? c->err : "import failed");
+        snprintf(c->err, c->errlen, "%s: %s", c->path, tmp);
+    }
+    return g;
+}
+
+ir_graph *onnx_import_bytes(const void *data, size_t n, const char *name, const char *dir, const onnx_options *o,
+                            onnx_info *info, char *err, size_t errlen)
+{
+    static const onnx_options none;
+    ox_ctx c;
+    ctx_init(&c, name ? name : "model", dir, o ? o : &none, info, err, errlen);
+    c.model = onnx__model_proto__unpack(NULL, n, data);
+    return import_unpacked(&c);
+}
+
+ir_graph *onnx_import(const char *path, const onnx_options *o, onnx_info *info, char *err, size_t errlen)
+{
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return ir_errf(err, errlen, "%s: cannot open: %s", path, strerror(errno)), NULL;
+    struct stat st;
+    if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode)) {
+        close(fd);
+        return ir_errf(err, errlen, "%s: not a regular file", path), NULL;
+    }
+    if ((size_t)st.st_size > OX_MAX_FILE) {
+        close(fd);
+        return ir_errf(err, errlen, "%s: %lld bytes, more than the 2 GiB a protobuf holds (weights beyond go in external data)",
+                       path, (long long)st.st_size), NULL;
+    }
+    size_t n = (size_t)st.st_size, got = 0;
+    char *buf = malloc(n ? n : 1);
+    if (!buf) {
+        close(fd);
+        return ir_errf(err, errlen, "%s: out of memory reading %zu bytes", path, n), NULL;
+    }
+    while (got < n) {
+        ssize_t k = read(fd, buf + got, n - got);
+        if (k < 0 && errno == EINTR) continue;
+        if (k <= 0) break;
+        got += (size_t)k;
+    }
+    close(fd);
+    if (got != n) {
+        free(buf);
+        return ir_errf(err, errlen, "%s: read failed", path), NULL;
+    }
+    char dir[4096];
+    const char *slash = strrchr(path, '/');
+    snprintf(dir, sizeof dir, "%.*s", slash ? (int)(slash == path ? 1 : slash - path) : 1, slash ? path : ".");
+    static const onnx_options none;
+    ox_ctx c;
+    ctx_init(&c, path, dir, o ? o : &none, info, err, errlen);
+    /* unpack copies what it keeps: the file's bytes go before the import runs */
+    c.model = onnx__model_proto__unpack(NULL, n, (const uint8_t *)buf);
+    free(buf);
+    return import_unpacked(&c);
+}

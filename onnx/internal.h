@@ -1,0 +1,238 @@
+/* internal.h - what the ONNX reader's files share (not part of the API).
+ *
+ * An import walks the graph's nodes in order with one ox_ctx.  Every ONNX
+ * value name maps to an ox_val: a constant (a host tensor of doubles: the
+ * folder's world), a carve value (the emitters' world), or an initializer
+ * not read yet.  A node whose inputs are all constant is folded when its op
+ * has a folder (onnx/fold.c); otherwise its emitter (onnx/emit_*.c) turns it
+ * into carve ops, making carve values of constant inputs as it needs them
+ * (a splat becomes a `constant` op, any other tensor a const argument with
+ * its elements attached, shared by every use of equal contents).
+ */
+#ifndef CARVE_ONNX_INTERNAL_H
+#define CARVE_ONNX_INTERNAL_H
+
+#include <stdint.h>
+
+#include "onnx/onnx.h"
+#include "onnx/onnx.pb-c.h"
+
+#define OX_MAX_RANK 8
+/* Constants the folder makes or reads are held as doubles: at most this
+ * many elements each (512 MiB; onnx_options.max_const lowers it). */
+#define OX_MAX_CONST ((int64_t)1 << 26)
+
+/* ONNX TensorProto.DataType */
+enum {
+    OX_FLOAT = 1, OX_UINT8 = 2, OX_INT8 = 3, OX_UINT16 = 4, OX_INT16 = 5, OX_INT32 = 6, OX_INT64 = 7,
+    OX_STRING = 8, OX_BOOL = 9, OX_FLOAT16 = 10, OX_DOUBLE = 11, OX_UINT32 = 12, OX_UINT64 = 13,
+    OX_BFLOAT16 = 16
+};
+
+/* A constant tensor: element type, shape, values as doubles (integers exact
+ * up to 2^53; floats rounded to their type after every folded op). */
+typedef struct ox_tensor {
+    int type;
+    int rank;
+    int64_t dims[OX_MAX_RANK];
+    int64_t n;
+    double *v;              /* n values, owned */
+} ox_tensor;
+
+typedef enum { OX_UNSET, OX_CONST, OX_IR, OX_INIT } ox_kind;
+
+/* What an ONNX value name stands for. */
+typedef struct ox_val {
+    const char *name;       /* points into the model (protobuf) */
+    ox_kind kind;
+    int type;               /* ONNX element type */
+    ox_tensor *c;           /* OX_CONST: owned */
+    int ir;                 /* OX_IR: carve value id */
+    int init;               /* OX_INIT: index into graph->initializer */
+    int param;              /* OX_INIT: becomes a trainable param */
+    int needs_grad;         /* the loss depends on it differentiably */
+    int layer;              /* layer tag of an initializer (-1: none) */
+    /* OX_IR with ir = -1: a Transpose not made yet, of carve value `src`
+     * (view dim i is src dim perm[i]); a contraction that reads it takes
+     * src with its letters permuted, so a param transposed for a MatMul
+     * (torch's Linear: x @ W^T) meets the einsum as it is (ox_ir makes the
+     * transpose when anything else reads it) */
+    int src;
+    int8_t perm[OX_MAX_RANK];
+} ox_val;
+
+/* A const argument made from a tensor, found again by contents. */
+typedef struct ox_shared {
+    uint64_t hash;
+    int ir;
+} ox_shared;
+
+typedef struct ox_row ox_row;
+
+typedef struct ox_ctx {
+    const char *path;       /* for messages */
+    const char *dir;        /* the model's folder (external data), or NULL */
+    const onnx_options *opt;
+    onnx_info *info;
+    Onnx__ModelProto *model;
+    Onnx__GraphProto *graph;
+    int opset;
+    ir_graph *g;
+    ox_val *vals;
+    int n_vals, cap_vals;
+    int *index;             /* open addressing over vals by name */
+    int index_cap;
+    ox_shared *shared;
+    int n_shared, cap_shared;
+    int *node_layer;        /* layer tag of each node */
+    const Onnx__NodeProto *node; /* the node being imported (messages) */
+    const ox_row *row;
+    char *err;
+    size_t errlen;
+    int failed;
+    int n_layers;
+    int uid;                /* counter for the names of made values */
+} ox_ctx;
+
+/* ---- the op table (onnx/ops.def) ---------------------------------------- */
+typedef int (*ox_emit_fn)(ox_ctx *c, const Onnx__NodeProto *n);
+typedef int (*ox_fold_fn)(ox_ctx *c, const Onnx__NodeProto *n, ox_tensor **in, int n_in, ox_tensor **out, int n_out);
+
+/* every emitter and folder ops.def names (emit_none, fold_none: no function) */
+#define X(op, since, until, in_min, in_max, out_max, diff, attrs, emit, fold) \
+    int emit_##emit(ox_ctx *c, const Onnx__NodeProto *n);                     \
+    int fold_##fold(ox_ctx *c, const Onnx__NodeProto *n, ox_tensor **in, int n_in, ox_tensor **out, int n_out);
+#include "onnx/ops.def"
+#undef X
+
+struct ox_row {
+    const char *op;
+    int since, until;       /* opsets whose version of the op this row implements */
+    int in_min, in_max, out_max;
+    unsigned diff;          /* bit k: the loss's gradient flows to input k */
+    const char *attrs;      /* attributes it reads, space-separated */
+    ox_emit_fn emit;        /* NULL: only folded (its inputs must be constant) */
+    ox_fold_fn fold;        /* NULL: never folded */
+};
+/* The row of op type `op` at opset `opset`, or NULL (*other_versions set
+ * when rows exist for other opsets). */
+const ox_row *ox_row_find(const char *op, int opset, int *other_versions);
+/* Every op type of the table, space-separated (docs and messages). */
+void ox_ops_list(char *buf, size_t n);
+
+/* ---- errors ---------------------------------------------------------------- */
+/* Records the first error, prefixed with the node being imported; -1. */
+int ox_fail(ox_ctx *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* The graph builder's sticky error as an import error (-1), or 0. */
+int ox_check_ir(ox_ctx *c);
+
+/* ---- values ------------------------------------------------------------------ */
+ox_val *ox_val_get(ox_ctx *c, const char *name);     /* NULL when unknown */
+ox_val *ox_val_put(ox_ctx *c, const char *name);     /* creates an OX_UNSET slot */
+/* Input k of node n: its value, or NULL (absent optional input); a missing
+ * name is an error. */
+ox_val *ox_in(ox_ctx *c, const Onnx__NodeProto *n, int k);
+int ox_n_in(const Onnx__NodeProto *n);               /* inputs up to the last present one */
+/* 1 when v is a constant the folder can read (a const, or an initializer not trained). */
+int ox_is_const(const ox_val *v);
+/* The constant tensor of v (reads an initializer on first use), or NULL with an error. */
+ox_tensor *ox_const(ox_ctx *c, ox_val *v);
+/* The carve value of v: makes params, const arguments and constant ops as needed. */
+int ox_ir(ox_ctx *c, ox_val *v);
+/* v's shape (rank and dims), for carve values and constants alike. */
+int ox_shape(ox_ctx *c, ox_val *v, int *rank, int64_t *dims);
+/* Output k of the node becomes carve value `ir` of ONNX type `type`
+ * (named after the output when it is the node's last value made). */
+int ox_out_ir(ox_ctx *c, const Onnx__NodeProto *n, int k, int ir, int type);
+/* Output k of the node becomes a constant (taken). */
+int ox_out_const(ox_ctx *c, const Onnx__NodeProto *n, int k, ox_tensor *t);
+/* A carve value for a constant tensor: a constant op for a splat, else a
+ * const argument with its elements attached (one per contents). */
+int ox_ir_of_tensor(ox_ctx *c, const ox_tensor *t);
+
+/* ---- attributes ------------------------------------------------------------- */
+const Onnx__AttributeProto *ox_attr(const Onnx__NodeProto *n, const char *name);
+int64_t ox_attr_int(const Onnx__NodeProto *n, const char *name, int64_t dflt);
+double ox_attr_float(const Onnx__NodeProto *n, const char *name, double dflt);
+/* The ints of an attribute: count, or -1 when absent; at most max kept. */
+int ox_attr_ints(const Onnx__NodeProto *n, const char *name, int64_t *out, int max);
+/* The string of an attribute into buf ("" when absent). */
+const char *ox_attr_str(const Onnx__NodeProto *n, const char *name, char *buf, size_t len);
+
+/* ---- tensors (onnx/tensor.c) ------------------------------------------------- */
+ox_tensor *ox_tensor_new(ox_ctx *c, int type, int rank, const int64_t *dims);
+void ox_tensor_free(ox_tensor *t);
+ox_tensor *ox_tensor_scalar(ox_ctx *c, int type, double v);
+int ox_type_is_float(int type);
+int ox_type_is_int(int type);  /* integers and bool */
+const char *ox_type_name(int type);
+/* Rounds x to what an element of `type` holds. */
+double ox_round_to(int type, double x);
+/* Reads a TensorProto (inline or external data) into a new constant. */
+ox_tensor *ox_tensor_from_proto(ox_ctx *c, const Onnx__TensorProto *p, const char *what);
+/* Checks a TensorProto's type and dims (rank <= OX_MAX_RANK, dims >= 0,
+ * element count within 2^48); dims into out. */
+int ox_proto_shape(ox_ctx *c, const Onnx__TensorProto *p, const char *what, int *rank, int64_t *dims, int64_t *n);
+/* Reads the elements of a float TensorProto as n floats into dst. */
+int ox_proto_read_f32(ox_ctx *c, const Onnx__TensorProto *p, const char *what, float *dst, int64_t n);
+/* The carve dtype of an ONNX element type for data (-1: not supported). */
+int ox_ir_dtype(int type);
+/* 1 when every element of t equals the first. */
+int ox_tensor_splat(const ox_tensor *t);
+/* Numpy broadcasting of two shapes; -1 with an error when they do not fit. */
+int ox_broadcast_shape(ox_ctx *c, int ra, const int64_t *a, int rb, const int64_t *b, int *r, int64_t *out);
+/* The offset into a tensor of shape (rank, dims) broadcast to out_dims (rank out_rank) for output index i. */
+int64_t ox_bcast_offset(int rank, const int64_t *dims, int out_rank, const int64_t *out_dims, int64_t i);
+/* Normalises an axis in [-rank, rank) to [0, rank); -1 with an error. */
+int ox_axis(ox_ctx *c, int64_t axis, int rank, int64_t *out);
+/* x as an int64, saturating (int64 values beyond 2^53, such as Slice's
+ * INT64_MAX "to the end", come back as the nearest int64). */
+int64_t ox_i64(double x);
+/* Integer vector of a 0-D or 1-D integer constant (shape, axes, pads...). */
+int ox_const_ints(ox_ctx *c, ox_val *v, const char *what, int64_t *out, int max, int *count);
+
+/* ---- emitting carve ops (onnx/emit.c) ---------------------------------------- */
+/* x broadcast (numpy rules) to shape (rank, dims). */
+int ox_ir_broadcast_to(ox_ctx *c, int x, int rank, const int64_t *dims);
+int ox_ir_reshape(ox_ctx *c, int x, int rank, const int64_t *dims);
+int ox_ir_reduce(ox_ctx *c, ir_opkind k, int x, int n, const int64_t *axes);
+/* x's dims (ints) */
+const ir_value *ox_irv(ox_ctx *c, int x);
+/* a carve value for a scalar constant `v` of shape like x's */
+int ox_ir_const_like(ox_ctx *c, int x, double v);
+/* the constant 1/2... scaled by a double */
+int ox_ir_scale(ox_ctx *c, int x, double s);
+int ox_ir_binary(ox_ctx *c, ir_opkind k, int a, int b);
+int ox_ir_unary(ox_ctx *c, ir_opkind k, int x);
+int ox_ir_add_scalar(ox_ctx *c, int x, double s);
+/* x[start:start+len] along axis (x itself when that is all of it) */
+int ox_ir_slice(ox_ctx *c, int x, int axis, int64_t start, int64_t len);
+int ox_ir_transpose(ox_ctx *c, int x, const int64_t *perm);
+double ox_scalar_unary(const char *op, double x, double alpha);
+
+/* ---- folding (onnx/fold.c) --------------------------------------------------- */
+int ox_fold_node(ox_ctx *c, const Onnx__NodeProto *n);
+
+/* ---- what shape ops mean, for folder and emitter alike (onnx/shape.c) --------- */
+/* The result shape of Reshape, Flatten, Squeeze or Unsqueeze node n on an
+ * input of shape (rank, dims). */
+int ox_reshape_dims(ox_ctx *c, const Onnx__NodeProto *n, int rank, const int64_t *dims, int *out_rank, int64_t *out);
+/* Slice's starts, ends (clamped, exclusive) and steps for every axis of an
+ * input of shape (rank, dims): axes not sliced get 0, dims[d], 1. */
+int ox_slice_params(ox_ctx *c, const Onnx__NodeProto *n, int rank, const int64_t *dims, int64_t *start, int64_t *end,
+                    int64_t *step);
+/* Split's axis and the size of each of its n_out pieces. */
+int ox_split_sizes(ox_ctx *c, const Onnx__NodeProto *n, int rank, const int64_t *dims, int64_t *axis, int64_t *sizes, int n_out);
+/* Transpose's permutation (reversed dims by default). */
+int ox_perm(ox_ctx *c, const Onnx__NodeProto *n, int rank, int64_t *perm);
+/* Pad's zero-based (before, after) per dim and the constant value. */
+int ox_pad_params(ox_ctx *c, const Onnx__NodeProto *n, int rank, int64_t *before, int64_t *after, double *value);
+/* Reduction axes of a Reduce* node (input 1 of ReduceSum, else the attribute):
+ * a mask over the input's dims; *none when the node reduces nothing. */
+int ox_reduce_axes(ox_ctx *c, const Onnx__NodeProto *n, int rank, unsigned *mask, int *none);
+
+/* ---- layers (onnx/layers.c) -------------------------------------------------- */
+/* Tags nodes and initializers with repeated-block numbers. */
+void ox_layers(ox_ctx *c);
+
+#endif

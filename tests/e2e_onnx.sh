@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# e2e_onnx.sh - the ONNX fixtures against torch: where /usr/bin/python3 has
+# torch and onnx (python3-torch, python3-onnx), tests/onnx/gen.py exports
+# every fixture again into a temporary folder and each file must equal the
+# committed one byte for byte (the exports and the reference values are
+# seeded; a torch whose exporter or kernels changed shows here).  Without
+# torch it prints a note and counts a skip.  Closing line: N passed, N failed.
+set -u
+root=${CARVE_ROOT:-$(cd "$(dirname "$0")/.." && pwd)}
+pass=0 fail=0 skipped=0
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+cd "$tmp" || exit 1
+if /usr/bin/python3 -c 'import torch, onnx' 2>/dev/null; then
+    if /usr/bin/python3 "$root/tests/onnx/gen.py" --out "$tmp/fx" >gen.txt 2>&1; then
+        n=0 differ=0
+        for f in "$root"/tests/onnx/fixtures/*; do
+            n=$((n + 1))
+            cmp -s "$f" "$tmp/fx/${f##*/}" || { differ=$((differ + 1)); echo "FAIL regenerated ${f##*/} differs from the committed file"; }
+        done
+        extra=$(ls "$tmp/fx" | wc -l)
+        if [ "$differ" -eq 0 ] && [ "$n" -eq "$extra" ] && [ "$n" -gt 40 ]; then pass=$((pass + 1)); else fail=$((fail + 1)); echo "FAIL $differ of $n fixtures differ ($extra made)"; fi
+    else
+        fail=$((fail + 1)); echo "FAIL gen.py:"; tail -5 gen.txt
+    fi
+else
+    echo "skip: /usr/bin/python3 has no torch or onnx (apt-get install -y python3-torch python3-onnx); fixtures not regenerated"
+    skipped=$((skipped + 1))
+fi
+if [ "$skipped" -gt 0 ]; then echo "$pass passed, $fail failed, $skipped skipped"; else echo "$pass passed, $fail failed"; fi
+[ "$fail" -eq 0 ]
