@@ -26,17 +26,18 @@ static int same_dims(int ra, const int64_t *a, int rb, const int64_t *b)
 int ox_ir_reshape(ox_ctx *c, int x, int rank, const int64_t *dims)
 {
     if (x < 0) return -1;
-    const ir_value *v = ox_irv(c, x);
+    const ir_value v_copy = *ox_irv(c, x), *v = &v_copy;
     if (same_dims(v->rank, v->dims, rank, dims)) return x;
     if (rank > IR_MAX_RANK) return ox_fail(c, "a value of rank %d (carve holds at most %d)", rank, IR_MAX_RANK);
-    int y = ir_reshape(c->g, x, rank, dims);
+    static const int64_t scalar[1] = {1};
+    int y = ir_reshape(c->g, x, rank, rank ? dims : scalar);
     return y < 0 ? ox_check_ir(c) : y;
 }
 
 int ox_ir_broadcast_to(ox_ctx *c, int x, int rank, const int64_t *dims)
 {
     if (x < 0) return -1;
-    const ir_value *v = ox_irv(c, x);
+    const ir_value v_copy = *ox_irv(c, x), *v = &v_copy;
     if (same_dims(v->rank, v->dims, rank, dims)) return x;
     if (rank > IR_MAX_RANK) return ox_fail(c, "a value of rank %d (carve holds at most %d)", rank, IR_MAX_RANK);
     if (v->rank > rank) return ox_fail(c, "a value of rank %d does not broadcast to rank %d", v->rank, rank);
@@ -75,7 +76,7 @@ int ox_ir_binary(ox_ctx *c, ir_opkind k, int a, int b)
 int ox_ir_const_like(ox_ctx *c, int x, double v)
 {
     if (x < 0) return -1;
-    const ir_value *xv = ox_irv(c, x);
+    const ir_value xv_copy = *ox_irv(c, x), *xv = &xv_copy;
     int y = ir_constant(c->g, v, xv->dtype == IR_I32 ? IR_F32 : xv->dtype, xv->rank, xv->dims);
     return y < 0 ? ox_check_ir(c) : y;
 }
@@ -535,7 +536,7 @@ int emit_gemm(ox_ctx *c, const Onnx__NodeProto *n)
     snprintf(sub, sizeof sub, "%s,%s->mn", ta ? "km" : "mk", tb ? "nk" : "kn");
     int y = ox_ir_scale(c, einsum2(c, sub, a, b), ox_attr_float(n, "alpha", 1.0));
     if (y >= 0 && ox_n_in(n) > 2 && n->input[2][0]) {
-        const ir_value *yv = ox_irv(c, y);
+        const ir_value yv_copy = *ox_irv(c, y), *yv = &yv_copy;
         int64_t dims[2] = {yv->dims[0], yv->dims[1]};
         double beta = ox_attr_float(n, "beta", 1.0);
         int is;
@@ -635,7 +636,7 @@ static void kept(const ir_value *v, unsigned mask, int64_t *map, int *nk)
 static int back(ox_ctx *c, int r, int x, unsigned mask)
 {
     if (r < 0 || x < 0) return -1;
-    const ir_value *v = ox_irv(c, x);
+    const ir_value v_copy = *ox_irv(c, x), *v = &v_copy;
     int64_t map[IR_MAX_RANK], dims[IR_MAX_RANK];
     int nk;
     kept(v, mask, map, &nk);
@@ -683,7 +684,7 @@ int emit_softmax(ox_ctx *c, const Onnx__NodeProto *n)
 static int stat_out(ox_ctx *c, const Onnx__NodeProto *n, int k, int r, int x, unsigned mask)
 {
     if (k >= (int)n->n_output || !n->output[k][0]) return 0;
-    const ir_value *v = ox_irv(c, x);
+    const ir_value v_copy = *ox_irv(c, x), *v = &v_copy;
     int64_t dims[IR_MAX_RANK];
     for (int d = 0; d < v->rank; d++) dims[d] = mask >> d & 1 ? 1 : v->dims[d];
     return ox_out_ir(c, n, k, ox_ir_reshape(c, r, v->rank, dims), OX_FLOAT);
@@ -693,7 +694,7 @@ int emit_layer_norm(ox_ctx *c, const Onnx__NodeProto *n)
 {
     int x = float_in(c, n, 0);
     if (x < 0) return -1;
-    const ir_value *v = ox_irv(c, x);
+    const ir_value v_copy = *ox_irv(c, x), *v = &v_copy;
     int r = v->rank;
     int64_t axis, dims[IR_MAX_RANK];
     if (ox_axis(c, ox_attr_int(n, "axis", -1), r, &axis) < 0) return -1;
@@ -718,7 +719,7 @@ int emit_reduce(ox_ctx *c, const Onnx__NodeProto *n)
 {
     int x = float_in(c, n, 0);
     if (x < 0) return -1;
-    const ir_value *v = ox_irv(c, x);
+    const ir_value v_copy = *ox_irv(c, x), *v = &v_copy;
     int r = v->rank, none, keep = (int)ox_attr_int(n, "keepdims", 1);
     unsigned m;
     if (ox_reduce_axes(c, n, r, &m, &none) < 0) return -1;
@@ -765,7 +766,7 @@ int emit_argmax(ox_ctx *c, const Onnx__NodeProto *n)
     int x = float_in(c, n, 0);
     if (x < 0) return -1;
     if (ox_attr_int(n, "select_last_index", 0)) return ox_fail(c, "select_last_index=1 is not supported");
-    const ir_value *v = ox_irv(c, x);
+    const ir_value v_copy = *ox_irv(c, x), *v = &v_copy;
     int64_t axis, kd[IR_MAX_RANK];
     if (ox_axis(c, ox_attr_int(n, "axis", 0), v->rank, &axis) < 0) return -1;
     int r = v->rank;

@@ -90,12 +90,12 @@ static int tap_of(ox_ctx *c, int x, const window *w, const int64_t *tap, double 
         int64_t need = tap[i] * w->dil[i] + w->out[i] * w->stride[i], have = w->in[i] + w->pb[i] + w->pe[i];
         int64_t before = w->pb[i], after = w->pe[i] + (need > have ? need - have : 0);
         if (before || after) {
-            const ir_value *v0 = ox_irv(c, x);
+            const ir_value v0_copy = *ox_irv(c, x), *v0 = &v0_copy;
             int64_t len = v0->dims[d];
             x = ir_pad(c->g, x, d, before, after);
             if (x < 0) return ox_check_ir(c);
             if (fill != 0) { /* -inf where padded: a constant mask added */
-                const ir_value *v = ox_irv(c, x);
+                const ir_value v_copy = *ox_irv(c, x), *v = &v_copy;
                 ox_tensor *m = ox_tensor_new(c, OX_FLOAT, 1, &v->dims[d]);
                 if (!m) return -1;
                 for (int64_t j = 0; j < m->n; j++) m->v[j] = j >= before && j < before + len ? 0 : fill;
@@ -109,7 +109,7 @@ static int tap_of(ox_ctx *c, int x, const window *w, const int64_t *tap, double 
         }
         x = ox_ir_slice(c, x, d, tap[i] * w->dil[i], w->out[i] * w->stride[i]);
         if (x >= 0 && w->stride[i] > 1) { /* every stride-th: [.., out, stride, ..], index 0 */
-            const ir_value *v = ox_irv(c, x);
+            const ir_value v_copy = *ox_irv(c, x), *v = &v_copy;
             int64_t split[IR_MAX_RANK], merged[IR_MAX_RANK];
             int r = v->rank;
             if (r + 1 > IR_MAX_RANK) return ox_fail(c, "a strided window on rank %d", r);
@@ -146,7 +146,7 @@ static int conv_group(ox_ctx *c, int x, int wt, const window *w)
     int patch = 1;
     for (int i = 0; i < w->s; i++)
         patch &= w->k[i] == w->stride[i] && w->dil[i] == 1 && !w->pb[i] && !w->pe[i] && w->in[i] % w->k[i] == 0;
-    const ir_value *xv = ox_irv(c, x);
+    const ir_value xv_copy = *ox_irv(c, x), *xv = &xv_copy;
     if (patch && 2 + 2 * w->s <= IR_MAX_RANK) {
         /* x [N, C, H/p, p, W/p, q] against weight [M, C, p, q]: one einsum */
         int64_t dims[IR_MAX_RANK];
@@ -173,8 +173,7 @@ static int conv_group(ox_ctx *c, int x, int wt, const window *w)
     do {
         int t = tap_of(c, x, w, tap, 0.0), wk = wt;
         for (int i = 0; i < w->s && wk >= 0; i++) wk = ox_ir_slice(c, wk, 2 + i, tap[i], 1);
-        const ir_value *wv = wk >= 0 ? ox_irv(c, wk) : NULL;
-        int64_t md[2] = {wv ? wv->dims[0] : 0, wv ? wv->dims[1] : 0};
+        int64_t md[2] = {wk >= 0 ? ox_irv(c, wk)->dims[0] : 0, wk >= 0 ? ox_irv(c, wk)->dims[1] : 0};
         wk = ox_ir_reshape(c, wk, 2, md);
         int p = t < 0 || wk < 0 ? -1 : ir_einsum(c->g, sub, t, wk);
         if (p < 0) return ox_check_ir(c) < 0 ? -1 : -1;
@@ -188,7 +187,7 @@ int emit_conv(ox_ctx *c, const Onnx__NodeProto *n)
     ox_val *vx = ox_in(c, n, 0), *vw = ox_in(c, n, 1);
     int x = vx ? ox_ir(c, vx) : -1, wt = vw ? ox_ir(c, vw) : -1;
     if (x < 0 || wt < 0) return -1;
-    const ir_value *xv = ox_irv(c, x), *wv = ox_irv(c, wt);
+    const ir_value xv_copy = *ox_irv(c, x), *xv = &xv_copy, wv_copy = *ox_irv(c, wt), *wv = &wv_copy;
     int r = xv->rank;
     if (wv->rank != r) return ox_fail(c, "weight of rank %d for an input of rank %d", wv->rank, r);
     int64_t kernel[3], ks[4], group = ox_attr_int(n, "group", 1);
@@ -214,7 +213,7 @@ int emit_conv(ox_ctx *c, const Onnx__NodeProto *n)
         ox_val *vb = ox_in(c, n, 2);
         int b = vb ? ox_ir(c, vb) : -1;
         if (b < 0) return -1;
-        const ir_value *yv = ox_irv(c, y);
+        const ir_value yv_copy = *ox_irv(c, y), *yv = &yv_copy;
         int64_t dims[IR_MAX_RANK], map[1] = {1};
         memcpy(dims, yv->dims, sizeof dims);
         int bb = ir_broadcast(c->g, b, yv->rank, dims, map);
@@ -233,7 +232,7 @@ int emit_pool(ox_ctx *c, const Onnx__NodeProto *n)
     int is_max = !strcmp(n->op_type, "MaxPool");
     if (n->n_output > 1 && n->output[1][0]) return ox_fail(c, "the Indices output is not supported");
     if (ox_attr_int(n, "storage_order", 0)) return ox_fail(c, "storage_order=1 is not supported");
-    const ir_value *xv = ox_irv(c, x);
+    const ir_value xv_copy = *ox_irv(c, x), *xv = &xv_copy;
     int r = xv->rank;
     int64_t ks[4];
     if (ox_attr_ints(n, "kernel_shape", ks, 4) != r - 2) return ox_fail(c, "kernel_shape must give every spatial dim");
@@ -281,7 +280,7 @@ int emit_pool(ox_ctx *c, const Onnx__NodeProto *n)
         }
         cnt->v[i] = 1.0 / count;
     }
-    const ir_value *yv = ox_irv(c, y);
+    const ir_value yv_copy = *ox_irv(c, y), *yv = &yv_copy;
     int64_t dims[IR_MAX_RANK], map[3];
     memcpy(dims, yv->dims, sizeof dims);
     for (int i = 0; i < w.s; i++) map[i] = 2 + i;
@@ -301,7 +300,7 @@ int emit_global_pool(ox_ctx *c, const Onnx__NodeProto *n)
     ox_val *vx = ox_in(c, n, 0);
     int x = vx ? ox_ir(c, vx) : -1;
     if (x < 0) return -1;
-    const ir_value *xv = ox_irv(c, x);
+    const ir_value xv_copy = *ox_irv(c, x), *xv = &xv_copy;
     int r = xv->rank;
     if (r < 3) return ox_fail(c, "an input of rank %d (at least 3)", r);
     int64_t axes[IR_MAX_RANK], dims[IR_MAX_RANK];
@@ -322,7 +321,7 @@ int emit_global_pool(ox_ctx *c, const Onnx__NodeProto *n)
 static int per_channel(ox_ctx *c, int v, int x)
 {
     if (v < 0 || x < 0) return -1;
-    const ir_value *xv = ox_irv(c, x);
+    const ir_value xv_copy = *ox_irv(c, x), *xv = &xv_copy;
     int64_t dims[IR_MAX_RANK], map[1] = {1};
     memcpy(dims, xv->dims, sizeof dims);
     if (ox_irv(c, v)->rank != 1) return ox_fail(c, "a per-channel input that is not a vector");
@@ -340,7 +339,7 @@ int emit_batch_norm(ox_ctx *c, const Onnx__NodeProto *n)
 {
     int x = input_ir(c, n, 0);
     if (x < 0) return -1;
-    const ir_value *xv = ox_irv(c, x);
+    const ir_value xv_copy = *ox_irv(c, x), *xv = &xv_copy;
     int r = xv->rank;
     if (r < 2) return ox_fail(c, "an input of rank %d (at least 2)", r);
     double eps = ox_attr_float(n, "epsilon", 1e-5);
@@ -363,11 +362,16 @@ int emit_batch_norm(ox_ctx *c, const Onnx__NodeProto *n)
         int rstd = ox_ir_unary(c, IR_OP_RSQRT, ox_ir_add_scalar(c, var, eps));
         y = ox_ir_binary(c, IR_OP_MUL, xc, per_channel(c, ox_ir_binary(c, IR_OP_MUL, rstd, scale), x));
         y = ox_ir_binary(c, IR_OP_ADD, y, per_channel(c, bias, x));
-        /* the running statistics the node also returns are not computed:
-         * nothing a training step's loss reads (docs/onnx.md) */
-        for (size_t k = 1; k < n->n_output; k++) {
+        /* the running statistics it also returns, where something reads them:
+         * input * momentum + batch * (1 - momentum), the batch's variance biased */
+        double mom = ox_attr_float(n, "momentum", 0.9);
+        int stat[2] = {mean, var};
+        for (int k = 1; k < 3 && k < (int)n->n_output; k++) {
             ox_val *o = n->output[k][0] ? ox_val_get(c, n->output[k]) : NULL;
-            if (o && o->needs_grad) return ox_fail(c, "the loss reads the running statistics");
+            if (!o || !o->needs_grad) continue;
+            int run = input_ir(c, n, 2 + k);
+            int upd = ox_ir_binary(c, IR_OP_ADD, ox_ir_scale(c, run, mom), ox_ir_scale(c, ox_ir_unary(c, IR_OP_STOP_GRAD, stat[k - 1]), 1 - mom));
+            if (ox_out_ir(c, n, k, upd, ox_in(c, n, 0)->type) < 0) return -1;
         }
     } else {
         /* y = x a + b, a = scale / sqrt(var + eps), b = bias - mean a */
@@ -392,7 +396,7 @@ int emit_xent(ox_ctx *c, const Onnx__NodeProto *n)
     int sce = !strcmp(n->op_type, "SoftmaxCrossEntropyLoss");
     int x = input_ir(c, n, 0), labels = input_ir(c, n, 1);
     if (x < 0 || labels < 0) return -1;
-    const ir_value *xv = ox_irv(c, x), *lv = ox_irv(c, labels);
+    const ir_value xv_copy = *ox_irv(c, x), *xv = &xv_copy, lv_copy = *ox_irv(c, labels), *lv = &lv_copy;
     int r = xv->rank;
     if (r < 2 || lv->rank != r - 1 || lv->dtype != IR_I32) return ox_fail(c, "scores [N, C, ...] need integer labels [N, ...]");
     int64_t C = xv->dims[1];
@@ -421,7 +425,7 @@ int emit_xent(ox_ctx *c, const Onnx__NodeProto *n)
     for (int d = 0; d < r - 1; d++) lead[d] = (char)('a' + d);
     lead[r - 1] = 0;
     if (wts >= 0) { /* one-hot rows scaled by their class's weight */
-        const ir_value *ov = ox_irv(c, oh);
+        const ir_value ov_copy = *ox_irv(c, oh), *ov = &ov_copy;
         int64_t dims[IR_MAX_RANK], map[1] = {ov->rank - 1};
         memcpy(dims, ov->dims, sizeof dims);
         int wb = ir_broadcast(c->g, wts, ov->rank, dims, map);
@@ -437,7 +441,7 @@ int emit_xent(ox_ctx *c, const Onnx__NodeProto *n)
     if (sce) { /* log-sum-exp over the classes, shifted by the max */
         int64_t ax = 1;
         int mx = ox_ir_unary(c, IR_OP_STOP_GRAD, ox_ir_reduce(c, IR_OP_REDUCE_MAX, x, 1, &ax));
-        const ir_value *v = ox_irv(c, x);
+        const ir_value v_copy = *ox_irv(c, x), *v = &v_copy;
         int64_t dims[IR_MAX_RANK], map[IR_MAX_RANK];
         memcpy(dims, v->dims, sizeof dims);
         for (int d = 0, k = 0; d < r; d++)

@@ -48,7 +48,7 @@ int emit_reshape(ox_ctx *c, const Onnx__NodeProto *n)
     int x = in_ir(c, n, 0), r;
     int64_t dims[OX_MAX_RANK];
     if (x < 0) return -1;
-    const ir_value *v = ox_irv(c, x);
+    const ir_value v_copy = *ox_irv(c, x), *v = &v_copy;
     if (ox_reshape_dims(c, n, v->rank, v->dims, &r, dims) < 0) return -1;
     return ox_out_ir(c, n, 0, ox_ir_reshape(c, x, r, dims), in_type(c, n, 0));
 }
@@ -92,7 +92,7 @@ int emit_split(ox_ctx *c, const Onnx__NodeProto *n)
     int x = in_ir(c, n, 0), nout = (int)n->n_output;
     int64_t axis, sizes[64], off = 0;
     if (x < 0) return -1;
-    const ir_value *v = ox_irv(c, x);
+    const ir_value v_copy = *ox_irv(c, x), *v = &v_copy;
     if (ox_split_sizes(c, n, v->rank, v->dims, &axis, sizes, nout) < 0) return -1;
     for (int k = 0; k < nout; k++) {
         int y = n->output[k][0] ? ox_ir_slice(c, x, (int)axis, off, sizes[k]) : 0;
@@ -107,7 +107,7 @@ int emit_split(ox_ctx *c, const Onnx__NodeProto *n)
 static int gather_rows(ox_ctx *c, int x, int axis, int ids)
 {
     if (x < 0 || ids < 0) return -1;
-    const ir_value *v = ox_irv(c, x);
+    const ir_value v_copy = *ox_irv(c, x), *v = &v_copy;
     int r = v->rank, ri = ox_irv(c, ids)->rank;
     if (v->dtype == IR_I32) return ox_fail(c, "gathering from integer data");
     if (r - 1 + ri > IR_MAX_RANK) return ox_fail(c, "a result of rank %d (carve holds at most %d)", r - 1 + ri, IR_MAX_RANK);
@@ -141,7 +141,7 @@ int emit_slice(ox_ctx *c, const Onnx__NodeProto *n)
 {
     int x = in_ir(c, n, 0);
     if (x < 0) return -1;
-    const ir_value *v = ox_irv(c, x);
+    const ir_value v_copy = *ox_irv(c, x), *v = &v_copy;
     int r = v->rank;
     int64_t start[OX_MAX_RANK], end[OX_MAX_RANK], step[OX_MAX_RANK];
     if (ox_slice_params(c, n, r, v->dims, start, end, step) < 0) return -1;
@@ -191,7 +191,7 @@ int emit_gather(ox_ctx *c, const Onnx__NodeProto *n)
     if (t->rank <= 1 && run && t->n) { /* a scalar index or an ascending run: a slice */
         y = ox_ir_slice(c, x, (int)axis, (int64_t)ids[0], t->n);
         if (t->rank == 0 && y >= 0) { /* the axis goes */
-            const ir_value *v = ox_irv(c, y);
+            const ir_value v_copy = *ox_irv(c, y), *v = &v_copy;
             int64_t d[IR_MAX_RANK];
             int k = 0;
             for (int i = 0; i < v->rank; i++)
@@ -203,7 +203,7 @@ int emit_gather(ox_ctx *c, const Onnx__NodeProto *n)
     } else {
         y = gather_rows(c, x, (int)axis, ids_const(c, t->rank, t->dims, ids, t->n));
         if (y >= 0 && t->rank == 0) { /* the [1] of a scalar id goes */
-            const ir_value *v = ox_irv(c, y);
+            const ir_value v_copy = *ox_irv(c, y), *v = &v_copy;
             int64_t d[IR_MAX_RANK];
             int k = 0;
             for (int i = 0; i < v->rank; i++)
@@ -221,7 +221,7 @@ int emit_expand(ox_ctx *c, const Onnx__NodeProto *n)
     int64_t shape[OX_MAX_RANK + 1], dims[OX_MAX_RANK];
     ox_val *vs = ox_in(c, n, 1);
     if (x < 0 || !vs || ox_const_ints(c, vs, "shape", shape, OX_MAX_RANK, &k) < 0) return -1;
-    const ir_value *v = ox_irv(c, x);
+    const ir_value v_copy = *ox_irv(c, x), *v = &v_copy;
     if (ox_broadcast_shape(c, v->rank, v->dims, k, shape, &r, dims) < 0) return -1;
     return ox_out_ir(c, n, 0, ox_ir_broadcast_to(c, x, r, dims), in_type(c, n, 0));
 }
@@ -238,7 +238,7 @@ int emit_tile(ox_ctx *c, const Onnx__NodeProto *n)
         if (rep[d] < 1) return ox_fail(c, "a repeat of %lld (carve has no empty tensors)", (long long)rep[d]);
         if (rep[d] == 1) continue;
         /* [.., D, ..] -> [.., rep, D, ..] -> [.., rep*D, ..] */
-        const ir_value *v = ox_irv(c, x);
+        const ir_value v_copy = *ox_irv(c, x), *v = &v_copy;
         if (r + 1 > IR_MAX_RANK) return ox_fail(c, "Tile of a rank-%d value (at most %d)", r, IR_MAX_RANK - 1);
         int64_t big[IR_MAX_RANK], out[IR_MAX_RANK], map[IR_MAX_RANK];
         for (int i = 0, j = 0; i <= r; i++) big[i] = i == d ? rep[d] : v->dims[j++];
@@ -253,7 +253,7 @@ int emit_pad(ox_ctx *c, const Onnx__NodeProto *n)
 {
     int x = in_ir(c, n, 0);
     if (x < 0) return -1;
-    const ir_value *v0 = ox_irv(c, x);
+    const ir_value v0_copy = *ox_irv(c, x), *v0 = &v0_copy;
     int r = v0->rank;
     int64_t before[OX_MAX_RANK], after[OX_MAX_RANK], in_dims[IR_MAX_RANK];
     double value;
@@ -263,13 +263,14 @@ int emit_pad(ox_ctx *c, const Onnx__NodeProto *n)
         int64_t len = ox_irv(c, x)->dims[d], lo = before[d] < 0 ? -before[d] : 0, hi = after[d] < 0 ? -after[d] : 0;
         if (lo || hi) x = ox_ir_slice(c, x, d, lo, len - lo - hi);
         if (x >= 0 && (before[d] > 0 || after[d] > 0)) {
+            if (ox_irv(c, x)->dtype == IR_I32) return ox_fail(c, "Pad of integer data: carve pads floats");
             x = ir_pad(c->g, x, d, before[d] > 0 ? before[d] : 0, after[d] > 0 ? after[d] : 0);
             if (x < 0) return ox_check_ir(c);
         }
     }
     if (x >= 0 && value != 0 && ox_irv(c, x)->dtype == IR_I32) return ox_fail(c, "a pad value other than 0 on integer data");
     if (x >= 0 && value != 0) { /* the pad value where padded: a constant added */
-        const ir_value *v = ox_irv(c, x);
+        const ir_value v_copy = *ox_irv(c, x), *v = &v_copy;
         ox_tensor *k = ox_tensor_new(c, OX_FLOAT, v->rank, v->dims);
         if (!k) return -1;
         int64_t idx[OX_MAX_RANK] = {0};
@@ -296,7 +297,7 @@ int emit_trilu(ox_ctx *c, const Onnx__NodeProto *n)
     int x = in_ir(c, n, 0);
     if (x < 0) return -1;
     if (ox_irv(c, x)->dtype == IR_I32) return ox_fail(c, "Trilu of integer data: carve computes on floats");
-    const ir_value *v = ox_irv(c, x);
+    const ir_value v_copy = *ox_irv(c, x), *v = &v_copy;
     if (v->rank < 2) return ox_fail(c, "an input of rank %d (at least 2)", v->rank);
     int64_t k = 0, rows = v->dims[v->rank - 2], cols = v->dims[v->rank - 1], d2[2] = {rows, cols};
     if (ox_n_in(n) > 1 && n->input[1][0]) {
@@ -322,7 +323,7 @@ int emit_cast(ox_ctx *c, const Onnx__NodeProto *n)
     if (x < 0) return -1;
     int dt = ox_ir_dtype(to);
     if (dt < 0) return ox_fail(c, "cast to %s is not supported", ox_type_name(to));
-    const ir_value *v = ox_irv(c, x);
+    const ir_value v_copy = *ox_irv(c, x), *v = &v_copy;
     int y;
     if (to == OX_BOOL) {
         if (v->dtype == IR_I32) return ox_fail(c, "cast of integer data to bool");
@@ -365,7 +366,7 @@ int emit_dropout(ox_ctx *c, const Onnx__NodeProto *n)
     if (!training || ratio == 0) return ox_out_ir(c, n, 0, x, in_type(c, n, 0));
     if (!(ratio > 0 && ratio < 1)) return ox_fail(c, "ratio %g is outside [0, 1)", ratio);
     /* carve's counter-based mask: the same rate, not torch's random stream */
-    const ir_value *v = ox_irv(c, x);
+    const ir_value v_copy = *ox_irv(c, x), *v = &v_copy;
     uint64_t h = 1469598103934665603ull;
     for (const char *p = n->output[0]; *p; p++) h = (h ^ (unsigned char)*p) * 1099511628211ull;
     int m = ir_dropout_mask(c->g, v->rank, v->dims, ratio, (int64_t)(h >> 11));

@@ -493,23 +493,35 @@ static int check_dims_option(ox_ctx *c)
     return 0;
 }
 
-/* A graph input given by value (onnx_options.known) becomes a constant. */
-static int known_input(ox_ctx *c, ox_val *v, const onnx_tensor *t)
+/* A graph input given by value (onnx_options.known) becomes a constant of
+ * the type the graph declares (bfloat16 given as its uint16 bits, as numpy
+ * holds it, is read as bfloat16). */
+static int known_input(ox_ctx *c, ox_val *v, const onnx_tensor *t, int declared)
 {
-    ox_tensor *x = ox_tensor_new(c, t->elem_type, t->rank, t->dims);
+    int bits = declared == OX_BFLOAT16 && t->elem_type == OX_UINT16;
+    ox_tensor *x = ox_tensor_new(c, bits ? OX_BFLOAT16 : t->elem_type, t->rank, t->dims);
     if (!x) return -1;
-    for (int64_t i = 0; i < t->n; i++) x->v[i] = t->is_int ? ((const int32_t *)t->data)[i] : ((const float *)t->data)[i];
+    for (int64_t i = 0; i < t->n; i++) {
+        if (bits) {
+            uint32_t u = (uint32_t)((const int32_t *)t->data)[i] << 16;
+            float f;
+            memcpy(&f, &u, 4);
+            x->v[i] = f;
+        } else x->v[i] = t->is_int ? ((const int32_t *)t->data)[i] : ((const float *)t->data)[i];
+    }
     v->kind = OX_CONST;
     v->c = x;
-    v->type = t->elem_type;
+    v->type = x->type;
     return 0;
 }
 
 static int add_input(ox_ctx *c, const Onnx__ValueInfoProto *in)
 {
     const char *name = in->name;
+    int declared = in->type && in->type->value_case == ONNX__TYPE_PROTO__VALUE_TENSOR_TYPE && in->type->tensor_type &&
+                   in->type->tensor_type->has_elem_type ? in->type->tensor_type->elem_type : 0;
     for (int k = 0; k < c->opt->n_known; k++)
-        if (!strcmp(c->opt->known[k].name, name)) return known_input(c, ox_val_get(c, name), &c->opt->known[k]);
+        if (!strcmp(c->opt->known[k].name, name)) return known_input(c, ox_val_get(c, name), &c->opt->known[k], declared);
     const Onnx__TypeProto *t = in->type;
     if (!t || t->value_case != ONNX__TYPE_PROTO__VALUE_TENSOR_TYPE || !t->tensor_type)
         return ox_fail(c, "input '%.120s': not a tensor", name);

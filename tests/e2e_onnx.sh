@@ -14,11 +14,13 @@ cd "$tmp" || exit 1
 if /usr/bin/python3 -c 'import torch, onnx' 2>/dev/null; then
     if /usr/bin/python3 "$root/tests/onnx/gen.py" --out "$tmp/fx" >gen.txt 2>&1; then
         n=0 differ=0
-        for f in "$root"/tests/onnx/fixtures/*; do
+        for f in "$root"/tests/onnx/fixtures/* "$root"/tests/onnx/fixtures/external/*; do
+            [ -f "$f" ] || continue
+            rel=${f#"$root"/tests/onnx/fixtures/}
             n=$((n + 1))
-            cmp -s "$f" "$tmp/fx/${f##*/}" || { differ=$((differ + 1)); echo "FAIL regenerated ${f##*/} differs from the committed file"; }
+            cmp -s "$f" "$tmp/fx/$rel" || { differ=$((differ + 1)); echo "FAIL regenerated $rel differs from the committed file"; }
         done
-        extra=$(ls "$tmp/fx" | wc -l)
+        extra=$(find "$tmp/fx" -type f | wc -l)
         if [ "$differ" -eq 0 ] && [ "$n" -eq "$extra" ] && [ "$n" -gt 40 ]; then pass=$((pass + 1)); else fail=$((fail + 1)); echo "FAIL $differ of $n fixtures differ ($extra made)"; fi
     else
         fail=$((fail + 1)); echo "FAIL gen.py:"; tail -5 gen.txt

@@ -23,6 +23,7 @@
 #include "exec/exec.h"
 #include "exec/runtime.h"
 #include "onnx/onnx.h"
+#include "onnx/onnx.pb-c.h"
 #include "tests/test.h"
 
 #define LOSS_TOL 1e-5
@@ -258,6 +259,22 @@ static void check_import(const fixture *f, const ir_graph *g, const onnx_info *i
                 f->name);
     if (!train && strncmp(f->name, "mlp", 3)) CHECKF(info->generated_names > 0, "%s: an eval export without generated names", f->name);
     if (strncmp(f->name, "mlp", 3)) CHECKF(info->folded > 0, "%s: nothing folded", f->name);
+    /* folded means no op is left that computes from constants alone: each op
+     * (but the nullary ones, and a broadcast or reshape bringing a constant
+     * to the shape its reader needs) reads something the batch or a param
+     * reaches */
+    unsigned char *live = calloc((size_t)g->n_values, 1);
+    int dead = 0;
+    const char *first = "";
+    for (int v = 0; v < g->n_values; v++) live[v] = g->values[v].role == IR_INPUT || g->values[v].role == IR_PARAM;
+    for (int i = 0; i < g->n_ops; i++) {
+        const ir_op *o = &g->ops[i];
+        for (int k = 0; k < o->n_in; k++) live[o->out] |= live[o->in[k]];
+        if (o->n_in && !live[o->out] && o->kind != IR_OP_BROADCAST && o->kind != IR_OP_RESHAPE && !dead++)
+            first = g->values[o->out].name;
+    }
+    CHECKF(dead == 0, "%s: %d ops compute from constants alone (the first makes '%s')", f->name, dead, first);
+    free(live);
 }
 
 static void test_fixture(const char *fam, int opset, int train)
@@ -292,9 +309,215 @@ static void test_fixture(const char *fam, int opset, int train)
     free(f.t);
 }
 
+/* ---- models built here (protobuf-c), for the errors -------------------- */
+
+/* A one-node model: input x (float, dims; a dim of -1 is symbolic "batch"),
+ * node `op` named "n1" reading x, output y declared with x's first y_rank dims. */
+static uint8_t *one_node(int opset, const char *op, int rank, const int64_t *dims, int y_rank, size_t *len)
+{
+    Onnx__TensorShapeProto__Dimension dv[8], *dp[8], yv[8], *yp[8];
+    for (int i = 0; i < rank; i++) {
+        onnx__tensor_shape_proto__dimension__init(&dv[i]);
+        if (dims[i] < 0) {
+            dv[i].value_case = ONNX__TENSOR_SHAPE_PROTO__DIMENSION__VALUE_DIM_PARAM;
+            dv[i].dim_param = "batch";
+        } else {
+            dv[i].value_case = ONNX__TENSOR_SHAPE_PROTO__DIMENSION__VALUE_DIM_VALUE;
+            dv[i].dim_value = dims[i];
+        }
+        dp[i] = &dv[i];
+    }
+    for (int i = 0; i < y_rank; i++) {
+        onnx__tensor_shape_proto__dimension__init(&yv[i]);
+        yv[i].value_case = ONNX__TENSOR_SHAPE_PROTO__DIMENSION__VALUE_DIM_VALUE;
+        yv[i].dim_value = dims[i] > 0 ? dims[i] : 1;
+        yp[i] = &yv[i];
+    }
+    Onnx__TensorShapeProto shape = ONNX__TENSOR_SHAPE_PROTO__INIT, yshape = ONNX__TENSOR_SHAPE_PROTO__INIT;
+    shape.n_dim = (size_t)rank;
+    shape.dim = dp;
+    yshape.n_dim = (size_t)y_rank;
+    yshape.dim = yp;
+    Onnx__TypeProto__Tensor tt = ONNX__TYPE_PROTO__TENSOR__INIT, yt = ONNX__TYPE_PROTO__TENSOR__INIT;
+    tt.has_elem_type = yt.has_elem_type = 1;
+    tt.elem_type = yt.elem_type = 1;
+    tt.shape = &shape;
+    yt.shape = &yshape;
+    Onnx__TypeProto type = ONNX__TYPE_PROTO__INIT, ytype = ONNX__TYPE_PROTO__INIT;
+    type.value_case = ytype.value_case = ONNX__TYPE_PROTO__VALUE_TENSOR_TYPE;
+    type.tensor_type = &tt;
+    ytype.tensor_type = &yt;
+    Onnx__ValueInfoProto in = ONNX__VALUE_INFO_PROTO__INIT, out = ONNX__VALUE_INFO_PROTO__INIT, *ins[1] = {&in}, *outs[1] = {&out};
+    in.name = "x";
+    in.type = &type;
+    out.name = "y";
+    out.type = &ytype;
+    char *nin[1] = {"x"}, *nout[1] = {"y"};
+    Onnx__NodeProto node = ONNX__NODE_PROTO__INIT, *nodes[1] = {&node};
+    node.n_input = node.n_output = 1;
+    node.input = nin;
+    node.output = nout;
+    node.name = "n1";
+    node.op_type = (char *)op;
+    Onnx__GraphProto g = ONNX__GRAPH_PROTO__INIT;
+    g.name = "one";
+    g.n_node = 1;
+    g.node = nodes;
+    g.n_input = g.n_output = 1;
+    g.input = ins;
+    g.output = outs;
+    Onnx__OperatorSetIdProto os = ONNX__OPERATOR_SET_ID_PROTO__INIT, *oss[1] = {&os};
+    os.domain = "";
+    os.has_version = 1;
+    os.version = opset;
+    Onnx__ModelProto m = ONNX__MODEL_PROTO__INIT;
+    m.has_ir_version = 1;
+    m.ir_version = 8;
+    m.n_opset_import = 1;
+    m.opset_import = oss;
+    m.graph = &g;
+    *len = onnx__model_proto__get_packed_size(&m);
+    uint8_t *buf = malloc(*len + 1);
+    onnx__model_proto__pack(&m, buf);
+    return buf;
+}
+
+/* Imports bytes; returns the graph (or NULL) with the message in err. */
+static ir_graph *import_bytes(const uint8_t *b, size_t n, const onnx_options *o, char *err, size_t len)
+{
+    err[0] = 0;
+    ir_graph *g = onnx_import_bytes(b, n, "m.onnx", NULL, o, NULL, err, len);
+    CHECKF(g || (err[0] && !strchr(err, '\n')), "a refusal without one line: '%s'", err);
+    return g;
+}
+
+static void test_errors(void)
+{
+    char err[1024], path[600];
+    size_t n;
+    int64_t d2[2] = {4, 3}, sym[2] = {-1, 3}, huge[3] = {(int64_t)1 << 31, (int64_t)1 << 31, (int64_t)1 << 31};
+    onnx_options none = {0}, outs = {.outputs = 1};
+    /* an unsupported op, named with its node and opset */
+    uint8_t *b = one_node(14, "Hardmax", 2, d2, 2, &n);
+    ir_graph *g = import_bytes(b, n, &outs, err, sizeof err);
+    CHECKF(!g && strstr(err, "m.onnx: node 'n1' (Hardmax, opset 14): unsupported op Hardmax"), "%s", err);
+    free(b);
+    /* opsets outside 13-17 */
+    for (int v = 12; v <= 18; v += 6) {
+        b = one_node(v, "Relu", 2, d2, 2, &n);
+        g = import_bytes(b, n, &outs, err, sizeof err);
+        char want[64];
+        snprintf(want, sizeof want, "opset %d is outside 13-17", v);
+        CHECKF(!g && strstr(err, want), "opset %d: %s", v, err);
+        free(b);
+    }
+    /* a symbolic dim: named, with the option that fixes it */
+    b = one_node(14, "Relu", 2, sym, 2, &n);
+    g = import_bytes(b, n, &outs, err, sizeof err);
+    CHECKF(!g && strstr(err, "dim 0 is symbolic ('batch')") && strstr(err, "--dim batch=N"), "%s", err);
+    onnx_options with_dim = {.outputs = 1, .dims = "batch=4"};
+    g = import_bytes(b, n, &with_dim, err, sizeof err);
+    CHECKF(g && g->values[0].dims[0] == 4, "--dim batch=4: %s", err);
+    ir_free(g);
+    onnx_options bad_dim = {.outputs = 1, .dims = "batch=-4"};
+    g = import_bytes(b, n, &bad_dim, err, sizeof err);
+    CHECKF(!g && strstr(err, "--dim"), "--dim batch=-4: %s", err);
+    free(b);
+    /* an element count that overflows */
+    b = one_node(14, "Relu", 3, huge, 3, &n);
+    g = import_bytes(b, n, &outs, err, sizeof err);
+    CHECKF(!g && strstr(err, "overflows"), "%s", err);
+    free(b);
+    /* no scalar output to train on, then a loss appended */
+    b = one_node(14, "Relu", 2, d2, 2, &n);
+    g = import_bytes(b, n, &none, err, sizeof err);
+    CHECKF(!g && strstr(err, "--loss"), "%s", err);
+    onnx_options ce = {.loss = "cross_entropy:y"}, mse = {.loss = "mse:y,want"}, badloss = {.loss = "hinge:y"};
+    g = import_bytes(b, n, &ce, err, sizeof err);
+    CHECKF(g && g->loss >= 0 && ir_find(g, "labels") >= 0 && g->values[ir_find(g, "labels")].dtype == IR_I32, "%s", err);
+    ir_free(g);
+    g = import_bytes(b, n, &mse, err, sizeof err);
+    CHECKF(g && g->loss >= 0 && ir_find(g, "want") >= 0, "%s", err);
+    ir_free(g);
+    g = import_bytes(b, n, &badloss, err, sizeof err);
+    CHECKF(!g && strstr(err, "unknown kind 'hinge'"), "%s", err);
+    /* truncated and corrupt files */
+    g = import_bytes(b, n / 2, &outs, err, sizeof err);
+    CHECKF(!g && strstr(err, "not an ONNX model"), "truncated: %s", err);
+    int parsed = 0;
+    for (size_t k = 0; k < n; k++) { /* every byte flipped in turn: refused with a message, or a valid graph */
+        uint8_t *c = malloc(n);
+        memcpy(c, b, n);
+        c[k] ^= 0x5a;
+        g = import_bytes(c, n, &outs, err, sizeof err);
+        if (g) {
+            parsed++;
+            CHECK(ir_verify(g, err, sizeof err) == 0);
+        }
+        ir_free(g);
+        free(c);
+    }
+    printf("  corrupt one-node models: %d of %zu flipped bytes still import\n", parsed, n);
+    free(b);
+    /* a file that is not there, or not a file */
+    g = onnx_import("/nonexistent/model.onnx", &outs, NULL, err, sizeof err);
+    CHECKF(!g && strstr(err, "/nonexistent/model.onnx: cannot open"), "%s", err);
+    g = onnx_import("/tmp", &outs, NULL, err, sizeof err);
+    CHECKF(!g && strstr(err, "not a regular file"), "%s", err);
+    /* external data: read from its file only with weights; a missing file is named */
+    snprintf(path, sizeof path, "%s/tests/onnx/fixtures/external/mlp.onnx", root());
+    onnx_options w = {.weights = 1};
+    ir_graph *ext = onnx_import(path, &w, NULL, err, sizeof err);
+    CHECKF(ext != NULL, "%s", err);
+    snprintf(path, sizeof path, "%s/tests/onnx/fixtures/mlp-o14-train.onnx", root());
+    ir_graph *inl = onnx_import(path, &w, NULL, err, sizeof err);
+    CHECKF(inl != NULL, "%s", err);
+    int same = ext && inl, params = 0;
+    for (int v = 0; same && v < inl->n_values; v++) {
+        if (inl->values[v].role != IR_PARAM) continue;
+        int x = ir_find(ext, inl->values[v].name);
+        params++;
+        same = x >= 0 && ir_data(ext, x) && !memcmp(ir_data(ext, x), ir_data(inl, v), (size_t)ir_numel(&inl->values[v]) * 4);
+    }
+    CHECKF(same && params == 6, "the external data's weights differ from the inline ones (%d params)", params);
+    ir_free(ext);
+    ir_free(inl);
+    char dir[] = "/tmp/carve-onnx-XXXXXX", copy[700], cmd[1600];
+    if (mkdtemp(dir)) {
+        snprintf(copy, sizeof copy, "%s/mlp.onnx", dir);
+        snprintf(cmd, sizeof cmd, "cp '%s/tests/onnx/fixtures/external/mlp.onnx' '%s'", root(), copy);
+        CHECK(system(cmd) == 0);
+        g = onnx_import(copy, &none, NULL, err, sizeof err); /* shapes only: the data file is never opened */
+        CHECKF(g != NULL && g->loss >= 0, "without weights: %s", err);
+        ir_free(g);
+        g = onnx_import(copy, &w, NULL, err, sizeof err);
+        CHECKF(!g && strstr(err, "external data file") && strstr(err, "mlp.data"), "%s", err);
+        snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+        CHECK(system(cmd) == 0);
+    }
+}
+
+/* --frozen keeps a float initializer constant (LLaMA's inv_freq buffer). */
+static void test_frozen(void)
+{
+    char path[600], err[1024];
+    snprintf(path, sizeof path, "%s/tests/onnx/fixtures/llama-o14-train.onnx", root());
+    onnx_options o = {.frozen = "inv_*"};
+    onnx_info info;
+    ir_graph *g = onnx_import(path, &o, &info, err, sizeof err);
+    CHECKF(g && ir_find(g, "inv_freq") < 0 && strstr(info.notes, "kept constant by --frozen ('inv_freq')"), "%s %s", err, g ? info.notes : "");
+    /* the rotary tables then fold: no sin or cos op is left */
+    int trig = 0;
+    for (int i = 0; g && i < g->n_ops; i++) trig += g->ops[i].kind == IR_OP_SIN || g->ops[i].kind == IR_OP_COS;
+    CHECKF(g && trig == 0, "%d sin/cos ops left", trig);
+    ir_free(g);
+}
+
 int main(void)
 {
     exec_blis_setup();
+    test_errors();
+    test_frozen();
     for (size_t i = 0; i < sizeof families / sizeof families[0]; i++)
         for (size_t o = 0; o < sizeof opsets / sizeof opsets[0]; o++)
             for (int train = 1; train >= 0; train--) test_fixture(families[i], opsets[o], train);

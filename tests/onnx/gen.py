@@ -11,6 +11,8 @@ the fuzzer's seeds), opset (14 and 17) and export mode,
                  do_constant_folding=False (state_dict names, BatchNorm on batch
                  statistics), `eval` the exporter's defaults (module.eval(),
                  constant folding: generated names, folded copies)
+  external/mlp.onnx, external/mlp.data   mlp-o14-train with its weights as
+                 external data
   NAME.ref.pb    an ONNX GraphProto whose initializers are the batch (named as
                  the graph's inputs), "loss" (torch's loss, f32 scalar) and
                  "grad:INIT" for every float initializer the loss has a
@@ -179,6 +181,14 @@ def fixtures(out, only):
         for opset in OPSETS:
             for train in (True, False):
                 write_fixture(out, fam, opset, train, m, batch)
+    if not only or "mlp" in only:
+        # the mlp's training export again with its weights in an external data file
+        # (one file, each tensor at its offset), as torch saves models beyond 2 GB
+        ext = os.path.join(out, "external")
+        os.makedirs(ext, exist_ok=True)
+        model = onnx.load(os.path.join(out, "mlp-o14-train.onnx"))
+        onnx.save_model(model, os.path.join(ext, "mlp.onnx"), save_as_external_data=True, all_tensors_to_one_file=True,
+                        location="mlp.data", size_threshold=0)
 
 
 def bench_export(a):
@@ -191,16 +201,15 @@ def bench_export(a):
     tokens = torch.randint(0, a.vocab, (a.batch, a.seq))
     folder = os.path.dirname(os.path.abspath(a.out))
     kw = dict(training=torch.onnx.TrainingMode.TRAINING, do_constant_folding=False)
-    if a.external:
-        # torch writes external data by itself only beyond 2 GB; below, onnx writes it
+    # no autograd while tracing: activations are freed as the trace goes (a 774M
+    # model at batch 8 would otherwise hold every layer's, about 15 GB)
+    with torch.no_grad():
         torch.onnx.export(m, (tokens, tokens), a.out, opset_version=a.opset, input_names=["tokens", "labels"],
                           output_names=["loss"], **kw)
+    if a.external and not any(f != os.path.basename(a.out) for f in os.listdir(folder)):
+        # torch writes external data by itself beyond 2 GB; below, onnx does (one file per tensor)
         model = onnx.load(a.out, load_external_data=True)
-        onnx.save_model(model, a.out, save_as_external_data=True, all_tensors_to_one_file=False,
-                        location=None, size_threshold=1024)
-    else:
-        torch.onnx.export(m, (tokens, tokens), a.out, opset_version=a.opset, input_names=["tokens", "labels"],
-                          output_names=["loss"], **kw)
+        onnx.save_model(model, a.out, save_as_external_data=True, all_tensors_to_one_file=False, size_threshold=1024)
     n = sum(p.numel() for p in m.parameters())
     print(f"{a.out}: {n} params, {len(os.listdir(folder))} files in {folder}")
 
