@@ -325,9 +325,11 @@ static void place_arguments(lower_ctx *c)
  * them), by ops.def's partial column: linear ops may carry partial sums:
  * PAIR (add, sub) of two values partial on the same axes, SOLE (scale, neg)
  * of a value no other op reads (with other readers, resolving once now is
- * cheaper).  Summing two partial values is done before tiling on their
- * partial axes, so the factors in fa lose those axes (the sum is
- * reduce-scattered once rather than each term). */
+ * cheaper); and, as SOLE, the reshape that gives a param's gradient the
+ * param's shape (a param an imported linear reads reshaped into heads): the
+ * gradient is reduced with the others, in its bucket.  Summing two partial
+ * values is done before tiling on their partial axes, so the factors in fa
+ * lose those axes (the sum is reduce-scattered once rather than each term). */
 static unsigned kept_partial(const lower_ctx *c, int i, shard_factor_axes *fa)
 {
     const shard_state *s = c->s;
@@ -335,7 +337,9 @@ static unsigned kept_partial(const lower_ctx *c, int i, shard_factor_axes *fa)
     const ir_op *o = &p->g->ops[i];
     unsigned keep_partial = 0;
     const shard_spec *a0 = o->n_in ? &p->bufs[c->cur[o->in[0]]].spec : NULL;
-    switch (ir_op_partial(o->kind)) {
+    ir_oppartial kind = ir_op_partial(o->kind);
+    if (o->kind == IR_OP_RESHAPE && p->g->values[o->out].grad_of >= 0) kind = IR_PARTIAL_SOLE;
+    switch (kind) {
     case IR_PARTIAL_PAIR: {
         const shard_spec *b0 = &p->bufs[c->cur[o->in[1]]].spec;
         if (a0->partial && a0->partial == b0->partial && !a0->partial_max && !b0->partial_max) keep_partial = a0->partial;

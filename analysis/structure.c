@@ -96,6 +96,31 @@ typedef struct found {
     int reduced;
 } found;
 
+/* The param that value v is, with dim d of v mapped to the param's dim in
+ * *pd: v itself, or a param reshaped (an imported Linear's weight split
+ * into heads, [H*D, K] -> [H, D, K]: dim 0 of the result is the param's dim
+ * 0, the one whose first factor it is).  -1 when v is neither, or its dim d
+ * is no param dim's first factor. */
+static int param_of(const walker *w, int v, int d, int *pd)
+{
+    const ir_graph *g = w->g;
+    *pd = d;
+    if (g->values[v].role == IR_PARAM) return v;
+    int op = g->values[v].producer;
+    if (op < 0 || op >= w->fwd_end || g->ops[op].kind != IR_OP_RESHAPE) return -1;
+    int p = g->ops[op].in[0];
+    if (g->values[p].role != IR_PARAM) return -1;
+    const shard_rule *r = &w->rules[op];
+    if (!r->nf[1][d]) return -1;
+    int f = r->f[1][d][0];
+    for (int e = 0; e < g->values[p].rank; e++)
+        if (r->nf[0][e] && r->f[0][e][0] == f) {
+            *pd = e;
+            return p;
+        }
+    return -1;
+}
+
 /* Follows dim d of value v forward through every op that passes it through,
  * recording the contractions with a param that reduce over it and the other
  * reductions that meet it.  Each (value, dim) once per walk. */
@@ -119,15 +144,17 @@ static void follow(walker *w, int v, int d, found *fd, int depth)
                     fd->reduced = 1;
                     continue;
                 }
-                if (w->g->values[other].role != IR_PARAM) {
+                int pd, param = -1;
+                for (int e = 0; e < w->g->values[other].rank && param < 0; e++)
+                    if (r->nf[1 - t][e] && r->f[1 - t][e][0] == f) param = param_of(w, other, e, &pd);
+                if (param < 0) {
                     fd->n_rows = 2; /* reduced against an activation: not a block */
                     return;
                 }
-                for (int e = 0; e < w->g->values[other].rank; e++)
-                    if (r->nf[1 - t][e] && r->f[1 - t][e][0] == f && (fd->n_rows == 0 || fd->row.value != other)) {
-                        fd->row = (shard_member){other, e};
-                        fd->n_rows++;
-                    }
+                if (fd->n_rows == 0 || fd->row.value != param) {
+                    fd->row = (shard_member){param, pd};
+                    fd->n_rows++;
+                }
             }
         }
     }
@@ -190,10 +217,11 @@ int shard_megatron_dims(const ir_graph *g, shard_member *out, int cap, int *n_bl
         const shard_rule *r = &w.rules[op];
         if (o->kind != IR_OP_EINSUM || o->n_in != 2) continue;
         for (int t = 0; t < 2; t++) {
-            int p = o->in[t];
-            if (g->values[p].role != IR_PARAM || use[p]) continue;
-            for (int d = 0; d < g->values[p].rank && !use[p]; d++) {
-                if (!r->nf[t][d]) continue;
+            int v = o->in[t], p = -1, pd;
+            for (int d = 0; d < g->values[v].rank && p < 0; d++) p = param_of(&w, v, d, &pd);
+            if (p < 0 || use[p]) continue;
+            for (int d = 0; d < g->values[v].rank && !use[p]; d++) {
+                if (!r->nf[t][d] || param_of(&w, v, d, &pd) != p) continue;
                 int f = r->f[t][d][0], in_other = 0;
                 for (int e = 0; e < g->values[o->in[1 - t]].rank; e++) in_other |= r->nf[1 - t][e] && r->f[1 - t][e][0] == f;
                 if (r->kind[f] != SHARD_PASS || in_other) continue;
@@ -203,13 +231,13 @@ int shard_megatron_dims(const ir_graph *g, shard_member *out, int cap, int *n_bl
                     w.gen++;
                     follow(&w, o->out, e, &fd, 0);
                     if (fd.n_rows == 1 && !fd.reduced && use[fd.row.value] != 1) {
-                        add_member(out, &count, cap, (shard_member){p, d});
+                        add_member(out, &count, cap, (shard_member){p, pd});
                         add_member(out, &count, cap, fd.row);
                         use[p] = 1;
                         blocks += use[fd.row.value] == 0; /* a block per row param: q, k, v share one */
                         use[fd.row.value] = 2;
                     } else if (fd.n_rows == 0 && fd.reduced) {
-                        add_member(out, &count, cap, (shard_member){p, d});
+                        add_member(out, &count, cap, (shard_member){p, pd});
                         use[p] = 1;
                     }
                 }

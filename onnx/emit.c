@@ -175,7 +175,11 @@ static int operand(ox_ctx *c, const Onnx__NodeProto *n, int k, int rank, const i
 {
     ox_val *v = ox_in(c, n, k);
     if (!v) return -1;
-    if (!ox_is_const(v)) return ox_ir_broadcast_to(c, float_in(c, n, k), rank, dims);
+    if (!ox_is_const(v)) {
+        if (ox_type_is_int(v->type) && v->type != OX_BOOL)
+            return ox_fail(c, "%s of integer data (%s): carve computes on floats", n->op_type, ox_type_name(v->type));
+        return ox_view_broadcast(c, v, rank, dims);
+    }
     ox_tensor *t = ox_const(c, v);
     return t ? tensor_operand(c, t, rank, dims) : -1;
 }
@@ -207,10 +211,37 @@ static double splat_of(ox_ctx *c, const Onnx__NodeProto *n, int k, int *is)
 
 /* ---- elementwise ------------------------------------------------------------ */
 
+/* Output k of n as y, or as the view `view` of y (an elementwise result of
+ * a view's source: the op commutes with the view). */
+static int out_maybe_view(ox_ctx *c, const Onnx__NodeProto *n, int y, const ox_lazy *view, int type)
+{
+    if (!view || y < 0) return ox_out_ir(c, n, 0, y < 0 ? (c->failed ? -1 : ox_check_ir(c)) : y, type);
+    ox_lazy v = *view;
+    v.src = y;
+    ox_val *o = ox_val_get(c, n->output[0]);
+    return o ? ox_view_set(c, o, &v, type) : ox_fail(c, "output '%.120s' is not known", n->output[0]);
+}
+
+/* Input 0 as a float carve value: a view's source (*view set), or the value. */
+static int float_in_view(ox_ctx *c, const Onnx__NodeProto *n, ox_lazy *view, const ox_lazy **vp)
+{
+    ox_val *v = ox_in(c, n, 0);
+    ox_lazy *l = ox_lazy_of(v);
+    *vp = NULL;
+    if (l && l->kind == OX_LAZY_VIEW && ox_irv(c, l->src)->dtype != IR_I32) {
+        *view = *l;
+        *vp = view;
+        return l->src;
+    }
+    return float_in(c, n, 0);
+}
+
 int emit_unary(ox_ctx *c, const Onnx__NodeProto *n)
 {
     const char *op = n->op_type;
-    int x = float_in(c, n, 0), y = -1;
+    ox_lazy view;
+    const ox_lazy *vp;
+    int x = float_in_view(c, n, &view, &vp), y = -1;
     if (x < 0) return -1;
     double alpha = ox_attr_float(n, "alpha", !strcmp(op, "LeakyRelu") ? 0.01 : 1.0);
     if (!strcmp(op, "Abs")) y = ir_binary(c->g, IR_OP_MAX, x, ox_ir_unary(c, IR_OP_NEG, x));
@@ -234,7 +265,7 @@ int emit_unary(ox_ctx *c, const Onnx__NodeProto *n)
     } else if (!strcmp(op, "Not")) y = one_minus(c, x);
     else return ox_fail(c, "no emitter");
     ox_val *v = ox_in(c, n, 0);
-    return ox_out_ir(c, n, 0, y < 0 ? ox_check_ir(c) : y, !strcmp(op, "Not") ? OX_BOOL : result_type(v, NULL));
+    return out_maybe_view(c, n, y, vp, !strcmp(op, "Not") ? OX_BOOL : result_type(v, NULL));
 }
 
 int emit_identity(ox_ctx *c, const Onnx__NodeProto *n)
@@ -266,6 +297,31 @@ int emit_binary(ox_ctx *c, const Onnx__NodeProto *n)
     double a = splat_of(c, n, 0, &sa), b = splat_of(c, n, 1, &sb);
     ox_val *va = ox_in(c, n, 0), *vb = ox_in(c, n, 1);
     int t = result_type(va, vb);
+    if (k == IR_OP_ADD && !sa && !sb) { /* a linear's bias: the linear stays lazy (onnx/lazy.c) */
+        for (int s = 0; s < 2; s++) {
+            ox_val *lin = s ? vb : va, *bias = s ? va : vb;
+            ox_lazy *l = ox_lazy_of(lin);
+            int rb, rl;
+            int64_t bd[OX_MAX_RANK], ld[OX_MAX_RANK];
+            if (!l || l->kind != OX_LAZY_LINEAR || l->bias >= 0 || ox_shape(c, bias, &rb, bd) < 0 || ox_shape(c, lin, &rl, ld) < 0)
+                continue;
+            if (rb != 1 || bd[0] != ld[rl - 1] || rl != r || (ox_type_is_int(bias->type) && bias->type != OX_BOOL)) continue;
+            int bx = ox_is_const(bias) ? operand(c, n, 1 - s, 1, bd) : ox_ir(c, bias);
+            ox_val *o = ox_val_get(c, n->output[0]);
+            if (bx < 0 || !o) return -1;
+            if (ox_linear_add_bias(c, o, lin, bx)) return 0;
+        }
+    }
+    if (sb && !sa && ox_lazy_of(va) && ox_lazy_of(va)->kind == OX_LAZY_VIEW && ox_irv(c, ox_lazy_of(va)->src)->dtype != IR_I32) {
+        /* a view op a scalar: on the view's source */
+        ox_lazy view = *ox_lazy_of(va);
+        int x = view.src, e;
+        if (k == IR_OP_ADD) y = ox_ir_add_scalar(c, x, b);
+        else if (k == IR_OP_SUB) y = ox_ir_add_scalar(c, x, -b);
+        else if (k == IR_OP_MUL) y = ox_ir_scale(c, x, b);
+        else y = frexp(b, &e) == 0.5 ? ox_ir_scale(c, x, 1.0 / b) : ox_ir_binary(c, IR_OP_DIV, x, ox_ir_const_like(c, x, b));
+        return out_maybe_view(c, n, y, &view, t);
+    }
     if (sb && !sa) { /* x op scalar */
         int x = operand(c, n, 0, r, dims);
         if (k == IR_OP_ADD) y = ox_ir_add_scalar(c, x, b);
@@ -454,16 +510,18 @@ static int einsum2(ox_ctx *c, const char *sub, int a, int b)
     return y < 0 ? ox_check_ir(c) : y;
 }
 
-/* Input k of a contraction: a transpose not made yet is read through its
- * source (its letters then permuted: *perm, else NULL). */
+/* Input k of a contraction: a view that is a transpose only is read through
+ * its source (its letters then permuted: *perm, else NULL). */
 static int contraction_in(ox_ctx *c, const Onnx__NodeProto *n, int k, const int8_t **perm, int *rank, int64_t *dims)
 {
     ox_val *v = ox_in(c, n, k);
+    ox_lazy *l = ox_lazy_of(v);
     *perm = NULL;
-    if (v && v->kind == OX_IR && v->ir < 0) {
-        *perm = v->perm;
-        if (ox_shape(c, v, rank, dims) < 0) return -1;
-        return v->src;
+    if (l && l->kind == OX_LAZY_VIEW && ox_view_is_plain_perm(c, l)) {
+        *perm = l->perm;
+        *rank = l->rank;
+        memcpy(dims, l->dims, sizeof(int64_t) * (size_t)l->rank);
+        return l->src;
     }
     int x = float_in(c, n, k);
     if (x < 0) return -1;
@@ -482,8 +540,66 @@ static void unpermute(char *letters, const int8_t *perm)
     memcpy(letters, tmp, (size_t)r);
 }
 
+/* x @ W with W 2-D (nn.Linear): a lazy linear (onnx/lazy.c), reading a
+ * transposed W as it is, and an x that is a view merging the dims it
+ * contracts (the heads and head dims before an output projection) through
+ * W reshaped to split its input dim the same way.  Returns 1 when done, 0
+ * when x or W is another shape (the general path), -1 on error. */
+static int matmul_linear(ox_ctx *c, const Onnx__NodeProto *n)
+{
+    ox_val *va = ox_in(c, n, 0), *vb = ox_in(c, n, 1);
+    if (!va || !vb || ox_is_const(va)) return 0;
+    ox_lazy *lb = ox_lazy_of(vb);
+    int rb, w, wt = 0; /* wt: W is held transposed, [N, K] */
+    int64_t bd[OX_MAX_RANK];
+    if (ox_shape(c, vb, &rb, bd) < 0) return -1;
+    if (rb != 2 || (ox_type_is_int(vb->type) && vb->type != OX_BOOL)) return 0;
+    if (lb && lb->kind == OX_LAZY_VIEW && ox_view_is_plain_perm(c, lb) && lb->perm[0] == 1) {
+        w = lb->src;
+        wt = 1;
+    } else if ((w = ox_ir(c, vb)) < 0) return -1;
+    ox_lazy a;
+    if (ox_view_describe(c, va, &a) < 0) return -1;
+    if (ox_irv(c, a.src)->dtype == IR_I32) return 0;
+    const ir_value *s = ox_irv(c, a.src);
+    int rs = s->rank, ra = a.rank;
+    if (ra < 1 || a.dims[ra - 1] != bd[0]) return 0;
+    /* the source's dims after the view's perm: the view's leading dims one to one, its last
+     * dim a run of m of them (m = 1: no merge) */
+    int m = rs - (ra - 1);
+    int64_t pd[OX_MAX_RANK], run = 1;
+    for (int i = 0; i < rs; i++) pd[i] = s->dims[a.perm[i]];
+    for (int i = 0; i < ra - 1; i++)
+        if (m < 1 || pd[i] != a.dims[i]) return 0;
+    for (int i = ra - 1; i < rs; i++) run *= pd[i];
+    if (m < 1 || run != bd[0] || rs > IR_MAX_RANK || (int)ox_irv(c, w)->rank - 1 + m > IR_MAX_RANK) return 0;
+    char va_l[IR_MAX_RANK + 1], sa[IR_MAX_RANK + 1], sw[IR_MAX_RANK + 1], so[IR_MAX_RANK + 1];
+    for (int i = 0; i < rs; i++) va_l[i] = (char)(i < ra - 1 ? 'a' + i : 'p' + (i - (ra - 1)));
+    for (int i = 0; i < rs; i++) sa[a.perm[i]] = va_l[i];
+    sa[rs] = 0;
+    memcpy(so, va_l, (size_t)(ra - 1));
+    so[ra - 1] = 'n';
+    so[ra] = 0;
+    /* W with its input dim split as the run */
+    int64_t wd[IR_MAX_RANK];
+    int k = 0;
+    if (wt) wd[k] = bd[1], sw[k++] = 'n';
+    for (int i = ra - 1; i < rs; i++) wd[k] = pd[i], sw[k++] = va_l[i];
+    if (!wt) wd[k] = bd[1], sw[k++] = 'n';
+    sw[k] = 0;
+    w = ox_ir_reshape(c, w, k, wd);
+    if (w < 0) return -1;
+    ox_val *y = ox_val_get(c, n->output[0]);
+    if (!y) return ox_fail(c, "output '%.120s' is not known", n->output[0]);
+    ox_linear_set(y, a.src, w, sa, sw, so);
+    y->type = result_type(va, NULL);
+    return 1;
+}
+
 int emit_matmul(ox_ctx *c, const Onnx__NodeProto *n)
 {
+    int lin = matmul_linear(c, n);
+    if (lin) return lin < 0 ? -1 : 0;
     const int8_t *pa, *pb;
     int ra, rb;
     int64_t ad[IR_MAX_RANK], bd[IR_MAX_RANK];
@@ -739,7 +855,15 @@ int emit_reduce(ox_ctx *c, const Onnx__NodeProto *n)
         int s = reduce_mask(c, IR_OP_REDUCE_SUM, ox_ir_unary(c, IR_OP_EXP, ox_ir_binary(c, IR_OP_SUB, x, back(c, mx, x, m))), m);
         y = ox_ir_binary(c, IR_OP_ADD, ox_ir_unary(c, IR_OP_LOG, s), mx);
     }
-    if (keep) y = ox_ir_reshape(c, y, r, kd);
+    if (keep && y >= 0 && r != ox_irv(c, y)->rank) { /* the reduced dims kept as 1s: a view (onnx/lazy.c) */
+        ox_lazy kv;
+        memset(&kv, 0, sizeof kv);
+        kv.src = y;
+        kv.rank = r;
+        memcpy(kv.dims, kd, sizeof(int64_t) * (size_t)r);
+        for (int i = 0; i < ox_irv(c, y)->rank; i++) kv.perm[i] = (int8_t)i;
+        return out_maybe_view(c, n, y, &kv, result_type(ox_in(c, n, 0), NULL));
+    }
     return ox_out_ir(c, n, 0, y, result_type(ox_in(c, n, 0), NULL));
 }
 

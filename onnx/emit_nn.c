@@ -385,6 +385,37 @@ int emit_batch_norm(ox_ctx *c, const Onnx__NodeProto *n)
 
 /* ---- losses ------------------------------------------------------------------- */
 
+/* The scores and labels a loss reads, and its class axis: a view merging the
+ * leading dims of logits [B, T, V] into [B*T, V] (torch's logits.view(-1, V))
+ * is read from its source with the classes last, the labels from theirs (or
+ * reshaped to [B, T]), so the loss keeps the batch and sequence dims the
+ * model computed in.  Returns the class axis, or -1. */
+static int loss_inputs(ox_ctx *c, const Onnx__NodeProto *n, int *x, int *labels)
+{
+    ox_val *vx = ox_in(c, n, 0), *vl = ox_in(c, n, 1);
+    if (!vx || !vl) return -1;
+    ox_lazy *l = ox_lazy_of(vx);
+    if (l && l->kind == OX_LAZY_VIEW && l->rank == 2) {
+        const ir_value *s = ox_irv(c, l->src);
+        int rs = s->rank, ident = 1, lr;
+        int64_t lead = 1, ld[OX_MAX_RANK];
+        for (int i = 0; i < rs; i++) ident &= l->perm[i] == i;
+        for (int i = 0; i < rs - 1; i++) lead *= s->dims[i];
+        if (ident && rs >= 3 && rs <= IR_MAX_RANK && s->dims[rs - 1] == l->dims[1] && lead == l->dims[0] && ox_shape(c, vl, &lr, ld) == 0 &&
+            lr == 1 && ld[0] == lead) {
+            ox_lazy *ll = ox_lazy_of(vl);
+            int src_ok = ll && ll->kind == OX_LAZY_VIEW && ox_irv(c, ll->src)->rank == rs - 1 &&
+                         !memcmp(ox_irv(c, ll->src)->dims, s->dims, sizeof(int64_t) * (size_t)(rs - 1));
+            *labels = src_ok ? ll->src : ox_ir_reshape(c, ox_ir(c, vl), rs - 1, s->dims);
+            *x = l->src;
+            return *labels < 0 ? -1 : rs - 1;
+        }
+    }
+    *x = input_ir(c, n, 0);
+    *labels = input_ir(c, n, 1);
+    return *x < 0 || *labels < 0 ? -1 : 1;
+}
+
 /* SoftmaxCrossEntropyLoss and NegativeLogLikelihoodLoss: scores [N, C, d...]
  * (classes on dim 1), labels [N, d...], optional class weights [C].  Each
  * sample's weight is w[label] (0 for ignore_index: one_hot of a label
@@ -394,14 +425,19 @@ int emit_batch_norm(ox_ctx *c, const Onnx__NodeProto *n)
 int emit_xent(ox_ctx *c, const Onnx__NodeProto *n)
 {
     int sce = !strcmp(n->op_type, "SoftmaxCrossEntropyLoss");
-    int x = input_ir(c, n, 0), labels = input_ir(c, n, 1);
-    if (x < 0 || labels < 0) return -1;
+    int x, labels, ca = loss_inputs(c, n, &x, &labels);
+    if (ca < 0) return -1;
     const ir_value xv_copy = *ox_irv(c, x), *xv = &xv_copy, lv_copy = *ox_irv(c, labels), *lv = &lv_copy;
     int r = xv->rank;
     if (r < 2 || lv->rank != r - 1 || lv->dtype != IR_I32) return ox_fail(c, "scores [N, C, ...] need integer labels [N, ...]");
-    int64_t C = xv->dims[1];
-    for (int d = 0; d < r - 1; d++)
-        if (lv->dims[d] != xv->dims[d == 0 ? 0 : d + 1]) return ox_fail(c, "labels do not match the scores' shape");
+    int64_t C = xv->dims[ca], dims[IR_MAX_RANK], map[IR_MAX_RANK], samples[IR_MAX_RANK];
+    memcpy(dims, xv->dims, sizeof dims);
+    for (int d = 0, k = 0; d < r; d++)
+        if (d != ca) {
+            if (lv->dims[k] != xv->dims[d]) return ox_fail(c, "labels do not match the scores' shape");
+            samples[k] = k;
+            map[k++] = d;
+        }
     char red[16];
     ox_attr_str(n, "reduction", red, sizeof red);
     if (red[0] && strcmp(red, "mean") && strcmp(red, "sum") && strcmp(red, "none")) return ox_fail(c, "reduction '%s'", red);
@@ -421,53 +457,48 @@ int emit_xent(ox_ctx *c, const Onnx__NodeProto *n)
         ox_tensor_free(m);
         wts = wts < 0 ? mk : ox_ir_binary(c, IR_OP_MUL, wts, mk);
     }
-    char lead[8], sub[48];
-    for (int d = 0; d < r - 1; d++) lead[d] = (char)('a' + d);
-    lead[r - 1] = 0;
     if (wts >= 0) { /* one-hot rows scaled by their class's weight */
         const ir_value ov_copy = *ox_irv(c, oh), *ov = &ov_copy;
-        int64_t dims[IR_MAX_RANK], map[1] = {ov->rank - 1};
-        memcpy(dims, ov->dims, sizeof dims);
-        int wb = ir_broadcast(c->g, wts, ov->rank, dims, map);
+        int64_t od[IR_MAX_RANK], om[1] = {ov->rank - 1};
+        memcpy(od, ov->dims, sizeof od);
+        int wb = ir_broadcast(c->g, wts, ov->rank, od, om);
         oh = wb < 0 ? ox_check_ir(c) : ox_ir_binary(c, IR_OP_MUL, oh, wb);
     }
-    /* the scores with classes last, as the one-hot rows */
-    char xs[8];
-    xs[0] = 'a';
-    xs[1] = 'z';
-    for (int d = 1; d < r - 1; d++) xs[d + 1] = lead[d];
-    xs[r] = 0;
-    int lse = -1, lp = -1;
+    int64_t ax = ca;
+    int lse = -1;
     if (sce) { /* log-sum-exp over the classes, shifted by the max */
-        int64_t ax = 1;
         int mx = ox_ir_unary(c, IR_OP_STOP_GRAD, ox_ir_reduce(c, IR_OP_REDUCE_MAX, x, 1, &ax));
-        const ir_value v_copy = *ox_irv(c, x), *v = &v_copy;
-        int64_t dims[IR_MAX_RANK], map[IR_MAX_RANK];
-        memcpy(dims, v->dims, sizeof dims);
-        for (int d = 0, k = 0; d < r; d++)
-            if (d != 1) map[k++] = d;
         int z = ox_ir_binary(c, IR_OP_SUB, x, mx < 0 ? -1 : ir_broadcast(c->g, mx, r, dims, map));
         int s = ox_ir_reduce(c, IR_OP_REDUCE_SUM, ox_ir_unary(c, IR_OP_EXP, z), 1, &ax);
         lse = ox_ir_binary(c, IR_OP_ADD, ox_ir_unary(c, IR_OP_LOG, s), mx);
         if (n->n_output > 1 && n->output[1][0]) {
-            lp = ox_ir_binary(c, IR_OP_SUB, x, lse < 0 ? -1 : ir_broadcast(c->g, lse, r, dims, map));
+            if (ca != 1) return ox_fail(c, "the log_prob output of merged logits is not supported");
+            int lp = ox_ir_binary(c, IR_OP_SUB, x, lse < 0 ? -1 : ir_broadcast(c->g, lse, r, dims, map));
             if (ox_out_ir(c, n, 1, lp, ox_in(c, n, 0)->type) < 0) return -1;
         }
     }
-    char ohs[16];
-    snprintf(ohs, sizeof ohs, "%sz", lead);
-    snprintf(sub, sizeof sub, "%s,%s->%s", xs, ohs, lead);
-    int picked = ir_einsum(c->g, sub, x, oh);
-    if (picked < 0) return ox_check_ir(c);
+    /* the label's score: the one-hot rows (classes last) brought to the
+     * scores' layout, multiplied and summed over the classes: the loss
+     * reduces the class dim itself, so a classifier's or an LM head's
+     * vocabulary is found as Megatron's (analysis/structure.h) */
+    int oht = oh;
+    if (ca != r - 1) {
+        int64_t perm[IR_MAX_RANK];
+        for (int d = 0, k = 0; d < r; d++) perm[d] = d == ca ? r - 1 : k++;
+        oht = ox_ir_transpose(c, oh, perm);
+    }
+    int picked = ox_ir_reduce(c, IR_OP_REDUCE_SUM, ox_ir_binary(c, IR_OP_MUL, x, oht), 1, &ax);
+    if (picked < 0) return -1;
     int64_t cls = r - 1;
     int sw = ox_ir_reduce(c, IR_OP_REDUCE_SUM, oh, 1, &cls); /* each sample's weight */
     int loss = sce ? ox_ir_binary(c, IR_OP_SUB, ox_ir_binary(c, IR_OP_MUL, sw, lse), picked) : ox_ir_unary(c, IR_OP_NEG, picked);
     if (loss < 0) return -1;
     if (strcmp(red, "none")) {
-        int64_t all[IR_MAX_RANK];
-        for (int d = 0; d < r - 1; d++) all[d] = d;
-        loss = ox_ir_reduce(c, IR_OP_REDUCE_SUM, loss, r - 1, all);
-        if (strcmp(red, "sum")) loss = ox_ir_binary(c, IR_OP_DIV, loss, ox_ir_reduce(c, IR_OP_REDUCE_SUM, sw, r - 1, all));
+        loss = ox_ir_reduce(c, IR_OP_REDUCE_SUM, loss, r - 1, samples);
+        if (strcmp(red, "sum")) loss = ox_ir_binary(c, IR_OP_DIV, loss, ox_ir_reduce(c, IR_OP_REDUCE_SUM, sw, r - 1, samples));
+    } else if (ca != 1) { /* per sample, as the merged view has them */
+        int64_t flat = ir_numel(lv);
+        loss = ox_ir_reshape(c, loss, 1, &flat);
     }
     return ox_out_ir(c, n, 0, loss, ox_in(c, n, 0)->type);
 }

@@ -43,30 +43,45 @@ int ox_ir_slice(ox_ctx *c, int x, int axis, int64_t start, int64_t len)
     return y < 0 ? ox_check_ir(c) : y;
 }
 
+/* Reshape, Flatten, Squeeze, Unsqueeze: a view (onnx/lazy.c), or the split
+ * of a linear's output dim made by reshaping its weight. */
 int emit_reshape(ox_ctx *c, const Onnx__NodeProto *n)
 {
-    int x = in_ir(c, n, 0), r;
-    int64_t dims[OX_MAX_RANK];
-    if (x < 0) return -1;
-    const ir_value v_copy = *ox_irv(c, x), *v = &v_copy;
-    if (ox_reshape_dims(c, n, v->rank, v->dims, &r, dims) < 0) return -1;
-    return ox_out_ir(c, n, 0, ox_ir_reshape(c, x, r, dims), in_type(c, n, 0));
+    ox_val *in = ox_in(c, n, 0), *o = ox_val_get(c, n->output[0]);
+    int r, rank;
+    int64_t dims[OX_MAX_RANK], d0[OX_MAX_RANK];
+    if (!in || !o || ox_shape(c, in, &rank, d0) < 0 || ox_reshape_dims(c, n, rank, d0, &r, dims) < 0) return -1;
+    if (r > IR_MAX_RANK) return ox_fail(c, "a value of rank %d (carve holds at most %d)", r, IR_MAX_RANK);
+    int y = ox_linear_split(c, in, r, dims);
+    if (y >= 0) return ox_out_ir(c, n, 0, y, in_type(c, n, 0));
+    if (y == -1) return -1;
+    ox_lazy v;
+    if (ox_view_describe(c, in, &v) < 0) return -1;
+    v.rank = r;
+    memcpy(v.dims, dims, sizeof(int64_t) * (size_t)r);
+    return ox_view_set(c, o, &v, in_type(c, n, 0));
 }
 
+/* Transpose: a view; a contraction reading it takes its source as it is. */
 int emit_transpose(ox_ctx *c, const Onnx__NodeProto *n)
 {
-    int x = in_ir(c, n, 0);
+    ox_val *in = ox_in(c, n, 0), *o = ox_val_get(c, n->output[0]);
+    ox_lazy v;
+    if (!in || !o || ox_view_describe(c, in, &v) < 0) return -1;
+    if (!ox_view_is_plain_perm(c, &v)) { /* a reshape then a transpose: the reshape is made */
+        int x = ox_ir(c, in);
+        if (x < 0) return -1;
+        ox_val tmp = *in;
+        tmp.kind = OX_IR;
+        tmp.ir = x;
+        tmp.lazy = NULL;
+        if (ox_view_describe(c, &tmp, &v) < 0) return -1;
+    }
     int64_t perm[OX_MAX_RANK];
-    if (x < 0 || ox_perm(c, n, ox_irv(c, x)->rank, perm) < 0) return -1;
-    ox_val *o = ox_val_get(c, n->output[0]);
-    if (!o) return ox_fail(c, "output '%.120s' is not known", n->output[0]);
-    /* made lazily (internal.h): a MatMul reading it takes x as it is */
-    o->kind = OX_IR;
-    o->ir = -1;
-    o->src = x;
-    o->type = in_type(c, n, 0);
-    for (int i = 0; i < ox_irv(c, x)->rank; i++) o->perm[i] = (int8_t)perm[i];
-    return 0;
+    if (ox_perm(c, n, v.rank, perm) < 0) return -1;
+    ox_lazy t = v;
+    for (int i = 0; i < v.rank; i++) t.perm[i] = v.perm[perm[i]], t.dims[i] = v.dims[perm[i]];
+    return ox_view_set(c, o, &t, in_type(c, n, 0));
 }
 
 int emit_concat(ox_ctx *c, const Onnx__NodeProto *n)

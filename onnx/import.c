@@ -163,10 +163,25 @@ ox_tensor *ox_const(ox_ctx *c, ox_val *v)
 
 int ox_shape(ox_ctx *c, ox_val *v, int *rank, int64_t *dims)
 {
+    if (v->kind == OX_IR && v->ir < 0 && v->lazy && v->lazy->kind == OX_LAZY_VIEW) {
+        *rank = v->lazy->rank;
+        memcpy(dims, v->lazy->dims, sizeof(int64_t) * (size_t)*rank);
+        return 0;
+    }
+    if (v->kind == OX_IR && v->ir < 0 && v->lazy) { /* a linear: the einsum's result letters */
+        const ox_lazy *l = v->lazy;
+        const ir_value *a = &c->g->values[l->a], *w = &c->g->values[l->w];
+        *rank = (int)strlen(l->so);
+        for (int i = 0; i < *rank; i++) {
+            const char *p = strchr(l->sa, l->so[i]);
+            dims[i] = p ? a->dims[p - l->sa] : w->dims[strchr(l->sw, l->so[i]) - l->sw];
+        }
+        return 0;
+    }
     if (v->kind == OX_IR) {
-        const ir_value *x = &c->g->values[v->ir >= 0 ? v->ir : v->src];
+        const ir_value *x = &c->g->values[v->ir];
         *rank = x->rank;
-        for (int i = 0; i < x->rank; i++) dims[i] = v->ir >= 0 ? x->dims[i] : x->dims[v->perm[i]];
+        memcpy(dims, x->dims, sizeof(int64_t) * (size_t)x->rank);
         return 0;
     }
     if (v->kind == OX_INIT) {
@@ -242,14 +257,7 @@ static int make_param(ox_ctx *c, ox_val *v)
 
 int ox_ir(ox_ctx *c, ox_val *v)
 {
-    if (v->kind == OX_IR && v->ir < 0) { /* a transpose made where something needs it */
-        int64_t perm[OX_MAX_RANK];
-        for (int i = 0; i < c->g->values[v->src].rank; i++) perm[i] = v->perm[i];
-        int y = ir_transpose(c->g, v->src, perm);
-        if (y < 0) return ox_check_ir(c);
-        if (is_printable(v->name) && strlen(v->name) < 200 && ir_find(c->g, v->name) < 0) ir_rename(c->g, y, v->name);
-        v->ir = y;
-    }
+    if (v->kind == OX_IR && v->ir < 0) return v->lazy ? ox_lazy_make(c, v) : ox_fail(c, "'%.120s' has no value", v->name);
     if (v->kind == OX_IR) return v->ir;
     if (v->kind == OX_INIT && v->param) return make_param(c, v);
     ox_tensor *t = ox_const(c, v);
@@ -760,8 +768,19 @@ static int append_loss(ox_ctx *c, const char *kind, const char *out, const char 
 static int import_nodes(ox_ctx *c)
 {
     const Onnx__GraphProto *gp = c->graph;
+    /* Constant nodes first (they read nothing): a pattern anchored earlier
+     * sees the constants of its chain */
     for (size_t i = 0; i < gp->n_node && !c->failed; i++) {
         const Onnx__NodeProto *n = c->node = gp->node[i];
+        if (strcmp(n->op_type, "Constant")) continue;
+        c->row = ox_row_find(n->op_type, c->opset, NULL);
+        if (ox_fold_node(c, n) < 0) return -1;
+        if (c->info) c->info->folded++;
+        c->done[i] = 1;
+    }
+    for (size_t i = 0; i < gp->n_node && !c->failed; i++) {
+        const Onnx__NodeProto *n = c->node = gp->node[i];
+        if (c->done[i]) continue;
         c->row = ox_row_find(n->op_type, c->opset, NULL);
         int all_const = 1, nin = ox_n_in(n);
         for (int k = 0; k < nin; k++) {
@@ -776,6 +795,9 @@ static int import_nodes(ox_ctx *c)
             continue;
         }
         if (!c->row->emit) return ox_fail(c, "its inputs must be constants (carve folds %.60s, it does not run it)", n->op_type);
+        int pr = ox_patterns(c, (int)i);
+        if (pr < 0) return ox_check_ir(c) < 0 ? -1 : (c->failed ? -1 : ox_fail(c, "not imported"));
+        if (pr) continue;
         if (c->row->emit(c, n) < 0) return ox_check_ir(c) < 0 ? -1 : (c->failed ? -1 : ox_fail(c, "not imported"));
         for (size_t k = 0; k < n->n_output; k++) {
             ox_val *v = n->output[k] && n->output[k][0] ? ox_val_get(c, n->output[k]) : NULL;
@@ -860,6 +882,7 @@ static ir_graph *import_model(ox_ctx *c)
         mark_params(c, &src, 1);
     }
     ox_layers(c);
+    ox_consumers_build(c);
     if (import_nodes(c) < 0) return NULL;
     if (c->opt->outputs ? finish_outputs(c) < 0 : finish_loss(c, src, kind, second) < 0) return NULL;
     if (c->info) c->info->layers = c->g->n_layers;
@@ -873,12 +896,18 @@ static ir_graph *import_model(ox_ctx *c)
 
 static void ctx_free(ox_ctx *c)
 {
-    for (int i = 0; i < c->n_vals; i++)
+    for (int i = 0; i < c->n_vals; i++) {
         if (c->vals[i].kind == OX_CONST) ox_tensor_free(c->vals[i].c);
+        free(c->vals[i].lazy);
+    }
     free(c->vals);
     free(c->index);
     free(c->shared);
     free(c->node_layer);
+    free(c->use_start);
+    free(c->uses);
+    free(c->is_output);
+    free(c->done);
     if (c->model) onnx__model_proto__free_unpacked(c->model, NULL);
     if (c->g) ir_free(c->g);
 }

@@ -41,8 +41,24 @@ typedef struct ox_tensor {
 
 typedef enum { OX_UNSET, OX_CONST, OX_IR, OX_INIT } ox_kind;
 
+/* A value not made as carve ops yet (onnx/lazy.c). */
+enum { OX_LAZY_VIEW = 1, OX_LAZY_LINEAR };
+typedef struct ox_val ox_val;
+typedef struct ox_lazy {
+    int kind;
+    /* view: reshape(transpose(src, perm), dims); view dim i of the transpose is src dim perm[i] */
+    int src;
+    int8_t perm[OX_MAX_RANK];
+    int rank;
+    int64_t dims[OX_MAX_RANK];
+    /* linear: einsum "sa,sw->so"(a, w) [+ bias over the last dim] */
+    int a, w, bias;
+    char sa[8], sw[8], so[8];
+    ox_val *mm;             /* the MatMul's value (holds the einsum once made) */
+} ox_lazy;
+
 /* What an ONNX value name stands for. */
-typedef struct ox_val {
+struct ox_val {
     const char *name;       /* points into the model (protobuf) */
     ox_kind kind;
     int type;               /* ONNX element type */
@@ -52,14 +68,8 @@ typedef struct ox_val {
     int param;              /* OX_INIT: becomes a trainable param */
     int needs_grad;         /* the loss depends on it differentiably */
     int layer;              /* layer tag of an initializer (-1: none) */
-    /* OX_IR with ir = -1: a Transpose not made yet, of carve value `src`
-     * (view dim i is src dim perm[i]); a contraction that reads it takes
-     * src with its letters permuted, so a param transposed for a MatMul
-     * (torch's Linear: x @ W^T) meets the einsum as it is (ox_ir makes the
-     * transpose when anything else reads it) */
-    int src;
-    int8_t perm[OX_MAX_RANK];
-} ox_val;
+    ox_lazy *lazy;          /* OX_IR with ir = -1: what to make when a reader needs it (owned) */
+};
 
 /* A const argument made from a tensor, found again by contents. */
 typedef struct ox_shared {
@@ -85,6 +95,9 @@ typedef struct ox_ctx {
     ox_shared *shared;
     int n_shared, cap_shared;
     int *node_layer;        /* layer tag of each node */
+    int *use_start, *uses;  /* the nodes reading each value (CSR over vals) */
+    unsigned char *is_output; /* per val: a graph output */
+    unsigned char *done;    /* per node: imported already, by a pattern (onnx/patterns.c) */
     const Onnx__NodeProto *node; /* the node being imported (messages) */
     const ox_row *row;
     char *err;
@@ -230,6 +243,37 @@ int ox_pad_params(ox_ctx *c, const Onnx__NodeProto *n, int rank, int64_t *before
 /* Reduction axes of a Reduce* node (input 1 of ReduceSum, else the attribute):
  * a mask over the input's dims; *none when the node reduces nothing. */
 int ox_reduce_axes(ox_ctx *c, const Onnx__NodeProto *n, int rank, unsigned *mask, int *none);
+
+/* ---- lazy values (onnx/lazy.c) ------------------------------------------------ */
+/* v's lazy description when it is not made yet, else NULL. */
+ox_lazy *ox_lazy_of(const ox_val *v);
+/* Makes v as carve ops (ox_ir calls it). */
+int ox_lazy_make(ox_ctx *c, ox_val *v);
+/* v as a view of a carve value (itself, for a plain value). */
+int ox_view_describe(ox_ctx *c, ox_val *v, ox_lazy *out);
+/* Output o becomes the view (or its source, when the view is all of it). */
+int ox_view_set(ox_ctx *c, ox_val *o, const ox_lazy *view, int type);
+/* 1 when the view is a transpose only. */
+int ox_view_is_plain_perm(ox_ctx *c, const ox_lazy *v);
+/* v broadcast to (rank, dims), from a view's source where the view only
+ * moves size-1 dims. */
+int ox_view_broadcast(ox_ctx *c, ox_val *v, int rank, const int64_t *dims);
+/* y becomes the lazy linear einsum "sa,sw->so"(a, w). */
+void ox_linear_set(ox_val *y, int a, int w, const char *sa, const char *sw, const char *so);
+/* z = y + bias (a vector over y's last dim) when y is a lazy linear
+ * without one: returns 1 (z lazy), else 0. */
+int ox_linear_add_bias(ox_ctx *c, ox_val *z, ox_val *y, int bias);
+/* The carve value of z reshaped to (rank, dims) when z is a lazy linear
+ * whose last dim the reshape splits: the weight (and bias) reshaped, one
+ * einsum.  -2 when it does not apply, -1 on error. */
+int ox_linear_split(ox_ctx *c, ox_val *z, int rank, const int64_t *dims);
+
+/* ---- patterns (onnx/patterns.c) --------------------------------------------- */
+/* Builds the readers of every value (before the nodes are imported). */
+void ox_consumers_build(ox_ctx *c);
+/* Tries the patterns anchored at node `at`: 1 when one matched (its nodes
+ * imported), 0 when none, -1 on error. */
+int ox_patterns(ox_ctx *c, int at);
 
 /* ---- layers (onnx/layers.c) -------------------------------------------------- */
 /* Tags nodes and initializers with repeated-block numbers. */

@@ -57,6 +57,7 @@ typedef struct onnx_info {
     int64_t ir_version;
     int nodes;              /* nodes of the file */
     int folded;             /* nodes evaluated at import (constants) */
+    int patterns;           /* runs of nodes imported as one carve op (onnx/patterns.c) */
     int params, consts, inputs;
     int layers;             /* repeated blocks tagged */
     int generated_names;    /* params under names the exporter made ("onnx::MatMul_928") */

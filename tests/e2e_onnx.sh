@@ -29,5 +29,19 @@ else
     echo "skip: /usr/bin/python3 has no torch or onnx (apt-get install -y python3-torch python3-onnx); fixtures not regenerated"
     skipped=$((skipped + 1))
 fi
+# one fixture on 2 MPI ranks (one device each), against torch's numbers
+carve=${CARVE_BIN:-$root/build/carve}
+bin=$(dirname "$carve")/tests/test_onnx
+if command -v mpirun >/dev/null 2>&1 && "$carve" run --backend mpi --model mlp-tiny --mesh batch=1 --schedule dp:batch --steps 1 >/dev/null 2>&1; then
+    if CARVE_ROOT=$root mpirun --oversubscribe --allow-run-as-root -n 2 "$bin" --mpi gpt2-o14-train model=2 megatron:model >mpi.txt 2>&1 &&
+        grep -q '^[1-9][0-9]* passed, 0 failed' mpi.txt && grep -q ' 2 MPI ranks' mpi.txt; then
+        pass=$((pass + 1)); grep 'MPI ranks' mpi.txt
+    else
+        fail=$((fail + 1)); echo "FAIL gpt2-o14-train on 2 MPI ranks:"; tail -5 mpi.txt
+    fi
+else
+    echo "skip: MPI is not built in (or mpirun is missing): the 2-rank ONNX run was not done"
+    skipped=$((skipped + 1))
+fi
 if [ "$skipped" -gt 0 ]; then echo "$pass passed, $fail failed, $skipped skipped"; else echo "$pass passed, $fail failed"; fi
 [ "$fail" -eq 0 ]

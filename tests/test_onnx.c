@@ -513,9 +513,74 @@ static void test_frozen(void)
     ir_free(g);
 }
 
-int main(void)
+/* `test_onnx --mpi NAME MESH SCHEDULE` under mpirun: fixture NAME's step
+ * under the plan, one MPI rank per device (tests/e2e_onnx.sh runs it on 2
+ * ranks); rank 0 compares with torch and prints the closing line. */
+static int mpi_main(const char *name, const char *mesh_text, const char *sched)
+{
+    char err[1024];
+    int rank, size;
+    if (exec_mpi_init(&rank, &size, err, sizeof err) < 0) {
+        printf("%s\n0 passed, 1 failed\n", err);
+        return 1;
+    }
+    fixture f;
+    memset(&f, 0, sizeof f);
+    snprintf(f.name, sizeof f.name, "%s", name);
+    snprintf(f.model, sizeof f.model, "%s/tests/onnx/fixtures/%s.onnx", root(), name);
+    snprintf(f.ref, sizeof f.ref, "%s/tests/onnx/fixtures/%s.ref.pb", root(), name);
+    f.t = onnx_tensors_read_graph(f.ref, &f.n, err, sizeof err);
+    onnx_info info;
+    ir_graph *g = f.t ? load(&f, &info) : NULL;
+    int *grad_out = NULL;
+    ir_graph *s = g ? step_with_grads(&f, g, &grad_out) : NULL;
+    shard_mesh mesh;
+    schedule sc;
+    int ok = s && shard_mesh_parse(mesh_text, &mesh, err, sizeof err) == 0 && sched_parse(sched, &mesh, &sc, err, sizeof err) == 0;
+    shard_state *st = ok ? shard_state_new(s, &mesh) : NULL;
+    ok = ok && sched_apply(&sc, st, err, sizeof err) == 0;
+    spmd_program *p = ok ? spmd_lower(st) : NULL;
+    exec_spmd *r = p ? exec_spmd_new_on(p, EXEC_MPI, 0, err, sizeof err) : NULL;
+    CHECKF(r != NULL, "%s on %d ranks: %s", name, size, err);
+    if (r) {
+        exec_spmd_init_args(r, 1);
+        CHECKF(exec_spmd_step(r, err, sizeof err) == 0, "%s: %s", name, err);
+        float **out = calloc((size_t)s->n_outputs, sizeof *out);
+        for (int i = 0; i < s->n_outputs; i++) {
+            out[i] = calloc((size_t)ir_numel(&s->values[s->outputs[i].value]) + 1, 4);
+            exec_spmd_assemble(r, p->out_buf[i], exec_spmd_is_root(r) ? out[i] : NULL, NULL);
+        }
+        if (exec_spmd_is_root(r)) {
+            spmd_ctx ctx = {r, p, out};
+            result res;
+            compare(&f, s, grad_out, exec_spmd_loss(r), spmd_out, &ctx, &res);
+            CHECKF(res.loss_rel <= LOSS_TOL, "%s (%d MPI ranks): loss differs from torch's by %.3g", name, size, res.loss_rel);
+            CHECKF(res.worst_grad <= GRAD_TOL, "%s (%d MPI ranks): gradient of %s differs by %.3g", name, size, res.worst,
+                   res.worst_grad);
+            printf("  %-20s %d MPI ranks, %s %s: loss %.2e rel, worst gradient %.2e (%s), %d params\n", name, size, mesh_text, sched,
+                   res.loss_rel, res.worst_grad, res.worst, res.compared);
+        }
+        for (int i = 0; i < s->n_outputs; i++) free(out[i]);
+        free(out);
+    }
+    int root_rank = !r || exec_spmd_is_root(r);
+    exec_spmd_free(r);
+    spmd_free(p);
+    shard_state_free(st);
+    ir_free(s);
+    ir_free(g);
+    free(grad_out);
+    for (int i = 0; i < f.n; i++) onnx_tensor_free(&f.t[i]);
+    free(f.t);
+    exec_mpi_finalize();
+    if (!root_rank) return 0; /* rank 0 speaks for the run */
+    return test_done();
+}
+
+int main(int argc, char **argv)
 {
     exec_blis_setup();
+    if (argc == 5 && !strcmp(argv[1], "--mpi")) return mpi_main(argv[2], argv[3], argv[4]);
     test_errors();
     test_frozen();
     for (size_t i = 0; i < sizeof families / sizeof families[0]; i++)

@@ -106,8 +106,9 @@ class LlamaAttention(nn.Module):
         k = self.k_proj(x).view(B, T, self.kv, self.dh).transpose(1, 2)
         v = self.v_proj(x).view(B, T, self.kv, self.dh).transpose(1, 2)
         q, k = q * cos + rotate_half(q) * sin, k * cos + rotate_half(k) * sin
-        k = torch.repeat_interleave(k, self.heads // self.kv, dim=1)
-        v = torch.repeat_interleave(v, self.heads // self.kv, dim=1)
+        if self.kv != self.heads:  # grouped-query attention (HF's repeat_kv returns early without groups)
+            k = torch.repeat_interleave(k, self.heads // self.kv, dim=1)
+            v = torch.repeat_interleave(v, self.heads // self.kv, dim=1)
         att = torch.matmul(q, k.transpose(2, 3)) / math.sqrt(self.dh) + mask
         att = F.softmax(att.float(), dim=-1)
         y = torch.matmul(att, v).transpose(1, 2).reshape(B, T, self.heads * self.dh)
