@@ -425,10 +425,14 @@ static ox_tensor *select_const(ox_ctx *c, const ox_tensor *cond, const ox_tensor
         return NULL;
     ox_tensor *t = ox_tensor_new(c, OX_FLOAT, r, dims);
     if (!t) return NULL;
+    ox_bcast ic, ia, ib;
+    ox_bcast_init(&ic, cond->rank, cond->dims, r, dims);
+    if (a) ox_bcast_init(&ia, a->rank, a->dims, r, dims);
+    if (b) ox_bcast_init(&ib, b->rank, b->dims, r, dims);
     for (int64_t i = 0; i < t->n; i++) {
-        int on = cond->v[ox_bcast_offset(cond->rank, cond->dims, r, dims, i)] != 0;
-        const ox_tensor *s = on ? a : b;
-        t->v[i] = s ? s->v[ox_bcast_offset(s->rank, s->dims, r, dims, i)] : 0;
+        int on = cond->v[ox_bcast_next(&ic)] != 0;
+        int64_t oa = a ? ox_bcast_next(&ia) : 0, ob = b ? ox_bcast_next(&ib) : 0;
+        t->v[i] = on ? (a ? a->v[oa] : 0) : (b ? b->v[ob] : 0);
     }
     return t;
 }

@@ -86,6 +86,11 @@ int fold_unary(ox_ctx *c, const Onnx__NodeProto *n, ox_tensor **in, int n_in, ox
         !ox_type_is_float(type))
         return ox_fail(c, "%s of %s", n->op_type, ox_type_name(type));
     if (!(out[0] = like(c, in[0], type))) return -1;
+    if (in[0]->n && ox_tensor_splat(in[0])) { /* one element computed (a mask of ones, a table of zeros) */
+        double y = ox_round_to(type, ox_scalar_unary(n->op_type, in[0]->v[0], alpha));
+        for (int64_t i = 0; i < in[0]->n; i++) out[0]->v[i] = y;
+        return 0;
+    }
     for (int64_t i = 0; i < in[0]->n; i++) out[0]->v[i] = ox_round_to(type, ox_scalar_unary(n->op_type, in[0]->v[i], alpha));
     return 0;
 }
@@ -97,46 +102,58 @@ int fold_identity(ox_ctx *c, const Onnx__NodeProto *n, ox_tensor **in, int n_in,
     return 0;
 }
 
-static double binary(const Onnx__NodeProto *n, int type, double a, double b, int fmod_)
+enum { B_ADD, B_SUB, B_MUL, B_DIV, B_POW, B_MOD, B_EQ, B_LT, B_GT, B_LE, B_GE, B_AND, B_OR, B_XOR, B_N };
+
+static int binary_code(const char *op)
 {
-    const char *op = n->op_type;
-    int is_int = ox_type_is_int(type);
-    if (!strcmp(op, "Add")) return a + b;
-    if (!strcmp(op, "Sub")) return a - b;
-    if (!strcmp(op, "Mul")) return a * b;
-    if (!strcmp(op, "Div")) return is_int ? (b == 0 ? 0 : trunc(a / b)) : a / b;
-    if (!strcmp(op, "Pow")) return pow(a, b);
-    if (!strcmp(op, "Mod")) {
+    static const char *const names[B_N] = {"Add", "Sub", "Mul", "Div", "Pow", "Mod", "Equal", "Less", "Greater",
+                                           "LessOrEqual", "GreaterOrEqual", "And", "Or", "Xor"};
+    for (int k = 0; k < B_N; k++)
+        if (!strcmp(op, names[k])) return k;
+    return -1;
+}
+
+static double binary(int code, int is_int, double a, double b, int fmod_)
+{
+    switch (code) {
+    case B_ADD: return a + b;
+    case B_SUB: return a - b;
+    case B_MUL: return a * b;
+    case B_DIV: return is_int ? (b == 0 ? 0 : trunc(a / b)) : a / b;
+    case B_POW: return pow(a, b);
+    case B_MOD: {
         if (b == 0) return is_int ? 0 : NAN;
         double r = fmod(a, b);
         return fmod_ || r == 0 || (r < 0) == (b < 0) ? r : r + b; /* fmod=0: the sign of the divisor */
     }
-    if (!strcmp(op, "Equal")) return a == b;
-    if (!strcmp(op, "Less")) return a < b;
-    if (!strcmp(op, "Greater")) return a > b;
-    if (!strcmp(op, "LessOrEqual")) return a <= b;
-    if (!strcmp(op, "GreaterOrEqual")) return a >= b;
-    if (!strcmp(op, "And")) return a != 0 && b != 0;
-    if (!strcmp(op, "Or")) return a != 0 || b != 0;
-    if (!strcmp(op, "Xor")) return (a != 0) != (b != 0);
-    return NAN;
+    case B_EQ: return a == b;
+    case B_LT: return a < b;
+    case B_GT: return a > b;
+    case B_LE: return a <= b;
+    case B_GE: return a >= b;
+    case B_AND: return a != 0 && b != 0;
+    case B_OR: return a != 0 || b != 0;
+    case B_XOR: return (a != 0) != (b != 0);
+    default: return NAN;
+    }
 }
 
 int fold_binary(ox_ctx *c, const Onnx__NodeProto *n, ox_tensor **in, int n_in, ox_tensor **out, int n_out)
 {
     if (need(c, in, 2) < 0) return -1;
     const ox_tensor *a = in[0], *b = in[1];
-    const char *op = n->op_type;
-    int cmp = !strcmp(op, "Equal") || !strcmp(op, "Less") || !strcmp(op, "Greater") || !strcmp(op, "LessOrEqual") ||
-              !strcmp(op, "GreaterOrEqual") || !strcmp(op, "And") || !strcmp(op, "Or") || !strcmp(op, "Xor");
-    int type = cmp ? OX_BOOL : a->type, r;
+    int code = binary_code(n->op_type);
+    int type = code >= B_EQ ? OX_BOOL : a->type, r, is_int = ox_type_is_int(a->type);
     int64_t dims[OX_MAX_RANK];
     if (ox_broadcast_shape(c, a->rank, a->dims, b->rank, b->dims, &r, dims) < 0) return -1;
     if (!(out[0] = ox_tensor_new(c, type, r, dims))) return -1;
     int fm = (int)ox_attr_int(n, "fmod", 0);
+    ox_bcast ia, ib;
+    ox_bcast_init(&ia, a->rank, a->dims, r, dims);
+    ox_bcast_init(&ib, b->rank, b->dims, r, dims);
     for (int64_t i = 0; i < out[0]->n; i++) {
-        double x = a->v[ox_bcast_offset(a->rank, a->dims, r, dims, i)], y = b->v[ox_bcast_offset(b->rank, b->dims, r, dims, i)];
-        out[0]->v[i] = ox_round_to(type, binary(n, a->type, x, y, fm));
+        double x = a->v[ox_bcast_next(&ia)], y = b->v[ox_bcast_next(&ib)];
+        out[0]->v[i] = ox_round_to(type, binary(code, is_int, x, y, fm));
     }
     return 0;
 }
@@ -151,10 +168,12 @@ int fold_variadic(ox_ctx *c, const Onnx__NodeProto *n, ox_tensor **in, int n_in,
         if (ox_broadcast_shape(c, r, dims, in[k]->rank, in[k]->dims, &r, dims) < 0) return -1;
     if (!(out[0] = ox_tensor_new(c, in[0]->type, r, dims))) return -1;
     char op = n->op_type[1]; /* mAx, mIn, sUm, mEan */
+    ox_bcast it[64];
+    for (int k = 0; k < n_in; k++) ox_bcast_init(&it[k], in[k]->rank, in[k]->dims, r, dims);
     for (int64_t i = 0; i < out[0]->n; i++) {
         double acc = 0;
         for (int k = 0; k < n_in; k++) {
-            double x = in[k]->v[ox_bcast_offset(in[k]->rank, in[k]->dims, r, dims, i)];
+            double x = in[k]->v[ox_bcast_next(&it[k])];
             if (k == 0) acc = x;
             else if (op == 'a') acc = x > acc || x != x ? x : acc;
             else if (op == 'i') acc = x < acc || x != x ? x : acc;
@@ -174,9 +193,11 @@ int fold_where(ox_ctx *c, const Onnx__NodeProto *n, ox_tensor **in, int n_in, ox
         ox_broadcast_shape(c, r, dims, in[2]->rank, in[2]->dims, &r, dims) < 0)
         return -1;
     if (!(out[0] = ox_tensor_new(c, in[1]->type, r, dims))) return -1;
+    ox_bcast it[3];
+    for (int k = 0; k < 3; k++) ox_bcast_init(&it[k], in[k]->rank, in[k]->dims, r, dims);
     for (int64_t i = 0; i < out[0]->n; i++) {
-        int k = in[0]->v[ox_bcast_offset(in[0]->rank, in[0]->dims, r, dims, i)] != 0 ? 1 : 2;
-        out[0]->v[i] = in[k]->v[ox_bcast_offset(in[k]->rank, in[k]->dims, r, dims, i)];
+        int64_t o0 = ox_bcast_next(&it[0]), o1 = ox_bcast_next(&it[1]), o2 = ox_bcast_next(&it[2]);
+        out[0]->v[i] = in[0]->v[o0] != 0 ? in[1]->v[o1] : in[2]->v[o2];
     }
     return 0;
 }
@@ -327,15 +348,22 @@ typedef struct view {
 
 static void copy_view(const ox_tensor *x, ox_tensor *y, const view *w)
 {
-    int64_t idx[OX_MAX_RANK] = {0};
-    for (int64_t i = 0; i < y->n; i++) {
+    int r = y->rank, inner = r - 1;
+    int64_t idx[OX_MAX_RANK] = {0}, len = r ? y->dims[r - 1] : 1;
+    /* runs along the last dim: contiguous (memcpy) unless strided or wrapped */
+    int contiguous = r && w->step[inner] == 1 && !w->mod[inner];
+    for (int64_t i = 0; i < y->n; i += len) {
         int64_t off = 0;
-        for (int d = 0; d < y->rank; d++) {
-            int64_t j = w->mod[d] ? idx[d] % w->mod[d] : idx[d];
-            off += w->base[d] + j * w->step[d];
+        for (int d = 0; d < inner; d++) off += w->base[d] + (w->mod[d] ? idx[d] % w->mod[d] : idx[d]) * w->step[d];
+        if (!r) {
+            y->v[0] = x->v[0];
+            break;
         }
-        y->v[i] = x->v[off];
-        for (int d = y->rank - 1; d >= 0; d--) {
+        if (contiguous) memcpy(y->v + i, x->v + off + w->base[inner], (size_t)len * sizeof(double));
+        else
+            for (int64_t j = 0; j < len; j++)
+                y->v[i + j] = x->v[off + w->base[inner] + (w->mod[inner] ? j % w->mod[inner] : j) * w->step[inner]];
+        for (int d = inner - 1; d >= 0; d--) {
             if (++idx[d] < y->dims[d]) break;
             idx[d] = 0;
         }
@@ -405,7 +433,9 @@ int fold_expand(ox_ctx *c, const Onnx__NodeProto *n, ox_tensor **in, int n_in, o
     if (!v || ox_const_ints(c, v, "shape", shape, OX_MAX_RANK, &k) < 0) return -1;
     if (ox_broadcast_shape(c, in[0]->rank, in[0]->dims, k, shape, &r, dims) < 0) return -1;
     if (!(out[0] = ox_tensor_new(c, in[0]->type, r, dims))) return -1;
-    for (int64_t i = 0; i < out[0]->n; i++) out[0]->v[i] = in[0]->v[ox_bcast_offset(in[0]->rank, in[0]->dims, r, dims, i)];
+    ox_bcast it;
+    ox_bcast_init(&it, in[0]->rank, in[0]->dims, r, dims);
+    for (int64_t i = 0; i < out[0]->n; i++) out[0]->v[i] = in[0]->v[ox_bcast_next(&it)];
     return 0;
 }
 

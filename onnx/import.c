@@ -777,10 +777,14 @@ static int import_nodes(ox_ctx *c)
         if (ox_fold_node(c, n) < 0) return -1;
         if (c->info) c->info->folded++;
         c->done[i] = 1;
+        ox_release_inputs(c, n);
     }
     for (size_t i = 0; i < gp->n_node && !c->failed; i++) {
         const Onnx__NodeProto *n = c->node = gp->node[i];
-        if (c->done[i]) continue;
+        if (c->done[i]) {
+            if (strcmp(n->op_type, "Constant")) ox_release_inputs(c, n); /* a pattern's node */
+            continue;
+        }
         c->row = ox_row_find(n->op_type, c->opset, NULL);
         int all_const = 1, nin = ox_n_in(n);
         for (int k = 0; k < nin; k++) {
@@ -792,13 +796,18 @@ static int import_nodes(ox_ctx *c)
         if (c->row->fold && (all_const || !c->row->emit)) {
             if (ox_fold_node(c, n) < 0) return -1;
             if (c->info) c->info->folded++;
+            ox_release_inputs(c, n);
             continue;
         }
         if (!c->row->emit) return ox_fail(c, "its inputs must be constants (carve folds %.60s, it does not run it)", n->op_type);
         int pr = ox_patterns(c, (int)i);
         if (pr < 0) return ox_check_ir(c) < 0 ? -1 : (c->failed ? -1 : ox_fail(c, "not imported"));
-        if (pr) continue;
+        if (pr) {
+            ox_release_inputs(c, n);
+            continue;
+        }
         if (c->row->emit(c, n) < 0) return ox_check_ir(c) < 0 ? -1 : (c->failed ? -1 : ox_fail(c, "not imported"));
+        ox_release_inputs(c, n);
         for (size_t k = 0; k < n->n_output; k++) {
             ox_val *v = n->output[k] && n->output[k][0] ? ox_val_get(c, n->output[k]) : NULL;
             if (v && v->kind == OX_UNSET && v->needs_grad) return ox_fail(c, "output %zu is not made", k);
@@ -908,6 +917,7 @@ static void ctx_free(ox_ctx *c)
     free(c->uses);
     free(c->is_output);
     free(c->done);
+    free(c->remaining);
     if (c->model) onnx__model_proto__free_unpacked(c->model, NULL);
     if (c->g) ir_free(c->g);
 }

@@ -98,6 +98,7 @@ typedef struct ox_ctx {
     int *use_start, *uses;  /* the nodes reading each value (CSR over vals) */
     unsigned char *is_output; /* per val: a graph output */
     unsigned char *done;    /* per node: imported already, by a pattern (onnx/patterns.c) */
+    int *remaining;         /* per val: readers not imported yet (a constant is freed at 0) */
     const Onnx__NodeProto *node; /* the node being imported (messages) */
     const ox_row *row;
     char *err;
@@ -194,8 +195,25 @@ int ox_ir_dtype(int type);
 int ox_tensor_splat(const ox_tensor *t);
 /* Numpy broadcasting of two shapes; -1 with an error when they do not fit. */
 int ox_broadcast_shape(ox_ctx *c, int ra, const int64_t *a, int rb, const int64_t *b, int *r, int64_t *out);
-/* The offset into a tensor of shape (rank, dims) broadcast to out_dims (rank out_rank) for output index i. */
-int64_t ox_bcast_offset(int rank, const int64_t *dims, int out_rank, const int64_t *out_dims, int64_t i);
+/* A tensor of shape (rank, dims) broadcast to out_dims (rank out_rank),
+ * walked in output order: after init, ox_bcast_next returns the input
+ * offset of each output element in turn. */
+typedef struct ox_bcast {
+    int rank;
+    int64_t dims[OX_MAX_RANK], stride[OX_MAX_RANK], idx[OX_MAX_RANK], off;
+} ox_bcast;
+void ox_bcast_init(ox_bcast *b, int rank, const int64_t *dims, int out_rank, const int64_t *out_dims);
+static inline int64_t ox_bcast_next(ox_bcast *b)
+{
+    int64_t at = b->off;
+    for (int d = b->rank - 1; d >= 0; d--) {
+        b->off += b->stride[d];
+        if (++b->idx[d] < b->dims[d]) break;
+        b->off -= b->stride[d] * b->dims[d];
+        b->idx[d] = 0;
+    }
+    return at;
+}
 /* Normalises an axis in [-rank, rank) to [0, rank); -1 with an error. */
 int ox_axis(ox_ctx *c, int64_t axis, int rank, int64_t *out);
 /* x as an int64, saturating (int64 values beyond 2^53, such as Slice's
@@ -274,6 +292,10 @@ void ox_consumers_build(ox_ctx *c);
 /* Tries the patterns anchored at node `at`: 1 when one matched (its nodes
  * imported), 0 when none, -1 on error. */
 int ox_patterns(ox_ctx *c, int at);
+/* Node n has been imported: a constant input no later node reads (and no
+ * graph output) is freed, so a model's per-layer masks and tables are not
+ * all held at once. */
+void ox_release_inputs(ox_ctx *c, const Onnx__NodeProto *n);
 
 /* ---- layers (onnx/layers.c) -------------------------------------------------- */
 /* Tags nodes and initializers with repeated-block numbers. */

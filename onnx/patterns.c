@@ -44,6 +44,21 @@ void ox_consumers_build(ox_ctx *c)
         if (v) c->is_output[v - c->vals] = 1;
     }
     c->done = ir_xcalloc(gp->n_node + 1, 1);
+    c->remaining = ir_xcalloc((size_t)nv + 1, sizeof(int));
+    for (int v = 0; v < nv; v++) c->remaining[v] = c->use_start[v + 1] - c->use_start[v];
+}
+
+void ox_release_inputs(ox_ctx *c, const Onnx__NodeProto *n)
+{
+    for (size_t k = 0; k < n->n_input; k++) {
+        ox_val *v = n->input[k] && n->input[k][0] ? ox_val_get(c, n->input[k]) : NULL;
+        if (!v) continue;
+        int i = (int)(v - c->vals);
+        if (--c->remaining[i] > 0 || c->is_output[i] || v->kind != OX_CONST) continue;
+        ox_tensor_free(v->c);
+        v->c = NULL;
+        v->kind = OX_UNSET; /* read again only by a broken graph: "not made" */
+    }
 }
 
 /* The one node that reads value `name` (not a graph output), or NULL. */

@@ -173,26 +173,26 @@ int ox_broadcast_shape(ox_ctx *c, int ra, const int64_t *a, int rb, const int64_
     return 0;
 }
 
-int64_t ox_bcast_offset(int rank, const int64_t *dims, int out_rank, const int64_t *out_dims, int64_t i)
-{
-    int64_t off = 0, stride = 1;
-    for (int d = out_rank - 1; d >= 0; d--) {
-        int64_t idx = i % out_dims[d];
-        i /= out_dims[d];
-        int k = d - (out_rank - rank);
-        if (k < 0) continue;
-        if (dims[k] != 1) off += idx * stride;
-        stride *= dims[k];
-    }
-    return off;
-}
-
 int64_t ox_i64(double x)
 {
     if (!(x == x)) return 0;
     if (x >= 9223372036854775807.0) return INT64_MAX;
     if (x <= -9223372036854775808.0) return INT64_MIN;
     return (int64_t)x;
+}
+
+void ox_bcast_init(ox_bcast *b, int rank, const int64_t *dims, int out_rank, const int64_t *out_dims)
+{
+    memset(b, 0, sizeof *b);
+    b->rank = out_rank;
+    int64_t stride = 1;
+    for (int d = out_rank - 1; d >= 0; d--) {
+        b->dims[d] = out_dims[d];
+        int k = d - (out_rank - rank);
+        if (k < 0) continue;
+        b->stride[d] = dims[k] == 1 ? 0 : stride;
+        stride *= dims[k];
+    }
 }
 
 int ox_const_ints(ox_ctx *c, ox_val *v, const char *what, int64_t *out, int max, int *count)
@@ -313,6 +313,8 @@ static double raw_elem(int type, const unsigned char *b, int64_t i)
 
 /* Calls put(i, value) for each of the n elements of p. */
 typedef void (*put_fn)(void *ctx, int64_t i, double v);
+static void put_double(void *ctx, int64_t i, double v);
+static const put_fn put_double_fn = put_double;
 
 static int read_elems(ox_ctx *c, const Onnx__TensorProto *p, const char *what, int64_t n, put_fn put, void *ctx)
 {
@@ -337,7 +339,14 @@ static int read_elems(ox_ctx *c, const Onnx__TensorProto *p, const char *what, i
                 close(fd);
                 return ox_fail(c, "%s: external data: read failed: %s", what, errno ? strerror(errno) : "file too short");
             }
-            for (int64_t i = 0; i < k; i++) put(ctx, done + i, raw_elem(type, buf, i));
+            if (put == put_double_fn && type == OX_FLOAT) /* little-endian floats, as the file holds them */
+                for (int64_t i = 0; i < k; i++) {
+                    float f;
+                    memcpy(&f, buf + 4 * i, 4);
+                    ((double *)ctx)[done + i] = f;
+                }
+            else
+                for (int64_t i = 0; i < k; i++) put(ctx, done + i, raw_elem(type, buf, i));
             done += k;
         }
         free(buf);
@@ -348,6 +357,16 @@ static int read_elems(ox_ctx *c, const Onnx__TensorProto *p, const char *what, i
         if ((int64_t)p->raw_data.len != n * eb)
             return ox_fail(c, "%s: raw_data of %zu bytes for %lld elements of %s", what, p->raw_data.len, (long long)n,
                            ox_type_name(type));
+        if (put == put_double_fn && type == OX_FLOAT) { /* the common case, without a call per element */
+            const unsigned char *b = p->raw_data.data;
+            double *dst = ctx;
+            for (int64_t i = 0; i < n; i++) {
+                float f;
+                memcpy(&f, b + 4 * i, 4);
+                dst[i] = f;
+            }
+            return 0;
+        }
         for (int64_t i = 0; i < n; i++) put(ctx, i, raw_elem(type, p->raw_data.data, i));
         return 0;
     }
