@@ -9,27 +9,6 @@
 #include "ir/ir.h"
 #include "onnx/onnx.h"
 
-static void check(ir_graph *g)
-{
-    char err[IR_ERR_LEN];
-    fuzz_assert(ir_verify(g, err, sizeof err) == 0);
-    char *s = ir_save_json(g);
-    fuzz_assert(s);
-    ir_graph *back = ir_load_json(s, err, sizeof err);
-    fuzz_assert(back);
-    char *s2 = ir_save_json(back);
-    fuzz_assert(s2 && !strcmp(s, s2));
-    free(s);
-    free(s2);
-    ir_free(back);
-    if (g->loss >= 0 && g->n_ops < 2000) {
-        ir_graph *step = ir_train_step(g, NULL, err, sizeof err);
-        if (step) fuzz_assert(ir_verify(step, err, sizeof err) == 0);
-        else fuzz_check_message(err);
-        ir_free(step);
-    }
-}
-
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     if (size > 65536) return 0;
@@ -44,7 +23,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     }
     if (!g) fuzz_check_message(err);
     else {
-        check(g);
+        fuzz_graph_checks(g);
         ir_free(g);
     }
     return 0;

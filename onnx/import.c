@@ -855,6 +855,36 @@ static int finish_loss(ox_ctx *c, const char *src, const char *kind, const char 
     return ox_check_ir(c);
 }
 
+/* Integer inputs a run draws ids for: below what they index (ops.def's ids
+ * column: a gather's table rows, a one_hot's depth, a scatter_add's rows),
+ * the least where several ops read them, reached through reshapes,
+ * transposes, slices and concats.  Others keep [0, 2) (a mask given as
+ * integers). */
+static void id_bounds(ir_graph *g)
+{
+    for (int v = 0; v < g->n_values; v++) {
+        ir_value *x = &g->values[v];
+        if (x->role != IR_INPUT || x->dtype != IR_I32 || x->init != IR_INIT_AUTO) continue;
+        double bound = 0;
+        unsigned char *seen = ir_xcalloc((size_t)g->n_values + 1, 1);
+        seen[v] = 1;
+        for (int i = 0; i < g->n_ops; i++) {
+            const ir_op *o = &g->ops[i];
+            int target, last, k = ir_op_ids(o->kind, &target, &last), reads = 0;
+            for (int j = 0; j < o->n_in; j++) reads |= seen[o->in[j]];
+            if (!reads) continue;
+            if (o->kind == IR_OP_RESHAPE || o->kind == IR_OP_TRANSPOSE || o->kind == IR_OP_SLICE || o->kind == IR_OP_CONCAT)
+                seen[o->out] = 1;
+            if (k < 0 || !seen[o->in[k]]) continue;
+            const ir_value *t = &g->values[target >= 0 ? o->in[target] : o->out];
+            double b = (double)t->dims[last ? t->rank - 1 : 0];
+            if (b >= 1 && (bound == 0 || b < bound)) bound = b;
+        }
+        free(seen);
+        if (bound >= 1) ir_set_init(g, v, IR_INIT_IDS, bound);
+    }
+}
+
 static void note_generated(ox_ctx *c)
 {
     onnx_info *in = c->info;
@@ -895,6 +925,7 @@ static ir_graph *import_model(ox_ctx *c)
     if (import_nodes(c) < 0) return NULL;
     if (c->opt->outputs ? finish_outputs(c) < 0 : finish_loss(c, src, kind, second) < 0) return NULL;
     if (c->info) c->info->layers = c->g->n_layers;
+    id_bounds(c->g);
     note_generated(c);
     char msg[IR_ERR_LEN];
     if (ir_verify(c->g, msg, sizeof msg) < 0) return ox_fail(c, "the imported graph is not valid: %s", msg), NULL;
@@ -1004,4 +1035,29 @@ ir_graph *onnx_import(const char *path, const onnx_options *o, onnx_info *info, 
     c.model = onnx__model_proto__unpack(NULL, n, (const uint8_t *)buf);
     free(buf);
     return import_unpacked(&c);
+}
+
+int onnx_load_weights(const char *path, const onnx_options *o, ir_graph *g, char *err, size_t errlen)
+{
+    onnx_options w = o ? *o : (onnx_options){0};
+    w.weights = 1;
+    ir_graph *full = onnx_import(path, &w, NULL, err, errlen);
+    if (!full) return -1;
+    int missing = 0;
+    for (int v = 0; v < g->n_values; v++) {
+        const ir_value *x = &g->values[v];
+        if (x->role != IR_PARAM || ir_data(g, v)) continue;
+        int f = ir_find(full, x->name);
+        missing += f < 0 || !ir_data(full, f) || ir_numel(&full->values[f]) != ir_numel(x);
+    }
+    if (missing) {
+        ir_free(full);
+        return ir_errf(err, errlen, "%s: %d params of the graph are not in the file (was it imported from another?)", path, missing);
+    }
+    /* the params' (and constants') elements, shared by name */
+    ir_data_share(g, full);
+    for (int v = 0; v < g->n_values; v++)
+        if (g->values[v].role == IR_PARAM && ir_data(g, v)) ir_set_init(g, v, IR_INIT_DATA, 0);
+    ir_free(full);
+    return 0;
 }

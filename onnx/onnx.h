@@ -77,6 +77,12 @@ ir_graph *onnx_import(const char *path, const onnx_options *o, onnx_info *info, 
 ir_graph *onnx_import_bytes(const void *data, size_t n, const char *name, const char *dir, const onnx_options *o,
                             onnx_info *info, char *err, size_t errlen);
 
+/* Attaches to g (a graph imported from path with options o without
+ * weights, or its training step) the file's weights: every param of g that
+ * has no data gets the elements of the initializer it was made from.
+ * Returns 0, or -1 with a message (a missing external data file...). */
+int onnx_load_weights(const char *path, const onnx_options *o, ir_graph *g, char *err, size_t errlen);
+
 /* 1 when path names an ONNX file by its extension (.onnx): how commands
  * choose this reader over the graph JSON's. */
 int onnx_is_onnx_path(const char *path);

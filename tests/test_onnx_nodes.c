@@ -234,8 +234,8 @@ int main(int argc, char **argv)
             const char *r = strstr(why, "): ") ? strstr(why, "): ") + 3 : strstr(why, ".onnx: ") ? strstr(why, ".onnx: ") + 7 : why;
             if (!strstr(why, "unsupported op") && !strstr(why, "not supported (carve reads it at other opsets)") &&
                 !strstr(why, "no opset of the default") && n_refusals < 1024) {
-                char line[400];
-                snprintf(line, sizeof line, "%s (%s): %.200s", names[i] + 5, op, r);
+                char line[700];
+                snprintf(line, sizeof line, "%.150s (%.300s): %.200s", names[i] + 5, op, r);
                 refusals[n_refusals++] = strdup(line);
             }
         } else if (differs_why(names[i])) {

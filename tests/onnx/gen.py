@@ -13,6 +13,11 @@ the fuzzer's seeds), opset (14 and 17) and export mode,
                  constant folding: generated names, folded copies)
   external/mlp.onnx, external/mlp.data   mlp-o14-train with its weights as
                  external data
+  dynamic/mlp-logits.onnx   the mlp without its loss (the logits), its batch
+                 dim symbolic: carve reads it with --dim batch=N and
+                 --loss cross_entropy:logits (tests/e2e_onnx.sh)
+  bad/*.onnx     one-node models carve refuses (an unknown op, a symbolic
+                 dim, opset 12, an overflowing shape), made with onnx.helper
   NAME.ref.pb    an ONNX GraphProto whose initializers are the batch (named as
                  the graph's inputs), "loss" (torch's loss, f32 scalar) and
                  "grad:INIT" for every float initializer the loss has a
@@ -169,6 +174,31 @@ def write_fixture(out, fam, opset, train, m, batch):
           f"{len(grads)} gradients, loss {loss.item():.6f}")
 
 
+def bad_fixtures(out):
+    """Small models carve refuses (tests/e2e_onnx.sh checks the message): an op
+    carve does not read, a symbolic dim, an opset below 13, an element count that
+    overflows; and a model with a symbolic batch dim that --dim fixes."""
+    from onnx import TensorProto
+    bad = os.path.join(out, "bad")
+    os.makedirs(bad, exist_ok=True)
+
+    def model(name, node, inputs, opset, outputs=None):
+        g = helper.make_graph([node], name, inputs,
+                              outputs or [helper.make_tensor_value_info("y", TensorProto.FLOAT, [])])
+        m = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)], producer_name="tests/onnx/gen.py")
+        m.ir_version = 8
+        with open(os.path.join(bad, name + ".onnx"), "wb") as f:
+            f.write(m.SerializeToString())
+
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 3])
+    model("unsupported", helper.make_node("Hardmax", ["x"], ["y"], name="the_hardmax"), [x], 14)
+    model("symbolic", helper.make_node("ReduceSum", ["x"], ["y"], name="sum", keepdims=0),
+          [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 3])], 14)
+    model("opset12", helper.make_node("ReduceSum", ["x"], ["y"], name="sum", keepdims=0), [x], 12)
+    model("overflow", helper.make_node("ReduceSum", ["x"], ["y"], name="sum", keepdims=0),
+          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1 << 31, 1 << 31, 1 << 31])], 14)
+
+
 def fixtures(out, only):
     os.makedirs(out, exist_ok=True)
     for fam, make in FAMILIES.items():
@@ -181,6 +211,8 @@ def fixtures(out, only):
         for opset in OPSETS:
             for train in (True, False):
                 write_fixture(out, fam, opset, train, m, batch)
+    if not only:
+        bad_fixtures(out)
     if not only or "mlp" in only:
         # the mlp's training export again with its weights in an external data file
         # (one file, each tensor at its offset), as torch saves models beyond 2 GB
@@ -189,6 +221,17 @@ def fixtures(out, only):
         model = onnx.load(os.path.join(out, "mlp-o14-train.onnx"))
         onnx.save_model(model, os.path.join(ext, "mlp.onnx"), save_as_external_data=True, all_tensors_to_one_file=True,
                         location="mlp.data", size_threshold=0)
+        # the logits alone with a symbolic batch dim (dynamic_axes): --dim and --loss
+        dyn = os.path.join(out, "dynamic")
+        os.makedirs(dyn, exist_ok=True)
+        g = torch.Generator().manual_seed(1234)
+        torch.manual_seed(1234)
+        m = models.MLPLogits(features=8, hidden=8, classes=4, layers=2)
+        perturb(m, g)
+        with torch.no_grad():
+            torch.onnx.export(m, (torch.randn(B, 8, generator=g),), os.path.join(dyn, "mlp-logits.onnx"), opset_version=14,
+                              input_names=["x"], output_names=["logits"], dynamic_axes={"x": {0: "batch"}, "logits": {0: "batch"}},
+                              training=torch.onnx.TrainingMode.TRAINING, do_constant_folding=False)
 
 
 def bench_export(a):

@@ -296,3 +296,12 @@ class MLP(nn.Module):
         for layer in self.layers:
             x = F.relu(layer(x))
         return F.cross_entropy(self.head(x), labels)
+
+
+class MLPLogits(MLP):
+    """The MLP without its loss: the logits (an export carve needs --loss for)."""
+
+    def forward(self, x):
+        for layer in self.layers:
+            x = F.relu(layer(x))
+        return self.head(x)
