@@ -42,12 +42,12 @@ static inline int bench_lookup_hw(const char *name, cost_hw *hw, char *err, size
 }
 
 /* The training step of a model spec, or of a graph file (a name ending in
- * .json), loaded as carve autopart loads it (session_load_step). */
+ * .json, or an ONNX file), loaded as carve autopart loads it (session_load_step). */
 static inline ir_graph *bench_load_step(const char *model, char *err, size_t n)
 {
     char label[512];
-    int file = strstr(model, ".json") != NULL;
-    session_source src = {file ? NULL : model, file ? model : NULL, NULL, 0, NULL, 0, NULL};
+    int file = strstr(model, ".json") != NULL || strstr(model, ".onnx") != NULL;
+    session_source src = {.model = file ? NULL : model, .graph = file ? model : NULL};
     return session_load_step(&src, label, sizeof label, NULL, err, n);
 }
 

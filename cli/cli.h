@@ -8,6 +8,7 @@
 
 #include "analysis/schedule.h"
 #include "ir/ir.h"
+#include "session/session.h"
 #include "view/view.h"
 
 enum { CLI_OK = 0, CLI_CHECK_FAILED = 1, CLI_BAD_INPUT = 2 };
@@ -29,6 +30,8 @@ typedef struct cli_opts {
     int64_t stall;         /* autopart: stop after this many simulations without improvement */
     const char *memory_tactics; /* autopart: "auto" (default, NULL) or "none" */
     const char *pipeline;       /* autopart: "auto" (default, NULL), "search" or "none" */
+    const char *dims, *loss, *frozen; /* an ONNX file's import options (--dim, --loss, --frozen) */
+    int weights;           /* import: write the params' values too */
 } cli_opts;
 
 /* One subcommand: its name, the flags it accepts (space-separated, e.g.
@@ -55,6 +58,9 @@ void cli_put_printable(FILE *f, const char *s);
  * gets its training step derived; a full step is used as is).  NULL after an
  * error line.  `cfg_text` receives the canonical model text or the file name. */
 ir_graph *cli_load_step(const cli_opts *o, char *cfg_text, size_t n);
+/* Sets an ONNX file's import options of src from the flags (--dim, --loss,
+ * --frozen), its remarks to go to notes. */
+void cli_source_import(session_source *src, const cli_opts *o, char *notes, size_t n);
 
 /* Parses --mesh and, when sched_text is not NULL, the schedule for command
  * `cmd` (both required: a missing one is named).  Returns 0, or prints one
@@ -82,5 +88,6 @@ int cmd_calibrate(const cli_opts *o);
 int cmd_run(const cli_opts *o);
 int cmd_export(const cli_opts *o);
 int cmd_report(const cli_opts *o);
+int cmd_import(const cli_opts *o);
 
 #endif

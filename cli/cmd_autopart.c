@@ -110,7 +110,9 @@ static int inputs(const cli_opts *o, session_autopart *a)
         cli_error("%s", err);
         return CLI_BAD_INPUT;
     }
-    a->src = (session_source){o->model, o->graph, o->optimizer, o->forward, NULL, 0, NULL};
+    static char notes[1024];
+    a->src = (session_source){.model = o->model, .graph = o->graph, .optimizer = o->optimizer, .forward = o->forward};
+    cli_source_import(&a->src, o, notes, sizeof notes);
     a->algo = search_algo_find(o->search ? o->search : "mcts");
     /* without --budget, --time or --stall the converge rule decides (docs/search.md, "Budgets"), capped */
     a->b = (search_budget){
@@ -149,6 +151,7 @@ int cmd_autopart(const cli_opts *o)
     int ran = session_autopart_run(&a, err, sizeof err);
     if (pc.shown) fprintf(stderr, "\r%100s\r", "");
     if (ran < 0) cli_error("%s", err);
+    else if (a.src.notes && a.src.notes[0]) cli_error("note: %s", a.src.notes);
     rc = ran < 0 ? CLI_BAD_INPUT : report(o, &a);
     if (stop_signal && rc != CLI_BAD_INPUT) {
         int64_t sims = 0;

@@ -97,7 +97,13 @@ static int run_plan(const cli_opts *o, session_world *w)
     plan pl;
     ir_graph *g;
     shard_state *st;
-    if (session_plan_open(o->plan, &pl, &g, &st, err, sizeof err) < 0) {
+    if (session_plan_open(o->plan, &pl, &g, &st, err, sizeof err) < 0 ||
+        session_plan_weights(&pl, g, err, sizeof err) < 0) {
+        if (g) {
+            shard_state_free(st);
+            ir_free(g);
+            plan_free(&pl);
+        }
         cli_error("%s", err);
         return CLI_BAD_INPUT;
     }
@@ -148,7 +154,9 @@ static int run_schedule(const cli_opts *o, session_world *w)
         cli_error("run: mesh '%s' has %lld devices; carve run simulates at most 256", o->mesh, (long long)mesh.n_devices);
         return CLI_BAD_INPUT;
     }
-    ir_graph *g = cli_load_step(o, cfg, sizeof cfg);
+    cli_opts with_weights = *o; /* an ONNX file's run starts from its weights */
+    with_weights.weights = 1;
+    ir_graph *g = cli_load_step(&with_weights, cfg, sizeof cfg);
     if (!g) return CLI_BAD_INPUT;
     if (!session_is_step(g)) {
         cli_error("run: %s is not a training step (no output updates an argument)", cfg);

@@ -9,15 +9,18 @@
 static const cli_command commands[] = {
     {"models", "", "list models and presets with parameter counts and FLOPs per training step",
      "usage: carve models\n", cmd_models},
-    {"show", "--model --graph --ops --forward --optimizer",
+    {"show", "--model --graph --ops --forward --optimizer --dim --loss --frozen",
      "print a model's training step (or forward graph): summary, and with --ops every op",
-     "usage: carve show (--model SPEC | --graph FILE.json) [--ops] [--forward] [--optimizer adam|sgd]\n"
+     "usage: carve show (--model SPEC | --graph FILE) [--ops] [--forward] [--optimizer adam|sgd]\n"
      "  --model SPEC   a model or preset with overrides, e.g. gpt-tiny or gpt:layers=4,hidden=256\n"
-     "  --graph FILE   a carve-graph/1 file (docs/graph-format.md); a forward graph gets its training step\n"
+     "  --graph FILE   a carve-graph/1 file (docs/graph-format.md), or an ONNX file (FILE.onnx, docs/onnx.md);\n"
+     "                 a forward graph gets its training step\n"
+     "  --dim NAME=N[,...]   an ONNX file's symbolic dims; --loss KIND:OUT[,LABELS] a loss to append\n"
+     "                 (cross_entropy or mse); --frozen GLOBS float initializers kept constant\n"
      "  --ops          print every op, one a line\n"
      "  --forward      the forward graph only, no backward or optimizer\n",
      cmd_show},
-    {"shard", "--model --graph --mesh --schedule --summary --forward --optimizer --json",
+    {"shard", "--model --graph --mesh --schedule --summary --forward --optimizer --json --dim --loss --frozen",
      "apply a sharding schedule: decisions, conflicts, argument shardings, the SPMD program",
      "usage: carve shard (--model SPEC | --graph FILE) --mesh MESH --schedule SCHEDULE [--summary] [--json]\n"
      "  --mesh MESH          named axes, e.g. batch=4,model=2 (or 4x2)\n"
@@ -28,7 +31,8 @@ static const cli_command commands[] = {
      "  --json               print a carve-shard/1 document instead of text (docs/json-output.md);\n"
      "                       without --summary it lists every decision too\n",
      cmd_shard},
-    {"cost", "--model --graph --mesh --schedule --hw --memory --precision --grads --overlap --optimizer --json",
+    {"cost", "--model --graph --mesh --schedule --hw --memory --precision --grads --overlap --optimizer --json --dim --loss "
+             "--frozen",
      "price a sharding schedule on a hardware profile: step time, peak memory, breakdowns",
      "usage: carve cost (--model SPEC | --graph FILE) --mesh MESH --schedule SCHEDULE --hw PROFILE\n"
      "                  [--memory GIB] [--precision f32|tf32|bf16|fp16] [--grads auto|f32|working] [--overlap] [--json]\n"
@@ -42,7 +46,7 @@ static const cli_command commands[] = {
      "  --overlap            assume communication fully overlaps compute (step = max instead of sum)\n"
      "  --json               print a carve-cost/1 document instead of text (docs/json-output.md)\n",
      cmd_cost},
-    {"calibrate", "--out --quiet --model --graph --mesh --schedule --optimizer",
+    {"calibrate", "--out --quiet --model --graph --mesh --schedule --optimizer --dim --loss --frozen",
      "measure this machine (GEMM, elementwise, copy, barrier) into a hardware profile",
      "usage: carve calibrate --out FILE.json [(--model SPEC | --graph FILE) [--mesh MESH] [--schedule S]] [--quiet]\n"
      "  writes a carve-hw/1 profile for carve cost --hw FILE.json (docs/cost-model.md)\n"
@@ -52,9 +56,11 @@ static const cli_command commands[] = {
      cmd_calibrate},
     {"autopart",
      "--model --graph --mesh --hw --memory --schedule --search --budget --time --stall --seed --threads --out --quiet "
-     "--precision --grads --overlap --optimizer --json --memory-tactics --pipeline",
+     "--precision --grads --overlap --optimizer --json --memory-tactics --pipeline --dim --loss --frozen",
      "search for the best plan (MCTS over sharding tactics, priced by the cost model) and write it as JSON",
      "usage: carve autopart (--model SPEC | --graph FILE) --mesh MESH [--hw PROFILE] [--out plan.json] [options]\n"
+     "  --graph FILE       a carve-graph/1 file or an ONNX file (FILE.onnx: shapes are read, not weights; with\n"
+     "                     --dim, --loss, --frozen as carve show takes them; the plan records them)\n"
      "  --hw PROFILE       a100 (default), h100, tpu-v3, cpu, or a carve-hw/1 file (carve calibrate)\n"
      "  --memory GIB       memory per device in GiB (default: the profile's)\n"
      "  --precision P      f32, tf32, bf16 or fp16 (default: bf16 on accelerators, f32 on cpu; see carve help cost)\n"
@@ -102,7 +108,7 @@ static const cli_command commands[] = {
      "  --to torch    a Python module: DeviceMesh and DTensor placements per value\n"
      "  --out FILE    write FILE (atomically) instead of stdout; docs/export.md has an example of each\n",
      cmd_export},
-    {"run", "--model --graph --mesh --schedule --plan --steps --seed --optimizer --backend",
+    {"run", "--model --graph --mesh --schedule --plan --steps --seed --optimizer --backend --dim --loss --frozen",
      "run a sharded training step on simulated devices and check it against the single-device reference",
      "usage: carve run (--model SPEC | --graph FILE) --mesh MESH --schedule SCHEDULE [--steps N] [--seed N]\n"
      "                 [--optimizer adam|sgd]\n"
@@ -117,10 +123,23 @@ static const cli_command commands[] = {
      "  --seed N             seed of the arguments' values (default 1)\n"
      "  --backend threads|mpi  threads: every device a thread of this process (default); mpi: one device\n"
      "                       per MPI rank, e.g. mpirun -n 4 carve run --plan p.json --backend mpi (docs/run.md)\n"
+     "  an ONNX file (--graph FILE.onnx, or a plan made from one) runs from the file's weights\n"
      "prints each step's loss from both executors, per-device timings and bytes moved, and the check:\n"
      "the loss and every updated param and optimizer state within 1e-4 of the reference, relative to\n"
      "each tensor's largest magnitude (docs/run.md). Exit 1 when the check fails, 2 on bad input.\n",
      cmd_run},
+    {"import", "FILE --out --dim --loss --frozen --weights",
+     "read an ONNX file (a PyTorch export) and write what carve understood as a carve-graph/1 file",
+     "usage: carve import FILE.onnx --out FILE.json [--dim NAME=N,...] [--loss KIND:OUT[,LABELS]] [--frozen GLOBS]\n"
+     "                    [--weights]\n"
+     "  writes the forward graph with its loss: every op, the params under their state_dict names and\n"
+     "  layer tags, the constant tables (masks, rotary tables) inline (docs/onnx.md, docs/graph-format.md)\n"
+     "  --dim NAME=N       the size of a symbolic dim (an export with dynamic_axes)\n"
+     "  --loss KIND:OUT[,LABELS]   append a loss: cross_entropy (LABELS: integer labels, default a new input\n"
+     "                     'labels') or mse (TARGET, default 'target'); without it the graph's scalar output\n"
+     "  --frozen GLOBS     float initializers kept constant although the loss depends on them (inv_freq)\n"
+     "  --weights          write the params' values too (one number per element: small models)\n",
+     cmd_import},
 };
 static const int n_commands = sizeof commands / sizeof commands[0];
 

@@ -146,6 +146,9 @@ static const struct flag {
     {"--budget", FLAG_INT, offsetof(cli_opts, budget), NULL, NULL, NULL, 1, 100000000},
     {"--time", FLAG_NUM, offsetof(cli_opts, time_s), NULL, NULL, NULL, 0, 86400 * 7},
     {"--memory", FLAG_NUM, offsetof(cli_opts, memory_gib), NULL, NULL, NULL, 0, 1e9},
+    {"--dim", FLAG_TEXT, offsetof(cli_opts, dims), NULL, NULL, NULL, 0, 0},
+    {"--loss", FLAG_TEXT, offsetof(cli_opts, loss), NULL, NULL, NULL, 0, 0},
+    {"--frozen", FLAG_TEXT, offsetof(cli_opts, frozen), NULL, NULL, NULL, 0, 0},
 };
 
 /* Flags without a value. */
@@ -153,6 +156,7 @@ static const struct { const char *name; size_t at; } switches[] = {
     {"--summary", offsetof(cli_opts, summary)}, {"--ops", offsetof(cli_opts, ops)},
     {"--forward", offsetof(cli_opts, forward)}, {"--quiet", offsetof(cli_opts, quiet)},
     {"--overlap", offsetof(cli_opts, overlap)}, {"--json", offsetof(cli_opts, json)},
+    {"--weights", offsetof(cli_opts, weights)},
 };
 
 /* Stores the value of flag f into o.  Returns 0, or -1 after the error line. */
@@ -228,6 +232,16 @@ int cli_parse(const cli_command *c, int argc, char **argv, cli_opts *o)
     return 0;
 }
 
+void cli_source_import(session_source *src, const cli_opts *o, char *notes, size_t n)
+{
+    src->dims = o->dims;
+    src->loss = o->loss;
+    src->frozen = o->frozen;
+    src->weights = o->weights;
+    src->notes = notes;
+    src->notes_len = n;
+}
+
 ir_graph *cli_load_step(const cli_opts *o, char *cfg_text, size_t n)
 {
     /* graph tactics (microbatch, remat) make or rewrite the step before
@@ -238,9 +252,13 @@ ir_graph *cli_load_step(const cli_opts *o, char *cfg_text, size_t n)
     schedule sc;
     int have = o->schedule && o->mesh && shard_mesh_parse(o->mesh, &mesh, err, sizeof err) == 0 &&
                sched_parse(o->schedule, &mesh, &sc, err, sizeof err) == 0;
-    session_source src = {o->model, o->graph, o->optimizer, o->forward, have ? &sc : NULL, 0, have ? &mesh : NULL};
+    char notes[1024] = "";
+    session_source src = {.model = o->model, .graph = o->graph, .optimizer = o->optimizer, .forward = o->forward,
+                          .sched = have ? &sc : NULL, .mesh = have ? &mesh : NULL};
+    cli_source_import(&src, o, notes, sizeof notes);
     ir_graph *g = session_load_step(&src, cfg_text, n, NULL, err, sizeof err);
     if (!g) cli_error("%s", err);
+    else if (notes[0]) cli_error("note: %s", notes);
     return g;
 }
 

@@ -132,6 +132,19 @@ static int load_model(const cJSON *j, plan *pl, const char *path, char *err, siz
     const char *opt = get_str(model, "optimizer");
     if (copy_str(pl->optimizer, sizeof pl->optimizer, opt ? opt : "adam") || (strcmp(pl->optimizer, "adam") && strcmp(pl->optimizer, "sgd")))
         return fail(err, errlen, path, "model.optimizer", "must be adam or sgd");
+    const cJSON *imp = cJSON_GetObjectItemCaseSensitive(model, "import");
+    if (imp) { /* an ONNX file's import options (docs/onnx.md) */
+        static const char *const keys[] = {"dims", "loss", "frozen", NULL};
+        char *dst[] = {pl->onnx_dims, pl->onnx_loss, pl->onnx_frozen};
+        if (!graph || !cJSON_IsObject(imp)) return fail(err, errlen, path, "model.import", "must be an object, with a graph");
+        for (const cJSON *x = imp->child; x; x = x->next) {
+            int k = 0;
+            while (keys[k] && strcmp(keys[k], x->string)) k++;
+            if (!keys[k]) return fail(err, errlen, path, "model.import", "unknown key (dims, loss, frozen)");
+            if (!cJSON_IsString(x) || copy_str(dst[k], sizeof pl->onnx_dims, x->valuestring))
+                return fail(err, errlen, path, "model.import", "values must be strings of at most 255 bytes");
+        }
+    }
     if (!graph) return 0;
     /* v2: relative to the plan's folder; v1: relative to where carve ran, else the plan's folder */
     const char *slash = strrchr(path, '/');

@@ -82,6 +82,12 @@ static void add_model(cJSON *j, const plan *pl, const ir_graph *g)
     else {
         cJSON_AddStringToObject(model, "graph", pl->graph_file);
         cJSON_AddStringToObject(model, "graph_hash", pl->graph_hash);
+        if (pl->onnx_dims[0] || pl->onnx_loss[0] || pl->onnx_frozen[0]) { /* how an ONNX file was imported */
+            cJSON *o = cJSON_AddObjectToObject(model, "import");
+            if (pl->onnx_dims[0]) cJSON_AddStringToObject(o, "dims", pl->onnx_dims);
+            if (pl->onnx_loss[0]) cJSON_AddStringToObject(o, "loss", pl->onnx_loss);
+            if (pl->onnx_frozen[0]) cJSON_AddStringToObject(o, "frozen", pl->onnx_frozen);
+        }
     }
     cJSON_AddStringToObject(model, "optimizer", pl->optimizer);
     cJSON_AddItemToObject(model, "params", num((double)ir_param_count(g)));

@@ -44,6 +44,7 @@ typedef struct plan {
     char graph_file[1024];  /* as the file records it (v2: relative to the plan's folder) */
     char graph_path[2048];  /* where it is read from (resolved at load; set by the writer) */
     char graph_hash[24];    /* FNV-1a 64 of the graph file's bytes, hex */
+    char onnx_dims[256], onnx_loss[256], onnx_frozen[256]; /* an ONNX file's import options ("" none) */
     char optimizer[8];      /* adam or sgd */
     shard_mesh mesh;
     char schedule[512];

@@ -81,6 +81,9 @@ static void plan_inputs(const session_autopart *a, const char *sched_text, plan 
     else {
         snprintf(pl->graph_path, sizeof pl->graph_path, "%s", a->src.graph);
         plan_file_hash(a->src.graph, pl->graph_hash);
+        snprintf(pl->onnx_dims, sizeof pl->onnx_dims, "%s", a->src.dims ? a->src.dims : "");
+        snprintf(pl->onnx_loss, sizeof pl->onnx_loss, "%s", a->src.loss ? a->src.loss : "");
+        snprintf(pl->onnx_frozen, sizeof pl->onnx_frozen, "%s", a->src.frozen ? a->src.frozen : "");
     }
     snprintf(pl->optimizer, sizeof pl->optimizer, "%s", a->src.optimizer ? a->src.optimizer : "adam");
     pl->mesh = a->mesh;
@@ -143,7 +146,8 @@ static int search_plain(session_autopart *a, const schedule *manual, char *err, 
 
 /* Checks what can be checked before minutes of searching: the schedule
  * (one auto, last; short enough for a plan file with memory tactics in
- * front) and the output path.  Returns the index of auto, or -1 with a
+ * front), an ONNX file's import options (short enough for the plan) and
+ * the output path.  Returns the index of auto, or -1 with a
  * message. */
 static int check_inputs(const session_autopart *a, char *err, size_t errlen)
 {
@@ -154,6 +158,11 @@ static int check_inputs(const session_autopart *a, char *err, size_t errlen)
     size_t room = sizeof(((plan *)0)->schedule) - 40;
     if (strlen(sched_str(&a->sc, &a->mesh, buf, sizeof buf)) >= room)
         return ir_errf(err, errlen, "autopart: --schedule: %zu characters, more than a plan file keeps (%zu)", strlen(buf), room - 1);
+    const char *opts[] = {a->src.dims, a->src.loss, a->src.frozen}, *flags[] = {"--dim", "--loss", "--frozen"};
+    for (int i = 0; i < 3; i++) /* an ONNX file's import options, which the plan records */
+        if (opts[i] && strlen(opts[i]) >= sizeof(((plan *)0)->onnx_dims))
+            return ir_errf(err, errlen, "autopart: %s: %zu characters, more than a plan file keeps (%zu)", flags[i],
+                           strlen(opts[i]), sizeof(((plan *)0)->onnx_dims) - 1);
     if (a->out && ir_out_check(a->out, e2, sizeof e2) < 0) return ir_errf(err, errlen, "autopart: %s", e2);
     return auto_at;
 }

@@ -9,8 +9,8 @@
  * updates its arguments is used as is, a forward graph needs a loss, has
  * every param checked for a gradient (ir_check_gradients) and gets its
  * backward pass and optimizer (ir_train_step).  Then the schedule's remat:
- * tactics rewrite the step.  A new reader (an ONNX file, say) is one more
- * row here: nothing downstream changes.
+ * tactics rewrite the step.  A new reader is one more row here: nothing
+ * downstream changes (the ONNX reader is the third).
  */
 #include "session/session.h"
 
@@ -18,6 +18,7 @@
 #include <string.h>
 
 #include "models/models.h"
+#include "onnx/onnx.h"
 
 /* One front end of the IR. */
 typedef struct front_end {
@@ -34,7 +35,8 @@ typedef struct front_end {
 } front_end;
 
 static const char *model_arg(const session_source *s) { return s->model; }
-static const char *graph_arg(const session_source *s) { return s->graph; }
+static const char *graph_arg(const session_source *s) { return s->graph && !onnx_is_onnx_path(s->graph) ? s->graph : NULL; }
+static const char *onnx_arg(const session_source *s) { return s->graph && onnx_is_onnx_path(s->graph) ? s->graph : NULL; }
 
 /* The micro-batches of s's pipeline for a model of `batch` sequences: 0
  * when s has no pipeline, -1 with a message. */
@@ -64,30 +66,55 @@ static ir_graph *build_model(const char *arg, const session_source *s, const ir_
     return s->forward ? model_build_forward(&cfg, err, errlen) : model_build_microbatched_step(&cfg, opt, micro, err, errlen);
 }
 
+/* What a file's front ends check first: a pipeline's body or a step of
+ * micro-batches needs a model built at the micro-batch (a file has a fixed
+ * batch); the path becomes the label.  Returns 0, or -1 with a message. */
+static int file_label(const char *arg, const char *what, const session_source *s, int micro, char *label, size_t n,
+                      char *err, size_t errlen)
+{
+    for (int i = 0; s->sched && !s->forward && i < s->sched->n; i++)
+        if (s->sched->t[i].kind == TACTIC_PIPELINE)
+            return ir_errf(err, errlen, "pipeline: needs --model (the step is built as one micro-batch's body); %s has a fixed batch",
+                           what);
+    if (micro > 1 && !s->forward)
+        return ir_errf(err, errlen, "microbatch:%d: needs --model (the model is built at batch / %d); %s has a fixed batch",
+                       micro, micro, what);
+    if (strlen(arg) >= n)
+        return ir_errf(err, errlen, "--graph: the path is %zu characters, more than the %zu this command keeps", strlen(arg), n - 1);
+    snprintf(label, n, "%s", arg);
+    return 0;
+}
+
 static ir_graph *build_graph_file(const char *arg, const session_source *s, const ir_optimizer *opt, int micro,
                                   int *is_step, char *label, size_t n, char *err, size_t errlen)
 {
     (void)opt;
-    for (int i = 0; s->sched && !s->forward && i < s->sched->n; i++)
-        if (s->sched->t[i].kind == TACTIC_PIPELINE)
-            return ir_errf(err, errlen, "pipeline: needs --model (the step is built as one micro-batch's body); a graph file has a fixed batch"),
-                   NULL;
-    if (micro > 1 && !s->forward)
-        return ir_errf(err, errlen, "microbatch:%d: needs --model (the model is built at batch / %d); a graph file has a fixed batch",
-                       micro, micro),
-               NULL;
-    if (strlen(arg) >= n)
-        return ir_errf(err, errlen, "--graph: the path is %zu characters, more than the %zu this command keeps", strlen(arg), n - 1),
-               NULL;
-    snprintf(label, n, "%s", arg);
+    if (file_label(arg, "a graph file", s, micro, label, n, err, errlen) < 0) return NULL;
     ir_graph *g = ir_load_json_file(arg, err, errlen);
     if (g) *is_step = session_is_step(g);
+    return g;
+}
+
+/* An ONNX file (onnx/onnx.h): its forward graph with a loss, shapes only
+ * unless the source asks for the weights (a run).  A fixed batch, as a
+ * graph file's. */
+static ir_graph *build_onnx(const char *arg, const session_source *s, const ir_optimizer *opt, int micro, int *is_step,
+                            char *label, size_t n, char *err, size_t errlen)
+{
+    (void)opt;
+    if (file_label(arg, "an ONNX file", s, micro, label, n, err, errlen) < 0) return NULL;
+    onnx_options o = {.weights = s->weights, .dims = s->dims, .loss = s->loss, .frozen = s->frozen};
+    onnx_info info;
+    ir_graph *g = onnx_import(arg, &o, &info, err, errlen);
+    if (g && s->notes && s->notes_len) snprintf(s->notes, s->notes_len, "%s", info.notes);
+    *is_step = 0;
     return g;
 }
 
 static const front_end front_ends[] = {
     {"--model", "a model (--model gpt-tiny, see carve models)", 1, model_arg, build_model},
     {"--graph", "a graph file (--graph file.json)", 0, graph_arg, build_graph_file},
+    {"--graph", "an ONNX file (--graph model.onnx)", 0, onnx_arg, build_onnx},
 };
 enum { N_FRONT_ENDS = sizeof front_ends / sizeof front_ends[0] };
 
@@ -123,10 +150,23 @@ static const front_end *pick_front_end(const session_source *src, char *err, siz
     char list[256];
     size_t k = 0;
     list[0] = 0;
-    for (int i = 0; i < N_FRONT_ENDS && k < sizeof list; i++)
-        k += (size_t)snprintf(list + k, sizeof list - k, "%s%s", i == 0 ? "" : i + 1 < N_FRONT_ENDS ? ", " : " or ",
+    int shown = 0, to_show = N_FRONT_ENDS;
+    if (named) /* flags, each once (a graph file and an ONNX file share --graph) */
+        for (int i = 1; i < N_FRONT_ENDS; i++)
+            for (int j = 0; j < i; j++)
+                if (!strcmp(front_ends[i].flag, front_ends[j].flag)) {
+                    to_show--;
+                    break;
+                }
+    for (int i = 0; i < N_FRONT_ENDS && k < sizeof list; i++) {
+        int dup = 0;
+        for (int j = 0; named && j < i; j++) dup |= !strcmp(front_ends[i].flag, front_ends[j].flag);
+        if (dup) continue;
+        k += (size_t)snprintf(list + k, sizeof list - k, "%s%s", shown == 0 ? "" : shown + 1 < to_show ? ", " : " or ",
                               named ? front_ends[i].flag : front_ends[i].what);
-    if (named) ir_errf(err, errlen, "give %s, not %s", list, N_FRONT_ENDS == 2 ? "both" : "more than one");
+        shown++;
+    }
+    if (named) ir_errf(err, errlen, "give %s, not %s", list, to_show == 2 ? "both" : "more than one");
     else ir_errf(err, errlen, "give %s", list);
     return NULL;
 }
@@ -152,6 +192,10 @@ ir_graph *session_load_step(const session_source *src, char *label, size_t n, in
     if (rewrite_failed) *rewrite_failed = 0;
     const front_end *fe = pick_front_end(src, err, errlen);
     if (!fe) return NULL;
+    if (fe->build != build_onnx && (src->dims || src->loss || src->frozen))
+        return ir_errf(err, errlen, "%s is an ONNX file's import option: give --graph FILE.onnx",
+                       src->dims ? "--dim" : src->loss ? "--loss" : "--frozen"),
+               NULL;
     ir_optimizer opt = session_optimizer(src->optimizer);
     int is_step = 0, micro = src->sched ? sched_microbatches(src->sched) : 1;
     if (micro > 1 && !fe->micro_batches && src->micro_as_tactic) micro = 1;

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "models/models.h"
+#include "onnx/onnx.h"
 
 /* The graph file's hash against the plan's: 0, or -1 with a message. */
 static int check_graph_hash(const plan *pl, const char *pp, char *err, size_t errlen)
@@ -31,8 +32,15 @@ ir_graph *session_plan_step(const plan *pl, const char *path, char *err, size_t 
     schedule sc;
     char why[512] = "";
     int parsed = !pl->schedule[0] || sched_parse(pl->schedule, &pl->mesh, &sc, why, sizeof why) == 0;
-    session_source src = {pl->model[0] ? pl->model : NULL, pl->model[0] ? NULL : pl->graph_path, pl->optimizer, 0,
-                          parsed && pl->schedule[0] ? &sc : NULL, 1, &pl->mesh};
+    session_source src = {.model = pl->model[0] ? pl->model : NULL,
+                          .graph = pl->model[0] ? NULL : pl->graph_path,
+                          .optimizer = pl->optimizer,
+                          .sched = parsed && pl->schedule[0] ? &sc : NULL,
+                          .micro_as_tactic = 1,
+                          .mesh = &pl->mesh};
+    src.dims = pl->onnx_dims[0] ? pl->onnx_dims : NULL;
+    src.loss = pl->onnx_loss[0] ? pl->onnx_loss : NULL;
+    src.frozen = pl->onnx_frozen[0] ? pl->onnx_frozen : NULL;
     int rewrite_failed;
     ir_graph *g = session_load_step(&src, label, sizeof label, &rewrite_failed, e2, sizeof e2);
     if (!g && !rewrite_failed) {
@@ -56,6 +64,14 @@ int session_plan_pipeline(const plan *pl, const ir_graph *g, pipe_spec *ps, char
     if (!pl->schedule[0] || sched_parse(pl->schedule, &pl->mesh, &sc, e2, sizeof e2) < 0) return 0; /* replay said why */
     if (sched_pipeline_step(&sc, g, &pl->mesh, ps, e2, sizeof e2) < 0) return ir_errf(err, errlen, "schedule: %s", e2);
     return ps->axis >= 0;
+}
+
+int session_plan_weights(const plan *pl, ir_graph *g, char *err, size_t errlen)
+{
+    if (pl->model[0] || !onnx_is_onnx_path(pl->graph_path)) return 0;
+    onnx_options o = {.dims = pl->onnx_dims[0] ? pl->onnx_dims : NULL, .loss = pl->onnx_loss[0] ? pl->onnx_loss : NULL,
+                      .frozen = pl->onnx_frozen[0] ? pl->onnx_frozen : NULL};
+    return onnx_load_weights(pl->graph_path, &o, g, err, errlen);
 }
 
 int session_plan_open(const char *path, plan *pl, ir_graph **g, shard_state **st, char *err, size_t errlen)

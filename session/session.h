@@ -58,6 +58,11 @@ typedef struct session_source {
                                here; 1 loads it as is, and the tactic refuses the step where it is
                                applied (a plan's replay, the memory level's configurations) */
     const shard_mesh *mesh; /* the schedule's mesh (a pipeline's stages), or NULL */
+    /* an ONNX file (a graph named *.onnx: onnx/onnx.h), as onnx_options has them */
+    const char *dims, *loss, *frozen;
+    int weights;            /* attach the file's weights (carve run starts from them) */
+    char *notes;            /* where the import's remarks go (NULL: dropped) */
+    size_t notes_len;
 } session_source;
 
 /* The optimizer named "adam" (or NULL) or "sgd" (lr 0.01). */
@@ -93,6 +98,11 @@ int session_plan_pipeline(const plan *pl, const ir_graph *g, pipe_spec *ps, char
  * plan_free(pl); st borrows pl->mesh, so pl must not move), or -1 with a
  * message and nothing left to free.  pl->note may hold a note to show. */
 int session_plan_open(const char *path, plan *pl, ir_graph **g, shard_state **st, char *err, size_t errlen);
+
+/* Attaches to g (plan pl's step) the weights of the ONNX file the plan was
+ * made from, so a run starts from them; nothing for another model.  Returns
+ * 0, or -1 with a message. */
+int session_plan_weights(const plan *pl, ir_graph *g, char *err, size_t errlen);
 
 /* Checks a plan against the --mesh and --model a command was also given
  * (NULL: not given).  Returns 0, or -1 with a message naming the

@@ -46,7 +46,7 @@ static int has_value(const ir_graph *g, const char *prefix)
 static void test_load(void)
 {
     char label[512], err[1024];
-    session_source src = {"gpt-tiny", NULL, NULL, 0, NULL, 0, NULL};
+    session_source src = {.model = "gpt-tiny"};
     ir_graph *g = session_load_step(&src, label, sizeof label, NULL, err, sizeof err);
     CHECKF(g && session_is_step(g), "%s", err);
     CHECKF(!strcmp(label, "gpt:layers=2,hidden=64,heads=8,seq=16,batch=8,vocab=128"), "label '%s'", label);
@@ -69,7 +69,7 @@ static void test_load(void)
     CHECKF(g && has_value(g, "mb1/") && g->n_ops > plain_ops, "micro-batches and remat: %s", g ? "" : err);
     ir_free(g);
     /* a graph file: the forward graph gets its step (SGD: no optimizer states) */
-    session_source file = {NULL, graph_path, "sgd", 0, NULL, 0, NULL};
+    session_source file = {.graph = graph_path, .optimizer = "sgd"};
     g = session_load_step(&file, label, sizeof label, NULL, err, sizeof err);
     CHECKF(g && session_is_step(g) && !strcmp(label, graph_path), "%s", err);
     int states = 0;
@@ -79,11 +79,11 @@ static void test_load(void)
     ir_optimizer sgd = session_optimizer("sgd"), adam = session_optimizer(NULL);
     CHECK(sgd.kind == IR_SGD && sgd.lr == 0.01 && adam.kind == IR_ADAM);
     /* usage errors, worded as the command prints them */
-    session_source both = {"gpt-tiny", graph_path, NULL, 0, NULL, 0, NULL}, none = {0};
+    session_source both = {.model = "gpt-tiny", .graph = graph_path}, none = {0};
     g = session_load_step(&both, label, sizeof label, NULL, err, sizeof err);
     CHECK(!g && !strcmp(err, "give --model or --graph, not both"));
     g = session_load_step(&none, label, sizeof label, NULL, err, sizeof err);
-    CHECK(!g && !strcmp(err, "give a model (--model gpt-tiny, see carve models) or a graph file (--graph file.json)"));
+    CHECK(!g && !strcmp(err, "give a model (--model gpt-tiny, see carve models), a graph file (--graph file.json) or an ONNX file (--graph model.onnx)"));
     file.sched = &sc;
     g = session_load_step(&file, label, sizeof label, NULL, err, sizeof err);
     CHECKF(!g && strstr(err, "microbatch:2: needs --model"), "'%s'", err);
@@ -99,9 +99,37 @@ static void test_load(void)
     src.sched = &sc;
     g = session_load_step(&src, label, sizeof label, &rewrite_failed, err, sizeof err);
     CHECK(!g && rewrite_failed);
-    session_source bad = {"gpt-tiny:layers=0", NULL, NULL, 0, NULL, 0, NULL};
+    session_source bad = {.model = "gpt-tiny:layers=0"};
     g = session_load_step(&bad, label, sizeof label, &rewrite_failed, err, sizeof err);
     CHECK(!g && !rewrite_failed);
+    /* an ONNX file (the third front end): its symbolic batch dim and its loss
+     * from the source, shapes only unless weights are asked for, its remarks */
+    char onnx_path[1024], notes[512] = "";
+    at_root("tests/onnx/fixtures/dynamic/mlp-logits.onnx", onnx_path, sizeof onnx_path);
+    session_source onnx = {.graph = onnx_path, .dims = "batch=4", .loss = "cross_entropy:logits", .notes = notes,
+                           .notes_len = sizeof notes};
+    g = session_load_step(&onnx, label, sizeof label, NULL, err, sizeof err);
+    int data = 0;
+    for (int v = 0; g && v < g->n_values; v++) data += g->values[v].init == IR_INIT_DATA;
+    CHECKF(g && session_is_step(g) && ir_param_count(g) == 180 && data == 0 && !strcmp(label, onnx_path), "%s", err);
+    ir_free(g);
+    onnx.weights = 1;
+    g = session_load_step(&onnx, label, sizeof label, NULL, err, sizeof err);
+    data = 0;
+    for (int v = 0; g && v < g->n_values; v++) data += g->values[v].role == IR_PARAM && g->values[v].init == IR_INIT_DATA;
+    CHECKF(g && data == 6, "%d params with data: %s", data, g ? "" : err);
+    ir_free(g);
+    onnx.dims = NULL;
+    g = session_load_step(&onnx, label, sizeof label, NULL, err, sizeof err);
+    CHECKF(!g && strstr(err, "give its size with --dim batch=N"), "'%s'", err);
+    session_source model_dims = {.model = "gpt-tiny", .dims = "batch=4"};
+    g = session_load_step(&model_dims, label, sizeof label, NULL, err, sizeof err);
+    CHECKF(!g && !strcmp(err, "--dim is an ONNX file's import option: give --graph FILE.onnx"), "'%s'", err);
+    session_source frozen = {.graph = onnx_path, .dims = "batch=4", .loss = "cross_entropy:logits", .frozen = "head.*",
+                             .notes = notes, .notes_len = sizeof notes};
+    g = session_load_step(&frozen, label, sizeof label, NULL, err, sizeof err);
+    CHECKF(g && ir_param_count(g) == 180 - 36 && strstr(notes, "--frozen"), "%s / %s", g ? notes : err, notes);
+    ir_free(g);
 }
 
 static void test_pricing(void)
@@ -125,7 +153,7 @@ static void test_pricing(void)
     CHECKF(rc < 0 && strstr(err, "b200"), "'%s'", err);
     /* data parallelism over 4 devices: faster than every device doing all the work */
     s = (session_pricing){"a100", "f32", NULL, 0, 0};
-    session_source src = {"gpt-125m", NULL, NULL, 0, NULL, 0, NULL};
+    session_source src = {.model = "gpt-125m"};
     ir_graph *g = session_load_step(&src, label, sizeof label, NULL, err, sizeof err);
     shard_mesh mesh;
     schedule sc;
@@ -261,7 +289,7 @@ static void test_views(const char *plan_path)
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) CHECK(view_find(names[i]) && !strcmp(view_find(names[i])->name, names[i]));
     CHECK(view_find("pdf") == NULL);
     /* carve cost: text and JSON of one explanation */
-    session_source src = {"gpt-tiny", NULL, NULL, 0, NULL, 0, NULL};
+    session_source src = {.model = "gpt-tiny"};
     ir_graph *g = session_load_step(&src, label, sizeof label, NULL, err, sizeof err);
     shard_mesh mesh;
     schedule sc;
