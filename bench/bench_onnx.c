@@ -16,8 +16,8 @@
  * over the preset's.  A GPT-2 export at the real vocabulary (50257, odd) is
  * partitioned and the padding its plan needs is reported.
  *
- * Scale: the 774M export imported (shapes only: the weights' files are not
- * opened) 3 times (wall and CPU seconds, median), and in a child process the
+ * Scale: the 774M export imported (the params' shapes only: their files are
+ * not opened; the mask buffers, constants, are read) 3 times (wall and CPU seconds, median), and in a child process the
  * import, the training step, the experts and the search, whose peak resident
  * memory (ru_maxrss) is the figure.  Prints a markdown section; never fails
  * on a figure.  CARVE_ONNX_BUDGET=N sets the budget (default 500).
