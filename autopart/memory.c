@@ -30,6 +30,14 @@ int autopart_step_setup(autopart_step *s, ir_graph *g, const shard_mesh *mesh, c
 int autopart_step_search(autopart_step *s, const search_algo *algo, const search_budget *b, char *err,
                          size_t errlen)
 {
+    return autopart_step_search_seeds(s, algo, b, 1, NULL, err, errlen);
+}
+
+/* The expert schedules and the ZeRO-1/2 ones priced on s->prefix, and those
+ * that apply made the seeds of s->b (a copy of b), their prices the seeds'
+ * scores. */
+static void price_experts(autopart_step *s, const search_budget *b)
+{
     const shard_mesh *mesh = s->prefix->mesh;
     autopart_expert *zero = NULL;
     s->n_ex = autopart_experts(s->g, mesh, s->prefix, &s->pr, &s->ex);
@@ -63,9 +71,42 @@ int autopart_step_search(autopart_step *s, const search_algo *algo, const search
         }
     s->b.seeds = s->seeds;
     s->b.seed_scores = s->seed_scores;
+}
+
+int autopart_step_search_seeds(autopart_step *s, const search_algo *algo, const search_budget *b, int k,
+                               search_result *each, char *err, size_t errlen)
+{
+    price_experts(s, b);
     search_evaluator ev = autopart_evaluator;
     ev.cfg = &s->pr;
-    if (search_run(algo, s->prefix, s->gs, &ev, &s->b, &s->res, err, errlen) < 0) return -1;
+    if (k <= 1) {
+        if (search_run(algo, s->prefix, s->gs, &ev, &s->b, &s->res, err, errlen) < 0) return -1;
+        if (each) each[0] = s->res;
+    } else { /* k searches of one thread each, side by side on the threads given */
+        int rc = 0, side = b->threads < k ? b->threads : k;
+#pragma omp parallel for num_threads(side) schedule(dynamic, 1)
+        for (int i = 0; i < k; i++) {
+            search_budget bi = s->b;
+            bi.seed = b->seed + (uint64_t)i;
+            bi.threads = 1;
+            if (i) bi.progress = NULL; /* the first search's progress line */
+            char e2[256];
+            if (search_run(algo, s->prefix, s->gs, &ev, &bi, &each[i], e2, sizeof e2) < 0) {
+#pragma omp critical
+                {
+                    rc = -1;
+                    snprintf(err, errlen, "%s", e2);
+                }
+            }
+        }
+        if (rc < 0) return -1;
+        int best = 0; /* the best plan (ties: the first seed) */
+        for (int i = 1; i < k; i++)
+            if (each[i].best.reward > each[best].best.reward) best = i;
+        s->res = each[best];
+        s->b.seed = b->seed + (uint64_t)best;
+        s->b.threads = 1;
+    }
     search_result_state(s->st, s->prefix, &s->b, s->gs, &s->res);
     autopart_price(&s->pr, s->st, &s->e); /* s->pr.p is the plan's program */
     s->ok = 1;

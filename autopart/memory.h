@@ -65,6 +65,12 @@ int autopart_step_setup(autopart_step *s, ir_graph *g, const shard_mesh *mesh, c
  * plan in s->st, priced in s->e.  Returns 0, or -1 with a message. */
 int autopart_step_search(autopart_step *s, const search_algo *algo, const search_budget *b, char *err,
                          size_t errlen);
+/* The same with k searches (k > 1: from seeds b->seed .. b->seed + k - 1,
+ * one thread each, side by side on b->threads; each with the whole budget):
+ * each search's result goes to each[0..k) (k of them; NULL allowed when k is
+ * 1), the best (ties: the first seed) becomes s's, and s->b.seed its seed. */
+int autopart_step_search_seeds(autopart_step *s, const search_algo *algo, const search_budget *b, int k,
+                               search_result *each, char *err, size_t errlen);
 void autopart_step_free(autopart_step *s);
 
 /* What the memory level searches. */

@@ -27,7 +27,8 @@ typedef struct cli_opts {
     const char *grads;     /* --grads: auto, f32 or working (gradient precision under mixed precision) */
     int overlap;           /* carve cost: communication overlaps compute */
     const char *search;    /* autopart: mcts (default), random, greedy, exhaustive */
-    int64_t stall;         /* autopart: stop after this many simulations without improvement */
+    int64_t stall;         /* autopart: stop after this many steps without improvement */
+    int64_t seeds;         /* autopart: searches of the plain step from seeds seed .. seed + seeds - 1 (0: one) */
     const char *memory_tactics; /* autopart: "auto" (default, NULL) or "none" */
     const char *pipeline;       /* autopart: "auto" (default, NULL), "search" or "none" */
     const char *dims, *loss, *frozen; /* an ONNX file's import options (--dim, --loss, --frozen) */

@@ -35,27 +35,31 @@ static void stop_signals(int install, struct sigaction old[2])
 }
 
 typedef struct progress_ctx {
-    int64_t budget;
-    double seconds;
     int shown;
 } progress_ctx;
 
-/* One line on stderr that updates (only on a terminal). */
-static void progress(void *ctx, int64_t sims, double elapsed, const search_score *best)
+/* One line on stderr that updates (only on a terminal): steps, the best plan
+ * so far and its ratio to the best expert, and what is left (with a budget,
+ * the time at the rate so far; with the converge or stall rule, the steps
+ * without a better plan after which it acts). */
+static void progress(void *ctx, const search_progress *p)
 {
-    progress_ctx *p = ctx;
-    char t[32];
-    cost_fmt_time(best->step_time, t, sizeof t);
-    double rate = elapsed > 0 ? (double)sims / elapsed : 0;
-    double left = p->seconds > 0 ? p->seconds - elapsed : -1;
-    if (p->budget > 0 && rate > 0) {
-        double by_budget = (double)(p->budget - sims) / rate;
-        if (left < 0 || by_budget < left) left = by_budget;
-    }
-    fprintf(stderr, "\r  searching: %lld steps, %.0f/s, best step %s%s, %.0f s left   ", (long long)sims, rate,
-            t, best->fits ? "" : " (does not fit)", left > 0 ? left : 0);
+    progress_ctx *pc = ctx;
+    char t[32], ratio[48] = "", left[96] = "";
+    cost_fmt_time(p->best.step_time, t, sizeof t);
+    double rate = p->seconds > 0 ? p->steps / p->seconds : 0;
+    if (p->best.fits && p->best_start > 0)
+        snprintf(ratio, sizeof ratio, " (%.3f of the best expert)", p->best.step_time / p->best_start);
+    double secs = p->steps_left >= 0 && rate > 0 ? p->steps_left / rate : -1;
+    if (p->seconds_left >= 0 && (secs < 0 || p->seconds_left < secs)) secs = p->seconds_left;
+    if (secs >= 0) snprintf(left, sizeof left, ", %.0f s left", secs > 0 ? secs : 0);
+    else if (p->patience_left >= 0)
+        snprintf(left, sizeof left, ", %s after %.0f more steps without a better plan", p->second ? "stops" : "local search",
+                 p->patience_left);
+    fprintf(stderr, "\r  searching: %.0f steps (%.0f/s), best step %s%s%s%s   ", p->steps, rate, t,
+            p->best.fits ? "" : " (does not fit)", ratio, left);
     fflush(stderr);
-    p->shown = 1;
+    pc->shown = 1;
 }
 
 /* Prints the result of a (text or JSON) and reports the plan file.
@@ -124,6 +128,7 @@ static int inputs(const cli_opts *o, session_autopart *a)
         .threads = (int)o->threads,
     };
     a->memory_tactics = !o->memory_tactics || strcmp(o->memory_tactics, "none");
+    a->seeds = (int)o->seeds;
     a->pipeline = !o->pipeline || !strcmp(o->pipeline, "auto") ? SESSION_PIPELINE_AUTO
                   : !strcmp(o->pipeline, "search")              ? SESSION_PIPELINE_SEARCH
                                                                 : SESSION_PIPELINE_NONE;
@@ -138,7 +143,7 @@ int cmd_autopart(const cli_opts *o)
     memset(&a, 0, sizeof a);
     int rc = inputs(o, &a);
     if (rc != CLI_OK) return rc;
-    progress_ctx pc = {a.b.converge ? 0 : a.b.simulations, a.b.seconds, 0};
+    progress_ctx pc = {0};
     a.hooks = (session_hooks){&pc, on_note, NULL, NULL};
     if (!o->quiet && isatty(2)) {
         a.hooks.progress = progress;

@@ -55,7 +55,7 @@ static const cli_command commands[] = {
      "                     square GEMM; the GEMM call overhead is measured too\n",
      cmd_calibrate},
     {"autopart",
-     "--model --graph --mesh --hw --memory --schedule --search --budget --time --stall --seed --threads --out --quiet "
+     "--model --graph --mesh --hw --memory --schedule --search --budget --time --stall --seed --seeds --threads --out --quiet "
      "--precision --grads --overlap --optimizer --json --memory-tactics --pipeline --dim --loss --frozen",
      "search for the best plan (MCTS over sharding tactics, priced by the cost model) and write it as JSON",
      "usage: carve autopart (--model SPEC | --graph FILE) --mesh MESH [--hw PROFILE] [--out plan.json] [options]\n"
@@ -75,10 +75,15 @@ static const cli_command commands[] = {
      "                     interleaved or GPipe, each priced by its experts, the best 3 searched; docs/pipeline.md):\n"
      "                     auto (default) when a mesh axis leaves a node, search always, none never\n"
      "  --search KIND      mcts (default), random, greedy, exhaustive\n"
-     "  --budget N         simulations (default 2000 unless --time is given)\n"
-     "  --time S           wall-time limit in seconds\n"
-     "  --stall N          stop after N simulations without a better plan\n"
+     "  --budget N         steps: a plan priced is one, a plan reached again a quarter (wall time grows\n"
+     "                     linearly with N); without --budget, --time or --stall the search stops when more\n"
+     "                     search is unlikely to pay (docs/search.md, \"Budgets\"), and says why it stopped\n"
+     "  --time S           wall-time limit in seconds (alone: search for S seconds)\n"
+     "  --stall N          stop after N steps without a better plan (instead of the converge rule)\n"
      "  --seed N --threads N   same seed and thread count give the same plan\n"
+     "  --seeds K          K searches of the plain step from seeds N .. N+K-1, side by side on the threads\n"
+     "                     given, each with the whole budget: their spread says whether the budget is\n"
+     "                     enough (the best is kept)\n"
      "  --out FILE         write the plan (docs/plan-format.md); Ctrl-C or SIGTERM stops the search and\n"
      "                     still writes it (exit 130 or 143)\n"
      "  --quiet            no progress line on stderr\n"

@@ -141,6 +141,7 @@ static const struct flag {
     {"--search", FLAG_TEXT, offsetof(cli_opts, search), NULL, NULL, check_search, 0, 0},
     {"--seed", FLAG_INT, offsetof(cli_opts, seed), NULL, NULL, NULL, 0, (double)INT64_MAX},
     {"--threads", FLAG_INT, offsetof(cli_opts, threads), NULL, NULL, NULL, 1, 256},
+    {"--seeds", FLAG_INT, offsetof(cli_opts, seeds), NULL, NULL, NULL, 1, SESSION_MAX_SEEDS},
     {"--steps", FLAG_INT, offsetof(cli_opts, steps), NULL, NULL, NULL, 1, 1000000},
     {"--stall", FLAG_INT, offsetof(cli_opts, stall), NULL, NULL, NULL, 1, 100000000},
     {"--budget", FLAG_INT, offsetof(cli_opts, budget), NULL, NULL, NULL, 1, 100000000},

@@ -233,6 +233,32 @@ static void load_search(const cJSON *se, plan_search *s)
     s->threads = (int)get_int(se, "threads", 1, 1, 1 << 20);
     s->root_actions = (int)get_int(se, "root_actions", 0, 0, 1 << 30);
     s->tree_nodes = get_int(se, "tree_nodes", 0, 0, 9e15);
+    s->steps = get_num(se, "steps", 0);
+    const cJSON *c = cJSON_GetObjectItemCaseSensitive(se, "curve"), *q;
+    s->n_curve = 0;
+    if (!cJSON_IsArray(c)) c = NULL;
+    cJSON_ArrayForEach(q, c)
+    {
+        if (s->n_curve == SEARCH_CURVE_MAX || !cJSON_IsObject(q)) break;
+        const cJSON *fits = cJSON_GetObjectItemCaseSensitive(q, "fits");
+        s->curve[s->n_curve++] = (search_point){get_num(q, "steps", 0), get_int(q, "evaluations", 0, 0, 9e15),
+                                                get_int(q, "simulations", 0, 0, 9e15), get_num(q, "seconds", 0),
+                                                {0, get_num(q, "step_time", 0), get_num(q, "peak_bytes", 0), cJSON_IsTrue(fits)}};
+    }
+    const cJSON *r = cJSON_GetObjectItemCaseSensitive(se, "experts_reached");
+    s->n_reached = 0;
+    if (!cJSON_IsArray(r)) r = NULL;
+    cJSON_ArrayForEach(q, r)
+    {
+        if (s->n_reached == PLAN_REACHED_MAX || !cJSON_IsObject(q)) break;
+        plan_reached *e = &s->reached[s->n_reached++];
+        const char *sched = get_str(q, "schedule");
+        e->schedule[0] = 0;
+        copy_str(e->schedule, sizeof e->schedule, sched ? sched : "");
+        e->step_time = get_num(q, "step_time", 0);
+        e->steps = get_num(q, "steps", -1);
+        e->seconds = get_num(q, "seconds", -1);
+    }
 }
 
 static int load_doc(const cJSON *j, plan *pl, const char *path, char *err, size_t errlen)

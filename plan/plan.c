@@ -266,6 +266,40 @@ static void add_search(cJSON *j, const plan_search *s)
     cJSON_AddItemToObject(o, "seed", cJSON_CreateRaw(buf));
     cJSON_AddNumberToObject(o, "threads", s->threads);
     cJSON_AddStringToObject(o, "stopped_by", s->stop);
+    plan_add_curve(o, s);
+}
+
+void plan_add_curve(cJSON *o, const plan_search *s)
+{
+    cJSON_AddItemToObject(o, "steps", num(s->steps));
+    cJSON *c = cJSON_AddArrayToObject(o, "curve");
+    for (int i = 0; i < s->n_curve; i++) {
+        const search_point *p = &s->curve[i];
+        cJSON *q = cJSON_CreateObject();
+        cJSON_AddItemToObject(q, "steps", num(p->steps));
+        cJSON_AddItemToObject(q, "evaluations", num((double)p->evaluations));
+        cJSON_AddItemToObject(q, "simulations", num((double)p->simulations));
+        cJSON_AddItemToObject(q, "seconds", num(p->seconds));
+        cJSON_AddItemToObject(q, "step_time", num(p->best.step_time));
+        cJSON_AddItemToObject(q, "peak_bytes", num(p->best.peak_bytes));
+        cJSON_AddBoolToObject(q, "fits", p->best.fits);
+        cJSON_AddItemToArray(c, q);
+    }
+    cJSON *r = cJSON_AddArrayToObject(o, "experts_reached");
+    for (int i = 0; i < s->n_reached; i++) {
+        const plan_reached *e = &s->reached[i];
+        cJSON *q = cJSON_CreateObject();
+        cJSON_AddStringToObject(q, "schedule", e->schedule);
+        cJSON_AddItemToObject(q, "step_time", num(e->step_time));
+        if (e->steps >= 0) {
+            cJSON_AddItemToObject(q, "steps", num(e->steps));
+            cJSON_AddItemToObject(q, "seconds", num(e->seconds));
+        } else {
+            cJSON_AddNullToObject(q, "steps");
+            cJSON_AddNullToObject(q, "seconds");
+        }
+        cJSON_AddItemToArray(r, q);
+    }
 }
 
 cJSON *plan_to_json(const plan *pl, const shard_state *st, const spmd_program *p, const cost_estimate *e, int version)

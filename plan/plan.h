@@ -24,9 +24,19 @@
 #include "analysis/shard.h"
 #include "analysis/spmd.h"
 #include "cost/cost.h"
+#include "search/search.h"
 
 #define PLAN_FORMAT "carve-plan/2"
 #define PLAN_FORMAT_V1 "carve-plan/1"
+
+/* When the search first held a plan as fast as an expert schedule's. */
+typedef struct plan_reached {
+    char schedule[160];     /* the expert's tactics */
+    double step_time;       /* its step time */
+    double steps, seconds;  /* when the search's best plan was first as fast (-1: never) */
+} plan_reached;
+
+#define PLAN_REACHED_MAX 64
 
 typedef struct plan_search {
     char kind[16];          /* mcts, random, greedy, exhaustive, or "" (no search) */
@@ -36,6 +46,11 @@ typedef struct plan_search {
     uint64_t seed;
     int threads;
     char stop[16];
+    double steps;           /* what the budget counted (docs/search.md, "Budgets") */
+    int n_curve;            /* the best-so-far curve (search_result.curve) */
+    search_point curve[SEARCH_CURVE_MAX];
+    int n_reached;          /* each fitting expert's step time, and when the search reached it */
+    plan_reached reached[PLAN_REACHED_MAX];
 } plan_search;
 
 typedef struct plan {
@@ -61,6 +76,11 @@ typedef struct plan {
     char note[1400];        /* set by plan_verify: the first collective or predicted figure that
                                differs from carve's (another carve version, or an edit), or "" */
 } plan;
+
+/* Adds the search's steps, its best-so-far curve and when each expert's step
+ * time was reached to the search object o ("steps", "curve",
+ * "experts_reached"; docs/plan-format.md). */
+void plan_add_curve(cJSON *o, const plan_search *s);
 
 /* The document of a plan: format, model, mesh, hardware, cost options,
  * schedule, decisions (st's log), arguments and activations (st), collectives

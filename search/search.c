@@ -129,6 +129,11 @@ static void new_best(search_ctx *c, const search_score *s)
     for (int i = first; i < c->n_set; i++)
         c->res.actions[i - first] = (search_action){search_ctx_group(c, c->set[i]), search_ctx_axis(c, c->set[i])};
     curve_add(c, c->res.best_seconds);
+    if (c->b->progress) { /* for the progress line: the best of every thread */
+        pthread_mutex_lock(&c->shared->mu);
+        if (s->reward > c->shared->best.reward || !c->shared->best.step_time) c->shared->best = *s;
+        pthread_mutex_unlock(&c->shared->mu);
+    }
 }
 
 const search_score *search_ctx_eval(search_ctx *c)
@@ -370,15 +375,49 @@ void search_ctx_second_phase(search_ctx *c)
     c->phase_steps = search_ctx_steps(c);
 }
 
+/* The steps left of the stall or converge rule's patience (-1: no rule). */
+static double patience_left(const search_ctx *c)
+{
+    const search_budget *b = c->b;
+    if (b->stall <= 0 && !b->converge) return -1;
+    const search_shared *sh = c->shared;
+    double steps = sh->sync ? sh->slot[0].steps * sh->threads : search_ctx_steps(c); /* about, between epochs */
+    double best = sh->sync ? sh->best_steps : c->best_steps, gain = sh->sync ? sh->gain_steps : c->gain_steps;
+    int second = sh->sync ? sh->second : c->second;
+    double phase = sh->sync ? sh->phase_steps : c->phase_steps;
+    if (second && phase > best) best = phase;
+    if (second && phase > gain) gain = phase;
+    double left = 0;
+    if (b->stall > 0) left = best + (double)b->stall - steps;
+    if (b->converge) {
+        double g = (sh->sync ? sh->gain_steps : c->gain_steps);
+        double l = gain + search_patience(b, g) - steps;
+        if (l > left) left = l;
+    }
+    return left > 0 ? left : 0;
+}
+
 static void progress(search_ctx *c)
 {
     if (c->thread != 0 || !c->b->progress) return;
     double t = now();
     if (t - c->last_progress <= 0.1) return;
     c->last_progress = t;
-    int64_t ev = __atomic_load_n(&c->shared->evaluations, __ATOMIC_RELAXED);
-    int64_t hits = __atomic_load_n(&c->shared->hits, __ATOMIC_RELAXED);
-    c->b->progress(c->b->progress_ctx, ev + hits / SEARCH_HIT_STEPS, t - c->t0, &c->res.best);
+    search_shared *sh = c->shared;
+    int64_t ev = __atomic_load_n(&sh->evaluations, __ATOMIC_RELAXED);
+    int64_t hits = __atomic_load_n(&sh->hits, __ATOMIC_RELAXED);
+    search_progress p = {.steps = (double)ev + (double)hits / SEARCH_HIT_STEPS, .seconds = t - c->t0,
+                         .best_start = sh->best_start, .steps_left = -1, .patience_left = patience_left(c),
+                         .seconds_left = c->b->seconds > 0 ? c->b->seconds - (t - c->t0) : -1,
+                         .second = sh->sync ? sh->second : c->second};
+    pthread_mutex_lock(&sh->mu);
+    p.best = sh->best;
+    pthread_mutex_unlock(&sh->mu);
+    if (c->b->simulations > 0 && !c->b->converge) { /* with the converge rule the budget is a cap, not the end */
+        p.steps_left = (double)c->b->simulations * sh->threads - p.steps;
+        if (p.steps_left < 0) p.steps_left = 0;
+    }
+    c->b->progress(c->b->progress_ctx, &p);
 }
 
 int search_ctx_stop(search_ctx *c)
@@ -630,10 +669,12 @@ int search_run(const search_algo *algo, const shard_state *prefix, const shard_g
         cs[t].shared = &shared;
         price_starts(&cs[t], sp, n_starts, threads);
     }
-    for (int k = 0; k < n_starts; k++) { /* the distinct starts, priced */
+    for (int k = 0; k < n_starts; k++) { /* the distinct starts, priced; the best fitting seed */
         int seen = 0;
         for (int j = 0; j < k && !seen; j++) seen = sp[j].key == sp[k].key;
         shared.evaluations += !seen;
+        if (k && sp[k].score.fits && (!shared.best_start || sp[k].score.step_time < shared.best_start))
+            shared.best_start = sp[k].score.step_time;
     }
 #pragma omp parallel num_threads(threads)
     { /* epochs need every thread at once: with fewer (nested, limits) the threads decide alone */

@@ -67,6 +67,18 @@ typedef struct search_evaluator {
  * a bound on the time, which the rule reaches first on every case measured. */
 #define SEARCH_AUTO_CAP 10000
 
+/* Where a search stands, for a progress line. */
+typedef struct search_progress {
+    double steps, seconds;    /* every thread's steps; seconds since the start */
+    search_score best;        /* the best plan so far (of every thread) */
+    double best_start;        /* the best fitting seed's step time (the best expert's), 0: none fits */
+    double steps_left;        /* until the budget of steps runs out (every thread's), -1: no budget */
+    double seconds_left;      /* until the time limit, -1: none */
+    double patience_left;     /* steps without a better plan after which the stall or converge rule acts (MCTS:
+                               * its local search starts, then the search stops), -1: no such rule */
+    int second;               /* MCTS's local search has started */
+} search_progress;
+
 typedef struct search_budget {
     int64_t simulations;   /* the budget in steps (0: none; then time, stall or converge bounds it) */
     double seconds;        /* wall time (0: unlimited) */
@@ -85,9 +97,8 @@ typedef struct search_budget {
     int saved_states;      /* states of tree paths kept per thread (0: about 32 MiB of them; -1: none);
                             * changes the speed, never the result */
     double target_reward;  /* stop (every thread) once a plan scores at least this (0: no target) */
-    /* Called about every 0.1 s from thread 0 (may be NULL): steps done (every thread's), seconds, the best plan
-     * so far (thread 0's). */
-    void (*progress)(void *ctx, int64_t steps, double elapsed, const search_score *best);
+    /* Called about every 0.1 s from thread 0 (may be NULL). */
+    void (*progress)(void *ctx, const struct search_progress *p);
     void *progress_ctx;
     /* Starting points (states on top of the prefix, same graph and mesh), or
      * NULL: each is priced first, and plans may start from one of them. */

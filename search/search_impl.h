@@ -77,6 +77,8 @@ typedef struct search_shared {
     double best_reward, best_steps, gain_reward, gain_steps, phase_steps;
     int second, all_done;
     int stop;                  /* 0, or 1 + the search_stop every thread stops with */
+    search_score best;         /* every thread's best so far (under mu), for the progress line */
+    double best_start;         /* the best fitting seed's step time (0: none) */
 } search_shared;
 
 typedef struct search_ctx {

@@ -114,6 +114,24 @@ static void fill_plan(session_autopart *a)
     pl->search.seed = s->b.seed;
     pl->search.threads = s->b.threads;
     snprintf(pl->search.stop, sizeof pl->search.stop, "%s", search_stop_name(res->stop));
+    pl->search.steps = res->steps;
+    pl->search.n_curve = res->n_curve;
+    memcpy(pl->search.curve, res->curve, (size_t)res->n_curve * sizeof res->curve[0]);
+    pl->search.n_reached = 0;
+    for (int i = 0; i < s->n_ex && pl->search.n_reached < PLAN_REACHED_MAX; i++) { /* each fitting expert */
+        const autopart_expert *x = &s->ex[i];
+        if (!x->ok || !x->e.fits) continue;
+        plan_reached *r = &pl->search.reached[pl->search.n_reached++];
+        snprintf(r->schedule, sizeof r->schedule, "%s", x->schedule);
+        r->step_time = x->e.step_time;
+        r->steps = r->seconds = -1;
+        for (int k = 0; k < res->n_curve; k++)
+            if (res->curve[k].best.fits && res->curve[k].best.step_time <= x->e.step_time * (1 + 1e-12)) {
+                r->steps = res->curve[k].steps;
+                r->seconds = res->curve[k].seconds;
+                break;
+            }
+    }
 }
 
 /* The memory level's step builder: the step of the plan template ctx with
@@ -141,7 +159,10 @@ static int search_plain(session_autopart *a, const schedule *manual, char *err, 
     search_budget b = a->b;
     b.progress = a->hooks.progress;
     b.progress_ctx = a->hooks.ctx;
-    return autopart_step_search(s, a->algo, &b, err, errlen);
+    if (a->seeds <= 1) return autopart_step_search(s, a->algo, &b, err, errlen);
+    a->n_seed_runs = a->seeds > SESSION_MAX_SEEDS ? SESSION_MAX_SEEDS : a->seeds;
+    a->seed_runs = ir_xcalloc((size_t)a->n_seed_runs, sizeof *a->seed_runs);
+    return autopart_step_search_seeds(s, a->algo, &b, a->n_seed_runs, a->seed_runs, err, errlen);
 }
 
 /* Checks what can be checked before minutes of searching: the schedule
@@ -257,4 +278,7 @@ void session_autopart_free(session_autopart *a)
     for (int i = 0; i < a->n_steps; i++) autopart_step_free(&a->steps[i]);
     plan_free(&a->pl);
     a->n_steps = 0;
+    free(a->seed_runs);
+    a->seed_runs = NULL;
+    a->n_seed_runs = 0;
 }

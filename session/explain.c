@@ -126,7 +126,7 @@ void session_autopart_explain(session_autopart *a)
     autopart_step *s = &a->steps[a->chosen];
     view_search *vs = &a->view_search;
     *vs = (view_search){a->algo, a->steps, a->n_steps, a->chosen, a->gather_auto, NULL, a->from,
-                        a->written ? a->out : NULL};
+                        a->written ? a->out : NULL, a->seed_runs, a->n_seed_runs, a->b.seed};
     view_explanation *x = &a->x;
     memset(x, 0, sizeof *x);
     x->kind = VIEW_AUTOPART;

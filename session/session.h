@@ -210,11 +210,13 @@ void session_cost_free(session_cost *c);
 
 /* ---- autopart (autopart.c) ------------------------------------------------------- */
 
+#define SESSION_MAX_SEEDS VIEW_MAX_SEEDS
+
 /* Callbacks a command gives autopart (each may be NULL). */
 typedef struct session_hooks {
     void *ctx;
     void (*note)(void *ctx, const char *msg);   /* a warning, as it arises ("autopart: warning: ...") */
-    void (*progress)(void *ctx, int64_t sims, double elapsed, const search_score *best); /* the plain step's search */
+    void (*progress)(void *ctx, const search_progress *p); /* the plain step's search */
     void (*level)(void *ctx, int begin);        /* the memory level begins (1) and ends (0) */
 } session_hooks;
 
@@ -229,12 +231,16 @@ typedef struct session_autopart {
     search_budget b;            /* the whole budget; b.seconds bounds the whole command */
     int memory_tactics;         /* also search the memory level (docs/memory.md) */
     int pipeline;               /* the pipeline level (docs/pipeline.md): SESSION_PIPELINE_* */
+    int seeds;                  /* searches of the plain step from seeds b.seed .. b.seed + seeds - 1, side by
+                                 * side, each with the whole budget (0 or 1: one; at most SESSION_MAX_SEEDS) */
     const char *out;            /* the plan file to write, or NULL */
     session_hooks hooks;
     /* results */
     char label[512];            /* the model's canonical spec or the graph file */
     autopart_step steps[AUTOPART_MAX_CONFIGS + 3]; /* steps[0]: the plain step; then each memory configuration;
                                                        then the pipeline level's searched candidates */
+    search_result *seed_runs;   /* seeds > 1: each search of the plain step (owned), n_seed_runs of them */
+    int n_seed_runs;
     int n_steps, chosen, gather_auto;
     char schedule[SCHED_STR_MAX]; /* the chosen plan's schedule */
     plan pl;                    /* the plan file's fields (plan_save's input) */

@@ -83,7 +83,11 @@ has explain "every argument's sharding matches the plan"
 if [ -n "$step" ] && grep -q "^step time *$step" out.txt; then pass=$((pass + 1)); else fail=$((fail + 1)); echo "FAIL explain: step time '$step' from autopart not shown"; fi
 # same seed and thread count: the same plan file apart from timings
 ok autopart-again "$carve" autopart --model gpt-tiny --mesh batch=2,model=2 --hw a100 --budget 200 --seed 3 --out plan2.json --quiet
-strip() { python3 -c "import json,sys; p=json.load(open(sys.argv[1])); p['search'].pop('seconds'); print(json.dumps(p, sort_keys=True))" "$1"; }
+strip() { python3 -c "
+import json, sys
+p = json.load(open(sys.argv[1])); s = p['search']; s.pop('seconds')
+for q in s['curve'] + s['experts_reached']: q.pop('seconds')
+print(json.dumps(p, sort_keys=True))" "$1"; }
 if [ "$(strip plan.json)" = "$(strip plan2.json)" ]; then pass=$((pass + 1)); else fail=$((fail + 1)); echo "FAIL determinism: plans differ"; fi
 ok autopart-manual "$carve" autopart --model mlp-tiny --mesh batch=2 --schedule dp:batch,auto --search greedy --out plan3.json --quiet
 ok autopart-exhaustive "$carve" autopart --model mlp-tiny --mesh batch=2 --search exhaustive --quiet
@@ -112,6 +116,8 @@ echo '{"format": "carve-plan/1",' >trunc.json
 bad plan-malformed "malformed JSON" "$carve" explain trunc.json
 bad explain-no-file "give a plan file" "$carve" explain
 bad zero-budget "--budget must be" "$carve" autopart --model gpt-tiny --mesh batch=2 --budget 0
+bad zero-seeds "--seeds must be an integer in 1..64" "$carve" autopart --model gpt-tiny --mesh batch=2 --seeds 0
+bad absurd-seeds "--seeds must be an integer in 1..64" "$carve" autopart --model gpt-tiny --mesh batch=2 --seeds 1000
 bad neg-time "--time must be" "$carve" autopart --model gpt-tiny --mesh batch=2 --time -1
 bad bad-search "--search must be" "$carve" autopart --model gpt-tiny --mesh batch=2 --search annealing
 bad no-auto "no 'auto' tactic" "$carve" autopart --model gpt-tiny --mesh batch=2 --schedule dp:batch

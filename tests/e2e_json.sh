@@ -84,6 +84,30 @@ chosen = [c for c in cf if c['chosen']]
 sys.exit(0 if len(cf) > 1 and len(chosen) == 1 and chosen[0]['tactics'] and chosen[0]['fits'] and not cf[0]['fits'] else 1)"
 check "autopart's memory tactics in the document" $?
 grep -q "^memory tactics" auto5.txt; check "and in the text it is compared with" $?
+# the best-so-far curve (docs/search.md): better at every point, in order, its last point the plan shown; every
+# fitting expert's step time reached, no later than that
+python3 -c "
+import json, sys
+d = json.load(open('auto1.json')); s = d['search']; c = [p for p in s['curve'] if p['fits']]
+ok = len(c) >= 1 and all(b['step_time'] < a['step_time'] and b['steps'] >= a['steps'] and b['seconds'] >= a['seconds']
+                         for a, b in zip(c, c[1:]))
+ok = ok and abs(c[-1]['step_time'] - d['estimate']['step_time_s']) <= 1e-12 * d['estimate']['step_time_s'] and 0 < s['steps'] <= 41
+r = s['experts_reached']
+ok = ok and len(r) >= 1 and all(e['steps'] is not None and e['steps'] <= c[-1]['steps'] for e in r)
+sys.exit(0 if ok else 1)"
+check "the search's curve in the document" $?
+grep -q "^curve      [0-9]* better plans" auto1.txt && grep -q "^curve      [0-9]* better plans" explain1.txt
+check "and in the text of autopart and explain" $?
+# --seeds K: K searches of the plain step, each in the document; the plan kept is the best of them
+both seeds autopart "${m[@]}" --budget 40 --seeds 3 --threads 2 --quiet --memory-tactics none
+python3 -c "
+import json, sys
+d = json.load(open('seeds.json')); k = d['seeds']
+ok = [x['seed'] for x in k] == [1, 2, 3] and all(0 < x['steps'] <= 41 for x in k)
+ok = ok and abs(min(x['step_time'] for x in k) - d['estimate']['step_time_s']) <= 1e-12 * d['estimate']['step_time_s']
+sys.exit(0 if ok else 1)"
+check "--seeds 3: three searches, the best kept" $?
+[ "$(grep -c '^  [123] ' seeds.txt)" = 3 ]; check "--seeds 3: a row each in the text" $?
 both explain-v1 explain "$root/tests/plans/v1-gpt-tiny.json"
 both explain-hw explain p1.json --hw h100
 grep -q '"hardware_given":[[:space:]]*true' explain-hw.json; check "explain --hw said in the document" $?

@@ -41,6 +41,19 @@ PY
 check "self-contained page with SVG" $?
 grep -q "forward: " plan.html && grep -q "all-gather{" plan.html && grep -q "memory per device" plan.html -i
 check "timeline and memory sections" $?
+# the search's best-so-far curve (the plan's search.curve): a section with its chart, one dot per better plan
+python3 - plan.json plan.html <<'PY'
+import json, re, sys
+curve = json.load(open(sys.argv[1]))["search"]["curve"]
+page = open(sys.argv[2]).read()
+m = re.search(r'<h2>The search</h2>.*?<svg[^>]*data-curve="(\d+)"(.*?)</svg>', page, re.S)
+ok = m and int(m.group(1)) == len(curve) >= 1 and "<polyline" in m.group(2) and m.group(2).count("<circle") == sum(p["fits"] for p in curve)
+sys.exit(0 if ok else 1)
+PY
+check "the search's curve drawn (a dot per better plan that fits)" $?
+"$carve" report "$root/tests/plans/v1-gpt-tiny.json" --html v1.html >/dev/null 2>&1 && ! grep -q "<h2>The search</h2>" v1.html &&
+    grep -q "<h2>Shardings</h2>" v1.html
+check "a plan without a curve (carve-plan/1): no search section" $?
 # a pipelined plan: 4 stages over node (nothing else fits in 6 MB a device), its schedule drawn
 "$carve" autopart --model gpt-tiny:layers=8 --mesh node=4,gpu=2 --hw a100 --pipeline search --budget 10 --memory 0.006 \
     --quiet --out pipe.json >/dev/null 2>&1

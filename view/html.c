@@ -430,6 +430,77 @@ static void schedule_section(FILE *f, const pipe_program *pp, const cost_pipe_es
     free(order);
 }
 
+/* The search's best-so-far curve (the plan file's search.curve): the best
+ * step time against steps (log scale from the first plan priced), the best
+ * fitting expert's step time dashed (the others in its tooltip), the end of
+ * the search and why it stopped.  Plans slower than the best expert are drawn
+ * at the top edge. */
+static void search_section(FILE *f, const plan_search *s)
+{
+    const search_point *first = NULL;
+    double lo = 1e300;
+    for (int i = 0; i < s->n_curve; i++)
+        if (s->curve[i].best.fits && s->curve[i].best.step_time > 0) {
+            if (!first) first = &s->curve[i];
+            lo = fmin(lo, s->curve[i].best.step_time);
+        }
+    if (!first) return; /* nothing fits: no step times to draw */
+    const plan_reached *best = NULL;
+    for (int i = 0; i < s->n_reached; i++)
+        if (!best || s->reached[i].step_time < best->step_time) best = &s->reached[i];
+    double hi = best ? best->step_time : first->best.step_time;
+    if (hi < lo * 1.01) hi = lo * 1.01;
+    double x0 = first->steps, x1 = s->steps > x0 + 1 ? s->steps : x0 + 2;
+    double pad = (hi - lo) * 0.08, y0 = lo - pad, y1 = hi + pad, W = 640, H = 220, L = 70;
+    char a[32], b[32];
+    fmt_time(lo, a, sizeof a);
+    fmt_time(hi, b, sizeof b);
+    fprintf(f, "<h2>The search</h2><p class=\"note\">The best step time so far against the search's steps (a plan priced is "
+               "one step, a plan reached again a quarter; docs/search.md), from step %.0f, when the expert schedules had "
+               "been priced: %d better plans, the last (%s) at step %.0f of %.0f, %.2f s; stopped by %s. Dashed: the best "
+               "expert's step time (%s).</p>",
+            x0, s->n_curve, a, s->curve[s->n_curve - 1].steps, s->steps, s->curve[s->n_curve - 1].seconds, s->stop, b);
+    fprintf(f, "<svg width=\"%.0f\" height=\"%.0f\" data-curve=\"%d\">", W + L + 10, H + 30, s->n_curve);
+#define CX(v) (L + W * log(1 + (v) - x0) / log(1 + x1 - x0))
+#define CY(t) (H - H * (fmin(t, y1) - y0) / (y1 - y0))
+    if (best) {
+        fprintf(f, "<line x1=\"%.0f\" x2=\"%.0f\" y1=\"%.2f\" y2=\"%.2f\" stroke=\"#999\" stroke-dasharray=\"4 3\"><title>", L,
+                L + W, CY(hi), CY(hi));
+        for (int i = 0; i < s->n_reached; i++) { /* every expert, when the search reached it */
+            fmt_time(s->reached[i].step_time, a, sizeof a);
+            esc(f, s->reached[i].schedule);
+            if (s->reached[i].steps >= 0) fprintf(f, " %s: reached at step %.0f\n", a, s->reached[i].steps);
+            else fprintf(f, " %s: not reached\n", a);
+        }
+        fputs("</title></line>", f);
+    }
+    fputs("<polyline fill=\"none\" stroke=\"#4e79a7\" stroke-width=\"2\" points=\"", f);
+    double py = -1;
+    for (int i = 0; i < s->n_curve; i++) {
+        if (!s->curve[i].best.fits) continue;
+        double x = CX(s->curve[i].steps), y = CY(s->curve[i].best.step_time);
+        if (py >= 0) fprintf(f, "%.1f,%.2f ", x, py); /* a step: the best holds until the next better plan */
+        fprintf(f, "%.1f,%.2f ", x, y);
+        py = y;
+    }
+    fprintf(f, "%.1f,%.2f\"/>", CX(x1), py);
+    for (int i = 0; i < s->n_curve; i++) {
+        const search_point *p = &s->curve[i];
+        if (!p->best.fits) continue;
+        fmt_time(p->best.step_time, a, sizeof a);
+        fprintf(f, "<circle cx=\"%.1f\" cy=\"%.2f\" r=\"3\" fill=\"#4e79a7\"><title>step %.1f, %.2f s, %lld plans priced: %s"
+                   "</title></circle>",
+                CX(p->steps), CY(p->best.step_time), p->steps, p->seconds, (long long)p->evaluations, a);
+    }
+    fmt_time(lo, a, sizeof a);
+    fprintf(f, "<line x1=\"%.0f\" x2=\"%.0f\" y1=\"%.0f\" y2=\"%.0f\" stroke=\"#000\"/>"
+               "<text x=\"0\" y=\"%.2f\">%s</text><text x=\"0\" y=\"%.2f\">%s</text>"
+               "<text x=\"%.0f\" y=\"%.0f\">step %.0f</text><text x=\"%.0f\" y=\"%.0f\">%.0f steps</text></svg>\n",
+            L, L + W, H, H, CY(hi) + 4, b, CY(lo) + 4, a, L, H + 14, x0, L + W - 60, H + 14, x1);
+#undef CX
+#undef CY
+}
+
 static const char *const script =
     "document.querySelectorAll('svg[data-value]').forEach(function(s){"
     "s.querySelectorAll('rect.dev').forEach(function(r){"
@@ -481,6 +552,7 @@ int view_render_html(const view_explanation *x, FILE *f)
     timeline_section(f, x->p, x->instr_time, x->pp != NULL);
     if (x->pp && x->pe) memory_stages_section(f, x->pe, e);
     else memory_section(f, st->mesh, e);
+    search_section(f, &pl->search);
     fprintf(f, "\n<script>%s</script>\n</body></html>\n", script);
     return ferror(f) ? -1 : 0;
 }

@@ -407,11 +407,37 @@ static cJSON *autopart_json(const view_explanation *x)
     cJSON_AddNumberToObject(so, "threads", s->threads);
     if (vs->from) cJSON_AddStringToObject(so, "starts_from_expert", vs->from);
     else cJSON_AddNullToObject(so, "starts_from_expert");
+    plan_add_curve(so, s);
     cJSON *ac = cJSON_AddArrayToObject(j, "actions");
     for (int i = 0; i < step->res.n_actions; i++) {
         char act[160];
         snprintf(act, sizeof act, "%s->%s", step->gs->groups[step->res.actions[i].group].name, pl->mesh.names[step->res.actions[i].axis]);
         cJSON_AddItemToArray(ac, cJSON_CreateString(act));
+    }
+    if (vs->n_seed_runs > 1) { /* --seeds: each search of the plain step */
+        cJSON *sa = cJSON_AddArrayToObject(j, "seeds");
+        for (int i = 0; i < vs->n_seed_runs; i++) {
+            const search_result *r = &vs->seed_runs[i];
+            cJSON *q = cJSON_CreateObject();
+            char sd[32];
+            snprintf(sd, sizeof sd, "%llu", (unsigned long long)(vs->first_seed + (uint64_t)i));
+            cJSON_AddItemToObject(q, "seed", cJSON_CreateRaw(sd));
+            cJSON_AddItemToObject(q, "step_time", num(r->best.step_time));
+            cJSON_AddBoolToObject(q, "fits", r->best.fits);
+            cJSON_AddItemToObject(q, "steps", num(r->steps));
+            cJSON_AddItemToObject(q, "evaluations", num((double)r->evaluations));
+            cJSON_AddItemToObject(q, "simulations", num((double)r->simulations));
+            cJSON_AddItemToObject(q, "seconds", num(r->seconds));
+            cJSON_AddStringToObject(q, "stopped_by", search_stop_name(r->stop));
+            double at = 0;
+            for (int k = 0; k < r->n_curve; k++)
+                if (r->curve[k].best.reward == r->best.reward) {
+                    at = r->curve[k].steps;
+                    break;
+                }
+            cJSON_AddItemToObject(q, "best_at_steps", num(at));
+            cJSON_AddItemToArray(sa, q);
+        }
     }
     add_body_tail(j, x);
     if (vs->written) cJSON_AddStringToObject(j, "plan_written", vs->written);

@@ -278,6 +278,78 @@ static void text_cost(FILE *f, const view_explanation *x)
 
 /* ---- carve explain ------------------------------------------------------------------------ */
 
+/* The best fitting expert's step time among ex[0..n) (0: none fits). */
+static double best_expert_time(const autopart_expert *ex, int n)
+{
+    double t = 0;
+    for (int i = 0; i < n; i++)
+        if (ex[i].ok && ex[i].e.fits && (!t || ex[i].e.step_time < t)) t = ex[i].e.step_time;
+    return t;
+}
+
+static int cmp_time(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* --seeds: each search of the plain step, and their spread. */
+static void seed_runs(FILE *f, const view_search *vs)
+{
+    int k = vs->n_seed_runs, best = 0;
+    if (k < 2) return;
+    double be = best_expert_time(vs->steps[0].ex, vs->steps[0].n_ex), t[VIEW_MAX_SEEDS];
+    int n = 0;
+    for (int i = 0; i < k; i++) {
+        if (vs->seed_runs[i].best.reward > vs->seed_runs[best].best.reward) best = i;
+        if (vs->seed_runs[i].best.fits && n < VIEW_MAX_SEEDS) t[n++] = vs->seed_runs[i].best.step_time;
+    }
+    qsort(t, (size_t)n, sizeof t[0], cmp_time);
+    char a[32], m[32], w[32];
+    fprintf(f, "seeds      %d searches of the plain step from seeds %llu-%llu, one thread each", k,
+            (unsigned long long)vs->first_seed, (unsigned long long)(vs->first_seed + (uint64_t)k - 1));
+    if (n) {
+        cost_fmt_time(t[0], a, sizeof a);
+        cost_fmt_time(t[n / 2], m, sizeof m);
+        cost_fmt_time(t[n - 1], w, sizeof w);
+        fprintf(f, ": best %s, median %s, worst %s (%.2f%% over the best)", a, m, w, 100 * (t[n - 1] / t[0] - 1));
+    }
+    fprintf(f, "; the plan kept is seed %llu's\n", (unsigned long long)(vs->first_seed + (uint64_t)best));
+    fprintf(f, "  %-6s %14s %14s %8s %8s %12s %13s %9s\n", "seed", "best step", "/ best expert", "steps", "priced",
+            "stopped by", "best at step", "seconds");
+    for (int i = 0; i < k; i++) {
+        const search_result *r = &vs->seed_runs[i];
+        char ratio[16] = "-", at[16] = "-";
+        cost_fmt_time(r->best.step_time, a, sizeof a);
+        if (r->best.fits && be > 0) snprintf(ratio, sizeof ratio, "%.3f", r->best.step_time / be);
+        for (int j = 0; j < r->n_curve; j++)
+            if (r->curve[j].best.reward == r->best.reward) {
+                snprintf(at, sizeof at, "%.0f", r->curve[j].steps);
+                break;
+            }
+        fprintf(f, "  %-6llu %14s %14s %8.0f %8lld %12s %13s %9.2f%s\n", (unsigned long long)(vs->first_seed + (uint64_t)i),
+                a, ratio, r->steps, (long long)r->evaluations, search_stop_name(r->stop), at, r->seconds,
+                r->best.fits ? "" : "  does not fit");
+    }
+}
+
+/* One line on the search's best-so-far curve: how many better plans, when
+ * the best expert's step time and the final plan were reached. */
+static void curve_line(FILE *f, const plan_search *s)
+{
+    if (!s->n_curve) return;
+    const plan_reached *best = NULL;
+    for (int i = 0; i < s->n_reached; i++)
+        if (!best || s->reached[i].step_time < best->step_time) best = &s->reached[i];
+    const search_point *last = &s->curve[s->n_curve - 1];
+    fprintf(f, "curve      %d better plans", s->n_curve);
+    if (best && best->steps >= 0)
+        fprintf(f, "; the best expert's step time at step %.0f (%.2f s)", best->steps, best->seconds);
+    else if (best)
+        fprintf(f, "; the best expert's step time never reached");
+    fprintf(f, "; this plan at step %.0f (%.2f s) of %.0f (carve report draws it)\n", last->steps, last->seconds, s->steps);
+}
+
 static void text_explain(FILE *f, const view_explanation *x)
 {
     char buf[512];
@@ -289,10 +361,12 @@ static void text_explain(FILE *f, const view_explanation *x)
     fprintf(f, "options    precision %s, %s, memory per device %s\n", cost_precision_name(pl->options.precision),
             pl->options.overlap ? "communication overlapped with compute" : "no overlap",
             pl->options.memory_capacity > 0 ? "as given" : "the profile's");
-    if (pl->search.kind[0])
+    if (pl->search.kind[0]) {
         fprintf(f, "search     %s, %lld simulations in %.2f s, best at simulation %lld, seed %llu, %d threads\n",
                 pl->search.kind, (long long)pl->search.simulations, pl->search.seconds, (long long)pl->search.best_at,
                 (unsigned long long)pl->search.seed, pl->search.threads);
+        curve_line(f, &pl->search);
+    }
     fprintf(f, "\nstrategy   %s\n", x->strategy);
     fprintf(f, "decisions  %d (all replayed; every argument's sharding matches the plan)\n", pl->n_decisions);
     fprintf(f, "\nparam shardings (PartitionSpec):\n");
@@ -352,6 +426,8 @@ static void autopart_plan(FILE *f, const view_explanation *x)
     if (vs->from)
         fprintf(f, "           the best plan starts from the expert schedule %s (the search starts from all %d that apply)\n",
                 vs->from, b->n_seeds);
+    curve_line(f, &pl->search);
+    seed_runs(f, vs);
     fprintf(f, "\nstrategy   %s\n", x->strategy);
     fprintf(f, "actions   ");
     if (!res->n_actions) fprintf(f, res->seed >= 0 ? " (none after the expert schedule)" : " (none: the manual tactics alone are best)");

@@ -49,6 +49,8 @@ typedef struct view_collective {
     double seconds;           /* its predicted time (0 without an estimate) */
 } view_collective;
 
+#define VIEW_MAX_SEEDS 64 /* seed_runs shown (session.h: SESSION_MAX_SEEDS) */
+
 /* The search of carve autopart, and the memory level above it. */
 typedef struct view_search {
     const search_algo *algo;
@@ -58,8 +60,11 @@ typedef struct view_search {
     const cost_estimate *other; /* the plan under the other gather policy; NULL when it changes nothing */
     const char *from;         /* the expert schedule the plan starts from, or NULL */
     const char *written;      /* the plan file written, or NULL */
-    /* the search's best-so-far curve and why it stopped (issue 28) join here:
-     * read from steps[chosen].res, drawn by text, json and html */
+    /* the search's best-so-far curve and why it stopped (issue 28): the plan
+     * file's search record (view_explanation.pl), drawn by text, json and html */
+    const search_result *seed_runs; /* --seeds: each search of the plain step, n_seed_runs of them (else NULL) */
+    int n_seed_runs;
+    uint64_t first_seed;      /* seed_runs[i] searched from seed first_seed + i */
 } view_search;
 
 typedef struct view_explanation {
