@@ -288,7 +288,7 @@ static void memory_section(FILE *f, const shard_mesh *m, const cost_estimate *e)
  * of a stage alike), its peak as the schedule simulation found it: held all
  * step (params, optimizer states, gradient accumulators), the activations
  * stashed by its micro-batches in flight, the rest (inputs, temporaries). */
-static void memory_stages_section(FILE *f, const cost_pipe_estimate *pe, const cost_estimate *e)
+static void memory_stages_section(FILE *f, const cost_pipe_estimate *pe, int chunks, const cost_estimate *e)
 {
     char a[32], b[32];
     double *parts = calloc((size_t)pe->n_stages * 5, sizeof *parts);
@@ -299,7 +299,8 @@ static void memory_stages_section(FILE *f, const cost_pipe_estimate *pe, const c
         q[0] = s->params;
         q[1] = s->opt_states;
         q[2] = s->grads;
-        q[3] = fmin(s->stash * s->in_flight, fmax(s->peak - q[0] - q[1] - q[2], 0));
+        /* stash: one micro-batch's over all chunks; in_flight counts (micro-batch, chunk) stashes */
+        q[3] = fmin(s->stash / chunks * s->in_flight, fmax(s->peak - q[0] - q[1] - q[2], 0));
         q[4] = fmax(s->peak - q[0] - q[1] - q[2] - q[3], 0);
     }
     fmt_bytes(e->peak_memory, a, sizeof a);
@@ -550,7 +551,7 @@ int view_render_html(const view_explanation *x, FILE *f)
     if (x->pp && x->pe) schedule_section(f, x->pp, x->pe);
     shardings_section(f, x);
     timeline_section(f, x->p, x->instr_time, x->pp != NULL);
-    if (x->pp && x->pe) memory_stages_section(f, x->pe, e);
+    if (x->pp && x->pe) memory_stages_section(f, x->pe, x->pp->spec.chunks, e);
     else memory_section(f, st->mesh, e);
     search_section(f, &pl->search);
     fprintf(f, "\n<script>%s</script>\n</body></html>\n", script);
