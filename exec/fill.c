@@ -16,17 +16,11 @@
  *   DATA   the elements attached to the graph (ir_data): copied, not drawn
  */
 #include "exec/exec.h"
+#include "ir/hash.h"
 #include "ir/pcg32.h"
 
 #include <math.h>
 #include <string.h>
-
-static uint64_t fnv1a(const char *s)
-{
-    uint64_t h = 1469598103934665603ull;
-    for (; *s; s++) h = (h ^ (unsigned char)*s) * 1099511628211ull;
-    return h;
-}
 
 typedef enum { FILL_UNIFORM, FILL_CONST, FILL_IDS } fill_kind;
 
@@ -80,7 +74,7 @@ void exec_fill_value(const ir_value *x, const void *data, uint64_t seed, int64_t
         return;
     }
     pcg32 r;
-    pcg32_seed(&r, seed, fnv1a(x->name));
+    pcg32_seed(&r, seed, ir_fnv(x->name));
     pcg32_advance(&r, (uint64_t)start);
     double half_width = sqrt(3.0) * std;
     for (int64_t i = 0; i < count; i++) {

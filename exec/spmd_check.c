@@ -9,6 +9,7 @@
  * other replica with the one it copies.
  */
 #include "exec/spmd_impl.h"
+#include "ir/hash.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -245,7 +246,7 @@ int exec_spmd_compare(exec_spmd *r, exec_ref *ref, exec_spmd_check *c, char *err
     mark_noise(c, ref);
     c->steps++;
     c->n_compared = c->n_excluded = 0;
-    c->digest = 1469598103934665603ull;
+    c->digest = IR_FNV_OFFSET;
     for (int ri = 0; ri < rg->n_outputs; ri++) {
         int i = ref_output(c, rg, ri);
         if (i < 0 || ir_numel(&g->values[g->outputs[i].value]) != ir_numel(&rg->values[rg->outputs[ri].value])) {
@@ -266,7 +267,7 @@ int exec_spmd_compare(exec_spmd *r, exec_ref *ref, exec_spmd_check *c, char *err
         exec_spmd_assemble(r, r->p->out_buf[ri], tmp, &rd);
         if (rd > c->replica_diff) c->replica_diff = rd;
         const void *want = exec_ref_data(ref, o->value);
-        for (int64_t k = 0; k < n * 4; k++) c->digest = (c->digest ^ ((const unsigned char *)tmp)[k]) * 1099511628211ull;
+        c->digest = ir_fnv_bytes(c->digest, tmp, (size_t)n * 4);
         /* the param this output belongs to, when it is updated through state */
         int param = o->updates < 0 ? -1 : g->values[o->updates].role == IR_PARAM ? o->updates : g->values[o->updates].tied;
         const uint8_t *skip = NULL;

@@ -6,6 +6,7 @@
  * type, and appends one op and one value; on a bad call it records the first
  * error in g->err and returns -1 (see ir.h).
  */
+#include "hash.h"
 #include "ir.h"
 #include "pcg32.h"
 
@@ -228,17 +229,10 @@ void ir_set_layer(ir_graph *g, int layer)
 
 /* ---- name table ------------------------------------------------------- */
 
-static uint64_t hash_str(const char *s)
-{
-    uint64_t h = 1469598103934665603ull; /* FNV-1a */
-    for (; *s; s++) h = (h ^ (unsigned char)*s) * 1099511628211ull;
-    return h;
-}
-
 static void index_insert(ir_graph *g, int id)
 {
     size_t mask = (size_t)g->name_cap - 1;
-    size_t i = hash_str(g->values[id].name) & mask;
+    size_t i = ir_fnv(g->values[id].name) & mask;
     while (g->name_index[i] >= 0) i = (i + 1) & mask;
     g->name_index[i] = id;
 }
@@ -259,7 +253,7 @@ int ir_find(const ir_graph *g, const char *name)
 {
     if (!g->name_cap) return -1;
     size_t mask = (size_t)g->name_cap - 1;
-    for (size_t i = hash_str(name) & mask; g->name_index[i] >= 0; i = (i + 1) & mask)
+    for (size_t i = ir_fnv(name) & mask; g->name_index[i] >= 0; i = (i + 1) & mask)
         if (strcmp(g->values[g->name_index[i]].name, name) == 0) return g->name_index[i];
     return -1;
 }
@@ -269,13 +263,13 @@ int ir_find(const ir_graph *g, const char *name)
  * in linear probing without tombstones). */
 static void index_remove(ir_graph *g, int v)
 {
-    size_t mask = (size_t)g->name_cap - 1, i = hash_str(g->values[v].name) & mask;
+    size_t mask = (size_t)g->name_cap - 1, i = ir_fnv(g->values[v].name) & mask;
     while (g->name_index[i] != v) {
         if (g->name_index[i] < 0) return;
         i = (i + 1) & mask;
     }
     for (size_t j = (i + 1) & mask; g->name_index[j] >= 0; j = (j + 1) & mask) {
-        size_t home = hash_str(g->values[g->name_index[j]].name) & mask;
+        size_t home = ir_fnv(g->values[g->name_index[j]].name) & mask;
         /* j's entry may fill the hole at i unless its home lies in (i, j] */
         if (((j - home) & mask) >= ((j - i) & mask)) {
             g->name_index[i] = g->name_index[j];

@@ -21,6 +21,7 @@
  * their label as name (set directly, then the name index is rebuilt once by
  * cloning the graph).
  */
+#include "hash.h"
 #include "ir.h"
 
 #include <cjson/cJSON.h>
@@ -524,18 +525,11 @@ static int check_keys(loader *L, const cJSON *o, const char *const *keys, const 
 
 /* ---- the name table ---------------------------------------------------- */
 
-static uint64_t name_hash(const char *s)
-{
-    uint64_t h = 1469598103934665603ull; /* FNV-1a */
-    for (; *s; s++) h = (h ^ (unsigned char)*s) * 1099511628211ull;
-    return h;
-}
-
 /* The slot holding `name`, or the empty slot where it would go. */
 static name_slot *slot_of(loader *L, const char *name)
 {
     size_t mask = L->n_slots - 1;
-    for (size_t i = name_hash(name) & mask;; i = (i + 1) & mask)
+    for (size_t i = ir_fnv(name) & mask;; i = (i + 1) & mask)
         if (!L->slots[i].name || !strcmp(L->slots[i].name, name)) return &L->slots[i];
 }
 

@@ -5,6 +5,8 @@
  * carve's primitive ops (see blocks.h). */
 #include "models/blocks.h"
 
+#include "ir/hash.h"
+
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -12,8 +14,7 @@
 int mb_dropout(ir_graph *g, int x, double p, const char *name)
 {
     if (x < 0 || !(p > 0)) return x;
-    uint64_t h = 1469598103934665603ull; /* FNV-1a of the name, cut to 53 bits (a graph file's integers) */
-    for (const char *c = name; *c; c++) h = (h ^ (unsigned char)*c) * 1099511628211ull;
+    uint64_t h = ir_fnv(name); /* cut to 53 bits (a graph file's integers) */
     const ir_value *v = &g->values[x];
     int mask = ir_dropout_mask(g, v->rank, v->dims, p, (int64_t)(h >> 11));
     return mb_named(g, name, IR_OP_MUL, x, mask, 0);

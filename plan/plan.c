@@ -9,6 +9,8 @@
 #define _GNU_SOURCE
 #include "plan/plan.h"
 
+#include "ir/hash.h"
+
 #include <errno.h>
 #include <limits.h>
 #include <stdio.h>
@@ -65,9 +67,10 @@ int plan_file_hash(const char *path, char out[24])
 {
     FILE *f = fopen(path, "rb");
     if (!f) return -1;
-    uint64_t h = 1469598103934665603ull;
-    int c;
-    while ((c = getc(f)) != EOF) h = (h ^ (unsigned char)c) * 1099511628211ull;
+    uint64_t h = IR_FNV_OFFSET;
+    unsigned char buf[4096];
+    size_t n;
+    while ((n = fread(buf, 1, sizeof buf, f)) > 0) h = ir_fnv_bytes(h, buf, n);
     fclose(f);
     snprintf(out, 24, "%016llx", (unsigned long long)h);
     return 0;

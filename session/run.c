@@ -23,6 +23,7 @@
 #include "session/session.h"
 
 #include "cost/pipeline.h"
+#include "ir/hash.h"
 #include "models/models.h"
 
 #include <stdio.h>
@@ -79,16 +80,10 @@ int session_world_end(session_world *w, int rc, char *err, size_t errlen)
  * different hosts) differ. */
 static uint64_t prog_hash(const spmd_program *p, const pipe_program *pp)
 {
-    uint64_t h = 1469598103934665603ull;
-    for (size_t i = 0; pp && i < sizeof pp->spec; i++) h = (h ^ ((const unsigned char *)&pp->spec)[i]) * 1099511628211ull;
-    const unsigned char *bytes[2] = {(const unsigned char *)p->instrs, (const unsigned char *)p->bufs};
-    size_t n[2] = {(size_t)p->n_instrs * sizeof *p->instrs, (size_t)p->n_bufs * sizeof *p->bufs};
-    for (int k = 0; k < 2; k++)
-        for (size_t i = 0; i < n[k]; i++) h = (h ^ bytes[k][i]) * 1099511628211ull;
-    for (int a = 0; a < p->mesh.n_axes; a++) {
-        h = (h ^ (uint64_t)p->mesh.sizes[a]) * 1099511628211ull;
-        for (const char *c = p->mesh.names[a]; *c; c++) h = (h ^ (unsigned char)*c) * 1099511628211ull;
-    }
+    uint64_t h = pp ? ir_fnv_bytes(IR_FNV_OFFSET, &pp->spec, sizeof pp->spec) : IR_FNV_OFFSET;
+    h = ir_fnv_bytes(h, p->instrs, (size_t)p->n_instrs * sizeof *p->instrs);
+    h = ir_fnv_bytes(h, p->bufs, (size_t)p->n_bufs * sizeof *p->bufs);
+    for (int a = 0; a < p->mesh.n_axes; a++) h = ir_fnv_str(ir_fnv_word(h, (uint64_t)p->mesh.sizes[a]), p->mesh.names[a]);
     return h;
 }
 
