@@ -203,7 +203,7 @@ int shard_member_can(const shard_state *s, int v, int d, int a)
     const ir_value *x = &s->g->values[v];
     unsigned bit = 1u << a;
     if ((shard_spec_tiled(&s->spec[v], x->rank) & bit) || (s->atomic[v] & bit) || (s->reserved_axes & bit)) return 0;
-    return shard_split_ok(x->dims[d], shard_dim_shards(s->mesh, &s->spec[v], d) * s->mesh->sizes[a]);
+    return shard_split_ok(x->dims[d], shard_dim_shards(&s->mesh, &s->spec[v], d) * s->mesh.sizes[a]);
 }
 
 int shard_group_legal(const shard_state *s, const shard_groups *gs, int grp, int axis)

@@ -258,7 +258,7 @@ static void tensor_layout(const shard_state *s, int op, int t, const shard_facto
         out->n[d] = L->n;
         memcpy(out->axes[d], L->axes, L->n);
     }
-    drop_unit_axes(s->mesh, out, r->rank[t]);
+    drop_unit_axes(&s->mesh, out, r->rank[t]);
 }
 
 static void mark_phases(const ir_graph *g, uint8_t *phase)
@@ -466,7 +466,7 @@ spmd_program *spmd_lower_ex(shard_state *s, spmd_program *p, const spmd_options 
         p->opts = spmd_default_options();
         p->opts.gather_policy = s->gather_policy; /* the plan's (gather: tactic) */
     }
-    p->mesh = *s->mesh;
+    p->mesh = s->mesh;
     p->n_bufs = p->n_instrs = 0;
     memset(&p->stats, 0, sizeof p->stats);
     lower_ctx c = {s, p, p->cur, p->phase, -1};

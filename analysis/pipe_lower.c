@@ -647,7 +647,7 @@ static int check_state(plower *c)
             for (int k = 0; k < s->n[d]; k++) used |= s->axes[d][k] == c->sp.axis;
         if (used)
             return ir_errf(c->err, c->errlen, "pipeline:%s: '%s' is sharded over the pipeline axis; no other tactic may use it",
-                           c->st->mesh->names[c->sp.axis], g->values[v].name);
+                           c->st->mesh.names[c->sp.axis], g->values[v].name);
     }
     return 0;
 }
@@ -657,7 +657,7 @@ int pipe_lower(shard_state *st, const pipe_spec *spec, const spmd_options *opts,
 {
     memset(out, 0, sizeof *out);
     const ir_graph *g = st->g;
-    if (pipe_spec_check(spec, st->mesh, g->n_layers, err, errlen) < 0) return -1;
+    if (pipe_spec_check(spec, &st->mesh, g->n_layers, err, errlen) < 0) return -1;
     if (spec->axis < 0 || spec->split_auto)
         return ir_errf(err, errlen, "pipe_lower: %s", spec->axis < 0 ? "not a pipelined spec" : "the layer split is not resolved");
     plower c = {.st = st, .g = g, .sp = *spec, .V = pipe_vstages(spec), .P = spec->stages, .err = err, .errlen = errlen};

@@ -60,7 +60,7 @@ shard_state *shard_state_new_saved(const ir_graph *g, const shard_mesh *mesh)
 {
     shard_state *s = ir_xcalloc(1, sizeof *s);
     s->g = g;
-    s->mesh = mesh;
+    s->mesh = *mesh;
     s->spec = ir_xcalloc((size_t)g->n_values, sizeof *s->spec);
     s->stamp = ir_xcalloc((size_t)g->n_values, sizeof *s->stamp);
     s->atomic = ir_xcalloc((size_t)g->n_values, 1);
@@ -236,7 +236,7 @@ static int merge_proposal(shard_state *s, int op, const proposal *q, shard_facto
      * block would not be whole rows of the compound dim) */
     int n = 0;
     for (int64_t shards = 1; n < sp->n[d]; n++) {
-        shards *= s->mesh->sizes[sp->axes[d][n]];
+        shards *= s->mesh.sizes[sp->axes[d][n]];
         if ((r->even >> f & 1u) ? r->size[f] % shards != 0 : !split_ok(r->size[f], shards)) break;
     }
     if (n < sp->n[d]) {
@@ -330,7 +330,7 @@ static int extend_dim(shard_state *s, int op, int v, int rank, int d, const uint
             return 0;
         }
     if (n <= have) return 0;
-    int64_t shards = shard_dim_shards(s->mesh, sp, d);
+    int64_t shards = shard_dim_shards(&s->mesh, sp, d);
     unsigned used = shard_spec_tiled(sp, rank);
     int changed = 0;
     for (int k = have; k < n; k++) {
@@ -339,7 +339,7 @@ static int extend_dim(shard_state *s, int op, int v, int rank, int d, const uint
         const char *why = NULL;
         if (used & bit) why = "axis already tiles another dim of this tensor";
         else if (s->atomic[v] & bit) why = "tensor is atomic (replicated) on this axis";
-        else if (even ? limit % (shards * s->mesh->sizes[a]) != 0 : !split_ok(limit, shards * s->mesh->sizes[a]))
+        else if (even ? limit % (shards * s->mesh.sizes[a]) != 0 : !split_ok(limit, shards * s->mesh.sizes[a]))
             why = even ? "size not divisible by the shards (a reshape's compound dim)" : "fewer rows than shards";
         if (why) {
             int other = s->stamp[v][a];
@@ -348,7 +348,7 @@ static int extend_dim(shard_state *s, int op, int v, int rank, int d, const uint
         }
         sp->axes[d][sp->n[d]++] = (uint8_t)a;
         s->stamp[v][a] = stamps[k];
-        shards *= s->mesh->sizes[a];
+        shards *= s->mesh.sizes[a];
         used |= bit;
         changed = 1;
     }
@@ -463,7 +463,7 @@ void shard_propagate_all(shard_state *s)
 char *shard_decision_str(const shard_state *s, const shard_decision *d, char *buf, size_t n)
 {
     const char *name = d->value >= 0 && d->value < s->g->n_values ? s->g->values[d->value].name : "?";
-    const char *axis = d->axis >= 0 && d->axis < s->mesh->n_axes ? s->mesh->names[d->axis] : "?";
+    const char *axis = d->axis >= 0 && d->axis < s->mesh.n_axes ? s->mesh.names[d->axis] : "?";
     if (d->kind == SHARD_TILE) snprintf(buf, n, "tile %s dim %d on %s", name, d->dim, axis);
     else snprintf(buf, n, "atomic %s on %s", name, axis);
     return buf;
@@ -484,7 +484,7 @@ int shard_apply(shard_state *s, const shard_decision *d, char *err, size_t errle
                      x->name, d->kind == SHARD_ATOMIC ? " (and gradients, atomic ones)" : "");
         return -1;
     }
-    if (d->axis < 0 || d->axis >= s->mesh->n_axes) {
+    if (d->axis < 0 || d->axis >= s->mesh.n_axes) {
         if (err) snprintf(err, errlen, "decision on '%s': no mesh axis %d", x->name, d->axis);
         return -1;
     }
@@ -512,7 +512,7 @@ int shard_apply(shard_state *s, const shard_decision *d, char *err, size_t errle
         return -1;
     }
     if (s->reserved_axes & bit) {
-        if (err) snprintf(err, errlen, "decision on '%s': axis '%s' holds the pipeline's stages; nothing is sharded over it", x->name, s->mesh->names[a]);
+        if (err) snprintf(err, errlen, "decision on '%s': axis '%s' holds the pipeline's stages; nothing is sharded over it", x->name, s->mesh.names[a]);
         return -1;
     }
     if (shard_spec_tiled(sp, x->rank) & bit) {
@@ -521,11 +521,11 @@ int shard_apply(shard_state *s, const shard_decision *d, char *err, size_t errle
         conflict(s, -1, v, a, s->stamp[v][a], stamp, "axis already tiles another dim of this tensor");
         return 1;
     }
-    int64_t shards = shard_dim_shards(s->mesh, sp, d->dim) * s->mesh->sizes[a];
+    int64_t shards = shard_dim_shards(&s->mesh, sp, d->dim) * s->mesh.sizes[a];
     if (!shard_split_ok(x->dims[d->dim], shards)) {
         if (err)
             snprintf(err, errlen, "'%s' dim %d (size %lld) is smaller than its %lld shards over axis '%s'", x->name,
-                     d->dim, (long long)x->dims[d->dim], (long long)shards, s->mesh->names[a]);
+                     d->dim, (long long)x->dims[d->dim], (long long)shards, s->mesh.names[a]);
         return -1;
     }
     if (s->atomic[v] & bit) {

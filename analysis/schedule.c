@@ -492,7 +492,7 @@ static int expand_dp(const tactic *t, const shard_state *st, shard_decision *out
 static int tile_largest(int axis, ir_role role, const shard_state *st, shard_decision *out, int *n, int cap)
 {
     const ir_graph *g = st->g;
-    const shard_mesh *m = st->mesh;
+    const shard_mesh *m = &st->mesh;
     for (int v = 0; v < g->n_values; v++) {
         const ir_value *x = &g->values[v];
         if (x->role != role || (shard_spec_tiled(&st->spec[v], x->rank) & (1u << axis))) continue;
@@ -561,7 +561,7 @@ static int expand_group(const tactic *t, const shard_state *st, shard_decision *
 int sched_expand(const tactic *t, const shard_state *st, shard_decision *out, int cap, char *err, size_t errlen)
 {
     const ir_graph *g = st->g;
-    const shard_mesh *m = st->mesh;
+    const shard_mesh *m = &st->mesh;
     int n = 0;
     switch (t->kind) {
     case TACTIC_AUTO:

@@ -144,7 +144,7 @@ typedef struct shard_factor_axes {
 
 typedef struct shard_state {
     const ir_graph *g;
-    const shard_mesh *mesh;
+    shard_mesh mesh;           /* its own copy of the mesh */
     shard_rule *rules;         /* one per op, computed once */
     shard_spec *spec;          /* one per value */
     int16_t (*stamp)[SHARD_MAX_AXES]; /* per value, per axis */
@@ -206,7 +206,8 @@ static inline void shard_prefetch_tensors(const shard_state *s, int op)
 }
 
 /* Returns a new state with every value replicated; caller frees with
- * shard_state_free.  g and mesh are borrowed. */
+ * shard_state_free.  g is borrowed (it must outlive the state); the state
+ * keeps its own copy of the mesh. */
 shard_state *shard_state_new(const ir_graph *g, const shard_mesh *mesh);
 void shard_state_free(shard_state *s);
 /* Back to all-replicated, no decisions (keeps the allocations). */

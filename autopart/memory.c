@@ -38,7 +38,7 @@ int autopart_step_search(autopart_step *s, const search_algo *algo, const search
  * scores. */
 static void price_experts(autopart_step *s, const search_budget *b)
 {
-    const shard_mesh *mesh = s->prefix->mesh;
+    const shard_mesh *mesh = &s->prefix->mesh;
     autopart_expert *zero = NULL;
     s->n_ex = autopart_experts(s->g, mesh, s->prefix, &s->pr, &s->ex);
     int nz = autopart_zero_experts(s->g, mesh, s->prefix, &s->pr, &zero);

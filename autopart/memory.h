@@ -75,7 +75,7 @@ void autopart_step_free(autopart_step *s);
 
 /* What the memory level searches. */
 typedef struct autopart_memory_level {
-    const shard_mesh *mesh;     /* the steps' states borrow it (keep it until they are freed) */
+    const shard_mesh *mesh;     /* the mesh (each step's state copies it) */
     const char *schedule;       /* the user's schedule, which ends in auto */
     /* Builds the training step of a configuration: `tactics` (its graph
      * tactics) and `schedule` (those tactics, then the user's schedule).

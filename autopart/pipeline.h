@@ -25,7 +25,7 @@
 #define AUTOPART_PIPELINE_MAX 64 /* candidates */
 
 typedef struct autopart_pipeline_level {
-    const shard_mesh *mesh;     /* borrowed by the steps' states: keep it until they are freed */
+    const shard_mesh *mesh;     /* the mesh (each step's state copies it) */
     const char *user;           /* the user's schedule (ends in auto) */
     /* builds the step of schedule `sched` (its first tactics `tactics`), as a plan replays it;
        NULL with a message */

@@ -10,7 +10,7 @@ int autopart_pricer_init(autopart_pricer *pr, const cost_hw *hw, const cost_opti
     memset(pr, 0, sizeof *pr);
     pr->hw = *hw;
     pr->opt = *opt;
-    pr->ws = cost_ws_new();
+    pr->ws = cost_ws_new(scratch->g);
     shard_state_reset(scratch);
     pr->p = spmd_lower_into(scratch, NULL);
     if (cost_estimate_program(pr->ws, pr->p, hw, opt, &pr->replicated, err, errlen) < 0) return -1;
@@ -79,7 +79,7 @@ int autopart_pricer_set_pipeline(autopart_pricer *pr, const pipe_spec *spec, sha
     scratch->reserved_axes = 1u << spec->axis;
     cost_estimate e;
     price_into(pr, scratch, &pr->p, pr->ws, &e);
-    if (!(e.step_time > 0)) return ir_errf(err, errlen, "pipeline: the step cannot be priced as a pipeline over '%s'", scratch->mesh->names[spec->axis]);
+    if (!(e.step_time > 0)) return ir_errf(err, errlen, "pipeline: the step cannot be priced as a pipeline over '%s'", scratch->mesh.names[spec->axis]);
     pr->baseline = e.step_time;
     pr->replicated = e;
     return 0;
@@ -100,7 +100,7 @@ void autopart_price(autopart_pricer *pr, shard_state *st, cost_estimate *e)
     if (pr->gather_auto) st->gather_policy = SPMD_GATHER_REGATHER;
     price_into(pr, st, &pr->p, pr->ws, e);
     if (!pr->gather_auto || !reshards_in_backward(pr->p)) return;
-    if (!pr->ws2) pr->ws2 = cost_ws_new();
+    if (!pr->ws2) pr->ws2 = cost_ws_new(st->g);
     cost_estimate keep;
     st->gather_policy = SPMD_GATHER_KEEP;
     price_into(pr, st, &pr->p2, pr->ws2, &keep);
@@ -126,7 +126,7 @@ void autopart_price(autopart_pricer *pr, shard_state *st, cost_estimate *e)
 int autopart_price_other_gather(autopart_pricer *pr, shard_state *st, cost_estimate *e)
 {
     int was = st->gather_policy;
-    if (!pr->ws2) pr->ws2 = cost_ws_new();
+    if (!pr->ws2) pr->ws2 = cost_ws_new(st->g);
     st->gather_policy = was == SPMD_GATHER_KEEP ? SPMD_GATHER_REGATHER : SPMD_GATHER_KEEP;
     price_into(pr, st, &pr->p2, pr->ws2, e);
     st->gather_policy = was;
@@ -140,7 +140,6 @@ int autopart_price_other_gather(autopart_pricer *pr, shard_state *st, cost_estim
 
 static void *eval_make(void *cfg, shard_state *st)
 {
-    (void)st;
     const autopart_pricer *base = cfg;
     autopart_pricer *pr = ir_xcalloc(1, sizeof *pr);
     pr->hw = base->hw;
@@ -150,7 +149,7 @@ static void *eval_make(void *cfg, shard_state *st)
     pr->piped = base->piped;
     pr->pipe = base->pipe_fixed ? base->pipe_search : base->pipe; /* one split for every plan (see pricer.h) */
     pr->pipe_balance = 0;
-    pr->ws = cost_ws_new();
+    pr->ws = cost_ws_new(st->g);
     return pr;
 }
 

@@ -66,7 +66,7 @@ int main(void)
             return 1;
         }
         spmd_program *p = spmd_lower(st);
-        cost_ws *ws = cost_ws_new();
+        cost_ws *ws = cost_ws_new(p->g);
         cost_estimate e;
         double t0 = bench_now();
         if (cost_estimate_program(ws, p, &hw, &opt, &e, err, sizeof err) < 0) {

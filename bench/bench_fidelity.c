@@ -344,17 +344,17 @@ static int table_profile(const cost_hw *gen, const calib_gemms *shapes, const do
 
 /* Prices plan L on hw and fills r with the prediction and the medians of the
  * measurements; -v prints the breakdowns.  Returns 0 or -1. */
-static int predict(cost_ws *ws, const cost_hw *hw, const cost_hw *gen, int m, live *L, int verbose, result *r)
+static int predict(const cost_hw *hw, const cost_hw *gen, int m, live *L, int verbose, result *r)
 {
     char err[512];
     cost_estimate e;
     int pl = L->plan;
-    if (cost_estimate_program(ws, L->p, gen, NULL, &e, err, sizeof err) < 0) {
-        fprintf(stderr, "bench_fidelity: %s\n", err);
-        return -1;
-    }
+    cost_ws *ws = cost_ws_new(L->g); /* each plan has its own step */
+    int rc = cost_estimate_program(ws, L->p, gen, NULL, &e, err, sizeof err);
     r->generic = e.step_time;
-    if (cost_estimate_program(ws, L->p, hw, NULL, &e, err, sizeof err) < 0) {
+    if (rc == 0) rc = cost_estimate_program(ws, L->p, hw, NULL, &e, err, sizeof err);
+    cost_ws_free(ws);
+    if (rc < 0) {
         fprintf(stderr, "bench_fidelity: %s\n", err);
         return -1;
     }
@@ -533,7 +533,6 @@ int main(int argc, char **argv)
     static result res[MAX_PLANS];
     double gemm_rate[N_MODELS][4] = {{0}}; /* the model's einsums, GFLOP/s: alone in / out of cache, busy in / out */
     int n = 0;
-    cost_ws *ws = cost_ws_new();
     for (int m = 0; m < N_MODELS; m++) {
         if (!use[m]) continue;
         int end = m + 1 < N_MODELS ? first_cal[m + 1] : n_cal;
@@ -555,7 +554,7 @@ int main(int argc, char **argv)
         }
         for (int k = 0; k < 4; k++) gemm_rate[m][k] = tt[k] > 0 ? fl / tt[k] / 1e9 : 0;
         for (int pl = 0; pl < N_PLANS; pl++)
-            if (predict(ws, &hw[m], &gen[m], m, &L[m][pl], verbose, &res[n++]) < 0) return 1;
+            if (predict(&hw[m], &gen[m], m, &L[m][pl], verbose, &res[n++]) < 0) return 1;
         char path[1024], path2[1024];
         snprintf(path, sizeof path, "%s/profile-%c.json", out_dir ? out_dir : ".", 'A' + m);
         snprintf(path2, sizeof path2, "%s/profile-%c-generic.json", out_dir ? out_dir : ".", 'A' + m);
@@ -566,7 +565,6 @@ int main(int argc, char **argv)
         calib_gemms_free(&shapes[m]);
         free(gtimes[m]);
     }
-    cost_ws_free(ws);
     char path[1024];
     snprintf(path, sizeof path, "%s/times.tsv", out_dir);
     if (out_dir && write_times(path, res, n) < 0) {

@@ -99,7 +99,7 @@ static double predicted_peak(const spmd_program *p)
     cost_hw hw;
     cost_estimate e;
     cost_options opt = {.precision = COST_FP32};
-    cost_ws *ws = cost_ws_new();
+    cost_ws *ws = cost_ws_new(p->g);
     if (!ws || cost_hw_preset("cpu", &hw, err, sizeof err) < 0 || cost_estimate_program(ws, p, &hw, &opt, &e, err, sizeof err) < 0)
         e.peak_memory = -1;
     cost_ws_free(ws);

@@ -93,23 +93,22 @@ static int one(int k, int steps, tally *t, char *err, size_t errlen)
 {
     model_config cfg;
     ir_optimizer opt = ir_default_adam();
-    shard_mesh *mesh = calloc(1, sizeof *mesh);
+    shard_mesh mesh;
     schedule sc;
     cost_hw hw;
     int rc = model_parse(cases[k].model, &cfg, err, errlen);
     ir_graph *g = rc ? NULL : model_build_pipeline_body(&cfg, &opt, cases[k].m, err, errlen);
-    if (!g || shard_mesh_parse(cases[k].mesh, mesh, err, errlen) < 0 || cost_hw_preset("cpu", &hw, err, errlen) < 0 ||
-        (cases[k].sched[0] && sched_parse(cases[k].sched, mesh, &sc, err, errlen) < 0)) {
+    if (!g || shard_mesh_parse(cases[k].mesh, &mesh, err, errlen) < 0 || cost_hw_preset("cpu", &hw, err, errlen) < 0 ||
+        (cases[k].sched[0] && sched_parse(cases[k].sched, &mesh, &sc, err, errlen) < 0)) {
         ir_free(g);
-        free(mesh);
         return -1;
     }
     hw.fused_elementwise = 1; /* the groups the executor runs */
-    shard_state *st = shard_state_new(g, mesh);
+    shard_state *st = shard_state_new(g, &mesh);
     rc = cases[k].sched[0] ? sched_apply(&sc, st, err, errlen) : 0;
     pipe_spec s = pipe_spec_none();
-    s.axis = shard_mesh_axis(mesh, "pipe");
-    s.stages = (int)mesh->sizes[s.axis];
+    s.axis = shard_mesh_axis(&mesh, "pipe");
+    s.stages = (int)mesh.sizes[s.axis];
     s.schedule = cases[k].kind;
     s.chunks = cases[k].kind == PIPE_INTERLEAVED ? cases[k].v : 1;
     s.microbatches = cases[k].m;
@@ -118,12 +117,12 @@ static int one(int k, int steps, tally *t, char *err, size_t errlen)
     cost_estimate e;
     cost_pipe_estimate pe = {0};
     cost_options o = {COST_FP32, 0, 0, COST_GRADS_AUTO};
-    cost_ws *ws = cost_ws_new();
+    cost_ws *ws = cost_ws_new(g);
     exec_spmd *r = NULL;
     if (!rc) rc = pipe_lower(st, &s, NULL, &pp, err, errlen);
     if (!rc) rc = cost_estimate_pipeline(ws, &pp, &hw, &o, &e, &pe, err, errlen);
     if (!rc && !(r = exec_pipe_new(&pp, EXEC_THREADS, 0, err, errlen))) rc = -1;
-    int P = s.stages, n_dev = (int)mesh->n_devices;
+    int P = s.stages, n_dev = (int)mesh.n_devices;
     double *replay = calloc((size_t)P * (size_t)steps + 1, sizeof *replay), *wall = calloc((size_t)P * (size_t)steps + 1, sizeof *wall);
     double *resident = calloc((size_t)P + 1, sizeof *resident);
     if (r) exec_spmd_init_args(r, 1);
@@ -132,7 +131,7 @@ static int one(int k, int steps, tally *t, char *err, size_t errlen)
         exec_spmd_apply_updates(r);
         const exec_spmd_stats *x = exec_spmd_last_stats(r);
         for (int d = 0; !rc && d < n_dev && step > 0; d++) { /* the first step maps the pages: not timed */
-            int stage = (int)shard_device_coord(mesh, d, s.axis);
+            int stage = (int)shard_device_coord(&mesh, d, s.axis);
             double f = x->dev[d].replay_idle_s / x->replay_s, w = x->dev[d].idle_s / x->wall_s;
             if (f > replay[stage * steps + step - 1]) replay[stage * steps + step - 1] = f; /* a stage: its idlest device */
             if (w > wall[stage * steps + step - 1]) wall[stage * steps + step - 1] = w;
@@ -143,7 +142,7 @@ static int one(int k, int steps, tally *t, char *err, size_t errlen)
             t->step_ratio_hi = fmax(t->step_ratio_hi, q);
         }
         for (int d = 0; !rc && d < n_dev; d++) {
-            int stage = (int)shard_device_coord(mesh, d, s.axis);
+            int stage = (int)shard_device_coord(&mesh, d, s.axis);
             resident[stage] = fmax(resident[stage], x->dev[d].resident_bytes);
         }
     }
@@ -170,7 +169,6 @@ static int one(int k, int steps, tally *t, char *err, size_t errlen)
     cost_ws_free(ws);
     pipe_program_free(&pp);
     shard_state_free(st);
-    free(mesh);
     ir_free(g);
     return rc;
 }

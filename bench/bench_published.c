@@ -144,7 +144,7 @@ static int predict(const run *r, const char *sched, double dropout, cost_estimat
     shard_state *st = shard_state_new(g, &mesh);
     int rc = sched_apply(&sc, st, err, errlen);
     if (rc == 0 && ps.axis >= 0) { /* the layers split evenly, as Megatron-LM splits them */
-        cost_ws *ws = cost_ws_new();
+        cost_ws *ws = cost_ws_new(g);
         cost_options o = {r->precision, 0, 0, COST_GRADS_AUTO};
         pipe_split_even(&ps, g->n_layers);
         ps.split_auto = 0;
@@ -154,7 +154,7 @@ static int predict(const run *r, const char *sched, double dropout, cost_estimat
         cost_ws_free(ws);
     } else if (rc == 0) {
         spmd_program *p = spmd_lower(st);
-        cost_ws *ws = cost_ws_new();
+        cost_ws *ws = cost_ws_new(g);
         cost_options o = {r->precision, 0, 0, COST_GRADS_AUTO};
         rc = cost_estimate_program(ws, p, &hw, &o, e, err, errlen);
         cost_ws_free(ws);

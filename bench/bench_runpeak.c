@@ -74,7 +74,7 @@ static int one(int k, int n, double *pred, double *laid, double *meas, char *err
     spmd_program *p = rc == 0 ? spmd_lower(st) : NULL;
     exec_spmd *r = NULL;
     if (p) {
-        cost_ws *ws = cost_ws_new();
+        cost_ws *ws = cost_ws_new(p->g);
         cost_estimate e;
         cost_options o = {COST_FP32, 0, 0, COST_GRADS_AUTO};
         rc = cost_estimate_program(ws, p, &hw, &o, &e, err, errlen);

@@ -829,7 +829,7 @@ int calib_time_gemms(calib_gemms *s, int cores, int quick, double target, FILE *
  * cannot be priced). */
 static double einsum_share(const spmd_program *p, const cost_hw *hw)
 {
-    cost_ws *ws = cost_ws_new();
+    cost_ws *ws = cost_ws_new(p->g);
     cost_options opt = {COST_FP32, 0, 0, COST_GRADS_AUTO};
     cost_estimate e;
     char err[256];

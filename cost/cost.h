@@ -12,10 +12,10 @@
  *
  * The estimator prices one spmd_program: per instruction a roofline time on
  * local shapes, ring alpha-beta times for collectives, and peak memory per
- * device by liveness.  It keeps its scratch in a cost_ws that the caller
- * reuses across calls (the search prices thousands of programs of one graph:
- * per-graph facts are computed once, and a call allocates nothing once the
- * arrays have grown).  Everything is deterministic.
+ * device by liveness.  It keeps its scratch in a cost_ws, made for one graph,
+ * that the caller reuses across calls (the search prices thousands of
+ * programs of one graph: per-graph facts are computed once, and a call
+ * allocates nothing once the arrays have grown).  Everything is deterministic.
  */
 #ifndef CARVE_COST_H
 #define CARVE_COST_H
@@ -278,12 +278,15 @@ typedef struct cost_estimate {
 } cost_estimate;
 
 typedef struct cost_ws cost_ws;
-/* A reusable workspace; caller frees with cost_ws_free. */
-cost_ws *cost_ws_new(void);
+/* A reusable workspace for the programs of graph g (g must outlive it and
+ * not change meanwhile): its per-graph tables are built once, at the first
+ * program.  Caller frees with cost_ws_free. */
+cost_ws *cost_ws_new(const ir_graph *g);
 void cost_ws_free(cost_ws *ws);
 
-/* Prices program p on hw.  Fills *out (its layer arrays point into ws).
- * Returns 0, or -1 with a message when hw fails cost_hw_check. */
+/* Prices program p (a program of ws's graph) on hw.  Fills *out (its layer
+ * arrays point into ws).  Returns 0, or -1 with a message when hw fails
+ * cost_hw_check or p is a program of another graph. */
 int cost_estimate_program(cost_ws *ws, const spmd_program *p, const cost_hw *hw, const cost_options *opt,
                           cost_estimate *out, char *err, size_t errlen);
 

@@ -1,7 +1,7 @@
 /* estimate.c - prices an SPMD program: step time, breakdowns, peak memory.
  *
- * The workspace (cost_ws) owns two kinds of tables:
- *  - per graph (rebuilt only when a program of another graph arrives): for
+ * The workspace (cost_ws) belongs to one graph and owns two kinds of tables:
+ *  - per graph (built when the first program arrives): for
  *    each op its FLOP rule (which element count, what coefficient, for einsum
  *    which dims of the first operand are contracted) and its phase; for each
  *    value its global element count, its memory category (param, optimizer
@@ -40,9 +40,8 @@ enum { FL_ZERO, FL_OUT, FL_IN0, FL_IN1, FL_EINSUM };
 enum { CAT_PARAM, CAT_OPT, CAT_GRAD, CAT_ACT, CAT_OTHER, N_CATS };
 
 struct cost_ws {
-    const ir_graph *g;        /* graph the per-graph tables describe */
-    int g_ops, g_values;
-    uint64_t g_hash;          /* its fingerprint (a freed graph's address may be reused) */
+    const ir_graph *g;        /* the graph whose programs it prices (cost_ws_new) */
+    int built;                /* 1 once the per-graph tables below describe g */
     uint8_t *op_rule;         /* FL_* */
     uint8_t *op_kmask;        /* einsum: contracted dims of operand a */
     uint8_t *op_bmask;        /* einsum: batch dims of operand a (in a, b and the result) */
@@ -71,7 +70,12 @@ struct cost_ws {
     int cap_instrs;
 };
 
-cost_ws *cost_ws_new(void) { return ir_xcalloc(1, sizeof(cost_ws)); }
+cost_ws *cost_ws_new(const ir_graph *g)
+{
+    cost_ws *w = ir_xcalloc(1, sizeof(cost_ws));
+    w->g = g;
+    return w;
+}
 
 static void free_graph_tables(cost_ws *w)
 {
@@ -87,7 +91,6 @@ static void free_graph_tables(cost_ws *w)
     free(w->n_opt);
     free(w->final_buf);
     free(w->upd_param);
-    w->g = NULL;
 }
 
 void cost_ws_free(cost_ws *w)
@@ -314,25 +317,6 @@ static void op_rule_of(const ir_graph *g, int op, uint8_t *rule, float *coef, ui
     }
 }
 
-/* Fingerprint of what the per-graph tables depend on: shapes, dtypes, roles,
- * ties of the values; kinds and operands of the ops. */
-static uint64_t graph_hash(const ir_graph *g)
-{
-    uint64_t h = 1469598103934665603ull;
-#define MIX(x) (h = (h ^ (uint64_t)(x)) * 1099511628211ull)
-    for (int v = 0; v < g->n_values; v++) {
-        const ir_value *x = &g->values[v];
-        MIX(x->rank | x->dtype << 4 | x->role << 8);
-        MIX(x->tied);
-        MIX(x->grad_of);
-        for (int d = 0; d < x->rank; d++) MIX(x->dims[d]);
-    }
-    for (int i = 0; i < g->n_ops; i++) MIX(g->ops[i].kind | (uint64_t)(uint32_t)g->ops[i].in[0] << 8);
-    for (int i = 0; i < g->n_outputs; i++) MIX(g->outputs[i].updates);
-#undef MIX
-    return h;
-}
-
 /* Mixed precision: the loss head in f32.  Frameworks compute the loss's
  * softmax and cross-entropy over the logits in f32 (Megatron-LM casts the
  * logits with .float() unless --fp16-lm-cross-entropy; PyTorch autocast runs
@@ -374,14 +358,10 @@ static void mark_loss_head(cost_ws *w, const ir_graph *g)
     free(reach);
 }
 
-static void build_graph_tables(cost_ws *w, const spmd_program *p, uint64_t hash)
+static void build_graph_tables(cost_ws *w, const spmd_program *p)
 {
     const ir_graph *g = p->g;
-    free_graph_tables(w);
-    w->g = g;
-    w->g_ops = g->n_ops;
-    w->g_values = g->n_values;
-    w->g_hash = hash;
+    w->built = 1;
     size_t no = (size_t)g->n_ops + 1, nv = (size_t)g->n_values + 1;
     w->op_rule = ir_xcalloc(no, 1);
     w->op_kmask = ir_xcalloc(no, 1);
@@ -806,15 +786,13 @@ typedef struct sweep {
     int grp_start, grp_end; /* the fused group being priced: instructions [grp_start, grp_end) */
 } sweep;
 
-/* The per-graph tables (rebuilt when p's graph is not the one they
- * describe), the per-program arrays, the context, the layer accumulators. */
+/* The per-graph tables (built for the first program), the per-program
+ * arrays, the context, the layer accumulators. */
 static void set_up(ctx *c, cost_ws *w, const spmd_program *p, const cost_hw *hw, const cost_options *opt,
                    cost_estimate *out)
 {
     const ir_graph *g = p->g;
-    uint64_t hash = graph_hash(g);
-    if (w->g != g || w->g_ops != g->n_ops || w->g_values != g->n_values || w->g_hash != hash)
-        build_graph_tables(w, p, hash);
+    if (!w->built) build_graph_tables(w, p);
     grow_program(w, p);
     *c = (ctx){.p = p, .w = w, .precision = opt->precision,
                .mixed = opt->precision == COST_MIXED_BF16 || opt->precision == COST_MIXED_FP16,
@@ -1069,6 +1047,8 @@ int cost_estimate_program(cost_ws *w, const spmd_program *p, const cost_hw *hw, 
                           cost_estimate *out, char *err, size_t errlen)
 {
     if (cost_hw_check(hw, err, errlen) < 0) return -1;
+    if (p->g != w->g) return ir_errf(err, errlen, "the cost workspace prices the programs of another graph ('%s', not '%s')",
+                                     w->g ? w->g->name : "none", p->g->name);
     static const cost_options defaults = {COST_FP32, 0, 0, COST_GRADS_AUTO};
     if (!opt) opt = &defaults;
     ctx c;

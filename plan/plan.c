@@ -127,7 +127,7 @@ static void add_decisions(cJSON *j, const shard_state *st)
         cJSON_AddStringToObject(o, "kind", d->kind == SHARD_TILE ? "tile" : "atomic");
         cJSON_AddStringToObject(o, "arg", st->g->values[d->value].name);
         if (d->kind == SHARD_TILE) cJSON_AddNumberToObject(o, "dim", d->dim);
-        cJSON_AddStringToObject(o, "axis", st->mesh->names[d->axis]);
+        cJSON_AddStringToObject(o, "axis", st->mesh.names[d->axis]);
         cJSON_AddItemToArray(dec, o);
     }
 }
@@ -139,16 +139,16 @@ static void add_sharding(cJSON *o, const shard_state *st, int v, int version)
     const shard_spec *s = &st->spec[v];
     char buf[512];
     int64_t local[IR_MAX_RANK];
-    cJSON_AddStringToObject(o, "sharding", shard_spec_str(st->mesh, s, x->rank, buf, sizeof buf));
-    cJSON_AddItemToObject(o, "partition_spec", plan_pspec_json(st->mesh, s, x->rank));
+    cJSON_AddStringToObject(o, "sharding", shard_spec_str(&st->mesh, s, x->rank, buf, sizeof buf));
+    cJSON_AddItemToObject(o, "partition_spec", plan_pspec_json(&st->mesh, s, x->rank));
     if (version >= 2) {
         cJSON *pa = cJSON_AddArrayToObject(o, "partial");
-        for (int a = 0; a < st->mesh->n_axes; a++)
-            if (s->partial & (1u << a)) cJSON_AddItemToArray(pa, cJSON_CreateString(st->mesh->names[a]));
-        shard_local_dims(st->mesh, x, s, local);
+        for (int a = 0; a < st->mesh.n_axes; a++)
+            if (s->partial & (1u << a)) cJSON_AddItemToArray(pa, cJSON_CreateString(st->mesh.names[a]));
+        shard_local_dims(&st->mesh, x, s, local);
         cJSON_AddItemToObject(o, "local_shape", int_array(local, x->rank));
     }
-    cJSON_AddItemToObject(o, "local_bytes", num((double)shard_local_bytes(st->mesh, x, s)));
+    cJSON_AddItemToObject(o, "local_bytes", num((double)shard_local_bytes(&st->mesh, x, s)));
 }
 
 static void add_type(cJSON *o, const ir_value *x, int version)
@@ -310,7 +310,7 @@ cJSON *plan_to_json(const plan *pl, const shard_state *st, const spmd_program *p
     cJSON *j = cJSON_CreateObject();
     cJSON_AddStringToObject(j, "format", version == 1 ? PLAN_FORMAT_V1 : PLAN_FORMAT);
     add_model(j, pl, st->g);
-    plan_add_mesh(j, st->mesh, version);
+    plan_add_mesh(j, &st->mesh, version);
     cJSON *hw = cJSON_AddObjectToObject(j, "hardware");
     cJSON_AddStringToObject(hw, "name", pl->hw_name);
     if (pl->hw) cJSON_AddItemToObject(hw, "profile", cJSON_Duplicate(pl->hw, 1));

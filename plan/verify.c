@@ -32,7 +32,7 @@ int plan_replay(plan *pl, const char *path, shard_state *st, char *err, size_t e
         char *nl = strchr(name, '\n');
         if (!nl) return ir_errf(err, errlen, "%s: decisions[%d]: damaged", pp, i);
         *nl = 0;
-        int v = ir_find(g, name), a = shard_mesh_axis(st->mesh, nl + 1);
+        int v = ir_find(g, name), a = shard_mesh_axis(&st->mesh, nl + 1);
         if (v < 0 || (g->values[v].role == IR_INTERMEDIATE && g->values[v].grad_of < 0)) /* zero1: gradients atomic */
             return ir_errf(err, errlen, "%s: decisions[%d].arg: does not match the model: no argument '%s'", pp, i,
                            plan_printable(name, pn, sizeof pn));

@@ -80,7 +80,7 @@ static int exhaustive_run(search_ctx *c, char *err, size_t errlen)
     shard_state **stack = ir_xcalloc((size_t)c->max_depth + 2, sizeof *stack);
     shard_state *keep = c->st;
     for (int i = 0; i <= c->max_depth + 1; i++) {
-        stack[i] = shard_state_new(c->prefix->g, c->prefix->mesh);
+        stack[i] = shard_state_new(c->prefix->g, &c->prefix->mesh);
         stack[i]->record_conflicts = 0;
     }
     shard_state_copy(stack[0], c->prefix);

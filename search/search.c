@@ -193,7 +193,7 @@ static void saved_put(search_ctx *c, uint64_t seq)
     search_saved *slot = &c->saved[0];
     for (int i = 1; i < c->n_saved && slot->seq; i++)
         if (!c->saved[i].seq || c->saved[i].used < slot->used) slot = &c->saved[i];
-    if (!slot->st) slot->st = shard_state_new_saved(c->prefix->g, c->prefix->mesh);
+    if (!slot->st) slot->st = shard_state_new_saved(c->prefix->g, &c->prefix->mesh);
     shard_state_copy(slot->st, c->st);
     slot->seq = seq;
     slot->used = ++c->tick;
@@ -484,11 +484,11 @@ static void ctx_init(search_ctx *c, const shard_state *prefix, const shard_group
     c->ev = ev;
     c->b = b;
     c->thread = thread;
-    c->n_actions = gs->n * prefix->mesh->n_axes;
+    c->n_actions = gs->n * prefix->mesh.n_axes;
     c->n_ids = c->n_actions + 1 + (b->seeds ? b->n_seeds : 0);
     c->max_depth = b->max_depth > 0 ? b->max_depth : 16;
     if (c->max_depth > SEARCH_MAX_PLAN) c->max_depth = SEARCH_MAX_PLAN;
-    c->st = shard_state_new(prefix->g, prefix->mesh);
+    c->st = shard_state_new(prefix->g, &prefix->mesh);
     c->st->record_conflicts = 0;
     shard_state_copy(c->st, prefix);
     c->root_key = shard_state_plan_hash(c->st);
@@ -700,9 +700,9 @@ int search_run(const search_algo *algo, const shard_state *prefix, const shard_g
     pthread_mutex_destroy(&shared.mu);
     pthread_cond_destroy(&shared.cv);
     merge(cs, threads, res);
-    int n_actions = gs->n * prefix->mesh->n_axes, w = 0; /* root width: legal actions on the prefix */
+    int n_actions = gs->n * prefix->mesh.n_axes, w = 0; /* root width: legal actions on the prefix */
     for (int a = 0; a < n_actions; a++)
-        w += shard_group_legal(prefix, gs, a / prefix->mesh->n_axes, a % prefix->mesh->n_axes);
+        w += shard_group_legal(prefix, gs, a / prefix->mesh.n_axes, a % prefix->mesh.n_axes);
     res->root_actions = w;
     res->seconds = now() - t0;
     for (int t = 0; t < threads; t++) ctx_free(&cs[t]);

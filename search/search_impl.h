@@ -129,8 +129,8 @@ typedef struct search_ctx {
     search_shared *shared;
 } search_ctx;
 
-static inline int search_ctx_group(const search_ctx *c, int a) { return a / c->prefix->mesh->n_axes; }
-static inline int search_ctx_axis(const search_ctx *c, int a) { return a % c->prefix->mesh->n_axes; }
+static inline int search_ctx_group(const search_ctx *c, int a) { return a / c->prefix->mesh.n_axes; }
+static inline int search_ctx_axis(const search_ctx *c, int a) { return a % c->prefix->mesh.n_axes; }
 
 /* Hash of the action sequence a[0..n) (nonzero). */
 uint64_t search_seq_hash(const int *a, int n);

@@ -203,7 +203,7 @@ static int pipeline_level(session_autopart *a, const char *user, double deadline
     char e2[512];
     if (model_parse(a->src.model, &cfg, e2, sizeof e2) < 0) return 0;
     int bk = model_batch_key(&cfg);
-    plan tmpl; /* the steps' states borrow its mesh until they are freed */
+    plan tmpl; /* each candidate's step is built as a plan of it would rebuild it */
     plan_inputs(a, user, &tmpl);
     search_budget b = a->b;
     b.seconds = autopart_plain_seconds(a->b.seconds, a->n_steps);
@@ -241,8 +241,8 @@ int session_autopart_run(session_autopart *a, char *err, size_t errlen)
     int rc = search_plain(a, &manual, err, errlen);
     a->b = whole;
     if (rc < 0) return -1;
-    plan tmpl; /* the steps' states borrow its mesh until they are freed */
     if (a->n_steps > 1) {
+        plan tmpl; /* each configuration's step is built as a plan of it would rebuild it */
         plan_inputs(a, user, &tmpl);
         search_budget b = a->b;
         b.seconds = autopart_plain_seconds(a->b.seconds, a->n_steps);

@@ -27,7 +27,7 @@ int session_cost_run(session_cost *c, const ir_graph *g, const shard_mesh *mesh,
      * the first program a workspace prices (cost/estimate.c), so pricing the
      * replicated plan first there could price this one otherwise than
      * carve explain and plan files do */
-    c->ws = cost_ws_new();
+    c->ws = cost_ws_new(g);
     pipe_spec ps;
     int piped = sched_pipeline_step(sc, g, mesh, &ps, err, errlen);
     if (piped < 0) return -1;

@@ -41,7 +41,7 @@ int session_plan_view_open(session_plan_view *v, const char *cmd, const char *pa
     x->hw = &v->hw;
     x->opt = &v->pl.options;
     if (use == SESSION_PLAN_PICTURE) { /* the plan alone, on a workspace of its own */
-        v->ws = cost_ws_new();
+        v->ws = cost_ws_new(v->st->g);
         if (v->piped) {
             if (cost_price_pipelined(v->ws, v->st, &v->ps, NULL, &v->hw, &v->pl.options, &v->pp, &v->e, &v->pe, e2, sizeof e2) < 0)
                 return ir_errf(err, errlen, "%s: %s", cmd, e2);

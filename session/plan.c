@@ -94,7 +94,7 @@ int session_plan_open(const char *path, plan *pl, ir_graph **g, shard_state **st
     if (piped < 0) rc = -1;
     if (!rc && piped) { /* priced as its pipeline's schedule */
         (*st)->reserved_axes |= 1u << ps.axis;
-        cost_ws *ws = cost_ws_new();
+        cost_ws *ws = cost_ws_new(*g);
         cost_estimate e;
         pipe_program pp;
         rc = cost_price_pipelined(ws, *st, &ps, NULL, &hw, &pl->options, &pp, &e, NULL, err, errlen);
@@ -103,7 +103,7 @@ int session_plan_open(const char *path, plan *pl, ir_graph **g, shard_state **st
         cost_ws_free(ws);
     } else if (!rc) {
         spmd_program *p = spmd_lower(*st);
-        cost_ws *ws = cost_ws_new();
+        cost_ws *ws = cost_ws_new(*g);
         cost_estimate e;
         rc = cost_estimate_program(ws, p, &hw, &pl->options, &e, err, errlen);
         if (!rc) rc = plan_verify(pl, path, *st, p, &e, err, errlen);

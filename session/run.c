@@ -180,7 +180,7 @@ int session_run_lower_pipeline(shard_state *st, const pipe_spec *ps, pipe_progra
     cost_estimate e;
     cost_options opt = {.precision = COST_FP32};
     if (run_pipe_hw(&hw, err, errlen) < 0) return -1;
-    cost_ws *ws = cost_ws_new();
+    cost_ws *ws = cost_ws_new(st->g);
     int rc = ws ? cost_price_pipelined(ws, st, ps, NULL, &hw, &opt, pp, &e, NULL, err, errlen) : ir_errf(err, errlen, "out of memory");
     cost_ws_free(ws);
     return rc;
@@ -318,7 +318,7 @@ double session_run_predicted_peak(const session_run *r)
         return peak;
     }
     if (cost_hw_preset("cpu", &hw, err, sizeof err) < 0) return -1;
-    cost_ws *ws = cost_ws_new();
+    cost_ws *ws = cost_ws_new(r->p->g);
     int rc = ws ? cost_estimate_program(ws, r->p, &hw, &opt, &e, err, sizeof err) : -1;
     cost_ws_free(ws);
     return rc < 0 ? -1 : e.peak_memory;
@@ -332,7 +332,7 @@ int session_run_pipe_estimate(const session_run *r, cost_pipe_estimate *pe, char
     memset(pe, 0, sizeof *pe);
     if (!r->pp) return ir_errf(err, errlen, "not a pipelined run");
     if (run_pipe_hw(&hw, err, errlen) < 0) return -1;
-    cost_ws *ws = cost_ws_new();
+    cost_ws *ws = cost_ws_new(r->pp->prog->g);
     int rc = ws ? cost_estimate_pipeline(ws, r->pp, &hw, &opt, &e, pe, err, errlen) : ir_errf(err, errlen, "out of memory");
     cost_ws_free(ws);
     return rc;

@@ -94,8 +94,8 @@ ir_graph *session_plan_step(const plan *pl, const char *path, char *err, size_t 
 int session_plan_pipeline(const plan *pl, const ir_graph *g, pipe_spec *ps, char *err, size_t errlen);
 /* Load, rebuild, replay, lower, price and verify the plan file at path (a
  * pipelined plan: pipe_lower and its schedule's price).
- * Returns 0 with *g and *st set (the caller frees st, then g, then
- * plan_free(pl); st borrows pl->mesh, so pl must not move), or -1 with a
+ * Returns 0 with *g and *st set (the caller frees st before g, which st
+ * reads, and pl with plan_free; st keeps its own copy of the mesh), or -1 with a
  * message and nothing left to free.  pl->note may hold a note to show. */
 int session_plan_open(const char *path, plan *pl, ir_graph **g, shard_state **st, char *err, size_t errlen);
 

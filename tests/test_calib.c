@@ -146,7 +146,7 @@ static void test_apply(const ir_graph *g)
     CHECK(hw.gemm_call == call && close_rel(hw.alone_speedup, 1.5, 1e-12) && hw.tf32_flops == hw.matmul_flops[IR_F32]);
     /* 2 devices on 2 cores: no serialisation factor, so the einsum time priced
      * is the summed measured one */
-    cost_ws *ws = cost_ws_new();
+    cost_ws *ws = cost_ws_new(p->g);
     cost_options opt = {COST_FP32, 0, 0, COST_GRADS_AUTO};
     cost_estimate e;
     CHECKF(cost_estimate_program(ws, p, &hw, &opt, &e, err, sizeof err) == 0, "%s", err);
@@ -215,7 +215,7 @@ static void test_apply(const ir_graph *g)
 static double einsum_time(const spmd_program *p, const cost_hw *hw)
 {
     char err[256];
-    cost_ws *ws = cost_ws_new();
+    cost_ws *ws = cost_ws_new(p->g);
     cost_options opt = {COST_FP32, 0, 0, COST_GRADS_AUTO};
     cost_estimate e;
     double t = -1;

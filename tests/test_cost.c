@@ -176,7 +176,7 @@ static void test_zero_memory(void)
      * data parallel keeps everything whole, ZeRO-3 splits all three. */
     ir_graph *g = test_build_step("mlp:layers=2,batch=16,in=64,hidden=128,out=32");
     cost_hw hw = preset("a100");
-    cost_ws *ws = cost_ws_new();
+    cost_ws *ws = cost_ws_new(g);
     double psi_g = param_elems(g);
     spmd_program *p = lower(g, "d=4", "dp:d");
     cost_estimate e = estimate(ws, p, &hw, COST_MIXED_BF16);
@@ -187,6 +187,20 @@ static void test_zero_memory(void)
     CHECKF(close_rel(e.model_state_bytes, psi_g * 16 / 4, 1e-9), "%.0f vs %.0f", e.model_state_bytes, psi_g * 4);
     /* the params and optimizer states live all step: the peak holds them */
     CHECK(e.peak_params > 0 && e.peak_opt_states > 0 && e.peak_memory >= e.peak_params + e.peak_opt_states);
+    /* a workspace belongs to one graph: another graph's program is refused
+     * (its tables would describe the wrong values), and it still prices its own */
+    ir_graph *g2 = test_build_step("mlp:layers=2,batch=16,in=64,hidden=128,out=32");
+    spmd_program *p2 = lower(g2, "d=4", "zero3:d");
+    cost_estimate e2;
+    char err[256] = "";
+    CHECKF(cost_estimate_program(ws, p2, &hw, NULL, &e2, err, sizeof err) == -1 && strstr(err, "another graph"), "%s", err);
+    cost_ws *ws2 = cost_ws_new(g2);
+    cost_options mp = {COST_MIXED_BF16, 0, 0, COST_GRADS_WORKING};
+    CHECKF(cost_estimate_program(ws2, p2, &hw, &mp, &e2, err, sizeof err) == 0 && e2.step_time == e.step_time &&
+               e2.peak_memory == e.peak_memory, "%s: %g s, %g bytes", err, e2.step_time, e2.peak_memory);
+    cost_ws_free(ws2);
+    spmd_free(p2);
+    ir_free(g2);
     spmd_free(p);
     cost_ws_free(ws);
     ir_free(g);
@@ -206,7 +220,7 @@ static void test_zero_stages(void)
 {
     ir_graph *g = test_build_step("gpt-tiny");
     cost_hw hw = preset("a100");
-    cost_ws *ws = cost_ws_new();
+    cost_ws *ws = cost_ws_new(g);
     double psi = param_elems(g);
     static const char *meshes[] = {"d=2", "d=4", "d=8"};
     for (int k = 0; k < 3; k++) {
@@ -258,7 +272,7 @@ static void test_megatron_volume(void)
     model_parse("gpt-tiny", &cfg, err, sizeof err);
     double b = (double)model_get(&cfg, "batch"), s = (double)model_get(&cfg, "seq"), h = (double)model_get(&cfg, "hidden");
     cost_hw hw = preset("a100");
-    cost_ws *ws = cost_ws_new();
+    cost_ws *ws = cost_ws_new(g);
     static const char *meshes[] = {"model=2", "model=4", "model=8"};
     for (int k = 0; k < 3; k++) {
         spmd_program *p = lower(g, meshes[k], "megatron:model");
@@ -306,7 +320,7 @@ static void test_dp_zero3_volume(void)
     ir_graph *g = test_build_step("mlp:layers=4,batch=32,in=64,hidden=128,out=16");
     double psi_bytes = param_elems(g) * 4;
     cost_hw hw = preset("a100");
-    cost_ws *ws = cost_ws_new();
+    cost_ws *ws = cost_ws_new(g);
     static const char *meshes[] = {"d=2", "d=4", "d=8"};
     for (int k = 0; k < 3; k++) {
         spmd_program *dp = lower(g, meshes[k], "dp:d");
@@ -367,7 +381,7 @@ static void test_keep_memory(void)
 {
     ir_graph *g = test_build_step("mlp:layers=4,batch=4,in=512,hidden=512,out=512");
     cost_hw hw = preset("a100");
-    cost_ws *ws = cost_ws_new();
+    cost_ws *ws = cost_ws_new(g);
     spmd_options keep = spmd_default_options(), regather = spmd_default_options();
     keep.gather_policy = SPMD_GATHER_KEEP;
     keep.bucket_bytes = regather.bucket_bytes = 0;
@@ -395,7 +409,7 @@ static void test_buckets(void)
 {
     ir_graph *g = test_build_step("gpt-tiny");
     cost_hw hw = preset("a100");
-    cost_ws *ws = cost_ws_new();
+    cost_ws *ws = cost_ws_new(g);
     spmd_options off = spmd_default_options(), third = off;
     off.bucket_bytes = 0;
     spmd_program *p0 = lower_ex(g, "d=4", "dp:d", &off);
@@ -486,7 +500,7 @@ static void test_fused_optimizer(void)
     for (int v = 0; v < g->n_values; v++) params += g->values[v].role == IR_PARAM;
     CHECKF(ratio_ok && params_in_groups == params, "%d of %d params in 4-read 3-write groups", params_in_groups, params);
     cost_hw hw = preset("a100");
-    cost_ws *ws = cost_ws_new();
+    cost_ws *ws = cost_ws_new(g);
     cost_estimate e = estimate(ws, p, &hw, COST_FP32);
     double want = 28 * param_elems(g) / hw.mem_bandwidth;
     CHECKF(close_rel(e.phase_compute[SPMD_OPTIMIZER], want, 0.01), "optimizer %g s, 28 bytes a param %g s",
@@ -511,7 +525,7 @@ static void test_liveness(void)
     spmd_program *p = lower(g, "d=1", "tile:a:0:d");
     cost_hw hw = preset("a100");
     hw.fused_elementwise = 0; /* op by op first */
-    cost_ws *ws = cost_ws_new();
+    cost_ws *ws = cost_ws_new(g);
     cost_estimate e = estimate(ws, p, &hw, COST_FP32);
     /* a (128 B) lives all step; b (128) and c (128) overlap while c is made,
      * then b dies; d (16) stays to the end: peak 384 bytes at instruction 1 */
@@ -540,10 +554,12 @@ static void test_liveness(void)
 
 /* ---- the trade-off -------------------------------------------------------- */
 
-static double step_of(cost_ws *ws, const ir_graph *g, const char *sched, const cost_hw *hw)
+static double step_of(const ir_graph *g, const char *sched, const cost_hw *hw)
 {
     spmd_program *p = lower(g, "d=4", sched);
+    cost_ws *ws = cost_ws_new(g);
     cost_estimate e = estimate(ws, p, hw, COST_FP32);
+    cost_ws_free(ws);
     spmd_free(p);
     return e.step_time;
 }
@@ -552,7 +568,7 @@ static double step_of(cost_ws *ws, const ir_graph *g, const char *sched, const c
  * which data parallel is faster than Megatron on each of the two profiles
  * (x[0], x[1]; 0 if never), and where their priced communication volumes
  * cross (*comm_cross). */
-static void crossover(cost_ws *ws, int64_t h, const cost_hw *hw2, int64_t *x, int64_t *comm_cross)
+static void crossover(int64_t h, const cost_hw *hw2, int64_t *x, int64_t *comm_cross)
 {
     x[0] = x[1] = *comm_cross = 0;
     for (int64_t bsz = 64; bsz <= 8192; bsz += 64) {
@@ -561,12 +577,14 @@ static void crossover(cost_ws *ws, int64_t h, const cost_hw *hw2, int64_t *x, in
                  (long long)h, (long long)h);
         ir_graph *g = test_build_step(spec);
         spmd_program *pd = lower(g, "d=4", "dp:d"), *pm = lower(g, "d=4", "megatron:d");
+        cost_ws *ws = cost_ws_new(g);
         for (int k = 0; k < 2; k++) {
             cost_estimate ed = estimate(ws, pd, &hw2[k], COST_FP32), em = estimate(ws, pm, &hw2[k], COST_FP32);
             if (!x[k] && ed.step_time < em.step_time) x[k] = bsz;
             if (!*comm_cross && ed.wire_bytes < em.wire_bytes) *comm_cross = bsz;
         }
         spmd_free(pd);
+        cost_ws_free(ws);
         spmd_free(pm);
         ir_free(g);
     }
@@ -575,16 +593,15 @@ static void crossover(cost_ws *ws, int64_t h, const cost_hw *hw2, int64_t *x, in
 static void test_tradeoff(void)
 {
     cost_hw hw = preset("a100");
-    cost_ws *ws = cost_ws_new();
     /* weight-heavy: 4 samples through 2048-wide layers */
     ir_graph *g = test_build_step("mlp:layers=2,batch=4,in=2048,hidden=2048,out=2048");
-    double tdp = step_of(ws, g, "dp:d", &hw), tmt = step_of(ws, g, "megatron:d", &hw);
+    double tdp = step_of(g, "dp:d", &hw), tmt = step_of(g, "megatron:d", &hw);
     CHECKF(tmt < tdp, "weight-heavy: megatron %.3g s, dp %.3g s", tmt, tdp);
     ir_free(g);
     /* activation-heavy: 65536 samples through 64-wide layers */
     g = test_build_step("mlp:layers=2,batch=65536,in=64,hidden=64,out=64");
-    tdp = step_of(ws, g, "dp:d", &hw);
-    tmt = step_of(ws, g, "megatron:d", &hw);
+    tdp = step_of(g, "dp:d", &hw);
+    tmt = step_of(g, "megatron:d", &hw);
     CHECKF(tdp < tmt, "activation-heavy: dp %.3g s, megatron %.3g s", tdp, tmt);
     ir_free(g);
     /* The crossover batch moves with the link: with fast links the choice is
@@ -596,13 +613,12 @@ static void test_tradeoff(void)
     links[0].intra.latency /= 100;
     links[1].intra.bandwidth /= 100;
     int64_t x[2], cc;
-    crossover(ws, 256, links, x, &cc);
+    crossover(256, links, x, &cc);
     printf("crossover batch (mlp width 256, 4 devices): fast links %lld, slow links %lld, volumes cross at %lld\n",
            (long long)x[0], (long long)x[1], (long long)cc);
     CHECKF(x[0] > 0 && x[1] > 0 && cc > 0 && x[0] != x[1], "crossover batch: fast links %lld, slow links %lld",
            (long long)x[0], (long long)x[1]);
     CHECK(llabs(x[1] - cc) < llabs(x[0] - cc));
-    cost_ws_free(ws);
 }
 
 /* ---- precision, overlap, serialisation, reward, determinism -------------- */
@@ -611,7 +627,7 @@ static void test_options(void)
 {
     ir_graph *g = test_build_step("gpt-tiny");
     cost_hw hw = preset("a100");
-    cost_ws *ws = cost_ws_new();
+    cost_ws *ws = cost_ws_new(g);
     spmd_program *p = lower(g, "d=4", "dp:d");
     cost_estimate f = estimate(ws, p, &hw, COST_FP32), m = estimate(ws, p, &hw, COST_MIXED_BF16);
     /* bf16 gradients: half the all-reduce bytes */
@@ -633,13 +649,14 @@ static void test_options(void)
         int a = ir_arg(mm, "a", IR_INPUT, IR_F32, 2, d2), b = ir_arg(mm, "b", IR_INPUT, IR_F32, 2, d2);
         ir_set_loss(mm, ir_reduce(mm, IR_OP_REDUCE_SUM, ir_einsum(mm, "ij,jk->ik", a, b), 2, all));
         spmd_program *pm = lower(mm, "d=1", "tile:a:0:d");
+        cost_ws *wm = cost_ws_new(mm);
         double eff = 0.85 * 256.0 / 324.0, fl = 2.0 * 2048 * 2048 * 2048 / eff;
         CHECK(hw.gemm_efficiency == 0.85 && close_rel(cost_gemm_quantization(2048, 2048, 1, 128, 108), 256.0 / 324.0, 1e-12));
         CHECK(cost_gemm_quantization(2048, 2048, 1, 0, 108) == 1 && close_rel(cost_gemm_quantization(100, 100, 1, 128, 108), 100.0 * 100 / (128 * 128), 1e-12) &&
               close_rel(cost_gemm_quantization(48, 300, 1, 128, 108), 48.0 / 64 * 300 / 384, 1e-12));
         static const double peak[COST_N_PRECISIONS] = {19.5e12, 312e12, 156e12, 312e12};
         for (int k = 0; k < COST_N_PRECISIONS; k++) {
-            cost_estimate ek = estimate(ws, pm, &hw, (cost_precision)k);
+            cost_estimate ek = estimate(wm, pm, &hw, (cost_precision)k);
             CHECKF(close_rel(ek.op_time[IR_OP_EINSUM], fl / peak[k], 1e-9), "%s: einsum %g s, want %g",
                    cost_precision_name((cost_precision)k), ek.op_time[IR_OP_EINSUM], fl / peak[k]);
             cost_precision back;
@@ -653,6 +670,7 @@ static void test_options(void)
         cost_hw no_tf32 = hw;
         no_tf32.tf32_flops = 0;
         CHECK(cost_matmul_peak(&no_tf32, COST_TF32, 0) == hw.matmul_flops[IR_F32]);
+        cost_ws_free(wm);
         spmd_free(pm);
         ir_free(mm);
     }
@@ -666,12 +684,13 @@ static void test_options(void)
     cost_estimate s;
     cost_estimate_program(ws, p, &hw, &small, &s, err, sizeof err);
     CHECK(!s.fits && f.fits && s.capacity == f.peak_memory * 0.5);
-    /* deterministic, and a workspace reused across graphs gives the same */
+    /* deterministic; a workspace refuses another graph's program and then
+     * prices its own as before */
     cost_estimate f2 = estimate(ws, p, &hw, COST_FP32);
     CHECK(f2.step_time == f.step_time && f2.peak_memory == f.peak_memory && f2.wire_bytes == f.wire_bytes);
     ir_graph *g2 = test_build_step("mlp-tiny");
     spmd_program *p2 = lower(g2, "d=2", "dp:d");
-    estimate(ws, p2, &hw, COST_FP32);
+    CHECK(cost_estimate_program(ws, p2, &hw, NULL, &o, err, sizeof err) == -1 && strstr(err, "another graph"));
     cost_estimate f3 = estimate(ws, p, &hw, COST_FP32);
     CHECK(f3.step_time == f.step_time && f3.peak_memory == f.peak_memory && !memcmp(f3.op_time, f.op_time, sizeof f.op_time));
     spmd_free(p2);
@@ -810,7 +829,7 @@ static void test_profiles(void)
 static void test_cache_model(void)
 {
     ir_graph *g = test_build_step("mlp-tiny");
-    cost_ws *ws = cost_ws_new();
+    cost_ws *ws = cost_ws_new(g);
     spmd_program *p = lower(g, "d=2", "dp:d");
     for (int fused = 0; fused < 2; fused++) {
         cost_hw hw = preset("cpu");
@@ -853,7 +872,7 @@ static void test_cache_model(void)
 static void test_alone_bandwidth(void)
 {
     ir_graph *g = test_build_step("mlp-tiny");
-    cost_ws *ws = cost_ws_new();
+    cost_ws *ws = cost_ws_new(g);
     spmd_program *p1 = lower(g, "d=1", "dp:d"), *p2 = lower(g, "d=2", "dp:d");
     for (int fused = 0; fused < 2; fused++) {
         cost_hw hw = preset("cpu");
@@ -908,7 +927,7 @@ static void test_cpu_model(void)
           cost_op_elements(IR_OP_SCATTER_ADD) == 2 && cost_op_elements(IR_OP_GELU) == 0);
 
     ir_graph *g = test_build_step("mlp-tiny");
-    cost_ws *ws = cost_ws_new();
+    cost_ws *ws = cost_ws_new(g);
     spmd_program *p = lower(g, "d=2", "dp:d");
     cost_hw base = preset("cpu");
     cost_estimate e0 = estimate(ws, p, &base, COST_FP32);
@@ -966,6 +985,8 @@ static void test_cpu_model(void)
     /* attention einsums make one call per (batch, head) */
     g = test_build_step("gpt-tiny");
     p = lower(g, "d=2", "dp:d");
+    cost_ws_free(ws);
+    ws = cost_ws_new(g);
     cost_hw gb = base;
     e0 = estimate(ws, p, &gb, COST_FP32);
     gb.gemm_call = 1e-3;
@@ -1085,7 +1106,7 @@ static void test_fused_pricing(void)
             if (p->fuse.len[i] > 1) first = i;
         CHECK(first >= 0 && p->fuse.len[first] == 3 && p->fuse.n_groups == 1);
         if (first >= 0) CHECK((p->fuse.step[first].slot < 0) == a_out && p->fuse.step[first + 2].slot < 0);
-        cost_ws *ws = cost_ws_new();
+        cost_ws *ws = cost_ws_new(g);
         cost_hw hw = preset("cpu");
         hw.alone_speedup = 0;
         hw.cores = 0;
@@ -1109,7 +1130,7 @@ static void test_fused_pricing(void)
     /* a gpt-tiny step: its Adam chains (among others) cost less fused */
     ir_graph *g = test_build_step("gpt-tiny");
     spmd_program *p = lower(g, "d=2", "dp:d");
-    cost_ws *ws = cost_ws_new();
+    cost_ws *ws = cost_ws_new(g);
     cost_hw hw = preset("cpu");
     cost_estimate alone = estimate(ws, p, &hw, COST_FP32);
     hw.fused_elementwise = 1;
@@ -1156,7 +1177,7 @@ static void test_mixed_optimizer(void)
 
     ir_graph *g = test_build_step("gpt-tiny");
     cost_hw hw = preset("a100");
-    cost_ws *ws = cost_ws_new();
+    cost_ws *ws = cost_ws_new(g);
     double psi = param_elems(g);
     static const char *scheds[] = {"dp:d", "zero1:d"};
     for (int k = 0; k < 2; k++) {

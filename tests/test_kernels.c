@@ -66,7 +66,7 @@ static cost_estimate estimate_in(const spmd_program *p, const cost_hw *hw, cost_
     cost_options o = {prec, 0, 0, grads};
     cost_estimate e;
     char err[256];
-    cost_ws *ws = cost_ws_new();
+    cost_ws *ws = cost_ws_new(p->g);
     CHECKF(cost_estimate_program(ws, p, hw, &o, &e, err, sizeof err) == 0, "%s", err);
     memcpy(times, e.instr_time, (size_t)p->n_instrs * sizeof *times);
     e.instr_time = times;
@@ -79,7 +79,7 @@ static cost_estimate estimate(const spmd_program *p, const cost_hw *hw)
     cost_options o = {COST_FP32, 0, 0, COST_GRADS_AUTO};
     cost_estimate e;
     char err[256];
-    cost_ws *ws = cost_ws_new();
+    cost_ws *ws = cost_ws_new(p->g);
     CHECKF(cost_estimate_program(ws, p, hw, &o, &e, err, sizeof err) == 0, "%s", err);
     cost_ws_free(ws);
     return e;
@@ -247,7 +247,7 @@ static void test_gpt_step(const char *spec)
     CHECK(cost_hw_preset("a100", &hw, err, sizeof err) == 0);
     cost_options o = {COST_MIXED_BF16, 0, 0, COST_GRADS_AUTO};
     cost_estimate k, grp;
-    cost_ws *ws = cost_ws_new();
+    cost_ws *ws = cost_ws_new(p->g);
     CHECK(cost_estimate_program(ws, p, &hw, &o, &k, err, sizeof err) == 0);
     hw.fused_elementwise = 1;
     CHECK(cost_estimate_program(ws, p, &hw, &o, &grp, err, sizeof err) == 0);

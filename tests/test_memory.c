@@ -51,7 +51,7 @@ static cost_estimate price(ir_graph **g, const char *mesh_text, const char *sche
     spmd_program *p = spmd_lower(st);
     cost_hw hw;
     cost_hw_preset("a100", &hw, err, sizeof err);
-    cost_ws *ws = cost_ws_new();
+    cost_ws *ws = cost_ws_new(*g);
     CHECK(cost_estimate_program(ws, p, &hw, NULL, &e, err, sizeof err) == 0);
     cost_ws_free(ws);
     spmd_free(p);

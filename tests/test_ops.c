@@ -475,7 +475,7 @@ static int apply(shard_state *st, const shard_groups *gs, int n, const int *grp,
         if (!shard_group_legal(st, gs, grp[i], axis[i])) continue;
         shard_group_apply(st, gs, grp[i], axis[i]);
         size_t l = strlen(what);
-        snprintf(what + l, wn - l, " %s@%s", gs->groups[grp[i]].name, st->mesh->names[axis[i]]);
+        snprintf(what + l, wn - l, " %s@%s", gs->groups[grp[i]].name, st->mesh.names[axis[i]]);
         applied++;
     }
     return applied;

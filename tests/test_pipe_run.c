@@ -52,7 +52,6 @@ static void prun_free(prun *x)
     exec_spmd_free(x->r);
     pipe_program_free(&x->pp);
     if (x->st) {
-        free((void *)x->st->mesh);
         shard_state_free(x->st);
     }
     ir_free(x->body);
@@ -70,23 +69,21 @@ static int prun_open_on(const pcase *t, exec_backend be, prun *x)
         opt.lr = 0.05;
     }
     memset(x, 0, sizeof *x);
-    shard_mesh *mesh = calloc(1, sizeof *mesh);
+    shard_mesh mesh;
     schedule sc;
     int rc = model_parse(t->model, &cfg, err, sizeof err);
     if (!rc) rc = (x->body = model_build_pipeline_body(&cfg, &opt, t->m, err, sizeof err)) ? 0 : -1;
     if (!rc) rc = (x->ref_g = model_build_microbatched_step(&cfg, &opt, t->m, err, sizeof err)) ? 0 : -1;
-    if (!rc) rc = shard_mesh_parse(t->mesh, mesh, err, sizeof err);
-    if (!rc && t->sched[0]) rc = sched_parse(t->sched, mesh, &sc, err, sizeof err);
+    if (!rc) rc = shard_mesh_parse(t->mesh, &mesh, err, sizeof err);
+    if (!rc && t->sched[0]) rc = sched_parse(t->sched, &mesh, &sc, err, sizeof err);
     if (!rc) {
-        x->st = shard_state_new(x->body, mesh);
-        mesh = NULL;
+        x->st = shard_state_new(x->body, &mesh);
         if (t->sched[0]) rc = sched_apply(&sc, x->st, err, sizeof err);
     }
-    free(mesh);
     if (!rc) {
         pipe_spec s = pipe_spec_none();
-        s.axis = shard_mesh_axis(x->st->mesh, "pipe");
-        s.stages = (int)x->st->mesh->sizes[s.axis];
+        s.axis = shard_mesh_axis(&x->st->mesh, "pipe");
+        s.stages = (int)x->st->mesh.sizes[s.axis];
         s.schedule = t->kind;
         s.chunks = t->kind == PIPE_INTERLEAVED ? t->v : 1;
         s.microbatches = t->m;

@@ -226,11 +226,11 @@ static ir_graph *lower_pipe(const char *model, int m, const char *mesh_text, con
 {
     char err[512];
     model_config cfg;
-    shard_mesh *mesh = calloc(1, sizeof *mesh);
+    shard_mesh mesh;
     schedule sc;
     ir_graph *g = NULL;
     if (model_parse(model, &cfg, err, sizeof err) < 0 || !(g = model_build_pipeline_body(&cfg, NULL, m, err, sizeof err)) ||
-        shard_mesh_parse(mesh_text, mesh, err, sizeof err) < 0 || (sched[0] && sched_parse(sched, mesh, &sc, err, sizeof err) < 0)) {
+        shard_mesh_parse(mesh_text, &mesh, err, sizeof err) < 0 || (sched[0] && sched_parse(sched, &mesh, &sc, err, sizeof err) < 0)) {
         fprintf(stderr, "%s\n", err);
         exit(1);
     }
@@ -238,13 +238,13 @@ static ir_graph *lower_pipe(const char *model, int m, const char *mesh_text, con
         fprintf(stderr, "%s\n", err);
         exit(1);
     }
-    shard_state *st = shard_state_new(g, mesh);
+    shard_state *st = shard_state_new(g, &mesh);
     if (sched[0] && sched_apply(&sc, st, err, sizeof err) < 0) {
         fprintf(stderr, "%s\n", err);
         exit(1);
     }
-    pipe_spec s = make_spec(kind, (int)mesh->sizes[shard_mesh_axis(mesh, axis)], m, v);
-    s.axis = shard_mesh_axis(mesh, axis);
+    pipe_spec s = make_spec(kind, (int)mesh.sizes[shard_mesh_axis(&mesh, axis)], m, v);
+    s.axis = shard_mesh_axis(&mesh, axis);
     pipe_split_even(&s, g->n_layers);
     int rc = pipe_lower(st, &s, NULL, pp, err, sizeof err);
     CHECKF(rc == 0, "%s over %s: %s", model, mesh_text, err);
@@ -384,9 +384,7 @@ static void test_lower_gpt(void)
         CHECKF(grads_acc && n_grads > 0, "%s: a gradient is not accumulated", cases[t].mesh);
     next:
         pipe_program_free(&pp);
-        const shard_mesh *mesh = st->mesh;
         shard_state_free(st);
-        free((void *)mesh);
         ir_free(g);
     }
 }
@@ -403,7 +401,6 @@ static void test_price_gpt(void)
     hw.intra.bandwidth = 1e15; /* transfers next to free: the closed forms leave them out */
     hw.intra.latency = 1e-12;
     cost_options o = {.precision = COST_MIXED_BF16};
-    cost_ws *ws = cost_ws_new();
     double peak[PIPE_N_SCHEDULES][4] = {{0}};
     for (int kind = PIPE_GPIPE; kind <= PIPE_INTERLEAVED; kind++) {
         pipe_program pp;
@@ -412,9 +409,13 @@ static void test_price_gpt(void)
         ir_graph *g = lower_pipe(model, m, "data=2,pipe=4", "dp:data", "pipe", kind, 2, &pp, &st);
         cost_estimate e, flat;
         cost_pipe_estimate pe;
+        cost_ws *ws = cost_ws_new(g);
         int rc = cost_estimate_pipeline(ws, &pp, &hw, &o, &e, &pe, err, sizeof err);
         CHECKF(rc == 0, "%s: %s", pipe_schedule_name(kind), err);
-        if (rc) continue;
+        if (rc) {
+            cost_ws_free(ws);
+            continue;
+        }
         /* the adds of each micro-batch's gradients (and loss) into their accumulators */
         double acc = 0;
         const double *bytes = cost_ws_buffer_bytes(ws);
@@ -457,17 +458,15 @@ static void test_price_gpt(void)
                pipe_schedule_name(kind), idle, want);
         pipe_program_free(&pp);
         spmd_free(body);
+        cost_ws_free(ws);
         cost_pipe_estimate_free(&pe);
-        const shard_mesh *mesh = st->mesh;
         shard_state_free(st);
-        free((void *)mesh);
         ir_free(g);
     }
     /* 1F1B holds p - r micro-batches at stage r: its peaks fall along the
      * stages; GPipe holds all m everywhere, more than 1F1B's first stage */
     CHECK(peak[PIPE_1F1B][0] > peak[PIPE_1F1B][1] && peak[PIPE_1F1B][1] > peak[PIPE_1F1B][2] && peak[PIPE_1F1B][2] > peak[PIPE_1F1B][3]);
     CHECK(peak[PIPE_GPIPE][1] > peak[PIPE_1F1B][0]);
-    cost_ws_free(ws);
 }
 
 /* The pipeline: tactic: its text both ways, its errors, its spec. */
@@ -558,11 +557,11 @@ static void test_balance(void)
     cost_hw hw;
     CHECK(cost_hw_preset("a100", &hw, err, sizeof err) == 0);
     cost_options o = {.precision = COST_MIXED_BF16};
-    cost_ws *ws = cost_ws_new();
     pipe_program pp, bal;
     shard_state *st;
     ir_graph *g = lower_pipe("gpt:layers=16,hidden=1024,heads=8,seq=512,batch=32,vocab=65536", 8, "data=2,pipe=4", "dp:data", "pipe",
                              PIPE_1F1B, 1, &pp, &st);
+    cost_ws *ws = cost_ws_new(g);
     cost_estimate even, best;
     CHECK(cost_estimate_pipeline(ws, &pp, &hw, &o, &even, NULL, err, sizeof err) == 0);
     pipe_spec s = pp.spec;
@@ -574,9 +573,7 @@ static void test_balance(void)
            bal.spec.first[3] - bal.spec.first[2], last, best.step_time, even.step_time);
     pipe_program_free(&pp);
     pipe_program_free(&bal);
-    const shard_mesh *mesh = st->mesh;
     shard_state_free(st);
-    free((void *)mesh);
     ir_free(g);
     cost_ws_free(ws);
 }

@@ -184,7 +184,7 @@ static const char *pspec_of(const shard_state *st, const char *name, char *buf, 
 {
     int v = ir_find(st->g, name);
     if (v < 0) return "(missing)";
-    return shard_spec_pspec(st->mesh, &st->spec[v], st->g->values[v].rank, buf, n);
+    return shard_spec_pspec(&st->mesh, &st->spec[v], st->g->values[v].rank, buf, n);
 }
 
 /* The folding period: a chain MLP (layer L's in-dim is layer L-1's out-dim)

@@ -614,7 +614,6 @@ static void test_liveness(void)
     char err[512];
     cost_hw hw;
     CHECK(cost_hw_preset("cpu", &hw, err, sizeof err) == 0);
-    cost_ws *ws = cost_ws_new();
     for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
         ir_graph *g = build(cases[k].model, 0);
         shard_mesh mesh;
@@ -623,7 +622,9 @@ static void test_liveness(void)
         spmd_program *p = spmd_lower(st);
         cost_options opt = {.precision = COST_FP32};
         cost_estimate e;
+        cost_ws *ws = cost_ws_new(g);
         CHECK(cost_estimate_program(ws, p, &hw, &opt, &e, err, sizeof err) == 0);
+        cost_ws_free(ws);
         size_t laid = exec_spmd_device_bytes(p);
         int64_t n1, n2;
         float *reused = step_outputs(p, &n1);
@@ -644,7 +645,6 @@ static void test_liveness(void)
         shard_state_free(st);
         ir_free(g);
     }
-    cost_ws_free(ws);
 }
 
 static void test_memory_and_bad_input(void)

@@ -66,7 +66,7 @@ static int axis_parts(const shard_state *st, const shard_groups *gs, int batch, 
 char *view_strategy(const shard_state *st, char *buf, size_t n)
 {
     const ir_graph *g = st->g;
-    const shard_mesh *m = st->mesh;
+    const shard_mesh *m = &st->mesh;
     shard_groups *gs = shard_groups_build(g);
     char why[160], parts[5][96];
     int batch = shard_batch_group(g, gs, why, sizeof why);

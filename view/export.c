@@ -96,7 +96,7 @@ int view_export_uneven(const shard_state *st, char *first, size_t n)
         const ir_value *x = &st->g->values[v];
         if (x->role == IR_INTERMEDIATE) continue;
         for (int d = 0; d < x->rank; d++) {
-            int64_t shards = shard_dim_shards(st->mesh, &st->spec[v], d);
+            int64_t shards = shard_dim_shards(&st->mesh, &st->spec[v], d);
             if (shards < 2 || x->dims[d] % shards == 0) continue;
             if (!count++ && n) snprintf(first, n, "%s dim %d (%lld over %lld shards)", x->name, d, (long long)x->dims[d], (long long)shards);
             break;
@@ -115,7 +115,7 @@ static void export_stages(FILE *f, const view_explanation *x, const char *commen
     const spmd_program *p = pp->prog;
     const ir_graph *g = p->g;
     fprintf(f, "\n%s pipeline over '%s': %d stages (%s, %d chunk(s) a stage, %d micro-batches); layers per virtual stage", comment,
-            x->st->mesh->names[s->axis], s->stages, pipe_schedule_name(s->schedule), s->chunks, s->microbatches);
+            x->st->mesh.names[s->axis], s->stages, pipe_schedule_name(s->schedule), s->chunks, s->microbatches);
     for (int v = 0; v < pipe_vstages(s); v++) fprintf(f, "%s%d", v ? "/" : " ", s->first[v + 1] - s->first[v]);
     fprintf(f, "\n%s the stages holding each param (the first updates it; docs/pipeline.md):\n", comment);
     for (int v = 0; v < g->n_values; v++) {
@@ -137,7 +137,7 @@ int export_render(const view_explanation *x, const char *name, const char *comme
     char buf[256], pp[512], pm[1100], ps[600];
     fprintf(f, "%s carve export --to %s of %s (%s; docs/export.md)\n%s model %s, mesh %s, schedule %s\n", comment, name,
             plan_printable(x->path, pp, sizeof pp), pl->version == 1 ? PLAN_FORMAT_V1 : PLAN_FORMAT, comment,
-            plan_printable(pl->model[0] ? pl->model : pl->graph_file, pm, sizeof pm), shard_mesh_str(st->mesh, buf, sizeof buf),
+            plan_printable(pl->model[0] ? pl->model : pl->graph_file, pm, sizeof pm), shard_mesh_str(&st->mesh, buf, sizeof buf),
             plan_printable(pl->schedule, ps, sizeof ps));
     char first[160];
     int uneven = view_export_uneven(st, first, sizeof first);

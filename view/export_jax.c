@@ -28,7 +28,7 @@ static void jax_pspec(FILE *f, const shard_mesh *m, const shard_spec *s, int ran
 
 static void jax_entry(FILE *f, const shard_state *st, int v)
 {
-    jax_pspec(f, st->mesh, &st->spec[v], st->g->values[v].rank);
+    jax_pspec(f, &st->mesh, &st->spec[v], st->g->values[v].rank);
     fputs(st->spec[v].partial ? ",  # partial sums at this point in carve's program\n" : ",\n", f);
 }
 
@@ -38,7 +38,7 @@ static void write_jax(FILE *f, const shard_state *st, const uint8_t *fwd)
           "import jax\n"
           "from jax.sharding import Mesh, NamedSharding, PartitionSpec as P\n\n",
           f);
-    export_py_mesh(f, st->mesh);
+    export_py_mesh(f, &st->mesh);
     fputs("\ndef make_mesh(devices=None):\n"
           "    \"\"\"The plan's Mesh over `devices` (default: jax.devices()), in the plan's device order.\"\"\"\n"
           "    devices = jax.devices() if devices is None else devices\n"

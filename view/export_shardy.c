@@ -43,7 +43,7 @@ static void mlir_type(FILE *f, const ir_value *x)
 static void write_shardy(FILE *f, const shard_state *st, const uint8_t *fwd)
 {
     const ir_graph *g = st->g;
-    const shard_mesh *m = st->mesh;
+    const shard_mesh *m = &st->mesh;
     fputs("module @carve_plan {\n  sdy.mesh @mesh = <[", f);
     for (int a = 0; a < m->n_axes; a++) {
         if (a) fputs(", ", f);

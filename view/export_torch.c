@@ -30,7 +30,7 @@ static int torch_placements(FILE *f, const shard_mesh *m, const shard_spec *s, i
 
 static void torch_entry(FILE *f, const shard_state *st, int v)
 {
-    int r = torch_placements(f, st->mesh, &st->spec[v], st->g->values[v].rank);
+    int r = torch_placements(f, &st->mesh, &st->spec[v], st->g->values[v].rank);
     fputs(r ? ",  # carve splits a dim minor mesh axis first: DTensor's blocks go to other devices\n" : ",\n", f);
 }
 
@@ -43,7 +43,7 @@ static void write_torch(FILE *f, const shard_state *st, const uint8_t *fwd)
           "    from torch.distributed._tensor.placement_types import Partial\n"
           "from torch.distributed.device_mesh import init_device_mesh\n\n",
           f);
-    export_py_mesh(f, st->mesh);
+    export_py_mesh(f, &st->mesh);
     fputs("\ndef make_mesh(device_type=\"cuda\"):\n"
           "    \"\"\"The plan's DeviceMesh (ranks in the plan's device order).\"\"\"\n"
           "    return init_device_mesh(device_type, MESH_SHAPE, mesh_dim_names=MESH_AXES)\n\n\n"

@@ -55,7 +55,7 @@ static void write_xla(FILE *f, const shard_state *st, const uint8_t *fwd)
         const ir_value *x = &g->values[v];
         if (!export_listed(st, fwd, v)) continue;
         fprintf(f, "%s\t%s\t%s\t%s%s\n", plan_printable(x->name, pn, sizeof pn), x->role == IR_INTERMEDIATE ? "activation" : ir_role_name(x->role),
-                ir_type_str(x, ty, sizeof ty), view_hlo_sharding(st->mesh, &st->spec[v], x->rank, buf, sizeof buf),
+                ir_type_str(x, ty, sizeof ty), view_hlo_sharding(&st->mesh, &st->spec[v], x->rank, buf, sizeof buf),
                 st->spec[v].partial ? "\t# partial sums here; the sharding shown is of the summed value" : "");
     }
 }

@@ -97,7 +97,7 @@ static int64_t block_id(const shard_mesh *m, const ir_value *x, const shard_spec
 
 static void mesh_grid(FILE *f, const shard_state *st, int v)
 {
-    const shard_mesh *m = st->mesh;
+    const shard_mesh *m = &st->mesh;
     const ir_value *x = &st->g->values[v];
     int64_t rows = m->n_axes > 1 ? m->sizes[0] : 1, cols = m->n_devices / rows;
     int cw = cols > 16 ? 36 : 96, ch = rows > 16 ? 18 : 34;
@@ -143,7 +143,7 @@ static void shardings_section(FILE *f, const view_explanation *vx)
         fputs(" <code>", f);
         esc(f, ir_type_str(x, ty, sizeof ty));
         fputs("</code> <code>", f);
-        esc(f, shard_spec_pspec(st->mesh, &st->spec[v], x->rank, ps, sizeof ps));
+        esc(f, shard_spec_pspec(&st->mesh, &st->spec[v], x->rank, ps, sizeof ps));
         fputs("</code></h3>", f);
         mesh_grid(f, st, v);
         if (x->layer == 0)
@@ -533,7 +533,7 @@ int view_render_html(const view_explanation *x, FILE *f)
     fputs("<tr><td>model</td><td><code>", f);
     esc(f, pl->model[0] ? pl->model : pl->graph_file);
     fprintf(f, "</code></td></tr><tr><td>mesh</td><td><code>%s</code> (%lld devices)</td></tr>",
-            shard_mesh_str(st->mesh, buf, sizeof buf), (long long)st->mesh->n_devices);
+            shard_mesh_str(&st->mesh, buf, sizeof buf), (long long)st->mesh.n_devices);
     fputs("<tr><td>hardware</td><td>", f);
     esc(f, hw->name);
     fprintf(f, "</td></tr><tr><td>options</td><td>precision %s, %s</td></tr>", cost_precision_name(pl->options.precision),
@@ -552,7 +552,7 @@ int view_render_html(const view_explanation *x, FILE *f)
     shardings_section(f, x);
     timeline_section(f, x->p, x->instr_time, x->pp != NULL);
     if (x->pp && x->pe) memory_stages_section(f, x->pe, x->pp->spec.chunks, e);
-    else memory_section(f, st->mesh, e);
+    else memory_section(f, &st->mesh, e);
     search_section(f, &pl->search);
     fprintf(f, "\n<script>%s</script>\n</body></html>\n", script);
     return ferror(f) ? -1 : 0;

@@ -138,7 +138,7 @@ static void add_pipeline(cJSON *j, const view_explanation *x)
     if (!pp) return;
     const pipe_spec *s = &pp->spec;
     cJSON *o = cJSON_AddObjectToObject(j, "pipeline");
-    cJSON_AddStringToObject(o, "axis", x->st->mesh->names[s->axis]);
+    cJSON_AddStringToObject(o, "axis", x->st->mesh.names[s->axis]);
     cJSON_AddNumberToObject(o, "stages", s->stages);
     cJSON_AddStringToObject(o, "schedule", pipe_schedule_name(s->schedule));
     cJSON_AddNumberToObject(o, "chunks", s->chunks);
@@ -182,7 +182,7 @@ static void add_pipeline(cJSON *j, const view_explanation *x)
 static cJSON *cost_json(const view_explanation *x)
 {
     cJSON *j = cJSON_CreateObject();
-    add_head(j, VIEW_DOC_COST, x->model, x->st->mesh, x->hw, x->opt, x->schedule);
+    add_head(j, VIEW_DOC_COST, x->model, &x->st->mesh, x->hw, x->opt, x->schedule);
     cJSON_AddItemToObject(j, "estimate", estimate_json(x->e));
     add_pipeline(j, x);
     if (x->base) {
@@ -207,8 +207,8 @@ static cJSON *value_json(const shard_state *st, int v)
     cJSON_AddStringToObject(o, "dtype", ir_dtype_name(x->dtype));
     cJSON *sh = cJSON_AddArrayToObject(o, "shape");
     for (int d = 0; d < x->rank; d++) cJSON_AddItemToArray(sh, num((double)x->dims[d]));
-    cJSON_AddItemToObject(o, "partition_spec", plan_pspec_json(st->mesh, &st->spec[v], x->rank));
-    cJSON_AddItemToObject(o, "local_bytes", num((double)shard_local_bytes(st->mesh, x, &st->spec[v])));
+    cJSON_AddItemToObject(o, "partition_spec", plan_pspec_json(&st->mesh, &st->spec[v], x->rank));
+    cJSON_AddItemToObject(o, "local_bytes", num((double)shard_local_bytes(&st->mesh, x, &st->spec[v])));
     return o;
 }
 
@@ -235,7 +235,7 @@ static void add_shard_tactics(cJSON *j, const shard_state *st, const view_tactic
         if (x->op >= 0) cJSON_AddStringToObject(o, "at", st->g->values[st->g->ops[x->op].out].name);
         else cJSON_AddNullToObject(o, "at");
         cJSON_AddStringToObject(o, "value", st->g->values[x->value].name);
-        cJSON_AddStringToObject(o, "axis", st->mesh->names[x->axis]);
+        cJSON_AddStringToObject(o, "axis", st->mesh.names[x->axis]);
         cJSON_AddStringToObject(o, "why", x->why);
         cJSON_AddItemToArray(c, o);
     }
@@ -247,14 +247,14 @@ static cJSON *shard_json(const view_explanation *x)
     const spmd_program *p = x->p;
     const ir_graph *g = st->g;
     cJSON *j = cJSON_CreateObject();
-    add_head(j, VIEW_DOC_SHARD, x->model, st->mesh, NULL, NULL, x->schedule);
+    add_head(j, VIEW_DOC_SHARD, x->model, &st->mesh, NULL, NULL, x->schedule);
     add_shard_tactics(j, st, x->tactics, x->n_tactics, !x->summary);
     cJSON *args = cJSON_AddArrayToObject(j, "arguments");
     double local[IR_N_ROLES] = {0}, global[IR_N_ROLES] = {0};
     for (int v = 0; v < g->n_values; v++) {
         const ir_value *y = &g->values[v];
         if (y->role == IR_INTERMEDIATE) continue;
-        local[y->role] += (double)shard_local_bytes(st->mesh, y, &st->spec[v]);
+        local[y->role] += (double)shard_local_bytes(&st->mesh, y, &st->spec[v]);
         global[y->role] += (double)ir_bytes(y);
         cJSON_AddItemToArray(args, value_json(st, v));
     }
@@ -314,7 +314,7 @@ static cJSON *params_json(const shard_state *st)
 static cJSON *body_json(const char *format, const view_explanation *x)
 {
     cJSON *j = cJSON_CreateObject();
-    add_head(j, format, x->model, x->st->mesh, x->hw, x->opt, x->schedule);
+    add_head(j, format, x->model, &x->st->mesh, x->hw, x->opt, x->schedule);
     cJSON_AddStringToObject(j, "strategy", x->strategy);
     return j;
 }

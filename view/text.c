@@ -162,7 +162,7 @@ static void param_shardings(FILE *f, const view_explanation *x)
         const ir_value *y = &g->values[v];
         if (y->role != IR_PARAM || (y->layer >= 0 && x->param_rep[y->layer] != y->layer)) continue;
         fprintf(f, "  %-22s %-20s %s\n", y->name, ir_type_str(y, ty, sizeof ty),
-                shard_spec_pspec(st->mesh, &st->spec[v], y->rank, ps, sizeof ps));
+                shard_spec_pspec(&st->mesh, &st->spec[v], y->rank, ps, sizeof ps));
     }
     folded(f, g->n_layers, x->param_rep);
 }
@@ -214,7 +214,7 @@ static void pipeline_section(FILE *f, const view_explanation *x)
     if (s->schedule == PIPE_INTERLEAVED) snprintf(sched, sizeof sched, "interleaved 1F1B, %d chunks a device", s->chunks);
     else snprintf(sched, sizeof sched, "%s", s->schedule == PIPE_GPIPE ? "GPipe" : "1F1B");
     fprintf(f, "\npipeline       %s over '%s': %d stages, %d micro-batches, %d transfers a micro-batch or step", sched,
-            x->st->mesh->names[s->axis], s->stages, s->microbatches, pp->n_xfers);
+            x->st->mesh.names[s->axis], s->stages, s->microbatches, pp->n_xfers);
     if (!pe || !pe->stage) {
         fprintf(f, "\n");
         return;
@@ -249,7 +249,7 @@ static void pipeline_section(FILE *f, const view_explanation *x)
 static void text_cost(FILE *f, const view_explanation *x)
 {
     char buf[256];
-    const shard_mesh *mesh = x->st->mesh;
+    const shard_mesh *mesh = &x->st->mesh;
     const cost_options *opt = x->opt;
     const spmd_padding *pad = &x->pad;
     int mixed = opt->precision == COST_MIXED_BF16 || opt->precision == COST_MIXED_FP16;
@@ -583,11 +583,11 @@ static void shard_arguments(FILE *f, const view_explanation *x)
     for (int v = 0; v < g->n_values; v++) {
         const ir_value *y = &g->values[v];
         if (y->role == IR_INTERMEDIATE) continue;
-        bytes[y->role] += (double)shard_local_bytes(st->mesh, y, &st->spec[v]);
+        bytes[y->role] += (double)shard_local_bytes(&st->mesh, y, &st->spec[v]);
         global[y->role] += (double)ir_bytes(y);
         if (x->summary && (y->layer > 0 || y->role == IR_OPT_STATE)) continue;
         fprintf(f, "  %-22s %-9s %-22s %s\n", y->name, ir_role_name(y->role), ir_type_str(y, ty, sizeof ty),
-                shard_spec_pspec(st->mesh, &st->spec[v], y->rank, buf, sizeof buf));
+                shard_spec_pspec(&st->mesh, &st->spec[v], y->rank, buf, sizeof buf));
     }
     if (x->summary)
         fprintf(f, "  (optimizer states are not listed: each is sharded like its param%s)\n",
@@ -602,15 +602,15 @@ static void text_shard(FILE *f, const view_explanation *x)
     const shard_state *st = x->st;
     const ir_graph *g = st->g;
     char buf[256];
-    fprintf(f, "model %s\nmesh %s (%lld devices)\nschedule %s\n\ndecisions:\n", x->model, shard_mesh_str(st->mesh, buf, sizeof buf),
-            (long long)st->mesh->n_devices, x->schedule);
+    fprintf(f, "model %s\nmesh %s (%lld devices)\nschedule %s\n\ndecisions:\n", x->model, shard_mesh_str(&st->mesh, buf, sizeof buf),
+            (long long)st->mesh.n_devices, x->schedule);
     shard_decisions(f, x);
     fprintf(f, "\nconflicts: %d\n", st->n_conflicts);
     int shown = x->summary ? 5 : st->n_conflicts;
     for (int i = 0; i < st->n_conflicts && i < shown; i++) {
         const shard_conflict *c = &st->conflicts[i];
         fprintf(f, "  %s%s: '%s' not sharded on %s: %s\n", c->op >= 0 ? "at " : "decision", c->op >= 0 ? g->values[g->ops[c->op].out].name : "",
-                g->values[c->value].name, st->mesh->names[c->axis], c->why);
+                g->values[c->value].name, st->mesh.names[c->axis], c->why);
     }
     if (shown < st->n_conflicts) fprintf(f, "  ... (%d more)\n", st->n_conflicts - shown);
     shard_arguments(f, x);
