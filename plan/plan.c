@@ -226,30 +226,59 @@ void plan_add_collectives(cJSON *j, const spmd_program *p)
     }
 }
 
-void plan_add_at_peak(cJSON *j, const cost_estimate *e)
+static cJSON *at_peak(const cost_estimate *e)
 {
-    cJSON *pk = cJSON_AddObjectToObject(j, "at_peak_bytes");
+    cJSON *pk = cJSON_CreateObject();
     cJSON_AddItemToObject(pk, "params", num(e->peak_params));
     cJSON_AddItemToObject(pk, "optimizer_states", num(e->peak_opt_states));
     cJSON_AddItemToObject(pk, "gradients", num(e->peak_grads));
     cJSON_AddItemToObject(pk, "activations", num(e->peak_activations));
     cJSON_AddItemToObject(pk, "other", num(e->peak_other));
+    return pk;
+}
+
+/* The one table of an estimate's figures as the documents name them. */
+static cJSON *estimate_field(const cost_estimate *e, const char *key)
+{
+#define FIELD(name, item) \
+    if (!strcmp(key, name)) return item;
+    FIELD("step_time_s", num(e->step_time))
+    FIELD("compute_s", num(e->compute_time))
+    FIELD("communication_s", num(e->comm_time))
+    FIELD("overlapped", cJSON_CreateBool(e->step_time < e->compute_time + e->comm_time))
+    FIELD("serialisation", num(e->serialisation))
+    FIELD("flops_per_device", num(e->flops))
+    FIELD("communicated_bytes_per_device", num(e->comm_bytes))
+    FIELD("wire_bytes_per_device", num(e->wire_bytes))
+    FIELD("peak_memory_bytes", num(e->peak_memory))
+    FIELD("memory_capacity_bytes", num(e->capacity))
+    FIELD("fits", cJSON_CreateBool(e->fits))
+    FIELD("at_peak_bytes", at_peak(e))
+    FIELD("model_state_bytes", num(e->model_state_bytes))
+    FIELD("collective_launches", cJSON_CreateNumber(e->coll_launches))
+#undef FIELD
+    return NULL;
+}
+
+int plan_add_estimate(cJSON *j, const cost_estimate *e, const char *const *keys)
+{
+    for (; *keys; keys++) {
+        cJSON *item = estimate_field(e, *keys);
+        if (!item) return -1;
+        cJSON_AddItemToObject(j, *keys, item);
+    }
+    return 0;
 }
 
 static void add_predicted(cJSON *j, const cost_estimate *e, int version)
 {
+    static const char *const v1[] = {"step_time_s", "compute_s", "communication_s", "peak_memory_bytes",
+                                     "memory_capacity_bytes", "fits", NULL};
+    static const char *const v2[] = {"flops_per_device", "communicated_bytes_per_device", "wire_bytes_per_device",
+                                     "at_peak_bytes", NULL};
     cJSON *c = cJSON_AddObjectToObject(j, "predicted");
-    cJSON_AddItemToObject(c, "step_time_s", num(e->step_time));
-    cJSON_AddItemToObject(c, "compute_s", num(e->compute_time));
-    cJSON_AddItemToObject(c, "communication_s", num(e->comm_time));
-    cJSON_AddItemToObject(c, "peak_memory_bytes", num(e->peak_memory));
-    cJSON_AddItemToObject(c, "memory_capacity_bytes", num(e->capacity));
-    cJSON_AddBoolToObject(c, "fits", e->fits);
-    if (version < 2) return;
-    cJSON_AddItemToObject(c, "flops_per_device", num(e->flops));
-    cJSON_AddItemToObject(c, "communicated_bytes_per_device", num(e->comm_bytes));
-    cJSON_AddItemToObject(c, "wire_bytes_per_device", num(e->wire_bytes));
-    plan_add_at_peak(c, e);
+    plan_add_estimate(c, e, v1);
+    if (version >= 2) plan_add_estimate(c, e, v2);
 }
 
 static void add_search(cJSON *j, const plan_search *s)

@@ -92,13 +92,20 @@ cJSON *plan_to_json(const plan *pl, const shard_state *st, const spmd_program *p
  * written with %.17g (null when not finite); a PartitionSpec as JSON (null,
  * an axis name, or a list of names per dim); "mesh" and "devices" added to j
  * (version 1: the mesh as text); "collectives" added to j (count and bytes per
- * device by kind and phase); "at_peak_bytes" added to j (what is live at e's
- * peak, by kind). */
+ * device by kind and phase). */
 cJSON *plan_json_number(double x);
 cJSON *plan_pspec_json(const shard_mesh *m, const shard_spec *s, int rank);
 void plan_add_mesh(cJSON *j, const shard_mesh *m, int version);
 void plan_add_collectives(cJSON *j, const spmd_program *p);
-void plan_add_at_peak(cJSON *j, const cost_estimate *e);
+/* Adds the figures of e named by keys (NULL-terminated), in that order, to j:
+ * the one table of what each key means (step_time_s, compute_s,
+ * communication_s, overlapped, serialisation, flops_per_device,
+ * communicated_bytes_per_device, wire_bytes_per_device, peak_memory_bytes,
+ * memory_capacity_bytes, fits, at_peak_bytes: what is live at the peak by
+ * kind, model_state_bytes, collective_launches).  A plan file's "predicted"
+ * and the views' estimates are lists of these keys.  Returns 0, or -1 at the
+ * first key it does not know. */
+int plan_add_estimate(cJSON *j, const cost_estimate *e, const char *const *keys);
 
 /* Writes the plan atomically (temp file, rename).  pl->graph_path (when the
  * model is a graph file) is stored relative to the plan's folder.  Returns 0, or

@@ -132,6 +132,9 @@ static void test_load(void)
     ir_free(g);
 }
 
+/* A number of a JSON document (plan_json_number writes raw %.17g text). */
+static double jnum(const cJSON *x) { return cJSON_IsRaw(x) ? strtod(x->valuestring, NULL) : cJSON_GetNumberValue(x); }
+
 static void test_pricing(void)
 {
     char err[1024], label[512];
@@ -167,6 +170,19 @@ static void test_pricing(void)
     CHECKF(rc == 0 && c.e.step_time > 0 && c.e.step_time < c.base.step_time && c.e.peak_memory < c.base.peak_memory,
            "dp %.3g s against replicated %.3g s", c.e.step_time, c.base.step_time);
     CHECK(rc == 0 && c.pr.baseline == c.base.step_time && c.p && c.p->stats.count[SPMD_ALL_REDUCE][SPMD_BACKWARD] > 0);
+    /* an estimate's figures in JSON: the keys asked for, in that order, from
+     * one table; a key it does not know is refused */
+    const char *const keys[] = {"fits", "step_time_s", "at_peak_bytes", "collective_launches", NULL};
+    const char *const bad[] = {"step_time_s", "step_time", NULL};
+    cJSON *j = cJSON_CreateObject(), *k = cJSON_CreateObject();
+    CHECK(plan_add_estimate(j, &c.e, keys) == 0 && plan_add_estimate(k, &c.e, bad) == -1);
+    const cJSON *first = j->child;
+    CHECK(first && !strcmp(first->string, "fits") && cJSON_IsBool(first) && first->next &&
+          jnum(first->next) == c.e.step_time && cJSON_GetArraySize(j) == 4 &&
+          jnum(cJSON_GetObjectItem(cJSON_GetObjectItem(j, "at_peak_bytes"), "params")) == c.e.peak_params &&
+          jnum(cJSON_GetObjectItem(j, "collective_launches")) == c.e.coll_launches);
+    cJSON_Delete(j);
+    cJSON_Delete(k);
     session_cost_free(&c);
     ir_free(g);
 }

@@ -73,21 +73,12 @@ static void add_breakdowns(cJSON *j, const cost_estimate *e)
 
 static cJSON *estimate_json(const cost_estimate *e)
 {
+    static const char *const keys[] = {"step_time_s", "compute_s", "communication_s", "overlapped", "serialisation",
+                                       "flops_per_device", "communicated_bytes_per_device", "wire_bytes_per_device",
+                                       "peak_memory_bytes", "memory_capacity_bytes", "fits", "at_peak_bytes",
+                                       "model_state_bytes", "collective_launches", NULL};
     cJSON *j = cJSON_CreateObject();
-    cJSON_AddItemToObject(j, "step_time_s", num(e->step_time));
-    cJSON_AddItemToObject(j, "compute_s", num(e->compute_time));
-    cJSON_AddItemToObject(j, "communication_s", num(e->comm_time));
-    cJSON_AddBoolToObject(j, "overlapped", e->step_time < e->compute_time + e->comm_time);
-    cJSON_AddItemToObject(j, "serialisation", num(e->serialisation));
-    cJSON_AddItemToObject(j, "flops_per_device", num(e->flops));
-    cJSON_AddItemToObject(j, "communicated_bytes_per_device", num(e->comm_bytes));
-    cJSON_AddItemToObject(j, "wire_bytes_per_device", num(e->wire_bytes));
-    cJSON_AddItemToObject(j, "peak_memory_bytes", num(e->peak_memory));
-    cJSON_AddItemToObject(j, "memory_capacity_bytes", num(e->capacity));
-    cJSON_AddBoolToObject(j, "fits", e->fits);
-    plan_add_at_peak(j, e);
-    cJSON_AddItemToObject(j, "model_state_bytes", num(e->model_state_bytes));
-    cJSON_AddNumberToObject(j, "collective_launches", e->coll_launches);
+    plan_add_estimate(j, e, keys);
     add_breakdowns(j, e);
     return j;
 }
