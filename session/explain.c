@@ -103,22 +103,10 @@ void session_plan_view_free(session_plan_view *v)
 void session_cost_explain(session_cost *c, const char *label, const char *sched_text, const cost_hw *hw,
                           const cost_options *opt)
 {
-    view_explanation *x = &c->x;
-    memset(x, 0, sizeof *x);
-    x->kind = VIEW_COST;
-    x->model = label;
-    x->schedule = sched_text;
-    x->st = c->st;
-    x->p = c->p;
-    x->hw = hw;
-    x->opt = opt;
-    x->e = &c->e;
-    x->base = &c->base;
-    if (c->piped) {
-        x->pp = &c->pp;
-        x->pe = &c->pe;
-    }
-    view_explain(x);
+    c->x = (view_explanation){.kind = VIEW_COST, .model = label, .schedule = sched_text, .st = c->st, .p = c->p,
+                              .hw = hw, .opt = opt, .e = &c->e, .base = &c->base,
+                              .pp = c->piped ? &c->pp : NULL, .pe = c->piped ? &c->pe : NULL};
+    view_explain(&c->x);
 }
 
 void session_autopart_explain(session_autopart *a)
@@ -127,24 +115,11 @@ void session_autopart_explain(session_autopart *a)
     view_search *vs = &a->view_search;
     *vs = (view_search){a->algo, a->steps, a->n_steps, a->chosen, a->gather_auto, NULL, a->from,
                         a->written ? a->out : NULL, a->seed_runs, a->n_seed_runs, a->b.seed};
-    view_explanation *x = &a->x;
-    memset(x, 0, sizeof *x);
-    x->kind = VIEW_AUTOPART;
-    x->model = a->label;
-    x->schedule = a->pl.schedule;
-    x->st = s->st;
-    x->p = s->pr.p;
-    x->hw = &s->pr.hw;
-    x->opt = &s->pr.opt;
-    x->e = &s->e;
-    x->ex = s->ex;
-    x->n_ex = s->n_ex;
-    x->pl = &a->pl;
-    x->search = vs;
-    if (s->pr.piped && s->pr.pp.prog) {
-        x->pp = &s->pr.pp;
-        x->pe = &s->pr.pe;
-    }
-    view_explain(x); /* before pricing the other gather policy: e's instruction times are copied */
+    int piped = s->pr.piped && s->pr.pp.prog;
+    a->x = (view_explanation){.kind = VIEW_AUTOPART, .model = a->label, .schedule = a->pl.schedule, .st = s->st,
+                              .p = s->pr.p, .hw = &s->pr.hw, .opt = &s->pr.opt, .e = &s->e, .ex = s->ex,
+                              .n_ex = s->n_ex, .pl = &a->pl, .search = vs,
+                              .pp = piped ? &s->pr.pp : NULL, .pe = piped ? &s->pr.pe : NULL};
+    view_explain(&a->x); /* before pricing the other gather policy: e's instruction times are copied */
     if (autopart_price_other_gather(&s->pr, s->st, &a->other_gather) == 0) vs->other = &a->other_gather;
 }

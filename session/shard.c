@@ -63,22 +63,11 @@ int session_shard_run(session_shard *s, const ir_graph *g, const shard_mesh *mes
 
 void session_shard_explain(session_shard *s, const char *label, const char *sched_text, int summary)
 {
-    view_explanation *x = &s->x;
-    memset(x, 0, sizeof *x);
-    x->kind = VIEW_SHARD;
-    x->model = label;
-    x->schedule = sched_text;
-    x->st = s->st;
-    x->p = s->p;
-    x->tactics = s->tactics;
-    x->n_tactics = s->n_tactics;
-    x->decisions = s->decisions;
-    x->decided = s->decided;
-    x->decision_tactic = s->decision_tactic;
-    x->n_decisions = s->n_decisions;
-    x->summary = summary;
-    if (s->piped) x->pp = &s->pp;
-    view_explain(x);
+    s->x = (view_explanation){.kind = VIEW_SHARD, .model = label, .schedule = sched_text, .st = s->st, .p = s->p,
+                              .tactics = s->tactics, .n_tactics = s->n_tactics, .decisions = s->decisions,
+                              .decided = s->decided, .decision_tactic = s->decision_tactic,
+                              .n_decisions = s->n_decisions, .summary = summary, .pp = s->piped ? &s->pp : NULL};
+    view_explain(&s->x);
 }
 
 void session_shard_free(session_shard *s)
