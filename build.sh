@@ -74,7 +74,7 @@ need_testdata() {
     [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1 || return 0
     echo "build.sh: installing libonnx-testdata (for tests/test_onnx_nodes.c)" >&2
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq libonnx-testdata >&2 ||
-        echo "build.sh: libonnx-testdata not installed; tests/test_onnx_nodes.c will skip" >&2
+        echo "build.sh: libonnx-testdata not installed; tests/test_onnx_nodes.c will fail (CARVE_TEST_WITHOUT=onnx-testdata skips it)" >&2
 }
 
 # One makefile, kept here so the build stays one short file.
