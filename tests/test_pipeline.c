@@ -614,6 +614,70 @@ static void test_search_pipelined(void)
     autopart_step_free(&s);
 }
 
+/* Megatron-LM's 3D layout among the experts of a pipelined step: on a mesh
+ * whose `model` axis stays inside a node (2 devices a node) and whose `pipe`
+ * and `data` axes leave it, the expert `dp:data,megatron:model` applies to the
+ * body and lowers to tensor parallelism inside the node (its activations'
+ * all-reduces over `model`, in the stages' forwards and backwards), the
+ * stages across nodes (sends and receives, no collective over `pipe`) and
+ * data parallelism around both (the gradients all-reduced over `data` once a
+ * step, in the ends). */
+static void test_expert_3d(void)
+{
+    char err[512];
+    model_config cfg;
+    shard_mesh mesh;
+    schedule sc;
+    cost_hw hw;
+    CHECK(model_parse("gpt:layers=4,hidden=256,heads=8,seq=128,batch=32,vocab=1024", &cfg, err, sizeof err) == 0);
+    CHECK(shard_mesh_parse("pipe=2,data=2,model=2", &mesh, err, sizeof err) == 0 && cost_hw_preset("a100", &hw, err, sizeof err) == 0);
+    hw.node_devices = 2; /* the last axis (model) inside a node */
+    enum { PIPE = 1u << 0, DATA = 1u << 1, MODEL = 1u << 2 };
+    CHECKF(autopart_pipeline_slow_axes(&hw, &mesh) == (PIPE | DATA), "slow axes %#x", autopart_pipeline_slow_axes(&hw, &mesh));
+    CHECK(sched_parse("pipeline:pipe:4", &mesh, &sc, err, sizeof err) == 0);
+    ir_graph *g = model_build_pipeline_body(&cfg, NULL, 4, err, sizeof err);
+    cost_options o = {.precision = COST_MIXED_BF16};
+    autopart_step s;
+    memset(&s, 0, sizeof s);
+    int rc = g ? autopart_step_setup(&s, g, &mesh, &sc, &hw, &o, 1, err, sizeof err) : -1;
+    CHECKF(rc == 0 && s.pr.piped, "%s", err);
+    autopart_expert *ex = NULL;
+    int n = rc ? 0 : autopart_experts(s.g, &mesh, s.prefix, &s.pr, &ex), found = -1;
+    for (int i = 0; i < n; i++)
+        if (!strcmp(ex[i].schedule, "dp:data,megatron:model") || !strcmp(ex[i].schedule, "dp:data,megatron:model,gather:keep"))
+            found = i; /* (the pricer may add its gather policy) */
+    CHECKF(found >= 0 && ex[found].ok && ex[found].e.step_time > 0, "the 3D expert: %s", found >= 0 ? ex[found].why : "missing");
+    if (found >= 0 && ex[found].ok) {
+        pipe_spec spec = s.pr.pipe;
+        pipe_split_even(&spec, s.g->n_layers);
+        spec.split_auto = 0;
+        pipe_program pp;
+        rc = pipe_lower(ex[found].st, &spec, NULL, &pp, err, sizeof err);
+        CHECKF(rc == 0, "%s", err);
+        if (rc == 0) {
+            const spmd_program *p = pp.prog;
+            int V = pp.n_vstages, tp_in_stages = 0, dp_in_end = 0, dp_in_tasks = 0, over_pipe = 0, sends = 0;
+            for (int i = 0; i < p->n_instrs; i++) {
+                const spmd_instr *in = &p->instrs[i];
+                int task = p->segment[i] < 2 * V;
+                if (in->kind == SPMD_SEND) sends++;
+                if (in->kind == SPMD_SEND || in->kind == SPMD_RECV) continue;
+                over_pipe += (in->axes & PIPE) != 0;
+                if (in->kind != SPMD_ALL_REDUCE) continue;
+                tp_in_stages += task && in->axes == MODEL;
+                dp_in_end += !task && (in->axes & DATA);
+                dp_in_tasks += task && (in->axes & DATA);
+            }
+            CHECKF(tp_in_stages > 0 && dp_in_end > 0 && dp_in_tasks == 0 && over_pipe == 0 && sends > 0,
+                   "3D: %d all-reduces over model in the stages, %d over data at the end (%d in tasks), %d collectives over pipe, %d sends",
+                   tp_in_stages, dp_in_end, dp_in_tasks, over_pipe, sends);
+            pipe_program_free(&pp);
+        }
+    }
+    autopart_experts_free(ex, n);
+    autopart_step_free(&s);
+}
+
 /* The pipelines the level considers. */
 static void test_candidates(void)
 {
@@ -708,6 +772,7 @@ int main(void)
     test_price_gpt();
     test_balance();
     test_search_pipelined();
+    test_expert_3d();
     test_candidates();
     test_level();
     return test_done();
