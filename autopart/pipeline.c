@@ -1,4 +1,4 @@
-/* pipeline.c (plan) - autopart's pipeline level (see pipeline.h). */
+/* pipeline.c (autopart) - autopart's pipeline level (see pipeline.h). */
 #include "autopart/pipeline.h"
 
 #include <stdlib.h>

@@ -5,7 +5,8 @@
  * model_build_pipeline_body), so, like recomputation, it is a level above
  * the sharding search rather than actions of it.  The level enumerates
  * candidates (pipe_candidates: over the axes whose collectives leave a node,
- * or every axis on a single node; micro-batches p to 8p; 1F1B,
+ * or every axis on a single node; micro-batches p to 8p and those of 4, 2
+ * and 1 sequences a data-parallel replica; 1F1B,
  * interleaved-2, GPipe), each alone and with remat:all, builds each one's
  * step through the caller's callback and prices the expert schedules over the
  * other axes on it (Megatron-LM's 3D layouts among them: tensor parallel
