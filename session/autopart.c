@@ -255,7 +255,7 @@ int session_autopart_run(session_autopart *a, char *err, size_t errlen)
     a->pipe_first = a->n_steps;
     if (pipeline_level(a, user, deadline) < 0) return -1;
     const autopart_step *s = &a->steps[a->chosen];
-    char resolved[96]; /* a pipeline as it replays exactly: its micro-batches and layer split */
+    char resolved[512]; /* a pipeline as it replays exactly: its micro-batches and layer split (up to 95 characters) */
     const char *tac = s->tactics;
     if (s->pr.piped && s->pr.pp.prog) {
         pipe_tactic_text(&s->pr.pp.spec, &a->mesh, resolved, sizeof resolved);
