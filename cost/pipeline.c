@@ -702,7 +702,10 @@ int cost_price_pipelined(cost_ws *ws, shard_state *st, const pipe_spec *spec, co
         pipe_program_free(&q);
         if (pe) cost_pipe_estimate_free(&qe);
         /* the workspace now holds the balanced program's buffers: price the even one again */
-        return cost_estimate_pipeline(ws, pp, hw, opt, e, NULL, err, errlen) < 0 ? -1 : 0;
+        if (cost_estimate_pipeline(ws, pp, hw, opt, e, NULL, err, errlen) == 0) return 0;
+        pipe_program_free(pp);
+        if (pe) cost_pipe_estimate_free(pe);
+        return -1;
     }
     pipe_program_free(pp);
     *pp = q;

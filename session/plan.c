@@ -98,8 +98,10 @@ int session_plan_open(const char *path, plan *pl, ir_graph **g, shard_state **st
         cost_estimate e;
         pipe_program pp;
         rc = cost_price_pipelined(ws, *st, &ps, NULL, &hw, &pl->options, &pp, &e, NULL, err, errlen);
-        if (!rc) rc = plan_verify(pl, path, *st, pp.prog, &e, err, errlen);
-        if (!rc) pipe_program_free(&pp);
+        if (!rc) {
+            rc = plan_verify(pl, path, *st, pp.prog, &e, err, errlen);
+            pipe_program_free(&pp);
+        }
         cost_ws_free(ws);
     } else if (!rc) {
         spmd_program *p = spmd_lower(*st);

@@ -59,6 +59,12 @@ ok explain "$carve" explain p.json
 has explain "x: pipeline stages"
 has explain "stage layers"
 if grep -q "note:" err.txt; then fail=$((fail + 1)); echo "FAIL explain: the plan did not replay exactly"; cat err.txt; else pass=$((pass + 1)); fi
+# an edited pipelined plan: a layout difference refused, a price difference a note
+python3 -c "import json; p=json.load(open('p.json')); p['arguments'][2]['local_bytes']=5; json.dump(p, open('e1.json','w'))"
+bad "edited plan" "local_bytes: the file has 5" "$carve" explain e1.json
+python3 -c "import json; p=json.load(open('p.json')); p['predicted']['step_time_s']*=0.5; json.dump(p, open('e2.json','w'))"
+"$carve" explain e2.json >out.txt 2>err.txt && grep -q "note: e2.json: predicted.step_time_s: the file has" err.txt
+check "edited price: a note" $?
 ok export "$carve" export p.json --to jax
 has export "the stages holding each param"
 has export "#   wte: 0, 3"
