@@ -578,25 +578,38 @@ static void test_balance(void)
     cost_ws_free(ws);
 }
 
+/* Sets s up on the 4-micro-batch body of a 4-layer GPT pipelined over
+ * `pipe` (schedule pipeline:pipe:4) of mesh_text, on the a100 preset with
+ * node_devices a node (0: the preset's), mixed bf16.  The mesh must outlive
+ * s.  Returns autopart_step_setup's result, err its message. */
+static int setup_piped(autopart_step *s, const char *mesh_text, int node_devices, shard_mesh *mesh, cost_hw *hw, char *err,
+                       size_t errlen)
+{
+    model_config cfg;
+    schedule sc;
+    memset(s, 0, sizeof *s);
+    if (model_parse("gpt:layers=4,hidden=256,heads=8,seq=128,batch=32,vocab=1024", &cfg, err, errlen) < 0 ||
+        shard_mesh_parse(mesh_text, mesh, err, errlen) < 0 || cost_hw_preset("a100", hw, err, errlen) < 0 ||
+        sched_parse("pipeline:pipe:4", mesh, &sc, err, errlen) < 0)
+        return -1;
+    if (node_devices) hw->node_devices = node_devices;
+    ir_graph *g = model_build_pipeline_body(&cfg, NULL, 4, err, errlen);
+    if (!g) return -1;
+    CHECK(pipe_body_microbatches(g) == 4);
+    cost_options o = {.precision = COST_MIXED_BF16};
+    return autopart_step_setup(s, g, mesh, &sc, hw, &o, 1, err, errlen);
+}
+
 /* The search on a pipelined step: the pricer prices pipelines, the experts
  * leave the pipeline's axis alone, and the search's plan is at least as good
  * as the best of them. */
 static void test_search_pipelined(void)
 {
     char err[512];
-    model_config cfg;
     shard_mesh mesh;
-    schedule sc;
     cost_hw hw;
-    CHECK(model_parse("gpt:layers=4,hidden=256,heads=8,seq=128,batch=32,vocab=1024", &cfg, err, sizeof err) == 0);
-    CHECK(shard_mesh_parse("data=2,pipe=2,model=2", &mesh, err, sizeof err) == 0 && cost_hw_preset("a100", &hw, err, sizeof err) == 0);
-    CHECK(sched_parse("pipeline:pipe:4", &mesh, &sc, err, sizeof err) == 0);
-    ir_graph *g = model_build_pipeline_body(&cfg, NULL, 4, err, sizeof err);
-    CHECK(g && pipe_body_microbatches(g) == 4);
-    cost_options o = {.precision = COST_MIXED_BF16};
     autopart_step s;
-    memset(&s, 0, sizeof s);
-    int rc = autopart_step_setup(&s, g, &mesh, &sc, &hw, &o, 1, err, sizeof err);
+    int rc = setup_piped(&s, "data=2,pipe=2,model=2", 0, &mesh, &hw, err, sizeof err);
     CHECKF(rc == 0 && s.pr.piped && s.pr.pipe.axis == 1 && s.pr.pipe.microbatches == 4, "%s", err);
     search_budget b = {.simulations = 60, .seed = 1, .threads = 1};
     rc = rc ? rc : autopart_step_search(&s, &search_mcts, &b, err, sizeof err);
@@ -625,22 +638,13 @@ static void test_search_pipelined(void)
 static void test_expert_3d(void)
 {
     char err[512];
-    model_config cfg;
     shard_mesh mesh;
-    schedule sc;
     cost_hw hw;
-    CHECK(model_parse("gpt:layers=4,hidden=256,heads=8,seq=128,batch=32,vocab=1024", &cfg, err, sizeof err) == 0);
-    CHECK(shard_mesh_parse("pipe=2,data=2,model=2", &mesh, err, sizeof err) == 0 && cost_hw_preset("a100", &hw, err, sizeof err) == 0);
-    hw.node_devices = 2; /* the last axis (model) inside a node */
+    autopart_step s;
+    int rc = setup_piped(&s, "pipe=2,data=2,model=2", 2, &mesh, &hw, err, sizeof err); /* the last axis (model) inside a node */
+    CHECKF(rc == 0 && s.pr.piped, "%s", err);
     enum { PIPE = 1u << 0, DATA = 1u << 1, MODEL = 1u << 2 };
     CHECKF(autopart_pipeline_slow_axes(&hw, &mesh) == (PIPE | DATA), "slow axes %#x", autopart_pipeline_slow_axes(&hw, &mesh));
-    CHECK(sched_parse("pipeline:pipe:4", &mesh, &sc, err, sizeof err) == 0);
-    ir_graph *g = model_build_pipeline_body(&cfg, NULL, 4, err, sizeof err);
-    cost_options o = {.precision = COST_MIXED_BF16};
-    autopart_step s;
-    memset(&s, 0, sizeof s);
-    int rc = g ? autopart_step_setup(&s, g, &mesh, &sc, &hw, &o, 1, err, sizeof err) : -1;
-    CHECKF(rc == 0 && s.pr.piped, "%s", err);
     autopart_expert *ex = NULL;
     int n = rc ? 0 : autopart_experts(s.g, &mesh, s.prefix, &s.pr, &ex), found = -1;
     for (int i = 0; i < n; i++)
