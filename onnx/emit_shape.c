@@ -6,6 +6,7 @@
  * constant mask), Cast and Dropout.
  */
 #include "onnx/internal.h"
+#include "ir/hash.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -382,8 +383,6 @@ int emit_dropout(ox_ctx *c, const Onnx__NodeProto *n)
     if (!(ratio > 0 && ratio < 1)) return ox_fail(c, "ratio %g is outside [0, 1)", ratio);
     /* carve's counter-based mask: the same rate, not torch's random stream */
     const ir_value v_copy = *ox_irv(c, x), *v = &v_copy;
-    uint64_t h = 1469598103934665603ull;
-    for (const char *p = n->output[0]; *p; p++) h = (h ^ (unsigned char)*p) * 1099511628211ull;
-    int m = ir_dropout_mask(c->g, v->rank, v->dims, ratio, (int64_t)(h >> 11));
+    int m = ir_dropout_mask(c->g, v->rank, v->dims, ratio, (int64_t)(ir_fnv(n->output[0]) >> 11));
     return ox_out_ir(c, n, 0, ox_ir_binary(c, IR_OP_MUL, x, m), in_type(c, n, 0));
 }

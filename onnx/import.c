@@ -19,6 +19,7 @@
  * a node, the node, its op and the opset.
  */
 #include "onnx/internal.h"
+#include "ir/hash.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -76,12 +77,7 @@ static int is_printable(const char *s)
 
 /* ---- the value table ------------------------------------------------------- */
 
-static uint64_t hash_name(const char *s)
-{
-    uint64_t h = 1469598103934665603ull;
-    for (; *s; s++) h = (h ^ (unsigned char)*s) * 1099511628211ull;
-    return h;
-}
+static uint64_t hash_name(const char *s) { return ir_fnv(s); }
 
 static void index_add(ox_ctx *c, int i)
 {
@@ -266,12 +262,12 @@ int ox_ir(ox_ctx *c, ox_val *v)
 
 static uint64_t tensor_hash(const ox_tensor *t)
 {
-    uint64_t h = 1469598103934665603ull ^ (uint64_t)t->type;
-    for (int i = 0; i < t->rank; i++) h = (h ^ (uint64_t)t->dims[i]) * 1099511628211ull;
+    uint64_t h = IR_FNV_OFFSET ^ (uint64_t)t->type;
+    for (int i = 0; i < t->rank; i++) h = ir_fnv_word(h, (uint64_t)t->dims[i]);
     for (int64_t i = 0; i < t->n; i++) {
         uint64_t u;
         memcpy(&u, &t->v[i], 8);
-        h = (h ^ u) * 1099511628211ull;
+        h = ir_fnv_word(h, u);
     }
     return h;
 }
