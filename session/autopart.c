@@ -257,7 +257,7 @@ int session_autopart_run(session_autopart *a, char *err, size_t errlen)
     const autopart_step *s = &a->steps[a->chosen];
     char resolved[512]; /* a pipeline as it replays exactly: its micro-batches and layer split (up to 95 characters) */
     const char *tac = s->tactics;
-    if (s->pr.piped && s->pr.pp.prog) {
+    if (s->pr.piped && s->pr.pp.prog && a->chosen >= a->pipe_first) { /* the level's pipeline (a user's stays in user) */
         pipe_tactic_text(&s->pr.pp.spec, &a->mesh, resolved, sizeof resolved);
         const char *rest = strchr(s->tactics, ',');
         size_t k = strlen(resolved);

@@ -68,6 +68,12 @@ check "edited price: a note" $?
 ok export "$carve" export p.json --to jax
 has export "the stages holding each param"
 has export "#   wte: 0, 3"
+# a pipeline given by hand: the plan holds it once (it had held it twice, which every command refused)
+ok "autopart given" "$carve" autopart --model gpt:layers=4,hidden=256,heads=8,seq=128,batch=32,vocab=1024 --mesh pipe=4,model=2 \
+    --schedule pipeline:pipe:8:gpipe,megatron:model,auto --hw a100 --budget 20 --quiet --out given.json
+python3 -c "import json; s = json.load(open('given.json'))['schedule']; assert s.count('pipeline:') == 1 and 'pipeline:pipe:8:gpipe' in s, s"
+check "plan: a given pipeline once" $?
+ok "explain given" "$carve" explain given.json
 ok "autopart none" "$carve" autopart --model gpt:layers=4,hidden=256,heads=8,seq=128,batch=32,vocab=1024 --mesh x=4,data=2,model=2 \
     --hw two.json --budget 40 --quiet --pipeline none
 if grep -q "pipeline:" out.txt; then fail=$((fail + 1)); echo "FAIL autopart none: a pipeline"; else pass=$((pass + 1)); fi
