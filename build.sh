@@ -11,11 +11,12 @@
 #   ./build.sh clean    remove build outputs
 # Missing Debian packages (libblis-dev, libcjson-dev, libprotobuf-c-dev; openmpi-bin and
 # libopenmpi-dev for the MPI backend, clang for the fuzz targets; chromium
-# for `test`) are installed with apt-get when run as root; otherwise the
-# script says what to install (and builds without MPI when only MPI is
-# missing).  The tests fail closed: a missing or broken MPI, clang or
-# chromium is a failure, unless CARVE_TEST_WITHOUT names it (e.g.
-# CARVE_TEST_WITHOUT=mpi,clang,chromium), which counts those checks as
+# and libonnx-testdata for `test`) are installed with apt-get when run as
+# root; otherwise the script says what to install (and builds without MPI
+# when only MPI is missing).  The tests fail closed: a missing or broken
+# MPI, clang, chromium or ONNX test data is a failure, unless
+# CARVE_TEST_WITHOUT names it (e.g.
+# CARVE_TEST_WITHOUT=mpi,clang,chromium,onnx-testdata), which counts those checks as
 # skipped in the closing line.
 set -euo pipefail
 cd "$(dirname "$0")"
