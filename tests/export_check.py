@@ -24,6 +24,9 @@ Prints one line per failure and "ok" lines; exit 1 on any failure.
 """
 import json, py_compile, re, sys, types
 
+import dtensor_standins
+from dtensor_standins import Partial, Replicate, Shard
+
 plan_path, prefix = sys.argv[1], sys.argv[2]
 plan = json.load(open(plan_path))
 axes = [a["name"] for a in plan["mesh"]["axes"]]
@@ -243,32 +246,14 @@ def check_xla():
 
 
 # ---- torch -----------------------------------------------------------------
-class Shard:
-    def __init__(self, dim):
-        self.dim = dim
-
-
-class Replicate:
-    pass
-
-
-class Partial:
-    def __init__(self, op="sum"):
-        self.op = op
-
-
 def check_torch():
     path = prefix + ".torch"
     try:
         py_compile.compile(path, cfile=path + ".pyc", doraise=True)
     except py_compile.PyCompileError as e:
         return fail("torch", "py_compile: %s" % e)
-    t = types.ModuleType("torch.distributed.tensor")
-    t.Shard, t.Replicate, t.Partial = Shard, Replicate, Partial
-    dm = types.ModuleType("torch.distributed.device_mesh")
-    dm.init_device_mesh = None
     stubs = {"torch": types.ModuleType("torch"), "torch.distributed": types.ModuleType("torch.distributed"),
-             "torch.distributed.tensor": t, "torch.distributed.device_mesh": dm}
+             **dtensor_standins.modules()}
     ns = load_with_stubs(path, stubs)
     check_mesh_constants("torch", ns)
     seen = 0

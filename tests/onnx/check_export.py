@@ -13,35 +13,18 @@ Prints one line; exit 1 on a mismatch.
 """
 import os
 import sys
-import types
 
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import gen  # noqa: E402
-
-
-class Shard:
-    def __init__(self, dim):
-        self.dim = dim
-
-
-class Replicate:
-    pass
-
-
-class Partial:
-    def __init__(self, op="sum"):
-        self.op = op
+import dtensor_standins  # noqa: E402
+from dtensor_standins import Shard  # noqa: E402
 
 
 def stand_ins():
-    tensor = types.ModuleType("torch.distributed.tensor")
-    tensor.Shard, tensor.Replicate, tensor.Partial = Shard, Replicate, Partial
-    mesh = types.ModuleType("torch.distributed.device_mesh")
-    mesh.init_device_mesh = lambda *a, **k: None
-    sys.modules["torch.distributed.tensor"] = tensor
-    sys.modules["torch.distributed.device_mesh"] = mesh
+    sys.modules.update(dtensor_standins.modules())
 
 
 def main():
