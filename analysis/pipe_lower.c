@@ -10,7 +10,10 @@
  *     latest virtual stage among its operands' producers, an untagged
  *     backward op to the earliest among its cotangent operands' (else the
  *     latest among its forward operands'); ops that read only arguments to
- *     the earliest virtual stage among their readers.  A param's owner is the
+ *     the earliest virtual stage among their readers; but the embedding
+ *     (and its backward) always goes with virtual stage 0 and the head and
+ *     loss with virtual stage V-1, also when a split leaves those without a
+ *     layer.  A param's owner is the
  *     earliest stage that reads it.  The end of step (END) holds the
  *     optimizer and, for a param read on several stages, the adds of its
  *     gradient's sum that join contributions made on different stages; an
@@ -108,12 +111,39 @@ static int is_fb(const plower *c, int seg) { return seg < 2 * c->V; }
 
 static int producer_of(const plower *c, int v) { return c->g->values[v].producer; }
 
+/* Per forward or backward op: whether it feeds (through ops of its own pass)
+ * an op tagged with a layer; ops of neither pass get 0. */
+static uint8_t *feeds_layers(const plower *c)
+{
+    const ir_graph *g = c->g;
+    const shard_state *s = c->st;
+    const uint8_t *phase = c->p->phase;
+    uint8_t *feeds = ir_xcalloc((size_t)g->n_ops + 1, 1);
+    for (int i = g->n_ops - 1; i >= 0; i--) {
+        if (phase[i] == SPMD_OPTIMIZER) continue;
+        int out = g->ops[i].out;
+        for (int u = s->use_start[out]; u < s->use_start[out + 1] && !feeds[i]; u++) {
+            int r = s->uses[u];
+            feeds[i] = phase[r] == phase[i] && (g->ops[r].layer >= 0 || feeds[r]);
+        }
+    }
+    return feeds;
+}
+
 /* Forward and backward ops: their virtual stages (first pass over the ops,
- * then ops reading only arguments from their readers, in reverse). */
+ * then ops reading only arguments from their readers, in reverse).  Ops
+ * outside the layers follow the data, with two exceptions for splits whose
+ * first or last virtual stages hold no layer: the ops before the layers (the
+ * embedding) and their backward go to virtual stage 0, the ops after them
+ * (the head and the loss) to virtual stage V-1.  When virtual stages 0 and
+ * V-1 hold layers, both rules change nothing. */
 static void place_passes(plower *c)
 {
     const ir_graph *g = c->g;
     const uint8_t *phase = c->p->phase;
+    int L = c->sp.n_layers, vf = L > 0 ? pipe_vstage_of_layer(&c->sp, 0) : 0;
+    int vl = L > 0 ? pipe_vstage_of_layer(&c->sp, L - 1) : c->V - 1;
+    uint8_t *feeds = feeds_layers(c), *after = ir_xcalloc((size_t)g->n_ops + 1, 1); /* after: made from a layer's op of its pass */
     for (int i = 0; i < g->n_ops; i++) {
         const ir_op *o = &g->ops[i];
         c->op_vs[i] = -1;
@@ -124,16 +154,21 @@ static void place_passes(plower *c)
         c->role[i] = phase[i] == SPMD_FORWARD ? ROLE_F : ROLE_B;
         if (o->layer >= 0) {
             c->op_vs[i] = pipe_vstage_of_layer(&c->sp, o->layer);
+            after[i] = 1;
             continue;
         }
         int fwd_max = -1, bwd_min = INT_MAX;
         for (int k = 0; k < o->n_in; k++) {
             int pr = producer_of(c, o->in[k]);
+            if (pr >= 0 && phase[pr] == phase[i]) after[i] |= after[pr];
             if (pr < 0 || c->op_vs[pr] < 0 || c->role[pr] > ROLE_B) continue;
             if (c->role[pr] == ROLE_B && c->op_vs[pr] < bwd_min) bwd_min = c->op_vs[pr];
             if (c->role[pr] == ROLE_F && c->op_vs[pr] > fwd_max) fwd_max = c->op_vs[pr];
         }
         c->op_vs[i] = c->role[i] == ROLE_B && bwd_min < INT_MAX ? bwd_min : fwd_max;
+        if (feeds[i] || !after[i]) continue;
+        if (c->role[i] == ROLE_F && fwd_max == vl) c->op_vs[i] = c->V - 1;  /* the head, after the last layer */
+        if (c->role[i] == ROLE_B && bwd_min == vf) c->op_vs[i] = 0;         /* the embedding's backward */
     }
     const shard_state *s = c->st;
     for (int i = g->n_ops - 1; i >= 0; i--) {
@@ -143,8 +178,12 @@ static void place_passes(plower *c)
             int r = s->uses[u];
             if (c->role[r] <= ROLE_B && c->op_vs[r] >= 0 && c->op_vs[r] < best) best = c->op_vs[r];
         }
-        c->op_vs[i] = best < INT_MAX ? best : 0;
+        c->op_vs[i] = best == vf && feeds[i] && c->role[i] == ROLE_F ? 0 /* the embedding, before the first layer */
+                      : best < INT_MAX                               ? best
+                                                                     : 0;
     }
+    free(feeds);
+    free(after);
 }
 
 /* The adds of a param gradient's sum (each add's result is the gradient or

@@ -643,8 +643,8 @@ void cost_pipe_balance(const pipe_program *pp, const double *instr_time, pipe_sp
         for (int j = 0; j <= L; j++) {
             double sum = extra[v - 1], b = 1e300;
             int at = j;
-            /* stage v-1 holds layers i..j-1: at least one when there are layers enough (the untagged work
-               follows the layers: a stage without any would hand its head to the stage before) */
+            /* stage v-1 holds layers i..j-1: at least one when there are layers enough (no stage idles; the
+               embedding stays on virtual stage 0 and the head on V-1 whatever the split, pipe_lower) */
             for (int i = L >= V ? j - 1 : j; i >= 0; i--) {
                 sum += i < j ? w[i] : 0;
                 double x = B(v - 1, i) > sum ? B(v - 1, i) : sum;

@@ -5,7 +5,8 @@
 #
 # Threads: every schedule (GPipe, 1F1B, interleaved 1F1B with 2 chunks) on 4
 # devices (4 stages) and on 8 (4 stages of a Megatron tensor-parallel pair),
-# for both models, plus 8 stages; each run must exit 0 with "check: passed"
+# for both models, plus 8 stages, plus 4 stages of a 2-layer GPT (the last holds
+# the head: it sends); each run must exit 0 with "check: passed"
 # and print the pipeline section (a row per stage).  MPI: one rank per
 # device, each schedule and model on 4 ranks and on 8 (4 stages of a
 # tensor-parallel pair); every sum has at most 2 terms, so the outputs digest must
@@ -48,6 +49,11 @@ for sched in gpipe 1f1b interleaved-2; do
     done
 done
 piped "$GPT 1f1b on 8 stages" t8s.txt --model $GPT --mesh pipe=8 --schedule pipeline:pipe:8
+# more stages than layers: the head and loss still run on the last stage, which then sends (the loss's gradient back)
+piped "gpt-tiny:layers=2 on 4 stages" t2l.txt --model gpt-tiny:layers=2 --mesh pipe=4 --schedule pipeline:pipe:4
+last_sent=$(awk '/^ +stage +predicted/ {s = 1; next} s && $1 == 3 {print $6; exit}' t2l.txt)
+if awk -v x="${last_sent:-0}" 'BEGIN {exit !(x > 0)}'; then pass=$((pass + 1))
+else fail=$((fail + 1)); echo "FAIL gpt-tiny:layers=2 on 4 stages: the last stage sends '${last_sent:-nothing}' (it holds no head)"; fi
 # data parallelism and ZeRO-3 around and inside the stages
 piped "$GPT 1f1b, dp x 2 stages" tdp.txt --model $GPT --mesh data=2,pipe=2 --schedule pipeline:pipe:4,dp:data
 piped "$LLAMA gpipe, zero3 x 2 stages" tz3.txt --model $LLAMA --mesh data=2,pipe=2 --schedule pipeline:pipe:4:gpipe,zero3:data

@@ -221,8 +221,17 @@ static void test_spec_check(void)
 /* The body of `model` at m micro-batches, lowered on `mesh` under `sched`
  * and pipelined over axis `axis` with `sched_kind` (v chunks).  Returns the
  * graph (caller frees) and fills *pp; exits when the set-up fails. */
+static ir_graph *lower_pipe_split(const char *model, int m, const char *mesh_text, const char *sched, const char *axis, int kind,
+                                  int v, const int *counts, pipe_program *pp, shard_state **st_out);
 static ir_graph *lower_pipe(const char *model, int m, const char *mesh_text, const char *sched, const char *axis,
                             int kind, int v, pipe_program *pp, shard_state **st_out)
+{
+    return lower_pipe_split(model, m, mesh_text, sched, axis, kind, v, NULL, pp, st_out);
+}
+
+/* lower_pipe with the layer counts per virtual stage given (NULL: even). */
+static ir_graph *lower_pipe_split(const char *model, int m, const char *mesh_text, const char *sched, const char *axis, int kind,
+                                  int v, const int *counts, pipe_program *pp, shard_state **st_out)
 {
     char err[512];
     model_config cfg;
@@ -246,6 +255,7 @@ static ir_graph *lower_pipe(const char *model, int m, const char *mesh_text, con
     pipe_spec s = make_spec(kind, (int)mesh.sizes[shard_mesh_axis(&mesh, axis)], m, v);
     s.axis = shard_mesh_axis(&mesh, axis);
     pipe_split_even(&s, g->n_layers);
+    for (int i = 0; counts && i < pipe_vstages(&s); i++) s.first[i + 1] = s.first[i] + counts[i];
     int rc = pipe_lower(st, &s, NULL, pp, err, sizeof err);
     CHECKF(rc == 0, "%s over %s: %s", model, mesh_text, err);
     if (rc) exit(1);
@@ -383,6 +393,44 @@ static void test_lower_gpt(void)
         }
         CHECKF(grads_acc && n_grads > 0, "%s: a gradient is not accumulated", cases[t].mesh);
     next:
+        pipe_program_free(&pp);
+        shard_state_free(st);
+        ir_free(g);
+    }
+}
+
+/* More stages than layers, and splits leaving the first or last stages
+ * without a layer: the embedding still runs on virtual stage 0, the head
+ * and the loss on virtual stage V-1 (a stage of the split's own choosing
+ * otherwise: with 1/1/0/0 the head followed layer 1 to stage 1). */
+static void test_empty_stages(void)
+{
+    static const struct {
+        int kind, v, counts[8];
+    } cases[] = {{PIPE_1F1B, 1, {1, 1, 0, 0}}, {PIPE_1F1B, 1, {0, 1, 1, 0}}, {PIPE_GPIPE, 1, {2, 0, 0, 0}},
+                 {PIPE_1F1B, 1, {0, 0, 0, 2}}, {PIPE_1F1B, 1, {0, 2, 0, 0}}, {PIPE_INTERLEAVED, 2, {0, 1, 0, 0, 0, 1, 0, 0}}};
+    for (size_t t = 0; t < sizeof cases / sizeof cases[0]; t++) {
+        pipe_program pp;
+        shard_state *st;
+        ir_graph *g = lower_pipe_split("gpt:layers=2,hidden=32,heads=4,seq=8,batch=8,vocab=64", 4, "pipe=4", "", "pipe",
+                                       cases[t].kind, cases[t].v, cases[t].counts, &pp, &st);
+        const spmd_program *p = pp.prog;
+        int V = pp.n_vstages, loss_seg = -1, emb_seg = -1, tokens = ir_find(g, "tokens");
+        for (int i = 0; i < p->n_instrs; i++) {
+            const spmd_instr *in = &p->instrs[i];
+            if (in->kind != SPMD_COMPUTE) continue;
+            if (in->value == g->loss) loss_seg = p->segment[i];
+            const ir_op *o = &g->ops[in->op];
+            for (int k = 0; k < o->n_in; k++)
+                if (o->in[k] == tokens && p->phase[in->op] == SPMD_FORWARD && emb_seg < 0) emb_seg = p->segment[i];
+        }
+        CHECKF(loss_seg == V - 1 && emb_seg == 0, "split %d/%d/%d/%d (v %d): the loss in segment %d (want %d), the embedding in %d (want 0)",
+               cases[t].counts[0], cases[t].counts[1], cases[t].counts[2], cases[t].counts[3], cases[t].v, loss_seg, V - 1, emb_seg);
+        /* the tied embedding's owner is the first stage, the last holds it for the head */
+        int wb = p->arg_buf[ir_find(g, "wte")];
+        CHECK(pp.owner[wb] == 0 && pp.holds[(size_t)3 * p->n_bufs + wb]);
+        CHECKF(unavailable_reads(&pp) == 0, "split %d/%d/%d/%d: reads of buffers a stage does not have", cases[t].counts[0],
+               cases[t].counts[1], cases[t].counts[2], cases[t].counts[3]);
         pipe_program_free(&pp);
         shard_state_free(st);
         ir_free(g);
@@ -773,6 +821,7 @@ int main(void)
     test_spec_check();
     test_tactic();
     test_lower_gpt();
+    test_empty_stages();
     test_price_gpt();
     test_balance();
     test_search_pipelined();
