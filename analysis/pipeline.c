@@ -91,17 +91,13 @@ int pipe_spec_check(const pipe_spec *s, const shard_mesh *mesh, int n_layers, ch
 
 char *pipe_tactic_text(const pipe_spec *s, const shard_mesh *mesh, char *buf, size_t n)
 {
-    char sched[24], split[96] = "auto";
+    char sched[24];
     if (s->schedule == PIPE_INTERLEAVED) snprintf(sched, sizeof sched, "interleaved-%d", s->chunks);
     else snprintf(sched, sizeof sched, "%s", pipe_schedule_name(s->schedule));
-    if (!s->split_auto) {
-        size_t k = 0;
-        for (int i = 0; i < pipe_vstages(s) && k < sizeof split; i++)
-            k += (size_t)snprintf(split + k, sizeof split - k, "%s%d", i ? "/" : "", s->first[i + 1] - s->first[i]);
-        if (k >= sizeof split) snprintf(split, sizeof split, "auto"); /* longer than a tactic's SPLIT: balanced again */
-    }
-    snprintf(buf, n, "pipeline:%s:%d:%s:%s", mesh->names[s->axis], s->microbatches, sched, split);
-    return buf;
+    size_t k = (size_t)snprintf(buf, n, "pipeline:%s:%d:%s:%s", mesh->names[s->axis], s->microbatches, sched, s->split_auto ? "auto" : "");
+    for (int i = 0; !s->split_auto && i < pipe_vstages(s) && k < n; i++)
+        k += (size_t)snprintf(buf + k, n - k, "%s%d", i ? "/" : "", s->first[i + 1] - s->first[i]);
+    return k < n ? buf : NULL;
 }
 
 int pipe_candidates(const shard_mesh *mesh, unsigned axes, int64_t batch, int n_layers, char (*out)[PIPE_TACTIC_LEN], int cap)

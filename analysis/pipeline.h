@@ -78,8 +78,8 @@ int pipe_spec_check(const pipe_spec *s, const shard_mesh *mesh, int n_layers, ch
 int pipe_candidates(const shard_mesh *mesh, unsigned axes, int64_t batch, int n_layers, char (*out)[PIPE_TACTIC_LEN], int cap);
 
 /* The tactic that replays spec exactly: "pipeline:AXIS:M:SCHED:SPLIT" with
- * the split's layer counts ("auto" when split_auto).  Returns buf (n bytes;
- * a split longer than a tactic keeps is written "auto"). */
+ * the split's layer counts ("auto" when split_auto).  Returns buf, or NULL
+ * when the text does not fit in its n bytes (SCHED_STR_MAX always holds it). */
 char *pipe_tactic_text(const pipe_spec *s, const shard_mesh *mesh, char *buf, size_t n);
 
 /* ---- task order ------------------------------------------------------------ */

@@ -49,8 +49,9 @@ static int parse_layers(const char *text, tactic *t)
     return 0;
 }
 
-/* pipeline:AXIS[:M[:SCHED[:SPLIT]]] (parts split at ':', np of them). */
-static int parse_pipeline(const char *tac, char **parts, int np, const shard_mesh *m, tactic *t, char *err, size_t n)
+/* pipeline:AXIS[:M[:SCHED[:SPLIT]]] (parts split at ':', np of them); the
+ * split into split (SCHED_SPLIT_LEN bytes, the schedule's). */
+static int parse_pipeline(const char *tac, char **parts, int np, const shard_mesh *m, tactic *t, char *split, char *err, size_t n)
 {
     if (np < 2 || !parts[1][0])
         return ir_errf(err, n, "schedule: tactic '%s': write pipeline:AXIS, pipeline:AXIS:M, pipeline:AXIS:M:SCHED or pipeline:AXIS:M:SCHED:SPLIT", tac);
@@ -98,8 +99,9 @@ static int parse_pipeline(const char *tac, char **parts, int np, const shard_mes
         if (++count != t->hi * m->sizes[t->axis])
             return ir_errf(err, n, "schedule: tactic '%s': SPLIT gives %d layer counts, the pipeline has %lld virtual stages", tac, count,
                            (long long)(t->hi * m->sizes[t->axis]));
-        if (strlen(s) >= SCHED_NAME_LEN) return ir_errf(err, n, "schedule: tactic '%s': SPLIT is longer than %d characters", tac, SCHED_NAME_LEN - 1);
-        strcpy(t->pattern, s);
+        if (strlen(s) >= SCHED_SPLIT_LEN)
+            return ir_errf(err, n, "schedule: tactic '%.40s...': SPLIT is longer than %d characters", tac, SCHED_SPLIT_LEN - 1);
+        strcpy(split, s);
     }
     return 0;
 }
@@ -112,6 +114,7 @@ typedef struct tactic_text {
     char **parts;
     int np;
     tactic_kind kind; /* the table row's */
+    char *split;      /* the schedule's pipeline split */
 } tactic_text;
 typedef int (*tactic_parser)(const tactic_text *x, const shard_mesh *m, tactic *t, char *err, size_t n);
 
@@ -208,7 +211,7 @@ static int parse_atomic(const tactic_text *x, const shard_mesh *m, tactic *t, ch
 /* pipeline:AXIS[:M[:SCHED[:SPLIT]]] */
 static int parse_pipeline_tactic(const tactic_text *x, const shard_mesh *m, tactic *t, char *err, size_t n)
 {
-    return parse_pipeline(x->tac, x->parts, x->np, m, t, err, n);
+    return parse_pipeline(x->tac, x->parts, x->np, m, t, x->split, err, n);
 }
 
 /* The tactics by name, in the order the unknown-tactic message lists them. */
@@ -234,10 +237,11 @@ static const struct {
 };
 #define N_TACTIC_NAMES ((int)(sizeof tactic_table / sizeof tactic_table[0]))
 
-/* Parses one tactic "kind:args" (no commas). */
-static int parse_tactic(const char *tac, const shard_mesh *m, tactic *t, char *err, size_t n)
+/* Parses one tactic "kind:args" (no commas) into t (a pipeline's split into
+ * split, the schedule's). */
+static int parse_tactic(const char *tac, const shard_mesh *m, tactic *t, char *split, char *err, size_t n)
 {
-    char buf[256];
+    char buf[SCHED_SPLIT_LEN + 256];
     if (strlen(tac) >= sizeof buf)
         return ir_errf(err, n, "schedule: tactic '%.40s...' is %zu characters, at most %zu", tac, strlen(tac), sizeof buf - 1);
     strcpy(buf, tac);
@@ -252,7 +256,7 @@ static int parse_tactic(const char *tac, const shard_mesh *m, tactic *t, char *e
     memset(t, 0, sizeof *t);
     for (int i = 0; i < N_TACTIC_NAMES; i++)
         if (!strcmp(parts[0], tactic_table[i].name))
-            return tactic_table[i].parse(&(tactic_text){tac, parts, np, tactic_table[i].kind}, m, t, err, n);
+            return tactic_table[i].parse(&(tactic_text){tac, parts, np, tactic_table[i].kind, split}, m, t, err, n);
     char known[256];
     size_t k = 0;
     for (int i = 0; i < N_TACTIC_NAMES && k < sizeof known; i++)
@@ -289,14 +293,14 @@ static int parse_list(const char *text, const shard_mesh *m, schedule *out, char
     while (*p) {
         const char *q = strchr(p, ',');
         size_t len = q ? (size_t)(q - p) : strlen(p);
-        char tac[256];
+        char tac[SCHED_SPLIT_LEN + 256];
         if (len == 0) return ir_errf(err, n, "schedule '%s': empty tactic (two commas, or a comma at an end)", text);
         if (len >= sizeof tac)
             return ir_errf(err, n, "schedule: tactic '%.40s...' is %zu characters, at most %zu", p, len, sizeof tac - 1);
         memcpy(tac, p, len);
         tac[len] = 0;
         if (out->n == SCHED_MAX_TACTICS) return ir_errf(err, n, "schedule: more than %d tactics", SCHED_MAX_TACTICS);
-        if (parse_tactic(tac, m, &out->t[out->n], err, n) < 0) return -1;
+        if (parse_tactic(tac, m, &out->t[out->n], out->split, err, n) < 0) return -1;
         out->n++;
         if (!q) break;
         p = q + 1;
@@ -350,7 +354,7 @@ int sched_parse_json(const char *text, const char *where, const shard_mesh *m, s
             goto done;
         }
         char e2[IR_ERR_LEN];
-        if (parse_tactic(it->valuestring, m, &out->t[out->n], e2, sizeof e2) < 0) {
+        if (parse_tactic(it->valuestring, m, &out->t[out->n], out->split, e2, sizeof e2) < 0) {
             ir_errf(err, n, "%s: tactics[%d]: %s", where, i, e2);
             goto done;
         }
@@ -440,7 +444,7 @@ char *sched_str(const schedule *s, const shard_mesh *mesh, char *buf, size_t n)
             else snprintf(sch, sizeof sch, "%s", pipe_schedule_name(t->dim));
             if (t->lo) snprintf(mb, sizeof mb, "%d", t->lo);
             else snprintf(mb, sizeof mb, "auto");
-            k += (size_t)snprintf(buf + k, n - k, "pipeline:%s:%s:%s:%s", ax, mb, sch, t->pattern[0] ? t->pattern : "auto");
+            k += (size_t)snprintf(buf + k, n - k, "pipeline:%s:%s:%s:%s", ax, mb, sch, s->split[0] ? s->split : "auto");
             break;
         }
         }
@@ -685,11 +689,11 @@ int sched_pipeline(const schedule *s, const shard_mesh *mesh, int64_t batch, int
     if (batch > 0 && batch % out->microbatches)
         return ir_errf(err, errlen, "pipeline:%s: %d micro-batches do not divide the batch of %lld", ax, out->microbatches, (long long)batch);
     int V = pipe_vstages(out);
-    out->split_auto = !t->pattern[0];
+    out->split_auto = !s->split[0];
     if (n_layers >= 0) {
         pipe_split_even(out, n_layers);
         if (!out->split_auto) {
-            const char *q = t->pattern;
+            const char *q = s->split;
             for (int i = 0; i < V; i++) {
                 out->first[i + 1] = out->first[i] + (int)strtol(q, (char **)&q, 10);
                 if (*q == '/') q++;

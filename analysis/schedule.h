@@ -71,9 +71,13 @@
 
 #define SCHED_MAX_TACTICS 32
 #define SCHED_NAME_LEN 96
+/* A pipeline's SPLIT: up to 512 virtual stages' layer counts (7 characters
+ * a count with its '/'). */
+#define SCHED_SPLIT_LEN 4096
 /* sched_str writes at most this many bytes (32 tactics of at most ~121
- * characters each): a buffer of this size always holds the whole text. */
-#define SCHED_STR_MAX 4096
+ * characters each, plus a pipeline's split): a buffer of this size always
+ * holds the whole text. */
+#define SCHED_STR_MAX 8192
 
 typedef enum {
     TACTIC_DP,
@@ -99,12 +103,13 @@ typedef struct tactic {
                                    PIPELINE: the schedule (pipe_schedule) */
     int lo, hi;                 /* REMAT: layer range; MICROBATCH: lo = count; GATHER: lo = policy;
                                    PIPELINE: lo = micro-batches (0: default), hi = chunks */
-    char pattern[SCHED_NAME_LEN]; /* TILE, ATOMIC, GROUP; PIPELINE: the split ("" = auto) */
+    char pattern[SCHED_NAME_LEN]; /* TILE, ATOMIC, GROUP */
 } tactic;
 
 typedef struct schedule {
     int n;
     tactic t[SCHED_MAX_TACTICS];
+    char split[SCHED_SPLIT_LEN]; /* the pipeline's SPLIT (a schedule has one pipeline); "" = auto */
 } schedule;
 
 /* Parses a schedule string or, when `text` names an existing .json file, that

@@ -270,7 +270,8 @@ static int load_doc(const cJSON *j, plan *pl, const char *path, char *err, size_
     if (check_keys(j, pl->version == 2 ? keys_v2 : keys_v1, path, err, errlen) < 0) return -1;
     if (load_model(j, pl, path, err, errlen) < 0 || load_mesh(j, pl, path, err, errlen) < 0) return -1;
     const char *sched = get_str(j, "schedule");
-    copy_str(pl->schedule, sizeof pl->schedule, sched ? sched : "");
+    if (copy_str(pl->schedule, sizeof pl->schedule, sched ? sched : ""))
+        return fail(err, errlen, path, "schedule", "longer than %zu characters", sizeof pl->schedule - 1);
     const cJSON *hw = cJSON_GetObjectItemCaseSensitive(j, "hardware");
     if (cJSON_IsObject(hw)) {
         const char *hn = get_str(hw, "name");

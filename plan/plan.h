@@ -21,6 +21,7 @@
 
 #include <cjson/cJSON.h>
 
+#include "analysis/schedule.h"
 #include "analysis/shard.h"
 #include "analysis/spmd.h"
 #include "cost/cost.h"
@@ -62,7 +63,7 @@ typedef struct plan {
     char onnx_dims[256], onnx_loss[256], onnx_frozen[256]; /* an ONNX file's import options ("" none) */
     char optimizer[8];      /* adam or sgd */
     shard_mesh mesh;
-    char schedule[512];
+    char schedule[SCHED_STR_MAX]; /* a pipeline's split may take thousands of characters */
     char hw_name[64];
     cJSON *hw;              /* the hardware profile as JSON (owned), or NULL */
     cost_options options;   /* recorded in v2; v1 plans: all zero (f32, no overlap, profile's memory) */

@@ -255,15 +255,18 @@ int session_autopart_run(session_autopart *a, char *err, size_t errlen)
     a->pipe_first = a->n_steps;
     if (pipeline_level(a, user, deadline) < 0) return -1;
     const autopart_step *s = &a->steps[a->chosen];
-    char resolved[512]; /* a pipeline as it replays exactly: its micro-batches and layer split (up to 95 characters) */
+    char resolved[SCHED_STR_MAX]; /* a pipeline as it replays exactly: its micro-batches and layer split */
     const char *tac = s->tactics;
     if (s->pr.piped && s->pr.pp.prog && a->chosen >= a->pipe_first) { /* the level's pipeline (a user's stays in user) */
-        pipe_tactic_text(&s->pr.pp.spec, &a->mesh, resolved, sizeof resolved);
         const char *rest = strchr(s->tactics, ',');
-        size_t k = strlen(resolved);
-        if (rest) snprintf(resolved + k, sizeof resolved - k, "%s", rest);
+        if (!pipe_tactic_text(&s->pr.pp.spec, &a->mesh, resolved, sizeof resolved) ||
+            (size_t)snprintf(resolved + strlen(resolved), sizeof resolved - strlen(resolved), "%s", rest ? rest : "") >=
+                sizeof resolved - strlen(resolved))
+            return ir_errf(err, errlen, "the chosen pipeline's tactic is longer than %zu characters", sizeof resolved - 1);
         tac = resolved;
     }
+    if (strlen(tac) + strlen(user) + sizeof "gather:keep,," > sizeof a->schedule)
+        return ir_errf(err, errlen, "the chosen schedule is longer than %zu characters", sizeof a->schedule - 1);
     autopart_memory_schedule(tac, s->st, a->gather_auto, user, a->schedule, sizeof a->schedule);
     fill_plan(a);
     a->written = a->out && plan_save(a->out, &a->pl, s->st, s->pr.p, &s->e, a->save_err, sizeof a->save_err) == 0;

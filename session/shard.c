@@ -27,6 +27,7 @@ int session_shard_run(session_shard *s, const ir_graph *g, const shard_mesh *mes
         view_tactic *vt = &s->tactics[s->n_tactics++];
         schedule one = {.n = 1};
         one.t[0] = sc->t[t];
+        if (sc->t[t].kind == TACTIC_PIPELINE) strcpy(one.split, sc->split);
         sched_str(&one, mesh, vt->tactic, sizeof vt->tactic);
         for (int k = 0; k < n; k++) {
             int r = shard_apply(s->st, &d[k], err, errlen);

@@ -2,7 +2,8 @@
 # e2e_pipeline.sh - pipelines through the carve command (docs/pipeline.md): carve cost and
 # shard of a pipelined schedule (the per-stage section, its JSON against the schema, the sends
 # and receives), autopart's pipeline level choosing a pipeline over a slow axis and the plan it
-# writes replayed by explain and export (the stages holding each param), --pipeline none, and
+# writes replayed by explain and export (the stages holding each param), a 64-stage split kept
+# whole in a plan, --pipeline none, and
 # bad pipelines refused with one line.  Closing line: N passed, N failed.
 set -u
 carve=${CARVE_BIN:-$(dirname "$0")/../build/carve}
@@ -74,6 +75,15 @@ ok "autopart given" "$carve" autopart --model gpt:layers=4,hidden=256,heads=8,se
 python3 -c "import json; s = json.load(open('given.json'))['schedule']; assert s.count('pipeline:') == 1 and 'pipeline:pipe:8:gpipe' in s, s"
 check "plan: a given pipeline once" $?
 ok "explain given" "$carve" explain given.json
+# 64 stages: the split (127 characters) is kept whole in the plan and replayed (it had been cut to 95, then written "auto")
+split64=$(python3 -c "print('/'.join(['2'] * 8 + ['1'] * 56))")
+ok "autopart 64 stages" "$carve" autopart --model gpt-tiny:layers=72,batch=64 --mesh pipe=64,data=2 --hw a100 \
+    --schedule "pipeline:pipe:64:1f1b:$split64,auto" --pipeline none --budget 1 --quiet --out p64.json
+python3 -c "import json, sys; s = json.load(open('p64.json'))['schedule']; assert s == 'pipeline:pipe:64:1f1b:$split64,auto', s"
+check "plan: a 64-stage split whole" $?
+ok "explain 64 stages" "$carve" explain p64.json
+has "explain 64 stages" "schedule   pipeline:pipe:64:1f1b:$split64,auto"
+if grep -q "note:" err.txt; then fail=$((fail + 1)); echo "FAIL explain 64 stages: the plan did not replay exactly"; cat err.txt; else pass=$((pass + 1)); fi
 ok "autopart none" "$carve" autopart --model gpt:layers=4,hidden=256,heads=8,seq=128,batch=32,vocab=1024 --mesh x=4,data=2,model=2 \
     --hw two.json --budget 40 --quiet --pipeline none
 if grep -q "pipeline:" out.txt; then fail=$((fail + 1)); echo "FAIL autopart none: a pipeline"; else pass=$((pass + 1)); fi

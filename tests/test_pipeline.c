@@ -568,6 +568,24 @@ static void test_tactic(void)
           s.first[2] == 3 && s.first[8] == 12);
     char tt[128];
     CHECK(!strcmp(pipe_tactic_text(&s, &mesh, tt, sizeof tt), "pipeline:pipe:8:interleaved-2:2/1/1/1/1/2/2/2"));
+    /* 64 stages: the split (127 characters) is written whole, parses back and gives the same spec;
+       a buffer too short for it is refused, not cut */
+    {
+        shard_mesh m64;
+        schedule s64;
+        pipe_spec a, b;
+        char big[SCHED_STR_MAX], again[SCHED_STR_MAX], small[100];
+        CHECK(shard_mesh_parse("pipe=64,data=2", &m64, err, sizeof err) == 0);
+        CHECK(sched_parse("pipeline:pipe:64", &m64, &s64, err, sizeof err) == 0 && sched_pipeline(&s64, &m64, 64, 72, &a, err, sizeof err) == 1);
+        a.split_auto = 0;
+        for (int i = 0; i < 64; i++) a.first[i + 1] = a.first[i] + (i % 8 == 3 ? 2 : 1);
+        const char *text = pipe_tactic_text(&a, &m64, big, sizeof big);
+        CHECKF(text && strlen(text) == strlen("pipeline:pipe:64:1f1b:") + 127 && !strstr(text, "auto"), "%s", text ? text : "NULL");
+        CHECK(sched_parse(big, &m64, &s64, err, sizeof err) == 0 && sched_pipeline(&s64, &m64, 64, 72, &b, err, sizeof err) == 1 &&
+              !b.split_auto && !memcmp(a.first, b.first, sizeof a.first));
+        CHECK(!strcmp(sched_str(&s64, &m64, again, sizeof again), big));
+        CHECK(pipe_tactic_text(&a, &m64, small, sizeof small) == NULL);
+    }
     CHECK(sched_pipeline(&sc, &mesh, 32, 13, &s, err, sizeof err) == -1 && strstr(err, "13"));
     CHECK(sched_pipeline(&sc, &mesh, 12, 12, &s, err, sizeof err) == -1 && strstr(err, "do not divide"));
     CHECK(sched_parse("dp:data", &mesh, &sc, err, sizeof err) == 0 && sched_pipeline(&sc, &mesh, 8, 2, &s, err, sizeof err) == 0 &&

@@ -496,15 +496,18 @@ static void memory_level(FILE *f, const view_search *vs)
     for (int i = 0; i < vs->n_steps; i++) piped |= !strncmp(s[i].tactics, "pipeline:", 9);
     fprintf(f, "\nmemory tactics%s (each step searched; a plan that fits first, then the shortest step):\n",
             piped ? " and pipelines (the best 3 of the pipeline level's candidates, docs/pipeline.md)" : "");
-    fprintf(f, "  %-26s %14s %14s  %s\n", "tactics", "step time", "peak memory", "plans priced");
+    int w = 26; /* the longest name's width (a pipeline's with its split) */
+    for (int i = 0; i < vs->n_steps; i++)
+        if ((int)strlen(s[i].tactics) > w) w = (int)strlen(s[i].tactics);
+    fprintf(f, "  %-*s %14s %14s  %s\n", w, "tactics", "step time", "peak memory", "plans priced");
     for (int i = 0; i < vs->n_steps; i++) {
         const char *name = s[i].tactics[0] ? s[i].tactics : "none";
         if (!s[i].ok) {
-            fprintf(f, "  %-26s %14s %14s  %s\n", name, "-", "-", s[i].why);
+            fprintf(f, "  %-*s %14s %14s  %s\n", w, name, "-", "-", s[i].why);
             continue;
         }
         cost_fmt_time(s[i].e.step_time, t, sizeof t);
-        fprintf(f, "  %-26s %14s %10.4g GiB  %lld%s%s\n", name, t, s[i].e.peak_memory / GiB, (long long)s[i].res.evaluations,
+        fprintf(f, "  %-*s %14s %10.4g GiB  %lld%s%s\n", w, name, t, s[i].e.peak_memory / GiB, (long long)s[i].res.evaluations,
                 s[i].e.fits ? "" : "  does not fit", i == vs->chosen ? "  chosen" : "");
     }
     memory_choice(f, s, vs->n_steps, vs->chosen);

@@ -36,7 +36,7 @@ typedef enum { VIEW_COST, VIEW_SHARD, VIEW_EXPLAIN, VIEW_AUTOPART, VIEW_PLAN } v
 
 /* What one tactic of carve shard did. */
 typedef struct view_tactic {
-    char tactic[SCHED_NAME_LEN + 64]; /* as sched_str writes it */
+    char tactic[SCHED_SPLIT_LEN + 128]; /* as sched_str writes it (a pipeline with its split) */
     int changed, unchanged;   /* decisions that changed the sharding; that changed nothing */
 } view_tactic;
 
