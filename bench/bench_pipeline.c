@@ -5,10 +5,14 @@
  *
  * For each case (a GPT or LLaMA body, a mesh with a `pipe` axis, a schedule,
  * m micro-batches), the pipelined program is lowered once (pipe_lower, an
- * even layer split), priced by cost_estimate_pipeline (the `cpu` preset with
- * the executor's fused groups, f32: what the executor runs) and run by the
- * threads backend (exec_pipe_new) for STEPS steps.  Per stage it prints:
- *   bubble  predicted: the stage's idle share of the simulated step;
+ * even layer split), priced by cost_estimate_pipeline (f32 with the
+ * executor's fused groups: what the executor runs) on the `cpu` preset
+ * (nominal figures, what `carve run` prints) and on this machine's profile
+ * calibrated in the run at the case's shapes (calib_profile_model, once per
+ * model and tactics), and run by the threads backend (exec_pipe_new) for
+ * STEPS steps.  Per stage it prints:
+ *   bubble  predicted: the stage's idle share of the simulated step, on
+ *           either profile;
  *           measured (replay): its idle share of the step replayed from
  *           the devices' CPU time with a core per device (the executor's
  *           trace: CPU seconds at every transfer; exec/spmd_pipe.c), median
@@ -16,6 +20,12 @@
  *           of the wall-clock step, median likewise (on a machine with
  *           fewer free cores than devices this mixes the bubble with core
  *           sharing, so it is shown, not judged);
+ *           simulated, measured tasks: the schedule's model
+ *           (cost_pipe_simulate_times) run with each segment's measured
+ *           CPU time (median over micro-batches and steps, the stage's
+ *           slowest device) in place of its price: when it agrees with the
+ *           replay and the prediction does not, the prediction's task
+ *           times are off, not its model of the schedule;
  *   memory  predicted: the stage's peak (cost_pipe_stage.peak); laid out:
  *           its arena (liveness over its own task order); measured: its
  *           devices' arena pages resident after the steps (mincore), the
@@ -31,6 +41,7 @@
 #include "bench/bench_util.h"
 #include "analysis/pipeline.h"
 #include "analysis/schedule.h"
+#include "calib/calib.h"
 #include "cost/pipeline.h"
 #include "exec/runtime.h"
 #include "models/models.h"
@@ -78,6 +89,10 @@ typedef struct tally {
     double wall_worst, wall_replay_worst;
     double step_ratio_lo, step_ratio_hi; /* 2-device cases: wall-clock step / replayed step, over the timed steps */
     double bubble_worst, mem_worst, bubble_points; /* largest |replay - predicted| share of the step */
+    int sim_in, sim_n; /* the replay against the schedule's model simulated with the measured task times */
+    double sim_worst;
+    int cal_in, cal_n; /* the replay against the prediction on this machine's calibrated profile */
+    double cal_worst, cal_points;
 } tally;
 
 static void judge(double meas, double pred, int *in, int *n, double *worst)
@@ -86,6 +101,25 @@ static void judge(double meas, double pred, int *in, int *n, double *worst)
     (*n)++;
     *in += d <= 0.2;
     if (d > *worst) *worst = d;
+}
+
+/* This machine's profile calibrated at case k's shapes (calib_profile_model
+ * on its program: kernels, op rates, every distinct einsum timed), taken
+ * once per model and tactics (the stages of every pipe=P body run the same
+ * shapes), with the executor's fused groups.  NULL with err on failure. */
+static const cost_hw *calibrated(int k, const pipe_program *pp, char *err, size_t errlen)
+{
+    static cost_hw hw[N_CASES];
+    static int done[N_CASES];
+    for (int j = 0; j < N_CASES; j++)
+        if (done[j] && !strcmp(cases[j].model, cases[k].model) && !strcmp(cases[j].sched, cases[k].sched)) return &hw[j];
+    calib_gemms gm = {0};
+    int rc = calib_profile_model(&hw[k], 0, pp->prog, &gm, cases[k].model, NULL, err, errlen);
+    calib_gemms_free(&gm);
+    if (rc < 0) return NULL;
+    hw[k].fused_elementwise = 1;
+    done[k] = 1;
+    return &hw[k];
 }
 
 /* Lowers, prices and runs case k; prints its rows.  Returns 0 or -1 with err. */
@@ -115,16 +149,25 @@ static int one(int k, int steps, tally *t, char *err, size_t errlen)
     pipe_split_even(&s, g->n_layers);
     pipe_program pp = {0};
     cost_estimate e;
-    cost_pipe_estimate pe = {0};
+    cost_pipe_estimate pe = {0}, pc = {0};
     cost_options o = {COST_FP32, 0, 0, COST_GRADS_AUTO};
     cost_ws *ws = cost_ws_new(g);
     exec_spmd *r = NULL;
     if (!rc) rc = pipe_lower(st, &s, NULL, &pp, err, errlen);
+    const cost_hw *cal = rc ? NULL : calibrated(k, &pp, err, errlen);
+    if (!rc && !cal) rc = -1;
     if (!rc) rc = cost_estimate_pipeline(ws, &pp, &hw, &o, &e, &pe, err, errlen);
+    if (!rc) rc = cost_estimate_pipeline(ws, &pp, cal, &o, &e, &pc, err, errlen);
     if (!rc && !(r = exec_pipe_new(&pp, EXEC_THREADS, 0, err, errlen))) rc = -1;
     int P = s.stages, n_dev = (int)mesh.n_devices;
     double *replay = calloc((size_t)P * (size_t)steps + 1, sizeof *replay), *wall = calloc((size_t)P * (size_t)steps + 1, sizeof *wall);
     double *resident = calloc((size_t)P + 1, sizeof *resident);
+    /* per segment of the schedule's model (forwards, backwards, ends), step and micro-batch: its CPU seconds on the
+       stage's slowest device; then per segment the median, to simulate the schedule with (cost_pipe_simulate_times) */
+    int V = pipe_vstages(&s), NS = 2 * V + P, nt = pipe_task_count(&s), slots = steps * s.microbatches;
+    double *seg_cpu = calloc((size_t)NS * (size_t)slots + 1, sizeof *seg_cpu), *seg_time = calloc((size_t)NS + 1, sizeof *seg_time);
+    double *sim_idle = calloc((size_t)P + 1, sizeof *sim_idle);
+    pipe_task *order = calloc((size_t)nt + 1, sizeof *order);
     if (r) exec_spmd_init_args(r, 1);
     for (int step = 0; r && !rc && step < steps; step++) {
         rc = exec_spmd_step(r, err, errlen);
@@ -144,28 +187,52 @@ static int one(int k, int steps, tally *t, char *err, size_t errlen)
         for (int d = 0; !rc && d < n_dev; d++) {
             int stage = (int)shard_device_coord(&mesh, d, s.axis);
             resident[stage] = fmax(resident[stage], x->dev[d].resident_bytes);
+            const double *tc = exec_pipe_task_cpu(r, d);
+            pipe_task_order(&s, stage, order);
+            for (int i = 0; step > 0 && i <= nt; i++) {
+                int seg = i == nt ? 2 * V + stage : order[i].dir == PIPE_FWD ? order[i].chunk * P + stage : V + order[i].chunk * P + stage;
+                double *slot = &seg_cpu[(size_t)seg * slots + (size_t)(step - 1) * s.microbatches + (i == nt ? 0 : order[i].mb)];
+                *slot = fmax(*slot, tc[2 * i + 1] - tc[2 * i]);
+            }
         }
     }
+    for (int q = 0; !rc && q < NS; q++) {
+        int n = 0;
+        double *x = &seg_cpu[(size_t)q * slots];
+        for (int j = 0; j < slots; j++)
+            if (x[j] > 0) x[n++] = x[j];
+        seg_time[q] = n ? median(x, n) : -1;
+    }
+    if (!rc) rc = cost_pipe_simulate_times(ws, &pp, &hw, &o, seg_time, sim_idle, err, errlen);
     for (int stage = 0; !rc && stage < P; stage++) {
-        double pred_b = pe.stage[stage].idle / pe.step, rb = median(replay + stage * steps, steps - 1),
+        double pred_c = pc.stage[stage].idle / pc.step, pred_b = pe.stage[stage].idle / pe.step, rb = median(replay + stage * steps, steps - 1),
                wb = median(wall + stage * steps, steps - 1);
         double pred_m = pe.stage[stage].peak, laid = (double)exec_pipe_stage_bytes(r, stage);
         judge(rb, pred_b, &t->bubble_in, &t->bubble_n, &t->bubble_worst);
+        judge(rb, pred_c, &t->cal_in, &t->cal_n, &t->cal_worst);
+        t->cal_points = fmax(t->cal_points, fabs(rb - pred_c));
+        judge(rb, sim_idle[stage], &t->sim_in, &t->sim_n, &t->sim_worst);
         t->bubble_points = fmax(t->bubble_points, fabs(rb - pred_b));
         judge(resident[stage], pred_m, &t->mem_in, &t->mem_n, &t->mem_worst);
         if (n_dev == 2) { /* a core per device on 2 cores: the wall clock measures the bubble itself */
             judge(wb, pred_b, &t->wall_in, &t->wall_n, &t->wall_worst);
             judge(wb, rb, &t->wall_replay_in, &t->wall_replay_n, &t->wall_replay_worst);
         }
-        printf("| %s | `%s` %s | %s m=%d | %d | %.3f | %.3f | %.2f | %.3f | %.1f | %.1f | %.1f | %.2f |\n", stage ? "" : cases[k].model,
-               cases[k].mesh, cases[k].sched, pipe_schedule_name(cases[k].kind), cases[k].m, stage, pred_b, rb, rb / pred_b, wb,
+        printf("| %s | `%s` %s | %s m=%d | %d | %.3f | %.3f | %.3f | %.2f | %.2f | %.3f | %.3f | %.1f | %.1f | %.1f | %.2f |\n",
+               stage ? "" : cases[k].model, cases[k].mesh, cases[k].sched, pipe_schedule_name(cases[k].kind), cases[k].m, stage, pred_b, pred_c, rb,
+               rb / pred_b, rb / pred_c, sim_idle[stage], wb,
                pred_m / 1048576.0, laid / 1048576.0, resident[stage] / 1048576.0, resident[stage] / pred_m);
     }
     free(replay);
     free(wall);
     free(resident);
+    free(seg_cpu);
+    free(seg_time);
+    free(sim_idle);
+    free(order);
     exec_spmd_free(r);
     cost_pipe_estimate_free(&pe);
+    cost_pipe_estimate_free(&pc);
     cost_ws_free(ws);
     pipe_program_free(&pp);
     shard_state_free(st);
@@ -183,17 +250,22 @@ int main(void)
     exec_blis_setup();
     printf("## Pipelines: measured bubble and stage memory against the cost model (bench_pipeline)\n\n");
     printf("Adam training steps in f32 on the threads backend (BLIS kernels: %s), %d steps a case, the first one not timed.\n"
-           "Bubble: a stage's idle share of the step, predicted by `cost_estimate_pipeline` (the `cpu` preset with the\n"
-           "executor's fused groups) and measured by the executor: *replay* is the step replayed from every device's CPU\n"
-           "time between its transfers with a core per device (median over the steps), *wall* the wall-clock idle share\n"
-           "(on a machine with fewer free cores than devices it mixes the bubble with core sharing: judged only on the\n"
-           "2-device cases, where it also checks the replay).\n"
+           "Bubble: a stage's idle share of the step, predicted by `cost_estimate_pipeline` with the executor's fused groups\n"
+           "on the `cpu` preset (nominal figures, what `carve run` prints) and on this machine's profile calibrated in this\n"
+           "run at the case's shapes (`calib_profile_model`, once per model and tactics), and measured by the executor:\n"
+           "*replay* is the step replayed from every device's CPU time between its transfers with a core per device (median\n"
+           "over the steps), *wall* the wall-clock idle share (on a machine with fewer free cores than devices it mixes the\n"
+           "bubble with core sharing: judged only on the 2-device cases, where it also checks the replay). *simulated,\n"
+           "measured tasks*: the cost model's simulation of the schedule run with each task's measured CPU time instead of\n"
+           "its price (`cost_pipe_simulate_times`): where it agrees with the replay, the schedule's model is right and a\n"
+           "prediction that misses does so through its task times.\n"
            "Memory (MiB): the stage's predicted peak, its arena laid out by liveness over its own task order, and the\n"
            "arena pages resident after the steps (`mincore`; transparent huge pages round up to 2 MiB). Target (issue 27):\n"
            "measured within 20%% of predicted.\n\n",
            exec_blis_arch(), steps);
-    printf("| model | mesh | schedule | stage | bubble predicted | replay | replay / predicted | wall | memory predicted | laid "
-           "out | measured | measured / predicted |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+    printf("| model | mesh | schedule | stage | bubble predicted, cpu preset | predicted, calibrated | replay | replay / predicted (preset) | "
+           "replay / predicted (calibrated) | simulated, measured tasks | wall | memory predicted | laid out | measured | measured / "
+           "predicted |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
     const char *only = getenv("CASES"); /* e.g. "0,1,2": those cases alone */
     for (int k = 0; k < N_CASES; k++) {
         char key[16];
@@ -206,13 +278,19 @@ int main(void)
         fflush(stdout);
     }
     if (getloadavg(load, 3) < 0) load[0] = NAN;
-    printf("\n- bubble within 20%% (replay): **%d of %d** stages (largest difference %.1f%%; in shares of the step, at most %.3f)\n",
+    printf("\n- bubble within 20%% (replay against the `cpu` preset's prediction): **%d of %d** stages (largest difference %.1f%%; in "
+           "shares of the step, at most %.3f)\n",
            t.bubble_in, t.bubble_n, 100 * t.bubble_worst, t.bubble_points);
+    printf("- bubble within 20%% (replay against the prediction on the profile calibrated in this run): **%d of %d** stages (largest "
+           "difference %.1f%%; in shares of the step, at most %.3f)\n",
+           t.cal_in, t.cal_n, 100 * t.cal_worst, t.cal_points);
     printf("- 2-device cases (a core per device on this 2-core machine when nothing else runs): bubble within 20%% (wall "
            "clock) **%d of %d** stages (largest difference %.1f%%); wall clock within 20%% of the replay on %d of %d (largest "
            "difference %.1f%%); the wall-clock step is %.3f to %.3f times the replayed one\n",
            t.wall_in, t.wall_n, 100 * t.wall_worst, t.wall_replay_in, t.wall_replay_n, 100 * t.wall_replay_worst, t.step_ratio_lo,
            t.step_ratio_hi);
+    printf("- the schedule's model (cost_pipe_simulate_times) run with the measured task times (each segment's median CPU "
+           "time): the replay within 20%% of it on **%d of %d** stages (largest difference %.1f%%)\n", t.sim_in, t.sim_n, 100 * t.sim_worst);
     printf("- memory within 20%% (measured): **%d of %d** stages (largest difference %.1f%%)\n", t.mem_in, t.mem_n, 100 * t.mem_worst);
     printf("- whole run %.0f s; load average at the start %.1f, at the end %.1f\n", bench_now() - t0, load0, load[0]);
     return 0;

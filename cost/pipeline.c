@@ -611,6 +611,35 @@ done:
     return rc;
 }
 
+int cost_pipe_simulate_times(cost_ws *ws, const pipe_program *pp, const cost_hw *hw, const cost_options *opt, const double *seg_time,
+                             double *idle, char *err, size_t errlen)
+{
+    static const cost_options defaults = {COST_FP32, 0, 0, COST_GRADS_AUTO};
+    cost_estimate e;
+    if (cost_estimate_program(ws, pp->prog, hw, opt ? opt : &defaults, &e, err, errlen) < 0) return -1;
+    pricer c = {.pp = pp, .p = pp->prog, .it = e.instr_time, .bytes = cost_ws_buffer_bytes(ws), .ws = ws, .mem_bandwidth = hw->mem_bandwidth};
+    cost_pipe_result res;
+    memset(&res, 0, sizeof res);
+    int rc = build_model(&c, hw) < 0 ? ir_errf(err, errlen, "pipeline: out of memory pricing the schedule") : 0;
+    for (int k = 0; k < c.m.n_segs && !rc; k++) { /* the measured time replaces the segment's work and sends */
+        int lo, hi;
+        double work = 0;
+        if (seg_time[k] < 0) continue;
+        seg_events(&c.m, k, &lo, &hi);
+        for (int i = lo; i < hi; i++) work += c.m.ev[i].kind == COST_PIPE_WORK ? c.m.ev[i].time : 0;
+        for (int i = lo; i < hi; i++) /* (a segment without work keeps none: only transfers, nothing measured to place) */
+            if (c.m.ev[i].kind == COST_PIPE_WORK) c.m.ev[i].time *= seg_time[k] / work;
+    }
+    for (int x = 0; x < c.m.n_xfers && !rc; x++) c.m.xfer_time[x] = 0;
+    if (!rc) rc = cost_pipe_simulate(&c.m, &res, err, errlen);
+    for (int r = 0; r < pp->spec.stages && !rc; r++) idle[r] = (res.step - res.busy[r]) / res.step;
+    free(c.keys);
+    free(c.send_id);
+    cost_pipe_model_free(&c.m);
+    cost_pipe_result_free(&res);
+    return rc;
+}
+
 /* ---- the layer split ---------------------------------------------------------- */
 
 void cost_pipe_balance(const pipe_program *pp, const double *instr_time, pipe_spec *out)

@@ -134,6 +134,19 @@ int cost_estimate_pipeline(cost_ws *ws, const pipe_program *pp, const cost_hw *h
                            cost_estimate *out, cost_pipe_estimate *pe, char *err, size_t errlen);
 void cost_pipe_estimate_free(cost_pipe_estimate *pe);
 
+/* pp's schedule simulated as cost_estimate_pipeline simulates it, but with
+ * measured times: seg_time[k] (seconds; k a segment of the model: the
+ * forwards and backwards of the virtual stages, once a micro-batch, then the
+ * stages' ends with the common part; < 0: keep the price) replaces segment
+ * k's work and sends, spread over its work in proportion to the prices, and
+ * transfers take no time beyond.  Fills idle[r], stage r's idle share of the
+ * simulated step.  For benchmarks: a bubble that differs from its prediction
+ * differs through the task times (this agrees with the measurement) or
+ * through the schedule's model (it does not).  Returns 0 or -1 with a
+ * message. */
+int cost_pipe_simulate_times(cost_ws *ws, const pipe_program *pp, const cost_hw *hw, const cost_options *opt, const double *seg_time,
+                             double *idle, char *err, size_t errlen);
+
 /* A layer split for pp's pipeline balanced by the priced work: each layer's
  * seconds a step (its instructions in forward and backward segments m times,
  * in ends once; instr_time as cost_estimate_program left it), each virtual

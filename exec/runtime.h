@@ -154,6 +154,10 @@ exec_spmd *exec_pipe_new(const pipe_program *pp, exec_backend backend, size_t ma
  * times (seconds from the device's start of the step), 2 per task in
  * pipe_task_order's order; NULL when not pipelined. */
 const double *exec_pipe_task_times(const exec_spmd *r, int dev);
+/* The same in the device thread's CPU seconds (time blocked in a receive or
+ * waiting for a core adds nothing), then 2 more: the start and end of its
+ * end of step.  NULL when not pipelined. */
+const double *exec_pipe_task_cpu(const exec_spmd *r, int dev);
 /* Bytes of stage `stage`'s arena (0 when not pipelined). */
 size_t exec_pipe_stage_bytes(const exec_spmd *r, int stage);
 /* The same before any runtime exists: each stage's arena for pp into

@@ -67,6 +67,8 @@ struct spmd_pipe {
     size_t *off;        /* [stage * e.n_bufs + b]: offsets */
     size_t *bytes;      /* per stage: its arena */
     double *task_t;     /* [dev * 2 n_tasks + 2 t (+ 1)]: start and end of task t (seconds from the device's start) */
+    double *task_cpu;   /* the same in the device thread's CPU seconds; [dev * (2 n_tasks + 2) + 2 n_tasks (+ 1)]:
+                           its end of step */
     /* the CPU-time trace (the replay below) */
     int *p2p_ord;       /* per instruction of e: its rank among its stage's SENDs and RECVs, or -1 */
     int *match;         /* per RECV of e: the SEND of its message; else -1 */
@@ -393,6 +395,7 @@ void spmd_pipe_free(spmd_pipe *s)
     free(s->off);
     free(s->bytes);
     free(s->task_t);
+    free(s->task_cpu);
     free(s->p2p_ord);
     free(s->match);
     free(s->cpu_t);
@@ -433,6 +436,7 @@ spmd_pipe *spmd_pipe_new(const pipe_program *pp, char *err, size_t errlen)
     for (int r = 0; r < s->p; r++) stage_buffers(s, r);
     make_homes(s);
     s->task_t = ir_xcalloc((size_t)p->mesh.n_devices * 2 * (size_t)s->n_tasks + 1, sizeof *s->task_t);
+    s->task_cpu = ir_xcalloc((size_t)p->mesh.n_devices * (2 * (size_t)s->n_tasks + 2) + 1, sizeof *s->task_cpu);
     make_trace(s);
     s->cpu_t = ir_xcalloc((size_t)p->mesh.n_devices * (2 * (size_t)s->n_p2p + 1) + 1, sizeof *s->cpu_t);
     return s;
@@ -517,13 +521,18 @@ static void run_pipe_device(exec_spmd *r, int dev)
     if (!members) return;
     const int *at = s->task_at + (size_t)stage_of(r, dev) * (size_t)(s->n_tasks + 2);
     double *tt = s->task_t + (size_t)dev * 2 * (size_t)s->n_tasks, start = exec_spmd_now(), cpu = thread_cpu();
+    double *tc = s->task_cpu + (size_t)dev * (2 * (size_t)s->n_tasks + 2);
     int rc = 0;
     for (int t = 0; t < s->n_tasks && !rc; t++) {
         tt[2 * t] = exec_spmd_now() - start;
+        tc[2 * t] = thread_cpu() - cpu;
         rc = run_span(r, dev, at[t], at[t + 1], cpu, members, &st);
         tt[2 * t + 1] = exec_spmd_now() - start;
+        tc[2 * t + 1] = thread_cpu() - cpu;
     }
+    tc[2 * s->n_tasks] = thread_cpu() - cpu;
     if (!rc) run_span(r, dev, at[s->n_tasks], at[s->n_tasks + 1], cpu, members, &st);
+    tc[2 * s->n_tasks + 1] = thread_cpu() - cpu;
     st.span_s = exec_spmd_now() - start;
     st.cpu_s = thread_cpu() - cpu;
     s->cpu_t[(size_t)dev * (2 * (size_t)s->n_p2p + 1) + 2 * (size_t)s->n_p2p] = st.cpu_s;
@@ -600,6 +609,7 @@ int spmd_pipe_step(exec_spmd *r, char *err, size_t errlen)
     r->be->run(r, run_pipe_device);
     if (atomic_load(&r->abort)) return ir_errf(err, errlen, "%s", r->err[0] ? r->err : "a device stopped");
     r->be->gather(r, s->task_t, 2 * (size_t)s->n_tasks * sizeof *s->task_t);
+    r->be->gather(r, s->task_cpu, (2 * (size_t)s->n_tasks + 2) * sizeof *s->task_cpu);
     r->be->gather(r, s->cpu_t, (2 * (size_t)s->n_p2p + 1) * sizeof *s->cpu_t);
     if (r->root && replay(r) < 0) return ir_errf(err, errlen, "pipeline: the step's transfers cannot be replayed in order");
     /* idle: the step's wall time less what the device was busy with */
@@ -649,6 +659,11 @@ void spmd_pipe_fill(exec_spmd *r, int v, int dev, uint64_t seed)
 const double *exec_pipe_task_times(const exec_spmd *r, int dev)
 {
     return r->pipe ? r->pipe->task_t + (size_t)dev * 2 * (size_t)r->pipe->n_tasks : NULL;
+}
+
+const double *exec_pipe_task_cpu(const exec_spmd *r, int dev)
+{
+    return r->pipe ? r->pipe->task_cpu + (size_t)dev * (2 * (size_t)r->pipe->n_tasks + 2) : NULL;
 }
 
 size_t exec_pipe_stage_bytes(const exec_spmd *r, int stage) { return r->pipe ? r->pipe->bytes[stage] : 0; }

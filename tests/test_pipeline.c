@@ -614,6 +614,45 @@ static void test_tactic(void)
     ir_free(g);
 }
 
+/* The schedule simulated with given task times (cost_pipe_simulate_times,
+ * bench_pipeline's measured ones): forwards 1 s, backwards 2 s, ends
+ * nothing, on a real GPT body's program, give 1F1B's and GPipe's closed
+ * form (p-1)/(m+p-1) on every stage and interleaving's (p-1)/(v m) of the
+ * ideal; and with no times given (-1), the prediction's own idle shares. */
+static void test_simulate_times(void)
+{
+    char err[512];
+    cost_hw hw;
+    CHECK(cost_hw_preset("cpu", &hw, err, sizeof err) == 0);
+    for (int kind = PIPE_GPIPE; kind <= PIPE_INTERLEAVED; kind++) {
+        pipe_program pp;
+        shard_state *st;
+        int m = 8, P = 4, v = kind == PIPE_INTERLEAVED ? 2 : 1, V = P * v;
+        ir_graph *g = lower_pipe("gpt:layers=8,hidden=32,heads=4,seq=8,batch=8,vocab=64", m, "pipe=4", "", "pipe", kind, 2, &pp, &st);
+        cost_ws *ws = cost_ws_new(g);
+        double t[64], idle[4], idle_p[4];
+        for (int k = 0; k < 2 * V + P; k++) t[k] = k < V ? 1 : k < 2 * V ? 2 : 0;
+        int rc = cost_pipe_simulate_times(ws, &pp, &hw, NULL, t, idle, err, sizeof err);
+        CHECKF(rc == 0, "%s: %s", pipe_schedule_name(kind), err);
+        double want = kind == PIPE_INTERLEAVED ? (double)(P - 1) / (v * m) / (1 + (double)(P - 1) / (v * m)) : (double)(P - 1) / (m + P - 1);
+        for (int r = 0; r < P && !rc; r++)
+            CHECKF(close_rel(idle[r], want, 1e-9), "%s stage %d: idle %.6f, closed form %.6f", pipe_schedule_name(kind), r, idle[r], want);
+        cost_estimate e;
+        cost_pipe_estimate pe;
+        for (int k = 0; k < 2 * V + P; k++) t[k] = -1;
+        CHECK(cost_pipe_simulate_times(ws, &pp, &hw, NULL, t, idle_p, err, sizeof err) == 0 &&
+              cost_estimate_pipeline(ws, &pp, &hw, NULL, &e, &pe, err, sizeof err) == 0);
+        for (int r = 0; r < P; r++) /* (transfers take no time here: the prediction's are short) */
+            CHECKF(fabs(idle_p[r] - pe.stage[r].idle / pe.step) < 0.02, "%s stage %d: %.4f against the prediction's %.4f",
+                   pipe_schedule_name(kind), r, idle_p[r], pe.stage[r].idle / pe.step);
+        cost_pipe_estimate_free(&pe);
+        cost_ws_free(ws);
+        pipe_program_free(&pp);
+        shard_state_free(st);
+        ir_free(g);
+    }
+}
+
 /* The cost model's split: a large vocabulary makes the last stage (head and
  * loss) heavy, so it gets fewer layers, and the step is no slower than the
  * even split's. */
@@ -841,6 +880,7 @@ int main(void)
     test_lower_gpt();
     test_empty_stages();
     test_price_gpt();
+    test_simulate_times();
     test_balance();
     test_search_pipelined();
     test_expert_3d();
