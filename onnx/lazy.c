@@ -167,15 +167,32 @@ static int linear_einsum(ox_ctx *c, ox_lazy *l)
     return e;
 }
 
-/* bias [N] broadcast over the last dim of x and added */
-static int add_bias(ox_ctx *c, int x, int bias, int nb)
+/* The dims of einsum "sa,sw->so" on a and w. */
+static void einsum_dims(ox_ctx *c, const char *sa, const char *sw, const char *so, int a, int w, int64_t *dims)
 {
-    const ir_value *xv = ox_irv(c, x);
-    int64_t dims[IR_MAX_RANK], map[IR_MAX_RANK];
-    memcpy(dims, xv->dims, sizeof dims);
-    for (int i = 0; i < nb; i++) map[i] = xv->rank - nb + i;
-    int b = ir_broadcast(c->g, bias, xv->rank, dims, map);
-    int y = b < 0 ? -1 : ir_binary(c->g, IR_OP_ADD, x, b);
+    const ir_value *av = ox_irv(c, a), *wv = ox_irv(c, w);
+    for (int i = 0; so[i]; i++) {
+        const char *pa = strchr(sa, so[i]);
+        dims[i] = pa ? av->dims[pa - sa] : wv->dims[strchr(sw, so[i]) - sw];
+    }
+}
+
+/* A bias (its nb dims the result's last) broadcast to a linear's result of
+ * `rank` dims: made before the einsum, so the einsum and the add that reads
+ * both are adjacent (one kernel with its epilogue where the cost model fuses
+ * them), and a collective the bias needs is not placed between them. */
+static int bias_broadcast(ox_ctx *c, int bias, int rank, const int64_t *dims, int nb)
+{
+    int64_t d[IR_MAX_RANK], map[IR_MAX_RANK];
+    memcpy(d, dims, (size_t)rank * sizeof *d);
+    for (int i = 0; i < nb; i++) map[i] = rank - nb + i;
+    int b = ir_broadcast(c->g, bias, rank, d, map);
+    return b < 0 ? ox_check_ir(c) : b;
+}
+
+static int add_bias(ox_ctx *c, int x, int b)
+{
+    int y = x < 0 || b < 0 ? -1 : ir_binary(c->g, IR_OP_ADD, x, b);
     return y < 0 ? ox_check_ir(c) : y;
 }
 
@@ -184,8 +201,14 @@ static int materialize(ox_ctx *c, ox_val *v)
     ox_lazy *l = v->lazy;
     int y;
     if (l->kind == OX_LAZY_LINEAR) {
+        int b = -1, ro = (int)strlen(l->so);
+        if (l->bias >= 0) {
+            int64_t dims[IR_MAX_RANK];
+            einsum_dims(c, l->sa, l->sw, l->so, l->a, l->w, dims);
+            if ((b = bias_broadcast(c, l->bias, ro, dims, 1)) < 0) return -1;
+        }
         y = linear_einsum(c, l);
-        if (y >= 0 && l->bias >= 0) y = add_bias(c, y, l->bias, 1);
+        if (y >= 0 && l->bias >= 0) y = add_bias(c, y, b);
         else if (y >= 0 && l->mm == v) return y; /* the MatMul's own value: named, cached */
     } else {
         y = l->src;
@@ -279,14 +302,16 @@ int ox_linear_split(ox_ctx *c, ox_val *z, int rank, const int64_t *dims)
     memcpy(so, l->so, (size_t)lead);
     memcpy(so + lead, letters, (size_t)n_split);
     so[lead + n_split] = 0;
-    int w2 = ox_ir_reshape(c, l->w, k, wd);
-    char sub[64];
-    snprintf(sub, sizeof sub, "%s,%s->%s", l->sa, sw, so);
-    int y = w2 < 0 ? -1 : ir_einsum(c->g, sub, l->a, w2);
-    if (y < 0) return ox_check_ir(c);
+    /* the params reshaped and the bias broadcast first (bias_broadcast) */
+    int w2 = ox_ir_reshape(c, l->w, k, wd), b = -1;
+    if (w2 < 0) return ox_check_ir(c);
     if (l->bias >= 0) {
         int b2 = ox_ir_reshape(c, l->bias, n_split, dims + lead);
-        y = b2 < 0 ? -1 : add_bias(c, y, b2, n_split);
+        if (b2 < 0 || (b = bias_broadcast(c, b2, rank, dims, n_split)) < 0) return ox_check_ir(c);
     }
-    return y;
+    char sub[64];
+    snprintf(sub, sizeof sub, "%s,%s->%s", l->sa, sw, so);
+    int y = ir_einsum(c->g, sub, l->a, w2);
+    if (y < 0) return ox_check_ir(c);
+    return l->bias >= 0 ? add_bias(c, y, b) : y;
 }
