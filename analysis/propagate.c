@@ -51,6 +51,28 @@ shard_state *shard_state_new(const ir_graph *g, const shard_mesh *mesh)
             s->update_of[g->outputs[i].value] = g->outputs[i].updates;
             s->updated_by[g->outputs[i].updates] = g->outputs[i].value;
         }
+    s->shared_refs = ir_xcalloc(1, sizeof *s->shared_refs);
+    *s->shared_refs = 1;
+    s->record_conflicts = 1;
+    shard_state_reset(s);
+    return s;
+}
+
+shard_state *shard_state_new_like(const shard_state *base)
+{
+    if (!base->shared_refs) return shard_state_new(base->g, &base->mesh);
+    const ir_graph *g = base->g;
+    shard_state *s = shard_state_new_saved(g, &base->mesh);
+    __atomic_add_fetch(base->shared_refs, 1, __ATOMIC_RELAXED); /* search threads make states side by side */
+    s->shared_refs = base->shared_refs;
+    s->rules = base->rules;
+    s->use_start = base->use_start;
+    s->uses = base->uses;
+    s->producer = base->producer;
+    s->update_of = base->update_of;
+    s->updated_by = base->updated_by;
+    s->queue = ir_xcalloc((size_t)g->n_ops + 1, sizeof(int));
+    s->in_queue = ir_xcalloc((size_t)g->n_ops + 1, sizeof(int));
     s->record_conflicts = 1;
     shard_state_reset(s);
     return s;
@@ -75,14 +97,17 @@ void shard_state_free(shard_state *s)
     free(s->stamp);
     free(s->atomic);
     free(s->contested);
-    free(s->rules);
     free(s->queue);
     free(s->in_queue);
-    free(s->use_start);
-    free(s->uses);
-    free(s->producer);
-    free(s->update_of);
-    free(s->updated_by);
+    if (s->shared_refs && __atomic_sub_fetch(s->shared_refs, 1, __ATOMIC_ACQ_REL) == 0) {
+        free(s->rules);
+        free(s->use_start);
+        free(s->uses);
+        free(s->producer);
+        free(s->update_of);
+        free(s->updated_by);
+        free(s->shared_refs);
+    }
     free(s->conflicts);
     free(s->conflict_keys);
     free(s->log);

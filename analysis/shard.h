@@ -183,6 +183,11 @@ typedef struct shard_state {
      * pipeline: tactic, copied with the state); the search offers no action
      * on them */
     unsigned reserved_axes;
+    /* how many states share rules, uses, use_start, producer, update_of and
+     * updated_by, which no state writes after shard_state_new builds them
+     * (shard_state_new_like); the last one freed frees them.  NULL in a saved
+     * state, which has none. */
+    int *shared_refs;
 } shard_state;
 
 /* The factor shardings of op `op` given the current shardings of its operands
@@ -214,6 +219,13 @@ void shard_state_free(shard_state *s);
 void shard_state_reset(shard_state *s);
 /* Copies shardings and stamps of src into dst (same graph and mesh). */
 void shard_state_copy(shard_state *dst, const shard_state *src);
+/* A new all-replicated state of base's graph and mesh that shares base's
+ * per-graph tables (the rules and use lists, read only) instead of building
+ * its own: a state per expert schedule or search thread then costs its
+ * per-value shardings, not a copy of the graph's rules (several MB for a
+ * large model).  A saved base (no tables) gets a state of its own.  Free
+ * with shard_state_free, in any order with base. */
+shard_state *shard_state_new_like(const shard_state *base);
 /* A state that holds only what shard_state_copy copies (no rules, no
  * worklist): a saved copy for caches, a source and destination of
  * shard_state_copy, never propagated.  Free with shard_state_free. */

@@ -30,7 +30,7 @@ static void price_expert(const ir_graph *g, const shard_mesh *mesh, const shard_
         snprintf(ex->why, sizeof ex->why, "%s", err);
         return;
     }
-    shard_state *st = shard_state_new(g, mesh);
+    shard_state *st = base ? shard_state_new_like(base) : shard_state_new(g, mesh); /* base's rules, shared */
     if (base) shard_state_copy(st, base);
     if (sched_apply(&sc, st, err, sizeof err) < 0) {
         snprintf(ex->why, sizeof ex->why, "does not apply: %s", err);

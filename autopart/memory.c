@@ -17,7 +17,7 @@ int autopart_step_setup(autopart_step *s, ir_graph *g, const shard_mesh *mesh, c
 {
     s->g = g;
     s->prefix = shard_state_new(g, mesh);
-    s->st = shard_state_new(g, mesh);
+    s->st = shard_state_new_like(s->prefix);
     s->gs = shard_groups_build(g);
     if (autopart_pricer_init(&s->pr, hw, opt, s->st, err, errlen) < 0) return -1;
     s->pr.gather_auto = gather_auto;

@@ -131,6 +131,44 @@ static void test_commute(void)
     ir_free(g);
 }
 
+/* A state made like another shares its rules and use lists, propagates as a
+ * state of its own, and outlives the state it was made from. */
+static void test_state_like(void)
+{
+    ir_graph *g = small_dot();
+    shard_mesh m;
+    char err[256];
+    shard_mesh_parse("a=2,b=2", &m, err, sizeof err);
+    int x = ir_find(g, "x"), w = ir_find(g, "w");
+    shard_decision d1 = {SHARD_TILE, 0, 0, x}, d2 = {SHARD_TILE, 1, 1, w};
+    shard_state *fresh = shard_state_new(g, &m), *base = shard_state_new(g, &m);
+    shard_state *like = shard_state_new_like(base), *like2 = shard_state_new_like(like);
+    CHECK(like->rules == base->rules && like2->uses == base->uses && *base->shared_refs == 3);
+    CHECK(like->queue != base->queue && like->spec != base->spec);
+    shard_apply(base, &d1, err, sizeof err); /* base's decision stays base's */
+    shard_state_free(base);                  /* the tables live on in like and like2 */
+    CHECK(*like->shared_refs == 2);
+    shard_apply(fresh, &d1, err, sizeof err);
+    shard_apply(fresh, &d2, err, sizeof err);
+    shard_apply(like, &d2, err, sizeof err);
+    CHECK(like->spec[x].n[0] == 0); /* nothing of base's */
+    shard_apply(like, &d1, err, sizeof err);
+    shard_state_copy(like2, like);
+    int same = 1;
+    for (int v = 0; v < g->n_values; v++)
+        same &= shard_spec_equal(&fresh->spec[v], &like->spec[v], g->values[v].rank) &&
+                shard_spec_equal(&fresh->spec[v], &like2->spec[v], g->values[v].rank);
+    CHECK(same);
+    shard_state *saved = shard_state_new_saved(g, &m), *own = shard_state_new_like(saved);
+    CHECK(!saved->shared_refs && own->rules && *own->shared_refs == 1); /* a saved state has no tables to share */
+    shard_state_free(saved);
+    shard_state_free(own);
+    shard_state_free(like);
+    shard_state_free(like2);
+    shard_state_free(fresh);
+    ir_free(g);
+}
+
 static void test_bad_decisions(void)
 {
     ir_graph *g = small_dot();
@@ -275,6 +313,7 @@ int main(void)
     test_mesh();
     test_conflict();
     test_commute();
+    test_state_like();
     test_bad_decisions();
     test_shared_reshard();
     test_unit_axes();
