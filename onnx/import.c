@@ -24,6 +24,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <fnmatch.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
@@ -285,6 +286,68 @@ static int same_contents(ox_ctx *c, int x, const ox_tensor *t)
     return d != NULL;
 }
 
+/* A causal mask: a 2-D float constant holding `on` where col <= row + k and
+ * `off` elsewhere, both present, neither NaN, and made exactly from a 0/1
+ * triangle m by one op (below).  Fills *sh's mask fields; 0 when t is not. */
+static int causal_mask(const ox_tensor *t, ox_shared *sh)
+{
+    if (t->rank != 2 || t->dims[0] < 2 || t->dims[1] < 2) return 0;
+    int64_t R = t->dims[0], C = t->dims[1], k = 0;
+    double on = t->v[(R - 1) * C], off = 0; /* the bottom-left element is on for any k > -R */
+    int have_k = 0;
+    for (int64_t i = 0; i < R && !have_k; i++) { /* k from the first row the diagonal cuts */
+        int64_t n = 0;
+        while (n < C && t->v[i * C + n] == on) n++;
+        if (n > 0 && n < C) k = n - 1 - i, off = t->v[i * C + n], have_k = 1;
+    }
+    if (!have_k || on != on || off != off) return 0;
+    int exact = (off == 0 && isfinite(on)) || (on == 0 && (isfinite(off) || (isinf(off) && off < 0)));
+    if (!exact) return 0;
+    for (int64_t i = 0; i < R; i++)
+        for (int64_t j = 0; j < C; j++)
+            if (t->v[i * C + j] != (j <= i + k ? on : off)) return 0;
+    *sh = (ox_shared){.mask = 1, .rows = R, .cols = C, .k = k, .on = on, .off = off};
+    return 1;
+}
+
+/* The causal mask sh computed on the device as carve's builders make theirs
+ * (models/blocks.c): m = ge(row + k, col) from two iotas, then on*m where off
+ * is 0, -off*(m - 1) where on is 0, log m for off = -inf (log 1 = 0, log 0 =
+ * -inf: exact).  Outside the layers: made once, read by every layer.  So no
+ * device is sent it and no plan splits or gathers it. */
+static int causal_ops(ox_ctx *c, const ox_shared *sh)
+{
+    int keep = c->g->cur_layer, keep_n = c->g->n_layers;
+    ir_set_layer(c->g, -1);
+    int m = -1;
+    for (int i = 0; i < c->n_shared && m < 0; i++) { /* the triangle made already (a where's condition) */
+        const ox_shared *o = &c->shared[i];
+        if (o->mask && o->rows == sh->rows && o->cols == sh->cols && o->k == sh->k && o->on == 1 && o->off == 0) m = o->ir;
+    }
+    if (m < 0) {
+        int64_t dims[2] = {sh->rows, sh->cols};
+        int row = ir_iota(c->g, IR_F32, 2, dims, 0), col = ir_iota(c->g, IR_F32, 2, dims, 1);
+        if (sh->k && row >= 0) row = ir_add_scalar(c->g, row, (double)sh->k);
+        m = row < 0 || col < 0 ? -1 : ir_binary(c->g, IR_OP_GE, row, col);
+    }
+    int y = m;
+    if (m >= 0 && sh->off == 0 && sh->on != 1) y = ir_scale(c->g, m, sh->on);
+    else if (m >= 0 && sh->on == 0 && isinf(sh->off)) y = ir_unary(c->g, IR_OP_LOG, m);
+    else if (m >= 0 && sh->on == 0) y = ir_scale(c->g, ir_add_scalar(c->g, m, -1.0), -sh->off);
+    c->g->cur_layer = keep;
+    if (c->g->n_layers < keep_n) c->g->n_layers = keep_n;
+    return y < 0 ? ox_check_ir(c) : y;
+}
+
+static void share(ox_ctx *c, const ox_shared *sh)
+{
+    if (c->n_shared == c->cap_shared) {
+        c->cap_shared = c->cap_shared ? 2 * c->cap_shared : 32;
+        c->shared = ir_xrealloc(c->shared, (size_t)c->cap_shared * sizeof *c->shared);
+    }
+    c->shared[c->n_shared++] = *sh;
+}
+
 int ox_ir_of_tensor(ox_ctx *c, const ox_tensor *t)
 {
     if (t->rank > IR_MAX_RANK) return ox_fail(c, "a constant of rank %d (carve holds at most %d)", t->rank, IR_MAX_RANK);
@@ -298,8 +361,21 @@ int ox_ir_of_tensor(ox_ctx *c, const ox_tensor *t)
         return v < 0 ? ox_check_ir(c) : v;
     }
     uint64_t h = tensor_hash(t);
-    for (int i = 0; i < c->n_shared; i++)
-        if (c->shared[i].hash == h && same_contents(c, c->shared[i].ir, t)) return c->shared[i].ir;
+    ox_shared mask;
+    int is_mask = !is_int && causal_mask(t, &mask);
+    for (int i = 0; i < c->n_shared; i++) {
+        const ox_shared *s = &c->shared[i];
+        if (s->hash != h || s->mask != is_mask) continue;
+        if (is_mask ? s->rows == mask.rows && s->cols == mask.cols && s->k == mask.k && s->on == mask.on && s->off == mask.off
+                    : same_contents(c, s->ir, t))
+            return s->ir;
+    }
+    if (is_mask) {
+        mask.hash = h;
+        if ((mask.ir = causal_ops(c, &mask)) < 0) return -1;
+        share(c, &mask);
+        return mask.ir;
+    }
     char base[64], name[256];
     snprintf(base, sizeof base, "const.%d", c->uid++);
     int x = arg_at_layer(c, -1, fresh_name(c, base, name, sizeof name), IR_CONST, dt, t->rank, t->dims);
@@ -313,11 +389,7 @@ int ox_ir_of_tensor(ox_ctx *c, const ox_tensor *t)
         } else ((int32_t *)elems)[i] = (int32_t)t->v[i];
     }
     ir_data_attach(c->g, x, elems, t->n);
-    if (c->n_shared == c->cap_shared) {
-        c->cap_shared = c->cap_shared ? 2 * c->cap_shared : 32;
-        c->shared = ir_xrealloc(c->shared, (size_t)c->cap_shared * sizeof *c->shared);
-    }
-    c->shared[c->n_shared++] = (ox_shared){h, x};
+    share(c, &(ox_shared){.hash = h, .ir = x});
     if (c->info) c->info->consts++;
     return ox_check_ir(c) < 0 ? -1 : x;
 }
@@ -893,6 +965,32 @@ static void note_generated(ox_ctx *c)
              k ? "; " : "", in->generated_names, in->params);
 }
 
+/* The causal masks made on the device (causal_ops: ops on iotas alone)
+ * moved to the front of the op list, as carve's builders make theirs: made
+ * where a layer first reads them, they would split that layer's attention
+ * kernel (a fusing compiler's kernel is a run of adjacent ops). */
+static void hoist_masks(ir_graph *g)
+{
+    uint8_t *on_iota = ir_xcalloc((size_t)g->n_values + 1, 1);
+    ir_op *ops = ir_xcalloc((size_t)g->n_ops + 1, sizeof *ops);
+    int n = 0, moved = 0;
+    for (int i = 0; i < g->n_ops; i++) {
+        const ir_op *o = &g->ops[i];
+        int only = o->kind == IR_OP_IOTA || o->n_in > 0;
+        for (int k = 0; k < o->n_in; k++) only &= on_iota[o->in[k]];
+        on_iota[o->out] = (uint8_t)only;
+        if (only && o->layer < 0) moved |= i != n, ops[n++] = *o; /* a layer's broadcast of it stays in the layer */
+    }
+    for (int i = 0; i < g->n_ops && moved; i++)
+        if (!on_iota[g->ops[i].out] || g->ops[i].layer >= 0) ops[n++] = g->ops[i];
+    if (moved) {
+        memcpy(g->ops, ops, (size_t)g->n_ops * sizeof *ops);
+        for (int i = 0; i < g->n_ops; i++) g->values[g->ops[i].out].producer = i;
+    }
+    free(ops);
+    free(on_iota);
+}
+
 /* ---- the whole import ------------------------------------------------------------------------ */
 
 static ir_graph *import_model(ox_ctx *c)
@@ -921,6 +1019,7 @@ static ir_graph *import_model(ox_ctx *c)
     if (import_nodes(c) < 0) return NULL;
     if (c->opt->outputs ? finish_outputs(c) < 0 : finish_loss(c, src, kind, second) < 0) return NULL;
     if (c->info) c->info->layers = c->g->n_layers;
+    hoist_masks(c->g);
     id_bounds(c->g);
     note_generated(c);
     char msg[IR_ERR_LEN];

@@ -75,6 +75,11 @@ struct ox_val {
 typedef struct ox_shared {
     uint64_t hash;
     int ir;
+    /* a causal mask made on the device (import.c): rows x cols, `on` where
+     * col <= row + k, `off` elsewhere; mask = 0: a const argument */
+    int mask;
+    int64_t rows, cols, k;
+    double on, off;
 } ox_shared;
 
 typedef struct ox_row ox_row;

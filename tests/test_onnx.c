@@ -260,21 +260,26 @@ static void check_import(const fixture *f, const ir_graph *g, const onnx_info *i
     if (!train && strncmp(f->name, "mlp", 3)) CHECKF(info->generated_names > 0, "%s: an eval export without generated names", f->name);
     if (strncmp(f->name, "mlp", 3)) CHECKF(info->folded > 0, "%s: nothing folded", f->name);
     /* folded means no op is left that computes from constants alone: each op
-     * (but the nullary ones, and a broadcast or reshape bringing a constant
-     * to the shape its reader needs) reads something the batch or a param
-     * reaches */
-    unsigned char *live = calloc((size_t)g->n_values, 1);
-    int dead = 0;
+     * (but the nullary ones, a broadcast or reshape bringing a constant to
+     * the shape its reader needs, and a causal mask made on the device from
+     * iotas alone) reads something the batch or a param reaches */
+    unsigned char *live = calloc((size_t)g->n_values, 1), *iota = calloc((size_t)g->n_values, 1);
+    int dead = 0, masks = 0;
     const char *first = "";
     for (int v = 0; v < g->n_values; v++) live[v] = g->values[v].role == IR_INPUT || g->values[v].role == IR_PARAM;
     for (int i = 0; i < g->n_ops; i++) {
         const ir_op *o = &g->ops[i];
-        for (int k = 0; k < o->n_in; k++) live[o->out] |= live[o->in[k]];
-        if (o->n_in && !live[o->out] && o->kind != IR_OP_BROADCAST && o->kind != IR_OP_RESHAPE && !dead++)
+        iota[o->out] = o->kind == IR_OP_IOTA || o->n_in > 0;
+        for (int k = 0; k < o->n_in; k++) live[o->out] |= live[o->in[k]], iota[o->out] &= iota[o->in[k]];
+        masks += o->kind == IR_OP_GE && iota[o->out];
+        if (o->n_in && !live[o->out] && !iota[o->out] && o->kind != IR_OP_BROADCAST && o->kind != IR_OP_RESHAPE && !dead++)
             first = g->values[o->out].name;
     }
     CHECKF(dead == 0, "%s: %d ops compute from constants alone (the first makes '%s')", f->name, dead, first);
+    if (!strncmp(f->name, "gpt2", 4) || !strncmp(f->name, "llama", 5)) /* their causal masks: on the device, no const argument */
+        CHECKF(masks == 1, "%s: %d causal masks made from iotas, not 1", f->name, masks);
     free(live);
+    free(iota);
 }
 
 static void test_fixture(const char *fam, int opset, int train)
