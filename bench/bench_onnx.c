@@ -260,8 +260,9 @@ static void scale_rows(const char *mesh, int budget)
     printf("GPT-2 774M-shaped export (36 layers, hidden 1280, 20 heads, vocabulary 50257, sequence 1024, batch 8; weights "
            "as external data, one file per tensor, 3.1 GB): import (shapes only) %.2f s wall, %.2f s CPU (medians of 3; "
            "target: under 5 s on 2 cores); import, training step, experts and the search (budget %d, %d seeds, mesh %s, "
-           "a100) in one process: peak resident memory %.0f MB (target: under 300 MB), %.0f s, predicted step %.3f ms.\n\n",
-           bench_median(wall, 3), bench_median(cpu, 3), budget, SEEDS, mesh, (double)ru.ru_maxrss / 1024.0, secs, search_ms);
+           "a100) in one process: peak resident memory %.0f MiB, %.0f MB (target: under 300 MB), %.0f s, predicted step %.3f ms.\n\n",
+           bench_median(wall, 3), bench_median(cpu, 3), budget, SEEDS, mesh, (double)ru.ru_maxrss / 1024.0,
+           (double)ru.ru_maxrss * 1024.0 / 1e6, secs, search_ms);
 }
 
 int main(void)
