@@ -287,8 +287,9 @@ static int same_contents(ox_ctx *c, int x, const ox_tensor *t)
 }
 
 /* A causal mask: a 2-D float constant holding `on` where col <= row + k and
- * `off` elsewhere, both present, neither NaN, and made exactly from a 0/1
- * triangle m by one op (below).  Fills *sh's mask fields; 0 when t is not. */
+ * `off` elsewhere, both present, neither NaN, one of them 0 (so causal_ops
+ * makes it exactly from a 0/1 triangle).  Fills *sh's mask fields; 0 when t
+ * is not one. */
 static int causal_mask(const ox_tensor *t, ox_shared *sh)
 {
     if (t->rank != 2 || t->dims[0] < 2 || t->dims[1] < 2) return 0;
