@@ -41,6 +41,16 @@ double search_patience(const search_budget *b, double steps)
     return p > min ? p : min;
 }
 
+int search_material_gain(const search_budget *b, double reward, double gain_reward)
+{
+    double gain = b->converge_gain > 0 ? b->converge_gain : SEARCH_CONVERGE_GAIN;
+    if (gain_reward == -1e300) return 1; /* the first plan */
+    if (reward > 0) return gain_reward <= 0 || reward > gain_reward * (1 + gain); /* the first that fits, or faster */
+    /* neither fits: 1 + reward is the capacity over the peak (cost_reward), so this is a peak lower by more than
+     * the same fraction */
+    return 1 + reward > (1 + gain_reward) * (1 + gain);
+}
+
 static double now(void)
 {
     struct timespec t;
@@ -107,10 +117,7 @@ static void curve_add(search_ctx *c, double seconds)
 static void new_best(search_ctx *c, const search_score *s)
 {
     double steps = search_ctx_steps(c);
-    /* the converge rule's reference: a gain in reward (the replicated step time over this one) of more than
-     * SEARCH_CONVERGE_GAIN, or any gain while nothing fits */
-    double gain = c->b->converge_gain > 0 ? c->b->converge_gain : SEARCH_CONVERGE_GAIN;
-    if (c->gain_reward <= 0 || s->reward > c->gain_reward * (1 + gain)) {
+    if (search_material_gain(c->b, s->reward, c->gain_reward)) { /* the converge rule's reference */
         c->gain_reward = s->reward;
         c->gain_steps = steps;
     }
@@ -323,8 +330,7 @@ static void decide(search_shared *sh, const search_budget *b, int two_phase)
         all_done &= sh->slot[t].done;
     }
     if (best > sh->best_reward) { /* as new_best */
-        double gain = b->converge_gain > 0 ? b->converge_gain : SEARCH_CONVERGE_GAIN;
-        if (sh->gain_reward <= 0 || best > sh->gain_reward * (1 + gain)) {
+        if (search_material_gain(b, best, sh->gain_reward)) {
             sh->gain_reward = best;
             sh->gain_steps = steps;
         }

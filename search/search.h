@@ -179,8 +179,9 @@ const char *search_stop_name(search_stop s);
 /* The converge rule (search_budget.converge): a better plan resets the
  * patience only when its reward (the replicated plan's step time over its
  * own) gains more than a fraction SEARCH_CONVERGE_GAIN over the last one that
- * did (any gain while no plan fits), and the patience after such a plan found
- * at `steps` is the larger of SEARCH_PATIENCE_MIN steps and
+ * did (while no plan fits: when its peak memory is lower by more than that
+ * fraction; the first plan that fits always resets it), and the patience after
+ * such a plan found at `steps` is the larger of SEARCH_PATIENCE_MIN steps and
  * SEARCH_PATIENCE_FACTOR times `steps`: that many steps without such a gain
  * and the search has converged.  Chosen on the tuning cases of bench_search
  * (docs/search.md, "Budgets"). */
@@ -188,6 +189,9 @@ const char *search_stop_name(search_stop s);
 #define SEARCH_PATIENCE_MIN 200.0
 #define SEARCH_PATIENCE_FACTOR 1.0
 double search_patience(const search_budget *b, double steps);
+/* Whether a better plan of `reward` resets the converge rule's patience, the
+ * last plan that did having `gain_reward` (-1e300: none yet). */
+int search_material_gain(const search_budget *b, double reward, double gain_reward);
 
 /* Searches for the best set of actions on top of `prefix` (the state the
  * manual tactics left; not modified).  Returns 0, or -1 with a message (bad
