@@ -6,7 +6,10 @@
  *  4. MCTS (2000 steps, and with the converge rule) against exhaustive
  *     enumeration over 20 seeds;
  *  5. the same on the cases the tree policy is tuned on (held apart from 4's;
- *     CARVE_SEARCH_BUDGET=N runs sections 4 and 5 at N steps instead of 2000);
+ *     CARVE_SEARCH_BUDGET=N runs sections 4 and 5 at N steps instead of 2000;
+ *     CARVE_SEARCH_CASES=acf runs only those cases (a: the first) of sections 4 to 6, and
+ *     CARVE_SEARCH_CONVERGE=GAIN,MIN,FACTOR sets the converge rule's constants
+ *     in sections 4 to 6: for tuning on 5 and 6, never on 4);
  *  6. the converge rule on its tuning cases, against long searches;
  *  7. what a step costs: a plan priced against a table hit.
  * Prints a markdown section; never fails on a time.
@@ -195,6 +198,21 @@ static int cmp_i64(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
+/* The converge rule's constants from CARVE_SEARCH_CONVERGE=GAIN,MIN,FACTOR
+ * (0 or unset: the defaults), for tuning them (sections 5 and 6). */
+static void converge_constants(search_budget *b)
+{
+    const char *conv = getenv("CARVE_SEARCH_CONVERGE");
+    if (conv) sscanf(conv, "%lf,%lf,%lf", &b->converge_gain, &b->patience_min, &b->patience_factor);
+}
+
+/* Whether case k (a, b, ... in the order listed) is in CARVE_SEARCH_CASES (unset: every case). */
+static int case_wanted(int k)
+{
+    const char *only = getenv("CARVE_SEARCH_CASES");
+    return !only || strchr(only, 'a' + k);
+}
+
 /* Rows of MCTS (2000 steps, or CARVE_SEARCH_BUDGET; 20 seeds) against
  * exhaustive search, and MCTS with the converge rule (autopart's default:
  * capped at SEARCH_AUTO_CAP steps) on the same seeds. */
@@ -205,10 +223,12 @@ static void exhaustive_rows(const ex_case *cs, int n)
     const char *env = getenv("CARVE_SEARCH_BUDGET");
     int budget = env && atoi(env) > 0 ? atoi(env) : 2000;
     if (budget != 2000) printf("Budget: %d steps (CARVE_SEARCH_BUDGET).\n\n", budget);
+    if (getenv("CARVE_SEARCH_CONVERGE")) printf("Converge rule: %s (CARVE_SEARCH_CONVERGE).\n\n", getenv("CARVE_SEARCH_CONVERGE"));
     printf("| model | mesh | depth | groups | states enumerated | optimum found (of 20) | median plans priced when found | "
            "worst gap to the optimum | converge rule: found (of 20) | its steps: median (most) | its worst gap |\n"
            "|---|---|---|---|---|---|---|---|---|---|---|\n");
     for (int c = 0; c < n; c++) {
+        if (!case_wanted(c)) continue;
         if (make(&s, cs[c].model, cs[c].mesh, "a100") < 0) return;
         search_result ex;
         run(&s, &search_exhaustive, (search_budget){.threads = 1, .max_exhaustive = 400000, .max_depth = cs[c].depth}, &ex);
@@ -222,10 +242,10 @@ static void exhaustive_rows(const ex_case *cs, int n)
             found += ok;
             at[seed - 1] = ok ? r1.best_at : 1000000;
             if (r1.best.step_time / ex.best.step_time - 1 > worst) worst = r1.best.step_time / ex.best.step_time - 1;
-            run(&s, &search_mcts,
-                (search_budget){.simulations = SEARCH_AUTO_CAP, .converge = 1, .seed = (uint64_t)seed, .threads = 1,
-                                .max_depth = cs[c].depth},
-                &r1);
+            search_budget bc = {.simulations = SEARCH_AUTO_CAP, .converge = 1, .seed = (uint64_t)seed, .threads = 1,
+                                .max_depth = cs[c].depth};
+            converge_constants(&bc);
+            run(&s, &search_mcts, bc, &r1);
             found_c += r1.best.reward >= ex.best.reward * (1 - 1e-12);
             steps_c[seed - 1] = (int64_t)(r1.steps + 0.5);
             if (r1.best.step_time / ex.best.step_time - 1 > worst_c) worst_c = r1.best.step_time / ex.best.step_time - 1;
@@ -313,17 +333,18 @@ static void converge_cases(void)
         {"mlp:layers=3,batch=512,in=2048,hidden=4096,out=2048", "batch=2,model=4", "a100"},
         {"mlp:layers=5,batch=256,in=2048,hidden=4096,out=2048", "batch=2,model=2", "a100"},
     };
-    const char *env = getenv("CARVE_SEARCH_REF"), *conv = getenv("CARVE_SEARCH_CONVERGE");
+    const char *env = getenv("CARVE_SEARCH_REF");
     int ref = env && atoi(env) > 0 ? atoi(env) : 4000, seeds = getenv("CARVE_SEARCH_SEEDS") ? atoi(getenv("CARVE_SEARCH_SEEDS")) : 2;
-    double gain = 0, min = 0, factor = 0;
-    if (conv) sscanf(conv, "%lf,%lf,%lf", &gain, &min, &factor);
+    search_budget rule = {0};
+    converge_constants(&rule);
+    double gain = rule.converge_gain, min = rule.patience_min, factor = rule.patience_factor;
     printf("### The converge rule on its tuning cases (experts as seeds, one thread)\n\n");
     printf("Reference: %d steps without the rule. Rule: gain %g, patience min %g, factor %g (0: the defaults).\n\n", ref,
            gain, min, factor);
     printf("| model | mesh | hw | seed | reference: / best expert, best at step, steps, s | rule: / best expert, steps, s, stop "
            "| rule / reference |\n|---|---|---|---|---|---|---|\n");
     for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
-        if (getenv("CARVE_SEARCH_CASES") && !strchr(getenv("CARVE_SEARCH_CASES"), 'a' + (int)k)) continue;
+        if (!case_wanted((int)k)) continue;
         setup s;
         if (bench_setup_make(&s, cases[k].model, cases[k].mesh, cases[k].hw, 0, 1) < 0) continue;
         double be = s.best >= 0 ? s.ex[s.best].e.step_time : 0;
