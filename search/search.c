@@ -494,7 +494,7 @@ static void ctx_init(search_ctx *c, const shard_state *prefix, const shard_group
     c->n_ids = c->n_actions + 1 + (b->seeds ? b->n_seeds : 0);
     c->max_depth = b->max_depth > 0 ? b->max_depth : 16;
     if (c->max_depth > SEARCH_MAX_PLAN) c->max_depth = SEARCH_MAX_PLAN;
-    c->st = shard_state_new(prefix->g, &prefix->mesh);
+    c->st = shard_state_new_like(prefix); /* the prefix's rules, shared: a thread costs its shardings */
     c->st->record_conflicts = 0;
     shard_state_copy(c->st, prefix);
     c->root_key = shard_state_plan_hash(c->st);
