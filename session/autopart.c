@@ -258,10 +258,9 @@ int session_autopart_run(session_autopart *a, char *err, size_t errlen)
     char resolved[SCHED_STR_MAX]; /* a pipeline as it replays exactly: its micro-batches and layer split */
     const char *tac = s->tactics;
     if (s->pr.piped && s->pr.pp.prog && a->chosen >= a->pipe_first) { /* the level's pipeline (a user's stays in user) */
-        const char *rest = strchr(s->tactics, ',');
-        if (!pipe_tactic_text(&s->pr.pp.spec, &a->mesh, resolved, sizeof resolved) ||
-            (size_t)snprintf(resolved + strlen(resolved), sizeof resolved - strlen(resolved), "%s", rest ? rest : "") >=
-                sizeof resolved - strlen(resolved))
+        const char *rest = strchr(s->tactics, ','); /* the tactics after the pipeline */
+        size_t k = pipe_tactic_text(&s->pr.pp.spec, &a->mesh, resolved, sizeof resolved) ? strlen(resolved) : sizeof resolved;
+        if (k >= sizeof resolved || (size_t)snprintf(resolved + k, sizeof resolved - k, "%s", rest ? rest : "") >= sizeof resolved - k)
             return ir_errf(err, errlen, "the chosen pipeline's tactic is longer than %zu characters", sizeof resolved - 1);
         tac = resolved;
     }
