@@ -40,6 +40,9 @@ int cmd_import(const cli_opts *o)
            info.folded, info.patterns);
     printf("  %d ops, %d params (%lld elements), %d constant tables, %d inputs, %d layers, loss '%s'\n", g->n_ops, info.params,
            (long long)ir_param_count(g), info.consts, inputs, g->n_layers, g->loss >= 0 ? g->values[g->loss].name : "-");
+    if (info.heads_layout)
+        printf("  %d params held split as their one reader splits them (the heads layout; \"file_shape\": the file's)\n",
+               info.heads_layout);
     printf("wrote %s (carve-graph/1: the forward graph; constant tables inline%s)\n", o->out,
            o->weights ? ", the params' values too" : "; the params' values stay in the ONNX file");
     ir_free(g);

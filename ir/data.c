@@ -9,7 +9,9 @@
  * names) can share it; each block of elements is reference counted
  * (atomically: search threads clone graphs), so clones and shares copy no
  * elements.  Elements are stored as the executors hold them: 4 bytes each,
- * float for float dtypes, int32_t for i32.
+ * float for float dtypes, int32_t for i32.  An entry may also record the
+ * shape the model file holds the argument in, where carve holds it in
+ * another (ir_file_shape: the same elements in the same order).
  */
 #include "ir.h"
 
@@ -24,7 +26,9 @@ typedef struct ir_blob {
 
 typedef struct data_entry {
     char *name;       /* owned */
-    ir_blob *blob;
+    ir_blob *blob;    /* NULL: no elements (an entry for its file shape alone) */
+    int file_rank;    /* -1: the argument's own shape is the file's */
+    int64_t file_dims[IR_MAX_RANK];
 } data_entry;
 
 struct ir_datatab {
@@ -59,26 +63,34 @@ void ir_data_free(ir_datatab *t)
     free(t);
 }
 
-/* Puts (name, b) in g's table, replacing an entry of that name; takes one
- * reference of b. */
-static void put(ir_graph *g, const char *name, ir_blob *b)
+/* The entry of `name` in g's table, made (without elements or file shape)
+ * when there is none. */
+static data_entry *entry_put(ir_graph *g, const char *name)
 {
     if (!g->data) g->data = ir_xcalloc(1, sizeof *g->data);
     ir_datatab *t = g->data;
     int i = entry_of(t, name);
-    if (i >= 0) {
-        blob_release(t->e[i].blob);
-        t->e[i].blob = b;
-        return;
-    }
+    if (i >= 0) return &t->e[i];
     if (t->n == t->cap) {
         t->cap = t->cap ? 2 * t->cap : 16;
         t->e = ir_xrealloc(t->e, (size_t)t->cap * sizeof *t->e);
     }
     size_t len = strlen(name) + 1;
-    t->e[t->n].name = ir_xrealloc(NULL, len);
-    memcpy(t->e[t->n].name, name, len);
-    t->e[t->n++].blob = b;
+    data_entry *e = &t->e[t->n++];
+    memset(e, 0, sizeof *e);
+    e->name = ir_xrealloc(NULL, len);
+    memcpy(e->name, name, len);
+    e->file_rank = -1;
+    return e;
+}
+
+/* Puts (name, b) in g's table, replacing the elements of an entry of that
+ * name; takes one reference of b. */
+static void put(ir_graph *g, const char *name, ir_blob *b)
+{
+    data_entry *e = entry_put(g, name);
+    blob_release(e->blob);
+    e->blob = b;
 }
 
 int ir_data_attach(ir_graph *g, int v, void *elems, int64_t n)
@@ -115,7 +127,7 @@ const void *ir_data(const ir_graph *g, int v)
 {
     if (v < 0 || v >= g->n_values) return NULL;
     int i = entry_of(g->data, g->values[v].name);
-    return i < 0 ? NULL : g->data->e[i].blob->elems;
+    return i < 0 || !g->data->e[i].blob ? NULL : g->data->e[i].blob->elems;
 }
 
 void ir_data_share(ir_graph *dst, const ir_graph *src)
@@ -123,9 +135,43 @@ void ir_data_share(ir_graph *dst, const ir_graph *src)
     const ir_datatab *t = src->data;
     if (!t || dst == src) return;
     for (int i = 0; i < t->n; i++) {
-        __atomic_add_fetch(&t->e[i].blob->refs, 1, __ATOMIC_ACQ_REL);
-        put(dst, t->e[i].name, t->e[i].blob);
+        const data_entry *s = &t->e[i];
+        if (s->blob) {
+            __atomic_add_fetch(&s->blob->refs, 1, __ATOMIC_ACQ_REL);
+            put(dst, s->name, s->blob);
+        }
+        if (s->file_rank >= 0) {
+            data_entry *e = entry_put(dst, s->name);
+            e->file_rank = s->file_rank;
+            memcpy(e->file_dims, s->file_dims, sizeof e->file_dims);
+        }
     }
+}
+
+int ir_file_shape_set(ir_graph *g, int v, int rank, const int64_t *dims)
+{
+    if (v < 0 || v >= g->n_values || g->values[v].role == IR_INTERMEDIATE) return ir_fail(g, "file shape: value %d is not an argument", v);
+    const ir_value *x = &g->values[v];
+    int64_t n = 1;
+    for (int d = 0; d < rank; d++)
+        if (dims[d] < 1 || ir_mul_i64(n, dims[d], &n) < 0) n = -1, d = rank;
+    if (rank < 0 || rank > IR_MAX_RANK || n != ir_numel(x))
+        return ir_fail(g, "file shape of '%s': not %lld elements of rank at most %d", x->name, (long long)ir_numel(x), IR_MAX_RANK);
+    data_entry *e = entry_put(g, x->name);
+    e->file_rank = rank;
+    memset(e->file_dims, 0, sizeof e->file_dims);
+    memcpy(e->file_dims, dims, (size_t)rank * sizeof *dims);
+    return 0;
+}
+
+int ir_file_shape(const ir_graph *g, int v, int *rank, int64_t *dims)
+{
+    if (v < 0 || v >= g->n_values) return 0;
+    int i = entry_of(g->data, g->values[v].name);
+    if (i < 0 || g->data->e[i].file_rank < 0) return 0;
+    *rank = g->data->e[i].file_rank;
+    memcpy(dims, g->data->e[i].file_dims, (size_t)*rank * sizeof *dims);
+    return 1;
 }
 
 int ir_data_missing(const ir_graph *g)

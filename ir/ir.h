@@ -285,6 +285,14 @@ void ir_data_share(ir_graph *dst, const ir_graph *src);
  * attached, or -1. */
 int ir_data_missing(const ir_graph *g);
 void ir_data_free(ir_datatab *t);
+/* The shape a model file holds argument v in, where carve holds it in
+ * another of the same elements in the same order (an imported param split
+ * into the heads layout: the file's [768, 768] as [12, 64, 768]).  Kept in
+ * the data table, so the graphs rewritten from g keep it too.  Set: 0, or
+ * -1 with an error recorded (not an argument, another element count). */
+int ir_file_shape_set(ir_graph *g, int v, int rank, const int64_t *dims);
+/* 1 with the file's shape when v has one recorded, else 0. */
+int ir_file_shape(const ir_graph *g, int v, int *rank, int64_t *dims);
 
 /* ---- builder --------------------------------------------------------- *
  * Each returns the new value id, or -1 on error (message in ir_error(g)).

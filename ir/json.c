@@ -218,6 +218,12 @@ static void save_arg(sbuf *b, const ir_graph *g, int v)
         sb_key(b, "grad_of");
         sb_str(b, g->values[x->grad_of].name);
     }
+    int frank;
+    int64_t fdims[IR_MAX_RANK];
+    if (ir_file_shape(g, v, &frank, fdims)) {
+        sb_key(b, "file_shape");
+        sb_dims(b, frank, fdims);
+    }
     const void *data = x->init == IR_INIT_DATA ? ir_data(g, v) : NULL;
     if (data) save_data(b, x, data);
     sb_cat(b, "}");
@@ -365,6 +371,9 @@ typedef struct arg_spec {
     int layer;
     const cJSON *tied, *grad_of;
     const cJSON *data;       /* "data": the elements of an init "data" argument */
+    int has_file_shape;      /* "file_shape": the shape a model file holds it in (ir_file_shape) */
+    int file_rank;
+    int64_t file_dims[IR_MAX_RANK];
 } arg_spec;
 
 /* One name of the file: an argument (maybe not created yet) or an op result. */
@@ -554,7 +563,7 @@ static int add_name(loader *L, const char *name, int value, int arg, int op)
 
 /* ---- arguments --------------------------------------------------------- */
 
-static const char *const arg_keys[] = {"name", "role", "dtype", "shape", "init", "init_arg", "layer", "tied", "grad_of", "data", NULL};
+static const char *const arg_keys[] = {"name", "role", "dtype", "shape", "init", "init_arg", "layer", "tied", "grad_of", "data", "file_shape", NULL};
 
 /* Parses args[i] into L->args[i] (no value is created yet). */
 static int parse_arg(loader *L, int i, const cJSON *o)
@@ -606,6 +615,10 @@ static int parse_arg(loader *L, int i, const cJSON *o)
         return -1;
     a->tied = cJSON_GetObjectItemCaseSensitive(o, "tied");
     a->grad_of = cJSON_GetObjectItemCaseSensitive(o, "grad_of");
+    if ((j = cJSON_GetObjectItemCaseSensitive(o, "file_shape"))) {
+        if (get_ints(L, j, "file_shape", &a->file_rank, a->file_dims) < 0) return -1;
+        a->has_file_shape = 1;
+    }
     a->data = cJSON_GetObjectItemCaseSensitive(o, "data");
     if ((a->data != NULL) != (a->has_init && a->init == IR_INIT_DATA))
         return lfail(L, a->data ? "\"data\" needs \"init\": \"data\"" : "init \"data\" needs a \"data\" array of the elements");
@@ -659,6 +672,8 @@ static int create_args(loader *L, int upto)
         int v = ir_arg(L->g, a->name, a->role, a->dtype, a->rank, a->dims);
         if (v >= 0 && a->has_init) ir_set_init(L->g, v, a->init, a->init_arg);
         if (v >= 0 && a->data && load_data(L, v, a->data) < 0) return -1;
+        if (v >= 0 && a->has_file_shape && ir_file_shape_set(L->g, v, a->file_rank, a->file_dims) < 0)
+            return lfail(L, "%s", ir_error(L->g));
         if (ir_error(L->g)) return lfail(L, "%s", ir_error(L->g));
         slot_of(L, a->name)->value = v;
     }

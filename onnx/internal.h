@@ -302,6 +302,12 @@ int ox_patterns(ox_ctx *c, int at);
  * all held at once. */
 void ox_release_inputs(ox_ctx *c, const Onnx__NodeProto *n);
 
+/* ---- the heads layout (onnx/layout.c) --------------------------------------- */
+/* Gives each param whose one reader is a reshape splitting its dims that
+ * shape (the file's shape recorded, ir_file_shape), c->g rebuilt without
+ * the reshape.  0, or -1 with an error. */
+int ox_heads_layout(ox_ctx *c);
+
 /* ---- layers (onnx/layers.c) -------------------------------------------------- */
 /* Tags nodes and initializers with repeated-block numbers. */
 void ox_layers(ox_ctx *c);

@@ -135,6 +135,33 @@ if [ $torch = 1 ]; then # the placements apply to the module's state_dict as it 
 else
     skipped "torch export against the module" "/usr/bin/python3 has no torch"
 fi
+# LLaMA's projections are held in the heads layout (docs/onnx.md, "Root width"): Megatron's heads split is a
+# Shard of the module's tensor (q_proj [heads * head_dim, hidden]: dim 0; o_proj: dim 1); a split of the head
+# dim (v_proj's here, and the v/o head-dim group's tactic) applies to the view VIEWS names
+"$carve" autopart --graph "$fx/llama-o17-train.onnx" --frozen inv_freq --mesh batch=2,model=2 --hw cpu \
+    --schedule dp:batch,megatron:model,auto --budget 5 --quiet --out pm.json >/dev/null 2>&1
+ok "heads layout: export of a Megatron plan" "$carve" export pm.json --to torch --out pm.py
+check "heads layout: the heads split as Shard of the module's tensor" \
+    "$(grep -q '"layers.0.self_attn.q_proj.weight": \[Replicate(), Shard(0)\],$' pm.py &&
+       grep -q '"layers.0.self_attn.o_proj.weight": \[Replicate(), Shard(1)\],$' pm.py; echo $?)"
+"$carve" autopart --graph "$fx/llama-o17-train.onnx" --frozen inv_freq --mesh batch=2,model=2 --hw cpu \
+    --schedule 'dp:batch,group:layers.*.self_attn.o_proj.weight:2:model,auto' --budget 5 --quiet --out ph.json >/dev/null 2>&1
+ok "heads layout: export of a head-dim split" "$carve" export ph.json --to torch --out ph.py
+ok "heads layout: run of the head-dim split from the file's weights" "$carve" run --plan ph.json --steps 2
+has "heads layout: run of the head-dim split from the file's weights" "check: passed"
+check "heads layout: the head-dim split on a view" \
+    "$(grep -q '"layers.0.self_attn.o_proj.weight": \[Replicate(), Shard(2)\],  # on t.view(16, 4, 4)' ph.py &&
+       grep -q '^    "layers.1.self_attn.v_proj.weight": (2, 4, 16),$' ph.py &&
+       grep -q '"adam.m/layers.0.self_attn.o_proj.weight": \[Replicate(), Shard(2)\],  # on t.view' ph.py; echo $?)"
+if [ $torch = 1 ]; then
+    ok "heads layout: Megatron plan against the module" /usr/bin/python3 "$root/tests/onnx/check_export.py" llama pm.py
+    ok "heads layout: head-dim split against the module" /usr/bin/python3 "$root/tests/onnx/check_export.py" llama ph.py
+    has "heads layout: head-dim split against the module" "4 on a view"
+    # a view that no split needs, or a Shard of the module's tensor where a view is needed, is caught
+    sed 's/"layers.0.self_attn.v_proj.weight": \[Replicate(), Shard(1)\]/"layers.0.self_attn.v_proj.weight": [Replicate(), Shard(0)]/' ph.py >ph_bad.py
+    check "heads layout: check_export refuses a view no split needs" \
+        "$(! /usr/bin/python3 "$root/tests/onnx/check_export.py" llama ph_bad.py >/dev/null 2>&1; echo $?)"
+fi
 if [ $mpi = 1 ]; then
     ok "run --plan on 4 MPI ranks" mpirun --oversubscribe --allow-run-as-root -n 4 "$carve" run --plan pg.json --backend mpi --steps 2
     has "run --plan on 4 MPI ranks" "check: passed"

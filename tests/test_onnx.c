@@ -518,6 +518,81 @@ static void test_frozen(void)
     ir_free(g);
 }
 
+/* The heads layout (onnx/layout.c): LLaMA's q, k, v and o projections are
+ * held split as their one reshape splits them, no reshape of a param is
+ * left, the file's shapes are recorded and survive the graph JSON, the
+ * weights are the file's bytes in order, and other params keep their shape. */
+static void test_heads_layout(void)
+{
+    char path[600], err[1024];
+    snprintf(path, sizeof path, "%s/tests/onnx/fixtures/llama-o14-train.onnx", root());
+    onnx_options o = {.weights = 1};
+    onnx_info info;
+    ir_graph *g = onnx_import(path, &o, &info, err, sizeof err);
+    CHECKF(g && info.heads_layout == 8, "%s: %d params in the heads layout, 8 expected", err, g ? info.heads_layout : -1);
+    if (!g) return;
+    static const struct {
+        const char *name;
+        int rank;
+        int64_t dims[3];
+        int frank;
+        int64_t fdims[2];
+    } want[] = {
+        {"layers.0.self_attn.q_proj.weight", 3, {4, 4, 16}, 2, {16, 16}}, {"layers.1.self_attn.k_proj.weight", 3, {2, 4, 16}, 2, {8, 16}},
+        {"layers.0.self_attn.v_proj.weight", 3, {2, 4, 16}, 2, {8, 16}}, {"layers.1.self_attn.o_proj.weight", 3, {16, 4, 4}, 2, {16, 16}},
+        {"layers.0.gate_proj.weight", 2, {32, 16}, -1, {0}},             {"embed_tokens.weight", 2, {32, 16}, -1, {0}},
+    };
+    int frank;
+    int64_t fdims[IR_MAX_RANK];
+    for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
+        int v = ir_find(g, want[i].name), held = v >= 0 && ir_file_shape(g, v, &frank, fdims);
+        int same = v >= 0 && g->values[v].rank == want[i].rank && !memcmp(g->values[v].dims, want[i].dims, (size_t)want[i].rank * 8);
+        CHECKF(same && (want[i].frank < 0 ? !held : held && frank == 2 && !memcmp(fdims, want[i].fdims, 16)), "%s: shape or file shape",
+               want[i].name);
+    }
+    int param_reshapes = 0;
+    for (int i = 0; i < g->n_ops; i++)
+        param_reshapes += g->ops[i].kind == IR_OP_RESHAPE && g->values[g->ops[i].in[0]].role == IR_PARAM;
+    CHECKF(param_reshapes == 0, "%d reshapes of params left", param_reshapes);
+    /* the weights are the file's bytes in their order (the initializer's raw data) */
+    int v = ir_find(g, "layers.1.self_attn.o_proj.weight");
+    const float *w = ir_data(g, v);
+    FILE *fp = fopen(path, "rb");
+    uint8_t *bytes = malloc(1 << 20);
+    size_t nb = fp ? fread(bytes, 1, 1 << 20, fp) : 0;
+    if (fp) fclose(fp);
+    Onnx__ModelProto *m = nb ? onnx__model_proto__unpack(NULL, nb, bytes) : NULL;
+    int same_bytes = 0;
+    for (size_t i = 0; m && m->graph && i < m->graph->n_initializer; i++) {
+        const Onnx__TensorProto *p = m->graph->initializer[i];
+        if (strcmp(p->name, "layers.1.self_attn.o_proj.weight")) continue;
+        same_bytes = w && p->raw_data.len == 256 * 4 && !memcmp(p->raw_data.data, w, 256 * 4);
+    }
+    CHECKF(same_bytes, "o_proj's weights are not the file's bytes in order");
+    if (m) onnx__model_proto__free_unpacked(m, NULL);
+    free(bytes);
+    /* the training step and a JSON round trip keep the file's shapes */
+    ir_optimizer adam = ir_default_adam();
+    ir_graph *s = ir_train_step(g, &adam, err, sizeof err);
+    int sv = s ? ir_find(s, "layers.1.self_attn.o_proj.weight") : -1;
+    CHECKF(sv >= 0 && ir_file_shape(s, sv, &frank, fdims) && frank == 2 && fdims[1] == 16, "the step lost the file shape: %s", err);
+    char *json = ir_save_json(g);
+    ir_graph *back = json ? ir_load_json(json, err, sizeof err) : NULL;
+    int bv = back ? ir_find(back, "layers.1.self_attn.o_proj.weight") : -1;
+    CHECKF(bv >= 0 && ir_file_shape(back, bv, &frank, fdims) && frank == 2 && fdims[0] == 16, "JSON lost the file shape: %s", err);
+    CHECKF(json && strstr(json, "\"file_shape\": [16, 16]"), "no file_shape in the graph JSON");
+    /* a file shape of another element count is refused, naming it */
+    char *at = json ? strstr(json, "\"file_shape\": [16, 16]") : NULL;
+    if (at) memcpy(at, "\"file_shape\": [16, 17]", 22);
+    ir_graph *bad = at ? ir_load_json(json, err, sizeof err) : NULL;
+    CHECKF(at && !bad && strstr(err, "file shape of 'layers.0.self_attn.q_proj.weight'"), "%s", err);
+    ir_free(bad);
+    free(json);
+    ir_free(back);
+    ir_free(s);
+    ir_free(g);
+}
+
 /* `test_onnx --mpi NAME MESH SCHEDULE` under mpirun: fixture NAME's step
  * under the plan, one MPI rank per device (tests/e2e_onnx.sh runs it on 2
  * ranks); rank 0 compares with torch and prints the closing line. */
@@ -588,6 +663,7 @@ int main(int argc, char **argv)
     if (argc == 5 && !strcmp(argv[1], "--mpi")) return mpi_main(argv[2], argv[3], argv[4]);
     test_errors();
     test_frozen();
+    test_heads_layout();
     for (size_t i = 0; i < sizeof families / sizeof families[0]; i++)
         for (size_t o = 0; o < sizeof opsets / sizeof opsets[0]; o++)
             for (int train = 1; train >= 0; train--) test_fixture(families[i], opsets[o], train);
