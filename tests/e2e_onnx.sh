@@ -147,6 +147,8 @@ check "heads layout: the heads split as Shard of the module's tensor" \
 "$carve" autopart --graph "$fx/llama-o17-train.onnx" --frozen inv_freq --mesh batch=2,model=2 --hw cpu \
     --schedule 'dp:batch,group:layers.*.self_attn.o_proj.weight:2:model,auto' --budget 5 --quiet --out ph.json >/dev/null 2>&1
 ok "heads layout: export of a head-dim split" "$carve" export ph.json --to torch --out ph.py
+check "heads layout: the JAX export names the file's shape and the one it shards" \
+    "$("$carve" export ph.json --to jax | grep -q '^#   layers.0.self_attn.o_proj.weight: f32\[16,16\] in the file, f32\[16,4,4\] here$'; echo $?)"
 ok "heads layout: run of the head-dim split from the file's weights" "$carve" run --plan ph.json --steps 2
 has "heads layout: run of the head-dim split from the file's weights" "check: passed"
 check "heads layout: the head-dim split on a view" \

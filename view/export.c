@@ -129,6 +129,30 @@ static void export_stages(FILE *f, const view_explanation *x, const char *commen
     }
 }
 
+/* The params carve holds in another shape than their model file
+ * (ir_file_shape: an imported nn.Linear in the heads layout), as comment
+ * lines: the shardings below are of carve's shape, which is the file's
+ * tensor reshaped (the same elements in the same order).  The torch export
+ * writes its placements on the file's tensor instead (export_torch.c). */
+static void export_file_shapes(FILE *f, const ir_graph *g, const char *comment)
+{
+    int n = 0, rank;
+    int64_t dims[IR_MAX_RANK];
+    for (int v = 0; v < g->n_values; v++) {
+        if (g->values[v].role != IR_PARAM || !ir_file_shape(g, v, &rank, dims)) continue;
+        if (!n++)
+            fprintf(f, "%s params held in another shape than the model file's (the file's tensor reshaped, the same elements in\n"
+                       "%s order; their optimizer states alike): the shardings below are of the shape carve holds\n",
+                    comment, comment);
+        char a[96], b[96];
+        ir_value file = g->values[v];
+        file.rank = rank;
+        memcpy(file.dims, dims, sizeof dims);
+        fprintf(f, "%s   %s: %s in the file, %s here\n", comment, g->values[v].name, ir_type_str(&file, a, sizeof a),
+                ir_type_str(&g->values[v], b, sizeof b));
+    }
+}
+
 int export_render(const view_explanation *x, const char *name, const char *comment, export_write_fn write, FILE *f)
 {
     if (!x->pl || !x->p) return -1;
@@ -145,6 +169,7 @@ int export_render(const view_explanation *x, const char *name, const char *comme
         fprintf(f, "%s note: %d argument(s) split unevenly, first %s: carve pads such dims (docs/sharding.md);\n"
                    "%s frameworks that need divisible dims (JAX's device_put) refuse them as written\n",
                 comment, uneven, first, comment);
+    if (strcmp(name, "torch")) export_file_shapes(f, st->g, comment);
     uint8_t *fwd = ir_xcalloc((size_t)st->g->n_ops + 1, 1);
     for (int o = 0; o < st->g->n_ops; o++) fwd[o] = x->p->phase[o] == SPMD_FORWARD;
     write(f, st, fwd);
