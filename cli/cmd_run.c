@@ -11,6 +11,7 @@
  * not fit in this machine's memory).
  */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "cli/cli.h"
@@ -23,9 +24,10 @@ static void say(const char *err)
 }
 
 /* Runs p (its step p->g, named cfg), or the pipelined program pp (p =
- * pp->prog) against ref (taken over), checked against the reference. */
+ * pp->prog) against ref (taken over), checked against the reference; the
+ * predictions printed are priced on hw. */
 static int run_checked(const cli_opts *o, session_world *w, const spmd_program *p, const pipe_program *pp, ir_graph *ref,
-                       const char *cfg)
+                       const char *cfg, const cost_hw *hw)
 {
     char err[4096];
     session_run *r;
@@ -34,6 +36,7 @@ static int run_checked(const cli_opts *o, session_world *w, const spmd_program *
                 : session_run_open(&r, w, p, cfg, (uint64_t)o->seed, &mem, err, sizeof err);
     say(err);
     if (rc) return rc;
+    session_run_set_hw(r, hw);
     run_print_header(o, w, p, cfg, &mem);
     if ((rc = session_run_start(r, err, sizeof err))) {
         say(err);
@@ -61,33 +64,34 @@ static int run_checked(const cli_opts *o, session_world *w, const spmd_program *
     return rc;
 }
 
-/* Runs st's step: lowered (as the pipeline ps when piped, checked against
- * the unrolled step of `model` at its micro-batches), run and checked. */
+/* Runs st's step: lowered (as the pipeline ps when piped, an auto split
+ * balanced on hw, checked against the unrolled step of `model` at its
+ * micro-batches), run and checked. */
 static int run_lowered(const cli_opts *o, session_world *w, shard_state *st, int piped, const pipe_spec *ps, const char *model,
-                       const char *cfg)
+                       const char *cfg, const cost_hw *hw)
 {
     char err[1024];
     if (!piped) {
         spmd_program *p = spmd_lower(st);
-        int rc = run_checked(o, w, p, NULL, NULL, cfg);
+        int rc = run_checked(o, w, p, NULL, NULL, cfg, hw);
         spmd_free(p);
         return rc;
     }
     pipe_program pp;
     ir_graph *ref = session_run_reference(model, o->optimizer, ps->microbatches, err, sizeof err);
-    if (!ref || session_run_lower_pipeline(st, ps, &pp, err, sizeof err) < 0) {
+    if (!ref || session_run_lower_pipeline(st, ps, hw, &pp, err, sizeof err) < 0) {
         cli_error("run: %s", err);
         ir_free(ref);
         return CLI_BAD_INPUT;
     }
-    int rc = run_checked(o, w, pp.prog, &pp, ref, cfg);
+    int rc = run_checked(o, w, pp.prog, &pp, ref, cfg, hw);
     pipe_program_free(&pp);
     return rc;
 }
 
 /* `carve run --plan plan.json`: rebuild and replay the plan (refusing one for
  * another model or mesh than --model / --mesh, when given), then run it. */
-static int run_plan(const cli_opts *o, session_world *w)
+static int run_plan(const cli_opts *o, session_world *w, const cost_hw *hw)
 {
     char err[4096];
     if (o->schedule || o->graph) {
@@ -127,7 +131,7 @@ static int run_plan(const cli_opts *o, session_world *w)
         cli_opts with_schedule = *o;
         with_schedule.schedule = pl.schedule;
         if (piped < 0) cli_error("run: %s", err);
-        else rc = run_lowered(&with_schedule, w, st, piped, &ps, pl.model, label);
+        else rc = run_lowered(&with_schedule, w, st, piped, &ps, pl.model, label, hw);
     }
     shard_state_free(st);
     ir_free(g);
@@ -136,7 +140,7 @@ static int run_plan(const cli_opts *o, session_world *w)
 }
 
 /* `carve run --model M --mesh X --schedule S` (or --graph). */
-static int run_schedule(const cli_opts *o, session_world *w)
+static int run_schedule(const cli_opts *o, session_world *w, const cost_hw *hw)
 {
     char cfg[512], err[512];
     shard_mesh mesh;
@@ -170,7 +174,7 @@ static int run_schedule(const cli_opts *o, session_world *w)
         cli_error("run: %s", err);
         rc = CLI_BAD_INPUT;
     } else {
-        rc = run_lowered(o, w, st, piped, &ps, o->model, cfg);
+        rc = run_lowered(o, w, st, piped, &ps, o->model, cfg, hw);
     }
     shard_state_free(st);
     ir_free(g);
@@ -188,7 +192,19 @@ int cmd_run(const cli_opts *o)
     }
     /* rank 0 prints the report; the others print their own errors only */
     if (w.rank != 0 && !freopen("/dev/null", "w", stdout)) cli_error("run: rank %d: cannot silence stdout", w.rank);
-    int rc = o->plan ? run_plan(o, &w) : run_schedule(o, &w);
+    /* the profile the predictions are priced on (--hw; default the cpu preset) */
+    cost_hw *hw = malloc(sizeof *hw);
+    int rc;
+    if (!hw) {
+        cli_error("run: out of memory");
+        rc = CLI_BAD_INPUT;
+    } else if (session_run_hw(o->hw, hw, err, sizeof err) < 0) {
+        cli_error("run: --hw: %s", err);
+        rc = CLI_BAD_INPUT;
+    } else {
+        rc = o->plan ? run_plan(o, &w, hw) : run_schedule(o, &w, hw);
+    }
+    free(hw);
     rc = session_world_end(&w, rc, err, sizeof err);
     say(err);
     return rc;

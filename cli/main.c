@@ -113,12 +113,12 @@ static const cli_command commands[] = {
      "  --to torch    a Python module: DeviceMesh and DTensor placements per value\n"
      "  --out FILE    write FILE (atomically) instead of stdout; docs/export.md has an example of each\n",
      cmd_export},
-    {"run", "--model --graph --mesh --schedule --plan --steps --seed --optimizer --backend --dim --loss --frozen",
+    {"run", "--model --graph --mesh --schedule --plan --steps --seed --optimizer --backend --hw --dim --loss --frozen",
      "run a sharded training step on simulated devices and check it against the single-device reference",
      "usage: carve run (--model SPEC | --graph FILE) --mesh MESH --schedule SCHEDULE [--steps N] [--seed N]\n"
-     "                 [--optimizer adam|sgd]\n"
-     "       carve run --plan plan.json [--steps N] [--seed N]   (a plan from carve autopart; --model and --mesh,\n"
-     "                 when given, must match it)\n"
+     "                 [--optimizer adam|sgd] [--hw PROFILE]\n"
+     "       carve run --plan plan.json [--steps N] [--seed N] [--hw PROFILE]   (a plan from carve autopart;\n"
+     "                 --model and --mesh, when given, must match it)\n"
      "  --mesh MESH          named axes, e.g. batch=2,model=2; one thread per device\n"
      "  --schedule SCHEDULE  tactics in order, e.g. dp:batch,megatron:model (see carve shard --help);\n"
      "                       with pipeline:AXIS each device runs its stage's tasks, checked against the\n"
@@ -126,6 +126,10 @@ static const cli_command commands[] = {
      "  --steps N            training steps (default 1); the SPMD run carries its updates and the\n"
      "                       reference checks each step from the SPMD run's params and states\n"
      "  --seed N             seed of the arguments' values (default 1)\n"
+     "  --hw PROFILE         what the predictions printed beside the measurements (a pipeline's bubble and\n"
+     "                       memory per stage, its auto layer split) are priced on: a preset or a profile\n"
+     "                       file, e.g. from carve calibrate --model M --mesh X --schedule S --out cal.json\n"
+     "                       (default: the cpu preset, nominal figures; docs/run.md)\n"
      "  --backend threads|mpi  threads: every device a thread of this process (default); mpi: one device\n"
      "                       per MPI rank, e.g. mpirun -n 4 carve run --plan p.json --backend mpi (docs/run.md)\n"
      "  an ONNX file (--graph FILE.onnx, or a plan made from one) runs from the file's weights\n"

@@ -183,6 +183,12 @@ void run_print_pipeline(const session_world *w, session_run *r)
     if (s->chunks > 1) printf(" (%d chunks a stage, Megatron-LM's interleaving)", s->chunks);
     printf("\n");
     if (!priced) printf("  (no prediction: %s)\n", err);
+    const cost_hw *hw = session_run_get_hw(r);
+    if (hw) { /* the profile the predictions come from: its name and where its figures come from */
+        printf("predicted on profile %s (--hw; docs/run.md)%s", hw->name, hw->source[0] ? ":\n  " : "");
+        cli_put_printable(stdout, hw->source);
+        printf("\n");
+    }
     printf("last step per stage (bubble: its idle share of the step. predicted: the cost model's simulated schedule;\n"
            "replay: the step replayed from each device's CPU time with a core per device; wall: its wall-clock idle share,\n"
            "which on fewer free cores than devices also counts core sharing. Memory: MiB per device; docs/run.md):\n");
@@ -212,8 +218,8 @@ void run_print_pipeline(const session_world *w, session_run *r)
     free(idle);
     free(wall);
     if (priced)
-        printf("  step: predicted %.4f s on the cpu preset (bubble %.3f of it), replayed %.4f s, wall %.4f s\n", pe.step, pe.bubble,
-               st->replay_s, st->wall_s);
+        printf("  step: predicted %.4f s (bubble %.3f of it), replayed %.4f s, wall %.4f s\n", pe.step, pe.bubble, st->replay_s,
+               st->wall_s);
     if (w->backend == EXEC_MPI)
         printf("  (MPI: a rank polls while it waits, so its CPU time and the replay count waiting as work, and its time\n"
                "  blocked in a receive includes MPI's own work on the message: judge the bubble on the threads backend)\n");

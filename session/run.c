@@ -26,9 +26,11 @@
 #include "ir/hash.h"
 #include "models/models.h"
 
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 struct session_run {
     session_world *w;
@@ -42,6 +44,7 @@ struct session_run {
     exec_spmd *rt;
     exec_spmd_check c;
     int check_ready;
+    const cost_hw *hw;      /* the predictions' profile (the caller's), or NULL: the `cpu` preset */
 };
 
 int session_world_init(session_world *w, exec_backend b, char *err, size_t errlen)
@@ -165,24 +168,42 @@ int session_run_open_pipe(session_run **out, session_world *w, const pipe_progra
     return rc;
 }
 
-/* What a pipelined run is priced on: the `cpu` preset with the executor's
- * fused groups (in f32, as it runs). */
-static int run_pipe_hw(cost_hw *hw, char *err, size_t errlen)
+int session_run_hw(const char *name_or_path, cost_hw *hw, char *err, size_t errlen)
 {
-    if (cost_hw_preset("cpu", hw, err, errlen) < 0) return -1;
-    hw->fused_elementwise = 1; /* the groups the executor runs */
-    return 0;
+    const char *n = name_or_path ? name_or_path : "cpu";
+    size_t len = strlen(n);
+    /* a path (no preset has a '/' or ends in .json) that is not there: say so, not "unknown preset" */
+    if ((strchr(n, '/') || (len > 5 && !strcmp(n + len - 5, ".json"))) && access(n, F_OK) != 0)
+        return ir_errf(err, errlen, "hardware file '%s': %s", n, strerror(errno));
+    return cost_hw_lookup(n, hw, err, errlen);
 }
 
-int session_run_lower_pipeline(shard_state *st, const pipe_spec *ps, pipe_program *pp, char *err, size_t errlen)
+void session_run_set_hw(session_run *r, const cost_hw *hw) { r->hw = hw; }
+const cost_hw *session_run_get_hw(const session_run *r) { return r->hw; }
+
+/* What a run is priced on: a copy of hw (NULL: the `cpu` preset), with the
+ * executor's fused groups when `fused` (a pipeline's prices: as it runs).
+ * Malloc'd (the caller frees), or NULL with a message. */
+static cost_hw *run_hw(const cost_hw *hw, int fused, char *err, size_t errlen)
 {
-    cost_hw hw;
+    cost_hw *h = malloc(sizeof *h);
+    if (!h) return ir_errf(err, errlen, "out of memory"), NULL;
+    if (hw) *h = *hw;
+    else if (session_run_hw(NULL, h, err, errlen) < 0) return free(h), NULL;
+    if (fused) h->fused_elementwise = 1;
+    return h;
+}
+
+int session_run_lower_pipeline(shard_state *st, const pipe_spec *ps, const cost_hw *hw, pipe_program *pp, char *err,
+                               size_t errlen)
+{
     cost_estimate e;
     cost_options opt = {.precision = COST_FP32};
-    if (run_pipe_hw(&hw, err, errlen) < 0) return -1;
-    cost_ws *ws = cost_ws_new(st->g);
-    int rc = ws ? cost_price_pipelined(ws, st, ps, NULL, &hw, &opt, pp, &e, NULL, err, errlen) : ir_errf(err, errlen, "out of memory");
+    cost_hw *h = run_hw(hw, 1, err, errlen);
+    cost_ws *ws = h ? cost_ws_new(st->g) : NULL;
+    int rc = !h ? -1 : ws ? cost_price_pipelined(ws, st, ps, NULL, h, &opt, pp, &e, NULL, err, errlen) : ir_errf(err, errlen, "out of memory");
     cost_ws_free(ws);
+    free(h);
     return rc;
 }
 
@@ -305,7 +326,6 @@ int session_run_ok(const session_run *r) { return exec_spmd_check_ok(&r->c, EXEC
 double session_run_predicted_peak(const session_run *r)
 {
     char err[256];
-    cost_hw hw;
     cost_estimate e;
     cost_options opt = {.precision = COST_FP32};
     if (r->pp) { /* the largest stage's */
@@ -317,24 +337,25 @@ double session_run_predicted_peak(const session_run *r)
         cost_pipe_estimate_free(&pe);
         return peak;
     }
-    if (cost_hw_preset("cpu", &hw, err, sizeof err) < 0) return -1;
-    cost_ws *ws = cost_ws_new(r->p->g);
-    int rc = ws ? cost_estimate_program(ws, r->p, &hw, &opt, &e, err, sizeof err) : -1;
+    cost_hw *hw = run_hw(r->hw, 0, err, sizeof err);
+    cost_ws *ws = hw ? cost_ws_new(r->p->g) : NULL;
+    int rc = ws ? cost_estimate_program(ws, r->p, hw, &opt, &e, err, sizeof err) : -1;
     cost_ws_free(ws);
+    free(hw);
     return rc < 0 ? -1 : e.peak_memory;
 }
 
 int session_run_pipe_estimate(const session_run *r, cost_pipe_estimate *pe, char *err, size_t errlen)
 {
-    cost_hw hw;
     cost_estimate e;
     cost_options opt = {.precision = COST_FP32};
     memset(pe, 0, sizeof *pe);
     if (!r->pp) return ir_errf(err, errlen, "not a pipelined run");
-    if (run_pipe_hw(&hw, err, errlen) < 0) return -1;
-    cost_ws *ws = cost_ws_new(r->pp->prog->g);
-    int rc = ws ? cost_estimate_pipeline(ws, r->pp, &hw, &opt, &e, pe, err, errlen) : ir_errf(err, errlen, "out of memory");
+    cost_hw *hw = run_hw(r->hw, 1, err, errlen);
+    cost_ws *ws = hw ? cost_ws_new(r->pp->prog->g) : NULL;
+    int rc = !hw ? -1 : ws ? cost_estimate_pipeline(ws, r->pp, hw, &opt, &e, pe, err, errlen) : ir_errf(err, errlen, "out of memory");
     cost_ws_free(ws);
+    free(hw);
     return rc;
 }
 

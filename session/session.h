@@ -318,11 +318,24 @@ int session_run_open(session_run **out, session_world *w, const spmd_program *p,
  * Everything below works on it alike. */
 int session_run_open_pipe(session_run **out, session_world *w, const pipe_program *pp, ir_graph *ref, const char *label,
                           uint64_t seed, session_run_memory *mem, char *err, size_t errlen);
+/* The profile a run is priced on (`carve run --hw`): name_or_path a preset
+ * or a carve-hw/1 file (cost_hw_lookup; NULL: the `cpu` preset).  A
+ * pipeline is priced on it with the executor's fused groups
+ * (fused_elementwise 1), as it runs.  Returns 0, or -1 with a message naming
+ * the profile. */
+int session_run_hw(const char *name_or_path, cost_hw *hw, char *err, size_t errlen);
 /* Lowers st's step (a pipeline's body) under ps for a run: an auto layer
- * split balanced by the `cpu` preset's prices in f32, what the executor
- * runs (cost_price_pipelined).  Returns 0 (free pp with pipe_program_free),
- * or -1 with a message. */
-int session_run_lower_pipeline(shard_state *st, const pipe_spec *ps, pipe_program *pp, char *err, size_t errlen);
+ * split balanced by hw's prices in f32 (NULL: the `cpu` preset's), what the
+ * executor runs (cost_price_pipelined).  Returns 0 (free pp with
+ * pipe_program_free), or -1 with a message. */
+int session_run_lower_pipeline(shard_state *st, const pipe_spec *ps, const cost_hw *hw, pipe_program *pp, char *err,
+                               size_t errlen);
+/* Prices the run's predictions (session_run_predicted_peak,
+ * session_run_pipe_estimate) on hw (from session_run_hw; the caller keeps
+ * it alive while the run is open) instead of the `cpu` preset. */
+void session_run_set_hw(session_run *r, const cost_hw *hw);
+/* The profile set by session_run_set_hw, or NULL (the `cpu` preset). */
+const cost_hw *session_run_get_hw(const session_run *r);
 /* What a pipelined run is checked against: the unrolled step of model
  * (its spec) with `optimizer` at m micro-batches
  * (model_build_microbatched_step).  NULL with a message. */
@@ -354,8 +367,9 @@ exec_spmd *session_run_runtime(session_run *r);
 /* The cost model's peak memory per device for the run's program in f32
  * (what the executor runs), or -1 when it cannot price it. */
 double session_run_predicted_peak(const session_run *r);
-/* A pipelined run's price in f32 on the `cpu` preset with the executor's
- * fused groups (cost_estimate_pipeline): the simulated step, each stage's
+/* A pipelined run's price in f32 on its profile (session_run_set_hw; by
+ * default the `cpu` preset) with the executor's fused groups
+ * (cost_estimate_pipeline): the simulated step, each stage's
  * bubble and peak, to hold the measured ones against.  Returns 0 (free pe
  * with cost_pipe_estimate_free), or -1 with a message. */
 struct cost_pipe_estimate;

@@ -11,8 +11,10 @@
 # device, each schedule and model on 4 ranks and on 8 (4 stages of a
 # tensor-parallel pair); every sum has at most 2 terms, so the outputs digest must
 # equal the threads backend's bit for bit.  A pipelined plan (autopart's,
-# where nothing else fits its memory) replayed by `carve run --plan`.  Then
-# what must be refused with one line: a pipeline on a graph file.  MPI missing: a failure unless
+# where nothing else fits its memory) replayed by `carve run --plan`.  --hw:
+# the predictions printed from the profile given (the cpu preset by name: the
+# default's; a profile file: its own).  Then what must be refused with one
+# line: bad --hw profiles, a pipeline on a graph file.  MPI missing: a failure unless
 # CARVE_TEST_WITHOUT names mpi.  Closing line: N passed, N failed[, N skipped].
 set -u
 . "$(dirname "$0")/lib_e2e.sh"
@@ -87,6 +89,29 @@ if grep -q '"schedule":.*pipeline:' plan.json 2>/dev/null; then
 else
     fail=$((fail + 1)); echo "FAIL autopart chose no pipeline under --memory 0.006:"; grep -i "chosen" ap.txt | head -3
 fi
+
+# --hw: the predictions printed come from the profile given (a preset, or a profile file such as carve calibrate
+# writes); the cpu preset by name prints the default's; a bad profile is refused with one line before anything runs
+hwrun=(--model gpt-tiny:layers=4 --mesh pipe=2 --schedule pipeline:pipe:4:1f1b:2/2)
+pred() { awk '/^ +stage +predicted/ {s = 1; next} s && NF == 9 {print $1, $2, $7} s && NF != 9 {exit}' "$1"; }
+piped "--hw default" hw-def.txt "${hwrun[@]}"
+piped "--hw cpu" hw-cpu.txt "${hwrun[@]}" --hw cpu
+piped "--hw profile file" hw-file.txt "${hwrun[@]}" --hw "$root/bench/profiles/a100-2pn.json"
+if [ -n "$(pred hw-def.txt)" ] && [ "$(pred hw-def.txt)" = "$(pred hw-cpu.txt)" ] && grep -q "^predicted on profile cpu " hw-def.txt; then
+    pass=$((pass + 1))
+else fail=$((fail + 1)); echo "FAIL --hw cpu: predictions '$(pred hw-cpu.txt)', default '$(pred hw-def.txt)'"; fi
+hw_name=$(python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["name"])' "$root/bench/profiles/a100-2pn.json")
+if [ -n "$(pred hw-file.txt)" ] && [ "$(pred hw-file.txt)" != "$(pred hw-def.txt)" ] && grep -q "^predicted on profile $hw_name " hw-file.txt; then
+    pass=$((pass + 1))
+else fail=$((fail + 1)); echo "FAIL --hw FILE: predictions '$(pred hw-file.txt)' (profile $hw_name), default '$(pred hw-def.txt)'"; fi
+printf '{' >broken.json
+printf '{"format": "carve-hw/1"}' >noname.json
+bad "--hw unknown preset" "run: --hw: hardware 'tpu-v9': unknown preset" "$carve" run "${hwrun[@]}" --hw tpu-v9
+bad "--hw missing file" "run: --hw: hardware file 'nodir/cal.json': No such file" "$carve" run "${hwrun[@]}" --hw nodir/cal.json
+bad "--hw malformed file" "run: --hw: broken.json: malformed JSON" "$carve" run "${hwrun[@]}" --hw broken.json
+bad "--hw incomplete profile" "run: --hw: noname.json: name: missing" "$carve" run "${hwrun[@]}" --hw noname.json
+bad "--hw without a value" "option --hw needs a value" "$carve" run "${hwrun[@]}" --hw
+bad "--hw with a plan" "run: --hw: hardware 'tpu-v9'" "$carve" run --plan plan.json --hw tpu-v9
 
 bad "pipeline on a graph file" "needs --model" "$carve" run --graph "$root/tests/graphs/mlp-by-hand.json" --mesh pipe=2 \
     --schedule pipeline:pipe:2

@@ -25,6 +25,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #define TOL 1e-4 /* the runtime's tolerance (docs/run.md) */
 
@@ -253,6 +254,59 @@ static void test_measures(void)
     CHECKF(bytes[0][0] > bytes[0][2], "1F1B: stage 0 (4 in flight) %zu, stage 2 (2 in flight) %zu", bytes[0][0], bytes[0][2]);
 }
 
+/* One run's estimate on profile hw (session_run_set_hw). */
+static int estimate_on(session_run *r, const cost_hw *hw, cost_pipe_estimate *pe)
+{
+    char err[400];
+    session_run_set_hw(r, hw);
+    int rc = session_run_pipe_estimate(r, pe, err, sizeof err);
+    CHECKF(rc == 0, "estimate on %s: %s", hw ? hw->name : "the default", err);
+    return rc;
+}
+
+/* `carve run --hw`: the predictions come from the profile given.  def is the
+ * run's default estimate (the `cpu` preset).  The `cpu` preset by name gives
+ * it again; another profile (a100) another step; the same profile written to
+ * a file and read back (session_run_hw on a path) the same estimate to the
+ * bit; names that are no profile fail with a message. */
+static void check_run_hw(session_run *r, const cost_pipe_estimate *def)
+{
+    char err[600], path[] = "/tmp/carve-test-hw-XXXXXX";
+    cost_hw *cpu = calloc(1, sizeof *cpu), *a100 = calloc(1, sizeof *a100), *back = calloc(1, sizeof *back);
+    cost_pipe_estimate pe;
+    int fd = mkstemp(path);
+    CHECK(cpu && a100 && back && fd >= 0);
+    if (!cpu || !a100 || !back || fd < 0) goto out;
+    close(fd);
+    CHECKF(session_run_hw(NULL, cpu, err, sizeof err) == 0 && !strcmp(cpu->name, "cpu"), "default profile: %s", err);
+    CHECKF(session_run_hw("a100", a100, err, sizeof err) == 0, "a100: %s", err);
+    if (estimate_on(r, cpu, &pe) == 0) {
+        CHECKF(pe.step == def->step && pe.stage[0].idle == def->stage[0].idle && pe.stage[1].peak == def->stage[1].peak,
+               "--hw cpu: step %g, the default's %g", pe.step, def->step);
+        cost_pipe_estimate_free(&pe);
+    }
+    double a100_step = -1, a100_idle = -1;
+    if (estimate_on(r, a100, &pe) == 0) {
+        a100_step = pe.step;
+        a100_idle = pe.stage[0].idle;
+        CHECKF(pe.step < def->step / 10, "a100: step %g, the cpu preset's %g", pe.step, def->step);
+        cost_pipe_estimate_free(&pe);
+    }
+    CHECKF(cost_hw_save(a100, path, err, sizeof err) == 0 && session_run_hw(path, back, err, sizeof err) == 0, "profile file: %s", err);
+    if (estimate_on(r, back, &pe) == 0) {
+        CHECKF(pe.step == a100_step && pe.stage[0].idle == a100_idle, "a100 read back from a file: step %g, %g", pe.step, a100_step);
+        cost_pipe_estimate_free(&pe);
+    }
+    CHECK(session_run_hw("no-such-preset", back, err, sizeof err) < 0 && strstr(err, "no-such-preset"));
+    CHECK(session_run_hw("/nonexistent/cal.json", back, err, sizeof err) < 0 && strstr(err, "/nonexistent/cal.json"));
+    session_run_set_hw(r, NULL);
+    unlink(path);
+out:
+    free(cpu);
+    free(a100);
+    free(back);
+}
+
 /* The checked run a command makes (session/run.c) on a pipelined program:
  * it takes the unrolled reference, checks two steps, prices the pipeline. */
 static void test_session_run(void)
@@ -282,6 +336,7 @@ static void test_session_run(void)
         CHECKF(prc == 0 && pe.n_stages == 2 && pe.step > 0, "pipe estimate: %s", err);
         double peak = r ? session_run_predicted_peak(r) : -1;
         CHECK(prc != 0 || peak == fmax(pe.stage[0].peak, pe.stage[1].peak));
+        if (prc == 0 && r) check_run_hw(r, &pe);
         if (prc == 0) cost_pipe_estimate_free(&pe);
         session_run_free(r);
         session_world_end(&w, rc, err, sizeof err);
