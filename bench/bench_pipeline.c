@@ -5,29 +5,33 @@
  *
  * For each case (a GPT or LLaMA body, a mesh with a `pipe` axis, a schedule,
  * m micro-batches), the pipelined program is lowered once (pipe_lower, an
- * even layer split), priced by cost_estimate_pipeline (f32 with the
- * executor's fused groups: what the executor runs) on the `cpu` preset
- * (nominal figures, what `carve run` prints) and on this machine's profile
- * calibrated in the run at the case's shapes (calib_profile_model, once per
- * model and tactics), and run by the threads backend (exec_pipe_new) for
- * STEPS steps.  Per stage it prints:
+ * even layer split), priced as `carve run` prices it
+ * (session_run_price_pipeline: f32 with the executor's fused groups) on this
+ * machine's profile calibrated in the run as docs/run.md tells a user to
+ * (`carve calibrate` at the case's model and tactics: calib_profile_model,
+ * written to a file and read back; once per model and tactics), the judged
+ * prediction, and on the `cpu` preset (nominal figures, `carve run` without
+ * --hw), for information; then run by the threads backend (exec_pipe_new)
+ * for STEPS steps.  Per stage it prints:
  *   bubble  predicted: the stage's idle share of the simulated step, on
  *           either profile;
  *           measured (replay): its idle share of the step replayed from
  *           the devices' CPU time with a core per device (the executor's
  *           trace: CPU seconds at every transfer; exec/spmd_pipe.c), median
- *           over the steps after the first; measured (wall): its idle share
- *           of the wall-clock step, median likewise (on a machine with
- *           fewer free cores than devices this mixes the bubble with core
- *           sharing, so it is shown, not judged);
+ *           over the steps after the first, and its quartiles over them
+ *           (the spread); measured (wall): its idle share of the wall-clock
+ *           step, median likewise (on a machine with fewer free cores than
+ *           devices this mixes the bubble with core sharing, so it is
+ *           shown, not judged);
  *           simulated, measured tasks: the schedule's model
  *           (cost_pipe_simulate_times) run with each segment's measured
  *           CPU time (median over micro-batches and steps, the stage's
  *           slowest device) in place of its price: when it agrees with the
  *           replay and the prediction does not, the prediction's task
  *           times are off, not its model of the schedule;
- *   memory  predicted: the stage's peak (cost_pipe_stage.peak); laid out:
- *           its arena (liveness over its own task order); measured: its
+ *   memory  predicted: the stage's peak (cost_pipe_stage.peak, calibrated
+ *           profile; the preset's is counted equal or not); laid out: its
+ *           arena (liveness over its own task order); measured: its
  *           devices' arena pages resident after the steps (mincore), the
  *           largest.
  * A figure is "within 20%" when |measured / predicted - 1| <= 0.2.  On the
@@ -35,8 +39,8 @@
  * running) the wall-clock share is judged too, against the prediction and
  * against the replay (the replay's own check).
  * Prints one markdown section; exits non-zero only when a case fails to
- * lower, price or run.  STEPS (default 7) in the environment; CASES (e.g.
- * "0,1,2", numbers below 10) runs those cases alone.
+ * lower, price or run.  STEPS (default 13: 12 timed) in the environment;
+ * CASES (e.g. "0,1,2", numbers below 10) runs those cases alone.
  */
 #include "bench/bench_util.h"
 #include "analysis/pipeline.h"
@@ -45,11 +49,13 @@
 #include "cost/pipeline.h"
 #include "exec/runtime.h"
 #include "models/models.h"
+#include "session/session.h"
 
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #define GPT "gpt:layers=8,hidden=128,heads=4,seq=64,batch=32,vocab=256"
 #define LLAMA "llama:layers=8,hidden=128,heads=4,kv_heads=2,ffn=256,seq=64,batch=32,vocab=256"
@@ -93,6 +99,8 @@ typedef struct tally {
     double sim_worst;
     int cal_in, cal_n; /* the replay against the prediction on this machine's calibrated profile */
     double cal_worst, cal_points;
+    double spread_worst; /* the largest interquartile range of a stage's replayed bubble over the steps, over its median */
+    int mem_same;        /* stages whose predicted peak is the same on both profiles */
 } tally;
 
 static void judge(double meas, double pred, int *in, int *n, double *worst)
@@ -103,24 +111,48 @@ static void judge(double meas, double pred, int *in, int *n, double *worst)
     if (d > *worst) *worst = d;
 }
 
-/* This machine's profile calibrated at case k's shapes (calib_profile_model
- * on its program: kernels, op rates, every distinct einsum timed), taken
- * once per model and tactics (the stages of every pipe=P body run the same
- * shapes), with the executor's fused groups.  NULL with err on failure. */
-static const cost_hw *calibrated(int k, const pipe_program *pp, char *err, size_t errlen)
+/* This machine's profile calibrated at case k's shapes as a user gets it
+ * (docs/run.md): `carve calibrate --model M --mesh X --schedule S --out
+ * FILE` (calib_profile_model on the body's program under the case's tactics:
+ * kernels, op rates, every distinct einsum timed), written to a file and
+ * read back as `carve run --hw FILE` reads it (session_run_hw).  Taken once
+ * per model and tactics (the stages of every pipe=P body run the same
+ * shapes).  NULL with err on failure. */
+static const cost_hw *calibrated(int k, shard_state *st, char *err, size_t errlen)
 {
     static cost_hw hw[N_CASES];
     static int done[N_CASES];
     for (int j = 0; j < N_CASES; j++)
         if (done[j] && !strcmp(cases[j].model, cases[k].model) && !strcmp(cases[j].sched, cases[k].sched)) return &hw[j];
     calib_gemms gm = {0};
-    int rc = calib_profile_model(&hw[k], 0, pp->prog, &gm, cases[k].model, NULL, err, errlen);
+    char path[] = "/tmp/carve-bench-pipeline-XXXXXX", what[400];
+    snprintf(what, sizeof what, "%s under %s", cases[k].model, cases[k].sched[0] ? cases[k].sched : "no tactic");
+    spmd_program *p = spmd_lower(st);
+    int fd = mkstemp(path), rc = fd < 0 ? ir_errf(err, errlen, "cannot make a temporary file") : 0;
+    if (fd >= 0) close(fd);
+    if (!rc) rc = calib_profile_model(&hw[k], 0, p, &gm, what, NULL, err, errlen);
+    if (!rc) rc = cost_hw_save(&hw[k], path, err, errlen);
+    if (!rc) rc = session_run_hw(path, &hw[k], err, errlen);
+    if (fd >= 0) unlink(path);
     calib_gemms_free(&gm);
+    spmd_free(p);
     if (rc < 0) return NULL;
-    hw[k].fused_elementwise = 1;
     done[k] = 1;
     return &hw[k];
 }
+
+/* The quartiles of x[0..n) (sorts x), linear between order statistics. */
+static void quartiles(double *x, int n, double *q1, double *q3)
+{
+    qsort(x, (size_t)n, sizeof *x, cmp_double);
+    double a = 0.25 * (n - 1), b = 0.75 * (n - 1);
+    int ia = (int)a, ib = (int)b;
+    *q1 = x[ia] + (ia + 1 < n ? (a - ia) * (x[ia + 1] - x[ia]) : 0);
+    *q3 = x[ib] + (ib + 1 < n ? (b - ib) * (x[ib + 1] - x[ib]) : 0);
+}
+
+/* The per-task table (printed after the main one): a row per stage. */
+static char diag[1 << 16];
 
 /* Lowers, prices and runs case k; prints its rows.  Returns 0 or -1 with err. */
 static int one(int k, int steps, tally *t, char *err, size_t errlen)
@@ -148,16 +180,16 @@ static int one(int k, int steps, tally *t, char *err, size_t errlen)
     s.microbatches = cases[k].m;
     pipe_split_even(&s, g->n_layers);
     pipe_program pp = {0};
-    cost_estimate e;
     cost_pipe_estimate pe = {0}, pc = {0};
     cost_options o = {COST_FP32, 0, 0, COST_GRADS_AUTO};
     cost_ws *ws = cost_ws_new(g);
     exec_spmd *r = NULL;
     if (!rc) rc = pipe_lower(st, &s, NULL, &pp, err, errlen);
-    const cost_hw *cal = rc ? NULL : calibrated(k, &pp, err, errlen);
+    const cost_hw *cal = rc ? NULL : calibrated(k, st, err, errlen);
     if (!rc && !cal) rc = -1;
-    if (!rc) rc = cost_estimate_pipeline(ws, &pp, &hw, &o, &e, &pe, err, errlen);
-    if (!rc) rc = cost_estimate_pipeline(ws, &pp, cal, &o, &e, &pc, err, errlen);
+    /* what `carve run` prints: on the cpu preset (no --hw) and with --hw the calibrated profile */
+    if (!rc) rc = session_run_price_pipeline(&pp, NULL, &pe, err, errlen);
+    if (!rc) rc = session_run_price_pipeline(&pp, cal, &pc, err, errlen);
     if (!rc && !(r = exec_pipe_new(&pp, EXEC_THREADS, 0, err, errlen))) rc = -1;
     int P = s.stages, n_dev = (int)mesh.n_devices;
     double *replay = calloc((size_t)P * (size_t)steps + 1, sizeof *replay), *wall = calloc((size_t)P * (size_t)steps + 1, sizeof *wall);
@@ -204,24 +236,39 @@ static int one(int k, int steps, tally *t, char *err, size_t errlen)
         seg_time[q] = n ? median(x, n) : -1;
     }
     if (!rc) rc = cost_pipe_simulate_times(ws, &pp, &hw, &o, seg_time, sim_idle, err, errlen);
+    for (int stage = 0; !rc && stage < P; stage++) { /* the task times behind the bubbles: measured against priced */
+        double f = 0, b = 0, end = seg_time[2 * V + stage];
+        for (int c = 0; c < s.chunks; c++) {
+            f += seg_time[c * P + stage];
+            b += seg_time[V + c * P + stage];
+        }
+        const cost_pipe_stage *xc = &pc.stage[stage], *xb = &pe.stage[stage];
+        size_t used = strlen(diag);
+        snprintf(diag + used, sizeof diag - used, "| %s | `%s` %s | %s | %d | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f |\n",
+                 stage ? "" : cases[k].model[0] == 'g' ? "gpt" : "llama", cases[k].mesh, cases[k].sched, pipe_schedule_name(cases[k].kind),
+                 stage, 1e3 * f, 1e3 * b, b / f, f / xc->fwd, b / xc->bwd, end / xc->end, f / xb->fwd, b / xb->bwd, end / xb->end);
+    }
     for (int stage = 0; !rc && stage < P; stage++) {
-        double pred_c = pc.stage[stage].idle / pc.step, pred_b = pe.stage[stage].idle / pe.step, rb = median(replay + stage * steps, steps - 1),
-               wb = median(wall + stage * steps, steps - 1);
-        double pred_m = pe.stage[stage].peak, laid = (double)exec_pipe_stage_bytes(r, stage);
+        double pred_c = pc.stage[stage].idle / pc.step, pred_b = pe.stage[stage].idle / pe.step, q1, q3;
+        double *rs = replay + stage * steps, rb = median(rs, steps - 1), wb = median(wall + stage * steps, steps - 1);
+        quartiles(rs, steps - 1, &q1, &q3);
+        double pred_m = pc.stage[stage].peak, laid = (double)exec_pipe_stage_bytes(r, stage);
+        t->mem_same += pe.stage[stage].peak == pred_m;
         judge(rb, pred_b, &t->bubble_in, &t->bubble_n, &t->bubble_worst);
         judge(rb, pred_c, &t->cal_in, &t->cal_n, &t->cal_worst);
         t->cal_points = fmax(t->cal_points, fabs(rb - pred_c));
         judge(rb, sim_idle[stage], &t->sim_in, &t->sim_n, &t->sim_worst);
         t->bubble_points = fmax(t->bubble_points, fabs(rb - pred_b));
+        t->spread_worst = fmax(t->spread_worst, (q3 - q1) / rb);
         judge(resident[stage], pred_m, &t->mem_in, &t->mem_n, &t->mem_worst);
         if (n_dev == 2) { /* a core per device on 2 cores: the wall clock measures the bubble itself */
-            judge(wb, pred_b, &t->wall_in, &t->wall_n, &t->wall_worst);
+            judge(wb, pred_c, &t->wall_in, &t->wall_n, &t->wall_worst);
             judge(wb, rb, &t->wall_replay_in, &t->wall_replay_n, &t->wall_replay_worst);
         }
-        printf("| %s | `%s` %s | %s m=%d | %d | %.3f | %.3f | %.3f | %.2f | %.2f | %.3f | %.3f | %.1f | %.1f | %.1f | %.2f |\n",
-               stage ? "" : cases[k].model, cases[k].mesh, cases[k].sched, pipe_schedule_name(cases[k].kind), cases[k].m, stage, pred_b, pred_c, rb,
-               rb / pred_b, rb / pred_c, sim_idle[stage], wb,
-               pred_m / 1048576.0, laid / 1048576.0, resident[stage] / 1048576.0, resident[stage] / pred_m);
+        printf("| %s | `%s` %s | %s m=%d | %d | %.3f | %.3f | %.3f-%.3f | **%.2f** | %.3f | %.2f | %.3f | %.3f | %.1f | %.1f | %.1f | %.2f |\n",
+               stage ? "" : cases[k].model, cases[k].mesh, cases[k].sched, pipe_schedule_name(cases[k].kind), cases[k].m, stage, pred_c, rb,
+               q1, q3, rb / pred_c, pred_b, rb / pred_b, sim_idle[stage], wb, pred_m / 1048576.0, laid / 1048576.0,
+               resident[stage] / 1048576.0, resident[stage] / pred_m);
     }
     free(replay);
     free(wall);
@@ -243,29 +290,30 @@ static int one(int k, int steps, tally *t, char *err, size_t errlen)
 int main(void)
 {
     char err[640];
-    int steps = getenv("STEPS") ? atoi(getenv("STEPS")) : 7;
+    int steps = getenv("STEPS") ? atoi(getenv("STEPS")) : 13;
     if (steps < 2) steps = 2;
     double t0 = bench_now(), load[3] = {0}, load0 = getloadavg(load, 3) < 0 ? NAN : load[0];
     tally t = {0};
     exec_blis_setup();
     printf("## Pipelines: measured bubble and stage memory against the cost model (bench_pipeline)\n\n");
     printf("Adam training steps in f32 on the threads backend (BLIS kernels: %s), %d steps a case, the first one not timed.\n"
-           "Bubble: a stage's idle share of the step, predicted by `cost_estimate_pipeline` with the executor's fused groups\n"
-           "on the `cpu` preset (nominal figures, what `carve run` prints) and on this machine's profile calibrated in this\n"
-           "run at the case's shapes (`calib_profile_model`, once per model and tactics), and measured by the executor:\n"
-           "*replay* is the step replayed from every device's CPU time between its transfers with a core per device (median\n"
-           "over the steps), *wall* the wall-clock idle share (on a machine with fewer free cores than devices it mixes the\n"
-           "bubble with core sharing: judged only on the 2-device cases, where it also checks the replay). *simulated,\n"
-           "measured tasks*: the cost model's simulation of the schedule run with each task's measured CPU time instead of\n"
-           "its price (`cost_pipe_simulate_times`): where it agrees with the replay, the schedule's model is right and a\n"
-           "prediction that misses does so through its task times.\n"
-           "Memory (MiB): the stage's predicted peak, its arena laid out by liveness over its own task order, and the\n"
-           "arena pages resident after the steps (`mincore`; transparent huge pages round up to 2 MiB). Target (issue 27):\n"
-           "measured within 20%% of predicted.\n\n",
+           "Bubble: a stage's idle share of the step. *Predicted, calibrated* (judged): what `carve run --hw FILE` prints,\n"
+           "FILE this machine's profile calibrated in this run as docs/run.md says (`carve calibrate` at the case's model\n"
+           "and tactics: `calib_profile_model`, written and read back; once per model and tactics); *predicted, cpu\n"
+           "preset*: what `carve run` prints without --hw (nominal figures), for information. *Replay* (measured): the\n"
+           "step replayed from every device's CPU time between its transfers with a core per device, median over the\n"
+           "timed steps, and its quartiles over them; *wall* the wall-clock idle share (on a machine with fewer free\n"
+           "cores than devices it mixes the bubble with core sharing: judged only on the 2-device cases, where it also\n"
+           "checks the replay). *Simulated, measured tasks*: the cost model's simulation of the schedule run with each\n"
+           "task's measured CPU time instead of its price (`cost_pipe_simulate_times`): where it agrees with the replay,\n"
+           "the schedule's model is right and a prediction that misses does so through its task times.\n"
+           "Memory (MiB): the stage's predicted peak (calibrated profile), its arena laid out by liveness over its own\n"
+           "task order, and the arena pages resident after the steps (`mincore`; transparent huge pages round up to\n"
+           "2 MiB). Target (issue 27): measured within 20%% of predicted.\n\n",
            exec_blis_arch(), steps);
-    printf("| model | mesh | schedule | stage | bubble predicted, cpu preset | predicted, calibrated | replay | replay / predicted (preset) | "
-           "replay / predicted (calibrated) | simulated, measured tasks | wall | memory predicted | laid out | measured | measured / "
-           "predicted |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+    printf("| model | mesh | schedule | stage | bubble predicted, calibrated | replay | replay q1-q3 | replay / predicted | "
+           "predicted, cpu preset | replay / preset | simulated, measured tasks | wall | memory predicted | laid out | "
+           "measured | measured / predicted |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
     const char *only = getenv("CASES"); /* e.g. "0,1,2": those cases alone */
     for (int k = 0; k < N_CASES; k++) {
         char key[16];
@@ -278,20 +326,28 @@ int main(void)
         fflush(stdout);
     }
     if (getloadavg(load, 3) < 0) load[0] = NAN;
-    printf("\n- bubble within 20%% (replay against the `cpu` preset's prediction): **%d of %d** stages (largest difference %.1f%%; in "
-           "shares of the step, at most %.3f)\n",
-           t.bubble_in, t.bubble_n, 100 * t.bubble_worst, t.bubble_points);
-    printf("- bubble within 20%% (replay against the prediction on the profile calibrated in this run): **%d of %d** stages (largest "
-           "difference %.1f%%; in shares of the step, at most %.3f)\n",
+    printf("\nThe task times behind the bubbles: each stage's forward, backward (one micro-batch, every chunk) and end of step\n"
+           "as measured (median CPU seconds over micro-batches and steps, the stage's slowest device) over their price on\n"
+           "each profile (`cost_pipe_stage` fwd, bwd, end). A bubble follows the stages' ratios to each other, not their level.\n\n"
+           "| model | mesh | schedule | stage | fwd ms | bwd ms | bwd / fwd | fwd / calibrated | bwd / calibrated | end / calibrated "
+           "| fwd / preset | bwd / preset | end / preset |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|\n%s", diag);
+    printf("\n- bubble within 20%% (the replay against `carve run --hw` on the profile calibrated in this run): **%d of %d** "
+           "stages (largest difference %.1f%%; in shares of the step, at most %.3f)\n",
            t.cal_in, t.cal_n, 100 * t.cal_worst, t.cal_points);
+    printf("- for information, against the `cpu` preset's prediction (`carve run` without --hw): %d of %d stages (largest "
+           "difference %.1f%%; in shares of the step, at most %.3f)\n",
+           t.bubble_in, t.bubble_n, 100 * t.bubble_worst, t.bubble_points);
+    printf("- the replay's spread over the timed steps: interquartile range at most %.1f%% of a stage's median\n", 100 * t.spread_worst);
     printf("- 2-device cases (a core per device on this 2-core machine when nothing else runs): bubble within 20%% (wall "
-           "clock) **%d of %d** stages (largest difference %.1f%%); wall clock within 20%% of the replay on %d of %d (largest "
-           "difference %.1f%%); the wall-clock step is %.3f to %.3f times the replayed one\n",
+           "clock against the calibrated prediction) %d of %d stages (largest difference %.1f%%); wall clock within 20%% of "
+           "the replay on %d of %d (largest difference %.1f%%); the wall-clock step is %.3f to %.3f times the replayed one\n",
            t.wall_in, t.wall_n, 100 * t.wall_worst, t.wall_replay_in, t.wall_replay_n, 100 * t.wall_replay_worst, t.step_ratio_lo,
            t.step_ratio_hi);
     printf("- the schedule's model (cost_pipe_simulate_times) run with the measured task times (each segment's median CPU "
-           "time): the replay within 20%% of it on **%d of %d** stages (largest difference %.1f%%)\n", t.sim_in, t.sim_n, 100 * t.sim_worst);
-    printf("- memory within 20%% (measured): **%d of %d** stages (largest difference %.1f%%)\n", t.mem_in, t.mem_n, 100 * t.mem_worst);
+           "time): the replay within 20%% of it on %d of %d stages (largest difference %.1f%%)\n", t.sim_in, t.sim_n, 100 * t.sim_worst);
+    printf("- memory within 20%% (measured against the calibrated profile's prediction): **%d of %d** stages (largest "
+           "difference %.1f%%); the predicted peak is the same on both profiles on %d of %d\n",
+           t.mem_in, t.mem_n, 100 * t.mem_worst, t.mem_same, t.mem_n);
     printf("- whole run %.0f s; load average at the start %.1f, at the end %.1f\n", bench_now() - t0, load0, load[0]);
     return 0;
 }

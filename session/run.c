@@ -345,18 +345,24 @@ double session_run_predicted_peak(const session_run *r)
     return rc < 0 ? -1 : e.peak_memory;
 }
 
-int session_run_pipe_estimate(const session_run *r, cost_pipe_estimate *pe, char *err, size_t errlen)
+int session_run_price_pipeline(const pipe_program *pp, const cost_hw *hw, cost_pipe_estimate *pe, char *err, size_t errlen)
 {
     cost_estimate e;
     cost_options opt = {.precision = COST_FP32};
     memset(pe, 0, sizeof *pe);
-    if (!r->pp) return ir_errf(err, errlen, "not a pipelined run");
-    cost_hw *hw = run_hw(r->hw, 1, err, errlen);
-    cost_ws *ws = hw ? cost_ws_new(r->pp->prog->g) : NULL;
-    int rc = !hw ? -1 : ws ? cost_estimate_pipeline(ws, r->pp, hw, &opt, &e, pe, err, errlen) : ir_errf(err, errlen, "out of memory");
+    cost_hw *h = run_hw(hw, 1, err, errlen);
+    cost_ws *ws = h ? cost_ws_new(pp->prog->g) : NULL;
+    int rc = !h ? -1 : ws ? cost_estimate_pipeline(ws, pp, h, &opt, &e, pe, err, errlen) : ir_errf(err, errlen, "out of memory");
     cost_ws_free(ws);
-    free(hw);
+    free(h);
     return rc;
+}
+
+int session_run_pipe_estimate(const session_run *r, cost_pipe_estimate *pe, char *err, size_t errlen)
+{
+    memset(pe, 0, sizeof *pe);
+    if (!r->pp) return ir_errf(err, errlen, "not a pipelined run");
+    return session_run_price_pipeline(r->pp, r->hw, pe, err, errlen);
 }
 
 int64_t session_run_largest_sum(const session_run *r)

@@ -374,6 +374,11 @@ double session_run_predicted_peak(const session_run *r);
  * with cost_pipe_estimate_free), or -1 with a message. */
 struct cost_pipe_estimate;
 int session_run_pipe_estimate(const session_run *r, struct cost_pipe_estimate *pe, char *err, size_t errlen);
+/* The same price for pp on hw (NULL: the `cpu` preset) without a run: what
+ * `carve run --hw` prints for pp (bench_pipeline judges its measurements
+ * against it).  Returns 0 (free pe with cost_pipe_estimate_free), or -1
+ * with a message. */
+int session_run_price_pipeline(const pipe_program *pp, const cost_hw *hw, struct cost_pipe_estimate *pe, char *err, size_t errlen);
 /* The most devices one sum (all-reduce, reduce-scatter) runs over. */
 int64_t session_run_largest_sum(const session_run *r);
 /* 1 when the check passed: every error within EXEC_SPMD_TOLERANCE. */
