@@ -18,8 +18,8 @@
  *           measured (replay): its idle share of the step replayed from
  *           the devices' CPU time with a core per device (the executor's
  *           trace: CPU seconds at every transfer; exec/spmd_pipe.c), median
- *           over the steps after the first, and its quartiles over them
- *           (the spread); measured (wall): its idle share of the wall-clock
+ *           over the timed steps of every round, its quartiles over them
+ *           and each round's median (the spread); measured (wall): its idle share of the wall-clock
  *           step, median likewise (on a machine with fewer free cores than
  *           devices this mixes the bubble with core sharing, so it is
  *           shown, not judged);
@@ -39,8 +39,11 @@
  * running) the wall-clock share is judged too, against the prediction and
  * against the replay (the replay's own check).
  * Prints one markdown section; exits non-zero only when a case fails to
- * lower, price or run.  STEPS (default 13: 12 timed) in the environment;
- * CASES (e.g. "0,1,2", numbers below 10) runs those cases alone.
+ * lower, price or run.  In the environment: ROUNDS (default 3) times
+ * through every case in turn, each round a fresh runtime per case running
+ * STEPS steps (default 13: 12 timed), the figures pooled over the rounds
+ * (a slow spell of a shared machine hits every case, not one); CASES (e.g.
+ * "0,1,2", numbers below 10) runs those cases alone.
  */
 #include "bench/bench_util.h"
 #include "analysis/pipeline.h"
@@ -154,136 +157,205 @@ static void quartiles(double *x, int n, double *q1, double *q3)
 /* The per-task table (printed after the main one): a row per stage. */
 static char diag[1 << 16];
 
-/* Lowers, prices and runs case k; prints its rows.  Returns 0 or -1 with err. */
-static int one(int k, int steps, tally *t, char *err, size_t errlen)
+/* One case across the rounds: its program and prices (made once), and what
+ * each round measured, pooled. */
+typedef struct bcase {
+    int k, P, V, NS, nt, n_dev, T, R, slots; /* T timed steps a round, R rounds; slots: T * m a round */
+    ir_graph *g;
+    shard_state *st;
+    shard_mesh mesh;
+    pipe_spec s;
+    pipe_program pp;
+    cost_pipe_estimate pe, pc; /* the cpu preset's price, the calibrated profile's */
+    cost_ws *ws;
+    cost_hw hw;                /* the cpu preset with the executor's fused groups (the simulation's transfers) */
+    double *replay, *wall;     /* [stage][round * T + step]: the stage's idlest device's share */
+    double *resident, *laid;   /* [stage]: the largest over the rounds; the arena */
+    double *seg_cpu;           /* [segment][round * slots + step * m + mb]: CPU seconds, the stage's slowest device */
+} bcase;
+
+static void case_close(bcase *c)
+{
+    free(c->replay);
+    free(c->wall);
+    free(c->resident);
+    free(c->laid);
+    free(c->seg_cpu);
+    cost_pipe_estimate_free(&c->pe);
+    cost_pipe_estimate_free(&c->pc);
+    cost_ws_free(c->ws);
+    pipe_program_free(&c->pp);
+    shard_state_free(c->st);
+    ir_free(c->g);
+    memset(c, 0, sizeof *c);
+}
+
+/* Lowers case k and prices it on both profiles (calibrating this machine
+ * first when no case of its model and tactics has).  Returns 0 or -1 with
+ * err (c then closed). */
+static int case_open(bcase *c, int k, int steps, int rounds, char *err, size_t errlen)
 {
     model_config cfg;
     ir_optimizer opt = ir_default_adam();
-    shard_mesh mesh;
     schedule sc;
-    cost_hw hw;
+    memset(c, 0, sizeof *c);
+    c->k = k;
     int rc = model_parse(cases[k].model, &cfg, err, errlen);
-    ir_graph *g = rc ? NULL : model_build_pipeline_body(&cfg, &opt, cases[k].m, err, errlen);
-    if (!g || shard_mesh_parse(cases[k].mesh, &mesh, err, errlen) < 0 || cost_hw_preset("cpu", &hw, err, errlen) < 0 ||
-        (cases[k].sched[0] && sched_parse(cases[k].sched, &mesh, &sc, err, errlen) < 0)) {
-        ir_free(g);
+    c->g = rc ? NULL : model_build_pipeline_body(&cfg, &opt, cases[k].m, err, errlen);
+    if (!c->g || shard_mesh_parse(cases[k].mesh, &c->mesh, err, errlen) < 0 || cost_hw_preset("cpu", &c->hw, err, errlen) < 0 ||
+        (cases[k].sched[0] && sched_parse(cases[k].sched, &c->mesh, &sc, err, errlen) < 0)) {
+        case_close(c);
         return -1;
     }
-    hw.fused_elementwise = 1; /* the groups the executor runs */
-    shard_state *st = shard_state_new(g, &mesh);
-    rc = cases[k].sched[0] ? sched_apply(&sc, st, err, errlen) : 0;
-    pipe_spec s = pipe_spec_none();
-    s.axis = shard_mesh_axis(&mesh, "pipe");
-    s.stages = (int)mesh.sizes[s.axis];
-    s.schedule = cases[k].kind;
-    s.chunks = cases[k].kind == PIPE_INTERLEAVED ? cases[k].v : 1;
-    s.microbatches = cases[k].m;
-    pipe_split_even(&s, g->n_layers);
-    pipe_program pp = {0};
-    cost_pipe_estimate pe = {0}, pc = {0};
-    cost_options o = {COST_FP32, 0, 0, COST_GRADS_AUTO};
-    cost_ws *ws = cost_ws_new(g);
-    exec_spmd *r = NULL;
-    if (!rc) rc = pipe_lower(st, &s, NULL, &pp, err, errlen);
-    const cost_hw *cal = rc ? NULL : calibrated(k, st, err, errlen);
+    c->hw.fused_elementwise = 1; /* the groups the executor runs */
+    c->st = shard_state_new(c->g, &c->mesh);
+    rc = cases[k].sched[0] ? sched_apply(&sc, c->st, err, errlen) : 0;
+    pipe_spec *s = &c->s;
+    *s = pipe_spec_none();
+    s->axis = shard_mesh_axis(&c->mesh, "pipe");
+    s->stages = (int)c->mesh.sizes[s->axis];
+    s->schedule = cases[k].kind;
+    s->chunks = cases[k].kind == PIPE_INTERLEAVED ? cases[k].v : 1;
+    s->microbatches = cases[k].m;
+    pipe_split_even(s, c->g->n_layers);
+    c->ws = cost_ws_new(c->g);
+    if (!rc) rc = pipe_lower(c->st, s, NULL, &c->pp, err, errlen);
+    const cost_hw *cal = rc ? NULL : calibrated(k, c->st, err, errlen);
     if (!rc && !cal) rc = -1;
     /* what `carve run` prints: on the cpu preset (no --hw) and with --hw the calibrated profile */
-    if (!rc) rc = session_run_price_pipeline(&pp, NULL, &pe, err, errlen);
-    if (!rc) rc = session_run_price_pipeline(&pp, cal, &pc, err, errlen);
-    if (!rc && !(r = exec_pipe_new(&pp, EXEC_THREADS, 0, err, errlen))) rc = -1;
-    int P = s.stages, n_dev = (int)mesh.n_devices;
-    double *replay = calloc((size_t)P * (size_t)steps + 1, sizeof *replay), *wall = calloc((size_t)P * (size_t)steps + 1, sizeof *wall);
-    double *resident = calloc((size_t)P + 1, sizeof *resident);
-    /* per segment of the schedule's model (forwards, backwards, ends), step and micro-batch: its CPU seconds on the
-       stage's slowest device; then per segment the median, to simulate the schedule with (cost_pipe_simulate_times) */
-    int V = pipe_vstages(&s), NS = 2 * V + P, nt = pipe_task_count(&s), slots = steps * s.microbatches;
-    double *seg_cpu = calloc((size_t)NS * (size_t)slots + 1, sizeof *seg_cpu), *seg_time = calloc((size_t)NS + 1, sizeof *seg_time);
-    double *sim_idle = calloc((size_t)P + 1, sizeof *sim_idle);
+    if (!rc) rc = session_run_price_pipeline(&c->pp, NULL, &c->pe, err, errlen);
+    if (!rc) rc = session_run_price_pipeline(&c->pp, cal, &c->pc, err, errlen);
+    c->P = s->stages;
+    c->V = pipe_vstages(s);
+    c->NS = 2 * c->V + c->P;
+    c->nt = pipe_task_count(s);
+    c->n_dev = (int)c->mesh.n_devices;
+    c->T = steps - 1;
+    c->R = rounds;
+    c->slots = c->T * s->microbatches;
+    size_t per = (size_t)c->R * (size_t)c->T;
+    c->replay = calloc((size_t)c->P * per + 1, sizeof *c->replay);
+    c->wall = calloc((size_t)c->P * per + 1, sizeof *c->wall);
+    c->resident = calloc((size_t)c->P + 1, sizeof *c->resident);
+    c->laid = calloc((size_t)c->P + 1, sizeof *c->laid);
+    c->seg_cpu = calloc((size_t)c->NS * (size_t)c->R * (size_t)c->slots + 1, sizeof *c->seg_cpu);
+    if (!rc && (!c->replay || !c->wall || !c->resident || !c->laid || !c->seg_cpu)) rc = ir_errf(err, errlen, "out of memory");
+    if (rc) case_close(c);
+    return rc ? -1 : 0;
+}
+
+/* Round `round` of c: a fresh runtime runs T + 1 steps (the first maps the
+ * pages: not timed); each timed step's figures go to the round's slots.
+ * Returns 0 or -1 with err. */
+static int case_round(bcase *c, int round, tally *t, char *err, size_t errlen)
+{
+    const pipe_spec *s = &c->s;
+    int P = c->P, V = c->V, nt = c->nt, rc = 0;
+    size_t per = (size_t)c->R * (size_t)c->T;
+    exec_spmd *r = exec_pipe_new(&c->pp, EXEC_THREADS, 0, err, errlen);
     pipe_task *order = calloc((size_t)nt + 1, sizeof *order);
+    if (!r || !order) rc = r ? ir_errf(err, errlen, "out of memory") : -1;
     if (r) exec_spmd_init_args(r, 1);
-    for (int step = 0; r && !rc && step < steps; step++) {
+    for (int step = 0; !rc && step <= c->T; step++) {
         rc = exec_spmd_step(r, err, errlen);
         exec_spmd_apply_updates(r);
         const exec_spmd_stats *x = exec_spmd_last_stats(r);
-        for (int d = 0; !rc && d < n_dev && step > 0; d++) { /* the first step maps the pages: not timed */
-            int stage = (int)shard_device_coord(&mesh, d, s.axis);
+        size_t at = (size_t)round * (size_t)c->T + (size_t)step - 1;
+        for (int d = 0; !rc && d < c->n_dev && step > 0; d++) {
+            int stage = (int)shard_device_coord(&c->mesh, d, s->axis);
             double f = x->dev[d].replay_idle_s / x->replay_s, w = x->dev[d].idle_s / x->wall_s;
-            if (f > replay[stage * steps + step - 1]) replay[stage * steps + step - 1] = f; /* a stage: its idlest device */
-            if (w > wall[stage * steps + step - 1]) wall[stage * steps + step - 1] = w;
+            double *rp = &c->replay[(size_t)stage * per + at], *wp = &c->wall[(size_t)stage * per + at];
+            *rp = fmax(*rp, f); /* a stage: its idlest device */
+            *wp = fmax(*wp, w);
         }
-        if (!rc && step > 0 && n_dev == 2) {
+        if (!rc && step > 0 && c->n_dev == 2) {
             double q = x->wall_s / x->replay_s;
             t->step_ratio_lo = t->step_ratio_lo > 0 ? fmin(t->step_ratio_lo, q) : q;
             t->step_ratio_hi = fmax(t->step_ratio_hi, q);
         }
-        for (int d = 0; !rc && d < n_dev; d++) {
-            int stage = (int)shard_device_coord(&mesh, d, s.axis);
-            resident[stage] = fmax(resident[stage], x->dev[d].resident_bytes);
+        for (int d = 0; !rc && d < c->n_dev; d++) {
+            int stage = (int)shard_device_coord(&c->mesh, d, s->axis);
+            c->resident[stage] = fmax(c->resident[stage], x->dev[d].resident_bytes);
             const double *tc = exec_pipe_task_cpu(r, d);
-            pipe_task_order(&s, stage, order);
+            pipe_task_order(s, stage, order);
             for (int i = 0; step > 0 && i <= nt; i++) {
                 int seg = i == nt ? 2 * V + stage : order[i].dir == PIPE_FWD ? order[i].chunk * P + stage : V + order[i].chunk * P + stage;
-                double *slot = &seg_cpu[(size_t)seg * slots + (size_t)(step - 1) * s.microbatches + (i == nt ? 0 : order[i].mb)];
+                double *slot = &c->seg_cpu[((size_t)seg * (size_t)c->R + (size_t)round) * (size_t)c->slots +
+                                           (size_t)(step - 1) * (size_t)s->microbatches + (size_t)(i == nt ? 0 : order[i].mb)];
                 *slot = fmax(*slot, tc[2 * i + 1] - tc[2 * i]);
             }
         }
     }
+    for (int stage = 0; !rc && stage < P; stage++) c->laid[stage] = (double)exec_pipe_stage_bytes(r, stage);
+    free(order);
+    exec_spmd_free(r);
+    return rc;
+}
+
+/* c's rows: the pooled figures of every round against both predictions, and
+ * its rows of the per-task table (into diag).  Returns 0 or -1 with err. */
+static int case_report(bcase *c, tally *t, char *err, size_t errlen)
+{
+    int P = c->P, V = c->V, NS = c->NS, n = c->R * c->T, k = c->k, rc = 0;
+    size_t per = (size_t)n, pool = (size_t)c->R * (size_t)c->slots;
+    cost_options o = {COST_FP32, 0, 0, COST_GRADS_AUTO};
+    /* per segment of the schedule's model (forwards, backwards, ends) the median CPU time over micro-batches, steps and
+       rounds, to simulate the schedule with (cost_pipe_simulate_times) */
+    double *seg_time = calloc((size_t)NS + 1, sizeof *seg_time), *sim_idle = calloc((size_t)P + 1, sizeof *sim_idle);
+    double *tmp = calloc(per + 1, sizeof *tmp);
+    if (!seg_time || !sim_idle || !tmp) rc = ir_errf(err, errlen, "out of memory");
     for (int q = 0; !rc && q < NS; q++) {
-        int n = 0;
-        double *x = &seg_cpu[(size_t)q * slots];
-        for (int j = 0; j < slots; j++)
-            if (x[j] > 0) x[n++] = x[j];
-        seg_time[q] = n ? median(x, n) : -1;
+        int m = 0;
+        double *x = &c->seg_cpu[(size_t)q * pool];
+        for (size_t j = 0; j < pool; j++)
+            if (x[j] > 0) x[m++] = x[j];
+        seg_time[q] = m ? median(x, m) : -1;
     }
-    if (!rc) rc = cost_pipe_simulate_times(ws, &pp, &hw, &o, seg_time, sim_idle, err, errlen);
+    if (!rc) rc = cost_pipe_simulate_times(c->ws, &c->pp, &c->hw, &o, seg_time, sim_idle, err, errlen);
     for (int stage = 0; !rc && stage < P; stage++) { /* the task times behind the bubbles: measured against priced */
         double f = 0, b = 0, end = seg_time[2 * V + stage];
-        for (int c = 0; c < s.chunks; c++) {
-            f += seg_time[c * P + stage];
-            b += seg_time[V + c * P + stage];
+        for (int ch = 0; ch < c->s.chunks; ch++) {
+            f += seg_time[ch * P + stage];
+            b += seg_time[V + ch * P + stage];
         }
-        const cost_pipe_stage *xc = &pc.stage[stage], *xb = &pe.stage[stage];
+        const cost_pipe_stage *xc = &c->pc.stage[stage], *xb = &c->pe.stage[stage];
         size_t used = strlen(diag);
         snprintf(diag + used, sizeof diag - used, "| %s | `%s` %s | %s | %d | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f |\n",
                  stage ? "" : cases[k].model[0] == 'g' ? "gpt" : "llama", cases[k].mesh, cases[k].sched, pipe_schedule_name(cases[k].kind),
                  stage, 1e3 * f, 1e3 * b, b / f, f / xc->fwd, b / xc->bwd, end / xc->end, f / xb->fwd, b / xb->bwd, end / xb->end);
     }
     for (int stage = 0; !rc && stage < P; stage++) {
-        double pred_c = pc.stage[stage].idle / pc.step, pred_b = pe.stage[stage].idle / pe.step, q1, q3;
-        double *rs = replay + stage * steps, rb = median(rs, steps - 1), wb = median(wall + stage * steps, steps - 1);
-        quartiles(rs, steps - 1, &q1, &q3);
-        double pred_m = pc.stage[stage].peak, laid = (double)exec_pipe_stage_bytes(r, stage);
-        t->mem_same += pe.stage[stage].peak == pred_m;
+        double pred_c = c->pc.stage[stage].idle / c->pc.step, pred_b = c->pe.stage[stage].idle / c->pe.step, q1, q3;
+        double *rs = c->replay + (size_t)stage * per, wb = median(c->wall + (size_t)stage * per, n);
+        char rounds[200] = "";
+        for (int j = 0; j < c->R; j++) { /* each round's median: the spread from run to run */
+            memcpy(tmp, rs + (size_t)j * (size_t)c->T, (size_t)c->T * sizeof *tmp);
+            size_t used = strlen(rounds);
+            snprintf(rounds + used, sizeof rounds - used, "%s%.3f", j ? " / " : "", median(tmp, c->T));
+        }
+        double rb = median(rs, n);
+        quartiles(rs, n, &q1, &q3);
+        double pred_m = c->pc.stage[stage].peak, res = c->resident[stage];
+        t->mem_same += c->pe.stage[stage].peak == pred_m;
         judge(rb, pred_b, &t->bubble_in, &t->bubble_n, &t->bubble_worst);
         judge(rb, pred_c, &t->cal_in, &t->cal_n, &t->cal_worst);
         t->cal_points = fmax(t->cal_points, fabs(rb - pred_c));
         judge(rb, sim_idle[stage], &t->sim_in, &t->sim_n, &t->sim_worst);
         t->bubble_points = fmax(t->bubble_points, fabs(rb - pred_b));
         t->spread_worst = fmax(t->spread_worst, (q3 - q1) / rb);
-        judge(resident[stage], pred_m, &t->mem_in, &t->mem_n, &t->mem_worst);
-        if (n_dev == 2) { /* a core per device on 2 cores: the wall clock measures the bubble itself */
+        judge(res, pred_m, &t->mem_in, &t->mem_n, &t->mem_worst);
+        if (c->n_dev == 2) { /* a core per device on 2 cores: the wall clock measures the bubble itself */
             judge(wb, pred_c, &t->wall_in, &t->wall_n, &t->wall_worst);
             judge(wb, rb, &t->wall_replay_in, &t->wall_replay_n, &t->wall_replay_worst);
         }
-        printf("| %s | `%s` %s | %s m=%d | %d | %.3f | %.3f | %.3f-%.3f | **%.2f** | %.3f | %.2f | %.3f | %.3f | %.1f | %.1f | %.1f | %.2f |\n",
+        printf("| %s | `%s` %s | %s m=%d | %d | %.3f | %.3f | %.3f-%.3f | %s | **%.2f** | %.3f | %.2f | %.3f | %.3f | %.1f | %.1f | %.1f | %.2f |\n",
                stage ? "" : cases[k].model, cases[k].mesh, cases[k].sched, pipe_schedule_name(cases[k].kind), cases[k].m, stage, pred_c, rb,
-               q1, q3, rb / pred_c, pred_b, rb / pred_b, sim_idle[stage], wb, pred_m / 1048576.0, laid / 1048576.0,
-               resident[stage] / 1048576.0, resident[stage] / pred_m);
+               q1, q3, rounds, rb / pred_c, pred_b, rb / pred_b, sim_idle[stage], wb, pred_m / 1048576.0, c->laid[stage] / 1048576.0,
+               res / 1048576.0, res / pred_m);
     }
-    free(replay);
-    free(wall);
-    free(resident);
-    free(seg_cpu);
     free(seg_time);
     free(sim_idle);
-    free(order);
-    exec_spmd_free(r);
-    cost_pipe_estimate_free(&pe);
-    cost_pipe_estimate_free(&pc);
-    cost_ws_free(ws);
-    pipe_program_free(&pp);
-    shard_state_free(st);
-    ir_free(g);
+    free(tmp);
     return rc;
 }
 
@@ -291,18 +363,22 @@ int main(void)
 {
     char err[640];
     int steps = getenv("STEPS") ? atoi(getenv("STEPS")) : 13;
+    int rounds = getenv("ROUNDS") ? atoi(getenv("ROUNDS")) : 3;
     if (steps < 2) steps = 2;
+    if (rounds < 1) rounds = 1;
     double t0 = bench_now(), load[3] = {0}, load0 = getloadavg(load, 3) < 0 ? NAN : load[0];
     tally t = {0};
     exec_blis_setup();
     printf("## Pipelines: measured bubble and stage memory against the cost model (bench_pipeline)\n\n");
-    printf("Adam training steps in f32 on the threads backend (BLIS kernels: %s), %d steps a case, the first one not timed.\n"
+    printf("Adam training steps in f32 on the threads backend (BLIS kernels: %s); %d rounds through every case in turn, each\n"
+           "running a case's %d steps on a fresh runtime, the first one not timed (%d timed steps a case).\n"
            "Bubble: a stage's idle share of the step. *Predicted, calibrated* (judged): what `carve run --hw FILE` prints,\n"
            "FILE this machine's profile calibrated in this run as docs/run.md says (`carve calibrate` at the case's model\n"
            "and tactics: `calib_profile_model`, written and read back; once per model and tactics); *predicted, cpu\n"
            "preset*: what `carve run` prints without --hw (nominal figures), for information. *Replay* (measured): the\n"
            "step replayed from every device's CPU time between its transfers with a core per device, median over the\n"
-           "timed steps, and its quartiles over them; *wall* the wall-clock idle share (on a machine with fewer free\n"
+           "timed steps of every round, its quartiles over them, and each round's median (the spread from run to run); *wall*\n"
+           "the wall-clock idle share (on a machine with fewer free\n"
            "cores than devices it mixes the bubble with core sharing: judged only on the 2-device cases, where it also\n"
            "checks the replay). *Simulated, measured tasks*: the cost model's simulation of the schedule run with each\n"
            "task's measured CPU time instead of its price (`cost_pipe_simulate_times`): where it agrees with the replay,\n"
@@ -310,21 +386,36 @@ int main(void)
            "Memory (MiB): the stage's predicted peak (calibrated profile), its arena laid out by liveness over its own\n"
            "task order, and the arena pages resident after the steps (`mincore`; transparent huge pages round up to\n"
            "2 MiB). Target (issue 27): measured within 20%% of predicted.\n\n",
-           exec_blis_arch(), steps);
-    printf("| model | mesh | schedule | stage | bubble predicted, calibrated | replay | replay q1-q3 | replay / predicted | "
+           exec_blis_arch(), rounds, steps, rounds * (steps - 1));
+    printf("| model | mesh | schedule | stage | bubble predicted, calibrated | replay | replay q1-q3 | replay, each round | replay / predicted | "
            "predicted, cpu preset | replay / preset | simulated, measured tasks | wall | memory predicted | laid out | "
-           "measured | measured / predicted |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+           "measured | measured / predicted |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
     const char *only = getenv("CASES"); /* e.g. "0,1,2": those cases alone */
-    for (int k = 0; k < N_CASES; k++) {
+    bcase *cs = calloc(N_CASES, sizeof *cs);
+    int n = 0, rc = cs ? 0 : 1;
+    for (int k = 0; !rc && k < N_CASES; k++) { /* every case lowered and priced (and this machine calibrated) first */
         char key[16];
         snprintf(key, sizeof key, "%d", k);
         if (only && !strstr(only, key)) continue;
-        if (one(k, steps, &t, err, sizeof err) < 0) {
+        if (case_open(&cs[n], k, steps, rounds, err, sizeof err) < 0) {
             fprintf(stderr, "bench_pipeline: case %d (%s over %s): %s\n", k, cases[k].model, cases[k].mesh, err);
-            return 1;
-        }
-        fflush(stdout);
+            rc = 1;
+        } else n++;
     }
+    for (int j = 0; !rc && j < rounds; j++) /* the rounds: every case once each, so a slow spell of the machine hits all */
+        for (int i = 0; !rc && i < n; i++)
+            if (case_round(&cs[i], j, &t, err, sizeof err) < 0) {
+                fprintf(stderr, "bench_pipeline: case %d, round %d: %s\n", cs[i].k, j + 1, err);
+                rc = 1;
+            }
+    for (int i = 0; !rc && i < n; i++)
+        if (case_report(&cs[i], &t, err, sizeof err) < 0) {
+            fprintf(stderr, "bench_pipeline: case %d: %s\n", cs[i].k, err);
+            rc = 1;
+        }
+    for (int i = 0; i < n; i++) case_close(&cs[i]);
+    free(cs);
+    if (rc) return rc;
     if (getloadavg(load, 3) < 0) load[0] = NAN;
     printf("\nThe task times behind the bubbles: each stage's forward, backward (one micro-batch, every chunk) and end of step\n"
            "as measured (median CPU seconds over micro-batches and steps, the stage's slowest device) over their price on\n"
@@ -337,7 +428,8 @@ int main(void)
     printf("- for information, against the `cpu` preset's prediction (`carve run` without --hw): %d of %d stages (largest "
            "difference %.1f%%; in shares of the step, at most %.3f)\n",
            t.bubble_in, t.bubble_n, 100 * t.bubble_worst, t.bubble_points);
-    printf("- the replay's spread over the timed steps: interquartile range at most %.1f%% of a stage's median\n", 100 * t.spread_worst);
+    printf("- the replay's spread over the timed steps of every round: interquartile range at most %.1f%% of a stage's median\n",
+           100 * t.spread_worst);
     printf("- 2-device cases (a core per device on this 2-core machine when nothing else runs): bubble within 20%% (wall "
            "clock against the calibrated prediction) %d of %d stages (largest difference %.1f%%); wall clock within 20%% of "
            "the replay on %d of %d (largest difference %.1f%%); the wall-clock step is %.3f to %.3f times the replayed one\n",
