@@ -45,6 +45,7 @@
  * (a slow spell of a shared machine hits every case, not one); CASES (e.g.
  * "0,1,2", numbers below 10) runs those cases alone.
  */
+#define _GNU_SOURCE /* sched_setaffinity, CPU_SET */
 #include "bench/bench_util.h"
 #include "analysis/pipeline.h"
 #include "analysis/schedule.h"
@@ -55,6 +56,8 @@
 #include "session/session.h"
 
 #include <math.h>
+#include <omp.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -102,6 +105,8 @@ typedef struct tally {
     double sim_worst;
     int cal_in, cal_n; /* the replay against the prediction on this machine's calibrated profile */
     double cal_worst, cal_points;
+    int med_in, med_n;   /* the median of the steps' replays against the calibrated prediction */
+    double med_worst;
     double spread_worst; /* the largest interquartile range of a stage's replayed bubble over the steps, over its median */
     int mem_same;        /* stages whose predicted peak is the same on both profiles */
 } tally;
@@ -172,6 +177,9 @@ typedef struct bcase {
     double *replay, *wall;     /* [stage][round * T + step]: the stage's idlest device's share */
     double *resident, *laid;   /* [stage]: the largest over the rounds; the arena */
     double *seg_cpu;           /* [segment][round * slots + step * m + mb]: CPU seconds, the stage's slowest device */
+    double *trace;             /* [device][exec_pipe_trace_len]: the CPU-time traces of every timed step, summed */
+    double *mean_idle;         /* [device]: its idle share of the mean step replayed */
+    int n_trace;               /* steps summed into trace */
 } bcase;
 
 static void case_close(bcase *c)
@@ -181,6 +189,8 @@ static void case_close(bcase *c)
     free(c->resident);
     free(c->laid);
     free(c->seg_cpu);
+    free(c->trace);
+    free(c->mean_idle);
     cost_pipe_estimate_free(&c->pe);
     cost_pipe_estimate_free(&c->pc);
     cost_ws_free(c->ws);
@@ -239,9 +249,29 @@ static int case_open(bcase *c, int k, int steps, int rounds, char *err, size_t e
     c->resident = calloc((size_t)c->P + 1, sizeof *c->resident);
     c->laid = calloc((size_t)c->P + 1, sizeof *c->laid);
     c->seg_cpu = calloc((size_t)c->NS * (size_t)c->R * (size_t)c->slots + 1, sizeof *c->seg_cpu);
-    if (!rc && (!c->replay || !c->wall || !c->resident || !c->laid || !c->seg_cpu)) rc = ir_errf(err, errlen, "out of memory");
+    c->mean_idle = calloc((size_t)c->n_dev + 1, sizeof *c->mean_idle);
+    if (!rc && (!c->replay || !c->wall || !c->resident || !c->laid || !c->seg_cpu || !c->mean_idle)) rc = ir_errf(err, errlen, "out of memory");
     if (rc) case_close(c);
     return rc ? -1 : 0;
+}
+
+/* With no more devices than cores, each device thread gets a core of its
+ * own, and the cores take turns: at step j device d runs on core (d + j) mod
+ * cores (sched_setaffinity from inside the team of OpenMP threads that runs
+ * the devices: the same threads, numbered as the devices), so a core slower
+ * than the other (a vCPU whose host core is busy elsewhere) slows every
+ * stage alike over the steps instead of deciding one stage's speed for a
+ * whole run.  step < 0: every thread free on every core again. */
+static void rotate(int n_dev, int cores, int step)
+{
+#pragma omp parallel num_threads(n_dev)
+    {
+        cpu_set_t set;
+        CPU_ZERO(&set);
+        for (int k = 0; k < cores; k++)
+            if (step < 0 || k == (omp_get_thread_num() + step) % cores) CPU_SET(k, &set);
+        sched_setaffinity(0, sizeof set, &set);
+    }
 }
 
 /* Round `round` of c: a fresh runtime runs T + 1 steps (the first maps the
@@ -256,7 +286,10 @@ static int case_round(bcase *c, int round, tally *t, char *err, size_t errlen)
     pipe_task *order = calloc((size_t)nt + 1, sizeof *order);
     if (!r || !order) rc = r ? ir_errf(err, errlen, "out of memory") : -1;
     if (r) exec_spmd_init_args(r, 1);
+    int tw = r ? exec_pipe_trace_len(r) : 0, cpus = (int)sysconf(_SC_NPROCESSORS_ONLN);
+    if (!rc && !c->trace && !(c->trace = calloc((size_t)c->n_dev * (size_t)tw + 1, sizeof *c->trace))) rc = ir_errf(err, errlen, "out of memory");
     for (int step = 0; !rc && step <= c->T; step++) {
+        if (c->n_dev <= cpus) rotate(c->n_dev, cpus, step);
         rc = exec_spmd_step(r, err, errlen);
         exec_spmd_apply_updates(r);
         const exec_spmd_stats *x = exec_spmd_last_stats(r);
@@ -268,6 +301,11 @@ static int case_round(bcase *c, int round, tally *t, char *err, size_t errlen)
             *rp = fmax(*rp, f); /* a stage: its idlest device */
             *wp = fmax(*wp, w);
         }
+        for (int d = 0; !rc && step > 0 && d < c->n_dev; d++) {
+            const double *tr = exec_pipe_cpu_trace(r, d);
+            for (int i = 0; i < tw; i++) c->trace[(size_t)d * (size_t)tw + (size_t)i] += tr[i];
+        }
+        c->n_trace += !rc && step > 0;
         if (!rc && step > 0 && c->n_dev == 2) {
             double q = x->wall_s / x->replay_s;
             t->step_ratio_lo = t->step_ratio_lo > 0 ? fmin(t->step_ratio_lo, q) : q;
@@ -287,6 +325,15 @@ static int case_round(bcase *c, int round, tally *t, char *err, size_t errlen)
         }
     }
     for (int stage = 0; !rc && stage < P; stage++) c->laid[stage] = (double)exec_pipe_stage_bytes(r, stage);
+    if (c->n_dev <= cpus) rotate(c->n_dev, cpus, -1);
+    if (!rc && round == c->R - 1) { /* the mean step of every round: each point of the trace averaged, replayed once */
+        double step_s, *tr = malloc(((size_t)c->n_dev * (size_t)tw + 1) * sizeof *tr);
+        for (size_t i = 0; tr && i < (size_t)c->n_dev * (size_t)tw; i++) tr[i] = c->trace[i] / c->n_trace;
+        rc = !tr ? ir_errf(err, errlen, "out of memory")
+                 : exec_pipe_replay(r, tr, &step_s, c->mean_idle) < 0 ? ir_errf(err, errlen, "the mean step cannot be replayed") : 0;
+        for (int d = 0; !rc && d < c->n_dev; d++) c->mean_idle[d] /= step_s;
+        free(tr);
+    }
     free(order);
     exec_spmd_free(r);
     return rc;
@@ -333,8 +380,11 @@ static int case_report(bcase *c, tally *t, char *err, size_t errlen)
             size_t used = strlen(rounds);
             snprintf(rounds + used, sizeof rounds - used, "%s%.3f", j ? " / " : "", median(tmp, c->T));
         }
-        double rb = median(rs, n);
+        double rmed = median(rs, n), rb = 0;
         quartiles(rs, n, &q1, &q3);
+        for (int d = 0; d < c->n_dev; d++) /* the mean step's replay: the stage's idlest device */
+            if ((int)shard_device_coord(&c->mesh, d, c->s.axis) == stage) rb = fmax(rb, c->mean_idle[d]);
+        judge(rmed, pred_c, &t->med_in, &t->med_n, &t->med_worst);
         double pred_m = c->pc.stage[stage].peak, res = c->resident[stage];
         t->mem_same += c->pe.stage[stage].peak == pred_m;
         judge(rb, pred_b, &t->bubble_in, &t->bubble_n, &t->bubble_worst);
@@ -342,16 +392,17 @@ static int case_report(bcase *c, tally *t, char *err, size_t errlen)
         t->cal_points = fmax(t->cal_points, fabs(rb - pred_c));
         judge(rb, sim_idle[stage], &t->sim_in, &t->sim_n, &t->sim_worst);
         t->bubble_points = fmax(t->bubble_points, fabs(rb - pred_b));
-        t->spread_worst = fmax(t->spread_worst, (q3 - q1) / rb);
+        t->spread_worst = fmax(t->spread_worst, (q3 - q1) / rmed);
         judge(res, pred_m, &t->mem_in, &t->mem_n, &t->mem_worst);
         if (c->n_dev == 2) { /* a core per device on 2 cores: the wall clock measures the bubble itself */
             judge(wb, pred_c, &t->wall_in, &t->wall_n, &t->wall_worst);
             judge(wb, rb, &t->wall_replay_in, &t->wall_replay_n, &t->wall_replay_worst);
         }
-        printf("| %s | `%s` %s | %s m=%d | %d | %.3f | %.3f | %.3f-%.3f | %s | **%.2f** | %.3f | %.2f | %.3f | %.3f | %.1f | %.1f | %.1f | %.2f |\n",
+        printf("| %s | `%s` %s | %s m=%d | %d | %.3f | %.3f | **%.2f** | %.3f | %.3f-%.3f | %s | %.2f | %.3f | %.2f | %.3f | %.3f | %.1f | %.1f | %.1f "
+               "| %.2f |\n",
                stage ? "" : cases[k].model, cases[k].mesh, cases[k].sched, pipe_schedule_name(cases[k].kind), cases[k].m, stage, pred_c, rb,
-               q1, q3, rounds, rb / pred_c, pred_b, rb / pred_b, sim_idle[stage], wb, pred_m / 1048576.0, c->laid[stage] / 1048576.0,
-               res / 1048576.0, res / pred_m);
+               rb / pred_c, rmed, q1, q3, rounds, rmed / pred_c, pred_b, rb / pred_b, sim_idle[stage], wb, pred_m / 1048576.0,
+               c->laid[stage] / 1048576.0, res / 1048576.0, res / pred_m);
     }
     free(seg_time);
     free(sim_idle);
@@ -387,9 +438,10 @@ int main(void)
            "task order, and the arena pages resident after the steps (`mincore`; transparent huge pages round up to\n"
            "2 MiB). Target (issue 27): measured within 20%% of predicted.\n\n",
            exec_blis_arch(), rounds, steps, rounds * (steps - 1));
-    printf("| model | mesh | schedule | stage | bubble predicted, calibrated | replay | replay q1-q3 | replay, each round | replay / predicted | "
-           "predicted, cpu preset | replay / preset | simulated, measured tasks | wall | memory predicted | laid out | "
-           "measured | measured / predicted |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+    printf("| model | mesh | schedule | stage | bubble predicted, calibrated | replay, mean step | replay / predicted | replay, median "
+           "step | q1-q3 | each round's median | median / predicted | predicted, cpu preset | replay / preset | simulated, "
+           "measured tasks | wall | memory predicted | laid out | measured | measured / predicted |\n"
+           "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
     const char *only = getenv("CASES"); /* e.g. "0,1,2": those cases alone */
     bcase *cs = calloc(N_CASES, sizeof *cs);
     int n = 0, rc = cs ? 0 : 1;
@@ -422,10 +474,12 @@ int main(void)
            "each profile (`cost_pipe_stage` fwd, bwd, end). A bubble follows the stages' ratios to each other, not their level.\n\n"
            "| model | mesh | schedule | stage | fwd ms | bwd ms | bwd / fwd | fwd / calibrated | bwd / calibrated | end / calibrated "
            "| fwd / preset | bwd / preset | end / preset |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|\n%s", diag);
-    printf("\n- bubble within 20%% (the replay against `carve run --hw` on the profile calibrated in this run): **%d of %d** "
-           "stages (largest difference %.1f%%; in shares of the step, at most %.3f)\n",
+    printf("\n- bubble within 20%% (the mean step's replay against `carve run --hw` on the profile calibrated in this run): "
+           "**%d of %d** stages (largest difference %.1f%%; in shares of the step, at most %.3f)\n",
            t.cal_in, t.cal_n, 100 * t.cal_worst, t.cal_points);
-    printf("- for information, against the `cpu` preset's prediction (`carve run` without --hw): %d of %d stages (largest "
+    printf("- the median of the steps' replays against the same: %d of %d stages (largest difference %.1f%%)\n", t.med_in, t.med_n,
+           100 * t.med_worst);
+    printf("- for information, the mean step's replay against the `cpu` preset's prediction (`carve run` without --hw): %d of %d stages (largest "
            "difference %.1f%%; in shares of the step, at most %.3f)\n",
            t.bubble_in, t.bubble_n, 100 * t.bubble_worst, t.bubble_points);
     printf("- the replay's spread over the timed steps of every round: interquartile range at most %.1f%% of a stage's median\n",

@@ -158,6 +158,21 @@ const double *exec_pipe_task_times(const exec_spmd *r, int dev);
  * waiting for a core adds nothing), then 2 more: the start and end of its
  * end of step.  NULL when not pipelined. */
 const double *exec_pipe_task_cpu(const exec_spmd *r, int dev);
+/* After a pipelined step, on the root: device dev's CPU-time trace, its
+ * thread's CPU seconds at the start and end of each of its transfers (sends
+ * and receives, in its order), then at its end: exec_pipe_trace_len values
+ * a device, the last its end (every device the same count, twice the most
+ * transfers a stage has plus one; a stage with fewer leaves the rest 0,
+ * unused); NULL / 0 when not pipelined. */
+const double *exec_pipe_cpu_trace(const exec_spmd *r, int dev);
+int exec_pipe_trace_len(const exec_spmd *r);
+/* The step replayed from `trace` (exec_pipe_trace_len values per device,
+ * device after device, laid out as exec_pipe_cpu_trace's) as the runtime
+ * replays its own (docs/run.md, "Timings and the bubble"): *step the
+ * replayed step, idle[d] device d's idle seconds in it.  For benchmarks that
+ * replay a trace made of several steps (e.g. each interval's mean).
+ * Returns 0, or -1 when not pipelined or the trace cannot be replayed. */
+int exec_pipe_replay(const exec_spmd *r, const double *trace, double *step, double *idle);
 /* Bytes of stage `stage`'s arena (0 when not pipelined). */
 size_t exec_pipe_stage_bytes(const exec_spmd *r, int stage);
 /* The same before any runtime exists: each stage's arena for pp into

@@ -541,16 +541,17 @@ static void run_pipe_device(exec_spmd *r, int dev)
     r->stats.dev[dev] = st;
 }
 
-/* The step replayed from the CPU-time trace, as if every device had a core
- * of its own: each stage (its devices' slowest CPU time at each point, since
- * its collectives keep them together) works for its CPU time between
- * transfers; a RECV waits until its SEND has ended on the other stage.
- * Sets r->stats.replay_s and each device's replay_idle_s (the replayed step
- * less its stage's CPU time).  Returns 0, or -1 when the trace cannot be
+/* A step replayed from a CPU-time trace (trace: per device its CPU seconds
+ * at the start and end of each transfer and at its end, as cpu_t), as if
+ * every device had a core of its own: each stage (its devices' slowest CPU
+ * time at each point, since its collectives keep them together) works for
+ * its CPU time between transfers; a RECV waits until its SEND has ended on
+ * the other stage.  Sets *step (the replayed step) and idle[d] (the step less
+ * device d's stage's CPU time).  Returns 0, or -1 when the trace cannot be
  * replayed (a RECV whose SEND never ends: the run itself would have failed). */
-static int replay(exec_spmd *r)
+static int replay_trace(const exec_spmd *r, const double *trace, double *step, double *idle)
 {
-    spmd_pipe *s = r->pipe;
+    const spmd_pipe *s = r->pipe;
     const spmd_program *e = &s->e;
     size_t w = 2 * (size_t)s->n_p2p + 1;
     double *cpu = ir_xcalloc((size_t)s->p * w + 1, sizeof *cpu), *clock = ir_xcalloc((size_t)s->p + 1, sizeof *clock);
@@ -559,7 +560,7 @@ static int replay(exec_spmd *r)
     for (int i = 0; i < e->n_instrs; i++) sent[i] = -1;
     for (int d = 0; d < r->n_dev; d++) /* a stage: its slowest device at each point */
         for (size_t k = 0; k < w; k++) {
-            double *c = &cpu[(size_t)stage_of(r, d) * w + k], x = s->cpu_t[(size_t)d * w + k];
+            double *c = &cpu[(size_t)stage_of(r, d) * w + k], x = trace[(size_t)d * w + k];
             if (x > *c) *c = x;
         }
     for (int r0 = 0; r0 < s->p; r0++) pos[r0] = s->task_at[(size_t)r0 * (size_t)(s->n_tasks + 2)];
@@ -591,16 +592,38 @@ static int replay(exec_spmd *r)
         }
     }
     if (done < s->p) rc = -1;
-    r->stats.replay_s = 0;
+    *step = 0;
     for (int st = 0; st < s->p && !rc; st++)
-        if (clock[st] > r->stats.replay_s) r->stats.replay_s = clock[st];
-    for (int d = 0; d < r->n_dev && !rc; d++) r->stats.dev[d].replay_idle_s = r->stats.replay_s - cpu[(size_t)stage_of(r, d) * w + w - 1];
+        if (clock[st] > *step) *step = clock[st];
+    for (int d = 0; d < r->n_dev && !rc; d++) idle[d] = *step - cpu[(size_t)stage_of(r, d) * w + w - 1];
     free(cpu);
     free(clock);
     free(sent);
     free(last);
     free(pos);
     return rc;
+}
+
+/* The last step replayed from its own trace (stats.replay_s, replay_idle_s). */
+static int replay(exec_spmd *r)
+{
+    double *idle = ir_xcalloc((size_t)r->n_dev + 1, sizeof *idle);
+    int rc = replay_trace(r, r->pipe->cpu_t, &r->stats.replay_s, idle);
+    for (int d = 0; d < r->n_dev && !rc; d++) r->stats.dev[d].replay_idle_s = idle[d];
+    free(idle);
+    return rc;
+}
+
+int exec_pipe_replay(const exec_spmd *r, const double *trace, double *step, double *idle)
+{
+    return r->pipe ? replay_trace(r, trace, step, idle) : -1;
+}
+
+int exec_pipe_trace_len(const exec_spmd *r) { return r->pipe ? 2 * r->pipe->n_p2p + 1 : 0; }
+
+const double *exec_pipe_cpu_trace(const exec_spmd *r, int dev)
+{
+    return r->pipe ? r->pipe->cpu_t + (size_t)dev * (2 * (size_t)r->pipe->n_p2p + 1) : NULL;
 }
 
 int spmd_pipe_step(exec_spmd *r, char *err, size_t errlen)
