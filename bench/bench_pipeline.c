@@ -17,12 +17,16 @@
  *           either profile;
  *           measured (replay): its idle share of the step replayed from
  *           the devices' CPU time with a core per device (the executor's
- *           trace: CPU seconds at every transfer; exec/spmd_pipe.c), median
- *           over the timed steps of every round, its quartiles over them
- *           and each round's median (the spread); measured (wall): its idle share of the wall-clock
- *           step, median likewise (on a machine with fewer free cores than
- *           devices this mixes the bubble with core sharing, so it is
- *           shown, not judged);
+ *           trace: CPU seconds at every transfer; exec/spmd_pipe.c):
+ *           judged, the mean step's (every point of the trace averaged over
+ *           the timed steps of every round, replayed once by
+ *           exec_pipe_replay; with no more devices than cores, the device
+ *           threads take turns on the cores step by step: rotate()); beside
+ *           it the median of the steps' own replays, their quartiles and
+ *           each round's median (the spread); measured (wall): its idle
+ *           share of the wall-clock step, median likewise (on a machine with
+ *           fewer free cores than devices this mixes the bubble with core
+ *           sharing, so it is checked on the 2-device cases only);
  *           simulated, measured tasks: the schedule's model
  *           (cost_pipe_simulate_times) run with each segment's measured
  *           CPU time (median over micro-batches and steps, the stage's
@@ -427,11 +431,12 @@ int main(void)
            "FILE this machine's profile calibrated in this run as docs/run.md says (`carve calibrate` at the case's model\n"
            "and tactics: `calib_profile_model`, written and read back; once per model and tactics); *predicted, cpu\n"
            "preset*: what `carve run` prints without --hw (nominal figures), for information. *Replay* (measured): the\n"
-           "step replayed from every device's CPU time between its transfers with a core per device, median over the\n"
-           "timed steps of every round, its quartiles over them, and each round's median (the spread from run to run); *wall*\n"
-           "the wall-clock idle share (on a machine with fewer free\n"
-           "cores than devices it mixes the bubble with core sharing: judged only on the 2-device cases, where it also\n"
-           "checks the replay). *Simulated, measured tasks*: the cost model's simulation of the schedule run with each\n"
+           "step replayed from every device's CPU time between its transfers with a core per device: judged, the *mean\n"
+           "step* (every point of the trace averaged over the timed steps of every round, replayed once; with no more\n"
+           "devices than cores the device threads take turns on the cores step by step); beside it the median of the\n"
+           "steps' own replays, their quartiles and each round's median (the spread). *Wall*: the wall-clock idle share\n"
+           "(on a machine with fewer free cores than devices it mixes the bubble with core sharing: checked only on the\n"
+           "2-device cases, against the prediction and the replay). *Simulated, measured tasks*: the cost model's simulation of the schedule run with each\n"
            "task's measured CPU time instead of its price (`cost_pipe_simulate_times`): where it agrees with the replay,\n"
            "the schedule's model is right and a prediction that misses does so through its task times.\n"
            "Memory (MiB): the stage's predicted peak (calibrated profile), its arena laid out by liveness over its own\n"
