@@ -155,7 +155,14 @@ check "heads layout: the head-dim split on a view" \
     "$(grep -q '"layers.0.self_attn.o_proj.weight": \[Replicate(), Shard(2)\],  # on t.view(16, 4, 4)' ph.py &&
        grep -q '^    "layers.1.self_attn.v_proj.weight": (2, 4, 16),$' ph.py &&
        grep -q '"adam.m/layers.0.self_attn.o_proj.weight": \[Replicate(), Shard(2)\],  # on t.view' ph.py; echo $?)"
+# heads split unevenly (4 over 3): carve pads the heads, a Shard of the module's dim would cut its rows evenly
+"$carve" autopart --graph "$fx/llama-o17-train.onnx" --frozen inv_freq --mesh model=3 --hw cpu \
+    --schedule 'group:layers.*.self_attn.q_proj.weight:0:model,auto' --budget 5 --quiet --out pu.json >/dev/null 2>&1
+ok "heads layout: export of an uneven heads split" "$carve" export pu.json --to torch --out pu.py
+check "heads layout: the uneven heads split on a view" \
+    "$(grep -q '"layers.0.self_attn.q_proj.weight": \[Shard(0)\],  # on t.view(4, 4, 16)' pu.py; echo $?)"
 if [ $torch = 1 ]; then
+    ok "heads layout: uneven heads split against the module" /usr/bin/python3 "$root/tests/onnx/check_export.py" llama pu.py
     ok "heads layout: Megatron plan against the module" /usr/bin/python3 "$root/tests/onnx/check_export.py" llama pm.py
     ok "heads layout: head-dim split against the module" /usr/bin/python3 "$root/tests/onnx/check_export.py" llama ph.py
     has "heads layout: head-dim split against the module" "4 on a view"

@@ -55,15 +55,16 @@ static int file_placeable(const shard_state *st, int v, int frank, const int64_t
     const shard_spec *s = &st->spec[v];
     int d = 0;
     for (int j = 0; j < frank; j++) {
-        int first = d, tiled = 0;
+        int first = d, tiled = 0, uneven = 0;
         int64_t p = 1;
         while (d < x->rank && p < fdims[j]) {
             p *= x->dims[d];
             map[d] = j;
-            if (s->n[d]) tiled += 1 + (d != first) + (x->dims[d] % shard_dim_shards(&st->mesh, s, d) != 0);
+            if (s->n[d]) tiled += 1 + (d != first), uneven |= x->dims[d] % shard_dim_shards(&st->mesh, s, d) != 0;
             d++;
         }
-        if (p != fdims[j] || tiled > 1) return 0;
+        /* an uneven split of the heads pads the heads, Shard(j) would cut j's rows evenly */
+        if (p != fdims[j] || tiled > 1 || (uneven && d - first > 1)) return 0;
     }
     return d == x->rank;
 }
