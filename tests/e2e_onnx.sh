@@ -140,6 +140,14 @@ fi
 # dim (v_proj's here, and the v/o head-dim group's tactic) applies to the view VIEWS names
 "$carve" autopart --graph "$fx/llama-o17-train.onnx" --frozen inv_freq --mesh batch=2,model=2 --hw cpu \
     --schedule dp:batch,megatron:model,auto --budget 5 --quiet --out pm.json >/dev/null 2>&1
+# the graph file of an import holds the file's shape of each such param; one of another element count is refused
+ok "heads layout: import" "$carve" import "$fx/llama-o17-train.onnx" --frozen inv_freq --out hl.json
+has "heads layout: import" "8 params held split as their one reader splits them"
+check "heads layout: the graph file holds both shapes" \
+    "$(grep -q '"name": "layers.0.self_attn.o_proj.weight", "role": "param", "shape": \[16, 4, 4\], "layer": 0, "file_shape": \[16, 16\]' hl.json; echo $?)"
+sed 's/"file_shape": \[16, 16\]/"file_shape": [16, 17]/' hl.json >hl_bad.json
+bad "heads layout: a file_shape of another element count" "file shape of 'layers.0.self_attn.q_proj.weight': not 256 elements" \
+    "$carve" show --graph hl_bad.json
 ok "heads layout: export of a Megatron plan" "$carve" export pm.json --to torch --out pm.py
 check "heads layout: the heads split as Shard of the module's tensor" \
     "$(grep -q '"layers.0.self_attn.q_proj.weight": \[Replicate(), Shard(0)\],$' pm.py &&
