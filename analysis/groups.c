@@ -22,15 +22,25 @@ static void uf_union(int *parent, int a, int b)
     else parent[a] = b;
 }
 
-/* The arguments of layer L in order (by role, then position), as value ids;
- * returns how many (at most cap). */
-static int layer_args(const ir_graph *g, int layer, int *out, int cap)
+/* Every layer's arguments in order (by role, then position), as value ids:
+ * layer L's are args[first[L] .. first[L + 1]).  args holds n_values ids,
+ * first n_layers + 1 (a counting sort by layer and role: one pass over the
+ * values, where listing each layer's apart took one per layer and role). */
+static void index_layer_args(const ir_graph *g, int *args, int *first)
 {
-    int n = 0;
-    for (int ro = 0; ro < IR_N_ROLES; ro++)
-        for (int v = 0; v < g->n_values && n < cap; v++)
-            if (g->values[v].role == (ir_role)ro && ro != IR_INTERMEDIATE && g->values[v].layer == layer) out[n++] = v;
-    return n;
+    int nk = g->n_layers * IR_N_ROLES;
+    int *at = ir_xcalloc((size_t)nk + 1, sizeof(int));
+    for (int v = 0; v < g->n_values; v++) {
+        const ir_value *x = &g->values[v];
+        if (x->role != IR_INTERMEDIATE && x->layer >= 0 && x->layer < g->n_layers) at[x->layer * IR_N_ROLES + (int)x->role + 1]++;
+    }
+    for (int k = 0; k < nk; k++) at[k + 1] += at[k];
+    for (int L = 0; L <= g->n_layers; L++) first[L] = at[L * IR_N_ROLES];
+    for (int v = 0; v < g->n_values; v++) {
+        const ir_value *x = &g->values[v];
+        if (x->role != IR_INTERMEDIATE && x->layer >= 0 && x->layer < g->n_layers) args[at[x->layer * IR_N_ROLES + (int)x->role]++] = v;
+    }
+    free(at);
 }
 
 static int same_shape(const ir_value *x, const ir_value *y)
@@ -43,10 +53,11 @@ static int same_shape(const ir_value *x, const ir_value *y)
 
 /* Joins each argument of layer L with its counterpart (same role, position
  * and shape) in layer L - period, for every L >= period. */
-static void join_layers(const ir_graph *g, const int *base, int *parent, int period, int *a, int *b, int cap)
+static void join_layers(const ir_graph *g, const int *base, int *parent, int period, const int *args, const int *first)
 {
     for (int L = period; L < g->n_layers; L++) {
-        int na = layer_args(g, L, a, cap), nb = layer_args(g, L - period, b, cap);
+        const int *a = args + first[L], *b = args + first[L - period];
+        int na = first[L + 1] - first[L], nb = first[L - period + 1] - first[L - period];
         for (int k = 0; k < na && k < nb; k++) {
             const ir_value *x = &g->values[a[k]], *y = &g->values[b[k]];
             if (x->role != y->role || !same_shape(x, y)) continue;
@@ -75,18 +86,19 @@ static int merges_dims(const ir_graph *g, const int *base, int *before, int *aft
 static int fold_layers(const ir_graph *g, const int *base, int *parent, int n)
 {
     if (g->n_layers < 2) return 0;
-    int cap = g->n_values, found = 0;
-    int *a = ir_xcalloc((size_t)cap + 1, sizeof(int)), *b = ir_xcalloc((size_t)cap + 1, sizeof(int));
+    int found = 0;
+    int *args = ir_xcalloc((size_t)g->n_values + 1, sizeof(int)), *first = ir_xcalloc((size_t)g->n_layers + 1, sizeof(int));
     int *trial = ir_xcalloc((size_t)n + 1, sizeof(int));
+    index_layer_args(g, args, first);
     for (int p = 1; p <= SHARD_MAX_FOLD_PERIOD && p < g->n_layers && !found; p++) {
         memcpy(trial, parent, (size_t)n * sizeof(int));
-        join_layers(g, base, trial, p, a, b, cap);
+        join_layers(g, base, trial, p, args, first);
         if (merges_dims(g, base, parent, trial)) continue;
         memcpy(parent, trial, (size_t)n * sizeof(int));
         found = p;
     }
-    free(a);
-    free(b);
+    free(args);
+    free(first);
     free(trial);
     return found;
 }
