@@ -198,12 +198,13 @@ static int cmp_i64(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
-/* The converge rule's constants from CARVE_SEARCH_CONVERGE=GAIN,MIN,FACTOR
- * (0 or unset: the defaults), for tuning them (sections 5 and 6). */
+/* The converge rule's constants from CARVE_SEARCH_CONVERGE=GAIN,MIN,FACTOR[,OPS]
+ * (0 or unset: the defaults; OPS -1: a least patience that does not grow for
+ * small graphs), for tuning them (sections 4 to 6). */
 static void converge_constants(search_budget *b)
 {
     const char *conv = getenv("CARVE_SEARCH_CONVERGE");
-    if (conv) sscanf(conv, "%lf,%lf,%lf", &b->converge_gain, &b->patience_min, &b->patience_factor);
+    if (conv) sscanf(conv, "%lf,%lf,%lf,%lf", &b->converge_gain, &b->patience_min, &b->patience_factor, &b->patience_ops);
 }
 
 /* Whether case k (a, b, ... in the order listed) is in CARVE_SEARCH_CASES (unset: every case). */
@@ -337,10 +338,10 @@ static void converge_cases(void)
     int ref = env && atoi(env) > 0 ? atoi(env) : 4000, seeds = getenv("CARVE_SEARCH_SEEDS") ? atoi(getenv("CARVE_SEARCH_SEEDS")) : 2;
     search_budget rule = {0};
     converge_constants(&rule);
-    double gain = rule.converge_gain, min = rule.patience_min, factor = rule.patience_factor;
+    double gain = rule.converge_gain, min = rule.patience_min, factor = rule.patience_factor, ops = rule.patience_ops;
     printf("### The converge rule on its tuning cases (experts as seeds, one thread)\n\n");
-    printf("Reference: %d steps without the rule. Rule: gain %g, patience min %g, factor %g (0: the defaults).\n\n", ref,
-           gain, min, factor);
+    printf("Reference: %d steps without the rule. Rule: gain %g, patience min %g, factor %g, ops %g (0: the defaults).\n\n",
+           ref, gain, min, factor, ops);
     printf("| model | mesh | hw | seed | reference: / best expert, best at step, steps, s | rule: / best expert, steps, s, stop "
            "| rule / reference |\n|---|---|---|---|---|---|---|\n");
     for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
@@ -358,6 +359,7 @@ static void converge_cases(void)
             b.converge_gain = gain;
             b.patience_min = min;
             b.patience_factor = factor;
+            b.patience_ops = ops;
             run(&s, &search_mcts, b, &r1);
             double bs0 = 0;
             for (int i = 0; i < r0.n_curve; i++)

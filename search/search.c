@@ -34,10 +34,18 @@ const search_algo *search_algo_find(const char *name)
  * search says the space is exhausted (it keeps finding nothing new). */
 #define SEARCH_EXHAUSTED_AFTER 5000
 
-double search_patience(const search_budget *b, double steps)
+/* The least patience on a graph of n_ops ops (search_patience). */
+static double least_patience(const search_budget *b, int n_ops)
+{
+    double min = b->patience_min > 0 ? b->patience_min : SEARCH_PATIENCE_MIN;
+    double ops = b->patience_ops > 0 ? b->patience_ops : b->patience_ops < 0 ? 0 : SEARCH_PATIENCE_OPS;
+    return n_ops > 0 && ops > n_ops ? min * ops / n_ops : min;
+}
+
+double search_patience(const search_budget *b, int n_ops, double steps)
 {
     double p = (b->patience_factor > 0 ? b->patience_factor : SEARCH_PATIENCE_FACTOR) * steps;
-    double min = b->patience_min > 0 ? b->patience_min : SEARCH_PATIENCE_MIN;
+    double min = least_patience(b, n_ops);
     return p > min ? p : min;
 }
 
@@ -309,7 +317,7 @@ static int patience_out(const search_budget *b, double steps, double best_steps,
         if (since_gain > in_phase) since_gain = in_phase;
     }
     if (b->stall > 0 && since_best < (double)b->stall) return 0;
-    if (b->converge && since_gain < search_patience(b, gain_steps)) return 0;
+    if (b->converge && since_gain < search_patience(b, 0, gain_steps)) return 0;
     return 1;
 }
 
@@ -397,7 +405,7 @@ static double patience_left(const search_ctx *c)
     if (b->stall > 0) left = best + (double)b->stall - steps;
     if (b->converge) {
         double g = (sh->sync ? sh->gain_steps : c->gain_steps);
-        double l = gain + search_patience(b, g) - steps;
+        double l = gain + search_patience(b, 0, g) - steps;
         if (l > left) left = l;
     }
     return left > 0 ? left : 0;
@@ -659,6 +667,8 @@ int search_run(const search_algo *algo, const shard_state *prefix, const shard_g
     search_budget per = *b;
     if (!per.seeds) per.n_seeds = 0;
     if (per.simulations > 0) per.simulations = (b->simulations + threads - 1) / threads;
+    per.patience_min = least_patience(b, prefix->g->n_ops); /* the threads' rule: this graph's least patience */
+    per.patience_ops = -1;
     search_ctx *cs = ir_xcalloc((size_t)threads, sizeof *cs);
     int rc = 0;
     search_shared shared = {.threads = threads, .best_reward = -1e300, .gain_reward = -1e300};

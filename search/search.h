@@ -87,8 +87,9 @@ typedef struct search_budget {
     int converge;          /* stop when more search is unlikely to pay: the patience grows with the steps it took
                             * to find the best plan (search_patience); with stall, the larger of the two */
     double converge_gain;  /* the converge rule's constants (0: the defaults, SEARCH_CONVERGE_GAIN, */
-    double patience_min;   /* SEARCH_PATIENCE_MIN, SEARCH_PATIENCE_FACTOR), settable for tuning them */
-    double patience_factor;
+    double patience_min;   /* SEARCH_PATIENCE_MIN, SEARCH_PATIENCE_FACTOR, SEARCH_PATIENCE_OPS; patience_ops < 0: */
+    double patience_factor; /* the least patience does not grow for small graphs), settable for tuning them */
+    double patience_ops;
     uint64_t seed;
     int threads;
     int max_depth;         /* actions per plan (0: 16) */
@@ -181,14 +182,22 @@ const char *search_stop_name(search_stop s);
  * own) gains more than a fraction SEARCH_CONVERGE_GAIN over the last one that
  * did (while no plan fits: when its peak memory is lower by more than that
  * fraction; the first plan that fits always resets it), and the patience after
- * such a plan found at `steps` is the larger of SEARCH_PATIENCE_MIN steps and
+ * such a plan found at `steps` is the larger of the least patience and
  * SEARCH_PATIENCE_FACTOR times `steps`: that many steps without such a gain
- * and the search has converged.  Chosen on the tuning cases of bench_search
- * (docs/search.md, "Budgets"). */
+ * and the search has converged.  The least patience is SEARCH_PATIENCE_MIN
+ * steps, and on a graph of fewer than SEARCH_PATIENCE_OPS ops, whose steps are
+ * cheap, the steps that price as many ops as SEARCH_PATIENCE_MIN steps of a
+ * graph of SEARCH_PATIENCE_OPS ops (a step's time is about proportional to
+ * the graph's ops): SEARCH_PATIENCE_MIN * SEARCH_PATIENCE_OPS / n_ops.  It is
+ * counted in steps, never in seconds, so a seed's plan does not depend on the
+ * machine.  Chosen on the tuning cases of bench_search (docs/search.md,
+ * "Budgets"). */
 #define SEARCH_CONVERGE_GAIN 1e-3
 #define SEARCH_PATIENCE_MIN 200.0
 #define SEARCH_PATIENCE_FACTOR 1.0
-double search_patience(const search_budget *b, double steps);
+#define SEARCH_PATIENCE_OPS 1000.0
+/* The converge rule's patience after a gain at `steps` on a graph of n_ops ops. */
+double search_patience(const search_budget *b, int n_ops, double steps);
 /* Whether a better plan of `reward` resets the converge rule's patience, the
  * last plan that did having `gain_reward` (-1e300: none yet). */
 int search_material_gain(const search_budget *b, double reward, double gain_reward);

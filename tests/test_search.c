@@ -721,7 +721,7 @@ static void budgets_bound_the_search(void)
         if (r.curve[i].best.reward > gain->best.reward * (1 + SEARCH_CONVERGE_GAIN)) gain = &r.curve[i];
     printf("gpt-tiny, converge rule: %s after %.1f steps (%lld priced, %lld simulations), the last gain at %.1f\n",
            search_stop_name(r.stop), r.steps, (long long)r.evaluations, (long long)r.simulations, gain->steps);
-    CHECKF(r.stop == STOP_EXHAUSTED || (r.stop == STOP_CONVERGED && r.steps - gain->steps >= search_patience(&b, gain->steps)),
+    CHECKF(r.stop == STOP_EXHAUSTED || (r.stop == STOP_CONVERGED && r.steps - gain->steps >= search_patience(&b, g->n_ops, gain->steps)),
            "converge: stopped by %s at %.1f steps, the last gain at %.1f", search_stop_name(r.stop), r.steps, gain->steps);
     /* two threads decide at epochs from what both did: the same search every time; their curves merge into one */
     b.threads = 2;
@@ -760,6 +760,46 @@ static void nofit_eval(void *ws, shard_state *st, search_score *out)
     out->reward = capacity / peak - 1;
 }
 
+/* The converge rule's least patience: SEARCH_PATIENCE_MIN steps, more on a
+ * graph of fewer than SEARCH_PATIENCE_OPS ops (its steps are cheap), in
+ * proportion; a caller's least patience (the memory level's quarter) scales
+ * the same way; patience_ops < 0 turns the growth off. */
+static void least_patience_grows_for_small_graphs(void)
+{
+    search_budget d = {.converge = 1};
+    int big = (int)SEARCH_PATIENCE_OPS * 4, small = (int)SEARCH_PATIENCE_OPS / 4;
+    CHECK(search_patience(&d, big, 0) == SEARCH_PATIENCE_MIN && search_patience(&d, (int)SEARCH_PATIENCE_OPS, 0) == SEARCH_PATIENCE_MIN);
+    CHECKF(search_patience(&d, small, 0) == 4 * SEARCH_PATIENCE_MIN, "%d ops: least patience %g", small,
+           search_patience(&d, small, 0));
+    CHECK(search_patience(&d, small, 1e6) == 1e6 * SEARCH_PATIENCE_FACTOR); /* past the least: the steps to the gain */
+    d.patience_min = SEARCH_PATIENCE_MIN / 4;
+    CHECK(search_patience(&d, small, 0) == SEARCH_PATIENCE_MIN && search_patience(&d, big, 0) == SEARCH_PATIENCE_MIN / 4);
+    d.patience_ops = -1;
+    CHECK(search_patience(&d, small, 0) == SEARCH_PATIENCE_MIN / 4);
+    /* a search on a small graph waits that long: gpt-tiny's steps after its last gain */
+    ir_graph *g = test_build_step("gpt-tiny");
+    shard_mesh mesh;
+    char err[256];
+    shard_mesh_parse("batch=2,model=2", &mesh, err, sizeof err);
+    shard_state *prefix = shard_state_new(g, &mesh);
+    shard_groups *gs = shard_groups_build(g);
+    search_evaluator ev = {NULL, proxy_make, proxy_eval, proxy_destroy};
+    search_result r;
+    search_budget b = {.converge = 1, .seed = 4, .threads = 1, .simulations = SEARCH_AUTO_CAP, .patience_ops = 8.0 * g->n_ops};
+    CHECK(search_run(&search_mcts, prefix, gs, &ev, &b, &r, err, sizeof err) == 0);
+    const search_point *gain = &r.curve[0];
+    for (int i = 1; i < r.n_curve; i++)
+        if (r.curve[i].best.reward > gain->best.reward * (1 + SEARCH_CONVERGE_GAIN)) gain = &r.curve[i];
+    printf("gpt-tiny (%d ops), a least patience of %g ops: %s after %.1f steps, the last gain at %.1f\n", g->n_ops,
+           b.patience_ops, search_stop_name(r.stop), r.steps, gain->steps);
+    CHECKF(r.stop == STOP_EXHAUSTED || (r.stop == STOP_CONVERGED && r.steps - gain->steps >= 8 * SEARCH_PATIENCE_MIN),
+           "patience of %g ops on %d: stopped by %s at %.1f steps, the last gain at %.1f", b.patience_ops, g->n_ops,
+           search_stop_name(r.stop), r.steps, gain->steps);
+    shard_groups_free(gs);
+    shard_state_free(prefix);
+    ir_free(g);
+}
+
 static void converge_while_nothing_fits(void)
 {
     search_budget d = {.converge = 1};
@@ -787,8 +827,8 @@ static void converge_while_nothing_fits(void)
     printf("gpt-tiny, nothing fits, converge rule: %s after %.1f steps (%d better plans), the last gain at %.1f\n",
            search_stop_name(r.stop), r.steps, r.n_curve, gain->steps);
     CHECKF(r.stop == STOP_EXHAUSTED ||
-               (r.stop == STOP_CONVERGED && r.steps - gain->steps >= search_patience(&b, gain->steps) &&
-                r.steps <= gain->steps + 2 * search_patience(&b, gain->steps) + 1),
+               (r.stop == STOP_CONVERGED && r.steps - gain->steps >= search_patience(&b, g->n_ops, gain->steps) &&
+                r.steps <= gain->steps + 2 * search_patience(&b, g->n_ops, gain->steps) + 1),
            "nothing fits: stopped by %s at %.1f steps, the last gain at %.1f", search_stop_name(r.stop), r.steps,
            gain->steps);
     shard_groups_free(gs);
@@ -868,6 +908,7 @@ int main(void)
     determinism_and_budgets();
     budgets_bound_the_search();
     converge_while_nothing_fits();
+    least_patience_grows_for_small_graphs();
     seed_scores_change_nothing();
     ends_at_a_local_optimum();
     kicks_leave_a_basin();
