@@ -148,7 +148,10 @@ static int diff(const cJSON *want, const cJSON *have, char *path, size_t pn, cha
     if (equal) return 0;
     show(have, a, sizeof a);
     show(want, b, sizeof b);
-    snprintf(why, wn, "the file has %s, but carve derives %s from the plan's model, mesh and decisions (an edited file?)", a, b);
+    snprintf(why, wn,
+             "the file has %s, but carve derives %s from the plan's model, mesh and decisions (an edited plan, or one "
+             "written from another model file or another version of carve: run autopart again)",
+             a, b);
     return 1;
 }
 
