@@ -452,7 +452,12 @@ int cost_hw_lookup(const char *name_or_path, cost_hw *hw, char *err, size_t errl
 {
     for (int i = 0; preset_names[i]; i++)
         if (!strcmp(preset_names[i], name_or_path)) return cost_hw_preset(name_or_path, hw, err, errlen);
-    if (access(name_or_path, F_OK) == 0) return cost_hw_load(name_or_path, hw, err, errlen);
+    size_t len = strlen(name_or_path);
+    /* a file, or a path (no preset has a '/' or ends in .json) that is not there: the file's own error, not
+     * "unknown preset" */
+    if (access(name_or_path, F_OK) == 0 || strchr(name_or_path, '/') ||
+        (len > 5 && !strcmp(name_or_path + len - 5, ".json")))
+        return cost_hw_load(name_or_path, hw, err, errlen);
     return cost_hw_preset(name_or_path, hw, err, errlen); /* the unknown-preset message */
 }
 

@@ -26,11 +26,9 @@
 #include "ir/hash.h"
 #include "models/models.h"
 
-#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 struct session_run {
     session_world *w;
@@ -170,12 +168,7 @@ int session_run_open_pipe(session_run **out, session_world *w, const pipe_progra
 
 int session_run_hw(const char *name_or_path, cost_hw *hw, char *err, size_t errlen)
 {
-    const char *n = name_or_path ? name_or_path : "cpu";
-    size_t len = strlen(n);
-    /* a path (no preset has a '/' or ends in .json) that is not there: say so, not "unknown preset" */
-    if ((strchr(n, '/') || (len > 5 && !strcmp(n + len - 5, ".json"))) && access(n, F_OK) != 0)
-        return ir_errf(err, errlen, "hardware file '%s': %s", n, strerror(errno));
-    return cost_hw_lookup(n, hw, err, errlen);
+    return cost_hw_lookup(name_or_path ? name_or_path : "cpu", hw, err, errlen);
 }
 
 void session_run_set_hw(session_run *r, const cost_hw *hw) { r->hw = hw; }

@@ -159,5 +159,6 @@ bad run-too-many-devices "simulates at most" "$carve" run --model gpt-tiny --mes
 rc=$?
 if [ $rc -eq 2 ] && [ "$(wc -l <err.txt)" -eq 1 ]; then pass=$((pass + 1)); else fail=$((fail + 1)); echo "FAIL run-too-big: rc $rc"; cat err.txt; fi
 bad cost-unknown-hw "unknown preset" "$carve" cost --model mlp-tiny --mesh d=2 --schedule dp:d --hw no-such-profile
+bad cost-missing-hw-file "hardware file 'nodir/cal.json': No such file" "$carve" cost --model mlp-tiny --mesh d=2 --schedule dp:d --hw nodir/cal.json
 
 closing
