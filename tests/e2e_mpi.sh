@@ -113,14 +113,17 @@ fails() {
     shift 2
     "$@" >f.txt 2>f.err
     local rc=$?
-    # seen under load (twice in a row once, at 2fcb078+): exit 2 and nothing
-    # at all on stderr, not even mpirun's own report (its output forwarding
-    # lost the ranks' lines); up to three more tries, so a real fault (a zero
-    # exit, or lines without the words) still fails, and so does silence
-    # four times over
+    # seen under load (twice in a row once, at 2fcb078+; four times in a row
+    # in a clean clone's run at 17b9542, then 0 of 30 by hand): exit 2 and
+    # nothing at all on stderr, not even mpirun's own report (its output
+    # forwarding lost the ranks' lines); up to five more tries, a second
+    # apart so that one slow spell does not decide them all, so a real fault
+    # (a zero exit, or lines without the words) still fails, and so does
+    # silence six times over
     local try=1
-    while [ $rc -ne 0 ] && [ ! -s f.err ] && [ $try -le 3 ]; do
+    while [ $rc -ne 0 ] && [ ! -s f.err ] && [ $try -le 5 ]; do
         echo "note: $name: exit $rc with an empty stderr; run again ($try)"
+        sleep 1
         "$@" >f.txt 2>f.err
         rc=$?
         try=$((try + 1))
