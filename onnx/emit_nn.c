@@ -213,6 +213,9 @@ int emit_conv(ox_ctx *c, const Onnx__NodeProto *n)
         ox_val *vb = ox_in(c, n, 2);
         int b = vb ? ox_ir(c, vb) : -1;
         if (b < 0) return -1;
+        if (ox_irv(c, b)->rank != 1 || ox_irv(c, b)->dims[0] != M)
+            return ox_fail(c, "bias of rank %d for %lld output channels (it must be a vector of %lld)", ox_irv(c, b)->rank,
+                           (long long)M, (long long)M);
         const ir_value yv_copy = *ox_irv(c, y), *yv = &yv_copy;
         int64_t dims[IR_MAX_RANK], map[1] = {1};
         memcpy(dims, yv->dims, sizeof dims);
@@ -449,6 +452,9 @@ int emit_xent(ox_ctx *c, const Onnx__NodeProto *n)
     if (oh < 0) return ox_check_ir(c);
     int wts = has_w ? input_ir(c, n, 2) : -1;
     if (has_w && wts < 0) return -1;
+    if (has_w && (ox_irv(c, wts)->rank != 1 || ox_irv(c, wts)->dims[0] != C))
+        return ox_fail(c, "class weights of rank %d for %lld classes (they must be a vector of %lld)", ox_irv(c, wts)->rank,
+                       (long long)C, (long long)C);
     if (ia && ii >= 0 && ii < C) {
         ox_tensor *m = ox_tensor_new(c, OX_FLOAT, 1, &C);
         if (!m) return -1;

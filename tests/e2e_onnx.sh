@@ -198,6 +198,7 @@ bad "truncated file" "truncated or corrupt" "$carve" show --graph trunc.onnx
 bad "unsupported op" "node 'the_hardmax' (Hardmax, opset 14): unsupported op Hardmax" "$carve" cost --graph "$fx/bad/unsupported.onnx" --mesh batch=2 --schedule dp:batch --hw a100
 bad "opset 12" "opset 12 is outside 13-17" "$carve" show --graph "$fx/bad/opset12.onnx"
 bad "overflowing shape" "shape overflows" "$carve" shard --graph "$fx/bad/overflow.onnx" --mesh batch=2 --schedule dp:batch
+bad "a Conv bias that is not a vector (fuzz_onnx found it reading past a map)" "(Conv, opset 14): bias of rank 4 for 4 output channels" "$carve" shard --graph "$root/tests/onnx/regress/conv_bias.onnx" --mesh batch=2 --schedule dp:batch
 bad "symbolic dim" "give its size with --dim batch=N" "$carve" autopart --graph d.onnx --mesh batch=2 --out no.json
 bad "no loss" "give --loss cross_entropy:OUTPUT" "$carve" show --graph d.onnx --dim batch=4
 bad "bad --loss" "loss" "$carve" show --graph d.onnx --dim batch=4 --loss cross_entropy:nothere
