@@ -11,7 +11,6 @@
  * not fit in this machine's memory).
  */
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 
 #include "cli/cli.h"
@@ -193,18 +192,14 @@ int cmd_run(const cli_opts *o)
     /* rank 0 prints the report; the others print their own errors only */
     if (w.rank != 0 && !freopen("/dev/null", "w", stdout)) cli_error("run: rank %d: cannot silence stdout", w.rank);
     /* the profile the predictions are priced on (--hw; default the cpu preset) */
-    cost_hw *hw = malloc(sizeof *hw);
+    cost_hw hw;
     int rc;
-    if (!hw) {
-        cli_error("run: out of memory");
-        rc = CLI_BAD_INPUT;
-    } else if (session_run_hw(o->hw, hw, err, sizeof err) < 0) {
+    if (session_run_hw(o->hw, &hw, err, sizeof err) < 0) {
         cli_error("run: --hw: %s", err);
         rc = CLI_BAD_INPUT;
     } else {
-        rc = o->plan ? run_plan(o, &w, hw) : run_schedule(o, &w, hw);
+        rc = o->plan ? run_plan(o, &w, &hw) : run_schedule(o, &w, &hw);
     }
-    free(hw);
     rc = session_world_end(&w, rc, err, sizeof err);
     say(err);
     return rc;

@@ -174,17 +174,15 @@ int session_run_hw(const char *name_or_path, cost_hw *hw, char *err, size_t errl
 void session_run_set_hw(session_run *r, const cost_hw *hw) { r->hw = hw; }
 const cost_hw *session_run_get_hw(const session_run *r) { return r->hw; }
 
-/* What a run is priced on: a copy of hw (NULL: the `cpu` preset), with the
+/* What a run is priced on, in *h: hw (NULL: the `cpu` preset), with the
  * executor's fused groups when `fused` (a pipeline's prices: as it runs).
- * Malloc'd (the caller frees), or NULL with a message. */
-static cost_hw *run_hw(const cost_hw *hw, int fused, char *err, size_t errlen)
+ * Returns 0, or -1 with a message. */
+static int run_hw(const cost_hw *hw, int fused, cost_hw *h, char *err, size_t errlen)
 {
-    cost_hw *h = malloc(sizeof *h);
-    if (!h) return ir_errf(err, errlen, "out of memory"), NULL;
     if (hw) *h = *hw;
-    else if (session_run_hw(NULL, h, err, errlen) < 0) return free(h), NULL;
+    else if (session_run_hw(NULL, h, err, errlen) < 0) return -1;
     if (fused) h->fused_elementwise = 1;
-    return h;
+    return 0;
 }
 
 int session_run_lower_pipeline(shard_state *st, const pipe_spec *ps, const cost_hw *hw, pipe_program *pp, char *err,
@@ -192,11 +190,11 @@ int session_run_lower_pipeline(shard_state *st, const pipe_spec *ps, const cost_
 {
     cost_estimate e;
     cost_options opt = {.precision = COST_FP32};
-    cost_hw *h = run_hw(hw, 1, err, errlen);
-    cost_ws *ws = h ? cost_ws_new(st->g) : NULL;
-    int rc = !h ? -1 : ws ? cost_price_pipelined(ws, st, ps, NULL, h, &opt, pp, &e, NULL, err, errlen) : ir_errf(err, errlen, "out of memory");
+    cost_hw h;
+    if (run_hw(hw, 1, &h, err, errlen) < 0) return -1;
+    cost_ws *ws = cost_ws_new(st->g);
+    int rc = ws ? cost_price_pipelined(ws, st, ps, NULL, &h, &opt, pp, &e, NULL, err, errlen) : ir_errf(err, errlen, "out of memory");
     cost_ws_free(ws);
-    free(h);
     return rc;
 }
 
@@ -330,11 +328,11 @@ double session_run_predicted_peak(const session_run *r)
         cost_pipe_estimate_free(&pe);
         return peak;
     }
-    cost_hw *hw = run_hw(r->hw, 0, err, sizeof err);
-    cost_ws *ws = hw ? cost_ws_new(r->p->g) : NULL;
-    int rc = ws ? cost_estimate_program(ws, r->p, hw, &opt, &e, err, sizeof err) : -1;
+    cost_hw hw;
+    if (run_hw(r->hw, 0, &hw, err, sizeof err) < 0) return -1;
+    cost_ws *ws = cost_ws_new(r->p->g);
+    int rc = ws ? cost_estimate_program(ws, r->p, &hw, &opt, &e, err, sizeof err) : -1;
     cost_ws_free(ws);
-    free(hw);
     return rc < 0 ? -1 : e.peak_memory;
 }
 
@@ -343,11 +341,11 @@ int session_run_price_pipeline(const pipe_program *pp, const cost_hw *hw, cost_p
     cost_estimate e;
     cost_options opt = {.precision = COST_FP32};
     memset(pe, 0, sizeof *pe);
-    cost_hw *h = run_hw(hw, 1, err, errlen);
-    cost_ws *ws = h ? cost_ws_new(pp->prog->g) : NULL;
-    int rc = !h ? -1 : ws ? cost_estimate_pipeline(ws, pp, h, &opt, &e, pe, err, errlen) : ir_errf(err, errlen, "out of memory");
+    cost_hw h;
+    if (run_hw(hw, 1, &h, err, errlen) < 0) return -1;
+    cost_ws *ws = cost_ws_new(pp->prog->g);
+    int rc = ws ? cost_estimate_pipeline(ws, pp, &h, &opt, &e, pe, err, errlen) : ir_errf(err, errlen, "out of memory");
     cost_ws_free(ws);
-    free(h);
     return rc;
 }
 
