@@ -200,6 +200,17 @@ shard_groups *shard_groups_build(const ir_graph *g)
     return gs;
 }
 
+const shard_groups *shard_state_groups(const shard_state *s)
+{
+    if (!s->shared) return NULL;
+    shard_groups *gs = __atomic_load_n(&s->shared->groups, __ATOMIC_ACQUIRE), *none = NULL;
+    if (gs) return gs;
+    gs = shard_groups_build(s->g); /* two threads may both build: the first kept, the other freed */
+    if (__atomic_compare_exchange_n(&s->shared->groups, &none, gs, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) return gs;
+    shard_groups_free(gs);
+    return none;
+}
+
 void shard_groups_free(shard_groups *gs)
 {
     if (!gs) return;

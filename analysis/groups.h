@@ -45,6 +45,12 @@ typedef struct shard_groups {
 /* Builds the groups of g's arguments (caller frees with shard_groups_free). */
 shard_groups *shard_groups_build(const ir_graph *g);
 void shard_groups_free(shard_groups *gs);
+/* The groups of s's graph, built once for all the states that share s's
+ * tables (shard_state_new_like; the expert schedules' states, the search
+ * threads') and freed with the last of them; safe to call from threads side
+ * by side.  s is made by shard_state_new or shard_state_new_like (a saved
+ * state has no tables: NULL). */
+const shard_groups *shard_state_groups(const shard_state *s);
 /* 1 when dim d of argument v can take axis a now (not tiled or atomic on it,
  * and the dim divides by its shards times the axis). */
 int shard_member_can(const shard_state *s, int v, int d, int a);

@@ -17,6 +17,8 @@
  */
 #include "shard.h"
 
+#include "groups.h"
+
 #include <stdlib.h>
 #include <string.h>
 
@@ -51,8 +53,8 @@ shard_state *shard_state_new(const ir_graph *g, const shard_mesh *mesh)
             s->update_of[g->outputs[i].value] = g->outputs[i].updates;
             s->updated_by[g->outputs[i].updates] = g->outputs[i].value;
         }
-    s->shared_refs = ir_xcalloc(1, sizeof *s->shared_refs);
-    *s->shared_refs = 1;
+    s->shared = ir_xcalloc(1, sizeof *s->shared);
+    s->shared->refs = 1;
     s->record_conflicts = 1;
     shard_state_reset(s);
     return s;
@@ -60,11 +62,11 @@ shard_state *shard_state_new(const ir_graph *g, const shard_mesh *mesh)
 
 shard_state *shard_state_new_like(const shard_state *base)
 {
-    if (!base->shared_refs) return shard_state_new(base->g, &base->mesh);
+    if (!base->shared) return shard_state_new(base->g, &base->mesh);
     const ir_graph *g = base->g;
     shard_state *s = shard_state_new_saved(g, &base->mesh);
-    __atomic_add_fetch(base->shared_refs, 1, __ATOMIC_RELAXED); /* search threads make states side by side */
-    s->shared_refs = base->shared_refs;
+    __atomic_add_fetch(&base->shared->refs, 1, __ATOMIC_RELAXED); /* search threads make states side by side */
+    s->shared = base->shared;
     s->rules = base->rules;
     s->use_start = base->use_start;
     s->uses = base->uses;
@@ -99,14 +101,15 @@ void shard_state_free(shard_state *s)
     free(s->contested);
     free(s->queue);
     free(s->in_queue);
-    if (s->shared_refs && __atomic_sub_fetch(s->shared_refs, 1, __ATOMIC_ACQ_REL) == 0) {
+    if (s->shared && __atomic_sub_fetch(&s->shared->refs, 1, __ATOMIC_ACQ_REL) == 0) {
         free(s->rules);
         free(s->use_start);
         free(s->uses);
         free(s->producer);
         free(s->update_of);
         free(s->updated_by);
-        free(s->shared_refs);
+        shard_groups_free(s->shared->groups);
+        free(s->shared);
     }
     free(s->conflicts);
     free(s->conflict_keys);

@@ -470,7 +470,7 @@ static int is_arg(const ir_value *v) { return v->role != IR_INTERMEDIATE; }
 static int expand_dp(const tactic *t, const shard_state *st, shard_decision *out, int *n, int cap)
 {
     const ir_graph *g = st->g;
-    shard_groups *gs = shard_groups_build(g);
+    const shard_groups *gs = shard_state_groups(st);
     char why[160];
     int grps[64]; /* every micro-batch's batch group */
     int n_grp = shard_batch_groups(g, gs, grps, 64, why, sizeof why), rc = 0;
@@ -487,7 +487,6 @@ static int expand_dp(const tactic *t, const shard_state *st, shard_decision *out
             if (g->values[v].role == IR_INPUT && g->values[v].rank >= 1)
                 rc = push(out, n, cap, (shard_decision){SHARD_TILE, 0, (int8_t)t->axis, v});
     }
-    shard_groups_free(gs);
     return rc;
 }
 
@@ -546,7 +545,7 @@ static int expand_group(const tactic *t, const shard_state *st, shard_decision *
     if (t->dim >= g->values[v0].rank)
         return ir_errf(err, errlen, "group:%s:%d: '%s' has rank %d, no dim %d", t->pattern, t->dim, g->values[v0].name,
                        g->values[v0].rank, t->dim);
-    shard_groups *gs = shard_groups_build(g);
+    const shard_groups *gs = shard_state_groups(st);
     int rc = 0;
     for (int c = 0; c < gs->n && rc == 0; c++) {
         const shard_group *G = &gs->groups[c];
@@ -558,7 +557,6 @@ static int expand_group(const tactic *t, const shard_state *st, shard_decision *
             rc = push(out, n, cap, (shard_decision){SHARD_TILE, (int8_t)mb->dim, (int8_t)t->axis, mb->value});
         }
     }
-    shard_groups_free(gs);
     return rc < 0 ? ir_errf(err, errlen, "tactic expands to more than %d decisions", cap) : 0;
 }
 
@@ -613,7 +611,7 @@ int sched_expand(const tactic *t, const shard_state *st, shard_decision *out, in
     case TACTIC_EP: { /* experts first: their stamp wins over the tokens' at the expert einsums */
         shard_member *dims = ir_xcalloc((size_t)cap + 1, sizeof *dims);
         char why[160];
-        int k = shard_expert_dims(g, dims, cap, why, sizeof why);
+        int k = shard_expert_dims(g, shard_state_groups(st), dims, cap, why, sizeof why);
         for (int i = 0; i < k && n >= 0; i++)
             if (push(out, &n, cap, (shard_decision){SHARD_TILE, (int8_t)dims[i].dim, (int8_t)t->axis, dims[i].value}) < 0) n = -1;
         free(dims);

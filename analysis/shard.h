@@ -183,12 +183,18 @@ typedef struct shard_state {
      * pipeline: tactic, copied with the state); the search offers no action
      * on them */
     unsigned reserved_axes;
-    /* how many states share rules, uses, use_start, producer, update_of and
-     * updated_by, which no state writes after shard_state_new builds them
-     * (shard_state_new_like); the last one freed frees them.  NULL in a saved
-     * state, which has none. */
-    int *shared_refs;
+    /* what the states that share rules, uses, use_start, producer, update_of
+     * and updated_by (shard_state_new_like; no state writes them after
+     * shard_state_new builds them) also share: how many they are (the last
+     * one freed frees them) and the graph's dim groups, built on first use
+     * (shard_state_groups, groups.h).  NULL in a saved state, which has none. */
+    struct shard_shared *shared;
 } shard_state;
+
+typedef struct shard_shared {
+    int refs;
+    struct shard_groups *groups; /* NULL until shard_state_groups builds them */
+} shard_shared;
 
 /* The factor shardings of op `op` given the current shardings of its operands
  * and result: for each factor, the axes proposed by the tensors that have it,

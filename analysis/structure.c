@@ -264,9 +264,8 @@ static int expert_group(const ir_graph *g, const shard_groups *gs)
     return -1;
 }
 
-int shard_expert_dims(const ir_graph *g, shard_member *out, int cap, char *why, size_t n)
+int shard_expert_dims(const ir_graph *g, const shard_groups *gs, shard_member *out, int cap, char *why, size_t n)
 {
-    shard_groups *gs = shard_groups_build(g);
     int eg = expert_group(g, gs), count = 0;
     /* the forward's contractions only: the backward's (dx = dy . router)
      * share every dim */
@@ -286,7 +285,6 @@ int shard_expert_dims(const ir_graph *g, shard_member *out, int cap, char *why, 
             }
         }
     }
-    shard_groups_free(gs);
     if (!count) {
         if (eg < 0) ir_errf(why, n, "no routing (an argmax) to find the experts dim by");
         else ir_errf(why, n, "no param whose experts dim a contraction shares with the tokens (expert weights)");

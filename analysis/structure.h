@@ -41,7 +41,7 @@ int shard_megatron_dims(const ir_graph *g, shard_member *out, int cap, int *n_bl
  * choice of expert); expert weights are params with a dim in that group that
  * a contraction shares with its other operand (one GEMM per expert: "ebch,
  * ehf->ebcf"), not the router, whose experts dim only the result has.  At
- * most cap; returns how many (0: none, the reason in why). */
-int shard_expert_dims(const ir_graph *g, shard_member *out, int cap, char *why, size_t n);
+ * most cap; returns how many (0: none, the reason in why).  gs: g's groups. */
+int shard_expert_dims(const ir_graph *g, const shard_groups *gs, shard_member *out, int cap, char *why, size_t n);
 
 #endif

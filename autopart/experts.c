@@ -30,8 +30,8 @@ static void price_expert(const ir_graph *g, const shard_mesh *mesh, const shard_
         snprintf(ex->why, sizeof ex->why, "%s", err);
         return;
     }
-    shard_state *st = base ? shard_state_new_like(base) : shard_state_new(g, mesh); /* base's rules, shared */
-    if (base) shard_state_copy(st, base);
+    shard_state *st = shard_state_new_like(base); /* base's rules and groups, shared */
+    shard_state_copy(st, base);
     if (sched_apply(&sc, st, err, sizeof err) < 0) {
         snprintf(ex->why, sizeof ex->why, "does not apply: %s", err);
         shard_state_free(st);
@@ -68,10 +68,11 @@ static int edge_index_input(const ir_graph *g)
 /* The first input dim group (rows before columns) whose tiling over axis 0
  * makes some shift (a convolution's tap) shift along a tiled dim: a spatial
  * dim.  Returns 1 with its first member's value and dim, else 0. */
-static int spatial_group(const ir_graph *g, const shard_mesh *mesh, int *value, int *dim)
+static int spatial_group(const shard_state *base, int *value, int *dim)
 {
-    shard_groups *gs = shard_groups_build(g);
-    shard_state *st = shard_state_new(g, mesh);
+    const ir_graph *g = base->g;
+    const shard_groups *gs = shard_state_groups(base);
+    shard_state *st = shard_state_new_like(base); /* replicated: base's tactics are not applied */
     st->record_conflicts = 0;
     int found = 0;
     for (int grp = 0; grp < gs->n && !found; grp++) {
@@ -86,7 +87,6 @@ static int spatial_group(const ir_graph *g, const shard_mesh *mesh, int *value, 
         if (found) *value = m->value, *dim = m->dim;
     }
     shard_state_free(st);
-    shard_groups_free(gs);
     return found;
 }
 
@@ -126,6 +126,8 @@ static unsigned expert_axes(const shard_mesh *mesh, const shard_state *base)
 int autopart_experts(const ir_graph *g, const shard_mesh *mesh, const shard_state *base, autopart_pricer *pr,
                  autopart_expert **out)
 {
+    shard_state *own = base ? NULL : shard_state_new(g, mesh); /* the experts' states share its rules and groups */
+    if (!base) base = own;
     unsigned all = expert_axes(mesh, base);
     int cap = 7 << mesh->n_axes, n = 0;
     autopart_expert *ex = ir_xcalloc((size_t)cap + 1, sizeof *ex);
@@ -151,7 +153,7 @@ int autopart_experts(const ir_graph *g, const shard_mesh *mesh, const shard_stat
      * whole (attention, embeddings) */
     char why[160];
     shard_member one;
-    if (shard_expert_dims(g, &one, 1, why, sizeof why) > 0)
+    if (shard_expert_dims(g, shard_state_groups(base), &one, 1, why, sizeof why) > 0)
         for (unsigned e = all + 1; e-- > 1;) {
             if ((e & all) != e) continue;
             for (int variant = 0; variant < 2; variant++) {
@@ -165,7 +167,8 @@ int autopart_experts(const ir_graph *g, const shard_mesh *mesh, const shard_stat
         }
     int ids = edge_index_input(g), sv, sd;
     if (ids >= 0) n += add_group_experts(g, mesh, base, pr, all, ids, 0, "zero3", ex + n);
-    if (spatial_group(g, mesh, &sv, &sd)) n += add_group_experts(g, mesh, base, pr, all, sv, sd, "dp", ex + n);
+    if (spatial_group(base, &sv, &sd)) n += add_group_experts(g, mesh, base, pr, all, sv, sd, "dp", ex + n);
+    shard_state_free(own);
     *out = ex;
     return n;
 }
@@ -173,6 +176,8 @@ int autopart_experts(const ir_graph *g, const shard_mesh *mesh, const shard_stat
 int autopart_zero_experts(const ir_graph *g, const shard_mesh *mesh, const shard_state *base, autopart_pricer *pr,
                       autopart_expert **out)
 {
+    shard_state *own = base ? NULL : shard_state_new(g, mesh); /* as in autopart_experts */
+    if (!base) base = own;
     unsigned all = expert_axes(mesh, base);
     int states = 0, n = 0;
     for (int v = 0; v < g->n_values; v++) states |= g->values[v].role == IR_OPT_STATE;
@@ -185,6 +190,7 @@ int autopart_zero_experts(const ir_graph *g, const shard_mesh *mesh, const shard
             add_tactics(text, sizeof text, "megatron", all & ~d, mesh);
             price_expert(g, mesh, base, pr, text, &ex[n++]);
         }
+    shard_state_free(own);
     *out = ex;
     return n;
 }

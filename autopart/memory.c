@@ -18,7 +18,7 @@ int autopart_step_setup(autopart_step *s, ir_graph *g, const shard_mesh *mesh, c
     s->g = g;
     s->prefix = shard_state_new(g, mesh);
     s->st = shard_state_new_like(s->prefix);
-    s->gs = shard_groups_build(g);
+    s->gs = shard_state_groups(s->prefix); /* the prefix's: expert schedules' dp tactics read them too */
     if (autopart_pricer_init(&s->pr, hw, opt, s->st, err, errlen) < 0) return -1;
     s->pr.gather_auto = gather_auto;
     pipe_spec spec; /* a pipelined step: its micro-batches are the body's (its loss's scale) */
@@ -119,7 +119,6 @@ void autopart_step_free(autopart_step *s)
     free(s->seed_scores);
     autopart_experts_free(s->ex, s->n_ex);
     autopart_pricer_free(&s->pr);
-    shard_groups_free(s->gs);
     shard_state_free(s->prefix);
     shard_state_free(s->st);
     ir_free(s->g);

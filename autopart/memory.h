@@ -43,7 +43,7 @@ typedef struct autopart_step {
     char why[512];             /* !ok: why not */
     ir_graph *g;               /* owned */
     shard_state *prefix, *st;  /* the manual tactics' state; the best plan */
-    shard_groups *gs;
+    const shard_groups *gs;    /* the prefix's dim groups (shard_state_groups: freed with it) */
     autopart_pricer pr;            /* st's program is pr.p */
     autopart_expert *ex;           /* experts, then the ZeRO-1/2 schedules */
     int n_ex;

@@ -1,5 +1,6 @@
 /* test_analysis.c - meshes, shardings, factor rules, propagation, lowering
  * and the expert schedules' collective signatures. */
+#include "analysis/groups.h"
 #include "analysis/schedule.h"
 #include "analysis/spmd.h"
 #include "ir/ir.h"
@@ -143,11 +144,20 @@ static void test_state_like(void)
     shard_decision d1 = {SHARD_TILE, 0, 0, x}, d2 = {SHARD_TILE, 1, 1, w};
     shard_state *fresh = shard_state_new(g, &m), *base = shard_state_new(g, &m);
     shard_state *like = shard_state_new_like(base), *like2 = shard_state_new_like(like);
-    CHECK(like->rules == base->rules && like2->uses == base->uses && *base->shared_refs == 3);
+    CHECK(like->rules == base->rules && like2->uses == base->uses && base->shared->refs == 3);
     CHECK(like->queue != base->queue && like->spec != base->spec);
+    const shard_groups *gs = shard_state_groups(like2), *built = shard_groups_build(g);
+    CHECK(gs && gs == shard_state_groups(base) && base->shared->groups == gs); /* built once for all three */
+    int alike = gs->n == built->n && gs->n > 0 && gs->period == built->period;
+    for (int c = 0; alike && c < gs->n; c++)
+        alike = gs->groups[c].first == built->groups[c].first && gs->groups[c].n == built->groups[c].n &&
+                !memcmp(&gs->members[gs->groups[c].first], &built->members[built->groups[c].first],
+                        (size_t)gs->groups[c].n * sizeof *gs->members);
+    CHECK(alike);
+    shard_groups_free((shard_groups *)built);
     shard_apply(base, &d1, err, sizeof err); /* base's decision stays base's */
     shard_state_free(base);                  /* the tables live on in like and like2 */
-    CHECK(*like->shared_refs == 2);
+    CHECK(like->shared->refs == 2 && shard_state_groups(like) == gs);
     shard_apply(fresh, &d1, err, sizeof err);
     shard_apply(fresh, &d2, err, sizeof err);
     shard_apply(like, &d2, err, sizeof err);
@@ -160,7 +170,12 @@ static void test_state_like(void)
                 shard_spec_equal(&fresh->spec[v], &like2->spec[v], g->values[v].rank);
     CHECK(same);
     shard_state *saved = shard_state_new_saved(g, &m), *own = shard_state_new_like(saved);
-    CHECK(!saved->shared_refs && own->rules && *own->shared_refs == 1); /* a saved state has no tables to share */
+    CHECK(!saved->shared && own->rules && own->shared->refs == 1); /* a saved state has no tables to share */
+    CHECK(!shard_state_groups(saved) && shard_state_groups(own) != gs);
+    const shard_groups *seen[4] = {0};
+#pragma omp parallel for num_threads(4)
+    for (int t = 0; t < 4; t++) seen[t] = shard_state_groups(fresh); /* side by side: one kept, the others freed */
+    CHECK(seen[0] && seen[0] == seen[1] && seen[1] == seen[2] && seen[2] == seen[3] && fresh->shared->groups == seen[0]);
     shard_state_free(saved);
     shard_state_free(own);
     shard_state_free(like);

@@ -74,7 +74,7 @@ char *view_strategy(const shard_state *st, char *buf, size_t n)
     shard_member *mega = ir_xcalloc((size_t)cap, sizeof *mega);
     int n_mega = shard_megatron_dims(g, mega, cap, NULL, why, sizeof why);
     shard_member *experts = ir_xcalloc((size_t)cap, sizeof *experts);
-    int n_experts = shard_expert_dims(g, experts, cap, why, sizeof why);
+    int n_experts = shard_expert_dims(g, gs, experts, cap, why, sizeof why);
     size_t k = 0;
     buf[0] = 0;
     for (int a = 0; a < m->n_axes; a++) {
