@@ -8,7 +8,7 @@
  * even layer split), priced as `carve run` prices it
  * (session_run_price_pipeline: f32 with the executor's fused groups) on this
  * machine's profile calibrated in the run as docs/run.md tells a user to
- * (`carve calibrate` at the case's model and tactics: calib_profile_model,
+ * (`carve calibrate` at the case's model and tactics, its default rounds: calib_profile_model,
  * written to a file and read back; once per model and tactics), the judged
  * prediction, and on the `cpu` preset (nominal figures, `carve run` without
  * --hw), for information; then run by the threads backend (exec_pipe_new)
@@ -142,7 +142,7 @@ static const cost_hw *calibrated(int k, shard_state *st, char *err, size_t errle
     spmd_program *p = spmd_lower(st);
     int fd = mkstemp(path), rc = fd < 0 ? ir_errf(err, errlen, "cannot make a temporary file") : 0;
     if (fd >= 0) close(fd);
-    if (!rc) rc = calib_profile_model(&hw[k], 0, p, &gm, what, NULL, err, errlen);
+    if (!rc) rc = calib_profile_model(&hw[k], 0, CALIB_DEFAULT_ROUNDS, p, &gm, what, NULL, err, errlen);
     if (!rc) rc = cost_hw_save(&hw[k], path, err, errlen);
     if (!rc) rc = session_run_hw(path, &hw[k], err, errlen);
     if (fd >= 0) unlink(path);
@@ -429,7 +429,8 @@ int main(void)
            "running a case's %d steps on a fresh runtime, the first one not timed (%d timed steps a case).\n"
            "Bubble: a stage's idle share of the step. *Predicted, calibrated* (judged): what `carve run --hw FILE` prints,\n"
            "FILE this machine's profile calibrated in this run as docs/run.md says (`carve calibrate` at the case's model\n"
-           "and tactics: `calib_profile_model`, written and read back; once per model and tactics); *predicted, cpu\n"
+           "and tactics with its default %d rounds, each figure their median: `calib_profile_model`, written and read\n"
+           "back; once per model and tactics); *predicted, cpu\n"
            "preset*: what `carve run` prints without --hw (nominal figures), for information. *Replay* (measured): the\n"
            "step replayed from every device's CPU time between its transfers with a core per device: judged, the *mean\n"
            "step* (every point of the trace averaged over the timed steps of every round, replayed once; with no more\n"
@@ -442,7 +443,7 @@ int main(void)
            "Memory (MiB): the stage's predicted peak (calibrated profile), its arena laid out by liveness over its own\n"
            "task order, and the arena pages resident after the steps (`mincore`; transparent huge pages round up to\n"
            "2 MiB). Target (issue 27): measured within 20%% of predicted.\n\n",
-           exec_blis_arch(), rounds, steps, rounds * (steps - 1));
+           exec_blis_arch(), rounds, steps, rounds * (steps - 1), CALIB_DEFAULT_ROUNDS);
     printf("| model | mesh | schedule | stage | bubble predicted, calibrated | replay, mean step | replay / predicted | replay, median "
            "step | q1-q3 | each round's median | median / predicted | predicted, cpu preset | replay / preset | simulated, "
            "measured tasks | wall | memory predicted | laid out | measured | measured / predicted |\n"

@@ -87,15 +87,28 @@ void calib_gemms_free(calib_gemms *s);
 int calib_apply_gemms(cost_hw *hw, const calib_gemms *s, double gemm_call, double elem_alone, double einsum_share, char *err,
                       size_t errlen);
 
-/* calib_profile, then (when p is not NULL) p's einsums (calib_collect_gemms,
- * into *model, which the caller frees) timed (calib_time_gemms), a GEMM
- * call's overhead measured (calib_gemm_call), calib_apply_gemms with the
- * einsums' share of p's compute time as this profile prices it, and the
- * timed shapes written as the profile's table (calib_gemm_table), whose
- * alone times price those einsums alone: alone_speedup is then the other
- * kernels' speed-up only.  `what` names the plan in the profile's
- * source.  Returns 0, or -1 with a message. */
-int calib_profile_model(cost_hw *hw, int quick, const spmd_program *p, calib_gemms *model, const char *what, FILE *log,
-                        char *err, size_t errlen);
+/* Rounds of `carve calibrate` (--rounds): every measurement is taken this
+ * many times, whole rounds one after the other, and each figure's median kept
+ * (docs/cost-model.md, "Calibration"). */
+#define CALIB_DEFAULT_ROUNDS 3
+#define CALIB_MAX_ROUNDS 15
+
+/* The four times of every einsum of s set to their medians over
+ * rounds[0..n) (rounds[r][i]: einsum i as round r timed it; 1 <= n <=
+ * CALIB_MAX_ROUNDS, else s is left as it is). */
+void calib_gemms_median(calib_gemms *s, const calib_gemm *const *rounds, int n);
+
+/* `rounds` rounds (1..CALIB_MAX_ROUNDS), each: calib_profile's measurements
+ * and, when p is not NULL, p's einsums (calib_collect_gemms, into *model,
+ * which the caller frees) timed (calib_time_gemms) and a GEMM call's
+ * overhead measured (calib_gemm_call); then, from every figure's median over
+ * the rounds, the profile, calib_apply_gemms with the einsums' share of p's
+ * compute time as this profile prices it, and the timed shapes written as
+ * the profile's table (calib_gemm_table), whose alone times price those
+ * einsums alone: alone_speedup is then the other kernels' speed-up only.
+ * `what` names the plan in the profile's source.  Returns 0, or -1 with a
+ * message. */
+int calib_profile_model(cost_hw *hw, int quick, int rounds, const spmd_program *p, calib_gemms *model, const char *what,
+                        FILE *log, char *err, size_t errlen);
 
 #endif

@@ -454,7 +454,7 @@ static int op_rates(int threads, int64_t n, int inner, double *rate, char *err, 
     }
     int nt = threads < 64 ? threads : 64;
     for (int k = 0; k < IR_N_OPS; k++) {
-        double r[64];
+        double r[64] = {0};
         for (int t = 0; t < nt; t++) r[t] = per[t][k];
         rate[k] = slowest_rate(r, threads);
     }
@@ -620,89 +620,149 @@ __attribute__((format(printf, 2, 3))) static void say(FILE *log, const char *fmt
     fflush(log);
 }
 
-/* The generic calibration; *elem_alone: the elementwise kernels' speed-up
- * of one thread alone over every core busy. */
-static int profile(cost_hw *hw, int quick, FILE *log, double *elem_alone, char *err, size_t errlen)
-{
-    exec_blis_setup();
-    memset(hw, 0, sizeof *hw);
-    long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
-    int cores = ncpu > 0 ? (int)(ncpu < 64 ? ncpu : 64) : 1;
-    long pages = sysconf(_SC_PHYS_PAGES), psize = sysconf(_SC_PAGESIZE);
-    double ram = pages > 0 && psize > 0 ? (double)pages * (double)psize : 4.0 * 1024 * 1024 * 1024;
-
-    say(log, "calibrate: %d cores, BLIS kernels %s\n", cores, exec_blis_arch());
-    int64_t gemm_n = quick ? 96 : 512;
-    double g1 = gemm_rate(1, gemm_n, quick ? 1 : 4, 1);
-    double gn = cores > 1 ? gemm_rate(cores, gemm_n, quick ? 1 : 4, 1) : g1;
-    say(log, "  GEMM (einsum mk,kn->mn): %.1f GFLOP/s one thread, %.1f per thread with %d busy\n", g1 / 1e9, gn / 1e9, cores);
-    double vr = vector_rate(cores, quick ? 4096 : 16384, quick ? 2 : 50, err, errlen);
-    if (isnan(vr)) return -1;
-    say(log, "  elementwise (mul, exp, gelu): %.2f GFLOP/s per thread\n", vr / 1e9);
-    double cr = copy_rate(cores, quick ? (1u << 20) : (32u << 20), quick ? 2 : 4);
-    say(log, "  copy: %.2f GB/s per thread (%.2f GB/s read + write)\n", cr / 1e9, 2 * cr / 1e9);
-    double lat = barrier_latency(cores, quick ? 50 : 2000);
-    say(log, "  barrier among %d threads: %.2f us\n", cores, lat * 1e6);
-    double lat_over = barrier_latency(2 * cores, quick ? 50 : 1000);
-    say(log, "  barrier among %d threads (2 a core): %.2f us\n", 2 * cores, lat_over * 1e6);
-    double v1 = cores > 1 ? vector_rate(1, quick ? 4096 : 16384, quick ? 2 : 50, err, errlen) : vr;
-    if (isnan(v1)) return -1;
-    double alone = sqrt((g1 / gn) * (v1 / vr));
-    if (!(alone >= 1)) alone = 1;
-    say(log, "  one thread alone vs every core busy: GEMM %.2fx, elementwise %.2fx; alone_speedup %.2f\n", g1 / gn, v1 / vr, alone);
-    /* memory and the shared caches: one thread copying alone vs every core copying */
-    double cr1 = cores > 1 ? copy_rate(1, quick ? (1u << 20) : (32u << 20), quick ? 2 : 4) : cr;
-    double alone_bw = cr1 / cr >= 1 ? cr1 / cr : 1;
-    say(log, "  copy alone: %.2f GB/s (%.2fx the rate with every core copying: alone_bandwidth)\n", cr1 / 1e9, alone_bw);
+/* What one round of the generic calibration measures (measure_round); the
+ * profile is derived from these (derive_profile), with several rounds from
+ * their medians field by field (raw_median).  Doubles only. */
+typedef struct cal_raw {
+    double g1, gn;        /* 512^3 GEMM FLOP/s: one thread alone; per thread, every core busy */
+    double vr, v1;        /* elementwise FLOP/s: per thread, every core busy; alone */
+    double cr, cr1;       /* copy rate (bytes/s): per thread, every core copying; alone */
+    double lat, lat_over; /* a barrier among `cores` threads; among 2 x cores */
+    double call;          /* a GEMM call's fixed cost (calib_gemm_call) */
+    double gcold;         /* the GEMM's rate with its operands from memory, every core busy */
+    double ovh;           /* a kernel call on one element */
     double rates[IR_N_OPS];
-    if (op_rates(cores, quick ? 4096 : 262144, quick ? 2 : 2, rates, err, errlen) < 0) return -1;
+} cal_raw;
+#define CAL_RAW_FIELDS (sizeof(cal_raw) / sizeof(double))
+_Static_assert(sizeof(cal_raw) == CAL_RAW_FIELDS * sizeof(double), "cal_raw holds doubles only");
+
+static int online_cores(void)
+{
+    long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+    return ncpu > 0 ? (int)(ncpu < 64 ? ncpu : 64) : 1;
+}
+
+/* One round of the generic measurements into *m, each figure printed as it
+ * is taken.  Returns 0, or -1 with a message when a measurement failed. */
+static int measure_round(cal_raw *m, int cores, int quick, FILE *log, char *err, size_t errlen)
+{
+    int64_t gemm_n = quick ? 96 : 512;
+    m->g1 = gemm_rate(1, gemm_n, quick ? 1 : 4, 1);
+    m->gn = cores > 1 ? gemm_rate(cores, gemm_n, quick ? 1 : 4, 1) : m->g1;
+    say(log, "  GEMM (einsum mk,kn->mn): %.1f GFLOP/s one thread, %.1f per thread with %d busy\n", m->g1 / 1e9, m->gn / 1e9,
+        cores);
+    m->vr = vector_rate(cores, quick ? 4096 : 16384, quick ? 2 : 50, err, errlen);
+    if (isnan(m->vr)) return -1;
+    say(log, "  elementwise (mul, exp, gelu): %.2f GFLOP/s per thread\n", m->vr / 1e9);
+    m->cr = copy_rate(cores, quick ? (1u << 20) : (32u << 20), quick ? 2 : 4);
+    say(log, "  copy: %.2f GB/s per thread (%.2f GB/s read + write)\n", m->cr / 1e9, 2 * m->cr / 1e9);
+    m->lat = barrier_latency(cores, quick ? 50 : 2000);
+    say(log, "  barrier among %d threads: %.2f us\n", cores, m->lat * 1e6);
+    m->lat_over = barrier_latency(2 * cores, quick ? 50 : 1000);
+    say(log, "  barrier among %d threads (2 a core): %.2f us\n", 2 * cores, m->lat_over * 1e6);
+    m->v1 = cores > 1 ? vector_rate(1, quick ? 4096 : 16384, quick ? 2 : 50, err, errlen) : m->vr;
+    if (isnan(m->v1)) return -1;
+    say(log, "  one thread alone vs every core busy: GEMM %.2fx, elementwise %.2fx\n", m->g1 / m->gn, m->v1 / m->vr);
+    /* memory and the shared caches: one thread copying alone vs every core copying */
+    m->cr1 = cores > 1 ? copy_rate(1, quick ? (1u << 20) : (32u << 20), quick ? 2 : 4) : m->cr;
+    say(log, "  copy alone: %.2f GB/s (%.2fx the rate with every core copying)\n", m->cr1 / 1e9, m->cr1 / m->cr);
+    if (op_rates(cores, quick ? 4096 : 262144, quick ? 2 : 2, m->rates, err, errlen) < 0) return -1;
     say(log, "  op rates (G elements/s per thread): exp %.2f, gelu %.2f, add %.2f, broadcast %.2f, reduce_sum %.2f\n",
-        rates[IR_OP_EXP] / 1e9, rates[IR_OP_GELU] / 1e9, rates[IR_OP_ADD] / 1e9, rates[IR_OP_BROADCAST] / 1e9,
-        rates[IR_OP_REDUCE_SUM] / 1e9);
-    double call = calib_gemm_call(cores, quick);
-    say(log, "  GEMM call (1x1x1 GEMMs, per extra call): %.2f us\n", call * 1e6);
-    /* gemm_bandwidth: the bytes of a GEMM's operands and result over its
-     * time from memory beyond its time in cache (0 when it is no slower) */
+        m->rates[IR_OP_EXP] / 1e9, m->rates[IR_OP_GELU] / 1e9, m->rates[IR_OP_ADD] / 1e9, m->rates[IR_OP_BROADCAST] / 1e9,
+        m->rates[IR_OP_REDUCE_SUM] / 1e9);
+    m->call = calib_gemm_call(cores, quick);
+    say(log, "  GEMM call (1x1x1 GEMMs, per extra call): %.2f us\n", m->call * 1e6);
     int sets = cold_sets(gemm_n);
-    double gcold = gemm_rate(cores, gemm_n, quick ? sets / 8 : sets, sets);
-    double flops = 2.0 * (double)gemm_n * (double)gemm_n * (double)gemm_n, extra = flops / gcold - flops / gn;
-    double gbw = !(gcold > 0) ? NAN : extra > 0 ? 3.0 * (double)(gemm_n * gemm_n) * sizeof(float) / extra : 0;
-    say(log, "  GEMM operands from memory (beyond the in-cache time): %.2f GB/s per thread\n", gbw / 1e9);
-    double ovh = op_overhead(quick ? 1000 : 200000, err, errlen);
-    if (isnan(ovh)) return -1;
-    say(log, "  kernel call overhead: %.3f us\n", ovh * 1e6);
-    int rates_ok = 1;
-    for (int k = 0; k < IR_N_OPS; k++) rates_ok &= k == IR_OP_EINSUM || (rates[k] > 0 && isfinite(rates[k]));
-    if (!(gn > 0) || !(vr > 0) || !(cr > 0) || !isfinite(lat) || !isfinite(ovh) || !rates_ok || !isfinite(call) ||
-        !isfinite(lat_over) || !isfinite(gbw)) {
+    m->gcold = gemm_rate(cores, gemm_n, quick ? sets / 8 : sets, sets);
+    m->ovh = op_overhead(quick ? 1000 : 200000, err, errlen);
+    if (isnan(m->ovh)) return -1;
+    say(log, "  kernel call overhead: %.3f us\n", m->ovh * 1e6);
+    int ok = m->gn > 0 && m->vr > 0 && m->cr > 0 && isfinite(m->lat) && isfinite(m->ovh) && isfinite(m->call) &&
+             isfinite(m->lat_over) && m->gcold > 0;
+    for (int k = 0; k < IR_N_OPS; k++) ok &= k == IR_OP_EINSUM || (m->rates[k] > 0 && isfinite(m->rates[k]));
+    if (!ok) {
         snprintf(err, errlen, "calibrate: a measurement failed (out of memory?)");
         return -1;
     }
+    return 0;
+}
+
+/* *m = the median of r[0..n) field by field (n >= 1). */
+static void raw_median(const cal_raw *r, int n, cal_raw *m)
+{
+    double v[CAL_RAW_FIELDS], x[CALIB_MAX_ROUNDS];
+    for (size_t f = 0; f < CAL_RAW_FIELDS; f++) {
+        for (int i = 0; i < n; i++) {
+            memcpy(v, &r[i], sizeof v);
+            x[i] = v[f];
+        }
+        memcpy(v, m, sizeof v);
+        v[f] = median(x, n);
+        memcpy(m, v, sizeof v);
+    }
+}
+
+/* The profile from the figures in *m (one round's or the rounds' medians);
+ * *elem_alone: the elementwise kernels' speed-up of one thread alone over
+ * every core busy. */
+static int derive_profile(cost_hw *hw, const cal_raw *m, int cores, int quick, int rounds, FILE *log, double *elem_alone,
+                          char *err, size_t errlen)
+{
+    memset(hw, 0, sizeof *hw);
+    long pages = sysconf(_SC_PHYS_PAGES), psize = sysconf(_SC_PAGESIZE);
+    double ram = pages > 0 && psize > 0 ? (double)pages * (double)psize : 4.0 * 1024 * 1024 * 1024;
+    int64_t gemm_n = quick ? 96 : 512;
+    double alone = sqrt((m->g1 / m->gn) * (m->v1 / m->vr));
+    if (!(alone >= 1)) alone = 1;
+    double alone_bw = m->cr1 / m->cr >= 1 ? m->cr1 / m->cr : 1;
+    /* gemm_bandwidth: the bytes of a GEMM's operands and result over its
+     * time from memory beyond its time in cache (0 when it is no slower) */
+    double flops = 2.0 * (double)gemm_n * (double)gemm_n * (double)gemm_n, extra = flops / m->gcold - flops / m->gn;
+    double gbw = extra > 0 ? 3.0 * (double)(gemm_n * gemm_n) * sizeof(float) / extra : 0;
+    if (rounds > 1)
+        say(log, "  the median of %d rounds: GEMM %.1f GFLOP/s one thread, %.1f per thread with %d busy; elementwise %.2f; "
+            "copy %.2f GB/s; GEMM call %.2f us\n", rounds, m->g1 / 1e9, m->gn / 1e9, cores, m->vr / 1e9, m->cr / 1e9,
+            m->call * 1e6);
+    say(log, "  alone_speedup %.2f, alone_bandwidth %.2f; GEMM operands from memory (beyond the in-cache time): %.2f GB/s "
+        "per thread\n", alone, alone_bw, gbw / 1e9);
+    char med[32] = "";
+    if (rounds > 1) snprintf(med, sizeof med, " (medians of %d rounds)", rounds);
     snprintf(hw->name, sizeof hw->name, "cpu-calibrated");
     snprintf(hw->source, sizeof hw->source,
-             "carve calibrate%s: %d cores, BLIS %s; GEMM %.1f GFLOP/s one thread alone, %.1f each with all cores busy",
-             quick ? " (quick)" : "", cores, exec_blis_arch(), g1 / 1e9, gn / 1e9);
-    hw->matmul_flops[IR_F32] = hw->matmul_flops[IR_BF16] = hw->matmul_flops[IR_F16] = hw->tf32_flops = gn; /* all run as f32 here */
-    hw->vector_flops = vr;
-    hw->mem_bandwidth = 2 * cr;
+             "carve calibrate%s%s: %d cores, BLIS %s; GEMM %.1f GFLOP/s one thread alone, %.1f each with all cores busy",
+             quick ? " (quick)" : "", med, cores, exec_blis_arch(), m->g1 / 1e9, m->gn / 1e9);
+    hw->matmul_flops[IR_F32] = hw->matmul_flops[IR_BF16] = hw->matmul_flops[IR_F16] = hw->tf32_flops = m->gn; /* all run as f32 here */
+    hw->vector_flops = m->vr;
+    hw->mem_bandwidth = 2 * m->cr;
     hw->mem_capacity = ram;
-    hw->op_overhead = ovh > 0 ? ovh : 0;
+    hw->op_overhead = m->ovh > 0 ? m->ovh : 0;
     hw->node_devices = 1 << 20; /* one shared memory */
-    hw->intra.bandwidth = hw->inter.bandwidth = cr;
-    hw->intra.latency = hw->inter.latency = lat > 0 ? lat : 0;
+    hw->intra.bandwidth = hw->inter.bandwidth = m->cr;
+    hw->intra.latency = hw->inter.latency = m->lat > 0 ? m->lat : 0;
     hw->cores = cores;
     hw->alone_speedup = alone;
     hw->alone_bandwidth = alone_bw;
     hw->cache_bytes = cache_total(cores);
     say(log, "  caches beyond L1 (sysfs): %.1f MiB in all\n", hw->cache_bytes / 1048576.0);
-    memcpy(hw->op_rate, rates, sizeof rates);
-    hw->gemm_call = call;
+    memcpy(hw->op_rate, m->rates, sizeof m->rates);
+    hw->gemm_call = m->call;
     hw->gemm_bandwidth = gbw;
     hw->shared_memory = 1;
     hw->fused_elementwise = 1; /* carve's executors fuse elementwise chains (exec/fuse.h) */
-    hw->oversub_latency = lat_over > 0 ? lat_over : 0;
-    *elem_alone = v1 / vr;
+    hw->oversub_latency = m->lat_over > 0 ? m->lat_over : 0;
+    *elem_alone = m->v1 / m->vr;
     return cost_hw_check(hw, err, errlen);
+}
+
+/* The generic calibration, one round. */
+static int profile(cost_hw *hw, int quick, FILE *log, double *elem_alone, char *err, size_t errlen)
+{
+    exec_blis_setup();
+    int cores = online_cores();
+    cal_raw m;
+    say(log, "calibrate: %d cores, BLIS kernels %s\n", cores, exec_blis_arch());
+    if (measure_round(&m, cores, quick, log, err, errlen) < 0) return -1;
+    return derive_profile(hw, &m, cores, quick, 1, log, elem_alone, err, errlen);
 }
 
 int calib_profile(cost_hw *hw, int quick, FILE *log, char *err, size_t errlen)
@@ -795,12 +855,10 @@ double calib_gemm_call(int cores, int quick)
     return c > 0 ? c : 0;
 }
 
-int calib_time_gemms(calib_gemms *s, int cores, int quick, double target, FILE *log, char *err, size_t errlen)
+/* Times every einsum of s in its four conditions (calib_time_gemms without
+ * the printing).  Returns 0, or -1 with a message. */
+static int time_round(calib_gemms *s, int cores, int quick, double target, char *err, size_t errlen)
 {
-    double flops = 0, busy = 0, alone = 0;
-    if (!(target > 0)) target = 20e-3;
-    say(log, "  the model's einsums (%d distinct), seconds per instruction with 1 and %d threads, operands out of cache "
-        "(in cache):\n", s->n, cores);
     for (int i = 0; i < s->n; i++) {
         calib_gemm *x = &s->g[i];
         x->t_alone = time_gemm(x, 1, 1, target, quick);
@@ -809,6 +867,18 @@ int calib_time_gemms(calib_gemms *s, int cores, int quick, double target, FILE *
         x->t_busy_in = cores > 1 ? time_gemm(x, cores, 0, target, quick) : x->t_alone_in;
         if (!(x->t_alone > 0 && x->t_busy > 0 && x->t_alone_in > 0 && x->t_busy_in > 0))
             return ir_errf(err, errlen, "calibrate: timing einsum %d failed (out of memory?)", i);
+    }
+    return 0;
+}
+
+/* The table of s's times, one line an einsum, and their sum. */
+static void print_gemms(const calib_gemms *s, int cores, int rounds, FILE *log)
+{
+    double flops = 0, busy = 0, alone = 0;
+    say(log, "  the model's einsums (%d distinct), seconds per instruction with 1 and %d threads, operands out of cache "
+        "(in cache)%s:\n", s->n, cores, rounds > 1 ? ", the median of the rounds" : "");
+    for (int i = 0; i < s->n; i++) {
+        const calib_gemm *x = &s->g[i];
         flops += x->count * x->flops;
         busy += x->count * x->t_busy;
         alone += x->count * x->t_alone;
@@ -822,7 +892,32 @@ int calib_time_gemms(calib_gemms *s, int cores, int quick, double target, FILE *
     if (s->n)
         say(log, "  the model's einsums: %.1f GFLOP/s per thread alone, %.1f with %d threads (out of cache)\n",
             flops / alone / 1e9, flops / busy / 1e9, cores);
+}
+
+int calib_time_gemms(calib_gemms *s, int cores, int quick, double target, FILE *log, char *err, size_t errlen)
+{
+    if (!(target > 0)) target = 20e-3;
+    if (time_round(s, cores, quick, target, err, errlen) < 0) return -1;
+    print_gemms(s, cores, 1, log);
     return 0;
+}
+
+void calib_gemms_median(calib_gemms *s, const calib_gemm *const *rounds, int n)
+{
+    if (n < 1 || n > CALIB_MAX_ROUNDS) return;
+    double x[CALIB_MAX_ROUNDS];
+    for (int i = 0; i < s->n; i++) {
+#define MEDIAN_OF(f)                                                                                                   \
+    do {                                                                                                               \
+        for (int r = 0; r < n; r++) x[r] = rounds[r][i].f;                                                             \
+        s->g[i].f = median(x, n);                                                                                      \
+    } while (0)
+        MEDIAN_OF(t_alone);
+        MEDIAN_OF(t_busy);
+        MEDIAN_OF(t_alone_in);
+        MEDIAN_OF(t_busy_in);
+#undef MEDIAN_OF
+    }
 }
 
 /* The einsums' share of p's compute time as hw prices it (0.5 when it
@@ -840,23 +935,21 @@ static double einsum_share(const spmd_program *p, const cost_hw *hw)
     return share;
 }
 
-int calib_profile_model(cost_hw *hw, int quick, const spmd_program *p, calib_gemms *model, const char *what, FILE *log,
-                        char *err, size_t errlen)
+/* The einsum figures of *hw from the times of the einsums in *model and
+ * the GEMM call's cost: the fit for other shapes, the table of the timed
+ * ones, and the source line (calib_profile_model's last step). */
+static int apply_model(cost_hw *hw, const spmd_program *p, const calib_gemms *model, double call, double elem_alone,
+                       const char *what, int quick, int rounds, FILE *log, char *err, size_t errlen)
 {
-    double elem_alone;
-    memset(model, 0, sizeof *model);
-    if (profile(hw, quick, log, &elem_alone, err, errlen) < 0) return -1;
-    if (!p) return 0;
-    if (calib_collect_gemms(p, model, err, errlen) < 0) return -1;
     int cores = hw->cores;
-    if (calib_time_gemms(model, cores, quick, 0, log, err, errlen) < 0) return -1;
-    double call = calib_gemm_call(cores, quick), flops = 0, busy = 0, alone = 0;
+    double flops = 0, busy = 0, alone = 0;
     for (int i = 0; i < model->n; i++) {
         flops += model->g[i].count * model->g[i].flops;
         busy += model->g[i].count * model->g[i].t_busy;
         alone += model->g[i].count * model->g[i].t_alone;
     }
-    say(log, "  GEMM call (measured on 1x1x1 GEMMs): %.2f us\n", call * 1e6);
+    say(log, "  GEMM call (measured on 1x1x1 GEMMs%s): %.2f us\n", rounds > 1 ? ", the median of the rounds" : "",
+        call * 1e6);
     /* the share is priced with the einsum figures it weights: apply, price, apply again */
     if (calib_apply_gemms(hw, model, call, elem_alone, 0.5, err, errlen) < 0) return -1;
     double share = einsum_share(p, hw);
@@ -872,9 +965,51 @@ int calib_profile_model(cost_hw *hw, int quick, const spmd_program *p, calib_gem
     hw->alone_speedup = elem_alone >= 1 ? elem_alone : 1;
     say(log, "  %d einsum shapes timed (gemm_times); alone_speedup (the other kernels) %.2f\n", hw->n_gemm_times,
         hw->alone_speedup);
+    char med[32] = "";
+    if (rounds > 1) snprintf(med, sizeof med, " (medians of %d rounds)", rounds);
     snprintf(hw->source, sizeof hw->source,
-             "carve calibrate%s at the einsums of %.120s: %d cores, BLIS %s; %.1f GFLOP/s one thread alone, %.1f each with all "
-             "cores busy",
-             quick ? " (quick)" : "", what ? what : "a program", cores, exec_blis_arch(), flops / alone / 1e9, flops / busy / 1e9);
+             "carve calibrate%s%s at the einsums of %.90s: %d cores, BLIS %s; %.1f GFLOP/s one thread alone, %.1f each with "
+             "all cores busy",
+             quick ? " (quick)" : "", med, what ? what : "a program", cores, exec_blis_arch(), flops / alone / 1e9,
+             flops / busy / 1e9);
     return 0;
+}
+
+int calib_profile_model(cost_hw *hw, int quick, int rounds, const spmd_program *p, calib_gemms *model, const char *what,
+                        FILE *log, char *err, size_t errlen)
+{
+    memset(model, 0, sizeof *model);
+    if (rounds < 1 || rounds > CALIB_MAX_ROUNDS)
+        return ir_errf(err, errlen, "calibrate: %d rounds: give 1 to %d", rounds, CALIB_MAX_ROUNDS);
+    exec_blis_setup();
+    int cores = online_cores(), rc = 0;
+    say(log, "calibrate: %d cores, BLIS kernels %s\n", cores, exec_blis_arch());
+    if (p && calib_collect_gemms(p, model, err, errlen) < 0) return -1;
+    /* whole rounds one after the other, each figure's median kept: a slow
+     * spell of a shared machine then moves one round's figures, not the
+     * profile */
+    cal_raw raw[CALIB_MAX_ROUNDS];
+    calib_gemm *times[CALIB_MAX_ROUNDS] = {0};
+    double calls[CALIB_MAX_ROUNDS], elem_alone;
+    for (int r = 0; r < rounds && rc == 0; r++) {
+        if (rounds > 1) say(log, "  round %d of %d:\n", r + 1, rounds);
+        rc = measure_round(&raw[r], cores, quick, log, err, errlen);
+        if (rc < 0 || !p) continue;
+        rc = time_round(model, cores, quick, 20e-3, err, errlen);
+        if (rc == 0 && !(times[r] = malloc((size_t)(model->n ? model->n : 1) * sizeof *times[r])))
+            rc = ir_errf(err, errlen, "calibrate: out of memory");
+        if (rc == 0) memcpy(times[r], model->g, (size_t)model->n * sizeof *times[r]);
+        calls[r] = calib_gemm_call(cores, quick);
+        if (rc == 0 && rounds > 1) say(log, "  the model's einsums timed, GEMM call %.2f us\n", calls[r] * 1e6);
+    }
+    cal_raw m;
+    if (rc == 0) raw_median(raw, rounds, &m);
+    if (rc == 0) rc = derive_profile(hw, &m, cores, quick, rounds, log, &elem_alone, err, errlen);
+    if (rc == 0 && p) {
+        calib_gemms_median(model, (const calib_gemm *const *)times, rounds);
+        print_gemms(model, cores, rounds, log);
+        rc = apply_model(hw, p, model, median(calls, rounds), elem_alone, what, quick, rounds, log, err, errlen);
+    }
+    for (int r = 0; r < rounds; r++) free(times[r]);
+    return rc;
 }

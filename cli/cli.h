@@ -29,6 +29,7 @@ typedef struct cli_opts {
     const char *search;    /* autopart: mcts (default), random, greedy, exhaustive */
     int64_t stall;         /* autopart: stop after this many steps without improvement */
     int64_t seeds;         /* autopart: searches of the plain step from seeds seed .. seed + seeds - 1 (0: one) */
+    int64_t rounds;        /* calibrate: rounds of measurements, each figure their median (0: CALIB_DEFAULT_ROUNDS) */
     const char *memory_tactics; /* autopart: "auto" (default, NULL) or "none" */
     const char *pipeline;       /* autopart: "auto" (default, NULL), "search" or "none" */
     const char *dims, *loss, *frozen; /* an ONNX file's import options (--dim, --loss, --frozen) */

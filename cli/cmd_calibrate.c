@@ -76,7 +76,7 @@ int cmd_calibrate(const cli_opts *o)
     cost_hw hw;
     calib_gemms shapes = {0};
     if (rc == CLI_OK &&
-        calib_profile_model(&hw, 0, pl.p, &shapes, what, o->quiet ? NULL : stderr, err, sizeof err) < 0) {
+        calib_profile_model(&hw, 0, o->rounds ? (int)o->rounds : CALIB_DEFAULT_ROUNDS, pl.p, &shapes, what, o->quiet ? NULL : stderr, err, sizeof err) < 0) {
         cli_error("%s", err);
         rc = CLI_CHECK_FAILED;
     }

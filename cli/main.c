@@ -46,13 +46,17 @@ static const cli_command commands[] = {
      "  --overlap            assume communication fully overlaps compute (step = max instead of sum)\n"
      "  --json               print a carve-cost/1 document instead of text (docs/json-output.md)\n",
      cmd_cost},
-    {"calibrate", "--out --quiet --model --graph --mesh --schedule --optimizer --dim --loss --frozen",
+    {"calibrate", "--out --quiet --model --graph --mesh --schedule --rounds --optimizer --dim --loss --frozen",
      "measure this machine (GEMM, elementwise, copy, barrier) into a hardware profile",
-     "usage: carve calibrate --out FILE.json [(--model SPEC | --graph FILE) [--mesh MESH] [--schedule S]] [--quiet]\n"
+     "usage: carve calibrate --out FILE.json [(--model SPEC | --graph FILE) [--mesh MESH] [--schedule S]] [--rounds N]\n"
+     "                       [--quiet]\n"
      "  writes a carve-hw/1 profile for carve cost --hw FILE.json (docs/cost-model.md)\n"
      "  --model/--graph    measure the einsums at the local shapes this plan's program runs (default mesh:\n"
      "                     one device; default schedule: none, every value replicated) instead of one\n"
-     "                     square GEMM; the GEMM call overhead is measured too\n",
+     "                     square GEMM; the GEMM call overhead is measured too\n"
+     "  --rounds N         take every measurement N times (1 to 15, default 3), whole rounds one after\n"
+     "                     the other, and keep each figure's median: a slow spell of a shared machine\n"
+     "                     moves one round, not the profile (each round takes as long as one calibration)\n",
      cmd_calibrate},
     {"autopart",
      "--model --graph --mesh --hw --memory --schedule --search --budget --time --stall --seed --seeds --threads --out --quiet "

@@ -1,6 +1,7 @@
 /* opts.c - flag parsing and the loading of --model / --graph shared by
  * subcommands (session/load.c does the loading). */
 #include "cli.h"
+#include "calib/calib.h"
 #include "cost/cost.h"
 
 #include <errno.h>
@@ -142,6 +143,7 @@ static const struct flag {
     {"--seed", FLAG_INT, offsetof(cli_opts, seed), NULL, NULL, NULL, 0, (double)INT64_MAX},
     {"--threads", FLAG_INT, offsetof(cli_opts, threads), NULL, NULL, NULL, 1, 256},
     {"--seeds", FLAG_INT, offsetof(cli_opts, seeds), NULL, NULL, NULL, 1, SESSION_MAX_SEEDS},
+    {"--rounds", FLAG_INT, offsetof(cli_opts, rounds), NULL, NULL, NULL, 1, CALIB_MAX_ROUNDS},
     {"--steps", FLAG_INT, offsetof(cli_opts, steps), NULL, NULL, NULL, 1, 1000000},
     {"--stall", FLAG_INT, offsetof(cli_opts, stall), NULL, NULL, NULL, 1, 100000000},
     {"--budget", FLAG_INT, offsetof(cli_opts, budget), NULL, NULL, NULL, 1, 100000000},

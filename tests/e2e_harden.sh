@@ -80,6 +80,8 @@ refused calibrate-no-folder "cannot write in folder 'nodir'" "$carve" calibrate 
 refused calibrate-mesh-alone "give --model or --graph too" "$carve" calibrate --out cal.json --mesh batch=2
 refused calibrate-bad-model "unknown" "$carve" calibrate --out cal.json --model gpt-nope
 refused calibrate-bad-mesh "batch" "$carve" calibrate --out cal.json --model gpt-tiny --mesh batch=16 --schedule dp:batch
+refused calibrate-no-rounds "--rounds must be an integer in 1..15, got '0'" "$carve" calibrate --out cal.json --rounds 0
+refused calibrate-many-rounds "--rounds must be an integer in 1..15, got '16'" "$carve" calibrate --out cal.json --rounds 16
 [ ! -e cal.json ] && ok_ || no_ "calibrate: a refused calibration wrote cal.json"
 
 # ---- faults: a full disk, a read-only folder; the target untouched, no temporary file left ----

@@ -183,8 +183,9 @@ if [ $mpi = 1 ]; then
     ok "run --plan on 4 MPI ranks" mpirun --oversubscribe --allow-run-as-root -n 4 "$carve" run --plan pg.json --backend mpi --steps 2
     has "run --plan on 4 MPI ranks" "check: passed"
 fi
-ok "calibrate --graph" "$carve" calibrate --graph "$fx/mlp-o14-train.onnx" --out hw.json --quiet
+ok "calibrate --graph" "$carve" calibrate --graph "$fx/mlp-o14-train.onnx" --out hw.json --quiet --rounds 2
 has "calibrate --graph" "mlp-o14-train.onnx"
+has "calibrate --graph --rounds 2: the medians of 2 rounds" "medians of 2 rounds"
 
 # shapes only for planning: an export whose external data is gone plans; its run is refused
 cp "$fx/external/mlp.onnx" ext.onnx

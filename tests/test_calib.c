@@ -340,15 +340,55 @@ static void test_table(const ir_graph *g)
     spmd_free(pm);
 }
 
+/* Rounds: each einsum's four times become their medians over the rounds
+ * (made-up times: one round slow on every entry, another on one entry
+ * only; the median is the undisturbed round's wherever one round is off). */
+static void test_median(const ir_graph *g)
+{
+    spmd_program *p = lower(g, "batch=2", "dp:batch");
+    calib_gemms s;
+    char err[256];
+    CHECKF(calib_collect_gemms(p, &s, err, sizeof err) == 0, "%s", err);
+    calib_gemm *r[3];
+    for (int k = 0; k < 3; k++) {
+        r[k] = malloc((size_t)s.n * sizeof *r[k]);
+        memcpy(r[k], s.g, (size_t)s.n * sizeof *r[k]);
+        for (int i = 0; i < s.n; i++) {
+            double t = 1e-6 * (i + 1), f = k == 1 ? 3.0 : k == 2 && i == 0 ? 0.25 : 1.0;
+            r[k][i].t_busy = 2 * t * f;
+            r[k][i].t_alone = t * f;
+            r[k][i].t_busy_in = 1.5 * t * f;
+            r[k][i].t_alone_in = 0.75 * t * f;
+        }
+    }
+    calib_gemms_median(&s, (const calib_gemm *const *)r, 3);
+    int ok = 1;
+    for (int i = 0; i < s.n; i++) {
+        double t = 1e-6 * (i + 1);
+        ok &= s.g[i].t_busy == 2 * t && s.g[i].t_alone == t && s.g[i].t_busy_in == 1.5 * t && s.g[i].t_alone_in == 0.75 * t;
+    }
+    CHECK(ok);
+    /* two rounds: the mean of the two */
+    calib_gemms_median(&s, (const calib_gemm *const *)r, 2);
+    CHECK(close_rel(s.g[1].t_busy, 2 * 2e-6 * 2.0, 1e-12));
+    for (int k = 0; k < 3; k++) free(r[k]);
+    calib_gemms_free(&s);
+    spmd_free(p);
+}
+
 /* The quick mode at a program's shapes measures every entry and writes a
- * valid profile (no time compared). */
+ * valid profile (no time compared), over two rounds; a round count out of
+ * 1..CALIB_MAX_ROUNDS is refused before anything is measured. */
 static void test_model_quick(const ir_graph *g)
 {
     char err[256];
     spmd_program *p = lower(g, "batch=2", "dp:batch");
     calib_gemms s;
     cost_hw hw;
-    CHECKF(calib_profile_model(&hw, 1, p, &s, "gpt-tiny", NULL, err, sizeof err) == 0, "%s", err);
+    CHECK(calib_profile_model(&hw, 1, 0, p, &s, "gpt-tiny", NULL, err, sizeof err) < 0 && strstr(err, "rounds"));
+    CHECK(calib_profile_model(&hw, 1, CALIB_MAX_ROUNDS + 1, p, &s, "gpt-tiny", NULL, err, sizeof err) < 0 && s.n == 0);
+    CHECKF(calib_profile_model(&hw, 1, 2, p, &s, "gpt-tiny", NULL, err, sizeof err) == 0, "%s", err);
+    CHECK(strstr(hw.source, "medians of 2 rounds") != NULL);
     CHECK(s.n > 1);
     int timed = 1;
     for (int i = 0; i < s.n; i++) timed &= s.g[i].t_busy > 0 && s.g[i].t_alone > 0;
@@ -371,6 +411,7 @@ int main(void)
         test_collect(g);
         test_apply(g);
         test_table(g);
+        test_median(g);
         test_model_quick(g);
     }
     ir_free(g);
