@@ -23,9 +23,24 @@
  * sequence tried again is not propagated again, and costs no step) and where
  * each climb ended (a climb that reaches a plan climbed from before stops:
  * the rest would repeat it); neither changes a plan priced or its order.
+ *
+ * With a budget of steps and several threads, the threads share the local
+ * search (a team, search_impl.h): each runs its own tree for its part of the
+ * tree's steps, then they exchange their kept plans (the best MCTS_TOP of all,
+ * thread 0's first among equals) and climb from them together, as one thread
+ * would, pricing the neighbours of the current plan side by side (thread i of
+ * the team the i-th of each round) and taking the results in the order one
+ * thread would have priced them; after a move, the round's later neighbours
+ * were of the plan left (their prices are kept; the climb goes on from the
+ * move).  Every thread takes every price into its table and its kept plans, so
+ * their climbs are the same; the team stops at a round when any thread says
+ * stop.  So the local search has the steps of all threads, not each its share.
+ * When every kept plan is climbed, the threads go on alone (kicks and their
+ * trees' simulations).
  */
 #include "search_impl.h"
 
+#include <assert.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -61,6 +76,31 @@ typedef struct mcts_climbed {
 
 #define MCTS_PATH 64 /* plans of one climb remembered (the moves of a longer climb after these are not) */
 
+/* A plan one thread of a team priced for the others, and what it says: */
+typedef struct mcts_found {
+    int stop;            /* 0, or 1 + the search_stop this thread stops with (then nothing priced) */
+    int cur, k, n_flat;  /* where the round starts (the same in every thread of the team) */
+    int priced;          /* a plan was priced (each thread of a round's neighbours): */
+    search_score score;
+    uint64_t key, seq, dropped; /* as mcts_seq (seq 0: not to be remembered) */
+    int n, a[SEARCH_MAX_PLAN + 1]; /* the plan as priced */
+} mcts_found;
+
+/* A thread's part of the team's area (search_team_area). */
+typedef struct mcts_member {
+    int present;            /* it brought its kept plans to the exchange */
+    int n_top;
+    mcts_plan top[MCTS_TOP];
+    mcts_found found[2];    /* by the parity of the round */
+} mcts_member;
+
+/* A result of a round, in the order one thread would price: neighbour k of flat[cur]. */
+typedef struct mcts_ahead {
+    int cur, k;
+    double reward;
+    int n, a[SEARCH_MAX_PLAN + 1];
+} mcts_ahead;
+
 typedef struct mcts {
     search_ctx *c;
     mcts_plan top[MCTS_TOP]; /* the best plans priced, best first */
@@ -82,6 +122,14 @@ typedef struct mcts {
     int climbed_cap, climbed_used;
     uint64_t path[MCTS_PATH]; /* the current climb's plans (their sequences' hashes) */
     int n_path;
+    /* the team (a budget of steps, several threads): 0 none, 1 may join, 2 in it, 3 left */
+    int team;
+    mcts_member *members;   /* search_team_area: one per thread */
+    int n_team, rank;       /* threads at the exchange; this one's place among them */
+    int *team_thread;       /* their thread indices, in order */
+    int round, team_stop;   /* rounds so far; the team has stopped */
+    mcts_ahead *ahead;      /* this round's results (n_team), taken in order from at */
+    int n_ahead, at;
 } mcts;
 
 static int node_for(search_ctx *c, uint64_t key)
@@ -238,18 +286,25 @@ static void mcts_sim(mcts *m)
     }
 }
 
-/* Keeps the current plan (just priced, reward r) among the best MCTS_TOP. */
-static void keep_top(mcts *m, double r)
+/* Keeps the plan a[0..n) (reward r, state hash key) among the best MCTS_TOP
+ * (after those of equal reward). */
+static void keep_plan(mcts *m, double r, uint64_t key, const int *a, int n)
 {
-    search_ctx *c = m->c;
-    uint64_t key = search_ctx_key(c);
     for (int i = 0; i < m->n_top; i++)
         if (m->top[i].key == key) return;
     if (m->n_top == MCTS_TOP && r <= m->top[MCTS_TOP - 1].reward) return;
     int i = m->n_top < MCTS_TOP ? m->n_top++ : MCTS_TOP - 1;
     for (; i > 0 && m->top[i - 1].reward < r; i--) m->top[i] = m->top[i - 1];
-    m->top[i] = (mcts_plan){r, key, 0, c->n_set, {0}};
-    memcpy(m->top[i].a, c->set, (size_t)c->n_set * sizeof(int));
+    m->top[i] = (mcts_plan){r, key, 0, n, {0}};
+    memcpy(m->top[i].a, a, (size_t)n * sizeof(int));
+}
+
+/* Keeps the current plan (just priced, reward r) among the best. */
+static void keep_top(mcts *m, double r)
+{
+    search_ctx *c = m->c;
+    uint64_t key = search_ctx_key(c);
+    keep_plan(m, r, key, c->set, c->n_set);
 }
 
 static mcts_seq *seq_slot(mcts *m, uint64_t seq)
@@ -275,17 +330,19 @@ static void seq_put(mcts *m, uint64_t seq, uint64_t key, uint64_t dropped)
     *e = (mcts_seq){seq, key, dropped};
 }
 
-/* Prices the plan a[0..n) (actions illegal where they come are left out) and
- * returns its reward; the plan is kept among the best.  A sequence tried
- * before is found again without propagating it (the same actions reach the
- * same state): a simulation, but no step (it costs a lookup). */
-static double try_plan(mcts *m, const int *a, int n)
+/* Prices the plan a[0..n) (actions illegal where they come are left out:
+ * bit i of *dropped; the plan as priced is the current one, c->set) and
+ * returns its score.  A sequence tried before is found again without
+ * propagating it (the same actions reach the same state): a simulation, but
+ * no step (it costs a lookup). */
+static search_score price_plan(mcts *m, const int *a, int n, uint64_t *dropped_out)
 {
     search_ctx *c = m->c;
     uint64_t seq = search_seq_hash(a, n), dropped = 0;
     const mcts_seq *known = m->seq_cap && n <= 64 ? seq_slot(m, seq) : NULL;
     search_ctx_start(c);
     if (known && known->seq == seq) {
+        dropped = known->dropped;
         for (int i = 0; i < n; i++)
             if (!(known->dropped >> i & 1)) c->set[c->n_set++] = a[i];
         c->key = known->key;
@@ -309,10 +366,19 @@ static double try_plan(mcts *m, const int *a, int n)
         }
     }
     int64_t since_new = c->since_new;
-    double r = search_ctx_eval(c)->reward;
+    search_score s = *search_ctx_eval(c);
     if (c->since_new) /* a neighbour priced before says nothing of the tree's exhaustion */
         c->since_new = since_new;
     if (!known && n <= 64) seq_put(m, seq, search_ctx_key(c), dropped);
+    *dropped_out = dropped;
+    return s;
+}
+
+/* Prices the plan a[0..n) (price_plan), keeps it among the best and returns its reward. */
+static double try_plan(mcts *m, const int *a, int n)
+{
+    uint64_t dropped;
+    double r = price_plan(m, a, n, &dropped).reward;
     keep_top(m, r);
     return r;
 }
@@ -460,11 +526,94 @@ static int enter_path(mcts *m, const mcts_plan *p, double *end)
     return found;
 }
 
+/* A round of a team's climb (m->team == 2): the next neighbours from
+ * neighbour k of flat[cur] on, in the order one thread would price them, one
+ * for each thread of the team, priced side by side (this thread the rank-th);
+ * every thread takes each result into its table, its remembered sequences and
+ * its kept plans, in that order, and into m->ahead.  Returns 1 (with
+ * res.stop the first stopping thread's reason) when a thread says stop. */
+static int team_round(mcts *m, int n_flat, int cur, int k)
+{
+    search_ctx *c = m->c;
+    int buf[SEARCH_MAX_PLAN + 2], plan[SEARCH_MAX_PLAN + 2], n_plan = -1;
+    m->n_ahead = m->at = 0;
+    while (m->n_ahead < m->n_team) {
+        int n = neighbour(c, &m->flat[cur], k, buf);
+        if (n < 0) {
+            if (++cur == n_flat) break;
+            k = 0;
+            continue;
+        }
+        if (m->n_ahead == m->rank) {
+            memcpy(plan, buf, (size_t)n * sizeof(int));
+            n_plan = n;
+        }
+        m->ahead[m->n_ahead].cur = cur;
+        m->ahead[m->n_ahead++].k = k++;
+    }
+    int parity = m->round++ & 1;
+    mcts_found *mine = &m->members[c->thread].found[parity];
+    mine->priced = 0;
+    mine->cur = m->ahead[0].cur, mine->k = m->ahead[0].k, mine->n_flat = n_flat;
+    mine->stop = search_ctx_stop(c) ? 1 + (int)c->res.stop : 0;
+    if (!mine->stop && n_plan >= 0) {
+        mine->score = price_plan(m, plan, n_plan, &mine->dropped);
+        mine->priced = 1;
+        mine->key = search_ctx_key(c);
+        mine->seq = n_plan <= 64 ? search_seq_hash(plan, n_plan) : 0;
+        mine->n = c->n_set;
+        memcpy(mine->a, c->set, (size_t)c->n_set * sizeof(int));
+    }
+    search_team_wait(c);
+    for (int i = 0; i < m->n_team; i++) {
+        const mcts_found *f = &m->members[m->team_thread[i]].found[parity];
+        assert(f->cur == mine->cur && f->k == mine->k && f->n_flat == n_flat); /* one climb */
+        int stop = f->stop;
+        if (stop) {
+            c->res.stop = (search_stop)(stop - 1);
+            m->team_stop = 1;
+            return 1;
+        }
+    }
+    for (int i = 0; i < m->n_ahead; i++) {
+        const mcts_found *f = &m->members[m->team_thread[i]].found[parity];
+        assert(f->priced);
+        if (i != m->rank) { /* priced by another thread: known here from now on */
+            search_entry *e = search_ctx_entry(c, f->key, 1);
+            if (!e->scored) {
+                e->scored = 1;
+                e->score = f->score;
+            }
+            if (f->seq) seq_put(m, f->seq, f->key, f->dropped);
+        }
+        keep_plan(m, f->score.reward, f->key, f->a, f->n);
+        m->ahead[i].reward = f->score.reward;
+        m->ahead[i].n = f->n;
+        memcpy(m->ahead[i].a, f->a, (size_t)f->n * sizeof(int));
+    }
+    return 0;
+}
+
+/* The team's price of neighbour k of flat[cur] (the next in order): its
+ * reward and the plan as priced; a round when none is left.  Returns 1 when
+ * the team stops. */
+static int team_next(mcts *m, int n_flat, int cur, int k, double *r, const int **set, int *n_set)
+{
+    if (m->at == m->n_ahead && team_round(m, n_flat, cur, k)) return 1;
+    const mcts_ahead *x = &m->ahead[m->at++];
+    assert(x->cur == cur && x->k == k);
+    *r = x->reward;
+    *set = x->a;
+    *n_set = x->n;
+    return 0;
+}
+
 /* Local search from `start`: moves to the first neighbour that improves,
  * until none does.  Neighbours as good as the plan (another order of the same
  * shardings, say) are searched from too, up to MCTS_PLATEAU of them, since the
  * better plan may be one move from them only.  A plan climbed from before
- * ends the climb where that one ended (the rest would be the same). */
+ * ends the climb where that one ended (the rest would be the same).  In a
+ * team, the neighbours are priced a round at a time (team_next). */
 static void climb_from(mcts *m, const mcts_plan *start)
 {
     search_ctx *c = m->c;
@@ -476,26 +625,36 @@ static void climb_from(mcts *m, const mcts_plan *start)
     int buf[SEARCH_MAX_PLAN + 2];
     double end = -1e300;
     m->n_path = 0;
+    m->n_ahead = m->at = 0;
     if (!enter_path(m, &flat[0], &end)) {
         for (int k = 0;; k++) {
-            if (search_ctx_stop(c)) return;
+            if (m->team != 2 && search_ctx_stop(c)) return;
             int n = neighbour(c, &flat[cur], k, buf);
             if (n < 0) {
                 if (++cur == n_flat) break;
                 k = -1;
                 continue;
             }
-            double r = try_plan(m, buf, n);
+            double r;
+            const int *set;
+            int n_set;
+            if (m->team == 2) {
+                if (team_next(m, n_flat, cur, k, &r, &set, &n_set)) return;
+            } else {
+                r = try_plan(m, buf, n);
+                set = c->set, n_set = c->n_set;
+            }
             if (r > flat[cur].reward) { /* move there: the plan as priced (illegal actions left out) */
                 flat[0].reward = r;
-                flat[0].n = c->n_set;
-                memcpy(flat[0].a, c->set, (size_t)c->n_set * sizeof(int));
+                flat[0].n = n_set;
+                memcpy(flat[0].a, set, (size_t)n_set * sizeof(int));
                 n_flat = 1, cur = 0, k = -1;
+                m->n_ahead = m->at = 0; /* a team's round was of the plan left */
                 if (enter_path(m, &flat[0], &end)) break;
-            } else if (r == flat[cur].reward && n_flat <= MCTS_PLATEAU && !seen_plan(flat, n_flat, c->set, c->n_set)) {
+            } else if (r == flat[cur].reward && n_flat <= MCTS_PLATEAU && !seen_plan(flat, n_flat, set, n_set)) {
                 flat[n_flat] = flat[cur];
-                flat[n_flat].n = c->n_set;
-                memcpy(flat[n_flat++].a, c->set, (size_t)c->n_set * sizeof(int));
+                flat[n_flat].n = n_set;
+                memcpy(flat[n_flat++].a, set, (size_t)n_set * sizeof(int));
             }
         }
         if (end == -1e300) end = flat[0].reward;
@@ -503,6 +662,32 @@ static void climb_from(mcts *m, const mcts_plan *start)
     remember_climb(m, end);
     for (int i = 0; i < m->n_top; i++) /* a local optimum: no start again from it */
         if (m->top[i].reward == end) m->top[i].climbed = 1;
+}
+
+/* The team's start (at the local search's): every thread brings its kept
+ * plans; each then keeps the best MCTS_TOP of all (in thread order, so
+ * thread 0's first among equals), the same in every thread. */
+static void team_join(mcts *m)
+{
+    search_ctx *c = m->c;
+    int threads = c->shared->threads;
+    m->members = search_team_area(c, (size_t)threads * sizeof *m->members);
+    mcts_member *me = &m->members[c->thread];
+    me->n_top = m->n_top;
+    memcpy(me->top, m->top, sizeof m->top);
+    me->present = 1;
+    search_team_wait(c);
+    m->team_thread = ir_xcalloc((size_t)threads, sizeof *m->team_thread);
+    m->ahead = ir_xcalloc((size_t)threads, sizeof *m->ahead);
+    m->n_top = 0;
+    for (int t = 0; t < threads; t++) {
+        const mcts_member *o = &m->members[t];
+        if (!o->present) continue;
+        if (t == c->thread) m->rank = m->n_team;
+        m->team_thread[m->n_team++] = t;
+        for (int i = 0; i < o->n_top; i++) keep_plan(m, o->top[i].reward, o->top[i].key, o->top[i].a, o->top[i].n);
+    }
+    m->team = 2;
 }
 
 static int mcts_run(search_ctx *c, char *err, size_t errlen)
@@ -514,13 +699,23 @@ static int mcts_run(search_ctx *c, char *err, size_t errlen)
      * plans (which then gives it a patience of its own) */
     m.climb_start = c->b->simulations > 0 ? (1 - MCTS_CLIMB) * (double)c->b->simulations : 1e300;
     c->two_phase = 1;
+    m.team = search_team_possible(c);
     node_for(c, c->root_key);
     while (!search_ctx_stop(c)) {
         if (c->nodes[0].done) {
             c->res.stop = STOP_EXHAUSTED;
             break;
         }
-        if (!c->second && (search_ctx_steps(c) >= m.climb_start || search_ctx_stalled(c))) search_ctx_second_phase(c);
+        if (!c->second && (search_ctx_steps(c) >= m.climb_start || search_ctx_stalled(c))) {
+            search_ctx_second_phase(c);
+            if (m.team == 1) { /* the threads climb from their best plans together, then go on alone */
+                team_join(&m);
+                while (!m.team_stop && climb(&m)) {}
+                search_team_leave(c);
+                m.team = 3;
+                if (m.team_stop) break;
+            }
+        }
         /* the local search around the best plans; when every kept plan is a
          * local optimum, a kick or (as likely) a simulation of the tree, whose
          * new good plans are climbed from in turn */
@@ -533,6 +728,9 @@ static int mcts_run(search_ctx *c, char *err, size_t errlen)
         }
         mcts_sim(&m);
     }
+    if (m.team == 1) search_team_leave(c); /* stopped before the local search: the team goes on without it */
+    free(m.team_thread);
+    free(m.ahead);
     free(m.amaf_max);
     free(m.amaf_n);
     free(m.seqs);

@@ -473,6 +473,46 @@ int search_ctx_stop(search_ctx *c)
     return 0;
 }
 
+/* ---- teams (search_impl.h) ---------------------------------------------- */
+
+void *search_team_area(search_ctx *c, size_t bytes)
+{
+    search_shared *sh = c->shared;
+    pthread_mutex_lock(&sh->mu);
+    if (!sh->team_area) sh->team_area = ir_xcalloc(1, bytes);
+    void *area = sh->team_area;
+    pthread_mutex_unlock(&sh->mu);
+    return area;
+}
+
+/* The barrier is passed (under mu). */
+static void team_pass(search_shared *sh)
+{
+    sh->team_arrived = 0;
+    sh->team_generation++;
+    pthread_cond_broadcast(&sh->team_cv);
+}
+
+void search_team_wait(search_ctx *c)
+{
+    search_shared *sh = c->shared;
+    pthread_mutex_lock(&sh->mu);
+    int64_t gen = sh->team_generation;
+    if (++sh->team_arrived >= sh->team_members) team_pass(sh);
+    else
+        while (sh->team_generation == gen) pthread_cond_wait(&sh->team_cv, &sh->mu);
+    pthread_mutex_unlock(&sh->mu);
+}
+
+void search_team_leave(search_ctx *c)
+{
+    search_shared *sh = c->shared;
+    pthread_mutex_lock(&sh->mu);
+    sh->team_members--;
+    if (sh->team_arrived && sh->team_arrived >= sh->team_members) team_pass(sh);
+    pthread_mutex_unlock(&sh->mu);
+}
+
 /* ---- driver ------------------------------------------------------------- */
 
 int search_apply_plan(shard_state *st, const shard_groups *gs, const search_action *a, int n)
@@ -671,11 +711,13 @@ int search_run(const search_algo *algo, const shard_state *prefix, const shard_g
     per.patience_ops = -1;
     search_ctx *cs = ir_xcalloc((size_t)threads, sizeof *cs);
     int rc = 0;
-    search_shared shared = {.threads = threads, .best_reward = -1e300, .gain_reward = -1e300};
+    search_shared shared = {.threads = threads, .best_reward = -1e300, .gain_reward = -1e300,
+                            .team = threads > 1, .team_members = threads};
     shared.sync = threads > 1 && (b->stall > 0 || b->converge);
     shared.slot = ir_xcalloc((size_t)threads, sizeof *shared.slot);
     pthread_mutex_init(&shared.mu, NULL);
     pthread_cond_init(&shared.cv, NULL);
+    pthread_cond_init(&shared.team_cv, NULL);
     double t0 = now();
     int n_starts = 1 + per.n_seeds;
     start_plan *sp = ir_xcalloc((size_t)n_starts, sizeof *sp);
@@ -693,9 +735,9 @@ int search_run(const search_algo *algo, const shard_state *prefix, const shard_g
             shared.best_start = sp[k].score.step_time;
     }
 #pragma omp parallel num_threads(threads)
-    { /* epochs need every thread at once: with fewer (nested, limits) the threads decide alone */
+    { /* epochs and teams need every thread at once: with fewer (nested, limits) the threads decide alone */
 #pragma omp single
-        if (omp_get_num_threads() < threads) shared.sync = 0;
+        if (omp_get_num_threads() < threads) shared.sync = shared.team = 0;
 #pragma omp for schedule(static, 1)
         for (int t = 0; t < threads; t++) {
             char terr[256] = "";
@@ -713,8 +755,10 @@ int search_run(const search_algo *algo, const shard_state *prefix, const shard_g
     }
     free(sp);
     free(shared.slot);
+    free(shared.team_area);
     pthread_mutex_destroy(&shared.mu);
     pthread_cond_destroy(&shared.cv);
+    pthread_cond_destroy(&shared.team_cv);
     merge(cs, threads, res);
     int n_actions = gs->n * prefix->mesh.n_axes, w = 0; /* root width: legal actions on the prefix */
     for (int a = 0; a < n_actions; a++)

@@ -26,8 +26,9 @@
  * The evaluator is a callback so search does not depend on how plans are
  * priced: the command plugs in the cost model, tests plug in small functions.
  * Determinism: for a given seed, budget in steps and thread count, the result
- * is the same (threads run independent trees, PCG32 stream = thread; with the
- * stall or converge rule they decide together at epochs, search_impl.h).
+ * is the same (threads run independent trees, PCG32 stream = thread; with a
+ * budget of steps they share MCTS's local search as a team, and with the stall
+ * or converge rule they decide together at epochs, search_impl.h).
  */
 #ifndef CARVE_SEARCH_H
 #define CARVE_SEARCH_H

@@ -79,6 +79,12 @@ typedef struct search_shared {
     int stop;                  /* 0, or 1 + the search_stop every thread stops with */
     search_score best;         /* every thread's best so far (under mu), for the progress line */
     double best_start;         /* the best fitting seed's step time (0: none) */
+    /* the team (search_team_wait): threads that work on one part of a search together */
+    int team;                  /* 1: the threads may (several threads, each on its own OS thread) */
+    int team_members, team_arrived;
+    int64_t team_generation;
+    pthread_cond_t team_cv;
+    void *team_area;           /* search_team_area's, freed by the driver */
 } search_shared;
 
 typedef struct search_ctx {
@@ -171,5 +177,26 @@ void search_ctx_second_phase(search_ctx *c);
 /* 1 when the budget, time, target, stall, converge rule or an interrupt says
  * stop (sets res.stop); calls the progress callback about every 0.1 s. */
 int search_ctx_stop(search_ctx *c);
+
+/* A team: with a budget of steps (no epochs: search_shared.sync is 0), the
+ * threads of a search may work on one part of it together, as MCTS's local
+ * search does (search/mcts.c): they meet at barriers (search_team_wait) and
+ * exchange what they found through one shared area.  Every thread is a
+ * member until it calls search_team_leave (once: when it is done with the
+ * team, or returns without having joined it), so a thread that stops early
+ * never leaves the others waiting.  What a thread brings to a barrier must
+ * depend only on its own work, so the search stays the same in every run. */
+/* 1 when this search's threads may form a team. */
+static inline int search_team_possible(const search_ctx *c)
+{
+    return c->shared->team && !c->shared->sync && c->b->simulations > 0;
+}
+/* The team's shared area of `bytes` bytes (zeroed; the first call allocates
+ * it, every later call returns the same; freed by the driver). */
+void *search_team_area(search_ctx *c, size_t bytes);
+/* Waits until every member has arrived (or left). */
+void search_team_wait(search_ctx *c);
+/* Leaves the team: the others no longer wait for this thread. */
+void search_team_leave(search_ctx *c);
 
 #endif

@@ -85,6 +85,13 @@ static void against_exhaustive_ev(const char *model, const char *mesh_text, int 
     }
     printf("%s on %s (%s, depth %d): %d groups, %lld states enumerated, MCTS found the optimum in %d of %d seeds\n",
            model, mesh_text, label, depth, gs->n, (long long)ex.evaluations, found, seeds);
+    if (ex.evaluations <= 200) { /* a small space: two threads' trees priced through long before their local
+                                  * search, so neither joins the team (search/mcts.c), and neither waits for it */
+        search_budget tb = {.simulations = 100000, .seed = 1, .threads = 2, .max_depth = depth};
+        search_result r;
+        CHECK(search_run(&search_mcts, prefix, gs, &ev, &tb, &r, err, sizeof err) == 0 && r.stop == STOP_EXHAUSTED &&
+              r.best.reward >= ex.best.reward * (1 - 1e-12));
+    }
     if (ev.cfg == &pr) autopart_pricer_free(&pr);
     CHECKF(found >= seeds - (seeds >= 10 ? 1 : 0), "%s %s: optimum in %d of %d seeds", model, mesh_text, found, seeds);
     shard_groups_free(gs);
@@ -117,6 +124,23 @@ static void determinism_and_budgets(void)
     CHECK(search_run(&search_mcts, prefix, gs, &proxy, &b, &r3, err, sizeof err) == 0);
     CHECK(r2.n_actions == r3.n_actions && !memcmp(r2.actions, r3.actions, sizeof r2.actions) &&
           r2.evaluations == r3.evaluations && r2.simulations == r3.simulations && r2.steps >= 150 && r2.steps < 152);
+    /* with a budget, the threads share MCTS's local search (a team: they meet at barriers, search/mcts.c): the
+     * same search in every run for two and three threads, never more steps than their shares */
+    for (int threads = 2; threads <= 3; threads++) {
+        search_budget tb = {.simulations = 600, .seed = 5, .threads = threads};
+        CHECK(search_run(&search_mcts, prefix, gs, &proxy, &tb, &r2, err, sizeof err) == 0);
+        CHECK(search_run(&search_mcts, prefix, gs, &proxy, &tb, &r3, err, sizeof err) == 0);
+        CHECKF(r2.n_actions == r3.n_actions && !memcmp(r2.actions, r3.actions, sizeof r2.actions) &&
+                   r2.best.reward == r3.best.reward && r2.evaluations == r3.evaluations &&
+                   r2.simulations == r3.simulations && r2.hits == r3.hits && r2.stop == r3.stop,
+               "%d threads: %lld/%lld priced, %lld/%lld simulations, rewards %.17g/%.17g", threads,
+               (long long)r2.evaluations, (long long)r3.evaluations, (long long)r2.simulations,
+               (long long)r3.simulations, r2.best.reward, r3.best.reward);
+        int per = (600 + threads - 1) / threads;
+        CHECKF(r2.stop == STOP_BUDGET && r2.steps < threads * (per + 1), "%d threads: %.2f steps, stop %s", threads,
+               r2.steps, search_stop_name(r2.stop));
+        printf("gpt-tiny, 600 steps on %d threads: %.2f steps, reward %.6g\n", threads, r2.steps, r2.best.reward);
+    }
     /* stall stops early (after MCTS's local search had its own patience) */
     search_budget st = {.simulations = 100000, .stall = 50, .seed = 3, .threads = 1};
     CHECK(search_run(&search_mcts, prefix, gs, &proxy, &st, &r3, err, sizeof err) == 0 && r3.stop == STOP_STALLED);
@@ -125,7 +149,7 @@ static void determinism_and_budgets(void)
     CHECK(search_run(&search_mcts, prefix, gs, &proxy, &bad, &r3, err, sizeof err) < 0 && strstr(err, "budget"));
     search_budget none = {.threads = 1};
     CHECK(search_run(&search_mcts, prefix, gs, &proxy, &none, &r3, err, sizeof err) < 0 && strstr(err, "budget"));
-    /* interruption returns the best so far */
+    /* interruption returns the best so far (with two threads: none waits for the other) */
     search_interrupted = 1;
     CHECK(search_run(&search_mcts, prefix, gs, &proxy, &b, &r3, err, sizeof err) == 0 && r3.stop == STOP_INTERRUPTED);
     search_interrupted = 0;
