@@ -127,9 +127,12 @@ int ox_slice_params(ox_ctx *c, const Onnx__NodeProto *n, int rank, const int64_t
             b = clamp(b, -1, d - 1);
             f = clamp(f, -1, d - 1);
         }
+        /* a step of the dim or more takes the start alone, as a step of the
+         * dim does: kept to that, so that no product of a step overflows */
+        int64_t most = d > 1 ? d : 1;
         start[a] = b;
         end[a] = f;
-        step[a] = k;
+        step[a] = clamp(k, -most, most);
     }
     return 0;
 }

@@ -518,6 +518,30 @@ static void test_frozen(void)
     ir_free(g);
 }
 
+/* Slices whose steps are far beyond their dim (tests/onnx/regress/slice_step.py:
+ * 2^62 on an input, -2^63 on a folded constant; fuzz_onnx found such a step
+ * overflowing the folded slice's strides) take their start alone. */
+static void test_slice_steps(void)
+{
+    char path[600], err[1024];
+    snprintf(path, sizeof path, "%s/tests/onnx/regress/slice_step.onnx", root());
+    onnx_options o = {.weights = 1, .outputs = 1, .frozen = "C"}; /* C constant: its slice folds */
+    ir_graph *g = onnx_import(path, &o, NULL, err, sizeof err);
+    CHECKF(g != NULL, "%s", err);
+    int y = g ? ir_find(g, "y") : -1, cs = -1;
+    CHECKF(y >= 0 && g->values[y].rank == 2 && g->values[y].dims[0] == 4 && g->values[y].dims[1] == 1, "y not [4, 1]");
+    for (int v = 0; g && v < g->n_values; v++)
+        if (ir_data(g, v) && g->values[v].rank == 2 && g->values[v].dims[1] == 1) cs = v;
+    const float *c = cs >= 0 ? ir_data(g, cs) : NULL; /* C's last column, folded */
+    CHECKF(c && c[0] == 5 && c[1] == 11 && c[2] == 17 && c[3] == 23, "folded slice: %g %g", c ? c[0] : -1.0, c ? c[3] : -1.0);
+    ir_free(g);
+    o.frozen = NULL; /* C a param: both slices are ops (a gather of one column each) */
+    g = onnx_import(path, &o, NULL, err, sizeof err);
+    y = g ? ir_find(g, "y") : -1;
+    CHECKF(y >= 0 && g->values[y].rank == 2 && g->values[y].dims[0] == 4 && g->values[y].dims[1] == 1, "%s", g ? "y not [4, 1]" : err);
+    ir_free(g);
+}
+
 /* The heads layout (onnx/layout.c): LLaMA's q, k, v and o projections are
  * held split as their one reshape splits them, no reshape of a param is
  * left, the file's shapes are recorded and survive the graph JSON, the
@@ -663,6 +687,7 @@ int main(int argc, char **argv)
     if (argc == 5 && !strcmp(argv[1], "--mpi")) return mpi_main(argv[2], argv[3], argv[4]);
     test_errors();
     test_frozen();
+    test_slice_steps();
     test_heads_layout();
     for (size_t i = 0; i < sizeof families / sizeof families[0]; i++)
         for (size_t o = 0; o < sizeof opsets / sizeof opsets[0]; o++)
