@@ -990,7 +990,7 @@ int calib_profile_model(cost_hw *hw, int quick, int rounds, const spmd_program *
      * profile */
     cal_raw raw[CALIB_MAX_ROUNDS];
     calib_gemm *times[CALIB_MAX_ROUNDS] = {0};
-    double calls[CALIB_MAX_ROUNDS], elem_alone;
+    double elem_alone;
     for (int r = 0; r < rounds && rc == 0; r++) {
         if (rounds > 1) say(log, "  round %d of %d:\n", r + 1, rounds);
         rc = measure_round(&raw[r], cores, quick, log, err, errlen);
@@ -999,8 +999,6 @@ int calib_profile_model(cost_hw *hw, int quick, int rounds, const spmd_program *
         if (rc == 0 && !(times[r] = malloc((size_t)(model->n ? model->n : 1) * sizeof *times[r])))
             rc = ir_errf(err, errlen, "calibrate: out of memory");
         if (rc == 0) memcpy(times[r], model->g, (size_t)model->n * sizeof *times[r]);
-        calls[r] = calib_gemm_call(cores, quick);
-        if (rc == 0 && rounds > 1) say(log, "  the model's einsums timed, GEMM call %.2f us\n", calls[r] * 1e6);
     }
     cal_raw m;
     if (rc == 0) raw_median(raw, rounds, &m);
@@ -1008,7 +1006,7 @@ int calib_profile_model(cost_hw *hw, int quick, int rounds, const spmd_program *
     if (rc == 0 && p) {
         calib_gemms_median(model, (const calib_gemm *const *)times, rounds);
         print_gemms(model, cores, rounds, log);
-        rc = apply_model(hw, p, model, median(calls, rounds), elem_alone, what, quick, rounds, log, err, errlen);
+        rc = apply_model(hw, p, model, m.call, elem_alone, what, quick, rounds, log, err, errlen); /* the rounds' GEMM call */
     }
     for (int r = 0; r < rounds; r++) free(times[r]);
     return rc;
