@@ -1,6 +1,7 @@
 /* experts.c - see experts.h. */
 #include "autopart/experts.h"
 
+#include <omp.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -18,14 +19,19 @@ static void add_tactics(char *text, size_t n, const char *kind, unsigned mask, c
         }
 }
 
-/* Applies schedule `text` on a copy of base and prices it into ex. */
-static void price_expert(const ir_graph *g, const shard_mesh *mesh, const shard_state *base, autopart_pricer *pr,
-                         const char *text, autopart_expert *ex)
+/* Makes ex the row of schedule `text`, to be priced (price_expert). */
+static void name_expert(autopart_expert *ex, const char *text)
 {
-    schedule sc;
-    char err[256];
     memset(ex, 0, sizeof *ex);
     snprintf(ex->schedule, sizeof ex->schedule, "%s", text);
+}
+
+/* Applies ex's schedule (name_expert) on a copy of base and prices it into ex. */
+static void price_expert(const shard_mesh *mesh, const shard_state *base, autopart_pricer *pr, autopart_expert *ex)
+{
+    schedule sc;
+    char err[256], text[sizeof ex->schedule];
+    snprintf(text, sizeof text, "%s", ex->schedule);
     if (sched_parse(text, mesh, &sc, err, sizeof err) < 0) {
         snprintf(ex->why, sizeof ex->why, "%s", err);
         return;
@@ -94,8 +100,8 @@ static int spatial_group(const shard_state *base, int *value, int *dim)
  * in e (every subset of the mesh's axes), `rest` over the others.  Edge
  * sharding (the edge index's group, ZeRO-3 over the rest) and spatial tiling
  * (an image's rows, data parallel over the rest). */
-static int add_group_experts(const ir_graph *g, const shard_mesh *mesh, const shard_state *base, autopart_pricer *pr,
-                             unsigned all, int value, int dim, const char *rest, autopart_expert *out)
+static int add_group_experts(const ir_graph *g, const shard_mesh *mesh, unsigned all, int value, int dim, const char *rest,
+                             autopart_expert *out)
 {
     int n = 0;
     char text[160], tac[96];
@@ -109,7 +115,7 @@ static int add_group_experts(const ir_graph *g, const shard_mesh *mesh, const sh
                 snprintf(text + k, sizeof text - k, "%s%s:%s", k ? "," : "", tac, mesh->names[a]);
             }
         add_tactics(text, sizeof text, rest, all & ~e, mesh);
-        price_expert(g, mesh, base, pr, text, &out[n++]);
+        name_expert(&out[n++], text);
     }
     return n;
 }
@@ -123,11 +129,9 @@ static unsigned expert_axes(const shard_mesh *mesh, const shard_state *base)
     return all;
 }
 
-int autopart_experts(const ir_graph *g, const shard_mesh *mesh, const shard_state *base, autopart_pricer *pr,
-                 autopart_expert **out)
+/* The rows of autopart_experts, named, not priced yet; returns how many. */
+static int list_experts(const ir_graph *g, const shard_mesh *mesh, const shard_state *base, autopart_expert **out)
 {
-    shard_state *own = base ? NULL : shard_state_new(g, mesh); /* the experts' states share its rules and groups */
-    if (!base) base = own;
     unsigned all = expert_axes(mesh, base);
     int cap = 7 << mesh->n_axes, n = 0;
     autopart_expert *ex = ir_xcalloc((size_t)cap + 1, sizeof *ex);
@@ -144,7 +148,7 @@ int autopart_experts(const ir_graph *g, const shard_mesh *mesh, const shard_stat
             add_tactics(text, sizeof text, "megatron", m, mesh);
             if (variant == 2) add_tactics(text, sizeof text, "zero3", d, mesh);
             if (!text[0]) continue; /* a mesh of size-1 axes */
-            price_expert(g, mesh, base, pr, text, &ex[n++]);
+            name_expert(&ex[n++], text);
         }
     }
     /* expert parallelism where the graph routes tokens to experts: the
@@ -161,23 +165,20 @@ int autopart_experts(const ir_graph *g, const shard_mesh *mesh, const shard_stat
                 add_tactics(text, sizeof text, "ep", e, mesh);
                 add_tactics(text, sizeof text, "megatron", all & ~e, mesh);
                 if (variant) add_tactics(text, sizeof text, "zero3", e, mesh);
-                price_expert(g, mesh, base, pr, text, &ex[n]);
+                name_expert(&ex[n], text);
                 snprintf(ex[n++].what, sizeof ex->what, "expert parallelism");
             }
         }
     int ids = edge_index_input(g), sv, sd;
-    if (ids >= 0) n += add_group_experts(g, mesh, base, pr, all, ids, 0, "zero3", ex + n);
-    if (spatial_group(base, &sv, &sd)) n += add_group_experts(g, mesh, base, pr, all, sv, sd, "dp", ex + n);
-    shard_state_free(own);
+    if (ids >= 0) n += add_group_experts(g, mesh, all, ids, 0, "zero3", ex + n);
+    if (spatial_group(base, &sv, &sd)) n += add_group_experts(g, mesh, all, sv, sd, "dp", ex + n);
     *out = ex;
     return n;
 }
 
-int autopart_zero_experts(const ir_graph *g, const shard_mesh *mesh, const shard_state *base, autopart_pricer *pr,
-                      autopart_expert **out)
+/* The rows of autopart_zero_experts, named, not priced yet; returns how many. */
+static int list_zero_experts(const ir_graph *g, const shard_mesh *mesh, const shard_state *base, autopart_expert **out)
 {
-    shard_state *own = base ? NULL : shard_state_new(g, mesh); /* as in autopart_experts */
-    if (!base) base = own;
     unsigned all = expert_axes(mesh, base);
     int states = 0, n = 0;
     for (int v = 0; v < g->n_values; v++) states |= g->values[v].role == IR_OPT_STATE;
@@ -188,11 +189,76 @@ int autopart_zero_experts(const ir_graph *g, const shard_mesh *mesh, const shard
             text[0] = 0;
             add_tactics(text, sizeof text, stage == 1 ? "zero1" : "zero2", d, mesh);
             add_tactics(text, sizeof text, "megatron", all & ~d, mesh);
-            price_expert(g, mesh, base, pr, text, &ex[n++]);
+            name_expert(&ex[n++], text);
         }
-    shard_state_free(own);
     *out = ex;
     return n;
+}
+
+/* Prices ex[0..n) (price_expert) on `threads` threads side by side: the
+ * calling thread with pr, each other one with a pricer of pr's settings
+ * (autopart_pricer_init_like), whose rows' per-layer and per-instruction
+ * arrays are NULL (they would point into a freed workspace).  A price is a
+ * pure function of the plan, so the rows are the same on any number of
+ * threads. */
+static void price_all(const shard_mesh *mesh, const shard_state *base, autopart_pricer *pr, autopart_expert *ex, int n,
+                      int threads)
+{
+    if (threads <= 1 || n < 2) {
+        for (int i = 0; i < n; i++) price_expert(mesh, base, pr, &ex[i]);
+        return;
+    }
+#pragma omp parallel num_threads(threads < n ? threads : n)
+    {
+        int own = omp_get_thread_num() > 0;
+        autopart_pricer copy, *p = pr;
+        if (own) {
+            autopart_pricer_init_like(&copy, pr, base->g);
+            p = &copy;
+        }
+#pragma omp for schedule(dynamic, 1)
+        for (int i = 0; i < n; i++) {
+            price_expert(mesh, base, p, &ex[i]);
+            if (own) ex[i].e.layer_compute = ex[i].e.layer_comm = ex[i].e.layer_wire = ex[i].e.instr_time = NULL;
+        }
+        if (own) autopart_pricer_free(&copy);
+    }
+}
+
+int autopart_experts(const ir_graph *g, const shard_mesh *mesh, const shard_state *base, autopart_pricer *pr,
+                     autopart_expert **out)
+{
+    shard_state *own = base ? NULL : shard_state_new(g, mesh); /* the experts' states share its rules and groups */
+    int n = list_experts(g, mesh, base ? base : own, out);
+    price_all(mesh, base ? base : own, pr, *out, n, 1);
+    shard_state_free(own);
+    return n;
+}
+
+int autopart_zero_experts(const ir_graph *g, const shard_mesh *mesh, const shard_state *base, autopart_pricer *pr,
+                          autopart_expert **out)
+{
+    shard_state *own = base ? NULL : shard_state_new(g, mesh); /* as in autopart_experts */
+    int n = list_zero_experts(g, mesh, base ? base : own, out);
+    price_all(mesh, base ? base : own, pr, *out, n, 1);
+    shard_state_free(own);
+    return n;
+}
+
+int autopart_all_experts(const ir_graph *g, const shard_mesh *mesh, const shard_state *base, autopart_pricer *pr,
+                         int threads, autopart_expert **out)
+{
+    shard_state *own = base ? NULL : shard_state_new(g, mesh); /* as in autopart_experts */
+    if (!base) base = own;
+    autopart_expert *ex, *zero;
+    int n = list_experts(g, mesh, base, &ex), nz = list_zero_experts(g, mesh, base, &zero);
+    ex = ir_xrealloc(ex, (size_t)(n + nz + 1) * sizeof *ex);
+    memcpy(ex + n, zero, (size_t)nz * sizeof *zero);
+    free(zero);
+    price_all(mesh, base, pr, ex, n + nz, threads);
+    shard_state_free(own);
+    *out = ex;
+    return n + nz;
 }
 
 void autopart_experts_free(autopart_expert *ex, int n)

@@ -46,6 +46,13 @@ int autopart_experts(const ir_graph *g, const shard_mesh *mesh, const shard_stat
  * states (SGD).  As autopart_experts otherwise. */
 int autopart_zero_experts(const ir_graph *g, const shard_mesh *mesh, const shard_state *base, autopart_pricer *pr,
                       autopart_expert **out);
+/* autopart_experts' rows, then autopart_zero_experts', in one array, priced
+ * on `threads` threads side by side (the calling thread's with pr, the
+ * others' with pricers of pr's settings; their rows' per-layer and
+ * per-instruction arrays are NULL): the same rows and prices as the two
+ * calls.  Returns how many. */
+int autopart_all_experts(const ir_graph *g, const shard_mesh *mesh, const shard_state *base, autopart_pricer *pr,
+                         int threads, autopart_expert **out);
 void autopart_experts_free(autopart_expert *ex, int n);
 /* The fitting expert with the shortest step time, or -1. */
 int autopart_best_expert(const autopart_expert *ex, int n);

@@ -33,19 +33,13 @@ int autopart_step_search(autopart_step *s, const search_algo *algo, const search
     return autopart_step_search_seeds(s, algo, b, 1, NULL, err, errlen);
 }
 
-/* The expert schedules and the ZeRO-1/2 ones priced on s->prefix, and those
+/* The expert schedules and the ZeRO-1/2 ones priced on s->prefix (on the
+ * budget's threads side by side), and those
  * that apply made the seeds of s->b (a copy of b), their prices the seeds'
  * scores. */
 static void price_experts(autopart_step *s, const search_budget *b)
 {
-    const shard_mesh *mesh = &s->prefix->mesh;
-    autopart_expert *zero = NULL;
-    s->n_ex = autopart_experts(s->g, mesh, s->prefix, &s->pr, &s->ex);
-    int nz = autopart_zero_experts(s->g, mesh, s->prefix, &s->pr, &zero);
-    s->ex = ir_xrealloc(s->ex, (size_t)(s->n_ex + nz + 1) * sizeof *s->ex);
-    memcpy(s->ex + s->n_ex, zero, (size_t)nz * sizeof *zero); /* the states move with the rows */
-    s->n_ex += nz;
-    free(zero);
+    s->n_ex = autopart_all_experts(s->g, &s->prefix->mesh, s->prefix, &s->pr, b->threads, &s->ex);
     if (s->pr.piped && s->pr.pipe.split_auto) { /* the search prices the best expert's balanced split */
         int best = -1;
         for (int i = 0; i < s->n_ex; i++)

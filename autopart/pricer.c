@@ -18,6 +18,22 @@ int autopart_pricer_init(autopart_pricer *pr, const cost_hw *hw, const cost_opti
     return 0;
 }
 
+void autopart_pricer_init_like(autopart_pricer *pr, const autopart_pricer *base, const ir_graph *g)
+{
+    memset(pr, 0, sizeof *pr);
+    pr->hw = base->hw;
+    pr->opt = base->opt;
+    pr->baseline = base->baseline;
+    pr->replicated = base->replicated;
+    pr->gather_auto = base->gather_auto;
+    pr->piped = base->piped;
+    pr->pipe = base->pipe;
+    pr->pipe_balance = base->pipe_balance;
+    pr->pipe_fixed = base->pipe_fixed;
+    pr->pipe_search = base->pipe_search;
+    pr->ws = cost_ws_new(g);
+}
+
 void autopart_pricer_free(autopart_pricer *pr)
 {
     cost_ws_free(pr->ws);

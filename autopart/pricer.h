@@ -58,6 +58,11 @@ typedef struct autopart_pricer {
 int autopart_pricer_init(autopart_pricer *pr, const cost_hw *hw, const cost_options *opt, shard_state *scratch, char *err,
                      size_t errlen);
 void autopart_pricer_free(autopart_pricer *pr);
+/* A pricer of base's settings (profile, options, baseline, gather and
+ * pipeline choices) with a workspace of its own for graph g, so another
+ * thread can price plans of base's step as base would.  Free with
+ * autopart_pricer_free. */
+void autopart_pricer_init_like(autopart_pricer *pr, const autopart_pricer *base, const ir_graph *g);
 /* Makes pr price pipelined plans under spec (a copy is kept; split_auto:
  * balanced as above) and prices the baseline again: the pipelined plan with
  * nothing else sharded, on scratch (reset, then the axis reserved).

@@ -37,6 +37,17 @@
  * stop.  So the local search has the steps of all threads, not each its share.
  * When every kept plan is climbed, the threads go on alone (kicks and their
  * trees' simulations).
+ *
+ * A thread of a team that waits for the others (at the team's start, where
+ * the faster tree's thread waits for the slower, or at a round) prices ahead:
+ * the plans the team's climb is likely to price next (at the start, the climb
+ * from the best plan kept by all the threads as they stand; at a round, the
+ * climb's next neighbours), into the team's cache (mcts_spec).  A thread whose
+ * climb then prices one of them takes its price from there instead of
+ * propagating and pricing it, and counts it as priced then.  A plan's price is
+ * a pure function of the plan, so what the search decides, its counts and its
+ * plan are the same whatever was priced ahead, and when: only the wall time
+ * changes.
  */
 #include "search_impl.h"
 
@@ -92,7 +103,29 @@ typedef struct mcts_member {
     int n_top;
     mcts_plan top[MCTS_TOP];
     mcts_found found[2];    /* by the parity of the round */
+    int n_live;             /* its kept plans as they stand (under the team's lock), for the others' pricing ahead */
+    mcts_plan live[MCTS_TOP];
 } mcts_member;
+
+/* A plan priced ahead (see the top of the file), found by the sequence asked. */
+typedef struct mcts_spec {
+    uint64_t seq;       /* search_seq_hash of the sequence asked (0: empty slot) */
+    int ready;          /* 0: being priced by the thread that claimed the slot */
+    uint64_t key, dropped; /* as mcts_seq */
+    search_score score;
+    int n, a[SEARCH_MAX_PLAN + 1]; /* the plan as priced */
+} mcts_spec;
+
+#define MCTS_SPEC_CAP 8192 /* slots of the team's cache (a power of two, filled to half at most) */
+#define MCTS_SPEC_ROUNDS 16 /* rounds a thread prices its neighbours ahead at most (a move wastes them) */
+
+/* The team's area: the cache of plans priced ahead (under the team's lock;
+ * a slot never moves), then one member per thread. */
+typedef struct mcts_area {
+    int spec_used;
+    mcts_spec spec[MCTS_SPEC_CAP];
+    mcts_member members[];
+} mcts_area;
 
 /* A result of a round, in the order one thread would price: neighbour k of flat[cur]. */
 typedef struct mcts_ahead {
@@ -124,7 +157,8 @@ typedef struct mcts {
     int n_path;
     /* the team (a budget of steps, several threads): 0 none, 1 may join, 2 in it, 3 left */
     int team;
-    mcts_member *members;   /* search_team_area: one per thread */
+    mcts_area *area;        /* search_team_area (a team is possible), else NULL */
+    mcts_member *members;   /* area->members: one per thread */
     int n_team, rank;       /* threads at the exchange; this one's place among them */
     int *team_thread;       /* their thread indices, in order */
     int round, team_stop;   /* rounds so far; the team has stopped */
@@ -287,16 +321,33 @@ static void mcts_sim(mcts *m)
 }
 
 /* Keeps the plan a[0..n) (reward r, state hash key) among the best MCTS_TOP
- * (after those of equal reward). */
-static void keep_plan(mcts *m, double r, uint64_t key, const int *a, int n)
+ * of top[0..*n_top) (after those of equal reward).  Returns 1 when kept. */
+static int keep_in(mcts_plan *top, int *n_top, double r, uint64_t key, const int *a, int n)
 {
-    for (int i = 0; i < m->n_top; i++)
-        if (m->top[i].key == key) return;
-    if (m->n_top == MCTS_TOP && r <= m->top[MCTS_TOP - 1].reward) return;
-    int i = m->n_top < MCTS_TOP ? m->n_top++ : MCTS_TOP - 1;
-    for (; i > 0 && m->top[i - 1].reward < r; i--) m->top[i] = m->top[i - 1];
-    m->top[i] = (mcts_plan){r, key, 0, n, {0}};
-    memcpy(m->top[i].a, a, (size_t)n * sizeof(int));
+    for (int i = 0; i < *n_top; i++)
+        if (top[i].key == key) return 0;
+    if (*n_top == MCTS_TOP && r <= top[MCTS_TOP - 1].reward) return 0;
+    int i = *n_top < MCTS_TOP ? (*n_top)++ : MCTS_TOP - 1;
+    for (; i > 0 && top[i - 1].reward < r; i--) top[i] = top[i - 1];
+    top[i] = (mcts_plan){r, key, 0, n, {0}};
+    memcpy(top[i].a, a, (size_t)n * sizeof(int));
+    return 1;
+}
+
+static int keep_plan(mcts *m, double r, uint64_t key, const int *a, int n)
+{
+    return keep_in(m->top, &m->n_top, r, key, a, n);
+}
+
+/* Shows this thread's kept plans to the team (before it forms: the others
+ * price ahead from them while they wait). */
+static void publish_top(mcts *m)
+{
+    mcts_member *me = &m->members[m->c->thread];
+    search_team_lock(m->c);
+    me->n_live = m->n_top;
+    memcpy(me->live, m->top, (size_t)m->n_top * sizeof *m->top);
+    search_team_unlock(m->c);
 }
 
 /* Keeps the current plan (just priced, reward r) among the best. */
@@ -304,7 +355,7 @@ static void keep_top(mcts *m, double r)
 {
     search_ctx *c = m->c;
     uint64_t key = search_ctx_key(c);
-    keep_plan(m, r, key, c->set, c->n_set);
+    if (keep_plan(m, r, key, c->set, c->n_set) && m->team == 1 && m->area) publish_top(m);
 }
 
 static mcts_seq *seq_slot(mcts *m, uint64_t seq)
@@ -330,46 +381,76 @@ static void seq_put(mcts *m, uint64_t seq, uint64_t key, uint64_t dropped)
     *e = (mcts_seq){seq, key, dropped};
 }
 
+/* The current plan becomes a[0..n) with the actions illegal where they come
+ * left out (propagated as far as legality needs); returns which (bit i:
+ * action i). */
+static uint64_t propagate(search_ctx *c, const int *a, int n)
+{
+    uint64_t dropped = 0;
+    search_ctx_start(c);
+    for (int i = 0; i < n; i++) {
+        if (c->n_set >= c->max_depth) {
+            dropped |= (uint64_t)1 << i;
+            continue;
+        }
+        if (a[i] < c->n_actions) {
+            search_ctx_sync(c);
+            if (!shard_group_legal(c->st, c->gs, search_ctx_group(c, a[i]), search_ctx_axis(c, a[i]))) {
+                dropped |= (uint64_t)1 << i;
+                continue;
+            }
+        }
+        search_ctx_defer(c, a[i]);
+    }
+    return dropped;
+}
+
+static int spec_claim(mcts *m, uint64_t seq, int wait, mcts_spec *out, mcts_spec **slot);
+static void spec_publish(mcts *m, mcts_spec *slot, uint64_t seq, uint64_t dropped, const search_score *score, mcts_spec *out);
+
 /* Prices the plan a[0..n) (actions illegal where they come are left out:
  * bit i of *dropped; the plan as priced is the current one, c->set) and
  * returns its score.  A sequence tried before is found again without
  * propagating it (the same actions reach the same state): a simulation, but
- * no step (it costs a lookup). */
+ * no step (it costs a lookup).  In a team, a plan another thread priced
+ * ahead is taken from the team's cache (waiting for it when that thread is
+ * still pricing it), and a plan this thread prices goes there too. */
+
 static search_score price_plan(mcts *m, const int *a, int n, uint64_t *dropped_out)
 {
     search_ctx *c = m->c;
     uint64_t seq = search_seq_hash(a, n), dropped = 0;
     const mcts_seq *known = m->seq_cap && n <= 64 ? seq_slot(m, seq) : NULL;
-    search_ctx_start(c);
+    mcts_spec ahead, *slot = NULL;
+    int cached = -1; /* spec_claim's answer */
     if (known && known->seq == seq) {
+        search_ctx_start(c);
         dropped = known->dropped;
         for (int i = 0; i < n; i++)
             if (!(known->dropped >> i & 1)) c->set[c->n_set++] = a[i];
         c->key = known->key;
         c->key_ok = 1;
         c->recalled = 1; /* no propagation: not a step */
+    } else if (n <= 64 && m->area && (cached = spec_claim(m, seq, 1, &ahead, &slot)) == 1) {
+        /* priced ahead: counted as priced now */
+        known = NULL;
+        search_ctx_start(c);
+        dropped = ahead.dropped;
+        memcpy(c->set, ahead.a, (size_t)ahead.n * sizeof(int));
+        c->n_set = ahead.n;
+        c->key = ahead.key;
+        c->key_ok = 1;
+        c->given = &ahead.score;
     } else {
         known = NULL;
-        for (int i = 0; i < n; i++) {
-            if (c->n_set >= c->max_depth) {
-                dropped |= (uint64_t)1 << i;
-                continue;
-            }
-            if (a[i] < c->n_actions) {
-                search_ctx_sync(c);
-                if (!shard_group_legal(c->st, c->gs, search_ctx_group(c, a[i]), search_ctx_axis(c, a[i]))) {
-                    dropped |= (uint64_t)1 << i;
-                    continue;
-                }
-            }
-            search_ctx_defer(c, a[i]);
-        }
+        dropped = propagate(c, a, n);
     }
     int64_t since_new = c->since_new;
     search_score s = *search_ctx_eval(c);
     if (c->since_new) /* a neighbour priced before says nothing of the tree's exhaustion */
         c->since_new = since_new;
     if (!known && n <= 64) seq_put(m, seq, search_ctx_key(c), dropped);
+    if (cached == 2) spec_publish(m, slot, seq, dropped, &s, &ahead); /* for the others' pricing ahead */
     *dropped_out = dropped;
     return s;
 }
@@ -475,10 +556,7 @@ static void kick(mcts *m)
     if (c->res.evaluations == before) c->since_new++; /* nothing new: counts toward exhaustion */
 }
 
-/* Local search from `start`: moves to the first neighbour that improves,
- * until none does.  Neighbours as good as the plan (another order of the same
- * shardings, say) are searched from too, up to MCTS_PLATEAU of them, since the
- * better plan may be one move from them only. */
+/* The slot of a plan's sequence in the climbs done (open addressing). */
 static mcts_climbed *climbed_slot(mcts *m, uint64_t seq)
 {
     uint64_t mask = (uint64_t)m->climbed_cap - 1;
@@ -526,6 +604,191 @@ static int enter_path(mcts *m, const mcts_plan *p, double *end)
     return found;
 }
 
+/* A climb's step: neighbour `set` (as priced, reward r) of flat[*cur].
+ * Returns 1 when the climb moves there (it becomes flat[0], the only one);
+ * else a neighbour of equal reward not seen yet joins flat (up to
+ * MCTS_PLATEAU of them). */
+static int climb_step(mcts_plan *flat, int *n_flat, int *cur, double r, const int *set, int n_set)
+{
+    if (r > flat[*cur].reward) { /* move there: the plan as priced (illegal actions left out) */
+        flat[0].reward = r;
+        flat[0].n = n_set;
+        memcpy(flat[0].a, set, (size_t)n_set * sizeof(int));
+        *n_flat = 1, *cur = 0;
+        return 1;
+    }
+    if (r == flat[*cur].reward && *n_flat <= MCTS_PLATEAU && !seen_plan(flat, *n_flat, set, n_set)) {
+        flat[*n_flat] = flat[*cur];
+        flat[*n_flat].n = n_set;
+        memcpy(flat[(*n_flat)++].a, set, (size_t)n_set * sizeof(int));
+    }
+    return 0;
+}
+
+/* ---- pricing ahead (a team's thread that waits: see the top of the file) ---- */
+
+static mcts_spec *spec_slot(mcts_area *area, uint64_t seq)
+{
+    uint64_t mask = MCTS_SPEC_CAP - 1;
+    for (uint64_t j = seq & mask;; j = (j + 1) & mask)
+        if (area->spec[j].seq == seq || !area->spec[j].seq) return &area->spec[j];
+}
+
+/* The team's cache slot of sequence seq: 1 when it holds the plan (*out,
+ * after waiting for the thread that prices it when `wait`), 0 when another
+ * thread prices it (no wait), 2 when this thread claimed it (it prices the
+ * plan, then spec_publish puts it into *slot; a thread that needs it waits
+ * till then), -1 when the cache is full. */
+static int spec_claim(mcts *m, uint64_t seq, int wait, mcts_spec *out, mcts_spec **slot)
+{
+    search_ctx *c = m->c;
+    int rc = -1;
+    search_team_lock(c);
+    mcts_spec *e = spec_slot(m->area, seq);
+    if (e->seq == seq) {
+        while (wait && !e->ready) search_team_sleep(c);
+        rc = e->ready;
+        if (rc) *out = *e;
+    } else if (2 * (m->area->spec_used + 1) <= MCTS_SPEC_CAP) {
+        e->seq = seq;
+        m->area->spec_used++;
+        *slot = e;
+        rc = 2;
+    }
+    search_team_unlock(c);
+    return rc;
+}
+
+/* Puts the current plan (sequence seq asked, `dropped` left out, priced at
+ * *score) into the slot this thread claimed (spec_claim), and into *out. */
+static void spec_publish(mcts *m, mcts_spec *slot, uint64_t seq, uint64_t dropped, const search_score *score, mcts_spec *out)
+{
+    search_ctx *c = m->c;
+    mcts_spec x = {.seq = seq, .ready = 1, .dropped = dropped, .score = *score};
+    x.key = search_ctx_key(c);
+    x.n = c->n_set;
+    memcpy(x.a, c->set, (size_t)c->n_set * sizeof(int));
+    search_team_lock(c);
+    *slot = x;
+    search_team_notify(c);
+    search_team_unlock(c);
+    *out = x;
+}
+
+/* Prices the plan a[0..n) ahead, for the team, unless the barrier of
+ * generation gen is passed: its price and the plan as priced into *out, and
+ * (when this thread would price it: its sequence is not one it knows) into
+ * the team's cache.  Nothing the search counts or decides from changes: the
+ * working state and the evaluator's workspace are used, the table only read.
+ * Returns 1, 0 when another thread is pricing the plan, or -1 when the
+ * barrier is passed or the cache is full. */
+static int spec_price(mcts *m, const int *a, int n, int64_t gen, mcts_spec *out)
+{
+    search_ctx *c = m->c;
+    if (n > 64) return 0;
+    if (search_team_passed(c, gen)) return -1;
+    uint64_t seq = search_seq_hash(a, n);
+    const mcts_seq *known = m->seq_cap ? seq_slot(m, seq) : NULL;
+    if (known && known->seq == seq) { /* the team knows it: recalled, never priced again */
+        const search_entry *e = search_ctx_entry(c, known->key, 0);
+        if (!e || !e->scored) return 0;
+        out->score = e->score;
+        out->n = 0;
+        for (int i = 0; i < n; i++)
+            if (!(known->dropped >> i & 1)) out->a[out->n++] = a[i];
+        return 1;
+    }
+    mcts_spec *slot;
+    int rc = spec_claim(m, seq, 0, out, &slot);
+    if (rc != 2) return rc;
+    uint64_t dropped = propagate(c, a, n);
+    const search_entry *e = search_ctx_entry(c, search_ctx_key(c), 0);
+    search_score score;
+    if (e && e->scored) {
+        score = e->score;
+    } else { /* as search_ctx_eval prices */
+        search_ctx_sync(c);
+        int gather = c->st->gather_policy;
+        c->ev->eval(c->ws, c->st, &score);
+        c->st->gather_policy = gather;
+    }
+    spec_publish(m, slot, seq, dropped, &score, out);
+    return 1;
+}
+
+/* Climbs ahead, as climb_from would (without its memories), from neighbour
+ * k of flat[cur] of flat[0..n_flat), pricing ahead (spec_price) until the
+ * barrier of generation gen is passed.  Returns 1 when the climb ended (a
+ * local optimum), 0 when it stopped before. */
+static int spec_climb(mcts *m, const mcts_plan *from, int n_flat, int cur, int k, int64_t gen)
+{
+    mcts_plan flat[MCTS_PLATEAU + 1];
+    memcpy(flat, from, (size_t)n_flat * sizeof *flat);
+    int buf[SEARCH_MAX_PLAN + 2];
+    for (;; k++) {
+        int n = neighbour(m->c, &flat[cur], k, buf);
+        if (n < 0) {
+            if (++cur == n_flat) return 1;
+            k = -1;
+            continue;
+        }
+        mcts_spec x;
+        if (spec_price(m, buf, n, gen, &x) <= 0) return 0;
+        if (climb_step(flat, &n_flat, &cur, x.score.reward, x.a, x.n)) k = -1;
+    }
+}
+
+/* At a round, while the others price their neighbours: the neighbours of
+ * the next MCTS_SPEC_ROUNDS rounds (from neighbour k of flat[cur] on),
+ * priced ahead until the barrier of gen is passed: first this thread's own
+ * (every n_team-th, from its rank), so that each thread works on its share
+ * of the climb as it would, then the others' not priced or being priced yet
+ * (a thread held up elsewhere).  When the neighbour this thread priced in the
+ * round (*mine) is better than the plan, the climb will likely move to it:
+ * then its neighbours instead. */
+static void spec_rounds(mcts *m, int n_flat, int cur, int k, const mcts_found *mine, int64_t gen)
+{
+    const mcts_plan *flat = m->flat;
+    mcts_plan to;
+    if (mine->priced && mine->score.reward > flat[m->ahead[m->rank].cur].reward) {
+        to = (mcts_plan){mine->score.reward, mine->key, 0, mine->n, {0}};
+        memcpy(to.a, mine->a, (size_t)mine->n * sizeof(int));
+        flat = &to;
+        n_flat = 1, cur = 0, k = 0;
+    }
+    int buf[SEARCH_MAX_PLAN + 2], at = 0, cur0 = cur, k0 = k;
+    for (int pass = 0; pass < 2; pass++)
+        for (cur = cur0, k = k0, at = 0; cur < n_flat && at < MCTS_SPEC_ROUNDS * m->n_team; k++) {
+            int n = neighbour(m->c, &flat[cur], k, buf);
+            if (n < 0) {
+                cur++;
+                k = -1;
+                continue;
+            }
+            mcts_spec x;
+            if ((pass || at % m->n_team == m->rank) && spec_price(m, buf, n, gen, &x) < 0) return;
+            at++;
+        }
+}
+
+/* At the team's start, while the others' trees still search: climbs ahead
+ * from the plans the team will keep as the threads' kept plans stand now (as
+ * team_join keeps them), best first, until the barrier of gen is passed. */
+static void spec_start(mcts *m, int64_t gen)
+{
+    search_ctx *c = m->c;
+    mcts_plan top[MCTS_TOP];
+    int n_top = 0;
+    search_team_lock(c);
+    for (int t = 0; t < c->shared->threads; t++) {
+        const mcts_member *o = &m->members[t];
+        for (int i = 0; i < o->n_live; i++) keep_in(top, &n_top, o->live[i].reward, o->live[i].key, o->live[i].a, o->live[i].n);
+    }
+    search_team_unlock(c);
+    for (int i = 0; i < n_top; i++)
+        if (!spec_climb(m, &top[i], 1, 0, 0, gen)) return;
+}
+
 /* A round of a team's climb (m->team == 2): the next neighbours from
  * neighbour k of flat[cur] on, in the order one thread would price them, one
  * for each thread of the team, priced side by side (this thread the rank-th);
@@ -564,7 +827,9 @@ static int team_round(mcts *m, int n_flat, int cur, int k)
         mine->n = c->n_set;
         memcpy(mine->a, c->set, (size_t)c->n_set * sizeof(int));
     }
-    search_team_wait(c);
+    int64_t gen = search_team_arrive(c);
+    if (!search_team_passed(c, gen) && !mine->stop) spec_rounds(m, n_flat, cur, k, mine, gen);
+    search_team_await(c, gen);
     for (int i = 0; i < m->n_team; i++) {
         const mcts_found *f = &m->members[m->team_thread[i]].found[parity];
         assert(f->cur == mine->cur && f->k == mine->k && f->n_flat == n_flat); /* one climb */
@@ -644,17 +909,10 @@ static void climb_from(mcts *m, const mcts_plan *start)
                 r = try_plan(m, buf, n);
                 set = c->set, n_set = c->n_set;
             }
-            if (r > flat[cur].reward) { /* move there: the plan as priced (illegal actions left out) */
-                flat[0].reward = r;
-                flat[0].n = n_set;
-                memcpy(flat[0].a, set, (size_t)n_set * sizeof(int));
-                n_flat = 1, cur = 0, k = -1;
+            if (climb_step(flat, &n_flat, &cur, r, set, n_set)) {
+                k = -1;
                 m->n_ahead = m->at = 0; /* a team's round was of the plan left */
                 if (enter_path(m, &flat[0], &end)) break;
-            } else if (r == flat[cur].reward && n_flat <= MCTS_PLATEAU && !seen_plan(flat, n_flat, set, n_set)) {
-                flat[n_flat] = flat[cur];
-                flat[n_flat].n = n_set;
-                memcpy(flat[n_flat++].a, set, (size_t)n_set * sizeof(int));
             }
         }
         if (end == -1e300) end = flat[0].reward;
@@ -671,12 +929,14 @@ static void team_join(mcts *m)
 {
     search_ctx *c = m->c;
     int threads = c->shared->threads;
-    m->members = search_team_area(c, (size_t)threads * sizeof *m->members);
     mcts_member *me = &m->members[c->thread];
     me->n_top = m->n_top;
     memcpy(me->top, m->top, sizeof m->top);
     me->present = 1;
-    search_team_wait(c);
+    publish_top(m);
+    int64_t gen = search_team_arrive(c);
+    if (!search_team_passed(c, gen)) spec_start(m, gen); /* the others' trees still search: price ahead */
+    search_team_await(c, gen);
     m->team_thread = ir_xcalloc((size_t)threads, sizeof *m->team_thread);
     m->ahead = ir_xcalloc((size_t)threads, sizeof *m->ahead);
     m->n_top = 0;
@@ -700,6 +960,10 @@ static int mcts_run(search_ctx *c, char *err, size_t errlen)
     m.climb_start = c->b->simulations > 0 ? (1 - MCTS_CLIMB) * (double)c->b->simulations : 1e300;
     c->two_phase = 1;
     m.team = search_team_possible(c);
+    if (m.team) {
+        m.area = search_team_area(c, sizeof *m.area + (size_t)c->shared->threads * sizeof *m.members);
+        m.members = m.area->members;
+    }
     node_for(c, c->root_key);
     while (!search_ctx_stop(c)) {
         if (c->nodes[0].done) {

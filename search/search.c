@@ -156,13 +156,17 @@ const search_score *search_ctx_eval(search_ctx *c)
     search_entry *e = search_ctx_entry(c, search_ctx_key(c), 1);
     c->res.simulations++;
     if (!e->scored) {
-        search_ctx_sync(c);
-        /* the pricer may choose the plan's gather policy into the state (autopart_pricer.gather_auto): that is its
-         * output, not part of the state the actions reached, whose hash must not depend on what was priced in it
-         * before */
-        int gather = c->st->gather_policy;
-        c->ev->eval(c->ws, c->st, &e->score);
-        c->st->gather_policy = gather;
+        if (c->given) {
+            e->score = *c->given;
+        } else {
+            search_ctx_sync(c);
+            /* the pricer may choose the plan's gather policy into the state (autopart_pricer.gather_auto): that is
+             * its output, not part of the state the actions reached, whose hash must not depend on what was priced
+             * in it before */
+            int gather = c->st->gather_policy;
+            c->ev->eval(c->ws, c->st, &e->score);
+            c->st->gather_policy = gather;
+        }
         e->scored = 1;
         c->res.evaluations++;
         __atomic_add_fetch(&c->shared->evaluations, 1, __ATOMIC_RELAXED);
@@ -175,6 +179,7 @@ const search_score *search_ctx_eval(search_ctx *c)
         c->since_new++;
     }
     c->recalled = 0;
+    c->given = NULL;
     c->res.hits = c->hits;
     c->res.steps = search_ctx_steps(c);
     const search_score *s = &e->score;
@@ -489,20 +494,46 @@ void *search_team_area(search_ctx *c, size_t bytes)
 static void team_pass(search_shared *sh)
 {
     sh->team_arrived = 0;
-    sh->team_generation++;
+    __atomic_add_fetch(&sh->team_generation, 1, __ATOMIC_RELEASE);
     pthread_cond_broadcast(&sh->team_cv);
 }
 
-void search_team_wait(search_ctx *c)
+int64_t search_team_arrive(search_ctx *c)
 {
     search_shared *sh = c->shared;
     pthread_mutex_lock(&sh->mu);
     int64_t gen = sh->team_generation;
-    if (++sh->team_arrived >= sh->team_members) team_pass(sh);
-    else
-        while (sh->team_generation == gen) pthread_cond_wait(&sh->team_cv, &sh->mu);
+    if (++sh->team_arrived >= sh->team_members) {
+        team_pass(sh);
+        gen = -1;
+    }
+    pthread_mutex_unlock(&sh->mu);
+    return gen;
+}
+
+int search_team_passed(search_ctx *c, int64_t gen)
+{
+    return gen < 0 || __atomic_load_n(&c->shared->team_generation, __ATOMIC_ACQUIRE) != gen;
+}
+
+void search_team_await(search_ctx *c, int64_t gen)
+{
+    search_shared *sh = c->shared;
+    if (gen < 0) return;
+    pthread_mutex_lock(&sh->mu);
+    while (sh->team_generation == gen) pthread_cond_wait(&sh->team_cv, &sh->mu);
     pthread_mutex_unlock(&sh->mu);
 }
+
+void search_team_wait(search_ctx *c)
+{
+    search_team_await(c, search_team_arrive(c));
+}
+
+void search_team_lock(search_ctx *c) { pthread_mutex_lock(&c->shared->mu); }
+void search_team_unlock(search_ctx *c) { pthread_mutex_unlock(&c->shared->mu); }
+void search_team_sleep(search_ctx *c) { pthread_cond_wait(&c->shared->team_note, &c->shared->mu); }
+void search_team_notify(search_ctx *c) { pthread_cond_broadcast(&c->shared->team_note); }
 
 void search_team_leave(search_ctx *c)
 {
@@ -718,6 +749,7 @@ int search_run(const search_algo *algo, const shard_state *prefix, const shard_g
     pthread_mutex_init(&shared.mu, NULL);
     pthread_cond_init(&shared.cv, NULL);
     pthread_cond_init(&shared.team_cv, NULL);
+    pthread_cond_init(&shared.team_note, NULL);
     double t0 = now();
     int n_starts = 1 + per.n_seeds;
     start_plan *sp = ir_xcalloc((size_t)n_starts, sizeof *sp);
@@ -759,6 +791,7 @@ int search_run(const search_algo *algo, const shard_state *prefix, const shard_g
     pthread_mutex_destroy(&shared.mu);
     pthread_cond_destroy(&shared.cv);
     pthread_cond_destroy(&shared.team_cv);
+    pthread_cond_destroy(&shared.team_note);
     merge(cs, threads, res);
     int n_actions = gs->n * prefix->mesh.n_axes, w = 0; /* root width: legal actions on the prefix */
     for (int a = 0; a < n_actions; a++)

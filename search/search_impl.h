@@ -82,8 +82,9 @@ typedef struct search_shared {
     /* the team (search_team_wait): threads that work on one part of a search together */
     int team;                  /* 1: the threads may (several threads, each on its own OS thread) */
     int team_members, team_arrived;
-    int64_t team_generation;
+    int64_t team_generation;   /* atomic: read without mu by search_team_passed */
     pthread_cond_t team_cv;
+    pthread_cond_t team_note;  /* search_team_sleep and search_team_notify */
     void *team_area;           /* search_team_area's, freed by the driver */
 } search_shared;
 
@@ -122,6 +123,10 @@ typedef struct search_ctx {
     int64_t hits;            /* simulations that propagated their plan and found it priced (res.hits) */
     int recalled;            /* set by an algorithm: the current plan's key is known without propagating it
                               * (search_ctx_eval counts no hit, and clears it) */
+    const search_score *given; /* set by an algorithm: the current plan's score and key, known without
+                              * propagating or pricing it (a plan priced ahead, search/mcts.c): search_ctx_eval
+                              * counts it as if it had priced it (an evaluation, or a hit when in the
+                              * table), and clears it */
     double best_steps;       /* steps when the best plan was found */
     double gain_reward, gain_steps; /* the last best that gained more than SEARCH_CONVERGE_GAIN, and when */
     int two_phase;           /* the algorithm has a second phase that the stall and converge rules start (MCTS:
@@ -196,6 +201,22 @@ static inline int search_team_possible(const search_ctx *c)
 void *search_team_area(search_ctx *c, size_t bytes);
 /* Waits until every member has arrived (or left). */
 void search_team_wait(search_ctx *c);
+/* The same in two parts, so that a thread may work while it waits (as long
+ * as that work changes nothing the search decides from: MCTS prices plans
+ * ahead):  search_team_arrive counts this thread in and returns the barrier's
+ * generation, or -1 when this thread was the last (passed: nothing to wait
+ * for); search_team_passed says whether the barrier of that generation is
+ * passed; search_team_await waits until it is. */
+int64_t search_team_arrive(search_ctx *c);
+int search_team_passed(search_ctx *c, int64_t gen);
+void search_team_await(search_ctx *c, int64_t gen);
+/* The team's lock (for what its members share in the team's area), a wait
+ * under it until another member calls search_team_notify (spurious wake-ups
+ * possible: wait in a loop), and that call (under the lock). */
+void search_team_lock(search_ctx *c);
+void search_team_unlock(search_ctx *c);
+void search_team_sleep(search_ctx *c);
+void search_team_notify(search_ctx *c);
 /* Leaves the team: the others no longer wait for this thread. */
 void search_team_leave(search_ctx *c);
 

@@ -191,11 +191,47 @@ static void never_below_the_experts(void)
     }
 }
 
+/* autopart_all_experts on three threads: the rows of autopart_experts and
+ * autopart_zero_experts on one, in order, at the same prices. */
+static void experts_on_threads(void)
+{
+    ir_graph *g = test_build_step("gpt-tiny");
+    shard_mesh mesh;
+    char err[256];
+    shard_mesh_parse("batch=2,model=2", &mesh, err, sizeof err);
+    cost_hw hw;
+    cost_hw_lookup("a100", &hw, err, sizeof err);
+    cost_options opt = {COST_FP32, 0, 0, COST_GRADS_AUTO};
+    shard_state *prefix = shard_state_new(g, &mesh);
+    autopart_pricer pr;
+    autopart_pricer_init(&pr, &hw, &opt, prefix, err, sizeof err);
+    pr.gather_auto = 1; /* the pricer chooses the gather policy, as autopart's: a per-plan choice to agree on */
+    autopart_expert *ex, *zero, *all;
+    int n = autopart_experts(g, &mesh, prefix, &pr, &ex), nz = autopart_zero_experts(g, &mesh, prefix, &pr, &zero);
+    int na = autopart_all_experts(g, &mesh, prefix, &pr, 3, &all), same = na == n + nz;
+    for (int i = 0; same && i < na; i++) {
+        const autopart_expert *x = i < n ? &ex[i] : &zero[i - n];
+        same = !strcmp(x->schedule, all[i].schedule) && x->ok == all[i].ok && !strcmp(x->why, all[i].why) &&
+               x->e.step_time == all[i].e.step_time && x->e.peak_memory == all[i].e.peak_memory &&
+               x->e.fits == all[i].e.fits && (!x->ok || x->st->gather_policy == all[i].st->gather_policy);
+        CHECKF(same, "row %d: %s %.17g s on one thread, %s %.17g s on three", i, x->schedule, x->e.step_time,
+               all[i].schedule, all[i].e.step_time);
+    }
+    CHECKF(na == n + nz && nz > 0, "%d rows on three threads, %d + %d on one", na, n, nz);
+    autopart_experts_free(ex, n);
+    autopart_experts_free(zero, nz);
+    autopart_experts_free(all, na);
+    autopart_pricer_free(&pr);
+    shard_state_free(prefix);
+    ir_free(g);
+}
+
 int main(void)
 {
     batch_from_the_loss();
     megatron_on_a_user_graph();
     experts_use_every_axis();
+    experts_on_threads();
     never_below_the_experts();
     return test_done();
 }

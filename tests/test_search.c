@@ -12,11 +12,14 @@
 #include "tests/test.h"
 #include "tests/util.h"
 
+#include <omp.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 typedef struct proxy_ws {
     spmd_program *p;
+    const int *slow; /* slow_eval's thread, or NULL */
 } proxy_ws;
 
 static void *proxy_make(void *cfg, shard_state *st)
@@ -50,6 +53,22 @@ static void proxy_destroy(void *ws)
 }
 
 static const search_evaluator proxy = {NULL, proxy_make, proxy_eval, proxy_destroy};
+
+/* The proxy, slowed down on one thread of a search (cfg: the OpenMP thread
+ * number to slow, as an int): the other thread then waits for it, at the
+ * team's start and at its rounds, and prices ahead meanwhile. */
+static void slow_eval(void *ws, shard_state *st, search_score *out)
+{
+    if (omp_get_thread_num() == *((proxy_ws *)ws)->slow) nanosleep(&(struct timespec){0, 300000}, NULL);
+    proxy_eval(ws, st, out);
+}
+
+static void *slow_make(void *cfg, shard_state *st)
+{
+    proxy_ws *w = proxy_make(NULL, st);
+    w->slow = cfg;
+    return w;
+}
 
 static void against_exhaustive_ev(const char *model, const char *mesh_text, int depth, int seeds,
                                   const search_evaluator *ev_in, const char *label)
@@ -140,6 +159,20 @@ static void determinism_and_budgets(void)
         CHECKF(r2.stop == STOP_BUDGET && r2.steps < threads * (per + 1), "%d threads: %.2f steps, stop %s", threads,
                r2.steps, search_stop_name(r2.stop));
         printf("gpt-tiny, 600 steps on %d threads: %.2f steps, reward %.6g\n", threads, r2.steps, r2.best.reward);
+        if (threads != 2) continue;
+        /* one thread slowed down: the other waits for it at the team's start and at its rounds, and prices ahead
+         * meanwhile (search/mcts.c); the search, its counts and its plan are the same */
+        for (int slow = 0; slow < 2; slow++) {
+            search_evaluator sev = {(void *)&slow, slow_make, slow_eval, proxy_destroy};
+            CHECK(search_run(&search_mcts, prefix, gs, &sev, &tb, &r3, err, sizeof err) == 0);
+            CHECKF(r2.n_actions == r3.n_actions && !memcmp(r2.actions, r3.actions, sizeof r2.actions) &&
+                       r2.best.reward == r3.best.reward && r2.evaluations == r3.evaluations &&
+                       r2.simulations == r3.simulations && r2.hits == r3.hits && r2.steps == r3.steps &&
+                       r2.stop == r3.stop && r2.best_at == r3.best_at,
+                   "thread %d slowed: %lld/%lld priced, %lld/%lld simulations, %lld/%lld hits, rewards %.17g/%.17g",
+                   slow, (long long)r2.evaluations, (long long)r3.evaluations, (long long)r2.simulations,
+                   (long long)r3.simulations, (long long)r2.hits, (long long)r3.hits, r2.best.reward, r3.best.reward);
+        }
     }
     /* stall stops early (after MCTS's local search had its own patience) */
     search_budget st = {.simulations = 100000, .stall = 50, .seed = 3, .threads = 1};
