@@ -163,8 +163,9 @@ static void quartiles(double *x, int n, double *q1, double *q3)
     *q3 = x[ib] + (ib + 1 < n ? (b - ib) * (x[ib + 1] - x[ib]) : 0);
 }
 
-/* The per-task table (printed after the main one): a row per stage. */
-static char diag[1 << 16];
+/* The per-task table (printed after the main one): a row per stage; the
+ * per-chunk one (interleaved cases): a row per virtual stage. */
+static char diag[1 << 16], chunks[1 << 16];
 
 /* One case across the rounds: its program and prices (made once), and what
  * each round measured, pooled. */
@@ -185,6 +186,25 @@ typedef struct bcase {
     double *mean_idle;         /* [device]: its idle share of the mean step replayed */
     int n_trace;               /* steps summed into trace */
 } bcase;
+
+/* The calibrated price of segment seg's task on its stage: the mean over its
+ * micro-batches of the simulated task's span (from its first work to its
+ * end: work and sends; the wait for its input before it not counted). */
+static double seg_price(const bcase *c, int seg)
+{
+    int stage = seg % c->P, dir = seg >= c->V, vs = dir ? seg - c->V : seg, n = 0;
+    double sum = 0;
+    pipe_task *order = calloc((size_t)c->nt + 1, sizeof *order);
+    if (!order) return NAN;
+    pipe_task_order(&c->s, stage, order);
+    for (int i = 0; i < c->nt; i++)
+        if ((int)order[i].dir == dir && order[i].chunk * c->P + stage == vs) {
+            sum += c->pc.task_end[(size_t)stage * c->nt + i] - c->pc.task_start[(size_t)stage * c->nt + i];
+            n++;
+        }
+    free(order);
+    return n ? sum / n : NAN;
+}
 
 static void case_close(bcase *c)
 {
@@ -375,6 +395,13 @@ static int case_report(bcase *c, tally *t, char *err, size_t errlen)
                  stage ? "" : cases[k].model[0] == 'g' ? "gpt" : "llama", cases[k].mesh, cases[k].sched, pipe_schedule_name(cases[k].kind),
                  stage, 1e3 * f, 1e3 * b, b / f, f / xc->fwd, b / xc->bwd, end / xc->end, f / xb->fwd, b / xb->bwd, end / xb->end);
     }
+    for (int vs = 0; !rc && c->s.chunks > 1 && vs < V; vs++) { /* per chunk: measured against priced */
+        double f = seg_time[vs], b = seg_time[V + vs], pf = seg_price(c, vs), pb = seg_price(c, V + vs);
+        size_t used = strlen(chunks);
+        snprintf(chunks + used, sizeof chunks - used, "| %s | `%s` | %d | %d (chunk %d) | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f |\n",
+                 vs ? "" : cases[k].model[0] == 'g' ? "gpt" : "llama", cases[k].mesh, vs, vs % P, vs / P, 1e3 * f, 1e3 * pf, f / pf, 1e3 * b,
+                 1e3 * pb, b / pb);
+    }
     for (int stage = 0; !rc && stage < P; stage++) {
         double pred_c = c->pc.stage[stage].idle / c->pc.step, pred_b = c->pe.stage[stage].idle / c->pe.step, q1, q3;
         double *rs = c->replay + (size_t)stage * per, wb = median(c->wall + (size_t)stage * per, n);
@@ -480,6 +507,13 @@ int main(void)
            "each profile (`cost_pipe_stage` fwd, bwd, end). A bubble follows the stages' ratios to each other, not their level.\n\n"
            "| model | mesh | schedule | stage | fwd ms | bwd ms | bwd / fwd | fwd / calibrated | bwd / calibrated | end / calibrated "
            "| fwd / preset | bwd / preset | end / preset |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|\n%s", diag);
+    printf("\nThe interleaved cases per chunk (virtual stage): its forward and backward of one micro-batch as measured (median\n"
+           "CPU seconds, as above) and as priced on the calibrated profile (the simulated task's span, mean over its micro-batches).\n"
+           "Chunks of the same layers should have the same measured / priced ratio; a stage whose chunks run slower than priced,\n"
+           "relative to the others, idles less than predicted.\n\n"
+           "| model | mesh | virtual stage | stage | fwd ms | priced | ratio | bwd ms | priced | ratio |\n"
+           "|---|---|---|---|---|---|---|---|---|---|\n%s",
+           chunks);
     printf("\n- bubble within 20%% (the mean step's replay against `carve run --hw` on the profile calibrated in this run): "
            "**%d of %d** stages (largest difference %.1f%%; in shares of the step, at most %.3f)\n",
            t.cal_in, t.cal_n, 100 * t.cal_worst, t.cal_points);
