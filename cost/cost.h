@@ -298,6 +298,29 @@ int cost_estimate_program(cost_ws *ws, const spmd_program *p, const cost_hw *hw,
 const double *cost_ws_buffer_bytes(const cost_ws *ws);
 int cost_ws_buffer_stored(const cost_ws *ws, int b);
 
+/* One device's run of instructions [lo, hi) of a program as copy `copy`
+ * (cost_price_spans); acc_copy >= 0: each result of an accumulated buffer
+ * (per_copy 2) is then added into that copy's instance (its accumulator). */
+typedef struct cost_span {
+    int lo, hi, copy, acc_copy;
+} cost_span;
+
+/* The cache model (CPU profiles with cache_bytes) follows one device's
+ * order of instructions, which for a pipelined step is not the program's:
+ * a stage runs its segments micro-batch after micro-batch in its schedule's
+ * order (cost/pipeline.h).  This prices p's instructions again along
+ * spans[0..n_spans) in turn, from an empty cache, each span's instructions
+ * in their order (SEND and RECV touch their bytes, priced elsewhere), the buffers with per_copy[b] != 0
+ * kept once per copy (0..n_copies-1: a micro-batch's activations are not
+ * another's), the others shared; it adds each priced time into time[i].  To
+ * be called right after cost_estimate_program(w, p, hw, opt) (its buffer
+ * sizes and lifetimes); the workspace's figures of that estimate
+ * (instr_time, layer sums) are left as they were.  Returns 0; 1, adding
+ * nothing, when hw has no cache model (the order changes no price); -1 when
+ * out of memory or p is not a program of w's graph. */
+int cost_price_spans(cost_ws *w, const spmd_program *p, const cost_hw *hw, const cost_options *opt, const cost_span *spans,
+                     int n_spans, const uint8_t *per_copy, int n_copies, double *time);
+
 /* Reward for the search: fitting plans get baseline_time / step_time (> 0,
  * higher is better); a plan that does not fit gets -(excess) / (1 + excess)
  * with excess = peak / capacity - 1, in (-1, 0): below every fitting plan and

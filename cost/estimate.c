@@ -1066,6 +1066,74 @@ int cost_estimate_program(cost_ws *w, const spmd_program *p, const cost_hw *hw, 
     return 0;
 }
 
+/* Span sp's buffers of its own copy as that copy last touched them (in =
+ * 1: into the workspace before pricing it; 0: back, after). */
+static void swap_copy(cost_ws *w, const spmd_program *p, const cost_span *sp, const uint8_t *per_copy, double *own, int in)
+{
+    for (int i = sp->lo; i < sp->hi; i++) {
+        const spmd_instr *x = &p->instrs[i];
+        for (int k = -1; k < IR_MAX_OPERANDS; k++) {
+            int b = k < 0 ? x->out : x->in[k];
+            if (b < 0 || !per_copy[b]) continue;
+            if (in) w->touched[b] = own[b];
+            else own[b] = w->touched[b];
+        }
+    }
+}
+
+/* Spans of p priced again in the order one device runs them, each span a
+ * copy of its instructions (cost.h).  The context is pass 2's, the buffers'
+ * sizes and lifetimes those of the estimate of p just made; the workspace's
+ * per-instruction times and layer sums are that estimate's again on return. */
+int cost_price_spans(cost_ws *w, const spmd_program *p, const cost_hw *hw, const cost_options *opt, const cost_span *spans,
+                     int n_spans, const uint8_t *per_copy, int n_copies, double *time)
+{
+    static const cost_options defaults = {COST_FP32, 0, 0, COST_GRADS_AUTO};
+    if (!opt) opt = &defaults;
+    if (p->g != w->g || p->n_instrs > w->cap_instrs) return -1;
+    int nb = p->n_bufs, nl = 3 * (p->g->n_layers + 1);
+    double *keep_t = malloc(((size_t)p->n_instrs + 1) * sizeof *keep_t), *keep_l = malloc(((size_t)nl + 1) * sizeof *keep_l);
+    double *copy_t = malloc(((size_t)nb * (size_t)n_copies + 1) * sizeof *copy_t);
+    if (!keep_t || !keep_l || !copy_t) {
+        free(keep_t);
+        free(keep_l);
+        free(copy_t);
+        return -1;
+    }
+    memcpy(keep_t, w->instr_time, (size_t)p->n_instrs * sizeof *keep_t);
+    memcpy(keep_l, w->layer, (size_t)nl * sizeof *keep_l);
+    ctx c;
+    cost_estimate scratch;
+    set_up(&c, w, p, hw, opt, &scratch); /* (clears the layer sums: restored below) */
+    set_up_devices(&c, hw, &scratch);     /* every buffer untouched */
+    for (size_t k = 0; k < (size_t)nb * (size_t)n_copies; k++) copy_t[k] = -1e300;
+    for (int j = 0; j < n_spans && c.cache > 0; j++) { /* (no cache model: the order changes nothing) */
+        const cost_span *sp = &spans[j];
+        double *own = copy_t + (size_t)sp->copy * (size_t)nb;
+        swap_copy(w, p, sp, per_copy, own, 1);
+        sweep s = {.peak = -1};
+        for (int i = sp->lo; i < sp->hi; i++) {
+            const spmd_instr *in = &p->instrs[i];
+            if (!spmd_kind_is_p2p(in->kind)) { /* a transfer moves its bytes (copies them out or in): not priced here */
+                price_instruction(&c, hw, i, &s, &scratch);
+                time[i] += w->instr_time[i];
+            }
+            touch(&c, in);
+            if (sp->acc_copy >= 0 && per_copy[in->out] == 2) { /* added into its accumulator: read and written */
+                c.traffic += 2 * w->buf_bytes[in->out];
+                copy_t[(size_t)sp->acc_copy * (size_t)nb + (size_t)in->out] = c.traffic;
+            }
+        }
+        swap_copy(w, p, sp, per_copy, own, 0);
+    }
+    memcpy(w->instr_time, keep_t, (size_t)p->n_instrs * sizeof *keep_t);
+    memcpy(w->layer, keep_l, (size_t)nl * sizeof *keep_l);
+    free(keep_t);
+    free(keep_l);
+    free(copy_t);
+    return c.cache > 0 ? 0 : 1;
+}
+
 double cost_reward(const cost_estimate *e, double baseline_time)
 {
     if (!e->fits) {

@@ -369,6 +369,59 @@ static int build_model(pricer *c, const cost_hw *hw)
     return 0;
 }
 
+/* Each instruction's seconds as the stages run it (cost_price_spans): stage
+ * r's tasks in its schedule's order, each a copy of its segment for its
+ * micro-batch (a micro-batch's activations and gradients are buffers of
+ * their own, added into accumulators that every micro-batch shares, as the
+ * executor runs them), then the common end and its own end, from an empty
+ * cache; a forward or backward instruction gets the mean of its m runs, the
+ * common end's the mean over the stages.  So the cache model sees what a
+ * device runs between a forward and its backward (other micro-batches' and
+ * chunks' tasks), not the body's order (every forward, then every
+ * backward).  Without a cache model (accelerator profiles) the body's prices.
+ * Returns the times (free them), a copy of body[] where nothing changes
+ * (SEND, RECV), or NULL when out of memory. */
+static double *scheduled_prices(cost_ws *ws, const pipe_program *pp, const cost_hw *hw, const cost_options *opt, const double *body)
+{
+    const spmd_program *p = pp->prog;
+    const pipe_spec *s = &pp->spec;
+    int P = s->stages, m = s->microbatches, n = pipe_task_count(s), rc = 0;
+    double *it = malloc(((size_t)p->n_instrs + 1) * sizeof *it), *sum = calloc((size_t)p->n_instrs + 1, sizeof *sum);
+    int *runs = calloc((size_t)p->n_instrs + 1, sizeof *runs);
+    uint8_t *per = malloc((size_t)p->n_bufs + 1);
+    cost_span *sp = malloc(((size_t)n + 2) * sizeof *sp);
+    pipe_task *order = malloc(((size_t)n + 1) * sizeof *order);
+    if (!it || !sum || !runs || !per || !sp || !order) rc = -1;
+    else memcpy(it, body, (size_t)p->n_instrs * sizeof *it);
+    for (int b = 0; !rc && b < p->n_bufs; b++)
+        per[b] = pp->buf_class[b] == PIPE_BUF_ACC ? 2 : pp->buf_class[b] == PIPE_BUF_MB;
+    for (int r = 0; r < P && !rc; r++) {
+        pipe_task_order(s, r, order);
+        for (int t = 0; t < n; t++) {
+            const pipe_range *g = &pp->seg[pipe_task_seg(s, r, &order[t])];
+            sp[t] = (cost_span){g->lo, g->hi, order[t].mb, m};
+        }
+        const pipe_range *common = &pp->seg[pipe_seg_common(s)], *end = &pp->seg[2 * pp->n_vstages + r];
+        sp[n] = (cost_span){common->lo, common->hi, m, -1}; /* copy m: the accumulators the ends read */
+        sp[n + 1] = (cost_span){end->lo, end->hi, m, -1};
+        rc = cost_price_spans(ws, p, hw, opt, sp, n + 2, per, m + 1, sum);
+        for (int j = 0; j < n + 2 && !rc; j++)
+            for (int i = sp[j].lo; i < sp[j].hi; i++) runs[i]++;
+    }
+    for (int i = 0; i < p->n_instrs && !rc; i++)
+        if (runs[i] && !spmd_kind_is_p2p(p->instrs[i].kind)) it[i] = sum[i] / runs[i];
+    free(sum);
+    free(runs);
+    free(per);
+    free(sp);
+    free(order);
+    if (rc < 0) {
+        free(it);
+        return NULL;
+    }
+    return it; /* rc 1: no cache model, the body's prices */
+}
+
 /* Instructions [lo, hi): the bytes written there that die there at the
  * most (transient), and, for a forward segment, those read by a backward
  * (stash).  last_read and wseg describe the stage. */
@@ -519,7 +572,9 @@ int cost_estimate_pipeline(cost_ws *ws, const pipe_program *pp, const cost_hw *h
     static const cost_options defaults = {COST_FP32, 0, 0, COST_GRADS_AUTO};
     if (!opt) opt = &defaults;
     if (cost_estimate_program(ws, p, hw, opt, out, err, errlen) < 0) return -1;
-    pricer c = {.pp = pp, .p = p, .it = out->instr_time, .bytes = cost_ws_buffer_bytes(ws), .ws = ws, .mem_bandwidth = hw->mem_bandwidth};
+    double *it = scheduled_prices(ws, pp, hw, opt, out->instr_time);
+    if (!it) return ir_errf(err, errlen, "pipeline: out of memory pricing the schedule");
+    pricer c = {.pp = pp, .p = p, .it = it, .bytes = cost_ws_buffer_bytes(ws), .ws = ws, .mem_bandwidth = hw->mem_bandwidth};
     int P = s->stages, rc = 0, mixed = opt->precision == COST_MIXED_BF16 || opt->precision == COST_MIXED_FP16;
     cost_pipe_result res;
     memset(&res, 0, sizeof res);
@@ -600,6 +655,7 @@ int cost_estimate_pipeline(cost_ws *ws, const pipe_program *pp, const cost_hw *h
         for (int r = 0; r < P; r++) pe->xfer_time = fmax(pe->xfer_time, pe->stage[r].send_bytes / p2p_link(hw, &p->mesh, s->axis, r, r + 1 < P ? r + 1 : r - 1).bandwidth);
     }
 done:
+    free(it);
     free(stg);
     free(c.keys);
     free(c.send_id);
@@ -616,8 +672,11 @@ int cost_pipe_simulate_times(cost_ws *ws, const pipe_program *pp, const cost_hw 
 {
     static const cost_options defaults = {COST_FP32, 0, 0, COST_GRADS_AUTO};
     cost_estimate e;
-    if (cost_estimate_program(ws, pp->prog, hw, opt ? opt : &defaults, &e, err, errlen) < 0) return -1;
-    pricer c = {.pp = pp, .p = pp->prog, .it = e.instr_time, .bytes = cost_ws_buffer_bytes(ws), .ws = ws, .mem_bandwidth = hw->mem_bandwidth};
+    if (!opt) opt = &defaults;
+    if (cost_estimate_program(ws, pp->prog, hw, opt, &e, err, errlen) < 0) return -1;
+    double *it = scheduled_prices(ws, pp, hw, opt, e.instr_time);
+    if (!it) return ir_errf(err, errlen, "pipeline: out of memory pricing the schedule");
+    pricer c = {.pp = pp, .p = pp->prog, .it = it, .bytes = cost_ws_buffer_bytes(ws), .ws = ws, .mem_bandwidth = hw->mem_bandwidth};
     cost_pipe_result res;
     memset(&res, 0, sizeof res);
     int rc = build_model(&c, hw) < 0 ? ir_errf(err, errlen, "pipeline: out of memory pricing the schedule") : 0;
@@ -633,6 +692,7 @@ int cost_pipe_simulate_times(cost_ws *ws, const pipe_program *pp, const cost_hw 
     for (int x = 0; x < c.m.n_xfers && !rc; x++) c.m.xfer_time[x] = 0;
     if (!rc) rc = cost_pipe_simulate(&c.m, &res, err, errlen);
     for (int r = 0; r < pp->spec.stages && !rc; r++) idle[r] = (res.step - res.busy[r]) / res.step;
+    free(it);
     free(c.keys);
     free(c.send_id);
     cost_pipe_model_free(&c.m);

@@ -120,7 +120,8 @@ typedef struct cost_pipe_estimate {
 } cost_pipe_estimate;
 
 /* Prices pipelined program pp: each instruction as cost_estimate_program
- * prices it, each transfer on the link between its two devices (the axis'
+ * prices it (where hw has a cache model, along each stage's task order:
+ * cost_price_spans), each transfer on the link between its two devices (the axis'
  * own link when the profile names it; else intra-node when both devices are
  * in one node by their numbers, inter-node otherwise), the schedule
  * simulated (cost_pipe_simulate).  Fills *out as for any plan: step_time the

@@ -517,6 +517,59 @@ static void test_price_gpt(void)
     CHECK(peak[PIPE_GPIPE][1] > peak[PIPE_1F1B][0]);
 }
 
+/* The cache model follows each stage's order (cost_price_spans): priced
+ * along the body's own order as one span it gives the estimate's times
+ * exactly; without a cache model nothing moves; with one, the last stage's
+ * backward reads its stash from cache when it follows its own forward
+ * (1F1B) and from memory after every forward (GPipe). */
+static void test_cache_order(void)
+{
+    const char *model = "gpt:layers=4,hidden=128,heads=4,seq=64,batch=32,vocab=256";
+    char err[512];
+    cost_hw hw;
+    CHECK(cost_hw_preset("cpu", &hw, err, sizeof err) == 0);
+    hw.fused_elementwise = 1;
+    double bwd[2] = {0}, bwd0[2] = {0};
+    for (int j = 0; j < 2; j++) {
+        pipe_program pp;
+        shard_state *st;
+        int m = 4, kind = j ? PIPE_1F1B : PIPE_GPIPE;
+        ir_graph *g = lower_pipe(model, m, "pipe=2", "", "pipe", kind, 1, &pp, &st);
+        cost_ws *ws = cost_ws_new(g);
+        cost_estimate e;
+        cost_pipe_estimate pe;
+        hw.cache_bytes = 0; /* no cache model: the body's prices */
+        CHECK(cost_estimate_pipeline(ws, &pp, &hw, NULL, &e, &pe, err, sizeof err) == 0);
+        bwd0[j] = pe.stage[1].bwd;
+        double stash = pe.stage[1].stash;
+        cost_pipe_estimate_free(&pe);
+        const spmd_program *p = pp.prog;
+        uint8_t *shared = calloc((size_t)p->n_bufs + 1, 1);
+        double *t = calloc((size_t)p->n_instrs + 1, sizeof *t);
+        cost_span whole = {0, p->n_instrs, 0, -1};
+        CHECK(cost_estimate_program(ws, p, &hw, NULL, &e, err, sizeof err) == 0);
+        CHECK(cost_price_spans(ws, p, &hw, NULL, &whole, 1, shared, 1, t) == 1);
+        hw.cache_bytes = 2 * 3 * stash; /* each of the 2 devices: 3 micro-batches' stash */
+        CHECK(cost_estimate_program(ws, p, &hw, NULL, &e, err, sizeof err) == 0);
+        CHECK(cost_price_spans(ws, p, &hw, NULL, &whole, 1, shared, 1, t) == 0);
+        int same = 1;
+        for (int i = 0; i < p->n_instrs; i++)
+            if (!spmd_kind_is_p2p(p->instrs[i].kind)) same &= fabs(t[i] - e.instr_time[i]) <= 1e-12 * fmax(1e-9, e.instr_time[i]);
+        CHECKF(same, "%s: the body's order as one span prices as the estimate", pipe_schedule_name(kind));
+        CHECK(cost_estimate_pipeline(ws, &pp, &hw, NULL, &e, &pe, err, sizeof err) == 0);
+        bwd[j] = pe.stage[1].bwd;
+        cost_pipe_estimate_free(&pe);
+        free(shared);
+        free(t);
+        pipe_program_free(&pp);
+        cost_ws_free(ws);
+        shard_state_free(st);
+        ir_free(g);
+    }
+    CHECKF(bwd0[0] == bwd0[1], "without a cache model the schedule moves no price (%g, %g)", bwd0[0], bwd0[1]);
+    CHECKF(bwd[0] > 1.005 * bwd[1], "the last stage's backward: GPipe %g s, 1F1B %g s", bwd[0], bwd[1]);
+}
+
 /* The pipeline: tactic: its text both ways, its errors, its spec. */
 static void test_tactic(void)
 {
@@ -880,6 +933,7 @@ int main(void)
     test_lower_gpt();
     test_empty_stages();
     test_price_gpt();
+    test_cache_order();
     test_simulate_times();
     test_balance();
     test_search_pipelined();
