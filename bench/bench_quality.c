@@ -12,7 +12,9 @@
  * time or a ratio.  CARVE_QUALITY_CASES=N runs only the first N cases;
  * CARVE_QUALITY_ONLY=3,7,27 only those rows (and no algorithms table, unless
  * CARVE_QUALITY_ALGOS=1; CARVE_QUALITY_ONLY=0 selects no row);
- * CARVE_QUALITY_BUDGET=N gives every row a budget of N steps instead. */
+ * CARVE_QUALITY_BUDGET=N gives every row a budget of N steps instead;
+ * CARVE_QUALITY_PER_SEED=1 prints each seed's result, best-so-far curve
+ * (steps:ratio) and plan (group/axis actions on top of its seed) on stderr. */
 #include "bench/bench_setup.h"
 
 #define SEEDS 5
@@ -73,6 +75,19 @@ static void quality_row(int k, const qcase *c, int steps_budget)
         distinct[i] = (double)r.evaluations;
         steps[i] = r.steps;
         stops[i] = r.stop;
+        if (getenv("CARVE_QUALITY_PER_SEED"))
+            fprintf(stderr, "row %d seed %d: ratio %.4f step %.7g s, %d steps, %lld plans, %s, %.1f s\n", k, i + 1,
+                    ratio[i], r.best.step_time, (int)r.steps, (long long)r.evaluations,
+                    search_stop_name((search_stop)r.stop), r.seconds);
+        if (getenv("CARVE_QUALITY_PER_SEED")) {
+            fprintf(stderr, "  seed %d curve:", i + 1);
+            for (int j = 0; j < r.n_curve; j++)
+                fprintf(stderr, " %.0f:%.4f", r.curve[j].steps,
+                        s.best >= 0 ? r.curve[j].best.step_time / s.ex[s.best].e.step_time : 0);
+            fprintf(stderr, "\n  seed %d plan (seed %d):", i + 1, r.seed);
+            for (int j = 0; j < r.n_actions; j++) fprintf(stderr, " g%d/a%d", r.actions[j].group, r.actions[j].axis);
+            fprintf(stderr, "\n");
+        }
     }
     int applied = 0, fit = 0, all_fit = 1;
     for (int i = 0; i < s.n_ex; i++) {

@@ -198,13 +198,15 @@ static int cmp_i64(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
-/* The converge rule's constants from CARVE_SEARCH_CONVERGE=GAIN,MIN,FACTOR[,OPS]
+/* The converge rule's constants from CARVE_SEARCH_CONVERGE=GAIN,MIN,FACTOR[,OPS[,WIDTH]]
  * (0 or unset: the defaults; OPS -1: a least patience that does not grow for
- * small graphs), for tuning them (sections 4 to 6). */
+ * small graphs, WIDTH -1: nor for wide roots), for tuning them (sections 4 to 6). */
 static void converge_constants(search_budget *b)
 {
     const char *conv = getenv("CARVE_SEARCH_CONVERGE");
-    if (conv) sscanf(conv, "%lf,%lf,%lf,%lf", &b->converge_gain, &b->patience_min, &b->patience_factor, &b->patience_ops);
+    if (conv)
+        sscanf(conv, "%lf,%lf,%lf,%lf,%lf", &b->converge_gain, &b->patience_min, &b->patience_factor, &b->patience_ops,
+               &b->patience_width);
 }
 
 /* Whether case k (a, b, ... in the order listed) is in CARVE_SEARCH_CASES (unset: every case). */
@@ -333,17 +335,25 @@ static void converge_cases(void)
         {"gpt-15b:batch=32", "batch=4,model=8", "h100"},
         {"mlp:layers=3,batch=512,in=2048,hidden=4096,out=2048", "batch=2,model=4", "a100"},
         {"mlp:layers=5,batch=256,in=2048,hidden=4096,out=2048", "batch=2,model=2", "a100"},
+        /* wide roots (three and four axes: more than SEARCH_PATIENCE_WIDTH actions), added 2026-11-27 */
+        {"gpt-1.3b:batch=16", "a=2,b=4,c=2", "h100"},
+        {"llama3-8b:seq=2048", "a=2,b=2,c=4", "a100"},
+        {"gpt-15b:batch=64", "a=4,b=4,c=4", "a100"},
+        {"vit-b16", "a=2,b=2,c=2,d=2", "a100"},
+        {"gpt-39b:batch=128", "a=8,b=8,c=4", "h100"},
     };
     const char *env = getenv("CARVE_SEARCH_REF");
     int ref = env && atoi(env) > 0 ? atoi(env) : 4000, seeds = getenv("CARVE_SEARCH_SEEDS") ? atoi(getenv("CARVE_SEARCH_SEEDS")) : 2;
     search_budget rule = {0};
     converge_constants(&rule);
-    double gain = rule.converge_gain, min = rule.patience_min, factor = rule.patience_factor, ops = rule.patience_ops;
+    double gain = rule.converge_gain, min = rule.patience_min, factor = rule.patience_factor, ops = rule.patience_ops,
+           width = rule.patience_width;
     printf("### The converge rule on its tuning cases (experts as seeds, one thread)\n\n");
-    printf("Reference: %d steps without the rule. Rule: gain %g, patience min %g, factor %g, ops %g (0: the defaults).\n\n",
-           ref, gain, min, factor, ops);
-    printf("| model | mesh | hw | seed | reference: / best expert, best at step, steps, s | rule: / best expert, steps, s, stop "
-           "| rule / reference |\n|---|---|---|---|---|---|---|\n");
+    printf("Reference: %d steps without the rule. Rule: gain %g, patience min %g, factor %g, ops %g, width %g (0: the "
+           "defaults).\n\n",
+           ref, gain, min, factor, ops, width);
+    printf("| model | mesh | hw | root width | seed | reference: / best expert, best at step, steps, s | rule: / best expert, "
+           "steps, s, stop | rule / reference |\n|---|---|---|---|---|---|---|---|\n");
     for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
         if (!case_wanted((int)k)) continue;
         setup s;
@@ -360,6 +370,7 @@ static void converge_cases(void)
             b.patience_min = min;
             b.patience_factor = factor;
             b.patience_ops = ops;
+            b.patience_width = width;
             run(&s, &search_mcts, b, &r1);
             double bs0 = 0;
             for (int i = 0; i < r0.n_curve; i++)
@@ -367,8 +378,8 @@ static void converge_cases(void)
                     bs0 = r0.curve[i].steps;
                     break;
                 }
-            printf("| %s | %s | %s | %d | %.4f, %.0f, %.0f, %.1f | %.4f, %.0f, %.1f, %s | %.5f |\n", cases[k].model,
-                   cases[k].mesh, cases[k].hw, seed, r0.best.step_time / be, bs0, r0.steps, r0.seconds,
+            printf("| %s | %s | %s | %d | %d | %.4f, %.0f, %.0f, %.1f | %.4f, %.0f, %.1f, %s | %.5f |\n", cases[k].model,
+                   cases[k].mesh, cases[k].hw, r1.root_actions, seed, r0.best.step_time / be, bs0, r0.steps, r0.seconds,
                    r1.best.step_time / be, r1.steps, r1.seconds, search_stop_name(r1.stop),
                    r0.best.step_time > 0 ? r1.best.step_time / r0.best.step_time : 0);
             fflush(stdout);

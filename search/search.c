@@ -34,18 +34,22 @@ const search_algo *search_algo_find(const char *name)
  * search says the space is exhausted (it keeps finding nothing new). */
 #define SEARCH_EXHAUSTED_AFTER 5000
 
-/* The least patience on a graph of n_ops ops (search_patience). */
-static double least_patience(const search_budget *b, int n_ops)
+/* The least patience on a graph of n_ops ops whose root has `width` legal
+ * actions (search_patience). */
+static double least_patience(const search_budget *b, int n_ops, int width)
 {
     double min = b->patience_min > 0 ? b->patience_min : SEARCH_PATIENCE_MIN;
     double ops = b->patience_ops > 0 ? b->patience_ops : b->patience_ops < 0 ? 0 : SEARCH_PATIENCE_OPS;
-    return n_ops > 0 && ops > n_ops ? min * ops / n_ops : min;
+    double w = b->patience_width > 0 ? b->patience_width : b->patience_width < 0 ? 0 : SEARCH_PATIENCE_WIDTH;
+    if (n_ops > 0 && ops > n_ops) min *= ops / n_ops;
+    if (w > 0 && width > w) min *= width / w;
+    return min;
 }
 
-double search_patience(const search_budget *b, int n_ops, double steps)
+double search_patience(const search_budget *b, int n_ops, int width, double steps)
 {
     double p = (b->patience_factor > 0 ? b->patience_factor : SEARCH_PATIENCE_FACTOR) * steps;
-    double min = least_patience(b, n_ops);
+    double min = least_patience(b, n_ops, width);
     return p > min ? p : min;
 }
 
@@ -322,7 +326,7 @@ static int patience_out(const search_budget *b, double steps, double best_steps,
         if (since_gain > in_phase) since_gain = in_phase;
     }
     if (b->stall > 0 && since_best < (double)b->stall) return 0;
-    if (b->converge && since_gain < search_patience(b, 0, gain_steps)) return 0;
+    if (b->converge && since_gain < search_patience(b, 0, 0, gain_steps)) return 0;
     return 1;
 }
 
@@ -410,7 +414,7 @@ static double patience_left(const search_ctx *c)
     if (b->stall > 0) left = best + (double)b->stall - steps;
     if (b->converge) {
         double g = (sh->sync ? sh->gain_steps : c->gain_steps);
-        double l = gain + search_patience(b, 0, g) - steps;
+        double l = gain + search_patience(b, 0, 0, g) - steps;
         if (l > left) left = l;
     }
     return left > 0 ? left : 0;
@@ -738,8 +742,12 @@ int search_run(const search_algo *algo, const shard_state *prefix, const shard_g
     search_budget per = *b;
     if (!per.seeds) per.n_seeds = 0;
     if (per.simulations > 0) per.simulations = (b->simulations + threads - 1) / threads;
-    per.patience_min = least_patience(b, prefix->g->n_ops); /* the threads' rule: this graph's least patience */
+    int n_actions = gs->n * prefix->mesh.n_axes, w = 0; /* root width: legal actions on the prefix */
+    for (int a = 0; a < n_actions; a++)
+        w += shard_group_legal(prefix, gs, a / prefix->mesh.n_axes, a % prefix->mesh.n_axes);
+    per.patience_min = least_patience(b, prefix->g->n_ops, w); /* the threads' rule: this search's least patience */
     per.patience_ops = -1;
+    per.patience_width = -1;
     search_ctx *cs = ir_xcalloc((size_t)threads, sizeof *cs);
     int rc = 0;
     search_shared shared = {.threads = threads, .best_reward = -1e300, .gain_reward = -1e300,
@@ -793,9 +801,6 @@ int search_run(const search_algo *algo, const shard_state *prefix, const shard_g
     pthread_cond_destroy(&shared.team_cv);
     pthread_cond_destroy(&shared.team_note);
     merge(cs, threads, res);
-    int n_actions = gs->n * prefix->mesh.n_axes, w = 0; /* root width: legal actions on the prefix */
-    for (int a = 0; a < n_actions; a++)
-        w += shard_group_legal(prefix, gs, a / prefix->mesh.n_axes, a % prefix->mesh.n_axes);
     res->root_actions = w;
     res->seconds = now() - t0;
     for (int t = 0; t < threads; t++) ctx_free(&cs[t]);

@@ -91,6 +91,8 @@ typedef struct search_budget {
     double patience_min;   /* SEARCH_PATIENCE_MIN, SEARCH_PATIENCE_FACTOR, SEARCH_PATIENCE_OPS; patience_ops < 0: */
     double patience_factor; /* the least patience does not grow for small graphs), settable for tuning them */
     double patience_ops;
+    double patience_width; /* SEARCH_PATIENCE_WIDTH (0: the default; < 0: the least patience does not grow for
+                            * wide roots) */
     uint64_t seed;
     int threads;
     int max_depth;         /* actions per plan (0: 16) */
@@ -192,13 +194,17 @@ const char *search_stop_name(search_stop s);
  * the graph's ops): SEARCH_PATIENCE_MIN * SEARCH_PATIENCE_OPS / n_ops.  It is
  * counted in steps, never in seconds, so a seed's plan does not depend on the
  * machine.  Chosen on the tuning cases of bench_search (docs/search.md,
- * "Budgets"). */
+ * "Budgets"), whose roots have at most SEARCH_PATIENCE_WIDTH legal actions; on
+ * a wider root (more axes: more first moves for the tree to compare) the least
+ * patience grows in proportion, the same steps per root action. */
 #define SEARCH_CONVERGE_GAIN 1e-3
 #define SEARCH_PATIENCE_MIN 200.0
 #define SEARCH_PATIENCE_FACTOR 1.0
 #define SEARCH_PATIENCE_OPS 1000.0
-/* The converge rule's patience after a gain at `steps` on a graph of n_ops ops. */
-double search_patience(const search_budget *b, int n_ops, double steps);
+#define SEARCH_PATIENCE_WIDTH 16.0
+/* The converge rule's patience after a gain at `steps` on a graph of n_ops ops
+ * whose root has `width` legal actions (0: either unknown, no growth). */
+double search_patience(const search_budget *b, int n_ops, int width, double steps);
 /* Whether a better plan of `reward` resets the converge rule's patience, the
  * last plan that did having `gain_reward` (-1e300: none yet). */
 int search_material_gain(const search_budget *b, double reward, double gain_reward);

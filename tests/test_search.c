@@ -778,7 +778,7 @@ static void budgets_bound_the_search(void)
         if (r.curve[i].best.reward > gain->best.reward * (1 + SEARCH_CONVERGE_GAIN)) gain = &r.curve[i];
     printf("gpt-tiny, converge rule: %s after %.1f steps (%lld priced, %lld simulations), the last gain at %.1f\n",
            search_stop_name(r.stop), r.steps, (long long)r.evaluations, (long long)r.simulations, gain->steps);
-    CHECKF(r.stop == STOP_EXHAUSTED || (r.stop == STOP_CONVERGED && r.steps - gain->steps >= search_patience(&b, g->n_ops, gain->steps)),
+    CHECKF(r.stop == STOP_EXHAUSTED || (r.stop == STOP_CONVERGED && r.steps - gain->steps >= search_patience(&b, g->n_ops, r.root_actions, gain->steps)),
            "converge: stopped by %s at %.1f steps, the last gain at %.1f", search_stop_name(r.stop), r.steps, gain->steps);
     /* two threads decide at epochs from what both did: the same search every time; their curves merge into one */
     b.threads = 2;
@@ -825,14 +825,25 @@ static void least_patience_grows_for_small_graphs(void)
 {
     search_budget d = {.converge = 1};
     int big = (int)SEARCH_PATIENCE_OPS * 4, small = (int)SEARCH_PATIENCE_OPS / 4;
-    CHECK(search_patience(&d, big, 0) == SEARCH_PATIENCE_MIN && search_patience(&d, (int)SEARCH_PATIENCE_OPS, 0) == SEARCH_PATIENCE_MIN);
-    CHECKF(search_patience(&d, small, 0) == 4 * SEARCH_PATIENCE_MIN, "%d ops: least patience %g", small,
-           search_patience(&d, small, 0));
-    CHECK(search_patience(&d, small, 1e6) == 1e6 * SEARCH_PATIENCE_FACTOR); /* past the least: the steps to the gain */
+    CHECK(search_patience(&d, big, 0, 0) == SEARCH_PATIENCE_MIN && search_patience(&d, (int)SEARCH_PATIENCE_OPS, 0, 0) == SEARCH_PATIENCE_MIN);
+    CHECKF(search_patience(&d, small, 0, 0) == 4 * SEARCH_PATIENCE_MIN, "%d ops: least patience %g", small,
+           search_patience(&d, small, 0, 0));
+    CHECK(search_patience(&d, small, 0, 1e6) == 1e6 * SEARCH_PATIENCE_FACTOR); /* past the least: the steps to the gain */
     d.patience_min = SEARCH_PATIENCE_MIN / 4;
-    CHECK(search_patience(&d, small, 0) == SEARCH_PATIENCE_MIN && search_patience(&d, big, 0) == SEARCH_PATIENCE_MIN / 4);
+    CHECK(search_patience(&d, small, 0, 0) == SEARCH_PATIENCE_MIN && search_patience(&d, big, 0, 0) == SEARCH_PATIENCE_MIN / 4);
     d.patience_ops = -1;
-    CHECK(search_patience(&d, small, 0) == SEARCH_PATIENCE_MIN / 4);
+    CHECK(search_patience(&d, small, 0, 0) == SEARCH_PATIENCE_MIN / 4);
+    /* a root wider than SEARCH_PATIENCE_WIDTH actions: the least patience in proportion; patience_width < 0: none */
+    search_budget e = {.converge = 1};
+    int wide = 2 * (int)SEARCH_PATIENCE_WIDTH;
+    CHECK(search_patience(&e, big, (int)SEARCH_PATIENCE_WIDTH, 0) == SEARCH_PATIENCE_MIN &&
+          search_patience(&e, big, 3, 0) == SEARCH_PATIENCE_MIN);
+    CHECKF(search_patience(&e, big, wide, 0) == 2 * SEARCH_PATIENCE_MIN, "%d actions: least patience %g", wide,
+           search_patience(&e, big, wide, 0));
+    CHECK(search_patience(&e, small, wide, 0) == 8 * SEARCH_PATIENCE_MIN); /* both: the small graph's, then the width's */
+    CHECK(search_patience(&e, big, wide, 1e6) == 1e6 * SEARCH_PATIENCE_FACTOR);
+    e.patience_width = -1;
+    CHECK(search_patience(&e, big, wide, 0) == SEARCH_PATIENCE_MIN);
     /* a search on a small graph waits that long: gpt-tiny's steps after its last gain */
     ir_graph *g = test_build_step("gpt-tiny");
     shard_mesh mesh;
@@ -852,6 +863,41 @@ static void least_patience_grows_for_small_graphs(void)
     CHECKF(r.stop == STOP_EXHAUSTED || (r.stop == STOP_CONVERGED && r.steps - gain->steps >= 8 * SEARCH_PATIENCE_MIN),
            "patience of %g ops on %d: stopped by %s at %.1f steps, the last gain at %.1f", b.patience_ops, g->n_ops,
            search_stop_name(r.stop), r.steps, gain->steps);
+    shard_groups_free(gs);
+    shard_state_free(prefix);
+    ir_free(g);
+}
+
+/* A search whose root is wider than SEARCH_PATIENCE_WIDTH actions (three
+ * mesh axes) waits the wider least patience after its last gain: with a
+ * patience factor so small that the least patience decides, the tree ends
+ * that many steps after the last gain and the local search as many after
+ * that (or, after a gain of its own, as many after it). */
+static void wide_root_waits_longer(void)
+{
+    ir_graph *g = test_build_step("gpt-tiny");
+    shard_mesh mesh;
+    char err[256];
+    shard_mesh_parse("a=2,b=2,c=2", &mesh, err, sizeof err);
+    shard_state *prefix = shard_state_new(g, &mesh);
+    shard_groups *gs = shard_groups_build(g);
+    search_evaluator ev = {NULL, proxy_make, proxy_eval, proxy_destroy};
+    search_result r;
+    search_budget b = {.converge = 1, .seed = 2, .threads = 1, .simulations = SEARCH_AUTO_CAP, .patience_ops = -1,
+                        .patience_factor = 1e-3};
+    CHECK(search_run(&search_mcts, prefix, gs, &ev, &b, &r, err, sizeof err) == 0);
+    const search_point *gain = &r.curve[0];
+    for (int i = 1; i < r.n_curve; i++)
+        if (r.curve[i].best.reward > gain->best.reward * (1 + SEARCH_CONVERGE_GAIN)) gain = &r.curve[i];
+    double least = SEARCH_PATIENCE_MIN * r.root_actions / SEARCH_PATIENCE_WIDTH;
+    printf("gpt-tiny over a=2,b=2,c=2 (root width %d): %s after %.1f steps, the last gain at %.1f, least patience %g\n",
+           r.root_actions, search_stop_name(r.stop), r.steps, gain->steps, least);
+    CHECKF(r.root_actions > SEARCH_PATIENCE_WIDTH, "root width %d: not a wide root", r.root_actions);
+    double after = r.steps - gain->steps;
+    CHECKF(r.stop == STOP_CONVERGED && least == search_patience(&b, g->n_ops, r.root_actions, 0) &&
+               ((after >= least && after <= least + 2) || (after >= 2 * least && after <= 2 * least + 2)),
+           "wide root: stopped by %s %.1f steps after the last gain (least patience %g)", search_stop_name(r.stop),
+           after, least);
     shard_groups_free(gs);
     shard_state_free(prefix);
     ir_free(g);
@@ -884,8 +930,8 @@ static void converge_while_nothing_fits(void)
     printf("gpt-tiny, nothing fits, converge rule: %s after %.1f steps (%d better plans), the last gain at %.1f\n",
            search_stop_name(r.stop), r.steps, r.n_curve, gain->steps);
     CHECKF(r.stop == STOP_EXHAUSTED ||
-               (r.stop == STOP_CONVERGED && r.steps - gain->steps >= search_patience(&b, g->n_ops, gain->steps) &&
-                r.steps <= gain->steps + 2 * search_patience(&b, g->n_ops, gain->steps) + 1),
+               (r.stop == STOP_CONVERGED && r.steps - gain->steps >= search_patience(&b, g->n_ops, r.root_actions, gain->steps) &&
+                r.steps <= gain->steps + 2 * search_patience(&b, g->n_ops, r.root_actions, gain->steps) + 1),
            "nothing fits: stopped by %s at %.1f steps, the last gain at %.1f", search_stop_name(r.stop), r.steps,
            gain->steps);
     shard_groups_free(gs);
@@ -966,6 +1012,7 @@ int main(void)
     budgets_bound_the_search();
     converge_while_nothing_fits();
     least_patience_grows_for_small_graphs();
+    wide_root_waits_longer();
     seed_scores_change_nothing();
     ends_at_a_local_optimum();
     kicks_leave_a_basin();
