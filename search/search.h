@@ -194,9 +194,10 @@ const char *search_stop_name(search_stop s);
  * the graph's ops): SEARCH_PATIENCE_MIN * SEARCH_PATIENCE_OPS / n_ops.  It is
  * counted in steps, never in seconds, so a seed's plan does not depend on the
  * machine.  Chosen on the tuning cases of bench_search (docs/search.md,
- * "Budgets"), whose roots have at most SEARCH_PATIENCE_WIDTH legal actions; on
- * a wider root (more axes: more first moves for the tree to compare) the least
- * patience grows in proportion, the same steps per root action. */
+ * "Budgets"), most of whose roots have SEARCH_PATIENCE_WIDTH legal actions (a
+ * GPT over two mesh axes); on a wider root (more axes: more first moves for
+ * the tree to compare) the least patience grows in proportion, the same steps
+ * per root action. */
 #define SEARCH_CONVERGE_GAIN 1e-3
 #define SEARCH_PATIENCE_MIN 200.0
 #define SEARCH_PATIENCE_FACTOR 1.0
