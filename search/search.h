@@ -65,7 +65,8 @@ typedef struct search_evaluator {
 #define SEARCH_HIT_STEPS 4
 
 /* carve autopart's cap on steps when the converge rule decides (no --budget):
- * a bound on the time, which the rule reaches first on every case measured. */
+ * a bound on the time (two U-Net searches of the zoo timings, roots of 50
+ * actions, reach it; docs/search.md, "Stop rules"). */
 #define SEARCH_AUTO_CAP 10000
 
 /* Where a search stands, for a progress line. */
