@@ -118,6 +118,16 @@ static void against_exhaustive_ev(const char *model, const char *mesh_text, int 
     ir_free(g);
 }
 
+/* The curve's last point that gained more than SEARCH_CONVERGE_GAIN over the
+ * one before it that did: the converge rule's last gain. */
+static const search_point *last_gain(const search_result *r)
+{
+    const search_point *gain = &r->curve[0];
+    for (int i = 1; i < r->n_curve; i++)
+        if (r->curve[i].best.reward > gain->best.reward * (1 + SEARCH_CONVERGE_GAIN)) gain = &r->curve[i];
+    return gain;
+}
+
 static void determinism_and_budgets(void)
 {
     ir_graph *g = test_build_step("gpt-tiny");
@@ -773,9 +783,7 @@ static void budgets_bound_the_search(void)
     CHECK(search_run(&search_mcts, prefix, gs, &ev, &b, &r2, err, sizeof err) == 0);
     CHECK(r.evaluations == r2.evaluations && r.simulations == r2.simulations && r.best.reward == r2.best.reward);
     CHECKF(curve_ok(&r), "converge: the curve (%d points) is not the best so far", r.n_curve);
-    const search_point *gain = &r.curve[0];
-    for (int i = 1; i < r.n_curve; i++)
-        if (r.curve[i].best.reward > gain->best.reward * (1 + SEARCH_CONVERGE_GAIN)) gain = &r.curve[i];
+    const search_point *gain = last_gain(&r);
     printf("gpt-tiny, converge rule: %s after %.1f steps (%lld priced, %lld simulations), the last gain at %.1f\n",
            search_stop_name(r.stop), r.steps, (long long)r.evaluations, (long long)r.simulations, gain->steps);
     CHECKF(r.stop == STOP_EXHAUSTED || (r.stop == STOP_CONVERGED && r.steps - gain->steps >= search_patience(&b, g->n_ops, r.root_actions, gain->steps)),
@@ -855,9 +863,7 @@ static void least_patience_grows_for_small_graphs(void)
     search_result r;
     search_budget b = {.converge = 1, .seed = 4, .threads = 1, .simulations = SEARCH_AUTO_CAP, .patience_ops = 8.0 * g->n_ops};
     CHECK(search_run(&search_mcts, prefix, gs, &ev, &b, &r, err, sizeof err) == 0);
-    const search_point *gain = &r.curve[0];
-    for (int i = 1; i < r.n_curve; i++)
-        if (r.curve[i].best.reward > gain->best.reward * (1 + SEARCH_CONVERGE_GAIN)) gain = &r.curve[i];
+    const search_point *gain = last_gain(&r);
     printf("gpt-tiny (%d ops), a least patience of %g ops: %s after %.1f steps, the last gain at %.1f\n", g->n_ops,
            b.patience_ops, search_stop_name(r.stop), r.steps, gain->steps);
     CHECKF(r.stop == STOP_EXHAUSTED || (r.stop == STOP_CONVERGED && r.steps - gain->steps >= 8 * SEARCH_PATIENCE_MIN),
@@ -886,9 +892,7 @@ static void wide_root_waits_longer(void)
     search_budget b = {.converge = 1, .seed = 2, .threads = 1, .simulations = SEARCH_AUTO_CAP, .patience_ops = -1,
                         .patience_factor = 1e-3};
     CHECK(search_run(&search_mcts, prefix, gs, &ev, &b, &r, err, sizeof err) == 0);
-    const search_point *gain = &r.curve[0];
-    for (int i = 1; i < r.n_curve; i++)
-        if (r.curve[i].best.reward > gain->best.reward * (1 + SEARCH_CONVERGE_GAIN)) gain = &r.curve[i];
+    const search_point *gain = last_gain(&r);
     double least = SEARCH_PATIENCE_MIN * r.root_actions / SEARCH_PATIENCE_WIDTH;
     printf("gpt-tiny over a=2,b=2,c=2 (root width %d): %s after %.1f steps, the last gain at %.1f, least patience %g\n",
            r.root_actions, search_stop_name(r.stop), r.steps, gain->steps, least);
