@@ -225,40 +225,46 @@ static void price_all(const shard_mesh *mesh, const shard_state *base, autopart_
     }
 }
 
+/* The rows of the expert schedules (which & 1) and of the ZeRO-1/2 ones
+ * (which & 2), in that order, priced on `threads` threads. */
+static int priced_rows(const ir_graph *g, const shard_mesh *mesh, const shard_state *base, autopart_pricer *pr,
+                       int threads, int which, autopart_expert **out)
+{
+    shard_state *own = base ? NULL : shard_state_new(g, mesh); /* the experts' states share its rules and groups */
+    if (!base) base = own;
+    autopart_expert *ex = NULL, *zero = NULL;
+    int n = which & 1 ? list_experts(g, mesh, base, &ex) : 0, nz = which & 2 ? list_zero_experts(g, mesh, base, &zero) : 0;
+    if (!ex) {
+        ex = zero;
+        n = nz;
+    } else if (zero) {
+        ex = ir_xrealloc(ex, (size_t)(n + nz + 1) * sizeof *ex);
+        memcpy(ex + n, zero, (size_t)nz * sizeof *zero);
+        free(zero);
+        n += nz;
+    }
+    price_all(mesh, base, pr, ex, n, threads);
+    shard_state_free(own);
+    *out = ex;
+    return n;
+}
+
 int autopart_experts(const ir_graph *g, const shard_mesh *mesh, const shard_state *base, autopart_pricer *pr,
                      autopart_expert **out)
 {
-    shard_state *own = base ? NULL : shard_state_new(g, mesh); /* the experts' states share its rules and groups */
-    int n = list_experts(g, mesh, base ? base : own, out);
-    price_all(mesh, base ? base : own, pr, *out, n, 1);
-    shard_state_free(own);
-    return n;
+    return priced_rows(g, mesh, base, pr, 1, 1, out);
 }
 
 int autopart_zero_experts(const ir_graph *g, const shard_mesh *mesh, const shard_state *base, autopart_pricer *pr,
                           autopart_expert **out)
 {
-    shard_state *own = base ? NULL : shard_state_new(g, mesh); /* as in autopart_experts */
-    int n = list_zero_experts(g, mesh, base ? base : own, out);
-    price_all(mesh, base ? base : own, pr, *out, n, 1);
-    shard_state_free(own);
-    return n;
+    return priced_rows(g, mesh, base, pr, 1, 2, out);
 }
 
 int autopart_all_experts(const ir_graph *g, const shard_mesh *mesh, const shard_state *base, autopart_pricer *pr,
                          int threads, autopart_expert **out)
 {
-    shard_state *own = base ? NULL : shard_state_new(g, mesh); /* as in autopart_experts */
-    if (!base) base = own;
-    autopart_expert *ex, *zero;
-    int n = list_experts(g, mesh, base, &ex), nz = list_zero_experts(g, mesh, base, &zero);
-    ex = ir_xrealloc(ex, (size_t)(n + nz + 1) * sizeof *ex);
-    memcpy(ex + n, zero, (size_t)nz * sizeof *zero);
-    free(zero);
-    price_all(mesh, base, pr, ex, n + nz, threads);
-    shard_state_free(own);
-    *out = ex;
-    return n + nz;
+    return priced_rows(g, mesh, base, pr, threads, 3, out);
 }
 
 void autopart_experts_free(autopart_expert *ex, int n)

@@ -1091,6 +1091,7 @@ int cost_price_spans(cost_ws *w, const spmd_program *p, const cost_hw *hw, const
     static const cost_options defaults = {COST_FP32, 0, 0, COST_GRADS_AUTO};
     if (!opt) opt = &defaults;
     if (p->g != w->g || p->n_instrs > w->cap_instrs) return -1;
+    if (hw->cores <= 0 || hw->cache_bytes <= 0) return 1; /* no cache model (set_up's condition): nothing to copy or set up */
     int nb = p->n_bufs, nl = 3 * (p->g->n_layers + 1);
     double *keep_t = malloc(((size_t)p->n_instrs + 1) * sizeof *keep_t), *keep_l = malloc(((size_t)nl + 1) * sizeof *keep_l);
     double *copy_t = malloc(((size_t)nb * (size_t)n_copies + 1) * sizeof *copy_t);
