@@ -18,6 +18,7 @@
 #include "shard.h"
 
 #include "groups.h"
+#include "structure.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -109,6 +110,7 @@ void shard_state_free(shard_state *s)
         free(s->update_of);
         free(s->updated_by);
         shard_groups_free(s->shared->groups);
+        shard_megatron_free(s->shared->megatron);
         free(s->shared);
     }
     free(s->conflicts);

@@ -588,16 +588,18 @@ int sched_expand(const tactic *t, const shard_state *st, shard_decision *out, in
         if (expand_dp(t, st, out, &n, cap) < 0) goto full;
         if (!n) return ir_errf(err, errlen, "dp:%s: the graph has no inputs to split", m->names[t->axis]);
         return n;
-    case TACTIC_MEGATRON: {
-        shard_member *dims = ir_xcalloc((size_t)cap + 1, sizeof *dims);
-        char why[160];
-        int k = shard_megatron_dims(g, dims, cap, NULL, why, sizeof why);
-        for (int i = 0; i < k && n >= 0; i++)
-            if (push(out, &n, cap, (shard_decision){SHARD_TILE, (int8_t)dims[i].dim, (int8_t)t->axis, dims[i].value}) < 0) n = -1;
-        free(dims);
+    case TACTIC_MEGATRON: { /* the graph's dims, built once for every state sharing its rules */
+        shard_megatron *own = NULL;
+        const shard_megatron *mg = shard_state_megatron(st);
+        if (!mg) mg = own = shard_megatron_build(g);
+        for (int i = 0; i < mg->n && n >= 0; i++)
+            if (push(out, &n, cap, (shard_decision){SHARD_TILE, (int8_t)mg->dims[i].dim, (int8_t)t->axis, mg->dims[i].value}) < 0)
+                n = -1;
+        int k = mg->n;
+        if (!k && n >= 0) ir_errf(err, errlen, "megatron:%s: %s", m->names[t->axis], mg->why);
+        shard_megatron_free(own);
         if (n < 0) goto full;
-        if (!k) return ir_errf(err, errlen, "megatron:%s: %s", m->names[t->axis], why);
-        return n;
+        return k ? n : -1;
     }
     case TACTIC_ZERO1:
     case TACTIC_ZERO2:

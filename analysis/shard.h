@@ -186,14 +186,17 @@ typedef struct shard_state {
     /* what the states that share rules, uses, use_start, producer, update_of
      * and updated_by (shard_state_new_like; no state writes them after
      * shard_state_new builds them) also share: how many they are (the last
-     * one freed frees them) and the graph's dim groups, built on first use
-     * (shard_state_groups, groups.h).  NULL in a saved state, which has none. */
+     * one freed frees them), the graph's dim groups and its Megatron dims,
+     * each built on first use (shard_state_groups, groups.h;
+     * shard_state_megatron, structure.h).  NULL in a saved state, which has
+     * none. */
     struct shard_shared *shared;
 } shard_state;
 
 typedef struct shard_shared {
     int refs;
-    struct shard_groups *groups; /* NULL until shard_state_groups builds them */
+    struct shard_groups *groups;     /* NULL until shard_state_groups builds them */
+    struct shard_megatron *megatron; /* NULL until shard_state_megatron builds them */
 } shard_shared;
 
 /* The factor shardings of op `op` given the current shardings of its operands

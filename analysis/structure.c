@@ -254,6 +254,32 @@ int shard_megatron_dims(const ir_graph *g, shard_member *out, int cap, int *n_bl
     return count;
 }
 
+shard_megatron *shard_megatron_build(const ir_graph *g)
+{
+    shard_megatron *m = ir_xcalloc(1, sizeof *m);
+    m->dims = ir_xcalloc((size_t)g->n_values + 1, sizeof *m->dims); /* a member per value at most */
+    m->n = shard_megatron_dims(g, m->dims, g->n_values, &m->blocks, m->why, sizeof m->why);
+    return m;
+}
+
+const shard_megatron *shard_state_megatron(const shard_state *s)
+{
+    if (!s->shared) return NULL;
+    shard_megatron *m = __atomic_load_n(&s->shared->megatron, __ATOMIC_ACQUIRE), *none = NULL;
+    if (m) return m;
+    m = shard_megatron_build(s->g); /* two threads may both build: the first kept, the other freed */
+    if (__atomic_compare_exchange_n(&s->shared->megatron, &none, m, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) return m;
+    shard_megatron_free(m);
+    return none;
+}
+
+void shard_megatron_free(shard_megatron *m)
+{
+    if (!m) return;
+    free(m->dims);
+    free(m);
+}
+
 /* The dim group a routing argmax reduces (the experts), or -1. */
 static int expert_group(const ir_graph *g, const shard_groups *gs)
 {

@@ -36,6 +36,21 @@ int shard_batch_groups(const ir_graph *g, const shard_groups *gs, int *out, int 
  * (may be NULL) receives the number of column-row blocks found. */
 int shard_megatron_dims(const ir_graph *g, shard_member *out, int cap, int *n_blocks, char *why, size_t n);
 
+/* shard_megatron_dims of a whole graph, uncapped: dims[0..n), blocks, and
+ * the reason when n is 0.  It depends on the graph alone, so the states
+ * that share a graph's rules share it too: shard_state_megatron builds it on
+ * first use (a searched step applies megatron:AXIS for every expert schedule
+ * and configuration it prices) and shard_state_free frees it with the last
+ * state; NULL for a saved state, which shares nothing (build your own). */
+typedef struct shard_megatron {
+    shard_member *dims;
+    int n, blocks;
+    char why[160];
+} shard_megatron;
+shard_megatron *shard_megatron_build(const ir_graph *g);
+const shard_megatron *shard_state_megatron(const shard_state *s);
+void shard_megatron_free(shard_megatron *m);
+
 /* The expert weights' experts dims, which expert parallelism (ep:AXIS)
  * tiles: the experts dim is the dim group a routing argmax reduces (top-k's
  * choice of expert); expert weights are params with a dim in that group that

@@ -90,6 +90,22 @@ static void megatron_on_a_user_graph(void)
         CHECKF(strcmp(name, "embedding/kernel"), "the embedding feeds a residual stream, not a block");
     }
     CHECK(found_q == 1 && found_out == 1);
+    /* the states sharing a graph's rules share its dims, built once and
+     * equal to the function's; megatron:AXIS tiles exactly those */
+    shard_mesh mesh;
+    CHECK(shard_mesh_parse("model=2", &mesh, why, sizeof why) == 0);
+    shard_state *st = shard_state_new(g, &mesh), *like = shard_state_new_like(st);
+    const shard_megatron *mg = shard_state_megatron(st);
+    CHECK(mg && mg == shard_state_megatron(like) && mg->n == n && mg->blocks == blocks);
+    for (int i = 0; mg && i < n && i < mg->n; i++) CHECK(mg->dims[i].value == dims[i].value && mg->dims[i].dim == dims[i].dim);
+    schedule sc;
+    CHECK(sched_parse("megatron:model", &mesh, &sc, why, sizeof why) == 0);
+    CHECKF(sched_apply(&sc, like, why, sizeof why) == 0, "%s", why);
+    int tiled = 0;
+    for (int i = 0; i < n; i++) tiled += shard_dim_shards(&mesh, &like->spec[dims[i].value], dims[i].dim) == 2;
+    CHECKF(tiled == n, "%d of %d Megatron dims tiled over model", tiled, n);
+    shard_state_free(like);
+    shard_state_free(st);
     ir_free(g);
     /* a graph with no contraction pair says why */
     ir_graph *fwd = ir_load_json(rope_graph, why, sizeof why);
