@@ -776,7 +776,14 @@ int cost_price_pipelined(cost_ws *ws, shard_state *st, const pipe_spec *spec, co
     }
     if (!autos) return 0;
     pipe_spec bal;
-    cost_pipe_balance(pp, e->instr_time, &bal);
+    double *it = scheduled_prices(ws, pp, hw, opt, e->instr_time); /* the prices the simulation ran on */
+    if (!it) {
+        pipe_program_free(pp);
+        if (pe) cost_pipe_estimate_free(pe);
+        return ir_errf(err, errlen, "pipeline: out of memory pricing the schedule");
+    }
+    cost_pipe_balance(pp, it, &bal);
+    free(it);
     if (!memcmp(bal.first, sp.first, sizeof bal.first)) return 0;
     pipe_program q;
     cost_estimate f;

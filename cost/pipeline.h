@@ -150,7 +150,9 @@ int cost_pipe_simulate_times(cost_ws *ws, const pipe_program *pp, const cost_hw 
 
 /* A layer split for pp's pipeline balanced by the priced work: each layer's
  * seconds a step (its instructions in forward and backward segments m times,
- * in ends once; instr_time as cost_estimate_program left it), each virtual
+ * in ends once; instr_time per instruction of pp->prog: cost_price_pipelined
+ * passes the prices its simulation ran on, each stage's task order where the
+ * profile has a cache model, cost_price_spans), each virtual
  * stage's untagged work (GPT's embedding on the first, head and loss on the
  * last), and the split of contiguous layers that makes the largest virtual
  * stage's work least (exact, by dynamic programming; ties keep the earlier
