@@ -701,16 +701,14 @@ static int spec_price(mcts *m, const int *a, int n, int64_t gen, mcts_spec *out)
     mcts_spec *slot;
     int rc = spec_claim(m, seq, 0, out, &slot);
     if (rc != 2) return rc;
-    uint64_t dropped = propagate(c, a, n);
-    const search_entry *e = search_ctx_entry(c, search_ctx_key(c), 0);
+    uint64_t dropped = propagate(c, a, n), key = search_ctx_key(c);
+    const search_entry *e = search_ctx_entry(c, key, 0);
     search_score score;
     if (e && e->scored) {
         score = e->score;
     } else { /* as search_ctx_eval prices */
         search_ctx_sync(c);
-        int gather = c->st->gather_policy;
-        c->ev->eval(c->ws, c->st, &score);
-        c->st->gather_policy = gather;
+        search_ctx_price(c, key, &score);
     }
     spec_publish(m, slot, seq, dropped, &score, out);
     return 1;

@@ -155,6 +155,67 @@ static void new_best(search_ctx *c, const search_score *s)
     }
 }
 
+/* Prices the current state (synced) with this thread's evaluator. */
+static void price_here(search_ctx *c, search_score *out)
+{
+    /* the pricer may choose the plan's gather policy into the state (autopart_pricer.gather_auto): that is its
+     * output, not part of the state the actions reached, whose hash must not depend on what was priced in it
+     * before */
+    int gather = c->st->gather_policy;
+    c->ev->eval(c->ws, c->st, out);
+    c->st->gather_policy = gather;
+}
+
+/* The shared prices' slot of key, or the empty slot where it goes (under price_mu). */
+static search_price *price_slot(search_shared *sh, uint64_t key)
+{
+    uint64_t mask = (uint64_t)sh->price_cap - 1;
+    for (uint64_t j = key & mask;; j = (j + 1) & mask)
+        if (sh->prices[j].key == key || !sh->prices[j].key) return &sh->prices[j];
+}
+
+/* Room for one more shared price (under price_mu; slots may move). */
+static void price_room(search_shared *sh)
+{
+    if (2 * (sh->price_used + 1) <= sh->price_cap) return;
+    search_price *old = sh->prices;
+    int oldcap = sh->price_cap;
+    sh->price_cap = oldcap ? 2 * oldcap : 4096;
+    sh->prices = ir_xcalloc((size_t)sh->price_cap, sizeof *sh->prices);
+    for (int i = 0; i < oldcap; i++)
+        if (old[i].key) *price_slot(sh, old[i].key) = old[i];
+    free(old);
+}
+
+void search_ctx_price(search_ctx *c, uint64_t key, search_score *out)
+{
+    search_shared *sh = c->shared;
+    if (sh->threads < 2) {
+        price_here(c, out);
+        return;
+    }
+    pthread_mutex_lock(&sh->price_mu);
+    price_room(sh);
+    search_price *e = price_slot(sh, key);
+    if (e->key == key) { /* priced, or being priced, by another thread (or by this one ahead, search/mcts.c) */
+        while (!(e = price_slot(sh, key))->ready) pthread_cond_wait(&sh->price_cv, &sh->price_mu);
+        *out = e->score;
+        pthread_mutex_unlock(&sh->price_mu);
+        return;
+    }
+    e->key = key; /* claimed: the others wait for this thread's price */
+    e->ready = 0;
+    sh->price_used++;
+    pthread_mutex_unlock(&sh->price_mu);
+    price_here(c, out);
+    pthread_mutex_lock(&sh->price_mu);
+    e = price_slot(sh, key);
+    e->score = *out;
+    e->ready = 1;
+    pthread_cond_broadcast(&sh->price_cv);
+    pthread_mutex_unlock(&sh->price_mu);
+}
+
 const search_score *search_ctx_eval(search_ctx *c)
 {
     search_entry *e = search_ctx_entry(c, search_ctx_key(c), 1);
@@ -164,12 +225,7 @@ const search_score *search_ctx_eval(search_ctx *c)
             e->score = *c->given;
         } else {
             search_ctx_sync(c);
-            /* the pricer may choose the plan's gather policy into the state (autopart_pricer.gather_auto): that is
-             * its output, not part of the state the actions reached, whose hash must not depend on what was priced
-             * in it before */
-            int gather = c->st->gather_policy;
-            c->ev->eval(c->ws, c->st, &e->score);
-            c->st->gather_policy = gather;
+            search_ctx_price(c, e->key, &e->score);
         }
         e->scored = 1;
         c->res.evaluations++;
@@ -758,6 +814,8 @@ int search_run(const search_algo *algo, const shard_state *prefix, const shard_g
     pthread_cond_init(&shared.cv, NULL);
     pthread_cond_init(&shared.team_cv, NULL);
     pthread_cond_init(&shared.team_note, NULL);
+    pthread_mutex_init(&shared.price_mu, NULL);
+    pthread_cond_init(&shared.price_cv, NULL);
     double t0 = now();
     int n_starts = 1 + per.n_seeds;
     start_plan *sp = ir_xcalloc((size_t)n_starts, sizeof *sp);
@@ -800,6 +858,9 @@ int search_run(const search_algo *algo, const shard_state *prefix, const shard_g
     pthread_cond_destroy(&shared.cv);
     pthread_cond_destroy(&shared.team_cv);
     pthread_cond_destroy(&shared.team_note);
+    pthread_mutex_destroy(&shared.price_mu);
+    pthread_cond_destroy(&shared.price_cv);
+    free(shared.prices);
     merge(cs, threads, res);
     res->root_actions = w;
     res->seconds = now() - t0;

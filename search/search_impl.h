@@ -52,6 +52,13 @@ typedef struct search_slot {
     int done; /* its algorithm has returned */
 } search_slot;
 
+/* A price one thread of a search made, for the others (search_shared.prices). */
+typedef struct search_price {
+    uint64_t key;       /* the plan's state hash (0: empty slot) */
+    int ready;          /* 0: the thread that claimed the slot is pricing it */
+    search_score score;
+} search_price;
+
 /* Steps of each thread between two epochs. */
 #define SEARCH_EPOCH 16
 
@@ -86,6 +93,11 @@ typedef struct search_shared {
     pthread_cond_t team_cv;
     pthread_cond_t team_note;  /* search_team_sleep and search_team_notify */
     void *team_area;           /* search_team_area's, freed by the driver */
+    /* every plan any thread priced, by state hash (several threads: search_ctx_price), under price_mu */
+    pthread_mutex_t price_mu;
+    pthread_cond_t price_cv;   /* a slot became ready */
+    search_price *prices;      /* open addressing, price_cap a power of two, filled to half at most */
+    int price_cap, price_used;
 } search_shared;
 
 typedef struct search_ctx {
@@ -165,6 +177,13 @@ void search_ctx_adopt(search_ctx *c, shard_state *st);
 int search_ctx_legal(search_ctx *c, int *out);
 /* Random legal actions until STOP (weighted like one action) or the depth. */
 void search_ctx_rollout(search_ctx *c);
+/* The price of the current state (synced), whose hash is key.  With several
+ * threads it goes through the search's shared prices: a plan another thread
+ * priced is taken from there (waiting while that thread is still pricing it),
+ * a plan priced here is put there, so no plan is priced twice in one search.
+ * A price is a pure function of the plan, so nothing the search decides or
+ * counts changes: only the work of pricing what the other trees priced. */
+void search_ctx_price(search_ctx *c, uint64_t key, search_score *out);
 /* Scores the current state through the table (a state priced before is not
  * priced again), counts the simulation and keeps the best plan. */
 const search_score *search_ctx_eval(search_ctx *c);

@@ -13,13 +13,14 @@
 #include "tests/util.h"
 
 #include <omp.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
 typedef struct proxy_ws {
     spmd_program *p;
-    const int *slow; /* slow_eval's thread, or NULL */
+    const int *slow; /* slow_eval's thread (counted_eval's log), or NULL */
 } proxy_ws;
 
 static void *proxy_make(void *cfg, shard_state *st)
@@ -811,6 +812,73 @@ static void budgets_bound_the_search(void)
     ir_free(g);
 }
 
+/* The proxy, counting what it prices (cfg: a priced_log): every state hash
+ * priced, in any thread of a search. */
+typedef struct priced_log {
+    pthread_mutex_t mu;
+    uint64_t keys[8192];
+    int n, twice;
+} priced_log;
+
+static void counted_eval(void *ws, shard_state *st, search_score *out)
+{
+    priced_log *log = (priced_log *)((proxy_ws *)ws)->slow;
+    uint64_t key = shard_state_plan_hash(st);
+    pthread_mutex_lock(&log->mu);
+    for (int i = 0; i < log->n; i++) log->twice += log->keys[i] == key;
+    if (log->n < (int)(sizeof log->keys / sizeof log->keys[0])) log->keys[log->n++] = key;
+    pthread_mutex_unlock(&log->mu);
+    proxy_eval(ws, st, out);
+}
+
+static void *counted_make(void *cfg, shard_state *st)
+{
+    proxy_ws *w = proxy_make(NULL, st);
+    w->slow = cfg; /* the log, in the slot slow_eval reads its thread from */
+    return w;
+}
+
+/* Issue 28 item 4: the threads of one search share their prices (search_ctx_price), so no plan is priced twice
+ * in a search, whichever thread needs it and when; the search, its counts and its plan are what the plain proxy
+ * gives (the trees' decisions come from prices alone).  With epochs (the stall rule) nothing is priced ahead, so
+ * the plans both trees priced are exactly the difference between the threads' counts and the plans priced. */
+static void threads_share_prices(void)
+{
+    ir_graph *g = test_build_step("gpt-tiny");
+    shard_mesh mesh;
+    char err[256];
+    shard_mesh_parse("batch=2,model=2", &mesh, err, sizeof err);
+    shard_state *prefix = shard_state_new(g, &mesh);
+    shard_groups *gs = shard_groups_build(g);
+    search_budget budgets[] = {{.simulations = 600, .seed = 5, .threads = 2}, {.simulations = 600, .seed = 5, .threads = 3},
+                               {.simulations = 3000, .stall = 60, .seed = 4, .threads = 2}};
+    for (int k = 0; k < 3; k++) {
+        priced_log *log = calloc(1, sizeof *log);
+        pthread_mutex_init(&log->mu, NULL);
+        search_evaluator cev = {log, counted_make, counted_eval, proxy_destroy};
+        search_result r, plain;
+        CHECK(search_run(&search_mcts, prefix, gs, &proxy, &budgets[k], &plain, err, sizeof err) == 0);
+        CHECK(search_run(&search_mcts, prefix, gs, &cev, &budgets[k], &r, err, sizeof err) == 0);
+        CHECKF(r.n_actions == plain.n_actions && !memcmp(r.actions, plain.actions, sizeof r.actions) &&
+                   r.best.reward == plain.best.reward && r.evaluations == plain.evaluations &&
+                   r.simulations == plain.simulations && r.hits == plain.hits && r.stop == plain.stop,
+               "budget %d: %lld/%lld priced, %lld/%lld simulations, rewards %.17g/%.17g", k, (long long)r.evaluations,
+               (long long)plain.evaluations, (long long)r.simulations, (long long)plain.simulations, r.best.reward,
+               plain.best.reward);
+        CHECKF(log->n > 0 && log->n < (int)(sizeof log->keys / sizeof log->keys[0]) && log->twice == 0,
+               "budget %d: %d plans priced, %d of them again", k, log->n, log->twice);
+        if (k == 2) /* the trees' shared plans: counted by each thread, priced once */
+            CHECKF(r.evaluations > log->n, "stall rule, two threads: %lld counted, %d priced", (long long)r.evaluations, log->n);
+        printf("gpt-tiny, %s, %d threads: %lld plans counted by the threads, %d priced, none twice\n",
+               k == 2 ? "stall rule" : "600 steps", budgets[k].threads, (long long)r.evaluations, log->n);
+        pthread_mutex_destroy(&log->mu);
+        free(log);
+    }
+    shard_groups_free(gs);
+    shard_state_free(prefix);
+    ir_free(g);
+}
+
 /* Issue 28: while no plan fits, the converge rule's gain is in peak memory,
  * of more than SEARCH_CONVERGE_GAIN (it was any smaller peak, and Mixtral-8x7B
  * over 8 devices, where nothing fits, searched for 121 s on gains of a few
@@ -1013,6 +1081,7 @@ int main(void)
     against_exhaustive("mlp:layers=3,batch=32,in=64,hidden=128,out=16", "batch=2,model=2", 6, 10);
     against_exhaustive("mlp:layers=4,batch=32,in=64,hidden=128,out=16", "batch=8", 8, 3);
     determinism_and_budgets();
+    threads_share_prices();
     budgets_bound_the_search();
     converge_while_nothing_fits();
     least_patience_grows_for_small_graphs();
