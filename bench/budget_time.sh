@@ -10,7 +10,11 @@
 #                                  and --threads 2 at the same budget (default
 #                                  2000), interleaved RUNS times (default 3):
 #                                  wall times, their medians' ratio (target
-#                                  1.7) and both plans' step times
+#                                  1.7; the judged figure), the median of the
+#                                  runs' paired ratios (run r on one thread over
+#                                  run r on two: a slow spell of the machine
+#                                  hits both runs of a pair) and both plans'
+#                                  step times
 # Prints markdown rows; never fails on a time.  Needs an idle machine: quote
 # `uptime` with the figures.  CASES="model mesh hw;..." replaces the cases.
 set -u
@@ -57,18 +61,19 @@ if [ "$mode" = budget ]; then
 else
     budget=${2:-2000}
     runs=${3:-3}
-    echo "| model | mesh | hw | budget | 1 thread: wall s (runs) | 2 threads: wall s (runs) | speed-up (medians) | CPU s 1 / 2 threads (medians) | step time 1 / 2 threads | steps 1 / 2 | load |"
-    echo "|---|---|---|---|---|---|---|---|---|---|---|"
+    echo "| model | mesh | hw | budget | 1 thread: wall s (runs) | 2 threads: wall s (runs) | speed-up (medians) | paired ratios (median) | CPU s 1 / 2 threads (medians) | step time 1 / 2 threads | steps 1 / 2 | load |"
+    echo "|---|---|---|---|---|---|---|---|---|---|---|---|"
     for c in "${list[@]}"; do
         read -r model mesh hw <<<"$c"
-        w1= w2= c1= c2= load=$(cut -d' ' -f1 /proc/loadavg)
+        w1= w2= c1= c2= pr= load=$(cut -d' ' -f1 /proc/loadavg)
         for r in $(seq "$runs"); do
             read -r a s1 p1 o1 t1 <<<"$(one "$model" "$mesh" "$hw" 1 "$budget")"
             read -r b s2 p2 o2 t2 <<<"$(one "$model" "$mesh" "$hw" 2 "$budget")"
             w1="$w1 ${a%/*}" w2="$w2 ${b%/*}" c1="$c1 ${a#*/}" c2="$c2 ${b#*/}"
+            pr="$pr $(echo "scale=4; ${a%/*} / ${b%/*}" | bc)"
         done
         m1=$(echo "$w1" | median) m2=$(echo "$w2" | median)
-        echo "| $model | $mesh | $hw | $budget |$w1 |$w2 | $(echo "scale=2; $m1 / $m2" | bc) | $(echo "$c1" | median) / $(echo "$c2" | median) | $t1 / $t2 | $s1 / $s2 | $load-$(cut -d' ' -f1 /proc/loadavg) |"
+        echo "| $model | $mesh | $hw | $budget |$w1 |$w2 | $(echo "scale=2; $m1 / $m2" | bc) | $(printf %.2f "$(echo "$pr" | median)") | $(echo "$c1" | median) / $(echo "$c2" | median) | $t1 / $t2 | $s1 / $s2 | $load-$(cut -d' ' -f1 /proc/loadavg) |"
     done
 fi
 echo "uptime at the end: $(uptime)"
