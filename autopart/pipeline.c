@@ -104,7 +104,11 @@ int autopart_pipeline_search(const autopart_pipeline_level *L, autopart_pipeline
             snprintf(c->tactics, sizeof c->tactics, "%.50s%s", pipes[i], r ? ",remat:all" : "");
         }
     *n_cands = n;
-    for (int i = 0; i < n && !search_interrupted; i++) price_candidate(L, &cands[i]);
+    /* each candidate on a step and pricer of its own: side by side on the budget's threads, the same prices */
+    int threads = L->b.threads > 1 ? L->b.threads : 1;
+#pragma omp parallel for num_threads(threads) schedule(dynamic, 1) if (threads > 1)
+    for (int i = 0; i < n; i++)
+        if (!search_interrupted) price_candidate(L, &cands[i]);
     /* the best candidates by their best expert, searched */
     int keep = L->keep > 0 ? L->keep : 3, best = -1;
     *n_out = 0;

@@ -10,7 +10,8 @@
  * interleaved-2, GPipe), each alone and with remat:all, builds each one's
  * step through the caller's callback and prices the expert schedules over the
  * other axes on it (Megatron-LM's 3D layouts among them: tensor parallel
- * inside a node, data parallel around, the pipeline across), keeps the
+ * inside a node, data parallel around, the pipeline across; the candidates
+ * side by side on the budget's threads), keeps the
  * `keep` best candidates by their best expert (a plan that fits first, then
  * the shorter step; among misfits, the smaller peak) and searches each of
  * them on a quarter of the budget, from those experts.  Every candidate's

@@ -921,6 +921,17 @@ static void test_level(void)
             if (c[i].searched < 0 && c[i].ok && cand >= 0) CHECK(!autopart_better(&c[i].e, &c[cand].e) || c[i].e.fits == c[cand].e.fits);
     }
     for (int i = 0; i < no; i++) autopart_step_free(&out[i]);
+    /* on two threads the candidates are priced side by side: the same candidates, prices and picks */
+    autopart_pipeline_candidate c2[AUTOPART_PIPELINE_MAX];
+    int nc2 = 0, same = 0;
+    L.b.threads = 2;
+    autopart_pipeline_search(&L, c2, &nc2, out, &no);
+    for (int i = 0; i < nc && nc2 == nc; i++)
+        same += !strcmp(c[i].tactics, c2[i].tactics) && c[i].ok == c2[i].ok && !strcmp(c[i].expert, c2[i].expert) &&
+                c[i].e.step_time == c2[i].e.step_time && c[i].e.peak_memory == c2[i].e.peak_memory &&
+                c[i].searched == c2[i].searched;
+    CHECKF(nc2 == nc && same == nc, "two threads: %d candidates (%d on one), %d the same", nc2, nc, same);
+    for (int i = 0; i < no; i++) autopart_step_free(&out[i]);
 }
 
 int main(void)
