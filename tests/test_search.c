@@ -831,13 +831,6 @@ static void counted_eval(void *ws, shard_state *st, search_score *out)
     proxy_eval(ws, st, out);
 }
 
-static void *counted_make(void *cfg, shard_state *st)
-{
-    proxy_ws *w = proxy_make(NULL, st);
-    w->slow = cfg; /* the log, in the slot slow_eval reads its thread from */
-    return w;
-}
-
 /* Issue 28 item 4: the threads of one search share their prices (search_ctx_price), so no plan is priced twice
  * in a search, whichever thread needs it and when; the search, its counts and its plan are what the plain proxy
  * gives (the trees' decisions come from prices alone).  With epochs (the stall rule) nothing is priced ahead, so
@@ -855,7 +848,7 @@ static void threads_share_prices(void)
     for (int k = 0; k < 3; k++) {
         priced_log *log = calloc(1, sizeof *log);
         pthread_mutex_init(&log->mu, NULL);
-        search_evaluator cev = {log, counted_make, counted_eval, proxy_destroy};
+        search_evaluator cev = {log, slow_make, counted_eval, proxy_destroy}; /* the log in slow_eval's slot */
         search_result r, plain;
         CHECK(search_run(&search_mcts, prefix, gs, &proxy, &budgets[k], &plain, err, sizeof err) == 0);
         CHECK(search_run(&search_mcts, prefix, gs, &cev, &budgets[k], &r, err, sizeof err) == 0);
