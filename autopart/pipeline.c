@@ -61,6 +61,8 @@ static void price_candidate(const autopart_pipeline_level *L, autopart_pipeline_
     if (best) {
         c->ok = 1;
         c->e = best->e;
+        /* its per-layer and per-instruction arrays are in s.pr's workspace, freed below */
+        c->e.layer_compute = c->e.layer_comm = c->e.layer_wire = c->e.instr_time = NULL;
         snprintf(c->expert, sizeof c->expert, "%s", best->schedule);
     } else {
         snprintf(c->why, sizeof c->why, "no expert schedule applies over the other axes%s%s", n ? ": " : "", n ? ex[0].why : "");
