@@ -358,24 +358,11 @@ static void keep_top(mcts *m, double r)
     if (keep_plan(m, r, key, c->set, c->n_set) && m->team == 1 && m->area) publish_top(m);
 }
 
-static mcts_seq *seq_slot(mcts *m, uint64_t seq)
-{
-    uint64_t mask = (uint64_t)m->seq_cap - 1;
-    for (uint64_t j = seq & mask;; j = (j + 1) & mask)
-        if (m->seqs[j].seq == seq || !m->seqs[j].seq) return &m->seqs[j];
-}
+static mcts_seq *seq_slot(mcts *m, uint64_t seq) { return search_table_slot(m->seqs, m->seq_cap, sizeof *m->seqs, seq); }
 
 static void seq_put(mcts *m, uint64_t seq, uint64_t key, uint64_t dropped)
 {
-    if (2 * (m->seq_used + 1) > m->seq_cap) {
-        mcts_seq *old = m->seqs;
-        int oldcap = m->seq_cap;
-        m->seq_cap = oldcap ? 2 * oldcap : 4096;
-        m->seqs = ir_xcalloc((size_t)m->seq_cap, sizeof *m->seqs);
-        for (int i = 0; i < oldcap; i++)
-            if (old[i].seq) *seq_slot(m, old[i].seq) = old[i];
-        free(old);
-    }
+    m->seqs = search_table_room(m->seqs, &m->seq_cap, m->seq_used, sizeof *m->seqs);
     mcts_seq *e = seq_slot(m, seq);
     if (!e->seq) m->seq_used++;
     *e = (mcts_seq){seq, key, dropped};

@@ -70,34 +70,44 @@ static double now(void)
     return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
 }
 
+void *search_table_slot(void *tab, int cap, size_t size, uint64_t key)
+{
+    uint64_t mask = (uint64_t)cap - 1;
+    for (uint64_t j = key & mask;; j = (j + 1) & mask) {
+        char *e = (char *)tab + j * size;
+        uint64_t k;
+        memcpy(&k, e, sizeof k);
+        if (k == key || !k) return e;
+    }
+}
+
+void *search_table_room(void *tab, int *cap, int used, size_t size)
+{
+    if (2 * (used + 1) <= *cap) return tab;
+    char *old = tab;
+    int oldcap = *cap;
+    *cap = oldcap ? 2 * oldcap : 4096;
+    tab = ir_xcalloc((size_t)*cap, size);
+    for (int i = 0; i < oldcap; i++) {
+        uint64_t k;
+        memcpy(&k, old + (size_t)i * size, sizeof k);
+        if (k) memcpy(search_table_slot(tab, *cap, size, k), old + (size_t)i * size, size);
+    }
+    free(old);
+    return tab;
+}
+
 search_entry *search_ctx_entry(search_ctx *c, uint64_t key, int create)
 {
-    if (create && 2 * (c->map_used + 1) > c->map_cap) {
-        int cap = c->map_cap ? 2 * c->map_cap : 4096;
-        search_entry *old = c->map;
-        int oldcap = c->map_cap;
-        c->map = ir_xcalloc((size_t)cap, sizeof *c->map);
-        c->map_cap = cap;
-        for (int i = 0; i < oldcap; i++)
-            if (old[i].key) {
-                uint64_t j = old[i].key & (uint64_t)(cap - 1);
-                while (c->map[j].key) j = (j + 1) & (uint64_t)(cap - 1);
-                c->map[j] = old[i];
-            }
-        free(old);
-    }
+    if (create) c->map = search_table_room(c->map, &c->map_cap, c->map_used, sizeof *c->map);
     if (!c->map_cap) return NULL;
-    uint64_t mask = (uint64_t)c->map_cap - 1;
-    for (uint64_t j = key & mask;; j = (j + 1) & mask) {
-        if (c->map[j].key == key) return &c->map[j];
-        if (!c->map[j].key) {
-            if (!create) return NULL;
-            c->map[j].key = key;
-            c->map[j].node = -1;
-            c->map_used++;
-            return &c->map[j];
-        }
-    }
+    search_entry *e = search_table_slot(c->map, c->map_cap, sizeof *c->map, key);
+    if (e->key == key) return e;
+    if (!create) return NULL;
+    e->key = key;
+    e->node = -1;
+    c->map_used++;
+    return e;
 }
 
 int search_ctx_legal(search_ctx *c, int *out)
@@ -166,27 +176,6 @@ static void price_here(search_ctx *c, search_score *out)
     c->st->gather_policy = gather;
 }
 
-/* The shared prices' slot of key, or the empty slot where it goes (under price_mu). */
-static search_price *price_slot(search_shared *sh, uint64_t key)
-{
-    uint64_t mask = (uint64_t)sh->price_cap - 1;
-    for (uint64_t j = key & mask;; j = (j + 1) & mask)
-        if (sh->prices[j].key == key || !sh->prices[j].key) return &sh->prices[j];
-}
-
-/* Room for one more shared price (under price_mu; slots may move). */
-static void price_room(search_shared *sh)
-{
-    if (2 * (sh->price_used + 1) <= sh->price_cap) return;
-    search_price *old = sh->prices;
-    int oldcap = sh->price_cap;
-    sh->price_cap = oldcap ? 2 * oldcap : 4096;
-    sh->prices = ir_xcalloc((size_t)sh->price_cap, sizeof *sh->prices);
-    for (int i = 0; i < oldcap; i++)
-        if (old[i].key) *price_slot(sh, old[i].key) = old[i];
-    free(old);
-}
-
 void search_ctx_price(search_ctx *c, uint64_t key, search_score *out)
 {
     search_shared *sh = c->shared;
@@ -195,10 +184,10 @@ void search_ctx_price(search_ctx *c, uint64_t key, search_score *out)
         return;
     }
     pthread_mutex_lock(&sh->price_mu);
-    price_room(sh);
-    search_price *e = price_slot(sh, key);
+    sh->prices = search_table_room(sh->prices, &sh->price_cap, sh->price_used, sizeof *sh->prices);
+    search_price *e = search_table_slot(sh->prices, sh->price_cap, sizeof *sh->prices, key);
     if (e->key == key) { /* priced, or being priced, by another thread (or by this one ahead, search/mcts.c) */
-        while (!(e = price_slot(sh, key))->ready) pthread_cond_wait(&sh->price_cv, &sh->price_mu);
+        while (!(e = search_table_slot(sh->prices, sh->price_cap, sizeof *sh->prices, key))->ready) pthread_cond_wait(&sh->price_cv, &sh->price_mu);
         *out = e->score;
         pthread_mutex_unlock(&sh->price_mu);
         return;
@@ -209,7 +198,7 @@ void search_ctx_price(search_ctx *c, uint64_t key, search_score *out)
     pthread_mutex_unlock(&sh->price_mu);
     price_here(c, out);
     pthread_mutex_lock(&sh->price_mu);
-    e = price_slot(sh, key);
+    e = search_table_slot(sh->prices, sh->price_cap, sizeof *sh->prices, key);
     e->score = *out;
     e->ready = 1;
     pthread_cond_broadcast(&sh->price_cv);

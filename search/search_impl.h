@@ -175,6 +175,14 @@ void search_ctx_sync(search_ctx *c);
 void search_ctx_adopt(search_ctx *c, shard_state *st);
 /* Legal group actions in the current state (seeds excluded); ids to out. */
 int search_ctx_legal(search_ctx *c, int *out);
+/* The search's hash tables (a thread's plans, the shared prices, mcts's
+ * sequences): open addressing over entries of `size` bytes whose first field
+ * is a nonzero uint64_t key (0: an empty slot), cap a power of two, at most
+ * half full.  search_table_slot: the slot of key, or the empty slot where it goes;
+ * search_table_room: the table with room for one more (doubled, 4096 slots at
+ * first, every entry placed again), *cap updated. */
+void *search_table_slot(void *tab, int cap, size_t size, uint64_t key);
+void *search_table_room(void *tab, int *cap, int used, size_t size);
 /* Random legal actions until STOP (weighted like one action) or the depth. */
 void search_ctx_rollout(search_ctx *c);
 /* The price of the current state (synced), whose hash is key.  With several
