@@ -388,7 +388,8 @@ typedef const char *(*ir_annot_fn)(void *ctx, const ir_graph *g, int value, char
 void ir_print(const ir_graph *g, FILE *f);
 /* The word of `words` (space-separated) nearest to w by edit distance, when
  * it is close enough to be a likely misspelling (at most 2 edits, fewer than
- * half of w's length), else NULL.  Returns a static buffer. */
+ * half of w's length), else NULL.  Returns a buffer of the calling thread's,
+ * valid until its next call. */
 const char *ir_nearest(const char *w, const char *words);
 void ir_print_ex(const ir_graph *g, FILE *f, ir_annot_fn annot, void *ctx);
 /* One op as text, without a newline. */

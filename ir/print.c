@@ -96,7 +96,7 @@ static int edit_distance(const char *a, const char *b)
 
 const char *ir_nearest(const char *w, const char *words)
 {
-    static char best[64];
+    static _Thread_local char best[64]; /* one per thread, so callers on several threads do not race */
     int best_d = 99;
     char word[64];
     for (const char *p = words; *p;) {

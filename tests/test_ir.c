@@ -3,6 +3,7 @@
 #include "ir/pcg32.h"
 #include "tests/test.h"
 
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -91,10 +92,33 @@ static void test_errors(void)
     }
 }
 
+static void *nearest_elsewhere(void *arg)
+{
+    const char *near = ir_nearest("mesj", "help model mesh");
+    *(int *)arg = near && !strcmp(near, "mesh");
+    return NULL;
+}
+
+/* ir_nearest's answer is the calling thread's: another thread's call (a
+ * session on another thread) does not change it. */
+static void test_nearest(void)
+{
+    const char *mine = ir_nearest("gptt", "gpt llama t5");
+    CHECK(mine && !strcmp(mine, "gpt"));
+    CHECK(ir_nearest("zzzzzz", "gpt llama t5") == NULL);
+    CHECK(ir_nearest("gptt", "gpt llama t5") == mine); /* the same buffer, rewritten */
+    int ok = 0;
+    pthread_t t;
+    CHECK(pthread_create(&t, NULL, nearest_elsewhere, &ok) == 0 && pthread_join(t, NULL) == 0);
+    CHECK(ok);
+    CHECKF(mine && !strcmp(mine, "gpt"), "got '%s' after another thread's call", mine ? mine : "(null)");
+}
+
 int main(void)
 {
     test_pcg32();
     test_builder();
     test_errors();
+    test_nearest();
     return test_done();
 }
