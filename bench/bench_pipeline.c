@@ -47,7 +47,13 @@
  * through every case in turn, each round a fresh runtime per case running
  * STEPS steps (default 13: 12 timed), the figures pooled over the rounds
  * (a slow spell of a shared machine hits every case, not one); CASES (e.g.
- * "0,1,2", numbers below 10) runs those cases alone.
+ * "0,1,2", numbers below 10) runs those cases alone; CALIB_DIR=DIR keeps
+ * the calibrated profiles in DIR (DIR/g.json, gm.json for the Megatron
+ * case, l.json: read when there, else calibrated and written there), so a
+ * later run or a change to the cost model can be judged on the same
+ * profiles; PRICE_ONLY=1 (with CALIB_DIR, to reprice without calibrating)
+ * prints each case's predicted bubbles and, for the interleaved ones, every
+ * chunk's priced forward and backward, and runs nothing.
  */
 #define _GNU_SOURCE /* sched_setaffinity, CPU_SET */
 #include "bench/bench_util.h"
@@ -142,9 +148,16 @@ static const cost_hw *calibrated(int k, shard_state *st, char *err, size_t errle
     spmd_program *p = spmd_lower(st);
     int fd = mkstemp(path), rc = fd < 0 ? ir_errf(err, errlen, "cannot make a temporary file") : 0;
     if (fd >= 0) close(fd);
-    if (!rc) rc = calib_profile_model(&hw[k], 0, CALIB_DEFAULT_ROUNDS, p, &gm, what, NULL, err, errlen);
-    if (!rc) rc = cost_hw_save(&hw[k], path, err, errlen);
-    if (!rc) rc = session_run_hw(path, &hw[k], err, errlen);
+    char keep[600] = "";
+    const char *dir = getenv("CALIB_DIR");
+    if (dir && dir[0]) snprintf(keep, sizeof keep, "%s/%c%s.json", dir, cases[k].model[0], cases[k].sched[0] ? "m" : "");
+    if (keep[0] && access(keep, R_OK) == 0) { /* calibrated before */
+        if (!rc) rc = session_run_hw(keep, &hw[k], err, errlen);
+    } else {
+        if (!rc) rc = calib_profile_model(&hw[k], 0, CALIB_DEFAULT_ROUNDS, p, &gm, what, NULL, err, errlen);
+        if (!rc) rc = cost_hw_save(&hw[k], keep[0] ? keep : path, err, errlen);
+        if (!rc) rc = session_run_hw(keep[0] ? keep : path, &hw[k], err, errlen);
+    }
     if (fd >= 0) unlink(path);
     calib_gemms_free(&gm);
     spmd_free(p);
@@ -450,31 +463,37 @@ int main(void)
     if (rounds < 1) rounds = 1;
     double t0 = bench_now(), load[3] = {0}, load0 = getloadavg(load, 3) < 0 ? NAN : load[0];
     tally t = {0};
+    const char *po = getenv("PRICE_ONLY");
+    int price_only = po && !strcmp(po, "1");
     exec_blis_setup();
-    printf("## Pipelines: measured bubble and stage memory against the cost model (bench_pipeline)\n\n");
-    printf("Adam training steps in f32 on the threads backend (BLIS kernels: %s); %d rounds through every case in turn, each\n"
-           "running a case's %d steps on a fresh runtime, the first one not timed (%d timed steps a case).\n"
-           "Bubble: a stage's idle share of the step. *Predicted, calibrated* (judged): what `carve run --hw FILE` prints,\n"
-           "FILE this machine's profile calibrated in this run as docs/run.md says (`carve calibrate` at the case's model\n"
-           "and tactics with its default %d rounds, each figure their median: `calib_profile_model`, written and read\n"
-           "back; once per model and tactics); *predicted, cpu\n"
-           "preset*: what `carve run` prints without --hw (nominal figures), for information. *Replay* (measured): the\n"
-           "step replayed from every device's CPU time between its transfers with a core per device: judged, the *mean\n"
-           "step* (every point of the trace averaged over the timed steps of every round, replayed once; with no more\n"
-           "devices than cores the device threads take turns on the cores step by step); beside it the median of the\n"
-           "steps' own replays, their quartiles and each round's median (the spread). *Wall*: the wall-clock idle share\n"
-           "(on a machine with fewer free cores than devices it mixes the bubble with core sharing: checked only on the\n"
-           "2-device cases, against the prediction and the replay). *Simulated, measured tasks*: the cost model's simulation of the schedule run with each\n"
-           "task's measured CPU time instead of its price (`cost_pipe_simulate_times`): where it agrees with the replay,\n"
-           "the schedule's model is right and a prediction that misses does so through its task times.\n"
-           "Memory (MiB): the stage's predicted peak (calibrated profile), its arena laid out by liveness over its own\n"
-           "task order, and the arena pages resident after the steps (`mincore`; transparent huge pages round up to\n"
-           "2 MiB). Target (issue 27): measured within 20%% of predicted.\n\n",
-           exec_blis_arch(), rounds, steps, rounds * (steps - 1), CALIB_DEFAULT_ROUNDS);
-    printf("| model | mesh | schedule | stage | bubble predicted, calibrated | replay, mean step | replay / predicted | replay, median "
-           "step | q1-q3 | each round's median | median / predicted | predicted, cpu preset | replay / preset | simulated, "
-           "measured tasks | wall | memory predicted | laid out | measured | measured / predicted |\n"
-           "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+    if (price_only)
+        printf("## Pipelines: the cost model's predictions (bench_pipeline, PRICE_ONLY=1: nothing run)\n");
+    else {
+        printf("## Pipelines: measured bubble and stage memory against the cost model (bench_pipeline)\n\n");
+        printf("Adam training steps in f32 on the threads backend (BLIS kernels: %s); %d rounds through every case in turn, each\n"
+               "running a case's %d steps on a fresh runtime, the first one not timed (%d timed steps a case).\n"
+               "Bubble: a stage's idle share of the step. *Predicted, calibrated* (judged): what `carve run --hw FILE` prints,\n"
+               "FILE this machine's profile calibrated in this run as docs/run.md says (`carve calibrate` at the case's model\n"
+               "and tactics with its default %d rounds, each figure their median: `calib_profile_model`, written and read\n"
+               "back; once per model and tactics); *predicted, cpu\n"
+               "preset*: what `carve run` prints without --hw (nominal figures), for information. *Replay* (measured): the\n"
+               "step replayed from every device's CPU time between its transfers with a core per device: judged, the *mean\n"
+               "step* (every point of the trace averaged over the timed steps of every round, replayed once; with no more\n"
+               "devices than cores the device threads take turns on the cores step by step); beside it the median of the\n"
+               "steps' own replays, their quartiles and each round's median (the spread). *Wall*: the wall-clock idle share\n"
+               "(on a machine with fewer free cores than devices it mixes the bubble with core sharing: checked only on the\n"
+               "2-device cases, against the prediction and the replay). *Simulated, measured tasks*: the cost model's simulation of the schedule run with each\n"
+               "task's measured CPU time instead of its price (`cost_pipe_simulate_times`): where it agrees with the replay,\n"
+               "the schedule's model is right and a prediction that misses does so through its task times.\n"
+               "Memory (MiB): the stage's predicted peak (calibrated profile), its arena laid out by liveness over its own\n"
+               "task order, and the arena pages resident after the steps (`mincore`; transparent huge pages round up to\n"
+               "2 MiB). Target (issue 27): measured within 20%% of predicted.\n\n",
+               exec_blis_arch(), rounds, steps, rounds * (steps - 1), CALIB_DEFAULT_ROUNDS);
+        printf("| model | mesh | schedule | stage | bubble predicted, calibrated | replay, mean step | replay / predicted | replay, median "
+               "step | q1-q3 | each round's median | median / predicted | predicted, cpu preset | replay / preset | simulated, "
+               "measured tasks | wall | memory predicted | laid out | measured | measured / predicted |\n"
+               "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+    }
     const char *only = getenv("CASES"); /* e.g. "0,1,2": those cases alone */
     bcase *cs = calloc(N_CASES, sizeof *cs);
     int n = 0, rc = cs ? 0 : 1;
@@ -487,20 +506,33 @@ int main(void)
             rc = 1;
         } else n++;
     }
-    for (int j = 0; !rc && j < rounds; j++) /* the rounds: every case once each, so a slow spell of the machine hits all */
+    if (!rc && price_only) { /* the predictions alone */
+        printf("\n| case | model | mesh | schedule | predicted bubble per stage (calibrated) | chunks' forward / backward, ms |\n"
+               "|---|---|---|---|---|---|\n");
+        for (int i = 0; i < n; i++) {
+            const bcase *c = &cs[i];
+            printf("| %d | %s | `%s` %s | %s m=%d |", c->k, cases[c->k].model, cases[c->k].mesh, cases[c->k].sched,
+                   pipe_schedule_name(cases[c->k].kind), cases[c->k].m);
+            for (int r = 0; r < c->P; r++) printf(" %.3f", c->pc.stage[r].idle / c->pc.step);
+            printf(" |");
+            for (int vs = 0; c->V > c->P && vs < c->V; vs++) printf(" %.3f / %.3f", 1e3 * seg_price(c, vs), 1e3 * seg_price(c, c->V + vs));
+            printf(" |\n");
+        }
+    }
+    for (int j = 0; !rc && !price_only && j < rounds; j++) /* the rounds: every case once each, so a slow spell of the machine hits all */
         for (int i = 0; !rc && i < n; i++)
             if (case_round(&cs[i], j, &t, err, sizeof err) < 0) {
                 fprintf(stderr, "bench_pipeline: case %d, round %d: %s\n", cs[i].k, j + 1, err);
                 rc = 1;
             }
-    for (int i = 0; !rc && i < n; i++)
+    for (int i = 0; !rc && !price_only && i < n; i++)
         if (case_report(&cs[i], &t, err, sizeof err) < 0) {
             fprintf(stderr, "bench_pipeline: case %d: %s\n", cs[i].k, err);
             rc = 1;
         }
     for (int i = 0; i < n; i++) case_close(&cs[i]);
     free(cs);
-    if (rc) return rc;
+    if (rc || price_only) return rc;
     if (getloadavg(load, 3) < 0) load[0] = NAN;
     printf("\nThe task times behind the bubbles: each stage's forward, backward (one micro-batch, every chunk) and end of step\n"
            "as measured (median CPU seconds over micro-batches and steps, the stage's slowest device) over their price on\n"
