@@ -21,7 +21,9 @@
  *           judged, the mean step's (every point of the trace averaged over
  *           the timed steps of every round, replayed once by
  *           exec_pipe_replay; with no more devices than cores, the device
- *           threads take turns on the cores step by step: rotate()); beside
+ *           threads take turns on the cores step by step: rotate()) and
+ *           its standard error (mean_step_spread: the timed steps drawn
+ *           again with replacement, each draw's mean step replayed); beside
  *           it the median of the steps' own replays, their quartiles and
  *           each round's median (the spread); measured (wall): its idle
  *           share of the wall-clock step, median likewise (on a machine with
@@ -62,6 +64,7 @@
 #include "calib/calib.h"
 #include "cost/pipeline.h"
 #include "exec/runtime.h"
+#include "ir/pcg32.h"
 #include "models/models.h"
 #include "session/session.h"
 
@@ -115,6 +118,9 @@ typedef struct tally {
     double sim_worst;
     int cal_in, cal_n; /* the replay against the prediction on this machine's calibrated profile */
     double cal_worst, cal_points;
+    int cal_out_near;  /* of the stages outside 20%, those within two standard errors of the line */
+    double se_worst;   /* the largest standard error of a mean step's bubble, over the bubble */
+    int se_case, se_stage;
     int med_in, med_n;   /* the median of the steps' replays against the calibrated prediction */
     double med_worst;
     double spread_worst; /* the largest interquartile range of a stage's replayed bubble over the steps, over its median */
@@ -197,6 +203,8 @@ typedef struct bcase {
     double *seg_cpu;           /* [segment][round * slots + step * m + mb]: CPU seconds, the stage's slowest device */
     double *trace;             /* [device][exec_pipe_trace_len]: the CPU-time traces of every timed step, summed */
     double *mean_idle;         /* [device]: its idle share of the mean step replayed */
+    double *traces;            /* [timed step][device][exec_pipe_trace_len]: every timed step's CPU-time trace */
+    double *se;                /* [stage]: the standard error of its mean step's bubble (bootstrap over the timed steps) */
     int n_trace;               /* steps summed into trace */
 } bcase;
 
@@ -228,6 +236,8 @@ static void case_close(bcase *c)
     free(c->seg_cpu);
     free(c->trace);
     free(c->mean_idle);
+    free(c->traces);
+    free(c->se);
     cost_pipe_estimate_free(&c->pe);
     cost_pipe_estimate_free(&c->pc);
     cost_ws_free(c->ws);
@@ -311,6 +321,47 @@ static void rotate(int n_dev, int cores, int step)
     }
 }
 
+/* The spread of the mean step's replay (c->se): the timed steps drawn again
+ * with replacement (a bootstrap, 200 draws, PCG32 at a fixed seed), each
+ * draw's mean step replayed; per stage the standard deviation of its idle
+ * share over the draws.  Returns 0 or -1 with err. */
+static int mean_step_spread(bcase *c, const exec_spmd *r, int tw, char *err, size_t errlen)
+{
+    enum { DRAWS = 200 };
+    size_t w = (size_t)c->n_dev * (size_t)tw;
+    double *tr = malloc((w + 1) * sizeof *tr), *idle = malloc(((size_t)c->n_dev + 1) * sizeof *idle);
+    double *sum = calloc((size_t)c->P + 1, sizeof *sum), *sq = calloc((size_t)c->P + 1, sizeof *sq);
+    c->se = calloc((size_t)c->P + 1, sizeof *c->se);
+    int rc = tr && idle && sum && sq && c->se ? 0 : ir_errf(err, errlen, "out of memory");
+    pcg32 g;
+    pcg32_seed(&g, 27, (uint64_t)c->k);
+    for (int b = 0; !rc && b < DRAWS; b++) {
+        memset(tr, 0, w * sizeof *tr);
+        for (int j = 0; j < c->n_trace; j++) {
+            const double *x = c->traces + (size_t)pcg32_below(&g, (uint32_t)c->n_trace) * w;
+            for (size_t i = 0; i < w; i++) tr[i] += x[i] / c->n_trace;
+        }
+        double step_s;
+        if (exec_pipe_replay(r, tr, &step_s, idle) < 0) rc = ir_errf(err, errlen, "a drawn mean step cannot be replayed");
+        for (int stage = 0; !rc && stage < c->P; stage++) {
+            double f = 0;
+            for (int d = 0; d < c->n_dev; d++)
+                if ((int)shard_device_coord(&c->mesh, d, c->s.axis) == stage) f = fmax(f, idle[d] / step_s);
+            sum[stage] += f;
+            sq[stage] += f * f;
+        }
+    }
+    for (int stage = 0; !rc && stage < c->P; stage++) {
+        double m = sum[stage] / DRAWS, v = sq[stage] / DRAWS - m * m;
+        c->se[stage] = v > 0 ? sqrt(v) : 0;
+    }
+    free(tr);
+    free(idle);
+    free(sum);
+    free(sq);
+    return rc;
+}
+
 /* Round `round` of c: a fresh runtime runs T + 1 steps (the first maps the
  * pages: not timed); each timed step's figures go to the round's slots.
  * Returns 0 or -1 with err. */
@@ -325,6 +376,8 @@ static int case_round(bcase *c, int round, tally *t, char *err, size_t errlen)
     if (r) exec_spmd_init_args(r, 1);
     int tw = r ? exec_pipe_trace_len(r) : 0, cpus = (int)sysconf(_SC_NPROCESSORS_ONLN);
     if (!rc && !c->trace && !(c->trace = calloc((size_t)c->n_dev * (size_t)tw + 1, sizeof *c->trace))) rc = ir_errf(err, errlen, "out of memory");
+    if (!rc && !c->traces && !(c->traces = calloc((size_t)c->R * (size_t)c->T * (size_t)c->n_dev * (size_t)tw + 1, sizeof *c->traces)))
+        rc = ir_errf(err, errlen, "out of memory");
     for (int step = 0; !rc && step <= c->T; step++) {
         if (c->n_dev <= cpus) rotate(c->n_dev, cpus, step);
         rc = exec_spmd_step(r, err, errlen);
@@ -341,6 +394,7 @@ static int case_round(bcase *c, int round, tally *t, char *err, size_t errlen)
         for (int d = 0; !rc && step > 0 && d < c->n_dev; d++) {
             const double *tr = exec_pipe_cpu_trace(r, d);
             for (int i = 0; i < tw; i++) c->trace[(size_t)d * (size_t)tw + (size_t)i] += tr[i];
+            memcpy(c->traces + ((size_t)c->n_trace * (size_t)c->n_dev + (size_t)d) * (size_t)tw, tr, (size_t)tw * sizeof *tr);
         }
         c->n_trace += !rc && step > 0;
         if (!rc && step > 0 && c->n_dev == 2) {
@@ -370,6 +424,7 @@ static int case_round(bcase *c, int round, tally *t, char *err, size_t errlen)
                  : exec_pipe_replay(r, tr, &step_s, c->mean_idle) < 0 ? ir_errf(err, errlen, "the mean step cannot be replayed") : 0;
         for (int d = 0; !rc && d < c->n_dev; d++) c->mean_idle[d] /= step_s;
         free(tr);
+        if (!rc) rc = mean_step_spread(c, r, tw, err, errlen);
     }
     free(order);
     exec_spmd_free(r);
@@ -428,6 +483,9 @@ static int case_report(bcase *c, tally *t, char *err, size_t errlen)
         quartiles(rs, n, &q1, &q3);
         for (int d = 0; d < c->n_dev; d++) /* the mean step's replay: the stage's idlest device */
             if ((int)shard_device_coord(&c->mesh, d, c->s.axis) == stage) rb = fmax(rb, c->mean_idle[d]);
+        double se = c->se[stage];
+        if (fabs(rb / pred_c - 1) > 0.2 && fabs(rb / pred_c - 1) - 0.2 <= 2 * se / pred_c) t->cal_out_near++;
+        if (se / rb > t->se_worst) t->se_worst = se / rb, t->se_case = k, t->se_stage = stage;
         judge(rmed, pred_c, &t->med_in, &t->med_n, &t->med_worst);
         double pred_m = c->pc.stage[stage].peak, res = c->resident[stage];
         t->mem_same += c->pe.stage[stage].peak == pred_m;
@@ -442,10 +500,10 @@ static int case_report(bcase *c, tally *t, char *err, size_t errlen)
             judge(wb, pred_c, &t->wall_in, &t->wall_n, &t->wall_worst);
             judge(wb, rb, &t->wall_replay_in, &t->wall_replay_n, &t->wall_replay_worst);
         }
-        printf("| %s | `%s` %s | %s m=%d | %d | %.3f | %.3f | **%.2f** | %.3f | %.3f-%.3f | %s | %.2f | %.3f | %.2f | %.3f | %.3f | %.1f | %.1f | %.1f "
-               "| %.2f |\n",
+        printf("| %s | `%s` %s | %s m=%d | %d | %.3f | %.3f | %.3f | **%.2f** | %.3f | %.3f-%.3f | %s | %.2f | %.3f | %.2f | %.3f | %.3f | %.1f | %.1f "
+               "| %.1f | %.2f |\n",
                stage ? "" : cases[k].model, cases[k].mesh, cases[k].sched, pipe_schedule_name(cases[k].kind), cases[k].m, stage, pred_c, rb,
-               rb / pred_c, rmed, q1, q3, rounds, rmed / pred_c, pred_b, rb / pred_b, sim_idle[stage], wb, pred_m / 1048576.0,
+               se, rb / pred_c, rmed, q1, q3, rounds, rmed / pred_c, pred_b, rb / pred_b, sim_idle[stage], wb, pred_m / 1048576.0,
                c->laid[stage] / 1048576.0, res / 1048576.0, res / pred_m);
     }
     free(seg_time);
@@ -479,7 +537,8 @@ int main(void)
                "preset*: what `carve run` prints without --hw (nominal figures), for information. *Replay* (measured): the\n"
                "step replayed from every device's CPU time between its transfers with a core per device: judged, the *mean\n"
                "step* (every point of the trace averaged over the timed steps of every round, replayed once; with no more\n"
-               "devices than cores the device threads take turns on the cores step by step); beside it the median of the\n"
+               "devices than cores the device threads take turns on the cores step by step), with its standard error (the\n"
+               "timed steps drawn again with replacement 200 times, each draw's mean step replayed); beside it the median of the\n"
                "steps' own replays, their quartiles and each round's median (the spread). *Wall*: the wall-clock idle share\n"
                "(on a machine with fewer free cores than devices it mixes the bubble with core sharing: checked only on the\n"
                "2-device cases, against the prediction and the replay). *Simulated, measured tasks*: the cost model's simulation of the schedule run with each\n"
@@ -489,10 +548,10 @@ int main(void)
                "task order, and the arena pages resident after the steps (`mincore`; transparent huge pages round up to\n"
                "2 MiB). Target (issue 27): measured within 20%% of predicted.\n\n",
                exec_blis_arch(), rounds, steps, rounds * (steps - 1), CALIB_DEFAULT_ROUNDS);
-        printf("| model | mesh | schedule | stage | bubble predicted, calibrated | replay, mean step | replay / predicted | replay, median "
-               "step | q1-q3 | each round's median | median / predicted | predicted, cpu preset | replay / preset | simulated, "
-               "measured tasks | wall | memory predicted | laid out | measured | measured / predicted |\n"
-               "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+        printf("| model | mesh | schedule | stage | bubble predicted, calibrated | replay, mean step | its standard error | replay / predicted "
+               "| replay, median step | q1-q3 | each round's median | median / predicted | predicted, cpu preset | replay / preset | "
+               "simulated, measured tasks | wall | memory predicted | laid out | measured | measured / predicted |\n"
+               "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
     }
     const char *only = getenv("CASES"); /* e.g. "0,1,2": those cases alone */
     bcase *cs = calloc(N_CASES, sizeof *cs);
@@ -549,6 +608,9 @@ int main(void)
     printf("\n- bubble within 20%% (the mean step's replay against `carve run --hw` on the profile calibrated in this run): "
            "**%d of %d** stages (largest difference %.1f%%; in shares of the step, at most %.3f)\n",
            t.cal_in, t.cal_n, 100 * t.cal_worst, t.cal_points);
+    printf("- the mean step's own precision (standard error of its bubble, a bootstrap over the timed steps): at most %.1f%% of a "
+           "stage's bubble (case %d, stage %d); of the %d stages outside 20%%, %d are within two standard errors of the line\n",
+           100 * t.se_worst, t.se_case, t.se_stage, t.cal_n - t.cal_in, t.cal_out_near);
     printf("- the median of the steps' replays against the same: %d of %d stages (largest difference %.1f%%)\n", t.med_in, t.med_n,
            100 * t.med_worst);
     printf("- for information, the mean step's replay against the `cpu` preset's prediction (`carve run` without --hw): %d of %d stages (largest "
