@@ -485,7 +485,7 @@ static int case_report(bcase *c, tally *t, char *err, size_t errlen)
             if ((int)shard_device_coord(&c->mesh, d, c->s.axis) == stage) rb = fmax(rb, c->mean_idle[d]);
         double se = c->se[stage];
         if (fabs(rb / pred_c - 1) > 0.2 && fabs(rb / pred_c - 1) - 0.2 <= 2 * se / pred_c) t->cal_out_near++;
-        if (se / rb > t->se_worst) t->se_worst = se / rb, t->se_case = k, t->se_stage = stage;
+        if (rb > 0 && se / rb > t->se_worst) t->se_worst = se / rb, t->se_case = k, t->se_stage = stage;
         judge(rmed, pred_c, &t->med_in, &t->med_n, &t->med_worst);
         double pred_m = c->pc.stage[stage].peak, res = c->resident[stage];
         t->mem_same += c->pe.stage[stage].peak == pred_m;
