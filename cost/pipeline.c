@@ -564,8 +564,11 @@ static void stage_times(const pricer *c, cost_pipe_stage *st, int r)
     }
 }
 
-int cost_estimate_pipeline(cost_ws *ws, const pipe_program *pp, const cost_hw *hw, const cost_options *opt,
-                           cost_estimate *out, cost_pipe_estimate *pe, char *err, size_t errlen)
+/* cost_estimate_pipeline; when prices is not NULL, *prices gets the
+ * per-instruction prices the simulation ran on (scheduled_prices: free
+ * them), for a caller that balances the split on them. */
+static int estimate_pipeline(cost_ws *ws, const pipe_program *pp, const cost_hw *hw, const cost_options *opt, cost_estimate *out,
+                             cost_pipe_estimate *pe, double **prices, char *err, size_t errlen)
 {
     const spmd_program *p = pp->prog;
     const pipe_spec *s = &pp->spec;
@@ -655,7 +658,8 @@ int cost_estimate_pipeline(cost_ws *ws, const pipe_program *pp, const cost_hw *h
         for (int r = 0; r < P; r++) pe->xfer_time = fmax(pe->xfer_time, pe->stage[r].send_bytes / p2p_link(hw, &p->mesh, s->axis, r, r + 1 < P ? r + 1 : r - 1).bandwidth);
     }
 done:
-    free(it);
+    if (prices && !rc) *prices = it;
+    else free(it);
     free(stg);
     free(c.keys);
     free(c.send_id);
@@ -665,6 +669,12 @@ done:
     cost_pipe_model_free(&c.m);
     cost_pipe_result_free(&res);
     return rc;
+}
+
+int cost_estimate_pipeline(cost_ws *ws, const pipe_program *pp, const cost_hw *hw, const cost_options *opt,
+                           cost_estimate *out, cost_pipe_estimate *pe, char *err, size_t errlen)
+{
+    return estimate_pipeline(ws, pp, hw, opt, out, pe, NULL, err, errlen);
 }
 
 int cost_pipe_simulate_times(cost_ws *ws, const pipe_program *pp, const cost_hw *hw, const cost_options *opt, const double *seg_time,
@@ -769,19 +779,14 @@ int cost_price_pipelined(cost_ws *ws, shard_state *st, const pipe_spec *spec, co
     }
     memset(pp, 0, sizeof *pp);
     if (pe) memset(pe, 0, sizeof *pe);
+    double *it = NULL; /* the prices the simulation ran on, to balance the split on */
     if (pipe_lower(st, &sp, opts, pp, err, errlen) < 0) return -1;
-    if (cost_estimate_pipeline(ws, pp, hw, opt, e, pe, err, errlen) < 0) {
+    if (estimate_pipeline(ws, pp, hw, opt, e, pe, autos ? &it : NULL, err, errlen) < 0) {
         pipe_program_free(pp);
         return -1;
     }
     if (!autos) return 0;
     pipe_spec bal;
-    double *it = scheduled_prices(ws, pp, hw, opt, e->instr_time); /* the prices the simulation ran on */
-    if (!it) {
-        pipe_program_free(pp);
-        if (pe) cost_pipe_estimate_free(pe);
-        return ir_errf(err, errlen, "pipeline: out of memory pricing the schedule");
-    }
     cost_pipe_balance(pp, it, &bal);
     free(it);
     if (!memcmp(bal.first, sp.first, sizeof bal.first)) return 0;
