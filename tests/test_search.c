@@ -71,52 +71,72 @@ static void *slow_make(void *cfg, shard_state *st)
     return w;
 }
 
+/* A search's inputs as most tests here build them: a model's training step,
+ * a mesh, the state searched from and the step's groups. */
+typedef struct search_fix {
+    ir_graph *g;
+    shard_mesh mesh;
+    shard_state *prefix;
+    shard_groups *gs;
+} search_fix;
+
+static search_fix search_fix_open(const char *model, const char *mesh)
+{
+    search_fix f = {.g = test_build_step(model)};
+    char err[256];
+    CHECKF(shard_mesh_parse(mesh, &f.mesh, err, sizeof err) == 0, "%s", err);
+    f.prefix = shard_state_new(f.g, &f.mesh);
+    f.gs = shard_groups_build(f.g);
+    return f;
+}
+
+static void search_fix_free(search_fix *f)
+{
+    shard_groups_free(f->gs);
+    shard_state_free(f->prefix);
+    ir_free(f->g);
+}
+
 static void against_exhaustive_ev(const char *model, const char *mesh_text, int depth, int seeds,
                                   const search_evaluator *ev_in, const char *label)
 {
-    ir_graph *g = test_build_step(model);
-    shard_mesh mesh;
     char err[256];
-    shard_mesh_parse(mesh_text, &mesh, err, sizeof err);
-    shard_state *prefix = shard_state_new(g, &mesh);
-    shard_groups *gs = shard_groups_build(g);
+    search_fix f = search_fix_open(model, mesh_text);
     search_evaluator ev = *ev_in;
     autopart_pricer pr;
     if (!ev.cfg) { /* the cost model: a pricer on the A100 profile */
         cost_hw hw;
         cost_hw_lookup("a100", &hw, err, sizeof err);
         cost_options opt = {COST_FP32, 0, 0, COST_GRADS_AUTO};
-        shard_state *scratch = shard_state_new(g, &mesh);
+        shard_state *scratch = shard_state_new(f.g, &f.mesh);
         autopart_pricer_init(&pr, &hw, &opt, scratch, err, sizeof err);
         shard_state_free(scratch);
         ev.cfg = &pr;
     }
     search_budget b = {.threads = 1, .max_depth = depth};
     search_result ex;
-    CHECKF(search_run(&search_exhaustive, prefix, gs, &ev, &b, &ex, err, sizeof err) == 0, "%s", err);
+    CHECKF(search_run(&search_exhaustive, f.prefix, f.gs, &ev, &b, &ex, err, sizeof err) == 0, "%s", err);
     int found = 0;
     for (int s = 1; s <= seeds; s++) {
         /* 1000 distinct plans: fewer than bench_search gives (2000), so no easier */
         search_budget mb = {.simulations = 1000, .seed = (uint64_t)s, .threads = 1, .max_depth = depth};
         search_result r;
-        CHECK(search_run(&search_mcts, prefix, gs, &ev, &mb, &r, err, sizeof err) == 0);
+        CHECK(search_run(&search_mcts, f.prefix, f.gs, &ev, &mb, &r, err, sizeof err) == 0);
         found += r.best.reward >= ex.best.reward * (1 - 1e-12);
         CHECK(r.best.reward <= ex.best.reward * (1 + 1e-12)); /* nothing beats the optimum */
     }
     printf("%s on %s (%s, depth %d): %d groups, %lld states enumerated, MCTS found the optimum in %d of %d seeds\n",
-           model, mesh_text, label, depth, gs->n, (long long)ex.evaluations, found, seeds);
+           model, mesh_text, label, depth, f.gs->n, (long long)ex.evaluations, found, seeds);
     if (ex.evaluations <= 200) { /* a small space: two threads' trees priced through long before their local
                                   * search, so neither joins the team (search/mcts.c), and neither waits for it */
         search_budget tb = {.simulations = 100000, .seed = 1, .threads = 2, .max_depth = depth};
         search_result r;
-        CHECK(search_run(&search_mcts, prefix, gs, &ev, &tb, &r, err, sizeof err) == 0 && r.stop == STOP_EXHAUSTED &&
+        CHECK(search_run(&search_mcts, f.prefix, f.gs, &ev, &tb, &r, err, sizeof err) == 0 && r.stop == STOP_EXHAUSTED &&
               r.best.reward >= ex.best.reward * (1 - 1e-12));
     }
     if (ev.cfg == &pr) autopart_pricer_free(&pr);
     CHECKF(found >= seeds - (seeds >= 10 ? 1 : 0), "%s %s: optimum in %d of %d seeds", model, mesh_text, found, seeds);
-    shard_groups_free(gs);
-    shard_state_free(prefix);
-    ir_free(g);
+    search_fix_free(&f);
 }
 
 /* The curve's last point that gained more than SEARCH_CONVERGE_GAIN over the
@@ -131,16 +151,12 @@ static const search_point *last_gain(const search_result *r)
 
 static void determinism_and_budgets(void)
 {
-    ir_graph *g = test_build_step("gpt-tiny");
-    shard_mesh mesh;
     char err[256];
-    shard_mesh_parse("batch=2,model=2", &mesh, err, sizeof err);
-    shard_state *prefix = shard_state_new(g, &mesh);
-    shard_groups *gs = shard_groups_build(g);
+    search_fix f = search_fix_open("gpt-tiny", "batch=2,model=2");
     search_budget b = {.simulations = 150, .seed = 7, .threads = 1};
     search_result r1, r2, r3;
-    CHECK(search_run(&search_mcts, prefix, gs, &proxy, &b, &r1, err, sizeof err) == 0);
-    CHECK(search_run(&search_mcts, prefix, gs, &proxy, &b, &r2, err, sizeof err) == 0);
+    CHECK(search_run(&search_mcts, f.prefix, f.gs, &proxy, &b, &r1, err, sizeof err) == 0);
+    CHECK(search_run(&search_mcts, f.prefix, f.gs, &proxy, &b, &r2, err, sizeof err) == 0);
     CHECK(r1.n_actions == r2.n_actions && !memcmp(r1.actions, r2.actions, sizeof r1.actions));
     CHECK(r1.best.reward == r2.best.reward && r1.best_at == r2.best_at && r1.evaluations == r2.evaluations &&
           r1.simulations == r2.simulations);
@@ -150,16 +166,16 @@ static void determinism_and_budgets(void)
            "150 steps: %.3f steps, %lld priced, %lld simulations, stop %s", r1.steps, (long long)r1.evaluations,
            (long long)r1.simulations, search_stop_name(r1.stop));
     b.threads = 2;
-    CHECK(search_run(&search_mcts, prefix, gs, &proxy, &b, &r2, err, sizeof err) == 0);
-    CHECK(search_run(&search_mcts, prefix, gs, &proxy, &b, &r3, err, sizeof err) == 0);
+    CHECK(search_run(&search_mcts, f.prefix, f.gs, &proxy, &b, &r2, err, sizeof err) == 0);
+    CHECK(search_run(&search_mcts, f.prefix, f.gs, &proxy, &b, &r3, err, sizeof err) == 0);
     CHECK(r2.n_actions == r3.n_actions && !memcmp(r2.actions, r3.actions, sizeof r2.actions) &&
           r2.evaluations == r3.evaluations && r2.simulations == r3.simulations && r2.steps >= 150 && r2.steps < 152);
     /* with a budget, the threads share MCTS's local search (a team: they meet at barriers, search/mcts.c): the
      * same search in every run for two and three threads, never more steps than their shares */
     for (int threads = 2; threads <= 3; threads++) {
         search_budget tb = {.simulations = 600, .seed = 5, .threads = threads};
-        CHECK(search_run(&search_mcts, prefix, gs, &proxy, &tb, &r2, err, sizeof err) == 0);
-        CHECK(search_run(&search_mcts, prefix, gs, &proxy, &tb, &r3, err, sizeof err) == 0);
+        CHECK(search_run(&search_mcts, f.prefix, f.gs, &proxy, &tb, &r2, err, sizeof err) == 0);
+        CHECK(search_run(&search_mcts, f.prefix, f.gs, &proxy, &tb, &r3, err, sizeof err) == 0);
         CHECKF(r2.n_actions == r3.n_actions && !memcmp(r2.actions, r3.actions, sizeof r2.actions) &&
                    r2.best.reward == r3.best.reward && r2.evaluations == r3.evaluations &&
                    r2.simulations == r3.simulations && r2.hits == r3.hits && r2.stop == r3.stop,
@@ -175,7 +191,7 @@ static void determinism_and_budgets(void)
          * meanwhile (search/mcts.c); the search, its counts and its plan are the same */
         for (int slow = 0; slow < 2; slow++) {
             search_evaluator sev = {(void *)&slow, slow_make, slow_eval, proxy_destroy};
-            CHECK(search_run(&search_mcts, prefix, gs, &sev, &tb, &r3, err, sizeof err) == 0);
+            CHECK(search_run(&search_mcts, f.prefix, f.gs, &sev, &tb, &r3, err, sizeof err) == 0);
             CHECKF(r2.n_actions == r3.n_actions && !memcmp(r2.actions, r3.actions, sizeof r2.actions) &&
                        r2.best.reward == r3.best.reward && r2.evaluations == r3.evaluations &&
                        r2.simulations == r3.simulations && r2.hits == r3.hits && r2.steps == r3.steps &&
@@ -187,36 +203,34 @@ static void determinism_and_budgets(void)
     }
     /* stall stops early (after MCTS's local search had its own patience) */
     search_budget st = {.simulations = 100000, .stall = 50, .seed = 3, .threads = 1};
-    CHECK(search_run(&search_mcts, prefix, gs, &proxy, &st, &r3, err, sizeof err) == 0 && r3.stop == STOP_STALLED);
+    CHECK(search_run(&search_mcts, f.prefix, f.gs, &proxy, &st, &r3, err, sizeof err) == 0 && r3.stop == STOP_STALLED);
     /* bad budgets */
     search_budget bad = {.simulations = -1, .threads = 1};
-    CHECK(search_run(&search_mcts, prefix, gs, &proxy, &bad, &r3, err, sizeof err) < 0 && strstr(err, "budget"));
+    CHECK(search_run(&search_mcts, f.prefix, f.gs, &proxy, &bad, &r3, err, sizeof err) < 0 && strstr(err, "budget"));
     search_budget none = {.threads = 1};
-    CHECK(search_run(&search_mcts, prefix, gs, &proxy, &none, &r3, err, sizeof err) < 0 && strstr(err, "budget"));
+    CHECK(search_run(&search_mcts, f.prefix, f.gs, &proxy, &none, &r3, err, sizeof err) < 0 && strstr(err, "budget"));
     /* interruption returns the best so far (with two threads: none waits for the other) */
     search_interrupted = 1;
-    CHECK(search_run(&search_mcts, prefix, gs, &proxy, &b, &r3, err, sizeof err) == 0 && r3.stop == STOP_INTERRUPTED);
+    CHECK(search_run(&search_mcts, f.prefix, f.gs, &proxy, &b, &r3, err, sizeof err) == 0 && r3.stop == STOP_INTERRUPTED);
     search_interrupted = 0;
     /* baselines run on the same evaluator; random and greedy never beat exhaustive-free MCTS by design? just sanity */
     search_result rr, rg;
     search_budget rb = {.simulations = 150, .seed = 7, .threads = 1};
-    CHECK(search_run(&search_random, prefix, gs, &proxy, &rb, &rr, err, sizeof err) == 0 && rr.steps >= 150 &&
+    CHECK(search_run(&search_random, f.prefix, f.gs, &proxy, &rb, &rr, err, sizeof err) == 0 && rr.steps >= 150 &&
           rr.steps < 151 && rr.stop == STOP_BUDGET);
-    CHECK(search_run(&search_greedy, prefix, gs, &proxy, &rb, &rg, err, sizeof err) == 0 && rg.best.reward > 0);
+    CHECK(search_run(&search_greedy, f.prefix, f.gs, &proxy, &rb, &rg, err, sizeof err) == 0 && rg.best.reward > 0);
     printf("gpt-tiny on batch=2,model=2, 150 simulations: mcts %.4g, random %.4g, greedy %.4g (proxy reward)\n",
            r1.best.reward, rr.best.reward, rg.best.reward);
     /* the plan applies and reproduces its score */
-    shard_state *s2 = shard_state_new(g, &mesh);
-    search_apply_plan(s2, gs, r1.actions, r1.n_actions);
+    shard_state *s2 = shard_state_new(f.g, &f.mesh);
+    search_apply_plan(s2, f.gs, r1.actions, r1.n_actions);
     search_score sc;
     void *ws = proxy_make(NULL, s2);
     proxy_eval(ws, s2, &sc);
     proxy_destroy(ws);
     CHECK(sc.reward == r1.best.reward);
     shard_state_free(s2);
-    shard_groups_free(gs);
-    shard_state_free(prefix);
-    ir_free(g);
+    search_fix_free(&f);
 }
 
 static void tree_width(void)
@@ -324,25 +338,19 @@ static void counting_eval(void *ws, shard_state *st, search_score *out)
 
 static void exhaustive_refused_up_front(void)
 {
-    ir_graph *g = test_build_step("mlp:layers=2,batch=32,in=64,hidden=128,out=16");
-    shard_mesh mesh;
     char err[256];
-    shard_mesh_parse("batch=2,model=2", &mesh, err, sizeof err);
-    shard_state *prefix = shard_state_new(g, &mesh);
-    shard_groups *gs = shard_groups_build(g);
+    search_fix f = search_fix_open("mlp:layers=2,batch=32,in=64,hidden=128,out=16", "batch=2,model=2");
     search_evaluator ev = {NULL, proxy_make, counting_eval, proxy_destroy};
     search_result r;
     search_budget b = {.threads = 1, .max_depth = 8, .max_exhaustive = 20};
     n_priced = 0;
-    CHECKF(search_run(&search_exhaustive, prefix, gs, &ev, &b, &r, err, sizeof err) < 0 && strstr(err, "more than 20 plans"),
+    CHECKF(search_run(&search_exhaustive, f.prefix, f.gs, &ev, &b, &r, err, sizeof err) < 0 && strstr(err, "more than 20 plans"),
            "%s", err);
     CHECKF(n_priced <= 1, "priced %lld plans before refusing", (long long)n_priced); /* at most the prefix, as a seed */
     b.max_exhaustive = 0; /* the default limit: the same space is searched whole */
     n_priced = 0;
-    CHECKF(search_run(&search_exhaustive, prefix, gs, &ev, &b, &r, err, sizeof err) == 0 && n_priced > 20, "%s", err);
-    shard_groups_free(gs);
-    shard_state_free(prefix);
-    ir_free(g);
+    CHECKF(search_run(&search_exhaustive, f.prefix, f.gs, &ev, &b, &r, err, sizeof err) == 0 && n_priced > 20, "%s", err);
+    search_fix_free(&f);
 }
 
 /* Saved path states (search.c) are a cache: with them and without, each
@@ -356,12 +364,8 @@ static void order_eval(void *ws, shard_state *st, search_score *out)
 
 static void saved_states_change_nothing(void)
 {
-    ir_graph *g = test_build_step("gpt-tiny");
-    shard_mesh mesh;
     char err[256];
-    shard_mesh_parse("batch=2,model=2", &mesh, err, sizeof err);
-    shard_state *prefix = shard_state_new(g, &mesh);
-    shard_groups *gs = shard_groups_build(g);
+    search_fix f = search_fix_open("gpt-tiny", "batch=2,model=2");
     search_evaluator ev = {NULL, proxy_make, order_eval, proxy_destroy};
     const search_algo *algos[] = {&search_mcts, &search_greedy, &search_random};
     for (int k = 0; k < 3; k++) {
@@ -371,7 +375,7 @@ static void saved_states_change_nothing(void)
         for (int i = 0; i < 3; i++) {
             search_budget b = {.simulations = 120, .seed = 5, .threads = 1, .saved_states = saved[i]};
             order_hash = 0;
-            CHECK(search_run(algos[k], prefix, gs, &ev, &b, &r[i], err, sizeof err) == 0);
+            CHECK(search_run(algos[k], f.prefix, f.gs, &ev, &b, &r[i], err, sizeof err) == 0);
             h[i] = order_hash;
         }
         for (int i = 1; i < 3; i++)
@@ -380,9 +384,7 @@ static void saved_states_change_nothing(void)
                        !memcmp(r[i].actions, r[0].actions, sizeof r[0].actions),
                    "%s: saved_states %d changes the search", algos[k]->name, saved[i]);
     }
-    shard_groups_free(gs);
-    shard_state_free(prefix);
-    ir_free(g);
+    search_fix_free(&f);
 }
 
 /* Whether a and b hold the same shardings, stamps, atomic axes and decision log. */
@@ -645,18 +647,15 @@ static double plan_reward(const shard_state *prefix, const shard_groups *gs, sha
  * 265 neighbours of these three seeds' plans beat them (measured). */
 static void ends_at_a_local_optimum(void)
 {
-    ir_graph *g = test_build_step("mlp:layers=3,batch=32,in=64,hidden=128,out=16");
-    shard_mesh mesh;
     char err[256];
-    shard_mesh_parse("batch=2,model=2", &mesh, err, sizeof err);
-    shard_state *prefix = shard_state_new(g, &mesh), *st = shard_state_new(g, &mesh);
-    shard_groups *gs = shard_groups_build(g);
+    search_fix f = search_fix_open("mlp:layers=3,batch=32,in=64,hidden=128,out=16", "batch=2,model=2");
+    shard_state *st = shard_state_new(f.g, &f.mesh);
     void *ws = proxy_make(NULL, st);
-    int A = gs->n * mesh.n_axes, worse = 0, tried = 0;
+    int A = f.gs->n * f.mesh.n_axes, worse = 0, tried = 0;
     for (int seed = 1; seed <= 3; seed++) {
         search_budget b = {.simulations = 400, .seed = (uint64_t)seed, .threads = 1, .max_depth = 6};
         search_result r;
-        CHECK(search_run(&search_mcts, prefix, gs, &proxy, &b, &r, err, sizeof err) == 0);
+        CHECK(search_run(&search_mcts, f.prefix, f.gs, &proxy, &b, &r, err, sizeof err) == 0);
         int L = r.n_actions;
         search_action nb[SEARCH_MAX_PLAN + 1];
         for (int kind = 0; kind < 4; kind++)
@@ -668,23 +667,21 @@ static void ends_at_a_local_optimum(void)
                     if (kind == 2 && pos == L) continue;               /* replace pos by act */
                     if (kind == 3 && L + 1 > b.max_depth) continue;    /* insert act at pos */
                     for (int i = 0; i < L; i++) {
-                        if (i == pos && kind == 3) nb[n++] = (search_action){act / mesh.n_axes, act % mesh.n_axes};
+                        if (i == pos && kind == 3) nb[n++] = (search_action){act / f.mesh.n_axes, act % f.mesh.n_axes};
                         if (i == pos && kind == 1) continue;
-                        nb[n++] = i == pos && kind == 2 ? (search_action){act / mesh.n_axes, act % mesh.n_axes}
+                        nb[n++] = i == pos && kind == 2 ? (search_action){act / f.mesh.n_axes, act % f.mesh.n_axes}
                                   : kind == 0 && i == pos ? r.actions[pos + 1]
                                   : kind == 0 && i == pos + 1 ? r.actions[pos] : r.actions[i];
                     }
-                    if (kind == 3 && pos == L) nb[n++] = (search_action){act / mesh.n_axes, act % mesh.n_axes};
+                    if (kind == 3 && pos == L) nb[n++] = (search_action){act / f.mesh.n_axes, act % f.mesh.n_axes};
                     tried++;
-                    worse += plan_reward(prefix, gs, st, ws, nb, n) > r.best.reward * (1 + 1e-12);
+                    worse += plan_reward(f.prefix, f.gs, st, ws, nb, n) > r.best.reward * (1 + 1e-12);
                 }
     }
     CHECKF(tried > 100 && worse == 0, "%d of %d neighbours beat the plan MCTS returned", worse, tried);
     proxy_destroy(ws);
-    shard_groups_free(gs);
     shard_state_free(st);
-    shard_state_free(prefix);
-    ir_free(g);
+    search_fix_free(&f);
 }
 
 /* The kicks of the final local search (search/mcts.c) leave a basin that one
@@ -757,18 +754,14 @@ static int curve_ok(const search_result *r)
  * budget; and the converge rule stops by itself, after its patience. */
 static void budgets_bound_the_search(void)
 {
-    ir_graph *g = test_build_step("gpt-tiny");
-    shard_mesh mesh;
     char err[256];
-    shard_mesh_parse("batch=2,model=2", &mesh, err, sizeof err);
-    shard_state *prefix = shard_state_new(g, &mesh);
-    shard_groups *gs = shard_groups_build(g);
+    search_fix f = search_fix_open("gpt-tiny", "batch=2,model=2");
     search_evaluator ev = {NULL, proxy_make, counting_eval, proxy_destroy};
     search_result r, r2;
     for (int budget = 100; budget <= 1600; budget *= 4) {
         search_budget b = {.simulations = budget, .seed = 2, .threads = 1};
         n_priced = 0;
-        CHECK(search_run(&search_mcts, prefix, gs, &ev, &b, &r, err, sizeof err) == 0);
+        CHECK(search_run(&search_mcts, f.prefix, f.gs, &ev, &b, &r, err, sizeof err) == 0);
         CHECKF(n_priced == r.evaluations && r.evaluations <= budget && r.hits <= (int64_t)SEARCH_HIT_STEPS * budget &&
                    r.steps == (double)r.evaluations + (double)r.hits / SEARCH_HIT_STEPS && r.steps < budget + 1 &&
                    r.hits + r.evaluations <= r.simulations && (r.stop == STOP_BUDGET || r.stop == STOP_EXHAUSTED),
@@ -780,19 +773,20 @@ static void budgets_bound_the_search(void)
     /* the converge rule: stops by itself, converged (or with the space priced through), no sooner than its
      * patience after the last plan that gained more than SEARCH_CONVERGE_GAIN; the same twice */
     search_budget b = {.converge = 1, .seed = 4, .threads = 1};
-    CHECK(search_run(&search_mcts, prefix, gs, &ev, &b, &r, err, sizeof err) == 0);
-    CHECK(search_run(&search_mcts, prefix, gs, &ev, &b, &r2, err, sizeof err) == 0);
+    CHECK(search_run(&search_mcts, f.prefix, f.gs, &ev, &b, &r, err, sizeof err) == 0);
+    CHECK(search_run(&search_mcts, f.prefix, f.gs, &ev, &b, &r2, err, sizeof err) == 0);
     CHECK(r.evaluations == r2.evaluations && r.simulations == r2.simulations && r.best.reward == r2.best.reward);
     CHECKF(curve_ok(&r), "converge: the curve (%d points) is not the best so far", r.n_curve);
     const search_point *gain = last_gain(&r);
     printf("gpt-tiny, converge rule: %s after %.1f steps (%lld priced, %lld simulations), the last gain at %.1f\n",
            search_stop_name(r.stop), r.steps, (long long)r.evaluations, (long long)r.simulations, gain->steps);
-    CHECKF(r.stop == STOP_EXHAUSTED || (r.stop == STOP_CONVERGED && r.steps - gain->steps >= search_patience(&b, g->n_ops, r.root_actions, gain->steps)),
+    CHECKF(r.stop == STOP_EXHAUSTED ||
+               (r.stop == STOP_CONVERGED && r.steps - gain->steps >= search_patience(&b, f.g->n_ops, r.root_actions, gain->steps)),
            "converge: stopped by %s at %.1f steps, the last gain at %.1f", search_stop_name(r.stop), r.steps, gain->steps);
     /* two threads decide at epochs from what both did: the same search every time; their curves merge into one */
     b.threads = 2;
-    CHECK(search_run(&search_mcts, prefix, gs, &ev, &b, &r, err, sizeof err) == 0);
-    CHECK(search_run(&search_mcts, prefix, gs, &ev, &b, &r2, err, sizeof err) == 0);
+    CHECK(search_run(&search_mcts, f.prefix, f.gs, &ev, &b, &r, err, sizeof err) == 0);
+    CHECK(search_run(&search_mcts, f.prefix, f.gs, &ev, &b, &r2, err, sizeof err) == 0);
     CHECKF(r.evaluations == r2.evaluations && r.simulations == r2.simulations && r.best.reward == r2.best.reward &&
                r.stop == r2.stop && (r.stop == STOP_CONVERGED || r.stop == STOP_EXHAUSTED),
            "two threads, converge: %lld/%lld priced, %lld/%lld simulations, stop %s/%s", (long long)r.evaluations,
@@ -803,13 +797,11 @@ static void budgets_bound_the_search(void)
            (long long)r.evaluations);
     /* and the stall rule, with random search (one phase) */
     search_budget rs = {.stall = 40, .seed = 4, .threads = 2};
-    CHECK(search_run(&search_random, prefix, gs, &ev, &rs, &r, err, sizeof err) == 0);
-    CHECK(search_run(&search_random, prefix, gs, &ev, &rs, &r2, err, sizeof err) == 0);
+    CHECK(search_run(&search_random, f.prefix, f.gs, &ev, &rs, &r, err, sizeof err) == 0);
+    CHECK(search_run(&search_random, f.prefix, f.gs, &ev, &rs, &r2, err, sizeof err) == 0);
     CHECK(r.evaluations == r2.evaluations && r.simulations == r2.simulations && r.stop == STOP_STALLED &&
           r2.stop == STOP_STALLED);
-    shard_groups_free(gs);
-    shard_state_free(prefix);
-    ir_free(g);
+    search_fix_free(&f);
 }
 
 /* The proxy, counting what it prices (cfg: a priced_log): every state hash
@@ -837,12 +829,8 @@ static void counted_eval(void *ws, shard_state *st, search_score *out)
  * the plans both trees priced are exactly the difference between the threads' counts and the plans priced. */
 static void threads_share_prices(void)
 {
-    ir_graph *g = test_build_step("gpt-tiny");
-    shard_mesh mesh;
     char err[256];
-    shard_mesh_parse("batch=2,model=2", &mesh, err, sizeof err);
-    shard_state *prefix = shard_state_new(g, &mesh);
-    shard_groups *gs = shard_groups_build(g);
+    search_fix f = search_fix_open("gpt-tiny", "batch=2,model=2");
     search_budget budgets[] = {{.simulations = 600, .seed = 5, .threads = 2}, {.simulations = 600, .seed = 5, .threads = 3},
                                {.simulations = 3000, .stall = 60, .seed = 4, .threads = 2}};
     for (int k = 0; k < 3; k++) {
@@ -850,8 +838,8 @@ static void threads_share_prices(void)
         pthread_mutex_init(&log->mu, NULL);
         search_evaluator cev = {log, slow_make, counted_eval, proxy_destroy}; /* the log in slow_eval's slot */
         search_result r, plain;
-        CHECK(search_run(&search_mcts, prefix, gs, &proxy, &budgets[k], &plain, err, sizeof err) == 0);
-        CHECK(search_run(&search_mcts, prefix, gs, &cev, &budgets[k], &r, err, sizeof err) == 0);
+        CHECK(search_run(&search_mcts, f.prefix, f.gs, &proxy, &budgets[k], &plain, err, sizeof err) == 0);
+        CHECK(search_run(&search_mcts, f.prefix, f.gs, &cev, &budgets[k], &r, err, sizeof err) == 0);
         CHECKF(r.n_actions == plain.n_actions && !memcmp(r.actions, plain.actions, sizeof r.actions) &&
                    r.best.reward == plain.best.reward && r.evaluations == plain.evaluations &&
                    r.simulations == plain.simulations && r.hits == plain.hits && r.stop == plain.stop,
@@ -867,9 +855,7 @@ static void threads_share_prices(void)
         pthread_mutex_destroy(&log->mu);
         free(log);
     }
-    shard_groups_free(gs);
-    shard_state_free(prefix);
-    ir_free(g);
+    search_fix_free(&f);
 }
 
 /* Issue 28: while no plan fits, the converge rule's gain is in peak memory,
@@ -914,25 +900,19 @@ static void least_patience_grows_for_small_graphs(void)
     e.patience_width = -1;
     CHECK(search_patience(&e, big, wide, 0) == SEARCH_PATIENCE_MIN);
     /* a search on a small graph waits that long: gpt-tiny's steps after its last gain */
-    ir_graph *g = test_build_step("gpt-tiny");
-    shard_mesh mesh;
     char err[256];
-    shard_mesh_parse("batch=2,model=2", &mesh, err, sizeof err);
-    shard_state *prefix = shard_state_new(g, &mesh);
-    shard_groups *gs = shard_groups_build(g);
+    search_fix f = search_fix_open("gpt-tiny", "batch=2,model=2");
     search_evaluator ev = {NULL, proxy_make, proxy_eval, proxy_destroy};
     search_result r;
-    search_budget b = {.converge = 1, .seed = 4, .threads = 1, .simulations = SEARCH_AUTO_CAP, .patience_ops = 8.0 * g->n_ops};
-    CHECK(search_run(&search_mcts, prefix, gs, &ev, &b, &r, err, sizeof err) == 0);
+    search_budget b = {.converge = 1, .seed = 4, .threads = 1, .simulations = SEARCH_AUTO_CAP, .patience_ops = 8.0 * f.g->n_ops};
+    CHECK(search_run(&search_mcts, f.prefix, f.gs, &ev, &b, &r, err, sizeof err) == 0);
     const search_point *gain = last_gain(&r);
-    printf("gpt-tiny (%d ops), a least patience of %g ops: %s after %.1f steps, the last gain at %.1f\n", g->n_ops,
+    printf("gpt-tiny (%d ops), a least patience of %g ops: %s after %.1f steps, the last gain at %.1f\n", f.g->n_ops,
            b.patience_ops, search_stop_name(r.stop), r.steps, gain->steps);
     CHECKF(r.stop == STOP_EXHAUSTED || (r.stop == STOP_CONVERGED && r.steps - gain->steps >= 8 * SEARCH_PATIENCE_MIN),
-           "patience of %g ops on %d: stopped by %s at %.1f steps, the last gain at %.1f", b.patience_ops, g->n_ops,
+           "patience of %g ops on %d: stopped by %s at %.1f steps, the last gain at %.1f", b.patience_ops, f.g->n_ops,
            search_stop_name(r.stop), r.steps, gain->steps);
-    shard_groups_free(gs);
-    shard_state_free(prefix);
-    ir_free(g);
+    search_fix_free(&f);
 }
 
 /* A search whose root is wider than SEARCH_PATIENCE_WIDTH actions (three
@@ -942,30 +922,24 @@ static void least_patience_grows_for_small_graphs(void)
  * that (or, after a gain of its own, as many after it). */
 static void wide_root_waits_longer(void)
 {
-    ir_graph *g = test_build_step("gpt-tiny");
-    shard_mesh mesh;
     char err[256];
-    shard_mesh_parse("a=2,b=2,c=2", &mesh, err, sizeof err);
-    shard_state *prefix = shard_state_new(g, &mesh);
-    shard_groups *gs = shard_groups_build(g);
+    search_fix f = search_fix_open("gpt-tiny", "a=2,b=2,c=2");
     search_evaluator ev = {NULL, proxy_make, proxy_eval, proxy_destroy};
     search_result r;
     search_budget b = {.converge = 1, .seed = 2, .threads = 1, .simulations = SEARCH_AUTO_CAP, .patience_ops = -1,
                         .patience_factor = 1e-3};
-    CHECK(search_run(&search_mcts, prefix, gs, &ev, &b, &r, err, sizeof err) == 0);
+    CHECK(search_run(&search_mcts, f.prefix, f.gs, &ev, &b, &r, err, sizeof err) == 0);
     const search_point *gain = last_gain(&r);
     double least = SEARCH_PATIENCE_MIN * r.root_actions / SEARCH_PATIENCE_WIDTH;
     printf("gpt-tiny over a=2,b=2,c=2 (root width %d): %s after %.1f steps, the last gain at %.1f, least patience %g\n",
            r.root_actions, search_stop_name(r.stop), r.steps, gain->steps, least);
     CHECKF(r.root_actions > SEARCH_PATIENCE_WIDTH, "root width %d: not a wide root", r.root_actions);
     double after = r.steps - gain->steps;
-    CHECKF(r.stop == STOP_CONVERGED && least == search_patience(&b, g->n_ops, r.root_actions, 0) &&
+    CHECKF(r.stop == STOP_CONVERGED && least == search_patience(&b, f.g->n_ops, r.root_actions, 0) &&
                ((after >= least && after <= least + 2) || (after >= 2 * least && after <= 2 * least + 2)),
            "wide root: stopped by %s %.1f steps after the last gain (least patience %g)", search_stop_name(r.stop),
            after, least);
-    shard_groups_free(gs);
-    shard_state_free(prefix);
-    ir_free(g);
+    search_fix_free(&f);
 }
 
 static void converge_while_nothing_fits(void)
@@ -978,16 +952,12 @@ static void converge_while_nothing_fits(void)
     CHECK(search_material_gain(&d, 1e-3, r0));                                   /* the first that fits, however slow */
     CHECK(!search_material_gain(&d, 1.0005, 1.0) && search_material_gain(&d, 1.002, 1.0)); /* fitting: step time */
     CHECK(!search_material_gain(&d, -0.5, 1.0));                                 /* (never better, but not a gain) */
-    ir_graph *g = test_build_step("gpt-tiny");
-    shard_mesh mesh;
     char err[256];
-    shard_mesh_parse("batch=2,model=2", &mesh, err, sizeof err);
-    shard_state *prefix = shard_state_new(g, &mesh);
-    shard_groups *gs = shard_groups_build(g);
+    search_fix f = search_fix_open("gpt-tiny", "batch=2,model=2");
     search_evaluator ev = {NULL, proxy_make, nofit_eval, proxy_destroy};
     search_result r;
     search_budget b = {.converge = 1, .seed = 4, .threads = 1, .simulations = SEARCH_AUTO_CAP};
-    CHECK(search_run(&search_mcts, prefix, gs, &ev, &b, &r, err, sizeof err) == 0);
+    CHECK(search_run(&search_mcts, f.prefix, f.gs, &ev, &b, &r, err, sizeof err) == 0);
     CHECKF(curve_ok(&r) && !r.best.fits, "nothing fits: the curve (%d points) is not the best so far", r.n_curve);
     const search_point *gain = &r.curve[0]; /* the last plan whose peak was 0.1% below the one before it that was */
     for (int i = 1; i < r.n_curve; i++)
@@ -995,13 +965,11 @@ static void converge_while_nothing_fits(void)
     printf("gpt-tiny, nothing fits, converge rule: %s after %.1f steps (%d better plans), the last gain at %.1f\n",
            search_stop_name(r.stop), r.steps, r.n_curve, gain->steps);
     CHECKF(r.stop == STOP_EXHAUSTED ||
-               (r.stop == STOP_CONVERGED && r.steps - gain->steps >= search_patience(&b, g->n_ops, r.root_actions, gain->steps) &&
-                r.steps <= gain->steps + 2 * search_patience(&b, g->n_ops, r.root_actions, gain->steps) + 1),
+               (r.stop == STOP_CONVERGED && r.steps - gain->steps >= search_patience(&b, f.g->n_ops, r.root_actions, gain->steps) &&
+                r.steps <= gain->steps + 2 * search_patience(&b, f.g->n_ops, r.root_actions, gain->steps) + 1),
            "nothing fits: stopped by %s at %.1f steps, the last gain at %.1f", search_stop_name(r.stop), r.steps,
            gain->steps);
-    shard_groups_free(gs);
-    shard_state_free(prefix);
-    ir_free(g);
+    search_fix_free(&f);
 }
 
 /* The seeds' scores given by the caller (autopart/memory.c gives the experts'
@@ -1010,12 +978,9 @@ static void converge_while_nothing_fits(void)
  * thread and on two (which split the pricing of the starts). */
 static void seed_scores_change_nothing(void)
 {
-    ir_graph *g = test_build_step("gpt:layers=2,hidden=128,heads=4,seq=64,batch=8,vocab=256");
-    shard_mesh mesh;
     char err[256];
-    shard_mesh_parse("batch=4,model=2", &mesh, err, sizeof err);
-    shard_state *prefix = shard_state_new(g, &mesh), *scratch = shard_state_new(g, &mesh);
-    shard_groups *gs = shard_groups_build(g);
+    search_fix f = search_fix_open("gpt:layers=2,hidden=128,heads=4,seq=64,batch=8,vocab=256", "batch=4,model=2");
+    shard_state *scratch = shard_state_new(f.g, &f.mesh);
     cost_hw hw;
     cost_hw_lookup("a100", &hw, err, sizeof err);
     cost_options opt = {cost_default_precision(&hw), 0, 0, COST_GRADS_AUTO};
@@ -1023,7 +988,7 @@ static void seed_scores_change_nothing(void)
     CHECK(autopart_pricer_init(&pr, &hw, &opt, scratch, err, sizeof err) == 0);
     pr.gather_auto = 1;
     autopart_expert *ex;
-    int n_ex = autopart_experts(g, &mesh, NULL, &pr, &ex), n_seeds = 0;
+    int n_ex = autopart_experts(f.g, &f.mesh, NULL, &pr, &ex), n_seeds = 0;
     const shard_state **seeds = calloc((size_t)n_ex + 1, sizeof *seeds);
     search_score *scores = calloc((size_t)n_ex + 1, sizeof *scores);
     for (int i = 0; i < n_ex; i++)
@@ -1038,7 +1003,7 @@ static void seed_scores_change_nothing(void)
         for (int k = 0; k < 2; k++) {
             search_budget b = {.simulations = 120, .seed = 9, .threads = threads, .seeds = seeds, .n_seeds = n_seeds,
                                .seed_scores = k ? scores : NULL};
-            CHECK(search_run(&search_mcts, prefix, gs, &ev, &b, &r[k], err, sizeof err) == 0);
+            CHECK(search_run(&search_mcts, f.prefix, f.gs, &ev, &b, &r[k], err, sizeof err) == 0);
         }
         CHECKF(n_seeds >= 3 && r[0].evaluations == r[1].evaluations && r[0].simulations == r[1].simulations &&
                    r[0].hits == r[1].hits && r[0].best.step_time == r[1].best.step_time && r[0].seed == r[1].seed &&
@@ -1051,9 +1016,7 @@ static void seed_scores_change_nothing(void)
     autopart_experts_free(ex, n_ex);
     autopart_pricer_free(&pr);
     shard_state_free(scratch);
-    shard_groups_free(gs);
-    shard_state_free(prefix);
-    ir_free(g);
+    search_fix_free(&f);
 }
 
 int main(void)
