@@ -201,11 +201,10 @@ typedef struct bcase {
     double *replay, *wall;     /* [stage][round * T + step]: the stage's idlest device's share */
     double *resident, *laid;   /* [stage]: the largest over the rounds; the arena */
     double *seg_cpu;           /* [segment][round * slots + step * m + mb]: CPU seconds, the stage's slowest device */
-    double *trace;             /* [device][exec_pipe_trace_len]: the CPU-time traces of every timed step, summed */
     double *mean_idle;         /* [device]: its idle share of the mean step replayed */
     double *traces;            /* [timed step][device][exec_pipe_trace_len]: every timed step's CPU-time trace */
     double *se;                /* [stage]: the standard error of its mean step's bubble (bootstrap over the timed steps) */
-    int n_trace;               /* steps summed into trace */
+    int n_trace;               /* timed steps in traces */
 } bcase;
 
 /* The calibrated price of segment seg's task on its stage: the mean over its
@@ -234,7 +233,6 @@ static void case_close(bcase *c)
     free(c->resident);
     free(c->laid);
     free(c->seg_cpu);
-    free(c->trace);
     free(c->mean_idle);
     free(c->traces);
     free(c->se);
@@ -321,6 +319,26 @@ static void rotate(int n_dev, int cores, int step)
     }
 }
 
+/* A mean step: every point of the CPU-time traces averaged over the timed
+ * steps (draw NULL: each step once; else as many steps drawn from draw with
+ * replacement), replayed once; idle[d] device d's idle share of it.  Returns
+ * 0, or -1 when out of memory or the step cannot be replayed. */
+static int mean_step(const bcase *c, const exec_spmd *r, int tw, pcg32 *draw, double *idle)
+{
+    size_t w = (size_t)c->n_dev * (size_t)tw;
+    double step_s, *tr = calloc(w + 1, sizeof *tr);
+    if (!tr) return -1;
+    for (int j = 0; j < c->n_trace; j++) {
+        const double *x = c->traces + (size_t)(draw ? (int)pcg32_below(draw, (uint32_t)c->n_trace) : j) * w;
+        for (size_t i = 0; i < w; i++) tr[i] += x[i];
+    }
+    for (size_t i = 0; i < w; i++) tr[i] /= c->n_trace;
+    int rc = exec_pipe_replay(r, tr, &step_s, idle);
+    for (int d = 0; !rc && d < c->n_dev; d++) idle[d] /= step_s;
+    free(tr);
+    return rc;
+}
+
 /* The spread of the mean step's replay (c->se): the timed steps drawn again
  * with replacement (a bootstrap, 200 draws, PCG32 at a fixed seed), each
  * draw's mean step replayed; per stage the standard deviation of its idle
@@ -328,25 +346,18 @@ static void rotate(int n_dev, int cores, int step)
 static int mean_step_spread(bcase *c, const exec_spmd *r, int tw, char *err, size_t errlen)
 {
     enum { DRAWS = 200 };
-    size_t w = (size_t)c->n_dev * (size_t)tw;
-    double *tr = malloc((w + 1) * sizeof *tr), *idle = malloc(((size_t)c->n_dev + 1) * sizeof *idle);
+    double *idle = malloc(((size_t)c->n_dev + 1) * sizeof *idle);
     double *sum = calloc((size_t)c->P + 1, sizeof *sum), *sq = calloc((size_t)c->P + 1, sizeof *sq);
     c->se = calloc((size_t)c->P + 1, sizeof *c->se);
-    int rc = tr && idle && sum && sq && c->se ? 0 : ir_errf(err, errlen, "out of memory");
+    int rc = idle && sum && sq && c->se ? 0 : ir_errf(err, errlen, "out of memory");
     pcg32 g;
     pcg32_seed(&g, 27, (uint64_t)c->k);
     for (int b = 0; !rc && b < DRAWS; b++) {
-        memset(tr, 0, w * sizeof *tr);
-        for (int j = 0; j < c->n_trace; j++) {
-            const double *x = c->traces + (size_t)pcg32_below(&g, (uint32_t)c->n_trace) * w;
-            for (size_t i = 0; i < w; i++) tr[i] += x[i] / c->n_trace;
-        }
-        double step_s;
-        if (exec_pipe_replay(r, tr, &step_s, idle) < 0) rc = ir_errf(err, errlen, "a drawn mean step cannot be replayed");
+        if (mean_step(c, r, tw, &g, idle) < 0) rc = ir_errf(err, errlen, "a drawn mean step cannot be replayed");
         for (int stage = 0; !rc && stage < c->P; stage++) {
             double f = 0;
             for (int d = 0; d < c->n_dev; d++)
-                if ((int)shard_device_coord(&c->mesh, d, c->s.axis) == stage) f = fmax(f, idle[d] / step_s);
+                if ((int)shard_device_coord(&c->mesh, d, c->s.axis) == stage) f = fmax(f, idle[d]);
             sum[stage] += f;
             sq[stage] += f * f;
         }
@@ -355,7 +366,6 @@ static int mean_step_spread(bcase *c, const exec_spmd *r, int tw, char *err, siz
         double m = sum[stage] / DRAWS, v = sq[stage] / DRAWS - m * m;
         c->se[stage] = v > 0 ? sqrt(v) : 0;
     }
-    free(tr);
     free(idle);
     free(sum);
     free(sq);
@@ -375,7 +385,6 @@ static int case_round(bcase *c, int round, tally *t, char *err, size_t errlen)
     if (!r || !order) rc = r ? ir_errf(err, errlen, "out of memory") : -1;
     if (r) exec_spmd_init_args(r, 1);
     int tw = r ? exec_pipe_trace_len(r) : 0, cpus = (int)sysconf(_SC_NPROCESSORS_ONLN);
-    if (!rc && !c->trace && !(c->trace = calloc((size_t)c->n_dev * (size_t)tw + 1, sizeof *c->trace))) rc = ir_errf(err, errlen, "out of memory");
     if (!rc && !c->traces && !(c->traces = calloc((size_t)c->R * (size_t)c->T * (size_t)c->n_dev * (size_t)tw + 1, sizeof *c->traces)))
         rc = ir_errf(err, errlen, "out of memory");
     for (int step = 0; !rc && step <= c->T; step++) {
@@ -393,7 +402,6 @@ static int case_round(bcase *c, int round, tally *t, char *err, size_t errlen)
         }
         for (int d = 0; !rc && step > 0 && d < c->n_dev; d++) {
             const double *tr = exec_pipe_cpu_trace(r, d);
-            for (int i = 0; i < tw; i++) c->trace[(size_t)d * (size_t)tw + (size_t)i] += tr[i];
             memcpy(c->traces + ((size_t)c->n_trace * (size_t)c->n_dev + (size_t)d) * (size_t)tw, tr, (size_t)tw * sizeof *tr);
         }
         c->n_trace += !rc && step > 0;
@@ -418,12 +426,7 @@ static int case_round(bcase *c, int round, tally *t, char *err, size_t errlen)
     for (int stage = 0; !rc && stage < P; stage++) c->laid[stage] = (double)exec_pipe_stage_bytes(r, stage);
     if (c->n_dev <= cpus) rotate(c->n_dev, cpus, -1);
     if (!rc && round == c->R - 1) { /* the mean step of every round: each point of the trace averaged, replayed once */
-        double step_s, *tr = malloc(((size_t)c->n_dev * (size_t)tw + 1) * sizeof *tr);
-        for (size_t i = 0; tr && i < (size_t)c->n_dev * (size_t)tw; i++) tr[i] = c->trace[i] / c->n_trace;
-        rc = !tr ? ir_errf(err, errlen, "out of memory")
-                 : exec_pipe_replay(r, tr, &step_s, c->mean_idle) < 0 ? ir_errf(err, errlen, "the mean step cannot be replayed") : 0;
-        for (int d = 0; !rc && d < c->n_dev; d++) c->mean_idle[d] /= step_s;
-        free(tr);
+        if (mean_step(c, r, tw, NULL, c->mean_idle) < 0) rc = ir_errf(err, errlen, "the mean step cannot be replayed");
         if (!rc) rc = mean_step_spread(c, r, tw, err, errlen);
     }
     free(order);
