@@ -70,21 +70,14 @@ static int run_lowered(const cli_opts *o, session_world *w, shard_state *st, int
                        const char *cfg, const cost_hw *hw)
 {
     char err[1024];
-    if (!piped) {
-        spmd_program *p = spmd_lower(st);
-        int rc = run_checked(o, w, p, NULL, NULL, cfg, hw);
-        spmd_free(p);
-        return rc;
-    }
-    pipe_program pp;
-    ir_graph *ref = session_run_reference(model, o->optimizer, ps->microbatches, err, sizeof err);
-    if (!ref || session_run_lower_pipeline(st, ps, hw, &pp, err, sizeof err) < 0) {
+    session_run_program rp;
+    if (session_run_program_build(&rp, st, piped, ps, model, o->optimizer, hw, err, sizeof err) < 0) {
         cli_error("run: %s", err);
-        ir_free(ref);
         return CLI_BAD_INPUT;
     }
-    int rc = run_checked(o, w, pp.prog, &pp, ref, cfg, hw);
-    pipe_program_free(&pp);
+    int rc = run_checked(o, w, rp.p, rp.piped ? &rp.pp : NULL, rp.ref, cfg, hw);
+    rp.ref = NULL; /* taken over by the run */
+    session_run_program_free(&rp);
     return rc;
 }
 
@@ -113,8 +106,9 @@ static int run_plan(const cli_opts *o, session_world *w, const cost_hw *hw)
     cli_plan_note(&pl);
     int rc = CLI_BAD_INPUT;
     if (session_plan_matches(&pl, o->plan, o->mesh, o->model, err, sizeof err) < 0) cli_error("run: %s", err);
-    else if (pl.mesh.n_devices > 256)
-        cli_error("run: plan '%s' has %lld devices; carve run simulates at most 256", o->plan, (long long)pl.mesh.n_devices);
+    else if (pl.mesh.n_devices > SESSION_RUN_MAX_DEVICES)
+        cli_error("run: plan '%s' has %lld devices; carve run simulates at most %d", o->plan, (long long)pl.mesh.n_devices,
+                  SESSION_RUN_MAX_DEVICES);
     else {
         pipe_spec ps;
         int piped = session_plan_pipeline(&pl, g, &ps, err, sizeof err);
@@ -149,12 +143,14 @@ static int run_schedule(const cli_opts *o, session_world *w, const cost_hw *hw)
                            : "run: --schedule is required (e.g. --schedule dp:batch,megatron:model)");
         return CLI_BAD_INPUT;
     }
-    if (shard_mesh_parse(o->mesh, &mesh, err, sizeof err) < 0 || (mesh.n_devices <= 256 && sched_parse(o->schedule, &mesh, &sc, err, sizeof err) < 0)) {
+    if (shard_mesh_parse(o->mesh, &mesh, err, sizeof err) < 0 ||
+        (mesh.n_devices <= SESSION_RUN_MAX_DEVICES && sched_parse(o->schedule, &mesh, &sc, err, sizeof err) < 0)) {
         cli_error("run: %s", err);
         return CLI_BAD_INPUT;
     }
-    if (mesh.n_devices > 256) {
-        cli_error("run: mesh '%s' has %lld devices; carve run simulates at most 256", o->mesh, (long long)mesh.n_devices);
+    if (mesh.n_devices > SESSION_RUN_MAX_DEVICES) {
+        cli_error("run: mesh '%s' has %lld devices; carve run simulates at most %d", o->mesh, (long long)mesh.n_devices,
+                  SESSION_RUN_MAX_DEVICES);
         return CLI_BAD_INPUT;
     }
     cli_opts with_weights = *o; /* an ONNX file's run starts from its weights */
@@ -166,15 +162,11 @@ static int run_schedule(const cli_opts *o, session_world *w, const cost_hw *hw)
         ir_free(g);
         return CLI_BAD_INPUT;
     }
-    shard_state *st = shard_state_new(g, &mesh);
     pipe_spec ps;
-    int rc, piped = sched_pipeline_step(&sc, g, &mesh, &ps, err, sizeof err);
-    if (piped < 0 || sched_apply(&sc, st, err, sizeof err) < 0) {
-        cli_error("run: %s", err);
-        rc = CLI_BAD_INPUT;
-    } else {
-        rc = run_lowered(o, w, st, piped, &ps, o->model, cfg, hw);
-    }
+    int rc = CLI_BAD_INPUT, piped;
+    shard_state *st = session_run_state(g, &mesh, &sc, &piped, &ps, err, sizeof err);
+    if (!st) cli_error("run: %s", err);
+    else rc = run_lowered(o, w, st, piped, &ps, o->model, cfg, hw);
     shard_state_free(st);
     ir_free(g);
     return rc;

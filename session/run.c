@@ -185,8 +185,21 @@ static int run_hw(const cost_hw *hw, int fused, cost_hw *h, char *err, size_t er
     return 0;
 }
 
-int session_run_lower_pipeline(shard_state *st, const pipe_spec *ps, const cost_hw *hw, pipe_program *pp, char *err,
-                               size_t errlen)
+shard_state *session_run_state(const ir_graph *g, const shard_mesh *mesh, const schedule *sc, int *piped, pipe_spec *ps,
+                               char *err, size_t errlen)
+{
+    shard_state *st = shard_state_new(g, mesh);
+    *piped = sched_pipeline_step(sc, g, mesh, ps, err, errlen);
+    if (*piped < 0 || sched_apply(sc, st, err, errlen) < 0) {
+        shard_state_free(st);
+        return NULL;
+    }
+    return st;
+}
+
+/* st's step (a pipeline's body) lowered under ps for a run
+ * (session_run_program.pp).  Returns 0, or -1 with a message. */
+static int lower_pipeline(shard_state *st, const pipe_spec *ps, const cost_hw *hw, pipe_program *pp, char *err, size_t errlen)
 {
     cost_estimate e;
     cost_options opt = {.precision = COST_FP32};
@@ -198,13 +211,45 @@ int session_run_lower_pipeline(shard_state *st, const pipe_spec *ps, const cost_
     return rc;
 }
 
-ir_graph *session_run_reference(const char *model, const char *optimizer, int m, char *err, size_t errlen)
+/* What a pipelined run is checked against (session_run_program.ref).  NULL
+ * with a message. */
+static ir_graph *reference(const char *model, const char *optimizer, int m, char *err, size_t errlen)
 {
     model_config cfg;
     ir_optimizer opt = session_optimizer(optimizer);
     if (!model || !model[0]) return ir_errf(err, errlen, "run: a pipelined run is checked against its model's unrolled step: give --model"), NULL;
     if (model_parse(model, &cfg, err, errlen) < 0) return NULL;
     return model_build_microbatched_step(&cfg, &opt, m, err, errlen);
+}
+
+int session_run_program_build(session_run_program *rp, shard_state *st, int piped, const pipe_spec *ps, const char *model,
+                              const char *optimizer, const cost_hw *hw, char *err, size_t errlen)
+{
+    memset(rp, 0, sizeof *rp);
+    rp->piped = piped;
+    if (!piped) {
+        rp->p = spmd_lower(st);
+        return 0;
+    }
+    rp->ref = reference(model, optimizer, ps->microbatches, err, errlen);
+    if (!rp->ref || lower_pipeline(st, ps, hw, &rp->pp, err, errlen) < 0) {
+        ir_free(rp->ref);
+        memset(rp, 0, sizeof *rp);
+        return -1;
+    }
+    rp->p = rp->pp.prog;
+    return 0;
+}
+
+void session_run_program_free(session_run_program *rp)
+{
+    if (rp->piped) {
+        pipe_program_free(&rp->pp);
+        ir_free(rp->ref);
+    } else {
+        spmd_free(rp->p);
+    }
+    memset(rp, 0, sizeof *rp);
 }
 
 const pipe_program *session_run_pipeline(const session_run *r) { return r->pp; }

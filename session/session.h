@@ -324,22 +324,36 @@ int session_run_open_pipe(session_run **out, session_world *w, const pipe_progra
  * (fused_elementwise 1), as it runs.  Returns 0, or -1 with a message naming
  * the profile. */
 int session_run_hw(const char *name_or_path, cost_hw *hw, char *err, size_t errlen);
-/* Lowers st's step (a pipeline's body) under ps for a run: an auto layer
- * split balanced by hw's prices in f32 (NULL: the `cpu` preset's), what the
- * executor runs (cost_price_pipelined).  Returns 0 (free pp with
- * pipe_program_free), or -1 with a message. */
-int session_run_lower_pipeline(shard_state *st, const pipe_spec *ps, const cost_hw *hw, pipe_program *pp, char *err,
-                               size_t errlen);
+/* The most devices carve run simulates. */
+#define SESSION_RUN_MAX_DEVICES 256
+
+/* A fresh state of g on mesh with sc applied; *piped and *ps as
+ * sched_pipeline_step says (1: sc pipelines, ps its pipeline).  NULL with a
+ * message. */
+shard_state *session_run_state(const ir_graph *g, const shard_mesh *mesh, const schedule *sc, int *piped, pipe_spec *ps,
+                               char *err, size_t errlen);
+
+/* What carve run runs for a state: its SPMD program, or where it pipelines
+ * the pipelined program and the reference it is checked against. */
+typedef struct session_run_program {
+    int piped;
+    spmd_program *p;  /* the program run (pp.prog when piped) */
+    pipe_program pp;  /* piped: st's step lowered under ps, an auto layer split balanced by hw's prices in f32 (NULL:
+                         the `cpu` preset's), as the executor runs it (cost_price_pipelined) */
+    ir_graph *ref;    /* piped: the unrolled step of `model` with `optimizer` at its micro-batches
+                         (model_build_microbatched_step), for session_run_open_pipe (which takes it over) */
+} session_run_program;
+/* Builds rp for st (piped, ps: from session_run_state).  Returns 0 (free rp
+ * with session_run_program_free), or -1 with a message. */
+int session_run_program_build(session_run_program *rp, shard_state *st, int piped, const pipe_spec *ps, const char *model,
+                              const char *optimizer, const cost_hw *hw, char *err, size_t errlen);
+void session_run_program_free(session_run_program *rp);
 /* Prices the run's predictions (session_run_predicted_peak,
  * session_run_pipe_estimate) on hw (from session_run_hw; the caller keeps
  * it alive while the run is open) instead of the `cpu` preset. */
 void session_run_set_hw(session_run *r, const cost_hw *hw);
 /* The profile set by session_run_set_hw, or NULL (the `cpu` preset). */
 const cost_hw *session_run_get_hw(const session_run *r);
-/* What a pipelined run is checked against: the unrolled step of model
- * (its spec) with `optimizer` at m micro-batches
- * (model_build_microbatched_step).  NULL with a message. */
-ir_graph *session_run_reference(const char *model, const char *optimizer, int m, char *err, size_t errlen);
 /* The run's pipelined program, or NULL. */
 const pipe_program *session_run_pipeline(const session_run *r);
 /* The graph the check compares with (the outputs its indices name): the
