@@ -35,6 +35,10 @@
  *           slowest device) in place of its price: when it agrees with the
  *           replay and the prediction does not, the prediction's task
  *           times are off, not its model of the schedule;
+ *           elasticity: how far the predicted bubble moves, relative to
+ *           it, when the last virtual stage (the head and loss run there)
+ *           takes 5% less than priced, over that 5%: the precision its
+ *           price needs for the bubble to be predicted within 20%;
  *   memory  predicted: the stage's peak (cost_pipe_stage.peak, calibrated
  *           profile; the preset's is counted equal or not); laid out: its
  *           arena (liveness over its own task order); measured: its
@@ -125,6 +129,8 @@ typedef struct tally {
     double med_worst;
     double spread_worst; /* the largest interquartile range of a stage's replayed bubble over the steps, over its median */
     int mem_same;        /* stages whose predicted peak is the same on both profiles */
+    double elast_worst;  /* the largest elasticity of a predicted bubble to the last virtual stage's time */
+    int elast_case, elast_stage;
 } tally;
 
 static void judge(double meas, double pred, int *in, int *n, double *worst)
@@ -198,12 +204,14 @@ typedef struct bcase {
     cost_pipe_estimate pe, pc; /* the cpu preset's price, the calibrated profile's */
     cost_ws *ws;
     cost_hw hw;                /* the cpu preset with the executor's fused groups (the simulation's transfers) */
+    const cost_hw *cal;        /* this machine's calibrated profile (calibrated()) */
     double *replay, *wall;     /* [stage][round * T + step]: the stage's idlest device's share */
     double *resident, *laid;   /* [stage]: the largest over the rounds; the arena */
     double *seg_cpu;           /* [segment][round * slots + step * m + mb]: CPU seconds, the stage's slowest device */
     double *mean_idle;         /* [device]: its idle share of the mean step replayed */
     double *traces;            /* [timed step][device][exec_pipe_trace_len]: every timed step's CPU-time trace */
     double *se;                /* [stage]: the standard error of its mean step's bubble (bootstrap over the timed steps) */
+    double *elast;             /* [stage]: its predicted bubble's elasticity to the last virtual stage's task times */
     int n_trace;               /* timed steps in traces */
 } bcase;
 
@@ -226,6 +234,34 @@ static double seg_price(const bcase *c, int seg)
     return n ? sum / n : NAN;
 }
 
+/* How much each stage's predicted bubble (calibrated profile) depends on
+ * the last virtual stage's price (its forward and backward; the head and
+ * loss run there): the schedule simulated (cost_pipe_simulate_times) on
+ * the priced task times, and again with that stage's 5% shorter; c->elast[r]
+ * the relative change of stage r's idle share over the relative change of
+ * the time (-0.05).  An elasticity e means the bubble is predicted within
+ * 20% only while that stage's time is within 20% / e of its price relative
+ * to the others'.  Returns 0 or -1 with err. */
+static int last_stage_elasticity(bcase *c, char *err, size_t errlen)
+{
+    enum { SHORTER = 5 }; /* percent */
+    cost_options o = {COST_FP32, 0, 0, COST_GRADS_AUTO};
+    double *t = calloc((size_t)c->NS + 1, sizeof *t), *base = calloc((size_t)c->P + 1, sizeof *base);
+    double *less = calloc((size_t)c->P + 1, sizeof *less);
+    c->elast = calloc((size_t)c->P + 1, sizeof *c->elast);
+    int rc = t && base && less && c->elast ? 0 : ir_errf(err, errlen, "out of memory");
+    for (int q = 0; !rc && q < c->NS; q++) t[q] = q < 2 * c->V ? seg_price(c, q) : c->pc.stage[q - 2 * c->V].end;
+    if (!rc) rc = cost_pipe_simulate_times(c->ws, &c->pp, c->cal, &o, t, base, err, errlen);
+    t[c->V - 1] *= 1 - SHORTER / 100.0;
+    t[2 * c->V - 1] *= 1 - SHORTER / 100.0;
+    if (!rc) rc = cost_pipe_simulate_times(c->ws, &c->pp, c->cal, &o, t, less, err, errlen);
+    for (int r = 0; !rc && r < c->P; r++) c->elast[r] = base[r] > 0 ? (less[r] / base[r] - 1) / (-SHORTER / 100.0) : 0;
+    free(t);
+    free(base);
+    free(less);
+    return rc;
+}
+
 static void case_close(bcase *c)
 {
     free(c->replay);
@@ -236,6 +272,7 @@ static void case_close(bcase *c)
     free(c->mean_idle);
     free(c->traces);
     free(c->se);
+    free(c->elast);
     cost_pipe_estimate_free(&c->pe);
     cost_pipe_estimate_free(&c->pc);
     cost_ws_free(c->ws);
@@ -280,6 +317,7 @@ static int case_open(bcase *c, int k, int steps, int rounds, char *err, size_t e
     /* what `carve run` prints: on the cpu preset (no --hw) and with --hw the calibrated profile */
     if (!rc) rc = session_run_price_pipeline(&c->pp, NULL, &c->pe, err, errlen);
     if (!rc) rc = session_run_price_pipeline(&c->pp, cal, &c->pc, err, errlen);
+    c->cal = cal;
     c->P = s->stages;
     c->V = pipe_vstages(s);
     c->NS = 2 * c->V + c->P;
@@ -296,6 +334,7 @@ static int case_open(bcase *c, int k, int steps, int rounds, char *err, size_t e
     c->seg_cpu = calloc((size_t)c->NS * (size_t)c->R * (size_t)c->slots + 1, sizeof *c->seg_cpu);
     c->mean_idle = calloc((size_t)c->n_dev + 1, sizeof *c->mean_idle);
     if (!rc && (!c->replay || !c->wall || !c->resident || !c->laid || !c->seg_cpu || !c->mean_idle)) rc = ir_errf(err, errlen, "out of memory");
+    if (!rc) rc = last_stage_elasticity(c, err, errlen);
     if (rc) case_close(c);
     return rc ? -1 : 0;
 }
@@ -462,9 +501,11 @@ static int case_report(bcase *c, tally *t, char *err, size_t errlen)
         }
         const cost_pipe_stage *xc = &c->pc.stage[stage], *xb = &c->pe.stage[stage];
         size_t used = strlen(diag);
-        snprintf(diag + used, sizeof diag - used, "| %s | `%s` %s | %s | %d | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f |\n",
+        snprintf(diag + used, sizeof diag - used, "| %s | `%s` %s | %s | %d | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f |\n",
                  stage ? "" : cases[k].model[0] == 'g' ? "gpt" : "llama", cases[k].mesh, cases[k].sched, pipe_schedule_name(cases[k].kind),
-                 stage, 1e3 * f, 1e3 * b, b / f, f / xc->fwd, b / xc->bwd, end / xc->end, f / xb->fwd, b / xb->bwd, end / xb->end);
+                 stage, 1e3 * f, 1e3 * b, b / f, f / xc->fwd, b / xc->bwd, end / xc->end, f / xb->fwd, b / xb->bwd, end / xb->end,
+                 c->elast[stage]);
+        if (fabs(c->elast[stage]) > fabs(t->elast_worst)) t->elast_worst = c->elast[stage], t->elast_case = k, t->elast_stage = stage;
     }
     for (int vs = 0; !rc && c->s.chunks > 1 && vs < V; vs++) { /* per chunk: measured against priced */
         double f = seg_time[vs], b = seg_time[V + vs], pf = seg_price(c, vs), pb = seg_price(c, V + vs);
@@ -569,13 +610,15 @@ int main(void)
         } else n++;
     }
     if (!rc && price_only) { /* the predictions alone */
-        printf("\n| case | model | mesh | schedule | predicted bubble per stage (calibrated) | chunks' forward / backward, ms |\n"
-               "|---|---|---|---|---|---|\n");
+        printf("\n| case | model | mesh | schedule | predicted bubble per stage (calibrated) | its elasticity to the last virtual stage's "
+               "time | chunks' forward / backward, ms |\n|---|---|---|---|---|---|---|\n");
         for (int i = 0; i < n; i++) {
             const bcase *c = &cs[i];
             printf("| %d | %s | `%s` %s | %s m=%d |", c->k, cases[c->k].model, cases[c->k].mesh, cases[c->k].sched,
                    pipe_schedule_name(cases[c->k].kind), cases[c->k].m);
             for (int r = 0; r < c->P; r++) printf(" %.3f", c->pc.stage[r].idle / c->pc.step);
+            printf(" |");
+            for (int r = 0; r < c->P; r++) printf(" %.2f", c->elast[r]);
             printf(" |");
             for (int vs = 0; c->V > c->P && vs < c->V; vs++) printf(" %.3f / %.3f", 1e3 * seg_price(c, vs), 1e3 * seg_price(c, c->V + vs));
             printf(" |\n");
@@ -598,9 +641,13 @@ int main(void)
     if (getloadavg(load, 3) < 0) load[0] = NAN;
     printf("\nThe task times behind the bubbles: each stage's forward, backward (one micro-batch, every chunk) and end of step\n"
            "as measured (median CPU seconds over micro-batches and steps, the stage's slowest device) over their price on\n"
-           "each profile (`cost_pipe_stage` fwd, bwd, end). A bubble follows the stages' ratios to each other, not their level.\n\n"
+           "each profile (`cost_pipe_stage` fwd, bwd, end). A bubble follows the stages' ratios to each other, not their level.\n"
+           "*Elasticity*: how far the stage's predicted bubble (calibrated) moves when the last virtual stage's forward and backward\n"
+           "(its layers, the head and the loss) take 5%% less than priced, relative to that change (the schedule simulated on the\n"
+           "priced task times both ways, `cost_pipe_simulate_times`): with elasticity e, a bubble is predicted within 20%% only\n"
+           "while that stage's time is within 20%% / e of its price, relative to the other stages'.\n\n"
            "| model | mesh | schedule | stage | fwd ms | bwd ms | bwd / fwd | fwd / calibrated | bwd / calibrated | end / calibrated "
-           "| fwd / preset | bwd / preset | end / preset |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|\n%s", diag);
+           "| fwd / preset | bwd / preset | end / preset | elasticity |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n%s", diag);
     printf("\nThe interleaved cases per chunk (virtual stage): its forward and backward of one micro-batch as measured (median\n"
            "CPU seconds, as above) and as priced on the calibrated profile (the simulated task's span, mean over its micro-batches).\n"
            "Chunks of the same layers should have the same measured / priced ratio; a stage whose chunks run slower than priced,\n"
@@ -628,6 +675,9 @@ int main(void)
            t.step_ratio_hi);
     printf("- the schedule's model (cost_pipe_simulate_times) run with the measured task times (each segment's median CPU "
            "time): the replay within 20%% of it on %d of %d stages (largest difference %.1f%%)\n", t.sim_in, t.sim_n, 100 * t.sim_worst);
+    printf("- the predicted bubbles' elasticity to the last virtual stage's time: at most %.2f (case %d, stage %d), so that stage's "
+           "bubble is predicted within 20%% only while the last virtual stage's price is within %.0f%% of its time relative to the "
+           "other stages'\n", fabs(t.elast_worst), t.elast_case, t.elast_stage, t.elast_worst ? 20 / fabs(t.elast_worst) : 0);
     printf("- memory within 20%% (measured against the calibrated profile's prediction): **%d of %d** stages (largest "
            "difference %.1f%%); the predicted peak is the same on both profiles on %d of %d\n",
            t.mem_in, t.mem_n, 100 * t.mem_worst, t.mem_same, t.mem_n);
