@@ -195,7 +195,8 @@ static char diag[1 << 16], chunks[1 << 16];
 /* One case across the rounds: its program and prices (made once), and what
  * each round measured, pooled. */
 typedef struct bcase {
-    int k, P, V, NS, nt, n_dev, T, R, slots; /* T timed steps a round, R rounds; slots: T * m a round */
+    int k, P, V, NS, nt, n_dev, T, R, slots; /* T timed steps a round, R rounds run; slots: T * m a round */
+    int R_max;                 /* the rounds the case has room for (the base rounds and the extra ones) */
     ir_graph *g;
     shard_state *st;
     shard_mesh mesh;
@@ -285,7 +286,7 @@ static void case_close(bcase *c)
 /* Lowers case k and prices it on both profiles (calibrating this machine
  * first when no case of its model and tactics has).  Returns 0 or -1 with
  * err (c then closed). */
-static int case_open(bcase *c, int k, int steps, int rounds, char *err, size_t errlen)
+static int case_open(bcase *c, int k, int steps, int rounds, int extra, char *err, size_t errlen)
 {
     model_config cfg;
     ir_optimizer opt = ir_default_adam();
@@ -324,14 +325,15 @@ static int case_open(bcase *c, int k, int steps, int rounds, char *err, size_t e
     c->nt = pipe_task_count(s);
     c->n_dev = (int)c->mesh.n_devices;
     c->T = steps - 1;
-    c->R = rounds;
+    c->R = 0;
+    c->R_max = rounds + extra;
     c->slots = c->T * s->microbatches;
-    size_t per = (size_t)c->R * (size_t)c->T;
+    size_t per = (size_t)c->R_max * (size_t)c->T;
     c->replay = calloc((size_t)c->P * per + 1, sizeof *c->replay);
     c->wall = calloc((size_t)c->P * per + 1, sizeof *c->wall);
     c->resident = calloc((size_t)c->P + 1, sizeof *c->resident);
     c->laid = calloc((size_t)c->P + 1, sizeof *c->laid);
-    c->seg_cpu = calloc((size_t)c->NS * (size_t)c->R * (size_t)c->slots + 1, sizeof *c->seg_cpu);
+    c->seg_cpu = calloc((size_t)c->NS * (size_t)c->R_max * (size_t)c->slots + 1, sizeof *c->seg_cpu);
     c->mean_idle = calloc((size_t)c->n_dev + 1, sizeof *c->mean_idle);
     if (!rc && (!c->replay || !c->wall || !c->resident || !c->laid || !c->seg_cpu || !c->mean_idle)) rc = ir_errf(err, errlen, "out of memory");
     if (!rc) rc = last_stage_elasticity(c, err, errlen);
@@ -387,7 +389,7 @@ static int mean_step_spread(bcase *c, const exec_spmd *r, int tw, char *err, siz
     enum { DRAWS = 200 };
     double *idle = malloc(((size_t)c->n_dev + 1) * sizeof *idle);
     double *sum = calloc((size_t)c->P + 1, sizeof *sum), *sq = calloc((size_t)c->P + 1, sizeof *sq);
-    c->se = calloc((size_t)c->P + 1, sizeof *c->se);
+    if (!c->se) c->se = calloc((size_t)c->P + 1, sizeof *c->se);
     int rc = idle && sum && sq && c->se ? 0 : ir_errf(err, errlen, "out of memory");
     pcg32 g;
     pcg32_seed(&g, 27, (uint64_t)c->k);
@@ -418,13 +420,13 @@ static int case_round(bcase *c, int round, tally *t, char *err, size_t errlen)
 {
     const pipe_spec *s = &c->s;
     int P = c->P, V = c->V, nt = c->nt, rc = 0;
-    size_t per = (size_t)c->R * (size_t)c->T;
+    size_t per = (size_t)c->R_max * (size_t)c->T;
     exec_spmd *r = exec_pipe_new(&c->pp, EXEC_THREADS, 0, err, errlen);
     pipe_task *order = calloc((size_t)nt + 1, sizeof *order);
     if (!r || !order) rc = r ? ir_errf(err, errlen, "out of memory") : -1;
     if (r) exec_spmd_init_args(r, 1);
     int tw = r ? exec_pipe_trace_len(r) : 0, cpus = (int)sysconf(_SC_NPROCESSORS_ONLN);
-    if (!rc && !c->traces && !(c->traces = calloc((size_t)c->R * (size_t)c->T * (size_t)c->n_dev * (size_t)tw + 1, sizeof *c->traces)))
+    if (!rc && !c->traces && !(c->traces = calloc((size_t)c->R_max * (size_t)c->T * (size_t)c->n_dev * (size_t)tw + 1, sizeof *c->traces)))
         rc = ir_errf(err, errlen, "out of memory");
     for (int step = 0; !rc && step <= c->T; step++) {
         if (c->n_dev <= cpus) rotate(c->n_dev, cpus, step);
@@ -456,7 +458,7 @@ static int case_round(bcase *c, int round, tally *t, char *err, size_t errlen)
             pipe_task_order(s, stage, order);
             for (int i = 0; step > 0 && i <= nt; i++) {
                 int seg = i == nt ? 2 * V + stage : order[i].dir == PIPE_FWD ? order[i].chunk * P + stage : V + order[i].chunk * P + stage;
-                double *slot = &c->seg_cpu[((size_t)seg * (size_t)c->R + (size_t)round) * (size_t)c->slots +
+                double *slot = &c->seg_cpu[((size_t)seg * (size_t)c->R_max + (size_t)round) * (size_t)c->slots +
                                            (size_t)(step - 1) * (size_t)s->microbatches + (size_t)(i == nt ? 0 : order[i].mb)];
                 *slot = fmax(*slot, tc[2 * i + 1] - tc[2 * i]);
             }
@@ -464,7 +466,8 @@ static int case_round(bcase *c, int round, tally *t, char *err, size_t errlen)
     }
     for (int stage = 0; !rc && stage < P; stage++) c->laid[stage] = (double)exec_pipe_stage_bytes(r, stage);
     if (c->n_dev <= cpus) rotate(c->n_dev, cpus, -1);
-    if (!rc && round == c->R - 1) { /* the mean step of every round: each point of the trace averaged, replayed once */
+    c->R = rc ? c->R : round + 1;
+    if (!rc) { /* the mean step of the rounds so far: each point of the trace averaged, replayed once; its spread */
         if (mean_step(c, r, tw, NULL, c->mean_idle) < 0) rc = ir_errf(err, errlen, "the mean step cannot be replayed");
         if (!rc) rc = mean_step_spread(c, r, tw, err, errlen);
     }
@@ -473,22 +476,36 @@ static int case_round(bcase *c, int round, tally *t, char *err, size_t errlen)
     return rc;
 }
 
+/* Whether a stage of c has a mean-step bubble whose standard error is above
+ * `goal` of it (the rounds run so far). */
+static int se_above(const bcase *c, double goal)
+{
+    for (int stage = 0; stage < c->P; stage++) {
+        double rb = 0;
+        for (int d = 0; d < c->n_dev; d++)
+            if ((int)shard_device_coord(&c->mesh, d, c->s.axis) == stage) rb = fmax(rb, c->mean_idle[d]);
+        if (rb > 0 && c->se[stage] > goal * rb) return 1;
+    }
+    return 0;
+}
+
 /* c's rows: the pooled figures of every round against both predictions, and
  * its rows of the per-task table (into diag).  Returns 0 or -1 with err. */
 static int case_report(bcase *c, tally *t, char *err, size_t errlen)
 {
     int P = c->P, V = c->V, NS = c->NS, n = c->R * c->T, k = c->k, rc = 0;
-    size_t per = (size_t)n, pool = (size_t)c->R * (size_t)c->slots;
+    /* per: a stage's stride in replay and wall (n of its slots used); pool: a segment's in seg_cpu (R * slots used) */
+    size_t per = (size_t)c->R_max * (size_t)c->T, pool = (size_t)c->R_max * (size_t)c->slots, used_pool = (size_t)c->R * (size_t)c->slots;
     cost_options o = {COST_FP32, 0, 0, COST_GRADS_AUTO};
     /* per segment of the schedule's model (forwards, backwards, ends) the median CPU time over micro-batches, steps and
        rounds, to simulate the schedule with (cost_pipe_simulate_times) */
     double *seg_time = calloc((size_t)NS + 1, sizeof *seg_time), *sim_idle = calloc((size_t)P + 1, sizeof *sim_idle);
-    double *tmp = calloc(per + 1, sizeof *tmp);
+    double *tmp = calloc((size_t)n + 1, sizeof *tmp);
     if (!seg_time || !sim_idle || !tmp) rc = ir_errf(err, errlen, "out of memory");
     for (int q = 0; !rc && q < NS; q++) {
         int m = 0;
         double *x = &c->seg_cpu[(size_t)q * pool];
-        for (size_t j = 0; j < pool; j++)
+        for (size_t j = 0; j < used_pool; j++)
             if (x[j] > 0) x[m++] = x[j];
         seg_time[q] = m ? median(x, m) : -1;
     }
@@ -561,8 +578,11 @@ int main(void)
     char err[640];
     int steps = getenv("STEPS") ? atoi(getenv("STEPS")) : 13;
     int rounds = getenv("ROUNDS") ? atoi(getenv("ROUNDS")) : 3;
+    int extra = getenv("EXTRA_ROUNDS") ? atoi(getenv("EXTRA_ROUNDS")) : 9;
+    double se_goal = getenv("SE_GOAL") ? atof(getenv("SE_GOAL")) : 0.08;
     if (steps < 2) steps = 2;
     if (rounds < 1) rounds = 1;
+    if (extra < 0) extra = 0;
     double t0 = bench_now(), load[3] = {0}, load0 = getloadavg(load, 3) < 0 ? NAN : load[0];
     tally t = {0};
     const char *po = getenv("PRICE_ONLY");
@@ -573,7 +593,9 @@ int main(void)
     else {
         printf("## Pipelines: measured bubble and stage memory against the cost model (bench_pipeline)\n\n");
         printf("Adam training steps in f32 on the threads backend (BLIS kernels: %s); %d rounds through every case in turn, each\n"
-               "running a case's %d steps on a fresh runtime, the first one not timed (%d timed steps a case).\n"
+               "running a case's %d steps on a fresh runtime, the first one not timed (%d timed steps a case); then each case\n"
+               "whose judged figure is not yet precise (a stage's standard error, below, above %.0f%% of its bubble) runs more\n"
+               "rounds until it is, %d more at the most (the precision asked of the measurement, whatever it agrees with).\n"
                "Bubble: a stage's idle share of the step. *Predicted, calibrated* (judged): what `carve run --hw FILE` prints,\n"
                "FILE this machine's profile calibrated in this run as docs/run.md says (`carve calibrate` at the case's model\n"
                "and tactics with its default %d rounds, each figure their median: `calib_profile_model`, written and read\n"
@@ -591,7 +613,7 @@ int main(void)
                "Memory (MiB): the stage's predicted peak (calibrated profile), its arena laid out by liveness over its own\n"
                "task order, and the arena pages resident after the steps (`mincore`; transparent huge pages round up to\n"
                "2 MiB). Target (issue 27): measured within 20%% of predicted.\n\n",
-               exec_blis_arch(), rounds, steps, rounds * (steps - 1), CALIB_DEFAULT_ROUNDS);
+               exec_blis_arch(), rounds, steps, rounds * (steps - 1), 100 * se_goal, extra, CALIB_DEFAULT_ROUNDS);
         printf("| model | mesh | schedule | stage | bubble predicted, calibrated | replay, mean step | its standard error | replay / predicted "
                "| replay, median step | q1-q3 | each round's median | median / predicted | predicted, cpu preset | replay / preset | "
                "simulated, measured tasks | wall | memory predicted | laid out | measured | measured / predicted |\n"
@@ -604,7 +626,7 @@ int main(void)
         char key[16];
         snprintf(key, sizeof key, "%d", k);
         if (only && !strstr(only, key)) continue;
-        if (case_open(&cs[n], k, steps, rounds, err, sizeof err) < 0) {
+        if (case_open(&cs[n], k, steps, rounds, extra, err, sizeof err) < 0) {
             fprintf(stderr, "bench_pipeline: case %d (%s over %s): %s\n", k, cases[k].model, cases[k].mesh, err);
             rc = 1;
         } else n++;
@@ -630,12 +652,25 @@ int main(void)
                 fprintf(stderr, "bench_pipeline: case %d, round %d: %s\n", cs[i].k, j + 1, err);
                 rc = 1;
             }
+    /* a case whose mean step is not yet precise (a stage's standard error above se_goal of its bubble) runs more
+       rounds, up to `extra` (the precision asked of the measurement, not its agreement with the prediction) */
+    for (int i = 0; !rc && !price_only && i < n; i++)
+        while (!rc && cs[i].R < cs[i].R_max && se_above(&cs[i], se_goal))
+            if (case_round(&cs[i], cs[i].R, &t, err, sizeof err) < 0) {
+                fprintf(stderr, "bench_pipeline: case %d, round %d: %s\n", cs[i].k, cs[i].R + 1, err);
+                rc = 1;
+            }
     for (int i = 0; !rc && !price_only && i < n; i++)
         if (case_report(&cs[i], &t, err, sizeof err) < 0) {
             fprintf(stderr, "bench_pipeline: case %d: %s\n", cs[i].k, err);
             rc = 1;
         }
-    for (int i = 0; i < n; i++) case_close(&cs[i]);
+    char timed[400] = ""; /* each case's timed steps, for the summary */
+    for (int i = 0; i < n; i++) {
+        size_t used = strlen(timed);
+        snprintf(timed + used, sizeof timed - used, "%s case %d %d", i ? "," : "", cs[i].k, cs[i].R * cs[i].T);
+        case_close(&cs[i]);
+    }
     free(cs);
     if (rc || price_only) return rc;
     if (getloadavg(load, 3) < 0) load[0] = NAN;
@@ -661,6 +696,8 @@ int main(void)
     printf("- the mean step's own precision (standard error of its bubble, a bootstrap over the timed steps): at most %.1f%% of a "
            "stage's bubble (case %d, stage %d); of the %d stages outside 20%%, %d are within two standard errors of the line\n",
            100 * t.se_worst, t.se_case, t.se_stage, t.cal_n - t.cal_in, t.cal_out_near);
+    printf("- timed steps a case:%s (%d rounds a case, %d timed steps, then more rounds while a stage's standard error is above %.0f%% of its bubble)\n",
+           timed, rounds, rounds * (steps - 1), 100 * se_goal);
     printf("- the median of the steps' replays against the same: %d of %d stages (largest difference %.1f%%)\n", t.med_in, t.med_n,
            100 * t.med_worst);
     printf("- for information, the mean step's replay against the `cpu` preset's prediction (`carve run` without --hw): %d of %d stages (largest "
