@@ -52,7 +52,10 @@
  * lower, price or run.  In the environment: ROUNDS (default 3) times
  * through every case in turn, each round a fresh runtime per case running
  * STEPS steps (default 13: 12 timed), the figures pooled over the rounds
- * (a slow spell of a shared machine hits every case, not one); CASES (e.g.
+ * (a slow spell of a shared machine hits every case, not one), then a case
+ * whose mean step is not yet precise (a stage's standard error above SE_GOAL,
+ * default 0.08, of its bubble) runs more rounds until it is, EXTRA_ROUNDS
+ * (default 9) more at the most; CASES (e.g.
  * "0,1,2", numbers below 10) runs those cases alone; CALIB_DIR=DIR keeps
  * the calibrated profiles in DIR (DIR/g.json, gm.json for the Megatron
  * case, l.json: read when there, else calibrated and written there), so a
