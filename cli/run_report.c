@@ -220,6 +220,11 @@ void run_print_pipeline(const session_world *w, session_run *r)
     if (priced)
         printf("  step: predicted %.4f s (bubble %.3f of it), replayed %.4f s, wall %.4f s\n", pe.step, pe.bubble, st->replay_s,
                st->wall_s);
+    if (priced && hw && hw->cores > 0 && mesh->n_devices > hw->cores) /* the step's seconds are not comparable; its shares are */
+        printf("  (the prediction prices every device's work %.2fx: %lld devices on the profile's %d cores, as if all were busy;\n"
+               "  the replay gives each device a core and the wall clock shares this machine's: compare the bubbles, which\n"
+               "  are shares of each one's own step, not the steps' seconds)\n",
+               cost_cpu_factor(hw, mesh->n_devices), (long long)mesh->n_devices, hw->cores);
     if (w->backend == EXEC_MPI)
         printf("  (MPI: a rank polls while it waits, so its CPU time and the replay count waiting as work, and its time\n"
                "  blocked in a receive includes MPI's own work on the message: judge the bubble on the threads backend)\n");
