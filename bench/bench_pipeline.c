@@ -363,6 +363,15 @@ static void rotate(int n_dev, int cores, int step)
     }
 }
 
+/* The stage's idlest device: the largest of per_dev[] over its devices. */
+static double stage_max(const bcase *c, const double *per_dev, int stage)
+{
+    double x = 0;
+    for (int d = 0; d < c->n_dev; d++)
+        if ((int)shard_device_coord(&c->mesh, d, c->s.axis) == stage) x = fmax(x, per_dev[d]);
+    return x;
+}
+
 /* A mean step: every point of the CPU-time traces averaged over the timed
  * steps (draw NULL: each step once; else as many steps drawn from draw with
  * replacement), replayed once; idle[d] device d's idle share of it.  Returns
@@ -399,9 +408,7 @@ static int mean_step_spread(bcase *c, const exec_spmd *r, int tw, char *err, siz
     for (int b = 0; !rc && b < DRAWS; b++) {
         if (mean_step(c, r, tw, &g, idle) < 0) rc = ir_errf(err, errlen, "a drawn mean step cannot be replayed");
         for (int stage = 0; !rc && stage < c->P; stage++) {
-            double f = 0;
-            for (int d = 0; d < c->n_dev; d++)
-                if ((int)shard_device_coord(&c->mesh, d, c->s.axis) == stage) f = fmax(f, idle[d]);
+            double f = stage_max(c, idle, stage);
             sum[stage] += f;
             sq[stage] += f * f;
         }
@@ -469,8 +476,8 @@ static int case_round(bcase *c, int round, tally *t, char *err, size_t errlen)
     }
     for (int stage = 0; !rc && stage < P; stage++) c->laid[stage] = (double)exec_pipe_stage_bytes(r, stage);
     if (c->n_dev <= cpus) rotate(c->n_dev, cpus, -1);
-    c->R = rc ? c->R : round + 1;
     if (!rc) { /* the mean step of the rounds so far: each point of the trace averaged, replayed once; its spread */
+        c->R = round + 1;
         if (mean_step(c, r, tw, NULL, c->mean_idle) < 0) rc = ir_errf(err, errlen, "the mean step cannot be replayed");
         if (!rc) rc = mean_step_spread(c, r, tw, err, errlen);
     }
@@ -484,9 +491,7 @@ static int case_round(bcase *c, int round, tally *t, char *err, size_t errlen)
 static int se_above(const bcase *c, double goal)
 {
     for (int stage = 0; stage < c->P; stage++) {
-        double rb = 0;
-        for (int d = 0; d < c->n_dev; d++)
-            if ((int)shard_device_coord(&c->mesh, d, c->s.axis) == stage) rb = fmax(rb, c->mean_idle[d]);
+        double rb = stage_max(c, c->mean_idle, stage);
         if (rb > 0 && c->se[stage] > goal * rb) return 1;
     }
     return 0;
@@ -543,10 +548,8 @@ static int case_report(bcase *c, tally *t, char *err, size_t errlen)
             size_t used = strlen(rounds);
             snprintf(rounds + used, sizeof rounds - used, "%s%.3f", j ? " / " : "", median(tmp, c->T));
         }
-        double rmed = median(rs, n), rb = 0;
+        double rmed = median(rs, n), rb = stage_max(c, c->mean_idle, stage); /* the mean step's replay */
         quartiles(rs, n, &q1, &q3);
-        for (int d = 0; d < c->n_dev; d++) /* the mean step's replay: the stage's idlest device */
-            if ((int)shard_device_coord(&c->mesh, d, c->s.axis) == stage) rb = fmax(rb, c->mean_idle[d]);
         double se = c->se[stage];
         if (fabs(rb / pred_c - 1) > 0.2 && fabs(rb / pred_c - 1) - 0.2 <= 2 * se / pred_c) t->cal_out_near++;
         if (rb > 0 && se / rb > t->se_worst) t->se_worst = se / rb, t->se_case = k, t->se_stage = stage;
