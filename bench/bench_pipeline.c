@@ -256,8 +256,8 @@ static int last_stage_elasticity(bcase *c, char *err, size_t errlen)
     int rc = t && base && less && c->elast ? 0 : ir_errf(err, errlen, "out of memory");
     for (int q = 0; !rc && q < c->NS; q++) t[q] = q < 2 * c->V ? seg_price(c, q) : c->pc.stage[q - 2 * c->V].end;
     if (!rc) rc = cost_pipe_simulate_times(c->ws, &c->pp, c->cal, &o, t, base, err, errlen);
-    t[c->V - 1] *= 1 - SHORTER / 100.0;
-    t[2 * c->V - 1] *= 1 - SHORTER / 100.0;
+    t[cost_pipe_seg_fwd(&c->s, c->V - 1)] *= 1 - SHORTER / 100.0;
+    t[cost_pipe_seg_bwd(&c->s, c->V - 1)] *= 1 - SHORTER / 100.0;
     if (!rc) rc = cost_pipe_simulate_times(c->ws, &c->pp, c->cal, &o, t, less, err, errlen);
     for (int r = 0; !rc && r < c->P; r++) c->elast[r] = base[r] > 0 ? (less[r] / base[r] - 1) / (-SHORTER / 100.0) : 0;
     free(t);
@@ -429,7 +429,7 @@ static int mean_step_spread(bcase *c, const exec_spmd *r, int tw, char *err, siz
 static int case_round(bcase *c, int round, tally *t, char *err, size_t errlen)
 {
     const pipe_spec *s = &c->s;
-    int P = c->P, V = c->V, nt = c->nt, rc = 0;
+    int P = c->P, nt = c->nt, rc = 0;
     size_t per = (size_t)c->R_max * (size_t)c->T;
     exec_spmd *r = exec_pipe_new(&c->pp, EXEC_THREADS, 0, err, errlen);
     pipe_task *order = calloc((size_t)nt + 1, sizeof *order);
@@ -467,7 +467,8 @@ static int case_round(bcase *c, int round, tally *t, char *err, size_t errlen)
             const double *tc = exec_pipe_task_cpu(r, d);
             pipe_task_order(s, stage, order);
             for (int i = 0; step > 0 && i <= nt; i++) {
-                int seg = i == nt ? 2 * V + stage : order[i].dir == PIPE_FWD ? order[i].chunk * P + stage : V + order[i].chunk * P + stage;
+                int vs = i == nt ? 0 : order[i].chunk * P + stage;
+                int seg = i == nt ? cost_pipe_seg_end(s, stage) : order[i].dir == PIPE_FWD ? cost_pipe_seg_fwd(s, vs) : cost_pipe_seg_bwd(s, vs);
                 double *slot = &c->seg_cpu[((size_t)seg * (size_t)c->R_max + (size_t)round) * (size_t)c->slots +
                                            (size_t)(step - 1) * (size_t)s->microbatches + (size_t)(i == nt ? 0 : order[i].mb)];
                 *slot = fmax(*slot, tc[2 * i + 1] - tc[2 * i]);
