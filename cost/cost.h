@@ -320,6 +320,17 @@ typedef struct cost_span {
  * out of memory or p is not a program of w's graph. */
 int cost_price_spans(cost_ws *w, const spmd_program *p, const cost_hw *hw, const cost_options *opt, const cost_span *spans,
                      int n_spans, const uint8_t *per_copy, int n_copies, double *time);
+/* cost_estimate_program and cost_price_spans with every device priced at
+ * the rates it has on a CPU profile when rate_devices devices run at once
+ * (cost_cpu_factor, the bandwidth factor, the einsums' alone or busy times,
+ * a collective's latency when they outnumber the cores; 1: a device alone on
+ * the machine); the cache share stays the mesh's.  0: the mesh's devices (the
+ * functions above).  For a pipelined step, whose stages run alone while
+ * others wait (cost/pipeline.h). */
+int cost_estimate_program_at(cost_ws *w, const spmd_program *p, const cost_hw *hw, const cost_options *opt, int64_t rate_devices,
+                             cost_estimate *out, char *err, size_t errlen);
+int cost_price_spans_at(cost_ws *w, const spmd_program *p, const cost_hw *hw, const cost_options *opt, int64_t rate_devices,
+                        const cost_span *spans, int n_spans, const uint8_t *per_copy, int n_copies, double *time);
 
 /* Reward for the search: fitting plans get baseline_time / step_time (> 0,
  * higher is better); a plan that does not fit gets -(excess) / (1 + excess)

@@ -460,6 +460,7 @@ typedef struct ctx {
     double mp_opt; /* bytes per optimizer-shard element the mixed-precision optimizer adds (cost_mp_optimizer_bytes) */
     int kern;    /* accelerator kernels (fused_elementwise 2): a kept dropout mask takes 1 byte an element */
     cost_precision precision;
+    int64_t rate_n; /* the devices whose rates the CPU terms take (the mesh's, or cost_estimate_program_at's) */
     double ser;  /* cost_cpu_factor of the mesh */
     double bw;   /* what the memory terms are multiplied by before ser (alone_bandwidth's factor / ser) */
     int oversub; /* devices outnumber cores */
@@ -574,7 +575,7 @@ static double timed_einsum(const ctx *c, const cost_hw *hw, const spmd_instr *in
     if (!t) return -1;
     const cost_ws *w = c->w;
     double all = w->buf_bytes[in->in[0]] + w->buf_bytes[in->in[1]] + w->buf_bytes[in->out];
-    return cost_gemm_time_price(hw, t, c->p->mesh.n_devices, all > 0 ? missed / all : 1) / c->ser;
+    return cost_gemm_time_price(hw, t, c->rate_n, all > 0 ? missed / all : 1) / c->ser;
 }
 
 /* Time of compute instruction `in` run alone, before the cores factor:
@@ -797,7 +798,8 @@ static void set_up(ctx *c, cost_ws *w, const spmd_program *p, const cost_hw *hw,
     *c = (ctx){.p = p, .w = w, .precision = opt->precision,
                .mixed = opt->precision == COST_MIXED_BF16 || opt->precision == COST_MIXED_FP16,
                .grad32 = cost_grads_f32(opt), .mp_opt = cost_mp_optimizer_bytes(opt),
-               .kern = hw->fused_elementwise == 2 && p->fuse.klen};
+               .kern = hw->fused_elementwise == 2 && p->fuse.klen,
+               .rate_n = p->mesh.n_devices};
     const shard_mesh *m = &p->mesh;
     for (unsigned mask = 0; mask < (1u << SHARD_MAX_AXES); mask++) {
         double prod = 1;
@@ -867,11 +869,11 @@ static void mark_lifetimes(ctx *c, const cost_hw *hw, double *live)
 static void set_up_devices(ctx *c, const cost_hw *hw, cost_estimate *out)
 {
     const spmd_program *p = c->p;
-    int64_t n = p->mesh.n_devices;
+    int64_t n = c->rate_n;
     double ser = cost_cpu_factor(hw, n);
     out->serialisation = c->ser = ser;
     c->bw = cpu_bandwidth_factor(hw, n) / ser;
-    c->cache = hw->cores > 0 && !c->kern && hw->cache_bytes > 0 ? hw->cache_bytes / (double)n : 0;
+    c->cache = hw->cores > 0 && !c->kern && hw->cache_bytes > 0 ? hw->cache_bytes / (double)p->mesh.n_devices : 0;
     for (int b = 0; c->cache > 0 && b < p->n_bufs; b++) c->w->touched[b] = -1e300;
     c->oversub = hw->cores > 0 && n > hw->cores;
 }
@@ -1046,6 +1048,12 @@ static void finish(const ctx *c, const cost_hw *hw, const cost_options *opt, swe
 int cost_estimate_program(cost_ws *w, const spmd_program *p, const cost_hw *hw, const cost_options *opt,
                           cost_estimate *out, char *err, size_t errlen)
 {
+    return cost_estimate_program_at(w, p, hw, opt, 0, out, err, errlen);
+}
+
+int cost_estimate_program_at(cost_ws *w, const spmd_program *p, const cost_hw *hw, const cost_options *opt, int64_t rate_devices,
+                             cost_estimate *out, char *err, size_t errlen)
+{
     if (cost_hw_check(hw, err, errlen) < 0) return -1;
     if (p->g != w->g) return ir_errf(err, errlen, "the cost workspace prices the programs of another graph ('%s', not '%s')",
                                      w->g ? w->g->name : "none", p->g->name);
@@ -1053,6 +1061,7 @@ int cost_estimate_program(cost_ws *w, const spmd_program *p, const cost_hw *hw, 
     if (!opt) opt = &defaults;
     ctx c;
     set_up(&c, w, p, hw, opt, out);
+    if (rate_devices > 0) c.rate_n = rate_devices;
     sweep s = {.peak = -1};
     mark_lifetimes(&c, hw, s.live);
     set_up_devices(&c, hw, out);
@@ -1088,6 +1097,12 @@ static void swap_copy(cost_ws *w, const spmd_program *p, const cost_span *sp, co
 int cost_price_spans(cost_ws *w, const spmd_program *p, const cost_hw *hw, const cost_options *opt, const cost_span *spans,
                      int n_spans, const uint8_t *per_copy, int n_copies, double *time)
 {
+    return cost_price_spans_at(w, p, hw, opt, 0, spans, n_spans, per_copy, n_copies, time);
+}
+
+int cost_price_spans_at(cost_ws *w, const spmd_program *p, const cost_hw *hw, const cost_options *opt, int64_t rate_devices,
+                        const cost_span *spans, int n_spans, const uint8_t *per_copy, int n_copies, double *time)
+{
     static const cost_options defaults = {COST_FP32, 0, 0, COST_GRADS_AUTO};
     if (!opt) opt = &defaults;
     if (p->g != w->g || p->n_instrs > w->cap_instrs) return -1;
@@ -1106,6 +1121,7 @@ int cost_price_spans(cost_ws *w, const spmd_program *p, const cost_hw *hw, const
     ctx c;
     cost_estimate scratch;
     set_up(&c, w, p, hw, opt, &scratch); /* (clears the layer sums: restored below) */
+    if (rate_devices > 0) c.rate_n = rate_devices;
     set_up_devices(&c, hw, &scratch);     /* every buffer untouched */
     for (size_t k = 0; k < (size_t)nb * (size_t)n_copies; k++) copy_t[k] = -1e300;
     for (int j = 0; j < n_spans && c.cache > 0; j++) { /* (no cache model: the order changes nothing) */

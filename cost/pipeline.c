@@ -70,7 +70,7 @@ int cost_pipe_add_event(cost_pipe_model *m, int seg, int kind, int xfer, double 
     if (seg < m->last_seg || seg >= m->n_segs) return -1; /* segments are filled in order */
     for (int k = m->last_seg + 1; k <= seg; k++) m->seg_first[k] = m->n_ev;
     m->last_seg = seg;
-    m->ev[m->n_ev++] = (cost_pipe_event){kind, xfer, time};
+    m->ev[m->n_ev++] = (cost_pipe_event){kind, xfer, time, 0};
     return 0;
 }
 
@@ -171,6 +171,127 @@ typedef struct cursor {
     double t;    /* its clock */
 } cursor;
 
+/* The model's segment of stage st's task t (NULL: its end of step). */
+static int task_segment(const pipe_spec *s, int st, const pipe_task *t)
+{
+    if (!t) return cost_pipe_seg_end(s, st);
+    int vs = t->chunk * s->stages + st;
+    return t->dir == PIPE_FWD ? cost_pipe_seg_fwd(s, vs) : cost_pipe_seg_bwd(s, vs);
+}
+
+/* The transfer slot of event x in micro-batch k. */
+static size_t xfer_slot(const cost_pipe_model *m, const cost_pipe_event *x, int k)
+{
+    return (size_t)x->xfer * m->spec.microbatches + (m->xfer_end && x->xfer >= 0 && m->xfer_end[x->xfer] ? 0 : k);
+}
+
+/* Whether m's devices share the cores: some work runs faster alone. */
+static int shares_cores(const cost_pipe_model *m)
+{
+    for (int e = 0; m->cores > 0 && e < m->n_ev; e++)
+        if (m->ev[e].kind == COST_PIPE_WORK && m->ev[e].alone > 0 && m->ev[e].alone != m->ev[e].time) return 1;
+    return 0;
+}
+
+/* cost_pipe_simulate where the devices share the cores: one clock for all
+ * stages.  A stage is working (a work or send event under way), waiting
+ * (for a receive's data) or done.  At each step of the clock every stage
+ * that can goes on through its receives whose data are in and its segment
+ * boundaries; then the clock moves to the first event end or arrival, each
+ * working stage's work progressing at its alone rate while fewer than
+ * `cores` devices work (sends at their link's time). */
+static int simulate_shared(const cost_pipe_model *m, cost_pipe_result *r, const pipe_task *order, double *arrive, cursor *cur,
+                           char *err, size_t errlen)
+{
+    const pipe_spec *s = &m->spec;
+    int p = s->stages, n = pipe_task_count(s), left = p;
+    double now = 0, *rem = calloc(2 * (size_t)p + 1, sizeof *rem); /* working: priced seconds left of its event */
+    double *speed = rem + p;                                         /* priced seconds a second, at the moment */
+    const cost_pipe_event **on = calloc((size_t)p + 1, sizeof *on); /* working: its event; NULL: not working */
+    if (!rem || !on) {
+        free(rem);
+        free(on);
+        return ir_errf(err, errlen, "pipeline simulation: out of memory");
+    }
+    for (;;) {
+        double next = INFINITY; /* the first arrival a waiting stage waits for */
+        for (int st = 0; st < p; st++) {
+            cursor *c = &cur[st];
+            while (!on[st] && c->task <= n) {
+                const pipe_task *t = c->task < n ? &order[(size_t)st * n + c->task] : NULL;
+                int lo, hi, k = t ? t->mb : 0;
+                seg_events(m, task_segment(s, st, t), &lo, &hi);
+                if (lo + c->ev < hi) {
+                    const cost_pipe_event *x = &m->ev[lo + c->ev];
+                    if (x->kind == COST_PIPE_RECV) {
+                        double a = arrive[xfer_slot(m, x, k)];
+                        if (a < 0 || a > now) {
+                            if (a > now) next = fmin(next, a);
+                            break;
+                        }
+                        c->ev++;
+                        continue;
+                    }
+                    if (!c->started) {
+                        c->started = 1;
+                        if (t) r->task_start[(size_t)st * n + c->task] = now;
+                        else r->end_start[st] = now;
+                    }
+                    on[st] = x;
+                    rem[st] = x->kind == COST_PIPE_WORK ? x->time : m->xfer_time[x->xfer];
+                    break;
+                }
+                if (!c->started) {
+                    if (t) r->task_start[(size_t)st * n + c->task] = now;
+                    else r->end_start[st] = now;
+                }
+                if (t) r->task_end[(size_t)st * n + c->task] = now;
+                if (now > r->step) r->step = now;
+                c->task++;
+                c->ev = 0;
+                c->started = 0;
+                if (c->task > n) left--;
+            }
+        }
+        if (!left) break;
+        int working = 0;
+        for (int st = 0; st < p; st++) working += on[st] ? m->stage_devices : 0;
+        double dt = next - now;
+        for (int st = 0; st < p; st++) {
+            const cost_pipe_event *x = on[st];
+            speed[st] = !x ? 0 : x->kind == COST_PIPE_WORK && working < m->cores && x->alone > 0 ? x->time / x->alone : 1;
+            if (x && rem[st] / speed[st] < dt) dt = rem[st] / speed[st];
+        }
+        if (!(dt < INFINITY)) {
+            int st = 0;
+            while (cur[st].task > n) st++;
+            const pipe_task *t = cur[st].task < n ? &order[(size_t)st * n + cur[st].task] : NULL;
+            free(rem);
+            free(on);
+            return ir_errf(err, errlen, "pipeline simulation: the %s schedule deadlocks: stage %d waits in %s (micro-batch %d, chunk %d)",
+                           pipe_schedule_name(s->schedule), st, !t ? "its end of step" : t->dir == PIPE_FWD ? "a forward" : "a backward",
+                           t ? t->mb : 0, t ? t->chunk : 0);
+        }
+        now += dt;
+        for (int st = 0; st < p; st++) {
+            const cost_pipe_event *x = on[st];
+            if (!x) continue;
+            r->busy[st] += dt;
+            rem[st] -= dt * speed[st];
+            if (rem[st] > 1e-9 * dt * speed[st] && rem[st] > 0) continue;
+            if (x->kind == COST_PIPE_SEND) {
+                const pipe_task *t = cur[st].task < n ? &order[(size_t)st * n + cur[st].task] : NULL;
+                arrive[xfer_slot(m, x, t ? t->mb : 0)] = now;
+            }
+            on[st] = NULL;
+            cur[st].ev++;
+        }
+    }
+    free(rem);
+    free(on);
+    return 0;
+}
+
 int cost_pipe_simulate(const cost_pipe_model *m, cost_pipe_result *r, char *err, size_t errlen)
 {
     const pipe_spec *s = &m->spec;
@@ -193,6 +314,10 @@ int cost_pipe_simulate(const cost_pipe_model *m, cost_pipe_result *r, char *err,
     for (int st = 0; st < p; st++) {
         pipe_task_order(s, st, order + (size_t)st * n);
         stage_memory(m, st, order + (size_t)st * n, n, &r->peak[st], &r->in_flight[st]);
+    }
+    if (shares_cores(m)) {
+        rc = simulate_shared(m, r, order, arrive, cur, err, errlen);
+        goto done;
     }
     for (int left = p, moved = 1; left > 0;) {
         if (!moved) {
@@ -303,12 +428,22 @@ typedef struct pricer {
     int *wseg;            /* per buffer: segment writing it on that stage */
     int *opt_of;          /* per value: a param's first optimizer state, else -1 */
     double mem_bandwidth; /* the profile's */
+    const double *alone;  /* per instruction: its price alone over its price with every core busy (NULL: the
+                             devices do not share cores) */
 } pricer;
 
 static int key_of(const pricer *c, int buf, int to)
 {
     xkey k = {buf, to, 0}, *f = bsearch(&k, c->keys, (size_t)c->n_keys, sizeof k, cmp_xkey);
     return f ? f->id : -1;
+}
+
+/* A work event of `work` seconds, `alone` while fewer devices than cores work. */
+static int add_work(cost_pipe_model *m, int seg, double work, double alone)
+{
+    if (cost_pipe_add_event(m, seg, COST_PIPE_WORK, -1, work) < 0) return -1;
+    m->ev[m->n_ev - 1].alone = alone;
+    return 0;
 }
 
 /* Events of the instructions [lo, hi) of segment `seg` (of model segment ms).
@@ -318,23 +453,24 @@ static int key_of(const pricer *c, int buf, int to)
 static int add_events(pricer *c, int ms, int seg, int lo, int hi, int stage)
 {
     const spmd_program *p = c->p;
-    double work = 0;
+    double work = 0, alone = 0;
     int rc = 0, fb = seg < 2 * c->pp->n_vstages;
     for (int i = lo; i < hi && !rc; i++) {
         const spmd_instr *in = &p->instrs[i];
         if (!spmd_kind_is_p2p(in->kind)) {
-            work += c->it[i];
-            if (fb && c->pp->buf_class[in->out] == PIPE_BUF_ACC) work += 3 * c->bytes[in->out] / c->mem_bandwidth;
+            double t = c->it[i] + (fb && c->pp->buf_class[in->out] == PIPE_BUF_ACC ? 3 * c->bytes[in->out] / c->mem_bandwidth : 0);
+            work += t;
+            alone += c->alone ? t * c->alone[i] : t;
             continue;
         }
-        if (work > 0) rc |= cost_pipe_add_event(&c->m, ms, COST_PIPE_WORK, -1, work);
-        work = 0;
+        if (work > 0) rc |= add_work(&c->m, ms, work, alone);
+        work = alone = 0;
         int x = in->kind == SPMD_SEND ? c->send_id[i] : key_of(c, in->out, stage);
         if (x < 0) return -1;
         rc |= cost_pipe_add_event(&c->m, ms, in->kind == SPMD_SEND ? COST_PIPE_SEND : COST_PIPE_RECV, x, 0);
     }
     (void)seg;
-    if (work > 0 && !rc) rc |= cost_pipe_add_event(&c->m, ms, COST_PIPE_WORK, -1, work);
+    if (work > 0 && !rc) rc |= add_work(&c->m, ms, work, alone);
     return rc;
 }
 
@@ -379,9 +515,11 @@ static int build_model(pricer *c, const cost_hw *hw)
  * device runs between a forward and its backward (other micro-batches' and
  * chunks' tasks), not the body's order (every forward, then every
  * backward).  Without a cache model (accelerator profiles) the body's prices.
+ * rate: as cost_price_spans_at's (0: the mesh's devices; body priced alike).
  * Returns the times (free them), a copy of body[] where nothing changes
  * (SEND, RECV), or NULL when out of memory. */
-static double *scheduled_prices(cost_ws *ws, const pipe_program *pp, const cost_hw *hw, const cost_options *opt, const double *body)
+static double *scheduled_prices(cost_ws *ws, const pipe_program *pp, const cost_hw *hw, const cost_options *opt, const double *body,
+                                int64_t rate)
 {
     const spmd_program *p = pp->prog;
     const pipe_spec *s = &pp->spec;
@@ -404,7 +542,7 @@ static double *scheduled_prices(cost_ws *ws, const pipe_program *pp, const cost_
         const pipe_range *common = &pp->seg[pipe_seg_common(s)], *end = &pp->seg[2 * pp->n_vstages + r];
         sp[n] = (cost_span){common->lo, common->hi, m, -1}; /* copy m: the accumulators the ends read */
         sp[n + 1] = (cost_span){end->lo, end->hi, m, -1};
-        rc = cost_price_spans(ws, p, hw, opt, sp, n + 2, per, m + 1, sum);
+        rc = cost_price_spans_at(ws, p, hw, opt, rate, sp, n + 2, per, m + 1, sum);
         for (int j = 0; j < n + 2 && !rc; j++)
             for (int i = sp[j].lo; i < sp[j].hi; i++) runs[i]++;
     }
@@ -567,6 +705,52 @@ static void stage_times(const pricer *c, cost_pipe_stage *st, int r)
 /* cost_estimate_pipeline; when prices is not NULL, *prices gets the
  * per-instruction prices the simulation ran on (scheduled_prices: free
  * them), for a caller that balances the split on them. */
+/* The scheduled prices of pp's instructions at the rates of rate devices
+ * running at once (cost_estimate_program_at), or NULL with a message. */
+static double *scheduled_at(cost_ws *ws, const pipe_program *pp, const cost_hw *hw, const cost_options *opt, int64_t rate,
+                            char *err, size_t errlen)
+{
+    cost_estimate e;
+    if (cost_estimate_program_at(ws, pp->prog, hw, opt, rate, &e, err, errlen) < 0) return NULL;
+    double *t = scheduled_prices(ws, pp, hw, opt, e.instr_time, rate);
+    if (!t) ir_errf(err, errlen, "pipeline: out of memory pricing the schedule");
+    return t;
+}
+
+/* Where pp's devices share a CPU's cores (a profile with cores; at least as
+ * many devices as cores: with fewer, every device has cores to spare all the
+ * time and is priced so), *alone gets each instruction's scheduled price
+ * alone (one device running: the rates of a thread whose machine is
+ * otherwise idle, as the profile measured them), and where the devices
+ * outnumber the cores *busy its price with as many devices running as cores
+ * (the waits for a core that the mesh's prices add are not the alone rates'
+ * business); else NULL.  Made before the program's own prices, which leave
+ * the workspace as the callers need it.  Returns 0, or -1 with a message. */
+static int alone_prices(cost_ws *ws, const pipe_program *pp, const cost_hw *hw, const cost_options *opt, double **alone, double **busy,
+                        char *err, size_t errlen)
+{
+    const spmd_program *p = pp->prog;
+    *alone = *busy = NULL;
+    if (hw->cores <= 0 || p->mesh.n_devices < hw->cores) return 0;
+    if (!(*alone = scheduled_at(ws, pp, hw, opt, 1, err, errlen))) return -1;
+    if (p->mesh.n_devices > hw->cores && !(*busy = scheduled_at(ws, pp, hw, opt, hw->cores, err, errlen))) {
+        free(*alone);
+        *alone = NULL;
+        return -1;
+    }
+    return 0;
+}
+
+/* alone[i] over busy[i] (busy: the prices with every core busy: the
+ * program's own where the devices are as many as the cores), in alone[];
+ * frees busy unless it is `own`. */
+static void alone_over_busy(double *alone, double *busy, const double *own, int n)
+{
+    const double *b = busy ? busy : own;
+    for (int i = 0; alone && i < n; i++) alone[i] = b[i] > 0 ? alone[i] / b[i] : 1;
+    free(busy);
+}
+
 static int estimate_pipeline(cost_ws *ws, const pipe_program *pp, const cost_hw *hw, const cost_options *opt, cost_estimate *out,
                              cost_pipe_estimate *pe, double **prices, char *err, size_t errlen)
 {
@@ -574,10 +758,22 @@ static int estimate_pipeline(cost_ws *ws, const pipe_program *pp, const cost_hw 
     const pipe_spec *s = &pp->spec;
     static const cost_options defaults = {COST_FP32, 0, 0, COST_GRADS_AUTO};
     if (!opt) opt = &defaults;
-    if (cost_estimate_program(ws, p, hw, opt, out, err, errlen) < 0) return -1;
-    double *it = scheduled_prices(ws, pp, hw, opt, out->instr_time);
-    if (!it) return ir_errf(err, errlen, "pipeline: out of memory pricing the schedule");
-    pricer c = {.pp = pp, .p = p, .it = it, .bytes = cost_ws_buffer_bytes(ws), .ws = ws, .mem_bandwidth = hw->mem_bandwidth};
+    double *alone, *busy;
+    if (alone_prices(ws, pp, hw, opt, &alone, &busy, err, errlen) < 0) return -1;
+    if (cost_estimate_program(ws, p, hw, opt, out, err, errlen) < 0) {
+        free(alone);
+        free(busy);
+        return -1;
+    }
+    double *it = scheduled_prices(ws, pp, hw, opt, out->instr_time, 0);
+    if (!it) {
+        free(alone);
+        free(busy);
+        return ir_errf(err, errlen, "pipeline: out of memory pricing the schedule");
+    }
+    alone_over_busy(alone, busy, it, p->n_instrs);
+    pricer c = {.pp = pp, .p = p, .it = it, .bytes = cost_ws_buffer_bytes(ws), .ws = ws, .mem_bandwidth = hw->mem_bandwidth,
+                .alone = alone};
     int P = s->stages, rc = 0, mixed = opt->precision == COST_MIXED_BF16 || opt->precision == COST_MIXED_FP16;
     cost_pipe_result res;
     memset(&res, 0, sizeof res);
@@ -594,6 +790,10 @@ static int estimate_pipeline(cost_ws *ws, const pipe_program *pp, const cost_hw 
     if (!stg || !c.last_read || !c.wseg || !c.opt_of || build_model(&c, hw) < 0) {
         rc = ir_errf(err, errlen, "pipeline: out of memory pricing the schedule");
         goto done;
+    }
+    if (alone) {
+        c.m.cores = hw->cores;
+        c.m.stage_devices = (int)(p->mesh.n_devices / P);
     }
     for (int r = 0; r < P; r++) stage_bytes(&c, r, mixed);
     if (cost_pipe_simulate(&c.m, &res, err, errlen) < 0) {
@@ -660,6 +860,7 @@ static int estimate_pipeline(cost_ws *ws, const pipe_program *pp, const cost_hw 
 done:
     if (prices && !rc) *prices = it;
     else free(it);
+    free(alone);
     free(stg);
     free(c.keys);
     free(c.send_id);
@@ -682,27 +883,47 @@ int cost_pipe_simulate_times(cost_ws *ws, const pipe_program *pp, const cost_hw 
 {
     static const cost_options defaults = {COST_FP32, 0, 0, COST_GRADS_AUTO};
     cost_estimate e;
+    double *alone, *busy;
     if (!opt) opt = &defaults;
-    if (cost_estimate_program(ws, pp->prog, hw, opt, &e, err, errlen) < 0) return -1;
-    double *it = scheduled_prices(ws, pp, hw, opt, e.instr_time);
-    if (!it) return ir_errf(err, errlen, "pipeline: out of memory pricing the schedule");
-    pricer c = {.pp = pp, .p = pp->prog, .it = it, .bytes = cost_ws_buffer_bytes(ws), .ws = ws, .mem_bandwidth = hw->mem_bandwidth};
+    if (alone_prices(ws, pp, hw, opt, &alone, &busy, err, errlen) < 0) return -1;
+    if (cost_estimate_program(ws, pp->prog, hw, opt, &e, err, errlen) < 0) {
+        free(alone);
+        free(busy);
+        return -1;
+    }
+    double *it = scheduled_prices(ws, pp, hw, opt, e.instr_time, 0);
+    if (!it) {
+        free(alone);
+        free(busy);
+        return ir_errf(err, errlen, "pipeline: out of memory pricing the schedule");
+    }
+    alone_over_busy(alone, busy, it, pp->prog->n_instrs);
+    pricer c = {.pp = pp, .p = pp->prog, .it = it, .bytes = cost_ws_buffer_bytes(ws), .ws = ws, .mem_bandwidth = hw->mem_bandwidth,
+                .alone = alone};
     cost_pipe_result res;
     memset(&res, 0, sizeof res);
     int rc = build_model(&c, hw) < 0 ? ir_errf(err, errlen, "pipeline: out of memory pricing the schedule") : 0;
-    for (int k = 0; k < c.m.n_segs && !rc; k++) { /* the measured time replaces the segment's work and sends */
+    if (alone) {
+        c.m.cores = hw->cores;
+        c.m.stage_devices = (int)(pp->prog->mesh.n_devices / pp->spec.stages);
+    }
+    for (int k = 0; k < c.m.n_segs && !rc; k++) { /* the measured time replaces the segment's work and sends, alone or not */
         int lo, hi;
         double work = 0;
         if (seg_time[k] < 0) continue;
         seg_events(&c.m, k, &lo, &hi);
         for (int i = lo; i < hi; i++) work += c.m.ev[i].kind == COST_PIPE_WORK ? c.m.ev[i].time : 0;
         for (int i = lo; i < hi; i++) /* (a segment without work keeps none: only transfers, nothing measured to place) */
-            if (c.m.ev[i].kind == COST_PIPE_WORK) c.m.ev[i].time *= seg_time[k] / work;
+            if (c.m.ev[i].kind == COST_PIPE_WORK) {
+                c.m.ev[i].time *= seg_time[k] / work;
+                c.m.ev[i].alone = 0;
+            }
     }
     for (int x = 0; x < c.m.n_xfers && !rc; x++) c.m.xfer_time[x] = 0;
     if (!rc) rc = cost_pipe_simulate(&c.m, &res, err, errlen);
     for (int r = 0; r < pp->spec.stages && !rc; r++) idle[r] = (res.step - res.busy[r]) / res.step;
     free(it);
+    free(alone);
     free(c.keys);
     free(c.send_id);
     cost_pipe_model_free(&c.m);

@@ -9,7 +9,9 @@
  * devices).  cost_pipe_simulate runs every stage's order: a task starts when
  * its stage has finished the task before and, at each receive, waits for
  * the data; a send holds its stage for the transfer's time.  The step is the latest end; the bubble of a stage is the step
- * minus its work.  Nothing about the schedule's shape is assumed: the
+ * minus its work.  Where the devices share a machine's cores (a CPU profile), work runs at its price while at least
+ * as many devices as cores work, and at its price alone (the profile's rates of a thread with the other cores idle)
+ * while fewer do: a stage waiting in its bubble leaves the machine to the others.  Nothing about the schedule's shape is assumed: the
  * bubble, and the micro-batches in flight that set the peak memory, are
  * outcomes of the orders (tests/test_pipeline.c checks the closed forms of
  * GPipe, 1F1B and interleaved 1F1B on equal stages).
@@ -25,6 +27,7 @@ typedef struct cost_pipe_event {
     int kind;    /* cost_pipe_event_kind */
     int xfer;    /* RECV, SEND: the transfer */
     double time; /* WORK: seconds */
+    double alone; /* WORK: seconds while fewer devices than the model's cores are busy (0: time) */
 } cost_pipe_event;
 
 /* Segments are numbered: forward of virtual stage s = s, backward of s =
@@ -49,6 +52,9 @@ typedef struct cost_pipe_model {
     double *transient;     /* per segment: the most its temporaries add while it runs */
     double *base;          /* per stage: held all step (params, optimizer states, accumulators) */
     double *params, *opt_states, *grads; /* per stage: of base (cost_pipe_stage's fields) */
+    /* devices sharing one machine (CPU profiles): while fewer than `cores` devices work, each runs its work
+       at its `alone` time; 0: devices do not share (the events' times throughout) */
+    int cores, stage_devices;
 } cost_pipe_model;
 
 /* What the simulation found, per stage and per task. */
@@ -140,7 +146,9 @@ void cost_pipe_estimate_free(cost_pipe_estimate *pe);
  * forwards and backwards of the virtual stages, once a micro-batch, then the
  * stages' ends with the common part; < 0: keep the price) replaces segment
  * k's work and sends, spread over its work in proportion to the prices, and
- * transfers take no time beyond.  Fills idle[r], stage r's idle share of the
+ * transfers take no time beyond; a measured segment takes its time whatever
+ * runs beside it, a kept one runs as the prediction runs it (faster alone
+ * where the devices share cores).  Fills idle[r], stage r's idle share of the
  * simulated step.  For benchmarks: a bubble that differs from its prediction
  * differs through the task times (this agrees with the measurement) or
  * through the schedule's model (it does not).  Returns 0 or -1 with a

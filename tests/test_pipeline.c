@@ -171,6 +171,80 @@ static void test_closed_forms(void)
     }
 }
 
+/* The uniform model of spec with cores sharing it: every work event's alone
+ * time is `alone` of its time.  Simulated into *r (0), or -1. */
+static int simulate_sharing(const pipe_spec *s, double tf, double tb, double xfer, int cores, double alone, cost_pipe_result *r)
+{
+    cost_pipe_model m;
+    char err[256];
+    if (cost_pipe_model_uniform(&m, s, tf, tb, xfer, 0, 1.0) < 0) return -1;
+    m.cores = cores;
+    m.stage_devices = 1;
+    for (int e = 0; e < m.n_ev; e++)
+        if (m.ev[e].kind == COST_PIPE_WORK) m.ev[e].alone = alone * m.ev[e].time;
+    int rc = cost_pipe_simulate(&m, r, err, sizeof err);
+    if (rc) fprintf(stderr, "%s\n", err);
+    cost_pipe_model_free(&m);
+    return rc;
+}
+
+/* Devices sharing a machine's cores: work runs at its alone time while
+ * fewer devices than cores work (cost/pipeline.h). */
+static void test_shared_cores(void)
+{
+    /* alone a hair faster than busy: the one clock of the shared simulation gives the stage sweep's step, work and
+     * task times on every schedule; and with one core nothing ever runs alone */
+    for (int sched = PIPE_GPIPE; sched <= PIPE_INTERLEAVED; sched++)
+        for (int p = 2; p <= 4; p += 2) {
+            int v = sched == PIPE_INTERLEAVED ? 2 : 1;
+            pipe_spec s = make_spec(sched, p, 8, v);
+            cost_pipe_result a, b, c;
+            if (simulate(&s, 1.0 / v, 2.0 / v, 0.1, NULL, &a) < 0 || simulate_sharing(&s, 1.0 / v, 2.0 / v, 0.1, p, 1 - 1e-12, &b) < 0 ||
+                simulate_sharing(&s, 1.0 / v, 2.0 / v, 0.1, 1, 0.5, &c) < 0) {
+                CHECK(0);
+                continue;
+            }
+            int same = close_rel(a.step, b.step, 1e-9) && close_rel(a.step, c.step, 1e-9);
+            for (int st = 0; st < p; st++) {
+                same &= close_rel(a.busy[st], b.busy[st], 1e-9) && close_rel(a.busy[st], c.busy[st], 1e-9);
+                for (int t = 0; t < pipe_task_count(&s); t++) {
+                    size_t k = (size_t)st * pipe_task_count(&s) + t;
+                    same &= fabs(a.task_end[k] - b.task_end[k]) < 1e-9 && fabs(a.task_end[k] - c.task_end[k]) < 1e-9 &&
+                            fabs(a.task_start[k] - b.task_start[k]) < 1e-9;
+                }
+            }
+            CHECKF(same, "%s p=%d: shared clock step %g / %g, the sweep's %g", pipe_schedule_name(sched), p, b.step, c.step, a.step);
+            cost_pipe_result_free(&a);
+            cost_pipe_result_free(&b);
+            cost_pipe_result_free(&c);
+        }
+    /* GPipe, 2 stages on 2 cores, 2 micro-batches, forward 1, backward 2, alone twice as fast, no transfer time:
+     * stage 0's F0 alone (0-0.5); F1 beside stage 1's F0 (0.5-1.5); stage 1's F1 alone (1.5-2) and B0 alone (2-3);
+     * its B1 beside stage 0's B0 (3-5); stage 0's B1 alone (5-6) */
+    pipe_spec s = make_spec(PIPE_GPIPE, 2, 2, 1);
+    cost_pipe_result r;
+    if (simulate_sharing(&s, 1, 2, 0, 2, 0.5, &r) == 0) {
+        CHECKF(close_rel(r.step, 6, 1e-12) && close_rel(r.busy[0], 4.5, 1e-12) && close_rel(r.busy[1], 4.5, 1e-12),
+               "GPipe 2 x 2 sharing 2 cores: step %g (want 6), work %g and %g (want 4.5)", r.step, r.busy[0], r.busy[1]);
+        CHECK(close_rel(r.task_end[0], 0.5, 1e-12) && close_rel(r.task_end[1], 1.5, 1e-12)); /* stage 0: F0, F1 */
+        cost_pipe_result_free(&r);
+    } else
+        CHECK(0);
+    /* a receive that no send feeds: a deadlock, reported, on the shared clock too */
+    cost_pipe_model m;
+    pipe_spec d = make_spec(PIPE_1F1B, 2, 2, 1);
+    CHECK(cost_pipe_model_init(&m, &d) == 0);
+    int x = cost_pipe_add_xfer(&m, 0, 0);
+    CHECK(cost_pipe_add_event(&m, cost_pipe_seg_fwd(&d, 0), COST_PIPE_RECV, x, 0) == 0);
+    CHECK(cost_pipe_add_event(&m, cost_pipe_seg_fwd(&d, 1), COST_PIPE_WORK, -1, 1) == 0);
+    m.ev[m.n_ev - 1].alone = 0.5;
+    m.cores = 2;
+    m.stage_devices = 1;
+    char err[256] = "";
+    CHECK(cost_pipe_simulate(&m, &r, err, sizeof err) == -1 && strstr(err, "deadlock") && strstr(err, "stage 0"));
+    cost_pipe_model_free(&m);
+}
+
 /* A receive that no send feeds is a deadlock, reported, not a hang. */
 static void test_deadlock(void)
 {
@@ -706,6 +780,61 @@ static void test_simulate_times(void)
     }
 }
 
+/* A CPU profile whose threads run faster alone (alone_speedup,
+ * alone_bandwidth): a pipelined step's tasks run at those rates while fewer
+ * devices than cores work.  GPT on 2 stages, 2 cores, 1F1B: stage 0's first
+ * forward (stage 1 waits for it) takes about 1 / 1.25 of its time with both
+ * cores busy (what does not scale: call overheads), its second forward and
+ * its last backward (beside stage 1's end of step) run beside stage 1 as
+ * before, and stage 0 idles less of the step.  With a
+ * device per core but 4 cores, a device always has cores to spare, priced
+ * so: every forward of a stage takes the same time. */
+static void test_price_alone(void)
+{
+    char err[512];
+    cost_hw busy, fast, roomy;
+    CHECK(cost_hw_preset("cpu", &busy, err, sizeof err) == 0);
+    fast = busy;
+    fast.alone_speedup = fast.alone_bandwidth = 1.25;
+    roomy = fast;
+    roomy.cores = 4;
+    pipe_program pp;
+    shard_state *st;
+    ir_graph *g = lower_pipe("gpt:layers=4,hidden=32,heads=4,seq=8,batch=8,vocab=64", 4, "pipe=2", "", "pipe", PIPE_1F1B, 1, &pp, &st);
+    cost_ws *ws = cost_ws_new(g);
+    cost_estimate e;
+    cost_pipe_estimate pe[3];
+    const cost_hw *hw[3] = {&busy, &fast, &roomy};
+    int ok = 1;
+    for (int k = 0; k < 3; k++) {
+        int rc = cost_estimate_pipeline(ws, &pp, hw[k], NULL, &e, &pe[k], err, sizeof err);
+        CHECKF(rc == 0, "%s", err);
+        ok &= rc == 0;
+    }
+    if (ok) {
+        int n = pe[0].n_tasks;
+        double span[3][3]; /* [profile][stage 0's first forward, its second, its last task (a backward)] */
+        for (int k = 0; k < 3; k++)
+            for (int j = 0; j < 3; j++) {
+                int t = j < 2 ? j : n - 1;
+                span[k][j] = pe[k].task_end[t] - pe[k].task_start[t];
+            }
+        CHECKF(close_rel(span[1][0], span[0][0] / 1.25, 0.02), "alone: first forward %g s; with both cores busy %g s", span[1][0],
+               span[0][0]);
+        CHECKF(close_rel(span[1][2], span[0][2], 1e-9), "the last backward beside stage 1's end of step: %g s, busy %g s", span[1][2],
+               span[0][2]);
+        CHECKF(close_rel(span[1][1], span[0][1], 1e-9), "a forward beside stage 1's work: %g s, busy %g s", span[1][1], span[0][1]);
+        CHECK(pe[1].stage[0].idle / pe[1].step < pe[0].stage[0].idle / pe[0].step && pe[1].step < pe[0].step);
+        CHECKF(close_rel(span[2][0], span[2][1], 1e-9), "4 cores: first forward %g s, second %g s", span[2][0], span[2][1]);
+        CHECK(close_rel(span[0][0], span[0][1], 1e-9)); /* the cpu preset: no alone figures */
+    }
+    for (int k = 0; k < 3 && ok; k++) cost_pipe_estimate_free(&pe[k]);
+    cost_ws_free(ws);
+    pipe_program_free(&pp);
+    shard_state_free(st);
+    ir_free(g);
+}
+
 /* The cost model's split: a large vocabulary makes the last stage (head and
  * loss) heavy, so it gets fewer layers, and the step is no slower than the
  * even split's. */
@@ -939,6 +1068,7 @@ int main(void)
     test_orders();
     test_closed_forms();
     test_deadlock();
+    test_shared_cores();
     test_spec_check();
     test_tactic();
     test_lower_gpt();
@@ -946,6 +1076,7 @@ int main(void)
     test_price_gpt();
     test_cache_order();
     test_simulate_times();
+    test_price_alone();
     test_balance();
     test_search_pipelined();
     test_expert_3d();
