@@ -631,6 +631,8 @@ typedef struct cal_raw {
     double call;          /* a GEMM call's fixed cost (calib_gemm_call) */
     double gcold;         /* the GEMM's rate with its operands from memory, every core busy */
     double ovh;           /* a kernel call on one element */
+    double ga, ea, ca;    /* one thread alone over every core busy, GEMM, elementwise, copy: each the median of
+                             ALONE_PAIRS ratios measured back to back (alone_speedup, alone_bandwidth) */
     double rates[IR_N_OPS];
 } cal_raw;
 #define CAL_RAW_FIELDS (sizeof(cal_raw) / sizeof(double))
@@ -642,30 +644,57 @@ static int online_cores(void)
     return ncpu > 0 ? (int)(ncpu < 64 ? ncpu : 64) : 1;
 }
 
+/* One thread alone against every core busy, measured as ALONE_PAIRS pairs
+ * taken back to back: a shared host's speed drifts by up to 2x between two
+ * measurements seconds apart, so a ratio of rates taken at different moments
+ * (or of medians over rounds) reads the drift (per-round ratios of 0.8 to
+ * 1.6 for kernels that share nothing, before); the median of the pairs'
+ * ratios in *ratio, the medians of the busy and alone rates in *busy, *alone.
+ * kind: 0 GEMM (n), 1 elementwise (n elements), 2 copy (n bytes).  Returns 0,
+ * or -1 with a message. */
+enum { ALONE_PAIRS = 5 };
+static int alone_pairs(int kind, int cores, int64_t n, int inner, double *busy, double *alone, double *ratio, char *err,
+                       size_t errlen)
+{
+    double b[ALONE_PAIRS], a[ALONE_PAIRS], q[ALONE_PAIRS];
+    for (int k = 0; k < ALONE_PAIRS; k++) {
+        for (int j = 0; j < 2; j++) { /* busy first on even pairs, alone first on odd: neither always follows the other */
+            int threads = (j == k % 2) ? cores : 1;
+            double r = kind == 0 ? gemm_rate(threads, n, inner, 1)
+                       : kind == 1 ? vector_rate(threads, n, inner, err, errlen)
+                                   : copy_rate(threads, (size_t)n, inner);
+            if (isnan(r)) return -1;
+            *(threads == cores ? &b[k] : &a[k]) = r;
+            if (cores == 1) a[k] = r;
+        }
+        q[k] = b[k] > 0 ? a[k] / b[k] : 1;
+    }
+    *busy = median(b, ALONE_PAIRS);
+    *alone = median(a, ALONE_PAIRS);
+    *ratio = median(q, ALONE_PAIRS);
+    return 0;
+}
+
 /* One round of the generic measurements into *m, each figure printed as it
  * is taken.  Returns 0, or -1 with a message when a measurement failed. */
 static int measure_round(cal_raw *m, int cores, int quick, FILE *log, char *err, size_t errlen)
 {
     int64_t gemm_n = quick ? 96 : 512;
-    m->g1 = gemm_rate(1, gemm_n, quick ? 1 : 4, 1);
-    m->gn = cores > 1 ? gemm_rate(cores, gemm_n, quick ? 1 : 4, 1) : m->g1;
+    if (alone_pairs(0, cores, gemm_n, quick ? 1 : 2, &m->gn, &m->g1, &m->ga, err, errlen) < 0) return -1;
     say(log, "  GEMM (einsum mk,kn->mn): %.1f GFLOP/s one thread, %.1f per thread with %d busy\n", m->g1 / 1e9, m->gn / 1e9,
         cores);
-    m->vr = vector_rate(cores, quick ? 4096 : 16384, quick ? 2 : 50, err, errlen);
-    if (isnan(m->vr)) return -1;
+    if (alone_pairs(1, cores, quick ? 4096 : 16384, quick ? 2 : 10, &m->vr, &m->v1, &m->ea, err, errlen) < 0) return -1;
     say(log, "  elementwise (mul, exp, gelu): %.2f GFLOP/s per thread\n", m->vr / 1e9);
-    m->cr = copy_rate(cores, quick ? (1u << 20) : (32u << 20), quick ? 2 : 4);
+    if (alone_pairs(2, cores, quick ? (1u << 20) : (32u << 20), 1, &m->cr, &m->cr1, &m->ca, err, errlen) < 0) return -1;
     say(log, "  copy: %.2f GB/s per thread (%.2f GB/s read + write)\n", m->cr / 1e9, 2 * m->cr / 1e9);
     m->lat = barrier_latency(cores, quick ? 50 : 2000);
     say(log, "  barrier among %d threads: %.2f us\n", cores, m->lat * 1e6);
     m->lat_over = barrier_latency(2 * cores, quick ? 50 : 1000);
     say(log, "  barrier among %d threads (2 a core): %.2f us\n", 2 * cores, m->lat_over * 1e6);
-    m->v1 = cores > 1 ? vector_rate(1, quick ? 4096 : 16384, quick ? 2 : 50, err, errlen) : m->vr;
-    if (isnan(m->v1)) return -1;
-    say(log, "  one thread alone vs every core busy: GEMM %.2fx, elementwise %.2fx\n", m->g1 / m->gn, m->v1 / m->vr);
+    say(log, "  one thread alone vs every core busy (medians of %d pairs back to back): GEMM %.2fx, elementwise %.2fx\n",
+        ALONE_PAIRS, m->ga, m->ea);
     /* memory and the shared caches: one thread copying alone vs every core copying */
-    m->cr1 = cores > 1 ? copy_rate(1, quick ? (1u << 20) : (32u << 20), quick ? 2 : 4) : m->cr;
-    say(log, "  copy alone: %.2f GB/s (%.2fx the rate with every core copying)\n", m->cr1 / 1e9, m->cr1 / m->cr);
+    say(log, "  copy alone: %.2f GB/s (%.2fx the rate with every core copying)\n", m->cr1 / 1e9, m->ca);
     if (op_rates(cores, quick ? 4096 : 262144, quick ? 2 : 2, m->rates, err, errlen) < 0) return -1;
     say(log, "  op rates (G elements/s per thread): exp %.2f, gelu %.2f, add %.2f, broadcast %.2f, reduce_sum %.2f\n",
         m->rates[IR_OP_EXP] / 1e9, m->rates[IR_OP_GELU] / 1e9, m->rates[IR_OP_ADD] / 1e9, m->rates[IR_OP_BROADCAST] / 1e9,
@@ -712,9 +741,9 @@ static int derive_profile(cost_hw *hw, const cal_raw *m, int cores, int quick, i
     long pages = sysconf(_SC_PHYS_PAGES), psize = sysconf(_SC_PAGESIZE);
     double ram = pages > 0 && psize > 0 ? (double)pages * (double)psize : 4.0 * 1024 * 1024 * 1024;
     int64_t gemm_n = quick ? 96 : 512;
-    double alone = sqrt((m->g1 / m->gn) * (m->v1 / m->vr));
+    double alone = sqrt(m->ga * m->ea);
     if (!(alone >= 1)) alone = 1;
-    double alone_bw = m->cr1 / m->cr >= 1 ? m->cr1 / m->cr : 1;
+    double alone_bw = m->ca >= 1 ? m->ca : 1;
     /* gemm_bandwidth: the bytes of a GEMM's operands and result over its
      * time from memory beyond its time in cache (0 when it is no slower) */
     double flops = 2.0 * (double)gemm_n * (double)gemm_n * (double)gemm_n, extra = flops / m->gcold - flops / m->gn;
@@ -750,7 +779,7 @@ static int derive_profile(cost_hw *hw, const cal_raw *m, int cores, int quick, i
     hw->shared_memory = 1;
     hw->fused_elementwise = 1; /* carve's executors fuse elementwise chains (exec/fuse.h) */
     hw->oversub_latency = m->lat_over > 0 ? m->lat_over : 0;
-    *elem_alone = m->v1 / m->vr;
+    *elem_alone = m->ea;
     return cost_hw_check(hw, err, errlen);
 }
 
