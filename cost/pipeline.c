@@ -185,6 +185,28 @@ static size_t xfer_slot(const cost_pipe_model *m, const cost_pipe_event *x, int 
     return (size_t)x->xfer * m->spec.microbatches + (m->xfer_end && x->xfer >= 0 && m->xfer_end[x->xfer] ? 0 : k);
 }
 
+/* The deadlock error: the first stage not done waits for a transfer that
+ * no send will make.  Returns -1. */
+static int deadlock(const pipe_spec *s, const pipe_task *order, const cursor *cur, char *err, size_t errlen)
+{
+    int st = 0, n = pipe_task_count(s);
+    while (cur[st].task > n) st++;
+    const pipe_task *t = cur[st].task < n ? &order[(size_t)st * n + cur[st].task] : NULL;
+    return ir_errf(err, errlen, "pipeline simulation: the %s schedule deadlocks: stage %d waits in %s (micro-batch %d, chunk %d)",
+                   pipe_schedule_name(s->schedule), st, !t ? "its end of step" : t->dir == PIPE_FWD ? "a forward" : "a backward",
+                   t ? t->mb : 0, t ? t->chunk : 0);
+}
+
+/* Stage st's current segment starts at `now` (its first work or send, its
+ * data in): recorded once. */
+static void mark_start(cost_pipe_result *r, int st, int n, cursor *c, double now)
+{
+    if (c->started) return;
+    c->started = 1;
+    if (c->task < n) r->task_start[(size_t)st * n + c->task] = now;
+    else r->end_start[st] = now;
+}
+
 /* Whether m's devices share the cores: some work runs faster alone. */
 static int shares_cores(const cost_pipe_model *m)
 {
@@ -232,19 +254,12 @@ static int simulate_shared(const cost_pipe_model *m, cost_pipe_result *r, const 
                         c->ev++;
                         continue;
                     }
-                    if (!c->started) {
-                        c->started = 1;
-                        if (t) r->task_start[(size_t)st * n + c->task] = now;
-                        else r->end_start[st] = now;
-                    }
+                    mark_start(r, st, n, c, now);
                     on[st] = x;
                     rem[st] = x->kind == COST_PIPE_WORK ? x->time : m->xfer_time[x->xfer];
                     break;
                 }
-                if (!c->started) {
-                    if (t) r->task_start[(size_t)st * n + c->task] = now;
-                    else r->end_start[st] = now;
-                }
+                mark_start(r, st, n, c, now);
                 if (t) r->task_end[(size_t)st * n + c->task] = now;
                 if (now > r->step) r->step = now;
                 c->task++;
@@ -263,14 +278,9 @@ static int simulate_shared(const cost_pipe_model *m, cost_pipe_result *r, const 
             if (x && rem[st] / speed[st] < dt) dt = rem[st] / speed[st];
         }
         if (!(dt < INFINITY)) {
-            int st = 0;
-            while (cur[st].task > n) st++;
-            const pipe_task *t = cur[st].task < n ? &order[(size_t)st * n + cur[st].task] : NULL;
             free(rem);
             free(on);
-            return ir_errf(err, errlen, "pipeline simulation: the %s schedule deadlocks: stage %d waits in %s (micro-batch %d, chunk %d)",
-                           pipe_schedule_name(s->schedule), st, !t ? "its end of step" : t->dir == PIPE_FWD ? "a forward" : "a backward",
-                           t ? t->mb : 0, t ? t->chunk : 0);
+            return deadlock(s, order, cur, err, errlen);
         }
         now += dt;
         for (int st = 0; st < p; st++) {
@@ -321,12 +331,7 @@ int cost_pipe_simulate(const cost_pipe_model *m, cost_pipe_result *r, char *err,
     }
     for (int left = p, moved = 1; left > 0;) {
         if (!moved) {
-            int st = 0;
-            while (cur[st].task > n) st++;
-            const pipe_task *t = cur[st].task < n ? &order[(size_t)st * n + cur[st].task] : NULL;
-            rc = ir_errf(err, errlen, "pipeline simulation: the %s schedule deadlocks: stage %d waits in %s (micro-batch %d, chunk %d)",
-                         pipe_schedule_name(s->schedule), st, !t ? "its end of step" : t->dir == PIPE_FWD ? "a forward" : "a backward",
-                         t ? t->mb : 0, t ? t->chunk : 0);
+            rc = deadlock(s, order, cur, err, errlen);
             goto done;
         }
         moved = 0;
@@ -334,14 +339,11 @@ int cost_pipe_simulate(const cost_pipe_model *m, cost_pipe_result *r, char *err,
             cursor *c = &cur[st];
             while (c->task <= n) {
                 const pipe_task *t = c->task < n ? &order[(size_t)st * n + c->task] : NULL;
-                int seg = !t ? cost_pipe_seg_end(s, st)
-                          : t->dir == PIPE_FWD ? cost_pipe_seg_fwd(s, t->chunk * p + st)
-                                               : cost_pipe_seg_bwd(s, t->chunk * p + st);
                 int k = t ? t->mb : 0, blocked = 0, lo, hi;
-                seg_events(m, seg, &lo, &hi);
+                seg_events(m, task_segment(s, st, t), &lo, &hi);
                 for (int e = lo + c->ev; e < hi; e++, c->ev++) {
                     const cost_pipe_event *x = &m->ev[e];
-                    size_t slot = (size_t)x->xfer * mb + (m->xfer_end && x->xfer >= 0 && m->xfer_end[x->xfer] ? 0 : k);
+                    size_t slot = xfer_slot(m, x, k);
                     if (x->kind == COST_PIPE_RECV) {
                         if (arrive[slot] < 0) {
                             blocked = 1;
@@ -350,11 +352,7 @@ int cost_pipe_simulate(const cost_pipe_model *m, cost_pipe_result *r, char *err,
                         if (arrive[slot] > c->t) c->t = arrive[slot];
                         continue;
                     }
-                    if (!c->started) { /* the segment starts with its first work or send, its data in */
-                        c->started = 1;
-                        if (t) r->task_start[(size_t)st * n + c->task] = c->t;
-                        else r->end_start[st] = c->t;
-                    }
+                    mark_start(r, st, n, c, c->t);
                     if (x->kind == COST_PIPE_WORK) {
                         c->t += x->time;
                         r->busy[st] += x->time;
@@ -366,10 +364,7 @@ int cost_pipe_simulate(const cost_pipe_model *m, cost_pipe_result *r, char *err,
                     moved = 1;
                 }
                 if (blocked) break;
-                if (!c->started) {
-                    if (t) r->task_start[(size_t)st * n + c->task] = c->t;
-                    else r->end_start[st] = c->t;
-                }
+                mark_start(r, st, n, c, c->t);
                 if (t) r->task_end[(size_t)st * n + c->task] = c->t;
                 if (c->t > r->step) r->step = c->t;
                 c->task++;
@@ -484,6 +479,10 @@ static int build_model(pricer *c, const cost_hw *hw)
     c->keys = malloc(((size_t)pp->n_xfers + 1) * sizeof *c->keys);
     c->send_id = malloc(((size_t)p->n_instrs + 1) * sizeof *c->send_id);
     if (!c->keys || !c->send_id || cost_pipe_model_init(&c->m, s) < 0) return -1;
+    if (c->alone) { /* the devices share the cores (alone_prices) */
+        c->m.cores = hw->cores;
+        c->m.stage_devices = (int)(p->mesh.n_devices / P);
+    }
     for (int i = 0; i < p->n_instrs; i++) {
         const spmd_instr *in = &p->instrs[i];
         c->send_id[i] = -1;
@@ -702,9 +701,6 @@ static void stage_times(const pricer *c, cost_pipe_stage *st, int r)
     }
 }
 
-/* cost_estimate_pipeline; when prices is not NULL, *prices gets the
- * per-instruction prices the simulation ran on (scheduled_prices: free
- * them), for a caller that balances the split on them. */
 /* The scheduled prices of pp's instructions at the rates of rate devices
  * running at once (cost_estimate_program_at), or NULL with a message. */
 static double *scheduled_at(cost_ws *ws, const pipe_program *pp, const cost_hw *hw, const cost_options *opt, int64_t rate,
@@ -751,6 +747,31 @@ static void alone_over_busy(double *alone, double *busy, const double *own, int 
     free(busy);
 }
 
+/* The prices the model of pp is built from: *out the body's estimate, *it
+ * each instruction's scheduled price, *alone its alone ratio where the
+ * devices share cores (else NULL).  Returns 0, or -1 with a message. */
+static int model_prices(cost_ws *ws, const pipe_program *pp, const cost_hw *hw, const cost_options *opt, cost_estimate *out,
+                        double **it, double **alone, char *err, size_t errlen)
+{
+    double *busy;
+    *it = NULL;
+    if (alone_prices(ws, pp, hw, opt, alone, &busy, err, errlen) < 0) return -1;
+    int rc = cost_estimate_program(ws, pp->prog, hw, opt, out, err, errlen);
+    if (!rc && !(*it = scheduled_prices(ws, pp, hw, opt, out->instr_time, 0)))
+        rc = ir_errf(err, errlen, "pipeline: out of memory pricing the schedule");
+    if (rc) {
+        free(*alone);
+        free(busy);
+        *alone = NULL;
+        return -1;
+    }
+    alone_over_busy(*alone, busy, *it, pp->prog->n_instrs);
+    return 0;
+}
+
+/* cost_estimate_pipeline; when prices is not NULL, *prices gets the
+ * per-instruction prices the simulation ran on (scheduled_prices: free
+ * them), for a caller that balances the split on them. */
 static int estimate_pipeline(cost_ws *ws, const pipe_program *pp, const cost_hw *hw, const cost_options *opt, cost_estimate *out,
                              cost_pipe_estimate *pe, double **prices, char *err, size_t errlen)
 {
@@ -758,20 +779,8 @@ static int estimate_pipeline(cost_ws *ws, const pipe_program *pp, const cost_hw 
     const pipe_spec *s = &pp->spec;
     static const cost_options defaults = {COST_FP32, 0, 0, COST_GRADS_AUTO};
     if (!opt) opt = &defaults;
-    double *alone, *busy;
-    if (alone_prices(ws, pp, hw, opt, &alone, &busy, err, errlen) < 0) return -1;
-    if (cost_estimate_program(ws, p, hw, opt, out, err, errlen) < 0) {
-        free(alone);
-        free(busy);
-        return -1;
-    }
-    double *it = scheduled_prices(ws, pp, hw, opt, out->instr_time, 0);
-    if (!it) {
-        free(alone);
-        free(busy);
-        return ir_errf(err, errlen, "pipeline: out of memory pricing the schedule");
-    }
-    alone_over_busy(alone, busy, it, p->n_instrs);
+    double *it, *alone;
+    if (model_prices(ws, pp, hw, opt, out, &it, &alone, err, errlen) < 0) return -1;
     pricer c = {.pp = pp, .p = p, .it = it, .bytes = cost_ws_buffer_bytes(ws), .ws = ws, .mem_bandwidth = hw->mem_bandwidth,
                 .alone = alone};
     int P = s->stages, rc = 0, mixed = opt->precision == COST_MIXED_BF16 || opt->precision == COST_MIXED_FP16;
@@ -790,10 +799,6 @@ static int estimate_pipeline(cost_ws *ws, const pipe_program *pp, const cost_hw 
     if (!stg || !c.last_read || !c.wseg || !c.opt_of || build_model(&c, hw) < 0) {
         rc = ir_errf(err, errlen, "pipeline: out of memory pricing the schedule");
         goto done;
-    }
-    if (alone) {
-        c.m.cores = hw->cores;
-        c.m.stage_devices = (int)(p->mesh.n_devices / P);
     }
     for (int r = 0; r < P; r++) stage_bytes(&c, r, mixed);
     if (cost_pipe_simulate(&c.m, &res, err, errlen) < 0) {
@@ -883,30 +888,14 @@ int cost_pipe_simulate_times(cost_ws *ws, const pipe_program *pp, const cost_hw 
 {
     static const cost_options defaults = {COST_FP32, 0, 0, COST_GRADS_AUTO};
     cost_estimate e;
-    double *alone, *busy;
+    double *it, *alone;
     if (!opt) opt = &defaults;
-    if (alone_prices(ws, pp, hw, opt, &alone, &busy, err, errlen) < 0) return -1;
-    if (cost_estimate_program(ws, pp->prog, hw, opt, &e, err, errlen) < 0) {
-        free(alone);
-        free(busy);
-        return -1;
-    }
-    double *it = scheduled_prices(ws, pp, hw, opt, e.instr_time, 0);
-    if (!it) {
-        free(alone);
-        free(busy);
-        return ir_errf(err, errlen, "pipeline: out of memory pricing the schedule");
-    }
-    alone_over_busy(alone, busy, it, pp->prog->n_instrs);
+    if (model_prices(ws, pp, hw, opt, &e, &it, &alone, err, errlen) < 0) return -1;
     pricer c = {.pp = pp, .p = pp->prog, .it = it, .bytes = cost_ws_buffer_bytes(ws), .ws = ws, .mem_bandwidth = hw->mem_bandwidth,
                 .alone = alone};
     cost_pipe_result res;
     memset(&res, 0, sizeof res);
     int rc = build_model(&c, hw) < 0 ? ir_errf(err, errlen, "pipeline: out of memory pricing the schedule") : 0;
-    if (alone) {
-        c.m.cores = hw->cores;
-        c.m.stage_devices = (int)(pp->prog->mesh.n_devices / pp->spec.stages);
-    }
     for (int k = 0; k < c.m.n_segs && !rc; k++) { /* the measured time replaces the segment's work and sends, alone or not */
         int lo, hi;
         double work = 0;
