@@ -665,7 +665,10 @@ static int alone_pairs(int kind, int cores, int64_t n, int inner, double *busy, 
                                    : copy_rate(threads, (size_t)n, inner);
             if (isnan(r)) return -1;
             *(threads == cores ? &b[k] : &a[k]) = r;
-            if (cores == 1) a[k] = r;
+            if (cores == 1) { /* nothing else to be busy: alone is busy */
+                a[k] = r;
+                break;
+            }
         }
         q[k] = b[k] > 0 ? a[k] / b[k] : 1;
     }

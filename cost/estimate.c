@@ -461,7 +461,7 @@ typedef struct ctx {
     int kern;    /* accelerator kernels (fused_elementwise 2): a kept dropout mask takes 1 byte an element */
     cost_precision precision;
     int64_t rate_n; /* the devices whose rates the CPU terms take (the mesh's, or cost_estimate_program_at's) */
-    double ser;  /* cost_cpu_factor of the mesh */
+    double ser;  /* cost_cpu_factor of rate_n devices */
     double bw;   /* what the memory terms are multiplied by before ser (alone_bandwidth's factor / ser) */
     int oversub; /* devices outnumber cores */
     double cache;   /* CPU profiles with cache_bytes: one device's share of the cache; 0: no cache model */
