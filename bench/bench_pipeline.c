@@ -467,8 +467,7 @@ static int case_round(bcase *c, int round, tally *t, char *err, size_t errlen)
             const double *tc = exec_pipe_task_cpu(r, d);
             pipe_task_order(s, stage, order);
             for (int i = 0; step > 0 && i <= nt; i++) {
-                int vs = i == nt ? 0 : order[i].chunk * P + stage;
-                int seg = i == nt ? cost_pipe_seg_end(s, stage) : order[i].dir == PIPE_FWD ? cost_pipe_seg_fwd(s, vs) : cost_pipe_seg_bwd(s, vs);
+                int seg = i == nt ? cost_pipe_seg_end(s, stage) : pipe_task_seg(s, stage, &order[i]);
                 double *slot = &c->seg_cpu[((size_t)seg * (size_t)c->R_max + (size_t)round) * (size_t)c->slots +
                                            (size_t)(step - 1) * (size_t)s->microbatches + (size_t)(i == nt ? 0 : order[i].mb)];
                 *slot = fmax(*slot, tc[2 * i + 1] - tc[2 * i]);

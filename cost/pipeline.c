@@ -174,9 +174,7 @@ typedef struct cursor {
 /* The model's segment of stage st's task t (NULL: its end of step). */
 static int task_segment(const pipe_spec *s, int st, const pipe_task *t)
 {
-    if (!t) return cost_pipe_seg_end(s, st);
-    int vs = t->chunk * s->stages + st;
-    return t->dir == PIPE_FWD ? cost_pipe_seg_fwd(s, vs) : cost_pipe_seg_bwd(s, vs);
+    return t ? pipe_task_seg(s, st, t) : cost_pipe_seg_end(s, st);
 }
 
 /* The transfer slot of event x in micro-batch k. */
@@ -216,7 +214,8 @@ static int shares_cores(const cost_pipe_model *m)
 }
 
 /* cost_pipe_simulate where the devices share the cores: one clock for all
- * stages.  A stage is working (a work or send event under way), waiting
+ * stages (the sweep below gives each stage its own clock, which is exact
+ * only while no work's speed depends on what the other stages do).  A stage is working (a work or send event under way), waiting
  * (for a receive's data) or done.  At each step of the clock every stage
  * that can goes on through its receives whose data are in and its segment
  * boundaries; then the clock moves to the first event end or arrival, each
@@ -288,7 +287,7 @@ static int simulate_shared(const cost_pipe_model *m, cost_pipe_result *r, const 
             if (!x) continue;
             r->busy[st] += dt;
             rem[st] -= dt * speed[st];
-            if (rem[st] > 1e-9 * dt * speed[st] && rem[st] > 0) continue;
+            if (rem[st] > 1e-9 * dt * speed[st]) continue; /* (left over by rounding: done) */
             if (x->kind == COST_PIPE_SEND) {
                 const pipe_task *t = cur[st].task < n ? &order[(size_t)st * n + cur[st].task] : NULL;
                 arrive[xfer_slot(m, x, t ? t->mb : 0)] = now;
