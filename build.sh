@@ -9,6 +9,9 @@
 #                       each for S seconds (default 60) on its corpus; `test` runs each briefly
 #                       (tests/e2e_fuzz.sh)
 #   ./build.sh clean    remove build outputs
+# `test` and `asan` also make the Python virtual environment the framework tests
+# run in (torch, JAX, onnx, transformers), pinned by tests/requirements.txt, in
+# ${CARVE_VENV:-.venv} when it is missing or the file changed (see need_venv).
 # Missing Debian packages (libblis-dev, libcjson-dev, libprotobuf-c-dev; openmpi-bin and
 # libopenmpi-dev for the MPI backend, clang for the fuzz targets; chromium
 # and libonnx-testdata for `test`) are installed with apt-get when run as
@@ -34,6 +37,7 @@ need_pkgs() {
         command -v mpirun >/dev/null 2>&1 || missing+=(openmpi-bin)
         [ -e /usr/lib/x86_64-linux-gnu/openmpi/include/mpi.h ] || command -v mpicc >/dev/null 2>&1 || missing+=(libopenmpi-dev)
         [ -n "$(fuzz_cc)" ] || missing+=(clang)
+        [ -z "$(fuzz_cc)" ] || clang_omp_ok || missing+=(libomp-dev)
     fi
     [ ${#missing[@]} -eq 0 ] && return 0
     if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
@@ -45,6 +49,34 @@ need_pkgs() {
         echo "build.sh: missing packages: ${missing[*]}; install them with: sudo apt-get install -y ${missing[*]}" >&2
         exit 2
     fi
+}
+
+# The framework tests (PyTorch, JAX, onnx, transformers) run in a virtual
+# environment made from tests/requirements.txt (every package pinned):
+# ${CARVE_VENV:-.venv}, brought in step with the file when its hash changed
+# (a stamp in the venv holds it).  CARVE_PYTHON is exported for the tests.
+# Where it cannot be made (no network, no venv module), the tests that need it
+# fail closed, unless CARVE_TEST_WITHOUT names torch and jax.
+need_venv() {
+    local venv=${CARVE_VENV:-$PWD/.venv} req=$PWD/tests/requirements.txt stamp
+    stamp=$(sha256sum "$req" | cut -c1-16)
+    if [ "$(cat "$venv/.carve-requirements" 2>/dev/null)" != "$stamp" ]; then
+        echo "build.sh: installing the pinned Python test packages into $venv (torch, JAX, onnx, transformers: once, a few minutes)" >&2
+        if { [ -x "$venv/bin/python" ] || python3 -m venv "$venv" >&2; } &&
+            "$venv/bin/python" -m pip install -q --disable-pip-version-check -r "$req" >&2; then
+            echo "$stamp" >"$venv/.carve-requirements"
+        else
+            echo "build.sh: the Python test environment could not be made; the torch and JAX tests will fail (CARVE_TEST_WITHOUT=torch,jax to skip them)" >&2
+            return 0
+        fi
+    fi
+    export CARVE_PYTHON="$venv/bin/python"
+}
+
+# clang builds the fuzz targets with OpenMP: its omp.h comes with libomp-dev.
+clang_omp_ok() {
+    local cc; cc=$(fuzz_cc); [ -n "$cc" ] || return 1
+    echo '#include <omp.h>' | "$cc" -fopenmp -x c -fsyntax-only - >/dev/null 2>&1
 }
 
 # The MPI backend (exec/spmd_mpi.c) is compiled in when mpicc and mpirun are
@@ -238,9 +270,9 @@ case "$mode" in
 build)
     need_pkgs; run_make build "" "" ;;
 test)
-    need_pkgs; need_browser; need_testdata; run_make build "" ""; run_tests build ;;
+    need_pkgs; need_browser; need_testdata; need_venv; run_make build "" ""; run_tests build ;;
 asan)
-    need_pkgs; need_testdata
+    need_pkgs; need_testdata; need_venv
     run_make build-asan "-O1 -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined" \
         "-fsanitize=address,undefined"
     export ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
@@ -250,9 +282,11 @@ bench)
 fuzz)
     need_pkgs; run_make build "" ""
     [ -n "$(fuzz_cc)" ] || { echo "build.sh: fuzz needs clang (apt-get install -y clang-14)" >&2; exit 2; }
+    clang_omp_ok || { echo "build.sh: fuzz needs clang's OpenMP header (apt-get install -y libomp-dev)" >&2; exit 2; }
     build_fuzz build-fuzz; run_fuzz build-fuzz "${2:-60}" ;;
 fuzz-smoke) # what tests/e2e_fuzz.sh runs: each target CARVE_FUZZ_SMOKE_S seconds (default 3)
     [ -n "$(fuzz_cc)" ] || { echo "build.sh: fuzz needs clang (apt-get install -y clang-14)" >&2; exit 2; }
+    clang_omp_ok || { echo "build.sh: fuzz needs clang's OpenMP header (apt-get install -y libomp-dev)" >&2; exit 2; }
     build_fuzz build-fuzz; run_fuzz build-fuzz "${CARVE_FUZZ_SMOKE_S:-3}" ;;
 clean)
     rm -rf build build-asan build-fuzz ;;
