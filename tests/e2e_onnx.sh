@@ -3,10 +3,11 @@
 #
 # 1. The fixtures against torch: where /usr/bin/python3 has torch and onnx
 #    (python3-torch, python3-onnx), tests/onnx/gen.py exports every fixture
-#    again into a temporary folder and each file must equal the committed one
-#    byte for byte (the exports and the reference values are seeded; a torch
-#    whose exporter or kernels changed shows here).  Without torch (not a
-#    component build.sh installs) a skip.
+#    again into a temporary folder and tests/onnx/compare.py compares each file
+#    with the committed one numerically (the same graph; initializers, the
+#    loss and the gradients within 1e-6: another machine's kernels differ in
+#    the last bits, so never byte for byte).  Without torch (not a component
+#    build.sh installs) a skip.
 # 2. One fixture on 2 MPI ranks against torch's numbers (test_onnx --mpi).
 # 3. The commands: show, shard, cost, calibrate, autopart, explain, run,
 #    export and import take --graph FILE.onnx; a plan records the file (path,
@@ -36,15 +37,11 @@ torch=0
 /usr/bin/python3 -c 'import torch, onnx' 2>/dev/null && torch=1
 if [ $torch = 1 ]; then
     if /usr/bin/python3 "$root/tests/onnx/gen.py" --out "$tmp/fx" >gen.txt 2>&1; then
-        n=0 differ=0
-        for f in "$fx"/* "$fx"/external/* "$fx"/bad/* "$fx"/dynamic/*; do
-            [ -f "$f" ] || continue
-            rel=${f#"$fx"/}
-            n=$((n + 1))
-            cmp -s "$f" "$tmp/fx/$rel" || { differ=$((differ + 1)); echo "FAIL regenerated $rel differs from the committed file"; }
-        done
-        made=$(find "$tmp/fx" -type f | wc -l)
-        check "fixtures exported again ($differ of $n differ, $made made)" "$([ "$differ" -eq 0 ] && [ "$n" -eq "$made" ] && [ "$n" -gt 40 ]; echo $?)"
+        if /usr/bin/python3 "$root/tests/onnx/compare.py" "$fx" "$tmp/fx" >cmp.txt 2>&1; then
+            pass=$((pass + 1))
+        else
+            fail=$((fail + 1)); echo "FAIL fixtures exported again differ from the committed ones:"; tail -8 cmp.txt
+        fi
     else
         fail=$((fail + 1)); echo "FAIL gen.py:"; tail -5 gen.txt
     fi
