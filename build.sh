@@ -4,7 +4,8 @@
 #   ./build.sh test     build, then run every test (closing line: N passed, N failed; and
 #                       N skipped where a test could not run a check here)
 #   ./build.sh asan     the same tests built with AddressSanitizer + UBSan (build-asan/)
-#   ./build.sh bench    build, then run the benchmarks; they rewrite BENCHMARKS.md
+#   ./build.sh bench    build, then run the benchmarks into build/BENCHMARKS-run.md (BENCHMARKS.md
+#                       is kept by hand: its first page says where new figures go)
 #   ./build.sh fuzz [S] build the libFuzzer targets in fuzz/ with clang (build-fuzz/) and run
 #                       each for S seconds (default 60) on its corpus; `test` runs each briefly
 #                       (tests/e2e_fuzz.sh)

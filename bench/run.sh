@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
-# run.sh - runs every benchmark program and writes BENCHMARKS.md.
+# run.sh - runs every benchmark program and writes BUILD_DIR/BENCHMARKS-run.md
+# (never BENCHMARKS.md, whose first page and sections are kept by hand: copy
+# the sections you mean to keep there, as its "Where new figures go" says).
 #   bash bench/run.sh BUILD_DIR      (./build.sh bench calls it with "build")
 # Each BUILD_DIR/bench/bench_* program prints its own markdown section on
 # stdout (starting with a "## title" line); this script adds a header with the
@@ -10,7 +12,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 build=${1:-build}
-out=BENCHMARKS.md
+out=$build/BENCHMARKS-run.md
 tmp=$(mktemp)
 trap 'rm -f "$tmp"' EXIT
 
