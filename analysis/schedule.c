@@ -134,23 +134,24 @@ static int parse_axis_tactic(const tactic_text *x, const shard_mesh *m, tactic *
     return (t->axis = parse_axis(x->parts[1], m, x->tac, err, n)) < 0 ? -1 : 0;
 }
 
-/* remat:LAYERS (selective), remat:LAYERS:full, remat:full (= remat:all:full) */
+/* remat:LAYERS (selective), remat:LAYERS:full, remat:LAYERS:attn;
+ * remat:full and remat:attn (= remat:all:full, remat:all:attn) */
 static int parse_remat(const tactic_text *x, const shard_mesh *m, tactic *t, char *err, size_t n)
 {
-    int np = x->np, full = np == 3 && !strcmp(x->parts[2], "full");
-    const char *layers = np >= 2 ? x->parts[1] : "";
-    if (np == 2 && !strcmp(layers, "full")) {
-        full = 1;
-        layers = "all";
-    }
-    if ((np != 2 && !full) || parse_layers(layers, t) < 0)
+    static const char *const policy[] = {[IR_REMAT_FULL] = "full", [IR_REMAT_ATTN] = "attn"};
+    int np = x->np, mode = IR_REMAT_SELECTIVE;
+    const char *layers = np >= 2 ? x->parts[1] : "", *last = np >= 2 ? x->parts[np - 1] : "";
+    for (int k = IR_REMAT_FULL; k <= IR_REMAT_ATTN; k++)
+        if ((np == 3 || np == 2) && !strcmp(last, policy[k])) mode = k;
+    if (np == 2 && mode != IR_REMAT_SELECTIVE) layers = "all";
+    if ((np != 2 && !(np == 3 && mode != IR_REMAT_SELECTIVE)) || parse_layers(layers, t) < 0)
         return ir_errf(err, n,
                        "schedule: tactic '%s': write remat:all, remat:N or remat:A-B (layers), :full after them to "
-                       "re-run each layer's whole forward, or remat:full",
+                       "re-run each layer's whole forward or :attn to recompute only the attention cores; remat:full, remat:attn",
                        x->tac);
     t->kind = TACTIC_REMAT;
     t->axis = -1;
-    t->dim = full;
+    t->dim = mode;
     return 0;
 }
 
@@ -226,6 +227,7 @@ static const struct {
     {"zero2", TACTIC_ZERO2, parse_axis_tactic},
     {"zero3", TACTIC_ZERO3, parse_axis_tactic},
     {"ep", TACTIC_EP, parse_axis_tactic},
+    {"sp", TACTIC_SP, parse_axis_tactic},
     {"tile", TACTIC_TILE, parse_tile},
     {"atomic", TACTIC_ATOMIC, parse_atomic},
     {"group", TACTIC_GROUP, parse_tile},
@@ -412,7 +414,7 @@ int sched_parse(const char *text, const shard_mesh *mesh, schedule *out, char *e
 
 char *sched_str(const schedule *s, const shard_mesh *mesh, char *buf, size_t n)
 {
-    static const char *const names[] = {"dp", "megatron", "zero1", "zero2", "zero3", "tile", "atomic", "auto", "remat", "group", "microbatch", "ep", "gather", "pipeline"};
+    static const char *const names[] = {"dp", "megatron", "zero1", "zero2", "zero3", "tile", "atomic", "auto", "remat", "group", "microbatch", "ep", "gather", "pipeline", "sp"};
     size_t k = 0;
     buf[0] = 0;
     for (int i = 0; i < s->n && k < n; i++) {
@@ -426,15 +428,19 @@ char *sched_str(const schedule *s, const shard_mesh *mesh, char *buf, size_t n)
         case TACTIC_ZERO1:
         case TACTIC_ZERO2:
         case TACTIC_EP:
+        case TACTIC_SP:
         case TACTIC_ZERO3: k += (size_t)snprintf(buf + k, n - k, "%s:%s", names[t->kind], ax); break;
         case TACTIC_TILE:
         case TACTIC_GROUP: k += (size_t)snprintf(buf + k, n - k, "%s:%s:%d:%s", names[t->kind], t->pattern, t->dim, ax); break;
         case TACTIC_ATOMIC: k += (size_t)snprintf(buf + k, n - k, "atomic:%s:%s", t->pattern, ax); break;
         case TACTIC_AUTO: k += (size_t)snprintf(buf + k, n - k, "auto"); break;
         case TACTIC_REMAT:
-            if (t->hi >= (1 << 20)) k += (size_t)snprintf(buf + k, n - k, t->dim ? "remat:full" : "remat:all");
-            else if (t->lo == t->hi) k += (size_t)snprintf(buf + k, n - k, "remat:%d%s", t->lo, t->dim ? ":full" : "");
-            else k += (size_t)snprintf(buf + k, n - k, "remat:%d-%d%s", t->lo, t->hi, t->dim ? ":full" : "");
+            {
+                const char *pol = t->dim == IR_REMAT_FULL ? ":full" : t->dim == IR_REMAT_ATTN ? ":attn" : "";
+                if (t->hi >= (1 << 20)) k += (size_t)snprintf(buf + k, n - k, "remat:%s", pol[0] ? pol + 1 : "all");
+                else if (t->lo == t->hi) k += (size_t)snprintf(buf + k, n - k, "remat:%d%s", t->lo, pol);
+                else k += (size_t)snprintf(buf + k, n - k, "remat:%d-%d%s", t->lo, t->hi, pol);
+            }
             break;
         case TACTIC_MICROBATCH: k += (size_t)snprintf(buf + k, n - k, "microbatch:%d", t->lo); break;
         case TACTIC_GATHER: k += (size_t)snprintf(buf + k, n - k, "gather:%s", spmd_gather_policy_name(t->lo)); break;
@@ -560,6 +566,44 @@ static int expand_group(const tactic *t, const shard_state *st, shard_decision *
     return rc < 0 ? ir_errf(err, errlen, "tactic expands to more than %d decisions", cap) : 0;
 }
 
+/* sp:AXIS, Megatron-LM's sequence parallelism: the dim group of the
+ * sequence (the dim after the batch dim of the first batch input of token
+ * ids: a GPT's tokens[B, S]) tiled over the axis.  After megatron:AXIS
+ * its conflicts with the split hidden dims leave the residual stream, the
+ * norms and the dropouts split by sequence and the lowering all-gathers the
+ * sequence before each column-parallel matmul and reduce-scatters after each
+ * row-parallel one (docs/sharding.md, "Sequence parallelism"). */
+static int expand_sp(const tactic *t, const shard_state *st, shard_decision *out, int *n, int cap, char *err, size_t errlen)
+{
+    const ir_graph *g = st->g;
+    const shard_groups *gs = shard_state_groups(st);
+    char why[160];
+    int grps[64], n_grp = shard_batch_groups(g, gs, grps, 64, why, sizeof why), v0 = -1, d0 = -1;
+    for (int j = 0; j < n_grp && v0 < 0; j++) {
+        const shard_group *G = &gs->groups[grps[j]];
+        for (int k = 0; k < G->n && v0 < 0; k++) {
+            const shard_member *m = &gs->members[G->first + k];
+            const ir_value *x = &g->values[m->value];
+            if (x->role == IR_INPUT && x->dtype == IR_I32 && x->rank > m->dim + 1) v0 = m->value, d0 = m->dim + 1;
+        }
+    }
+    if (v0 < 0)
+        return ir_errf(err, errlen, "sp:%s: the graph has no batch input of token ids with a sequence dim after its batch dim (sequence parallelism splits a language model's sequence)",
+                       st->mesh.names[t->axis]);
+    int rc = 0;
+    for (int c = 0; c < gs->n && rc == 0; c++) {
+        const shard_group *G = &gs->groups[c];
+        int here = 0;
+        for (int i = 0; i < G->n; i++) here |= gs->members[G->first + i].value == v0 && gs->members[G->first + i].dim == d0;
+        for (int i = 0; here && i < G->n && rc == 0; i++) {
+            const shard_member *mb = &gs->members[G->first + i];
+            if (shard_member_can(st, mb->value, mb->dim, t->axis))
+                rc = push(out, n, cap, (shard_decision){SHARD_TILE, (int8_t)mb->dim, (int8_t)t->axis, mb->value});
+        }
+    }
+    return rc < 0 ? ir_errf(err, errlen, "tactic expands to more than %d decisions", cap) : 0;
+}
+
 int sched_expand(const tactic *t, const shard_state *st, shard_decision *out, int cap, char *err, size_t errlen)
 {
     const ir_graph *g = st->g;
@@ -610,6 +654,8 @@ int sched_expand(const tactic *t, const shard_state *st, shard_decision *out, in
         return n;
     case TACTIC_GROUP:
         return expand_group(t, st, out, &n, cap, err, errlen) < 0 ? -1 : n;
+    case TACTIC_SP:
+        return expand_sp(t, st, out, &n, cap, err, errlen) < 0 ? -1 : n;
     case TACTIC_EP: { /* experts first: their stamp wins over the tokens' at the expert einsums */
         shard_member *dims = ir_xcalloc((size_t)cap + 1, sizeof *dims);
         char why[160];
@@ -726,7 +772,9 @@ int sched_rewrite(const schedule *s, ir_graph **g, char *err, size_t errlen)
     for (int i = 0; i < s->n; i++) {
         const tactic *t = &s->t[i];
         if (t->kind != TACTIC_REMAT) continue;
-        ir_graph *next = (t->dim ? ir_remat_full : ir_remat)(cur, t->lo, t->hi, NULL, err, errlen);
+        static ir_graph *(*const rewrite[])(const ir_graph *, int, int, int *, char *, size_t) = {
+            [IR_REMAT_SELECTIVE] = ir_remat, [IR_REMAT_FULL] = ir_remat_full, [IR_REMAT_ATTN] = ir_remat_attn};
+        ir_graph *next = rewrite[t->dim](cur, t->lo, t->hi, NULL, err, errlen);
         if (!next) {
             if (cur != *g) ir_free(cur);
             return -1;

@@ -32,6 +32,10 @@
  *   remat:LAYERS:full  full recomputation: each layer's whole forward is
  *                      re-run from its input (ir_remat_full, Megatron-LM's
  *                      --checkpoint-activations); remat:full = remat:all:full
+ *   remat:LAYERS:attn  attention-only recomputation (ir_remat_attn,
+ *                      Korthikanti et al.'s selective recomputation): the
+ *                      softmax, masks and dropout of each attention core
+ *                      recomputed, q, k, v kept; remat:attn = remat:all:attn
  *   microbatch:N       gradient accumulation: N micro-batches of batch / N,
  *                      one update (the step is built so by whoever builds
  *                      the model: model_build_microbatched_step)
@@ -48,6 +52,13 @@
  *                      expert weight ("*.moe.w1", "*.moe.w2", "*.moe.w3") tiled
  *                      over AXIS first, then the batch inputs as dp:AXIS;
  *                      tokens reach their experts' devices by all-to-all
+ *   sp:AXIS            Megatron-LM's sequence parallelism (after megatron:AXIS):
+ *                      the sequence dim group (the dim after the batch dim
+ *                      of the token ids) tiled over AXIS, so norms,
+ *                      dropouts and the residual stream are split by
+ *                      sequence; all-gather before and reduce-scatter
+ *                      after each tensor-parallel block replace its
+ *                      all-reduce
  *   gather:POLICY      the lowering's ZeRO-3 gather policy (spmd_gather_policy):
  *                      regather (gather a sharded param again for the
  *                      backward pass) or keep (the backward reuses the
@@ -94,12 +105,13 @@ typedef enum {
     TACTIC_EP,
     TACTIC_GATHER,
     TACTIC_PIPELINE,
+    TACTIC_SP,
 } tactic_kind;
 
 typedef struct tactic {
     tactic_kind kind;
     int axis;                   /* mesh axis (not for AUTO) */
-    int dim;                    /* TILE, GROUP; REMAT: 1 full recomputation, 0 selective;
+    int dim;                    /* TILE, GROUP; REMAT: the policy (IR_REMAT_SELECTIVE, _FULL, _ATTN);
                                    PIPELINE: the schedule (pipe_schedule) */
     int lo, hi;                 /* REMAT: layer range; MICROBATCH: lo = count; GATHER: lo = policy;
                                    PIPELINE: lo = micro-batches (0: default), hi = chunks */

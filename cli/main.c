@@ -25,7 +25,7 @@ static const cli_command commands[] = {
      "usage: carve shard (--model SPEC | --graph FILE) --mesh MESH --schedule SCHEDULE [--summary] [--json]\n"
      "  --mesh MESH          named axes, e.g. batch=4,model=2 (or 4x2)\n"
      "  --schedule SCHEDULE  tactics in order, e.g. dp:batch,megatron:model,zero3:batch\n"
-     "                       (dp, megatron, zero1, zero2, zero3, remat:LAYERS, microbatch:N,\n"
+     "                       (dp, megatron, sp, zero1, zero2, zero3, remat:LAYERS[:full|:attn], microbatch:N,\n"
      "                       tile:NAME:DIM:AXIS, atomic:NAME:AXIS, group:NAME:DIM:AXIS) or a .json file\n"
      "  --summary            collective counts and bytes instead of the whole program\n"
      "  --json               print a carve-shard/1 document instead of text (docs/json-output.md);\n"

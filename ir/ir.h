@@ -439,6 +439,14 @@ ir_graph *ir_remat(const ir_graph *step, int lo, int hi, int *n_recomputed, char
  * before the layer's backward pass, whether the backward pass reads its
  * result or not; n_recomputed receives how many. */
 ir_graph *ir_remat_full(const ir_graph *step, int lo, int hi, int *n_recomputed, char *err, size_t errlen);
+/* Attention-only recomputation (Korthikanti et al. 2022's selective
+ * recomputation): as ir_remat, but only each layer's attention core (the
+ * values between the scores einsum of two activations and the context
+ * einsum, with their masks) is recomputed; q, k, v and the context stay
+ * saved.  An error when the layers have no einsum of two activations. */
+ir_graph *ir_remat_attn(const ir_graph *step, int lo, int hi, int *n_recomputed, char *err, size_t errlen);
+/* The recomputation policies (the remat: tactic's dim). */
+enum { IR_REMAT_SELECTIVE, IR_REMAT_FULL, IR_REMAT_ATTN };
 
 /* Gradient accumulation (ir/microbatch.c): from the training step of one
  * micro-batch, a new graph (caller owns) that runs the forward and backward

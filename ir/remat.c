@@ -29,6 +29,17 @@
  * everything else (the layer input is the previous layer's output, a
  * checkpoint); backward ops read clones of internal values only.
  *
+ * Attention-only recomputation (ir_remat_attn, Korthikanti et al. 2022's
+ * "selective activation recomputation", Megatron-LM's --recompute-granularity
+ * selective): as the selective rewrite, but only the values of each layer's
+ * attention core are recomputed: those on a path from an einsum of two
+ * activations (the scores, q k^T) to the input of such an einsum (the
+ * context, probabilities times v), and the values feeding such an input
+ * that depend on neither the batch nor a param (the dropout mask, the causal
+ * mask).  q, k, v and the context stay saved, so what is recomputed is the
+ * softmax and its mask and dropout: the s x s activations, at the cost of
+ * one einsum of the scores per layer.
+ *
  * The op set is not looked at: a forward op is cloned whatever its kind.
  * The rewrite builds a new graph value by value in the original order
  * (values and ops stay in one topological order, which ir_verify checks),
@@ -47,6 +58,7 @@ typedef struct remat {
     ir_graph *out;          /* the new graph */
     int lo, hi;             /* layers recomputed */
     int full;               /* re-run every forward op of the layers (ir_remat_full) */
+    int attn;               /* recompute the attention cores only (ir_remat_attn) */
     unsigned char *fwd;     /* per value: the loss depends on it */
     unsigned char *internal; /* per value: made inside a layer in range, read by no other layer, no output */
     unsigned char *redo;    /* per value: recomputed (selective: internal values the backward pass reads,
@@ -57,6 +69,7 @@ typedef struct remat {
 } remat;
 
 static int in_range(const remat *r, int layer) { return layer >= r->lo && layer <= r->hi; }
+static int layer_of(const ir_graph *g, int v);
 
 /* fwd[v]: the loss depends on v (as lowering's phases see it). */
 static void mark_forward(remat *r)
@@ -68,6 +81,44 @@ static void mark_forward(remat *r)
         if (!r->fwd[o->out]) continue;
         for (int k = 0; k < o->n_in; k++) r->fwd[o->in[k]] = 1;
     }
+}
+
+/* 1 when einsum op o reads two values that depend on the batch (dep). */
+static int activation_pair(const ir_op *o, const unsigned char *dep)
+{
+    return o->kind == IR_OP_EINSUM && o->n_in == 2 && dep[o->in[0]] && dep[o->in[1]];
+}
+
+/* Clears internal[v] for every value outside the attention cores (the file
+ * comment): from[] marks values reached from an einsum of two activations
+ * inside their layer, to[] those that reach the input of one. */
+static void keep_attention_cores(remat *r, unsigned char *internal)
+{
+    const ir_graph *g = r->g;
+    size_t nv = (size_t)g->n_values;
+    unsigned char *dep = ir_xcalloc(nv, 1), *par = ir_xcalloc(nv, 1), *from = ir_xcalloc(nv, 1), *to = ir_xcalloc(nv, 1);
+    for (size_t v = 0; v < nv; v++) dep[v] = g->values[v].role == IR_INPUT, par[v] = g->values[v].role == IR_PARAM;
+    for (int i = 0; i < g->n_ops; i++) {
+        const ir_op *o = &g->ops[i];
+        for (int k = 0; k < o->n_in; k++) {
+            dep[o->out] |= dep[o->in[k]];
+            par[o->out] |= par[o->in[k]];
+            from[o->out] |= from[o->in[k]] && layer_of(g, o->in[k]) == o->layer;
+        }
+        from[o->out] |= r->fwd[o->out] && activation_pair(o, dep);
+    }
+    for (int i = g->n_ops - 1; i >= 0; i--) {
+        const ir_op *o = &g->ops[i];
+        if (!r->fwd[o->out] || !in_range(r, o->layer)) continue;
+        int pair = activation_pair(o, dep);
+        for (int k = 0; k < o->n_in; k++)
+            if (layer_of(g, o->in[k]) == o->layer && (pair || to[o->out])) to[o->in[k]] = 1;
+    }
+    for (size_t v = 0; v < nv; v++) internal[v] &= to[v] && (from[v] || (!dep[v] && !par[v]));
+    free(dep);
+    free(par);
+    free(from);
+    free(to);
 }
 
 /* redo[v] for the internal forward values of the layers in range that the
@@ -93,6 +144,7 @@ static int mark_redo(remat *r)
     outside[g->loss] = 1;
     for (int v = 0; v < nv; v++) internal[v] &= !outside[v];
     free(outside);
+    if (r->attn) keep_attention_cores(r, internal);
     int n = 0;
     if (r->full) { /* every forward value made inside the layers */
         for (int i = 0; i < g->n_ops; i++) {
@@ -235,8 +287,9 @@ static ir_graph *rebuild(remat *r, char *msg, size_t n)
     return r->out;
 }
 
-/* ir_remat and ir_remat_full: `full` picks the policy (file comment). */
-static ir_graph *remat_step(const ir_graph *step, int lo, int hi, int full, int *n_recomputed, char *err, size_t errlen)
+/* ir_remat, ir_remat_full and ir_remat_attn: `mode` picks the policy
+ * (IR_REMAT_*, file comment). */
+static ir_graph *remat_step(const ir_graph *step, int lo, int hi, int mode, int *n_recomputed, char *err, size_t errlen)
 {
     if (step->loss < 0) return ir_errf(err, errlen, "remat: the graph has no loss"), NULL;
     if (step->n_layers == 0) return ir_errf(err, errlen, "remat: the graph has no layers (its ops carry no layer tags)"), NULL;
@@ -247,7 +300,8 @@ static ir_graph *remat_step(const ir_graph *step, int lo, int hi, int full, int 
     r.g = step;
     r.lo = lo;
     r.hi = hi < step->n_layers - 1 ? hi : step->n_layers - 1;
-    r.full = full;
+    r.full = mode == IR_REMAT_FULL;
+    r.attn = mode == IR_REMAT_ATTN;
     size_t nv = (size_t)step->n_values;
     r.fwd = ir_xcalloc(nv, 1);
     r.internal = ir_xcalloc(nv, 1);
@@ -261,8 +315,8 @@ static ir_graph *remat_step(const ir_graph *step, int lo, int hi, int full, int 
     char msg[IR_ERR_LEN + 96];
     ir_graph *out = NULL;
     if (n == 0)
-        snprintf(msg, sizeof msg, "layers %d-%d: the backward pass reads no value made inside them: nothing to recompute",
-                 r.lo, r.hi);
+        snprintf(msg, sizeof msg, "layers %d-%d: the backward pass reads no value made inside %s: nothing to recompute",
+                 r.lo, r.hi, r.attn ? "their attention cores (no einsum of two activations)" : "them");
     else
         out = rebuild(&r, msg, sizeof msg);
     remat_free(&r);
@@ -273,10 +327,15 @@ static ir_graph *remat_step(const ir_graph *step, int lo, int hi, int full, int 
 
 ir_graph *ir_remat(const ir_graph *step, int lo, int hi, int *n_recomputed, char *err, size_t errlen)
 {
-    return remat_step(step, lo, hi, 0, n_recomputed, err, errlen);
+    return remat_step(step, lo, hi, IR_REMAT_SELECTIVE, n_recomputed, err, errlen);
 }
 
 ir_graph *ir_remat_full(const ir_graph *step, int lo, int hi, int *n_recomputed, char *err, size_t errlen)
 {
-    return remat_step(step, lo, hi, 1, n_recomputed, err, errlen);
+    return remat_step(step, lo, hi, IR_REMAT_FULL, n_recomputed, err, errlen);
+}
+
+ir_graph *ir_remat_attn(const ir_graph *step, int lo, int hi, int *n_recomputed, char *err, size_t errlen)
+{
+    return remat_step(step, lo, hi, IR_REMAT_ATTN, n_recomputed, err, errlen);
 }

@@ -22,6 +22,9 @@ has "run mlp" "check: passed"
 # dropout (Megatron's placement) with full recomputation: the recomputed masks are the forward's
 ok "run dropout" "$carve" run --model gpt-tiny:dropout=0.1 --mesh batch=2,model=2 --schedule remat:full,dp:batch,megatron:model --steps 2
 has "run dropout" "check: passed"
+# attention-only recomputation and sequence parallelism (Korthikanti et al.'s layout), with ZeRO-1 beside
+ok "run attn+sp" "$carve" run --model gpt-tiny:dropout=0.1 --mesh batch=2,model=2 --schedule remat:attn,dp:batch,megatron:model,sp:model,zero1:batch --steps 2
+has "run attn+sp" "check: passed"
 
 for s in dp:batch,microbatch:2 zero2:batch,microbatch:4 microbatch:2,remat:all,zero3:batch; do
     ok "run $s" "$carve" run --model gpt-tiny --mesh batch=2 --schedule "$s" --steps 2

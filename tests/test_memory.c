@@ -260,6 +260,63 @@ out:
     ir_free(g);
 }
 
+/* Attention-only recomputation (remat:attn, ir_remat_attn): per layer the
+ * clones hold exactly one einsum, the scores of two activations (no
+ * projection with a param is re-run), and the softmax, masks and dropout
+ * around it; the backward pass reads no internal value of the cores; the
+ * outputs are bit for bit the plain step's; the activation peak lies between
+ * the plain step's and the selective rewrite's, and the extra FLOPs are far
+ * below the selective rewrite's. */
+static void test_remat_attn(void)
+{
+    char err[512];
+    const char *spec = "gpt:layers=4,hidden=128,heads=4,seq=64,batch=4,vocab=256,dropout=0.1";
+    ir_graph *g = test_build_step(spec);
+    int n = 0;
+    ir_graph *r = ir_remat_attn(g, 0, 99, &n, err, sizeof err);
+    CHECKF(r != NULL, "%s", err);
+    if (!r) {
+        ir_free(g);
+        return;
+    }
+    int einsums = 0, with_param = 0, masks = 0;
+    for (int v = 0; v < r->n_values; v++) {
+        if (strncmp(r->values[v].name, "remat/", 6)) continue;
+        const ir_op *o = &r->ops[r->values[v].producer];
+        einsums += o->kind == IR_OP_EINSUM;
+        masks += o->kind == IR_OP_DROPOUT_MASK;
+        for (int k = 0; k < o->n_in; k++) with_param += r->values[o->in[k]].role == IR_PARAM;
+    }
+    CHECKF(einsums == g->n_layers && with_param == 0 && masks == g->n_layers && n > 4 * g->n_layers,
+           "%d clones: %d einsums, %d dropout masks, %d reads of params for %d layers", n, einsums, masks, with_param,
+           g->n_layers);
+    CHECK(ir_verify(r, err, sizeof err) == 0);
+    CHECK(same_outputs(g, r, 2));
+    ir_graph *one = ir_remat_attn(g, 2, 2, NULL, err, sizeof err);
+    CHECK(one && same_outputs(g, one, 1));
+    ir_free(one);
+    ir_free(r);
+    ir_free(g);
+    ir_graph *a = test_build_step(spec), *b = test_build_step(spec), *c = test_build_step(spec);
+    cost_estimate plain = price(&a, "batch=1", "dp:batch"), attn = price(&b, "batch=1", "dp:batch,remat:attn");
+    cost_estimate sel = price(&c, "batch=1", "dp:batch,remat:all");
+    CHECKF(attn.activation_peak < plain.activation_peak && attn.activation_peak > sel.activation_peak,
+           "activation peaks: plain %.4g, remat:attn %.4g, remat:all %.4g", plain.activation_peak, attn.activation_peak,
+           sel.activation_peak);
+    CHECKF(attn.flops > plain.flops && attn.flops - plain.flops < 0.5 * (sel.flops - plain.flops),
+           "extra FLOPs: remat:attn %.4g, remat:all %.4g", attn.flops - plain.flops, sel.flops - plain.flops);
+    printf("%s: activation peak %.3g MB, %.3g MB with remat:attn (+%.1f%% FLOPs), %.3g MB with remat:all (+%.1f%%)\n", spec,
+           plain.activation_peak / 1e6, attn.activation_peak / 1e6, 100 * (attn.flops / plain.flops - 1),
+           sel.activation_peak / 1e6, 100 * (sel.flops / plain.flops - 1));
+    ir_free(a);
+    ir_free(b);
+    ir_free(c);
+    /* a model without an einsum of two activations */
+    ir_graph *mlp = test_build_step("mlp-tiny");
+    CHECK(ir_remat_attn(mlp, 0, 99, NULL, err, sizeof err) == NULL && strstr(err, "attention cores"));
+    ir_free(mlp);
+}
+
 static void test_remat_errors(void)
 {
     char err[512];
@@ -280,6 +337,12 @@ static void test_remat_errors(void)
     CHECK(sched_parse("remat:full,remat:1:full,remat:0-1:full,remat:all:full", &mesh, &sc, err, sizeof err) == 0 &&
           sc.t[0].dim == 1 && sc.t[0].hi == 1 << 20 && sc.t[1].lo == 1 && sc.t[1].hi == 1 && sc.t[2].dim == 1);
     CHECK(!strcmp(sched_str(&sc, &mesh, text, sizeof text), "remat:full,remat:1:full,remat:0-1:full,remat:full"));
+    /* attention-only: remat:attn, remat:LAYERS:attn */
+    schedule sa;
+    CHECK(sched_parse("remat:attn,remat:0-1:attn,remat:all:attn", &mesh, &sa, err, sizeof err) == 0 &&
+          sa.t[0].dim == IR_REMAT_ATTN && sa.t[1].hi == 1 && sa.t[2].dim == IR_REMAT_ATTN);
+    CHECK(!strcmp(sched_str(&sa, &mesh, text, sizeof text), "remat:attn,remat:0-1:attn,remat:attn"));
+    CHECK(sched_parse("remat:attn:full", &mesh, &sa, err, sizeof err) < 0 && strstr(err, "remat:attn"));
     /* a schedule with remat applied to a step that was not rewritten */
     shard_state *st = shard_state_new(g, &mesh);
     CHECK(sched_apply(&sc, st, err, sizeof err) < 0 && strstr(err, "not rewritten"));
@@ -574,6 +637,7 @@ int main(void)
     test_remat_rewrite();
     test_remat_memory();
     test_remat_full();
+    test_remat_attn();
     test_remat_errors();
     test_microbatch();
     test_gather_choice();

@@ -239,10 +239,69 @@ static void test_edge_sharding(void)
     ir_free(g);
 }
 
+/* Megatron-LM's sequence parallelism (megatron:model,sp:model; Korthikanti
+ * et al. 2022, section 4.2.2): in each layer the forward pass all-gathers
+ * the sequence twice (before attention and before the MLP, b x s x h each)
+ * and reduce-scatters twice (after them) instead of two all-reduces; the
+ * backward pass does the transposes and gathers the norms' outputs again
+ * for the weight gradients, and all-reduces no activation, only the
+ * gradients of the params applied to the split sequence (as Megatron-LM
+ * all-reduces the norms' gradients); the norms work on 1/n of the sequence.  On a model without token ids sp: is
+ * refused with its reason. */
+static void test_sequence_parallel(void)
+{
+    ir_graph *g = test_build_step("gpt-tiny:dropout=0.1");
+    model_config cfg;
+    char err[256];
+    model_parse("gpt-tiny", &cfg, err, sizeof err);
+    int64_t b = model_get(&cfg, "batch"), s = model_get(&cfg, "seq"), h = model_get(&cfg, "hidden");
+    shard_mesh mesh;
+    shard_state *st;
+    spmd_program *p = lower(g, "model=2", "megatron:model,sp:model", &mesh, &st);
+    for (int L = 0; L < g->n_layers; L++) {
+        int n[SPMD_N_KINDS] = {0}, grads = 0, odd = 0;
+        for (int i = 0; i < p->n_instrs; i++) {
+            const spmd_instr *in = &p->instrs[i];
+            const ir_value *x = &p->g->values[in->value];
+            if (in->layer != L || x->role != IR_INTERMEDIATE) continue;
+            if (x->grad_of >= 0) {
+                grads += in->kind == SPMD_ALL_REDUCE;
+                continue;
+            }
+            n[in->kind]++;
+            odd += (in->kind == SPMD_ALL_GATHER || in->kind == SPMD_REDUCE_SCATTER) && in->bytes != b * s * h * 4;
+        }
+        /* forward: 2 all-gathers, 2 reduce-scatters; backward: their transposes (2 reduce-scatters, 2 all-gathers)
+           and the norms' outputs gathered again for the weight gradients (2) */
+        CHECKF(n[SPMD_ALL_GATHER] == 6 && n[SPMD_REDUCE_SCATTER] == 4 && n[SPMD_ALL_REDUCE] == 0,
+               "layer %d: %d all-gathers, %d reduce-scatters, %d all-reduces of activations", L, n[SPMD_ALL_GATHER],
+               n[SPMD_REDUCE_SCATTER], n[SPMD_ALL_REDUCE]);
+        /* the gradients of what is applied to the split sequence (2 norms' gain and bias, the 2 row-parallel biases) */
+        CHECKF(grads == 6, "layer %d: %d gradients all-reduced", L, grads);
+        CHECKF(odd == 0, "layer %d: %d gathers or scatters of something other than b x s x h", L, odd);
+    }
+    int ln = ir_find(g, "h0.ln1.out");
+    CHECKF(ln >= 0 && st->spec[ln].n[1] == 1 && st->spec[ln].axes[1][0] == 0, "h0.ln1.out is not split by sequence");
+    schedule sc;
+    CHECK(sched_parse("megatron:model,sp:model", &mesh, &sc, err, sizeof err) == 0 && sc.t[1].kind == TACTIC_SP);
+    char text[64];
+    CHECK(!strcmp(sched_str(&sc, &mesh, text, sizeof text), "megatron:model,sp:model"));
+    shard_state_free(st);
+    spmd_free(p);
+    ir_free(g);
+    ir_graph *mlp = test_build_step("mlp-tiny");
+    shard_state *ms = shard_state_new(mlp, &mesh);
+    CHECK(sched_parse("sp:model", &mesh, &sc, err, sizeof err) == 0);
+    CHECK(sched_apply(&sc, ms, err, sizeof err) < 0 && strstr(err, "token ids"));
+    shard_state_free(ms);
+    ir_free(mlp);
+}
+
 int main(void)
 {
     test_dp_mlp();
     test_megatron_gpt();
+    test_sequence_parallel();
     check_zero3("mlp:layers=2,batch=32,in=64,hidden=128,out=16", "batch=4", "zero3:batch", 4);
     check_zero3("gpt-tiny", "batch=4", "zero3:batch", 4);
     check_zero3("gpt-tiny", "batch=2,model=2", "dp:batch,megatron:model,zero3:batch", 4);
