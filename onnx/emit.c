@@ -9,111 +9,18 @@
  * const argument whose broadcast dims were dropped first.  Composite ops are
  * written with carve's primitive ops, as models/blocks.c writes its own:
  * Softmax, LogSoftmax, LayerNormalization, the reductions; a comparison on
- * carve values is a 0/1 float built from `ge`.
+ * carve values is a 0/1 float built from `ge`.  Where one emitter serves
+ * several ops (unary_with, compare_with, variadic_with, reduce_with), each
+ * op's row names its own small emitter, or the carve op it applies (the
+ * row's `ir`): nothing here asks for an op's name.
  */
-#include "onnx/internal.h"
+#include "onnx/rows.h"
 
 #include <math.h>
 #include <string.h>
 
-const ir_value *ox_irv(ox_ctx *c, int x) { return &c->g->values[x]; }
-
-static int same_dims(int ra, const int64_t *a, int rb, const int64_t *b)
-{
-    return ra == rb && (!ra || !memcmp(a, b, sizeof(int64_t) * (size_t)ra));
-}
-
-int ox_ir_reshape(ox_ctx *c, int x, int rank, const int64_t *dims)
-{
-    if (x < 0) return -1;
-    const ir_value v_copy = *ox_irv(c, x), *v = &v_copy;
-    if (same_dims(v->rank, v->dims, rank, dims)) return x;
-    if (rank > IR_MAX_RANK) return ox_fail(c, "a value of rank %d (carve holds at most %d)", rank, IR_MAX_RANK);
-    static const int64_t scalar[1] = {1};
-    int y = ir_reshape(c->g, x, rank, rank ? dims : scalar);
-    return y < 0 ? ox_check_ir(c) : y;
-}
-
-int ox_ir_broadcast_to(ox_ctx *c, int x, int rank, const int64_t *dims)
-{
-    if (x < 0) return -1;
-    const ir_value v_copy = *ox_irv(c, x), *v = &v_copy;
-    if (same_dims(v->rank, v->dims, rank, dims)) return x;
-    if (rank > IR_MAX_RANK) return ox_fail(c, "a value of rank %d (carve holds at most %d)", rank, IR_MAX_RANK);
-    if (v->rank > rank) return ox_fail(c, "a value of rank %d does not broadcast to rank %d", v->rank, rank);
-    int off = rank - v->rank, k = 0;
-    int64_t keep[IR_MAX_RANK] = {0}, map[IR_MAX_RANK], n_keep = 1, n_all = 1;
-    for (int d = 0; d < v->rank; d++) {
-        int64_t a = v->dims[d], b = dims[off + d];
-        if (a != b && a != 1) return ox_fail(c, "dim %d of size %lld does not broadcast to %lld", d, (long long)a, (long long)b);
-        if (a == b) {
-            keep[k] = a;
-            map[k++] = off + d;
-            n_keep *= a;
-        }
-    }
-    for (int d = 0; d < rank; d++) n_all *= dims[d];
-    x = ox_ir_reshape(c, x, k, keep);
-    if (n_keep == n_all) return ox_ir_reshape(c, x, rank, dims); /* only size-1 dims differ */
-    int y = ir_broadcast(c->g, x, rank, dims, map);
-    return y < 0 ? ox_check_ir(c) : y;
-}
-
-int ox_ir_binary(ox_ctx *c, ir_opkind k, int a, int b)
-{
-    if (a < 0 || b < 0) return -1;
-    int r;
-    int64_t dims[OX_MAX_RANK];
-    if (ox_broadcast_shape(c, ox_irv(c, a)->rank, ox_irv(c, a)->dims, ox_irv(c, b)->rank, ox_irv(c, b)->dims, &r, dims) < 0)
-        return -1;
-    a = ox_ir_broadcast_to(c, a, r, dims);
-    b = ox_ir_broadcast_to(c, b, r, dims);
-    if (a < 0 || b < 0) return -1;
-    int y = ir_binary(c->g, k, a, b);
-    return y < 0 ? ox_check_ir(c) : y;
-}
-
-int ox_ir_const_like(ox_ctx *c, int x, double v)
-{
-    if (x < 0) return -1;
-    const ir_value xv_copy = *ox_irv(c, x), *xv = &xv_copy;
-    int y = ir_constant(c->g, v, xv->dtype == IR_I32 ? IR_F32 : xv->dtype, xv->rank, xv->dims);
-    return y < 0 ? ox_check_ir(c) : y;
-}
-
-int ox_ir_scale(ox_ctx *c, int x, double s)
-{
-    if (x < 0) return -1;
-    if (s == 1) return x;
-    int y = ir_scale(c->g, x, s);
-    return y < 0 ? ox_check_ir(c) : y;
-}
-
-int ox_ir_unary(ox_ctx *c, ir_opkind k, int x)
-{
-    if (x < 0) return -1;
-    int y = ir_unary(c->g, k, x);
-    return y < 0 ? ox_check_ir(c) : y;
-}
-
-int ox_ir_add_scalar(ox_ctx *c, int x, double s)
-{
-    if (x < 0) return -1;
-    if (s == 0) return x;
-    int y = ir_add_scalar(c->g, x, s);
-    return y < 0 ? ox_check_ir(c) : y;
-}
-
 /* 1 - x */
 static int one_minus(ox_ctx *c, int x) { return ox_ir_add_scalar(c, ox_ir_unary(c, IR_OP_NEG, x), 1.0); }
-
-int ox_ir_reduce(ox_ctx *c, ir_opkind k, int x, int n, const int64_t *axes)
-{
-    if (x < 0) return -1;
-    if (!n) return x;
-    int y = ir_reduce(c->g, k, x, n, axes);
-    return y < 0 ? ox_check_ir(c) : y;
-}
 
 /* A float carve value of input k, refusing integer data (carve computes on
  * floats; integers are ids). */
@@ -236,37 +143,51 @@ static int float_in_view(ox_ctx *c, const Onnx__NodeProto *n, ox_lazy *view, con
     return float_in(c, n, 0);
 }
 
-int emit_unary(ox_ctx *c, const Onnx__NodeProto *n)
+/* Input 0 through f (alpha: the node's alpha or its row's default), as a
+ * view of f's result where the input is a view (elementwise ops commute
+ * with it); the result's type `type` (0: the input's float type). */
+static int unary_with(ox_ctx *c, const Onnx__NodeProto *n, int (*f)(ox_ctx *, int, double), int type)
 {
-    const char *op = n->op_type;
     ox_lazy view;
     const ox_lazy *vp;
     int x = float_in_view(c, n, &view, &vp), y = -1;
     if (x < 0) return -1;
-    double alpha = ox_attr_float(n, "alpha", !strcmp(op, "LeakyRelu") ? 0.01 : 1.0);
-    if (!strcmp(op, "Abs")) y = ir_binary(c->g, IR_OP_MAX, x, ox_ir_unary(c, IR_OP_NEG, x));
-    else if (!strcmp(op, "Neg")) y = ox_ir_unary(c, IR_OP_NEG, x);
-    else if (!strcmp(op, "Exp")) y = ox_ir_unary(c, IR_OP_EXP, x);
-    else if (!strcmp(op, "Log")) y = ox_ir_unary(c, IR_OP_LOG, x);
-    else if (!strcmp(op, "Sqrt")) y = ox_ir_unary(c, IR_OP_SQRT, x);
-    else if (!strcmp(op, "Reciprocal")) y = ox_ir_binary(c, IR_OP_DIV, ox_ir_const_like(c, x, 1.0), x);
-    else if (!strcmp(op, "Tanh")) y = ox_ir_unary(c, IR_OP_TANH, x);
-    else if (!strcmp(op, "Sigmoid")) y = ox_ir_unary(c, IR_OP_SIGMOID, x);
-    else if (!strcmp(op, "Relu")) y = ox_ir_unary(c, IR_OP_RELU, x);
-    else if (!strcmp(op, "Erf")) y = ox_ir_unary(c, IR_OP_ERF, x);
-    else if (!strcmp(op, "Sin")) y = ox_ir_unary(c, IR_OP_SIN, x);
-    else if (!strcmp(op, "Cos")) y = ox_ir_unary(c, IR_OP_COS, x);
-    else if (!strcmp(op, "Softplus")) y = ox_ir_unary(c, IR_OP_LOG, ox_ir_add_scalar(c, ox_ir_unary(c, IR_OP_EXP, x), 1.0));
-    else if (!strcmp(op, "LeakyRelu")) /* relu(x) - alpha relu(-x) */
-        y = ox_ir_binary(c, IR_OP_ADD, ox_ir_unary(c, IR_OP_RELU, x), ox_ir_scale(c, ox_ir_unary(c, IR_OP_RELU, ox_ir_unary(c, IR_OP_NEG, x)), -alpha));
-    else if (!strcmp(op, "Elu")) { /* relu(x) + alpha (exp(-relu(-x)) - 1) */
-        int neg = ox_ir_unary(c, IR_OP_NEG, ox_ir_unary(c, IR_OP_RELU, ox_ir_unary(c, IR_OP_NEG, x)));
-        y = ox_ir_binary(c, IR_OP_ADD, ox_ir_unary(c, IR_OP_RELU, x), ox_ir_scale(c, ox_ir_add_scalar(c, ox_ir_unary(c, IR_OP_EXP, neg), -1.0), alpha));
-    } else if (!strcmp(op, "Not")) y = one_minus(c, x);
-    else return ox_fail(c, "no emitter");
+    double alpha = ox_attr_float_row(c, n, "alpha");
+    y = f(c, x, alpha);
     ox_val *v = ox_in(c, n, 0);
-    return out_maybe_view(c, n, y, vp, !strcmp(op, "Not") ? OX_BOOL : result_type(v, NULL));
+    return out_maybe_view(c, n, y, vp, type ? type : result_type(v, NULL));
 }
+
+/* the row's carve op */
+static int u_op(ox_ctx *c, int x, double alpha) { return ox_ir_unary(c, c->row->ir, x); }
+/* max(x, -x) */
+static int u_abs(ox_ctx *c, int x, double alpha) { return ir_binary(c->g, IR_OP_MAX, x, ox_ir_unary(c, IR_OP_NEG, x)); }
+static int u_reciprocal(ox_ctx *c, int x, double alpha) { return ox_ir_binary(c, IR_OP_DIV, ox_ir_const_like(c, x, 1.0), x); }
+/* log(exp(x) + 1) */
+static int u_softplus(ox_ctx *c, int x, double alpha)
+{
+    return ox_ir_unary(c, IR_OP_LOG, ox_ir_add_scalar(c, ox_ir_unary(c, IR_OP_EXP, x), 1.0));
+}
+/* relu(x) - alpha relu(-x) */
+static int u_leaky_relu(ox_ctx *c, int x, double alpha)
+{
+    return ox_ir_binary(c, IR_OP_ADD, ox_ir_unary(c, IR_OP_RELU, x), ox_ir_scale(c, ox_ir_unary(c, IR_OP_RELU, ox_ir_unary(c, IR_OP_NEG, x)), -alpha));
+}
+/* relu(x) + alpha (exp(-relu(-x)) - 1) */
+static int u_elu(ox_ctx *c, int x, double alpha)
+{
+    int neg = ox_ir_unary(c, IR_OP_NEG, ox_ir_unary(c, IR_OP_RELU, ox_ir_unary(c, IR_OP_NEG, x)));
+    return ox_ir_binary(c, IR_OP_ADD, ox_ir_unary(c, IR_OP_RELU, x), ox_ir_scale(c, ox_ir_add_scalar(c, ox_ir_unary(c, IR_OP_EXP, neg), -1.0), alpha));
+}
+static int u_not(ox_ctx *c, int x, double alpha) { return one_minus(c, x); }
+
+int emit_unary(ox_ctx *c, const Onnx__NodeProto *n) { return unary_with(c, n, u_op, 0); }
+int emit_abs(ox_ctx *c, const Onnx__NodeProto *n) { return unary_with(c, n, u_abs, 0); }
+int emit_reciprocal(ox_ctx *c, const Onnx__NodeProto *n) { return unary_with(c, n, u_reciprocal, 0); }
+int emit_softplus(ox_ctx *c, const Onnx__NodeProto *n) { return unary_with(c, n, u_softplus, 0); }
+int emit_leaky_relu(ox_ctx *c, const Onnx__NodeProto *n) { return unary_with(c, n, u_leaky_relu, 0); }
+int emit_elu(ox_ctx *c, const Onnx__NodeProto *n) { return unary_with(c, n, u_elu, 0); }
+int emit_not(ox_ctx *c, const Onnx__NodeProto *n) { return unary_with(c, n, u_not, OX_BOOL); }
 
 int emit_identity(ox_ctx *c, const Onnx__NodeProto *n)
 {
@@ -289,8 +210,7 @@ int emit_identity(ox_ctx *c, const Onnx__NodeProto *n)
 
 int emit_binary(ox_ctx *c, const Onnx__NodeProto *n)
 {
-    const char *op = n->op_type;
-    ir_opkind k = !strcmp(op, "Add") ? IR_OP_ADD : !strcmp(op, "Sub") ? IR_OP_SUB : !strcmp(op, "Mul") ? IR_OP_MUL : IR_OP_DIV;
+    ir_opkind k = c->row->ir; /* add, sub, mul or div */
     int r, sa, sb, y;
     int64_t dims[OX_MAX_RANK];
     if (bcast_inputs(c, n, &r, dims) < 0) return -1;
@@ -374,44 +294,67 @@ int emit_pow(ox_ctx *c, const Onnx__NodeProto *n)
     return ox_out_ir(c, n, 0, y, result_type(va, NULL));
 }
 
-int emit_compare(ox_ctx *c, const Onnx__NodeProto *n)
+/* Inputs 0 and 1 broadcast together, through f; a 0/1 float. */
+static int compare_with(ox_ctx *c, const Onnx__NodeProto *n, int (*f)(ox_ctx *, int, int))
 {
-    const char *op = n->op_type;
     int r;
     int64_t dims[OX_MAX_RANK];
     if (bcast_inputs(c, n, &r, dims) < 0) return -1;
-    int a = operand(c, n, 0, r, dims), b = operand(c, n, 1, r, dims), y;
+    int a = operand(c, n, 0, r, dims), b = operand(c, n, 1, r, dims);
     if (a < 0 || b < 0) return -1;
-    if (!strcmp(op, "GreaterOrEqual")) y = ox_ir_binary(c, IR_OP_GE, a, b);
-    else if (!strcmp(op, "LessOrEqual")) y = ox_ir_binary(c, IR_OP_GE, b, a);
-    else if (!strcmp(op, "Less")) y = one_minus(c, ox_ir_binary(c, IR_OP_GE, a, b));
-    else if (!strcmp(op, "Greater")) y = one_minus(c, ox_ir_binary(c, IR_OP_GE, b, a));
-    else if (!strcmp(op, "Equal")) y = ox_ir_binary(c, IR_OP_MUL, ox_ir_binary(c, IR_OP_GE, a, b), ox_ir_binary(c, IR_OP_GE, b, a));
-    else if (!strcmp(op, "And")) y = ox_ir_binary(c, IR_OP_MUL, a, b);
-    else { /* Or: a + b - ab; Xor: a + b - 2ab */
-        int ab = ox_ir_binary(c, IR_OP_MUL, a, b);
-        y = ox_ir_binary(c, IR_OP_SUB, ox_ir_binary(c, IR_OP_ADD, a, b), ox_ir_scale(c, ab, !strcmp(op, "Or") ? 1.0 : 2.0));
-    }
-    return ox_out_ir(c, n, 0, y, OX_BOOL);
+    return ox_out_ir(c, n, 0, f(c, a, b), OX_BOOL);
 }
 
-int emit_variadic(ox_ctx *c, const Onnx__NodeProto *n)
+static int c_ge(ox_ctx *c, int a, int b) { return ox_ir_binary(c, IR_OP_GE, a, b); }
+static int c_le(ox_ctx *c, int a, int b) { return ox_ir_binary(c, IR_OP_GE, b, a); }
+static int c_lt(ox_ctx *c, int a, int b) { return one_minus(c, ox_ir_binary(c, IR_OP_GE, a, b)); }
+static int c_gt(ox_ctx *c, int a, int b) { return one_minus(c, ox_ir_binary(c, IR_OP_GE, b, a)); }
+static int c_eq(ox_ctx *c, int a, int b) { return ox_ir_binary(c, IR_OP_MUL, ox_ir_binary(c, IR_OP_GE, a, b), ox_ir_binary(c, IR_OP_GE, b, a)); }
+static int c_and(ox_ctx *c, int a, int b) { return ox_ir_binary(c, IR_OP_MUL, a, b); }
+/* a + b - w ab: or (w = 1), xor (w = 2) */
+static int c_or_w(ox_ctx *c, int a, int b, double w)
 {
-    const char *op = n->op_type;
+    int ab = ox_ir_binary(c, IR_OP_MUL, a, b);
+    return ox_ir_binary(c, IR_OP_SUB, ox_ir_binary(c, IR_OP_ADD, a, b), ox_ir_scale(c, ab, w));
+}
+static int c_or(ox_ctx *c, int a, int b) { return c_or_w(c, a, b, 1.0); }
+static int c_xor(ox_ctx *c, int a, int b) { return c_or_w(c, a, b, 2.0); }
+
+int emit_greater_or_equal(ox_ctx *c, const Onnx__NodeProto *n) { return compare_with(c, n, c_ge); }
+int emit_less_or_equal(ox_ctx *c, const Onnx__NodeProto *n) { return compare_with(c, n, c_le); }
+int emit_less(ox_ctx *c, const Onnx__NodeProto *n) { return compare_with(c, n, c_lt); }
+int emit_greater(ox_ctx *c, const Onnx__NodeProto *n) { return compare_with(c, n, c_gt); }
+int emit_equal(ox_ctx *c, const Onnx__NodeProto *n) { return compare_with(c, n, c_eq); }
+int emit_and(ox_ctx *c, const Onnx__NodeProto *n) { return compare_with(c, n, c_and); }
+int emit_or(ox_ctx *c, const Onnx__NodeProto *n) { return compare_with(c, n, c_or); }
+int emit_xor(ox_ctx *c, const Onnx__NodeProto *n) { return compare_with(c, n, c_xor); }
+
+/* The inputs broadcast together and combined pairwise by f (`mean`: the
+ * result divided by their count). */
+static int variadic_with(ox_ctx *c, const Onnx__NodeProto *n, int (*f)(ox_ctx *, int, int), int mean)
+{
     int r, nin = ox_n_in(n);
     int64_t dims[OX_MAX_RANK];
     if (bcast_inputs(c, n, &r, dims) < 0) return -1;
     int y = operand(c, n, 0, r, dims);
     for (int k = 1; k < nin && y >= 0; k++) {
         int x = operand(c, n, k, r, dims);
-        if (!strcmp(op, "Max")) y = ox_ir_binary(c, IR_OP_MAX, y, x);
-        else if (!strcmp(op, "Min"))
-            y = ox_ir_unary(c, IR_OP_NEG, ox_ir_binary(c, IR_OP_MAX, ox_ir_unary(c, IR_OP_NEG, y), ox_ir_unary(c, IR_OP_NEG, x)));
-        else y = ox_ir_binary(c, IR_OP_ADD, y, x);
+        y = f(c, y, x);
     }
-    if (!strcmp(op, "Mean")) y = ox_ir_scale(c, y, 1.0 / nin);
+    if (mean) y = ox_ir_scale(c, y, 1.0 / nin);
     return ox_out_ir(c, n, 0, y, result_type(ox_in(c, n, 0), NULL));
 }
+
+static int v_op(ox_ctx *c, int y, int x) { return ox_ir_binary(c, c->row->ir, y, x); }
+/* -max(-y, -x) */
+static int v_min(ox_ctx *c, int y, int x)
+{
+    return ox_ir_unary(c, IR_OP_NEG, ox_ir_binary(c, IR_OP_MAX, ox_ir_unary(c, IR_OP_NEG, y), ox_ir_unary(c, IR_OP_NEG, x)));
+}
+
+int emit_variadic(ox_ctx *c, const Onnx__NodeProto *n) { return variadic_with(c, n, v_op, 0); }
+int emit_variadic_min(ox_ctx *c, const Onnx__NodeProto *n) { return variadic_with(c, n, v_min, 0); }
+int emit_variadic_mean(ox_ctx *c, const Onnx__NodeProto *n) { return variadic_with(c, n, v_op, 1); }
 
 /* where(cond, a, b) for constants (NULL: 0), in the shape they broadcast
  * to together (not the result's: a mask stays as small as its condition). */
@@ -783,7 +726,9 @@ static int mean_over(ox_ctx *c, int x, unsigned mask)
     return ox_ir_scale(c, reduce_mask(c, IR_OP_REDUCE_SUM, x, mask), 1.0 / count);
 }
 
-int emit_softmax(ox_ctx *c, const Onnx__NodeProto *n)
+/* Softmax (log_ = 0) or LogSoftmax (1) along the node's axis, shifted by
+ * the max. */
+static int softmax(ox_ctx *c, const Onnx__NodeProto *n, int log_)
 {
     int x = float_in(c, n, 0);
     if (x < 0) return -1;
@@ -794,10 +739,13 @@ int emit_softmax(ox_ctx *c, const Onnx__NodeProto *n)
     int z = ox_ir_binary(c, IR_OP_SUB, x, back(c, mx, x, m));
     int e = ox_ir_unary(c, IR_OP_EXP, z);
     int s = reduce_mask(c, IR_OP_REDUCE_SUM, e, m), y;
-    if (!strcmp(n->op_type, "LogSoftmax")) y = ox_ir_binary(c, IR_OP_SUB, z, back(c, ox_ir_unary(c, IR_OP_LOG, s), x, m));
+    if (log_) y = ox_ir_binary(c, IR_OP_SUB, z, back(c, ox_ir_unary(c, IR_OP_LOG, s), x, m));
     else y = ox_ir_binary(c, IR_OP_DIV, e, back(c, s, x, m));
     return ox_out_ir(c, n, 0, y, result_type(ox_in(c, n, 0), NULL));
 }
+
+int emit_softmax(ox_ctx *c, const Onnx__NodeProto *n) { return softmax(c, n, 0); }
+int emit_log_softmax(ox_ctx *c, const Onnx__NodeProto *n) { return softmax(c, n, 1); }
 
 /* Output k of a normalisation: its per-row statistic r with the normalised
  * dims kept as 1s. */
@@ -835,30 +783,20 @@ int emit_layer_norm(ox_ctx *c, const Onnx__NodeProto *n)
 
 /* ---- reductions ------------------------------------------------------------------- */
 
-int emit_reduce(ox_ctx *c, const Onnx__NodeProto *n)
+/* A Reduce* node: x reduced over the node's axes by f, the reduced dims
+ * kept as 1s where keepdims says (a view: onnx/lazy.c). */
+static int reduce_with(ox_ctx *c, const Onnx__NodeProto *n, int (*f)(ox_ctx *, int, unsigned))
 {
     int x = float_in(c, n, 0);
     if (x < 0) return -1;
     const ir_value v_copy = *ox_irv(c, x), *v = &v_copy;
     int r = v->rank, none, keep = (int)ox_attr_int(n, "keepdims", 1);
     unsigned m;
-    if (ox_reduce_axes(c, n, r, &m, &none) < 0) return -1;
+    if (ox_reduce_axes(c, n, r, c->row->in_max > 1, &m, &none) < 0) return -1;
     int64_t kd[IR_MAX_RANK];
     for (int d = 0; d < r; d++) kd[d] = m >> d & 1 ? 1 : v->dims[d];
     if (none || !m) return ox_out_ir(c, n, 0, x, result_type(ox_in(c, n, 0), NULL));
-    const char *op = n->op_type + 6;
-    int y;
-    if (!strcmp(op, "Sum")) y = reduce_mask(c, IR_OP_REDUCE_SUM, x, m);
-    else if (!strcmp(op, "Mean")) y = mean_over(c, x, m);
-    else if (!strcmp(op, "Max")) y = reduce_mask(c, IR_OP_REDUCE_MAX, x, m);
-    else if (!strcmp(op, "Min")) y = ox_ir_unary(c, IR_OP_NEG, reduce_mask(c, IR_OP_REDUCE_MAX, ox_ir_unary(c, IR_OP_NEG, x), m));
-    else if (!strcmp(op, "SumSquare")) y = reduce_mask(c, IR_OP_REDUCE_SUM, ox_ir_binary(c, IR_OP_MUL, x, x), m);
-    else if (!strcmp(op, "L2")) y = ox_ir_unary(c, IR_OP_SQRT, reduce_mask(c, IR_OP_REDUCE_SUM, ox_ir_binary(c, IR_OP_MUL, x, x), m));
-    else { /* LogSumExp, shifted by the max */
-        int mx = ox_ir_unary(c, IR_OP_STOP_GRAD, reduce_mask(c, IR_OP_REDUCE_MAX, x, m));
-        int s = reduce_mask(c, IR_OP_REDUCE_SUM, ox_ir_unary(c, IR_OP_EXP, ox_ir_binary(c, IR_OP_SUB, x, back(c, mx, x, m))), m);
-        y = ox_ir_binary(c, IR_OP_ADD, ox_ir_unary(c, IR_OP_LOG, s), mx);
-    }
+    int y = f(c, x, m);
     if (keep && y >= 0 && r != ox_irv(c, y)->rank) { /* the reduced dims kept as 1s: a view (onnx/lazy.c) */
         ox_lazy kv;
         memset(&kv, 0, sizeof kv);
@@ -870,6 +808,28 @@ int emit_reduce(ox_ctx *c, const Onnx__NodeProto *n)
     }
     return ox_out_ir(c, n, 0, y, result_type(ox_in(c, n, 0), NULL));
 }
+
+/* the row's reduction */
+static int r_op(ox_ctx *c, int x, unsigned m) { return reduce_mask(c, c->row->ir, x, m); }
+static int r_mean(ox_ctx *c, int x, unsigned m) { return mean_over(c, x, m); }
+/* -max(-x) */
+static int r_min(ox_ctx *c, int x, unsigned m) { return ox_ir_unary(c, IR_OP_NEG, reduce_mask(c, IR_OP_REDUCE_MAX, ox_ir_unary(c, IR_OP_NEG, x), m)); }
+static int r_sum_square(ox_ctx *c, int x, unsigned m) { return reduce_mask(c, IR_OP_REDUCE_SUM, ox_ir_binary(c, IR_OP_MUL, x, x), m); }
+static int r_l2(ox_ctx *c, int x, unsigned m) { return ox_ir_unary(c, IR_OP_SQRT, r_sum_square(c, x, m)); }
+/* log sum exp, shifted by the max */
+static int r_log_sum_exp(ox_ctx *c, int x, unsigned m)
+{
+    int mx = ox_ir_unary(c, IR_OP_STOP_GRAD, reduce_mask(c, IR_OP_REDUCE_MAX, x, m));
+    int s = reduce_mask(c, IR_OP_REDUCE_SUM, ox_ir_unary(c, IR_OP_EXP, ox_ir_binary(c, IR_OP_SUB, x, back(c, mx, x, m))), m);
+    return ox_ir_binary(c, IR_OP_ADD, ox_ir_unary(c, IR_OP_LOG, s), mx);
+}
+
+int emit_reduce(ox_ctx *c, const Onnx__NodeProto *n) { return reduce_with(c, n, r_op); }
+int emit_reduce_mean(ox_ctx *c, const Onnx__NodeProto *n) { return reduce_with(c, n, r_mean); }
+int emit_reduce_min(ox_ctx *c, const Onnx__NodeProto *n) { return reduce_with(c, n, r_min); }
+int emit_reduce_sum_square(ox_ctx *c, const Onnx__NodeProto *n) { return reduce_with(c, n, r_sum_square); }
+int emit_reduce_l2(ox_ctx *c, const Onnx__NodeProto *n) { return reduce_with(c, n, r_l2); }
+int emit_reduce_log_sum_exp(ox_ctx *c, const Onnx__NodeProto *n) { return reduce_with(c, n, r_log_sum_exp); }
 
 int emit_cumsum(ox_ctx *c, const Onnx__NodeProto *n)
 {

@@ -15,7 +15,7 @@
  * devices like any sum, so every device normalises with the statistics of
  * the whole batch, as on one device.
  */
-#include "onnx/internal.h"
+#include "onnx/rows.h"
 
 #include <math.h>
 #include <string.h>
@@ -227,44 +227,11 @@ int emit_conv(ox_ctx *c, const Onnx__NodeProto *n)
 
 /* ---- pooling --------------------------------------------------------------- */
 
-int emit_pool(ox_ctx *c, const Onnx__NodeProto *n)
+/* y, the sum of each window's taps, divided by the window's count: the
+ * whole window, or its part inside the input (count_include_pad = 0). */
+static int window_average(ox_ctx *c, const Onnx__NodeProto *n, int y, const window *wp)
 {
-    ox_val *vx = ox_in(c, n, 0);
-    int x = vx ? ox_ir(c, vx) : -1;
-    if (x < 0) return -1;
-    int is_max = !strcmp(n->op_type, "MaxPool");
-    if (n->n_output > 1 && n->output[1][0]) return ox_fail(c, "the Indices output is not supported");
-    if (ox_attr_int(n, "storage_order", 0)) return ox_fail(c, "storage_order=1 is not supported");
-    const ir_value xv_copy = *ox_irv(c, x), *xv = &xv_copy;
-    int r = xv->rank;
-    int64_t ks[4];
-    if (ox_attr_ints(n, "kernel_shape", ks, 4) != r - 2) return ox_fail(c, "kernel_shape must give every spatial dim");
-    window w;
-    if (window_of(c, n, xv->dims, r, ks, &w) < 0) return -1;
-    int64_t taps = 1;
-    int fast = 2 + 2 * w.s <= IR_MAX_RANK;
-    for (int i = 0; i < w.s; i++) {
-        taps *= w.k[i];
-        fast &= w.k[i] == w.stride[i] && w.dil[i] == 1 && !w.pb[i] && !w.pe[i] && w.in[i] % w.k[i] == 0;
-    }
-    int y = -1;
-    if (fast) { /* [N, C, H/k, k, W/k, k], reduced over the k dims */
-        int64_t dims[IR_MAX_RANK], axes[3];
-        dims[0] = xv->dims[0];
-        dims[1] = xv->dims[1];
-        for (int i = 0; i < w.s; i++) dims[2 + 2 * i] = w.out[i], dims[3 + 2 * i] = w.k[i], axes[i] = 3 + 2 * i;
-        y = ox_ir_reduce(c, is_max ? IR_OP_REDUCE_MAX : IR_OP_REDUCE_SUM, ox_ir_reshape(c, x, 2 + 2 * w.s, dims), w.s, axes);
-        if (!is_max) y = ox_ir_scale(c, y, 1.0 / (double)taps);
-        return ox_out_ir(c, n, 0, y, vx->type);
-    }
-    int64_t tap[3] = {0, 0, 0};
-    do {
-        int t = tap_of(c, x, &w, tap, is_max ? -INFINITY : 0.0);
-        if (t < 0) return -1;
-        y = y < 0 ? t : ox_ir_binary(c, is_max ? IR_OP_MAX : IR_OP_ADD, y, t);
-    } while (y >= 0 && next_tap(tap, &w));
-    if (y < 0 || is_max) return ox_out_ir(c, n, 0, y, vx->type);
-    /* average: over the whole window, or over its part inside the input */
+    const window w = *wp;
     int include = (int)ox_attr_int(n, "count_include_pad", 0);
     ox_tensor *cnt = ox_tensor_new(c, OX_FLOAT, w.s, w.out);
     if (!cnt) return -1;
@@ -295,7 +262,46 @@ int emit_pool(ox_ctx *c, const Onnx__NodeProto *n)
         int kb = k < 0 ? -1 : ir_broadcast(c->g, k, yv->rank, dims, map);
         y = kb < 0 ? ox_check_ir(c) : ox_ir_binary(c, IR_OP_MUL, y, kb);
     }
-    return ox_out_ir(c, n, 0, y, vx->type);
+    return y;
+}
+
+int emit_pool(ox_ctx *c, const Onnx__NodeProto *n)
+{
+    ox_val *vx = ox_in(c, n, 0);
+    int x = vx ? ox_ir(c, vx) : -1;
+    if (x < 0) return -1;
+    int is_max = c->row->ir == IR_OP_REDUCE_MAX; /* else average: a sum divided */
+    if (n->n_output > 1 && n->output[1][0]) return ox_fail(c, "the Indices output is not supported");
+    if (ox_attr_int(n, "storage_order", 0)) return ox_fail(c, "storage_order=1 is not supported");
+    const ir_value xv_copy = *ox_irv(c, x), *xv = &xv_copy;
+    int r = xv->rank;
+    int64_t ks[4];
+    if (ox_attr_ints(n, "kernel_shape", ks, 4) != r - 2) return ox_fail(c, "kernel_shape must give every spatial dim");
+    window w;
+    if (window_of(c, n, xv->dims, r, ks, &w) < 0) return -1;
+    int64_t taps = 1;
+    int fast = 2 + 2 * w.s <= IR_MAX_RANK;
+    for (int i = 0; i < w.s; i++) {
+        taps *= w.k[i];
+        fast &= w.k[i] == w.stride[i] && w.dil[i] == 1 && !w.pb[i] && !w.pe[i] && w.in[i] % w.k[i] == 0;
+    }
+    int y = -1;
+    if (fast) { /* [N, C, H/k, k, W/k, k], reduced over the k dims */
+        int64_t dims[IR_MAX_RANK], axes[3];
+        dims[0] = xv->dims[0];
+        dims[1] = xv->dims[1];
+        for (int i = 0; i < w.s; i++) dims[2 + 2 * i] = w.out[i], dims[3 + 2 * i] = w.k[i], axes[i] = 3 + 2 * i;
+        y = ox_ir_reduce(c, c->row->ir, ox_ir_reshape(c, x, 2 + 2 * w.s, dims), w.s, axes);
+        if (!is_max) y = ox_ir_scale(c, y, 1.0 / (double)taps);
+        return ox_out_ir(c, n, 0, y, vx->type);
+    }
+    int64_t tap[3] = {0, 0, 0};
+    do {
+        int t = tap_of(c, x, &w, tap, is_max ? -INFINITY : 0.0);
+        if (t < 0) return -1;
+        y = y < 0 ? t : ox_ir_binary(c, is_max ? IR_OP_MAX : IR_OP_ADD, y, t);
+    } while (y >= 0 && next_tap(tap, &w));
+    return ox_out_ir(c, n, 0, y < 0 || is_max ? y : window_average(c, n, y, &w), vx->type);
 }
 
 int emit_global_pool(ox_ctx *c, const Onnx__NodeProto *n)
@@ -312,8 +318,8 @@ int emit_global_pool(ox_ctx *c, const Onnx__NodeProto *n)
         if (d >= 2) axes[d - 2] = d, count *= (double)xv->dims[d];
         dims[d] = d < 2 ? xv->dims[d] : 1;
     }
-    int is_max = !strcmp(n->op_type, "GlobalMaxPool");
-    int y = ox_ir_reduce(c, is_max ? IR_OP_REDUCE_MAX : IR_OP_REDUCE_SUM, x, r - 2, axes);
+    int is_max = c->row->ir == IR_OP_REDUCE_MAX;
+    int y = ox_ir_reduce(c, c->row->ir, x, r - 2, axes);
     if (!is_max) y = ox_ir_scale(c, y, 1.0 / count);
     return ox_out_ir(c, n, 0, ox_ir_reshape(c, y, r, dims), vx->type);
 }
@@ -425,29 +431,13 @@ static int loss_inputs(ox_ctx *c, const Onnx__NodeProto *n, int *x, int *labels)
  * outside [0, C) is all zeros; ignore_index inside it is zeroed in w), its
  * loss w[label] (lse - score[label]) for SCE, -w[label] score[label] for
  * NLL; "mean" divides the sum by the sum of the weights. */
-int emit_xent(ox_ctx *c, const Onnx__NodeProto *n)
+/* The labels one-hot, classes last ([N, d..., C]), each row scaled by its
+ * class's weight (input 2) with ignore_index's zeroed. */
+static int weighted_one_hot(ox_ctx *c, const Onnx__NodeProto *n, int labels, int64_t C)
 {
-    int sce = !strcmp(n->op_type, "SoftmaxCrossEntropyLoss");
-    int x, labels, ca = loss_inputs(c, n, &x, &labels);
-    if (ca < 0) return -1;
-    const ir_value xv_copy = *ox_irv(c, x), *xv = &xv_copy, lv_copy = *ox_irv(c, labels), *lv = &lv_copy;
-    int r = xv->rank;
-    if (r < 2 || lv->rank != r - 1 || lv->dtype != IR_I32) return ox_fail(c, "scores [N, C, ...] need integer labels [N, ...]");
-    int64_t C = xv->dims[ca], dims[IR_MAX_RANK], map[IR_MAX_RANK], samples[IR_MAX_RANK];
-    memcpy(dims, xv->dims, sizeof dims);
-    for (int d = 0, k = 0; d < r; d++)
-        if (d != ca) {
-            if (lv->dims[k] != xv->dims[d]) return ox_fail(c, "labels do not match the scores' shape");
-            samples[k] = k;
-            map[k++] = d;
-        }
-    char red[16];
-    ox_attr_str(n, "reduction", red, sizeof red);
-    if (red[0] && strcmp(red, "mean") && strcmp(red, "sum") && strcmp(red, "none")) return ox_fail(c, "reduction '%s'", red);
     const Onnx__AttributeProto *ia = ox_attr(n, "ignore_index");
     int64_t ii = ia && ia->has_i ? ia->i : -1;
     int has_w = ox_n_in(n) > 2 && n->input[2][0];
-    /* one-hot labels, classes last: [N, d..., C]; weighted by w[c] with ignore_index zeroed */
     int oh = ir_one_hot(c->g, labels, C);
     if (oh < 0) return ox_check_ir(c);
     int wts = has_w ? input_ir(c, n, 2) : -1;
@@ -470,19 +460,48 @@ int emit_xent(ox_ctx *c, const Onnx__NodeProto *n)
         int wb = ir_broadcast(c->g, wts, ov->rank, od, om);
         oh = wb < 0 ? ox_check_ir(c) : ox_ir_binary(c, IR_OP_MUL, oh, wb);
     }
+    return oh;
+}
+
+/* log-sum-exp of scores x over class axis ca, shifted by the max (x of rank
+ * r, dims; map: the dims other than the classes); SCE's log_prob output
+ * where it is read. */
+static int classes_lse(ox_ctx *c, const Onnx__NodeProto *n, int x, int ca, int r, const int64_t *dims, const int64_t *map)
+{
     int64_t ax = ca;
-    int lse = -1;
-    if (sce) { /* log-sum-exp over the classes, shifted by the max */
-        int mx = ox_ir_unary(c, IR_OP_STOP_GRAD, ox_ir_reduce(c, IR_OP_REDUCE_MAX, x, 1, &ax));
-        int z = ox_ir_binary(c, IR_OP_SUB, x, mx < 0 ? -1 : ir_broadcast(c->g, mx, r, dims, map));
-        int s = ox_ir_reduce(c, IR_OP_REDUCE_SUM, ox_ir_unary(c, IR_OP_EXP, z), 1, &ax);
-        lse = ox_ir_binary(c, IR_OP_ADD, ox_ir_unary(c, IR_OP_LOG, s), mx);
-        if (n->n_output > 1 && n->output[1][0]) {
-            if (ca != 1) return ox_fail(c, "the log_prob output of merged logits is not supported");
-            int lp = ox_ir_binary(c, IR_OP_SUB, x, lse < 0 ? -1 : ir_broadcast(c->g, lse, r, dims, map));
-            if (ox_out_ir(c, n, 1, lp, ox_in(c, n, 0)->type) < 0) return -1;
-        }
+    int mx = ox_ir_unary(c, IR_OP_STOP_GRAD, ox_ir_reduce(c, IR_OP_REDUCE_MAX, x, 1, &ax));
+    int z = ox_ir_binary(c, IR_OP_SUB, x, mx < 0 ? -1 : ir_broadcast(c->g, mx, r, dims, map));
+    int s = ox_ir_reduce(c, IR_OP_REDUCE_SUM, ox_ir_unary(c, IR_OP_EXP, z), 1, &ax);
+    int lse = ox_ir_binary(c, IR_OP_ADD, ox_ir_unary(c, IR_OP_LOG, s), mx);
+    if (n->n_output > 1 && n->output[1][0]) {
+        if (ca != 1) return ox_fail(c, "the log_prob output of merged logits is not supported");
+        int lp = ox_ir_binary(c, IR_OP_SUB, x, lse < 0 ? -1 : ir_broadcast(c->g, lse, r, dims, map));
+        if (ox_out_ir(c, n, 1, lp, ox_in(c, n, 0)->type) < 0) return -1;
     }
+    return lse;
+}
+
+static int xent(ox_ctx *c, const Onnx__NodeProto *n, int sce)
+{
+    int x, labels, ca = loss_inputs(c, n, &x, &labels);
+    if (ca < 0) return -1;
+    const ir_value xv_copy = *ox_irv(c, x), *xv = &xv_copy, lv_copy = *ox_irv(c, labels), *lv = &lv_copy;
+    int r = xv->rank;
+    if (r < 2 || lv->rank != r - 1 || lv->dtype != IR_I32) return ox_fail(c, "scores [N, C, ...] need integer labels [N, ...]");
+    int64_t C = xv->dims[ca], dims[IR_MAX_RANK], map[IR_MAX_RANK], samples[IR_MAX_RANK];
+    memcpy(dims, xv->dims, sizeof dims);
+    for (int d = 0, k = 0; d < r; d++)
+        if (d != ca) {
+            if (lv->dims[k] != xv->dims[d]) return ox_fail(c, "labels do not match the scores' shape");
+            samples[k] = k;
+            map[k++] = d;
+        }
+    char red[16];
+    ox_attr_str(n, "reduction", red, sizeof red);
+    if (red[0] && strcmp(red, "mean") && strcmp(red, "sum") && strcmp(red, "none")) return ox_fail(c, "reduction '%s'", red);
+    int oh = weighted_one_hot(c, n, labels, C), lse = -1;
+    if (oh < 0) return -1;
+    if (sce && (lse = classes_lse(c, n, x, ca, r, dims, map)) < 0) return -1;
     /* the label's score: the one-hot rows (classes last) brought to the
      * scores' layout, multiplied and summed over the classes: the loss
      * reduces the class dim itself, so a classifier's or an LM head's
@@ -493,9 +512,9 @@ int emit_xent(ox_ctx *c, const Onnx__NodeProto *n)
         for (int d = 0, k = 0; d < r; d++) perm[d] = d == ca ? r - 1 : k++;
         oht = ox_ir_transpose(c, oh, perm);
     }
+    int64_t ax = ca, cls = r - 1;
     int picked = ox_ir_reduce(c, IR_OP_REDUCE_SUM, ox_ir_binary(c, IR_OP_MUL, x, oht), 1, &ax);
     if (picked < 0) return -1;
-    int64_t cls = r - 1;
     int sw = ox_ir_reduce(c, IR_OP_REDUCE_SUM, oh, 1, &cls); /* each sample's weight */
     int loss = sce ? ox_ir_binary(c, IR_OP_SUB, ox_ir_binary(c, IR_OP_MUL, sw, lse), picked) : ox_ir_unary(c, IR_OP_NEG, picked);
     if (loss < 0) return -1;
@@ -508,3 +527,6 @@ int emit_xent(ox_ctx *c, const Onnx__NodeProto *n)
     }
     return ox_out_ir(c, n, 0, loss, ox_in(c, n, 0)->type);
 }
+
+int emit_softmax_xent(ox_ctx *c, const Onnx__NodeProto *n) { return xent(c, n, 1); }
+int emit_nll(ox_ctx *c, const Onnx__NodeProto *n) { return xent(c, n, 0); }

@@ -5,7 +5,7 @@
  * axis moved to the front), Expand and Tile (broadcast), Pad, Trilu (a
  * constant mask), Cast and Dropout.
  */
-#include "onnx/internal.h"
+#include "onnx/rows.h"
 #include "ir/hash.h"
 
 #include <math.h>
@@ -25,33 +25,15 @@ static int in_type(ox_ctx *c, const Onnx__NodeProto *n, int k)
     return v ? v->type : 0;
 }
 
-int ox_ir_transpose(ox_ctx *c, int x, const int64_t *perm)
-{
-    if (x < 0) return -1;
-    int r = ox_irv(c, x)->rank, ident = 1;
-    for (int i = 0; i < r; i++) ident &= perm[i] == i;
-    if (ident) return x;
-    int y = ir_transpose(c->g, x, perm);
-    return y < 0 ? ox_check_ir(c) : y;
-}
-
-int ox_ir_slice(ox_ctx *c, int x, int axis, int64_t start, int64_t len)
-{
-    if (x < 0) return -1;
-    if (start == 0 && len == ox_irv(c, x)->dims[axis]) return x;
-    if (len <= 0) return ox_fail(c, "an empty slice (carve has no empty tensors)");
-    int y = ir_slice(c->g, x, axis, start, len);
-    return y < 0 ? ox_check_ir(c) : y;
-}
-
-/* Reshape, Flatten, Squeeze, Unsqueeze: a view (onnx/lazy.c), or the split
- * of a linear's output dim made by reshaping its weight. */
-int emit_reshape(ox_ctx *c, const Onnx__NodeProto *n)
+/* Reshape, Flatten, Squeeze, Unsqueeze (the result's dims from dims_of): a
+ * view (onnx/lazy.c), or the split of a linear's output dim made by
+ * reshaping its weight. */
+static int view_as(ox_ctx *c, const Onnx__NodeProto *n, ox_dims_fn dims_of)
 {
     ox_val *in = ox_in(c, n, 0), *o = ox_val_get(c, n->output[0]);
     int r, rank;
     int64_t dims[OX_MAX_RANK], d0[OX_MAX_RANK];
-    if (!in || !o || ox_shape(c, in, &rank, d0) < 0 || ox_reshape_dims(c, n, rank, d0, &r, dims) < 0) return -1;
+    if (!in || !o || ox_shape(c, in, &rank, d0) < 0 || dims_of(c, n, rank, d0, &r, dims) < 0) return -1;
     if (r > IR_MAX_RANK) return ox_fail(c, "a value of rank %d (carve holds at most %d)", r, IR_MAX_RANK);
     int y = ox_linear_split(c, in, r, dims);
     if (y >= 0) return ox_out_ir(c, n, 0, y, in_type(c, n, 0));
@@ -62,6 +44,11 @@ int emit_reshape(ox_ctx *c, const Onnx__NodeProto *n)
     memcpy(v.dims, dims, sizeof(int64_t) * (size_t)r);
     return ox_view_set(c, o, &v, in_type(c, n, 0));
 }
+
+int emit_reshape(ox_ctx *c, const Onnx__NodeProto *n) { return view_as(c, n, ox_reshape_dims); }
+int emit_flatten(ox_ctx *c, const Onnx__NodeProto *n) { return view_as(c, n, ox_flatten_dims); }
+int emit_squeeze(ox_ctx *c, const Onnx__NodeProto *n) { return view_as(c, n, ox_squeeze_dims); }
+int emit_unsqueeze(ox_ctx *c, const Onnx__NodeProto *n) { return view_as(c, n, ox_unsqueeze_dims); }
 
 /* Transpose: a view; a contraction reading it takes its source as it is. */
 int emit_transpose(ox_ctx *c, const Onnx__NodeProto *n)

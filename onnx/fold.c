@@ -9,9 +9,11 @@
  * (Trilu of a constant, `bias[:, :, :T, :T] == 0`) and rotary tables
  * (Range, Mul, Cos, Sin of constants) go.  Float results are rounded to their
  * element type after each op (a float32 table holds what torch computes in
- * float32).  Every folder is fold_<name> of a row of onnx/ops.def.
+ * float32).  Every folder is fold_<name> of a row of onnx/ops.def; where one
+ * folder serves several ops (the elementwise ops, the reductions), what it
+ * computes per element is the row's scalar function (sc_<name>, below).
  */
-#include "onnx/internal.h"
+#include "onnx/rows.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -26,10 +28,7 @@ int ox_fold_node(ox_ctx *c, const Onnx__NodeProto *n)
         if (!n->input[k][0]) continue;
         ox_val *v = ox_in(c, n, k);
         if (!v) return -1;
-        if (v->kind == OX_IR) {
-            if (!strcmp(n->op_type, "Shape") || !strcmp(n->op_type, "Size")) continue; /* the folder reads the shape */
-            return ox_fail(c, "input %d must be a constant (carve folds %s, it does not run it)", k, n->op_type);
-        }
+        if (v->kind == OX_IR) return ox_fail(c, "input %d must be a constant (carve folds %s, it does not run it)", k, n->op_type);
         if (!(in[k] = ox_const(c, v))) return -1;
     }
     if (c->row->fold(c, n, in, nin, out, nout) < 0) {
@@ -41,8 +40,6 @@ int ox_fold_node(ox_ctx *c, const Onnx__NodeProto *n)
     return 0;
 }
 
-static int is_op(const Onnx__NodeProto *n, const char *op) { return !strcmp(n->op_type, op); }
-
 static ox_tensor *like(ox_ctx *c, const ox_tensor *t, int type) { return ox_tensor_new(c, type, t->rank, t->dims); }
 
 /* every input must be there (optional ones are checked by the folder) */
@@ -53,46 +50,91 @@ static int need(ox_ctx *c, ox_tensor **in, int k)
     return 0;
 }
 
+/* ---- scalar functions (the rows' `scalar` column) ----------------------------- */
+
+double sc_abs(double x, double b, const ox_scalar_arg *p) { return fabs(x); }
+double sc_neg(double x, double b, const ox_scalar_arg *p) { return -x; }
+double sc_exp(double x, double b, const ox_scalar_arg *p) { return exp(x); }
+double sc_log(double x, double b, const ox_scalar_arg *p) { return log(x); }
+double sc_sqrt(double x, double b, const ox_scalar_arg *p) { return sqrt(x); }
+double sc_reciprocal(double x, double b, const ox_scalar_arg *p) { return 1 / x; }
+double sc_tanh(double x, double b, const ox_scalar_arg *p) { return tanh(x); }
+double sc_sigmoid(double x, double b, const ox_scalar_arg *p) { return 1 / (1 + exp(-x)); }
+double sc_relu(double x, double b, const ox_scalar_arg *p) { return x > 0 ? x : 0; }
+double sc_erf(double x, double b, const ox_scalar_arg *p) { return erf(x); }
+double sc_sin(double x, double b, const ox_scalar_arg *p) { return sin(x); }
+double sc_cos(double x, double b, const ox_scalar_arg *p) { return cos(x); }
+double sc_softplus(double x, double b, const ox_scalar_arg *p) { return x > 30 ? x : log1p(exp(x)); }
+double sc_leaky_relu(double x, double b, const ox_scalar_arg *p) { return x >= 0 ? x : p->alpha * x; }
+double sc_elu(double x, double b, const ox_scalar_arg *p) { return x >= 0 ? x : p->alpha * (exp(x) - 1); }
+double sc_not(double x, double b, const ox_scalar_arg *p) { return x == 0; }
+double sc_floor(double x, double b, const ox_scalar_arg *p) { return floor(x); }
+double sc_ceil(double x, double b, const ox_scalar_arg *p) { return ceil(x); }
+double sc_round(double x, double b, const ox_scalar_arg *p) { return nearbyint(x); }
+double sc_sign(double x, double b, const ox_scalar_arg *p) { return (x > 0) - (x < 0); }
+
+double sc_add(double a, double b, const ox_scalar_arg *p) { return a + b; }
+double sc_sub(double a, double b, const ox_scalar_arg *p) { return a - b; }
+double sc_mul(double a, double b, const ox_scalar_arg *p) { return a * b; }
+double sc_div(double a, double b, const ox_scalar_arg *p) { return p->is_int ? (b == 0 ? 0 : trunc(a / b)) : a / b; }
+double sc_pow(double a, double b, const ox_scalar_arg *p) { return pow(a, b); }
+double sc_mod(double a, double b, const ox_scalar_arg *p)
+{
+    if (b == 0) return p->is_int ? 0 : NAN;
+    double r = fmod(a, b);
+    return p->fmod || r == 0 || (r < 0) == (b < 0) ? r : r + b; /* fmod=0: the sign of the divisor */
+}
+double sc_equal(double a, double b, const ox_scalar_arg *p) { return a == b; }
+double sc_less(double a, double b, const ox_scalar_arg *p) { return a < b; }
+double sc_greater(double a, double b, const ox_scalar_arg *p) { return a > b; }
+double sc_less_or_equal(double a, double b, const ox_scalar_arg *p) { return a <= b; }
+double sc_greater_or_equal(double a, double b, const ox_scalar_arg *p) { return a >= b; }
+double sc_and(double a, double b, const ox_scalar_arg *p) { return a != 0 && b != 0; }
+double sc_or(double a, double b, const ox_scalar_arg *p) { return a != 0 || b != 0; }
+double sc_xor(double a, double b, const ox_scalar_arg *p) { return (a != 0) != (b != 0); }
+
+/* accumulators (a: the accumulated value, b: the next element); NaN wins */
+double sc_max(double a, double b, const ox_scalar_arg *p) { return b > a || b != b ? b : a; }
+double sc_min(double a, double b, const ox_scalar_arg *p) { return b < a || b != b ? b : a; }
+double sc_add_square(double a, double b, const ox_scalar_arg *p) { return a + b * b; }
+double sc_add_exp(double a, double b, const ox_scalar_arg *p) { return a + exp(b); }
+
 /* ---- elementwise ---------------------------------------------------------- */
 
-double ox_scalar_unary(const char *op, double x, double alpha)
-{
-    switch (op[0]) {
-    case 'A': return fabs(x);
-    case 'C': return !strcmp(op, "Cos") ? cos(x) : ceil(x);
-    case 'E': return !strcmp(op, "Exp") ? exp(x) : !strcmp(op, "Erf") ? erf(x) : x >= 0 ? x : alpha * (exp(x) - 1); /* Elu */
-    case 'F': return floor(x);
-    case 'I': return x;
-    case 'L': return !strcmp(op, "Log") ? log(x) : x >= 0 ? x : alpha * x; /* LeakyRelu */
-    case 'N': return !strcmp(op, "Neg") ? -x : x == 0; /* Not */
-    case 'R': return !strcmp(op, "Reciprocal") ? 1 / x : !strcmp(op, "Relu") ? (x > 0 ? x : 0) : nearbyint(x); /* Round */
-    case 'S':
-        if (!strcmp(op, "Sqrt")) return sqrt(x);
-        if (!strcmp(op, "Sigmoid")) return 1 / (1 + exp(-x));
-        if (!strcmp(op, "Sin")) return sin(x);
-        if (!strcmp(op, "Sign")) return (x > 0) - (x < 0);
-        return x > 30 ? x : log1p(exp(x)); /* Softplus */
-    case 'T': return tanh(x);
-    default: return NAN;
-    }
-}
-
-int fold_unary(ox_ctx *c, const Onnx__NodeProto *n, ox_tensor **in, int n_in, ox_tensor **out, int n_out)
+/* y = f(x) elementwise, of type `type` (0: x's). */
+static int map_unary(ox_ctx *c, const Onnx__NodeProto *n, ox_tensor **in, ox_tensor **out, int type)
 {
     if (need(c, in, 1) < 0) return -1;
-    double alpha = ox_attr_float(n, "alpha", is_op(n, "LeakyRelu") ? 0.01 : 1.0);
-    int type = is_op(n, "Not") ? OX_BOOL : in[0]->type;
-    if (!is_op(n, "Not") && !is_op(n, "Abs") && !is_op(n, "Neg") && !is_op(n, "Sign") && !is_op(n, "Relu") &&
-        !ox_type_is_float(type))
-        return ox_fail(c, "%s of %s", n->op_type, ox_type_name(type));
+    ox_scalar_arg a = {.alpha = ox_attr_float_row(c, n, "alpha")};
+    ox_scalar_fn f = c->row->scalar;
+    if (!type) type = in[0]->type;
     if (!(out[0] = like(c, in[0], type))) return -1;
     if (in[0]->n && ox_tensor_splat(in[0])) { /* one element computed (a mask of ones, a table of zeros) */
-        double y = ox_round_to(type, ox_scalar_unary(n->op_type, in[0]->v[0], alpha));
+        double y = ox_round_to(type, f(in[0]->v[0], 0, &a));
         for (int64_t i = 0; i < in[0]->n; i++) out[0]->v[i] = y;
         return 0;
     }
-    for (int64_t i = 0; i < in[0]->n; i++) out[0]->v[i] = ox_round_to(type, ox_scalar_unary(n->op_type, in[0]->v[i], alpha));
+    for (int64_t i = 0; i < in[0]->n; i++) out[0]->v[i] = ox_round_to(type, f(in[0]->v[i], 0, &a));
     return 0;
+}
+
+/* the float functions */
+int fold_unary(ox_ctx *c, const Onnx__NodeProto *n, ox_tensor **in, int n_in, ox_tensor **out, int n_out)
+{
+    if (need(c, in, 1) < 0) return -1;
+    if (!ox_type_is_float(in[0]->type)) return ox_fail(c, "%s of %s", n->op_type, ox_type_name(in[0]->type));
+    return map_unary(c, n, in, out, 0);
+}
+
+/* the functions defined on integers too (Abs, Neg, Relu, Sign) */
+int fold_unary_int(ox_ctx *c, const Onnx__NodeProto *n, ox_tensor **in, int n_in, ox_tensor **out, int n_out)
+{
+    return map_unary(c, n, in, out, 0);
+}
+
+int fold_not(ox_ctx *c, const Onnx__NodeProto *n, ox_tensor **in, int n_in, ox_tensor **out, int n_out)
+{
+    return map_unary(c, n, in, out, OX_BOOL);
 }
 
 int fold_identity(ox_ctx *c, const Onnx__NodeProto *n, ox_tensor **in, int n_in, ox_tensor **out, int n_out)
@@ -102,63 +144,41 @@ int fold_identity(ox_ctx *c, const Onnx__NodeProto *n, ox_tensor **in, int n_in,
     return 0;
 }
 
-enum { B_ADD, B_SUB, B_MUL, B_DIV, B_POW, B_MOD, B_EQ, B_LT, B_GT, B_LE, B_GE, B_AND, B_OR, B_XOR, B_N };
-
-static int binary_code(const char *op)
-{
-    static const char *const names[B_N] = {"Add", "Sub", "Mul", "Div", "Pow", "Mod", "Equal", "Less", "Greater",
-                                           "LessOrEqual", "GreaterOrEqual", "And", "Or", "Xor"};
-    for (int k = 0; k < B_N; k++)
-        if (!strcmp(op, names[k])) return k;
-    return -1;
-}
-
-static double binary(int code, int is_int, double a, double b, int fmod_)
-{
-    switch (code) {
-    case B_ADD: return a + b;
-    case B_SUB: return a - b;
-    case B_MUL: return a * b;
-    case B_DIV: return is_int ? (b == 0 ? 0 : trunc(a / b)) : a / b;
-    case B_POW: return pow(a, b);
-    case B_MOD: {
-        if (b == 0) return is_int ? 0 : NAN;
-        double r = fmod(a, b);
-        return fmod_ || r == 0 || (r < 0) == (b < 0) ? r : r + b; /* fmod=0: the sign of the divisor */
-    }
-    case B_EQ: return a == b;
-    case B_LT: return a < b;
-    case B_GT: return a > b;
-    case B_LE: return a <= b;
-    case B_GE: return a >= b;
-    case B_AND: return a != 0 && b != 0;
-    case B_OR: return a != 0 || b != 0;
-    case B_XOR: return (a != 0) != (b != 0);
-    default: return NAN;
-    }
-}
-
-int fold_binary(ox_ctx *c, const Onnx__NodeProto *n, ox_tensor **in, int n_in, ox_tensor **out, int n_out)
+/* y = f(a, b) with numpy broadcasting, of type `type` (0: a's). */
+static int map_binary(ox_ctx *c, const Onnx__NodeProto *n, ox_tensor **in, ox_tensor **out, int type)
 {
     if (need(c, in, 2) < 0) return -1;
     const ox_tensor *a = in[0], *b = in[1];
-    int code = binary_code(n->op_type);
-    int type = code >= B_EQ ? OX_BOOL : a->type, r, is_int = ox_type_is_int(a->type);
+    int r;
+    if (!type) type = a->type;
     int64_t dims[OX_MAX_RANK];
     if (ox_broadcast_shape(c, a->rank, a->dims, b->rank, b->dims, &r, dims) < 0) return -1;
     if (!(out[0] = ox_tensor_new(c, type, r, dims))) return -1;
-    int fm = (int)ox_attr_int(n, "fmod", 0);
+    ox_scalar_arg arg = {.is_int = ox_type_is_int(a->type), .fmod = (int)ox_attr_int(n, "fmod", 0)};
+    ox_scalar_fn f = c->row->scalar;
     ox_bcast ia, ib;
     ox_bcast_init(&ia, a->rank, a->dims, r, dims);
     ox_bcast_init(&ib, b->rank, b->dims, r, dims);
     for (int64_t i = 0; i < out[0]->n; i++) {
         double x = a->v[ox_bcast_next(&ia)], y = b->v[ox_bcast_next(&ib)];
-        out[0]->v[i] = ox_round_to(type, binary(code, is_int, x, y, fm));
+        out[0]->v[i] = ox_round_to(type, f(x, y, &arg));
     }
     return 0;
 }
 
-int fold_variadic(ox_ctx *c, const Onnx__NodeProto *n, ox_tensor **in, int n_in, ox_tensor **out, int n_out)
+int fold_binary(ox_ctx *c, const Onnx__NodeProto *n, ox_tensor **in, int n_in, ox_tensor **out, int n_out)
+{
+    return map_binary(c, n, in, out, 0);
+}
+
+int fold_compare(ox_ctx *c, const Onnx__NodeProto *n, ox_tensor **in, int n_in, ox_tensor **out, int n_out)
+{
+    return map_binary(c, n, in, out, OX_BOOL);
+}
+
+/* The inputs broadcast together and accumulated by the row's function
+ * (`mean`: divided by their count). */
+static int fold_accumulate(ox_ctx *c, ox_tensor **in, int n_in, ox_tensor **out, int mean)
 {
     if (need(c, in, n_in) < 0) return -1;
     int r = in[0]->rank;
@@ -167,21 +187,29 @@ int fold_variadic(ox_ctx *c, const Onnx__NodeProto *n, ox_tensor **in, int n_in,
     for (int k = 1; k < n_in; k++)
         if (ox_broadcast_shape(c, r, dims, in[k]->rank, in[k]->dims, &r, dims) < 0) return -1;
     if (!(out[0] = ox_tensor_new(c, in[0]->type, r, dims))) return -1;
-    char op = n->op_type[1]; /* mAx, mIn, sUm, mEan */
+    ox_scalar_fn f = c->row->scalar;
+    ox_scalar_arg arg = {0};
     ox_bcast it[64];
     for (int k = 0; k < n_in; k++) ox_bcast_init(&it[k], in[k]->rank, in[k]->dims, r, dims);
     for (int64_t i = 0; i < out[0]->n; i++) {
         double acc = 0;
         for (int k = 0; k < n_in; k++) {
             double x = in[k]->v[ox_bcast_next(&it[k])];
-            if (k == 0) acc = x;
-            else if (op == 'a') acc = x > acc || x != x ? x : acc;
-            else if (op == 'i') acc = x < acc || x != x ? x : acc;
-            else acc += x;
+            acc = k == 0 ? x : f(acc, x, &arg);
         }
-        out[0]->v[i] = ox_round_to(in[0]->type, op == 'e' ? acc / n_in : acc);
+        out[0]->v[i] = ox_round_to(in[0]->type, mean ? acc / n_in : acc);
     }
     return 0;
+}
+
+int fold_variadic(ox_ctx *c, const Onnx__NodeProto *n, ox_tensor **in, int n_in, ox_tensor **out, int n_out)
+{
+    return fold_accumulate(c, in, n_in, out, 0);
+}
+
+int fold_variadic_mean(ox_ctx *c, const Onnx__NodeProto *n, ox_tensor **in, int n_in, ox_tensor **out, int n_out)
+{
+    return fold_accumulate(c, in, n_in, out, 1);
 }
 
 int fold_where(ox_ctx *c, const Onnx__NodeProto *n, ox_tensor **in, int n_in, ox_tensor **out, int n_out)
@@ -218,13 +246,16 @@ int fold_clip(ox_ctx *c, const Onnx__NodeProto *n, ox_tensor **in, int n_in, ox_
 
 /* ---- reductions -------------------------------------------------------------- */
 
-int fold_reduce(ox_ctx *c, const Onnx__NodeProto *n, ox_tensor **in, int n_in, ox_tensor **out, int n_out)
+/* A Reduce* node: each output element accumulated by the row's function
+ * from `init`, then `finish` (NULL: none) given the element count. */
+static int reduce_with(ox_ctx *c, const Onnx__NodeProto *n, ox_tensor **in, int n_in, ox_tensor **out, int n_out, double init,
+                       double (*finish)(double acc, int64_t count))
 {
     if (need(c, in, 1) < 0) return -1;
     const ox_tensor *x = in[0];
     unsigned mask;
     int none;
-    if (ox_reduce_axes(c, n, x->rank, &mask, &none) < 0) return -1;
+    if (ox_reduce_axes(c, n, x->rank, c->row->in_max > 1, &mask, &none) < 0) return -1;
     if (none) return fold_identity(c, n, in, n_in, out, n_out);
     int keep = (int)ox_attr_int(n, "keepdims", 1), r = 0;
     int64_t dims[OX_MAX_RANK];
@@ -232,8 +263,8 @@ int fold_reduce(ox_ctx *c, const Onnx__NodeProto *n, ox_tensor **in, int n_in, o
         if (!(mask >> d & 1)) dims[r++] = x->dims[d];
         else if (keep) dims[r++] = 1;
     if (!(out[0] = ox_tensor_new(c, x->type, r, dims))) return -1;
-    const char *op = n->op_type + 6; /* after "Reduce" */
-    double init = !strcmp(op, "Max") ? -INFINITY : !strcmp(op, "Min") ? INFINITY : !strcmp(op, "Prod") ? 1 : 0;
+    ox_scalar_fn f = c->row->scalar;
+    ox_scalar_arg arg = {0};
     int64_t *count = ir_xcalloc((size_t)(out[0]->n ? out[0]->n : 1), sizeof *count);
     for (int64_t i = 0; i < out[0]->n; i++) out[0]->v[i] = init;
     for (int64_t i = 0; i < x->n; i++) {
@@ -246,24 +277,49 @@ int fold_reduce(ox_ctx *c, const Onnx__NodeProto *n, ox_tensor **in, int n_in, o
             o += idx * stride;
             stride *= x->dims[d];
         }
-        double v = x->v[i], *acc = &out[0]->v[o];
-        if (!strcmp(op, "Max")) *acc = v > *acc || v != v ? v : *acc;
-        else if (!strcmp(op, "Min")) *acc = v < *acc || v != v ? v : *acc;
-        else if (!strcmp(op, "Prod")) *acc *= v;
-        else if (!strcmp(op, "SumSquare") || !strcmp(op, "L2")) *acc += v * v;
-        else if (!strcmp(op, "LogSumExp")) *acc += exp(v);
-        else *acc += v;
+        out[0]->v[o] = f(out[0]->v[o], x->v[i], &arg);
         count[o]++;
     }
     for (int64_t i = 0; i < out[0]->n; i++) {
         double *acc = &out[0]->v[i];
-        if (!strcmp(op, "Mean")) *acc /= (double)(count[i] ? count[i] : 1);
-        else if (!strcmp(op, "L2")) *acc = sqrt(*acc);
-        else if (!strcmp(op, "LogSumExp")) *acc = log(*acc);
+        if (finish) *acc = finish(*acc, count[i]);
         *acc = ox_round_to(x->type, *acc);
     }
     free(count);
     return 0;
+}
+
+static double per_count(double acc, int64_t count) { return acc / (double)(count ? count : 1); }
+static double root(double acc, int64_t count) { return sqrt(acc); }
+static double logarithm(double acc, int64_t count) { return log(acc); }
+
+int fold_reduce_sum(ox_ctx *c, const Onnx__NodeProto *n, ox_tensor **in, int n_in, ox_tensor **out, int n_out)
+{
+    return reduce_with(c, n, in, n_in, out, n_out, 0, NULL);
+}
+int fold_reduce_mean(ox_ctx *c, const Onnx__NodeProto *n, ox_tensor **in, int n_in, ox_tensor **out, int n_out)
+{
+    return reduce_with(c, n, in, n_in, out, n_out, 0, per_count);
+}
+int fold_reduce_max(ox_ctx *c, const Onnx__NodeProto *n, ox_tensor **in, int n_in, ox_tensor **out, int n_out)
+{
+    return reduce_with(c, n, in, n_in, out, n_out, -INFINITY, NULL);
+}
+int fold_reduce_min(ox_ctx *c, const Onnx__NodeProto *n, ox_tensor **in, int n_in, ox_tensor **out, int n_out)
+{
+    return reduce_with(c, n, in, n_in, out, n_out, INFINITY, NULL);
+}
+int fold_reduce_prod(ox_ctx *c, const Onnx__NodeProto *n, ox_tensor **in, int n_in, ox_tensor **out, int n_out)
+{
+    return reduce_with(c, n, in, n_in, out, n_out, 1, NULL);
+}
+int fold_reduce_l2(ox_ctx *c, const Onnx__NodeProto *n, ox_tensor **in, int n_in, ox_tensor **out, int n_out)
+{
+    return reduce_with(c, n, in, n_in, out, n_out, 0, root);
+}
+int fold_reduce_log_sum_exp(ox_ctx *c, const Onnx__NodeProto *n, ox_tensor **in, int n_in, ox_tensor **out, int n_out)
+{
+    return reduce_with(c, n, in, n_in, out, n_out, 0, logarithm);
 }
 
 int fold_cumsum(ox_ctx *c, const Onnx__NodeProto *n, ox_tensor **in, int n_in, ox_tensor **out, int n_out)
@@ -317,15 +373,34 @@ int fold_argmax(ox_ctx *c, const Onnx__NodeProto *n, ox_tensor **in, int n_in, o
 
 /* ---- shapes and data movement ---------------------------------------------------- */
 
-int fold_reshape(ox_ctx *c, const Onnx__NodeProto *n, ox_tensor **in, int n_in, ox_tensor **out, int n_out)
+/* Reshape, Flatten, Squeeze, Unsqueeze: the elements as they are, the
+ * shape from dims_of. */
+static int reshape_with(ox_ctx *c, const Onnx__NodeProto *n, ox_tensor **in, ox_tensor **out, ox_dims_fn dims_of)
 {
     if (need(c, in, 1) < 0) return -1;
     int r;
     int64_t dims[OX_MAX_RANK];
-    if (ox_reshape_dims(c, n, in[0]->rank, in[0]->dims, &r, dims) < 0) return -1;
+    if (dims_of(c, n, in[0]->rank, in[0]->dims, &r, dims) < 0) return -1;
     if (!(out[0] = ox_tensor_new(c, in[0]->type, r, dims))) return -1;
     memcpy(out[0]->v, in[0]->v, (size_t)in[0]->n * sizeof(double));
     return 0;
+}
+
+int fold_reshape(ox_ctx *c, const Onnx__NodeProto *n, ox_tensor **in, int n_in, ox_tensor **out, int n_out)
+{
+    return reshape_with(c, n, in, out, ox_reshape_dims);
+}
+int fold_flatten(ox_ctx *c, const Onnx__NodeProto *n, ox_tensor **in, int n_in, ox_tensor **out, int n_out)
+{
+    return reshape_with(c, n, in, out, ox_flatten_dims);
+}
+int fold_squeeze(ox_ctx *c, const Onnx__NodeProto *n, ox_tensor **in, int n_in, ox_tensor **out, int n_out)
+{
+    return reshape_with(c, n, in, out, ox_squeeze_dims);
+}
+int fold_unsqueeze(ox_ctx *c, const Onnx__NodeProto *n, ox_tensor **in, int n_in, ox_tensor **out, int n_out)
+{
+    return reshape_with(c, n, in, out, ox_unsqueeze_dims);
 }
 
 /* Row-major strides of a shape. */
@@ -636,11 +711,6 @@ int fold_shape(ox_ctx *c, const Onnx__NodeProto *n, ox_tensor **in, int n_in, ox
     int64_t dims[OX_MAX_RANK];
     ox_val *v = ox_in(c, n, 0);
     if (!v || ox_shape(c, v, &rank, dims) < 0) return -1;
-    if (!strcmp(n->op_type, "Size")) {
-        int64_t total = 1;
-        for (int d = 0; d < rank; d++) total *= dims[d];
-        return (out[0] = ox_tensor_scalar(c, OX_INT64, (double)total)) ? 0 : -1;
-    }
     int64_t lo = ox_attr_int(n, "start", 0), hi = ox_attr_int(n, "end", rank);
     if (lo < 0) lo += rank;
     if (hi < 0) hi += rank;
@@ -652,10 +722,21 @@ int fold_shape(ox_ctx *c, const Onnx__NodeProto *n, ox_tensor **in, int n_in, ox
     return 0;
 }
 
+int fold_size(ox_ctx *c, const Onnx__NodeProto *n, ox_tensor **in, int n_in, ox_tensor **out, int n_out)
+{
+    int rank;
+    int64_t dims[OX_MAX_RANK], total = 1;
+    ox_val *v = ox_in(c, n, 0);
+    if (!v || ox_shape(c, v, &rank, dims) < 0) return -1;
+    for (int d = 0; d < rank; d++) total *= dims[d];
+    return (out[0] = ox_tensor_scalar(c, OX_INT64, (double)total)) ? 0 : -1;
+}
+
+/* Shape and Size of a carve value: folded all the same (shapes are static). */
 int emit_shape(ox_ctx *c, const Onnx__NodeProto *n)
 {
     ox_tensor *out = NULL;
-    if (fold_shape(c, n, NULL, 1, &out, 1) < 0) return -1;
+    if (c->row->fold(c, n, NULL, 1, &out, 1) < 0) return -1;
     if (c->info) c->info->folded++;
     return ox_out_const(c, n, 0, out);
 }

@@ -18,14 +18,13 @@
  * The first error stops the import; the message names the file and, inside
  * a node, the node, its op and the opset.
  */
-#include "onnx/internal.h"
-#include "ir/hash.h"
+#include "onnx/rows.h"
+#include "onnx/steps.h"
 
 #include <errno.h>
 #include <fcntl.h>
 #include <fnmatch.h>
 #include <math.h>
-#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -38,433 +37,6 @@ int onnx_is_onnx_path(const char *path)
 {
     size_t n = path ? strlen(path) : 0;
     return n > 5 && !strcmp(path + n - 5, ".onnx");
-}
-
-/* ---- errors ------------------------------------------------------------ */
-
-int ox_fail(ox_ctx *c, const char *fmt, ...)
-{
-    if (c->failed) return -1;
-    c->failed = 1;
-    if (!c->err || !c->errlen) return -1;
-    size_t k = 0;
-    const Onnx__NodeProto *n = c->node;
-    if (n)
-        k = (size_t)snprintf(c->err, c->errlen, "node '%.120s' (%.60s, opset %d): ", n->name && n->name[0] ? n->name : "(unnamed)",
-                             n->op_type ? n->op_type : "?", c->opset);
-    if (k < c->errlen) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(c->err + k, c->errlen - k, fmt, ap);
-        va_end(ap);
-    }
-    for (char *p = c->err; *p; p++)
-        if (*p == '\n' || *p == '\r') *p = ' ';
-    return -1;
-}
-
-int ox_check_ir(ox_ctx *c)
-{
-    const char *e = ir_error(c->g);
-    return e ? ox_fail(c, "%s", e) : 0;
-}
-
-static int is_printable(const char *s)
-{
-    for (; *s; s++)
-        if ((unsigned char)*s < 0x20 || (unsigned char)*s >= 0x7f) return 0;
-    return 1;
-}
-
-/* ---- the value table ------------------------------------------------------- */
-
-static uint64_t hash_name(const char *s) { return ir_fnv(s); }
-
-static void index_add(ox_ctx *c, int i)
-{
-    size_t mask = (size_t)c->index_cap - 1, k = hash_name(c->vals[i].name) & mask;
-    while (c->index[k] >= 0) k = (k + 1) & mask;
-    c->index[k] = i;
-}
-
-ox_val *ox_val_get(ox_ctx *c, const char *name)
-{
-    if (!c->index_cap || !name) return NULL;
-    size_t mask = (size_t)c->index_cap - 1;
-    for (size_t k = hash_name(name) & mask; c->index[k] >= 0; k = (k + 1) & mask)
-        if (!strcmp(c->vals[c->index[k]].name, name)) return &c->vals[c->index[k]];
-    return NULL;
-}
-
-ox_val *ox_val_put(ox_ctx *c, const char *name)
-{
-    if (c->n_vals == c->cap_vals) {
-        c->cap_vals = c->cap_vals ? 2 * c->cap_vals : 256;
-        c->vals = ir_xrealloc(c->vals, (size_t)c->cap_vals * sizeof *c->vals);
-    }
-    if (2 * (c->n_vals + 1) > c->index_cap) {
-        int cap = 512;
-        while (cap < 4 * (c->n_vals + 1)) cap *= 2;
-        free(c->index);
-        c->index = ir_xrealloc(NULL, (size_t)cap * sizeof(int));
-        for (int i = 0; i < cap; i++) c->index[i] = -1;
-        c->index_cap = cap;
-        for (int i = 0; i < c->n_vals; i++) index_add(c, i);
-    }
-    ox_val *v = &c->vals[c->n_vals];
-    memset(v, 0, sizeof *v);
-    v->name = name;
-    v->ir = -1;
-    v->init = -1;
-    v->layer = -1;
-    index_add(c, c->n_vals++);
-    return v;
-}
-
-int ox_n_in(const Onnx__NodeProto *n)
-{
-    int k = (int)n->n_input;
-    while (k > 0 && (!n->input[k - 1] || !n->input[k - 1][0])) k--;
-    return k;
-}
-
-ox_val *ox_in(ox_ctx *c, const Onnx__NodeProto *n, int k)
-{
-    if (k >= (int)n->n_input || !n->input[k] || !n->input[k][0]) return NULL;
-    ox_val *v = ox_val_get(c, n->input[k]);
-    if (!v || v->kind == OX_UNSET) {
-        ox_fail(c, "input %d '%.120s' is not made by an earlier node, an initializer or a graph input", k, n->input[k]);
-        return NULL;
-    }
-    return v;
-}
-
-int ox_is_const(const ox_val *v) { return v && (v->kind == OX_CONST || (v->kind == OX_INIT && !v->param)); }
-
-ox_tensor *ox_const(ox_ctx *c, ox_val *v)
-{
-    if (v->kind == OX_CONST) return v->c;
-    if (v->kind != OX_INIT || v->param) {
-        ox_fail(c, "'%.120s' must be a constant (it depends on the model's inputs or params)", v->name);
-        return NULL;
-    }
-    char what[200];
-    snprintf(what, sizeof what, "initializer '%.120s'", v->name);
-    ox_tensor *t = ox_tensor_from_proto(c, c->graph->initializer[v->init], what);
-    if (!t) return NULL;
-    v->kind = OX_CONST;
-    v->c = t;
-    v->type = t->type;
-    return t;
-}
-
-int ox_shape(ox_ctx *c, ox_val *v, int *rank, int64_t *dims)
-{
-    if (v->kind == OX_IR && v->ir < 0 && v->lazy && v->lazy->kind == OX_LAZY_VIEW) {
-        *rank = v->lazy->rank;
-        memcpy(dims, v->lazy->dims, sizeof(int64_t) * (size_t)*rank);
-        return 0;
-    }
-    if (v->kind == OX_IR && v->ir < 0 && v->lazy) { /* a linear: the einsum's result letters */
-        const ox_lazy *l = v->lazy;
-        const ir_value *a = &c->g->values[l->a], *w = &c->g->values[l->w];
-        *rank = (int)strlen(l->so);
-        for (int i = 0; i < *rank; i++) {
-            const char *p = strchr(l->sa, l->so[i]);
-            dims[i] = p ? a->dims[p - l->sa] : w->dims[strchr(l->sw, l->so[i]) - l->sw];
-        }
-        return 0;
-    }
-    if (v->kind == OX_IR) {
-        const ir_value *x = &c->g->values[v->ir];
-        *rank = x->rank;
-        memcpy(dims, x->dims, sizeof(int64_t) * (size_t)x->rank);
-        return 0;
-    }
-    if (v->kind == OX_INIT) {
-        int64_t n;
-        char what[200];
-        snprintf(what, sizeof what, "initializer '%.120s'", v->name);
-        return ox_proto_shape(c, c->graph->initializer[v->init], what, rank, dims, &n);
-    }
-    if (v->kind == OX_CONST) {
-        *rank = v->c->rank;
-        memcpy(dims, v->c->dims, sizeof(int64_t) * (size_t)v->c->rank);
-        return 0;
-    }
-    return ox_fail(c, "'%.120s' has no value", v->name);
-}
-
-/* Runs fn with the graph's layer tag set to `layer` (arguments take the
- * builder's current tag). */
-static int arg_at_layer(ox_ctx *c, int layer, const char *name, ir_role role, ir_dtype t, int rank, const int64_t *dims)
-{
-    int keep = c->g->cur_layer, keep_n = c->g->n_layers;
-    ir_set_layer(c->g, layer);
-    int v = ir_arg(c->g, name, role, t, rank, dims);
-    c->g->cur_layer = keep;
-    if (c->g->n_layers < keep_n) c->g->n_layers = keep_n;
-    return v;
-}
-
-/* A name for a new value made from ONNX name `base`, unique in the graph:
- * `base` itself, or base#2, base#3... ('%' names are carve's own). */
-static const char *fresh_name(ox_ctx *c, const char *base, char *buf, size_t n)
-{
-    if (base[0] == '%') snprintf(buf, n, "onnx:%.200s", base);
-    else snprintf(buf, n, "%.220s", base);
-    size_t len = strlen(buf);
-    for (int k = 2; ir_find(c->g, buf) >= 0; k++) snprintf(buf + len, n - len, "#%d", k);
-    return buf;
-}
-
-/* The param for initializer v: its name, shape and, with weights, values. */
-static int make_param(ox_ctx *c, ox_val *v)
-{
-    const Onnx__TensorProto *p = c->graph->initializer[v->init];
-    int rank;
-    int64_t dims[OX_MAX_RANK], n;
-    char what[200];
-    snprintf(what, sizeof what, "initializer '%.120s'", v->name);
-    if (ox_proto_shape(c, p, what, &rank, dims, &n) < 0) return -1;
-    if (rank > IR_MAX_RANK) return ox_fail(c, "%s: rank %d (carve holds at most %d)", what, rank, IR_MAX_RANK);
-    if (n == 0) return ox_fail(c, "%s: an empty param", what);
-    int dt = ox_ir_dtype(p->data_type);
-    if (dt < 0 || dt == IR_I32) return ox_fail(c, "%s: a param of type %s", what, ox_type_name(p->data_type));
-    char name[256];
-    int x = arg_at_layer(c, v->layer, fresh_name(c, v->name, name, sizeof name), IR_PARAM, (ir_dtype)dt, rank, dims);
-    if (x < 0) return ox_check_ir(c);
-    if (c->opt->weights) {
-        float *w = ir_xrealloc(NULL, (size_t)n * sizeof(float));
-        if (ox_proto_read_f32(c, p, what, w, n) < 0) {
-            free(w);
-            return -1;
-        }
-        ir_data_attach(c->g, x, w, n);
-    }
-    if (c->info) {
-        c->info->params++;
-        if (!strncmp(v->name, "onnx::", 6)) c->info->generated_names++;
-    }
-    v->kind = OX_IR;
-    v->ir = x;
-    v->type = p->data_type == OX_DOUBLE ? OX_FLOAT : p->data_type;
-    return ox_check_ir(c) < 0 ? -1 : x;
-}
-
-int ox_ir(ox_ctx *c, ox_val *v)
-{
-    if (v->kind == OX_IR && v->ir < 0) return v->lazy ? ox_lazy_make(c, v) : ox_fail(c, "'%.120s' has no value", v->name);
-    if (v->kind == OX_IR) return v->ir;
-    if (v->kind == OX_INIT && v->param) return make_param(c, v);
-    ox_tensor *t = ox_const(c, v);
-    return t ? ox_ir_of_tensor(c, t) : -1;
-}
-
-static uint64_t tensor_hash(const ox_tensor *t)
-{
-    uint64_t h = IR_FNV_OFFSET ^ (uint64_t)t->type;
-    for (int i = 0; i < t->rank; i++) h = ir_fnv_word(h, (uint64_t)t->dims[i]);
-    for (int64_t i = 0; i < t->n; i++) {
-        uint64_t u;
-        memcpy(&u, &t->v[i], 8);
-        h = ir_fnv_word(h, u);
-    }
-    return h;
-}
-
-/* 1 when const argument x holds exactly t's values. */
-static int same_contents(ox_ctx *c, int x, const ox_tensor *t)
-{
-    const ir_value *v = &c->g->values[x];
-    if (v->rank != t->rank || memcmp(v->dims, t->dims, sizeof(int64_t) * (size_t)t->rank)) return 0;
-    const void *d = ir_data(c->g, x);
-    for (int64_t i = 0; d && i < t->n; i++) {
-        double e = v->dtype == IR_I32 ? (double)((const int32_t *)d)[i] : (double)((const float *)d)[i];
-        if (e != (v->dtype == IR_I32 ? t->v[i] : (double)(float)t->v[i]) && !(e != e && t->v[i] != t->v[i])) return 0;
-    }
-    return d != NULL;
-}
-
-/* A causal mask: a 2-D float constant holding `on` where col <= row + k and
- * `off` elsewhere, both present, neither NaN, one of them 0 (so causal_ops
- * makes it exactly from a 0/1 triangle).  Fills *sh's mask fields; 0 when t
- * is not one. */
-static int causal_mask(const ox_tensor *t, ox_shared *sh)
-{
-    if (t->rank != 2 || t->dims[0] < 2 || t->dims[1] < 2) return 0;
-    int64_t R = t->dims[0], C = t->dims[1], k = 0;
-    double on = t->v[(R - 1) * C], off = 0; /* the bottom-left element is on for any k > -R */
-    int have_k = 0;
-    for (int64_t i = 0; i < R && !have_k; i++) { /* k from the first row the diagonal cuts */
-        int64_t n = 0;
-        while (n < C && t->v[i * C + n] == on) n++;
-        if (n > 0 && n < C) k = n - 1 - i, off = t->v[i * C + n], have_k = 1;
-    }
-    if (!have_k || on != on || off != off) return 0;
-    int exact = (off == 0 && isfinite(on)) || (on == 0 && (isfinite(off) || (isinf(off) && off < 0)));
-    if (!exact) return 0;
-    for (int64_t i = 0; i < R; i++)
-        for (int64_t j = 0; j < C; j++)
-            if (t->v[i * C + j] != (j <= i + k ? on : off)) return 0;
-    *sh = (ox_shared){.mask = 1, .rows = R, .cols = C, .k = k, .on = on, .off = off};
-    return 1;
-}
-
-/* The causal mask sh computed on the device as carve's builders make theirs
- * (models/blocks.c): m = ge(row + k, col) from two iotas, then on*m where off
- * is 0, -off*(m - 1) where on is 0, log m for off = -inf (log 1 = 0, log 0 =
- * -inf: exact).  Outside the layers: made once, read by every layer.  So no
- * device is sent it and no plan splits or gathers it. */
-static int causal_ops(ox_ctx *c, const ox_shared *sh)
-{
-    int keep = c->g->cur_layer, keep_n = c->g->n_layers;
-    ir_set_layer(c->g, -1);
-    int m = -1;
-    for (int i = 0; i < c->n_shared && m < 0; i++) { /* the triangle made already (a where's condition) */
-        const ox_shared *o = &c->shared[i];
-        if (o->mask && o->rows == sh->rows && o->cols == sh->cols && o->k == sh->k && o->on == 1 && o->off == 0) m = o->ir;
-    }
-    if (m < 0) {
-        int64_t dims[2] = {sh->rows, sh->cols};
-        int row = ir_iota(c->g, IR_F32, 2, dims, 0), col = ir_iota(c->g, IR_F32, 2, dims, 1);
-        if (sh->k && row >= 0) row = ir_add_scalar(c->g, row, (double)sh->k);
-        m = row < 0 || col < 0 ? -1 : ir_binary(c->g, IR_OP_GE, row, col);
-    }
-    int y = m;
-    if (m >= 0 && sh->off == 0 && sh->on != 1) y = ir_scale(c->g, m, sh->on);
-    else if (m >= 0 && sh->on == 0 && isinf(sh->off)) y = ir_unary(c->g, IR_OP_LOG, m);
-    else if (m >= 0 && sh->on == 0) y = ir_scale(c->g, ir_add_scalar(c->g, m, -1.0), -sh->off);
-    c->g->cur_layer = keep;
-    if (c->g->n_layers < keep_n) c->g->n_layers = keep_n;
-    return y < 0 ? ox_check_ir(c) : y;
-}
-
-static void share(ox_ctx *c, const ox_shared *sh)
-{
-    if (c->n_shared == c->cap_shared) {
-        c->cap_shared = c->cap_shared ? 2 * c->cap_shared : 32;
-        c->shared = ir_xrealloc(c->shared, (size_t)c->cap_shared * sizeof *c->shared);
-    }
-    c->shared[c->n_shared++] = *sh;
-}
-
-int ox_ir_of_tensor(ox_ctx *c, const ox_tensor *t)
-{
-    if (t->rank > IR_MAX_RANK) return ox_fail(c, "a constant of rank %d (carve holds at most %d)", t->rank, IR_MAX_RANK);
-    if (t->n == 0) return ox_fail(c, "an empty tensor (a dim of 0)");
-    int is_int = ox_type_is_int(t->type) && t->type != OX_BOOL;
-    if (!is_int && !ox_type_is_float(t->type) && t->type != OX_BOOL)
-        return ox_fail(c, "a constant of type %s", ox_type_name(t->type));
-    ir_dtype dt = is_int ? IR_I32 : IR_F32;
-    if (ox_tensor_splat(t) && !is_int) {
-        int v = ir_constant(c->g, t->v[0], dt, t->rank, t->dims);
-        return v < 0 ? ox_check_ir(c) : v;
-    }
-    uint64_t h = tensor_hash(t);
-    ox_shared mask;
-    int is_mask = !is_int && causal_mask(t, &mask);
-    for (int i = 0; i < c->n_shared; i++) {
-        const ox_shared *s = &c->shared[i];
-        if (s->hash != h || s->mask != is_mask) continue;
-        if (is_mask ? s->rows == mask.rows && s->cols == mask.cols && s->k == mask.k && s->on == mask.on && s->off == mask.off
-                    : same_contents(c, s->ir, t))
-            return s->ir;
-    }
-    if (is_mask) {
-        mask.hash = h;
-        if ((mask.ir = causal_ops(c, &mask)) < 0) return -1;
-        share(c, &mask);
-        return mask.ir;
-    }
-    char base[64], name[256];
-    snprintf(base, sizeof base, "const.%d", c->uid++);
-    int x = arg_at_layer(c, -1, fresh_name(c, base, name, sizeof name), IR_CONST, dt, t->rank, t->dims);
-    if (x < 0) return ox_check_ir(c);
-    void *elems = ir_xrealloc(NULL, (size_t)t->n * 4);
-    for (int64_t i = 0; i < t->n; i++) {
-        if (!is_int) ((float *)elems)[i] = (float)t->v[i];
-        else if (t->v[i] < INT32_MIN || t->v[i] > INT32_MAX) {
-            free(elems);
-            return ox_fail(c, "a constant holds %.0f, beyond what an i32 holds", t->v[i]);
-        } else ((int32_t *)elems)[i] = (int32_t)t->v[i];
-    }
-    ir_data_attach(c->g, x, elems, t->n);
-    share(c, &(ox_shared){.hash = h, .ir = x});
-    if (c->info) c->info->consts++;
-    return ox_check_ir(c) < 0 ? -1 : x;
-}
-
-
-int ox_out_ir(ox_ctx *c, const Onnx__NodeProto *n, int k, int ir, int type)
-{
-    if (ir < 0) return ox_check_ir(c) < 0 ? -1 : ox_fail(c, "output %d was not made", k);
-    if (k >= (int)n->n_output || !n->output[k] || !n->output[k][0]) return 0;
-    ox_val *v = ox_val_get(c, n->output[k]);
-    if (!v) return ox_fail(c, "output '%.120s' is not known", n->output[k]);
-    v->kind = OX_IR;
-    v->ir = ir;
-    v->type = type;
-    /* the user's name on the value (an op's result, not yet named) */
-    const ir_value *x = &c->g->values[ir];
-    if (x->producer >= 0 && x->name[0] == '%' && is_printable(n->output[k]) && strlen(n->output[k]) < 200 &&
-        ir_find(c->g, n->output[k]) < 0 && n->output[k][0] != '%')
-        ir_rename(c->g, ir, n->output[k]);
-    return ox_check_ir(c);
-}
-
-int ox_out_const(ox_ctx *c, const Onnx__NodeProto *n, int k, ox_tensor *t)
-{
-    if (!t) return -1;
-    if (k >= (int)n->n_output || !n->output[k] || !n->output[k][0]) {
-        ox_tensor_free(t);
-        return 0;
-    }
-    ox_val *v = ox_val_get(c, n->output[k]);
-    v->kind = OX_CONST;
-    v->c = t;
-    v->type = t->type;
-    return 0;
-}
-
-/* ---- attributes --------------------------------------------------------------- */
-
-const Onnx__AttributeProto *ox_attr(const Onnx__NodeProto *n, const char *name)
-{
-    for (size_t i = 0; i < n->n_attribute; i++)
-        if (n->attribute[i]->name && !strcmp(n->attribute[i]->name, name)) return n->attribute[i];
-    return NULL;
-}
-
-int64_t ox_attr_int(const Onnx__NodeProto *n, const char *name, int64_t dflt)
-{
-    const Onnx__AttributeProto *a = ox_attr(n, name);
-    return a && a->has_i ? a->i : dflt;
-}
-
-double ox_attr_float(const Onnx__NodeProto *n, const char *name, double dflt)
-{
-    const Onnx__AttributeProto *a = ox_attr(n, name);
-    return a && a->has_f ? a->f : dflt;
-}
-
-int ox_attr_ints(const Onnx__NodeProto *n, const char *name, int64_t *out, int max)
-{
-    const Onnx__AttributeProto *a = ox_attr(n, name);
-    if (!a) return -1;
-    int k = (int)(a->n_ints < (size_t)max ? a->n_ints : (size_t)max);
-    for (int i = 0; i < k; i++) out[i] = a->ints[i];
-    return a->n_ints > (size_t)max ? max + 1 : k;
-}
-
-const char *ox_attr_str(const Onnx__NodeProto *n, const char *name, char *buf, size_t len)
-{
-    const Onnx__AttributeProto *a = ox_attr(n, name);
-    size_t k = a && a->has_s ? a->s.len : 0;
-    if (k >= len) k = len - 1;
-    if (k) memcpy(buf, a->s.data, k);
-    buf[k] = 0;
-    return buf;
 }
 
 /* ---- check ----------------------------------------------------------------------- */
@@ -517,13 +89,7 @@ static int check_model(ox_ctx *c)
             return ox_fail(c, "%zu outputs (%.60s makes at most %d)", n->n_output, n->op_type, r->out_max);
         for (size_t a = 0; a < n->n_attribute; a++) {
             const char *an = n->attribute[a]->name ? n->attribute[a]->name : "";
-            size_t len = strlen(an);
-            const char *p = r->attrs;
-            int known = 0;
-            while (len && (p = strstr(p, an))) {
-                if ((p == r->attrs || p[-1] == ' ') && (p[len] == ' ' || !p[len])) known = 1;
-                p += len;
-            }
+            int known = ox_row_reads_attr(r, an);
             if (!known) return ox_fail(c, "attribute '%.60s' is not supported", an);
             if (n->attribute[a]->ref_attr_name && n->attribute[a]->ref_attr_name[0])
                 return ox_fail(c, "attribute '%.60s' refers to a function's attribute", an);
@@ -629,8 +195,8 @@ static int add_input(ox_ctx *c, const Onnx__ValueInfoProto *in)
         return ox_fail(c, "input '%.120s': dim %zu has no size (carve needs static shapes: export with fixed shapes)", name, d);
     }
     char buf[256];
-    if (!is_printable(name)) return ox_fail(c, "input name with non-printable bytes");
-    int x = arg_at_layer(c, -1, fresh_name(c, name, buf, sizeof buf), IR_INPUT, (ir_dtype)dt, (int)tt->shape->n_dim, dims);
+    if (!ox_is_printable(name)) return ox_fail(c, "input name with non-printable bytes");
+    int x = ox_arg_at_layer(c, -1, ox_fresh_name(c, name, buf, sizeof buf), IR_INPUT, (ir_dtype)dt, (int)tt->shape->n_dim, dims);
     if (x < 0) return ox_check_ir(c);
     ox_val *v = ox_val_get(c, name);
     v->kind = OX_IR;
@@ -665,7 +231,7 @@ static int add_values(ox_ctx *c)
         const Onnx__TensorProto *t = gp->initializer[i];
         if (!t->name || !t->name[0]) return ox_fail(c, "initializer %zu has no name", i);
         if (ox_val_get(c, t->name)) return ox_fail(c, "two initializers are named '%.120s'", t->name);
-        if (!is_printable(t->name)) return ox_fail(c, "initializer %zu: name with non-printable bytes", i);
+        if (!ox_is_printable(t->name)) return ox_fail(c, "initializer %zu: name with non-printable bytes", i);
         ox_val *v = ox_val_put(c, t->name);
         v->kind = OX_INIT;
         v->init = (int)i;
@@ -788,7 +354,7 @@ static int loss_input(ox_ctx *c, const char *name, ir_dtype dt, int rank, const 
         return v->ir;
     }
     if (ir_find(c->g, name) >= 0) return ox_fail(c, "--loss: '%.120s' names a value of the graph", name);
-    int x = arg_at_layer(c, -1, name, IR_INPUT, dt, rank, dims);
+    int x = ox_arg_at_layer(c, -1, name, IR_INPUT, dt, rank, dims);
     if (x >= 0 && ids > 0) ir_set_init(c->g, x, IR_INIT_IDS, ids);
     return x < 0 ? ox_check_ir(c) : x;
 }
@@ -837,12 +403,12 @@ static int append_loss(ox_ctx *c, const char *kind, const char *out, const char 
 static int import_nodes(ox_ctx *c)
 {
     const Onnx__GraphProto *gp = c->graph;
-    /* Constant nodes first (they read nothing): a pattern anchored earlier
-     * sees the constants of its chain */
+    /* Constant nodes first (ops that read nothing): a pattern anchored
+     * earlier sees the constants of its chain */
     for (size_t i = 0; i < gp->n_node && !c->failed; i++) {
         const Onnx__NodeProto *n = c->node = gp->node[i];
-        if (strcmp(n->op_type, "Constant")) continue;
         c->row = ox_row_find(n->op_type, c->opset, NULL);
+        if (c->row->in_max > 0) continue;
         if (ox_fold_node(c, n) < 0) return -1;
         if (c->info) c->info->folded++;
         c->done[i] = 1;
@@ -851,7 +417,7 @@ static int import_nodes(ox_ctx *c)
     for (size_t i = 0; i < gp->n_node && !c->failed; i++) {
         const Onnx__NodeProto *n = c->node = gp->node[i];
         if (c->done[i]) {
-            if (strcmp(n->op_type, "Constant")) ox_release_inputs(c, n); /* a pattern's node */
+            if (ox_row_find(n->op_type, c->opset, NULL)->in_max > 0) ox_release_inputs(c, n); /* a pattern's node */
             continue;
         }
         c->row = ox_row_find(n->op_type, c->opset, NULL);
@@ -999,7 +565,7 @@ static ir_graph *import_model(ox_ctx *c)
     char kind[32], second[256];
     const char *src = NULL;
     if (check_dims_option(c) < 0 || check_model(c) < 0 || add_values(c) < 0) return NULL;
-    const char *name = c->graph->name && c->graph->name[0] && is_printable(c->graph->name) ? c->graph->name : "onnx";
+    const char *name = c->graph->name && c->graph->name[0] && ox_is_printable(c->graph->name) ? c->graph->name : "onnx";
     c->g = ir_new(name);
     for (size_t i = 0; i < c->graph->n_input && !c->failed; i++) {
         ox_val *v = c->graph->input[i]->name ? ox_val_get(c, c->graph->input[i]->name) : NULL;

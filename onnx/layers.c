@@ -13,7 +13,7 @@
  * blocks or named otherwise ("onnx::MatMul_928"), take the layer of the
  * nodes that use them, or none (-1).
  */
-#include "onnx/internal.h"
+#include "onnx/steps.h"
 
 #include <ctype.h>
 #include <stdlib.h>

@@ -20,7 +20,7 @@
  * name and the graph records the file's shape (ir_file_shape), for the
  * exports keyed by the module's state_dict (docs/onnx.md, "Root width").
  */
-#include "onnx/internal.h"
+#include "onnx/steps.h"
 
 #include <stdlib.h>
 #include <string.h>

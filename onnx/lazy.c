@@ -22,9 +22,11 @@
  * reads the source of a view that only moves size-1 dims (keepdims); a
  * cross-entropy reads the source of its merged batch dims.  Any other
  * reader makes the value (ox_ir: the transpose, reshape, einsum and add,
- * named as the ONNX values), once.
+ * named as the ONNX values), once.  ox_ir is here, above the values it
+ * makes: a lazy value from its description, any other by ox_made_ir
+ * (onnx/build.c).
  */
-#include "onnx/internal.h"
+#include "onnx/build.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -228,7 +230,7 @@ static int materialize(ox_ctx *c, ox_val *v)
     return y;
 }
 
-int ox_lazy_make(ox_ctx *c, ox_val *v) { return materialize(c, v); }
+int ox_ir(ox_ctx *c, ox_val *v) { return v->kind == OX_IR && v->ir < 0 && v->lazy ? materialize(c, v) : ox_made_ir(c, v); }
 
 void ox_linear_set(ox_val *y, int a, int w, const char *sa, const char *sw, const char *so)
 {

@@ -1,21 +1,18 @@
 /* ops.c - the table of ONNX ops (onnx/ops.def) and its lookup. */
-#include "onnx/internal.h"
+#include "onnx/rows.h"
 
 #include <stdio.h>
 #include <string.h>
 
-/* every emitter and folder the table names */
-#define X(op, since, until, in_min, in_max, out_max, diff, attrs, emit, fold) \
-    int emit_##emit(ox_ctx *c, const Onnx__NodeProto *n);                     \
-    int fold_##fold(ox_ctx *c, const Onnx__NodeProto *n, ox_tensor **in, int n_in, ox_tensor **out, int n_out);
-#include "onnx/ops.def"
-#undef X
+/* the table's `none`: no emitter, folder, carve op or scalar function */
 #define emit_none NULL
 #define fold_none NULL
+#define sc_none NULL
+#define IR_OP_none ((ir_opkind)IR_N_OPS)
 
 static const ox_row rows[] = {
-#define X(op, since, until, in_min, in_max, out_max, diff, attrs, emit, fold) \
-    {#op, since, until, in_min, in_max, out_max, diff, attrs, emit_##emit, fold_##fold},
+#define X(op, since, until, in_min, in_max, out_max, diff, attrs, emit, fold, ir, scalar) \
+    {#op, since, until, in_min, in_max, out_max, diff, attrs, emit_##emit, fold_##fold, IR_OP_##ir, sc_##scalar},
 #include "onnx/ops.def"
 #undef X
 };

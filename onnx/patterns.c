@@ -12,7 +12,7 @@
  * last value and marks the other nodes done.  Anything else is imported
  * node by node, with the same numbers up to rounding.
  */
-#include "onnx/internal.h"
+#include "onnx/rows.h"
 
 #include <math.h>
 #include <stdlib.h>

@@ -4,7 +4,7 @@
  * folder (constants) and the emitters (carve ops) both read nodes through
  * these, so the two agree on every attribute and input.
  */
-#include "onnx/internal.h"
+#include "onnx/context.h"
 
 #include <string.h>
 
@@ -18,55 +18,66 @@ static int input_ints(ox_ctx *c, const Onnx__NodeProto *n, int k, const char *wh
     return v ? ox_const_ints(c, v, what, out, max, count) : -1;
 }
 
-int ox_reshape_dims(ox_ctx *c, const Onnx__NodeProto *n, int rank, const int64_t *dims, int *out_rank, int64_t *out)
+int ox_flatten_dims(ox_ctx *c, const Onnx__NodeProto *n, int rank, const int64_t *dims, int *out_rank, int64_t *out)
 {
-    const char *op = n->op_type;
     int64_t total = 1;
     for (int i = 0; i < rank; i++) total *= dims[i];
-    if (!strcmp(op, "Flatten")) {
-        int64_t axis = ox_attr_int(n, "axis", 1);
-        if (axis < 0) axis += rank;
-        if (axis < 0 || axis > rank) return ox_fail(c, "axis %lld is outside [%d, %d]", (long long)ox_attr_int(n, "axis", 1), -rank, rank);
-        int64_t a = 1;
-        for (int i = 0; i < axis; i++) a *= dims[i];
-        *out_rank = 2;
-        out[0] = a;
-        out[1] = a ? total / a : 0;
-        return 0;
-    }
+    int64_t axis = ox_attr_int(n, "axis", 1);
+    if (axis < 0) axis += rank;
+    if (axis < 0 || axis > rank) return ox_fail(c, "axis %lld is outside [%d, %d]", (long long)ox_attr_int(n, "axis", 1), -rank, rank);
+    int64_t a = 1;
+    for (int i = 0; i < axis; i++) a *= dims[i];
+    *out_rank = 2;
+    out[0] = a;
+    out[1] = a ? total / a : 0;
+    return 0;
+}
+
+int ox_squeeze_dims(ox_ctx *c, const Onnx__NodeProto *n, int rank, const int64_t *dims, int *out_rank, int64_t *out)
+{
     int64_t v[OX_MAX_RANK + 1];
     int k;
-    if (!strcmp(op, "Squeeze")) {
-        if (input_ints(c, n, 1, "axes", v, OX_MAX_RANK, &k) < 0) return -1;
-        unsigned drop = 0;
-        for (int i = 0; i < k; i++) {
-            int64_t a;
-            if (ox_axis(c, v[i], rank, &a) < 0) return -1;
-            if (dims[a] != 1) return ox_fail(c, "axis %lld has size %lld, not 1", (long long)v[i], (long long)dims[a]);
-            drop |= 1u << a;
-        }
-        *out_rank = 0;
-        for (int i = 0; i < rank; i++)
-            if (k < 0 ? dims[i] != 1 : !(drop >> i & 1)) out[(*out_rank)++] = dims[i];
-        return 0;
+    if (input_ints(c, n, 1, "axes", v, OX_MAX_RANK, &k) < 0) return -1;
+    unsigned drop = 0;
+    for (int i = 0; i < k; i++) {
+        int64_t a;
+        if (ox_axis(c, v[i], rank, &a) < 0) return -1;
+        if (dims[a] != 1) return ox_fail(c, "axis %lld has size %lld, not 1", (long long)v[i], (long long)dims[a]);
+        drop |= 1u << a;
     }
-    if (!strcmp(op, "Unsqueeze")) {
-        if (input_ints(c, n, 1, "axes", v, OX_MAX_RANK, &k) < 0) return -1;
-        if (k < 0) return ox_fail(c, "no axes");
-        int r = rank + k;
-        if (r > OX_MAX_RANK) return ox_fail(c, "rank %d (at most %d)", r, OX_MAX_RANK);
-        unsigned add = 0;
-        for (int i = 0; i < k; i++) {
-            int64_t a;
-            if (ox_axis(c, v[i], r, &a) < 0) return -1;
-            if (add >> a & 1) return ox_fail(c, "axis %lld given twice", (long long)v[i]);
-            add |= 1u << a;
-        }
-        for (int i = 0, j = 0; i < r; i++) out[i] = add >> i & 1 ? 1 : dims[j++];
-        *out_rank = r;
-        return 0;
+    *out_rank = 0;
+    for (int i = 0; i < rank; i++)
+        if (k < 0 ? dims[i] != 1 : !(drop >> i & 1)) out[(*out_rank)++] = dims[i];
+    return 0;
+}
+
+int ox_unsqueeze_dims(ox_ctx *c, const Onnx__NodeProto *n, int rank, const int64_t *dims, int *out_rank, int64_t *out)
+{
+    int64_t v[OX_MAX_RANK + 1];
+    int k;
+    if (input_ints(c, n, 1, "axes", v, OX_MAX_RANK, &k) < 0) return -1;
+    if (k < 0) return ox_fail(c, "no axes");
+    int r = rank + k;
+    if (r > OX_MAX_RANK) return ox_fail(c, "rank %d (at most %d)", r, OX_MAX_RANK);
+    unsigned add = 0;
+    for (int i = 0; i < k; i++) {
+        int64_t a;
+        if (ox_axis(c, v[i], r, &a) < 0) return -1;
+        if (add >> a & 1) return ox_fail(c, "axis %lld given twice", (long long)v[i]);
+        add |= 1u << a;
     }
-    /* Reshape: 0 copies the input's dim (unless allowzero), -1 is inferred */
+    for (int i = 0, j = 0; i < r; i++) out[i] = add >> i & 1 ? 1 : dims[j++];
+    *out_rank = r;
+    return 0;
+}
+
+/* Reshape: 0 copies the input's dim (unless allowzero), -1 is inferred */
+int ox_reshape_dims(ox_ctx *c, const Onnx__NodeProto *n, int rank, const int64_t *dims, int *out_rank, int64_t *out)
+{
+    int64_t total = 1;
+    for (int i = 0; i < rank; i++) total *= dims[i];
+    int64_t v[OX_MAX_RANK + 1];
+    int k;
     if (input_ints(c, n, 1, "shape", v, OX_MAX_RANK + 1, &k) < 0) return -1;
     if (k < 0 || k > OX_MAX_RANK) return ox_fail(c, "target shape of rank %d", k);
     int allowzero = (int)ox_attr_int(n, "allowzero", 0), infer = -1;
@@ -198,13 +209,13 @@ int ox_pad_params(ox_ctx *c, const Onnx__NodeProto *n, int rank, int64_t *before
     return 0;
 }
 
-int ox_reduce_axes(ox_ctx *c, const Onnx__NodeProto *n, int rank, unsigned *mask, int *none)
+int ox_reduce_axes(ox_ctx *c, const Onnx__NodeProto *n, int rank, int axes_input, unsigned *mask, int *none)
 {
     int64_t a[OX_MAX_RANK + 1];
     int k;
     *none = 0;
     *mask = 0;
-    if (!strcmp(n->op_type, "ReduceSum")) {
+    if (axes_input) {
         if (input_ints(c, n, 1, "axes", a, OX_MAX_RANK + 1, &k) < 0) return -1;
         if ((k <= 0) && ox_attr_int(n, "noop_with_empty_axes", 0)) {
             *none = 1;

@@ -9,7 +9,7 @@
  * uint64_data), or an external data file beside the model (location, offset,
  * length; how torch saves models over 2 GB).
  */
-#include "onnx/internal.h"
+#include "onnx/context.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -193,18 +193,6 @@ void ox_bcast_init(ox_bcast *b, int rank, const int64_t *dims, int out_rank, con
         b->stride[d] = dims[k] == 1 ? 0 : stride;
         stride *= dims[k];
     }
-}
-
-int ox_const_ints(ox_ctx *c, ox_val *v, const char *what, int64_t *out, int max, int *count)
-{
-    ox_tensor *t = ox_const(c, v);
-    if (!t) return -1;
-    if (t->rank > 1) return ox_fail(c, "%s must be a vector, got rank %d", what, t->rank);
-    if (!ox_type_is_int(t->type)) return ox_fail(c, "%s must be integers, got %s", what, ox_type_name(t->type));
-    if (t->n > max) return ox_fail(c, "%s has %lld entries (at most %d)", what, (long long)t->n, max);
-    for (int64_t i = 0; i < t->n; i++) out[i] = ox_i64(t->v[i]);
-    *count = (int)t->n;
-    return 0;
 }
 
 /* ---- TensorProto ---------------------------------------------------------- */

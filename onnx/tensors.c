@@ -2,7 +2,7 @@
  * node tests' input_N.pb and output_N.pb, and the reference values of
  * tests/onnx (a GraphProto whose initializers are the batch, the loss and the
  * gradients). */
-#include "onnx/internal.h"
+#include "onnx/context.h"
 
 #include <errno.h>
 #include <math.h>

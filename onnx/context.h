@@ -1,4 +1,20 @@
-/* internal.h - what the ONNX reader's files share (not part of the API).
+/* context.h - the ONNX reader's lowest room: the import's context, its
+ * values, constants, attributes, errors and what the shape ops mean (not part
+ * of the API).
+ *
+ * The reader's files are layered, each room calling only the rooms below it:
+ *   context.h  context.c (errors, the value table, inputs, attributes),
+ *              tensor.c (constant tensors, TensorProto data), values.c
+ *              (constants and shapes of values), shape.c (what Reshape,
+ *              Slice, Split, Pad... mean, for folder and emitter alike);
+ *   build.h    build.c (carve ops from values: builders, params, const
+ *              arguments, causal masks, outputs), lazy.c (views, linears,
+ *              and ox_ir, the carve value of any value);
+ *   rows.h     the op table (ops.def, ops.c) and what its rows name: the
+ *              emitters (emit*.c), the folders and scalar functions
+ *              (fold.c), the patterns (patterns.c);
+ *   steps.h    the import's steps below the driver: layers.c, layout.c;
+ *   import.c   the driver (onnx.h's entry points), above them all.
  *
  * An import walks the graph's nodes in order with one ox_ctx.  Every ONNX
  * value name maps to an ox_val: a constant (a host tensor of doubles: the
@@ -9,8 +25,8 @@
  * (a splat becomes a `constant` op, any other tensor a const argument with
  * its elements attached, shared by every use of equal contents).
  */
-#ifndef CARVE_ONNX_INTERNAL_H
-#define CARVE_ONNX_INTERNAL_H
+#ifndef CARVE_ONNX_CONTEXT_H
+#define CARVE_ONNX_CONTEXT_H
 
 #include <stdint.h>
 
@@ -105,7 +121,7 @@ typedef struct ox_ctx {
     unsigned char *done;    /* per node: imported already, by a pattern (onnx/patterns.c) */
     int *remaining;         /* per val: readers not imported yet (a constant is freed at 0) */
     const Onnx__NodeProto *node; /* the node being imported (messages) */
-    const ox_row *row;
+    const ox_row *row;      /* the node's row of the op table (rows.h): emitters and folders read its columns */
     char *err;
     size_t errlen;
     int failed;
@@ -113,63 +129,24 @@ typedef struct ox_ctx {
     int uid;                /* counter for the names of made values */
 } ox_ctx;
 
-/* ---- the op table (onnx/ops.def) ---------------------------------------- */
-typedef int (*ox_emit_fn)(ox_ctx *c, const Onnx__NodeProto *n);
-typedef int (*ox_fold_fn)(ox_ctx *c, const Onnx__NodeProto *n, ox_tensor **in, int n_in, ox_tensor **out, int n_out);
-
-/* every emitter and folder ops.def names (emit_none, fold_none: no function) */
-#define X(op, since, until, in_min, in_max, out_max, diff, attrs, emit, fold) \
-    int emit_##emit(ox_ctx *c, const Onnx__NodeProto *n);                     \
-    int fold_##fold(ox_ctx *c, const Onnx__NodeProto *n, ox_tensor **in, int n_in, ox_tensor **out, int n_out);
-#include "onnx/ops.def"
-#undef X
-
-struct ox_row {
-    const char *op;
-    int since, until;       /* opsets whose version of the op this row implements */
-    int in_min, in_max, out_max;
-    unsigned diff;          /* bit k: the loss's gradient flows to input k */
-    const char *attrs;      /* attributes it reads, space-separated */
-    ox_emit_fn emit;        /* NULL: only folded (its inputs must be constant) */
-    ox_fold_fn fold;        /* NULL: never folded */
-};
-/* The row of op type `op` at opset `opset`, or NULL (*other_versions set
- * when rows exist for other opsets). */
-const ox_row *ox_row_find(const char *op, int opset, int *other_versions);
-/* Every op type of the table, space-separated (docs and messages). */
-void ox_ops_list(char *buf, size_t n);
-
-/* ---- errors ---------------------------------------------------------------- */
+/* ---- errors (context.c) ------------------------------------------------------ */
 /* Records the first error, prefixed with the node being imported; -1. */
 int ox_fail(ox_ctx *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* The graph builder's sticky error as an import error (-1), or 0. */
 int ox_check_ir(ox_ctx *c);
 
-/* ---- values ------------------------------------------------------------------ */
+/* 1 when s holds printable ASCII only (names carve keeps). */
+int ox_is_printable(const char *s);
+
+/* ---- the value table and inputs (context.c) ------------------------------------ */
 ox_val *ox_val_get(ox_ctx *c, const char *name);     /* NULL when unknown */
 ox_val *ox_val_put(ox_ctx *c, const char *name);     /* creates an OX_UNSET slot */
 /* Input k of node n: its value, or NULL (absent optional input); a missing
  * name is an error. */
 ox_val *ox_in(ox_ctx *c, const Onnx__NodeProto *n, int k);
 int ox_n_in(const Onnx__NodeProto *n);               /* inputs up to the last present one */
-/* 1 when v is a constant the folder can read (a const, or an initializer not trained). */
-int ox_is_const(const ox_val *v);
-/* The constant tensor of v (reads an initializer on first use), or NULL with an error. */
-ox_tensor *ox_const(ox_ctx *c, ox_val *v);
-/* The carve value of v: makes params, const arguments and constant ops as needed. */
-int ox_ir(ox_ctx *c, ox_val *v);
-/* v's shape (rank and dims), for carve values and constants alike. */
-int ox_shape(ox_ctx *c, ox_val *v, int *rank, int64_t *dims);
-/* Output k of the node becomes carve value `ir` of ONNX type `type`
- * (named after the output when it is the node's last value made). */
-int ox_out_ir(ox_ctx *c, const Onnx__NodeProto *n, int k, int ir, int type);
-/* Output k of the node becomes a constant (taken). */
-int ox_out_const(ox_ctx *c, const Onnx__NodeProto *n, int k, ox_tensor *t);
-/* A carve value for a constant tensor: a constant op for a splat, else a
- * const argument with its elements attached (one per contents). */
-int ox_ir_of_tensor(ox_ctx *c, const ox_tensor *t);
 
-/* ---- attributes ------------------------------------------------------------- */
+/* ---- attributes (context.c) ----------------------------------------------------- */
 const Onnx__AttributeProto *ox_attr(const Onnx__NodeProto *n, const char *name);
 int64_t ox_attr_int(const Onnx__NodeProto *n, const char *name, int64_t dflt);
 double ox_attr_float(const Onnx__NodeProto *n, const char *name, double dflt);
@@ -177,8 +154,13 @@ double ox_attr_float(const Onnx__NodeProto *n, const char *name, double dflt);
 int ox_attr_ints(const Onnx__NodeProto *n, const char *name, int64_t *out, int max);
 /* The string of an attribute into buf ("" when absent). */
 const char *ox_attr_str(const Onnx__NodeProto *n, const char *name, char *buf, size_t len);
+/* Where `name` is in a space-separated attribute list (NAME or
+ * NAME=DEFAULT, as ops.def's attrs column writes them), or NULL. */
+const char *ox_attr_listed(const char *list, const char *name);
+/* Float attribute `name` of n, else the default `list` gives it, else 0. */
+double ox_attr_float_listed(const Onnx__NodeProto *n, const char *name, const char *list);
 
-/* ---- tensors (onnx/tensor.c) ------------------------------------------------- */
+/* ---- tensors (tensor.c) ------------------------------------------------- */
 ox_tensor *ox_tensor_new(ox_ctx *c, int type, int rank, const int64_t *dims);
 void ox_tensor_free(ox_tensor *t);
 ox_tensor *ox_tensor_scalar(ox_ctx *c, int type, double v);
@@ -224,35 +206,25 @@ int ox_axis(ox_ctx *c, int64_t axis, int rank, int64_t *out);
 /* x as an int64, saturating (int64 values beyond 2^53, such as Slice's
  * INT64_MAX "to the end", come back as the nearest int64). */
 int64_t ox_i64(double x);
+
+/* ---- constants and shapes of values (values.c) ------------------------------ */
+/* 1 when v is a constant the folder can read (a const, or an initializer not trained). */
+int ox_is_const(const ox_val *v);
+/* The constant tensor of v (reads an initializer on first use), or NULL with an error. */
+ox_tensor *ox_const(ox_ctx *c, ox_val *v);
+/* v's shape (rank and dims), for carve values and constants alike. */
+int ox_shape(ox_ctx *c, ox_val *v, int *rank, int64_t *dims);
 /* Integer vector of a 0-D or 1-D integer constant (shape, axes, pads...). */
 int ox_const_ints(ox_ctx *c, ox_val *v, const char *what, int64_t *out, int max, int *count);
 
-/* ---- emitting carve ops (onnx/emit.c) ---------------------------------------- */
-/* x broadcast (numpy rules) to shape (rank, dims). */
-int ox_ir_broadcast_to(ox_ctx *c, int x, int rank, const int64_t *dims);
-int ox_ir_reshape(ox_ctx *c, int x, int rank, const int64_t *dims);
-int ox_ir_reduce(ox_ctx *c, ir_opkind k, int x, int n, const int64_t *axes);
-/* x's dims (ints) */
-const ir_value *ox_irv(ox_ctx *c, int x);
-/* a carve value for a scalar constant `v` of shape like x's */
-int ox_ir_const_like(ox_ctx *c, int x, double v);
-/* the constant 1/2... scaled by a double */
-int ox_ir_scale(ox_ctx *c, int x, double s);
-int ox_ir_binary(ox_ctx *c, ir_opkind k, int a, int b);
-int ox_ir_unary(ox_ctx *c, ir_opkind k, int x);
-int ox_ir_add_scalar(ox_ctx *c, int x, double s);
-/* x[start:start+len] along axis (x itself when that is all of it) */
-int ox_ir_slice(ox_ctx *c, int x, int axis, int64_t start, int64_t len);
-int ox_ir_transpose(ox_ctx *c, int x, const int64_t *perm);
-double ox_scalar_unary(const char *op, double x, double alpha);
-
-/* ---- folding (onnx/fold.c) --------------------------------------------------- */
-int ox_fold_node(ox_ctx *c, const Onnx__NodeProto *n);
-
-/* ---- what shape ops mean, for folder and emitter alike (onnx/shape.c) --------- */
-/* The result shape of Reshape, Flatten, Squeeze or Unsqueeze node n on an
+/* ---- what shape ops mean, for folder and emitter alike (shape.c) --------- */
+/* The result shape of a Reshape, Flatten, Squeeze or Unsqueeze node n on an
  * input of shape (rank, dims). */
+typedef int (*ox_dims_fn)(ox_ctx *c, const Onnx__NodeProto *n, int rank, const int64_t *dims, int *out_rank, int64_t *out);
 int ox_reshape_dims(ox_ctx *c, const Onnx__NodeProto *n, int rank, const int64_t *dims, int *out_rank, int64_t *out);
+int ox_flatten_dims(ox_ctx *c, const Onnx__NodeProto *n, int rank, const int64_t *dims, int *out_rank, int64_t *out);
+int ox_squeeze_dims(ox_ctx *c, const Onnx__NodeProto *n, int rank, const int64_t *dims, int *out_rank, int64_t *out);
+int ox_unsqueeze_dims(ox_ctx *c, const Onnx__NodeProto *n, int rank, const int64_t *dims, int *out_rank, int64_t *out);
 /* Slice's starts, ends (clamped, exclusive) and steps for every axis of an
  * input of shape (rank, dims): axes not sliced get 0, dims[d], 1. */
 int ox_slice_params(ox_ctx *c, const Onnx__NodeProto *n, int rank, const int64_t *dims, int64_t *start, int64_t *end,
@@ -263,53 +235,9 @@ int ox_split_sizes(ox_ctx *c, const Onnx__NodeProto *n, int rank, const int64_t 
 int ox_perm(ox_ctx *c, const Onnx__NodeProto *n, int rank, int64_t *perm);
 /* Pad's zero-based (before, after) per dim and the constant value. */
 int ox_pad_params(ox_ctx *c, const Onnx__NodeProto *n, int rank, int64_t *before, int64_t *after, double *value);
-/* Reduction axes of a Reduce* node (input 1 of ReduceSum, else the attribute):
- * a mask over the input's dims; *none when the node reduces nothing. */
-int ox_reduce_axes(ox_ctx *c, const Onnx__NodeProto *n, int rank, unsigned *mask, int *none);
-
-/* ---- lazy values (onnx/lazy.c) ------------------------------------------------ */
-/* v's lazy description when it is not made yet, else NULL. */
-ox_lazy *ox_lazy_of(const ox_val *v);
-/* Makes v as carve ops (ox_ir calls it). */
-int ox_lazy_make(ox_ctx *c, ox_val *v);
-/* v as a view of a carve value (itself, for a plain value). */
-int ox_view_describe(ox_ctx *c, ox_val *v, ox_lazy *out);
-/* Output o becomes the view (or its source, when the view is all of it). */
-int ox_view_set(ox_ctx *c, ox_val *o, const ox_lazy *view, int type);
-/* 1 when the view is a transpose only. */
-int ox_view_is_plain_perm(ox_ctx *c, const ox_lazy *v);
-/* v broadcast to (rank, dims), from a view's source where the view only
- * moves size-1 dims. */
-int ox_view_broadcast(ox_ctx *c, ox_val *v, int rank, const int64_t *dims);
-/* y becomes the lazy linear einsum "sa,sw->so"(a, w). */
-void ox_linear_set(ox_val *y, int a, int w, const char *sa, const char *sw, const char *so);
-/* z = y + bias (a vector over y's last dim) when y is a lazy linear
- * without one: returns 1 (z lazy), else 0. */
-int ox_linear_add_bias(ox_ctx *c, ox_val *z, ox_val *y, int bias);
-/* The carve value of z reshaped to (rank, dims) when z is a lazy linear
- * whose last dim the reshape splits: the weight (and bias) reshaped, one
- * einsum.  -2 when it does not apply, -1 on error. */
-int ox_linear_split(ox_ctx *c, ox_val *z, int rank, const int64_t *dims);
-
-/* ---- patterns (onnx/patterns.c) --------------------------------------------- */
-/* Builds the readers of every value (before the nodes are imported). */
-void ox_consumers_build(ox_ctx *c);
-/* Tries the patterns anchored at node `at`: 1 when one matched (its nodes
- * imported), 0 when none, -1 on error. */
-int ox_patterns(ox_ctx *c, int at);
-/* Node n has been imported: a constant input no later node reads (and no
- * graph output) is freed, so a model's per-layer masks and tables are not
- * all held at once. */
-void ox_release_inputs(ox_ctx *c, const Onnx__NodeProto *n);
-
-/* ---- the heads layout (onnx/layout.c) --------------------------------------- */
-/* Gives each param whose one reader is a reshape splitting its dims that
- * shape (the file's shape recorded, ir_file_shape), c->g rebuilt without
- * the reshape.  0, or -1 with an error. */
-int ox_heads_layout(ox_ctx *c);
-
-/* ---- layers (onnx/layers.c) -------------------------------------------------- */
-/* Tags nodes and initializers with repeated-block numbers. */
-void ox_layers(ox_ctx *c);
+/* Reduction axes of a Reduce* node (input 1 where `axes_input`, else the
+ * attribute): a mask over the input's dims; *none when the node reduces
+ * nothing. */
+int ox_reduce_axes(ox_ctx *c, const Onnx__NodeProto *n, int rank, int axes_input, unsigned *mask, int *none);
 
 #endif
