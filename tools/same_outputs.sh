@@ -1,0 +1,115 @@
+#!/usr/bin/env bash
+# same_outputs.sh - what a change that should move no plan and no price is
+# checked against (issue 45: "byte-identical before and after"):
+#   tools/same_outputs.sh record DIR [BUILD]   writes, from BUILD (default build/):
+#     pricelog/plog.T    bench_search's price logs (CARVE_SEARCH_ONLY=1 CARVE_SEARCH_PRICELOG:
+#                        every plan section 1 prices, in order, floats in %a; thread T)
+#     cost/N.json        `carve cost --json` of line N of tools/same_outputs.cost (the zoo's
+#                        expert schedules, the memory level's and the pipelined ones; .rc and
+#                        .err beside it), cost/cases.txt the lines
+#     import/NAME*.      `carve import` of every ONNX fixture (tests/onnx/fixtures, regress):
+#                        the graph file, with --weights too, stdout, stderr and the exit code
+#     counts.txt         the grep counts of issue 45 (with the lines counted), from the tree
+#     fnlen.txt          every function of the library, longest first (tools/fnlen.sh)
+#     duplicates.txt     `duplicates --most 200` of the whole tree (when the tool is there;
+#                        CARVE_SAME_NODUP=1 leaves it out)
+#   tools/same_outputs.sh compare BEFORE AFTER
+#     compares two such folders: the price logs, prices and imports must be equal byte
+#     for byte (a cost document that differs is compared again on BEFORE's keys only, so a
+#     key added within carve-cost/1 is said apart from a changed price); exits 1 when
+#     any differs.  The counts, the function lengths and the repeated code are shown
+#     side by side, never judged.
+# Run from anywhere; the cases run in a temporary folder.  Takes a few minutes.
+set -u
+root=$(cd "$(dirname "$0")/.." && pwd)
+
+record() { # $1 = output folder, $2 = build folder
+    local out build carve n=0
+    mkdir -p "$1" && out=$(cd "$1" && pwd)
+    build=$(cd "${2:-$root/build}" && pwd) && carve=$build/carve
+    [ -x "$carve" ] && [ -x "$build/bench/bench_search" ] || { echo "same_outputs: no $carve or bench_search: build first" >&2; return 2; }
+    rm -rf "$out/pricelog" "$out/cost" "$out/import"
+    mkdir -p "$out/pricelog" "$out/cost" "$out/import"
+    (cd "$root" && git rev-parse HEAD 2>/dev/null; git -C "$root" status --short | head -20) >"$out/commit.txt"
+    echo "same_outputs: price logs" >&2
+    CARVE_SEARCH_ONLY=1 CARVE_SEARCH_PRICELOG="$out/pricelog/plog" "$build/bench/bench_search" >/dev/null
+    echo "same_outputs: carve cost cases" >&2
+    grep -v '^#' "$root/tools/same_outputs.cost" | grep . >"$out/cost/cases.txt"
+    while read -r model mesh hw schedule extra; do
+        n=$((n + 1))
+        # shellcheck disable=SC2086
+        "$carve" cost --model "$model" --mesh "$mesh" --hw "$hw" --schedule "$schedule" $extra --json \
+            >"$out/cost/$n.json" 2>"$out/cost/$n.err"
+        echo $? >"$out/cost/$n.rc"
+    done <"$out/cost/cases.txt"
+    echo "same_outputs: carve import of the fixtures" >&2
+    (cd "$root" && for f in tests/onnx/fixtures/*.onnx tests/onnx/fixtures/*/*.onnx tests/onnx/regress/*.onnx; do
+        local name opts=()
+        name=$(echo "${f#tests/onnx/}" | tr / _); name=${name%.onnx}
+        case "$f" in */dynamic/*) opts=(--dim batch=4 --loss cross_entropy:logits) ;; esac
+        "$carve" import "$f" "${opts[@]}" --out "$out/import/$name.json" >"$out/import/$name.out" 2>"$out/import/$name.err"
+        echo $? >"$out/import/$name.rc"
+        "$carve" import "$f" "${opts[@]}" --weights --out "$out/import/$name.weights.json" >/dev/null 2>&1
+    done; sed -i "s#$out/#OUT/#g" "$out"/import/*.out "$out"/import/*.err)
+    counts >"$out/counts.txt"
+    "$root/tools/fnlen.sh" 100000 >"$out/fnlen.txt"
+    if [ -z "${CARVE_SAME_NODUP:-}" ] && command -v duplicates >/dev/null; then
+        echo "same_outputs: duplicates" >&2
+        (cd "$root" && duplicates --most 200 --seconds 300) >"$out/duplicates.txt"
+    fi
+    echo "same_outputs: recorded in $out ($n cost cases, $(ls "$out"/import/*.rc | wc -l) imports)" >&2
+}
+
+# The library's C (not tests/, bench/, fuzz/), or only the paths named:
+# lib_grep LABEL REGEX [PATHSPEC...]
+lib_grep() {
+    local label=$1 re=$2 spec=('*.c' '*.h') s; shift 2
+    for s in "$@"; do [[ "$s" == :!* ]] || spec=(); done  # paths named: only those
+    local lines; lines=$(cd "$root" && git grep -nE "$re" -- "${spec[@]}" ':!tests' ':!bench' ':!fuzz' "$@")
+    echo "$label: $(echo -n "$lines" | grep -c .) lines in $(echo -n "$lines" | cut -d: -f1 | sort -u | grep -c .) files"
+    [ -n "$lines" ] && echo "$lines" | cut -c1-200 | sed 's/^/    /'
+}
+
+counts() {
+    local own=(':!analysis/pipeline*' ':!analysis/pipe_lower.c' ':!cost/pipeline*' ':!exec/spmd_pipe.c')
+    lib_grep "callers that branch on a pipeline (if/?/while on piped, ->pipe, pp; outside analysis/pipeline*, analysis/pipe_lower.c, cost/pipeline*, exec/spmd_pipe.c)" \
+        '(\bif \(|\bwhile \(|\?).*(\bpiped\b|->pipe\b|\.pipe\b|\bpp\b|->pp\b|\.pp\b)' "${own[@]}"
+    lib_grep "lines naming 'piped' (the issue's word; same files left out)" '\bpiped\b' "${own[@]}"
+    lib_grep "calls of the pipelined pricer or lowering (cost_price_pipelined, pipe_lower; same files left out)" \
+        '\b(cost_price_pipelined|pipe_lower)\(' "${own[@]}"
+    lib_grep "name-prefix tests on values (str*cmp/strstr of a value's name against a literal with a '/')" \
+        '(strn?cmp|strstr)\((g->values\[[^]]*\]\.name|nm\b[^,]*|[a-z_]+->name)[^,]*, *"[^"]*/[^"]*"'
+    lib_grep "tactic text spliced (strchr on tactics)" 'strchr\([a-z_>.-]*tactics'
+    lib_grep "strcmp on op names in onnx/ emitters and folders (op, op_type; switch on op[0])" \
+        '\bstrn?cmp\((op|[a-z_]+->op_type)\b|switch \(op\[0\]\)' 'onnx/emit*.c' 'onnx/fold.c'
+    lib_grep "every strcmp in onnx/ emitters and folders" '\bstrcmp\(' 'onnx/emit*.c' 'onnx/fold.c'
+    echo "functions over 60 lines (tools/fnlen.sh --over 60): $("$root/tools/fnlen.sh" --over 60 | wc -l); in cost/ and analysis/: $("$root/tools/fnlen.sh" --over 60 cost analysis | wc -l)"
+    "$root/tools/fnlen.sh" --over 60 | sed 's/^/    /'
+}
+
+compare() { # $1 = before, $2 = after
+    local a=$1 b=$2 bad=0 same=0 keys=0 f rel
+    for f in "$a"/pricelog/* "$a"/cost/*.json "$a"/cost/*.rc "$a"/cost/*.err "$a"/import/*; do
+        rel=${f#"$a"/}
+        if cmp -s "$f" "$b/$rel"; then same=$((same + 1)); continue; fi
+        if [[ "$rel" == cost/*.json ]] && [ -s "$f" ] && [ -s "$b/$rel" ] &&
+            jq -e --slurpfile new "$b/$rel" '. as $old | [paths(scalars)] | all(. as $p | ($old | getpath($p)) == ($new[0] | getpath($p)))' \
+                "$f" >/dev/null 2>&1 && [ "$(jq '[paths(scalars)] | length' "$f")" -le "$(jq '[paths(scalars)] | length' "$b/$rel")" ]; then
+            keys=$((keys + 1)); echo "same on before's keys: $rel ($(sed -n "${rel//[^0-9]/}p" "$a/cost/cases.txt"))"; continue
+        fi
+        bad=$((bad + 1)); echo "DIFFERS: $rel$([[ "$rel" == cost/* ]] && echo " ($(sed -n "$(basename "$rel" | cut -d. -f1)p" "$a/cost/cases.txt"))")"
+    done
+    echo "--- counts (before | after)"; diff -y -W 200 --suppress-common-lines <(grep -v '^    ' "$a/counts.txt") <(grep -v '^    ' "$b/counts.txt") || true
+    echo "--- longest functions (before | after)"; paste -d'|' <(head -12 "$a/fnlen.txt") <(head -12 "$b/fnlen.txt") | column -t -s'|'
+    [ -f "$a/duplicates.txt" ] && [ -f "$b/duplicates.txt" ] &&
+        echo "--- duplicates: before: $(head -1 "$a/duplicates.txt"); after: $(head -1 "$b/duplicates.txt")"
+    echo "$same equal byte for byte, $keys equal on before's keys, $bad differ (price logs, cost documents, imports)"
+    [ "$bad" = 0 ]
+}
+
+case "${1:-}" in
+record) [ $# -ge 2 ] || { echo "usage: tools/same_outputs.sh record DIR [BUILD]" >&2; exit 2; }; record "$2" "${3:-}" ;;
+compare) [ $# -eq 3 ] || { echo "usage: tools/same_outputs.sh compare BEFORE AFTER" >&2; exit 2; }; compare "$2" "$3" ;;
+counts) counts ;;
+*) echo "usage: tools/same_outputs.sh record DIR [BUILD] | compare BEFORE AFTER | counts" >&2; exit 2 ;;
+esac
