@@ -58,7 +58,7 @@ size_t spmd_buffer_bytes(const spmd_program *p, int b)
     return shard_local_bytes(&p->mesh, &p->g->values[p->bufs[b].value], &p->bufs[b].spec);
 }
 
-static int new_buf(spmd_program *p, int value, const shard_spec *spec)
+int spmd_add_buffer(spmd_program *p, int value, const shard_spec *spec)
 {
     if (p->n_bufs == p->cap_bufs) {
         p->cap_bufs = p->cap_bufs ? 2 * p->cap_bufs : 256;
@@ -88,7 +88,7 @@ static int emit(lower_ctx *c, spmd_kind kind, int value, int in0, int in1, const
                 int dim, int dim2, int reduce_max)
 {
     spmd_program *p = c->p;
-    int out = new_buf(p, value, spec);
+    int out = spmd_add_buffer(p, value, spec);
     if (p->n_instrs == p->cap_instrs) {
         p->cap_instrs = p->cap_instrs ? 2 * p->cap_instrs : 256;
         p->instrs = ir_xrealloc(p->instrs, (size_t)p->cap_instrs * sizeof *p->instrs);
@@ -180,6 +180,55 @@ static int shared_version(const lower_ctx *c, int v, const shard_spec *T)
     return -1;
 }
 
+/* reshard's step 1: axes that leave a dim of S, minor end first; an axis
+ * that the target T wants next on another dim moves there with one
+ * all-to-all, any other is all-gathered.  Returns the buffer of v made last
+ * (b when none). */
+static int leave_axes(lower_ctx *c, int v, int b, shard_spec *S, const shard_spec *T, int rank)
+{
+    for (int d = 0; d < rank; d++) {
+        int common = 0;
+        while (common < S->n[d] && common < T->n[d] && S->axes[d][common] == T->axes[d][common]) common++;
+        while (S->n[d] > common) {
+            int a = S->axes[d][S->n[d] - 1];
+            int pos = 0, j = find_axis(T, rank, a, &pos);
+            int can_move = j >= 0 && j != d && pos == S->n[j];
+            for (int k = 0; can_move && k < S->n[j]; k++) can_move = S->axes[j][k] == T->axes[j][k];
+            S->n[d]--;
+            if (can_move) {
+                S->axes[j][S->n[j]++] = (uint8_t)a;
+                b = emit(c, SPMD_ALL_TO_ALL, v, b, -1, S, 1u << a, d, j, 0);
+            } else {
+                b = emit(c, SPMD_ALL_GATHER, v, b, -1, S, 1u << a, d, -1, 0);
+            }
+        }
+    }
+    return b;
+}
+
+/* reshard's step 2: axes that join a dim, in order: a partial axis is
+ * reduce-scattered (its bit added to *resolved), any other sliced.  Returns
+ * the buffer made last. */
+static int join_axes(lower_ctx *c, int v, int b, shard_spec *S, const shard_spec *T, int rank, unsigned *resolved)
+{
+    for (int d = 0; d < rank; d++)
+        for (int k = S->n[d]; k < T->n[d]; k++) {
+            int a = T->axes[d][k];
+            unsigned bit = 1u << a;
+            S->axes[d][S->n[d]++] = (uint8_t)a;
+            if (S->partial & bit) {
+                int mx = (S->partial_max & bit) != 0;
+                S->partial &= (uint8_t)~bit;
+                S->partial_max &= (uint8_t)~bit;
+                b = emit(c, SPMD_REDUCE_SCATTER, v, b, -1, S, bit, d, -1, mx);
+                *resolved |= bit;
+            } else {
+                b = emit(c, SPMD_SLICE, v, b, -1, S, bit, d, -1, 0);
+            }
+        }
+    return b;
+}
+
 /* Brings value v from its current layout to layout T (T.partial: axes that
  * may stay partial).  Emits the collectives, or reuses a version made
  * before (shared_version); returns the buffer. */
@@ -193,42 +242,8 @@ static int reshard(lower_ctx *c, int v, const shard_spec *T)
     int shared = shared_version(c, v, T);
     if (shared >= 0) return shared;
     unsigned resolved_partial = 0;
-    /* 1. axes that leave a dim: minor end first; an axis that the target
-     *    wants next on another dim moves there with one all-to-all. */
-    for (int d = 0; d < rank; d++) {
-        int common = 0;
-        while (common < S.n[d] && common < T->n[d] && S.axes[d][common] == T->axes[d][common]) common++;
-        while (S.n[d] > common) {
-            int a = S.axes[d][S.n[d] - 1];
-            int pos = 0, j = find_axis(T, rank, a, &pos);
-            int can_move = j >= 0 && j != d && pos == S.n[j];
-            for (int k = 0; can_move && k < S.n[j]; k++) can_move = S.axes[j][k] == T->axes[j][k];
-            S.n[d]--;
-            if (can_move) {
-                S.axes[j][S.n[j]++] = (uint8_t)a;
-                b = emit(c, SPMD_ALL_TO_ALL, v, b, -1, &S, 1u << a, d, j, 0);
-            } else {
-                b = emit(c, SPMD_ALL_GATHER, v, b, -1, &S, 1u << a, d, -1, 0);
-            }
-        }
-    }
-    /* 2. axes that join a dim, in order: reduce-scatter a partial axis,
-     *    slice any other. */
-    for (int d = 0; d < rank; d++)
-        for (int k = S.n[d]; k < T->n[d]; k++) {
-            int a = T->axes[d][k];
-            unsigned bit = 1u << a;
-            S.axes[d][S.n[d]++] = (uint8_t)a;
-            if (S.partial & bit) {
-                int mx = (S.partial_max & bit) != 0;
-                S.partial &= (uint8_t)~bit;
-                S.partial_max &= (uint8_t)~bit;
-                b = emit(c, SPMD_REDUCE_SCATTER, v, b, -1, &S, bit, d, -1, mx);
-                resolved_partial |= bit;
-            } else {
-                b = emit(c, SPMD_SLICE, v, b, -1, &S, bit, d, -1, 0);
-            }
-        }
+    b = leave_axes(c, v, b, &S, T, rank);
+    b = join_axes(c, v, b, &S, T, rank, &resolved_partial);
     /* 3. partial axes the target does not keep: all-reduce, one per kind. */
     unsigned drop = S.partial & ~T->partial;
     for (int mx = 0; mx < 2 && drop; mx++) {
@@ -317,7 +332,7 @@ static void place_arguments(lower_ctx *c)
         if (g->values[v].role == IR_INTERMEDIATE) continue;
         shard_spec arg = s->spec[v];
         drop_unit_axes(&p->mesh, &arg, g->values[v].rank);
-        p->arg_buf[v] = c->cur[v] = new_buf(p, v, &arg);
+        p->arg_buf[v] = c->cur[v] = spmd_add_buffer(p, v, &arg);
     }
 }
 

@@ -309,21 +309,6 @@ static xfer *find_xfer(plower *c, int buf, int to)
     return NULL;
 }
 
-/* Appends a buffer of value v in layout spec to p. */
-static int add_buf(spmd_program *p, int v, const shard_spec *spec)
-{
-    if (p->n_bufs == p->cap_bufs) {
-        p->cap_bufs = p->cap_bufs ? 2 * p->cap_bufs : 256;
-        p->bufs = ir_xrealloc(p->bufs, (size_t)p->cap_bufs * sizeof *p->bufs);
-        p->next_version = ir_xrealloc(p->next_version, (size_t)p->cap_bufs * sizeof *p->next_version);
-        p->made_in = ir_xrealloc(p->made_in, (size_t)p->cap_bufs * sizeof *p->made_in);
-    }
-    p->bufs[p->n_bufs] = (spmd_buffer){v, *spec};
-    p->next_version[p->n_bufs] = -1;
-    p->made_in[p->n_bufs] = 0;
-    return p->n_bufs++;
-}
-
 /* Scatter / gather: when the other axes hold x's buffer whole (not tiled,
  * not partial on them), its share per device is sliced off a dim their
  * product divides, sent, and gathered again on the receiving side. */
@@ -349,7 +334,7 @@ static void plan_parts(plower *c, xfer *x)
     shard_spec part = *sp;
     for (int a = 0; a < p->mesh.n_axes; a++) /* major to minor, after the dim's own axes */
         if (axes & (1u << a)) part.axes[d][part.n[d]++] = (uint8_t)a;
-    x->part = add_buf(p, p->bufs[x->buf].value, &part);
+    x->part = spmd_add_buffer(p, p->bufs[x->buf].value, &part);
     x->part_axes = axes;
     x->part_dim = d;
 }
@@ -535,6 +520,19 @@ static int cmp_pair(const void *a, const void *b)
     return x[0] != y[0] ? (x[0] > y[0]) - (x[0] < y[0]) : (x[1] > y[1]) - (x[1] < y[1]);
 }
 
+/* The first of the n sorted (instruction, transfer) pairs whose
+ * instruction is i or later. */
+static int first_pair(const int *pairs, int n, int i)
+{
+    int lo = 0, hi = n;
+    while (lo < hi) {
+        int mid = (lo + hi) / 2;
+        if (pairs[2 * mid] < i) lo = mid + 1;
+        else hi = mid;
+    }
+    return lo;
+}
+
 /* Rewrites p->instrs in segment order with the transfers, sets p->segment. */
 static void reorder(plower *c)
 {
@@ -566,21 +564,12 @@ static void reorder(plower *c)
             if (c->x[k].send_seg == seg && c->x[k].send_at < 0 && !c->x[k].clone) emit_p2p(c, &e, &c->x[k], SPMD_SEND, seg);
         for (int j = start[r]; j < start[r + 1]; j++) {
             int i = by_seg[j];
-            int lo = 0, hi = n_before;
-            while (lo < hi) { /* first transfer received before i */
-                int mid = (lo + hi) / 2;
-                if (before[2 * mid] < i) lo = mid + 1;
-                else hi = mid;
-            }
-            for (; lo < n_before && before[2 * lo] == i; lo++) emit_p2p(c, &e, &c->x[before[2 * lo + 1]], SPMD_RECV, seg);
+            for (int k = first_pair(before, n_before, i); k < n_before && before[2 * k] == i; k++)
+                emit_p2p(c, &e, &c->x[before[2 * k + 1]], SPMD_RECV, seg);
             e.out[e.n] = p->instrs[i];
             e.seg[e.n++] = seg;
-            for (lo = 0, hi = n_after; lo < hi;) {
-                int mid = (lo + hi) / 2;
-                if (after[2 * mid] < i) lo = mid + 1;
-                else hi = mid;
-            }
-            for (; lo < n_after && after[2 * lo] == i; lo++) emit_p2p(c, &e, &c->x[after[2 * lo + 1]], SPMD_SEND, seg);
+            for (int k = first_pair(after, n_after, i); k < n_after && after[2 * k] == i; k++)
+                emit_p2p(c, &e, &c->x[after[2 * k + 1]], SPMD_SEND, seg);
         }
         for (int k = 0; k < c->n_x; k++) /* updated params arrive at the end of an end */
             if (c->x[k].recv_seg == seg && c->x[k].recv_at < 0) emit_p2p(c, &e, &c->x[k], SPMD_RECV, seg);

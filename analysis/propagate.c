@@ -499,7 +499,10 @@ char *shard_decision_str(const shard_state *s, const shard_decision *d, char *bu
     return buf;
 }
 
-int shard_apply(shard_state *s, const shard_decision *d, char *err, size_t errlen)
+/* shard_apply's checks that hold for every decision: the value exists and
+ * takes decisions, the axis exists, the decision can be stamped.  Returns 0,
+ * or -1 with a message. */
+static int check_decision(const shard_state *s, const shard_decision *d, char *err, size_t errlen)
 {
     const ir_graph *g = s->g;
     if (d->value < 0 || d->value >= g->n_values) {
@@ -518,25 +521,37 @@ int shard_apply(shard_state *s, const shard_decision *d, char *err, size_t errle
         if (err) snprintf(err, errlen, "decision on '%s': no mesh axis %d", x->name, d->axis);
         return -1;
     }
-    int v = d->value, a = d->axis;
-    unsigned bit = 1u << a;
-    shard_spec *sp = &s->spec[v];
-    int stamp = s->n_decisions;
-    if (stamp >= SHARD_NO_STAMP) {
+    if (s->n_decisions >= SHARD_NO_STAMP) {
         if (err) snprintf(err, errlen, "too many decisions (more than %d)", SHARD_NO_STAMP - 1);
         return -1;
     }
-    if (d->kind == SHARD_ATOMIC) {
-        if (shard_spec_tiled(sp, x->rank) & bit) {
-            conflict(s, -1, v, a, s->stamp[v][a], stamp, "atomic decision on a tensor already tiled on the axis");
-            return 1;
-        }
-        if (s->atomic[v] & bit) return 1;
-        s->atomic[v] |= (uint8_t)bit;
-        s->n_decisions++;
-        log_decision(s, d);
-        return 0;
+    return 0;
+}
+
+/* An atomic decision: the value stays whole on the axis. */
+static int apply_atomic(shard_state *s, const shard_decision *d)
+{
+    int v = d->value, a = d->axis;
+    unsigned bit = 1u << a;
+    if (shard_spec_tiled(&s->spec[v], s->g->values[v].rank) & bit) {
+        conflict(s, -1, v, a, s->stamp[v][a], s->n_decisions, "atomic decision on a tensor already tiled on the axis");
+        return 1;
     }
+    if (s->atomic[v] & bit) return 1;
+    s->atomic[v] |= (uint8_t)bit;
+    s->n_decisions++;
+    log_decision(s, d);
+    return 0;
+}
+
+int shard_apply(shard_state *s, const shard_decision *d, char *err, size_t errlen)
+{
+    if (check_decision(s, d, err, errlen) < 0) return -1;
+    if (d->kind == SHARD_ATOMIC) return apply_atomic(s, d);
+    const ir_value *x = &s->g->values[d->value];
+    int v = d->value, a = d->axis, stamp = s->n_decisions;
+    unsigned bit = 1u << a;
+    shard_spec *sp = &s->spec[v];
     if (d->dim < 0 || d->dim >= x->rank) {
         if (err) snprintf(err, errlen, "decision on '%s': no dim %d (rank %d)", x->name, d->dim, x->rank);
         return -1;

@@ -125,6 +125,9 @@ spmd_program *spmd_lower_into(shard_state *s, spmd_program *p);
  * gather_policy). */
 spmd_program *spmd_lower_ex(shard_state *s, spmd_program *p, const spmd_options *opts);
 void spmd_free(spmd_program *p);
+/* Appends a buffer to p: a new version of graph value `value` in layout
+ * spec, written by no instruction yet.  Returns its index. */
+int spmd_add_buffer(spmd_program *p, int value, const shard_spec *spec);
 /* Combines p's gradient collectives into buckets of opts.bucket_bytes
  * (bucket.c); spmd_lower_ex calls it last. */
 void spmd_bucket_gradients(spmd_program *p);

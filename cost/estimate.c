@@ -358,6 +358,34 @@ static void mark_loss_head(cost_ws *w, const ir_graph *g)
     free(reach);
 }
 
+/* Each value's category (param, optimizer state, gradient, activation,
+ * other) and its bytes an element under mixed precision; the ops' phases
+ * are known. */
+static void value_categories(cost_ws *w, const ir_graph *g)
+{
+    for (int v = 0; v < g->n_values; v++) {
+        const ir_value *x = &g->values[v];
+        int phase = x->producer >= 0 ? w->op_phase[x->producer] : -1;
+        uint8_t cat;
+        switch (x->role) {
+        case IR_PARAM: cat = CAT_PARAM; break;
+        case IR_OPT_STATE: cat = CAT_OPT; break;
+        case IR_INPUT: cat = CAT_ACT; break;
+        case IR_CONST: cat = CAT_OTHER; break;
+        case IR_INTERMEDIATE:
+        case IR_N_ROLES:
+        default:
+            cat = x->grad_of >= 0 ? CAT_GRAD : phase == SPMD_FORWARD ? CAT_ACT : CAT_OTHER;
+            break;
+        }
+        w->cat[v] = cat;
+        /* mixed precision: bf16 except optimizer states, optimizer arithmetic
+         * (f32 on the master weights) and integer values */
+        int f32 = x->dtype == IR_I32 || x->role == IR_OPT_STATE || (phase == SPMD_OPTIMIZER && x->grad_of < 0);
+        w->mp_size[v] = (uint8_t)(f32 ? 4 : 2);
+    }
+}
+
 static void build_graph_tables(cost_ws *w, const spmd_program *p)
 {
     const ir_graph *g = p->g;
@@ -391,27 +419,7 @@ static void build_graph_tables(cost_ws *w, const spmd_program *p)
             w->n_opt[x->tied]++;
         }
     }
-    for (int v = 0; v < g->n_values; v++) {
-        const ir_value *x = &g->values[v];
-        int phase = x->producer >= 0 ? w->op_phase[x->producer] : -1;
-        uint8_t cat;
-        switch (x->role) {
-        case IR_PARAM: cat = CAT_PARAM; break;
-        case IR_OPT_STATE: cat = CAT_OPT; break;
-        case IR_INPUT: cat = CAT_ACT; break;
-        case IR_CONST: cat = CAT_OTHER; break;
-        case IR_INTERMEDIATE:
-        case IR_N_ROLES:
-        default:
-            cat = x->grad_of >= 0 ? CAT_GRAD : phase == SPMD_FORWARD ? CAT_ACT : CAT_OTHER;
-            break;
-        }
-        w->cat[v] = cat;
-        /* mixed precision: bf16 except optimizer states, optimizer arithmetic
-         * (f32 on the master weights) and integer values */
-        int f32 = x->dtype == IR_I32 || x->role == IR_OPT_STATE || (phase == SPMD_OPTIMIZER && x->grad_of < 0);
-        w->mp_size[v] = (uint8_t)(f32 ? 4 : 2);
-    }
+    value_categories(w, g);
     /* outputs that update an argument belong to the argument's category */
     for (int i = 0; i < g->n_outputs; i++)
         if (g->outputs[i].updates >= 0) w->cat[g->outputs[i].value] = w->cat[g->outputs[i].updates];

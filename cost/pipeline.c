@@ -213,6 +213,110 @@ static int shares_cores(const cost_pipe_model *m)
     return 0;
 }
 
+/* The simulation's state: the model, what it fills, each stage's order and
+ * cursor, and each transfer's arrival per micro-batch (-1: not sent yet). */
+typedef struct sim {
+    const cost_pipe_model *m;
+    cost_pipe_result *r;
+    const pipe_task *order; /* [stage * n + i] */
+    double *arrive;         /* [xfer * m + k] (xfer_slot) */
+    cursor *cur;            /* per stage */
+    int p, n;               /* stages, tasks a stage */
+    int left;               /* stages not done */
+    /* simulate_shared's: */
+    double now;             /* the shared clock */
+    double *rem;            /* per stage working: priced seconds left of its event */
+    double *speed;          /* per stage: priced seconds a second, at the moment */
+    const cost_pipe_event **on; /* per stage: its event under way; NULL: not working */
+} sim;
+
+/* Stage st's current task (NULL: its end of step). */
+static const pipe_task *sim_task(const sim *z, int st)
+{
+    return z->cur[st].task < z->n ? &z->order[(size_t)st * z->n + z->cur[st].task] : NULL;
+}
+
+/* Stage st has finished its current task (or end of step) at `now`. */
+static void sim_task_done(sim *z, int st, double now)
+{
+    cursor *c = &z->cur[st];
+    const pipe_task *t = sim_task(z, st);
+    mark_start(z->r, st, z->n, c, now);
+    if (t) z->r->task_end[(size_t)st * z->n + c->task] = now;
+    if (now > z->r->step) z->r->step = now;
+    c->task++;
+    c->ev = 0;
+    c->started = 0;
+    if (c->task > z->n) z->left--;
+}
+
+/* simulate_shared: stage st goes on at the clock's time through its
+ * receives whose data are in and its segment boundaries, until it works
+ * (a work or send event under way), waits or is done.  Returns the arrival
+ * it waits for when that is later (else INFINITY). */
+static double shared_begin(sim *z, int st)
+{
+    const cost_pipe_model *m = z->m;
+    cursor *c = &z->cur[st];
+    while (!z->on[st] && c->task <= z->n) {
+        const pipe_task *t = sim_task(z, st);
+        int lo, hi, k = t ? t->mb : 0;
+        seg_events(m, task_segment(&m->spec, st, t), &lo, &hi);
+        if (lo + c->ev >= hi) {
+            sim_task_done(z, st, z->now);
+            continue;
+        }
+        const cost_pipe_event *x = &m->ev[lo + c->ev];
+        if (x->kind == COST_PIPE_RECV) {
+            double a = z->arrive[xfer_slot(m, x, k)];
+            if (a < 0 || a > z->now) return a > z->now ? a : INFINITY;
+            c->ev++;
+            continue;
+        }
+        mark_start(z->r, st, z->n, c, z->now);
+        z->on[st] = x;
+        z->rem[st] = x->kind == COST_PIPE_WORK ? x->time : m->xfer_time[x->xfer];
+    }
+    return INFINITY;
+}
+
+/* simulate_shared: how far the clock moves (to the first event end, or to
+ * next, the first arrival a stage waits for), each working stage's speed set
+ * for it: its work at its alone rate while fewer than `cores` devices work. */
+static double shared_dt(sim *z, double next)
+{
+    const cost_pipe_model *m = z->m;
+    int working = 0;
+    for (int st = 0; st < z->p; st++) working += z->on[st] ? m->stage_devices : 0;
+    double dt = next - z->now;
+    for (int st = 0; st < z->p; st++) {
+        const cost_pipe_event *x = z->on[st];
+        z->speed[st] = !x ? 0 : x->kind == COST_PIPE_WORK && working < m->cores && x->alone > 0 ? x->time / x->alone : 1;
+        if (x && z->rem[st] / z->speed[st] < dt) dt = z->rem[st] / z->speed[st];
+    }
+    return dt;
+}
+
+/* simulate_shared: the clock moves by dt; the events it ends are done (a
+ * send's data arrive). */
+static void shared_progress(sim *z, double dt)
+{
+    z->now += dt;
+    for (int st = 0; st < z->p; st++) {
+        const cost_pipe_event *x = z->on[st];
+        if (!x) continue;
+        z->r->busy[st] += dt;
+        z->rem[st] -= dt * z->speed[st];
+        if (z->rem[st] > 1e-9 * dt * z->speed[st]) continue; /* (left over by rounding: done) */
+        if (x->kind == COST_PIPE_SEND) {
+            const pipe_task *t = sim_task(z, st);
+            z->arrive[xfer_slot(z->m, x, t ? t->mb : 0)] = z->now;
+        }
+        z->on[st] = NULL;
+        z->cur[st].ev++;
+    }
+}
+
 /* cost_pipe_simulate where the devices share the cores: one clock for all
  * stages (the sweep below gives each stage its own clock, which is exact
  * only while no work's speed depends on what the other stages do).  A stage is working (a work or send event under way), waiting
@@ -221,90 +325,63 @@ static int shares_cores(const cost_pipe_model *m)
  * boundaries; then the clock moves to the first event end or arrival, each
  * working stage's work progressing at its alone rate while fewer than
  * `cores` devices work (sends at their link's time). */
-static int simulate_shared(const cost_pipe_model *m, cost_pipe_result *r, const pipe_task *order, double *arrive, cursor *cur,
-                           char *err, size_t errlen)
+static int simulate_shared(sim *z, char *err, size_t errlen)
 {
-    const pipe_spec *s = &m->spec;
-    int p = s->stages, n = pipe_task_count(s), left = p;
-    double now = 0, *rem = calloc(2 * (size_t)p + 1, sizeof *rem); /* working: priced seconds left of its event */
-    double *speed = rem + p;                                         /* priced seconds a second, at the moment */
-    const cost_pipe_event **on = calloc((size_t)p + 1, sizeof *on); /* working: its event; NULL: not working */
-    if (!rem || !on) {
-        free(rem);
-        free(on);
-        return ir_errf(err, errlen, "pipeline simulation: out of memory");
-    }
-    for (;;) {
+    int p = z->p, rc = 0;
+    z->rem = calloc(2 * (size_t)p + 1, sizeof *z->rem);
+    z->on = calloc((size_t)p + 1, sizeof *z->on);
+    if (!z->rem || !z->on) rc = ir_errf(err, errlen, "pipeline simulation: out of memory");
+    else z->speed = z->rem + p;
+    while (!rc) {
         double next = INFINITY; /* the first arrival a waiting stage waits for */
-        for (int st = 0; st < p; st++) {
-            cursor *c = &cur[st];
-            while (!on[st] && c->task <= n) {
-                const pipe_task *t = c->task < n ? &order[(size_t)st * n + c->task] : NULL;
-                int lo, hi, k = t ? t->mb : 0;
-                seg_events(m, task_segment(s, st, t), &lo, &hi);
-                if (lo + c->ev < hi) {
-                    const cost_pipe_event *x = &m->ev[lo + c->ev];
-                    if (x->kind == COST_PIPE_RECV) {
-                        double a = arrive[xfer_slot(m, x, k)];
-                        if (a < 0 || a > now) {
-                            if (a > now) next = fmin(next, a);
-                            break;
-                        }
-                        c->ev++;
-                        continue;
-                    }
-                    mark_start(r, st, n, c, now);
-                    on[st] = x;
-                    rem[st] = x->kind == COST_PIPE_WORK ? x->time : m->xfer_time[x->xfer];
-                    break;
-                }
-                mark_start(r, st, n, c, now);
-                if (t) r->task_end[(size_t)st * n + c->task] = now;
-                if (now > r->step) r->step = now;
-                c->task++;
-                c->ev = 0;
-                c->started = 0;
-                if (c->task > n) left--;
-            }
-        }
-        if (!left) break;
-        int working = 0;
-        for (int st = 0; st < p; st++) working += on[st] ? m->stage_devices : 0;
-        double dt = next - now;
-        for (int st = 0; st < p; st++) {
-            const cost_pipe_event *x = on[st];
-            speed[st] = !x ? 0 : x->kind == COST_PIPE_WORK && working < m->cores && x->alone > 0 ? x->time / x->alone : 1;
-            if (x && rem[st] / speed[st] < dt) dt = rem[st] / speed[st];
-        }
-        if (!(dt < INFINITY)) {
-            free(rem);
-            free(on);
-            return deadlock(s, order, cur, err, errlen);
-        }
-        now += dt;
-        for (int st = 0; st < p; st++) {
-            const cost_pipe_event *x = on[st];
-            if (!x) continue;
-            r->busy[st] += dt;
-            rem[st] -= dt * speed[st];
-            if (rem[st] > 1e-9 * dt * speed[st]) continue; /* (left over by rounding: done) */
-            if (x->kind == COST_PIPE_SEND) {
-                const pipe_task *t = cur[st].task < n ? &order[(size_t)st * n + cur[st].task] : NULL;
-                arrive[xfer_slot(m, x, t ? t->mb : 0)] = now;
-            }
-            on[st] = NULL;
-            cur[st].ev++;
-        }
+        for (int st = 0; st < p; st++) next = fmin(next, shared_begin(z, st));
+        if (!z->left) break;
+        double dt = shared_dt(z, next);
+        if (!(dt < INFINITY)) rc = deadlock(&z->m->spec, z->order, z->cur, err, errlen);
+        else shared_progress(z, dt);
     }
-    free(rem);
-    free(on);
-    return 0;
+    free(z->rem);
+    free(z->on);
+    return rc;
 }
 
-int cost_pipe_simulate(const cost_pipe_model *m, cost_pipe_result *r, char *err, size_t errlen)
+/* The own-clock sweep: stage st runs as far as it can (its work and sends
+ * move its clock; a receive whose data has not been sent stops it).  Returns
+ * whether it moved. */
+static int sweep_stage(sim *z, int st)
 {
-    const pipe_spec *s = &m->spec;
-    int p = s->stages, n = pipe_task_count(s), mb = s->microbatches, rc = 0;
+    const cost_pipe_model *m = z->m;
+    cursor *c = &z->cur[st];
+    int moved = 0;
+    while (c->task <= z->n) {
+        const pipe_task *t = sim_task(z, st);
+        int k = t ? t->mb : 0, lo, hi;
+        seg_events(m, task_segment(&m->spec, st, t), &lo, &hi);
+        for (int e = lo + c->ev; e < hi; e++, c->ev++) {
+            const cost_pipe_event *x = &m->ev[e];
+            size_t slot = xfer_slot(m, x, k);
+            if (x->kind == COST_PIPE_RECV) {
+                if (z->arrive[slot] < 0) return moved;
+                if (z->arrive[slot] > c->t) c->t = z->arrive[slot];
+                continue;
+            }
+            mark_start(z->r, st, z->n, c, c->t);
+            double dt = x->kind == COST_PIPE_WORK ? x->time : m->xfer_time[x->xfer];
+            c->t += dt;
+            z->r->busy[st] += dt;
+            if (x->kind == COST_PIPE_SEND) z->arrive[slot] = c->t; /* a send holds its stage until its data has left */
+            moved = 1;
+        }
+        sim_task_done(z, st, c->t);
+        moved = 1;
+    }
+    return moved;
+}
+
+/* The result's arrays for p stages of n tasks.  Returns 0, or -1 when out
+ * of memory. */
+static int result_alloc(cost_pipe_result *r, int p, int n)
+{
     memset(r, 0, sizeof *r);
     r->busy = calloc((size_t)p, sizeof *r->busy);
     r->end_start = calloc((size_t)p, sizeof *r->end_start);
@@ -312,72 +389,33 @@ int cost_pipe_simulate(const cost_pipe_model *m, cost_pipe_result *r, char *err,
     r->task_end = calloc((size_t)p * (size_t)n + 1, sizeof *r->task_end);
     r->peak = calloc((size_t)p, sizeof *r->peak);
     r->in_flight = calloc((size_t)p, sizeof *r->in_flight);
+    return r->busy && r->end_start && r->task_start && r->task_end && r->peak && r->in_flight ? 0 : -1;
+}
+
+int cost_pipe_simulate(const cost_pipe_model *m, cost_pipe_result *r, char *err, size_t errlen)
+{
+    const pipe_spec *s = &m->spec;
+    int p = s->stages, n = pipe_task_count(s), mb = s->microbatches, rc = 0;
     pipe_task *order = malloc(((size_t)p * (size_t)n + 1) * sizeof *order);
-    double *arrive = malloc(((size_t)m->n_xfers * (size_t)mb + 1) * sizeof *arrive);
-    cursor *cur = calloc((size_t)p, sizeof *cur);
-    if (!r->busy || !r->end_start || !r->task_start || !r->task_end || !r->peak || !r->in_flight || !order || !arrive || !cur) {
-        rc = ir_errf(err, errlen, "pipeline simulation: out of memory");
-        goto done;
-    }
-    for (size_t i = 0; i < (size_t)m->n_xfers * (size_t)mb; i++) arrive[i] = -1;
-    for (int st = 0; st < p; st++) {
+    sim z = {.m = m, .r = r, .order = order, .p = p, .n = n, .left = p};
+    z.arrive = malloc(((size_t)m->n_xfers * (size_t)mb + 1) * sizeof *z.arrive);
+    z.cur = calloc((size_t)p, sizeof *z.cur);
+    if (result_alloc(r, p, n) < 0 || !order || !z.arrive || !z.cur) rc = ir_errf(err, errlen, "pipeline simulation: out of memory");
+    for (size_t i = 0; !rc && i < (size_t)m->n_xfers * (size_t)mb; i++) z.arrive[i] = -1;
+    for (int st = 0; st < p && !rc; st++) {
         pipe_task_order(s, st, order + (size_t)st * n);
         stage_memory(m, st, order + (size_t)st * n, n, &r->peak[st], &r->in_flight[st]);
     }
-    if (shares_cores(m)) {
-        rc = simulate_shared(m, r, order, arrive, cur, err, errlen);
-        goto done;
-    }
-    for (int left = p, moved = 1; left > 0;) {
-        if (!moved) {
-            rc = deadlock(s, order, cur, err, errlen);
-            goto done;
+    if (!rc && shares_cores(m)) rc = simulate_shared(&z, err, errlen);
+    else
+        for (int moved = 1; !rc && z.left > 0;) { /* sweeps until every stage is done; one that moves nothing: a deadlock */
+            if (!moved) rc = deadlock(s, order, z.cur, err, errlen);
+            moved = 0;
+            for (int st = 0; st < p && !rc; st++) moved |= sweep_stage(&z, st);
         }
-        moved = 0;
-        for (int st = 0; st < p; st++) {
-            cursor *c = &cur[st];
-            while (c->task <= n) {
-                const pipe_task *t = c->task < n ? &order[(size_t)st * n + c->task] : NULL;
-                int k = t ? t->mb : 0, blocked = 0, lo, hi;
-                seg_events(m, task_segment(s, st, t), &lo, &hi);
-                for (int e = lo + c->ev; e < hi; e++, c->ev++) {
-                    const cost_pipe_event *x = &m->ev[e];
-                    size_t slot = xfer_slot(m, x, k);
-                    if (x->kind == COST_PIPE_RECV) {
-                        if (arrive[slot] < 0) {
-                            blocked = 1;
-                            break;
-                        }
-                        if (arrive[slot] > c->t) c->t = arrive[slot];
-                        continue;
-                    }
-                    mark_start(r, st, n, c, c->t);
-                    if (x->kind == COST_PIPE_WORK) {
-                        c->t += x->time;
-                        r->busy[st] += x->time;
-                    } else { /* a send holds its stage until its data has left */
-                        c->t += m->xfer_time[x->xfer];
-                        r->busy[st] += m->xfer_time[x->xfer];
-                        arrive[slot] = c->t;
-                    }
-                    moved = 1;
-                }
-                if (blocked) break;
-                mark_start(r, st, n, c, c->t);
-                if (t) r->task_end[(size_t)st * n + c->task] = c->t;
-                if (c->t > r->step) r->step = c->t;
-                c->task++;
-                c->ev = 0;
-                c->started = 0;
-                moved = 1;
-                if (c->task > n) left--;
-            }
-        }
-    }
-done:
     free(order);
-    free(arrive);
-    free(cur);
+    free(z.arrive);
+    free(z.cur);
     if (rc) cost_pipe_result_free(r);
     return rc;
 }
@@ -768,72 +806,70 @@ static int model_prices(cost_ws *ws, const pipe_program *pp, const cost_hw *hw, 
     return 0;
 }
 
-/* cost_estimate_pipeline; when prices is not NULL, *prices gets the
- * per-instruction prices the simulation ran on (scheduled_prices: free
- * them), for a caller that balances the split on them. */
-static int estimate_pipeline(cost_ws *ws, const pipe_program *pp, const cost_hw *hw, const cost_options *opt, cost_estimate *out,
-                             cost_pipe_estimate *pe, double **prices, char *err, size_t errlen)
+/* c's per-buffer and per-value arrays (a param's first optimizer state in
+ * opt_of), then the model's transfers and events.  Returns 0, or -1 when
+ * out of memory. */
+static int pricer_open(pricer *c, const cost_hw *hw)
 {
-    const spmd_program *p = pp->prog;
-    const pipe_spec *s = &pp->spec;
-    static const cost_options defaults = {COST_FP32, 0, 0, COST_GRADS_AUTO};
-    if (!opt) opt = &defaults;
-    double *it, *alone;
-    if (model_prices(ws, pp, hw, opt, out, &it, &alone, err, errlen) < 0) return -1;
-    pricer c = {.pp = pp, .p = p, .it = it, .bytes = cost_ws_buffer_bytes(ws), .ws = ws, .mem_bandwidth = hw->mem_bandwidth,
-                .alone = alone};
-    int P = s->stages, rc = 0, mixed = opt->precision == COST_MIXED_BF16 || opt->precision == COST_MIXED_FP16;
-    cost_pipe_result res;
-    memset(&res, 0, sizeof res);
-    cost_pipe_stage *stg = calloc((size_t)P, sizeof *stg);
-    c.last_read = malloc(((size_t)p->n_bufs + 1) * sizeof *c.last_read);
-    c.wseg = malloc(((size_t)p->n_bufs + 1) * sizeof *c.wseg);
-    c.opt_of = malloc(((size_t)p->g->n_values + 1) * sizeof *c.opt_of);
-    if (c.opt_of) {
-        const ir_graph *g = p->g;
-        for (int v = 0; v < g->n_values; v++) c.opt_of[v] = -1;
-        for (int v = 0; v < g->n_values; v++)
-            if (g->values[v].role == IR_OPT_STATE && g->values[v].tied >= 0 && c.opt_of[g->values[v].tied] < 0) c.opt_of[g->values[v].tied] = v;
+    const spmd_program *p = c->p;
+    const ir_graph *g = p->g;
+    c->last_read = malloc(((size_t)p->n_bufs + 1) * sizeof *c->last_read);
+    c->wseg = malloc(((size_t)p->n_bufs + 1) * sizeof *c->wseg);
+    c->opt_of = malloc(((size_t)g->n_values + 1) * sizeof *c->opt_of);
+    if (!c->last_read || !c->wseg || !c->opt_of) return -1;
+    for (int v = 0; v < g->n_values; v++) c->opt_of[v] = -1;
+    for (int v = 0; v < g->n_values; v++)
+        if (g->values[v].role == IR_OPT_STATE && g->values[v].tied >= 0 && c->opt_of[g->values[v].tied] < 0) c->opt_of[g->values[v].tied] = v;
+    return build_model(c, hw);
+}
+
+static void pricer_close(pricer *c)
+{
+    free(c->keys);
+    free(c->send_id);
+    free(c->last_read);
+    free(c->wseg);
+    free(c->opt_of);
+    cost_pipe_model_free(&c->m);
+}
+
+/* Stage r's figures: its times, and from the model and the simulation its
+ * busy and idle time, memory and layers. */
+static void stage_result(const pricer *c, const cost_pipe_result *res, int r, cost_pipe_stage *st)
+{
+    const pipe_spec *s = &c->pp->spec;
+    stage_times(c, st, r);
+    st->busy = res->busy[r];
+    st->idle = res->step - res->busy[r];
+    st->peak = res->peak[r];
+    st->base = c->m.base[r];
+    st->params = c->m.params[r];
+    st->opt_states = c->m.opt_states[r];
+    st->grads = c->m.grads[r];
+    st->in_flight = res->in_flight[r];
+    for (int ch = 0; ch < s->chunks; ch++) {
+        int vs = ch * s->stages + r;
+        st->stash += c->m.stash[vs];
+        st->n_layers += s->first[vs + 1] - s->first[vs];
     }
-    if (!stg || !c.last_read || !c.wseg || !c.opt_of || build_model(&c, hw) < 0) {
-        rc = ir_errf(err, errlen, "pipeline: out of memory pricing the schedule");
-        goto done;
-    }
-    for (int r = 0; r < P; r++) stage_bytes(&c, r, mixed);
-    if (cost_pipe_simulate(&c.m, &res, err, errlen) < 0) {
-        rc = -1;
-        goto done;
-    }
-    int busiest = 0;
-    double idle = 0, ideal = 0;
-    for (int r = 0; r < P; r++) {
-        cost_pipe_stage *st = &stg[r];
-        stage_times(&c, st, r);
-        st->busy = res.busy[r];
-        st->idle = res.step - res.busy[r];
-        st->peak = res.peak[r];
-        st->base = c.m.base[r];
-        st->params = c.m.params[r];
-        st->opt_states = c.m.opt_states[r];
-        st->grads = c.m.grads[r];
-        st->in_flight = res.in_flight[r];
-        for (int ch = 0; ch < s->chunks; ch++) {
-            int vs = ch * P + r;
-            st->stash += c.m.stash[vs];
-            st->n_layers += s->first[vs + 1] - s->first[vs];
-        }
-        st->first_layer = s->first[r];
-        idle += st->idle / res.step;
-        if (s->microbatches * (st->fwd + st->bwd) > ideal) ideal = s->microbatches * (st->fwd + st->bwd);
-        if (st->busy > stg[busiest].busy || (st->peak > stg[busiest].peak && st->busy == stg[busiest].busy)) busiest = r;
-    }
-    int top = 0;
-    for (int r = 1; r < P; r++)
+    st->first_layer = s->first[r];
+}
+
+/* The step's estimate from its stages (out holds the body's estimate): the
+ * simulated step, the busiest stage's compute (the rest of its step is comm:
+ * collectives, transfers, waiting) and sends, the largest stage's memory. */
+static void step_estimate(const cost_pipe_stage *stg, double step, const pipe_spec *s, const cost_hw *hw, const cost_options *opt,
+                          cost_estimate *out)
+{
+    int P = s->stages, busiest = 0, top = 0;
+    for (int r = 1; r < P; r++) {
+        if (stg[r].busy > stg[busiest].busy || (stg[r].peak > stg[busiest].peak && stg[r].busy == stg[busiest].busy)) busiest = r;
         if (stg[r].peak > stg[top].peak) top = r;
-    out->step_time = res.step;
+    }
+    out->step_time = step;
     out->compute_time = stg[busiest].compute;
-    out->comm_time = res.step - stg[busiest].compute; /* the rest of its step: collectives, transfers, waiting */
-    out->flops *= (double)s->microbatches / P;          /* mean per device */
+    out->comm_time = step - stg[busiest].compute;
+    out->flops *= (double)s->microbatches / P; /* mean per device */
     out->comm_bytes = out->wire_bytes = stg[busiest].send_bytes;
     out->peak_memory = stg[top].peak;
     out->capacity = opt->memory_capacity > 0 ? opt->memory_capacity : hw->mem_capacity;
@@ -846,32 +882,65 @@ static int estimate_pipeline(cost_ws *ws, const pipe_program *pp, const cost_hw 
     out->peak_activations = stg[top].peak - stg[top].base;
     out->peak_other = stg[top].base - stg[top].params - stg[top].opt_states - stg[top].grads;
     out->model_state_bytes = stg[top].params + stg[top].opt_states + stg[top].grads;
-    if (pe) {
-        memset(pe, 0, sizeof *pe);
-        pe->n_stages = P;
-        pe->stage = stg;
-        stg = NULL;
-        pe->step = res.step;
-        pe->bubble = idle / P;
-        pe->ideal = ideal;
-        pe->n_tasks = pipe_task_count(s);
-        pe->task_start = res.task_start;
-        pe->task_end = res.task_end;
-        pe->end_start = res.end_start;
-        res.task_start = res.task_end = res.end_start = NULL;
-        for (int r = 0; r < P; r++) pe->xfer_time = fmax(pe->xfer_time, pe->stage[r].send_bytes / p2p_link(hw, &p->mesh, s->axis, r, r + 1 < P ? r + 1 : r - 1).bandwidth);
+}
+
+/* *pe from the stages (taken over) and the simulation's task times (taken
+ * over from res): the bubble, the ideal step, the busiest link's time. */
+static void pipe_estimate(cost_pipe_stage *stg, cost_pipe_result *res, const pipe_program *pp, const cost_hw *hw,
+                          cost_pipe_estimate *pe)
+{
+    const pipe_spec *s = &pp->spec;
+    int P = s->stages;
+    memset(pe, 0, sizeof *pe);
+    double idle = 0, ideal = 0;
+    for (int r = 0; r < P; r++) {
+        idle += stg[r].idle / res->step;
+        if (s->microbatches * (stg[r].fwd + stg[r].bwd) > ideal) ideal = s->microbatches * (stg[r].fwd + stg[r].bwd);
     }
-done:
+    pe->n_stages = P;
+    pe->stage = stg;
+    pe->step = res->step;
+    pe->bubble = idle / P;
+    pe->ideal = ideal;
+    pe->n_tasks = pipe_task_count(s);
+    pe->task_start = res->task_start;
+    pe->task_end = res->task_end;
+    pe->end_start = res->end_start;
+    res->task_start = res->task_end = res->end_start = NULL;
+    for (int r = 0; r < P; r++)
+        pe->xfer_time = fmax(pe->xfer_time, pe->stage[r].send_bytes / p2p_link(hw, &pp->prog->mesh, s->axis, r, r + 1 < P ? r + 1 : r - 1).bandwidth);
+}
+
+/* cost_estimate_pipeline; when prices is not NULL, *prices gets the
+ * per-instruction prices the simulation ran on (scheduled_prices: free
+ * them), for a caller that balances the split on them. */
+static int estimate_pipeline(cost_ws *ws, const pipe_program *pp, const cost_hw *hw, const cost_options *opt, cost_estimate *out,
+                             cost_pipe_estimate *pe, double **prices, char *err, size_t errlen)
+{
+    static const cost_options defaults = {COST_FP32, 0, 0, COST_GRADS_AUTO};
+    if (!opt) opt = &defaults;
+    double *it, *alone;
+    if (model_prices(ws, pp, hw, opt, out, &it, &alone, err, errlen) < 0) return -1;
+    pricer c = {.pp = pp, .p = pp->prog, .it = it, .bytes = cost_ws_buffer_bytes(ws), .ws = ws, .mem_bandwidth = hw->mem_bandwidth,
+                .alone = alone};
+    int P = pp->spec.stages, rc = 0, mixed = opt->precision == COST_MIXED_BF16 || opt->precision == COST_MIXED_FP16;
+    cost_pipe_result res;
+    memset(&res, 0, sizeof res);
+    cost_pipe_stage *stg = calloc((size_t)P, sizeof *stg);
+    if (!stg || pricer_open(&c, hw) < 0) rc = ir_errf(err, errlen, "pipeline: out of memory pricing the schedule");
+    for (int r = 0; r < P && !rc; r++) stage_bytes(&c, r, mixed);
+    if (!rc) rc = cost_pipe_simulate(&c.m, &res, err, errlen);
+    for (int r = 0; r < P && !rc; r++) stage_result(&c, &res, r, &stg[r]);
+    if (!rc) step_estimate(stg, res.step, &pp->spec, hw, opt, out);
+    if (!rc && pe) {
+        pipe_estimate(stg, &res, pp, hw, pe);
+        stg = NULL;
+    }
     if (prices && !rc) *prices = it;
     else free(it);
     free(alone);
     free(stg);
-    free(c.keys);
-    free(c.send_id);
-    free(c.last_read);
-    free(c.wseg);
-    free(c.opt_of);
-    cost_pipe_model_free(&c.m);
+    pricer_close(&c);
     cost_pipe_result_free(&res);
     return rc;
 }
@@ -912,9 +981,7 @@ int cost_pipe_simulate_times(cost_ws *ws, const pipe_program *pp, const cost_hw 
     for (int r = 0; r < pp->spec.stages && !rc; r++) idle[r] = (res.step - res.busy[r]) / res.step;
     free(it);
     free(alone);
-    free(c.keys);
-    free(c.send_id);
-    cost_pipe_model_free(&c.m);
+    pricer_close(&c);
     cost_pipe_result_free(&res);
     return rc;
 }
