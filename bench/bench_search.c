@@ -18,7 +18,10 @@
  * line each (state hash, step time, peak bytes, fits, reward; floats in %a,
  * exact), thread t's plans to PREFIX.t in the order priced: two builds whose
  * logs are equal byte for byte priced the same plans in the same order at the
- * same prices (how speed changes to pricing are checked, docs/search.md). */
+ * same prices (how speed changes to pricing are checked, docs/search.md).
+ * The one-thread search's plans come first in PREFIX.0 (stderr says how
+ * many); the two-thread search's order depends on the threads' timing, so
+ * its logs compare by state hash (tools/same_outputs.sh). */
 #include "bench/bench_setup.h"
 
 #include <omp.h>
@@ -64,6 +67,21 @@ static void log_destroy(void *ws)
     l->inner->destroy(l->ws);
     if (l->f) fclose(l->f);
     free(l);
+}
+
+/* Says how many plans the one-thread search logged: the first lines of
+ * PREFIX.0, which two builds that price alike log alike (the two-thread
+ * search's order depends on the threads' timing; its prices, by state hash,
+ * do not). */
+static void log_count(void)
+{
+    char path[512];
+    snprintf(path, sizeof path, "%s.0", log_prefix);
+    FILE *f = fopen(path, "r");
+    long n = 0;
+    for (int c; f && (c = getc(f)) != EOF;) n += c == '\n';
+    if (f) fclose(f);
+    fprintf(stderr, "bench_search: the one-thread search logged %ld plans (the first lines of %s)\n", n, path);
 }
 
 static int make(setup *s, const char *model, const char *mesh, const char *hw_name)
@@ -112,6 +130,7 @@ static void rate(setup *s)
     double c0 = bench_cpu_seconds();
     run(s, &search_mcts, (search_budget){.simulations = 600, .seed = 1, .threads = 1}, &r1);
     double c1 = bench_cpu_seconds();
+    if (log_prefix) log_count();
     run(s, &search_mcts, (search_budget){.simulations = 1200, .seed = 1, .threads = 2}, &r2);
     double c2 = bench_cpu_seconds();
     s->ev = plain;

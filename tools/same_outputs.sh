@@ -3,7 +3,10 @@
 # checked against (issue 45: "byte-identical before and after"):
 #   tools/same_outputs.sh record DIR [BUILD]   writes, from BUILD (default build/):
 #     pricelog/plog.T    bench_search's price logs (CARVE_SEARCH_ONLY=1 CARVE_SEARCH_PRICELOG:
-#                        every plan section 1 prices, in order, floats in %a; thread T)
+#                        every plan section 1 prices, in order, floats in %a; thread T); its
+#                        stderr (bench.err) says how many lines of plog.0 the one-thread search
+#                        wrote: those compare byte for byte, the two-thread search's (whose
+#                        order depends on the threads' timing) by state hash
 #     cost/N.json        `carve cost --json` of line N of tools/same_outputs.cost (the zoo's
 #                        expert schedules, the memory level's and the pipelined ones; .rc and
 #                        .err beside it), cost/cases.txt the lines
@@ -14,7 +17,7 @@
 #     duplicates.txt     `duplicates --most 200` of the whole tree (when the tool is there;
 #                        CARVE_SAME_NODUP=1 leaves it out)
 #   tools/same_outputs.sh compare BEFORE AFTER
-#     compares two such folders: the price logs, prices and imports must be equal byte
+#     compares two such folders: the prices and imports must be equal byte
 #     for byte (a cost document that differs is compared again on BEFORE's keys only, so a
 #     key added within carve-cost/1 is said apart from a changed price); exits 1 when
 #     any differs.  The counts, the function lengths and the repeated code are shown
@@ -32,7 +35,8 @@ record() { # $1 = output folder, $2 = build folder
     mkdir -p "$out/pricelog" "$out/cost" "$out/import"
     (cd "$root" && git rev-parse HEAD 2>/dev/null; git -C "$root" status --short | head -20) >"$out/commit.txt"
     echo "same_outputs: price logs" >&2
-    CARVE_SEARCH_ONLY=1 CARVE_SEARCH_PRICELOG="$out/pricelog/plog" "$build/bench/bench_search" >/dev/null
+    CARVE_SEARCH_ONLY=1 CARVE_SEARCH_PRICELOG="$out/pricelog/plog" "$build/bench/bench_search" >"$out/pricelog/bench.out" \
+        2>"$out/pricelog/bench.err"
     echo "same_outputs: carve cost cases" >&2
     grep -v '^#' "$root/tools/same_outputs.cost" | grep . >"$out/cost/cases.txt"
     while read -r model mesh hw schedule extra; do
@@ -87,9 +91,28 @@ counts() {
     "$root/tools/fnlen.sh" --over 60 | sed 's/^/    /'
 }
 
+# The price logs of $1 and $2: the one-thread search's lines byte for byte,
+# every state hash both priced at the same price.  Prints what it found;
+# returns 1 when they differ.
+compare_pricelogs() {
+    local a=$1 b=$2 n common differ
+    n=$(sed -n 's/.*one-thread search logged \([0-9]*\) plans.*/\1/p' "$b/pricelog/bench.err" "$a/pricelog/bench.err" 2>/dev/null | head -1)
+    [ -n "$n" ] || { echo "DIFFERS: pricelog: neither folder says how many plans the one-thread search logged"; return 1; }
+    if ! cmp -s <(head -n "$n" "$a/pricelog/plog.0") <(head -n "$n" "$b/pricelog/plog.0"); then
+        echo "DIFFERS: pricelog: the one-thread search's $n plans"; return 1
+    fi
+    common=$(comm -12 <(cut -d' ' -f1 "$a"/pricelog/plog.* | sort -u) <(cut -d' ' -f1 "$b"/pricelog/plog.* | sort -u))
+    differ=$(diff <(sort -u "$a"/pricelog/plog.* | grep -Fwf <(echo "$common")) \
+                  <(sort -u "$b"/pricelog/plog.* | grep -Fwf <(echo "$common")) | grep -c '^[<>]')
+    echo "price logs: the one-thread search's $n plans equal byte for byte; $(echo "$common" | grep -c .) states priced by both" \
+         "builds, $differ lines of them differ"
+    [ "$differ" = 0 ]
+}
+
 compare() { # $1 = before, $2 = after
     local a=$1 b=$2 bad=0 same=0 keys=0 f rel
-    for f in "$a"/pricelog/* "$a"/cost/*.json "$a"/cost/*.rc "$a"/cost/*.err "$a"/import/*; do
+    compare_pricelogs "$a" "$b" || bad=$((bad + 1))
+    for f in "$a"/cost/*.json "$a"/cost/*.rc "$a"/cost/*.err "$a"/import/*; do
         rel=${f#"$a"/}
         if cmp -s "$f" "$b/$rel"; then same=$((same + 1)); continue; fi
         if [[ "$rel" == cost/*.json ]] && [ -s "$f" ] && [ -s "$b/$rel" ] &&
@@ -103,7 +126,7 @@ compare() { # $1 = before, $2 = after
     echo "--- longest functions (before | after)"; paste -d'|' <(head -12 "$a/fnlen.txt") <(head -12 "$b/fnlen.txt") | column -t -s'|'
     [ -f "$a/duplicates.txt" ] && [ -f "$b/duplicates.txt" ] &&
         echo "--- duplicates: before: $(head -1 "$a/duplicates.txt"); after: $(head -1 "$b/duplicates.txt")"
-    echo "$same equal byte for byte, $keys equal on before's keys, $bad differ (price logs, cost documents, imports)"
+    echo "$same equal byte for byte, $keys equal on before's keys, $bad differ (cost documents, imports; the price logs as above)"
     [ "$bad" = 0 ]
 }
 
