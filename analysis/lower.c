@@ -113,6 +113,7 @@ static int emit(lower_ctx *c, spmd_kind kind, int value, int in0, int in1, const
     in->out = out;
     in->in[0] = in0;
     in->in[1] = in1;
+    for (int k = 2; k < IR_MAX_OPERANDS; k++) in->in[k] = -1;
     switch (kind) {
     case SPMD_ALL_GATHER: in->bytes = (int64_t)spmd_buffer_bytes(p, out); break;
     case SPMD_ALL_REDUCE:
@@ -428,7 +429,8 @@ static void lower_op(lower_ctx *c, int i, shard_factor_axes *fa)
     if (i + 4 < g->n_ops) shard_prefetch_tensors(s, i + 4); /* the shardings are read in value order, not op order */
     shard_op_factors(s, i, fa);
     unsigned keep_partial = kept_partial(c, i, fa);
-    int ins[IR_MAX_OPERANDS] = {-1, -1};
+    int ins[IR_MAX_OPERANDS];
+    for (int t = 0; t < IR_MAX_OPERANDS; t++) ins[t] = -1;
     for (int t = 0; t < o->n_in; t++) {
         shard_spec T;
         tensor_layout(s, i, t, fa, &T);
@@ -450,6 +452,7 @@ static void lower_op(lower_ctx *c, int i, shard_factor_axes *fa)
         c->cur[o->out] = emit(c, SPMD_HALO, o->out, ins[0], -1, &out, axes, hd, -1, 0);
     } else {
         c->cur[o->out] = emit(c, SPMD_COMPUTE, o->out, ins[0], ins[1], &out, 0, -1, -1, 0);
+        for (int t = 2; t < o->n_in; t++) p->instrs[p->n_instrs - 1].in[t] = ins[t];
     }
     resolve_gradient(c, o->out, &out);
 }

@@ -469,7 +469,7 @@ static void emit_one(plower *c, emitter *e, const xfer *x, int kind, int seg, in
     in->value = p->bufs[x->buf].value;
     in->out = to;
     in->in[0] = kind == SPMD_RECV ? -1 : from;
-    in->in[1] = -1;
+    for (int k = 1; k < IR_MAX_OPERANDS; k++) in->in[k] = -1;
     in->layer = src->layer;
     in->bucket = -1;
     in->bytes = kind == SPMD_SLICE ? 0 : (int64_t)spmd_buffer_bytes(p, kind == SPMD_ALL_GATHER ? to : from >= 0 ? from : to);
@@ -507,7 +507,7 @@ static void emit_p2p(plower *c, emitter *e, const xfer *x, int kind, int seg)
     in->value = p->bufs[x->buf].value;
     in->out = x->buf;
     in->in[0] = kind == SPMD_SEND ? x->buf : -1;
-    in->in[1] = -1;
+    for (int k = 1; k < IR_MAX_OPERANDS; k++) in->in[k] = -1;
     in->layer = src->layer;
     in->bucket = -1;
     in->bytes = (int64_t)spmd_buffer_bytes(p, x->buf);

@@ -100,6 +100,7 @@ static void reshape_rule(shard_rule *r, const ir_value *x, const ir_value *y)
 typedef struct rule_ctx {
     const ir_op *o;
     const ir_value *x, *y, *out;
+    const ir_value *in[IR_MAX_OPERANDS]; /* every operand (x, y are in[0], in[1]) */
     int res;
 } rule_ctx;
 
@@ -293,6 +294,68 @@ static int rule_argmax(shard_rule *r, const rule_ctx *c)
 }
 static int rule_concat(shard_rule *r, const rule_ctx *c) { return rule_along(r, c, (int)c->o->attrs.ints[0]); }
 
+/* Fused attention (ir_attention): q [b,s,n,(g,)d], k [b,t,n,d], v [b,t,n,e]
+ * and the context or its cotangent [b,s,n,(g,)e].  b, the heads n and the
+ * group g pass through; the keys t and the head size d stay whole
+ * (REPLICATE: a row's softmax needs every key's score, a score every d); e
+ * passes from v to the context (forward) and from the cotangent to dv, and
+ * stays whole where dy.v is taken inside the softmax's derivative (dq, dk).
+ * The queries s (and g) pass in the forward and in dq; dk and dv sum over
+ * them (REDUCE_SUM): each query row adds its own term once its
+ * probabilities are recomputed from q and every key, so a query-sharded
+ * (sequence-parallel) backward leaves dk, dv partial. */
+enum { ATT_Q, ATT_K, ATT_V, ATT_Y, ATT_N_SHAPES };
+static int rule_attention_of(shard_rule *r, const rule_ctx *c, const uint8_t *shape_of)
+{
+    const ir_op *o = c->o;
+    const ir_value *q = c->x;
+    int grouped = q->rank == 5, fwd = o->kind == IR_OP_ATTENTION;
+    int sum_queries = o->kind == IR_OP_ATTENTION_DK || o->kind == IR_OP_ATTENTION_DV;
+    int e_pass = fwd || o->kind == IR_OP_ATTENTION_DV;
+    enum { B, S, N, G, T, D, E, N_LOOPS };
+    int64_t size[N_LOOPS] = {q->dims[0], q->dims[1], q->dims[2], grouped ? q->dims[3] : 1, 0, q->dims[q->rank - 1], 0};
+    uint8_t kind[N_LOOPS] = {SHARD_PASS, sum_queries ? SHARD_REDUCE_SUM : SHARD_PASS, SHARD_PASS,
+                             sum_queries ? SHARD_REDUCE_SUM : SHARD_PASS, SHARD_REPLICATE, SHARD_REPLICATE,
+                             e_pass ? SHARD_PASS : SHARD_REPLICATE};
+    /* the loops of each shape, dim by dim */
+    static const int8_t loops[ATT_N_SHAPES][2][5] = {
+        [ATT_Q] = {{B, S, N, D, -1}, {B, S, N, G, D}}, [ATT_K] = {{B, T, N, D, -1}, {B, T, N, D, -1}},
+        [ATT_V] = {{B, T, N, E, -1}, {B, T, N, E, -1}}, [ATT_Y] = {{B, S, N, E, -1}, {B, S, N, G, E}}};
+    int fac[N_LOOPS];
+    for (int t = 0; t <= o->n_in; t++) { /* the loop sizes t and e from the tensors that have them */
+        const ir_value *v = t < o->n_in ? c->in[t] : c->out;
+        const int8_t *l = loops[shape_of[t]][grouped];
+        for (int d = 0; d < v->rank; d++)
+            if (l[d] == T || l[d] == E) size[l[d]] = v->dims[d];
+    }
+    for (int l = 0; l < N_LOOPS; l++) fac[l] = l == G && !grouped ? -1 : new_factor(r, size[l], (shard_factor_kind)kind[l]);
+    for (int t = 0; t <= o->n_in; t++) {
+        const ir_value *v = t < o->n_in ? c->in[t] : c->out;
+        const int8_t *l = loops[shape_of[t]][grouped];
+        for (int d = 0; d < v->rank; d++) set_dim(r, t, d, fac[l[d]], v->dims[d]);
+    }
+    return 0;
+}
+
+static int rule_attention(shard_rule *r, const rule_ctx *c)
+{
+    static const uint8_t shapes[] = {ATT_Q, ATT_K, ATT_V, ATT_Y};
+    return rule_attention_of(r, c, shapes);
+}
+
+static int rule_attention_dq(shard_rule *r, const rule_ctx *c)
+{
+    static const uint8_t shapes[] = {ATT_Q, ATT_K, ATT_V, ATT_Y, ATT_Q};
+    return rule_attention_of(r, c, shapes);
+}
+
+/* attention_dk (q, k, v, dy) -> k's shape; attention_dv (q, k, dy) -> v's */
+static int rule_attention_dkv(shard_rule *r, const rule_ctx *c)
+{
+    static const uint8_t dk[] = {ATT_Q, ATT_K, ATT_V, ATT_Y, ATT_K}, dv[] = {ATT_Q, ATT_K, ATT_Y, ATT_V};
+    return rule_attention_of(r, c, c->o->kind == IR_OP_ATTENTION_DK ? dk : dv);
+}
+
 #define X(e, name, arity, cls, count, coef, bytes, grads, partial, ids, domain, pad, shape, rule, ...) rule_##rule,
 static int (*const rule_of[IR_N_OPS])(shard_rule *, const rule_ctx *) = {
 #include "ir/ops.def"
@@ -303,8 +366,9 @@ int shard_rule_of(const ir_graph *g, int op, shard_rule *r)
 {
     const ir_op *o = &g->ops[op];
     rule_ctx c = {.o = o, .out = &g->values[o->out], .res = o->n_in};
-    if (o->n_in > 0) c.x = &g->values[o->in[0]];
-    if (o->n_in > 1) c.y = &g->values[o->in[1]];
+    for (int k = 0; k < o->n_in; k++) c.in[k] = &g->values[o->in[k]];
+    c.x = c.in[0];
+    c.y = c.in[1];
     memset(r, 0, sizeof *r);
     r->n_in = o->n_in;
     for (int t = 0; t <= o->n_in; t++) {

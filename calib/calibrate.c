@@ -361,6 +361,14 @@ static int op_cases(ir_opkind k, int64_t n, op_case *c)
     return cal_of[k](c, rows, cols);
 }
 
+/* 1 when op kind k has an op-rate case (ops.def's calib column is not none:
+ * einsum's rate is the GEMM's, the fused attention ops are priced by FLOPs). */
+static int op_timed(ir_opkind k)
+{
+    op_case c[2];
+    return op_cases(k, 4096, c) > 0;
+}
+
 static int64_t dims_numel(int rank, const int64_t *d)
 {
     int64_t n = 1;
@@ -711,7 +719,7 @@ static int measure_round(cal_raw *m, int cores, int quick, FILE *log, char *err,
     say(log, "  kernel call overhead: %.3f us\n", m->ovh * 1e6);
     int ok = m->gn > 0 && m->vr > 0 && m->cr > 0 && isfinite(m->lat) && isfinite(m->ovh) && isfinite(m->call) &&
              isfinite(m->lat_over) && m->gcold > 0;
-    for (int k = 0; k < IR_N_OPS; k++) ok &= k == IR_OP_EINSUM || (m->rates[k] > 0 && isfinite(m->rates[k]));
+    for (int k = 0; k < IR_N_OPS; k++) ok &= !op_timed((ir_opkind)k) || (m->rates[k] > 0 && isfinite(m->rates[k]));
     if (!ok) {
         snprintf(err, errlen, "calibrate: a measurement failed (out of memory?)");
         return -1;

@@ -88,6 +88,8 @@ typedef struct cost_hw {
                                       (exec/fuse.h); 0: op by op */
     /* achievable GEMM rates (accelerators; 0: an einsum runs at the peak, docs/cost-model.md): */
     double gemm_efficiency;        /* fraction of the peak a large GEMM reaches (measured cuBLAS); 0: 1 */
+    double attention_efficiency;   /* fraction of the matmul peak a fused attention kernel reaches
+                                      (FlashAttention-2 as published, forward and backward); 0: gemm_efficiency */
     int gemm_tile;                 /* edge of the output tile one processor computes (cuBLAS 128x128) */
     int gemm_units;                /* processors running tiles at once (SMs); with gemm_tile: tile and
                                       wave quantization, cost_gemm_quantization */

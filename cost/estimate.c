@@ -36,7 +36,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-enum { FL_ZERO, FL_OUT, FL_IN0, FL_IN1, FL_EINSUM };
+enum { FL_ZERO, FL_OUT, FL_IN0, FL_IN1, FL_EINSUM, FL_ATTN };
 enum { CAT_PARAM, CAT_OPT, CAT_GRAD, CAT_ACT, CAT_OTHER, N_CATS };
 
 struct cost_ws {
@@ -298,7 +298,7 @@ static double cpu_bandwidth_factor(const cost_hw *hw, int64_t n_devices)
 static void op_rule_of(const ir_graph *g, int op, uint8_t *rule, float *coef, uint8_t *kmask, uint8_t *bmask)
 {
     static const uint8_t rules[] = {[IR_COUNT_OUT] = FL_OUT, [IR_COUNT_IN0] = FL_IN0, [IR_COUNT_IN1] = FL_IN1,
-                                    [IR_COUNT_EINSUM] = FL_EINSUM};
+                                    [IR_COUNT_EINSUM] = FL_EINSUM, [IR_COUNT_ATTN] = FL_ATTN};
     const ir_op *o = &g->ops[op];
     *coef = (float)ir_op_coef(o->kind);
     *rule = *coef > 0 ? rules[ir_op_count(o->kind)] : FL_ZERO;
@@ -605,6 +605,12 @@ static double price_compute(ctx *c, const cost_hw *hw, const spmd_instr *in, dou
             if (km & 1) flops *= local_dim(c, in->in[0], d);
         break;
     }
+    case FL_ATTN: { /* q's local elements times the keys (never split: rules.c) */
+        int64_t qd[IR_MAX_RANK];
+        spmd_buffer_dims(c->p, in->in[0], qd);
+        flops = w->op_coef[in->op] * ir_attention_count(o, c->p->g->values[o->in[0]].rank, qd, (int64_t)local_dim(c, in->in[1], 1));
+        break;
+    }
     default: break;
     }
     if (ir_op_bytes(o->kind) == IR_BYTES_ROWS) bytes = read_bytes(c, in->in[1]) + 2 * write_bytes(c, ob);
@@ -628,6 +634,11 @@ static double price_compute(ctx *c, const cost_hw *hw, const spmd_instr *in, dou
         }
         /* operands and result fetched from memory, not cache */
         if (hw->gemm_bandwidth > 0) extra += c->bw * bytes / hw->gemm_bandwidth;
+    } else if (w->op_rule[in->op] == FL_ATTN && hw->gemm_efficiency > 0) {
+        /* a fused attention kernel on the matrix units, at its own measured fraction of their peak */
+        double eff = hw->attention_efficiency > 0 ? hw->attention_efficiency : hw->gemm_efficiency;
+        peak_rate = cost_matmul_peak(hw, c->precision, 0) * eff;
+        tf = flops / peak_rate;
     } else if (hw->op_rate[o->kind] > 0) {
         int which = cost_op_elements(o->kind);
         double n_el = which == 1 ? w->buf_numel[in->in[0]] : which == 2 ? w->buf_numel[in->in[1]] : w->buf_numel[ob];
@@ -836,8 +847,8 @@ static void mark_lifetimes(ctx *c, const cost_hw *hw, double *live)
     for (int b = 0; b < p->n_bufs; b++) w->last_use[b] = -1;
     for (int i = 0; i < p->n_instrs; i++) {
         const spmd_instr *in = &p->instrs[i];
-        if (in->in[0] >= 0) w->last_use[in->in[0]] = i;
-        if (in->in[1] >= 0) w->last_use[in->in[1]] = i;
+        for (int k = 0; k < IR_MAX_OPERANDS; k++)
+            if (in->in[k] >= 0) w->last_use[in->in[k]] = i;
     }
     for (int v = 0; v < g->n_values; v++) {
         int b = p->arg_buf[v];
@@ -1011,11 +1022,13 @@ static void sweep_memory(ctx *c, int i, sweep *s, cost_estimate *out)
         out->peak_instr = i;
         record_peak(live, out);
     }
-    int freed[2] = {-1, -1};
-    for (int k = 0; k < 2; k++) {
-        int b = in->in[k];
+    int freed[IR_MAX_OPERANDS];
+    for (int k = 0; k < IR_MAX_OPERANDS; k++) {
+        int b = in->in[k], twice = 0;
+        freed[k] = -1;
         if (c->kern && b >= 0 && w->fold_src[b] >= 0) b = w->fold_src[b]; /* read through a folded broadcast */
-        if (b < 0 || w->persistent[b] || w->last_use[b] != i || b == freed[0]) continue;
+        for (int j = 0; j < k; j++) twice |= b == freed[j];
+        if (b < 0 || w->persistent[b] || w->last_use[b] != i || twice) continue;
         freed[k] = b;
         live[w->cat[p->bufs[b].value]] -= w->buf_bytes[b];
         s->cur -= w->buf_bytes[b];

@@ -27,7 +27,7 @@ typedef struct preset {
     int64_t node;
     cost_link intra, inter;
     int cores;
-    double gemm_eff;
+    double gemm_eff, attn_eff;
     int gemm_tile, gemm_units;
     const char *source;
 } preset;
@@ -42,18 +42,18 @@ typedef struct preset {
  * in the docs. */
 static const preset presets[] = {
     {"tpu-v3", 123e12 / 6, 123e12 / 6, 123e12, 123e12, 123e12 / 6, 900e9, 32 * GIB, 0, 1024, {166e9, 1e-6}, {3.1e9, 20e-6}, 0,
-     0, 0, 0,
+     0, 0, 0, 0,
      "Cloud TPU v3 system architecture (cloud.google.com/tpu/docs/v3): 123 TFLOP/s bf16 per chip, 32 GiB HBM2 at "
      "900 GB/s, 1024-chip pod, 340 TB/s pod all-reduce bandwidth; f32 matmul = 6 bf16 passes"},
     {"a100", 19.5e12, 156e12, 312e12, 312e12, 19.5e12, 1820e9, 80 * GIB, 0, 8, {200e9, 3e-6}, {21.2e9, 8e-6}, 0,
-     0.85, 128, 108,
+     0.85, 0.60, 128, 108,
      "A100 80GB SXM: data-sheet peaks 19.5 fp32, 156 tf32, 312 bf16 TFLOP/s; achievable: GEMM 0.85 of peak on 108 SMs, "
      "HBM2e 1820 of 2039 GB/s, NVLink 200 of 300 GB/s, HDR IB 21.2 of 25 GB/s per GPU; 8 per node"},
     {"h100", 67e12, 494.7e12, 989e12, 989e12, 67e12, 2980e9, 80 * GIB, 0, 8, {300e9, 3e-6}, {42.4e9, 8e-6}, 0,
-     0.80, 128, 132,
+     0.80, 0.35, 128, 132,
      "H100 SXM: data-sheet peaks 67 fp32, 494.7 tf32, 989 bf16 TFLOP/s; achievable: GEMM 0.80 of peak on 132 SMs, "
      "HBM3 2980 of 3350 GB/s, NVLink 300 of 450 GB/s, NDR IB 42.4 of 50 GB/s per GPU; 8 per node"},
-    {"cpu", 100e9, 100e9, 100e9, 100e9, 4e9, 7.5e9, 4 * GIB, 1e-6, 1 << 20, {7.5e9, 5e-6}, {7.5e9, 5e-6}, 2, 0, 0, 0,
+    {"cpu", 100e9, 100e9, 100e9, 100e9, 4e9, 7.5e9, 4 * GIB, 1e-6, 1 << 20, {7.5e9, 5e-6}, {7.5e9, 5e-6}, 2, 0, 0, 0, 0,
      "nominal figures of a 2-core development VM (docs/cost-model.md, \"The CPU model\"); run carve calibrate for measured ones"},
 };
 #define N_PRESETS ((int)(sizeof presets / sizeof presets[0]))
@@ -83,6 +83,7 @@ int cost_hw_preset(const char *name, cost_hw *hw, char *err, size_t errlen)
         hw->inter = p->inter;
         hw->cores = p->cores;
         hw->gemm_efficiency = p->gemm_eff;
+        hw->attention_efficiency = p->attn_eff;
         hw->gemm_tile = p->gemm_tile;
         hw->gemm_units = p->gemm_units;
         /* accelerators: a compiler's kernels (epilogues, one-pass softmax and layernorm); the nominal cpu: op by op */
@@ -148,6 +149,7 @@ static const hw_row hw_rows[] = {
     {"shared_memory", offsetof(cost_hw, shared_memory), HW_BOOL, 0, 1, 0, NULL, 0, -1},
     {"fused_elementwise", offsetof(cost_hw, fused_elementwise), HW_INT, 1, 2, HW_ZERO_OK, NULL, 0, -1},
     {"gemm_efficiency", offsetof(cost_hw, gemm_efficiency), HW_REAL, 0.01, 1, HW_ZERO_OK, NULL, 0, -1},
+    {"attention_efficiency", offsetof(cost_hw, attention_efficiency), HW_REAL, 0.01, 1, HW_ZERO_OK, NULL, 0, -1},
     {"gemm_tile", offsetof(cost_hw, gemm_tile), HW_INT, 1, 65536, HW_ZERO_OK, NULL, 0, -1},
     {"gemm_units", offsetof(cost_hw, gemm_units), HW_INT, 1, 1 << 20, HW_ZERO_OK, NULL, 0, -1},
     {"intra_link", offsetof(cost_hw, intra), HW_OBJECT, 0, 0, HW_REQUIRED, ROWS(link_rows), -1},
@@ -506,6 +508,7 @@ char *cost_hw_to_json(const cost_hw *hw)
     if (hw->fused_elementwise) add_num(r, "fused_elementwise", hw->fused_elementwise);
     if (hw->oversub_latency > 0) add_num(r, "oversub_latency", hw->oversub_latency);
     if (hw->gemm_efficiency > 0) add_num(r, "gemm_efficiency", hw->gemm_efficiency);
+    if (hw->attention_efficiency > 0) add_num(r, "attention_efficiency", hw->attention_efficiency);
     if (hw->gemm_tile > 0) add_num(r, "gemm_tile", hw->gemm_tile);
     if (hw->gemm_units > 0) add_num(r, "gemm_units", hw->gemm_units);
     int any_rate = 0;

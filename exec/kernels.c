@@ -523,6 +523,11 @@ KERN(cumsum)
     return 0;
 }
 
+KERN(attention) { return exec_attention(k, a, in, out, o, err, errlen); }
+KERN(attention_dq) { return exec_attention(k, a, in, out, o, err, errlen); }
+KERN(attention_dk) { return exec_attention(k, a, in, out, o, err, errlen); }
+KERN(attention_dv) { return exec_attention(k, a, in, out, o, err, errlen); }
+
 KERN(one_hot)
 {
     one_hot(&in[0], out, o);

@@ -29,6 +29,9 @@ typedef struct exec_tensor {
 typedef struct exec_kernel_opts {
     /* Global index of the block's first element along each result dim (iota). */
     int64_t out_offset[IR_MAX_RANK];
+    /* The same for operand 0 (the fused attention ops: q's first query row,
+     * for the causal mask). */
+    int64_t in0_offset[IR_MAX_RANK];
     /* Global id of row 0 of the local table (gather), of the local result
      * rows (scatter_add), of the local depth slice (one_hot). */
     int64_t id_base;
@@ -47,6 +50,11 @@ typedef struct exec_kernel_opts {
  * -1 with a message in err (an id out of range, out of memory). */
 int exec_kernel_run(ir_opkind k, const ir_attrs *a, int n_in, const exec_tensor *in, exec_tensor *out,
                     const exec_kernel_opts *opts, char *err, size_t errlen);
+
+/* The fused attention ops (attention, attention_dq, _dk, _dv; exec/attention.c):
+ * as exec_kernel_run, for one of those ops. */
+int exec_attention(ir_opkind k, const ir_attrs *a, const exec_tensor *in, exec_tensor *out, const exec_kernel_opts *o,
+                   char *err, size_t errlen);
 
 /* Elementwise op k (unary or binary class) over n floats: y = k(a), or
  * k(a, b); s is the scalar of scale and add_scalar.  y may be a. */

@@ -79,7 +79,9 @@ static int can_donate(const spmd_program *p, const int *gstart, const int64_t *n
     int g0 = gstart[j], g1 = g0 + (fuse->len[g0] > 1 ? fuse->len[g0] : 1);
     for (int i = 0; i < p->n_instrs; i++) {
         const spmd_instr *in = &p->instrs[i];
-        if (in->in[0] != ab && in->in[1] != ab) continue;
+        int reads = 0;
+        for (int k = 0; k < IR_MAX_OPERANDS; k++) reads |= in->in[k] == ab;
+        if (!reads) continue;
         if (i < g0) continue;
         if (i >= g1 || g1 - g0 < 2) return 0; /* after j's group, or j alone (not known to be elementwise) */
     }

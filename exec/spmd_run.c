@@ -354,6 +354,11 @@ static int run_compute(exec_spmd *r, const spmd_instr *in, int dev, char *msg, s
     const spmd_buffer *ob = &p->bufs[in->out];
     const ir_value *ov = &r->g->values[ob->value];
     for (int d = 0; d < ov->rank; d++) o.out_offset[d] = shard_dim_offset(&p->mesh, ov, &ob->spec, d, dev);
+    if (ir_op_count(op->kind) == IR_COUNT_ATTN) { /* the query rows' place, for a causal mask */
+        const spmd_buffer *qb = &p->bufs[in->in[0]];
+        const ir_value *qv = &r->g->values[qb->value];
+        for (int d = 0; d < qv->rank; d++) o.in0_offset[d] = shard_dim_offset(&p->mesh, qv, &qb->spec, d, dev);
+    }
     /* ids into a tiled dim (a gather's table rows, a scatter_add's result
      * rows, a one_hot's depth): the block's first global index; ids outside
      * it belong to another device */

@@ -33,7 +33,7 @@ typedef struct ad {
     int n_values, n_ops;    /* of the forward graph */
     unsigned char *needs, *live;
     int *pending, *cot;
-    char *names[2];         /* scratch for "grad/..." names, one per operand */
+    char *names[IR_MAX_OPERANDS]; /* scratch for "grad/..." names, one per operand */
     size_t name_len;
 } ad;
 
@@ -302,6 +302,20 @@ VJP(cumsum)
     int cs = ints_op(g, IR_OP_CUMSUM, gy, 1, &d, 0, NULL, NULL);
     dx[0] = op2(g, IR_OP_ADD, op2(g, IR_OP_SUB, total, cs, NULL), gy, nm[0]);
 }
+/* The fused attention's backward kernel: each operand's gradient is one of
+ * its outputs (attention_dq, _dk, _dv), which recompute the probabilities. */
+static int attention_grad(ir_graph *g, ir_opkind k, const ir_op *o, int n_in, const int *in, const char *name)
+{
+    return ir_add_op(g, k, n_in, in, &o->attrs, IR_F32, 0, NULL, name);
+}
+VJP(attention)
+{
+    int q = a, k = b, v = o->in[2], qkvg[4] = {q, k, v, gy}, qkg[3] = {q, k, gy};
+    (void)y;
+    if (want[0]) dx[0] = attention_grad(g, IR_OP_ATTENTION_DQ, o, 4, qkvg, nm[0]);
+    if (want[1]) dx[1] = attention_grad(g, IR_OP_ATTENTION_DK, o, 4, qkvg, nm[1]);
+    if (want[2]) dx[2] = attention_grad(g, IR_OP_ATTENTION_DV, o, 3, qkg, nm[2]);
+}
 VJP(concat)
 {
     int64_t d = o->attrs.ints[0], na = g->values[a].dims[d];
@@ -322,7 +336,7 @@ static void (*const vjp_of[IR_N_OPS])(ir_graph *, const ir_op *, int, const int 
  * in the graph. */
 static int vjp(ir_graph *g, const ir_op *o, int gy, const int *want, const char *const *nm, int *dx)
 {
-    dx[0] = dx[1] = -1;
+    for (int k = 0; k < IR_MAX_OPERANDS; k++) dx[k] = -1;
     vjp_of[o->kind](g, o, gy, want, nm, dx, o->out, o->in[0], o->n_in > 1 ? o->in[1] : -1);
     for (int k = 0; k < o->n_in; k++)
         if (!want[k]) dx[k] = -1;
@@ -430,8 +444,8 @@ static int backward(ad *s)
     for (int i = s->n_ops - 1; i >= 0 && !ir_error(g); i--) {
         ir_op o = g->ops[i];
         if (!s->live[o.out]) continue;
-        int want[2] = {0, 0};
-        const char *nm[2] = {NULL, NULL};
+        int want[IR_MAX_OPERANDS] = {0};
+        const char *nm[IR_MAX_OPERANDS] = {NULL};
         for (int k = 0; k < o.n_in; k++) {
             int x = o.in[k];
             want[k] = grad_flows(o.kind, k) && s->needs[x];
@@ -440,7 +454,7 @@ static int backward(ad *s)
                 nm[k] = make_name(s, s->names[k], "grad/", x);
         }
         ir_set_layer(g, o.layer);
-        int dx[2];
+        int dx[IR_MAX_OPERANDS];
         if (vjp(g, &o, s->cot[o.out], want, nm, dx) < 0) return -1;
         for (int k = 0; k < o.n_in; k++)
             if (want[k]) accumulate(s, o.in[k], dx[k]);
@@ -609,9 +623,9 @@ ir_graph *ir_train_step(const ir_graph *fwd, const ir_optimizer *opt, char *err,
     s.cot = malloc(n * sizeof(int));
     int *grads = malloc(n * sizeof(int));
     s.name_len = longest + 32;
-    s.names[0] = malloc(s.name_len);
-    s.names[1] = malloc(s.name_len);
-    if (!s.needs || !s.live || !s.pending || !s.cot || !grads || !s.names[0] || !s.names[1]) {
+    int names_ok = 1;
+    for (int k = 0; k < IR_MAX_OPERANDS; k++) names_ok &= (s.names[k] = malloc(s.name_len)) != NULL;
+    if (!s.needs || !s.live || !s.pending || !s.cot || !grads || !names_ok) {
         fprintf(stderr, "carve: out of memory in autodiff\n");
         abort();
     }
@@ -629,8 +643,7 @@ ir_graph *ir_train_step(const ir_graph *fwd, const ir_optimizer *opt, char *err,
     free(s.pending);
     free(s.cot);
     free(grads);
-    free(s.names[0]);
-    free(s.names[1]);
+    for (int k = 0; k < IR_MAX_OPERANDS; k++) free(s.names[k]);
     if (ir_error(g)) {
         snprintf(msg, sizeof msg, "%s", ir_error(g));
         ir_free(g);

@@ -406,6 +406,7 @@ typedef struct shape_ctx {
     ir_opkind k;
     const char *on;          /* the op's name */
     const ir_value *x, *y;   /* operands 0 and 1, or NULL */
+    const ir_value *in[IR_MAX_OPERANDS]; /* every operand (NULL past the arity) */
     const ir_attrs *a;
     int hint_rank;
     const int64_t *hint;     /* result shape given by the caller, or NULL */
@@ -730,6 +731,66 @@ static int infer_reshard(shape_ctx *c)
     return 0;
 }
 
+/* ---- fused attention ---------------------------------------------------- *
+ * q [b,s,n,d] (or grouped [b,s,k,g,d]), k [b,t,k,d], v [b,t,k,e]; the
+ * context is q's shape with e last.  attn_check checks q and k (and v when
+ * given) and the attributes; the context's last dim goes to *e. */
+static int attn_mismatch(shape_ctx *c, const char *what, const ir_value *a, const ir_value *b)
+{
+    char ta[64], tb[64];
+    return ir_fail(c->g, "%s: %s: '%s' is %s, '%s' is %s", c->on, what, a->name, ir_type_str(a, ta, sizeof ta), b->name,
+                   ir_type_str(b, tb, sizeof tb));
+}
+
+static int attn_check(shape_ctx *c, const ir_value *q, const ir_value *k, const ir_value *v)
+{
+    const ir_value *all[3] = {q, k, v};
+    for (int i = 0; i < 3; i++)
+        if (all[i] && (!is_float(all[i]->dtype) || all[i]->dtype != q->dtype))
+            return ir_fail(c->g, "%s: operands need one float type ('%s' is %s)", c->on, all[i]->name,
+                           ir_dtype_name(all[i]->dtype));
+    if (q->rank != 4 && q->rank != 5)
+        return ir_fail(c->g, "%s: q '%s' has rank %d, needs [b,s,heads,d] or grouped [b,s,kv_heads,group,d]", c->on,
+                       q->name, q->rank);
+    if (k->rank != 4) return ir_fail(c->g, "%s: k '%s' has rank %d, needs [b,t,kv_heads,d]", c->on, k->name, k->rank);
+    int qr = q->rank;
+    if (k->dims[0] != q->dims[0] || k->dims[2] != q->dims[2] || k->dims[3] != q->dims[qr - 1])
+        return attn_mismatch(c, "q and k differ in batch, heads or head size", q, k);
+    if (v && (v->rank != 4 || v->dims[0] != k->dims[0] || v->dims[1] != k->dims[1] || v->dims[2] != k->dims[2]))
+        return attn_mismatch(c, "v needs k's batch, keys and heads", k, v);
+    if (c->a->n_ints > 1 || (c->a->n_ints == 1 && c->a->ints[0] != 0 && c->a->ints[0] != 1))
+        return ir_fail(c->g, "%s: causal must be 0 or 1", c->on);
+    if (c->a->n_ints == 1 && c->a->ints[0] && q->dims[1] != k->dims[1])
+        return attn_mismatch(c, "causal attention needs as many queries as keys", q, k);
+    if (!isfinite(c->a->scalar)) return ir_fail(c->g, "%s: the scale must be finite", c->on);
+    return 0;
+}
+
+/* attention: q's shape with v's last dim */
+static int infer_attention(shape_ctx *c)
+{
+    if (attn_check(c, c->in[0], c->in[1], c->in[2]) < 0) return -1;
+    same_as(c, c->in[0]);
+    c->dims[c->rank - 1] = c->in[2]->dims[3];
+    return 0;
+}
+
+/* attention_dq (q, k, v, dy) -> q's shape; attention_dk (q, k, v, dy) ->
+ * k's; attention_dv (q, k, dy) -> k's with dy's last dim.  dy is shaped as
+ * the forward's result. */
+static int infer_attention_grad(shape_ctx *c)
+{
+    int dv = c->k == IR_OP_ATTENTION_DV;
+    const ir_value *q = c->in[0], *k = c->in[1], *v = dv ? NULL : c->in[2], *dy = c->in[dv ? 2 : 3];
+    if (attn_check(c, q, k, v) < 0) return -1;
+    int ok = dy->rank == q->rank && dy->dtype == q->dtype && (!v || dy->dims[q->rank - 1] == v->dims[3]);
+    for (int i = 0; i < q->rank - 1; i++) ok &= dy->dims[i] == q->dims[i];
+    if (!ok) return attn_mismatch(c, "the cotangent needs the context's shape", q, dy);
+    same_as(c, c->k == IR_OP_ATTENTION_DQ ? q : k);
+    if (dv) c->dims[3] = dy->dims[q->rank - 1];
+    return 0;
+}
+
 #define X(e, name, arity, cls, count, coef, bytes, grads, partial, ids, domain, pad, shape, ...) infer_##shape,
 static int (*const infer_of[IR_N_OPS])(shape_ctx *) = {
 #include "ops.def"
@@ -753,8 +814,9 @@ int ir_add_op(ir_graph *g, ir_opkind k, int n_in, const int *in, const ir_attrs 
         return ir_fail(g, "einsum: subscripts too long");
     shape_ctx c = {.g = g, .k = k, .on = op_table[k].name, .a = &at, .hint_rank = rank, .hint = shape_hint,
                    .t = (unsigned)t < IR_N_DTYPES ? t : IR_F32};
-    if (n_in >= 1) c.x = &g->values[in[0]];
-    if (n_in >= 2) c.y = &g->values[in[1]];
+    for (int i = 0; i < n_in; i++) c.in[i] = &g->values[in[i]];
+    c.x = c.in[0];
+    c.y = c.in[1];
     if (infer_of[k](&c) < 0) return -1;
     if (g->n_ops == g->cap_ops) {
         g->cap_ops = g->cap_ops ? 2 * g->cap_ops : 64;
@@ -1001,6 +1063,14 @@ int ir_reshard(ir_graph *g, int x, int dir)
     return with_ints(g, IR_OP_RESHARD, x, 1, &d, 0, NULL);
 }
 
+int ir_attention(ir_graph *g, int q, int k, int v, double scale, int causal)
+{
+    if (!ok_ids(g, q, k) || v < 0) return -1;
+    ir_attrs a = {.scalar = scale, .n_ints = 1, .ints = {causal != 0}};
+    int in[3] = {q, k, v};
+    return ir_add_op(g, IR_OP_ATTENTION, 3, in, &a, IR_F32, 0, NULL, NULL);
+}
+
 int ir_one_hot(ir_graph *g, int ids, int64_t depth)
 {
     return with_ints(g, IR_OP_ONE_HOT, ids, 1, &depth, 0, NULL);
@@ -1081,6 +1151,13 @@ int64_t ir_param_count(const ir_graph *g)
     return n;
 }
 
+double ir_attention_count(const ir_op *o, int q_rank, const int64_t *q_dims, int64_t keys)
+{
+    double n = (double)keys;
+    for (int i = 0; i < q_rank; i++) n *= (double)q_dims[i];
+    return o->attrs.n_ints && o->attrs.ints[0] ? 0.5 * n : n;
+}
+
 double ir_op_flops_dims(const ir_op *o, const int *in_rank, const int64_t (*in_dims)[IR_MAX_RANK], int out_rank,
                         const int64_t *out_dims)
 {
@@ -1103,6 +1180,9 @@ double ir_op_flops_dims(const ir_op *o, const int *in_rank, const int64_t (*in_d
             if (ir_einsum_pos(e.out, e.rank_out, e.a[i]) < 0) n *= (double)in_dims[0][i];
         break;
     }
+    case IR_COUNT_ATTN:
+        n = ir_attention_count(o, in_rank[0], in_dims[0], in_dims[1][1]);
+        break;
     }
     return op_table[o->kind].coef * n;
 }

@@ -21,7 +21,7 @@
 #include <stdio.h>
 
 #define IR_MAX_RANK 6
-#define IR_MAX_OPERANDS 2
+#define IR_MAX_OPERANDS 4 /* attention_dq reads q, k, v and the result's cotangent */
 #define IR_MAX_SUBSCRIPTS 48
 #define IR_ERR_LEN 512
 
@@ -57,7 +57,9 @@ enum {
 /* What kind of work an op is (ops.def's class column). */
 typedef enum { IR_NULLARY, IR_UNARY, IR_BINARY, IR_CONTRACTION, IR_REDUCTION, IR_MOVEMENT } ir_opclass;
 /* Which element count an op's FLOPs and element rate are counted on. */
-typedef enum { IR_COUNT_OUT, IR_COUNT_IN0, IR_COUNT_IN1, IR_COUNT_EINSUM } ir_opcount;
+/* ATTN: the fused attention ops' b*heads*s*t*d (operand 0's elements times
+ * operand 1's dim 1, the keys), halved when the op is causal. */
+typedef enum { IR_COUNT_OUT, IR_COUNT_IN0, IR_COUNT_IN1, IR_COUNT_EINSUM, IR_COUNT_ATTN } ir_opcount;
 /* The memory an op reads and writes. */
 typedef enum { IR_BYTES_ALL, IR_BYTES_ROWS } ir_opbytes;
 /* Whether an op's result may stay a partial sum (ops.def's partial column). */
@@ -157,6 +159,7 @@ enum {
     IR_ATTR_DTYPE = 1 << 7,         /* result dtype given by the file (else "dtype" is a check) */
     IR_ATTR_DIMS_OPTIONAL = 1 << 8,
     IR_ATTR_SEED = 1 << 9,          /* "seed": ints[0], an integer in 0..2^53 */
+    IR_ATTR_CAUSAL = 1 << 10,       /* "causal": ints[0], 0 or 1 (JSON false or true; optional, false) */
 };
 unsigned ir_op_attrs(ir_opkind k);
 /* Bit k set: a gradient flows from the result to operand k. */
@@ -350,6 +353,14 @@ int ir_reshard(ir_graph *g, int x, int dir);
  * The executors hold every element in 4 bytes and compute in f32: a cast is
  * where a value's precision drops (docs/graph-format.md). */
 int ir_cast(ir_graph *g, int x, ir_dtype t);
+/* Fused scaled dot-product attention (FlashAttention's one kernel): the
+ * context softmax(scale q.k, masked) v computed without holding the scores.  q [b,s,n,d] with k [b,t,n,d] and v [b,t,n,e] gives [b,s,n,e];
+ * grouped-query q [b,s,k,g,d] with k [b,t,k,d], v [b,t,k,e] gives
+ * [b,s,k,g,e].  scores = scale * q.k over d; causal masks key j > query i
+ * (s = t). Its VJP is attention_dq, attention_dk, attention_dv, which
+ * recompute the probabilities from q and k, as the fused backward kernel does
+ * (docs/cost-model.md, "Fused attention"). */
+int ir_attention(ir_graph *g, int q, int k, int v, double scale, int causal);
 /* Generic entry used by the JSON loader: checks arity and attrs, infers the
  * result shape (`shape_hint` is needed for CONSTANT, IOTA, BROADCAST, RESHAPE;
  * for SCATTER_ADD its dims[0] gives the rows; may be NULL otherwise). */
@@ -405,6 +416,9 @@ double ir_op_flops(const ir_graph *g, int op);
 double ir_op_flops_dims(const ir_op *o, const int *in_rank, const int64_t (*in_dims)[IR_MAX_RANK], int out_rank,
                         const int64_t *out_dims);
 double ir_graph_flops(const ir_graph *g);
+/* The element count of a fused attention op (ops.def's ATTN count) on q's
+ * dims and the number of keys: b*heads*s*t*d, halved when causal. */
+double ir_attention_count(const ir_op *o, int q_rank, const int64_t *q_dims, int64_t keys);
 
 /* ---- autodiff -------------------------------------------------------- */
 typedef enum { IR_SGD, IR_ADAM } ir_optimizer_kind;

@@ -266,6 +266,10 @@ static void save_op(sbuf *b, const ir_graph *g, int i)
         sb_key(b, "seed");
         sb_printf(b, "%lld", (long long)o->attrs.ints[0]);
     }
+    if ((f & IR_ATTR_CAUSAL) && o->attrs.n_ints && o->attrs.ints[0]) {
+        sb_key(b, "causal");
+        sb_cat(b, "true");
+    }
     if (f & IR_ATTR_ROWS) {
         sb_key(b, "rows");
         sb_printf(b, "%lld", (long long)out->dims[0]);
@@ -704,7 +708,7 @@ static int resolve(loader *L, const char *name, int from_op)
 /* ---- ops --------------------------------------------------------------- */
 
 static const char *const op_keys[] = {"name", "op", "in", "layer", "grad_of", "dtype", "shape", NULL};
-static const char *const attr_keys[] = {"scalar", "dims", "perm", "depth", "rows", "subscripts", "seed", NULL};
+static const char *const attr_keys[] = {"scalar", "dims", "perm", "depth", "rows", "subscripts", "seed", "causal", NULL};
 
 /* Is `s` an automatic name "%<digits>"?  Sets *k to its number. */
 static int auto_label(const char *s, long *k)
@@ -776,6 +780,7 @@ static int check_op_fields(loader *L, int j, const cJSON *o, ir_opkind k, const 
     if (f & IR_ATTR_ROWS) keys[nk++] = "rows";
     if (f & IR_ATTR_SUBSCRIPTS) keys[nk++] = "subscripts";
     if (f & IR_ATTR_SEED) keys[nk++] = "seed";
+    if (f & IR_ATTR_CAUSAL) keys[nk++] = "causal";
     keys[nk] = NULL;
     if (check_keys(L, o, keys, attr_keys, ir_op_name(k)) < 0) return -1;
     *label = -1;
@@ -877,6 +882,13 @@ static int load_attrs(loader *L, const cJSON *o, ir_opkind k, int n_in, op_entry
         if (required_int(L, o, "seed", &at->ints[0]) < 0) return -1;
         at->n_ints = 1;
     }
+    if (f & IR_ATTR_CAUSAL) {
+        at->n_ints = 1;
+        if ((a = cJSON_GetObjectItemCaseSensitive(o, "causal"))) {
+            if (!cJSON_IsBool(a)) return lfail(L, "\"causal\" must be true or false, got %s", json_type(a));
+            at->ints[0] = cJSON_IsTrue(a);
+        }
+    }
     if (f & IR_ATTR_ROWS) {
         if (required_int(L, o, "rows", &e->hint[0]) < 0) return -1;
         e->hint_rank = 1;
@@ -901,10 +913,11 @@ static int add_loaded_op(loader *L, int j, ir_opkind k, const int *in, int n_in,
             if (create_args(L, L->next_arg) < 0) return -1;
 
     ir_set_layer(g, e->layer);
-    int v = n_in > 2 ? ir_einsum_n(g, e->nary_subs, n_in, in)
+    int nary = k == IR_OP_EINSUM && n_in > 2;
+    int v = nary ? ir_einsum_n(g, e->nary_subs, n_in, in)
                      : ir_add_op(g, k, n_in, in, &e->at, (f & IR_ATTR_DTYPE) ? e->dtype : IR_F32, e->hint_rank,
                                  (f & (IR_ATTR_SHAPE | IR_ATTR_ROWS)) ? e->hint : NULL, label >= 0 ? NULL : name);
-    if (n_in > 2 && v >= 0 && label < 0 && name && ir_rename(g, v, name) < 0) v = -1;
+    if (nary && v >= 0 && label < 0 && name && ir_rename(g, v, name) < 0) v = -1;
     if (v < 0) return lfail(L, "%s", ir_error(g));
     if (label >= 0 && strcmp(g->values[v].name, name) != 0) {
         g->values[v].name = ir_intern(g, name); /* the index is rebuilt at the end */

@@ -98,7 +98,7 @@ static int copy_op(mb *m, int op, const char *name)
 {
     const ir_op *o = &m->g->ops[op];
     const ir_value *x = &m->g->values[o->out];
-    int in[IR_MAX_OPERANDS] = {-1, -1};
+    int in[IR_MAX_OPERANDS];
     for (int k = 0; k < o->n_in; k++) in[k] = m->map[o->in[k]];
     ir_set_layer(m->out, o->layer);
     ir_attrs a = o->attrs;

@@ -154,6 +154,12 @@ int mb_attend(ir_graph *g, int q, int k, int v, const mb_attn_mask *m, const cha
     int grouped = g->values[q].rank == 5;
     int64_t dh = g->values[q].dims[g->values[q].rank - 1];
     char name[64];
+    if (m && m->fused) {
+        if (m->pos_bias >= 0 || m->dropout > 0)
+            return ir_fail(g, "%s: fused attention takes no position bias and no dropout on the probabilities", prefix);
+        int ctx = ir_attention(g, q, k, v, 1.0 / sqrt((double)dh), m->causal);
+        return ctx < 0 || ir_rename(g, ctx, mb_cat(name, sizeof name, prefix, "ctx")) < 0 ? -1 : ctx;
+    }
     int qk = ir_einsum(g, grouped ? "bskgd,btkd->bkgst" : "bsnd,btnd->bnst", q, k);
     int scores = mb_named(g, mb_cat(name, sizeof name, prefix, "scores"), IR_OP_SCALE, qk, -1, 1.0 / sqrt((double)dh));
     if (m && m->pos_bias >= 0 && scores >= 0) {

@@ -39,12 +39,17 @@ int mb_rms_norm(ir_graph *g, int x, const char *prefix, double eps);
  * q [b,s,k,g,d] with k, v [b,t,k,d]; scores = q.k / sqrt(d) ("<prefix>.scores"),
  * plus pos_bias [n,s,t] when >= 0, masked (mb_mask) when mask >= 0
  * ("<prefix>.masked"), softmax over t ("<prefix>.probs"); returns the context
- * "<prefix>.ctx", shaped like q. */
+ * "<prefix>.ctx", shaped like q.  With m->fused, the same context as one
+ * fused op (ir_attention). */
 typedef struct mb_attn_mask {
     int mask, bias; /* mb_causal's pair, or -1: every key visible */
     int pos_bias;   /* additive [n,s,t] (relative position bias), or -1 */
     double dropout; /* rate on the probabilities ("<prefix>.probs.drop") and, in
                        mb_gpt_block, on the attention and MLP outputs; 0: none */
+    int causal;     /* with fused: keys after the query masked (mask and bias unused) */
+    int fused;      /* 1: one ir_attention op (causal when `causal`) named
+                       "<prefix>.ctx", no scores held; needs pos_bias < 0 and
+                       no dropout on the probabilities */
 } mb_attn_mask;
 int mb_attend(ir_graph *g, int q, int k, int v, const mb_attn_mask *m, const char *prefix);
 

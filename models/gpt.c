@@ -62,7 +62,10 @@ ir_graph *model_build_gpt(const model_config *cfg, char *err, size_t errlen)
     ir_set_init(g, wte, IR_INIT_NORMAL, 0.02);
     ir_set_init(g, wpe, IR_INIT_NORMAL, 0.02);
 
-    mb_causal(g, m.s, &m.mask.mask, &m.mask.bias);
+    m.mask.fused = model_attention_fused(cfg);
+    m.mask.causal = 1;
+    if (m.mask.fused) m.mask.mask = m.mask.bias = -1;
+    else mb_causal(g, m.s, &m.mask.mask, &m.mask.bias);
     m.mask.pos_bias = -1;
     m.mask.dropout = cfg->dropout;
 

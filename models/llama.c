@@ -134,7 +134,10 @@ static ir_graph *build_decoder(llama_builder m, const model_config *cfg, char *e
     ir_set_init(g, labels, IR_INIT_IDS, (double)m.v);
     int wte = ir_arg(g, "wte", IR_PARAM, IR_F32, 2, wted);
     ir_set_init(g, wte, IR_INIT_NORMAL, 0.02);
-    mb_causal(g, m.s, &m.mask.mask, &m.mask.bias);
+    m.mask.fused = model_attention_fused(cfg);
+    m.mask.causal = 1;
+    if (m.mask.fused) m.mask.mask = m.mask.bias = -1;
+    else mb_causal(g, m.s, &m.mask.mask, &m.mask.bias);
     m.mask.pos_bias = -1;
     rope_tables(&m);
     int x = mb_named(g, "embed", IR_OP_GATHER, wte, tokens, 0);

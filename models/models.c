@@ -33,7 +33,7 @@
 
 /* Per family: its key names, defaults and limits, and its functions on the
  * untyped config (what the table below holds). */
-#define MODEL(E, id, keys, batch, dropout, about)                                                                      \
+#define MODEL(E, id, keys, batch, dropout, attn, about)                                                                    \
     static const char *const keys_##id[] = {keys(MODEL_KEY_NAME)};                                                     \
     static const int64_t defaults_##id[] = {keys(MODEL_KEY_DEFAULT)};                                                  \
     static const int64_t limits_##id[] = {keys(MODEL_KEY_LIMIT)};                                                      \
@@ -54,6 +54,7 @@ typedef struct model_def {
     const int64_t *defaults, *limits; /* limits: the largest value accepted for each key */
     int batch;                        /* index of the batch key, or -1 */
     int dropout;                      /* the builder places dropout: the spec takes dropout=P */
+    int attn;                         /* the builder's attention may be fused: the spec takes attention=... */
     const char *about;
     ir_graph *(*build)(const model_config *, char *, size_t);
     int64_t (*params)(const model_config *);
@@ -63,10 +64,10 @@ typedef struct model_def {
 
 /* By model_family; row 0 (MODEL_NONE) is empty. */
 static const model_def models[] = {
-    [MODEL_NONE] = {NULL, 0, NULL, NULL, NULL, -1, 0, NULL, NULL, NULL, NULL, NULL},
-#define MODEL(E, id, keys, batch, dropout, about)                                                                      \
+    [MODEL_NONE] = {NULL, 0, NULL, NULL, NULL, -1, 0, 0, NULL, NULL, NULL, NULL, NULL},
+#define MODEL(E, id, keys, batch, dropout, attn, about)                                                                    \
     [MODEL_##E] = {#id,           0 keys(MODEL_KEY_COUNT), keys_##id, defaults_##id, limits_##id, BATCH_KEY_##batch(id), \
-                   dropout,       about,                   model_build_##id, params_##id, flops_##id, check_##id},
+                   dropout,       attn,                    about, model_build_##id, params_##id, flops_##id, check_##id},
 #include "models/models.def"
 #undef MODEL
 };
@@ -136,6 +137,8 @@ int64_t model_get(const model_config *cfg, const char *key)
     return -1;
 }
 
+static int default_attention(const model_config *cfg);
+
 char *model_config_str(const model_config *cfg, char *buf, size_t n)
 {
     if (!n) return buf;
@@ -146,9 +149,43 @@ char *model_config_str(const model_config *cfg, char *buf, size_t n)
         char num[32];
         snprintf(num, sizeof num, "%.15g", cfg->dropout);
         if (strtod(num, NULL) != cfg->dropout) snprintf(num, sizeof num, "%.17g", cfg->dropout);
-        snprintf(buf + k, n - k, ",dropout=%s", num);
+        k += (size_t)snprintf(buf + k, n - k, ",dropout=%s", num);
     }
+    const model_def *m = family_of(cfg);
+    if (m && m->attn && cfg->attention && cfg->attention != default_attention(cfg) && k < n)
+        snprintf(buf + k, n - k, ",attention=%s", model_attention_fused(cfg) ? "fused" : "materialized");
     return buf;
+}
+
+/* The form a config that names none gets: materialised with dropout (the
+ * fused op draws no dropout on the probabilities), else the default. */
+static int default_attention(const model_config *cfg)
+{
+    return cfg->dropout > 0 ? MODEL_ATTENTION_MATERIALIZED : MODEL_ATTENTION_DEFAULT;
+}
+
+int model_attention_fused(const model_config *cfg)
+{
+    const model_def *m = family_of(cfg);
+    int form = cfg->attention ? cfg->attention : default_attention(cfg);
+    return m && m->attn && form == MODEL_ATTENTION_FUSED;
+}
+
+/* "attention=fused|materialized" in [p, end).  Returns 0, 1 when the key is
+ * not attention, or -1 with a message. */
+static int parse_attention(const char *spec, const model_def *m, const char *p, const char *eq, const char *end,
+                           model_config *cfg, int *seen, char *err, size_t errlen)
+{
+    if (eq - p != 9 || strncmp(p, "attention", 9) || !m->attn) return 1;
+    if (*seen) return ir_errf(err, errlen, "model '%s': key 'attention' given twice", spec);
+    *seen = 1;
+    size_t len = (size_t)(end - eq - 1);
+    if (len == 5 && !strncmp(eq + 1, "fused", 5)) cfg->attention = MODEL_ATTENTION_FUSED;
+    else if (len == 12 && !strncmp(eq + 1, "materialized", 12)) cfg->attention = MODEL_ATTENTION_MATERIALIZED;
+    else
+        return ir_errf(err, errlen, "model '%s': bad attention '%.*s' (expected fused or materialized)", spec, (int)len,
+                       eq + 1);
+    return 0;
 }
 
 /* Models whose builders place dropout (models.def's dropout column). */
@@ -283,7 +320,8 @@ int model_parse(const char *spec, model_config *cfg, char *err, size_t errlen)
         char keylist[180];
         join_names(keylist, sizeof keylist, m->keys, m->n_keys, ", ");
         if (takes_dropout(m)) snprintf(keylist + strlen(keylist), sizeof keylist - strlen(keylist), ", dropout");
-        int seen[MODEL_MAX_KEYS] = {0}, seen_dropout = 0;
+        if (m->attn) snprintf(keylist + strlen(keylist), sizeof keylist - strlen(keylist), ", attention");
+        int seen[MODEL_MAX_KEYS] = {0}, seen_dropout = 0, seen_attention = 0;
         const char *p = colon + 1;
         if (!*p) return ir_errf(err, errlen, "model '%s': nothing after ':' (expected key=value,...)", spec);
         for (;;) {
@@ -293,12 +331,16 @@ int model_parse(const char *spec, model_config *cfg, char *err, size_t errlen)
             if (!eq || eq == p)
                 return ir_errf(err, errlen, "model '%s': expected key=value, got '%.*s'", spec, (int)(end - p), p);
             int rc = parse_dropout(spec, m, p, eq, end, cfg, &seen_dropout, err, errlen);
+            if (rc > 0) rc = parse_attention(spec, m, p, eq, end, cfg, &seen_attention, err, errlen);
             if (rc < 0 || (rc > 0 && parse_key(spec, m, keylist, p, eq, end, cfg, seen, err, errlen) < 0)) return -1;
             if (!*end) break;
             p = end + 1;
             if (!*p) return ir_errf(err, errlen, "model '%s': trailing ',' (expected key=value after it)", spec);
         }
     }
+    if (cfg->attention == MODEL_ATTENTION_FUSED && cfg->dropout > 0)
+        return memset(cfg, 0, sizeof *cfg), ir_errf(err, errlen, "model '%s': attention=fused takes no dropout (the fused op "
+                                                    "draws none on the probabilities; use attention=materialized)", spec);
     if (check_config(m, cfg, spec, err, errlen) < 0) {
         memset(cfg, 0, sizeof *cfg);
         return -1;

@@ -47,7 +47,19 @@ typedef struct model_config {
 #undef MODEL
     };
     double dropout;                  /* gpt, vit, t5: dropout rate in [0, 1) (key "dropout"), 0: none */
+    int attention;                   /* gpt, vit, llama, moe: MODEL_ATTENTION_* (key "attention") */
 } model_config;
+
+/* How a builder writes attention (models.def's attn column): FUSED as one
+ * ir_attention op (FlashAttention, PyTorch's scaled_dot_product_attention:
+ * no scores held), MATERIALIZED as scores, mask, softmax and context ops (the
+ * scores held for the backward pass).  0 in a config: none named, which is
+ * MODEL_ATTENTION_DEFAULT, or MATERIALIZED with dropout (the fused op draws no
+ * dropout on the probabilities). */
+enum { MODEL_ATTENTION_FUSED = 1, MODEL_ATTENTION_MATERIALIZED = 2 };
+#define MODEL_ATTENTION_DEFAULT MODEL_ATTENTION_MATERIALIZED
+/* 1 when cfg's builder writes fused attention. */
+int model_attention_fused(const model_config *cfg);
 
 /* Parses a spec into a full configuration (defaults filled in).  Returns 0 or
  * -1 with a one-line message naming the bad part (unknown model or key, bad
@@ -64,7 +76,8 @@ int64_t model_get(const model_config *cfg, const char *key);
 /* Index in cfg->values of the key that holds the batch size, or -1 (gns). */
 int model_batch_key(const model_config *cfg);
 /* Canonical text of a config: "gpt:layers=24,hidden=2048,..." (",dropout=P"
- * at the end when the rate is not 0). */
+ * at the end when the rate is not 0, ",attention=fused|materialized" when
+ * the form is not MODEL_ATTENTION_DEFAULT). */
 char *model_config_str(const model_config *cfg, char *buf, size_t n);
 
 /* Builds the forward graph (caller owns), or NULL with a message. */

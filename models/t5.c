@@ -98,7 +98,7 @@ static int residual(t5_builder *m, int x, const char *pre, const char *sub)
     char ln[48], name[64];
     snprintf(ln, sizeof ln, "%s.ln_%s", pre, sub);
     int n = mb_rms_norm(g, x, ln, 1e-6), y;
-    mb_attn_mask none = {-1, -1, -1, m->p};
+    mb_attn_mask none = {-1, -1, -1, m->p, 0, 0};
     if (!strcmp(sub, "ffn")) y = ffn(m, n, mb_cat(name, sizeof name, pre, "mlp"));
     else if (!strcmp(sub, "xattn")) y = attention(m, n, m->enc, &none, mb_cat(name, sizeof name, pre, "xattn"));
     else y = attention(m, n, n, &m->self, mb_cat(name, sizeof name, pre, "attn"));
@@ -115,7 +115,7 @@ static int stack(t5_builder *m, int x, const char *st, int64_t layers, int64_t s
     ir_graph *g = m->g;
     int dec = !strcmp(st, "dec");
     ir_set_layer(g, -1);
-    m->self = (mb_attn_mask){-1, -1, rel_bias(m, s, st), m->p};
+    m->self = (mb_attn_mask){-1, -1, rel_bias(m, s, st), m->p, 0, 0};
     if (dec) mb_causal(g, s, &m->self.mask, &m->self.bias);
     for (int64_t l = 0; l < layers; l++) {
         char pre[32];

@@ -65,7 +65,7 @@ ir_graph *model_build_vit(const model_config *cfg, char *err, size_t errlen)
     int labels = ir_arg(g, "labels", IR_INPUT, IR_I32, 1, &b);
     ir_set_init(g, labels, IR_INIT_IDS, (double)k);
     int x = mb_dropout(g, embed(g, patchify(g, images, b, S, p, c), b, n, P, h), cfg->dropout, "embed.drop");
-    mb_attn_mask none = {-1, -1, -1, cfg->dropout};
+    mb_attn_mask none = {-1, -1, -1, cfg->dropout, 0, model_attention_fused(cfg)};
     for (int64_t l = 0; l < L; l++) x = mb_gpt_block(g, x, (int)l, heads, f, &none);
     ir_set_layer(g, -1);
     x = mb_layer_norm(g, x, "ln_f");

@@ -55,9 +55,10 @@ static void test_calibrate_quick(void)
     /* positive, finite figures and a valid profile; no time is compared */
     CHECK(hw.matmul_flops[IR_F32] > 0 && hw.vector_flops > 0 && hw.mem_bandwidth > 0 && hw.intra.bandwidth > 0);
     CHECK(hw.cores >= 1 && hw.mem_capacity > 0 && cost_hw_check(&hw, err, sizeof err) == 0);
-    /* the CPU model's figures: every non-einsum op has a rate */
+    /* the CPU model's figures: every op but the contractions (einsum: the
+     * GEMM's rate; the fused attention ops: priced by FLOPs) has a rate */
     int rates = 1;
-    for (int k = 0; k < IR_N_OPS; k++) rates &= k == IR_OP_EINSUM ? hw.op_rate[k] == 0 : hw.op_rate[k] > 0;
+    for (int k = 0; k < IR_N_OPS; k++) rates &= ir_op_class(k) == IR_CONTRACTION ? hw.op_rate[k] == 0 : hw.op_rate[k] > 0;
     CHECK(rates && hw.alone_speedup >= 1 && hw.alone_bandwidth >= 1 && hw.shared_memory == 1 && hw.fused_elementwise == 1 && hw.gemm_call >= 0 && hw.oversub_latency >= 0 &&
           hw.gemm_bandwidth >= 0);
 }

@@ -155,6 +155,15 @@ static ir_graph *build_all_ops(void)
     ir_shift(g, x, 1, -2);
     ir_binary(g, IR_OP_MUL, x, ir_dropout_mask(g, g->values[x].rank, g->values[x].dims, 0.1, 9007199254740992));
     ir_argmax(g, ir_reshard(g, ir_cast(g, ir_cast(g, ir_cumsum(g, x, 1), IR_BF16), IR_F32), 1), 1);
+    { /* fused attention (causal) and its three backward ops on [1,4,2,3] */
+        int64_t qd[4] = {1, 4, 2, 3};
+        int q = ir_reshape(g, x, 4, qd);
+        int at = ir_attention(g, q, q, q, 0.125, 1), qkvg[4] = {q, q, q, at}, qkg[3] = {q, q, at};
+        ir_attrs aa = g->ops[g->values[at].producer].attrs;
+        ir_add_op(g, IR_OP_ATTENTION_DQ, 4, qkvg, &aa, IR_F32, 0, NULL, NULL);
+        ir_add_op(g, IR_OP_ATTENTION_DK, 4, qkvg, &aa, IR_F32, 0, NULL, NULL);
+        ir_add_op(g, IR_OP_ATTENTION_DV, 3, qkg, &aa, IR_F32, 0, NULL, NULL);
+    }
     int64_t all1 = 0;
     int loss_v = ir_reduce(g, IR_OP_REDUCE_SUM, rh, 1, &all1);
     ir_rename(g, loss_v, "loss");

@@ -162,7 +162,7 @@ static void test_parse_errors(void)
 static void test_registry(void)
 {
     int families = 0;
-#define MODEL(E, id, key_list, batch, dropout, about)                                                                  \
+#define MODEL(E, id, key_list, batch, dropout, attn, about)                                                                \
     {                                                                                                                  \
         model_config c;                                                                                                \
         CHECK(model_parse(#id, &c, NULL, 0) == 0 && c.family == MODEL_##E && !strcmp(c.model, #id));                   \

@@ -93,6 +93,29 @@ static int example_nullary(ir_graph *g, ir_opkind k)
     return ir_binary(g, IR_OP_MUL, c, param(g, "P", 2, 4, 8, 0));
 }
 
+/* Grouped-query causal attention: q [2,4,2,2,4] (batch 2, 4 queries, 2 kv
+ * heads of 2 query heads each, head size 4), k [2,4,2,4], v [2,4,2,3].  The
+ * forward reads params; its backward ops (no VJP of their own) read batch
+ * inputs shaped as the forward's operands and cotangent, times a param. */
+static int example_attention(ir_graph *g, ir_opkind k)
+{
+    int64_t qd[5] = {2, 4, 2, 2, 4}, kd[4] = {2, 4, 2, 4}, vd[4] = {2, 4, 2, 3}, yd[5] = {2, 4, 2, 2, 3};
+    ir_attrs a = {.scalar = 0.5, .n_ints = 1, .ints = {1}};
+    ir_role role = k == IR_OP_ATTENTION ? IR_PARAM : IR_INPUT;
+    int q = ir_arg(g, "P", role, IR_F32, 5, qd), kk = ir_arg(g, "Q", role, IR_F32, 4, kd);
+    int v = ir_arg(g, "R", role, IR_F32, 4, vd);
+    if (k == IR_OP_ATTENTION) return ir_attention(g, q, kk, v, 0.5, 1);
+    int dy = ir_arg(g, "dY", IR_INPUT, IR_F32, 5, yd);
+    int in[4] = {q, kk, v, dy}, in_dv[3] = {q, kk, dy};
+    int r = k == IR_OP_ATTENTION_DV ? ir_add_op(g, k, 3, in_dv, &a, IR_F32, 0, NULL, NULL)
+                                    : ir_add_op(g, k, 4, in, &a, IR_F32, 0, NULL, NULL);
+    if (r < 0) return -1;
+    const ir_value *rv = &g->values[r];
+    int p = ir_arg(g, "S", IR_PARAM, IR_F32, rv->rank, rv->dims);
+    ir_set_init(g, p, IR_INIT_NORMAL, 0.3);
+    return ir_binary(g, IR_OP_MUL, r, p);
+}
+
 #define EXAMPLE_NULLARY(e) case IR_OP_##e: return example_nullary(g, k);
 #define EXAMPLE_UNARY(e) case IR_OP_##e: return example_unary(g, k);
 #define EXAMPLE_BINARY(e) case IR_OP_##e: return example_binary(g, k);
@@ -148,6 +171,11 @@ static int example_value(ir_graph *g, ir_opkind k)
         return ir_reshard(g, ir_reshard(g, param(g, "P", 3, 4, 8, 4), 0), 1);
     case IR_OP_ONE_HOT:
         return ir_binary(g, IR_OP_MUL, ir_one_hot(g, ids(g, 2, 4, 2, 8), 8), param(g, "P", 3, 4, 2, 8));
+    case IR_OP_ATTENTION:
+    case IR_OP_ATTENTION_DQ:
+    case IR_OP_ATTENTION_DK:
+    case IR_OP_ATTENTION_DV:
+        return example_attention(g, k);
     }
     return -1;
 }

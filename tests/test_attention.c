@@ -1,0 +1,260 @@
+/* test_attention.c - fused attention (ir_attention) against the
+ * materialised form it replaces.
+ *
+ * - The transformer presets built with attention=fused and with
+ *   attention=materialized compute the same training step: the loss, every
+ *   gradient and every updated param and optimizer state of the reference
+ *   executor agree within 1e-4 of each tensor's largest magnitude (the fused
+ *   kernel sums in double, the materialised ops in float: a few units of f32
+ *   roundoff; a wrong mask or a missing term is off by 1e-2 or more).  GPT
+ *   (causal), LLaMA (causal, grouped-query), ViT (no mask) and the MoE model.
+ * - The fused graph holds no scores: no value of the step is [b,n,s,t].
+ * - Its FLOPs are the fused kernel's: forward 4 b n s t d (half of it causal),
+ *   backward 10 b n s t d (the probabilities recomputed), against the
+ *   materialised einsums' 4 and 8.
+ * - The cost model's activation peak of one replicated step falls by at
+ *   least the scores and probabilities the materialised step holds
+ *   (2 x b n s s x 4 bytes a layer, f32), and the fused step's peak is
+ *   below the materialised one's.
+ * - A graph file round-trips the op and its "causal" flag; a bad causal
+ *   value and mismatched shapes are refused with a message.
+ */
+#include "analysis/schedule.h"
+#include "cost/cost.h"
+#include "exec/exec.h"
+#include "models/models.h"
+#include "tests/test.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+static ir_graph *step_of(const char *spec)
+{
+    char err[512];
+    model_config c;
+    if (model_parse(spec, &c, err, sizeof err) < 0) {
+        CHECKF(0, "%s: %s", spec, err);
+        return NULL;
+    }
+    ir_graph *g = model_build_step(&c, NULL, err, sizeof err);
+    CHECKF(g, "%s: %s", spec, err);
+    return g;
+}
+
+/* Largest |a - b| over value `name` of both runs, relative to its largest
+ * |a|; -1 when one of them lacks it. */
+static double tensor_diff(exec_ref *ra, const ir_graph *ga, exec_ref *rb, const ir_graph *gb, const char *name)
+{
+    int va = ir_find(ga, name), vb = ir_find(gb, name);
+    if (va < 0 || vb < 0) return -1;
+    const float *a = exec_ref_data(ra, va), *b = exec_ref_data(rb, vb);
+    int64_t n = ir_numel(&ga->values[va]);
+    double big = 0, worst = 0;
+    for (int64_t i = 0; i < n; i++) {
+        big = fmax(big, fabs((double)a[i]));
+        worst = fmax(worst, fabs((double)a[i] - (double)b[i]));
+    }
+    return big > 0 ? worst / big : worst;
+}
+
+static void same_step(const char *model)
+{
+    char fused[128], mat[128], err[512];
+    snprintf(fused, sizeof fused, "%s:attention=fused", model);
+    snprintf(mat, sizeof mat, "%s:attention=materialized", model);
+    ir_graph *gf = step_of(fused), *gm = step_of(mat);
+    exec_ref *rf = gf ? exec_ref_new(gf, 0, err, sizeof err) : NULL;
+    exec_ref *rm = gm ? exec_ref_new(gm, 0, err, sizeof err) : NULL;
+    CHECKF(rf && rm, "%s: %s", model, err);
+    if (!rf || !rm) goto out;
+    exec_ref_init_args(rf, 7);
+    exec_ref_init_args(rm, 7);
+    int rc = exec_ref_run(rf, err, sizeof err);
+    if (rc == 0) rc = exec_ref_run(rm, err, sizeof err);
+    CHECKF(rc == 0, "%s: %s", model, err);
+    double dl = fabs(exec_ref_loss(rf) - exec_ref_loss(rm)) / fmax(1, fabs(exec_ref_loss(rm)));
+    CHECKF(dl < 1e-5, "%s: loss %.9g fused, %.9g materialised", model, exec_ref_loss(rf), exec_ref_loss(rm));
+    /* every gradient whose largest element is above 1e-6 of the largest
+     * gradient's: the key bias's gradient is zero in exact arithmetic (a
+     * softmax does not see a shift common to a row), so both hold roundoff
+     * there; the Adam updates divide by sqrt(v) and blow such noise up */
+    int compared = 0, zero = 0;
+    double worst = 0, largest = 0;
+    const char *worst_name = "";
+    for (int v = 0; v < gm->n_values; v++) {
+        if (gm->values[v].grad_of < 0) continue;
+        const float *a = exec_ref_data(rm, v);
+        for (int64_t i = 0; i < ir_numel(&gm->values[v]); i++) largest = fmax(largest, fabs((double)a[i]));
+    }
+    for (int v = 0; v < gm->n_values; v++) {
+        if (gm->values[v].grad_of < 0) continue;
+        const float *a = exec_ref_data(rm, v);
+        double big = 0;
+        for (int64_t i = 0; i < ir_numel(&gm->values[v]); i++) big = fmax(big, fabs((double)a[i]));
+        if (big < 1e-6 * largest) {
+            zero++;
+            continue;
+        }
+        double d = tensor_diff(rm, gm, rf, gf, gm->values[v].name);
+        CHECKF(d >= 0, "%s: %s missing from the fused step", model, gm->values[v].name);
+        if (d > worst) worst = d, worst_name = gm->values[v].name;
+        compared++;
+    }
+    printf("%s: %d gradients agree within %.2g (worst %s), %d zero in exact arithmetic not compared\n", model, compared,
+           worst, worst_name, zero);
+    CHECKF(compared > 10 && worst < 1e-4, "%s: %d tensors, worst %s off by %.3g", model, compared, worst_name, worst);
+    /* no value holds the scores [.., s, t] of a layer */
+    int scores = 0, att = 0;
+    for (int i = 0; i < gf->n_ops; i++) att += gf->ops[i].kind == IR_OP_ATTENTION;
+    for (int v = 0; v < gf->n_values; v++) scores += strstr(gf->values[v].name, ".scores") != NULL;
+    CHECKF(att > 0 && scores == 0, "%s: %d attention ops, %d score values", model, att, scores);
+out:
+    exec_ref_free(rf);
+    exec_ref_free(rm);
+    ir_free(gf);
+    ir_free(gm);
+}
+
+/* FLOPs of the attention ops of a step by kind. */
+static void attention_flops(const ir_graph *g, double *fwd, double *bwd)
+{
+    *fwd = *bwd = 0;
+    for (int i = 0; i < g->n_ops; i++) {
+        ir_opkind k = g->ops[i].kind;
+        if (k == IR_OP_ATTENTION) *fwd += ir_op_flops(g, i);
+        if (k == IR_OP_ATTENTION_DQ || k == IR_OP_ATTENTION_DK || k == IR_OP_ATTENTION_DV) *bwd += ir_op_flops(g, i);
+    }
+}
+
+static void test_flops(void)
+{
+    /* gpt-tiny: 2 layers, b 8, 8 heads of 8, s 16, causal: b n s s d = 8*8*16*16*8 */
+    ir_graph *g = step_of("gpt-tiny:attention=fused");
+    if (!g) return;
+    double f, b, n = 8.0 * 8 * 16 * 16 * 8;
+    attention_flops(g, &f, &b);
+    CHECKF(f == 2 * 4 * n * 0.5 && b == 2 * 10 * n * 0.5, "forward %.6g (want %.6g), backward %.6g (want %.6g)", f,
+           2 * 4 * n * 0.5, b, 2 * 10 * n * 0.5);
+    ir_free(g);
+    /* vit-tiny: no mask; 2 layers, b 8, 8 heads of 8, 17 tokens */
+    g = step_of("vit-tiny:attention=fused");
+    if (!g) return;
+    n = 8.0 * 8 * 17 * 17 * 8;
+    attention_flops(g, &f, &b);
+    CHECKF(f == 2 * 4 * n && b == 2 * 10 * n, "vit: forward %.6g (want %.6g), backward %.6g (want %.6g)", f, 2 * 4 * n, b,
+           2 * 10 * n);
+    ir_free(g);
+}
+
+/* The replicated step of spec on one device of the a100 profile in f32. */
+static cost_estimate price_plain(const char *spec)
+{
+    cost_estimate e;
+    memset(&e, 0, sizeof e);
+    char err[512];
+    ir_graph *g = step_of(spec);
+    shard_mesh mesh;
+    if (!g || shard_mesh_parse("batch=1", &mesh, err, sizeof err) < 0) {
+        ir_free(g);
+        return e;
+    }
+    shard_state *st = shard_state_new(g, &mesh);
+    spmd_program *p = spmd_lower(st);
+    cost_hw hw;
+    cost_hw_preset("a100", &hw, err, sizeof err);
+    cost_options o = {.precision = COST_FP32};
+    cost_ws *ws = cost_ws_new(g);
+    CHECKF(cost_estimate_program(ws, p, &hw, &o, &e, err, sizeof err) == 0, "%s: %s", spec, err);
+    cost_ws_free(ws);
+    spmd_free(p);
+    shard_state_free(st);
+    ir_free(g);
+    return e;
+}
+
+static void test_memory(void)
+{
+    /* gpt:layers=4,hidden=256,heads=8,seq=256,batch=4: the scores and the
+     * probabilities of a layer are 4*8*256*256 f32 each, 8 MiB */
+    const char *m = "gpt:layers=4,hidden=256,heads=8,seq=256,batch=4,vocab=512";
+    char fused[160], mat[160];
+    snprintf(fused, sizeof fused, "%s,attention=fused", m);
+    snprintf(mat, sizeof mat, "%s,attention=materialized", m);
+    cost_estimate ef = price_plain(fused), em = price_plain(mat);
+    double scores = 4.0 * 8 * 256 * 256 * 4;
+    CHECKF(ef.peak_memory > 0 && ef.peak_memory < em.peak_memory, "peak fused %.4g, materialised %.4g", ef.peak_memory,
+           em.peak_memory);
+    CHECKF(em.activation_peak - ef.activation_peak >= 4 * 2 * scores * 0.99,
+           "activations: fused %.4g, materialised %.4g bytes: the %d layers' scores and probabilities are %.4g", ef.activation_peak,
+           em.activation_peak, 4, 4 * 2 * scores);
+    printf("activation peak of %s: fused %.2f MiB, materialised %.2f MiB\n", m, ef.activation_peak / 1048576,
+           em.activation_peak / 1048576);
+}
+
+static void test_graph_file(void)
+{
+    ir_graph *g = step_of("llama-tiny:attention=fused");
+    if (!g) return;
+    char *text = ir_save_json(g), err[512];
+    CHECK(text && strstr(text, "\"op\": \"attention\"") && strstr(text, "\"causal\": true"));
+    ir_graph *back = text ? ir_load_json(text, err, sizeof err) : NULL;
+    CHECKF(back && back->n_ops == g->n_ops, "round trip: %s", back ? "op count" : err);
+    int same = back != NULL;
+    for (int i = 0; back && i < g->n_ops; i++)
+        same &= back->ops[i].kind == g->ops[i].kind && back->ops[i].attrs.scalar == g->ops[i].attrs.scalar &&
+                back->ops[i].attrs.n_ints == g->ops[i].attrs.n_ints &&
+                (!g->ops[i].attrs.n_ints || back->ops[i].attrs.ints[0] == g->ops[i].attrs.ints[0]);
+    CHECK(same);
+    ir_free(back);
+    free(text);
+    ir_free(g);
+
+    const char *bad_causal =
+        "{\"format\": \"carve-graph/1\", \"name\": \"a\", \"args\": ["
+        "{\"name\": \"q\", \"role\": \"param\", \"shape\": [1, 4, 2, 8]},"
+        "{\"name\": \"k\", \"role\": \"param\", \"shape\": [1, 4, 2, 8]},"
+        "{\"name\": \"v\", \"role\": \"param\", \"shape\": [1, 4, 2, 8]}],"
+        "\"ops\": [{\"name\": \"y\", \"op\": \"attention\", \"scalar\": 0.35, \"causal\": 1, \"in\": [\"q\", \"k\", \"v\"]}]}";
+    ir_graph *b = ir_load_json(bad_causal, err, sizeof err);
+    CHECKF(!b && strstr(err, "causal"), "bad causal: %s", b ? "loaded" : err);
+    ir_free(b);
+    const char *bad_shape =
+        "{\"format\": \"carve-graph/1\", \"name\": \"a\", \"args\": ["
+        "{\"name\": \"q\", \"role\": \"param\", \"shape\": [1, 4, 2, 8]},"
+        "{\"name\": \"k\", \"role\": \"param\", \"shape\": [1, 4, 2, 4]},"
+        "{\"name\": \"v\", \"role\": \"param\", \"shape\": [1, 4, 2, 8]}],"
+        "\"ops\": [{\"name\": \"y\", \"op\": \"attention\", \"scalar\": 0.35, \"in\": [\"q\", \"k\", \"v\"]}]}";
+    b = ir_load_json(bad_shape, err, sizeof err);
+    CHECKF(!b && strstr(err, "head size"), "bad shape: %s", b ? "loaded" : err);
+    ir_free(b);
+}
+
+static void test_spec(void)
+{
+    model_config c;
+    char err[256], buf[256];
+    CHECK(model_parse("gpt-tiny:attention=fused", &c, err, sizeof err) == 0 && model_attention_fused(&c));
+    CHECK(model_parse(model_config_str(&c, buf, sizeof buf), &c, err, sizeof err) == 0 && model_attention_fused(&c));
+    CHECK(model_parse("gpt-tiny:attention=materialized", &c, err, sizeof err) == 0 && !model_attention_fused(&c));
+    CHECK(model_parse(model_config_str(&c, buf, sizeof buf), &c, err, sizeof err) == 0 && !model_attention_fused(&c));
+    CHECK(model_parse("gpt-tiny:dropout=0.1", &c, err, sizeof err) == 0 && !model_attention_fused(&c));
+    CHECK(model_parse("gpt-tiny:attention=flash", &c, err, sizeof err) < 0 && strstr(err, "fused or materialized"));
+    CHECK(model_parse("gpt-tiny:attention=fused,dropout=0.1", &c, err, sizeof err) < 0 && strstr(err, "dropout"));
+    CHECK(model_parse("t5-tiny:attention=fused", &c, err, sizeof err) < 0 && strstr(err, "unknown key"));
+    CHECK(model_parse("gpt-tiny:attention=fused,attention=fused", &c, err, sizeof err) < 0 && strstr(err, "twice"));
+}
+
+int main(void)
+{
+    exec_blis_setup();
+    test_spec();
+    same_step("gpt-tiny");
+    same_step("llama-tiny");
+    same_step("vit-tiny");
+    same_step("moe-tiny");
+    test_flops();
+    test_memory();
+    test_graph_file();
+    return test_done();
+}
