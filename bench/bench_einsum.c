@@ -4,7 +4,9 @@
  *
  * Prints one markdown section (bench/run.sh collects it into BENCHMARKS.md).
  * Each figure is the median of REPEATS timed runs after one warm-up run.
- * Never passes or fails on a time.
+ * Never passes or fails on a time.  Checks: 64 elements of each einsum's
+ * result, spread over it, against the same sums done one product at a time
+ * (in double).  `--smoke`: the same einsums at sizes of a few dozen.
  */
 #include "bench/bench_util.h"
 #include "exec/exec.h"
@@ -12,6 +14,7 @@
 #include "ir/pcg32.h"
 
 #include <blis.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -68,12 +71,53 @@ static double time_sgemm(const sgemm_case *g)
     return bench_now() - t0;
 }
 
+/* out[p] against the sum written out, for 64 positions p spread over the
+ * result: the largest error relative to the sum of |products|. */
+static double sampled_error(const ir_einsum_spec *e, const bench_case *c, const float *a, const int64_t *da, const float *b,
+                            const int64_t *db, const float *out, const int64_t *dc, int64_t nc)
+{
+    char letters[2 * IR_MAX_RANK];
+    int nl = 0;
+    for (int i = 0; i < e->rank_a + e->rank_b; i++) { /* the contracted letters */
+        char l = i < e->rank_a ? e->a[i] : e->b[i - e->rank_a];
+        if (ir_einsum_pos(e->out, e->rank_out, l) < 0 && !memchr(letters, l, (size_t)nl)) letters[nl++] = l;
+    }
+    double worst = 0;
+    for (int s = 0; s < 64; s++) {
+        int64_t p = (int64_t)((double)s / 64 * (double)nc), rest = p, at[128] = {0};
+        for (int i = e->rank_out - 1; i >= 0; i--) { /* the output letters' indices */
+            at[(unsigned char)e->out[i]] = rest % dc[i];
+            rest /= dc[i];
+        }
+        int64_t combos = 1;
+        for (int i = 0; i < nl; i++) combos *= c->sizes[strchr(c->letters, letters[i]) - c->letters];
+        double sum = 0, mag = 0;
+        for (int64_t k = 0; k < combos; k++) {
+            int64_t r = k;
+            for (int i = nl - 1; i >= 0; i--) {
+                int64_t n = c->sizes[strchr(c->letters, letters[i]) - c->letters];
+                at[(unsigned char)letters[i]] = r % n;
+                r /= n;
+            }
+            int64_t ia = 0, ib = 0;
+            for (int i = 0; i < e->rank_a; i++) ia = ia * da[i] + at[(unsigned char)e->a[i]];
+            for (int i = 0; i < e->rank_b; i++) ib = ib * db[i] + at[(unsigned char)e->b[i]];
+            sum += (double)a[ia] * (double)b[ib];
+            mag += fabs((double)a[ia] * (double)b[ib]);
+        }
+        double err = fabs((double)out[p] - sum) / (mag > 0 ? mag : 1);
+        if (err > worst) worst = err;
+    }
+    return worst;
+}
+
 static void run_case(const bench_case *c)
 {
     ir_einsum_spec e;
     char err[200];
     if (ir_einsum_parse(c->subs, -1, -1, &e, err, sizeof err) < 0) {
         printf("| %s | `%s` | error: %s | | | | |\n", c->what, c->subs, err);
+        bench_check(0, "%s `%s`: %s", c->what, c->subs, err);
         return;
     }
     int64_t da[IR_MAX_RANK], db[IR_MAX_RANK], dc[IR_MAX_RANK];
@@ -104,6 +148,9 @@ static void run_case(const bench_case *c)
         ts_runs[r] = time_sgemm(&g);
     }
     double te = bench_median(te_runs + 1, REPEATS), ts = bench_median(ts_runs + 1, REPEATS);
+    double worst = sampled_error(&e, c, a, da, b, db, out, dc, nc);
+    bench_check(worst < 1e-5, "%s `%s`: 64 result elements within 1e-5 of their sums written out (worst %.1e)", c->what, c->subs,
+                worst);
     free(a);
     free(b);
     free(out);
@@ -117,8 +164,9 @@ static void run_case(const bench_case *c)
     fflush(stdout);
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
+    bench_parse_smoke(argc, argv);
     exec_blis_setup();
     /* GPT-125M: hidden 768, MLP 3072, 12 heads of 64, sequence 1024; a batch
      * of 2 sequences keeps each run well under a second. */
@@ -144,7 +192,12 @@ int main(void)
            exec_blis_arch(), env ? env : "unset", REPEATS);
     printf("| case | einsum | m x n x k | batch | copied | einsum GFLOP/s | sgemm GFLOP/s | ratio |\n");
     printf("|---|---|---|---|---|---|---|---|\n");
-    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) run_case(&cases[i]);
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        bench_case c = cases[i];
+        if (bench_is_smoke()) /* sizes of a few dozen: each letter's size over 32, at least 2 */
+            for (int k = 0; k < 8; k++) c.sizes[k] = c.sizes[k] > 64 ? c.sizes[k] / 32 : c.sizes[k] > 2 ? 2 : c.sizes[k];
+        run_case(&c);
+    }
     printf("\nTarget: ratio >= 0.70 on the GPT-125M-sized matmuls (every row but the last).\n");
-    return 0;
+    return bench_finish(0);
 }

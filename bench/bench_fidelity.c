@@ -33,6 +33,9 @@
  * `-v` prints per-plan breakdowns (per op kind and collective kind,
  * predicted and measured) on stderr; `-m N` runs model N only; `-o DIR`
  * writes the profiles and the measured times (bench/fidelity_reprice.py).
+ * Checks (both modes): every plan lowers, runs and is priced, its predicted
+ * and measured step times positive and finite.  `--smoke`: model A's 21
+ * plans on a one-layer GPT of hidden 64, one round, the calibration quick.
  */
 #include "bench/bench_util.h"
 #include "analysis/schedule.h"
@@ -51,6 +54,8 @@
 #define GEMM_TARGET 2e-3 /* seconds a repeat of one einsum's timing lasts (calib_time_gemms) */
 #define MAX_CAL 256 /* calibrations: at most ROUNDS per group, a group per plan */
 #define MEM_BUDGET 7.5e9
+#define SMOKE_MODEL "gpt:layers=1,hidden=64,heads=4,seq=32,batch=8,vocab=128"
+static int rounds_run = ROUNDS, quick_cal; /* --smoke: 1 round, quick calibration */
 
 /* The judging models (A, B) and a held-out one (C): C is never used to choose
  * or check a pricing rule; its figures are reported on their own. */
@@ -150,6 +155,8 @@ typedef struct live {
 /* Builds model m's step for plan pl (micro-batched and rematerialised as the
  * schedule says) and lowers the plan.  Returns 0 or -1 with a message on
  * stderr. */
+static const char *spec_of(int m) { return bench_is_smoke() ? SMOKE_MODEL : models[m].spec; }
+
 static int live_lower(int m, int pl, live *L)
 {
     char err[640];
@@ -160,7 +167,7 @@ static int live_lower(int m, int pl, live *L)
     memset(&sc, 0, sizeof sc);
     L->plan = pl;
     ir_optimizer adam = ir_default_adam();
-    if (model_parse(models[m].spec, &cfg, err, sizeof err) < 0 || shard_mesh_parse(plans[pl].mesh, &mesh, err, sizeof err) < 0 ||
+    if (model_parse(spec_of(m), &cfg, err, sizeof err) < 0 || shard_mesh_parse(plans[pl].mesh, &mesh, err, sizeof err) < 0 ||
         (strcmp(plans[pl].sched, "none") && sched_parse(plans[pl].sched, &mesh, &sc, err, sizeof err) < 0) ||
         !(L->g = model_build_microbatched_step(&cfg, &adam, sched_microbatches(&sc), err, sizeof err)) ||
         sched_rewrite(&sc, &L->g, err, sizeof err) < 0)
@@ -170,7 +177,7 @@ static int live_lower(int m, int pl, live *L)
     L->p = spmd_lower(L->st);
     return 0;
 fail:
-    fprintf(stderr, "bench_fidelity: %s: %s on %s: %s\n", models[m].spec, plans[pl].sched, plans[pl].mesh, err);
+    fprintf(stderr, "bench_fidelity: %s: %s on %s: %s\n", spec_of(m), plans[pl].sched, plans[pl].mesh, err);
     return -1;
 }
 
@@ -204,8 +211,8 @@ static int live_step(live *L, int k)
         L->comp[k] += x->dev[d].compute_s / n;
         L->coll[k] += x->dev[d].collective_s / n;
         L->wait[k] += x->dev[d].wait_s / n;
-        for (int o = 0; o < IR_N_OPS; o++) L->op_s[o] += x->dev[d].op_s[o] / n / ROUNDS;
-        for (int o = 0; o < SPMD_N_KINDS; o++) L->kind_s[o] += x->dev[d].kind_s[o] / n / ROUNDS;
+        for (int o = 0; o < IR_N_OPS; o++) L->op_s[o] += x->dev[d].op_s[o] / n / rounds_run;
+        for (int o = 0; o < SPMD_N_KINDS; o++) L->kind_s[o] += x->dev[d].kind_s[o] / n / rounds_run;
     }
     return 0;
 }
@@ -282,9 +289,9 @@ static int measure(live L[][N_PLANS], const int *use, int verbose, cost_hw *cal,
             if (verbose) fprintf(stderr, "model %c: plans %d..%d (%.1f GiB of buffers)\n", 'A' + m, g0, g1 - 1, bytes / 1073741824.0);
             for (int pl = g0; pl < g1; pl++)
                 if (live_start(&L[m][pl]) < 0) return -1;
-            for (int k = 0; k < ROUNDS; k++) {
-                if (*n_cal >= MAX_CAL || calib_profile_elem(&cal[*n_cal], 0, NULL, &elem[*n_cal], err, sizeof err) < 0 ||
-                    calib_time_gemms(&shapes[m], cal[*n_cal].cores, 0, GEMM_TARGET, NULL, err, sizeof err) < 0) {
+            for (int k = 0; k < rounds_run; k++) {
+                if (*n_cal >= MAX_CAL || calib_profile_elem(&cal[*n_cal], quick_cal, NULL, &elem[*n_cal], err, sizeof err) < 0 ||
+                    calib_time_gemms(&shapes[m], cal[*n_cal].cores, quick_cal, GEMM_TARGET, NULL, err, sizeof err) < 0) {
                     fprintf(stderr, "bench_fidelity: %s\n", *n_cal >= MAX_CAL ? "too many calibrations" : err);
                     return -1;
                 }
@@ -364,15 +371,15 @@ static int predict(const cost_hw *hw, const cost_hw *gen, int m, live *L, int ve
     r->predicted = e.step_time;
     r->p_compute = e.compute_time;
     r->p_comm = e.comm_time;
-    r->measured = bench_median(L->wall, ROUNDS);
-    r->m_compute = bench_median(L->comp, ROUNDS);
-    r->m_coll = bench_median(L->coll, ROUNDS);
-    r->m_wait = bench_median(L->wait, ROUNDS);
+    r->measured = bench_median(L->wall, rounds_run);
+    r->m_compute = bench_median(L->comp, rounds_run);
+    r->m_coll = bench_median(L->coll, rounds_run);
+    r->m_wait = bench_median(L->wait, rounds_run);
     if (!verbose) return 0;
     fprintf(stderr, "%c %s %s: predicted %.4f (compute %.4f comm %.4f) measured %.4f (compute %.4f coll %.4f wait %.4f)\n  steps:",
             'A' + m, plans[pl].mesh, plans[pl].sched, r->predicted, r->p_compute, r->p_comm, r->measured, r->m_compute,
             r->m_coll, r->m_wait);
-    for (int k = 0; k < ROUNDS; k++) fprintf(stderr, " %.4f", L->wall[k]);
+    for (int k = 0; k < rounds_run; k++) fprintf(stderr, " %.4f", L->wall[k]);
     fprintf(stderr, "\n  %-14s %9s %9s %6s\n", "op", "pred s", "meas s", "count");
     for (int o = 0; o < IR_N_OPS; o++)
         if (e.op_count[o])
@@ -500,6 +507,12 @@ static void print_profiles(const cost_hw *hw, const int *use, const cost_hw *cal
 int main(int argc, char **argv)
 {
     int verbose = 0, only = -1;
+    argc = bench_parse_smoke(argc, argv);
+    if (bench_is_smoke()) {
+        only = 0;
+        rounds_run = 1;
+        quick_cal = 1;
+    }
     const char *out_dir = NULL;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "-v")) verbose = 1;
@@ -526,7 +539,7 @@ int main(int argc, char **argv)
     int n_cal = 0, use[N_MODELS];
     for (int m = 0; m < N_MODELS; m++) use[m] = only < 0 || m == only;
     int first_cal[N_MODELS];
-    if (measure(L, use, verbose, cal, elem, &n_cal, first_cal, shapes, gtimes) < 0) return 1;
+    if (measure(L, use, verbose, cal, elem, &n_cal, first_cal, shapes, gtimes) < 0) return bench_finish(1);
     /* a profile per model, from the calibrations taken while its plans ran:
      * the generic one, and the same with the model's einsum shapes timed */
     static cost_hw hw[N_MODELS], gen[N_MODELS];
@@ -540,7 +553,7 @@ int main(int argc, char **argv)
         if (cost_hw_check(&gen[m], err, sizeof err) < 0 ||
             table_profile(&gen[m], &shapes[m], gtimes[m], elem + first_cal[m], end - first_cal[m], &hw[m]) < 0) {
             fprintf(stderr, "bench_fidelity: %s\n", err);
-            return 1;
+            return bench_finish(1);
         }
         double fl = 0, tt[4] = {0};
         for (int i = 0; i < hw[m].n_gemm_times; i++) {
@@ -554,13 +567,13 @@ int main(int argc, char **argv)
         }
         for (int k = 0; k < 4; k++) gemm_rate[m][k] = tt[k] > 0 ? fl / tt[k] / 1e9 : 0;
         for (int pl = 0; pl < N_PLANS; pl++)
-            if (predict(&hw[m], &gen[m], m, &L[m][pl], verbose, &res[n++]) < 0) return 1;
+            if (predict(&hw[m], &gen[m], m, &L[m][pl], verbose, &res[n++]) < 0) return bench_finish(1);
         char path[1024], path2[1024];
         snprintf(path, sizeof path, "%s/profile-%c.json", out_dir ? out_dir : ".", 'A' + m);
         snprintf(path2, sizeof path2, "%s/profile-%c-generic.json", out_dir ? out_dir : ".", 'A' + m);
         if (out_dir && (cost_hw_save(&hw[m], path, err, sizeof err) < 0 || cost_hw_save(&gen[m], path2, err, sizeof err) < 0)) {
             fprintf(stderr, "bench_fidelity: %s\n", err);
-            return 1;
+            return bench_finish(1);
         }
         calib_gemms_free(&shapes[m]);
         free(gtimes[m]);
@@ -569,7 +582,7 @@ int main(int argc, char **argv)
     snprintf(path, sizeof path, "%s/times.tsv", out_dir);
     if (out_dir && write_times(path, res, n) < 0) {
         fprintf(stderr, "bench_fidelity: cannot write %s\n", path);
-        return 1;
+        return bench_finish(1);
     }
 
     printf("## Cost model fidelity on this machine\n\n");
@@ -584,13 +597,13 @@ int main(int argc, char **argv)
            "drifts by up to 2x over minutes (other tenants), so plans and calibrations are sampled over the same span\n"
            "of time. \"generic\" is the prediction on the same profile without the timed shapes (every einsum by the\n"
            "512^3 GEMM's rate, gemm_call and gemm_bandwidth). Whole run: %.0f s.\n\n",
-           cal[0].cores, exec_blis_arch(), MEM_BUDGET / 1073741824.0, ROUNDS, GEMM_TARGET * 1e3, n_cal,
+           cal[0].cores, exec_blis_arch(), MEM_BUDGET / 1073741824.0, rounds_run, GEMM_TARGET * 1e3, n_cal,
            exec_spmd_now() - t_start);
     print_profiles(hw, use, cal, first_cal, n_cal, gemm_rate);
     printf("Models (Adam training steps): ");
     for (int m = 0, first = 1; m < N_MODELS; m++)
         if (use[m]) {
-            printf("%s`%c` = `%s`%s", first ? "" : ", ", 'A' + m, models[m].spec, models[m].held_out ? " (held out)" : "");
+            printf("%s`%c` = `%s`%s", first ? "" : ", ", 'A' + m, spec_of(m), models[m].held_out ? " (held out)" : "");
             first = 0;
         }
     printf(".\n\n");
@@ -612,11 +625,15 @@ int main(int argc, char **argv)
     printf("\nThe same measurements priced on the generic calibration (no timed einsum shapes):\n\n");
     print_summary(res, n, 0, 1);
     print_summary(res, n, 1, 1);
+    for (int i = 0; i < n; i++)
+        bench_check(res[i].predicted > 0 && isfinite(res[i].predicted) && res[i].measured > 0 && isfinite(res[i].measured),
+                    "model %c, %s on %s: priced %.4g s, measured %.4g s", 'A' + res[i].model, plans[res[i].plan].sched,
+                    plans[res[i].plan].mesh, res[i].predicted, res[i].measured);
     for (int m = 0; m < N_MODELS; m++)
         for (int pl = 0; use[m] && pl < N_PLANS; pl++) {
             spmd_free(L[m][pl].p);
             shard_state_free(L[m][pl].st);
             ir_free(L[m][pl].g);
         }
-    return 0;
+    return bench_finish(0);
 }

@@ -12,7 +12,12 @@
  * example per data-parallel device), and gpt-6.7b:seq=4096 (batch 8) over 8
  * A100s at 80 GB.
  * Usage: bench_memory [BUDGET] (plans priced on the plain step; default 200).
+ * Checks: each case's chosen plan ranks at least as well as the plain step's
+ * best (the level keeps the fastest plan that fits, and where none fits the
+ * smallest peak).  `--smoke`: GPT-350M over 8 devices at 40 and 3 GiB, a
+ * budget of 8.
  */
+#include "bench/bench_util.h"
 #include "session/session.h"
 
 #include <stdio.h>
@@ -66,6 +71,12 @@ static int run_case(const char *model, const char *mesh_text, double cap_gib, in
         if (long_form) printf(" |\n| with memory tactics |");
         printf(" %s%s | %.3f s | %.1f GiB | %.0f |\n", c->e.fits ? "" : "does not fit: ", describe(c, sched, sizeof sched),
                c->e.step_time, c->e.peak_memory / 1073741824.0, secs);
+        int ranks = c->e.fits ? !p->e.fits || c->e.step_time <= p->e.step_time * (1 + 1e-12)
+                              : !p->e.fits && c->e.peak_memory <= p->e.peak_memory;
+        bench_check(ranks, "%s on %s at %.0f GiB: the chosen plan (%s, %.4f s, %.2f GiB) ranks at least as well as the plain step's "
+                    "(%s, %.4f s, %.2f GiB)", model, mesh_text, cap_gib, c->e.fits ? "fits" : "does not fit", c->e.step_time,
+                    c->e.peak_memory / 1073741824.0, p->e.fits ? "fits" : "does not fit", p->e.step_time,
+                    p->e.peak_memory / 1073741824.0);
     }
     session_autopart_free(&a);
     return rc;
@@ -73,6 +84,16 @@ static int run_case(const char *model, const char *mesh_text, double cap_gib, in
 
 int main(int argc, char **argv)
 {
+    argc = bench_parse_smoke(argc, argv);
+    if (bench_is_smoke()) {
+        budget = 8;
+        int rc = 0;
+        printf("| model | devices | memory | sharding alone | step | peak | with memory tactics | step | peak | search (s) |\n");
+        printf("|---|---|---|---|---|---|---|---|---|---|\n");
+        rc |= run_case("gpt-350m", "data=2,model=4", 40, 0);
+        rc |= run_case("gpt-350m", "data=2,model=4", 3, 0);
+        return bench_finish(rc ? 1 : 0);
+    }
     if (argc > 1) budget = atoll(argv[1]);
     if (budget < 8) budget = 8;
     static const char *models[] = {"gpt-6.7b", "gpt-15b"};
@@ -99,5 +120,5 @@ int main(int argc, char **argv)
     printf("\n`gpt-6.7b:seq=4096` (batch 8) over 8 A100s (`data=2,model=4`), 80 GB each (74.5 GiB):\n\n");
     printf("| | plan | step | peak | search (s) |\n|---|---|---|---|---|\n");
     rc |= run_case("gpt-6.7b:seq=4096", "data=2,model=4", 80e9 / 1073741824.0, 1);
-    return rc ? 1 : 0;
+    return bench_finish(rc ? 1 : 0);
 }

@@ -2,8 +2,8 @@
  * on bench_spmd's GPT training step under data parallelism (batch=2).
  *
  * Run plainly (as bench/run.sh does), it first times the threads backend in
- * this process: ROUNDS rounds of one reference step and one 2-device step
- * (alternating order) after one warm-up step of each; then it starts itself
+ * this process: one warm-up step then ROUNDS timed steps, each the
+ * reference's step then the 2 devices'; then it starts itself
  * under `mpirun -n 2` and the two ranks do the same with the MPI backend
  * (rank 0 runs the reference while rank 1 waits at the step's barrier).
  * Speedups are medians over the rounds of the round's reference time over
@@ -17,13 +17,17 @@
  * memory: per rank, VmHWM from /proc and the resident arena, against the
  * cost model's peak for the program.
  *
- * Prints one markdown section.  Never passes or fails on a time.
+ * Prints one markdown section.  Never passes or fails on a time.  Each run
+ * is `carve run`'s checked run (session_run_*), so the two backends' steps
+ * are checked against the reference: a failed check fails the bench.
+ * `--smoke`: a one-layer GPT of hidden 64, one timed step.
  */
 #include "bench/bench_util.h"
 #include "analysis/schedule.h"
 #include "cost/cost.h"
 #include "exec/runtime.h"
 #include "models/models.h"
+#include "session/session.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -32,12 +36,17 @@
 #include <unistd.h>
 
 #define ROUNDS 3
-#define MODEL "gpt:layers=2,hidden=1024,heads=16,seq=256,batch=8,vocab=1024"
+/* The full run's model, and --smoke's (passed to the MPI phase). */
+static const char *MODEL = "gpt:layers=2,hidden=1024,heads=16,seq=256,batch=8,vocab=1024";
+#define SMOKE_MODEL "gpt:layers=1,hidden=64,heads=4,seq=32,batch=4,vocab=128"
+static int n_rounds = ROUNDS;
 #define MESH "batch=2"
 #define SCHED "dp:batch"
 
 typedef struct figures {
     double ref_s, step_s, speedup;
+    int ok; /* the run passed its check against the reference */
+    double loss, param, state;
 } figures;
 
 static void die(const char *what, const char *err)
@@ -65,32 +74,37 @@ static spmd_program *lower(ir_graph **g)
     return p;
 }
 
-static double time_ref(exec_ref *ref)
+/* Runs p as `carve run` does (session/run.c: a checked run in world w, a
+ * warm-up step then n_rounds timed ones; each step the reference's (rank 0)
+ * then the devices', compared, then both carry on from the devices' updated
+ * params and states) and fills f; r is left open for the caller's stats
+ * (free it with session_run_free). */
+static session_run *checked_rounds(session_world *w, const spmd_program *p, figures *f)
 {
-    char err[512];
-    double t0 = bench_now();
-    if (exec_ref_run(ref, err, sizeof err) < 0) die("reference", err);
-    return bench_now() - t0;
-}
-
-/* Rounds of a reference step (where ref is not NULL) and a step of r. */
-static void rounds(exec_ref *ref, exec_spmd *r, figures *f)
-{
-    char err[512];
+    char err[4096];
+    session_run *r = NULL;
+    session_run_memory mem;
+    if (session_run_open(&r, w, p, SCHED, 1, &mem, err, sizeof err) || session_run_start(r, err, sizeof err)) die("run", err);
     double ref_s[ROUNDS], step[ROUNDS], ratio[ROUNDS];
-    for (int s = 0; s <= ROUNDS; s++) {
-        double t_ref = ref && s % 2 ? time_ref(ref) : 0;
-        if (exec_spmd_step(r, err, sizeof err) < 0) die("step", err);
-        if (ref && s % 2 == 0) t_ref = time_ref(ref);
-        if (s == 0) continue; /* warm-up: maps the buffers */
-        double w = exec_spmd_last_stats(r)->wall_s;
-        ref_s[s - 1] = t_ref;
-        step[s - 1] = w;
-        ratio[s - 1] = t_ref / w;
+    for (int s = 0; s <= n_rounds; s++) {
+        session_step_times t;
+        if (session_run_step(r, s + 1, &t, err, sizeof err)) die("step", err);
+        if (s > 0) { /* s == 0: the warm-up, which maps the buffers */
+            ref_s[s - 1] = t.ref_s;
+            step[s - 1] = t.spmd_s;
+            ratio[s - 1] = t.ref_s / t.spmd_s;
+        }
+        if (s < n_rounds) session_run_advance(r);
     }
-    f->ref_s = bench_median(ref_s, ROUNDS);
-    f->step_s = bench_median(step, ROUNDS);
-    f->speedup = bench_median(ratio, ROUNDS);
+    f->ref_s = bench_median(ref_s, n_rounds);
+    f->step_s = bench_median(step, n_rounds);
+    f->speedup = bench_median(ratio, n_rounds);
+    const exec_spmd_check *c = session_run_check(r);
+    f->ok = session_run_ok(r);
+    f->loss = c->worst_loss;
+    f->param = c->worst_param;
+    f->state = c->worst_state;
+    return r;
 }
 
 static double predicted_peak(const spmd_program *p)
@@ -110,19 +124,14 @@ static double predicted_peak(const spmd_program *p)
 static int mpi_phase(const figures *thr)
 {
     char err[512];
-    int rank, size;
-    if (exec_mpi_init(&rank, &size, err, sizeof err) < 0) die("mpi", err);
+    session_world w;
+    if (session_world_init(&w, EXEC_MPI, err, sizeof err) < 0) die("mpi", err);
+    int rank = w.rank;
     ir_graph *g;
     spmd_program *p = lower(&g);
-    exec_ref *ref = rank == 0 ? exec_ref_new(g, 0, err, sizeof err) : NULL;
-    if (rank == 0 && !ref) die("reference", err);
-    exec_spmd *r = exec_spmd_new_on(p, EXEC_MPI, 0, err, sizeof err);
-    if (!r) die("mpi runtime", err);
-    if (ref) exec_ref_init_args(ref, 1);
-    exec_spmd_init_args(r, 1);
     figures f;
-    rounds(ref, r, &f);
-    const exec_spmd_stats *st = exec_spmd_last_stats(r);
+    session_run *r = checked_rounds(&w, p, &f);
+    const exec_spmd_stats *st = session_run_stats(r);
     /* the program's all-reduces, replayed as plain MPI_Allreduce calls */
     int n = 0;
     int64_t *counts = calloc((size_t)p->n_instrs + 1, sizeof *counts);
@@ -132,8 +141,8 @@ static int mpi_phase(const figures *thr)
             counts[n] = (int64_t)spmd_buffer_bytes(p, p->instrs[i].in[0]) / 4;
             ar_bytes += 4.0 * (double)counts[n++];
         }
-    for (int k = 0; k < ROUNDS; k++) loops[k] = exec_mpi_allreduce_loop(counts, n);
-    double loop_s = bench_median(loops, ROUNDS), ar_s = 0;
+    for (int k = 0; k < n_rounds; k++) loops[k] = exec_mpi_allreduce_loop(counts, n);
+    double loop_s = bench_median(loops, n_rounds), ar_s = 0;
     for (int d = 0; d < st->n_devices; d++) ar_s += st->dev[d].kind_s[SPMD_ALL_REDUCE] / st->n_devices;
     double pred = rank == 0 ? predicted_peak(p) : 0;
     if (rank == 0) {
@@ -145,18 +154,21 @@ static int mpi_phase(const figures *thr)
         printf("%s, mesh %s, schedule %s, Adam; 2 devices: threads of one process, or 2 MPI ranks (Open MPI, shared "
                "memory); BLIS kernels %s. Load average at the end: %s (a shared machine: other jobs ran during the "
                "measurement). Medians of %d rounds; the threads and MPI phases ran one after the other.\n\n",
-               MODEL, MESH, SCHED, exec_blis_arch(), load, ROUNDS);
-        printf("| backend | reference step s | 2-device step s | speedup over the reference (median of rounds) |\n");
-        printf("|---|---:|---:|---:|\n");
-        printf("| threads | %.3f | %.3f | %.2fx |\n", thr->ref_s, thr->step_s, thr->speedup);
-        printf("| MPI, 2 ranks | %.3f | %.3f | %.2fx |\n\n", f.ref_s, f.step_s, f.speedup);
+               MODEL, MESH, SCHED, exec_blis_arch(), load, n_rounds);
+        printf("Each run is `carve run`'s checked run (a warm-up step, then the timed ones; each step the reference's then the\n"
+               "devices', compared, then both carry on from the devices' updated params and states).\n\n");
+        printf("| backend | reference step s | 2-device step s | speedup over the reference (median of rounds) | check |\n");
+        printf("|---|---:|---:|---:|---|\n");
+        printf("| threads | %.3f | %.3f | %.2fx | %s |\n", thr->ref_s, thr->step_s, thr->speedup, thr->ok ? "passed" : "FAILED");
+        printf("| MPI, 2 ranks | %.3f | %.3f | %.2fx | %s (%.0e, %.0e, %.0e) |\n\n", f.ref_s, f.step_s, f.speedup,
+               f.ok ? "passed" : "FAILED", f.loss, f.param, f.state);
         printf("Target: 2-rank speedup >= 1.7x over the 1-device reference: %s (%.2fx).\n\n",
                f.speedup >= 1.7 ? "met" : "NOT met", f.speedup);
         printf("All-reduces of the step (%d, %.1f MiB per rank): %.3f s in the step (mean over ranks, waiting for the "
                "other rank included) = %.2f GB/s; the same sizes through a plain MPI_Allreduce loop: %.3f s = %.2f GB/s "
                "(median of %d loops).\n\n",
                n, ar_bytes / 1048576.0, ar_s, ar_s > 0 ? ar_bytes / ar_s / 1e9 : 0.0, loop_s,
-               loop_s > 0 ? ar_bytes / loop_s / 1e9 : 0.0, ROUNDS);
+               loop_s > 0 ? ar_bytes / loop_s / 1e9 : 0.0, n_rounds);
         printf("Peak memory per rank (MiB): predicted by the cost model for this program (f32) %.1f; the device's arena "
                "laid out by liveness %.1f; arena resident after the steps (mincore)",
                pred / 1048576.0, (double)exec_spmd_device_bytes(p) / 1048576.0);
@@ -165,39 +177,46 @@ static int mpi_phase(const figures *thr)
         for (int d = 0; d < st->n_devices; d++) printf(" rank %d %.1f", d, st->dev[d].process_peak_bytes / 1048576.0);
         printf(" (rank 0 also holds the %.1f MiB single-device reference; every rank MPI and carve).\n",
                (double)exec_ref_bytes(g) / 1048576.0);
+        fflush(stdout);
+        fprintf(stderr, "MPI phase: 2 ranks, %d steps checked against the reference: %s (loss %.0e, params %.0e, states %.0e)\n",
+                n_rounds + 1, f.ok ? "passed" : "FAILED", f.loss, f.param, f.state);
     }
     free(counts);
-    exec_spmd_free(r);
-    exec_ref_free(ref);
+    session_run_free(r);
     spmd_free(p);
     ir_free(g);
-    exec_mpi_finalize();
-    return 0;
+    int rc = rank == 0 && !f.ok;
+    session_world_end(&w, rc, err, sizeof err);
+    return rc;
 }
 
 int main(int argc, char **argv)
 {
+    argc = bench_parse_smoke(argc, argv);
+    if (bench_is_smoke()) {
+        MODEL = SMOKE_MODEL;
+        n_rounds = 1;
+    }
     exec_blis_setup();
     if (argc == 5 && !strcmp(argv[1], "--mpi-phase")) {
-        figures thr = {atof(argv[2]), atof(argv[3]), atof(argv[4])};
+        figures thr = {atof(argv[2]), atof(argv[3]), atof(argv[4]), 1, 0, 0, 0};
         return mpi_phase(&thr);
     }
     if (!exec_mpi_available()) {
         printf("## MPI backend vs threads backend (bench_mpi)\n\nNot run: this carve was built without MPI.\n");
-        return 0;
+        bench_check(0, "this carve was built with MPI");
+        return bench_finish(0);
     }
     char err[512], self[4096], a[3][64];
     ir_graph *g;
     spmd_program *p = lower(&g);
-    exec_ref *ref = exec_ref_new(g, 0, err, sizeof err);
-    exec_spmd *r = ref ? exec_spmd_new(p, 0, err, sizeof err) : NULL;
-    if (!r) die("threads runtime", err);
-    exec_ref_init_args(ref, 1);
-    exec_spmd_init_args(r, 1);
+    session_world w;
+    if (session_world_init(&w, EXEC_THREADS, err, sizeof err) < 0) die("threads", err);
     figures thr;
-    rounds(ref, r, &thr);
-    exec_spmd_free(r);
-    exec_ref_free(ref);
+    session_run_free(checked_rounds(&w, p, &thr));
+    session_world_end(&w, 0, err, sizeof err);
+    bench_check(thr.ok, "threads, 2 devices: %d steps checked against the reference (loss %.0e, params %.0e, states %.0e)",
+                n_rounds + 1, thr.loss, thr.param, thr.state);
     spmd_free(p);
     ir_free(g);
     ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
@@ -209,11 +228,17 @@ int main(int argc, char **argv)
     fflush(stdout);
     pid_t pid = fork();
     if (pid == 0) {
-        execlp("mpirun", "mpirun", "--oversubscribe", "--allow-run-as-root", "-n", "2", self, "--mpi-phase", a[0], a[1], a[2],
-               (char *)NULL);
+        if (bench_is_smoke())
+            execlp("mpirun", "mpirun", "--oversubscribe", "--allow-run-as-root", "-n", "2", self, "--mpi-phase", a[0], a[1], a[2],
+                   "--smoke", (char *)NULL);
+        else
+            execlp("mpirun", "mpirun", "--oversubscribe", "--allow-run-as-root", "-n", "2", self, "--mpi-phase", a[0], a[1], a[2],
+                   (char *)NULL);
         _exit(127);
     }
     int status = 0;
     if (pid < 0 || waitpid(pid, &status, 0) < 0) die("mpirun", "could not start it");
-    return WIFEXITED(status) ? WEXITSTATUS(status) : 1;
+    bench_check(WIFEXITED(status) && WEXITSTATUS(status) == 0, "MPI phase under mpirun -n 2 (its run checked against the reference): "
+                "exit %d", WIFEXITED(status) ? WEXITSTATUS(status) : -1);
+    return bench_finish(0);
 }

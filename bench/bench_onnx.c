@@ -21,6 +21,11 @@
  * import, the training step, the experts and the search, whose peak resident
  * memory (ru_maxrss) is the figure.  Prints a markdown section; never fails
  * on a figure.  CARVE_ONNX_BUDGET=N sets the budget (default 500).
+ * Checks: each export and preset builds, is priced and searched, and the
+ * search's plan is at most its best expert's step time (the experts seed
+ * it).  `--smoke`: the committed GPT-2 fixture (tests/onnx/fixtures, 2
+ * layers, hidden 16: no torch needed) against the preset of its shapes, a
+ * budget of 20.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -149,6 +154,8 @@ static void measure(bench_setup *s, int budget, result *r)
         }
     }
     r->search_ms = bench_median(t, SEEDS);
+    bench_check(have && (r->expert_ms < 0 || best_t <= r->expert_ms * (1 + 1e-12)),
+                "searched (%d seeds): the plan (%.4f ms) at most the best expert's (%.4f ms)", SEEDS, best_t, r->expert_ms);
     if (have) { /* the best plan's padding */
         shard_state *st = shard_state_new(s->g, &s->mesh);
         search_result_state(st, s->prefix, &best_b, s->gs, &best);
@@ -163,7 +170,9 @@ static void compare_row(const char *label, const char *preset, const char *expor
                         const char *mesh, int budget)
 {
     char path[1024], err[512];
-    if (export_of(export_name, args, path, sizeof path) < 0) {
+    if (!args) /* a committed file */
+        snprintf(path, sizeof path, "%s", export_name);
+    else if (export_of(export_name, args, path, sizeof path) < 0) {
         printf("| %s | (the export could not be made: no torch?) ||||||||\n", label);
         return;
     }
@@ -174,6 +183,7 @@ static void compare_row(const char *label, const char *preset, const char *expor
     result pr, orr;
     if (!pg || !og || setup_step(&ps, pg, mesh, "a100") < 0 || setup_step(&os, og, mesh, "a100") < 0) {
         printf("| %s | (failed to build) ||||||||\n", label);
+        bench_check(0, "%s and %s build", preset, path);
         return;
     }
     measure(&ps, budget, &pr);
@@ -265,8 +275,17 @@ static void scale_rows(const char *mesh, int budget)
            (double)ru.ru_maxrss * 1024.0 / 1e6, secs, search_ms);
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
+    bench_parse_smoke(argc, argv);
+    if (bench_is_smoke()) {
+        printf("| export | preset | mesh | root width preset / import | dim groups | Megatron applies | Megatron ms | search ms | "
+               "import / preset |\n|---|---|---|---|---|---|---|---|---|\n");
+        compare_row("GPT-2 fixture (2 layers, 16, 2 heads, vocab 32, seq 8, batch 4; fused qkv)",
+                    "gpt:layers=2,hidden=16,heads=2,seq=8,batch=4,vocab=32", "tests/onnx/fixtures/gpt2-o17-train.onnx", NULL, NULL,
+                    "batch=2,model=2", 20);
+        return bench_finish(0);
+    }
     int budget = getenv("CARVE_ONNX_BUDGET") ? atoi(getenv("CARVE_ONNX_BUDGET")) : 500;
     char load[128] = "?";
     FILE *u = fopen("/proc/loadavg", "r");
@@ -275,7 +294,7 @@ int main(void)
     printf("## ONNX imports against the presets, and at scale (bench_onnx)\n\n");
     if (system("/usr/bin/python3 -c 'import torch, onnx' >/dev/null 2>&1") != 0 && !file_exists("/tmp/carve-onnx-cache")) {
         printf("Not run: /usr/bin/python3 has no torch (python3-torch) to export the models.\n\n");
-        return 0;
+        return bench_finish(0);
     }
     printf("Exports by `tests/onnx/gen.py` (torch %s), cached in %s. Each export and its preset: the training step (Adam), "
            "the search's root width and dim groups, the Megatron expert (`dp:batch,megatron:model`) and the search (MCTS "
@@ -293,5 +312,5 @@ int main(void)
     printf("\n");
     padding_row("gpt2-50257", "--layers 12 --hidden 768 --heads 12 --vocab 50257 --seq 1024 --batch 8", "batch=4,model=2", budget);
     scale_rows("batch=4,model=2", budget);
-    return 0;
+    return bench_finish(0);
 }

@@ -63,6 +63,11 @@
  * profiles; PRICE_ONLY=1 (with CALIB_DIR, to reprice without calibrating)
  * prints each case's predicted bubbles and, for the interleaved ones, every
  * chunk's priced forward and backward, and runs nothing.
+ * Checks (both modes): every case lowers, prices and runs; each stage's
+ * replayed and predicted bubbles are shares of the step (0 to 1); no stage
+ * has more of its arena resident than the arena holds.  `--smoke`: cases 1
+ * and 5 (GPT pipe=2 1F1B, pipe=4 interleaved), one round of 2 steps, no
+ * extra rounds, the calibration quick (small sizes) at one round.
  */
 #define _GNU_SOURCE /* sched_setaffinity, CPU_SET */
 #include "bench/bench_util.h"
@@ -169,7 +174,9 @@ static const cost_hw *calibrated(int k, shard_state *st, char *err, size_t errle
     if (keep[0] && access(keep, R_OK) == 0) { /* calibrated before */
         if (!rc) rc = session_run_hw(keep, &hw[k], err, errlen);
     } else {
-        if (!rc) rc = calib_profile_model(&hw[k], 0, CALIB_DEFAULT_ROUNDS, p, &gm, what, NULL, err, errlen);
+        if (!rc) /* --smoke: quick sizes, one round */
+            rc = calib_profile_model(&hw[k], bench_is_smoke(), bench_is_smoke() ? 1 : CALIB_DEFAULT_ROUNDS, p, &gm, what, NULL, err,
+                                     errlen);
         if (!rc) rc = cost_hw_save(&hw[k], keep[0] ? keep : path, err, errlen);
         if (!rc) rc = session_run_hw(keep[0] ? keep : path, &hw[k], err, errlen);
     }
@@ -556,6 +563,12 @@ static int case_report(bcase *c, tally *t, char *err, size_t errlen)
         judge(rmed, pred_c, &t->med_in, &t->med_n, &t->med_worst);
         double pred_m = c->pc.stage[stage].peak, res = c->resident[stage];
         t->mem_same += c->pe.stage[stage].peak == pred_m;
+        bench_check(rb >= 0 && rb < 1 && pred_c >= 0 && pred_c < 1 && pred_b >= 0 && pred_b < 1,
+                    "case %d stage %d: replayed bubble %.3f and predicted %.3f (calibrated), %.3f (preset) are shares of the step",
+                    k, stage, rb, pred_c, pred_b);
+        bench_check(res > 0 && res <= ceil(c->laid[stage] / 2097152.0) * 2097152.0,
+                    "case %d stage %d: %.2f MiB resident of an arena of %.2f MiB (in 2 MiB pages)", k, stage, res / 1048576.0,
+                    c->laid[stage] / 1048576.0);
         judge(rb, pred_b, &t->bubble_in, &t->bubble_n, &t->bubble_worst);
         judge(rb, pred_c, &t->cal_in, &t->cal_n, &t->cal_worst);
         t->cal_points = fmax(t->cal_points, fabs(rb - pred_c));
@@ -579,12 +592,14 @@ static int case_report(bcase *c, tally *t, char *err, size_t errlen)
     return rc;
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
     char err[640];
-    int steps = getenv("STEPS") ? atoi(getenv("STEPS")) : 13;
-    int rounds = getenv("ROUNDS") ? atoi(getenv("ROUNDS")) : 3;
-    int extra = getenv("EXTRA_ROUNDS") ? atoi(getenv("EXTRA_ROUNDS")) : 9;
+    bench_parse_smoke(argc, argv);
+    int smoke = bench_is_smoke();
+    int steps = smoke ? 2 : getenv("STEPS") ? atoi(getenv("STEPS")) : 13;
+    int rounds = smoke ? 1 : getenv("ROUNDS") ? atoi(getenv("ROUNDS")) : 3;
+    int extra = smoke ? 0 : getenv("EXTRA_ROUNDS") ? atoi(getenv("EXTRA_ROUNDS")) : 9;
     double se_goal = getenv("SE_GOAL") ? atof(getenv("SE_GOAL")) : 0.08;
     if (steps < 2) steps = 2;
     if (rounds < 1) rounds = 1;
@@ -625,7 +640,7 @@ int main(void)
                "simulated, measured tasks | wall | memory predicted | laid out | measured | measured / predicted |\n"
                "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
     }
-    const char *only = getenv("CASES"); /* e.g. "0,1,2": those cases alone */
+    const char *only = smoke ? "1,5" : getenv("CASES"); /* e.g. "0,1,2": those cases alone */
     bcase *cs = calloc(N_CASES, sizeof *cs);
     int n = 0, rc = cs ? 0 : 1;
     for (int k = 0; !rc && k < N_CASES; k++) { /* every case lowered and priced (and this machine calibrated) first */
@@ -678,7 +693,7 @@ int main(void)
         case_close(&cs[i]);
     }
     free(cs);
-    if (rc || price_only) return rc;
+    if (rc || price_only) return bench_finish(rc);
     if (getloadavg(load, 3) < 0) load[0] = NAN;
     printf("\nThe task times behind the bubbles: each stage's forward, backward (one micro-batch, every chunk) and end of step\n"
            "as measured (median CPU seconds over micro-batches and steps, the stage's slowest device) over their price on\n"
@@ -725,5 +740,5 @@ int main(void)
            "difference %.1f%%); the predicted peak is the same on both profiles on %d of %d\n",
            t.mem_in, t.mem_n, 100 * t.mem_worst, t.mem_same, t.mem_n);
     printf("- whole run %.0f s; load average at the start %.1f, at the end %.1f\n", bench_now() - t0, load0, load[0]);
-    return 0;
+    return bench_finish(0);
 }

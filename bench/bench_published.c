@@ -18,7 +18,11 @@
  * Nothing here is fitted: the profile's figures come from data sheets and
  * microbenchmarks (docs/cost-model.md); these runs only judge them.  Targets
  * (issues 19 and 14): median |error| <= 15% (20%), no run off by more than
- * 1.3x (2x).  Prints one markdown section; exits non-zero only on an error.
+ * 1.3x (2x).  Prints one markdown section; exits non-zero only on an error
+ * or a failed check: every run prices, and carve's FLOPs of each run
+ * without pipelines (per device, times the GPUs) are within 1% of the
+ * source's formula (the model priced is the model the source ran).
+ * `--smoke` runs it all (prices only: seconds).
  */
 #include "analysis/pipeline.h"
 #include "analysis/schedule.h"
@@ -196,6 +200,8 @@ static int pipelined_runs(void)
             fprintf(stderr, "bench_published: %s: %s\n", r->name, err);
             return 1;
         }
+        bench_check(e.step_time > 0 && pe.bubble >= 0 && pe.bubble < 1, "%s (pipelined) priced: %.3f s, bubble %.3f", r->name,
+                    e.step_time, pe.bubble);
         double measured = model_flops(r) / (r->gpus * r->per_gpu), rel = (e.step_time - measured) / measured;
         double ratio = e.step_time > measured ? e.step_time / measured : measured / e.step_time;
         err_abs[i] = fabs(rel);
@@ -214,8 +220,9 @@ static int pipelined_runs(void)
     return 0;
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
+    bench_parse_smoke(argc, argv); /* the whole run: prices only, seconds */
     double err_abs[N_RUNS], worst = 1;
     int n = 0;
     printf("## Cost model against published A100 runs\n\n");
@@ -236,10 +243,11 @@ int main(void)
         if (predict(r, r->sched, r->dropout, &e, NULL, err, sizeof err) < 0 ||
             predict(r, previous_sched(r, prev_sched, sizeof prev_sched), 0, &prev, NULL, err, sizeof err) < 0) {
             fprintf(stderr, "bench_published: %s: %s\n", r->name, err);
-            return 1;
+            return bench_finish(1);
         }
         double measured = model_flops(r) / (r->gpus * r->per_gpu), rel = (e.step_time - measured) / measured;
-        double prev_rel = (prev.step_time - measured) / measured;
+        double prev_rel = (prev.step_time - measured) / measured, flops = e.flops * r->gpus / model_flops(r);
+        bench_check(fabs(flops - 1) <= 0.01, "%s: carve's FLOPs %.4f of the source's formula (within 1%%)", r->name, flops);
         double ratio = e.step_time > measured ? e.step_time / measured : measured / e.step_time;
         err_abs[n++] = fabs(rel);
         if (ratio > worst) worst = ratio;
@@ -256,5 +264,5 @@ int main(void)
            med <= 0.15 ? "met" : "missed", med <= 0.20 ? "met" : "missed");
     printf("- worst ratio: **%.3fx** (issue 19: <= 1.3x, %s; issue 14: <= 2x, %s)\n\n", worst,
            worst <= 1.3 ? "met" : "missed", worst <= 2 ? "met" : "missed");
-    return pipelined_runs();
+    return bench_finish(pipelined_runs());
 }

@@ -14,7 +14,11 @@
  * CARVE_QUALITY_ALGOS=1; CARVE_QUALITY_ONLY=0 selects no row);
  * CARVE_QUALITY_BUDGET=N gives every row a budget of N steps instead;
  * CARVE_QUALITY_PER_SEED=1 prints each seed's result, best-so-far curve
- * (steps:ratio) and plan (group/axis actions on top of its seed) on stderr. */
+ * (steps:ratio) and plan (group/axis actions on top of its seed) on stderr.
+ * Checks: every seed's search runs, and where an expert fits, every seed's
+ * plan (and every algorithm's) fits and is at most the best expert's step
+ * time (the experts seed the search: it cannot end worse).  `--smoke`: rows
+ * 1, 3 and 6 at a budget of 40 steps, the algorithms on rows 1 and 3. */
 #include "bench/bench_setup.h"
 
 #define SEEDS 5
@@ -57,6 +61,7 @@ static void quality_row(int k, const qcase *c, int steps_budget)
     setup s;
     if (make(&s, c) < 0) {
         printf("| %d | %s | %s | %s | (failed to build) |||||||\n", k, c->model, c->mesh, c->hw);
+        bench_check(0, "row %d (%s over %s) builds", k, c->model, c->mesh);
         return;
     }
     double ratio[SEEDS], secs[SEEDS], distinct[SEEDS], steps[SEEDS];
@@ -89,6 +94,10 @@ static void quality_row(int k, const qcase *c, int steps_budget)
             fprintf(stderr, "\n");
         }
     }
+    for (int i = 0; i < SEEDS; i++)
+        bench_check(s.best < 0 || (fits[i] && ratio[i] > 0 && ratio[i] <= 1 + 1e-12),
+                    "row %d (%s over %s) seed %d: the plan fits and is at most the best expert's step time (ratio %.6f)", k,
+                    c->model, c->mesh, i + 1, ratio[i]);
     int applied = 0, fit = 0, all_fit = 1;
     for (int i = 0; i < s.n_ex; i++) {
         applied += s.ex[i].ok;
@@ -126,7 +135,10 @@ static void quality_row(int k, const qcase *c, int steps_budget)
 static void algorithms_row(const qcase *c, int budget)
 {
     setup s;
-    if (make(&s, c) < 0) return;
+    if (make(&s, c) < 0) {
+        bench_check(0, "%s over %s builds", c->model, c->mesh);
+        return;
+    }
     const search_algo *algos[] = {&search_mcts, &search_random, &search_greedy, &search_exhaustive};
     printf("| %s | %s | %s | %d |", c->model, c->mesh, c->hw, budget);
     for (int k = 0; k < 4; k++) {
@@ -138,7 +150,10 @@ static void algorithms_row(const qcase *c, int budget)
             continue;
         }
         char t[16];
-        fmt_ratio(s.best >= 0 && r.best.fits ? r.best.step_time / s.ex[s.best].e.step_time : -1, t, sizeof t);
+        double q = s.best >= 0 && r.best.fits ? r.best.step_time / s.ex[s.best].e.step_time : -1;
+        bench_check(s.best < 0 || (q > 0 && q <= 1 + 1e-12), "%s over %s, %s at %d: at most the best expert's step time (%.6f)",
+                    c->model, c->mesh, algos[k]->name, budget, q);
+        fmt_ratio(q, t, sizeof t);
         printf(" %s (%lld plans) |", t, (long long)r.evaluations);
     }
     printf("\n");
@@ -190,10 +205,22 @@ static int in_list(const char *list, int k)
     return 0;
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
+    bench_parse_smoke(argc, argv);
     int n = N_CASES;
     const char *lim = getenv("CARVE_QUALITY_CASES"), *only = getenv("CARVE_QUALITY_ONLY");
+    if (bench_is_smoke()) {
+        printf("| # | model | mesh (devices) | hw | experts / apply / fit | best expert | budget | ratio median | ratio worst | "
+               "distinct plans: median (fewest) | steps: median (range) | stopped by | root width | seconds (median) | note |\n"
+               "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+        static const int rows[] = {1, 3, 6};
+        for (int i = 0; i < 3; i++) quality_row(rows[i], &cases[rows[i] - 1], 40);
+        printf("\n| model | mesh | hw | budget | mcts | random | greedy | exhaustive |\n|---|---|---|---|---|---|---|---|\n");
+        algorithms_row(&cases[0], 40);
+        algorithms_row(&cases[2], 40);
+        return bench_finish(0);
+    }
     if (lim && atoi(lim) > 0 && atoi(lim) < n) n = atoi(lim);
     printf("## Search quality: autopart against the expert schedules\n\n");
     printf("Written by `build/bench/bench_quality` (its own run; the machine line at the top of this file may be of "
@@ -209,7 +236,7 @@ int main(void)
     const char *budget = getenv("CARVE_QUALITY_BUDGET");
     for (int k = 0; k < n; k++)
         if (!only || in_list(only, k + 1)) quality_row(k + 1, &cases[k], budget && atoi(budget) > 0 ? atoi(budget) : 0);
-    if (only && !getenv("CARVE_QUALITY_ALGOS")) return 0; /* a subset of the rows: no algorithms table */
+    if (only && !getenv("CARVE_QUALITY_ALGOS")) return bench_finish(0); /* a subset of the rows: no algorithms table */
     printf("\n### MCTS, random, greedy and exhaustive at equal budgets (seed 1, experts as seeds for all)\n\n");
     printf("Each cell: ratio to the best expert (distinct plans priced). Exhaustive enumerates every state within "
            "the depth limit and is refused above 50,000.\n\n");
@@ -218,5 +245,5 @@ int main(void)
     for (int i = 0; i < 6; i++)
         if (pick[i] < n) algorithms_row(&cases[pick[i]], 300);
     printf("\n");
-    return 0;
+    return bench_finish(0);
 }

@@ -15,8 +15,10 @@
  * and says whether measured is within 20% of predicted (issue 19's target).
  * Memory figures do not depend on timing: one run gives them exactly.
  *
- * Prints one markdown section (bench/run.sh collects it into BENCHMARKS.md).
- * Exits non-zero only if a plan fails to lower or run.
+ * Prints one markdown section (bench/run.sh collects it).  Checks: every
+ * plan lowers, prices and runs, and no device has more of its arena resident
+ * than the arena holds (rounded up to whole 2 MiB pages).  `--smoke`: 2
+ * devices, a one-layer GPT of hidden 64.
  */
 #include "bench/bench_util.h"
 #include "analysis/schedule.h"
@@ -31,7 +33,8 @@
 
 /* heads 16 so that Megatron splits over 16 devices; batch 16 so that data
  * parallelism does */
-static const char MODEL[] = "gpt:layers=2,hidden=256,heads=16,seq=64,batch=16,vocab=1024";
+static const char *MODEL = "gpt:layers=2,hidden=256,heads=16,seq=64,batch=16,vocab=1024";
+#define SMOKE_MODEL "gpt:layers=1,hidden=64,heads=4,seq=32,batch=4,vocab=128"
 
 /* %d is the device count n, %h its half (the mix puts 2 on the model axis). */
 static const struct {
@@ -97,9 +100,15 @@ static int one(int k, int n, double *pred, double *laid, double *meas, char *err
     return rc;
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
     char err[512];
+    bench_parse_smoke(argc, argv);
+    int n_counts = N_COUNTS;
+    if (bench_is_smoke()) {
+        MODEL = SMOKE_MODEL;
+        n_counts = 1;
+    }
     double t0 = bench_now(), worst = 0;
     int within = 0, total = 0;
     exec_blis_setup();
@@ -111,15 +120,18 @@ int main(void)
            MODEL);
     printf("| devices | plan | mesh | schedule | predicted | laid out | measured | measured / predicted |\n"
            "|---|---|---|---|---|---|---|---|\n");
-    for (int c = 0; c < N_COUNTS; c++)
+    for (int c = 0; c < n_counts; c++)
         for (int k = 0; k < N_KINDS; k++) {
             double pred = 0, laid = 0, meas = 0;
             char mesh_s[64];
             mesh_text(k, counts[c], mesh_s, sizeof mesh_s);
             if (one(k, counts[c], &pred, &laid, &meas, err, sizeof err) < 0) {
                 fprintf(stderr, "bench_runpeak: %s on %s: %s\n", kinds[k].sched, mesh_s, err);
-                return 1;
+                return bench_finish(1);
             }
+            double page = 2097152.0, arena = ceil(laid / page) * page;
+            bench_check(meas > 0 && meas <= arena, "%s on %s: %.2f MiB resident of an arena of %.2f MiB (%.0f MiB in 2 MiB pages)",
+                        kinds[k].sched, mesh_s, meas / 1048576.0, laid / 1048576.0, arena / 1048576.0);
             double ratio = meas / pred;
             total++;
             within += fabs(ratio - 1) <= 0.2;
@@ -129,5 +141,5 @@ int main(void)
         }
     printf("\n- within 20%%: **%d of %d** plans (largest difference %.1f%%); whole run %.0f s\n", within, total, 100 * worst,
            bench_now() - t0);
-    return 0;
+    return bench_finish(0);
 }

@@ -21,13 +21,23 @@
  * same prices (how speed changes to pricing are checked, docs/search.md).
  * The one-thread search's plans come first in PREFIX.0 (stderr says how
  * many); the two-thread search's order depends on the threads' timing, so
- * its logs compare by state hash (tools/same_outputs.sh). */
+ * its logs compare by state hash (tools/same_outputs.sh).
+ *
+ * Checks: every search runs; a one-thread search run again with the same
+ * seed finds the same plan after the same plans priced (section 1); no
+ * MCTS seed ends better than the exhaustive optimum of the same depth
+ * (sections 4 and 5: exhaustive enumerates that space).  `--smoke`: section
+ * 1 on gpt-tiny at 60 and 120 simulations, section 4's first two cases with
+ * 3 seeds at 200 steps (the full run's sections and price log unchanged). */
 #include "bench/bench_setup.h"
 
 #include <omp.h>
 #include <time.h>
 
 typedef bench_setup setup;
+
+/* The full run's sizes, and --smoke's. */
+static int rate_sims = 600, ex_seeds = 20, ex_budget = 2000;
 
 /* ---- the price log (CARVE_SEARCH_PRICELOG) ------------------------------ */
 
@@ -128,12 +138,19 @@ static void rate(setup *s)
         s->ev = (search_evaluator){plain.cfg, log_make, log_eval, log_destroy};
     }
     double c0 = bench_cpu_seconds();
-    run(s, &search_mcts, (search_budget){.simulations = 600, .seed = 1, .threads = 1}, &r1);
+    bench_check(run(s, &search_mcts, (search_budget){.simulations = rate_sims, .seed = 1, .threads = 1}, &r1) == 0,
+                "MCTS, %d simulations, one thread", rate_sims);
     double c1 = bench_cpu_seconds();
     if (log_prefix) log_count();
-    run(s, &search_mcts, (search_budget){.simulations = 1200, .seed = 1, .threads = 2}, &r2);
+    bench_check(run(s, &search_mcts, (search_budget){.simulations = 2 * rate_sims, .seed = 1, .threads = 2}, &r2) == 0,
+                "MCTS, %d simulations, two threads", 2 * rate_sims);
     double c2 = bench_cpu_seconds();
     s->ev = plain;
+    search_result r3;
+    if (run(s, &search_mcts, (search_budget){.simulations = rate_sims, .seed = 1, .threads = 1}, &r3) == 0)
+        bench_check(r3.best.step_time == r1.best.step_time && r3.evaluations == r1.evaluations,
+                    "one thread, seed 1, run again: the same plan (%.17g s) after the same plans priced (%lld)",
+                    r3.best.step_time, (long long)r3.evaluations);
     double rate1 = (double)r1.simulations / r1.seconds, rate2 = (double)r2.simulations / r2.seconds;
     printf("### Simulations per second (GPT-1.3B step, mesh batch=4,model=2, A100 profile)\n\n");
     printf("| threads | simulations | priced | seconds | simulations/s | CPU seconds | simulations per CPU second |\n"
@@ -243,12 +260,12 @@ static void exhaustive_rows(const ex_case *cs, int n)
     setup s;
     search_result r1;
     const char *env = getenv("CARVE_SEARCH_BUDGET");
-    int budget = env && atoi(env) > 0 ? atoi(env) : 2000;
+    int budget = env && atoi(env) > 0 ? atoi(env) : ex_budget;
     if (budget != 2000) printf("Budget: %d steps (CARVE_SEARCH_BUDGET).\n\n", budget);
     if (getenv("CARVE_SEARCH_CONVERGE")) printf("Converge rule: %s (CARVE_SEARCH_CONVERGE).\n\n", getenv("CARVE_SEARCH_CONVERGE"));
-    printf("| model | mesh | depth | groups | states enumerated | optimum found (of 20) | median plans priced when found | "
-           "worst gap to the optimum | converge rule: found (of 20) | its steps: median (most) | its worst gap |\n"
-           "|---|---|---|---|---|---|---|---|---|---|---|\n");
+    printf("| model | mesh | depth | groups | states enumerated | optimum found (of %d) | median plans priced when found | "
+           "worst gap to the optimum | converge rule: found (of %d) | its steps: median (most) | its worst gap |\n"
+           "|---|---|---|---|---|---|---|---|---|---|---|\n", ex_seeds, ex_seeds);
     for (int c = 0; c < n; c++) {
         if (!case_wanted(c)) continue;
         if (make(&s, cs[c].model, cs[c].mesh, "a100") < 0) return;
@@ -257,10 +274,13 @@ static void exhaustive_rows(const ex_case *cs, int n)
         int found = 0, found_c = 0;
         int64_t at[20], steps_c[20];
         double worst = 0, worst_c = 0;
-        for (int seed = 1; seed <= 20; seed++) {
+        for (int seed = 1; seed <= ex_seeds; seed++) {
             run(&s, &search_mcts,
                 (search_budget){.simulations = budget, .seed = (uint64_t)seed, .threads = 1, .max_depth = cs[c].depth}, &r1);
             int ok = r1.best.reward >= ex.best.reward * (1 - 1e-12);
+            bench_check(r1.best.reward <= ex.best.reward * (1 + 1e-12),
+                        "%s over %s, seed %d: MCTS (%.6g s) no better than the exhaustive optimum (%.6g s)", cs[c].model,
+                        cs[c].mesh, seed, r1.best.step_time, ex.best.step_time);
             found += ok;
             at[seed - 1] = ok ? r1.best_at : 1000000;
             if (r1.best.step_time / ex.best.step_time - 1 > worst) worst = r1.best.step_time / ex.best.step_time - 1;
@@ -269,17 +289,20 @@ static void exhaustive_rows(const ex_case *cs, int n)
             converge_constants(&bc);
             run(&s, &search_mcts, bc, &r1);
             found_c += r1.best.reward >= ex.best.reward * (1 - 1e-12);
+            bench_check(r1.best.reward <= ex.best.reward * (1 + 1e-12),
+                        "%s over %s, seed %d, converge rule: no better than the exhaustive optimum", cs[c].model, cs[c].mesh, seed);
             steps_c[seed - 1] = (int64_t)(r1.steps + 0.5);
             if (r1.best.step_time / ex.best.step_time - 1 > worst_c) worst_c = r1.best.step_time / ex.best.step_time - 1;
         }
-        qsort(at, 20, sizeof at[0], cmp_i64);
-        qsort(steps_c, 20, sizeof steps_c[0], cmp_i64);
+        qsort(at, (size_t)ex_seeds, sizeof at[0], cmp_i64);
+        qsort(steps_c, (size_t)ex_seeds, sizeof steps_c[0], cmp_i64);
         char med[32];
-        if (at[9] >= 1000000) snprintf(med, sizeof med, "-");
-        else snprintf(med, sizeof med, "%lld", (long long)at[9]);
+        int mid = (ex_seeds - 1) / 2, last = ex_seeds - 1;
+        if (at[mid] >= 1000000) snprintf(med, sizeof med, "-");
+        else snprintf(med, sizeof med, "%lld", (long long)at[mid]);
         printf("| %s | %s | %d | %d | %lld | %d | %s | %.3f%% | %d | %lld (%lld) | %.3f%% |\n", cs[c].model, cs[c].mesh,
                cs[c].depth ? cs[c].depth : 16, s.gs->n, (long long)ex.evaluations, found, med, 100 * worst, found_c,
-               (long long)steps_c[9], (long long)steps_c[19], 100 * worst_c);
+               (long long)steps_c[mid], (long long)steps_c[last], 100 * worst_c);
         fflush(stdout);
         unmake(&s);
     }
@@ -475,12 +498,25 @@ static int wanted(int k)
     return !only || strchr(only, '0' + k);
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
+    bench_parse_smoke(argc, argv);
     printf("## Auto-partitioner (MCTS on the cost model)\n\n");
+    if (bench_is_smoke()) {
+        setup s;
+        rate_sims = 60;
+        ex_seeds = 3;
+        ex_budget = 200;
+        if (make(&s, "gpt-tiny", "batch=2,model=2", "a100") < 0) return bench_finish(1);
+        rate(&s);
+        unmake(&s);
+        setenv("CARVE_SEARCH_CASES", "ab", 0);
+        against_exhaustive();
+        return bench_finish(0);
+    }
     if (wanted(1) || wanted(3)) {
         setup s;
-        if (make(&s, "gpt-1.3b", "batch=4,model=2", "a100") < 0) return 1;
+        if (make(&s, "gpt-1.3b", "batch=4,model=2", "a100") < 0) return bench_finish(1);
         if (wanted(1)) rate(&s);
         if (wanted(3)) equal_budgets(&s);
         unmake(&s);
@@ -490,5 +526,5 @@ int main(void)
     if (wanted(5)) tuning_cases();
     if (wanted(6)) converge_cases();
     if (wanted(7)) step_cost();
-    return 0;
+    return bench_finish(0);
 }

@@ -16,6 +16,7 @@
 #include <sys/resource.h>
 
 #include "autopart/experts.h"
+#include "bench/bench_util.h"
 #include "session/session.h"
 
 typedef struct bench_setup {

@@ -5,23 +5,25 @@
  * and two threads, a single-thread sgemm alone and two at once), then times
  * the data-parallel and Megatron runs of a training step on a 2-device mesh
  * against the reference running the same step, and checks the SPMD outputs
- * against the reference's.  Each run goes in ROUNDS rounds of one reference
- * step and one SPMD step (in alternating order), after one warm-up step of
- * each (which maps the buffers: page faults are slow on these virtual
- * machines); the speedup is the median over the rounds of the round's
- * reference time over its SPMD time, so both sides of each ratio ran under
- * the same conditions on this shared machine, whose speed drifts.  Other
- * figures are medians over the rounds.  Each step re-runs the same training
- * step from the same arguments (no updates applied), so all steps do
- * identical work.
+ * against the reference's.  Each run is what `carve run` runs
+ * (session_run_*: one warm-up step, which maps the buffers, then ROUNDS timed
+ * steps; each step the reference's step then the devices', their outputs
+ * compared, then both carry on from the devices' updated params and optimizer
+ * states), so the bench checks what the command checks; the speedup is the
+ * median over the steps of the step's reference time over its SPMD time
+ * (both measured back to back, under the same load on this shared machine,
+ * whose speed drifts).  Other figures are medians over the steps.
  *
- * Prints one markdown section (bench/run.sh collects it into BENCHMARKS.md).
- * Never passes or fails on a time; exits non-zero only if a run fails.
+ * Prints one markdown section (bench/run.sh collects it).  Never passes or
+ * fails on a time; exits non-zero when a run fails or fails its check.
+ * `--smoke`: a one-layer GPT of hidden 64, 2 timed steps, small machine
+ * measurements (tests/e2e_bench.sh).
  */
 #include "bench/bench_util.h"
 #include "analysis/schedule.h"
 #include "exec/runtime.h"
 #include "models/models.h"
+#include "session/session.h"
 
 #include <blis.h>
 #include <math.h>
@@ -33,10 +35,12 @@
 #include <unistd.h>
 
 #define REPEATS 5 /* machine measurements */
-#define ROUNDS 7  /* reference + SPMD step pairs */
-#define MODEL "gpt:layers=2,hidden=1024,heads=16,seq=256,batch=8,vocab=1024"
-#define COPY_BYTES ((size_t)256 << 20)
-#define GEMM_N 1024
+#define ROUNDS 7  /* timed steps (after a warm-up) */
+/* The full run's sizes, and --smoke's (bench/bench_util.h). */
+static const char *MODEL = "gpt:layers=2,hidden=1024,heads=16,seq=256,batch=8,vocab=1024";
+static size_t COPY_BYTES = (size_t)256 << 20;
+static int GEMM_N = 1024, n_rounds = ROUNDS;
+#define SMOKE_MODEL "gpt:layers=1,hidden=64,heads=4,seq=32,batch=4,vocab=128"
 
 static void *xmalloc(size_t n)
 {
@@ -128,20 +132,77 @@ typedef struct run_figures {
     int ok;
 } run_figures;
 
-static double time_ref(exec_ref *ref)
+/* The per-device means of one step's stats into round k's figures. */
+static void round_figures(const exec_spmd_stats *x, int k, double *comp, double *coll, double *wait, double *gemm, double *move,
+                          double *moved)
 {
-    char err[512];
-    double t0 = exec_spmd_now();
-    if (exec_ref_run(ref, err, sizeof err) < 0) {
-        fprintf(stderr, "bench_spmd: reference: %s\n", err);
-        exit(1);
+    double n = x->n_devices;
+    comp[k] = coll[k] = wait[k] = gemm[k] = move[k] = moved[k] = 0;
+    for (int d = 0; d < x->n_devices; d++) {
+        const exec_spmd_device_stats *ds = &x->dev[d];
+        comp[k] += ds->compute_s / n;
+        coll[k] += ds->collective_s / n;
+        wait[k] += ds->wait_s / n;
+        gemm[k] += (ds->einsum_s > 0 ? ds->einsum_flops / ds->einsum_s / 1e9 : 0) / n;
+        move[k] += (ds->collective_s > ds->wait_s ? ds->moved_bytes / (ds->collective_s - ds->wait_s) / 1e9 : 0) / n;
+        moved[k] += ds->moved_bytes / 1048576.0 / n;
     }
-    return exec_spmd_now() - t0;
 }
 
-/* Times the SPMD run of g under `sched` on `mesh_text` in rounds with the
- * reference, and checks its outputs against ref's. */
-static int time_spmd(const ir_graph *g, exec_ref *ref, const char *mesh_text, const char *sched, run_figures *f)
+/* Runs p as `carve run` does (session/run.c: a checked run on the threads
+ * backend, one warm-up step then `rounds` timed ones; every step is the
+ * reference's step then the devices', compared, then both advance from the
+ * devices' updated params and states) and fills f. */
+static int run_checked(const spmd_program *p, const char *label, int rounds, run_figures *f)
+{
+    char err[4096], e2[512];
+    session_world w;
+    session_run *r = NULL;
+    session_run_memory mem;
+    int rc = session_world_init(&w, EXEC_THREADS, err, sizeof err);
+    if (!rc) rc = session_run_open(&r, &w, p, label, 1, &mem, err, sizeof err);
+    if (!rc) rc = session_run_start(r, err, sizeof err);
+    double ref_s[ROUNDS], step[ROUNDS], ratio[ROUNDS], comp[ROUNDS], coll[ROUNDS], wait[ROUNDS], gemm[ROUNDS],
+        move[ROUNDS], moved[ROUNDS];
+    for (int s = 0; s <= rounds && !rc; s++) {
+        session_step_times t;
+        if ((rc = session_run_step(r, s + 1, &t, err, sizeof err))) break;
+        if (s > 0) { /* s == 0: the warm-up */
+            int k = s - 1;
+            ref_s[k] = t.ref_s;
+            step[k] = t.spmd_s;
+            ratio[k] = t.ref_s / t.spmd_s;
+            round_figures(session_run_stats(r), k, comp, coll, wait, gemm, move, moved);
+        }
+        if (s < rounds) session_run_advance(r);
+    }
+    if (!rc) {
+        f->ref_s = bench_median(ref_s, rounds);
+        f->step_s = bench_median(step, rounds);
+        f->speedup = bench_median(ratio, rounds);
+        f->compute_s = bench_median(comp, rounds);
+        f->collective_s = bench_median(coll, rounds);
+        f->wait_s = bench_median(wait, rounds);
+        f->einsum_rate = bench_median(gemm, rounds);
+        f->move_rate = bench_median(move, rounds);
+        f->moved_mb = bench_median(moved, rounds);
+        f->program_mb = 0;
+        for (int k = SPMD_ALL_GATHER; k < SPMD_N_KINDS; k++) f->program_mb += session_run_stats(r)->bytes[k] / 1048576.0;
+        const exec_spmd_check *c = session_run_check(r);
+        f->loss_rel = c->worst_loss;
+        f->param = c->worst_param;
+        f->state = c->worst_state;
+        f->ok = session_run_ok(r);
+    } else {
+        fprintf(stderr, "bench_spmd: %s: %s\n", label, err);
+    }
+    session_run_free(r);
+    session_world_end(&w, rc, e2, sizeof e2);
+    return rc ? -1 : 0;
+}
+
+/* Lowers g under `sched` on `mesh_text` and runs it checked (run_checked). */
+static int time_spmd(const ir_graph *g, const char *mesh_text, const char *sched, int rounds, run_figures *f)
 {
     char err[640];
     shard_mesh mesh;
@@ -157,64 +218,7 @@ static int time_spmd(const ir_graph *g, exec_ref *ref, const char *mesh_text, co
         return -1;
     }
     spmd_program *p = spmd_lower(st);
-    exec_spmd *r = exec_spmd_new(p, 0, err, sizeof err);
-    int rc = -1;
-    if (!r) {
-        fprintf(stderr, "bench_spmd: %s\n", err);
-        goto done;
-    }
-    exec_spmd_init_args(r, 1);
-    double ref_s[ROUNDS], step[ROUNDS], ratio[ROUNDS], comp[ROUNDS], coll[ROUNDS], wait[ROUNDS], gemm[ROUNDS],
-        move[ROUNDS], moved[ROUNDS];
-    for (int s = 0; s <= ROUNDS; s++) {
-        double t_ref = s % 2 ? time_ref(ref) : 0;
-        if (exec_spmd_step(r, err, sizeof err) < 0) {
-            fprintf(stderr, "bench_spmd: %s: %s\n", sched, err);
-            goto done;
-        }
-        if (s % 2 == 0) t_ref = time_ref(ref);
-        if (s == 0) continue; /* warm-up */
-        const exec_spmd_stats *x = exec_spmd_last_stats(r);
-        int k = s - 1;
-        double n = x->n_devices;
-        ref_s[k] = t_ref;
-        step[k] = x->wall_s;
-        ratio[k] = t_ref / x->wall_s;
-        comp[k] = coll[k] = wait[k] = gemm[k] = move[k] = moved[k] = 0;
-        for (int d = 0; d < x->n_devices; d++) {
-            const exec_spmd_device_stats *ds = &x->dev[d];
-            comp[k] += ds->compute_s / n;
-            coll[k] += ds->collective_s / n;
-            wait[k] += ds->wait_s / n;
-            gemm[k] += (ds->einsum_s > 0 ? ds->einsum_flops / ds->einsum_s / 1e9 : 0) / n;
-            move[k] += (ds->collective_s > ds->wait_s ? ds->moved_bytes / (ds->collective_s - ds->wait_s) / 1e9 : 0) / n;
-            moved[k] += ds->moved_bytes / 1048576.0 / n;
-        }
-    }
-    f->ref_s = bench_median(ref_s, ROUNDS);
-    f->step_s = bench_median(step, ROUNDS);
-    f->speedup = bench_median(ratio, ROUNDS);
-    f->compute_s = bench_median(comp, ROUNDS);
-    f->collective_s = bench_median(coll, ROUNDS);
-    f->wait_s = bench_median(wait, ROUNDS);
-    f->einsum_rate = bench_median(gemm, ROUNDS);
-    f->move_rate = bench_median(move, ROUNDS);
-    f->moved_mb = bench_median(moved, ROUNDS);
-    f->program_mb = 0;
-    for (int k = SPMD_ALL_GATHER; k < SPMD_N_KINDS; k++) f->program_mb += exec_spmd_last_stats(r)->bytes[k] / 1048576.0;
-    exec_spmd_check c;
-    if (exec_spmd_check_init(&c, g, err, sizeof err) < 0 || exec_spmd_compare(r, ref, &c, err, sizeof err) < 0) {
-        fprintf(stderr, "bench_spmd: %s\n", err);
-        goto done;
-    }
-    f->loss_rel = c.worst_loss;
-    f->param = c.worst_param;
-    f->state = c.worst_state;
-    f->ok = exec_spmd_check_ok(&c, EXEC_SPMD_TOLERANCE);
-    exec_spmd_check_free(&c);
-    rc = 0;
-done:
-    exec_spmd_free(r);
+    int rc = run_checked(p, sched, rounds, f);
     spmd_free(p);
     shard_state_free(st);
     return rc;
@@ -243,9 +247,16 @@ static double self_busy_s(void)
            1e-6 * (double)u.ru_stime.tv_usec;
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
     char err[512];
+    bench_parse_smoke(argc, argv);
+    if (bench_is_smoke()) {
+        MODEL = SMOKE_MODEL;
+        COPY_BYTES = (size_t)8 << 20;
+        GEMM_N = 128;
+        n_rounds = 2;
+    }
     double busy0 = machine_busy_s(), self0 = self_busy_s(), wall0 = exec_spmd_now();
     exec_blis_setup();
     const char *env = getenv("BLIS_ARCH_TYPE");
@@ -257,22 +268,19 @@ int main(void)
     model_config cfg;
     if (model_parse(MODEL, &cfg, err, sizeof err) < 0) {
         fprintf(stderr, "bench_spmd: %s\n", err);
-        return 1;
+        return bench_finish(1);
     }
     ir_graph *g = model_build_step(&cfg, NULL, err, sizeof err);
-    exec_ref *ref = g ? exec_ref_new(g, 0, err, sizeof err) : NULL;
-    if (!ref) {
+    if (!g) {
         fprintf(stderr, "bench_spmd: %s\n", err);
-        return 1;
+        return bench_finish(1);
     }
-    exec_ref_init_args(ref, 1);
     static const struct {
         const char *name, *mesh, *sched;
     } runs[] = {{"data parallel", "batch=2", "dp:batch"}, {"Megatron", "model=2", "megatron:model"}};
     run_figures f[2];
-    int status = 0;
     for (int i = 0; i < 2; i++)
-        if (time_spmd(g, ref, runs[i].mesh, runs[i].sched, &f[i]) < 0) return 1;
+        if (time_spmd(g, runs[i].mesh, runs[i].sched, n_rounds, &f[i]) < 0) return bench_finish(1);
     double copy1a = copy_bandwidth(1), copy2a = copy_bandwidth(2);
     double gemm1a = sgemm_rate(1), gemm2a = sgemm_rate(2);
     double copy2 = fmax(copy2a, copy2b);
@@ -281,10 +289,10 @@ int main(void)
     printf("## SPMD runtime: 2 simulated devices vs the 1-device reference\n\n");
     printf("Training step of `%s` (Adam; %.1f GFLOP of einsums a step), on a 2-device mesh (one thread a device)\n"
            "against the reference executor (one thread). BLIS kernels: **%s** (BLIS_ARCH_TYPE=%s).\n"
-           "Each run: %d rounds of one reference step and one SPMD step (alternating which goes first), after a\n"
-           "warm-up step of each; the speedup is the median over the rounds of the round's reference time over\n"
-           "its SPMD time, other figures are medians over the rounds. Each step redoes the same training step.\n\n",
-           MODEL, model_step_flops(&cfg) / 1e9, exec_blis_arch(), env ? env : "unset", ROUNDS);
+           "Each run is `carve run`'s checked run: a warm-up step, then %d timed steps, each the reference's step then\n"
+           "the devices', compared, then both carry on from the devices' updated params and states; the speedup is the\n"
+           "median over the steps of the step's reference time over its SPMD time, other figures are medians over the steps.\n\n",
+           MODEL, model_step_flops(&cfg) / 1e9, exec_blis_arch(), env ? env : "unset", n_rounds);
     double wall = exec_spmd_now() - wall0, busy = machine_busy_s() - busy0, self = self_busy_s() - self0;
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
     if (busy0 >= 0 && busy >= 0 && cores > 0)
@@ -307,7 +315,6 @@ int main(void)
                runs[i].name, runs[i].sched, runs[i].mesh, x->ref_s, x->step_s, x->speedup, x->compute_s, x->collective_s,
                x->wait_s, x->einsum_rate, 100 * x->einsum_rate / gemm1, x->moved_mb, x->move_rate,
                100 * 2 * x->move_rate * 1e9 / copy2, x->ok ? "passed" : "FAILED", x->loss_rel, x->param, x->state);
-        if (!x->ok) status = 1;
     }
     printf("\nCompute is the devices' time in local ops (mean of the two); collective time includes waiting at\n"
            "barriers for the other device. Collective GB/s counts the bytes the collective kernels read from\n"
@@ -321,7 +328,10 @@ int main(void)
                runs[i].name, sp, sp >= 1.7 ? "met" : "missed", 100 * bw, bw >= 0.5 ? "met" : "missed", 100 * gm,
                gm >= 0.75 ? "met" : "missed");
     }
-    exec_ref_free(ref);
+    for (int i = 0; i < 2; i++)
+        bench_check(f[i].ok, "%s `%s` on %s: %d steps checked against the reference (loss %.0e, params %.0e, states %.0e; tolerance %.0e)",
+                    runs[i].name, runs[i].sched, runs[i].mesh, n_rounds + 1, f[i].loss_rel, f[i].param, f[i].state,
+                    EXEC_SPMD_TOLERANCE);
     ir_free(g);
-    return status;
+    return bench_finish(0);
 }

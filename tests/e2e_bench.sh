@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# e2e_bench.sh - every benchmark program's smoke mode (`--smoke`: its cases
+# at tiny sizes, seconds), so that a bench that no longer builds, runs or
+# passes its own checks fails the suite instead of rotting in BENCHMARKS.md
+# (bench/bench_util.h says what a bench's own checks are: never a time).
+# Each program closes its smoke run with "N passed, N failed"; this script
+# adds them up. A program without that line (no smoke mode, a crash) fails.
+# bench_mpi needs mpirun (CARVE_TEST_WITHOUT=mpi skips it).
+# Closing line: N passed, N failed[, N skipped].
+set -u
+carve=${CARVE_BIN:-$(dirname "$0")/../build/carve}
+carve=$(cd "$(dirname "$carve")" && pwd)/$(basename "$carve")
+root=${CARVE_ROOT:-$(cd "$(dirname "$0")/.." && pwd)}
+benchdir=$(dirname "$carve")/bench
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+cd "$tmp" || exit 1
+
+. "$root/tests/lib_e2e.sh"
+
+n=0
+for b in "$root"/bench/bench_*.c; do
+    name=$(basename "$b" .c) exe=$benchdir/$(basename "$b" .c)
+    n=$((n + 1))
+    if [ ! -x "$exe" ]; then fail=$((fail + 1)); echo "FAIL $name: $exe was not built"; continue; fi
+    if ! grep -q 'bench_parse_smoke' "$b"; then # a full run could take an hour: never start one here
+        fail=$((fail + 1)); echo "FAIL $name: no smoke mode (bench/bench_util.h: bench_parse_smoke, bench_check, bench_finish)"; continue
+    fi
+    if [ "$name" = bench_mpi ] && ! command -v mpirun >/dev/null 2>&1; then
+        missing mpi "$name" "mpirun not found"; continue
+    fi
+    start=$SECONDS
+    (cd "$root" && timeout 300 "$exe" --smoke) >"$name.log" 2>&1
+    rc=$?
+    line=$(grep -E '^[0-9]+ passed, [0-9]+ failed$' "$name.log" | tail -n 1)
+    if [ -z "$line" ]; then
+        fail=$((fail + 1)); echo "FAIL $name --smoke: no closing line (exit $rc; no smoke mode, or it crashed):"; tail -n 15 "$name.log"
+        continue
+    fi
+    p=${line%% passed*} f=${line#*passed, } f=${f%% failed*}
+    pass=$((pass + p)) fail=$((fail + f))
+    if [ "$f" != 0 ] || [ "$rc" != 0 ]; then
+        [ "$f" = 0 ] && fail=$((fail + 1))
+        echo "FAIL $name --smoke: $line (exit $rc)"; grep -E '^FAIL' "$name.log" | head -n 10
+    else
+        echo "ok   $name --smoke: $line ($((SECONDS - start))s)"
+    fi
+done
+check "bench programs found" "$([ "$n" -gt 0 ]; echo $?)"
+closing
