@@ -1,8 +1,17 @@
 #!/usr/bin/env bash
 # build.sh - builds carve, runs its tests and benchmarks.
 #   ./build.sh          build build/carve and the test programs
+#   ./build.sh demo     build build/carve where needed, then plan GPT-1.3B over 8 A100s
+#                       (carve autopart; the plan in build/plan-gpt-1.3b.json)
 #   ./build.sh test     build, then run every test (closing line: N passed, N failed; and
-#                       N skipped where a test could not run a check here)
+#                       N skipped where a test could not run a check here); each test's
+#                       line gives its wall and CPU seconds, the summary the framework
+#                       tests' (PyTorch, JAX: "# carve-test: frameworks") apart
+#   ./build.sh test-core        the same without the framework tests
+#   ./build.sh test-frameworks  the framework tests alone
+#   ./build.sh test-long [S]    every test in its long form (CARVE_TEST_LONG=1: the
+#                       shortened scripts' full runs; the fuzz targets S seconds each,
+#                       default 60)
 #   ./build.sh asan     the same tests built with AddressSanitizer + UBSan (build-asan/)
 #   ./build.sh bench    build, then run the benchmarks into build/BENCHMARKS-run.md (BENCHMARKS.md
 #                       is kept by hand: its first page says where new figures go)
@@ -112,14 +121,14 @@ need_testdata() {
 }
 
 # One makefile, kept here so the build stays one short file.
-run_make() { # $1 = output dir, $2 = extra CFLAGS, $3 = extra LDFLAGS
+run_make() { # $1 = output dir, $2 = extra CFLAGS, $3 = extra LDFLAGS[, $4 = what to make (default: all)]
     mpi_flags
     mkdir -p "$1"
     # the MPI backend's object changes with MPI's presence: rebuild it when that changed
     if [ "$(cat "$1/.mpi-flags" 2>/dev/null)" != "$MPI_CFLAGS" ]; then
         rm -f "$1/obj/exec/spmd_mpi.o"; echo "$MPI_CFLAGS" >"$1/.mpi-flags"
     fi
-    make --no-print-directory -j"$(nproc)" -f - OUT="$1" EXTRA_CFLAGS="$2 $MPI_CFLAGS" EXTRA_LDFLAGS="$3 $MPI_LIBS" <<'MK'
+    make --no-print-directory -j"$(nproc)" -f - OUT="$1" EXTRA_CFLAGS="$2 $MPI_CFLAGS" EXTRA_LDFLAGS="$3 $MPI_LIBS" ${4:-all} <<'MK'
 MODULES := ir onnx analysis cost search exec calib models autopart plan view session cli
 LIB_SRC := $(filter-out cli/main.c,$(foreach m,$(MODULES),$(wildcard $(m)/*.c)))
 TEST_SRC := $(wildcard tests/test_*.c)
@@ -155,39 +164,65 @@ MK
 
 # Runs every test program and every tests/*.sh end-to-end script; sums their
 # closing "N passed, N failed" lines (", N skipped" where any were skipped).
-# A test without that line, or whose status is not 0, fails.
+# A test without that line, or whose status is not 0, fails.  Each test's line
+# gives its wall and CPU seconds (user + system of everything it ran); the
+# closing lines add them up, the framework tests (PyTorch, JAX) apart.
+# CARVE_TEST_SET picks the tests: all (default), core (all but the framework
+# tests), frameworks (only them).  A framework test is a script or test
+# source that holds the line "# carve-test: frameworks" (tests that import
+# torch or jax: their own time is what they cost CI beyond the core suite).
+is_framework_test() { # $1 = test program or script
+    local src=$1
+    [[ "$src" == *.sh ]] || src=tests/$(basename "$src").c
+    grep -q '^\(#\|//\|/\*\) carve-test: frameworks' "$src" 2>/dev/null
+}
+cpu_now() { # CPU_NOW = user + system seconds of this shell's waited-for children so far
+    times >"$CPU_TIMES" # in this shell, not a subshell: its second line is the children's "1m2.345s 0m0.678s"
+    CPU_NOW=$(awk 'NR == 2 { split($0, a, /[ms ]+/); printf "%.1f", a[1] * 60 + a[2] + a[3] * 60 + a[4] }' "$CPU_TIMES")
+}
+minus() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.1f", a - b }'; }
 run_tests() { # $1 = output dir
-    local out=$1 total_p=0 total_f=0 total_s=0 status=0 t line p f s
+    local out=$1 total_p=0 total_f=0 total_s=0 status=0 t line p f s set=${CARVE_TEST_SET:-all}
+    local wall0=$SECONDS cpu0 fw_wall=0 fw_cpu=0 n_fw=0
+    CPU_TIMES=$(mktemp); cpu_now; cpu0=$CPU_NOW
+    case "$set" in all | core | frameworks) ;; *) echo "build.sh: CARVE_TEST_SET=$set: all, core or frameworks" >&2; return 2 ;; esac
     export CARVE_BIN="$PWD/$out/carve" CARVE_ROOT="$PWD"
     for t in "$out"/tests/test_* tests/e2e_*.sh; do
         [ -e "$t" ] || continue
         case "$t" in *.d|*.o) continue ;; esac
+        local fw=0; is_framework_test "$t" && fw=1
+        if { [ "$set" = core ] && [ $fw = 1 ]; } || { [ "$set" = frameworks ] && [ $fw = 0 ]; }; then continue; fi
         local log; log=$(mktemp)
-        local start=$SECONDS rc=0
+        local start=$SECONDS rc=0 c0 secs cpu
+        cpu_now; c0=$CPU_NOW
         if [[ "$t" == *.sh ]]; then bash "$t" >"$log" 2>&1 || rc=$?
         else "$t" >"$log" 2>&1 || rc=$?; fi
+        secs=$((SECONDS - start)); cpu_now; cpu=$(minus "$CPU_NOW" "$c0")
+        if [ $fw = 1 ]; then n_fw=$((n_fw + 1)); fw_wall=$((fw_wall + secs)); fw_cpu=$(minus "$fw_cpu" "-$cpu"); fi
         line=$(grep -E '^[0-9]+ passed, [0-9]+ failed(, [0-9]+ skipped)?$' "$log" | tail -n 1 || true)
         if [ -z "$line" ]; then
-            echo "FAIL $(basename "$t"): no closing line (crashed?)"; tail -n 20 "$log"; status=1; total_f=$((total_f + 1))
+            echo "FAIL $(basename "$t"): no closing line (crashed?) (${secs}s, ${cpu}s CPU)"; tail -n 20 "$log"; status=1; total_f=$((total_f + 1))
         else
             p=${line%% passed*}; f=${line#*passed, }; f=${f%% failed*}; s=0
             [[ "$line" == *skipped ]] && { s=${line##*failed, }; s=${s%% skipped}; }
             total_p=$((total_p + p)); total_f=$((total_f + f)); total_s=$((total_s + s))
             if [ "$f" != 0 ] || [ "$rc" != 0 ]; then
-                echo "FAIL $(basename "$t"): $line (exit $rc)"; grep -E '^FAIL|check failed|error' "$log" | head -n 20 || true; status=1
+                echo "FAIL $(basename "$t"): $line (exit $rc) (${secs}s, ${cpu}s CPU)"; grep -E '^FAIL|check failed|error' "$log" | head -n 20 || true; status=1
                 [ "$f" = 0 ] && total_f=$((total_f + 1))
             else
-                echo "ok   $(basename "$t"): $line ($((SECONDS - start))s)"
+                echo "ok   $(basename "$t"): $line (${secs}s, ${cpu}s CPU)"
                 if [ "$s" != 0 ]; then grep -E '^skip ' "$log" | head -n 10 | sed 's/^/       /' || true; fi
             fi
         fi
         rm -f "$log"
     done
+    cpu_now; rm -f "$CPU_TIMES"
+    echo "tests ($set): $((SECONDS - wall0)) s wall, $(minus "$CPU_NOW" "$cpu0") s CPU;" \
+        "of which the $n_fw framework tests (PyTorch, JAX): $fw_wall s wall, $fw_cpu s CPU"
     if [ "$total_s" -gt 0 ]; then echo "$total_p passed, $total_f failed, $total_s skipped"
     else echo "$total_p passed, $total_f failed"; fi
     return $status
 }
-
 
 # libFuzzer targets (fuzz/fuzz_*.c) built with clang on the whole library,
 # instrumented for coverage, ASan and UBSan.  Nothing here runs without clang.
@@ -270,8 +305,22 @@ run_fuzz() { # $1 = fuzz build dir, $2 = seconds per target
 case "$mode" in
 build)
     need_pkgs; run_make build "" "" ;;
-test)
-    need_pkgs; need_browser; need_testdata; need_venv; run_make build "" ""; run_tests build ;;
+demo) # the first command: carve built where needed, then a plan for GPT-1.3B over 8 A100s
+    need_pkgs; run_make build "" "" build/carve
+    demo_out=build/plan-gpt-1.3b.json
+    echo "build.sh: build/carve autopart --model gpt-1.3b --mesh batch=4,model=2 --hw a100 --out $demo_out" >&2
+    build/carve autopart --model gpt-1.3b --mesh batch=4,model=2 --hw a100 --out "$demo_out"
+    echo
+    echo "next: build/carve explain $demo_out; build/carve report $demo_out --html plan.html; ./build.sh test (README.md: the tour)" ;;
+test | test-core | test-frameworks | test-long)
+    need_pkgs; need_browser; need_testdata; need_venv; run_make build "" ""
+    case "$mode" in
+    test-core) export CARVE_TEST_SET=core ;;
+    test-frameworks) export CARVE_TEST_SET=frameworks ;;
+    test-long) # the long forms of the shortened scripts (CARVE_TEST_LONG=1), then the fuzz campaign
+        export CARVE_TEST_LONG=1 CARVE_FUZZ_SMOKE_S=${2:-60} ;;
+    esac
+    run_tests build ;;
 asan)
     need_pkgs; need_testdata; need_venv
     run_make build-asan "-O1 -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined" \
@@ -292,5 +341,6 @@ fuzz-smoke) # what tests/e2e_fuzz.sh runs: each target CARVE_FUZZ_SMOKE_S second
 clean)
     rm -rf build build-asan build-fuzz ;;
 *)
-    echo "usage: ./build.sh [build|test|asan|bench|fuzz [SECONDS]|clean]" >&2; exit 2 ;;
+    echo "usage: ./build.sh [build|demo|test|test-core|test-frameworks|test-long [FUZZ_SECONDS]|asan|bench|fuzz [SECONDS]|clean]" >&2
+    exit 2 ;;
 esac

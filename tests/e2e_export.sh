@@ -9,6 +9,7 @@
 # (docs/export.md says it has not run).
 # Closing line: N passed, N failed (, N skipped).
 set -u
+# carve-test: frameworks (loads the exports into JAX where it is installed)
 . "$(dirname "$0")/lib_e2e.sh"
 carve=${CARVE_BIN:-$(dirname "$0")/../build/carve}
 root=${CARVE_ROOT:-$(cd "$(dirname "$0")/.." && pwd)}

@@ -2,6 +2,8 @@
 # e2e_pipe_run.sh - `carve run` of pipelined GPT and LLaMA presets (tiny
 # sizes, 8 layers) on simulated devices and on MPI ranks, checked against
 # the single-device reference of the unrolled step.
+# (The suite's form runs 4 of the 12 MPI pairs below, every schedule, model and
+# rank count at least once; CARVE_TEST_LONG=1, ./build.sh test-long, all 12.)
 #
 # Threads: every schedule (GPipe, 1F1B, interleaved 1F1B with 2 chunks) on 4
 # devices (4 stages) and on 8 (4 stages of a Megatron tensor-parallel pair),
@@ -72,12 +74,21 @@ mpi_same() { # NAME N THREADS_OUT ARGS...
 if ! command -v mpirun >/dev/null 2>&1 || ! "$carve" run --backend mpi --model mlp-tiny --mesh batch=1 --schedule dp:batch >/dev/null 2>&1; then
     missing mpi "pipelined runs on MPI ranks" "MPI is not built in (or mpirun is missing)"
 else
-    for sched in gpipe 1f1b interleaved-2; do
-        for model in $GPT $LLAMA; do
+    # every schedule, model and rank count at least once (4 runs; the 12 pairs with CARVE_TEST_LONG=1, ./build.sh test-long:
+    # 8 ranks on 2 cores take 10-30 s a run)
+    mpi_runs="$GPT/gpipe/4 $LLAMA/1f1b/8 $GPT/interleaved-2/8 $LLAMA/interleaved-2/4"
+    if [ "${CARVE_TEST_LONG:-0}" = 1 ]; then
+        mpi_runs=""
+        for sched in gpipe 1f1b interleaved-2; do for model in $GPT $LLAMA; do mpi_runs+=" $model/$sched/4 $model/$sched/8"; done; done
+    fi
+    for run in $mpi_runs; do
+        IFS=/ read -r model sched n <<<"$run"
+        if [ "$n" = 4 ]; then
             mpi_same "$model $sched on 4 ranks" 4 "t4-$model-$sched.txt" --model $model --mesh pipe=4 --schedule "pipeline:pipe:4:$sched"
+        else
             mpi_same "$model $sched on 8 ranks" 8 "t8-$model-$sched.txt" --model $model --mesh pipe=4,model=2 \
                 --schedule "pipeline:pipe:4:$sched,megatron:model"
-        done
+        fi
     done
 fi
 
