@@ -35,6 +35,7 @@
 typedef struct cost_link {
     double bandwidth; /* bytes/s each device sends (and receives) at once */
     double latency;   /* seconds per step of a collective (alpha) */
+    char name[32];    /* what the link is ("NVLink 3", "InfiniBand HDR"; a profile's "name"), "" unnamed */
 } cost_link;
 
 /* One einsum shape a CPU profile was calibrated at (`carve calibrate
@@ -96,6 +97,10 @@ typedef struct cost_hw {
     int n_gemm_times;              /* CPU profiles calibrated at a model's shapes: einsum shapes timed */
     cost_gemm_time gemm_times[COST_MAX_GEMM_TIMES];
     int n_axis_links;              /* links given per mesh axis name (override the hierarchy) */
+    int axis_ordered;              /* 1: price mesh axis a as if it were the axis_order[a]-th (devices
+                                      numbered in that order); never in a file: what-if pricing
+                                      (cost_mesh_order_warning) */
+    int8_t axis_order[SHARD_MAX_AXES];
     char axis_names[SHARD_MAX_AXES][SHARD_AXIS_NAME];
     cost_link axis_links[SHARD_MAX_AXES];
 } cost_hw;
@@ -120,6 +125,9 @@ char *cost_hw_to_json(const cost_hw *hw);
 /* Writes atomically (temporary file in the same folder, then rename). */
 int cost_hw_save(const cost_hw *hw, const char *path, char *err, size_t errlen);
 
+/* The distance between neighbours of `axis` in device numbers: the product
+ * of the sizes of the axes after it (in hw->axis_order when axis_ordered). */
+int64_t cost_axis_stride(const cost_hw *hw, const shard_mesh *mesh, int axis);
 /* The link a collective over mesh axis `axis` uses: the axis' own link if the
  * profile names it, else intra when stride(axis) * size(axis) <= node_devices
  * (devices numbered row-major, last axis fastest), else inter. */
@@ -342,5 +350,52 @@ double cost_reward(const cost_estimate *e, double baseline_time);
 
 /* A time for people: "12.345 ms" style (s, ms or us, three decimals). */
 void cost_fmt_time(double s, char *buf, size_t n);
+
+/* ---- links, throughput and MFU (throughput.c) ------------------------- */
+
+/* What mesh axis `name` runs its collectives on (cost_axis_levels). */
+typedef struct cost_axis_info {
+    char name[SHARD_AXIS_NAME];
+    int64_t size;
+    int named;                 /* the profile gives this axis its own link (axis_links) */
+    int across_nodes;          /* its devices lie in more than one node */
+    int levels;                /* 1, or 2: inside each node, then across nodes (hierarchical) */
+    int64_t level_size[2];
+    cost_link level_link[2];
+} cost_axis_info;
+/* Fills out[0..mesh->n_axes) and returns the count. */
+int cost_mesh_axes(const cost_hw *hw, const shard_mesh *mesh, cost_axis_info *out);
+/* "NVLink 3, 200 GB/s" / "... among 8 in a node, then InfiniBand HDR, 21.2 GB/s
+ * across 4 nodes".  Returns buf. */
+char *cost_axis_link_str(const cost_hw *hw, const cost_axis_info *x, char *buf, size_t n);
+/* The name of the link of level `level` ("NVLink 3"; "intra-node link" when
+ * the profile names none). */
+const char *cost_axis_link_name(const cost_hw *hw, const cost_axis_info *x, int level);
+/* 1 with one line in buf when another order of p's mesh axes (devices are
+ * numbered row-major, the last axis fastest, so the order decides which
+ * axes stay inside a node) makes p's step at least 5% shorter: the order
+ * whose collectives, each priced alone, take least is priced again in full
+ * (ws: a workspace of p's graph, which this uses; e: p's estimate on hw),
+ * and the line names it, the axis it brings inside a node and both step
+ * times.  Else 0 and "".  Profiles that name per-axis links or share memory,
+ * and pipelined plans (their transfers follow device numbers): 0. */
+int cost_mesh_order_warning(cost_ws *ws, const spmd_program *p, const cost_hw *hw, const cost_options *opt,
+                            const cost_estimate *e, char *buf, size_t n);
+
+/* A step's throughput: `units` tokens (or samples) a step, model_flops a
+ * step (all devices; docs/cost-model.md defines them), on `devices` devices
+ * of matmul peak `peak` FLOP/s each. */
+typedef struct cost_throughput {
+    const char *unit;          /* "tokens" or "samples" */
+    double per_step, per_second, per_device; /* units a step, a second, a second per device */
+    double model_flops;        /* a step, all devices */
+    double achieved;           /* model FLOP/s per device */
+    double peak;               /* the matmul peak per device it is measured against */
+    double mfu;                /* achieved / peak */
+    int64_t devices;
+} cost_throughput;
+void cost_throughput_of(double units, const char *unit, double model_flops, double step_time, int64_t devices, double peak,
+                        cost_throughput *out);
+
 
 #endif

@@ -41,19 +41,19 @@ typedef struct preset {
  * links (NCCL and ICI step latencies of a few microseconds), stated as such
  * in the docs. */
 static const preset presets[] = {
-    {"tpu-v3", 123e12 / 6, 123e12 / 6, 123e12, 123e12, 123e12 / 6, 900e9, 32 * GIB, 0, 1024, {166e9, 1e-6}, {3.1e9, 20e-6}, 0,
+    {"tpu-v3", 123e12 / 6, 123e12 / 6, 123e12, 123e12, 123e12 / 6, 900e9, 32 * GIB, 0, 1024, {166e9, 1e-6, "ICI"}, {3.1e9, 20e-6, "DCN"}, 0,
      0, 0, 0, 0,
      "Cloud TPU v3 system architecture (cloud.google.com/tpu/docs/v3): 123 TFLOP/s bf16 per chip, 32 GiB HBM2 at "
      "900 GB/s, 1024-chip pod, 340 TB/s pod all-reduce bandwidth; f32 matmul = 6 bf16 passes"},
-    {"a100", 19.5e12, 156e12, 312e12, 312e12, 19.5e12, 1820e9, 80 * GIB, 0, 8, {200e9, 3e-6}, {21.2e9, 8e-6}, 0,
+    {"a100", 19.5e12, 156e12, 312e12, 312e12, 19.5e12, 1820e9, 80 * GIB, 0, 8, {200e9, 3e-6, "NVLink 3"}, {21.2e9, 8e-6, "InfiniBand HDR"}, 0,
      0.85, 0.60, 128, 108,
      "A100 80GB SXM: data-sheet peaks 19.5 fp32, 156 tf32, 312 bf16 TFLOP/s; achievable: GEMM 0.85 of peak on 108 SMs, "
      "HBM2e 1820 of 2039 GB/s, NVLink 200 of 300 GB/s, HDR IB 21.2 of 25 GB/s per GPU; 8 per node"},
-    {"h100", 67e12, 494.7e12, 989e12, 989e12, 67e12, 2980e9, 80 * GIB, 0, 8, {300e9, 3e-6}, {42.4e9, 8e-6}, 0,
+    {"h100", 67e12, 494.7e12, 989e12, 989e12, 67e12, 2980e9, 80 * GIB, 0, 8, {300e9, 3e-6, "NVLink 4"}, {42.4e9, 8e-6, "InfiniBand NDR"}, 0,
      0.80, 0.35, 128, 132,
      "H100 SXM: data-sheet peaks 67 fp32, 494.7 tf32, 989 bf16 TFLOP/s; achievable: GEMM 0.80 of peak on 132 SMs, "
      "HBM3 2980 of 3350 GB/s, NVLink 300 of 450 GB/s, NDR IB 42.4 of 50 GB/s per GPU; 8 per node"},
-    {"cpu", 100e9, 100e9, 100e9, 100e9, 4e9, 7.5e9, 4 * GIB, 1e-6, 1 << 20, {7.5e9, 5e-6}, {7.5e9, 5e-6}, 2, 0, 0, 0, 0,
+    {"cpu", 100e9, 100e9, 100e9, 100e9, 4e9, 7.5e9, 4 * GIB, 1e-6, 1 << 20, {7.5e9, 5e-6, "shared memory"}, {7.5e9, 5e-6, "shared memory"}, 2, 0, 0, 0, 0,
      "nominal figures of a 2-core development VM (docs/cost-model.md, \"The CPU model\"); run carve calibrate for measured ones"},
 };
 #define N_PRESETS ((int)(sizeof presets / sizeof presets[0]))
@@ -238,19 +238,25 @@ int cost_hw_check(const cost_hw *hw, char *err, size_t errlen)
     return 0;
 }
 
+int64_t cost_axis_stride(const cost_hw *hw, const shard_mesh *mesh, int axis)
+{
+    int64_t stride = 1;
+    for (int a = 0; a < mesh->n_axes; a++)
+        if (hw->axis_ordered ? hw->axis_order[a] > hw->axis_order[axis] : a > axis) stride *= mesh->sizes[a];
+    return stride;
+}
+
 cost_link cost_axis_link(const cost_hw *hw, const shard_mesh *mesh, int axis)
 {
     for (int i = 0; i < hw->n_axis_links; i++)
         if (!strcmp(hw->axis_names[i], mesh->names[axis])) return hw->axis_links[i];
-    int64_t stride = 1;
-    for (int a = axis + 1; a < mesh->n_axes; a++) stride *= mesh->sizes[a];
+    int64_t stride = cost_axis_stride(hw, mesh, axis);
     return stride * mesh->sizes[axis] <= hw->node_devices ? hw->intra : hw->inter;
 }
 
 int cost_axis_levels(const cost_hw *hw, const shard_mesh *mesh, int axis, int64_t *sizes, cost_link *links)
 {
-    int64_t n = mesh->sizes[axis], stride = 1;
-    for (int a = axis + 1; a < mesh->n_axes; a++) stride *= mesh->sizes[a];
+    int64_t n = mesh->sizes[axis], stride = cost_axis_stride(hw, mesh, axis);
     int named = 0;
     for (int i = 0; i < hw->n_axis_links; i++) named |= !strcmp(hw->axis_names[i], mesh->names[axis]);
     int64_t inner = stride < hw->node_devices && hw->node_devices % stride == 0 ? hw->node_devices / stride : 1;
@@ -291,8 +297,22 @@ static int read_num(const cJSON *x, const hw_row *r, void *base, const char *whe
     return 0;
 }
 
-/* Reads object o by rows: every key must be a row (or, at the top, one of the
- * named extras handled by the caller), none twice; required rows present. */
+/* A link object's optional "name" (what the link is: "NVLink 3"). */
+static const char *const link_extras[] = {"name", NULL};
+static int read_link_name(const cJSON *o, cost_link *l, const char *where, const char *path, char *err, size_t errlen)
+{
+    const cJSON *x = cJSON_GetObjectItemCaseSensitive(o, "name");
+    if (!x) return 0;
+    if (!cJSON_IsString(x) || strlen(x->valuestring) >= sizeof l->name || !x->valuestring[0])
+        return ir_errf(err, errlen, "%s: %sname: must be a string of 1 to %zu characters", where, path, sizeof l->name - 1);
+    for (const char *c = x->valuestring; *c; c++)
+        if ((unsigned char)*c < 0x20 || *c == 0x7f) return ir_errf(err, errlen, "%s: %sname: a control character", where, path);
+    memcpy(l->name, x->valuestring, strlen(x->valuestring) + 1);
+    return 0;
+}
+
+/* Reads object o by rows: every key must be a row (or one of the named
+ * extras handled by the caller), none twice; required rows present. */
 static int read_rows(const cJSON *o, const hw_row *rows, int n, void *base, const char *where, const char *path,
                      const char *const *extras, char *err, size_t errlen)
 {
@@ -314,7 +334,11 @@ static int read_rows(const cJSON *o, const hw_row *rows, int n, void *base, cons
         if (r->kind == HW_OBJECT) {
             char sub[96];
             snprintf(sub, sizeof sub, "%s%s.", path, r->key);
-            if (read_rows(x, r->sub, r->n_sub, (char *)base + r->offset, where, sub, NULL, err, errlen) < 0) return -1;
+            if (read_rows(x, r->sub, r->n_sub, (char *)base + r->offset, where, sub, r->sub == link_rows ? link_extras : NULL,
+                          err, errlen) < 0)
+                return -1;
+            if (r->sub == link_rows && read_link_name(x, (cost_link *)((char *)base + r->offset), where, sub, err, errlen) < 0)
+                return -1;
         } else if (read_num(x, r, base, where, path, err, errlen) < 0) {
             return -1;
         }
@@ -371,7 +395,9 @@ static int read_axis_links(const cJSON *al, cost_hw *hw, const char *where, char
         snprintf(path, sizeof path, "axis_links.%s.", x->string);
         snprintf(hw->axis_names[hw->n_axis_links], SHARD_AXIS_NAME, "%s", x->string);
         cost_link *l = &hw->axis_links[hw->n_axis_links++];
-        if (read_rows(x, link_rows, 2, l, where, path, NULL, err, errlen) < 0) return -1;
+        if (read_rows(x, link_rows, 2, l, where, path, link_extras, err, errlen) < 0 ||
+            read_link_name(x, l, where, path, err, errlen) < 0)
+            return -1;
     }
     return 0;
 }
@@ -477,6 +503,7 @@ static cJSON *link_json(const cost_link *l)
     cJSON *o = cJSON_CreateObject();
     add_num(o, "bandwidth", l->bandwidth);
     add_num(o, "latency", l->latency);
+    if (l->name[0]) cJSON_AddStringToObject(o, "name", l->name);
     return o;
 }
 

@@ -1200,6 +1200,28 @@ double ir_op_flops(const ir_graph *g, int op)
     return ir_op_flops_dims(o, rank, (const int64_t(*)[IR_MAX_RANK])dims, out->rank, out->dims);
 }
 
+double ir_model_flops(const ir_graph *g)
+{
+    if (g->loss < 0) return 0;
+    unsigned char *need = ir_xcalloc((size_t)g->n_values + 1, 1);
+    need[g->loss] = 1;
+    double f = 0;
+    for (int i = g->n_ops - 1; i >= 0; i--) {
+        const ir_op *o = &g->ops[i];
+        if (!need[o->out]) continue;
+        for (int k = 0; k < o->n_in; k++) need[o->in[k]] = 1;
+        if (o->kind == IR_OP_EINSUM) f += ir_op_flops(g, i);
+        else if (o->kind == IR_OP_ATTENTION) { /* its two products whole, causal or not */
+            const ir_value *q = &g->values[o->in[0]];
+            ir_op whole = *o;
+            whole.attrs.n_ints = 0;
+            f += 4 * ir_attention_count(&whole, q->rank, q->dims, g->values[o->in[1]].dims[1]);
+        }
+    }
+    free(need);
+    return 3 * f;
+}
+
 double ir_graph_flops(const ir_graph *g)
 {
     double f = 0;

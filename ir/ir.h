@@ -416,6 +416,11 @@ double ir_op_flops(const ir_graph *g, int op);
 double ir_op_flops_dims(const ir_op *o, const int *in_rank, const int64_t (*in_dims)[IR_MAX_RANK], int out_rank,
                         const int64_t *out_dims);
 double ir_graph_flops(const ir_graph *g);
+/* Model FLOPs of a training step (what MFU counts): 3 x the FLOPs of the
+ * forward matrix products the loss depends on (einsums; a fused attention's
+ * two products counted whole, causal or not), as Megatron-LM and PaLM count
+ * them; recomputation and the optimizer are not counted.  0 without a loss. */
+double ir_model_flops(const ir_graph *g);
 /* The element count of a fused attention op (ops.def's ATTN count) on q's
  * dims and the number of keys: b*heads*s*t*d, halved when causal. */
 double ir_attention_count(const ir_op *o, int q_rank, const int64_t *q_dims, int64_t keys);

@@ -370,6 +370,17 @@ double model_forward_flops(const model_config *cfg)
 
 double model_step_flops(const model_config *cfg) { return 3 * model_forward_flops(cfg); }
 
+double model_step_units(const model_config *cfg, const char **unit)
+{
+    int64_t b = model_get(cfg, "batch"), s = model_get(cfg, "seq");
+    int64_t es = model_get(cfg, "enc_seq"), ds = model_get(cfg, "dec_seq");
+    *unit = "tokens";
+    if (b > 0 && s > 0) return (double)b * (double)s;
+    if (b > 0 && es > 0 && ds > 0) return (double)b * (double)(es + ds); /* t5: encoder and decoder tokens */
+    *unit = "samples";
+    return b > 0 ? (double)b : 1; /* gns: one graph a step */
+}
+
 ir_graph *model_build_forward(const model_config *cfg, char *err, size_t errlen)
 {
     const model_def *m = family_of(cfg);

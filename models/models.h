@@ -107,6 +107,10 @@ int64_t model_param_count(const model_config *cfg);
  * forward).  Both from formulas; the forward one matches the graph exactly. */
 double model_forward_flops(const model_config *cfg);
 double model_step_flops(const model_config *cfg);
+/* What one training step consumes, for throughput: tokens (batch x seq; t5:
+ * batch x (enc_seq + dec_seq)) for the token models, else samples (the
+ * batch; gns: one graph).  *unit gets "tokens" or "samples". */
+double model_step_units(const model_config *cfg, const char **unit);
 
 /* The per-model builders behind model_build_forward (cfg->family must match);
  * they return a new forward graph (caller owns) or NULL with a message. */

@@ -112,7 +112,7 @@ static void test_formulas(void)
     cost_hw h2 = hw;
     h2.n_axis_links = 1;
     strcpy(h2.axis_names[0], "batch");
-    h2.axis_links[0] = (cost_link){1e9, 1e-5};
+    h2.axis_links[0] = (cost_link){1e9, 1e-5, ""};
     CHECK(cost_axis_link(&h2, &m, 0).bandwidth == 1e9);
     /* single-axis times against the alpha-beta formulas (tolerance: the
      * same products summed in another order) */
@@ -757,7 +757,7 @@ static void test_profiles(void)
     cost_hw_preset("h100", &hw, err, sizeof err);
     hw.n_axis_links = 1;
     strcpy(hw.axis_names[0], "model");
-    hw.axis_links[0] = (cost_link){123.5e9, 0.1 + 0.2};
+    hw.axis_links[0] = (cost_link){123.5e9, 0.1 + 0.2, "rail"};
     CHECK(cost_hw_save(&hw, path, err, sizeof err) == 0);
     cost_hw back;
     CHECKF(cost_hw_lookup(path, &back, err, sizeof err) == 0, "%s", err);

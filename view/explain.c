@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include "analysis/structure.h"
+#include "models/models.h"
 
 /* ---- the strategy in words ------------------------------------------------ */
 
@@ -187,6 +188,60 @@ static void name_collectives(view_explanation *x)
     }
 }
 
+/* ---- links, throughput, MFU ------------------------------------------------------ */
+
+/* Seconds of a step's collectives over each axis, as priced (a collective
+ * over several axes counts for each). */
+static void axis_comm(const view_explanation *x, const double *instr_time, double *comm)
+{
+    const spmd_program *p = x->p;
+    for (int i = 0; i < p->n_instrs; i++) {
+        const spmd_instr *in = &p->instrs[i];
+        if (!is_collective(in) || spmd_kind_is_p2p(in->kind)) continue;
+        for (int a = 0; a < p->mesh.n_axes; a++)
+            if (in->axes >> a & 1) comm[a] += instr_time[i];
+    }
+}
+
+/* Tokens (or samples) a step: the model's (model_step_units) when x->model
+ * is a model spec, else the graph's first i32 input of rank >= 2 (token
+ * ids), else its first input's dim 0; times the micro-batches of a
+ * pipeline's body. */
+static double step_units(const view_explanation *x, const char **unit)
+{
+    model_config c;
+    if (x->model && model_parse(x->model, &c, NULL, 0) == 0) return model_step_units(&c, unit);
+    const ir_graph *g = x->st->g;
+    double units = 0, m = x->pp ? x->pp->spec.microbatches : 1;
+    for (int v = 0; v < g->n_values && !units; v++)
+        if (g->values[v].role == IR_INPUT && g->values[v].dtype == IR_I32 && g->values[v].rank >= 2) {
+            *unit = "tokens";
+            units = (double)ir_numel(&g->values[v]);
+        }
+    for (int v = 0; v < g->n_values && !units; v++)
+        if (g->values[v].role == IR_INPUT && g->values[v].rank >= 1) {
+            *unit = "samples";
+            units = (double)g->values[v].dims[0];
+        }
+    return units * m;
+}
+
+static void throughput(view_explanation *x)
+{
+    x->n_axes = cost_mesh_axes(x->hw, &x->st->mesh, x->axes);
+    if (x->p && x->e && x->e->instr_time) axis_comm(x, x->e->instr_time, x->axis_comm);
+    if (x->p && x->e && x->opt && !x->pp) { /* priced again in a workspace of its own: x->e's arrays stay */
+        cost_ws *ws = cost_ws_new(x->p->g);
+        cost_mesh_order_warning(ws, x->p, x->hw, x->opt, x->e, x->mesh_warning, sizeof x->mesh_warning);
+        cost_ws_free(ws);
+    }
+    if (!x->e) return;
+    const char *unit = "samples";
+    double units = step_units(x, &unit), flops = ir_model_flops(x->st->g) * (x->pp ? x->pp->spec.microbatches : 1);
+    cost_precision prec = x->opt ? x->opt->precision : cost_default_precision(x->hw);
+    cost_throughput_of(units, unit, flops, x->e->step_time, x->st->mesh.n_devices, cost_matmul_peak(x->hw, prec, 0), &x->tput);
+}
+
 void view_explain(view_explanation *x)
 {
     const ir_graph *g = x->st->g;
@@ -195,6 +250,7 @@ void view_explain(view_explanation *x)
     x->alike = ir_xcalloc((size_t)g->n_values + 1, 1);
     for (int v = 0; v < g->n_values; v++) x->alike[v] = g->values[v].layer == 0 && alike(x->st, v);
     x->best = x->ex ? autopart_best_expert(x->ex, x->n_ex) : -1;
+    if (x->hw) throughput(x);
     if (!x->p) return;
     x->coll_rep = layer_reps(g->n_layers, collectives_eq, x->p);
     if (x->e) {

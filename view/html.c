@@ -2,12 +2,16 @@
  * self-contained page with inline SVG (carve report PLAN --html out.html,
  * carve explain --html, docs/report.md).
  *
+ *  - a summary (model, mesh, hardware, schedule, step time, peak memory,
+ *    strategy, throughput and MFU, each axis's link, the mesh-order warning),
+ *    then the pipeline's schedule, the timeline, memory, and the shardings:
  *  - per argument (params and inputs of layer 0 and outside layers; the other
  *    layers are folded when their sharding is layer 0's, the explanation's
  *    per-value fold; optimizer states are sharded like their params): the
  *    mesh as a grid, first axis down, the
  *    others across, and in each device the block of the tensor it holds
- *    ([0:1024, :]); devices holding the same block share a colour;
+ *    ([0:1024, :], every block written: no cell says "(hover)"); devices
+ *    holding the same block share a colour;
  *  - per phase (forward, backward, optimizer): a timeline of the program's
  *    instructions as the cost model priced them (cost_estimate.instr_time):
  *    runs of compute as one bar, each collective as its own bar with a tooltip
@@ -95,32 +99,51 @@ static int64_t block_id(const shard_mesh *m, const ir_value *x, const shard_spec
     return id;
 }
 
+/* The longest block text of value v over the devices, in characters. */
+static size_t longest_block(const shard_state *st, int v)
+{
+    char blk[160];
+    size_t w = 0;
+    for (int64_t dev = 0; dev < st->mesh.n_devices; dev++) {
+        block_text(&st->mesh, &st->g->values[v], &st->spec[v], dev, blk, sizeof blk);
+        if (strlen(blk) > w) w = strlen(blk);
+    }
+    return w;
+}
+
+/* The mesh as a grid (first axis down, the others across), every device's
+ * block written in its cell: cells as wide as the longest block (10 px
+ * monospace: 6.1 px a character), a mesh row of more than 16 devices
+ * wrapped onto several rows of 16. */
+#define GRID_WRAP 16
 static void mesh_grid(FILE *f, const shard_state *st, int v)
 {
     const shard_mesh *m = &st->mesh;
     const ir_value *x = &st->g->values[v];
     int64_t rows = m->n_axes > 1 ? m->sizes[0] : 1, cols = m->n_devices / rows;
-    int cw = cols > 16 ? 36 : 96, ch = rows > 16 ? 18 : 34;
+    int64_t per = cols > GRID_WRAP ? GRID_WRAP : cols, wraps = (cols + per - 1) / per;
+    size_t chars = longest_block(st, v);
+    int cw = (int)(chars * 6.1) + 10, ch = 34;
+    if (cw < 64) cw = 64;
     int64_t nblocks = 1;
     for (int d = 0; d < x->rank; d++) nblocks *= shard_dim_shards(m, &st->spec[v], d);
-    fprintf(f, "<svg width=\"%lld\" height=\"%lld\" data-value=\"%d\">", (long long)(cols * cw + 2), (long long)(rows * ch + 2), v);
+    fprintf(f, "<svg width=\"%lld\" height=\"%lld\" data-value=\"%d\">", (long long)(per * cw + 2),
+            (long long)(rows * wraps * ch + (rows > 1 ? (rows - 1) * 4 : 0) + 2), v);
     char blk[160];
     for (int64_t dev = 0; dev < m->n_devices; dev++) {
         int64_t r = m->n_axes > 1 ? shard_device_coord(m, dev, 0) : 0, c = dev - r * cols;
+        int64_t gx = c % per, gy = r * wraps + c / per;
+        long long px = 1 + gx * cw, py = 1 + gy * ch + r * 4;
         int64_t id = block_id(m, x, &st->spec[v], dev);
         int hue = nblocks > 1 ? (int)(id * 360 / nblocks) : 0;
         block_text(m, x, &st->spec[v], dev, blk, sizeof blk);
         fprintf(f, "<g><rect class=\"dev\" data-block=\"%lld\" x=\"%lld\" y=\"%lld\" width=\"%d\" height=\"%d\" fill=\"hsl(%d,%d%%,%d%%)\" stroke=\"#fff\"/>",
-                (long long)id, (long long)(1 + c * cw), (long long)(1 + r * ch), cw - 2, ch - 2, hue, nblocks > 1 ? 60 : 0,
-                nblocks > 1 ? 80 : 88);
+                (long long)id, px, py, cw - 2, ch - 2, hue, nblocks > 1 ? 60 : 0, nblocks > 1 ? 80 : 88);
         fprintf(f, "<title>device %lld holds %s</title>", (long long)dev, blk);
-        if (cw >= 96) {
-            fprintf(f, "<text x=\"%lld\" y=\"%lld\">dev %lld</text>", (long long)(4 + c * cw), (long long)(12 + r * ch), (long long)dev);
-            fprintf(f, "<text x=\"%lld\" y=\"%lld\">", (long long)(4 + c * cw), (long long)(26 + r * ch));
-            esc(f, strlen(blk) > 15 ? "(hover)" : blk);
-            fputs("</text>", f);
-        }
-        fputs("</g>", f);
+        fprintf(f, "<text x=\"%lld\" y=\"%lld\">dev %lld</text><text x=\"%lld\" y=\"%lld\">", px + 3, py + 11, (long long)dev,
+                px + 3, py + 25);
+        esc(f, blk);
+        fputs("</text></g>", f);
     }
     fputs("</svg>", f);
 }
@@ -130,9 +153,10 @@ static void shardings_section(FILE *f, const view_explanation *vx)
     const shard_state *st = vx->st;
     const ir_graph *g = st->g;
     char ty[128], ps[256];
-    fputs("<h2>Shardings</h2><p class=\"note\">The mesh as a grid (first axis down, the others across); each "
-          "device shows the block it holds. Devices of one colour hold the same block. Parameters and inputs of "
-          "layer 0 and outside the layers; optimizer states are sharded like their params.</p><div class=\"args\">",
+    fputs("<h2>Shardings</h2><p class=\"note\">The mesh as a grid (first axis down, the others across; a row of "
+          "more than 16 devices wrapped); each device shows the block it holds. Devices of one colour hold the same "
+          "block. Parameters and inputs of layer 0 and outside the layers; optimizer states are sharded like their "
+          "params.</p><div class=\"args\">",
           f);
     for (int v = 0; v < g->n_values; v++) {
         const ir_value *x = &g->values[v];
@@ -502,6 +526,32 @@ static void search_section(FILE *f, const plan_search *s)
 #undef CY
 }
 
+/* The summary's rows beyond the step and the memory: the strategy, the
+ * throughput and MFU, each axis's link, the mesh-order warning. */
+static void summary_rows(FILE *f, const view_explanation *x)
+{
+    char l[256];
+    fputs("<tr><td>strategy</td><td>", f);
+    esc(f, x->strategy);
+    fputs("</td></tr>", f);
+    const cost_throughput *t = &x->tput;
+    if (t->unit && t->per_second > 0)
+        fprintf(f, "<tr><td>throughput</td><td>%.4g %s/s, %.4g per device; MFU %.1f%% (docs/cost-model.md)</td></tr>",
+                t->per_second, t->unit, t->per_device, 100 * t->mfu);
+    for (int i = 0; i < x->n_axes; i++) {
+        fprintf(f, "<tr><td>%s</td><td><code>", i ? "" : "links");
+        esc(f, x->axes[i].name);
+        fprintf(f, "=%lld</code>: ", (long long)x->axes[i].size);
+        esc(f, cost_axis_link_str(x->hw, &x->axes[i], l, sizeof l));
+        fputs("</td></tr>", f);
+    }
+    if (x->mesh_warning[0]) {
+        fputs("<tr><td>warning</td><td>", f);
+        esc(f, x->mesh_warning);
+        fputs("</td></tr>", f);
+    }
+}
+
 static const char *const script =
     "document.querySelectorAll('svg[data-value]').forEach(function(s){"
     "s.querySelectorAll('rect.dev').forEach(function(r){"
@@ -547,12 +597,14 @@ int view_render_html(const view_explanation *x, FILE *f)
             pl->options.overlap ? ", overlapped" : "");
     fmt_bytes(e->peak_memory, a, sizeof a);
     fmt_bytes(e->capacity, b, sizeof b);
-    fprintf(f, "<tr><td>peak memory</td><td>%s of %s per device</td></tr></table>\n", a, b);
+    fprintf(f, "<tr><td>peak memory</td><td>%s of %s per device</td></tr>\n", a, b);
+    summary_rows(f, x);
+    fputs("</table>\n", f);
     if (x->pp && x->pe) schedule_section(f, x->pp, x->pe);
-    shardings_section(f, x);
     timeline_section(f, x->p, x->instr_time, x->pp != NULL);
     if (x->pp && x->pe) memory_stages_section(f, x->pe, x->pp->spec.chunks, e);
     else memory_section(f, &st->mesh, e);
+    shardings_section(f, x);
     search_section(f, &pl->search);
     fprintf(f, "\n<script>%s</script>\n</body></html>\n", script);
     return ferror(f) ? -1 : 0;

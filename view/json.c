@@ -170,11 +170,50 @@ static void add_pipeline(cJSON *j, const view_explanation *x)
     }
 }
 
+/* Each axis's link, the mesh-order warning and the throughput (docs/json-output.md). */
+static void add_practice(cJSON *j, const view_explanation *x)
+{
+    if (!x->hw) return;
+    cJSON *ax = cJSON_AddArrayToObject(j, "links");
+    for (int i = 0; i < x->n_axes; i++) {
+        const cost_axis_info *a = &x->axes[i];
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddStringToObject(o, "axis", a->name);
+        cJSON_AddItemToObject(o, "size", num((double)a->size));
+        cJSON_AddBoolToObject(o, "across_nodes", a->across_nodes);
+        cJSON_AddItemToObject(o, "communication_s", num(x->axis_comm[i]));
+        cJSON *lv = cJSON_AddArrayToObject(o, "levels");
+        for (int k = 0; k < a->levels; k++) {
+            cJSON *l = cJSON_CreateObject();
+            cJSON_AddStringToObject(l, "link", cost_axis_link_name(x->hw, a, k));
+            cJSON_AddItemToObject(l, "devices", num((double)a->level_size[k]));
+            cJSON_AddItemToObject(l, "bandwidth_bytes_per_s", num(a->level_link[k].bandwidth));
+            cJSON_AddItemToObject(l, "latency_s", num(a->level_link[k].latency));
+            cJSON_AddItemToArray(lv, l);
+        }
+        cJSON_AddItemToArray(ax, o);
+    }
+    if (x->mesh_warning[0]) cJSON_AddStringToObject(j, "mesh_warning", x->mesh_warning);
+    else cJSON_AddNullToObject(j, "mesh_warning");
+    const cost_throughput *t = &x->tput;
+    if (!t->unit) return;
+    cJSON *o = cJSON_AddObjectToObject(j, "throughput");
+    cJSON_AddStringToObject(o, "unit", t->unit);
+    cJSON_AddItemToObject(o, "per_step", num(t->per_step));
+    cJSON_AddItemToObject(o, "per_second", num(t->per_second));
+    cJSON_AddItemToObject(o, "per_second_per_device", num(t->per_device));
+    cJSON_AddItemToObject(o, "model_flops_per_step", num(t->model_flops));
+    cJSON_AddItemToObject(o, "model_flops_per_s_per_device", num(t->achieved));
+    cJSON_AddItemToObject(o, "peak_flops_per_device", num(t->peak));
+    cJSON_AddItemToObject(o, "mfu", num(t->mfu));
+}
+
 static cJSON *cost_json(const view_explanation *x)
 {
     cJSON *j = cJSON_CreateObject();
     add_head(j, VIEW_DOC_COST, x->model, &x->st->mesh, x->hw, x->opt, x->schedule);
     cJSON_AddItemToObject(j, "estimate", estimate_json(x->e));
+    add_practice(j, x);
     add_pipeline(j, x);
     if (x->base) {
         cJSON *r = cJSON_AddObjectToObject(j, "replicated");
@@ -315,6 +354,7 @@ static void add_body_tail(cJSON *j, const view_explanation *x)
     cJSON_AddItemToObject(j, "params", params_json(x->st));
     cJSON_AddItemToObject(j, "collectives", collectives_json(x));
     cJSON_AddItemToObject(j, "estimate", estimate_json(x->e));
+    add_practice(j, x);
     add_pipeline(j, x);
     cJSON_AddItemToObject(j, "experts", experts_json(x->ex, x->n_ex, x->best, x->e));
 }

@@ -87,10 +87,49 @@ static void estimate_breakdowns(FILE *f, const cost_estimate *e)
     }
 }
 
+/* v with an SI prefix before a unit: "6.04 P" (then "FLOP"); 4 significant
+ * digits. */
+static char *si(double v, char *buf, size_t n)
+{
+    static const char *const pre[] = {"", "k", "M", "G", "T", "P", "E"};
+    int i = 0;
+    while (i < 6 && v >= 999.95) v /= 1000, i++;
+    snprintf(buf, n, "%.4g %s", v, pre[i]);
+    return buf;
+}
+
+/* A count with its multiplier: "101.1k", "2.12M". */
+static char *count(double v, char *buf, size_t n)
+{
+    static const char *const pre[] = {"", "k", "M", "G", "T"};
+    int i = 0;
+    while (i < 4 && v >= 999.95) v /= 1000, i++;
+    snprintf(buf, n, "%.4g%s", v, pre[i]);
+    return buf;
+}
+
+/* Each mesh axis's link, the mesh-order warning, and the throughput with its
+ * MFU (docs/cost-model.md, "Links, throughput and MFU"). */
+static void practice(FILE *f, const view_explanation *x, const char *in)
+{
+    char a[32], b[32], c[32], d[32], e[32], l[256];
+    const cost_throughput *t = &x->tput;
+    if (t->unit && t->per_second > 0)
+        fprintf(f, "%sthroughput     %s %s/s, %s %s/s per device; MFU %.1f%% (model FLOPs %sFLOP a step: %sFLOP/s a device of "
+                   "its %sFLOP/s matmul peak)\n",
+                in, count(t->per_second, a, sizeof a), t->unit, count(t->per_device, b, sizeof b), t->unit, 100 * t->mfu,
+                si(t->model_flops, c, sizeof c), si(t->achieved, d, sizeof d), si(t->peak, e, sizeof e));
+    for (int i = 0; i < x->n_axes; i++)
+        fprintf(f, "%s%-14s %s=%lld: %s\n", in, i ? "" : "links", x->axes[i].name, (long long)x->axes[i].size,
+                cost_axis_link_str(x->hw, &x->axes[i], l, sizeof l));
+    if (x->mesh_warning[0]) fprintf(f, "%swarning        %s\n", in, x->mesh_warning);
+}
+
 /* The estimate with its breakdowns (op kinds, collectives, phases, layers). */
-static void estimate(FILE *f, const cost_estimate *e)
+static void estimate(FILE *f, const view_explanation *x, const cost_estimate *e)
 {
     estimate_totals(f, e);
+    practice(f, x, "");
     estimate_by_op(f, e);
     estimate_breakdowns(f, e);
 }
@@ -258,7 +297,7 @@ static void text_cost(FILE *f, const view_explanation *x)
             cost_precision_describe(opt->precision), mixed ? "; gradients in " : "",
             mixed ? (cost_grads_f32(opt) ? "f32" : cost_precision_name(opt->precision)) : "",
             opt->overlap ? "communication overlapped with compute" : "no overlap of compute and communication");
-    estimate(f, x->e);
+    estimate(f, x, x->e);
     pipeline_section(f, x);
     /* the padding of uneven splits (priced in the estimate like data) */
     if (pad->padded_elems > 0 || pad->padded_comm_bytes > 0 || pad->padded_arg_bytes > 0)
@@ -374,7 +413,7 @@ static void text_explain(FILE *f, const view_explanation *x)
     fprintf(f, "\ncollectives with predicted times:\n");
     layer_collectives(f, x);
     fprintf(f, "\n");
-    estimate(f, x->e);
+    estimate(f, x, x->e);
     pipeline_section(f, x);
     fprintf(f, "\ncompared with the expert schedules:\n");
     experts(f, x, x->e);
@@ -443,6 +482,7 @@ static void autopart_plan(FILE *f, const view_explanation *x)
                 ? "  step time %s (compute %s and communication %s overlapped), peak memory %.4g GiB of %.4g GiB per device%s\n"
                 : "  step time %s (compute %s + communication %s), peak memory %.4g GiB of %.4g GiB per device%s\n",
             t1, t2, t3, e->peak_memory / GiB, e->capacity / GiB, e->fits ? "" : ": DOES NOT FIT");
+    practice(f, x, "  ");
     fprintf(f, "\nparam shardings (PartitionSpec):\n");
     param_shardings(f, x);
     fprintf(f, "\ncollectives:\n");

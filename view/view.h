@@ -105,6 +105,12 @@ typedef struct view_explanation {
     double *instr_time;       /* per instruction of p: its predicted time (e's, copied) */
     int best;                 /* the fitting expert with the shortest step, or -1 */
     spmd_padding pad;         /* the program's uneven splits */
+    /* with hw (cost/throughput.c; docs/cost-model.md, "Links, throughput and MFU"): */
+    cost_axis_info axes[SHARD_MAX_AXES]; /* each mesh axis's link, n_axes of them */
+    int n_axes;
+    double axis_comm[SHARD_MAX_AXES]; /* seconds of a step's collectives over each axis (with e) */
+    char mesh_warning[512];   /* one line when the mesh's order sends a busy axis across nodes, else "" */
+    cost_throughput tput;     /* with e: tokens or samples a second, per device, MFU (unit NULL: none) */
 } view_explanation;
 
 /* Derives the facts of x from its inputs.  Free with view_explain_free. */

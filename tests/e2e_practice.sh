@@ -1,0 +1,76 @@
+#!/usr/bin/env bash
+# e2e_practice.sh - what a practitioner reads in every command's output
+# (issue 46): each mesh axis's link and the throughput with its MFU in the
+# text and --json of carve cost, autopart and explain and in carve report's
+# page; the mesh-order line over gpu=8,node=4 (and not over node=4,gpu=8);
+# the report's page as headless Chromium renders it has no "(hover)" cell
+# and puts the timeline before the grids.  The figures themselves are checked
+# against hand calculations in tests/test_throughput.c.  Without Chromium the
+# page checks fail unless CARVE_TEST_WITHOUT names chromium (then skipped).
+# Closing line: N passed, N failed (, N skipped).
+set -u
+. "$(dirname "$0")/lib_e2e.sh"
+root=${CARVE_ROOT:-$(cd "$(dirname "$0")/.." && pwd)}
+carve=${CARVE_BIN:-$root/build/carve}
+py=${CARVE_PYTHON:-python3}
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+cd "$tmp" || exit 1
+
+# text: one "links" line per axis, the throughput line, in cost, autopart and explain
+m=gpt:layers=2,hidden=256,heads=8,seq=128,batch=32,vocab=512
+ok "cost runs" "$carve" cost --model $m --mesh gpu=8,node=4 --schedule dp:node,zero3:gpu --hw a100
+has "cost: links" "^links          gpu=8: NVLink 3, 200 GB/s among 2 in a node, then InfiniBand HDR, 21.2 GB/s across 4 nodes"
+has "cost: second axis" "^               node=4: NVLink 3, 200 GB/s"
+has "cost: throughput" "^throughput     .* tokens/s, .* tokens/s per device; MFU [0-9.]*%"
+has "cost: mesh order" "^warning        mesh order: --mesh node=4,gpu=8 keeps axis 'gpu' (8 devices) inside a node"
+ok "cost, good order" "$carve" cost --model $m --mesh node=4,gpu=8 --schedule dp:node,zero3:gpu --hw a100
+has "cost: links (good order)" "^links          node=4: InfiniBand HDR, 21.2 GB/s, across nodes"
+! grep -q "mesh order" out.txt; check "no mesh-order line over node=4,gpu=8" $?
+ok "autopart runs" "$carve" autopart --model $m --mesh gpu=8,node=4 --hw a100 --budget 20 --quiet --out plan.json
+has "autopart: links" "^  links          gpu=8: NVLink 3"
+has "autopart: throughput" "^  throughput     .* tokens/s"
+ok "explain runs" "$carve" explain plan.json
+has "explain: links" "^links          gpu=8: NVLink 3"
+has "explain: throughput" "^throughput     .* tokens/s"
+
+# --json: links (one per axis, with levels), mesh_warning, throughput
+for cmd in "cost --model $m --mesh gpu=8,node=4 --schedule dp:node,zero3:gpu --hw a100" \
+           "autopart --model $m --mesh gpu=8,node=4 --hw a100 --budget 20 --quiet" "explain plan.json"; do
+    name=${cmd%% *}
+    $carve $cmd --json >doc.json 2>err.txt
+    "$py" - doc.json <<'PY'
+import json, sys
+d = json.load(open(sys.argv[1]))
+l = d["links"]; t = d["throughput"]
+ok = [a["axis"] for a in l] == ["gpu", "node"] and len(l[0]["levels"]) == 2 and l[0]["levels"][0]["link"] == "NVLink 3"
+ok = ok and l[0]["levels"][1]["link"] == "InfiniBand HDR" and l[0]["across_nodes"] and not l[1]["across_nodes"]
+ok = ok and t["unit"] == "tokens" and t["per_step"] == 32 * 128 and 0 < t["mfu"] < 1
+ok = ok and abs(t["per_second"] - t["per_step"] / d["estimate"]["step_time_s"]) <= 1e-9 * t["per_second"]
+sys.exit(0 if ok else 1)
+PY
+    check "$name --json: links and throughput" $?
+    "$py" "$root/tests/plan_schema.py" "$root/docs/output.schema.json" doc.json >/dev/null; check "$name --json: schema" $?
+done
+$carve cost --model $m --mesh gpu=8,node=4 --schedule dp:node,zero3:gpu --hw a100 --json >doc.json
+"$py" -c 'import json, sys; sys.exit(not json.load(open("doc.json"))["mesh_warning"].startswith("mesh order: --mesh node=4,gpu=8"))'
+check "cost --json: mesh_warning" $?
+
+# the report: summary rows, order of the parts, every block written
+ok "report runs" "$carve" report plan.json --html plan.html
+grep -q "<td>links</td>" plan.html && grep -q "<td>throughput</td>" plan.html; check "report: links and throughput" $?
+! grep -q "(hover)" plan.html; check "report: no (hover) cell in the page" $?
+"$py" -c 'import sys; p = open("plan.html").read(); t, s = p.find("<h2>Timeline per phase"), p.find("<h2>Shardings"); sys.exit(not 0 <= t < s)'
+check "report: the timeline before the grids" $?
+if command -v chromium >/dev/null 2>&1; then
+    timeout 120 chromium --headless --no-sandbox --disable-gpu --dump-dom "file://$tmp/plan.html" >dom.html 2>/dev/null
+    grep -q 'data-ready="1"' dom.html && ! grep -q "(hover)" dom.html; check "report in Chromium: rendered, no (hover) cell" $?
+    timeout 120 chromium --headless --no-sandbox --disable-gpu --hide-scrollbars --window-size=1200,2000 \
+        --screenshot="$tmp/plan.png" "file://$tmp/plan.html" >/dev/null 2>&1
+    [ -s plan.png ]; check "report in Chromium: screenshot" $?
+elif [[ ",${CARVE_TEST_WITHOUT:-}," == *,chromium,* ]]; then
+    skipped "report in Chromium" "no chromium (CARVE_TEST_WITHOUT=chromium)"
+else
+    check "report in Chromium: chromium missing" 1
+fi
+closing
