@@ -282,14 +282,22 @@ fuzz_seeds() { # $1 = seeds dir, $2 = built carve
 # Runs every target for $2 seconds (each), corpus kept in $1/corpus/NAME.
 # Prints one line per target with its executions; fails on any finding.
 run_fuzz() { # $1 = fuzz build dir, $2 = seconds per target
-    local out=$1 secs=$2 status=0 t name log execs total=0
+    local out=$1 secs=$2 status=0 t name log execs total=0 jobs
+    jobs=$(nproc)
     fuzz_seeds "$out/seeds" "${CARVE_BIN:-build/carve}"
+    # the targets run side by side, as many at once as there are cores (each is one process);
+    # then each one's result, in name order
     for t in "$out"/fuzz_*; do
         name=${t##*/fuzz_}
         mkdir -p "$out/corpus/$name" "$out/artifacts"
-        log="$out/$name.log"
-        if "$t" -max_total_time="$secs" -timeout=10 -rss_limit_mb=2048 -max_len=8192 -print_final_stats=1 -artifact_prefix="$out/artifacts/" \
-            "$out/corpus/$name" "$out/seeds/$name" >"$log" 2>&1; then
+        while [ "$(jobs -rp | wc -l)" -ge "$jobs" ]; do wait -n || true; done
+        { "$t" -max_total_time="$secs" -timeout=10 -rss_limit_mb=2048 -max_len=8192 -print_final_stats=1 -artifact_prefix="$out/artifacts/" \
+            "$out/corpus/$name" "$out/seeds/$name" >"$out/$name.log" 2>&1; echo $? >"$out/$name.rc"; } &
+    done
+    wait
+    for t in "$out"/fuzz_*; do
+        name=${t##*/fuzz_} log="$out/${t##*/fuzz_}.log"
+        if [ "$(cat "$out/$name.rc" 2>/dev/null)" = 0 ]; then
             execs=$(grep -E '^stat::number_of_executed_units' "$log" | awk '{print $2}')
             total=$((total + ${execs:-0}))
             echo "fuzz $name: ${execs:-?} executions in ${secs}s, no finding"
