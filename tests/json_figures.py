@@ -149,7 +149,8 @@ def param_lines(doc, text, start, fmt):
 
 def explain_like(doc, text):
     must = estimate_lines(doc["estimate"]) if doc["format"].startswith("carve-explain") else []
-    must.append("strategy   %s" % doc["strategy"])
+    must.append("strategy   %s" % doc["practice"])
+    must.append("           in carve's words: %s" % doc["strategy"])
     must += expert_lines(doc)
     m, shown = layer_collectives(doc, text)
     must += m

@@ -246,6 +246,7 @@ void view_explain(view_explanation *x)
 {
     const ir_graph *g = x->st->g;
     view_strategy(x->st, x->strategy, sizeof x->strategy);
+    view_practice_name(x->st, x->p, x->pl ? x->pl->schedule : x->schedule, x->practice, sizeof x->practice);
     x->param_rep = layer_reps(g->n_layers, params_eq, x->st);
     x->alike = ir_xcalloc((size_t)g->n_values + 1, 1);
     for (int v = 0; v < g->n_values; v++) x->alike[v] = g->values[v].layer == 0 && alike(x->st, v);

@@ -531,9 +531,11 @@ static void search_section(FILE *f, const plan_search *s)
 static void summary_rows(FILE *f, const view_explanation *x)
 {
     char l[256];
-    fputs("<tr><td>strategy</td><td>", f);
+    fputs("<tr><td>strategy</td><td><b>", f);
+    esc(f, x->practice);
+    fputs("</b><br><span class=\"note\">", f);
     esc(f, x->strategy);
-    fputs("</td></tr>", f);
+    fputs("</span></td></tr>", f);
     const cost_throughput *t = &x->tput;
     if (t->unit && t->per_second > 0)
         fprintf(f, "<tr><td>throughput</td><td>%.4g %s/s, %.4g per device; MFU %.1f%% (docs/cost-model.md)</td></tr>",

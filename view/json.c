@@ -212,6 +212,8 @@ static cJSON *cost_json(const view_explanation *x)
 {
     cJSON *j = cJSON_CreateObject();
     add_head(j, VIEW_DOC_COST, x->model, &x->st->mesh, x->hw, x->opt, x->schedule);
+    cJSON_AddStringToObject(j, "strategy", x->strategy);
+    cJSON_AddStringToObject(j, "practice", x->practice);
     cJSON_AddItemToObject(j, "estimate", estimate_json(x->e));
     add_practice(j, x);
     add_pipeline(j, x);
@@ -346,6 +348,7 @@ static cJSON *body_json(const char *format, const view_explanation *x)
     cJSON *j = cJSON_CreateObject();
     add_head(j, format, x->model, &x->st->mesh, x->hw, x->opt, x->schedule);
     cJSON_AddStringToObject(j, "strategy", x->strategy);
+    cJSON_AddStringToObject(j, "practice", x->practice);
     return j;
 }
 

@@ -96,7 +96,8 @@ typedef struct view_explanation {
     const pipe_program *pp;   /* a pipelined plan's program (p is pp->prog), or NULL */
     const cost_pipe_estimate *pe; /* and its stages priced (cost, explain, autopart), or NULL */
     /* ---- derived by view_explain */
-    char strategy[1024];      /* the strategy in words */
+    char practice[512];       /* the plan as practitioners name it: FSDP, HSDP, TP + SP, 3D, ... (practice.c) */
+    char strategy[1024];      /* the strategy in carve's words, axis by axis */
     int *param_rep;           /* per layer: the first layer whose params are alike (shapes and shardings) */
     int *coll_rep;            /* per layer: the first layer whose collectives are alike */
     unsigned char *alike;     /* per value of layer 0: every layer's copy (same name after the '.') is sharded alike */
@@ -134,6 +135,14 @@ extern const char *const view_export_names;
 /* One sentence naming the strategy of the plan in st (data parallel over X,
  * params sharded over X (ZeRO-3), tensor parallel over Y, ...).  Returns buf. */
 char *view_strategy(const shard_state *st, char *buf, size_t n);
+
+/* The plan in st (program p: its collectives; schedule_text: its tactics,
+ * for recomputation and micro-batches, or NULL) named as practitioners name
+ * it: "HSDP: FSDP=8 (gpu) sharded inside x DP=4 (node) replicated across",
+ * "TP=2 + SP (model) x DP=4 (data) with ZeRO-1", "3D parallelism: ...",
+ * "... + activation checkpointing (full, every layer)" (view/practice.c).
+ * Returns buf. */
+char *view_practice_name(const shard_state *st, const spmd_program *p, const char *schedule_text, char *buf, size_t n);
 
 /* Arguments (params, inputs) with a dim that its axes do not divide (carve
  * pads it): their count, and the first described in `first`.  Exports say
