@@ -43,16 +43,7 @@ int pipe_vstage_of_layer(const pipe_spec *s, int layer)
     return V > 0 ? V - 1 : 0;
 }
 
-int pipe_body_microbatches(const ir_graph *g)
-{
-    if (g->loss < 0 || g->values[g->loss].producer < 0) return 0;
-    const ir_op *o = &g->ops[g->values[g->loss].producer];
-    const char *nm = g->values[g->loss].name;
-    size_t n = strlen(nm);
-    if (o->kind != IR_OP_SCALE || n <= 7 || strcmp(nm + n - 7, "/scaled") || !(o->attrs.scalar > 0)) return 0;
-    double m = 1 / o->attrs.scalar;
-    return fabs(m - floor(m + 0.5)) < 1e-6 ? (int)floor(m + 0.5) : 0;
-}
+int pipe_body_microbatches(const ir_graph *g) { return g->rewrites.pipe_body; }
 
 int pipe_spec_check(const pipe_spec *s, const shard_mesh *mesh, int n_layers, char *err, size_t errlen)
 {
@@ -100,7 +91,16 @@ char *pipe_tactic_text(const pipe_spec *s, const shard_mesh *mesh, char *buf, si
     return k < n ? buf : NULL;
 }
 
-int pipe_candidates(const shard_mesh *mesh, unsigned axes, int64_t batch, int n_layers, char (*out)[PIPE_TACTIC_LEN], int cap)
+char *pipe_choice_text(const pipe_choice *c, const shard_mesh *mesh, char *buf, size_t n)
+{
+    char sched[24];
+    if (c->schedule == PIPE_INTERLEAVED) snprintf(sched, sizeof sched, "interleaved-%d", c->chunks);
+    else snprintf(sched, sizeof sched, "%s", pipe_schedule_name(c->schedule));
+    snprintf(buf, n, "pipeline:%s:%d:%s", mesh->names[c->axis], c->microbatches, sched);
+    return buf;
+}
+
+int pipe_candidates(const shard_mesh *mesh, unsigned axes, int64_t batch, int n_layers, pipe_choice *out, int cap)
 {
     int n = 0;
     for (int a = 0; a < mesh->n_axes; a++) {
@@ -126,11 +126,10 @@ int pipe_candidates(const shard_mesh *mesh, unsigned axes, int64_t batch, int n_
             for (int64_t m = p - 1; m >= 1 && !nm; m--)
                 if (batch % m == 0) ms[nm++] = m;
         for (int i = 0; i < nm && n < cap; i++) {
-            snprintf(out[n++], PIPE_TACTIC_LEN, "pipeline:%s:%lld:1f1b", mesh->names[a], (long long)ms[i]);
-            if (ms[i] % p == 0 && n_layers >= 2 * p && n < cap)
-                snprintf(out[n++], PIPE_TACTIC_LEN, "pipeline:%s:%lld:interleaved-2", mesh->names[a], (long long)ms[i]);
+            out[n++] = (pipe_choice){a, (int)ms[i], PIPE_1F1B, 1};
+            if (ms[i] % p == 0 && n_layers >= 2 * p && n < cap) out[n++] = (pipe_choice){a, (int)ms[i], PIPE_INTERLEAVED, 2};
         }
-        if (nm && n < cap) snprintf(out[n++], PIPE_TACTIC_LEN, "pipeline:%s:%lld:gpipe", mesh->names[a], (long long)ms[nm - 1]);
+        if (nm && n < cap) out[n++] = (pipe_choice){a, (int)ms[nm - 1], PIPE_GPIPE, 1};
     }
     return n;
 }

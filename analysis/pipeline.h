@@ -56,8 +56,9 @@ static inline int pipe_vstages(const pipe_spec *s) { return s->axis < 0 ? 0 : s-
 void pipe_split_even(pipe_spec *s, int n_layers);
 /* The virtual stage holding layer `layer` (0..L-1). */
 int pipe_vstage_of_layer(const pipe_spec *s, int layer);
-/* The micro-batches m of a pipelined step's body (model_build_pipeline_body:
- * its loss is NAME/scaled, the loss times 1/m), or 0 for any other step. */
+/* The micro-batches m of a pipelined step's body (model_build_pipeline_body
+ * records them: g->rewrites.pipe_body; its loss is scaled by 1/m), or 0 for
+ * any other step. */
 int pipe_body_microbatches(const ir_graph *g);
 /* Checks a spec against a mesh and the model's layer count: axis, p >= 2,
  * chunks, micro-batches, interleaving's m % p, the split.  Returns 0, or -1
@@ -73,9 +74,17 @@ int pipe_spec_check(const pipe_spec *s, const shard_mesh *mesh, int n_layers, ch
  * the largest divisor below p), 1F1B for each, interleaved with 2 chunks where m
  * is a multiple of p and there are 2p layers or more, GPipe for the largest
  * m (the same bubble as 1F1B, more memory: there to be compared).  Writes at
- * most cap texts of PIPE_TACTIC_LEN bytes; returns how many. */
-#define PIPE_TACTIC_LEN 64
-int pipe_candidates(const shard_mesh *mesh, unsigned axes, int64_t batch, int n_layers, char (*out)[PIPE_TACTIC_LEN], int cap);
+ * most cap choices; returns how many. */
+typedef struct pipe_choice {
+    int axis;         /* the stages' mesh axis; -1: no pipeline */
+    int microbatches; /* m */
+    int schedule;     /* pipe_schedule */
+    int chunks;       /* v (1 unless PIPE_INTERLEAVED) */
+} pipe_choice;
+int pipe_candidates(const shard_mesh *mesh, unsigned axes, int64_t batch, int n_layers, pipe_choice *out, int cap);
+/* The tactic text of a choice, "pipeline:AXIS:M:SCHED" (its split auto), into
+ * buf (n bytes); returns buf. */
+char *pipe_choice_text(const pipe_choice *c, const shard_mesh *mesh, char *buf, size_t n);
 
 /* The tactic that replays spec exactly: "pipeline:AXIS:M:SCHED:SPLIT" with
  * the split's layer counts ("auto" when split_auto).  Returns buf, or NULL

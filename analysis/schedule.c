@@ -33,7 +33,7 @@ static int parse_layers(const char *text, tactic *t)
 {
     if (!strcmp(text, "all")) {
         t->lo = 0;
-        t->hi = 1 << 20;
+        t->hi = SCHED_ALL_LAYERS;
         return 0;
     }
     char *end;
@@ -43,7 +43,7 @@ static int parse_layers(const char *text, tactic *t)
         if (!isdigit((unsigned char)end[1])) return -1;
         b = strtol(end + 1, &end, 10);
     }
-    if (*end || a > b || b >= (1 << 20)) return -1;
+    if (*end || a > b || b >= SCHED_ALL_LAYERS) return -1;
     t->lo = (int)a;
     t->hi = (int)b;
     return 0;
@@ -437,7 +437,7 @@ char *sched_str(const schedule *s, const shard_mesh *mesh, char *buf, size_t n)
         case TACTIC_REMAT:
             {
                 const char *pol = t->dim == IR_REMAT_FULL ? ":full" : t->dim == IR_REMAT_ATTN ? ":attn" : "";
-                if (t->hi >= (1 << 20)) k += (size_t)snprintf(buf + k, n - k, "remat:%s", pol[0] ? pol + 1 : "all");
+                if (t->hi >= SCHED_ALL_LAYERS) k += (size_t)snprintf(buf + k, n - k, "remat:%s", pol[0] ? pol + 1 : "all");
                 else if (t->lo == t->hi) k += (size_t)snprintf(buf + k, n - k, "remat:%d%s", t->lo, pol);
                 else k += (size_t)snprintf(buf + k, n - k, "remat:%d-%d%s", t->lo, t->hi, pol);
             }
@@ -456,6 +456,45 @@ char *sched_str(const schedule *s, const shard_mesh *mesh, char *buf, size_t n)
         }
     }
     return buf;
+}
+
+tactic sched_remat_tactic(int lo, int hi, int mode)
+{
+    tactic t;
+    memset(&t, 0, sizeof t);
+    t.kind = TACTIC_REMAT;
+    t.axis = -1;
+    t.lo = lo;
+    t.hi = hi;
+    t.dim = mode;
+    return t;
+}
+
+tactic sched_microbatch_tactic(int n)
+{
+    tactic t;
+    memset(&t, 0, sizeof t);
+    t.kind = TACTIC_MICROBATCH;
+    t.axis = -1;
+    t.lo = t.hi = n;
+    return t;
+}
+
+int sched_pipeline_tactic(const pipe_spec *spec, tactic *t, char *split, size_t n)
+{
+    memset(t, 0, sizeof *t);
+    t->kind = TACTIC_PIPELINE;
+    t->axis = spec->axis;
+    t->dim = spec->schedule;
+    t->lo = spec->microbatches;
+    t->hi = spec->schedule == PIPE_INTERLEAVED ? spec->chunks : 1;
+    size_t k = 0;
+    if (n) split[0] = 0;
+    for (int i = 0; !spec->split_auto && i < pipe_vstages(spec); i++) {
+        k += (size_t)snprintf(split + k, k < n ? n - k : 0, "%s%d", i ? "/" : "", spec->first[i + 1] - spec->first[i]);
+        if (k >= n) return -1;
+    }
+    return 0;
 }
 
 /* ---- expansion -------------------------------------------------------- */
@@ -619,14 +658,11 @@ int sched_expand(const tactic *t, const shard_state *st, shard_decision *out, in
         return ir_errf(err, errlen, "pipeline:%s: the training step was not built for it (the body of one micro-batch: "
                        "model_build_pipeline_body)", m->names[t->axis]);
     }
-    case TACTIC_REMAT:
-        for (int v = 0; v < g->n_values; v++)
-            if (!strncmp(g->values[v].name, "remat/", 6)) return 0;
+    case TACTIC_REMAT: /* the rewrites the step records (ir_graph.rewrites) */
+        if (g->rewrites.remat > 0) return 0;
         return ir_errf(err, errlen, "remat: the training step was not rewritten for it (sched_rewrite)");
     case TACTIC_MICROBATCH:
-        if (t->lo == 1) return 0;
-        for (int v = 0; v < g->n_values; v++)
-            if (!strncmp(g->values[v].name, "mb1/", 4)) return 0;
+        if (t->lo == 1 || g->rewrites.microbatches == t->lo) return 0;
         return ir_errf(err, errlen, "microbatch:%d: the training step was not built for it (model_build_microbatched_step)", t->lo);
     case TACTIC_DP:
         if (expand_dp(t, st, out, &n, cap) < 0) goto full;

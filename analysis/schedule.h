@@ -124,6 +124,17 @@ typedef struct schedule {
     char split[SCHED_SPLIT_LEN]; /* the pipeline's SPLIT (a schedule has one pipeline); "" = auto */
 } schedule;
 
+/* Tactics built as data (no text to parse): recomputation of layers lo..hi
+ * (SCHED_ALL_LAYERS: every layer; mode IR_REMAT_SELECTIVE, _FULL or _ATTN), micro-batches,
+ * and the pipeline that replays spec exactly (its micro-batches, schedule
+ * and chunks; the split's layer counts into split, n bytes, "" when
+ * spec->split_auto: returns -1 when they do not fit). */
+#define SCHED_ALL_LAYERS (1 << 20)
+tactic sched_remat_tactic(int lo, int hi, int mode);
+tactic sched_microbatch_tactic(int n);
+struct pipe_spec;
+int sched_pipeline_tactic(const struct pipe_spec *spec, tactic *t, char *split, size_t n);
+
 /* Parses a schedule string or, when `text` names an existing .json file, that
  * file.  Axis names are checked against the mesh.  Returns 0 or -1 with a
  * one-line message naming the bad tactic. */

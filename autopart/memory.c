@@ -119,16 +119,22 @@ void autopart_step_free(autopart_step *s)
     memset(s, 0, sizeof *s);
 }
 
-int autopart_memory_configs(const schedule *sc, char out[][64])
+int autopart_memory_configs(const schedule *sc, autopart_config *out)
 {
-    static const char *const more[] = {"remat:all", "microbatch:2", "microbatch:4", "remat:all,microbatch:2",
-                                       "remat:all,microbatch:4"};
+    static const struct {
+        autopart_remat remat;
+        int microbatches;
+    } more[] = {{AUTOPART_REMAT_SELECTIVE, 0}, {AUTOPART_REMAT_NONE, 2}, {AUTOPART_REMAT_NONE, 4}, {AUTOPART_REMAT_SELECTIVE, 2},
+                {AUTOPART_REMAT_SELECTIVE, 4}};
     int n = 0;
-    out[n++][0] = 0;
+    out[n++] = autopart_config_none();
     for (int i = 0; i < sc->n; i++)
         if (sc->t[i].kind == TACTIC_REMAT || sc->t[i].kind == TACTIC_MICROBATCH) return n;
-    for (size_t i = 0; i < sizeof more / sizeof more[0] && n < AUTOPART_MAX_CONFIGS; i++)
-        snprintf(out[n++], 64, "%s", more[i]);
+    for (size_t i = 0; i < sizeof more / sizeof more[0] && n < AUTOPART_MAX_CONFIGS; i++) {
+        out[n] = autopart_config_none();
+        out[n].remat = more[i].remat;
+        out[n++].microbatches = more[i].microbatches;
+    }
     return n;
 }
 
@@ -137,14 +143,6 @@ int autopart_better(const cost_estimate *a, const cost_estimate *b)
     if (a->fits != b->fits) return a->fits;
     if (a->fits) return a->step_time < b->step_time;
     return a->peak_memory < b->peak_memory;
-}
-
-char *autopart_memory_schedule(const char *tactics, const shard_state *st, int gather_auto, const char *user,
-                           char *buf, size_t n)
-{
-    snprintf(buf, n, "%s%s%s%s", tactics, tactics[0] ? "," : "",
-             gather_auto && st->gather_policy == SPMD_GATHER_KEEP ? "gather:keep," : "", user);
-    return buf;
 }
 
 double autopart_clock(void)
@@ -175,51 +173,67 @@ static search_budget budget_share(search_budget b, double deadline)
     return b;
 }
 
-/* Builds and searches configuration `tactics` into s (memset by the caller);
- * on failure s->why says why. */
-static void search_config(const autopart_memory_level *m, const char *tactics, autopart_step *s)
+int autopart_config_setup(autopart_step *s, const autopart_config *c, const schedule *user, const shard_mesh *mesh,
+                          ir_graph *(*build)(void *ctx, const schedule *sched, const char *label, char *err, size_t errlen),
+                          void *ctx, const cost_hw *hw, const cost_options *opt, int gather_auto)
 {
-    char err[512], sched[SCHED_STR_MAX];
-    snprintf(s->tactics, sizeof s->tactics, "%s", tactics);
-    snprintf(sched, sizeof sched, "%s,%s", tactics, m->schedule);
-    ir_graph *g = m->build(m->build_ctx, tactics, sched, err, sizeof err);
-    schedule sc;
-    if (!g || sched_parse(sched, m->mesh, &sc, err, sizeof err) < 0) {
-        snprintf(s->why, sizeof s->why, "%s", err);
-        ir_free(g);
-        return;
+    char err[512];
+    s->config = *c;
+    autopart_config_str(c, mesh, s->tactics, sizeof s->tactics);
+    schedule *sc = ir_xcalloc(1, sizeof *sc); /* 8 KB: not on the stacks of the levels' threads */
+    ir_graph *g = NULL;
+    int rc = autopart_config_schedule(c, NULL, 0, user, sc, err, sizeof err);
+    if (rc == 0 && !(g = build(ctx, sc, s->tactics, err, sizeof err))) rc = -1;
+    if (rc == 0) {
+        if (sc->n && sc->t[sc->n - 1].kind == TACTIC_AUTO) sc->n--; /* the manual tactics */
+        rc = autopart_step_setup(s, g, mesh, sc, hw, opt, gather_auto, err, sizeof err); /* s owns g */
     }
-    if (sc.n && sc.t[sc.n - 1].kind == TACTIC_AUTO) sc.n--; /* the manual tactics */
+    if (rc < 0) snprintf(s->why, sizeof s->why, "%s", err);
+    free(sc);
+    return rc;
+}
+
+/* Builds and searches configuration c into s (memset by the caller); on
+ * failure s->why says why. */
+static void search_config(const autopart_memory_level *m, const autopart_config *c, autopart_step *s)
+{
+    char err[512];
     search_budget b = budget_share(m->b, m->deadline);
-    if (autopart_step_setup(s, g, m->mesh, &sc, m->hw, &m->opt, m->gather_auto, err, sizeof err) < 0 ||
-        autopart_step_search(s, m->algo, &b, err, sizeof err) < 0) {
+    if (autopart_config_setup(s, c, m->user, m->mesh, m->build, m->build_ctx, m->hw, &m->opt, m->gather_auto) < 0) return;
+    if (autopart_step_search(s, m->algo, &b, err, sizeof err) < 0) {
         snprintf(s->why, sizeof s->why, "%s", err);
         s->ok = 0;
     }
 }
 
-int autopart_memory_search(const autopart_memory_level *m, char tactics[][64], int n, autopart_step *out)
+/* A configuration left unsearched, with why. */
+static void not_searched(const autopart_memory_level *m, const autopart_config *c, autopart_step *s, const char *why)
+{
+    s->config = *c;
+    autopart_config_str(c, m->mesh, s->tactics, sizeof s->tactics);
+    snprintf(s->why, sizeof s->why, "not searched: %s", why);
+}
+
+int autopart_memory_search(const autopart_memory_level *m, const autopart_config *configs, int n, autopart_step *out)
 {
     int best = 0;
+    char why[200];
     for (int i = 1; i < n; i++) {
         memset(&out[i], 0, sizeof out[i]);
         if (search_interrupted) {
-            snprintf(out[i].tactics, sizeof out[i].tactics, "%s", tactics[i]);
-            snprintf(out[i].why, sizeof out[i].why, "not searched: interrupted");
+            not_searched(m, &configs[i], &out[i], "interrupted");
             continue;
         }
         if (m->deadline > 0 && autopart_clock() >= m->deadline) {
-            snprintf(out[i].tactics, sizeof out[i].tactics, "%s", tactics[i]);
-            snprintf(out[i].why, sizeof out[i].why, "not searched: the --time limit is spent");
+            not_searched(m, &configs[i], &out[i], "the --time limit is spent");
             continue;
         }
-        if (strstr(tactics[i], "microbatch:") && out[best].ok && out[best].e.fits) {
-            snprintf(out[i].tactics, sizeof out[i].tactics, "%s", tactics[i]);
-            snprintf(out[i].why, sizeof out[i].why, "not searched: a plan already fits (%s)",
-                     out[best].tactics[0] ? out[best].tactics : "none");
+        if (configs[i].microbatches > 1 && out[best].ok && out[best].e.fits) {
+            snprintf(why, sizeof why, "a plan already fits (%s)", out[best].tactics[0] ? out[best].tactics : "none");
+            not_searched(m, &configs[i], &out[i], why);
             continue;
         }
-        search_config(m, tactics[i], &out[i]);
+        search_config(m, &configs[i], &out[i]);
         if (out[i].ok && (!out[best].ok || autopart_better(&out[i].e, &out[best].e))) best = i;
     }
     return best;

@@ -31,6 +31,7 @@
 #define CARVE_AUTOPART_MEMORY_H
 
 #include "analysis/schedule.h"
+#include "autopart/config.h"
 #include "autopart/experts.h"
 #include "autopart/pricer.h"
 
@@ -38,7 +39,8 @@
 
 /* One training step searched: the search's inputs, its state and its result. */
 typedef struct autopart_step {
-    char tactics[64];          /* this step's memory tactics, e.g. "remat:all,microbatch:2" ("" none) */
+    autopart_config config;    /* this step's graph tactics (autopart_config_none(): the plain step) */
+    char tactics[64];          /* and their label in tables, e.g. "remat:all,microbatch:2" ("" none) */
     int ok;                    /* built, set up and searched */
     char why[512];             /* !ok: why not */
     ir_graph *g;               /* owned */
@@ -76,12 +78,13 @@ void autopart_step_free(autopart_step *s);
 /* What the memory level searches. */
 typedef struct autopart_memory_level {
     const shard_mesh *mesh;     /* the mesh (each step's state copies it) */
-    const char *schedule;       /* the user's schedule, which ends in auto */
-    /* Builds the training step of a configuration: `tactics` (its graph
-     * tactics) and `schedule` (those tactics, then the user's schedule).
-     * NULL with a message (a batch the micro-batches do not divide, a graph
-     * file with micro-batches, a schedule longer than a plan keeps). */
-    ir_graph *(*build)(void *ctx, const char *tactics, const char *schedule, char *err, size_t errlen);
+    const schedule *user;       /* the user's schedule, which ends in auto */
+    /* Builds the training step of a configuration's schedule `sched` (its
+     * graph tactics, then the user's schedule; `label` names the
+     * configuration in messages).  NULL with a message (a batch the
+     * micro-batches do not divide, a graph file with micro-batches, a
+     * schedule longer than a plan keeps). */
+    ir_graph *(*build)(void *ctx, const schedule *sched, const char *label, char *err, size_t errlen);
     void *build_ctx;
     const cost_hw *hw;
     cost_options opt;
@@ -105,24 +108,26 @@ double autopart_plain_seconds(double seconds, int n);
  * when the schedule already has remat: or microbatch: tactics (the user chose),
  * else remat:all, microbatch:2 and 4, and remat:all with each.  Returns how
  * many (at most AUTOPART_MAX_CONFIGS) written to out. */
-int autopart_memory_configs(const schedule *sc, char out[][64]);
+int autopart_memory_configs(const schedule *sc, autopart_config *out);
 
 /* Searches every configuration after the first (out[0], the plain step,
- * is the caller's, already searched): out[i] for i in 1..n, each built from
- * the template with tactics[i] before the user's schedule.  A configuration
+ * is the caller's, already searched): out[i] for i in 1..n, each built with
+ * configs[i]'s tactics before the user's schedule.  A configuration
  * whose step cannot be built (a batch the micro-batches do not divide, a
  * graph file with micro-batches, a graph without layers to recompute) keeps
  * ok = 0 and its reason.  Returns the index of the chosen configuration. */
-int autopart_memory_search(const autopart_memory_level *m, char tactics[][64], int n, autopart_step *out);
+int autopart_memory_search(const autopart_memory_level *m, const autopart_config *configs, int n, autopart_step *out);
 
 /* 1 when plan estimate a is better than b: fits before does not, then the
  * shorter step; when neither fits, the smaller peak. */
 int autopart_better(const cost_estimate *a, const cost_estimate *b);
 
-/* The schedule text of a chosen plan: the configuration's tactics, then
- * gather:keep when st keeps (and the user's schedule has no gather:), then
- * the user's schedule.  Writes into buf (n bytes); returns buf. */
-char *autopart_memory_schedule(const char *tactics, const shard_state *st, int gather_auto, const char *user,
-                           char *buf, size_t n);
+/* Builds and sets up s (memset by the caller) for configuration c:
+ * s->config and its label, the step built by build(ctx, ...) from c's
+ * tactics before `user` (its auto dropped for the manual tactics), the
+ * manual tactics applied.  Returns 0, or -1 with the reason in s->why. */
+int autopart_config_setup(autopart_step *s, const autopart_config *c, const schedule *user, const shard_mesh *mesh,
+                          ir_graph *(*build)(void *ctx, const schedule *sched, const char *label, char *err, size_t errlen),
+                          void *ctx, const cost_hw *hw, const cost_options *opt, int gather_auto);
 
 #endif

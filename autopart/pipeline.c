@@ -15,29 +15,11 @@ unsigned autopart_pipeline_slow_axes(const cost_hw *hw, const shard_mesh *mesh)
     return slow;
 }
 
-/* The step of candidate `tactics` set up on s (memset by the caller).
+/* The step of candidate c set up on s (memset by the caller).
  * Returns 0, or -1 with the reason in s->why. */
-static int setup(const autopart_pipeline_level *L, const char *tactics, autopart_step *s)
+static int setup(const autopart_pipeline_level *L, const autopart_config *c, autopart_step *s)
 {
-    char err[512], sched[SCHED_STR_MAX];
-    snprintf(s->tactics, sizeof s->tactics, "%s", tactics);
-    if ((size_t)snprintf(sched, sizeof sched, "%s,%s", tactics, L->user) >= sizeof sched) {
-        snprintf(s->why, sizeof s->why, "the schedule with %s is too long", tactics);
-        return -1;
-    }
-    ir_graph *g = L->build(L->build_ctx, tactics, sched, err, sizeof err);
-    schedule sc;
-    if (!g || sched_parse(sched, L->mesh, &sc, err, sizeof err) < 0) {
-        snprintf(s->why, sizeof s->why, "%s", err);
-        ir_free(g);
-        return -1;
-    }
-    if (sc.n && sc.t[sc.n - 1].kind == TACTIC_AUTO) sc.n--; /* the manual tactics */
-    if (autopart_step_setup(s, g, L->mesh, &sc, L->hw, &L->opt, L->gather_auto, err, sizeof err) < 0) {
-        snprintf(s->why, sizeof s->why, "%s", err);
-        return -1;
-    }
-    return 0;
+    return autopart_config_setup(s, c, L->user, L->mesh, L->build, L->build_ctx, L->hw, &L->opt, L->gather_auto);
 }
 
 /* Prices candidate c's experts (no search). */
@@ -46,7 +28,7 @@ static void price_candidate(const autopart_pipeline_level *L, autopart_pipeline_
     autopart_step s;
     memset(&s, 0, sizeof s);
     c->searched = -1;
-    if (setup(L, c->tactics, &s) < 0) {
+    if (setup(L, &c->config, &s) < 0) {
         snprintf(c->why, sizeof c->why, "%s", s.why);
         autopart_step_free(&s);
         return;
@@ -90,12 +72,10 @@ static search_budget share(const autopart_pipeline_level *L)
 int autopart_pipeline_search(const autopart_pipeline_level *L, autopart_pipeline_candidate *cands, int *n_cands, autopart_step *out,
                          int *n_out)
 {
-    char pipes[AUTOPART_PIPELINE_MAX][PIPE_TACTIC_LEN];
+    pipe_choice pipes[AUTOPART_PIPELINE_MAX];
     int remat = 0;
-    schedule user;
     char err[256];
-    if (sched_parse(L->user, L->mesh, &user, err, sizeof err) == 0)
-        for (int i = 0; i < user.n; i++) remat |= user.t[i].kind == TACTIC_REMAT;
+    for (int i = 0; i < L->user->n; i++) remat |= L->user->t[i].kind == TACTIC_REMAT;
     int np = pipe_candidates(L->mesh, autopart_pipeline_slow_axes(L->hw, L->mesh), L->batch, L->n_layers, pipes,
                              remat ? AUTOPART_PIPELINE_MAX : AUTOPART_PIPELINE_MAX / 2);
     int n = 0;
@@ -103,7 +83,10 @@ int autopart_pipeline_search(const autopart_pipeline_level *L, autopart_pipeline
         for (int r = 0; r < (remat ? 1 : 2) && n < AUTOPART_PIPELINE_MAX; r++) {
             autopart_pipeline_candidate *c = &cands[n++];
             memset(c, 0, sizeof *c);
-            snprintf(c->tactics, sizeof c->tactics, "%.50s%s", pipes[i], r ? ",remat:all" : "");
+            c->config = autopart_config_none();
+            c->config.pipe = pipes[i];
+            c->config.remat = r ? AUTOPART_REMAT_SELECTIVE : AUTOPART_REMAT_NONE;
+            autopart_config_str(&c->config, L->mesh, c->tactics, sizeof c->tactics);
         }
     *n_cands = n;
     /* each candidate on a step and pricer of its own: side by side on the budget's threads, the same prices */
@@ -123,12 +106,13 @@ int autopart_pipeline_search(const autopart_pipeline_level *L, autopart_pipeline
         memset(s, 0, sizeof *s);
         cands[pick].searched = (*n_out)++;
         if (search_interrupted || (L->deadline > 0 && autopart_clock() >= L->deadline)) {
+            s->config = cands[pick].config;
             snprintf(s->tactics, sizeof s->tactics, "%s", cands[pick].tactics);
             snprintf(s->why, sizeof s->why, "not searched: %s", search_interrupted ? "interrupted" : "the --time limit is spent");
             continue;
         }
         search_budget b = share(L);
-        if (setup(L, cands[pick].tactics, s) < 0 || autopart_step_search(s, L->algo, &b, err, sizeof err) < 0) {
+        if (setup(L, &cands[pick].config, s) < 0 || autopart_step_search(s, L->algo, &b, err, sizeof err) < 0) {
             if (!s->why[0]) snprintf(s->why, sizeof s->why, "%s", err);
             s->ok = 0;
             continue;

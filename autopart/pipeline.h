@@ -28,10 +28,10 @@
 
 typedef struct autopart_pipeline_level {
     const shard_mesh *mesh;     /* the mesh (each step's state copies it) */
-    const char *user;           /* the user's schedule (ends in auto) */
-    /* builds the step of schedule `sched` (its first tactics `tactics`), as a plan replays it;
-       NULL with a message */
-    ir_graph *(*build)(void *ctx, const char *tactics, const char *sched, char *err, size_t errlen);
+    const schedule *user;       /* the user's schedule (ends in auto) */
+    /* builds the step of schedule `sched` (a candidate's tactics, then the user's; `label` names
+       the candidate), as a plan replays it; NULL with a message */
+    ir_graph *(*build)(void *ctx, const schedule *sched, const char *label, char *err, size_t errlen);
     void *build_ctx;
     const cost_hw *hw;
     cost_options opt;
@@ -46,7 +46,8 @@ typedef struct autopart_pipeline_level {
 
 /* One candidate: its tactics and its best expert, or why it was dropped. */
 typedef struct autopart_pipeline_candidate {
-    char tactics[64];
+    autopart_config config;     /* its pipeline, and remat:all or none */
+    char tactics[64];           /* their label */
     int ok;
     char why[640];
     char expert[160];           /* its best expert's schedule */

@@ -74,7 +74,7 @@ void exec_fill_value(const ir_value *x, const void *data, uint64_t seed, int64_t
         return;
     }
     pcg32 r;
-    pcg32_seed(&r, seed, ir_fnv(x->name));
+    pcg32_seed(&r, seed, ir_fill_stream(x));
     pcg32_advance(&r, (uint64_t)start);
     double half_width = sqrt(3.0) * std;
     for (int64_t i = 0; i < count; i++) {

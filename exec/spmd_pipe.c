@@ -668,13 +668,13 @@ void spmd_pipe_fill(exec_spmd *r, int v, int dev, uint64_t seed)
         spmd_fill_block(r, &x, ir_data(r->g, v), b, dev, seed);
         return;
     }
-    /* micro-batch k's values are those of the unrolled step's input "mbK/NAME"
-       (ir/microbatch.c's names; one micro-batch: the plain step's NAME); an
-       input given as data has a fixed batch, which is not split into micro-batches */
-    char name[600];
+    /* micro-batch k's values are micro-batch k of the input (ir_fill_stream:
+       those of the unrolled step's input of that micro-batch; one micro-batch:
+       the plain step's input); an input given as data has a fixed batch, which
+       is not split into micro-batches */
     for (int k = 0; k < s->m; k++) {
-        if (s->m > 1) snprintf(name, sizeof name, "mb%d/%s", k, r->g->values[v].name);
-        x.name = s->m > 1 ? name : r->g->values[v].name;
+        x.batch_of = s->m > 1 ? r->g->values[v].name : NULL;
+        x.micro = s->m > 1 ? k : -1;
         spmd_fill_block(r, &x, s->m > 1 ? NULL : ir_data(r->g, v), rename_buf(s, b, k), dev, seed);
     }
 }

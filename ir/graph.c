@@ -361,6 +361,8 @@ static int new_value(ir_graph *g, const char *name, ir_role role, ir_dtype t, in
     v->layer = g->cur_layer;
     v->tied = -1;
     v->grad_of = -1;
+    v->of = -1;
+    v->micro = -1;
     if (2 * g->n_values > g->name_cap) index_grow(g);
     else index_insert(g, id);
     return id;
@@ -1133,14 +1135,37 @@ ir_graph *ir_clone(const ir_graph *g)
     if (!c->cap_values) c->cap_values = 1;
     if (!c->cap_ops) c->cap_ops = 1;
     if (!c->cap_outputs) c->cap_outputs = 1;
-    for (int v = 0; v < c->n_values; v++) c->values[v].name = ir_intern(c, g->values[v].name);
+    for (int v = 0; v < c->n_values; v++) {
+        c->values[v].name = ir_intern(c, g->values[v].name);
+        if (g->values[v].batch_of) c->values[v].batch_of = ir_intern(c, g->values[v].batch_of);
+    }
     c->loss = g->loss;
+    c->rewrites = g->rewrites;
     c->cur_layer = g->cur_layer;
     c->n_layers = g->n_layers;
     memcpy(c->err, g->err, sizeof c->err);
     index_grow(c);
     ir_data_share(c, g);
     return c;
+}
+
+int ir_rewritten(const ir_graph *g)
+{
+    const ir_rewrites *r = &g->rewrites;
+    return r->remat > 0 || r->microbatches > 1 || r->pipe_body > 0 || r->loss_scale != 0;
+}
+
+uint64_t ir_fill_stream_of(const char *name, int micro)
+{
+    if (micro < 0) return ir_fnv(name);
+    char k[24]; /* the hash of "mbK/NAME": the streams runs drew before the record existed */
+    snprintf(k, sizeof k, "mb%d/", micro);
+    return ir_fnv_str(ir_fnv(k), name);
+}
+
+uint64_t ir_fill_stream(const ir_value *x)
+{
+    return x->batch_of ? ir_fill_stream_of(x->batch_of, x->micro) : ir_fnv(x->name);
 }
 
 int64_t ir_param_count(const ir_graph *g)

@@ -86,6 +86,30 @@ typedef enum {
     IR_N_INITS
 } ir_init;
 
+/* Which rewrite of a training step made a value (ir_value.made_by): data on
+ * the graph, set by the rewrites themselves, so nothing learns a value's
+ * origin from its name (a user's value may be called "remat/x"). */
+typedef enum {
+    IR_MADE_BY_STEP,       /* the step as built: the model or file, autodiff and the optimizer, and a
+                              micro-batch's copies of them (ir_value.micro says which) */
+    IR_MADE_BY_REMAT,      /* a recomputed copy of value ir_value.of (ir_remat, ir_remat_full) */
+    IR_MADE_BY_ACCUMULATE, /* gradient accumulation (ir_microbatch): the gradients' and losses' sums and means */
+    IR_MADE_BY_LOSS_SCALE, /* the loss scaled (ir_scale_loss: a pipeline body's 1/M) */
+    IR_N_MADE_BY
+} ir_made_by;
+
+/* The rewrites a training step went through (ir_graph.rewrites), in the
+ * order of the fields' meaning, not of application: graph tactics are
+ * applied micro-batches first (the model is built so), then recomputation. */
+typedef struct ir_rewrites {
+    int remat;        /* recomputation rewrites applied (ir_remat, ir_remat_full): 0 none */
+    int remat_full;   /* how many of them re-ran whole layers (ir_remat_full) */
+    int microbatches; /* ir_microbatch's micro-batches (0: none; a step of 1 is the step itself) */
+    int pipe_body;    /* the step is a pipeline's body, one of this many micro-batches
+                         (model_build_pipeline_body): 0 none */
+    double loss_scale; /* ir_scale_loss's factor (0: the loss is not scaled) */
+} ir_rewrites;
+
 typedef struct ir_value {
     const char *name;     /* unique in the graph; owned by the graph's arena */
     ir_dtype dtype;
@@ -98,6 +122,14 @@ typedef struct ir_value {
     int grad_of;          /* gradient of this param (set by autodiff); else -1 */
     ir_init init;         /* arguments only: how executors fill it */
     double init_arg;
+    /* what made it, when a rewrite did (see ir_made_by); set by the rewrites, kept by ir_clone */
+    ir_made_by made_by;
+    int of;               /* IR_MADE_BY_REMAT: the value it recomputes; else -1 */
+    int micro;            /* ir_microbatch: the micro-batch whose pass it belongs to (its inputs,
+                             forward and backward values); -1 for the rest */
+    const char *batch_of; /* an input of micro-batch `micro`: the name of the step's input it is that
+                             micro-batch of (the executors fill it from that input's stream for that
+                             micro-batch: exec_fill_stream); NULL for every other value */
 } ir_value;
 
 typedef struct ir_op {
@@ -130,6 +162,7 @@ typedef struct ir_graph {
     int loss;                /* scalar loss value, or -1 */
     int cur_layer;           /* layer tag given to new values and ops */
     int n_layers;            /* 1 + largest layer tag used */
+    ir_rewrites rewrites;    /* what rewrote the step (zeros: the step as built) */
     int *name_index;         /* open-addressing table of value ids by name */
     int name_cap;
     ir_strbuf *strings;
@@ -250,6 +283,15 @@ int ir_write_atomic(const char *path, const void *data, size_t n, char *err, siz
 
 /* Value id for a name, or -1. */
 int ir_find(const ir_graph *g, const char *name);
+/* 1 when a rewrite made g from the step as built (recomputation,
+ * micro-batches, a pipeline's body): g is not the user's plain step. */
+int ir_rewritten(const ir_graph *g);
+/* The stream executors fill argument x from (seeded): its own name's, or for
+ * micro-batch k of input X (x->batch_of) the stream of X's micro-batch k, so
+ * every graph holding that micro-batch of X (the micro-batched step, a
+ * pipelined run's k-th pass over its body) draws the same values. */
+uint64_t ir_fill_stream(const ir_value *x);
+uint64_t ir_fill_stream_of(const char *name, int micro);
 /* Elements and bytes of a value (checked: a value built through the IR has at
  * most 2^48 elements, larger products saturate at INT64_MAX / SIZE_MAX). */
 int64_t ir_numel(const ir_value *v);
@@ -469,18 +511,21 @@ enum { IR_REMAT_SELECTIVE, IR_REMAT_FULL, IR_REMAT_ATTN };
 
 /* Gradient accumulation (ir/microbatch.c): from the training step of one
  * micro-batch, a new graph (caller owns) that runs the forward and backward
- * passes of n micro-batches in turn (inputs "mbK/NAME"), averages their
- * gradients and losses and runs the optimizer once.  n = 1 returns a copy.
- * NULL with a message for n outside 1..1024 or a graph that is not a step. */
+ * passes of n micro-batches in turn (inputs named "mbK/NAME", recorded as
+ * micro-batch K of NAME: ir_value.micro and batch_of), averages their
+ * gradients and losses and runs the optimizer once; rewrites.microbatches is
+ * n.  n = 1 returns a copy.  NULL with a message for n outside 1..1024 or a
+ * graph that is not a step or is micro-batched already. */
 ir_graph *ir_microbatch(const ir_graph *step, int n, char *err, size_t errlen);
 /* The seed micro-batch k's copy of a dropout_mask op with seed `seed` draws
  * with (ir_microbatch's copies; a pipelined run's k-th pass over the body). */
 int64_t ir_microbatch_seed(int64_t seed, int k);
 /* Makes forward graph g's loss `factor` times the loss (a scale op appended,
- * named "NAME/scaled"; it replaces the loss among the outputs), so every
+ * named "NAME/scaled", made_by IR_MADE_BY_LOSS_SCALE; it replaces the loss
+ * among the outputs; rewrites.loss_scale records the factor), so every
  * gradient autodiff derives from it is scaled too.  A pipelined step's body
  * is a micro-batch's step with its loss scaled by 1/m.  Returns 0, or -1
- * with a message (no loss). */
+ * with a message (no loss, a loss already scaled). */
 int ir_scale_loss(ir_graph *g, double factor, char *err, size_t errlen);
 
 /* ---- JSON (format "carve-graph/1", docs/graph-format.md) -------------- */

@@ -19,6 +19,13 @@
  * partial in lowering (add of two partial values), so a data-parallel
  * gradient is all-reduced once per step, on grad/P, not per micro-batch.
  *
+ * What the rewrite made is recorded on the new graph, not only in its names:
+ * rewrites.microbatches is N; every value of micro-batch k's pass (its
+ * inputs, forward and backward values) has micro = k, and its inputs
+ * batch_of = the step's input they are micro-batch k of; the sums and means
+ * are made_by IR_MADE_BY_ACCUMULATE.  A step already recomputed keeps its
+ * record (each pass's recomputed copies point at that pass's originals).
+ *
  * The forward and backward ops are copied N times (the graph grows N-fold
  * there; the optimizer is copied once).  What is forward or backward is the
  * step's own structure: an op is the optimizer's when the loss does not depend
@@ -71,6 +78,7 @@ int ir_scale_loss(ir_graph *g, double factor, char *err, size_t errlen)
     int loss = g->loss;
     if (loss < 0) return ir_errf(err, errlen, "graph '%s' has no loss to scale", g->name);
     char name[600];
+    if (g->rewrites.loss_scale != 0) return ir_errf(err, errlen, "graph '%s': its loss is scaled already", g->name);
     snprintf(name, sizeof name, "%s/scaled", g->values[loss].name);
     ir_attrs a;
     memset(&a, 0, sizeof a);
@@ -80,6 +88,8 @@ int ir_scale_loss(ir_graph *g, double factor, char *err, size_t errlen)
     int v = ir_add_op(g, IR_OP_SCALE, 1, &loss, &a, g->values[loss].dtype, 0, NULL, name);
     ir_set_layer(g, saved);
     if (v < 0) return ir_errf(err, errlen, "%s", g->err);
+    g->values[v].made_by = IR_MADE_BY_LOSS_SCALE;
+    g->rewrites.loss_scale = factor;
     for (int i = 0; i < g->n_outputs; i++)
         if (g->outputs[i].value == loss) g->outputs[i].value = v;
     g->loss = v;
@@ -104,7 +114,21 @@ static int copy_op(mb *m, int op, const char *name)
     ir_attrs a = o->attrs;
     if (o->kind == IR_OP_DROPOUT_MASK) a.ints[0] = ir_microbatch_seed(a.ints[0], m->k); /* each micro-batch its own masks */
     int v = ir_add_op(m->out, o->kind, o->n_in, in, &a, x->dtype, x->rank, x->dims, name);
-    if (v >= 0) m->out->values[v].layer = x->layer;
+    if (v >= 0) {
+        ir_value *y = &m->out->values[v];
+        y->layer = x->layer;
+        y->made_by = x->made_by;
+        y->of = x->of >= 0 ? m->map[x->of] : -1;
+        y->micro = m->k;
+    }
+    return v;
+}
+
+/* An accumulation op of the rewrite (sums and means); returns it or -1. */
+static int accumulate_op(mb *m, ir_opkind kind, int n_in, const int *in, const ir_attrs *a, const char *name)
+{
+    int v = ir_add_op(m->out, kind, n_in, in, a, IR_F32, 0, NULL, name);
+    if (v >= 0) m->out->values[v].made_by = IR_MADE_BY_ACCUMULATE;
     return v;
 }
 
@@ -123,6 +147,10 @@ static int copy_arg(mb *m, int v, int k)
     y->layer = x->layer;
     y->tied = x->tied >= 0 ? m->shared[x->tied] : -1;
     if (shared) m->shared[v] = nv;
+    else {
+        y->micro = k;
+        y->batch_of = ir_intern(m->out, x->name);
+    }
     return nv;
 }
 
@@ -142,7 +170,7 @@ static void pass(mb *m, int k)
         if (p < 0 || m->opt[v]) continue;
         ir_set_layer(m->out, g->values[p].layer);
         int in[2] = {m->acc[p], m->map[v]};
-        m->acc[p] = k == 0 ? m->map[v] : ir_add_op(m->out, IR_OP_ADD, 2, in, NULL, IR_F32, 0, NULL, NULL);
+        m->acc[p] = k == 0 ? m->map[v] : accumulate_op(m, IR_OP_ADD, 2, in, NULL, NULL);
     }
 }
 
@@ -152,7 +180,7 @@ static int mean_of(mb *m, int sum, const char *name)
     ir_attrs a;
     memset(&a, 0, sizeof a);
     a.scalar = 1.0 / m->n;
-    return ir_add_op(m->out, IR_OP_SCALE, 1, &sum, &a, IR_F32, 0, NULL, name);
+    return accumulate_op(m, IR_OP_SCALE, 1, &sum, &a, name);
 }
 
 /* The averaged gradients and loss, then the optimizer once on them. */
@@ -160,6 +188,7 @@ static int finish(mb *m, int loss_sum)
 {
     const ir_graph *g = m->g;
     char name[600];
+    m->k = -1; /* the optimizer's copies belong to no micro-batch */
     int *mean = ir_xcalloc((size_t)g->n_values, sizeof(int));
     for (int v = 0; v < g->n_values && !ir_error(m->out); v++) {
         int p = g->values[v].grad_of;
@@ -196,6 +225,8 @@ ir_graph *ir_microbatch(const ir_graph *step, int n, char *err, size_t errlen)
     int grads = 0;
     for (int v = 0; v < step->n_values; v++) grads += step->values[v].grad_of >= 0;
     if (!grads) return ir_errf(err, errlen, "microbatch: the graph is not a training step (no gradients)"), NULL;
+    if (step->rewrites.microbatches > 1)
+        return ir_errf(err, errlen, "microbatch: the step is micro-batched already (%d micro-batches)", step->rewrites.microbatches), NULL;
     if (n == 1) return ir_clone(step);
     mb m;
     memset(&m, 0, sizeof m);
@@ -215,12 +246,14 @@ ir_graph *ir_microbatch(const ir_graph *step, int n, char *err, size_t errlen)
         pass(&m, k);
         int in[2] = {loss_sum, m.map[step->loss]};
         ir_set_layer(m.out, step->ops[step->values[step->loss].producer].layer);
-        loss_sum = k == 0 ? in[1] : ir_add_op(m.out, IR_OP_ADD, 2, in, NULL, IR_F32, 0, NULL, NULL);
+        loss_sum = k == 0 ? in[1] : accumulate_op(&m, IR_OP_ADD, 2, in, NULL, NULL);
     }
     char msg[IR_ERR_LEN];
     int rc = ir_error(m.out) ? -1 : finish(&m, loss_sum);
     ir_set_layer(m.out, step->cur_layer);
     m.out->n_layers = step->n_layers;
+    m.out->rewrites = step->rewrites;
+    m.out->rewrites.microbatches = n;
     if (rc < 0 || ir_verify(m.out, msg, sizeof msg) < 0) {
         if (ir_error(m.out)) snprintf(msg, sizeof msg, "%s", ir_error(m.out));
         ir_free(m.out);

@@ -46,7 +46,10 @@
  * inserting the clones; clones are named "remat/NAME" (NAME may be an
  * automatic "%N" of the old graph) and keep the layer tag of the op they copy.  Lowering classes
  * them as backward work (the loss does not depend on them), so the cost
- * model prices their FLOPs in the backward phase.
+ * model prices their FLOPs in the backward phase.  The new graph records
+ * the rewrite as data: rewrites.remat (and remat_full) counts it, and each
+ * clone is made_by IR_MADE_BY_REMAT with `of` its original (names are for
+ * people; nothing reads them to learn what a value is).
  */
 #include "ir.h"
 
@@ -179,7 +182,13 @@ static int copy_op(remat *r, int op, const int *in, const char *name)
     int none[1] = {-1}; /* ir_add_op's inference peeks at in[0] of nullary ops */
     ir_set_layer(r->out, o->layer);
     int v = ir_add_op(r->out, o->kind, o->n_in, o->n_in ? in : none, &o->attrs, x->dtype, x->rank, x->dims, name);
-    if (v >= 0) r->out->values[v].layer = x->layer;
+    if (v >= 0) {
+        ir_value *y = &r->out->values[v];
+        y->layer = x->layer;
+        y->micro = x->micro;
+        y->made_by = x->made_by;
+        y->of = x->of >= 0 ? r->map[x->of] : -1;
+    }
     return v;
 }
 
@@ -207,7 +216,12 @@ static int emit_clone(remat *r, int v)
     }
     char name[512];
     snprintf(name, sizeof name, "remat/%s", g->values[v].name);
-    return r->clone[v] = copy_op(r, op, in, name);
+    int c = copy_op(r, op, in, name);
+    if (c >= 0) {
+        r->out->values[c].made_by = IR_MADE_BY_REMAT;
+        r->out->values[c].of = r->map[v];
+    }
+    return r->clone[v] = c;
 }
 
 /* The clone a backward op reads for internal value v: with full
@@ -234,7 +248,11 @@ static int copy_value(remat *r, int v)
     if (x->role != IR_INTERMEDIATE) {
         ir_set_layer(r->out, x->layer);
         nv = ir_arg(r->out, x->name, x->role, x->dtype, x->rank, x->dims);
-        if (nv >= 0) ir_set_init(r->out, nv, x->init, x->init_arg);
+        if (nv >= 0) {
+            ir_set_init(r->out, nv, x->init, x->init_arg);
+            r->out->values[nv].micro = x->micro;
+            if (x->batch_of) r->out->values[nv].batch_of = ir_intern(r->out, x->batch_of);
+        }
     } else {
         const ir_op *o = &g->ops[x->producer];
         int in[IR_MAX_OPERANDS];
@@ -279,6 +297,9 @@ static ir_graph *rebuild(remat *r, char *msg, size_t n)
     r->out->loss = r->map[step->loss];
     ir_set_layer(r->out, step->cur_layer);
     r->out->n_layers = step->n_layers;
+    r->out->rewrites = step->rewrites;
+    r->out->rewrites.remat++;
+    r->out->rewrites.remat_full += r->full;
     if (ir_error(r->out) || ir_verify(r->out, msg, n) < 0) {
         if (ir_error(r->out)) snprintf(msg, n, "%s", ir_error(r->out));
         ir_free(r->out);

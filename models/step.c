@@ -40,6 +40,7 @@ ir_graph *model_build_pipeline_body(const model_config *cfg, const ir_optimizer 
         step = ir_train_step(fwd, opt ? opt : &adam, err, errlen);
     }
     ir_free(fwd);
+    if (step) step->rewrites.pipe_body = micro; /* the record pipe_body_microbatches reads */
     return step;
 }
 

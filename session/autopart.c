@@ -134,15 +134,16 @@ static void fill_plan(session_autopart *a)
     }
 }
 
-/* The memory level's step builder: the step of the plan template ctx with
- * schedule `sched`, rebuilt as a plan replays it (messages prefixed with the
- * configuration's tactics). */
-static ir_graph *build_config(void *ctx, const char *tactics, const char *sched, char *err, size_t errlen)
+/* The levels' step builder: the step of the plan template ctx with
+ * schedule `sched` (a configuration's tactics, then the user's), rebuilt as
+ * a plan replays it (messages prefixed with the configuration's label). */
+static ir_graph *build_config(void *ctx, const schedule *sched, const char *label, char *err, size_t errlen)
 {
-    plan pl = *(const plan *)ctx; /* a shallow copy: session_plan_step only reads it; never freed */
-    if ((size_t)snprintf(pl.schedule, sizeof pl.schedule, "%s", sched) >= sizeof pl.schedule)
-        return ir_errf(err, errlen, "the schedule with %s is longer than a plan keeps", tactics), NULL;
-    return session_plan_step(&pl, tactics, err, errlen);
+    const plan *tmpl = ctx;
+    char text[SCHED_STR_MAX];
+    if (strlen(sched_str(sched, &tmpl->mesh, text, sizeof text)) >= sizeof tmpl->schedule)
+        return ir_errf(err, errlen, "the schedule with %s is longer than a plan keeps", label), NULL;
+    return session_plan_step_sched(tmpl, sched, label, err, errlen);
 }
 
 /* Loads, sets up and searches the plain step (the schedule as given,
@@ -207,7 +208,7 @@ static int pipeline_level(session_autopart *a, const char *user, double deadline
     plan_inputs(a, user, &tmpl);
     search_budget b = a->b;
     b.seconds = autopart_plain_seconds(a->b.seconds, a->n_steps);
-    autopart_pipeline_level L = {&a->mesh, user, build_config, &tmpl, &a->hw, a->opt, a->algo, b, a->gather_auto, deadline,
+    autopart_pipeline_level L = {&a->mesh, &a->sc, build_config, &tmpl, &a->hw, a->opt, a->algo, b, a->gather_auto, deadline,
                                  bk >= 0 ? cfg.values[bk] : -1, a->steps[0].g ? a->steps[0].g->n_layers : 0, 3};
     if (L.n_layers < 2 || L.batch < 1) return 0;
     if (a->hooks.level) a->hooks.level(a->hooks.ctx, 1);
@@ -221,6 +222,25 @@ static int pipeline_level(session_autopart *a, const char *user, double deadline
     return 0;
 }
 
+/* The chosen plan's schedule text into a->schedule: its configuration (a
+ * pipeline of the pipeline level as it replays exactly: its micro-batches and
+ * layer split), gather:keep when the pricer chose it, then the user's
+ * schedule.  Returns 0, or -1 with a message. */
+static int chosen_schedule(session_autopart *a, char *err, size_t errlen)
+{
+    const autopart_step *s = &a->steps[a->chosen];
+    const pipe_spec *resolved = s->pr.piped && s->pr.pp.prog && a->chosen >= a->pipe_first ? &s->pr.pp.spec : NULL;
+    int keep = a->gather_auto && s->st->gather_policy == SPMD_GATHER_KEEP;
+    schedule *sc = ir_xcalloc(1, sizeof *sc);
+    char text[SCHED_STR_MAX];
+    int rc = autopart_config_schedule(&s->config, resolved, keep, &a->sc, sc, err, errlen);
+    if (rc == 0 && strlen(sched_str(sc, &a->mesh, text, sizeof text)) >= sizeof a->schedule)
+        rc = ir_errf(err, errlen, "the chosen schedule is longer than %zu characters", sizeof a->schedule - 1);
+    if (rc == 0) snprintf(a->schedule, sizeof a->schedule, "%s", text);
+    free(sc);
+    return rc;
+}
+
 int session_autopart_run(session_autopart *a, char *err, size_t errlen)
 {
     char user[SCHED_STR_MAX];
@@ -228,10 +248,11 @@ int session_autopart_run(session_autopart *a, char *err, size_t errlen)
     if (auto_at < 0) return -1;
     sched_str(&a->sc, &a->mesh, user, sizeof user);
     a->gather_auto = sched_gather_policy(&a->sc) < 0;
-    char tactics[AUTOPART_MAX_CONFIGS][64];
-    a->n_steps = a->memory_tactics ? autopart_memory_configs(&a->sc, tactics) : 1;
+    autopart_config configs[AUTOPART_MAX_CONFIGS];
+    a->n_steps = a->memory_tactics ? autopart_memory_configs(&a->sc, configs) : 1;
     a->chosen = 0;
-    if (!a->memory_tactics) tactics[0][0] = 0;
+    if (!a->memory_tactics) configs[0] = autopart_config_none();
+    a->steps[0].config = configs[0];
     schedule manual = a->sc;
     manual.n = auto_at;
     /* --time bounds the whole command: the plain step's share, then the rest */
@@ -246,27 +267,14 @@ int session_autopart_run(session_autopart *a, char *err, size_t errlen)
         plan_inputs(a, user, &tmpl);
         search_budget b = a->b;
         b.seconds = autopart_plain_seconds(a->b.seconds, a->n_steps);
-        autopart_memory_level m = {&a->mesh, tmpl.schedule, build_config, &tmpl, &a->hw, a->opt, a->algo, b,
-                                   a->gather_auto, deadline};
+        autopart_memory_level m = {&a->mesh, &a->sc, build_config, &tmpl, &a->hw, a->opt, a->algo, b, a->gather_auto, deadline};
         if (a->hooks.level) a->hooks.level(a->hooks.ctx, 1);
-        a->chosen = autopart_memory_search(&m, tactics, a->n_steps, a->steps);
+        a->chosen = autopart_memory_search(&m, configs, a->n_steps, a->steps);
         if (a->hooks.level) a->hooks.level(a->hooks.ctx, 0);
     }
     a->pipe_first = a->n_steps;
-    if (pipeline_level(a, user, deadline) < 0) return -1;
+    if (pipeline_level(a, user, deadline) < 0 || chosen_schedule(a, err, errlen) < 0) return -1;
     const autopart_step *s = &a->steps[a->chosen];
-    char resolved[SCHED_STR_MAX]; /* a pipeline as it replays exactly: its micro-batches and layer split */
-    const char *tac = s->tactics;
-    if (s->pr.piped && s->pr.pp.prog && a->chosen >= a->pipe_first) { /* the level's pipeline (a user's stays in user) */
-        const char *rest = strchr(s->tactics, ','); /* the tactics after the pipeline */
-        size_t k = pipe_tactic_text(&s->pr.pp.spec, &a->mesh, resolved, sizeof resolved) ? strlen(resolved) : sizeof resolved;
-        if (k >= sizeof resolved || (size_t)snprintf(resolved + k, sizeof resolved - k, "%s", rest ? rest : "") >= sizeof resolved - k)
-            return ir_errf(err, errlen, "the chosen pipeline's tactic is longer than %zu characters", sizeof resolved - 1);
-        tac = resolved;
-    }
-    if (strlen(tac) + strlen(user) + sizeof "gather:keep,," > sizeof a->schedule)
-        return ir_errf(err, errlen, "the chosen schedule is longer than %zu characters", sizeof a->schedule - 1);
-    autopart_memory_schedule(tac, s->st, a->gather_auto, user, a->schedule, sizeof a->schedule);
     fill_plan(a);
     a->written = a->out && plan_save(a->out, &a->pl, s->st, s->pr.p, &s->e, a->save_err, sizeof a->save_err) == 0;
     for (int i = 0, k = 0; i < s->n_ex && s->res.seed >= 0; i++)

@@ -23,19 +23,18 @@ static int check_graph_hash(const plan *pl, const char *pp, char *err, size_t er
     return 0;
 }
 
-ir_graph *session_plan_step(const plan *pl, const char *path, char *err, size_t errlen)
+/* The step of plan pl with schedule sc (NULL: none), or with the reason
+ * `why` its schedule text did not parse (NULL: it did). */
+static ir_graph *plan_step(const plan *pl, const schedule *sc, const char *why, const char *path, char *err, size_t errlen)
 {
     char e2[IR_ERR_LEN + 128], pp[512], label[2048];
     plan_printable(path, pp, sizeof pp);
     if (!pl->model[0] && check_graph_hash(pl, pp, err, errlen) < 0) return NULL;
     /* microbatch:N builds the step of N micro-batches, remat: rewrites it */
-    schedule sc;
-    char why[512] = "";
-    int parsed = !pl->schedule[0] || sched_parse(pl->schedule, &pl->mesh, &sc, why, sizeof why) == 0;
     session_source src = {.model = pl->model[0] ? pl->model : NULL,
                           .graph = pl->model[0] ? NULL : pl->graph_path,
                           .optimizer = pl->optimizer,
-                          .sched = parsed && pl->schedule[0] ? &sc : NULL,
+                          .sched = why ? NULL : sc,
                           .micro_as_tactic = 1,
                           .mesh = &pl->mesh};
     src.dims = pl->onnx_dims[0] ? pl->onnx_dims : NULL;
@@ -47,14 +46,26 @@ ir_graph *session_plan_step(const plan *pl, const char *path, char *err, size_t 
         ir_errf(err, errlen, "%s: model.%s: %s", pp, pl->model[0] ? "spec" : "graph", e2);
         return NULL;
     }
-    if (!g || !parsed) {
-        const char *w = parsed ? e2 : why;
-        ir_errf(err, errlen, "%s: schedule: %s%s", pp, parsed ? "" : "does not match the mesh: ",
-                strncmp(w, "schedule: ", 10) ? w : w + 10);
+    if (!g || why) {
+        const char *w = why ? why : e2;
+        ir_errf(err, errlen, "%s: schedule: %s%s", pp, why ? "does not match the mesh: " : "", strncmp(w, "schedule: ", 10) ? w : w + 10);
         ir_free(g);
         return NULL;
     }
     return g;
+}
+
+ir_graph *session_plan_step(const plan *pl, const char *path, char *err, size_t errlen)
+{
+    schedule sc;
+    char why[512] = "";
+    int parsed = !pl->schedule[0] || sched_parse(pl->schedule, &pl->mesh, &sc, why, sizeof why) == 0;
+    return plan_step(pl, parsed && pl->schedule[0] ? &sc : NULL, parsed ? NULL : why, path, err, errlen);
+}
+
+ir_graph *session_plan_step_sched(const plan *pl, const schedule *sc, const char *path, char *err, size_t errlen)
+{
+    return plan_step(pl, sc, NULL, path, err, errlen);
 }
 
 int session_plan_pipeline(const plan *pl, const ir_graph *g, pipe_spec *ps, char *err, size_t errlen)

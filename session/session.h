@@ -88,6 +88,10 @@ int session_is_step(const ir_graph *g);
  * still hash as recorded), with its schedule's graph tactics.  NULL with a
  * message "PATH: KEY: what is wrong". */
 ir_graph *session_plan_step(const plan *pl, const char *path, char *err, size_t errlen);
+/* The same with schedule sc in place of the plan's schedule text (autopart's
+ * levels build their configurations' steps so; path names the
+ * configuration in messages). */
+ir_graph *session_plan_step_sched(const plan *pl, const schedule *sc, const char *path, char *err, size_t errlen);
 
 /* The pipeline of plan pl's schedule on its step g (session_plan_step):
  * 1 with *ps, 0 when it has none, -1 with a message. */

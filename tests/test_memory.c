@@ -20,6 +20,7 @@
  *   plans (fits first, then the shorter step, then the smaller peak), and a
  *   --time limit shared by the whole level (no configuration after it).
  */
+#include "analysis/pipeline.h"
 #include "analysis/schedule.h"
 #include "cost/cost.h"
 #include "exec/exec.h"
@@ -131,10 +132,17 @@ static void test_remat_rewrite(void)
         return;
     }
     CHECK(ir_verify(r, err, sizeof err) == 0);
-    int clones = 0;
-    for (int v = 0; v < r->n_values; v++) clones += !strncmp(r->values[v].name, "remat/", 6);
-    CHECKF(clones == n && n > 10 && r->n_ops == g->n_ops + n, "%d clones, %d reported, %d -> %d ops", clones, n, g->n_ops,
-           r->n_ops);
+    int clones = 0, recorded = 0;
+    for (int v = 0; v < r->n_values; v++) {
+        const ir_value *x = &r->values[v];
+        if (x->made_by != IR_MADE_BY_REMAT) continue;
+        clones++; /* a clone records its original: the same op on a value of the same shape, made earlier */
+        const ir_value *o = x->of >= 0 && x->of < v ? &r->values[x->of] : NULL;
+        recorded += o && o->made_by == IR_MADE_BY_STEP && o->producer >= 0 && r->ops[o->producer].kind == r->ops[x->producer].kind &&
+                    o->rank == x->rank && !memcmp(o->dims, x->dims, sizeof o->dims);
+    }
+    CHECKF(clones == n && recorded == n && n > 10 && r->n_ops == g->n_ops + n && r->rewrites.remat == 1 && !r->rewrites.remat_full,
+           "%d clones (%d recorded), %d reported, %d -> %d ops", clones, recorded, n, g->n_ops, r->n_ops);
     int bad = internal_reads(r);
     CHECKF(bad == 0, "%d backward reads of internal forward values", bad);
     /* the same numbers, bit for bit, over two steps (the second from the
@@ -218,7 +226,7 @@ static void test_remat_full(void)
     /* each layer's clones are one run of values (re-run together) */
     int runs = 0, prev = -2, prev_layer = -2;
     for (int v = 0; v < r->n_values; v++) {
-        if (strncmp(r->values[v].name, "remat/", 6)) continue;
+        if (r->values[v].made_by != IR_MADE_BY_REMAT) continue;
         int layer = r->ops[r->values[v].producer].layer;
         runs += v != prev + 1 || layer != prev_layer;
         prev = v;
@@ -417,11 +425,12 @@ static void check_micro_equivalence(const char *spec, int micro)
         const ir_value *x = &g->values[v];
         if (x->role != IR_INPUT) continue;
         size_t part = ir_bytes(x) / (size_t)micro;
-        for (int k = 0; k < micro; k++) {
-            char name[300];
-            snprintf(name, sizeof name, "mb%d/%s", k, x->name);
-            int w = ir_find(m, name);
-            CHECKF(w >= 0 && ir_bytes(&m->values[w]) == part, "%s: no input %s of %zu bytes", spec, name, part);
+        for (int k = 0; k < micro; k++) { /* micro-batch k of input x, as the rewrite records it */
+            int w = -1;
+            for (int u = 0; u < m->n_values && w < 0; u++)
+                if (m->values[u].batch_of && !strcmp(m->values[u].batch_of, x->name) && m->values[u].micro == k) w = u;
+            CHECKF(w >= 0 && ir_bytes(&m->values[w]) == part && m->values[w].role == IR_INPUT, "%s: no micro-batch %d of %s of %zu bytes",
+                   spec, k, x->name, part);
             if (w >= 0) memcpy(exec_ref_data(rm, w), (char *)exec_ref_data(rg, v) + (size_t)k * part, part);
         }
     }
@@ -602,15 +611,25 @@ static void test_gather_choice(void)
 
 static void test_memory_level(void)
 {
-    char err[512], cfg[AUTOPART_MAX_CONFIGS][64];
+    char err[512], l0[64], l1[64], l5[64];
+    autopart_config cfg[AUTOPART_MAX_CONFIGS];
     shard_mesh mesh;
     schedule sc;
     shard_mesh_parse("batch=2", &mesh, err, sizeof err);
     sched_parse("dp:batch,auto", &mesh, &sc, err, sizeof err);
     int n = autopart_memory_configs(&sc, cfg);
-    CHECKF(n == 6 && !cfg[0][0] && !strcmp(cfg[1], "remat:all") && !strcmp(cfg[5], "remat:all,microbatch:4"), "%d configs", n);
+    autopart_config_str(&cfg[0], &mesh, l0, sizeof l0);
+    autopart_config_str(&cfg[1], &mesh, l1, sizeof l1);
+    autopart_config_str(&cfg[5], &mesh, l5, sizeof l5);
+    CHECKF(n == 6 && !l0[0] && !strcmp(l1, "remat:all") && !strcmp(l5, "remat:all,microbatch:4"), "%d configs", n);
+    CHECK(cfg[1].remat == AUTOPART_REMAT_SELECTIVE && cfg[5].microbatches == 4 && !autopart_config_piped(&cfg[5]));
+    /* a configuration's schedule is tactics, not text: its tactics then the user's, and back as text */
+    schedule full;
+    char text[SCHED_STR_MAX];
+    CHECK(autopart_config_schedule(&cfg[5], NULL, 1, &sc, &full, err, sizeof err) == 0);
+    CHECKF(!strcmp(sched_str(&full, &mesh, text, sizeof text), "remat:all,microbatch:4,gather:keep,dp:batch,auto"), "%s", text);
     sched_parse("microbatch:2,auto", &mesh, &sc, err, sizeof err);
-    CHECK(autopart_memory_configs(&sc, cfg) == 1 && !cfg[0][0]);
+    CHECK(autopart_memory_configs(&sc, cfg) == 1 && autopart_config_str(&cfg[0], &mesh, l0, sizeof l0)[0] == 0);
     cost_estimate fast_big = {.step_time = 1, .peak_memory = 9, .fits = 0}, slow_small = {.step_time = 3, .peak_memory = 2, .fits = 1},
                   fast_small = {.step_time = 2, .peak_memory = 5, .fits = 1}, huge = {.step_time = 1, .peak_memory = 20, .fits = 0};
     CHECK(autopart_better(&slow_small, &fast_big) && !autopart_better(&fast_big, &slow_small));
@@ -625,15 +644,98 @@ static void test_memory_level(void)
     n = autopart_memory_configs(&sc, cfg);
     autopart_step out[AUTOPART_MAX_CONFIGS];
     memset(out, 0, sizeof out);
-    autopart_memory_level m = {.deadline = autopart_clock() - 1};
+    autopart_memory_level m = {.mesh = &mesh, .deadline = autopart_clock() - 1};
     CHECK(autopart_memory_search(&m, cfg, n, out) == 0);
     for (int i = 1; i < n; i++)
-        CHECKF(!out[i].ok && !out[i].g && strstr(out[i].why, "--time limit is spent") && !strcmp(out[i].tactics, cfg[i]),
+        CHECKF(!out[i].ok && !out[i].g && strstr(out[i].why, "--time limit is spent") &&
+                   !strcmp(out[i].tactics, autopart_config_str(&cfg[i], &mesh, l1, sizeof l1)) && out[i].config.remat == cfg[i].remat &&
+                   out[i].config.microbatches == cfg[i].microbatches,
                "%s: %s", out[i].tactics, out[i].why);
+}
+
+/* A user's graph whose values are named like the rewrites' ("remat/h",
+ * "mb1/x", "loss/scaled"): it is the plain step, and no tactic takes it
+ * for a rewritten one (the rewrites are data on the graph, ir_rewrites). */
+static ir_graph *named_like_rewrites(void)
+{
+    ir_graph *f = ir_new("impostor");
+    int64_t xd[2] = {4, 8}, wd[2] = {8, 8};
+    ir_set_layer(f, 0);
+    int x = ir_arg(f, "mb1/x", IR_INPUT, IR_F32, 2, xd), w = ir_arg(f, "w", IR_PARAM, IR_F32, 2, wd);
+    int h = ir_einsum(f, "bi,ij->bj", x, w);
+    ir_rename(f, h, "remat/h");
+    int t = ir_unary(f, IR_OP_TANH, h);
+    int64_t dims[2] = {0, 1};
+    int l = ir_scale(f, ir_reduce(f, IR_OP_REDUCE_SUM, ir_binary(f, IR_OP_MUL, t, t), 2, dims), 1.0 / 32);
+    ir_rename(f, l, "loss/scaled");
+    ir_set_loss(f, l);
+    char err[512];
+    ir_graph *g = ir_error(f) ? NULL : ir_train_step(f, NULL, err, sizeof err);
+    CHECKF(g != NULL, "%s", ir_error(f) ? ir_error(f) : err);
+    ir_free(f);
+    return g;
+}
+
+static void test_typed_rewrites(void)
+{
+    char err[512];
+    shard_mesh mesh;
+    schedule sc;
+    shard_mesh_parse("batch=2", &mesh, err, sizeof err);
+    ir_graph *u = named_like_rewrites();
+    if (u) {
+        CHECK(!ir_rewritten(u) && pipe_body_microbatches(u) == 0);
+        const char *tacs[] = {"remat:all", "microbatch:2"};
+        for (int i = 0; i < 2; i++) {
+            shard_state *st = shard_state_new(u, &mesh);
+            int rc = sched_parse(tacs[i], &mesh, &sc, err, sizeof err) == 0 ? sched_apply(&sc, st, err, sizeof err) : 0;
+            CHECKF(rc < 0 && strstr(err, "was not"), "%s on a step named like its rewrite: %s", tacs[i], err);
+            shard_state_free(st);
+        }
+        ir_free(u);
+    }
+    /* micro-batches: each pass's values carry their micro-batch, the inputs
+       the step's input they split, the sums and means are the rewrite's */
+    ir_graph *m = build_micro("gpt-tiny", 2, 0);
+    int inputs[2] = {0, 0}, passes[2] = {0, 0}, acc = 0, other = 0;
+    for (int v = 0; v < m->n_values; v++) {
+        const ir_value *x = &m->values[v];
+        if (x->role == IR_INPUT) inputs[x->micro == 1] += x->batch_of && x->micro >= 0 && strstr(x->name, x->batch_of);
+        else if (x->micro >= 0) passes[x->micro]++;
+        else if (x->made_by == IR_MADE_BY_ACCUMULATE) acc++;
+        else other += x->role == IR_INTERMEDIATE;
+    }
+    CHECKF(m->rewrites.microbatches == 2 && inputs[0] == 2 && inputs[1] == 2 && passes[0] == passes[1] && passes[0] > 100 &&
+               acc == 2 * 36 + 2 && other > 0, /* a sum and a mean a param, and the loss's */
+           "micro-batch records: inputs %d/%d, passes %d/%d, accumulation %d, optimizer %d", inputs[0], inputs[1], passes[0],
+           passes[1], acc, other);
+    /* recomputed after: every clone is of its own micro-batch's value; a copy keeps it all */
+    ir_graph *r = ir_remat_full(m, 0, 99, NULL, err, sizeof err), *c = r ? ir_clone(r) : NULL;
+    int clones = 0, same_micro = 0;
+    for (int v = 0; c && v < c->n_values; v++) {
+        const ir_value *x = &c->values[v];
+        if (x->made_by != IR_MADE_BY_REMAT) continue;
+        clones++;
+        same_micro += x->of >= 0 && x->micro >= 0 && c->values[x->of].micro == x->micro;
+    }
+    CHECKF(c && c->rewrites.remat == 1 && c->rewrites.remat_full == 1 && c->rewrites.microbatches == 2 && clones > 0 &&
+               same_micro == clones && ir_rewritten(c),
+           "remat after micro-batches: %d clones, %d of their own micro-batch: %s", clones, same_micro, c ? "" : err);
+    CHECK(!ir_microbatch(m, 2, err, sizeof err) && strstr(err, "micro-batched already"));
+    ir_free(c);
+    ir_free(r);
+    ir_free(m);
+    /* a pipeline's body says it is one: its micro-batches and its scaled loss */
+    model_config cfg;
+    ir_graph *b = model_parse("gpt-tiny", &cfg, err, sizeof err) == 0 ? model_build_pipeline_body(&cfg, NULL, 4, err, sizeof err) : NULL;
+    CHECKF(b && pipe_body_microbatches(b) == 4 && b->rewrites.loss_scale == 0.25 && b->values[b->loss].made_by == IR_MADE_BY_LOSS_SCALE,
+           "%s", b ? "" : err);
+    ir_free(b);
 }
 
 int main(void)
 {
+    test_typed_rewrites();
     test_remat_rewrite();
     test_remat_memory();
     test_remat_full();

@@ -973,9 +973,11 @@ static void test_expert_3d(void)
 static void test_candidates(void)
 {
     shard_mesh mesh;
-    char err[256], c[64][PIPE_TACTIC_LEN];
+    char err[256], c[64][64];
+    pipe_choice pc[64];
     CHECK(shard_mesh_parse("x=8,data=4,model=2", &mesh, err, sizeof err) == 0);
-    int n = pipe_candidates(&mesh, 1u, 256, 48, c, 64); /* over x only */
+    int n = pipe_candidates(&mesh, 1u, 256, 48, pc, 64); /* over x only */
+    for (int i = 0; i < n; i++) pipe_choice_text(&pc[i], &mesh, c[i], sizeof c[i]);
     /* m = 8..64, and 64, 128, 256 for micro-batches of 4, 2, 1 (no other axis splits the batch) */
     CHECKF(n == 13 && !strcmp(c[0], "pipeline:x:8:1f1b") && !strcmp(c[1], "pipeline:x:8:interleaved-2") &&
                !strcmp(c[6], "pipeline:x:64:1f1b") && !strcmp(c[10], "pipeline:x:256:1f1b") && !strcmp(c[12], "pipeline:x:256:gpipe"),
@@ -985,29 +987,28 @@ static void test_candidates(void)
     /* Megatron-LM's GPT-3: 16 stages, data parallel 8, batch 1536: micro-batches of 1 a replica, m = 192 */
     shard_mesh big;
     CHECK(shard_mesh_parse("pipe=16,data=8,model=8", &big, err, sizeof err) == 0);
-    int nb = pipe_candidates(&big, 3u, 1536, 96, c, 64), has192 = 0;
-    for (int i = 0; i < nb; i++) has192 |= !strcmp(c[i], "pipeline:pipe:192:1f1b");
+    int nb = pipe_candidates(&big, 3u, 1536, 96, pc, 64), has192 = 0;
+    for (int i = 0; i < nb; i++) has192 |= !strcmp(pipe_choice_text(&pc[i], &big, c[i], sizeof c[i]), "pipeline:pipe:192:1f1b");
     CHECK(has192);
-    CHECK(pipe_candidates(&mesh, 0, 256, 48, c, 64) >= 27); /* every axis */
-    CHECK(pipe_candidates(&mesh, 0, 256, 4, c, 64) >= 5 + 9); /* 4 layers: x=8 is too many stages, data=4 too few to interleave */
-    CHECK(pipe_candidates(&mesh, 1u, 6, 48, c, 64) == 2 && !strcmp(c[0], "pipeline:x:6:1f1b")); /* 8 does not divide 6 */
+    CHECK(pipe_candidates(&mesh, 0, 256, 48, pc, 64) >= 27); /* every axis */
+    CHECK(pipe_candidates(&mesh, 0, 256, 4, pc, 64) >= 5 + 9); /* 4 layers: x=8 is too many stages, data=4 too few to interleave */
+    CHECK(pipe_candidates(&mesh, 1u, 6, 48, pc, 64) == 2 && !strcmp(pipe_choice_text(&pc[0], &mesh, c[0], sizeof c[0]), "pipeline:x:6:1f1b")); /* 8 does not divide 6 */
 }
 
 /* A step builder for the level (what a command's loader does): the body for
  * a schedule with a pipeline, else the plain step; then its recomputation. */
-static ir_graph *build_step(void *ctx, const char *tactics, const char *sched_text, char *err, size_t errlen)
+static ir_graph *build_step(void *ctx, const schedule *sc, const char *label, char *err, size_t errlen)
 {
     const char *spec = ctx;
     model_config cfg;
     shard_mesh mesh;
-    schedule sc;
     pipe_spec ps;
-    (void)tactics;
+    (void)label;
     if (model_parse(spec, &cfg, err, errlen) < 0 || shard_mesh_parse("x=4,data=2,model=2", &mesh, err, errlen) < 0 ||
-        sched_parse(sched_text, &mesh, &sc, err, errlen) < 0 || sched_pipeline(&sc, &mesh, model_get(&cfg, "batch"), -1, &ps, err, errlen) < 0)
+        sched_pipeline(sc, &mesh, model_get(&cfg, "batch"), -1, &ps, err, errlen) < 0)
         return NULL;
     ir_graph *g = ps.axis >= 0 ? model_build_pipeline_body(&cfg, NULL, ps.microbatches, err, errlen) : model_build_step(&cfg, NULL, err, errlen);
-    if (g && sched_rewrite(&sc, &g, err, errlen) < 0) {
+    if (g && sched_rewrite(sc, &g, err, errlen) < 0) {
         ir_free(g);
         return NULL;
     }
@@ -1025,7 +1026,9 @@ static void test_level(void)
     hw.node_devices = 2; /* model inside a node, x and data across */
     CHECK(autopart_pipeline_slow_axes(&hw, &mesh) == 3u);
     const char *model = "gpt:layers=8,hidden=256,heads=8,seq=128,batch=32,vocab=1024";
-    autopart_pipeline_level L = {.mesh = &mesh, .user = "auto", .build = build_step, .build_ctx = (void *)model, .hw = &hw,
+    schedule user;
+    CHECK(sched_parse("auto", &mesh, &user, err, sizeof err) == 0);
+    autopart_pipeline_level L = {.mesh = &mesh, .user = &user, .build = build_step, .build_ctx = (void *)model, .hw = &hw,
                              .opt = {.precision = COST_MIXED_BF16}, .algo = &search_mcts,
                              .b = {.simulations = 40, .seed = 1, .threads = 1}, .gather_auto = 1, .batch = 32, .n_layers = 8, .keep = 2};
     autopart_pipeline_candidate c[AUTOPART_PIPELINE_MAX];
@@ -1043,7 +1046,7 @@ static void test_level(void)
         int cand = -1;
         for (int i = 0; i < nc; i++)
             if (c[i].searched == best) cand = i;
-        CHECK(s->ok && s->e.fits && s->pr.piped && strstr(s->tactics, "pipeline:") && cand >= 0);
+        CHECK(s->ok && s->e.fits && s->pr.piped && autopart_config_piped(&s->config) && strstr(s->tactics, "pipeline:") && cand >= 0);
         CHECKF(cand < 0 || s->e.step_time <= c[cand].e.step_time * (1 + 1e-9), "searched %g s, its best expert %g s", s->e.step_time,
                cand >= 0 ? c[cand].e.step_time : 0);
         for (int i = 0; i < nc; i++) /* the searched ones were the best priced */

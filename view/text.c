@@ -516,7 +516,7 @@ static void memory_choice(FILE *f, const autopart_step *s, int n, int chosen)
                    "(activations %.4g GiB at the peak, %.3gx the FLOPs of the plain step's best plan) and is the fastest that fits\n",
                 buf, p->peak_memory / GiB, c->capacity / GiB, buf, c->peak_memory / GiB, c->activation_peak / GiB,
                 p->flops > 0 ? c->flops / p->flops : 0);
-    } else if (!strncmp(buf, "pipeline:", 9)) {
+    } else if (autopart_config_piped(&s[chosen].config)) {
         cost_fmt_time(p->step_time, t, sizeof t);
         fprintf(f, "  chosen: %s: its best plan (%.4g GiB) is faster than the unpipelined plain step's (%s)\n", buf,
                 c->peak_memory / GiB, t);
@@ -534,7 +534,7 @@ static void memory_level(FILE *f, const view_search *vs)
     char t[32];
     if (vs->n_steps < 2) return;
     int piped = 0;
-    for (int i = 0; i < vs->n_steps; i++) piped |= !strncmp(s[i].tactics, "pipeline:", 9);
+    for (int i = 0; i < vs->n_steps; i++) piped |= autopart_config_piped(&s[i].config);
     fprintf(f, "\nmemory tactics%s (each step searched; a plan that fits first, then the shortest step):\n",
             piped ? " and pipelines (the best 3 of the pipeline level's candidates, docs/pipeline.md)" : "");
     int w = 26; /* the longest name's width (a pipeline's with its split) */
