@@ -66,7 +66,8 @@ typedef struct remat {
     unsigned char *internal; /* per value: made inside a layer in range, read by no other layer, no output */
     unsigned char *redo;    /* per value: recomputed (selective: internal values the backward pass reads,
                                transitively; full: every forward value of the layers) */
-    unsigned char *done;    /* per layer (full): its clones are emitted */
+    int *part;              /* per value (full): the forward part of a layer it belongs to (a value id) */
+    unsigned char *done;    /* per part (full, by its id): its clones are emitted */
     int *map;               /* per old value: its id in out */
     int *clone;             /* per old value: its recomputed copy in out, or -1 */
 } remat;
@@ -224,16 +225,41 @@ static int emit_clone(remat *r, int v)
     return r->clone[v] = c;
 }
 
+/* The root of v's part (union-find with path halving). */
+static int part_root(int *part, int v)
+{
+    while (part[v] != v) v = part[v] = part[part[v]];
+    return v;
+}
+
+/* part[] for full recomputation: the recomputed values of a layer that
+ * forward ops of that layer connect are one part, re-run together.  A
+ * layer's forward is one part, except in a step of several micro-batches
+ * (ir/microbatch.c), whose copies of a layer are parts of their own: each
+ * is re-run before its own backward pass, after its own forward. */
+static void mark_parts(remat *r)
+{
+    const ir_graph *g = r->g;
+    for (int v = 0; v < g->n_values; v++) r->part[v] = v;
+    for (int i = 0; i < g->n_ops; i++) {
+        const ir_op *o = &g->ops[i];
+        if (!r->redo[o->out]) continue;
+        for (int k = 0; k < o->n_in; k++)
+            if (r->redo[o->in[k]] && layer_of(g, o->in[k]) == o->layer)
+                r->part[part_root(r->part, o->out)] = part_root(r->part, o->in[k]);
+    }
+}
+
 /* The clone a backward op reads for internal value v: with full
- * recomputation the whole forward of v's layer is emitted first, in order.
- * Returns the clone or -1. */
+ * recomputation the whole forward of v's part of its layer is emitted
+ * first, in order.  Returns the clone or -1. */
 static int backward_read(remat *r, int v)
 {
-    int layer = layer_of(r->g, v);
-    if (r->full && !r->done[layer - r->lo]) {
-        r->done[layer - r->lo] = 1;
+    int part = r->full ? part_root(r->part, v) : -1;
+    if (r->full && !r->done[part]) {
+        r->done[part] = 1;
         for (int u = 0; u < r->g->n_values; u++)
-            if (r->redo[u] && layer_of(r->g, u) == layer && emit_clone(r, u) < 0) return -1;
+            if (r->redo[u] && part_root(r->part, u) == part && emit_clone(r, u) < 0) return -1;
     }
     return emit_clone(r, v);
 }
@@ -278,6 +304,7 @@ static void remat_free(remat *r)
     free(r->internal);
     free(r->redo);
     free(r->done);
+    free(r->part);
     free(r->map);
     free(r->clone);
 }
@@ -289,7 +316,12 @@ static ir_graph *rebuild(remat *r, char *msg, size_t n)
     const ir_graph *step = r->g;
     r->out = ir_new(step->name);
     ir_data_share(r->out, step);
-    for (int v = 0; v < step->n_values && !ir_error(r->out); v++) copy_value(r, v);
+    for (int v = 0; v < step->n_values && !ir_error(r->out); v++)
+        if (copy_value(r, v) < 0 && !ir_error(r->out)) { /* a clone read a value not made yet: never silently */
+            snprintf(msg, n, "value '%s': its recomputation reads a value made after it", step->values[v].name);
+            ir_free(r->out);
+            return NULL;
+        }
     for (int i = 0; i < step->n_outputs && !ir_error(r->out); i++) {
         const ir_output *o = &step->outputs[i];
         ir_add_output(r->out, r->map[o->value], o->updates >= 0 ? r->map[o->updates] : -1);
@@ -327,12 +359,14 @@ static ir_graph *remat_step(const ir_graph *step, int lo, int hi, int mode, int 
     r.fwd = ir_xcalloc(nv, 1);
     r.internal = ir_xcalloc(nv, 1);
     r.redo = ir_xcalloc(nv, 1);
-    r.done = ir_xcalloc((size_t)(r.hi - r.lo + 1), 1);
+    r.done = ir_xcalloc(nv, 1);
+    r.part = ir_xcalloc(nv, sizeof(int));
     r.map = ir_xcalloc(nv, sizeof(int));
     r.clone = ir_xcalloc(nv, sizeof(int));
     for (size_t v = 0; v < nv; v++) r.map[v] = r.clone[v] = -1;
     mark_forward(&r);
     int n = mark_redo(&r);
+    if (r.full) mark_parts(&r);
     char msg[IR_ERR_LEN + 96];
     ir_graph *out = NULL;
     if (n == 0)
