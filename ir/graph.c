@@ -1094,11 +1094,12 @@ int ir_add_output(ir_graph *g, int v, int updates)
             return ir_fail(g, "output '%s' (%s) cannot update '%s' (%s)", b->name, ir_type_str(b, tb, sizeof tb),
                            a->name, ir_type_str(a, ta, sizeof ta));
     }
-    for (int i = 0; i < g->n_outputs; i++) {
-        if (g->outputs[i].value == v) return ir_fail(g, "output '%s' listed twice", g->values[v].name);
-        if (updates >= 0 && g->outputs[i].updates == updates)
-            return ir_fail(g, "argument '%s' updated twice", g->values[updates].name);
-    }
+    /* marks on the values, not a scan of the outputs (a step of a large model has thousands) */
+    if (g->values[v].listed & 1) return ir_fail(g, "output '%s' listed twice", g->values[v].name);
+    if (updates >= 0 && (g->values[updates].listed & 2))
+        return ir_fail(g, "argument '%s' updated twice", g->values[updates].name);
+    g->values[v].listed |= 1;
+    if (updates >= 0) g->values[updates].listed |= 2;
     if (g->n_outputs == g->cap_outputs) {
         g->cap_outputs = g->cap_outputs ? 2 * g->cap_outputs : 16;
         g->outputs = ir_xrealloc(g->outputs, (size_t)g->cap_outputs * sizeof *g->outputs);

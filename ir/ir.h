@@ -130,6 +130,7 @@ typedef struct ir_value {
     const char *batch_of; /* an input of micro-batch `micro`: the name of the step's input it is that
                              micro-batch of (the executors fill it from that input's stream for that
                              micro-batch: exec_fill_stream); NULL for every other value */
+    unsigned char listed; /* set by ir_add_output: bit 0 an output, bit 1 an argument an output updates */
 } ir_value;
 
 typedef struct ir_op {
