@@ -266,9 +266,19 @@ typedef struct cost_estimate {
     double capacity;        /* bytes per device used for `fits` */
     int fits;
     int peak_instr;         /* instruction at which memory peaks */
-    /* what is live at the peak */
-    double peak_params, peak_opt_states, peak_grads, peak_activations, peak_other;
-    double model_state_bytes; /* cost_model_state_bytes summed over params */
+    /* what is live at the peak; the six add up to peak_memory (docs/cost-model.md, section 3):
+     * params: the device's own param blocks (argument buffers), held all step;
+     * gathered_params: other copies of params (ZeRO-3/FSDP's all-gathered weights, reshards);
+     * opt_states: optimizer states and, under mixed precision, the f32 master weights;
+     * grads: parameter gradients (any layout, partial sums included);
+     * activations: forward-pass values (kept for the backward pass) and the inputs;
+     * other: backward- and optimizer-pass temporaries and constants */
+    double peak_params, peak_opt_states, peak_grads, peak_activations, peak_other, peak_gathered_params;
+    /* model states over the step (ZeRO's count, cost_model_state_bytes summed over params):
+     * model_state_bytes = model_state_params + model_state_grads + model_state_opt, where
+     * params and opt are peak_params and peak_opt_states (the same buffers) and grads is
+     * every param's whole gradient at its last split (live by the end of the backward pass) */
+    double model_state_bytes, model_state_params, model_state_grads, model_state_opt;
     double activation_peak; /* most bytes of activations and temporaries (all but params,
                                optimizer states, gradients) live at once in the step */
     double serialisation;   /* factor applied to per-device times (cost_cpu_factor) */

@@ -37,7 +37,9 @@
 #include <string.h>
 
 enum { FL_ZERO, FL_OUT, FL_IN0, FL_IN1, FL_EINSUM, FL_ATTN };
-enum { CAT_PARAM, CAT_OPT, CAT_GRAD, CAT_ACT, CAT_OTHER, N_CATS };
+/* memory categories; CAT_GATHERED: a buffer of a param's value other than its
+ * argument buffer (ZeRO-3's all-gathered copy, a reshard for use) */
+enum { CAT_PARAM, CAT_OPT, CAT_GRAD, CAT_ACT, CAT_OTHER, CAT_GATHERED, N_CATS };
 
 struct cost_ws {
     const ir_graph *g;        /* the graph whose programs it prices (cost_ws_new) */
@@ -1001,6 +1003,14 @@ static void record_peak(const double *live, cost_estimate *out)
     out->peak_grads = live[CAT_GRAD];
     out->peak_activations = live[CAT_ACT];
     out->peak_other = live[CAT_OTHER];
+    out->peak_gathered_params = live[CAT_GATHERED];
+}
+
+/* The category of buffer b: its value's, except a param's copies. */
+static int buf_cat(const ctx *c, int b)
+{
+    int v = c->p->bufs[b].value, cat = c->w->cat[v];
+    return cat == CAT_PARAM && c->p->arg_buf[v] != b ? CAT_GATHERED : cat;
 }
 
 /* Pass 2's memory after instruction i: its result joins what is live; inputs
@@ -1010,7 +1020,7 @@ static void sweep_memory(ctx *c, int i, sweep *s, cost_estimate *out)
     const spmd_program *p = c->p;
     const spmd_instr *in = &p->instrs[i];
     cost_ws *w = c->w;
-    int ob = in->out, cat = w->cat[in->value];
+    int ob = in->out, cat = buf_cat(c, ob);
     double *live = s->live;
     if (w->persistent[ob] < 2) { /* not donated (2), not in a tile (3) */
         live[cat] += w->buf_bytes[ob];
@@ -1030,7 +1040,7 @@ static void sweep_memory(ctx *c, int i, sweep *s, cost_estimate *out)
         for (int j = 0; j < k; j++) twice |= b == freed[j];
         if (b < 0 || w->persistent[b] || w->last_use[b] != i || twice) continue;
         freed[k] = b;
-        live[w->cat[p->bufs[b].value]] -= w->buf_bytes[b];
+        live[buf_cat(c, b)] -= w->buf_bytes[b];
         s->cur -= w->buf_bytes[b];
     }
     if (!w->persistent[ob] && w->last_use[ob] < 0) {
@@ -1059,6 +1069,9 @@ static void finish(const ctx *c, const cost_hw *hw, const cost_options *opt, swe
         cost_state_bytes sz = cost_state_sizes(opt->precision, w->n_opt[v]);
         if (c->grad32) sz.grad = 4;
         out->model_state_bytes += cost_model_state_bytes(n, &sz, n / w->buf_numel[pb], n / w->buf_numel[gb], n / w->buf_numel[ob]);
+        out->model_state_params += sz.param * w->buf_numel[pb];
+        out->model_state_grads += sz.grad * w->buf_numel[gb];
+        out->model_state_opt += sz.opt * w->buf_numel[ob];
     }
     out->peak_memory = s->peak;
     out->capacity = opt->memory_capacity > 0 ? opt->memory_capacity : hw->mem_capacity;

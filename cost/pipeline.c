@@ -881,6 +881,10 @@ static void step_estimate(const cost_pipe_stage *stg, double step, const pipe_sp
     out->peak_grads = stg[top].grads;
     out->peak_activations = stg[top].peak - stg[top].base;
     out->peak_other = stg[top].base - stg[top].params - stg[top].opt_states - stg[top].grads;
+    out->peak_gathered_params = 0; /* a stage's copies of params count with its held bytes */
+    out->model_state_params = stg[top].params;
+    out->model_state_opt = stg[top].opt_states;
+    out->model_state_grads = stg[top].grads;
     out->model_state_bytes = stg[top].params + stg[top].opt_states + stg[top].grads;
 }
 

@@ -230,11 +230,22 @@ static cJSON *at_peak(const cost_estimate *e)
 {
     cJSON *pk = cJSON_CreateObject();
     cJSON_AddItemToObject(pk, "params", num(e->peak_params));
+    cJSON_AddItemToObject(pk, "gathered_params", num(e->peak_gathered_params));
     cJSON_AddItemToObject(pk, "optimizer_states", num(e->peak_opt_states));
     cJSON_AddItemToObject(pk, "gradients", num(e->peak_grads));
     cJSON_AddItemToObject(pk, "activations", num(e->peak_activations));
     cJSON_AddItemToObject(pk, "other", num(e->peak_other));
     return pk;
+}
+
+/* Model states through the step (cost_estimate's model_state_*). */
+static cJSON *model_states(const cost_estimate *e)
+{
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddItemToObject(o, "params", num(e->model_state_params));
+    cJSON_AddItemToObject(o, "optimizer_states", num(e->model_state_opt));
+    cJSON_AddItemToObject(o, "gradients", num(e->model_state_grads));
+    return o;
 }
 
 /* The one table of an estimate's figures as the documents name them. */
@@ -255,6 +266,7 @@ static cJSON *estimate_field(const cost_estimate *e, const char *key)
     FIELD("fits", cJSON_CreateBool(e->fits))
     FIELD("at_peak_bytes", at_peak(e))
     FIELD("model_state_bytes", num(e->model_state_bytes))
+    FIELD("model_states", model_states(e))
     FIELD("collective_launches", cJSON_CreateNumber(e->coll_launches))
 #undef FIELD
     return NULL;

@@ -63,9 +63,14 @@ def estimate_lines(e):
     out.append("peak memory    %s GiB per device of %s GiB: %s" % (g4(e["peak_memory_bytes"] / GIB),
                g4(e["memory_capacity_bytes"] / GIB), "fits" if e["fits"] else "DOES NOT FIT"))
     p = e["at_peak_bytes"]
-    out.append("  at the peak: params %s GiB, optimizer states %s GiB, gradients %s GiB, activations %s GiB, other %s GiB"
-               % tuple(g4(p[k] / GIB) for k in ("params", "optimizer_states", "gradients", "activations", "other")))
-    out.append("  model states (params + gradients + optimizer states): %s GiB" % g4(e["model_state_bytes"] / GIB))
+    out.append("  at the peak: own param blocks %s + gathered params %s + optimizer states %s + gradients %s + activations %s + "
+               "backward temporaries %s = %s GiB"
+               % tuple(g4(x / GIB) for x in [p[k] for k in ("params", "gathered_params", "optimizer_states", "gradients",
+                                                             "activations", "other")] + [e["peak_memory_bytes"]]))
+    m = e["model_states"]
+    out.append("  model states through the step: params %s + optimizer states %s + gradients %s (each param's whole "
+               "gradient at its last split) = %s GiB"
+               % tuple(g4(x / GIB) for x in (m["params"], m["optimizer_states"], m["gradients"], e["model_state_bytes"])))
     for o in e["by_op_kind"]:
         pct = 100 * o["seconds"] / e["compute_s"] if e["compute_s"] > 0 else 0
         out.append("  %-12s %6d ops %14s  %5.1f%%" % (o["op"], o["count"], fmt_time(o["seconds"]), pct))

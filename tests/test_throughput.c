@@ -123,9 +123,48 @@ static void test_gpt(void)
     if (r.ok) unprice(&r);
 }
 
+/* Memory as one account: the peak's six parts add up to the peak (1e-9:
+ * one sum in another order); the
+ * params and optimizer states at the peak are the model states' (the same
+ * buffers), and the model states add up; ZeRO-3's gathered weights are not
+ * its params. */
+static void account(const char *model, const char *mesh, const char *sched, const char *precision)
+{
+    priced r;
+    price(&r, model, mesh, sched);
+    if (!r.ok) return;
+    (void)precision;
+    const cost_estimate *e = &r.c.e;
+    double parts = e->peak_params + e->peak_gathered_params + e->peak_opt_states + e->peak_grads + e->peak_activations +
+                   e->peak_other;
+    CHECKF(near(parts, e->peak_memory, 1e-9), "%s %s: parts %.6g, peak %.6g", model, sched, parts, e->peak_memory);
+    /* (optimizer states: 1e-6, the scalar Adam step counter's 4 bytes are an
+     * optimizer state of no param, which ZeRO's count leaves out) */
+    CHECKF(near(e->peak_params, e->model_state_params, 1e-9) && near(e->peak_opt_states, e->model_state_opt, 1e-6),
+           "%s %s: params %.12g / %.12g, optimizer states %.12g / %.12g", model, sched, e->peak_params, e->model_state_params,
+           e->peak_opt_states, e->model_state_opt);
+    CHECK(near(e->model_state_params + e->model_state_opt + e->model_state_grads, e->model_state_bytes, 1e-9));
+    printf("%s %s over %s: peak %.4g GiB = params %.4g + gathered %.4g + opt %.4g + grads %.4g + act %.4g + temp %.4g; "
+           "model states %.4g\n", model, sched, mesh, e->peak_memory / 1073741824.0, e->peak_params / 1073741824.0,
+           e->peak_gathered_params / 1073741824.0, e->peak_opt_states / 1073741824.0, e->peak_grads / 1073741824.0,
+           e->peak_activations / 1073741824.0, e->peak_other / 1073741824.0, e->model_state_bytes / 1073741824.0);
+    unprice(&r);
+}
+
+static void test_account(void)
+{
+    account("gpt-1.3b", "batch=8", "dp:batch", "bf16");
+    account("gpt-1.3b", "batch=8", "zero3:batch", "bf16");
+    account("gpt-1.3b", "batch=4,model=2", "dp:batch,megatron:model,zero1:batch", "bf16");
+    account("llama2-7b:batch=32,attention=fused", "node=4,gpu=8", "dp:node,zero3:gpu", "bf16");
+    /* a ZeRO-3 plan whose peak lies where weights are gathered: the sum still holds */
+    account("gpt:layers=2,hidden=1024,heads=8,seq=64,batch=8,vocab=512", "batch=8", "zero3:batch", "bf16");
+}
+
 int main(void)
 {
     test_llama();
     test_gpt();
+    test_account();
     return test_done();
 }

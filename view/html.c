@@ -250,10 +250,12 @@ static void timeline_section(FILE *f, const spmd_program *p, const double *instr
 
 /* ---- memory -------------------------------------------------------------- */
 
-static const char *const mem_names[5] = {"params", "optimizer states", "gradients", "activations", "other"};
-static const char *const mem_colour[5] = {"#4e79a7", "#59a14f", "#edc948", "#e15759", "#bab0ac"};
+#define MEM_PARTS 6
+static const char *const mem_names[MEM_PARTS] = {"own param blocks", "gathered params", "optimizer states",
+                                                 "gradients", "activations", "backward temporaries"};
+static const char *const mem_colour[MEM_PARTS] = {"#4e79a7", "#a0cbe8", "#59a14f", "#edc948", "#e15759", "#bab0ac"};
 
-/* Stacked bars, one per column: part[col * 5 + k] bytes of mem_names[k],
+/* Stacked bars, one per column: part[col * MEM_PARTS + k] bytes of mem_names[k],
  * against the capacity (dashed line); columns labelled label(col). */
 static void memory_bars(FILE *f, int cols, const double *part, double capacity, const char *what)
 {
@@ -261,7 +263,7 @@ static void memory_bars(FILE *f, int cols, const double *part, double capacity, 
     double most = capacity;
     for (int c = 0; c < cols; c++) {
         double sum = 0;
-        for (int k = 0; k < 5; k++) sum += part[c * 5 + k];
+        for (int k = 0; k < MEM_PARTS; k++) sum += part[c * MEM_PARTS + k];
         most = fmax(most, sum);
     }
     double top = most * 1.05, h = 220;
@@ -269,10 +271,10 @@ static void memory_bars(FILE *f, int cols, const double *part, double capacity, 
     double cy = h - capacity / top * h;
     for (int d = 0; d < cols; d++) {
         double y = h;
-        for (int k = 0; k < 5; k++) {
-            double bh = part[d * 5 + k] / top * h;
+        for (int k = 0; k < MEM_PARTS; k++) {
+            double bh = part[d * MEM_PARTS + k] / top * h;
             y -= bh;
-            fmt_bytes(part[d * 5 + k], a, sizeof a);
+            fmt_bytes(part[d * MEM_PARTS + k], a, sizeof a);
             fprintf(f, "<rect x=\"%d\" y=\"%.2f\" width=\"28\" height=\"%.2f\" fill=\"%s\"><title>%s %d %s: %s</title></rect>",
                     50 + d * 40, y, fmax(bh, 0), mem_colour[k], what, d, mem_names[k], a);
         }
@@ -285,13 +287,14 @@ static void memory_bars(FILE *f, int cols, const double *part, double capacity, 
 
 static void memory_legend(FILE *f)
 {
-    for (int k = 0; k < 5; k++) fprintf(f, " <span style=\"color:%s\">&#9632; %s</span>", mem_colour[k], mem_names[k]);
+    for (int k = 0; k < MEM_PARTS; k++) fprintf(f, " <span style=\"color:%s\">&#9632; %s</span>", mem_colour[k], mem_names[k]);
     fputs("</p>", f);
 }
 
 static void memory_section(FILE *f, const shard_mesh *m, const cost_estimate *e)
 {
-    const double part[5] = {e->peak_params, e->peak_opt_states, e->peak_grads, e->peak_activations, e->peak_other};
+    const double part[MEM_PARTS] = {e->peak_params,      e->peak_gathered_params, e->peak_opt_states,
+                                    e->peak_grads,       e->peak_activations,     e->peak_other};
     char a[32], b[32];
     fmt_bytes(e->peak_memory, a, sizeof a);
     fmt_bytes(e->capacity, b, sizeof b);
@@ -300,9 +303,9 @@ static void memory_section(FILE *f, const shard_mesh *m, const cost_estimate *e)
             a, b, e->fits ? "fits" : "DOES NOT FIT");
     memory_legend(f);
     int shown = m->n_devices > 16 ? 16 : (int)m->n_devices;
-    double *parts = malloc(sizeof *parts * 5 * (size_t)shown);
+    double *parts = malloc(sizeof *parts * MEM_PARTS * (size_t)shown);
     if (!parts) return;
-    for (int d = 0; d < shown; d++) memcpy(parts + d * 5, part, sizeof part);
+    for (int d = 0; d < shown; d++) memcpy(parts + d * MEM_PARTS, part, sizeof part);
     memory_bars(f, shown, parts, e->capacity, "device");
     free(parts);
     if (shown < m->n_devices) fprintf(f, "<p class=\"note\">devices 16..%lld alike</p>", (long long)m->n_devices - 1);
@@ -315,17 +318,17 @@ static void memory_section(FILE *f, const shard_mesh *m, const cost_estimate *e)
 static void memory_stages_section(FILE *f, const cost_pipe_estimate *pe, int chunks, const cost_estimate *e)
 {
     char a[32], b[32];
-    double *parts = calloc((size_t)pe->n_stages * 5, sizeof *parts);
+    double *parts = calloc((size_t)pe->n_stages * MEM_PARTS, sizeof *parts);
     if (!parts) return;
     for (int r = 0; r < pe->n_stages; r++) {
         const cost_pipe_stage *s = &pe->stage[r];
-        double *q = parts + r * 5;
+        double *q = parts + r * MEM_PARTS, held = s->params + s->opt_states + s->grads;
         q[0] = s->params;
-        q[1] = s->opt_states;
-        q[2] = s->grads;
+        q[2] = s->opt_states;
+        q[3] = s->grads;
         /* stash: one micro-batch's over all chunks; in_flight counts (micro-batch, chunk) stashes */
-        q[3] = fmin(s->stash / chunks * s->in_flight, fmax(s->peak - q[0] - q[1] - q[2], 0));
-        q[4] = fmax(s->peak - q[0] - q[1] - q[2] - q[3], 0);
+        q[4] = fmin(s->stash / chunks * s->in_flight, fmax(s->peak - held, 0));
+        q[5] = fmax(s->peak - held - q[4], 0);
     }
     fmt_bytes(e->peak_memory, a, sizeof a);
     fmt_bytes(e->capacity, b, sizeof b);

@@ -76,7 +76,7 @@ static cJSON *estimate_json(const cost_estimate *e)
     static const char *const keys[] = {"step_time_s", "compute_s", "communication_s", "overlapped", "serialisation",
                                        "flops_per_device", "communicated_bytes_per_device", "wire_bytes_per_device",
                                        "peak_memory_bytes", "memory_capacity_bytes", "fits", "at_peak_bytes",
-                                       "model_state_bytes", "collective_launches", NULL};
+                                       "model_state_bytes", "model_states", "collective_launches", NULL};
     cJSON *j = cJSON_CreateObject();
     plan_add_estimate(j, e, keys);
     add_breakdowns(j, e);

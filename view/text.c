@@ -29,10 +29,13 @@ static void estimate_totals(FILE *f, const cost_estimate *e)
             e->comm_bytes / MiB, e->wire_bytes / MiB);
     fprintf(f, "peak memory    %.4g GiB per device of %.4g GiB: %s\n", e->peak_memory / GiB, e->capacity / GiB,
             e->fits ? "fits" : "DOES NOT FIT");
-    fprintf(f, "  at the peak: params %.4g GiB, optimizer states %.4g GiB, gradients %.4g GiB, activations %.4g GiB, "
-               "other %.4g GiB\n",
-            e->peak_params / GiB, e->peak_opt_states / GiB, e->peak_grads / GiB, e->peak_activations / GiB, e->peak_other / GiB);
-    fprintf(f, "  model states (params + gradients + optimizer states): %.4g GiB\n", e->model_state_bytes / GiB);
+    fprintf(f, "  at the peak: own param blocks %.4g + gathered params %.4g + optimizer states %.4g + gradients %.4g + "
+               "activations %.4g + backward temporaries %.4g = %.4g GiB\n",
+            e->peak_params / GiB, e->peak_gathered_params / GiB, e->peak_opt_states / GiB, e->peak_grads / GiB,
+            e->peak_activations / GiB, e->peak_other / GiB, e->peak_memory / GiB);
+    fprintf(f, "  model states through the step: params %.4g + optimizer states %.4g + gradients %.4g (each param's whole "
+               "gradient at its last split) = %.4g GiB\n",
+            e->model_state_params / GiB, e->model_state_opt / GiB, e->model_state_grads / GiB, e->model_state_bytes / GiB);
 }
 
 static void estimate_by_op(FILE *f, const cost_estimate *e)
