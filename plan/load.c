@@ -232,6 +232,7 @@ static void load_search(const cJSON *se, plan_search *s)
     s->seed = (uint64_t)get_int(se, "seed", 0, 0, 9e15);
     s->threads = (int)get_int(se, "threads", 1, 1, 1 << 20);
     s->root_actions = (int)get_int(se, "root_actions", 0, 0, 1 << 30);
+    s->gather_chosen = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(se, "gather_chosen"));
     s->tree_nodes = get_int(se, "tree_nodes", 0, 0, 9e15);
     s->steps = get_num(se, "steps", 0);
     const cJSON *c = cJSON_GetObjectItemCaseSensitive(se, "curve"), *q;

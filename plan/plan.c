@@ -310,6 +310,7 @@ static void add_search(cJSON *j, const plan_search *s)
     cJSON_AddItemToObject(o, "seed", cJSON_CreateRaw(buf));
     cJSON_AddNumberToObject(o, "threads", s->threads);
     cJSON_AddStringToObject(o, "stopped_by", s->stop);
+    cJSON_AddBoolToObject(o, "gather_chosen", s->gather_chosen);
     plan_add_curve(o, s);
 }
 

@@ -47,6 +47,8 @@ typedef struct plan_search {
     uint64_t seed;
     int threads;
     char stop[16];
+    int gather_chosen;      /* the ZeRO-3 gather policy was the pricer's choice, plan and experts alike
+                               (autopart without a gather: tactic); explain prices the experts so too */
     double steps;           /* what the budget counted (docs/search.md, "Budgets") */
     int n_curve;            /* the best-so-far curve (search_result.curve) */
     search_point curve[SEARCH_CURVE_MAX];

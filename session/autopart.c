@@ -110,6 +110,7 @@ static void fill_plan(session_autopart *a)
     pl->search.best_at = res->best_at;
     pl->search.tree_nodes = res->tree_nodes;
     pl->search.root_actions = res->root_actions;
+    pl->search.gather_chosen = a->gather_auto;
     pl->search.seconds = res->seconds;
     pl->search.seed = s->b.seed;
     pl->search.threads = s->b.threads;

@@ -5,6 +5,22 @@
 
 #include <string.h>
 
+/* The state autopart priced its experts from: the plan's tactics before
+ * `auto` (the user's manual tactics and the memory level's) applied to st.
+ * Returns 1 when there were such tactics, 0 when none (a plan without auto:
+ * the experts start from replicated), -1 with a message. */
+static int experts_base(const plan *pl, shard_state *st, char *err, size_t errlen)
+{
+    schedule sc;
+    if (!pl->schedule[0] || sched_parse(pl->schedule, &pl->mesh, &sc, NULL, 0) < 0) return 0;
+    int at = -1;
+    for (int i = 0; i < sc.n; i++)
+        if (sc.t[i].kind == TACTIC_AUTO) at = i;
+    if (at <= 0) return 0;
+    sc.n = at;
+    return sched_apply(&sc, st, err, errlen) < 0 ? -1 : 1;
+}
+
 int session_plan_view_open(session_plan_view *v, const char *cmd, const char *path, session_plan_use use, const char *hw_name,
                            char *err, size_t errlen)
 {
@@ -62,10 +78,16 @@ int session_plan_view_open(session_plan_view *v, const char *cmd, const char *pa
     shard_state *scratch = shard_state_new(v->g, &v->pl.mesh);
     int r = autopart_pricer_init(&v->pr, &v->hw, &v->pl.options, scratch, err, errlen);
     if (!r && v->piped) r = autopart_pricer_set_pipeline(&v->pr, &v->ps, scratch, err, errlen);
-    /* the experts (on a pipeline: over the other axes) from replicated */
+    /* the experts autopart compared the plan with (on a pipeline: over the
+     * other axes), priced as it priced them: with the ZeRO-1/2 rows, and each
+     * under the gather policy the pricer chooses where autopart chose it */
     shard_state_reset(scratch);
     scratch->reserved_axes = v->st->reserved_axes;
-    if (!r) v->n_ex = autopart_experts(v->g, &v->pl.mesh, v->piped ? scratch : NULL, &v->pr, &v->ex);
+    v->pr.gather_auto = v->pl.search.gather_chosen;
+    int based = r ? -1 : experts_base(&v->pl, scratch, err, errlen);
+    if (based < 0) r = -1;
+    else v->n_ex = autopart_all_experts(v->g, &v->pl.mesh, based || v->piped ? scratch : NULL, &v->pr, 1, &v->ex);
+    v->pr.gather_auto = 0; /* the plan itself under its own policy */
     shard_state_free(scratch);
     if (r < 0) return -1;
     autopart_price(&v->pr, v->st, &v->e); /* e's per-instruction times stay valid until pr prices again */

@@ -56,6 +56,23 @@ $carve cost --model $m --mesh gpu=8,node=4 --schedule dp:node,zero3:gpu --hw a10
 "$py" -c 'import json, sys; sys.exit(not json.load(open("doc.json"))["mesh_warning"].startswith("mesh order: --mesh node=4,gpu=8"))'
 check "cost --json: mesh_warning" $?
 
+# one expert list: explain compares the plan with the experts autopart did, priced alike
+# (a plain plan, and one with a manual prefix whose memory level chose recomputation)
+for args in "--model $m --mesh gpu=8,node=4" \
+            "--model gpt:layers=4,hidden=512,heads=8,seq=256,batch=16,vocab=1024 --mesh batch=4,model=2 --memory 0.052 --schedule dp:batch,auto"; do
+    $carve autopart $args --hw a100 --budget 30 --quiet --out one.json --json >auto.json 2>/dev/null
+    $carve explain one.json --json >explain.json 2>err.txt
+    "$py" - <<'PY'
+import json, sys
+a, e = json.load(open("auto.json")), json.load(open("explain.json"))
+ea = {x["schedule"]: x.get("step_time_s") for x in a["experts"]}
+ee = {x["schedule"]: x.get("step_time_s") for x in e["experts"]}
+best = lambda d: [x["schedule"] for x in d["experts"] if x["best"]]
+sys.exit(0 if len(ea) > 5 and ea == ee and best(a) == best(e) else 1)
+PY
+    check "one expert list: autopart and explain ($(head -c 40 <<<"$args")...)" $?
+done
+
 # the report: summary rows, order of the parts, every block written
 ok "report runs" "$carve" report plan.json --html plan.html
 grep -q "<td>links</td>" plan.html && grep -q "<td>throughput</td>" plan.html; check "report: links and throughput" $?
