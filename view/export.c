@@ -172,7 +172,7 @@ int export_render(const view_explanation *x, const char *name, const char *comme
     if (strcmp(name, "torch")) export_file_shapes(f, st->g, comment);
     uint8_t *fwd = ir_xcalloc((size_t)st->g->n_ops + 1, 1);
     for (int o = 0; o < st->g->n_ops; o++) fwd[o] = x->p->phase[o] == SPMD_FORWARD;
-    write(f, st, fwd);
+    write(f, x, fwd);
     free(fwd);
     export_stages(f, x, comment);
     return ferror(f) ? -1 : 0;

@@ -10,9 +10,9 @@
 #include "view/view.h"
 
 /* Writes export `name` of x's plan to f: its header lines (each starting
- * with `comment`), then write(f, state, each op's forward mark).  Returns 0,
+ * with `comment`), then write(f, x, each op's forward mark).  Returns 0,
  * or -1 when x is no verified plan or f reports an error. */
-typedef void (*export_write_fn)(FILE *f, const shard_state *st, const uint8_t *fwd);
+typedef void (*export_write_fn)(FILE *f, const view_explanation *x, const uint8_t *fwd);
 int export_render(const view_explanation *x, const char *name, const char *comment, export_write_fn write, FILE *f);
 /* Writes s as a double-quoted Python (mlir 0) or MLIR (mlir 1) string literal. */
 void export_put_str(FILE *f, const char *s, int mlir);
@@ -28,5 +28,9 @@ void export_py_mesh(FILE *f, const shard_mesh *m);
 typedef void (*py_entry_fn)(FILE *f, const shard_state *st, int v);
 void export_py_tables(FILE *f, const shard_state *st, const uint8_t *fwd, const char *params, const char *rest,
                       const char *activation_note, py_entry_fn entry);
+
+/* The Python the torch export writes after its tables: apply_plan and what
+ * it needs (export_torch_runtime.c, generated from export_torch_runtime.py). */
+extern const char export_torch_runtime[];
 
 #endif

@@ -32,8 +32,9 @@ static void jax_entry(FILE *f, const shard_state *st, int v)
     fputs(st->spec[v].partial ? ",  # partial sums at this point in carve's program\n" : ",\n", f);
 }
 
-static void write_jax(FILE *f, const shard_state *st, const uint8_t *fwd)
+static void write_jax(FILE *f, const view_explanation *vx, const uint8_t *fwd)
 {
+    const shard_state *st = vx->st;
     fputs("import numpy as np\n"
           "import jax\n"
           "from jax.sharding import Mesh, NamedSharding, PartitionSpec as P\n\n",

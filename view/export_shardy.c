@@ -40,8 +40,9 @@ static void mlir_type(FILE *f, const ir_value *x)
     fprintf(f, "%s>", (unsigned)x->dtype < IR_N_DTYPES ? el[x->dtype] : "f32");
 }
 
-static void write_shardy(FILE *f, const shard_state *st, const uint8_t *fwd)
+static void write_shardy(FILE *f, const view_explanation *vx, const uint8_t *fwd)
 {
+    const shard_state *st = vx->st;
     const ir_graph *g = st->g;
     const shard_mesh *m = &st->mesh;
     fputs("module @carve_plan {\n  sdy.mesh @mesh = <[", f);

@@ -7,13 +7,21 @@
 
 #include <string.h>
 
-/* DTensor placements: one per mesh dim, Shard(map[d]) for a split of dim d
- * (map NULL: d).  Returns 1 when a tensor dim is split over several mesh
- * axes in an order other than the mesh's (DTensor splits them in mesh order:
- * the same block sizes, another device for each block). */
-static int torch_placements(FILE *f, const shard_mesh *m, const shard_spec *s, int rank, const int *map)
+/* Whether spec s splits a tensor dim over several mesh axes in an order
+ * other than the mesh's (DTensor splits them in mesh order: the same block
+ * sizes, another device for each block). */
+static int torch_reordered(const shard_spec *s, int rank)
 {
     int reordered = 0;
+    for (int d = 0; d < rank; d++)
+        for (int k = 1; k < s->n[d]; k++) reordered |= s->axes[d][k] < s->axes[d][k - 1];
+    return reordered;
+}
+
+/* DTensor placements: one per mesh dim, Shard(map[d]) for a split of dim d
+ * (map NULL: d).  Returns torch_reordered(s). */
+static int torch_placements(FILE *f, const shard_mesh *m, const shard_spec *s, int rank, const int *map)
+{
     fputc('[', f);
     for (int a = 0; a < m->n_axes; a++) {
         int dim = -1;
@@ -26,9 +34,7 @@ static int torch_placements(FILE *f, const shard_mesh *m, const shard_spec *s, i
         else fputs("Replicate()", f);
     }
     fputc(']', f);
-    for (int d = 0; d < rank; d++)
-        for (int k = 1; k < s->n[d]; k++) reordered |= s->axes[d][k] < s->axes[d][k - 1];
-    return reordered;
+    return torch_reordered(s, rank);
 }
 
 /* The shape the model file holds argument v in, where carve holds it split
@@ -49,10 +55,9 @@ static int file_shape_of(const ir_graph *g, int v, int *rank, int64_t *dims)
  * divided, and no other factor of that file dim is split.  A split of a
  * minor factor (the head dim of a merged heads * head_dim) is no DTensor
  * Shard of that tensor: its blocks are strided. */
-static int file_placeable(const shard_state *st, int v, int frank, const int64_t *fdims, int *map)
+static int file_placeable(const shard_state *st, int v, const shard_spec *s, int frank, const int64_t *fdims, int *map)
 {
     const ir_value *x = &st->g->values[v];
-    const shard_spec *s = &st->spec[v];
     int d = 0;
     for (int j = 0; j < frank; j++) {
         int first = d, tiled = 0, uneven = 0;
@@ -69,13 +74,16 @@ static int file_placeable(const shard_state *st, int v, int frank, const int64_t
     return d == x->rank;
 }
 
-static void torch_entry(FILE *f, const shard_state *st, int v)
+/* Writes value v's placements under spec s on the module's tensor: on the
+ * tensor as it is, or (an imported param carve holds split that no Shard of
+ * it expresses) on t.view(carve's shape) with a comment saying so. */
+static void torch_value(FILE *f, const shard_state *st, int v, const shard_spec *s)
 {
     const ir_value *x = &st->g->values[v];
     int frank, map[IR_MAX_RANK];
     int64_t fdims[IR_MAX_RANK];
-    int held = file_shape_of(st->g, v, &frank, fdims), placeable = held && file_placeable(st, v, frank, fdims, map);
-    int r = torch_placements(f, &st->mesh, &st->spec[v], x->rank, placeable ? map : NULL);
+    int held = file_shape_of(st->g, v, &frank, fdims), placeable = held && file_placeable(st, v, s, frank, fdims, map);
+    int r = torch_placements(f, &st->mesh, s, x->rank, placeable ? map : NULL);
     if (held && !placeable) {
         fputs(",  # on t.view(", f);
         for (int d = 0; d < x->rank; d++) fprintf(f, "%s%lld", d ? ", " : "", (long long)x->dims[d]);
@@ -85,6 +93,17 @@ static void torch_entry(FILE *f, const shard_state *st, int v)
         return;
     }
     fputs(r ? ",  # carve splits a dim minor mesh axis first: DTensor's blocks go to other devices\n" : ",\n", f);
+}
+
+static void torch_entry(FILE *f, const shard_state *st, int v) { torch_value(f, st, v, &st->spec[v]); }
+
+/* Whether argument v is held on a view (VIEWS): an imported param carve
+ * holds split whose placements no Shard of the module's tensor expresses. */
+static int torch_on_view(const shard_state *st, int v)
+{
+    int frank, map[IR_MAX_RANK];
+    int64_t fdims[IR_MAX_RANK];
+    return file_shape_of(st->g, v, &frank, fdims) && !file_placeable(st, v, &st->spec[v], frank, fdims, map);
 }
 
 /* VIEWS: the arguments whose placements apply to a view of the module's
@@ -99,11 +118,7 @@ static void torch_views(FILE *f, const shard_state *st, const uint8_t *fwd)
           f);
     for (int v = 0; v < g->n_values; v++) {
         const ir_value *x = &g->values[v];
-        int frank, map[IR_MAX_RANK];
-        int64_t fdims[IR_MAX_RANK];
-        if (x->role == IR_INTERMEDIATE || !export_listed(st, fwd, v) || !file_shape_of(g, v, &frank, fdims) ||
-            file_placeable(st, v, frank, fdims, map))
-            continue;
+        if (x->role == IR_INTERMEDIATE || !export_listed(st, fwd, v) || !torch_on_view(st, v)) continue;
         fputs("    ", f);
         export_put_str(f, x->name, 0);
         fputs(": (", f);
@@ -113,13 +128,228 @@ static void torch_views(FILE *f, const shard_state *st, const uint8_t *fwd)
     fputs("}\n\n\n"
           "def view_for(name, t):\n"
           "    \"\"\"The tensor the placements of `name` apply to: t, or t.view(VIEWS[name]).\"\"\"\n"
-          "    return t.view(VIEWS[name]) if name in VIEWS else t\n",
+          "    return t.view(VIEWS[name]) if name in VIEWS else t\n\n\n",
           f);
 }
 
-static void write_torch(FILE *f, const shard_state *st, const uint8_t *fwd)
+static void py_dims(FILE *f, int rank, const int64_t *dims)
 {
-    fputs("try:  # torch >= 2.5\n"
+    fputc('(', f);
+    for (int d = 0; d < rank; d++) fprintf(f, "%s%lld", d ? ", " : "", (long long)dims[d]);
+    fputs(rank == 1 ? ",)" : ")", f);
+}
+
+/* SHAPES (each param's and input's shape as the module holds it: the
+ * file's for an imported param carve holds split), OPT_STATE_OF (each
+ * optimizer state's param) and MINOR_FIRST (the arguments whose dims carve
+ * splits minor mesh axis first). */
+static void torch_facts(FILE *f, const shard_state *st)
+{
+    const ir_graph *g = st->g;
+    fputs("# each param's and input's shape as the module holds it\nSHAPES = {\n", f);
+    for (int v = 0; v < g->n_values; v++) {
+        const ir_value *x = &g->values[v];
+        int rank = x->rank;
+        int64_t dims[IR_MAX_RANK];
+        memcpy(dims, x->dims, sizeof dims);
+        if (x->role != IR_PARAM && x->role != IR_INPUT) continue;
+        file_shape_of(g, v, &rank, dims);
+        fputs("    ", f);
+        export_put_str(f, x->name, 0);
+        fputs(": ", f);
+        py_dims(f, rank, dims);
+        fputs(",\n", f);
+    }
+    fputs("}\n\n# the param each optimizer state belongs to\nOPT_STATE_OF = {\n", f);
+    for (int v = 0; v < g->n_values; v++) {
+        const ir_value *x = &g->values[v];
+        if (x->role != IR_OPT_STATE || x->tied < 0) continue;
+        fputs("    ", f);
+        export_put_str(f, x->name, 0);
+        fputs(": ", f);
+        export_put_str(f, g->values[x->tied].name, 0);
+        fputs(",\n", f);
+    }
+    fputs("}\n\n# arguments whose dims carve splits over several mesh axes minor axis first\nMINOR_FIRST = {", f);
+    int n = 0;
+    for (int v = 0; v < g->n_values; v++) {
+        const ir_value *x = &g->values[v];
+        if (x->role == IR_INTERMEDIATE || !torch_reordered(&st->spec[v], x->rank)) continue;
+        fputs(n++ ? ", " : "", f);
+        export_put_str(f, x->name, 0);
+    }
+    fputs(n ? "}\n\n" : "}  # set()\n\n", f);
+}
+
+/* The buffer of param v that its first forward reader computes with: the
+ * argument's own, or the version the program gathers (ZeRO-3) or slices
+ * for it; -1 when no forward instruction reads v. */
+static int torch_compute_buf(const spmd_program *p, int v)
+{
+    for (int i = 0; i < p->n_instrs; i++) {
+        const spmd_instr *in = &p->instrs[i];
+        if (in->kind != SPMD_COMPUTE || in->phase != SPMD_FORWARD) continue;
+        for (int k = 0; k < IR_MAX_OPERANDS; k++)
+            if (in->in[k] >= 0 && p->bufs[in->in[k]].value == v) return in->in[k];
+    }
+    return -1;
+}
+
+/* COMPUTE_PLACEMENTS: the params the program computes with in another
+ * layout than it stores them in (ZeRO-3: gathered before the forward uses
+ * them), with that layout; GATHER_POLICY: whether the backward gathers
+ * them again. */
+static void torch_compute(FILE *f, const view_explanation *x)
+{
+    const shard_state *st = x->st;
+    const spmd_program *p = x->p;
+    const ir_graph *g = st->g;
+    fputs("# params the plan stores in blocks and gathers (ZeRO-3) or slices before the forward computes with\n"
+          "# them: the placements it computes with (apply_plan redistributes them in a forward pre-hook)\n"
+          "COMPUTE_PLACEMENTS = {\n",
+          f);
+    for (int v = 0; v < g->n_values; v++) {
+        if (g->values[v].role != IR_PARAM || p->arg_buf[v] < 0) continue;
+        int b = torch_compute_buf(p, v);
+        if (b < 0 || shard_spec_equal(&p->bufs[b].spec, &st->spec[v], g->values[v].rank)) continue;
+        fputs("    ", f);
+        export_put_str(f, g->values[v].name, 0);
+        fputs(": ", f);
+        torch_value(f, st, v, &p->bufs[b].spec);
+    }
+    fprintf(f, "}\n# whether the backward gathers them again (regather) or reuses the forward's (keep)\nGATHER_POLICY = \"%s\"\n\n",
+            spmd_gather_policy_name(p->opts.gather_policy));
+}
+
+/* The dotted module path every param of layer `layer` lies under (their
+ * longest common prefix of whole name parts, the leaf excluded), in buf;
+ * 0 when the layer has no param or they share no prefix. */
+static int torch_layer_module(const ir_graph *g, int layer, char *buf, size_t n)
+{
+    size_t len = 0;
+    int any = 0;
+    for (int v = 0; v < g->n_values; v++) {
+        const ir_value *x = &g->values[v];
+        if (x->role != IR_PARAM || x->layer != layer) continue;
+        const char *dot = strrchr(x->name, '.');
+        size_t upto = dot ? (size_t)(dot - x->name) : 0;
+        if (!any) {
+            len = upto < n ? upto : 0;
+            memcpy(buf, x->name, len);
+            any = 1;
+            continue;
+        }
+        size_t k = 0;
+        while (k < len && k < upto && buf[k] == x->name[k]) k++;
+        while (k > 0 && !((k == len || buf[k] == '.') && (k == upto || x->name[k] == '.'))) k--; /* whole parts */
+        len = k;
+    }
+    buf[len] = 0;
+    return any && len > 0;
+}
+
+/* The module path value v is the output of, by how the model names its
+ * values, in buf (0 when none): carve's presets name a module's output
+ * "PATH.out"; torch's ONNX exporter names values "/SCOPE/Op_output_0" with
+ * the module path as SCOPE ("/h.0/mlp/mlp.2/Add_output_0" is made inside
+ * h.0.mlp.2), and the module's output is a value of its scope that a value
+ * outside the scope reads. */
+static int torch_named_module(const ir_graph *g, const uint8_t *fwd, int v, char *buf, size_t n)
+{
+    const char *name = g->values[v].name;
+    size_t len = strlen(name);
+    if (len > 4 && !strcmp(name + len - 4, ".out") && len - 4 < n) {
+        memcpy(buf, name, len - 4);
+        buf[len - 4] = 0;
+        return 1;
+    }
+    const char *last = strrchr(name, '/');
+    if (name[0] != '/' || last == name || (size_t)(last - name) >= n) return 0;
+    size_t scope = (size_t)(last - name) + 1; /* "/h.0/mlp/mlp.2/" */
+    int leaves = 0;
+    for (int o = g->values[v].producer + 1; o < g->n_ops && !leaves; o++) {
+        if (!fwd[o]) continue;
+        const char *out = g->values[g->ops[o].out].name;
+        for (int k = 0; k < g->ops[o].n_in; k++)
+            if (g->ops[o].in[k] == v && strncmp(out, name, scope) && out[0] != '%') leaves = 1;
+    }
+    if (!leaves) return 0;
+    /* the parts joined by '.'; a part that repeats the one before as its prefix is a container's
+     * child ("/h.0/mlp/mlp.0/": the Sequential h.0.mlp, then its child 0) */
+    size_t k = 0, prev = 0, prev_len = 0;
+    for (size_t i = 1; i < scope;) {
+        size_t end = i;
+        while (name[end] != '/') end++;
+        size_t from = i;
+        if (prev_len && end - i > prev_len && !strncmp(name + i, name + prev, prev_len) && name[i + prev_len] == '.')
+            from = i + prev_len + 1;
+        if (k) buf[k++] = '.';
+        memcpy(buf + k, name + from, end - from);
+        k += end - from;
+        prev = i, prev_len = end - i, i = end + 1;
+    }
+    buf[k] = 0;
+    return 1;
+}
+
+/* Writes `"path": "value",` for path's output value out, unless a later
+ * value of the same module follows (the module's output is the last). */
+static void torch_output_line(FILE *f, const char *path, const char *value)
+{
+    fputs("    ", f);
+    export_put_str(f, path, 0);
+    fputs(": ", f);
+    export_put_str(f, value, 0);
+    fputs(",\n", f);
+}
+
+/* MODULE_OUTPUTS: module paths and the named value that leaves each, whose
+ * placements (ACTIVATION_PLACEMENTS) apply_plan gives the module's output:
+ * each layer's module (the common prefix of its params' names, torch_layer_module)
+ * with the layer's last value another layer reads, then the modules the
+ * values' names give (torch_named_module), each with its last such value. */
+static void torch_module_outputs(FILE *f, const view_explanation *x, const uint8_t *fwd)
+{
+    const ir_graph *g = x->st->g;
+    int layers = 0;
+    for (int v = 0; v < g->n_values; v++) layers = g->values[v].layer + 1 > layers ? g->values[v].layer + 1 : layers;
+    fputs("# module paths and the value leaving each (a layer's module: the common prefix of its params' names;\n"
+          "# others as the values' names give them), whose placements apply_plan gives the module's output\n"
+          "MODULE_OUTPUTS = {\n",
+          f);
+    char path[512], other[512];
+    for (int l = 0; l < layers; l++) {
+        int out = -1;
+        for (int v = 0; v < g->n_values; v++) {
+            const ir_value *y = &g->values[v];
+            if (y->layer != l || y->role != IR_INTERMEDIATE || !export_listed(x->st, fwd, v)) continue;
+            for (int o = y->producer + 1; o < g->n_ops && out != v; o++) {
+                if (!fwd[o] || g->ops[o].layer == l) continue;
+                for (int k = 0; k < g->ops[o].n_in; k++)
+                    if (g->ops[o].in[k] == v) out = v;
+            }
+        }
+        if (out >= 0 && torch_layer_module(g, l, path, sizeof path)) torch_output_line(f, path, g->values[out].name);
+    }
+    for (int v = 0; v < g->n_values; v++) {
+        if (g->values[v].role != IR_INTERMEDIATE || !export_listed(x->st, fwd, v) || !torch_named_module(g, fwd, v, path, sizeof path))
+            continue;
+        int later = 0, layer_module = 0;
+        for (int w = v + 1; w < g->n_values && !later; w++)
+            later = g->values[w].role == IR_INTERMEDIATE && export_listed(x->st, fwd, w) &&
+                    torch_named_module(g, fwd, w, other, sizeof other) && !strcmp(path, other);
+        for (int l = 0; l < layers && !layer_module; l++)
+            layer_module = torch_layer_module(g, l, other, sizeof other) && !strcmp(path, other);
+        if (!later && !layer_module) torch_output_line(f, path, g->values[v].name);
+    }
+    fputs("}\n\n", f);
+}
+
+static void write_torch(FILE *f, const view_explanation *x, const uint8_t *fwd)
+{
+    const shard_state *st = x->st;
+    fputs("import inspect\n\n"
+          "try:  # torch >= 2.5\n"
           "    from torch.distributed.tensor import Partial, Replicate, Shard\n"
           "except ImportError:  # older torch\n"
           "    from torch.distributed._tensor import Replicate, Shard\n"
@@ -136,6 +366,11 @@ static void write_torch(FILE *f, const shard_state *st, const uint8_t *fwd)
     export_py_tables(f, st, fwd, "_PLACEMENTS", "_PLACEMENTS", "named forward values as carve's program holds them (Partial(): unreduced sums)",
               torch_entry);
     torch_views(f, st, fwd);
+    torch_facts(f, st);
+    torch_compute(f, x);
+    torch_module_outputs(f, x, fwd);
+    fputs("PIPELINE = None\n", f);
+    fputs(export_torch_runtime, f);
 }
 
 

@@ -42,8 +42,9 @@ char *view_hlo_sharding(const shard_mesh *m, const shard_spec *s, int rank, char
     return buf;
 }
 
-static void write_xla(FILE *f, const shard_state *st, const uint8_t *fwd)
+static void write_xla(FILE *f, const view_explanation *vx, const uint8_t *fwd)
 {
+    const shard_state *st = vx->st;
     const ir_graph *g = st->g;
     char buf[256], ty[128], pn[256];
     fputs("# carve export --to xla: the HLO sharding of each argument and named forward value\n"

@@ -1,0 +1,207 @@
+#!/usr/bin/env python3
+"""comm_compare.py - the collectives an engine issued in one training step beside carve's.
+
+    comm_compare.py ENGINE.json CARVE_EXPLAIN.json [--table]    (one case, or import compare())
+
+ENGINE.json is one case of tests/torch_load.py --json (its "calls": kind, phase, mesh axes,
+bytes per device and origin of every collective the process issued in the last step) or of
+tests/jax_load.py --json (the compiled HLO's collectives); CARVE_EXPLAIN.json is
+`carve explain PLAN --json` (its "collectives": every collective of carve's program, with
+phase, axes and bytes per device as carve counts them: an all-gather its result, the others
+their input).
+
+compare() first pairs collectives that agree in phase, kind, mesh axes and bytes.  What is
+left on either side must be claimed by one of the named differences below, each a rule
+about what the engines do differently, or the comparison fails:
+
+  loss read      a step's scalar all-reduces are its loss's: carve reduces the mean's sum (and
+                 its count where the graph divides by one) over the data axes inside its step;
+                 torch reduces the loss where it is read (one all-reduce of 4 bytes), and
+                 DTensor's nll_loss backward reduces the count (total_weight)
+  cross-entropy  torch's loss_parallel reduces a vocabulary-split cross-entropy with three
+                 all-reduces of one value per row (max, sum of exp, the label's logit); carve
+                 reduces what its graph's ops need (3 for carve's GPT, 4 for the ONNX
+                 SoftmaxCrossEntropyLoss, whose label pick is an extra sum)
+  2-D partial    DTensor reduces a value partial over two mesh dims with one all-reduce per
+                 dim (its warning says so); carve with one over both axes
+  all-reduce as reduce-scatter + all-gather
+                 the engine splits an all-reduce of a value into a reduce-scatter and an
+                 all-gather of the same bytes on the same axes (DTensor where the reader takes
+                 a shard; XLA's decomposition)
+  XLA combines   (jax) XLA's combiner merges collectives of one kind, axes and phase into one
+                 of their summed bytes
+
+Counts are compared by kind; bytes within 5% after the named differences are taken out.
+"""
+import collections
+import json
+import sys
+
+BYTES_TOL = 0.05
+
+
+def _key(phase, kind, axes, size):
+    return (phase, kind, tuple(axes), int(size))
+
+
+def _carve_items(explain):
+    return [dict(phase=c["phase"], kind=c["kind"], axes=list(c["axes"]), bytes=int(c["bytes_per_device"]),
+                 what=c.get("value") or "for %s -> %s" % (c.get("op"), c.get("op_output"))) for c in explain["collectives"]]
+
+
+def _take(items, pred, n=None):
+    """Removes and returns the items pred accepts (at most n)."""
+    out, keep = [], []
+    for it in items:
+        if pred(it) and (n is None or len(out) < n):
+            out.append(it)
+        else:
+            keep.append(it)
+    items[:] = keep
+    return out
+
+
+def rule_loss_read(eng, car, loss_name):
+    """A step's scalar all-reduces are its loss's: the mean's sum and count (carve's, in its step),
+    the loss where it is read and the count DTensor's nll_loss backward reduces (torch's)."""
+    e = _take(eng, lambda c: c["kind"] == "all-reduce" and c["bytes"] <= 8)
+    c = _take(car, lambda c: c["kind"] == "all-reduce" and c["bytes"] <= 8)
+    return (e, c) if e or c else None
+
+
+def rule_cross_entropy(eng, car, loss_name):
+    e = _take(eng, lambda c: c.get("origin") == "cross-entropy")
+    if not e:
+        return None
+    sizes = {(tuple(x["axes"]), x["bytes"], x["phase"]) for x in e}
+    c = _take(car, lambda c: c["kind"] == "all-reduce" and (tuple(c["axes"]), c["bytes"], c["phase"]) in sizes)
+    return e, c
+
+
+def rule_two_dim_partial(eng, car, loss_name):
+    """A carve all-reduce over axes (A, B) against two engine all-reduces, over A and over B, of its bytes."""
+    es, cs = [], []
+    for c in [c for c in car if c["kind"] == "all-reduce" and len(c["axes"]) == 2]:
+        parts = []
+        for axis in c["axes"]:
+            hit = next((e for e in eng if e not in parts and e["kind"] == "all-reduce" and e["phase"] == c["phase"] and
+                        e["axes"] == [axis] and e["bytes"] == c["bytes"]), None)
+            if hit is not None:
+                parts.append(hit)
+        if len(parts) == 2:
+            for p in parts:
+                eng.remove(p)
+            car.remove(c)
+            es += parts
+            cs.append(c)
+    return (es, cs) if cs else None
+
+
+def rule_rs_ag(eng, car, loss_name):
+    """A carve all-reduce against an engine reduce-scatter of its bytes and an all-gather (result) of
+    them, on the same axes in the same phase."""
+    es, cs = [], []
+    for c in [c for c in car if c["kind"] == "all-reduce"]:
+        rs = next((e for e in eng if e["kind"] == "reduce-scatter" and e["phase"] == c["phase"] and
+                   e["axes"] == c["axes"] and e["bytes"] == c["bytes"]), None)
+        ag = next((e for e in eng if e["kind"] == "all-gather" and e["phase"] == c["phase"] and
+                   e["axes"] == c["axes"] and e["bytes"] == c["bytes"]), None)
+        if rs is not None and ag is not None:
+            eng.remove(rs)
+            eng.remove(ag)
+            car.remove(c)
+            es += [rs, ag]
+            cs.append(c)
+    return (es, cs) if cs else None
+
+
+def rule_combined(eng, car, loss_name):
+    """(jax) one engine collective whose bytes are the sum of carve's of its kind, axes and phase."""
+    es, cs = [], []
+    for e in [e for e in eng if e.get("combined")]:
+        group = [c for c in car if c["kind"] == e["kind"] and c["phase"] == e["phase"] and c["axes"] == e["axes"]]
+        if group and abs(sum(c["bytes"] for c in group) - e["bytes"]) <= BYTES_TOL * e["bytes"]:
+            eng.remove(e)
+            for c in group:
+                car.remove(c)
+            es.append(e)
+            cs += group
+    return (es, cs) if cs else None
+
+
+# rules on what the engine's collectives are for (before pairing: their counts differ by design),
+# then rules on the shape of what pairing leaves
+ORIGIN_RULES = (("loss read", rule_loss_read), ("cross-entropy", rule_cross_entropy))
+SHAPE_RULES = (("2-D partial", rule_two_dim_partial), ("all-reduce as reduce-scatter + all-gather", rule_rs_ag),
+               ("XLA combines", rule_combined))
+
+
+def compare(engine_calls, explain, loss_name="loss"):
+    """{"matched": n, "named": [(rule, engine items, carve items)], "unexplained_engine": [...],
+    "unexplained_carve": [...], "by_kind": {kind: (engine count, bytes, carve count, bytes)},
+    "bytes_after_named": (engine, carve), "ok": bool}."""
+    eng = [dict(c) for c in engine_calls]
+    car = _carve_items(explain)
+    by_kind = collections.OrderedDict()
+    for side, items in ((0, eng), (1, car)):
+        for c in items:
+            row = by_kind.setdefault(c["kind"], [0, 0, 0, 0])
+            row[2 * side] += 1
+            row[2 * side + 1] += c["bytes"]
+    named = []
+    rest_e, rest_c = list(eng), list(car)
+    for name, rule in ORIGIN_RULES:
+        got = rule(rest_e, rest_c, loss_name)
+        if got:
+            named.append((name, got[0], got[1]))
+    pool = collections.defaultdict(list)
+    for c in rest_c:
+        pool[_key(c["phase"], c["kind"], c["axes"], c["bytes"])].append(c)
+    left_e, matched = [], 0
+    for e in rest_e:
+        bucket = pool.get(_key(e["phase"], e["kind"], e["axes"], e["bytes"]))
+        if bucket:
+            bucket.pop()
+            matched += 1
+        else:
+            left_e.append(e)
+    left_c = [c for b in pool.values() for c in b]
+    for name, rule in SHAPE_RULES:
+        got = rule(left_e, left_c, loss_name)
+        if got:
+            named.append((name, got[0], got[1]))
+    e_bytes = sum(c["bytes"] for c in eng) - sum(x["bytes"] for _, es, _ in named for x in es)
+    c_bytes = sum(c["bytes"] for c in car) - sum(x["bytes"] for _, _, cs in named for x in cs)
+    ok = not left_e and not left_c and abs(e_bytes - c_bytes) <= BYTES_TOL * max(c_bytes, 1)
+    return {"matched": matched, "named": named, "unexplained_engine": left_e, "unexplained_carve": left_c,
+            "by_kind": by_kind, "bytes_after_named": (e_bytes, c_bytes), "ok": ok}
+
+
+def describe(res):
+    """Lines: the named differences, then anything unexplained."""
+    lines = []
+    for name, es, cs in res["named"]:
+        lines.append("  named: %s: engine %d (%d B), carve %d (%d B)" % (
+            name, len(es), sum(x["bytes"] for x in es), len(cs), sum(x["bytes"] for x in cs)))
+    for side, key in (("engine", "unexplained_engine"), ("carve", "unexplained_carve")):
+        for x in res[key]:
+            lines.append("  UNEXPLAINED %s: %s %s over %s, %d B (%s)" % (
+                side, x["phase"], x["kind"], ",".join(x["axes"]), x["bytes"], x.get("what") or x.get("origin", "")))
+    e, c = res["bytes_after_named"]
+    lines.append("  bytes after the named differences: engine %d, carve %d (%+.1f%%)" % (e, c, 100.0 * (e - c) / max(c, 1)))
+    return lines
+
+
+def main():
+    eng = json.load(open(sys.argv[1]))
+    explain = json.load(open(sys.argv[2]))
+    res = compare(eng["calls"], explain)
+    for kind, (ec, eb, cc, cb) in res["by_kind"].items():
+        print("%-15s engine %4d  %10d B   carve %4d  %10d B" % (kind, ec, eb, cc, cb))
+    print("\n".join(describe(res)))
+    print("ok" if res["ok"] else "FAIL")
+    return 0 if res["ok"] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

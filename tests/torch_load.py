@@ -1,0 +1,310 @@
+#!/usr/bin/env python3
+"""torch_load.py [--procs N] [--steps S] [--json OUT] CASE... - runs carve's torch exports in PyTorch.
+
+Each CASE is MODEL:PLAN.json:EXPORT.py, EXPORT what `carve export PLAN --to torch` wrote, MODEL
+the module it is applied to:
+
+  gpt2, llama   tests/onnx/models.py's modules (the ONNX fixtures' families, built as
+                tests/onnx/gen.py builds them, its batch); PLAN made from their ONNX file
+  gpt           carve's GPT preset as a module (tests/torch_models.py), shaped by the plan's
+                model spec; a seeded random batch
+
+N processes (default 4; the plan's mesh must have N devices) are started with
+torch.multiprocessing and gloo on the CPU, one torch thread each.  For every case each
+process builds the module from the same seed, calls the export's apply_plan (or
+apply_pipeline for a pipelined plan) and runs S (default 3) training steps with
+torch.optim.Adam (lr 1e-3); rank 0 runs the same module and steps in one process
+without torch.distributed.  The check (docs/torch.md): every step's loss within 1e-5
+(absolute) of the one-process run, every param after the last step within 1e-4 of the
+one-process param's largest magnitude.  The last step runs under a dispatch mode that
+logs every collective the process issues (kind, phase, bytes per device as carve counts
+them: an all-gather its result, the others their input), rank 0's log is the engine's
+side of tests/comm_compare.py.
+
+Round-off elements: a param element whose exact gradient is zero (the attention's key bias:
+softmax ignores a constant added to every key) gets a gradient of round-off (~1e-9 here)
+in both runs, which Adam turns into steps of up to lr in either direction.  Such elements
+(gradient below SIGNAL = 1e-5 of the step's largest gradient at every step of the one-process
+run) are left out of the param comparison and counted in the report; every other element
+is compared.
+
+Prints one line per case ("ok" or "FAIL", the largest differences) and closes with
+"N passed, N failed"; --json writes every case's figures and collectives.  Exit 1 on a
+failure.  A case whose plan the export refuses (PlanError) fails, with its one line.
+"""
+import argparse
+import copy
+import importlib.machinery
+import importlib.util
+import json
+import os
+import socket
+import sys
+import traceback
+import warnings
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.join(HERE, "onnx"))
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+import torch  # noqa: E402
+import torch.distributed as dist  # noqa: E402
+import torch.multiprocessing as mp  # noqa: E402
+from torch.distributed.tensor import DTensor  # noqa: E402
+from torch.utils._python_dispatch import TorchDispatchMode  # noqa: E402
+
+warnings.filterwarnings("ignore")
+LOSS_TOL, PARAM_TOL = 1e-5, 1e-4
+LR = 1e-3
+SIGNAL = 1e-5  # elements whose gradient stays below this share of the largest are round-off (docstring)
+
+# the collectives of torch's c10d ops (functional and in-place), as carve names them
+KINDS = {
+    "all_reduce": "all-reduce", "allreduce_": "all-reduce",
+    "all_gather_into_tensor": "all-gather", "_allgather_base_": "all-gather", "allgather_": "all-gather",
+    "reduce_scatter_tensor": "reduce-scatter", "_reduce_scatter_base_": "reduce-scatter", "reduce_scatter_": "reduce-scatter",
+    "all_to_all_single": "all-to-all", "alltoall_base_": "all-to-all",
+    "broadcast_": "broadcast", "send": "send", "recv_": "recv",
+}
+
+
+def _bytes(t):
+    if isinstance(t, (list, tuple)):
+        return sum(_bytes(x) for x in t)
+    return t.numel() * t.element_size() if isinstance(t, torch.Tensor) else 0
+
+
+def collective_bytes(op, args):
+    """Bytes per device as carve counts them: an all-gather its result, the others their input."""
+    if op == "all_gather_into_tensor":  # functional: (input, group_size, group_name)
+        return _bytes(args[0]) * args[1]
+    if op in ("_allgather_base_", "allgather_"):  # (output(s), input(s), ...)
+        return _bytes(args[0])
+    if op in ("_reduce_scatter_base_", "reduce_scatter_", "alltoall_base_"):  # (output, input(s), ...)
+        return _bytes(args[1])
+    return _bytes(args[0])
+
+
+# where a collective comes from, by the function that issued it (the first found up the stack)
+ORIGINS = {"_resolve_grad": "gradient", "gather_params": "zero3 gather", "_place_grad": "output gradient",
+           "place_output": "module output", "_nll_loss_forward_handler": "cross-entropy",
+           "_nll_loss_backward_handler": "cross-entropy", "_log_softmax_handler": "cross-entropy",
+           "full_tensor": "loss read"}
+
+
+class CommLog(TorchDispatchMode):
+    """Every collective dispatched while on: kind, phase, mesh axes, bytes per device, origin."""
+
+    def __init__(self, mesh=None):
+        super().__init__()
+        self.phase, self.calls = "forward", []
+        self.axes = {}  # this rank's group along each mesh dim (its ranks) -> the dim's name
+        if mesh is not None:
+            for i, name in enumerate(mesh.mesh_dim_names):
+                self.axes[frozenset(dist.get_process_group_ranks(mesh.get_group(i)))] = [name]
+
+    def _axes(self, group_name):
+        from torch.distributed.distributed_c10d import _resolve_process_group
+        try:
+            ranks = frozenset(dist.get_process_group_ranks(_resolve_process_group(group_name)))
+        except Exception:  # noqa: BLE001 - a group this mesh does not know
+            return ["?"]
+        return self.axes.get(ranks, ["ranks " + ",".join(map(str, sorted(ranks)))])
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if isinstance(func, torch._ops.HigherOrderOperator):
+            return func(*args, **kwargs)
+        if any(issubclass(t, DTensor) for t in types):
+            return NotImplemented  # DTensor runs first and issues its collectives on local tensors (CommDebugMode does so)
+        op = func._overloadpacket.__name__
+        kind = KINDS.get(op)
+        if kind is not None:
+            group = [a for a in args if isinstance(a, str)][-1:]  # the group's name comes last (all_reduce: op, group)
+            group = group[0] if group else None
+            stack = traceback.extract_stack()
+            origin = next((ORIGINS[fr.name] for fr in reversed(stack) if fr.name in ORIGINS), "other")
+            where = [f"{os.path.basename(fr.filename)}:{fr.lineno}" for fr in stack
+                     if "site-packages" not in fr.filename and fr.filename != __file__][-2:]
+            self.calls.append({"kind": kind, "phase": self.phase, "axes": self._axes(group),
+                               "bytes": collective_bytes(op, args), "origin": origin, "where": " ".join(where)})
+        return func(*args, **kwargs)
+
+    def summary(self):
+        out = {}
+        for c in self.calls:
+            e = out.setdefault(c["kind"], {}).setdefault(c["phase"], {"count": 0, "bytes_per_device": 0})
+            e["count"] += 1
+            e["bytes_per_device"] += c["bytes"]
+        return out
+
+
+def load_export(path, name):
+    loader = importlib.machinery.SourceFileLoader(name, path)
+    mod = importlib.util.module_from_spec(importlib.util.spec_from_loader(name, loader))
+    loader.exec_module(mod)
+    return mod
+
+
+def build(model_name, plan):
+    """(module, batch dict) of a case, the same in every process (seeded)."""
+    if model_name in ("gpt2", "llama"):
+        import gen
+        g = torch.Generator().manual_seed(1234)
+        torch.manual_seed(1234)
+        m, batch = gen.FAMILIES[model_name](g)
+        gen.perturb(m, g)
+        return m, batch
+    if model_name == "gpt":
+        import torch_models
+        cfg = torch_models.gpt_config(plan["model"].get("spec", ""))
+        torch.manual_seed(1234)
+        m = torch_models.CarveGPT(cfg)
+        g = torch.Generator().manual_seed(99)
+        shape = (cfg["batch"], cfg["seq"])
+        return m, {"tokens": torch.randint(0, cfg["vocab"], shape, generator=g),
+                   "labels": torch.randint(0, cfg["vocab"], shape, generator=g)}
+    raise SystemExit("torch_load.py: unknown model '%s' (gpt2, llama or gpt)" % model_name)
+
+
+def train(model, batch, steps, log=None, step_fn=None, signal=None):
+    """Losses of `steps` Adam steps; the last one logged by `log` (a CommLog) when given; `signal`
+    (a dict) gets, per param, where its gradient rose above SIGNAL of the step's largest."""
+    opt = torch.optim.Adam(model.parameters(), lr=LR)
+    losses = []
+    for s in range(steps):
+        on = log is not None and s == steps - 1
+        if on:
+            log.phase = "forward"
+            log.__enter__()
+        try:
+            if step_fn is not None:
+                loss = step_fn(batch, log if on else None)
+            else:
+                loss = model(**batch)
+                if on:
+                    log.phase = "backward"
+                loss.backward()
+            if on:
+                log.phase = "optimizer"
+            if signal is not None:
+                grads = {n: p.grad.detach().abs() for n, p in model.named_parameters() if p.grad is not None}
+                top = max(float(g.max()) for g in grads.values())
+                for n, g in grads.items():
+                    signal[n] = signal.get(n, torch.zeros_like(g, dtype=torch.bool)) | (g >= SIGNAL * top)
+            # the loss as a number: carve's step reduces it too (its optimizer-phase all-reduce)
+            value = loss.full_tensor() if hasattr(loss, "full_tensor") else loss
+            losses.append(float(value) if value is not None else None)
+            opt.step()
+            opt.zero_grad()
+        finally:
+            if on:
+                log.__exit__(None, None, None)
+    return losses
+
+
+def full_params(model):
+    out = {}
+    for name, p in model.named_parameters():
+        t = p.detach()
+        out[name] = t.full_tensor() if hasattr(t, "full_tensor") else t
+    return out
+
+
+def run_case(rank, model_name, plan_path, export_path, steps):
+    plan = json.load(open(plan_path))
+    ex = load_export(export_path, "carve_export_%d" % abs(hash(export_path)))
+    model, batch = build(model_name, plan)
+    ref = copy.deepcopy(model) if rank == 0 else None
+    mesh = ex.make_mesh("cpu")
+    log = CommLog(mesh)
+    if getattr(ex, "PIPELINE", None):
+        runner = ex.apply_pipeline(model, mesh)
+        losses = train(runner.module, batch, steps, log, step_fn=runner.step)
+        params = runner.full_params()
+    else:
+        ex.apply_plan(model, mesh)
+        if model_name == "gpt":  # carve's preset marks its named values (tests/torch_models.py)
+            import torch_models
+            torch_models.Named.constrain = staticmethod(ex.constrain)
+        losses = train(model, batch, steps, log)
+        params = full_params(model)
+    if rank != 0:
+        return None
+    signal = {}
+    want_losses = train(ref, batch, steps, signal=signal)
+    want = dict(ref.named_parameters())
+    worst, worst_name, noise = 0.0, None, 0
+    for name, w in want.items():
+        got = params.get(name)
+        if got is None:
+            return {"error": "param %s missing after the run" % name}
+        w = w.detach().double()
+        scale = max(float(w.abs().max()), 1e-30)
+        keep = signal.get(name, torch.ones_like(w, dtype=torch.bool))
+        noise += int((~keep).sum())
+        d = float(((got.double() - w).abs() * keep).max()) / scale
+        if d > worst:
+            worst, worst_name = d, name
+    dloss = max(abs(a - b) for a, b in zip(losses, want_losses))
+    return {"losses": losses, "want_losses": want_losses, "loss_diff": dloss, "param_diff": worst,
+            "param_worst": worst_name, "round_off_elements": noise, "ok": dloss <= LOSS_TOL and worst <= PARAM_TOL, "engine": log.summary(),
+            "plan_collectives": plan.get("collectives", {}), "calls": log.calls}
+
+
+def worker(rank, n, port, cases, steps, out_path):
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", rank=rank, world_size=n)
+    results = []
+    for case in cases:
+        model_name, plan_path, export_path = case.split(":", 2)
+        try:
+            r = run_case(rank, model_name, plan_path, export_path, steps)
+        except Exception as e:  # noqa: BLE001 - reported per case; the other ranks hit the same
+            r = {"error": "%s: %s" % (type(e).__name__, str(e).splitlines()[0] if str(e) else ""),
+                 "trace": traceback.format_exc()}
+            dist.barrier()
+        if rank == 0:
+            r["case"] = case
+            results.append(r)
+    if rank == 0:
+        with open(out_path, "w") as f:
+            json.dump(results, f)
+    dist.destroy_process_group()
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--procs", type=int, default=4)
+    ap.add_argument("--steps", type=int, default=3)
+    ap.add_argument("--json")
+    ap.add_argument("cases", nargs="+")
+    a = ap.parse_args()
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    out = a.json or "torch_load.results.json"
+    mp.spawn(worker, args=(a.procs, port, a.cases, a.steps, out), nprocs=a.procs)
+    results = json.load(open(out))
+    passed = failed = 0
+    for r in results:
+        if "error" in r:
+            failed += 1
+            print("FAIL %s: %s" % (r["case"], r["error"]))
+            if os.environ.get("CARVE_TRACE"):
+                print(r.get("trace", ""))
+            continue
+        ok = r["ok"]
+        passed, failed = passed + ok, failed + (not ok)
+        print("%s %s: loss within %.2g (tolerance %g), params within %.2g of each tensor's largest magnitude "
+              "(tolerance %g; worst %s; %d round-off elements left out)" % (
+            "ok  " if ok else "FAIL", r["case"], r["loss_diff"], LOSS_TOL, r["param_diff"], PARAM_TOL, r["param_worst"],
+            r["round_off_elements"]))
+    print("%d passed, %d failed" % (passed, failed))
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,120 @@
+"""carve's GPT preset written as a PyTorch module (tests/torch_load.py).
+
+The same ops, shapes and param names as models/gpt.c and models/blocks.c (and
+tests/jax_load.py's JAX model): pre-LN blocks, the heads an explicit dim of
+the attention weights (wq [h, heads, dh], wo [heads, dh, h]), tanh GELU, the
+causal mask as mask * scores + (mask - 1) * 1e9, the LM head tied to wte, mean
+cross-entropy.  Each block is a submodule named as carve names its layer
+("h0", "h1", ...), so the plan's block outputs (h0.out, ...) are the blocks'
+outputs and its state_dict names are the plan's param names.  The values
+inside a module that carve names (q, k, v, scores, ..., logits) pass through
+`at(name, x)`: the identity, or the export's `constrain` once torch_load.py
+sets CarveGPT.constrain (as tests/jax_load.py places with_sharding_constraint).
+"""
+import math
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+def gpt_config(spec):
+    """'gpt:layers=2,hidden=64,...' -> dict of ints, or None for another model."""
+    name, _, rest = spec.partition(":")
+    if name != "gpt" or not rest:
+        return None
+    return {k: int(v) for k, v in (kv.split("=") for kv in rest.split(","))}
+
+
+class Named(nn.Module):
+    """A module that marks its named values: at(name, x) is x, or constrain(x, name) when set."""
+
+    constrain = None
+    prefix = ""
+
+    def at(self, name, x):
+        c = Named.constrain
+        return x if c is None else c(x, self.prefix + name)
+
+
+def _normal(*shape, std=0.02):
+    return nn.Parameter(torch.randn(*shape) * std)
+
+
+class LayerNorm(nn.Module):
+    def __init__(self, h):
+        super().__init__()
+        self.g, self.b = nn.Parameter(torch.ones(h)), nn.Parameter(torch.zeros(h))
+
+    def forward(self, x):
+        mean = x.mean(-1, keepdim=True)
+        xc = x - mean
+        var = (xc * xc).mean(-1, keepdim=True)
+        return xc * torch.rsqrt(var + 1e-5) * self.g + self.b
+
+
+class Attention(Named):
+    def __init__(self, h, heads, prefix):
+        super().__init__()
+        self.prefix = prefix
+        dh = h // heads
+        self.dh = dh
+        self.wq, self.wk, self.wv = _normal(h, heads, dh), _normal(h, heads, dh), _normal(h, heads, dh)
+        self.bq, self.bk, self.bv = (nn.Parameter(torch.zeros(heads, dh)) for _ in range(3))
+        self.wo, self.bo = _normal(heads, dh, h), nn.Parameter(torch.zeros(h))
+
+    def forward(self, x, mask, bias):
+        q = self.at("q", torch.einsum("bsh,hnd->bsnd", x, self.wq) + self.bq)
+        k = self.at("k", torch.einsum("bsh,hnd->bsnd", x, self.wk) + self.bk)
+        v = self.at("v", torch.einsum("bsh,hnd->bsnd", x, self.wv) + self.bv)
+        scores = self.at("scores", torch.einsum("bsnd,btnd->bnst", q, k) * (1.0 / math.sqrt(self.dh)))
+        masked = self.at("masked", scores * mask + bias)
+        probs = self.at("probs", torch.softmax(masked, -1))
+        ctx = self.at("ctx", torch.einsum("bnst,btnd->bsnd", probs, v))
+        return torch.einsum("bsnd,ndh->bsh", ctx, self.wo) + self.bo
+
+
+class MLP(Named):
+    def __init__(self, h, prefix):
+        super().__init__()
+        self.prefix = prefix
+        self.w1, self.b1 = _normal(h, 4 * h), nn.Parameter(torch.zeros(4 * h))
+        self.w2, self.b2 = _normal(4 * h, h), nn.Parameter(torch.zeros(h))
+
+    def forward(self, x):
+        fc1 = self.at("fc1", x @ self.w1 + self.b1)
+        return self.at("act", F.gelu(fc1, approximate="tanh")) @ self.w2 + self.b2
+
+
+class Block(Named):
+    def __init__(self, h, heads, prefix):
+        super().__init__()
+        self.prefix = prefix
+        self.ln1, self.ln2 = LayerNorm(h), LayerNorm(h)
+        self.attn, self.mlp = Attention(h, heads, prefix + "attn."), MLP(h, prefix + "mlp.")
+
+    def forward(self, x, mask, bias):
+        x = self.at("resid", x + self.attn(self.ln1(x), mask, bias))
+        return x + self.mlp(self.ln2(x))
+
+
+class CarveGPT(Named):
+    """carve's `gpt` preset: GPT(cfg) with cfg from gpt_config(plan's model spec)."""
+
+    def __init__(self, cfg):
+        super().__init__()
+        h, s = cfg["hidden"], cfg["seq"]
+        self.layers = cfg["layers"]
+        self.wte, self.wpe = _normal(cfg["vocab"], h), _normal(s, h)
+        for layer in range(self.layers):
+            setattr(self, "h%d" % layer, Block(h, cfg["heads"], "h%d." % layer))
+        self.ln_f = LayerNorm(h)
+        self.register_buffer("mask", torch.tril(torch.ones(s, s)))
+
+    def forward(self, tokens, labels):
+        bias = (self.mask - 1) * 1e9
+        x = self.at("embed", self.at("embed.tok", F.embedding(tokens, self.wte)) + self.wpe)
+        for layer in range(self.layers):
+            x = getattr(self, "h%d" % layer)(x, self.mask, bias)
+        logits = self.at("logits", self.ln_f(x) @ self.wte.t())
+        return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), labels.reshape(-1))
