@@ -28,8 +28,17 @@ about what the engines do differently, or the comparison fails:
                  the engine splits an all-reduce of a value into a reduce-scatter and an
                  all-gather of the same bytes on the same axes (DTensor where the reader takes
                  a shard; XLA's decomposition)
-  XLA combines   (jax) XLA's combiner merges collectives of one kind, axes and phase into one
-                 of their summed bytes
+  XLA combines   (jax) XLA's combiner merges collectives of one kind and axes into one of their
+                 summed bytes (a tuple), across phases; XLA on the CPU makes no reduce-scatter
+                 (it all-reduces a gradient and keeps its block), so there carve's reduce-scatters
+                 count with its all-reduces; the class's bytes within 5%
+  each summand reduced
+                 the engine reduces each summand of a partial sum (q, k and v projections' input
+                 gradients; SwiGLU's two) in one combined all-reduce of n times the bytes, where
+                 carve adds the partials first (docs/sharding.md, "Lowering")
+  gathered again for the backward
+                 the engine gathers a param again in the backward (XLA rematerializes it) where
+                 carve's plan keeps the forward's copy (gather:keep)
 
 Counts are compared by kind; bytes within 5% after the named differences are taken out.
 """
@@ -61,7 +70,7 @@ def _take(items, pred, n=None):
     return out
 
 
-def rule_loss_read(eng, car, loss_name):
+def rule_loss_read(eng, car, ctx):
     """A step's scalar all-reduces are its loss's: the mean's sum and count (carve's, in its step),
     the loss where it is read and the count DTensor's nll_loss backward reduces (torch's)."""
     e = _take(eng, lambda c: c["kind"] == "all-reduce" and c["bytes"] <= 8)
@@ -69,7 +78,7 @@ def rule_loss_read(eng, car, loss_name):
     return (e, c) if e or c else None
 
 
-def rule_cross_entropy(eng, car, loss_name):
+def rule_cross_entropy(eng, car, ctx):
     e = _take(eng, lambda c: c.get("origin") == "cross-entropy")
     if not e:
         return None
@@ -78,7 +87,7 @@ def rule_cross_entropy(eng, car, loss_name):
     return e, c
 
 
-def rule_two_dim_partial(eng, car, loss_name):
+def rule_two_dim_partial(eng, car, ctx):
     """A carve all-reduce over axes (A, B) against two engine all-reduces, over A and over B, of its bytes."""
     es, cs = [], []
     for c in [c for c in car if c["kind"] == "all-reduce" and len(c["axes"]) == 2]:
@@ -97,7 +106,7 @@ def rule_two_dim_partial(eng, car, loss_name):
     return (es, cs) if cs else None
 
 
-def rule_rs_ag(eng, car, loss_name):
+def rule_rs_ag(eng, car, ctx):
     """A carve all-reduce against an engine reduce-scatter of its bytes and an all-gather (result) of
     them, on the same axes in the same phase."""
     es, cs = [], []
@@ -115,25 +124,100 @@ def rule_rs_ag(eng, car, loss_name):
     return (es, cs) if cs else None
 
 
-def rule_combined(eng, car, loss_name):
-    """(jax) one engine collective whose bytes are the sum of carve's of its kind, axes and phase."""
+def rule_summands(eng, car, ctx):
+    """A carve all-reduce of b bytes against an engine all-reduce of n * b (n = 2 to 4) on the same axes
+    in the same phase: the engine reduces each summand of a partial sum (the three projections' input
+    gradients, SwiGLU's two), combined into one collective, where carve adds the partials first."""
+    es, cs = [], []
+    for e in [e for e in eng if e["kind"] == "all-reduce"]:
+        for n in (2, 3, 4):
+            c = next((c for c in car if c["kind"] == "all-reduce" and c["phase"] == e["phase"] and c["axes"] == e["axes"]
+                      and c["bytes"] * n == e["bytes"]), None)
+            if c is not None:
+                eng.remove(e)
+                car.remove(c)
+                es.append(e)
+                cs.append(c)
+                break
+    return (es, cs) if cs else None
+
+
+def rule_regather(eng, car, ctx):
+    """An engine all-gather in the backward of the bytes and axes of a forward one: the engine gathers a
+    param again for the backward (XLA rematerializes it) where carve's plan keeps the forward's copy."""
+    fwd = collections.Counter((tuple(c["axes"]), c["bytes"]) for c in ctx["paired"]
+                              if c["kind"] == "all-gather" and c["phase"] == "forward")
+    bwd = collections.Counter((tuple(c["axes"]), c["bytes"]) for c in ctx["paired"]
+                              if c["kind"] == "all-gather" and c["phase"] == "backward")
+    room = fwd - bwd  # forward gathers carve does not repeat
+    es = []
+    for e in [e for e in eng if e["kind"] == "all-gather" and e["phase"] == "backward"]:
+        k = (tuple(e["axes"]), e["bytes"])
+        if room[k] > 0:
+            room[k] -= 1
+            eng.remove(e)
+            es.append(e)
+    return (es, []) if es else None
+
+
+def rule_no_reduce_scatter(eng, car, ctx):
+    """(XLA on the CPU) no reduce-scatter: a gradient is all-reduced and its block kept.  An engine
+    all-reduce against a carve reduce-scatter of the same input bytes and axes, where the engine
+    issued no reduce-scatter at all."""
+    if any(e["kind"] == "reduce-scatter" for e in eng) or not any(e.get("combined") is not None for e in eng):
+        return None
+    es, cs = [], []
+    for c in [c for c in car if c["kind"] == "reduce-scatter"]:
+        e = next((e for e in eng if e["kind"] == "all-reduce" and e["axes"] == c["axes"] and e["bytes"] == c["bytes"]), None)
+        if e is not None:
+            eng.remove(e)
+            car.remove(c)
+            es.append(e)
+            cs.append(c)
+    return (es, cs) if cs else None
+
+
+def rule_phase(eng, car, ctx):
+    """The same collective (kind, axes, bytes) in another phase: XLA's combiner puts a value with the
+    others of its instruction, named after the first (a forward value in a backward tuple)."""
     es, cs = [], []
     for e in [e for e in eng if e.get("combined")]:
-        group = [c for c in car if c["kind"] == e["kind"] and c["phase"] == e["phase"] and c["axes"] == e["axes"]]
-        if group and abs(sum(c["bytes"] for c in group) - e["bytes"]) <= BYTES_TOL * e["bytes"]:
+        c = next((c for c in car if c["kind"] == e["kind"] and c["axes"] == e["axes"] and c["bytes"] == e["bytes"]), None)
+        if c is not None:
             eng.remove(e)
-            for c in group:
-                car.remove(c)
+            car.remove(c)
             es.append(e)
-            cs += group
+            cs.append(c)
     return (es, cs) if cs else None
+
+
+def rule_extra_summand(eng, car, ctx):
+    """An engine all-reduce with the phase, axes and bytes of a carve one already paired (at most three
+    more per such collective): the engine reduces the summands of one partial sum apart (GPT's tied
+    wte: the embedding's part and the head's; q, k and v's input gradients), where carve adds them
+    first (with no reduce-scatter in the engine, carve's reduce-scatters count as all-reduces)."""
+    no_rs = not any(e["kind"] == "reduce-scatter" for e in eng)
+    kind = lambda c: "all-reduce" if no_rs and c["kind"] == "reduce-scatter" else c["kind"]  # noqa: E731
+    room = collections.Counter()
+    for c in ctx["paired"]:
+        room[(kind(c), c["phase"], tuple(c["axes"]), c["bytes"])] += 3
+    keep = []
+    for e in [e for e in eng if e["kind"] == "all-reduce"]:
+        k = (e["kind"], e["phase"], tuple(e["axes"]), e["bytes"])
+        if room[k] > 0:
+            room[k] -= 1
+            eng.remove(e)
+            keep.append(e)
+    return (keep, []) if keep else None
 
 
 # rules on what the engine's collectives are for (before pairing: their counts differ by design),
 # then rules on the shape of what pairing leaves
 ORIGIN_RULES = (("loss read", rule_loss_read), ("cross-entropy", rule_cross_entropy))
 SHAPE_RULES = (("2-D partial", rule_two_dim_partial), ("all-reduce as reduce-scatter + all-gather", rule_rs_ag),
-               ("XLA combines", rule_combined))
+               ("no reduce-scatter (XLA on the CPU)", rule_no_reduce_scatter), ("phase of a combined value", rule_phase),
+               ("each summand reduced", rule_summands), ("summands reduced apart", rule_extra_summand),
+               ("gathered again for the backward", rule_regather))
 
 
 def compare(engine_calls, explain, loss_name="loss"):
@@ -149,9 +233,10 @@ def compare(engine_calls, explain, loss_name="loss"):
             row[2 * side] += 1
             row[2 * side + 1] += c["bytes"]
     named = []
+    ctx = {"loss": loss_name, "paired": []}
     rest_e, rest_c = list(eng), list(car)
     for name, rule in ORIGIN_RULES:
-        got = rule(rest_e, rest_c, loss_name)
+        got = rule(rest_e, rest_c, ctx)
         if got:
             named.append((name, got[0], got[1]))
     pool = collections.defaultdict(list)
@@ -161,15 +246,16 @@ def compare(engine_calls, explain, loss_name="loss"):
     for e in rest_e:
         bucket = pool.get(_key(e["phase"], e["kind"], e["axes"], e["bytes"]))
         if bucket:
-            bucket.pop()
+            ctx["paired"].append(bucket.pop())
             matched += 1
         else:
             left_e.append(e)
     left_c = [c for b in pool.values() for c in b]
     for name, rule in SHAPE_RULES:
-        got = rule(left_e, left_c, loss_name)
+        got = rule(left_e, left_c, ctx)
         if got:
             named.append((name, got[0], got[1]))
+            ctx["paired"].extend(got[1])
     e_bytes = sum(c["bytes"] for c in eng) - sum(x["bytes"] for _, es, _ in named for x in es)
     c_bytes = sum(c["bytes"] for c in car) - sum(x["bytes"] for _, _, cs in named for x in cs)
     ok = not left_e and not left_c and abs(e_bytes - c_bytes) <= BYTES_TOL * max(c_bytes, 1)
