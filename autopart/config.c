@@ -36,7 +36,8 @@ static int config_tactics(const autopart_config *c, const pipe_spec *resolved, t
     }
     static const int mode[] = {[AUTOPART_REMAT_SELECTIVE] = IR_REMAT_SELECTIVE, [AUTOPART_REMAT_FULL] = IR_REMAT_FULL,
                                [AUTOPART_REMAT_ATTN] = IR_REMAT_ATTN};
-    if (c->remat != AUTOPART_REMAT_NONE) t[k++] = sched_remat_tactic(0, SCHED_ALL_LAYERS, mode[c->remat]);
+    if (c->remat != AUTOPART_REMAT_NONE)
+        t[k++] = sched_remat_tactic(0, c->remat_layers > 0 ? c->remat_layers - 1 : SCHED_ALL_LAYERS, mode[c->remat]);
     if (c->microbatches > 1) t[k++] = sched_microbatch_tactic(c->microbatches);
     return k;
 }
@@ -73,7 +74,12 @@ char *autopart_config_str(const autopart_config *c, const shard_mesh *mesh, char
     }
     static const char *const remat[] = {[AUTOPART_REMAT_SELECTIVE] = "remat:all", [AUTOPART_REMAT_FULL] = "remat:full",
                                         [AUTOPART_REMAT_ATTN] = "remat:attn"};
-    if (c->remat != AUTOPART_REMAT_NONE && k < n) k += (size_t)snprintf(buf + k, n - k, "%s%s", k ? "," : "", remat[c->remat]);
+    static const char *const mode[] = {[AUTOPART_REMAT_SELECTIVE] = "", [AUTOPART_REMAT_FULL] = ":full",
+                                       [AUTOPART_REMAT_ATTN] = ":attn"};
+    if (c->remat != AUTOPART_REMAT_NONE && c->remat_layers > 0 && k < n) /* some layers: remat:0-11[:full|:attn] */
+        k += (size_t)snprintf(buf + k, n - k, "%sremat:0-%d%s", k ? "," : "", c->remat_layers - 1, mode[c->remat]);
+    else if (c->remat != AUTOPART_REMAT_NONE && k < n)
+        k += (size_t)snprintf(buf + k, n - k, "%s%s", k ? "," : "", remat[c->remat]);
     if (c->microbatches > 1 && k < n) snprintf(buf + k, n - k, "%smicrobatch:%d", k ? "," : "", c->microbatches);
     return buf;
 }

@@ -20,7 +20,8 @@
 typedef enum { AUTOPART_REMAT_NONE, AUTOPART_REMAT_SELECTIVE, AUTOPART_REMAT_FULL, AUTOPART_REMAT_ATTN } autopart_remat;
 
 typedef struct autopart_config {
-    autopart_remat remat; /* recomputation of every layer, or none */
+    autopart_remat remat; /* recomputation (of every layer, or of remat_layers), or none */
+    int remat_layers;     /* 0: every layer; k > 0: layers 0..k-1 only (remat:0-(k-1)) */
     int microbatches;     /* gradient accumulation over this many micro-batches (0: none) */
     pipe_choice pipe;     /* a pipeline when pipe.axis >= 0 (its layer split auto) */
 } autopart_config;

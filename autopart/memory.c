@@ -8,6 +8,7 @@
  */
 #include "autopart/memory.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <time.h>
 #include <string.h>
@@ -214,9 +215,40 @@ static void not_searched(const autopart_memory_level *m, const autopart_config *
     snprintf(s->why, sizeof s->why, "not searched: %s", why);
 }
 
-int autopart_memory_search(const autopart_memory_level *m, const autopart_config *configs, int n, autopart_step *out)
+/* Recomputation of only as many layers as the memory needs: when the plain
+ * step (out[0]) does not fit and the step with every layer recomputed
+ * (selectively: out[all]) does, each recomputed layer saved about
+ * (plain peak - all's peak) / L; so layers 0..k-1 with k the layers that
+ * bring the plain peak under the capacity (3% below it), and once more with
+ * the shortfall of that try.  Appends the steps searched to out[*n..] (at most
+ * AUTOPART_MAX_CONFIGS in all); returns the index of the best of them, or -1. */
+#define PARTIAL_TRIES 2
+static int search_partial(const autopart_memory_level *m, autopart_step *out, int *n, int all)
 {
-    int best = 0;
+    const autopart_step *plain = &out[0];
+    int L = plain->g ? plain->g->n_layers : 0, best = -1;
+    double cap = plain->e.capacity, peak = plain->e.peak_memory;
+    double per_layer = L > 0 ? (plain->e.peak_memory - out[all].e.peak_memory) / L : 0;
+    for (int t = 0; t < PARTIAL_TRIES && *n < AUTOPART_MAX_CONFIGS && per_layer > 0 && !search_interrupted; t++) {
+        int k = (int)ceil((peak - 0.97 * cap) / per_layer);
+        if (t > 0) k += out[*n - 1].config.remat_layers;
+        if (k < 1) k = 1;
+        if (k >= L || (m->deadline > 0 && autopart_clock() >= m->deadline)) break;
+        autopart_config c = out[all].config;
+        c.remat_layers = k;
+        autopart_step *s = &out[(*n)++];
+        memset(s, 0, sizeof *s);
+        search_config(m, &c, s);
+        if (s->ok && (best < 0 || autopart_better(&s->e, &out[best].e))) best = (int)(s - out);
+        if (!s->ok || s->e.fits) break;
+        peak = s->e.peak_memory; /* still short: add the layers that make up the rest */
+    }
+    return best;
+}
+
+int autopart_memory_search(const autopart_memory_level *m, const autopart_config *configs, int *count, autopart_step *out)
+{
+    int best = 0, n = *count, all = -1;
     char why[200];
     for (int i = 1; i < n; i++) {
         memset(&out[i], 0, sizeof out[i]);
@@ -235,6 +267,12 @@ int autopart_memory_search(const autopart_memory_level *m, const autopart_config
         }
         search_config(m, &configs[i], &out[i]);
         if (out[i].ok && (!out[best].ok || autopart_better(&out[i].e, &out[best].e))) best = i;
+        if (out[i].ok && configs[i].remat == AUTOPART_REMAT_SELECTIVE && !configs[i].remat_layers && configs[i].microbatches < 2)
+            all = i;
+    }
+    if (all > 0 && out[0].ok && !out[0].e.fits && out[all].e.fits) {
+        int p = search_partial(m, out, count, all);
+        if (p > 0 && autopart_better(&out[p].e, &out[best].e)) best = p;
     }
     return best;
 }

@@ -111,12 +111,15 @@ double autopart_plain_seconds(double seconds, int n);
 int autopart_memory_configs(const schedule *sc, autopart_config *out);
 
 /* Searches every configuration after the first (out[0], the plain step,
- * is the caller's, already searched): out[i] for i in 1..n, each built with
+ * is the caller's, already searched): out[i] for i in 1..*n, each built with
  * configs[i]'s tactics before the user's schedule.  A configuration
  * whose step cannot be built (a batch the micro-batches do not divide, a
  * graph file with micro-batches, a graph without layers to recompute) keeps
- * ok = 0 and its reason.  Returns the index of the chosen configuration. */
-int autopart_memory_search(const autopart_memory_level *m, const autopart_config *configs, int n, autopart_step *out);
+ * ok = 0 and its reason.  Then, when the plain step does not fit but remat:all
+ * does, the recomputation of only some layers (remat:0-(k-1), k from the two
+ * peaks: at most 2 more steps, appended to out, *n counting them; out has
+ * room for AUTOPART_MAX_CONFIGS).  Returns the index of the chosen step. */
+int autopart_memory_search(const autopart_memory_level *m, const autopart_config *configs, int *n, autopart_step *out);
 
 /* 1 when plan estimate a is better than b: fits before does not, then the
  * shorter step; when neither fits, the smaller peak. */

@@ -270,7 +270,7 @@ int session_autopart_run(session_autopart *a, char *err, size_t errlen)
         b.seconds = autopart_plain_seconds(a->b.seconds, a->n_steps);
         autopart_memory_level m = {&a->mesh, &a->sc, build_config, &tmpl, &a->hw, a->opt, a->algo, b, a->gather_auto, deadline};
         if (a->hooks.level) a->hooks.level(a->hooks.ctx, 1);
-        a->chosen = autopart_memory_search(&m, configs, a->n_steps, a->steps);
+        a->chosen = autopart_memory_search(&m, configs, &a->n_steps, a->steps);
         if (a->hooks.level) a->hooks.level(a->hooks.ctx, 0);
     }
     a->pipe_first = a->n_steps;

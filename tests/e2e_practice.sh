@@ -73,6 +73,12 @@ PY
     check "one expert list: autopart and explain ($(head -c 40 <<<"$args")...)" $?
 done
 
+# selective recomputation of some layers: the plain step needs 1.38 GiB, remat:all 0.32
+"$carve" autopart --model gpt:layers=8,hidden=256,heads=8,seq=1024,batch=8,vocab=1024,attention=materialized --mesh batch=2 \
+    --hw a100 --budget 30 --memory 1 --quiet --out partial.json >out.txt 2>err.txt
+grep -q "^  remat:0-[0-6] .*chosen" out.txt && grep -q '"schedule":[[:space:]]*"remat:0-[0-6],' partial.json
+check "memory level: recomputes only some layers when that fits" $?
+
 # the report: summary rows, order of the parts, every block written
 ok "report runs" "$carve" report plan.json --html plan.html
 grep -q "<td>links</td>" plan.html && grep -q "<td>throughput</td>" plan.html; check "report: links and throughput" $?

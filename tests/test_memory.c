@@ -675,7 +675,7 @@ static void test_memory_level(void)
     autopart_step out[AUTOPART_MAX_CONFIGS];
     memset(out, 0, sizeof out);
     autopart_memory_level m = {.mesh = &mesh, .deadline = autopart_clock() - 1};
-    CHECK(autopart_memory_search(&m, cfg, n, out) == 0);
+    CHECK(autopart_memory_search(&m, cfg, &n, out) == 0);
     for (int i = 1; i < n; i++)
         CHECKF(!out[i].ok && !out[i].g && strstr(out[i].why, "--time limit is spent") &&
                    !strcmp(out[i].tactics, autopart_config_str(&cfg[i], &mesh, l1, sizeof l1)) && out[i].config.remat == cfg[i].remat &&
