@@ -20,6 +20,7 @@ typedef struct cli_opts {
     int64_t seed, threads, steps, budget;
     double time_s, memory_gib;
     int summary, ops, forward, quiet, help;
+    int shrink;            /* carve run --plan: the plan's strategy on a small model of its family (session/shrink.c) */
     int json;              /* cost, shard, explain, autopart: print the JSON document (view/json.h) */
     const char *optimizer; /* "adam" or "sgd" */
     const char *backend;   /* carve run: "threads" (default, NULL) or "mpi" */

@@ -93,8 +93,11 @@ static int run_plan(const cli_opts *o, session_world *w, const cost_hw *hw)
     plan pl;
     ir_graph *g;
     shard_state *st;
-    if (session_plan_open(o->plan, &pl, &g, &st, err, sizeof err) < 0 ||
-        session_plan_weights(&pl, g, err, sizeof err) < 0) {
+    char note[1400] = "";
+    int opened = o->shrink ? session_plan_open_shrunk(o->plan, &pl, &g, &st, note, sizeof note, err, sizeof err)
+                           : session_plan_open(o->plan, &pl, &g, &st, err, sizeof err);
+    if (note[0]) printf("shrink: %s\n", note);
+    if (opened < 0 || session_plan_weights(&pl, g, err, sizeof err) < 0) {
         if (g) {
             shard_state_free(st);
             ir_free(g);
@@ -105,7 +108,7 @@ static int run_plan(const cli_opts *o, session_world *w, const cost_hw *hw)
     }
     cli_plan_note(&pl);
     int rc = CLI_BAD_INPUT;
-    if (session_plan_matches(&pl, o->plan, o->mesh, o->model, err, sizeof err) < 0) cli_error("run: %s", err);
+    if (session_plan_matches(&pl, o->plan, o->mesh, o->shrink ? NULL : o->model, err, sizeof err) < 0) cli_error("run: %s", err);
     else if (pl.mesh.n_devices > SESSION_RUN_MAX_DEVICES)
         cli_error("run: plan '%s' has %lld devices; carve run simulates at most %d", o->plan, (long long)pl.mesh.n_devices,
                   SESSION_RUN_MAX_DEVICES);
@@ -176,6 +179,10 @@ int cmd_run(const cli_opts *o)
 {
     char err[512];
     session_world w;
+    if (o->shrink && !o->plan) {
+        cli_error("run: --shrink makes a plan's model small; it needs --plan");
+        return CLI_BAD_INPUT;
+    }
     exec_backend b = o->backend && !strcmp(o->backend, "mpi") ? EXEC_MPI : EXEC_THREADS;
     if (session_world_init(&w, b, err, sizeof err) < 0) {
         cli_error("%s", err);

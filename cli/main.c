@@ -117,12 +117,15 @@ static const cli_command commands[] = {
      "  --to torch    a Python module: DeviceMesh and DTensor placements per value\n"
      "  --out FILE    write FILE (atomically) instead of stdout; docs/export.md has an example of each\n",
      cmd_export},
-    {"run", "--model --graph --mesh --schedule --plan --steps --seed --optimizer --backend --hw --dim --loss --frozen",
+    {"run", "--model --graph --mesh --schedule --plan --shrink --steps --seed --optimizer --backend --hw --dim --loss --frozen",
      "run a sharded training step on simulated devices and check it against the single-device reference",
      "usage: carve run (--model SPEC | --graph FILE) --mesh MESH --schedule SCHEDULE [--steps N] [--seed N]\n"
      "                 [--optimizer adam|sgd] [--hw PROFILE]\n"
-     "       carve run --plan plan.json [--steps N] [--seed N] [--hw PROFILE]   (a plan from carve autopart;\n"
-     "                 --model and --mesh, when given, must match it)\n"
+     "       carve run --plan plan.json [--shrink] [--steps N] [--seed N] [--hw PROFILE]   (a plan from carve\n"
+     "                 autopart; --model and --mesh, when given, must match it)\n"
+     "  --shrink             run the plan's strategy on a small model of its family on the same mesh (2 layers,\n"
+     "                       every size cut to what still splits as the plan splits it; the decisions\n"
+     "                       replayed by argument name), checked as usual: how to try a big plan here\n"
      "  --mesh MESH          named axes, e.g. batch=2,model=2; one thread per device\n"
      "  --schedule SCHEDULE  tactics in order, e.g. dp:batch,megatron:model (see carve shard --help);\n"
      "                       with pipeline:AXIS each device runs its stage's tasks, checked against the\n"

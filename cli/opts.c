@@ -159,7 +159,7 @@ static const struct { const char *name; size_t at; } switches[] = {
     {"--summary", offsetof(cli_opts, summary)}, {"--ops", offsetof(cli_opts, ops)},
     {"--forward", offsetof(cli_opts, forward)}, {"--quiet", offsetof(cli_opts, quiet)},
     {"--overlap", offsetof(cli_opts, overlap)}, {"--json", offsetof(cli_opts, json)},
-    {"--weights", offsetof(cli_opts, weights)},
+    {"--weights", offsetof(cli_opts, weights)}, {"--shrink", offsetof(cli_opts, shrink)},
 };
 
 /* Stores the value of flag f into o.  Returns 0, or -1 after the error line. */

@@ -103,6 +103,16 @@ int session_plan_pipeline(const plan *pl, const ir_graph *g, pipe_spec *ps, char
  * message and nothing left to free.  pl->note may hold a note to show. */
 int session_plan_open(const char *path, plan *pl, ir_graph **g, shard_state **st, char *err, size_t errlen);
 
+/* `carve run --plan P --shrink` (shrink.c): opens the plan at path with its
+ * model made small (the same family and mesh; sizes shrunk so every split the
+ * plan makes still has a row a shard), its decisions replayed by argument
+ * name (those of layers the small model lacks dropped), not checked against
+ * the big plan's derived fields.  note gets "BIG shrunk to SMALL: k of n
+ * decisions replayed ...".  Returns 0, or -1 with a message (a graph file's
+ * plan, a family it cannot shrink, a decision that no longer applies). */
+int session_plan_open_shrunk(const char *path, plan *pl, ir_graph **g, shard_state **st, char *note, size_t n, char *err,
+                             size_t errlen);
+
 /* Attaches to g (plan pl's step) the weights of the ONNX file the plan was
  * made from, so a run starts from them; nothing for another model.  Returns
  * 0, or -1 with a message. */

@@ -79,6 +79,16 @@ done
 grep -q "^  remat:0-[0-6] .*chosen" out.txt && grep -q '"schedule":[[:space:]]*"remat:0-[0-6],' partial.json
 check "memory level: recomputes only some layers when that fits" $?
 
+# a big plan tried small: carve run --plan big.json --shrink (GPT-1.3B over 32 devices, 4x8)
+"$carve" autopart --model gpt-1.3b:batch=32 --mesh node=4,gpu=8 --hw a100 --budget 20 --pipeline none --quiet --out big.json >/dev/null 2>&1
+"$carve" run --plan big.json >out.txt 2>err.txt
+[ $? = 2 ] && grep -q "needs .* bytes .* but this machine has" err.txt; check "run --plan big.json refuses the big model" $?
+ok "run --plan big.json --shrink" "$carve" run --plan big.json --shrink
+has "shrink: the small model" "^shrink: gpt:layers=24,hidden=2048,heads=32,seq=1024,batch=32,vocab=51200 shrunk to gpt:layers=2,"
+has "shrink: the same strategy" "^shrink: the plan is .* on both models"
+has "shrink: checked" "^check: passed"
+bad "--shrink without --plan" "needs --plan" "$carve" run --model gpt-tiny --mesh 2 --schedule dp:batch --shrink
+
 # the report: summary rows, order of the parts, every block written
 ok "report runs" "$carve" report plan.json --html plan.html
 grep -q "<td>links</td>" plan.html && grep -q "<td>throughput</td>" plan.html; check "report: links and throughput" $?
