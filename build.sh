@@ -260,8 +260,11 @@ fuzz_seeds() { # $1 = seeds dir, $2 = built carve
     local s=$1 carve=$2 i=0 t
     mkdir -p "$s"/graph "$s"/plan "$s"/profile "$s"/schedule "$s"/mesh "$s"/model "$s"/onnx
     cp tests/graphs/*.json fuzz/seeds/graph/* "$s"/graph/ 2>/dev/null || true
-    # ONNX: the small fixtures, and the node tests' one-op models when libonnx-testdata is there
+    # ONNX: the small fixtures, the exports of the models people train (tests/onnx/hf: torch 2.13's
+    # default and TorchScript exporters, torch 1.13's; the target reads up to 64 KiB), and the node
+    # tests' one-op models when libonnx-testdata is there
     find tests/onnx/fixtures -name '*.onnx' -size -8k -exec cp {} "$s"/onnx/ \; 2>/dev/null || true
+    find tests/onnx/hf -name '*.onnx' -size -64k -exec cp {} "$s"/onnx/ \; 2>/dev/null || true
     i=0; for t in /usr/share/libonnx-testdata/data/node/*/model.onnx; do
         [ -e "$t" ] || break; i=$((i + 1)); [ "$(stat -c %s "$t")" -lt 8192 ] && cp "$t" "$s/onnx/node$i.onnx"
     done

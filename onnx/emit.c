@@ -180,6 +180,15 @@ static int u_elu(ox_ctx *c, int x, double alpha)
     return ox_ir_binary(c, IR_OP_ADD, ox_ir_unary(c, IR_OP_RELU, x), ox_ir_scale(c, ox_ir_add_scalar(c, ox_ir_unary(c, IR_OP_EXP, neg), -1.0), alpha));
 }
 static int u_not(ox_ctx *c, int x, double alpha) { return one_minus(c, x); }
+/* NaN is the one value not >= itself */
+static int u_isnan(ox_ctx *c, int x, double alpha) { return one_minus(c, ox_ir_binary(c, IR_OP_GE, x, x)); }
+/* x erf's GELU: x (1 + erf(x / sqrt 2)) / 2 */
+static int u_gelu_erf(ox_ctx *c, int x, double alpha)
+{
+    int e = ox_ir_unary(c, IR_OP_ERF, ox_ir_scale(c, x, 0.70710678118654752440));
+    return ox_ir_scale(c, ox_ir_binary(c, IR_OP_MUL, x, ox_ir_add_scalar(c, e, 1.0)), 0.5);
+}
+static int u_gelu_tanh(ox_ctx *c, int x, double alpha) { return ox_ir_unary(c, IR_OP_GELU, x); }
 
 int emit_unary(ox_ctx *c, const Onnx__NodeProto *n) { return unary_with(c, n, u_op, 0); }
 int emit_abs(ox_ctx *c, const Onnx__NodeProto *n) { return unary_with(c, n, u_abs, 0); }
@@ -188,6 +197,30 @@ int emit_softplus(ox_ctx *c, const Onnx__NodeProto *n) { return unary_with(c, n,
 int emit_leaky_relu(ox_ctx *c, const Onnx__NodeProto *n) { return unary_with(c, n, u_leaky_relu, 0); }
 int emit_elu(ox_ctx *c, const Onnx__NodeProto *n) { return unary_with(c, n, u_elu, 0); }
 int emit_not(ox_ctx *c, const Onnx__NodeProto *n) { return unary_with(c, n, u_not, OX_BOOL); }
+int emit_isnan(ox_ctx *c, const Onnx__NodeProto *n) { return unary_with(c, n, u_isnan, OX_BOOL); }
+
+/* Gelu (opset 20): exact (erf) or its tanh approximation (carve's gelu) */
+int emit_gelu(ox_ctx *c, const Onnx__NodeProto *n)
+{
+    char ap[16];
+    ox_attr_str(n, "approximate", ap, sizeof ap);
+    if (ap[0] && strcmp(ap, "none") && strcmp(ap, "tanh")) return ox_fail(c, "approximate '%s' (none or tanh)", ap);
+    return unary_with(c, n, strcmp(ap, "tanh") ? u_gelu_erf : u_gelu_tanh, 0);
+}
+
+/* IsInf: x = +inf (detect_positive) or -inf (detect_negative), 0/1 */
+int emit_isinf(ox_ctx *c, const Onnx__NodeProto *n)
+{
+    int x = float_in(c, n, 0), y = -1;
+    if (x < 0) return -1;
+    if (ox_attr_int(n, "detect_positive", 1)) y = ox_ir_binary(c, IR_OP_GE, x, ox_ir_const_like(c, x, INFINITY));
+    if (ox_attr_int(n, "detect_negative", 1)) {
+        int neg = ox_ir_binary(c, IR_OP_GE, ox_ir_const_like(c, x, -INFINITY), x);
+        y = y < 0 ? neg : ox_ir_binary(c, IR_OP_ADD, y, neg);
+    }
+    if (y == -1 && !c->failed) y = ox_ir_const_like(c, x, 0.0);
+    return ox_out_ir(c, n, 0, y, OX_BOOL);
+}
 
 int emit_identity(ox_ctx *c, const Onnx__NodeProto *n)
 {
@@ -294,13 +327,25 @@ int emit_pow(ox_ctx *c, const Onnx__NodeProto *n)
     return ox_out_ir(c, n, 0, y, result_type(va, NULL));
 }
 
+/* Input k of a comparison broadcast to (rank, dims): integer data (ids, as
+ * torch 2 writes one_hot: ids == arange) compared as floats (exact below
+ * 2^24). */
+static int compared(ox_ctx *c, const Onnx__NodeProto *n, int k, int rank, const int64_t *dims)
+{
+    ox_val *v = ox_in(c, n, k);
+    if (!v || ox_is_const(v) || !ox_type_is_int(v->type) || v->type == OX_BOOL) return operand(c, n, k, rank, dims);
+    int x = ox_ir(c, v);
+    if (x >= 0 && ox_irv(c, x)->dtype == IR_I32 && (x = ir_cast(c->g, x, IR_F32)) < 0) return ox_check_ir(c);
+    return x < 0 ? -1 : ox_ir_broadcast_to(c, x, rank, dims);
+}
+
 /* Inputs 0 and 1 broadcast together, through f; a 0/1 float. */
 static int compare_with(ox_ctx *c, const Onnx__NodeProto *n, int (*f)(ox_ctx *, int, int))
 {
     int r;
     int64_t dims[OX_MAX_RANK];
     if (bcast_inputs(c, n, &r, dims) < 0) return -1;
-    int a = operand(c, n, 0, r, dims), b = operand(c, n, 1, r, dims);
+    int a = compared(c, n, 0, r, dims), b = compared(c, n, 1, r, dims);
     if (a < 0 || b < 0) return -1;
     return ox_out_ir(c, n, 0, f(c, a, b), OX_BOOL);
 }

@@ -344,6 +344,14 @@ static int input_ir(ox_ctx *c, const Onnx__NodeProto *n, int k)
     return v ? ox_ir(c, v) : -1;
 }
 
+/* Input k as a float carve value (integer data refused). */
+static int float_in_ir(ox_ctx *c, const Onnx__NodeProto *n, int k)
+{
+    int x = input_ir(c, n, k);
+    if (x >= 0 && ox_irv(c, x)->dtype == IR_I32) return ox_fail(c, "%s of integer data: carve computes on floats", n->op_type);
+    return x;
+}
+
 int emit_batch_norm(ox_ctx *c, const Onnx__NodeProto *n)
 {
     int x = input_ir(c, n, 0);
@@ -530,3 +538,82 @@ static int xent(ox_ctx *c, const Onnx__NodeProto *n, int sce)
 
 int emit_softmax_xent(ox_ctx *c, const Onnx__NodeProto *n) { return xent(c, n, 1); }
 int emit_nll(ox_ctx *c, const Onnx__NodeProto *n) { return xent(c, n, 0); }
+
+/* ---- routing (mixture of experts) -------------------------------------------- */
+
+/* The constant integer k of input `k_in`, or -1 with an error. */
+static int64_t const_k(ox_ctx *c, const Onnx__NodeProto *n, int k_in, const char *what)
+{
+    int64_t v[1];
+    int cnt;
+    ox_val *vk = ox_in(c, n, k_in);
+    if (!vk || !ox_is_const(vk)) return c->failed ? -1 : ox_fail(c, "%s must be a constant", what);
+    if (ox_const_ints(c, vk, what, v, 1, &cnt) < 0) return -1;
+    if (cnt != 1 || v[0] < 1) return ox_fail(c, "%s must be one positive integer", what);
+    return v[0];
+}
+
+/* y (rank r - 1) with a dim of 1 put back last, for the concat of TopK's picks */
+static int last_one(ox_ctx *c, int y)
+{
+    const ir_value v_copy = *ox_irv(c, y), *v = &v_copy;
+    int64_t d[IR_MAX_RANK];
+    memcpy(d, v->dims, sizeof d);
+    d[v->rank] = 1;
+    return ox_ir_reshape(c, y, v->rank + 1, d);
+}
+
+/* TopK along the last axis (a router's choice of k experts): k argmaxes, each
+ * pick masked out of the next one's scores; the values are the scores read
+ * through each pick's one-hot row (so their gradient reaches the scores),
+ * the indices the argmaxes (ids).  Largest first, as torch.topk gives them. */
+int emit_topk(ox_ctx *c, const Onnx__NodeProto *n)
+{
+    int x = float_in_ir(c, n, 0);
+    int64_t k = const_k(c, n, 1, "K");
+    if (x < 0 || k < 0) return -1;
+    const ir_value v_copy = *ox_irv(c, x), *v = &v_copy;
+    int r = v->rank;
+    int64_t axis, last = r - 1;
+    if (ox_axis(c, ox_attr_int(n, "axis", -1), r, &axis) < 0) return -1;
+    if (axis != last) return ox_fail(c, "TopK along axis %lld (carve picks along the last axis)", (long long)axis);
+    if (!ox_attr_int(n, "largest", 1)) return ox_fail(c, "largest=0 is not supported");
+    if (k > v->dims[last]) return ox_fail(c, "K %lld is more than the axis's %lld", (long long)k, (long long)v->dims[last]);
+    int scores = ox_ir_unary(c, IR_OP_STOP_GRAD, x), vals = -1, ids = -1;
+    for (int64_t i = 0; i < k && scores >= 0; i++) {
+        int id = ir_argmax(c->g, scores, (int)last);
+        int oh = id < 0 ? -1 : ir_one_hot(c->g, id, v->dims[last]);
+        if (oh < 0) return ox_check_ir(c);
+        int val = last_one(c, ox_ir_reduce(c, IR_OP_REDUCE_SUM, ox_ir_binary(c, IR_OP_MUL, x, oh), 1, &last));
+        int idk = last_one(c, id);
+        vals = vals < 0 ? val : ir_concat(c->g, vals, val, (int)last);
+        ids = ids < 0 ? idk : ir_concat(c->g, ids, idk, (int)last);
+        if (i + 1 < k) scores = ox_ir_binary(c, IR_OP_ADD, scores, ox_ir_scale(c, oh, -3.4028234663852886e38));
+        if (vals < 0 || ids < 0) return ox_check_ir(c);
+    }
+    if (ox_out_ir(c, n, 0, vals, ox_in(c, n, 0)->type) < 0) return -1;
+    return n->n_output > 1 && n->output[1][0] ? ox_out_ir(c, n, 1, ids, OX_INT64) : 0;
+}
+
+/* OneHot of ids along the last axis: carve's one_hot (an id outside [0,
+ * depth) gives a row of zeros), scaled to the values' (off, on). */
+int emit_one_hot(ox_ctx *c, const Onnx__NodeProto *n)
+{
+    ox_val *vi = ox_in(c, n, 0), *vv = ox_in(c, n, 2);
+    int64_t depth = const_k(c, n, 1, "depth");
+    if (!vi || !vv || depth < 0) return -1;
+    int ids = ox_ir(c, vi);
+    if (ids < 0) return -1;
+    if (ox_irv(c, ids)->dtype != IR_I32) return ox_fail(c, "indices of type %s", ox_type_name(vi->type));
+    int r = ox_irv(c, ids)->rank + 1;
+    int64_t axis;
+    if (ox_axis(c, ox_attr_int(n, "axis", -1), r, &axis) < 0) return -1;
+    if (axis != r - 1) return ox_fail(c, "OneHot along axis %lld (carve adds the classes last)", (long long)axis);
+    ox_tensor *t = ox_is_const(vv) ? ox_const(c, vv) : NULL;
+    if (!t || t->n != 2) return c->failed ? -1 : ox_fail(c, "values must be a constant [off, on]");
+    double off = t->v[0], on = t->v[1];
+    int y = ir_one_hot(c->g, ids, depth);
+    if (y < 0) return ox_check_ir(c);
+    y = ox_ir_add_scalar(c, ox_ir_scale(c, y, on - off), off);
+    return ox_out_ir(c, n, 0, y, t->type);
+}

@@ -218,6 +218,47 @@ int emit_gather(ox_ctx *c, const Onnx__NodeProto *n)
     return y < 0 ? -1 : ox_out_ir(c, n, 0, y, vx->type);
 }
 
+/* GatherND (batch_dims 0) with constant indices: x's leading k dims merged,
+ * the index rows turned into rows of that, gathered (a mask function's
+ * x[batch_idx, kv_idx], as torch 2 exports it). */
+int emit_gather_nd(ox_ctx *c, const Onnx__NodeProto *n)
+{
+    ox_val *vx = ox_in(c, n, 0), *vi = ox_in(c, n, 1);
+    if (!vx || !vi) return -1;
+    if (!ox_is_const(vi)) return ox_fail(c, "indices computed from the data (a data-dependent gather) are not supported");
+    if (ox_attr_int(n, "batch_dims", 0)) return ox_fail(c, "batch_dims other than 0 is not supported");
+    ox_tensor *t = ox_const(c, vi);
+    int x = ox_ir(c, vx);
+    if (!t || x < 0) return -1;
+    const ir_value v_copy = *ox_irv(c, x), *v = &v_copy;
+    int q = t->rank, k = q ? (int)t->dims[q - 1] : 0, r = 0;
+    if (q < 1 || k < 1 || k > v->rank) return ox_fail(c, "index rows of %d for data of rank %d", k, v->rank);
+    int64_t merged[IR_MAX_RANK], rows = 1, out[OX_MAX_RANK], nrow = t->n / k;
+    for (int d = 0; d < k; d++) rows *= v->dims[d];
+    merged[0] = rows;
+    for (int d = k; d < v->rank; d++) merged[d - k + 1] = v->dims[d];
+    for (int d = 0; d < q - 1; d++) out[r++] = t->dims[d];
+    for (int d = k; d < v->rank; d++) out[r++] = v->dims[d];
+    if (r > IR_MAX_RANK) return ox_fail(c, "a result of rank %d (carve holds at most %d)", r, IR_MAX_RANK);
+    double *ids = ir_xcalloc((size_t)nrow + 1, sizeof *ids);
+    for (int64_t i = 0; i < nrow; i++) {
+        int64_t flat = 0;
+        for (int j = 0; j < k; j++) {
+            int64_t id = ox_i64(t->v[i * k + j]), len = v->dims[j];
+            if (id < 0) id += len;
+            if (id < 0 || id >= len) {
+                free(ids);
+                return ox_fail(c, "index %lld is outside [%lld, %lld)", (long long)t->v[i * k + j], (long long)-len, (long long)len);
+            }
+            flat = flat * len + id;
+        }
+        ids[i] = (double)flat;
+    }
+    int y = gather_rows(c, ox_ir_reshape(c, x, v->rank - k + 1, merged), 0, ids_const(c, 1, &nrow, ids, nrow));
+    free(ids);
+    return ox_out_ir(c, n, 0, ox_ir_reshape(c, y, r, out), vx->type);
+}
+
 int emit_expand(ox_ctx *c, const Onnx__NodeProto *n)
 {
     int x = in_ir(c, n, 0), k, r;
@@ -252,6 +293,29 @@ int emit_tile(ox_ctx *c, const Onnx__NodeProto *n)
     return ox_out_ir(c, n, 0, x, in_type(c, n, 0));
 }
 
+/* Integer data (ids) padded along dim d: constant blocks of `value`
+ * concatenated before and after (carve's pad and arithmetic are for floats;
+ * torch pads the labels of a causal LM with ignore_index to shift them). */
+static int pad_ids(ox_ctx *c, int x, int d, int64_t before, int64_t after, double value)
+{
+    for (int side = 0; side < 2 && x >= 0; side++) {
+        int64_t len = side ? after : before;
+        if (!len) continue;
+        const ir_value v_copy = *ox_irv(c, x), *v = &v_copy;
+        int64_t dims[IR_MAX_RANK];
+        memcpy(dims, v->dims, sizeof dims);
+        dims[d] = len;
+        ox_tensor *b = ox_tensor_new(c, OX_INT32, v->rank, dims);
+        if (!b) return -1;
+        for (int64_t i = 0; i < b->n; i++) b->v[i] = value;
+        int bx = ox_ir_of_tensor(c, b);
+        ox_tensor_free(b);
+        int y = bx < 0 ? -1 : side ? ir_concat(c->g, x, bx, d) : ir_concat(c->g, bx, x, d);
+        x = y < 0 ? ox_check_ir(c) : y;
+    }
+    return x;
+}
+
 int emit_pad(ox_ctx *c, const Onnx__NodeProto *n)
 {
     int x = in_ir(c, n, 0);
@@ -265,14 +329,16 @@ int emit_pad(ox_ctx *c, const Onnx__NodeProto *n)
     for (int d = 0; d < r && x >= 0; d++) { /* negative pads cut */
         int64_t len = ox_irv(c, x)->dims[d], lo = before[d] < 0 ? -before[d] : 0, hi = after[d] < 0 ? -after[d] : 0;
         if (lo || hi) x = ox_ir_slice(c, x, d, lo, len - lo - hi);
+        if (x >= 0 && (before[d] > 0 || after[d] > 0) && ox_irv(c, x)->dtype == IR_I32) {
+            x = pad_ids(c, x, d, before[d] > 0 ? before[d] : 0, after[d] > 0 ? after[d] : 0, value);
+            continue;
+        }
         if (x >= 0 && (before[d] > 0 || after[d] > 0)) {
-            if (ox_irv(c, x)->dtype == IR_I32) return ox_fail(c, "Pad of integer data: carve pads floats");
             x = ir_pad(c->g, x, d, before[d] > 0 ? before[d] : 0, after[d] > 0 ? after[d] : 0);
             if (x < 0) return ox_check_ir(c);
         }
     }
-    if (x >= 0 && value != 0 && ox_irv(c, x)->dtype == IR_I32) return ox_fail(c, "a pad value other than 0 on integer data");
-    if (x >= 0 && value != 0) { /* the pad value where padded: a constant added */
+    if (x >= 0 && value != 0 && ox_irv(c, x)->dtype != IR_I32) { /* the pad value where padded: a constant added */
         const ir_value v_copy = *ox_irv(c, x), *v = &v_copy;
         ox_tensor *k = ox_tensor_new(c, OX_FLOAT, v->rank, v->dims);
         if (!k) return -1;
@@ -322,36 +388,45 @@ int emit_trilu(ox_ctx *c, const Onnx__NodeProto *n)
 
 int emit_cast(ox_ctx *c, const Onnx__NodeProto *n)
 {
-    int x = in_ir(c, n, 0), to = (int)ox_attr_int(n, "to", 0), from = in_type(c, n, 0);
+    /* Cast's `to`, or CastLike's second input's type */
+    int x = in_ir(c, n, 0), to = c->row->in_max > 1 ? in_type(c, n, 1) : (int)ox_attr_int(n, "to", 0), from = in_type(c, n, 0);
     if (x < 0) return -1;
     int dt = ox_ir_dtype(to);
     if (dt < 0) return ox_fail(c, "cast to %s is not supported", ox_type_name(to));
     const ir_value v_copy = *ox_irv(c, x), *v = &v_copy;
     int y;
+    if (to == OX_BOOL && v->dtype == IR_I32) { /* ids (a padding mask) to floats first */
+        x = ir_cast(c->g, x, IR_F32);
+        if (x < 0) return ox_check_ir(c);
+    }
     if (to == OX_BOOL) {
-        if (v->dtype == IR_I32) return ox_fail(c, "cast of integer data to bool");
         /* x != 0, as a 0/1 float: 1 - (0 >= |x|) */
         int ax = ir_binary(c->g, IR_OP_MAX, x, ir_unary(c->g, IR_OP_NEG, x));
         int ge = ir_binary(c->g, IR_OP_GE, ox_ir_const_like(c, x, 0.0), ax);
         y = ir_add_scalar(c->g, ir_unary(c->g, IR_OP_NEG, ge), 1.0);
     } else if (dt == IR_I32) {
-        if (v->dtype != IR_I32) return ox_fail(c, "cast of float data to %s (carve has no float-to-integer op)", ox_type_name(to));
+        /* a bool (carve's 0/1 floats) stays as it is: torch 2's one_hot is ids == arange cast to int64 */
+        if (v->dtype != IR_I32 && from != OX_BOOL)
+            return ox_fail(c, "cast of float data to %s (carve has no float-to-integer op)", ox_type_name(to));
         y = x;
     } else if ((ir_dtype)dt == v->dtype) {
         y = x; /* float to float of one carve dtype (double and bool are f32) */
     } else {
         y = ir_cast(c->g, x, (ir_dtype)dt);
     }
-    (void)from;
     return ox_out_ir(c, n, 0, y < 0 ? ox_check_ir(c) : y, to);
 }
 
+/* Dropout: the identity in inference mode or at ratio 0; in training mode
+ * carve's counter-based mask (the same rate, not torch's random stream).
+ * The mask output, where something reads it, is the kept elements as a
+ * 0/1 bool: all ones, or the mask's 1/(1-p) scaled back to 1. */
 int emit_dropout(ox_ctx *c, const Onnx__NodeProto *n)
 {
     int x = in_ir(c, n, 0), nin = ox_n_in(n);
     if (x < 0) return -1;
     double ratio = 0.5;
-    int training = 0, is;
+    int training = 0;
     if (nin > 1 && n->input[1][0]) {
         ox_val *v = ox_in(c, n, 1);
         ox_tensor *t = v && ox_is_const(v) ? ox_const(c, v) : NULL;
@@ -364,12 +439,15 @@ int emit_dropout(ox_ctx *c, const Onnx__NodeProto *n)
         if (!t || t->n != 1) return c->failed ? -1 : ox_fail(c, "training_mode must be a constant");
         training = t->v[0] != 0;
     }
-    (void)is;
-    if (n->n_output > 1 && n->output[1][0]) return ox_fail(c, "its mask output is not supported");
-    if (!training || ratio == 0) return ox_out_ir(c, n, 0, x, in_type(c, n, 0));
+    int mask_read = n->n_output > 1 && n->output[1][0];
+    if (!training || ratio == 0) {
+        if (ox_out_ir(c, n, 0, x, in_type(c, n, 0)) < 0) return -1;
+        return mask_read ? ox_out_ir(c, n, 1, ox_ir_const_like(c, x, 1.0), OX_BOOL) : 0;
+    }
     if (!(ratio > 0 && ratio < 1)) return ox_fail(c, "ratio %g is outside [0, 1)", ratio);
-    /* carve's counter-based mask: the same rate, not torch's random stream */
     const ir_value v_copy = *ox_irv(c, x), *v = &v_copy;
     int m = ir_dropout_mask(c->g, v->rank, v->dims, ratio, (int64_t)(ir_fnv(n->output[0]) >> 11));
-    return ox_out_ir(c, n, 0, ox_ir_binary(c, IR_OP_MUL, x, m), in_type(c, n, 0));
+    if (ox_out_ir(c, n, 0, ox_ir_binary(c, IR_OP_MUL, x, m), in_type(c, n, 0)) < 0) return -1;
+    /* kept where the mask is 1/(1-p), not 0: exactly 0/1 */
+    return mask_read ? ox_out_ir(c, n, 1, ox_ir_binary(c, IR_OP_GE, m, ox_ir_const_like(c, m, 0.5)), OX_BOOL) : 0;
 }

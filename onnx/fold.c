@@ -72,6 +72,12 @@ double sc_floor(double x, double b, const ox_scalar_arg *p) { return floor(x); }
 double sc_ceil(double x, double b, const ox_scalar_arg *p) { return ceil(x); }
 double sc_round(double x, double b, const ox_scalar_arg *p) { return nearbyint(x); }
 double sc_sign(double x, double b, const ox_scalar_arg *p) { return (x > 0) - (x < 0); }
+double sc_isnan(double x, double b, const ox_scalar_arg *p) { return x != x; }
+double sc_gelu_erf(double x, double b, const ox_scalar_arg *p) { return 0.5 * x * (1 + erf(x * 0.70710678118654752440)); }
+static double gelu_tanh(double x, double b, const ox_scalar_arg *p)
+{
+    return 0.5 * x * (1 + tanh(0.7978845608028654 * (x + 0.044715 * x * x * x)));
+}
 
 double sc_add(double a, double b, const ox_scalar_arg *p) { return a + b; }
 double sc_sub(double a, double b, const ox_scalar_arg *p) { return a - b; }
@@ -132,9 +138,32 @@ int fold_unary_int(ox_ctx *c, const Onnx__NodeProto *n, ox_tensor **in, int n_in
     return map_unary(c, n, in, out, 0);
 }
 
-int fold_not(ox_ctx *c, const Onnx__NodeProto *n, ox_tensor **in, int n_in, ox_tensor **out, int n_out)
+int fold_predicate(ox_ctx *c, const Onnx__NodeProto *n, ox_tensor **in, int n_in, ox_tensor **out, int n_out)
 {
     return map_unary(c, n, in, out, OX_BOOL);
+}
+
+int fold_isinf(ox_ctx *c, const Onnx__NodeProto *n, ox_tensor **in, int n_in, ox_tensor **out, int n_out)
+{
+    if (need(c, in, 1) < 0 || !(out[0] = like(c, in[0], OX_BOOL))) return -1;
+    int pos = (int)ox_attr_int(n, "detect_positive", 1), neg = (int)ox_attr_int(n, "detect_negative", 1);
+    for (int64_t i = 0; i < in[0]->n; i++) {
+        double x = in[0]->v[i];
+        out[0]->v[i] = isinf(x) && (x > 0 ? pos : neg);
+    }
+    return 0;
+}
+
+/* Gelu: the row's scalar is the exact form; approximate="tanh" the tanh one */
+int fold_gelu(ox_ctx *c, const Onnx__NodeProto *n, ox_tensor **in, int n_in, ox_tensor **out, int n_out)
+{
+    if (need(c, in, 1) < 0) return -1;
+    char ap[16];
+    ox_attr_str(n, "approximate", ap, sizeof ap);
+    if (!(out[0] = like(c, in[0], in[0]->type))) return -1;
+    ox_scalar_fn f = strcmp(ap, "tanh") ? c->row->scalar : gelu_tanh;
+    for (int64_t i = 0; i < in[0]->n; i++) out[0]->v[i] = ox_round_to(in[0]->type, f(in[0]->v[i], 0, NULL));
+    return 0;
 }
 
 int fold_identity(ox_ctx *c, const Onnx__NodeProto *n, ox_tensor **in, int n_in, ox_tensor **out, int n_out)
@@ -590,6 +619,56 @@ int fold_gather(ox_ctx *c, const Onnx__NodeProto *n, ox_tensor **in, int n_in, o
     return 0;
 }
 
+/* out[i] = x[i with its `axis` coordinate replaced by ids[i]] (ids and out of one shape) */
+int fold_gather_elements(ox_ctx *c, const Onnx__NodeProto *n, ox_tensor **in, int n_in, ox_tensor **out, int n_out)
+{
+    if (need(c, in, 2) < 0) return -1;
+    const ox_tensor *x = in[0], *ids = in[1];
+    int64_t axis, xs[OX_MAX_RANK], is[OX_MAX_RANK];
+    if (ids->rank != x->rank) return ox_fail(c, "indices of rank %d for data of rank %d", ids->rank, x->rank);
+    if (ox_axis(c, ox_attr_int(n, "axis", 0), x->rank, &axis) < 0) return -1;
+    for (int d = 0; d < x->rank; d++)
+        if (d != axis && ids->dims[d] > x->dims[d]) return ox_fail(c, "indices larger than the data in dim %d", d);
+    strides(x->rank, x->dims, xs);
+    strides(ids->rank, ids->dims, is);
+    if (!(out[0] = ox_tensor_new(c, x->type, ids->rank, ids->dims))) return -1;
+    for (int64_t i = 0; i < ids->n; i++) {
+        int64_t off = 0, len = x->dims[axis], id = ox_i64(ids->v[i]);
+        if (id < 0) id += len;
+        if (id < 0 || id >= len) return ox_fail(c, "index %lld is outside [%lld, %lld)", (long long)ids->v[i], (long long)-len, (long long)len);
+        for (int d = 0; d < x->rank; d++) off += (d == axis ? id : (i / is[d]) % ids->dims[d]) * xs[d];
+        out[0]->v[i] = x->v[off];
+    }
+    return 0;
+}
+
+/* GatherND (batch_dims 0): each index row of ids' last dim picks a slice of x */
+int fold_gather_nd(ox_ctx *c, const Onnx__NodeProto *n, ox_tensor **in, int n_in, ox_tensor **out, int n_out)
+{
+    if (need(c, in, 2) < 0) return -1;
+    const ox_tensor *x = in[0], *ids = in[1];
+    if (ox_attr_int(n, "batch_dims", 0)) return ox_fail(c, "batch_dims other than 0 is not supported");
+    int q = ids->rank, k = q ? (int)ids->dims[q - 1] : 0, r = 0;
+    if (q < 1 || k > x->rank) return ox_fail(c, "index rows of %d for data of rank %d", k, x->rank);
+    int64_t dims[OX_MAX_RANK], xs[OX_MAX_RANK], inner = 1;
+    for (int d = 0; d < q - 1; d++) dims[r++] = ids->dims[d];
+    for (int d = k; d < x->rank; d++) dims[r++] = x->dims[d], inner *= x->dims[d];
+    if (r > OX_MAX_RANK) return ox_fail(c, "a result of rank %d", r);
+    strides(x->rank, x->dims, xs);
+    if (!(out[0] = ox_tensor_new(c, x->type, r, dims))) return -1;
+    for (int64_t row = 0; k && row < ids->n / k; row++) {
+        int64_t off = 0;
+        for (int j = 0; j < k; j++) {
+            int64_t id = ox_i64(ids->v[row * k + j]), len = x->dims[j];
+            if (id < 0) id += len;
+            if (id < 0 || id >= len) return ox_fail(c, "index %lld is outside [%lld, %lld)", (long long)id, (long long)-len, (long long)len);
+            off += id * xs[j];
+        }
+        memcpy(out[0]->v + row * inner, x->v + off, (size_t)inner * sizeof(double));
+    }
+    return 0;
+}
+
 int fold_pad(ox_ctx *c, const Onnx__NodeProto *n, ox_tensor **in, int n_in, ox_tensor **out, int n_out)
 {
     if (need(c, in, 1) < 0) return -1;
@@ -634,17 +713,26 @@ int fold_trilu(ox_ctx *c, const Onnx__NodeProto *n, ox_tensor **in, int n_in, ox
     return 0;
 }
 
+/* x cast to `to` as torch casts on the CPU: floats rounded to their type;
+ * integers truncated toward zero, a value int32 or int64 cannot hold (NaN,
+ * an infinity, out of range) becoming its least value (the x86 conversion's
+ * "integer indefinite": T5's relative-position buckets cast log(0) = -inf
+ * and discard it with a Where); ONNX leaves those undefined. */
+static double cast_elem(int to, double x)
+{
+    if (to == OX_INT64 && !(x > -9223372036854775808.0 && x < 9223372036854775808.0)) return -9223372036854775808.0;
+    if (to == OX_INT32 && !(x > -2147483649.0 && x < 2147483648.0)) return -2147483648.0;
+    return ox_round_to(to, x);
+}
+
 int fold_cast(ox_ctx *c, const Onnx__NodeProto *n, ox_tensor **in, int n_in, ox_tensor **out, int n_out)
 {
     if (need(c, in, 1) < 0) return -1;
-    int to = (int)ox_attr_int(n, "to", 0);
+    ox_val *like_v = c->row->in_max > 1 ? ox_in(c, n, 1) : NULL; /* CastLike: the type of input 1 */
+    int to = like_v ? like_v->type : (int)ox_attr_int(n, "to", 0);
     if (!ox_type_is_float(to) && !ox_type_is_int(to)) return ox_fail(c, "cast to %s", ox_type_name(to));
     if (!(out[0] = like(c, in[0], to))) return -1;
-    for (int64_t i = 0; i < in[0]->n; i++) {
-        double x = in[0]->v[i];
-        if (ox_type_is_int(to) && to != OX_BOOL && !isfinite(x)) return ox_fail(c, "cast of %g to %s", x, ox_type_name(to));
-        out[0]->v[i] = ox_round_to(to, x);
-    }
+    for (int64_t i = 0; i < in[0]->n; i++) out[0]->v[i] = cast_elem(to, in[0]->v[i]);
     return 0;
 }
 

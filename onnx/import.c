@@ -2,7 +2,7 @@
  *
  * An import (onnx.h) goes in steps, each a function below:
  *   read      the file (or bytes) unpacked by protobuf-c into a ModelProto;
- *   check     the opset (13-17 for the default domain), every node's op
+ *   check     the opset (13-20 for the default domain), every node's op
  *             against the table (onnx/ops.def: type, opset, input and output
  *             counts, attributes), names;
  *   values    initializers and graph inputs enter the value table; inputs
@@ -41,7 +41,70 @@ int onnx_is_onnx_path(const char *path)
 
 /* ---- check ----------------------------------------------------------------------- */
 
-static int check_model(ox_ctx *c)
+/* Ops whose output shape depends on the values of their input. */
+static const char *const data_shaped_ops[] = {"NonZero", "Unique", "Compress", "NonMaxSuppression"};
+
+/* The module a node belongs to, for messages: its scoped name's path
+ * ("/model/layers.0/block_sparse_moe/NonZero": model.layers.0.block_sparse_moe)
+ * or its deepest module scope (torch 2's metadata); "" when neither. */
+static void node_module(const Onnx__NodeProto *n, char *out, size_t len)
+{
+    out[0] = 0;
+    const char *name = n->name ? n->name : "", *last = strrchr(name, '/');
+    if (name[0] == '/' && last && last > name) {
+        snprintf(out, len, "%.*s", (int)(last - name - 1), name + 1);
+        for (char *p = out; *p; p++)
+            if (*p == '/') *p = '.';
+        return;
+    }
+    for (size_t i = 0; i < n->n_metadata_props; i++) {
+        const Onnx__StringStringEntryProto *e = n->metadata_props[i];
+        if (!e->key || !e->value || strcmp(e->key, "pkg.torch.onnx.name_scopes")) continue;
+        const char *q = strrchr(e->value, '\''), *p = q && q > e->value ? q - 1 : NULL;
+        while (p && p > e->value && *p != '\'') p--;
+        if (p && q > p + 1) snprintf(out, len, "%.*s", (int)(q - p - 1), p + 1);
+    }
+}
+
+/* A node of a data-shaped op reading a value the graph's inputs reach
+ * (a MoE router's NonZero): refused before anything else, naming its
+ * module.  Values reached from initializers alone fold, so they pass. */
+static int check_static_shapes(ox_ctx *c)
+{
+    const Onnx__GraphProto *gp = c->graph;
+    unsigned char *data = ir_xcalloc((size_t)c->n_vals + 1, 1); /* per val: reached from the graph's inputs */
+    int rc = 0;
+    for (size_t i = 0; i < gp->n_input; i++) {
+        ox_val *v = gp->input[i]->name ? ox_val_get(c, gp->input[i]->name) : NULL;
+        if (v && v->kind != OX_INIT) data[v - c->vals] = 1;
+    }
+    for (size_t i = 0; i < gp->n_node && !rc; i++) {
+        const Onnx__NodeProto *n = c->node = gp->node[i];
+        int reached = 0;
+        for (size_t k = 0; k < n->n_input; k++) {
+            ox_val *v = n->input[k] && n->input[k][0] ? ox_val_get(c, n->input[k]) : NULL;
+            reached |= v && data[v - c->vals];
+        }
+        for (size_t k = 0; reached && n->op_type && k < sizeof data_shaped_ops / sizeof data_shaped_ops[0]; k++) {
+            if (strcmp(n->op_type, data_shaped_ops[k])) continue;
+            char mod[256];
+            node_module(n, mod, sizeof mod);
+            rc = ox_fail(c, "a data-dependent shape (its output's size depends on the values of its input%s%.200s%s): carve "
+                            "partitions static shapes; route the experts with a fixed capacity (docs/onnx.md, \"Mixture of "
+                            "experts\")", mod[0] ? ", in module '" : "", mod, mod[0] ? "'" : "");
+        }
+        for (size_t k = 0; reached && k < n->n_output; k++) {
+            ox_val *v = n->output[k] && n->output[k][0] ? ox_val_get(c, n->output[k]) : NULL;
+            if (v) data[v - c->vals] = 1;
+        }
+    }
+    free(data);
+    if (!rc) c->node = NULL;
+    return rc;
+}
+
+/* The graph and the opset of the default domain, noted in info. */
+static int check_model_opset(ox_ctx *c)
 {
     Onnx__ModelProto *m = c->model;
     if (!m->graph) return ox_fail(c, "not an ONNX model (no graph)");
@@ -71,6 +134,12 @@ static int check_model(ox_ctx *c)
             seen |= (p == t || p[-1] == ' ') && (p[len] == ' ' || !p[len]), p += len;
         if (len && !seen && k + len + 2 < sizeof c->info->op_types) snprintf(t + k, sizeof c->info->op_types - k, "%s%s", k ? " " : "", op);
     }
+    return 0;
+}
+
+/* Every node's op against the table: type, opset, counts, attributes. */
+static int check_model(ox_ctx *c)
+{
     for (size_t i = 0; i < c->graph->n_node; i++) {
         const Onnx__NodeProto *n = c->node = c->graph->node[i];
         if (!n->op_type || !n->op_type[0]) return ox_fail(c, "a node without an op type");
@@ -298,6 +367,16 @@ static const char *loss_source(ox_ctx *c, char *kind, size_t klen, char *second,
     return NULL;
 }
 
+/* 1 when initializer p holds one element: torch 2's exporter lifts every
+ * scalar literal (GELU's 0.044715, Pow's exponent 3, a Where's 0) into an
+ * initializer; they stay constants (a module's scalar parameter too). */
+static int one_element(const Onnx__TensorProto *p)
+{
+    int64_t n = 1;
+    for (size_t d = 0; d < p->n_dims; d++) n *= p->dims[d] > 0 ? p->dims[d] : 0;
+    return n == 1;
+}
+
 /* Marks what the loss depends on differentiably, then makes params of the
  * float initializers among it (minus --frozen). */
 static int mark_params(ox_ctx *c, const char *const *roots, int n_roots)
@@ -325,7 +404,7 @@ static int mark_params(ox_ctx *c, const char *const *roots, int n_roots)
     char first[128] = "";
     for (int i = 0; i < c->n_vals; i++) {
         ox_val *v = &c->vals[i];
-        if (v->kind != OX_INIT || !ox_type_is_float(v->type) || !v->needs_grad) continue;
+        if (v->kind != OX_INIT || !ox_type_is_float(v->type) || !v->needs_grad || one_element(c->graph->initializer[v->init])) continue;
         if (frozen(c, v->name)) {
             if (!frozen_floats++) snprintf(first, sizeof first, "%.100s", v->name);
             continue;
@@ -564,7 +643,9 @@ static ir_graph *import_model(ox_ctx *c)
 {
     char kind[32], second[256];
     const char *src = NULL;
-    if (check_dims_option(c) < 0 || check_model(c) < 0 || add_values(c) < 0) return NULL;
+    if (check_dims_option(c) < 0 || check_model_opset(c) < 0 || add_values(c) < 0 || check_static_shapes(c) < 0 ||
+        check_model(c) < 0)
+        return NULL;
     const char *name = c->graph->name && c->graph->name[0] && ox_is_printable(c->graph->name) ? c->graph->name : "onnx";
     c->g = ir_new(name);
     for (size_t i = 0; i < c->graph->n_input && !c->failed; i++) {

@@ -12,6 +12,14 @@
  * nodes outside every block, and initializers used by nodes of several
  * blocks or named otherwise ("onnx::MatMul_928"), take the layer of the
  * nodes that use them, or none (-1).
+ *
+ * torch 2's default exporter names nodes "node_MatMul_79" and writes the
+ * module scopes into each node's metadata instead
+ * ("pkg.torch.onnx.name_scopes": ['', 'transformer', 'transformer.h.0',
+ * 'transformer.h.0.attn', ...]): the first scope whose last component is
+ * K gives the key ("transformer.h.0"), as a scoped name would.  An element
+ * that holds no params (a ReLU or a Dropout in an nn.Sequential) is no
+ * block: its nodes stay outside the layers.
  */
 #include "onnx/steps.h"
 
@@ -66,6 +74,29 @@ static void node_key(const char *name, char *key)
     }
 }
 
+/* The block key from a node's module scopes (torch 2's metadata, a Python
+ * list of dotted paths): the first path whose last component is digits. */
+static void scope_key(const Onnx__NodeProto *n, char *key)
+{
+    key[0] = 0;
+    const char *list = NULL;
+    for (size_t i = 0; i < n->n_metadata_props && !list; i++) {
+        const Onnx__StringStringEntryProto *e = n->metadata_props[i];
+        if (e->key && e->value && !strcmp(e->key, "pkg.torch.onnx.name_scopes")) list = e->value;
+    }
+    for (const char *p = list ? strchr(list, '\'') : NULL; p; p = strchr(p, '\'')) {
+        const char *q = strchr(p + 1, '\'');
+        if (!q) return;
+        size_t len = (size_t)(q - p - 1);
+        if (numbered(p + 1, len) && len < KEY_LEN) {
+            memcpy(key, p + 1, len);
+            key[len] = 0;
+            return;
+        }
+        p = q + 1;
+    }
+}
+
 /* The block key of a state_dict name ("" when none): up to the first
  * ".DIGITS." segment. */
 static void init_key(const char *name, char *key)
@@ -82,6 +113,27 @@ static void init_key(const char *name, char *key)
     }
 }
 
+/* 1 when block key `key` holds params: an initializer named under it, or one
+ * read by a node tagged with it. */
+static int holds_params(ox_ctx *c, const char (*keys)[KEY_LEN], int k, const int *node_key)
+{
+    const Onnx__GraphProto *gp = c->graph;
+    for (int v = 0; v < c->n_vals; v++) {
+        char key[KEY_LEN];
+        if (c->vals[v].kind != OX_INIT) continue;
+        init_key(c->vals[v].name, key);
+        if (!strcmp(key, keys[k])) return 1;
+    }
+    for (size_t i = 0; i < gp->n_node; i++) {
+        if (node_key[i] != k) continue;
+        for (size_t j = 0; j < gp->node[i]->n_input; j++) {
+            ox_val *v = gp->node[i]->input[j] && gp->node[i]->input[j][0] ? ox_val_get(c, gp->node[i]->input[j]) : NULL;
+            if (v && v->kind == OX_INIT && ox_type_is_float(v->type)) return 1;
+        }
+    }
+    return 0;
+}
+
 void ox_layers(ox_ctx *c)
 {
     const Onnx__GraphProto *gp = c->graph;
@@ -92,6 +144,7 @@ void ox_layers(ox_ctx *c)
     for (int i = 0; i < nn; i++) {
         char key[KEY_LEN];
         node_key(gp->node[i]->name, key);
+        if (!key[0]) scope_key(gp->node[i], key);
         c->node_layer[i] = -1;
         if (!key[0]) continue;
         int k = 0;
@@ -99,6 +152,16 @@ void ox_layers(ox_ctx *c)
         if (k == n_keys) strcpy(keys[n_keys++], key);
         c->node_layer[i] = k;
     }
+    /* blocks are the keys that hold params, numbered again in order */
+    int *renum = ir_xcalloc((size_t)n_keys + 1, sizeof(int)), kept = 0;
+    for (int k = 0; k < n_keys; k++) {
+        renum[k] = holds_params(c, keys, k, c->node_layer) ? kept : -1;
+        if (renum[k] >= 0) memmove(keys[kept++], keys[k], KEY_LEN);
+    }
+    for (int i = 0; i < nn; i++)
+        if (c->node_layer[i] >= 0) c->node_layer[i] = renum[c->node_layer[i]];
+    free(renum);
+    n_keys = kept;
     /* initializers: by name, else by the nodes that read them */
     for (int v = 0; v < c->n_vals; v++) {
         ox_val *x = &c->vals[v];

@@ -33,7 +33,7 @@
 
 /* The opsets a model may declare for the default ONNX domain. */
 #define ONNX_OPSET_MIN 13
-#define ONNX_OPSET_MAX 17
+#define ONNX_OPSET_MAX 20
 
 typedef struct onnx_options {
     int weights;            /* 1: attach the params' values (the file's weights) for running */

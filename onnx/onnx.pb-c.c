@@ -142,6 +142,231 @@ void   onnx__node_proto__free_unpacked
   assert(message->base.descriptor == &onnx__node_proto__descriptor);
   protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
 }
+void   onnx__int_int_list_entry_proto__init
+                     (Onnx__IntIntListEntryProto         *message)
+{
+  static const Onnx__IntIntListEntryProto init_value = ONNX__INT_INT_LIST_ENTRY_PROTO__INIT;
+  *message = init_value;
+}
+size_t onnx__int_int_list_entry_proto__get_packed_size
+                     (const Onnx__IntIntListEntryProto *message)
+{
+  assert(message->base.descriptor == &onnx__int_int_list_entry_proto__descriptor);
+  return protobuf_c_message_get_packed_size ((const ProtobufCMessage*)(message));
+}
+size_t onnx__int_int_list_entry_proto__pack
+                     (const Onnx__IntIntListEntryProto *message,
+                      uint8_t       *out)
+{
+  assert(message->base.descriptor == &onnx__int_int_list_entry_proto__descriptor);
+  return protobuf_c_message_pack ((const ProtobufCMessage*)message, out);
+}
+size_t onnx__int_int_list_entry_proto__pack_to_buffer
+                     (const Onnx__IntIntListEntryProto *message,
+                      ProtobufCBuffer *buffer)
+{
+  assert(message->base.descriptor == &onnx__int_int_list_entry_proto__descriptor);
+  return protobuf_c_message_pack_to_buffer ((const ProtobufCMessage*)message, buffer);
+}
+Onnx__IntIntListEntryProto *
+       onnx__int_int_list_entry_proto__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data)
+{
+  return (Onnx__IntIntListEntryProto *)
+     protobuf_c_message_unpack (&onnx__int_int_list_entry_proto__descriptor,
+                                allocator, len, data);
+}
+void   onnx__int_int_list_entry_proto__free_unpacked
+                     (Onnx__IntIntListEntryProto *message,
+                      ProtobufCAllocator *allocator)
+{
+  if(!message)
+    return;
+  assert(message->base.descriptor == &onnx__int_int_list_entry_proto__descriptor);
+  protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
+}
+void   onnx__node_device_configuration_proto__init
+                     (Onnx__NodeDeviceConfigurationProto         *message)
+{
+  static const Onnx__NodeDeviceConfigurationProto init_value = ONNX__NODE_DEVICE_CONFIGURATION_PROTO__INIT;
+  *message = init_value;
+}
+size_t onnx__node_device_configuration_proto__get_packed_size
+                     (const Onnx__NodeDeviceConfigurationProto *message)
+{
+  assert(message->base.descriptor == &onnx__node_device_configuration_proto__descriptor);
+  return protobuf_c_message_get_packed_size ((const ProtobufCMessage*)(message));
+}
+size_t onnx__node_device_configuration_proto__pack
+                     (const Onnx__NodeDeviceConfigurationProto *message,
+                      uint8_t       *out)
+{
+  assert(message->base.descriptor == &onnx__node_device_configuration_proto__descriptor);
+  return protobuf_c_message_pack ((const ProtobufCMessage*)message, out);
+}
+size_t onnx__node_device_configuration_proto__pack_to_buffer
+                     (const Onnx__NodeDeviceConfigurationProto *message,
+                      ProtobufCBuffer *buffer)
+{
+  assert(message->base.descriptor == &onnx__node_device_configuration_proto__descriptor);
+  return protobuf_c_message_pack_to_buffer ((const ProtobufCMessage*)message, buffer);
+}
+Onnx__NodeDeviceConfigurationProto *
+       onnx__node_device_configuration_proto__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data)
+{
+  return (Onnx__NodeDeviceConfigurationProto *)
+     protobuf_c_message_unpack (&onnx__node_device_configuration_proto__descriptor,
+                                allocator, len, data);
+}
+void   onnx__node_device_configuration_proto__free_unpacked
+                     (Onnx__NodeDeviceConfigurationProto *message,
+                      ProtobufCAllocator *allocator)
+{
+  if(!message)
+    return;
+  assert(message->base.descriptor == &onnx__node_device_configuration_proto__descriptor);
+  protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
+}
+void   onnx__sharding_spec_proto__init
+                     (Onnx__ShardingSpecProto         *message)
+{
+  static const Onnx__ShardingSpecProto init_value = ONNX__SHARDING_SPEC_PROTO__INIT;
+  *message = init_value;
+}
+size_t onnx__sharding_spec_proto__get_packed_size
+                     (const Onnx__ShardingSpecProto *message)
+{
+  assert(message->base.descriptor == &onnx__sharding_spec_proto__descriptor);
+  return protobuf_c_message_get_packed_size ((const ProtobufCMessage*)(message));
+}
+size_t onnx__sharding_spec_proto__pack
+                     (const Onnx__ShardingSpecProto *message,
+                      uint8_t       *out)
+{
+  assert(message->base.descriptor == &onnx__sharding_spec_proto__descriptor);
+  return protobuf_c_message_pack ((const ProtobufCMessage*)message, out);
+}
+size_t onnx__sharding_spec_proto__pack_to_buffer
+                     (const Onnx__ShardingSpecProto *message,
+                      ProtobufCBuffer *buffer)
+{
+  assert(message->base.descriptor == &onnx__sharding_spec_proto__descriptor);
+  return protobuf_c_message_pack_to_buffer ((const ProtobufCMessage*)message, buffer);
+}
+Onnx__ShardingSpecProto *
+       onnx__sharding_spec_proto__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data)
+{
+  return (Onnx__ShardingSpecProto *)
+     protobuf_c_message_unpack (&onnx__sharding_spec_proto__descriptor,
+                                allocator, len, data);
+}
+void   onnx__sharding_spec_proto__free_unpacked
+                     (Onnx__ShardingSpecProto *message,
+                      ProtobufCAllocator *allocator)
+{
+  if(!message)
+    return;
+  assert(message->base.descriptor == &onnx__sharding_spec_proto__descriptor);
+  protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
+}
+void   onnx__sharded_dim_proto__init
+                     (Onnx__ShardedDimProto         *message)
+{
+  static const Onnx__ShardedDimProto init_value = ONNX__SHARDED_DIM_PROTO__INIT;
+  *message = init_value;
+}
+size_t onnx__sharded_dim_proto__get_packed_size
+                     (const Onnx__ShardedDimProto *message)
+{
+  assert(message->base.descriptor == &onnx__sharded_dim_proto__descriptor);
+  return protobuf_c_message_get_packed_size ((const ProtobufCMessage*)(message));
+}
+size_t onnx__sharded_dim_proto__pack
+                     (const Onnx__ShardedDimProto *message,
+                      uint8_t       *out)
+{
+  assert(message->base.descriptor == &onnx__sharded_dim_proto__descriptor);
+  return protobuf_c_message_pack ((const ProtobufCMessage*)message, out);
+}
+size_t onnx__sharded_dim_proto__pack_to_buffer
+                     (const Onnx__ShardedDimProto *message,
+                      ProtobufCBuffer *buffer)
+{
+  assert(message->base.descriptor == &onnx__sharded_dim_proto__descriptor);
+  return protobuf_c_message_pack_to_buffer ((const ProtobufCMessage*)message, buffer);
+}
+Onnx__ShardedDimProto *
+       onnx__sharded_dim_proto__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data)
+{
+  return (Onnx__ShardedDimProto *)
+     protobuf_c_message_unpack (&onnx__sharded_dim_proto__descriptor,
+                                allocator, len, data);
+}
+void   onnx__sharded_dim_proto__free_unpacked
+                     (Onnx__ShardedDimProto *message,
+                      ProtobufCAllocator *allocator)
+{
+  if(!message)
+    return;
+  assert(message->base.descriptor == &onnx__sharded_dim_proto__descriptor);
+  protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
+}
+void   onnx__simple_sharded_dim_proto__init
+                     (Onnx__SimpleShardedDimProto         *message)
+{
+  static const Onnx__SimpleShardedDimProto init_value = ONNX__SIMPLE_SHARDED_DIM_PROTO__INIT;
+  *message = init_value;
+}
+size_t onnx__simple_sharded_dim_proto__get_packed_size
+                     (const Onnx__SimpleShardedDimProto *message)
+{
+  assert(message->base.descriptor == &onnx__simple_sharded_dim_proto__descriptor);
+  return protobuf_c_message_get_packed_size ((const ProtobufCMessage*)(message));
+}
+size_t onnx__simple_sharded_dim_proto__pack
+                     (const Onnx__SimpleShardedDimProto *message,
+                      uint8_t       *out)
+{
+  assert(message->base.descriptor == &onnx__simple_sharded_dim_proto__descriptor);
+  return protobuf_c_message_pack ((const ProtobufCMessage*)message, out);
+}
+size_t onnx__simple_sharded_dim_proto__pack_to_buffer
+                     (const Onnx__SimpleShardedDimProto *message,
+                      ProtobufCBuffer *buffer)
+{
+  assert(message->base.descriptor == &onnx__simple_sharded_dim_proto__descriptor);
+  return protobuf_c_message_pack_to_buffer ((const ProtobufCMessage*)message, buffer);
+}
+Onnx__SimpleShardedDimProto *
+       onnx__simple_sharded_dim_proto__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data)
+{
+  return (Onnx__SimpleShardedDimProto *)
+     protobuf_c_message_unpack (&onnx__simple_sharded_dim_proto__descriptor,
+                                allocator, len, data);
+}
+void   onnx__simple_sharded_dim_proto__free_unpacked
+                     (Onnx__SimpleShardedDimProto *message,
+                      ProtobufCAllocator *allocator)
+{
+  if(!message)
+    return;
+  assert(message->base.descriptor == &onnx__simple_sharded_dim_proto__descriptor);
+  protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
+}
 void   onnx__training_info_proto__init
                      (Onnx__TrainingInfoProto         *message)
 {
@@ -230,6 +455,51 @@ void   onnx__model_proto__free_unpacked
   if(!message)
     return;
   assert(message->base.descriptor == &onnx__model_proto__descriptor);
+  protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
+}
+void   onnx__device_configuration_proto__init
+                     (Onnx__DeviceConfigurationProto         *message)
+{
+  static const Onnx__DeviceConfigurationProto init_value = ONNX__DEVICE_CONFIGURATION_PROTO__INIT;
+  *message = init_value;
+}
+size_t onnx__device_configuration_proto__get_packed_size
+                     (const Onnx__DeviceConfigurationProto *message)
+{
+  assert(message->base.descriptor == &onnx__device_configuration_proto__descriptor);
+  return protobuf_c_message_get_packed_size ((const ProtobufCMessage*)(message));
+}
+size_t onnx__device_configuration_proto__pack
+                     (const Onnx__DeviceConfigurationProto *message,
+                      uint8_t       *out)
+{
+  assert(message->base.descriptor == &onnx__device_configuration_proto__descriptor);
+  return protobuf_c_message_pack ((const ProtobufCMessage*)message, out);
+}
+size_t onnx__device_configuration_proto__pack_to_buffer
+                     (const Onnx__DeviceConfigurationProto *message,
+                      ProtobufCBuffer *buffer)
+{
+  assert(message->base.descriptor == &onnx__device_configuration_proto__descriptor);
+  return protobuf_c_message_pack_to_buffer ((const ProtobufCMessage*)message, buffer);
+}
+Onnx__DeviceConfigurationProto *
+       onnx__device_configuration_proto__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data)
+{
+  return (Onnx__DeviceConfigurationProto *)
+     protobuf_c_message_unpack (&onnx__device_configuration_proto__descriptor,
+                                allocator, len, data);
+}
+void   onnx__device_configuration_proto__free_unpacked
+                     (Onnx__DeviceConfigurationProto *message,
+                      ProtobufCAllocator *allocator)
+{
+  if(!message)
+    return;
+  assert(message->base.descriptor == &onnx__device_configuration_proto__descriptor);
   protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
 }
 void   onnx__string_string_entry_proto__init
@@ -542,6 +812,12 @@ void   onnx__type_proto__sparse_tensor__init
                      (Onnx__TypeProto__SparseTensor         *message)
 {
   static const Onnx__TypeProto__SparseTensor init_value = ONNX__TYPE_PROTO__SPARSE_TENSOR__INIT;
+  *message = init_value;
+}
+void   onnx__type_proto__opaque__init
+                     (Onnx__TypeProto__Opaque         *message)
+{
+  static const Onnx__TypeProto__Opaque init_value = ONNX__TYPE_PROTO__OPAQUE__INIT;
   *message = init_value;
 }
 void   onnx__type_proto__init
@@ -994,7 +1270,7 @@ const ProtobufCMessageDescriptor onnx__attribute_proto__descriptor =
   (ProtobufCMessageInit) onnx__attribute_proto__init,
   NULL,NULL,NULL    /* reserved[123] */
 };
-static const ProtobufCFieldDescriptor onnx__value_info_proto__field_descriptors[3] =
+static const ProtobufCFieldDescriptor onnx__value_info_proto__field_descriptors[4] =
 {
   {
     "name",
@@ -1032,16 +1308,29 @@ static const ProtobufCFieldDescriptor onnx__value_info_proto__field_descriptors[
     0,             /* flags */
     0,NULL,NULL    /* reserved1,reserved2, etc */
   },
+  {
+    "metadata_props",
+    4,
+    PROTOBUF_C_LABEL_REPEATED,
+    PROTOBUF_C_TYPE_MESSAGE,
+    offsetof(Onnx__ValueInfoProto, n_metadata_props),
+    offsetof(Onnx__ValueInfoProto, metadata_props),
+    &onnx__string_string_entry_proto__descriptor,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
 };
 static const unsigned onnx__value_info_proto__field_indices_by_name[] = {
   2,   /* field[2] = doc_string */
+  3,   /* field[3] = metadata_props */
   0,   /* field[0] = name */
   1,   /* field[1] = type */
 };
 static const ProtobufCIntRange onnx__value_info_proto__number_ranges[1 + 1] =
 {
   { 1, 0 },
-  { 0, 3 }
+  { 0, 4 }
 };
 const ProtobufCMessageDescriptor onnx__value_info_proto__descriptor =
 {
@@ -1051,14 +1340,14 @@ const ProtobufCMessageDescriptor onnx__value_info_proto__descriptor =
   "Onnx__ValueInfoProto",
   "onnx",
   sizeof(Onnx__ValueInfoProto),
-  3,
+  4,
   onnx__value_info_proto__field_descriptors,
   onnx__value_info_proto__field_indices_by_name,
   1,  onnx__value_info_proto__number_ranges,
   (ProtobufCMessageInit) onnx__value_info_proto__init,
   NULL,NULL,NULL    /* reserved[123] */
 };
-static const ProtobufCFieldDescriptor onnx__node_proto__field_descriptors[7] =
+static const ProtobufCFieldDescriptor onnx__node_proto__field_descriptors[10] =
 {
   {
     "input",
@@ -1144,20 +1433,59 @@ static const ProtobufCFieldDescriptor onnx__node_proto__field_descriptors[7] =
     0,             /* flags */
     0,NULL,NULL    /* reserved1,reserved2, etc */
   },
+  {
+    "overload",
+    8,
+    PROTOBUF_C_LABEL_OPTIONAL,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Onnx__NodeProto, overload),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "metadata_props",
+    9,
+    PROTOBUF_C_LABEL_REPEATED,
+    PROTOBUF_C_TYPE_MESSAGE,
+    offsetof(Onnx__NodeProto, n_metadata_props),
+    offsetof(Onnx__NodeProto, metadata_props),
+    &onnx__string_string_entry_proto__descriptor,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "device_configurations",
+    10,
+    PROTOBUF_C_LABEL_REPEATED,
+    PROTOBUF_C_TYPE_MESSAGE,
+    offsetof(Onnx__NodeProto, n_device_configurations),
+    offsetof(Onnx__NodeProto, device_configurations),
+    &onnx__node_device_configuration_proto__descriptor,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
 };
 static const unsigned onnx__node_proto__field_indices_by_name[] = {
   4,   /* field[4] = attribute */
+  9,   /* field[9] = device_configurations */
   5,   /* field[5] = doc_string */
   6,   /* field[6] = domain */
   0,   /* field[0] = input */
+  8,   /* field[8] = metadata_props */
   2,   /* field[2] = name */
   3,   /* field[3] = op_type */
   1,   /* field[1] = output */
+  7,   /* field[7] = overload */
 };
 static const ProtobufCIntRange onnx__node_proto__number_ranges[1 + 1] =
 {
   { 1, 0 },
-  { 0, 7 }
+  { 0, 10 }
 };
 const ProtobufCMessageDescriptor onnx__node_proto__descriptor =
 {
@@ -1167,11 +1495,318 @@ const ProtobufCMessageDescriptor onnx__node_proto__descriptor =
   "Onnx__NodeProto",
   "onnx",
   sizeof(Onnx__NodeProto),
-  7,
+  10,
   onnx__node_proto__field_descriptors,
   onnx__node_proto__field_indices_by_name,
   1,  onnx__node_proto__number_ranges,
   (ProtobufCMessageInit) onnx__node_proto__init,
+  NULL,NULL,NULL    /* reserved[123] */
+};
+static const ProtobufCFieldDescriptor onnx__int_int_list_entry_proto__field_descriptors[2] =
+{
+  {
+    "key",
+    1,
+    PROTOBUF_C_LABEL_OPTIONAL,
+    PROTOBUF_C_TYPE_INT64,
+    offsetof(Onnx__IntIntListEntryProto, has_key),
+    offsetof(Onnx__IntIntListEntryProto, key),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "value",
+    2,
+    PROTOBUF_C_LABEL_REPEATED,
+    PROTOBUF_C_TYPE_INT64,
+    offsetof(Onnx__IntIntListEntryProto, n_value),
+    offsetof(Onnx__IntIntListEntryProto, value),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+};
+static const unsigned onnx__int_int_list_entry_proto__field_indices_by_name[] = {
+  0,   /* field[0] = key */
+  1,   /* field[1] = value */
+};
+static const ProtobufCIntRange onnx__int_int_list_entry_proto__number_ranges[1 + 1] =
+{
+  { 1, 0 },
+  { 0, 2 }
+};
+const ProtobufCMessageDescriptor onnx__int_int_list_entry_proto__descriptor =
+{
+  PROTOBUF_C__MESSAGE_DESCRIPTOR_MAGIC,
+  "onnx.IntIntListEntryProto",
+  "IntIntListEntryProto",
+  "Onnx__IntIntListEntryProto",
+  "onnx",
+  sizeof(Onnx__IntIntListEntryProto),
+  2,
+  onnx__int_int_list_entry_proto__field_descriptors,
+  onnx__int_int_list_entry_proto__field_indices_by_name,
+  1,  onnx__int_int_list_entry_proto__number_ranges,
+  (ProtobufCMessageInit) onnx__int_int_list_entry_proto__init,
+  NULL,NULL,NULL    /* reserved[123] */
+};
+static const ProtobufCFieldDescriptor onnx__node_device_configuration_proto__field_descriptors[3] =
+{
+  {
+    "configuration_id",
+    1,
+    PROTOBUF_C_LABEL_OPTIONAL,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Onnx__NodeDeviceConfigurationProto, configuration_id),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "sharding_spec",
+    2,
+    PROTOBUF_C_LABEL_REPEATED,
+    PROTOBUF_C_TYPE_MESSAGE,
+    offsetof(Onnx__NodeDeviceConfigurationProto, n_sharding_spec),
+    offsetof(Onnx__NodeDeviceConfigurationProto, sharding_spec),
+    &onnx__sharding_spec_proto__descriptor,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "pipeline_stage",
+    3,
+    PROTOBUF_C_LABEL_OPTIONAL,
+    PROTOBUF_C_TYPE_INT32,
+    offsetof(Onnx__NodeDeviceConfigurationProto, has_pipeline_stage),
+    offsetof(Onnx__NodeDeviceConfigurationProto, pipeline_stage),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+};
+static const unsigned onnx__node_device_configuration_proto__field_indices_by_name[] = {
+  0,   /* field[0] = configuration_id */
+  2,   /* field[2] = pipeline_stage */
+  1,   /* field[1] = sharding_spec */
+};
+static const ProtobufCIntRange onnx__node_device_configuration_proto__number_ranges[1 + 1] =
+{
+  { 1, 0 },
+  { 0, 3 }
+};
+const ProtobufCMessageDescriptor onnx__node_device_configuration_proto__descriptor =
+{
+  PROTOBUF_C__MESSAGE_DESCRIPTOR_MAGIC,
+  "onnx.NodeDeviceConfigurationProto",
+  "NodeDeviceConfigurationProto",
+  "Onnx__NodeDeviceConfigurationProto",
+  "onnx",
+  sizeof(Onnx__NodeDeviceConfigurationProto),
+  3,
+  onnx__node_device_configuration_proto__field_descriptors,
+  onnx__node_device_configuration_proto__field_indices_by_name,
+  1,  onnx__node_device_configuration_proto__number_ranges,
+  (ProtobufCMessageInit) onnx__node_device_configuration_proto__init,
+  NULL,NULL,NULL    /* reserved[123] */
+};
+static const ProtobufCFieldDescriptor onnx__sharding_spec_proto__field_descriptors[4] =
+{
+  {
+    "tensor_name",
+    1,
+    PROTOBUF_C_LABEL_OPTIONAL,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Onnx__ShardingSpecProto, tensor_name),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "device",
+    2,
+    PROTOBUF_C_LABEL_REPEATED,
+    PROTOBUF_C_TYPE_INT64,
+    offsetof(Onnx__ShardingSpecProto, n_device),
+    offsetof(Onnx__ShardingSpecProto, device),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "index_to_device_group_map",
+    3,
+    PROTOBUF_C_LABEL_REPEATED,
+    PROTOBUF_C_TYPE_MESSAGE,
+    offsetof(Onnx__ShardingSpecProto, n_index_to_device_group_map),
+    offsetof(Onnx__ShardingSpecProto, index_to_device_group_map),
+    &onnx__int_int_list_entry_proto__descriptor,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "sharded_dim",
+    4,
+    PROTOBUF_C_LABEL_REPEATED,
+    PROTOBUF_C_TYPE_MESSAGE,
+    offsetof(Onnx__ShardingSpecProto, n_sharded_dim),
+    offsetof(Onnx__ShardingSpecProto, sharded_dim),
+    &onnx__sharded_dim_proto__descriptor,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+};
+static const unsigned onnx__sharding_spec_proto__field_indices_by_name[] = {
+  1,   /* field[1] = device */
+  2,   /* field[2] = index_to_device_group_map */
+  3,   /* field[3] = sharded_dim */
+  0,   /* field[0] = tensor_name */
+};
+static const ProtobufCIntRange onnx__sharding_spec_proto__number_ranges[1 + 1] =
+{
+  { 1, 0 },
+  { 0, 4 }
+};
+const ProtobufCMessageDescriptor onnx__sharding_spec_proto__descriptor =
+{
+  PROTOBUF_C__MESSAGE_DESCRIPTOR_MAGIC,
+  "onnx.ShardingSpecProto",
+  "ShardingSpecProto",
+  "Onnx__ShardingSpecProto",
+  "onnx",
+  sizeof(Onnx__ShardingSpecProto),
+  4,
+  onnx__sharding_spec_proto__field_descriptors,
+  onnx__sharding_spec_proto__field_indices_by_name,
+  1,  onnx__sharding_spec_proto__number_ranges,
+  (ProtobufCMessageInit) onnx__sharding_spec_proto__init,
+  NULL,NULL,NULL    /* reserved[123] */
+};
+static const ProtobufCFieldDescriptor onnx__sharded_dim_proto__field_descriptors[2] =
+{
+  {
+    "axis",
+    1,
+    PROTOBUF_C_LABEL_OPTIONAL,
+    PROTOBUF_C_TYPE_INT64,
+    offsetof(Onnx__ShardedDimProto, has_axis),
+    offsetof(Onnx__ShardedDimProto, axis),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "simple_sharding",
+    2,
+    PROTOBUF_C_LABEL_REPEATED,
+    PROTOBUF_C_TYPE_MESSAGE,
+    offsetof(Onnx__ShardedDimProto, n_simple_sharding),
+    offsetof(Onnx__ShardedDimProto, simple_sharding),
+    &onnx__simple_sharded_dim_proto__descriptor,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+};
+static const unsigned onnx__sharded_dim_proto__field_indices_by_name[] = {
+  0,   /* field[0] = axis */
+  1,   /* field[1] = simple_sharding */
+};
+static const ProtobufCIntRange onnx__sharded_dim_proto__number_ranges[1 + 1] =
+{
+  { 1, 0 },
+  { 0, 2 }
+};
+const ProtobufCMessageDescriptor onnx__sharded_dim_proto__descriptor =
+{
+  PROTOBUF_C__MESSAGE_DESCRIPTOR_MAGIC,
+  "onnx.ShardedDimProto",
+  "ShardedDimProto",
+  "Onnx__ShardedDimProto",
+  "onnx",
+  sizeof(Onnx__ShardedDimProto),
+  2,
+  onnx__sharded_dim_proto__field_descriptors,
+  onnx__sharded_dim_proto__field_indices_by_name,
+  1,  onnx__sharded_dim_proto__number_ranges,
+  (ProtobufCMessageInit) onnx__sharded_dim_proto__init,
+  NULL,NULL,NULL    /* reserved[123] */
+};
+static const ProtobufCFieldDescriptor onnx__simple_sharded_dim_proto__field_descriptors[3] =
+{
+  {
+    "dim_value",
+    1,
+    PROTOBUF_C_LABEL_OPTIONAL,
+    PROTOBUF_C_TYPE_INT64,
+    offsetof(Onnx__SimpleShardedDimProto, dim_case),
+    offsetof(Onnx__SimpleShardedDimProto, dim_value),
+    NULL,
+    NULL,
+    0 | PROTOBUF_C_FIELD_FLAG_ONEOF,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "dim_param",
+    2,
+    PROTOBUF_C_LABEL_OPTIONAL,
+    PROTOBUF_C_TYPE_STRING,
+    offsetof(Onnx__SimpleShardedDimProto, dim_case),
+    offsetof(Onnx__SimpleShardedDimProto, dim_param),
+    NULL,
+    NULL,
+    0 | PROTOBUF_C_FIELD_FLAG_ONEOF,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "num_shards",
+    3,
+    PROTOBUF_C_LABEL_OPTIONAL,
+    PROTOBUF_C_TYPE_INT64,
+    offsetof(Onnx__SimpleShardedDimProto, has_num_shards),
+    offsetof(Onnx__SimpleShardedDimProto, num_shards),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+};
+static const unsigned onnx__simple_sharded_dim_proto__field_indices_by_name[] = {
+  1,   /* field[1] = dim_param */
+  0,   /* field[0] = dim_value */
+  2,   /* field[2] = num_shards */
+};
+static const ProtobufCIntRange onnx__simple_sharded_dim_proto__number_ranges[1 + 1] =
+{
+  { 1, 0 },
+  { 0, 3 }
+};
+const ProtobufCMessageDescriptor onnx__simple_sharded_dim_proto__descriptor =
+{
+  PROTOBUF_C__MESSAGE_DESCRIPTOR_MAGIC,
+  "onnx.SimpleShardedDimProto",
+  "SimpleShardedDimProto",
+  "Onnx__SimpleShardedDimProto",
+  "onnx",
+  sizeof(Onnx__SimpleShardedDimProto),
+  3,
+  onnx__simple_sharded_dim_proto__field_descriptors,
+  onnx__simple_sharded_dim_proto__field_indices_by_name,
+  1,  onnx__simple_sharded_dim_proto__number_ranges,
+  (ProtobufCMessageInit) onnx__simple_sharded_dim_proto__init,
   NULL,NULL,NULL    /* reserved[123] */
 };
 static const ProtobufCFieldDescriptor onnx__training_info_proto__field_descriptors[4] =
@@ -1251,7 +1886,7 @@ const ProtobufCMessageDescriptor onnx__training_info_proto__descriptor =
   (ProtobufCMessageInit) onnx__training_info_proto__init,
   NULL,NULL,NULL    /* reserved[123] */
 };
-static const ProtobufCFieldDescriptor onnx__model_proto__field_descriptors[11] =
+static const ProtobufCFieldDescriptor onnx__model_proto__field_descriptors[12] =
 {
   {
     "ir_version",
@@ -1385,8 +2020,21 @@ static const ProtobufCFieldDescriptor onnx__model_proto__field_descriptors[11] =
     0,             /* flags */
     0,NULL,NULL    /* reserved1,reserved2, etc */
   },
+  {
+    "configuration",
+    26,
+    PROTOBUF_C_LABEL_REPEATED,
+    PROTOBUF_C_TYPE_MESSAGE,
+    offsetof(Onnx__ModelProto, n_configuration),
+    offsetof(Onnx__ModelProto, configuration),
+    &onnx__device_configuration_proto__descriptor,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
 };
 static const unsigned onnx__model_proto__field_indices_by_name[] = {
+  11,   /* field[11] = configuration */
   5,   /* field[5] = doc_string */
   3,   /* field[3] = domain */
   10,   /* field[10] = functions */
@@ -1405,7 +2053,7 @@ static const ProtobufCIntRange onnx__model_proto__number_ranges[4 + 1] =
   { 14, 8 },
   { 20, 9 },
   { 25, 10 },
-  { 0, 11 }
+  { 0, 12 }
 };
 const ProtobufCMessageDescriptor onnx__model_proto__descriptor =
 {
@@ -1415,11 +2063,75 @@ const ProtobufCMessageDescriptor onnx__model_proto__descriptor =
   "Onnx__ModelProto",
   "onnx",
   sizeof(Onnx__ModelProto),
-  11,
+  12,
   onnx__model_proto__field_descriptors,
   onnx__model_proto__field_indices_by_name,
   4,  onnx__model_proto__number_ranges,
   (ProtobufCMessageInit) onnx__model_proto__init,
+  NULL,NULL,NULL    /* reserved[123] */
+};
+static const ProtobufCFieldDescriptor onnx__device_configuration_proto__field_descriptors[3] =
+{
+  {
+    "name",
+    1,
+    PROTOBUF_C_LABEL_OPTIONAL,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Onnx__DeviceConfigurationProto, name),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "num_devices",
+    2,
+    PROTOBUF_C_LABEL_OPTIONAL,
+    PROTOBUF_C_TYPE_INT32,
+    offsetof(Onnx__DeviceConfigurationProto, has_num_devices),
+    offsetof(Onnx__DeviceConfigurationProto, num_devices),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "device",
+    3,
+    PROTOBUF_C_LABEL_REPEATED,
+    PROTOBUF_C_TYPE_STRING,
+    offsetof(Onnx__DeviceConfigurationProto, n_device),
+    offsetof(Onnx__DeviceConfigurationProto, device),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+};
+static const unsigned onnx__device_configuration_proto__field_indices_by_name[] = {
+  2,   /* field[2] = device */
+  0,   /* field[0] = name */
+  1,   /* field[1] = num_devices */
+};
+static const ProtobufCIntRange onnx__device_configuration_proto__number_ranges[1 + 1] =
+{
+  { 1, 0 },
+  { 0, 3 }
+};
+const ProtobufCMessageDescriptor onnx__device_configuration_proto__descriptor =
+{
+  PROTOBUF_C__MESSAGE_DESCRIPTOR_MAGIC,
+  "onnx.DeviceConfigurationProto",
+  "DeviceConfigurationProto",
+  "Onnx__DeviceConfigurationProto",
+  "onnx",
+  sizeof(Onnx__DeviceConfigurationProto),
+  3,
+  onnx__device_configuration_proto__field_descriptors,
+  onnx__device_configuration_proto__field_indices_by_name,
+  1,  onnx__device_configuration_proto__number_ranges,
+  (ProtobufCMessageInit) onnx__device_configuration_proto__init,
   NULL,NULL,NULL    /* reserved[123] */
 };
 static const ProtobufCFieldDescriptor onnx__string_string_entry_proto__field_descriptors[2] =
@@ -1524,7 +2236,7 @@ const ProtobufCMessageDescriptor onnx__tensor_annotation__descriptor =
   (ProtobufCMessageInit) onnx__tensor_annotation__init,
   NULL,NULL,NULL    /* reserved[123] */
 };
-static const ProtobufCFieldDescriptor onnx__graph_proto__field_descriptors[9] =
+static const ProtobufCFieldDescriptor onnx__graph_proto__field_descriptors[10] =
 {
   {
     "node",
@@ -1634,11 +2346,24 @@ static const ProtobufCFieldDescriptor onnx__graph_proto__field_descriptors[9] =
     0,             /* flags */
     0,NULL,NULL    /* reserved1,reserved2, etc */
   },
+  {
+    "metadata_props",
+    16,
+    PROTOBUF_C_LABEL_REPEATED,
+    PROTOBUF_C_TYPE_MESSAGE,
+    offsetof(Onnx__GraphProto, n_metadata_props),
+    offsetof(Onnx__GraphProto, metadata_props),
+    &onnx__string_string_entry_proto__descriptor,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
 };
 static const unsigned onnx__graph_proto__field_indices_by_name[] = {
   3,   /* field[3] = doc_string */
   2,   /* field[2] = initializer */
   4,   /* field[4] = input */
+  9,   /* field[9] = metadata_props */
   1,   /* field[1] = name */
   0,   /* field[0] = node */
   5,   /* field[5] = output */
@@ -1651,7 +2376,7 @@ static const ProtobufCIntRange onnx__graph_proto__number_ranges[3 + 1] =
   { 1, 0 },
   { 5, 2 },
   { 10, 3 },
-  { 0, 9 }
+  { 0, 10 }
 };
 const ProtobufCMessageDescriptor onnx__graph_proto__descriptor =
 {
@@ -1661,7 +2386,7 @@ const ProtobufCMessageDescriptor onnx__graph_proto__descriptor =
   "Onnx__GraphProto",
   "onnx",
   sizeof(Onnx__GraphProto),
-  9,
+  10,
   onnx__graph_proto__field_descriptors,
   onnx__graph_proto__field_indices_by_name,
   3,  onnx__graph_proto__number_ranges,
@@ -1719,7 +2444,7 @@ const ProtobufCMessageDescriptor onnx__tensor_proto__segment__descriptor =
   (ProtobufCMessageInit) onnx__tensor_proto__segment__init,
   NULL,NULL,NULL    /* reserved[123] */
 };
-static const ProtobufCEnumValue onnx__tensor_proto__data_type__enum_values_by_number[17] =
+static const ProtobufCEnumValue onnx__tensor_proto__data_type__enum_values_by_number[29] =
 {
   { "UNDEFINED", "ONNX__TENSOR_PROTO__DATA_TYPE__UNDEFINED", 0 },
   { "FLOAT", "ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT", 1 },
@@ -1738,11 +2463,23 @@ static const ProtobufCEnumValue onnx__tensor_proto__data_type__enum_values_by_nu
   { "COMPLEX64", "ONNX__TENSOR_PROTO__DATA_TYPE__COMPLEX64", 14 },
   { "COMPLEX128", "ONNX__TENSOR_PROTO__DATA_TYPE__COMPLEX128", 15 },
   { "BFLOAT16", "ONNX__TENSOR_PROTO__DATA_TYPE__BFLOAT16", 16 },
+  { "FLOAT8E4M3FN", "ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT8E4M3FN", 17 },
+  { "FLOAT8E4M3FNUZ", "ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT8E4M3FNUZ", 18 },
+  { "FLOAT8E5M2", "ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT8E5M2", 19 },
+  { "FLOAT8E5M2FNUZ", "ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT8E5M2FNUZ", 20 },
+  { "UINT4", "ONNX__TENSOR_PROTO__DATA_TYPE__UINT4", 21 },
+  { "INT4", "ONNX__TENSOR_PROTO__DATA_TYPE__INT4", 22 },
+  { "FLOAT4E2M1", "ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT4E2M1", 23 },
+  { "FLOAT8E8M0", "ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT8E8M0", 24 },
+  { "UINT2", "ONNX__TENSOR_PROTO__DATA_TYPE__UINT2", 25 },
+  { "INT2", "ONNX__TENSOR_PROTO__DATA_TYPE__INT2", 26 },
+  { "FLOAT6E2M3", "ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT6E2M3", 27 },
+  { "FLOAT6E3M2", "ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT6E3M2", 28 },
 };
 static const ProtobufCIntRange onnx__tensor_proto__data_type__value_ranges[] = {
-{0, 0},{0, 17}
+{0, 0},{0, 29}
 };
-static const ProtobufCEnumValueIndex onnx__tensor_proto__data_type__enum_values_by_name[17] =
+static const ProtobufCEnumValueIndex onnx__tensor_proto__data_type__enum_values_by_name[29] =
 {
   { "BFLOAT16", 16 },
   { "BOOL", 9 },
@@ -1751,13 +2488,25 @@ static const ProtobufCEnumValueIndex onnx__tensor_proto__data_type__enum_values_
   { "DOUBLE", 11 },
   { "FLOAT", 1 },
   { "FLOAT16", 10 },
+  { "FLOAT4E2M1", 23 },
+  { "FLOAT6E2M3", 27 },
+  { "FLOAT6E3M2", 28 },
+  { "FLOAT8E4M3FN", 17 },
+  { "FLOAT8E4M3FNUZ", 18 },
+  { "FLOAT8E5M2", 19 },
+  { "FLOAT8E5M2FNUZ", 20 },
+  { "FLOAT8E8M0", 24 },
   { "INT16", 5 },
+  { "INT2", 26 },
   { "INT32", 6 },
+  { "INT4", 22 },
   { "INT64", 7 },
   { "INT8", 3 },
   { "STRING", 8 },
   { "UINT16", 4 },
+  { "UINT2", 25 },
   { "UINT32", 12 },
+  { "UINT4", 21 },
   { "UINT64", 13 },
   { "UINT8", 2 },
   { "UNDEFINED", 0 },
@@ -1769,9 +2518,9 @@ const ProtobufCEnumDescriptor onnx__tensor_proto__data_type__descriptor =
   "DataType",
   "Onnx__TensorProto__DataType",
   "onnx",
-  17,
+  29,
   onnx__tensor_proto__data_type__enum_values_by_number,
-  17,
+  29,
   onnx__tensor_proto__data_type__enum_values_by_name,
   1,
   onnx__tensor_proto__data_type__value_ranges,
@@ -1805,7 +2554,7 @@ const ProtobufCEnumDescriptor onnx__tensor_proto__data_location__descriptor =
   onnx__tensor_proto__data_location__value_ranges,
   NULL,NULL,NULL,NULL   /* reserved[1234] */
 };
-static const ProtobufCFieldDescriptor onnx__tensor_proto__field_descriptors[14] =
+static const ProtobufCFieldDescriptor onnx__tensor_proto__field_descriptors[15] =
 {
   {
     "dims",
@@ -1975,6 +2724,18 @@ static const ProtobufCFieldDescriptor onnx__tensor_proto__field_descriptors[14] 
     0,             /* flags */
     0,NULL,NULL    /* reserved1,reserved2, etc */
   },
+  {
+    "metadata_props",
+    16,
+    PROTOBUF_C_LABEL_REPEATED,
+    PROTOBUF_C_TYPE_MESSAGE,
+    offsetof(Onnx__TensorProto, n_metadata_props),
+    offsetof(Onnx__TensorProto, metadata_props),
+    &onnx__string_string_entry_proto__descriptor,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
 };
 static const unsigned onnx__tensor_proto__field_indices_by_name[] = {
   13,   /* field[13] = data_location */
@@ -1986,16 +2747,18 @@ static const unsigned onnx__tensor_proto__field_indices_by_name[] = {
   3,   /* field[3] = float_data */
   4,   /* field[4] = int32_data */
   6,   /* field[6] = int64_data */
+  14,   /* field[14] = metadata_props */
   7,   /* field[7] = name */
   8,   /* field[8] = raw_data */
   2,   /* field[2] = segment */
   5,   /* field[5] = string_data */
   10,   /* field[10] = uint64_data */
 };
-static const ProtobufCIntRange onnx__tensor_proto__number_ranges[1 + 1] =
+static const ProtobufCIntRange onnx__tensor_proto__number_ranges[2 + 1] =
 {
   { 1, 0 },
-  { 0, 14 }
+  { 16, 14 },
+  { 0, 15 }
 };
 const ProtobufCMessageDescriptor onnx__tensor_proto__descriptor =
 {
@@ -2005,10 +2768,10 @@ const ProtobufCMessageDescriptor onnx__tensor_proto__descriptor =
   "Onnx__TensorProto",
   "onnx",
   sizeof(Onnx__TensorProto),
-  14,
+  15,
   onnx__tensor_proto__field_descriptors,
   onnx__tensor_proto__field_indices_by_name,
-  1,  onnx__tensor_proto__number_ranges,
+  2,  onnx__tensor_proto__number_ranges,
   (ProtobufCMessageInit) onnx__tensor_proto__init,
   NULL,NULL,NULL    /* reserved[123] */
 };
@@ -2407,7 +3170,58 @@ const ProtobufCMessageDescriptor onnx__type_proto__sparse_tensor__descriptor =
   (ProtobufCMessageInit) onnx__type_proto__sparse_tensor__init,
   NULL,NULL,NULL    /* reserved[123] */
 };
-static const ProtobufCFieldDescriptor onnx__type_proto__field_descriptors[6] =
+static const ProtobufCFieldDescriptor onnx__type_proto__opaque__field_descriptors[2] =
+{
+  {
+    "domain",
+    1,
+    PROTOBUF_C_LABEL_OPTIONAL,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Onnx__TypeProto__Opaque, domain),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "name",
+    2,
+    PROTOBUF_C_LABEL_OPTIONAL,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Onnx__TypeProto__Opaque, name),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+};
+static const unsigned onnx__type_proto__opaque__field_indices_by_name[] = {
+  0,   /* field[0] = domain */
+  1,   /* field[1] = name */
+};
+static const ProtobufCIntRange onnx__type_proto__opaque__number_ranges[1 + 1] =
+{
+  { 1, 0 },
+  { 0, 2 }
+};
+const ProtobufCMessageDescriptor onnx__type_proto__opaque__descriptor =
+{
+  PROTOBUF_C__MESSAGE_DESCRIPTOR_MAGIC,
+  "onnx.TypeProto.Opaque",
+  "Opaque",
+  "Onnx__TypeProto__Opaque",
+  "onnx",
+  sizeof(Onnx__TypeProto__Opaque),
+  2,
+  onnx__type_proto__opaque__field_descriptors,
+  onnx__type_proto__opaque__field_indices_by_name,
+  1,  onnx__type_proto__opaque__number_ranges,
+  (ProtobufCMessageInit) onnx__type_proto__opaque__init,
+  NULL,NULL,NULL    /* reserved[123] */
+};
+static const ProtobufCFieldDescriptor onnx__type_proto__field_descriptors[7] =
 {
   {
     "tensor_type",
@@ -2458,6 +3272,18 @@ static const ProtobufCFieldDescriptor onnx__type_proto__field_descriptors[6] =
     0,NULL,NULL    /* reserved1,reserved2, etc */
   },
   {
+    "opaque_type",
+    7,
+    PROTOBUF_C_LABEL_OPTIONAL,
+    PROTOBUF_C_TYPE_MESSAGE,
+    offsetof(Onnx__TypeProto, value_case),
+    offsetof(Onnx__TypeProto, opaque_type),
+    &onnx__type_proto__opaque__descriptor,
+    NULL,
+    0 | PROTOBUF_C_FIELD_FLAG_ONEOF,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
     "sparse_tensor_type",
     8,
     PROTOBUF_C_LABEL_OPTIONAL,
@@ -2485,17 +3311,17 @@ static const ProtobufCFieldDescriptor onnx__type_proto__field_descriptors[6] =
 static const unsigned onnx__type_proto__field_indices_by_name[] = {
   3,   /* field[3] = denotation */
   2,   /* field[2] = map_type */
-  5,   /* field[5] = optional_type */
+  4,   /* field[4] = opaque_type */
+  6,   /* field[6] = optional_type */
   1,   /* field[1] = sequence_type */
-  4,   /* field[4] = sparse_tensor_type */
+  5,   /* field[5] = sparse_tensor_type */
   0,   /* field[0] = tensor_type */
 };
-static const ProtobufCIntRange onnx__type_proto__number_ranges[3 + 1] =
+static const ProtobufCIntRange onnx__type_proto__number_ranges[2 + 1] =
 {
   { 1, 0 },
   { 4, 1 },
-  { 8, 4 },
-  { 0, 6 }
+  { 0, 7 }
 };
 const ProtobufCMessageDescriptor onnx__type_proto__descriptor =
 {
@@ -2505,10 +3331,10 @@ const ProtobufCMessageDescriptor onnx__type_proto__descriptor =
   "Onnx__TypeProto",
   "onnx",
   sizeof(Onnx__TypeProto),
-  6,
+  7,
   onnx__type_proto__field_descriptors,
   onnx__type_proto__field_indices_by_name,
-  3,  onnx__type_proto__number_ranges,
+  2,  onnx__type_proto__number_ranges,
   (ProtobufCMessageInit) onnx__type_proto__init,
   NULL,NULL,NULL    /* reserved[123] */
 };
@@ -2563,7 +3389,7 @@ const ProtobufCMessageDescriptor onnx__operator_set_id_proto__descriptor =
   (ProtobufCMessageInit) onnx__operator_set_id_proto__init,
   NULL,NULL,NULL    /* reserved[123] */
 };
-static const ProtobufCFieldDescriptor onnx__function_proto__field_descriptors[8] =
+static const ProtobufCFieldDescriptor onnx__function_proto__field_descriptors[12] =
 {
   {
     "name",
@@ -2661,22 +3487,74 @@ static const ProtobufCFieldDescriptor onnx__function_proto__field_descriptors[8]
     0,             /* flags */
     0,NULL,NULL    /* reserved1,reserved2, etc */
   },
+  {
+    "attribute_proto",
+    11,
+    PROTOBUF_C_LABEL_REPEATED,
+    PROTOBUF_C_TYPE_MESSAGE,
+    offsetof(Onnx__FunctionProto, n_attribute_proto),
+    offsetof(Onnx__FunctionProto, attribute_proto),
+    &onnx__attribute_proto__descriptor,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "value_info",
+    12,
+    PROTOBUF_C_LABEL_REPEATED,
+    PROTOBUF_C_TYPE_MESSAGE,
+    offsetof(Onnx__FunctionProto, n_value_info),
+    offsetof(Onnx__FunctionProto, value_info),
+    &onnx__value_info_proto__descriptor,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "overload",
+    13,
+    PROTOBUF_C_LABEL_OPTIONAL,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Onnx__FunctionProto, overload),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "metadata_props",
+    14,
+    PROTOBUF_C_LABEL_REPEATED,
+    PROTOBUF_C_TYPE_MESSAGE,
+    offsetof(Onnx__FunctionProto, n_metadata_props),
+    offsetof(Onnx__FunctionProto, metadata_props),
+    &onnx__string_string_entry_proto__descriptor,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
 };
 static const unsigned onnx__function_proto__field_indices_by_name[] = {
   3,   /* field[3] = attribute */
+  8,   /* field[8] = attribute_proto */
   5,   /* field[5] = doc_string */
   7,   /* field[7] = domain */
   1,   /* field[1] = input */
+  11,   /* field[11] = metadata_props */
   0,   /* field[0] = name */
   4,   /* field[4] = node */
   6,   /* field[6] = opset_import */
   2,   /* field[2] = output */
+  10,   /* field[10] = overload */
+  9,   /* field[9] = value_info */
 };
 static const ProtobufCIntRange onnx__function_proto__number_ranges[2 + 1] =
 {
   { 1, 0 },
   { 4, 1 },
-  { 0, 8 }
+  { 0, 12 }
 };
 const ProtobufCMessageDescriptor onnx__function_proto__descriptor =
 {
@@ -2686,14 +3564,14 @@ const ProtobufCMessageDescriptor onnx__function_proto__descriptor =
   "Onnx__FunctionProto",
   "onnx",
   sizeof(Onnx__FunctionProto),
-  8,
+  12,
   onnx__function_proto__field_descriptors,
   onnx__function_proto__field_indices_by_name,
   2,  onnx__function_proto__number_ranges,
   (ProtobufCMessageInit) onnx__function_proto__init,
   NULL,NULL,NULL    /* reserved[123] */
 };
-static const ProtobufCEnumValue onnx__version__enum_values_by_number[9] =
+static const ProtobufCEnumValue onnx__version__enum_values_by_number[15] =
 {
   { "_START_VERSION", "ONNX__VERSION___START_VERSION", 0 },
   { "IR_VERSION_2017_10_10", "ONNX__VERSION__IR_VERSION_2017_10_10", 1 },
@@ -2703,14 +3581,20 @@ static const ProtobufCEnumValue onnx__version__enum_values_by_number[9] =
   { "IR_VERSION_2019_3_18", "ONNX__VERSION__IR_VERSION_2019_3_18", 5 },
   { "IR_VERSION_2019_9_19", "ONNX__VERSION__IR_VERSION_2019_9_19", 6 },
   { "IR_VERSION_2020_5_8", "ONNX__VERSION__IR_VERSION_2020_5_8", 7 },
-  { "IR_VERSION", "ONNX__VERSION__IR_VERSION", 8 },
+  { "IR_VERSION_2021_7_30", "ONNX__VERSION__IR_VERSION_2021_7_30", 8 },
+  { "IR_VERSION_2023_5_5", "ONNX__VERSION__IR_VERSION_2023_5_5", 9 },
+  { "IR_VERSION_2024_3_25", "ONNX__VERSION__IR_VERSION_2024_3_25", 10 },
+  { "IR_VERSION_2025_05_12", "ONNX__VERSION__IR_VERSION_2025_05_12", 11 },
+  { "IR_VERSION_2025_08_26", "ONNX__VERSION__IR_VERSION_2025_08_26", 12 },
+  { "IR_VERSION_2025_11_06", "ONNX__VERSION__IR_VERSION_2025_11_06", 13 },
+  { "IR_VERSION", "ONNX__VERSION__IR_VERSION", 14 },
 };
 static const ProtobufCIntRange onnx__version__value_ranges[] = {
-{0, 0},{0, 9}
+{0, 0},{0, 15}
 };
-static const ProtobufCEnumValueIndex onnx__version__enum_values_by_name[9] =
+static const ProtobufCEnumValueIndex onnx__version__enum_values_by_name[15] =
 {
-  { "IR_VERSION", 8 },
+  { "IR_VERSION", 14 },
   { "IR_VERSION_2017_10_10", 1 },
   { "IR_VERSION_2017_10_30", 2 },
   { "IR_VERSION_2017_11_3", 3 },
@@ -2718,6 +3602,12 @@ static const ProtobufCEnumValueIndex onnx__version__enum_values_by_name[9] =
   { "IR_VERSION_2019_3_18", 5 },
   { "IR_VERSION_2019_9_19", 6 },
   { "IR_VERSION_2020_5_8", 7 },
+  { "IR_VERSION_2021_7_30", 8 },
+  { "IR_VERSION_2023_5_5", 9 },
+  { "IR_VERSION_2024_3_25", 10 },
+  { "IR_VERSION_2025_05_12", 11 },
+  { "IR_VERSION_2025_08_26", 12 },
+  { "IR_VERSION_2025_11_06", 13 },
   { "_START_VERSION", 0 },
 };
 const ProtobufCEnumDescriptor onnx__version__descriptor =
@@ -2727,9 +3617,9 @@ const ProtobufCEnumDescriptor onnx__version__descriptor =
   "Version",
   "Onnx__Version",
   "onnx",
-  9,
+  15,
   onnx__version__enum_values_by_number,
-  9,
+  15,
   onnx__version__enum_values_by_name,
   1,
   onnx__version__value_ranges,

@@ -18,8 +18,14 @@ PROTOBUF_C__BEGIN_DECLS
 typedef struct Onnx__AttributeProto Onnx__AttributeProto;
 typedef struct Onnx__ValueInfoProto Onnx__ValueInfoProto;
 typedef struct Onnx__NodeProto Onnx__NodeProto;
+typedef struct Onnx__IntIntListEntryProto Onnx__IntIntListEntryProto;
+typedef struct Onnx__NodeDeviceConfigurationProto Onnx__NodeDeviceConfigurationProto;
+typedef struct Onnx__ShardingSpecProto Onnx__ShardingSpecProto;
+typedef struct Onnx__ShardedDimProto Onnx__ShardedDimProto;
+typedef struct Onnx__SimpleShardedDimProto Onnx__SimpleShardedDimProto;
 typedef struct Onnx__TrainingInfoProto Onnx__TrainingInfoProto;
 typedef struct Onnx__ModelProto Onnx__ModelProto;
+typedef struct Onnx__DeviceConfigurationProto Onnx__DeviceConfigurationProto;
 typedef struct Onnx__StringStringEntryProto Onnx__StringStringEntryProto;
 typedef struct Onnx__TensorAnnotation Onnx__TensorAnnotation;
 typedef struct Onnx__GraphProto Onnx__GraphProto;
@@ -34,6 +40,7 @@ typedef struct Onnx__TypeProto__Sequence Onnx__TypeProto__Sequence;
 typedef struct Onnx__TypeProto__Map Onnx__TypeProto__Map;
 typedef struct Onnx__TypeProto__Optional Onnx__TypeProto__Optional;
 typedef struct Onnx__TypeProto__SparseTensor Onnx__TypeProto__SparseTensor;
+typedef struct Onnx__TypeProto__Opaque Onnx__TypeProto__Opaque;
 typedef struct Onnx__OperatorSetIdProto Onnx__OperatorSetIdProto;
 typedef struct Onnx__FunctionProto Onnx__FunctionProto;
 
@@ -124,7 +131,69 @@ typedef enum _Onnx__TensorProto__DataType {
    * floating-point number truncated to 16 bits.
    * This format has 1 sign bit, 8 exponent bits, and 7 mantissa bits.
    */
-  ONNX__TENSOR_PROTO__DATA_TYPE__BFLOAT16 = 16
+  ONNX__TENSOR_PROTO__DATA_TYPE__BFLOAT16 = 16,
+  /*
+   * Non-IEEE floating-point format based on papers
+   * FP8 Formats for Deep Learning, https://arxiv.org/abs/2209.05433,
+   * 8-bit Numerical Formats For Deep Neural Networks, https://arxiv.org/pdf/2206.02915.pdf.
+   * Operators supported FP8 are Cast, CastLike, QuantizeLinear, DequantizeLinear.
+   * The computation usually happens inside a block quantize / dequantize
+   * fused by the runtime.
+   */
+  /*
+   * float 8, mostly used for coefficients, supports nan, not inf
+   */
+  ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT8E4M3FN = 17,
+  /*
+   * float 8, mostly used for coefficients, supports nan, not inf, no negative zero
+   */
+  ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT8E4M3FNUZ = 18,
+  /*
+   * follows IEEE 754, supports nan, inf, mostly used for gradients
+   */
+  ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT8E5M2 = 19,
+  /*
+   * follows IEEE 754, supports nan, not inf, mostly used for gradients, no negative zero
+   */
+  ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT8E5M2FNUZ = 20,
+  /*
+   * 4-bit integer data types
+   */
+  /*
+   * Unsigned integer in range [0, 15]
+   */
+  ONNX__TENSOR_PROTO__DATA_TYPE__UINT4 = 21,
+  /*
+   * Signed integer in range [-8, 7], using two's-complement representation
+   */
+  ONNX__TENSOR_PROTO__DATA_TYPE__INT4 = 22,
+  /*
+   * 4-bit floating point data types
+   */
+  ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT4E2M1 = 23,
+  /*
+   * E8M0 type used as the scale for microscaling (MX) formats:
+   * https://www.opencompute.org/documents/ocp-microscaling-formats-mx-v1-0-spec-final-pdf
+   */
+  ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT8E8M0 = 24,
+  /*
+   * 2-bit integer data type
+   */
+  /*
+   * Unsigned integer in range [0, 3]
+   */
+  ONNX__TENSOR_PROTO__DATA_TYPE__UINT2 = 25,
+  /*
+   * Signed integer in range [-2, 1], using two's complement representation
+   */
+  ONNX__TENSOR_PROTO__DATA_TYPE__INT2 = 26,
+  /*
+   * 6-bit floating point data types based on OCP MX spec
+   * FLOAT6E2M3: 1 sign, 2 exp, 3 mant
+   * FLOAT6E3M2: 1 sign, 3 exp, 2 mant
+   */
+  ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT6E2M3 = 27,
+  ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT6E3M2 = 28
     PROTOBUF_C__FORCE_ENUM_TO_BE_INT_SIZE(ONNX__TENSOR_PROTO__DATA_TYPE)
 } Onnx__TensorProto__DataType;
 /*
@@ -191,7 +260,7 @@ typedef enum _Onnx__Version {
   ONNX__VERSION__IR_VERSION_2019_9_19 = 6,
   /*
    * IR VERSION 7 published on May 8, 2020
-   * - Add support to allow function body graph to rely on multiple external opreator sets.
+   * - Add support to allow function body graph to rely on multiple external operator sets.
    * - Add a list to promote inference graph's initializers to global and
    *   mutable variables. Global variables are visible in all graphs of the
    *   stored models.
@@ -202,13 +271,44 @@ typedef enum _Onnx__Version {
    */
   ONNX__VERSION__IR_VERSION_2020_5_8 = 7,
   /*
-   * IR VERSION 8 published on <TBD>
+   * IR VERSION 8 published on July 30, 2021
    * Introduce TypeProto.SparseTensor
    * Introduce TypeProto.Optional
    * Added a list of FunctionProtos local to the model
    * Deprecated since_version and operator status from FunctionProto
    */
-  ONNX__VERSION__IR_VERSION = 8
+  ONNX__VERSION__IR_VERSION_2021_7_30 = 8,
+  /*
+   * IR VERSION 9 published on May 5, 2023
+   * Added AttributeProto to FunctionProto so that default attribute values can be set.
+   * Added FLOAT8E4M3FN, FLOAT8E4M3FNUZ, FLOAT8E5M2, FLOAT8E5M2FNUZ.
+   */
+  ONNX__VERSION__IR_VERSION_2023_5_5 = 9,
+  /*
+   * IR VERSION 10 published on March 25, 2024
+   * Added UINT4, INT4, overload field for functions and metadata_props on multiple proto definitions.
+   */
+  ONNX__VERSION__IR_VERSION_2024_3_25 = 10,
+  /*
+   * IR VERSION 11 published on May 12, 2025
+   * Added FLOAT4E2M1, multi-device protobuf classes.
+   */
+  ONNX__VERSION__IR_VERSION_2025_05_12 = 11,
+  /*
+   * IR VERSION 12 published on August 26, 2025
+   * Added FLOAT8E8M0.
+   */
+  ONNX__VERSION__IR_VERSION_2025_08_26 = 12,
+  /*
+   * IR VERSION 13 published on November 6, 2025
+   * Added UINT2, INT2.
+   */
+  ONNX__VERSION__IR_VERSION_2025_11_06 = 13,
+  /*
+   * IR VERSION 14 published on TBD
+   * Added FLOAT6E2M3, FLOAT6E3M2 and made TypeProto.Opaque available in non-ONNX-ML builds.
+   */
+  ONNX__VERSION__IR_VERSION = 14
     PROTOBUF_C__FORCE_ENUM_TO_BE_INT_SIZE(ONNX__VERSION)
 } Onnx__Version;
 /*
@@ -365,10 +465,15 @@ struct  Onnx__ValueInfoProto
    * A human-readable documentation for this value. Markdown is allowed.
    */
   char *doc_string;
+  /*
+   * Named metadata values; keys should be distinct.
+   */
+  size_t n_metadata_props;
+  Onnx__StringStringEntryProto **metadata_props;
 };
 #define ONNX__VALUE_INFO_PROTO__INIT \
  { PROTOBUF_C_MESSAGE_INIT (&onnx__value_info_proto__descriptor) \
-    , NULL, NULL, NULL }
+    , NULL, NULL, NULL, 0,NULL }
 
 
 /*
@@ -393,7 +498,7 @@ struct  Onnx__NodeProto
   char **output;
   /*
    * An optional identifier for this node in a graph.
-   * This field MAY be absent in ths version of the IR.
+   * This field MAY be absent in this version of the IR.
    */
   /*
    * namespace Node
@@ -414,6 +519,10 @@ struct  Onnx__NodeProto
    */
   char *domain;
   /*
+   * Overload identifier, used only to map this to a model-local function.
+   */
+  char *overload;
+  /*
    * Additional named attributes.
    */
   size_t n_attribute;
@@ -422,10 +531,166 @@ struct  Onnx__NodeProto
    * A human-readable documentation for this node. Markdown is allowed.
    */
   char *doc_string;
+  /*
+   * Named metadata values; keys should be distinct.
+   */
+  size_t n_metadata_props;
+  Onnx__StringStringEntryProto **metadata_props;
+  /*
+   * Configuration of multi-device annotations.
+   */
+  size_t n_device_configurations;
+  Onnx__NodeDeviceConfigurationProto **device_configurations;
 };
 #define ONNX__NODE_PROTO__INIT \
  { PROTOBUF_C_MESSAGE_INIT (&onnx__node_proto__descriptor) \
-    , 0,NULL, 0,NULL, NULL, NULL, NULL, 0,NULL, NULL }
+    , 0,NULL, 0,NULL, NULL, NULL, NULL, NULL, 0,NULL, NULL, 0,NULL, 0,NULL }
+
+
+/*
+ * IntIntListEntryProto follows the pattern for cross-proto-version maps.
+ * See https://developers.google.com/protocol-buffers/docs/proto3#maps
+ */
+struct  Onnx__IntIntListEntryProto
+{
+  ProtobufCMessage base;
+  protobuf_c_boolean has_key;
+  int64_t key;
+  size_t n_value;
+  int64_t *value;
+};
+#define ONNX__INT_INT_LIST_ENTRY_PROTO__INIT \
+ { PROTOBUF_C_MESSAGE_INIT (&onnx__int_int_list_entry_proto__descriptor) \
+    , 0, 0, 0,NULL }
+
+
+/*
+ * Multi-device configuration proto for NodeProto.
+ */
+struct  Onnx__NodeDeviceConfigurationProto
+{
+  ProtobufCMessage base;
+  /*
+   * This field MUST be present for this version of the IR.
+   * ID of the configuration. MUST match the name of a DeviceConfigurationProto.
+   */
+  char *configuration_id;
+  /*
+   * Sharding spec for the node.
+   */
+  size_t n_sharding_spec;
+  Onnx__ShardingSpecProto **sharding_spec;
+  /*
+   * Pipeline stage of this node.
+   */
+  protobuf_c_boolean has_pipeline_stage;
+  int32_t pipeline_stage;
+};
+#define ONNX__NODE_DEVICE_CONFIGURATION_PROTO__INIT \
+ { PROTOBUF_C_MESSAGE_INIT (&onnx__node_device_configuration_proto__descriptor) \
+    , NULL, 0,NULL, 0, 0 }
+
+
+/*
+ * ShardingSpecProto: This describes the sharding spec for a specific
+ * input or output tensor of a node.
+ */
+struct  Onnx__ShardingSpecProto
+{
+  ProtobufCMessage base;
+  /*
+   * This field MUST be present for this version of the IR.
+   * Identifies the input or output of the node that is being sharded.
+   * Required to match a name specified in the node's input or output list of ValueInfoProtos.
+   * It is called `logical tensor` in subsequent descriptions.
+   */
+  char *tensor_name;
+  /*
+   * The following is the list of devices across which the logical
+   * tensor is sharded or replicated.
+   */
+  size_t n_device;
+  int64_t *device;
+  /*
+   * Each element v in above field devices may represent either a
+   * device or a set of devices (when we want the same shard/tensor
+   * to be replicated across a subset of devices), as indicated by
+   * the following optional map. If the map contains an entry for v,
+   * then v represents a device group, and the map indicates the set
+   * of devices in that group.
+   */
+  size_t n_index_to_device_group_map;
+  Onnx__IntIntListEntryProto **index_to_device_group_map;
+  /*
+   * The following is the sharded-shape of the tensor, consisting of
+   * the sharding-spec for each axis of the tensor.
+   */
+  size_t n_sharded_dim;
+  Onnx__ShardedDimProto **sharded_dim;
+};
+#define ONNX__SHARDING_SPEC_PROTO__INIT \
+ { PROTOBUF_C_MESSAGE_INIT (&onnx__sharding_spec_proto__descriptor) \
+    , NULL, 0,NULL, 0,NULL, 0,NULL }
+
+
+/*
+ * ShardedDimProto: This describes the sharding spec for a single
+ * axis of a sharded tensor.
+ */
+struct  Onnx__ShardedDimProto
+{
+  ProtobufCMessage base;
+  /*
+   * This field MUST be present for this version of the IR.
+   * The axis this sharding corresponds to. Must be in the range of
+   * [-r, r - 1], where r is the rank of the tensor. Negative axis values means
+   * counting from the back.
+   */
+  protobuf_c_boolean has_axis;
+  int64_t axis;
+  /*
+   * Describes how the tensor on the provided axis is sharded.
+   * The common-case is described by a single instance of SimpleShardedDimProto.
+   * Multiple instances can be used to handle cases where a sharded
+   * tensor is reshaped, fusing multiple axes into one.
+   */
+  size_t n_simple_sharding;
+  Onnx__SimpleShardedDimProto **simple_sharding;
+};
+#define ONNX__SHARDED_DIM_PROTO__INIT \
+ { PROTOBUF_C_MESSAGE_INIT (&onnx__sharded_dim_proto__descriptor) \
+    , 0, 0, 0,NULL }
+
+
+typedef enum {
+  ONNX__SIMPLE_SHARDED_DIM_PROTO__DIM__NOT_SET = 0,
+  ONNX__SIMPLE_SHARDED_DIM_PROTO__DIM_DIM_VALUE = 1,
+  ONNX__SIMPLE_SHARDED_DIM_PROTO__DIM_DIM_PARAM = 2
+    PROTOBUF_C__FORCE_ENUM_TO_BE_INT_SIZE(ONNX__SIMPLE_SHARDED_DIM_PROTO__DIM__CASE)
+} Onnx__SimpleShardedDimProto__DimCase;
+
+/*
+ * SimpleShardedDimProto: Indicates that N blocks are divided into M shards.
+ * N is allowed to be symbolic where M is required to be a constant.
+ */
+struct  Onnx__SimpleShardedDimProto
+{
+  ProtobufCMessage base;
+  /*
+   * This field MUST be present for this version of the IR.
+   * Number of shards to split dim into.
+   */
+  protobuf_c_boolean has_num_shards;
+  int64_t num_shards;
+  Onnx__SimpleShardedDimProto__DimCase dim_case;
+  union {
+    int64_t dim_value;
+    char *dim_param;
+  };
+};
+#define ONNX__SIMPLE_SHARDED_DIM_PROTO__INIT \
+ { PROTOBUF_C_MESSAGE_INIT (&onnx__simple_sharded_dim_proto__descriptor) \
+    , 0, 0, ONNX__SIMPLE_SHARDED_DIM_PROTO__DIM__NOT_SET, {0} }
 
 
 /*
@@ -472,7 +737,7 @@ struct  Onnx__TrainingInfoProto
    * optimizer node, increment of iteration count.
    * An execution of the training algorithm step is performed by executing the
    * graph obtained by combining the inference graph (namely "ModelProto.graph")
-   * and the "algorithm" graph. That is, the actual the actual
+   * and the "algorithm" graph. That is, the actual
    * input/initializer/output/node/value_info/sparse_initializer list of
    * the training graph is the concatenation of
    * "ModelProto.graph.input/initializer/output/node/value_info/sparse_initializer"
@@ -624,9 +889,9 @@ struct  Onnx__ModelProto
   Onnx__TrainingInfoProto **training_info;
   /*
    * A list of function protos local to the model.
-   * Name of the function "FunctionProto.name" should be unique within the domain "FunctionProto.domain".
+   * The (domain, name, overload) tuple must be unique across the function protos in this list.
    * In case of any conflicts the behavior (whether the model local functions are given higher priority,
-   * or standard opserator sets are given higher priotity or this is treated as error) is defined by
+   * or standard operator sets are given higher priority or this is treated as error) is defined by
    * the runtimes.
    * The operator sets imported by FunctionProto should be compatible with the ones
    * imported by ModelProto and other model local FunctionProtos.
@@ -639,10 +904,44 @@ struct  Onnx__ModelProto
    */
   size_t n_functions;
   Onnx__FunctionProto **functions;
+  /*
+   * Describes different target configurations for a multi-device use case.
+   * A model MAY describe multiple multi-device configurations for execution.
+   */
+  size_t n_configuration;
+  Onnx__DeviceConfigurationProto **configuration;
 };
 #define ONNX__MODEL_PROTO__INIT \
  { PROTOBUF_C_MESSAGE_INIT (&onnx__model_proto__descriptor) \
-    , 0, 0, 0,NULL, NULL, NULL, NULL, 0, 0, NULL, NULL, 0,NULL, 0,NULL, 0,NULL }
+    , 0, 0, 0,NULL, NULL, NULL, NULL, 0, 0, NULL, NULL, 0,NULL, 0,NULL, 0,NULL, 0,NULL }
+
+
+/*
+ * DeviceConfigurationProto describes a multi-device configuration for a model.
+ */
+struct  Onnx__DeviceConfigurationProto
+{
+  ProtobufCMessage base;
+  /*
+   * This field MUST be present for this version of the IR.
+   * Name of the configuration.
+   */
+  char *name;
+  /*
+   * This field MUST be present for this version of the IR.
+   * Number of devices inside this configuration.
+   */
+  protobuf_c_boolean has_num_devices;
+  int32_t num_devices;
+  /*
+   * Optional names of the devices. MUST be length of num_devices if provided.
+   */
+  size_t n_device;
+  char **device;
+};
+#define ONNX__DEVICE_CONFIGURATION_PROTO__INIT \
+ { PROTOBUF_C_MESSAGE_INIT (&onnx__device_configuration_proto__descriptor) \
+    , NULL, 0, 0, 0,NULL }
 
 
 /*
@@ -738,10 +1037,15 @@ struct  Onnx__GraphProto
    */
   size_t n_quantization_annotation;
   Onnx__TensorAnnotation **quantization_annotation;
+  /*
+   * Named metadata values; keys should be distinct.
+   */
+  size_t n_metadata_props;
+  Onnx__StringStringEntryProto **metadata_props;
 };
 #define ONNX__GRAPH_PROTO__INIT \
  { PROTOBUF_C_MESSAGE_INIT (&onnx__graph_proto__descriptor) \
-    , 0,NULL, NULL, 0,NULL, 0,NULL, NULL, 0,NULL, 0,NULL, 0,NULL, 0,NULL }
+    , 0,NULL, NULL, 0,NULL, 0,NULL, NULL, 0,NULL, 0,NULL, 0,NULL, 0,NULL, 0,NULL }
 
 
 /*
@@ -793,11 +1097,26 @@ struct  Onnx__TensorProto
   size_t n_float_data;
   float *float_data;
   /*
-   * For int32, uint8, int8, uint16, int16, bool, and float16 values
-   * float16 values must be bit-wise converted to an uint16_t prior
-   * to writing to the buffer.
+   * For int32, uint8, int8, uint16, int16, uint4, int4, uint2, int2, bool, (b)float16, float8, and float4:
+   * - (b)float16 and float8 values MUST be converted bit-wise into an unsigned integer
+   *   representation before being written to the buffer.
+   * - Each pair of uint4, int4, and float4 values MUST be packed as two 4-bit elements into a single byte.
+   *   The first element is stored in the 4 least significant bits (LSB),
+   *   and the second element is stored in the 4 most significant bits (MSB).
+   * - Each group of four uint2, int2 values MUST be packed as four 2-bit elements into a single byte.
+   *   The elements are packed from LSB to MSB, with the first element in bits 0-1, second element in bits 2-3,
+   *   third element in bits 4-5, and fourth element in bits 6-7.
+   * Consequently:
+   * - For data types with a bit-width of 8 or greater, each `int32_data` stores one element.
+   * - For 4-bit data types, each `int32_data` stores two elements.
+   * - For 2-bit data types, each `int32_data` stores four elements.
+   * - For FLOAT6E2M3 and FLOAT6E3M2, each `int32_data` entry stores one
+   *   element's unsigned 6-bit encoding in bits 0-5; bits 6-31 MUST be zero.
+   *   This representation uses one protobuf varint byte per element and is
+   *   therefore less compact than packed `raw_data`. Producers SHOULD use
+   *   `raw_data` when compact serialization is desired.
    * When this field is present, the data_type field MUST be
-   * INT32, INT16, INT8, UINT16, UINT8, BOOL, or FLOAT16
+   * INT32, INT16, INT8, INT4, INT2, UINT16, UINT8, UINT4, UINT2, BOOL, FLOAT16, BFLOAT16, FLOAT8E4M3FN, FLOAT8E4M3FNUZ, FLOAT8E5M2, FLOAT8E5M2FNUZ, FLOAT8E8M0, FLOAT4E2M1, FLOAT6E2M3, FLOAT6E3M2
    */
   size_t n_int32_data;
   int32_t *int32_data;
@@ -837,6 +1156,14 @@ struct  Onnx__TensorProto
    * Complex64 elements must be written as two consecutive FLOAT values, real component first.
    * Complex128 elements must be written as two consecutive DOUBLE values, real component first.
    * Boolean type MUST be written one byte per tensor element (00000001 for true, 00000000 for false).
+   * uint4 and int4 values must be packed to 4bitx2, the first element is stored in the 4 LSB and the second element is stored in the 4 MSB.
+   * uint2 and int2 values must be packed to 2bitx4, with elements packed from LSB to MSB in a single byte as: x0 | (x1 << 2) | (x2 << 4) | (x3 << 6)
+   * where x0, x1, x2, x3 are consecutive elements.
+   * float6e2m3 and float6e3m2 values must be packed 4-at-a-time into 3 bytes, as a contiguous
+   * 24-bit LSB-first bitstream (x0 occupying the first 6 bits, x1 the next 6, and so on):
+   * byte0 = x0 | ((x1 & 0x3) << 6); byte1 = (x1 >> 2) | ((x2 & 0xF) << 4); byte2 = (x2 >> 4) | (x3 << 2)
+   * where x0, x1, x2, x3 are consecutive elements. If the element count is not a multiple of 4, the
+   * final group is zero-padded; the packed byte length is ceil(6 * num_elements / 8).
    * Note: the advantage of specific field rather than the raw_data field is
    * that in some cases (e.g. int data), protobuf does a better packing via
    * variable length storage, and may lead to smaller binary footprint.
@@ -880,10 +1207,15 @@ struct  Onnx__TensorProto
    */
   size_t n_uint64_data;
   uint64_t *uint64_data;
+  /*
+   * Named metadata values; keys should be distinct.
+   */
+  size_t n_metadata_props;
+  Onnx__StringStringEntryProto **metadata_props;
 };
 #define ONNX__TENSOR_PROTO__INIT \
  { PROTOBUF_C_MESSAGE_INIT (&onnx__tensor_proto__descriptor) \
-    , 0,NULL, 0, 0, NULL, 0,NULL, 0,NULL, 0,NULL, 0,NULL, NULL, NULL, 0, {0,NULL}, 0,NULL, 0, ONNX__TENSOR_PROTO__DATA_LOCATION__DEFAULT, 0,NULL, 0,NULL }
+    , 0,NULL, 0, 0, NULL, 0,NULL, 0,NULL, 0,NULL, 0,NULL, NULL, NULL, 0, {0,NULL}, 0,NULL, 0, ONNX__TENSOR_PROTO__DATA_LOCATION__DEFAULT, 0,NULL, 0,NULL, 0,NULL }
 
 
 /*
@@ -1063,13 +1395,31 @@ struct  Onnx__TypeProto__SparseTensor
     , 0, 0, NULL }
 
 
+struct  Onnx__TypeProto__Opaque
+{
+  ProtobufCMessage base;
+  /*
+   * When missing, the domain is the same as the model's.
+   */
+  char *domain;
+  /*
+   * The name is optional but significant when provided.
+   */
+  char *name;
+};
+#define ONNX__TYPE_PROTO__OPAQUE__INIT \
+ { PROTOBUF_C_MESSAGE_INIT (&onnx__type_proto__opaque__descriptor) \
+    , NULL, NULL }
+
+
 typedef enum {
   ONNX__TYPE_PROTO__VALUE__NOT_SET = 0,
   ONNX__TYPE_PROTO__VALUE_TENSOR_TYPE = 1,
   ONNX__TYPE_PROTO__VALUE_SEQUENCE_TYPE = 4,
   ONNX__TYPE_PROTO__VALUE_MAP_TYPE = 5,
   ONNX__TYPE_PROTO__VALUE_OPTIONAL_TYPE = 9,
-  ONNX__TYPE_PROTO__VALUE_SPARSE_TENSOR_TYPE = 8
+  ONNX__TYPE_PROTO__VALUE_SPARSE_TENSOR_TYPE = 8,
+  ONNX__TYPE_PROTO__VALUE_OPAQUE_TYPE = 7
     PROTOBUF_C__FORCE_ENUM_TO_BE_INT_SIZE(ONNX__TYPE_PROTO__VALUE__CASE)
 } Onnx__TypeProto__ValueCase;
 
@@ -1109,6 +1459,7 @@ struct  Onnx__TypeProto
      * Type of the sparse tensor
      */
     Onnx__TypeProto__SparseTensor *sparse_tensor_type;
+    Onnx__TypeProto__Opaque *opaque_type;
   };
 };
 #define ONNX__TYPE_PROTO__INIT \
@@ -1146,9 +1497,8 @@ struct  Onnx__FunctionProto
 {
   ProtobufCMessage base;
   /*
-   * The name of the function, similar usage of op_type in OperatorProto.
-   * Combined with FunctionProto.domain, this forms the unique identity of
-   * the FunctionProto.
+   * The name of the function, similar to op_type in NodeProto.
+   * This is part of the unique-id (domain, name, overload) of FunctionProtos in a model.
    */
   char *name;
   /*
@@ -1159,10 +1509,19 @@ struct  Onnx__FunctionProto
   size_t n_output;
   char **output;
   /*
-   * The attributes of the function.
+   * The attribute parameters of the function.
+   * It is for function parameters without default values.
    */
   size_t n_attribute;
   char **attribute;
+  /*
+   * The attribute protos of the function.
+   * It is for function attributes with default values.
+   * A function attribute shall be represented either as
+   * a string attribute or an AttributeProto, not both.
+   */
+  size_t n_attribute_proto;
+  Onnx__AttributeProto **attribute_proto;
   /*
    * The nodes in the function.
    */
@@ -1175,14 +1534,32 @@ struct  Onnx__FunctionProto
   size_t n_opset_import;
   Onnx__OperatorSetIdProto **opset_import;
   /*
-   * The domain which this function belongs to. Combined with FunctionProto.name, this forms the unique identity of
-   * the FunctionProto.
+   * The domain which this function belongs to.
+   * This is part of the unique-id (domain, name, overload) of FunctionProtos in a model.
    */
   char *domain;
+  /*
+   * The overload identifier of the function.
+   * This is part of the unique-id (domain, name, overload) of FunctionProtos in a model.
+   */
+  char *overload;
+  /*
+   * Information for the values in the function. The ValueInfoProto.name's
+   * must be distinct and refer to names in the function (including inputs,
+   * outputs, and intermediate values). It is optional for a value to appear
+   * in value_info list.
+   */
+  size_t n_value_info;
+  Onnx__ValueInfoProto **value_info;
+  /*
+   * Named metadata values; keys should be distinct.
+   */
+  size_t n_metadata_props;
+  Onnx__StringStringEntryProto **metadata_props;
 };
 #define ONNX__FUNCTION_PROTO__INIT \
  { PROTOBUF_C_MESSAGE_INIT (&onnx__function_proto__descriptor) \
-    , NULL, 0,NULL, 0,NULL, 0,NULL, 0,NULL, NULL, 0,NULL, NULL }
+    , NULL, 0,NULL, 0,NULL, 0,NULL, 0,NULL, 0,NULL, NULL, 0,NULL, NULL, NULL, 0,NULL, 0,NULL }
 
 
 /* Onnx__AttributeProto methods */
@@ -1242,6 +1619,101 @@ Onnx__NodeProto *
 void   onnx__node_proto__free_unpacked
                      (Onnx__NodeProto *message,
                       ProtobufCAllocator *allocator);
+/* Onnx__IntIntListEntryProto methods */
+void   onnx__int_int_list_entry_proto__init
+                     (Onnx__IntIntListEntryProto         *message);
+size_t onnx__int_int_list_entry_proto__get_packed_size
+                     (const Onnx__IntIntListEntryProto   *message);
+size_t onnx__int_int_list_entry_proto__pack
+                     (const Onnx__IntIntListEntryProto   *message,
+                      uint8_t             *out);
+size_t onnx__int_int_list_entry_proto__pack_to_buffer
+                     (const Onnx__IntIntListEntryProto   *message,
+                      ProtobufCBuffer     *buffer);
+Onnx__IntIntListEntryProto *
+       onnx__int_int_list_entry_proto__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data);
+void   onnx__int_int_list_entry_proto__free_unpacked
+                     (Onnx__IntIntListEntryProto *message,
+                      ProtobufCAllocator *allocator);
+/* Onnx__NodeDeviceConfigurationProto methods */
+void   onnx__node_device_configuration_proto__init
+                     (Onnx__NodeDeviceConfigurationProto         *message);
+size_t onnx__node_device_configuration_proto__get_packed_size
+                     (const Onnx__NodeDeviceConfigurationProto   *message);
+size_t onnx__node_device_configuration_proto__pack
+                     (const Onnx__NodeDeviceConfigurationProto   *message,
+                      uint8_t             *out);
+size_t onnx__node_device_configuration_proto__pack_to_buffer
+                     (const Onnx__NodeDeviceConfigurationProto   *message,
+                      ProtobufCBuffer     *buffer);
+Onnx__NodeDeviceConfigurationProto *
+       onnx__node_device_configuration_proto__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data);
+void   onnx__node_device_configuration_proto__free_unpacked
+                     (Onnx__NodeDeviceConfigurationProto *message,
+                      ProtobufCAllocator *allocator);
+/* Onnx__ShardingSpecProto methods */
+void   onnx__sharding_spec_proto__init
+                     (Onnx__ShardingSpecProto         *message);
+size_t onnx__sharding_spec_proto__get_packed_size
+                     (const Onnx__ShardingSpecProto   *message);
+size_t onnx__sharding_spec_proto__pack
+                     (const Onnx__ShardingSpecProto   *message,
+                      uint8_t             *out);
+size_t onnx__sharding_spec_proto__pack_to_buffer
+                     (const Onnx__ShardingSpecProto   *message,
+                      ProtobufCBuffer     *buffer);
+Onnx__ShardingSpecProto *
+       onnx__sharding_spec_proto__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data);
+void   onnx__sharding_spec_proto__free_unpacked
+                     (Onnx__ShardingSpecProto *message,
+                      ProtobufCAllocator *allocator);
+/* Onnx__ShardedDimProto methods */
+void   onnx__sharded_dim_proto__init
+                     (Onnx__ShardedDimProto         *message);
+size_t onnx__sharded_dim_proto__get_packed_size
+                     (const Onnx__ShardedDimProto   *message);
+size_t onnx__sharded_dim_proto__pack
+                     (const Onnx__ShardedDimProto   *message,
+                      uint8_t             *out);
+size_t onnx__sharded_dim_proto__pack_to_buffer
+                     (const Onnx__ShardedDimProto   *message,
+                      ProtobufCBuffer     *buffer);
+Onnx__ShardedDimProto *
+       onnx__sharded_dim_proto__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data);
+void   onnx__sharded_dim_proto__free_unpacked
+                     (Onnx__ShardedDimProto *message,
+                      ProtobufCAllocator *allocator);
+/* Onnx__SimpleShardedDimProto methods */
+void   onnx__simple_sharded_dim_proto__init
+                     (Onnx__SimpleShardedDimProto         *message);
+size_t onnx__simple_sharded_dim_proto__get_packed_size
+                     (const Onnx__SimpleShardedDimProto   *message);
+size_t onnx__simple_sharded_dim_proto__pack
+                     (const Onnx__SimpleShardedDimProto   *message,
+                      uint8_t             *out);
+size_t onnx__simple_sharded_dim_proto__pack_to_buffer
+                     (const Onnx__SimpleShardedDimProto   *message,
+                      ProtobufCBuffer     *buffer);
+Onnx__SimpleShardedDimProto *
+       onnx__simple_sharded_dim_proto__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data);
+void   onnx__simple_sharded_dim_proto__free_unpacked
+                     (Onnx__SimpleShardedDimProto *message,
+                      ProtobufCAllocator *allocator);
 /* Onnx__TrainingInfoProto methods */
 void   onnx__training_info_proto__init
                      (Onnx__TrainingInfoProto         *message);
@@ -1279,6 +1751,25 @@ Onnx__ModelProto *
                       const uint8_t       *data);
 void   onnx__model_proto__free_unpacked
                      (Onnx__ModelProto *message,
+                      ProtobufCAllocator *allocator);
+/* Onnx__DeviceConfigurationProto methods */
+void   onnx__device_configuration_proto__init
+                     (Onnx__DeviceConfigurationProto         *message);
+size_t onnx__device_configuration_proto__get_packed_size
+                     (const Onnx__DeviceConfigurationProto   *message);
+size_t onnx__device_configuration_proto__pack
+                     (const Onnx__DeviceConfigurationProto   *message,
+                      uint8_t             *out);
+size_t onnx__device_configuration_proto__pack_to_buffer
+                     (const Onnx__DeviceConfigurationProto   *message,
+                      ProtobufCBuffer     *buffer);
+Onnx__DeviceConfigurationProto *
+       onnx__device_configuration_proto__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data);
+void   onnx__device_configuration_proto__free_unpacked
+                     (Onnx__DeviceConfigurationProto *message,
                       ProtobufCAllocator *allocator);
 /* Onnx__StringStringEntryProto methods */
 void   onnx__string_string_entry_proto__init
@@ -1415,6 +1906,9 @@ void   onnx__type_proto__optional__init
 /* Onnx__TypeProto__SparseTensor methods */
 void   onnx__type_proto__sparse_tensor__init
                      (Onnx__TypeProto__SparseTensor         *message);
+/* Onnx__TypeProto__Opaque methods */
+void   onnx__type_proto__opaque__init
+                     (Onnx__TypeProto__Opaque         *message);
 /* Onnx__TypeProto methods */
 void   onnx__type_proto__init
                      (Onnx__TypeProto         *message);
@@ -1483,11 +1977,29 @@ typedef void (*Onnx__ValueInfoProto_Closure)
 typedef void (*Onnx__NodeProto_Closure)
                  (const Onnx__NodeProto *message,
                   void *closure_data);
+typedef void (*Onnx__IntIntListEntryProto_Closure)
+                 (const Onnx__IntIntListEntryProto *message,
+                  void *closure_data);
+typedef void (*Onnx__NodeDeviceConfigurationProto_Closure)
+                 (const Onnx__NodeDeviceConfigurationProto *message,
+                  void *closure_data);
+typedef void (*Onnx__ShardingSpecProto_Closure)
+                 (const Onnx__ShardingSpecProto *message,
+                  void *closure_data);
+typedef void (*Onnx__ShardedDimProto_Closure)
+                 (const Onnx__ShardedDimProto *message,
+                  void *closure_data);
+typedef void (*Onnx__SimpleShardedDimProto_Closure)
+                 (const Onnx__SimpleShardedDimProto *message,
+                  void *closure_data);
 typedef void (*Onnx__TrainingInfoProto_Closure)
                  (const Onnx__TrainingInfoProto *message,
                   void *closure_data);
 typedef void (*Onnx__ModelProto_Closure)
                  (const Onnx__ModelProto *message,
+                  void *closure_data);
+typedef void (*Onnx__DeviceConfigurationProto_Closure)
+                 (const Onnx__DeviceConfigurationProto *message,
                   void *closure_data);
 typedef void (*Onnx__StringStringEntryProto_Closure)
                  (const Onnx__StringStringEntryProto *message,
@@ -1528,6 +2040,9 @@ typedef void (*Onnx__TypeProto__Optional_Closure)
 typedef void (*Onnx__TypeProto__SparseTensor_Closure)
                  (const Onnx__TypeProto__SparseTensor *message,
                   void *closure_data);
+typedef void (*Onnx__TypeProto__Opaque_Closure)
+                 (const Onnx__TypeProto__Opaque *message,
+                  void *closure_data);
 typedef void (*Onnx__TypeProto_Closure)
                  (const Onnx__TypeProto *message,
                   void *closure_data);
@@ -1549,8 +2064,14 @@ extern const ProtobufCMessageDescriptor onnx__attribute_proto__descriptor;
 extern const ProtobufCEnumDescriptor    onnx__attribute_proto__attribute_type__descriptor;
 extern const ProtobufCMessageDescriptor onnx__value_info_proto__descriptor;
 extern const ProtobufCMessageDescriptor onnx__node_proto__descriptor;
+extern const ProtobufCMessageDescriptor onnx__int_int_list_entry_proto__descriptor;
+extern const ProtobufCMessageDescriptor onnx__node_device_configuration_proto__descriptor;
+extern const ProtobufCMessageDescriptor onnx__sharding_spec_proto__descriptor;
+extern const ProtobufCMessageDescriptor onnx__sharded_dim_proto__descriptor;
+extern const ProtobufCMessageDescriptor onnx__simple_sharded_dim_proto__descriptor;
 extern const ProtobufCMessageDescriptor onnx__training_info_proto__descriptor;
 extern const ProtobufCMessageDescriptor onnx__model_proto__descriptor;
+extern const ProtobufCMessageDescriptor onnx__device_configuration_proto__descriptor;
 extern const ProtobufCMessageDescriptor onnx__string_string_entry_proto__descriptor;
 extern const ProtobufCMessageDescriptor onnx__tensor_annotation__descriptor;
 extern const ProtobufCMessageDescriptor onnx__graph_proto__descriptor;
@@ -1567,6 +2088,7 @@ extern const ProtobufCMessageDescriptor onnx__type_proto__sequence__descriptor;
 extern const ProtobufCMessageDescriptor onnx__type_proto__map__descriptor;
 extern const ProtobufCMessageDescriptor onnx__type_proto__optional__descriptor;
 extern const ProtobufCMessageDescriptor onnx__type_proto__sparse_tensor__descriptor;
+extern const ProtobufCMessageDescriptor onnx__type_proto__opaque__descriptor;
 extern const ProtobufCMessageDescriptor onnx__operator_set_id_proto__descriptor;
 extern const ProtobufCMessageDescriptor onnx__function_proto__descriptor;
 

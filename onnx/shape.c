@@ -165,6 +165,14 @@ int ox_split_sizes(ox_ctx *c, const Onnx__NodeProto *n, int rank, const int64_t 
         if (sum != d) return ox_fail(c, "split sizes add up to %lld, the axis has %lld", (long long)sum, (long long)d);
         return 0;
     }
+    int64_t parts = ox_attr_int(n, "num_outputs", 0);
+    if (parts) { /* opset 18: chunks of ceil(d / parts), the last smaller (torch.chunk) */
+        if (parts != n_out) return ox_fail(c, "num_outputs %lld for %d outputs", (long long)parts, n_out);
+        int64_t chunk = (d + parts - 1) / parts;
+        for (int i = 0; i < n_out; i++) sizes[i] = d - chunk * i < chunk ? d - chunk * i : chunk;
+        if (sizes[n_out - 1] <= 0) return ox_fail(c, "axis of %lld does not split into %d parts", (long long)d, n_out);
+        return 0;
+    }
     if (d % n_out) return ox_fail(c, "axis of %lld does not split into %d equal parts", (long long)d, n_out);
     for (int i = 0; i < n_out; i++) sizes[i] = d / n_out;
     return 0;
@@ -193,11 +201,22 @@ int ox_pad_params(ox_ctx *c, const Onnx__NodeProto *n, int rank, int64_t *before
     char mode[32];
     ox_attr_str(n, "mode", mode, sizeof mode);
     if (mode[0] && strcmp(mode, "constant")) return ox_fail(c, "mode '%s' (carve pads with a constant only)", mode);
-    int64_t p[2 * OX_MAX_RANK];
-    int k;
-    if (input_ints(c, n, 1, "pads", p, 2 * OX_MAX_RANK, &k) < 0) return -1;
-    if (k != 2 * rank) return ox_fail(c, "%d pads for rank %d", k, rank);
-    for (int i = 0; i < rank; i++) before[i] = p[i], after[i] = p[i + rank];
+    int64_t p[2 * OX_MAX_RANK], axes[OX_MAX_RANK];
+    int k, na;
+    if (input_ints(c, n, 1, "pads", p, 2 * OX_MAX_RANK, &k) < 0 || input_ints(c, n, 3, "axes", axes, OX_MAX_RANK, &na) < 0) return -1;
+    if (na < 0) { /* every axis */
+        if (k != 2 * rank) return ox_fail(c, "%d pads for rank %d", k, rank);
+        na = rank;
+        for (int i = 0; i < rank; i++) axes[i] = i;
+    }
+    if (k != 2 * na) return ox_fail(c, "%d pads for %d axes", k, na);
+    for (int i = 0; i < rank; i++) before[i] = after[i] = 0;
+    for (int i = 0; i < na; i++) {
+        int64_t a;
+        if (ox_axis(c, axes[i], rank, &a) < 0) return -1;
+        before[a] = p[i];
+        after[a] = p[i + na];
+    }
     *value = 0;
     if (ox_n_in(n) > 2 && n->input[2][0]) {
         ox_val *v = ox_in(c, n, 2);
