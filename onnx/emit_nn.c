@@ -360,7 +360,14 @@ int emit_batch_norm(ox_ctx *c, const Onnx__NodeProto *n)
     int r = xv->rank;
     if (r < 2) return ox_fail(c, "an input of rank %d (at least 2)", r);
     double eps = ox_attr_float(n, "epsilon", 1e-5);
-    int training = (int)ox_attr_int(n, "training_mode", 0);
+    /* opsets 9-13 say training mode by the outputs beyond Y (up to 5), 14 on by training_mode */
+    int training = c->row->out_max > 3 ? n->n_output > 1 : (int)ox_attr_int(n, "training_mode", 0);
+    for (size_t k = 3; k < n->n_output; k++) { /* the saved statistics: torch writes them, nothing reads them */
+        ox_val *o = n->output[k][0] ? ox_val_get(c, n->output[k]) : NULL;
+        int i = o ? (int)(o - c->vals) : -1;
+        if (o && (c->is_output[i] || c->use_start[i + 1] > c->use_start[i]))
+            return ox_fail(c, "the saved statistics outputs (opsets 9-13) are read: not supported");
+    }
     if (!training && n->n_output > 1)
         for (size_t k = 1; k < n->n_output; k++)
             if (n->output[k][0]) return ox_fail(c, "outputs beyond Y in inference mode");

@@ -38,7 +38,7 @@ while IFS= read -r row; do
     secs=$(echo "$(date +%s.%N) - $start" | bc)
     [ $ok = 1 ] || secs="fails"
     # rows: | name | imports | L | named | l0 | l1 | l2 | worst |
-    echo "$row" | awk -F'|' -v split="$split" -v secs="$secs" '{
-        printf "|%s|%s|%s| %s |%s|%s|%s|%s|%s| %.1f |\n", $2, $3, $4, split, $5, $6, $7, $8, $9, secs }'
+    echo "$row" | awk -F'|' -v sp="$split" -v secs="$secs" '{
+        printf "|%s|%s|%s| %s |%s|%s|%s|%s|%s| %.1f |\n", $2, $3, $4, sp, $5, $6, $7, $8, $9, secs }'
 done <"$tmp/rows.md"
 tail -n 1 "$tmp/test.log" | sed 's/^/(test_onnx: /; s/$/)/' >&2
