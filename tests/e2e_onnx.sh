@@ -22,7 +22,7 @@
 # MPI is a component build.sh installs: without it the MPI cases fail unless
 # CARVE_TEST_WITHOUT names mpi.  Closing line: N passed, N failed (, N skipped).
 set -u
-# carve-test: frameworks (runs torch 1.13: the fixtures regenerated and compared)
+# carve-test: frameworks (runs torch 1.13 and 2.13: the fixtures regenerated and compared)
 . "$(dirname "$0")/lib_e2e.sh"
 root=${CARVE_ROOT:-$(cd "$(dirname "$0")/.." && pwd)}
 carve=${CARVE_BIN:-$root/build/carve}
