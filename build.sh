@@ -265,6 +265,7 @@ fuzz_seeds() { # $1 = seeds dir, $2 = built carve
     # tests' one-op models when libonnx-testdata is there
     find tests/onnx/fixtures -name '*.onnx' -size -8k -exec cp {} "$s"/onnx/ \; 2>/dev/null || true
     find tests/onnx/hf -name '*.onnx' -size -64k -exec cp {} "$s"/onnx/ \; 2>/dev/null || true
+    cp fuzz/seeds/onnx/*.onnx "$s"/onnx/ 2>/dev/null || true # torch 2.13's default exports, tiny (their metadata cut to the scopes)
     i=0; for t in /usr/share/libonnx-testdata/data/node/*/model.onnx; do
         [ -e "$t" ] || break; i=$((i + 1)); [ "$(stat -c %s "$t")" -lt 8192 ] && cp "$t" "$s/onnx/node$i.onnx"
     done
