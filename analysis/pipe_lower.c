@@ -680,14 +680,29 @@ static int check_state(plower *c)
     return 0;
 }
 
+/* A plan without a pipeline: its program as one stage with one segment,
+ * lowered into out's arrays when out holds such a program already (else out
+ * is zeroed). */
+static void lower_one_stage(shard_state *st, const spmd_options *opts, pipe_program *out)
+{
+    if (out->n_segs != 1) pipe_program_free(out); /* (a pipelined program's arrays are not reused) */
+    out->prog = spmd_lower_ex(st, out->prog, opts);
+    out->spec = pipe_spec_none();
+    out->n_vstages = 0;
+    out->n_segs = 1;
+}
+
 int pipe_lower(shard_state *st, const pipe_spec *spec, const spmd_options *opts, pipe_program *out, char *err,
                size_t errlen)
 {
+    if (spec->axis < 0) {
+        lower_one_stage(st, opts, out);
+        return 0;
+    }
     memset(out, 0, sizeof *out);
     const ir_graph *g = st->g;
     if (pipe_spec_check(spec, &st->mesh, g->n_layers, err, errlen) < 0) return -1;
-    if (spec->axis < 0 || spec->split_auto)
-        return ir_errf(err, errlen, "pipe_lower: %s", spec->axis < 0 ? "not a pipelined spec" : "the layer split is not resolved");
+    if (spec->split_auto) return ir_errf(err, errlen, "pipe_lower: the layer split is not resolved");
     plower c = {.st = st, .g = g, .sp = *spec, .V = pipe_vstages(spec), .P = spec->stages, .err = err, .errlen = errlen};
     c.NS = 2 * c.V + c.P + 1;
     if (check_state(&c) < 0) return -1;

@@ -49,6 +49,16 @@ typedef struct pipe_spec {
 const char *pipe_schedule_name(int schedule);
 /* The not-pipelined spec (axis -1). */
 pipe_spec pipe_spec_none(void);
+/* The mesh axes a plan under s leaves to its stages (no decision may tile
+ * them: shard_state.reserved_axes): the pipeline's axis, or none. */
+static inline unsigned pipe_reserved_axes(const pipe_spec *s) { return s->axis < 0 ? 0u : 1u << s->axis; }
+/* The stages of a plan under s: p, or 1 without a pipeline. */
+static inline int pipe_stage_count(const pipe_spec *s) { return s->axis < 0 ? 1 : s->stages; }
+/* The stage of device dev of mesh (0 without a pipeline). */
+static inline int pipe_device_stage(const pipe_spec *s, const shard_mesh *mesh, int64_t dev)
+{
+    return s->axis < 0 ? 0 : (int)shard_device_coord(mesh, dev, s->axis);
+}
 /* Virtual stages v * p (0 when not pipelined). */
 static inline int pipe_vstages(const pipe_spec *s) { return s->axis < 0 ? 0 : s->chunks * s->stages; }
 /* Sets first[] to layer counts as equal as the layers allow (earlier virtual
@@ -137,12 +147,20 @@ typedef struct pipe_range {
     int lo, hi; /* instructions [lo, hi) of the program */
 } pipe_range;
 
-/* A pipelined program: one SPMD program of the body (the step of one
- * micro-batch, all stages) whose instructions are ordered in contiguous
- * segments, forwards of virtual stages 0..V-1, backwards of V-1..0, the
- * common end, the ends of stages 0..p-1, with SEND / RECV between stages
- * (spmd.h).  Fusion groups and gradient buckets never cross a segment
- * (prog->segment).  docs/pipeline.md says what the executor does with it. */
+/* The program of a plan: stages of segments, one shape for every plan.
+ *
+ * Pipelined: one SPMD program of the body (the step of one micro-batch, all
+ * stages) whose instructions are ordered in contiguous segments, forwards of
+ * virtual stages 0..V-1, backwards of V-1..0, the common end, the ends of
+ * stages 0..p-1, with SEND / RECV between stages (spmd.h).  Fusion groups
+ * and gradient buckets never cross a segment (prog->segment).
+ * docs/pipeline.md says what the executor does with it.
+ *
+ * A plan without a pipeline is one stage with one segment: spec is
+ * pipe_spec_none() (axis -1), n_vstages 0, n_segs 1 (every instruction);
+ * seg, prog->segment, buf_class, owner and holds are NULL (the one stage
+ * holds every buffer), n_xfers 0.  Lowering (pipe_lower), pricing
+ * (cost_price_plan) and running (exec_program_new) take either. */
 typedef struct pipe_program {
     pipe_spec spec;        /* the split resolved (split_auto cleared) */
     spmd_program *prog;    /* owned */
@@ -157,16 +175,26 @@ typedef struct pipe_program {
                               backward segments run once per micro-batch) */
 } pipe_program;
 
-/* Lowers the body step in st (every argument replicated on the pipeline
- * axis: no tactic may use it) into a pipelined program under spec, whose
- * split must be resolved (pipe_spec_check with the graph's layers); opts as
- * spmd_lower_ex's (NULL: the defaults with the state's gather policy).
- * Returns 0, or -1 with a message (a graph the stages cannot be cut from,
- * an argument sharded over the pipeline axis).  Free with
- * pipe_program_free. */
+/* Lowers the plan in st under spec into *out; opts as spmd_lower_ex's
+ * (NULL: the defaults with the state's gather policy).  spec->axis < 0 (no
+ * pipeline): st's SPMD program as one stage with one segment, out zeroed or
+ * a program of one stage lowered from the same graph before, whose arrays
+ * are reused (the search lowers thousands of plans).  Else the body step in
+ * st (every argument replicated on the pipeline axis: no tactic may use it)
+ * as a pipelined program, out overwritten, the split resolved (pipe_spec_check
+ * with the graph's layers).  Returns 0, or -1 with a message (a graph the
+ * stages cannot be cut from, an argument sharded over the pipeline axis).
+ * Free with pipe_program_free. */
 int pipe_lower(shard_state *st, const pipe_spec *spec, const spmd_options *opts, pipe_program *out, char *err,
                size_t errlen);
 void pipe_program_free(pipe_program *pp);
+/* p, an SPMD program of the caller's (tests, benchmarks), as the program of
+ * a plan of one stage; it borrows p (do not pipe_program_free it). */
+static inline pipe_program pipe_one_stage(const spmd_program *p)
+{
+    pipe_program pp = {.spec = pipe_spec_none(), .prog = (spmd_program *)p, .n_segs = 1}; /* (read only: borrowed) */
+    return pp;
+}
 /* The segment of a task of stage `stage`. */
 int pipe_task_seg(const pipe_spec *s, int stage, const pipe_task *t);
 

@@ -20,11 +20,11 @@ int autopart_step_setup(autopart_step *s, ir_graph *g, const shard_mesh *mesh, c
     s->prefix = shard_state_new(g, mesh);
     s->st = shard_state_new_like(s->prefix);
     s->gs = shard_state_groups(s->prefix); /* the prefix's: expert schedules' dp tactics read them too */
-    if (autopart_pricer_init(&s->pr, hw, opt, s->st, err, errlen) < 0) return -1;
-    s->pr.gather_auto = gather_auto;
     pipe_spec spec; /* a pipelined step: its micro-batches are the body's (its loss's scale) */
-    int piped = sched_pipeline_step(manual, g, mesh, &spec, err, errlen);
-    if (piped < 0 || (piped && autopart_pricer_set_pipeline(&s->pr, &spec, s->st, err, errlen) < 0)) return -1;
+    if (sched_pipeline_step(manual, g, mesh, &spec, err, errlen) < 0 ||
+        autopart_pricer_init(&s->pr, hw, opt, &spec, s->st, err, errlen) < 0)
+        return -1;
+    s->pr.gather_auto = gather_auto;
     return sched_apply(manual, s->prefix, err, errlen);
 }
 
@@ -41,14 +41,14 @@ int autopart_step_search(autopart_step *s, const search_algo *algo, const search
 static void price_experts(autopart_step *s, const search_budget *b)
 {
     s->n_ex = autopart_all_experts(s->g, &s->prefix->mesh, s->prefix, &s->pr, b->threads, &s->ex);
-    if (s->pr.piped && s->pr.pipe.split_auto) { /* the search prices the best expert's balanced split */
+    if (s->pr.pipe.split_auto) { /* the search prices the best expert's balanced split */
         int best = -1;
         for (int i = 0; i < s->n_ex; i++)
             if (s->ex[i].ok && (best < 0 || autopart_better(&s->ex[i].e, &s->ex[best].e))) best = i;
         if (best >= 0) {
             cost_estimate e;
             autopart_price(&s->pr, s->ex[best].st, &e);
-            if (s->pr.pp.prog) {
+            if (e.step_time > 0) { /* priced: its program holds the split */
                 s->pr.pipe_search = s->pr.pp.spec;
                 s->pr.pipe_fixed = 1;
             }

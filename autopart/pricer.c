@@ -4,18 +4,21 @@
 #include <stdlib.h>
 #include <string.h>
 
-int autopart_pricer_init(autopart_pricer *pr, const cost_hw *hw, const cost_options *opt, shard_state *scratch, char *err,
-                     size_t errlen)
+int autopart_pricer_init(autopart_pricer *pr, const cost_hw *hw, const cost_options *opt, const pipe_spec *spec,
+                         shard_state *scratch, char *err, size_t errlen)
 {
     memset(pr, 0, sizeof *pr);
     pr->hw = *hw;
     pr->opt = *opt;
+    pr->pipe = spec ? *spec : pipe_spec_none();
+    pr->pipe_balance = 1;
     pr->ws = cost_ws_new(scratch->g);
     shard_state_reset(scratch);
-    pr->p = spmd_lower_into(scratch, NULL);
-    if (cost_estimate_program(pr->ws, pr->p, hw, opt, &pr->replicated, err, errlen) < 0) return -1;
+    scratch->reserved_axes = pipe_reserved_axes(&pr->pipe);
+    int rc = cost_price_plan(pr->ws, scratch, &pr->pipe, NULL, hw, opt, &pr->pp, &pr->replicated, NULL, err, errlen);
+    pr->p = pr->pp.prog;
     pr->baseline = pr->replicated.step_time;
-    return 0;
+    return rc;
 }
 
 void autopart_pricer_init_like(autopart_pricer *pr, const autopart_pricer *base, const ir_graph *g)
@@ -26,7 +29,6 @@ void autopart_pricer_init_like(autopart_pricer *pr, const autopart_pricer *base,
     pr->baseline = base->baseline;
     pr->replicated = base->replicated;
     pr->gather_auto = base->gather_auto;
-    pr->piped = base->piped;
     pr->pipe = base->pipe;
     pr->pipe_balance = base->pipe_balance;
     pr->pipe_fixed = base->pipe_fixed;
@@ -38,67 +40,31 @@ void autopart_pricer_free(autopart_pricer *pr)
 {
     cost_ws_free(pr->ws);
     cost_ws_free(pr->ws2);
-    if (pr->pp.prog == pr->p) pr->p = NULL; /* owned by pp */
-    if (pr->pp2.prog == pr->p2) pr->p2 = NULL;
     pipe_program_free(&pr->pp);
     pipe_program_free(&pr->pp2);
     cost_pipe_estimate_free(&pr->pe);
     cost_pipe_estimate_free(&pr->pe2);
-    spmd_free(pr->p);
-    spmd_free(pr->p2);
     pr->ws = pr->ws2 = NULL;
     pr->p = pr->p2 = NULL;
 }
 
-/* A pipelined plan: pipe_lower and the schedule's price into *pp (its
- * program becomes *p); balanced when the pricer balances an auto split. */
-static void price_pipelined(autopart_pricer *pr, shard_state *st, spmd_program **p, pipe_program *pp, cost_pipe_estimate *pe,
-                            cost_ws *ws, cost_estimate *e)
+/* Lowers and prices st into *pp (and, when the pricer balances an auto
+ * split, its stages into *pe) on ws; a plan whose price fails gets a zeroed
+ * *e and stays a program (of one stage) for the callers that print it. */
+static void price_into(autopart_pricer *pr, shard_state *st, pipe_program *pp, cost_pipe_estimate *pe, cost_ws *ws,
+                       cost_estimate *e)
 {
-    if (*p == pp->prog) *p = NULL;
-    spmd_free(*p);
-    *p = NULL;
-    pipe_program_free(pp);
-    pipe_spec spec = pr->pipe;
+    pipe_spec spec = pr->pipe, none = pipe_spec_none();
     if (spec.split_auto && !pr->pipe_balance) {
         pipe_split_even(&spec, st->g->n_layers);
         spec.split_auto = 0;
     }
     cost_pipe_estimate_free(pe);
     char err[256];
-    if (cost_price_pipelined(ws, st, &spec, NULL, &pr->hw, &pr->opt, pp, e, pr->pipe_balance ? pe : NULL, err, sizeof err) < 0) {
+    if (cost_price_plan(ws, st, &spec, NULL, &pr->hw, &pr->opt, pp, e, pr->pipe_balance ? pe : NULL, err, sizeof err) < 0) {
         memset(e, 0, sizeof *e);
-        memset(pp, 0, sizeof *pp);
-        *p = spmd_lower(st); /* never priced: the plan stays a program for the callers that print it */
-        return;
+        if (!pp->prog) pipe_lower(st, &none, NULL, pp, err, sizeof err); /* (never fails) */
     }
-    *p = pp->prog;
-}
-
-static void price_into(autopart_pricer *pr, shard_state *st, spmd_program **p, cost_ws *ws, cost_estimate *e)
-{
-    if (pr->piped) {
-        int first = p == &pr->p;
-        price_pipelined(pr, st, p, first ? &pr->pp : &pr->pp2, first ? &pr->pe : &pr->pe2, ws, e);
-        return;
-    }
-    *p = spmd_lower_into(st, *p);
-    if (cost_estimate_program(ws, *p, &pr->hw, &pr->opt, e, NULL, 0) < 0) memset(e, 0, sizeof *e);
-}
-
-int autopart_pricer_set_pipeline(autopart_pricer *pr, const pipe_spec *spec, shard_state *scratch, char *err, size_t errlen)
-{
-    pr->piped = 1;
-    pr->pipe = *spec;
-    pr->pipe_balance = 1;
-    shard_state_reset(scratch);
-    scratch->reserved_axes = 1u << spec->axis;
-    cost_estimate e;
-    price_into(pr, scratch, &pr->p, pr->ws, &e);
-    if (!(e.step_time > 0)) return ir_errf(err, errlen, "pipeline: the step cannot be priced as a pipeline over '%s'", scratch->mesh.names[spec->axis]);
-    pr->baseline = e.step_time;
-    pr->replicated = e;
-    return 0;
 }
 
 /* Whether the backward pass reshards anything (a gather, a slice, ...): only
@@ -111,22 +77,10 @@ static int reshards_in_backward(const spmd_program *p)
     return 0;
 }
 
-void autopart_price(autopart_pricer *pr, shard_state *st, cost_estimate *e)
+/* The second program priced (the other gather policy) becomes the first:
+ * its program, stages and workspace. */
+static void swap_second(autopart_pricer *pr)
 {
-    if (pr->gather_auto) st->gather_policy = SPMD_GATHER_REGATHER;
-    price_into(pr, st, &pr->p, pr->ws, e);
-    if (!pr->gather_auto || !reshards_in_backward(pr->p)) return;
-    if (!pr->ws2) pr->ws2 = cost_ws_new(st->g);
-    cost_estimate keep;
-    st->gather_policy = SPMD_GATHER_KEEP;
-    price_into(pr, st, &pr->p2, pr->ws2, &keep);
-    if (cost_reward(&keep, pr->baseline) <= cost_reward(e, pr->baseline)) {
-        st->gather_policy = SPMD_GATHER_REGATHER;
-        return;
-    }
-    spmd_program *tp = pr->p; /* the chosen program and its workspace become pr->p and pr->ws */
-    pr->p = pr->p2;
-    pr->p2 = tp;
     pipe_program tq = pr->pp;
     pr->pp = pr->pp2;
     pr->pp2 = tq;
@@ -136,6 +90,26 @@ void autopart_price(autopart_pricer *pr, shard_state *st, cost_estimate *e)
     cost_ws *tw = pr->ws;
     pr->ws = pr->ws2;
     pr->ws2 = tw;
+    pr->p = pr->pp.prog;
+    pr->p2 = pr->pp2.prog;
+}
+
+void autopart_price(autopart_pricer *pr, shard_state *st, cost_estimate *e)
+{
+    if (pr->gather_auto) st->gather_policy = SPMD_GATHER_REGATHER;
+    price_into(pr, st, &pr->pp, &pr->pe, pr->ws, e);
+    pr->p = pr->pp.prog;
+    if (!pr->gather_auto || !reshards_in_backward(pr->p)) return;
+    if (!pr->ws2) pr->ws2 = cost_ws_new(st->g);
+    cost_estimate keep;
+    st->gather_policy = SPMD_GATHER_KEEP;
+    price_into(pr, st, &pr->pp2, &pr->pe2, pr->ws2, &keep);
+    pr->p2 = pr->pp2.prog;
+    if (cost_reward(&keep, pr->baseline) <= cost_reward(e, pr->baseline)) {
+        st->gather_policy = SPMD_GATHER_REGATHER;
+        return;
+    }
+    swap_second(pr); /* the chosen program and its workspace become pr->pp and pr->ws */
     *e = keep;
 }
 
@@ -144,7 +118,8 @@ int autopart_price_other_gather(autopart_pricer *pr, shard_state *st, cost_estim
     int was = st->gather_policy;
     if (!pr->ws2) pr->ws2 = cost_ws_new(st->g);
     st->gather_policy = was == SPMD_GATHER_KEEP ? SPMD_GATHER_REGATHER : SPMD_GATHER_KEEP;
-    price_into(pr, st, &pr->p2, pr->ws2, e);
+    price_into(pr, st, &pr->pp2, &pr->pe2, pr->ws2, e);
+    pr->p2 = pr->pp2.prog;
     st->gather_policy = was;
     return pr->p2->n_instrs == pr->p->n_instrs && pr->p2->stats.count[SPMD_ALL_GATHER][SPMD_BACKWARD] ==
                                                       pr->p->stats.count[SPMD_ALL_GATHER][SPMD_BACKWARD]
@@ -162,7 +137,6 @@ static void *eval_make(void *cfg, shard_state *st)
     pr->opt = base->opt;
     pr->baseline = base->baseline;
     pr->gather_auto = base->gather_auto;
-    pr->piped = base->piped;
     pr->pipe = base->pipe_fixed ? base->pipe_search : base->pipe; /* one split for every plan (see pricer.h) */
     pr->pipe_balance = 0;
     pr->ws = cost_ws_new(st->g);

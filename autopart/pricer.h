@@ -14,14 +14,13 @@
  * the state; so the search, its result and the expert rows all see the
  * policy they are priced with.
  *
- * A pricer set to a pipeline (autopart_pricer_set_pipeline) lowers every plan
- * with pipe_lower and prices its schedule (cost/pipeline.h); pr->p is then
- * the pipelined program (owned by pr->pp).  A pipeline whose layer split is
- * auto is balanced by the cost model when the pricer itself prices
- * (autopart_price on the best plan and the experts: cost_price_pipelined);
- * the search's evaluators price one split for every plan (balancing doubles
- * an evaluation): the best expert's balanced split (autopart_step_search sets
- * pipe_search), else the even one.
+ * Every plan is lowered and priced by cost_price_plan under the pricer's
+ * pipeline (pipe: pipe_spec_none() when the plans have none), into pr->pp
+ * (pr->p is its program).  A pipeline whose layer split is auto is balanced
+ * by the cost model when the pricer itself prices (autopart_price on the best
+ * plan and the experts); the search's evaluators price one split for every
+ * plan (balancing doubles an evaluation): the best expert's balanced split
+ * (autopart_step_search sets pipe_search), else the even one.
  */
 #ifndef CARVE_AUTOPART_PRICER_H
 #define CARVE_AUTOPART_PRICER_H
@@ -39,35 +38,33 @@ typedef struct autopart_pricer {
     cost_estimate replicated; /* the replicated plan's estimate (scalars only: its arrays are the
                              workspace's, overwritten by the next price) */
     cost_ws *ws;
-    spmd_program *p;      /* the program of the last plan priced */
+    pipe_spec pipe;       /* every plan's pipeline: pipe_spec_none(), or the pipeline the plans share */
+    pipe_program pp;      /* the program of the last plan priced (its program: p) */
+    cost_pipe_estimate pe; /* its stages, when the pricer balances (pipe_balance), else empty */
+    spmd_program *p;      /* pp.prog */
     int gather_auto;      /* choose each plan's gather policy (see above) */
     cost_ws *ws2;         /* scratch for the other policy (gather_auto) */
-    spmd_program *p2;
-    int piped;            /* 1: plans are pipelined under `pipe` (0 in a zeroed pricer: not pipelined) */
-    pipe_spec pipe;       /* the pipeline when piped */
+    pipe_program pp2;
+    cost_pipe_estimate pe2;
+    spmd_program *p2;     /* pp2.prog */
     int pipe_balance;     /* balance an auto split (the pricer itself; not the search's copies) */
     int pipe_fixed;       /* the search's copies price pipe_search (a resolved split) instead of the even split */
     pipe_spec pipe_search;
-    pipe_program pp, pp2; /* the pipelined programs of p and p2 */
-    cost_pipe_estimate pe, pe2; /* per stage, the prices of pp and pp2 (filled when the pricer balances) */
 } autopart_pricer;
 
-/* Sets up a pricer on scratch's graph and mesh (scratch is reset) and prices
- * the replicated plan.  Returns 0 or -1 with a message; free with
- * autopart_pricer_free either way. */
-int autopart_pricer_init(autopart_pricer *pr, const cost_hw *hw, const cost_options *opt, shard_state *scratch, char *err,
-                     size_t errlen);
+/* Sets up a pricer on scratch's graph and mesh for plans under pipeline spec
+ * (NULL: none; an auto split is balanced as above) and prices the replicated
+ * plan: with a pipeline, the pipeline with nothing else sharded (scratch is
+ * reset, the pipeline's axis reserved).  Returns 0 or -1 with a message;
+ * free with autopart_pricer_free either way. */
+int autopart_pricer_init(autopart_pricer *pr, const cost_hw *hw, const cost_options *opt, const pipe_spec *spec,
+                         shard_state *scratch, char *err, size_t errlen);
 void autopart_pricer_free(autopart_pricer *pr);
 /* A pricer of base's settings (profile, options, baseline, gather and
  * pipeline choices) with a workspace of its own for graph g, so another
  * thread can price plans of base's step as base would.  Free with
  * autopart_pricer_free. */
 void autopart_pricer_init_like(autopart_pricer *pr, const autopart_pricer *base, const ir_graph *g);
-/* Makes pr price pipelined plans under spec (a copy is kept; split_auto:
- * balanced as above) and prices the baseline again: the pipelined plan with
- * nothing else sharded, on scratch (reset, then the axis reserved).
- * Returns 0, or -1 with a message. */
-int autopart_pricer_set_pipeline(autopart_pricer *pr, const pipe_spec *spec, shard_state *scratch, char *err, size_t errlen);
 /* Lowers and prices the plan in st; the program stays in pr->p.  An
  * estimator error leaves *e zeroed.  With pr->gather_auto, sets
  * st->gather_policy to the policy chosen. */

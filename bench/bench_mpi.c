@@ -84,7 +84,9 @@ static session_run *checked_rounds(session_world *w, const spmd_program *p, figu
     char err[4096];
     session_run *r = NULL;
     session_run_memory mem;
-    if (session_run_open(&r, w, p, SCHED, 1, &mem, err, sizeof err) || session_run_start(r, err, sizeof err)) die("run", err);
+    pipe_program one = pipe_one_stage(p);
+    if (session_run_open(&r, w, &one, NULL, SCHED, 1, &mem, err, sizeof err) || session_run_start(r, err, sizeof err))
+        die("run", err);
     double ref_s[ROUNDS], step[ROUNDS], ratio[ROUNDS];
     for (int s = 0; s <= n_rounds; s++) {
         session_step_times t;

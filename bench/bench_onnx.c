@@ -81,7 +81,7 @@ static int setup_step(bench_setup *s, ir_graph *step, const char *mesh, const ch
     }
     cost_options opt = {cost_default_precision(&hw), 0, 0, COST_GRADS_AUTO};
     s->prefix = shard_state_new(s->g, &s->mesh);
-    if (autopart_pricer_init(&s->pr, &hw, &opt, s->prefix, err, sizeof err) < 0) {
+    if (autopart_pricer_init(&s->pr, &hw, &opt, NULL, s->prefix, err, sizeof err) < 0) {
         fprintf(stderr, "%s\n", err);
         return -1;
     }

@@ -6,12 +6,12 @@
  * For each case (a GPT or LLaMA body, a mesh with a `pipe` axis, a schedule,
  * m micro-batches), the pipelined program is lowered once (pipe_lower, an
  * even layer split), priced as `carve run` prices it
- * (session_run_price_pipeline: f32 with the executor's fused groups) on this
+ * (session_run_price_program: f32 with the executor's fused groups) on this
  * machine's profile calibrated in the run as docs/run.md tells a user to
  * (`carve calibrate` at the case's model and tactics, its default rounds: calib_profile_model,
  * written to a file and read back; once per model and tactics), the judged
  * prediction, and on the `cpu` preset (nominal figures, `carve run` without
- * --hw), for information; then run by the threads backend (exec_pipe_new)
+ * --hw), for information; then run by the threads backend (exec_program_new)
  * for STEPS steps.  Per stage it prints:
  *   bubble  predicted: the stage's idle share of the simulated step, on
  *           either profile;
@@ -326,8 +326,8 @@ static int case_open(bcase *c, int k, int steps, int rounds, int extra, char *er
     const cost_hw *cal = rc ? NULL : calibrated(k, c->st, err, errlen);
     if (!rc && !cal) rc = -1;
     /* what `carve run` prints: on the cpu preset (no --hw) and with --hw the calibrated profile */
-    if (!rc) rc = session_run_price_pipeline(&c->pp, NULL, &c->pe, err, errlen);
-    if (!rc) rc = session_run_price_pipeline(&c->pp, cal, &c->pc, err, errlen);
+    if (!rc) rc = session_run_price_program(&c->pp, NULL, &c->pe, err, errlen);
+    if (!rc) rc = session_run_price_program(&c->pp, cal, &c->pc, err, errlen);
     c->cal = cal;
     c->P = s->stages;
     c->V = pipe_vstages(s);
@@ -438,7 +438,7 @@ static int case_round(bcase *c, int round, tally *t, char *err, size_t errlen)
     const pipe_spec *s = &c->s;
     int P = c->P, nt = c->nt, rc = 0;
     size_t per = (size_t)c->R_max * (size_t)c->T;
-    exec_spmd *r = exec_pipe_new(&c->pp, EXEC_THREADS, 0, err, errlen);
+    exec_spmd *r = exec_program_new(&c->pp, EXEC_THREADS, 0, err, errlen);
     pipe_task *order = calloc((size_t)nt + 1, sizeof *order);
     if (!r || !order) rc = r ? ir_errf(err, errlen, "out of memory") : -1;
     if (r) exec_spmd_init_args(r, 1);

@@ -152,8 +152,8 @@ static int predict(const run *r, const char *sched, double dropout, cost_estimat
         cost_options o = {r->precision, 0, 0, COST_GRADS_AUTO};
         pipe_split_even(&ps, g->n_layers);
         ps.split_auto = 0;
-        pipe_program pp;
-        rc = cost_price_pipelined(ws, st, &ps, NULL, &hw, &o, &pp, e, pe, err, errlen);
+        pipe_program pp = {0};
+        rc = cost_price_plan(ws, st, &ps, NULL, &hw, &o, &pp, e, pe, err, errlen);
         if (rc == 0) pipe_program_free(&pp);
         cost_ws_free(ws);
     } else if (rc == 0) {

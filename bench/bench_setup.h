@@ -70,7 +70,7 @@ static inline int bench_setup_make(bench_setup *s, const char *model, const char
     }
     cost_options opt = {fp32 ? COST_FP32 : cost_default_precision(&hw), 0, 0, COST_GRADS_AUTO};
     s->prefix = shard_state_new(s->g, &s->mesh);
-    if (autopart_pricer_init(&s->pr, &hw, &opt, s->prefix, err, sizeof err) < 0) {
+    if (autopart_pricer_init(&s->pr, &hw, &opt, NULL, s->prefix, err, sizeof err) < 0) {
         fprintf(stderr, "%s: %s\n", model, err);
         return -1;
     }

@@ -22,21 +22,20 @@ static void say(const char *err)
     if (err[0]) cli_error("%s", err);
 }
 
-/* Runs p (its step p->g, named cfg), or the pipelined program pp (p =
- * pp->prog) against ref (taken over), checked against the reference; the
- * predictions printed are priced on hw. */
-static int run_checked(const cli_opts *o, session_world *w, const spmd_program *p, const pipe_program *pp, ir_graph *ref,
-                       const char *cfg, const cost_hw *hw)
+/* Runs the program pp (its step named cfg) checked against its reference
+ * (ref, taken over; NULL: its own step); the predictions printed are priced
+ * on hw. */
+static int run_checked(const cli_opts *o, session_world *w, const pipe_program *pp, ir_graph *ref, const char *cfg,
+                       const cost_hw *hw)
 {
     char err[4096];
     session_run *r;
     session_run_memory mem;
-    int rc = pp ? session_run_open_pipe(&r, w, pp, ref, cfg, (uint64_t)o->seed, &mem, err, sizeof err)
-                : session_run_open(&r, w, p, cfg, (uint64_t)o->seed, &mem, err, sizeof err);
+    int rc = session_run_open(&r, w, pp, ref, cfg, (uint64_t)o->seed, &mem, err, sizeof err);
     say(err);
     if (rc) return rc;
     session_run_set_hw(r, hw);
-    run_print_header(o, w, p, cfg, &mem);
+    run_print_header(o, w, pp->prog, cfg, &mem);
     if ((rc = session_run_start(r, err, sizeof err))) {
         say(err);
         session_run_free(r);
@@ -54,8 +53,7 @@ static int run_checked(const cli_opts *o, session_world *w, const spmd_program *
     }
     if (rc == CLI_OK && session_run_is_root(r)) {
         run_print_timings(w, r);
-        if (pp) run_print_pipeline(w, r);
-        else run_print_memory(w, r, p);
+        run_print_stages(w, r);
         rc = run_print_check(session_run_check_graph(r), r);
     }
     rc = session_run_agree(r, rc);
@@ -63,19 +61,19 @@ static int run_checked(const cli_opts *o, session_world *w, const spmd_program *
     return rc;
 }
 
-/* Runs st's step: lowered (as the pipeline ps when piped, an auto split
- * balanced on hw, checked against the unrolled step of `model` at its
- * micro-batches), run and checked. */
-static int run_lowered(const cli_opts *o, session_world *w, shard_state *st, int piped, const pipe_spec *ps, const char *model,
+/* Runs st's step: lowered under ps (a pipeline: an auto split balanced on
+ * hw, checked against the unrolled step of `model` at its micro-batches),
+ * run and checked. */
+static int run_lowered(const cli_opts *o, session_world *w, shard_state *st, const pipe_spec *ps, const char *model,
                        const char *cfg, const cost_hw *hw)
 {
     char err[1024];
     session_run_program rp;
-    if (session_run_program_build(&rp, st, piped, ps, model, o->optimizer, hw, err, sizeof err) < 0) {
+    if (session_run_program_build(&rp, st, ps, model, o->optimizer, hw, err, sizeof err) < 0) {
         cli_error("run: %s", err);
         return CLI_BAD_INPUT;
     }
-    int rc = run_checked(o, w, rp.p, rp.piped ? &rp.pp : NULL, rp.ref, cfg, hw);
+    int rc = run_checked(o, w, &rp.pp, rp.ref, cfg, hw);
     rp.ref = NULL; /* taken over by the run */
     session_run_program_free(&rp);
     return rc;
@@ -114,7 +112,7 @@ static int run_plan(const cli_opts *o, session_world *w, const cost_hw *hw)
                   SESSION_RUN_MAX_DEVICES);
     else {
         pipe_spec ps;
-        int piped = session_plan_pipeline(&pl, g, &ps, err, sizeof err);
+        int has = session_plan_pipeline(&pl, g, &ps, err, sizeof err);
         char label[1200];
         snprintf(label, sizeof label, "%s (plan %s)", pl.model[0] ? pl.model : pl.graph_file, o->plan);
         if (pl.has_predicted) {
@@ -126,8 +124,8 @@ static int run_plan(const cli_opts *o, session_world *w, const cost_hw *hw)
         }
         cli_opts with_schedule = *o;
         with_schedule.schedule = pl.schedule;
-        if (piped < 0) cli_error("run: %s", err);
-        else rc = run_lowered(&with_schedule, w, st, piped, &ps, pl.model, label, hw);
+        if (has < 0) cli_error("run: %s", err);
+        else rc = run_lowered(&with_schedule, w, st, &ps, pl.model, label, hw);
     }
     shard_state_free(st);
     ir_free(g);
@@ -166,10 +164,10 @@ static int run_schedule(const cli_opts *o, session_world *w, const cost_hw *hw)
         return CLI_BAD_INPUT;
     }
     pipe_spec ps;
-    int rc = CLI_BAD_INPUT, piped;
-    shard_state *st = session_run_state(g, &mesh, &sc, &piped, &ps, err, sizeof err);
+    int rc = CLI_BAD_INPUT;
+    shard_state *st = session_run_state(g, &mesh, &sc, &ps, err, sizeof err);
     if (!st) cli_error("run: %s", err);
-    else rc = run_lowered(o, w, st, piped, &ps, o->model, cfg, hw);
+    else rc = run_lowered(o, w, st, &ps, o->model, cfg, hw);
     shard_state_free(st);
     ir_free(g);
     return rc;

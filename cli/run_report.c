@@ -108,8 +108,9 @@ void run_print_timings(const session_world *w, const session_run *r)
                moved / 1048576.0, move_s > 0 ? moved / move_s / 1e9 : 0.0);
 }
 
-void run_print_memory(const session_world *w, const session_run *r, const spmd_program *p)
+static void print_memory(const session_world *w, const session_run *r)
 {
+    const spmd_program *p = session_run_plan(r)->prog;
     const exec_spmd_stats *st = session_run_stats(r);
     double lo = 0, hi = 0, hwm_lo = 0, hwm_hi = 0, pred = session_run_predicted_peak(r);
     for (int d = 0; d < st->n_devices; d++) {
@@ -168,15 +169,15 @@ static double median(double *x, int n)
     return n % 2 ? x[n / 2] : 0.5 * (x[n / 2 - 1] + x[n / 2]);
 }
 
-void run_print_pipeline(const session_world *w, session_run *r)
+static void print_pipeline(const session_world *w, session_run *r)
 {
-    const pipe_program *pp = session_run_pipeline(r);
+    const pipe_program *pp = session_run_plan(r);
     const exec_spmd_stats *st = session_run_stats(r);
     const pipe_spec *s = &pp->spec;
     const shard_mesh *mesh = &pp->prog->mesh;
     char err[512];
     cost_pipe_estimate pe;
-    int priced = session_run_pipe_estimate(r, &pe, err, sizeof err) == 0;
+    int priced = session_run_stages(r, &pe, err, sizeof err) == 0;
     printf("\npipeline over axis %s: %d stages, %s, %d micro-batches, layers", mesh->names[s->axis], s->stages,
            pipe_schedule_name(s->schedule), s->microbatches);
     for (int v = 0; v < pipe_vstages(s); v++) printf("%s%d", v ? "/" : " ", s->first[v + 1] - s->first[v]);
@@ -229,4 +230,10 @@ void run_print_pipeline(const session_world *w, session_run *r)
         printf("  (MPI: a rank polls while it waits, so its CPU time and the replay count waiting as work, and its time\n"
                "  blocked in a receive includes MPI's own work on the message: judge the bubble on the threads backend)\n");
     if (priced) cost_pipe_estimate_free(&pe);
+}
+
+void run_print_stages(const session_world *w, session_run *r)
+{
+    if (session_run_plan(r)->n_segs > 1) print_pipeline(w, r); /* a pipeline's stages */
+    else print_memory(w, r);
 }

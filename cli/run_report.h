@@ -14,12 +14,10 @@ void run_print_step_head(void);
 void run_print_step(int64_t step, const exec_spmd_check *c, const session_step_times *t);
 /* The last step per device: timings, compute by op kind, collectives. */
 void run_print_timings(const session_world *w, const session_run *r);
-/* Peak memory per device: predicted, laid out, measured. */
-void run_print_memory(const session_world *w, const session_run *r, const spmd_program *p);
-/* A pipelined run: per stage its bubble (predicted, replayed from the
- * devices' CPU time, wall-clock), waits, bytes sent and memory (predicted,
- * laid out, measured). */
-void run_print_pipeline(const session_world *w, session_run *r);
+/* Per stage (a program of one stage: per device) its memory, predicted,
+ * laid out and measured; a pipeline's stages also their bubble (predicted,
+ * replayed from the devices' CPU time, wall-clock), waits and bytes sent. */
+void run_print_stages(const session_world *w, session_run *r);
 /* The check's figures; returns CLI_OK when it passed, else CLI_CHECK_FAILED. */
 int run_print_check(const ir_graph *g, const session_run *r);
 

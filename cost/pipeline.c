@@ -915,7 +915,7 @@ static void pipe_estimate(cost_pipe_stage *stg, cost_pipe_result *res, const pip
         pe->xfer_time = fmax(pe->xfer_time, pe->stage[r].send_bytes / p2p_link(hw, &pp->prog->mesh, s->axis, r, r + 1 < P ? r + 1 : r - 1).bandwidth);
 }
 
-/* cost_estimate_pipeline; when prices is not NULL, *prices gets the
+/* cost_estimate_plan of a pipelined program; when prices is not NULL, *prices gets the
  * per-instruction prices the simulation ran on (scheduled_prices: free
  * them), for a caller that balances the split on them. */
 static int estimate_pipeline(cost_ws *ws, const pipe_program *pp, const cost_hw *hw, const cost_options *opt, cost_estimate *out,
@@ -947,12 +947,6 @@ static int estimate_pipeline(cost_ws *ws, const pipe_program *pp, const cost_hw 
     pricer_close(&c);
     cost_pipe_result_free(&res);
     return rc;
-}
-
-int cost_estimate_pipeline(cost_ws *ws, const pipe_program *pp, const cost_hw *hw, const cost_options *opt,
-                           cost_estimate *out, cost_pipe_estimate *pe, char *err, size_t errlen)
-{
-    return estimate_pipeline(ws, pp, hw, opt, out, pe, NULL, err, errlen);
 }
 
 int cost_pipe_simulate_times(cost_ws *ws, const pipe_program *pp, const cost_hw *hw, const cost_options *opt, const double *seg_time,
@@ -1047,34 +1041,22 @@ done:
     free(cut);
 }
 
-int cost_price_pipelined(cost_ws *ws, shard_state *st, const pipe_spec *spec, const spmd_options *opts, const cost_hw *hw,
-                         const cost_options *opt, pipe_program *pp, cost_estimate *e, cost_pipe_estimate *pe, char *err,
-                         size_t errlen)
+/* A split for pp's auto spec (priced on the prices `it` its simulation ran
+ * on) when it is better than the even one pp has: *pp, *e and *pe become the
+ * balanced program's.  A balanced split that fails to lower or price keeps
+ * the even one.  Returns 0, or -1 with a message (pp freed). */
+static int balance_split(cost_ws *ws, shard_state *st, const spmd_options *opts, const cost_hw *hw, const cost_options *opt,
+                         double *it, pipe_program *pp, cost_estimate *e, cost_pipe_estimate *pe, char *err, size_t errlen)
 {
-    pipe_spec sp = *spec;
-    int autos = sp.split_auto;
-    if (autos) {
-        pipe_split_even(&sp, st->g->n_layers);
-        sp.split_auto = 0;
-    }
-    memset(pp, 0, sizeof *pp);
-    if (pe) memset(pe, 0, sizeof *pe);
-    double *it = NULL; /* the prices the simulation ran on, to balance the split on */
-    if (pipe_lower(st, &sp, opts, pp, err, errlen) < 0) return -1;
-    if (estimate_pipeline(ws, pp, hw, opt, e, pe, autos ? &it : NULL, err, errlen) < 0) {
-        pipe_program_free(pp);
-        return -1;
-    }
-    if (!autos) return 0;
     pipe_spec bal;
     cost_pipe_balance(pp, it, &bal);
     free(it);
-    if (!memcmp(bal.first, sp.first, sizeof bal.first)) return 0;
+    if (!memcmp(bal.first, pp->spec.first, sizeof bal.first)) return 0;
     pipe_program q;
     cost_estimate f;
     cost_pipe_estimate qe;
     if (pipe_lower(st, &bal, opts, &q, err, errlen) < 0) return 0; /* keep the even split */
-    if (cost_estimate_pipeline(ws, &q, hw, opt, &f, pe ? &qe : NULL, err, errlen) < 0) {
+    if (estimate_pipeline(ws, &q, hw, opt, &f, pe ? &qe : NULL, NULL, err, errlen) < 0) {
         pipe_program_free(&q);
         return 0;
     }
@@ -1083,7 +1065,7 @@ int cost_price_pipelined(cost_ws *ws, shard_state *st, const pipe_spec *spec, co
         pipe_program_free(&q);
         if (pe) cost_pipe_estimate_free(&qe);
         /* the workspace now holds the balanced program's buffers: price the even one again */
-        if (cost_estimate_pipeline(ws, pp, hw, opt, e, NULL, err, errlen) == 0) return 0;
+        if (estimate_pipeline(ws, pp, hw, opt, e, NULL, NULL, err, errlen) == 0) return 0;
         pipe_program_free(pp);
         if (pe) cost_pipe_estimate_free(pe);
         return -1;
@@ -1096,4 +1078,73 @@ int cost_price_pipelined(cost_ws *ws, shard_state *st, const pipe_spec *spec, co
         *pe = qe;
     }
     return 0;
+}
+
+/* cost_price_plan of a pipelined plan: an auto split priced at the even split
+ * and at the balanced one (balance_split). */
+static int price_pipelined(cost_ws *ws, shard_state *st, const pipe_spec *spec, const spmd_options *opts, const cost_hw *hw,
+                           const cost_options *opt, pipe_program *pp, cost_estimate *e, cost_pipe_estimate *pe, char *err,
+                           size_t errlen)
+{
+    pipe_spec sp = *spec;
+    int autos = sp.split_auto;
+    if (autos) {
+        pipe_split_even(&sp, st->g->n_layers);
+        sp.split_auto = 0;
+    }
+    double *it = NULL; /* the prices the simulation ran on, to balance the split on */
+    if (pipe_lower(st, &sp, opts, pp, err, errlen) < 0) return -1;
+    if (estimate_pipeline(ws, pp, hw, opt, e, pe, autos ? &it : NULL, err, errlen) < 0) {
+        pipe_program_free(pp);
+        return -1;
+    }
+    return autos ? balance_split(ws, st, opts, hw, opt, it, pp, e, pe, err, errlen) : 0;
+}
+
+/* ---- every plan ---------------------------------------------------------------- */
+
+/* The one stage of a plan without a pipeline, from its estimate e: all of
+ * the step its work, its phases as one micro-batch's forward, backward and
+ * end, nothing idle, sent or stashed.  Returns 0, or -1 when out of memory. */
+static int one_stage(const pipe_program *pp, const cost_estimate *e, cost_pipe_estimate *pe, char *err, size_t errlen)
+{
+    memset(pe, 0, sizeof *pe);
+    if (!(pe->stage = calloc(1, sizeof *pe->stage))) return ir_errf(err, errlen, "out of memory");
+    cost_pipe_stage *s = pe->stage;
+    s->busy = e->step_time;
+    s->fwd = e->phase_compute[SPMD_FORWARD] + e->phase_comm[SPMD_FORWARD];
+    s->bwd = e->phase_compute[SPMD_BACKWARD] + e->phase_comm[SPMD_BACKWARD];
+    s->end = e->phase_compute[SPMD_OPTIMIZER] + e->phase_comm[SPMD_OPTIMIZER];
+    s->compute = e->compute_time;
+    s->comm = e->comm_time;
+    s->peak = e->peak_memory;
+    s->base = e->peak_memory - e->peak_activations;
+    s->params = e->peak_params;
+    s->opt_states = e->peak_opt_states;
+    s->grads = e->peak_grads;
+    s->n_layers = pp->prog->g->n_layers;
+    pe->n_stages = 1;
+    pe->step = pe->ideal = e->step_time;
+    return 0;
+}
+
+int cost_estimate_plan(cost_ws *ws, const pipe_program *pp, const cost_hw *hw, const cost_options *opt, cost_estimate *out,
+                       cost_pipe_estimate *pe, char *err, size_t errlen)
+{
+    if (pp->spec.axis >= 0) return estimate_pipeline(ws, pp, hw, opt, out, pe, NULL, err, errlen);
+    if (cost_estimate_program(ws, pp->prog, hw, opt, out, err, errlen) < 0) return -1;
+    return pe ? one_stage(pp, out, pe, err, errlen) : 0;
+}
+
+int cost_price_plan(cost_ws *ws, shard_state *st, const pipe_spec *spec, const spmd_options *opts, const cost_hw *hw,
+                    const cost_options *opt, pipe_program *pp, cost_estimate *e, cost_pipe_estimate *pe, char *err,
+                    size_t errlen)
+{
+    if (pe) memset(pe, 0, sizeof *pe);
+    if (spec->axis >= 0) {
+        pipe_program_free(pp);
+        return price_pipelined(ws, st, spec, opts, hw, opt, pp, e, pe, err, errlen);
+    }
+    if (pipe_lower(st, spec, opts, pp, err, errlen) < 0) return -1;
+    return cost_estimate_plan(ws, pp, hw, opt, e, pe, err, errlen);
 }

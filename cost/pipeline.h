@@ -1,4 +1,6 @@
-/* pipeline.h (cost) - the price of a pipelined step: its schedule simulated.
+/* pipeline.h (cost) - the price of a plan's program (analysis/pipeline.h:
+ * stages of segments, one stage for a plan without a pipeline): for a
+ * pipelined step, its schedule simulated.
  *
  * A pipelined step (analysis/pipeline.h) is, per stage, a fixed order of
  * tasks (micro-batch, chunk, forward or backward), each running one segment
@@ -125,7 +127,11 @@ typedef struct cost_pipe_estimate {
     double *end_start;        /* [stage] */
 } cost_pipe_estimate;
 
-/* Prices pipelined program pp: each instruction as cost_estimate_program
+/* Prices the program of a plan (analysis/pipeline.h: any plan's, one
+ * function for every plan).  One stage (no pipeline): cost_estimate_program's
+ * price, and *pe (when not NULL) that stage: the step its busy time, its
+ * phases one micro-batch's forward, backward and end, its peak and what the
+ * peak holds.  Pipelined: each instruction as cost_estimate_program
  * prices it (where hw has a cache model, along each stage's task order:
  * cost_price_spans), each transfer on the link between its two devices (the axis'
  * own link when the profile names it; else intra-node when both devices are
@@ -137,11 +143,11 @@ typedef struct cost_pipe_estimate {
  * phase and layer are the body's (one micro-batch of every stage).  pe may be
  * NULL.  Returns 0, or -1 with a message (a profile that fails its check, a
  * schedule that deadlocks). */
-int cost_estimate_pipeline(cost_ws *ws, const pipe_program *pp, const cost_hw *hw, const cost_options *opt,
-                           cost_estimate *out, cost_pipe_estimate *pe, char *err, size_t errlen);
+int cost_estimate_plan(cost_ws *ws, const pipe_program *pp, const cost_hw *hw, const cost_options *opt,
+                       cost_estimate *out, cost_pipe_estimate *pe, char *err, size_t errlen);
 void cost_pipe_estimate_free(cost_pipe_estimate *pe);
 
-/* pp's schedule simulated as cost_estimate_pipeline simulates it, but with
+/* pp's schedule simulated as cost_estimate_plan simulates it, but with
  * measured times: seg_time[k] (seconds; k a segment of the model: the
  * forwards and backwards of the virtual stages, once a micro-batch, then the
  * stages' ends with the common part; < 0: keep the price) replaces segment
@@ -158,7 +164,7 @@ int cost_pipe_simulate_times(cost_ws *ws, const pipe_program *pp, const cost_hw 
 
 /* A layer split for pp's pipeline balanced by the priced work: each layer's
  * seconds a step (its instructions in forward and backward segments m times,
- * in ends once; instr_time per instruction of pp->prog: cost_price_pipelined
+ * in ends once; instr_time per instruction of pp->prog: cost_price_plan
  * passes the prices its simulation ran on, each stage's task order where the
  * profile has a cache model, cost_price_spans), each virtual
  * stage's untagged work (GPT's embedding on the first, head and loss on the
@@ -167,14 +173,18 @@ int cost_pipe_simulate_times(cost_ws *ws, const pipe_program *pp, const cost_hw 
  * stages larger).  Writes first[] into *out (a copy of pp's spec). */
 void cost_pipe_balance(const pipe_program *pp, const double *instr_time, pipe_spec *out);
 
-/* Lowers st under spec (pipe_lower) and prices it.  A spec with split_auto
- * is priced at the even split first, then at cost_pipe_balance's split when
- * that moves a layer, and the faster of the two is kept (a plan that fits
- * first).  *pp receives the program priced (free with pipe_program_free;
- * pp->spec holds the split).  pe may be NULL.  Returns 0, or -1 with a
- * message. */
-int cost_price_pipelined(cost_ws *ws, shard_state *st, const pipe_spec *spec, const spmd_options *opts, const cost_hw *hw,
-                         const cost_options *opt, pipe_program *pp, cost_estimate *e, cost_pipe_estimate *pe, char *err,
-                         size_t errlen);
+/* Lowers the plan in st under spec (pipe_lower) and prices it
+ * (cost_estimate_plan): the one function that lowers and prices a plan,
+ * pipelined (spec from sched_pipeline_step) or not (pipe_spec_none()).  A
+ * pipelined spec with split_auto is priced at the even split first, then at
+ * cost_pipe_balance's split when that moves a layer, and the faster of the
+ * two is kept (a plan that fits first).  pp: zeroed, or a program made here
+ * before (a plan of one stage reuses its arrays; the search prices thousands
+ * of plans); it receives the program priced (free with pipe_program_free;
+ * pp->spec holds the split).  pe may be NULL; else it is overwritten (free a
+ * previous one first).  Returns 0, or -1 with a message. */
+int cost_price_plan(cost_ws *ws, shard_state *st, const pipe_spec *spec, const spmd_options *opts, const cost_hw *hw,
+                    const cost_options *opt, pipe_program *pp, cost_estimate *e, cost_pipe_estimate *pe, char *err,
+                    size_t errlen);
 
 #endif

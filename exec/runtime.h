@@ -44,7 +44,7 @@ typedef struct exec_spmd_device_stats {
     double fused_s;                  /* of compute_s: fused elementwise groups (not in op_s) */
     double resident_bytes;           /* the device's buffers resident in memory after the step (mincore) */
     double process_peak_bytes;       /* VmHWM of the process running the device (/proc/self/status) */
-    /* pipelined steps (exec_pipe_new) */
+    /* pipelined steps (exec_program_new of a pipelined program) */
     double p2p_s;                    /* in SEND and RECV (kind_s has each) */
     double p2p_wait_s;               /* of p2p_s: blocked in a RECV, waiting for the other stage */
     double accumulate_s;             /* of compute_s: adding micro-batches' gradients (and loss) into accumulators */
@@ -135,21 +135,22 @@ double exec_spmd_loss(exec_spmd *r);
  * `global` is written (the others may pass NULL). */
 void exec_spmd_assemble(exec_spmd *r, int b, void *global, double *replica_diff);
 
-/* ---- pipelined programs (spmd_pipe.c) ----------------------------------- */
+/* ---- the program of a plan (spmd_pipe.c) --------------------------------- */
 
-/* Returns a runtime for the pipelined program pp (analysis/pipeline.h) on a
- * backend, or NULL with a message (as exec_spmd_new_on).  Each device runs
- * only its stage's tasks, in the schedule's order, sending activations and
- * their gradients to the neighbouring stages through the backend, summing
- * gradients over the micro-batches, then its end of step (gradient
- * reduction, optimizer) once.  Each stage's arena is laid out by liveness
- * over its own order (it holds the micro-batches its schedule has in
+/* Returns a runtime for the program of a plan (analysis/pipeline.h: any
+ * plan's) on a backend, or NULL with a message (as exec_spmd_new_on).  A
+ * program of one stage runs as exec_spmd_new_on runs it.  A pipelined one:
+ * each device runs only its stage's tasks, in the schedule's order, sending
+ * activations and their gradients to the neighbouring stages through the
+ * backend, summing gradients over the micro-batches, then its end of step
+ * (gradient reduction, optimizer) once.  Each stage's arena is laid out by
+ * liveness over its own order (it holds the micro-batches its schedule has in
  * flight).  exec_spmd_init_args, _step, _apply_updates, _assemble and the
  * check work on it as on any runtime; the check compares it with the
  * unrolled step of the same micro-batches (outputs matched by the argument
  * they update, and the loss).  Borrows pp, which must outlive it. */
 typedef struct pipe_program pipe_program;
-exec_spmd *exec_pipe_new(const pipe_program *pp, exec_backend backend, size_t max_bytes, char *err, size_t errlen);
+exec_spmd *exec_program_new(const pipe_program *pp, exec_backend backend, size_t max_bytes, char *err, size_t errlen);
 /* After a pipelined step, on the root: device dev's tasks' start and end
  * times (seconds from the device's start of the step), 2 per task in
  * pipe_task_order's order; NULL when not pipelined. */
@@ -176,8 +177,9 @@ int exec_pipe_replay(const exec_spmd *r, const double *trace, double *step, doub
 /* Bytes of stage `stage`'s arena (0 when not pipelined). */
 size_t exec_pipe_stage_bytes(const exec_spmd *r, int stage);
 /* The same before any runtime exists: each stage's arena for pp into
- * stage_bytes[0 .. stages).  Returns 0, or -1 with a message. */
-int exec_pipe_bytes(const pipe_program *pp, size_t *stage_bytes, char *err, size_t errlen);
+ * stage_bytes[0 .. stages) (one stage: exec_spmd_device_bytes).  Returns 0,
+ * or -1 with a message. */
+int exec_program_bytes(const pipe_program *pp, size_t *stage_bytes, char *err, size_t errlen);
 
 /* ---- MPI (spmd_mpi.c) ---------------------------------------------------- */
 

@@ -174,24 +174,38 @@ void spmd_device_memory(exec_spmd *r, int dev, exec_spmd_device_stats *st);
  * argument, or what its values are to be: a pipeline's micro-batch input). */
 void spmd_fill_block(exec_spmd *r, const ir_value *x, const void *data, int b, int dev, uint64_t seed);
 
-/* ---- pipelined programs (spmd_pipe.c) ----------------------------------- */
+/* A runtime for program p (spmd_run.c): pipe, when not NULL, is the stream
+ * of a pipelined program whose per-stage layout it makes (owned by the
+ * runtime from here on).  NULL with a message. */
+exec_spmd *spmd_runtime_new(const spmd_program *p, spmd_pipe *pipe, exec_backend backend, size_t max_bytes, char *err,
+                            size_t errlen);
+/* One device's walk of the whole program (a runtime of one stage). */
+void spmd_run_device(exec_spmd *r, int dev);
+
+/* ---- the program's stages (spmd_pipe.c) ---------------------------------- */
 
 /* A pipelined program expanded into one stream of instructions (every
  * stage's tasks in its schedule's order, then its end of step) with the
- * tables to run it; r->pipe of a runtime made by exec_pipe_new. */
+ * tables to run it; r->pipe of a runtime made by exec_program_new. */
 spmd_pipe *spmd_pipe_new(const pipe_program *pp, char *err, size_t errlen);
 void spmd_pipe_free(spmd_pipe *s);
 /* The stream (the runtime's r->p). */
 const spmd_program *spmd_pipe_stream(const spmd_pipe *s);
-/* Each stage's arena by liveness over its part of the stream; sets
+/* The devices' arenas by liveness (spmd_layout): one layout for every device,
+ * or for a pipelined program each stage's over its part of the stream.  Sets
  * r->dev_off, r->release, r->dev_bytes (the largest stage's).  Returns 0, or
  * -1 when out of memory. */
-int spmd_pipe_layout(exec_spmd *r, int reuse);
-size_t spmd_pipe_device_bytes(const exec_spmd *r, int dev);
+int spmd_stages_layout(exec_spmd *r, int reuse);
+/* Bytes of device dev's arena (its stage's). */
+size_t spmd_device_arena_bytes(const exec_spmd *r, int dev);
 /* Fills argument v on device dev: a param or state it holds as any
- * argument, an input once per micro-batch (instance k from "mbK/NAME"). */
-void spmd_pipe_fill(exec_spmd *r, int v, int dev, uint64_t seed);
-int spmd_pipe_step(exec_spmd *r, char *err, size_t errlen);
+ * argument, a pipeline's input once per micro-batch (instance k from
+ * "mbK/NAME"). */
+void spmd_fill_arg(exec_spmd *r, int v, int dev, uint64_t seed);
+/* Runs one step on every device: each walks the program, or in a pipeline
+ * its stage's tasks (then the transfers' trace is gathered and replayed).
+ * Returns 0, or -1 with a message. */
+int spmd_stages_step(exec_spmd *r, char *err, size_t errlen);
 /* The micro-batch instruction i runs for (-1: not pipelined, or an end). */
 int spmd_pipe_mb(const exec_spmd *r, int i);
 /* Whether device dev holds buffer b (always, unless pipelined: its stage uses b). */

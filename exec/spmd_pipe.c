@@ -311,9 +311,10 @@ static int layout_stages(spmd_pipe *s, const int64_t *numel, int reuse, uint8_t 
     return rc;
 }
 
-int spmd_pipe_layout(exec_spmd *r, int reuse)
+int spmd_stages_layout(exec_spmd *r, int reuse)
 {
     spmd_pipe *s = r->pipe;
+    if (!s) return spmd_layout(r->p, r->numel, reuse, r->off, &r->dev_bytes, r->release); /* one stage */
     if (layout_stages(s, r->numel, reuse, r->release) < 0) return -1;
     for (int st = 0; st < s->p; st++)
         if (s->bytes[st] > r->dev_bytes) r->dev_bytes = s->bytes[st];
@@ -321,8 +322,12 @@ int spmd_pipe_layout(exec_spmd *r, int reuse)
     return 0;
 }
 
-int exec_pipe_bytes(const pipe_program *pp, size_t *stage_bytes, char *err, size_t errlen)
+int exec_program_bytes(const pipe_program *pp, size_t *stage_bytes, char *err, size_t errlen)
 {
+    if (pp->n_segs <= 1) { /* one stage */
+        stage_bytes[0] = exec_spmd_device_bytes(pp->prog);
+        return 0;
+    }
     spmd_pipe *s = spmd_pipe_new(pp, err, errlen);
     if (!s) return -1;
     const spmd_program *e = &s->e;
@@ -343,7 +348,7 @@ int exec_pipe_bytes(const pipe_program *pp, size_t *stage_bytes, char *err, size
     return rc;
 }
 
-size_t spmd_pipe_device_bytes(const exec_spmd *r, int dev) { return r->pipe->bytes[stage_of(r, dev)]; }
+size_t spmd_device_arena_bytes(const exec_spmd *r, int dev) { return r->pipe ? r->pipe->bytes[stage_of(r, dev)] : r->dev_bytes; }
 
 /* ---- building and freeing -------------------------------------------------- */
 
@@ -443,6 +448,13 @@ spmd_pipe *spmd_pipe_new(const pipe_program *pp, char *err, size_t errlen)
 }
 
 const spmd_program *spmd_pipe_stream(const spmd_pipe *s) { return &s->e; }
+
+exec_spmd *exec_program_new(const pipe_program *pp, exec_backend backend, size_t max_bytes, char *err, size_t errlen)
+{
+    if (pp->n_segs <= 1) return spmd_runtime_new(pp->prog, NULL, backend, max_bytes, err, errlen); /* one stage */
+    spmd_pipe *pipe = spmd_pipe_new(pp, err, errlen);
+    return pipe ? spmd_runtime_new(spmd_pipe_stream(pipe), pipe, backend, max_bytes, err, errlen) : NULL;
+}
 
 /* ---- running -------------------------------------------------------------- */
 
@@ -626,11 +638,12 @@ const double *exec_pipe_cpu_trace(const exec_spmd *r, int dev)
     return r->pipe ? r->pipe->cpu_t + (size_t)dev * (2 * (size_t)r->pipe->n_p2p + 1) : NULL;
 }
 
-int spmd_pipe_step(exec_spmd *r, char *err, size_t errlen)
+int spmd_stages_step(exec_spmd *r, char *err, size_t errlen)
 {
     spmd_pipe *s = r->pipe;
-    r->be->run(r, run_pipe_device);
+    r->be->run(r, s ? run_pipe_device : spmd_run_device);
     if (atomic_load(&r->abort)) return ir_errf(err, errlen, "%s", r->err[0] ? r->err : "a device stopped");
+    if (!s) return 0; /* one stage: no transfers to replay */
     r->be->gather(r, s->task_t, 2 * (size_t)s->n_tasks * sizeof *s->task_t);
     r->be->gather(r, s->task_cpu, (2 * (size_t)s->n_tasks + 2) * sizeof *s->task_cpu);
     r->be->gather(r, s->cpu_t, (2 * (size_t)s->n_p2p + 1) * sizeof *s->cpu_t);
@@ -659,12 +672,12 @@ int spmd_home_device(const exec_spmd *r, int b)
     return h > 0 ? h * (int)r->axis_stride[r->pipe->axis] : 0;
 }
 
-void spmd_pipe_fill(exec_spmd *r, int v, int dev, uint64_t seed)
+void spmd_fill_arg(exec_spmd *r, int v, int dev, uint64_t seed)
 {
     spmd_pipe *s = r->pipe;
     int b = r->p->arg_buf[v];
     ir_value x = r->g->values[v];
-    if (s->pp->buf_class[b] != PIPE_BUF_MB) {
+    if (!s || s->pp->buf_class[b] != PIPE_BUF_MB) { /* (one stage: every argument so) */
         spmd_fill_block(r, &x, ir_data(r->g, v), b, dev, seed);
         return;
     }

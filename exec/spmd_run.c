@@ -107,23 +107,20 @@ static int alloc_tables(exec_spmd *r)
     return 0;
 }
 
-/* Bytes of arena device dev needs. */
-static size_t arena_bytes(const exec_spmd *r, int dev) { return r->pipe ? spmd_pipe_device_bytes(r, dev) : r->dev_bytes; }
-
 /* Maps the arenas of the local devices, after checking their sum against
  * max_bytes (0: no limit).  Returns 0, or -1 with a message. */
 static int map_arenas(exec_spmd *r, size_t max_bytes, const char *mesh_text, char *err, size_t errlen)
 {
     const spmd_program *p = r->p;
     size_t need = 0;
-    for (int k = 0; k < r->n_local; k++) need += arena_bytes(r, r->local[k]);
+    for (int k = 0; k < r->n_local; k++) need += spmd_device_arena_bytes(r, r->local[k]);
     if (max_bytes && need > max_bytes)
         return ir_errf(err, errlen, "mesh %s: the SPMD run needs %zu bytes (%.1f MiB) of buffers (%zu per device), above the limit of %zu bytes",
                        mesh_text, need, (double)need / 1048576.0, r->dev_bytes, max_bytes);
     for (int k = 0; k < r->n_local; k++) {
         int dev = r->local[k];
         exec_arena *a = &r->arena[dev];
-        if (exec_arena_map(a, arena_bytes(r, dev)) < 0)
+        if (exec_arena_map(a, spmd_device_arena_bytes(r, dev)) < 0)
             return ir_errf(err, errlen, "mesh %s: out of memory allocating %zu bytes of device buffers", mesh_text, need);
         for (int v = 0; v < r->g->n_values; v++) /* the rest are placed as they are written */
             if (p->arg_buf[v] >= 0 && spmd_holds(r, dev, p->arg_buf[v]))
@@ -132,10 +129,8 @@ static int map_arenas(exec_spmd *r, size_t max_bytes, const char *mesh_text, cha
     return 0;
 }
 
-/* A runtime for p (pipe: the stream of a pipelined program, whose per-stage
- * layout it makes; owned by the runtime from here on). */
-static exec_spmd *runtime_new(const spmd_program *p, spmd_pipe *pipe, exec_backend backend, size_t max_bytes, char *err,
-                              size_t errlen)
+exec_spmd *spmd_runtime_new(const spmd_program *p, spmd_pipe *pipe, exec_backend backend, size_t max_bytes, char *err,
+                            size_t errlen)
 {
     const ir_graph *g = p->g;
     char mesh_text[128];
@@ -160,7 +155,7 @@ static exec_spmd *runtime_new(const spmd_program *p, spmd_pipe *pipe, exec_backe
     r->p = p;
     r->g = g;
     r->pipe = pipe;
-    r->p2p = pipe != NULL;
+    for (int i = 0; i < p->n_instrs && !r->p2p; i++) r->p2p = spmd_kind_is_p2p(p->instrs[i].kind); /* (a pipeline's) */
     r->be = backend == EXEC_MPI ? &spmd_mpi_backend : &spmd_threads_backend;
     r->n_dev = (int)p->mesh.n_devices;
     pthread_mutex_init(&r->err_mu, NULL);
@@ -171,8 +166,7 @@ static exec_spmd *runtime_new(const spmd_program *p, spmd_pipe *pipe, exec_backe
     }
     if (alloc_tables(r) < 0) goto oom;
     for (int d = 0; d < r->n_dev; d++) r->dev_off[d] = r->off; /* one layout for every device */
-    if (pipe ? spmd_pipe_layout(r, reuse_enabled()) < 0 : spmd_layout(p, r->numel, reuse_enabled(), r->off, &r->dev_bytes, r->release) < 0)
-        goto oom;
+    if (spmd_stages_layout(r, reuse_enabled()) < 0) goto oom;
     if (r->be->open(r, err, errlen) < 0 || map_arenas(r, max_bytes, mesh_text, err, errlen) < 0) {
         exec_spmd_free(r);
         return NULL;
@@ -197,13 +191,7 @@ oom:
 
 exec_spmd *exec_spmd_new_on(const spmd_program *p, exec_backend backend, size_t max_bytes, char *err, size_t errlen)
 {
-    return runtime_new(p, NULL, backend, max_bytes, err, errlen);
-}
-
-exec_spmd *exec_pipe_new(const pipe_program *pp, exec_backend backend, size_t max_bytes, char *err, size_t errlen)
-{
-    spmd_pipe *pipe = spmd_pipe_new(pp, err, errlen);
-    return pipe ? runtime_new(spmd_pipe_stream(pipe), pipe, backend, max_bytes, err, errlen) : NULL;
+    return spmd_runtime_new(p, NULL, backend, max_bytes, err, errlen);
 }
 
 void exec_spmd_free(exec_spmd *r)
@@ -275,10 +263,7 @@ void exec_spmd_init_args(exec_spmd *r, uint64_t seed)
 #pragma omp parallel for num_threads(n_threads) schedule(dynamic, 1)
     for (int k = 0; k < r->n_local; k++)
         for (int v = 0, dev = r->local[k]; v < r->g->n_values; v++)
-            if (p->arg_buf[v] >= 0 && spmd_holds(r, dev, p->arg_buf[v])) {
-                if (r->pipe) spmd_pipe_fill(r, v, dev, seed);
-                else spmd_fill_block(r, &r->g->values[v], ir_data(r->g, v), p->arg_buf[v], dev, seed);
-            }
+            if (p->arg_buf[v] >= 0 && spmd_holds(r, dev, p->arg_buf[v])) spmd_fill_arg(r, v, dev, seed);
 }
 
 void exec_spmd_apply_updates(exec_spmd *r)
@@ -538,10 +523,7 @@ int exec_spmd_step(exec_spmd *r, char *err, size_t errlen)
     exec_blis_setup();
     atomic_store(&r->abort, 0);
     r->err[0] = 0;
-    if (r->pipe) return spmd_pipe_step(r, err, errlen);
-    r->be->run(r, spmd_run_device);
-    if (atomic_load(&r->abort)) return ir_errf(err, errlen, "%s", r->err[0] ? r->err : "a device stopped");
-    return 0;
+    return spmd_stages_step(r, err, errlen);
 }
 
 int exec_spmd_agree(exec_spmd *r, int rc) { return (int)r->be->max_all(r, (double)rc); }

@@ -230,7 +230,8 @@ static int pipeline_level(session_autopart *a, const char *user, double deadline
 static int chosen_schedule(session_autopart *a, char *err, size_t errlen)
 {
     const autopart_step *s = &a->steps[a->chosen];
-    const pipe_spec *resolved = s->pr.piped && s->pr.pp.prog && a->chosen >= a->pipe_first ? &s->pr.pp.spec : NULL;
+    /* the pipeline level's plan, priced: its program holds the pipeline as it replays (a user's stays in user) */
+    const pipe_spec *resolved = a->chosen >= a->pipe_first && s->e.step_time > 0 ? &s->pr.pp.spec : NULL;
     int keep = a->gather_auto && s->st->gather_policy == SPMD_GATHER_KEEP;
     schedule *sc = ir_xcalloc(1, sizeof *sc);
     char text[SCHED_STR_MAX];

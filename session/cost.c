@@ -28,22 +28,15 @@ int session_cost_run(session_cost *c, const ir_graph *g, const shard_mesh *mesh,
      * replicated plan first there could price this one otherwise than
      * carve explain and plan files do */
     c->ws = cost_ws_new(g);
-    pipe_spec ps;
-    int piped = sched_pipeline_step(sc, g, mesh, &ps, err, errlen);
-    if (piped < 0) return -1;
-    if (piped) { /* the pipeline's schedule simulated, an auto split balanced */
-        if (cost_price_pipelined(c->ws, c->st, &ps, NULL, hw, opt, &c->pp, &c->e, &c->pe, err, errlen) < 0) return -1;
-        c->piped = 1;
-        c->p = c->pp.prog;
-    } else {
-        c->p = spmd_lower(c->st);
-        if (cost_estimate_program(c->ws, c->p, hw, opt, &c->e, err, errlen) < 0) return -1;
-    }
+    pipe_spec ps; /* (a pipeline's schedule is simulated, an auto split balanced) */
+    if (sched_pipeline_step(sc, g, mesh, &ps, err, errlen) < 0) return -1;
+    int r = cost_price_plan(c->ws, c->st, &ps, NULL, hw, opt, &c->pp, &c->e, &c->pe, err, errlen);
+    c->p = c->pp.prog;
+    if (r < 0) return -1;
     /* the replicated plan on the same mesh (every device does all the work;
      * pipelined, the pipeline alone): the search's baseline, the unit of its reward */
     shard_state *scratch = shard_state_new(g, mesh);
-    int r = autopart_pricer_init(&c->pr, hw, opt, scratch, err, errlen);
-    if (!r && piped) r = autopart_pricer_set_pipeline(&c->pr, &ps, scratch, err, errlen);
+    r = autopart_pricer_init(&c->pr, hw, opt, &ps, scratch, err, errlen);
     shard_state_free(scratch);
     c->base = c->pr.replicated;
     return r;
@@ -53,12 +46,8 @@ void session_cost_free(session_cost *c)
 {
     view_explain_free(&c->x);
     autopart_pricer_free(&c->pr);
-    if (c->piped) {
-        pipe_program_free(&c->pp);
-        cost_pipe_estimate_free(&c->pe);
-    } else {
-        spmd_free(c->p);
-    }
+    pipe_program_free(&c->pp);
+    cost_pipe_estimate_free(&c->pe);
     cost_ws_free(c->ws);
     shard_state_free(c->st);
     memset(c, 0, sizeof *c);

@@ -72,6 +72,7 @@ int session_plan_pipeline(const plan *pl, const ir_graph *g, pipe_spec *ps, char
 {
     schedule sc;
     char e2[512];
+    *ps = pipe_spec_none();
     if (!pl->schedule[0] || sched_parse(pl->schedule, &pl->mesh, &sc, e2, sizeof e2) < 0) return 0; /* replay said why */
     if (sched_pipeline_step(&sc, g, &pl->mesh, ps, e2, sizeof e2) < 0) return ir_errf(err, errlen, "schedule: %s", e2);
     return ps->axis >= 0;
@@ -101,27 +102,16 @@ int session_plan_open(const char *path, plan *pl, ir_graph **g, shard_state **st
     *st = shard_state_new(*g, &pl->mesh);
     int rc = plan_replay(pl, path, *st, err, errlen);
     pipe_spec ps;
-    int piped = rc ? 0 : session_plan_pipeline(pl, *g, &ps, err, errlen);
-    if (piped < 0) rc = -1;
-    if (!rc && piped) { /* priced as its pipeline's schedule */
-        (*st)->reserved_axes |= 1u << ps.axis;
+    if (!rc && session_plan_pipeline(pl, *g, &ps, err, errlen) < 0) rc = -1;
+    if (!rc) { /* priced as the plan is (a pipeline: its schedule's price) and checked against what it recorded */
+        (*st)->reserved_axes |= pipe_reserved_axes(&ps);
         cost_ws *ws = cost_ws_new(*g);
         cost_estimate e;
-        pipe_program pp;
-        rc = cost_price_pipelined(ws, *st, &ps, NULL, &hw, &pl->options, &pp, &e, NULL, err, errlen);
-        if (!rc) {
-            rc = plan_verify(pl, path, *st, pp.prog, &e, err, errlen);
-            pipe_program_free(&pp);
-        }
+        pipe_program pp = {0};
+        rc = cost_price_plan(ws, *st, &ps, NULL, &hw, &pl->options, &pp, &e, NULL, err, errlen);
+        if (!rc) rc = plan_verify(pl, path, *st, pp.prog, &e, err, errlen);
+        pipe_program_free(&pp);
         cost_ws_free(ws);
-    } else if (!rc) {
-        spmd_program *p = spmd_lower(*st);
-        cost_ws *ws = cost_ws_new(*g);
-        cost_estimate e;
-        rc = cost_estimate_program(ws, p, &hw, &pl->options, &e, err, errlen);
-        if (!rc) rc = plan_verify(pl, path, *st, p, &e, err, errlen);
-        cost_ws_free(ws);
-        spmd_free(p);
     }
     if (rc) {
         shard_state_free(*st);

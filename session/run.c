@@ -15,10 +15,11 @@
  * fails says why itself; where the reason is the same on every rank, rank 0
  * alone says it.
  *
- * The program is one SPMD program for every device (exec_spmd), or a
- * pipelined program (each device runs its stage's tasks: exec_pipe_new),
- * checked against the unrolled step of the same micro-batches.  The pieces
- * that know which are prog_hash, the memory figures and open_executors.
+ * The program is the plan's (analysis/pipeline.h: stages of segments, one
+ * of each without a pipeline), run by exec_program_new: every device walks
+ * it, or in a pipeline runs its stage's tasks.  A pipeline's body is checked
+ * against the unrolled step of the same micro-batches (the run's reference
+ * graph); any other program against its own step.
  */
 #include "session/session.h"
 
@@ -32,9 +33,10 @@
 
 struct session_run {
     session_world *w;
-    const spmd_program *p;  /* the program, or a pipeline's body */
-    const pipe_program *pp; /* a pipelined run's program, else NULL */
-    ir_graph *ref_g;        /* a pipelined run's reference (the unrolled step), owned; else NULL */
+    const pipe_program *pp; /* the program run */
+    const spmd_program *p;  /* pp->prog (a pipeline's body) */
+    ir_graph *ref_g;        /* the step the check compares with when it is not p's (a pipeline's unrolled
+                               step), owned; else NULL */
     const char *label;
     uint64_t seed;
     session_run_memory mem;
@@ -76,63 +78,65 @@ int session_world_end(session_world *w, int rc, char *err, size_t errlen)
     return rc;
 }
 
-/* FNV-1a of the program's instructions, buffer layouts and mesh (and a
- * pipeline's spec): ranks that lowered different plans (different files on
- * different hosts) differ. */
-static uint64_t prog_hash(const spmd_program *p, const pipe_program *pp)
+/* FNV-1a of the program's pipeline spec, instructions, buffer layouts and
+ * mesh: ranks that lowered different plans (different files on different
+ * hosts) differ. */
+static uint64_t prog_hash(const pipe_program *pp)
 {
-    uint64_t h = pp ? ir_fnv_bytes(IR_FNV_OFFSET, &pp->spec, sizeof pp->spec) : IR_FNV_OFFSET;
+    const spmd_program *p = pp->prog;
+    uint64_t h = ir_fnv_bytes(IR_FNV_OFFSET, &pp->spec, sizeof pp->spec);
     h = ir_fnv_bytes(h, p->instrs, (size_t)p->n_instrs * sizeof *p->instrs);
     h = ir_fnv_bytes(h, p->bufs, (size_t)p->n_bufs * sizeof *p->bufs);
     for (int a = 0; a < p->mesh.n_axes; a++) h = ir_fnv_str(ir_fnv_word(h, (uint64_t)p->mesh.sizes[a]), p->mesh.names[a]);
     return h;
 }
 
-/* What the run needs in memory (pipelined: each device its stage's arena). */
+/* What the run needs in memory: each device its stage's arena. */
 static int measure(session_run *r, session_run_memory *mem, char *err, size_t errlen)
 {
     const spmd_program *p = r->p;
+    const pipe_spec *s = &r->pp->spec;
     int mpi = r->w->backend == EXEC_MPI;
-    mem->reference = exec_ref_bytes(r->ref_g ? r->ref_g : p->g);
+    mem->reference = exec_ref_bytes(session_run_check_graph(r));
     mem->available = exec_memory_available(mem->why, sizeof mem->why);
-    if (!r->pp) {
-        mem->device = exec_spmd_device_bytes(p);
-        mem->spmd = mpi ? mem->device : exec_spmd_bytes(p);
-    } else {
-        const pipe_spec *s = &r->pp->spec;
-        size_t *stage = calloc((size_t)s->stages, sizeof *stage);
-        char e2[400];
-        if (!stage || exec_pipe_bytes(r->pp, stage, e2, sizeof e2) < 0) {
-            free(stage);
-            return ir_errf(err, errlen, "run: %s", stage ? e2 : "out of memory");
-        }
-        mem->device = mem->spmd = 0;
-        for (int d = 0; d < p->mesh.n_devices; d++) {
-            size_t b = stage[shard_device_coord(&p->mesh, d, s->axis)];
-            if (b > mem->device) mem->device = b;
-            if (!mpi || d == r->w->rank) mem->spmd += b;
-        }
+    size_t *stage = calloc((size_t)pipe_stage_count(s), sizeof *stage);
+    char e2[400];
+    if (!stage || exec_program_bytes(r->pp, stage, e2, sizeof e2) < 0) {
         free(stage);
+        return ir_errf(err, errlen, "run: %s", stage ? e2 : "out of memory");
     }
+    mem->device = mem->spmd = 0;
+    for (int d = 0; d < p->mesh.n_devices; d++) {
+        size_t b = stage[pipe_device_stage(s, &p->mesh, d)];
+        if (b > mem->device) mem->device = b;
+        if (!mpi || d == r->w->rank) mem->spmd += b;
+    }
+    free(stage);
     mem->mine = mem->spmd + (r->w->rank == 0 ? mem->reference : 0);
     return 0;
 }
 
-static int open_run(session_run **out, session_world *w, const spmd_program *p, const pipe_program *pp, ir_graph *ref,
-                    const char *label, uint64_t seed, session_run_memory *mem, char *err, size_t errlen)
+int session_run_open(session_run **out, session_world *w, const pipe_program *pp, ir_graph *ref, const char *label,
+                     uint64_t seed, session_run_memory *mem, char *err, size_t errlen)
 {
     *out = NULL;
     err[0] = 0;
+    const spmd_program *p = pp->prog;
     int mpi = w->backend == EXEC_MPI, rc = agree_setup(w, 0, err, errlen);
-    if (rc) return rc;
+    if (rc) {
+        ir_free(ref);
+        return rc;
+    }
     if (mpi && w->size != p->mesh.n_devices) { /* the same on every rank: rank 0 says it */
         if (w->rank == 0)
             ir_errf(err, errlen, "run: the mesh has %lld devices but mpirun started %d ranks (run mpirun -n %lld: one rank per device)",
                     (long long)p->mesh.n_devices, w->size, (long long)p->mesh.n_devices);
+        ir_free(ref);
         return SESSION_BAD_INPUT;
     }
-    if (mpi && !exec_mpi_same(prog_hash(p, pp))) {
+    if (mpi && !exec_mpi_same(prog_hash(pp))) {
         if (w->rank == 0) ir_errf(err, errlen, "run: the ranks lowered different programs (give every rank the same plan, model and mesh)");
+        ir_free(ref);
         return SESSION_BAD_INPUT;
     }
     session_run *r = ir_xcalloc(1, sizeof *r);
@@ -143,27 +147,12 @@ static int open_run(session_run **out, session_world *w, const spmd_program *p, 
     r->label = label;
     r->seed = seed;
     if (measure(r, mem, err, errlen) < 0) {
-        r->ref_g = NULL; /* the caller frees it on failure */
-        session_run_free(r);
+        session_run_free(r); /* (and ref with it) */
         return SESSION_BAD_INPUT;
     }
     r->mem = *mem;
     *out = r;
     return 0;
-}
-
-int session_run_open(session_run **out, session_world *w, const spmd_program *p, const char *label, uint64_t seed,
-                     session_run_memory *mem, char *err, size_t errlen)
-{
-    return open_run(out, w, p, NULL, NULL, label, seed, mem, err, errlen);
-}
-
-int session_run_open_pipe(session_run **out, session_world *w, const pipe_program *pp, ir_graph *ref, const char *label,
-                          uint64_t seed, session_run_memory *mem, char *err, size_t errlen)
-{
-    int rc = open_run(out, w, pp->prog, pp, ref, label, seed, mem, err, errlen);
-    if (rc) ir_free(ref);
-    return rc;
 }
 
 int session_run_hw(const char *name_or_path, cost_hw *hw, char *err, size_t errlen)
@@ -175,66 +164,62 @@ void session_run_set_hw(session_run *r, const cost_hw *hw) { r->hw = hw; }
 const cost_hw *session_run_get_hw(const session_run *r) { return r->hw; }
 
 /* What a run is priced on, in *h: hw (NULL: the `cpu` preset), with the
- * executor's fused groups when `fused` (a pipeline's prices: as it runs).
- * Returns 0, or -1 with a message. */
-static int run_hw(const cost_hw *hw, int fused, cost_hw *h, char *err, size_t errlen)
+ * executor's fused groups (as it runs).  Returns 0, or -1 with a message. */
+static int run_hw(const cost_hw *hw, cost_hw *h, char *err, size_t errlen)
 {
     if (hw) *h = *hw;
     else if (session_run_hw(NULL, h, err, errlen) < 0) return -1;
-    if (fused) h->fused_elementwise = 1;
+    h->fused_elementwise = 1;
     return 0;
 }
 
-shard_state *session_run_state(const ir_graph *g, const shard_mesh *mesh, const schedule *sc, int *piped, pipe_spec *ps,
-                               char *err, size_t errlen)
+shard_state *session_run_state(const ir_graph *g, const shard_mesh *mesh, const schedule *sc, pipe_spec *ps, char *err,
+                               size_t errlen)
 {
     shard_state *st = shard_state_new(g, mesh);
-    *piped = sched_pipeline_step(sc, g, mesh, ps, err, errlen);
-    if (*piped < 0 || sched_apply(sc, st, err, errlen) < 0) {
+    if (sched_pipeline_step(sc, g, mesh, ps, err, errlen) < 0 || sched_apply(sc, st, err, errlen) < 0) {
         shard_state_free(st);
         return NULL;
     }
     return st;
 }
 
-/* st's step (a pipeline's body) lowered under ps for a run
- * (session_run_program.pp).  Returns 0, or -1 with a message. */
-static int lower_pipeline(shard_state *st, const pipe_spec *ps, const cost_hw *hw, pipe_program *pp, char *err, size_t errlen)
+/* st's step lowered under ps for a run (session_run_program.pp), an auto
+ * split balanced on hw's prices as the executor runs it.  Returns 0, or -1
+ * with a message. */
+static int lower_run(shard_state *st, const pipe_spec *ps, const cost_hw *hw, pipe_program *pp, char *err, size_t errlen)
 {
     cost_estimate e;
     cost_options opt = {.precision = COST_FP32};
     cost_hw h;
-    if (run_hw(hw, 1, &h, err, errlen) < 0) return -1;
+    if (run_hw(hw, &h, err, errlen) < 0) return -1;
     cost_ws *ws = cost_ws_new(st->g);
-    int rc = ws ? cost_price_pipelined(ws, st, ps, NULL, &h, &opt, pp, &e, NULL, err, errlen) : ir_errf(err, errlen, "out of memory");
+    int rc = ws ? cost_price_plan(ws, st, ps, NULL, &h, &opt, pp, &e, NULL, err, errlen) : ir_errf(err, errlen, "out of memory");
     cost_ws_free(ws);
     return rc;
 }
 
-/* What a pipelined run is checked against (session_run_program.ref).  NULL
- * with a message. */
-static ir_graph *reference(const char *model, const char *optimizer, int m, char *err, size_t errlen)
+/* What a run under ps is checked against when it is not the program's own
+ * step (session_run_program.ref): a pipeline's body, one micro-batch, is the
+ * unrolled step of its micro-batches.  *ref NULL otherwise.  Returns 0, or
+ * -1 with a message. */
+static int reference(const pipe_spec *ps, const char *model, const char *optimizer, ir_graph **ref, char *err, size_t errlen)
 {
     model_config cfg;
     ir_optimizer opt = session_optimizer(optimizer);
-    if (!model || !model[0]) return ir_errf(err, errlen, "run: a pipelined run is checked against its model's unrolled step: give --model"), NULL;
-    if (model_parse(model, &cfg, err, errlen) < 0) return NULL;
-    return model_build_microbatched_step(&cfg, &opt, m, err, errlen);
+    *ref = NULL;
+    if (ps->microbatches < 1) return 0; /* (no pipeline: pipe_spec_none's 0) */
+    if (!model || !model[0]) return ir_errf(err, errlen, "run: a pipelined run is checked against its model's unrolled step: give --model");
+    if (model_parse(model, &cfg, err, errlen) < 0) return -1;
+    return (*ref = model_build_microbatched_step(&cfg, &opt, ps->microbatches, err, errlen)) ? 0 : -1;
 }
 
-int session_run_program_build(session_run_program *rp, shard_state *st, int piped, const pipe_spec *ps, const char *model,
+int session_run_program_build(session_run_program *rp, shard_state *st, const pipe_spec *ps, const char *model,
                               const char *optimizer, const cost_hw *hw, char *err, size_t errlen)
 {
     memset(rp, 0, sizeof *rp);
-    rp->piped = piped;
-    if (!piped) {
-        rp->p = spmd_lower(st);
-        return 0;
-    }
-    rp->ref = reference(model, optimizer, ps->microbatches, err, errlen);
-    if (!rp->ref || lower_pipeline(st, ps, hw, &rp->pp, err, errlen) < 0) {
-        ir_free(rp->ref);
-        memset(rp, 0, sizeof *rp);
+    if (reference(ps, model, optimizer, &rp->ref, err, errlen) < 0 || lower_run(st, ps, hw, &rp->pp, err, errlen) < 0) {
+        session_run_program_free(rp);
         return -1;
     }
     rp->p = rp->pp.prog;
@@ -243,16 +228,12 @@ int session_run_program_build(session_run_program *rp, shard_state *st, int pipe
 
 void session_run_program_free(session_run_program *rp)
 {
-    if (rp->piped) {
-        pipe_program_free(&rp->pp);
-        ir_free(rp->ref);
-    } else {
-        spmd_free(rp->p);
-    }
+    pipe_program_free(&rp->pp);
+    ir_free(rp->ref);
     memset(rp, 0, sizeof *rp);
 }
 
-const pipe_program *session_run_pipeline(const session_run *r) { return r->pp; }
+const pipe_program *session_run_plan(const session_run *r) { return r->pp; }
 const ir_graph *session_run_check_graph(const session_run *r) { return r->ref_g ? r->ref_g : r->p->g; }
 
 /* Refuses a run whose buffers do not fit in the memory available (per rank
@@ -287,8 +268,7 @@ static int open_executors(session_run *r, char *err, size_t errlen)
         rc = SESSION_BAD_INPUT;
     }
     if (mpi) rc = exec_mpi_agree(rc); /* exec_spmd_new_on splits communicators: every rank or none */
-    if (!rc)
-        r->rt = r->pp ? exec_pipe_new(r->pp, r->w->backend, 0, e2, sizeof e2) : exec_spmd_new_on(r->p, r->w->backend, 0, e2, sizeof e2);
+    if (!rc) r->rt = exec_program_new(r->pp, r->w->backend, 0, e2, sizeof e2);
     if (!rc && !r->rt) {
         if (mpi) ir_errf(err, errlen, "run: rank %d of %d: %s", r->w->rank, r->w->size, e2);
         else ir_errf(err, errlen, "run: %s", e2);
@@ -362,43 +342,31 @@ int session_run_ok(const session_run *r) { return exec_spmd_check_ok(&r->c, EXEC
 double session_run_predicted_peak(const session_run *r)
 {
     char err[256];
-    cost_estimate e;
-    cost_options opt = {.precision = COST_FP32};
-    if (r->pp) { /* the largest stage's */
-        cost_pipe_estimate pe;
-        double peak = -1;
-        if (session_run_pipe_estimate(r, &pe, err, sizeof err) < 0) return -1;
-        for (int s = 0; s < pe.n_stages; s++)
-            if (pe.stage[s].peak > peak) peak = pe.stage[s].peak;
-        cost_pipe_estimate_free(&pe);
-        return peak;
-    }
-    cost_hw hw;
-    if (run_hw(r->hw, 0, &hw, err, sizeof err) < 0) return -1;
-    cost_ws *ws = cost_ws_new(r->p->g);
-    int rc = ws ? cost_estimate_program(ws, r->p, &hw, &opt, &e, err, sizeof err) : -1;
-    cost_ws_free(ws);
-    return rc < 0 ? -1 : e.peak_memory;
+    cost_pipe_estimate pe;
+    double peak = -1;
+    if (session_run_stages(r, &pe, err, sizeof err) < 0) return -1;
+    for (int s = 0; s < pe.n_stages; s++) /* the largest stage's */
+        if (pe.stage[s].peak > peak) peak = pe.stage[s].peak;
+    cost_pipe_estimate_free(&pe);
+    return peak;
 }
 
-int session_run_price_pipeline(const pipe_program *pp, const cost_hw *hw, cost_pipe_estimate *pe, char *err, size_t errlen)
+int session_run_price_program(const pipe_program *pp, const cost_hw *hw, cost_pipe_estimate *pe, char *err, size_t errlen)
 {
     cost_estimate e;
     cost_options opt = {.precision = COST_FP32};
     memset(pe, 0, sizeof *pe);
     cost_hw h;
-    if (run_hw(hw, 1, &h, err, errlen) < 0) return -1;
+    if (run_hw(hw, &h, err, errlen) < 0) return -1;
     cost_ws *ws = cost_ws_new(pp->prog->g);
-    int rc = ws ? cost_estimate_pipeline(ws, pp, &h, &opt, &e, pe, err, errlen) : ir_errf(err, errlen, "out of memory");
+    int rc = ws ? cost_estimate_plan(ws, pp, &h, &opt, &e, pe, err, errlen) : ir_errf(err, errlen, "out of memory");
     cost_ws_free(ws);
     return rc;
 }
 
-int session_run_pipe_estimate(const session_run *r, cost_pipe_estimate *pe, char *err, size_t errlen)
+int session_run_stages(const session_run *r, cost_pipe_estimate *pe, char *err, size_t errlen)
 {
-    memset(pe, 0, sizeof *pe);
-    if (!r->pp) return ir_errf(err, errlen, "not a pipelined run");
-    return session_run_price_pipeline(r->pp, r->hw, pe, err, errlen);
+    return session_run_price_program(r->pp, r->hw, pe, err, errlen);
 }
 
 int64_t session_run_largest_sum(const session_run *r)

@@ -93,8 +93,9 @@ ir_graph *session_plan_step(const plan *pl, const char *path, char *err, size_t 
  * configuration in messages). */
 ir_graph *session_plan_step_sched(const plan *pl, const schedule *sc, const char *path, char *err, size_t errlen);
 
-/* The pipeline of plan pl's schedule on its step g (session_plan_step):
- * 1 with *ps, 0 when it has none, -1 with a message. */
+/* The pipeline of plan pl's schedule on its step g (session_plan_step) in
+ * *ps (pipe_spec_none() when it has none): 1, 0 when it has none, -1 with a
+ * message. */
 int session_plan_pipeline(const plan *pl, const ir_graph *g, pipe_spec *ps, char *err, size_t errlen);
 /* Load, rebuild, replay, lower, price and verify the plan file at path (a
  * pipelined plan: pipe_lower and its schedule's price).
@@ -136,17 +137,15 @@ typedef struct session_plan_view {
     shard_state *st;
     int opened;               /* pl, g and st are set (pl.note may hold a note to show) */
     cost_hw hw;
-    autopart_pricer pr;       /* explain */
-    spmd_program *p;          /* picture, shardings */
+    autopart_pricer pr;       /* explain (the plan's program: pr.pp) */
     cost_ws *ws;              /* picture */
     cost_estimate e;
     autopart_expert *ex;
     int n_ex;
     view_explanation x;
-    int piped;                /* a pipelined plan: spec, and (picture, shardings) its program in pp */
-    pipe_spec ps;
-    pipe_program pp;
-    cost_pipe_estimate pe;    /* picture */
+    pipe_spec ps;             /* the plan's pipeline, or none */
+    pipe_program pp;          /* picture, shardings: the plan's program */
+    cost_pipe_estimate pe;    /* picture: its stages */
 } session_plan_view;
 
 /* Opens the plan at path for `use` (hw_name: a profile replacing the plan's,
@@ -162,7 +161,8 @@ void session_plan_view_free(session_plan_view *v);
 /* A schedule applied tactic by tactic: every decision tried with what it did. */
 typedef struct session_shard {
     shard_state *st;
-    spmd_program *p;
+    pipe_program pp;          /* its program (an auto split: the even one) */
+    spmd_program *p;          /* pp.prog */
     view_tactic *tactics;
     int n_tactics;
     shard_decision *decisions;
@@ -170,8 +170,6 @@ typedef struct session_shard {
     int *decision_tactic;
     int n_decisions;
     view_explanation x;       /* set by session_shard_explain */
-    int piped;                /* a pipelined schedule: p is pp.prog (an auto split: the even one) */
-    pipe_program pp;
 } session_shard;
 
 /* Applies sc to g on mesh and lowers it.  Returns 0, or -1 with a message;
@@ -200,15 +198,14 @@ int session_cost_options(const session_pricing *s, cost_hw *hw, cost_options *op
 /* carve cost: a schedule priced beside the replicated plan on its mesh. */
 typedef struct session_cost {
     shard_state *st;          /* the schedule applied (owns nothing of g) */
-    spmd_program *p;          /* its program */
+    pipe_program pp;          /* its program (cost_price_plan: a pipeline's with its split) */
+    spmd_program *p;          /* pp.prog */
+    cost_pipe_estimate pe;    /* its stages */
     cost_ws *ws;
     cost_estimate e;          /* its price (its arrays live in ws) */
     autopart_pricer pr;       /* the replicated plan's, the search's baseline */
     cost_estimate base;       /* the replicated plan's price (scalars only) */
     view_explanation x;       /* set by session_cost_explain */
-    int piped;                /* a pipelined schedule: p is pp.prog, pe its stages */
-    pipe_program pp;
-    cost_pipe_estimate pe;
 } session_cost;
 
 /* Applies sc to g on mesh and prices it and the replicated plan on hw with
@@ -317,59 +314,57 @@ typedef struct session_step_times {
 
 typedef struct session_run session_run;
 
-/* Opens a checked run of p (p->g its training step; label names it in
- * messages) in world w, its arguments seeded with seed: agrees with the other ranks that they run the
+/* Opens a checked run of program pp (analysis/pipeline.h: the plan's, of any
+ * shape; pp->prog->g its training step, or a pipeline's body) in world w, its
+ * arguments seeded with seed: agrees with the other ranks that they run the
  * same program, one rank a device, and measures the memory it needs into
- * *mem (for the caller to show).  Returns 0 with *out set, or a non-zero
- * exit status (2: bad input) with err (empty when another rank says it).
- * The program is run by one SPMD runtime for every device. */
-int session_run_open(session_run **out, session_world *w, const spmd_program *p, const char *label, uint64_t seed,
-                     session_run_memory *mem, char *err, size_t errlen);
-/* The same for a pipelined program pp (analysis/pipeline.h: each device runs
- * its stage's tasks; exec_pipe_new), checked against ref, the unrolled step
- * of the same model and micro-batches (model_build_microbatched_step), which
- * the run takes over (frees).  mem->device is the largest stage's arena.
- * Everything below works on it alike. */
-int session_run_open_pipe(session_run **out, session_world *w, const pipe_program *pp, ir_graph *ref, const char *label,
-                          uint64_t seed, session_run_memory *mem, char *err, size_t errlen);
+ * *mem (for the caller to show; mem->device is the largest stage's arena).
+ * ref: the graph the run is checked against when it is not the program's
+ * own step (a pipeline's: the unrolled step of the same model and
+ * micro-batches, model_build_microbatched_step), taken over (freed) by the
+ * run, also when it fails; NULL: the program's step.  Returns 0 with *out
+ * set, or a non-zero exit status (2: bad input) with err (empty when another
+ * rank says it).  The program is run by one SPMD runtime for every device
+ * (exec_program_new). */
+int session_run_open(session_run **out, session_world *w, const pipe_program *pp, ir_graph *ref, const char *label,
+                     uint64_t seed, session_run_memory *mem, char *err, size_t errlen);
 /* The profile a run is priced on (`carve run --hw`): name_or_path a preset
- * or a carve-hw/1 file (cost_hw_lookup; NULL: the `cpu` preset).  A
- * pipeline is priced on it with the executor's fused groups
+ * or a carve-hw/1 file (cost_hw_lookup; NULL: the `cpu` preset).  A run's
+ * program is priced on it with the executor's fused groups
  * (fused_elementwise 1), as it runs.  Returns 0, or -1 with a message naming
  * the profile. */
 int session_run_hw(const char *name_or_path, cost_hw *hw, char *err, size_t errlen);
 /* The most devices carve run simulates. */
 #define SESSION_RUN_MAX_DEVICES 256
 
-/* A fresh state of g on mesh with sc applied; *piped and *ps as
- * sched_pipeline_step says (1: sc pipelines, ps its pipeline).  NULL with a
+/* A fresh state of g on mesh with sc applied; *ps its pipeline as
+ * sched_pipeline_step gives it (pipe_spec_none() without one).  NULL with a
  * message. */
-shard_state *session_run_state(const ir_graph *g, const shard_mesh *mesh, const schedule *sc, int *piped, pipe_spec *ps,
-                               char *err, size_t errlen);
+shard_state *session_run_state(const ir_graph *g, const shard_mesh *mesh, const schedule *sc, pipe_spec *ps, char *err,
+                               size_t errlen);
 
-/* What carve run runs for a state: its SPMD program, or where it pipelines
- * the pipelined program and the reference it is checked against. */
+/* What carve run runs for a state: its program, and the reference a
+ * pipeline's is checked against. */
 typedef struct session_run_program {
-    int piped;
-    spmd_program *p;  /* the program run (pp.prog when piped) */
-    pipe_program pp;  /* piped: st's step lowered under ps, an auto layer split balanced by hw's prices in f32 (NULL:
-                         the `cpu` preset's), as the executor runs it (cost_price_pipelined) */
-    ir_graph *ref;    /* piped: the unrolled step of `model` with `optimizer` at its micro-batches
-                         (model_build_microbatched_step), for session_run_open_pipe (which takes it over) */
+    pipe_program pp;  /* st's step lowered under ps (cost_price_plan: an auto layer split balanced by hw's prices in
+                         f32 as the executor runs it; NULL: the `cpu` preset's) */
+    spmd_program *p;  /* pp.prog */
+    ir_graph *ref;    /* a pipeline's: the unrolled step of `model` with `optimizer` at its micro-batches
+                         (model_build_microbatched_step), for session_run_open (which takes it over); else NULL */
 } session_run_program;
-/* Builds rp for st (piped, ps: from session_run_state).  Returns 0 (free rp
- * with session_run_program_free), or -1 with a message. */
-int session_run_program_build(session_run_program *rp, shard_state *st, int piped, const pipe_spec *ps, const char *model,
+/* Builds rp for st (ps: from session_run_state).  Returns 0 (free rp with
+ * session_run_program_free), or -1 with a message. */
+int session_run_program_build(session_run_program *rp, shard_state *st, const pipe_spec *ps, const char *model,
                               const char *optimizer, const cost_hw *hw, char *err, size_t errlen);
 void session_run_program_free(session_run_program *rp);
 /* Prices the run's predictions (session_run_predicted_peak,
- * session_run_pipe_estimate) on hw (from session_run_hw; the caller keeps
- * it alive while the run is open) instead of the `cpu` preset. */
+ * session_run_stages) on hw (from session_run_hw; the caller keeps it alive
+ * while the run is open) instead of the `cpu` preset. */
 void session_run_set_hw(session_run *r, const cost_hw *hw);
 /* The profile set by session_run_set_hw, or NULL (the `cpu` preset). */
 const cost_hw *session_run_get_hw(const session_run *r);
-/* The run's pipelined program, or NULL. */
-const pipe_program *session_run_pipeline(const session_run *r);
+/* The run's program. */
+const pipe_program *session_run_plan(const session_run *r);
 /* The graph the check compares with (the outputs its indices name): the
  * program's step, or a pipeline's unrolled reference. */
 const ir_graph *session_run_check_graph(const session_run *r);
@@ -392,21 +387,22 @@ int session_run_is_root(const session_run *r);
 const exec_spmd_stats *session_run_stats(const session_run *r);
 const exec_spmd_check *session_run_check(const session_run *r);
 exec_spmd *session_run_runtime(session_run *r);
-/* The cost model's peak memory per device for the run's program in f32
- * (what the executor runs), or -1 when it cannot price it. */
+/* The cost model's peak memory per device for the run's program in f32 with
+ * the executor's fused groups (what the executor runs; a pipeline: its
+ * largest stage's), or -1 when it cannot price it. */
 double session_run_predicted_peak(const session_run *r);
-/* A pipelined run's price in f32 on its profile (session_run_set_hw; by
+/* The run's program priced in f32 on its profile (session_run_set_hw; by
  * default the `cpu` preset) with the executor's fused groups
- * (cost_estimate_pipeline): the simulated step, each stage's
- * bubble and peak, to hold the measured ones against.  Returns 0 (free pe
- * with cost_pipe_estimate_free), or -1 with a message. */
+ * (cost_estimate_plan): its stages (one without a pipeline), each with its
+ * busy and idle time and peak, to hold the measured ones against.  Returns 0
+ * (free pe with cost_pipe_estimate_free), or -1 with a message. */
 struct cost_pipe_estimate;
-int session_run_pipe_estimate(const session_run *r, struct cost_pipe_estimate *pe, char *err, size_t errlen);
+int session_run_stages(const session_run *r, struct cost_pipe_estimate *pe, char *err, size_t errlen);
 /* The same price for pp on hw (NULL: the `cpu` preset) without a run: what
- * `carve run --hw` prints for pp (bench_pipeline judges its measurements
+ * `carve run --hw` predicts for pp (bench_pipeline judges its measurements
  * against it).  Returns 0 (free pe with cost_pipe_estimate_free), or -1
  * with a message. */
-int session_run_price_pipeline(const pipe_program *pp, const cost_hw *hw, struct cost_pipe_estimate *pe, char *err, size_t errlen);
+int session_run_price_program(const pipe_program *pp, const cost_hw *hw, struct cost_pipe_estimate *pe, char *err, size_t errlen);
 /* The most devices one sum (all-reduce, reduce-scatter) runs over. */
 int64_t session_run_largest_sum(const session_run *r);
 /* 1 when the check passed: every error within EXEC_SPMD_TOLERANCE. */

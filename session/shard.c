@@ -46,19 +46,13 @@ int session_shard_run(session_shard *s, const ir_graph *g, const shard_mesh *mes
     free(d);
     if (s->n_tactics < sc->n) return -1;
     pipe_spec ps;
-    int piped = sched_pipeline_step(sc, g, mesh, &ps, err, errlen);
-    if (piped < 0) return -1;
-    if (piped) { /* not priced: an auto split is shown even */
-        if (ps.split_auto) {
-            pipe_split_even(&ps, g->n_layers);
-            ps.split_auto = 0;
-        }
-        if (pipe_lower(s->st, &ps, NULL, &s->pp, err, errlen) < 0) return -1;
-        s->piped = 1;
-        s->p = s->pp.prog;
-        return 0;
+    if (sched_pipeline_step(sc, g, mesh, &ps, err, errlen) < 0) return -1;
+    if (ps.split_auto) { /* not priced: an auto split is shown even */
+        pipe_split_even(&ps, g->n_layers);
+        ps.split_auto = 0;
     }
-    s->p = spmd_lower(s->st);
+    if (pipe_lower(s->st, &ps, NULL, &s->pp, err, errlen) < 0) return -1;
+    s->p = s->pp.prog;
     return 0;
 }
 
@@ -67,15 +61,14 @@ void session_shard_explain(session_shard *s, const char *label, const char *sche
     s->x = (view_explanation){.kind = VIEW_SHARD, .model = label, .schedule = sched_text, .st = s->st, .p = s->p,
                               .tactics = s->tactics, .n_tactics = s->n_tactics, .decisions = s->decisions,
                               .decided = s->decided, .decision_tactic = s->decision_tactic,
-                              .n_decisions = s->n_decisions, .summary = summary, .pp = s->piped ? &s->pp : NULL};
+                              .n_decisions = s->n_decisions, .summary = summary, .pp = &s->pp};
     view_explain(&s->x);
 }
 
 void session_shard_free(session_shard *s)
 {
     view_explain_free(&s->x);
-    if (s->piped) pipe_program_free(&s->pp);
-    else spmd_free(s->p);
+    pipe_program_free(&s->pp);
     shard_state_free(s->st);
     free(s->tactics);
     free(s->decisions);

@@ -131,7 +131,7 @@ static void experts_use_every_axis(void)
         cost_options opt = {COST_FP32, 0, 0, COST_GRADS_AUTO};
         shard_state *scratch = shard_state_new(g, &mesh);
         autopart_pricer pr;
-        autopart_pricer_init(&pr, &hw, &opt, scratch, err, sizeof err);
+        autopart_pricer_init(&pr, &hw, &opt, NULL, scratch, err, sizeof err);
         autopart_expert *ex;
         int n = autopart_experts(g, &mesh, NULL, &pr, &ex), ok = 0, refused = 0;
         CHECKF(n >= (1 << mesh.n_axes), "%s: %d experts", meshes[m], n);
@@ -177,7 +177,7 @@ static void never_below_the_experts(void)
         cost_options opt = {COST_FP32, 0, 0, COST_GRADS_AUTO};
         shard_state *prefix = shard_state_new(g, &mesh);
         autopart_pricer pr;
-        autopart_pricer_init(&pr, &hw, &opt, prefix, err, sizeof err);
+        autopart_pricer_init(&pr, &hw, &opt, NULL, prefix, err, sizeof err);
         autopart_expert *ex;
         int n = autopart_experts(g, &mesh, NULL, &pr, &ex), best = autopart_best_expert(ex, n);
         const shard_state **seeds = calloc((size_t)n + 1, sizeof *seeds);
@@ -220,7 +220,7 @@ static void experts_on_threads(void)
     cost_options opt = {COST_FP32, 0, 0, COST_GRADS_AUTO};
     shard_state *prefix = shard_state_new(g, &mesh);
     autopart_pricer pr;
-    autopart_pricer_init(&pr, &hw, &opt, prefix, err, sizeof err);
+    autopart_pricer_init(&pr, &hw, &opt, NULL, prefix, err, sizeof err);
     pr.gather_auto = 1; /* the pricer chooses the gather policy, as autopart's: a per-plan choice to agree on */
     autopart_expert *ex, *zero, *all;
     int n = autopart_experts(g, &mesh, prefix, &pr, &ex), nz = autopart_zero_experts(g, &mesh, prefix, &pr, &zero);

@@ -597,7 +597,7 @@ static void test_gather_choice(void)
     cost_hw_preset("a100", &hw, err, sizeof err);
     cost_options opt = {COST_FP32, 0, 0, COST_GRADS_AUTO};
     autopart_pricer pr;
-    CHECK(autopart_pricer_init(&pr, &hw, &opt, scratch, err, sizeof err) == 0);
+    CHECK(autopart_pricer_init(&pr, &hw, &opt, NULL, scratch, err, sizeof err) == 0);
     cost_estimate re, kp, e;
     st->gather_policy = SPMD_GATHER_REGATHER;
     autopart_price(&pr, st, &re);

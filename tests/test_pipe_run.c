@@ -1,5 +1,5 @@
 /* test_pipe_run.c - pipelined programs run on simulated devices
- * (exec_pipe_new, exec/spmd_pipe.c), checked against the single-device
+ * (exec_program_new, exec/spmd_pipe.c), checked against the single-device
  * reference of the unrolled step (the same model and micro-batches).
  *
  * For GPT and LLaMA bodies on 2, 4 and 8 devices, under GPipe, 1F1B and
@@ -91,7 +91,7 @@ static int prun_open_on(const pcase *t, exec_backend be, prun *x)
         pipe_split_even(&s, x->body->n_layers);
         rc = pipe_lower(x->st, &s, NULL, &x->pp, err, sizeof err);
     }
-    if (!rc) rc = (x->r = exec_pipe_new(&x->pp, be, 0, err, sizeof err)) ? 0 : -1;
+    if (!rc) rc = (x->r = exec_program_new(&x->pp, be, 0, err, sizeof err)) ? 0 : -1;
     if (!rc && exec_spmd_is_root(x->r)) rc = (x->ref = exec_ref_new(x->ref_g, 0, err, sizeof err)) ? 0 : -1;
     if (!rc) rc = exec_spmd_check_init(&x->c, x->ref_g, err, sizeof err);
     CHECKF(rc == 0, "%s m=%d over %s (%s, %s): %s", t->model, t->m, t->mesh, t->sched, pipe_schedule_name(t->kind), err);
@@ -225,8 +225,8 @@ static void test_measures(void)
             }
             size_t before[4] = {0}; /* what a caller can know before making the runtime */
             char err[300];
-            int brc = exec_pipe_bytes(&x.pp, before, err, sizeof err);
-            CHECKF(brc == 0 && !memcmp(before, bytes[k], sizeof before), "exec_pipe_bytes: %s", brc ? err : "other sizes");
+            int brc = exec_program_bytes(&x.pp, before, err, sizeof err);
+            CHECKF(brc == 0 && !memcmp(before, bytes[k], sizeof before), "exec_program_bytes: %s", brc ? err : "other sizes");
             CHECKF(in_order, "%s: tasks out of order", pipe_schedule_name(t.kind));
             /* the replay with a core per device: at least the busiest stage's CPU time, at most all of it */
             double cpu_max = 0, cpu_sum = 0;
@@ -259,7 +259,7 @@ static int estimate_on(session_run *r, const cost_hw *hw, cost_pipe_estimate *pe
 {
     char err[400];
     session_run_set_hw(r, hw);
-    int rc = session_run_pipe_estimate(r, pe, err, sizeof err);
+    int rc = session_run_stages(r, pe, err, sizeof err);
     CHECKF(rc == 0, "estimate on %s: %s", hw ? hw->name : "the default", err);
     return rc;
 }
@@ -322,7 +322,7 @@ static void test_session_run(void)
         ir_graph *ref = x.ref_g;
         exec_spmd_check_free(&x.c); /* its check reads ref, which the run frees */
         x.ref_g = NULL; /* the run owns it now */
-        if (!rc) rc = session_run_open_pipe(&r, &w, &x.pp, ref, "gpt (pipelined)", 3, &mem, err, sizeof err);
+        if (!rc) rc = session_run_open(&r, &w, &x.pp, ref, "gpt (pipelined)", 3, &mem, err, sizeof err);
         if (!rc) rc = session_run_start(r, err, sizeof err);
         for (int64_t step = 1; step <= 2 && !rc; step++) {
             session_step_times tm;
@@ -330,9 +330,9 @@ static void test_session_run(void)
             if (!rc && step < 2) session_run_advance(r);
         }
         CHECKF(rc == 0 && session_run_ok(r), "session run: rc %d, %s", rc, err);
-        CHECK(rc != 0 || (session_run_pipeline(r) == &x.pp && session_run_check_graph(r) == ref && mem.device >= exec_pipe_stage_bytes(session_run_runtime(r), 0)));
+        CHECK(rc != 0 || (session_run_plan(r) == &x.pp && session_run_check_graph(r) == ref && mem.device >= exec_pipe_stage_bytes(session_run_runtime(r), 0)));
         cost_pipe_estimate pe;
-        int prc = r ? session_run_pipe_estimate(r, &pe, err, sizeof err) : -1;
+        int prc = r ? session_run_stages(r, &pe, err, sizeof err) : -1;
         CHECKF(prc == 0 && pe.n_stages == 2 && pe.step > 0, "pipe estimate: %s", err);
         double peak = r ? session_run_predicted_peak(r) : -1;
         CHECK(prc != 0 || peak == fmax(pe.stage[0].peak, pe.stage[1].peak));

@@ -532,7 +532,7 @@ static void test_price_gpt(void)
         cost_estimate e, flat;
         cost_pipe_estimate pe;
         cost_ws *ws = cost_ws_new(g);
-        int rc = cost_estimate_pipeline(ws, &pp, &hw, &o, &e, &pe, err, sizeof err);
+        int rc = cost_estimate_plan(ws, &pp, &hw, &o, &e, &pe, err, sizeof err);
         CHECKF(rc == 0, "%s: %s", pipe_schedule_name(kind), err);
         if (rc) {
             cost_ws_free(ws);
@@ -613,7 +613,7 @@ static void test_cache_order(void)
         cost_estimate e;
         cost_pipe_estimate pe;
         hw.cache_bytes = 0; /* no cache model: the body's prices */
-        CHECK(cost_estimate_pipeline(ws, &pp, &hw, NULL, &e, &pe, err, sizeof err) == 0);
+        CHECK(cost_estimate_plan(ws, &pp, &hw, NULL, &e, &pe, err, sizeof err) == 0);
         bwd0[j] = pe.stage[1].bwd;
         double stash = pe.stage[1].stash;
         cost_pipe_estimate_free(&pe);
@@ -630,7 +630,7 @@ static void test_cache_order(void)
         for (int i = 0; i < p->n_instrs; i++)
             if (!spmd_kind_is_p2p(p->instrs[i].kind)) same &= fabs(t[i] - e.instr_time[i]) <= 1e-12 * fmax(1e-9, e.instr_time[i]);
         CHECKF(same, "%s: the body's order as one span prices as the estimate", pipe_schedule_name(kind));
-        CHECK(cost_estimate_pipeline(ws, &pp, &hw, NULL, &e, &pe, err, sizeof err) == 0);
+        CHECK(cost_estimate_plan(ws, &pp, &hw, NULL, &e, &pe, err, sizeof err) == 0);
         bwd[j] = pe.stage[1].bwd;
         cost_pipe_estimate_free(&pe);
         free(shared);
@@ -768,7 +768,7 @@ static void test_simulate_times(void)
         cost_pipe_estimate pe;
         for (int k = 0; k < 2 * V + P; k++) t[k] = -1;
         CHECK(cost_pipe_simulate_times(ws, &pp, &hw, NULL, t, idle_p, err, sizeof err) == 0 &&
-              cost_estimate_pipeline(ws, &pp, &hw, NULL, &e, &pe, err, sizeof err) == 0);
+              cost_estimate_plan(ws, &pp, &hw, NULL, &e, &pe, err, sizeof err) == 0);
         for (int r = 0; r < P; r++) /* (transfers take no time here: the prediction's are short) */
             CHECKF(fabs(idle_p[r] - pe.stage[r].idle / pe.step) < 0.02, "%s stage %d: %.4f against the prediction's %.4f",
                    pipe_schedule_name(kind), r, idle_p[r], pe.stage[r].idle / pe.step);
@@ -807,7 +807,7 @@ static void test_price_alone(void)
     const cost_hw *hw[3] = {&busy, &fast, &roomy};
     int ok = 1;
     for (int k = 0; k < 3; k++) {
-        int rc = cost_estimate_pipeline(ws, &pp, hw[k], NULL, &e, &pe[k], err, sizeof err);
+        int rc = cost_estimate_plan(ws, &pp, hw[k], NULL, &e, &pe[k], err, sizeof err);
         CHECKF(rc == 0, "%s", err);
         ok &= rc == 0;
     }
@@ -844,16 +844,16 @@ static void test_balance(void)
     cost_hw hw;
     CHECK(cost_hw_preset("a100", &hw, err, sizeof err) == 0);
     cost_options o = {.precision = COST_MIXED_BF16};
-    pipe_program pp, bal;
+    pipe_program pp, bal = {0};
     shard_state *st;
     ir_graph *g = lower_pipe("gpt:layers=16,hidden=1024,heads=8,seq=512,batch=32,vocab=65536", 8, "data=2,pipe=4", "dp:data", "pipe",
                              PIPE_1F1B, 1, &pp, &st);
     cost_ws *ws = cost_ws_new(g);
     cost_estimate even, best;
-    CHECK(cost_estimate_pipeline(ws, &pp, &hw, &o, &even, NULL, err, sizeof err) == 0);
+    CHECK(cost_estimate_plan(ws, &pp, &hw, &o, &even, NULL, err, sizeof err) == 0);
     pipe_spec s = pp.spec;
     s.split_auto = 1;
-    CHECK(cost_price_pipelined(ws, st, &s, NULL, &hw, &o, &bal, &best, NULL, err, sizeof err) == 0);
+    CHECK(cost_price_plan(ws, st, &s, NULL, &hw, &o, &bal, &best, NULL, err, sizeof err) == 0);
     int last = bal.spec.first[4] - bal.spec.first[3], first = bal.spec.first[1] - bal.spec.first[0];
     CHECKF(!bal.spec.split_auto && bal.spec.first[4] == 16 && last < 4 && first >= 4 && best.step_time < even.step_time,
            "split %d/%d/%d/%d: %g s against the even split's %g s", bal.spec.first[1], bal.spec.first[2] - bal.spec.first[1],
@@ -897,7 +897,7 @@ static void test_search_pipelined(void)
     cost_hw hw;
     autopart_step s;
     int rc = setup_piped(&s, "data=2,pipe=2,model=2", 0, &mesh, &hw, err, sizeof err);
-    CHECKF(rc == 0 && s.pr.piped && s.pr.pipe.axis == 1 && s.pr.pipe.microbatches == 4, "%s", err);
+    CHECKF(rc == 0 && (s.pr.pipe.axis >= 0) && s.pr.pipe.axis == 1 && s.pr.pipe.microbatches == 4, "%s", err);
     search_budget b = {.simulations = 60, .seed = 1, .threads = 1};
     rc = rc ? rc : autopart_step_search(&s, &search_mcts, &b, err, sizeof err);
     CHECKF(rc == 0, "%s", err);
@@ -929,7 +929,7 @@ static void test_expert_3d(void)
     cost_hw hw;
     autopart_step s;
     int rc = setup_piped(&s, "pipe=2,data=2,model=2", 2, &mesh, &hw, err, sizeof err); /* the last axis (model) inside a node */
-    CHECKF(rc == 0 && s.pr.piped, "%s", err);
+    CHECKF(rc == 0 && (s.pr.pipe.axis >= 0), "%s", err);
     enum { PIPE = 1u << 0, DATA = 1u << 1, MODEL = 1u << 2 };
     CHECKF(autopart_pipeline_slow_axes(&hw, &mesh) == (PIPE | DATA), "slow axes %#x", autopart_pipeline_slow_axes(&hw, &mesh));
     autopart_expert *ex = NULL;
@@ -1046,7 +1046,7 @@ static void test_level(void)
         int cand = -1;
         for (int i = 0; i < nc; i++)
             if (c[i].searched == best) cand = i;
-        CHECK(s->ok && s->e.fits && s->pr.piped && autopart_config_piped(&s->config) && strstr(s->tactics, "pipeline:") && cand >= 0);
+        CHECK(s->ok && s->e.fits && (s->pr.pipe.axis >= 0) && autopart_config_piped(&s->config) && strstr(s->tactics, "pipeline:") && cand >= 0);
         CHECKF(cand < 0 || s->e.step_time <= c[cand].e.step_time * (1 + 1e-9), "searched %g s, its best expert %g s", s->e.step_time,
                cand >= 0 ? c[cand].e.step_time : 0);
         for (int i = 0; i < nc; i++) /* the searched ones were the best priced */

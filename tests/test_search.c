@@ -109,7 +109,7 @@ static void against_exhaustive_ev(const char *model, const char *mesh_text, int 
         cost_hw_lookup("a100", &hw, err, sizeof err);
         cost_options opt = {COST_FP32, 0, 0, COST_GRADS_AUTO};
         shard_state *scratch = shard_state_new(f.g, &f.mesh);
-        autopart_pricer_init(&pr, &hw, &opt, scratch, err, sizeof err);
+        autopart_pricer_init(&pr, &hw, &opt, NULL, scratch, err, sizeof err);
         shard_state_free(scratch);
         ev.cfg = &pr;
     }
@@ -307,7 +307,7 @@ static void chain_mlp_folding(void)
         cost_hw_lookup("a100", &hw, err, sizeof err);
         cost_options opt = {COST_FP32, 0, 0, COST_GRADS_AUTO};
         autopart_pricer pr;
-        autopart_pricer_init(&pr, &hw, &opt, st, err, sizeof err);
+        autopart_pricer_init(&pr, &hw, &opt, NULL, st, err, sizeof err);
         search_evaluator ev = autopart_evaluator;
         ev.cfg = &pr;
         search_budget b = {.simulations = 300, .seed = 1, .threads = 1};
@@ -539,7 +539,7 @@ static void plan_hash_is_exact(void)
     shard_groups *gs = shard_groups_build(g);
     autopart_pricer pr;
     cost_options opt = {COST_FP32, 0, 0, COST_GRADS_AUTO};
-    CHECK(autopart_pricer_init(&pr, &hw, &opt, st, err, sizeof err) == 0);
+    CHECK(autopart_pricer_init(&pr, &hw, &opt, NULL, st, err, sizeof err) == 0);
     void *ws = autopart_evaluator.make(&pr, st);
     static const search_action orders[2][4] = {{{1, 0}, {3, 1}, {4, 0}, {4, 1}}, {{1, 0}, {4, 0}, {3, 1}, {4, 1}}};
     uint64_t vhash[2], phash[2];
@@ -598,7 +598,7 @@ static void revisit_prices_the_same(void)
         autopart_pricer pr;
         cost_options opt = {COST_FP32, 0, 0, COST_GRADS_AUTO};
         shard_state *scratch = shard_state_new(g, &mesh);
-        CHECK(autopart_pricer_init(&pr, &hw, &opt, scratch, err, sizeof err) == 0);
+        CHECK(autopart_pricer_init(&pr, &hw, &opt, NULL, scratch, err, sizeof err) == 0);
         pr.gather_auto = 1;
         autopart_expert *ex;
         int n_ex = autopart_experts(g, &mesh, NULL, &pr, &ex), n_seeds = 0;
@@ -704,7 +704,7 @@ static void kicks_leave_a_basin(void)
     shard_groups *gs = shard_groups_build(g);
     autopart_pricer pr;
     cost_options opt = {COST_FP32, 0, 0, COST_GRADS_AUTO};
-    CHECK(autopart_pricer_init(&pr, &hw, &opt, prefix, err, sizeof err) == 0);
+    CHECK(autopart_pricer_init(&pr, &hw, &opt, NULL, prefix, err, sizeof err) == 0);
     search_evaluator ev = autopart_evaluator;
     ev.cfg = &pr;
     void *ws = ev.make(&pr, st);
@@ -985,7 +985,7 @@ static void seed_scores_change_nothing(void)
     cost_hw_lookup("a100", &hw, err, sizeof err);
     cost_options opt = {cost_default_precision(&hw), 0, 0, COST_GRADS_AUTO};
     autopart_pricer pr;
-    CHECK(autopart_pricer_init(&pr, &hw, &opt, scratch, err, sizeof err) == 0);
+    CHECK(autopart_pricer_init(&pr, &hw, &opt, NULL, scratch, err, sizeof err) == 0);
     pr.gather_auto = 1;
     autopart_expert *ex;
     int n_ex = autopart_experts(f.g, &f.mesh, NULL, &pr, &ex), n_seeds = 0;

@@ -369,7 +369,8 @@ static void test_run(const char *plan_path)
     CHECK(rc == 0 && w.size == 1 && w.rank == 0);
     session_run *r;
     session_run_memory mem;
-    rc = session_run_open(&r, &w, p, "gpt-tiny", 3, &mem, err, sizeof err);
+    pipe_program one = pipe_one_stage(p);
+    rc = session_run_open(&r, &w, &one, NULL, "gpt-tiny", 3, &mem, err, sizeof err);
     CHECKF(rc == 0 && mem.device > 0 && mem.reference > 0 && mem.mine == mem.spmd + mem.reference, "%s", err);
     if (rc == 0) rc = session_run_start(r, err, sizeof err);
     CHECKF(rc == 0, "%s", err);

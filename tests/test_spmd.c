@@ -126,7 +126,8 @@ static void run_compare(const spmd_program *p, int steps, const char *what, int 
     session_run *r = NULL;
     session_run_memory mem;
     session_world_init(&w, EXEC_THREADS, err, sizeof err);
-    int rc = session_run_open(&r, &w, p, what, 7, &mem, err, sizeof err);
+    pipe_program one = pipe_one_stage(p);
+    int rc = session_run_open(&r, &w, &one, NULL, what, 7, &mem, err, sizeof err);
     if (rc == 0) rc = session_run_start(r, err, sizeof err);
     for (int s = 0; s < steps && rc == 0; s++) {
         session_step_times t;

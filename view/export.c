@@ -109,7 +109,7 @@ int view_export_uneven(const shard_state *st, char *first, size_t n)
  * updates it) first, as comment lines. */
 static void export_stages(FILE *f, const view_explanation *x, const char *comment)
 {
-    const pipe_program *pp = x->pp;
+    const pipe_program *pp = x->pipe;
     if (!pp) return;
     const pipe_spec *s = &pp->spec;
     const spmd_program *p = pp->prog;

@@ -605,9 +605,9 @@ int view_render_html(const view_explanation *x, FILE *f)
     fprintf(f, "<tr><td>peak memory</td><td>%s of %s per device</td></tr>\n", a, b);
     summary_rows(f, x);
     fputs("</table>\n", f);
-    if (x->pp && x->pe) schedule_section(f, x->pp, x->pe);
-    timeline_section(f, x->p, x->instr_time, x->pp != NULL);
-    if (x->pp && x->pe) memory_stages_section(f, x->pe, x->pp->spec.chunks, e);
+    if (x->pipe && x->stages) schedule_section(f, x->pipe, x->stages);
+    timeline_section(f, x->p, x->instr_time, x->pipe != NULL);
+    if (x->pipe && x->stages) memory_stages_section(f, x->stages, x->pipe->spec.chunks, e);
     else memory_section(f, &st->mesh, e);
     shardings_section(f, x);
     search_section(f, &pl->search);

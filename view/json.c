@@ -125,7 +125,7 @@ static void add_head(cJSON *j, const char *format, const char *model, const shar
 /* A pipelined plan's pipeline: its spec and, when priced, each stage. */
 static void add_pipeline(cJSON *j, const view_explanation *x)
 {
-    const pipe_program *pp = x->pp;
+    const pipe_program *pp = x->pipe;
     if (!pp) return;
     const pipe_spec *s = &pp->spec;
     cJSON *o = cJSON_AddObjectToObject(j, "pipeline");
@@ -137,7 +137,7 @@ static void add_pipeline(cJSON *j, const view_explanation *x)
     cJSON *lay = cJSON_AddArrayToObject(o, "layers_per_virtual_stage");
     for (int v = 0; v < pipe_vstages(s); v++) cJSON_AddItemToArray(lay, num(s->first[v + 1] - s->first[v]));
     cJSON_AddNumberToObject(o, "transfers", pp->n_xfers);
-    const cost_pipe_estimate *pe = x->pe;
+    const cost_pipe_estimate *pe = x->stages;
     if (!pe || !pe->stage) return;
     cJSON_AddItemToObject(o, "bubble", num(pe->bubble));
     cJSON_AddItemToObject(o, "ideal_s", num(pe->ideal));

@@ -248,8 +248,8 @@ static void layer_collectives(FILE *f, const view_explanation *x)
  * (docs/pipeline.md). */
 static void pipeline_section(FILE *f, const view_explanation *x)
 {
-    const pipe_program *pp = x->pp;
-    const cost_pipe_estimate *pe = x->pe;
+    const pipe_program *pp = x->pipe;
+    const cost_pipe_estimate *pe = x->stages;
     if (!pp) return;
     const pipe_spec *s = &pp->spec;
     char sched[64], t1[32], t2[32];

@@ -91,11 +91,14 @@ typedef struct view_explanation {
     const int *decision_tactic; /* the tactic each decision came from */
     int n_decisions;
     int summary;              /* shard: the summary (no program, no decisions, layer 0 only) */
-    /* a pipelined plan's schedule (stages, micro-batches, each device's task
-     * order; issue 27), beside p: */
-    const pipe_program *pp;   /* a pipelined plan's program (p is pp->prog), or NULL */
-    const cost_pipe_estimate *pe; /* and its stages priced (cost, explain, autopart), or NULL */
+    /* the plan's program as every plan lowers (analysis/pipeline.h: stages of
+     * segments, one of each without a pipeline), beside p: */
+    const pipe_program *pp;   /* the plan's program (p is pp->prog), or NULL */
+    const cost_pipe_estimate *pe; /* and its stages priced (cost, explain, autopart, report), or NULL */
     /* ---- derived by view_explain */
+    const pipe_program *pipe; /* pp when it has several segments (a pipeline's schedule: stages,
+                                 micro-batches, each device's task order), else NULL */
+    const cost_pipe_estimate *stages; /* pe when it has several stages, else NULL */
     char practice[512];       /* the plan as practitioners name it: FSDP, HSDP, TP + SP, 3D, ... (practice.c) */
     char strategy[1024];      /* the strategy in carve's words, axis by axis */
     int *param_rep;           /* per layer: the first layer whose params are alike (shapes and shardings) */
