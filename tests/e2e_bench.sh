@@ -5,7 +5,10 @@
 # (bench/bench_util.h says what a bench's own checks are: never a time).
 # Each program closes its smoke run with "N passed, N failed"; this script
 # adds them up. A program without that line (no smoke mode, a crash) fails.
-# bench_mpi needs mpirun (CARVE_TEST_WITHOUT=mpi skips it).
+# bench_mpi needs mpirun (CARVE_TEST_WITHOUT=mpi skips it).  The bench
+# scripts (bench/*.sh, *.py: campaigns of many carve commands) are read for
+# syntax, and zoo_defaults.sh runs its gpt-tiny row (a converged search, at
+# most the best expert's step time).
 # Closing line: N passed, N failed[, N skipped].
 set -u
 carve=${CARVE_BIN:-$(dirname "$0")/../build/carve}
@@ -49,4 +52,20 @@ for b in "$root"/bench/bench_*.c; do
     fi
 done
 check "bench programs found" "$([ "$n" -gt 0 ]; echo $?)"
+
+# ---- the scripts ----
+for f in "$root"/bench/*.sh; do
+    bash -n "$f" 2>err.txt; check "$(basename "$f") parses" $?
+    [ -s err.txt ] && head -3 err.txt
+done
+for f in "$root"/bench/*.py "$root"/bench/gpu/*.py; do
+    [ -e "$f" ] || continue
+    python3 -c 'import ast, sys; ast.parse(open(sys.argv[1]).read(), sys.argv[1])' "$f" 2>err.txt; check "$(basename "$f") parses" $?
+    [ -s err.txt ] && head -3 err.txt
+done
+CARVE_BIN=$carve bash "$root/bench/zoo_defaults.sh" 1 '^gpt-tiny ' 0 >zoo.txt 2>&1
+row=$(grep '^| gpt-tiny ' zoo.txt)
+if [ -n "$row" ] && [ "$(echo "$row" | cut -d'|' -f11 | tr -d ' ')" = converged ] &&
+    awk -v r="$(echo "$row" | cut -d'|' -f13 | tr -d ' ')" 'BEGIN { exit !(r > 0 && r <= 1.0) }'; then pass=$((pass + 1))
+else fail=$((fail + 1)); echo "FAIL zoo_defaults.sh's gpt-tiny row: converged, at most the best expert:"; tail -3 zoo.txt; fi
 closing
