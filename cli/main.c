@@ -9,7 +9,7 @@
 static const cli_command commands[] = {
     {"models", "", "list models and presets with parameter counts and FLOPs per training step",
      "usage: carve models\n", cmd_models},
-    {"show", "--model --graph --ops --forward --optimizer --dim --loss --frozen",
+    {"show", "--model --graph --ops --forward --optimizer --dim --loss --frozen --attention",
      "print a model's training step (or forward graph): summary, and with --ops every op",
      "usage: carve show (--model SPEC | --graph FILE) [--ops] [--forward] [--optimizer adam|sgd]\n"
      "  --model SPEC   a model or preset with overrides, e.g. gpt-tiny or gpt:layers=4,hidden=256\n"
@@ -20,7 +20,7 @@ static const cli_command commands[] = {
      "  --ops          print every op, one a line\n"
      "  --forward      the forward graph only, no backward or optimizer\n",
      cmd_show},
-    {"shard", "--model --graph --mesh --schedule --summary --forward --optimizer --json --dim --loss --frozen",
+    {"shard", "--model --graph --mesh --schedule --summary --forward --optimizer --json --dim --loss --frozen --attention",
      "apply a sharding schedule: decisions, conflicts, argument shardings, the SPMD program",
      "usage: carve shard (--model SPEC | --graph FILE) --mesh MESH --schedule SCHEDULE [--summary] [--json]\n"
      "  --mesh MESH          named axes, e.g. batch=4,model=2 (or 4x2)\n"
@@ -32,7 +32,7 @@ static const cli_command commands[] = {
      "                       without --summary it lists every decision too\n",
      cmd_shard},
     {"cost", "--model --graph --mesh --schedule --hw --memory --precision --grads --overlap --optimizer --json --dim --loss "
-             "--frozen",
+             "--frozen --attention",
      "price a sharding schedule on a hardware profile: step time, peak memory, breakdowns",
      "usage: carve cost (--model SPEC | --graph FILE) --mesh MESH --schedule SCHEDULE --hw PROFILE\n"
      "                  [--memory GIB] [--precision f32|tf32|bf16|fp16] [--grads auto|f32|working] [--overlap] [--json]\n"
@@ -46,7 +46,7 @@ static const cli_command commands[] = {
      "  --overlap            assume communication fully overlaps compute (step = max instead of sum)\n"
      "  --json               print a carve-cost/1 document instead of text (docs/json-output.md)\n",
      cmd_cost},
-    {"calibrate", "--out --quiet --model --graph --mesh --schedule --rounds --optimizer --dim --loss --frozen",
+    {"calibrate", "--out --quiet --model --graph --mesh --schedule --rounds --optimizer --dim --loss --frozen --attention",
      "measure this machine (GEMM, elementwise, copy, barrier) into a hardware profile",
      "usage: carve calibrate --out FILE.json [(--model SPEC | --graph FILE) [--mesh MESH] [--schedule S]] [--rounds N]\n"
      "                       [--quiet]\n"
@@ -60,7 +60,7 @@ static const cli_command commands[] = {
      cmd_calibrate},
     {"autopart",
      "--model --graph --mesh --hw --memory --schedule --search --budget --time --stall --seed --seeds --threads --out --quiet "
-     "--precision --grads --overlap --optimizer --json --memory-tactics --pipeline --dim --loss --frozen",
+     "--precision --grads --overlap --optimizer --json --memory-tactics --pipeline --dim --loss --frozen --attention",
      "search for the best plan (MCTS over sharding tactics, priced by the cost model) and write it as JSON",
      "usage: carve autopart (--model SPEC | --graph FILE) --mesh MESH [--hw PROFILE] [--out plan.json] [options]\n"
      "  --graph FILE       a carve-graph/1 file or an ONNX file (FILE.onnx: shapes are read, not weights; with\n"
@@ -117,7 +117,7 @@ static const cli_command commands[] = {
      "  --to torch    a Python module: DeviceMesh and DTensor placements per value\n"
      "  --out FILE    write FILE (atomically) instead of stdout; docs/export.md has an example of each\n",
      cmd_export},
-    {"run", "--model --graph --mesh --schedule --plan --shrink --steps --seed --optimizer --backend --hw --dim --loss --frozen",
+    {"run", "--model --graph --mesh --schedule --plan --shrink --steps --seed --optimizer --backend --hw --dim --loss --frozen --attention",
      "run a sharded training step on simulated devices and check it against the single-device reference",
      "usage: carve run (--model SPEC | --graph FILE) --mesh MESH --schedule SCHEDULE [--steps N] [--seed N]\n"
      "                 [--optimizer adam|sgd] [--hw PROFILE]\n"

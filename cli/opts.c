@@ -152,6 +152,7 @@ static const struct flag {
     {"--dim", FLAG_TEXT, offsetof(cli_opts, dims), NULL, NULL, NULL, 0, 0},
     {"--loss", FLAG_TEXT, offsetof(cli_opts, loss), NULL, NULL, NULL, 0, 0},
     {"--frozen", FLAG_TEXT, offsetof(cli_opts, frozen), NULL, NULL, NULL, 0, 0},
+    {"--attention", FLAG_TEXT, offsetof(cli_opts, attention), "fused materialized", "fused or materialized", NULL, 0, 0},
 };
 
 /* Flags without a value. */
@@ -240,6 +241,7 @@ void cli_source_import(session_source *src, const cli_opts *o, char *notes, size
     src->dims = o->dims;
     src->loss = o->loss;
     src->frozen = o->frozen;
+    src->attention = o->attention;
     src->weights = o->weights;
     src->notes = notes;
     src->notes_len = n;

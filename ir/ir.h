@@ -404,6 +404,15 @@ int ir_cast(ir_graph *g, int x, ir_dtype t);
  * recompute the probabilities from q and k, as the fused backward kernel does
  * (docs/cost-model.md, "Fused attention"). */
 int ir_attention(ir_graph *g, int q, int k, int v, double scale, int causal);
+/* Attention written as primitive ops in forward graph g (scores einsum,
+ * scale, a causal mask or none, softmax, context einsum: an ONNX export's
+ * chain, a materialised preset's; ir/fuse_attention.c) replaced by fused
+ * attention ops, with transposes where q, k, v or the context are in another
+ * layout.  Chains with another mask, dropout on the probabilities or readers
+ * outside the chain are kept.  Returns a new graph (caller frees; a copy when
+ * nothing was fused) with *fused and *skipped counted and the first reason
+ * for a skip in why (n bytes); NULL with a message in err. */
+ir_graph *ir_fuse_attention(const ir_graph *g, int *fused, int *skipped, char *why, size_t n, char *err, size_t errlen);
 /* Generic entry used by the JSON loader: checks arity and attrs, infers the
  * result shape (`shape_hint` is needed for CONSTANT, IOTA, BROADCAST, RESHAPE;
  * for SCATTER_ADD its dims[0] gives the rows; may be NULL otherwise). */

@@ -134,16 +134,18 @@ static int load_model(const cJSON *j, plan *pl, const char *path, char *err, siz
         return fail(err, errlen, path, "model.optimizer", "must be adam or sgd");
     const cJSON *imp = cJSON_GetObjectItemCaseSensitive(model, "import");
     if (imp) { /* an ONNX file's import options (docs/onnx.md) */
-        static const char *const keys[] = {"dims", "loss", "frozen", NULL};
-        char *dst[] = {pl->onnx_dims, pl->onnx_loss, pl->onnx_frozen};
+        static const char *const keys[] = {"dims", "loss", "frozen", "attention", NULL};
+        char *dst[] = {pl->onnx_dims, pl->onnx_loss, pl->onnx_frozen, pl->graph_attention};
         if (!graph || !cJSON_IsObject(imp)) return fail(err, errlen, path, "model.import", "must be an object, with a graph");
         for (const cJSON *x = imp->child; x; x = x->next) {
             int k = 0;
             while (keys[k] && strcmp(keys[k], x->string)) k++;
-            if (!keys[k]) return fail(err, errlen, path, "model.import", "unknown key (dims, loss, frozen)");
+            if (!keys[k]) return fail(err, errlen, path, "model.import", "unknown key (dims, loss, frozen, attention)");
             if (!cJSON_IsString(x) || copy_str(dst[k], sizeof pl->onnx_dims, x->valuestring))
                 return fail(err, errlen, path, "model.import", "values must be strings of at most 255 bytes");
         }
+        if (pl->graph_attention[0] && strcmp(pl->graph_attention, "fused") && strcmp(pl->graph_attention, "materialized"))
+            return fail(err, errlen, path, "model.import.attention", "must be fused or materialized");
     }
     if (!graph) return 0;
     /* v2: relative to the plan's folder; v1: relative to where carve ran, else the plan's folder */

@@ -85,11 +85,12 @@ static void add_model(cJSON *j, const plan *pl, const ir_graph *g)
     else {
         cJSON_AddStringToObject(model, "graph", pl->graph_file);
         cJSON_AddStringToObject(model, "graph_hash", pl->graph_hash);
-        if (pl->onnx_dims[0] || pl->onnx_loss[0] || pl->onnx_frozen[0]) { /* how an ONNX file was imported */
+        if (pl->onnx_dims[0] || pl->onnx_loss[0] || pl->onnx_frozen[0] || pl->graph_attention[0]) { /* how it was read */
             cJSON *o = cJSON_AddObjectToObject(model, "import");
             if (pl->onnx_dims[0]) cJSON_AddStringToObject(o, "dims", pl->onnx_dims);
             if (pl->onnx_loss[0]) cJSON_AddStringToObject(o, "loss", pl->onnx_loss);
             if (pl->onnx_frozen[0]) cJSON_AddStringToObject(o, "frozen", pl->onnx_frozen);
+            if (pl->graph_attention[0]) cJSON_AddStringToObject(o, "attention", pl->graph_attention);
         }
     }
     cJSON_AddStringToObject(model, "optimizer", pl->optimizer);

@@ -63,6 +63,8 @@ typedef struct plan {
     char graph_path[2048];  /* where it is read from (resolved at load; set by the writer) */
     char graph_hash[24];    /* FNV-1a 64 of the graph file's bytes, hex */
     char onnx_dims[256], onnx_loss[256], onnx_frozen[256]; /* an ONNX file's import options ("" none) */
+    char graph_attention[256]; /* a graph file's attention as built: "fused" or "materialized" ("": a plan from
+                                  before fused attention, materialized) */
     char optimizer[8];      /* adam or sgd */
     shard_mesh mesh;
     char schedule[SCHED_STR_MAX]; /* a pipeline's split may take thousands of characters */

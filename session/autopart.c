@@ -84,6 +84,8 @@ static void plan_inputs(const session_autopart *a, const char *sched_text, plan 
         snprintf(pl->onnx_dims, sizeof pl->onnx_dims, "%s", a->src.dims ? a->src.dims : "");
         snprintf(pl->onnx_loss, sizeof pl->onnx_loss, "%s", a->src.loss ? a->src.loss : "");
         snprintf(pl->onnx_frozen, sizeof pl->onnx_frozen, "%s", a->src.frozen ? a->src.frozen : "");
+        snprintf(pl->graph_attention, sizeof pl->graph_attention, "%s",
+                 a->src.attention ? a->src.attention : MODEL_ATTENTION_DEFAULT == MODEL_ATTENTION_FUSED ? "fused" : "materialized");
     }
     snprintf(pl->optimizer, sizeof pl->optimizer, "%s", a->src.optimizer ? a->src.optimizer : "adam");
     pl->mesh = a->mesh;

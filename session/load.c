@@ -171,6 +171,35 @@ static const front_end *pick_front_end(const session_source *src, char *err, siz
     return NULL;
 }
 
+/* Whether src's graph file gets its attention fused: --attention, else
+ * the presets' default. */
+static int attention_fused(const session_source *src)
+{
+    if (src->attention) return !strcmp(src->attention, "fused");
+    return MODEL_ATTENTION_DEFAULT == MODEL_ATTENTION_FUSED;
+}
+
+/* Fuses the attention chains of forward graph *g (replaced; freed on
+ * error), saying how many into src's notes.  Returns 0, or -1 with a
+ * message. */
+static int fuse_attention(ir_graph **g, const session_source *src, const char *label, char *err, size_t errlen)
+{
+    int fused, kept;
+    char why[200], e2[512];
+    ir_graph *f = ir_fuse_attention(*g, &fused, &kept, why, sizeof why, e2, sizeof e2);
+    ir_free(*g);
+    *g = f;
+    if (!f) return ir_errf(err, errlen, "%s: %s", label, e2);
+    if (src->notes && src->notes_len && (fused || kept)) {
+        char line[320];
+        size_t k = strlen(src->notes);
+        if (kept) snprintf(line, sizeof line, "attention fused in %d places, %d kept as written (%s)", fused, kept, why);
+        else snprintf(line, sizeof line, "attention fused in %d places", fused);
+        snprintf(src->notes + k, src->notes_len - k, "%s%s", k ? "; " : "", line);
+    }
+    return 0;
+}
+
 /* The training step of forward graph fwd (from the input named label):
  * fwd is freed.  NULL with a message. */
 static ir_graph *train_step(ir_graph *fwd, const ir_optimizer *opt, const char *label, char *err, size_t errlen)
@@ -199,7 +228,12 @@ ir_graph *session_load_step(const session_source *src, char *label, size_t n, in
     ir_optimizer opt = session_optimizer(src->optimizer);
     int is_step = 0, micro = src->sched ? sched_microbatches(src->sched) : 1;
     if (micro > 1 && !fe->micro_batches && src->micro_as_tactic) micro = 1;
+    if (src->attention && fe->build == build_model)
+        return ir_errf(err, errlen, "--attention is a graph file's option; a model takes attention=fused|materialized in its "
+                       "spec (e.g. --model %s:attention=fused)", src->model), NULL;
     ir_graph *g = fe->build(fe->arg(src), src, &opt, micro, &is_step, label, n, err, errlen);
+    if (g && fe->build != build_model && !is_step && attention_fused(src) && fuse_attention(&g, src, label, err, errlen) < 0)
+        return NULL;
     if (!g || src->forward) return g;
     if (!is_step && !(g = train_step(g, &opt, label, err, errlen))) return NULL;
     /* graph tactics (remat) rewrite the step before anything shards it */

@@ -40,6 +40,7 @@ static ir_graph *plan_step(const plan *pl, const schedule *sc, const char *why, 
     src.dims = pl->onnx_dims[0] ? pl->onnx_dims : NULL;
     src.loss = pl->onnx_loss[0] ? pl->onnx_loss : NULL;
     src.frozen = pl->onnx_frozen[0] ? pl->onnx_frozen : NULL;
+    if (!pl->model[0]) src.attention = pl->graph_attention[0] ? pl->graph_attention : "materialized"; /* older plans: as written */
     int rewrite_failed;
     ir_graph *g = session_load_step(&src, label, sizeof label, &rewrite_failed, e2, sizeof e2);
     if (!g && !rewrite_failed) {

@@ -61,6 +61,8 @@ typedef struct session_source {
     /* an ONNX file (a graph named *.onnx: onnx/onnx.h), as onnx_options has them */
     const char *dims, *loss, *frozen;
     int weights;            /* attach the file's weights (carve run starts from them) */
+    const char *attention;  /* a graph or ONNX file's attention: "fused" (ir_fuse_attention), "materialized"
+                               (as written), NULL: the default (MODEL_ATTENTION_DEFAULT) */
     char *notes;            /* where the import's remarks go (NULL: dropped) */
     size_t notes_len;
 } session_source;

@@ -79,6 +79,18 @@ done
 grep -q "^  remat:0-[0-6] .*chosen" out.txt && grep -q '"schedule":[[:space:]]*"remat:0-[0-6],' partial.json
 check "memory level: recomputes only some layers when that fits" $?
 
+# ONNX exports and graph files get fused attention with --attention fused (ir_fuse_attention)
+f="$root/tests/onnx/fixtures/gpt2-o17-train.onnx"
+ok "cost --graph ONNX --attention fused" "$carve" cost --graph "$f" --mesh 2 --schedule dp:batch --hw a100 --attention fused
+grep -q "attention fused in 2 places" err.txt; check "the note counts the fused chains" $?
+grep -q "^  attention  " out.txt; check "the step prices fused attention ops" $?
+"$carve" autopart --graph "$f" --mesh 2x2 --hw a100 --budget 10 --quiet --attention fused --out onnx.json >/dev/null 2>&1
+"$py" -c 'import json; import sys; sys.exit(json.load(open("onnx.json"))["model"]["import"]["attention"] != "fused")'
+check "the plan records the attention it was built with" $?
+ok "run --plan of the fused ONNX plan" "$carve" run --plan onnx.json
+has "its run is checked" "^check: passed"
+bad "--attention with --model" "a model takes attention=fused|materialized" "$carve" show --model gpt-tiny --attention fused
+
 # a big plan tried small: carve run --plan big.json --shrink (GPT-1.3B over 32 devices, 4x8)
 "$carve" autopart --model gpt-1.3b:batch=32 --mesh node=4,gpu=8 --hw a100 --budget 20 --pipeline none --quiet --out big.json >/dev/null 2>&1
 "$carve" run --plan big.json >out.txt 2>err.txt

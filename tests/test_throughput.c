@@ -161,8 +161,47 @@ static void test_account(void)
     account("gpt:layers=2,hidden=1024,heads=8,seq=64,batch=8,vocab=512", "batch=8", "zero3:batch", "bf16");
 }
 
+/* Peak memory with fused attention against a hand calculation: model states
+ * at the peak (bf16 param blocks 2 bytes and Adam's f32 master weights, m
+ * and v 12 bytes a param, both split over the FSDP axis's 8; no gradient
+ * yet at the end of the forward pass) + per layer the values its backward
+ * reads, counted from the block's ops (bf16, 2 bytes; no scores: fused
+ * attention): GPT 18h + 2 a token (each layer norm x - mean, its
+ * normalised x and its output, rstd; q, k, v, the context; fc1 and GELU's
+ * 4h each), LLaMA 10h + 4f + 2 (each RMSNorm x * rsqrt and its output,
+ * rsqrt; q, k, v, the context, the residual, the layer's output; the
+ * SwiGLU's gate, up, SiLU and product) + the loss head (logits, their exp
+ * and the one-hot labels, f32 [tokens, vocab]) and the final norm.  Within
+ * 5% (docs/cost-model.md, section 3: the figures). */
+static void hand_peak(const char *model, const char *mesh, const char *sched, double hand)
+{
+    priced r;
+    price(&r, model, mesh, sched);
+    if (!r.ok) return;
+    double peak = r.c.e.peak_memory, GiB = 1073741824.0;
+    CHECKF(fabs(peak - hand) <= 0.05 * hand, "%s: peak %.4f GiB, hand %.4f GiB", model, peak / GiB, hand / GiB);
+    printf("%s over %s (%s): peak %.4f GiB, hand calculation %.4f GiB (%+.2f%%)\n", model, mesh, sched, peak / GiB, hand / GiB,
+           100 * (peak - hand) / hand);
+    unprice(&r);
+}
+
+static void test_hand_peak(void)
+{
+    model_config c;
+    model_parse("gpt-1.3b", &c, NULL, 0);
+    double N = (double)model_param_count(&c), h = 2048, L = 24, T = 1024, V = 51200;
+    hand_peak("gpt-1.3b:attention=fused", "batch=8", "zero3:batch",
+              14 * N / 8 + L * (18 * h + 2) * 2 * T + T * (3 * V * 4 + 3 * h * 2));
+    model_parse("llama2-7b", &c, NULL, 0);
+    N = (double)model_param_count(&c), h = 4096, L = 32, T = 4096, V = 32000;
+    double f = 11008;
+    hand_peak("llama2-7b:batch=32,attention=fused", "node=4,gpu=8", "dp:node,zero3:gpu",
+              14 * N / 8 + L * (10 * h + 4 * f + 2) * 2 * T + T * (3 * V * 4 + 2 * h * 2));
+}
+
 int main(void)
 {
+    test_hand_peak();
     test_llama();
     test_gpt();
     test_account();
