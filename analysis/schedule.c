@@ -91,8 +91,10 @@ static int parse_pipeline(const char *tac, char **parts, int np, const shard_mes
         const char *s = parts[4];
         int count = 0, digits = 0;
         for (const char *q = s; *q; q++) {
-            if (isdigit((unsigned char)*q)) digits++;
+            if (isdigit((unsigned char)*q) && digits < 6) digits++;
             else if (*q == '/' && digits) count++, digits = 0;
+            else if (isdigit((unsigned char)*q)) /* past 6 digits: 4294967298 wrapped to 2 in an int before */
+                return ir_errf(err, n, "schedule: tactic '%.60s': SPLIT: a layer count of more than 6 digits", tac);
             else return ir_errf(err, n, "schedule: tactic '%s': SPLIT must be auto or layer counts joined by '/' (7/6/6/5)", tac);
         }
         if (!digits) return ir_errf(err, n, "schedule: tactic '%s': SPLIT must be auto or layer counts joined by '/' (7/6/6/5)", tac);
@@ -249,7 +251,10 @@ static int parse_tactic(const char *tac, const shard_mesh *m, tactic *t, char *s
     strcpy(buf, tac);
     char *parts[5];
     int np = 0;
-    for (char *p = buf, *q; np < 5; p = q + 1) {
+    for (char *p = buf, *q;; p = q + 1) {
+        if (np == 5) /* text after the fifth field was dropped before */
+            return ir_errf(err, n, "schedule: tactic '%.80s': more than 5 fields joined by ':' (the longest is "
+                                   "pipeline:AXIS:M:SCHED:SPLIT)", tac);
         parts[np++] = p;
         q = strchr(p, ':');
         if (!q) break;
@@ -376,29 +381,11 @@ done:
 
 static int parse_file(const char *path, const shard_mesh *m, schedule *out, char *err, size_t n)
 {
-    FILE *f = fopen(path, "rb");
-    if (!f) return ir_errf(err, n, "%s: cannot open: %s", path, strerror(errno));
-    char *text = NULL;
-    size_t len = 0, cap = 0;
-    for (;;) {
-        if (len + 4096 > cap) {
-            cap = cap ? cap * 2 : 8192;
-            char *t = cap > (1u << 24) ? NULL : realloc(text, cap);
-            if (!t) {
-                free(text);
-                fclose(f);
-                return ir_errf(err, n, "%s: larger than 16 MB", path);
-            }
-            text = t;
-        }
-        size_t r = fread(text + len, 1, cap - len - 1, f);
-        len += r;
-        if (r == 0) break;
-    }
-    int bad = ferror(f);
-    fclose(f);
-    text[len] = 0;
-    int rc = bad ? ir_errf(err, n, "%s: read error", path) : sched_parse_json(text, path, m, out, err, n);
+    char why[160];
+    size_t len;
+    char *text = ir_read_input(path, (size_t)1 << 24, &len, why, sizeof why);
+    if (!text) return ir_errf(err, n, "%s: %s%s", path, strncmp(why, "larger", 6) ? "cannot open: " : "", why);
+    int rc = sched_parse_json(text, path, m, out, err, n);
     free(text);
     return rc;
 }

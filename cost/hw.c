@@ -440,37 +440,10 @@ int cost_hw_from_json(const char *text, const char *where, cost_hw *hw, char *er
 
 int cost_hw_load(const char *path, cost_hw *hw, char *err, size_t errlen)
 {
-    FILE *f = fopen(path, "rb");
-    if (!f) return ir_errf(err, errlen, "hardware file '%s': %s", path, strerror(errno));
-    char *text = NULL;
-    size_t n = 0, cap = 0;
-    for (;;) {
-        if (n + 4096 + 1 > cap) {
-            cap = cap ? 2 * cap : 8192;
-            if (cap > (64u << 20)) {
-                free(text);
-                fclose(f);
-                return ir_errf(err, errlen, "hardware file '%s': larger than 64 MB", path);
-            }
-            char *t = realloc(text, cap);
-            if (!t) {
-                free(text);
-                fclose(f);
-                return ir_errf(err, errlen, "hardware file '%s': out of memory", path);
-            }
-            text = t;
-        }
-        size_t k = fread(text + n, 1, 4096, f);
-        n += k;
-        if (k < 4096) break;
-    }
-    int rd_err = ferror(f);
-    fclose(f);
-    if (rd_err) {
-        free(text);
-        return ir_errf(err, errlen, "hardware file '%s': read error", path);
-    }
-    text[n] = 0;
+    char why[160];
+    size_t n;
+    char *text = ir_read_input(path, (size_t)64 << 20, &n, why, sizeof why);
+    if (!text) return ir_errf(err, errlen, "hardware file '%s': %s", path, why);
     int rc = cost_hw_from_json(text, path, hw, err, errlen);
     free(text);
     return rc;

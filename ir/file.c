@@ -1,5 +1,14 @@
-/* file.c - safe output files: every file carve writes (plans, graphs,
- * hardware profiles) goes through ir_write_atomic.
+/* file.c - safe input and output files.
+ *
+ * Inputs: every file carve reads (graphs, plans, profiles, schedules, ONNX
+ * files, a plan's graph file) is opened by ir_open_input, which takes only a
+ * regular file: a fifo would block open() and read() forever, a device such
+ * as /dev/zero or /dev/urandom never ends, a folder is no file.  The open is
+ * non-blocking and the type is checked on the descriptor (fstat), so nothing
+ * can be swapped in between the check and the read.
+ *
+ * Outputs: every file carve writes (plans, graphs, hardware profiles,
+ * exports, reports) goes through ir_write_atomic.
  *
  * The rules (docs/reliability.md): the target is refused when it exists and
  * is not a regular file (a device node such as /dev/full, a folder, a fifo)
@@ -17,11 +26,159 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
+
+/* ---- inputs ------------------------------------------------------------- */
+
+const char *ir_not_regular(unsigned m)
+{
+    if (S_ISREG(m)) return NULL;
+    if (S_ISDIR(m)) return "is a directory, not a regular file";
+    if (S_ISFIFO(m)) return "is a fifo (named pipe), not a regular file";
+    if (S_ISCHR(m) || S_ISBLK(m)) return "is a device, not a regular file";
+    if (S_ISSOCK(m)) return "is a socket, not a regular file";
+    return "is not a regular file";
+}
+
+/* The inputs opened while the guard is on, by device and inode (a short
+ * list: a command reads a handful of files).  Readers may run on several
+ * threads (autopart's levels build steps side by side). */
+#define MAX_INPUTS 64
+static struct {
+    int on, n;
+    dev_t dev[MAX_INPUTS];
+    ino_t ino[MAX_INPUTS];
+} inputs;
+static pthread_mutex_t inputs_lock = PTHREAD_MUTEX_INITIALIZER;
+
+void ir_input_guard(int on)
+{
+    pthread_mutex_lock(&inputs_lock);
+    inputs.on = on;
+    inputs.n = 0;
+    pthread_mutex_unlock(&inputs_lock);
+}
+
+static void note_input(const struct stat *st)
+{
+    pthread_mutex_lock(&inputs_lock);
+    int seen = 0;
+    for (int i = 0; i < inputs.n && !seen; i++) seen = inputs.dev[i] == st->st_dev && inputs.ino[i] == st->st_ino;
+    if (inputs.on && !seen && inputs.n < MAX_INPUTS) {
+        inputs.dev[inputs.n] = st->st_dev;
+        inputs.ino[inputs.n++] = st->st_ino;
+    }
+    pthread_mutex_unlock(&inputs_lock);
+}
+
+static int was_input(const struct stat *st)
+{
+    pthread_mutex_lock(&inputs_lock);
+    int seen = 0;
+    for (int i = 0; i < inputs.n && !seen; i++) seen = inputs.dev[i] == st->st_dev && inputs.ino[i] == st->st_ino;
+    pthread_mutex_unlock(&inputs_lock);
+    return seen;
+}
+
+void ir_input_note(int fd)
+{
+    struct stat st;
+    if (fstat(fd, &st) == 0) note_input(&st);
+}
+
+int ir_open_input(const char *path, char *why, size_t whylen)
+{
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC | O_NOCTTY);
+    if (fd < 0) {
+        snprintf(why, whylen, "%s", strerror(errno));
+        return -1;
+    }
+    struct stat st;
+    const char *bad = fstat(fd, &st) != 0 ? strerror(errno) : ir_not_regular(st.st_mode);
+    int fl = bad ? 0 : fcntl(fd, F_GETFL);
+    if (!bad && (fl < 0 || fcntl(fd, F_SETFL, fl & ~O_NONBLOCK) < 0)) bad = strerror(errno);
+    if (bad) {
+        snprintf(why, whylen, "%s", bad);
+        close(fd);
+        return -1;
+    }
+    note_input(&st);
+    return fd;
+}
+
+ssize_t ir_read_full(int fd, void *buf, size_t len)
+{
+    size_t got = 0;
+    while (got < len) {
+        ssize_t k = read(fd, (char *)buf + got, len - got);
+        if (k < 0 && errno == EINTR) continue;
+        if (k < 0) return -1;
+        if (k == 0) break;
+        got += (size_t)k;
+    }
+    return (ssize_t)got;
+}
+
+char *ir_read_input(const char *path, size_t max, size_t *n, char *why, size_t whylen)
+{
+    int fd = ir_open_input(path, why, whylen);
+    if (fd < 0) return NULL;
+    struct stat st = {0};
+    if (fstat(fd, &st) == 0 && (uint64_t)st.st_size > max) {
+        close(fd);
+        snprintf(why, whylen, "larger than %zu MB", max >> 20);
+        return NULL;
+    }
+    /* the size fstat gave (0 for /proc's files, which are read to their end anyway), one byte more to see the end */
+    size_t cap = st.st_size > 0 ? (size_t)st.st_size + 1 : 65536, len = 0;
+    char *buf = NULL;
+    for (;;) {
+        if (len == cap || !buf) {
+            if (buf) cap = cap > max / 2 ? max + 1 : cap * 2;
+            char *q = realloc(buf, cap + 1);
+            if (!q) {
+                snprintf(why, whylen, "out of memory reading %zu bytes", cap);
+                break;
+            }
+            buf = q;
+        }
+        ssize_t k = ir_read_full(fd, buf + len, cap - len);
+        if (k < 0) {
+            snprintf(why, whylen, "cannot read: %s", strerror(errno));
+            break;
+        }
+        len += (size_t)k;
+        if (len > max) {
+            snprintf(why, whylen, "larger than %zu MB", max >> 20);
+            break;
+        }
+        if (len < cap) { /* the end */
+            close(fd);
+            buf[len] = 0;
+            *n = len;
+            return buf;
+        }
+    }
+    close(fd);
+    free(buf);
+    return NULL;
+}
+
+int ir_out_is_input(const char *out, const char *in, char *err, size_t errlen)
+{
+    struct stat so, si;
+    if (!out || !in || stat(out, &so) != 0 || stat(in, &si) != 0) return 0;
+    if (so.st_dev != si.st_dev || so.st_ino != si.st_ino) return 0;
+    if (!strcmp(out, in)) return ir_errf(err, errlen, "%s: is an input of this command; refusing to replace it (write elsewhere)", out);
+    return ir_errf(err, errlen, "%s: is the input '%s' (the same file); refusing to replace it (write elsewhere)", out, in);
+}
+
+/* ---- outputs ------------------------------------------------------------ */
 
 /* The folder part of path ("." when there is none); malloc'd, NULL on OOM. */
 static char *folder_of(const char *path)
@@ -49,6 +206,7 @@ static int check_target(const char *path, char *err, size_t errlen)
     if (S_ISDIR(st.st_mode)) return ir_errf(err, errlen, "%s: cannot write: %s", path, strerror(EISDIR));
     if (!S_ISREG(st.st_mode))
         return ir_errf(err, errlen, "%s: is not a regular file (a device, fifo or socket); refusing to replace it", path);
+    if (was_input(&st)) return ir_errf(err, errlen, "%s: is an input of this command; refusing to replace it (write elsewhere)", path);
     if (access(path, W_OK) != 0) return ir_errf(err, errlen, "%s: cannot write: %s", path, strerror(errno));
     return 0;
 }

@@ -19,6 +19,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <sys/types.h>
 
 #define IR_MAX_RANK 6
 #define IR_MAX_OPERANDS 4 /* attention_dq reads q, k, v and the result's cotangent */
@@ -270,6 +271,41 @@ static inline int ir_add_size(size_t a, size_t b, size_t *out)
     }
     return 0;
 }
+
+/* ---- input files (ir/file.c) ------------------------------------------- */
+/* Opens path for reading when it is a regular file (following links, as a
+ * reader should): opened with O_NONBLOCK, so that a fifo cannot block the
+ * open, then checked with fstat; a fifo, a device (/dev/zero), a socket or a
+ * folder is refused before a byte is read.  Returns the descriptor
+ * (O_NONBLOCK cleared, O_CLOEXEC set; the caller closes it), or -1 with the
+ * reason in why ("No such file or directory", "is a fifo (named pipe), not a
+ * regular file", ...), which the caller puts after the file's name. */
+int ir_open_input(const char *path, char *why, size_t whylen);
+/* The whole regular file at path (ir_open_input), at most max bytes, as a
+ * malloc'd buffer with a NUL after its *n bytes (the caller frees it).
+ * NULL with the reason in why (as ir_open_input; "larger than N MB" past
+ * max; "out of memory"). */
+char *ir_read_input(const char *path, size_t max, size_t *n, char *why, size_t whylen);
+/* Why a file of mode m (st_mode) is no input ("is a fifo (named pipe), not
+ * a regular file", ...), or NULL for a regular file. */
+const char *ir_not_regular(unsigned m);
+/* Remembers fd's file as an input (for a reader that opens its files
+ * itself: ONNX external data, opened beneath the model's folder). */
+void ir_input_note(int fd);
+/* Reads through fd (ir_open_input's) until its end: len bytes at most.
+ * Returns the bytes read, or -1 with errno set (EINTR retried). */
+ssize_t ir_read_full(int fd, void *buf, size_t len);
+
+/* Inputs an output may not replace.  With the guard on (carve's main turns
+ * it on; library callers and tests may leave it off), every file opened by
+ * ir_open_input is remembered by device and inode, and ir_out_check (so
+ * every output carve writes) refuses a target that is one of them, whatever
+ * name reaches it (a hard link, "./x", a link to its folder).  The same test
+ * is ir_out_is_input for a path given before it is read. */
+void ir_input_guard(int on);
+/* 0 when `out` does not exist or is not the file `in` names (both followed
+ * through links), else -1 with "OUT: is the input IN; ...". */
+int ir_out_is_input(const char *out, const char *in, char *err, size_t errlen);
 
 /* ---- output files (ir/file.c) ------------------------------------------ */
 /* Checks, before any long work, that `path` can be written: an existing

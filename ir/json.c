@@ -1236,57 +1236,15 @@ ir_graph *ir_load_json_file(const char *path, char *err, size_t errlen)
         err = none;
         errlen = sizeof none;
     }
-    FILE *f = fopen(path, "rb");
-    if (!f) {
-        snprintf(err, errlen, "cannot open '%s': %s", path, strerror(errno));
+    char why[160];
+    size_t n;
+    char *buf = ir_read_input(path, JSON_MAX_BYTES, &n, why, sizeof why);
+    if (!buf) {
+        if (!strncmp(why, "larger than", 11))
+            snprintf(err, errlen, "'%s' is more than the limit of %zu MB for a graph file", path, JSON_MAX_BYTES >> 20);
+        else snprintf(err, errlen, "cannot read '%s': %s", path, why);
         return NULL;
     }
-    struct stat st;
-    if (fstat(fileno(f), &st) == 0 && S_ISDIR(st.st_mode)) {
-        fclose(f);
-        snprintf(err, errlen, "cannot read '%s': it is a directory", path);
-        return NULL;
-    }
-    if (fstat(fileno(f), &st) == 0 && S_ISREG(st.st_mode) && (uint64_t)st.st_size > JSON_MAX_BYTES) {
-        fclose(f);
-        snprintf(err, errlen, "'%s' is %llu MB, more than the limit of %zu MB for a graph file", path,
-                 (unsigned long long)st.st_size >> 20, JSON_MAX_BYTES >> 20);
-        return NULL;
-    }
-    /* Room for the file, a byte to see the end, and the NUL. */
-    size_t cap = S_ISREG(st.st_mode) && st.st_size > 0 ? (size_t)st.st_size + 2 : 65536, n = 0;
-    char *buf = malloc(cap);
-    int too_big = 0;
-    while (buf) {
-        if (n + 1 == cap) {
-            if (n > JSON_MAX_BYTES) {
-                too_big = 1;
-                break;
-            }
-            char *q = realloc(buf, cap * 2);
-            if (!q) {
-                free(buf);
-                buf = NULL;
-                break;
-            }
-            buf = q;
-            cap *= 2;
-        }
-        size_t r = fread(buf + n, 1, cap - 1 - n, f);
-        n += r;
-        if (r == 0) break;
-    }
-    int read_error = ferror(f);
-    int saved_errno = errno;
-    fclose(f);
-    if (!buf || read_error || too_big || n > JSON_MAX_BYTES) {
-        if (!buf) snprintf(err, errlen, "cannot read '%s': out of memory", path);
-        else if (read_error) snprintf(err, errlen, "cannot read '%s': %s", path, strerror(saved_errno));
-        else snprintf(err, errlen, "'%s' is more than the limit of %zu MB for a graph file", path, JSON_MAX_BYTES >> 20);
-        free(buf);
-        return NULL;
-    }
-    buf[n] = 0;
     char msg[IR_ERR_LEN + 64];
     ir_graph *g = NULL;
     const char *nul = memchr(buf, 0, n);

@@ -322,7 +322,8 @@ int ox_ir_of_tensor(ox_ctx *c, const ox_tensor *t)
     snprintf(base, sizeof base, "const.%d", c->uid++);
     int x = ox_arg_at_layer(c, -1, ox_fresh_name(c, base, name, sizeof name), IR_CONST, dt, t->rank, t->dims);
     if (x < 0) return ox_check_ir(c);
-    void *elems = ir_xrealloc(NULL, (size_t)t->n * 4);
+    void *elems = ox_const_reserve(c, t->n * 4) < 0 ? NULL : malloc((size_t)t->n * 4); /* the graph keeps it: never given back */
+    if (!elems) return c->failed ? -1 : ox_fail(c, "out of memory for a constant table of %lld elements", (long long)t->n);
     for (int64_t i = 0; i < t->n; i++) {
         if (!is_int) ((float *)elems)[i] = (float)t->v[i];
         else if (t->v[i] < INT32_MIN || t->v[i] > INT32_MAX) {

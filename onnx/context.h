@@ -37,6 +37,19 @@
 /* Constants the folder makes or reads are held as doubles: at most this
  * many elements each (512 MiB; onnx_options.max_const lowers it). */
 #define OX_MAX_CONST ((int64_t)1 << 26)
+/* ... and all of them together, with the constant tables the graph keeps
+ * (4 bytes an element), at most this many bytes (1 GiB; 16 x max_const
+ * when onnx_options.max_const lowers it): a file of a few KB cannot ask for
+ * more, however many constants it makes. */
+#define OX_MAX_CONST_BYTES ((int64_t)1 << 30)
+
+/* Messages nest at most this deep (a model is 1, its graph 2, ...; the
+ * limit of Python's and C++'s protobuf readers): protobuf-c's unpack
+ * recurses once a level with no limit of its own (onnx/depth.c). */
+#define OX_MAX_DEPTH 100
+/* How deep the message of type d in b[0..n) nests (1: no message inside),
+ * read without recursion; OX_MAX_DEPTH + 1 as soon as it is deeper. */
+int ox_proto_depth(const ProtobufCMessageDescriptor *d, const uint8_t *b, size_t n);
 
 /* ONNX TensorProto.DataType */
 enum {
@@ -53,6 +66,7 @@ typedef struct ox_tensor {
     int64_t dims[OX_MAX_RANK];
     int64_t n;
     double *v;              /* n values, owned */
+    int64_t *live;          /* the import's count of constant bytes (ox_ctx.const_bytes), less n x 8 when freed */
 } ox_tensor;
 
 typedef enum { OX_UNSET, OX_CONST, OX_IR, OX_INIT } ox_kind;
@@ -127,6 +141,7 @@ typedef struct ox_ctx {
     int failed;
     int n_layers;
     int uid;                /* counter for the names of made values */
+    int64_t const_bytes;    /* held by the constants alive and the graph's constant tables (OX_MAX_CONST_BYTES) */
 } ox_ctx;
 
 /* ---- errors (context.c) ------------------------------------------------------ */
@@ -162,6 +177,9 @@ double ox_attr_float_listed(const Onnx__NodeProto *n, const char *name, const ch
 
 /* ---- tensors (tensor.c) ------------------------------------------------- */
 ox_tensor *ox_tensor_new(ox_ctx *c, int type, int rank, const int64_t *dims);
+/* Counts `bytes` more of constants against the import's bound
+ * (OX_MAX_CONST_BYTES): 0, or -1 with a message when they do not fit. */
+int ox_const_reserve(ox_ctx *c, int64_t bytes);
 void ox_tensor_free(ox_tensor *t);
 ox_tensor *ox_tensor_scalar(ox_ctx *c, int type, double v);
 int ox_type_is_float(int type);

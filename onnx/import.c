@@ -188,7 +188,23 @@ static int64_t dim_value(ox_ctx *c, const char *sym)
     return -1;
 }
 
-/* Checks that every entry of --dim is NAME=N with N positive. */
+/* 1 when a graph input of the file has the symbolic dim name[0..len). */
+static int has_symbolic_dim(const ox_ctx *c, const char *name, size_t len)
+{
+    for (size_t i = 0; i < c->graph->n_input; i++) {
+        const Onnx__TypeProto *t = c->graph->input[i]->type;
+        const Onnx__TensorShapeProto *sh = t && t->value_case == ONNX__TYPE_PROTO__VALUE_TENSOR_TYPE && t->tensor_type
+                                               ? t->tensor_type->shape : NULL;
+        for (size_t d = 0; sh && d < sh->n_dim; d++) {
+            const char *p = sh->dim[d]->value_case == ONNX__TENSOR_SHAPE_PROTO__DIMENSION__VALUE_DIM_PARAM ? sh->dim[d]->dim_param : NULL;
+            if (p && strlen(p) == len && !strncmp(p, name, len)) return 1;
+        }
+    }
+    return 0;
+}
+
+/* Checks that every entry of --dim is NAME=N with N positive, names a
+ * symbolic dim of the file's inputs, and is given once. */
 static int check_dims_option(ox_ctx *c)
 {
     const char *s = c->opt->dims;
@@ -197,10 +213,38 @@ static int check_dims_option(ox_ctx *c)
         if (!end) end = s + strlen(s);
         char *e;
         if (!eq || eq > end || eq == s) return ox_fail(c, "--dim: '%.*s' is not NAME=SIZE", (int)(end - s), s);
+        int len = (int)(eq - s);
         errno = 0;
         long long v = strtoll(eq + 1, &e, 10);
-        if (e != end || v <= 0 || errno) return ox_fail(c, "--dim: size of '%.*s' must be a positive integer", (int)(eq - s), s);
+        if (e != end || v <= 0 || errno) return ox_fail(c, "--dim: size of '%.*s' must be a positive integer", len, s);
+        for (const char *q = c->opt->dims; q < s; q = strchr(q, ',') + 1)
+            if (!strncmp(q, s, (size_t)len + 1)) return ox_fail(c, "--dim: '%.*s' is given twice", len, s);
+        if (!has_symbolic_dim(c, s, (size_t)len))
+            return ox_fail(c, "--dim: the file's inputs have no symbolic dim '%.*s' (a typo? carve show --graph FILE names "
+                              "the ones it needs)", len, s);
         s = *end ? end + 1 : end;
+    }
+    return 0;
+}
+
+/* Checks that every glob of --frozen matches an initializer of the file (a
+ * glob that matches nothing is a typo that would train what was meant to
+ * stay constant). */
+static int check_frozen_option(ox_ctx *c)
+{
+    const char *s = c->opt->frozen;
+    char pat[256];
+    while (s && *s) {
+        const char *end = strchr(s, ',');
+        size_t len = end ? (size_t)(end - s) : strlen(s);
+        if (len >= sizeof pat) return ox_fail(c, "--frozen: a glob of %zu characters (at most %zu)", len, sizeof pat - 1);
+        memcpy(pat, s, len);
+        pat[len] = 0;
+        int hit = 0;
+        for (size_t i = 0; i < c->graph->n_initializer && !hit; i++)
+            hit = c->graph->initializer[i]->name && !fnmatch(pat, c->graph->initializer[i]->name, 0);
+        if (!hit) return ox_fail(c, "--frozen: '%s' matches no initializer of the file", pat);
+        s += len + (end ? 1 : 0);
     }
     return 0;
 }
@@ -643,8 +687,8 @@ static ir_graph *import_model(ox_ctx *c)
 {
     char kind[32], second[256];
     const char *src = NULL;
-    if (check_dims_option(c) < 0 || check_model_opset(c) < 0 || add_values(c) < 0 || check_static_shapes(c) < 0 ||
-        check_model(c) < 0)
+    if (check_model_opset(c) < 0 || check_dims_option(c) < 0 || check_frozen_option(c) < 0 || add_values(c) < 0 ||
+        check_static_shapes(c) < 0 || check_model(c) < 0)
         return NULL;
     const char *name = c->graph->name && c->graph->name[0] && ox_is_printable(c->graph->name) ? c->graph->name : "onnx";
     c->g = ir_new(name);
@@ -712,6 +756,17 @@ static void ctx_init(ox_ctx *c, const char *path, const char *dir, const onnx_op
     if (err && errlen) err[0] = 0;
 }
 
+/* The ModelProto in b[0..n) into c->model (NULL when it does not parse),
+ * its nesting checked first (onnx/depth.c): 0, or -1 with a message. */
+static int unpack_model(ox_ctx *c, const uint8_t *b, size_t n)
+{
+    if (ox_proto_depth(&onnx__model_proto__descriptor, b, n) > OX_MAX_DEPTH)
+        return ox_fail(c, "messages nested more than %d deep (a chain of sequence or map types, or of subgraphs): refused "
+                          "before they are read", OX_MAX_DEPTH);
+    c->model = onnx__model_proto__unpack(NULL, n, b);
+    return 0;
+}
+
 /* Imports c->model (NULL: the bytes did not parse), frees c, and prefixes a
  * message with the file's name. */
 static ir_graph *import_unpacked(ox_ctx *c)
@@ -734,41 +789,18 @@ ir_graph *onnx_import_bytes(const void *data, size_t n, const char *name, const 
     static const onnx_options none;
     ox_ctx c;
     ctx_init(&c, name ? name : "model", dir, o ? o : &none, info, err, errlen);
-    c.model = onnx__model_proto__unpack(NULL, n, data);
+    unpack_model(&c, data, n);
     return import_unpacked(&c);
 }
 
 ir_graph *onnx_import(const char *path, const onnx_options *o, onnx_info *info, char *err, size_t errlen)
 {
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return ir_errf(err, errlen, "%s: cannot open: %s", path, strerror(errno)), NULL;
-    struct stat st;
-    if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode)) {
-        close(fd);
-        return ir_errf(err, errlen, "%s: not a regular file", path), NULL;
-    }
-    if ((size_t)st.st_size > OX_MAX_FILE) {
-        close(fd);
-        return ir_errf(err, errlen, "%s: %lld bytes, more than the 2 GiB a protobuf holds (weights beyond go in external data)",
-                       path, (long long)st.st_size), NULL;
-    }
-    size_t n = (size_t)st.st_size, got = 0;
-    char *buf = malloc(n ? n : 1);
-    if (!buf) {
-        close(fd);
-        return ir_errf(err, errlen, "%s: out of memory reading %zu bytes", path, n), NULL;
-    }
-    while (got < n) {
-        ssize_t k = read(fd, buf + got, n - got);
-        if (k < 0 && errno == EINTR) continue;
-        if (k <= 0) break;
-        got += (size_t)k;
-    }
-    close(fd);
-    if (got != n) {
-        free(buf);
-        return ir_errf(err, errlen, "%s: read failed", path), NULL;
-    }
+    char why[160];
+    size_t n;
+    char *buf = ir_read_input(path, OX_MAX_FILE, &n, why, sizeof why);
+    if (!buf && !strncmp(why, "larger than", 11))
+        return ir_errf(err, errlen, "%s: more than the 2 GiB a protobuf holds (weights beyond go in external data)", path), NULL;
+    if (!buf) return ir_errf(err, errlen, "%s: cannot open: %s", path, why), NULL;
     char dir[4096];
     const char *slash = strrchr(path, '/');
     snprintf(dir, sizeof dir, "%.*s", slash ? (int)(slash == path ? 1 : slash - path) : 1, slash ? path : ".");
@@ -776,7 +808,7 @@ ir_graph *onnx_import(const char *path, const onnx_options *o, onnx_info *info, 
     ox_ctx c;
     ctx_init(&c, path, dir, o ? o : &none, info, err, errlen);
     /* unpack copies what it keeps: the file's bytes go before the import runs */
-    c.model = onnx__model_proto__unpack(NULL, n, (const uint8_t *)buf);
+    unpack_model(&c, (const uint8_t *)buf, n);
     free(buf);
     return import_unpacked(&c);
 }

@@ -112,6 +112,17 @@ double ox_round_to(int type, double x)
     }
 }
 
+int ox_const_reserve(ox_ctx *c, int64_t bytes)
+{
+    int64_t per = c->opt && c->opt->max_const > 0 && c->opt->max_const < OX_MAX_CONST ? c->opt->max_const : OX_MAX_CONST;
+    int64_t cap = per < OX_MAX_CONST ? per * 16 : OX_MAX_CONST_BYTES;
+    if (bytes > cap - c->const_bytes)
+        return ox_fail(c, "the constants folded so far hold %lld MiB, %lld MiB more would pass the %lld MiB carve folds in all",
+                       (long long)(c->const_bytes >> 20), (long long)(bytes >> 20), (long long)(cap >> 20));
+    c->const_bytes += bytes;
+    return 0;
+}
+
 ox_tensor *ox_tensor_new(ox_ctx *c, int type, int rank, const int64_t *dims)
 {
     if (rank < 0 || rank > OX_MAX_RANK) return ox_fail(c, "a constant of rank %d (at most %d)", rank, OX_MAX_RANK), NULL;
@@ -121,18 +132,28 @@ ox_tensor *ox_tensor_new(ox_ctx *c, int type, int rank, const int64_t *dims)
         if (ir_mul_i64(n, dims[i], &n) < 0 || n > cap)
             return ox_fail(c, "a constant of more than %lld elements, beyond what carve folds", (long long)cap), NULL;
     }
-    ox_tensor *t = ir_xcalloc(1, sizeof *t);
+    if (ox_const_reserve(c, n * (int64_t)sizeof(double)) < 0) return NULL;
+    ox_tensor *t = calloc(1, sizeof *t);
+    double *v = calloc((size_t)(n ? n : 1), sizeof(double));
+    if (!t || !v) {
+        free(t);
+        free(v);
+        c->const_bytes -= n * (int64_t)sizeof(double);
+        return ox_fail(c, "out of memory for a constant of %lld elements", (long long)n), NULL;
+    }
     t->type = type;
     t->rank = rank;
     if (rank) memcpy(t->dims, dims, (size_t)rank * sizeof *dims);
     t->n = n;
-    t->v = ir_xcalloc((size_t)(n ? n : 1), sizeof(double));
+    t->v = v;
+    t->live = &c->const_bytes;
     return t;
 }
 
 void ox_tensor_free(ox_tensor *t)
 {
     if (!t) return;
+    if (t->live) *t->live -= t->n * (int64_t)sizeof(double);
     free(t->v);
     free(t);
 }
@@ -215,43 +236,91 @@ int ox_proto_shape(ox_ctx *c, const Onnx__TensorProto *p, const char *what, int 
 }
 
 /* The external data of p: the file (opened), offset and length in bytes. */
+/* Opens location loc inside the model's folder c->dir one component at a
+ * time, never through a symbolic link (O_NOFOLLOW on each: a link inside
+ * the folder could name /etc/passwd), and only a regular file at the end (a
+ * fifo would block).  Returns the descriptor, or -1 with a message. */
+static int open_beneath(ox_ctx *c, const char *what, const char *loc)
+{
+    int dfd = open(c->dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dfd < 0) return ox_fail(c, "%s: the model's folder '%.200s': %s", what, c->dir, strerror(errno));
+    char part[256];
+    for (const char *s = loc;;) {
+        size_t k = strcspn(s, "/");
+        int last = !s[k];
+        if (k >= sizeof part) {
+            close(dfd);
+            return ox_fail(c, "%s: external data location '%.80s': a name of %zu characters", what, loc, k);
+        }
+        memcpy(part, s, k);
+        part[k] = 0;
+        s += k + !last;
+        if ((!k || !strcmp(part, ".")) && !last) continue;
+        int fd = openat(dfd, part, (last ? O_RDONLY | O_NONBLOCK : O_RDONLY | O_DIRECTORY) | O_NOFOLLOW | O_CLOEXEC | O_NOCTTY);
+        int e = errno;
+        struct stat st;
+        if (fd < 0 && (e == ELOOP || e == ENOTDIR) && fstatat(dfd, part, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISLNK(st.st_mode)) {
+            close(dfd);
+            return ox_fail(c, "%s: external data location '%.80s': '%.80s' is a symbolic link (external data is read only from "
+                              "files inside the model's folder, never through a link)", what, loc, part);
+        }
+        close(dfd);
+        if (fd < 0) return ox_fail(c, "%s: external data file '%.200s/%.200s': %s", what, c->dir, loc, strerror(e));
+        if (!last) {
+            dfd = fd;
+            continue;
+        }
+        int fl = fcntl(fd, F_GETFL);
+        const char *bad = fstat(fd, &st) < 0 ? strerror(errno) : ir_not_regular(st.st_mode);
+        if (!bad && (fl < 0 || fcntl(fd, F_SETFL, fl & ~O_NONBLOCK) < 0)) bad = strerror(errno);
+        if (bad) {
+            close(fd);
+            return ox_fail(c, "%s: external data '%.200s/%.200s' %s", what, c->dir, loc, bad);
+        }
+        ir_input_note(fd);
+        return fd;
+    }
+}
+
+/* The external data of p: its file opened (open_beneath), the offset and
+ * length of p's bytes in it.  Returns 0, or -1 with a message. */
 static int external_of(ox_ctx *c, const Onnx__TensorProto *p, const char *what, int *fd, int64_t *off, int64_t *len)
 {
     const char *loc = NULL;
     *off = 0;
     *len = -1;
+    int seen_off = 0, seen_len = 0;
     for (size_t i = 0; i < p->n_external_data; i++) {
         const Onnx__StringStringEntryProto *e = p->external_data[i];
         if (!e->key || !e->value) continue;
+        int is_loc = !strcmp(e->key, "location"), is_off = !strcmp(e->key, "offset"), is_len = !strcmp(e->key, "length");
+        if ((is_loc && loc) || (is_off && seen_off++) || (is_len && seen_len++))
+            return ox_fail(c, "%s: external data key '%s' given twice", what, e->key);
         char *end;
-        if (!strcmp(e->key, "location")) loc = e->value;
-        else if (!strcmp(e->key, "offset") || !strcmp(e->key, "length")) {
+        if (is_loc) loc = e->value;
+        else if (is_off || is_len) {
             errno = 0;
             long long x = strtoll(e->value, &end, 10);
             if (!e->value[0] || *end || errno || x < 0)
                 return ox_fail(c, "%s: external data %s '%.40s' is not a byte count", what, e->key, e->value);
-            if (!strcmp(e->key, "offset")) *off = x;
+            if (is_off) *off = x;
             else *len = x;
         }
     }
     if (!loc || !loc[0]) return ox_fail(c, "%s: external data without a location", what);
     if (!c->dir) return ox_fail(c, "%s: external data '%.80s' but the model was not read from a file", what, loc);
     if (loc[0] == '/' || strstr(loc, "..")) return ox_fail(c, "%s: external data location '%.80s' leaves the model's folder", what, loc);
-    char path[4096];
-    if ((size_t)snprintf(path, sizeof path, "%s/%s", c->dir, loc) >= sizeof path)
-        return ox_fail(c, "%s: external data path too long", what);
-    *fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (*fd < 0) return ox_fail(c, "%s: external data file '%.200s': %s", what, path, strerror(errno));
+    if ((*fd = open_beneath(c, what, loc)) < 0) return -1;
     struct stat st;
-    if (fstat(*fd, &st) < 0 || !S_ISREG(st.st_mode)) {
+    if (fstat(*fd, &st) < 0) {
         close(*fd);
-        return ox_fail(c, "%s: external data '%.200s' is not a regular file", what, path);
+        return ox_fail(c, "%s: external data '%.200s': %s", what, loc, strerror(errno));
     }
     if (*len < 0) *len = st.st_size - *off;
     if (*off > st.st_size || *len > st.st_size - *off) {
         close(*fd);
-        return ox_fail(c, "%s: external data '%.200s' holds %lld bytes, the tensor needs %lld from offset %lld", what, path,
-                       (long long)st.st_size, (long long)*len, (long long)*off);
+        return ox_fail(c, "%s: external data '%.200s/%.200s' holds %lld bytes, the tensor needs %lld from offset %lld", what, c->dir,
+                       loc, (long long)st.st_size, (long long)*len, (long long)*off);
     }
     return 0;
 }
@@ -309,7 +378,7 @@ static int read_elems(ox_ctx *c, const Onnx__TensorProto *p, const char *what, i
     int type = p->data_type, eb = elem_bytes(type);
     if (p->segment) return ox_fail(c, "%s: segmented tensors are not supported", what);
     if (p->has_data_location && p->data_location == ONNX__TENSOR_PROTO__DATA_LOCATION__EXTERNAL) {
-        int fd;
+        int fd = -1;
         int64_t off, len;
         if (external_of(c, p, what, &fd, &off, &len) < 0) return -1;
         if (len != n * eb) {

@@ -10,24 +10,18 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* The whole file at path (caller frees), or NULL with a message. */
-static unsigned char *slurp(const char *path, size_t *n, char *err, size_t errlen)
+/* The whole file at path (a regular file of at most 2 GiB; the caller
+ * frees it) holding a message of type d nested at most OX_MAX_DEPTH deep,
+ * or NULL with a message. */
+static unsigned char *slurp(const char *path, const ProtobufCMessageDescriptor *d, size_t *n, char *err, size_t errlen)
 {
-    FILE *f = fopen(path, "rb");
-    if (!f) return ir_errf(err, errlen, "%s: cannot open: %s", path, strerror(errno)), NULL;
-    size_t cap = 1 << 16, k = 0;
-    unsigned char *buf = ir_xrealloc(NULL, cap);
-    for (size_t got; (got = fread(buf + k, 1, cap - k, f)) > 0;) {
-        k += got;
-        if (k == cap) buf = ir_xrealloc(buf, cap *= 2);
-    }
-    int bad = ferror(f);
-    fclose(f);
-    if (bad) {
+    char why[160];
+    unsigned char *buf = (unsigned char *)ir_read_input(path, (size_t)2 << 30, n, why, sizeof why);
+    if (!buf) return ir_errf(err, errlen, "%s: cannot open: %s", path, why), NULL;
+    if (ox_proto_depth(d, buf, *n) > OX_MAX_DEPTH) {
         free(buf);
-        return ir_errf(err, errlen, "%s: read failed", path), NULL;
+        return ir_errf(err, errlen, "%s: messages nested more than %d deep", path, OX_MAX_DEPTH), NULL;
     }
-    *n = k;
     return buf;
 }
 
@@ -63,7 +57,7 @@ static int convert(const char *path, const Onnx__TensorProto *p, onnx_tensor *t,
 int onnx_tensor_read(const char *path, onnx_tensor *t, char *err, size_t errlen)
 {
     size_t n;
-    unsigned char *buf = slurp(path, &n, err, errlen);
+    unsigned char *buf = slurp(path, &onnx__tensor_proto__descriptor, &n, err, errlen);
     if (!buf) return -1;
     Onnx__TensorProto *p = onnx__tensor_proto__unpack(NULL, n, buf);
     free(buf);
@@ -83,7 +77,7 @@ void onnx_tensor_free(onnx_tensor *t)
 onnx_tensor *onnx_tensors_read_graph(const char *path, int *count, char *err, size_t errlen)
 {
     size_t n;
-    unsigned char *buf = slurp(path, &n, err, errlen);
+    unsigned char *buf = slurp(path, &onnx__graph_proto__descriptor, &n, err, errlen);
     if (!buf) return NULL;
     Onnx__GraphProto *g = onnx__graph_proto__unpack(NULL, n, buf);
     free(buf);

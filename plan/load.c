@@ -25,35 +25,14 @@ static const char *const keys_v1[] = {"format",    "model",       "mesh",      "
 
 static char *read_text(const char *path, char *err, size_t errlen)
 {
-    char pp[512];
-    plan_printable(path, pp, sizeof pp);
-    FILE *f = fopen(path, "rb");
-    if (!f) {
-        ir_errf(err, errlen, "cannot open plan '%s': %s", pp, strerror(errno));
-        return NULL;
+    char pp[512], why[160];
+    size_t n;
+    char *t = ir_read_input(path, (size_t)1 << 28, &n, why, sizeof why);
+    if (!t) {
+        plan_printable(path, pp, sizeof pp);
+        if (!strncmp(why, "larger than", 11)) ir_errf(err, errlen, "plan '%s': not a readable file under 256 MB", pp);
+        else ir_errf(err, errlen, "cannot open plan '%s': %s", pp, why);
     }
-    if (fseek(f, 0, SEEK_END) != 0) {
-        fclose(f);
-        ir_errf(err, errlen, "cannot read plan '%s' (not a regular file?)", pp);
-        return NULL;
-    }
-    long n = ftell(f);
-    if (n < 0 || n > (1L << 28)) {
-        fclose(f);
-        ir_errf(err, errlen, "plan '%s': not a readable file under 256 MB", pp);
-        return NULL;
-    }
-    rewind(f);
-    char *t = malloc((size_t)n + 1);
-    if (!t) abort();
-    if (fread(t, 1, (size_t)n, f) != (size_t)n) {
-        free(t);
-        fclose(f);
-        ir_errf(err, errlen, "cannot read plan '%s'", pp);
-        return NULL;
-    }
-    t[n] = 0;
-    fclose(f);
     return t;
 }
 

@@ -16,6 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 cJSON *plan_json_number(double x)
@@ -63,17 +64,27 @@ char *plan_printable(const char *s, char *buf, size_t n)
     return buf;
 }
 
-int plan_file_hash(const char *path, char out[24])
+int plan_file_hash(const char *path, char out[24], char *why, size_t whylen)
 {
-    FILE *f = fopen(path, "rb");
-    if (!f) return -1;
-    uint64_t h = IR_FNV_OFFSET;
-    unsigned char buf[4096];
-    size_t n;
-    while ((n = fread(buf, 1, sizeof buf, f)) > 0) h = ir_fnv_bytes(h, buf, n);
-    fclose(f);
+    int fd = ir_open_input(path, why, whylen);
+    if (fd < 0) return -1;
+    /* at most what a graph file (256 MB) or an ONNX file (2 GiB) holds: not /proc/kcore's 128 TB */
+    const uint64_t max = (uint64_t)2 << 30;
+    const char *big = "larger than the 2 GiB a graph or ONNX file holds";
+    struct stat st;
+    uint64_t h = IR_FNV_OFFSET, total = 0;
+    unsigned char buf[65536];
+    int rc = fstat(fd, &st) == 0 && (uint64_t)st.st_size > max ? ir_errf(why, whylen, "%s", big) : 0;
+    while (rc == 0) {
+        ssize_t n = ir_read_full(fd, buf, sizeof buf);
+        if (n < 0) rc = ir_errf(why, whylen, "cannot read: %s", strerror(errno));
+        else if ((total += (uint64_t)n) > max) rc = ir_errf(why, whylen, "%s", big);
+        else h = ir_fnv_bytes(h, buf, (size_t)n);
+        if (n < (ssize_t)sizeof buf) break;
+    }
+    close(fd);
     snprintf(out, 24, "%016llx", (unsigned long long)h);
-    return 0;
+    return rc;
 }
 
 /* ---- the document ------------------------------------------------------- */

@@ -142,8 +142,9 @@ int plan_verify(plan *pl, const char *path, const shard_state *st, const spmd_pr
 
 void plan_free(plan *pl);
 
-/* FNV-1a 64 of a file's bytes as 16 hex digits; -1 if unreadable. */
-int plan_file_hash(const char *path, char out[24]);
+/* FNV-1a 64 of a file's bytes as 16 hex digits: 0, or -1 when it cannot be
+ * read (a regular file only: ir_open_input) with the reason in why. */
+int plan_file_hash(const char *path, char out[24], char *why, size_t whylen);
 
 /* Copies s into buf with every byte that is not printable ASCII written as
  * \xNN (messages never carry control characters from a file).  Returns buf. */

@@ -80,7 +80,8 @@ static void plan_inputs(const session_autopart *a, const char *sched_text, plan 
     if (a->src.model) snprintf(pl->model, sizeof pl->model, "%s", a->label);
     else {
         snprintf(pl->graph_path, sizeof pl->graph_path, "%s", a->src.graph);
-        plan_file_hash(a->src.graph, pl->graph_hash);
+        char why[160];
+        plan_file_hash(a->src.graph, pl->graph_hash, why, sizeof why); /* read already: it hashes */
         snprintf(pl->onnx_dims, sizeof pl->onnx_dims, "%s", a->src.dims ? a->src.dims : "");
         snprintf(pl->onnx_loss, sizeof pl->onnx_loss, "%s", a->src.loss ? a->src.loss : "");
         snprintf(pl->onnx_frozen, sizeof pl->onnx_frozen, "%s", a->src.frozen ? a->src.frozen : "");

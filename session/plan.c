@@ -13,10 +13,10 @@
 /* The graph file's hash against the plan's: 0, or -1 with a message. */
 static int check_graph_hash(const plan *pl, const char *pp, char *err, size_t errlen)
 {
-    char h[24], pg[512];
+    char h[24], pg[512], why[160];
     plan_printable(pl->graph_path, pg, sizeof pg);
-    if (plan_file_hash(pl->graph_path, h) < 0)
-        return ir_errf(err, errlen, "%s: model.graph: its graph file '%s' cannot be read", pp, pg);
+    if (plan_file_hash(pl->graph_path, h, why, sizeof why) < 0)
+        return ir_errf(err, errlen, "%s: model.graph: its graph file '%s' cannot be read: %s", pp, pg, why);
     if (strcmp(h, pl->graph_hash))
         return ir_errf(err, errlen, "%s: model.graph_hash: graph file '%s' changed since the plan was made (hash %s, plan has %.20s)",
                        pp, pg, h, pl->graph_hash);
