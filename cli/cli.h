@@ -51,6 +51,12 @@ typedef struct cli_command {
 /* Parses argv (after the subcommand) into o.  Returns 0, or prints one error
  * line naming the bad flag and returns CLI_BAD_INPUT. */
 int cli_parse(const cli_command *c, int argc, char **argv, cli_opts *o);
+/* Refuses an output (--out, --html) that is one of the inputs the flags
+ * name (--graph, --plan, the plan or ONNX file, --hw, --schedule), by device
+ * and inode: 0, or CLI_BAD_INPUT after the error line.  Inputs read on the
+ * way (a plan's graph file, external data) are refused when the output is
+ * written (ir_input_guard). */
+int cli_check_outputs(const cli_command *c, const cli_opts *o);
 #define CARVE_VERSION "0.15.0"
 
 /* Prints "carve: <msg>" on stderr (one line), every byte that is not

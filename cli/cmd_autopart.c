@@ -108,6 +108,11 @@ static void on_level(void *ctx, int begin)
 static int inputs(const cli_opts *o, session_autopart *a)
 {
     char err[1024];
+    if (o->seeds > 1 && o->seed > INT64_MAX - (o->seeds - 1)) { /* seeds seed .. seed + seeds - 1, each one --seed accepts */
+        cli_error("autopart: --seed %lld with --seeds %lld runs seeds past %lld, the largest --seed accepts", (long long)o->seed,
+                  (long long)o->seeds, (long long)INT64_MAX);
+        return CLI_BAD_INPUT;
+    }
     if (cli_mesh_schedule("autopart", o->mesh, o->schedule ? o->schedule : "auto", &a->mesh, &a->sc)) return CLI_BAD_INPUT;
     session_pricing pricing = {o->hw ? o->hw : "a100", o->precision, o->grads, o->overlap, o->memory_gib};
     if (session_cost_options(&pricing, &a->hw, &a->opt, err, sizeof err) < 0) {

@@ -45,7 +45,7 @@ int cmd_export(const cli_opts *o)
         fprintf(stderr, "carve: export: note: %d argument(s) split unevenly (first: %s); carve pads them, a framework that needs divisible dims refuses them as written\n",
                 uneven, first);
     if (cli_render_file(o->to, &v.x, o->out, NULL, err, sizeof err) < 0) {
-        if (o->out) cli_error("export: %s", err);
+        cli_error("export: %s", err);
         rc = CLI_BAD_INPUT;
     }
     session_plan_view_free(&v);

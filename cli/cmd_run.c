@@ -190,8 +190,10 @@ int cmd_run(const cli_opts *o)
     if (w.rank != 0 && !freopen("/dev/null", "w", stdout)) cli_error("run: rank %d: cannot silence stdout", w.rank);
     /* the profile the predictions are priced on (--hw; default the cpu preset) */
     cost_hw hw;
-    int rc;
-    if (session_run_hw(o->hw, &hw, err, sizeof err) < 0) {
+    const session_setting shared[] = {{"--steps", o->steps}, {"--seed", o->seed}};
+    int rc = session_world_same(&w, shared, 2, err, sizeof err);
+    if (rc) say(err);
+    else if (session_run_hw(o->hw, &hw, err, sizeof err) < 0) {
         cli_error("run: --hw: %s", err);
         rc = CLI_BAD_INPUT;
     } else {

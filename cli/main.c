@@ -1,4 +1,5 @@
 /* main.c - the carve command: a table of subcommands, help, dispatch. */
+#include <errno.h>
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
@@ -169,6 +170,19 @@ static const char *command_names(void)
     return names;
 }
 
+/* The exit code once stdout is flushed and closed: a command whose output
+ * did not all arrive (a full disk, /dev/full, a closed file system) fails
+ * with one line and exit 2, unless it failed already (and said why). */
+static int finish(int rc)
+{
+    int e = 0, failed = ferror(stdout);
+    if (fflush(stdout) != 0) failed = 1, e = errno;
+    if (fclose(stdout) != 0 && !failed) failed = 1, e = errno;
+    if (!failed || rc != CLI_OK) return rc;
+    cli_error("cannot write to stdout: %s", e ? strerror(e) : "a write failed");
+    return CLI_BAD_INPUT;
+}
+
 static void usage(FILE *f)
 {
     fprintf(f, "carve: find how to split a training step across devices\n\nusage: carve COMMAND [options]\n\ncommands:\n");
@@ -176,11 +190,8 @@ static void usage(FILE *f)
     fprintf(f, "\ncarve help COMMAND (or carve COMMAND --help) shows a command's options; carve --version.\n");
 }
 
-int main(int argc, char **argv)
+static int run(int argc, char **argv)
 {
-    /* Past RLIMIT_FSIZE a write fails with EFBIG (reported, the temporary
-     * file removed) instead of SIGXFSZ killing carve halfway. */
-    signal(SIGXFSZ, SIG_IGN);
     if (argc < 2) {
         cli_error("no command given (see carve --help)");
         return CLI_BAD_INPUT;
@@ -214,10 +225,21 @@ int main(int argc, char **argv)
             printf("%s", c->usage);
             return CLI_OK;
         }
+        if ((rc = cli_check_outputs(c, &o))) return rc;
         return c->run(&o);
     }
     const char *near = ir_nearest(argv[1], command_names());
     if (near) cli_error("unknown command '%s' (did you mean %s? see carve --help)", argv[1], near);
     else cli_error("unknown command '%s' (see carve --help)", argv[1]);
     return CLI_BAD_INPUT;
+}
+
+int main(int argc, char **argv)
+{
+    /* Past RLIMIT_FSIZE a write fails with EFBIG (reported, the temporary
+     * file removed) instead of SIGXFSZ killing carve halfway. */
+    signal(SIGXFSZ, SIG_IGN);
+    /* no output replaces a file this command read (ir/file.c) */
+    ir_input_guard(1);
+    return finish(run(argc, argv));
 }

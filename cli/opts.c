@@ -236,6 +236,19 @@ int cli_parse(const cli_command *c, int argc, char **argv, cli_opts *o)
     return 0;
 }
 
+int cli_check_outputs(const cli_command *c, const cli_opts *o)
+{
+    const char *outs[] = {o->out, o->html}, *ins[] = {o->graph, o->plan, o->positional, o->hw, o->schedule};
+    char err[IR_ERR_LEN];
+    for (size_t i = 0; i < sizeof outs / sizeof outs[0]; i++)
+        for (size_t k = 0; k < sizeof ins / sizeof ins[0]; k++)
+            if (ir_out_is_input(outs[i], ins[k], err, sizeof err) < 0) {
+                cli_error("%s: %s", c->name, err);
+                return CLI_BAD_INPUT;
+            }
+    return 0;
+}
+
 void cli_source_import(session_source *src, const cli_opts *o, char *notes, size_t n)
 {
     src->dims = o->dims;

@@ -1,6 +1,7 @@
 /* run_report.c - what `carve run` prints about a checked run (session/run.c
  * runs it): the header, each step's losses and times, per-device timings and
  * bytes moved, peak memory against the prediction, and the check. */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -143,6 +144,10 @@ int run_print_check(const ir_graph *g, const session_run *r)
     const char *sn = c->worst_state_out >= 0 ? g->values[g->outputs[c->worst_state_out].updates].name : "-";
     printf("\ncheck against the reference (tolerance %.0e, relative to each tensor's largest magnitude):\n", EXEC_SPMD_TOLERANCE);
     printf("  loss (worst step)  %10.2e\n", c->worst_loss);
+    if (!isfinite(c->loss) || !isfinite(c->loss_ref))
+        printf("  the last step's loss is %g in the run, %g in the reference: a value that is not finite fails the check\n"
+               "  (NaN against NaN proves nothing; the model or its data overflow)\n", isnan(c->loss) ? NAN : c->loss,
+               isnan(c->loss_ref) ? NAN : c->loss_ref);
     printf("  params             %10.2e  (worst: %s)\n", c->worst_param, pn);
     printf("  optimizer states   %10.2e  (worst: %s)\n", c->worst_state, sn);
     printf("  replicas           %10.2e  (largest difference between copies of one block)\n", c->replica_diff);

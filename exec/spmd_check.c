@@ -168,22 +168,24 @@ int exec_spmd_check_ok(const exec_spmd_check *c, double tol)
     return c->steps > 0 && c->worst_loss <= tol && c->worst_param <= tol && c->worst_state <= tol;
 }
 
-/* max|x - ref| / max|ref| (absolute when ref is all zeros); NaN in one
- * only counts as infinite.  Elements with skip[i] set are not compared
+/* max|x - ref| / max|ref| (absolute when ref is all zeros).  A value that
+ * is not finite in either (NaN, an infinity) counts as infinitely wrong,
+ * even where both agree: NaN against NaN proves nothing (a loss of NaN
+ * passed the check before).  Elements with skip[i] set are not compared
  * (skip NULL: none); counts go to *compared and *excluded. */
 static double rel_error(const float *x, const float *ref, int64_t n, const uint8_t *skip, int64_t *compared,
                         int64_t *excluded)
 {
     double diff = 0, mag = 0;
     for (int64_t i = 0; i < n; i++) {
-        if (fabs((double)ref[i]) > mag) mag = fabs((double)ref[i]);
+        if (isfinite(ref[i]) && fabs((double)ref[i]) > mag) mag = fabs((double)ref[i]);
         if (skip && skip[i]) {
             (*excluded)++;
             continue;
         }
         (*compared)++;
         double d;
-        if (isnan(x[i]) || isnan(ref[i])) d = isnan(x[i]) && isnan(ref[i]) ? 0 : INFINITY;
+        if (!isfinite(x[i]) || !isfinite(ref[i])) d = INFINITY;
         else d = fabs((double)x[i] - (double)ref[i]);
         if (d > diff) diff = d;
     }

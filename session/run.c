@@ -69,6 +69,20 @@ static int agree_setup(session_world *w, int rc, char *err, size_t errlen)
     return all;
 }
 
+int session_world_same(session_world *w, const session_setting *s, int n, char *err, size_t errlen)
+{
+    err[0] = 0;
+    if (w->backend != EXEC_MPI) return 0;
+    for (int i = 0; i < n; i++)
+        if (!exec_mpi_same((uint64_t)s[i].value)) {
+            if (w->rank == 0)
+                ir_errf(err, errlen, "run: the ranks were started with different %s (give every rank the same command line)",
+                        s[i].name);
+            return SESSION_BAD_INPUT;
+        }
+    return 0;
+}
+
 int session_world_end(session_world *w, int rc, char *err, size_t errlen)
 {
     err[0] = 0;

@@ -296,6 +296,16 @@ typedef struct session_world {
 /* Joins the world of backend b (MPI: MPI_Init).  Returns 0, or -1 with a
  * message. */
 int session_world_init(session_world *w, exec_backend b, char *err, size_t errlen);
+/* The settings every rank must share beyond the program (which the run
+ * compares itself): each is compared over the ranks (MPI; nothing to
+ * compare on threads).  Returns 0, or SESSION_BAD_INPUT with "run: the ranks
+ * were started with different NAME ..." on rank 0 ("" on the others) when
+ * one differs: called by every rank, before anything else can fail. */
+typedef struct session_setting {
+    const char *name;  /* as the command line gives it: "--steps" */
+    int64_t value;
+} session_setting;
+int session_world_same(session_world *w, const session_setting *s, int n, char *err, size_t errlen);
 /* Leaves it with the command's status rc: ranks that failed before the run
  * tell the others.  Returns the status every rank agrees on; err gets a
  * line to print, or "". */

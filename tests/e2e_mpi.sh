@@ -142,6 +142,13 @@ fails "bad plan on one rank" "plan 'bad.json': malformed" \
 fails "different plans" "lowered different programs" \
     "${mpi[@]}" -n 2 "$carve" run --plan plan.json --backend mpi : -n 2 "$carve" run --plan other.json --backend mpi
 fails "wrong rank count" "mpirun started 3 ranks" "${mpi[@]}" -n 3 "$carve" run --plan plan.json --backend mpi
+# settings the ranks must share (issue 43): different --steps spun for ever, different --seed ended
+# in "check: FAILED"; both are refused at set-up (under timeout: a hang that comes back fails here)
+for s in steps seed; do
+    fails "different --$s" "the ranks were started with different --$s" timeout -s KILL 120 \
+        "${mpi[@]}" -n 2 "$carve" run --plan plan.json --backend mpi --$s 1 : -n 2 "$carve" run --plan plan.json --backend mpi --$s 2
+    [ ! -s f.txt ] && pass=$((pass + 1)) || { fail=$((fail + 1)); echo "FAIL different --$s: wrote to stdout"; head -3 f.txt; }
+done
 # (not under ASan: its shadow memory cannot be mapped under ulimit -v)
 # rank 1 may map only 150 MB: its device's buffers (237 MiB) do not fit; rank 0 needs 1.6 GiB
 big=(--model gpt:layers=1,hidden=1024,heads=16,seq=128,batch=4,vocab=1024 --mesh batch=2 --schedule dp:batch)
