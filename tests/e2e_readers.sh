@@ -116,6 +116,10 @@ pipe=(--model gpt-tiny:layers=4 --mesh pipe=2 --summary)
 bad split-wraps "SPLIT: a layer count of more than 6 digits" "${c[@]}" shard "${pipe[@]}" --schedule pipeline:pipe:2:1f1b:4294967298/2
 bad sixth-field "more than 5 fields joined by ':'" "${c[@]}" shard "${pipe[@]}" --schedule pipeline:pipe:2:1f1b:2/2:junk
 bad seeds-past-range "--seed 9223372036854775807 with --seeds 3" "${c[@]}" autopart --model mlp-tiny --mesh d=2 --budget 5 --seed 9223372036854775807 --seeds 3 --quiet
+# --time bounds autopart's pipeline level too (--time 2 took 13-25 s before): past the deadline its
+# candidates are not priced, and the report says so
+ok time-pipeline-level "${c[@]}" autopart --model gpt-tiny:layers=4 --mesh data=4,pipe=4 --time 0.001 --quiet
+has time-pipeline-level "pipeline:data:4:1f1b .* not priced: the --time limit is spent"
 # a run whose loss is NaN in both executors: the check fails (exit 1, the documented code), and says why
 sed 's/{"name": "loss",   "op": "scale", "scalar": -0.125, "in": \["total"\], "shape": \[\]}/{"name": "lnan", "op": "log", "in": ["total"]}, {"name": "loss", "op": "scale", "scalar": -0.125, "in": ["lnan"], "shape": []}/' "$graph" >nan.json
 "${c[@]}" run --graph nan.json --mesh d=2 --schedule dp:d >out.txt 2>err.txt
