@@ -191,7 +191,7 @@ void spmd_plan_fusion(spmd_program *p)
         for (int k = 0; k < IR_MAX_OPERANDS; k++)
             if (in->in[k] >= 0) x->in[x->n_in++] = in->in[k];
     }
-    if (spmd_fuse_plan_build(&p->fuse, it, n, p->n_bufs, observed, p->opts.fuse) < 0) abort();
+    if (spmd_fuse_plan_build(&p->fuse, it, n, p->n_bufs, observed, p->opts.fuse) < 0) ir_oom(0);
     free(it);
     free(observed);
     plan_kernels(p, p->opts.fuse, numel);

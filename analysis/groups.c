@@ -142,7 +142,7 @@ static void collect_groups(const ir_graph *g, const int *base, int *parent, int 
     gs->members = ir_xrealloc(NULL, ((size_t)n_members + 1) * sizeof *gs->members);
     gs->groups = ir_xrealloc(NULL, ((size_t)n_members + 1) * sizeof *gs->groups);
     int *counts = calloc((size_t)n_members + 1, sizeof(int));
-    if (!counts) abort();
+    if (!counts) ir_oom(((size_t)n_members + 1) * sizeof(int));
     /* pass 1: number the classes and count members */
     for (int v = 0; v < g->n_values; v++) {
         if (g->values[v].role == IR_INTERMEDIATE) continue;
@@ -186,7 +186,7 @@ shard_groups *shard_groups_build(const ir_graph *g)
     link_dims(g, base, parent);
     int gs_fold = fold_layers(g, base, parent, n);
     shard_groups *gs = calloc(1, sizeof *gs);
-    if (!gs) abort();
+    if (!gs) ir_oom(sizeof *gs);
     gs->period = gs_fold;
     int *class_of_root = ir_xrealloc(NULL, (size_t)(n ? n : 1) * sizeof(int));
     for (int i = 0; i < n; i++) class_of_root[i] = -1;

@@ -280,7 +280,7 @@ static void tensor_layout(const shard_state *s, int op, int t, const shard_facto
 static void mark_phases(const ir_graph *g, uint8_t *phase)
 {
     uint8_t *fwd = calloc((size_t)g->n_values + 1, 1);
-    if (!fwd) abort();
+    if (!fwd) ir_oom((size_t)g->n_values + 1);
     int last_grad = -1;
     for (int v = 0; v < g->n_values; v++)
         if (g->values[v].grad_of >= 0 && g->values[v].producer > last_grad) last_grad = g->values[v].producer;
@@ -308,7 +308,7 @@ static spmd_program *program_for(const ir_graph *g, spmd_program *p)
     }
     if (p) return p;
     p = calloc(1, sizeof *p);
-    if (!p) abort();
+    if (!p) ir_oom(sizeof *p);
     p->g = g;
     p->arg_buf = ir_xrealloc(NULL, (size_t)g->n_values * sizeof(int));
     p->out_buf = ir_xrealloc(NULL, (size_t)(g->n_outputs ? g->n_outputs : 1) * sizeof(int));

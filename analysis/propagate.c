@@ -148,7 +148,7 @@ void shard_state_copy(shard_state *dst, const shard_state *src)
     if (dst->cap_log < src->n_log) {
         dst->cap_log = src->n_log;
         dst->log = realloc(dst->log, (size_t)dst->cap_log * sizeof *dst->log);
-        if (!dst->log) abort();
+        if (!dst->log) ir_oom((size_t)dst->cap_log * sizeof *dst->log);
     }
     if (src->n_log) memcpy(dst->log, src->log, (size_t)src->n_log * sizeof *src->log);
     dst->n_log = src->n_log;
@@ -159,7 +159,7 @@ static void log_decision(shard_state *s, const shard_decision *d)
     if (s->n_log == s->cap_log) {
         s->cap_log = s->cap_log ? 2 * s->cap_log : 64;
         s->log = realloc(s->log, (size_t)s->cap_log * sizeof *s->log);
-        if (!s->log) abort();
+        if (!s->log) ir_oom((size_t)s->cap_log * sizeof *s->log);
     }
     s->log[s->n_log++] = *d;
 }
@@ -200,7 +200,7 @@ static void conflict(shard_state *s, int op, int value, int axis, int win, int l
     if (s->n_conflicts == s->cap_conflicts) {
         s->cap_conflicts = s->cap_conflicts ? 2 * s->cap_conflicts : 64;
         shard_conflict *c = realloc(s->conflicts, (size_t)s->cap_conflicts * sizeof *c);
-        if (!c) abort();
+        if (!c) ir_oom((size_t)s->cap_conflicts * sizeof *c);
         s->conflicts = c;
     }
     shard_conflict *c = &s->conflicts[s->n_conflicts++];

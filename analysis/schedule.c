@@ -816,7 +816,7 @@ int sched_apply(const schedule *s, shard_state *st, char *err, size_t errlen)
 {
     int cap = st->g->n_values + 16;
     shard_decision *d = malloc((size_t)cap * sizeof *d);
-    if (!d) abort();
+    if (!d) ir_oom((size_t)cap * sizeof *d);
     int rc = 0;
     for (int i = 0; i < s->n && rc == 0; i++) {
         if (s->t[i].kind == TACTIC_GATHER) st->gather_policy = s->t[i].lo;

@@ -18,7 +18,7 @@ int cli_render_file(const char *renderer, const view_explanation *x, const char 
     char *text = NULL;
     size_t len = 0;
     FILE *mem = open_memstream(&text, &len);
-    if (!mem) abort();
+    if (!mem) ir_oom(0);
     int rc = r ? r->render(x, mem) : -1;
     fclose(mem);
     if (rc < 0) ir_errf(err, errlen, "out of memory");

@@ -178,8 +178,7 @@ void exec_ref_apply_updates(exec_ref *r)
      * be read before any argument is overwritten: swap through a copy. */
     void **saved = calloc((size_t)(g->n_outputs ? g->n_outputs : 1), sizeof *saved);
     if (!saved) {
-        fprintf(stderr, "carve: out of memory in exec_ref_apply_updates\n");
-        abort();
+        ir_oom(0);
     }
     for (int i = 0; i < g->n_outputs; i++) {
         const ir_output *o = &g->outputs[i];
@@ -187,8 +186,7 @@ void exec_ref_apply_updates(exec_ref *r)
         size_t n = value_bytes(&g->values[o->value]);
         saved[i] = malloc(n ? n : 4);
         if (!saved[i]) {
-            fprintf(stderr, "carve: out of memory in exec_ref_apply_updates\n");
-            abort();
+            ir_oom(n);
         }
         memcpy(saved[i], r->buf[o->value], n);
     }

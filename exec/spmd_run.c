@@ -276,8 +276,7 @@ void exec_spmd_apply_updates(exec_spmd *r)
          * any argument is overwritten: those go through a copy. */
         void **saved = calloc((size_t)(g->n_outputs ? g->n_outputs : 1), sizeof *saved);
         if (!saved) {
-            fprintf(stderr, "carve: out of memory in exec_spmd_apply_updates\n");
-            abort();
+            ir_oom(0);
         }
         for (int i = 0; i < g->n_outputs; i++) {
             int src = p->out_buf[i], upd = g->outputs[i].updates;
@@ -286,8 +285,7 @@ void exec_spmd_apply_updates(exec_spmd *r)
             size_t n = (size_t)r->numel[src] * 4;
             saved[i] = malloc(n ? n : 4);
             if (!saved[i]) {
-                fprintf(stderr, "carve: out of memory in exec_spmd_apply_updates\n");
-                abort();
+                ir_oom(n);
             }
             memcpy(saved[i], spmd_buf(r, dev, src), n);
         }

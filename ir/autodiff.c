@@ -626,8 +626,7 @@ ir_graph *ir_train_step(const ir_graph *fwd, const ir_optimizer *opt, char *err,
     int names_ok = 1;
     for (int k = 0; k < IR_MAX_OPERANDS; k++) names_ok &= (s.names[k] = malloc(s.name_len)) != NULL;
     if (!s.needs || !s.live || !s.pending || !s.cot || !grads || !names_ok) {
-        fprintf(stderr, "carve: out of memory in autodiff\n");
-        abort();
+        ir_oom(0);
     }
     for (size_t v = 0; v < n; v++) s.cot[v] = grads[v] = -1;
 

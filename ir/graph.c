@@ -14,6 +14,7 @@
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 /* ---- op table --------------------------------------------------------- */
 
@@ -125,23 +126,27 @@ int ir_role_from_name(const char *name)
 
 /* ---- memory ----------------------------------------------------------- */
 
+void ir_oom(size_t bytes)
+{
+    char msg[160];
+    int n = bytes ? snprintf(msg, sizeof msg, "carve: out of memory (%zu bytes more were needed; a memory limit or a smaller input)\n", bytes)
+                  : snprintf(msg, sizeof msg, "carve: out of memory (a memory limit or a smaller input)\n");
+    fflush(stdout);
+    if (write(2, msg, (size_t)n) < 0) n = 0;
+    _exit(2);
+}
+
 void *ir_xrealloc(void *p, size_t n)
 {
     void *q = realloc(p, n ? n : 1);
-    if (!q) {
-        fprintf(stderr, "carve: out of memory (%zu bytes)\n", n);
-        abort();
-    }
+    if (!q) ir_oom(n);
     return q;
 }
 
 void *ir_xcalloc(size_t n, size_t size)
 {
     void *q = calloc(n ? n : 1, size ? size : 1);
-    if (!q) {
-        fprintf(stderr, "carve: out of memory (%zu x %zu bytes)\n", n, size);
-        abort();
-    }
+    if (!q) ir_oom(n * size);
     return q;
 }
 
@@ -175,7 +180,7 @@ ir_graph *ir_new(const char *name)
     ir_graph *g = ir_xrealloc(NULL, sizeof *g);
     memset(g, 0, sizeof *g);
     g->name = strdup(name ? name : "graph");
-    if (!g->name) abort();
+    if (!g->name) ir_oom(0);
     g->loss = -1;
     g->cur_layer = -1;
     return g;

@@ -233,8 +233,13 @@ const char *ir_error(const ir_graph *g);
 int ir_fail(ir_graph *g, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 /* Allocation that cannot fail quietly: on out-of-memory it prints one line
- * and aborts (bad input is refused long before: see exec_ref_new).  Sizes of
+ * and exits 2 (ir_oom; bad input is refused long before: see exec_ref_new).  Sizes of
  * zero allocate one byte.  The caller owns and frees the result. */
+/* Out of memory: one line on stderr, "carve: out of memory (N bytes ...)"
+ * (N 0: not known), and exit status 2 (what bad input gets: an input too
+ * large for the machine or its limit), never an abort.  Every allocation
+ * that cannot fail gracefully ends here (ir_xrealloc, ir_xcalloc). */
+void ir_oom(size_t bytes) __attribute__((noreturn));
 void *ir_xrealloc(void *p, size_t n);
 void *ir_xcalloc(size_t n, size_t size);
 

@@ -172,7 +172,7 @@ static int load_decisions(const cJSON *j, plan *pl, const char *path, char *err,
     int n = cJSON_GetArraySize(dec), i = 0;
     pl->decisions = calloc((size_t)n + 1, sizeof *pl->decisions);
     pl->decision_names = calloc((size_t)n + 1, sizeof *pl->decision_names);
-    if (!pl->decisions || !pl->decision_names) abort();
+    if (!pl->decisions || !pl->decision_names) ir_oom(0);
     /* axis names are resolved at replay; keep them in the names array as "arg\naxis" */
     cJSON_ArrayForEach(d, dec)
     {
@@ -189,7 +189,7 @@ static int load_decisions(const cJSON *j, plan *pl, const char *path, char *err,
         pl->decisions[i] = (shard_decision){tile ? SHARD_TILE : SHARD_ATOMIC, (int8_t)(tile ? dim->valueint : 0), -1, -1};
         size_t la = strlen(arg), lx = strlen(axis);
         char *nm = malloc(la + lx + 2);
-        if (!nm) abort();
+        if (!nm) ir_oom(la + lx + 2);
         memcpy(nm, arg, la);
         nm[la] = '\n';
         memcpy(nm + la + 1, axis, lx + 1);

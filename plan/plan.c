@@ -421,7 +421,7 @@ int plan_save(const char *path, plan *pl, const shard_state *st, const spmd_prog
     if (!text) return ir_errf(err, errlen, "cannot write plan '%s': out of memory", path);
     size_t len = strlen(text);
     char *with_nl = malloc(len + 2);
-    if (!with_nl) abort();
+    if (!with_nl) ir_oom(len + 2);
     memcpy(with_nl, text, len);
     with_nl[len] = '\n';
     with_nl[len + 1] = 0;

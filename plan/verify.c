@@ -179,7 +179,7 @@ int plan_verify(plan *pl, const char *path, const shard_state *st, const spmd_pr
     cJSON_Delete(built);
     cJSON *want = text ? cJSON_Parse(text) : NULL;
     cJSON_free(text);
-    if (!want) abort();
+    if (!want) ir_oom(0);
     char key[512], why[768], pp[512];
     plan_printable(path, pp, sizeof pp);
     int rc = 0;

@@ -73,6 +73,12 @@ if [ "${CARVE_ASAN:-0}" != 1 ]; then
     bad consts-memory-limit "out of memory for a constant of 60000000 elements" \
         bash -c 'ulimit -v 400000; exec "$@"' _ "${c[@]}" show --graph "$seeds/consts-total.onnx"
 fi
+# any allocation that fails (here autopart of a 175B GPT under a 150 MB limit) is one line and exit 2
+# (it was an abort, exit 134, with or without a line)
+if [ "${CARVE_ASAN:-0}" != 1 ]; then
+    bad oom-one-line "carve: out of memory" \
+        bash -c 'ulimit -v 150000; exec "$@"' _ "${c[@]}" autopart --model gpt-175b --mesh data=8,model=8,pipe=8 --budget 5 --quiet
+fi
 dyn=$root/tests/onnx/fixtures/dynamic/mlp-logits.onnx
 bad dim-unknown "--dim: the file's inputs have no symbolic dim 'nosuch'" "${c[@]}" show --graph "$dyn" --dim nosuch=3,batch=4 --loss cross_entropy:logits
 bad dim-twice "--dim: 'batch' is given twice" "${c[@]}" show --graph "$dyn" --dim batch=8,batch=4 --loss cross_entropy:logits
