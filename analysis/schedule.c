@@ -217,29 +217,39 @@ static int parse_pipeline_tactic(const tactic_text *x, const shard_mesh *m, tact
     return parse_pipeline(x->tac, x->parts, x->np, m, t, x->split, err, n);
 }
 
-/* The tactics by name, in the order the unknown-tactic message lists them. */
+/* The tactics by name, in the order the unknown-tactic message and the
+ * commands' help list them, each with its written form and what it does. */
 static const struct {
     const char *name;
     tactic_kind kind;
     tactic_parser parse;
+    const char *form, *does;
 } tactic_table[] = {
-    {"dp", TACTIC_DP, parse_axis_tactic},
-    {"megatron", TACTIC_MEGATRON, parse_axis_tactic},
-    {"zero1", TACTIC_ZERO1, parse_axis_tactic},
-    {"zero2", TACTIC_ZERO2, parse_axis_tactic},
-    {"zero3", TACTIC_ZERO3, parse_axis_tactic},
-    {"ep", TACTIC_EP, parse_axis_tactic},
-    {"sp", TACTIC_SP, parse_axis_tactic},
-    {"tile", TACTIC_TILE, parse_tile},
-    {"atomic", TACTIC_ATOMIC, parse_atomic},
-    {"group", TACTIC_GROUP, parse_tile},
-    {"remat", TACTIC_REMAT, parse_remat},
-    {"microbatch", TACTIC_MICROBATCH, parse_microbatch},
-    {"gather", TACTIC_GATHER, parse_gather},
-    {"pipeline", TACTIC_PIPELINE, parse_pipeline_tactic},
-    {"auto", TACTIC_AUTO, parse_auto},
+    {"dp", TACTIC_DP, parse_axis_tactic, "dp:AXIS", "data parallel: the batch split over AXIS"},
+    {"megatron", TACTIC_MEGATRON, parse_axis_tactic, "megatron:AXIS", "Megatron tensor parallelism (heads, MLP, vocabulary)"},
+    {"zero1", TACTIC_ZERO1, parse_axis_tactic, "zero1:AXIS", "data parallel, optimizer states split (ZeRO-1)"},
+    {"zero2", TACTIC_ZERO2, parse_axis_tactic, "zero2:AXIS", "data parallel, optimizer states and gradients split (ZeRO-2)"},
+    {"zero3", TACTIC_ZERO3, parse_axis_tactic, "zero3:AXIS", "data parallel, params split too (ZeRO-3 / FSDP)"},
+    {"ep", TACTIC_EP, parse_axis_tactic, "ep:AXIS", "expert parallelism: experts split, tokens routed by all-to-alls"},
+    {"sp", TACTIC_SP, parse_axis_tactic, "sp:AXIS", "sequence parallelism: the sequence split (after megatron:AXIS)"},
+    {"tile", TACTIC_TILE, parse_tile, "tile:NAME:DIM:AXIS", "split dim DIM of the arguments named NAME (globs)"},
+    {"atomic", TACTIC_ATOMIC, parse_atomic, "atomic:NAME:AXIS", "keep those arguments whole on AXIS"},
+    {"group", TACTIC_GROUP, parse_tile, "group:NAME:DIM:AXIS", "split every dim of NAME's dim group (the search's action)"},
+    {"remat", TACTIC_REMAT, parse_remat, "remat:LAYERS[:full|:attn]",
+     "recompute layers (all, N or A-B) in the backward pass: selective, full or attention only"},
+    {"microbatch", TACTIC_MICROBATCH, parse_microbatch, "microbatch:N", "gradient accumulation over N micro-batches"},
+    {"gather", TACTIC_GATHER, parse_gather, "gather:keep|regather", "ZeRO-3's params: the backward reuses or gathers again"},
+    {"pipeline", TACTIC_PIPELINE, parse_pipeline_tactic, "pipeline:AXIS[:M[:SCHED[:SPLIT]]]",
+     "pipeline stages over AXIS: M micro-batches, 1f1b, gpipe or interleaved-V, a layer split"},
+    {"auto", TACTIC_AUTO, parse_auto, "auto", "the search decides the rest (carve autopart)"},
 };
 #define N_TACTIC_NAMES ((int)(sizeof tactic_table / sizeof tactic_table[0]))
+
+void sched_tactics_help(FILE *f)
+{
+    fprintf(f, "tactics (docs/schedule-format.md, docs/sharding.md):\n");
+    for (int i = 0; i < N_TACTIC_NAMES; i++) fprintf(f, "  %-34s %s\n", tactic_table[i].form, tactic_table[i].does);
+}
 
 /* Parses one tactic "kind:args" (no commas) into t (a pipeline's split into
  * split, the schedule's). */

@@ -139,6 +139,9 @@ int sched_pipeline_tactic(const struct pipe_spec *spec, tactic *t, char *split, 
  * file.  Axis names are checked against the mesh.  Returns 0 or -1 with a
  * one-line message naming the bad tactic. */
 int sched_parse(const char *text, const shard_mesh *mesh, schedule *out, char *err, size_t errlen);
+/* Every tactic's written form and what it does, one a line (the commands'
+ * help: carve help shard, cost, autopart, run, calibrate). */
+void sched_tactics_help(FILE *f);
 /* Parses the text of a carve-schedule/1 JSON document (`where` names it in
  * messages): unknown or repeated keys and bad tactics are refused. */
 int sched_parse_json(const char *text, const char *where, const shard_mesh *mesh, schedule *out, char *err, size_t errlen);

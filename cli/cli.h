@@ -13,6 +13,11 @@
 
 enum { CLI_OK = 0, CLI_CHECK_FAILED = 1, CLI_BAD_INPUT = 2 };
 
+/* The profile carve cost and autopart price on without --hw (carve explain
+ * and report: the plan's; carve run: the cpu preset, since it compares its
+ * predictions with this machine's measurements). */
+#define CLI_DEFAULT_HW "a100"
+
 typedef struct cli_opts {
     const char *model, *graph, *mesh, *hw, *schedule, *plan, *out, *positional;
     const char *to;        /* export: jax, shardy, xla or torch */

@@ -114,7 +114,7 @@ static int inputs(const cli_opts *o, session_autopart *a)
         return CLI_BAD_INPUT;
     }
     if (cli_mesh_schedule("autopart", o->mesh, o->schedule ? o->schedule : "auto", &a->mesh, &a->sc)) return CLI_BAD_INPUT;
-    session_pricing pricing = {o->hw ? o->hw : "a100", o->precision, o->grads, o->overlap, o->memory_gib};
+    session_pricing pricing = {o->hw ? o->hw : CLI_DEFAULT_HW, o->precision, o->grads, o->overlap, o->memory_gib};
     if (session_cost_options(&pricing, &a->hw, &a->opt, err, sizeof err) < 0) {
         cli_error("%s", err);
         return CLI_BAD_INPUT;

@@ -14,13 +14,9 @@ int cmd_cost(const cli_opts *o)
     shard_mesh mesh;
     schedule sc;
     if (cli_mesh_schedule("cost", o->mesh, o->schedule, &mesh, &sc)) return CLI_BAD_INPUT;
-    if (!o->hw) {
-        cli_error("cost: --hw is required (a100, h100, tpu-v3, cpu, or a file from carve calibrate)");
-        return CLI_BAD_INPUT;
-    }
     cost_hw hw;
     cost_options opt;
-    session_pricing pricing = {o->hw, o->precision, o->grads, o->overlap, o->memory_gib};
+    session_pricing pricing = {o->hw ? o->hw : CLI_DEFAULT_HW, o->precision, o->grads, o->overlap, o->memory_gib};
     if (session_cost_options(&pricing, &hw, &opt, err, sizeof err) < 0) {
         cli_error("%s", err);
         return CLI_BAD_INPUT;

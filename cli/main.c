@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "cli/cli.h"
+#include "analysis/schedule.h"
 #include "plan/plan.h"
 
 static const cli_command commands[] = {
@@ -25,9 +26,8 @@ static const cli_command commands[] = {
      "apply a sharding schedule: decisions, conflicts, argument shardings, the SPMD program",
      "usage: carve shard (--model SPEC | --graph FILE) --mesh MESH --schedule SCHEDULE [--summary] [--json]\n"
      "  --mesh MESH          named axes, e.g. batch=4,model=2 (or 4x2)\n"
-     "  --schedule SCHEDULE  tactics in order, e.g. dp:batch,megatron:model,zero3:batch\n"
-     "                       (dp, megatron, sp, zero1, zero2, zero3, remat:LAYERS[:full|:attn], microbatch:N,\n"
-     "                       tile:NAME:DIM:AXIS, atomic:NAME:AXIS, group:NAME:DIM:AXIS) or a .json file\n"
+     "  --schedule SCHEDULE  tactics in order, e.g. dp:batch,megatron:model,zero3:batch (below), or a\n"
+     "                       carve-schedule/1 .json file\n"
      "  --summary            collective counts and bytes instead of the whole program\n"
      "  --json               print a carve-shard/1 document instead of text (docs/json-output.md);\n"
      "                       without --summary it lists every decision too\n",
@@ -35,9 +35,9 @@ static const cli_command commands[] = {
     {"cost", "--model --graph --mesh --schedule --hw --memory --precision --grads --overlap --optimizer --json --dim --loss "
              "--frozen --attention",
      "price a sharding schedule on a hardware profile: step time, peak memory, breakdowns",
-     "usage: carve cost (--model SPEC | --graph FILE) --mesh MESH --schedule SCHEDULE --hw PROFILE\n"
+     "usage: carve cost (--model SPEC | --graph FILE) --mesh MESH --schedule SCHEDULE [--hw PROFILE]\n"
      "                  [--memory GIB] [--precision f32|tf32|bf16|fp16] [--grads auto|f32|working] [--overlap] [--json]\n"
-     "  --hw PROFILE         a preset (tpu-v3, a100, h100, cpu) or a carve-hw/1 JSON file (carve calibrate)\n"
+     "  --hw PROFILE         a100 (default, as autopart), h100, tpu-v3, cpu, or a carve-hw/1 file (carve calibrate)\n"
      "  --memory GIB         memory per device instead of the profile's\n"
      "  --precision P        f32; tf32 (f32 values, TF32 matmuls); bf16 or fp16 (mixed: 2-byte params,\n"
      "                       activations, gradients; f32 master weights, Adam states).  Default: bf16 on\n"
@@ -183,6 +183,14 @@ static int finish(int rc)
     return CLI_BAD_INPUT;
 }
 
+/* A command's usage, and every tactic when it takes --schedule (one list:
+ * the parser's table). */
+static void print_usage(const cli_command *c)
+{
+    printf("%s", c->usage);
+    if (strstr(c->flags, "--schedule")) sched_tactics_help(stdout);
+}
+
 static void usage(FILE *f)
 {
     fprintf(f, "carve: find how to split a training step across devices\n\nusage: carve COMMAND [options]\n\ncommands:\n");
@@ -204,7 +212,7 @@ static int run(int argc, char **argv)
         if (argc > 2 && strcmp(argv[1], "help") == 0) { /* carve help COMMAND */
             for (int i = 0; i < n_commands; i++)
                 if (!strcmp(argv[2], commands[i].name)) {
-                    printf("%s", commands[i].usage);
+                    print_usage(&commands[i]);
                     return CLI_OK;
                 }
             const char *near = ir_nearest(argv[2], command_names());
@@ -222,7 +230,7 @@ static int run(int argc, char **argv)
         int rc = cli_parse(c, argc - 2, argv + 2, &o);
         if (rc) return rc;
         if (o.help) {
-            printf("%s", c->usage);
+            print_usage(c);
             return CLI_OK;
         }
         if ((rc = cli_check_outputs(c, &o))) return rc;

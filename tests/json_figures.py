@@ -31,6 +31,22 @@ def g4(x):
     return "%.4g" % x
 
 
+def bytes_str(b):
+    """bytes_str (view/text.c): binary units, 4 significant digits."""
+    units, i = ["B", "KiB", "MiB", "GiB", "TiB"], 0
+    while i < 4 and b >= 1024:
+        b, i = b / 1024, i + 1
+    return "%.4g %s" % (b, units[i])
+
+
+def flop_str(x):
+    """flop_str (view/text.c): an SI prefix."""
+    pre, i = ["", "k", "M", "G", "T", "P", "E"], 0
+    while i < 6 and x >= 999.95:
+        x, i = x / 1000, i + 1
+    return "%.4g %sFLOP" % (x, pre[i])
+
+
 def pspec(p):
     return json.dumps(p)
 
@@ -57,9 +73,9 @@ def estimate_lines(e):
     if e["serialisation"] != 1:
         out.append("               per-device times scaled by %.3g (simulated devices sharing this machine's cores)"
                    % e["serialisation"])
-    out.append("FLOPs/device   %s GFLOP; communicated %s MiB per device (%s MiB on the wire)" %
-               (g4(e["flops_per_device"] / 1e9), g4(e["communicated_bytes_per_device"] / MIB),
-                g4(e["wire_bytes_per_device"] / MIB)))
+    out.append("FLOPs/device   %s; communicated %s per device (%s on the wire)" %
+               (flop_str(e["flops_per_device"]), bytes_str(e["communicated_bytes_per_device"]),
+                bytes_str(e["wire_bytes_per_device"])))
     out.append("peak memory    %s GiB per device of %s GiB: %s" % (g4(e["peak_memory_bytes"] / GIB),
                g4(e["memory_capacity_bytes"] / GIB), "fits" if e["fits"] else "DOES NOT FIT"))
     p = e["at_peak_bytes"]

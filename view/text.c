@@ -12,6 +12,27 @@ static const double GiB = 1073741824.0, MiB = 1048576.0;
 
 /* ---- the estimate ------------------------------------------------------------- */
 
+/* A byte count in binary units with 4 significant digits: "512 KiB",
+ * "53.1 GiB" (one unit a figure, the largest under which it is >= 1). */
+static char *bytes_str(double b, char *buf, size_t n)
+{
+    static const char *const unit[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+    int i = 0;
+    while (i < 4 && b >= 1024) b /= 1024, i++;
+    snprintf(buf, n, "%.4g %s", b, unit[i]);
+    return buf;
+}
+
+/* FLOPs with an SI prefix: "189.1 TFLOP". */
+static char *flop_str(double x, char *buf, size_t n)
+{
+    static const char *const pre[] = {"", "k", "M", "G", "T", "P", "E"};
+    int i = 0;
+    while (i < 6 && x >= 999.95) x /= 1000, i++;
+    snprintf(buf, n, "%.4g %sFLOP", x, pre[i]);
+    return buf;
+}
+
 static void estimate_totals(FILE *f, const cost_estimate *e)
 {
     char a[32], b[32], c[32];
@@ -25,8 +46,8 @@ static void estimate_totals(FILE *f, const cost_estimate *e)
     if (e->serialisation != 1)
         fprintf(f, "               per-device times scaled by %.3g (simulated devices sharing this machine's cores)\n",
                 e->serialisation);
-    fprintf(f, "FLOPs/device   %.4g GFLOP; communicated %.4g MiB per device (%.4g MiB on the wire)\n", e->flops / 1e9,
-            e->comm_bytes / MiB, e->wire_bytes / MiB);
+    fprintf(f, "FLOPs/device   %s; communicated %s per device (%s on the wire)\n", flop_str(e->flops, a, sizeof a),
+            bytes_str(e->comm_bytes, b, sizeof b), bytes_str(e->wire_bytes, c, sizeof c));
     fprintf(f, "peak memory    %.4g GiB per device of %.4g GiB: %s\n", e->peak_memory / GiB, e->capacity / GiB,
             e->fits ? "fits" : "DOES NOT FIT");
     fprintf(f, "  at the peak: own param blocks %.4g + gathered params %.4g + optimizer states %.4g + gradients %.4g + "
@@ -405,9 +426,10 @@ static void text_explain(FILE *f, const view_explanation *x)
             pl->options.overlap ? "communication overlapped with compute" : "no overlap",
             pl->options.memory_capacity > 0 ? "as given" : "the profile's");
     if (pl->search.kind[0]) {
-        fprintf(f, "search     %s, %lld simulations in %.2f s, best at simulation %lld, seed %llu, %d threads\n",
-                pl->search.kind, (long long)pl->search.simulations, pl->search.seconds, (long long)pl->search.best_at,
-                (unsigned long long)pl->search.seed, pl->search.threads);
+        fprintf(f, "search     %s, %lld distinct plans priced (%lld simulations) in %.2f s, best found at plan %lld, seed %llu, "
+                   "%d threads\n",
+                pl->search.kind, (long long)pl->search.evaluations, (long long)pl->search.simulations, pl->search.seconds,
+                (long long)pl->search.best_at, (unsigned long long)pl->search.seed, pl->search.threads);
         curve_line(f, &pl->search);
     }
     fprintf(f, "\nstrategy   %s\n           in carve's words: %s\n", x->practice, x->strategy);
