@@ -58,6 +58,8 @@ int main(void)
     named(gpt, "pipe=2,data=2,model=2", "pipeline:pipe,dp:data,megatron:model",
           "3D parallelism: PP=2 (pipe) x DP=2 (data) x TP=2 (model)");
     named("moe-tiny", "expert=2,model=2", "ep:expert,megatron:model", "EP=2 (expert) + DP x TP=2 (model)");
+    named("moe-tiny", "data=8", "ep:data,zero3:data", "EP=8 (data) + FSDP"); /* the lead's case: mixtral over data=8 */
+    named("moe-tiny", "data=8", "ep:data,zero1:data", "EP=8 (data) + DP with ZeRO-1");
     named(gpt, "batch=8", "dp:batch,remat:all", "DP=8 (batch) + activation checkpointing (selective, every layer)");
     named(gpt, "batch=8", "dp:batch,remat:0-1:full", "DP=8 (batch) + activation checkpointing (full, 2 of 4 layers)");
     named(gpt, "batch=8", "dp:batch,microbatch:2", "DP=8 (batch) + gradient accumulation (2 micro-batches)");

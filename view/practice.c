@@ -129,7 +129,9 @@ static int axis_name(const shard_state *st, const axis_role *r, int a, char *buf
     if (st->reserved_axes >> a & 1) return snprintf(buf, n, "PP=%lld (%s)", size, ax), AX_PP;
     char zero[48] = "";
     if (r->zero == 1 || r->zero == 2) snprintf(zero, sizeof zero, " with ZeRO-%d", r->zero);
-    if (r->ep) return snprintf(buf, n, "EP=%lld (%s)%s", size, ax, r->dp ? " + DP" : ""), AX_EP;
+    if (r->ep)
+        return snprintf(buf, n, "EP=%lld (%s)%s%s", size, ax, !r->dp ? "" : r->zero == 3 ? " + FSDP" : " + DP", r->dp ? zero : ""),
+               AX_EP;
     if (r->tp) return snprintf(buf, n, "TP=%lld%s (%s)", size, r->seq ? " + SP" : "", ax), AX_TP;
     if (r->dp && r->zero == 3) {
         if (r->fsdp_share < 0.995) snprintf(zero, sizeof zero, ", %.0f%% of param bytes", 100 * r->fsdp_share);
