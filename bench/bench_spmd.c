@@ -248,64 +248,55 @@ static double self_busy_s(void)
            1e-6 * (double)u.ru_stime.tv_usec;
 }
 
-int main(int argc, char **argv)
+/* The two runs, on a 2-device mesh. */
+static const struct run_def {
+    const char *name, *mesh, *sched;
+} runs[] = {{"data parallel", "batch=2", "dp:batch"}, {"Megatron", "model=2", "megatron:model"}};
+
+/* What the machine does, measured before [0] and after [1] the runs. */
+typedef struct machine {
+    double copy1[2], copy2[2], gemm1[2], gemm2[2];
+} machine;
+
+static void measure_machine(machine *m, int k)
 {
-    char err[512];
-    bench_parse_smoke(argc, argv);
-    if (bench_is_smoke()) {
-        MODEL = SMOKE_MODEL;
-        COPY_BYTES = (size_t)8 << 20;
-        GEMM_N = 128;
-        n_rounds = 2;
-    }
-    double busy0 = machine_busy_s(), self0 = self_busy_s(), wall0 = exec_spmd_now();
-    exec_blis_setup();
+    m->copy1[k] = copy_bandwidth(1);
+    m->copy2[k] = copy_bandwidth(2);
+    m->gemm1[k] = sgemm_rate(1);
+    m->gemm2[k] = sgemm_rate(2);
+}
+
+/* The section's head: the step, and how busy the machine was. */
+static void print_head(const model_config *cfg, double busy0, double self0, double wall0)
+{
     const char *env = getenv("BLIS_ARCH_TYPE");
-    /* Machine figures before and after the runs; the ratios use the better
-     * of the two (a disturbed measurement would flatter the ratios). */
-    double copy1b = copy_bandwidth(1), copy2b = copy_bandwidth(2);
-    double gemm1b = sgemm_rate(1), gemm2b = sgemm_rate(2);
-
-    model_config cfg;
-    if (model_parse(MODEL, &cfg, err, sizeof err) < 0) {
-        fprintf(stderr, "bench_spmd: %s\n", err);
-        return bench_finish(1);
-    }
-    ir_graph *g = model_build_step(&cfg, NULL, err, sizeof err);
-    if (!g) {
-        fprintf(stderr, "bench_spmd: %s\n", err);
-        return bench_finish(1);
-    }
-    static const struct {
-        const char *name, *mesh, *sched;
-    } runs[] = {{"data parallel", "batch=2", "dp:batch"}, {"Megatron", "model=2", "megatron:model"}};
-    run_figures f[2];
-    for (int i = 0; i < 2; i++)
-        if (time_spmd(g, runs[i].mesh, runs[i].sched, n_rounds, &f[i]) < 0) return bench_finish(1);
-    double copy1a = copy_bandwidth(1), copy2a = copy_bandwidth(2);
-    double gemm1a = sgemm_rate(1), gemm2a = sgemm_rate(2);
-    double copy2 = fmax(copy2a, copy2b);
-    double gemm1 = fmax(gemm1a, gemm1b);
-
     printf("## SPMD runtime: 2 simulated devices vs the 1-device reference\n\n");
     printf("Training step of `%s` (Adam; %.1f GFLOP of einsums a step), on a 2-device mesh (one thread a device)\n"
            "against the reference executor (one thread). BLIS kernels: **%s** (BLIS_ARCH_TYPE=%s).\n"
            "Each run is `carve run`'s checked run: a warm-up step, then %d timed steps, each the reference's step then\n"
            "the devices', compared, then both carry on from the devices' updated params and states; the speedup is the\n"
            "median over the steps of the step's reference time over its SPMD time, other figures are medians over the steps.\n\n",
-           MODEL, model_step_flops(&cfg) / 1e9, exec_blis_arch(), env ? env : "unset", n_rounds);
+           MODEL, model_step_flops(cfg) / 1e9, exec_blis_arch(), env ? env : "unset", n_rounds);
     double wall = exec_spmd_now() - wall0, busy = machine_busy_s() - busy0, self = self_busy_s() - self0;
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
     if (busy0 >= 0 && busy >= 0 && cores > 0)
         printf("Other processes used %.0f%% of this machine's %ld cores during the run (%.0f of %.0f core-seconds);\n"
                "above a few percent, every figure below is lower than the machine gives.\n\n",
                100 * (busy - self) / (wall * (double)cores), cores, busy - self, wall * (double)cores);
+}
+
+/* The machine's figures, the runs' table and the targets (the ratios use
+ * the better of the machine's two measurements: a disturbed one would
+ * flatter them). */
+static void print_figures(const machine *m, const run_figures *f)
+{
+    double copy2 = fmax(m->copy2[0], m->copy2[1]), gemm1 = fmax(m->gemm1[0], m->gemm1[1]);
     printf("What this machine does, measured before and after the runs (the ratios below use the better one):\n\n"
            "| measure | before | after |\n|---|---|---|\n");
-    printf("| memcpy, 1 thread | %.2f GB/s | %.2f GB/s |\n", copy1b / 1e9, copy1a / 1e9);
-    printf("| memcpy, 2 threads at once (together) | %.2f GB/s | %.2f GB/s |\n", copy2b / 1e9, copy2a / 1e9);
-    printf("| sgemm %d^3, 1 thread | %.1f GFLOP/s | %.1f GFLOP/s |\n", GEMM_N, gemm1b, gemm1a);
-    printf("| sgemm %d^3, 2 threads at once (each) | %.1f GFLOP/s | %.1f GFLOP/s |\n", GEMM_N, gemm2b, gemm2a);
+    printf("| memcpy, 1 thread | %.2f GB/s | %.2f GB/s |\n", m->copy1[0] / 1e9, m->copy1[1] / 1e9);
+    printf("| memcpy, 2 threads at once (together) | %.2f GB/s | %.2f GB/s |\n", m->copy2[0] / 1e9, m->copy2[1] / 1e9);
+    printf("| sgemm %d^3, 1 thread | %.1f GFLOP/s | %.1f GFLOP/s |\n", GEMM_N, m->gemm1[0], m->gemm1[1]);
+    printf("| sgemm %d^3, 2 threads at once (each) | %.1f GFLOP/s | %.1f GFLOP/s |\n", GEMM_N, m->gemm2[0], m->gemm2[1]);
     printf("\n| run | mesh | reference step s | step s | speedup | compute s | collective s (waiting) | einsum GFLOP/s a device | "
            "vs 1-thread sgemm | MiB read by collectives a device | collective GB/s a device | both devices vs 2-thread memcpy | "
            "check (loss, params, states) |\n");
@@ -329,6 +320,34 @@ int main(int argc, char **argv)
                runs[i].name, sp, sp >= 1.7 ? "met" : "missed", 100 * bw, bw >= 0.5 ? "met" : "missed", 100 * gm,
                gm >= 0.75 ? "met" : "missed");
     }
+}
+
+int main(int argc, char **argv)
+{
+    char err[512];
+    bench_parse_smoke(argc, argv);
+    if (bench_is_smoke()) {
+        MODEL = SMOKE_MODEL;
+        COPY_BYTES = (size_t)8 << 20;
+        GEMM_N = 128;
+        n_rounds = 2;
+    }
+    double busy0 = machine_busy_s(), self0 = self_busy_s(), wall0 = exec_spmd_now();
+    exec_blis_setup();
+    machine m;
+    measure_machine(&m, 0);
+    model_config cfg;
+    ir_graph *g = model_parse(MODEL, &cfg, err, sizeof err) < 0 ? NULL : model_build_step(&cfg, NULL, err, sizeof err);
+    if (!g) {
+        fprintf(stderr, "bench_spmd: %s\n", err);
+        return bench_finish(1);
+    }
+    run_figures f[2];
+    for (int i = 0; i < 2; i++)
+        if (time_spmd(g, runs[i].mesh, runs[i].sched, n_rounds, &f[i]) < 0) return bench_finish(1);
+    measure_machine(&m, 1);
+    print_head(&cfg, busy0, self0, wall0);
+    print_figures(&m, f);
     for (int i = 0; i < 2; i++)
         bench_check(f[i].ok, "%s `%s` on %s: %d steps checked against the reference (loss %.0e, params %.0e, states %.0e; tolerance %.0e)",
                     runs[i].name, runs[i].sched, runs[i].mesh, n_rounds + 1, f[i].loss_rel, f[i].param, f[i].state,
