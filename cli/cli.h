@@ -26,7 +26,7 @@ typedef struct cli_opts {
     double time_s, memory_gib;
     int summary, ops, forward, quiet, help;
     int shrink;            /* carve run --plan: the plan's strategy on a small model of its family (session/shrink.c) */
-    int json;              /* cost, shard, explain, autopart: print the JSON document (view/json.h) */
+    int json;              /* cost, shard, explain, autopart, run: print the JSON document (view/json.c) */
     const char *optimizer; /* "adam" or "sgd" */
     const char *backend;   /* carve run: "threads" (default, NULL) or "mpi" */
     const char *precision; /* carve cost: "f32" (default) or "bf16" (mixed) */

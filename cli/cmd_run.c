@@ -4,9 +4,11 @@
  * Both executors start from the same seeded arguments and run --steps
  * training steps; after each step the losses are compared, after the last
  * one every updated param and optimizer state as well (session/run.c runs
- * and checks; run_report.c prints).  The check passes when every error is at
- * most EXEC_SPMD_TOLERANCE (docs/run.md says why that number).  Exit codes:
- * 0 passed, 1 the check failed (or a device failed where the reference did
+ * and checks, session/run_view.c explains; view/ draws the explanation as
+ * text, part by part while the run goes on, or with --json as one carve-run/1
+ * document at the end).  The check passes when every error is at most
+ * EXEC_SPMD_TOLERANCE (docs/run.md says why that number).  Exit codes: 0
+ * passed, 1 the check failed (or a device failed where the reference did
  * not), 2 bad input (flags, model, mesh, schedule, a configuration that does
  * not fit in this machine's memory).
  */
@@ -14,7 +16,7 @@
 #include <string.h>
 
 #include "cli/cli.h"
-#include "cli/run_report.h"
+#include "session/session.h"
 
 /* Prints err when this rank has something to say. */
 static void say(const char *err)
@@ -22,11 +24,18 @@ static void say(const char *err)
     if (err[0]) cli_error("%s", err);
 }
 
-/* Runs the program pp (its step named cfg) checked against its reference
- * (ref, taken over; NULL: its own step); the predictions printed are priced
- * on hw. */
+/* Draws `part` of the run's explanation as text (nothing with --json: its
+ * document comes whole at the end). */
+static void show(const cli_opts *o, session_run *r, int part)
+{
+    if (!o->json) cli_render("text", session_run_view(r, part));
+}
+
+/* Runs the program pp (its step named cfg; pl: the plan file it comes from,
+ * or NULL) checked against its reference (ref, taken over; NULL: its own
+ * step); the predictions shown are priced on hw. */
 static int run_checked(const cli_opts *o, session_world *w, const pipe_program *pp, ir_graph *ref, const char *cfg,
-                       const cost_hw *hw)
+                       const plan *pl, const cost_hw *hw)
 {
     char err[4096];
     session_run *r;
@@ -35,26 +44,29 @@ static int run_checked(const cli_opts *o, session_world *w, const pipe_program *
     say(err);
     if (rc) return rc;
     session_run_set_hw(r, hw);
-    run_print_header(o, w, pp->prog, cfg, &mem);
+    session_run_describe(r, &(session_run_shown){o->schedule, o->optimizer, o->steps, pl ? o->plan : NULL, pl});
+    show(o, r, VIEW_RUN_HEAD);
     if ((rc = session_run_start(r, err, sizeof err))) {
         say(err);
         session_run_free(r);
         return rc;
     }
-    run_print_step_head();
+    show(o, r, VIEW_RUN_STEPS_HEAD);
     for (int64_t step = 1; step <= o->steps && !rc; step++) {
         session_step_times t;
         if ((rc = session_run_step(r, step, &t, err, sizeof err))) {
             say(err);
             break;
         }
-        run_print_step(step, session_run_check(r), &t);
+        show(o, r, VIEW_RUN_STEP);
         if (step < o->steps) session_run_advance(r);
     }
     if (rc == CLI_OK && session_run_is_root(r)) {
-        run_print_timings(w, r);
-        run_print_stages(w, r);
-        rc = run_print_check(session_run_check_graph(r), r);
+        rc = session_run_end(r) ? CLI_OK : CLI_CHECK_FAILED;
+        if (cli_render(o->json ? "json" : "text", session_run_view(r, o->json ? VIEW_RUN_ALL : VIEW_RUN_END)) < 0) {
+            cli_error("run: cannot write the %s", o->json ? "JSON document" : "output");
+            rc = CLI_BAD_INPUT;
+        }
     }
     rc = session_run_agree(r, rc);
     session_run_free(r);
@@ -65,7 +77,7 @@ static int run_checked(const cli_opts *o, session_world *w, const pipe_program *
  * hw, checked against the unrolled step of `model` at its micro-batches),
  * run and checked. */
 static int run_lowered(const cli_opts *o, session_world *w, shard_state *st, const pipe_spec *ps, const char *model,
-                       const char *cfg, const cost_hw *hw)
+                       const char *cfg, const plan *pl, const cost_hw *hw)
 {
     char err[1024];
     session_run_program rp;
@@ -73,7 +85,7 @@ static int run_lowered(const cli_opts *o, session_world *w, shard_state *st, con
         cli_error("run: %s", err);
         return CLI_BAD_INPUT;
     }
-    int rc = run_checked(o, w, &rp.pp, rp.ref, cfg, hw);
+    int rc = run_checked(o, w, &rp.pp, rp.ref, cfg, pl, hw);
     rp.ref = NULL; /* taken over by the run */
     session_run_program_free(&rp);
     return rc;
@@ -94,7 +106,7 @@ static int run_plan(const cli_opts *o, session_world *w, const cost_hw *hw)
     char note[1400] = "";
     int opened = o->shrink ? session_plan_open_shrunk(o->plan, &pl, &g, &st, note, sizeof note, err, sizeof err)
                            : session_plan_open(o->plan, &pl, &g, &st, err, sizeof err);
-    if (note[0]) printf("shrink: %s\n", note);
+    if (note[0]) fprintf(o->json ? stderr : stdout, "shrink: %s\n", note); /* (stdout holds only the document with --json) */
     if (opened < 0 || session_plan_weights(&pl, g, err, sizeof err) < 0) {
         if (g) {
             shard_state_free(st);
@@ -115,17 +127,10 @@ static int run_plan(const cli_opts *o, session_world *w, const cost_hw *hw)
         int has = session_plan_pipeline(&pl, g, &ps, err, sizeof err);
         char label[1200];
         snprintf(label, sizeof label, "%s (plan %s)", pl.model[0] ? pl.model : pl.graph_file, o->plan);
-        if (pl.has_predicted) {
-            char t[32];
-            cost_fmt_time(pl.predicted.step_time, t, sizeof t);
-            printf("plan: predicted step time %s, peak memory %.4g GiB per device (%s precision%s; checked by pricing "
-                   "the plan again)\n", t, pl.predicted.peak_memory / 1073741824.0, cost_precision_name(pl.options.precision),
-                   pl.options.overlap ? ", overlap" : "");
-        }
         cli_opts with_schedule = *o;
         with_schedule.schedule = pl.schedule;
         if (has < 0) cli_error("run: %s", err);
-        else rc = run_lowered(&with_schedule, w, st, &ps, pl.model, label, hw);
+        else rc = run_lowered(&with_schedule, w, st, &ps, pl.model, label, &pl, hw);
     }
     shard_state_free(st);
     ir_free(g);
@@ -167,7 +172,7 @@ static int run_schedule(const cli_opts *o, session_world *w, const cost_hw *hw)
     int rc = CLI_BAD_INPUT;
     shard_state *st = session_run_state(g, &mesh, &sc, &ps, err, sizeof err);
     if (!st) cli_error("run: %s", err);
-    else rc = run_lowered(o, w, st, &ps, o->model, cfg, hw);
+    else rc = run_lowered(o, w, st, &ps, o->model, cfg, NULL, hw);
     shard_state_free(st);
     ir_free(g);
     return rc;

@@ -174,7 +174,7 @@ int exec_pipe_trace_len(const exec_spmd *r);
  * replay a trace made of several steps (e.g. each interval's mean).
  * Returns 0, or -1 when not pipelined or the trace cannot be replayed. */
 int exec_pipe_replay(const exec_spmd *r, const double *trace, double *step, double *idle);
-/* Bytes of stage `stage`'s arena (0 when not pipelined). */
+/* Bytes of stage `stage`'s arena (a program of one stage: every device's). */
 size_t exec_pipe_stage_bytes(const exec_spmd *r, int stage);
 /* The same before any runtime exists: each stage's arena for pp into
  * stage_bytes[0 .. stages) (one stage: exec_spmd_device_bytes).  Returns 0,

@@ -702,7 +702,7 @@ const double *exec_pipe_task_cpu(const exec_spmd *r, int dev)
     return r->pipe ? r->pipe->task_cpu + (size_t)dev * (2 * (size_t)r->pipe->n_tasks + 2) : NULL;
 }
 
-size_t exec_pipe_stage_bytes(const exec_spmd *r, int stage) { return r->pipe ? r->pipe->bytes[stage] : 0; }
+size_t exec_pipe_stage_bytes(const exec_spmd *r, int stage) { return r->pipe ? r->pipe->bytes[stage] : r->dev_bytes; }
 
 int spmd_pipe_mb(const exec_spmd *r, int i) { return r->pipe ? r->pipe->mb[i] : -1; }
 

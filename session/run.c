@@ -21,7 +21,7 @@
  * against the unrolled step of the same micro-batches (the run's reference
  * graph); any other program against its own step.
  */
-#include "session/session.h"
+#include "session/run_impl.h"
 
 #include "cost/pipeline.h"
 #include "ir/hash.h"
@@ -30,22 +30,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-struct session_run {
-    session_world *w;
-    const pipe_program *pp; /* the program run */
-    const spmd_program *p;  /* pp->prog (a pipeline's body) */
-    ir_graph *ref_g;        /* the step the check compares with when it is not p's (a pipeline's unrolled
-                               step), owned; else NULL */
-    const char *label;
-    uint64_t seed;
-    session_run_memory mem;
-    exec_ref *ref;          /* rank 0 only */
-    exec_spmd *rt;
-    exec_spmd_check c;
-    int check_ready;
-    const cost_hw *hw;      /* the predictions' profile (the caller's), or NULL: the `cpu` preset */
-};
 
 int session_world_init(session_world *w, exec_backend b, char *err, size_t errlen)
 {
@@ -337,6 +321,7 @@ int session_run_step(session_run *r, int64_t step, session_step_times *t, char *
         ir_errf(err, errlen, "run: %s", e2);
         return SESSION_CHECK_FAILED;
     }
+    session_run_record_step(r, step, t);
     return 0;
 }
 
@@ -399,6 +384,7 @@ int64_t session_run_largest_sum(const session_run *r)
 void session_run_free(session_run *r)
 {
     if (!r) return;
+    view_run_free(&r->v);
     if (r->check_ready) exec_spmd_check_free(&r->c);
     exec_spmd_free(r->rt);
     exec_ref_free(r->ref);

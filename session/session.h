@@ -417,6 +417,29 @@ int session_run_stages(const session_run *r, struct cost_pipe_estimate *pe, char
 int session_run_price_program(const pipe_program *pp, const cost_hw *hw, struct cost_pipe_estimate *pe, char *err, size_t errlen);
 /* The most devices one sum (all-reduce, reduce-scatter) runs over. */
 int64_t session_run_largest_sum(const session_run *r);
+/* ---- the run's explanation (run_view.c, view/run.h) ---- */
+
+/* What the command shows of a run's inputs. */
+typedef struct session_run_shown {
+    const char *schedule;   /* the schedule as the command shows it */
+    const char *optimizer;
+    int64_t steps;          /* the steps asked for */
+    const char *plan_path;  /* carve run --plan: the plan file, and pl read from it; else NULL */
+    const plan *pl;
+} session_run_shown;
+/* Starts the run's explanation (after session_run_open): its inputs and the
+ * memory it needs.  The strings and pl stay the caller's, alive while r is. */
+void session_run_describe(session_run *r, const session_run_shown *s);
+/* The run's explanation so far (kind VIEW_RUN; the steps run join it as they
+ * are run), set to draw `part` of it (view/run.h: VIEW_RUN_HEAD, _STEPS_HEAD,
+ * _STEP, _END, or _ALL).  Valid until r is freed. */
+const view_explanation *session_run_view(session_run *r, int part);
+/* After the last step, on the root: the last step's figures per device, op
+ * kind and collective kind, memory and each stage measured and predicted
+ * (priced on the run's profile), and the checks join the explanation.
+ * Returns 1 when every check passed. */
+int session_run_end(session_run *r);
+
 /* 1 when the check passed: every error within EXEC_SPMD_TOLERANCE. */
 int session_run_ok(const session_run *r);
 void session_run_free(session_run *r);

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# e2e_json.sh - `--json` on carve cost, shard, explain and autopart
+# e2e_json.sh - `--json` on carve cost, shard, explain, autopart and run
 # (docs/json-output.md): each document validates against
 # docs/output.schema.json, carries the figures of the text output
 # (tests/json_figures.py rebuilds the text's lines from the document), and
@@ -108,6 +108,32 @@ ok = ok and abs(min(x['step_time'] for x in k) - d['estimate']['step_time_s']) <
 sys.exit(0 if ok else 1)"
 check "--seeds 3: three searches, the best kept" $?
 [ "$(grep -c '^  [123] ' seeds.txt)" = 3 ]; check "--seeds 3: a row each in the text" $?
+# ---- carve run: the run's document (two runs of one command: the timings differ, the losses, bytes and
+# checks are the same bits) ----
+both run1 run --model gpt-tiny --mesh batch=2,model=2 --schedule dp:batch,megatron:model --steps 2
+both run2 run --model gpt-tiny --mesh data=2,pipe=2 --schedule dp:data,pipeline:pipe:4 --steps 2 --optimizer sgd
+"$carve" autopart --model gpt-tiny --mesh batch=2,model=2 --hw cpu --budget 10 --quiet --out pr.json >/dev/null 2>&1
+both run3 run --plan pr.json --seed 3
+python3 -c "
+import json, sys
+a, b, c = (json.load(open('run%d.json' % i)) for i in (1, 2, 3))
+ok = [s['step'] for s in a['steps']] == [1, 2] and a['steps_asked'] == 2 and a['passed'] and len(a['checks']) == 1
+ok = ok and a['checks'][0]['against'] == 'the reference' and a['checks'][0]['passed'] and 'pipeline' not in a
+ok = ok and len(a['last_step']['per_device']) == 4 and a['memory']['laid_out_bytes'] > 0 and a['backend']['kind'] == 'threads'
+p = b.get('pipeline', {})
+ok = ok and p.get('stages') == 2 and p.get('microbatches') == 4 and len(p.get('per_stage', [])) == 2 and b['optimizer'] == 'sgd'
+ok = ok and c['plan']['path'] == 'pr.json' and c['seed'] == 3 and c['passed']
+sys.exit(0 if ok else 1)"
+check "the run documents: steps, checks, a pipeline's stages, the plan" $?
+python3 -c "
+import json; d=json.load(open('run1.json')); d['steps'][1]['loss']*=1.0001; json.dump(d, open('off.json','w'))"
+python3 "$root/tests/json_figures.py" run1.txt off.json >fig.txt
+[ $? = 1 ] && grep -q "missing from the text" fig.txt; check "a run's loss changed is caught" $?
+python3 -c "
+import json; d=json.load(open('run1.json')); d['checks'][0]['outputs_digest']='xyz'; json.dump(d, open('off.json','w'))"
+schema off.json
+[ $? = 1 ] && grep -q "outputs_digest" schema.txt; check "the run's schema check can fail" $?
+
 both explain-v1 explain "$root/tests/plans/v1-gpt-tiny.json"
 both explain-hw explain p1.json --hw h100
 grep -q '"hardware_given":[[:space:]]*true' explain-hw.json; check "explain --hw said in the document" $?
@@ -131,7 +157,7 @@ python3 "$root/tests/json_figures.py" empty.txt cost1.json >fig.txt; [ $? = 1 ];
 # ---- bad input: one line on stderr, no document ----
 bad json-bad-mesh "smaller than its 16 shards" "$carve" cost --model gpt-tiny --mesh batch=16 --schedule dp:batch --hw a100 --json
 bad json-bad-plan "cannot open plan" "$carve" explain nothere.json --json
-bad json-not-on-run "unknown option '--json'" "$carve" run --model gpt-tiny --mesh batch=2 --schedule dp:batch --json
+bad json-bad-run "unknown mesh axis 'nope'" "$carve" run --model gpt-tiny --mesh batch=2 --schedule dp:nope --json
 
 # ---- explain --html: the page carve report writes ----
 ok explain-html "$carve" explain p1.json --html e.html

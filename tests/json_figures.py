@@ -2,7 +2,7 @@
 """json_figures.py TEXT JSON - the --json document carries the figures of the text.
 
 TEXT is what a carve command printed without --json, JSON what the same command
-printed with --json (carve cost, shard, explain or autopart; the document's
+printed with --json (carve cost, shard, explain, autopart or run; the document's
 "format" says which).  From the document alone this script writes the lines
 the text must hold, with the text's own formats (times as cost_fmt_time's
 "%.3f ms", sizes as "%.4g GiB", ...), and checks each is a line of TEXT, so
@@ -274,26 +274,79 @@ def shard(doc, text):
     return must, shown
 
 
+def run(doc, text):
+    """carve run (view/run_text.c).  The text and the document come from two
+    runs of the same command: figures that measure time differ between them,
+    so a line that holds one is matched on what comes before it (a prefix,
+    PREFIX below); the losses, memory laid out, collective counts and bytes
+    and the checks are the same bits in both runs."""
+    n = doc["devices"]
+    must = ["model %s" % doc["model"], "mesh %s (%d devices), schedule %s" % (mesh_str(doc), n, doc["schedule"])]
+    m = doc["memory"]
+    if doc["backend"]["kind"] == "threads":
+        if m["all_devices_bytes"] < m["per_device_bytes"] * n:
+            must.append("memory: up to %.1f MiB per device (its stage's arena), %.1f MiB for all %d + reference %.1f MiB = %.1f MiB"
+                        % (m["per_device_bytes"] / MIB, m["all_devices_bytes"] / MIB, n, m["reference_bytes"] / MIB,
+                           (m["all_devices_bytes"] + m["reference_bytes"]) / MIB))
+        else:
+            must.append("memory: %.1f MiB per device x %d + reference %.1f MiB = %.1f MiB"
+                        % (m["per_device_bytes"] / MIB, n, m["reference_bytes"] / MIB,
+                           (m["all_devices_bytes"] + m["reference_bytes"]) / MIB))
+    for s in doc["steps"]:
+        if None in (s["loss_reference"], s["loss"], s["loss_relative_difference"]):
+            continue  # not finite: the text prints nan or inf
+        must.append(PREFIX + "%5d %16.9g %16.9g %10.2e " % (s["step"], s["loss_reference"], s["loss"], s["loss_relative_difference"]))
+    for c in doc["last_step"]["collectives"]:
+        must.append(PREFIX + "  %-15s %6d %12.3f " % (c["kind"], c["count"], c["program_bytes"] / MIB))
+    must.append("  sums run over groups of up to %d devices: " % doc["last_step"]["largest_sum_devices"] + "%s"
+                % ("the same bits on both backends (two terms add the same in either order)" if doc["last_step"]["largest_sum_devices"] <= 2
+                   else "the MPI backend may differ from the threads one in the last bits (Open MPI orders the terms)"))
+    if "pipeline" in doc:
+        p = doc["pipeline"]
+        must.append(PREFIX + "pipeline over axis %s: %d stages, %s, %d micro-batches, layers %s" % (
+            p["axis"], p["stages"], p["schedule"], p["microbatches"], "/".join(str(k) for k in p["layers_per_virtual_stage"])))
+        for g in p["per_stage"]:
+            if g["predicted_idle"] is not None:
+                must.append(PREFIX + "  %5d  %9.3f  " % (g["stage"], g["predicted_idle"]))
+    else:
+        if m["predicted_peak_bytes"] is not None:
+            must.append("  predicted (the cost model's peak for this program, f32)   %10.2f" % (m["predicted_peak_bytes"] / MIB))
+        must.append("  laid out (the device's arena, buffers placed by liveness)  %10.2f" % (m["laid_out_bytes"] / MIB))
+    for c in (c for c in doc["checks"] if None not in (c["loss"], c["params"], c["optimizer_states"], c["replicas"])):
+        must.append("check against %s (tolerance %.0e, relative to each tensor's largest magnitude):" % (c["against"], c["tolerance"]))
+        must.append("  loss (worst step)  %10.2e" % c["loss"])
+        must.append("  params             %10.2e  (worst: %s)" % (c["params"], c["worst_param"] or "-"))
+        must.append("  optimizer states   %10.2e  (worst: %s)" % (c["optimizer_states"], c["worst_state"] or "-"))
+        must.append("  replicas           %10.2e  (largest difference between copies of one block)" % c["replicas"])
+        must.append("  outputs digest     %s  (FNV-1a of the bits of every output, last step: equal digests, equal bits)"
+                    % c["outputs_digest"])
+    must.append("check: %s" % ("passed" if doc["passed"] else "FAILED"))
+    return must, []
+
+
+PREFIX = "\0prefix:"  # a must-line that the text holds at the start of one of its lines
+
+
 def main():
     text = [l.rstrip() for l in open(sys.argv[1]).read().splitlines()]
     doc = json.load(open(sys.argv[2]))
     kind = doc["format"].split("/")[0].replace("carve-", "")
-    must, shown = {"cost": cost, "explain": explain, "autopart": autopart, "shard": shard}[kind](doc, text)
+    must, shown = {"cost": cost, "explain": explain, "autopart": autopart, "shard": shard, "run": run}[kind](doc, text)
     lines = set(text)
     ok = bad = 0
     for m in must:
-        if m.rstrip() in lines:
+        if m.startswith(PREFIX) and any(l.startswith(m[len(PREFIX):]) for l in text) or m.rstrip() in lines:
             ok += 1
         else:
             bad += 1
-            print("missing from the text: %r" % m)
+            print("missing from the text: %r" % m.replace(PREFIX, "(the start of a line) "))
     for ln, rows in shown:
         if ln in {r.rstrip() for r in rows}:
             ok += 1
         else:
             bad += 1
             print("not from the document: %r" % ln)
-    floor = {"cost": 12, "explain": 14, "autopart": 12, "shard": 10}[kind]
+    floor = {"cost": 12, "explain": 14, "autopart": 12, "shard": 10, "run": 12}[kind]
     if ok < floor:
         bad += 1
         print("only %d lines matched; the document must yield at least %d" % (ok, floor))

@@ -1,5 +1,5 @@
 /* json.c - the JSON renderer (view.h): the --json documents of carve cost,
- * shard, explain and autopart (docs/json-output.md, schema in
+ * shard, explain and autopart, and carve run's (run_json.c) (docs/json-output.md, schema in
  * docs/output.schema.json), each one object whose "format" names it and its
  * version.
  *
@@ -501,6 +501,7 @@ int view_render_json(const view_explanation *x, FILE *f)
     case VIEW_EXPLAIN: doc = explain_json(x); break;
     case VIEW_AUTOPART: doc = autopart_json(x); break;
     case VIEW_PLAN: return -1;
+    case VIEW_RUN: doc = view_run_json(x->run); break;
     }
     return print_doc(doc, f);
 }

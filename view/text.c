@@ -700,6 +700,7 @@ int view_render_text(const view_explanation *x, FILE *f)
     case VIEW_AUTOPART: text_autopart(f, x); break;
     case VIEW_SHARD: text_shard(f, x); break;
     case VIEW_PLAN: return -1;
+    case VIEW_RUN: return view_run_text(x->run, f);
     }
     return ferror(f) ? -1 : 0;
 }

@@ -30,9 +30,10 @@
 #include "cost/cost.h"
 #include "cost/pipeline.h"
 #include "plan/plan.h"
+#include "view/run.h"
 
 /* Which command's output an explanation is. */
-typedef enum { VIEW_COST, VIEW_SHARD, VIEW_EXPLAIN, VIEW_AUTOPART, VIEW_PLAN } view_kind;
+typedef enum { VIEW_COST, VIEW_SHARD, VIEW_EXPLAIN, VIEW_AUTOPART, VIEW_PLAN, VIEW_RUN } view_kind;
 
 /* What one tactic of carve shard did. */
 typedef struct view_tactic {
@@ -95,6 +96,7 @@ typedef struct view_explanation {
      * segments, one of each without a pipeline), beside p: */
     const pipe_program *pp;   /* the plan's program (p is pp->prog), or NULL */
     const cost_pipe_estimate *pe; /* and its stages priced (cost, explain, autopart, report), or NULL */
+    const view_run *run;      /* VIEW_RUN (carve run): the run's explanation (view/run.h); nothing else is set */
     /* ---- derived by view_explain */
     const pipe_program *pipe; /* pp when it has several segments (a pipeline's schedule: stages,
                                  micro-batches, each device's task order), else NULL */
@@ -157,7 +159,7 @@ int view_export_uneven(const shard_state *st, char *first, size_t n);
  * " last_tile_dim_replicate" when some axes do not tile it.  Returns buf. */
 char *view_hlo_sharding(const shard_mesh *m, const shard_spec *s, int rank, char *buf, size_t n);
 
-/* The renderers (one file each). */
+/* The renderers (one file each; a run's text and JSON: run_text.c, run_json.c). */
 int view_render_text(const view_explanation *x, FILE *f);
 int view_render_json(const view_explanation *x, FILE *f);
 int view_render_html(const view_explanation *x, FILE *f);
@@ -165,5 +167,8 @@ int view_render_jax(const view_explanation *x, FILE *f);
 int view_render_shardy(const view_explanation *x, FILE *f);
 int view_render_xla(const view_explanation *x, FILE *f);
 int view_render_torch(const view_explanation *x, FILE *f);
+/* A run's text (the part v->part says) and its carve-run/1 document. */
+int view_run_text(const view_run *v, FILE *f);
+cJSON *view_run_json(const view_run *v);
 
 #endif
