@@ -109,7 +109,7 @@ static void quality_row(int k, const qcase *c, int steps_budget)
     qsort(distinct, SEEDS, sizeof distinct[0], cmp_double);
     qsort(steps, SEEDS, sizeof steps[0], cmp_double);
     char med[16], worst[16], why[96] = "";
-    for (int st = 0; st <= STOP_CONVERGED; st++) { /* stop reasons and how many seeds each */
+    for (int st = 0; st < SEARCH_N_STOPS; st++) { /* stop reasons and how many seeds each */
         int n = 0;
         for (int i = 0; i < SEEDS; i++) n += stops[i] == st;
         size_t at = strlen(why);

@@ -181,6 +181,29 @@ size_t exec_pipe_stage_bytes(const exec_spmd *r, int stage);
  * or -1 with a message. */
 int exec_program_bytes(const pipe_program *pp, size_t *stage_bytes, char *err, size_t errlen);
 
+/* ---- the backends' point-to-point transfers, as tests drive them ---------- */
+
+/* Runs fn once for every device of r this process runs (the backend's
+ * threads, or this rank's one device), as a step runs its program, with
+ * point-to-point transfers counted (a message sent and never received fails
+ * the step).  Returns 0, or -1 with the first device's message (a device that
+ * failed, exec_spmd_fail). */
+int exec_spmd_run_each(exec_spmd *r, void (*fn)(exec_spmd *r, int dev), char *err, size_t errlen);
+/* Sends n floats from device dev to device peer with tag (0..32767), or
+ * receives them (the message of that tag from peer, of n elements), through
+ * r's backend, during exec_spmd_run_each.  *moved gets the bytes sent to
+ * another device, *wait_s the seconds the receive waited (each may be NULL).
+ * Returns 0, or -1 when the run was aborted or the transfer failed with a
+ * message (the step's). */
+int exec_spmd_send(exec_spmd *r, int dev, int peer, int tag, float *data, int64_t n, double *moved);
+int exec_spmd_recv(exec_spmd *r, int dev, int peer, int tag, float *data, int64_t n, double *wait_s);
+/* Device dev fails with msg: every device stops, on every process. */
+void exec_spmd_fail(exec_spmd *r, int dev, const char *msg);
+/* The devices this process runs: *local gets their numbers; returns how
+ * many.  And the backend's name ("threads", "mpi"). */
+int exec_spmd_local_devices(const exec_spmd *r, const int **local);
+const char *exec_spmd_backend_name(const exec_spmd *r);
+
 /* ---- MPI (spmd_mpi.c) ---------------------------------------------------- */
 
 /* 1 when carve was built with MPI. */

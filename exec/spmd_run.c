@@ -525,3 +525,46 @@ int exec_spmd_step(exec_spmd *r, char *err, size_t errlen)
 }
 
 int exec_spmd_agree(exec_spmd *r, int rc) { return (int)r->be->max_all(r, (double)rc); }
+
+/* ---- the backends' point to point, for the tests --------------------------- */
+
+int exec_spmd_run_each(exec_spmd *r, void (*fn)(exec_spmd *r, int dev), char *err, size_t errlen)
+{
+    r->p2p = 1;
+    atomic_store(&r->abort, 0);
+    r->err[0] = 0;
+    r->be->run(r, fn);
+    if (atomic_load(&r->abort)) return ir_errf(err, errlen, "%s", r->err[0] ? r->err : "a device stopped");
+    if (errlen) err[0] = 0;
+    return 0;
+}
+
+int exec_spmd_send(exec_spmd *r, int dev, int peer, int tag, float *data, int64_t n, double *moved)
+{
+    spmd_p2p m = {.dev = dev, .peer = peer, .tag = tag, .data = data, .n = n};
+    int rc = r->be->send(r, &m);
+    if (moved) *moved = m.moved;
+    return rc;
+}
+
+int exec_spmd_recv(exec_spmd *r, int dev, int peer, int tag, float *data, int64_t n, double *wait_s)
+{
+    spmd_p2p m = {.dev = dev, .peer = peer, .tag = tag, .data = data, .n = n};
+    int rc = r->be->recv(r, &m);
+    if (wait_s) *wait_s = m.wait_s;
+    return rc;
+}
+
+void exec_spmd_fail(exec_spmd *r, int dev, const char *msg)
+{
+    spmd_set_error(r, "device %d: %s", dev, msg);
+    r->be->fail(r);
+}
+
+int exec_spmd_local_devices(const exec_spmd *r, const int **local)
+{
+    *local = r->local;
+    return r->n_local;
+}
+
+const char *exec_spmd_backend_name(const exec_spmd *r) { return r->be->name; }

@@ -19,9 +19,13 @@ volatile sig_atomic_t search_interrupted;
 
 const search_algo *const search_algos[] = {&search_mcts, &search_random, &search_greedy, &search_exhaustive, NULL};
 
-static const char *const stop_names[] = {"budget", "time", "stalled", "interrupted", "exhausted", "target", "converged"};
+static const char *const stop_names[SEARCH_N_STOPS] = {
+#define SEARCH_STOP_NAME(e, name) [e] = name,
+    SEARCH_STOPS(SEARCH_STOP_NAME)
+#undef SEARCH_STOP_NAME
+};
 
-const char *search_stop_name(search_stop s) { return stop_names[s]; }
+const char *search_stop_name(search_stop s) { return (unsigned)s < SEARCH_N_STOPS ? stop_names[s] : "?"; }
 
 const search_algo *search_algo_find(const char *name)
 {

@@ -116,8 +116,17 @@ typedef struct search_budget {
 } search_budget;
 
 /* Why a search stopped: its budget of steps, its time, the --stall patience, a signal, the space priced
- * through, the target reward reached, or converged (search_budget.converge: no better plan for the patience). */
-typedef enum { STOP_BUDGET, STOP_TIME, STOP_STALLED, STOP_INTERRUPTED, STOP_EXHAUSTED, STOP_TARGET, STOP_CONVERGED } search_stop;
+ * through, the target reward reached, or converged (search_budget.converge: no better plan for the patience).
+ * One row each: the constant and its name (search_stop_name: the plan file's and the outputs' word). */
+#define SEARCH_STOPS(X)                                                                                                \
+    X(STOP_BUDGET, "budget") X(STOP_TIME, "time") X(STOP_STALLED, "stalled") X(STOP_INTERRUPTED, "interrupted")       \
+    X(STOP_EXHAUSTED, "exhausted") X(STOP_TARGET, "target") X(STOP_CONVERGED, "converged")
+typedef enum {
+#define SEARCH_STOP_ENUM(e, name) e,
+    SEARCH_STOPS(SEARCH_STOP_ENUM)
+#undef SEARCH_STOP_ENUM
+    SEARCH_N_STOPS
+} search_stop;
 
 typedef struct search_action {
     int group;

@@ -1,8 +1,9 @@
 /* test_p2p.c - point-to-point send and recv of the SPMD backends
- * (exec/spmd_impl.h): the transfers pipeline stages make between neighbours.
+ * (exec/runtime.h: exec_spmd_send, exec_spmd_recv through the backend table of
+ * exec/spmd_impl.h): the transfers pipeline stages make between neighbours.
  *
  * Each case is a function every device runs during one step of the backend
- * (spmd_backend.run), on data it allocates itself: a ring where every device
+ * (exec_spmd_run_each), on data it allocates itself: a ring where every device
  * sends before it receives (deadlocks unless sends are eager), neighbours
  * exchanging 1.2 MB both ways at once (1F1B's steady state; above MPI's
  * eager limit), one sender's messages received in the reverse order of
@@ -20,7 +21,7 @@
  * rank, and counts what those runs report.  tests/e2e_netns.sh runs
  * `test_p2p --mpi` across two network namespaces.
  */
-#include "exec/spmd_impl.h"
+#include "exec/runtime.h"
 #include "tests/util.h"
 
 #include <stdlib.h>
@@ -57,9 +58,9 @@ static void run_case(exec_spmd *r, int dev) { current_case(r, dev, &results[dev]
 
 static int send_to(exec_spmd *r, int dev, int peer, int tag, float *x, int64_t n, dev_result *out)
 {
-    spmd_p2p m = {.dev = dev, .peer = peer, .tag = tag, .data = x, .n = n};
-    int rc = r->be->send(r, &m);
-    out->moved += m.moved;
+    double moved = 0;
+    int rc = exec_spmd_send(r, dev, peer, tag, x, n, &moved);
+    out->moved += moved;
     if (rc < 0 && !out->rc) out->rc = -1;
     return rc;
 }
@@ -67,9 +68,9 @@ static int send_to(exec_spmd *r, int dev, int peer, int tag, float *x, int64_t n
 /* Receives into x and checks the data; returns the backend's rc. */
 static int recv_from(exec_spmd *r, int dev, int peer, int tag, float *x, int64_t n, dev_result *out)
 {
-    spmd_p2p m = {.dev = dev, .peer = peer, .tag = tag, .data = x, .n = n};
-    int rc = r->be->recv(r, &m);
-    out->wait_s += m.wait_s;
+    double wait_s = 0;
+    int rc = exec_spmd_recv(r, dev, peer, tag, x, n, &wait_s);
+    out->wait_s += wait_s;
     if (rc < 0) {
         if (!out->rc) out->rc = -1;
         return rc;
@@ -84,7 +85,7 @@ static int recv_from(exec_spmd *r, int dev, int peer, int tag, float *x, int64_t
 /* Every device sends to the next, then receives from the one before. */
 static void ring(exec_spmd *r, int dev, dev_result *out)
 {
-    int n = r->n_dev;
+    int n = exec_spmd_devices(r);
     int64_t len = 1000 + dev;
     float *x = malloc(4 * 1001 + 4 * (size_t)n), *y = malloc(4 * 1001 + 4 * (size_t)n);
     fill(x, len, dev, 7);
@@ -101,7 +102,7 @@ static void ring(exec_spmd *r, int dev, dev_result *out)
 static void exchange(exec_spmd *r, int dev, dev_result *out)
 {
     int peer = dev ^ 1;
-    if (peer >= r->n_dev) return;
+    if (peer >= exec_spmd_devices(r)) return;
     float *x = malloc(4 * (size_t)BIG), *y = malloc(4 * (size_t)BIG);
     for (int mb = 0; mb < 3; mb++) {
         fill(x, BIG, dev, 100 + mb);
@@ -145,7 +146,7 @@ static void ping_pong(exec_spmd *r, int dev, dev_result *out)
 /* Messages of no elements, each way between 0 and the last device. */
 static void empty(exec_spmd *r, int dev, dev_result *out)
 {
-    int last = r->n_dev - 1;
+    int last = exec_spmd_devices(r) - 1;
     if (dev != 0 && dev != last) return;
     int peer = dev == 0 ? last : 0;
     send_to(r, dev, peer, 3, NULL, 0, out);
@@ -182,16 +183,13 @@ static void peer_fails(exec_spmd *r, int dev, dev_result *out)
 {
     float x[4] = {0};
     if (dev == 0) recv_from(r, 0, 1, 1, x, 4, out);
-    if (dev == 1) {
-        spmd_set_error(r, "device 1: a kernel failed (on purpose)");
-        r->be->fail(r);
-    }
+    if (dev == 1) exec_spmd_fail(r, 1, "a kernel failed (on purpose)");
 }
 
 static void bad_tag(exec_spmd *r, int dev, dev_result *out)
 {
     float x[4] = {0};
-    if (dev == 0) send_to(r, 0, 1, SPMD_P2P_MAX_TAG + 1, x, 4, out);
+    if (dev == 0) send_to(r, 0, 1, 32767 + 1, x, 4, out); /* (spmd_impl.h's SPMD_P2P_MAX_TAG: MPI's least MPI_TAG_UB) */
 }
 
 /* ---- running them ---------------------------------------------------------- */
@@ -212,21 +210,15 @@ static exec_spmd *runtime(int n, exec_backend be, ir_graph **g, spmd_program **p
     *p = spmd_lower(*st);
     exec_spmd *r = exec_spmd_new_on(*p, be, 0, err, sizeof err);
     CHECKF(r != NULL, "%s", err);
-    if (r) r->p2p = 1;
     return r;
 }
 
 /* Runs one case on every device; returns the step's rc, message in err. */
 static int step(exec_spmd *r, void (*fn)(exec_spmd *, int, dev_result *), char *err, size_t errlen)
 {
-    memset(results, 0, (size_t)r->n_dev * sizeof *results);
+    memset(results, 0, (size_t)exec_spmd_devices(r) * sizeof *results);
     current_case = fn;
-    atomic_store(&r->abort, 0);
-    r->err[0] = 0;
-    r->be->run(r, run_case);
-    err[0] = 0;
-    if (atomic_load(&r->abort)) snprintf(err, errlen, "%s", r->err[0] ? r->err : "a device stopped");
-    return atomic_load(&r->abort) ? -1 : 0;
+    return exec_spmd_run_each(r, run_case, err, errlen);
 }
 
 /* The case runs, and every message arrives intact: `want_ok` of them on
@@ -234,22 +226,22 @@ static int step(exec_spmd *r, void (*fn)(exec_spmd *, int, dev_result *), char *
 static void must_pass(exec_spmd *r, const char *name, void (*fn)(exec_spmd *, int, dev_result *), int want_ok)
 {
     char err[600];
-    int rc = step(r, fn, err, sizeof err);
-    CHECKF(rc == 0, "%s on %d devices (%s): %s", name, r->n_dev, r->be->name, err);
+    const int *local;
+    int rc = step(r, fn, err, sizeof err), n = exec_spmd_devices(r), n_local = exec_spmd_local_devices(r, &local);
+    const char *be = exec_spmd_backend_name(r);
+    CHECKF(rc == 0, "%s on %d devices (%s): %s", name, n, be, err);
     int ok = 0, bad = 0, rcs = 0;
     double moved = 0;
-    for (int k = 0; k < r->n_local; k++) {
-        const dev_result *x = &results[r->local[k]];
+    for (int k = 0; k < n_local; k++) {
+        const dev_result *x = &results[local[k]];
         ok += x->ok;
         bad += x->bad;
         rcs += x->rc != 0;
         moved += x->moved;
     }
-    CHECKF(bad == 0 && rcs == 0, "%s on %d devices (%s): %d messages wrong, %d calls failed", name, r->n_dev, r->be->name, bad,
-           rcs);
-    if (want_ok >= 0) CHECKF(ok == want_ok, "%s (%s): %d messages arrived, want %d", name, r->be->name, ok, want_ok);
-    if (!strcmp(name, "exchange") && r->n_local == r->n_dev)
-        CHECKF(moved == 2.0 * 3 * BIG * 4 * (r->n_dev / 2), "exchange: %.0f bytes sent", moved);
+    CHECKF(bad == 0 && rcs == 0, "%s on %d devices (%s): %d messages wrong, %d calls failed", name, n, be, bad, rcs);
+    if (want_ok >= 0) CHECKF(ok == want_ok, "%s (%s): %d messages arrived, want %d", name, be, ok, want_ok);
+    if (!strcmp(name, "exchange") && n_local == n) CHECKF(moved == 2.0 * 3 * BIG * 4 * (n / 2), "exchange: %.0f bytes sent", moved);
 }
 
 static void must_fail(exec_spmd *r, const char *name, void (*fn)(exec_spmd *, int, dev_result *), const char *says)
@@ -262,12 +254,13 @@ static void must_fail(exec_spmd *r, const char *name, void (*fn)(exec_spmd *, in
 /* The cases every backend passes, on a runtime of n devices. */
 static void passing_cases(exec_spmd *r)
 {
-    int n = r->n_dev, mine = r->n_local == n;
+    const int *local;
+    int n = exec_spmd_devices(r), mine = exec_spmd_local_devices(r, &local) == n, me = local[0];
     must_pass(r, "ring", ring, mine ? n : 1);
-    must_pass(r, "exchange", exchange, mine ? 3 * (n - n % 2) : (r->local[0] ^ 1) < n ? 3 : 0);
-    must_pass(r, "reversed", reversed, mine ? 8 : r->local[0] == 1 ? 8 : 0);
-    must_pass(r, "ping-pong", ping_pong, mine ? 100 : r->local[0] < 2 ? 50 : 0);
-    must_pass(r, "empty", empty, mine ? 2 : r->local[0] == 0 || r->local[0] == n - 1 ? 1 : 0);
+    must_pass(r, "exchange", exchange, mine ? 3 * (n - n % 2) : (me ^ 1) < n ? 3 : 0);
+    must_pass(r, "reversed", reversed, mine ? 8 : me == 1 ? 8 : 0);
+    must_pass(r, "ping-pong", ping_pong, mine ? 100 : me < 2 ? 50 : 0);
+    must_pass(r, "empty", empty, mine ? 2 : me == 0 || me == n - 1 ? 1 : 0);
     must_pass(r, "ring again", ring, -1); /* the runtime is reusable after every case */
 }
 

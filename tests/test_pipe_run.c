@@ -27,8 +27,6 @@
 #include <string.h>
 #include <unistd.h>
 
-#define TOL 1e-4 /* the runtime's tolerance (docs/run.md) */
-
 typedef struct pcase {
     const char *model;
     int m;
@@ -134,7 +132,7 @@ static uint64_t check_case_on(const pcase *t, int steps, exec_backend be)
         if (getenv("VERBOSE"))
             printf("%s: loss %.9g ref %.9g, worst loss %.2e params %.2e states %.2e, %lld of %lld excluded\n", what, c->loss, c->loss_ref,
                    c->worst_loss, c->worst_param, c->worst_state, (long long)c->n_excluded, (long long)(c->n_excluded + c->n_compared));
-        CHECKF(exec_spmd_check_ok(c, TOL), "%s: loss %.2e params %.2e states %.2e (loss %.7g vs %.7g)", what, c->worst_loss, c->worst_param,
+        CHECKF(exec_spmd_check_ok(c, EXEC_SPMD_TOLERANCE), "%s: loss %.2e params %.2e states %.2e (loss %.7g vs %.7g)", what, c->worst_loss, c->worst_param,
                c->worst_state, c->loss, c->loss_ref);
         CHECKF(c->replica_diff == 0, "%s: replicas differ by %.2e", what, c->replica_diff);
         if (t->sgd) CHECKF(c->n_excluded == 0, "%s: %lld elements excluded under SGD", what, (long long)c->n_excluded);
@@ -196,7 +194,7 @@ static void test_check_can_fail(void)
         if (!rc) rc = exec_spmd_step(x.r, err, sizeof err);
         if (!rc) rc = exec_spmd_compare(x.r, x.ref, &x.c, err, sizeof err);
         CHECKF(rc == 0, "%s", err);
-        CHECKF(!exec_spmd_check_ok(&x.c, TOL), "a perturbed param passed the check (params %.2e, loss %.2e)", x.c.worst_param,
+        CHECKF(!exec_spmd_check_ok(&x.c, EXEC_SPMD_TOLERANCE), "a perturbed param passed the check (params %.2e, loss %.2e)", x.c.worst_param,
                x.c.worst_loss);
     }
     prun_free(&x);
