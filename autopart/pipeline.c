@@ -98,7 +98,7 @@ static void unpriced_rows(autopart_pipeline_candidate *cands, int n, int keep, a
         memset(s, 0, sizeof *s);
         cands[i].searched = (*n_out)++;
         snprintf(s->tactics, sizeof s->tactics, "%s", cands[i].tactics);
-        snprintf(s->why, sizeof s->why, "%s", cands[i].why);
+        snprintf(s->why, sizeof s->why, "not priced: the --time limit is spent");
     }
 }
 
