@@ -94,30 +94,37 @@ typedef struct found {
     int n_rows;
     shard_member row;
     int reduced;
+    int second_row;       /* n_rows 2: the other row param, or -1 (an activation: at_op) */
+    int at_op;            /* n_rows 2 against an activation: the contraction */
+    int merged_op;        /* a reshape that merged the dim as the minor part of another: not followed */
 } found;
 
 /* The param that value v is, with dim d of v mapped to the param's dim in
- * *pd: v itself, or a param reshaped (an imported Linear's weight split
- * into heads, [H*D, K] -> [H, D, K]: dim 0 of the result is the param's dim
- * 0, the one whose first factor it is).  -1 when v is neither, or its dim d
- * is no param dim's first factor. */
+ * *pd: v itself, or a param read through reshapes and slices of its other
+ * dims (an imported Linear's weight split into heads, [H*D, K] -> [H, D,
+ * K]: dim 0 of the result is the param's dim 0, the one whose first factor
+ * it is; one part of a fused q/k/v projection, W[:, i] of W [K, 3, H, D],
+ * onnx/fused.c).  -1 when v is neither, or its dim d is no param dim's
+ * first factor. */
 static int param_of(const walker *w, int v, int d, int *pd)
 {
     const ir_graph *g = w->g;
-    *pd = d;
-    if (g->values[v].role == IR_PARAM) return v;
-    int op = g->values[v].producer;
-    if (op < 0 || op >= w->fwd_end || g->ops[op].kind != IR_OP_RESHAPE) return -1;
-    int p = g->ops[op].in[0];
-    if (g->values[p].role != IR_PARAM) return -1;
-    const shard_rule *r = &w->rules[op];
-    if (!r->nf[1][d]) return -1;
-    int f = r->f[1][d][0];
-    for (int e = 0; e < g->values[p].rank; e++)
-        if (r->nf[0][e] && r->f[0][e][0] == f) {
-            *pd = e;
-            return p;
-        }
+    for (int depth = 0; depth < 8; depth++) {
+        *pd = d;
+        if (g->values[v].role == IR_PARAM) return v;
+        int op = g->values[v].producer;
+        if (op < 0 || op >= w->fwd_end) return -1;
+        const ir_op *o = &g->ops[op];
+        if (o->kind != IR_OP_RESHAPE && !(o->kind == IR_OP_SLICE && o->attrs.ints[0] != d)) return -1;
+        const shard_rule *r = &w->rules[op];
+        int u = o->in[0], e = 0;
+        if (!r->nf[1][d]) return -1;
+        int f = r->f[1][d][0];
+        while (e < g->values[u].rank && !(r->nf[0][e] && r->f[0][e][0] == f)) e++;
+        if (e == g->values[u].rank) return -1;
+        v = u;
+        d = e;
+    }
     return -1;
 }
 
@@ -136,8 +143,10 @@ static void follow(walker *w, int v, int d, found *fd, int depth)
             if (o->in[t] != v || !r->nf[t][d]) continue;
             int f = r->f[t][d][0];
             if (r->kind[f] == SHARD_PASS) {
+                int passed = 0;
                 for (int e = 0; e < w->g->values[o->out].rank; e++)
-                    if (r->nf[o->n_in][e] && r->f[o->n_in][e][0] == f) follow(w, o->out, e, fd, depth + 1);
+                    if (r->nf[o->n_in][e] && r->f[o->n_in][e][0] == f) follow(w, o->out, e, fd, depth + 1), passed = 1;
+                if (!passed && o->kind == IR_OP_RESHAPE && fd->merged_op < 0) fd->merged_op = op;
             } else if (r->kind[f] == SHARD_REDUCE_SUM || r->kind[f] == SHARD_REDUCE_MAX) {
                 int other = o->n_in == 2 ? o->in[1 - t] : -1;
                 if (o->kind != IR_OP_EINSUM) {
@@ -149,10 +158,13 @@ static void follow(walker *w, int v, int d, found *fd, int depth)
                     if (r->nf[1 - t][e] && r->f[1 - t][e][0] == f) param = param_of(w, other, e, &pd);
                 if (param < 0) {
                     fd->n_rows = 2; /* reduced against an activation: not a block */
+                    fd->second_row = -1;
+                    fd->at_op = op;
                     return;
                 }
                 if (fd->n_rows == 0 || fd->row.value != param) {
-                    fd->row = (shard_member){param, pd};
+                    if (fd->n_rows == 1) fd->second_row = param;
+                    else fd->row = (shard_member){param, pd};
                     fd->n_rows++;
                 }
             }
@@ -205,7 +217,37 @@ static int add_member(shard_member *out, int *n, int cap, shard_member m)
     return 1;
 }
 
-int shard_megatron_dims(const ir_graph *g, shard_member *out, int cap, int *n_blocks, char *why, size_t n)
+/* Why a param a forward contraction reads was not split, ranked: a later
+ * reason replaces an earlier one of lower rank. */
+enum { WHY_NONE, WHY_ROW_ONLY, WHY_NOWHERE, WHY_ROW_TAKEN, WHY_FANOUT, WHY_ACTIVATION, WHY_MERGED };
+
+typedef struct misses {
+    unsigned char *rank;  /* per value: the WHY_ rank of its reason (0: not a candidate) */
+    int *other;           /* the op or value the reason names */
+} misses;
+
+static void miss(misses *m, int p, int why, int other)
+{
+    if (m->rank && why > m->rank[p]) {
+        m->rank[p] = (unsigned char)why;
+        m->other[p] = other;
+    }
+}
+
+/* The reason a column dim of p that led to fd is not a block. */
+static void miss_found(misses *m, int p, const found *fd, const char *use)
+{
+    if (fd->merged_op >= 0) miss(m, p, WHY_MERGED, fd->merged_op);
+    else if (fd->n_rows >= 2 && fd->second_row < 0) miss(m, p, WHY_ACTIVATION, fd->at_op);
+    else if (fd->n_rows >= 2) miss(m, p, WHY_FANOUT, fd->second_row);
+    else if (fd->n_rows == 1 && use[fd->row.value] == 1) miss(m, p, WHY_ROW_TAKEN, fd->row.value);
+    else miss(m, p, WHY_NOWHERE, -1);
+}
+
+/* The Megatron blocks of g (shard_megatron_dims), and in m (when its arrays
+ * are set) why each param a forward contraction reads but no block takes
+ * was left whole. */
+static int megatron_walk(const ir_graph *g, shard_member *out, int cap, int *n_blocks, misses *m, char *why, size_t n)
 {
     walker w;
     int count = 0, blocks = 0;
@@ -220,6 +262,7 @@ int shard_megatron_dims(const ir_graph *g, shard_member *out, int cap, int *n_bl
             int v = o->in[t], p = -1, pd;
             for (int d = 0; d < g->values[v].rank && p < 0; d++) p = param_of(&w, v, d, &pd);
             if (p < 0 || use[p]) continue;
+            miss(m, p, WHY_ROW_ONLY, -1);
             for (int d = 0; d < g->values[v].rank && !use[p]; d++) {
                 if (!r->nf[t][d] || param_of(&w, v, d, &pd) != p) continue;
                 int f = r->f[t][d][0], in_other = 0;
@@ -227,7 +270,7 @@ int shard_megatron_dims(const ir_graph *g, shard_member *out, int cap, int *n_bl
                 if (r->kind[f] != SHARD_PASS || in_other) continue;
                 for (int e = 0; e < g->values[o->out].rank && !use[p]; e++) {
                     if (!r->nf[2][e] || r->f[2][e][0] != f) continue;
-                    found fd = {0, {0, 0}, 0};
+                    found fd = {0, {0, 0}, 0, -1, -1, -1};
                     w.gen++;
                     follow(&w, o->out, e, &fd, 0);
                     if (fd.n_rows == 1 && !fd.reduced && use[fd.row.value] != 1) {
@@ -239,11 +282,16 @@ int shard_megatron_dims(const ir_graph *g, shard_member *out, int cap, int *n_bl
                     } else if (fd.n_rows == 0 && fd.reduced) {
                         add_member(out, &count, cap, (shard_member){p, pd});
                         use[p] = 1;
+                    } else {
+                        miss_found(m, p, &fd, use);
                     }
                 }
             }
         }
     }
+    if (m->rank)
+        for (int v = 0; v < g->n_values; v++)
+            if (use[v]) m->rank[v] = WHY_NONE;
     free(use);
     walker_free(&w);
     if (n_blocks) *n_blocks = blocks;
@@ -254,11 +302,67 @@ int shard_megatron_dims(const ir_graph *g, shard_member *out, int cap, int *n_bl
     return count;
 }
 
+int shard_megatron_dims(const ir_graph *g, shard_member *out, int cap, int *n_blocks, char *why, size_t n)
+{
+    misses none = {NULL, NULL};
+    return megatron_walk(g, out, cap, n_blocks, &none, why, n);
+}
+
+/* A value's name for a reason: its own, or its producer's op ("einsum"). */
+static const char *label(const ir_graph *g, int v, char *buf, size_t n)
+{
+    if (g->values[v].name[0] != '%') return g->values[v].name;
+    snprintf(buf, n, "%s %s", ir_op_name(g->ops[g->values[v].producer].kind), g->values[v].name);
+    return buf;
+}
+
+/* The reason m holds for param p, in words. */
+static void reason(const ir_graph *g, const misses *m, int p, char *buf, size_t n)
+{
+    char a[96];
+    int o = m->other[p];
+    switch (m->rank[p]) {
+    case WHY_MERGED:
+        snprintf(buf, n, "its output dim is merged as the minor part of another dim at '%s', which a split does not pass",
+                 label(g, g->ops[o].out, a, sizeof a));
+        break;
+    case WHY_ACTIVATION:
+        snprintf(buf, n, "its output dim is contracted with an activation at '%s', not with a param",
+                 label(g, g->ops[o].out, a, sizeof a));
+        break;
+    case WHY_FANOUT:
+        snprintf(buf, n, "its output dim reaches contractions with several params ('%s' among them): a fan-out, not a block",
+                 g->values[o].name);
+        break;
+    case WHY_ROW_TAKEN:
+        snprintf(buf, n, "the param that would take its split as a row ('%s') is split as a column already", g->values[o].name);
+        break;
+    case WHY_NOWHERE:
+        snprintf(buf, n, "its output dim reaches no contraction with a param and no reduction of the loss");
+        break;
+    default:
+        snprintf(buf, n, "no dim of its own to split (each is contracted or shared with the other operand) and no "
+                         "split column reaches it");
+        break;
+    }
+}
+
 shard_megatron *shard_megatron_build(const ir_graph *g)
 {
     shard_megatron *m = ir_xcalloc(1, sizeof *m);
     m->dims = ir_xcalloc((size_t)g->n_values + 1, sizeof *m->dims); /* a member per value at most */
-    m->n = shard_megatron_dims(g, m->dims, g->n_values, &m->blocks, m->why, sizeof m->why);
+    misses ms = {ir_xcalloc((size_t)g->n_values + 1, 1), ir_xcalloc((size_t)g->n_values + 1, sizeof(int))};
+    m->n = megatron_walk(g, m->dims, g->n_values, &m->blocks, &ms, m->why, sizeof m->why);
+    for (int v = 0; v < g->n_values; v++) m->n_unsplit += ms.rank[v] != WHY_NONE;
+    m->unsplit = ir_xcalloc((size_t)m->n_unsplit + 1, sizeof *m->unsplit);
+    for (int v = 0, k = 0; v < g->n_values; v++)
+        if (ms.rank[v] != WHY_NONE) {
+            m->unsplit[k].value = v;
+            reason(g, &ms, v, m->unsplit[k].why, sizeof m->unsplit[k].why);
+            k++;
+        }
+    free(ms.rank);
+    free(ms.other);
     return m;
 }
 
@@ -277,6 +381,7 @@ void shard_megatron_free(shard_megatron *m)
 {
     if (!m) return;
     free(m->dims);
+    free(m->unsplit);
     free(m);
 }
 

@@ -41,11 +41,19 @@ int shard_megatron_dims(const ir_graph *g, shard_member *out, int cap, int *n_bl
  * that share a graph's rules share it too: shard_state_megatron builds it on
  * first use (a searched step applies megatron:AXIS for every expert schedule
  * and configuration it prices) and shard_state_free frees it with the last
- * state; NULL for a saved state, which shares nothing (build your own). */
+ * state; NULL for a saved state, which shares nothing (build your own).
+ * unsplit lists the params that forward contractions read and Megatron
+ * leaves whole, each with the reason (for carve explain). */
+typedef struct shard_unsplit {
+    int value;            /* a param a forward contraction reads that no block splits */
+    char why[224];        /* why, in words ("its output dim is merged as the minor part ...") */
+} shard_unsplit;
 typedef struct shard_megatron {
     shard_member *dims;
     int n, blocks;
     char why[160];
+    shard_unsplit *unsplit; /* n_unsplit of them, in value order */
+    int n_unsplit;
 } shard_megatron;
 shard_megatron *shard_megatron_build(const ir_graph *g);
 const shard_megatron *shard_state_megatron(const shard_state *s);

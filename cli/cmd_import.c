@@ -43,6 +43,9 @@ int cmd_import(const cli_opts *o)
     if (info.heads_layout)
         printf("  %d params held split as their one reader splits them (the heads layout; \"file_shape\": the file's)\n",
                info.heads_layout);
+    if (info.fused_projections)
+        printf("  %d fused projections cut into their parts (q, k, v: each a slice of the param, held split by parts "
+               "and heads; docs/onnx.md)\n", info.fused_projections);
     printf("wrote %s (carve-graph/1: the forward graph; constant tables inline%s)\n", o->out,
            o->weights ? ", the params' values too" : "; the params' values stay in the ONNX file");
     ir_free(g);

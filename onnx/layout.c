@@ -21,6 +21,7 @@
  * exports keyed by the module's state_dict (docs/onnx.md, "Root width").
  */
 #include "onnx/steps.h"
+#include "onnx/views.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -44,50 +45,23 @@ static int only_splits(int r, const int64_t *dims, int ro, const int64_t *out)
     return k == ro;
 }
 
-/* The graph g rebuilt (its ops in order) with each param p that has
- * split[p] = r >= 0 in the shape of value r, and r's readers reading p (r's
- * reshape dropped).  NULL with an error. */
-static ir_graph *rebuild(ox_ctx *c, const ir_graph *g, const int *split)
+/* The rebuild's value hook: each param p with split[p] = r >= 0 in the
+ * shape of value r, and r (the reshape) mapped to that param. */
+static int layout_value(void *ctx, ir_graph *n, const ir_graph *g, int v, const int *map)
 {
-    ir_graph *n = ir_new(g->name);
-    int *map = ir_xcalloc((size_t)g->n_values + 1, sizeof *map);
-    for (int v = 0; v < g->n_values && !ir_error(n); v++) {
-        const ir_value *x = &g->values[v];
-        const char *name = x->name[0] == '%' ? NULL : x->name;
-        map[v] = -1;
-        if (x->role != IR_INTERMEDIATE) {
-            const ir_value *s = split[v] >= 0 ? &g->values[split[v]] : x;
-            ir_set_layer(n, x->layer);
-            map[v] = ir_arg(n, x->name, x->role, x->dtype, s->rank, s->dims);
-            if (map[v] >= 0) ir_set_init(n, map[v], x->init, x->init_arg);
-            if (map[v] >= 0 && split[v] >= 0) ir_file_shape_set(n, map[v], x->rank, x->dims);
-            continue;
-        }
+    const int *split = ctx;
+    const ir_value *x = &g->values[v];
+    if (x->role == IR_INTERMEDIATE) {
         const ir_op *o = &g->ops[x->producer];
-        if (o->kind == IR_OP_RESHAPE && split[o->in[0]] == v) {
-            map[v] = map[o->in[0]];
-            continue;
-        }
-        int in[IR_MAX_OPERANDS];
-        for (int k = 0; k < o->n_in; k++) in[k] = map[o->in[k]];
-        ir_set_layer(n, o->layer);
-        map[v] = ir_add_op(n, o->kind, o->n_in, in, &o->attrs, x->dtype, x->rank, x->dims, name);
+        return o->kind == IR_OP_RESHAPE && split[o->in[0]] == v ? map[o->in[0]] : OX_COPY;
     }
-    ir_set_layer(n, -1);
-    for (int i = 0; i < g->n_outputs && !ir_error(n); i++) {
-        const ir_output *o = &g->outputs[i];
-        if (o->value == g->loss) ir_set_loss(n, map[o->value]);
-        else ir_add_output(n, map[o->value], o->updates >= 0 ? map[o->updates] : -1);
-    }
-    free(map);
-    if (ir_error(n)) {
-        ox_fail(c, "the heads layout of the params: %s", ir_error(n));
-        ir_free(n);
-        return NULL;
-    }
-    n->n_layers = g->n_layers;
-    ir_data_share(n, g);
-    return n;
+    if (split[v] < 0) return OX_COPY;
+    const ir_value *s = &g->values[split[v]];
+    ir_set_layer(n, x->layer);
+    int a = ir_arg(n, x->name, x->role, x->dtype, s->rank, s->dims);
+    if (a >= 0) ir_set_init(n, a, x->init, x->init_arg);
+    if (a >= 0) ir_file_shape_set(n, a, x->rank, x->dims);
+    return a;
 }
 
 int ox_heads_layout(ox_ctx *c)
@@ -111,7 +85,8 @@ int ox_heads_layout(ox_ctx *c)
     }
     int rc = 0;
     if (n) {
-        ir_graph *ng = rebuild(c, g, split);
+        ox_rebuild_fns fn = {layout_value, split};
+        ir_graph *ng = ox_rebuild(c, g, &fn, "the heads layout of the params");
         if (ng) {
             ir_free(g);
             c->g = ng;

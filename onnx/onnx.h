@@ -62,6 +62,7 @@ typedef struct onnx_info {
     int layers;             /* repeated blocks tagged */
     int generated_names;    /* params under names the exporter made ("onnx::MatMul_928") */
     int heads_layout;       /* params held split as their one reader splits them (onnx/layout.c) */
+    int fused_projections;  /* fused projections (q, k, v of one param) cut into their parts (onnx/fused.c) */
     char op_types[256];     /* the model's distinct op types, space-separated (cut at 255) */
     char notes[1024];       /* one-line remarks ("; "-separated): generated names, frozen
                                float initializers, dropped outputs; "" if none */

@@ -13,6 +13,14 @@
  * the reshape.  0, or -1 with an error. */
 int ox_heads_layout(ox_ctx *c);
 
+/* ---- fused projections (fused.c) ------------------------------------------ */
+/* Cuts each fused projection (one einsum with a param whose result is
+ * sliced into equal parts along a column dim: q, k and v) into one
+ * projection a part, each reading its slice of the param, the param held
+ * with its column dim split as the parts and their readers split it (the
+ * file's shape recorded).  0, or -1 with an error. */
+int ox_fused_projections(ox_ctx *c);
+
 /* ---- layers (layers.c) ----------------------------------------------------- */
 /* Tags nodes and initializers with repeated-block numbers. */
 void ox_layers(ox_ctx *c);

@@ -34,6 +34,14 @@ both cost1 cost "${m[@]}" --schedule dp:batch,megatron:model --hw a100
 both cost2 cost "${m[@]}" --schedule zero3:batch,megatron:model --hw h100 --overlap --precision fp16
 both cost3 cost "${m[@]}" --schedule dp:batch --hw a100 --precision f32 --memory 0.5
 both cost4 cost --model gpt-tiny --mesh batch=2 --schedule dp:batch --hw cpu
+# Megatron on an import: the params it leaves whole, with the reason, in the text and the document
+both cost5 cost --graph "$root/tests/onnx/hf/bert-legacy.onnx" --mesh batch=2,model=2 --schedule dp:batch,megatron:model --hw a100
+grep -q "^         1 param not split by Megatron: cls.predictions.transform.dense.weight: its output dim " cost5.txt
+check "cost5: the param Megatron left whole named, with why" $?
+python3 -c "import json,sys; u=json.load(open('cost5.json'))['megatron_unsplit']; sys.exit(0 if [x['param'] for x in u] == ['cls.predictions.transform.dense.weight'] and u[0]['layer'] is None and u[0]['why'] else 1)"
+check "cost5: megatron_unsplit" $?
+python3 -c "import json,sys; sys.exit(0 if 'megatron_unsplit' not in json.load(open('cost3.json')) else 1)"
+check "cost3 (no Megatron): no megatron_unsplit" $?
 python3 -c "import json,sys; d=json.load(open('cost3.json')); sys.exit(0 if not d['estimate']['fits'] else 1)"
 check "cost3 does not fit in 0.5 GiB" $?
 python3 -c "import json,sys; d=json.load(open('cost2.json')); sys.exit(0 if d['estimate']['overlapped'] else 1)"

@@ -93,6 +93,41 @@ char *view_strategy(const shard_state *st, char *buf, size_t n)
     return buf;
 }
 
+/* 1 when st splits a Megatron dim of mg on an axis that is no pipeline's. */
+static int megatron_used(const shard_state *st, const shard_megatron *mg)
+{
+    for (int i = 0; i < mg->n; i++)
+        for (int a = 0; a < st->mesh.n_axes; a++)
+            if (!(st->reserved_axes >> a & 1) && dim_on(st, mg->dims[i].value, mg->dims[i].dim, a)) return 1;
+    return 0;
+}
+
+/* view_unsplit on mg, the graph's Megatron blocks. */
+static char *unsplit_of(const shard_state *st, const shard_megatron *mg, char *buf, size_t n)
+{
+    const ir_graph *g = st->g;
+    buf[0] = 0;
+    if (!mg->n_unsplit || !megatron_used(st, mg)) return buf;
+    int later = 0;
+    for (int i = 0; i < mg->n_unsplit; i++) later += g->values[mg->unsplit[i].value].layer > 0;
+    size_t k = (size_t)snprintf(buf, n, "%d param%s not split by Megatron", mg->n_unsplit, mg->n_unsplit == 1 ? "" : "s");
+    if (later) k += (size_t)snprintf(buf + k, k < n ? n - k : 0, " (%d of them the later layers' copies of layer 0's)", later);
+    for (int i = 0, shown = 0; i < mg->n_unsplit && k < n; i++) {
+        const shard_unsplit *u = &mg->unsplit[i];
+        if (g->values[u->value].layer > 0) continue;
+        k += (size_t)snprintf(buf + k, n - k, "%s %s: %s", shown++ ? ";" : ":", g->values[u->value].name, u->why);
+    }
+    return buf;
+}
+
+char *view_unsplit(const shard_state *st, char *buf, size_t n)
+{
+    shard_megatron *mg = shard_megatron_build(st->g);
+    unsplit_of(st, mg, buf, n);
+    shard_megatron_free(mg);
+    return buf;
+}
+
 /* ---- layers folded ----------------------------------------------------------- */
 
 /* 1 when the params of layers L and M have the same shapes and shardings. */
@@ -246,6 +281,9 @@ void view_explain(view_explanation *x)
 {
     const ir_graph *g = x->st->g;
     view_strategy(x->st, x->strategy, sizeof x->strategy);
+    x->megatron = shard_megatron_build(g);
+    unsplit_of(x->st, x->megatron, x->unsplit, sizeof x->unsplit);
+    x->megatron_used = megatron_used(x->st, x->megatron);
     view_practice_name(x->st, x->p, x->pl ? x->pl->schedule : x->schedule, x->practice, sizeof x->practice);
     x->param_rep = layer_reps(g->n_layers, params_eq, x->st);
     x->alike = ir_xcalloc((size_t)g->n_values + 1, 1);
@@ -266,6 +304,8 @@ void view_explain(view_explanation *x)
 
 void view_explain_free(view_explanation *x)
 {
+    shard_megatron_free(x->megatron);
+    x->megatron = NULL;
     free(x->param_rep);
     free(x->coll_rep);
     free(x->alike);

@@ -12,6 +12,8 @@
  */
 #include "view/view.h"
 
+#include "analysis/structure.h"
+
 #include <stdlib.h>
 #include <string.h>
 
@@ -208,12 +210,31 @@ static void add_practice(cJSON *j, const view_explanation *x)
     cJSON_AddItemToObject(o, "mfu", num(t->mfu));
 }
 
+/* "megatron_unsplit": where the plan splits Megatron's blocks, every param
+ * they leave whole with the reason (view_explanation.megatron). */
+static void add_unsplit(cJSON *j, const view_explanation *x)
+{
+    if (!x->megatron_used || !x->megatron) return;
+    const ir_graph *g = x->st->g;
+    cJSON *a = cJSON_AddArrayToObject(j, "megatron_unsplit");
+    for (int i = 0; i < x->megatron->n_unsplit; i++) {
+        const shard_unsplit *u = &x->megatron->unsplit[i];
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddStringToObject(o, "param", g->values[u->value].name);
+        if (g->values[u->value].layer < 0) cJSON_AddNullToObject(o, "layer");
+        else cJSON_AddNumberToObject(o, "layer", g->values[u->value].layer);
+        cJSON_AddStringToObject(o, "why", u->why);
+        cJSON_AddItemToArray(a, o);
+    }
+}
+
 static cJSON *cost_json(const view_explanation *x)
 {
     cJSON *j = cJSON_CreateObject();
     add_head(j, VIEW_DOC_COST, x->model, &x->st->mesh, x->hw, x->opt, x->schedule);
     cJSON_AddStringToObject(j, "strategy", x->strategy);
     cJSON_AddStringToObject(j, "practice", x->practice);
+    add_unsplit(j, x);
     cJSON_AddItemToObject(j, "estimate", estimate_json(x->e));
     add_practice(j, x);
     add_pipeline(j, x);
@@ -349,6 +370,7 @@ static cJSON *body_json(const char *format, const view_explanation *x)
     add_head(j, format, x->model, &x->st->mesh, x->hw, x->opt, x->schedule);
     cJSON_AddStringToObject(j, "strategy", x->strategy);
     cJSON_AddStringToObject(j, "practice", x->practice);
+    add_unsplit(j, x);
     return j;
 }
 

@@ -321,7 +321,9 @@ static void text_cost(FILE *f, const view_explanation *x)
             cost_precision_describe(opt->precision), mixed ? "; gradients in " : "",
             mixed ? (cost_grads_f32(opt) ? "f32" : cost_precision_name(opt->precision)) : "",
             opt->overlap ? "communication overlapped with compute" : "no overlap of compute and communication");
-    fprintf(f, "strategy %s\n         in carve's words: %s\n\n", x->practice, x->strategy);
+    fprintf(f, "strategy %s\n         in carve's words: %s\n", x->practice, x->strategy);
+    if (x->unsplit[0]) fprintf(f, "         %s\n", x->unsplit);
+    fprintf(f, "\n");
     estimate(f, x, x->e);
     pipeline_section(f, x);
     /* the padding of uneven splits (priced in the estimate like data) */
@@ -433,6 +435,7 @@ static void text_explain(FILE *f, const view_explanation *x)
         curve_line(f, &pl->search);
     }
     fprintf(f, "\nstrategy   %s\n           in carve's words: %s\n", x->practice, x->strategy);
+    if (x->unsplit[0]) fprintf(f, "           %s\n", x->unsplit);
     fprintf(f, "decisions  %d (all replayed; every argument's sharding matches the plan)\n", pl->n_decisions);
     fprintf(f, "\nparam shardings (PartitionSpec):\n");
     param_shardings(f, x);
@@ -494,6 +497,7 @@ static void autopart_plan(FILE *f, const view_explanation *x)
     curve_line(f, &pl->search);
     seed_runs(f, vs);
     fprintf(f, "\nstrategy   %s\n           in carve's words: %s\n", x->practice, x->strategy);
+    if (x->unsplit[0]) fprintf(f, "           %s\n", x->unsplit);
     fprintf(f, "actions   ");
     if (!res->n_actions) fprintf(f, res->seed >= 0 ? " (none after the expert schedule)" : " (none: the manual tactics alone are best)");
     for (int i = 0; i < res->n_actions; i++)

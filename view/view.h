@@ -103,6 +103,9 @@ typedef struct view_explanation {
     const cost_pipe_estimate *stages; /* pe when it has several stages, else NULL */
     char practice[512];       /* the plan as practitioners name it: FSDP, HSDP, TP + SP, 3D, ... (practice.c) */
     char strategy[1024];      /* the strategy in carve's words, axis by axis */
+    char unsplit[2048];       /* the params Megatron left whole, with why (view_unsplit), or "" */
+    struct shard_megatron *megatron; /* the graph's Megatron blocks and the params they leave whole */
+    int megatron_used;        /* the plan splits Megatron's blocks on some axis */
     int *param_rep;           /* per layer: the first layer whose params are alike (shapes and shardings) */
     int *coll_rep;            /* per layer: the first layer whose collectives are alike */
     unsigned char *alike;     /* per value of layer 0: every layer's copy (same name after the '.') is sharded alike */
@@ -140,6 +143,11 @@ extern const char *const view_export_names;
 /* One sentence naming the strategy of the plan in st (data parallel over X,
  * params sharded over X (ZeRO-3), tensor parallel over Y, ...).  Returns buf. */
 char *view_strategy(const shard_state *st, char *buf, size_t n);
+/* Where st splits Megatron's blocks on some axis, the params a forward
+ * contraction reads that Megatron left whole, each with the reason
+ * (analysis/structure.h: shard_unsplit), those of the repeated layers after
+ * the first counted; "" otherwise. */
+char *view_unsplit(const shard_state *st, char *buf, size_t n);
 
 /* The plan in st (program p: its collectives; schedule_text: its tactics,
  * for recomputation and micro-batches, or NULL) named as practitioners name
