@@ -35,7 +35,10 @@ done
 "$carve" cost --model gpt-125m --mesh batch=8 --schedule zero3:batch --hw a100 >plain.txt 2>&1
 "$carve" cost --model gpt-125m --mesh batch=8 --schedule zero3:batch,remat:all --hw a100 >remat.txt 2>&1
 peak() { sed -n 's/^peak memory *\([0-9.e+-]*\) GiB.*/\1/p' "$1"; }
-flops() { sed -n 's/^FLOPs\/device *\([0-9.e+-]*\) GFLOP.*/\1/p' "$1"; }
+flops() { # FLOPs per device (printed with an SI prefix: 543.1 GFLOP, 1.2 TFLOP)
+    sed -n 's/^FLOPs\/device *\([0-9.e+-]*\) \([kMGTPE]*\)FLOP.*/\1 \2/p' "$1" |
+        awk '{ p = index("kMGTPE", $2); printf "%.17g\n", $1 * (p ? 1000 ^ p : 1) }'
+}
 if awk -v a="$(peak plain.txt)" -v b="$(peak remat.txt)" -v f="$(flops plain.txt)" -v g="$(flops remat.txt)" \
     'BEGIN { exit !(b < a && g > f) }'; then pass=$((pass + 1)); else fail=$((fail + 1)); echo "FAIL remat cost: peak $(peak plain.txt) -> $(peak remat.txt), FLOPs $(flops plain.txt) -> $(flops remat.txt)"; fi
 
@@ -78,7 +81,10 @@ ok "run keep plan" "$carve" run --plan k.json --steps 2
 has "run keep plan" "check: passed"
 "$carve" cost --model gpt-tiny --mesh batch=4 --schedule zero3:batch --hw a100 >re.txt 2>&1
 "$carve" cost --model gpt-tiny --mesh batch=4 --schedule zero3:batch,gather:keep --hw a100 >kp.txt 2>&1
-comm() { sed -n 's/.*; communicated \([0-9.e+-]*\) MiB.*/\1/p' "$1"; }
+comm() { # bytes communicated per device (the figure is in B, KiB, MiB or GiB)
+    sed -n 's/.*; communicated \([0-9.e+-]*\) \([KMGT]*i*B\) per device.*/\1 \2/p' "$1" |
+        awk '{ m = $2 == "KiB" ? 1024 : $2 == "MiB" ? 1048576 : $2 == "GiB" ? 1073741824 : 1; printf "%.17g\n", $1 * m }'
+}
 if awk -v a="$(comm re.txt)" -v b="$(comm kp.txt)" -v p="$(peak re.txt)" -v q="$(peak kp.txt)" 'BEGIN { exit !(b < a && q >= p && b > 0) }'; then
     pass=$((pass + 1)); else fail=$((fail + 1)); echo "FAIL gather cost: comm $(comm re.txt) -> $(comm kp.txt), peak $(peak re.txt) -> $(peak kp.txt)"; fi
 bad "gather syntax" "gather:keep or gather:regather" "$carve" cost --model gpt-tiny --mesh batch=2 --schedule zero3:batch,gather:yes --hw a100
