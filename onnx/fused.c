@@ -324,8 +324,9 @@ static int part_of(ir_graph *n, int v, int kpos, int i)
     int r = 0;
     for (int j = 0; j < x->rank; j++)
         if (j != kpos) dims[r++] = x->dims[j];
+    int rank = x->rank; /* x moves when ir_slice grows the value table */
     int s = ir_slice(n, v, kpos, i, 1);
-    return r == x->rank - 1 && r > 0 ? ir_reshape(n, s, r, dims) : s;
+    return r == rank - 1 && r > 0 ? ir_reshape(n, s, r, dims) : s;
 }
 
 /* Letters of each result dim of part i's einsum (columns: one per digit but
