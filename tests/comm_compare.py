@@ -28,6 +28,14 @@ about what the engines do differently, or the comparison fails:
                  the engine splits an all-reduce of a value into a reduce-scatter and an
                  all-gather of the same bytes on the same axes (DTensor where the reader takes
                  a shard; XLA's decomposition)
+  tied param between stages
+                 (pipelines) torch sums the gradients of a param two stages hold with an
+                 all-reduce over them (Megatron's way); carve sends the gradient to the stage that
+                 updates it and the new param back
+  scatter-gather between stages
+                 (pipelines) carve sends each tensor-parallel rank's share of a replicated
+                 activation and all-gathers it on the next stage (Megatron's scatter-gather);
+                 torch's stage sends its whole copy
   XLA combines   (jax) XLA's combiner merges collectives of one kind and axes into one of their
                  summed bytes (a tuple), across phases; XLA on the CPU makes no reduce-scatter
                  (it all-reduces a gradient and keeps its block), so there carve's reduce-scatters
@@ -53,9 +61,22 @@ def _key(phase, kind, axes, size):
     return (phase, kind, tuple(axes), int(size))
 
 
-def _carve_items(explain):
-    return [dict(phase=c["phase"], kind=c["kind"], axes=list(c["axes"]), bytes=int(c["bytes_per_device"]),
-                 what=c.get("value") or "for %s -> %s" % (c.get("op"), c.get("op_output"))) for c in explain["collectives"]]
+def _per_microbatch(c):
+    """Whether a collective of a pipelined plan's program runs once per micro-batch: the forward and
+    backward segments' do (the body is one micro-batch's step), except the params' gradient
+    reductions and a held param's gradient sent to its owner (layer-less), which end the step."""
+    if c["phase"] not in ("forward", "backward") or (c.get("value") or "").startswith("grad/"):
+        return False
+    return not (c["kind"] in ("send", "recv") and c.get("layer") is None)
+
+
+def _carve_items(explain, microbatches=1):
+    out = []
+    for c in explain["collectives"]:
+        item = dict(phase=c["phase"], kind=c["kind"], axes=list(c["axes"]), bytes=int(c["bytes_per_device"]),
+                    what=c.get("value") or "for %s -> %s" % (c.get("op"), c.get("op_output")))
+        out += [dict(item) for _ in range(microbatches if _per_microbatch(c) else 1)]
+    return out
 
 
 def _take(items, pred, n=None):
@@ -73,7 +94,7 @@ def _take(items, pred, n=None):
 def rule_loss_read(eng, car, ctx):
     """A step's scalar all-reduces are its loss's: the mean's sum and count (carve's, in its step),
     the loss where it is read and the count DTensor's nll_loss backward reduces (torch's)."""
-    e = _take(eng, lambda c: c["kind"] == "all-reduce" and c["bytes"] <= 8)
+    e = _take(eng, lambda c: c["kind"] in ("all-reduce", "broadcast") and c["bytes"] <= 8)
     c = _take(car, lambda c: c["kind"] == "all-reduce" and c["bytes"] <= 8)
     return (e, c) if e or c else None
 
@@ -211,21 +232,58 @@ def rule_extra_summand(eng, car, ctx):
     return (keep, []) if keep else None
 
 
+def rule_scatter_gather(eng, car, ctx):
+    """Megatron's scatter-gather between stages: carve sends each tensor-parallel rank's share of a
+    replicated activation (or gradient) and all-gathers it on the receiving stage; torch's stage
+    sends its whole copy.  An engine send and recv of B bytes against carve's send and recv of B/k
+    and an all-gather of B in the same phase."""
+    es, cs = [], []
+    for e in [e for e in eng if e["kind"] == "send"]:
+        for k in (2, 4, 8):
+            if e["bytes"] % k:
+                continue
+            r = next((x for x in eng if x["kind"] == "recv" and x["phase"] == e["phase"] and x["bytes"] == e["bytes"]), None)
+            cs_ = [next((c for c in car if c["kind"] == kind and c["phase"] == e["phase"] and c["bytes"] == b), None)
+                   for kind, b in (("send", e["bytes"] // k), ("recv", e["bytes"] // k), ("all-gather", e["bytes"]))]
+            if r is not None and all(c is not None for c in cs_):
+                eng.remove(e)
+                eng.remove(r)
+                for c in cs_:
+                    car.remove(c)
+                es += [e, r]
+                cs += cs_
+                break
+    return (es, cs) if cs else None
+
+
+def rule_tied(eng, car, ctx):
+    """A param two stages hold (GPT's tied wte): torch sums the stages' gradients with an all-reduce
+    over them (Megatron's way); carve sends the gradient to the owner and the updated param back."""
+    es = _take(eng, lambda e: e.get("origin") == "tied gradient")
+    if not es:
+        return None
+    sizes = collections.Counter(e["bytes"] for e in es)
+    cs = _take(car, lambda c: c["kind"] in ("send", "recv") and sizes[c["bytes"]] > 0 and
+               (c["phase"] == "optimizer" or not (c.get("what") or "").startswith("/")))
+    cs = [c for c in cs if c["phase"] == "optimizer" or c["what"].startswith("%") or c["what"].startswith("for")]
+    return es, cs
+
+
 # rules on what the engine's collectives are for (before pairing: their counts differ by design),
 # then rules on the shape of what pairing leaves
-ORIGIN_RULES = (("loss read", rule_loss_read), ("cross-entropy", rule_cross_entropy))
-SHAPE_RULES = (("2-D partial", rule_two_dim_partial), ("all-reduce as reduce-scatter + all-gather", rule_rs_ag),
+ORIGIN_RULES = (("loss read", rule_loss_read), ("cross-entropy", rule_cross_entropy), ("tied param between stages", rule_tied))
+SHAPE_RULES = (("scatter-gather between stages", rule_scatter_gather), ("2-D partial", rule_two_dim_partial), ("all-reduce as reduce-scatter + all-gather", rule_rs_ag),
                ("no reduce-scatter (XLA on the CPU)", rule_no_reduce_scatter), ("phase of a combined value", rule_phase),
                ("each summand reduced", rule_summands), ("summands reduced apart", rule_extra_summand),
                ("gathered again for the backward", rule_regather))
 
 
-def compare(engine_calls, explain, loss_name="loss"):
+def compare(engine_calls, explain, loss_name="loss", microbatches=1):
     """{"matched": n, "named": [(rule, engine items, carve items)], "unexplained_engine": [...],
     "unexplained_carve": [...], "by_kind": {kind: (engine count, bytes, carve count, bytes)},
     "bytes_after_named": (engine, carve), "ok": bool}."""
     eng = [dict(c) for c in engine_calls]
-    car = _carve_items(explain)
+    car = _carve_items(explain, microbatches)
     by_kind = collections.OrderedDict()
     for side, items in ((0, eng), (1, car)):
         for c in items:

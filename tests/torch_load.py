@@ -34,6 +34,7 @@ failure.  A case whose plan the export refuses (PlanError) fails, with its one l
 """
 import argparse
 import copy
+import faulthandler
 import importlib.machinery
 import importlib.util
 import json
@@ -87,7 +88,8 @@ def collective_bytes(op, args):
 
 
 # where a collective comes from, by the function that issued it (the first found up the stack)
-ORIGINS = {"_resolve_grad": "gradient", "gather_params": "zero3 gather", "_place_grad": "output gradient",
+ORIGINS = {"_batch_p2p": "pipeline transfer", "_sum_tied_grads": "tied gradient", "_resolve_grads": "gradient",
+           "_resolve_grad": "gradient", "gather_params": "zero3 gather", "_place_grad": "output gradient",
            "place_output": "module output", "_nll_loss_forward_handler": "cross-entropy",
            "_nll_loss_backward_handler": "cross-entropy", "_log_softmax_handler": "cross-entropy",
            "full_tensor": "loss read"}
@@ -98,16 +100,17 @@ class CommLog(TorchDispatchMode):
 
     def __init__(self, mesh=None):
         super().__init__()
-        self.phase, self.calls = "forward", []
+        self.phase, self.calls, self.pipelined = "forward", [], False
         self.axes = {}  # this rank's group along each mesh dim (its ranks) -> the dim's name
         if mesh is not None:
             for i, name in enumerate(mesh.mesh_dim_names):
                 self.axes[frozenset(dist.get_process_group_ranks(mesh.get_group(i)))] = [name]
 
-    def _axes(self, group_name):
+    def _axes(self, group):
         from torch.distributed.distributed_c10d import _resolve_process_group
         try:
-            ranks = frozenset(dist.get_process_group_ranks(_resolve_process_group(group_name)))
+            pg = _resolve_process_group(group) if isinstance(group, str) else group
+            ranks = frozenset(dist.get_process_group_ranks(pg))
         except Exception:  # noqa: BLE001 - a group this mesh does not know
             return ["?"]
         return self.axes.get(ranks, ["ranks " + ",".join(map(str, sorted(ranks)))])
@@ -121,15 +124,34 @@ class CommLog(TorchDispatchMode):
         op = func._overloadpacket.__name__
         kind = KINDS.get(op)
         if kind is not None:
-            group = [a for a in args if isinstance(a, str)][-1:]  # the group's name comes last (all_reduce: op, group)
+            # the group: a functional collective names it last (all_reduce: op, group); c10d's ops take it
+            group = [a for a in args if isinstance(a, str) or type(a).__name__ == "ProcessGroup"][-1:]
             group = group[0] if group else None
             stack = traceback.extract_stack()
+            phase = self._pipeline_phase() if self.pipelined else self.phase
             origin = next((ORIGINS[fr.name] for fr in reversed(stack) if fr.name in ORIGINS), "other")
             where = [f"{os.path.basename(fr.filename)}:{fr.lineno}" for fr in stack
                      if "site-packages" not in fr.filename and fr.filename != __file__][-2:]
-            self.calls.append({"kind": kind, "phase": self.phase, "axes": self._axes(group),
+            axes = self._axes(group)
+            if self.pipelined and (kind in ("send", "recv") or origin == "tied gradient"):
+                axes = [self.pipelined]  # between stages (torch issues them on other groups)
+            self.calls.append({"kind": kind, "phase": phase, "axes": axes,
                                "bytes": collective_bytes(op, args), "origin": origin, "where": " ".join(where)})
         return func(*args, **kwargs)
+
+    @staticmethod
+    def _pipeline_phase():
+        """A pipeline step's phase, from the schedule's frames: a transfer's description ("fwd_send",
+        "bwd_recv"), the stage's forward or backward of a chunk; else the step's end."""
+        f = sys._getframe(2)
+        while f is not None:
+            name = f.f_code.co_name
+            if name == "_batch_p2p":
+                return "backward" if str(f.f_locals.get("desc", "")).startswith("bwd") else "forward"
+            if name in ("forward_one_chunk", "backward_one_chunk", "backward_weight_one_chunk"):
+                return "forward" if name.startswith("forward") else "backward"
+            f = f.f_back
+        return "optimizer"
 
     def summary(self):
         out = {}
@@ -193,7 +215,8 @@ def train(model, batch, steps, log=None, step_fn=None, signal=None):
                 top = max(float(g.max()) for g in grads.values())
                 for n, g in grads.items():
                     signal[n] = signal.get(n, torch.zeros_like(g, dtype=torch.bool)) | (g >= SIGNAL * top)
-            # the loss as a number: carve's step reduces it too (its optimizer-phase all-reduce)
+            # the loss as a number: carve's step reduces it too (its optimizer-phase all-reduce); a
+            # pipeline's step gives it on every rank already (broadcast from the last stage)
             value = loss.full_tensor() if hasattr(loss, "full_tensor") else loss
             losses.append(float(value) if value is not None else None)
             opt.step()
@@ -219,9 +242,10 @@ def run_case(rank, model_name, plan_path, export_path, steps):
     ref = copy.deepcopy(model) if rank == 0 else None
     mesh = ex.make_mesh("cpu")
     log = CommLog(mesh)
-    if getattr(ex, "PIPELINE", None):
-        runner = ex.apply_pipeline(model, mesh)
-        losses = train(runner.module, batch, steps, log, step_fn=runner.step)
+    log.pipelined = ex.PIPELINE["axis"] if getattr(ex, "PIPELINE", None) else False
+    if log.pipelined:
+        runner = ex.apply_pipeline(model, batch, mesh)
+        losses = train(runner, batch, steps, log, step_fn=lambda b, _log: runner.step(**b))
         params = runner.full_params()
     else:
         ex.apply_plan(model, mesh)
@@ -230,6 +254,13 @@ def run_case(rank, model_name, plan_path, export_path, steps):
             torch_models.Named.constrain = staticmethod(ex.constrain)
         losses = train(model, batch, steps, log)
         params = full_params(model)
+    # the engine's side: rank 0's collectives, and in a pipeline one rank's of each stage (the ranks
+    # at coordinate 0 of every other axis), as carve's program lists each stage's
+    coords = mesh.get_coordinate()
+    every = [None] * dist.get_world_size()
+    dist.all_gather_object(every, (coords, log.calls))
+    pipe = list(ex.MESH_AXES).index(ex.PIPELINE["axis"]) if getattr(ex, "PIPELINE", None) else None
+    calls = [c for co, cs in every if all(x == 0 for i, x in enumerate(co) if i != pipe) for c in cs]
     if rank != 0:
         return None
     signal = {}
@@ -249,11 +280,14 @@ def run_case(rank, model_name, plan_path, export_path, steps):
             worst, worst_name = d, name
     dloss = max(abs(a - b) for a, b in zip(losses, want_losses))
     return {"losses": losses, "want_losses": want_losses, "loss_diff": dloss, "param_diff": worst,
-            "param_worst": worst_name, "round_off_elements": noise, "ok": dloss <= LOSS_TOL and worst <= PARAM_TOL, "engine": log.summary(),
-            "plan_collectives": plan.get("collectives", {}), "calls": log.calls}
+            "param_worst": worst_name, "round_off_elements": noise, "ok": dloss <= LOSS_TOL and worst <= PARAM_TOL,
+            "plan_collectives": plan.get("collectives", {}), "calls": calls,
+            "microbatches": ex.PIPELINE["microbatches"] if getattr(ex, "PIPELINE", None) else 1}
 
 
 def worker(rank, n, port, cases, steps, out_path):
+    # a hang (a collective one rank never joins) dumps every rank's stack and exits: no test waits forever
+    faulthandler.dump_traceback_later(float(os.environ.get("CARVE_TORCH_TIMEOUT", "600")), exit=True)
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     torch.set_num_threads(1)
     dist.init_process_group("gloo", rank=rank, world_size=n)
@@ -265,6 +299,8 @@ def worker(rank, n, port, cases, steps, out_path):
         except Exception as e:  # noqa: BLE001 - reported per case; the other ranks hit the same
             r = {"error": "%s: %s" % (type(e).__name__, str(e).splitlines()[0] if str(e) else ""),
                  "trace": traceback.format_exc()}
+            if os.environ.get("CARVE_TRACE"):
+                print("rank %d: %s" % (rank, r["trace"]), file=sys.stderr, flush=True)
             dist.barrier()
         if rank == 0:
             r["case"] = case

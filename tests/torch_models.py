@@ -63,7 +63,11 @@ class Attention(Named):
         self.bq, self.bk, self.bv = (nn.Parameter(torch.zeros(heads, dh)) for _ in range(3))
         self.wo, self.bo = _normal(heads, dh, h), nn.Parameter(torch.zeros(h))
 
-    def forward(self, x, mask, bias):
+    def forward(self, x):
+        # the causal mask made where it is used (carve's stages each make it from iota: no transfer)
+        pos = torch.arange(x.shape[1], dtype=torch.float32)
+        mask = (pos[:, None] >= pos[None, :]).to(torch.float32)
+        bias = (mask - 1) * 1e9
         q = self.at("q", torch.einsum("bsh,hnd->bsnd", x, self.wq) + self.bq)
         k = self.at("k", torch.einsum("bsh,hnd->bsnd", x, self.wk) + self.bk)
         v = self.at("v", torch.einsum("bsh,hnd->bsnd", x, self.wv) + self.bv)
@@ -93,8 +97,8 @@ class Block(Named):
         self.ln1, self.ln2 = LayerNorm(h), LayerNorm(h)
         self.attn, self.mlp = Attention(h, heads, prefix + "attn."), MLP(h, prefix + "mlp.")
 
-    def forward(self, x, mask, bias):
-        x = self.at("resid", x + self.attn(self.ln1(x), mask, bias))
+    def forward(self, x):
+        x = self.at("resid", x + self.attn(self.ln1(x)))
         return x + self.mlp(self.ln2(x))
 
 
@@ -103,18 +107,16 @@ class CarveGPT(Named):
 
     def __init__(self, cfg):
         super().__init__()
-        h, s = cfg["hidden"], cfg["seq"]
+        h, s = cfg["hidden"], cfg["seq"]  # noqa: F841 - s: wpe's rows
         self.layers = cfg["layers"]
         self.wte, self.wpe = _normal(cfg["vocab"], h), _normal(s, h)
         for layer in range(self.layers):
             setattr(self, "h%d" % layer, Block(h, cfg["heads"], "h%d." % layer))
         self.ln_f = LayerNorm(h)
-        self.register_buffer("mask", torch.tril(torch.ones(s, s)))
 
     def forward(self, tokens, labels):
-        bias = (self.mask - 1) * 1e9
         x = self.at("embed", self.at("embed.tok", F.embedding(tokens, self.wte)) + self.wpe)
         for layer in range(self.layers):
-            x = getattr(self, "h%d" % layer)(x, self.mask, bias)
+            x = getattr(self, "h%d" % layer)(x)
         logits = self.at("logits", self.ln_f(x) @ self.wte.t())
         return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), labels.reshape(-1))

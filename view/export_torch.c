@@ -345,6 +345,46 @@ static void torch_module_outputs(FILE *f, const view_explanation *x, const uint8
     fputs("}\n\n", f);
 }
 
+/* PIPELINE (None, or a pipelined plan's axis, stages, chunks, micro-batches,
+ * schedule and layers per virtual stage), LAYER_MODULES (each layer's module
+ * path, torch_layer_module) and PARAM_STAGES (the stages holding each param,
+ * the one that updates it first): what apply_pipeline cuts the module by. */
+static void torch_pipeline(FILE *f, const view_explanation *x)
+{
+    const pipe_program *pp = x->pp;
+    const ir_graph *g = x->st->g;
+    if (!pp || pp->spec.axis < 0) {
+        fputs("PIPELINE = None\nLAYER_MODULES = []\nPARAM_STAGES = {}\n", f);
+        return;
+    }
+    const pipe_spec *s = &pp->spec;
+    fputs("# the pipeline: the axis of its stages, micro-batches, schedule, and layers per virtual stage\nPIPELINE = {\"axis\": ", f);
+    export_put_str(f, x->st->mesh.names[s->axis], 0);
+    fprintf(f, ", \"stages\": %d, \"chunks\": %d, \"microbatches\": %d, \"schedule\": \"%s\", \"layers\": [", s->stages, s->chunks,
+            s->microbatches, pipe_schedule_name(s->schedule));
+    for (int v = 0; v < pipe_vstages(s); v++) fprintf(f, "%s%d", v ? ", " : "", s->first[v + 1] - s->first[v]);
+    fputs("]}\n# each layer's module (the common prefix of its params' names)\nLAYER_MODULES = [", f);
+    char path[512];
+    for (int l = 0; l < s->n_layers; l++) {
+        fputs(l ? ", " : "", f);
+        if (torch_layer_module(g, l, path, sizeof path)) export_put_str(f, path, 0);
+        else fputs("None", f);
+    }
+    fputs("]\n# the stages holding each param, the one that updates it first (docs/pipeline.md)\nPARAM_STAGES = {\n", f);
+    const spmd_program *p = pp->prog;
+    for (int v = 0; v < g->n_values; v++) {
+        int b = p->arg_buf[v];
+        if (g->values[v].role != IR_PARAM || b < 0) continue;
+        fputs("    ", f);
+        export_put_str(f, g->values[v].name, 0);
+        fprintf(f, ": [%d", pp->owner[b]);
+        for (int r = 0; r < s->stages; r++)
+            if (r != pp->owner[b] && pp->holds[(size_t)r * p->n_bufs + b]) fprintf(f, ", %d", r);
+        fputs("],\n", f);
+    }
+    fputs("}\n", f);
+}
+
 static void write_torch(FILE *f, const view_explanation *x, const uint8_t *fwd)
 {
     const shard_state *st = x->st;
@@ -369,7 +409,7 @@ static void write_torch(FILE *f, const view_explanation *x, const uint8_t *fwd)
     torch_facts(f, st);
     torch_compute(f, x);
     torch_module_outputs(f, x, fwd);
-    fputs("PIPELINE = None\n", f);
+    torch_pipeline(f, x);
     fputs(export_torch_runtime, f);
 }
 

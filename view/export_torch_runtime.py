@@ -183,12 +183,15 @@ def _redistribute(x, placements):
 _MESH = []  # the mesh apply_plan placed the module on (constrain's)
 
 
-def constrain(x, name):
+def constrain(x, name, drop_axis=None):
     """x placed as the plan places its value `name` (ACTIVATION_PLACEMENTS), and its gradient where it
     flows back through here: for a module's own values that are no module's output (as JAX's
-    with_sharding_constraint).  x unchanged where x is no DTensor or the plan has no such value."""
+    with_sharding_constraint).  x unchanged where x is no DTensor or the plan has no such value.
+    drop_axis: the pipeline's axis (a stage's mesh has the others)."""
     from torch.distributed.tensor import DTensor, Partial
     placements = ACTIVATION_PLACEMENTS.get(name)
+    if placements is not None and drop_axis is not None:
+        placements = _drop(placements, drop_axis)
     if not isinstance(x, DTensor) or placements is None or any(isinstance(p, Partial) for p in placements):
         return x
     return _grad_as(_redistribute(x, placements), placements)
@@ -255,6 +258,13 @@ class _Placed:
         return place_output
 
     @staticmethod
+    def _place_on(name, axis):
+        """_place on a stage's mesh: the plan's placements without the pipeline axis's."""
+        def place_output(mod, args, out):
+            return constrain(out, name, axis)
+        return place_output
+
+    @staticmethod
     def _resolve_grad(p):
         if p.grad is not None and tuple(p.grad.placements) != tuple(p.placements):
             p.grad = _redistribute(p.grad, p.placements)
@@ -273,7 +283,7 @@ def apply_plan(model, mesh=None):
     import torch
     from torch.distributed.tensor import distribute_tensor
     if PIPELINE:
-        raise PlanError("carve plan: a pipelined plan (over '%s'): use apply_pipeline" % PIPELINE["axis"])
+        raise PlanError("carve plan: a pipelined plan (over '%s'): use apply_pipeline(model, batch, mesh)" % PIPELINE["axis"])
     _refuse_any()
     if mesh is None:
         mesh = make_mesh("cuda" if torch.cuda.is_available() else "cpu")
@@ -288,3 +298,258 @@ def apply_plan(model, mesh=None):
     _LossOps.install()
     model._carve_plan = _Placed(model, mesh, placed, {n: h for n, (_, h) in params.items()})
     return model
+
+
+# ---- apply_pipeline: a pipelined plan on torch.distributed.pipelining ------------------------
+_SCHEDULES = {"gpipe": "ScheduleGPipe", "1f1b": "Schedule1F1B", "interleaved": "ScheduleInterleaved1F1B"}
+
+
+def _refuse_pipeline():
+    if not PIPELINE:
+        raise PlanError("carve plan: not pipelined: use apply_plan")
+    if None in LAYER_MODULES:
+        raise PlanError("carve plan: layer %d has no params to find its module by: the stages cannot be cut"
+                        % LAYER_MODULES.index(None))
+    if 0 in PIPELINE["layers"]:
+        raise PlanError("carve plan: a virtual stage of no layers (split %s): torch's split points cannot make it"
+                        % "/".join(map(str, PIPELINE["layers"])))
+    _refuse_any()
+
+
+def _drop(placements, axis):
+    return [p for i, p in enumerate(placements) if i != axis]
+
+
+class PipelineRun:
+    """A pipelined plan applied (apply_pipeline): this rank's stages and the plan's schedule.
+
+    step(**batch) runs one training step's forward and backward passes (the whole batch in the
+    plan's micro-batches, the plan's schedule), resolves each gradient once (the data axes'
+    reductions; a param two stages hold, GPT's tied wte, gets the sum of both stages' gradients)
+    and returns the loss (on every rank); parameters() are this rank's, for the optimizer;
+    full_params() gathers every param whole on every rank (a check, not for training)."""
+
+    def __init__(self, stages, modules, schedule, mesh, axis, tied, feeds):
+        self.stages, self.modules, self.schedule = stages, modules, schedule
+        self.mesh, self.axis, self.tied, self.feeds = mesh, axis, tied, feeds
+
+    def parameters(self):
+        seen = set()
+        for m in self.modules:
+            for p in m.parameters():
+                if id(p) not in seen:
+                    seen.add(id(p))
+                    yield p
+
+    def named_parameters(self):
+        for m in self.modules:
+            yield from m.named_parameters()
+
+    def step(self, **batch):
+        import torch
+        import torch.distributed as dist
+        from torch.distributed.tensor import DTensor
+        group = self.mesh.get_group(self.axis)
+        first = self.mesh.get_local_rank(self.axis) == 0
+        losses = []
+        m = PIPELINE["microbatches"]
+        for feed in self.feeds:
+            feed.chunks = iter(batch[feed.name].chunk(m))
+        target = next(iter(batch.values()))  # loss_fn ignores it: the module returns its loss
+        self.schedule.step(**(batch if first else {}), target=target, losses=losses, return_outputs=False)
+        self._resolve_grads()
+        self._sum_tied_grads()
+        last = self.mesh.get_local_rank(self.axis) == self.mesh.size(self.axis) - 1
+        loss = torch.zeros(())
+        if last:
+            loss = sum(x.detach().float() for x in losses) / len(losses)
+        dist.broadcast(loss, group=group, group_src=self.mesh.size(self.axis) - 1)
+        return loss
+
+    def _resolve_grads(self):
+        """Each gradient to its param's placement, once a step (the data axes' reductions)."""
+        from torch.distributed.tensor import DTensor
+        for _, p in self.named_parameters():
+            if isinstance(p.grad, DTensor) and tuple(p.grad.placements) != tuple(p.placements):
+                p.grad = _redistribute(p.grad, p.placements)
+
+    def _sum_tied_grads(self):
+        """A param several stages hold gets the sum of their gradients on each (Megatron's way for a
+        tied embedding), so every copy takes the same update."""
+        import torch.distributed as dist
+        from torch.distributed.tensor import DTensor
+        for name, p in self.named_parameters():
+            if name in self.tied and p.grad is not None:
+                dist.all_reduce(p.grad.to_local() if isinstance(p.grad, DTensor) else p.grad, group=self.tied[name])
+
+    def full_params(self):
+        """Every param whole, gathered from the stages that hold it (on every rank)."""
+        import torch.distributed as dist
+        local = {}
+        for name, p in self.named_parameters():
+            t = p.detach()
+            local[name] = (t.full_tensor() if hasattr(t, "full_tensor") else t).clone()
+        every = [None] * dist.get_world_size()
+        dist.all_gather_object(every, local)
+        out = {}
+        for d in every:
+            for k, v in d.items():
+                out.setdefault(k, v)
+        return out
+
+
+def _stage_io(gm, mesh, boundary_in, boundary_out):
+    """gm's forward taking and giving plain tensors (what the pipeline's sends carry: each rank its
+    block), as DTensors on the stage's mesh inside: an input by its name (INPUT_PLACEMENTS), an
+    activation as the layer before the cut places it."""
+    from torch.distributed.tensor import DTensor
+    names = [n.name for n in gm.graph.nodes if n.op == "placeholder"]
+    outs = [n for n in gm.graph.nodes if n.op == "output"][0].args[0]
+    outs = list(outs) if isinstance(outs, (tuple, list)) else [outs]
+    out_names = [getattr(o, "name", None) for o in outs]
+    inner = gm.forward
+
+    def placed(name, boundary):
+        return INPUT_PLACEMENTS[name] if name in INPUT_PLACEMENTS else boundary
+
+    def forward(*args, **kwargs):
+        # the schedule passes the first stage the batch by keyword (every input, even one it does
+        # not read); the graph takes its own in its order
+        args = list(args) + [kwargs[n] for n in names[len(args):]]
+        for i, a in enumerate(args):
+            if mesh is not None and hasattr(a, "dim") and not isinstance(a, DTensor):
+                args[i] = DTensor.from_local(a, mesh, placed(names[i], boundary_in), run_check=False)
+        out = inner(*args)
+        single = not isinstance(out, (tuple, list))
+        res = []
+        for o, name in zip([out] if single else out, out_names):
+            if isinstance(o, DTensor):
+                o = _redistribute(o, placed(name, boundary_out) if o.dim() else [Replicate()] * o.device_mesh.ndim).to_local()
+            res.append(o)
+        return res[0] if single else type(out)(res)
+    gm.forward = forward
+
+
+class _Feed:
+    """A model input that a stage after the first reads (the labels of a module that returns its
+    loss): torch's stages take inputs only at the first stage, so the input is cut out of the split
+    graph and this feeds the stage its micro-batches of it, in order, placed on the stage's mesh."""
+
+    def __init__(self, name, mesh, placements):
+        self.name, self.mesh, self.placements, self.chunks = name, mesh, placements, iter(())
+
+    def __call__(self):
+        from torch.distributed.tensor import DTensor
+        t = next(self.chunks)
+        return t if self.mesh is None else DTensor.from_local(t, self.mesh, self.placements, run_check=False)
+
+
+def _cut_root_inputs(pipe, mesh, axis):
+    """Every later stage's model inputs, cut out of the split graph (the stage's call and its graph's
+    placeholder), each replaced by a _Feed.  Returns {stage index: [feeds]}."""
+    top = pipe.split_gm.graph
+    calls = [n for n in top.nodes if n.op == "call_module"]
+    roots = {n.name for n in top.nodes if n.op == "placeholder"}
+    out = {}
+    for idx, node in enumerate(calls):
+        if idx == 0:
+            continue
+        gm = pipe.split_gm.get_submodule(node.target)
+        holders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+        keep = []
+        for arg, ph in zip(node.args, holders):
+            if getattr(arg, "name", None) not in roots:
+                keep.append(arg)
+                continue
+            feed = _Feed(arg.name, mesh, _drop(INPUT_PLACEMENTS.get(arg.name, [Replicate()] * len(MESH_AXES)), axis))
+            def fetch(feed=feed):
+                return feed()
+            fetch.__name__ = fetch.__qualname__ = "carve_feed_%s" % arg.name  # FX writes calls by name
+            with gm.graph.inserting_before(ph):
+                new = gm.graph.call_function(fetch, ())
+            ph.replace_all_uses_with(new)
+            gm.graph.erase_node(ph)
+            out.setdefault(idx, []).append(feed)
+        node.args = tuple(keep)
+        gm.recompile()
+    top.eliminate_dead_code()
+    pipe.split_gm.recompile()
+    return out
+
+
+def apply_pipeline(model, batch, mesh=None):
+    """Cuts `model` into the plan's stages (torch.distributed.pipelining.pipeline, split before the
+    first layer module of each virtual stage: LAYER_MODULES, PIPELINE["layers"]), keeps this rank's
+    (stage r and, interleaved, r + p, ...), places their params on the other mesh axes as
+    apply_plan does, and returns a PipelineRun with the plan's schedule (PIPELINE["schedule"]:
+    ScheduleGPipe, Schedule1F1B or ScheduleInterleaved1F1B over PIPELINE["microbatches"]).
+    batch: one training batch as keyword arguments of model.forward (traced, one micro-batch).
+    Raises PlanError (one line) for what torch cannot cut or hold as the plan does."""
+    import torch
+    import torch.distributed as dist
+    from torch.distributed.pipelining import SplitPoint, pipeline
+    from torch.distributed.pipelining import schedules as _sched
+    from torch.distributed.tensor import distribute_tensor
+    _refuse_pipeline()
+    if mesh is None:
+        mesh = make_mesh("cuda" if torch.cuda.is_available() else "cpu")
+    axis = list(MESH_AXES).index(PIPELINE["axis"])
+    p, v, m = PIPELINE["stages"], PIPELINE["chunks"], PIPELINE["microbatches"]
+    starts = [sum(PIPELINE["layers"][:k]) for k in range(1, p * v)]
+    split = {LAYER_MODULES[s]: SplitPoint.BEGINNING for s in starts}
+    micro = {k: t.chunk(m)[0] for k, t in batch.items()}
+    pipe = pipeline(model, mb_args=(), mb_kwargs=micro, split_spec=split)
+    rest = [a for i, a in enumerate(MESH_AXES) if i != axis]
+    sub = mesh[tuple(rest)] if rest else None
+    cut = _cut_root_inputs(pipe, sub, axis)
+    rank = mesh.get_local_rank(axis)
+    device = torch.device(mesh.device_type)
+    _LossOps.install()
+    stages, modules, feeds = [], [], []
+    for k in range(v):
+        idx = rank + k * p
+        gm = pipe.get_stage_module(idx)
+        params = _module_params(gm)
+        for name, (prm, homes) in params.items():
+            if name not in PARAM_PLACEMENTS:
+                raise PlanError("carve plan: param '%s' of stage %d is not in the plan" % (name, idx))
+            if sub is not None:
+                d = distribute_tensor(prm.detach(), sub, _drop(PARAM_PLACEMENTS[name], axis), src_data_rank=None)
+                new = torch.nn.Parameter(d, requires_grad=prm.requires_grad)
+                for mod, leaf in homes:
+                    mod._parameters[leaf] = new
+        if sub is not None:
+            for path, act in MODULE_OUTPUTS.items():
+                try:
+                    gm.get_submodule(path).register_forward_hook(_Placed._place_on(act, axis))
+                except AttributeError:
+                    pass
+        layers = PIPELINE["layers"]
+        first, last = sum(layers[:idx]), sum(layers[:idx + 1]) - 1
+        before = ACTIVATION_PLACEMENTS.get(MODULE_OUTPUTS.get(LAYER_MODULES[first - 1]), None) if first else None
+        after = ACTIVATION_PLACEMENTS.get(MODULE_OUTPUTS.get(LAYER_MODULES[last]), None)
+        rep = [Replicate()] * len(MESH_AXES)
+        _stage_io(gm, sub, _drop(before or rep, axis), _drop(after or rep, axis))
+        feeds += cut.get(idx, [])
+        stages.append(pipe.build_stage(idx, device, mesh.get_group(axis)))
+        modules.append(gm)
+    cls = getattr(_sched, _SCHEDULES[PIPELINE["schedule"]])
+    loss_fn = lambda out, target: out  # noqa: E731 - the module's forward returns its loss
+    schedule = cls(stages if v > 1 else stages[0], n_microbatches=m, loss_fn=loss_fn)
+    return PipelineRun(stages, modules, schedule, mesh, axis, _tied_groups(mesh, axis), feeds)
+
+
+def _tied_groups(mesh, axis):
+    """{param: process group of the ranks holding it} for params several stages hold (made on every
+    rank in the same order, as torch.distributed.new_group needs)."""
+    import torch.distributed as dist
+    sets = sorted({tuple(sorted(s)) for s in PARAM_STAGES.values() if len(s) > 1})
+    grid = mesh.mesh.movedim(axis, -1).reshape(-1, mesh.mesh.shape[axis])
+    me = dist.get_rank()
+    mine = {}
+    for s in sets:
+        for row in grid.tolist():
+            g = dist.new_group([row[i] for i in s])
+            if me in [row[i] for i in s]:
+                mine[s] = g
+    return {name: mine[tuple(sorted(s))] for name, s in PARAM_STAGES.items() if len(s) > 1 and tuple(sorted(s)) in mine}
