@@ -35,6 +35,7 @@ failure.  A case whose plan the export refuses (PlanError) fails, with its one l
 import argparse
 import copy
 import faulthandler
+import itertools
 import importlib.machinery
 import importlib.util
 import json
@@ -101,10 +102,15 @@ class CommLog(TorchDispatchMode):
     def __init__(self, mesh=None):
         super().__init__()
         self.phase, self.calls, self.pipelined = "forward", [], False
-        self.axes = {}  # this rank's group along each mesh dim (its ranks) -> the dim's name
+        self.axes = {}  # this rank's group along some mesh dims (its ranks) -> the dims' names
         if mesh is not None:
-            for i, name in enumerate(mesh.mesh_dim_names):
-                self.axes[frozenset(dist.get_process_group_ranks(mesh.get_group(i)))] = [name]
+            names = list(mesh.mesh_dim_names)
+            coord = mesh.get_coordinate()
+            grid = mesh.mesh
+            for r in range(1, len(names) + 1):
+                for sub in itertools.combinations(range(len(names)), r):
+                    index = tuple(slice(None) if i in sub else coord[i] for i in range(len(names)))
+                    self.axes.setdefault(frozenset(grid[index].flatten().tolist()), [names[i] for i in sub])
 
     def _axes(self, group):
         from torch.distributed.distributed_c10d import _resolve_process_group

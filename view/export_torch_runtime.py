@@ -166,6 +166,27 @@ def _place_grad(grad, placements):
     return _redistribute(grad, placements)
 
 
+def _resolve(grad, placements):
+    """A gradient (no autograd) placed as `placements`; a sum partial over several mesh dims is
+    reduced by one all-reduce over them together, as carve's program does (DTensor would reduce
+    over one mesh dim after the other: twice the collectives and the bytes)."""
+    import torch.distributed as dist
+    from torch.distributed.tensor import DTensor, Partial
+    mesh = grad.device_mesh
+    dims = [i for i, (c, t) in enumerate(zip(grad.placements, placements))
+            if isinstance(c, Partial) and c.reduce_op == "sum" and not isinstance(t, Partial)]
+    if len(dims) >= 2:
+        first = tuple(t if isinstance(t, Shard) and isinstance(c, Replicate) else c for c, t in zip(grad.placements, placements))
+        if first != tuple(grad.placements):
+            grad = grad.redistribute(mesh, first)
+        names = tuple(mesh.mesh_dim_names[i] for i in dims)
+        local = grad.to_local().clone()
+        dist.all_reduce(local, group=mesh[names]._flatten().get_group())
+        now = [Replicate() if i in dims else p for i, p in enumerate(grad.placements)]
+        grad = DTensor.from_local(local, mesh, now, run_check=False)
+    return _redistribute(grad, placements)
+
+
 def _redistribute(x, placements):
     """x placed as `placements`, first taking locally the blocks it will keep (a replicated mesh dim the
     target shards), so the reductions move blocks, not whole tensors (DTensor would all-reduce a
@@ -267,7 +288,7 @@ class _Placed:
     @staticmethod
     def _resolve_grad(p):
         if p.grad is not None and tuple(p.grad.placements) != tuple(p.placements):
-            p.grad = _redistribute(p.grad, p.placements)
+            p.grad = _resolve(p.grad, p.placements)
 
 
 def apply_plan(model, mesh=None):
@@ -371,7 +392,7 @@ class PipelineRun:
         from torch.distributed.tensor import DTensor
         for _, p in self.named_parameters():
             if isinstance(p.grad, DTensor) and tuple(p.grad.placements) != tuple(p.placements):
-                p.grad = _redistribute(p.grad, p.placements)
+                p.grad = _resolve(p.grad, p.placements)
 
     def _sum_tied_grads(self):
         """A param several stages hold gets the sum of their gradients on each (Megatron's way for a
