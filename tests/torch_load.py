@@ -177,6 +177,16 @@ def load_export(path, name):
 
 def build(model_name, plan):
     """(module, batch dict) of a case, the same in every process (seeded)."""
+    if model_name in ("hf-gpt2", "hf-llama"):  # transformers' modules, as tests/onnx/hf.py builds them
+        import hf
+        hf.ATTN.clear()
+        hf.ATTN["attn_implementation"] = "eager"
+        g = torch.Generator().manual_seed(1234)
+        torch.manual_seed(1234)
+        m, batch, _ = hf.MODELS[model_name[3:]](g)
+        hf.perturb(m, g)
+        m.config.use_cache = False  # training: no key/value cache
+        return m, batch
     if model_name in ("gpt2", "llama"):
         import gen
         g = torch.Generator().manual_seed(1234)
@@ -196,9 +206,10 @@ def build(model_name, plan):
     raise SystemExit("torch_load.py: unknown model '%s' (gpt2, llama or gpt)" % model_name)
 
 
-def train(model, batch, steps, log=None, step_fn=None, signal=None):
+def train(model, batch, steps, log=None, step_fn=None, signal=None, positional=False):
     """Losses of `steps` Adam steps; the last one logged by `log` (a CommLog) when given; `signal`
-    (a dict) gets, per param, where its gradient rose above SIGNAL of the step's largest."""
+    (a dict) gets, per param, where its gradient rose above SIGNAL of the step's largest; positional:
+    forward takes the batch by position (transformers' modules as tests/onnx/hf.py wraps them)."""
     opt = torch.optim.Adam(model.parameters(), lr=LR)
     losses = []
     for s in range(steps):
@@ -210,7 +221,7 @@ def train(model, batch, steps, log=None, step_fn=None, signal=None):
             if step_fn is not None:
                 loss = step_fn(batch, log if on else None)
             else:
-                loss = model(**batch)
+                loss = model(*batch.values()) if positional else model(**batch)
                 if on:
                     log.phase = "backward"
                 loss.backward()
@@ -258,7 +269,7 @@ def run_case(rank, model_name, plan_path, export_path, steps):
         if model_name == "gpt":  # carve's preset marks its named values (tests/torch_models.py)
             import torch_models
             torch_models.Named.constrain = staticmethod(ex.constrain)
-        losses = train(model, batch, steps, log)
+        losses = train(model, batch, steps, log, positional=model_name.startswith("hf-"))
         params = full_params(model)
     # the engine's side: rank 0's collectives, and in a pipeline one rank's of each stage (the ranks
     # at coordinate 0 of every other axis), as carve's program lists each stage's
@@ -270,7 +281,7 @@ def run_case(rank, model_name, plan_path, export_path, steps):
     if rank != 0:
         return None
     signal = {}
-    want_losses = train(ref, batch, steps, signal=signal)
+    want_losses = train(ref, batch, steps, signal=signal, positional=model_name.startswith("hf-"))
     want = dict(ref.named_parameters())
     worst, worst_name, noise = 0.0, None, 0
     for name, w in want.items():

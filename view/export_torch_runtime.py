@@ -86,6 +86,16 @@ def _check_module(params, mesh):
                                                                                            tuple(SHAPES[name])))
 
 
+def _split_targets(target, x):
+    """Whether nll_loss's mean needs carve's sum-then-count: its targets split over some mesh dim, or
+    its logits split on the class dim of a mesh of several dims."""
+    from torch.distributed.tensor import DTensor
+    if isinstance(target, DTensor) and any(isinstance(p, Shard) for p in target.placements):
+        return True
+    dim = 1 if x.dim() >= 2 else 0
+    return x.device_mesh.ndim > 1 and any(isinstance(p, Shard) and p.dim == dim for p in x.placements)
+
+
 class _LossOps:
     """DTensor's loss-parallel cross-entropy (torch.distributed.tensor.parallel.loss_parallel) where the
     logits are split on the class dim, as carve's vocabulary-parallel head is; DTensor's own rules
@@ -118,32 +128,48 @@ class _LossOps:
                 dim = 1 if x.dim() >= 2 else 0
             else:
                 dim = args[1 if logits_arg == 0 else 2] % x.dim()
-            if not any(isinstance(p, Shard) and p.dim == dim for p in x.placements):
-                mine = self.table.pop(op_call)
-                try:
-                    return op_call(*args, **kwargs)
-                finally:
-                    self.table[op_call] = mine
-            if nll and logits_arg == 0 and args[3] == 1 and x.device_mesh.ndim > 1:
-                return self._mean(handler, op_call, args, kwargs)
-            return handler(op_call, args, kwargs)
+            split = any(isinstance(p, Shard) and p.dim == dim for p in x.placements)
+            if nll and logits_arg == 0 and args[3] == 1 and _split_targets(args[1], x):
+                return self._mean(handler if split else self._default(op_call), op_call, args, kwargs)
+            return handler(op_call, args, kwargs) if split else self._default(op_call)(op_call, args, kwargs)
         return run
+
+    def _default(self, op):
+        """DTensor's own rule for op (this handler out of the table while it runs)."""
+        def call(op_call, args, kwargs):
+            mine = self.table.pop(op_call)
+            try:
+                return op_call(*args, **kwargs)
+            finally:
+                self.table[op_call] = mine
+        return call
 
     @staticmethod
     def _mean(handler, op_call, args, kwargs):
-        """nll_loss's mean on a mesh of several dims (loss_parallel has only the sum there): the sum
-        over the global batch over its count, which the plan's shapes fix (no collective)."""
+        """nll_loss's mean where its targets are split (loss_parallel has only the sum on a mesh of
+        several dims; DTensor's own rule averages the blocks' means, which is not the mean where
+        ignore_index targets fall unevenly, as a shifted LM loss's do): the sum over the count of
+        targets that are not ignore_index, that count summed over the mesh dims the targets are
+        split on (one all-reduce of a scalar, as carve's step reduces the mean's count)."""
         import torch
+        import torch.distributed as dist
         from torch.distributed.tensor import DTensor
         x, target, weight, _, ignore = args
-        local = target.to_local() if isinstance(target, DTensor) else target
-        if weight is not None or bool((local == ignore).any()):
-            raise PlanError("carve plan: cross_entropy with class weights or ignore_index targets over vocabulary-split "
-                            "logits on a mesh of %d dims: the mean's count is not the batch's" % x.device_mesh.ndim)
+        if weight is not None:
+            raise PlanError("carve plan: cross_entropy with class weights over vocabulary-split logits on a mesh of "
+                            "%d dims: not expressed" % x.device_mesh.ndim)
         out, total = handler(op_call, (x, target, None, 2, ignore), kwargs)
-        count = float(target.numel())
-        return out / count, torch.full_like(total, count)
-
+        if isinstance(target, DTensor):
+            count = (target.to_local() != ignore).sum().to(total.dtype)
+            mesh = target.device_mesh
+            dims = [i for i, p in enumerate(target.placements) if isinstance(p, Shard)]
+            if dims:
+                names = tuple(mesh.mesh_dim_names[i] for i in dims)
+                group = mesh[names]._flatten().get_group() if len(dims) > 1 else mesh.get_group(dims[0])
+                dist.all_reduce(count, group=group)
+        else:
+            count = (target != ignore).sum().to(total.dtype)
+        return out / count, torch.full_like(total, float(count))
 
 def _grad_as(x, placements):
     """x, whose gradient is placed as `placements` where it flows back through here: carve's program
@@ -248,15 +274,23 @@ class _Placed:
                 p.register_post_accumulate_grad_hook(self._resolve_grad)
 
     def before(self, model, args, kwargs):
-        from torch.distributed.tensor import DTensor, distribute_tensor
         self.gathered.clear()
+        if any(p.kind == p.VAR_POSITIONAL for p in self.sig.parameters.values()) and not kwargs:
+            # forward(*args): the plan's inputs in their order
+            return tuple(self._place_input(n, t) for n, t in zip(list(INPUT_PLACEMENTS) + [None] * len(args), args)), {}
         bound = self.sig.bind(*args, **kwargs)
         for name, t in bound.arguments.items():
-            if name in INPUT_PLACEMENTS and isinstance(t, self.torch.Tensor) and not isinstance(t, DTensor):
-                if tuple(t.shape) != tuple(SHAPES[name]):
-                    raise PlanError("carve plan: input '%s' is %s, the plan's %s" % (name, tuple(t.shape), tuple(SHAPES[name])))
-                bound.arguments[name] = distribute_tensor(t, self.mesh, INPUT_PLACEMENTS[name], src_data_rank=None)
+            bound.arguments[name] = self._place_input(name, t)
         return bound.args, bound.kwargs
+
+    def _place_input(self, name, t):
+        """t placed as the plan's input `name` (a whole tensor, every rank the same), else t."""
+        from torch.distributed.tensor import DTensor, distribute_tensor
+        if name not in INPUT_PLACEMENTS or not isinstance(t, self.torch.Tensor) or isinstance(t, DTensor):
+            return t
+        if tuple(t.shape) != tuple(SHAPES[name]):
+            raise PlanError("carve plan: input '%s' is %s, the plan's %s" % (name, tuple(t.shape), tuple(SHAPES[name])))
+        return distribute_tensor(t, self.mesh, INPUT_PLACEMENTS[name], src_data_rank=None)
 
     def _gather(self, leaves):
         def gather_params(mod, args):
