@@ -119,14 +119,20 @@ static void export_stages(FILE *f, const view_explanation *x, const char *commen
     for (int v = 0; v < pipe_vstages(s); v++) fprintf(f, "%s%d", v ? "/" : " ", s->first[v + 1] - s->first[v]);
     fprintf(f, "\n%s the stages holding each param (the first updates it; docs/pipeline.md):\n", comment);
     for (int v = 0; v < g->n_values; v++) {
-        int b = p->arg_buf[v];
-        if (g->values[v].role != IR_PARAM || b < 0) continue;
-        int owner = pp->owner[b];
-        fprintf(f, "%s   %s: %d", comment, g->values[v].name, owner);
-        for (int r = 0; r < s->stages; r++)
-            if (r != owner && pp->holds[(size_t)r * p->n_bufs + b]) fprintf(f, ", %d", r);
+        if (g->values[v].role != IR_PARAM || p->arg_buf[v] < 0) continue;
+        fprintf(f, "%s   %s: ", comment, g->values[v].name);
+        export_param_stages(f, pp, v);
         fputc('\n', f);
     }
+}
+
+void export_param_stages(FILE *f, const pipe_program *pp, int v)
+{
+    const spmd_program *p = pp->prog;
+    int b = p->arg_buf[v], owner = pp->owner[b];
+    fprintf(f, "%d", owner);
+    for (int r = 0; r < pp->spec.stages; r++)
+        if (r != owner && pp->holds[(size_t)r * p->n_bufs + b]) fprintf(f, ", %d", r);
 }
 
 /* The params carve holds in another shape than their model file

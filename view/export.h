@@ -29,6 +29,9 @@ typedef void (*py_entry_fn)(FILE *f, const shard_state *st, int v);
 void export_py_tables(FILE *f, const shard_state *st, const uint8_t *fwd, const char *params, const char *rest,
                       const char *activation_note, py_entry_fn entry);
 
+/* Writes the stages of pipelined program pp that hold param v (an argument
+ * of pp's program), the one that updates it first: "0, 1". */
+void export_param_stages(FILE *f, const pipe_program *pp, int v);
 /* The Python the torch export writes after its tables: apply_plan and what
  * it needs (export_torch_runtime.c, generated from export_torch_runtime.py). */
 extern const char export_torch_runtime[];

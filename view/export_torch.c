@@ -351,9 +351,9 @@ static void torch_module_outputs(FILE *f, const view_explanation *x, const uint8
  * the one that updates it first): what apply_pipeline cuts the module by. */
 static void torch_pipeline(FILE *f, const view_explanation *x)
 {
-    const pipe_program *pp = x->pp;
+    const pipe_program *pp = x->pipe;
     const ir_graph *g = x->st->g;
-    if (!pp || pp->spec.axis < 0) {
+    if (!pp) {
         fputs("PIPELINE = None\nLAYER_MODULES = []\nPARAM_STAGES = {}\n", f);
         return;
     }
@@ -371,15 +371,12 @@ static void torch_pipeline(FILE *f, const view_explanation *x)
         else fputs("None", f);
     }
     fputs("]\n# the stages holding each param, the one that updates it first (docs/pipeline.md)\nPARAM_STAGES = {\n", f);
-    const spmd_program *p = pp->prog;
     for (int v = 0; v < g->n_values; v++) {
-        int b = p->arg_buf[v];
-        if (g->values[v].role != IR_PARAM || b < 0) continue;
+        if (g->values[v].role != IR_PARAM || pp->prog->arg_buf[v] < 0) continue;
         fputs("    ", f);
         export_put_str(f, g->values[v].name, 0);
-        fprintf(f, ": [%d", pp->owner[b]);
-        for (int r = 0; r < s->stages; r++)
-            if (r != pp->owner[b] && pp->holds[(size_t)r * p->n_bufs + b]) fprintf(f, ", %d", r);
+        fputs(": [", f);
+        export_param_stages(f, pp, v);
         fputs("],\n", f);
     }
     fputs("}\n", f);

@@ -86,14 +86,33 @@ def _check_module(params, mesh):
                                                                                            tuple(SHAPES[name])))
 
 
-def _split_targets(target, x):
-    """Whether nll_loss's mean needs carve's sum-then-count: its targets split over some mesh dim, or
-    its logits split on the class dim of a mesh of several dims."""
+def _target_count(target, pick):
+    """How many of the targets `pick` takes, over the whole batch: counted in each rank's block and
+    summed over the mesh dims the targets are split on (one all-reduce of a scalar)."""
+    import torch.distributed as dist
     from torch.distributed.tensor import DTensor
-    if isinstance(target, DTensor) and any(isinstance(p, Shard) for p in target.placements):
-        return True
+    if not isinstance(target, DTensor):
+        return pick(target).sum()
+    count = pick(target.to_local()).sum()
+    mesh = target.device_mesh
+    dims = [i for i, p in enumerate(target.placements) if isinstance(p, Shard)]
+    if dims:
+        names = tuple(mesh.mesh_dim_names[i] for i in dims)
+        dist.all_reduce(count, group=mesh[names]._flatten().get_group() if len(dims) > 1 else mesh.get_group(dims[0]))
+    return count
+
+
+def _split_targets(target, x, ignore):
+    """Whether nll_loss's mean needs carve's sum-then-count: its logits split on the class dim of a
+    mesh of several dims (loss_parallel has only the sum there), or ignore_index targets in a batch
+    split over some mesh dim (DTensor's own rule averages the blocks' means).  The same answer on
+    every rank (a scalar all-reduce where the targets are split)."""
+    from torch.distributed.tensor import DTensor
     dim = 1 if x.dim() >= 2 else 0
-    return x.device_mesh.ndim > 1 and any(isinstance(p, Shard) and p.dim == dim for p in x.placements)
+    if x.device_mesh.ndim > 1 and any(isinstance(p, Shard) and p.dim == dim for p in x.placements):
+        return True
+    split = isinstance(target, DTensor) and any(isinstance(p, Shard) for p in target.placements)
+    return split and int(_target_count(target, lambda t: t == ignore)) > 0
 
 
 class _LossOps:
@@ -129,7 +148,7 @@ class _LossOps:
             else:
                 dim = args[1 if logits_arg == 0 else 2] % x.dim()
             split = any(isinstance(p, Shard) and p.dim == dim for p in x.placements)
-            if nll and logits_arg == 0 and args[3] == 1 and _split_targets(args[1], x):
+            if nll and logits_arg == 0 and args[3] == 1 and _split_targets(args[1], x, args[4]):
                 return self._mean(handler if split else self._default(op_call), op_call, args, kwargs)
             return handler(op_call, args, kwargs) if split else self._default(op_call)(op_call, args, kwargs)
         return run
@@ -152,24 +171,19 @@ class _LossOps:
         targets that are not ignore_index, that count summed over the mesh dims the targets are
         split on (one all-reduce of a scalar, as carve's step reduces the mean's count)."""
         import torch
-        import torch.distributed as dist
         from torch.distributed.tensor import DTensor
         x, target, weight, _, ignore = args
         if weight is not None:
             raise PlanError("carve plan: cross_entropy with class weights over vocabulary-split logits on a mesh of "
                             "%d dims: not expressed" % x.device_mesh.ndim)
         out, total = handler(op_call, (x, target, None, 2, ignore), kwargs)
-        if isinstance(target, DTensor):
-            count = (target.to_local() != ignore).sum().to(total.dtype)
-            mesh = target.device_mesh
-            dims = [i for i, p in enumerate(target.placements) if isinstance(p, Shard)]
-            if dims:
-                names = tuple(mesh.mesh_dim_names[i] for i in dims)
-                group = mesh[names]._flatten().get_group() if len(dims) > 1 else mesh.get_group(dims[0])
-                dist.all_reduce(count, group=group)
+        count = _target_count(target, lambda t: t != ignore).to(out.dtype)
+        if isinstance(total, DTensor):  # the count as the backward reads it: one value, replicated
+            total = DTensor.from_local(count.reshape(total.to_local().shape), total.device_mesh,
+                                       [Replicate()] * total.device_mesh.ndim, run_check=False)
         else:
-            count = (target != ignore).sum().to(total.dtype)
-        return out / count, torch.full_like(total, float(count))
+            total = torch.full_like(total, float(count))
+        return out / count, total
 
 def _grad_as(x, placements):
     """x, whose gradient is placed as `placements` where it flows back through here: carve's program
