@@ -6,8 +6,12 @@ the module it is applied to:
 
   gpt2, llama   tests/onnx/models.py's modules (the ONNX fixtures' families, built as
                 tests/onnx/gen.py builds them, its batch); PLAN made from their ONNX file
-  gpt           carve's GPT preset as a module (tests/torch_models.py), shaped by the plan's
-                model spec; a seeded random batch
+  gpt, llama-preset
+                carve's GPT and LLaMA presets as modules (tests/torch_models.py), shaped by the
+                plan's model spec; a seeded random batch
+  hf-gpt2, hf-llama
+                transformers' GPT2LMHeadModel and LlamaForCausalLM as tests/onnx/hf.py builds
+                them (its batch; no key/value cache); PLAN made from their ONNX exports
 
 N processes (default 4; the plan's mesh must have N devices) are started with
 torch.multiprocessing and gloo on the CPU, one torch thread each.  For every case each
@@ -194,11 +198,12 @@ def build(model_name, plan):
         m, batch = gen.FAMILIES[model_name](g)
         gen.perturb(m, g)
         return m, batch
-    if model_name == "gpt":
+    if model_name in ("gpt", "llama-preset"):
         import torch_models
-        cfg = torch_models.gpt_config(plan["model"].get("spec", ""))
+        spec = plan["model"].get("spec", "")
+        cfg = torch_models.gpt_config(spec) or torch_models.llama_config(spec)
         torch.manual_seed(1234)
-        m = torch_models.CarveGPT(cfg)
+        m = torch_models.CarveGPT(cfg) if model_name == "gpt" else torch_models.CarveLLaMA(cfg)
         g = torch.Generator().manual_seed(99)
         shape = (cfg["batch"], cfg["seq"])
         return m, {"tokens": torch.randint(0, cfg["vocab"], shape, generator=g),
@@ -208,7 +213,7 @@ def build(model_name, plan):
 
 def train(model, batch, steps, log=None, step_fn=None, signal=None, positional=False):
     """Losses of `steps` Adam steps; the last one logged by `log` (a CommLog) when given; `signal`
-    (a dict) gets, per param, where its gradient rose above SIGNAL of the step's largest; positional:
+    (a dict) gets, per param and element, its gradient's largest share of the step's largest; positional:
     forward takes the batch by position (transformers' modules as tests/onnx/hf.py wraps them)."""
     opt = torch.optim.Adam(model.parameters(), lr=LR)
     losses = []
@@ -231,7 +236,7 @@ def train(model, batch, steps, log=None, step_fn=None, signal=None, positional=F
                 grads = {n: p.grad.detach().abs() for n, p in model.named_parameters() if p.grad is not None}
                 top = max(float(g.max()) for g in grads.values())
                 for n, g in grads.items():
-                    signal[n] = signal.get(n, torch.zeros_like(g, dtype=torch.bool)) | (g >= SIGNAL * top)
+                    signal[n] = torch.maximum(signal.get(n, torch.zeros_like(g)), g / top)
             # the loss as a number: carve's step reduces it too (its optimizer-phase all-reduce); a
             # pipeline's step gives it on every rank already (broadcast from the last stage)
             value = loss.full_tensor() if hasattr(loss, "full_tensor") else loss
@@ -255,6 +260,9 @@ def full_params(model):
 def run_case(rank, model_name, plan_path, export_path, steps):
     plan = json.load(open(plan_path))
     ex = load_export(export_path, "carve_export_%d" % abs(hash(export_path)))
+    if model_name in ("gpt", "llama-preset"):
+        import torch_models
+        torch_models.Named.constrain = None  # set again below for this case's export
     model, batch = build(model_name, plan)
     ref = copy.deepcopy(model) if rank == 0 else None
     mesh = ex.make_mesh("cpu")
@@ -266,7 +274,7 @@ def run_case(rank, model_name, plan_path, export_path, steps):
         params = runner.full_params()
     else:
         ex.apply_plan(model, mesh)
-        if model_name == "gpt":  # carve's preset marks its named values (tests/torch_models.py)
+        if model_name in ("gpt", "llama-preset"):  # carve's presets mark their named values (tests/torch_models.py)
             import torch_models
             torch_models.Named.constrain = staticmethod(ex.constrain)
         losses = train(model, batch, steps, log, positional=model_name.startswith("hf-"))
@@ -290,11 +298,13 @@ def run_case(rank, model_name, plan_path, export_path, steps):
             return {"error": "param %s missing after the run" % name}
         w = w.detach().double()
         scale = max(float(w.abs().max()), 1e-30)
-        keep = signal.get(name, torch.ones_like(w, dtype=torch.bool))
+        ratio = signal.get(name, torch.ones_like(w))
+        keep = ratio >= SIGNAL
         noise += int((~keep).sum())
-        d = float(((got.double() - w).abs() * keep).max()) / scale
+        diff = (got.double() - w).abs() * keep
+        d = float(diff.max()) / scale
         if d > worst:
-            worst, worst_name = d, name
+            worst, worst_name = d, "%s (its gradient's largest share %.1g)" % (name, float(ratio.flatten()[diff.argmax()]))
     dloss = max(abs(a - b) for a, b in zip(losses, want_losses))
     return {"losses": losses, "want_losses": want_losses, "loss_diff": dloss, "param_diff": worst,
             "param_worst": worst_name, "round_off_elements": noise, "ok": dloss <= LOSS_TOL and worst <= PARAM_TOL,

@@ -23,7 +23,7 @@ def gpt_config(spec):
     name, _, rest = spec.partition(":")
     if name != "gpt" or not rest:
         return None
-    return {k: int(v) for k, v in (kv.split("=") for kv in rest.split(","))}
+    return {k: int(v) if v.isdigit() else v for k, v in (kv.split("=") for kv in rest.split(","))}
 
 
 class Named(nn.Module):
@@ -119,4 +119,100 @@ class CarveGPT(Named):
         for layer in range(self.layers):
             x = getattr(self, "h%d" % layer)(x)
         logits = self.at("logits", self.ln_f(x) @ self.wte.t())
+        return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), labels.reshape(-1))
+
+
+def llama_config(spec):
+    """'llama:layers=2,hidden=128,...' -> dict of ints, or None for another model."""
+    name, _, rest = spec.partition(":")
+    if name != "llama" or not rest:
+        return None
+    return {k: int(v) if v.isdigit() else v for k, v in (kv.split("=") for kv in rest.split(","))}
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, h):
+        super().__init__()
+        self.g = nn.Parameter(torch.ones(h))
+
+    def forward(self, x):
+        return x * torch.rsqrt((x * x).mean(-1, keepdim=True) + 1e-6) * self.g
+
+
+def rope(x, s, dh):
+    """x cos + rot(x) sin, the tables made from positions as models/llama.c makes them (no buffer:
+    every pipeline stage makes its own, as carve's do)."""
+    pos = torch.arange(s, dtype=torch.float32)[:, None]
+    i = torch.arange(dh // 2, dtype=torch.float32)[None, :]
+    ang = pos * torch.exp(i * (-2.0 * math.log(10000.0) / dh))
+    full = torch.cat([ang, ang], -1)
+    shape = (1, s) + (1,) * (x.dim() - 3) + (dh,)
+    cos, sin = full.cos().reshape(shape), full.sin().reshape(shape)
+    rot = torch.cat([-x[..., dh // 2:], x[..., : dh // 2]], -1)
+    return x * cos + rot * sin
+
+
+class GQAttention(Named):
+    def __init__(self, h, heads, kv, prefix):
+        super().__init__()
+        self.prefix, dh, g = prefix, h // heads, heads // kv
+        self.dh = dh
+        self.wq, self.wk, self.wv = _normal(h, kv, g, dh), _normal(h, kv, dh), _normal(h, kv, dh)
+        self.wo = _normal(kv, g, dh, h)
+
+    def forward(self, x):
+        s = x.shape[1]
+        pos = torch.arange(s, dtype=torch.float32)
+        mask = (pos[:, None] >= pos[None, :]).to(torch.float32)
+        bias = (mask - 1) * 1e9
+        q = self.at("q", rope(torch.einsum("bsh,hkgd->bskgd", x, self.wq), s, self.dh))
+        k = self.at("k", rope(torch.einsum("bsh,hkd->bskd", x, self.wk), s, self.dh))
+        v = self.at("v", torch.einsum("bsh,hkd->bskd", x, self.wv))
+        scores = self.at("scores", torch.einsum("bskgd,btkd->bkgst", q, k) * (1.0 / math.sqrt(self.dh)))
+        probs = self.at("probs", torch.softmax(self.at("masked", scores * mask + bias), -1))
+        ctx = self.at("ctx", torch.einsum("bkgst,btkd->bskgd", probs, v))
+        return torch.einsum("bskgd,kgdh->bsh", ctx, self.wo)
+
+
+class SwiGLU(Named):
+    def __init__(self, h, f, prefix):
+        super().__init__()
+        self.prefix = prefix
+        self.w1, self.w3, self.w2 = _normal(h, f), _normal(h, f), _normal(f, h)
+
+    def forward(self, x):
+        gate = self.at("gate", F.silu(x @ self.w1))
+        return self.at("act", gate * (x @ self.w3)) @ self.w2
+
+
+class LlamaBlock(Named):
+    def __init__(self, c, prefix):
+        super().__init__()
+        self.prefix = prefix
+        self.ln1, self.ln2 = RMSNorm(c["hidden"]), RMSNorm(c["hidden"])
+        self.attn = GQAttention(c["hidden"], c["heads"], c["kv_heads"], prefix + "attn.")
+        self.mlp = SwiGLU(c["hidden"], c["ffn"], prefix + "mlp.")
+
+    def forward(self, x):
+        x = self.at("resid", x + self.attn(self.ln1(x)))
+        return x + self.mlp(self.ln2(x))
+
+
+class CarveLLaMA(Named):
+    """carve's `llama` preset (models/llama.c): LLaMA(cfg) with cfg from llama_config(spec)."""
+
+    def __init__(self, cfg):
+        super().__init__()
+        self.layers = cfg["layers"]
+        self.wte = _normal(cfg["vocab"], cfg["hidden"])
+        for layer in range(self.layers):
+            setattr(self, "h%d" % layer, LlamaBlock(cfg, "h%d." % layer))
+        self.ln_f = RMSNorm(cfg["hidden"])
+        self.lm_head = _normal(cfg["hidden"], cfg["vocab"])
+
+    def forward(self, tokens, labels):
+        x = self.at("embed", F.embedding(tokens, self.wte))
+        for layer in range(self.layers):
+            x = getattr(self, "h%d" % layer)(x)
+        logits = self.at("logits", self.ln_f(x) @ self.lm_head)
         return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), labels.reshape(-1))
