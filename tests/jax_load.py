@@ -60,7 +60,7 @@ def model_config(spec):
     name, _, rest = spec.partition(":")
     if name not in ("gpt", "llama") or not rest:
         return None
-    return name, {k: int(v) for k, v in (kv.split("=") for kv in rest.split(","))}
+    return name, {k: int(v) if v.isdigit() else v for k, v in (kv.split("=") for kv in rest.split(","))}
 
 
 class Model:
@@ -360,7 +360,9 @@ def run_plan(plan_path, export_path, check):
 
     def constrain(name, x):
         spec = acts.get(name)
-        if spec is None or len(spec) != x.ndim:
+        if spec is None:  # a value the plan does not name (a fused attention's inside)
+            return x
+        if len(spec) != x.ndim:
             skipped.append(name)
             return x
         return jax.lax.with_sharding_constraint(x, named(spec))

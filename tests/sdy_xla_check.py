@@ -56,7 +56,7 @@ def check_shardy(plan, path, fail):
         try:
             module = ir.Module.parse(text)
         except Exception as e:  # noqa: BLE001 - the parser's diagnostic is the finding
-            return fail("shardy: jaxlib does not parse it: %s" % str(e).splitlines()[0])
+            return fail("shardy: jaxlib does not parse it: %s" % " | ".join(str(e).splitlines()[:2])[:300])
         if not module.operation.verify():
             return fail("shardy: module.verify() is false")
         ops = list(module.body.operations)
