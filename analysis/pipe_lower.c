@@ -692,6 +692,30 @@ static void lower_one_stage(shard_state *st, const spmd_options *opts, pipe_prog
     out->n_segs = 1;
 }
 
+/* c's per-op, per-value, per-buffer and per-instruction arrays (c->p
+ * lowered); plower_free frees them. */
+static void plower_alloc(plower *c)
+{
+    const ir_graph *g = c->g;
+    c->op_vs = ir_xcalloc((size_t)g->n_ops + 1, sizeof *c->op_vs);
+    c->role = ir_xcalloc((size_t)g->n_ops + 1, 1);
+    c->own = ir_xcalloc((size_t)g->n_values + 1, sizeof *c->own);
+    c->writer = ir_xcalloc((size_t)c->p->n_bufs + 1, sizeof *c->writer);
+    c->iseg = ir_xcalloc((size_t)c->p->n_instrs + 1, sizeof *c->iseg);
+    c->made_free = ir_xcalloc((size_t)g->n_values + 1, 1);
+}
+
+static void plower_free(plower *c)
+{
+    free(c->op_vs);
+    free(c->role);
+    free(c->own);
+    free(c->writer);
+    free(c->iseg);
+    free(c->made_free);
+    free(c->x);
+}
+
 int pipe_lower(shard_state *st, const pipe_spec *spec, const spmd_options *opts, pipe_program *out, char *err,
                size_t errlen)
 {
@@ -713,12 +737,7 @@ int pipe_lower(shard_state *st, const pipe_spec *spec, const spmd_options *opts,
     first.fuse = 0;
     c.p = spmd_lower_ex(st, NULL, &first);
     spmd_program *p = c.p;
-    c.op_vs = ir_xcalloc((size_t)g->n_ops + 1, sizeof *c.op_vs);
-    c.role = ir_xcalloc((size_t)g->n_ops + 1, 1);
-    c.own = ir_xcalloc((size_t)g->n_values + 1, sizeof *c.own);
-    c.writer = ir_xcalloc((size_t)p->n_bufs + 1, sizeof *c.writer);
-    c.iseg = ir_xcalloc((size_t)p->n_instrs + 1, sizeof *c.iseg);
-    c.made_free = ir_xcalloc((size_t)g->n_values + 1, 1);
+    plower_alloc(&c);
     mark_free(&c);
     int rc = 0;
     place_passes(&c);
@@ -744,13 +763,7 @@ int pipe_lower(shard_state *st, const pipe_spec *spec, const spmd_options *opts,
         classify(&c, out);
         rc = ranges(&c, out);
     }
-    free(c.op_vs);
-    free(c.role);
-    free(c.own);
-    free(c.writer);
-    free(c.iseg);
-    free(c.made_free);
-    free(c.x);
+    plower_free(&c);
     if (rc) {
         if (!out->prog) spmd_free(p);
         pipe_program_free(out);

@@ -244,6 +244,15 @@ static const struct {
     {"auto", TACTIC_AUTO, parse_auto, "auto", "the search decides the rest (carve autopart)"},
 };
 #define N_TACTIC_NAMES ((int)(sizeof tactic_table / sizeof tactic_table[0]))
+_Static_assert(N_TACTIC_NAMES == TACTIC_N_KINDS, "tactic_table: one row per tactic_kind");
+
+/* The name of tactic kind k (tactic_table's: the one spelling). */
+static const char *tactic_name(int k)
+{
+    for (int i = 0; i < N_TACTIC_NAMES; i++)
+        if ((int)tactic_table[i].kind == k) return tactic_table[i].name;
+    return "?";
+}
 
 void sched_tactics_help(FILE *f)
 {
@@ -326,39 +335,35 @@ static int parse_list(const char *text, const shard_mesh *m, schedule *out, char
     return check_pipeline(out, m, err, n);
 }
 
+/* A schedule file's object j: an object of "format" ("carve-schedule/1")
+ * and "tactics" (a non-empty array), each key once.  Returns its tactics, or
+ * NULL with a message. */
+static const cJSON *schedule_object(const cJSON *j, const char *where, char *err, size_t n)
+{
+    if (!cJSON_IsObject(j)) return ir_errf(err, n, "%s: a schedule file must be a JSON object", where), NULL;
+    const char *twice = ir_json_repeated_key(j);
+    if (twice) return ir_errf(err, n, "%s: %s: key given twice", where, twice), NULL;
+    for (const cJSON *a = j->child; a; a = a->next) {
+        const char *key = a->string ? a->string : "";
+        if (strcmp(key, "format") && strcmp(key, "tactics")) return ir_errf(err, n, "%s: %s: unknown key", where, key), NULL;
+    }
+    const cJSON *fmt = cJSON_GetObjectItemCaseSensitive(j, "format"), *tacs = cJSON_GetObjectItemCaseSensitive(j, "tactics");
+    if (!cJSON_IsString(fmt) || strcmp(fmt->valuestring, "carve-schedule/1"))
+        return ir_errf(err, n, "%s: format: must be \"carve-schedule/1\"", where), NULL;
+    if (!cJSON_IsArray(tacs) || cJSON_GetArraySize(tacs) == 0)
+        return ir_errf(err, n, "%s: tactics: must be a non-empty array of strings", where), NULL;
+    return tacs;
+}
+
 int sched_parse_json(const char *text, const char *where, const shard_mesh *m, schedule *out, char *err, size_t n)
 {
     memset(out, 0, sizeof *out);
     int rc = -1;
     cJSON *j = cJSON_ParseWithOpts(text, NULL, 1);
     if (!j) return ir_errf(err, n, "%s: malformed JSON", where);
-    if (!cJSON_IsObject(j)) {
-        ir_errf(err, n, "%s: a schedule file must be a JSON object", where);
-        goto done;
-    }
-    const char *twice = ir_json_repeated_key(j);
-    if (twice) {
-        ir_errf(err, n, "%s: %s: key given twice", where, twice);
-        goto done;
-    }
-    for (const cJSON *a = j->child; a; a = a->next) {
-        const char *key = a->string ? a->string : "";
-        if (strcmp(key, "format") && strcmp(key, "tactics")) {
-            ir_errf(err, n, "%s: %s: unknown key", where, key);
-            goto done;
-        }
-    }
-    cJSON *fmt = cJSON_GetObjectItemCaseSensitive(j, "format");
-    cJSON *tacs = cJSON_GetObjectItemCaseSensitive(j, "tactics");
-    if (!cJSON_IsString(fmt) || strcmp(fmt->valuestring, "carve-schedule/1")) {
-        ir_errf(err, n, "%s: format: must be \"carve-schedule/1\"", where);
-        goto done;
-    }
-    if (!cJSON_IsArray(tacs) || cJSON_GetArraySize(tacs) == 0) {
-        ir_errf(err, n, "%s: tactics: must be a non-empty array of strings", where);
-        goto done;
-    }
-    cJSON *it;
+    const cJSON *tacs = schedule_object(j, where, err, n);
+    if (!tacs) goto done;
+    const cJSON *it;
     int i = 0;
     cJSON_ArrayForEach(it, tacs)
     {
@@ -411,7 +416,6 @@ int sched_parse(const char *text, const shard_mesh *mesh, schedule *out, char *e
 
 char *sched_str(const schedule *s, const shard_mesh *mesh, char *buf, size_t n)
 {
-    static const char *const names[] = {"dp", "megatron", "zero1", "zero2", "zero3", "tile", "atomic", "auto", "remat", "group", "microbatch", "ep", "gather", "pipeline", "sp"};
     size_t k = 0;
     buf[0] = 0;
     for (int i = 0; i < s->n && k < n; i++) {
@@ -426,9 +430,9 @@ char *sched_str(const schedule *s, const shard_mesh *mesh, char *buf, size_t n)
         case TACTIC_ZERO2:
         case TACTIC_EP:
         case TACTIC_SP:
-        case TACTIC_ZERO3: k += (size_t)snprintf(buf + k, n - k, "%s:%s", names[t->kind], ax); break;
+        case TACTIC_ZERO3: k += (size_t)snprintf(buf + k, n - k, "%s:%s", tactic_name(t->kind), ax); break;
         case TACTIC_TILE:
-        case TACTIC_GROUP: k += (size_t)snprintf(buf + k, n - k, "%s:%s:%d:%s", names[t->kind], t->pattern, t->dim, ax); break;
+        case TACTIC_GROUP: k += (size_t)snprintf(buf + k, n - k, "%s:%s:%d:%s", tactic_name(t->kind), t->pattern, t->dim, ax); break;
         case TACTIC_ATOMIC: k += (size_t)snprintf(buf + k, n - k, "atomic:%s:%s", t->pattern, ax); break;
         case TACTIC_AUTO: k += (size_t)snprintf(buf + k, n - k, "auto"); break;
         case TACTIC_REMAT:
@@ -640,92 +644,117 @@ static int expand_sp(const tactic *t, const shard_state *st, shard_decision *out
     return rc < 0 ? ir_errf(err, errlen, "tactic expands to more than %d decisions", cap) : 0;
 }
 
-int sched_expand(const tactic *t, const shard_state *st, shard_decision *out, int cap, char *err, size_t errlen)
+/* The message of a tactic that expands to more decisions than out holds. */
+static int too_many(int cap, char *err, size_t errlen) { return ir_errf(err, errlen, "tactic expands to more than %d decisions", cap); }
+
+/* The tactics that make no decisions: the state's gather policy, auto, and
+ * those whose rewrite of the step the graph must record (ir_graph.rewrites:
+ * sched_rewrite or the model's builders made it).  Returns 0, or -1 with a
+ * message. */
+static int expand_rewrite(const tactic *t, const ir_graph *g, const shard_mesh *m, char *err, size_t errlen)
 {
-    const ir_graph *g = st->g;
-    const shard_mesh *m = &st->mesh;
-    int n = 0;
-    switch (t->kind) {
-    case TACTIC_AUTO:
-    case TACTIC_GATHER: /* sched_apply sets the state's policy */
-        return 0;
-    case TACTIC_PIPELINE: { /* sched_apply reserves the axis; pipe_lower cuts the stages */
+    if (t->kind == TACTIC_PIPELINE) { /* sched_apply reserves the axis; pipe_lower cuts the stages */
         int mb = pipe_body_microbatches(g);
         if (mb > 0 && (!t->lo || t->lo == mb)) return 0;
         return ir_errf(err, errlen, "pipeline:%s: the training step was not built for it (the body of one micro-batch: "
                        "model_build_pipeline_body)", m->names[t->axis]);
     }
-    case TACTIC_REMAT: /* the rewrites the step records (ir_graph.rewrites) */
-        if (g->rewrites.remat > 0) return 0;
+    if (t->kind == TACTIC_REMAT && g->rewrites.remat <= 0)
         return ir_errf(err, errlen, "remat: the training step was not rewritten for it (sched_rewrite)");
-    case TACTIC_MICROBATCH:
-        if (t->lo == 1 || g->rewrites.microbatches == t->lo) return 0;
+    if (t->kind == TACTIC_MICROBATCH && t->lo != 1 && g->rewrites.microbatches != t->lo)
         return ir_errf(err, errlen, "microbatch:%d: the training step was not built for it (model_build_microbatched_step)", t->lo);
-    case TACTIC_DP:
-        if (expand_dp(t, st, out, &n, cap) < 0) goto full;
-        if (!n) return ir_errf(err, errlen, "dp:%s: the graph has no inputs to split", m->names[t->axis]);
-        return n;
-    case TACTIC_MEGATRON: { /* the graph's dims, built once for every state sharing its rules */
-        shard_megatron *own = NULL;
-        const shard_megatron *mg = shard_state_megatron(st);
-        if (!mg) mg = own = shard_megatron_build(g);
-        for (int i = 0; i < mg->n && n >= 0; i++)
-            if (push(out, &n, cap, (shard_decision){SHARD_TILE, (int8_t)mg->dims[i].dim, (int8_t)t->axis, mg->dims[i].value}) < 0)
-                n = -1;
-        int k = mg->n;
-        if (!k && n >= 0) ir_errf(err, errlen, "megatron:%s: %s", m->names[t->axis], mg->why);
-        shard_megatron_free(own);
-        if (n < 0) goto full;
-        return k ? n : -1;
+    return 0; /* (auto; gather: sched_apply sets the state's policy) */
+}
+
+/* megatron:AXIS: the graph's Megatron dims (built once for every state
+ * sharing its rules).  Returns the decisions, or -1 with a message. */
+static int expand_megatron(const tactic *t, const shard_state *st, shard_decision *out, int cap, char *err, size_t errlen)
+{
+    int n = 0;
+    shard_megatron *own = NULL;
+    const shard_megatron *mg = shard_state_megatron(st);
+    if (!mg) mg = own = shard_megatron_build(st->g);
+    for (int i = 0; i < mg->n && n >= 0; i++)
+        if (push(out, &n, cap, (shard_decision){SHARD_TILE, (int8_t)mg->dims[i].dim, (int8_t)t->axis, mg->dims[i].value}) < 0)
+            n = -1;
+    int k = mg->n;
+    if (!k && n >= 0) ir_errf(err, errlen, "megatron:%s: %s", st->mesh.names[t->axis], mg->why);
+    shard_megatron_free(own);
+    if (n < 0) return too_many(cap, err, errlen);
+    return k ? n : -1;
+}
+
+/* ep:AXIS: the experts first (their stamp wins over the tokens' at the
+ * expert einsums), then the batch.  Returns the decisions, or -1 with a
+ * message. */
+static int expand_ep(const tactic *t, const shard_state *st, shard_decision *out, int cap, char *err, size_t errlen)
+{
+    int n = 0;
+    shard_member *dims = ir_xcalloc((size_t)cap + 1, sizeof *dims);
+    char why[160];
+    int k = shard_expert_dims(st->g, shard_state_groups(st), dims, cap, why, sizeof why);
+    for (int i = 0; i < k && n >= 0; i++)
+        if (push(out, &n, cap, (shard_decision){SHARD_TILE, (int8_t)dims[i].dim, (int8_t)t->axis, dims[i].value}) < 0) n = -1;
+    free(dims);
+    if (n < 0) return too_many(cap, err, errlen);
+    if (!k) return ir_errf(err, errlen, "ep:%s: %s", st->mesh.names[t->axis], why);
+    if (expand_dp(t, st, out, &n, cap) < 0) return too_many(cap, err, errlen);
+    return n;
+}
+
+/* tile:NAME:DIM:AXIS and atomic:NAME:AXIS: every argument named like the
+ * pattern.  A glob names params and inputs: optimizer states follow their
+ * param by propagation, and `*` must not pick Adam's m and v on its own; a
+ * state is reached only by its exact name.  Returns the decisions, or -1
+ * with a message. */
+static int expand_named(const tactic *t, const shard_state *st, shard_decision *out, int cap, char *err, size_t errlen)
+{
+    const ir_graph *g = st->g;
+    int glob = strpbrk(t->pattern, "*?[") != NULL, matched = 0, n = 0;
+    for (int v = 0; v < g->n_values; v++) {
+        if (!is_arg(&g->values[v]) || (glob && g->values[v].role == IR_OPT_STATE) || fnmatch(t->pattern, g->values[v].name, 0))
+            continue;
+        matched++;
+        if (t->kind == TACTIC_TILE && t->dim >= g->values[v].rank)
+            return ir_errf(err, errlen, "tile:%s:%d: '%s' has rank %d, no dim %d", t->pattern, t->dim, g->values[v].name,
+                           g->values[v].rank, t->dim);
+        shard_decision d = {t->kind == TACTIC_TILE ? SHARD_TILE : SHARD_ATOMIC, (int8_t)t->dim, (int8_t)t->axis, v};
+        if (push(out, &n, cap, d) < 0) return too_many(cap, err, errlen);
     }
+    if (!matched)
+        return ir_errf(err, errlen, "%s:%s: no argument (param, optimizer state or input) is named like that",
+                       t->kind == TACTIC_TILE ? "tile" : "atomic", t->pattern);
+    return n;
+}
+
+int sched_expand(const tactic *t, const shard_state *st, shard_decision *out, int cap, char *err, size_t errlen)
+{
+    int n = 0;
+    switch (t->kind) {
+    case TACTIC_AUTO:
+    case TACTIC_GATHER:
+    case TACTIC_PIPELINE:
+    case TACTIC_REMAT:
+    case TACTIC_MICROBATCH: return expand_rewrite(t, st->g, &st->mesh, err, errlen);
+    case TACTIC_DP:
+        if (expand_dp(t, st, out, &n, cap) < 0) return too_many(cap, err, errlen);
+        if (!n) return ir_errf(err, errlen, "dp:%s: the graph has no inputs to split", st->mesh.names[t->axis]);
+        return n;
+    case TACTIC_MEGATRON: return expand_megatron(t, st, out, cap, err, errlen);
     case TACTIC_ZERO1:
     case TACTIC_ZERO2:
-        if (expand_dp(t, st, out, &n, cap) < 0 || expand_zero12(t, st, out, &n, cap) < 0) goto full;
+        if (expand_dp(t, st, out, &n, cap) < 0 || expand_zero12(t, st, out, &n, cap) < 0) return too_many(cap, err, errlen);
         return n;
     case TACTIC_ZERO3:
-        if (expand_dp(t, st, out, &n, cap) < 0 || tile_largest(t->axis, IR_PARAM, st, out, &n, cap) < 0) goto full;
+        if (expand_dp(t, st, out, &n, cap) < 0 || tile_largest(t->axis, IR_PARAM, st, out, &n, cap) < 0) return too_many(cap, err, errlen);
         return n;
-    case TACTIC_GROUP:
-        return expand_group(t, st, out, &n, cap, err, errlen) < 0 ? -1 : n;
-    case TACTIC_SP:
-        return expand_sp(t, st, out, &n, cap, err, errlen) < 0 ? -1 : n;
-    case TACTIC_EP: { /* experts first: their stamp wins over the tokens' at the expert einsums */
-        shard_member *dims = ir_xcalloc((size_t)cap + 1, sizeof *dims);
-        char why[160];
-        int k = shard_expert_dims(g, shard_state_groups(st), dims, cap, why, sizeof why);
-        for (int i = 0; i < k && n >= 0; i++)
-            if (push(out, &n, cap, (shard_decision){SHARD_TILE, (int8_t)dims[i].dim, (int8_t)t->axis, dims[i].value}) < 0) n = -1;
-        free(dims);
-        if (n < 0) goto full;
-        if (!k) return ir_errf(err, errlen, "ep:%s: %s", m->names[t->axis], why);
-        if (expand_dp(t, st, out, &n, cap) < 0) goto full;
-        return n;
-    }
+    case TACTIC_GROUP: return expand_group(t, st, out, &n, cap, err, errlen) < 0 ? -1 : n;
+    case TACTIC_SP: return expand_sp(t, st, out, &n, cap, err, errlen) < 0 ? -1 : n;
+    case TACTIC_EP: return expand_ep(t, st, out, cap, err, errlen);
     case TACTIC_TILE:
-    case TACTIC_ATOMIC: {
-        /* A glob names params and inputs: optimizer states follow their param
-         * by propagation, and `*` must not pick Adam's m and v on its own.
-         * A state is reached only by its exact name. */
-        int glob = strpbrk(t->pattern, "*?[") != NULL, matched = 0;
-        for (int v = 0; v < g->n_values; v++) {
-            if (!is_arg(&g->values[v]) || (glob && g->values[v].role == IR_OPT_STATE) || fnmatch(t->pattern, g->values[v].name, 0))
-                continue;
-            matched++;
-            if (t->kind == TACTIC_TILE && t->dim >= g->values[v].rank)
-                return ir_errf(err, errlen, "tile:%s:%d: '%s' has rank %d, no dim %d", t->pattern, t->dim, g->values[v].name,
-                            g->values[v].rank, t->dim);
-            shard_decision d = {t->kind == TACTIC_TILE ? SHARD_TILE : SHARD_ATOMIC, (int8_t)t->dim, (int8_t)t->axis, v};
-            if (push(out, &n, cap, d) < 0) goto full;
-        }
-        if (!matched)
-            return ir_errf(err, errlen, "%s:%s: no argument (param, optimizer state or input) is named like that",
-                        t->kind == TACTIC_TILE ? "tile" : "atomic", t->pattern);
-        return n;
-    }
+    case TACTIC_ATOMIC: return expand_named(t, st, out, cap, err, errlen);
     }
     return 0;
-full:
-    return ir_errf(err, errlen, "tactic expands to more than %d decisions", cap);
 }
 
 int sched_microbatches(const schedule *s)

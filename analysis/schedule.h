@@ -107,6 +107,10 @@ typedef enum {
     TACTIC_PIPELINE,
     TACTIC_SP,
 } tactic_kind;
+/* One more than the last kind (kept out of the enum: -Wswitch-enum stays useful).  A new kind is
+ * appended above and here, and gets its row in schedule.c's tactic_table (a _Static_assert holds
+ * the table to this count): the row is its one spelling. */
+#define TACTIC_N_KINDS (TACTIC_SP + 1)
 
 typedef struct tactic {
     tactic_kind kind;

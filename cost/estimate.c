@@ -588,15 +588,14 @@ static double timed_einsum(const ctx *c, const cost_hw *hw, const spmd_instr *in
     return cost_gemm_time_price(hw, t, c->rate_n, all > 0 ? missed / all : 1) / c->ser;
 }
 
-/* Time of compute instruction `in` run alone, before the cores factor:
- * max(compute, memory) + extras + overhead.  Also its FLOPs and compute part. */
-static double price_compute(ctx *c, const cost_hw *hw, const spmd_instr *in, double *flops_out, double *tf_out)
+/* The local FLOPs of compute instruction in (op o) by its op's FLOP rule
+ * (ops.def): a coefficient times the elements of its result or an operand,
+ * an einsum's contracted dims too, attention's query elements times the keys. */
+static double rule_flops(ctx *c, const spmd_instr *in, const ir_op *o)
 {
     cost_ws *w = c->w;
-    const ir_op *o = &c->p->g->ops[in->op];
     int ob = in->out;
-    double flops = 0, bytes = write_bytes(c, ob);
-    for (int k = 0; k < o->n_in; k++) bytes += read_bytes(c, in->in[k]);
+    double flops = 0;
     switch (w->op_rule[in->op]) {
     case FL_OUT: flops = w->op_coef[in->op] * w->buf_numel[ob]; break;
     case FL_IN0: flops = w->op_coef[in->op] * w->buf_numel[in->in[0]]; break;
@@ -615,6 +614,18 @@ static double price_compute(ctx *c, const cost_hw *hw, const spmd_instr *in, dou
     }
     default: break;
     }
+    return flops;
+}
+
+/* Time of compute instruction `in` run alone, before the cores factor:
+ * max(compute, memory) + extras + overhead.  Also its FLOPs and compute part. */
+static double price_compute(ctx *c, const cost_hw *hw, const spmd_instr *in, double *flops_out, double *tf_out)
+{
+    cost_ws *w = c->w;
+    const ir_op *o = &c->p->g->ops[in->op];
+    int ob = in->out;
+    double flops = rule_flops(c, in, o), bytes = write_bytes(c, ob);
+    for (int k = 0; k < o->n_in; k++) bytes += read_bytes(c, in->in[k]);
     if (ir_op_bytes(o->kind) == IR_BYTES_ROWS) bytes = read_bytes(c, in->in[1]) + 2 * write_bytes(c, ob);
     double peak_rate = hw->vector_flops, tf, tb = c->bw * bytes / hw->mem_bandwidth, extra = 0;
     if (o->kind == IR_OP_EINSUM && hw->n_gemm_times > 0) {
