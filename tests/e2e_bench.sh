@@ -11,15 +11,9 @@
 # most the best expert's step time).
 # Closing line: N passed, N failed[, N skipped].
 set -u
-carve=${CARVE_BIN:-$(dirname "$0")/../build/carve}
-carve=$(cd "$(dirname "$carve")" && pwd)/$(basename "$carve")
-root=${CARVE_ROOT:-$(cd "$(dirname "$0")/.." && pwd)}
+. "$(dirname "$0")/lib_e2e.sh"
+e2e_start
 benchdir=$(dirname "$carve")/bench
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-cd "$tmp" || exit 1
-
-. "$root/tests/lib_e2e.sh"
 
 n=0
 for b in "$root"/bench/bench_*.c; do

@@ -3,13 +3,8 @@
 # commands of the README tour, and bad usage (one clear line, exit code 2).
 # Closing line: N passed, N failed.
 set -u
-carve=${CARVE_BIN:-$(dirname "$0")/../build/carve}
-root=${CARVE_ROOT:-$(cd "$(dirname "$0")/.." && pwd)}
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-cd "$tmp" || exit 1
-
-. "$root/tests/lib_e2e.sh"
+. "$(dirname "$0")/lib_e2e.sh"
+e2e_start
 
 # The tour in README.md, as written there (./build/carve -> the built binary).
 n=0

@@ -12,11 +12,7 @@
 set -u
 # carve-test: frameworks (jaxlib parses the Shardy and XLA exports)
 . "$(dirname "$0")/lib_e2e.sh"
-carve=${CARVE_BIN:-$(dirname "$0")/../build/carve}
-root=${CARVE_ROOT:-$(cd "$(dirname "$0")/.." && pwd)}
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-cd "$tmp" || exit 1
+e2e_start
 
 # name | model | mesh | schedule (all end in auto: autopart writes plans)
 n=0

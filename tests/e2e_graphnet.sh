@@ -9,12 +9,7 @@
 # Closing line: N passed, N failed.
 set -u
 . "$(dirname "$0")/lib_e2e.sh"
-carve=${CARVE_BIN:-$(dirname "$0")/../build/carve}
-carve=$(cd "$(dirname "$carve")" && pwd)/$(basename "$carve")
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-cd "$tmp" || exit 1
-
+e2e_start
 
 while read -r mesh sched; do
     ok "run $mesh $sched" "$carve" run --model gns-tiny --mesh "$mesh" --schedule "$sched" --steps 2

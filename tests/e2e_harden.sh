@@ -5,11 +5,7 @@
 # (, N skipped: the cases this machine cannot set up).
 set -u
 . "$(dirname "$0")/lib_e2e.sh"
-carve=${CARVE_BIN:-$(cd "$(dirname "$0")/.." && pwd)/build/carve}
-root=${CARVE_ROOT:-$(cd "$(dirname "$0")/.." && pwd)}
-tmp=$(mktemp -d)
-trap 'chmod -R u+w "$tmp" 2>/dev/null; rm -rf "$tmp"' EXIT
-cd "$tmp" || exit 1
+e2e_start
 ok_() { pass=$((pass + 1)); }
 no_() { fail=$((fail + 1)); echo "FAIL $1"; shift; [ $# -gt 0 ] && printf '  %s\n' "$@"; }
 

@@ -9,11 +9,7 @@
 # Closing line: N passed, N failed.
 set -u
 . "$(dirname "$0")/lib_e2e.sh"
-carve=${CARVE_BIN:-$(dirname "$0")/../build/carve}
-root=${CARVE_ROOT:-$(cd "$(dirname "$0")/.." && pwd)}
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-cd "$tmp" || exit 1
+e2e_start
 schema() { python3 "$root/tests/plan_schema.py" "$root/docs/output.schema.json" "$@" >schema.txt; }
 figures() { python3 "$root/tests/json_figures.py" "$1" "$2" >fig.txt || { cat fig.txt; return 1; }; }
 # both() NAME ARGS...: the command with and without --json, same exit code, the

@@ -4,14 +4,8 @@
 # remat replayed by carve run, and bad tactics refused with one line.
 # Closing line: N passed, N failed.
 set -u
-carve=${CARVE_BIN:-$(dirname "$0")/../build/carve}
-carve=$(cd "$(dirname "$carve")" && pwd)/$(basename "$carve")
-root=${CARVE_ROOT:-$(cd "$(dirname "$0")/.." && pwd)}
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-cd "$tmp" || exit 1
-
-. "$root/tests/lib_e2e.sh"
+. "$(dirname "$0")/lib_e2e.sh"
+e2e_start
 
 for s in zero1:batch zero2:batch dp:batch,remat:all zero3:batch,remat:0 dp:batch,remat:full zero3:batch,remat:1:full; do
     ok "run $s" "$carve" run --model gpt-tiny --mesh batch=4 --schedule "$s" --steps 2

@@ -9,11 +9,7 @@
 # Closing line: N passed, N failed.
 set -u
 . "$(dirname "$0")/lib_e2e.sh"
-root=$(cd "$(dirname "$0")/.." && pwd)
-carve=${CARVE_BIN:-$root/build/carve}
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-cd "$tmp" || exit 1
+e2e_start
 
 matches() { # matches NAME CMD...: exit 0 and "check: passed"
     if "${@:2}" >out.txt 2>err.txt && grep -q "^check: passed" out.txt; then

@@ -19,11 +19,7 @@
 # missing MPI a skip).  Closing line: N passed, N failed (, N skipped).
 set -u
 . "$(dirname "$0")/lib_e2e.sh"
-carve=${CARVE_BIN:-$(dirname "$0")/../build/carve}
-root=${CARVE_ROOT:-$(cd "$(dirname "$0")/.." && pwd)}
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-cd "$tmp" || exit 1
+e2e_start
 # Open MPI's own start-up allocations are reported as leaks under ASan: not ours
 [ "${CARVE_ASAN:-0}" = 1 ] && export ASAN_OPTIONS="${ASAN_OPTIONS:-}:detect_leaks=0"
 # MPI is a component build.sh installs: when it is missing, or carve was

@@ -24,13 +24,8 @@
 set -u
 # carve-test: frameworks (runs torch 1.13 and 2.13: the fixtures regenerated and compared)
 . "$(dirname "$0")/lib_e2e.sh"
-root=${CARVE_ROOT:-$(cd "$(dirname "$0")/.." && pwd)}
-carve=${CARVE_BIN:-$root/build/carve}
-case $carve in /*) ;; *) carve=$PWD/$carve ;; esac
+e2e_start
 fx=$root/tests/onnx/fixtures
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-cd "$tmp" || exit 1
 [ "${CARVE_ASAN:-0}" = 1 ] && export ASAN_OPTIONS="${ASAN_OPTIONS:-}:detect_leaks=0"
 
 # ---- 1. the fixtures, exported again ------------------------------------------------------------

@@ -9,11 +9,7 @@
 # Closing line: N passed, N failed.
 set -u
 . "$(dirname "$0")/lib_e2e.sh"
-carve=${CARVE_BIN:-$(dirname "$0")/../build/carve}
-carve=$(cd "$(dirname "$carve")" && pwd)/$(basename "$carve")
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-cd "$tmp" || exit 1
+e2e_start
 
 # the 100x100 image over 8 row tiles (blocks of 13 rows, the last with 9)
 unet100=unet-tiny:size=100,batch=6

@@ -20,11 +20,7 @@
 # CARVE_TEST_WITHOUT names mpi.  Closing line: N passed, N failed[, N skipped].
 set -u
 . "$(dirname "$0")/lib_e2e.sh"
-carve=${CARVE_BIN:-$(dirname "$0")/../build/carve}
-root=${CARVE_ROOT:-$(cd "$(dirname "$0")/.." && pwd)}
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-cd "$tmp" || exit 1
+e2e_start
 [ "${CARVE_ASAN:-0}" = 1 ] && export ASAN_OPTIONS="${ASAN_OPTIONS:-}:detect_leaks=0"
 GPT=gpt-tiny:layers=8
 LLAMA=llama-tiny:layers=8

@@ -6,14 +6,8 @@
 # whole in a plan, --pipeline none, and
 # bad pipelines refused with one line.  Closing line: N passed, N failed.
 set -u
-carve=${CARVE_BIN:-$(dirname "$0")/../build/carve}
-carve=$(cd "$(dirname "$carve")" && pwd)/$(basename "$carve")
-root=${CARVE_ROOT:-$(cd "$(dirname "$0")/.." && pwd)}
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-cd "$tmp" || exit 1
-
-. "$root/tests/lib_e2e.sh"
+. "$(dirname "$0")/lib_e2e.sh"
+e2e_start
 
 model=gpt:layers=4,hidden=64,heads=4,seq=16,batch=16,vocab=128
 # carve cost: the schedule simulated, one row per stage; M auto: a micro-batch the data axis divides

@@ -7,11 +7,7 @@
 # Closing line: N passed, N failed.
 set -u
 . "$(dirname "$0")/lib_e2e.sh"
-carve=${CARVE_BIN:-$(dirname "$0")/../build/carve}
-root=${CARVE_ROOT:-$(cd "$(dirname "$0")/.." && pwd)}
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-cd "$tmp" || exit 1
+e2e_start
 check() { # check NAME CONDITION-EXIT-CODE
     if [ "$2" = 0 ]; then pass=$((pass + 1)); else fail=$((fail + 1)); echo "FAIL $1"; fi
 }

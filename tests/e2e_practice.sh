@@ -10,12 +10,8 @@
 # Closing line: N passed, N failed (, N skipped).
 set -u
 . "$(dirname "$0")/lib_e2e.sh"
-root=${CARVE_ROOT:-$(cd "$(dirname "$0")/.." && pwd)}
-carve=${CARVE_BIN:-$root/build/carve}
+e2e_start
 py=${CARVE_PYTHON:-python3}
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-cd "$tmp" || exit 1
 
 # text: one "links" line per axis, the throughput line, in cost, autopart and explain
 m=gpt:layers=2,hidden=256,heads=8,seq=128,batch=32,vocab=512

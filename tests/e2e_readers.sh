@@ -13,13 +13,8 @@
 # Every command runs under `timeout -s KILL` so a hang that comes back fails
 # the case instead of the suite.  Closing line: N passed, N failed (, N skipped).
 set -u
-root=${CARVE_ROOT:-$(cd "$(dirname "$0")/.." && pwd)}
-carve=${CARVE_BIN:-$root/build/carve}
-case $carve in /*) ;; *) carve=$PWD/$carve ;; esac
-. "$root/tests/lib_e2e.sh"
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-cd "$tmp" || exit 1
+. "$(dirname "$0")/lib_e2e.sh"
+e2e_start
 c=(timeout -s KILL 20 "$carve")
 seeds=$root/fuzz/seeds/onnx
 # gone NAME FILE...: none of the files was written

@@ -14,11 +14,7 @@
 # Closing line: N passed, N failed (, N skipped).
 set -u
 . "$(dirname "$0")/lib_e2e.sh"
-carve=${CARVE_BIN:-$(dirname "$0")/../build/carve}
-root=${CARVE_ROOT:-$(cd "$(dirname "$0")/.." && pwd)}
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-cd "$tmp" || exit 1
+e2e_start
 
 "$carve" autopart --model gpt-tiny --mesh batch=2,model=2 --schedule dp:batch,megatron:model,zero3:batch,auto \
     --budget 5 --quiet --out plan.json >/dev/null 2>&1

@@ -5,10 +5,7 @@
 # pricing flags in autopart --help.  Closing line: N passed, N failed.
 set -u
 . "$(dirname "$0")/lib_e2e.sh"
-carve=${CARVE_BIN:-$(dirname "$0")/../build/carve}
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-cd "$tmp" || exit 1
+e2e_start
 "$carve" --version >out.txt; check "--version exits 0" $?
 grep -q "^carve [0-9]*\.[0-9]*\.[0-9]* (plans carve-plan/2" out.txt; check "--version says the version and plan format" $?
 "$carve" help autopart >out.txt; check "help autopart" $?

@@ -7,6 +7,18 @@
 # A negative check (this text must not appear) passes on an empty output:
 # pair it with a positive one on the same output.
 pass=0 fail=0 skip=0
+# e2e_start: the prologue every end-to-end script shares (call it first): $root (the tree:
+# CARVE_ROOT, else the script's), $carve (CARVE_BIN, else build/carve; made absolute, since the
+# script works in $tmp), $tmp (a new folder, removed when the script exits, made writable first:
+# a test may take write permission away) and the script's working folder there.
+e2e_start() {
+    root=${CARVE_ROOT:-$(cd "$(dirname "${BASH_SOURCE[1]}")/.." && pwd)}
+    carve=${CARVE_BIN:-$root/build/carve}
+    carve=$(cd "$(dirname "$carve")" && pwd)/$(basename "$carve")
+    tmp=$(mktemp -d)
+    trap 'chmod -R u+w "$tmp" 2>/dev/null; rm -rf "$tmp"' EXIT
+    cd "$tmp" || exit 1
+}
 ok() { # ok NAME CMD...: exit 0
     if "${@:2}" >out.txt 2>err.txt; then pass=$((pass + 1)); else fail=$((fail + 1)); echo "FAIL $1: exit $?"; head -5 err.txt; fi
 }
