@@ -4,10 +4,11 @@
 # longest first: LINES FILE:LINE NAME.  A function's lines are its body's, from
 # its opening brace to its closing one (each at column 0, as carve's style writes
 # them), both included; FILE:LINE is where its signature starts.
-# Usage: tools/fnlen.sh [N [FOLDER...]]   (N rows, default 20; default folders: the library's)
+# Usage: tools/fnlen.sh [N [FOLDER...]]   (N rows, default 20; default folders: the library's;
+#        FNLEN_ROOT=DIR scans the tree at DIR instead of this one)
 #        tools/fnlen.sh --over 60 [FOLDER...]   every function over 60 lines
 set -u
-cd "$(dirname "$0")/.."
+cd "${FNLEN_ROOT:-$(dirname "$0")/..}"
 over=0 most=20
 if [ "${1:-}" = --over ]; then over=$2; most=1000000; shift 2
 elif [ $# -gt 0 ]; then most=$1; shift; fi

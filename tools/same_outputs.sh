@@ -13,6 +13,7 @@
 #     import/NAME*.      `carve import` of every ONNX fixture (tests/onnx/fixtures, regress):
 #                        the graph file, with --weights too, stdout, stderr and the exit code
 #     counts.txt         the grep counts of issue 45 (with the lines counted), from the tree
+#                        (tools/same_outputs.sh counts [REV]: of the tree, or of a revision)
 #     fnlen.txt          every function of the library, longest first (tools/fnlen.sh)
 #     duplicates.txt     `duplicates --most 200` of the whole tree (when the tool is there;
 #                        CARVE_SAME_NODUP=1 leaves it out)
@@ -64,31 +65,41 @@ record() { # $1 = output folder, $2 = build folder
     echo "same_outputs: recorded in $out ($n cost cases, $(ls "$out"/import/*.rc | wc -l) imports)" >&2
 }
 
-# The library's C (not tests/, bench/, fuzz/), or only the paths named:
-# lib_grep LABEL REGEX [PATHSPEC...]
+# The library's C (not tests/, bench/, fuzz/) at revision $rev (empty: the
+# working tree), or only the paths named: lib_grep LABEL REGEX [PATHSPEC...]
 lib_grep() {
     local label=$1 re=$2 spec=('*.c' '*.h') s; shift 2
     for s in "$@"; do [[ "$s" == :!* ]] || spec=(); done  # paths named: only those
-    local lines; lines=$(cd "$root" && git grep -nE "$re" -- "${spec[@]}" ':!tests' ':!bench' ':!fuzz' "$@")
+    local lines; lines=$(cd "$root" && git grep -nE "$re" $rev -- "${spec[@]}" ':!tests' ':!bench' ':!fuzz' "$@" | sed "s/^$rev://")
     echo "$label: $(echo -n "$lines" | grep -c .) lines in $(echo -n "$lines" | cut -d: -f1 | sort -u | grep -c .) files"
     [ -n "$lines" ] && echo "$lines" | cut -c1-200 | sed 's/^/    /'
 }
 
+# Issue 45's counts, of the working tree or of revision $1 (the function
+# lengths of a revision: its tree unpacked in a temporary folder).
 counts() {
-    local own=(':!analysis/pipeline*' ':!analysis/pipe_lower.c' ':!cost/pipeline*' ':!exec/spmd_pipe.c')
-    lib_grep "callers that branch on a pipeline (if/?/while on piped, ->pipe, pp; outside analysis/pipeline*, analysis/pipe_lower.c, cost/pipeline*, exec/spmd_pipe.c)" \
-        '(\bif \(|\bwhile \(|\?).*(\bpiped\b|->pipe\b|\.pipe\b|\bpp\b|->pp\b|\.pp\b)' "${own[@]}"
+    local rev=${1:-} own=(':!analysis/pipeline*' ':!analysis/pipe_lower.c' ':!cost/pipeline*' ':!exec/spmd_pipe.c')
+    # a condition (if, while, &&, ||, ?:) on whether a pipeline is there: piped, a pipe or pp
+    # pointer or field, its program, as a truth value or against NULL
+    local b='!?([a-z_]+(->|\.))*(piped|pipe|pp)(\.prog)?'
+    lib_grep "callers that branch on a pipeline (a condition on piped, ->pipe, pp; outside analysis/pipeline*, analysis/pipe_lower.c, cost/pipeline*, exec/spmd_pipe.c)" \
+        "(\bif \(|\bwhile \(|&& *|\|\| *)$b *(\)|&&|\|\|)|(^|[^a-z_>.])$b *\?|$b *[!=]= *NULL" "${own[@]}"
     lib_grep "lines naming 'piped' (the issue's word; same files left out)" '\bpiped\b' "${own[@]}"
-    lib_grep "calls of the pipelined pricer or lowering (cost_price_pipelined, pipe_lower; same files left out)" \
-        '\b(cost_price_pipelined|pipe_lower)\(' "${own[@]}"
+    lib_grep "calls of a pipelined pricer, lowering or runtime by name (cost_price_pipelined, cost_estimate_pipeline, exec_pipe_new, session_run_open_pipe, autopart_pricer_set_pipeline; same files left out)" \
+        '\b(cost_price_pipelined|cost_estimate_pipeline|exec_pipe_new|session_run_open_pipe|autopart_pricer_set_pipeline)\(' "${own[@]}"
     lib_grep "name-prefix tests on values (str*cmp/strstr of a value's name against a literal with a '/')" \
         '(strn?cmp|strstr)\((g->values\[[^]]*\]\.name|nm\b[^,]*|[a-z_]+->name)[^,]*, *"[^"]*/[^"]*"'
     lib_grep "tactic text spliced (strchr on tactics)" 'strchr\([a-z_>.-]*tactics'
     lib_grep "strcmp on op names in onnx/ emitters and folders (op, op_type; switch on op[0])" \
         '\bstrn?cmp\((op|[a-z_]+->op_type)\b|switch \(op\[0\]\)' 'onnx/emit*.c' 'onnx/fold.c'
+    lib_grep "strcmp on op names anywhere in onnx/ (op, op_type; switch on op[0])" \
+        '\bstrn?cmp\((op|[a-z_]+->op_type)\b|switch \(op\[0\]\)' 'onnx/*.c'
     lib_grep "every strcmp in onnx/ emitters and folders" '\bstrcmp\(' 'onnx/emit*.c' 'onnx/fold.c'
-    echo "functions over 60 lines (tools/fnlen.sh --over 60): $("$root/tools/fnlen.sh" --over 60 | wc -l); in cost/ and analysis/: $("$root/tools/fnlen.sh" --over 60 cost analysis | wc -l)"
-    "$root/tools/fnlen.sh" --over 60 | sed 's/^/    /'
+    local tree=$root dir=""
+    if [ -n "$rev" ]; then dir=$(mktemp -d) && (cd "$root" && git archive "$rev" | tar -x -C "$dir") && tree=$dir; fi
+    echo "functions over 60 lines (tools/fnlen.sh --over 60): $(FNLEN_ROOT=$tree "$root/tools/fnlen.sh" --over 60 | wc -l); in cost/ and analysis/: $(FNLEN_ROOT=$tree "$root/tools/fnlen.sh" --over 60 cost analysis | wc -l)"
+    FNLEN_ROOT=$tree "$root/tools/fnlen.sh" --over 60 | sed 's/^/    /'
+    [ -z "$dir" ] || rm -rf "$dir"
 }
 
 # The price logs of $1 and $2: the one-thread search's lines byte for byte,
@@ -133,6 +144,6 @@ compare() { # $1 = before, $2 = after
 case "${1:-}" in
 record) [ $# -ge 2 ] || { echo "usage: tools/same_outputs.sh record DIR [BUILD]" >&2; exit 2; }; record "$2" "${3:-}" ;;
 compare) [ $# -eq 3 ] || { echo "usage: tools/same_outputs.sh compare BEFORE AFTER" >&2; exit 2; }; compare "$2" "$3" ;;
-counts) counts ;;
-*) echo "usage: tools/same_outputs.sh record DIR [BUILD] | compare BEFORE AFTER | counts" >&2; exit 2 ;;
+counts) counts "${2:-}" ;;
+*) echo "usage: tools/same_outputs.sh record DIR [BUILD] | compare BEFORE AFTER | counts [REV]" >&2; exit 2 ;;
 esac
