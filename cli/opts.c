@@ -205,6 +205,8 @@ int cli_parse(const cli_command *c, int argc, char **argv, cli_opts *o)
     o->threads = 1;
     o->steps = 1;
     o->optimizer = "adam";
+    uint64_t seen = 0; /* the flags with a value given so far, by index */
+    _Static_assert(sizeof flags / sizeof flags[0] <= 64, "seen holds a bit a flag");
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i], *eq;
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
@@ -230,8 +232,15 @@ int cli_parse(const cli_command *c, int argc, char **argv, cli_opts *o)
             cli_error("%s: option %s needs a value", c->name, flag);
             return CLI_BAD_INPUT;
         }
-        for (size_t k = 0; k < sizeof flags / sizeof flags[0]; k++)
-            if (!strcmp(flag, flags[k].name) && set_flag(c->name, &flags[k], val, o) < 0) return CLI_BAD_INPUT;
+        for (size_t k = 0; k < sizeof flags / sizeof flags[0]; k++) {
+            if (strcmp(flag, flags[k].name)) continue;
+            if (seen >> k & 1) { /* the last one won before: --out a.json ... --out b.json wrote b.json alone */
+                cli_error("%s: %s given twice", c->name, flag);
+                return CLI_BAD_INPUT;
+            }
+            seen |= 1ull << k;
+            if (set_flag(c->name, &flags[k], val, o) < 0) return CLI_BAD_INPUT;
+        }
     }
     return 0;
 }

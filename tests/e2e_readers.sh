@@ -116,6 +116,9 @@ full full-shard "${c[@]}" shard --model mlp-tiny --mesh d=2 --schedule dp:d
 pipe=(--model gpt-tiny:layers=4 --mesh pipe=2 --summary)
 bad split-wraps "SPLIT: a layer count of more than 6 digits" "${c[@]}" shard "${pipe[@]}" --schedule pipeline:pipe:2:1f1b:4294967298/2
 bad sixth-field "more than 5 fields joined by ':'" "${c[@]}" shard "${pipe[@]}" --schedule pipeline:pipe:2:1f1b:2/2:junk
+# a flag given twice: the last one won silently (--out a.json ... --out b.json wrote b.json alone)
+bad flag-twice "autopart: --out given twice" "${c[@]}" autopart --model mlp-tiny --mesh d=2 --budget 5 --quiet --out a.json --out b.json
+gone flag-twice-nothing-written a.json b.json
 bad seeds-past-range "--seed 9223372036854775807 with --seeds 3" "${c[@]}" autopart --model mlp-tiny --mesh d=2 --budget 5 --seed 9223372036854775807 --seeds 3 --quiet
 # --time bounds autopart's pipeline level too (--time 2 took 13-25 s before): past the deadline its
 # candidates are not priced, and the report says so
