@@ -402,10 +402,11 @@ static const char *loss_source(ox_ctx *c, char *kind, size_t klen, char *second,
         if (!o->name || !t || t->value_case != ONNX__TYPE_PROTO__VALUE_TENSOR_TYPE || !t->tensor_type) continue;
         const Onnx__TypeProto__Tensor *tt = t->tensor_type;
         if (!ox_type_is_float(tt->has_elem_type ? tt->elem_type : 0) || !tt->shape) continue;
-        int64_t n = 1;
+        int scalar = 1; /* every dim 1 (a symbolic one is not): the product would overflow on a file's dims */
         for (size_t d = 0; d < tt->shape->n_dim; d++)
-            n *= tt->shape->dim[d]->value_case == ONNX__TENSOR_SHAPE_PROTO__DIMENSION__VALUE_DIM_VALUE ? tt->shape->dim[d]->dim_value : 2;
-        if (n == 1) return o->name;
+            scalar &= tt->shape->dim[d]->value_case == ONNX__TENSOR_SHAPE_PROTO__DIMENSION__VALUE_DIM_VALUE &&
+                      tt->shape->dim[d]->dim_value == 1;
+        if (scalar) return o->name;
     }
     ox_fail(c, "the graph has no scalar float output to train on: export the module with its loss, or give --loss "
                "cross_entropy:OUTPUT or mse:OUTPUT");
@@ -417,9 +418,9 @@ static const char *loss_source(ox_ctx *c, char *kind, size_t klen, char *second,
  * initializer; they stay constants (a module's scalar parameter too). */
 static int one_element(const Onnx__TensorProto *p)
 {
-    int64_t n = 1;
-    for (size_t d = 0; d < p->n_dims; d++) n *= p->dims[d] > 0 ? p->dims[d] : 0;
-    return n == 1;
+    int one = 1; /* every dim 1 (fuzz_onnx: the product of a file's dims overflowed, undefined behaviour) */
+    for (size_t d = 0; d < p->n_dims; d++) one &= p->dims[d] == 1;
+    return one;
 }
 
 /* Marks what the loss depends on differentiably, then makes params of the
