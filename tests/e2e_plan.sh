@@ -31,8 +31,10 @@ while IFS= read -r flags; do
     i=$((i + 1))
     model=gpt-tiny
     case $flags in model=*) model=${flags%% *}; model=${model#model=}; flags=${flags#* } ;; esac
+    sched="--schedule dp:batch,auto" # a line's own --schedule replaces it (a flag given twice is refused)
+    case $flags in *--schedule*) sched= ;; esac
     # shellcheck disable=SC2086
-    "$carve" autopart --model $model --mesh batch=2,model=2 --schedule dp:batch,auto --budget 60 --quiet \
+    "$carve" autopart --model $model --mesh batch=2,model=2 $sched --budget 60 --quiet \
         $flags --out rt$i.json >auto.txt 2>&1
     rc=$?
     "$carve" explain rt$i.json >explain.txt 2>&1
