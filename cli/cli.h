@@ -41,6 +41,7 @@ typedef struct cli_opts {
     const char *dims, *loss, *frozen; /* an ONNX file's import options (--dim, --loss, --frozen) */
     const char *attention;            /* a graph file's attention: fused or materialized (--attention) */
     int weights;           /* import: write the params' values too */
+    const char *inputs;    /* carve run: the user's batch (session_inputs_attach) */
 } cli_opts;
 
 /* One subcommand: its name, the flags it accepts (space-separated, e.g.

@@ -35,7 +35,7 @@ static void show(const cli_opts *o, session_run *r, int part)
  * or NULL) checked against its reference (ref, taken over; NULL: its own
  * step); the predictions shown are priced on hw. */
 static int run_checked(const cli_opts *o, session_world *w, const pipe_program *pp, ir_graph *ref, const char *cfg,
-                       const plan *pl, const cost_hw *hw)
+                       const plan *pl, const cost_hw *hw, const char *inputs)
 {
     char err[4096];
     session_run *r;
@@ -44,7 +44,7 @@ static int run_checked(const cli_opts *o, session_world *w, const pipe_program *
     say(err);
     if (rc) return rc;
     session_run_set_hw(r, hw);
-    session_run_describe(r, &(session_run_shown){o->schedule, o->optimizer, o->steps, pl ? o->plan : NULL, pl});
+    session_run_describe(r, &(session_run_shown){o->schedule, o->optimizer, o->steps, pl ? o->plan : NULL, pl, inputs});
     show(o, r, VIEW_RUN_HEAD);
     if ((rc = session_run_start(r, err, sizeof err))) {
         say(err);
@@ -73,11 +73,28 @@ static int run_checked(const cli_opts *o, session_world *w, const pipe_program *
     return rc;
 }
 
+/* --inputs: the user's batch attached to g's inputs (a plain step's: a
+ * pipeline's body or a step of micro-batches holds one micro-batch's). */
+static int attach_inputs(const cli_opts *o, ir_graph *g, const pipe_spec *ps, char *note, size_t n)
+{
+    char err[1024];
+    if (ps->microbatches >= 1 || g->rewrites.microbatches > 1) {
+        cli_error("run: --inputs gives the whole batch of a plain step; this step is built at the micro-batch (%s)",
+                  ps->microbatches >= 1 ? "a pipeline" : "microbatch:");
+        return -1;
+    }
+    if (session_inputs_attach(g, o->inputs, note, n, err, sizeof err) < 0) {
+        cli_error("run: --inputs %s", err);
+        return -1;
+    }
+    return 0;
+}
+
 /* Runs st's step: lowered under ps (a pipeline: an auto split balanced on
  * hw, checked against the unrolled step of `model` at its micro-batches),
  * run and checked. */
 static int run_lowered(const cli_opts *o, session_world *w, shard_state *st, const pipe_spec *ps, const char *model,
-                       const char *cfg, const plan *pl, const cost_hw *hw)
+                       const char *cfg, const plan *pl, const cost_hw *hw, const char *inputs)
 {
     char err[1024];
     session_run_program rp;
@@ -85,7 +102,7 @@ static int run_lowered(const cli_opts *o, session_world *w, shard_state *st, con
         cli_error("run: %s", err);
         return CLI_BAD_INPUT;
     }
-    int rc = run_checked(o, w, &rp.pp, rp.ref, cfg, pl, hw);
+    int rc = run_checked(o, w, &rp.pp, rp.ref, cfg, pl, hw, inputs);
     rp.ref = NULL; /* taken over by the run */
     session_run_program_free(&rp);
     return rc;
@@ -129,8 +146,10 @@ static int run_plan(const cli_opts *o, session_world *w, const cost_hw *hw)
         snprintf(label, sizeof label, "%s (plan %s)", pl.model[0] ? pl.model : pl.graph_file, o->plan);
         cli_opts with_schedule = *o;
         with_schedule.schedule = pl.schedule;
+        char inputs[1200] = "";
         if (has < 0) cli_error("run: %s", err);
-        else rc = run_lowered(&with_schedule, w, st, &ps, pl.model, label, &pl, hw);
+        else if (!o->inputs || attach_inputs(o, g, &ps, inputs, sizeof inputs) == 0)
+            rc = run_lowered(&with_schedule, w, st, &ps, pl.model, label, &pl, hw, o->inputs ? inputs : NULL);
     }
     shard_state_free(st);
     ir_free(g);
@@ -171,8 +190,10 @@ static int run_schedule(const cli_opts *o, session_world *w, const cost_hw *hw)
     pipe_spec ps;
     int rc = CLI_BAD_INPUT;
     shard_state *st = session_run_state(g, &mesh, &sc, &ps, err, sizeof err);
+    char inputs[1200] = "";
     if (!st) cli_error("run: %s", err);
-    else rc = run_lowered(o, w, st, &ps, o->model, cfg, NULL, hw);
+    else if (!o->inputs || attach_inputs(o, g, &ps, inputs, sizeof inputs) == 0)
+        rc = run_lowered(o, w, st, &ps, o->model, cfg, NULL, hw, o->inputs ? inputs : NULL);
     shard_state_free(st);
     ir_free(g);
     return rc;

@@ -118,7 +118,7 @@ static const cli_command commands[] = {
      "  --to torch    a Python module: DeviceMesh and DTensor placements per value\n"
      "  --out FILE    write FILE (atomically) instead of stdout; docs/export.md has an example of each\n",
      cmd_export},
-    {"run", "--model --graph --mesh --schedule --plan --shrink --steps --seed --optimizer --backend --hw --json --dim --loss --frozen --attention",
+    {"run", "--model --graph --mesh --schedule --plan --shrink --steps --seed --optimizer --backend --hw --json --dim --loss --frozen --attention --inputs",
      "run a sharded training step on simulated devices and check it against the single-device reference",
      "usage: carve run (--model SPEC | --graph FILE) --mesh MESH --schedule SCHEDULE [--steps N] [--seed N]\n"
      "                 [--optimizer adam|sgd] [--hw PROFILE] [--json]\n"
@@ -140,7 +140,11 @@ static const cli_command commands[] = {
      "                       (default: the cpu preset, nominal figures; docs/run.md)\n"
      "  --backend threads|mpi  threads: every device a thread of this process (default); mpi: one device\n"
      "                       per MPI rank, e.g. mpirun -n 4 carve run --plan p.json --backend mpi (docs/run.md)\n"
-     "  --json               print a carve-run/1 document at the end instead of text (docs/json-output.md)\n"
+     "  --json               print a carve-run/1 document at the end instead of text (docs/json-output.md):\n"
+     "                       each step's losses and every param's gradient norm\n"
+     "  --inputs FILE        the batch for every input of the step, by name, instead of seeded values:\n"
+     "                       an .npz (np.savez), an ONNX GraphProto of initializers, or a folder of\n"
+     "                       TensorProto .pb files (docs/run.md); a plain step (no pipeline, no microbatch:)\n"
      "  an ONNX file (--graph FILE.onnx, or a plan made from one) runs from the file's weights\n"
      "prints each step's loss from both executors, per-device timings and bytes moved, and the check:\n"
      "the loss and every updated param and optimizer state within 1e-4 of the reference, relative to\n"

@@ -152,6 +152,7 @@ static const struct flag {
     {"--dim", FLAG_TEXT, offsetof(cli_opts, dims), NULL, NULL, NULL, 0, 0},
     {"--loss", FLAG_TEXT, offsetof(cli_opts, loss), NULL, NULL, NULL, 0, 0},
     {"--frozen", FLAG_TEXT, offsetof(cli_opts, frozen), NULL, NULL, NULL, 0, 0},
+    {"--inputs", FLAG_TEXT, offsetof(cli_opts, inputs), NULL, NULL, NULL, 0, 0},
     {"--attention", FLAG_TEXT, offsetof(cli_opts, attention), "fused materialized", "fused or materialized", NULL, 0, 0},
 };
 

@@ -263,6 +263,11 @@ typedef struct exec_spmd_check {
     double *rel;                         /* last step, per graph output (the loss: loss_rel) */
     const ir_graph *g;
     uint8_t **noise;                     /* per param with state: elements below the floor this step */
+    double largest_update;               /* last step: the largest change of any param element in the
+                                            reference's update (under SGD: lr times the model's largest
+                                            gradient) */
+    int n_update_scaled;                 /* last step: updated params measured against largest_update,
+                                            their own largest magnitude being smaller */
 } exec_spmd_check;
 
 /* Prepares c for graph g.  Returns 0 or -1 with a message (out of memory). */

@@ -172,9 +172,10 @@ int exec_spmd_check_ok(const exec_spmd_check *c, double tol)
  * is not finite in either (NaN, an infinity) counts as infinitely wrong,
  * even where both agree: NaN against NaN proves nothing (a loss of NaN
  * passed the check before).  Elements with skip[i] set are not compared
- * (skip NULL: none); counts go to *compared and *excluded. */
+ * (skip NULL: none); counts go to *compared and *excluded.  *magnitude: in,
+ * a floor under max|ref| (0: none); out, the magnitude divided by. */
 static double rel_error(const float *x, const float *ref, int64_t n, const uint8_t *skip, int64_t *compared,
-                        int64_t *excluded)
+                        int64_t *excluded, double *magnitude)
 {
     double diff = 0, mag = 0;
     for (int64_t i = 0; i < n; i++) {
@@ -189,7 +190,32 @@ static double rel_error(const float *x, const float *ref, int64_t n, const uint8
         else d = fabs((double)x[i] - (double)ref[i]);
         if (d > diff) diff = d;
     }
+    if (*magnitude > mag) mag = *magnitude; /* the caller's floor (a param: the largest update) */
+    else *magnitude = mag;
     return mag > 0 ? diff / mag : diff;
+}
+
+/* The largest change of any param element in the reference's step: each
+ * updated param's output against its argument.  An update carries its
+ * gradient's rounding error (under SGD lr times it), so a param whose values
+ * are all smaller than this (a zero-initialised bias after a few steps,
+ * whose gradient may be zero in exact arithmetic and rounding noise as
+ * computed: BERT's key bias) is measured against it: its gradient against the
+ * gradient scale of the whole model (docs/run.md). */
+static double largest_update(const ir_graph *g, exec_ref *ref)
+{
+    double u = 0;
+    for (int i = 0; i < g->n_outputs; i++) {
+        const ir_output *o = &g->outputs[i];
+        if (o->updates < 0 || g->values[o->updates].role != IR_PARAM || g->values[o->value].dtype == IR_I32) continue;
+        const float *after = exec_ref_data(ref, o->value), *before = exec_ref_data(ref, o->updates);
+        if (!after || !before) continue;
+        for (int64_t k = 0; k < ir_numel(&g->values[o->value]); k++) {
+            double d = fabs((double)after[k] - (double)before[k]);
+            if (isfinite(d) && d > u) u = d;
+        }
+    }
+    return u;
 }
 
 /* Marks, for every param with optimizer state, the elements whose reference
@@ -248,6 +274,8 @@ int exec_spmd_compare(exec_spmd *r, exec_ref *ref, exec_spmd_check *c, char *err
     mark_noise(c, ref);
     c->steps++;
     c->n_compared = c->n_excluded = 0;
+    c->largest_update = largest_update(g, ref);
+    c->n_update_scaled = 0;
     c->digest = IR_FNV_OFFSET;
     for (int ri = 0; ri < rg->n_outputs; ri++) {
         int i = ref_output(c, rg, ri);
@@ -275,9 +303,13 @@ int exec_spmd_compare(exec_spmd *r, exec_ref *ref, exec_spmd_check *c, char *err
         const uint8_t *skip = NULL;
         if (param >= 0 && c->noise[param] && ir_numel(&g->values[param]) == n) skip = c->noise[param];
         int64_t compared = 0, excluded = 0;
-        double e;
+        int is_param = o->updates >= 0 && g->values[o->updates].role == IR_PARAM;
+        double e, floor = is_param ? c->largest_update : 0, mag = floor;
         if (v->dtype == IR_I32) e = memcmp(tmp, want, (size_t)n * 4) ? 1.0 : 0.0;
-        else e = rel_error(tmp, want, n, skip, &compared, &excluded);
+        else {
+            e = rel_error(tmp, want, n, skip, &compared, &excluded, &mag);
+            c->n_update_scaled += is_param && floor > 0 && mag == floor;
+        }
         if (isnan(e)) e = INFINITY;
         c->rel[i] = e;
         if (o->value == g->loss) {

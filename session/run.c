@@ -389,5 +389,6 @@ void session_run_free(session_run *r)
     exec_spmd_free(r->rt);
     exec_ref_free(r->ref);
     ir_free(r->ref_g);
+    free(r->grad_value);
     free(r);
 }

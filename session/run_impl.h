@@ -21,6 +21,7 @@ struct session_run {
     const cost_hw *hw;      /* the predictions' profile (the caller's), or NULL: the `cpu` preset */
     view_run v;             /* the run's explanation (run_view.c) */
     view_explanation x;     /* kind VIEW_RUN, x.run = &v */
+    int *grad_value;        /* per view_run param: the check graph's value holding its gradient */
 };
 
 /* Records step `step` just run (times t, the check's losses) in r->v. */

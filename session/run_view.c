@@ -8,6 +8,7 @@
 
 #include "cost/pipeline.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -28,6 +29,7 @@ void session_run_describe(session_run *r, const session_run_shown *s)
     v->spmd_bytes = (double)r->mem.spmd;
     v->stages_differ = r->mem.spmd < r->mem.device * (size_t)r->p->mesh.n_devices;
     v->plan_path = s->plan_path;
+    v->inputs = s->inputs;
     v->plan_predicted = s->pl && s->pl->has_predicted;
     if (v->plan_predicted) {
         v->plan_step_s = s->pl->predicted.step_time;
@@ -48,6 +50,41 @@ const view_explanation *session_run_view(session_run *r, int part)
     return &r->x;
 }
 
+/* The params of the check's graph and the value holding each one's
+ * gradient (the last one made: a step of micro-batches sums them). */
+static void find_params(session_run *r)
+{
+    view_run *v = &r->v;
+    const ir_graph *g = session_run_check_graph(r);
+    int *grad = ir_xcalloc((size_t)g->n_values + 1, sizeof *grad);
+    for (int x = 0; x < g->n_values; x++)
+        if (g->values[x].grad_of >= 0 && g->values[x].dtype != IR_I32) grad[g->values[x].grad_of] = x + 1;
+    v->param_names = ir_xcalloc((size_t)g->n_values + 1, sizeof *v->param_names);
+    r->grad_value = ir_xcalloc((size_t)g->n_values + 1, sizeof *r->grad_value);
+    for (int p = 0; p < g->n_values; p++) {
+        if (g->values[p].role != IR_PARAM || !grad[p]) continue;
+        v->param_names[v->n_params] = g->values[p].name;
+        r->grad_value[v->n_params++] = grad[p] - 1;
+    }
+    free(grad);
+}
+
+/* Each param's gradient norm in this step's reference (the root's). */
+static double *grad_norms(session_run *r)
+{
+    if (!r->ref) return NULL;
+    if (!r->v.param_names) find_params(r);
+    const ir_graph *g = session_run_check_graph(r);
+    double *n = ir_xcalloc((size_t)r->v.n_params + 1, sizeof *n);
+    for (int i = 0; i < r->v.n_params; i++) {
+        const float *d = exec_ref_data(r->ref, r->grad_value[i]);
+        double s = 0;
+        for (int64_t k = 0; d && k < ir_numel(&g->values[r->grad_value[i]]); k++) s += (double)d[k] * d[k];
+        n[i] = sqrt(s);
+    }
+    return n;
+}
+
 void session_run_record_step(session_run *r, int64_t step, const session_step_times *t)
 {
     view_run *v = &r->v;
@@ -55,7 +92,7 @@ void session_run_record_step(session_run *r, int64_t step, const session_step_ti
         v->cap_steps = v->cap_steps ? 2 * v->cap_steps : 8;
         v->steps = ir_xrealloc(v->steps, (size_t)v->cap_steps * sizeof *v->steps);
     }
-    v->steps[v->n_steps++] = (view_run_step){step, r->c.loss_ref, r->c.loss, r->c.loss_rel, t->ref_s, t->spmd_s};
+    v->steps[v->n_steps++] = (view_run_step){step, r->c.loss_ref, r->c.loss, r->c.loss_rel, t->ref_s, t->spmd_s, grad_norms(r)};
 }
 
 /* Per device its times and bytes; compute per op kind and the fused groups
@@ -200,6 +237,8 @@ static void checks(session_run *r)
         .n_excluded = c->n_excluded,
         .n_compared = c->n_compared,
         .noise_floor = EXEC_SPMD_NOISE_FLOOR,
+        .largest_update = c->largest_update,
+        .n_update_scaled = c->n_update_scaled,
         .digest = c->digest,
         .passed = session_run_ok(r),
     };

@@ -419,6 +419,14 @@ int session_run_price_program(const pipe_program *pp, const cost_hw *hw, struct 
 int64_t session_run_largest_sum(const session_run *r);
 /* ---- the run's explanation (run_view.c, view/run.h) ---- */
 
+/* The user's batch for a run (carve run --inputs, inputs.c): every input of
+ * g (IR_INPUT) gets the elements of the tensor of its name in path (an .npz
+ * of np.savez, an ONNX GraphProto whose initializers are the tensors, or a
+ * folder of ONNX TensorProto files; docs/run.md), at its exact shape.
+ * note gets "PATH (N inputs; M other tensors ignored)".  0, or -1 with one
+ * line in err. */
+int session_inputs_attach(ir_graph *g, const char *path, char *note, size_t note_len, char *err, size_t errlen);
+
 /* What the command shows of a run's inputs. */
 typedef struct session_run_shown {
     const char *schedule;   /* the schedule as the command shows it */
@@ -426,6 +434,7 @@ typedef struct session_run_shown {
     int64_t steps;          /* the steps asked for */
     const char *plan_path;  /* carve run --plan: the plan file, and pl read from it; else NULL */
     const plan *pl;
+    const char *inputs;     /* --inputs: what session_inputs_attach said it read, or NULL (seeded) */
 } session_run_shown;
 /* Starts the run's explanation (after session_run_open): its inputs and the
  * memory it needs.  The strings and pl stay the caller's, alive while r is. */

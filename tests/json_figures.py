@@ -282,6 +282,8 @@ def run(doc, text):
     and the checks are the same bits in both runs."""
     n = doc["devices"]
     must = ["model %s" % doc["model"], "mesh %s (%d devices), schedule %s" % (mesh_str(doc), n, doc["schedule"])]
+    if "inputs" in doc:
+        must.append("inputs from %s" % doc["inputs"])
     m = doc["memory"]
     if doc["backend"]["kind"] == "threads":
         if m["all_devices_bytes"] < m["per_device_bytes"] * n:
@@ -318,6 +320,10 @@ def run(doc, text):
         must.append("  params             %10.2e  (worst: %s)" % (c["params"], c["worst_param"] or "-"))
         must.append("  optimizer states   %10.2e  (worst: %s)" % (c["optimizer_states"], c["worst_state"] or "-"))
         must.append("  replicas           %10.2e  (largest difference between copies of one block)" % c["replicas"])
+        if c["update_scaled_params"]:
+            must.append("  %d param%s smaller than the largest update (%.2e) measured against it: a gradient against the model's "
+                        "gradient scale (docs/run.md)" % (c["update_scaled_params"], "" if c["update_scaled_params"] == 1 else "s",
+                                                          c["largest_update"]))
         must.append("  outputs digest     %s  (FNV-1a of the bits of every output, last step: equal digests, equal bits)"
                     % c["outputs_digest"])
     must.append("check: %s" % ("passed" if doc["passed"] else "FAILED"))

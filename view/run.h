@@ -29,6 +29,8 @@ typedef struct view_run_step {
     double loss_ref, loss;
     double loss_rel;         /* |loss - loss_ref| / |loss_ref| */
     double ref_s, spmd_s;
+    double *grad_norm;       /* view_run.n_params of them (owned; NULL: none): each param's gradient's
+                                L2 norm, the reference's (the one-device step the run is checked against) */
 } view_run_step;
 
 /* One device in the last step. */
@@ -75,6 +77,8 @@ typedef struct view_run_check {
     double replica_diff;     /* largest difference between copies of one block */
     int64_t n_excluded, n_compared; /* elements of updated tensors skipped as rounding noise / compared */
     double noise_floor;      /* the gradient floor below which Adam-updated elements are skipped */
+    double largest_update;   /* the largest change of a param element in the last step (the reference's) */
+    int n_update_scaled;     /* params measured against it (their own values smaller: docs/run.md) */
     uint64_t digest;         /* FNV-1a of the bits of every output, last step */
     int passed;
 } view_run_check;
@@ -89,6 +93,9 @@ typedef struct view_run {
     const shard_mesh *mesh;
     const char *schedule, *optimizer;
     int64_t seed, steps_asked;
+    const char *inputs;      /* carve run --inputs: "FILE (N inputs; ...)", else NULL (seeded) */
+    const char **param_names; /* the params whose gradient norms each step gives (n_params, owned array) */
+    int n_params;
     const char *blis;        /* the BLIS kernels that ran */
     int mpi, ranks;          /* the MPI backend and its ranks (else threads, one process) */
     double device_bytes;     /* the largest device's arena */

@@ -22,6 +22,7 @@ static void add_inputs(cJSON *j, const view_run *v)
     cJSON_AddStringToObject(j, "schedule", v->schedule);
     cJSON_AddStringToObject(j, "optimizer", v->optimizer);
     cJSON_AddItemToObject(j, "seed", num((double)v->seed));
+    if (v->inputs) cJSON_AddStringToObject(j, "inputs", v->inputs);
     cJSON_AddStringToObject(j, "precision", "f32");
     cJSON *b = cJSON_AddObjectToObject(j, "backend");
     cJSON_AddStringToObject(b, "kind", v->mpi ? "mpi" : "threads");
@@ -49,6 +50,10 @@ static cJSON *steps_json(const view_run *v)
         cJSON_AddItemToObject(o, "loss_relative_difference", num(s->loss_rel));
         cJSON_AddItemToObject(o, "reference_s", num(s->ref_s));
         cJSON_AddItemToObject(o, "devices_s", num(s->spmd_s));
+        if (s->grad_norm) {
+            cJSON *g = cJSON_AddObjectToObject(o, "gradient_norms");
+            for (int k = 0; k < v->n_params; k++) cJSON_AddItemToObject(g, v->param_names[k], num(s->grad_norm[k]));
+        }
         cJSON_AddItemToArray(a, o);
     }
     return a;
@@ -170,6 +175,8 @@ static cJSON *checks_json(const view_run *v)
         cJSON_AddItemToObject(o, "compared_elements", num((double)c->n_compared));
         cJSON_AddItemToObject(o, "excluded_elements", num((double)c->n_excluded));
         cJSON_AddItemToObject(o, "noise_floor", num(c->noise_floor));
+        cJSON_AddItemToObject(o, "largest_update", num(c->largest_update));
+        cJSON_AddItemToObject(o, "update_scaled_params", num((double)c->n_update_scaled));
         cJSON_AddStringToObject(o, "outputs_digest", digest);
         cJSON_AddBoolToObject(o, "passed", c->passed);
         cJSON_AddItemToArray(a, o);
@@ -193,6 +200,10 @@ cJSON *view_run_json(const view_run *v)
 
 void view_run_free(view_run *v)
 {
+    for (int i = 0; i < v->n_steps; i++) free(v->steps[i].grad_norm);
+    free(v->param_names);
+    v->param_names = NULL;
+    v->n_params = 0;
     free(v->steps);
     free(v->dev);
     free(v->stages);

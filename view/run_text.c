@@ -24,6 +24,7 @@ static void head(FILE *f, const view_run *v)
                "precision: f32 everywhere (the CPU executor has no bf16, fp16 or TF32 kernels)\n", v->model,
             shard_mesh_str(v->mesh, buf, sizeof buf), (long long)v->mesh->n_devices, v->schedule, v->optimizer,
             (long long)v->seed, (long long)v->steps_asked, v->blis);
+    if (v->inputs) fprintf(f, "inputs from %s\n", v->inputs);
     if (v->mpi)
         fprintf(f, "backend mpi: %d ranks, one device each\nmemory: %.1f MiB per rank + reference %.1f MiB on rank 0\n", v->ranks,
                 mib(v->device_bytes), mib(v->reference_bytes));
@@ -187,6 +188,10 @@ static void checks(FILE *f, const view_run *v)
             fprintf(f, "  %lld of %lld elements not compared: Adam-updated where the reference gradient is below %.0e of the "
                        "largest one (rounding noise; docs/run.md)\n",
                     (long long)c->n_excluded, (long long)(c->n_excluded + c->n_compared), c->noise_floor);
+        if (c->n_update_scaled)
+            fprintf(f, "  %d param%s smaller than the largest update (%.2e) measured against it: a gradient against the model's "
+                       "gradient scale (docs/run.md)\n",
+                    c->n_update_scaled, c->n_update_scaled == 1 ? "" : "s", c->largest_update);
         fprintf(f, "  outputs digest     %016llx  (FNV-1a of the bits of every output, last step: equal digests, equal bits)\n",
                 (unsigned long long)c->digest);
     }
