@@ -294,7 +294,14 @@ static int instr_segment(plower *c, int i)
     int src = in->in[0] >= 0 ? c->writer[in->in[0]] : -1;
     int wseg = src >= 0 ? c->iseg[src] : -1;
     int grad = (in->kind == SPMD_ALL_REDUCE || in->kind == SPMD_REDUCE_SCATTER) && c->g->values[in->value].grad_of >= 0;
-    if (!grad && in->op >= 0) return seg_of_role(c, c->role[in->op], c->op_vs[in->op]);
+    if (!grad && in->op >= 0) {
+        /* a reshard of a gradient its reduction left at the end of step (the
+           slice of a reduce-scattered gradient to its param's layout, served
+           to the backward op that made it) follows it there: before it, the
+           reduction has not run */
+        int s = seg_of_role(c, c->role[in->op], c->op_vs[in->op]);
+        return wseg >= 0 && !is_fb(c, wseg) && is_fb(c, s) ? wseg : s;
+    }
     if (wseg >= 0) return is_fb(c, wseg) ? end_seg(c, pipe_seg_stage(&c->sp, wseg)) : wseg;
     if (in->op >= 0) return seg_of_role(c, c->role[in->op], c->op_vs[in->op]);
     return c->own[in->value] >= 0 ? end_seg(c, c->own[in->value]) : common_seg(c);

@@ -509,6 +509,11 @@ static int push(shard_decision *out, int *n, int cap, shard_decision d)
 
 static int is_arg(const ir_value *v) { return v->role != IR_INTERMEDIATE; }
 
+/* The name a tactic's NAME pattern matches an argument by: the user's, so
+ * `tile:tokens:0:data` also takes every micro-batch of tokens (the rewrite
+ * records which input each one is a micro-batch of: batch_of). */
+static const char *user_name(const ir_value *v) { return v->batch_of ? v->batch_of : v->name; }
+
 /* Data parallelism: every argument dim of the batch groups (structure.h: one,
  * or one per micro-batch)
  * tiled over the axis.  A graph without a loss has no batch group: dim 0 of
@@ -578,31 +583,47 @@ static int expand_zero12(const tactic *t, const shard_state *st, shard_decision 
     return tile_largest(t->axis, IR_OPT_STATE, st, out, n, cap);
 }
 
+/* Tiles over `axis` every member that can still take it (not tiled or
+ * atomic on it, its dim divides) of each dim group holding dim `dim` of an
+ * argument the user names `who`: in a step of micro-batches, each
+ * micro-batch's copy of it has its own group (no op joins them).  Returns 0,
+ * or -1 when out is full. */
+static int tile_groups_of(const shard_state *st, const char *who, int dim, int axis, shard_decision *out, int *n, int cap)
+{
+    const ir_graph *g = st->g;
+    const shard_groups *gs = shard_state_groups(st);
+    int rc = 0;
+    for (int c = 0; c < gs->n && rc == 0; c++) {
+        const shard_group *G = &gs->groups[c];
+        int here = 0;
+        for (int i = 0; i < G->n; i++) {
+            const ir_value *x = &g->values[gs->members[G->first + i].value];
+            here |= gs->members[G->first + i].dim == dim && is_arg(x) && !strcmp(user_name(x), who);
+        }
+        for (int i = 0; here && i < G->n && rc == 0; i++) {
+            const shard_member *mb = &gs->members[G->first + i];
+            if (shard_member_can(st, mb->value, mb->dim, axis))
+                rc = push(out, n, cap, (shard_decision){SHARD_TILE, (int8_t)mb->dim, (int8_t)axis, mb->value});
+        }
+    }
+    return rc;
+}
+
 /* group:NAME:DIM:AXIS: every member of the dim group of NAME's dim DIM that
- * can still take AXIS (not tiled or atomic on it, its dim divides) is tiled. */
+ * can still take AXIS (not tiled or atomic on it, its dim divides) is tiled;
+ * in a step of micro-batches, of each micro-batch's copy of NAME too. */
 static int expand_group(const tactic *t, const shard_state *st, shard_decision *out, int *n, int cap, char *err,
                         size_t errlen)
 {
     const ir_graph *g = st->g;
     int v0 = -1;
     for (int v = 0; v < g->n_values && v0 < 0; v++)
-        if (is_arg(&g->values[v]) && !fnmatch(t->pattern, g->values[v].name, 0)) v0 = v;
+        if (is_arg(&g->values[v]) && !fnmatch(t->pattern, user_name(&g->values[v]), 0)) v0 = v;
     if (v0 < 0) return ir_errf(err, errlen, "group:%s: no argument (param, optimizer state or input) is named like that", t->pattern);
     if (t->dim >= g->values[v0].rank)
         return ir_errf(err, errlen, "group:%s:%d: '%s' has rank %d, no dim %d", t->pattern, t->dim, g->values[v0].name,
                        g->values[v0].rank, t->dim);
-    const shard_groups *gs = shard_state_groups(st);
-    int rc = 0;
-    for (int c = 0; c < gs->n && rc == 0; c++) {
-        const shard_group *G = &gs->groups[c];
-        int here = 0;
-        for (int i = 0; i < G->n; i++) here |= gs->members[G->first + i].value == v0 && gs->members[G->first + i].dim == t->dim;
-        for (int i = 0; here && i < G->n && rc == 0; i++) {
-            const shard_member *mb = &gs->members[G->first + i];
-            if (!shard_member_can(st, mb->value, mb->dim, t->axis)) continue;
-            rc = push(out, n, cap, (shard_decision){SHARD_TILE, (int8_t)mb->dim, (int8_t)t->axis, mb->value});
-        }
-    }
+    int rc = tile_groups_of(st, user_name(&g->values[v0]), t->dim, t->axis, out, n, cap);
     return rc < 0 ? ir_errf(err, errlen, "tactic expands to more than %d decisions", cap) : 0;
 }
 
@@ -630,17 +651,7 @@ static int expand_sp(const tactic *t, const shard_state *st, shard_decision *out
     if (v0 < 0)
         return ir_errf(err, errlen, "sp:%s: the graph has no batch input of token ids with a sequence dim after its batch dim (sequence parallelism splits a language model's sequence)",
                        st->mesh.names[t->axis]);
-    int rc = 0;
-    for (int c = 0; c < gs->n && rc == 0; c++) {
-        const shard_group *G = &gs->groups[c];
-        int here = 0;
-        for (int i = 0; i < G->n; i++) here |= gs->members[G->first + i].value == v0 && gs->members[G->first + i].dim == d0;
-        for (int i = 0; here && i < G->n && rc == 0; i++) {
-            const shard_member *mb = &gs->members[G->first + i];
-            if (shard_member_can(st, mb->value, mb->dim, t->axis))
-                rc = push(out, n, cap, (shard_decision){SHARD_TILE, (int8_t)mb->dim, (int8_t)t->axis, mb->value});
-        }
-    }
+    int rc = tile_groups_of(st, user_name(&g->values[v0]), d0, t->axis, out, n, cap); /* each micro-batch's copy too */
     return rc < 0 ? ir_errf(err, errlen, "tactic expands to more than %d decisions", cap) : 0;
 }
 
@@ -712,7 +723,8 @@ static int expand_named(const tactic *t, const shard_state *st, shard_decision *
     const ir_graph *g = st->g;
     int glob = strpbrk(t->pattern, "*?[") != NULL, matched = 0, n = 0;
     for (int v = 0; v < g->n_values; v++) {
-        if (!is_arg(&g->values[v]) || (glob && g->values[v].role == IR_OPT_STATE) || fnmatch(t->pattern, g->values[v].name, 0))
+        if (!is_arg(&g->values[v]) || (glob && g->values[v].role == IR_OPT_STATE) ||
+            fnmatch(t->pattern, user_name(&g->values[v]), 0))
             continue;
         matched++;
         if (t->kind == TACTIC_TILE && t->dim >= g->values[v].rank)
@@ -828,21 +840,60 @@ int sched_gather_policy(const schedule *s)
     return policy;
 }
 
+/* The rewrite of each recomputation mode (tactic.dim), and how much each
+ * recomputes: the attention cores are a part of what the backward pass
+ * reads (selective), which is a part of the whole forward (full). */
+static ir_graph *(*const remat_of[])(const ir_graph *, int, int, int *, char *, size_t) = {
+    [IR_REMAT_SELECTIVE] = ir_remat, [IR_REMAT_FULL] = ir_remat_full, [IR_REMAT_ATTN] = ir_remat_attn};
+static const unsigned char remat_rank[] = {[IR_REMAT_ATTN] = 1, [IR_REMAT_SELECTIVE] = 2, [IR_REMAT_FULL] = 3};
+static const int remat_mode_of_rank[] = {-1, IR_REMAT_ATTN, IR_REMAT_SELECTIVE, IR_REMAT_FULL};
+
+/* Recomputes layers a..b of *cur in `mode`, replacing *cur (freed unless it
+ * is `keep`).  Returns 0, or -1 with a message. */
+static int remat_run(ir_graph **cur, const ir_graph *keep, int a, int b, int mode, char *err, size_t errlen)
+{
+    ir_graph *next = remat_of[mode](*cur, a, b, NULL, err, errlen);
+    if (!next) return -1;
+    if (*cur != keep) ir_free(*cur);
+    *cur = next;
+    return 0;
+}
+
 int sched_rewrite(const schedule *s, ir_graph **g, char *err, size_t errlen)
 {
     ir_graph *cur = *g;
+    int L = cur->n_layers, any = 0;
+    /* a tactic the step cannot take says why as it alone would (no loss, no layers, a range past them) */
     for (int i = 0; i < s->n; i++) {
         const tactic *t = &s->t[i];
         if (t->kind != TACTIC_REMAT) continue;
-        static ir_graph *(*const rewrite[])(const ir_graph *, int, int, int *, char *, size_t) = {
-            [IR_REMAT_SELECTIVE] = ir_remat, [IR_REMAT_FULL] = ir_remat_full, [IR_REMAT_ATTN] = ir_remat_attn};
-        ir_graph *next = rewrite[t->dim](cur, t->lo, t->hi, NULL, err, errlen);
-        if (!next) {
-            if (cur != *g) ir_free(cur);
+        any = 1;
+        if (cur->loss < 0 || L == 0 || t->lo >= L) {
+            ir_graph *x = remat_of[t->dim](cur, t->lo, t->hi, NULL, err, errlen);
+            ir_free(x);
             return -1;
         }
+    }
+    if (!any) return 0;
+    /* each layer gets the most recomputation a tactic asks of it (full over
+       selective over attention cores), so remat: tactics commute and may
+       overlap; then one rewrite per run of layers alike */
+    unsigned char *rank = ir_xcalloc((size_t)L, 1);
+    for (int i = 0; i < s->n; i++) {
+        const tactic *t = &s->t[i];
+        for (int l = t->lo; t->kind == TACTIC_REMAT && l <= t->hi && l < L; l++)
+            if (rank[l] < remat_rank[t->dim]) rank[l] = remat_rank[t->dim];
+    }
+    int rc = 0;
+    for (int l = 0; l < L && rc == 0;) {
+        int a = l, r = rank[l];
+        while (l < L && rank[l] == r) l++;
+        if (r) rc = remat_run(&cur, *g, a, l - 1, remat_mode_of_rank[r], err, errlen);
+    }
+    free(rank);
+    if (rc < 0) {
         if (cur != *g) ir_free(cur);
-        cur = next;
+        return -1;
     }
     if (cur != *g) {
         ir_free(*g);

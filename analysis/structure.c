@@ -81,7 +81,9 @@ int shard_batch_groups(const ir_graph *g, const shard_groups *gs, int *out, int 
 typedef struct walker {
     const ir_graph *g;
     shard_rule *rules;    /* per op, forward ops only */
-    int fwd_end;          /* ops [0, fwd_end) are the forward pass */
+    int fwd_end;          /* every op of the forward pass comes before fwd_end */
+    unsigned char *fwd;   /* per value: the loss depends on it (the forward pass: ir_mark_forward;
+                             a step of micro-batches has backward ops before fwd_end) */
     int *use_start, *uses; /* consumers of each value (CSR) */
     int *base, *seen;     /* per (value, dim): generation last visited */
     int gen;
@@ -113,7 +115,7 @@ static int param_of(const walker *w, int v, int d, int *pd)
         *pd = d;
         if (g->values[v].role == IR_PARAM) return v;
         int op = g->values[v].producer;
-        if (op < 0 || op >= w->fwd_end) return -1;
+        if (op < 0 || op >= w->fwd_end || !w->fwd[v]) return -1;
         const ir_op *o = &g->ops[op];
         if (o->kind != IR_OP_RESHAPE && !(o->kind == IR_OP_SLICE && o->attrs.ints[0] != d)) return -1;
         const shard_rule *r = &w->rules[op];
@@ -179,17 +181,19 @@ static int walker_init(walker *w, const ir_graph *g, char *why, size_t n)
     if (g->loss < 0 || g->values[g->loss].producer < 0)
         return ir_errf(why, n, "the graph has no loss, so no forward pass to find blocks in");
     w->fwd_end = g->values[g->loss].producer + 1;
+    w->fwd = ir_xcalloc((size_t)g->n_values + 1, 1);
+    ir_mark_forward(g, w->fwd);
     w->rules = ir_xcalloc((size_t)w->fwd_end, sizeof *w->rules);
     for (int i = 0; i < w->fwd_end; i++)
-        if (shard_rule_of(g, i, &w->rules[i]) < 0) memset(&w->rules[i], 0, sizeof w->rules[i]);
+        if (!w->fwd[g->ops[i].out] || shard_rule_of(g, i, &w->rules[i]) < 0) memset(&w->rules[i], 0, sizeof w->rules[i]);
     w->use_start = ir_xcalloc((size_t)g->n_values + 1, sizeof(int));
     for (int i = 0; i < w->fwd_end; i++)
-        for (int t = 0; t < g->ops[i].n_in; t++) w->use_start[g->ops[i].in[t] + 1]++;
+        for (int t = 0; t < g->ops[i].n_in && w->fwd[g->ops[i].out]; t++) w->use_start[g->ops[i].in[t] + 1]++;
     for (int v = 0; v < g->n_values; v++) w->use_start[v + 1] += w->use_start[v];
     w->uses = ir_xcalloc((size_t)w->use_start[g->n_values] + 1, sizeof(int));
     int *fill = ir_xcalloc((size_t)g->n_values + 1, sizeof(int));
     for (int i = 0; i < w->fwd_end; i++)
-        for (int t = 0; t < g->ops[i].n_in; t++) {
+        for (int t = 0; t < g->ops[i].n_in && w->fwd[g->ops[i].out]; t++) {
             int v = g->ops[i].in[t];
             w->uses[w->use_start[v] + fill[v]++] = i;
         }
@@ -202,6 +206,7 @@ static int walker_init(walker *w, const ir_graph *g, char *why, size_t n)
 
 static void walker_free(walker *w)
 {
+    free(w->fwd);
     free(w->rules);
     free(w->use_start);
     free(w->uses);
@@ -257,7 +262,7 @@ static int megatron_walk(const ir_graph *g, shard_member *out, int cap, int *n_b
     for (int op = 0; op < w.fwd_end; op++) {
         const ir_op *o = &g->ops[op];
         const shard_rule *r = &w.rules[op];
-        if (o->kind != IR_OP_EINSUM || o->n_in != 2) continue;
+        if (o->kind != IR_OP_EINSUM || o->n_in != 2 || !w.fwd[o->out]) continue;
         for (int t = 0; t < 2; t++) {
             int v = o->in[t], p = -1, pd;
             for (int d = 0; d < g->values[v].rank && p < 0; d++) p = param_of(&w, v, d, &pd);
@@ -399,12 +404,14 @@ int shard_expert_dims(const ir_graph *g, const shard_groups *gs, shard_member *o
 {
     int eg = expert_group(g, gs), count = 0;
     /* the forward's contractions only: the backward's (dx = dy . router)
-     * share every dim */
-    int fwd_end = g->loss >= 0 && g->values[g->loss].producer >= 0 ? g->values[g->loss].producer : g->n_ops;
-    for (int op = 0; op < fwd_end && eg >= 0; op++) {
+     * share every dim (the loss depends on the forward's: a step of
+     * micro-batches has backward ops before its loss) */
+    unsigned char *fwd = ir_xcalloc((size_t)g->n_values + 1, 1);
+    ir_mark_forward(g, fwd);
+    for (int op = 0; op < g->n_ops && eg >= 0; op++) {
         const ir_op *o = &g->ops[op];
         shard_rule r;
-        if (o->kind != IR_OP_EINSUM || shard_rule_of(g, op, &r) < 0) continue;
+        if (o->kind != IR_OP_EINSUM || !fwd[o->out] || o->out == g->loss || shard_rule_of(g, op, &r) < 0) continue;
         for (int t = 0; t < 2; t++) {
             int p = o->in[t], q = o->in[1 - t];
             if (g->values[p].role != IR_PARAM) continue;
@@ -416,6 +423,7 @@ int shard_expert_dims(const ir_graph *g, const shard_groups *gs, shard_member *o
             }
         }
     }
+    free(fwd);
     if (!count) {
         if (eg < 0) ir_errf(why, n, "no routing (an argmax) to find the experts dim by");
         else ir_errf(why, n, "no param whose experts dim a contraction shares with the tokens (expert weights)");

@@ -1147,12 +1147,25 @@ ir_graph *ir_clone(const ir_graph *g)
     }
     c->loss = g->loss;
     c->rewrites = g->rewrites;
+    c->batch_coupled = g->batch_coupled;
     c->cur_layer = g->cur_layer;
     c->n_layers = g->n_layers;
     memcpy(c->err, g->err, sizeof c->err);
     index_grow(c);
     ir_data_share(c, g);
     return c;
+}
+
+void ir_mark_forward(const ir_graph *g, unsigned char *fwd)
+{
+    memset(fwd, 0, (size_t)g->n_values);
+    if (g->loss < 0) return;
+    fwd[g->loss] = 1;
+    for (int i = g->n_ops - 1; i >= 0; i--) {
+        const ir_op *o = &g->ops[i];
+        if (!fwd[o->out]) continue;
+        for (int k = 0; k < o->n_in; k++) fwd[o->in[k]] = 1;
+    }
 }
 
 int ir_rewritten(const ir_graph *g)

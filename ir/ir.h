@@ -165,6 +165,9 @@ typedef struct ir_graph {
     int cur_layer;           /* layer tag given to new values and ops */
     int n_layers;            /* 1 + largest layer tag used */
     ir_rewrites rewrites;    /* what rewrote the step (zeros: the step as built) */
+    int batch_coupled;       /* the loss couples the batch's examples: it is not a mean of per-example
+                                terms (a mixture of experts' load-balancing loss, a product of batch
+                                means), so micro-batches change the step itself (set by the builder) */
     int *name_index;         /* open-addressing table of value ids by name */
     int name_cap;
     ir_strbuf *strings;
@@ -325,6 +328,10 @@ int ir_write_atomic(const char *path, const void *data, size_t n, char *err, siz
 
 /* Value id for a name, or -1. */
 int ir_find(const ir_graph *g, const char *name);
+/* fwd[v] = 1 for every value the loss depends on (g->n_values bytes,
+ * cleared here): the forward pass of a step, however its ops are ordered (a
+ * step of several micro-batches interleaves forward and backward ops). */
+void ir_mark_forward(const ir_graph *g, unsigned char *fwd);
 /* 1 when a rewrite made g from the step as built (recomputation,
  * micro-batches, a pipeline's body): g is not the user's plain step. */
 int ir_rewritten(const ir_graph *g);

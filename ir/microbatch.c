@@ -11,8 +11,10 @@
  *   grad/P = acc_P / N; loss = (sum of the N losses) / N
  *   the optimizer, once, on grad/P
  *
- * With a loss that is a mean over the batch (carve's models), the mean of the
- * N micro-batch losses is the loss of the whole batch and grad/P its gradient.
+ * With a loss that is a mean over the batch (carve's models but the mixture
+ * of experts, whose load-balancing loss is a product of batch means:
+ * ir_graph.batch_coupled), the mean of the N micro-batch losses is the loss
+ * of the whole batch and grad/P its gradient.
  * The ops are in that order, so micro-batch k's activations die after its
  * backward pass: the activations live at once are one micro-batch's, plus
  * one accumulated gradient per param.  Gradients summed while partial stay
@@ -253,6 +255,7 @@ ir_graph *ir_microbatch(const ir_graph *step, int n, char *err, size_t errlen)
     ir_set_layer(m.out, step->cur_layer);
     m.out->n_layers = step->n_layers;
     m.out->rewrites = step->rewrites;
+    m.out->batch_coupled = step->batch_coupled;
     m.out->rewrites.microbatches = n;
     if (rc < 0 || ir_verify(m.out, msg, sizeof msg) < 0) {
         if (ir_error(m.out)) snprintf(msg, sizeof msg, "%s", ir_error(m.out));

@@ -27,7 +27,13 @@
  * its output, are computed and dropped, as the framework does).  A clone
  * reads the clones of its own layer's values and the originals of
  * everything else (the layer input is the previous layer's output, a
- * checkpoint); backward ops read clones of internal values only.
+ * checkpoint); backward ops read clones of internal values only.  In a step
+ * of several micro-batches (ir/microbatch.c) a layer runs once per
+ * micro-batch: each copy is a part of its own (mark_parts), re-run before
+ * its own backward pass (issue 43: re-running every copy at the first one's
+ * backward read made clones of a forward not run yet, which failed quietly:
+ * the step lost the first micro-batch's mlp.w2 gradients and their updates).
+ * A value that cannot be copied is an error.
  *
  * Attention-only recomputation (ir_remat_attn, Korthikanti et al. 2022's
  * "selective activation recomputation", Megatron-LM's --recompute-granularity
@@ -63,6 +69,9 @@ typedef struct remat {
     int full;               /* re-run every forward op of the layers (ir_remat_full) */
     int attn;               /* recompute the attention cores only (ir_remat_attn) */
     unsigned char *fwd;     /* per value: the loss depends on it */
+    unsigned char *back;    /* per value: made by the backward pass (an output depends on it, the
+                               loss does not; a dead value, such as the mask a top-k router makes for
+                               a choice after its last, is neither) */
     unsigned char *internal; /* per value: made inside a layer in range, read by no other layer, no output */
     unsigned char *redo;    /* per value: recomputed (selective: internal values the backward pass reads,
                                transitively; full: every forward value of the layers) */
@@ -75,16 +84,19 @@ typedef struct remat {
 static int in_range(const remat *r, int layer) { return layer >= r->lo && layer <= r->hi; }
 static int layer_of(const ir_graph *g, int v);
 
-/* fwd[v]: the loss depends on v (as lowering's phases see it). */
+/* fwd[v]: the loss depends on v (as lowering's phases see it); back[v]: v
+ * is the backward pass's (see remat.back). */
 static void mark_forward(remat *r)
 {
     const ir_graph *g = r->g;
-    r->fwd[g->loss] = 1;
+    ir_mark_forward(g, r->fwd);
+    for (int i = 0; i < g->n_outputs; i++) r->back[g->outputs[i].value] = 1;
     for (int i = g->n_ops - 1; i >= 0; i--) {
         const ir_op *o = &g->ops[i];
-        if (!r->fwd[o->out]) continue;
-        for (int k = 0; k < o->n_in; k++) r->fwd[o->in[k]] = 1;
+        if (!r->back[o->out]) continue;
+        for (int k = 0; k < o->n_in; k++) r->back[o->in[k]] = 1;
     }
+    for (int v = 0; v < g->n_values; v++) r->back[v] &= !r->fwd[v];
 }
 
 /* 1 when einsum op o reads two values that depend on the batch (dep). */
@@ -160,7 +172,7 @@ static int mark_redo(remat *r)
     /* backward readers first, then back through the forward ops */
     for (int i = 0; i < g->n_ops; i++) {
         const ir_op *o = &g->ops[i];
-        if (r->fwd[o->out]) continue;
+        if (!r->back[o->out]) continue;
         for (int k = 0; k < o->n_in; k++)
             if (internal[o->in[k]]) r->redo[o->in[k]] = 1;
     }
@@ -217,7 +229,8 @@ static int emit_clone(remat *r, int v)
     }
     char name[512];
     snprintf(name, sizeof name, "remat/%s", g->values[v].name);
-    int c = copy_op(r, op, in, name);
+    /* a step recomputed twice: a clone of "%N" may meet an earlier "remat/%N" */
+    int c = copy_op(r, op, in, ir_find(r->out, name) < 0 ? name : NULL);
     if (c >= 0) {
         r->out->values[c].made_by = IR_MADE_BY_REMAT;
         r->out->values[c].of = r->map[v];
@@ -284,7 +297,7 @@ static int copy_value(remat *r, int v)
         int in[IR_MAX_OPERANDS];
         for (int k = 0; k < o->n_in; k++) {
             int a = o->in[k];
-            in[k] = !r->fwd[v] && r->redo[a] && r->internal[a] ? backward_read(r, a) : r->map[a];
+            in[k] = r->back[v] && r->redo[a] && r->internal[a] ? backward_read(r, a) : r->map[a];
             if (in[k] < 0) return -1;
         }
         nv = copy_op(r, x->producer, in, x->name[0] == '%' ? NULL : x->name);
@@ -301,6 +314,7 @@ static int copy_value(remat *r, int v)
 static void remat_free(remat *r)
 {
     free(r->fwd);
+    free(r->back);
     free(r->internal);
     free(r->redo);
     free(r->done);
@@ -330,6 +344,7 @@ static ir_graph *rebuild(remat *r, char *msg, size_t n)
     ir_set_layer(r->out, step->cur_layer);
     r->out->n_layers = step->n_layers;
     r->out->rewrites = step->rewrites;
+    r->out->batch_coupled = step->batch_coupled;
     r->out->rewrites.remat++;
     r->out->rewrites.remat_full += r->full;
     if (ir_error(r->out) || ir_verify(r->out, msg, n) < 0) {
@@ -357,6 +372,7 @@ static ir_graph *remat_step(const ir_graph *step, int lo, int hi, int mode, int 
     r.attn = mode == IR_REMAT_ATTN;
     size_t nv = (size_t)step->n_values;
     r.fwd = ir_xcalloc(nv, 1);
+    r.back = ir_xcalloc(nv, 1);
     r.internal = ir_xcalloc(nv, 1);
     r.redo = ir_xcalloc(nv, 1);
     r.done = ir_xcalloc(nv, 1);

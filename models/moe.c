@@ -98,6 +98,7 @@ int mb_moe(ir_graph *g, int x, const char *prefix, const mb_moe_dims *d, int *au
     int pm = ir_scale(g, ir_reduce(g, IR_OP_REDUCE_SUM, probs, 2, bs), inv);
     int64_t e0 = 0;
     *aux = ir_scale(g, ir_reduce(g, IR_OP_REDUCE_SUM, ir_binary(g, IR_OP_MUL, frac, pm), 1, &e0), (double)e);
+    g->batch_coupled = 1; /* a product of batch means: micro-batches change it (as Megatron-LM's and DeepSpeed's do) */
     int back = named_reshard(g, ye, 1, mb_cat(name, sizeof name, prefix, "returned"));
     return mb_einsum(g, mb_cat(name, sizeof name, prefix, "out"), "bsec,ebch->bsh", combine, back);
 }
