@@ -45,26 +45,34 @@ static int by_size_desc(const void *x, const void *y)
     return a->b - b->b;
 }
 
-static int by_off(const void *x, const void *y)
+/* Lowest offset for s among the already placed spans live at the same
+ * time: byoff holds the n_placed placed spans in order of offset (ties in
+ * any order: the result does not depend on it), so one pass finds the first
+ * gap, and no sort runs per span (a program of thousands of buffers). */
+static size_t lowest_fit(const span *s, span *const *byoff, int n_placed)
 {
-    const span *a = *(span *const *)x, *b = *(span *const *)y;
-    return a->off < b->off ? -1 : a->off > b->off;
-}
-
-/* Lowest offset for s among the already placed spans live at the same time. */
-static size_t lowest_fit(span *s, span *placed, int n_placed, span **scratch)
-{
-    int n = 0;
-    for (int k = 0; k < n_placed; k++)
-        if (placed[k].lo <= s->hi && s->lo <= placed[k].hi) scratch[n++] = &placed[k];
-    qsort(scratch, (size_t)n, sizeof *scratch, by_off);
     size_t off = 0;
-    for (int k = 0; k < n; k++) {
-        if (scratch[k]->off >= off + s->size) break;
-        size_t end = scratch[k]->off + scratch[k]->size;
+    for (int k = 0; k < n_placed; k++) {
+        const span *q = byoff[k];
+        if (q->lo > s->hi || s->lo > q->hi) continue;
+        if (q->off >= off + s->size) break;
+        size_t end = q->off + q->size;
         if (end > off) off = end;
     }
     return off;
+}
+
+/* Puts placed span s into byoff (n_placed before it) by its offset. */
+static void insert_by_off(span **byoff, int n_placed, span *s)
+{
+    int lo = 0, hi = n_placed;
+    while (lo < hi) {
+        int mid = (lo + hi) / 2;
+        if (byoff[mid]->off <= s->off) lo = mid + 1;
+        else hi = mid;
+    }
+    memmove(byoff + lo + 1, byoff + lo, (size_t)(n_placed - lo) * sizeof *byoff);
+    byoff[lo] = s;
 }
 
 /* Whether output buffer ob (written by instruction j) may take argument
@@ -90,7 +98,7 @@ static int can_donate(const spmd_program *p, const int *gstart, const int64_t *n
 
 /* The layout's working arrays (one allocation each, freed together). */
 typedef struct layout_ws {
-    span *sp, **scratch;
+    span *sp, **scratch; /* scratch: the placed spans by offset */
     int *gstart, *gend, *donor, *def_instr;
     size_t *size;
 } layout_ws;
@@ -191,8 +199,10 @@ static size_t place(const spmd_program *p, int reuse, layout_ws *w, size_t *off)
             off[s.b] = 0;
             continue;
         }
-        s.off = lowest_fit(&s, sp, n_placed, w->scratch);
-        sp[n_placed++] = s; /* placed spans gather at the front (n_placed <= k) */
+        s.off = lowest_fit(&s, w->scratch, n_placed);
+        sp[n_placed] = s; /* placed spans gather at the front (n_placed <= k), and stay there */
+        insert_by_off(w->scratch, n_placed, &sp[n_placed]);
+        n_placed++;
         off[s.b] = s.off;
         if (s.off + s.size > total) total = s.off + s.size;
     }
