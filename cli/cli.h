@@ -74,6 +74,9 @@ void cli_put_printable(FILE *f, const char *s);
  * gets its training step derived; a full step is used as is).  NULL after an
  * error line.  `cfg_text` receives the canonical model text or the file name. */
 ir_graph *cli_load_step(const cli_opts *o, char *cfg_text, size_t n);
+/* The plain step of what o names (no schedule: nothing rewritten), or NULL
+ * with the error printed. */
+ir_graph *cli_load_plain(const cli_opts *o);
 /* Sets an ONNX file's import options of src from the flags (--dim, --loss,
  * --frozen), its remarks to go to notes. */
 void cli_source_import(session_source *src, const cli_opts *o, char *notes, size_t n);

@@ -33,8 +33,10 @@ static void show(const cli_opts *o, session_run *r, int part)
 
 /* Runs the program pp (its step named cfg; pl: the plan file it comes from,
  * or NULL) checked against its reference (ref, taken over; NULL: its own
- * step); the predictions shown are priced on hw. */
-static int run_checked(const cli_opts *o, session_world *w, const pipe_program *pp, ir_graph *ref, const char *cfg,
+ * step) and, when a rewrite made the step, against the plain step (taken
+ * over; NULL: the step is the plain step); the predictions shown are priced
+ * on hw. */
+static int run_checked(const cli_opts *o, session_world *w, const pipe_program *pp, ir_graph *ref, ir_graph *plain, const char *cfg,
                        const plan *pl, const cost_hw *hw, const char *inputs)
 {
     char err[4096];
@@ -42,7 +44,11 @@ static int run_checked(const cli_opts *o, session_world *w, const pipe_program *
     session_run_memory mem;
     int rc = session_run_open(&r, w, pp, ref, cfg, (uint64_t)o->seed, &mem, err, sizeof err);
     say(err);
-    if (rc) return rc;
+    if (rc) {
+        ir_free(plain);
+        return rc;
+    }
+    if (plain) session_run_set_plain(r, plain, &mem);
     session_run_set_hw(r, hw);
     session_run_describe(r, &(session_run_shown){o->schedule, o->optimizer, o->steps, pl ? o->plan : NULL, pl, inputs});
     show(o, r, VIEW_RUN_HEAD);
@@ -90,19 +96,30 @@ static int attach_inputs(const cli_opts *o, ir_graph *g, const pipe_spec *ps, ch
     return 0;
 }
 
+/* --inputs for the plain step a rewritten step is checked against (the
+ * same batch: recomputation keeps the step's inputs); plain NULL: none. */
+static int attach_plain_inputs(const cli_opts *o, ir_graph *plain)
+{
+    char err[1024];
+    if (!plain || session_inputs_attach(plain, o->inputs, NULL, 0, err, sizeof err) == 0) return 0;
+    cli_error("run: --inputs (the plain step): %s", err);
+    return -1;
+}
+
 /* Runs st's step: lowered under ps (a pipeline: an auto split balanced on
  * hw, checked against the unrolled step of `model` at its micro-batches),
- * run and checked. */
+ * run and checked, also against `plain` (run_checked). */
 static int run_lowered(const cli_opts *o, session_world *w, shard_state *st, const pipe_spec *ps, const char *model,
-                       const char *cfg, const plan *pl, const cost_hw *hw, const char *inputs)
+                       ir_graph *plain, const char *cfg, const plan *pl, const cost_hw *hw, const char *inputs)
 {
     char err[1024];
     session_run_program rp;
     if (session_run_program_build(&rp, st, ps, model, o->optimizer, hw, err, sizeof err) < 0) {
         cli_error("run: %s", err);
+        ir_free(plain);
         return CLI_BAD_INPUT;
     }
-    int rc = run_checked(o, w, &rp.pp, rp.ref, cfg, pl, hw, inputs);
+    int rc = run_checked(o, w, &rp.pp, rp.ref, plain, cfg, pl, hw, inputs);
     rp.ref = NULL; /* taken over by the run */
     session_run_program_free(&rp);
     return rc;
@@ -147,9 +164,13 @@ static int run_plan(const cli_opts *o, session_world *w, const cost_hw *hw)
         cli_opts with_schedule = *o;
         with_schedule.schedule = pl.schedule;
         char inputs[1200] = "";
+        ir_graph *plain = NULL; /* the model as written, when the plan's schedule rewrote its step */
         if (has < 0) cli_error("run: %s", err);
-        else if (!o->inputs || attach_inputs(o, g, &ps, inputs, sizeof inputs) == 0)
-            rc = run_lowered(&with_schedule, w, st, &ps, pl.model, label, &pl, hw, o->inputs ? inputs : NULL);
+        else if (ir_rewritten(g) && !(plain = session_plan_plain_step(&pl, o->plan, err, sizeof err)))
+            cli_error("run: the plain step (to check against): %s", err);
+        else if (!o->inputs || (attach_inputs(o, g, &ps, inputs, sizeof inputs) == 0 && attach_plain_inputs(o, plain) == 0))
+            rc = run_lowered(&with_schedule, w, st, &ps, pl.model, plain, label, &pl, hw, o->inputs ? inputs : NULL);
+        else ir_free(plain);
     }
     shard_state_free(st);
     ir_free(g);
@@ -189,11 +210,14 @@ static int run_schedule(const cli_opts *o, session_world *w, const cost_hw *hw)
     }
     pipe_spec ps;
     int rc = CLI_BAD_INPUT;
+    ir_graph *plain = NULL; /* the model as written, when the schedule rewrote its step */
     shard_state *st = session_run_state(g, &mesh, &sc, &ps, err, sizeof err);
     char inputs[1200] = "";
     if (!st) cli_error("run: %s", err);
-    else if (!o->inputs || attach_inputs(o, g, &ps, inputs, sizeof inputs) == 0)
-        rc = run_lowered(o, w, st, &ps, o->model, cfg, NULL, hw, o->inputs ? inputs : NULL);
+    else if (ir_rewritten(g) && !(plain = cli_load_plain(&with_weights))) rc = CLI_BAD_INPUT; /* it said why */
+    else if (!o->inputs || (attach_inputs(o, g, &ps, inputs, sizeof inputs) == 0 && attach_plain_inputs(o, plain) == 0))
+        rc = run_lowered(o, w, st, &ps, o->model, plain, cfg, NULL, hw, o->inputs ? inputs : NULL);
+    else ir_free(plain);
     shard_state_free(st);
     ir_free(g);
     return rc;

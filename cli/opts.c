@@ -290,6 +290,16 @@ ir_graph *cli_load_step(const cli_opts *o, char *cfg_text, size_t n)
     return g;
 }
 
+ir_graph *cli_load_plain(const cli_opts *o)
+{
+    char err[IR_ERR_LEN + 640];
+    session_source src = {.model = o->model, .graph = o->graph, .optimizer = o->optimizer};
+    cli_source_import(&src, o, NULL, 0);
+    ir_graph *g = session_load_plain(&src, err, sizeof err);
+    if (!g) cli_error("the plain step (to check against): %s", err);
+    return g;
+}
+
 void cli_plan_note(const plan *pl)
 {
     if (pl->note[0]) cli_error("note: %s", pl->note);

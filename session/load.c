@@ -244,3 +244,14 @@ ir_graph *session_load_step(const session_source *src, char *label, size_t n, in
     }
     return g;
 }
+
+ir_graph *session_load_plain(const session_source *src, char *err, size_t errlen)
+{
+    session_source plain = *src;
+    char label[2048];
+    plain.sched = NULL; /* the model as written: built at its batch, nothing rewritten */
+    plain.mesh = NULL;
+    plain.forward = 0;
+    plain.notes = NULL;
+    return session_load_step(&plain, label, sizeof label, NULL, err, errlen);
+}

@@ -69,6 +69,18 @@ ir_graph *session_plan_step_sched(const plan *pl, const schedule *sc, const char
     return plan_step(pl, sc, NULL, path, err, errlen);
 }
 
+ir_graph *session_plan_plain_step(const plan *pl, const char *path, char *err, size_t errlen)
+{
+    plan plain = *pl; /* a shallow copy: plan_step only reads it; never freed */
+    plain.schedule[0] = 0;
+    ir_graph *g = plan_step(&plain, NULL, NULL, path, err, errlen);
+    if (g && session_plan_weights(pl, g, err, errlen) < 0) {
+        ir_free(g);
+        return NULL;
+    }
+    return g;
+}
+
 int session_plan_pipeline(const plan *pl, const ir_graph *g, pipe_spec *ps, char *err, size_t errlen)
 {
     schedule sc;

@@ -19,9 +19,12 @@
  * of each without a pipeline), run by exec_program_new: every device walks
  * it, or in a pipeline runs its stage's tasks.  A pipeline's body is checked
  * against the unrolled step of the same micro-batches (the run's reference
- * graph); any other program against its own step.
+ * graph); any other program against its own step.  A run whose step a
+ * rewrite made is also checked against the user's plain step (oracle.c,
+ * session_run_set_plain).
  */
 #include "session/run_impl.h"
+#include "session/oracle.h"
 
 #include "cost/pipeline.h"
 #include "ir/hash.h"
@@ -296,7 +299,30 @@ int session_run_start(session_run *r, char *err, size_t errlen)
         rc = SESSION_BAD_INPUT;
     }
     r->check_ready = rc == 0;
+    if (!rc && r->oracle && session_oracle_start(r->oracle, r->ref, session_run_check_graph(r), r->seed, e2, sizeof e2) < 0) {
+        ir_errf(err, errlen, "run: %s", e2);
+        rc = SESSION_BAD_INPUT;
+    }
     return exec_spmd_agree(r->rt, rc) ? SESSION_BAD_INPUT : 0;
+}
+
+/* Step `step` of the plain step (the root's) and the run's outputs
+ * compared with it (every rank), after the first check passed.  Returns 0
+ * or the command's status with a message. */
+static int plain_step(session_run *r, int64_t step, session_step_times *t, char *err, size_t errlen)
+{
+    char e2[640];
+    double t0 = exec_spmd_now();
+    int rc = session_oracle_run(r->oracle, e2, sizeof e2) < 0 ? SESSION_BAD_INPUT : 0;
+    if (rc) ir_errf(err, errlen, "run: at step %lld: %s", (long long)step, e2);
+    t->ref_s += exec_spmd_now() - t0;
+    if (exec_spmd_agree(r->rt, rc)) return SESSION_BAD_INPUT;
+    if (session_oracle_compare(r->oracle, r->rt, e2, sizeof e2) < 0) {
+        if (r->w->backend == EXEC_MPI) exec_mpi_fail(SESSION_CHECK_FAILED, e2);
+        ir_errf(err, errlen, "run: %s", e2);
+        return SESSION_CHECK_FAILED;
+    }
+    return 0;
 }
 
 int session_run_step(session_run *r, int64_t step, session_step_times *t, char *err, size_t errlen)
@@ -321,6 +347,8 @@ int session_run_step(session_run *r, int64_t step, session_step_times *t, char *
         ir_errf(err, errlen, "run: %s", e2);
         return SESSION_CHECK_FAILED;
     }
+    int rc_plain = r->oracle ? plain_step(r, step, t, err, errlen) : 0;
+    if (rc_plain) return rc_plain;
     session_run_record_step(r, step, t);
     return 0;
 }
@@ -329,6 +357,7 @@ void session_run_advance(session_run *r)
 {
     exec_spmd_apply_updates(r->rt);
     exec_spmd_sync_reference(r->rt, r->ref);
+    if (r->oracle) session_oracle_advance(r->oracle, r->rt);
 }
 
 int session_run_agree(session_run *r, int rc) { return exec_spmd_agree(r->rt, rc); }
@@ -336,7 +365,26 @@ int session_run_is_root(const session_run *r) { return exec_spmd_is_root(r->rt);
 const exec_spmd_stats *session_run_stats(const session_run *r) { return exec_spmd_last_stats(r->rt); }
 const exec_spmd_check *session_run_check(const session_run *r) { return &r->c; }
 exec_spmd *session_run_runtime(session_run *r) { return r->rt; }
-int session_run_ok(const session_run *r) { return exec_spmd_check_ok(&r->c, EXEC_SPMD_TOLERANCE); }
+int session_run_ok(const session_run *r)
+{
+    return exec_spmd_check_ok(&r->c, EXEC_SPMD_TOLERANCE) && (!r->oracle || session_oracle_ok(r->oracle));
+}
+
+void session_run_set_plain(session_run *r, ir_graph *plain, session_run_memory *mem)
+{
+    session_oracle_free(r->oracle);
+    r->oracle = session_oracle_new(plain, r->p->g, session_run_check_graph(r), r->w->rank == 0);
+    size_t bytes = session_oracle_bytes(r->oracle);
+    r->mem.reference += bytes;
+    if (r->w->rank == 0) r->mem.mine += bytes;
+    if (mem) *mem = r->mem;
+}
+
+session_plain_check session_run_plain(const session_run *r)
+{
+    if (r->oracle) return session_oracle_report(r->oracle);
+    return (session_plain_check){SESSION_PLAIN_SAME, NULL, NULL, ""};
+}
 
 double session_run_predicted_peak(const session_run *r)
 {
@@ -386,6 +434,7 @@ void session_run_free(session_run *r)
     if (!r) return;
     view_run_free(&r->v);
     if (r->check_ready) exec_spmd_check_free(&r->c);
+    session_oracle_free(r->oracle);
     exec_spmd_free(r->rt);
     exec_ref_free(r->ref);
     ir_free(r->ref_g);

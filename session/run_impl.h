@@ -19,6 +19,7 @@ struct session_run {
     exec_spmd_check c;
     int check_ready;
     const cost_hw *hw;      /* the predictions' profile (the caller's), or NULL: the `cpu` preset */
+    struct session_oracle *oracle; /* the check against the plain step (oracle.c), or NULL */
     view_run v;             /* the run's explanation (run_view.c) */
     view_explanation x;     /* kind VIEW_RUN, x.run = &v */
     int *grad_value;        /* per view_run param: the check graph's value holding its gradient */

@@ -217,14 +217,15 @@ static void memory(session_run *r, const exec_spmd_stats *st)
     }
 }
 
-/* The check against the reference. */
-static void checks(session_run *r)
+/* One check's entry: c against graph g's outputs (NULL c: not compared, note says why). */
+static view_run_check check_entry(const char *against, const exec_spmd_check *c, const ir_graph *g, const char *note, int passed)
 {
-    view_run *v = &r->v;
-    const exec_spmd_check *c = &r->c;
-    const ir_graph *g = session_run_check_graph(r);
-    v->checks[0] = (view_run_check){
-        .against = "the reference",
+    if (!c)
+        return (view_run_check){.against = against, .tolerance = EXEC_SPMD_TOLERANCE, .worst_loss = NAN, .loss = NAN, .loss_ref = NAN,
+                                .worst_param = NAN, .worst_state = NAN, .replica_diff = NAN, .noise_floor = EXEC_SPMD_NOISE_FLOOR,
+                                .note = note, .passed = passed};
+    return (view_run_check){
+        .against = against,
         .tolerance = EXEC_SPMD_TOLERANCE,
         .worst_loss = c->worst_loss,
         .loss = c->loss,
@@ -240,9 +241,29 @@ static void checks(session_run *r)
         .largest_update = c->largest_update,
         .n_update_scaled = c->n_update_scaled,
         .digest = c->digest,
-        .passed = session_run_ok(r),
+        .note = note,
+        .passed = passed,
     };
-    v->n_checks = 1;
+}
+
+/* The checks: against the reference, and against the user's plain step
+ * (oracle.c: compared, or why not). */
+static void checks(session_run *r)
+{
+    view_run *v = &r->v;
+    static const char plain[] = "the plain step (the model as written, on the same batch: no recomputation, no micro-batches, "
+                                "no pipeline)";
+    v->checks[0] = check_entry("the reference", &r->c, session_run_check_graph(r), NULL, exec_spmd_check_ok(&r->c, EXEC_SPMD_TOLERANCE));
+    session_plain_check p = session_run_plain(r);
+    switch (p.state) {
+    case SESSION_PLAIN_SAME:
+        v->checks[1] = check_entry(plain, NULL, NULL, "the step checked above is that step (no tactic rewrote it)", 1);
+        break;
+    case SESSION_PLAIN_SKIPPED: v->checks[1] = check_entry(plain, NULL, NULL, p.note, 1); break;
+    case SESSION_PLAIN_MISSING: v->checks[1] = check_entry(plain, NULL, NULL, p.note, 0); break;
+    case SESSION_PLAIN_CHECKED: v->checks[1] = check_entry(plain, p.c, p.g, NULL, exec_spmd_check_ok(p.c, EXEC_SPMD_TOLERANCE)); break;
+    }
+    v->n_checks = 2;
     v->passed = 1;
     for (int i = 0; i < v->n_checks; i++) v->passed &= v->checks[i].passed;
 }

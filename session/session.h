@@ -451,6 +451,37 @@ int session_run_end(session_run *r);
 
 /* 1 when the check passed: every error within EXEC_SPMD_TOLERANCE. */
 int session_run_ok(const session_run *r);
+
+/* The check against the user's plain step (oracle.c): the model as written,
+ * on the same batch, with no recomputation, no micro-batches and no
+ * pipeline.  The single-device run of the rewritten step (session_run_check)
+ * cannot see a rewrite that changes the training step; this one can. */
+typedef enum {
+    SESSION_PLAIN_SAME,    /* no plain step given: the run's step is the plain step (nothing rewrote it) */
+    SESSION_PLAIN_CHECKED, /* compared after every step (c) */
+    SESSION_PLAIN_SKIPPED, /* not comparable (note says why: dropout drawn per micro-batch) */
+    SESSION_PLAIN_MISSING  /* failed before any step: the run lacks outputs the plain step has (note names them) */
+} session_plain_state;
+typedef struct session_plain_check {
+    session_plain_state state;
+    const exec_spmd_check *c; /* CHECKED: the errors against the plain step, as session_run_check's */
+    const ir_graph *g;        /* the plain step, or NULL (SAME) */
+    const char *note;
+} session_plain_check;
+/* Gives run r (before session_run_start) the plain step to check against,
+ * taken over: build it from the same input with no schedule
+ * (session_load_plain, session_plan_plain_step).  Every MPI rank passes it
+ * (each loads the same); the root holds its reference, whose bytes join
+ * the run's memory check (*mem, when not NULL, gets the figures with them).
+ * session_run_ok then needs both checks. */
+void session_run_set_plain(session_run *r, ir_graph *plain, session_run_memory *mem);
+session_plain_check session_run_plain(const session_run *r);
+/* The plain step of src: the same input with no schedule (no graph tactic),
+ * or NULL with a message. */
+ir_graph *session_load_plain(const session_source *src, char *err, size_t errlen);
+/* The plain step of plan pl (read from path), with an ONNX file's weights
+ * attached; NULL with a message. */
+ir_graph *session_plan_plain_step(const plan *pl, const char *path, char *err, size_t errlen);
 void session_run_free(session_run *r);
 
 #endif

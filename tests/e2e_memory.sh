@@ -84,6 +84,17 @@ if awk -v a="$(comm re.txt)" -v b="$(comm kp.txt)" -v p="$(peak re.txt)" -v q="$
 bad "gather syntax" "gather:keep or gather:regather" "$carve" cost --model gpt-tiny --mesh batch=2 --schedule zero3:batch,gather:yes --hw a100
 bad "memory-tactics value" "must be auto or none" "$carve" autopart --model gpt-tiny --mesh batch=2 --memory-tactics some
 
+# the check against the plain step (issue 43): full recomputation with micro-batches had lost every
+# layer's mlp.w2 update and still said 'check: passed'; both checks now run, and pass
+ok "run remat:full+microbatch" "$carve" run --model gpt-tiny --mesh batch=2 --schedule dp:batch,remat:full,microbatch:2
+has "run remat:full+microbatch" "check against the plain step (the model as written"
+has "run remat:full+microbatch" "check: passed"
+if grep -q "FAILED\|no output for" out.txt; then fail=$((fail + 1)); echo "FAIL run remat:full+microbatch: a check failed"; else pass=$((pass + 1)); fi
+ok "run plain" "$carve" run --model gpt-tiny --mesh batch=2 --schedule dp:batch
+has "run plain" "the step above is that step (no tactic rewrote it)"
+ok "run dropout+microbatch" "$carve" run --model gpt-tiny:dropout=0.1 --mesh batch=2 --schedule dp:batch,microbatch:2
+has "run dropout+microbatch" "not run: the step draws dropout masks per micro-batch"
+
 bad "remat syntax" "remat:all, remat:N or remat:A-B" "$carve" run --model gpt-tiny --mesh batch=2 --schedule remat:x
 bad "remat range" "the graph has layers 0-1" "$carve" run --model gpt-tiny --mesh batch=2 --schedule dp:batch,remat:4-5
 bad "microbatch divides" "does not divide the batch of 8" "$carve" run --model gpt-tiny --mesh batch=2 --schedule dp:batch,microbatch:3

@@ -80,6 +80,7 @@ typedef struct view_run_check {
     double largest_update;   /* the largest change of a param element in the last step (the reference's) */
     int n_update_scaled;     /* params measured against it (their own values smaller: docs/run.md) */
     uint64_t digest;         /* FNV-1a of the bits of every output, last step */
+    const char *note;        /* not compared (why), or failed before any number (what): NULL when compared */
     int passed;
 } view_run_check;
 

@@ -178,6 +178,7 @@ static cJSON *checks_json(const view_run *v)
         cJSON_AddItemToObject(o, "largest_update", num(c->largest_update));
         cJSON_AddItemToObject(o, "update_scaled_params", num((double)c->n_update_scaled));
         cJSON_AddStringToObject(o, "outputs_digest", digest);
+        cJSON_AddItemToObject(o, "note", c->note ? cJSON_CreateString(c->note) : cJSON_CreateNull());
         cJSON_AddBoolToObject(o, "passed", c->passed);
         cJSON_AddItemToArray(a, o);
     }

@@ -175,6 +175,10 @@ static void checks(FILE *f, const view_run *v)
 {
     for (int i = 0; i < v->n_checks; i++) {
         const view_run_check *c = &v->checks[i];
+        if (c->note) { /* not compared, or failed before any number */
+            fprintf(f, "\ncheck against %s: %s%s\n", c->against, c->passed ? "not compared: " : "FAILED: ", c->note);
+            continue;
+        }
         fprintf(f, "\ncheck against %s (tolerance %.0e, relative to each tensor's largest magnitude):\n", c->against, c->tolerance);
         fprintf(f, "  loss (worst step)  %10.2e\n", c->worst_loss);
         if (!isfinite(c->loss) || !isfinite(c->loss_ref))
