@@ -306,17 +306,19 @@ static int claim_axes(shard_state *s, int op, shard_factor_axes *fa)
             order[k] = f;
         }
     unsigned claimed = 0;
+    int claimer[SHARD_MAX_AXES]; /* the stamp that claimed each axis (the conflict's winner) */
     for (int i = 0; i < no; i++) {
         shard_factor_axes *L = &fa[order[i]];
         for (int k = 0; k < L->n; k++) {
             unsigned bit = 1u << L->axes[k];
             if (claimed & bit) {
-                conflict(s, op, r->tensor[r->n_in], L->axes[k], -1, L->stamp[k], "one axis would shard two factors of this op");
+                conflict(s, op, r->tensor[r->n_in], L->axes[k], claimer[L->axes[k]], L->stamp[k], "one axis would shard two factors of this op");
                 met++;
                 L->n = (uint8_t)k;
                 break;
             }
             claimed |= bit;
+            claimer[L->axes[k]] = L->stamp[k];
         }
     }
     return met;

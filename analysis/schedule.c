@@ -902,26 +902,159 @@ int sched_rewrite(const schedule *s, ir_graph **g, char *err, size_t errlen)
     return 0;
 }
 
-int sched_apply(const schedule *s, shard_state *st, char *err, size_t errlen)
+static int is_zero(tactic_kind k) { return k == TACTIC_ZERO1 || k == TACTIC_ZERO2 || k == TACTIC_ZERO3; }
+
+void sched_order(const schedule *s, int *order)
 {
-    int cap = st->g->n_values + 16;
+    int n = 0;
+    for (int pass = 0; pass < 2; pass++)
+        for (int i = 0; i < s->n; i++)
+            if (is_zero(s->t[i].kind) == pass) order[n++] = i;
+}
+
+/* Which tactic made each decision's stamp (shard_state's n_decisions before
+ * it), and each atomic (value, axis): what the report attributes blocked
+ * values to. */
+typedef struct stamp_book {
+    int *tactic; /* per stamp */
+    int cap;
+    int *atomic; /* per value * SHARD_MAX_AXES + axis: 1 + the tactic, or 0 */
+} stamp_book;
+
+static void book_stamp(stamp_book *b, int stamp, int t)
+{
+    if (stamp >= b->cap) {
+        int cap = b->cap ? 2 * b->cap : 256;
+        while (cap <= stamp) cap *= 2;
+        b->tactic = ir_xrealloc(b->tactic, (size_t)cap * sizeof *b->tactic);
+        for (int i = b->cap; i < cap; i++) b->tactic[i] = -1;
+        b->cap = cap;
+    }
+    b->tactic[stamp] = t;
+}
+
+/* A conflict attributed: the tactic whose decision lost, the one whose
+ * earlier decision won, the value. */
+typedef struct blocked_at {
+    int t, k, value;
+} blocked_at;
+
+static int by_tkv(const void *x, const void *y)
+{
+    const blocked_at *a = x, *b = y;
+    if (a->t != b->t) return a->t - b->t;
+    if (a->k != b->k) return a->k - b->k;
+    return a->value - b->value;
+}
+
+/* The conflicts st recorded from index `from` on, met while tactic t's
+ * decision was applied (refused, or stopped in its propagation): each
+ * against the tactic of the winning stamp (or atomic (value, axis)),
+ * appended to *list. */
+static void attribute(const shard_state *st, int from, int t, const stamp_book *b, blocked_at **list, int *n, int *cap)
+{
+    for (int i = from; i < st->n_conflicts; i++) {
+        const shard_conflict *c = &st->conflicts[i];
+        int k = c->winner_stamp >= 0 ? (c->winner_stamp < b->cap ? b->tactic[c->winner_stamp] : -1)
+                                     : b->atomic[(size_t)c->value * SHARD_MAX_AXES + (size_t)c->axis] - 1;
+        if (k < 0 || k == t) continue;
+        if (*n == *cap) {
+            *cap = *cap ? 2 * *cap : 64;
+            *list = ir_xrealloc(*list, (size_t)*cap * sizeof **list);
+        }
+        (*list)[(*n)++] = (blocked_at){t, k, c->value};
+    }
+}
+
+/* The report's blocked counts: each (t, k, value) once. */
+static void count_blocked(blocked_at *list, int n, sched_report *rep)
+{
+    qsort(list, (size_t)n, sizeof *list, by_tkv);
+    for (int i = 0; i < n; i++)
+        if (!i || by_tkv(&list[i], &list[i - 1])) rep->blocked[list[i].t][list[i].k]++;
+}
+
+int sched_apply_report(const schedule *s, shard_state *st, sched_report *rep,
+                       void (*decided)(void *ctx, int t, const shard_decision *d, int result), void *ctx, char *err,
+                       size_t errlen)
+{
+    int cap = st->g->n_values + 16, order[SCHED_MAX_TACTICS];
     shard_decision *d = malloc((size_t)cap * sizeof *d);
     if (!d) ir_oom((size_t)cap * sizeof *d);
-    int rc = 0;
-    for (int i = 0; i < s->n && rc == 0; i++) {
-        if (s->t[i].kind == TACTIC_GATHER) st->gather_policy = s->t[i].lo;
+    stamp_book b = {NULL, 0, rep ? ir_xcalloc((size_t)st->g->n_values * SHARD_MAX_AXES + 1, sizeof(int)) : NULL};
+    blocked_at *blocked = NULL;
+    int n_blocked = 0, cap_blocked = 0;
+    if (rep) {
+        memset(rep, 0, sizeof *rep);
+        rep->n = s->n;
+    }
+    sched_order(s, order);
+    for (int i = 0; i < s->n; i++) /* set by position, whatever the order: the policy and the pipeline's axis */
         if (s->t[i].kind == TACTIC_PIPELINE) st->reserved_axes |= 1u << s->t[i].axis;
-        int n = sched_expand(&s->t[i], st, d, cap, err, errlen);
+    int rc = 0;
+    for (int j = 0; j < s->n && rc == 0; j++) {
+        int t = order[j];
+        if (s->t[t].kind == TACTIC_GATHER) st->gather_policy = s->t[t].lo;
+        int n = sched_expand(&s->t[t], st, d, cap, err, errlen);
         if (n < 0) {
             rc = -1;
             break;
         }
-        for (int k = 0; k < n; k++)
-            if (shard_apply(st, &d[k], err, errlen) < 0) {
+        for (int k = 0; k < n && rc == 0; k++) {
+            int stamp = st->n_decisions, nc = st->n_conflicts, r = shard_apply(st, &d[k], err, errlen);
+            if (r < 0) {
                 rc = -1;
                 break;
             }
+            if (decided) decided(ctx, t, &d[k], r);
+            if (!rep) continue;
+            if (r == 0) rep->changed[t]++;
+            else rep->unchanged[t]++;
+            if (st->n_decisions > stamp) book_stamp(&b, stamp, t);
+            if (r == 0 && d[k].kind == SHARD_ATOMIC) b.atomic[(size_t)d[k].value * SHARD_MAX_AXES + (size_t)d[k].axis] = t + 1;
+            attribute(st, nc, t, &b, &blocked, &n_blocked, &cap_blocked);
+        }
     }
+    if (rep && rc == 0) count_blocked(blocked, n_blocked, rep);
+    free(blocked);
+    free(b.tactic);
+    free(b.atomic);
     free(d);
     return rc;
+}
+
+int sched_apply(const schedule *s, shard_state *st, char *err, size_t errlen)
+{
+    return sched_apply_report(s, st, NULL, NULL, NULL, err, errlen);
+}
+
+char *sched_applied_str(const schedule *s, const shard_mesh *mesh, char *buf, size_t n)
+{
+    int order[SCHED_MAX_TACTICS];
+    schedule *a = ir_xcalloc(1, sizeof *a);
+    *a = *s;
+    sched_order(s, order);
+    for (int i = 0; i < s->n; i++) a->t[i] = s->t[order[i]];
+    sched_str(a, mesh, buf, n);
+    free(a);
+    return buf;
+}
+
+char *sched_report_line(const sched_report *rep, const schedule *s, const shard_mesh *mesh, char *buf, size_t n)
+{
+    size_t k = 0;
+    buf[0] = 0;
+    for (int t = 0; t < rep->n && k < n; t++)
+        for (int w = 0; w < rep->n && k < n; w++) {
+            if (!rep->blocked[t][w] || is_zero(s->t[t].kind)) continue;
+            schedule one = {.n = 1}, other = {.n = 1};
+            one.t[0] = s->t[t];
+            other.t[0] = s->t[w];
+            char a[160], b[160];
+            sched_str(&one, mesh, a, sizeof a);
+            sched_str(&other, mesh, b, sizeof b);
+            k += (size_t)snprintf(buf + k, n - k, "%s%s: %d value%s kept off its axis by %s, which came first", k ? "; " : "", a,
+                                  rep->blocked[t][w], rep->blocked[t][w] == 1 ? "" : "s", b);
+        }
+    return buf;
 }

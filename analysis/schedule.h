@@ -188,10 +188,45 @@ int sched_pipeline_step(const schedule *s, const ir_graph *g, const shard_mesh *
  * above 4p (1 when even that fails). */
 int sched_pipeline_default_microbatches(int64_t batch, int p, int64_t others, int multiple);
 
-/* Applies every tactic of s in order (AUTO is skipped: the caller searches;
- * graph tactics are checked to have been applied by sched_rewrite).
- * Returns 0 or -1 with a message.  Decisions that are blocked by earlier ones
- * are not errors: they appear as conflicts in st. */
+/* The order sched_apply applies s's tactics in (indices into s->t, s->n of
+ * them): every tactic in the schedule's order, except the memory tactics
+ * over optimizer states and params (zero1/2/3), which come after all the
+ * others, in their own order: ZeRO shards what the sharding tactics leave
+ * (each state's or param's local shard, on its largest local dim), as FSDP
+ * and ZeRO do over tensor-parallel shards, so `zero1:data,megatron:model`
+ * and `megatron:model,zero1:data` make the same plan.  Between the other
+ * tactics earlier decisions win (propagation's rule): their order still
+ * matters by design (sched_report says where it did). */
+void sched_order(const schedule *s, int *order);
+
+/* What applying a schedule did, tactic by tactic (index into the schedule). */
+typedef struct sched_report {
+    int n;                                           /* the schedule's tactics */
+    int changed[SCHED_MAX_TACTICS];                  /* decisions that changed the sharding */
+    int unchanged[SCHED_MAX_TACTICS];                /* that changed nothing (already so, or blocked) */
+    int blocked[SCHED_MAX_TACTICS][SCHED_MAX_TACTICS]; /* [t][k]: values where an earlier decision of
+                                                        tactic k kept tactic t's axis off (a recorded
+                                                        conflict: needs st->record_conflicts) */
+} sched_report;
+
+/* Applies every tactic of s in sched_order (AUTO is skipped: the caller
+ * searches; graph tactics are checked to have been applied by
+ * sched_rewrite).  Returns 0 or -1 with a message.  Decisions that are
+ * blocked by earlier ones are not errors: they appear as conflicts in st. */
 int sched_apply(const schedule *s, shard_state *st, char *err, size_t errlen);
+/* The same, filling *rep (NULL: none) and calling decided (NULL: none) for
+ * every decision with its tactic's index and shard_apply's result. */
+int sched_apply_report(const schedule *s, shard_state *st, sched_report *rep,
+                       void (*decided)(void *ctx, int t, const shard_decision *d, int result), void *ctx, char *err,
+                       size_t errlen);
+/* s as sched_order applies it, as text (what carve shard and cost show:
+ * the same for every order that applies the same), into buf; returns buf. */
+char *sched_applied_str(const schedule *s, const shard_mesh *mesh, char *buf, size_t n);
+/* One line saying where an earlier tactic kept a later one's decisions off
+ * values ("megatron:model: 12 values kept off its axis by sp:model, which
+ * came first"), into buf (n bytes); "" when the order changed nothing.  The
+ * ZeRO tactics, which shard what the others leave whatever the order, are
+ * not named as kept.  Returns buf. */
+char *sched_report_line(const sched_report *rep, const schedule *s, const shard_mesh *mesh, char *buf, size_t n);
 
 #endif

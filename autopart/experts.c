@@ -136,17 +136,19 @@ static int list_experts(const ir_graph *g, const shard_mesh *mesh, const shard_s
     int cap = 7 << mesh->n_axes, n = 0;
     autopart_expert *ex = ir_xcalloc((size_t)cap + 1, sizeof *ex);
     char text[160];
-    /* data axes: every subset of the axes (all of them first), Megatron the rest */
+    /* data axes: every subset of the axes (all of them first), Megatron the
+     * rest, and ZeRO-3 over the data axes of what Megatron leaves (a ZeRO
+     * tactic applies after the sharding tactics, whatever its place:
+     * sched_order; written last, as it applies) */
     for (unsigned d = all + 1; d-- > 0;) {
         if ((d & all) != d) continue;
         unsigned m = all & ~d;
-        for (int variant = 0; variant < 3; variant++) {
-            if (variant > 0 && !d) break;           /* zero3 needs data axes */
-            if (variant == 2 && !m) break;          /* dp then zero3 without Megatron is zero3 */
+        for (int variant = 0; variant < 2; variant++) {
+            if (variant > 0 && !d) break; /* zero3 needs data axes */
             text[0] = 0;
-            add_tactics(text, sizeof text, variant == 1 ? "zero3" : "dp", d, mesh);
+            add_tactics(text, sizeof text, variant && !m ? "zero3" : "dp", d, mesh);
             add_tactics(text, sizeof text, "megatron", m, mesh);
-            if (variant == 2) add_tactics(text, sizeof text, "zero3", d, mesh);
+            if (variant && m) add_tactics(text, sizeof text, "zero3", d, mesh);
             if (!text[0]) continue; /* a mesh of size-1 axes */
             name_expert(&ex[n++], text);
         }
@@ -185,10 +187,11 @@ static int list_zero_experts(const ir_graph *g, const shard_mesh *mesh, const sh
     autopart_expert *ex = ir_xcalloc((size_t)(2 << mesh->n_axes) + 1, sizeof *ex);
     char text[160];
     for (unsigned d = all; d && states; d = (d - 1) & all) /* every non-empty set of data axes */
-        for (int stage = 1; stage <= 2; stage++) {
+        for (int stage = 1; stage <= 2; stage++) { /* data parallel, Megatron, then ZeRO over what they leave */
             text[0] = 0;
-            add_tactics(text, sizeof text, stage == 1 ? "zero1" : "zero2", d, mesh);
+            if (all & ~d) add_tactics(text, sizeof text, "dp", d, mesh);
             add_tactics(text, sizeof text, "megatron", all & ~d, mesh);
+            add_tactics(text, sizeof text, stage == 1 ? "zero1" : "zero2", d, mesh);
             name_expert(&ex[n++], text);
         }
     *out = ex;

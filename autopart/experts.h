@@ -6,9 +6,12 @@
  * uses every mesh axis: each axis goes either to the data-parallel side (the
  * batch split over those axes together, major to minor in mesh order) or to
  * the Megatron side (blocks split over those axes together).  For each such
- * assignment: dp x megatron; zero3 (params sharded over the data axes) x
- * megatron; and dp x megatron followed by zero3 over the data axes, which
- * shards what Megatron left whole.  On graphs that pass messages (gns), edge
+ * assignment: dp x megatron, and dp x megatron with zero3 over the data axes,
+ * which shards what Megatron left (a ZeRO tactic applies after the sharding
+ * tactics, whatever its place in the schedule: analysis/schedule.h,
+ * sched_order; rows write it last; zero3 alone where every axis is a data
+ * axis).  Until ZeRO commuted, "zero3:D,megatron:M" was a row of its own
+ * (ZeRO-3 first, Megatron blocked on the params it had split).  On graphs that pass messages (gns), edge
  * sharding too: the edge index's dim group (group:IDS:0:AXIS) over some axes
  * and ZeRO-3 over the others; on graphs with convolutions (unet), spatial
  * tiling: the input dim group whose tiling makes the convolutions' shifts halo
@@ -40,7 +43,8 @@ typedef struct autopart_expert {
 int autopart_experts(const ir_graph *g, const shard_mesh *mesh, const shard_state *base, autopart_pricer *pr,
                  autopart_expert **out);
 /* ZeRO-1 and ZeRO-2 over every non-empty set of data axes, Megatron over
- * the others ("zero2:data,megatron:model"): the optimizer-state and gradient
+ * the others ("dp:data,megatron:model,zero2:data"; it was
+ * "zero2:data,megatron:model", which applied ZeRO first): the optimizer-state and gradient
  * stages between dp and zero3, which the search's group actions cannot reach
  * (a param and its states form one group).  None when g has no optimizer
  * states (SGD).  As autopart_experts otherwise. */

@@ -29,7 +29,7 @@ int cmd_cost(const cli_opts *o)
         cli_error("%s", err);
         rc = CLI_BAD_INPUT;
     } else {
-        session_cost_explain(&c, cfg, sched_str(&sc, &mesh, sched_text, sizeof sched_text), &hw, &opt);
+        session_cost_explain(&c, cfg, sched_applied_str(&sc, &mesh, sched_text, sizeof sched_text), &hw, &opt);
         if (cli_render(o->json ? "json" : "text", &c.x) < 0) {
             cli_error("cost: cannot write the %s", o->json ? "JSON document" : "output");
             rc = CLI_BAD_INPUT;

@@ -21,7 +21,7 @@ int cmd_shard(const cli_opts *o)
         cli_error("%s", err);
         rc = CLI_BAD_INPUT;
     } else {
-        session_shard_explain(&s, cfg, sched_str(&sc, &mesh, sched_text, sizeof sched_text), o->summary);
+        session_shard_explain(&s, cfg, sched_applied_str(&sc, &mesh, sched_text, sizeof sched_text), o->summary);
         if (cli_render(o->json ? "json" : "text", &s.x) < 0) {
             cli_error("shard: cannot write the %s", o->json ? "JSON document" : "output");
             rc = CLI_BAD_INPUT;

@@ -22,7 +22,8 @@ int session_cost_run(session_cost *c, const ir_graph *g, const shard_mesh *mesh,
 {
     memset(c, 0, sizeof *c);
     c->st = shard_state_new(g, mesh);
-    if (sched_apply(sc, c->st, err, errlen) < 0) return -1;
+    if (sched_apply_report(sc, c->st, &c->rep, NULL, NULL, err, errlen) < 0) return -1;
+    sched_report_line(&c->rep, sc, mesh, c->order, sizeof c->order);
     /* the plan on a workspace of its own: the estimator's tables describe
      * the first program a workspace prices (cost/estimate.c), so pricing the
      * replicated plan first there could price this one otherwise than

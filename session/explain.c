@@ -128,7 +128,8 @@ void session_cost_explain(session_cost *c, const char *label, const char *sched_
                           const cost_options *opt)
 {
     c->x = (view_explanation){.kind = VIEW_COST, .model = label, .schedule = sched_text, .st = c->st, .p = c->p,
-                              .hw = hw, .opt = opt, .e = &c->e, .base = &c->base, .pp = &c->pp, .pe = &c->pe};
+                              .hw = hw, .opt = opt, .e = &c->e, .base = &c->base, .pp = &c->pp, .pe = &c->pe,
+                              .order = c->order};
     view_explain(&c->x);
 }
 

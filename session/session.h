@@ -169,8 +169,11 @@ typedef struct session_shard {
     int n_tactics;
     shard_decision *decisions;
     int *decided;             /* per decision: 0 it changed the sharding, 1 it changed nothing */
-    int *decision_tactic;
-    int n_decisions;
+    int *decision_tactic;     /* per decision: its tactic's place in the order applied (sched_order) */
+    int n_decisions, cap_decisions;
+    int place[SCHED_MAX_TACTICS]; /* per tactic of the schedule: its place in the order applied */
+    sched_report rep;         /* what the order did */
+    char order[1024];         /* sched_report_line: which decisions an earlier tactic kept, or "" */
     view_explanation x;       /* set by session_shard_explain */
 } session_shard;
 
@@ -178,8 +181,8 @@ typedef struct session_shard {
  * free s with session_shard_free either way. */
 int session_shard_run(session_shard *s, const ir_graph *g, const shard_mesh *mesh, const schedule *sc, char *err,
                       size_t errlen);
-/* Fills s->x (label: the model; sched_text: the schedule as shown;
- * summary: carve shard --summary). */
+/* Fills s->x (label: the model; sched_text: the schedule as shown, the
+ * order applied: sched_applied_str; summary: carve shard --summary). */
 void session_shard_explain(session_shard *s, const char *label, const char *sched_text, int summary);
 void session_shard_free(session_shard *s);
 
@@ -208,6 +211,8 @@ typedef struct session_cost {
     autopart_pricer pr;       /* the replicated plan's, the search's baseline */
     cost_estimate base;       /* the replicated plan's price (scalars only) */
     view_explanation x;       /* set by session_cost_explain */
+    sched_report rep;         /* what the order did */
+    char order[1024];         /* sched_report_line: which decisions an earlier tactic kept, or "" */
 } session_cost;
 
 /* Applies sc to g on mesh and prices it and the replicated plan on hw with

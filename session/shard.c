@@ -6,45 +6,43 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* sched_apply_report's hook: each decision kept with its tactic's place in
+ * the order applied (the tactics are listed in that order). */
+static void keep_decision(void *ctx, int t, const shard_decision *d, int result)
+{
+    session_shard *s = ctx;
+    if (s->n_decisions == s->cap_decisions) {
+        s->cap_decisions = s->cap_decisions ? 2 * s->cap_decisions : 256;
+        s->decisions = ir_xrealloc(s->decisions, (size_t)s->cap_decisions * sizeof *s->decisions);
+        s->decided = ir_xrealloc(s->decided, (size_t)s->cap_decisions * sizeof *s->decided);
+        s->decision_tactic = ir_xrealloc(s->decision_tactic, (size_t)s->cap_decisions * sizeof *s->decision_tactic);
+    }
+    int i = s->n_decisions++, at = s->place[t];
+    s->decisions[i] = *d;
+    s->decided[i] = result;
+    s->decision_tactic[i] = at;
+    s->tactics[at].changed += result == 0;
+    s->tactics[at].unchanged += result == 1;
+}
+
 int session_shard_run(session_shard *s, const ir_graph *g, const shard_mesh *mesh, const schedule *sc, char *err,
                       size_t errlen)
 {
     memset(s, 0, sizeof *s);
     s->st = shard_state_new(g, mesh);
     s->tactics = ir_xcalloc((size_t)sc->n + 1, sizeof *s->tactics);
-    int cap = g->n_values + 16, room = 0;
-    shard_decision *d = ir_xcalloc((size_t)cap, sizeof *d);
-    for (int t = 0; t < sc->n; t++) {
-        if (sc->t[t].kind == TACTIC_PIPELINE) s->st->reserved_axes |= 1u << sc->t[t].axis;
-        int n = sched_expand(&sc->t[t], s->st, d, cap, err, errlen);
-        if (n < 0) break;
-        if (s->n_decisions + n > room) {
-            room = 2 * (s->n_decisions + n);
-            s->decisions = ir_xrealloc(s->decisions, (size_t)room * sizeof *s->decisions);
-            s->decided = ir_xrealloc(s->decided, (size_t)room * sizeof *s->decided);
-            s->decision_tactic = ir_xrealloc(s->decision_tactic, (size_t)room * sizeof *s->decision_tactic);
-        }
-        view_tactic *vt = &s->tactics[s->n_tactics++];
+    int order[SCHED_MAX_TACTICS];
+    sched_order(sc, order);
+    for (int j = 0; j < sc->n; j++) { /* listed in the order applied: ZeRO after the sharding tactics */
         schedule one = {.n = 1};
-        one.t[0] = sc->t[t];
-        if (sc->t[t].kind == TACTIC_PIPELINE) strcpy(one.split, sc->split);
-        sched_str(&one, mesh, vt->tactic, sizeof vt->tactic);
-        for (int k = 0; k < n; k++) {
-            int r = shard_apply(s->st, &d[k], err, errlen);
-            if (r < 0) {
-                free(d);
-                return -1;
-            }
-            int i = s->n_decisions++;
-            s->decisions[i] = d[k];
-            s->decided[i] = r;
-            s->decision_tactic[i] = t;
-            vt->changed += r == 0;
-            vt->unchanged += r == 1;
-        }
+        one.t[0] = sc->t[order[j]];
+        if (one.t[0].kind == TACTIC_PIPELINE) strcpy(one.split, sc->split);
+        sched_str(&one, mesh, s->tactics[j].tactic, sizeof s->tactics[j].tactic);
+        s->place[order[j]] = j;
     }
-    free(d);
-    if (s->n_tactics < sc->n) return -1;
+    s->n_tactics = sc->n;
+    if (sched_apply_report(sc, s->st, &s->rep, keep_decision, s, err, errlen) < 0) return -1;
+    sched_report_line(&s->rep, sc, mesh, s->order, sizeof s->order);
     pipe_spec ps;
     if (sched_pipeline_step(sc, g, mesh, &ps, err, errlen) < 0) return -1;
     if (ps.split_auto) { /* not priced: an auto split is shown even */
@@ -61,7 +59,8 @@ void session_shard_explain(session_shard *s, const char *label, const char *sche
     s->x = (view_explanation){.kind = VIEW_SHARD, .model = label, .schedule = sched_text, .st = s->st, .p = s->p,
                               .tactics = s->tactics, .n_tactics = s->n_tactics, .decisions = s->decisions,
                               .decided = s->decided, .decision_tactic = s->decision_tactic,
-                              .n_decisions = s->n_decisions, .summary = summary, .pp = &s->pp};
+                              .n_decisions = s->n_decisions, .summary = summary, .pp = &s->pp,
+                              .order = s->order};
     view_explain(&s->x);
 }
 

@@ -235,6 +235,7 @@ static cJSON *cost_json(const view_explanation *x)
     cJSON_AddStringToObject(j, "strategy", x->strategy);
     cJSON_AddStringToObject(j, "practice", x->practice);
     add_unsplit(j, x);
+    cJSON_AddStringToObject(j, "order", x->order ? x->order : "");
     cJSON_AddItemToObject(j, "estimate", estimate_json(x->e));
     add_practice(j, x);
     add_pipeline(j, x);
@@ -301,6 +302,7 @@ static cJSON *shard_json(const view_explanation *x)
     const ir_graph *g = st->g;
     cJSON *j = cJSON_CreateObject();
     add_head(j, VIEW_DOC_SHARD, x->model, &st->mesh, NULL, NULL, x->schedule);
+    cJSON_AddStringToObject(j, "order", x->order ? x->order : "");
     add_shard_tactics(j, st, x->tactics, x->n_tactics, !x->summary);
     cJSON *args = cJSON_AddArrayToObject(j, "arguments");
     double local[IR_N_ROLES] = {0}, global[IR_N_ROLES] = {0};

@@ -321,6 +321,7 @@ static void text_cost(FILE *f, const view_explanation *x)
             cost_precision_describe(opt->precision), mixed ? "; gradients in " : "",
             mixed ? (cost_grads_f32(opt) ? "f32" : cost_precision_name(opt->precision)) : "",
             opt->overlap ? "communication overlapped with compute" : "no overlap of compute and communication");
+    if (x->order && x->order[0]) fprintf(f, "order    %s\n", x->order);
     fprintf(f, "strategy %s\n         in carve's words: %s\n", x->practice, x->strategy);
     if (x->unsplit[0]) fprintf(f, "         %s\n", x->unsplit);
     fprintf(f, "\n");
@@ -675,8 +676,10 @@ static void text_shard(FILE *f, const view_explanation *x)
     const shard_state *st = x->st;
     const ir_graph *g = st->g;
     char buf[256];
-    fprintf(f, "model %s\nmesh %s (%lld devices)\nschedule %s\n\ndecisions:\n", x->model, shard_mesh_str(&st->mesh, buf, sizeof buf),
+    fprintf(f, "model %s\nmesh %s (%lld devices)\nschedule %s\n", x->model, shard_mesh_str(&st->mesh, buf, sizeof buf),
             (long long)st->mesh.n_devices, x->schedule);
+    if (x->order && x->order[0]) fprintf(f, "order    %s\n", x->order);
+    fprintf(f, "\ndecisions:\n");
     shard_decisions(f, x);
     fprintf(f, "\nconflicts: %d\n", st->n_conflicts);
     int shown = x->summary ? 5 : st->n_conflicts;

@@ -92,6 +92,8 @@ typedef struct view_explanation {
     const int *decision_tactic; /* the tactic each decision came from */
     int n_decisions;
     int summary;              /* shard: the summary (no program, no decisions, layer 0 only) */
+    const char *order;        /* shard, cost: where an earlier tactic kept a later one's decisions off
+                                 values (sched_report_line; the order mattered), or NULL / "" */
     /* the plan's program as every plan lowers (analysis/pipeline.h: stages of
      * segments, one of each without a pipeline), beside p: */
     const pipe_program *pp;   /* the plan's program (p is pp->prog), or NULL */
