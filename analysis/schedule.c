@@ -969,7 +969,7 @@ static void attribute(const shard_state *st, int from, int t, const stamp_book *
 /* The report's blocked counts: each (t, k, value) once. */
 static void count_blocked(blocked_at *list, int n, sched_report *rep)
 {
-    qsort(list, (size_t)n, sizeof *list, by_tkv);
+    if (n > 1) qsort(list, (size_t)n, sizeof *list, by_tkv);
     for (int i = 0; i < n; i++)
         if (!i || by_tkv(&list[i], &list[i - 1])) rep->blocked[list[i].t][list[i].k]++;
 }
