@@ -91,9 +91,9 @@ has "run remat:full+microbatch" "check against the plain step (the model as writ
 has "run remat:full+microbatch" "check: passed"
 if grep -q "FAILED\|no output for" out.txt; then fail=$((fail + 1)); echo "FAIL run remat:full+microbatch: a check failed"; else pass=$((pass + 1)); fi
 ok "run plain" "$carve" run --model gpt-tiny --mesh batch=2 --schedule dp:batch
-has "run plain" "the step above is that step (no tactic rewrote it)"
+has "run plain" "the step checked above is that step (no tactic rewrote it)"
 ok "run dropout+microbatch" "$carve" run --model gpt-tiny:dropout=0.1 --mesh batch=2 --schedule dp:batch,microbatch:2
-has "run dropout+microbatch" "not run: the step draws dropout masks per micro-batch"
+has "run dropout+microbatch" "not compared: the step draws dropout masks per micro-batch"
 
 bad "remat syntax" "remat:all, remat:N or remat:A-B" "$carve" run --model gpt-tiny --mesh batch=2 --schedule remat:x
 bad "remat range" "the graph has layers 0-1" "$carve" run --model gpt-tiny --mesh batch=2 --schedule dp:batch,remat:4-5
