@@ -121,8 +121,11 @@ both run3 run --plan pr.json --seed 3
 python3 -c "
 import json, sys
 a, b, c = (json.load(open('run%d.json' % i)) for i in (1, 2, 3))
-ok = [s['step'] for s in a['steps']] == [1, 2] and a['steps_asked'] == 2 and a['passed'] and len(a['checks']) == 1
+ok = [s['step'] for s in a['steps']] == [1, 2] and a['steps_asked'] == 2 and a['passed'] and len(a['checks']) == 2
 ok = ok and a['checks'][0]['against'] == 'the reference' and a['checks'][0]['passed'] and 'pipeline' not in a
+# the second check: against the user's plain step (the same step here: not compared, said why; the pipeline's: compared)
+ok = ok and a['checks'][1]['against'].startswith('the plain step') and a['checks'][1]['passed'] and a['checks'][1]['note']
+ok = ok and b['checks'][1]['against'].startswith('the plain step') and b['checks'][1]['passed'] and b['checks'][1]['compared_elements'] > 0
 ok = ok and len(a['last_step']['per_device']) == 4 and a['memory']['laid_out_bytes'] > 0 and a['backend']['kind'] == 'threads'
 p = b.get('pipeline', {})
 ok = ok and p.get('stages') == 2 and p.get('microbatches') == 4 and len(p.get('per_stage', [])) == 2 and b['optimizer'] == 'sgd'
