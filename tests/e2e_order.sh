@@ -7,13 +7,8 @@
 # matters by design, shard and cost say in one line which tactic kept which
 # values off its axis.  Closing line: N passed, N failed.
 set -u
-carve=${CARVE_BIN:-$(dirname "$0")/../build/carve}
-carve=$(cd "$(dirname "$carve")" && pwd)/$(basename "$carve")
-root=${CARVE_ROOT:-$(cd "$(dirname "$0")/.." && pwd)}
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-cd "$tmp" || exit 1
-. "$root/tests/lib_e2e.sh"
+. "$(dirname "$0")/lib_e2e.sh"
+e2e_start
 
 for m in gpt-1.3b llama2-7b mixtral-8x7b; do
     for z in zero1 zero2 zero3; do
