@@ -63,6 +63,10 @@ for num, wire, v in refpb.fields(b):
         if name in ("input_ids", "labels"):
             open("batch/%s.pb" % name, "wb").write(v)
 EOF
+# a rewritten step (recomputation) is checked against the plain step on the same given batch
+ok "gpt2 --inputs remat" "$carve" run --graph "$hf/gpt2-legacy.onnx" --inputs "$hf/gpt2-legacy.batch.npz" --mesh batch=2 --schedule dp:batch,remat:full
+has "gpt2 --inputs remat" "^check against the plain step .*(tolerance"
+has "gpt2 --inputs remat" "^check: passed"
 ok "gpt2 --inputs folder" "$carve" run --graph "$hf/gpt2-legacy.onnx" --inputs batch "${plan[@]}"
 grep -q "$(grep -o '"outputs_digest": "[0-9a-f]*"' pb.json | cut -d'"' -f4)" out.txt
 check "a folder of TensorProto files gives the same bits" $?
