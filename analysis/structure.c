@@ -76,6 +76,22 @@ int shard_batch_groups(const ir_graph *g, const shard_groups *gs, int *out, int 
     return n_out;
 }
 
+int shard_batch_dims(const ir_graph *g, const shard_groups *gs, unsigned *mask, int64_t *size, char *why, size_t n)
+{
+    int grp = shard_batch_group(g, gs, why, n);
+    if (grp < 0) return -1;
+    *size = 0;
+    for (int v = 0; v < g->n_values; v++) {
+        mask[v] = 0;
+        for (int d = 0; d < g->values[v].rank; d++)
+            if (gs->dim_group[gs->dim_base[v] + d] == grp) {
+                mask[v] |= 1u << d;
+                if (!*size && g->values[v].role == IR_INPUT) *size = g->values[v].dims[d];
+            }
+    }
+    return 0;
+}
+
 /* ---- Megatron blocks ---------------------------------------------------------- */
 
 typedef struct walker {

@@ -31,6 +31,12 @@ int shard_batch_group(const ir_graph *g, const shard_groups *gs, char *why, size
  * shard_batch_group's; returns how many, or -1 with the reason in why. */
 int shard_batch_groups(const ir_graph *g, const shard_groups *gs, int *out, int cap, char *why, size_t n);
 
+/* Which dims of g's values hold the batch (the batch group of gs, built
+ * from g: shard_batch_group): mask[v] bit d set for dim d of value v
+ * (mask: g->n_values entries); *size gets the batch (the group's size).
+ * 0, or -1 with the reason in why. */
+int shard_batch_dims(const ir_graph *g, const shard_groups *gs, unsigned *mask, int64_t *size, char *why, size_t n);
+
 /* The param dims a Megatron schedule tiles (columns and rows, in op order),
  * at most cap; returns how many (0: no block, the reason in why).  *n_blocks
  * (may be NULL) receives the number of column-row blocks found. */

@@ -107,14 +107,14 @@ static int attach_plain_inputs(const cli_opts *o, ir_graph *plain)
 }
 
 /* Runs st's step: lowered under ps (a pipeline: an auto split balanced on
- * hw, checked against the unrolled step of `model` at its micro-batches),
+ * hw, checked against the unrolled step of src at its micro-batches),
  * run and checked, also against `plain` (run_checked). */
-static int run_lowered(const cli_opts *o, session_world *w, shard_state *st, const pipe_spec *ps, const char *model,
+static int run_lowered(const cli_opts *o, session_world *w, shard_state *st, const pipe_spec *ps, const session_source *src,
                        ir_graph *plain, const char *cfg, const plan *pl, const cost_hw *hw, const char *inputs)
 {
     char err[1024];
     session_run_program rp;
-    if (session_run_program_build(&rp, st, ps, model, o->optimizer, hw, err, sizeof err) < 0) {
+    if (session_run_program_build(&rp, st, ps, src, hw, err, sizeof err) < 0) {
         cli_error("run: %s", err);
         ir_free(plain);
         return CLI_BAD_INPUT;
@@ -168,9 +168,11 @@ static int run_plan(const cli_opts *o, session_world *w, const cost_hw *hw)
         if (has < 0) cli_error("run: %s", err);
         else if (ir_rewritten(g) && !(plain = session_plan_plain_step(&pl, o->plan, err, sizeof err)))
             cli_error("run: the plain step (to check against): %s", err);
-        else if (!o->inputs || (attach_inputs(o, g, &ps, inputs, sizeof inputs) == 0 && attach_plain_inputs(o, plain) == 0))
-            rc = run_lowered(&with_schedule, w, st, &ps, pl.model, plain, label, &pl, hw, o->inputs ? inputs : NULL);
-        else ir_free(plain);
+        else if (!o->inputs || (attach_inputs(o, g, &ps, inputs, sizeof inputs) == 0 && attach_plain_inputs(o, plain) == 0)) {
+            session_source src;
+            session_plan_source(&pl, &src);
+            rc = run_lowered(&with_schedule, w, st, &ps, &src, plain, label, &pl, hw, o->inputs ? inputs : NULL);
+        } else ir_free(plain);
     }
     shard_state_free(st);
     ir_free(g);
@@ -201,6 +203,8 @@ static int run_schedule(const cli_opts *o, session_world *w, const cost_hw *hw)
     }
     cli_opts with_weights = *o; /* an ONNX file's run starts from its weights */
     with_weights.weights = 1;
+    session_source src = {.model = o->model, .graph = o->graph, .optimizer = o->optimizer};
+    cli_source_import(&src, &with_weights, NULL, 0);
     ir_graph *g = cli_load_step(&with_weights, cfg, sizeof cfg);
     if (!g) return CLI_BAD_INPUT;
     if (!session_is_step(g)) {
@@ -216,7 +220,7 @@ static int run_schedule(const cli_opts *o, session_world *w, const cost_hw *hw)
     if (!st) cli_error("run: %s", err);
     else if (ir_rewritten(g) && !(plain = cli_load_plain(&with_weights))) rc = CLI_BAD_INPUT; /* it said why */
     else if (!o->inputs || (attach_inputs(o, g, &ps, inputs, sizeof inputs) == 0 && attach_plain_inputs(o, plain) == 0))
-        rc = run_lowered(o, w, st, &ps, o->model, plain, cfg, NULL, hw, o->inputs ? inputs : NULL);
+        rc = run_lowered(o, w, st, &ps, &src, plain, cfg, NULL, hw, o->inputs ? inputs : NULL);
     else ir_free(plain);
     shard_state_free(st);
     ir_free(g);

@@ -585,6 +585,17 @@ int64_t ir_microbatch_seed(int64_t seed, int k);
  * is a micro-batch's step with its loss scaled by 1/m.  Returns 0, or -1
  * with a message (no loss, a loss already scaled). */
 int ir_scale_loss(ir_graph *g, double factor, char *err, size_t errlen);
+/* Forward graph fwd (with its loss) built at 1/n of its batch (ir/rebatch.c):
+ * every dim that batch marks (batch[v] bit d: dim d of value v holds the
+ * batch, as its size or the major factor of a merged dim) divided by n, a
+ * mean over the batch made the micro-batch's, a constant that holds the
+ * batch cut to one micro-batch's rows (its n blocks must be equal).  A new
+ * graph (caller frees), or NULL with a message (a batch dim n does not
+ * divide, an op along the batch, a constant that differs by example).
+ * *coupled is 1 when a reduction over the batch flows back into the
+ * examples (a training-mode BatchNorm): the micro-batches' step is then not
+ * the batch's. */
+ir_graph *ir_rebatch(const ir_graph *fwd, int n, const unsigned *batch, int *coupled, char *err, size_t errlen);
 
 /* ---- JSON (format "carve-graph/1", docs/graph-format.md) -------------- */
 /* Returns a new graph or NULL with a one-line message naming the place. */

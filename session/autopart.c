@@ -18,6 +18,7 @@
 
 #include "analysis/groups.h"
 #include "models/models.h"
+#include "onnx/onnx.h"
 
 static void note(const session_autopart *a, const char *msg)
 {
@@ -201,19 +202,22 @@ static int pipeline_level(session_autopart *a, const char *user, double deadline
 {
     int has = 0;
     for (int i = 0; i < a->sc.n; i++) has |= a->sc.t[i].kind == TACTIC_PIPELINE || a->sc.t[i].kind == TACTIC_MICROBATCH;
-    if (has || a->src.graph || a->pipeline == SESSION_PIPELINE_NONE ||
+    int onnx = a->src.graph && onnx_is_onnx_path(a->src.graph); /* (an ONNX file's batch is cut: load.c) */
+    if (has || (a->src.graph && !onnx) || a->pipeline == SESSION_PIPELINE_NONE ||
         (a->pipeline == SESSION_PIPELINE_AUTO && !autopart_pipeline_slow_axes(&a->hw, &a->mesh)))
         return 0; /* the user chose, a graph file (a fixed batch), switched off, or a single node */
     model_config cfg;
     char e2[512];
-    if (model_parse(a->src.model, &cfg, e2, sizeof e2) < 0) return 0;
-    int bk = model_batch_key(&cfg);
+    int64_t batch = onnx && a->steps[0].g ? session_step_batch(a->steps[0].g) : -1;
+    if (!onnx && model_parse(a->src.model, &cfg, e2, sizeof e2) < 0) return 0;
+    int bk = onnx ? -1 : model_batch_key(&cfg);
+    if (!onnx) batch = bk >= 0 ? cfg.values[bk] : -1;
     plan tmpl; /* each candidate's step is built as a plan of it would rebuild it */
     plan_inputs(a, user, &tmpl);
     search_budget b = a->b;
     b.seconds = autopart_plain_seconds(a->b.seconds, a->n_steps);
     autopart_pipeline_level L = {&a->mesh, &a->sc, build_config, &tmpl, &a->hw, a->opt, a->algo, b, a->gather_auto, deadline,
-                                 bk >= 0 ? cfg.values[bk] : -1, a->steps[0].g ? a->steps[0].g->n_layers : 0, 3};
+                                 batch, a->steps[0].g ? a->steps[0].g->n_layers : 0, 3};
     if (L.n_layers < 2 || L.batch < 1) return 0;
     if (a->hooks.level) a->hooks.level(a->hooks.ctx, 1);
     int n_out = 0, best = autopart_pipeline_search(&L, a->pipe_cands, &a->n_pipe_cands, &a->steps[a->n_steps], &n_out);

@@ -15,8 +15,10 @@
 #include "session/session.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
+#include "analysis/structure.h"
 #include "models/models.h"
 #include "onnx/onnx.h"
 
@@ -67,16 +69,17 @@ static ir_graph *build_model(const char *arg, const session_source *s, const ir_
 }
 
 /* What a file's front ends check first: a pipeline's body or a step of
- * micro-batches needs a model built at the micro-batch (a file has a fixed
- * batch); the path becomes the label.  Returns 0, or -1 with a message. */
+ * micro-batches needs a model built at the micro-batch (a graph file, what
+ * not NULL, has a fixed batch; an ONNX file's is cut: rebatch); the path
+ * becomes the label.  Returns 0, or -1 with a message. */
 static int file_label(const char *arg, const char *what, const session_source *s, int micro, char *label, size_t n,
                       char *err, size_t errlen)
 {
-    for (int i = 0; s->sched && !s->forward && i < s->sched->n; i++)
+    for (int i = 0; s->sched && !s->forward && what && i < s->sched->n; i++)
         if (s->sched->t[i].kind == TACTIC_PIPELINE)
             return ir_errf(err, errlen, "pipeline: needs --model (the step is built as one micro-batch's body); %s has a fixed batch",
                            what);
-    if (micro > 1 && !s->forward)
+    if (micro > 1 && !s->forward && what)
         return ir_errf(err, errlen, "microbatch:%d: needs --model (the model is built at batch / %d); %s has a fixed batch",
                        micro, micro, what);
     if (strlen(arg) >= n)
@@ -95,26 +98,125 @@ static ir_graph *build_graph_file(const char *arg, const session_source *s, cons
     return g;
 }
 
+static int attention_fused(const session_source *src);
+static int fuse_attention(ir_graph **g, const session_source *src, const char *label, char *err, size_t errlen);
+static ir_graph *train_step(ir_graph *fwd, const ir_optimizer *opt, const char *label, char *err, size_t errlen);
+
+int64_t session_step_batch(const ir_graph *g)
+{
+    char why[256];
+    shard_groups *gs = shard_groups_build(g);
+    unsigned *mask = ir_xcalloc((size_t)g->n_values + 1, sizeof *mask);
+    int64_t batch = -1;
+    if (shard_batch_dims(g, gs, mask, &batch, why, sizeof why) < 0 || batch < 1) batch = -1;
+    free(mask);
+    shard_groups_free(gs);
+    return batch;
+}
+
+/* The message when g has no batch dim (why): where a param shares the
+ * first input's dim 0 (torch 2's exporter folds a mask expanded to the batch
+ * into an initializer), it is named with the flag that keeps it constant. */
+static void batch_param_hint(const ir_graph *g, const shard_groups *gs, const char *why, const char *label, char *err,
+                             size_t errlen)
+{
+    for (int v = 0; v < g->n_values; v++) {
+        if (g->values[v].role != IR_INPUT || g->values[v].rank < 1) continue;
+        const shard_group *G = &gs->groups[gs->dim_group[gs->dim_base[v]]];
+        for (int k = 0; k < G->n; k++) {
+            const ir_value *p = &g->values[gs->members[G->first + k].value];
+            if (p->role != IR_PARAM) continue;
+            ir_errf(err, errlen, "%s: micro-batches need the batch dim: param '%s' shares dim 0 of input '%s' (an initializer "
+                    "the exporter folded from the batch, such as an attention mask? keep it constant: --frozen %s)", label, p->name,
+                    g->values[v].name, p->name);
+            return;
+        }
+        break;
+    }
+    ir_errf(err, errlen, "%s: micro-batches need the batch dim: %s", label, why);
+}
+
+/* Forward graph fwd (freed) at 1/m of its batch, where m is micro (> 1) or,
+ * with micro 0, s's pipeline's micro-batches (its M, or the default for the
+ * batch found): ir_rebatch on the dims of the batch group (the dim group the
+ * loss reduces over that no param shares, analysis/structure.h).  NULL with
+ * a message; *m gets the micro-batches. */
+static ir_graph *rebatch(ir_graph *fwd, const session_source *s, int micro, int *m, const char *label, char *err, size_t errlen)
+{
+    char why[512];
+    shard_groups *gs = shard_groups_build(fwd);
+    unsigned *mask = ir_xcalloc((size_t)fwd->n_values + 1, sizeof *mask);
+    int64_t batch = 0;
+    int coupled = 0;
+    ir_graph *out = NULL;
+    *m = micro;
+    if (shard_batch_dims(fwd, gs, mask, &batch, why, sizeof why) < 0)
+        batch_param_hint(fwd, gs, why, label, err, errlen);
+    else if (!micro && (*m = pipeline_microbatches(s, batch, err, errlen)) < 0)
+        ;
+    else if (batch % *m)
+        ir_errf(err, errlen, "%s: the batch (%lld) does not divide into %d micro-batches", label, (long long)batch, *m);
+    else if (!(out = ir_rebatch(fwd, *m, mask, &coupled, why, sizeof why)))
+        ir_errf(err, errlen, "%s: %s", label, why);
+    else if (coupled) {
+        ir_free(out);
+        out = NULL;
+        ir_errf(err, errlen, "%s: a reduction over the batch flows back into the examples (a training-mode BatchNormalization): "
+                "%d micro-batches would not compute the batch's step", label, *m);
+    }
+    free(mask);
+    shard_groups_free(gs);
+    ir_free(fwd);
+    return out;
+}
+
+/* The step of forward graph fwd (freed) built at the micro-batch: with
+ * micro 0 a pipeline's body (the loss scaled by 1/M, as
+ * model_build_pipeline_body), else the step of micro micro-batches
+ * (ir_microbatch, as model_build_microbatched_step).  NULL with a message. */
+static ir_graph *micro_step(ir_graph *fwd, const session_source *s, const ir_optimizer *opt, int micro, const char *label,
+                            char *err, size_t errlen)
+{
+    int m;
+    if (attention_fused(s) && fuse_attention(&fwd, s, label, err, errlen) < 0) return NULL;
+    ir_graph *g = rebatch(fwd, s, micro, &m, label, err, errlen), *step;
+    if (!g) return NULL;
+    if (!micro && ir_scale_loss(g, 1.0 / m, err, errlen) < 0) {
+        ir_free(g);
+        return NULL;
+    }
+    if (!(step = train_step(g, opt, label, err, errlen)) || !micro) {
+        if (step) step->rewrites.pipe_body = m; /* the record pipe_body_microbatches reads */
+        return step;
+    }
+    g = ir_microbatch(step, m, err, errlen);
+    ir_free(step);
+    return g;
+}
+
 /* An ONNX file (onnx/onnx.h): its forward graph with a loss, shapes only
- * unless the source asks for the weights (a run).  A fixed batch, as a
- * graph file's. */
+ * unless the source asks for the weights (a run); under a pipeline or
+ * microbatch:N, the step built at the micro-batch (micro_step). */
 static ir_graph *build_onnx(const char *arg, const session_source *s, const ir_optimizer *opt, int micro, int *is_step,
                             char *label, size_t n, char *err, size_t errlen)
 {
-    (void)opt;
-    if (file_label(arg, "an ONNX file", s, micro, label, n, err, errlen) < 0) return NULL;
+    if (file_label(arg, NULL, s, micro, label, n, err, errlen) < 0) return NULL;
     onnx_options o = {.weights = s->weights, .dims = s->dims, .loss = s->loss, .frozen = s->frozen};
     onnx_info info;
     ir_graph *g = onnx_import(arg, &o, &info, err, errlen);
     if (g && s->notes && s->notes_len) snprintf(s->notes, s->notes_len, "%s", info.notes);
     *is_step = 0;
-    return g;
+    int piped = 0;
+    for (int i = 0; s->sched && i < s->sched->n; i++) piped |= s->sched->t[i].kind == TACTIC_PIPELINE;
+    if (!g || s->forward || (!piped && micro <= 1)) return g;
+    *is_step = 1;
+    return micro_step(g, s, opt, piped ? 0 : micro, label, err, errlen);
 }
 
 static const front_end front_ends[] = {
     {"--model", "a model (--model gpt-tiny, see carve models)", 1, model_arg, build_model},
     {"--graph", "a graph file (--graph file.json)", 0, graph_arg, build_graph_file},
-    {"--graph", "an ONNX file (--graph model.onnx)", 0, onnx_arg, build_onnx},
+    {"--graph", "an ONNX file (--graph model.onnx)", 1, onnx_arg, build_onnx},
 };
 enum { N_FRONT_ENDS = sizeof front_ends / sizeof front_ends[0] };
 

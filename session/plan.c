@@ -23,6 +23,18 @@ static int check_graph_hash(const plan *pl, const char *pp, char *err, size_t er
     return 0;
 }
 
+void session_plan_source(const plan *pl, session_source *src)
+{
+    *src = (session_source){.model = pl->model[0] ? pl->model : NULL,
+                            .graph = pl->model[0] ? NULL : pl->graph_path,
+                            .optimizer = pl->optimizer,
+                            .mesh = &pl->mesh};
+    src->dims = pl->onnx_dims[0] ? pl->onnx_dims : NULL;
+    src->loss = pl->onnx_loss[0] ? pl->onnx_loss : NULL;
+    src->frozen = pl->onnx_frozen[0] ? pl->onnx_frozen : NULL;
+    if (!pl->model[0]) src->attention = pl->graph_attention[0] ? pl->graph_attention : "materialized"; /* older plans: as written */
+}
+
 /* The step of plan pl with schedule sc (NULL: none), or with the reason
  * `why` its schedule text did not parse (NULL: it did). */
 static ir_graph *plan_step(const plan *pl, const schedule *sc, const char *why, const char *path, char *err, size_t errlen)
@@ -31,16 +43,10 @@ static ir_graph *plan_step(const plan *pl, const schedule *sc, const char *why, 
     plan_printable(path, pp, sizeof pp);
     if (!pl->model[0] && check_graph_hash(pl, pp, err, errlen) < 0) return NULL;
     /* microbatch:N builds the step of N micro-batches, remat: rewrites it */
-    session_source src = {.model = pl->model[0] ? pl->model : NULL,
-                          .graph = pl->model[0] ? NULL : pl->graph_path,
-                          .optimizer = pl->optimizer,
-                          .sched = why ? NULL : sc,
-                          .micro_as_tactic = 1,
-                          .mesh = &pl->mesh};
-    src.dims = pl->onnx_dims[0] ? pl->onnx_dims : NULL;
-    src.loss = pl->onnx_loss[0] ? pl->onnx_loss : NULL;
-    src.frozen = pl->onnx_frozen[0] ? pl->onnx_frozen : NULL;
-    if (!pl->model[0]) src.attention = pl->graph_attention[0] ? pl->graph_attention : "materialized"; /* older plans: as written */
+    session_source src;
+    session_plan_source(pl, &src);
+    src.sched = why ? NULL : sc;
+    src.micro_as_tactic = 1;
     int rewrite_failed;
     ir_graph *g = session_load_step(&src, label, sizeof label, &rewrite_failed, e2, sizeof e2);
     if (!g && !rewrite_failed) {

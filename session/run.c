@@ -202,24 +202,32 @@ static int lower_run(shard_state *st, const pipe_spec *ps, const cost_hw *hw, pi
 
 /* What a run under ps is checked against when it is not the program's own
  * step (session_run_program.ref): a pipeline's body, one micro-batch, is the
- * unrolled step of its micro-batches.  *ref NULL otherwise.  Returns 0, or
- * -1 with a message. */
-static int reference(const pipe_spec *ps, const char *model, const char *optimizer, ir_graph **ref, char *err, size_t errlen)
+ * unrolled step of its micro-batches, src loaded under microbatch:M (a model
+ * built at the micro-batch, an ONNX file's batch cut: load.c).  *ref NULL
+ * otherwise.  Returns 0, or -1 with a message. */
+static int reference(const pipe_spec *ps, const session_source *src, ir_graph **ref, char *err, size_t errlen)
 {
-    model_config cfg;
-    ir_optimizer opt = session_optimizer(optimizer);
     *ref = NULL;
     if (ps->microbatches < 1) return 0; /* (no pipeline: pipe_spec_none's 0) */
-    if (!model || !model[0]) return ir_errf(err, errlen, "run: a pipelined run is checked against its model's unrolled step: give --model");
-    if (model_parse(model, &cfg, err, errlen) < 0) return -1;
-    return (*ref = model_build_microbatched_step(&cfg, &opt, ps->microbatches, err, errlen)) ? 0 : -1;
+    if (!src || (!src->model && !src->graph))
+        return ir_errf(err, errlen, "run: a pipelined run is checked against its model's unrolled step: give --model");
+    schedule sc = {.n = 1, .t = {sched_microbatch_tactic(ps->microbatches)}};
+    session_source s = *src;
+    s.sched = &sc;
+    s.mesh = NULL;
+    s.micro_as_tactic = 0;
+    s.weights = 1; /* (a file's run starts from its weights) */
+    s.notes = NULL;
+    char label[1024], e2[IR_ERR_LEN + 640];
+    *ref = session_load_step(&s, label, sizeof label, NULL, e2, sizeof e2);
+    return *ref ? 0 : ir_errf(err, errlen, "run: the unrolled step of %d micro-batches: %s", ps->microbatches, e2);
 }
 
-int session_run_program_build(session_run_program *rp, shard_state *st, const pipe_spec *ps, const char *model,
-                              const char *optimizer, const cost_hw *hw, char *err, size_t errlen)
+int session_run_program_build(session_run_program *rp, shard_state *st, const pipe_spec *ps, const session_source *src,
+                              const cost_hw *hw, char *err, size_t errlen)
 {
     memset(rp, 0, sizeof *rp);
-    if (reference(ps, model, optimizer, &rp->ref, err, errlen) < 0 || lower_run(st, ps, hw, &rp->pp, err, errlen) < 0) {
+    if (reference(ps, src, &rp->ref, err, errlen) < 0 || lower_run(st, ps, hw, &rp->pp, err, errlen) < 0) {
         session_run_program_free(rp);
         return -1;
     }

@@ -67,6 +67,12 @@ typedef struct session_source {
     size_t notes_len;
 } session_source;
 
+/* The batch of graph g (a forward graph or step): the size of the dim
+ * group the loss reduces over that no param shares (analysis/structure.h),
+ * or -1 when it has none.  An ONNX file's step is cut at it into
+ * micro-batches (pipeline:, microbatch:N; ir_rebatch). */
+int64_t session_step_batch(const ir_graph *g);
+
 /* The optimizer named "adam" (or NULL) or "sgd" (lr 0.01). */
 ir_optimizer session_optimizer(const char *name);
 
@@ -94,6 +100,9 @@ ir_graph *session_plan_step(const plan *pl, const char *path, char *err, size_t 
  * levels build their configurations' steps so; path names the
  * configuration in messages). */
 ir_graph *session_plan_step_sched(const plan *pl, const schedule *sc, const char *path, char *err, size_t errlen);
+/* The source plan pl's step is loaded from (its model, or its graph file
+ * with the import options it records), without a schedule. */
+void session_plan_source(const plan *pl, session_source *src);
 
 /* The pipeline of plan pl's schedule on its step g (session_plan_step) in
  * *ps (pipe_spec_none() when it has none): 1, 0 when it has none, -1 with a
@@ -369,10 +378,12 @@ typedef struct session_run_program {
     ir_graph *ref;    /* a pipeline's: the unrolled step of `model` with `optimizer` at its micro-batches
                          (model_build_microbatched_step), for session_run_open (which takes it over); else NULL */
 } session_run_program;
-/* Builds rp for st (ps: from session_run_state).  Returns 0 (free rp with
- * session_run_program_free), or -1 with a message. */
-int session_run_program_build(session_run_program *rp, shard_state *st, const pipe_spec *ps, const char *model,
-                              const char *optimizer, const cost_hw *hw, char *err, size_t errlen);
+/* Builds rp for st (ps: from session_run_state; src: the model or file
+ * st's step was loaded from, for a pipeline's reference: the same source
+ * loaded as the step of the pipeline's micro-batches, microbatch:M).
+ * Returns 0 (free rp with session_run_program_free), or -1 with a message. */
+int session_run_program_build(session_run_program *rp, shard_state *st, const pipe_spec *ps, const session_source *src,
+                              const cost_hw *hw, char *err, size_t errlen);
 void session_run_program_free(session_run_program *rp);
 /* Prices the run's predictions (session_run_predicted_peak,
  * session_run_stages) on hw (from session_run_hw; the caller keeps it alive

@@ -458,7 +458,7 @@ static void compose(ctx *x, const int *order, int k)
     CHECKF(st != NULL, "%s %s on %s: %s", x->m->name, sched, mtext, err);
     if (!st) return;
     session_run_program rp;
-    int rc = session_run_program_build(&rp, st, &ps, x->m->spec, "adam", &x->hw, err, sizeof err);
+    int rc = session_run_program_build(&rp, st, &ps, &(session_source){.model = x->m->spec, .optimizer = "adam"}, &x->hw, err, sizeof err);
     CHECKF(rc == 0, "%s %s on %s: %s", x->m->name, sched, mtext, err);
     if (rc == 0) {
         if (seen_before(x, program_hash(&rp, g))) {
@@ -584,7 +584,7 @@ static int checked_run(const char *spec, ir_graph *g, const char *mesh_text, con
     if (!plain || shard_mesh_parse(mesh_text, &mesh, err, sizeof err) < 0 || sched_parse(sched, &mesh, &sc, err, sizeof err) < 0 ||
         session_world_init(&w, EXEC_THREADS, err, sizeof err) < 0 || session_run_hw(NULL, &hw, err, sizeof err) < 0 ||
         !(st = session_run_state(g, &mesh, &sc, &ps, err, sizeof err)) ||
-        session_run_program_build(&rp, st, &ps, spec, "adam", &hw, err, sizeof err) < 0) {
+        session_run_program_build(&rp, st, &ps, &(session_source){.model = spec, .optimizer = "adam"}, &hw, err, sizeof err) < 0) {
         CHECKF(0, "%s: %s", sched, err);
         ir_free(plain);
         shard_state_free(st);

@@ -484,6 +484,73 @@ static void test_hf(void)
     CHECKF(n >= 20, "only %d exported fixtures in %s", n, path);
 }
 
+/* The loss of forward graph g on the reference executor (NAN on failure). */
+static double forward_loss(const char *name, ir_graph *g)
+{
+    char err[512];
+    exec_ref *r = exec_ref_new(g, 0, err, sizeof err);
+    CHECKF(r != NULL, "%s: %s", name, err);
+    if (!r) return NAN;
+    exec_ref_init_args(r, 1);
+    int ran = exec_ref_run(r, err, sizeof err) == 0;
+    CHECKF(ran, "%s: %s", name, err);
+    double loss = ran ? exec_ref_loss(r) : NAN;
+    exec_ref_free(r);
+    return loss;
+}
+
+/* ir_rebatch (issue 44 item 8): an exported GPT-2 and LLaMA built at half
+ * their batch and run on each half of torch's batch: the mean of the two
+ * halves' losses is the batch's (every example has as many tokens), so the
+ * micro-batch step computes the model's function; the batch dim is found
+ * from the inputs and the loss's reduction; a training-mode BatchNorm
+ * (whose statistics couple the examples) is flagged. */
+static void test_rebatch(void)
+{
+    const char *names[] = {"gpt2-legacy", "llama-legacy", "resnet-legacy"};
+    for (size_t i = 0; i < sizeof names / sizeof *names; i++) {
+        fixture f;
+        memset(&f, 0, sizeof f);
+        char err[512];
+        snprintf(f.name, sizeof f.name, "%s", names[i]);
+        snprintf(f.model, sizeof f.model, "%s/tests/onnx/hf/%s.onnx", root(), names[i]);
+        snprintf(f.ref, sizeof f.ref, "%s/tests/onnx/hf/%s.ref.pb", root(), names[i]);
+        f.t = onnx_tensors_read_graph(f.ref, &f.n, err, sizeof err);
+        CHECKF(f.t != NULL, "%s", err);
+        ir_graph *g = f.t ? load(&f, NULL) : NULL;
+        if (!g) continue;
+        double full = forward_loss(f.name, g), halves = 0;
+        shard_groups *gs = shard_groups_build(g);
+        unsigned *mask = calloc((size_t)g->n_values + 1, sizeof *mask);
+        int64_t batch = 0;
+        int coupled = 0, found = shard_batch_dims(g, gs, mask, &batch, err, sizeof err) == 0;
+        CHECKF(found && batch == 4, "%s: batch %lld: %s", f.name, (long long)batch, err);
+        ir_graph *h = found ? ir_rebatch(g, 2, mask, &coupled, err, sizeof err) : NULL;
+        CHECKF(h != NULL, "%s: %s", f.name, err);
+        CHECKF(coupled == !strncmp(f.name, "resnet", 6), "%s: coupled %d", f.name, coupled);
+        for (int k = 0; h && !coupled && k < 2; k++) {
+            for (int v = 0; v < h->n_values; v++) {
+                const onnx_tensor *t = h->values[v].role == IR_INPUT ? ref_get(&f, h->values[v].name) : NULL;
+                if (!t) continue;
+                CHECKF(mask[ir_find(g, h->values[v].name)] == 1u && ir_numel(&h->values[v]) * 2 == t->n, "%s: input %s", f.name,
+                       h->values[v].name);
+                ir_data_set(h, v, (const char *)t->data + 4 * (size_t)k * (size_t)(t->n / 2), t->n / 2);
+            }
+            halves += forward_loss(f.name, h) / 2;
+        }
+        if (h && !coupled) {
+            CHECKF(fabs(halves - full) <= 1e-6 * fabs(full), "%s: halves' mean loss %.9g, the batch's %.9g", f.name, halves, full);
+            printf("  %-14s rebatched to 2: loss %.9g, the halves' mean %.9g\n", f.name, full, halves);
+        }
+        ir_free(h);
+        free(mask);
+        shard_groups_free(gs);
+        ir_free(g);
+        for (int k = 0; k < f.n; k++) onnx_tensor_free(&f.t[k]);
+        free(f.t);
+    }
+}
+
 /* ---- models built here (protobuf-c), for the errors -------------------- */
 
 /* A one-node model: input x (float, dims; a dim of -1 is symbolic "batch"),
@@ -863,5 +930,6 @@ int main(int argc, char **argv)
         for (size_t o = 0; o < sizeof opsets / sizeof opsets[0]; o++)
             for (int train = 1; train >= 0; train--) test_fixture(families[i], opsets[o], train);
     test_hf();
+    test_rebatch();
     return test_done();
 }
