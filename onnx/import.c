@@ -423,8 +423,27 @@ static int one_element(const Onnx__TensorProto *p)
     return one;
 }
 
+/* 1 when float initializer p holds an element that is not finite in the
+ * file (inline f32 data only): an attention mask the exporter wrote as an
+ * initializer (-inf above the diagonal, nn.MultiheadAttention's float
+ * mask).  No update can train it (an SGD or Adam step of -inf is NaN), so it
+ * stays a constant. */
+static int not_finite(const Onnx__TensorProto *p)
+{
+    if (p->data_type != ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT) return 0;
+    for (size_t i = 0; i < p->n_float_data; i++)
+        if (!isfinite(p->float_data[i])) return 1;
+    for (size_t i = 0; p->has_raw_data && i + 4 <= p->raw_data.len; i += 4) {
+        uint32_t u = (uint32_t)p->raw_data.data[i] | (uint32_t)p->raw_data.data[i + 1] << 8 |
+                     (uint32_t)p->raw_data.data[i + 2] << 16 | (uint32_t)p->raw_data.data[i + 3] << 24;
+        if ((u & 0x7f800000u) == 0x7f800000u) return 1; /* an infinity or a NaN */
+    }
+    return 0;
+}
+
 /* Marks what the loss depends on differentiably, then makes params of the
- * float initializers among it (minus --frozen). */
+ * float initializers among it (minus --frozen, minus those holding
+ * non-finite elements: not_finite). */
 static int mark_params(ox_ctx *c, const char *const *roots, int n_roots)
 {
     for (int i = 0; i < n_roots; i++) {
@@ -446,8 +465,8 @@ static int mark_params(ox_ctx *c, const char *const *roots, int n_roots)
             if (v && r && (r->diff >> k & 1)) v->needs_grad = 1;
         }
     }
-    int frozen_floats = 0;
-    char first[128] = "";
+    int frozen_floats = 0, masks = 0;
+    char first[128] = "", mask[128] = "";
     for (int i = 0; i < c->n_vals; i++) {
         ox_val *v = &c->vals[i];
         if (v->kind != OX_INIT || !ox_type_is_float(v->type) || !v->needs_grad || one_element(c->graph->initializer[v->init])) continue;
@@ -455,13 +474,19 @@ static int mark_params(ox_ctx *c, const char *const *roots, int n_roots)
             if (!frozen_floats++) snprintf(first, sizeof first, "%.100s", v->name);
             continue;
         }
+        if (not_finite(c->graph->initializer[v->init])) {
+            if (!masks++) snprintf(mask, sizeof mask, "%.100s", v->name);
+            continue;
+        }
         v->param = 1;
     }
-    if (frozen_floats && c->info) {
-        size_t k = strlen(c->info->notes);
-        snprintf(c->info->notes + k, sizeof c->info->notes - k, "%s%d float initializer%s kept constant by --frozen ('%s'%s)",
-                 k ? "; " : "", frozen_floats, frozen_floats > 1 ? "s" : "", first, frozen_floats > 1 ? ", ..." : "");
-    }
+    size_t k = c->info ? strlen(c->info->notes) : 0;
+    if (frozen_floats && c->info)
+        k += (size_t)snprintf(c->info->notes + k, sizeof c->info->notes - k, "%s%d float initializer%s kept constant by --frozen ('%s'%s)",
+                              k ? "; " : "", frozen_floats, frozen_floats > 1 ? "s" : "", first, frozen_floats > 1 ? ", ..." : "");
+    if (masks && c->info && k < sizeof c->info->notes)
+        snprintf(c->info->notes + k, sizeof c->info->notes - k, "%s%d float initializer%s holding -inf or NaN kept constant (a mask: "
+                 "no update trains it; '%s'%s)", k ? "; " : "", masks, masks > 1 ? "s" : "", mask, masks > 1 ? ", ..." : "");
     return 0;
 }
 

@@ -7,7 +7,8 @@
 # written by numpy's np.savez gives the same bits as the ONNX GraphProto; a
 # gradient that is zero in exact arithmetic (a BERT key bias that starts at
 # zero, under SGD) passes the check, measured against the model's largest
-# update; bad batches are one line and exit 2.  Closing line: N passed, N failed.
+# update; a float mask initializer holding -inf stays a constant (its update
+# would be NaN); bad batches are one line and exit 2.  Closing line: N passed, N failed.
 set -u
 . "$(dirname "$0")/lib_e2e.sh"
 e2e_start
@@ -85,6 +86,12 @@ assert n == 2"
 check "bert with zero key biases written" $?
 ok "zero-gradient key bias passes the check" "$carve" run --graph bertz.json "${plan[@]}" --steps 2
 has "measured against the model's gradient scale" "2 params smaller than the largest update"
+
+# a float mask initializer (-inf above the diagonal) stays a constant: its update would be NaN
+ok "nn.MultiheadAttention with its float mask" "$carve" run --graph "$hf/mha-legacy.onnx" --inputs "$hf/mha-legacy.ref.pb" "${plan[@]}"
+has "the MHA model's check passes" "^check: passed"
+grep -q "holding -inf or NaN kept constant (a mask: no update trains it; 'mask')" err.txt
+check "the mask is named in a note" $?
 
 # bad batches: one line, exit 2
 "$py" -c "
