@@ -44,6 +44,13 @@ about what the engines do differently, or the comparison fails:
                  the engine reduces each summand of a partial sum (q, k and v projections' input
                  gradients; SwiGLU's two) in one combined all-reduce of n times the bytes, where
                  carve adds the partials first (docs/sharding.md, "Lowering")
+  reduce-scatter and all-reduce as one
+                 (jax) carve reduce-scatters a gradient over the ZeRO axis and all-reduces its
+                 block over the data axis; XLA on the CPU all-reduces it over both axes at once
+  summed before gathered
+                 carve all-gathers an activation's gradient and sums it into a bias's gradient
+                 (reduce_sum); the engine sums its block first and all-gathers the sum: one
+                 all-gather each, the engine's k times smaller (carve's lowering could do the same)
   gathered again for the backward
                  the engine gathers a param again in the backward (XLA rematerializes it) where
                  carve's plan keeps the forward's copy (gather:keep)
@@ -74,7 +81,7 @@ def _carve_items(explain, microbatches=1):
     out = []
     for c in explain["collectives"]:
         item = dict(phase=c["phase"], kind=c["kind"], axes=list(c["axes"]), bytes=int(c["bytes_per_device"]),
-                    what=c.get("value") or "for %s -> %s" % (c.get("op"), c.get("op_output")))
+                    what=c.get("value") or "for %s -> %s" % (c.get("op"), c.get("op_output")), op=c.get("op"))
         out += [dict(item) for _ in range(microbatches if _per_microbatch(c) else 1)]
     return out
 
@@ -198,6 +205,49 @@ def rule_no_reduce_scatter(eng, car, ctx):
     return (es, cs) if cs else None
 
 
+def rule_reduce_first(eng, car, ctx):
+    """A carve all-gather of B bytes that feeds a reduce_sum (a bias's gradient summed over the batch
+    and sequence from an activation gradient split on another dim) against an engine all-gather of
+    B/k (k = 2 to 1024) on the same axes in the same phase: the engine sums its block first and
+    gathers the summed result; carve gathers the activation and sums it (carve's lowering moves k
+    times the bytes there)."""
+    es, cs = [], []
+    for c in [c for c in car if c["kind"] == "all-gather" and c.get("op") == "reduce_sum"]:
+        e = next((e for e in eng if e["kind"] == "all-gather" and e["phase"] == c["phase"] and e["axes"] == c["axes"]
+                  and e["bytes"] < c["bytes"] and c["bytes"] % e["bytes"] == 0), None)
+        if e is not None:
+            eng.remove(e)
+            car.remove(c)
+            es.append(e)
+            cs.append(c)
+    return (es, cs) if cs else None
+
+
+def rule_rs_ar_as_one(eng, car, ctx):
+    """(XLA on the CPU) carve's reduce-scatter over axis B of b bytes and all-reduce over axis A of its
+    result (b/k) against one engine all-reduce of b over both axes: with no reduce-scatter, XLA
+    reduces a gradient that ZeRO splits over B and data parallelism sums over A in one all-reduce
+    over A and B and keeps its block."""
+    if any(e["kind"] == "reduce-scatter" for e in eng):
+        return None
+    es, cs = [], []
+    for e in [e for e in eng if e["kind"] == "all-reduce" and len(e["axes"]) == 2]:
+        for i, axis in enumerate(e["axes"]):
+            other = e["axes"][1 - i]
+            rs = next((c for c in car if c["kind"] == "reduce-scatter" and c["phase"] == e["phase"] and
+                       c["axes"] == [axis] and c["bytes"] == e["bytes"]), None)
+            ar = next((c for c in car if c["kind"] == "all-reduce" and c["phase"] == e["phase"] and c["axes"] == [other]
+                       and c["bytes"] < e["bytes"] and e["bytes"] % c["bytes"] == 0), None) if rs else None
+            if ar is not None:
+                eng.remove(e)
+                car.remove(rs)
+                car.remove(ar)
+                es.append(e)
+                cs += [rs, ar]
+                break
+    return (es, cs) if cs else None
+
+
 def rule_phase(eng, car, ctx):
     """The same collective (kind, axes, bytes) in another phase: XLA's combiner puts a value with the
     others of its instruction, named after the first (a forward value in a backward tuple)."""
@@ -273,7 +323,9 @@ def rule_tied(eng, car, ctx):
 # then rules on the shape of what pairing leaves
 ORIGIN_RULES = (("loss read", rule_loss_read), ("cross-entropy", rule_cross_entropy), ("tied param between stages", rule_tied))
 SHAPE_RULES = (("scatter-gather between stages", rule_scatter_gather), ("2-D partial", rule_two_dim_partial), ("all-reduce as reduce-scatter + all-gather", rule_rs_ag),
-               ("no reduce-scatter (XLA on the CPU)", rule_no_reduce_scatter), ("phase of a combined value", rule_phase),
+               ("no reduce-scatter (XLA on the CPU)", rule_no_reduce_scatter),
+               ("reduce-scatter and all-reduce as one (XLA on the CPU)", rule_rs_ar_as_one),
+               ("summed before gathered", rule_reduce_first), ("phase of a combined value", rule_phase),
                ("each summand reduced", rule_summands), ("summands reduced apart", rule_extra_summand),
                ("gathered again for the backward", rule_regather))
 

@@ -1,0 +1,181 @@
+#!/usr/bin/env bash
+# e2e_engines.sh - carve's plans run by the engines people train with (issue 42; docs/torch.md,
+# docs/export.md):
+#   torch  `carve export --to torch`'s apply_plan / apply_pipeline on PyTorch modules, 4 gloo CPU
+#          processes against one (tests/torch_load.py: 3 Adam steps, loss within 1e-5, params
+#          within 1e-4 of each tensor's largest magnitude);
+#   jax    `carve export --to jax` jitted with carve's GPT and LLaMA presets over 8 emulated CPU
+#          devices (tests/jax_load.py: one step against one device);
+#   comm   each run's collectives (torch's dispatched ones, XLA's compiled HLO) beside the plan's
+#          (tests/comm_compare.py): counts paired or every difference named, what the named rules
+#          leave must be what tests/comm_expected.json records (its "why" explains it), bytes within
+#          5% after them;
+#   refuse what torch cannot hold is one line naming the value and its placement.
+# The suite runs a small set; CARVE_TEST_LONG=1 (./build.sh test-long) the whole matrix of
+# BENCHMARKS.md's table (bench/engines.sh writes the table).  torch and JAX come from
+# $CARVE_PYTHON (build.sh's pinned venv); missing, they fail unless CARVE_TEST_WITHOUT names them.
+# carve-test: frameworks
+# Closing line: N passed, N failed (, N skipped).
+set -u
+. "$(dirname "$0")/lib_e2e.sh"
+carve=${CARVE_BIN:-$(dirname "$0")/../build/carve}
+root=${CARVE_ROOT:-$(cd "$(dirname "$0")/.." && pwd)}
+py=${CARVE_PYTHON:-python3}
+if [ -n "${CARVE_E2E_DIR:-}" ]; then tmp=$CARVE_E2E_DIR; mkdir -p "$tmp"; else # CARVE_E2E_DIR: keep the files
+    tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
+fi
+cd "$tmp" || exit 1
+export OMP_NUM_THREADS=1
+long=${CARVE_TEST_LONG:-0}
+fx=$root/tests/onnx/fixtures
+hf=$root/tests/onnx/hf
+
+# plan NAME MESH SCHEDULE BUDGET SOURCE...: a plan (f32, sharding only), its three exports and
+# carve explain --json beside it (the collectives comm_compare reads)
+plan() {
+    local name=$1 mesh=$2 sched=$3 budget=$4
+    shift 4
+    if "$carve" autopart "$@" --mesh "$mesh" --schedule "$sched" --precision f32 --budget "$budget" --memory-tactics none \
+        --quiet --out "$name.json" >/dev/null 2>err.txt &&
+        "$carve" export "$name.json" --to torch --out "$name.py" 2>/dev/null &&
+        "$carve" export "$name.json" --to jax --out "$name.jax" 2>/dev/null &&
+        "$carve" explain "$name.json" --json >"$name.explain.json" 2>/dev/null; then
+        return 0
+    fi
+    fail=$((fail + 1))
+    echo "FAIL plan $name: $(head -1 err.txt)"
+    return 1
+}
+
+# the torch cases: MODEL|PLAN|MESH|SCHEDULE|BUDGET|SOURCE (long: every row; the suite: rows marked *).
+# GPT-2's fused c_attn under Megatron or ZeRO-3 is refused (below: carve holds it as [3, H, D, C] and
+# splits H or D, which no DTensor placement of the module's [3*H*D, C] holds), so its rows are the
+# sequence split; carve pipelines its presets only (an ONNX file has a fixed batch).
+torch_rows() {
+    cat <<EOF
+gpt2|t-g2-seq|batch=2,model=2|dp:batch,group:tokens:1:model,auto|40|--graph $fx/gpt2-o17-train.onnx
+llama|t-ll-dpmeg|batch=2,model=2|dp:batch,group:layers.*.self_attn.v_proj.weight:0:model,megatron:model,auto|5|--graph $fx/llama-o17-train.onnx --frozen inv_freq
+llama|t-ll-zero3|batch=2,model=2|zero3:batch,group:layers.*.self_attn.v_proj.weight:0:model,megatron:model,auto|5|--graph $fx/llama-o17-train.onnx --frozen inv_freq
+llama|t-ll-seq|batch=2,model=2|dp:batch,group:tokens:1:model,auto|40|--graph $fx/llama-o17-train.onnx --frozen inv_freq
+hf-gpt2|t-hg-seq|batch=2,model=2|dp:batch,group:input_ids:1:model,auto|40|--graph $hf/gpt2-legacy.onnx
+hf-llama|t-hl-dpmeg|batch=2,model=2|dp:batch,group:model.layers.*.self_attn.v_proj.weight:0:model,megatron:model,auto|5|--graph $hf/llama-legacy.onnx
+*hf-llama|t-hl-zero3|batch=2,model=2|zero3:batch,group:model.layers.*.self_attn.v_proj.weight:0:model,megatron:model,auto|5|--graph $hf/llama-legacy.onnx
+hf-llama|t-hl-seq|batch=2,model=2|dp:batch,group:input_ids:1:model,auto|40|--graph $hf/llama-legacy.onnx
+gpt|t-gp-dpmeg|batch=2,model=2|dp:batch,megatron:model,auto|5|--model gpt-tiny:attention=materialized
+gpt|t-gp-zero3|batch=2,model=2|zero3:batch,megatron:model,auto|5|--model gpt-tiny:attention=materialized
+gpt|t-gp-seq|batch=2,model=2|dp:batch,group:tokens:1:model,auto|40|--model gpt-tiny:attention=materialized
+*gpt|t-gp-1f1b|pipe=2,model=2|megatron:model,pipeline:pipe:2:1f1b,auto|5|--model gpt-tiny:attention=materialized
+gpt|t-gp-gpipe|pipe=2,model=2|megatron:model,pipeline:pipe:4:gpipe,auto|5|--model gpt-tiny:layers=4,attention=materialized
+gpt|t-gp-inter|pipe=2,model=2|megatron:model,pipeline:pipe:2:interleaved-2,auto|5|--model gpt-tiny:layers=4,attention=materialized
+llama-preset|t-lp-dpmeg|batch=2,model=2|dp:batch,megatron:model,auto|5|--model llama-tiny:attention=materialized
+llama-preset|t-lp-1f1b|pipe=2,model=2|megatron:model,pipeline:pipe:2:1f1b,auto|5|--model llama-tiny:attention=materialized
+EOF
+}
+
+# the JAX plans: PLAN|MESH|SCHEDULE|BUDGET|MODEL (long: every row; the suite: rows marked *)
+jax_rows() {
+    cat <<EOF
+j-g-dp|batch=4|dp:batch,auto|5|gpt-tiny:attention=materialized
+j-g-meg|model=4|megatron:model,auto|5|gpt-tiny:attention=materialized
+j-g-z3|batch=4|zero3:batch,auto|5|gpt-tiny:attention=materialized
+*j-g-dpmeg8|batch=2,model=4|dp:batch,megatron:model,auto|5|gpt-tiny:attention=materialized
+j-g-3ax|batch=2,model=2,x2=2|dp:batch,megatron:model,zero3:x2,auto|5|gpt-tiny:attention=materialized
+j-g-seq|batch=2,model=2|dp:batch,group:tokens:1:model,auto|40|gpt-tiny:attention=materialized
+j-l-dpmeg8|batch=2,model=4|dp:batch,megatron:model,auto|5|llama-tiny:attention=materialized
+j-l-z3meg|batch=2,model=2,x2=2|zero3:batch,megatron:model,dp:x2,auto|5|llama-tiny:attention=materialized
+EOF
+}
+
+selected() { # the rows this run takes, without the suite's mark
+    if [ "$long" = 1 ]; then sed 's/^\*//'; else grep '^\*' | sed 's/^\*//'; fi
+}
+
+# ---- PyTorch -------------------------------------------------------------------------------
+if ! "$py" -c "import torch, torch.distributed.tensor, torch.distributed.pipelining" 2>/dev/null; then
+    missing torch "torch runs of the exports" "$py has no torch 2.13 (tests/requirements.txt)"
+else
+    cases=()
+    while IFS='|' read -r model name mesh sched budget src; do
+        # shellcheck disable=SC2086 # the source is words
+        plan "$name" "$mesh" "$sched" "$budget" $src && cases+=("$model:$name.json:$name.py")
+    done < <(torch_rows | selected)
+    "$py" "$root/tests/torch_load.py" --json torch.json "${cases[@]}" >torch.txt 2>torch.err
+    rc=$?
+    n_ok=$(grep -c "^ok " torch.txt)
+    [ $rc = 0 ] && [ "$n_ok" = ${#cases[@]} ]
+    check "torch: ${#cases[@]} plans on 4 gloo processes equal one process over 3 Adam steps ($n_ok ok)" $?
+    grep -E "^(ok|FAIL) " torch.txt | sed 's/^/    /'
+    [ $rc = 0 ] || tail -5 torch.err
+    if [ -s torch.json ]; then
+        "$py" "$root/tests/comm_compare.py" torch torch.json "$root/tests/comm_expected.json" >comm.txt 2>&1
+        check "torch: collectives against the plans' (tests/comm_compare.py)" $?
+        grep -E "^(ok|FAIL|  )" comm.txt | sed 's/^/    /' | head -40
+    fi
+fi
+
+# ---- refusals: what torch cannot hold is one line naming the value and its placement ----------
+if "$py" -c "import torch" 2>/dev/null; then
+    "$carve" autopart --model gpt-tiny --mesh batch=3 --schedule dp:batch,auto --budget 2 --memory-tactics none --quiet \
+        --out uneven.json >/dev/null 2>&1 && "$carve" export uneven.json --to torch --out uneven.py 2>/dev/null
+    "$carve" autopart --graph "$fx/llama-o17-train.onnx" --frozen inv_freq --mesh batch=2,model=2 --precision f32 \
+        --schedule dp:batch,megatron:model,auto --budget 5 --memory-tactics none --quiet --out views.json >/dev/null 2>&1 &&
+        "$carve" export views.json --to torch --out views.py 2>/dev/null
+    "$carve" autopart --graph "$hf/gpt2-legacy.onnx" --mesh batch=2,model=2 --precision f32 \
+        --schedule dp:batch,megatron:model,auto --budget 5 --memory-tactics none --quiet --out fused.json >/dev/null 2>&1 &&
+        "$carve" export fused.json --to torch --out fused.py 2>/dev/null
+    "$carve" autopart --model gpt-tiny --mesh batch=2 --schedule zero1:batch,auto --budget 2 --memory-tactics none --quiet \
+        --out zero1.json >/dev/null 2>&1 && "$carve" export zero1.json --to torch --out zero1.py 2>/dev/null
+    "$carve" autopart --model gpt-tiny --mesh batch=2,model=2 --schedule megatron:model,zero3:batch,auto \
+        --budget 2 --memory-tactics none --quiet --out minor.json >/dev/null 2>&1 &&
+        "$carve" export minor.json --to torch --out minor.py 2>/dev/null
+    cat >refuse.py <<'EOF'
+import importlib.util, sys, torch.nn as nn
+for path, words in zip(sys.argv[1::2], sys.argv[2::2]):
+    spec = importlib.util.spec_from_file_location(path[:-3], path)
+    ex = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(ex)
+    try:
+        ex.apply_plan(nn.Linear(2, 2))
+        print("FAIL %s: applied" % path)
+    except ex.PlanError as e:
+        line = str(e)
+        print("%s %s: %s" % ("ok  " if words in line and "\n" not in line else "FAIL", path, line))
+EOF
+    "$py" refuse.py uneven.py "splits dim 0 (8) into 3 blocks unevenly: carve pads it" \
+        views.py "of its view (2, 4, 16) splits a factor of a dim" \
+        fused.py "param 'transformer.h.0.attn.c_attn.weight': [Replicate(), Shard(2)] of its view (16, 3, 2, 8) splits a factor" \
+        zero1.py "torch.optim keeps each state placed like its param" \
+        minor.py "minor axis first, DTensor in mesh order" >refuse.txt 2>&1
+    while read -r line; do
+        case "$line" in ok*) check "refused: ${line#ok   }" 0 ;; FAIL*) check "refused: ${line#FAIL }" 1 ;; esac
+    done <refuse.txt
+    [ "$(grep -c '^ok' refuse.txt)" = 5 ]; check "every refusal one line naming its value" $?
+    "$py" -c "
+import importlib.util, torch.nn as nn
+spec = importlib.util.spec_from_file_location('p', 't-gp-1f1b.py'); ex = importlib.util.module_from_spec(spec); spec.loader.exec_module(ex)
+try:
+    ex.apply_plan(nn.Linear(2, 2))
+except ex.PlanError as e:
+    print(e)" >pp.txt 2>&1
+    grep -q "^carve plan: a pipelined plan (over 'pipe'): use apply_pipeline" pp.txt; check "a pipelined plan's apply_plan points to apply_pipeline" $?
+fi
+
+# ---- JAX -------------------------------------------------------------------------------------
+if ! "$py" -c "import jax, jaxlib" 2>/dev/null; then
+    missing jax "JAX runs of the exports" "$py has no jax 0.10 (tests/requirements.txt)"
+else
+    args=()
+    while IFS='|' read -r name mesh sched budget model; do
+        plan "$name" "$mesh" "$sched" "$budget" --model "$model" && args+=("$name.json" "$name.jax")
+    done < <(jax_rows | selected)
+    "$py" "$root/tests/jax_load.py" --json jax.json "${args[@]}" >jax.txt 2>&1
+    check "jax: $((${#args[@]} / 2)) plans jitted over emulated CPU devices equal one device ($(tail -1 jax.txt))" $?
+    grep -E "^(FAIL|--)" jax.txt | grep -B1 FAIL | head -10
+    if [ -s jax.json ]; then
+        "$py" "$root/tests/comm_compare.py" jax jax.json "$root/tests/comm_expected.json" >jcomm.txt 2>&1
+        check "jax: XLA's collectives against the plans' (tests/comm_compare.py)" $?
+        grep -E "^(ok|FAIL|  )" jcomm.txt | sed 's/^/    /' | head -40
+    fi
+fi
+
+closing
