@@ -98,6 +98,20 @@ def _take(items, pred, n=None):
     return out
 
 
+def _pair_each(eng, car, carve_pred, match):
+    """Each carve item carve_pred accepts paired with the first engine item match(e, c) accepts; both
+    removed.  (engine items, carve items), or None when none paired."""
+    es, cs = [], []
+    for c in [c for c in car if carve_pred(c)]:
+        e = next((e for e in eng if match(e, c)), None)
+        if e is not None:
+            eng.remove(e)
+            car.remove(c)
+            es.append(e)
+            cs.append(c)
+    return (es, cs) if cs else None
+
+
 def rule_loss_read(eng, car, ctx):
     """A step's scalar all-reduces are its loss's: the mean's sum and count (carve's, in its step),
     the loss where it is read and the count DTensor's nll_loss backward reduces (torch's)."""
@@ -194,15 +208,8 @@ def rule_no_reduce_scatter(eng, car, ctx):
     issued no reduce-scatter at all."""
     if any(e["kind"] == "reduce-scatter" for e in eng) or not any(e.get("combined") is not None for e in eng):
         return None
-    es, cs = [], []
-    for c in [c for c in car if c["kind"] == "reduce-scatter"]:
-        e = next((e for e in eng if e["kind"] == "all-reduce" and e["axes"] == c["axes"] and e["bytes"] == c["bytes"]), None)
-        if e is not None:
-            eng.remove(e)
-            car.remove(c)
-            es.append(e)
-            cs.append(c)
-    return (es, cs) if cs else None
+    return _pair_each(eng, car, lambda c: c["kind"] == "reduce-scatter",
+                      lambda e, c: e["kind"] == "all-reduce" and e["axes"] == c["axes"] and e["bytes"] == c["bytes"])
 
 
 def rule_reduce_first(eng, car, ctx):
@@ -211,16 +218,9 @@ def rule_reduce_first(eng, car, ctx):
     B/k (k = 2 to 1024) on the same axes in the same phase: the engine sums its block first and
     gathers the summed result; carve gathers the activation and sums it (carve's lowering moves k
     times the bytes there)."""
-    es, cs = [], []
-    for c in [c for c in car if c["kind"] == "all-gather" and c.get("op") == "reduce_sum"]:
-        e = next((e for e in eng if e["kind"] == "all-gather" and e["phase"] == c["phase"] and e["axes"] == c["axes"]
-                  and e["bytes"] < c["bytes"] and c["bytes"] % e["bytes"] == 0), None)
-        if e is not None:
-            eng.remove(e)
-            car.remove(c)
-            es.append(e)
-            cs.append(c)
-    return (es, cs) if cs else None
+    return _pair_each(eng, car, lambda c: c["kind"] == "all-gather" and c.get("op") == "reduce_sum",
+                      lambda e, c: e["kind"] == "all-gather" and e["phase"] == c["phase"] and e["axes"] == c["axes"]
+                      and e["bytes"] < c["bytes"] and c["bytes"] % e["bytes"] == 0)
 
 
 def rule_rs_ar_as_one(eng, car, ctx):

@@ -91,7 +91,9 @@ selected() { # the rows this run takes, without the suite's mark
 }
 
 # ---- PyTorch -------------------------------------------------------------------------------
-if ! "$py" -c "import torch, torch.distributed.tensor, torch.distributed.pipelining" 2>/dev/null; then
+torch_ok=0
+"$py" -c "import torch, torch.distributed.tensor, torch.distributed.pipelining" 2>/dev/null && torch_ok=1
+if [ $torch_ok = 0 ]; then
     missing torch "torch runs of the exports" "$py has no torch 2.13 (tests/requirements.txt)"
 else
     cases=()
@@ -114,7 +116,7 @@ else
 fi
 
 # ---- refusals: what torch cannot hold is one line naming the value and its placement ----------
-if "$py" -c "import torch" 2>/dev/null; then
+if [ $torch_ok = 1 ]; then
     "$carve" autopart --model gpt-tiny --mesh batch=3 --schedule dp:batch,auto --budget 2 --memory-tactics none --quiet \
         --out uneven.json >/dev/null 2>&1 && "$carve" export uneven.json --to torch --out uneven.py 2>/dev/null
     "$carve" autopart --graph "$fx/llama-o17-train.onnx" --frozen inv_freq --mesh batch=2,model=2 --precision f32 \
