@@ -18,13 +18,11 @@
 # Closing line: N passed, N failed (, N skipped).
 set -u
 . "$(dirname "$0")/lib_e2e.sh"
-carve=${CARVE_BIN:-$(dirname "$0")/../build/carve}
-root=${CARVE_ROOT:-$(cd "$(dirname "$0")/.." && pwd)}
+e2e_start
 py=${CARVE_PYTHON:-python3}
-if [ -n "${CARVE_E2E_DIR:-}" ]; then tmp=$CARVE_E2E_DIR; mkdir -p "$tmp"; else # CARVE_E2E_DIR: keep the files
-    tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
+if [ -n "${CARVE_E2E_DIR:-}" ]; then # keep the files there (bench/engines.sh reads them)
+    mkdir -p "$CARVE_E2E_DIR" && cd "$CARVE_E2E_DIR" || exit 1
 fi
-cd "$tmp" || exit 1
 export OMP_NUM_THREADS=1
 long=${CARVE_TEST_LONG:-0}
 fx=$root/tests/onnx/fixtures
