@@ -47,6 +47,9 @@ about what the engines do differently, or the comparison fails:
   reduce-scatter and all-reduce as one
                  (jax) carve reduce-scatters a gradient over the ZeRO axis and all-reduces its
                  block over the data axis; XLA on the CPU all-reduces it over both axes at once
+  all-to-all as all-gather (gloo)
+                 (torch on gloo) gloo has no all-to-all: DTensor gathers the value and keeps its
+                 chunk where carve's plan has an all-to-all of the same bytes
   summed before gathered
                  carve all-gathers an activation's gradient and sums it into a bias's gradient
                  (reduce_sum); the engine sums its block first and all-gathers the sum: one
@@ -223,6 +226,16 @@ def rule_reduce_first(eng, car, ctx):
                       and e["bytes"] < c["bytes"] and c["bytes"] % e["bytes"] == 0)
 
 
+def rule_all_to_all(eng, car, ctx):
+    """(torch on gloo) carve's all-to-all of b bytes against an engine all-gather of b (its result) on
+    the same axes in the same phase: gloo has no all-to-all, and DTensor's Shard(i) -> Shard(j)
+    redistribution falls back to gathering the whole value and keeping its chunk (torch's warning:
+    'CPU process group does not support alltoall yet, falling back with allgather + chunk')."""
+    return _pair_each(eng, car, lambda c: c["kind"] == "all-to-all",
+                      lambda e, c: e["kind"] == "all-gather" and e["phase"] == c["phase"] and e["axes"] == c["axes"]
+                      and e["bytes"] == c["bytes"])
+
+
 def rule_rs_ar_as_one(eng, car, ctx):
     """(XLA on the CPU) carve's reduce-scatter over axis B of b bytes and all-reduce over axis A of its
     result (b/k) against one engine all-reduce of b over both axes: with no reduce-scatter, XLA
@@ -325,7 +338,7 @@ ORIGIN_RULES = (("loss read", rule_loss_read), ("cross-entropy", rule_cross_entr
 SHAPE_RULES = (("scatter-gather between stages", rule_scatter_gather), ("2-D partial", rule_two_dim_partial), ("all-reduce as reduce-scatter + all-gather", rule_rs_ag),
                ("no reduce-scatter (XLA on the CPU)", rule_no_reduce_scatter),
                ("reduce-scatter and all-reduce as one (XLA on the CPU)", rule_rs_ar_as_one),
-               ("summed before gathered", rule_reduce_first), ("phase of a combined value", rule_phase),
+               ("summed before gathered", rule_reduce_first), ("all-to-all as all-gather (gloo)", rule_all_to_all), ("phase of a combined value", rule_phase),
                ("each summand reduced", rule_summands), ("summands reduced apart", rule_extra_summand),
                ("gathered again for the backward", rule_regather))
 

@@ -48,20 +48,22 @@ plan() {
 # the torch cases: MODEL|PLAN|MESH|SCHEDULE|BUDGET|SOURCE (long: every row; the suite: rows marked *).
 # GPT-2's fused c_attn under Megatron or ZeRO-3 is refused (below: carve holds it as [3, H, D, C] and
 # splits H or D, which no DTensor placement of the module's [3*H*D, C] holds), so its rows are the
-# sequence split; carve pipelines its presets only (an ONNX file has a fixed batch).
+# sequence split; carve pipelines its presets only (an ONNX file has a fixed batch).  ZeRO-3 beside
+# Megatron splits a param's dim over model first, then batch: on a (batch, model) mesh that is minor axis
+# first, which DTensor refuses (refusals below), so those rows name the mesh model first.
 torch_rows() {
     cat <<EOF
 gpt2|t-g2-seq|batch=2,model=2|dp:batch,group:tokens:1:model,auto|40|--graph $fx/gpt2-o17-train.onnx
 llama|t-ll-dpmeg|batch=2,model=2|dp:batch,group:layers.*.self_attn.v_proj.weight:0:model,megatron:model,auto|5|--graph $fx/llama-o17-train.onnx --frozen inv_freq
-llama|t-ll-zero3|batch=2,model=2|zero3:batch,group:layers.*.self_attn.v_proj.weight:0:model,megatron:model,auto|5|--graph $fx/llama-o17-train.onnx --frozen inv_freq
+llama|t-ll-zero3|model=2,batch=2|zero3:batch,group:layers.*.self_attn.v_proj.weight:0:model,megatron:model,auto|5|--graph $fx/llama-o17-train.onnx --frozen inv_freq
 llama|t-ll-seq|batch=2,model=2|dp:batch,group:tokens:1:model,auto|40|--graph $fx/llama-o17-train.onnx --frozen inv_freq
 hf-gpt2|t-hg-seq|batch=2,model=2|dp:batch,group:input_ids:1:model,auto|40|--graph $hf/gpt2-legacy.onnx
 hf-llama|t-hl-dpmeg|batch=2,model=2|dp:batch,group:model.layers.*.self_attn.v_proj.weight:0:model,megatron:model,auto|5|--graph $hf/llama-legacy.onnx
-*hf-llama|t-hl-zero3|batch=2,model=2|zero3:batch,group:model.layers.*.self_attn.v_proj.weight:0:model,megatron:model,auto|5|--graph $hf/llama-legacy.onnx
+*hf-llama|t-hl-zero3|model=2,batch=2|zero3:batch,group:model.layers.*.self_attn.v_proj.weight:0:model,megatron:model,auto|5|--graph $hf/llama-legacy.onnx
 hf-llama|t-hl-seq|batch=2,model=2|dp:batch,group:input_ids:1:model,auto|40|--graph $hf/llama-legacy.onnx
 gpt|t-gp-dpmeg|batch=2,model=2|dp:batch,megatron:model,auto|5|--model gpt-tiny:attention=materialized
-gpt|t-gp-zero3|batch=2,model=2|zero3:batch,megatron:model,auto|5|--model gpt-tiny:attention=materialized
-gpt|t-gp-seq|batch=2,model=2|dp:batch,group:tokens:1:model,auto|40|--model gpt-tiny:attention=materialized
+gpt|t-gp-zero3|model=2,batch=2|zero3:batch,megatron:model,auto|5|--model gpt-tiny:attention=materialized
+gpt|t-gp-seq|model=2,batch=2|dp:batch,group:tokens:1:model,auto|40|--model gpt-tiny:attention=materialized
 *gpt|t-gp-1f1b|pipe=2,model=2|megatron:model,pipeline:pipe:2:1f1b,auto|5|--model gpt-tiny:attention=materialized
 gpt|t-gp-gpipe|pipe=2,model=2|megatron:model,pipeline:pipe:4:gpipe,auto|5|--model gpt-tiny:layers=4,attention=materialized
 gpt|t-gp-inter|pipe=2,model=2|megatron:model,pipeline:pipe:2:interleaved-2,auto|5|--model gpt-tiny:layers=4,attention=materialized
