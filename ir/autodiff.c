@@ -587,49 +587,74 @@ static int check_optimizer(const ir_optimizer *o, char *msg, size_t n)
     return 0;
 }
 
+/* Whether fwd can be differentiated with opt: no error, a loss, a sane optimizer, a graph
+ * that verifies, params and no optimizer state or gradients yet.  Returns 0 (*longest: its
+ * longest value name) or -1 with the reason in msg. */
+static int check_forward(const ir_graph *fwd, const ir_optimizer *opt, char *msg, size_t n, size_t *longest)
+{
+    if (ir_error(fwd)) return snprintf(msg, n, "graph '%s' has an error: %s", fwd->name, ir_error(fwd)), -1;
+    if (fwd->loss < 0) return snprintf(msg, n, "graph '%s' has no loss", fwd->name), -1;
+    if (check_optimizer(opt, msg, n) < 0) return -1;
+    if (ir_verify(fwd, msg, n) < 0) return -1;
+    int n_params = 0;
+    *longest = 0;
+    for (int v = 0; v < fwd->n_values; v++) {
+        const ir_value *x = &fwd->values[v];
+        if (x->role == IR_OPT_STATE || x->grad_of >= 0)
+            return snprintf(msg, n, "graph '%s' already holds optimizer state or gradients ('%s')", fwd->name, x->name), -1;
+        if (x->role == IR_PARAM) n_params++;
+        size_t len = strlen(x->name);
+        if (len > *longest) *longest = len;
+    }
+    if (!n_params) return snprintf(msg, n, "graph '%s' has no params", fwd->name), -1;
+    return 0;
+}
+
+/* The differentiation's state over a clone of fwd (names up to longest characters) and
+ * the gradient of each value (-1: none yet) in *grads. */
+static void ad_open(ad *s, const ir_graph *fwd, size_t longest, int **grads)
+{
+    memset(s, 0, sizeof *s);
+    s->g = ir_clone(fwd);
+    s->n_values = fwd->n_values;
+    s->n_ops = fwd->n_ops;
+    size_t n = (size_t)s->n_values;
+    s->needs = calloc(n, 1);
+    s->live = calloc(n, 1);
+    s->pending = calloc(n, sizeof(int));
+    s->cot = malloc(n * sizeof(int));
+    *grads = malloc(n * sizeof(int));
+    s->name_len = longest + 32;
+    int names_ok = 1;
+    for (int k = 0; k < IR_MAX_OPERANDS; k++) names_ok &= (s->names[k] = malloc(s->name_len)) != NULL;
+    if (!s->needs || !s->live || !s->pending || !s->cot || !*grads || !names_ok) {
+        ir_oom(0);
+    }
+    for (size_t v = 0; v < n; v++) s->cot[v] = (*grads)[v] = -1;
+}
+
+/* Frees what ad_open allocated but the graph. */
+static void ad_close(ad *s, int *grads)
+{
+    free(s->needs);
+    free(s->live);
+    free(s->pending);
+    free(s->cot);
+    free(grads);
+    for (int k = 0; k < IR_MAX_OPERANDS; k++) free(s->names[k]);
+}
+
 ir_graph *ir_train_step(const ir_graph *fwd, const ir_optimizer *opt, char *err, size_t errlen)
 {
     char msg[IR_ERR_LEN + 64];
     ir_optimizer dflt = ir_default_adam();
     if (!opt) opt = &dflt;
-    if (ir_error(fwd))
-        return snprintf(msg, sizeof msg, "graph '%s' has an error: %s", fwd->name, ir_error(fwd)), fail_null(err, errlen, msg);
-    if (fwd->loss < 0) return snprintf(msg, sizeof msg, "graph '%s' has no loss", fwd->name), fail_null(err, errlen, msg);
-    if (check_optimizer(opt, msg, sizeof msg) < 0) return fail_null(err, errlen, msg);
-    if (ir_verify(fwd, msg, sizeof msg) < 0) return fail_null(err, errlen, msg);
-    int n_params = 0;
-    size_t longest = 0;
-    for (int v = 0; v < fwd->n_values; v++) {
-        const ir_value *x = &fwd->values[v];
-        if (x->role == IR_OPT_STATE || x->grad_of >= 0) {
-            snprintf(msg, sizeof msg, "graph '%s' already holds optimizer state or gradients ('%s')", fwd->name, x->name);
-            return fail_null(err, errlen, msg);
-        }
-        if (x->role == IR_PARAM) n_params++;
-        size_t len = strlen(x->name);
-        if (len > longest) longest = len;
-    }
-    if (!n_params) return snprintf(msg, sizeof msg, "graph '%s' has no params", fwd->name), fail_null(err, errlen, msg);
+    size_t longest;
+    if (check_forward(fwd, opt, msg, sizeof msg, &longest) < 0) return fail_null(err, errlen, msg);
 
     ad s;
-    memset(&s, 0, sizeof s);
-    s.g = ir_clone(fwd);
-    s.n_values = fwd->n_values;
-    s.n_ops = fwd->n_ops;
-    size_t n = (size_t)s.n_values;
-    s.needs = calloc(n, 1);
-    s.live = calloc(n, 1);
-    s.pending = calloc(n, sizeof(int));
-    s.cot = malloc(n * sizeof(int));
-    int *grads = malloc(n * sizeof(int));
-    s.name_len = longest + 32;
-    int names_ok = 1;
-    for (int k = 0; k < IR_MAX_OPERANDS; k++) names_ok &= (s.names[k] = malloc(s.name_len)) != NULL;
-    if (!s.needs || !s.live || !s.pending || !s.cot || !grads || !names_ok) {
-        ir_oom(0);
-    }
-    for (size_t v = 0; v < n; v++) s.cot[v] = grads[v] = -1;
-
+    int *grads;
+    ad_open(&s, fwd, longest, &grads);
     int saved_layer = s.g->cur_layer;
     if (backward(&s) == 0 && finish_grads(&s, grads) == 0) {
         if (opt->kind == IR_SGD) sgd(&s, opt, grads);
@@ -637,12 +662,7 @@ ir_graph *ir_train_step(const ir_graph *fwd, const ir_optimizer *opt, char *err,
     }
     s.g->cur_layer = saved_layer;
     ir_graph *g = s.g;
-    free(s.needs);
-    free(s.live);
-    free(s.pending);
-    free(s.cot);
-    free(grads);
-    for (int k = 0; k < IR_MAX_OPERANDS; k++) free(s.names[k]);
+    ad_close(&s, grads);
     if (ir_error(g)) {
         snprintf(msg, sizeof msg, "%s", ir_error(g));
         ir_free(g);

@@ -229,15 +229,9 @@ static void save_arg(sbuf *b, const ir_graph *g, int v)
     sb_cat(b, "}");
 }
 
-static void save_op(sbuf *b, const ir_graph *g, int i)
+/* The attributes op o's kind has (its fields f), with its result out. */
+static void save_op_attrs(sbuf *b, const ir_op *o, const ir_value *out, unsigned f)
 {
-    const ir_op *o = &g->ops[i];
-    const ir_value *out = &g->values[o->out];
-    unsigned f = op_fields(o->kind);
-    sb_cat(b, "    {\"name\": ");
-    sb_str(b, out->name);
-    sb_key(b, "op");
-    sb_str(b, ir_op_name(o->kind));
     if ((f & IR_ATTR_DTYPE) && out->dtype != IR_F32) {
         sb_key(b, "dtype");
         sb_str(b, ir_dtype_name(out->dtype));
@@ -274,6 +268,17 @@ static void save_op(sbuf *b, const ir_graph *g, int i)
         sb_key(b, "rows");
         sb_printf(b, "%lld", (long long)out->dims[0]);
     }
+}
+
+static void save_op(sbuf *b, const ir_graph *g, int i)
+{
+    const ir_op *o = &g->ops[i];
+    const ir_value *out = &g->values[o->out];
+    sb_cat(b, "    {\"name\": ");
+    sb_str(b, out->name);
+    sb_key(b, "op");
+    sb_str(b, ir_op_name(o->kind));
+    save_op_attrs(b, o, out, op_fields(o->kind));
     if (o->n_in) {
         sb_key(b, "in");
         sb_put(b, "[", 1);
@@ -825,34 +830,14 @@ static int required_int(loader *L, const cJSON *o, const char *key, int64_t *x)
     return get_int(L, a, key, x);
 }
 
-/* Attributes of an entry of op k with n_in operands, and its "shape",
- * "dtype", "layer" and "grad_of", into *e.  Returns 0 or -1 with a message. */
-static int load_attrs(loader *L, const cJSON *o, ir_opkind k, int n_in, op_entry *e)
+/* The attributes op k's fields ask for (with n_in operands: the n-ary einsum's
+ * subscripts are kept apart) into e->at, "rows" into e's shape hint.  Returns 0
+ * or -1 with a message. */
+static int load_op_attrs(loader *L, const cJSON *o, ir_opkind k, int n_in, op_entry *e)
 {
     unsigned f = op_fields(k);
     const char *s = NULL;
-    memset(e, 0, sizeof *e);
-    e->check_rank = -1;
-    e->layer = -1;
-    e->dtype = IR_F32;
     const cJSON *a;
-    if ((a = cJSON_GetObjectItemCaseSensitive(o, "shape"))) {
-        if (get_ints(L, a, "shape", &e->check_rank, e->check) < 0) return -1;
-        if (f & IR_ATTR_SHAPE) {
-            e->hint_rank = e->check_rank;
-            memcpy(e->hint, e->check, sizeof e->hint);
-            e->check_rank = -1;
-        }
-    } else if (f & IR_ATTR_SHAPE) {
-        return lfail(L, "missing field \"shape\" (%s needs its result shape)", ir_op_name(k));
-    }
-    if ((a = cJSON_GetObjectItemCaseSensitive(o, "dtype"))) {
-        if (get_string(L, a, "dtype", &s) < 0) return -1;
-        int t = ir_dtype_from_name(s);
-        if (t < 0) return lfail(L, "unknown dtype \"%.40s\" (f32, i32, bf16, f16)", s);
-        e->dtype = (ir_dtype)t;
-        e->have_dtype = 1;
-    }
     ir_attrs *at = &e->at;
     if (f & IR_ATTR_SCALAR) {
         if (!(a = cJSON_GetObjectItemCaseSensitive(o, "scalar"))) return lfail(L, "missing field \"scalar\"");
@@ -893,6 +878,38 @@ static int load_attrs(loader *L, const cJSON *o, ir_opkind k, int n_in, op_entry
         if (required_int(L, o, "rows", &e->hint[0]) < 0) return -1;
         e->hint_rank = 1;
     }
+    return 0;
+}
+
+/* Attributes of an entry of op k with n_in operands, and its "shape",
+ * "dtype", "layer" and "grad_of", into *e.  Returns 0 or -1 with a message. */
+static int load_attrs(loader *L, const cJSON *o, ir_opkind k, int n_in, op_entry *e)
+{
+    unsigned f = op_fields(k);
+    const char *s = NULL;
+    memset(e, 0, sizeof *e);
+    e->check_rank = -1;
+    e->layer = -1;
+    e->dtype = IR_F32;
+    const cJSON *a;
+    if ((a = cJSON_GetObjectItemCaseSensitive(o, "shape"))) {
+        if (get_ints(L, a, "shape", &e->check_rank, e->check) < 0) return -1;
+        if (f & IR_ATTR_SHAPE) {
+            e->hint_rank = e->check_rank;
+            memcpy(e->hint, e->check, sizeof e->hint);
+            e->check_rank = -1;
+        }
+    } else if (f & IR_ATTR_SHAPE) {
+        return lfail(L, "missing field \"shape\" (%s needs its result shape)", ir_op_name(k));
+    }
+    if ((a = cJSON_GetObjectItemCaseSensitive(o, "dtype"))) {
+        if (get_string(L, a, "dtype", &s) < 0) return -1;
+        int t = ir_dtype_from_name(s);
+        if (t < 0) return lfail(L, "unknown dtype \"%.40s\" (f32, i32, bf16, f16)", s);
+        e->dtype = (ir_dtype)t;
+        e->have_dtype = 1;
+    }
+    if (load_op_attrs(L, o, k, n_in, e) < 0) return -1;
     if ((a = cJSON_GetObjectItemCaseSensitive(o, "layer")) && get_int_range(L, a, "layer", -1, JSON_MAX_LAYER - 1, &e->layer) < 0)
         return -1;
     if ((a = cJSON_GetObjectItemCaseSensitive(o, "grad_of")) && get_string(L, a, "grad_of", &s) < 0) return -1;
@@ -1114,30 +1131,60 @@ static int check_ids(const ir_graph *g, char *err, size_t errlen)
     return 0;
 }
 
-static ir_graph *load_tree(loader *L, const cJSON *root)
+/* The top level: an object of the known keys whose "format" is this carve's.  Returns 0 or -1. */
+static int check_top(loader *L, const cJSON *root)
 {
     static const char *const top_keys[] = {"format", "name", "layers", "args", "ops", "outputs", "loss", NULL};
-    if (!cJSON_IsObject(root)) {
-        lfail(L, "the top level must be an object, got %s", json_type(root));
-        return NULL;
-    }
+    if (!cJSON_IsObject(root)) return lfail(L, "the top level must be an object, got %s", json_type(root));
     const cJSON *fmt = cJSON_GetObjectItemCaseSensitive(root, "format");
-    if (!fmt) {
-        lfail(L, "missing field \"format\" (expected \"" JSON_FORMAT "\")");
-        return NULL;
-    }
-    if (!cJSON_IsString(fmt)) {
-        lfail(L, "format must be a string, got %s", json_type(fmt));
-        return NULL;
-    }
+    if (!fmt) return lfail(L, "missing field \"format\" (expected \"" JSON_FORMAT "\")");
+    if (!cJSON_IsString(fmt)) return lfail(L, "format must be a string, got %s", json_type(fmt));
     if (strcmp(fmt->valuestring, JSON_FORMAT) != 0) {
         if (!strncmp(fmt->valuestring, "carve-graph/", 12))
-            lfail(L, "format \"%.40s\" is not supported (this carve reads \"" JSON_FORMAT "\")", fmt->valuestring);
-        else
-            lfail(L, "format \"%.40s\" is not a carve graph (expected \"" JSON_FORMAT "\")", fmt->valuestring);
-        return NULL;
+            return lfail(L, "format \"%.40s\" is not supported (this carve reads \"" JSON_FORMAT "\")", fmt->valuestring);
+        return lfail(L, "format \"%.40s\" is not a carve graph (expected \"" JSON_FORMAT "\")", fmt->valuestring);
     }
-    if (check_keys(L, root, top_keys, NULL, NULL) < 0) return NULL;
+    return check_keys(L, root, top_keys, NULL, NULL);
+}
+
+/* The name index (a power of two, at least twice the names of args and ops), the
+ * args' and the ops' tables.  Returns 0 or -1. */
+static int alloc_index(loader *L)
+{
+    size_t names = (size_t)L->n_args + (size_t)L->n_ops;
+    L->n_slots = 16;
+    while (L->n_slots < 2 * names) L->n_slots *= 2;
+    L->slots = calloc(L->n_slots, sizeof *L->slots);
+    L->args = calloc((size_t)L->n_args + 1, sizeof *L->args);
+    L->op_value = calloc((size_t)L->n_ops + 1, sizeof *L->op_value);
+    if (!L->slots || !L->args || !L->op_value) return lfail(L, "out of memory");
+    return 0;
+}
+
+/* The loaded graph's layer count ("layers", or -1: as its tags say), its name index
+ * rebuilt where names were set directly, and the whole of it verified.  Returns 0 or -1. */
+static int finish_tree(loader *L, int layers)
+{
+    if (layers >= 0) {
+        set_place(L, "layers", -1, NULL);
+        if (layers < L->g->n_layers) return lfail(L, "is %d, but layer tags go up to %d", layers, L->g->n_layers - 1);
+        L->g->n_layers = layers;
+    }
+    if (L->renamed) { /* names were set directly: a clone rebuilds the name index */
+        ir_graph *c = ir_clone(L->g);
+        ir_free(L->g);
+        L->g = c;
+    }
+    char verr[IR_ERR_LEN];
+    L->place[0] = 0;
+    if (ir_verify(L->g, verr, sizeof verr) < 0) return lfail(L, "the loaded graph does not verify: %s", verr);
+    if (check_ids(L->g, verr, sizeof verr) < 0) return lfail(L, "%s", verr);
+    return 0;
+}
+
+static ir_graph *load_tree(loader *L, const cJSON *root)
+{
+    if (check_top(L, root) < 0) return NULL;
     const cJSON *jname = cJSON_GetObjectItemCaseSensitive(root, "name");
     const char *gname = "graph";
     if (jname && get_string(L, jname, "name", &gname) < 0) return NULL;
@@ -1152,17 +1199,7 @@ static ir_graph *load_tree(loader *L, const cJSON *root)
         return NULL;
     static const cJSON empty = {0};
     if (!L->ops) L->ops = &empty;
-
-    size_t names = (size_t)L->n_args + (size_t)L->n_ops;
-    L->n_slots = 16;
-    while (L->n_slots < 2 * names) L->n_slots *= 2;
-    L->slots = calloc(L->n_slots, sizeof *L->slots);
-    L->args = calloc((size_t)L->n_args + 1, sizeof *L->args);
-    L->op_value = calloc((size_t)L->n_ops + 1, sizeof *L->op_value);
-    if (!L->slots || !L->args || !L->op_value) {
-        lfail(L, "out of memory");
-        return NULL;
-    }
+    if (alloc_index(L) < 0) return NULL;
     int i = 0;
     for (const cJSON *a = args ? args->child : NULL; a; a = a->next, i++)
         if (parse_arg(L, i, a) < 0) return NULL;
@@ -1174,21 +1211,7 @@ static ir_graph *load_tree(loader *L, const cJSON *root)
     if (create_args(L, L->n_args - 1) < 0) return NULL;
     ir_set_layer(L->g, -1);
     if (load_links(L) < 0 || load_outputs(L, outs, cJSON_GetObjectItemCaseSensitive(root, "loss")) < 0) return NULL;
-    if (layers >= 0) {
-        set_place(L, "layers", -1, NULL);
-        if (layers < L->g->n_layers)
-            return lfail(L, "is %d, but layer tags go up to %d", layers, L->g->n_layers - 1), NULL;
-        L->g->n_layers = layers;
-    }
-    if (L->renamed) { /* names were set directly: a clone rebuilds the name index */
-        ir_graph *c = ir_clone(L->g);
-        ir_free(L->g);
-        L->g = c;
-    }
-    char verr[IR_ERR_LEN];
-    L->place[0] = 0;
-    if (ir_verify(L->g, verr, sizeof verr) < 0) return lfail(L, "the loaded graph does not verify: %s", verr), NULL;
-    if (check_ids(L->g, verr, sizeof verr) < 0) return lfail(L, "%s", verr), NULL;
+    if (finish_tree(L, layers) < 0) return NULL;
     ir_graph *g = L->g;
     L->g = NULL;
     return g;

@@ -5,9 +5,9 @@
 
 #include <string.h>
 
-int ir_verify(const ir_graph *g, char *err, size_t errlen)
+/* Each value: named once, a sane type, its role, producer, tie and gradient consistent. */
+static int verify_values(const ir_graph *g, char *err, size_t errlen)
 {
-    if (g->err[0]) return ir_errf(err, errlen, "%s", g->err);
     for (int v = 0; v < g->n_values; v++) {
         const ir_value *x = &g->values[v];
         if (!x->name || !x->name[0]) return ir_errf(err, errlen, "value %d has no name", v);
@@ -24,7 +24,12 @@ int ir_verify(const ir_graph *g, char *err, size_t errlen)
         if (x->grad_of >= 0 && (x->grad_of >= g->n_values || g->values[x->grad_of].role != IR_PARAM))
             return ir_errf(err, errlen, "value '%s': gradient of something that is not a param", x->name);
     }
-    /* Rebuild each op through a scratch graph's inference: same shapes? */
+    return 0;
+}
+
+/* Each op: its result made by it, its operands in range and made before it (topological order). */
+static int verify_ops(const ir_graph *g, char *err, size_t errlen)
+{
     for (int i = 0; i < g->n_ops; i++) {
         const ir_op *o = &g->ops[i];
         if (o->out < 0 || o->out >= g->n_values || g->values[o->out].producer != i)
@@ -37,34 +42,47 @@ int ir_verify(const ir_graph *g, char *err, size_t errlen)
                             g->values[o->out].name, ir_op_name(o->kind), g->values[in].name);
         }
     }
-    {
-        ir_graph *s = ir_new("verify");
-        for (int v = 0; v < g->n_values; v++) {
-            const ir_value *x = &g->values[v];
-            /* Recreate each value in the same position: args as args, op results by inference. */
-            if (x->role != IR_INTERMEDIATE) {
-                ir_arg(s, x->name, x->role, x->dtype, x->rank, x->dims);
-                continue;
-            }
-            const ir_op *o = &g->ops[x->producer];
-            /* Values may be created out of op order only by transformations that we do not have. */
-            int r = ir_add_op(s, o->kind, o->n_in, o->in, &o->attrs, x->dtype, x->rank, x->dims, x->name[0] == '%' ? NULL : x->name);
-            if (r < 0) break;
-            const ir_value *y = &s->values[r];
-            int same = y->rank == x->rank && y->dtype == x->dtype;
-            for (int d = 0; same && d < x->rank; d++) same = y->dims[d] == x->dims[d];
-            if (!same) {
-                char a[96], b[96];
-                ir_fail(s, "op '%s' (%s) is recorded as %s but its operands give %s", x->name, ir_op_name(o->kind),
-                        ir_type_str(x, a, sizeof a), ir_type_str(y, b, sizeof b));
-                break;
-            }
+    return 0;
+}
+
+/* Rebuild each op through a scratch graph's inference: same shapes? */
+static int verify_rebuild(const ir_graph *g, char *err, size_t errlen)
+{
+    ir_graph *s = ir_new("verify");
+    for (int v = 0; v < g->n_values; v++) {
+        const ir_value *x = &g->values[v];
+        /* Recreate each value in the same position: args as args, op results by inference. */
+        if (x->role != IR_INTERMEDIATE) {
+            ir_arg(s, x->name, x->role, x->dtype, x->rank, x->dims);
+            continue;
         }
-        int rc = 0;
-        if (ir_error(s)) rc = ir_errf(err, errlen, "%s", ir_error(s));
-        ir_free(s);
-        if (rc) return rc;
+        const ir_op *o = &g->ops[x->producer];
+        /* Values may be created out of op order only by transformations that we do not have. */
+        int r = ir_add_op(s, o->kind, o->n_in, o->in, &o->attrs, x->dtype, x->rank, x->dims, x->name[0] == '%' ? NULL : x->name);
+        if (r < 0) break;
+        const ir_value *y = &s->values[r];
+        int same = y->rank == x->rank && y->dtype == x->dtype;
+        for (int d = 0; same && d < x->rank; d++) same = y->dims[d] == x->dims[d];
+        if (!same) {
+            char a[96], b[96];
+            ir_fail(s, "op '%s' (%s) is recorded as %s but its operands give %s", x->name, ir_op_name(o->kind),
+                    ir_type_str(x, a, sizeof a), ir_type_str(y, b, sizeof b));
+            break;
+        }
     }
+    int rc = 0;
+    if (ir_error(s)) rc = ir_errf(err, errlen, "%s", ir_error(s));
+    ir_free(s);
+    return rc;
+}
+
+int ir_verify(const ir_graph *g, char *err, size_t errlen)
+{
+    if (g->err[0]) return ir_errf(err, errlen, "%s", g->err);
+    int rc = verify_values(g, err, errlen);
+    if (!rc) rc = verify_ops(g, err, errlen);
+    if (!rc) rc = verify_rebuild(g, err, errlen);
+    if (rc) return rc;
     for (int i = 0; i < g->n_outputs; i++) {
         const ir_output *o = &g->outputs[i];
         if (o->value < 0 || o->value >= g->n_values) return ir_errf(err, errlen, "output %d out of range", i);

@@ -373,60 +373,67 @@ typedef void (*put_fn)(void *ctx, int64_t i, double v);
 static void put_double(void *ctx, int64_t i, double v);
 static const put_fn put_double_fn = put_double;
 
-static int read_elems(ox_ctx *c, const Onnx__TensorProto *p, const char *what, int64_t n, put_fn put, void *ctx)
+/* Elements held in an external file: read in chunks (a tensor of GB is never held twice). */
+static int read_external(ox_ctx *c, const Onnx__TensorProto *p, const char *what, int64_t n, put_fn put, void *ctx)
 {
     int type = p->data_type, eb = elem_bytes(type);
-    if (p->segment) return ox_fail(c, "%s: segmented tensors are not supported", what);
-    if (p->has_data_location && p->data_location == ONNX__TENSOR_PROTO__DATA_LOCATION__EXTERNAL) {
-        int fd = -1;
-        int64_t off, len;
-        if (external_of(c, p, what, &fd, &off, &len) < 0) return -1;
-        if (len != n * eb) {
-            close(fd);
-            return ox_fail(c, "%s: external data of %lld bytes for %lld elements of %s", what, (long long)len, (long long)n,
-                           ox_type_name(type));
-        }
-        /* in chunks: a tensor of GB is never held twice */
-        unsigned char *buf = ir_xrealloc(NULL, 1 << 20);
-        int64_t per = (1 << 20) / eb, done = 0;
-        while (done < n) {
-            int64_t k = n - done < per ? n - done : per;
-            if (read_all(fd, buf, k * eb, off + done * eb) < 0) {
-                free(buf);
-                close(fd);
-                return ox_fail(c, "%s: external data: read failed: %s", what, errno ? strerror(errno) : "file too short");
-            }
-            if (put == put_double_fn && type == OX_FLOAT) /* little-endian floats, as the file holds them */
-                for (int64_t i = 0; i < k; i++) {
-                    float f;
-                    memcpy(&f, buf + 4 * i, 4);
-                    ((double *)ctx)[done + i] = f;
-                }
-            else
-                for (int64_t i = 0; i < k; i++) put(ctx, done + i, raw_elem(type, buf, i));
-            done += k;
-        }
-        free(buf);
+    int fd = -1;
+    int64_t off, len;
+    if (external_of(c, p, what, &fd, &off, &len) < 0) return -1;
+    if (len != n * eb) {
         close(fd);
-        return 0;
+        return ox_fail(c, "%s: external data of %lld bytes for %lld elements of %s", what, (long long)len, (long long)n,
+                       ox_type_name(type));
     }
-    if (p->has_raw_data) {
-        if ((int64_t)p->raw_data.len != n * eb)
-            return ox_fail(c, "%s: raw_data of %zu bytes for %lld elements of %s", what, p->raw_data.len, (long long)n,
-                           ox_type_name(type));
-        if (put == put_double_fn && type == OX_FLOAT) { /* the common case, without a call per element */
-            const unsigned char *b = p->raw_data.data;
-            double *dst = ctx;
-            for (int64_t i = 0; i < n; i++) {
-                float f;
-                memcpy(&f, b + 4 * i, 4);
-                dst[i] = f;
-            }
-            return 0;
+    unsigned char *buf = ir_xrealloc(NULL, 1 << 20);
+    int64_t per = (1 << 20) / eb, done = 0;
+    while (done < n) {
+        int64_t k = n - done < per ? n - done : per;
+        if (read_all(fd, buf, k * eb, off + done * eb) < 0) {
+            free(buf);
+            close(fd);
+            return ox_fail(c, "%s: external data: read failed: %s", what, errno ? strerror(errno) : "file too short");
         }
-        for (int64_t i = 0; i < n; i++) put(ctx, i, raw_elem(type, p->raw_data.data, i));
+        if (put == put_double_fn && type == OX_FLOAT) /* little-endian floats, as the file holds them */
+            for (int64_t i = 0; i < k; i++) {
+                float f;
+                memcpy(&f, buf + 4 * i, 4);
+                ((double *)ctx)[done + i] = f;
+            }
+        else
+            for (int64_t i = 0; i < k; i++) put(ctx, done + i, raw_elem(type, buf, i));
+        done += k;
+    }
+    free(buf);
+    close(fd);
+    return 0;
+}
+
+/* Elements held as raw_data (little-endian, the type's width each). */
+static int read_raw(ox_ctx *c, const Onnx__TensorProto *p, const char *what, int64_t n, put_fn put, void *ctx)
+{
+    int type = p->data_type, eb = elem_bytes(type);
+    if ((int64_t)p->raw_data.len != n * eb)
+        return ox_fail(c, "%s: raw_data of %zu bytes for %lld elements of %s", what, p->raw_data.len, (long long)n,
+                       ox_type_name(type));
+    if (put == put_double_fn && type == OX_FLOAT) { /* the common case, without a call per element */
+        const unsigned char *b = p->raw_data.data;
+        double *dst = ctx;
+        for (int64_t i = 0; i < n; i++) {
+            float f;
+            memcpy(&f, b + 4 * i, 4);
+            dst[i] = f;
+        }
         return 0;
     }
+    for (int64_t i = 0; i < n; i++) put(ctx, i, raw_elem(type, p->raw_data.data, i));
+    return 0;
+}
+
+/* Elements held in the field of their type (float_data, int32_data, ...). */
+static int read_typed(ox_ctx *c, const Onnx__TensorProto *p, const char *what, int64_t n, put_fn put, void *ctx)
+{
+    int type = p->data_type;
     size_t have;
     switch (type) {
     case OX_FLOAT: have = p->n_float_data; break;
@@ -451,6 +458,16 @@ static int read_elems(ox_ctx *c, const Onnx__TensorProto *p, const char *what, i
         put(ctx, i, v);
     }
     return 0;
+}
+
+/* Calls put(i, value) for each of the n elements of p, wherever p holds them. */
+static int read_elems(ox_ctx *c, const Onnx__TensorProto *p, const char *what, int64_t n, put_fn put, void *ctx)
+{
+    if (p->segment) return ox_fail(c, "%s: segmented tensors are not supported", what);
+    if (p->has_data_location && p->data_location == ONNX__TENSOR_PROTO__DATA_LOCATION__EXTERNAL)
+        return read_external(c, p, what, n, put, ctx);
+    if (p->has_raw_data) return read_raw(c, p, what, n, put, ctx);
+    return read_typed(c, p, what, n, put, ctx);
 }
 
 static void put_double(void *ctx, int64_t i, double v) { ((double *)ctx)[i] = v; }

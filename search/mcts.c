@@ -780,25 +780,58 @@ static void spec_start(mcts *m, int64_t gen)
  * every thread takes each result into its table, its remembered sequences and
  * its kept plans, in that order, and into m->ahead.  Returns 1 (with
  * res.stop the first stopping thread's reason) when a thread says stop. */
-static int team_round(mcts *m, int n_flat, int cur, int k)
+/* The round's neighbours into m->ahead, one a team member, from neighbour *k of
+ * flat[*cur] on (both moved past them); this thread's (the rank-th) into plan.
+ * Returns its length, or -1 when the neighbours ran out before it. */
+static int round_neighbours(mcts *m, int n_flat, int *cur, int *k, int *plan)
 {
-    search_ctx *c = m->c;
-    int buf[SEARCH_MAX_PLAN + 2], plan[SEARCH_MAX_PLAN + 2], n_plan = -1;
+    int buf[SEARCH_MAX_PLAN + 2], n_plan = -1;
     m->n_ahead = m->at = 0;
     while (m->n_ahead < m->n_team) {
-        int n = neighbour(c, &m->flat[cur], k, buf);
+        int n = neighbour(m->c, &m->flat[*cur], *k, buf);
         if (n < 0) {
-            if (++cur == n_flat) break;
-            k = 0;
+            if (++*cur == n_flat) break;
+            *k = 0;
             continue;
         }
         if (m->n_ahead == m->rank) {
             memcpy(plan, buf, (size_t)n * sizeof(int));
             n_plan = n;
         }
-        m->ahead[m->n_ahead].cur = cur;
-        m->ahead[m->n_ahead++].k = k++;
+        m->ahead[m->n_ahead].cur = *cur;
+        m->ahead[m->n_ahead++].k = (*k)++;
     }
+    return n_plan;
+}
+
+/* Every member's result of the round (found[parity]) into this thread's table, its
+ * remembered sequences, its kept plans and m->ahead. */
+static void take_round(mcts *m, int parity)
+{
+    search_ctx *c = m->c;
+    for (int i = 0; i < m->n_ahead; i++) {
+        const mcts_found *f = &m->members[m->team_thread[i]].found[parity];
+        assert(f->priced);
+        if (i != m->rank) { /* priced by another thread: known here from now on */
+            search_entry *e = search_ctx_entry(c, f->key, 1);
+            if (!e->scored) {
+                e->scored = 1;
+                e->score = f->score;
+            }
+            if (f->seq) seq_put(m, f->seq, f->key, f->dropped);
+        }
+        keep_plan(m, f->score.reward, f->key, f->a, f->n);
+        m->ahead[i].reward = f->score.reward;
+        m->ahead[i].n = f->n;
+        memcpy(m->ahead[i].a, f->a, (size_t)f->n * sizeof(int));
+    }
+}
+
+static int team_round(mcts *m, int n_flat, int cur, int k)
+{
+    search_ctx *c = m->c;
+    int plan[SEARCH_MAX_PLAN + 2];
+    int n_plan = round_neighbours(m, n_flat, &cur, &k, plan);
     int parity = m->round++ & 1;
     mcts_found *mine = &m->members[c->thread].found[parity];
     mine->priced = 0;
@@ -825,22 +858,7 @@ static int team_round(mcts *m, int n_flat, int cur, int k)
             return 1;
         }
     }
-    for (int i = 0; i < m->n_ahead; i++) {
-        const mcts_found *f = &m->members[m->team_thread[i]].found[parity];
-        assert(f->priced);
-        if (i != m->rank) { /* priced by another thread: known here from now on */
-            search_entry *e = search_ctx_entry(c, f->key, 1);
-            if (!e->scored) {
-                e->scored = 1;
-                e->score = f->score;
-            }
-            if (f->seq) seq_put(m, f->seq, f->key, f->dropped);
-        }
-        keep_plan(m, f->score.reward, f->key, f->a, f->n);
-        m->ahead[i].reward = f->score.reward;
-        m->ahead[i].n = f->n;
-        memcpy(m->ahead[i].a, f->a, (size_t)f->n * sizeof(int));
-    }
+    take_round(m, parity);
     return 0;
 }
 

@@ -781,34 +781,93 @@ static void merge(search_ctx *cs, int threads, search_result *res)
     if (threads > 1) merge_curves(cs, threads, res);
 }
 
+/* Each thread's budget: its share of the simulations, the seeds where asked, and the
+ * search's least patience from the root's width (*width: the legal actions on the prefix).
+ * Returns the number of threads. */
+static int thread_budget(const search_algo *algo, const shard_state *prefix, const shard_groups *gs,
+                         const search_budget *b, search_budget *per, int *width)
+{
+    int threads = algo->parallel ? b->threads : 1;
+    *per = *b;
+    if (!per->seeds) per->n_seeds = 0;
+    if (per->simulations > 0) per->simulations = (b->simulations + threads - 1) / threads;
+    int n_actions = gs->n * prefix->mesh.n_axes, w = 0; /* root width: legal actions on the prefix */
+    for (int a = 0; a < n_actions; a++)
+        w += shard_group_legal(prefix, gs, a / prefix->mesh.n_axes, a % prefix->mesh.n_axes);
+    per->patience_min = least_patience(b, prefix->g->n_ops, w); /* the threads' rule: this search's least patience */
+    per->patience_ops = -1;
+    per->patience_width = -1;
+    *width = w;
+    return threads;
+}
+
+/* What the threads share: their slots, locks and conditions. */
+static void shared_open(search_shared *shared, int threads, const search_budget *b)
+{
+    *shared = (search_shared){.threads = threads, .best_reward = -1e300, .gain_reward = -1e300,
+                              .team = threads > 1, .team_members = threads};
+    shared->sync = threads > 1 && (b->stall > 0 || b->converge);
+    shared->slot = ir_xcalloc((size_t)threads, sizeof *shared->slot);
+    pthread_mutex_init(&shared->mu, NULL);
+    pthread_cond_init(&shared->cv, NULL);
+    pthread_cond_init(&shared->team_cv, NULL);
+    pthread_cond_init(&shared->team_note, NULL);
+    pthread_mutex_init(&shared->price_mu, NULL);
+    pthread_cond_init(&shared->price_cv, NULL);
+}
+
+static void shared_close(search_shared *shared)
+{
+    free(shared->slot);
+    free(shared->team_area);
+    pthread_mutex_destroy(&shared->mu);
+    pthread_cond_destroy(&shared->cv);
+    pthread_cond_destroy(&shared->team_cv);
+    pthread_cond_destroy(&shared->team_note);
+    pthread_mutex_destroy(&shared->price_mu);
+    pthread_cond_destroy(&shared->price_cv);
+    free(shared->prices);
+}
+
+/* The threads' searches from the priced starts sp[0..n_starts), each until it decides
+ * (with epochs: until all decide).  Returns 0 or -1 with a thread's message in err. */
+static int run_threads(const search_algo *algo, search_ctx *cs, search_shared *shared, start_plan *sp, int n_starts,
+                       int threads, char *err, size_t errlen)
+{
+    int rc = 0;
+#pragma omp parallel num_threads(threads)
+    { /* epochs and teams need every thread at once: with fewer (nested, limits) the threads decide alone */
+#pragma omp single
+        if (omp_get_num_threads() < threads) shared->sync = shared->team = 0;
+#pragma omp for schedule(static, 1)
+        for (int t = 0; t < threads; t++) {
+            char terr[256] = "";
+            enter_starts(&cs[t], sp, n_starts, threads);
+            cs[t].next_epoch = SEARCH_EPOCH;
+            if (algo->run(&cs[t], terr, sizeof terr) < 0) {
+#pragma omp critical
+                {
+                    rc = -1;
+                    snprintf(err, errlen, "%s", terr);
+                }
+            }
+            while (shared->sync && !shared->stop && !shared->all_done) epoch(&cs[t], 1); /* until all decide */
+        }
+    }
+    return rc;
+}
+
 int search_run(const search_algo *algo, const shard_state *prefix, const shard_groups *gs, const search_evaluator *ev,
                const search_budget *b, search_result *res, char *err, size_t errlen)
 {
     memset(res, 0, sizeof *res);
     res->seed = -1;
     if (check_budget(algo, b, err, errlen) < 0) return -1;
-    int threads = algo->parallel ? b->threads : 1;
-    search_budget per = *b;
-    if (!per.seeds) per.n_seeds = 0;
-    if (per.simulations > 0) per.simulations = (b->simulations + threads - 1) / threads;
-    int n_actions = gs->n * prefix->mesh.n_axes, w = 0; /* root width: legal actions on the prefix */
-    for (int a = 0; a < n_actions; a++)
-        w += shard_group_legal(prefix, gs, a / prefix->mesh.n_axes, a % prefix->mesh.n_axes);
-    per.patience_min = least_patience(b, prefix->g->n_ops, w); /* the threads' rule: this search's least patience */
-    per.patience_ops = -1;
-    per.patience_width = -1;
+    search_budget per;
+    int w, threads = thread_budget(algo, prefix, gs, b, &per, &w);
     search_ctx *cs = ir_xcalloc((size_t)threads, sizeof *cs);
-    int rc = 0;
-    search_shared shared = {.threads = threads, .best_reward = -1e300, .gain_reward = -1e300,
-                            .team = threads > 1, .team_members = threads};
-    shared.sync = threads > 1 && (b->stall > 0 || b->converge);
-    shared.slot = ir_xcalloc((size_t)threads, sizeof *shared.slot);
-    pthread_mutex_init(&shared.mu, NULL);
-    pthread_cond_init(&shared.cv, NULL);
-    pthread_cond_init(&shared.team_cv, NULL);
-    pthread_cond_init(&shared.team_note, NULL);
-    pthread_mutex_init(&shared.price_mu, NULL);
-    pthread_cond_init(&shared.price_cv, NULL);
+    search_shared shared;
+    shared_open(&shared, threads, b);
     double t0 = now();
     int n_starts = 1 + per.n_seeds;
     start_plan *sp = ir_xcalloc((size_t)n_starts, sizeof *sp);
@@ -825,35 +884,9 @@ int search_run(const search_algo *algo, const shard_state *prefix, const shard_g
         if (k && sp[k].score.fits && (!shared.best_start || sp[k].score.step_time < shared.best_start))
             shared.best_start = sp[k].score.step_time;
     }
-#pragma omp parallel num_threads(threads)
-    { /* epochs and teams need every thread at once: with fewer (nested, limits) the threads decide alone */
-#pragma omp single
-        if (omp_get_num_threads() < threads) shared.sync = shared.team = 0;
-#pragma omp for schedule(static, 1)
-        for (int t = 0; t < threads; t++) {
-            char terr[256] = "";
-            enter_starts(&cs[t], sp, n_starts, threads);
-            cs[t].next_epoch = SEARCH_EPOCH;
-            if (algo->run(&cs[t], terr, sizeof terr) < 0) {
-#pragma omp critical
-                {
-                    rc = -1;
-                    snprintf(err, errlen, "%s", terr);
-                }
-            }
-            while (shared.sync && !shared.stop && !shared.all_done) epoch(&cs[t], 1); /* until all decide */
-        }
-    }
+    int rc = run_threads(algo, cs, &shared, sp, n_starts, threads, err, errlen);
     free(sp);
-    free(shared.slot);
-    free(shared.team_area);
-    pthread_mutex_destroy(&shared.mu);
-    pthread_cond_destroy(&shared.cv);
-    pthread_cond_destroy(&shared.team_cv);
-    pthread_cond_destroy(&shared.team_note);
-    pthread_mutex_destroy(&shared.price_mu);
-    pthread_cond_destroy(&shared.price_cv);
-    free(shared.prices);
+    shared_close(&shared);
     merge(cs, threads, res);
     res->root_actions = w;
     res->seconds = now() - t0;
