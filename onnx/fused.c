@@ -376,7 +376,8 @@ static int part_projection(ir_graph *n, const ir_graph *g, const fused *fu, int 
     for (int q = 0; q < wr; q++) strncat(sw, res_dim[q] >= 0 ? L[res_dim[q]] : (char[2]){ws[q], 0}, sizeof sw - strlen(sw) - 1);
     for (int j = 0; j < e.rank_out; j++) strncat(so, L[j], sizeof so - strlen(so) - 1);
     snprintf(sx, sizeof sx, "%.*s", xr, xs);
-    snprintf(sub, sizeof sub, "%s,%s->%s", fu->t == 0 ? sw : sx, fu->t == 0 ? sx : sw, so);
+    int len = snprintf(sub, sizeof sub, "%s,%s->%s", fu->t == 0 ? sw : sx, fu->t == 0 ? sx : sw, so);
+    if (len < 0 || (size_t)len >= sizeof sub) return ir_fail(n, "fused projection: subscripts over %d characters", IR_MAX_SUBSCRIPTS - 1);
     ir_set_layer(n, o->layer);
     int y = fu->t == 0 ? ir_einsum(n, sub, wi, x) : ir_einsum(n, sub, x, wi);
     *ns = 0;
