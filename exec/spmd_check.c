@@ -260,6 +260,55 @@ static int ref_output(const exec_spmd_check *c, const ir_graph *rg, int i)
     return -1;
 }
 
+/* The error of output i of the check's graph (got: its elements assembled
+ * from the devices) against the reference's (want): relative to its
+ * largest magnitude, a param's to the step's largest update where that is
+ * larger; Adam-updated elements below the noise floor skipped. */
+static double output_error(exec_spmd_check *c, int i, const void *got, const void *want, int64_t *compared, int64_t *excluded)
+{
+    const ir_graph *g = c->g;
+    const ir_output *o = &g->outputs[i];
+    const ir_value *v = &g->values[o->value];
+    int64_t n = ir_numel(v);
+    if (v->dtype == IR_I32) return memcmp(got, want, (size_t)n * 4) ? 1.0 : 0.0;
+    /* the param this output belongs to, when it is updated through state */
+    int param = o->updates < 0 ? -1 : g->values[o->updates].role == IR_PARAM ? o->updates : g->values[o->updates].tied;
+    const uint8_t *skip = NULL;
+    if (param >= 0 && c->noise[param] && ir_numel(&g->values[param]) == n) skip = c->noise[param];
+    int is_param = o->updates >= 0 && g->values[o->updates].role == IR_PARAM;
+    double floor = is_param ? c->largest_update : 0, mag = floor;
+    double e = rel_error(got, want, n, skip, compared, excluded, &mag);
+    c->n_update_scaled += is_param && floor > 0 && mag == floor;
+    return isnan(e) ? INFINITY : e;
+}
+
+/* Records output i's error e (the loss's: with its values) in c. */
+static void record_error(exec_spmd_check *c, int i, double e, const void *got, const void *want, int64_t compared,
+                         int64_t excluded)
+{
+    const ir_graph *g = c->g;
+    const ir_output *o = &g->outputs[i];
+    c->rel[i] = e;
+    if (o->value == g->loss) {
+        c->loss = (double)((const float *)got)[0];
+        c->loss_ref = (double)((const float *)want)[0];
+        c->loss_rel = e;
+        if (e > c->worst_loss) c->worst_loss = e;
+    }
+    if (o->updates < 0) return;
+    c->n_compared += compared;
+    c->n_excluded += excluded;
+    if (g->values[o->updates].role == IR_OPT_STATE) {
+        if (c->worst_state_out < 0 || e > c->worst_state) {
+            c->worst_state = e;
+            c->worst_state_out = i;
+        }
+    } else if (c->worst_param_out < 0 || e > c->worst_param) {
+        c->worst_param = e;
+        c->worst_param_out = i;
+    }
+}
+
 int exec_spmd_compare(exec_spmd *r, exec_ref *ref, exec_spmd_check *c, char *err, size_t errlen)
 {
     const ir_graph *rg = r->g, *g = c->g;
@@ -285,9 +334,7 @@ int exec_spmd_compare(exec_spmd *r, exec_ref *ref, exec_spmd_check *c, char *err
                          g->name);
             return -1;
         }
-        const ir_output *o = &g->outputs[i];
-        const ir_value *v = &g->values[o->value];
-        int64_t n = ir_numel(v);
+        int64_t n = ir_numel(&g->values[g->outputs[i].value]), compared = 0, excluded = 0;
         void *tmp = calloc((size_t)(n ? n : 1), 4);
         if (!tmp) {
             if (err && errlen) snprintf(err, errlen, "out of memory comparing '%s' with the reference", g->name);
@@ -296,41 +343,11 @@ int exec_spmd_compare(exec_spmd *r, exec_ref *ref, exec_spmd_check *c, char *err
         double rd = 0;
         exec_spmd_assemble(r, r->p->out_buf[ri], tmp, &rd);
         if (rd > c->replica_diff) c->replica_diff = rd;
-        const void *want = exec_ref_data(ref, o->value);
+        const void *want = exec_ref_data(ref, g->outputs[i].value);
         c->digest = ir_fnv_bytes(c->digest, tmp, (size_t)n * 4);
-        /* the param this output belongs to, when it is updated through state */
-        int param = o->updates < 0 ? -1 : g->values[o->updates].role == IR_PARAM ? o->updates : g->values[o->updates].tied;
-        const uint8_t *skip = NULL;
-        if (param >= 0 && c->noise[param] && ir_numel(&g->values[param]) == n) skip = c->noise[param];
-        int64_t compared = 0, excluded = 0;
-        int is_param = o->updates >= 0 && g->values[o->updates].role == IR_PARAM;
-        double e, floor = is_param ? c->largest_update : 0, mag = floor;
-        if (v->dtype == IR_I32) e = memcmp(tmp, want, (size_t)n * 4) ? 1.0 : 0.0;
-        else {
-            e = rel_error(tmp, want, n, skip, &compared, &excluded, &mag);
-            c->n_update_scaled += is_param && floor > 0 && mag == floor;
-        }
-        if (isnan(e)) e = INFINITY;
-        c->rel[i] = e;
-        if (o->value == g->loss) {
-            c->loss = (double)((const float *)tmp)[0];
-            c->loss_ref = (double)((const float *)want)[0];
-            c->loss_rel = e;
-            if (e > c->worst_loss) c->worst_loss = e;
-        }
+        double e = output_error(c, i, tmp, want, &compared, &excluded);
+        record_error(c, i, e, tmp, want, compared, excluded);
         free(tmp);
-        if (o->updates < 0) continue;
-        c->n_compared += compared;
-        c->n_excluded += excluded;
-        if (g->values[o->updates].role == IR_OPT_STATE) {
-            if (c->worst_state_out < 0 || e > c->worst_state) {
-                c->worst_state = e;
-                c->worst_state_out = i;
-            }
-        } else if (c->worst_param_out < 0 || e > c->worst_param) {
-            c->worst_param = e;
-            c->worst_param_out = i;
-        }
     }
     return 0;
 }
