@@ -458,6 +458,27 @@ static void schedule_section(FILE *f, const pipe_program *pp, const cost_pipe_es
     free(order);
 }
 
+/* The curve's range: its first fitting point (returned; NULL: none fits), the lowest
+ * step time *lo, the best expert *best (NULL: none) and the top *hi, its step time (else
+ * the first point's), at least 1% above *lo. */
+static const search_point *curve_range(const plan_search *s, const plan_reached **best, double *lo, double *hi)
+{
+    const search_point *first = NULL;
+    *lo = 1e300;
+    for (int i = 0; i < s->n_curve; i++)
+        if (s->curve[i].best.fits && s->curve[i].best.step_time > 0) {
+            if (!first) first = &s->curve[i];
+            *lo = fmin(*lo, s->curve[i].best.step_time);
+        }
+    if (!first) return NULL;
+    *best = NULL;
+    for (int i = 0; i < s->n_reached; i++)
+        if (!*best || s->reached[i].step_time < (*best)->step_time) *best = &s->reached[i];
+    *hi = *best ? (*best)->step_time : first->best.step_time;
+    if (*hi < *lo * 1.01) *hi = *lo * 1.01;
+    return first;
+}
+
 /* The search's best-so-far curve (the plan file's search.curve): the best
  * step time against steps (log scale from the first plan priced), the best
  * fitting expert's step time dashed (the others in its tooltip), the end of
@@ -465,19 +486,10 @@ static void schedule_section(FILE *f, const pipe_program *pp, const cost_pipe_es
  * at the top edge. */
 static void search_section(FILE *f, const plan_search *s)
 {
-    const search_point *first = NULL;
-    double lo = 1e300;
-    for (int i = 0; i < s->n_curve; i++)
-        if (s->curve[i].best.fits && s->curve[i].best.step_time > 0) {
-            if (!first) first = &s->curve[i];
-            lo = fmin(lo, s->curve[i].best.step_time);
-        }
-    if (!first) return; /* nothing fits: no step times to draw */
     const plan_reached *best = NULL;
-    for (int i = 0; i < s->n_reached; i++)
-        if (!best || s->reached[i].step_time < best->step_time) best = &s->reached[i];
-    double hi = best ? best->step_time : first->best.step_time;
-    if (hi < lo * 1.01) hi = lo * 1.01;
+    double lo = 0, hi = 0;
+    const search_point *first = curve_range(s, &best, &lo, &hi);
+    if (!first) return; /* nothing fits: no step times to draw */
     double x0 = first->steps, x1 = s->steps > x0 + 1 ? s->steps : x0 + 2;
     double pad = (hi - lo) * 0.08, y0 = lo - pad, y1 = hi + pad, W = 640, H = 220, L = 70;
     char a[32], b[32];
