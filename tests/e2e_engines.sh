@@ -48,7 +48,8 @@ plan() {
 # the torch cases: MODEL|PLAN|MESH|SCHEDULE|BUDGET|SOURCE (long: every row; the suite: rows marked *).
 # GPT-2's fused c_attn under Megatron or ZeRO-3 is refused (below: carve holds it as [3, H, D, C] and
 # splits H or D, which no DTensor placement of the module's [3*H*D, C] holds), so its rows are the
-# sequence split; carve pipelines its presets only (an ONNX file has a fixed batch).  ZeRO-3 beside
+# sequence split; the pipelined rows are the presets' (torch.distributed.pipelining's tracer does not
+# capture transformers' LLaMA as one graph: docs/torch.md).  ZeRO-3 beside
 # Megatron splits a param's dim over model first, then batch: on a (batch, model) mesh that is minor axis
 # first, which DTensor refuses (refusals below), so those rows name the mesh model first.
 torch_rows() {
