@@ -121,13 +121,15 @@ static double model_flops(const run *r)
 }
 
 /* Prices run r on the a100 preset in its precision under schedule `sched` with
- * dropout rate `dropout`.  Returns 0 or -1 with a message. */
+ * dropout rate `dropout`, attention materialised as these runs had it (Megatron-LM
+ * before FlashAttention: the scores and probabilities held; the presets' default is
+ * fused).  Returns 0 or -1 with a message. */
 static int predict(const run *r, const char *sched, double dropout, cost_estimate *e, cost_pipe_estimate *pe, char *err,
                    size_t errlen)
 {
     char spec[256];
-    snprintf(spec, sizeof spec, "gpt:layers=%d,hidden=%d,heads=%d,seq=%d,batch=%d,vocab=%d,dropout=%g", r->layers,
-             r->hidden, r->heads, SEQ, r->batch, VOCAB, dropout);
+    snprintf(spec, sizeof spec, "gpt:layers=%d,hidden=%d,heads=%d,seq=%d,batch=%d,vocab=%d,dropout=%g,attention=materialized",
+             r->layers, r->hidden, r->heads, SEQ, r->batch, VOCAB, dropout);
     model_config cfg;
     shard_mesh mesh;
     schedule sc;

@@ -29,10 +29,11 @@ int cmd_models(const cli_opts *o)
         printf("%-10s %-9s %-11s %s\n", *n, pc, fl, model_config_str(&cfg, cfgs, sizeof cfgs));
         printf("%-10s %s\n", "", model_describe(*n));
     }
-    printf("\nstep FLOPs: floating-point operations of one training step's einsums (matrix products), 2 per\n"
-           "multiply-add, backward counted as twice the forward (as if every einsum operand had a gradient; the\n"
-           "first layer's input has none, so where it enters an einsum the step has a little less).  carve show\n"
-           "builds the step and counts exactly, its elementwise ops and reductions too (it prints both).\n");
+    printf("\nstep FLOPs: floating-point operations of one training step's matrix products (einsums, and attention's\n"
+           "two products whole, fused or not), 2 per multiply-add, backward counted as twice the forward (as if\n"
+           "every operand had a gradient; the first layer's input has none, so where it enters a product the step\n"
+           "has a little less): the model FLOPs MFU counts (docs/cost-model.md).  carve show builds the step and\n"
+           "counts exactly, its elementwise ops and reductions too (it prints both).\n");
     printf("\nOverride any key: --model gpt-1.3b:batch=16 or --model gpt:layers=4,hidden=256.\n");
     return CLI_OK;
 }
@@ -49,17 +50,14 @@ int cmd_show(const cli_opts *o)
     printf("%s: %s\n", o->forward ? "forward graph" : "training step", cfg);
     printf("  %d ops, %d values (%d params, %d optimizer states, %d inputs), %d layers\n", g->n_ops, g->n_values,
            counts[IR_PARAM], counts[IR_OPT_STATE], counts[IR_INPUT], g->n_layers);
-    double ein = 0;
-    for (int i = 0; i < g->n_ops; i++)
-        if (g->ops[i].kind == IR_OP_EINSUM) ein += ir_op_flops(g, i);
     char fe[32], fm[32] = "";
-    human(ein, fe, sizeof fe);
+    human(ir_matmul_flops(g), fe, sizeof fe);
     model_config mc;
     if (o->model && !o->forward && model_parse(o->model, &mc, NULL, 0) == 0) human(model_step_flops(&mc), fm, sizeof fm);
-    printf("  %s parameters, %s FLOPs per %s (%s in einsums", pc, fl, o->forward ? "forward pass" : "step", fe);
+    printf("  %s parameters, %s FLOPs per %s (%s in matrix products", pc, fl, o->forward ? "forward pass" : "step", fe);
     if (!fm[0]) printf(")\n");
     else if (!strcmp(fm, fe)) printf(": what carve models lists)\n");
-    else printf("; carve models lists %s, 3x the forward's einsums: it counts a gradient for every einsum operand)\n", fm);
+    else printf("; carve models lists %s, 3x the forward's: it counts a gradient for every product's operands)\n", fm);
     if (o->ops) ir_print(g, stdout);
     ir_free(g);
     return CLI_OK;

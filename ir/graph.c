@@ -1244,6 +1244,29 @@ double ir_op_flops(const ir_graph *g, int op)
     return ir_op_flops_dims(o, rank, (const int64_t(*)[IR_MAX_RANK])dims, out->rank, out->dims);
 }
 
+/* FLOPs of op i's matrix products as the model formulas count them: an
+ * einsum's, a fused attention op's products whole (not halved for a causal
+ * mask, no recomputation): forward and attention_dq 4 b n s t d, _dk and _dv
+ * 2 each; 0 for any other op. */
+static double matmul_flops(const ir_graph *g, int i)
+{
+    const ir_op *o = &g->ops[i];
+    if (o->kind == IR_OP_EINSUM) return ir_op_flops(g, i);
+    if (ir_op_count(o->kind) != IR_COUNT_ATTN) return 0;
+    const ir_value *q = &g->values[o->in[0]];
+    ir_op whole = *o;
+    whole.attrs.n_ints = 0;
+    double n = ir_attention_count(&whole, q->rank, q->dims, g->values[o->in[1]].dims[1]);
+    return (o->kind == IR_OP_ATTENTION || o->kind == IR_OP_ATTENTION_DQ ? 4 : 2) * n;
+}
+
+double ir_matmul_flops(const ir_graph *g)
+{
+    double f = 0;
+    for (int i = 0; i < g->n_ops; i++) f += matmul_flops(g, i);
+    return f;
+}
+
 double ir_model_flops(const ir_graph *g)
 {
     if (g->loss < 0) return 0;
@@ -1254,13 +1277,7 @@ double ir_model_flops(const ir_graph *g)
         const ir_op *o = &g->ops[i];
         if (!need[o->out]) continue;
         for (int k = 0; k < o->n_in; k++) need[o->in[k]] = 1;
-        if (o->kind == IR_OP_EINSUM) f += ir_op_flops(g, i);
-        else if (o->kind == IR_OP_ATTENTION) { /* its two products whole, causal or not */
-            const ir_value *q = &g->values[o->in[0]];
-            ir_op whole = *o;
-            whole.attrs.n_ints = 0;
-            f += 4 * ir_attention_count(&whole, q->rank, q->dims, g->values[o->in[1]].dims[1]);
-        }
+        if (o->kind == IR_OP_EINSUM || o->kind == IR_OP_ATTENTION) f += matmul_flops(g, i); /* the forward's */
     }
     free(need);
     return 3 * f;

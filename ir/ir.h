@@ -516,6 +516,12 @@ double ir_op_flops(const ir_graph *g, int op);
 double ir_op_flops_dims(const ir_op *o, const int *in_rank, const int64_t (*in_dims)[IR_MAX_RANK], int out_rank,
                         const int64_t *out_dims);
 double ir_graph_flops(const ir_graph *g);
+/* FLOPs of g's matrix products as the model formulas count them: every
+ * einsum, and a fused attention op's products whole (not halved for a
+ * causal mask, no recomputation): forward 4 b n s t d, attention_dq 4,
+ * attention_dk and _dv 2 each (what the materialised chain's einsums add up
+ * to). */
+double ir_matmul_flops(const ir_graph *g);
 /* Model FLOPs of a training step (what MFU counts): 3 x the FLOPs of the
  * forward matrix products the loss depends on (einsums; a fused attention's
  * two products counted whole, causal or not), as Megatron-LM and PaLM count

@@ -171,6 +171,21 @@ int model_attention_fused(const model_config *cfg)
     return m && m->attn && form == MODEL_ATTENTION_FUSED;
 }
 
+int model_takes_attention(const model_config *cfg)
+{
+    const model_def *m = family_of(cfg);
+    return m && m->attn;
+}
+
+char *model_config_str_form(const model_config *cfg, char *buf, size_t n)
+{
+    model_config_str(cfg, buf, n);
+    size_t k = strlen(buf);
+    if (model_takes_attention(cfg) && !strstr(buf, ",attention=") && k + 1 < n)
+        snprintf(buf + k, n - k, ",attention=%s", model_attention_fused(cfg) ? "fused" : "materialized");
+    return buf;
+}
+
 /* "attention=fused|materialized" in [p, end).  Returns 0, 1 when the key is
  * not attention, or -1 with a message. */
 static int parse_attention(const char *spec, const model_def *m, const char *p, const char *eq, const char *end,

@@ -57,9 +57,14 @@ typedef struct model_config {
  * MODEL_ATTENTION_DEFAULT, or MATERIALIZED with dropout (the fused op draws no
  * dropout on the probabilities). */
 enum { MODEL_ATTENTION_FUSED = 1, MODEL_ATTENTION_MATERIALIZED = 2 };
-#define MODEL_ATTENTION_DEFAULT MODEL_ATTENTION_MATERIALIZED
+#define MODEL_ATTENTION_DEFAULT MODEL_ATTENTION_FUSED
 /* 1 when cfg's builder writes fused attention. */
 int model_attention_fused(const model_config *cfg);
+/* 1 when cfg's family takes attention=fused|materialized. */
+int model_takes_attention(const model_config *cfg);
+/* model_config_str with the attention form always written for a family that
+ * takes one (what a plan records: it means the same whatever the default). */
+char *model_config_str_form(const model_config *cfg, char *buf, size_t n);
 
 /* Parses a spec into a full configuration (defaults filled in).  Returns 0 or
  * -1 with a one-line message naming the bad part (unknown model or key, bad

@@ -78,8 +78,11 @@ static int refuse_idle_mesh(const session_autopart *a, const shard_state *prefix
 static void plan_inputs(const session_autopart *a, const char *sched_text, plan *pl)
 {
     memset(pl, 0, sizeof *pl);
-    if (a->src.model) snprintf(pl->model, sizeof pl->model, "%s", a->label);
-    else {
+    model_config cfg;
+    if (a->src.model) { /* the attention form written out: the plan means the same whatever the default */
+        if (model_parse(a->label, &cfg, NULL, 0) == 0) model_config_str_form(&cfg, pl->model, sizeof pl->model);
+        else snprintf(pl->model, sizeof pl->model, "%s", a->label);
+    } else {
         snprintf(pl->graph_path, sizeof pl->graph_path, "%s", a->src.graph);
         char why[160];
         plan_file_hash(a->src.graph, pl->graph_hash, why, sizeof why); /* read already: it hashes */

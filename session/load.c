@@ -282,8 +282,8 @@ static int attention_fused(const session_source *src)
 }
 
 /* Fuses the attention chains of forward graph *g (replaced; freed on
- * error), saying how many into src's notes.  Returns 0, or -1 with a
- * message. */
+ * error), saying how many into src's notes when --attention asked for it
+ * (the default fuses silently).  Returns 0, or -1 with a message. */
 static int fuse_attention(ir_graph **g, const session_source *src, const char *label, char *err, size_t errlen)
 {
     int fused, kept;
@@ -292,7 +292,7 @@ static int fuse_attention(ir_graph **g, const session_source *src, const char *l
     ir_free(*g);
     *g = f;
     if (!f) return ir_errf(err, errlen, "%s: %s", label, e2);
-    if (src->notes && src->notes_len && (fused || kept)) {
+    if (src->attention && src->notes && src->notes_len && (fused || kept)) { /* asked for: said (the default is silent) */
         char line[320];
         size_t k = strlen(src->notes);
         if (kept) snprintf(line, sizeof line, "attention fused in %d places, %d kept as written (%s)", fused, kept, why);

@@ -105,11 +105,21 @@ int session_plan_weights(const plan *pl, ir_graph *g, char *err, size_t errlen)
     return onnx_load_weights(pl->graph_path, &o, g, err, errlen);
 }
 
+void session_plan_attention_form(plan *pl)
+{
+    model_config cfg;
+    size_t k = strlen(pl->model);
+    if (pl->model[0] && model_parse(pl->model, &cfg, NULL, 0) == 0 && model_takes_attention(&cfg) && !cfg.attention &&
+        cfg.dropout == 0 && k + 24 < sizeof pl->model)
+        snprintf(pl->model + k, sizeof pl->model - k, ",attention=materialized");
+}
+
 int session_plan_open(const char *path, plan *pl, ir_graph **g, shard_state **st, char *err, size_t errlen)
 {
     *g = NULL;
     *st = NULL;
     if (plan_load(path, pl, err, errlen) < 0) return -1;
+    session_plan_attention_form(pl);
     cost_hw hw;
     if (plan_hw(pl, path, &hw, err, errlen) < 0 || !(*g = session_plan_step(pl, path, err, errlen))) {
         plan_free(pl);
@@ -157,7 +167,11 @@ int session_plan_matches(const plan *pl, const char *path, const char *mesh_text
     if (model_text) {
         model_config cfg;
         if (model_parse(model_text, &cfg, e2, sizeof e2) < 0) return ir_errf(err, errlen, "%s", e2);
-        if (strcmp(model_config_str(&cfg, want, sizeof want), pl->model))
+        model_config have_cfg;
+        char have_spec[512];
+        if (model_parse(pl->model, &have_cfg, NULL, 0) == 0) model_config_str(&have_cfg, have_spec, sizeof have_spec);
+        else snprintf(have_spec, sizeof have_spec, "%s", pl->model);
+        if (strcmp(model_config_str(&cfg, want, sizeof want), have_spec))
             return ir_errf(err, errlen, "plan '%s' is for model %s, not %s", path, pl->model[0] ? pl->model : pl->graph_file, want);
     }
     return 0;

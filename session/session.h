@@ -108,6 +108,11 @@ void session_plan_source(const plan *pl, session_source *src);
  * *ps (pipe_spec_none() when it has none): 1, 0 when it has none, -1 with a
  * message. */
 int session_plan_pipeline(const plan *pl, const ir_graph *g, pipe_spec *ps, char *err, size_t errlen);
+/* A plan of a model spec that names no attention form was written while
+ * the presets' default was materialised (before fused became the default):
+ * its spec gets ",attention=materialized" so it rebuilds the step it was
+ * searched on.  Plans written since name the form (model_config_str_form). */
+void session_plan_attention_form(plan *pl);
 /* Load, rebuild, replay, lower, price and verify the plan file at path (a
  * pipelined plan: pipe_lower and its schedule's price).
  * Returns 0 with *g and *st set (the caller frees st before g, which st

@@ -201,6 +201,7 @@ int session_plan_open_shrunk(const char *path, plan *pl, ir_graph **g, shard_sta
     *st = NULL;
     note[0] = 0;
     if (plan_load(path, pl, err, errlen) < 0) return -1;
+    session_plan_attention_form(pl);
     model_config big;
     char e2[1024], small[512];
     shrink_need need;
@@ -211,7 +212,7 @@ int session_plan_open_shrunk(const char *path, plan *pl, ir_graph **g, shard_sta
     else if (model_parse(pl->model, &big, e2, sizeof e2) < 0) ir_errf(err, errlen, "%s: model.spec: %s", path, e2);
     else if (shrunk_spec(&big, &need, small, sizeof small, err, errlen) == 0) rc = 0;
     if (rc == 0) {
-        snprintf(note, n, "%s", pl->model);
+        model_config_str(&big, note, n); /* as the user writes it (the default attention form not named) */
         snprintf(pl->model, sizeof pl->model, "%s", small);
         auto_split(pl);
         pl->has_predicted = 0; /* the big model's prediction */

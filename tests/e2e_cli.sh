@@ -23,7 +23,9 @@ ok models "$carve" models
 has models "gpt-1.3b"
 has models "1.32G"
 ok show "$carve" show --model gpt-tiny
-has show "954 ops"
+has show "901 ops"
+ok show-materialized "$carve" show --model gpt-tiny:attention=materialized
+has show-materialized "954 ops"
 ok show-ops "$carve" show --model mlp-tiny --ops
 has show-ops "einsum"
 ok show-graph "$carve" show --graph "$root/tests/graphs/mlp-by-hand.json"

@@ -38,12 +38,12 @@ grep -q "for add -> h0.attn.out" out.txt; check "a collective named by the op it
 grep -q "^name  *params  *step FLOPs" out.txt && grep -q "^step FLOPs: " out.txt; check "models FLOPs column explained" $?
 m=$(awk '$1 == "gpt-tiny" {print $3}' out.txt)
 "$carve" show --model gpt-tiny >out.txt
-grep -q "(${m} in einsums: what carve models lists)" out.txt; check "show's einsum FLOPs ($m) match models" $?
+grep -q "(${m} in matrix products: what carve models lists)" out.txt; check "show's matrix-product FLOPs ($m) match models" $?
 # where they differ (vit: the image input enters an einsum and has no gradient) show says both
 "$carve" models >out.txt
 m=$(awk '$1 == "vit-tiny" {print $3}' out.txt)
 "$carve" show --model vit-tiny >out.txt
-grep -q "; carve models lists ${m}, 3x the forward's einsums" out.txt && ! grep -q "what carve models lists" out.txt
+grep -q "; carve models lists ${m}, 3x the forward's" out.txt && ! grep -q "what carve models lists" out.txt
 check "show says where its einsum FLOPs differ from models' ($m)" $?
 # carve run and the experts' table speak MiB and GiB like the other commands
 "$carve" run --model gpt-tiny --mesh batch=2 --schedule dp:batch >out.txt 2>&1

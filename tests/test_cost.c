@@ -637,7 +637,7 @@ static void test_options(void)
     char err[256];
     /* model states: 16 bytes a parameter mixed, 16 (4 + 4 + 8) in f32 with Adam */
     CHECK(close_rel(m.model_state_bytes, f.model_state_bytes, 1e-9));
-    CHECK(m.peak_activations < f.peak_activations);
+    CHECK(m.activation_peak < f.activation_peak); /* 16-bit activations (the step's own peak may lie where few are live) */
     /* precisions as the hardware has them: an einsum-only graph big enough to
      * be compute-bound on the A100 (2048^3: 512 FLOP a byte at f32) runs at
      * each precision's own peak, 19.5 / 156 / 312 / 312 TFLOP/s, times the
@@ -982,8 +982,8 @@ static void test_cpu_model(void)
     CHECK(ein_bytes > 0 && close_rel(w1.op_time[IR_OP_EINSUM] - e0.op_time[IR_OP_EINSUM], ein_bytes / 1e9, 1e-9));
     spmd_free(p);
     ir_free(g);
-    /* attention einsums make one call per (batch, head) */
-    g = test_build_step("gpt-tiny");
+    /* attention einsums make one call per (batch, head) (the materialised form's) */
+    g = test_build_step("gpt-tiny:attention=materialized");
     p = lower(g, "d=2", "dp:d");
     cost_ws_free(ws);
     ws = cost_ws_new(g);
