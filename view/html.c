@@ -552,9 +552,10 @@ static void summary_rows(FILE *f, const view_explanation *x)
     esc(f, x->strategy);
     fputs("</span></td></tr>", f);
     const cost_throughput *t = &x->tput;
+    char a[32], b[32];
     if (t->unit && t->per_second > 0)
-        fprintf(f, "<tr><td>throughput</td><td>%.4g %s/s, %.4g per device; MFU %.1f%% (docs/cost-model.md)</td></tr>",
-                t->per_second, t->unit, t->per_device, 100 * t->mfu);
+        fprintf(f, "<tr><td>throughput</td><td>%s %s/s, %s %s/s per device; MFU %.1f%% (docs/cost-model.md)</td></tr>",
+                view_count(t->per_second, a, sizeof a), t->unit, view_count(t->per_device, b, sizeof b), t->unit, 100 * t->mfu);
     for (int i = 0; i < x->n_axes; i++) {
         fprintf(f, "<tr><td>%s</td><td><code>", i ? "" : "links");
         esc(f, x->axes[i].name);

@@ -122,8 +122,7 @@ static char *si(double v, char *buf, size_t n)
     return buf;
 }
 
-/* A count with its multiplier: "101.1k", "2.12M". */
-static char *count(double v, char *buf, size_t n)
+char *view_count(double v, char *buf, size_t n)
 {
     static const char *const pre[] = {"", "k", "M", "G", "T"};
     int i = 0;
@@ -141,7 +140,7 @@ static void practice(FILE *f, const view_explanation *x, const char *in)
     if (t->unit && t->per_second > 0)
         fprintf(f, "%sthroughput     %s %s/s, %s %s/s per device; MFU %.1f%% (model FLOPs %sFLOP a step: %sFLOP/s a device of "
                    "its %sFLOP/s matmul peak)\n",
-                in, count(t->per_second, a, sizeof a), t->unit, count(t->per_device, b, sizeof b), t->unit, 100 * t->mfu,
+                in, view_count(t->per_second, a, sizeof a), t->unit, view_count(t->per_device, b, sizeof b), t->unit, 100 * t->mfu,
                 si(t->model_flops, c, sizeof c), si(t->achieved, d, sizeof d), si(t->peak, e, sizeof e));
     for (int i = 0; i < x->n_axes; i++)
         fprintf(f, "%s%-14s %s=%lld: %s\n", in, i ? "" : "links", x->axes[i].name, (long long)x->axes[i].size,

@@ -145,6 +145,9 @@ extern const char *const view_export_names;
 /* One sentence naming the strategy of the plan in st (data parallel over X,
  * params sharded over X (ZeRO-3), tensor parallel over Y, ...).  Returns buf. */
 char *view_strategy(const shard_state *st, char *buf, size_t n);
+/* A count with its multiplier, as the text and the report write a throughput:
+ * "101.1k", "2.12M" (4 significant digits). */
+char *view_count(double v, char *buf, size_t n);
 /* Where st splits Megatron's blocks on some axis, the params a forward
  * contraction reads that Megatron left whole, each with the reason
  * (analysis/structure.h: shard_unsplit), those of the repeated layers after
