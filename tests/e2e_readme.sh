@@ -11,12 +11,8 @@
 # Closing line: N passed, N failed.
 set -u
 . "$(dirname "$0")/lib_e2e.sh"
-root=${CARVE_ROOT:-$(cd "$(dirname "$0")/.." && pwd)}
-carve=${CARVE_BIN:-$root/build/carve}
+e2e_start
 py=${CARVE_PYTHON:-python3}
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-cd "$tmp" || exit 1
 
 # README.md -> checks/N.cmd (the command) and checks/N.want (the lines)
 mkdir checks
