@@ -484,6 +484,7 @@ spmd_program *spmd_lower_ex(shard_state *s, spmd_program *p, const spmd_options 
         p->opts = spmd_default_options();
         p->opts.gather_policy = s->gather_policy; /* the plan's (gather: tactic) */
     }
+    p->opts.overlap_axes = s->overlap_axes; /* the plan's (overlap: tactic), whatever the options */
     p->mesh = s->mesh;
     p->n_bufs = p->n_instrs = 0;
     memset(&p->stats, 0, sizeof p->stats);

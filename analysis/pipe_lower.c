@@ -739,6 +739,7 @@ int pipe_lower(shard_state *st, const pipe_spec *spec, const spmd_options *opts,
     if (check_state(&c) < 0) return -1;
     spmd_options o = opts ? *opts : spmd_default_options();
     if (!opts) o.gather_policy = st->gather_policy;
+    o.overlap_axes = st->overlap_axes; /* the plan's (overlap: tactic), whatever the options */
     spmd_options first = o;
     first.bucket_bytes = 0; /* bucketed and fused once the segments are known */
     first.fuse = 0;

@@ -131,6 +131,7 @@ void shard_state_reset(shard_state *s)
     s->n_conflicts = 0;
     s->n_log = 0;
     s->gather_policy = 0;
+    s->overlap_axes = 0;
     s->reserved_axes = 0;
     if (s->conflict_keys) memset(s->conflict_keys, 0, (size_t)s->conflict_cap * sizeof *s->conflict_keys);
 }
@@ -144,6 +145,7 @@ void shard_state_copy(shard_state *dst, const shard_state *src)
     memcpy(dst->contested, src->contested, (size_t)src->g->n_ops);
     dst->n_decisions = src->n_decisions;
     dst->gather_policy = src->gather_policy;
+    dst->overlap_axes = src->overlap_axes;
     dst->reserved_axes = src->reserved_axes;
     if (dst->cap_log < src->n_log) {
         dst->cap_log = src->n_log;

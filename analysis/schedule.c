@@ -232,6 +232,7 @@ static const struct {
     {"zero3", TACTIC_ZERO3, parse_axis_tactic, "zero3:AXIS", "data parallel, params split too (ZeRO-3 / FSDP)"},
     {"ep", TACTIC_EP, parse_axis_tactic, "ep:AXIS", "expert parallelism: experts split, tokens routed by all-to-alls"},
     {"sp", TACTIC_SP, parse_axis_tactic, "sp:AXIS", "sequence parallelism: the sequence split (after megatron:AXIS)"},
+    {"overlap", TACTIC_OVERLAP, parse_axis_tactic, "overlap:AXIS", "tensor-parallel communication overlapped with its einsums (priced)"},
     {"tile", TACTIC_TILE, parse_tile, "tile:NAME:DIM:AXIS", "split dim DIM of the arguments named NAME (globs)"},
     {"atomic", TACTIC_ATOMIC, parse_atomic, "atomic:NAME:AXIS", "keep those arguments whole on AXIS"},
     {"group", TACTIC_GROUP, parse_tile, "group:NAME:DIM:AXIS", "split every dim of NAME's dim group (the search's action)"},
@@ -430,6 +431,7 @@ char *sched_str(const schedule *s, const shard_mesh *mesh, char *buf, size_t n)
         case TACTIC_ZERO2:
         case TACTIC_EP:
         case TACTIC_SP:
+        case TACTIC_OVERLAP:
         case TACTIC_ZERO3: k += (size_t)snprintf(buf + k, n - k, "%s:%s", tactic_name(t->kind), ax); break;
         case TACTIC_TILE:
         case TACTIC_GROUP: k += (size_t)snprintf(buf + k, n - k, "%s:%s:%d:%s", tactic_name(t->kind), t->pattern, t->dim, ax); break;
@@ -627,11 +629,25 @@ static int expand_group(const tactic *t, const shard_state *st, shard_decision *
     return rc < 0 ? ir_errf(err, errlen, "tactic expands to more than %d decisions", cap) : 0;
 }
 
+/* The sequence dim of input x: the dim after its batch dim (a member of one
+ * of the batch groups, grps[0..n_grp)), or dim 1 where no batch group has
+ * one of its dims (a batch of one sequence: the loss's batch dim is not
+ * told apart from the others).  -1 when x has none. */
+static int sequence_dim(const shard_groups *gs, const int *grps, int n_grp, int x, int rank)
+{
+    for (int j = 0; j < n_grp; j++) {
+        const shard_group *G = &gs->groups[grps[j]];
+        for (int k = 0; k < G->n; k++)
+            if (gs->members[G->first + k].value == x) return gs->members[G->first + k].dim + 1 < rank ? gs->members[G->first + k].dim + 1 : -1;
+    }
+    return rank >= 2 ? 1 : -1;
+}
+
 /* sp:AXIS, Megatron-LM's sequence parallelism: the dim group of the
- * sequence (the dim after the batch dim of the first batch input of token
- * ids: a GPT's tokens[B, S]) tiled over the axis.  After megatron:AXIS
- * its conflicts with the split hidden dims leave the residual stream, the
- * norms and the dropouts split by sequence and the lowering all-gathers the
+ * sequence of every input of token ids (a GPT's tokens[B, S], each
+ * micro-batch's copy of it) tiled over the axis.  After megatron:AXIS its
+ * conflicts with the split hidden dims leave the residual stream, the norms
+ * and the dropouts split by sequence and the lowering all-gathers the
  * sequence before each column-parallel matmul and reduce-scatters after each
  * row-parallel one (docs/sharding.md, "Sequence parallelism"). */
 static int expand_sp(const tactic *t, const shard_state *st, shard_decision *out, int *n, int cap, char *err, size_t errlen)
@@ -639,19 +655,21 @@ static int expand_sp(const tactic *t, const shard_state *st, shard_decision *out
     const ir_graph *g = st->g;
     const shard_groups *gs = shard_state_groups(st);
     char why[160];
-    int grps[64], n_grp = shard_batch_groups(g, gs, grps, 64, why, sizeof why), v0 = -1, d0 = -1;
-    for (int j = 0; j < n_grp && v0 < 0; j++) {
-        const shard_group *G = &gs->groups[grps[j]];
-        for (int k = 0; k < G->n && v0 < 0; k++) {
-            const shard_member *m = &gs->members[G->first + k];
-            const ir_value *x = &g->values[m->value];
-            if (x->role == IR_INPUT && x->dtype == IR_I32 && x->rank > m->dim + 1) v0 = m->value, d0 = m->dim + 1;
-        }
+    int grps[64], n_grp = shard_batch_groups(g, gs, grps, 64, why, sizeof why), found = 0, rc = 0;
+    if (n_grp < 0) n_grp = 0;
+    for (int v0 = 0; v0 < g->n_values && rc == 0; v0++) {
+        const ir_value *x = &g->values[v0];
+        int d0 = x->role == IR_INPUT && x->dtype == IR_I32 ? sequence_dim(gs, grps, n_grp, v0, x->rank) : -1;
+        if (d0 < 0) continue;
+        found = 1;
+        int seen = 0; /* a micro-batch's copy of an input already tiled (tile_groups_of tiles every copy) */
+        for (int u = 0; u < v0 && !seen; u++)
+            seen = g->values[u].role == IR_INPUT && !strcmp(user_name(&g->values[u]), user_name(x));
+        if (!seen) rc = tile_groups_of(st, user_name(x), d0, t->axis, out, n, cap);
     }
-    if (v0 < 0)
-        return ir_errf(err, errlen, "sp:%s: the graph has no batch input of token ids with a sequence dim after its batch dim (sequence parallelism splits a language model's sequence)",
+    if (!found)
+        return ir_errf(err, errlen, "sp:%s: the graph has no input of token ids with a sequence dim after its batch dim (sequence parallelism splits a language model's sequence)",
                        st->mesh.names[t->axis]);
-    int rc = tile_groups_of(st, user_name(&g->values[v0]), d0, t->axis, out, n, cap); /* each micro-batch's copy too */
     return rc < 0 ? ir_errf(err, errlen, "tactic expands to more than %d decisions", cap) : 0;
 }
 
@@ -674,7 +692,7 @@ static int expand_rewrite(const tactic *t, const ir_graph *g, const shard_mesh *
         return ir_errf(err, errlen, "remat: the training step was not rewritten for it (sched_rewrite)");
     if (t->kind == TACTIC_MICROBATCH && t->lo != 1 && g->rewrites.microbatches != t->lo)
         return ir_errf(err, errlen, "microbatch:%d: the training step was not built for it (model_build_microbatched_step)", t->lo);
-    return 0; /* (auto; gather: sched_apply sets the state's policy) */
+    return 0; /* (auto; gather and overlap: sched_apply sets the state's policy and overlapped axes) */
 }
 
 /* megatron:AXIS: the graph's Megatron dims (built once for every state
@@ -745,6 +763,7 @@ int sched_expand(const tactic *t, const shard_state *st, shard_decision *out, in
     switch (t->kind) {
     case TACTIC_AUTO:
     case TACTIC_GATHER:
+    case TACTIC_OVERLAP:
     case TACTIC_PIPELINE:
     case TACTIC_REMAT:
     case TACTIC_MICROBATCH: return expand_rewrite(t, st->g, &st->mesh, err, errlen);
@@ -989,8 +1008,10 @@ int sched_apply_report(const schedule *s, shard_state *st, sched_report *rep,
         rep->n = s->n;
     }
     sched_order(s, order);
-    for (int i = 0; i < s->n; i++) /* set by position, whatever the order: the policy and the pipeline's axis */
+    for (int i = 0; i < s->n; i++) { /* set by position, whatever the order: the pipeline's axis, the overlapped axes */
+        if (s->t[i].kind == TACTIC_OVERLAP) st->overlap_axes |= 1u << s->t[i].axis;
         if (s->t[i].kind == TACTIC_PIPELINE) st->reserved_axes |= 1u << s->t[i].axis;
+    }
     int rc = 0;
     for (int j = 0; j < s->n && rc == 0; j++) {
         int t = order[j];

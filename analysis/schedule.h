@@ -59,6 +59,14 @@
  *                      sequence; all-gather before and reduce-scatter
  *                      after each tensor-parallel block replace its
  *                      all-reduce
+ *   overlap:AXIS       tensor-parallel communication over AXIS overlapped
+ *                      with the einsums it feeds or follows (the all-gather
+ *                      before a column-parallel einsum, the reduce-scatter
+ *                      after a row-parallel one: Megatron-LM's
+ *                      --tp-comm-overlap, with sp:AXIS); the cost model
+ *                      hides each such collective behind its einsum's time
+ *                      (cost/cost.h); the program and its numbers are the
+ *                      same
  *   gather:POLICY      the lowering's ZeRO-3 gather policy (spmd_gather_policy):
  *                      regather (gather a sharded param again for the
  *                      backward pass) or keep (the backward reuses the
@@ -106,11 +114,12 @@ typedef enum {
     TACTIC_GATHER,
     TACTIC_PIPELINE,
     TACTIC_SP,
+    TACTIC_OVERLAP,
 } tactic_kind;
 /* One more than the last kind (kept out of the enum: -Wswitch-enum stays useful).  A new kind is
  * appended above and here, and gets its row in schedule.c's tactic_table (a _Static_assert holds
  * the table to this count): the row is its one spelling. */
-#define TACTIC_N_KINDS (TACTIC_SP + 1)
+#define TACTIC_N_KINDS (TACTIC_OVERLAP + 1)
 
 typedef struct tactic {
     tactic_kind kind;

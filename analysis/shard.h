@@ -179,6 +179,11 @@ typedef struct shard_state {
     /* ZeRO-3 gather policy the lowering uses for this plan (spmd_gather_policy:
      * 0 regather, 1 keep); set by the gather: tactic, copied with the state */
     int gather_policy;
+    /* axes whose tensor-parallel collectives (all-gathers and reduce-scatters
+     * of activations) the plan overlaps with the einsums they feed or follow:
+     * a property the cost model prices (overlap: tactic); copied with the
+     * state */
+    unsigned overlap_axes;
     /* axes no decision may tile (a pipelined plan's pipeline axis: set by the
      * pipeline: tactic, copied with the state); the search offers no action
      * on them */

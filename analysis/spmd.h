@@ -74,6 +74,7 @@ typedef struct spmd_options {
     int gather_policy;    /* spmd_gather_policy */
     int64_t bucket_bytes; /* gradient collectives combined up to this many bytes (bucket.c); 0: none */
     int fuse;             /* plan fused elementwise groups (fusion.h); default 1, 0 with CARVE_FUSE=0 */
+    unsigned overlap_axes; /* the plan's shard_state.overlap_axes (the lowering copies it; the cost model reads it) */
 } spmd_options;
 
 spmd_options spmd_default_options(void);

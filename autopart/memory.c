@@ -40,7 +40,7 @@ int autopart_step_search(autopart_step *s, const search_algo *algo, const search
  * scores. */
 static void price_experts(autopart_step *s, const search_budget *b)
 {
-    s->n_ex = autopart_all_experts(s->g, &s->prefix->mesh, s->prefix, &s->pr, b->threads, &s->ex);
+    s->n_ex = s->skip_experts ? 0 : autopart_all_experts(s->g, &s->prefix->mesh, s->prefix, &s->pr, b->threads, &s->ex);
     if (s->pr.pipe.split_auto) { /* the search prices the best expert's balanced split */
         int best = -1;
         for (int i = 0; i < s->n_ex; i++)
@@ -249,7 +249,7 @@ static int search_partial(const autopart_memory_level *m, autopart_step *out, in
 int autopart_memory_search(const autopart_memory_level *m, const autopart_config *configs, int *count, autopart_step *out)
 {
     int best = 0, n = *count, all = -1;
-    char why[200];
+    char why[sizeof out->tactics + 32];
     for (int i = 1; i < n; i++) {
         memset(&out[i], 0, sizeof out[i]);
         if (search_interrupted) {

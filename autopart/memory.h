@@ -40,12 +40,15 @@
 /* One training step searched: the search's inputs, its state and its result. */
 typedef struct autopart_step {
     autopart_config config;    /* this step's graph tactics (autopart_config_none(): the plain step) */
-    char tactics[64];          /* and their label in tables, e.g. "remat:all,microbatch:2" ("" none) */
+    char tactics[192];         /* and their label in tables, e.g. "remat:all,microbatch:2" ("" none; a layout's
+                                  (autopart/layout.h) with its sharding tactics) */
     int ok;                    /* built, set up and searched */
     char why[512];             /* !ok: why not */
     ir_graph *g;               /* owned */
     shard_state *prefix, *st;  /* the manual tactics' state; the best plan */
     const shard_groups *gs;    /* the prefix's dim groups (shard_state_groups: freed with it) */
+    int skip_experts;          /* search from the manual tactics alone, no expert seeds (set before the search) */
+    int layout_index;          /* the layout level's configuration it searches (1-based; 0: none) */
     autopart_pricer pr;            /* st's program is pr.p */
     autopart_expert *ex;           /* experts, then the ZeRO-1/2 schedules */
     int n_ex;

@@ -38,6 +38,7 @@ typedef struct cli_opts {
     int64_t rounds;        /* calibrate: rounds of measurements, each figure their median (0: CALIB_DEFAULT_ROUNDS) */
     const char *memory_tactics; /* autopart: "auto" (default, NULL) or "none" */
     const char *pipeline;       /* autopart: "auto" (default, NULL), "search" or "none" */
+    const char *layouts;        /* autopart: "auto" (default, NULL), "search" or "none" */
     const char *dims, *loss, *frozen; /* an ONNX file's import options (--dim, --loss, --frozen) */
     const char *attention;            /* a graph file's attention: fused or materialized (--attention) */
     int weights;           /* import: write the params' values too */

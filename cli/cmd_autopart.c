@@ -137,6 +137,9 @@ static int inputs(const cli_opts *o, session_autopart *a)
     a->pipeline = !o->pipeline || !strcmp(o->pipeline, "auto") ? SESSION_PIPELINE_AUTO
                   : !strcmp(o->pipeline, "search")              ? SESSION_PIPELINE_SEARCH
                                                                 : SESSION_PIPELINE_NONE;
+    a->layouts = !o->layouts || !strcmp(o->layouts, "auto") ? SESSION_PIPELINE_AUTO
+                 : !strcmp(o->layouts, "search")             ? SESSION_PIPELINE_SEARCH
+                                                             : SESSION_PIPELINE_NONE;
     a->out = o->out;
     return CLI_OK;
 }

@@ -61,7 +61,7 @@ static const cli_command commands[] = {
      cmd_calibrate},
     {"autopart",
      "--model --graph --mesh --hw --memory --schedule --search --budget --time --stall --seed --seeds --threads --out --quiet "
-     "--precision --grads --overlap --optimizer --json --memory-tactics --pipeline --dim --loss --frozen --attention",
+     "--precision --grads --overlap --optimizer --json --memory-tactics --pipeline --layouts --dim --loss --frozen --attention",
      "search for the best plan (MCTS over sharding tactics, priced by the cost model) and write it as JSON",
      "usage: carve autopart (--model SPEC | --graph FILE) --mesh MESH [--hw PROFILE] [--out plan.json] [options]\n"
      "  --graph FILE       a carve-graph/1 file or an ONNX file (FILE.onnx: shapes are read, not weights; with\n"
@@ -79,6 +79,11 @@ static const cli_command commands[] = {
      "  --pipeline auto|search|none   search pipelines too (an axis as stages, micro-batches, 1F1B,\n"
      "                     interleaved or GPipe, each priced by its experts, the best 3 searched; docs/pipeline.md):\n"
      "                     auto (default) when a mesh axis leaves a node, search always, none never\n"
+     "  --layouts auto|search|none   cut the mesh's devices into pipeline x data x tensor axes (Megatron-LM's\n"
+     "                     rank order) and price Megatron-LM's configurations on each cut: micro-batch size,\n"
+     "                     interleaving, recomputation (none, attention only, selective, full), sequence\n"
+     "                     parallelism, ZeRO-1/2; the best searched (autopart/layout.h): auto (default) when\n"
+     "                     the schedule is auto alone and a mesh axis leaves a node, search always, none never\n"
      "  --search KIND      mcts (default), random, greedy, exhaustive\n"
      "  --budget N         steps: a plan priced is one, a plan reached again a quarter (wall time grows\n"
      "                     linearly with N); without --budget, --time or --stall the search stops when more\n"

@@ -137,6 +137,7 @@ static const struct flag {
     {"--grads", FLAG_TEXT, offsetof(cli_opts, grads), NULL, NULL, check_grads, 0, 0},
     {"--memory-tactics", FLAG_TEXT, offsetof(cli_opts, memory_tactics), "auto none", "auto or none", NULL, 0, 0},
     {"--pipeline", FLAG_TEXT, offsetof(cli_opts, pipeline), "auto search none", "auto, search or none", NULL, 0, 0},
+    {"--layouts", FLAG_TEXT, offsetof(cli_opts, layouts), "auto search none", "auto, search or none", NULL, 0, 0},
     {"--backend", FLAG_TEXT, offsetof(cli_opts, backend), "threads mpi", "threads or mpi", NULL, 0, 0},
     {"--optimizer", FLAG_TEXT, offsetof(cli_opts, optimizer), "adam sgd", "adam or sgd", NULL, 0, 0},
     {"--search", FLAG_TEXT, offsetof(cli_opts, search), NULL, NULL, check_search, 0, 0},

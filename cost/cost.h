@@ -282,6 +282,8 @@ typedef struct cost_estimate {
     double activation_peak; /* most bytes of activations and temporaries (all but params,
                                optimizer states, gradients) live at once in the step */
     double serialisation;   /* factor applied to per-device times (cost_cpu_factor) */
+    double comm_hidden;     /* tensor-parallel communication hidden behind einsums (the overlap: tactic; not in
+                               comm_time) */
     /* breakdowns (seconds) */
     double op_time[IR_N_OPS];
     int op_count[IR_N_OPS];

@@ -1060,6 +1060,74 @@ static void sweep_memory(ctx *c, int i, sweep *s, cost_estimate *out)
     }
 }
 
+/* 1 when collective instruction `in` is tensor-parallel communication the
+ * plan overlaps (spmd_options.overlap_axes, the overlap: tactic): an
+ * all-gather or reduce-scatter of an activation in the forward or backward
+ * pass, over overlapped axes only. */
+static int overlapped_collective(const spmd_program *p, const spmd_instr *in)
+{
+    const ir_value *x = &p->g->values[in->value];
+    return (in->kind == SPMD_ALL_GATHER || in->kind == SPMD_REDUCE_SCATTER) && in->axes && !(in->axes & ~p->opts.overlap_axes) &&
+           (in->phase == SPMD_FORWARD || in->phase == SPMD_BACKWARD) && x->role == IR_INTERMEDIATE && x->grad_of < 0;
+}
+
+/* The einsum instruction an overlapped collective i hides behind: for an
+ * all-gather, the first einsum after it that reads what it gathered (the
+ * column-parallel GEMM it feeds, chunk by chunk); for a reduce-scatter, the
+ * einsum that made what it scatters (the row-parallel GEMM).  -1: none. */
+static int overlap_partner(const spmd_program *p, int i)
+{
+    const spmd_instr *in = &p->instrs[i];
+    if (in->kind == SPMD_ALL_GATHER) {
+        for (int j = i + 1; j < p->n_instrs; j++) {
+            const spmd_instr *x = &p->instrs[j];
+            if (x->kind != SPMD_COMPUTE) continue;
+            for (int k = 0; k < IR_MAX_OPERANDS; k++)
+                if (x->in[k] == in->out) return p->g->ops[x->op].kind == IR_OP_EINSUM ? j : -1;
+        }
+        return -1;
+    }
+    for (int j = i - 1; j >= 0; j--) {
+        const spmd_instr *x = &p->instrs[j];
+        if (x->out == in->in[0]) return x->kind == SPMD_COMPUTE && p->g->ops[x->op].kind == IR_OP_EINSUM ? j : -1;
+    }
+    return -1;
+}
+
+/* Megatron-LM's tensor-parallel communication overlap (--tp-comm-overlap,
+ * Transformer Engine's chunked all-gather + GEMM and GEMM +
+ * reduce-scatter): each overlapped collective runs while its partner einsum
+ * computes, so only what its time exceeds the einsum's (less what other
+ * collectives already hid behind that einsum) is exposed.  Lowers the
+ * collective's instr_time (a pipeline's tasks see it) and the communication
+ * breakdowns. */
+static void hide_overlapped(ctx *c, cost_estimate *out)
+{
+    const spmd_program *p = c->p;
+    cost_ws *w = c->w;
+    if (!p->opts.overlap_axes) return;
+    double *avail = malloc(((size_t)p->n_instrs + 1) * sizeof *avail);
+    if (!avail) return;
+    for (int i = 0; i < p->n_instrs; i++) avail[i] = p->instrs[i].kind == SPMD_COMPUTE ? w->instr_time[i] : 0;
+    int nl = out->n_layers;
+    for (int i = 0; i < p->n_instrs; i++) {
+        const spmd_instr *in = &p->instrs[i];
+        int j = overlapped_collective(p, in) ? overlap_partner(p, i) : -1;
+        if (j < 0) continue;
+        double hidden = fmin(w->instr_time[i], avail[j]);
+        avail[j] -= hidden;
+        w->instr_time[i] -= hidden;
+        out->comm_time -= hidden;
+        out->coll_time[in->kind] -= hidden;
+        out->phase_comm[in->phase] -= hidden;
+        out->comm_hidden += hidden;
+        int li = in->layer + 1;
+        if (li < 0 || li >= nl) li = 0;
+        w->layer[nl + li] -= hidden;
+    }
+    free(avail);
+}
+
 /* After pass 2: model states through the ZeRO formula from the actual splits,
  * the peak, whether it fits, the step time. */
 static void finish(const ctx *c, const cost_hw *hw, const cost_options *opt, sweep *s, cost_estimate *out)
@@ -1116,6 +1184,7 @@ int cost_estimate_program_at(cost_ws *w, const spmd_program *p, const cost_hw *h
         touch(&c, &p->instrs[i]);
         sweep_memory(&c, i, &s, out);
     }
+    hide_overlapped(&c, out);
     finish(&c, hw, opt, &s, out);
     return 0;
 }

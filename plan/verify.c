@@ -23,9 +23,12 @@ int plan_replay(plan *pl, const char *path, shard_state *st, char *err, size_t e
     const ir_graph *g = st->g;
     char e2[256], pp[512], pn[256];
     plan_printable(path, pp, sizeof pp);
-    schedule sc; /* gather:POLICY is the lowering's, not a decision (the plan's step was built from it) */
-    if (pl->schedule[0] && sched_parse(pl->schedule, &pl->mesh, &sc, e2, sizeof e2) == 0 && sched_gather_policy(&sc) >= 0)
-        st->gather_policy = sched_gather_policy(&sc);
+    schedule sc; /* gather:POLICY and overlap:AXIS are the lowering's, not decisions (the plan's step was built from it) */
+    if (pl->schedule[0] && sched_parse(pl->schedule, &pl->mesh, &sc, e2, sizeof e2) == 0) {
+        if (sched_gather_policy(&sc) >= 0) st->gather_policy = sched_gather_policy(&sc);
+        for (int i = 0; i < sc.n; i++)
+            if (sc.t[i].kind == TACTIC_OVERLAP) st->overlap_axes |= 1u << sc.t[i].axis;
+    }
     for (int i = 0; i < pl->n_decisions; i++) {
         char name[512];
         snprintf(name, sizeof name, "%s", pl->decision_names[i]);

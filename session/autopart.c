@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include "analysis/groups.h"
+#include "analysis/structure.h"
 #include "models/models.h"
 #include "onnx/onnx.h"
 
@@ -93,7 +94,7 @@ static void plan_inputs(const session_autopart *a, const char *sched_text, plan 
                  a->src.attention ? a->src.attention : MODEL_ATTENTION_DEFAULT == MODEL_ATTENTION_FUSED ? "fused" : "materialized");
     }
     snprintf(pl->optimizer, sizeof pl->optimizer, "%s", a->src.optimizer ? a->src.optimizer : "adam");
-    pl->mesh = a->mesh;
+    pl->mesh = a->n_steps && a->steps[a->chosen].st ? a->steps[a->chosen].st->mesh : a->mesh; /* a layout's own */
     snprintf(pl->schedule, sizeof pl->schedule, "%.*s", (int)sizeof pl->schedule - 1, sched_text);
 }
 
@@ -154,6 +155,16 @@ static ir_graph *build_config(void *ctx, const schedule *sched, const char *labe
     return session_plan_step_sched(tmpl, sched, label, err, errlen);
 }
 
+/* The layout level's step builder: the plan template ctx on `mesh` with
+ * schedule `sched`, rebuilt as a plan of them replays it. */
+static ir_graph *build_layout(void *ctx, const shard_mesh *mesh, const schedule *sched, const char *label, char *err,
+                              size_t errlen)
+{
+    plan pl = *(const plan *)ctx; /* a shallow copy: session_plan_step_sched only reads it; never freed */
+    pl.mesh = *mesh;
+    return build_config(&pl, sched, label, err, errlen);
+}
+
 /* Loads, sets up and searches the plain step (the schedule as given,
  * manual tactics first) into steps[0].  Returns 0, or -1 with a message. */
 static int search_plain(session_autopart *a, const schedule *manual, char *err, size_t errlen)
@@ -197,6 +208,51 @@ static int check_inputs(const session_autopart *a, char *err, size_t errlen)
     return auto_at;
 }
 
+/* Param elements inside layers (layer tags >= 0). */
+static double layer_params(const ir_graph *g)
+{
+    double n = 0;
+    for (int v = 0; v < g->n_values; v++)
+        if (g->values[v].role == IR_PARAM && g->values[v].layer >= 0) n += (double)ir_numel(&g->values[v]);
+    return n;
+}
+
+/* 1 when g has a batch input of token ids with a sequence dim (sp: applies). */
+static int has_sequence(const ir_graph *g)
+{
+    for (int v = 0; v < g->n_values; v++)
+        if (g->values[v].role == IR_INPUT && g->values[v].dtype == IR_I32 && g->values[v].rank >= 2) return 1;
+    return 0;
+}
+
+/* The Megatron blocks (column- then row-split pairs) of g. */
+static int megatron_blocks(const ir_graph *g)
+{
+    char why[160];
+    int blocks = 0;
+    shard_megatron_dims(g, NULL, 0, &blocks, why, sizeof why);
+    return blocks;
+}
+
+/* Whether the layout level runs, and when it does not, why (a->layout_why):
+ * under auto, when a mesh axis leaves a node (the devices of several nodes
+ * to cut), or when the mesh is one axis of a node's devices and the model
+ * has Megatron blocks (nothing said how to split them). */
+static int layouts_apply(session_autopart *a)
+{
+    const char *why = NULL;
+    if (a->layouts == SESSION_PIPELINE_NONE) why = "--layouts none";
+    else if (a->src.graph) why = "a graph file (its batch is fixed)";
+    else if (a->sc.n != 1) why = "the schedule has manual tactics: the user chose the layout";
+    else if (a->hw.n_axis_links) why = "the profile names its axes' links: the mesh is not cut";
+    else if (!a->steps[0].g || a->steps[0].g->n_layers < 1) why = "the model has no layers";
+    else if (a->layouts == SESSION_PIPELINE_AUTO && !autopart_pipeline_slow_axes(&a->hw, &a->mesh) &&
+             (a->mesh.n_axes > 1 || !megatron_blocks(a->steps[0].g)))
+        why = "one node, its devices already split into named axes (or no Megatron blocks to split)";
+    if (why) snprintf(a->layout_why, sizeof a->layout_why, "%s", why);
+    return !why;
+}
+
 /* The pipeline level (autopart/pipeline.h): its searched candidates join
  * a->steps after the memory level's configurations, and one is chosen when
  * it beats the chosen plan (a plan that fits first, then the shorter step).
@@ -207,8 +263,9 @@ static int pipeline_level(session_autopart *a, const char *user, double deadline
     for (int i = 0; i < a->sc.n; i++) has |= a->sc.t[i].kind == TACTIC_PIPELINE || a->sc.t[i].kind == TACTIC_MICROBATCH;
     int onnx = a->src.graph && onnx_is_onnx_path(a->src.graph); /* (an ONNX file's batch is cut: load.c) */
     if (has || (a->src.graph && !onnx) || a->pipeline == SESSION_PIPELINE_NONE ||
-        (a->pipeline == SESSION_PIPELINE_AUTO && !autopart_pipeline_slow_axes(&a->hw, &a->mesh)))
-        return 0; /* the user chose, a graph file (a fixed batch), switched off, or a single node */
+        (a->pipeline == SESSION_PIPELINE_AUTO && (!autopart_pipeline_slow_axes(&a->hw, &a->mesh) || layouts_apply(a))))
+        return 0; /* the user chose, a graph file (a fixed batch), switched off, a single node, or the layout level
+                     searches pipelines (over the devices of any cut, not only a whole axis) */
     model_config cfg;
     char e2[512];
     int64_t batch = onnx && a->steps[0].g ? session_step_batch(a->steps[0].g) : -1;
@@ -243,14 +300,51 @@ static int chosen_schedule(session_autopart *a, char *err, size_t errlen)
     /* the pipeline level's plan, priced: its program holds the pipeline as it replays (a user's stays in user) */
     const pipe_spec *resolved = a->chosen >= a->pipe_first && s->e.step_time > 0 ? &s->pr.pp.spec : NULL;
     int keep = a->gather_auto && s->st->gather_policy == SPMD_GATHER_KEEP;
-    schedule *sc = ir_xcalloc(1, sizeof *sc);
+    schedule *sc = ir_xcalloc(2, sizeof *sc), *tail = &sc[1];
     char text[SCHED_STR_MAX];
-    int rc = autopart_config_schedule(&s->config, resolved, keep, &a->sc, sc, err, errlen);
-    if (rc == 0 && strlen(sched_str(sc, &a->mesh, text, sizeof text)) >= sizeof a->schedule)
+    int rc = 0, layout = a->chosen >= a->layout_first; /* a layout's: its sharding tactics, then auto, on its mesh */
+    if (layout) rc = autopart_layout_tail(&a->layout_configs[a->chosen - a->layout_first], tail, err, errlen);
+    else *tail = a->sc;
+    if (rc == 0) rc = autopart_config_schedule(&s->config, resolved, keep, tail, sc, err, errlen);
+    if (rc == 0 && strlen(sched_str(sc, &s->st->mesh, text, sizeof text)) >= sizeof a->schedule)
         rc = ir_errf(err, errlen, "the chosen schedule is longer than %zu characters", sizeof a->schedule - 1);
     if (rc == 0) snprintf(a->schedule, sizeof a->schedule, "%s", text);
     free(sc);
     return rc;
+}
+
+/* The layout level (autopart/layout.h): its searched configurations join
+ * a->steps after the pipeline level's, and one is chosen when it beats the
+ * chosen plan.  Returns 0. */
+static int layout_level(session_autopart *a, const char *user, double deadline)
+{
+    a->layout_first = a->n_steps;
+    if (!layouts_apply(a)) return 0;
+    model_config cfg;
+    char e2[512];
+    if (model_parse(a->src.model, &cfg, e2, sizeof e2) < 0) return 0;
+    int bk = model_batch_key(&cfg);
+    const ir_graph *g0 = a->steps[0].g;
+    plan tmpl; /* each configuration's step is built as a plan of it would rebuild it */
+    plan_inputs(a, user, &tmpl);
+    search_budget b = a->b;
+    b.seconds = autopart_plain_seconds(a->b.seconds, a->n_steps);
+    autopart_layout_level L = {.mesh = &a->mesh, .build = build_layout, .build_ctx = &tmpl, .hw = &a->hw, .opt = a->opt,
+                               .algo = a->algo, .b = b, .gather_auto = a->gather_auto, .deadline = deadline,
+                               .batch = bk >= 0 ? cfg.values[bk] : -1, .n_layers = g0->n_layers,
+                               .layer_params = layer_params(g0), .sp_ok = has_sequence(g0), .tp_ok = megatron_blocks(g0) > 0, .keep = 1};
+    if (a->hooks.level) a->hooks.level(a->hooks.ctx, 1);
+    double t0 = autopart_clock();
+    int n_out = 0, best = autopart_layout_search(&L, &a->layout_rows, &a->n_layout_rows, &a->steps[a->n_steps], a->layout_configs,
+                                                 &n_out, a->layout_why, sizeof a->layout_why);
+    a->layout_seconds = autopart_clock() - t0;
+    if (a->hooks.level) a->hooks.level(a->hooks.ctx, 0);
+    int first = a->n_steps;
+    a->n_steps += n_out;
+    if (best >= 0 && a->steps[first + best].ok &&
+        (!a->steps[a->chosen].ok || autopart_better(&a->steps[first + best].e, &a->steps[a->chosen].e)))
+        a->chosen = first + best;
+    return 0;
 }
 
 int session_autopart_run(session_autopart *a, char *err, size_t errlen)
@@ -285,7 +379,8 @@ int session_autopart_run(session_autopart *a, char *err, size_t errlen)
         if (a->hooks.level) a->hooks.level(a->hooks.ctx, 0);
     }
     a->pipe_first = a->n_steps;
-    if (pipeline_level(a, user, deadline) < 0 || chosen_schedule(a, err, errlen) < 0) return -1;
+    if (pipeline_level(a, user, deadline) < 0 || layout_level(a, user, deadline) < 0 || chosen_schedule(a, err, errlen) < 0)
+        return -1;
     const autopart_step *s = &a->steps[a->chosen];
     fill_plan(a);
     a->written = a->out && plan_save(a->out, &a->pl, s->st, s->pr.p, &s->e, a->save_err, sizeof a->save_err) == 0;
@@ -299,6 +394,9 @@ void session_autopart_free(session_autopart *a)
     view_explain_free(&a->x);
     for (int i = 0; i < a->n_steps; i++) autopart_step_free(&a->steps[i]);
     plan_free(&a->pl);
+    free(a->layout_rows);
+    a->layout_rows = NULL;
+    a->n_layout_rows = 0;
     a->n_steps = 0;
     free(a->seed_runs);
     a->seed_runs = NULL;

@@ -138,10 +138,14 @@ void session_autopart_explain(session_autopart *a)
     autopart_step *s = &a->steps[a->chosen];
     view_search *vs = &a->view_search;
     *vs = (view_search){a->algo, a->steps, a->n_steps, a->chosen, a->gather_auto, NULL, a->from,
-                        a->written ? a->out : NULL, a->seed_runs, a->n_seed_runs, a->b.seed};
+                        a->written ? a->out : NULL, a->seed_runs, a->n_seed_runs, a->b.seed,
+                        a->layout_rows, a->n_layout_rows, a->layout_first, a->layout_why, &a->mesh,
+                        a->layout_seconds};
+    int plain = !s->n_ex && s->skip_experts && a->steps[0].ok;
+    const autopart_step *xs = plain ? &a->steps[0] : s; /* a layout's plan: the experts over the user's mesh */
     a->x = (view_explanation){.kind = VIEW_AUTOPART, .model = a->label, .schedule = a->pl.schedule, .st = s->st,
-                              .p = s->pr.p, .hw = &s->pr.hw, .opt = &s->pr.opt, .e = &s->e, .ex = s->ex,
-                              .n_ex = s->n_ex, .pl = &a->pl, .search = vs, .pp = &s->pr.pp, .pe = &s->pr.pe};
+                              .p = s->pr.p, .hw = &s->pr.hw, .opt = &s->pr.opt, .e = &s->e, .ex = xs->ex,
+                              .n_ex = xs->n_ex, .ex_plain = plain, .pl = &a->pl, .search = vs, .pp = &s->pr.pp, .pe = &s->pr.pe};
     view_explain(&a->x); /* before pricing the other gather policy: e's instruction times are copied */
     if (autopart_price_other_gather(&s->pr, s->st, &a->other_gather) == 0) vs->other = &a->other_gather;
 }

@@ -35,6 +35,7 @@
 #include "analysis/schedule.h"
 #include "analysis/spmd.h"
 #include "autopart/memory.h"
+#include "autopart/layout.h"
 #include "autopart/pipeline.h"
 #include "cost/cost.h"
 #include "exec/runtime.h"
@@ -263,14 +264,17 @@ typedef struct session_autopart {
     search_budget b;            /* the whole budget; b.seconds bounds the whole command */
     int memory_tactics;         /* also search the memory level (docs/memory.md) */
     int pipeline;               /* the pipeline level (docs/pipeline.md): SESSION_PIPELINE_* */
+    int layouts;                /* the layout level (autopart/layout.h): SESSION_PIPELINE_* too (auto: when
+                                   a mesh axis leaves a node) */
     int seeds;                  /* searches of the plain step from seeds b.seed .. b.seed + seeds - 1, side by
                                  * side, each with the whole budget (0 or 1: one; at most SESSION_MAX_SEEDS) */
     const char *out;            /* the plan file to write, or NULL */
     session_hooks hooks;
     /* results */
     char label[512];            /* the model's canonical spec or the graph file */
-    autopart_step steps[AUTOPART_MAX_CONFIGS + 3]; /* steps[0]: the plain step; then each memory configuration;
-                                                       then the pipeline level's searched candidates */
+    autopart_step steps[AUTOPART_MAX_CONFIGS + 5]; /* steps[0]: the plain step; then each memory configuration;
+                                                       then the pipeline level's searched candidates, then the
+                                                       layout level's */
     search_result *seed_runs;   /* seeds > 1: each search of the plain step (owned), n_seed_runs of them */
     int n_seed_runs;
     int n_steps, chosen, gather_auto;
@@ -283,7 +287,12 @@ typedef struct session_autopart {
     view_search view_search;
     cost_estimate other_gather; /* the chosen plan under the other gather policy */
     autopart_pipeline_candidate pipe_cands[AUTOPART_PIPELINE_MAX]; /* the pipeline level's candidates */
-    int n_pipe_cands, pipe_first; /* how many; steps[pipe_first..n_steps) are its searched ones */
+    int n_pipe_cands, pipe_first; /* how many; steps[pipe_first..layout_first) are its searched ones */
+    autopart_layout_row *layout_rows; /* the layout level's configurations priced (owned), n_layout_rows of them */
+    int n_layout_rows, layout_first;  /* steps[layout_first..n_steps) are its searched ones */
+    autopart_layout_config layout_configs[2]; /* their configurations */
+    char layout_why[256];       /* the layout level did not run, or chose nothing: why ("" when it did) */
+    double layout_seconds;      /* its wall time, its configurations' pricing and its search together */
 } session_autopart;
 
 /* session_autopart.pipeline: the pipeline level searched when some mesh axis

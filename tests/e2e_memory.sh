@@ -53,19 +53,20 @@ has "run micro plan" "check: passed"
 # per device no sharding of gpt-tiny:seq=64 fits
 # (the best needs 0.0031 GiB on the a100 preset's kernels), recomputation does;
 # with 0.0018 GiB only micro-batches fit.  The plan records the tactics and replays.
-ok "autopart remat" "$carve" autopart --model gpt-tiny:seq=64,attention=materialized --mesh batch=2 --hw a100 --memory 0.003 --budget 60 --out m1.json
+# (--layouts none: the memory level alone; the layout level would cut batch=2 into tensor parallelism)
+ok "autopart remat" "$carve" autopart --model gpt-tiny:seq=64,attention=materialized --mesh batch=2 --hw a100 --memory 0.003 --budget 60 --layouts none --out m1.json
 has "autopart remat" "^schedule   remat:all,auto"
 has "autopart remat" "^  remat:all .* chosen"
 has "autopart remat" "^  none .* does not fit"
 has "autopart remat" "chosen: remat:all: without memory tactics the best plan needs"
 ok "run remat plan" "$carve" run --plan m1.json --steps 2
 has "run remat plan" "check: passed"
-ok "autopart chooses micro" "$carve" autopart --model gpt-tiny:seq=64,attention=materialized --mesh batch=2 --hw a100 --memory 0.0018 --budget 60 --out m2.json
+ok "autopart chooses micro" "$carve" autopart --model gpt-tiny:seq=64,attention=materialized --mesh batch=2 --hw a100 --memory 0.0018 --budget 60 --layouts none --out m2.json
 has "autopart chooses micro" "^schedule   \(remat:all,\)\?microbatch:[24],"
 has "autopart chooses micro" "^  remat:all .* does not fit"
 ok "run chosen micro plan" "$carve" run --plan m2.json
 has "run chosen micro plan" "check: passed"
-"$carve" autopart --model gpt-tiny:seq=64,attention=materialized --mesh batch=2 --hw a100 --memory 0.003 --budget 60 --memory-tactics none >out.txt 2>err.txt
+"$carve" autopart --model gpt-tiny:seq=64,attention=materialized --mesh batch=2 --hw a100 --memory 0.003 --budget 60 --memory-tactics none --layouts none >out.txt 2>err.txt
 rc=$?
 if [ $rc -eq 1 ] && grep -q "^predicted:" out.txt && ! grep -q "^memory tactics" out.txt && grep -q "no plan found fits" err.txt; then pass=$((pass + 1)); else fail=$((fail + 1)); echo "FAIL memory-tactics none: exit $rc"; fi
 # the gather policy: under zero3 with room to spare keep is chosen (faster), recorded, run for real

@@ -42,10 +42,11 @@ ok shard "$carve" shard --model $model --mesh data=2,pipe=2 --schedule dp:data,p
 has shard "send{pipe} to stage 1"
 has shard "recv{pipe} from stage 0"
 
-# autopart: on 2 devices a node the x axis crosses nodes; a pipeline over it wins
+# autopart: on 2 devices a node the x axis crosses nodes; a pipeline over it wins (the pipeline level: --layouts none,
+# else the layout level cuts the devices itself, pipelines included; e2e_layouts.sh)
 sed 's/"node_devices":[^,]*/"node_devices": 2/' "$root/bench/profiles/a100-2pn.json" >two.json
 ok autopart "$carve" autopart --model gpt:layers=4,hidden=256,heads=8,seq=128,batch=32,vocab=1024 --mesh x=4,data=2,model=2 \
-    --hw two.json --budget 40 --quiet --out p.json
+    --hw two.json --budget 40 --quiet --layouts none --out p.json
 has autopart "chosen: pipeline:x:"
 has autopart "memory tactics and pipelines"
 python3 -c "import json; s = json.load(open('p.json'))['schedule']; assert s.startswith('pipeline:x:') and s.count('/') == 3, s"
@@ -79,7 +80,7 @@ ok "explain 64 stages" "$carve" explain p64.json
 has "explain 64 stages" "schedule   pipeline:pipe:64:1f1b:$split64,auto"
 if grep -q "note:" err.txt; then fail=$((fail + 1)); echo "FAIL explain 64 stages: the plan did not replay exactly"; cat err.txt; else pass=$((pass + 1)); fi
 ok "autopart none" "$carve" autopart --model gpt:layers=4,hidden=256,heads=8,seq=128,batch=32,vocab=1024 --mesh x=4,data=2,model=2 \
-    --hw two.json --budget 40 --quiet --pipeline none
+    --hw two.json --budget 40 --quiet --pipeline none --layouts none
 if grep -q "pipeline:" out.txt; then fail=$((fail + 1)); echo "FAIL autopart none: a pipeline"; else pass=$((pass + 1)); fi
 
 # bad pipelines: one line, exit 2

@@ -23,7 +23,7 @@ has "cost: mesh order" "^warning        mesh order: --mesh node=4,gpu=8 keeps ax
 ok "cost, good order" "$carve" cost --model $m --mesh node=4,gpu=8 --schedule dp:node,zero3:gpu --hw a100
 has "cost: links (good order)" "^links          node=4: InfiniBand HDR, 21.2 GB/s, across nodes"
 ! grep -q "mesh order" out.txt; check "no mesh-order line over node=4,gpu=8" $?
-ok "autopart runs" "$carve" autopart --model $m --mesh gpu=8,node=4 --hw a100 --budget 20 --quiet --out plan.json
+ok "autopart runs" "$carve" autopart --model $m --mesh gpu=8,node=4 --hw a100 --budget 20 --quiet --layouts none --out plan.json
 has "autopart: links" "^  links          gpu=8: NVLink 3"
 has "autopart: throughput" "^  throughput     .* tokens/s"
 ok "explain runs" "$carve" explain plan.json
@@ -32,7 +32,7 @@ has "explain: throughput" "^throughput     .* tokens/s"
 
 # --json: links (one per axis, with levels), mesh_warning, throughput
 for cmd in "cost --model $m --mesh gpu=8,node=4 --schedule dp:node,zero3:gpu --hw a100" \
-           "autopart --model $m --mesh gpu=8,node=4 --hw a100 --budget 20 --quiet" "explain plan.json"; do
+           "autopart --model $m --mesh gpu=8,node=4 --hw a100 --budget 20 --quiet --layouts none" "explain plan.json"; do
     name=${cmd%% *}
     $carve $cmd --json >doc.json 2>err.txt
     "$py" - doc.json <<'PY'
@@ -71,7 +71,7 @@ done
 
 # selective recomputation of some layers: the plain step needs 1.38 GiB, remat:all 0.32
 "$carve" autopart --model gpt:layers=8,hidden=256,heads=8,seq=1024,batch=8,vocab=1024,attention=materialized --mesh batch=2 \
-    --hw a100 --budget 30 --memory 1 --quiet --out partial.json >out.txt 2>err.txt
+    --hw a100 --budget 30 --memory 1 --quiet --layouts none --out partial.json >out.txt 2>err.txt
 grep -q "^  remat:0-[0-6] .*chosen" out.txt && grep -q '"schedule":[[:space:]]*"remat:0-[0-6],' partial.json
 check "memory level: recomputes only some layers when that fits" $?
 
@@ -88,7 +88,7 @@ has "its run is checked" "^check: passed"
 bad "--attention with --model" "a model takes attention=fused|materialized" "$carve" show --model gpt-tiny --attention fused
 
 # a big plan tried small: carve run --plan big.json --shrink (GPT-1.3B over 32 devices, 4x8)
-"$carve" autopart --model gpt-1.3b:batch=32 --mesh node=4,gpu=8 --hw a100 --budget 20 --pipeline none --quiet --out big.json >/dev/null 2>&1
+"$carve" autopart --model gpt-1.3b:batch=32 --mesh node=4,gpu=8 --hw a100 --budget 20 --pipeline none --layouts none --quiet --out big.json >/dev/null 2>&1
 "$carve" run --plan big.json >out.txt 2>err.txt
 [ $? = 2 ] && grep -q "needs .* bytes .* but this machine has" err.txt; check "run --plan big.json refuses the big model" $?
 ok "run --plan big.json --shrink" "$carve" run --plan big.json --shrink

@@ -1210,8 +1210,41 @@ static void test_mixed_optimizer(void)
     ir_free(g);
 }
 
+/* Tensor-parallel communication overlap (overlap:model, with sp:model):
+ * the same program and FLOPs, each all-gather and reduce-scatter of an
+ * activation hidden behind the einsum it feeds or follows, so the step is
+ * shorter by exactly what was hidden, the hidden time never exceeds those
+ * collectives' time nor the einsums' compute, and without sequence
+ * parallelism (all-reduces, not overlapped) nothing is hidden. */
+static void test_tp_overlap(void)
+{
+    ir_graph *g = test_build_step("gpt:layers=2,hidden=1024,heads=16,seq=2048,batch=8,vocab=51200,dropout=0.1");
+    cost_hw hw = preset("a100");
+    cost_ws *ws = cost_ws_new(g);
+    spmd_program *a = lower(g, "model=8", "megatron:model,sp:model"), *b = lower(g, "model=8", "megatron:model,sp:model,overlap:model");
+    spmd_program *c = lower(g, "model=8", "megatron:model,overlap:model"), *d = lower(g, "model=8", "megatron:model");
+    cost_estimate ea = estimate(ws, a, &hw, COST_MIXED_FP16), eb = estimate(ws, b, &hw, COST_MIXED_FP16);
+    cost_estimate ec = estimate(ws, c, &hw, COST_MIXED_FP16), ed = estimate(ws, d, &hw, COST_MIXED_FP16);
+    double gathered = ea.coll_time[SPMD_ALL_GATHER] + ea.coll_time[SPMD_REDUCE_SCATTER];
+    CHECKF(a->n_instrs == b->n_instrs && ea.flops == eb.flops && ea.compute_time == eb.compute_time, "the program changed");
+    CHECKF(eb.comm_hidden > 0 && eb.comm_hidden <= gathered * (1 + 1e-12) && eb.comm_hidden <= ea.op_time[IR_OP_EINSUM],
+           "hidden %.4g s of %.4g s gathered and scattered, einsums %.4g s", eb.comm_hidden, gathered, ea.op_time[IR_OP_EINSUM]);
+    CHECKF(close_rel(ea.step_time - eb.step_time, eb.comm_hidden, 1e-9) && close_rel(ea.comm_time - eb.comm_time, eb.comm_hidden, 1e-9),
+           "step %.6g -> %.6g, hidden %.6g", ea.step_time, eb.step_time, eb.comm_hidden);
+    CHECKF(ec.comm_hidden == 0 && ec.step_time == ed.step_time, "without sp: %.4g hidden", ec.comm_hidden);
+    printf("tp overlap: gpt 2x1024 over model=8, fp16: %.4g ms -> %.4g ms (%.4g ms of %.4g ms gathered/scattered hidden)\n",
+           1e3 * ea.step_time, 1e3 * eb.step_time, 1e3 * eb.comm_hidden, 1e3 * gathered);
+    spmd_free(a);
+    spmd_free(b);
+    spmd_free(c);
+    spmd_free(d);
+    cost_ws_free(ws);
+    ir_free(g);
+}
+
 int main(void)
 {
+    test_tp_overlap();
     test_mixed_optimizer();
     test_formulas();
     test_zero_memory();

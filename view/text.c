@@ -5,6 +5,8 @@
  * one function each. */
 #include "view/view.h"
 
+#include "autopart/layout.h"
+
 #include <stdlib.h>
 #include <string.h>
 
@@ -517,7 +519,11 @@ static void autopart_plan(FILE *f, const view_explanation *x)
     param_shardings(f, x);
     fprintf(f, "\ncollectives:\n");
     layer_collectives(f, x);
-    fprintf(f, "\ncompared with the expert schedules%s%s:\n", s->tactics[0] ? " on the step with " : "", s->tactics);
+    char hm[96];
+    if (x->ex_plain)
+        fprintf(f, "\ncompared with the expert schedules on the plain step over %s, the mesh given:\n",
+                shard_mesh_str(vs->hw_mesh, hm, sizeof hm));
+    else fprintf(f, "\ncompared with the expert schedules%s%s:\n", s->tactics[0] ? " on the step with " : "", s->tactics);
     experts(f, x, e);
     verdict(f, x);
 }
@@ -525,7 +531,7 @@ static void autopart_plan(FILE *f, const view_explanation *x)
 /* Why the memory level chose the configuration it chose. */
 static void memory_choice(FILE *f, const autopart_step *s, int n, int chosen)
 {
-    char t[32], buf[96];
+    char t[32], buf[sizeof s->tactics];
     const cost_estimate *c = &s[chosen].e, *p = &s[0].e;
     snprintf(buf, sizeof buf, "%s", s[chosen].tactics[0] ? s[chosen].tactics : "none");
     if (chosen == 0 && c->fits) {
@@ -562,10 +568,11 @@ static void memory_level(FILE *f, const view_search *vs)
     const autopart_step *s = vs->steps;
     char t[32];
     if (vs->n_steps < 2) return;
-    int piped = 0;
-    for (int i = 0; i < vs->n_steps; i++) piped |= autopart_config_piped(&s[i].config);
-    fprintf(f, "\nmemory tactics%s (each step searched; a plan that fits first, then the shortest step):\n",
-            piped ? " and pipelines (the best 3 of the pipeline level's candidates, docs/pipeline.md)" : "");
+    int piped = 0, layouts = vs->layout_why && vs->layout_first < vs->n_steps;
+    for (int i = 0; i < vs->n_steps && (!layouts || i < vs->layout_first); i++) piped |= autopart_config_piped(&s[i].config);
+    fprintf(f, "\nmemory tactics%s%s (each step searched; a plan that fits first, then the shortest step):\n",
+            piped ? " and pipelines (the best 3 of the pipeline level's candidates, docs/pipeline.md)" : "",
+            layouts ? " and the layout level's configuration (docs/layouts.md)" : "");
     int w = 26; /* the longest name's width (a pipeline's with its split) */
     for (int i = 0; i < vs->n_steps; i++)
         if ((int)strlen(s[i].tactics) > w) w = (int)strlen(s[i].tactics);
@@ -601,10 +608,63 @@ static void gather_policy(FILE *f, const view_explanation *x)
             keep ? "regather" : "keep", t2, vs->other->peak_memory / GiB, vs->other->fits ? "" : " (does not fit)");
 }
 
+/* The layout level's choice: the best configuration of each layout it
+ * priced (the best 8), and the one searched (autopart/layout.h). */
+static void layout_section(FILE *f, const view_search *vs)
+{
+    char ms[96], d[256], t[32];
+    if (!vs->layout_why || (vs->layout_why[0] && !vs->n_layout_rows)) {
+        if (vs->layout_why && vs->layout_why[0]) fprintf(f, "\nlayouts: not searched: %s\n", vs->layout_why);
+        return;
+    }
+    const autopart_layout_row *r = vs->layout_rows;
+    int n = vs->n_layout_rows, *best = malloc(((size_t)n + 1) * sizeof *best), nb = 0;
+    for (int i = 0; i < n; i++) { /* the best row of each layout */
+        if (!r[i].ok) continue;
+        int j = 0;
+        while (j < nb && !(r[best[j]].c.tp == r[i].c.tp && r[best[j]].c.pp == r[i].c.pp)) j++;
+        if (j == nb) best[nb++] = i;
+        else if (autopart_better(&r[i].e, &r[best[j]].e)) best[j] = i;
+    }
+    for (int i = 1; i < nb; i++) /* fastest first */
+        for (int j = i; j > 0 && autopart_better(&r[best[j]].e, &r[best[j - 1]].e); j--) {
+            int k = best[j];
+            best[j] = best[j - 1];
+            best[j - 1] = k;
+        }
+    fprintf(f, "\nlayouts (%s cut into pipe x data x model, Megatron-LM's rank order; %d configurations priced on %d layouts,\n"
+               "the layers split evenly, then the best searched, in %.2f s; the best of each layout, fastest first):\n",
+            shard_mesh_str(vs->hw_mesh, ms, sizeof ms), n, nb, vs->layout_seconds);
+    fprintf(f, "  %-14s %14s %14s  %s\n", "TP x PP x DP", "step time", "peak memory", "its best configuration");
+    for (int i = 0; i < nb && i < 8; i++) {
+        const autopart_layout_row *x = &r[best[i]];
+        char lay[48];
+        snprintf(lay, sizeof lay, "%d x %d x %d", x->c.tp, x->c.pp, x->c.dp);
+        cost_fmt_time(x->e.step_time, t, sizeof t);
+        fprintf(f, "  %-14s %14s %10.4g GiB  %s%s\n", lay, t, x->e.peak_memory / GiB, autopart_layout_describe(&x->c, d, sizeof d),
+                x->e.fits ? "" : " (does not fit)");
+    }
+    if (nb > 8) fprintf(f, "  (%d more layouts)\n", nb - 8);
+    free(best);
+    for (int i = vs->layout_first; i < vs->n_steps; i++) {
+        const autopart_step *s = &vs->steps[i];
+        if (!s->ok) {
+            fprintf(f, "  searched: %s: %s\n", s->tactics, s->why);
+            continue;
+        }
+        cost_fmt_time(s->e.step_time, t, sizeof t);
+        fprintf(f, "  searched: %s on %s: %s%s%s\n", s->tactics, shard_mesh_str(&s->st->mesh, ms, sizeof ms), t,
+                autopart_config_piped(&s->config) ? " with the cost model's layer split" : "",
+                i == vs->chosen ? ", chosen" : ", not chosen (another level's plan is faster)");
+    }
+    if (vs->layout_why[0]) fprintf(f, "  %s\n", vs->layout_why);
+}
+
 static void text_autopart(FILE *f, const view_explanation *x)
 {
     autopart_plan(f, x);
     pipeline_section(f, x);
+    layout_section(f, x->search);
     memory_level(f, x->search);
     fprintf(f, "\n");
     gather_policy(f, x);

@@ -66,6 +66,13 @@ typedef struct view_search {
     const search_result *seed_runs; /* --seeds: each search of the plain step, n_seed_runs of them (else NULL) */
     int n_seed_runs;
     uint64_t first_seed;      /* seed_runs[i] searched from seed first_seed + i */
+    /* the layout level (autopart/layout.h): every configuration it priced, where steps[layout_first..n_steps)
+       are its searched ones; why it did not run ("" when it did); the mesh the user gave */
+    const struct autopart_layout_row *layout_rows;
+    int n_layout_rows, layout_first;
+    const char *layout_why;
+    const shard_mesh *hw_mesh;
+    double layout_seconds;
 } view_search;
 
 typedef struct view_explanation {
@@ -80,6 +87,8 @@ typedef struct view_explanation {
     const cost_estimate *e;   /* p priced on hw (its instr_time valid while view_explain runs) */
     const cost_estimate *base; /* cost: the replicated plan on the same mesh */
     const autopart_expert *ex; /* the expert schedules priced, n_ex of them */
+    int ex_plain;             /* autopart: ex are the plain step's, over the mesh the user gave (the plan is a layout
+                                 level's cut of it, whose search starts from its configuration alone) */
     int n_ex;
     const plan *pl;           /* explain, report, export, autopart: the plan file */
     const char *path;         /* where pl was read from */

@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# zoo_seeds.sh - whether `carve autopart` at its default options gives the
+# same plan from every seed, and how long it takes, on the zoo's cases
+# (bench/zoo_defaults.sh's list) or on every zoo preset over meshes of three
+# and four axes of up to 64 devices (issue 47): one markdown row per case
+# with the predicted step time of each seed's plan, their spread (the
+# slowest over the fastest, less 1; issue 47: within 2%), and the longest
+# wall and CPU seconds of one run (issue 47: within 60 s), the load average
+# at the start.  Prints a table; never fails on a time or a spread.
+# Usage: bench/zoo_seeds.sh [SEEDS [CASE-FILTER [zoo|axes]]]   (default "1 2 3 4 5", every case, zoo)
+set -u
+here=$(dirname "$0")
+carve=${CARVE_BIN:-$here/../build/carve}
+seeds=${1:-1 2 3 4 5}
+filter=${2:-.}
+part=${3:-zoo}
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+cases() {
+    if [ "$part" = zoo ]; then # the list in zoo_defaults.sh, comments out
+        awk '/<<.CASES. [|]/ {on = 1; next} /^CASES$/ {on = 0} on && !/^#/' "$here/zoo_defaults.sh"
+    else
+        for model in gpt-125m gpt-350m gpt-1.3b gpt-6.7b gpt-15b gpt-39b llama2-7b llama2-70b:seq=1024 llama3-8b:seq=2048 \
+                     mixtral-8x7b vit-l16 t5-large unet-512 unet-1024 gns-large gns-3d; do
+            for mesh in a=2,b=2,c=2 a=4,b=4,c=4 a=2,b=2,c=2,d=2 a=4,b=4,c=2,d=2; do echo "$model $mesh a100"; done
+        done
+    fi
+}
+echo "| model | mesh (devices) | hw | step time by seed ($seeds) | spread | longest wall s | its CPU s | load |"
+echo "|---|---|---|---|---|---|---|---|"
+cases | grep -E -- "$filter" | while read -r model mesh hw; do
+    load=$(cut -d' ' -f1 /proc/loadavg)
+    devices=$(echo "$mesh" | tr ',' '\n' | sed 's/.*=//' | paste -sd'*' | bc)
+    steps="" worst=0 cpuw=0 lo="" hi="" failed=""
+    for s in $seeds; do
+        start=$(date +%s.%N)
+        /usr/bin/time -f "%U %S" -o "$tmp/cpu.txt" "$carve" autopart --model "$model" --mesh "$mesh" --hw "$hw" --seed "$s" \
+            --quiet >"$tmp/out.txt" 2>"$tmp/err.txt"
+        wall=$(echo "$(date +%s.%N) - $start" | bc)
+        cpu=$(tail -n 1 "$tmp/cpu.txt" | awk '{print $1 + $2}')
+        t=$(sed -n 's/^  step time \([0-9.e+-]*\) \([a-z]*\) .*/\1 \2/p' "$tmp/out.txt" | head -1 |
+            awk '{f = $2 == "s" ? 1 : $2 == "ms" ? 1e-3 : $2 == "us" ? 1e-6 : 1e-9; printf "%.6g", $1 * f}')
+        if [ -z "$t" ]; then failed="seed $s: $(grep -m1 . "$tmp/err.txt")"; break; fi
+        steps="$steps${steps:+, }$t"
+        lo=$(awk -v a="${lo:-$t}" -v b="$t" 'BEGIN {print (b < a ? b : a)}')
+        hi=$(awk -v a="${hi:-$t}" -v b="$t" 'BEGIN {print (b > a ? b : a)}')
+        if awk -v a="$wall" -v b="$worst" 'BEGIN {exit !(a > b)}'; then worst=$wall cpuw=$cpu; fi
+    done
+    if [ -n "$failed" ]; then echo "| $model | $mesh ($devices) | $hw | $steps | $failed | | | $load |"; continue; fi
+    spread=$(awk -v a="$lo" -v b="$hi" 'BEGIN {printf "%.2f%%", 100 * (b / a - 1)}')
+    echo "| $model | $mesh ($devices) | $hw | $steps s | $spread | $(printf %.1f "$worst") | $(printf %.1f "$cpuw") | $load |"
+done
