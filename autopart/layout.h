@@ -76,7 +76,7 @@ typedef struct autopart_layout_level {
     const cost_hw *hw;
     cost_options opt;
     const search_algo *algo;
-    search_budget b;            /* the plain step's budget; each searched configuration gets a quarter */
+    search_budget b;            /* the plain step's budget; each searched configuration gets an eighth */
     int gather_auto;
     double deadline;            /* CLOCK_MONOTONIC seconds by which the level ends (0: none) */
     int64_t batch;              /* sequences a step */

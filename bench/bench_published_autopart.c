@@ -27,7 +27,8 @@
  * full, ZeRO-1 off and on; each priced with the cost model's balanced split
  * as carve cost prices it; a heavier recomputation priced only where the
  * lighter does not fit, since it only adds work) against autopart.
- * Usage: bench_published_autopart [--smoke] [--grid] [--only I,J,...]
+ * Usage: bench_published_autopart [--smoke] [--grid | --grid-only] [--run] [--only I,J,...]
+ * (--grid-only: the published configurations and the grid, without autopart)
  * Prints markdown; the bench's own checks: autopart's plan fits, and a
  * published configuration priced twice has one price.  Never a time, nor
  * the targets (reported, not judged).
@@ -260,38 +261,52 @@ typedef struct result {
 
 static session_autopart ap; /* large: one at a time */
 
-/* Runs default autopart on r and prints its table row. */
-static int run_row(int i, const row *r, int grid, result *out)
+/* The exhaustive grid on r's level: its best configuration printed
+ * against autopart's step (autopart_s; NAN: not run, the grid against the
+ * published price pub_s instead).  Fills out's grid fields. */
+static void grid_row(autopart_layout_level *L, const row *r, double autopart_s, double pub_s, result *out)
+{
+    autopart_layout_row *g = NULL;
+    double g0 = bench_now(), gc0 = cpu_seconds();
+    L->threads = 2;
+    int n = autopart_layout_grid(L, 0, 0, 1, &g), b = autopart_layout_best(g, n), fit = 0;
+    for (int k = 0; k < n; k++) fit += g[k].ok && g[k].e.fits;
+    out->grid_n = n;
+    out->grid_fit = fit;
+    char gdesc[256] = "none fits";
+    if (b >= 0) {
+        autopart_layout_describe(&g[b].c, gdesc, sizeof gdesc);
+        out->grid_best = g[b].e.step_time;
+    }
+    double wall = bench_now() - g0, cpu = cpu_seconds() - gc0;
+    fprintf(stderr, "%s: grid of %d configurations (%d fit) in %.0f s (%.0f s CPU)\n", r->name, n, fit, wall, cpu);
+    if (isfinite(autopart_s))
+        printf("|   | grid | %s | %d configurations priced, %d fit | best: %s | %.3f s | autopart / grid **%.3f** | %.0f / %.0f | | |\n",
+               r->name, n, fit, gdesc, out->grid_best, autopart_s / out->grid_best, wall, cpu);
+    else
+        printf("| %s | %d configurations priced, %d fit | best: %s | %.3f s | grid / published **%.3f** | %.0f / %.0f |\n", r->name,
+               n, fit, gdesc, out->grid_best, out->grid_best / pub_s, wall, cpu);
+    fflush(stdout);
+    free(g);
+}
+
+/* Runs default autopart on r (a user's command: carve autopart --model
+ * SPEC --mesh node=N,gpu=8 --hw a100 --precision P) and prints its table
+ * row against pub, the published configuration priced. */
+static int autopart_row(int i, const row *r, const autopart_layout_row *pub, int readings, result *out)
 {
     char err[1024], spec[256], mesh_text[64], pdesc[256], adesc[SCHED_STR_MAX + 128], diff[1280];
-    builder bd;
-    shard_mesh mesh;
-    cost_hw hw;
-    autopart_layout_level L;
-    if (level_for(r, &bd, &mesh, &hw, &L, err, sizeof err) < 0) {
-        fprintf(stderr, "bench_published_autopart: %s: %s\n", r->name, err);
-        return -1;
-    }
     model_spec(r, spec, sizeof spec);
     hw_mesh(r, mesh_text, sizeof mesh_text);
-    autopart_layout_row pub, again;
-    int readings = price_published(&L, r, &pub);
-    autopart_layout_price(&L, &pub.c, 0, &again);
-    bench_check(pub.ok && again.ok && again.e.step_time == pub.e.step_time && again.e.peak_memory == pub.e.peak_memory,
-                "%s: the published configuration priced twice: %.6g and %.6g s", r->name, pub.e.step_time, again.e.step_time);
-    autopart_layout_describe(&pub.c, pdesc, sizeof pdesc);
-    /* autopart as a user runs it: carve autopart --model SPEC --mesh node=N,gpu=8 --hw a100 --precision P */
+    autopart_layout_describe(&pub->c, pdesc, sizeof pdesc);
     memset(&ap, 0, sizeof ap);
     ap.src = (session_source){.model = spec, .optimizer = "adam"};
-    ap.mesh = mesh;
-    schedule sc;
     session_pricing pricing = {"a100", cost_precision_name(r->precision), NULL, 0, 0};
-    if (sched_parse("auto", &ap.mesh, &ap.sc, err, sizeof err) < 0 ||
+    if (shard_mesh_parse(mesh_text, &ap.mesh, err, sizeof err) < 0 || sched_parse("auto", &ap.mesh, &ap.sc, err, sizeof err) < 0 ||
         session_cost_options(&pricing, &ap.hw, &ap.opt, err, sizeof err) < 0) {
         fprintf(stderr, "bench_published_autopart: %s: %s\n", r->name, err);
         return -1;
     }
-    (void)sc;
     ap.algo = search_algo_find("mcts");
     ap.b = (search_budget){.simulations = SEARCH_AUTO_CAP, .converge = 1, .seed = 1, .threads = 1};
     ap.memory_tactics = 1;
@@ -309,41 +324,45 @@ static int run_row(int i, const row *r, int grid, result *out)
     if (from_layout) {
         const autopart_layout_config *c = &ap.layout_configs[ap.chosen - ap.layout_first];
         autopart_layout_describe(c, adesc, sizeof adesc);
-        differ(&pub.c, c, diff, sizeof diff);
+        differ(&pub->c, c, diff, sizeof diff);
     } else {
         snprintf(adesc, sizeof adesc, "%s on %s", ap.schedule, shard_mesh_str(&s->st->mesh, mesh_text, sizeof mesh_text));
         snprintf(diff, sizeof diff, "not a Megatron layout of the hardware's devices: %s", ap.x.practice);
     }
-    double ratio = pub.ok ? s->e.step_time / pub.e.step_time : NAN;
+    double ratio = pub->ok ? s->e.step_time / pub->e.step_time : NAN;
     printf("| %d | %s | %s | %d | %s: %.3f s, %.1f GiB%s%s | %s | **%.3f s** | **%.3f** | %.1f / %.1f | %.1f%s | %s. In practice's words: %s |\n", i + 1,
-           r->source, r->name, r->gpus, pdesc, pub.e.step_time, pub.e.peak_memory / 1073741824.0, pub.e.fits ? "" : " (does not fit)",
+           r->source, r->name, r->gpus, pdesc, pub->e.step_time, pub->e.peak_memory / 1073741824.0, pub->e.fits ? "" : " (does not fit)",
            readings > 1 ? " (best of the readings)" : "", adesc, s->e.step_time, ratio, wall, cpu, s->e.peak_memory / 1073741824.0,
            s->e.fits ? "" : " (does not fit)", diff, ap.x.practice);
     fflush(stdout);
     bench_check(s->ok && s->e.fits, "%s: autopart's plan fits (%.4g GiB)", r->name, s->e.peak_memory / 1073741824.0);
-    *out = (result){pub.e.step_time, s->e.step_time, wall, cpu, s->e.peak_memory, NAN, s->e.fits, 0, 0, from_layout, {0}, pub.c};
+    *out = (result){pub->e.step_time, s->e.step_time, wall, cpu, s->e.peak_memory, NAN, s->e.fits, 0, 0, from_layout, {0}, pub->c};
     if (from_layout) out->layout = ap.layout_configs[ap.chosen - ap.layout_first];
-    out->published = pub.c;
-    if (grid) {
-        autopart_layout_row *g = NULL;
-        double g0 = bench_now(), gc0 = cpu_seconds();
-        L.threads = 2;
-        int n = autopart_layout_grid(&L, 0, 0, 1, &g), b = autopart_layout_best(g, n), fit = 0;
-        for (int k = 0; k < n; k++) fit += g[k].ok && g[k].e.fits;
-        out->grid_n = n;
-        out->grid_fit = fit;
-        char gdesc[256] = "none fits";
-        if (b >= 0) {
-            autopart_layout_describe(&g[b].c, gdesc, sizeof gdesc);
-            out->grid_best = g[b].e.step_time;
-        }
-        fprintf(stderr, "%s: grid of %d configurations (%d fit) in %.0f s (%.0f s CPU)\n", r->name, n, fit, bench_now() - g0,
-                cpu_seconds() - gc0);
-        printf("|   | grid | %s | %d configurations priced, %d fit | best: %s | %.3f s | autopart / grid **%.3f** | %.0f s | | |\n", r->name, n,
-               fit, gdesc, out->grid_best, s->e.step_time / out->grid_best, bench_now() - g0);
-        free(g);
-    }
     session_autopart_free(&ap);
+    return 0;
+}
+
+/* Row r: the published configuration priced, then default autopart
+ * (unless grid == 2: the grid alone), then the grid (grid >= 1). */
+static int run_row(int i, const row *r, int grid, result *out)
+{
+    char err[1024];
+    builder bd;
+    shard_mesh mesh;
+    cost_hw hw;
+    autopart_layout_level L;
+    if (level_for(r, &bd, &mesh, &hw, &L, err, sizeof err) < 0) {
+        fprintf(stderr, "bench_published_autopart: %s: %s\n", r->name, err);
+        return -1;
+    }
+    autopart_layout_row pub, again;
+    int readings = price_published(&L, r, &pub);
+    autopart_layout_price(&L, &pub.c, 0, &again);
+    bench_check(pub.ok && again.ok && again.e.step_time == pub.e.step_time && again.e.peak_memory == pub.e.peak_memory,
+                "%s: the published configuration priced twice: %.6g and %.6g s", r->name, pub.e.step_time, again.e.step_time);
+    *out = (result){pub.e.step_time, NAN, NAN, NAN, NAN, NAN, 0, 0, 0, 0, {0}, pub.c};
+    if (grid != 2 && autopart_row(i, r, &pub, readings, out) < 0) return -1;
+    if (grid) grid_row(&L, r, out->autopart, pub.e.step_time, out);
     return 0;
 }
 
@@ -354,10 +373,11 @@ int main(int argc, char **argv)
     const char *only = NULL;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--grid")) grid = 1;
+        else if (!strcmp(argv[i], "--grid-only")) grid = 2;
         else if (!strcmp(argv[i], "--run")) run = 1;
         else if (!strcmp(argv[i], "--only") && i + 1 < argc) only = argv[++i];
         else {
-            fprintf(stderr, "usage: bench_published_autopart [--smoke] [--grid] [--run] [--only I,J,...]\n");
+            fprintf(stderr, "usage: bench_published_autopart [--smoke] [--grid | --grid-only] [--run] [--only I,J,...]\n");
             return 2;
         }
     }
@@ -366,8 +386,13 @@ int main(int argc, char **argv)
     if (bench_is_smoke()) grid = run = 1;
     static result res_of[N_ROWS];
     int done[N_ROWS] = {0};
+    if (grid == 2) run = 0; /* no autopart plan to run */
     printf("## autopart against the published configurations (bench_published_autopart)\n\n");
-    printf("| # | source | model | GPUs | published configuration, priced by carve | autopart's plan (default options) | step | "
+    if (grid == 2)
+        printf("| model | the grid | its best configuration | step | grid / published | grid s (wall / CPU) |\n"
+               "|---|---|---|---|---|---|\n");
+    else
+        printf("| # | source | model | GPUs | published configuration, priced by carve | autopart's plan (default options) | step | "
            "autopart / published | search s (wall / CPU) | GiB per device | what autopart did differently |\n"
            "|---|---|---|---|---|---|---|---|---|---|---|\n");
     double ratios[N_ROWS];
@@ -387,8 +412,7 @@ int main(int argc, char **argv)
         }
         res_of[i] = res;
         done[i] = 1;
-        if (isfinite(res.published_s) && res.published_s > 0) ratios[nr++] = res.autopart / res.published_s;
-
+        if (isfinite(res.published_s) && res.published_s > 0 && isfinite(res.autopart)) ratios[nr++] = res.autopart / res.published_s;
     }
     if (nr) {
         double worst = 0;
