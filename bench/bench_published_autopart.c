@@ -189,9 +189,9 @@ static void differ(const autopart_layout_config *p, const autopart_layout_config
     if (a->pp != p->pp) SAY("pipeline %d instead of %d", a->pp, p->pp);
     if (a->dp != p->dp) SAY("data parallel %d instead of %d", a->dp, p->dp);
     if (a->mbs != p->mbs) SAY("micro-batch %d (%d micro-batches) instead of %d (%d)", a->mbs, a->m, p->mbs, p->m);
-    if (a->pp > 1 && a->chunks != p->chunks)
-        SAY("%s instead of %s", a->chunks > 1 ? "interleaved" : "1F1B", p->chunks > 1 ? "interleaved" : p->pp > 1 ? "1F1B" : "no pipeline");
-    if (a->pp > 1 && a->chunks > 1) SAY("%d chunks a device", a->chunks);
+    const char *sa = a->chunks > 1 ? "interleaved" : "1F1B", *sp = p->pp < 2 ? "no pipeline" : p->chunks > 1 ? "interleaved" : "1F1B";
+    if (a->pp > 1 && strcmp(sa, sp)) SAY("%s instead of %s", sa, sp);
+    if (a->pp > 1 && a->chunks > 1 && a->chunks != p->chunks) SAY("%d chunks a device", a->chunks);
     if (a->remat != p->remat)
         SAY("recomputation %s instead of %s", remat[a->remat], remat[p->remat]);
     if ((a->sp && a->tp > 1) != (p->sp && p->tp > 1)) SAY("%s", a->sp && a->tp > 1 ? "sequence parallel" : "no sequence parallelism");
