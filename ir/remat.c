@@ -130,7 +130,17 @@ static void keep_attention_cores(remat *r, unsigned char *internal)
         for (int k = 0; k < o->n_in; k++)
             if (layer_of(g, o->in[k]) == o->layer && (pair || to[o->out])) to[o->in[k]] = 1;
     }
-    for (size_t v = 0; v < nv; v++) internal[v] &= to[v] && (from[v] || (!dep[v] && !par[v]));
+    /* a layer whose attention is the fused op recomputes its scores in the
+     * op's backward: it has no other attention core (a mixture of experts'
+     * dispatch einsum of two activations is not one) */
+    unsigned char *fused = ir_xcalloc((size_t)g->n_layers + 1, 1);
+    for (int i = 0; i < g->n_ops; i++)
+        if (g->ops[i].kind == IR_OP_ATTENTION && g->ops[i].layer >= 0 && g->ops[i].layer < g->n_layers) fused[g->ops[i].layer] = 1;
+    for (size_t v = 0; v < nv; v++) {
+        int l = layer_of(g, (int)v);
+        internal[v] &= to[v] && (from[v] || (!dep[v] && !par[v])) && !(l >= 0 && l < g->n_layers && fused[l]);
+    }
+    free(fused);
     free(dep);
     free(par);
     free(from);
@@ -387,7 +397,7 @@ static ir_graph *remat_step(const ir_graph *step, int lo, int hi, int mode, int 
     ir_graph *out = NULL;
     if (n == 0)
         snprintf(msg, sizeof msg, "layers %d-%d: the backward pass reads no value made inside %s: nothing to recompute",
-                 r.lo, r.hi, r.attn ? "their attention cores (no einsum of two activations)" : "them");
+                 r.lo, r.hi, r.attn ? "their attention cores (no einsum of two activations; a fused attention op recomputes its own)" : "them");
     else
         out = rebuild(&r, msg, sizeof msg);
     remat_free(&r);

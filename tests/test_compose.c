@@ -75,15 +75,15 @@ typedef struct model {
     unsigned skip;
 } model;
 
-/* gpt with materialised attention (remat:attn recomputes its scores), llama
- * with fused attention (the default: it holds no scores, so remat:attn has
- * nothing to recompute and is refused) */
+/* gpt and moe with materialised attention (remat:attn recomputes its
+ * scores), llama with fused attention (the default: it holds no scores, so
+ * remat:attn has nothing to recompute and is refused) */
 static const model models[] = {
     {"gpt", "gpt:layers=2,hidden=16,heads=2,seq=8,batch=8,vocab=32,attention=materialized", "sp:model",
      "pipeline:pipe:2:1f1b:1/1", 1u << T_EP},
     {"llama", "llama:layers=2,hidden=16,heads=2,kv_heads=2,ffn=32,seq=8,batch=8,vocab=32", "sp:model", "pipeline:pipe:2:1f1b:1/1",
      (1u << T_EP) | (1u << T_ATTN)},
-    {"moe", "moe:layers=2,hidden=16,heads=2,kv_heads=2,ffn=16,experts=4,topk=2,capacity=200,seq=8,batch=8,vocab=32", "sp:model",
+    {"moe", "moe:layers=2,hidden=16,heads=2,kv_heads=2,ffn=16,experts=4,topk=2,capacity=200,seq=8,batch=8,vocab=32,attention=materialized", "sp:model",
      "pipeline:pipe:2:1f1b:1/1", 0},
     /* the U-Net's counterpart of a sequence split: its images' rows (convolutions exchange halos) */
     {"unet", "unet:levels=2,base=4,size=8,batch=8,in=2,out=2", "group:image:1:model", "pipeline:pipe:2:1f1b:2/1",
