@@ -25,6 +25,7 @@ static inline int bench_cmp_double(const void *a, const void *b)
 /* Median of x[0..n), n >= 1 (x is left as it is). */
 static inline double bench_median(const double *x, int n)
 {
+    if (n < 1) abort(); /* also tells gcc -O1 (./build.sh asan) that n * 8 cannot wrap */
     double *s = malloc((size_t)n * sizeof *s);
     if (!s) abort();
     for (int i = 0; i < n; i++) s[i] = x[i];
