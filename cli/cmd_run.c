@@ -79,30 +79,13 @@ static int run_checked(const cli_opts *o, session_world *w, const pipe_program *
     return rc;
 }
 
-/* --inputs: the user's batch attached to g's inputs (a plain step's: a
- * pipeline's body or a step of micro-batches holds one micro-batch's). */
-static int attach_inputs(const cli_opts *o, ir_graph *g, const pipe_spec *ps, char *note, size_t n)
+/* --inputs for the step g and the plain step it is checked against
+ * (session_run_attach_inputs). */
+static int attach_inputs(const cli_opts *o, ir_graph *g, const pipe_spec *ps, ir_graph *plain, char *note, size_t n)
 {
-    char err[1024];
-    if (ps->microbatches >= 1 || g->rewrites.microbatches > 1) {
-        cli_error("run: --inputs gives the whole batch of a plain step; this step is built at the micro-batch (%s)",
-                  ps->microbatches >= 1 ? "a pipeline" : "microbatch:");
-        return -1;
-    }
-    if (session_inputs_attach(g, o->inputs, note, n, err, sizeof err) < 0) {
-        cli_error("run: --inputs %s", err);
-        return -1;
-    }
-    return 0;
-}
-
-/* --inputs for the plain step a rewritten step is checked against (the
- * same batch: recomputation keeps the step's inputs); plain NULL: none. */
-static int attach_plain_inputs(const cli_opts *o, ir_graph *plain)
-{
-    char err[1024];
-    if (!plain || session_inputs_attach(plain, o->inputs, NULL, 0, err, sizeof err) == 0) return 0;
-    cli_error("run: --inputs (the plain step): %s", err);
+    char err[1280];
+    if (session_run_attach_inputs(g, ps, plain, o->inputs, note, n, err, sizeof err) == 0) return 0;
+    cli_error("run: --inputs %s", err);
     return -1;
 }
 
@@ -168,7 +151,7 @@ static int run_plan(const cli_opts *o, session_world *w, const cost_hw *hw)
         if (has < 0) cli_error("run: %s", err);
         else if (ir_rewritten(g) && !(plain = session_plan_plain_step(&pl, o->plan, err, sizeof err)))
             cli_error("run: the plain step (to check against): %s", err);
-        else if (!o->inputs || (attach_inputs(o, g, &ps, inputs, sizeof inputs) == 0 && attach_plain_inputs(o, plain) == 0)) {
+        else if (!o->inputs || (attach_inputs(o, g, &ps, plain, inputs, sizeof inputs) == 0)) {
             session_source src;
             session_plan_source(&pl, &src);
             rc = run_lowered(&with_schedule, w, st, &ps, &src, plain, label, &pl, hw, o->inputs ? inputs : NULL);
@@ -219,7 +202,7 @@ static int run_schedule(const cli_opts *o, session_world *w, const cost_hw *hw)
     char inputs[1200] = "";
     if (!st) cli_error("run: %s", err);
     else if (ir_rewritten(g) && !(plain = cli_load_plain(&with_weights))) rc = CLI_BAD_INPUT; /* it said why */
-    else if (!o->inputs || (attach_inputs(o, g, &ps, inputs, sizeof inputs) == 0 && attach_plain_inputs(o, plain) == 0))
+    else if (!o->inputs || (attach_inputs(o, g, &ps, plain, inputs, sizeof inputs) == 0))
         rc = run_lowered(o, w, st, &ps, &src, plain, cfg, NULL, hw, o->inputs ? inputs : NULL);
     else ir_free(plain);
     shard_state_free(st);

@@ -253,6 +253,18 @@ static int layouts_apply(session_autopart *a)
     return !why;
 }
 
+/* A level's n_out steps, written at a->steps[a->n_steps], join the steps;
+ * its best (an index among them, or -1) is chosen when it beats the chosen
+ * plan. */
+static void adopt_level(session_autopart *a, int n_out, int best)
+{
+    int first = a->n_steps;
+    a->n_steps += n_out;
+    if (best >= 0 && a->steps[first + best].ok &&
+        (!a->steps[a->chosen].ok || autopart_better(&a->steps[first + best].e, &a->steps[a->chosen].e)))
+        a->chosen = first + best;
+}
+
 /* The pipeline level (autopart/pipeline.h): its searched candidates join
  * a->steps after the memory level's configurations, and one is chosen when
  * it beats the chosen plan (a plan that fits first, then the shorter step).
@@ -282,11 +294,7 @@ static int pipeline_level(session_autopart *a, const char *user, double deadline
     if (a->hooks.level) a->hooks.level(a->hooks.ctx, 1);
     int n_out = 0, best = autopart_pipeline_search(&L, a->pipe_cands, &a->n_pipe_cands, &a->steps[a->n_steps], &n_out);
     if (a->hooks.level) a->hooks.level(a->hooks.ctx, 0);
-    int first = a->n_steps;
-    a->n_steps += n_out;
-    if (best >= 0 && a->steps[first + best].ok &&
-        (!a->steps[a->chosen].ok || autopart_better(&a->steps[first + best].e, &a->steps[a->chosen].e)))
-        a->chosen = first + best;
+    adopt_level(a, n_out, best);
     return 0;
 }
 
@@ -339,11 +347,7 @@ static int layout_level(session_autopart *a, const char *user, double deadline)
                                                  &n_out, a->layout_why, sizeof a->layout_why);
     a->layout_seconds = autopart_clock() - t0;
     if (a->hooks.level) a->hooks.level(a->hooks.ctx, 0);
-    int first = a->n_steps;
-    a->n_steps += n_out;
-    if (best >= 0 && a->steps[first + best].ok &&
-        (!a->steps[a->chosen].ok || autopart_better(&a->steps[first + best].e, &a->steps[a->chosen].e)))
-        a->chosen = first + best;
+    adopt_level(a, n_out, best);
     return 0;
 }
 

@@ -251,3 +251,16 @@ int session_inputs_attach(ir_graph *g, const char *path, char *note, size_t note
     list_free(&l);
     return rc;
 }
+
+int session_run_attach_inputs(ir_graph *g, const pipe_spec *ps, ir_graph *plain, const char *path, char *note, size_t note_len,
+                              char *err, size_t errlen)
+{
+    if (ps->microbatches >= 1 || g->rewrites.microbatches > 1)
+        return ir_errf(err, errlen, "gives the whole batch of a plain step; this step is built at the micro-batch (%s)",
+                       ps->microbatches >= 1 ? "a pipeline" : "microbatch:");
+    if (session_inputs_attach(g, path, note, note_len, err, errlen) < 0) return -1;
+    char e2[1024];
+    if (plain && session_inputs_attach(plain, path, NULL, 0, e2, sizeof e2) < 0)
+        return ir_errf(err, errlen, "(the plain step): %s", e2);
+    return 0;
+}

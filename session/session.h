@@ -457,6 +457,14 @@ int64_t session_run_largest_sum(const session_run *r);
  * line in err. */
 int session_inputs_attach(ir_graph *g, const char *path, char *note, size_t note_len, char *err, size_t errlen);
 
+/* The user's batch for a run's step g (lowered under ps) and for the plain
+ * step it is checked against (plain: NULL when none; the same batch, as
+ * recomputation keeps the step's inputs).  A step built at the micro-batch
+ * (a pipeline's body, microbatch:) is refused: the file holds the whole
+ * batch.  0, or -1 with one line in err. */
+int session_run_attach_inputs(ir_graph *g, const pipe_spec *ps, ir_graph *plain, const char *path, char *note, size_t note_len,
+                              char *err, size_t errlen);
+
 /* What the command shows of a run's inputs. */
 typedef struct session_run_shown {
     const char *schedule;   /* the schedule as the command shows it */
