@@ -195,6 +195,14 @@ static inline pipe_program pipe_one_stage(const spmd_program *p)
     pipe_program pp = {.spec = pipe_spec_none(), .prog = (spmd_program *)p, .n_segs = 1}; /* (read only: borrowed) */
     return pp;
 }
+/* The schedules program pp runs that a reader is shown (docs/pipeline.md:
+ * its stages, micro-batches, each device's task order): 1 for a pipeline's
+ * program (several segments), 0 for a program of one segment, which runs
+ * as it is written (the outputs draw a section per schedule). */
+static inline int pipe_schedule_count(const pipe_program *pp) { return pp->n_segs > 1; }
+/* The micro-batches a step of pp runs: its pipeline's, 1 for a program of
+ * one segment. */
+static inline int pipe_step_microbatches(const pipe_program *pp) { return pp->n_segs > 1 ? pp->spec.microbatches : 1; }
 /* The segment of a task of stage `stage`. */
 int pipe_task_seg(const pipe_spec *s, int stage, const pipe_task *t);
 

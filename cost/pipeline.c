@@ -708,6 +708,13 @@ void cost_pipe_estimate_free(cost_pipe_estimate *pe)
     memset(pe, 0, sizeof *pe);
 }
 
+int cost_plan_mesh_order_warning(cost_ws *ws, const pipe_program *pp, const cost_hw *hw, const cost_options *opt,
+                                 const cost_estimate *e, char *buf, size_t n)
+{
+    buf[0] = 0;
+    return pipe_schedule_count(pp) ? 0 : cost_mesh_order_warning(ws, pp->prog, hw, opt, e, buf, n);
+}
+
 /* Per-stage sums of compute and collective time (a step: tasks times m). */
 static void stage_times(const pricer *c, cost_pipe_stage *st, int r)
 {

@@ -146,6 +146,11 @@ typedef struct cost_pipe_estimate {
 int cost_estimate_plan(cost_ws *ws, const pipe_program *pp, const cost_hw *hw, const cost_options *opt,
                        cost_estimate *out, cost_pipe_estimate *pe, char *err, size_t errlen);
 void cost_pipe_estimate_free(cost_pipe_estimate *pe);
+/* cost_mesh_order_warning for the plan's program pp (e: its estimate): a
+ * program of one segment is priced under the other mesh orders; a
+ * pipeline's gets none (its transfers follow device numbers): 0 and "". */
+int cost_plan_mesh_order_warning(cost_ws *ws, const pipe_program *pp, const cost_hw *hw, const cost_options *opt,
+                                 const cost_estimate *e, char *buf, size_t n);
 
 /* pp's schedule simulated as cost_estimate_plan simulates it, but with
  * measured times: seg_time[k] (seconds; k a segment of the model: the

@@ -140,7 +140,9 @@ void session_autopart_explain(session_autopart *a)
     *vs = (view_search){a->algo, a->steps, a->n_steps, a->chosen, a->gather_auto, NULL, a->from,
                         a->written ? a->out : NULL, a->seed_runs, a->n_seed_runs, a->b.seed,
                         a->layout_rows, a->n_layout_rows, a->layout_first, a->layout_why, &a->mesh,
-                        a->layout_seconds};
+                        a->layout_seconds, 0};
+    int levels_end = a->layout_first < a->n_steps ? a->layout_first : a->n_steps; /* then the layout level's */
+    for (int i = 0; i < levels_end; i++) vs->pipeline_rows += autopart_config_piped(&a->steps[i].config);
     int plain = !s->n_ex && s->skip_experts && a->steps[0].ok;
     const autopart_step *xs = plain ? &a->steps[0] : s; /* a layout's plan: the experts over the user's mesh */
     a->x = (view_explanation){.kind = VIEW_AUTOPART, .model = a->label, .schedule = a->pl.schedule, .st = s->st,

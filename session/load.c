@@ -170,6 +170,16 @@ static ir_graph *rebatch(ir_graph *fwd, const session_source *s, int micro, int 
     return out;
 }
 
+/* The micro-batches the step of s is built for, as micro_step takes them:
+ * 0 under a pipeline (its body: one micro-batch), else micro (1: the
+ * batch's step as it is). */
+static int step_microbatches(const session_source *s, int micro)
+{
+    for (int i = 0; s->sched && i < s->sched->n; i++)
+        if (s->sched->t[i].kind == TACTIC_PIPELINE) return 0;
+    return micro;
+}
+
 /* The step of forward graph fwd (freed) built at the micro-batch: with
  * micro 0 a pipeline's body (the loss scaled by 1/M, as
  * model_build_pipeline_body), else the step of micro micro-batches
@@ -206,11 +216,10 @@ static ir_graph *build_onnx(const char *arg, const session_source *s, const ir_o
     ir_graph *g = onnx_import(arg, &o, &info, err, errlen);
     if (g && s->notes && s->notes_len) snprintf(s->notes, s->notes_len, "%s", info.notes);
     *is_step = 0;
-    int piped = 0;
-    for (int i = 0; s->sched && i < s->sched->n; i++) piped |= s->sched->t[i].kind == TACTIC_PIPELINE;
-    if (!g || s->forward || (!piped && micro <= 1)) return g;
+    int at = step_microbatches(s, micro);
+    if (!g || s->forward || at == 1) return g;
     *is_step = 1;
-    return micro_step(g, s, opt, piped ? 0 : micro, label, err, errlen);
+    return micro_step(g, s, opt, at, label, err, errlen);
 }
 
 static const front_end front_ends[] = {

@@ -38,6 +38,7 @@ void session_run_describe(session_run *r, const session_run_shown *s)
         v->plan_overlap = s->pl->options.overlap;
     }
     v->pp = r->pp;
+    v->n_schedules = pipe_schedule_count(r->pp);
     v->predicted_peak = -1;
 }
 

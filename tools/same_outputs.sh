@@ -80,10 +80,11 @@ lib_grep() {
 counts() {
     local rev=${1:-} own=(':!analysis/pipeline*' ':!analysis/pipe_lower.c' ':!cost/pipeline*' ':!exec/spmd_pipe.c')
     # a condition (if, while, &&, ||, ?:) on whether a pipeline is there: piped, a pipe or pp
-    # pointer or field, its program, as a truth value or against NULL
+    # pointer or field, its program, as a truth value or against NULL (a ternary's condition: the
+    # whole of it, not the right side of a comparison such as `x->pp < y->pp ? ...`)
     local b='!?([a-z_]+(->|\.))*(piped|pipe|pp)(\.prog)?'
     lib_grep "callers that branch on a pipeline (a condition on piped, ->pipe, pp; outside analysis/pipeline*, analysis/pipe_lower.c, cost/pipeline*, exec/spmd_pipe.c)" \
-        "(\bif \(|\bwhile \(|&& *|\|\| *)$b *(\)|&&|\|\|)|(^|[^a-z_>.])$b *\?|$b *[!=]= *NULL" "${own[@]}"
+        "(\bif \(|\bwhile \(|&& *|\|\| *)$b *(\)|&&|\|\|)|(^ *|[(,?:&|] *|[^=!<>]= *|\breturn +)$b *\?|$b *[!=]= *NULL" "${own[@]}"
     lib_grep "lines naming 'piped' (the issue's word; same files left out)" '\bpiped\b' "${own[@]}"
     lib_grep "calls of a pipelined pricer, lowering or runtime by name (cost_price_pipelined, cost_estimate_pipeline, exec_pipe_new, session_run_open_pipe, autopart_pricer_set_pipeline; same files left out)" \
         '\b(cost_price_pipelined|cost_estimate_pipeline|exec_pipe_new|session_run_open_pipe|autopart_pricer_set_pipeline)\(' "${own[@]}"

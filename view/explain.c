@@ -247,7 +247,7 @@ static double step_units(const view_explanation *x, const char **unit)
     model_config c;
     if (x->model && model_parse(x->model, &c, NULL, 0) == 0) return model_step_units(&c, unit);
     const ir_graph *g = x->st->g;
-    double units = 0, m = x->pipe ? x->pipe->spec.microbatches : 1;
+    double units = 0, m = x->microbatches;
     for (int v = 0; v < g->n_values && !units; v++)
         if (g->values[v].role == IR_INPUT && g->values[v].dtype == IR_I32 && g->values[v].rank >= 2) {
             *unit = "tokens";
@@ -265,14 +265,14 @@ static void throughput(view_explanation *x)
 {
     x->n_axes = cost_mesh_axes(x->hw, &x->st->mesh, x->axes);
     if (x->p && x->e && x->e->instr_time) axis_comm(x, x->e->instr_time, x->axis_comm);
-    if (x->p && x->e && x->opt && !x->pipe) { /* priced again in a workspace of its own: x->e's arrays stay */
+    if (x->p && x->e && x->opt) { /* priced again in a workspace of its own: x->e's arrays stay */
         cost_ws *ws = cost_ws_new(x->p->g);
-        cost_mesh_order_warning(ws, x->p, x->hw, x->opt, x->e, x->mesh_warning, sizeof x->mesh_warning);
+        cost_plan_mesh_order_warning(ws, x->pp, x->hw, x->opt, x->e, x->mesh_warning, sizeof x->mesh_warning);
         cost_ws_free(ws);
     }
     if (!x->e) return;
     const char *unit = "samples";
-    double units = step_units(x, &unit), flops = ir_model_flops(x->st->g) * (x->pipe ? x->pipe->spec.microbatches : 1);
+    double units = step_units(x, &unit), flops = ir_model_flops(x->st->g) * x->microbatches;
     cost_precision prec = x->opt ? x->opt->precision : cost_default_precision(x->hw);
     cost_throughput_of(units, unit, flops, x->e->step_time, x->st->mesh.n_devices, cost_matmul_peak(x->hw, prec, 0), &x->tput);
 }
@@ -289,8 +289,9 @@ void view_explain(view_explanation *x)
     x->alike = ir_xcalloc((size_t)g->n_values + 1, 1);
     for (int v = 0; v < g->n_values; v++) x->alike[v] = g->values[v].layer == 0 && alike(x->st, v);
     x->best = x->ex ? autopart_best_expert(x->ex, x->n_ex) : -1;
-    x->pipe = x->pp && x->pp->n_segs > 1 ? x->pp : NULL; /* a program of several segments: a pipeline's */
-    x->stages = x->pe && x->pe->n_stages > 1 ? x->pe : NULL;
+    x->n_schedules = pipe_schedule_count(x->pp);
+    for (int i = 0; i < x->n_schedules; i++) x->schedules[i] = (view_schedule){x->pp, x->pe};
+    x->microbatches = pipe_step_microbatches(x->pp);
     if (x->hw) throughput(x);
     if (!x->p) return;
     x->coll_rep = layer_reps(g->n_layers, collectives_eq, x->p);

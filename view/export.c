@@ -105,12 +105,10 @@ int view_export_uneven(const shard_state *st, char *first, size_t n)
     return count;
 }
 
-/* A pipelined plan: which stages hold each param, its owner (the stage that
- * updates it) first, as comment lines. */
-static void export_stages(FILE *f, const view_explanation *x, const char *comment)
+/* A schedule of the plan's program (a pipeline's): which stages hold each
+ * param, its owner (the stage that updates it) first, as comment lines. */
+static void export_schedule(FILE *f, const view_explanation *x, const pipe_program *pp, const char *comment)
 {
-    const pipe_program *pp = x->pipe;
-    if (!pp) return;
     const pipe_spec *s = &pp->spec;
     const spmd_program *p = pp->prog;
     const ir_graph *g = p->g;
@@ -124,6 +122,12 @@ static void export_stages(FILE *f, const view_explanation *x, const char *commen
         export_param_stages(f, pp, v);
         fputc('\n', f);
     }
+}
+
+/* The stages of the program's schedules (none without a pipeline). */
+static void export_stages(FILE *f, const view_explanation *x, const char *comment)
+{
+    for (int i = 0; i < x->n_schedules; i++) export_schedule(f, x, x->schedules[i].pp, comment);
 }
 
 void export_param_stages(FILE *f, const pipe_program *pp, int v)

@@ -345,18 +345,10 @@ static void torch_module_outputs(FILE *f, const view_explanation *x, const uint8
     fputs("}\n\n", f);
 }
 
-/* PIPELINE (None, or a pipelined plan's axis, stages, chunks, micro-batches,
- * schedule and layers per virtual stage), LAYER_MODULES (each layer's module
- * path, torch_layer_module) and PARAM_STAGES (the stages holding each param,
- * the one that updates it first): what apply_pipeline cuts the module by. */
-static void torch_pipeline(FILE *f, const view_explanation *x)
+/* A schedule of the plan's program (a pipeline's) as torch_pipeline writes it. */
+static void torch_schedule(FILE *f, const view_explanation *x, const pipe_program *pp)
 {
-    const pipe_program *pp = x->pipe;
     const ir_graph *g = x->st->g;
-    if (!pp) {
-        fputs("PIPELINE = None\nLAYER_MODULES = []\nPARAM_STAGES = {}\n", f);
-        return;
-    }
     const pipe_spec *s = &pp->spec;
     fputs("# the pipeline: the axis of its stages, micro-batches, schedule, and layers per virtual stage\nPIPELINE = {\"axis\": ", f);
     export_put_str(f, x->st->mesh.names[s->axis], 0);
@@ -380,6 +372,16 @@ static void torch_pipeline(FILE *f, const view_explanation *x)
         fputs("],\n", f);
     }
     fputs("}\n", f);
+}
+
+/* PIPELINE (None, or a pipelined plan's axis, stages, chunks, micro-batches,
+ * schedule and layers per virtual stage), LAYER_MODULES (each layer's module
+ * path, torch_layer_module) and PARAM_STAGES (the stages holding each param,
+ * the one that updates it first): what apply_pipeline cuts the module by. */
+static void torch_pipeline(FILE *f, const view_explanation *x)
+{
+    for (int i = 0; i < x->n_schedules; i++) torch_schedule(f, x, x->schedules[i].pp);
+    if (!x->n_schedules) fputs("PIPELINE = None\nLAYER_MODULES = []\nPARAM_STAGES = {}\n", f); /* Python's empty values */
 }
 
 static void write_torch(FILE *f, const view_explanation *x, const uint8_t *fwd)

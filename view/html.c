@@ -188,16 +188,18 @@ static void axes_text(const shard_mesh *m, unsigned axes, char *buf, size_t n)
         if (axes & (1u << a)) k += (size_t)snprintf(buf + k, n - k, "%s%s", k ? "," : "", m->names[a]);
 }
 
-static void timeline_section(FILE *f, const spmd_program *p, const double *instr_time, int piped)
+static void timeline_section(FILE *f, const view_explanation *x)
 {
-    const ir_graph *g = p->g;
+    const spmd_program *p = x->p;
+    const double *instr_time = x->instr_time;
     static const char *const colour[SPMD_N_KINDS] = {"#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#b07aa1", "#9c755f",
                                                      [SPMD_SEND] = "#59a14f", [SPMD_RECV] = "#8cd17d"};
     char t[32], ax[64];
     fputs("<h2>Timeline per phase</h2><p class=\"note\">Each instruction of the program in order, as the cost model "
           "prices it (runs of compute merged). Hover a bar for what it is.",
           f);
-    if (piped) fputs(" A pipelined plan's program is one micro-batch's step: every stage's part of it, in order.", f);
+    for (int i = 0; i < x->n_schedules; i++) /* a pipeline's */
+        fputs(" A pipelined plan's program is one micro-batch's step: every stage's part of it, in order.", f);
     for (int k = SPMD_ALL_GATHER; k < SPMD_N_KINDS; k++)
         if (!spmd_kind_is_p2p(k) || p->stats.count[k][SPMD_FORWARD] + p->stats.count[k][SPMD_BACKWARD] + p->stats.count[k][SPMD_OPTIMIZER])
             fprintf(f, " <span style=\"color:%s\">&#9632; %s</span>", colour[k], spmd_kind_name((spmd_kind)k));
@@ -235,10 +237,10 @@ static void timeline_section(FILE *f, const spmd_program *p, const double *instr
                 fprintf(f, "<rect x=\"%.2f\" y=\"22\" width=\"%.2f\" height=\"18\" fill=\"%s\"><title>%s{%s} ",
                         clock * width / total, fmax(dt * width / total, 0.5), colour[in->kind],
                         spmd_kind_name((spmd_kind)in->kind), ax);
-                esc(f, g->values[in->value].name);
+                esc(f, p->g->values[in->value].name);
                 if (in->op >= 0) {
-                    fprintf(f, " for %s -&gt; ", ir_op_name(g->ops[in->op].kind));
-                    esc(f, g->values[g->ops[in->op].out].name);
+                    fprintf(f, " for %s -&gt; ", ir_op_name(p->g->ops[in->op].kind));
+                    esc(f, p->g->values[p->g->ops[in->op].out].name);
                 }
                 fprintf(f, ": %s, %.4g MiB</title></rect>", t, (double)in->bytes / 1048576.0);
             }
@@ -339,6 +341,16 @@ static void memory_stages_section(FILE *f, const cost_pipe_estimate *pe, int chu
     memory_legend(f);
     memory_bars(f, pe->n_stages, parts, e->capacity, "stage");
     free(parts);
+}
+
+/* A bar per stage of each schedule priced (a pipeline's); a bar per device
+ * when there is none (one program for every device). */
+static void memory_sections(FILE *f, const view_explanation *x, const cost_estimate *e)
+{
+    int drawn = 0;
+    for (int i = 0; i < x->n_schedules; i++)
+        if (x->schedules[i].pe) memory_stages_section(f, x->schedules[i].pe, x->schedules[i].pp->spec.chunks, e), drawn++;
+    if (!drawn) memory_section(f, &x->st->mesh, e);
 }
 
 /* ---- a pipeline's schedule ----------------------------------------------- */
@@ -618,10 +630,10 @@ int view_render_html(const view_explanation *x, FILE *f)
     fprintf(f, "<tr><td>peak memory</td><td>%s of %s per device</td></tr>\n", a, b);
     summary_rows(f, x);
     fputs("</table>\n", f);
-    if (x->pipe && x->stages) schedule_section(f, x->pipe, x->stages);
-    timeline_section(f, x->p, x->instr_time, x->pipe != NULL);
-    if (x->pipe && x->stages) memory_stages_section(f, x->stages, x->pipe->spec.chunks, e);
-    else memory_section(f, &st->mesh, e);
+    for (int i = 0; i < x->n_schedules; i++)
+        if (x->schedules[i].pe) schedule_section(f, x->schedules[i].pp, x->schedules[i].pe);
+    timeline_section(f, x);
+    memory_sections(f, x, e);
     shardings_section(f, x);
     search_section(f, &pl->search);
     fprintf(f, "\n<script>%s</script>\n</body></html>\n", script);

@@ -124,11 +124,11 @@ static void add_head(cJSON *j, const char *format, const char *model, const shar
 
 /* ---- carve cost --------------------------------------------------------------- */
 
-/* A pipelined plan's pipeline: its spec and, when priced, each stage. */
-static void add_pipeline(cJSON *j, const view_explanation *x)
+/* A schedule of the plan's program (a pipeline's): its spec and, when
+ * priced, each stage. */
+static void add_schedule(cJSON *j, const view_explanation *x, const view_schedule *sc)
 {
-    const pipe_program *pp = x->pipe;
-    if (!pp) return;
+    const pipe_program *pp = sc->pp;
     const pipe_spec *s = &pp->spec;
     cJSON *o = cJSON_AddObjectToObject(j, "pipeline");
     cJSON_AddStringToObject(o, "axis", x->st->mesh.names[s->axis]);
@@ -139,7 +139,7 @@ static void add_pipeline(cJSON *j, const view_explanation *x)
     cJSON *lay = cJSON_AddArrayToObject(o, "layers_per_virtual_stage");
     for (int v = 0; v < pipe_vstages(s); v++) cJSON_AddItemToArray(lay, num(s->first[v + 1] - s->first[v]));
     cJSON_AddNumberToObject(o, "transfers", pp->n_xfers);
-    const cost_pipe_estimate *pe = x->stages;
+    const cost_pipe_estimate *pe = sc->pe;
     if (!pe || !pe->stage) return;
     cJSON_AddItemToObject(o, "bubble", num(pe->bubble));
     cJSON_AddItemToObject(o, "ideal_s", num(pe->ideal));
@@ -170,6 +170,12 @@ static void add_pipeline(cJSON *j, const view_explanation *x)
         cJSON_AddItemToObject(e, "sent_bytes", num(g->send_bytes));
         cJSON_AddItemToArray(st, e);
     }
+}
+
+/* The "pipeline" object of the program's schedule (none without a pipeline). */
+static void add_pipeline(cJSON *j, const view_explanation *x)
+{
+    for (int i = 0; i < x->n_schedules; i++) add_schedule(j, x, &x->schedules[i]);
 }
 
 /* Each axis's link, the mesh-order warning and the throughput (docs/json-output.md). */

@@ -128,8 +128,10 @@ typedef struct view_run {
     double laid_out;         /* the device's arena */
     double resident_lo, resident_hi;   /* arena pages resident after the step, over the devices */
     double process_lo, process_hi;     /* VmHWM of the processes */
-    /* a pipeline's stages (pp has several segments) */
+    /* a pipeline's stages */
     const pipe_program *pp;  /* the program run */
+    int n_schedules;         /* the schedules it runs that are drawn (pipe_schedule_count): 1 for a pipeline
+                                (its stages), 0 for a program of one segment (memory per device) */
     view_run_stage *stages;  /* pipe_stage_count of them, owned (pipelines) */
     int predicted;           /* the stages are priced (else why) */
     char unpriced[512];

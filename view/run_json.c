@@ -122,10 +122,9 @@ static cJSON *memory_json(const view_run *v)
     return m;
 }
 
-/* A pipeline's stages (a program of several segments only). */
-static void add_pipeline(cJSON *j, const view_run *v)
+/* The schedule of the program run (a pipeline's): its spec and stages. */
+static void add_schedule(cJSON *j, const view_run *v)
 {
-    if (!v->ended || !v->pp || v->pp->n_segs <= 1) return;
     const pipe_spec *s = &v->pp->spec;
     cJSON *o = cJSON_AddObjectToObject(j, "pipeline");
     cJSON_AddStringToObject(o, "axis", v->mesh->names[s->axis]);
@@ -154,6 +153,13 @@ static void add_pipeline(cJSON *j, const view_run *v)
         cJSON_AddItemToObject(e, "measured_bytes", num(g->measured));
         cJSON_AddItemToArray(a, e);
     }
+}
+
+/* The "pipeline" object of each schedule the run's program ran (none for a
+ * program of one segment). */
+static void add_pipeline(cJSON *j, const view_run *v)
+{
+    for (int i = 0; v->ended && i < v->n_schedules; i++) add_schedule(j, v);
 }
 
 static cJSON *checks_json(const view_run *v)

@@ -205,8 +205,8 @@ static void checks(FILE *f, const view_run *v)
 static void end(FILE *f, const view_run *v)
 {
     timings(f, v);
-    if (v->pp && v->pp->n_segs > 1) stages(f, v); /* a program of several segments: a pipeline's stages */
-    else memory(f, v);
+    for (int i = 0; i < v->n_schedules; i++) stages(f, v); /* a pipeline's stages */
+    if (!v->n_schedules) memory(f, v);                      /* one program on every device */
     checks(f, v);
 }
 

@@ -266,13 +266,12 @@ static void layer_collectives(FILE *f, const view_explanation *x)
     collectives_of(f, x, -1);
 }
 
-/* A pipelined plan: its schedule, and per stage its layers, time and memory
- * (docs/pipeline.md). */
-static void pipeline_section(FILE *f, const view_explanation *x)
+/* A schedule of the plan's program (a pipeline's): its spec, and per stage
+ * its layers, time and memory (docs/pipeline.md). */
+static void schedule_paragraph(FILE *f, const view_explanation *x, const view_schedule *sc)
 {
-    const pipe_program *pp = x->pipe;
-    const cost_pipe_estimate *pe = x->stages;
-    if (!pp) return;
+    const pipe_program *pp = sc->pp;
+    const cost_pipe_estimate *pe = sc->pe;
     const pipe_spec *s = &pp->spec;
     char sched[64], t1[32], t2[32];
     if (s->schedule == PIPE_INTERLEAVED) snprintf(sched, sizeof sched, "interleaved 1F1B, %d chunks a device", s->chunks);
@@ -306,6 +305,13 @@ static void pipeline_section(FILE *f, const view_explanation *x)
         fprintf(f, "  %-5d %-14s %14s %14s %14s %11.4g %11.4g %11.4g %9d\n", r, layers, t1, t2, fb, st->peak / GiB, st->base / GiB,
                 st->stash / GiB, st->in_flight);
     }
+}
+
+/* The schedules of the plan's program, a paragraph each (none without a
+ * pipeline). */
+static void pipeline_section(FILE *f, const view_explanation *x)
+{
+    for (int i = 0; i < x->n_schedules; i++) schedule_paragraph(f, x, &x->schedules[i]);
 }
 
 /* ---- carve cost ------------------------------------------------------------------------ */
@@ -568,10 +574,9 @@ static void memory_level(FILE *f, const view_search *vs)
     const autopart_step *s = vs->steps;
     char t[32];
     if (vs->n_steps < 2) return;
-    int piped = 0, layouts = vs->layout_why && vs->layout_first < vs->n_steps;
-    for (int i = 0; i < vs->n_steps && (!layouts || i < vs->layout_first); i++) piped |= autopart_config_piped(&s[i].config);
+    int layouts = vs->layout_why && vs->layout_first < vs->n_steps;
     fprintf(f, "\nmemory tactics%s%s (each step searched; a plan that fits first, then the shortest step):\n",
-            piped ? " and pipelines (the best 3 of the pipeline level's candidates, docs/pipeline.md)" : "",
+            vs->pipeline_rows ? " and pipelines (the best 3 of the pipeline level's candidates, docs/pipeline.md)" : "",
             layouts ? " and the layout level's configuration (docs/layouts.md)" : "");
     int w = 26; /* the longest name's width (a pipeline's with its split) */
     for (int i = 0; i < vs->n_steps; i++)

@@ -41,6 +41,13 @@ typedef struct view_tactic {
     int changed, unchanged;   /* decisions that changed the sharding; that changed nothing */
 } view_tactic;
 
+/* A schedule of the plan's program, as the outputs draw it (a pipeline's:
+ * docs/pipeline.md). */
+typedef struct view_schedule {
+    const pipe_program *pp;   /* the program: its spec (axis, stages, micro-batches, split), transfers, owners */
+    const cost_pipe_estimate *pe; /* its stages priced, or NULL (shard, export) */
+} view_schedule;
+
 /* One collective of the program, as the outputs name it. */
 typedef struct view_collective {
     int instr;                /* its instruction in the program */
@@ -73,6 +80,8 @@ typedef struct view_search {
     const char *layout_why;
     const shard_mesh *hw_mesh;
     double layout_seconds;
+    int pipeline_rows;        /* the steps before the layout level's that the pipeline level added (its best
+                                 candidates), 0 when it added none */
 } view_search;
 
 typedef struct view_explanation {
@@ -105,13 +114,15 @@ typedef struct view_explanation {
                                  values (sched_report_line; the order mattered), or NULL / "" */
     /* the plan's program as every plan lowers (analysis/pipeline.h: stages of
      * segments, one of each without a pipeline), beside p: */
-    const pipe_program *pp;   /* the plan's program (p is pp->prog), or NULL */
+    const pipe_program *pp;   /* the plan's program (p is pp->prog); every kind but VIEW_RUN has one */
     const cost_pipe_estimate *pe; /* and its stages priced (cost, explain, autopart, report), or NULL */
     const view_run *run;      /* VIEW_RUN (carve run): the run's explanation (view/run.h); nothing else is set */
     /* ---- derived by view_explain */
-    const pipe_program *pipe; /* pp when it has several segments (a pipeline's schedule: stages,
-                                 micro-batches, each device's task order), else NULL */
-    const cost_pipe_estimate *stages; /* pe when it has several stages, else NULL */
+    view_schedule schedules[1]; /* the schedules pp runs that the outputs draw, n_schedules of them
+                                 (pipe_schedule_count: a pipeline's stages, micro-batches, each device's
+                                 task order; none for a program of one segment, which runs as written) */
+    int n_schedules;
+    int microbatches;         /* a step's micro-batches (pipe_step_microbatches: 1 without a pipeline) */
     char practice[512];       /* the plan as practitioners name it: FSDP, HSDP, TP + SP, 3D, ... (practice.c) */
     char strategy[1024];      /* the strategy in carve's words, axis by axis */
     char unsplit[2048];       /* the params Megatron left whole, with why (view_unsplit), or "" */
