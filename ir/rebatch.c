@@ -11,8 +11,9 @@
  * rows of [B * T, V]), so dividing its size by N divides the batch.
  *
  * What else holds the batch size:
- *  - a mean over the batch: scale(reduce_sum(x over dims R), 1 / |R|), or a
- *    division by a constant |R| (the loss of `--loss`, ReduceMean), becomes
+ *  - a mean over the batch: scale(reduce_sum(x over dims R), ±1 / |R|), a
+ *    product with a constant ±1 / |R| or a division by a constant ±|R| (the
+ *    loss of `--loss`, ReduceMean, an exporter's `sum / n`), becomes
  *    the mean over the micro-batch's |R| / N; a mean whose count is data
  *    (cross-entropy's sum of weights over sum of weights) needs nothing;
  *  - a constant argument with a batch dim (an attention mask the exporter
@@ -143,13 +144,14 @@ static int rescale_mean(const rb *r, const ir_op *o, double *scalar)
 {
     const ir_graph *g = r->g;
     int p = g->values[o->in[0]].producer;
+    while (p >= 0 && g->ops[p].kind == IR_OP_RESHAPE) p = g->values[g->ops[p].in[0]].producer; /* the sum as [1] */
     if (p < 0 || g->ops[p].kind != IR_OP_REDUCE_SUM || !reduces_batch(r, &g->ops[p])) return 0;
     double count = reduced_count(g, &g->ops[p]), s = o->attrs.scalar;
-    if (o->kind == IR_OP_SCALE && fabs(s * count - 1) < 1e-9) {
+    if ((o->kind == IR_OP_SCALE || o->kind == IR_OP_MUL) && fabs(fabs(s * count) - 1) < 1e-9) { /* ±1/count */
         *scalar = s * r->n;
         return 1;
     }
-    if (o->kind == IR_OP_DIV && fabs(s - count) < 1e-9 * count) {
+    if (o->kind == IR_OP_DIV && fabs(fabs(s) - count) < 1e-9 * count) {
         *scalar = s / r->n;
         return 1;
     }
@@ -170,6 +172,31 @@ static int along_batch(rb *r, const ir_op *o)
                    ir_op_name(o->kind), r->g->values[o->out].name, d, x->name);
 }
 
+/* x / count or x * (1 / count) with the count a constant op (every element
+ * the one value: ir_constant), where x sums over the batch (a mean written
+ * with a tensor, as exporters write `sum / n` and `sum * (1 / n)`): the
+ * constant's copy in[k] replaced by the micro-batch's count. */
+static int rescale_constant(rb *r, const ir_op *o, int *in)
+{
+    const ir_graph *g = r->g;
+    if (o->kind != IR_OP_DIV && o->kind != IR_OP_MUL) return 0;
+    for (int k = o->kind == IR_OP_DIV ? 1 : 0; k < 2; k++) {
+        int p = g->values[o->in[k]].producer;
+        if (p < 0 || g->ops[p].kind != IR_OP_CONSTANT) continue;
+        ir_op mean = *o;
+        double s;
+        mean.in[0] = o->in[1 - k];
+        mean.attrs.scalar = g->ops[p].attrs.scalar;
+        if (!rescale_mean(r, &mean, &s)) continue;
+        const ir_value *cv = &r->out->values[in[k]];
+        int64_t cd[IR_MAX_RANK];
+        memcpy(cd, cv->dims, sizeof cd);
+        in[k] = ir_constant(r->out, s, cv->dtype, cv->rank, cd);
+        return in[k] < 0 ? ir_errf(r->err, r->errlen, "at '%s': %s", g->values[o->out].name, ir_error(r->out)) : 0;
+    }
+    return 0;
+}
+
 static int copy_op(rb *r, int v, int *coupled)
 {
     const ir_graph *g = r->g;
@@ -188,17 +215,7 @@ static int copy_op(rb *r, int v, int *coupled)
     double s;
     if (o->kind == IR_OP_SCALE && rescale_mean(r, o, &s)) a.scalar = s;
     ir_set_layer(r->out, o->layer);
-    if (o->kind == IR_OP_DIV && g->values[o->in[1]].producer >= 0) { /* x / count, the count a constant op */
-        const ir_op *c = &g->ops[g->values[o->in[1]].producer];
-        ir_op fake = *o;
-        fake.attrs.scalar = c->attrs.scalar;
-        if (c->kind == IR_OP_CONSTANT && rescale_mean(r, &fake, &s)) {
-            const ir_value *cv = &r->out->values[in[1]];
-            int64_t cd[IR_MAX_RANK];
-            memcpy(cd, cv->dims, sizeof cd);
-            in[1] = ir_constant(r->out, s, cv->dtype, cv->rank, cd);
-        }
-    }
+    if (rescale_constant(r, o, in) < 0) return -1;
     r->map[v] = ir_add_op(r->out, o->kind, o->n_in, in, &a, x->dtype, x->rank, dims, x->name[0] == '%' ? NULL : x->name);
     if (r->map[v] < 0) return ir_errf(r->err, r->errlen, "at '%s': %s", x->name, ir_error(r->out));
     return 0;

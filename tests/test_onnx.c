@@ -551,6 +551,49 @@ static void test_rebatch(void)
     }
 }
 
+/* A batch mean written with a constant tensor, as exporters write it
+ * (`sum * (1 / n)`, `sum / n`, `-sum / n`), over x[4, 3] * w: built at half
+ * the batch, the halves' mean loss is the batch's (before, the product with
+ * a constant kept 1 / 12 and each half's loss was half its mean). */
+static void test_rebatch_means(void)
+{
+    const float xs[12] = {1, -2, 3, 0.5f, 4, -1, 2, 2, -3, 1.5f, 0, 7}, ws[3] = {0.25f, -1, 2};
+    const int64_t xd[2] = {4, 3}, wd[1] = {3}, red[2] = {0, 1}, map[1] = {1};
+    const char *forms[] = {"mul", "div", "neg-div", "mul-rank1"};
+    for (int f = 0; f < 4; f++) {
+        char err[512] = "";
+        ir_graph *g = ir_new("mean");
+        int x = ir_arg(g, "x", IR_INPUT, IR_F32, 2, xd), w = ir_arg(g, "w", IR_PARAM, IR_F32, 1, wd);
+        int sum = ir_reduce(g, IR_OP_REDUCE_SUM, ir_binary(g, IR_OP_MUL, x, ir_broadcast(g, w, 2, xd, map)), 2, red), loss;
+        const int64_t one[1] = {1};
+        if (f == 0) loss = ir_binary(g, IR_OP_MUL, ir_constant(g, 1.0 / 12, IR_F32, 0, one), sum);
+        else if (f == 1) loss = ir_binary(g, IR_OP_DIV, sum, ir_constant(g, 12, IR_F32, 0, one));
+        else if (f == 2) loss = ir_binary(g, IR_OP_DIV, sum, ir_constant(g, -12, IR_F32, 0, one));
+        else loss = ir_reshape(g, ir_binary(g, IR_OP_MUL, ir_reshape(g, sum, 1, one), ir_constant(g, 1.0 / 12, IR_F32, 1, one)), 0, one);
+        ir_set_loss(g, loss);
+        ir_data_set(g, x, xs, 12);
+        ir_data_set(g, w, ws, 3);
+        CHECKF(!ir_error(g), "%s: %s", forms[f], ir_error(g));
+        unsigned *mask = calloc((size_t)g->n_values + 1, sizeof *mask);
+        mask[x] = 1u;
+        for (int v = 0; v < g->n_values; v++)
+            if (g->values[v].rank == 2) mask[v] = 1u; /* x, w broadcast, their product: dim 0 the batch */
+        int coupled = 0;
+        ir_graph *h = ir_error(g) ? NULL : ir_rebatch(g, 2, mask, &coupled, err, sizeof err);
+        CHECKF(h != NULL, "%s: %s", forms[f], err);
+        double full = h ? forward_loss(forms[f], g) : NAN, halves = 0;
+        for (int k = 0; h && k < 2; k++) {
+            ir_data_set(h, ir_find(h, "x"), xs + 6 * k, 6);
+            ir_data_set(h, ir_find(h, "w"), ws, 3);
+            halves += forward_loss(forms[f], h) / 2;
+        }
+        CHECKF(h && fabs(halves - full) <= 1e-6 * fabs(full), "%s: the halves' mean loss %.9g, the batch's %.9g", forms[f], halves, full);
+        ir_free(h);
+        ir_free(g);
+        free(mask);
+    }
+}
+
 /* ---- models built here (protobuf-c), for the errors -------------------- */
 
 /* A one-node model: input x (float, dims; a dim of -1 is symbolic "batch"),
@@ -931,5 +974,6 @@ int main(int argc, char **argv)
             for (int train = 1; train >= 0; train--) test_fixture(families[i], opsets[o], train);
     test_hf();
     test_rebatch();
+    test_rebatch_means();
     return test_done();
 }
