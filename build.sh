@@ -353,10 +353,11 @@ fuzz)
     [ -n "$(fuzz_cc)" ] || { echo "build.sh: fuzz needs clang (apt-get install -y clang-14)" >&2; exit 2; }
     clang_omp_ok || { echo "build.sh: fuzz needs clang's OpenMP header (apt-get install -y libomp-dev)" >&2; exit 2; }
     build_fuzz build-fuzz; run_fuzz build-fuzz "${2:-60}" ;;
-fuzz-smoke) # what tests/e2e_fuzz.sh runs: each target CARVE_FUZZ_SMOKE_S seconds (default 3)
+fuzz-smoke) # what tests/e2e_fuzz.sh runs: each target CARVE_FUZZ_SMOKE_S seconds (default 1: libFuzzer runs every seed
+    # first whatever the time, then mutates for what is left; test-long gives each 60 s)
     [ -n "$(fuzz_cc)" ] || { echo "build.sh: fuzz needs clang (apt-get install -y clang-14)" >&2; exit 2; }
     clang_omp_ok || { echo "build.sh: fuzz needs clang's OpenMP header (apt-get install -y libomp-dev)" >&2; exit 2; }
-    build_fuzz build-fuzz; run_fuzz build-fuzz "${CARVE_FUZZ_SMOKE_S:-3}" ;;
+    build_fuzz build-fuzz; run_fuzz build-fuzz "${CARVE_FUZZ_SMOKE_S:-1}" ;;
 clean)
     rm -rf build build-asan build-fuzz ;;
 *)

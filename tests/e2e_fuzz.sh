@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # e2e_fuzz.sh - the CI fuzz smoke: builds the libFuzzer targets of fuzz/ with
-# clang (build-fuzz/) and runs each for CARVE_FUZZ_SMOKE_S seconds (default 3)
-# from its seed corpus (./build.sh fuzz-smoke).  One check per target: no
+# clang (build-fuzz/) and runs each for CARVE_FUZZ_SMOKE_S seconds (default 1:
+# every seed runs first whatever the time, then mutations; ./build.sh
+# test-long: 60) from its seed corpus (./build.sh fuzz-smoke).  One check per target: no
 # crash, leak, hang or sanitizer report; every target of fuzz/ must run.
 # Without clang (a component build.sh installs when run as root) it fails;
 # CARVE_TEST_WITHOUT=clang makes that a skip.  Closing line: N passed,
