@@ -11,17 +11,31 @@ set -u
 . "$(dirname "$0")/lib_e2e.sh"
 e2e_start
 schema() { python3 "$root/tests/plan_schema.py" "$root/docs/output.schema.json" "$@" >schema.txt; }
-figures() { python3 "$root/tests/json_figures.py" "$1" "$2" >fig.txt || { cat fig.txt; return 1; }; }
-# both() NAME ARGS...: the command with and without --json, same exit code, the
-# document valid and holding the text's figures
+# both() NAME ARGS...: the command with and without --json, same exit code; the
+# document valid and holding the text's figures is checked by both_checked, for
+# every document at once (one Python start each for the schema and the figures)
+both_names=()
 both() {
     "$carve" "${@:2}" >"$1.txt" 2>/dev/null
     local rt=$?
     "$carve" "${@:2}" --json >"$1.json" 2>/dev/null
     local rj=$?
     [ $rt = $rj ] && [ $rt -le 1 ]; check "$1: same exit ($rt, $rj)" $?
-    schema "$1.json"; check "$1: schema" $?
-    figures "$1.txt" "$1.json"; check "$1: same figures" $?
+    both_names+=("$1")
+}
+both_checked() {
+    local n pairs=()
+    for n in "${both_names[@]}"; do pairs+=("$n.txt" "$n.json"); done
+    python3 "$root/tests/plan_schema.py" "$root/docs/output.schema.json" "${both_names[@]/%/.json}" >schemas.txt
+    python3 "$root/tests/json_figures.py" "${pairs[@]}" >figs.txt
+    for n in "${both_names[@]}"; do
+        grep -qxF "$n.json: valid" schemas.txt
+        check "$n: schema" $?
+        grep -F "$n.txt: " figs.txt | tail -n 1 | grep -q ' lines matched, 0 mismatched$'
+        check "$n: same figures" $?
+    done
+    grep -v ': valid$' schemas.txt || true
+    grep -v ', 0 mismatched$' figs.txt || true
 }
 m=(--model gpt-125m:layers=2 --mesh batch=2,model=2)
 
@@ -145,11 +159,16 @@ both explain-v1 explain "$root/tests/plans/v1-gpt-tiny.json"
 both explain-hw explain p1.json --hw h100
 grep -q '"hardware_given":[[:space:]]*true' explain-hw.json; check "explain --hw said in the document" $?
 
+both_checked
+
 # ---- the checks can fail ----
 python3 -c "
 import json; d=json.load(open('cost1.json')); d['estimate']['step_time_s']*=1.01; json.dump(d, open('off.json','w'))"
 python3 "$root/tests/json_figures.py" cost1.txt off.json >fig.txt
 [ $? = 1 ] && grep -q "missing from the text: 'step time" fig.txt; check "a figure off by 1% is caught" $?
+python3 "$root/tests/json_figures.py" cost2.txt cost2.json cost1.txt off.json >fig.txt
+[ $? = 1 ] && grep -q "^cost1.txt: missing from the text: 'step time" fig.txt && grep -q "^cost2.txt: .* 0 mismatched$" fig.txt
+check "several pairs at once (both_checked): the one off is caught, by name" $?
 python3 -c "
 import json; d=json.load(open('explain1.json')); d['collectives'][0]['predicted_s']*=2; json.dump(d, open('off.json','w'))"
 python3 "$root/tests/json_figures.py" explain1.txt off.json >fig.txt

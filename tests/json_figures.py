@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""json_figures.py TEXT JSON - the --json document carries the figures of the text.
+"""json_figures.py TEXT JSON [TEXT JSON ...] - the --json document carries the figures of the text.
 
 TEXT is what a carve command printed without --json, JSON what the same command
 printed with --json (carve cost, shard, explain, autopart or run; the document's
@@ -12,6 +12,7 @@ a layer) are checked the other way: each line the text shows is one the
 document produces.  Prints one line per mismatch and a closing
 "N lines matched, N mismatched"; exit 1 on any mismatch, or when fewer lines
 matched than the document must yield (so an empty text cannot pass).
+Several pairs: the same for each, every line led by "TEXT: ".
 """
 import json, sys
 
@@ -333,31 +334,45 @@ def run(doc, text):
 PREFIX = "\0prefix:"  # a must-line that the text holds at the start of one of its lines
 
 
-def main():
-    text = [l.rstrip() for l in open(sys.argv[1]).read().splitlines()]
-    doc = json.load(open(sys.argv[2]))
+def figures(text_path, doc_path):
+    """The lines matched and mismatched of one pair, and a line per mismatch."""
+    text = [l.rstrip() for l in open(text_path).read().splitlines()]
+    doc = json.load(open(doc_path))
     kind = doc["format"].split("/")[0].replace("carve-", "")
     must, shown = {"cost": cost, "explain": explain, "autopart": autopart, "shard": shard, "run": run}[kind](doc, text)
     lines = set(text)
     ok = bad = 0
+    said = []
     for m in must:
         if m.startswith(PREFIX) and any(l.startswith(m[len(PREFIX):]) for l in text) or m.rstrip() in lines:
             ok += 1
         else:
             bad += 1
-            print("missing from the text: %r" % m.replace(PREFIX, "(the start of a line) "))
+            said.append("missing from the text: %r" % m.replace(PREFIX, "(the start of a line) "))
     for ln, rows in shown:
         if ln in {r.rstrip() for r in rows}:
             ok += 1
         else:
             bad += 1
-            print("not from the document: %r" % ln)
+            said.append("not from the document: %r" % ln)
     floor = {"cost": 12, "explain": 14, "autopart": 12, "shard": 10, "run": 12}[kind]
     if ok < floor:
         bad += 1
-        print("only %d lines matched; the document must yield at least %d" % (ok, floor))
-    print("%d lines matched, %d mismatched" % (ok, bad))
-    sys.exit(1 if bad else 0)
+        said.append("only %d lines matched; the document must yield at least %d" % (ok, floor))
+    return ok, bad, said
+
+
+def main():
+    """TEXT JSON: its mismatches and the closing line.  TEXT JSON TEXT JSON ...
+    (one Python start for many pairs): the same, each line led by "TEXT: "."""
+    args, any_bad = sys.argv[1:], 0
+    for i in range(0, len(args) - 1, 2):
+        ok, bad, said = figures(args[i], args[i + 1])
+        lead = "%s: " % args[i] if len(args) > 2 else ""
+        for ln in said + ["%d lines matched, %d mismatched" % (ok, bad)]:
+            print(lead + ln)
+        any_bad |= bad > 0
+    sys.exit(1 if any_bad else 0)
 
 
 main()
