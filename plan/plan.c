@@ -27,6 +27,11 @@ cJSON *plan_json_number(double x)
     return cJSON_CreateRaw(buf);
 }
 
+void plan_json_numbers(cJSON *o, const plan_json_field *f, size_t n)
+{
+    for (size_t i = 0; i < n; i++) cJSON_AddItemToObject(o, f[i].key, plan_json_number(f[i].value));
+}
+
 static cJSON *num(double x) { return plan_json_number(x); }
 
 static cJSON *int_array(const int64_t *v, int n)
@@ -241,12 +246,9 @@ void plan_add_collectives(cJSON *j, const spmd_program *p)
 static cJSON *at_peak(const cost_estimate *e)
 {
     cJSON *pk = cJSON_CreateObject();
-    cJSON_AddItemToObject(pk, "params", num(e->peak_params));
-    cJSON_AddItemToObject(pk, "gathered_params", num(e->peak_gathered_params));
-    cJSON_AddItemToObject(pk, "optimizer_states", num(e->peak_opt_states));
-    cJSON_AddItemToObject(pk, "gradients", num(e->peak_grads));
-    cJSON_AddItemToObject(pk, "activations", num(e->peak_activations));
-    cJSON_AddItemToObject(pk, "other", num(e->peak_other));
+    PLAN_JSON_NUMBERS(pk, {"params", e->peak_params}, {"gathered_params", e->peak_gathered_params},
+                          {"optimizer_states", e->peak_opt_states}, {"gradients", e->peak_grads},
+                          {"activations", e->peak_activations}, {"other", e->peak_other});
     return pk;
 }
 
@@ -310,12 +312,9 @@ static void add_search(cJSON *j, const plan_search *s)
     char buf[32];
     cJSON *o = cJSON_AddObjectToObject(j, "search");
     cJSON_AddStringToObject(o, "algorithm", s->kind);
-    cJSON_AddItemToObject(o, "budget_simulations", num((double)s->budget));
-    cJSON_AddItemToObject(o, "budget_seconds", num(s->budget_seconds));
-    cJSON_AddItemToObject(o, "simulations", num((double)s->simulations));
-    cJSON_AddItemToObject(o, "evaluations", num((double)s->evaluations));
-    cJSON_AddItemToObject(o, "best_at_simulation", num((double)s->best_at));
-    cJSON_AddItemToObject(o, "tree_nodes", num((double)s->tree_nodes));
+    PLAN_JSON_NUMBERS(o, {"budget_simulations", (double)s->budget}, {"budget_seconds", s->budget_seconds},
+                         {"simulations", (double)s->simulations}, {"evaluations", (double)s->evaluations},
+                         {"best_at_simulation", (double)s->best_at}, {"tree_nodes", (double)s->tree_nodes});
     cJSON_AddNumberToObject(o, "root_actions", s->root_actions);
     cJSON_AddItemToObject(o, "seconds", num(s->seconds));
     snprintf(buf, sizeof buf, "%llu", (unsigned long long)s->seed);
@@ -333,12 +332,9 @@ void plan_add_curve(cJSON *o, const plan_search *s)
     for (int i = 0; i < s->n_curve; i++) {
         const search_point *p = &s->curve[i];
         cJSON *q = cJSON_CreateObject();
-        cJSON_AddItemToObject(q, "steps", num(p->steps));
-        cJSON_AddItemToObject(q, "evaluations", num((double)p->evaluations));
-        cJSON_AddItemToObject(q, "simulations", num((double)p->simulations));
-        cJSON_AddItemToObject(q, "seconds", num(p->seconds));
-        cJSON_AddItemToObject(q, "step_time", num(p->best.step_time));
-        cJSON_AddItemToObject(q, "peak_bytes", num(p->best.peak_bytes));
+        PLAN_JSON_NUMBERS(q, {"steps", p->steps}, {"evaluations", (double)p->evaluations},
+                             {"simulations", (double)p->simulations}, {"seconds", p->seconds}, {"step_time", p->best.step_time},
+                             {"peak_bytes", p->best.peak_bytes});
         cJSON_AddBoolToObject(q, "fits", p->best.fits);
         cJSON_AddItemToArray(c, q);
     }

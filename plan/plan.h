@@ -102,6 +102,17 @@ cJSON *plan_json_number(double x);
 cJSON *plan_pspec_json(const shard_mesh *m, const shard_spec *s, int rank);
 void plan_add_mesh(cJSON *j, const shard_mesh *m, int version);
 void plan_add_collectives(cJSON *j, const spmd_program *p);
+/* A number of a document, its key and value: PLAN_JSON_NUMBERS(o, {"key",
+ * value}, ...) adds such rows to object o in order, each as
+ * plan_json_number writes it (a table instead of a call a key). */
+typedef struct plan_json_field {
+    const char *key;
+    double value;
+} plan_json_field;
+void plan_json_numbers(cJSON *o, const plan_json_field *f, size_t n);
+#define PLAN_JSON_NUMBERS(o, ...)                                      \
+    plan_json_numbers((o), (const plan_json_field[]){__VA_ARGS__},     \
+                      sizeof((const plan_json_field[]){__VA_ARGS__}) / sizeof(plan_json_field))
 /* Adds the figures of e named by keys (NULL-terminated), in that order, to j:
  * the one table of what each key means (step_time_s, compute_s,
  * communication_s, overlapped, serialisation, flops_per_device,

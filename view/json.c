@@ -158,14 +158,9 @@ static void add_schedule(cJSON *j, const view_explanation *x, const view_schedul
             }
             cJSON_AddItemToArray(vs, range);
         }
-        cJSON_AddItemToObject(e, "busy_s", num(g->busy));
-        cJSON_AddItemToObject(e, "idle_s", num(g->idle));
-        cJSON_AddItemToObject(e, "forward_s", num(g->fwd));
-        cJSON_AddItemToObject(e, "backward_s", num(g->bwd));
-        cJSON_AddItemToObject(e, "end_of_step_s", num(g->end));
-        cJSON_AddItemToObject(e, "peak_memory_bytes", num(g->peak));
-        cJSON_AddItemToObject(e, "held_bytes", num(g->base));
-        cJSON_AddItemToObject(e, "stash_bytes", num(g->stash));
+        PLAN_JSON_NUMBERS(e, {"busy_s", g->busy}, {"idle_s", g->idle}, {"forward_s", g->fwd}, {"backward_s", g->bwd},
+                             {"end_of_step_s", g->end}, {"peak_memory_bytes", g->peak}, {"held_bytes", g->base},
+                             {"stash_bytes", g->stash});
         cJSON_AddNumberToObject(e, "in_flight", g->in_flight);
         cJSON_AddItemToObject(e, "sent_bytes", num(g->send_bytes));
         cJSON_AddItemToArray(st, e);
@@ -207,13 +202,9 @@ static void add_practice(cJSON *j, const view_explanation *x)
     if (!t->unit) return;
     cJSON *o = cJSON_AddObjectToObject(j, "throughput");
     cJSON_AddStringToObject(o, "unit", t->unit);
-    cJSON_AddItemToObject(o, "per_step", num(t->per_step));
-    cJSON_AddItemToObject(o, "per_second", num(t->per_second));
-    cJSON_AddItemToObject(o, "per_second_per_device", num(t->per_device));
-    cJSON_AddItemToObject(o, "model_flops_per_step", num(t->model_flops));
-    cJSON_AddItemToObject(o, "model_flops_per_s_per_device", num(t->achieved));
-    cJSON_AddItemToObject(o, "peak_flops_per_device", num(t->peak));
-    cJSON_AddItemToObject(o, "mfu", num(t->mfu));
+    PLAN_JSON_NUMBERS(o, {"per_step", t->per_step}, {"per_second", t->per_second}, {"per_second_per_device", t->per_device},
+                         {"model_flops_per_step", t->model_flops}, {"model_flops_per_s_per_device", t->achieved},
+                         {"peak_flops_per_device", t->peak}, {"mfu", t->mfu});
 }
 
 /* "megatron_unsplit": where the plan splits Megatron's blocks, every param
@@ -459,10 +450,8 @@ static cJSON *autopart_json(const view_explanation *x)
     char seed[32];
     cJSON *so = cJSON_AddObjectToObject(j, "search");
     cJSON_AddStringToObject(so, "algorithm", s->kind);
-    cJSON_AddItemToObject(so, "evaluations", num((double)s->evaluations));
-    cJSON_AddItemToObject(so, "simulations", num((double)s->simulations));
-    cJSON_AddItemToObject(so, "seconds", num(s->seconds));
-    cJSON_AddItemToObject(so, "best_at_evaluation", num((double)s->best_at));
+    PLAN_JSON_NUMBERS(so, {"evaluations", (double)s->evaluations}, {"simulations", (double)s->simulations},
+                          {"seconds", s->seconds}, {"best_at_evaluation", (double)s->best_at});
     cJSON_AddStringToObject(so, "stopped_by", s->stop);
     cJSON_AddNumberToObject(so, "root_actions", s->root_actions);
     cJSON_AddItemToObject(so, "tree_nodes", num((double)s->tree_nodes));
@@ -488,10 +477,8 @@ static cJSON *autopart_json(const view_explanation *x)
             cJSON_AddItemToObject(q, "seed", cJSON_CreateRaw(sd));
             cJSON_AddItemToObject(q, "step_time", num(r->best.step_time));
             cJSON_AddBoolToObject(q, "fits", r->best.fits);
-            cJSON_AddItemToObject(q, "steps", num(r->steps));
-            cJSON_AddItemToObject(q, "evaluations", num((double)r->evaluations));
-            cJSON_AddItemToObject(q, "simulations", num((double)r->simulations));
-            cJSON_AddItemToObject(q, "seconds", num(r->seconds));
+            PLAN_JSON_NUMBERS(q, {"steps", r->steps}, {"evaluations", (double)r->evaluations},
+                                 {"simulations", (double)r->simulations}, {"seconds", r->seconds});
             cJSON_AddStringToObject(q, "stopped_by", search_stop_name(r->stop));
             double at = 0;
             for (int k = 0; k < r->n_curve; k++)

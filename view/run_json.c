@@ -44,12 +44,8 @@ static cJSON *steps_json(const view_run *v)
     for (int i = 0; i < v->n_steps; i++) {
         const view_run_step *s = &v->steps[i];
         cJSON *o = cJSON_CreateObject();
-        cJSON_AddItemToObject(o, "step", num((double)s->step));
-        cJSON_AddItemToObject(o, "loss_reference", num(s->loss_ref));
-        cJSON_AddItemToObject(o, "loss", num(s->loss));
-        cJSON_AddItemToObject(o, "loss_relative_difference", num(s->loss_rel));
-        cJSON_AddItemToObject(o, "reference_s", num(s->ref_s));
-        cJSON_AddItemToObject(o, "devices_s", num(s->spmd_s));
+        PLAN_JSON_NUMBERS(o, {"step", (double)s->step}, {"loss_reference", s->loss_ref}, {"loss", s->loss},
+                             {"loss_relative_difference", s->loss_rel}, {"reference_s", s->ref_s}, {"devices_s", s->spmd_s});
         if (s->grad_norm) {
             cJSON *g = cJSON_AddObjectToObject(o, "gradient_norms");
             for (int k = 0; k < v->n_params; k++) cJSON_AddItemToObject(g, v->param_names[k], num(s->grad_norm[k]));
@@ -68,11 +64,8 @@ static cJSON *last_step_json(const view_run *v)
         cJSON *o = cJSON_CreateObject();
         cJSON_AddNumberToObject(o, "device", i);
         cJSON_AddNumberToObject(o, "stage", s->stage);
-        cJSON_AddItemToObject(o, "compute_s", num(s->compute_s));
-        cJSON_AddItemToObject(o, "collective_s", num(s->collective_s));
-        cJSON_AddItemToObject(o, "waiting_s", num(s->wait_s));
-        cJSON_AddItemToObject(o, "einsum_gflops", num(s->einsum_gflops));
-        cJSON_AddItemToObject(o, "moved_bytes", num(s->moved_bytes));
+        PLAN_JSON_NUMBERS(o, {"compute_s", s->compute_s}, {"collective_s", s->collective_s}, {"waiting_s", s->wait_s},
+                             {"einsum_gflops", s->einsum_gflops}, {"moved_bytes", s->moved_bytes});
         cJSON_AddItemToArray(d, o);
     }
     cJSON *ops = cJSON_AddArrayToObject(l, "compute_by_op");
@@ -144,10 +137,8 @@ static void add_schedule(cJSON *j, const view_run *v)
         cJSON *e = cJSON_CreateObject();
         cJSON_AddNumberToObject(e, "stage", r);
         cJSON_AddItemToObject(e, "predicted_idle", v->predicted ? num(g->predicted_idle) : cJSON_CreateNull());
-        cJSON_AddItemToObject(e, "replayed_idle", num(g->replay_idle));
-        cJSON_AddItemToObject(e, "wall_idle", num(g->wall_idle));
-        cJSON_AddItemToObject(e, "waiting_s", num(g->wait_s));
-        cJSON_AddItemToObject(e, "sent_bytes", num(g->sent_bytes));
+        PLAN_JSON_NUMBERS(e, {"replayed_idle", g->replay_idle}, {"wall_idle", g->wall_idle}, {"waiting_s", g->wait_s},
+                             {"sent_bytes", g->sent_bytes});
         cJSON_AddItemToObject(e, "predicted_peak_bytes", v->predicted ? num(g->predicted_peak) : cJSON_CreateNull());
         cJSON_AddItemToObject(e, "laid_out_bytes", num(g->laid_out));
         cJSON_AddItemToObject(e, "measured_bytes", num(g->measured));
@@ -177,12 +168,9 @@ static cJSON *checks_json(const view_run *v)
         cJSON_AddItemToObject(o, "worst_param", c->worst_param_name ? cJSON_CreateString(c->worst_param_name) : cJSON_CreateNull());
         cJSON_AddItemToObject(o, "optimizer_states", num(c->worst_state));
         cJSON_AddItemToObject(o, "worst_state", c->worst_state_name ? cJSON_CreateString(c->worst_state_name) : cJSON_CreateNull());
-        cJSON_AddItemToObject(o, "replicas", num(c->replica_diff));
-        cJSON_AddItemToObject(o, "compared_elements", num((double)c->n_compared));
-        cJSON_AddItemToObject(o, "excluded_elements", num((double)c->n_excluded));
-        cJSON_AddItemToObject(o, "noise_floor", num(c->noise_floor));
-        cJSON_AddItemToObject(o, "largest_update", num(c->largest_update));
-        cJSON_AddItemToObject(o, "update_scaled_params", num((double)c->n_update_scaled));
+        PLAN_JSON_NUMBERS(o, {"replicas", c->replica_diff}, {"compared_elements", (double)c->n_compared},
+                             {"excluded_elements", (double)c->n_excluded}, {"noise_floor", c->noise_floor},
+                             {"largest_update", c->largest_update}, {"update_scaled_params", (double)c->n_update_scaled});
         cJSON_AddStringToObject(o, "outputs_digest", digest);
         cJSON_AddItemToObject(o, "note", c->note ? cJSON_CreateString(c->note) : cJSON_CreateNull());
         cJSON_AddBoolToObject(o, "passed", c->passed);
