@@ -25,15 +25,19 @@ static char *bytes_str(double b, char *buf, size_t n)
     return buf;
 }
 
-/* FLOPs with an SI prefix: "189.1 TFLOP". */
-static char *flop_str(double x, char *buf, size_t n)
+/* v with an SI prefix up to prefix `top` (4: T, 6: E), 4 significant
+ * digits, then sep, the prefix and unit: "189.1 TFLOP", "6.04 P", "101.1k". */
+static char *si_unit(double v, int top, const char *sep, const char *unit, char *buf, size_t n)
 {
     static const char *const pre[] = {"", "k", "M", "G", "T", "P", "E"};
     int i = 0;
-    while (i < 6 && x >= 999.95) x /= 1000, i++;
-    snprintf(buf, n, "%.4g %sFLOP", x, pre[i]);
+    while (i < top && v >= 999.95) v /= 1000, i++;
+    snprintf(buf, n, "%.4g%s%s%s", v, sep, pre[i], unit);
     return buf;
 }
+
+/* FLOPs with an SI prefix: "189.1 TFLOP". */
+static char *flop_str(double x, char *buf, size_t n) { return si_unit(x, 6, " ", "FLOP", buf, n); }
 
 static void estimate_totals(FILE *f, const cost_estimate *e)
 {
@@ -115,23 +119,9 @@ static void estimate_breakdowns(FILE *f, const cost_estimate *e)
 
 /* v with an SI prefix before a unit: "6.04 P" (then "FLOP"); 4 significant
  * digits. */
-static char *si(double v, char *buf, size_t n)
-{
-    static const char *const pre[] = {"", "k", "M", "G", "T", "P", "E"};
-    int i = 0;
-    while (i < 6 && v >= 999.95) v /= 1000, i++;
-    snprintf(buf, n, "%.4g %s", v, pre[i]);
-    return buf;
-}
+static char *si(double v, char *buf, size_t n) { return si_unit(v, 6, " ", "", buf, n); }
 
-char *view_count(double v, char *buf, size_t n)
-{
-    static const char *const pre[] = {"", "k", "M", "G", "T"};
-    int i = 0;
-    while (i < 4 && v >= 999.95) v /= 1000, i++;
-    snprintf(buf, n, "%.4g%s", v, pre[i]);
-    return buf;
-}
+char *view_count(double v, char *buf, size_t n) { return si_unit(v, 4, "", "", buf, n); }
 
 /* Each mesh axis's link, the mesh-order warning, and the throughput with its
  * MFU (docs/cost-model.md, "Links, throughput and MFU"). */
