@@ -226,15 +226,24 @@ static int kernel_class(const spmd_program *p, const spmd_instr *in, int *row)
     return KC_OTHER;
 }
 
-/* Broadcasts every reader of which is an elementwise op or a reduction (and
- * whose result is no output) are folded into their readers.  cls: each
- * instruction's kernel_class. */
-static void fold_broadcasts(spmd_program *p, uint8_t *fold, const uint8_t *cls)
+/* A reshape whose local block keeps its element count: a view of its
+ * operand's buffer (row-major and contiguous, as every buffer is), which a
+ * GPU framework never copies (torch's .view, XLA's bitcast). */
+static int is_view(const spmd_program *p, const spmd_instr *in, const int64_t *numel)
+{
+    return in->kind == SPMD_COMPUTE && p->g->ops[in->op].kind == IR_OP_RESHAPE && numel[in->in[0]] == numel[in->out];
+}
+
+/* Folded into their readers (no kernel, never written): broadcasts every
+ * reader of which is an elementwise op or a reduction, and reshapes (views:
+ * any reader reads the operand's buffer); neither when its result is an
+ * output.  cls: each instruction's kernel_class. */
+static void fold_broadcasts(spmd_program *p, uint8_t *fold, const uint8_t *cls, const int64_t *numel)
 {
     int n = p->n_instrs;
-    uint8_t *bad = ir_xcalloc((size_t)(p->n_bufs ? p->n_bufs : 1), 1); /* read by a non-fusing reader */
+    uint8_t *bad = ir_xcalloc((size_t)(p->n_bufs ? p->n_bufs : 1), 1); /* bit 0: read by a non-fusing reader; 1: an output */
     for (int i = 0; i < p->g->n_outputs; i++)
-        if (p->out_buf[i] >= 0) bad[p->out_buf[i]] = 1;
+        if (p->out_buf[i] >= 0) bad[p->out_buf[i]] = 3;
     for (int i = 0; i < n; i++) {
         const spmd_instr *in = &p->instrs[i];
         int c = cls[i] >> 1;
@@ -245,6 +254,7 @@ static void fold_broadcasts(spmd_program *p, uint8_t *fold, const uint8_t *cls)
         const spmd_instr *in = &p->instrs[i];
         fold[i] = in->kind == SPMD_COMPUTE && p->g->ops[in->op].kind == IR_OP_BROADCAST &&
                   p->g->values[p->g->ops[in->op].out].dtype != IR_I32 && !bad[in->out];
+        fold[i] |= is_view(p, in, numel) && !(bad[in->out] & 2);
     }
     free(bad);
 }
@@ -297,7 +307,7 @@ static void plan_kernels(spmd_program *p, int enabled, const int64_t *numel)
         int row, c = kernel_class(p, &p->instrs[i], &row);
         cls[i] = (uint8_t)(c << 1 | row);
     }
-    if (enabled) fold_broadcasts(p, pl->kfold, cls);
+    if (enabled) fold_broadcasts(p, pl->kfold, cls, numel);
     kstate k = {.start = -1};
     for (int i = 0; i <= n; i++) {
         if (i < n && pl->kfold[i]) {

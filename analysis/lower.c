@@ -337,13 +337,38 @@ static void place_arguments(lower_ctx *c)
     }
 }
 
+/* 1 when value v is a param's gradient, or becomes one through ops that
+ * each are its only reader: reshapes, transposes, and pads summed with other
+ * pads (an add whose other operand is a pad or such a sum): the gradients of
+ * a param's parts (an imported fused projection's q, k, v; a convolution's
+ * taps) padded back into the param's shape and summed, so the sum is reduced
+ * once, as the whole param's gradient, rather than each part (a part's pad
+ * summed with a value resolved already would be reduced at the padded size). */
+static int feeds_gradient(const shard_state *s, const ir_graph *g, int v)
+{
+    for (int step = 0; step < g->n_ops; step++) {
+        if (g->values[v].grad_of >= 0) return 1;
+        if (s->use_start[v + 1] - s->use_start[v] != 1) return 0;
+        const ir_op *o = &g->ops[s->uses[s->use_start[v]]];
+        if (o->kind == IR_OP_ADD) {
+            int other = o->in[0] == v ? o->in[1] : o->in[0], p = g->values[other].producer;
+            if (p < 0 || (g->ops[p].kind != IR_OP_PAD && g->ops[p].kind != IR_OP_ADD)) return 0;
+        } else if (o->kind != IR_OP_RESHAPE && o->kind != IR_OP_TRANSPOSE && o->kind != IR_OP_PAD) {
+            return 0;
+        }
+        v = o->out;
+    }
+    return 0;
+}
+
 /* The partial axes op i's operands may keep (its result stays partial on
  * them), by ops.def's partial column: linear ops may carry partial sums:
  * PAIR (add, sub) of two values partial on the same axes, SOLE (scale, neg)
  * of a value no other op reads (with other readers, resolving once now is
- * cheaper); and, as SOLE, the reshape that gives a param's gradient the
- * param's shape (a param an imported linear reads reshaped into heads): the
- * gradient is reduced with the others, in its bucket.  Summing two partial
+ * cheaper); and, as SOLE, the reshapes, transposes and pads that make a
+ * param's gradient (feeds_gradient: a param an imported linear reads
+ * reshaped into heads, a fused projection's parts padded back and summed):
+ * the gradient is reduced once with the others, in its bucket.  Summing two partial
  * values is done before tiling on their partial axes, so the factors in fa
  * lose those axes (the sum is reduce-scattered once rather than each term). */
 static unsigned kept_partial(const lower_ctx *c, int i, shard_factor_axes *fa)
@@ -354,7 +379,8 @@ static unsigned kept_partial(const lower_ctx *c, int i, shard_factor_axes *fa)
     unsigned keep_partial = 0;
     const shard_spec *a0 = o->n_in ? &p->bufs[c->cur[o->in[0]]].spec : NULL;
     ir_oppartial kind = ir_op_partial(o->kind);
-    if (o->kind == IR_OP_RESHAPE && p->g->values[o->out].grad_of >= 0) kind = IR_PARTIAL_SOLE;
+    if ((o->kind == IR_OP_RESHAPE || o->kind == IR_OP_TRANSPOSE || o->kind == IR_OP_PAD) && feeds_gradient(s, p->g, o->out))
+        kind = IR_PARTIAL_SOLE;
     switch (kind) {
     case IR_PARTIAL_PAIR: {
         const shard_spec *b0 = &p->bufs[c->cur[o->in[1]]].spec;

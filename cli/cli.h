@@ -43,6 +43,7 @@ typedef struct cli_opts {
     const char *attention;            /* a graph file's attention: fused or materialized (--attention) */
     int weights;           /* import: write the params' values too */
     const char *inputs;    /* carve run: the user's batch (session_inputs_attach) */
+    const char *dump;      /* carve run: the folder for step 1's loss and gradients (session_run_dump) */
 } cli_opts;
 
 /* One subcommand: its name, the flags it accepts (space-separated, e.g.

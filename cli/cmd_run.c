@@ -24,6 +24,21 @@ static void say(const char *err)
     if (err[0]) cli_error("%s", err);
 }
 
+/* --dump DIR: step 1's loss and gradients written (the root's reference);
+ * a line says where, on stderr with --json.  Returns CLI_OK or
+ * CLI_BAD_INPUT after the error line. */
+static int dump(const cli_opts *o, session_run *r)
+{
+    char err[1024];
+    int n;
+    if (session_run_dump(r, o->dump, &n, err, sizeof err) < 0) {
+        cli_error("run: --dump %s", err);
+        return CLI_BAD_INPUT;
+    }
+    if (n) fprintf(o->json ? stderr : stdout, "dump: step 1's loss and %d gradients written to %s/ (.npy)\n", n - 1, o->dump);
+    return CLI_OK;
+}
+
 /* Draws `part` of the run's explanation as text (nothing with --json: its
  * document comes whole at the end). */
 static void show(const cli_opts *o, session_run *r, int part)
@@ -57,6 +72,7 @@ static int run_checked(const cli_opts *o, session_world *w, const pipe_program *
         session_run_free(r);
         return rc;
     }
+    int dumped = CLI_OK;
     show(o, r, VIEW_RUN_STEPS_HEAD);
     for (int64_t step = 1; step <= o->steps && !rc; step++) {
         session_step_times t;
@@ -65,10 +81,11 @@ static int run_checked(const cli_opts *o, session_world *w, const pipe_program *
             break;
         }
         show(o, r, VIEW_RUN_STEP);
+        if (step == 1 && o->dump) dumped = dump(o, r); /* a failure ends the run after its steps (every rank runs them) */
         if (step < o->steps) session_run_advance(r);
     }
     if (rc == CLI_OK && session_run_is_root(r)) {
-        rc = session_run_end(r) ? CLI_OK : CLI_CHECK_FAILED;
+        rc = session_run_end(r) ? dumped : CLI_CHECK_FAILED;
         if (cli_render(o->json ? "json" : "text", session_run_view(r, o->json ? VIEW_RUN_ALL : VIEW_RUN_END)) < 0) {
             cli_error("run: cannot write the %s", o->json ? "JSON document" : "output");
             rc = CLI_BAD_INPUT;
@@ -80,10 +97,16 @@ static int run_checked(const cli_opts *o, session_world *w, const pipe_program *
 }
 
 /* --inputs for the step g and the plain step it is checked against
- * (session_run_attach_inputs). */
+ * (session_run_attach_inputs); --dump refused on a step built at the
+ * micro-batch (its batch and gradients are not the user's step's). */
 static int attach_inputs(const cli_opts *o, ir_graph *g, const pipe_spec *ps, ir_graph *plain, char *note, size_t n)
 {
     char err[1280];
+    if (o->dump && (ps->microbatches >= 1 || g->rewrites.microbatches > 1)) {
+        cli_error("run: --dump writes a plain step's gradients; this step is built at the micro-batch (pipeline: or microbatch:N)");
+        return -1;
+    }
+    if (!o->inputs) return 0;
     if (session_run_attach_inputs(g, ps, plain, o->inputs, note, n, err, sizeof err) == 0) return 0;
     cli_error("run: --inputs %s", err);
     return -1;
@@ -151,7 +174,7 @@ static int run_plan(const cli_opts *o, session_world *w, const cost_hw *hw)
         if (has < 0) cli_error("run: %s", err);
         else if (ir_rewritten(g) && !(plain = session_plan_plain_step(&pl, o->plan, err, sizeof err)))
             cli_error("run: the plain step (to check against): %s", err);
-        else if (!o->inputs || (attach_inputs(o, g, &ps, plain, inputs, sizeof inputs) == 0)) {
+        else if (attach_inputs(o, g, &ps, plain, inputs, sizeof inputs) == 0) {
             session_source src;
             session_plan_source(&pl, &src);
             rc = run_lowered(&with_schedule, w, st, &ps, &src, plain, label, &pl, hw, o->inputs ? inputs : NULL);
@@ -202,7 +225,7 @@ static int run_schedule(const cli_opts *o, session_world *w, const cost_hw *hw)
     char inputs[1200] = "";
     if (!st) cli_error("run: %s", err);
     else if (ir_rewritten(g) && !(plain = cli_load_plain(&with_weights))) rc = CLI_BAD_INPUT; /* it said why */
-    else if (!o->inputs || (attach_inputs(o, g, &ps, plain, inputs, sizeof inputs) == 0))
+    else if (attach_inputs(o, g, &ps, plain, inputs, sizeof inputs) == 0)
         rc = run_lowered(o, w, st, &ps, &src, plain, cfg, NULL, hw, o->inputs ? inputs : NULL);
     else ir_free(plain);
     shard_state_free(st);
@@ -216,6 +239,10 @@ int cmd_run(const cli_opts *o)
     session_world w;
     if (o->shrink && !o->plan) {
         cli_error("run: --shrink makes a plan's model small; it needs --plan");
+        return CLI_BAD_INPUT;
+    }
+    if (o->dump && session_dump_dir_check(o->dump, err, sizeof err) < 0) {
+        cli_error("run: --dump %s", err);
         return CLI_BAD_INPUT;
     }
     exec_backend b = o->backend && !strcmp(o->backend, "mpi") ? EXEC_MPI : EXEC_THREADS;

@@ -123,7 +123,7 @@ static const cli_command commands[] = {
      "  --to torch    a Python module: DeviceMesh and DTensor placements per value\n"
      "  --out FILE    write FILE (atomically) instead of stdout; docs/export.md has an example of each\n",
      cmd_export},
-    {"run", "--model --graph --mesh --schedule --plan --shrink --steps --seed --optimizer --backend --hw --json --dim --loss --frozen --attention --inputs",
+    {"run", "--model --graph --mesh --schedule --plan --shrink --steps --seed --optimizer --backend --hw --json --dim --loss --frozen --attention --inputs --dump",
      "run a sharded training step on simulated devices and check it against the single-device reference",
      "usage: carve run (--model SPEC | --graph FILE) --mesh MESH --schedule SCHEDULE [--steps N] [--seed N]\n"
      "                 [--optimizer adam|sgd] [--hw PROFILE] [--json]\n"
@@ -150,6 +150,8 @@ static const cli_command commands[] = {
      "  --inputs FILE        the batch for every input of the step, by name, instead of seeded values:\n"
      "                       an .npz (np.savez), an ONNX GraphProto of initializers, or a folder of\n"
      "                       TensorProto .pb files (docs/run.md); a plain step (no pipeline, no microbatch:)\n"
+     "  --dump DIR           write step 1's loss and every param's gradient (the reference's) into DIR as\n"
+     "                       numpy .npy files (loss.npy, grad.NAME.npy; made when missing; docs/run.md)\n"
      "  an ONNX file (--graph FILE.onnx, or a plan made from one) runs from the file's weights\n"
      "prints each step's loss from both executors, per-device timings and bytes moved, and the check:\n"
      "the loss and every updated param and optimizer state within 1e-4 of the reference, relative to\n"

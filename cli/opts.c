@@ -154,6 +154,7 @@ static const struct flag {
     {"--loss", FLAG_TEXT, offsetof(cli_opts, loss), NULL, NULL, NULL, 0, 0},
     {"--frozen", FLAG_TEXT, offsetof(cli_opts, frozen), NULL, NULL, NULL, 0, 0},
     {"--inputs", FLAG_TEXT, offsetof(cli_opts, inputs), NULL, NULL, NULL, 0, 0},
+    {"--dump", FLAG_TEXT, offsetof(cli_opts, dump), NULL, NULL, NULL, 0, 0},
     {"--attention", FLAG_TEXT, offsetof(cli_opts, attention), "fused materialized", "fused or materialized", NULL, 0, 0},
 };
 

@@ -61,7 +61,7 @@ struct cost_ws {
     int *last_use;
     uint8_t *persistent;      /* 1: argument buffers and kept outputs, 2: donated outputs, 3: fused
                                  results in scratch tiles or kernel-internal (never allocated) */
-    int *fold_src;            /* per buffer made by a folded broadcast: the buffer its readers read, else -1 */
+    int *fold_src;            /* per buffer made by a folded broadcast or reshape: the buffer its readers read, else -1 */
     unsigned *kin, *kout;     /* per buffer: stamp of the kernel that read / made it (price_kernel) */
     double *touched;          /* per buffer: the device's traffic when it was last read or written (cache) */
     unsigned kstamp;
@@ -765,10 +765,10 @@ static int price_kernel(ctx *c, const cost_hw *hw, int s, double *share)
     return len;
 }
 
-/* Kernels (fused_elementwise = 2): folded broadcasts hand their readers their
- * operand, which then lives until the last of those readers; a folded
- * broadcast's result and a kernel's results read only inside it are never
- * allocated (persistent 3). */
+/* Kernels (fused_elementwise = 2): folded broadcasts and reshapes (views)
+ * hand their readers their operand, which then lives until the last of those
+ * readers; a folded op's result and a kernel's results read only inside it
+ * are never allocated (persistent 3). */
 static void mark_kernels(cost_ws *w, const spmd_program *p)
 {
     const spmd_fuse_plan *f = &p->fuse;
@@ -780,8 +780,9 @@ static void mark_kernels(cost_ws *w, const spmd_program *p)
     for (int i = 0; i < p->n_instrs; i++) {
         const spmd_instr *in = &p->instrs[i];
         if (!f->kfold[i]) continue;
-        w->fold_src[in->out] = in->in[0];
-        if (w->last_use[in->out] > w->last_use[in->in[0]]) w->last_use[in->in[0]] = w->last_use[in->out];
+        int src = w->fold_src[in->in[0]] >= 0 ? w->fold_src[in->in[0]] : in->in[0]; /* a view of a view: the first's buffer */
+        w->fold_src[in->out] = src;
+        if (w->last_use[in->out] > w->last_use[src]) w->last_use[src] = w->last_use[in->out];
         if (!w->persistent[in->out]) w->persistent[in->out] = 3;
     }
     for (int s = 0; s < p->n_instrs; s++) {
@@ -1047,7 +1048,7 @@ static void sweep_memory(ctx *c, int i, sweep *s, cost_estimate *out)
     for (int k = 0; k < IR_MAX_OPERANDS; k++) {
         int b = in->in[k], twice = 0;
         freed[k] = -1;
-        if (c->kern && b >= 0 && w->fold_src[b] >= 0) b = w->fold_src[b]; /* read through a folded broadcast */
+        if (c->kern && b >= 0 && w->fold_src[b] >= 0) b = w->fold_src[b]; /* read through a folded broadcast or view */
         for (int j = 0; j < k; j++) twice |= b == freed[j];
         if (b < 0 || w->persistent[b] || w->last_use[b] != i || twice) continue;
         freed[k] = b;

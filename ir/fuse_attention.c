@@ -14,16 +14,21 @@
  * k.  A mask is accepted when it is causal, as the presets and the ONNX
  * reader write it: M = ge(iota dim 0, iota dim 1) over [s, t] (1 where the
  * query's index is at least the key's) and B = log(M) (0 or -inf) or
- * scale(add_scalar(M, -1), c >= 1e4) (0 or -c), or B alone.  Any other mask
+ * scale(add_scalar(M, -1), c >= 1e4) (0 or -c), or B alone; or B a constant
+ * table whose every [s, t] block holds that bias (an import's folded mask,
+ * with or without a batch dim: is_causal_table).  Any other mask
  * (a padding mask from an input, a position bias), dropout on P, another
  * reader of any value inside the chain: the chain is left as it is, and
  * counted as skipped with the first reason.
  *
  * q, k and v are transposed to the fused op's layout ([b,s,n,d], batch
  * letters in q's order) where they are not in it, and the result back to
- * the context's letters.  Then every op whose result nothing needs is
- * dropped (the chain, the masks of fused layers), and the graph is rebuilt
- * in order with the argument data shared.
+ * the context's letters; a transpose that makes q, k or v for the chain
+ * alone, or that alone reads the context (an import's [b,n,s,d] heads
+ * layout and back), is composed with the fused op's, so the two cancel.
+ * Then every op whose result nothing needs is dropped (the chain, the masks
+ * of fused layers, a mask table no op reads), and the graph is rebuilt in
+ * order with the argument data shared.
  */
 #include "ir.h"
 
@@ -44,6 +49,8 @@ typedef struct attn_chain {
 typedef struct fuse_ctx {
     const ir_graph *g;
     int *readers;           /* per value: how many op operands read it (outputs count too) */
+    int *reader;            /* per value: the last op that reads it */
+    signed char *table;     /* per value: a causal mask table (1), not one (-1), not looked at yet (0) */
     unsigned char *inside;  /* per op: part of a chain being checked */
     char why[160];          /* the first reason a chain was skipped */
 } fuse_ctx;
@@ -110,6 +117,37 @@ static int is_causal_bias(const fuse_ctx *c, int bias, int *m)
     return 0;
 }
 
+/* A constant table (an import's mask folded to its elements: transformers'
+ * torch.finfo(dtype).min above the diagonal, expanded to the batch) read
+ * through broadcast `bcast` onto the scores: 1 when its last two dims are
+ * the scores' [s, t] and every [s, t] block of it is the causal bias (0 where
+ * the query's index is at least the key's, at most -1e4 elsewhere), as
+ * is_causal_bias's forms.  A table without elements (a model from shapes
+ * alone) is not known to be causal. */
+static int is_causal_table(const fuse_ctx *c, int bcast)
+{
+    const ir_op *b = producer(c, bcast, IR_OP_BROADCAST);
+    int r = c->g->values[bcast].rank;
+    if (!b || r < 2) return 0;
+    const ir_value *t = &c->g->values[b->in[0]];
+    if (t->rank < 2 || b->attrs.n_ints != t->rank || b->attrs.ints[t->rank - 2] != r - 2 || b->attrs.ints[t->rank - 1] != r - 1)
+        return 0;
+    signed char *known = &c->table[b->in[0]]; /* every layer reads the same table: looked at once */
+    const float *x = *known || t->producer >= 0 || t->dtype != IR_F32 ? NULL : ir_data(c->g, b->in[0]);
+    int64_t s = t->dims[t->rank - 2], n = t->dims[t->rank - 1], blocks = ir_numel(t) / (s * n > 0 ? s * n : 1);
+    if (!*known) *known = x ? 1 : -1;
+    for (int64_t k = 0; x && k < blocks; k++)
+        for (int64_t i = 0; i < s && *known > 0; i++)
+            for (int64_t j = 0; j < n; j++) {
+                float e = x[(k * s + i) * n + j];
+                if (j <= i ? e != 0.0f : !(e <= -1e4f)) {
+                    *known = -1;
+                    break;
+                }
+            }
+    return *known > 0;
+}
+
 /* The [s, t] operand of a broadcast onto the scores' last two dims, or -1. */
 static int st_operand(const fuse_ctx *c, int bcast)
 {
@@ -128,9 +166,11 @@ static int unmask(fuse_ctx *c, int x, int *s, int *causal)
     const ir_op *add = inner(c, x, IR_OP_ADD, 2); /* read by the max and the sub */
     if (!add) return 1;
     int bias = st_operand(c, add->in[1]), m = -1, m2;
-    if (bias < 0 || !is_causal_bias(c, bias, &m)) return skip(c, "a mask other than a causal one (a padding mask, a position bias)");
+    int table = (bias < 0 || !is_causal_bias(c, bias, &m)) && is_causal_table(c, add->in[1]);
+    if (!table && (bias < 0 || m < 0)) return skip(c, "a mask other than a causal one (a padding mask, a position bias)");
     c->inside[c->g->values[add->in[1]].producer] = 1;
     const ir_op *mul = inner(c, add->in[0], IR_OP_MUL, 1);
+    if (mul && table) return skip(c, "a multiplicative mask beside a mask table");
     if (mul) {
         m2 = st_operand(c, mul->in[1]);
         if (m2 != m && !(m2 >= 0 && is_causal_mask(c, m2))) return skip(c, "a multiplicative mask other than the causal one");
@@ -191,6 +231,33 @@ static int letters(fuse_ctx *c, const ir_op *e1, const ir_op *e2, attn_chain *ch
     return 1;
 }
 
+/* *x made by a transpose that only the chain reads (an import's k and v,
+ * transposed to [b, n, t, d] for its einsums): the chain reads the
+ * transpose's operand, its perm composed with the fused layout's. */
+static void through_transpose(fuse_ctx *c, int *x, int *perm)
+{
+    const ir_op *t = producer(c, *x, IR_OP_TRANSPOSE);
+    if (!t || c->readers[*x] != 1 || t->attrs.n_ints != 4) return;
+    int p[4];
+    for (int i = 0; i < 4; i++) p[i] = (int)t->attrs.ints[perm[i]];
+    memcpy(perm, p, sizeof p);
+    *x = t->in[0];
+}
+
+/* The context read only by a transpose (an import's [b, n, s, e] back to
+ * [b, s, n, e]): that transpose ends the chain, its perm composed with the
+ * fused result's. */
+static void out_transpose(fuse_ctx *c, attn_chain *ch)
+{
+    int ctx = c->g->ops[ch->ctx_op].out, t = c->reader[ctx];
+    const ir_op *o = c->readers[ctx] == 1 && t >= 0 ? &c->g->ops[t] : NULL;
+    if (!o || o->kind != IR_OP_TRANSPOSE || o->attrs.n_ints != 4) return;
+    int p[4];
+    for (int i = 0; i < 4; i++) p[i] = ch->perm_out[o->attrs.ints[i]];
+    memcpy(ch->perm_out, p, sizeof p);
+    ch->ctx_op = t;
+}
+
 /* Recognises the chain ending in einsum op i (the context).  Returns 1 with
  * *ch filled and its interior marked in c->inside; 0 when op i ends no
  * softmax chain; -1 when it does but cannot be fused (why in c->why). */
@@ -224,6 +291,10 @@ static int chain_at(fuse_ctx *c, int i, attn_chain *ch)
     ch->causal = causal;
     ch->scale = scale;
     if (causal && g->values[s].dims[2] != g->values[s].dims[3]) return skip(c, "a causal mask over as many keys as queries");
+    through_transpose(c, &ch->q, ch->perm_q);
+    through_transpose(c, &ch->k, ch->perm_k);
+    through_transpose(c, &ch->v, ch->perm_v);
+    out_transpose(c, ch);
     return 1;
 }
 
@@ -312,7 +383,8 @@ static ir_graph *rebuild_graph(const ir_graph *g, const int *chain_of, const att
     rebuild r = {g, ir_new(g->name), ir_xcalloc((size_t)g->n_values + 1, sizeof(int)), chain_of, chains};
     unsigned char *need = needed_values(g, chain_of, chains);
     for (int v = 0; v < g->n_values && !ir_error(r.out); v++)
-        if (need[v] || g->values[v].producer < 0) copy_value(&r, v); /* every argument: the step's inputs */
+        if (need[v] || (g->values[v].producer < 0 && g->values[v].role != IR_CONST))
+            copy_value(&r, v); /* every argument but a constant table read no more (a fused mask): the step's inputs */
     for (int i = 0; i < g->n_outputs && !ir_error(r.out); i++)
         if (g->outputs[i].value != g->loss) ir_add_output(r.out, r.map[g->outputs[i].value], g->outputs[i].updates >= 0 ? r.map[g->outputs[i].updates] : -1);
     if (g->loss >= 0 && !ir_error(r.out)) ir_set_loss(r.out, r.map[g->loss]);
@@ -326,17 +398,20 @@ ir_graph *ir_fuse_attention(const ir_graph *g, int *fused, int *skipped, char *w
 {
     fuse_ctx c = {.g = g};
     c.readers = ir_xcalloc((size_t)g->n_values + 1, sizeof(int));
+    c.reader = ir_xcalloc((size_t)g->n_values + 1, sizeof(int));
+    c.table = ir_xcalloc((size_t)g->n_values + 1, 1);
     c.inside = ir_xcalloc((size_t)g->n_ops + 1, 1);
     for (int i = 0; i < g->n_ops; i++)
-        for (int k = 0; k < g->ops[i].n_in; k++) c.readers[g->ops[i].in[k]]++;
+        for (int k = 0; k < g->ops[i].n_in; k++) c.readers[g->ops[i].in[k]]++, c.reader[g->ops[i].in[k]] = i;
     for (int i = 0; i < g->n_outputs; i++) c.readers[g->outputs[i].value]++;
     int *chain_of = ir_xcalloc((size_t)g->n_ops + 1, sizeof(int));
     attn_chain *chains = ir_xcalloc((size_t)g->n_ops + 1, sizeof *chains);
     int nc = 0;
     *fused = *skipped = 0;
+    for (int i = 0; i < g->n_ops; i++) chain_of[i] = -1;
     for (int i = 0; i < g->n_ops; i++) {
         int rc = chain_at(&c, i, &chains[nc]);
-        chain_of[i] = rc > 0 ? nc++ : -1;
+        if (rc > 0) chain_of[chains[nc].ctx_op] = nc, nc++; /* its end: the context or the transpose after it */
         *skipped += rc < 0;
     }
     if (why && n) snprintf(why, n, "%s", c.why);
@@ -353,6 +428,8 @@ ir_graph *ir_fuse_attention(const ir_graph *g, int *fused, int *skipped, char *w
         out = ir_clone(g);
     }
     free(c.readers);
+    free(c.reader);
+    free(c.table);
     free(c.inside);
     free(chain_of);
     free(chains);

@@ -202,15 +202,27 @@ int ox_made_ir(ox_ctx *c, ox_val *v)
     return t ? ox_ir_of_tensor(c, t) : -1;
 }
 
+/* The elements mixed in four lanes (element i into lane i % 4), so the
+ * multiplies of neighbouring elements overlap: a big model's constants (a
+ * 4096 x 4096 mask a layer) are hashed at about a cycle an element. */
 static uint64_t tensor_hash(const ox_tensor *t)
 {
-    uint64_t h = IR_FNV_OFFSET ^ (uint64_t)t->type;
+    uint64_t h = IR_FNV_OFFSET ^ (uint64_t)t->type, lane[4];
     for (int i = 0; i < t->rank; i++) h = ir_fnv_word(h, (uint64_t)t->dims[i]);
-    for (int64_t i = 0; i < t->n; i++) {
+    for (int k = 0; k < 4; k++) lane[k] = h ^ (uint64_t)k;
+    int64_t i = 0;
+    for (; i + 4 <= t->n; i += 4)
+        for (int k = 0; k < 4; k++) {
+            uint64_t u;
+            memcpy(&u, &t->v[i + k], 8);
+            lane[k] = ir_fnv_word(lane[k], u);
+        }
+    for (; i < t->n; i++) {
         uint64_t u;
         memcpy(&u, &t->v[i], 8);
-        h = ir_fnv_word(h, u);
+        lane[0] = ir_fnv_word(lane[0], u);
     }
+    for (int k = 0; k < 4; k++) h = ir_fnv_word(h, lane[k]);
     return h;
 }
 
@@ -220,11 +232,18 @@ static int same_contents(ox_ctx *c, int x, const ox_tensor *t)
     const ir_value *v = &c->g->values[x];
     if (v->rank != t->rank || memcmp(v->dims, t->dims, sizeof(int64_t) * (size_t)t->rank)) return 0;
     const void *d = ir_data(c->g, x);
-    for (int64_t i = 0; d && i < t->n; i++) {
-        double e = v->dtype == IR_I32 ? (double)((const int32_t *)d)[i] : (double)((const float *)d)[i];
-        if (e != (v->dtype == IR_I32 ? t->v[i] : (double)(float)t->v[i]) && !(e != e && t->v[i] != t->v[i])) return 0;
+    if (!d) return 0;
+    if (v->dtype == IR_I32) {
+        for (int64_t i = 0; i < t->n; i++)
+            if ((double)((const int32_t *)d)[i] != t->v[i]) return 0;
+        return 1;
     }
-    return d != NULL;
+    const float *f = d;
+    for (int64_t i = 0; i < t->n; i++) {
+        float a = (float)t->v[i];
+        if (a != f[i] && !(a != a && f[i] != f[i])) return 0; /* NaN is NaN here */
+    }
+    return 1;
 }
 
 /* A causal mask: a 2-D float constant holding `on` where col <= row + k and

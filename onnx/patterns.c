@@ -3,7 +3,8 @@
  * torch writes some functions as chains of elementwise nodes: GELU's tanh
  * approximation (nn.GELU(approximate="tanh"), GPT-2's gelu_new) is
  *   0.5 * (x * (1 + tanh(sqrt(2/pi) * (x + 0.044715 * x*x*x))))
- * in ten nodes.  carve has the function as one op (`gelu`, the same
+ * in ten nodes (transformers' NewGELUActivation: 0.5 * x first, then
+ * Pow(x, 3): gelu_half_first).  carve has the function as one op (`gelu`, the same
  * formula), which its cost model prices as one pass and its VJP as one
  * more, where the chain would be priced node by node.  A pattern is tried
  * at the first node of its chain: it follows the chain's values forward
@@ -129,7 +130,59 @@ static int gelu_tanh(ox_ctx *c, int at)
     return ox_out_ir(c, s[k - 1], 0, y, vx->type) < 0 ? -1 : 1;
 }
 
+/* The reader of x (not a graph output) that is Pow(x, 3) and comes after
+ * node `at`, or NULL. */
+static const Onnx__NodeProto *cube_of(ox_ctx *c, const char *x, int at, int *index)
+{
+    ox_val *v = ox_val_get(c, x);
+    int i = v ? (int)(v - c->vals) : -1;
+    for (int u = i >= 0 ? c->use_start[i] : 0; i >= 0 && u < c->use_start[i + 1]; u++) {
+        const Onnx__NodeProto *n = c->graph->node[c->uses[u]];
+        if (c->uses[u] > at && n->n_output == 1 && !strcmp(n->input[0], x) && is_step(c, n, "Pow", x, 3.0, NULL))
+            return *index = c->uses[u], n;
+    }
+    return NULL;
+}
+
+/* GELU, tanh form as transformers' NewGELUActivation (GPT-2's gelu_new) and
+ * torch's exporters write it: 0.5 * x first, then
+ *   h * (1 + tanh(sqrt(2/pi) * (x + 0.044715 * Pow(x, 3))))
+ * anchored at Mul(x, 0.5), whose one reader is the last Mul.  Every node of
+ * the chain comes after the anchor (else nothing matches).  Returns 1 when
+ * emitted. */
+static int gelu_half_first(ox_ctx *c, int at)
+{
+    const Onnx__NodeProto *n = c->graph->node[at];
+    if (strcmp(n->op_type, "Mul") || ox_n_in(n) != 2 || n->n_output != 1) return 0;
+    ox_val *a = ox_val_get(c, n->input[0]);
+    const char *x = a && ox_is_const(a) ? n->input[1] : n->input[0];
+    ox_val *vx = ox_val_get(c, x);
+    int idx[8], k = 0, j;
+    if (!vx || ox_is_const(vx) || !ox_type_is_float(vx->type) || !is_step(c, n, "Mul", x, 0.5, NULL)) return 0;
+    const Onnx__NodeProto *s[8], *cube = cube_of(c, x, at, &j), *last = sole_reader(c, n->output[0], &idx[7]);
+    if (!cube || !last || idx[7] <= at) return 0;
+    s[k] = cube, idx[k++] = j;
+    static const struct { const char *op; double v; int other; } chain[] = {
+        {"Mul", 0.044715, 0}, {"Add", NAN, 1}, {"Mul", 0.7978845608028654, 0}, {"Tanh", NAN, 0}, {"Add", 1.0, 0}, {"Mul", NAN, 2},
+    };
+    for (size_t i = 0; i < sizeof chain / sizeof chain[0]; i++) {
+        const Onnx__NodeProto *next = sole_reader(c, s[k - 1]->output[0], &j);
+        const char *other = chain[i].other == 1 ? x : chain[i].other == 2 ? n->output[0] : NULL;
+        if (!next || j <= at || !is_step(c, next, chain[i].op, s[k - 1]->output[0], chain[i].v, other)) return 0;
+        s[k] = next, idx[k++] = j;
+    }
+    if (s[k - 1] != last) return 0;
+    int xi = ox_ir(c, vx);
+    if (xi < 0) return -1;
+    int y = ir_unary(c->g, IR_OP_GELU, xi);
+    if (y < 0) return ox_check_ir(c);
+    for (int i = 0; i < k; i++) c->done[idx[i]] = 1;
+    if (c->info) c->info->patterns++;
+    return ox_out_ir(c, s[k - 1], 0, y, vx->type) < 0 ? -1 : 1;
+}
+
 int ox_patterns(ox_ctx *c, int at)
 {
-    return gelu_tanh(c, at);
+    int r = gelu_tanh(c, at);
+    return r ? r : gelu_half_first(c, at);
 }

@@ -25,6 +25,10 @@ struct session_run {
     int *grad_value;        /* per view_run param: the check graph's value holding its gradient */
 };
 
+/* Fills r->v.param_names and r->grad_value (each param's gradient in the
+ * check's graph), once (run_view.c). */
+void session_run_find_params(session_run *r);
+
 /* Records step `step` just run (times t, the check's losses) in r->v. */
 void session_run_record_step(session_run *r, int64_t step, const session_step_times *t);
 

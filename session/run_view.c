@@ -52,9 +52,10 @@ const view_explanation *session_run_view(session_run *r, int part)
 }
 
 /* The params of the check's graph and the value holding each one's
- * gradient (the last one made: a step of micro-batches sums them). */
-static void find_params(session_run *r)
+ * gradient (the last one made: a step of micro-batches sums them); once. */
+void session_run_find_params(session_run *r)
 {
+    if (r->v.param_names) return;
     view_run *v = &r->v;
     const ir_graph *g = session_run_check_graph(r);
     int *grad = ir_xcalloc((size_t)g->n_values + 1, sizeof *grad);
@@ -74,7 +75,7 @@ static void find_params(session_run *r)
 static double *grad_norms(session_run *r)
 {
     if (!r->ref) return NULL;
-    if (!r->v.param_names) find_params(r);
+    session_run_find_params(r);
     const ir_graph *g = session_run_check_graph(r);
     double *n = ir_xcalloc((size_t)r->v.n_params + 1, sizeof *n);
     for (int i = 0; i < r->v.n_params; i++) {

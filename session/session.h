@@ -426,6 +426,14 @@ void session_run_advance(session_run *r);
 int session_run_agree(session_run *r, int rc);
 /* 1 in the process that reports (rank 0, or the only one). */
 int session_run_is_root(const session_run *r);
+/* carve run --dump DIR (session/dump.c, docs/run.md): the reference's loss
+ * and every param's gradient of the step just run, as .npy files in dir
+ * (made when missing); *n_written: the files.  The root writes; the other
+ * ranks return 0 with none.  Returns 0, or -1 with one line in err. */
+int session_run_dump(session_run *r, const char *dir, int *n_written, char *err, size_t errlen);
+/* 0 when dir is missing or a folder; else -1 with one line in err (before a
+ * run starts: --dump's argument checked). */
+int session_dump_dir_check(const char *dir, char *err, size_t errlen);
 const exec_spmd_stats *session_run_stats(const session_run *r);
 const exec_spmd_check *session_run_check(const session_run *r);
 exec_spmd *session_run_runtime(session_run *r);

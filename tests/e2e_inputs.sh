@@ -8,7 +8,8 @@
 # gradient that is zero in exact arithmetic (a BERT key bias that starts at
 # zero, under SGD) passes the check, measured against the model's largest
 # update; a float mask initializer holding -inf stays a constant (its update
-# would be NaN); bad batches are one line and exit 2.  Closing line: N passed, N failed.
+# would be NaN); --dump DIR writes step 1's loss and gradients as .npy files
+# that match torch's elementwise; bad batches are one line and exit 2.  Closing line: N passed, N failed.
 set -u
 . "$(dirname "$0")/lib_e2e.sh"
 e2e_start
@@ -51,6 +52,41 @@ sys.exit(0 if a['checks'][0]['outputs_digest'] == b['checks'][0]['outputs_digest
 check "np.savez's .npz gives the GraphProto's bits" $?
 ok "gpt2 --inputs text" "$carve" run --graph "$hf/gpt2-legacy.onnx" --inputs "$hf/gpt2-legacy.batch.npz" "${plan[@]}"
 has "the text names the batch" "inputs from $hf/gpt2-legacy.batch.npz (2 inputs; 0 other tensors ignored)"
+
+# --dump DIR: step 1's loss and every gradient as .npy files, elementwise against torch's (each
+# within 1e-4 of the larger of its own largest element and 1e-3 of the model's largest, as the
+# norms above; docs/run.md), in the state_dict's shapes (c_attn [16, 48], not carve's heads layout)
+ok "gpt2 --dump" "$carve" run --graph "$hf/gpt2-legacy.onnx" --inputs "$hf/gpt2-legacy.ref.pb" "${plan[@]}" --dump dump
+has "gpt2 --dump says where" "^dump: step 1's loss and 28 gradients written to dump/"
+PYTHONPATH=$root/tests/onnx "$py" - "$hf/gpt2-legacy.ref.pb" dump >cmp.txt 2>&1 <<'EOF'
+import ast, os, struct, sys, refpb
+ref, d = refpb.read(sys.argv[1]), sys.argv[2]
+def npy(path):  # numpy's .npy 1.0, '<f4' (no numpy needed)
+    b = open(path, "rb").read()
+    assert b[:8] == b"\x93NUMPY\x01\x00", path
+    n = struct.unpack("<H", b[8:10])[0]
+    h = ast.literal_eval(b[10:10 + n].decode())
+    assert h["descr"] == "<f4" and not h["fortran_order"], h
+    return list(h["shape"]), list(struct.unpack("<%df" % ((len(b) - 10 - n) // 4), b[10 + n:]))
+shape, loss = npy(os.path.join(d, "loss.npy"))
+ok = shape == [] and abs(loss[0] - ref["loss"][1][0]) <= 1e-5 * abs(ref["loss"][1][0])
+grads = {k[5:]: v for k, v in ref.items() if k.startswith("grad:")}
+scale = 1e-3 * max(abs(x) for dims, vals in grads.values() for x in vals)
+worst, n = 0.0, 0
+for name, (dims, vals) in grads.items():
+    shape, got = npy(os.path.join(d, "grad.%s.npy" % name))
+    big = max(max(abs(x) for x in vals), scale)
+    err = max(abs(a - b) for a, b in zip(got, vals)) / big
+    worst, n = max(worst, err), n + 1
+    if shape != list(dims) or len(got) != len(vals) or err > 1e-4:
+        print("%s: shape %s (torch %s), off by %.3g" % (name, shape, list(dims), err))
+        ok = False
+files = len(os.listdir(d))
+print("loss %.9g torch %.9g; %d gradients, worst %.2e; %d files" % (loss[0], ref["loss"][1][0], n, worst, files))
+sys.exit(0 if ok and n == 28 and files == 29 else 1)
+EOF
+check "gpt2 --dump: loss and 28 gradients elementwise within 1e-4 of torch's ($(tail -1 cmp.txt))" $?
+[ -s cmp.txt ] && grep -v "^loss" cmp.txt | head -5
 
 # a folder of TensorProto files (ONNX's test data layout): the same bits
 PYTHONPATH=$root/tests/onnx "$py" - "$hf/gpt2-legacy.ref.pb" <<'EOF'
@@ -116,6 +152,12 @@ bad "a shape that differs" "input 'input_ids' is \[4, 8\] here, the file's is \[
     "$carve" run --graph "$hf/gpt2-legacy.onnx" --inputs shape.npz "${plan[@]}"
 bad "not a batch file" "not a GraphProto" "$carve" run --graph "$hf/gpt2-legacy.onnx" --inputs "$hf/gpt2-legacy.onnx" "${plan[@]}"
 bad "no such file" "cannot open" "$carve" run --graph "$hf/gpt2-legacy.onnx" --inputs nothing.npz "${plan[@]}"
+touch afile
+bad "--dump onto a file" "afile: exists and is not a folder" "$carve" run --graph "$hf/gpt2-legacy.onnx" "${plan[@]}" --dump afile
+bad "--dump into a missing folder" "nothing/there: its folder nothing is missing or not a folder" \
+    "$carve" run --graph "$hf/gpt2-legacy.onnx" "${plan[@]}" --dump nothing/there
+bad "--dump of micro-batches" "built at the micro-batch" "$carve" run --model gpt-tiny --mesh batch=2 \
+    --schedule dp:batch,microbatch:2 --dump out
 bad "a pipeline's micro-batches" "built at the micro-batch" "$carve" run --model gpt-tiny --mesh pipe=2 \
     --schedule pipeline:pipe:2 --inputs "$hf/gpt2-legacy.batch.npz"
 closing

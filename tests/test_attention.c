@@ -327,7 +327,7 @@ static void fuse_onnx(const char *name, int want_fused, int want_skipped)
 {
     char path[1024], err[512], why[200];
     const char *root = getenv("CARVE_ROOT");
-    snprintf(path, sizeof path, "%s/tests/onnx/fixtures/%s.onnx", root ? root : ".", name);
+    snprintf(path, sizeof path, "%s/tests/onnx/%s%s.onnx", root ? root : ".", strchr(name, '/') ? "" : "fixtures/", name);
     onnx_options o;
     memset(&o, 0, sizeof o);
     ir_graph *f = onnx_import(path, &o, NULL, err, sizeof err);
@@ -341,6 +341,43 @@ static void fuse_onnx(const char *name, int want_fused, int want_skipped)
     if (g && fused) same_training(name, f, g);
     ir_free(g);
     ir_free(f);
+}
+
+/* Scores [b=2, n=2, s=4, t=4] plus a constant mask table [b, s, t] read
+ * through a broadcast (transformers' mask, folded by the ONNX reader): the
+ * chain is fused when every block of the table is the causal bias, and kept
+ * when one element is not (bad >= 0: that block's last row lets a later key
+ * through) or the table has no elements (a model from shapes alone). */
+static void fuse_mask_table(int bad, int with_data)
+{
+    ir_graph *g = ir_new("mask-table");
+    int64_t qd[4] = {2, 4, 2, 8}, sd[4] = {2, 2, 4, 4}, md[3] = {2, 4, 4}, map[3] = {0, 2, 3};
+    int q = ir_arg(g, "q", IR_PARAM, IR_F32, 4, qd), k = ir_arg(g, "k", IR_PARAM, IR_F32, 4, qd);
+    int v = ir_arg(g, "v", IR_PARAM, IR_F32, 4, qd), m = ir_arg(g, "mask", IR_CONST, IR_F32, 3, md);
+    float *t = malloc(32 * sizeof *t);
+    for (int i = 0; i < 32; i++) t[i] = (i % 4) <= (i / 4) % 4 ? 0.0f : -3.4028235e38f;
+    if (bad >= 0) t[bad * 16 + 3 * 4 + 3] = -3.4028235e38f; /* the last query cannot see itself */
+    if (with_data) ir_data_attach(g, m, t, 32);
+    else free(t);
+    int sc = ir_scale(g, ir_einsum(g, "bsnd,btnd->bnst", q, k), 0.125);
+    int x = ir_binary(g, IR_OP_ADD, sc, ir_broadcast(g, m, 4, sd, map));
+    int64_t last = 3, keep[3] = {0, 1, 2};
+    int mx = ir_broadcast(g, ir_unary(g, IR_OP_STOP_GRAD, ir_reduce(g, IR_OP_REDUCE_MAX, x, 1, &last)), 4, sd, keep);
+    int e = ir_unary(g, IR_OP_EXP, ir_binary(g, IR_OP_SUB, x, mx));
+    int p = ir_binary(g, IR_OP_DIV, e, ir_broadcast(g, ir_reduce(g, IR_OP_REDUCE_SUM, e, 1, &last), 4, sd, keep));
+    int ctx = ir_einsum(g, "bnst,btnd->bsnd", p, v);
+    int64_t all[4] = {0, 1, 2, 3};
+    ir_set_loss(g, ir_reduce(g, IR_OP_REDUCE_SUM, ir_binary(g, IR_OP_MUL, ctx, ctx), 4, all));
+    char err[512], why[200];
+    int fused, skipped;
+    CHECKF(!ir_error(g), "mask table: %s", ir_error(g) ? ir_error(g) : "");
+    ir_graph *f = ir_fuse_attention(g, &fused, &skipped, why, sizeof why, err, sizeof err);
+    int want = bad < 0 && with_data;
+    CHECKF(f && fused == want && skipped == !want, "mask table (bad %d, data %d): %d fused, %d kept (%s)", bad, with_data, fused,
+           skipped, why);
+    if (f && want) same_training("mask table", g, f);
+    ir_free(f);
+    ir_free(g);
 }
 
 int main(void)
@@ -361,5 +398,13 @@ int main(void)
     fuse_onnx("gpt2-o14-train", 2, 0);
     fuse_onnx("llama-o17-train", 2, 0);
     fuse_onnx("bert-o17-train", 0, 2);
+    /* transformers' exports: the causal mask a constant table (finfo.min above the diagonal, one block an example) */
+    fuse_onnx("hf/gpt2-legacy", 2, 0);
+    fuse_onnx("hf/llama-legacy", 2, 0);
+    fuse_onnx("hf/qwen2-t113", 2, 0);
+    fuse_onnx("hf/bert-legacy", 0, 2);
+    fuse_mask_table(-1, 1);
+    fuse_mask_table(1, 1);
+    fuse_mask_table(-1, 0);
     return test_done();
 }

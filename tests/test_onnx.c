@@ -425,6 +425,13 @@ static void test_hf_fixture(const char *name, int layers, FILE *table)
     g = load(&f, &info);
     CHECKF(g && info.layers == layers, "%s: %d layers found, the config has %d", name, g ? info.layers : -1, layers);
     if (g) check_megatron(name, g, &info, layers);
+    /* GPT-2's gelu_new (0.5 * x, then the tanh formula): one gelu op a layer (onnx/patterns.c) */
+    if (g && !strncmp(name, "gpt2-", 5)) {
+        int gelu = 0, tanh_ops = 0;
+        for (int i = 0; i < g->n_ops; i++) gelu += g->ops[i].kind == IR_OP_GELU, tanh_ops += g->ops[i].kind == IR_OP_TANH;
+        CHECKF(info.patterns == layers && gelu == layers && tanh_ops == 0, "%s: %d patterns, %d gelu, %d tanh ops (%d layers)", name,
+               info.patterns, gelu, tanh_ops, layers);
+    }
     int named = 0;
     for (int v = 0; g && v < g->n_values; v++) {
         char key[300];
