@@ -581,6 +581,7 @@ static search_budget share(const autopart_layout_level *L)
     if (b.simulations) b.simulations = b.simulations >= 16 ? b.simulations / 8 : 2;
     if (b.stall) b.stall = b.stall >= 16 ? b.stall / 8 : 2;
     if (b.converge) b.patience_min = (b.patience_min > 0 ? b.patience_min : SEARCH_PATIENCE_MIN) / 8;
+    b.max_rounds = 1; /* one round: the plain step's search has them (search_budget.max_rounds) */
     b.seconds /= 8;
     if (L->deadline > 0) {
         double left = L->deadline - autopart_clock();

@@ -61,6 +61,7 @@ static search_budget share(const autopart_pipeline_level *L)
     if (b.simulations) b.simulations = b.simulations >= 8 ? b.simulations / 4 : 2;
     if (b.stall) b.stall = b.stall >= 8 ? b.stall / 4 : 2;
     if (b.converge) b.patience_min = (b.patience_min > 0 ? b.patience_min : SEARCH_PATIENCE_MIN) / 4;
+    b.max_rounds = 1; /* one round: the plain step's search has them (search_budget.max_rounds) */
     b.seconds /= 4;
     if (L->deadline > 0) {
         double left = L->deadline - autopart_clock();

@@ -54,7 +54,7 @@ static void progress(void *ctx, const search_progress *p)
     if (p->seconds_left >= 0 && (secs < 0 || p->seconds_left < secs)) secs = p->seconds_left;
     if (secs >= 0) snprintf(left, sizeof left, ", %.0f s left", secs > 0 ? secs : 0);
     else if (p->patience_left >= 0)
-        snprintf(left, sizeof left, ", %s after %.0f more steps without a better plan", p->second ? "stops" : "local search",
+        snprintf(left, sizeof left, ", %s after %.0f more steps without a better plan", p->second ? "the round ends" : "local search",
                  p->patience_left);
     fprintf(stderr, "\r  searching: %.0f steps (%.0f/s), best step %s%s%s%s   ", p->steps, rate, t,
             p->best.fits ? "" : " (does not fit)", ratio, left);

@@ -953,6 +953,27 @@ static void team_join(mcts *m)
     m->team = 2;
 }
 
+/* A new round (search_ctx.restart): a fresh tree and local search from the
+ * root, the statistics and kept plans forgotten; the table of plans priced
+ * (a plan met again is a table hit) and the climbs' ends are kept. */
+static void new_round(mcts *m)
+{
+    search_ctx *c = m->c;
+    for (int i = 0; i < c->n_nodes; i++) {
+        search_entry *e = search_ctx_entry(c, c->nodes[i].key, 0);
+        if (e) e->node = -1;
+        free(c->nodes[i].untried);
+        free(c->nodes[i].child_action);
+        free(c->nodes[i].child_node);
+    }
+    c->n_nodes = 0;
+    memset(m->amaf_max, 0, (size_t)c->n_ids * sizeof *m->amaf_max);
+    memset(m->amaf_n, 0, (size_t)c->n_ids * sizeof *m->amaf_n);
+    m->n_top = 0;
+    c->restart = 0;
+    node_for(c, c->root_key);
+}
+
 static int mcts_run(search_ctx *c, char *err, size_t errlen)
 {
     mcts m = {.c = c, .amaf_max = ir_xcalloc((size_t)c->n_ids, sizeof(double)),
@@ -963,12 +984,15 @@ static int mcts_run(search_ctx *c, char *err, size_t errlen)
     m.climb_start = c->b->simulations > 0 ? (1 - MCTS_CLIMB) * (double)c->b->simulations : 1e300;
     c->two_phase = 1;
     m.team = search_team_possible(c);
+    c->restarts = !m.team; /* a team's threads decide together (search_shared.sync), in one round */
     if (m.team) {
         m.area = search_team_area(c, sizeof *m.area + (size_t)c->shared->threads * sizeof *m.members);
         m.members = m.area->members;
     }
     node_for(c, c->root_key);
-    while (!search_ctx_stop(c)) {
+    for (;;) {
+        if (search_ctx_stop(c) && !c->restart) break; /* a new round stops the climbs and rollouts under way */
+        if (c->restart) new_round(&m);
         if (c->nodes[0].done) {
             c->res.stop = STOP_EXHAUSTED;
             break;

@@ -139,6 +139,15 @@ static void curve_add(search_ctx *c, double seconds)
     r->curve[r->n_curve++] = (search_point){(double)ev + (double)hits / SEARCH_HIT_STEPS, ev, ev + hits, seconds, r->best};
 }
 
+/* A plan of this round priced or met (score s): the round's own gain, from
+ * which the converge rule's patience counts (search_budget.max_rounds). */
+static void round_plan(search_ctx *c, const search_score *s)
+{
+    if (s->reward <= c->round_gain_reward || !search_material_gain(c->b, s->reward, c->round_gain_reward)) return;
+    c->round_gain_reward = s->reward;
+    c->round_gain_steps = search_ctx_steps(c);
+}
+
 /* Keeps the current plan (score s) as the best. */
 static void new_best(search_ctx *c, const search_score *s)
 {
@@ -236,6 +245,7 @@ const search_score *search_ctx_eval(search_ctx *c)
     c->res.hits = c->hits;
     c->res.steps = search_ctx_steps(c);
     const search_score *s = &e->score;
+    round_plan(c, s);
     if (s->reward > c->best_reward) new_best(c, s);
     return s;
 }
@@ -362,27 +372,53 @@ void search_ctx_rollout(search_ctx *c)
 }
 
 /* Whether the stall or converge rule's patience has run out at `steps`, the
- * best plan found at best_steps, the last gain at gain_steps, and (second)
- * the second phase started at phase_steps. */
+ * best plan found at best_steps, the last gain at gain_steps, (second) the
+ * second phase started at phase_steps, in the round started at round_steps
+ * (a round and a phase get their own patience; the converge rule's grows
+ * with the steps into the round of its last gain). */
 static int patience_out(const search_budget *b, double steps, double best_steps, double gain_steps, int second,
-                        double phase_steps)
+                        double phase_steps, double round_steps)
 {
     if (b->stall <= 0 && !b->converge) return 0;
+    double from = second && phase_steps > round_steps ? phase_steps : round_steps;
     double since_best = steps - best_steps, since_gain = steps - gain_steps;
-    if (second) { /* the second phase gets its own patience */
-        double in_phase = steps - phase_steps;
-        if (since_best > in_phase) since_best = in_phase;
-        if (since_gain > in_phase) since_gain = in_phase;
-    }
+    if (since_best > steps - from) since_best = steps - from;
+    if (since_gain > steps - from) since_gain = steps - from;
     if (b->stall > 0 && since_best < (double)b->stall) return 0;
-    if (b->converge && since_gain < search_patience(b, 0, 0, gain_steps)) return 0;
+    double into_round = gain_steps > round_steps ? gain_steps - round_steps : 0;
+    if (b->converge && since_gain < search_patience(b, 0, 0, into_round)) return 0;
     return 1;
 }
 
 int search_ctx_stalled(const search_ctx *c)
 {
     if (c->shared->sync) return 0;
-    return patience_out(c->b, search_ctx_steps(c), c->best_steps, c->gain_steps, c->second, c->phase_steps);
+    return patience_out(c->b, search_ctx_steps(c), c->best_steps, c->round_gain_steps, c->second, c->phase_steps,
+                        c->res.round_steps);
+}
+
+/* When the converge rule ends a round of an algorithm that restarts: whether
+ * to start another (the round gained: its best is more than
+ * SEARCH_CONVERGE_GAIN better than every plan before it; and a plan fits:
+ * while none does, the caller's memory tactics decide), and if so, asks for
+ * it.  Each round is a search of its own, from a fresh start, whose patience
+ * counts from its own gains; the search converges when a whole round finds
+ * nothing materially better than the rounds before: two independent searches
+ * agree (docs/search.md, "Rounds"). */
+static int next_round(search_ctx *c)
+{
+    const search_budget *b = c->b;
+    if (!c->restarts || !b->converge || !c->res.best.fits ||
+        !search_material_gain(b, c->best_reward, c->round_start_reward))
+        return 0;
+    if (b->max_rounds > 0 && c->res.rounds >= b->max_rounds) return 0;
+    c->restart = 1;
+    c->second = 0;
+    c->res.round_steps = c->round_gain_steps = search_ctx_steps(c);
+    c->round_gain_reward = -1e300;
+    c->round_start_reward = c->best_reward;
+    c->res.rounds++;
+    return 1;
 }
 
 /* The epochs' decision (search_shared), by the last thread to arrive. */
@@ -405,7 +441,7 @@ static void decide(search_shared *sh, const search_budget *b, int two_phase)
     }
     sh->all_done = all_done;
     if (all_done || sh->stop ||
-        !patience_out(b, steps, sh->best_steps, sh->gain_steps, sh->second, sh->phase_steps))
+        !patience_out(b, steps, sh->best_steps, sh->gain_steps, sh->second, sh->phase_steps, 0))
         return;
     if (two_phase && !sh->second) {
         sh->second = 1;
@@ -454,15 +490,16 @@ static double patience_left(const search_ctx *c)
     if (b->stall <= 0 && !b->converge) return -1;
     const search_shared *sh = c->shared;
     double steps = sh->sync ? sh->slot[0].steps * sh->threads : search_ctx_steps(c); /* about, between epochs */
-    double best = sh->sync ? sh->best_steps : c->best_steps, gain = sh->sync ? sh->gain_steps : c->gain_steps;
+    double best = sh->sync ? sh->best_steps : c->best_steps, gain = sh->sync ? sh->gain_steps : c->round_gain_steps;
     int second = sh->sync ? sh->second : c->second;
-    double phase = sh->sync ? sh->phase_steps : c->phase_steps;
-    if (second && phase > best) best = phase;
-    if (second && phase > gain) gain = phase;
+    double phase = sh->sync ? sh->phase_steps : c->phase_steps, round = sh->sync ? 0 : c->res.round_steps;
+    double g = gain > round ? gain - round : 0; /* the last gain's steps into the round */
+    if (second && phase > round) round = phase;
+    if (round > best) best = round;
+    if (round > gain) gain = round;
     double left = 0;
     if (b->stall > 0) left = best + (double)b->stall - steps;
     if (b->converge) {
-        double g = (sh->sync ? sh->gain_steps : c->gain_steps);
         double l = gain + search_patience(b, 0, 0, g) - steps;
         if (l > left) left = l;
     }
@@ -495,6 +532,7 @@ static void progress(search_ctx *c)
 int search_ctx_stop(search_ctx *c)
 {
     const search_budget *b = c->b;
+    if (c->restart) return 1; /* until the algorithm has started the new round */
     progress(c);
     if (search_interrupted) {
         c->res.stop = STOP_INTERRUPTED;
@@ -517,6 +555,7 @@ int search_ctx_stop(search_ctx *c)
             return 1;
         }
     } else if ((!c->two_phase || c->second) && search_ctx_stalled(c)) {
+        if (next_round(c)) return 1; /* the algorithm's loops end; it starts the round (search_ctx.restart) */
         c->res.stop = b->converge ? STOP_CONVERGED : STOP_STALLED;
         return 1;
     }
@@ -644,6 +683,8 @@ static void ctx_init(search_ctx *c, const shard_state *prefix, const shard_group
     c->best_reward = -1e300;
     c->gain_reward = -1e300;
     c->res.seed = -1;
+    c->res.rounds = 1;
+    c->round_gain_reward = c->round_start_reward = -1e300;
     c->t0 = t0; /* every thread's: the curves' times compare */
     c->last_progress = now();
 }
@@ -710,6 +751,7 @@ static void enter_starts(search_ctx *c, const start_plan *sp, int n, int threads
             e->scored = 1;
             e->score = sp[k].score;
         }
+        round_plan(c, &e->score);
         if (e->score.reward > c->best_reward) new_best(c, &e->score);
     }
     c->res.steps = search_ctx_steps(c);

@@ -94,6 +94,8 @@ typedef struct search_budget {
     double patience_ops;
     double patience_width; /* SEARCH_PATIENCE_WIDTH (0: the default; < 0: the least patience does not grow for
                             * wide roots) */
+    int max_rounds;        /* the converge rule's rounds at most (0: no limit but the budget's; 1: one round,
+                            * the rule before 2026-12-06) */
     uint64_t seed;
     int threads;
     int max_depth;         /* actions per plan (0: 16) */
@@ -161,6 +163,9 @@ typedef struct search_result {
     int root_actions;         /* legal actions at the root (tree width) */
     int tree_nodes;
     search_stop stop;
+    int rounds;               /* rounds of the search (MCTS under the converge rule starts a new one, a fresh
+                               * tree, while a round gains: search_budget.max_rounds) */
+    double round_steps;       /* the steps when the last round started */
     /* The best-so-far curve, one point per better plan (the seeds' included),
      * in order; past SEARCH_CURVE_MAX points, every other inner point is
      * dropped (the first and the last stay). */
@@ -197,7 +202,10 @@ const char *search_stop_name(search_stop s);
  * fraction; the first plan that fits always resets it), and the patience after
  * such a plan found at `steps` is the larger of the least patience and
  * SEARCH_PATIENCE_FACTOR times `steps`: that many steps without such a gain
- * and the search has converged.  The least patience is SEARCH_PATIENCE_MIN
+ * and the round has converged (MCTS: its tree, then its local search; a round
+ * that found a plan more than SEARCH_CONVERGE_GAIN better than every plan
+ * before it is followed by another, from a fresh tree, whose patience counts
+ * from its own start and gains; search_budget.max_rounds).  The least patience is SEARCH_PATIENCE_MIN
  * steps, and on a graph of fewer than SEARCH_PATIENCE_OPS ops, whose steps are
  * cheap, the steps that price as many ops as SEARCH_PATIENCE_MIN steps of a
  * graph of SEARCH_PATIENCE_OPS ops (a step's time is about proportional to

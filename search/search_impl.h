@@ -145,6 +145,13 @@ typedef struct search_ctx {
                               * its local search) before they stop the search */
     int second;              /* in that phase, since phase_steps */
     double phase_steps;
+    int restarts;            /* the algorithm can start a new round (MCTS: a fresh tree) when the converge rule
+                              * says a round has converged (search_ctx_stop) */
+    int restart;             /* search_ctx_stop asks for that new round (the algorithm clears it); res.rounds
+                              * and res.round_steps count them and when the last started */
+    double round_gain_reward, round_gain_steps; /* the round's own last gain (of its plans, as gain_reward of all),
+                              * which the converge rule's patience counts from */
+    double round_start_reward; /* the best reward when the round started */
     double next_epoch;       /* steps at which this thread next meets the others (search_shared.sync) */
     double t0, last_progress;
     int thread;

@@ -904,7 +904,8 @@ static void least_patience_grows_for_small_graphs(void)
     search_fix f = search_fix_open("gpt-tiny", "batch=2,model=2");
     search_evaluator ev = {NULL, proxy_make, proxy_eval, proxy_destroy};
     search_result r;
-    search_budget b = {.converge = 1, .seed = 4, .threads = 1, .simulations = SEARCH_AUTO_CAP, .patience_ops = 8.0 * f.g->n_ops};
+    search_budget b = {.converge = 1, .seed = 4, .threads = 1, .simulations = SEARCH_AUTO_CAP, .patience_ops = 8.0 * f.g->n_ops,
+                       .max_rounds = 1};
     CHECK(search_run(&search_mcts, f.prefix, f.gs, &ev, &b, &r, err, sizeof err) == 0);
     const search_point *gain = last_gain(&r);
     printf("gpt-tiny (%d ops), a least patience of %g ops: %s after %.1f steps, the last gain at %.1f\n", f.g->n_ops,
@@ -927,7 +928,7 @@ static void wide_root_waits_longer(void)
     search_evaluator ev = {NULL, proxy_make, proxy_eval, proxy_destroy};
     search_result r;
     search_budget b = {.converge = 1, .seed = 2, .threads = 1, .simulations = SEARCH_AUTO_CAP, .patience_ops = -1,
-                        .patience_factor = 1e-3};
+                        .patience_factor = 1e-3, .max_rounds = 1};
     CHECK(search_run(&search_mcts, f.prefix, f.gs, &ev, &b, &r, err, sizeof err) == 0);
     const search_point *gain = last_gain(&r);
     double least = SEARCH_PATIENCE_MIN * r.root_actions / SEARCH_PATIENCE_WIDTH;
@@ -964,11 +965,41 @@ static void converge_while_nothing_fits(void)
         if (gain->best.peak_bytes > r.curve[i].best.peak_bytes * (1 + SEARCH_CONVERGE_GAIN)) gain = &r.curve[i];
     printf("gpt-tiny, nothing fits, converge rule: %s after %.1f steps (%d better plans), the last gain at %.1f\n",
            search_stop_name(r.stop), r.steps, r.n_curve, gain->steps);
+    /* while nothing fits the search has one round (the memory tactics decide): the tree and the local search
+     * wait after the last gain */
     CHECKF(r.stop == STOP_EXHAUSTED ||
-               (r.stop == STOP_CONVERGED && r.steps - gain->steps >= search_patience(&b, f.g->n_ops, r.root_actions, gain->steps) &&
+               (r.stop == STOP_CONVERGED && r.rounds == 1 &&
+                r.steps - gain->steps >= search_patience(&b, f.g->n_ops, r.root_actions, gain->steps) &&
                 r.steps <= gain->steps + 2 * search_patience(&b, f.g->n_ops, r.root_actions, gain->steps) + 1),
-           "nothing fits: stopped by %s at %.1f steps, the last gain at %.1f", search_stop_name(r.stop), r.steps,
-           gain->steps);
+           "nothing fits: stopped by %s at %.1f steps after %d rounds, the last gain at %.1f", search_stop_name(r.stop),
+           r.steps, r.rounds, gain->steps);
+    search_fix_free(&f);
+}
+
+/* The converge rule in rounds: when a round (a tree, then its local search)
+ * has converged, a fresh tree starts another, until a whole round finds
+ * nothing materially better than the rounds before it; that last round waits
+ * at least the least patience in its tree and again in its local search.
+ * max_rounds = 1: one round, the same as the rounds' first. */
+static void converge_in_rounds(void)
+{
+    char err[256];
+    search_fix f = search_fix_open("gpt-tiny", "batch=2,model=2");
+    search_evaluator ev = {NULL, proxy_make, proxy_eval, proxy_destroy};
+    search_result r, one;
+    search_budget b = {.converge = 1, .seed = 3, .threads = 1, .simulations = SEARCH_AUTO_CAP};
+    CHECK(search_run(&search_mcts, f.prefix, f.gs, &ev, &b, &r, err, sizeof err) == 0);
+    const search_point *gain = last_gain(&r);
+    double least = search_patience(&b, f.g->n_ops, r.root_actions, 0), last = r.steps - r.round_steps;
+    printf("gpt-tiny, converge rule in rounds: %s after %.1f steps, %d rounds (the last from %.1f), the last gain at "
+           "%.1f, least patience %g\n", search_stop_name(r.stop), r.steps, r.rounds, r.round_steps, gain->steps, least);
+    CHECKF(r.stop == STOP_CONVERGED && r.best.fits && r.rounds >= 2 && gain->steps <= r.round_steps && last >= 2 * least,
+           "rounds: stopped by %s at %.1f steps after %d rounds (the last from %.1f), the last gain at %.1f",
+           search_stop_name(r.stop), r.steps, r.rounds, r.round_steps, gain->steps);
+    b.max_rounds = 1;
+    CHECK(search_run(&search_mcts, f.prefix, f.gs, &ev, &b, &one, err, sizeof err) == 0);
+    CHECKF(one.rounds == 1 && one.steps <= r.round_steps && one.best.reward <= r.best.reward,
+           "one round: %d rounds, %.1f steps (the rounds' last began at %.1f)", one.rounds, one.steps, r.round_steps);
     search_fix_free(&f);
 }
 
@@ -1040,6 +1071,7 @@ int main(void)
     threads_share_prices();
     budgets_bound_the_search();
     converge_while_nothing_fits();
+    converge_in_rounds();
     least_patience_grows_for_small_graphs();
     wide_root_waits_longer();
     seed_scores_change_nothing();
