@@ -92,6 +92,19 @@ static int is_step(ox_ctx *c, const Onnx__NodeProto *n, const char *op, const ch
     return t && t->n == 1 && ox_type_is_float(t->type) && fabs(t->v[0] - value) <= 1e-6 * fabs(value);
 }
 
+/* gelu(x) as the output of node `last`, the n nodes done[] marked imported.
+ * Returns 1, or -1 on error. */
+static int gelu_out(ox_ctx *c, ox_val *vx, const Onnx__NodeProto *last, const int *done, int n)
+{
+    int xi = ox_ir(c, vx);
+    if (xi < 0) return -1;
+    int y = ir_unary(c->g, IR_OP_GELU, xi);
+    if (y < 0) return ox_check_ir(c);
+    for (int i = 0; i < n; i++) c->done[done[i]] = 1;
+    if (c->info) c->info->patterns++;
+    return ox_out_ir(c, last, 0, y, vx->type) < 0 ? -1 : 1;
+}
+
 /* GELU, tanh form, anchored at Mul(x, x).  Returns 1 when emitted. */
 static int gelu_tanh(ox_ctx *c, int at)
 {
@@ -121,13 +134,7 @@ static int gelu_tanh(ox_ctx *c, int at)
         if (!ok) return 0;
         s[k] = next, idx[k++] = j;
     }
-    int xi = ox_ir(c, vx);
-    if (xi < 0) return -1;
-    int y = ir_unary(c->g, IR_OP_GELU, xi);
-    if (y < 0) return ox_check_ir(c);
-    for (int i = 1; i < k; i++) c->done[idx[i]] = 1;
-    if (c->info) c->info->patterns++;
-    return ox_out_ir(c, s[k - 1], 0, y, vx->type) < 0 ? -1 : 1;
+    return gelu_out(c, vx, s[k - 1], idx + 1, k - 1);
 }
 
 /* The reader of x (not a graph output) that is Pow(x, 3) and comes after
@@ -172,13 +179,7 @@ static int gelu_half_first(ox_ctx *c, int at)
         s[k] = next, idx[k++] = j;
     }
     if (s[k - 1] != last) return 0;
-    int xi = ox_ir(c, vx);
-    if (xi < 0) return -1;
-    int y = ir_unary(c->g, IR_OP_GELU, xi);
-    if (y < 0) return ox_check_ir(c);
-    for (int i = 0; i < k; i++) c->done[idx[i]] = 1;
-    if (c->info) c->info->patterns++;
-    return ox_out_ir(c, s[k - 1], 0, y, vx->type) < 0 ? -1 : 1;
+    return gelu_out(c, vx, s[k - 1], idx, k);
 }
 
 int ox_patterns(ox_ctx *c, int at)
