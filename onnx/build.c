@@ -204,7 +204,7 @@ int ox_made_ir(ox_ctx *c, ox_val *v)
 
 /* The elements mixed in four lanes (element i into lane i % 4), so the
  * multiplies of neighbouring elements overlap: a big model's constants (a
- * 4096 x 4096 mask a layer) are hashed at about a cycle an element. */
+ * table every layer repeats) are hashed at about a cycle an element. */
 static uint64_t tensor_hash(const ox_tensor *t)
 {
     uint64_t h = IR_FNV_OFFSET ^ (uint64_t)t->type, lane[4];
