@@ -54,6 +54,10 @@ about what the engines do differently, or the comparison fails:
                  carve all-gathers an activation's gradient and sums it into a bias's gradient
                  (reduce_sum); the engine sums its block first and all-gathers the sum: one
                  all-gather each, the engine's k times smaller (carve's lowering could do the same)
+  fused parts as one
+                 a fused projection's param (GPT-2's c_attn) that apply_plan holds as one tensor on its
+                 view: torch reduces (ZeRO-3: gathers) its whole gradient in one collective of k times
+                 the bytes where carve, which holds its k parts apart (onnx/fused.c), has one per part
   gathered again for the backward
                  the engine gathers a param again in the backward (XLA rematerializes it) where
                  carve's plan keeps the forward's copy (gather:keep)
@@ -183,6 +187,32 @@ def rule_summands(eng, car, ctx):
                 car.remove(c)
                 es.append(e)
                 cs.append(c)
+                break
+    return (es, cs) if cs else None
+
+
+def rule_fused_parts(eng, car, ctx):
+    """A fused projection's param (the export's FUSED: GPT-2's c_attn, k parts) held as one tensor on
+    its view: the engine reduces its whole gradient in one collective of k * b bytes where carve's
+    program, which holds the parts as k params (onnx/fused.c), reduces each part's, k of b, same kind,
+    phase and axes.  At most one engine collective per fused param and phase (ctx["fused"]: their k):
+    ZeRO-3's gather in the forward, the gradient's reduction in the backward."""
+    es, cs = [], []
+    todo = {}
+    for e in [e for e in eng if e["kind"] in ("all-reduce", "reduce-scatter", "all-gather")]:
+        left = todo.setdefault(e["phase"], sorted(ctx.get("fused", []), reverse=True))
+        for k in left:
+            if e["bytes"] % k:
+                continue
+            parts = [c for c in car if c["kind"] == e["kind"] and c["phase"] == e["phase"] and c["axes"] == e["axes"]
+                     and c["bytes"] * k == e["bytes"]][:k]
+            if len(parts) == k:
+                left.remove(k)
+                eng.remove(e)
+                for c in parts:
+                    car.remove(c)
+                es.append(e)
+                cs += parts
                 break
     return (es, cs) if cs else None
 
@@ -339,11 +369,11 @@ SHAPE_RULES = (("scatter-gather between stages", rule_scatter_gather), ("2-D par
                ("no reduce-scatter (XLA on the CPU)", rule_no_reduce_scatter),
                ("reduce-scatter and all-reduce as one (XLA on the CPU)", rule_rs_ar_as_one),
                ("summed before gathered", rule_reduce_first), ("all-to-all as all-gather (gloo)", rule_all_to_all), ("phase of a combined value", rule_phase),
-               ("each summand reduced", rule_summands), ("summands reduced apart", rule_extra_summand),
+               ("fused parts as one", rule_fused_parts), ("each summand reduced", rule_summands), ("summands reduced apart", rule_extra_summand),
                ("gathered again for the backward", rule_regather))
 
 
-def compare(engine_calls, explain, loss_name="loss", microbatches=1):
+def compare(engine_calls, explain, loss_name="loss", microbatches=1, fused=()):
     """{"matched": n, "named": [(rule, engine items, carve items)], "unexplained_engine": [...],
     "unexplained_carve": [...], "by_kind": {kind: (engine count, bytes, carve count, bytes)},
     "bytes_after_named": (engine, carve), "ok": bool}."""
@@ -356,7 +386,7 @@ def compare(engine_calls, explain, loss_name="loss", microbatches=1):
             row[2 * side] += 1
             row[2 * side + 1] += c["bytes"]
     named = []
-    ctx = {"loss": loss_name, "paired": []}
+    ctx = {"loss": loss_name, "paired": [], "fused": list(fused)}
     rest_e, rest_c = list(eng), list(car)
     for name, rule in ORIGIN_RULES:
         got = rule(rest_e, rest_c, ctx)
@@ -449,7 +479,7 @@ def main():
             continue
         plan = r["case"].split(":", 2)[1] if engine == "torch" else r["plan"]
         explain = json.load(open(plan[:-5] + ".explain.json"))
-        res = compare(r["calls"], explain, microbatches=r.get("microbatches", 1))
+        res = compare(r["calls"], explain, microbatches=r.get("microbatches", 1), fused=r.get("fused_parts", ()))
         key = case_key(engine, r)
         got, want = residual(res), {k: v for k, v in expected.get(key, {}).items() if k in ("engine", "carve")}
         e, c = res["bytes_after_named"]

@@ -299,6 +299,7 @@ def run_case(rank, model_name, plan_path, export_path, steps):
         if got is None:
             return {"error": "param %s missing after the run" % name}
         w = w.detach().double()
+        got = got.reshape(w.shape)  # a fused projection's param is held on its view (the export's FUSED)
         scale = max(float(w.abs().max()), 1e-30)
         ratio = signal.get(name, torch.ones_like(w))
         keep = ratio >= SIGNAL
@@ -311,7 +312,9 @@ def run_case(rank, model_name, plan_path, export_path, steps):
     return {"losses": losses, "want_losses": want_losses, "loss_diff": dloss, "param_diff": worst,
             "param_worst": worst_name, "round_off_elements": noise, "ok": dloss <= LOSS_TOL and worst <= PARAM_TOL,
             "plan_collectives": plan.get("collectives", {}), "calls": calls,
-            "microbatches": ex.PIPELINE["microbatches"] if getattr(ex, "PIPELINE", None) else 1}
+            "microbatches": ex.PIPELINE["microbatches"] if getattr(ex, "PIPELINE", None) else 1,
+            # a fused projection's params (held on their views): how many parts carve holds each in
+            "fused_parts": [ex.VIEWS[n][d] for n, d in getattr(ex, "FUSED", {}).items() if n in ex.PARAM_PLACEMENTS]}
 
 
 def worker(rank, n, port, cases, steps, out_path):

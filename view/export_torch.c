@@ -132,6 +132,44 @@ static void torch_views(FILE *f, const shard_state *st, const uint8_t *fwd)
           f);
 }
 
+/* The dim of param v's view (VIEWS) that a fused projection's parts are cut
+ * from (onnx/fused.c: every forward reader of v a slice of length 1 along
+ * that dim, one per part), else -1. */
+static int torch_part_dim(const ir_graph *g, const uint8_t *fwd, int v)
+{
+    int dim = -1, readers = 0;
+    for (int o = 0; o < g->n_ops; o++) {
+        const ir_op *op = &g->ops[o];
+        int reads = 0;
+        for (int k = 0; k < op->n_in; k++) reads |= op->in[k] == v;
+        if (!reads || !fwd[o]) continue;
+        if (op->kind != IR_OP_SLICE || op->attrs.n_ints < 3 || op->attrs.ints[2] != 1) return -1;
+        if (readers++ && op->attrs.ints[0] != dim) return -1;
+        dim = (int)op->attrs.ints[0];
+    }
+    return readers > 1 && readers == g->values[v].dims[dim] ? dim : -1;
+}
+
+/* FUSED: the params held on a view that are a fused projection's weight or
+ * bias (GPT-2's c_attn as [C, 3, H, D]), with the view's dim of the parts:
+ * apply_plan holds them in that view and runs their module as its parts. */
+static void torch_fused(FILE *f, const shard_state *st, const uint8_t *fwd)
+{
+    const ir_graph *g = st->g;
+    fputs("# params on a view (VIEWS) that are a fused projection (q, k and v in one matrix): the view's dim\n"
+          "# of the parts; apply_plan holds them in the view and computes each part as carve does\n"
+          "FUSED = {\n",
+          f);
+    for (int v = 0; v < g->n_values; v++) {
+        int d;
+        if (g->values[v].role != IR_PARAM || !torch_on_view(st, v) || (d = torch_part_dim(g, fwd, v)) < 0) continue;
+        fputs("    ", f);
+        export_put_str(f, g->values[v].name, 0);
+        fprintf(f, ": %d,\n", d);
+    }
+    fputs("}\n\n", f);
+}
+
 static void py_dims(FILE *f, int rank, const int64_t *dims)
 {
     fputc('(', f);
@@ -195,11 +233,46 @@ static int torch_compute_buf(const spmd_program *p, int v)
     return -1;
 }
 
+/* A fused projection's param v (torch_part_dim: d) as the program computes
+ * with it: the spec of its first part's buffer that a forward instruction
+ * reads (the slice, then reshapes dropping dim d; ZeRO-3 gathers the part
+ * there), put back on v's dims (dim d unsplit) in *out.  0 when the parts
+ * are not read that way. */
+static int torch_part_compute(const spmd_program *p, const ir_graph *g, const uint8_t *fwd, int v, int d, shard_spec *out)
+{
+    int s = -1;
+    for (int o = 0; o < g->n_ops && s < 0; o++)
+        if (fwd[o] && g->ops[o].kind == IR_OP_SLICE && g->ops[o].in[0] == v) s = g->ops[o].out;
+    for (int hop = 0; s >= 0 && hop < 4; hop++) { /* the reshapes after the slice */
+        int next = -1, readers = 0;
+        for (int o = 0; o < g->n_ops; o++)
+            if (fwd[o] && g->ops[o].in[0] == s) readers++, next = g->ops[o].kind == IR_OP_RESHAPE ? g->ops[o].out : -1;
+        if (readers != 1 || next < 0) break;
+        s = next;
+    }
+    const ir_value *x = &g->values[v], *y = s >= 0 ? &g->values[s] : NULL;
+    if (!y || y->rank != x->rank - 1) return 0;
+    for (int k = 0, j = 0; k < x->rank; k++)
+        if (k != d && y->dims[j++] != x->dims[k]) return 0;
+    int b = torch_compute_buf(p, s);
+    if (b < 0) return 0;
+    const shard_spec *bs = &p->bufs[b].spec;
+    memset(out, 0, sizeof *out);
+    out->partial = bs->partial, out->partial_max = bs->partial_max;
+    for (int k = 0, j = 0; k < x->rank; k++) {
+        if (k == d) continue;
+        out->n[k] = bs->n[j];
+        memcpy(out->axes[k], bs->axes[j], sizeof out->axes[k]);
+        j++;
+    }
+    return 1;
+}
+
 /* COMPUTE_PLACEMENTS: the params the program computes with in another
  * layout than it stores them in (ZeRO-3: gathered before the forward uses
  * them), with that layout; GATHER_POLICY: whether the backward gathers
  * them again. */
-static void torch_compute(FILE *f, const view_explanation *x)
+static void torch_compute(FILE *f, const view_explanation *x, const uint8_t *fwd)
 {
     const shard_state *st = x->st;
     const spmd_program *p = x->p;
@@ -210,12 +283,15 @@ static void torch_compute(FILE *f, const view_explanation *x)
           f);
     for (int v = 0; v < g->n_values; v++) {
         if (g->values[v].role != IR_PARAM || p->arg_buf[v] < 0) continue;
-        int b = torch_compute_buf(p, v);
-        if (b < 0 || shard_spec_equal(&p->bufs[b].spec, &st->spec[v], g->values[v].rank)) continue;
+        int b = torch_compute_buf(p, v), d = torch_on_view(st, v) ? torch_part_dim(g, fwd, v) : -1;
+        shard_spec part;
+        const shard_spec *use = b >= 0 ? &p->bufs[b].spec : NULL;
+        if (d >= 0 && torch_part_compute(p, g, fwd, v, d, &part)) use = &part; /* a fused projection's: its parts' */
+        if (!use || shard_spec_equal(use, &st->spec[v], g->values[v].rank)) continue;
         fputs("    ", f);
         export_put_str(f, g->values[v].name, 0);
         fputs(": ", f);
-        torch_value(f, st, v, &p->bufs[b].spec);
+        torch_value(f, st, v, use);
     }
     fprintf(f, "}\n# whether the backward gathers them again (regather) or reuses the forward's (keep)\nGATHER_POLICY = \"%s\"\n\n",
             spmd_gather_policy_name(p->opts.gather_policy));
@@ -405,8 +481,9 @@ static void write_torch(FILE *f, const view_explanation *x, const uint8_t *fwd)
     export_py_tables(f, st, fwd, "_PLACEMENTS", "_PLACEMENTS", "named forward values as carve's program holds them (Partial(): unreduced sums)",
               torch_entry);
     torch_views(f, st, fwd);
+    torch_fused(f, st, fwd);
     torch_facts(f, st);
-    torch_compute(f, x);
+    torch_compute(f, x, fwd);
     torch_module_outputs(f, x, fwd);
     torch_pipeline(f, x);
     fputs(export_torch_runtime, f);

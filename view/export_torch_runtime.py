@@ -26,19 +26,58 @@ def _shards(placements):
     return out
 
 
+def _view_groups(view, shape):
+    """The view's dims grouped by the dim of `shape` each refines ([[0], [1, 2, 3]] for (16, 3, 2, 8)
+    of (16, 48)), or None where the view is no refinement of shape."""
+    out, d = [], 0
+    for n in shape:
+        group, p = [], 1
+        while d < len(view) and (p < n or (not group and n == 1)):
+            p, d = p * view[d], d + 1
+            group.append(d - 1)
+        if p != n:
+            return None
+        out.append(group)
+    return out if d == len(view) else None
+
+
+def _parts_placeable(name, placements):
+    """Whether a fused projection's param `name` (FUSED) held on its view as `placements` runs as its
+    parts with DTensors: the parts' dim unsplit and first of its group, and in each part every split dim
+    the major factor of its group, split evenly (the part flattened keeps carve's blocks as a Shard)."""
+    view, d = VIEWS[name], FUSED[name]
+    groups = _view_groups(view, SHAPES[name])
+    shards = _shards(placements)
+    if groups is None or d in shards or not any(g[0] == d for g in groups):
+        return False
+    for g in groups:
+        rest = [i for i in g if i != d]
+        split = [i for i in rest if i in shards]
+        if split and (split != rest[:1] or view[split[0]] % shards[split[0]]):
+            return False
+    return True
+
+
 def refusals():
     """What torch cannot hold as this plan does, one line per value (an empty list: nothing)."""
     out = []
     for role, table in (("param", PARAM_PLACEMENTS), ("input", INPUT_PLACEMENTS)):
         for name, pl in table.items():
-            if name in VIEWS:
+            fused = role == "param" and name in FUSED  # held on its view, computed as its parts
+            if name in VIEWS and not fused:
                 out.append("%s '%s': %s of its view %s splits a factor of a dim of the module's %s: no DTensor "
                            "placement of the module's tensor holds carve's blocks" % (role, name, _pl_text(pl), VIEWS[name], SHAPES[name]))
                 continue
+            compute = COMPUTE_PLACEMENTS.get(name, pl)
+            if fused and not _parts_placeable(name, compute):
+                out.append("param '%s': %s of its view %s: a fused projection's part computed with it would split a "
+                           "factor of a dim of the part (no DTensor placement holds carve's blocks)" % (name, _pl_text(compute), VIEWS[name]))
+                continue
+            shape = VIEWS[name] if fused else SHAPES[name]
             for d, n in sorted(_shards(pl).items()):
-                if SHAPES[name][d] % n:
+                if shape[d] % n:
                     out.append("%s '%s': %s splits dim %d (%d) into %d blocks unevenly: carve pads it, DTensor "
-                               "would cut it as torch.chunk does" % (role, name, _pl_text(pl), d, SHAPES[name][d], n))
+                               "would cut it as torch.chunk does" % (role, name, _pl_text(pl), d, shape[d], n))
             if name in MINOR_FIRST:
                 out.append("%s '%s': %s: carve splits a dim over several mesh axes minor axis first, DTensor in "
                            "mesh order (each block would sit on another device)" % (role, name, _pl_text(pl)))
@@ -339,6 +378,104 @@ class _Placed:
             p.grad = _resolve(p.grad, p.placements)
 
 
+class _Parts:
+    """The output of a fused projection run as its parts (FUSED): the k parts' results, each [..., N/k]
+    placed as carve places it.  It stands for the module's [..., N] output where that output is cut into
+    its parts (.split(N/k, dim=-1), .chunk(k, -1): the parts themselves) or viewed with the parts' dim
+    ([..., k, ...]: the parts stacked); any other use is refused (it would need carve's blocks in one
+    tensor, which no DTensor placement holds)."""
+
+    def __init__(self, module, parts, width):
+        self.module, self.parts, self.width = module, parts, width
+        self.shape = tuple(parts[0].shape[:-1]) + (width,)
+
+    def size(self, dim=None):
+        return self.shape if dim is None else self.shape[dim]
+
+    def dim(self):
+        return len(self.shape)
+
+    def _last(self, dim):
+        return dim % len(self.shape) == len(self.shape) - 1
+
+    def split(self, size, dim=0):
+        if self._last(dim) and size == self.width // len(self.parts):
+            return tuple(self.parts)
+        return self._refuse(".split(%s, dim=%d)" % (size, dim))
+
+    def chunk(self, n, dim=0):
+        if self._last(dim) and n == len(self.parts):
+            return tuple(self.parts)
+        return self._refuse(".chunk(%d, dim=%d)" % (n, dim))
+
+    def view(self, *shape):
+        import torch
+        shape = tuple(shape[0]) if len(shape) == 1 and isinstance(shape[0], (tuple, list)) else tuple(shape)
+        lead = len(self.shape) - 1
+        if tuple(shape[:lead]) == self.shape[:lead] and len(shape) > lead and shape[lead] == len(self.parts):
+            return torch.stack(self.parts, dim=lead).reshape(shape)
+        return self._refuse(".view%s" % (shape,))
+
+    reshape = view
+
+    def _refuse(self, what):
+        raise PlanError("carve plan: module '%s' runs as the parts of a fused projection (FUSED): its output's %s "
+                        "needs its parts in one tensor, which no DTensor placement of carve's blocks holds" % (self.module, what))
+
+    def __getattr__(self, name):
+        return self._refuse("." + name)
+
+
+def _run_as_parts(path, mod, weight, bias):
+    """mod (an nn.Linear, or transformers' Conv1D: x @ W + b with W [in, out]) run as its fused parts:
+    part i of its output from part i of its weight and bias (held on their views, FUSED), as carve's
+    program computes them (onnx/fused.c); returns the parts as one _Parts."""
+    import torch
+    conv = type(mod).__name__ == "Conv1D"
+    wd = FUSED[weight]
+    k = VIEWS[weight][wd]
+
+    def piece(t, name, i):
+        if name in FUSED:
+            return t.select(FUSED[name], i)
+        return t.reshape(k, -1).select(0, i)
+
+    def forward(x):
+        w, b = mod._parameters["weight"], mod._parameters.get("bias")
+        parts = []
+        for i in range(k):
+            wi = piece(w, weight, i)
+            bi = None if b is None else piece(b, bias, i).reshape(-1)
+            if conv:
+                wi = wi.reshape(wi.shape[0], -1)
+                y = torch.addmm(bi, x.reshape(-1, x.shape[-1]), wi) if bi is not None else x.reshape(-1, x.shape[-1]) @ wi
+                parts.append(y.reshape(tuple(x.shape[:-1]) + (-1,)))
+            else:
+                parts.append(torch.nn.functional.linear(x, wi.reshape(-1, wi.shape[-1]), bi))
+        return _Parts(path, parts, SHAPES[weight][1 if conv else 0])
+    mod.forward = forward
+
+
+def _fused_modules(model, params):
+    """Each module holding a FUSED weight, run as its parts (_run_as_parts); PlanError for a module
+    apply_plan has no rule for (only nn.Linear and transformers' Conv1D)."""
+    import torch
+    for path, mod in model.named_modules():
+        prefix = path + "." if path else ""
+        weight = prefix + "weight"
+        if weight not in FUSED or mod._parameters.get("weight") is None:
+            continue
+        conv = type(mod).__name__ == "Conv1D"
+        if not conv and not isinstance(mod, torch.nn.Linear):
+            raise PlanError("carve plan: param '%s' is a fused projection's (FUSED) in a %s: apply_plan runs only "
+                            "nn.Linear's and Conv1D's as their parts" % (weight, type(mod).__name__))
+        out_dim = 1 if conv else 0
+        if not any(g[0] == FUSED[weight] for g in [_view_groups(VIEWS[weight], SHAPES[weight])[out_dim]]):
+            raise PlanError("carve plan: param '%s': the parts' dim %d of its view %s is not its output dim's first "
+                            "factor" % (weight, FUSED[weight], VIEWS[weight]))
+        _run_as_parts(path, mod, weight, prefix + "bias")
+
+
 def apply_plan(model, mesh=None):
     """Distributes `model` (the nn.Module the plan's model was exported from, or written like it) as
     this plan says and returns it: every param a DTensor placed by its state_dict name
@@ -346,7 +483,10 @@ def apply_plan(model, mesh=None):
     gathered in the forward (COMPUTE_PLACEMENTS), its gradient reduce-scattered back; the inputs
     placed as INPUT_PLACEMENTS when forward is called with whole tensors (every rank the same
     batch); each block's output placed as the plan fixes it (MODULE_OUTPUTS: each block's and each module's the plan names); each gradient resolved
-    to its param's placement as soon as it is made.  The forward returns a DTensor loss.
+    to its param's placement as soon as it is made.  A fused projection's weight and bias (FUSED:
+    GPT-2's c_attn, held by carve as [C, 3, H, D]) are held on their views, and their module runs as
+    its parts (_run_as_parts: part i from part i of the weight, as carve computes it), its output
+    split into the parts.  The forward returns a DTensor loss.
     mesh: make_mesh("cpu") or make_mesh("cuda") (default: cuda where there is one).
     Raises PlanError (one line) for a module that is not the plan's or a plan torch cannot hold."""
     import torch
@@ -359,8 +499,11 @@ def apply_plan(model, mesh=None):
     params = _module_params(model)
     _check_module(params, mesh)
     placed = {}
+    _fused_modules(model, params)
     for name, (p, homes) in params.items():
-        d = distribute_tensor(p.detach(), mesh, PARAM_PLACEMENTS[name], src_data_rank=None)
+        # a fused projection's param is held on its view (FUSED), its module run as its parts
+        t = p.detach().reshape(VIEWS[name]) if name in FUSED else p.detach()
+        d = distribute_tensor(t, mesh, PARAM_PLACEMENTS[name], src_data_rank=None)
         placed[name] = torch.nn.Parameter(d, requires_grad=p.requires_grad)
         for mod, leaf in homes:
             mod._parameters[leaf] = placed[name]
@@ -398,21 +541,25 @@ class PipelineRun:
     and returns the loss (on every rank); parameters() are this rank's, for the optimizer;
     full_params() gathers every param whole on every rank (a check, not for training)."""
 
-    def __init__(self, stages, modules, schedule, mesh, axis, tied, feeds):
+    def __init__(self, stages, modules, schedule, mesh, axis, tied, feeds, names=None):
         self.stages, self.modules, self.schedule = stages, modules, schedule
         self.mesh, self.axis, self.tied, self.feeds = mesh, axis, tied, feeds
+        self.names = names  # stages cut by hand: {id(param): its name in the plan}, only the stage's own
 
     def parameters(self):
         seen = set()
-        for m in self.modules:
-            for p in m.parameters():
-                if id(p) not in seen:
-                    seen.add(id(p))
-                    yield p
+        for _, p in self.named_parameters():
+            if id(p) not in seen:
+                seen.add(id(p))
+                yield p
 
     def named_parameters(self):
         for m in self.modules:
-            yield from m.named_parameters()
+            for name, prm in m.named_parameters():
+                if self.names is None:
+                    yield name, prm
+                elif id(prm) in self.names:  # a hand-cut stage's module keeps other stages' params
+                    yield self.names[id(prm)], prm
 
     def step(self, **batch):
         import torch
@@ -507,6 +654,13 @@ class _Feed:
     def __init__(self, name, mesh, placements):
         self.name, self.mesh, self.placements, self.chunks = name, mesh, placements, iter(())
 
+    def peek(self):
+        """The next micro-batch's input, left to be fed."""
+        import itertools
+        t = next(self.chunks)
+        self.chunks = itertools.chain([t], self.chunks)
+        return t
+
     def __call__(self):
         from torch.distributed.tensor import DTensor
         t = next(self.chunks)
@@ -562,6 +716,8 @@ def apply_pipeline(model, batch, mesh=None):
     _refuse_pipeline()
     if mesh is None:
         mesh = make_mesh("cuda" if torch.cuda.is_available() else "cpu")
+    if _layer_list(model) is not None:
+        return _apply_stages(model, batch, mesh)
     axis = list(MESH_AXES).index(PIPELINE["axis"])
     p, v, m = PIPELINE["stages"], PIPELINE["chunks"], PIPELINE["microbatches"]
     starts = [sum(PIPELINE["layers"][:k]) for k in range(1, p * v)]
@@ -606,6 +762,199 @@ def apply_pipeline(model, batch, mesh=None):
     loss_fn = lambda out, target: out  # noqa: E731 - the module's forward returns its loss
     schedule = cls(stages if v > 1 else stages[0], n_microbatches=m, loss_fn=loss_fn)
     return PipelineRun(stages, modules, schedule, mesh, axis, _tied_groups(mesh, axis), feeds)
+
+
+# ---- stages built by hand (a module whose layers are one nn.ModuleList: transformers' models) ----
+
+
+def _layer_list(model):
+    """The nn.ModuleList holding every layer module (LAYER_MODULES "model.layers.0", ...), its path and
+    the layers' names in it; None where the layers are not one ModuleList's children (carve's presets:
+    torch's tracer cuts those)."""
+    import torch
+    parents = {path.rpartition(".")[0] for path in LAYER_MODULES}
+    if len(parents) != 1:
+        return None
+    parent = parents.pop()
+    try:
+        holder = model.get_submodule(parent)
+    except AttributeError:
+        return None
+    if not isinstance(holder, torch.nn.ModuleList):
+        return None
+    return parent, holder, [path.rpartition(".")[2] for path in LAYER_MODULES]
+
+
+class _Skip(__import__("torch").nn.Module):
+    """A layer another stage runs: its input passes through (the stage's first layer takes the
+    activation received from the stage before instead)."""
+
+    def forward(self, hidden, *args, **kwargs):
+        return hidden
+
+
+class _NoEmbedding(__import__("torch").nn.Module):
+    """An embedding a later stage does not run: zeros of its output's shape (the stage's first layer
+    takes the received activation instead), no param, no collective."""
+
+    def __init__(self, width):
+        super().__init__()
+        self.width = width
+
+    def forward(self, ids, *args, **kwargs):
+        import torch
+        local = ids.to_local() if hasattr(ids, "to_local") else ids
+        return torch.zeros(tuple(local.shape) + (self.width,))
+
+
+class _StageOut(Exception):
+    """Raised by the stage's last layer's hook: the stage's output, ending the module's forward."""
+
+    def __init__(self, value):
+        super().__init__("stage output")
+        self.value = value
+
+
+def _called_from(name):
+    """Whether a function of this name is on the caller's stack."""
+    import sys
+    f = sys._getframe(1)
+    while f is not None and f.f_code.co_name != name:
+        f = f.f_back
+    return f is not None
+
+
+class _HandStage(__import__("torch").nn.Module):
+    """One pipeline stage of a module cut by hand (the torchtitan way): the whole module with the
+    layers of other stages skipped (_Skip), a later stage's embeddings as _NoEmbedding, its first
+    layer given the received activation and its last layer's output ending the forward (_StageOut)
+    unless it is the last stage, whose forward returns the module's loss.  Takes and gives plain
+    tensors (each rank its block), DTensors on the stage's mesh inside (as _stage_io)."""
+
+    def __init__(self, model, first, last, mesh, boundary_in, boundary_out, feeds, inputs):
+        super().__init__()
+        self.model, self.mesh, self.feeds, self.inputs = model, mesh, feeds, inputs
+        self.boundary_in, self.boundary_out = boundary_in, boundary_out
+        self.incoming = None
+        if first is not None:
+            first.register_forward_pre_hook(self._take, with_kwargs=True)
+        if last is not None:
+            last.register_forward_hook(self._leave)
+
+    def _take(self, mod, args, kwargs):
+        if self.incoming is None:
+            return None
+        x, self.incoming = self.incoming, None
+        if args:
+            return (x,) + tuple(args[1:]), kwargs
+        return args, dict(kwargs, hidden_states=x)
+
+    @staticmethod
+    def _leave(mod, args, out):
+        raise _StageOut(out[0] if isinstance(out, (tuple, list)) else out)
+
+    def _placed(self, name, t):
+        from torch.distributed.tensor import DTensor
+        if self.mesh is None or isinstance(t, DTensor) or not hasattr(t, "dim"):
+            return t
+        pl = self.boundary_in if name is None else self.inputs.get(name, [Replicate()] * self.mesh.ndim)
+        return DTensor.from_local(t, self.mesh, pl, run_check=False)
+
+    def forward(self, *args, **kwargs):
+        from torch.distributed.tensor import DTensor
+        if self.feeds:  # a later stage: the activation received, the model's inputs fed
+            self.incoming = self._placed(None, args[0])
+            # PipelineStage's metadata inference (_forward_metadata_inference) runs the forward once
+            # more: a look at the next chunk, not a chunk
+            look = _called_from("_forward_metadata_inference")
+            inputs = [(f.name, f.peek() if look else f()) for f in self.feeds]
+        else:
+            inputs = list(kwargs.items())
+        values = [self._placed(n, t) for n, t in inputs]
+        try:
+            out = self.model(*values)
+        except _StageOut as e:
+            out = e.value
+        if isinstance(out, DTensor):
+            placements = self.boundary_out if out.dim() else [Replicate()] * out.device_mesh.ndim
+            out = _redistribute(out, placements).to_local()
+        return out
+
+
+def _stage_params(params, idx, names, sub, axis):
+    """Stage idx's params (of _module_params(module) before it was cut) placed on the stage's mesh
+    (the plan's placements without the pipeline axis's) in their modules; names gets each one's."""
+    import torch
+    from torch.distributed.tensor import distribute_tensor
+    placed = {}
+    for name, (prm, homes) in params.items():
+        if idx not in PARAM_STAGES.get(name, ()):
+            continue
+        t = prm.detach().reshape(VIEWS[name]) if name in FUSED else prm.detach()
+        if sub is not None:
+            t = distribute_tensor(t, sub, _drop(PARAM_PLACEMENTS[name], axis), src_data_rank=None)
+        new = torch.nn.Parameter(t, requires_grad=prm.requires_grad)
+        for mod, leaf in homes:
+            mod._parameters[leaf] = new
+        placed[name] = new
+        names[id(new)] = name
+    return placed
+
+
+def _apply_stages(model, batch, mesh):
+    """apply_pipeline for a module whose layers are one nn.ModuleList: each of this rank's virtual
+    stages a copy of the module cut by hand (_HandStage), in torch.distributed.pipelining's
+    PipelineStage, run by the plan's schedule."""
+    import copy
+    import torch
+    from torch.distributed.pipelining import PipelineStage
+    from torch.distributed.pipelining import schedules as _sched
+    axis = list(MESH_AXES).index(PIPELINE["axis"])
+    p, v, m = PIPELINE["stages"], PIPELINE["chunks"], PIPELINE["microbatches"]
+    rest = [a for i, a in enumerate(MESH_AXES) if i != axis]
+    sub = mesh[tuple(rest)] if rest else None
+    rank = mesh.get_local_rank(axis)
+    _LossOps.install()
+    stages, modules, feeds, names = [], [], [], {}
+    rep = [Replicate()] * len(MESH_AXES)
+    for k in range(v):
+        idx = rank + k * p
+        copy_ = copy.deepcopy(model) if v > 1 else model
+        parent, holder, children = _layer_list(copy_)
+        params = _module_params(copy_)  # the names before the cut (a tied weight's first)
+        layers = PIPELINE["layers"]
+        first, last = sum(layers[:idx]), sum(layers[:idx + 1]) - 1
+        for i, child in enumerate(children):
+            if not first <= i <= last:
+                holder._modules[child] = _Skip()
+        if idx > 0:  # a later stage: the embeddings are the first stage's
+            for path, mod in list(copy_.named_modules()):
+                if isinstance(mod, torch.nn.Embedding) and path:
+                    owner, _, leaf = path.rpartition(".")
+                    copy_.get_submodule(owner)._modules[leaf] = _NoEmbedding(mod.embedding_dim)
+        _fused_modules(copy_, None)
+        _stage_params(params, idx, names, sub, axis)
+        if sub is not None:
+            for path, act in MODULE_OUTPUTS.items():
+                try:
+                    copy_.get_submodule(path).register_forward_hook(_Placed._place_on(act, axis))
+                except AttributeError:
+                    pass
+        before = ACTIVATION_PLACEMENTS.get(MODULE_OUTPUTS.get(LAYER_MODULES[first - 1]), None) if first else None
+        after = ACTIVATION_PLACEMENTS.get(MODULE_OUTPUTS.get(LAYER_MODULES[last]), None)
+        mine = [_Feed(n, None, None) for n in batch] if idx > 0 else []
+        stage = _HandStage(copy_, holder._modules[children[first]] if idx > 0 else None,
+                           holder._modules[children[last]] if idx < p * v - 1 else None,
+                           sub, _drop(before or rep, axis), _drop(after or rep, axis), mine,
+                           {n: _drop(INPUT_PLACEMENTS.get(n, rep), axis) for n in batch})
+        feeds += mine
+        device = torch.device(mesh.device_type)
+        stages.append(PipelineStage(stage, idx, p * v, device, group=mesh.get_group(axis)))
+        modules.append(copy_)
+    cls = getattr(_sched, _SCHEDULES[PIPELINE["schedule"]])
+    loss_fn = lambda out, target: out  # noqa: E731 - the module's forward returns its loss
+    schedule = cls(stages if v > 1 else stages[0], n_microbatches=m, loss_fn=loss_fn)
+    return PipelineRun(stages, modules, schedule, mesh, axis, _tied_groups(mesh, axis), feeds, names)
 
 
 def _tied_groups(mesh, axis):
