@@ -23,13 +23,13 @@
 # run in (torch, JAX, onnx, transformers), pinned by tests/requirements.txt, in
 # ${CARVE_VENV:-.venv} when it is missing or the file changed (see need_venv).
 # Missing Debian packages (libblis-dev, libcjson-dev, libprotobuf-c-dev; openmpi-bin and
-# libopenmpi-dev for the MPI backend, clang for the fuzz targets; chromium
-# and libonnx-testdata for `test`) are installed with apt-get when run as
+# libopenmpi-dev for the MPI backend, clang for the fuzz targets; chromium,
+# libonnx-testdata and python3-torch/python3-onnx for `test`) are installed with apt-get when run as
 # root; otherwise the script says what to install (and builds without MPI
 # when only MPI is missing).  The tests fail closed: a missing or broken
-# MPI, clang, chromium or ONNX test data is a failure, unless
+# MPI, clang, chromium, ONNX test data or Debian's torch (python3-torch) is a failure, unless
 # CARVE_TEST_WITHOUT names it (e.g.
-# CARVE_TEST_WITHOUT=mpi,clang,chromium,onnx-testdata), which counts those checks as
+# CARVE_TEST_WITHOUT=mpi,clang,chromium,onnx-testdata,python3-torch), which counts those checks as
 # skipped in the closing line.
 set -euo pipefail
 cd "$(dirname "$0")"
@@ -118,6 +118,18 @@ need_testdata() {
     echo "build.sh: installing libonnx-testdata (for tests/test_onnx_nodes.c)" >&2
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq libonnx-testdata >&2 ||
         echo "build.sh: libonnx-testdata not installed; tests/test_onnx_nodes.c will fail (CARVE_TEST_WITHOUT=onnx-testdata skips it)" >&2
+}
+
+# Debian's PyTorch 1.13 and onnx (python3-torch, python3-onnx) for /usr/bin/python3: tests/e2e_onnx.sh
+# exports the fixtures again with them and checks the torch exports against the modules (torch 1.13 is
+# what the committed fixtures were made with).  Installed when root; without them that test fails
+# (unless CARVE_TEST_WITHOUT=python3-torch).
+need_debian_torch() {
+    /usr/bin/python3 -c 'import torch, onnx' >/dev/null 2>&1 && return 0
+    [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1 || return 0
+    echo "build.sh: installing python3-torch python3-onnx (for tests/e2e_onnx.sh)" >&2
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-torch python3-onnx >&2 ||
+        echo "build.sh: python3-torch not installed; tests/e2e_onnx.sh will fail (CARVE_TEST_WITHOUT=python3-torch skips its torch 1.13 checks)" >&2
 }
 
 # One makefile, kept here so the build stays one short file.
@@ -332,7 +344,7 @@ demo) # the first command: carve built where needed, then a plan for GPT-1.3B ov
     echo
     echo "next: build/carve explain $demo_out; build/carve report $demo_out --html plan.html; ./build.sh test (README.md: the tour)" ;;
 test | test-core | test-frameworks | test-long)
-    need_pkgs; need_browser; need_testdata; need_venv; run_make build "" ""
+    need_pkgs; need_browser; need_testdata; need_debian_torch; need_venv; run_make build "" ""
     case "$mode" in
     test-core) export CARVE_TEST_SET=core ;;
     test-frameworks) export CARVE_TEST_SET=frameworks ;;
@@ -341,7 +353,7 @@ test | test-core | test-frameworks | test-long)
     esac
     run_tests build ;;
 asan)
-    need_pkgs; need_testdata; need_venv
+    need_pkgs; need_testdata; need_debian_torch; need_venv
     run_make build-asan "-O1 -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined" \
         "-fsanitize=address,undefined"
     export ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1

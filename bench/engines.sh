@@ -8,15 +8,18 @@
 # Runs tests/e2e_engines.sh's whole matrix (CARVE_TEST_LONG=1) with $CARVE_PYTHON (default
 # /work/venv/bin/python, or build.sh's .venv) and prints three markdown tables from its results:
 # torch (per module and plan: loss and param differences against one process), JAX (per plan),
-# and the collectives (tests/comm_compare.py --table).  Nothing here is a time: the figures are
+# and the collectives (tests/comm_compare.py --table).  CARVE_ENGINES_DIR=DIR keeps the runs' files there.  Nothing here is a time: the figures are
 # differences and counts, the same on every machine up to rounding.
 set -u
 cd "$(dirname "$0")/.." || exit 2
 build=${1:-build}
 root=$PWD
 py=${CARVE_PYTHON:-$([ -x .venv/bin/python ] && echo "$PWD/.venv/bin/python" || echo /work/venv/bin/python)}
-dir=$(mktemp -d)
-trap 'rm -rf "$dir"' EXIT
+dir=${CARVE_ENGINES_DIR:-}  # set: the runs' files are kept there (torch.json, jax.json, the plans)
+if [ -z "$dir" ]; then
+    dir=$(mktemp -d)
+    trap 'rm -rf "$dir"' EXIT
+fi
 CARVE_BIN=$root/$build/carve CARVE_ROOT=$root CARVE_PYTHON=$py CARVE_TEST_LONG=1 CARVE_E2E_DIR=$dir \
     bash tests/e2e_engines.sh >"$dir/e2e.txt" 2>&1
 echo "e2e_engines.sh (CARVE_TEST_LONG=1): $(tail -1 "$dir/e2e.txt")"

@@ -54,6 +54,10 @@ about what the engines do differently, or the comparison fails:
                  carve all-gathers an activation's gradient and sums it into a bias's gradient
                  (reduce_sum); the engine sums its block first and all-gathers the sum: one
                  all-gather each, the engine's k times smaller (carve's lowering could do the same)
+  interleaved transfers
+                 (interleaved pipelines) the scatter-gather between stages across phases: torch sends a
+                 virtual stage's whole activation in the forward, carve's program lists the
+                 transfers between virtual stages in the segment of its schedule that runs them
   fused parts as one
                  a fused projection's param (GPT-2's c_attn) that apply_plan holds as one tensor on its
                  view: torch reduces (ZeRO-3: gathers) its whole gradient in one collective of k times
@@ -325,18 +329,19 @@ def rule_extra_summand(eng, car, ctx):
     return (keep, []) if keep else None
 
 
-def rule_scatter_gather(eng, car, ctx):
+def rule_scatter_gather(eng, car, ctx, any_phase=False):
     """Megatron's scatter-gather between stages: carve sends each tensor-parallel rank's share of a
     replicated activation (or gradient) and all-gathers it on the receiving stage; torch's stage
     sends its whole copy.  An engine send and recv of B bytes against carve's send and recv of B/k
-    and an all-gather of B in the same phase."""
+    and an all-gather of B in the same phase (any_phase: in any phase of carve's)."""
     es, cs = [], []
+    same = lambda c, e: any_phase or c["phase"] == e["phase"]  # noqa: E731
     for e in [e for e in eng if e["kind"] == "send"]:
         for k in (2, 4, 8):
             if e["bytes"] % k:
                 continue
             r = next((x for x in eng if x["kind"] == "recv" and x["phase"] == e["phase"] and x["bytes"] == e["bytes"]), None)
-            cs_ = [next((c for c in car if c["kind"] == kind and c["phase"] == e["phase"] and c["bytes"] == b), None)
+            cs_ = [next((c for c in car if c["kind"] == kind and same(c, e) and c["bytes"] == b), None)
                    for kind, b in (("send", e["bytes"] // k), ("recv", e["bytes"] // k), ("all-gather", e["bytes"]))]
             if r is not None and all(c is not None for c in cs_):
                 eng.remove(e)
@@ -347,6 +352,17 @@ def rule_scatter_gather(eng, car, ctx):
                 cs += cs_
                 break
     return (es, cs) if cs else None
+
+
+def rule_interleaved_transfers(eng, car, ctx):
+    """(interleaved schedules) the scatter-gather rule across phases: torch.distributed.pipelining
+    sends a virtual stage's whole activation to the next virtual stage in the forward; carve's
+    interleaved program lists the transfers between its virtual stages (a tensor-parallel rank's
+    share, then an all-gather) in the segment that runs them, the backward's for the chunks its
+    schedule runs there.  Only for a plan whose schedule is interleaved (ctx["schedule"])."""
+    if ctx.get("schedule") != "interleaved":
+        return None
+    return rule_scatter_gather(eng, car, ctx, any_phase=True)
 
 
 def rule_tied(eng, car, ctx):
@@ -369,11 +385,11 @@ SHAPE_RULES = (("scatter-gather between stages", rule_scatter_gather), ("2-D par
                ("no reduce-scatter (XLA on the CPU)", rule_no_reduce_scatter),
                ("reduce-scatter and all-reduce as one (XLA on the CPU)", rule_rs_ar_as_one),
                ("summed before gathered", rule_reduce_first), ("all-to-all as all-gather (gloo)", rule_all_to_all), ("phase of a combined value", rule_phase),
-               ("fused parts as one", rule_fused_parts), ("each summand reduced", rule_summands), ("summands reduced apart", rule_extra_summand),
+               ("interleaved transfers", rule_interleaved_transfers), ("fused parts as one", rule_fused_parts), ("each summand reduced", rule_summands), ("summands reduced apart", rule_extra_summand),
                ("gathered again for the backward", rule_regather))
 
 
-def compare(engine_calls, explain, loss_name="loss", microbatches=1, fused=()):
+def compare(engine_calls, explain, loss_name="loss", microbatches=1, fused=(), schedule=None):
     """{"matched": n, "named": [(rule, engine items, carve items)], "unexplained_engine": [...],
     "unexplained_carve": [...], "by_kind": {kind: (engine count, bytes, carve count, bytes)},
     "bytes_after_named": (engine, carve), "ok": bool}."""
@@ -386,7 +402,7 @@ def compare(engine_calls, explain, loss_name="loss", microbatches=1, fused=()):
             row[2 * side] += 1
             row[2 * side + 1] += c["bytes"]
     named = []
-    ctx = {"loss": loss_name, "paired": [], "fused": list(fused)}
+    ctx = {"loss": loss_name, "paired": [], "fused": list(fused), "schedule": schedule}
     rest_e, rest_c = list(eng), list(car)
     for name, rule in ORIGIN_RULES:
         got = rule(rest_e, rest_c, ctx)
@@ -479,7 +495,8 @@ def main():
             continue
         plan = r["case"].split(":", 2)[1] if engine == "torch" else r["plan"]
         explain = json.load(open(plan[:-5] + ".explain.json"))
-        res = compare(r["calls"], explain, microbatches=r.get("microbatches", 1), fused=r.get("fused_parts", ()))
+        res = compare(r["calls"], explain, microbatches=r.get("microbatches", 1), fused=r.get("fused_parts", ()),
+                      schedule=r.get("schedule"))
         key = case_key(engine, r)
         got, want = residual(res), {k: v for k, v in expected.get(key, {}).items() if k in ("engine", "carve")}
         e, c = res["bytes_after_named"]

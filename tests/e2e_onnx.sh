@@ -6,8 +6,8 @@
 #    again into a temporary folder and tests/onnx/compare.py compares each file
 #    with the committed one numerically (the same graph; initializers, the
 #    loss and the gradients within 1e-6: another machine's kernels differ in
-#    the last bits, so never byte for byte).  Without torch (not a component
-#    build.sh installs) a skip.
+#    the last bits, so never byte for byte).  Without them (build.sh installs
+#    them when root) a failure, unless CARVE_TEST_WITHOUT names python3-torch.
 # 2. One fixture on 2 MPI ranks against torch's numbers (test_onnx --mpi).
 # 3. The commands: show, shard, cost, calibrate, autopart, explain, run,
 #    export and import take --graph FILE.onnx; a plan records the file (path,
@@ -19,8 +19,8 @@
 #    export's placements against the module's state_dict
 #    (tests/onnx/check_export.py).
 # 4. Bad input: exit 2, one line, nothing on stdout or written.
-# MPI is a component build.sh installs: without it the MPI cases fail unless
-# CARVE_TEST_WITHOUT names mpi.  Closing line: N passed, N failed (, N skipped).
+# MPI and Debian's torch are components build.sh installs: without them those cases fail unless
+# CARVE_TEST_WITHOUT names mpi or python3-torch.  Closing line: N passed, N failed (, N skipped).
 set -u
 # carve-test: frameworks (runs torch 1.13 and 2.13: the fixtures regenerated and compared)
 . "$(dirname "$0")/lib_e2e.sh"
@@ -29,11 +29,13 @@ fx=$root/tests/onnx/fixtures
 [ "${CARVE_ASAN:-0}" = 1 ] && export ASAN_OPTIONS="${ASAN_OPTIONS:-}:detect_leaks=0"
 
 # ---- 1. the fixtures, exported again ------------------------------------------------------------
+# Debian's python3 with its torch 1.13 (CARVE_SYSTEM_PYTHON: another, to check the failure without it)
+py1=${CARVE_SYSTEM_PYTHON:-/usr/bin/python3}
 torch=0
-/usr/bin/python3 -c 'import torch, onnx' 2>/dev/null && torch=1
+"$py1" -c 'import torch, onnx' 2>/dev/null && torch=1
 if [ $torch = 1 ]; then
-    if /usr/bin/python3 "$root/tests/onnx/gen.py" --out "$tmp/fx" >gen.txt 2>&1; then
-        if /usr/bin/python3 "$root/tests/onnx/compare.py" "$fx" "$tmp/fx" >cmp.txt 2>&1; then
+    if "$py1" "$root/tests/onnx/gen.py" --out "$tmp/fx" >gen.txt 2>&1; then
+        if "$py1" "$root/tests/onnx/compare.py" "$fx" "$tmp/fx" >cmp.txt 2>&1; then
             pass=$((pass + 1))
         else
             fail=$((fail + 1)); echo "FAIL fixtures exported again differ from the committed ones:"; tail -8 cmp.txt
@@ -43,7 +45,7 @@ if [ $torch = 1 ]; then
     fi
     rm -rf "$tmp/fx"
 else
-    skipped "fixtures exported again" "/usr/bin/python3 has no torch or onnx (apt-get install -y python3-torch python3-onnx)"
+    missing python3-torch "fixtures exported again" "$py1 has no torch or onnx (apt-get install -y python3-torch python3-onnx)"
 fi
 # the models people train (tests/onnx/hf.py): GPT-2 exported again by torch 2.13 both ways (the
 # pinned venv) and by torch 1.13 where its transformers 4.40 is there, compared numerically
@@ -51,7 +53,7 @@ py2=${CARVE_PYTHON:-}
 if [ -n "$py2" ] && "$py2" -c 'import torch, transformers, onnx' 2>/dev/null; then
     if "$py2" "$root/tests/onnx/hf.py" --out "$tmp/hf" --only gpt2 >hf.txt 2>&1 &&
         { [ $torch = 0 ] || [ ! -d "${CARVE_TF4:-/opt/carve-tf4}" ] ||
-          /usr/bin/python3 "$root/tests/onnx/hf.py" --out "$tmp/hf" --only gpt2 --exports t113 >>hf.txt 2>&1; } &&
+          "$py1" "$root/tests/onnx/hf.py" --out "$tmp/hf" --only gpt2 --exports t113 >>hf.txt 2>&1; } &&
         "$py2" "$root/tests/onnx/compare.py" --subset "$root/tests/onnx/hf" "$tmp/hf" >hfcmp.txt 2>&1; then
         pass=$((pass + 1))
     else
@@ -134,15 +136,15 @@ ok "autopart gpt2" "$carve" autopart --graph "$gpt" --mesh batch=2,model=2 --sch
     --budget 40 --quiet --out pg.json
 ok "export gpt2 --to torch" "$carve" export pg.json --to torch --out pg.py
 if [ $torch = 1 ]; then # the placements apply to the module's state_dict as it is
-    ok "torch export against the module" /usr/bin/python3 "$root/tests/onnx/check_export.py" gpt2 pg.py
+    ok "torch export against the module" "$py1" "$root/tests/onnx/check_export.py" gpt2 pg.py
     has "torch export against the module" "one per param of the gpt2 module's state_dict"
     # LLaMA's inv_freq buffer is a param unless --frozen keeps it constant
     "$carve" autopart --graph "$fx/llama-o17-train.onnx" --frozen inv_freq --mesh batch=2,model=2 --hw cpu --budget 20 --quiet \
         --out pl.json >/dev/null 2>&1
     ok "llama --frozen inv_freq: export" "$carve" export pl.json --to torch --out pl.py
-    ok "llama --frozen inv_freq: torch export against the module" /usr/bin/python3 "$root/tests/onnx/check_export.py" llama pl.py
+    ok "llama --frozen inv_freq: torch export against the module" "$py1" "$root/tests/onnx/check_export.py" llama pl.py
 else
-    skipped "torch export against the module" "/usr/bin/python3 has no torch"
+    missing python3-torch "torch export against the module" "$py1 has no torch (apt-get install -y python3-torch python3-onnx)"
 fi
 # LLaMA's projections are held in the heads layout (docs/onnx.md, "Root width"): Megatron's heads split is a
 # Shard of the module's tensor (q_proj [heads * head_dim, hidden]: dim 0; o_proj: dim 1); a split of the head
@@ -179,14 +181,16 @@ ok "heads layout: export of an uneven heads split" "$carve" export pu.json --to 
 check "heads layout: the uneven heads split on a view" \
     "$(grep -q '"layers.0.self_attn.q_proj.weight": \[Shard(0)\],  # on t.view(4, 4, 16)' pu.py; echo $?)"
 if [ $torch = 1 ]; then
-    ok "heads layout: uneven heads split against the module" /usr/bin/python3 "$root/tests/onnx/check_export.py" llama pu.py
-    ok "heads layout: Megatron plan against the module" /usr/bin/python3 "$root/tests/onnx/check_export.py" llama pm.py
-    ok "heads layout: head-dim split against the module" /usr/bin/python3 "$root/tests/onnx/check_export.py" llama ph.py
+    ok "heads layout: uneven heads split against the module" "$py1" "$root/tests/onnx/check_export.py" llama pu.py
+    ok "heads layout: Megatron plan against the module" "$py1" "$root/tests/onnx/check_export.py" llama pm.py
+    ok "heads layout: head-dim split against the module" "$py1" "$root/tests/onnx/check_export.py" llama ph.py
     has "heads layout: head-dim split against the module" "4 on a view"
     # a view that no split needs, or a Shard of the module's tensor where a view is needed, is caught
     sed 's/"layers.0.self_attn.v_proj.weight": \[Replicate(), Shard(1)\]/"layers.0.self_attn.v_proj.weight": [Replicate(), Shard(0)]/' ph.py >ph_bad.py
     check "heads layout: check_export refuses a view no split needs" \
-        "$(! /usr/bin/python3 "$root/tests/onnx/check_export.py" llama ph_bad.py >/dev/null 2>&1; echo $?)"
+        "$(! "$py1" "$root/tests/onnx/check_export.py" llama ph_bad.py >/dev/null 2>&1; echo $?)"
+else
+    missing python3-torch "heads layout: the exports against the module" "$py1 has no torch (apt-get install -y python3-torch python3-onnx)"
 fi
 if [ $mpi = 1 ]; then
     ok "run --plan on 4 MPI ranks" mpirun --oversubscribe --allow-run-as-root -n 4 "$carve" run --plan pg.json --backend mpi --steps 2

@@ -313,6 +313,7 @@ def run_case(rank, model_name, plan_path, export_path, steps):
             "param_worst": worst_name, "round_off_elements": noise, "ok": dloss <= LOSS_TOL and worst <= PARAM_TOL,
             "plan_collectives": plan.get("collectives", {}), "calls": calls,
             "microbatches": ex.PIPELINE["microbatches"] if getattr(ex, "PIPELINE", None) else 1,
+            "schedule": ex.PIPELINE["schedule"] if getattr(ex, "PIPELINE", None) else None,
             # a fused projection's params (held on their views): how many parts carve holds each in
             "fused_parts": [ex.VIEWS[n][d] for n, d in getattr(ex, "FUSED", {}).items() if n in ex.PARAM_PLACEMENTS]}
 

@@ -785,28 +785,6 @@ def _layer_list(model):
     return parent, holder, [path.rpartition(".")[2] for path in LAYER_MODULES]
 
 
-class _Skip(__import__("torch").nn.Module):
-    """A layer another stage runs: its input passes through (the stage's first layer takes the
-    activation received from the stage before instead)."""
-
-    def forward(self, hidden, *args, **kwargs):
-        return hidden
-
-
-class _NoEmbedding(__import__("torch").nn.Module):
-    """An embedding a later stage does not run: zeros of its output's shape (the stage's first layer
-    takes the received activation instead), no param, no collective."""
-
-    def __init__(self, width):
-        super().__init__()
-        self.width = width
-
-    def forward(self, ids, *args, **kwargs):
-        import torch
-        local = ids.to_local() if hasattr(ids, "to_local") else ids
-        return torch.zeros(tuple(local.shape) + (self.width,))
-
-
 class _StageOut(Exception):
     """Raised by the stage's last layer's hook: the stage's output, ending the module's forward."""
 
@@ -824,61 +802,89 @@ def _called_from(name):
     return f is not None
 
 
-class _HandStage(__import__("torch").nn.Module):
-    """One pipeline stage of a module cut by hand (the torchtitan way): the whole module with the
-    layers of other stages skipped (_Skip), a later stage's embeddings as _NoEmbedding, its first
-    layer given the received activation and its last layer's output ending the forward (_StageOut)
-    unless it is the last stage, whose forward returns the module's loss.  Takes and gives plain
-    tensors (each rank its block), DTensors on the stage's mesh inside (as _stage_io)."""
+def _hand_stage_types():
+    """The modules a stage cut by hand is made of (_Skip, _NoEmbedding, _HandStage), defined when
+    torch is imported (the export's tables load without torch)."""
+    import torch
 
-    def __init__(self, model, first, last, mesh, boundary_in, boundary_out, feeds, inputs):
-        super().__init__()
-        self.model, self.mesh, self.feeds, self.inputs = model, mesh, feeds, inputs
-        self.boundary_in, self.boundary_out = boundary_in, boundary_out
-        self.incoming = None
-        if first is not None:
-            first.register_forward_pre_hook(self._take, with_kwargs=True)
-        if last is not None:
-            last.register_forward_hook(self._leave)
+    class _Skip(torch.nn.Module):
+        """A layer another stage runs: its input passes through (the stage's first layer takes the
+        activation received from the stage before instead)."""
 
-    def _take(self, mod, args, kwargs):
-        if self.incoming is None:
-            return None
-        x, self.incoming = self.incoming, None
-        if args:
-            return (x,) + tuple(args[1:]), kwargs
-        return args, dict(kwargs, hidden_states=x)
+        def forward(self, hidden, *args, **kwargs):
+            return hidden
 
-    @staticmethod
-    def _leave(mod, args, out):
-        raise _StageOut(out[0] if isinstance(out, (tuple, list)) else out)
 
-    def _placed(self, name, t):
-        from torch.distributed.tensor import DTensor
-        if self.mesh is None or isinstance(t, DTensor) or not hasattr(t, "dim"):
-            return t
-        pl = self.boundary_in if name is None else self.inputs.get(name, [Replicate()] * self.mesh.ndim)
-        return DTensor.from_local(t, self.mesh, pl, run_check=False)
+    class _NoEmbedding(torch.nn.Module):
+        """An embedding a later stage does not run: zeros of its output's shape (the stage's first layer
+        takes the received activation instead), no param, no collective."""
 
-    def forward(self, *args, **kwargs):
-        from torch.distributed.tensor import DTensor
-        if self.feeds:  # a later stage: the activation received, the model's inputs fed
-            self.incoming = self._placed(None, args[0])
-            # PipelineStage's metadata inference (_forward_metadata_inference) runs the forward once
-            # more: a look at the next chunk, not a chunk
-            look = _called_from("_forward_metadata_inference")
-            inputs = [(f.name, f.peek() if look else f()) for f in self.feeds]
-        else:
-            inputs = list(kwargs.items())
-        values = [self._placed(n, t) for n, t in inputs]
-        try:
-            out = self.model(*values)
-        except _StageOut as e:
-            out = e.value
-        if isinstance(out, DTensor):
-            placements = self.boundary_out if out.dim() else [Replicate()] * out.device_mesh.ndim
-            out = _redistribute(out, placements).to_local()
-        return out
+        def __init__(self, width):
+            super().__init__()
+            self.width = width
+
+        def forward(self, ids, *args, **kwargs):
+            import torch
+            local = ids.to_local() if hasattr(ids, "to_local") else ids
+            return torch.zeros(tuple(local.shape) + (self.width,))
+
+    class _HandStage(torch.nn.Module):
+        """One pipeline stage of a module cut by hand (the torchtitan way): the whole module with the
+        layers of other stages skipped (_Skip), a later stage's embeddings as _NoEmbedding, its first
+        layer given the received activation and its last layer's output ending the forward (_StageOut)
+        unless it is the last stage, whose forward returns the module's loss.  Takes and gives plain
+        tensors (each rank its block), DTensors on the stage's mesh inside (as _stage_io)."""
+
+        def __init__(self, model, first, last, mesh, boundary_in, boundary_out, feeds, inputs):
+            super().__init__()
+            self.model, self.mesh, self.feeds, self.inputs = model, mesh, feeds, inputs
+            self.boundary_in, self.boundary_out = boundary_in, boundary_out
+            self.incoming = None
+            if first is not None:
+                first.register_forward_pre_hook(self._take, with_kwargs=True)
+            if last is not None:
+                last.register_forward_hook(self._leave)
+
+        def _take(self, mod, args, kwargs):
+            if self.incoming is None:
+                return None
+            x, self.incoming = self.incoming, None
+            if args:
+                return (x,) + tuple(args[1:]), kwargs
+            return args, dict(kwargs, hidden_states=x)
+
+        @staticmethod
+        def _leave(mod, args, out):
+            raise _StageOut(out[0] if isinstance(out, (tuple, list)) else out)
+
+        def _placed(self, name, t):
+            from torch.distributed.tensor import DTensor
+            if self.mesh is None or isinstance(t, DTensor) or not hasattr(t, "dim"):
+                return t
+            pl = self.boundary_in if name is None else self.inputs.get(name, [Replicate()] * self.mesh.ndim)
+            return DTensor.from_local(t, self.mesh, pl, run_check=False)
+
+        def forward(self, *args, **kwargs):
+            from torch.distributed.tensor import DTensor
+            if self.feeds:  # a later stage: the activation received, the model's inputs fed
+                self.incoming = self._placed(None, args[0])
+                # PipelineStage's metadata inference (_forward_metadata_inference) runs the forward once
+                # more: a look at the next chunk, not a chunk
+                look = _called_from("_forward_metadata_inference")
+                inputs = [(f.name, f.peek() if look else f()) for f in self.feeds]
+            else:
+                inputs = list(kwargs.items())
+            values = [self._placed(n, t) for n, t in inputs]
+            try:
+                out = self.model(*values)
+            except _StageOut as e:
+                out = e.value
+            if isinstance(out, DTensor):
+                placements = self.boundary_out if out.dim() else [Replicate()] * out.device_mesh.ndim
+                out = _redistribute(out, placements).to_local()
+            return out
+
+    return _Skip, _NoEmbedding, _HandStage
 
 
 def _stage_params(params, idx, names, sub, axis):
@@ -915,6 +921,7 @@ def _apply_stages(model, batch, mesh):
     sub = mesh[tuple(rest)] if rest else None
     rank = mesh.get_local_rank(axis)
     _LossOps.install()
+    _Skip, _NoEmbedding, _HandStage = _hand_stage_types()
     stages, modules, feeds, names = [], [], [], {}
     rep = [Replicate()] * len(MESH_AXES)
     for k in range(v):
