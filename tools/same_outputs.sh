@@ -12,14 +12,19 @@
 #                        .err beside it), cost/cases.txt the lines
 #     import/NAME*.      `carve import` of every ONNX fixture (tests/onnx/fixtures, regress):
 #                        the graph file, with --weights too, stdout, stderr and the exit code
+#     views/             what the renderers draw (view/): carve shard, cost (text and --json)
+#                        and autopart (budget, seed and one thread: deterministic) of the
+#                        schedules of views(), pipelined ones among them, then explain (text,
+#                        --json), report --html and export --to jax/shardy/xla/torch of every
+#                        plan autopart wrote and of tests/plans/
 #     counts.txt         the grep counts of issue 45 (with the lines counted), from the tree
 #                        (tools/same_outputs.sh counts [REV]: of the tree, or of a revision)
 #     fnlen.txt          every function of the library, longest first (tools/fnlen.sh)
 #     duplicates.txt     `duplicates --most 200` of the whole tree (when the tool is there;
 #                        CARVE_SAME_NODUP=1 leaves it out)
 #   tools/same_outputs.sh compare BEFORE AFTER
-#     compares two such folders: the prices and imports must be equal byte
-#     for byte (a cost document that differs is compared again on BEFORE's keys only, so a
+#     compares two such folders: the prices, imports and views must be equal byte
+#     for byte (the views but for the search's timings and the folder they were written in) (a cost document that differs is compared again on BEFORE's keys only, so a
 #     key added within carve-cost/1 is said apart from a changed price); exits 1 when
 #     any differs.  The counts, the function lengths and the repeated code are shown
 #     side by side, never judged.
@@ -56,6 +61,8 @@ record() { # $1 = output folder, $2 = build folder
         echo $? >"$out/import/$name.rc"
         "$carve" import "$f" "${opts[@]}" --weights --out "$out/import/$name.weights.json" >/dev/null 2>&1
     done; sed -i "s#$out/#OUT/#g" "$out"/import/*.out "$out"/import/*.err)
+    echo "same_outputs: the renderers' views" >&2
+    views "$carve" "$out/views"
     counts >"$out/counts.txt"
     "$root/tools/fnlen.sh" 100000 >"$out/fnlen.txt"
     if [ -z "${CARVE_SAME_NODUP:-}" ] && command -v duplicates >/dev/null; then
@@ -64,6 +71,40 @@ record() { # $1 = output folder, $2 = build folder
     fi
     echo "same_outputs: recorded in $out ($n cost cases, $(ls "$out"/import/*.rc | wc -l) imports)" >&2
 }
+
+# The renderers' outputs of $1 (carve) into folder $2 (see the top).
+views() {
+    local carve=$1 out=$2 i=0 m x h s p n to
+    rm -rf "$out" && mkdir -p "$out"
+    while read -r m x h s; do
+        i=$((i + 1))
+        "$carve" shard --model "$m" --mesh "$x" --schedule "$s" >"$out/shard$i.txt" 2>&1
+        "$carve" shard --model "$m" --mesh "$x" --schedule "$s" --json >"$out/shard$i.json" 2>&1
+        "$carve" cost --model "$m" --mesh "$x" --hw "$h" --schedule "$s" >"$out/cost$i.txt" 2>&1
+        "$carve" cost --model "$m" --mesh "$x" --hw "$h" --schedule "$s" --json >"$out/cost$i.json" 2>&1
+        "$carve" autopart --model "$m" --mesh "$x" --hw "$h" --budget 60 --seed 1 --threads 1 --pipeline search --layouts none \
+            --quiet --out "$out/ap$i.plan" >"$out/ap$i.txt" 2>&1
+    done <<'CASES'
+gpt-tiny batch=2,model=2 cpu dp:batch,megatron:model
+gpt-tiny data=2,pipe=2 cpu dp:data,pipeline:pipe:4
+gpt-tiny pipe=2,model=2 cpu pipeline:pipe:4:interleaved-2,megatron:model
+gpt-tiny pipe=2 cpu pipeline:pipe:4:gpipe:2/0
+llama-tiny data=2,model=2 cpu remat:full,zero3:data,megatron:model
+gpt-1.3b pipe=4,data=2 a100 dp:data,pipeline:pipe:8:1f1b
+CASES
+    for p in "$out"/ap*.plan "$root"/tests/plans/*.json; do
+        n=$(basename "${p%.*}")
+        "$carve" explain "$p" >"$out/$n.explain.txt" 2>&1
+        "$carve" explain "$p" --json >"$out/$n.explain.json" 2>&1
+        "$carve" report "$p" --html "$out/$n.html" >"$out/$n.report.out" 2>&1
+        for to in jax shardy xla torch; do "$carve" export "$p" --to $to >"$out/$n.$to" 2>&1; done
+    done
+    sed -i "s#$out/#OUT/#g" "$out"/*
+}
+
+# A view's file without what differs from run to run: the search's seconds
+# and rates, the folder it was written in.
+views_norm() { sed -E 's/[0-9.e+-]+ (s|plans\/s)\b/T \1/g; s/"(seconds|wall_s)":[[:space:]]*[0-9.e+-]+/"\1": T/g' "$1"; }
 
 # The library's C (not tests/, bench/, fuzz/) at revision $rev (empty: the
 # working tree), or only the paths named: lib_grep LABEL REGEX [PATHSPEC...]
@@ -134,17 +175,24 @@ compare() { # $1 = before, $2 = after
         fi
         bad=$((bad + 1)); echo "DIFFERS: $rel$([[ "$rel" == cost/* ]] && echo " ($(sed -n "$(basename "$rel" | cut -d. -f1)p" "$a/cost/cases.txt"))")"
     done
+    for f in "$a"/views/*; do
+        [ -e "$f" ] || continue # (a folder recorded before the views were)
+        rel=${f#"$a"/}
+        if cmp -s "$f" "$b/$rel" || cmp -s <(views_norm "$f") <(views_norm "$b/$rel"); then same=$((same + 1)); continue; fi
+        bad=$((bad + 1)); echo "DIFFERS: $rel"
+    done
     echo "--- counts (before | after)"; diff -y -W 200 --suppress-common-lines <(grep -v '^    ' "$a/counts.txt") <(grep -v '^    ' "$b/counts.txt") || true
     echo "--- longest functions (before | after)"; paste -d'|' <(head -12 "$a/fnlen.txt") <(head -12 "$b/fnlen.txt") | column -t -s'|'
     [ -f "$a/duplicates.txt" ] && [ -f "$b/duplicates.txt" ] &&
         echo "--- duplicates: before: $(head -1 "$a/duplicates.txt"); after: $(head -1 "$b/duplicates.txt")"
-    echo "$same equal byte for byte, $keys equal on before's keys, $bad differ (cost documents, imports; the price logs as above)"
+    echo "$same equal byte for byte, $keys equal on before's keys, $bad differ (cost documents, imports, views; the price logs as above)"
     [ "$bad" = 0 ]
 }
 
 case "${1:-}" in
+views) [ $# -eq 3 ] || { echo "usage: tools/same_outputs.sh views CARVE DIR" >&2; exit 2; }; views "$2" "$(mkdir -p "$3" && cd "$3" && pwd)" ;;
 record) [ $# -ge 2 ] || { echo "usage: tools/same_outputs.sh record DIR [BUILD]" >&2; exit 2; }; record "$2" "${3:-}" ;;
 compare) [ $# -eq 3 ] || { echo "usage: tools/same_outputs.sh compare BEFORE AFTER" >&2; exit 2; }; compare "$2" "$3" ;;
 counts) counts "${2:-}" ;;
-*) echo "usage: tools/same_outputs.sh record DIR [BUILD] | compare BEFORE AFTER | counts [REV]" >&2; exit 2 ;;
+*) echo "usage: tools/same_outputs.sh record DIR [BUILD] | compare BEFORE AFTER | counts [REV] | views CARVE DIR" >&2; exit 2 ;;
 esac
