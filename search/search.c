@@ -412,6 +412,7 @@ static int next_round(search_ctx *c)
         !search_material_gain(b, c->best_reward, c->round_start_reward))
         return 0;
     if (b->max_rounds > 0 && c->res.rounds >= b->max_rounds) return 0;
+    if (search_ctx_steps(c) * c->prefix->g->n_ops > SEARCH_ROUND_OP_STEPS) return 0; /* the time bound */
     c->restart = 1;
     c->second = 0;
     c->res.round_steps = c->round_gain_steps = search_ctx_steps(c);

@@ -216,6 +216,14 @@ const char *search_stop_name(search_stop s);
  * GPT over two mesh axes); on a wider root (more axes: more first moves for
  * the tree to compare) the least patience grows in proportion, the same steps
  * per root action. */
+/* The converge rule's rounds after the first (search_budget.max_rounds) start
+ * only while the search's steps times its graph's ops are at most this many:
+ * a step's time is about proportional to the graph's ops (about 1 s of one
+ * core of the 2-vCPU Xeon per 1e6 op-steps), so rounds stay within about 10 s
+ * of that core and the default time bound (60 s for autopart at the defaults)
+ * holds; a large graph's search has one round.  Set from the time bound, not
+ * tuned on any case's plans. */
+#define SEARCH_ROUND_OP_STEPS 1e7
 #define SEARCH_CONVERGE_GAIN 1e-3
 #define SEARCH_PATIENCE_MIN 200.0
 #define SEARCH_PATIENCE_FACTOR 1.0
