@@ -528,6 +528,21 @@ int fold_tile(ox_ctx *c, const Onnx__NodeProto *n, ox_tensor **in, int n_in, ox_
     return 0;
 }
 
+int ox_fold_too_big(ox_ctx *c, const Onnx__NodeProto *n)
+{
+    if (c->row->fold != fold_expand) return 0;
+    ox_val *x = ox_in(c, n, 0), *v = ox_in(c, n, 1);
+    ox_tensor *t = x && ox_is_const(x) ? ox_const(c, x) : NULL;
+    int64_t shape[OX_MAX_RANK + 1], dims[OX_MAX_RANK], numel = 1, cap = c->opt && c->opt->max_const > 0 && c->opt->max_const < OX_MAX_CONST
+                                                                          ? c->opt->max_const : OX_MAX_CONST;
+    int k, r;
+    if (!t || !v || ox_const_ints(c, v, "shape", shape, OX_MAX_RANK, &k) < 0 || ox_broadcast_shape(c, t->rank, t->dims, k, shape, &r, dims) < 0)
+        return 0; /* folding says what is wrong */
+    for (int d = 0; d < r; d++)
+        if (ir_mul_i64(numel, dims[d], &numel) < 0 || numel > cap) return 1;
+    return 0;
+}
+
 int fold_expand(ox_ctx *c, const Onnx__NodeProto *n, ox_tensor **in, int n_in, ox_tensor **out, int n_out)
 {
     if (need(c, in, 2) < 0) return -1;

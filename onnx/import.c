@@ -578,7 +578,8 @@ static int import_nodes(ox_ctx *c)
             if (v && !ox_is_const(v)) all_const = 0;
         }
         ir_set_layer(c->g, c->node_layer[i]);
-        if (c->row->fold && (all_const || !c->row->emit)) {
+        /* an Expand of a constant past what carve folds (a causal mask expanded to a big batch) runs as a broadcast */
+        if (c->row->fold && (all_const || !c->row->emit) && !(all_const && c->row->emit && ox_fold_too_big(c, n))) {
             if (ox_fold_node(c, n) < 0) return -1;
             if (c->info) c->info->folded++;
             ox_release_inputs(c, n);

@@ -64,6 +64,10 @@ static inline double ox_attr_float_row(const ox_ctx *c, const Onnx__NodeProto *n
 /* ---- folding (fold.c) --------------------------------------------------------- */
 /* Evaluates node n (every input constant) with its row's folder. */
 int ox_fold_node(ox_ctx *c, const Onnx__NodeProto *n);
+/* 1 when node n (its row's) folded would make a constant past what carve
+ * folds and its row can run it instead: an Expand of a constant (a causal
+ * mask expanded to a big batch becomes a broadcast, never held). */
+int ox_fold_too_big(ox_ctx *c, const Onnx__NodeProto *n);
 
 /* ---- patterns (patterns.c) --------------------------------------------------- */
 /* Builds the readers of every value (before the nodes are imported). */

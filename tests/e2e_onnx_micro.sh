@@ -47,4 +47,23 @@ bad "the batch does not divide" "does not divide into 3 micro-batches" \
     "$carve" cost --graph "$hf/gpt2-legacy.onnx" --mesh batch=1 --schedule microbatch:3
 "$carve" import "$hf/gpt2-legacy.onnx" --out g.json >/dev/null 2>&1
 bad "a graph file keeps its fixed batch" "pipeline: needs --model" "$carve" cost --graph g.json --mesh pipe=2 --schedule pipeline:pipe:2
+# an Expand of a constant past what carve folds (2^26 elements: a meta LLaMA-70B's causal mask expanded
+# to a batch of 16 is [16, 1, 4096, 4096]) runs as a broadcast, never held: the file imports
+"${CARVE_PYTHON:-python3}" - big_expand.onnx <<'EOF' >py.txt 2>&1
+import sys, numpy as np, onnx
+from onnx import helper, TensorProto, numpy_helper
+n = 8193  # n * n > 2^26
+nodes = [helper.make_node("Constant", [], ["c"], value=numpy_helper.from_array(np.ones((1, n), np.float32))),
+         helper.make_node("Constant", [], ["s"], value=numpy_helper.from_array(np.array([n, n], np.int64))),
+         helper.make_node("Expand", ["c", "s"], ["e"]), helper.make_node("Mul", ["x", "e"], ["y"]),
+         helper.make_node("Mul", ["y", "w"], ["z"]), helper.make_node("ReduceSum", ["z"], ["loss"], keepdims=0)]
+g = helper.make_graph(nodes, "big_expand", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [n, n])],
+                      [helper.make_tensor_value_info("loss", TensorProto.FLOAT, [])],
+                      initializer=[numpy_helper.from_array(np.ones(n, np.float32), "w")])
+onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), sys.argv[1])
+EOF
+check "an Expand past the fold limit: the test file written ($(tail -1 py.txt))" $?
+ok "an Expand past the fold limit imports (a broadcast)" "$carve" show --graph big_expand.onnx
+has "an Expand past the fold limit imports (a broadcast)" "^training step: big_expand.onnx"
+
 closing
