@@ -295,7 +295,7 @@ void view_explain(view_explanation *x)
     if (x->hw) throughput(x);
     if (!x->p) return;
     x->coll_rep = layer_reps(g->n_layers, collectives_eq, x->p);
-    if (x->e) {
+    if (x->e && x->e->instr_time) { /* (an estimate of a program without instructions may have none) */
         x->instr_time = ir_xcalloc((size_t)x->p->n_instrs + 1, sizeof(double));
         memcpy(x->instr_time, x->e->instr_time, (size_t)x->p->n_instrs * sizeof(double));
     }
