@@ -54,6 +54,10 @@ about what the engines do differently, or the comparison fails:
                  carve all-gathers an activation's gradient and sums it into a bias's gradient
                  (reduce_sum); the engine sums its block first and all-gathers the sum: one
                  all-gather each, the engine's k times smaller (carve's lowering could do the same)
+  reduced over more axes
+                 (sequence splits) DTensor reduces a param's gradient over the data and the sequence
+                 axes at once (its gradient is partial over both) where carve reduces the same bytes
+                 over the data axis alone (carve's gradient is whole over the sequence axis there)
   interleaved transfers
                  (interleaved pipelines) the scatter-gather between stages across phases: torch sends a
                  virtual stage's whole activation in the forward, carve's program lists the
@@ -221,6 +225,18 @@ def rule_fused_parts(eng, car, ctx):
     return (es, cs) if cs else None
 
 
+def rule_more_axes(eng, car, ctx):
+    """(torch) An engine all-reduce of a param's gradient over axes X against a carve all-reduce of the
+    same bytes in the same phase over a strict subset of X: with the sequence split over an axis, the engine's
+    gradient of a param is partial over that axis too (each rank its tokens' share) and DTensor
+    reduces it over the data and sequence axes at once; carve's program has the param's gradient
+    whole over the sequence axis at that point (its plan made the sum elsewhere) and reduces over
+    the data axis alone."""
+    return _pair_each(eng, car, lambda c: c["kind"] == "all-reduce",
+                      lambda e, c: e["kind"] == "all-reduce" and e.get("origin") == "gradient" and e["phase"] == c["phase"]
+                      and e["bytes"] == c["bytes"] and set(c["axes"]) < set(e["axes"]))
+
+
 def rule_regather(eng, car, ctx):
     """An engine all-gather in the backward of the bytes and axes of a forward one: the engine gathers a
     param again for the backward (XLA rematerializes it) where carve's plan keeps the forward's copy."""
@@ -385,7 +401,7 @@ SHAPE_RULES = (("scatter-gather between stages", rule_scatter_gather), ("2-D par
                ("no reduce-scatter (XLA on the CPU)", rule_no_reduce_scatter),
                ("reduce-scatter and all-reduce as one (XLA on the CPU)", rule_rs_ar_as_one),
                ("summed before gathered", rule_reduce_first), ("all-to-all as all-gather (gloo)", rule_all_to_all), ("phase of a combined value", rule_phase),
-               ("interleaved transfers", rule_interleaved_transfers), ("fused parts as one", rule_fused_parts), ("each summand reduced", rule_summands), ("summands reduced apart", rule_extra_summand),
+               ("interleaved transfers", rule_interleaved_transfers), ("reduced over more axes", rule_more_axes), ("fused parts as one", rule_fused_parts), ("each summand reduced", rule_summands), ("summands reduced apart", rule_extra_summand),
                ("gathered again for the backward", rule_regather))
 
 

@@ -142,13 +142,15 @@ class CommLog(TorchDispatchMode):
             stack = traceback.extract_stack()
             phase = self._pipeline_phase() if self.pipelined else self.phase
             origin = next((ORIGINS[fr.name] for fr in reversed(stack) if fr.name in ORIGINS), "other")
-            where = [f"{os.path.basename(fr.filename)}:{fr.lineno}" for fr in stack
-                     if "site-packages" not in fr.filename and fr.filename != __file__][-2:]
+            user = [fr for fr in stack if "site-packages" not in fr.filename and fr.filename != __file__]
+            where = [f"{os.path.basename(fr.filename)}:{fr.lineno}" for fr in user[-2:]]
+            code = (user[-1].line or "").strip() if user else ""  # the module's line that issued it
             axes = self._axes(group)
             if self.pipelined and (kind in ("send", "recv") or origin == "tied gradient"):
                 axes = [self.pipelined]  # between stages (torch issues them on other groups)
             self.calls.append({"kind": kind, "phase": phase, "axes": axes,
-                               "bytes": collective_bytes(op, args), "origin": origin, "where": " ".join(where)})
+                               "bytes": collective_bytes(op, args), "origin": origin, "where": " ".join(where),
+                               "code": code})
         return func(*args, **kwargs)
 
     @staticmethod

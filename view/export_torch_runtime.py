@@ -456,7 +456,7 @@ def _run_as_parts(path, mod, weight, bias):
     mod.forward = forward
 
 
-def _fused_modules(model, params):
+def _fused_modules(model):
     """Each module holding a FUSED weight, run as its parts (_run_as_parts); PlanError for a module
     apply_plan has no rule for (only nn.Linear and transformers' Conv1D)."""
     import torch
@@ -499,7 +499,7 @@ def apply_plan(model, mesh=None):
     params = _module_params(model)
     _check_module(params, mesh)
     placed = {}
-    _fused_modules(model, params)
+    _fused_modules(model)
     for name, (p, homes) in params.items():
         # a fused projection's param is held on its view (FUSED), its module run as its parts
         t = p.detach().reshape(VIEWS[name]) if name in FUSED else p.detach()
@@ -530,6 +530,16 @@ def _refuse_pipeline():
 
 def _drop(placements, axis):
     return [p for i, p in enumerate(placements) if i != axis]
+
+
+def _place_stage_outputs(module, axis):
+    """Every module output the plan names (MODULE_OUTPUTS) that the stage's module holds, placed as
+    the plan places it on the stage's mesh (without the pipeline axis)."""
+    for path, act in MODULE_OUTPUTS.items():
+        try:
+            module.get_submodule(path).register_forward_hook(_Placed._place_on(act, axis))
+        except AttributeError:
+            pass
 
 
 class PipelineRun:
@@ -744,11 +754,7 @@ def apply_pipeline(model, batch, mesh=None):
                 for mod, leaf in homes:
                     mod._parameters[leaf] = new
         if sub is not None:
-            for path, act in MODULE_OUTPUTS.items():
-                try:
-                    gm.get_submodule(path).register_forward_hook(_Placed._place_on(act, axis))
-                except AttributeError:
-                    pass
+            _place_stage_outputs(gm, axis)
         layers = PIPELINE["layers"]
         first, last = sum(layers[:idx]), sum(layers[:idx + 1]) - 1
         before = ACTIVATION_PLACEMENTS.get(MODULE_OUTPUTS.get(LAYER_MODULES[first - 1]), None) if first else None
@@ -939,14 +945,10 @@ def _apply_stages(model, batch, mesh):
                 if isinstance(mod, torch.nn.Embedding) and path:
                     owner, _, leaf = path.rpartition(".")
                     copy_.get_submodule(owner)._modules[leaf] = _NoEmbedding(mod.embedding_dim)
-        _fused_modules(copy_, None)
+        _fused_modules(copy_)
         _stage_params(params, idx, names, sub, axis)
         if sub is not None:
-            for path, act in MODULE_OUTPUTS.items():
-                try:
-                    copy_.get_submodule(path).register_forward_hook(_Placed._place_on(act, axis))
-                except AttributeError:
-                    pass
+            _place_stage_outputs(copy_, axis)
         before = ACTIVATION_PLACEMENTS.get(MODULE_OUTPUTS.get(LAYER_MODULES[first - 1]), None) if first else None
         after = ACTIVATION_PLACEMENTS.get(MODULE_OUTPUTS.get(LAYER_MODULES[last]), None)
         mine = [_Feed(n, None, None) for n in batch] if idx > 0 else []
