@@ -66,6 +66,7 @@ hf-llama|t-hl-dpmeg|batch=2,model=2|dp:batch,group:model.layers.*.self_attn.v_pr
 hf-llama|t-hl-zero3|model=2,batch=2|zero3:batch,group:model.layers.*.self_attn.v_proj.weight:0:model,megatron:model,auto|5|--graph $hf/llama-legacy.onnx
 *hf-gpt2|t-hg-1f1b|pipe=2,model=2|megatron:model,pipeline:pipe:2:1f1b,auto|5|--graph $hf/gpt2-legacy.onnx
 hf-llama|t-hl-1f1b|pipe=2,model=2|megatron:model,pipeline:pipe:2:1f1b,auto|5|--graph $hf/llama-legacy.onnx
+hf-llama|t-hl-gpipe|pipe=2,model=2|megatron:model,pipeline:pipe:4:gpipe,auto|5|--graph $hf/llama-legacy.onnx
 hf-llama|t-hl-seq|batch=2,model=2|dp:batch,group:input_ids:1:model,auto|40|--graph $hf/llama-legacy.onnx
 gpt|t-gp-dpmeg|batch=2,model=2|dp:batch,megatron:model,auto|5|--model gpt-tiny:attention=materialized
 gpt|t-gp-zero3|model=2,batch=2|zero3:batch,megatron:model,auto|5|--model gpt-tiny:attention=materialized
