@@ -50,16 +50,20 @@ int ox_ir_broadcast_to(ox_ctx *c, int x, int rank, const int64_t *dims)
     if (v->rank > rank) return ox_fail(c, "a value of rank %d does not broadcast to rank %d", v->rank, rank);
     int off = rank - v->rank, k = 0;
     int64_t keep[IR_MAX_RANK] = {0}, map[IR_MAX_RANK], n_keep = 1, n_all = 1;
+    for (int d = 0; d < rank; d++) /* (a shape from the file: fuzz_onnx's 2^57 x 2^49 overflowed) */
+        if (dims[d] < 0 || __builtin_mul_overflow(n_all, dims[d], &n_all))
+            return ox_fail(c, "a broadcast to a shape of %s (dim %d is %lld)", dims[d] < 0 ? "a negative dim" : "2^63 elements or more", d,
+                           (long long)dims[d]);
     for (int d = 0; d < v->rank; d++) {
         int64_t a = v->dims[d], b = dims[off + d];
         if (a != b && a != 1) return ox_fail(c, "dim %d of size %lld does not broadcast to %lld", d, (long long)a, (long long)b);
         if (a == b) {
             keep[k] = a;
             map[k++] = off + d;
-            n_keep *= a;
+            if (__builtin_mul_overflow(n_keep, a, &n_keep)) /* (after a dim of 0, say) */
+                return ox_fail(c, "a broadcast to a shape of 2^63 elements or more (dim %d is %lld)", off + d, (long long)a);
         }
     }
-    for (int d = 0; d < rank; d++) n_all *= dims[d];
     x = ox_ir_reshape(c, x, k, keep);
     if (n_keep == n_all) return ox_ir_reshape(c, x, rank, dims); /* only size-1 dims differ */
     int y = ir_broadcast(c->g, x, rank, dims, map);
