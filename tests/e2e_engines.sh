@@ -114,7 +114,7 @@ else
     [ $rc = 0 ] && [ "$n_ok" = ${#cases[@]} ]
     check "torch: ${#cases[@]} plans on 4 gloo processes equal one process over 3 Adam steps ($n_ok ok)" $?
     grep -E "^(ok|FAIL) " torch.txt | sed 's/^/    /'
-    [ $rc = 0 ] || tail -5 torch.err
+    [ $rc = 0 ] || tail -5 torch.err | sed "s/^/FAIL   torch.err: /" # (the suite prints a failing script's FAIL lines)
     if [ -s torch.json ]; then
         "$py" "$root/tests/comm_compare.py" torch torch.json "$root/tests/comm_expected.json" >comm.txt 2>&1
         check "torch: collectives against the plans' (tests/comm_compare.py)" $?

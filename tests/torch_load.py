@@ -46,8 +46,8 @@ import importlib.machinery
 import importlib.util
 import json
 import os
-import socket
 import sys
+import tempfile
 import traceback
 import warnings
 
@@ -320,12 +320,13 @@ def run_case(rank, model_name, plan_path, export_path, steps):
             "fused_parts": [ex.VIEWS[n][d] for n, d in getattr(ex, "FUSED", {}).items() if n in ex.PARAM_PLACEMENTS]}
 
 
-def worker(rank, n, port, cases, steps, out_path):
+def worker(rank, n, store, cases, steps, out_path):
     # a hang (a collective one rank never joins) dumps every rank's stack and exits: no test waits forever
     faulthandler.dump_traceback_later(float(os.environ.get("CARVE_TORCH_TIMEOUT", "600")), exit=True)
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     torch.set_num_threads(1)
-    dist.init_process_group("gloo", rank=rank, world_size=n)
+    # the ranks meet through a file (a FileStore), not a TCP port picked beforehand: a port found free
+    # and closed again can be taken by another process before rank 0 listens on it
+    dist.init_process_group("gloo", init_method="file://" + store, rank=rank, world_size=n)
     results = []
     for case in cases:
         model_name, plan_path, export_path = case.split(":", 2)
@@ -353,11 +354,9 @@ def main():
     ap.add_argument("--json")
     ap.add_argument("cases", nargs="+")
     a = ap.parse_args()
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
     out = a.json or "torch_load.results.json"
-    mp.spawn(worker, args=(a.procs, port, a.cases, a.steps, out), nprocs=a.procs)
+    with tempfile.TemporaryDirectory(prefix="carve-torch-") as d:
+        mp.spawn(worker, args=(a.procs, os.path.join(d, "store"), a.cases, a.steps, out), nprocs=a.procs)
     results = json.load(open(out))
     passed = failed = 0
     for r in results:
