@@ -572,24 +572,6 @@ static int first_and_descend(const autopart_layout_level *L, graph_cache *gc, ro
 
 /* ---- phase 3: the search on top of the best configurations ------------------- */
 
-/* An eighth of the budget, never past the deadline: the configuration is
- * already a whole plan (the level's own choice among hundreds), what the
- * search adds on top of it is small, and a step of these models is slow. */
-static search_budget share(const autopart_layout_level *L)
-{
-    search_budget b = L->b;
-    if (b.simulations) b.simulations = b.simulations >= 16 ? b.simulations / 8 : 2;
-    if (b.stall) b.stall = b.stall >= 16 ? b.stall / 8 : 2;
-    if (b.converge) b.patience_min = (b.patience_min > 0 ? b.patience_min : SEARCH_PATIENCE_MIN) / 8;
-    b.max_rounds = 1; /* one round: the plain step's search has them (search_budget.max_rounds) */
-    b.seconds /= 8;
-    if (L->deadline > 0) {
-        double left = L->deadline - autopart_clock();
-        if (b.seconds <= 0 || b.seconds > left) b.seconds = left > 1e-3 ? left : 1e-3;
-    }
-    return b;
-}
-
 /* Searches configuration c into s (memset by the caller): its step built
  * afresh, its schedule the manual tactics, the search on top.  On failure
  * s->why says why. */
@@ -605,7 +587,8 @@ static void search_config(const autopart_layout_level *L, const autopart_layout_
         return;
     }
     schedule tail, sc;
-    search_budget b = share(L);
+    /* an eighth: the configuration is already a whole plan; what the search adds on top is small */
+    search_budget b = autopart_budget_share(L->b, 8, L->deadline);
     s->skip_experts = 1; /* the configuration is the start; the experts are another layout's */
     if (autopart_layout_tail(c, &tail, err, sizeof err) < 0 ||
         autopart_config_schedule(&s->config, NULL, 0, &tail, &sc, err, sizeof err) < 0) {

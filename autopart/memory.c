@@ -158,16 +158,13 @@ double autopart_plain_seconds(double seconds, int n)
     return n > 1 ? seconds * 4 / (n + 3) : seconds;
 }
 
-/* A share of the budget: a quarter of each limit that is set (b.seconds is
- * already the plain step's share of a time limit) and of the converge rule's
- * least patience, and never past the deadline. */
-static search_budget budget_share(search_budget b, double deadline)
+search_budget autopart_budget_share(search_budget b, int parts, double deadline)
 {
-    if (b.simulations) b.simulations = b.simulations >= 8 ? b.simulations / 4 : 2;
-    if (b.stall) b.stall = b.stall >= 8 ? b.stall / 4 : 2;
-    if (b.converge) b.patience_min = (b.patience_min > 0 ? b.patience_min : SEARCH_PATIENCE_MIN) / 4;
+    if (b.simulations) b.simulations = b.simulations >= 2 * parts ? b.simulations / parts : 2;
+    if (b.stall) b.stall = b.stall >= 2 * parts ? b.stall / parts : 2;
+    if (b.converge) b.patience_min = (b.patience_min > 0 ? b.patience_min : SEARCH_PATIENCE_MIN) / parts;
     b.max_rounds = 1; /* one round: the plain step's search has them (search_budget.max_rounds) */
-    b.seconds /= 4;
+    b.seconds /= parts;
     if (deadline > 0) {
         double left = deadline - autopart_clock();
         if (b.seconds <= 0 || b.seconds > left) b.seconds = left > 1e-3 ? left : 1e-3;
@@ -200,7 +197,7 @@ int autopart_config_setup(autopart_step *s, const autopart_config *c, const sche
 static void search_config(const autopart_memory_level *m, const autopart_config *c, autopart_step *s)
 {
     char err[512];
-    search_budget b = budget_share(m->b, m->deadline);
+    search_budget b = autopart_budget_share(m->b, 4, m->deadline);
     if (autopart_config_setup(s, c, m->user, m->mesh, m->build, m->build_ctx, m->hw, &m->opt, m->gather_auto) < 0) return;
     if (autopart_step_search(s, m->algo, &b, err, sizeof err) < 0) {
         snprintf(s->why, sizeof s->why, "%s", err);

@@ -100,6 +100,12 @@ typedef struct autopart_memory_level {
 
 /* CLOCK_MONOTONIC seconds, the clock of autopart_memory_level.deadline. */
 double autopart_clock(void);
+/* A level's search budget for one searched step: b's simulations, stall,
+ * patience and seconds divided by `parts` (at least 2 simulations and
+ * stalls), one round, never past `deadline` (CLOCK_MONOTONIC seconds, 0:
+ * none).  The memory and pipeline levels give a quarter, the layout level
+ * an eighth. */
+search_budget autopart_budget_share(search_budget b, int parts, double deadline);
 
 /* The plain step's share of a wall-time limit of `seconds` for the whole
  * level of n configurations: each other configuration gets a quarter of the

@@ -54,22 +54,6 @@ static void price_candidate(const autopart_pipeline_level *L, autopart_pipeline_
     autopart_step_free(&s);
 }
 
-/* A quarter of the budget, never past the deadline (as the memory level's). */
-static search_budget share(const autopart_pipeline_level *L)
-{
-    search_budget b = L->b;
-    if (b.simulations) b.simulations = b.simulations >= 8 ? b.simulations / 4 : 2;
-    if (b.stall) b.stall = b.stall >= 8 ? b.stall / 4 : 2;
-    if (b.converge) b.patience_min = (b.patience_min > 0 ? b.patience_min : SEARCH_PATIENCE_MIN) / 4;
-    b.max_rounds = 1; /* one round: the plain step's search has them (search_budget.max_rounds) */
-    b.seconds /= 4;
-    if (L->deadline > 0) {
-        double left = L->deadline - autopart_clock();
-        if (b.seconds <= 0 || b.seconds > left) b.seconds = left > 1e-3 ? left : 1e-3;
-    }
-    return b;
-}
-
 /* Prices every candidate's experts (price_candidate), each on a step and
  * pricer of its own: side by side on the budget's threads, the same prices.
  * A candidate reached after the deadline is not priced (--time bounds this
@@ -141,7 +125,7 @@ int autopart_pipeline_search(const autopart_pipeline_level *L, autopart_pipeline
             snprintf(s->why, sizeof s->why, "not searched: %s", search_interrupted ? "interrupted" : "the --time limit is spent");
             continue;
         }
-        search_budget b = share(L);
+        search_budget b = autopart_budget_share(L->b, 4, L->deadline);
         if (setup(L, &cands[pick].config, s) < 0 || autopart_step_search(s, L->algo, &b, err, sizeof err) < 0) {
             if (!s->why[0]) snprintf(s->why, sizeof s->why, "%s", err);
             s->ok = 0;
