@@ -113,16 +113,6 @@ typedef struct builder {
     char spec[256];
 } builder;
 
-/* The step of a configuration (layout.h's build callback): the model built
- * and rewritten as carve cost builds it for that mesh and schedule. */
-static ir_graph *build_step(void *ctx, const shard_mesh *mesh, const schedule *sc, const char *label, char *err, size_t errlen)
-{
-    const builder *b = ctx;
-    char name[512];
-    session_source src = {.model = b->spec, .optimizer = "adam", .sched = sc, .micro_as_tactic = 1, .mesh = mesh};
-    return session_load_step(&src, name, sizeof name, NULL, err, errlen);
-}
-
 /* A level for row r: its model (built by bd), mesh and profile. */
 static int level_for(const row *r, builder *bd, shard_mesh *mesh, cost_hw *hw, autopart_layout_level *L, char *err, size_t errlen)
 {
@@ -132,8 +122,8 @@ static int level_for(const row *r, builder *bd, shard_mesh *mesh, cost_hw *hw, a
     if (shard_mesh_parse(m, mesh, err, errlen) < 0 || cost_hw_preset("a100", hw, err, errlen) < 0) return -1;
     memset(L, 0, sizeof *L);
     L->mesh = mesh;
-    L->build = build_step;
-    L->build_ctx = bd;
+    L->build = session_spec_step;
+    L->build_ctx = bd->spec;
     L->hw = hw;
     L->opt = (cost_options){r->precision, 0, 0, COST_GRADS_AUTO};
     L->batch = r->batch;

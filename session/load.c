@@ -366,3 +366,12 @@ ir_graph *session_load_plain(const session_source *src, char *err, size_t errlen
     plain.notes = NULL;
     return session_load_step(&plain, label, sizeof label, NULL, err, errlen);
 }
+
+ir_graph *session_spec_step(void *spec, const shard_mesh *mesh, const schedule *sc, const char *label, char *err,
+                            size_t errlen)
+{
+    char name[512];
+    session_source src = {.model = spec, .optimizer = "adam", .sched = sc, .micro_as_tactic = 1, .mesh = mesh};
+    (void)label;
+    return session_load_step(&src, name, sizeof name, NULL, err, errlen);
+}

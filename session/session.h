@@ -86,6 +86,12 @@ ir_optimizer session_optimizer(const char *name);
  * tells whether the input loaded and only the schedule's rewrite failed. */
 ir_graph *session_load_step(const session_source *src, char *label, size_t n, int *rewrite_failed, char *err,
                             size_t errlen);
+/* autopart's layout-level build callback (autopart/layout.h) for a model
+ * spec: ctx is the spec's text ("gpt:layers=8,..."); the step of schedule
+ * sc on mesh, with Adam, as `carve cost --model SPEC` builds it (micro-
+ * batches as a tactic).  label is unused. */
+ir_graph *session_spec_step(void *spec, const shard_mesh *mesh, const schedule *sc, const char *label, char *err,
+                            size_t errlen);
 
 /* 1 when some output of g updates an argument (g is a training step). */
 int session_is_step(const ir_graph *g);

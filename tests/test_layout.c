@@ -18,14 +18,6 @@ typedef struct builder {
     const char *spec;
 } builder;
 
-static ir_graph *build_step(void *ctx, const shard_mesh *mesh, const schedule *sc, const char *label, char *err, size_t errlen)
-{
-    const builder *b = ctx;
-    char name[512];
-    session_source src = {.model = b->spec, .optimizer = "adam", .sched = sc, .micro_as_tactic = 1, .mesh = mesh};
-    return session_load_step(&src, name, sizeof name, NULL, err, errlen);
-}
-
 /* A level over mesh_text for SPEC on the a100 preset in fp16. */
 static void level(autopart_layout_level *L, builder *bd, shard_mesh *mesh, cost_hw *hw, const char *mesh_text)
 {
@@ -34,8 +26,8 @@ static void level(autopart_layout_level *L, builder *bd, shard_mesh *mesh, cost_
     CHECK(shard_mesh_parse(mesh_text, mesh, err, sizeof err) == 0 && cost_hw_preset("a100", hw, err, sizeof err) == 0);
     memset(L, 0, sizeof *L);
     L->mesh = mesh;
-    L->build = build_step;
-    L->build_ctx = bd;
+    L->build = session_spec_step;
+    L->build_ctx = (void *)bd->spec;
     L->hw = hw;
     L->opt = (cost_options){COST_MIXED_FP16, 0, 0, COST_GRADS_AUTO};
     L->algo = search_algo_find("mcts");
@@ -77,7 +69,7 @@ static void test_config(void)
     autopart_config gc = autopart_layout_graph(&c);
     CHECK(autopart_layout_tail(&c, &tail, err, sizeof err) == 0 && autopart_config_schedule(&gc, NULL, 0, &tail, &sc, err, sizeof err) == 0);
     sc.n--; /* auto */
-    ir_graph *g = build_step(&bd, &m, &sc, "test", err, sizeof err);
+    ir_graph *g = session_spec_step((void *)bd.spec, &m, &sc, "test", err, sizeof err);
     CHECKF(g != NULL, "%s", err);
     if (!g) return;
     shard_state *st = shard_state_new(g, &m);
