@@ -54,7 +54,7 @@ grep -q "does not fit: needs [0-9.e-]* GiB per device of 0.001 GiB" out.txt && !
 check "experts that do not fit: GiB" $?
 # the cpu profile's note points to a file in the repository
 "$carve" cost --model mlp-tiny --mesh batch=2 --schedule dp:batch --hw cpu >out.txt
-grep -q "docs/cost-model.md" out.txt && [ -e "${CARVE_ROOT:-$(dirname "$0")/..}/docs/cost-model.md" ]; check "cpu profile note" $?
+grep -q "docs/cost-model.md" out.txt && [ -e "$root/docs/cost-model.md" ]; check "cpu profile note" $?
 # the schedule file format of docs/schedule-format.md, as documented
 printf '{"format": "carve-schedule/1", "tactics": ["dp:batch", "megatron:model"]}' >s.json
 "$carve" shard --model gpt-tiny --mesh batch=2,model=2 --schedule s.json --summary >/dev/null; check "schedule file" $?
@@ -63,7 +63,7 @@ bad schedule-file-bad-tactic "s2.json: tactics\[1\]: schedule: unknown tactic 'z
 # the doc's table of tactics names every tactic the parser knows (its error lists them)
 "$carve" shard --model gpt-tiny --mesh batch=2 --schedule zigzag:batch >out.txt 2>err.txt
 known=$(grep -o "(known: [a-z0-9, ]*)" err.txt | sed 's/(known: //; s/)//; s/, /\n/g' | sort)
-doc=$(awk '/^## Tactics/ {on = 1; next} /^## / {on = 0} on && /^\| `/' "${CARVE_ROOT:-$(dirname "$0")/..}/docs/schedule-format.md" |
+doc=$(awk '/^## Tactics/ {on = 1; next} /^## / {on = 0} on && /^\| `/' "$root/docs/schedule-format.md" |
       cut -d'|' -f2 | grep -o '`[a-z][a-z0-9]*' | tr -d '`' | sort -u)
 [ -n "$known" ] && [ "$known" = "$doc" ]; check "docs/schedule-format.md lists every tactic" $?
 closing
