@@ -335,7 +335,8 @@ static double capacity(const autopart_layout_level *L)
 }
 
 /* The layouts (tp, pp, dp) of L's devices: TP dividing a node's devices (1
- * where the step has no Megatron blocks), PP from 1 to the layers, DP the
+ * where the step has no Megatron blocks), PP from 1 to the layers (1 only
+ * under no_pipeline), DP the
  * rest dividing the batch; those whose model states cannot fit are left out.
  * Writes at most cap into out (mbs, m, chunks, remat, sp, zero unset);
  * returns how many. */
@@ -345,7 +346,8 @@ static int layouts(const autopart_layout_level *L, autopart_layout_config *out, 
     int n = 0;
     for (int64_t tp = 1; tp <= node; tp++) {
         if (node % tp || N % tp || (tp > 1 && !L->tp_ok)) continue;
-        for (int64_t pp = 1; pp <= N / tp && pp <= L->n_layers && pp <= PIPE_MAX_STAGES; pp++) {
+        int64_t pp_max = L->no_pipeline ? 1 : PIPE_MAX_STAGES;
+        for (int64_t pp = 1; pp <= N / tp && pp <= L->n_layers && pp <= pp_max; pp++) {
             if ((N / tp) % pp) continue;
             int64_t dp = N / tp / pp;
             if (L->batch % dp) continue;

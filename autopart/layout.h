@@ -83,6 +83,7 @@ typedef struct autopart_layout_level {
     int n_layers;               /* layer tags */
     double layer_params;        /* param elements inside layers (for the bound on model states) */
     int sp_ok, tp_ok;           /* the step takes sp: and megatron: */
+    int no_pipeline;            /* 1: layouts without a pipeline only, PP = 1 (autopart --pipeline none) */
     int keep;                   /* configurations searched (0: 1) */
     int threads;                /* pricing threads (0: the budget's, at least 2 where the machine has them) */
 } autopart_layout_level;

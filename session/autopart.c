@@ -340,7 +340,8 @@ static int layout_level(session_autopart *a, const char *user, double deadline)
     autopart_layout_level L = {.mesh = &a->mesh, .build = build_layout, .build_ctx = &tmpl, .hw = &a->hw, .opt = a->opt,
                                .algo = a->algo, .b = b, .gather_auto = a->gather_auto, .deadline = deadline,
                                .batch = bk >= 0 ? cfg.values[bk] : -1, .n_layers = g0->n_layers,
-                               .layer_params = layer_params(g0), .sp_ok = has_sequence(g0), .tp_ok = megatron_blocks(g0) > 0, .keep = 1};
+                               .layer_params = layer_params(g0), .sp_ok = has_sequence(g0), .tp_ok = megatron_blocks(g0) > 0, .keep = 1,
+                               .no_pipeline = a->pipeline == SESSION_PIPELINE_NONE};
     if (a->hooks.level) a->hooks.level(a->hooks.ctx, 1);
     double t0 = autopart_clock();
     int n_out = 0, best = autopart_layout_search(&L, &a->layout_rows, &a->n_layout_rows, &a->steps[a->n_steps], a->layout_configs,

@@ -30,6 +30,11 @@ ok explain "$carve" explain q.json
 grep -q "note:" err.txt; [ $? -ne 0 ]; check "explain replays the plan exactly" $?
 ok run "$carve" run --plan q.json --steps 1
 has run "^check: passed"
+# --pipeline none: the layout level cuts the devices without a pipeline (it returned a pipelined plan before)
+ok "no pipeline" "$carve" autopart --model $M --mesh node=2,gpu=8 --hw a100 --budget 30 --memory 0.002 --quiet --pipeline none --out n.json
+has "no pipeline" "^layouts (node=2,gpu=8 cut into"
+python3 -c "import json,sys; t=json.load(open('n.json'))['schedule']; sys.exit(0 if t and 'pipeline' not in json.dumps(t) else 1)" 2>/dev/null
+check "--pipeline none: the plan has no pipeline: tactic" $?
 # not cut: --layouts none; one node's devices already in named axes; manual tactics
 ok none "$carve" autopart --model $M --mesh node=2,gpu=8 --hw a100 --budget 10 --quiet --layouts none
 has none "^layouts: not searched: --layouts none"
