@@ -739,7 +739,8 @@ static ir_graph *import_model(ox_ctx *c)
     if (import_nodes(c) < 0) return NULL;
     if (c->opt->outputs ? finish_outputs(c) < 0 : finish_loss(c, src, kind, second) < 0) return NULL;
     if (c->info) c->info->layers = c->g->n_layers;
-    if (ox_heads_layout(c) < 0 || ox_fused_projections(c) < 0 || ox_collapse_views(c) < 0) return NULL;
+    if (ox_heads_layout(c) < 0 || ox_fused_projections(c) < 0 || ox_unflatten_rows(c) < 0 ||
+        ox_collapse_views(c) < 0 || ox_hoist_epilogues(c) < 0) return NULL;
     hoist_masks(c->g);
     id_bounds(c->g);
     note_generated(c);

@@ -179,6 +179,18 @@ int ox_sole_reader(const ox_readers *r, int v) { return r->start[v + 1] - r->sta
 
 /* ---- rebuilding a graph --------------------------------------------------------------- */
 
+int ox_copy_arg(ir_graph *n, const ir_graph *g, int v)
+{
+    const ir_value *x = &g->values[v];
+    int fr, y;
+    int64_t fd[IR_MAX_RANK];
+    ir_set_layer(n, x->layer);
+    y = ir_arg(n, x->name, x->role, x->dtype, x->rank, x->dims);
+    if (y >= 0) ir_set_init(n, y, x->init, x->init_arg);
+    if (y >= 0 && ir_file_shape(g, v, &fr, fd)) ir_file_shape_set(n, y, fr, fd);
+    return y;
+}
+
 ir_graph *ox_rebuild(ox_ctx *c, const ir_graph *g, const ox_rebuild_fns *fn, const char *what)
 {
     ir_graph *n = ir_new(g->name);
@@ -189,12 +201,7 @@ ir_graph *ox_rebuild(ox_ctx *c, const ir_graph *g, const ox_rebuild_fns *fn, con
         map[v] = made == OX_DROP ? -1 : made;
         if (made != OX_COPY) continue;
         if (x->role != IR_INTERMEDIATE) {
-            int fr;
-            int64_t fd[IR_MAX_RANK];
-            ir_set_layer(n, x->layer);
-            map[v] = ir_arg(n, x->name, x->role, x->dtype, x->rank, x->dims);
-            if (map[v] >= 0) ir_set_init(n, map[v], x->init, x->init_arg);
-            if (map[v] >= 0 && ir_file_shape(g, v, &fr, fd)) ir_file_shape_set(n, map[v], fr, fd);
+            map[v] = ox_copy_arg(n, g, v);
             continue;
         }
         const ir_op *o = &g->ops[x->producer];

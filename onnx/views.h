@@ -81,6 +81,9 @@ typedef struct ox_rebuild_fns {
     void *ctx;
 } ox_rebuild_fns;
 ir_graph *ox_rebuild(ox_ctx *c, const ir_graph *g, const ox_rebuild_fns *fn, const char *what);
+/* Argument v of g copied into n as ox_rebuild copies it (role, init, file
+ * shape, layer).  The new value, or -1. */
+int ox_copy_arg(ir_graph *n, const ir_graph *g, int v);
 
 /* Rewrites each chain of views and elementwise unary ops (scale: they
  * commute with views) whose inner values have no other reader into the

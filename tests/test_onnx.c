@@ -389,6 +389,31 @@ static void check_megatron(const char *name, const ir_graph *g, const onnx_info 
 /* One fixture of tests/onnx/hf: imports (or is refused with the line the
  * table expects), its layers are its config's, and its training step
  * computes torch's loss and gradients on 1 device and under hf_plans. */
+/* GPT-2's Conv1D flattens the tokens ([b, s, k] -> [b * s, k]) around its
+ * addmm: the import keeps them as [b, s] (onnx/unflatten.c), so no reshape
+ * merges two leading dims into dim 0; and each bias an einsum's add reads
+ * is made before the einsum (onnx/order.c), so the product and its epilogue
+ * are adjacent. */
+static void check_rows(const char *name, const ir_graph *g)
+{
+    int merges = 0, late = 0, epilogues = 0;
+    for (int i = 0; i < g->n_ops; i++) {
+        const ir_op *o = &g->ops[i];
+        const ir_value *x = &g->values[o->in[0]], *y = &g->values[o->out];
+        if (o->kind == IR_OP_RESHAPE && x->rank >= 2 && y->rank >= 1 && x->dims[0] > 1 && x->dims[1] > 1 &&
+            y->dims[0] == x->dims[0] * x->dims[1])
+            merges++;
+        if (o->kind != IR_OP_EINSUM || i + 1 >= g->n_ops || g->ops[i + 1].kind != IR_OP_ADD) continue;
+        const ir_op *a = &g->ops[i + 1];
+        int bias = a->in[0] == o->out ? a->in[1] : a->in[1] == o->out ? a->in[0] : -1;
+        if (bias < 0 || g->values[bias].producer < 0 || g->ops[g->values[bias].producer].kind != IR_OP_BROADCAST) continue;
+        epilogues++;
+        late += g->values[bias].producer > i;
+    }
+    CHECKF(merges == 0, "%s: %d reshapes merge the batch and the sequence", name, merges);
+    CHECKF(epilogues > 0 && late == 0, "%s: %d of %d bias broadcasts after their einsum", name, late, epilogues);
+}
+
 static void test_hf_fixture(const char *name, int layers, FILE *table)
 {
     fixture f;
@@ -431,6 +456,7 @@ static void test_hf_fixture(const char *name, int layers, FILE *table)
         for (int i = 0; i < g->n_ops; i++) gelu += g->ops[i].kind == IR_OP_GELU, tanh_ops += g->ops[i].kind == IR_OP_TANH;
         CHECKF(info.patterns == layers && gelu == layers && tanh_ops == 0, "%s: %d patterns, %d gelu, %d tanh ops (%d layers)", name,
                info.patterns, gelu, tanh_ops, layers);
+        check_rows(name, g);
     }
     int named = 0;
     for (int v = 0; g && v < g->n_values; v++) {
