@@ -164,6 +164,22 @@ int emit_slice(ox_ctx *c, const Onnx__NodeProto *n)
     return ox_out_ir(c, n, 0, x, in_type(c, n, 0));
 }
 
+/* Gathered y (the ids' run as one dim at axis) reshaped with the ids' dims
+ * there (none for a scalar id). */
+static int ids_dims_in_axis(ox_ctx *c, int y, int axis, const ox_tensor *t)
+{
+    const ir_value v_copy = *ox_irv(c, y), *v = &v_copy;
+    int64_t d[IR_MAX_RANK];
+    int k = 0;
+    if (v->rank - 1 + t->rank > IR_MAX_RANK)
+        return ox_fail(c, "a result of rank %d (carve holds at most %d)", v->rank - 1 + t->rank, IR_MAX_RANK);
+    for (int i = 0; i < v->rank; i++)
+        if (i != axis) d[k++] = v->dims[i];
+        else
+            for (int j = 0; j < t->rank; j++) d[k++] = t->dims[j];
+    return ox_ir_reshape(c, y, k, d);
+}
+
 int emit_gather(ox_ctx *c, const Onnx__NodeProto *n)
 {
     ox_val *vx = ox_in(c, n, 0), *vi = ox_in(c, n, 1);
@@ -191,28 +207,13 @@ int emit_gather(ox_ctx *c, const Onnx__NodeProto *n)
         ids[i] = (double)(id < 0 ? id + len : id);
         run &= i == 0 || ids[i] == ids[i - 1] + 1;
     }
-    if (t->rank <= 1 && run && t->n) { /* a scalar index or an ascending run: a slice */
+    if (run && t->n) { /* ids in an ascending run (a position table read at 0..n-1): a slice, the ids' dims in the axis's place */
         y = ox_ir_slice(c, x, (int)axis, (int64_t)ids[0], t->n);
-        if (t->rank == 0 && y >= 0) { /* the axis goes */
-            const ir_value v_copy = *ox_irv(c, y), *v = &v_copy;
-            int64_t d[IR_MAX_RANK];
-            int k = 0;
-            for (int i = 0; i < v->rank; i++)
-                if (i != axis) d[k++] = v->dims[i];
-            y = ox_ir_reshape(c, y, k, d);
-        }
+        if (y >= 0 && t->rank != 1) y = ids_dims_in_axis(c, y, (int)axis, t);
     } else if (!t->n) {
         y = ox_fail(c, "an empty index");
     } else {
-        y = gather_rows(c, x, (int)axis, ids_const(c, t->rank, t->dims, ids, t->n));
-        if (y >= 0 && t->rank == 0) { /* the [1] of a scalar id goes */
-            const ir_value v_copy = *ox_irv(c, y), *v = &v_copy;
-            int64_t d[IR_MAX_RANK];
-            int k = 0;
-            for (int i = 0; i < v->rank; i++)
-                if (i != axis) d[k++] = v->dims[i];
-            y = ox_ir_reshape(c, y, k, d);
-        }
+        y = gather_rows(c, x, (int)axis, ids_const(c, t->rank, t->dims, ids, t->n)); /* (a scalar id is a run) */
     }
     free(ids);
     return y < 0 ? -1 : ox_out_ir(c, n, 0, y, vx->type);
