@@ -233,18 +233,51 @@ static int attach(ir_graph *g, int v, const onnx_tensor *t, const char *path, ch
     return 0;
 }
 
+/* Attaches to input v of g, micro-batch k of n (ir_microbatch), its rows
+ * of t: t's shape must be v's but along one dim, where it holds n times
+ * v's, micro-batch k the k-th block of them (as the plain step's check
+ * puts the micro-batches back together, session/oracle.c). */
+static int attach_micro(ir_graph *g, int v, const onnx_tensor *t, int n, const char *path, char *err, size_t errlen)
+{
+    const ir_value *x = &g->values[v];
+    int d = -1, k = x->micro;
+    for (int i = 0; t->rank == x->rank && i < x->rank && d != -2; i++)
+        if (t->dims[i] != x->dims[i]) d = d < 0 && t->dims[i] == x->dims[i] * n ? i : -2;
+    if (d < 0 || k < 0 || k >= n) {
+        char want[160], got[160];
+        shape_str(x->rank, x->dims, want, sizeof want);
+        shape_str(t->rank, t->dims, got, sizeof got);
+        return ir_errf(err, errlen, "%s: input '%s' is %d micro-batches of %s here, the file's is %s (not %d of them along one dim)",
+                       path, x->batch_of, n, want, got, n);
+    }
+    if (t->is_int != (x->dtype == IR_I32))
+        return ir_errf(err, errlen, "%s: input '%s' takes %s, the file holds %s", path, x->batch_of,
+                       x->dtype == IR_I32 ? "integers" : "floats", t->is_int ? "integers" : "floats");
+    int64_t outer = 1, inner = 1, rows = x->dims[d];
+    for (int i = 0; i < d; i++) outer *= x->dims[i];
+    for (int i = d + 1; i < x->rank; i++) inner *= x->dims[i];
+    char *mine = ir_xcalloc((size_t)(outer * rows * inner) + 1, 4);
+    for (int64_t q = 0; q < outer; q++)
+        memcpy(mine + 4 * (q * rows * inner), (const char *)t->data + 4 * ((q * t->dims[d] + k * rows) * inner), (size_t)(4 * rows * inner));
+    int rc = ir_data_set(g, v, mine, outer * rows * inner);
+    free(mine);
+    return rc < 0 ? ir_errf(err, errlen, "%s: %s", path, ir_error(g)) : 0;
+}
+
 int session_inputs_attach(ir_graph *g, const char *path, char *note, size_t note_len, char *err, size_t errlen)
 {
     tensor_list l = {0};
-    int rc = read_any(path, &l, err, errlen), given = 0;
+    int rc = read_any(path, &l, err, errlen), given = 0, n = g->rewrites.microbatches;
     for (int v = 0; rc == 0 && v < g->n_values; v++) {
-        if (g->values[v].role != IR_INPUT) continue;
+        const ir_value *x = &g->values[v];
+        if (x->role != IR_INPUT) continue;
+        const char *name = x->batch_of ? x->batch_of : x->name; /* a micro-batch's: the step's input it is part of */
         const onnx_tensor *t = NULL;
         for (int i = 0; i < l.n && !t; i++)
-            if (!strcmp(l.t[i].name, g->values[v].name)) t = &l.t[i];
-        if (!t) rc = ir_errf(err, errlen, "%s: no tensor for input '%s' (every input of the step is given by name)", path, g->values[v].name);
-        else rc = attach(g, v, t, path, err, errlen);
-        given++;
+            if (!strcmp(l.t[i].name, name)) t = &l.t[i];
+        if (!t) rc = ir_errf(err, errlen, "%s: no tensor for input '%s' (every input of the step is given by name)", path, name);
+        else rc = x->batch_of && n > 1 ? attach_micro(g, v, t, n, path, err, errlen) : attach(g, v, t, path, err, errlen);
+        given += !x->batch_of || x->micro == 0;
     }
     if (rc == 0 && note) snprintf(note, note_len, "%s (%d input%s; %d other tensor%s ignored)", path, given, given == 1 ? "" : "s",
                                   l.n - given, l.n - given == 1 ? "" : "s");
@@ -255,9 +288,8 @@ int session_inputs_attach(ir_graph *g, const char *path, char *note, size_t note
 int session_run_attach_inputs(ir_graph *g, const pipe_spec *ps, ir_graph *plain, const char *path, char *note, size_t note_len,
                               char *err, size_t errlen)
 {
-    if (ps->microbatches >= 1 || g->rewrites.microbatches > 1)
-        return ir_errf(err, errlen, "gives the whole batch of a plain step; this step is built at the micro-batch (%s)",
-                       ps->microbatches >= 1 ? "a pipeline" : "microbatch:");
+    if (ps->microbatches >= 1) /* (microbatch:N's micro-batches are cut from it: attach_micro) */
+        return ir_errf(err, errlen, "gives the whole batch of a plain step; a pipeline's step is built at the micro-batch");
     if (session_inputs_attach(g, path, note, note_len, err, errlen) < 0) return -1;
     char e2[1024];
     if (plain && session_inputs_attach(plain, path, NULL, 0, e2, sizeof e2) < 0)

@@ -466,16 +466,18 @@ int64_t session_run_largest_sum(const session_run *r);
 /* The user's batch for a run (carve run --inputs, inputs.c): every input of
  * g (IR_INPUT) gets the elements of the tensor of its name in path (an .npz
  * of np.savez, an ONNX GraphProto whose initializers are the tensors, or a
- * folder of ONNX TensorProto files; docs/run.md), at its exact shape.
- * note gets "PATH (N inputs; M other tensors ignored)".  0, or -1 with one
- * line in err. */
+ * folder of ONNX TensorProto files; docs/run.md), at its exact shape; an
+ * input of micro-batch k of N (ir_microbatch: batch_of, micro) the k-th of
+ * N blocks of the tensor of the step's input it is part of, along the one
+ * dim where the tensor holds N times the micro-batch's.  note gets "PATH
+ * (N inputs; M other tensors ignored)".  0, or -1 with one line in err. */
 int session_inputs_attach(ir_graph *g, const char *path, char *note, size_t note_len, char *err, size_t errlen);
 
 /* The user's batch for a run's step g (lowered under ps) and for the plain
  * step it is checked against (plain: NULL when none; the same batch, as
- * recomputation keeps the step's inputs).  A step built at the micro-batch
- * (a pipeline's body, microbatch:) is refused: the file holds the whole
- * batch.  0, or -1 with one line in err. */
+ * recomputation keeps the step's inputs); microbatch:N's micro-batches
+ * are cut from it.  A pipeline's step (built as its body at the
+ * micro-batch) is refused.  0, or -1 with one line in err. */
 int session_run_attach_inputs(ir_graph *g, const pipe_spec *ps, ir_graph *plain, const char *path, char *note, size_t note_len,
                               char *err, size_t errlen);
 

@@ -8,7 +8,7 @@
 # gradient that is zero in exact arithmetic (a BERT key bias that starts at
 # zero, under SGD) passes the check, measured against the model's largest
 # update; a float mask initializer holding -inf stays a constant (its update
-# would be NaN); --dump DIR writes step 1's loss and gradients as .npy files
+# would be NaN); microbatch:N cuts the batch into its micro-batches; --dump DIR writes step 1's loss and gradients as .npy files
 # that match torch's elementwise; bad batches are one line and exit 2.  Closing line: N passed, N failed.
 set -u
 . "$(dirname "$0")/lib_e2e.sh"
@@ -52,6 +52,21 @@ sys.exit(0 if a['checks'][0]['outputs_digest'] == b['checks'][0]['outputs_digest
 check "np.savez's .npz gives the GraphProto's bits" $?
 ok "gpt2 --inputs text" "$carve" run --graph "$hf/gpt2-legacy.onnx" --inputs "$hf/gpt2-legacy.batch.npz" "${plan[@]}"
 has "the text names the batch" "inputs from $hf/gpt2-legacy.batch.npz (2 inputs; 0 other tensors ignored)"
+
+# microbatch:N cuts the batch (session/inputs.c attach_micro): torch's batch in 2 micro-batches gives
+# torch's loss, the plain step's gradient norms, and passes both checks
+ok "gpt2 --inputs under microbatch:2" "$carve" run --graph "$hf/gpt2-legacy.onnx" --inputs "$hf/gpt2-legacy.ref.pb" \
+    --mesh batch=2,model=2 --schedule dp:batch,megatron:model,microbatch:2 --optimizer sgd --json
+"$py" -c "
+import json, sys
+a, b = json.load(open('pb.json')), json.load(open('out.txt'))
+na, nb = a['steps'][0]['gradient_norms'], b['steps'][0]['gradient_norms']
+rel = max(abs(nb[k] - v) / max(abs(v), 1e-12) for k, v in na.items())
+print('loss %.9g plain %.9g, worst norm %.1e' % (b['steps'][0]['loss'], a['steps'][0]['loss'], rel))
+sys.exit(0 if b['passed'] and abs(b['steps'][0]['loss'] - a['steps'][0]['loss']) <= 1e-6 * abs(a['steps'][0]['loss']) and rel <= 1e-5 and len(nb) == 28 else 1)" >mb.txt 2>&1
+check "gpt2 under microbatch:2: the plain step's loss and gradient norms ($(cat mb.txt))" $?
+bad "a batch that does not cut" "does not divide into 3 micro-batches" "$carve" run --graph "$hf/gpt2-legacy.onnx" \
+    --inputs "$hf/gpt2-legacy.ref.pb" --mesh batch=2,model=2 --schedule dp:batch,megatron:model,microbatch:3
 
 # --dump DIR: step 1's loss and every gradient as .npy files, elementwise against torch's (each
 # within 1e-4 of the larger of its own largest element and 1e-3 of the model's largest, as the
@@ -150,6 +165,8 @@ with zipfile.ZipFile('shape.npz', 'w') as z:
 bad "an input missing" "no tensor for input 'labels'" "$carve" run --graph "$hf/gpt2-legacy.onnx" --inputs short.npz "${plan[@]}"
 bad "a shape that differs" "input 'input_ids' is \[4, 8\] here, the file's is \[4, 7\]" \
     "$carve" run --graph "$hf/gpt2-legacy.onnx" --inputs shape.npz "${plan[@]}"
+bad "a shape that does not cut into micro-batches" "input 'input_ids' is 2 micro-batches of \[2, 8\] here, the file's is \[4, 7\]" \
+    "$carve" run --graph "$hf/gpt2-legacy.onnx" --inputs shape.npz --mesh batch=2 --schedule dp:batch,microbatch:2
 bad "not a batch file" "not a GraphProto" "$carve" run --graph "$hf/gpt2-legacy.onnx" --inputs "$hf/gpt2-legacy.onnx" "${plan[@]}"
 bad "no such file" "cannot open" "$carve" run --graph "$hf/gpt2-legacy.onnx" --inputs nothing.npz "${plan[@]}"
 touch afile
@@ -158,6 +175,6 @@ bad "--dump into a missing folder" "nothing/there: its folder nothing is missing
     "$carve" run --graph "$hf/gpt2-legacy.onnx" "${plan[@]}" --dump nothing/there
 bad "--dump of micro-batches" "built at the micro-batch" "$carve" run --model gpt-tiny --mesh batch=2 \
     --schedule dp:batch,microbatch:2 --dump out
-bad "a pipeline's micro-batches" "built at the micro-batch" "$carve" run --model gpt-tiny --mesh pipe=2 \
+bad "a pipeline's micro-batches" "a pipeline's step is built at the micro-batch" "$carve" run --model gpt-tiny --mesh pipe=2 \
     --schedule pipeline:pipe:2 --inputs "$hf/gpt2-legacy.batch.npz"
 closing
