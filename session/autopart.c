@@ -242,7 +242,7 @@ static int layouts_apply(session_autopart *a)
 {
     const char *why = NULL;
     if (a->layouts == SESSION_PIPELINE_NONE) why = "--layouts none";
-    else if (a->src.graph) why = "a graph file (its batch is fixed)";
+    else if (a->src.graph && !onnx_is_onnx_path(a->src.graph)) why = "a graph file (its batch is fixed)"; /* an ONNX file's is cut: load.c */
     else if (a->sc.n != 1) why = "the schedule has manual tactics: the user chose the layout";
     else if (a->hw.n_axis_links) why = "the profile names its axes' links: the mesh is not cut";
     else if (!a->steps[0].g || a->steps[0].g->n_layers < 1) why = "the model has no layers";
@@ -265,6 +265,19 @@ static void adopt_level(session_autopart *a, int n_out, int best)
         a->chosen = first + best;
 }
 
+/* The step's batch, which the pipeline and layout levels cut into
+ * micro-batches: an ONNX file's as found in its step (load.c), a model's
+ * from its spec; -1 when it has none, -2 when the spec does not parse. */
+static int64_t step_batch(const session_autopart *a)
+{
+    if (a->src.graph) return onnx_is_onnx_path(a->src.graph) && a->steps[0].g ? session_step_batch(a->steps[0].g) : -1;
+    model_config cfg;
+    char e2[512];
+    if (model_parse(a->src.model, &cfg, e2, sizeof e2) < 0) return -2;
+    int bk = model_batch_key(&cfg);
+    return bk >= 0 ? cfg.values[bk] : -1;
+}
+
 /* The pipeline level (autopart/pipeline.h): its searched candidates join
  * a->steps after the memory level's configurations, and one is chosen when
  * it beats the chosen plan (a plan that fits first, then the shorter step).
@@ -278,12 +291,8 @@ static int pipeline_level(session_autopart *a, const char *user, double deadline
         (a->pipeline == SESSION_PIPELINE_AUTO && (!autopart_pipeline_slow_axes(&a->hw, &a->mesh) || layouts_apply(a))))
         return 0; /* the user chose, a graph file (a fixed batch), switched off, a single node, or the layout level
                      searches pipelines (over the devices of any cut, not only a whole axis) */
-    model_config cfg;
-    char e2[512];
-    int64_t batch = onnx && a->steps[0].g ? session_step_batch(a->steps[0].g) : -1;
-    if (!onnx && model_parse(a->src.model, &cfg, e2, sizeof e2) < 0) return 0;
-    int bk = onnx ? -1 : model_batch_key(&cfg);
-    if (!onnx) batch = bk >= 0 ? cfg.values[bk] : -1;
+    int64_t batch = step_batch(a);
+    if (batch == -2) return 0;
     plan tmpl; /* each candidate's step is built as a plan of it would rebuild it */
     plan_inputs(a, user, &tmpl);
     search_budget b = a->b;
@@ -328,18 +337,16 @@ static int layout_level(session_autopart *a, const char *user, double deadline)
 {
     a->layout_first = a->n_steps;
     if (!layouts_apply(a)) return 0;
-    model_config cfg;
-    char e2[512];
-    if (model_parse(a->src.model, &cfg, e2, sizeof e2) < 0) return 0;
-    int bk = model_batch_key(&cfg);
     const ir_graph *g0 = a->steps[0].g;
+    int64_t batch = step_batch(a);
+    if (batch == -2) return 0;
     plan tmpl; /* each configuration's step is built as a plan of it would rebuild it */
     plan_inputs(a, user, &tmpl);
     search_budget b = a->b;
     b.seconds = autopart_plain_seconds(a->b.seconds, a->n_steps);
     autopart_layout_level L = {.mesh = &a->mesh, .build = build_layout, .build_ctx = &tmpl, .hw = &a->hw, .opt = a->opt,
                                .algo = a->algo, .b = b, .gather_auto = a->gather_auto, .deadline = deadline,
-                               .batch = bk >= 0 ? cfg.values[bk] : -1, .n_layers = g0->n_layers,
+                               .batch = batch, .n_layers = g0->n_layers,
                                .layer_params = layer_params(g0), .sp_ok = has_sequence(g0), .tp_ok = megatron_blocks(g0) > 0, .keep = 1,
                                .no_pipeline = a->pipeline == SESSION_PIPELINE_NONE};
     if (a->hooks.level) a->hooks.level(a->hooks.ctx, 1);

@@ -33,6 +33,11 @@ has "llama cost: PP x TP" "strategy PP=2 (pipe) x TP=2 (model)"
 ok "autopart's pipeline level on an ONNX file" "$carve" autopart --graph "$hf/llama-legacy.onnx" --mesh node=2,gpu=2 --hw a100 \
     --pipeline search --seed 1 --budget 200
 has "autopart prices pipelines of the import" "pipeline:node:2:1f1b"
+# the layout level (docs/layouts.md) cuts an ONNX file's devices too (its step built at the micro-batch)
+ok "autopart's layout level on an ONNX file" "$carve" autopart --graph "$hf/llama-legacy.onnx" --mesh node=2,gpu=8 --hw a100 \
+    --seed 1 --budget 200
+has "the layout level prices layouts of the import" "^layouts (node=2,gpu=8 cut into pipe x data x model"
+has "the layout level searches one of them" "^  searched: pipeline:pipe:1:1f1b,dp:data,megatron:model on pipe=2,data=4,model=2"
 
 # torch 2's exporter folds the causal mask expanded to the batch into a float initializer
 bad "a mask folded into a param" "param 'val_78' shares dim 0 of input 'input_ids'.*--frozen val_78" \
