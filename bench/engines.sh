@@ -16,7 +16,9 @@ build=${1:-build}
 root=$PWD
 py=${CARVE_PYTHON:-$([ -x .venv/bin/python ] && echo "$PWD/.venv/bin/python" || echo /work/venv/bin/python)}
 dir=${CARVE_ENGINES_DIR:-}  # set: the runs' files are kept there (torch.json, jax.json, the plans)
-if [ -z "$dir" ]; then
+if [ -n "$dir" ]; then
+    mkdir -p "$dir" || exit 2
+else
     dir=$(mktemp -d)
     trap 'rm -rf "$dir"' EXIT
 fi

@@ -69,11 +69,39 @@ about what the engines do differently, or the comparison fails:
   gathered again for the backward
                  the engine gathers a param again in the backward (XLA rematerializes it) where
                  carve's plan keeps the forward's copy (gather:keep)
+  summed before scattered
+                 (torch) carve reduce-scatters the attention's key and value gradients over all
+                 heads, then sums GQA's repeated heads; DTensor sums the repeats of its partial
+                 gradient locally and reduce-scatters the kv heads' value, heads/kv times smaller
+  strided shard gathered
+                 (torch) flattening (batch, sequence) or (batch, heads) with the second split makes
+                 a strided shard that DTensor's mm and bmm do not take: it gathers the value over
+                 that axis; carve's dot and einsum keep the split through the flatten
+  sliced heads gathered (carve)
+                 (torch) the ONNX export writes GQA's repeat as slices over the heads; with the heads
+                 split, carve gathers their gradient before slicing it, where torch's
+                 repeat_interleave backward stays local (and torch pays "strided shard gathered")
+  position table looked up where it lies
+                 (torch, sequence splits) carve splits a position table's rows like the sequence and
+                 looks them up locally; DTensor's embedding makes a masked partial it reduce-scatters
+                 (the lookup's bytes), and reduces the table's gradient over the sequence axis too
+                 (k times carve's bytes, k that axis's size)
+  shard moved between dims (gloo)
+                 (torch) DTensor put a value on another dim than carve's plan (the Partial
+                 gradient scattered onto dim 0 above) and moves it back for the next op or the
+                 plan's output placement: an all-to-all, on gloo an all-gather of the whole value
+
+The torch rules that read a collective's cause use the redistribution torch_load.py logs with it
+(DTensor's global shape and placements, before and after); an engine-only collective's bytes must
+be what that shape and placements give (so a rule cannot claim a collective of another size).
+carve's collectives count in the phase they run in: a forward value gathered again for a backward
+op (`runs_in` backward) in the backward.
 
 Counts are compared by kind; bytes within 5% after the named differences are taken out.
 """
 import collections
 import json
+import re
 import sys
 
 BYTES_TOL = 0.05
@@ -93,10 +121,17 @@ def _per_microbatch(c):
 
 
 def _carve_items(explain, microbatches=1):
+    """carve's collectives as items.  A forward value gathered again for a backward op (carve's
+    "phase" is the value's producer's, "runs_in" the served op's) counts in the backward, where it
+    runs and where the engine's gathers for its backward ops are logged."""
     out = []
     for c in explain["collectives"]:
-        item = dict(phase=c["phase"], kind=c["kind"], axes=list(c["axes"]), bytes=int(c["bytes_per_device"]),
-                    what=c.get("value") or "for %s -> %s" % (c.get("op"), c.get("op_output")), op=c.get("op"))
+        phase = c["phase"]
+        if c["kind"] == "all-gather" and phase == "forward" and c.get("runs_in") == "backward":
+            phase = "backward"
+        item = dict(phase=phase, kind=c["kind"], axes=list(c["axes"]), bytes=int(c["bytes_per_device"]),
+                    what=c.get("value") or "for %s -> %s" % (c.get("op"), c.get("op_output")), op=c.get("op"),
+                    op_output=c.get("op_output"))
         out += [dict(item) for _ in range(microbatches if _per_microbatch(c) else 1)]
     return out
 
@@ -277,13 +312,30 @@ def rule_reduce_first(eng, car, ctx):
 
 
 def rule_all_to_all(eng, car, ctx):
-    """(torch on gloo) carve's all-to-all of b bytes against an engine all-gather of b (its result) on
-    the same axes in the same phase: gloo has no all-to-all, and DTensor's Shard(i) -> Shard(j)
-    redistribution falls back to gathering the whole value and keeping its chunk (torch's warning:
-    'CPU process group does not support alltoall yet, falling back with allgather + chunk')."""
-    return _pair_each(eng, car, lambda c: c["kind"] == "all-to-all",
-                      lambda e, c: e["kind"] == "all-gather" and e["phase"] == c["phase"] and e["axes"] == c["axes"]
-                      and e["bytes"] == c["bytes"])
+    """(torch on gloo) carve's all-to-all of b bytes against an engine all-gather of b, or of b times the
+    axes' size n, on the same axes in the same phase: gloo has no all-to-all, and DTensor's
+    Shard(i) -> Shard(j) redistribution falls back to gathering the whole value over the axes and
+    keeping its chunk (torch's warning: 'CPU process group does not support alltoall yet, falling
+    back with allgather + chunk').  The gather's result is the value whole over those axes: n b
+    where carve's b is a device's block (checked against the logged redistribution's shape and
+    placements), b where carve counts the value so."""
+    names = [a["name"] for a in ctx.get("mesh_axes", ())]
+    size = dict(zip(names, ctx.get("mesh_sizes", ())))
+
+    def n_of(axes):
+        n = 1
+        for a in axes:
+            n *= size.get(a, 1)
+        return n
+
+    def fits(e, c):
+        if e["kind"] != "all-gather" or e["phase"] != c["phase"] or e["axes"] != c["axes"]:
+            return False
+        if e["bytes"] == c["bytes"]:
+            return True
+        r = _redistribution(e)
+        return r is not None and e["bytes"] == c["bytes"] * n_of(c["axes"]) and e["bytes"] == _gathered_bytes(e, ctx)
+    return _pair_each(eng, car, lambda c: c["kind"] == "all-to-all", fits)
 
 
 def rule_rs_ar_as_one(eng, car, ctx):
@@ -394,15 +446,143 @@ def rule_tied(eng, car, ctx):
     return es, cs
 
 
+def _redistribution(e):
+    """(global shape, source placements, target placements) of the DTensor redistribution that issued an
+    engine collective (tests/torch_load.py logs "(4, 8, 16) [S(0),S(1)]->[S(0),S(0)]"), or None."""
+    m = re.match(r"\(([\d, ]*)\) \[(.*)\]->\[(.*)\]$", e.get("redistribute") or "")
+    if not m:
+        return None
+    shape = tuple(int(x) for x in m.group(1).replace(" ", "").split(",") if x)
+    return shape, re.findall(r"_StridedS\(\d+, sf=\d+\)|S\(\d+\)|R|P|Partial\(\w+\)", m.group(2)), \
+        re.findall(r"_StridedS\(\d+, sf=\d+\)|S\(\d+\)|R|P|Partial\(\w+\)", m.group(3))
+
+
+def _gathered_bytes(e, ctx):
+    """Bytes per device of the value an engine all-gather yields, from its logged global shape (4-byte
+    elements): the whole value over the mesh dims it changes, split over the others that shard it."""
+    shape, src, dst = _redistribution(e)
+    n = 4
+    for x in shape:
+        n *= x
+    for size, a, b in zip(ctx.get("mesh_sizes", ()), src, dst):
+        if a == b and a.startswith(("S(", "_StridedS")):
+            n //= size
+    return n
+
+
+def rule_strided_gather(eng, car, ctx):
+    """(torch) An engine all-gather of a strided shard: flattening (batch, sequence) or (batch, heads)
+    with the second split over an axis makes a _StridedShard of the flat dim, which DTensor's mm
+    (the weight gradient's input) and bmm (GQA's keys after repeat_interleave) do not take: it gathers
+    the value over that axis (keeping a plain chunk, or whole).  carve's dot and einsum keep the split
+    through the flatten.  Engine-only, its bytes the value's per device as its logged shape and
+    placements give them (checked)."""
+    es = []
+    for e in [e for e in eng if e["kind"] == "all-gather"]:
+        r = _redistribution(e)
+        if r and any(a.startswith("_StridedS") and (b.startswith("S(") or b == "R") for a, b in zip(r[1], r[2])) \
+                and e["bytes"] == _gathered_bytes(e, ctx):
+            eng.remove(e)
+            es.append(e)
+    return (es, []) if es else None
+
+
+def rule_slice_gather(eng, car, ctx):
+    """(torch) carve's backward all-gathers that serve a slice, where the engine keeps GQA's head groups
+    local: the ONNX export writes repeat_interleave of the key/value heads as slices over the heads,
+    and with the heads split over an axis carve's slice lowering gathers the heads' gradient before
+    cutting it (even where the slice is one device's block); torch's repeat_interleave backward sums
+    each device's repeats locally (and pays its strided-shard gathers instead: "strided shard
+    gathered", which must be present).  carve-only, its own bytes."""
+    if not any(e.get("redistribute") and "_StridedS" in e["redistribute"] for e in ctx.get("engine_all", ())):
+        return None
+    cs = _take(car, lambda c: c["kind"] == "all-gather" and c["phase"] == "backward" and c.get("op") == "slice")
+    return ([], cs) if cs else None
+
+
+def rule_masked_lookup(eng, car, ctx):
+    """(torch) A position table whose rows carve splits over the axis that splits the sequence: the
+    ids are positions, so each device's rows are its tokens' and carve looks them up locally, and
+    the table's gradient is already row-split (carve reduces it over the data axes).  DTensor's
+    embedding cannot know the ids fall in the device's rows: the lookup is a masked partial
+    (_MaskPartial, logged) that it reduce-scatters onto the sequence split (engine-only, the
+    lookup's bytes per device by its logged shape), and the table's gradient is partial over the
+    sequence axis too, all-reduced whole over it and the data axes: k times carve's bytes, k the
+    extra axes' size."""
+    lookups = [e for e in eng if "_MaskPartial" in (e.get("redistribute") or "") and e["bytes"] == _gathered_bytes(e, ctx)]
+    if not lookups:
+        return None
+    names = [a["name"] for a in ctx.get("mesh_axes", ())]
+    size = dict(zip(names, ctx.get("mesh_sizes", ())))
+    es, cs = [], []
+    for c in [c for c in car if c["kind"] == "all-reduce" and (c.get("what") or "").startswith("grad/")]:
+        for e in [e for e in eng if e["kind"] == "all-reduce" and e.get("origin") == "gradient" and e["phase"] == c["phase"]
+                  and set(c["axes"]) < set(e["axes"])]:
+            k = 1
+            for a in set(e["axes"]) - set(c["axes"]):
+                k *= size.get(a, 0)
+            if e["bytes"] == c["bytes"] * k:
+                eng.remove(e)
+                car.remove(c)
+                es.append(e)
+                cs.append(c)
+                break
+    if not cs:  # no table gradient reduced over the sequence axis too: another lookup (a vocabulary split)
+        return None
+    for e in lookups[:len(cs)]:
+        eng.remove(e)
+    return lookups[:len(cs)] + es, cs
+
+
+def rule_shard_moved(eng, car, ctx):
+    """(torch on gloo) An engine all-gather that moves a value from a split of one dim to a split of
+    another over the same mesh axis (Shard(i) -> Shard(j), the rest unchanged): DTensor's op
+    strategy put the value on another dim than carve's plan (a Partial gradient reduce-scattered
+    onto dim 0 where carve keeps the sequence split: "summed before scattered"), and the next op or
+    the plan's placement of a module's output gradient moves it back; gloo has no all-to-all, so
+    the whole value is gathered and a chunk kept.  carve's program never leaves that placement.
+    Engine-only, its bytes the value's per device by its logged shape (checked)."""
+    es = []
+    for e in [e for e in eng if e["kind"] == "all-gather"]:
+        r = _redistribution(e)
+        if not r or len(r[1]) != len(r[2]):
+            continue
+        moved = [(a, b) for a, b in zip(r[1], r[2]) if a != b]
+        if len(moved) == 1 and moved[0][0].startswith("S(") and moved[0][1].startswith("S(") and \
+                e["bytes"] == _gathered_bytes(e, ctx) and not any(c["kind"] == "all-to-all" and c["phase"] == e["phase"] and c["axes"] == e["axes"] for c in car):
+            eng.remove(e)
+            es.append(e)
+    return (es, []) if es else None
+
+
+def rule_scatter_summed(eng, car, ctx):
+    """(torch) A carve reduce-scatter of b bytes against an engine reduce-scatter of b/k (k = 2 to 8) of a
+    Partial value (logged), same phase and axes: carve reduce-scatters the attention's key and value
+    gradients over all heads and then sums the grouped heads (the backward of GQA's repeat); DTensor
+    sums the k = heads/kv_heads repeats of its partial gradient first (repeat_interleave's backward
+    runs locally on a Partial) and reduce-scatters the kv heads' k times smaller value.  carve's
+    lowering could do the same (as "summed before gathered")."""
+    def partial(e):  # a Partial key or value of the heads layout [batch, seq, kv_heads, head_dim]
+        r = _redistribution(e)
+        return r is not None and "P" in r[1] and len(r[0]) == 4 and e.get("origin") != "gradient"
+    return _pair_each(eng, car, lambda c: c["kind"] == "reduce-scatter",
+                      lambda e, c: e["kind"] == "reduce-scatter" and partial(e) and e["phase"] == c["phase"]
+                      and e["axes"] == c["axes"] and e["bytes"] < c["bytes"] and c["bytes"] % e["bytes"] == 0
+                      and c["bytes"] // e["bytes"] in (2, 4, 8))
+
+
 # rules on what the engine's collectives are for (before pairing: their counts differ by design),
 # then rules on the shape of what pairing leaves
-ORIGIN_RULES = (("loss read", rule_loss_read), ("cross-entropy", rule_cross_entropy), ("tied param between stages", rule_tied))
+ORIGIN_RULES = (("loss read", rule_loss_read), ("cross-entropy", rule_cross_entropy), ("tied param between stages", rule_tied),
+                ("strided shard gathered", rule_strided_gather), ("sliced heads gathered (carve)", rule_slice_gather),
+                ("position table looked up where it lies", rule_masked_lookup),
+                ("shard moved between dims (gloo)", rule_shard_moved))
 SHAPE_RULES = (("scatter-gather between stages", rule_scatter_gather), ("2-D partial", rule_two_dim_partial), ("all-reduce as reduce-scatter + all-gather", rule_rs_ag),
                ("no reduce-scatter (XLA on the CPU)", rule_no_reduce_scatter),
                ("reduce-scatter and all-reduce as one (XLA on the CPU)", rule_rs_ar_as_one),
                ("summed before gathered", rule_reduce_first), ("all-to-all as all-gather (gloo)", rule_all_to_all), ("phase of a combined value", rule_phase),
                ("interleaved transfers", rule_interleaved_transfers), ("reduced over more axes", rule_more_axes), ("fused parts as one", rule_fused_parts), ("each summand reduced", rule_summands), ("summands reduced apart", rule_extra_summand),
-               ("gathered again for the backward", rule_regather))
+               ("gathered again for the backward", rule_regather), ("summed before scattered", rule_scatter_summed))
 
 
 def compare(engine_calls, explain, loss_name="loss", microbatches=1, fused=(), schedule=None):
@@ -418,7 +598,9 @@ def compare(engine_calls, explain, loss_name="loss", microbatches=1, fused=(), s
             row[2 * side] += 1
             row[2 * side + 1] += c["bytes"]
     named = []
-    ctx = {"loss": loss_name, "paired": [], "fused": list(fused), "schedule": schedule}
+    ctx = {"loss": loss_name, "paired": [], "fused": list(fused), "schedule": schedule,
+           "mesh_sizes": [a["size"] for a in explain.get("mesh", {}).get("axes", [])],
+           "mesh_axes": explain.get("mesh", {}).get("axes", []), "engine_all": list(eng)}
     rest_e, rest_c = list(eng), list(car)
     for name, rule in ORIGIN_RULES:
         got = rule(rest_e, rest_c, ctx)

@@ -114,7 +114,10 @@ else
     [ $rc = 0 ] && [ "$n_ok" = ${#cases[@]} ]
     check "torch: ${#cases[@]} plans on 4 gloo processes equal one process over 3 Adam steps ($n_ok ok)" $?
     grep -E "^(ok|FAIL) " torch.txt | sed 's/^/    /'
-    [ $rc = 0 ] || tail -5 torch.err | sed "s/^/FAIL   torch.err: /" # (the suite prints a failing script's FAIL lines)
+    # why, in the suite's output (it prints a failing script's FAIL lines): a watchdog's "Timeout" and the
+    # errors raised, then the log's end
+    [ $rc = 0 ] || { grep -E "^Timeout|Error|Exception" torch.err | grep -v Warning | tail -5; tail -3 torch.err; } |
+        sed "s/^/FAIL   torch.err: /"
     if [ -s torch.json ]; then
         "$py" "$root/tests/comm_compare.py" torch torch.json "$root/tests/comm_expected.json" >comm.txt 2>&1
         check "torch: collectives against the plans' (tests/comm_compare.py)" $?

@@ -34,6 +34,9 @@ gradient below SIGNAL = 1e-5 of that step's largest gradient in the one-process 
 left out of the param comparison and counted in the report; every other element is
 compared.
 
+A case that runs longer than CARVE_TORCH_TIMEOUT seconds (default 600: a hang, a collective
+one rank never joins) dumps every rank's stack and ends the run; the bound is per case.
+
 Prints one line per case ("ok" or "FAIL", the largest differences) and closes with
 "N passed, N failed"; --json writes every case's figures and collectives.  Exit 1 on a
 failure.  A case whose plan the export refuses (PlanError) fails, with its one line.
@@ -46,6 +49,7 @@ import importlib.machinery
 import importlib.util
 import json
 import os
+import re
 import sys
 import tempfile
 import traceback
@@ -102,6 +106,11 @@ ORIGINS = {"_batch_p2p": "pipeline transfer", "_sum_tied_grads": "tied gradient"
            "full_tensor": "loss read"}
 
 
+def _placements(spec):
+    return "[" + ",".join(repr(p).replace("Replicate()", "R").replace("Shard(dim=", "S(").replace("Partial(sum)", "P")
+                          for p in spec.placements) + "]"
+
+
 class CommLog(TorchDispatchMode):
     """Every collective dispatched while on: kind, phase, mesh axes, bytes per device, origin."""
 
@@ -118,6 +127,29 @@ class CommLog(TorchDispatchMode):
                     index = tuple(slice(None) if i in sub else coord[i] for i in range(len(names)))
                     self.axes.setdefault(frozenset(grid[index].flatten().tolist()), [names[i] for i in sub])
 
+    def __enter__(self):
+        # DTensor's redistributions, wrapped while logging: each collective notes the value's shape and
+        # placements it moves between (the op's own reason for it)
+        import torch.distributed.tensor._dispatch as dispatch
+        import torch.distributed.tensor._redistribute as redistribute
+        self.redist, self._orig = None, [(m, m.redistribute_local_tensor) for m in (dispatch, redistribute)]
+        orig = redistribute.redistribute_local_tensor
+
+        def logged(local, current, target, *a, **k):
+            self.redist = "%s %s->%s" % (tuple(current.shape), _placements(current), _placements(target))
+            try:
+                return orig(local, current, target, *a, **k)
+            finally:
+                self.redist = None
+        for m, _ in self._orig:
+            m.redistribute_local_tensor = logged
+        return super().__enter__()
+
+    def __exit__(self, *exc):
+        for m, f in self._orig:
+            m.redistribute_local_tensor = f
+        return super().__exit__(*exc)
+
     def _axes(self, group):
         from torch.distributed.distributed_c10d import _resolve_process_group
         try:
@@ -132,6 +164,7 @@ class CommLog(TorchDispatchMode):
         if isinstance(func, torch._ops.HigherOrderOperator):
             return func(*args, **kwargs)
         if any(issubclass(t, DTensor) for t in types):
+            self.dtensor_op = func._overloadpacket.__name__  # the op whose redistribution issues what follows
             return NotImplemented  # DTensor runs first and issues its collectives on local tensors (CommDebugMode does so)
         op = func._overloadpacket.__name__
         kind = KINDS.get(op)
@@ -142,16 +175,42 @@ class CommLog(TorchDispatchMode):
             stack = traceback.extract_stack()
             phase = self._pipeline_phase() if self.pipelined else self.phase
             origin = next((ORIGINS[fr.name] for fr in reversed(stack) if fr.name in ORIGINS), "other")
+            value = self._placed_value() if origin == "module output" else None
             user = [fr for fr in stack if "site-packages" not in fr.filename and fr.filename != __file__]
             where = [f"{os.path.basename(fr.filename)}:{fr.lineno}" for fr in user[-2:]]
             code = (user[-1].line or "").strip() if user else ""  # the module's line that issued it
+            fwd = self._forward_where()
+            if fwd:  # a backward's collective: where its forward op was (anomaly mode's trace)
+                where.append("from " + fwd)
             axes = self._axes(group)
             if self.pipelined and (kind in ("send", "recv") or origin == "tied gradient"):
                 axes = [self.pipelined]  # between stages (torch issues them on other groups)
             self.calls.append({"kind": kind, "phase": phase, "axes": axes,
                                "bytes": collective_bytes(op, args), "origin": origin, "where": " ".join(where),
-                               "code": code})
+                               "code": code, "op": getattr(self, "dtensor_op", None), "redistribute": self.redist,
+                               "value": value})
         return func(*args, **kwargs)
+
+    @staticmethod
+    def _placed_value():
+        """The plan's value (its name in carve's graph) a module output is placed as: place_output's `name`."""
+        f = sys._getframe(2)
+        while f is not None and f.f_code.co_name != "place_output":
+            f = f.f_back
+        return f.f_locals.get("name") if f is not None else None
+
+    @staticmethod
+    def _forward_where():
+        """The module lines (file:line, the last two outside torch) of the forward op whose backward
+        is running: autograd's current node keeps its forward's stack under anomaly mode (train()
+        turns it on for the logged step).  "" outside a backward."""
+        node = torch._C._current_autograd_node()
+        trace = node.metadata.get("traceback_") if node is not None else None
+        if not trace:
+            return ""
+        frames = re.findall(r'File "([^"]+)", line (\d+)', "".join(trace))
+        user = [(f, n) for f, n in frames if "site-packages" not in f and f != __file__]
+        return " ".join("%s:%s" % (os.path.basename(f), n) for f, n in user[-2:])
 
     @staticmethod
     def _pipeline_phase():
@@ -226,6 +285,8 @@ def train(model, batch, steps, log=None, step_fn=None, signal=None, positional=F
         if on:
             log.phase = "forward"
             log.__enter__()
+            anomaly = torch.autograd.detect_anomaly(check_nan=False)  # a backward's collective: its forward's line
+            anomaly.__enter__()
         try:
             if step_fn is not None:
                 loss = step_fn(batch, log if on else None)
@@ -249,6 +310,7 @@ def train(model, batch, steps, log=None, step_fn=None, signal=None, positional=F
             opt.zero_grad()
         finally:
             if on:
+                anomaly.__exit__(None, None, None)
                 log.__exit__(None, None, None)
     return losses
 
@@ -320,15 +382,34 @@ def run_case(rank, model_name, plan_path, export_path, steps):
             "fused_parts": [ex.VIEWS[n][d] for n, d in getattr(ex, "FUSED", {}).items() if n in ex.PARAM_PLACEMENTS]}
 
 
+def _exit_when_orphaned(parent):
+    """Ends this rank when the process that spawned it is gone (a test killed, a timeout): a rank left
+    alone would wait in its next collective until its watchdog, holding a core all the while."""
+    import threading
+    import time
+
+    def watch():
+        while os.getppid() == parent:
+            time.sleep(2)
+        os._exit(3)
+    threading.Thread(target=watch, daemon=True).start()
+
+
 def worker(rank, n, store, cases, steps, out_path):
-    # a hang (a collective one rank never joins) dumps every rank's stack and exits: no test waits forever
-    faulthandler.dump_traceback_later(float(os.environ.get("CARVE_TORCH_TIMEOUT", "600")), exit=True)
+    _exit_when_orphaned(os.getppid())
+    # a hang (a collective one rank never joins) dumps every rank's stack and exits: no test waits
+    # forever.  The watchdog is set again for each case (below): a long matrix on a loaded machine
+    # runs past any whole-run bound while no case hangs (bench/engines.sh's 21 cases took over 600 s
+    # at load 60-80)
+    timeout = float(os.environ.get("CARVE_TORCH_TIMEOUT", "600"))
+    faulthandler.dump_traceback_later(timeout, exit=True)
     torch.set_num_threads(1)
     # the ranks meet through a file (a FileStore), not a TCP port picked beforehand: a port found free
     # and closed again can be taken by another process before rank 0 listens on it
     dist.init_process_group("gloo", init_method="file://" + store, rank=rank, world_size=n)
     results = []
     for case in cases:
+        faulthandler.dump_traceback_later(timeout, exit=True)  # this case's bound (replaces the last)
         model_name, plan_path, export_path = case.split(":", 2)
         try:
             r = run_case(rank, model_name, plan_path, export_path, steps)
@@ -341,10 +422,12 @@ def worker(rank, n, store, cases, steps, out_path):
         if rank == 0:
             r["case"] = case
             results.append(r)
+    faulthandler.dump_traceback_later(timeout, exit=True)
     if rank == 0:
         with open(out_path, "w") as f:
             json.dump(results, f)
     dist.destroy_process_group()
+    faulthandler.cancel_dump_traceback_later()
 
 
 def main():

@@ -5,6 +5,7 @@
  * where they exist, else on a view of it (VIEWS, view_for). */
 #include "view/export.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 /* Whether spec s splits a tensor dim over several mesh axes in an order
@@ -330,6 +331,8 @@ static int torch_layer_module(const ir_graph *g, int layer, char *buf, size_t n)
  * the module path as SCOPE ("/h.0/mlp/mlp.2/Add_output_0" is made inside
  * h.0.mlp.2), and the module's output is a value of its scope that a value
  * outside the scope reads. */
+static int torch_scope_path(const char *name, char *buf, size_t n);
+
 static int torch_named_module(const ir_graph *g, const uint8_t *fwd, int v, char *buf, size_t n)
 {
     const char *name = g->values[v].name;
@@ -349,7 +352,16 @@ static int torch_named_module(const ir_graph *g, const uint8_t *fwd, int v, char
         for (int k = 0; k < g->ops[o].n_in; k++)
             if (g->ops[o].in[k] == v && strncmp(out, name, scope) && out[0] != '%') leaves = 1;
     }
-    if (!leaves) return 0;
+    return leaves && torch_scope_path(name, buf, n);
+}
+
+/* The dotted module path of an ONNX value name's scope ("/h.0/mlp/mlp.2/Add_output_0" -> "h.0.mlp.2")
+ * in buf; 0 when the name has no scope or it does not fit. */
+static int torch_scope_path(const char *name, char *buf, size_t n)
+{
+    const char *last = strrchr(name, '/');
+    if (name[0] != '/' || last == name || (size_t)(last - name) >= n) return 0;
+    size_t scope = (size_t)(last - name) + 1;
     /* the parts joined by '.'; a part that repeats the one before as its prefix is a container's
      * child ("/h.0/mlp/mlp.0/": the Sequential h.0.mlp, then its child 0) */
     size_t k = 0, prev = 0, prev_len = 0;
@@ -421,6 +433,100 @@ static void torch_module_outputs(FILE *f, const view_explanation *x, const uint8
     fputs("}\n\n", f);
 }
 
+/* The intermediate value the forward ops of scope (an ONNX name's "/a/b/" prefix, scope_len long) read
+ * from outside it (a named value of another scope), when there is exactly one and no other scope lies inside this one (a leaf module's
+ * one input); else -1.  *reader: the first op reading it. */
+static int torch_scope_input(const ir_graph *g, const uint8_t *fwd, const char *scope, size_t scope_len, int *reader)
+{
+    int input = -1;
+    for (int o = 0; o < g->n_ops; o++) {
+        const char *out = g->values[g->ops[o].out].name;
+        if (!fwd[o] || strncmp(out, scope, scope_len)) continue;
+        if (strchr(out + scope_len, '/')) return -1; /* a child module's op: not a leaf */
+        for (int k = 0; k < g->ops[o].n_in; k++) {
+            int v = g->ops[o].in[k];
+            const char *vn = v >= 0 ? g->values[v].name : "";
+            if (v < 0 || g->values[v].role != IR_INTERMEDIATE || vn[0] == '%' || !strncmp(vn, scope, scope_len))
+                continue; /* carve's own temporaries ("%82") are the module's */
+            if (input >= 0 && input != v) return -1;
+            if (input < 0) *reader = o;
+            input = v;
+        }
+    }
+    return input;
+}
+
+/* Whether a value of scope that an op outside it reads (the module's output), outside the layers (the
+ * head), is computed with a dim split over several mesh axes: logits split by vocabulary over two
+ * axes, which torch's loss_parallel does not take (a ZeRO-3 lm_head computed with its input
+ * gathered); such a module keeps DTensor's own choice. */
+static int torch_scope_splits_twice(const spmd_program *p, const int *compute, const uint8_t *fwd, const char *scope,
+                                    size_t scope_len)
+{
+    const ir_graph *g = p->g;
+    for (int o = 0; o < g->n_ops; o++) {
+        if (!fwd[o] || !strncmp(g->values[g->ops[o].out].name, scope, scope_len)) continue;
+        for (int k = 0; k < g->ops[o].n_in; k++) {
+            int v = g->ops[o].in[k], made = v >= 0 ? g->values[v].producer : -1;
+            if (v < 0 || made < 0 || compute[made] < 0 || strncmp(g->values[v].name, scope, scope_len)) continue;
+            if (g->values[v].layer >= 0) continue; /* a block's: DTensor holds [Shard(d), Shard(d)] */
+            for (int d = 0; d < g->values[v].rank; d++) /* as the module computes it */
+                if (p->bufs[p->instrs[compute[made]].out].spec.n[d] > 1) return 1;
+        }
+    }
+    return 0;
+}
+
+/* MODULE_INPUTS: leaf modules whose one input the plan's program computes with in another layout than
+ * the value's own (it gathers a sequence-split norm's output before a projection, or a ZeRO axis's
+ * batch split before a weight it keeps split): path -> (the value, its shape, those placements), which
+ * apply_plan gives the module's input (a forward pre-hook), so that torch moves the input where carve
+ * does rather than the module's output (MODULE_OUTPUTS' placement) or the weight. */
+static void torch_module_inputs(FILE *f, const view_explanation *x, const uint8_t *fwd)
+{
+    const shard_state *st = x->st;
+    const spmd_program *p = x->p;
+    const ir_graph *g = st->g;
+    fputs("# leaf modules whose input the plan computes with in another layout than the value's (apply_plan\n"
+          "# redistributes the input in a forward pre-hook): path -> (value, shape, placements)\n"
+          "MODULE_INPUTS = {\n",
+          f);
+    char path[512], seen[512] = "";
+    int *compute = ir_xrealloc(NULL, ((size_t)g->n_ops + 1) * sizeof(int)); /* per op: its compute instruction */
+    for (int o = 0; o < g->n_ops; o++) compute[o] = -1;
+    for (int i = 0; i < p->n_instrs; i++)
+        if (p->instrs[i].kind == SPMD_COMPUTE && p->instrs[i].op >= 0 && p->instrs[i].op < g->n_ops && compute[p->instrs[i].op] < 0)
+            compute[p->instrs[i].op] = i;
+    for (int o = 0; o < g->n_ops; o++) {
+        const char *name = g->values[g->ops[o].out].name, *last = strrchr(name, '/');
+        if (!fwd[o] || name[0] != '/' || last == name) continue;
+        size_t scope_len = (size_t)(last - name) + 1;
+        if (scope_len < sizeof seen && !strncmp(seen, name, scope_len) && seen[scope_len] == 0) continue;
+        if (scope_len < sizeof seen) memcpy(seen, name, scope_len), seen[scope_len] = 0;
+        int reader = -1, v = torch_scope_input(g, fwd, name, scope_len, &reader);
+        if (v < 0 || !export_listed(st, fwd, v) || !torch_scope_path(name, path, sizeof path)) continue;
+        const shard_spec *use = NULL;
+        const spmd_instr *in = compute[reader] >= 0 ? &p->instrs[compute[reader]] : NULL;
+        for (int k = 0; in && k < IR_MAX_OPERANDS && !use; k++)
+            if (in->in[k] >= 0 && p->bufs[in->in[k]].value == v) use = &p->bufs[in->in[k]].spec;
+        int rank = g->values[v].rank;
+        if (!use || use->partial || torch_reordered(use, rank) || shard_spec_equal(use, &st->spec[v], rank) ||
+            torch_scope_splits_twice(p, compute, fwd, name, scope_len))
+            continue;
+        fputs("    ", f);
+        export_put_str(f, path, 0);
+        fputs(": (", f);
+        export_put_str(f, g->values[v].name, 0);
+        fputs(", ", f);
+        py_dims(f, g->values[v].rank, g->values[v].dims);
+        fputs(", ", f);
+        torch_placements(f, &st->mesh, use, rank, NULL);
+        fputs("),\n", f);
+    }
+    free(compute);
+    fputs("}\n\n", f);
+}
+
 /* A schedule of the plan's program (a pipeline's) as torch_pipeline writes it. */
 static void torch_schedule(FILE *f, const view_explanation *x, const pipe_program *pp)
 {
@@ -485,6 +591,7 @@ static void write_torch(FILE *f, const view_explanation *x, const uint8_t *fwd)
     torch_facts(f, st);
     torch_compute(f, x, fwd);
     torch_module_outputs(f, x, fwd);
+    torch_module_inputs(f, x, fwd);
     torch_pipeline(f, x);
     fputs(export_torch_runtime, f);
 }

@@ -338,6 +338,10 @@ static cJSON *collectives_json(const view_explanation *x)
         cJSON *o = cJSON_CreateObject();
         cJSON_AddItemToObject(o, "layer", layer_json(in->layer));
         cJSON_AddStringToObject(o, "phase", spmd_phase_name((spmd_phase)in->phase));
+        /* phase is the moved value's producer's; runs_in the served op's (a forward value gathered
+         * again for a backward op runs in the backward) */
+        if (in->op >= 0 && in->op < g->n_ops && p->phase)
+            cJSON_AddStringToObject(o, "runs_in", spmd_phase_name((spmd_phase)p->phase[in->op]));
         cJSON_AddStringToObject(o, "kind", spmd_kind_name((spmd_kind)in->kind));
         cJSON *ax = cJSON_AddArrayToObject(o, "axes");
         for (int k = 0; k < p->mesh.n_axes; k++)
