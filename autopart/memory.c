@@ -158,6 +158,13 @@ double autopart_plain_seconds(double seconds, int n)
     return n > 1 ? seconds * 4 / (n + 3) : seconds;
 }
 
+const char *autopart_time_spent(const search_budget *b, double deadline)
+{
+    if (deadline > 0 && autopart_clock() >= deadline) return "the --time limit is spent";
+    if (b->cpu_deadline > 0 && search_cpu_clock() >= b->cpu_deadline) return "the default time bound is spent";
+    return NULL;
+}
+
 search_budget autopart_budget_share(search_budget b, int parts, double deadline)
 {
     if (b.simulations) b.simulations = b.simulations >= 2 * parts ? b.simulations / parts : 2;
@@ -231,7 +238,7 @@ static int search_partial(const autopart_memory_level *m, autopart_step *out, in
         int k = (int)ceil((peak - 0.97 * cap) / per_layer);
         if (t > 0) k += out[*n - 1].config.remat_layers;
         if (k < 1) k = 1;
-        if (k >= L || (m->deadline > 0 && autopart_clock() >= m->deadline)) break;
+        if (k >= L || autopart_time_spent(&m->b, m->deadline)) break;
         autopart_config c = out[all].config;
         c.remat_layers = k;
         autopart_step *s = &out[(*n)++];
@@ -254,8 +261,9 @@ int autopart_memory_search(const autopart_memory_level *m, const autopart_config
             not_searched(m, &configs[i], &out[i], "interrupted");
             continue;
         }
-        if (m->deadline > 0 && autopart_clock() >= m->deadline) {
-            not_searched(m, &configs[i], &out[i], "the --time limit is spent");
+        const char *spent = autopart_time_spent(&m->b, m->deadline);
+        if (spent) {
+            not_searched(m, &configs[i], &out[i], spent);
             continue;
         }
         if (configs[i].microbatches > 1 && out[best].ok && out[best].e.fits) {

@@ -100,6 +100,10 @@ typedef struct autopart_memory_level {
 
 /* CLOCK_MONOTONIC seconds, the clock of autopart_memory_level.deadline. */
 double autopart_clock(void);
+/* Why a level's time is spent, or NULL: past `deadline` (--time; CLOCK_MONOTONIC
+ * seconds, 0: none), or past b's CPU deadline (the defaults' bound:
+ * SEARCH_AUTO_CPU_SECONDS, search.h). */
+const char *autopart_time_spent(const search_budget *b, double deadline);
 /* A level's search budget for one searched step: b's simulations, stall,
  * patience and seconds divided by `parts` (at least 2 simulations and
  * stalls), one round, never past `deadline` (CLOCK_MONOTONIC seconds, 0:

@@ -64,9 +64,10 @@ static void price_all(const autopart_pipeline_level *L, autopart_pipeline_candid
 #pragma omp parallel for num_threads(threads) schedule(dynamic, 1) if (threads > 1)
     for (int i = 0; i < n; i++) {
         if (search_interrupted) continue;
-        if (L->deadline > 0 && autopart_clock() >= L->deadline) {
+        const char *spent = autopart_time_spent(&L->b, L->deadline);
+        if (spent) {
             cands[i].searched = -1;
-            snprintf(cands[i].why, sizeof cands[i].why, "not priced: the --time limit is spent");
+            snprintf(cands[i].why, sizeof cands[i].why, "not priced: %s", spent);
             continue;
         }
         price_candidate(L, &cands[i]);
@@ -119,10 +120,11 @@ int autopart_pipeline_search(const autopart_pipeline_level *L, autopart_pipeline
         autopart_step *s = &out[*n_out];
         memset(s, 0, sizeof *s);
         cands[pick].searched = (*n_out)++;
-        if (search_interrupted || (L->deadline > 0 && autopart_clock() >= L->deadline)) {
+        const char *spent = search_interrupted ? "interrupted" : autopart_time_spent(&L->b, L->deadline);
+        if (spent) {
             s->config = cands[pick].config;
             snprintf(s->tactics, sizeof s->tactics, "%s", cands[pick].tactics);
-            snprintf(s->why, sizeof s->why, "not searched: %s", search_interrupted ? "interrupted" : "the --time limit is spent");
+            snprintf(s->why, sizeof s->why, "not searched: %s", spent);
             continue;
         }
         search_budget b = autopart_budget_share(L->b, 4, L->deadline);

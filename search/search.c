@@ -564,11 +564,18 @@ int search_ctx_stop(search_ctx *c)
         c->res.stop = STOP_EXHAUSTED;
         return 1;
     }
-    if (b->seconds > 0 && now() - c->t0 >= b->seconds) {
+    if ((b->seconds > 0 && now() - c->t0 >= b->seconds) || (b->cpu_deadline > 0 && search_cpu_clock() >= b->cpu_deadline)) {
         c->res.stop = STOP_TIME;
         return 1;
     }
     return 0;
+}
+
+double search_cpu_clock(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
 }
 
 /* ---- teams (search_impl.h) ---------------------------------------------- */
@@ -760,7 +767,8 @@ static void enter_starts(search_ctx *c, const start_plan *sp, int n, int threads
 
 static int check_budget(const search_algo *algo, const search_budget *b, char *err, size_t errlen)
 {
-    if (b->simulations < 0 || b->seconds < 0 || b->stall < 0 || b->threads < 1 || b->max_depth < 0 || b->n_seeds < 0) {
+    if (b->simulations < 0 || b->seconds < 0 || b->cpu_deadline < 0 || b->stall < 0 || b->threads < 1 || b->max_depth < 0 ||
+        b->n_seeds < 0) {
         snprintf(err, errlen, "search: budgets must be positive (simulations %lld, seconds %g, threads %d)",
                  (long long)b->simulations, b->seconds, b->threads);
         return -1;
