@@ -22,7 +22,7 @@ else
     dir=$(mktemp -d)
     trap 'rm -rf "$dir"' EXIT
 fi
-CARVE_BIN=$root/$build/carve CARVE_ROOT=$root CARVE_PYTHON=$py CARVE_TEST_LONG=1 CARVE_E2E_DIR=$dir \
+CARVE_BIN=$root/$build/carve CARVE_ROOT=$root CARVE_PYTHON=$py CARVE_TEST_LONG=1 CARVE_E2E_DIR=$dir CARVE_TORCH_WHERE=1 \
     bash tests/e2e_engines.sh >"$dir/e2e.txt" 2>&1
 echo "e2e_engines.sh (CARVE_TEST_LONG=1): $(tail -1 "$dir/e2e.txt")"
 echo

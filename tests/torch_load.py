@@ -34,6 +34,11 @@ gradient below SIGNAL = 1e-5 of that step's largest gradient in the one-process 
 left out of the param comparison and counted in the report; every other element is
 compared.
 
+Each logged collective carries the DTensor redistribution that issued it (the value's global
+shape, its placements before and after), the DTensor op, and for a module output the plan's value
+it is placed as; with CARVE_TORCH_WHERE=1 (bench/engines.sh) also a backward collective's forward
+line (anomaly mode on the logged step: CPU; comm_compare.py's rules do not read it).
+
 A case that runs longer than CARVE_TORCH_TIMEOUT seconds (default 600: a hang, a collective
 one rank never joins) dumps every rank's stack and ends the run; the bound is per case.
 
@@ -42,6 +47,7 @@ Prints one line per case ("ok" or "FAIL", the largest differences) and closes wi
 failure.  A case whose plan the export refuses (PlanError) fails, with its one line.
 """
 import argparse
+import contextlib
 import copy
 import faulthandler
 import itertools
@@ -203,7 +209,7 @@ class CommLog(TorchDispatchMode):
     def _forward_where():
         """The module lines (file:line, the last two outside torch) of the forward op whose backward
         is running: autograd's current node keeps its forward's stack under anomaly mode (train()
-        turns it on for the logged step).  "" outside a backward."""
+        turns it on for the logged step with CARVE_TORCH_WHERE=1).  "" outside a backward or without it."""
         node = torch._C._current_autograd_node()
         trace = node.metadata.get("traceback_") if node is not None else None
         if not trace:
@@ -285,7 +291,10 @@ def train(model, batch, steps, log=None, step_fn=None, signal=None, positional=F
         if on:
             log.phase = "forward"
             log.__enter__()
-            anomaly = torch.autograd.detect_anomaly(check_nan=False)  # a backward's collective: its forward's line
+            # a backward's collective: its forward's line (anomaly mode keeps every op's stack: CPU, so only
+            # when asked, CARVE_TORCH_WHERE=1 as bench/engines.sh sets it; comm_compare's rules do not read it)
+            anomaly = torch.autograd.detect_anomaly(check_nan=False) if os.environ.get("CARVE_TORCH_WHERE") == "1" \
+                else contextlib.nullcontext()
             anomaly.__enter__()
         try:
             if step_fn is not None:
