@@ -406,9 +406,12 @@ static void build_graph_tables(cost_ws *w, const spmd_program *p)
     w->final_buf = ir_xcalloc(nv, sizeof(int));
     w->upd_param = ir_xcalloc(no, sizeof(int));
     for (int i = 0; i < g->n_ops; i++) op_rule_of(g, i, &w->op_rule[i], &w->op_coef[i], &w->op_kmask[i], &w->op_bmask[i]);
-    /* Phases: lowering marks every compute instruction with its op's phase;
-     * they depend on the graph only. */
-    for (int i = 0; i < p->n_instrs; i++)
+    /* Phases depend on the graph only: the program's per-op table (lowering's
+     * mark_phases), not its compute instructions, which leave out the ops a
+     * plan lowers to no compute (a reshape that is a view of a local shard):
+     * read from those, the tables would depend on the first program priced. */
+    for (int i = 0; i < g->n_ops; i++) w->op_phase[i] = p->phase ? p->phase[i] : SPMD_FORWARD;
+    for (int i = 0; i < p->n_instrs && !p->phase; i++)
         if (p->instrs[i].kind == SPMD_COMPUTE) w->op_phase[p->instrs[i].op] = p->instrs[i].phase;
     for (int v = 0; v < g->n_values; v++) {
         w->first_opt[v] = -1;
