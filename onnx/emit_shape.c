@@ -249,7 +249,7 @@ int emit_gather_nd(ox_ctx *c, const Onnx__NodeProto *n)
             if (id < 0) id += len;
             if (id < 0 || id >= len) {
                 free(ids);
-                return ox_fail(c, "index %lld is outside [%lld, %lld)", (long long)t->v[i * k + j], (long long)-len, (long long)len);
+                return ox_fail(c, "index %.17g is outside [%lld, %lld)", t->v[i * k + j], (long long)-len, (long long)len);
             }
             flat = flat * len + id;
         }

@@ -627,7 +627,7 @@ int fold_gather(ox_ctx *c, const Onnx__NodeProto *n, ox_tensor **in, int n_in, o
         for (int64_t j = 0; j < ids->n; j++) {
             int64_t id = ox_i64(ids->v[j]);
             if (id < 0) id += len;
-            if (id < 0 || id >= len) return ox_fail(c, "index %lld is outside [%lld, %lld)", (long long)ids->v[j], (long long)-len, (long long)len);
+            if (id < 0 || id >= len) return ox_fail(c, "index %.17g is outside [%lld, %lld)", ids->v[j], (long long)-len, (long long)len);
             memcpy(out[0]->v + at, x->v + (o * len + id) * inner, (size_t)inner * sizeof(double));
             at += inner;
         }
@@ -650,7 +650,7 @@ int fold_gather_elements(ox_ctx *c, const Onnx__NodeProto *n, ox_tensor **in, in
     for (int64_t i = 0; i < ids->n; i++) {
         int64_t off = 0, len = x->dims[axis], id = ox_i64(ids->v[i]);
         if (id < 0) id += len;
-        if (id < 0 || id >= len) return ox_fail(c, "index %lld is outside [%lld, %lld)", (long long)ids->v[i], (long long)-len, (long long)len);
+        if (id < 0 || id >= len) return ox_fail(c, "index %.17g is outside [%lld, %lld)", ids->v[i], (long long)-len, (long long)len);
         for (int d = 0; d < x->rank; d++) off += (d == axis ? id : (i / is[d]) % ids->dims[d]) * xs[d];
         out[0]->v[i] = x->v[off];
     }
