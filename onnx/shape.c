@@ -211,6 +211,9 @@ int ox_pad_params(ox_ctx *c, const Onnx__NodeProto *n, int rank, int64_t *before
     }
     if (k != 2 * na) return ox_fail(c, "%d pads for %d axes", k, na);
     for (int i = 0; i < rank; i++) before[i] = after[i] = 0;
+    for (int i = 0; i < k; i++) /* (a pad's size is negated and added to a dim's: bounded first) */
+        if (p[i] <= -((int64_t)1 << 40) || p[i] >= ((int64_t)1 << 40))
+            return ox_fail(c, "pad %lld: at most 2^40 elements either way", (long long)p[i]);
     for (int i = 0; i < na; i++) {
         int64_t a;
         if (ox_axis(c, axes[i], rank, &a) < 0) return -1;
