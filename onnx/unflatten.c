@@ -105,7 +105,7 @@ static int to_rows(const ir_graph *g, const ir_op *o)
     return 1;
 }
 
-static int row_letter(const ir_graph *g, const unflatten *u, const ir_einsum_spec *e, int v, int k)
+static int row_letter(const unflatten *u, const ir_einsum_spec *e, int v, int k)
 {
     return u->what[v] == UF_ROW ? (k ? e->b[0] : e->a[0]) : 0;
 }
@@ -116,7 +116,7 @@ static int einsum_keeps_rows(const ir_graph *g, const unflatten *u, const ir_op 
 {
     ir_einsum_spec e;
     if (ir_einsum_parse(o->attrs.subscripts, -1, -1, &e, NULL, 0) < 0) return 0;
-    int m = row_letter(g, u, &e, o->in[0], 0), m1 = row_letter(g, u, &e, o->in[1], 1);
+    int m = row_letter(u, &e, o->in[0], 0), m1 = row_letter(u, &e, o->in[1], 1);
     if (m && m1 && m != m1) return 0;
     m = m ? m : m1;
     if (!m1 && ir_einsum_pos(e.b, e.rank_b, (char)m) >= 0) return 0;
