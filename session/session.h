@@ -538,4 +538,41 @@ ir_graph *session_load_plain(const session_source *src, char *err, size_t errlen
 ir_graph *session_plan_plain_step(const plan *pl, const char *path, char *err, size_t errlen);
 void session_run_free(session_run *r);
 
+/* ---- the command (run_command.c) ---- */
+
+/* Callbacks `carve run` gives session_run_command (each may be NULL). */
+typedef struct session_run_hooks {
+    void *ctx;
+    void (*error)(void *ctx, const char *msg); /* one error or note line, as it arises (every rank says its own) */
+    void (*line)(void *ctx, const char *msg);  /* a line beside the explanation ("shrink: ...", "dump: ...") */
+    /* draws part `part` of r's explanation (session_run_view): VIEW_RUN_HEAD, _STEPS_HEAD and each _STEP as
+     * the run reaches them, _END on the root after the last step; returns -1 when the output failed
+     * (having said so: the run then exits SESSION_BAD_INPUT), else 0 */
+    int (*show)(void *ctx, session_run *r, int part);
+} session_run_hooks;
+
+/* What `carve run` asks for. */
+typedef struct session_run_request {
+    session_source src;            /* --model or --graph, --optimizer, an ONNX file's options (the run attaches
+                                      its weights; the other fields are set by the run) */
+    const char *mesh, *schedule;   /* required without a plan */
+    const char *plan;              /* --plan: a plan file to replay (its model and mesh checked against
+                                      src.model and mesh when given), or NULL */
+    int shrink;                    /* the plan's strategy on a small model of its family (shrink.c) */
+    const char *inputs;            /* --inputs (session_run_attach_inputs), or NULL: seeded */
+    const char *dump;              /* --dump DIR (session_run_dump after step 1), or NULL */
+    int64_t steps;
+    uint64_t seed;
+    const cost_hw *hw;             /* the predictions' profile (session_run_hw) */
+    session_run_hooks hooks;
+} session_run_request;
+
+/* Runs what q asks for in world w (session_world_init): loads and shards
+ * the step (or opens, replays and checks the plan), attaches --inputs, then
+ * opens the run, runs q->steps checked steps and ends it, drawing each part
+ * through q->hooks.  Returns the exit status every rank agreed on: 0 the
+ * check passed, SESSION_CHECK_FAILED, or SESSION_BAD_INPUT (after the error
+ * line). */
+int session_run_command(session_world *w, const session_run_request *q);
+
 #endif
