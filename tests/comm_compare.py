@@ -340,23 +340,26 @@ def rule_all_to_all(eng, car, ctx):
 
 def rule_rs_ar_as_one(eng, car, ctx):
     """(XLA on the CPU) carve's reduce-scatter over axis B of b bytes and all-reduce over axis A of its
-    result (b/k) against one engine all-reduce of b over both axes: with no reduce-scatter, XLA
+    result (b/n, n the size of B: exactly that block) against one engine all-reduce of b over both axes: with no reduce-scatter, XLA
     reduces a gradient that ZeRO splits over B and data parallelism sums over A in one all-reduce
     over A and B and keeps its block."""
     if any(e["kind"] == "reduce-scatter" for e in eng):
         return None
+    size = dict(zip([a["name"] for a in ctx.get("mesh_axes", ())], ctx.get("mesh_sizes", ())))
     es, cs = [], []
     for e in [e for e in eng if e["kind"] == "all-reduce" and len(e["axes"]) == 2]:
         for i, axis in enumerate(e["axes"]):
             other = e["axes"][1 - i]
             rs = next((c for c in car if c["kind"] == "reduce-scatter" and c["phase"] == e["phase"] and
                        c["axes"] == [axis] and c["bytes"] == e["bytes"]), None)
+            block = e["bytes"] // size.get(axis, 1)  # the reduce-scatter's result, which carve all-reduces
             ar = next((c for c in car if c["kind"] == "all-reduce" and c["phase"] == e["phase"] and c["axes"] == [other]
-                       and c["bytes"] < e["bytes"] and e["bytes"] % c["bytes"] == 0), None) if rs else None
+                       and size.get(axis, 1) > 1 and c["bytes"] == block), None) if rs else None
             if ar is not None:
                 eng.remove(e)
                 car.remove(rs)
                 car.remove(ar)
+                ctx.setdefault("as_one", []).append(e)  # "summands reduced apart" may pair more of its kind
                 es.append(e)
                 cs += [rs, ar]
                 break
@@ -381,11 +384,13 @@ def rule_extra_summand(eng, car, ctx):
     """An engine all-reduce with the phase, axes and bytes of a carve one already paired (at most three
     more per such collective): the engine reduces the summands of one partial sum apart (GPT's tied
     wte: the embedding's part and the head's; q, k and v's input gradients), where carve adds them
-    first (with no reduce-scatter in the engine, carve's reduce-scatters count as all-reduces)."""
+    first (with no reduce-scatter in the engine, carve's reduce-scatters count as all-reduces; an engine
+    all-reduce that "reduce-scatter and all-reduce as one" paired counts as paired: XLA reduces the
+    tied wte's lookup and head parts apart over both axes, where carve adds them and reduces once)."""
     no_rs = not any(e["kind"] == "reduce-scatter" for e in eng)
     kind = lambda c: "all-reduce" if no_rs and c["kind"] == "reduce-scatter" else c["kind"]  # noqa: E731
     room = collections.Counter()
-    for c in ctx["paired"]:
+    for c in ctx["paired"] + ctx.get("as_one", []):  # carve's paired, and the engine's "as one" all-reduces
         room[(kind(c), c["phase"], tuple(c["axes"]), c["bytes"])] += 3
     keep = []
     for e in [e for e in eng if e["kind"] == "all-reduce"]:
@@ -457,16 +462,36 @@ def _redistribution(e):
         re.findall(r"_StridedS\(\d+, sf=\d+\)|S\(\d+\)|R|P|Partial\(\w+\)", m.group(3))
 
 
+def _tensor_dim(placement):
+    """The tensor dim of a logged shard placement ("S(1)", "_StridedS(0, sf=4)"), or None."""
+    m = re.match(r"(?:_StridedS|S)\((\d+)", placement)
+    return int(m.group(1)) if m else None
+
+
 def _gathered_bytes(e, ctx):
     """Bytes per device of the value an engine all-gather yields, from its logged global shape (4-byte
-    elements): the whole value over the mesh dims it changes, split over the others that shard it."""
+    elements): the whole value over the mesh dims it changes, split over the others that shard it.
+    Nested shards of one tensor dim are undone inner first: where the redistribution changes an
+    outer mesh dim's shard of a tensor dim that an inner mesh dim keeps sharded ([_StridedShard(0),
+    Shard(0)] -> [Replicate, Shard(0)]), DTensor gathers over the inner mesh dim first (that
+    collective's value still split over the outer ones), then over the outer (the value whole over
+    both), and cuts the inner shard again locally."""
     shape, src, dst = _redistribution(e)
+    names = [a["name"] for a in ctx.get("mesh_axes", ())]
+    sizes = ctx.get("mesh_sizes", ())
+    own = {names.index(a) for a in e["axes"] if a in names}
     n = 4
     for x in shape:
         n *= x
-    for size, a, b in zip(ctx.get("mesh_sizes", ()), src, dst):
-        if a == b and a.startswith(("S(", "_StridedS")):
+    for i, (size, a, b) in enumerate(zip(sizes, src, dst)):
+        if a != b or not a.startswith(("S(", "_StridedS")):
+            continue
+        outer = [j for j in range(i) if src[j] != dst[j] and _tensor_dim(src[j]) == _tensor_dim(a)]
+        if not outer:
             n //= size
+        elif i in own:  # the inner shard gathered first: still split over the outer mesh dims
+            for j in outer:
+                n //= sizes[j]
     return n
 
 

@@ -13,8 +13,10 @@ betas 0.9 / 0.999, eps 1e-8, bias corrections 1 - beta^t), then for each plan:
 1. builds the export's Mesh over JAX's CPU devices (8 emulated:
    XLA_FLAGS=--xla_force_host_platform_device_count=8, set before jax loads);
 2. jits the step with the export's NamedShardings on every param, optimizer state and input
-   (in and out) and with_sharding_constraint at every named activation (ACTIVATION_SPECS),
-   so XLA must accept each one;
+   (in and out), with_sharding_constraint at every named activation (ACTIVATION_SPECS),
+   so XLA must accept each one, and on each param the plan gathers before computing with it
+   (PARAM_COMPUTE_SPECS_FLAT: ZeRO-3's, where the model reads it), so XLA gathers over the
+   axes carve gathers over;
 3. runs it and the same step jitted on one device from the same values, and compares the
    loss and every updated param and optimizer state: the largest difference relative to
    each tensor's largest magnitude must be under 1e-4.  Elements whose gradient in the
@@ -66,10 +68,16 @@ def model_config(spec):
 class Model:
     """What the presets share: `at` places the export's activation shardings; the loss head; Adam."""
 
-    def __init__(self, cfg, constrain=None):
+    def __init__(self, cfg, constrain=None, compute=None):
         self.c = cfg
         self.constrain = constrain
+        self.compute = compute or {}
         self.placed = set()
+
+    def loss(self, p, tokens, labels):
+        """The step's loss, each param read as the plan computes with it (the export's
+        PARAM_COMPUTE_SPECS_FLAT: a ZeRO-3 param gathered over its axis, its other splits kept)."""
+        return self.forward_loss({k: self.compute[k](x) if k in self.compute else x for k, x in p.items()}, tokens, labels)
 
     def at(self, name, x):
         if self.constrain is None:
@@ -135,7 +143,7 @@ class GPT(Model):
         act = self.at(pre + ".act", 0.5 * fc1 * (1 + jnp.tanh(u)))
         return self.at(pre + ".out", jnp.einsum("bsf,fh->bsh", act, p[pre + ".w2"]) + p[pre + ".b2"])
 
-    def loss(self, p, tokens, labels):
+    def forward_loss(self, p, tokens, labels):
         mask, bias = self.causal()
         tok = self.at("embed.tok", p["wte"][tokens])
         x = self.at("embed", tok + p["wpe"])
@@ -181,7 +189,7 @@ class LLaMA(Model):
         act = self.at(pre + ".act", gate * jnp.einsum("bsh,hf->bsf", x, p[pre + ".w3"]))
         return self.at(pre + ".out", jnp.einsum("bsf,fh->bsh", act, p[pre + ".w2"]))
 
-    def loss(self, p, tokens, labels):
+    def forward_loss(self, p, tokens, labels):
         mask, bias = self.causal()
         cos, sin = self.rope_tables()
         x = self.at("embed", p["wte"][tokens])
@@ -374,7 +382,9 @@ def run_plan(plan_path, export_path, check):
     vs = {k: named(ex.OPT_STATE_SPECS["adam.v/" + k]) for k in p}
     ts = named(ex.OPT_STATE_SPECS["adam.t"])
     ins = (named(ex.INPUT_SPECS["tokens"]), named(ex.INPUT_SPECS["labels"]))
-    model = MODELS[family](cfg, constrain)
+    compute = {k: (lambda x, s=named(spec): jax.lax.with_sharding_constraint(x, s))
+               for k, spec in getattr(ex, "PARAM_COMPUTE_SPECS_FLAT", {}).items()}
+    model = MODELS[family](cfg, constrain, compute)
     sharded = jax.jit(model.step, in_shardings=(ps, ms, vs, ts) + ins, out_shardings=(named(P()), ps, ms, vs, ts))
     compiled = sharded.lower(*args).compile()
     check("jax.jit compiles the step with the export's shardings over %d devices" % n_dev, True)

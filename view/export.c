@@ -88,6 +88,17 @@ void export_py_tables(FILE *f, const shard_state *st, const uint8_t *fwd, const 
     }
 }
 
+int export_compute_buf(const spmd_program *p, int v)
+{
+    for (int i = 0; i < p->n_instrs; i++) {
+        const spmd_instr *in = &p->instrs[i];
+        if (in->kind != SPMD_COMPUTE || in->phase != SPMD_FORWARD) continue;
+        for (int k = 0; k < IR_MAX_OPERANDS; k++)
+            if (in->in[k] >= 0 && p->bufs[in->in[k]].value == v) return in->in[k];
+    }
+    return -1;
+}
+
 int view_export_uneven(const shard_state *st, char *first, size_t n)
 {
     int count = 0;

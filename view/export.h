@@ -29,6 +29,10 @@ typedef void (*py_entry_fn)(FILE *f, const shard_state *st, int v);
 void export_py_tables(FILE *f, const shard_state *st, const uint8_t *fwd, const char *params, const char *rest,
                       const char *activation_note, py_entry_fn entry);
 
+/* The buffer of value v that its first forward reader computes with: the
+ * argument's own, or the version the program gathers (ZeRO-3) or slices for
+ * it; -1 when no forward instruction reads v. */
+int export_compute_buf(const spmd_program *p, int v);
 /* Writes the stages of pipelined program pp that hold param v (an argument
  * of pp's program), the one that updates it first: "0, 1". */
 void export_param_stages(FILE *f, const pipe_program *pp, int v);

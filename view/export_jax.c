@@ -32,6 +32,34 @@ static void jax_entry(FILE *f, const shard_state *st, int v)
     fputs(st->spec[v].partial ? ",  # partial sums at this point in carve's program\n" : ",\n", f);
 }
 
+/* PARAM_COMPUTE_SPECS_FLAT: the params the program computes with in another
+ * layout than it stores them in (ZeRO-3: gathered over its axis before the
+ * forward reads them, any other split kept), with that layout: a user's model
+ * places them so (with_sharding_constraint where it reads the param), and XLA
+ * gathers over the axes carve's plan gathers over, not over all of them. */
+static void jax_compute_specs(FILE *f, const view_explanation *x)
+{
+    const shard_state *st = x->st;
+    const spmd_program *p = x->p;
+    const ir_graph *g = st->g;
+    fputs("# params the plan stores in blocks and gathers (ZeRO-3) before the forward computes with them: the\n"
+          "# spec it computes with (for jax.lax.with_sharding_constraint where the model reads the param)\n"
+          "PARAM_COMPUTE_SPECS_FLAT = {\n",
+          f);
+    for (int v = 0; p && v < g->n_values; v++) {
+        if (g->values[v].role != IR_PARAM || p->arg_buf[v] < 0) continue;
+        int b = export_compute_buf(p, v);
+        const shard_spec *use = b >= 0 ? &p->bufs[b].spec : NULL;
+        if (!use || use->partial || shard_spec_equal(use, &st->spec[v], g->values[v].rank)) continue;
+        fputs("    ", f);
+        export_put_str(f, g->values[v].name, 0);
+        fputs(": ", f);
+        jax_pspec(f, &st->mesh, use, g->values[v].rank);
+        fputs(",\n", f);
+    }
+    fputs("}\n\n", f);
+}
+
 static void write_jax(FILE *f, const view_explanation *vx, const uint8_t *fwd)
 {
     const shard_state *st = vx->st;
@@ -57,6 +85,7 @@ static void write_jax(FILE *f, const view_explanation *vx, const uint8_t *fwd)
           f);
     export_py_tables(f, st, fwd, "_SPECS_FLAT", "_SPECS", "named forward values: places for jax.lax.with_sharding_constraint in the model",
               jax_entry);
+    jax_compute_specs(f, vx);
     fputs("PARAM_SPECS = _nest(PARAM_SPECS_FLAT)\n\n\n"
           "def shardings(specs, mesh):\n"
           "    \"\"\"NamedShardings for a pytree of PartitionSpecs (e.g. PARAM_SPECS) on mesh.\"\"\"\n"

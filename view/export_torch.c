@@ -220,20 +220,6 @@ static void torch_facts(FILE *f, const shard_state *st)
     fputs(n ? "}\n\n" : "}  # set()\n\n", f);
 }
 
-/* The buffer of param v that its first forward reader computes with: the
- * argument's own, or the version the program gathers (ZeRO-3) or slices
- * for it; -1 when no forward instruction reads v. */
-static int torch_compute_buf(const spmd_program *p, int v)
-{
-    for (int i = 0; i < p->n_instrs; i++) {
-        const spmd_instr *in = &p->instrs[i];
-        if (in->kind != SPMD_COMPUTE || in->phase != SPMD_FORWARD) continue;
-        for (int k = 0; k < IR_MAX_OPERANDS; k++)
-            if (in->in[k] >= 0 && p->bufs[in->in[k]].value == v) return in->in[k];
-    }
-    return -1;
-}
-
 /* A fused projection's param v (torch_part_dim: d) as the program computes
  * with it: the spec of its first part's buffer that a forward instruction
  * reads (the slice, then reshapes dropping dim d; ZeRO-3 gathers the part
@@ -255,7 +241,7 @@ static int torch_part_compute(const spmd_program *p, const ir_graph *g, const ui
     if (!y || y->rank != x->rank - 1) return 0;
     for (int k = 0, j = 0; k < x->rank; k++)
         if (k != d && y->dims[j++] != x->dims[k]) return 0;
-    int b = torch_compute_buf(p, s);
+    int b = export_compute_buf(p, s);
     if (b < 0) return 0;
     const shard_spec *bs = &p->bufs[b].spec;
     memset(out, 0, sizeof *out);
@@ -284,7 +270,7 @@ static void torch_compute(FILE *f, const view_explanation *x, const uint8_t *fwd
           f);
     for (int v = 0; v < g->n_values; v++) {
         if (g->values[v].role != IR_PARAM || p->arg_buf[v] < 0) continue;
-        int b = torch_compute_buf(p, v), d = torch_on_view(st, v) ? torch_part_dim(g, fwd, v) : -1;
+        int b = export_compute_buf(p, v), d = torch_on_view(st, v) ? torch_part_dim(g, fwd, v) : -1;
         shard_spec part;
         const shard_spec *use = b >= 0 ? &p->bufs[b].spec : NULL;
         if (d >= 0 && torch_part_compute(p, g, fwd, v, d, &part)) use = &part; /* a fused projection's: its parts' */
