@@ -318,6 +318,8 @@ static int torch_layer_module(const ir_graph *g, int layer, char *buf, size_t n)
  * h.0.mlp.2), and the module's output is a value of its scope that a value
  * outside the scope reads. */
 static int torch_scope_path(const char *name, char *buf, size_t n);
+#define TORCH_MAX_HEADS 8 /* modules whose output torch_input_moves places too */
+static int torch_input_moves(FILE *f, const view_explanation *x, const uint8_t *fwd, int *heads, int max);
 
 static int torch_named_module(const ir_graph *g, const uint8_t *fwd, int v, char *buf, size_t n)
 {
@@ -381,7 +383,8 @@ static void torch_output_line(FILE *f, const char *path, const char *value)
  * placements (ACTIVATION_PLACEMENTS) apply_plan gives the module's output:
  * each layer's module (the common prefix of its params' names, torch_layer_module)
  * with the layer's last value another layer reads, then the modules the
- * values' names give (torch_named_module), each with its last such value. */
+ * values' names give (torch_named_module), each with its last such value, then
+ * a head the plan computes split twice and moves (torch_input_moves). */
 static void torch_module_outputs(FILE *f, const view_explanation *x, const uint8_t *fwd)
 {
     const ir_graph *g = x->st->g;
@@ -416,6 +419,9 @@ static void torch_module_outputs(FILE *f, const view_explanation *x, const uint8
             layer_module = torch_layer_module(g, l, other, sizeof other) && !strcmp(path, other);
         if (!later && !layer_module) torch_output_line(f, path, g->values[v].name);
     }
+    int heads[TORCH_MAX_HEADS], n_heads = torch_input_moves(NULL, x, fwd, heads, TORCH_MAX_HEADS);
+    for (int i = 0; i < n_heads; i++) /* a head computed split twice, then moved where the plan places its output */
+        if (torch_scope_path(g->values[heads[i]].name, path, sizeof path)) torch_output_line(f, path, g->values[heads[i]].name);
     fputs("}\n\n", f);
 }
 
@@ -442,12 +448,12 @@ static int torch_scope_input(const ir_graph *g, const uint8_t *fwd, const char *
     return input;
 }
 
-/* Whether a value of scope that an op outside it reads (the module's output), outside the layers (the
- * head), is computed with a dim split over several mesh axes: logits split by vocabulary over two
- * axes, which torch's loss_parallel does not take (a ZeRO-3 lm_head computed with its input
- * gathered); such a module keeps DTensor's own choice. */
-static int torch_scope_splits_twice(const spmd_program *p, const int *compute, const uint8_t *fwd, const char *scope,
-                                    size_t scope_len)
+/* The value of scope that an op outside it reads (the module's output), outside the layers (the head),
+ * when the program computes it with a dim split over several mesh axes (a ZeRO-3 lm_head computed with
+ * its input gathered: logits split by vocabulary over two axes, which torch's loss_parallel does not
+ * take); else -1.  A block's such value is left alone (DTensor holds [Shard(d), Shard(d)] there). */
+static int torch_scope_split_twice(const spmd_program *p, const int *compute, const uint8_t *fwd, const char *scope,
+                                   size_t scope_len)
 {
     const ir_graph *g = p->g;
     for (int o = 0; o < g->n_ops; o++) {
@@ -455,30 +461,39 @@ static int torch_scope_splits_twice(const spmd_program *p, const int *compute, c
         for (int k = 0; k < g->ops[o].n_in; k++) {
             int v = g->ops[o].in[k], made = v >= 0 ? g->values[v].producer : -1;
             if (v < 0 || made < 0 || compute[made] < 0 || strncmp(g->values[v].name, scope, scope_len)) continue;
-            if (g->values[v].layer >= 0) continue; /* a block's: DTensor holds [Shard(d), Shard(d)] */
+            if (g->values[v].layer >= 0) continue;
             for (int d = 0; d < g->values[v].rank; d++) /* as the module computes it */
-                if (p->bufs[p->instrs[compute[made]].out].spec.n[d] > 1) return 1;
+                if (p->bufs[p->instrs[compute[made]].out].spec.n[d] > 1) return v;
         }
     }
-    return 0;
+    return -1;
 }
 
-/* MODULE_INPUTS: leaf modules whose one input the plan's program computes with in another layout than
- * the value's own (it gathers a sequence-split norm's output before a projection, or a ZeRO axis's
- * batch split before a weight it keeps split): path -> (the value, its shape, those placements), which
- * apply_plan gives the module's input (a forward pre-hook), so that torch moves the input where carve
- * does rather than the module's output (MODULE_OUTPUTS' placement) or the weight. */
-static void torch_module_inputs(FILE *f, const view_explanation *x, const uint8_t *fwd)
+/* Whether the plan places value v (the module output torch_scope_split_twice found) with each dim over
+ * at most one mesh axis and no partial sum: where carve moves the value once computed (the head's logits'
+ * all-to-all onto the batch), so that torch computes the module as carve does and then moves its output
+ * there (MODULE_OUTPUTS), where loss_parallel takes it. */
+static int torch_one_axis_each(const shard_state *st, int v)
+{
+    const shard_spec *s = &st->spec[v];
+    if (s->partial) return 0;
+    for (int d = 0; d < st->g->values[v].rank; d++)
+        if (s->n[d] > 1) return 0;
+    return 1;
+}
+
+/* The leaf modules whose one input the plan's program computes with in another layout than the value's
+ * own (torch_module_inputs): each written to f as a MODULE_INPUTS entry when f is not NULL.  Returns how
+ * many of them compute an output split over two axes that the plan then moves to its own placement (the
+ * head), their output values in heads[] (at most max): those modules' outputs are placed as well
+ * (MODULE_OUTPUTS), else their input is not moved (DTensor's own choice). */
+static int torch_input_moves(FILE *f, const view_explanation *x, const uint8_t *fwd, int *heads, int max)
 {
     const shard_state *st = x->st;
     const spmd_program *p = x->p;
     const ir_graph *g = st->g;
-    fputs("# leaf modules whose input the plan computes with in another layout than the value's (apply_plan\n"
-          "# redistributes the input in a forward pre-hook): path -> (value, shape, placements)\n"
-          "MODULE_INPUTS = {\n",
-          f);
     char path[512], seen[512] = "";
-    int *compute = ir_xrealloc(NULL, ((size_t)g->n_ops + 1) * sizeof(int)); /* per op: its compute instruction */
+    int n_heads = 0, *compute = ir_xrealloc(NULL, ((size_t)g->n_ops + 1) * sizeof(int)); /* per op: its compute instruction */
     for (int o = 0; o < g->n_ops; o++) compute[o] = -1;
     for (int i = 0; i < p->n_instrs; i++)
         if (p->instrs[i].kind == SPMD_COMPUTE && p->instrs[i].op >= 0 && p->instrs[i].op < g->n_ops && compute[p->instrs[i].op] < 0)
@@ -496,9 +511,11 @@ static void torch_module_inputs(FILE *f, const view_explanation *x, const uint8_
         for (int k = 0; in && k < IR_MAX_OPERANDS && !use; k++)
             if (in->in[k] >= 0 && p->bufs[in->in[k]].value == v) use = &p->bufs[in->in[k]].spec;
         int rank = g->values[v].rank;
-        if (!use || use->partial || torch_reordered(use, rank) || shard_spec_equal(use, &st->spec[v], rank) ||
-            torch_scope_splits_twice(p, compute, fwd, name, scope_len))
-            continue;
+        if (!use || use->partial || torch_reordered(use, rank) || shard_spec_equal(use, &st->spec[v], rank)) continue;
+        int head = torch_scope_split_twice(p, compute, fwd, name, scope_len);
+        if (head >= 0 && (!torch_one_axis_each(st, head) || !export_listed(st, fwd, head) || n_heads >= max)) continue;
+        if (head >= 0) heads[n_heads++] = head;
+        if (!f) continue;
         fputs("    ", f);
         export_put_str(f, path, 0);
         fputs(": (", f);
@@ -510,6 +527,23 @@ static void torch_module_inputs(FILE *f, const view_explanation *x, const uint8_
         fputs("),\n", f);
     }
     free(compute);
+    return n_heads;
+}
+
+/* MODULE_INPUTS: leaf modules whose one input the plan's program computes with in another layout than
+ * the value's own (it gathers a sequence-split norm's output before a projection, or a ZeRO axis's
+ * batch split before a weight it keeps split, or a ZeRO-3 head's input before the vocabulary-split
+ * weight): path -> (the value, its shape, those placements), which apply_plan gives the module's input
+ * (a forward pre-hook), so that torch moves the input where carve does rather than the module's output
+ * (MODULE_OUTPUTS' placement) or the weight. */
+static void torch_module_inputs(FILE *f, const view_explanation *x, const uint8_t *fwd)
+{
+    int heads[TORCH_MAX_HEADS];
+    fputs("# leaf modules whose input the plan computes with in another layout than the value's (apply_plan\n"
+          "# redistributes the input in a forward pre-hook): path -> (value, shape, placements)\n"
+          "MODULE_INPUTS = {\n",
+          f);
+    torch_input_moves(f, x, fwd, heads, TORCH_MAX_HEADS);
     fputs("}\n\n", f);
 }
 
