@@ -923,17 +923,25 @@ static double price_compute_instruction(ctx *c, const cost_hw *hw, int i, sweep 
     const ir_op *o = &p->g->ops[in->op];
     cost_ws *w = c->w;
     int kern = c->kern;
-    double flops, tf, t = price_compute(c, hw, in, &flops, &tf);
     if (kern && p->fuse.klen[i] > 0) {
         s->grp_start = i;
         s->grp_end = i + price_kernel(c, hw, i, s->grp_share);
-    } else if (kern && p->fuse.kfold[i]) {
-        t = 0; /* folded into its readers */
     } else if (!kern && hw->fused_elementwise && i >= s->grp_end) {
         s->grp_start = i;
         s->grp_end = i + price_group(c, hw, i, s->grp_share);
     }
-    if (i < s->grp_end && (kern || s->grp_end - s->grp_start > 1)) t = s->grp_share[i - s->grp_start];
+    /* a member of a kernel or group takes its share, priced at the start (its
+     * time alone is not needed: only its FLOPs); a folded op costs nothing */
+    double flops, tf, t;
+    if (i < s->grp_end && (kern || s->grp_end - s->grp_start > 1)) {
+        t = s->grp_share[i - s->grp_start];
+        flops = rule_flops(c, in, o);
+    } else if (kern && p->fuse.kfold[i]) {
+        t = 0;
+        flops = rule_flops(c, in, o);
+    } else {
+        t = price_compute(c, hw, in, &flops, &tf);
+    }
     if (c->mp_opt > 0 && w->upd_param[in->op] >= 0) t += mp_optimizer_time(c, hw, w->upd_param[in->op]);
     t *= c->ser;
     out->flops += flops;
@@ -982,7 +990,7 @@ static void price_instruction(ctx *c, const cost_hw *hw, int i, sweep *s, cost_e
     const spmd_instr *in = &p->instrs[i];
     cost_ws *w = c->w;
     int ob = in->out, nl = out->n_layers;
-    size_buffer(c, ob);
+    if (i <= s->grp_start || i >= s->grp_end) size_buffer(c, ob); /* (a kernel's or group's later members: sized at its start) */
     /* a gradient's model-state split: the version its producer leaves
      * (lowering resolves it there unless it is kept whole: ZeRO-1) */
     if (g->values[in->value].grad_of >= 0 && in->op == g->values[in->value].producer)
@@ -1051,9 +1059,11 @@ static void sweep_memory(ctx *c, int i, sweep *s, cost_estimate *out)
     for (int k = 0; k < IR_MAX_OPERANDS; k++) {
         int b = in->in[k], twice = 0;
         freed[k] = -1;
-        if (c->kern && b >= 0 && w->fold_src[b] >= 0) b = w->fold_src[b]; /* read through a folded broadcast or view */
+        if (b < 0) continue;
+        if (c->kern && w->fold_src[b] >= 0) b = w->fold_src[b]; /* read through a folded broadcast or view */
+        if (w->persistent[b] || w->last_use[b] != i) continue;
         for (int j = 0; j < k; j++) twice |= b == freed[j];
-        if (b < 0 || w->persistent[b] || w->last_use[b] != i || twice) continue;
+        if (twice) continue;
         freed[k] = b;
         live[buf_cat(c, b)] -= w->buf_bytes[b];
         s->cur -= w->buf_bytes[b];
