@@ -20,10 +20,14 @@
  *   value and mismatched shapes are refused with a message.
  * - ir_fuse_attention finds the materialised chains of the presets (GPT,
  *   ViT) and of ONNX exports (GPT-2 and LLaMA from torch's exporter, opsets
- *   14 and 17: heads-first layouts, transposed), and the training step of the
- *   fused graph agrees with the original's (loss within 1e-5, gradients
- *   within 1e-4); BERT's padding mask and LLaMA's grouped-query chains are
- *   kept, with the reason.
+ *   14 and 17: heads-first layouts, transposed; torch 2's exporter's LLaMA:
+ *   q and k scaled before the product, k and v repeated to q's heads, the
+ *   NaN guard), and the training step of the fused graph agrees with the
+ *   original's (loss within 1e-5, gradients within 1e-4); BERT's padding
+ *   mask, the llama preset's grouped-query chains (q of rank 5) and a mask
+ *   table that is a param are kept, with the reason.  A mask table is fused
+ *   when every block is causal, as a bias or as torch 2's where(M, 0, min)
+ *   over a 0/1 table, and kept when one element is not or it has no data.
  */
 #include "analysis/schedule.h"
 #include "cost/cost.h"
@@ -322,14 +326,18 @@ static void fuse_preset(const char *model, int layers, int kept)
 }
 
 /* ONNX exports (torch's legacy exporter: MatMul, Div, Where, Softmax,
- * MatMul): GPT-2 and LLaMA fused, BERT's padding mask kept. */
-static void fuse_onnx(const char *name, int want_fused, int want_skipped)
+ * MatMul): GPT-2 and LLaMA fused, BERT's padding mask kept.  frozen: the
+ * initializers kept constant (onnx_options.frozen; NULL: none), weights:
+ * the file's params attached (as `carve run` reads a file). */
+static void fuse_onnx_with(const char *name, const char *frozen, int weights, int want_fused, int want_skipped)
 {
     char path[1024], err[512], why[200];
     const char *root = getenv("CARVE_ROOT");
     snprintf(path, sizeof path, "%s/tests/onnx/%s%s.onnx", root ? root : ".", strchr(name, '/') ? "" : "fixtures/", name);
     onnx_options o;
     memset(&o, 0, sizeof o);
+    o.weights = weights;
+    o.frozen = frozen;
     ir_graph *f = onnx_import(path, &o, NULL, err, sizeof err);
     CHECKF(f, "%s: %s", name, err);
     if (!f) return;
@@ -343,24 +351,48 @@ static void fuse_onnx(const char *name, int want_fused, int want_skipped)
     ir_free(f);
 }
 
-/* Scores [b=2, n=2, s=4, t=4] plus a constant mask table [b, s, t] read
- * through a broadcast (transformers' mask, folded by the ONNX reader): the
- * chain is fused when every block of the table is the causal bias, and kept
- * when one element is not (bad >= 0: that block's last row lets a later key
- * through) or the table has no elements (a model from shapes alone). */
-static void fuse_mask_table(int bad, int with_data)
+static void fuse_onnx(const char *name, int want_fused, int want_skipped)
+{
+    fuse_onnx_with(name, NULL, 0, want_fused, want_skipped);
+}
+
+/* The bias of mask test `form` over scores sd: 0 the table m [b, s, t]
+ * read as it is; 1 torch 2's exporter's where(M, 0, finfo.min) as the ONNX
+ * reader writes it, 0*M + min*(1 - M), m a 0/1 table [1, 1, s, t] reshaped
+ * and broadcast to [b, 1, s, t] and the bias reshaped to [b, s, t] (the
+ * scores [2, 2, 4, 4]). */
+static int mask_bias(ir_graph *g, int m, int form)
+{
+    if (!form) return m;
+    int64_t r3[3] = {1, 4, 4}, b4[4] = {2, 1, 4, 4}, map[3] = {1, 2, 3}, bst[3] = {2, 4, 4};
+    int x = ir_broadcast(g, ir_reshape(g, m, 3, r3), 4, b4, map);
+    int zero = ir_binary(g, IR_OP_MUL, ir_constant(g, 0, IR_F32, 4, b4), x);
+    int off = ir_binary(g, IR_OP_MUL, ir_constant(g, -3.4028234663852886e38, IR_F32, 4, b4),
+                        ir_add_scalar(g, ir_unary(g, IR_OP_NEG, x), 1));
+    return ir_reshape(g, ir_binary(g, IR_OP_ADD, zero, off), 3, bst);
+}
+
+/* Scores [b=2, n=2, s=4, t=4] plus a constant mask table read through a
+ * broadcast (transformers' mask, folded by the ONNX reader; form 1: the
+ * where(M, 0, min) of torch 2's exporter over a folded 0/1 table): the chain
+ * is fused when every block of the table is causal, and kept when one
+ * element is not (bad >= 0: that block's last row lets a later key
+ * through), the table has no elements (a model from shapes alone) or is a
+ * param (param: trained, its gradient the step's). */
+static void fuse_mask_table(int form, int bad, int with_data, int param)
 {
     ir_graph *g = ir_new("mask-table");
-    int64_t qd[4] = {2, 4, 2, 8}, sd[4] = {2, 2, 4, 4}, md[3] = {2, 4, 4}, map[3] = {0, 2, 3};
+    int64_t qd[4] = {2, 4, 2, 8}, sd[4] = {2, 2, 4, 4}, table[4] = {2, 4, 4}, ones[4] = {1, 1, 4, 4}, map[3] = {0, 2, 3};
+    int blocks = form ? 1 : 2;
     int q = ir_arg(g, "q", IR_PARAM, IR_F32, 4, qd), k = ir_arg(g, "k", IR_PARAM, IR_F32, 4, qd);
-    int v = ir_arg(g, "v", IR_PARAM, IR_F32, 4, qd), m = ir_arg(g, "mask", IR_CONST, IR_F32, 3, md);
-    float *t = malloc(32 * sizeof *t);
-    for (int i = 0; i < 32; i++) t[i] = (i % 4) <= (i / 4) % 4 ? 0.0f : -3.4028235e38f;
-    if (bad >= 0) t[bad * 16 + 3 * 4 + 3] = -3.4028235e38f; /* the last query cannot see itself */
-    if (with_data) ir_data_attach(g, m, t, 32);
+    int v = ir_arg(g, "v", IR_PARAM, IR_F32, 4, qd), m = ir_arg(g, "mask", param ? IR_PARAM : IR_CONST, IR_F32, form ? 4 : 3, form ? ones : table);
+    float *t = malloc((size_t)blocks * 16 * sizeof *t);
+    for (int i = 0; i < blocks * 16; i++) t[i] = form ? (i % 4) <= (i / 4) % 4 : (i % 4) <= (i / 4) % 4 ? 0.0f : -3.4028235e38f;
+    if (bad >= 0) t[(bad % blocks) * 16 + 3 * 4 + 3] = form ? 0.0f : -3.4028235e38f; /* the last query cannot see itself */
+    if (with_data) ir_data_attach(g, m, t, blocks * 16);
     else free(t);
     int sc = ir_scale(g, ir_einsum(g, "bsnd,btnd->bnst", q, k), 0.125);
-    int x = ir_binary(g, IR_OP_ADD, sc, ir_broadcast(g, m, 4, sd, map));
+    int x = ir_binary(g, IR_OP_ADD, sc, ir_broadcast(g, mask_bias(g, m, form), 4, sd, map));
     int64_t last = 3, keep[3] = {0, 1, 2};
     int mx = ir_broadcast(g, ir_unary(g, IR_OP_STOP_GRAD, ir_reduce(g, IR_OP_REDUCE_MAX, x, 1, &last)), 4, sd, keep);
     int e = ir_unary(g, IR_OP_EXP, ir_binary(g, IR_OP_SUB, x, mx));
@@ -372,10 +404,11 @@ static void fuse_mask_table(int bad, int with_data)
     int fused, skipped;
     CHECKF(!ir_error(g), "mask table: %s", ir_error(g) ? ir_error(g) : "");
     ir_graph *f = ir_fuse_attention(g, &fused, &skipped, why, sizeof why, err, sizeof err);
-    int want = bad < 0 && with_data;
-    CHECKF(f && fused == want && skipped == !want, "mask table (bad %d, data %d): %d fused, %d kept (%s)", bad, with_data, fused,
-           skipped, why);
-    if (f && want) same_training("mask table", g, f);
+    int want = bad < 0 && with_data && !param;
+    CHECKF(f && fused == want && skipped == !want, "mask table (form %d, bad %d, data %d, param %d): %d fused, %d kept (%s)", form, bad,
+           with_data, param, fused, skipped, why);
+    CHECKF(!param || strstr(why, "'--frozen mask'"), "mask table (form %d): a param table's reason: %s", form, why);
+    if (f && want) same_training(form ? "mask where(M, 0, min)" : "mask table", g, f);
     ir_free(f);
     ir_free(g);
 }
@@ -401,10 +434,20 @@ int main(void)
     /* transformers' exports: the causal mask a constant table (finfo.min above the diagonal, one block an example) */
     fuse_onnx("hf/gpt2-legacy", 2, 0);
     fuse_onnx("hf/llama-legacy", 2, 0);
+    /* torch 2's exporter: q and k scaled before the product, k and v repeated to q's heads (read unrepeated, q
+     * grouped), the NaN guard on the probabilities; its causal mask table val_137 an initializer: fused where it
+     * is kept constant, kept where it is a param (trained: its gradient is the step's), with or without its data */
+    fuse_onnx_with("hf/llama-dynamo", "val_137", 0, 2, 0);
+    fuse_onnx_with("hf/llama-dynamo", "val_137", 1, 2, 0);
+    fuse_onnx_with("hf/llama-dynamo", NULL, 1, 0, 2);
+    fuse_onnx("hf/llama-dynamo", 0, 2);
     fuse_onnx("hf/qwen2-t113", 2, 0);
     fuse_onnx("hf/bert-legacy", 0, 2);
-    fuse_mask_table(-1, 1);
-    fuse_mask_table(1, 1);
-    fuse_mask_table(-1, 0);
+    for (int form = 0; form < 2; form++) {
+        fuse_mask_table(form, -1, 1, 0);
+        fuse_mask_table(form, 1, 1, 0);
+        fuse_mask_table(form, -1, 0, 0);
+        fuse_mask_table(form, -1, 1, 1);
+    }
     return test_done();
 }
