@@ -17,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "analysis/structure.h"
 #include "models/models.h"
@@ -207,14 +208,69 @@ static ir_graph *micro_step(ir_graph *fwd, const session_source *s, const ir_opt
 /* An ONNX file (onnx/onnx.h): its forward graph with a loss, shapes only
  * unless the source asks for the weights (a run); under a pipeline or
  * microbatch:N, the step built at the micro-batch (micro_step). */
+/* The last import of an ONNX file without its weights, kept for the next
+ * build of the same file with the same options: autopart's levels build
+ * the step of one file for every configuration they price (an import of a
+ * 70B-parameter export takes ~220 MB and a few tenths of a second; a clone
+ * of the graph a few MB).  The key names the path, the options and the
+ * file's identity (device, inode, size, modification time), so a file
+ * written again is imported again.  Imports with weights are not kept (the
+ * cache would hold the weights). */
+static struct {
+    char *key;
+    ir_graph *g;
+    char notes[sizeof(((onnx_info *)0)->notes)];
+} onnx_last;
+
+/* The cache key of importing arg under s, or NULL when the file cannot be
+ * looked at (the import then says why). */
+static char *onnx_key(const char *arg, const session_source *s)
+{
+    struct stat st;
+    if (stat(arg, &st) < 0) return NULL;
+    const char *opt[3] = {s->dims, s->loss, s->frozen};
+    size_t n = strlen(arg) + 256;
+    for (int i = 0; i < 3; i++) n += opt[i] ? strlen(opt[i]) : 0;
+    char *k = ir_xcalloc(n, 1);
+    snprintf(k, n, "%s|%s|%s|%s|%llu|%llu|%lld|%lld.%09ld", arg, opt[0] ? opt[0] : "-", opt[1] ? opt[1] : "-", opt[2] ? opt[2] : "-",
+             (unsigned long long)st.st_dev, (unsigned long long)st.st_ino, (long long)st.st_size, (long long)st.st_mtim.tv_sec,
+             st.st_mtim.tv_nsec);
+    return k;
+}
+
+/* arg imported under s (a clone of the last import when it is the same
+ * one), its notes into notes.  NULL with a message. */
+static ir_graph *onnx_import_kept(const char *arg, const session_source *s, char *notes, size_t notes_len, char *err,
+                                  size_t errlen)
+{
+    onnx_options o = {.weights = s->weights, .dims = s->dims, .loss = s->loss, .frozen = s->frozen};
+    onnx_info info;
+    char *key = s->weights ? NULL : onnx_key(arg, s);
+    ir_graph *g = NULL;
+#pragma omp critical(session_onnx_last)
+    {
+        if (key && onnx_last.key && !strcmp(key, onnx_last.key)) {
+            g = ir_clone(onnx_last.g);
+            snprintf(info.notes, sizeof info.notes, "%s", onnx_last.notes);
+        } else if ((g = onnx_import(arg, &o, &info, err, errlen)) && key) {
+            free(onnx_last.key);
+            ir_free(onnx_last.g);
+            onnx_last.key = key;
+            onnx_last.g = ir_clone(g);
+            snprintf(onnx_last.notes, sizeof onnx_last.notes, "%s", info.notes);
+            key = NULL;
+        }
+    }
+    free(key);
+    if (g && notes && notes_len) snprintf(notes, notes_len, "%s", info.notes);
+    return g;
+}
+
 static ir_graph *build_onnx(const char *arg, const session_source *s, const ir_optimizer *opt, int micro, int *is_step,
                             char *label, size_t n, char *err, size_t errlen)
 {
     if (file_label(arg, NULL, s, micro, label, n, err, errlen) < 0) return NULL;
-    onnx_options o = {.weights = s->weights, .dims = s->dims, .loss = s->loss, .frozen = s->frozen};
-    onnx_info info;
-    ir_graph *g = onnx_import(arg, &o, &info, err, errlen);
-    if (g && s->notes && s->notes_len) snprintf(s->notes, s->notes_len, "%s", info.notes);
+    ir_graph *g = onnx_import_kept(arg, s, s->notes, s->notes_len, err, errlen);
     *is_step = 0;
     int at = step_microbatches(s, micro);
     if (!g || s->forward || at == 1) return g;

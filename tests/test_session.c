@@ -126,6 +126,52 @@ static void test_load(void)
     ir_free(g);
 }
 
+/* Copies file from to to; 0 when done. */
+static int copy_file(const char *from, const char *to)
+{
+    FILE *in = fopen(from, "rb"), *out = in ? fopen(to, "wb") : NULL;
+    char buf[65536];
+    size_t n;
+    int ok = in && out;
+    while (ok && (n = fread(buf, 1, sizeof buf, in)) > 0) ok = fwrite(buf, 1, n, out) == n;
+    if (in) fclose(in);
+    if (out && fclose(out)) ok = 0;
+    return ok ? 0 : -1;
+}
+
+/* The loader keeps its last import without weights (autopart's levels
+ * build one file's step for every configuration): the same file and
+ * options give the same step and notes again; other options, and another
+ * file written at the same path, are imported afresh. */
+static void test_onnx_kept(void)
+{
+    char a[1024], b[1024], path[64], label[1024], err[512], notes[512] = "", again[512] = "";
+    at_root("tests/onnx/fixtures/dynamic/mlp-logits.onnx", a, sizeof a);
+    at_root("tests/onnx/fixtures/mlp-o17-train.onnx", b, sizeof b);
+    snprintf(path, sizeof path, "/tmp/carve-test-session-%d.onnx", (int)getpid());
+    CHECK(copy_file(a, path) == 0);
+    session_source src = {.graph = path, .dims = "batch=4", .loss = "cross_entropy:logits", .frozen = "head.*",
+                          .notes = notes, .notes_len = sizeof notes};
+    ir_graph *g1 = session_load_step(&src, label, sizeof label, NULL, err, sizeof err);
+    src.notes = again;
+    ir_graph *g2 = session_load_step(&src, label, sizeof label, NULL, err, sizeof err);
+    CHECKF(g1 && g2 && g1->n_ops == g2->n_ops && g1->n_values == g2->n_values && ir_param_count(g2) == 180 - 36 &&
+           notes[0] && !strcmp(notes, again), "the same import twice: %s ('%s' / '%s')", err, notes, again);
+    ir_free(g1);
+    ir_free(g2);
+    src.dims = "batch=8";
+    g1 = session_load_step(&src, label, sizeof label, NULL, err, sizeof err);
+    int in8 = 0;
+    for (int v = 0; g1 && v < g1->n_values; v++) in8 |= g1->values[v].role == IR_INPUT && g1->values[v].dims[0] == 8;
+    CHECKF(g1 && in8, "another --dim imported afresh: %s", g1 ? "batch not 8" : err);
+    ir_free(g1);
+    CHECK(copy_file(b, path) == 0); /* another file at the path: its own import (it has no symbolic batch) */
+    g1 = session_load_step(&src, label, sizeof label, NULL, err, sizeof err);
+    CHECKF(!g1 && strstr(err, "no symbolic dim 'batch'"), "a file written again is imported again: '%s'", g1 ? "a graph" : err);
+    ir_free(g1);
+    unlink(path);
+}
+
 /* A number of a JSON document (plan_json_number writes raw %.17g text). */
 static double jnum(const cJSON *x) { return cJSON_IsRaw(x) ? strtod(x->valuestring, NULL) : cJSON_GetNumberValue(x); }
 
@@ -411,6 +457,7 @@ int main(void)
     int fd = mkstemp(plan_path);
     if (fd >= 0) close(fd);
     test_load();
+    test_onnx_kept();
     test_pricing();
     test_autopart(plan_path);
     test_views(plan_path);
