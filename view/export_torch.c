@@ -395,6 +395,8 @@ static void torch_module_outputs(FILE *f, const view_explanation *x, const uint8
           "MODULE_OUTPUTS = {\n",
           f);
     char path[512], other[512];
+    char (*mods)[512] = ir_xcalloc(layers ? (size_t)layers : 1, sizeof *mods); /* per layer: its module ("": none) */
+    for (int l = 0; l < layers; l++) torch_layer_module(g, l, mods[l], sizeof mods[l]);
     for (int l = 0; l < layers; l++) {
         int out = -1;
         for (int v = 0; v < g->n_values; v++) {
@@ -406,7 +408,7 @@ static void torch_module_outputs(FILE *f, const view_explanation *x, const uint8
                     if (g->ops[o].in[k] == v) out = v;
             }
         }
-        if (out >= 0 && torch_layer_module(g, l, path, sizeof path)) torch_output_line(f, path, g->values[out].name);
+        if (out >= 0 && mods[l][0]) torch_output_line(f, mods[l], g->values[out].name);
     }
     for (int v = 0; v < g->n_values; v++) {
         if (g->values[v].role != IR_INTERMEDIATE || !export_listed(x->st, fwd, v) || !torch_named_module(g, fwd, v, path, sizeof path))
@@ -415,10 +417,10 @@ static void torch_module_outputs(FILE *f, const view_explanation *x, const uint8
         for (int w = v + 1; w < g->n_values && !later; w++)
             later = g->values[w].role == IR_INTERMEDIATE && export_listed(x->st, fwd, w) &&
                     torch_named_module(g, fwd, w, other, sizeof other) && !strcmp(path, other);
-        for (int l = 0; l < layers && !layer_module; l++)
-            layer_module = torch_layer_module(g, l, other, sizeof other) && !strcmp(path, other);
+        for (int l = 0; l < layers && !layer_module; l++) layer_module = mods[l][0] && !strcmp(path, mods[l]);
         if (!later && !layer_module) torch_output_line(f, path, g->values[v].name);
     }
+    free(mods);
     int heads[TORCH_MAX_HEADS], n_heads = torch_input_moves(NULL, x, fwd, heads, TORCH_MAX_HEADS);
     for (int i = 0; i < n_heads; i++) /* a head computed split twice, then moved where the plan places its output */
         if (torch_scope_path(g->values[heads[i]].name, path, sizeof path)) torch_output_line(f, path, g->values[heads[i]].name);
