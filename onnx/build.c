@@ -202,7 +202,7 @@ int ox_made_ir(ox_ctx *c, ox_val *v)
     if (v->kind == OX_IR && v->ir < 0) return ox_fail(c, "'%.120s' has no value", v->name);
     if (v->kind == OX_IR) return v->ir;
     if (v->kind == OX_INIT && v->param) return make_param(c, v);
-    ox_tensor *t = ox_const(c, v);
+    ox_tensor *t = ox_const_lazy(c, v);
     return t ? ox_ir_of_tensor(c, t) : -1;
 }
 
@@ -322,9 +322,12 @@ int ox_ir_of_tensor(ox_ctx *c, const ox_tensor *t)
         return ox_fail(c, "a constant of type %s", ox_type_name(t->type));
     ir_dtype dt = is_int ? IR_I32 : IR_F32;
     if (ox_tensor_splat(t) && !is_int) {
-        int v = ir_constant(c->g, t->v[0], dt, t->rank, t->dims);
+        int v = ir_constant(c->g, ox_tensor_first(t), dt, t->rank, t->dims);
         return v < 0 ? ox_check_ir(c) : v;
     }
+    /* an integer fill becomes a table: its elements made now (t is a value's
+     * own tensor here: the emitters' copies are float, or made already) */
+    if (!t->v && ox_tensor_materialise(c, (ox_tensor *)t) < 0) return -1;
     uint64_t h = tensor_hash(t);
     ox_shared mask;
     int is_mask = !is_int && causal_mask(t, &mask);

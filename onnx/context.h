@@ -59,13 +59,25 @@ enum {
 };
 
 /* A constant tensor: element type, shape, values as doubles (integers exact
- * up to 2^53; floats rounded to their type after every folded op). */
+ * up to 2^53; floats rounded to their type after every folded op).
+ *
+ * A fill (ConstantOfShape's result, an Expand of one element) of more than
+ * OX_FILL_EAGER elements is kept without its elements (v NULL, fill set):
+ * a file of a few hundred bytes can make any number of them.  Its elements
+ * are made (ox_tensor_materialise, counted against OX_MAX_CONST_BYTES) only
+ * when something reads them: a folder (ox_fold_node; Identity, Reshape and
+ * the like, and Expand, pass a fill on as a fill), or any reader of
+ * ox_const.  Only fill-aware readers take ox_const_lazy: the emitters make a
+ * float fill a `constant` op, which holds no table. */
+#define OX_FILL_EAGER 4096
 typedef struct ox_tensor {
     int type;
     int rank;
     int64_t dims[OX_MAX_RANK];
     int64_t n;
-    double *v;              /* n values, owned */
+    double *v;              /* n values, owned; NULL for a fill not materialised */
+    int fill;               /* every element is fill_value (set for a lazy fill) */
+    double fill_value;
     int64_t *live;          /* the import's count of constant bytes (ox_ctx.const_bytes), less n x 8 when freed */
 } ox_tensor;
 
@@ -181,6 +193,13 @@ ox_tensor *ox_tensor_new(ox_ctx *c, int type, int rank, const int64_t *dims);
  * (OX_MAX_CONST_BYTES): 0, or -1 with a message when they do not fit. */
 int ox_const_reserve(ox_ctx *c, int64_t bytes);
 void ox_tensor_free(ox_tensor *t);
+/* A tensor of `dims` whose elements all equal value (rounded to type): made
+ * at once up to OX_FILL_EAGER elements, else kept lazy (v NULL). */
+ox_tensor *ox_tensor_fill(ox_ctx *c, int type, int rank, const int64_t *dims, double value);
+/* Makes a lazy fill's elements (counted against the bound); 0 or -1. */
+int ox_tensor_materialise(ox_ctx *c, ox_tensor *t);
+/* The first element (a lazy fill's value); t->n > 0. */
+static inline double ox_tensor_first(const ox_tensor *t) { return t->v ? t->v[0] : t->fill_value; }
 ox_tensor *ox_tensor_scalar(ox_ctx *c, int type, double v);
 int ox_type_is_float(int type);
 int ox_type_is_int(int type);  /* integers and bool */
@@ -228,8 +247,11 @@ int64_t ox_i64(double x);
 /* ---- constants and shapes of values (values.c) ------------------------------ */
 /* 1 when v is a constant the folder can read (a const, or an initializer not trained). */
 int ox_is_const(const ox_val *v);
-/* The constant tensor of v (reads an initializer on first use), or NULL with an error. */
+/* The constant tensor of v (reads an initializer on first use; makes a
+ * lazy fill's elements), or NULL with an error. */
 ox_tensor *ox_const(ox_ctx *c, ox_val *v);
+/* The same, a lazy fill left lazy (v NULL): for readers that handle one. */
+ox_tensor *ox_const_lazy(ox_ctx *c, ox_val *v);
 /* v's shape (rank and dims), for carve values and constants alike. */
 int ox_shape(ox_ctx *c, ox_val *v, int *rank, int64_t *dims);
 /* Integer vector of a 0-D or 1-D integer constant (shape, axes, pads...). */

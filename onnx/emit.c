@@ -31,7 +31,7 @@ static int float_in(ox_ctx *c, const Onnx__NodeProto *n, int k)
     if (ox_type_is_int(v->type) && v->type != OX_BOOL && !ox_is_const(v))
         return ox_fail(c, "%s of integer data (%s): carve computes on floats", n->op_type, ox_type_name(v->type));
     if (ox_is_const(v)) {
-        ox_tensor *t = ox_const(c, v);
+        ox_tensor *t = ox_const_lazy(c, v);
         if (!t) return -1;
         if (ox_type_is_int(t->type) && t->type != OX_BOOL) {
             /* an integer constant used as a number: as floats */
@@ -57,7 +57,7 @@ static int result_type(const ox_val *a, const ox_val *b)
 static int tensor_operand(ox_ctx *c, const ox_tensor *t, int rank, const int64_t *dims)
 {
     if (ox_tensor_splat(t) && t->n) {
-        int y = ir_constant(c->g, t->v[0], IR_F32, rank, dims);
+        int y = ir_constant(c->g, ox_tensor_first(t), IR_F32, rank, dims);
         return y < 0 ? ox_check_ir(c) : y;
     }
     ox_tensor sq = *t;
@@ -87,7 +87,7 @@ static int operand(ox_ctx *c, const Onnx__NodeProto *n, int k, int rank, const i
             return ox_fail(c, "%s of integer data (%s): carve computes on floats", n->op_type, ox_type_name(v->type));
         return ox_view_broadcast(c, v, rank, dims);
     }
-    ox_tensor *t = ox_const(c, v);
+    ox_tensor *t = ox_const_lazy(c, v);
     return t ? tensor_operand(c, t, rank, dims) : -1;
 }
 
@@ -111,9 +111,9 @@ static int bcast_inputs(ox_ctx *c, const Onnx__NodeProto *n, int *rank, int64_t 
 static double splat_of(ox_ctx *c, const Onnx__NodeProto *n, int k, int *is)
 {
     ox_val *v = ox_in(c, n, k);
-    ox_tensor *t = v && ox_is_const(v) ? ox_const(c, v) : NULL;
+    ox_tensor *t = v && ox_is_const(v) ? ox_const_lazy(c, v) : NULL;
     *is = t && t->n && ox_tensor_splat(t);
-    return *is ? t->v[0] : NAN;
+    return *is ? ox_tensor_first(t) : NAN;
 }
 
 /* ---- elementwise ------------------------------------------------------------ */

@@ -19,6 +19,13 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* The folders that take a lazy fill as input 0 (and make one of it). */
+static int passes_fill(ox_fold_fn f)
+{
+    return f == fold_identity || f == fold_reshape || f == fold_flatten || f == fold_squeeze || f == fold_unsqueeze ||
+           f == fold_expand;
+}
+
 int ox_fold_node(ox_ctx *c, const Onnx__NodeProto *n)
 {
     ox_tensor *in[64] = {0}, *out[64] = {0};
@@ -29,7 +36,10 @@ int ox_fold_node(ox_ctx *c, const Onnx__NodeProto *n)
         ox_val *v = ox_in(c, n, k);
         if (!v) return -1;
         if (v->kind == OX_IR) return ox_fail(c, "input %d must be a constant (carve folds %s, it does not run it)", k, n->op_type);
-        if (!(in[k] = ox_const(c, v))) return -1;
+        if (!(in[k] = ox_const_lazy(c, v))) return -1;
+        /* a lazy fill is made here, where the folder reads its elements,
+         * except as input 0 of the folders that pass a fill on */
+        if (!(k == 0 && passes_fill(c->row->fold)) && ox_tensor_materialise(c, in[k]) < 0) return -1;
     }
     if (c->row->fold(c, n, in, nin, out, nout) < 0) {
         for (int k = 0; k < nout; k++) ox_tensor_free(out[k]);
@@ -168,7 +178,9 @@ int fold_gelu(ox_ctx *c, const Onnx__NodeProto *n, ox_tensor **in, int n_in, ox_
 
 int fold_identity(ox_ctx *c, const Onnx__NodeProto *n, ox_tensor **in, int n_in, ox_tensor **out, int n_out)
 {
-    if (need(c, in, 1) < 0 || !(out[0] = like(c, in[0], in[0]->type))) return -1;
+    if (need(c, in, 1) < 0) return -1;
+    if (!in[0]->v) return (out[0] = ox_tensor_fill(c, in[0]->type, in[0]->rank, in[0]->dims, in[0]->fill_value)) ? 0 : -1;
+    if (!(out[0] = like(c, in[0], in[0]->type))) return -1;
     memcpy(out[0]->v, in[0]->v, (size_t)in[0]->n * sizeof(double));
     return 0;
 }
@@ -410,6 +422,7 @@ static int reshape_with(ox_ctx *c, const Onnx__NodeProto *n, ox_tensor **in, ox_
     int r;
     int64_t dims[OX_MAX_RANK];
     if (dims_of(c, n, in[0]->rank, in[0]->dims, &r, dims) < 0) return -1;
+    if (!in[0]->v) return (out[0] = ox_tensor_fill(c, in[0]->type, r, dims, in[0]->fill_value)) ? 0 : -1;
     if (!(out[0] = ox_tensor_new(c, in[0]->type, r, dims))) return -1;
     memcpy(out[0]->v, in[0]->v, (size_t)in[0]->n * sizeof(double));
     return 0;
@@ -532,7 +545,7 @@ int ox_fold_too_big(ox_ctx *c, const Onnx__NodeProto *n)
 {
     if (c->row->fold != fold_expand) return 0;
     ox_val *x = ox_in(c, n, 0), *v = ox_in(c, n, 1);
-    ox_tensor *t = x && ox_is_const(x) ? ox_const(c, x) : NULL;
+    ox_tensor *t = x && ox_is_const(x) ? ox_const_lazy(c, x) : NULL;
     int64_t shape[OX_MAX_RANK + 1], dims[OX_MAX_RANK], numel = 1, cap = c->opt && c->opt->max_const > 0 && c->opt->max_const < OX_MAX_CONST
                                                                           ? c->opt->max_const : OX_MAX_CONST;
     int k, r;
@@ -551,6 +564,8 @@ int fold_expand(ox_ctx *c, const Onnx__NodeProto *n, ox_tensor **in, int n_in, o
     ox_val *v = ox_in(c, n, 1);
     if (!v || ox_const_ints(c, v, "shape", shape, OX_MAX_RANK, &k) < 0) return -1;
     if (ox_broadcast_shape(c, in[0]->rank, in[0]->dims, k, shape, &r, dims) < 0) return -1;
+    if (in[0]->n == 1 || !in[0]->v) /* one element (or a fill) expanded: a fill */
+        return (out[0] = ox_tensor_fill(c, in[0]->type, r, dims, ox_tensor_first(in[0]))) ? 0 : -1;
     if (!(out[0] = ox_tensor_new(c, in[0]->type, r, dims))) return -1;
     ox_bcast it;
     ox_bcast_init(&it, in[0]->rank, in[0]->dims, r, dims);
@@ -803,9 +818,7 @@ int fold_constant_of_shape(ox_ctx *c, const Onnx__NodeProto *n, ox_tensor **in, 
         type = t->type;
         ox_tensor_free(t);
     }
-    if (!(out[0] = ox_tensor_new(c, type, k, dims))) return -1;
-    for (int64_t i = 0; i < out[0]->n; i++) out[0]->v[i] = value;
-    return 0;
+    return (out[0] = ox_tensor_fill(c, type, k, dims, value)) ? 0 : -1; /* lazy when big */
 }
 
 int fold_shape(ox_ctx *c, const Onnx__NodeProto *n, ox_tensor **in, int n_in, ox_tensor **out, int n_out)

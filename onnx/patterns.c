@@ -88,8 +88,8 @@ static int is_step(ox_ctx *c, const Onnx__NodeProto *n, const char *op, const ch
     if (other) return !strcmp(n->input[k], other);
     ox_val *v = ox_val_get(c, n->input[k]);
     if (!v || !ox_is_const(v)) return 0;
-    ox_tensor *t = ox_const(c, v);
-    return t && t->n == 1 && ox_type_is_float(t->type) && fabs(t->v[0] - value) <= 1e-6 * fabs(value);
+    ox_tensor *t = ox_const_lazy(c, v); /* a big fill is not one element: left lazy */
+    return t && t->n == 1 && ox_type_is_float(t->type) && fabs(ox_tensor_first(t) - value) <= 1e-6 * fabs(value);
 }
 
 /* gelu(x) as the output of node `last`, the n nodes done[] marked imported.

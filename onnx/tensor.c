@@ -123,37 +123,85 @@ int ox_const_reserve(ox_ctx *c, int64_t bytes)
     return 0;
 }
 
-ox_tensor *ox_tensor_new(ox_ctx *c, int type, int rank, const int64_t *dims)
+/* The element count of (rank, dims), checked against the per-constant cap. */
+static int tensor_count(ox_ctx *c, int rank, const int64_t *dims, int64_t *out)
 {
-    if (rank < 0 || rank > OX_MAX_RANK) return ox_fail(c, "a constant of rank %d (at most %d)", rank, OX_MAX_RANK), NULL;
+    if (rank < 0 || rank > OX_MAX_RANK) return ox_fail(c, "a constant of rank %d (at most %d)", rank, OX_MAX_RANK);
     int64_t n = 1, cap = c->opt && c->opt->max_const > 0 && c->opt->max_const < OX_MAX_CONST ? c->opt->max_const : OX_MAX_CONST;
     for (int i = 0; i < rank; i++) {
-        if (dims[i] < 0) return ox_fail(c, "a constant with dim %d of %lld", i, (long long)dims[i]), NULL;
+        if (dims[i] < 0) return ox_fail(c, "a constant with dim %d of %lld", i, (long long)dims[i]);
         if (ir_mul_i64(n, dims[i], &n) < 0 || n > cap)
-            return ox_fail(c, "a constant of more than %lld elements, beyond what carve folds", (long long)cap), NULL;
+            return ox_fail(c, "a constant of more than %lld elements, beyond what carve folds", (long long)cap);
     }
-    if (ox_const_reserve(c, n * (int64_t)sizeof(double)) < 0) return NULL;
-    ox_tensor *t = calloc(1, sizeof *t);
+    *out = n;
+    return 0;
+}
+
+/* n doubles for t, counted against the bound. */
+static int tensor_alloc(ox_ctx *c, ox_tensor *t, int64_t n)
+{
+    if (ox_const_reserve(c, n * (int64_t)sizeof(double)) < 0) return -1;
     double *v = calloc((size_t)(n ? n : 1), sizeof(double));
-    if (!t || !v) {
-        free(t);
-        free(v);
+    if (!v) {
         c->const_bytes -= n * (int64_t)sizeof(double);
-        return ox_fail(c, "out of memory for a constant of %lld elements", (long long)n), NULL;
+        return ox_fail(c, "out of memory for a constant of %lld elements", (long long)n);
+    }
+    t->v = v;
+    t->live = &c->const_bytes;
+    return 0;
+}
+
+ox_tensor *ox_tensor_new(ox_ctx *c, int type, int rank, const int64_t *dims)
+{
+    int64_t n;
+    if (tensor_count(c, rank, dims, &n) < 0) return NULL;
+    ox_tensor *t = calloc(1, sizeof *t);
+    if (!t) return ox_fail(c, "out of memory for a constant of %lld elements", (long long)n), NULL;
+    if (tensor_alloc(c, t, n) < 0) {
+        free(t);
+        return NULL;
     }
     t->type = type;
     t->rank = rank;
     if (rank) memcpy(t->dims, dims, (size_t)rank * sizeof *dims);
     t->n = n;
-    t->v = v;
-    t->live = &c->const_bytes;
     return t;
+}
+
+ox_tensor *ox_tensor_fill(ox_ctx *c, int type, int rank, const int64_t *dims, double value)
+{
+    int64_t n;
+    if (tensor_count(c, rank, dims, &n) < 0) return NULL;
+    value = ox_round_to(type, value);
+    if (n <= OX_FILL_EAGER) {
+        ox_tensor *t = ox_tensor_new(c, type, rank, dims);
+        if (t)
+            for (int64_t i = 0; i < n; i++) t->v[i] = value;
+        return t;
+    }
+    ox_tensor *t = calloc(1, sizeof *t);
+    if (!t) return ox_fail(c, "out of memory for a constant of %lld elements", (long long)n), NULL;
+    t->type = type;
+    t->rank = rank;
+    if (rank) memcpy(t->dims, dims, (size_t)rank * sizeof *dims);
+    t->n = n;
+    t->fill = 1;
+    t->fill_value = value;
+    return t;
+}
+
+int ox_tensor_materialise(ox_ctx *c, ox_tensor *t)
+{
+    if (t->v) return 0;
+    if (tensor_alloc(c, t, t->n) < 0) return -1;
+    for (int64_t i = 0; i < t->n; i++) t->v[i] = t->fill_value;
+    return 0;
 }
 
 void ox_tensor_free(ox_tensor *t)
 {
     if (!t) return;
-    if (t->live) *t->live -= t->n * (int64_t)sizeof(double);
+    if (t->live && t->v) *t->live -= t->n * (int64_t)sizeof(double);
     free(t->v);
     free(t);
 }
@@ -167,6 +215,7 @@ ox_tensor *ox_tensor_scalar(ox_ctx *c, int type, double v)
 
 int ox_tensor_splat(const ox_tensor *t)
 {
+    if (!t->v) return 1; /* a lazy fill */
     for (int64_t i = 1; i < t->n; i++)
         if (t->v[i] != t->v[0] && !(isnan(t->v[i]) && isnan(t->v[0]))) return 0;
     return 1;

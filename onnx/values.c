@@ -15,6 +15,12 @@ int ox_is_const(const ox_val *v) { return v && (v->kind == OX_CONST || (v->kind 
 
 ox_tensor *ox_const(ox_ctx *c, ox_val *v)
 {
+    ox_tensor *t = ox_const_lazy(c, v);
+    return t && ox_tensor_materialise(c, t) < 0 ? NULL : t;
+}
+
+ox_tensor *ox_const_lazy(ox_ctx *c, ox_val *v)
+{
     if (v->kind == OX_CONST) return v->c;
     if (v->kind != OX_INIT || v->param) {
         ox_fail(c, "'%.120s' must be a constant (it depends on the model's inputs or params)", v->name);

@@ -60,13 +60,18 @@ bad ext-fifo "external data 'model/fifo' is a fifo (named pipe), not a regular f
 bad ext-location-twice "external data key 'location' given twice" "${c[@]}" import model/ext-location-twice.onnx --weights --out x4.json
 bad ext-run-fifo "external data 'model/fifo' is a fifo (named pipe), not a regular file" "${c[@]}" run --graph model/ext-fifo.onnx --mesh d=1 --schedule dp:d
 gone ext-nothing-written x1.json x2.json x3.json x4.json
-# ten constants of 60M elements (4.8 GB as doubles) from a file under 1 KB: the bound on the total
-bad consts-total "more would pass the 1024 MiB carve folds in all" "${c[@]}" show --graph "$seeds/consts-total.onnx"
-# under a memory limit: the same one line, exit 2 (not an abort); not under ASan (its shadow
-# memory cannot be mapped under ulimit -v)
+# ten fills of 60M elements (4.8 GB as doubles) from a file under 1 KB, each added to the input:
+# kept lazy (no elements made), each a graph constant (add_scalar here), no constant table
+ok consts-total "${c[@]}" import "$seeds/consts-total.onnx" --out ct.json
+has consts-total-no-tables "0 constant tables"
+# the same fills read by a folded Neg (their elements made): the bound on the total
+bad consts-read "more would pass the 1024 MiB carve folds in all" "${c[@]}" show --graph "$seeds/consts-read.onnx"
+# under a memory limit: the lazy fills import; the read ones give the same one line, exit 2
+# (not an abort); not under ASan (its shadow memory cannot be mapped under ulimit -v)
 if [ "${CARVE_ASAN:-0}" != 1 ]; then
+    ok consts-total-memory-limit bash -c 'ulimit -v 400000; exec "$@"' _ "${c[@]}" import "$seeds/consts-total.onnx" --out ct2.json
     bad consts-memory-limit "out of memory for a constant of 60000000 elements" \
-        bash -c 'ulimit -v 400000; exec "$@"' _ "${c[@]}" show --graph "$seeds/consts-total.onnx"
+        bash -c 'ulimit -v 400000; exec "$@"' _ "${c[@]}" show --graph "$seeds/consts-read.onnx"
 fi
 # any allocation that fails (here autopart of a 175B GPT under a 150 MB limit) is one line and exit 2
 # (it was an abort, exit 134, with or without a line)

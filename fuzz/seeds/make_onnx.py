@@ -10,7 +10,11 @@ them; ./build.sh fuzz adds them to the ONNX target's corpus.
                        checked the depth first
   consts-total.onnx    ten ConstantOfShape nodes of 60M elements each, all
                        alive at once (about 4.8 GB of folded doubles from a
-                       file under 1 KB): refused by the bound on the total
+                       file under 1 KB), each added to the input: the fills
+                       stay lazy (no elements made) and become constants of
+                       the graph, so it imports in a few MB
+  consts-read.onnx     the same fills, each read by a folded Neg (so their
+                       elements are made): refused by the bound on the total
   ext-*.onnx           one float parameter w[2] in external data, read by
                        `--weights`; the location is ext.bin (the good one),
                        fifo (a named pipe: blocked open() for ever), link (a
@@ -76,15 +80,17 @@ def deep_sequence(levels):
     return model([], [value_info("x", t)], [value_info("y", tensor_type(FLOAT, []))])
 
 
-def consts_total(count, elems):
+def consts_total(count, elems, read=False):
     # TensorProto: dims(1), data_type(2), int64_data(7) packed, float_data(4) packed, name(8)
     shape = ld(8, "n") + num(1, 1) + num(2, INT64) + ld(7, varint(elems))
     one = num(1, 1) + num(2, FLOAT) + ld(4, struct.pack("<f", 1.0))
     value = ld(1, "value") + ld(5, one) + num(20, 4)  # AttributeProto{name, t, type=TENSOR}
     nodes = [node("ConstantOfShape", ["n"], ["c%d" % i], ld(5, value)) for i in range(count)]
+    if read:  # a folder reads each fill's elements
+        nodes += [node("Neg", ["c%d" % i], ["d%d" % i]) for i in range(count)]
     prev = "x"
     for i in range(count):
-        nodes.append(node("Add", [prev, "c%d" % i], ["s%d" % i]))
+        nodes.append(node("Add", [prev, ("d%d" if read else "c%d") % i], ["s%d" % i]))
         prev = "s%d" % i
     nodes.append(node("ReduceSum", [prev], ["loss"], ld(5, ld(1, "keepdims") + num(3, 0) + num(20, 2))))
     return model(nodes, [value_info("x", tensor_type(FLOAT, [elems]))], [value_info("loss", tensor_type(FLOAT, []))],
@@ -106,6 +112,7 @@ def main():
     files = {
         "deep-sequence.onnx": deep_sequence(6000),
         "consts-total.onnx": consts_total(10, 60000000),
+        "consts-read.onnx": consts_total(10, 60000000, read=True),
         "ext-good.onnx": external([("location", "ext.bin"), ("offset", "0"), ("length", "8")]),
         "ext-fifo.onnx": external([("location", "fifo")]),
         "ext-link.onnx": external([("location", "link"), ("length", "8")]),
