@@ -34,7 +34,9 @@ static void jax_entry(FILE *f, const shard_state *st, int v)
 
 /* PARAM_COMPUTE_SPECS_FLAT: the params the program computes with in another
  * layout than it stores them in (ZeRO-3: gathered over its axis before the
- * forward reads them, any other split kept), with that layout: a user's model
+ * forward reads them, any other split kept; or any param stored whole or in
+ * blocks whose forward operand is another layout: a slice, a gather over
+ * some of its axes), with that layout: a user's model
  * places them so (with_sharding_constraint where it reads the param), and XLA
  * gathers over the axes carve's plan gathers over, not over all of them. */
 static void jax_compute_specs(FILE *f, const view_explanation *x)
@@ -42,8 +44,8 @@ static void jax_compute_specs(FILE *f, const view_explanation *x)
     const shard_state *st = x->st;
     const spmd_program *p = x->p;
     const ir_graph *g = st->g;
-    fputs("# params the plan stores in blocks and gathers (ZeRO-3) before the forward computes with them: the\n"
-          "# spec it computes with (for jax.lax.with_sharding_constraint where the model reads the param)\n"
+    fputs("# params the plan stores in blocks and gathers (ZeRO-3) or slices before the forward computes with\n"
+          "# them: the spec it computes with (for jax.lax.with_sharding_constraint where the model reads the param)\n"
           "PARAM_COMPUTE_SPECS_FLAT = {\n",
           f);
     for (int v = 0; p && v < g->n_values; v++) {
