@@ -14,9 +14,10 @@
  * by their all-moves-as-first maximum (unknown ones first, at random).
  * The last fifth of a budget of steps (or, with the stall or converge rule,
  * what follows the tree's patience running out) is an exact local search
- * around the 8 best plans priced (climb): one action swapped with the next,
- * removed, replaced or inserted, first improvement, plateaus of equal reward
- * followed a little way.  When every kept plan is a local optimum, half of the
+ * around the 8 best plans priced (climb): the plan's actions re-based on each
+ * other seed (or on none), one action swapped with the next, removed,
+ * replaced or inserted, first improvement, plateaus of equal reward followed
+ * a little way.  When every kept plan is a local optimum, half of the
  * steps are kicks (the best plan changed by two random moves, then climbed
  * from: iterated local search) and half simulations of the tree.  The local
  * search remembers the action sequences it tried (their state hashes: a
@@ -451,11 +452,49 @@ static double try_plan(mcts *m, const int *a, int n)
     return r;
 }
 
-/* The k-th neighbour of plan p: two actions in a row swapped, one action
- * removed, replaced or inserted (the seed a plan starts from stays).  Returns
- * its length, or -1 past the last. */
+/* The number of re-bases of plan p (rebase): a plan that starts from a seed
+ * has one for each other seed and one for the prefix; a plan without one, one
+ * for each seed when one more action fits. */
+static int n_rebases(const search_ctx *c, const mcts_plan *p)
+{
+    int seeds = c->n_ids - c->n_actions - 1;
+    if (p->n > 0 && p->a[0] > c->n_actions) return seeds;
+    return p->n < c->max_depth ? seeds : 0;
+}
+
+/* The k-th re-base of plan p (k < n_rebases): its actions on another base.
+ * A plan that starts from a seed: on each other seed in order, then on the
+ * prefix (the seed removed); a plan without one: on each seed.  The tree
+ * commits to a seed early and the other moves keep it, so without these a
+ * plan's actions were never tried on another seed (issue 47, bench_quality
+ * row 23: five seeds ended 17% apart, each on the expert its tree had chosen,
+ * the best action found on the wrong one).  Returns the length. */
+static int rebase(const search_ctx *c, const mcts_plan *p, int k, int *out)
+{
+    int L = p->n, first = c->n_actions + 1;
+    if (L > 0 && p->a[0] > c->n_actions) {
+        if (k == n_rebases(c, p) - 1) { /* the prefix */
+            memcpy(out, p->a + 1, (size_t)(L - 1) * sizeof(int));
+            return L - 1;
+        }
+        memcpy(out, p->a, (size_t)L * sizeof(int));
+        out[0] = first + k + (first + k >= p->a[0]); /* its own seed skipped */
+        return L;
+    }
+    out[0] = first + k;
+    memcpy(out + 1, p->a, (size_t)L * sizeof(int));
+    return L + 1;
+}
+
+/* The k-th neighbour of plan p: first its re-bases (rebase: few, and each may
+ * leave a basin that the other moves never do), then two actions in a row
+ * swapped, one action removed, replaced or inserted (the seed a plan starts
+ * from stays).  Returns its length, or -1 past the last. */
 static int neighbour(const search_ctx *c, const mcts_plan *p, int k, int *out)
 {
+    int rebases = n_rebases(c, p);
+    if (k < rebases) return rebase(c, p, k, out);
+    k -= rebases;
     int fixed = p->n > 0 && p->a[0] > c->n_actions, A = c->n_actions, L = p->n;
     int pos, act, n = 0;
     if (L - fixed > 1) {
@@ -512,7 +551,8 @@ static int climb(mcts *m)
     return 1;
 }
 
-/* The number of neighbours of plan p (neighbour's k ranges over 0 .. this - 1). */
+/* The number of neighbours of plan p but its re-bases (neighbour's k ranges
+ * over 0 .. n_rebases + this - 1). */
 static int n_neighbours(const search_ctx *c, const mcts_plan *p)
 {
     int fixed = p->n > 0 && p->a[0] > c->n_actions, A = c->n_actions, L = p->n - fixed;
@@ -520,8 +560,9 @@ static int n_neighbours(const search_ctx *c, const mcts_plan *p)
 }
 
 /* A kick (iterated local search): the best plan changed by MCTS_KICK random
- * moves (neighbour's, drawn from the thread's stream), priced, and climbed
- * from; a basin that no single move leaves may be left by two and a climb. */
+ * moves (neighbour's but the re-bases, drawn from the thread's stream),
+ * priced, and climbed from; a basin that no single move leaves may be left by
+ * two and a climb. */
 static void kick(mcts *m)
 {
     search_ctx *c = m->c;
@@ -531,7 +572,7 @@ static void kick(mcts *m)
     for (int j = 0; j < MCTS_KICK; j++) {
         int N = n_neighbours(c, &p);
         if (N <= 0) break;
-        int n = neighbour(c, &p, (int)pcg32_below(&c->rng, (uint32_t)N), buf);
+        int n = neighbour(c, &p, n_rebases(c, &p) + (int)pcg32_below(&c->rng, (uint32_t)N), buf);
         if (n < 0) break;
         memcpy(p.a, buf, (size_t)n * sizeof(int));
         p.n = n;
