@@ -50,7 +50,9 @@ plan() {
 # module's [C, 3*H*D] holds that), is held on that view and run as its three parts (the export's FUSED);
 # a split of D there is refused (below).  Pipelines: carve's presets are cut by torch.distributed.pipelining's
 # tracer, transformers' modules (whose tracing fails) by hand, each stage the module with the other stages'
-# layers skipped (apply_pipeline, docs/torch.md).  ZeRO-3 beside
+# layers skipped (apply_pipeline, docs/torch.md); t-hg-inter interleaves 2 stages 2 ways on a 4-layer GPT-2
+# (tests/engines/gpt2-l4-legacy.onnx, tests/onnx/hf.py's gpt2-l4).  transformers' GPT-2 (hf-gpt2*) takes its
+# weights from an ordinary checkpoint loaded after placing (the export's load hook; tests/torch_load.py).  ZeRO-3 beside
 # Megatron splits a param's dim over model first, then batch: on a (batch, model) mesh that is minor axis
 # first, which DTensor refuses (refusals below), so those rows name the mesh model first.
 torch_rows() {
@@ -66,6 +68,7 @@ hf-llama|t-hl-dpmeg|batch=2,model=2|dp:batch,group:model.layers.*.self_attn.v_pr
 hf-llama|t-hl-zero3|model=2,batch=2|zero3:batch,group:model.layers.*.self_attn.v_proj.weight:0:model,megatron:model,auto|5|--graph $hf/llama-legacy.onnx
 *hf-gpt2|t-hg-1f1b|pipe=2,model=2|megatron:model,pipeline:pipe:2:1f1b,auto|5|--graph $hf/gpt2-legacy.onnx
 hf-llama|t-hl-1f1b|pipe=2,model=2|megatron:model,pipeline:pipe:2:1f1b,auto|5|--graph $hf/llama-legacy.onnx
+hf-gpt2-l4|t-hg-inter|pipe=2,model=2|megatron:model,pipeline:pipe:2:interleaved-2,auto|5|--graph $root/tests/engines/gpt2-l4-legacy.onnx
 hf-llama|t-hl-gpipe|pipe=2,model=2|megatron:model,pipeline:pipe:4:gpipe,auto|5|--graph $hf/llama-legacy.onnx
 hf-llama|t-hl-seq|batch=2,model=2|dp:batch,group:input_ids:1:model,auto|40|--graph $hf/llama-legacy.onnx
 gpt|t-gp-dpmeg|batch=2,model=2|dp:batch,megatron:model,auto|5|--model gpt-tiny:attention=materialized

@@ -14,6 +14,12 @@ set -u
 . "$(dirname "$0")/lib_e2e.sh"
 e2e_start
 
+# view/export_torch_runtime.c is generated from view/export_torch_runtime.py (view/pyembed.py): an edit of the C
+# text alone is lost at the next regeneration (session 4's MODULE_INPUTS code was in the .c alone until session 6)
+(cd "$root" && python3 view/pyembed.py view/export_torch_runtime.py export_torch_runtime) 2>/dev/null |
+    cmp -s - "$root/view/export_torch_runtime.c"
+check "view/export_torch_runtime.c is view/pyembed.py's text of view/export_torch_runtime.py" $?
+
 # name | model | mesh | schedule (all end in auto: autopart writes plans)
 n=0
 while IFS='|' read -r name model mesh sched budget; do

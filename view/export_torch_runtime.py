@@ -322,12 +322,20 @@ class _Placed:
                 continue
             mod.register_forward_hook(self._place(act))
             self.pinned.append(path)
+        self.inputs = {}  # this step's redistributed module inputs, by the input (two modules may share one)
+        for path, (value, shape, placements) in MODULE_INPUTS.items():
+            try:
+                mod = model.get_submodule(path)
+            except AttributeError:
+                continue
+            mod.register_forward_pre_hook(self._place_in(tuple(shape), placements))
         for name, p in placed.items():
             if p.requires_grad and name not in COMPUTE_PLACEMENTS:
                 p.register_post_accumulate_grad_hook(self._resolve_grad)
 
     def before(self, model, args, kwargs):
         self.gathered.clear()
+        self.inputs.clear()
         if any(p.kind == p.VAR_POSITIONAL for p in self.sig.parameters.values()) and not kwargs:
             # forward(*args): the plan's inputs in their order
             return tuple(self._place_input(n, t) for n, t in zip(list(INPUT_PLACEMENTS) + [None] * len(args), args)), {}
@@ -358,6 +366,22 @@ class _Placed:
             for leaf, name in leaves:
                 mod._parameters[leaf] = self.placed[name]
         return hook
+
+    def _place_in(self, shape, placements):
+        """A module's input placed as the plan computes the module with it (MODULE_INPUTS): where carve
+        gathers a module's input, torch gathers it there too (not the module's output or its weight).
+        Its gradient is DTensor's (the gather's backward, as carve's program reduces or slices it)."""
+        from torch.distributed.tensor import DTensor
+
+        def place_input(mod, args):
+            x = args[0] if args else None
+            if not isinstance(x, DTensor) or tuple(x.shape) != shape:
+                return None
+            hit = self.inputs.get(id(x))
+            if hit is None or hit[0] is not x or hit[1] != placements:
+                hit = self.inputs[id(x)] = (x, placements, _redistribute(x, placements))
+            return (hit[2],) + tuple(args[1:])
+        return place_input
 
     @staticmethod
     def _place(name):
@@ -509,7 +533,66 @@ def apply_plan(model, mesh=None):
             mod._parameters[leaf] = placed[name]
     _LossOps.install()
     model._carve_plan = _Placed(model, mesh, placed, {n: h for n, (_, h) in params.items()})
+    model._carve_plan.aliases = _aliases(model, placed)
+    model.register_load_state_dict_pre_hook(_load_placed(model._carve_plan.aliases, mesh, lambda n: PARAM_PLACEMENTS[n]))
     return model
+
+
+# ---- checkpoints: an ordinary state_dict into and out of a placed module ----------------------
+
+
+def _aliases(model, placed):
+    """{state_dict name: the plan's name} for every name under which the module holds a placed param
+    (a tied weight has several: GPT-2's lm_head.weight is transformer.wte.weight)."""
+    ids = {id(p): name for name, p in placed.items()}
+    return {key: ids[id(p)] for key, p in model.named_parameters(remove_duplicate=False) if id(p) in ids}
+
+
+def _load_placed(aliases, mesh, placements):
+    """A load_state_dict pre-hook (apply_plan's; each stage's cut by hand): an ordinary checkpoint's
+    tensor for a param the plan places (saved from the module before apply_plan, by one process, or by
+    ordinary_state_dict: GPT-2's c_attn as the module's [C, 3C]) is reshaped to the view carve holds it
+    on (FUSED) and cut to its placement, `placements(plan name)` on `mesh` (None: held whole), each rank
+    keeping its block of the same file (no communication).  A DTensor (the placed module's own
+    state_dict) loads as it is; a tensor of another shape is left to torch's size check; a tied weight
+    saved under one of its names (a deduplicated checkpoint) loads under all of them."""
+    by_name = {}
+    for key, name in aliases.items():
+        by_name.setdefault(name, []).append(key)
+
+    def hook(module, state_dict, prefix, local_metadata, strict, missing, unexpected, errors):
+        from torch.distributed.tensor import DTensor, distribute_tensor
+        for name, keys in by_name.items():
+            there = [k for k in keys if prefix + k in state_dict]
+            if not there:
+                continue
+            t = state_dict[prefix + there[0]]
+            if not isinstance(t, DTensor) and tuple(t.shape) == tuple(SHAPES[name]):
+                t = t.detach().reshape(VIEWS[name]) if name in FUSED else t.detach()
+                if mesh is not None:
+                    t = distribute_tensor(t, mesh, placements(name), src_data_rank=None)
+            for k in keys:
+                state_dict[prefix + k] = t
+    return hook
+
+
+def ordinary_state_dict(model):
+    """The placed module's state_dict as the module had it before apply_plan: each placed param
+    gathered whole (a collective per param: every rank calls this) in the module's own shape (a fused
+    projection's view back to its [C, 3C]), every other entry as it is.  The module unplaced, one
+    process, or apply_plan's module (model.load_state_dict: its load hook) load it."""
+    plan = getattr(model, "_carve_plan", None)
+    if plan is None:
+        raise PlanError("carve plan: the module has no plan applied (apply_plan)")
+    out = model.state_dict()
+    whole = {}
+    for key, name in plan.aliases.items():
+        if key in out:
+            if name not in whole:
+                t = out[key]
+                whole[name] = (t.full_tensor() if hasattr(t, "full_tensor") else t).reshape(SHAPES[name])
+            out[key] = whole[name]
+    return out
 
 
 # ---- apply_pipeline: a pipelined plan on torch.distributed.pipelining ------------------------
@@ -607,6 +690,23 @@ class PipelineRun:
         for name, p in self.named_parameters():
             if name in self.tied and p.grad is not None:
                 dist.all_reduce(p.grad.to_local() if isinstance(p.grad, DTensor) else p.grad, group=self.tied[name])
+
+    def load_state_dict(self, state_dict):
+        """Loads an ordinary checkpoint (the module's state_dict names and shapes: saved from the module
+        before apply_pipeline, or by one process) into this rank's stages, each param placed as the
+        plan places it (a load hook per stage, as apply_plan's).  Stages cut by hand only: a traced
+        stage's params are renamed (load the checkpoint into the module before apply_pipeline).
+        PlanError for a param of this rank's stages the checkpoint lacks."""
+        if self.names is None:
+            raise PlanError("carve plan: the stages were traced (torch's pipeline()): their params are renamed; "
+                            "load the checkpoint into the module before apply_pipeline")
+        for m in self.modules:
+            own = _aliases(m, {self.names[id(p)]: p for p in m.parameters() if id(p) in self.names})
+            found = {n for k, n in own.items() if k in state_dict}
+            lacking = sorted(set(own.values()) - found)
+            if lacking:
+                raise PlanError("carve plan: the checkpoint has no '%s' (a param of this rank's stages)" % lacking[0])
+            m.load_state_dict(state_dict, strict=False)
 
     def full_params(self):
         """Every param whole, gathered from the stages that hold it (on every rank)."""
@@ -893,14 +993,36 @@ def _hand_stage_types():
     return _Skip, _NoEmbedding, _HandStage
 
 
-def _stage_params(params, idx, names, sub, axis):
+def _virtual_stage(name, rank):
+    """Which of the rank's virtual stages (rank + k * stages) holds param `name`, a param the rank holds
+    (PARAM_STAGES lists ranks along the pipeline axis): its layer's (LAYER_MODULES: the module path
+    its name starts with; PIPELINE["layers"]), or, outside the layers, the first stage's on rank 0 (an
+    embedding) and the last's on the last rank (the final norm, the head, a tied embedding)."""
+    p, v, layers = PIPELINE["stages"], PIPELINE["chunks"], PIPELINE["layers"]
+    for layer, path in enumerate(LAYER_MODULES):
+        if path and name.startswith(path + "."):
+            end = 0
+            for vs, n in enumerate(layers):
+                end += n
+                if layer < end:
+                    return vs
+    if v == 1 or rank == 0:
+        return rank
+    if rank == p - 1:
+        return p * v - 1
+    raise PlanError("carve plan: param '%s' is no layer's, on pipeline rank %d of %d: which of its %d virtual stages "
+                    "holds it is not known" % (name, rank, p, v))
+
+
+def _stage_params(params, idx, names, sub, axis, rank):
     """Stage idx's params (of _module_params(module) before it was cut) placed on the stage's mesh
-    (the plan's placements without the pipeline axis's) in their modules; names gets each one's."""
+    (the plan's placements without the pipeline axis's) in their modules; names gets each one's;
+    returns {plan name: the placed param}."""
     import torch
     from torch.distributed.tensor import distribute_tensor
     placed = {}
     for name, (prm, homes) in params.items():
-        if idx not in PARAM_STAGES.get(name, ()):
+        if rank not in PARAM_STAGES.get(name, ()) or _virtual_stage(name, rank) != idx:
             continue
         t = prm.detach().reshape(VIEWS[name]) if name in FUSED else prm.detach()
         if sub is not None:
@@ -946,7 +1068,9 @@ def _apply_stages(model, batch, mesh):
                     owner, _, leaf = path.rpartition(".")
                     copy_.get_submodule(owner)._modules[leaf] = _NoEmbedding(mod.embedding_dim)
         _fused_modules(copy_)
-        _stage_params(params, idx, names, sub, axis)
+        placed = _stage_params(params, idx, names, sub, axis, rank)
+        copy_.register_load_state_dict_pre_hook(
+            _load_placed(_aliases(copy_, placed), sub, lambda n: _drop(PARAM_PLACEMENTS[n], axis)))
         if sub is not None:
             _place_stage_outputs(copy_, axis)
         before = ACTIVATION_PLACEMENTS.get(MODULE_OUTPUTS.get(LAYER_MODULES[first - 1]), None) if first else None

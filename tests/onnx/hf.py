@@ -94,14 +94,14 @@ def causal_lm(cls, cfg_cls, **kw):
     return make
 
 
-def make_gpt2(g):
+def make_gpt2(g, layers=2):
     from transformers import GPT2Config, GPT2LMHeadModel
-    cfg = GPT2Config(vocab_size=V, n_positions=T, n_embd=16, n_layer=2, n_head=2, resid_pdrop=0, embd_pdrop=0,
+    cfg = GPT2Config(vocab_size=V, n_positions=T, n_embd=16, n_layer=layers, n_head=2, resid_pdrop=0, embd_pdrop=0,
                      attn_pdrop=0, bos_token_id=0, eos_token_id=0, **ATTN)
     m = GPT2LMHeadModel(cfg)
     ids = torch.randint(0, V, (B, T), generator=g)
     return with_loss(m, lambda fwd, ids, labels: fwd(input_ids=ids, labels=labels).loss), \
-        {"input_ids": ids, "labels": torch.randint(0, V, (B, T), generator=g)}, 2
+        {"input_ids": ids, "labels": torch.randint(0, V, (B, T), generator=g)}, layers
 
 
 def small_decoder(**extra):
@@ -309,6 +309,12 @@ def make_moe(g):
 MODELS = {"gpt2": make_gpt2, "llama": make_llama, "mistral": make_mistral, "qwen2": make_qwen2, "bert": make_bert,
           "t5": make_t5, "vit": make_vit, "mixtral": make_mixtral, "resnet": make_resnet, "mha": make_mha,
           "moe": make_moe}
+# models only --only names (not the ONNX tests' fixtures): gpt2-l4, gpt2 with 4 layers, for a pipeline of 2
+# stages interleaved 2 ways (a layer per virtual stage; tests/e2e_engines.sh's t-hg-inter; its ONNX file
+# tests/engines/gpt2-l4-legacy.onnx written by: hf.py --only gpt2-l4 --exports legacy --out tests/engines,
+# the .ref.pb and manifest.tsv beside it not kept)
+EXTRA = {"gpt2-l4": lambda g: make_gpt2(g, layers=4)}
+ALL = {**MODELS, **EXTRA}
 
 
 # ---- exports and references -------------------------------------------------
@@ -396,7 +402,7 @@ def build(name, kind):
         ATTN["attn_implementation"] = "eager"
     g = torch.Generator().manual_seed(1234)
     torch.manual_seed(1234)
-    m, batch, layers = MODELS[name](g)
+    m, batch, layers = ALL[name](g)
     perturb(m, g)
     return m, batch, layers
 
@@ -404,7 +410,7 @@ def build(name, kind):
 def fixtures(out, only, exports):
     os.makedirs(out, exist_ok=True)
     rows = []
-    for name in MODELS:
+    for name in ALL if only else MODELS:
         if only and name not in only:
             continue
         for kind in exports:
