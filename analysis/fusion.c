@@ -234,13 +234,75 @@ static int is_view(const spmd_program *p, const spmd_instr *in, const int64_t *n
     return in->kind == SPMD_COMPUTE && p->g->ops[in->op].kind == IR_OP_RESHAPE && numel[in->in[0]] == numel[in->out];
 }
 
+/* Where a slice's result is a strided matrix of its operand's buffer: for
+ * instruction i a slice along dim d of local dims [.., n_d, ..], the product
+ * of the dims before d (each run of len x inner elements then starts
+ * n_d x inner elements after the last); 0 when i is no slice. */
+static int64_t slice_outer(const spmd_program *p, const spmd_instr *in)
+{
+    if (in->kind != SPMD_COMPUTE || p->g->ops[in->op].kind != IR_OP_SLICE) return 0;
+    int64_t dims[IR_MAX_RANK], outer = 1;
+    spmd_buffer_dims(p, in->in[0], dims);
+    for (int k = 0; k < p->g->ops[in->op].attrs.ints[0]; k++) outer *= dims[k];
+    return outer;
+}
+
+/* 1 when buffer b's local dims have a prefix whose product is outer (a
+ * reshape of a strided matrix that keeps its rows apart). */
+static int keeps_rows(const spmd_program *p, int b, int64_t outer)
+{
+    int64_t dims[IR_MAX_RANK], prod = 1;
+    spmd_buffer_dims(p, b, dims);
+    for (int k = 0; prod < outer && k < p->g->values[p->bufs[b].value].rank; k++) prod *= dims[k];
+    return prod == outer;
+}
+
+/* Slices read in place (fold[i] = 1): a slice every reader of which is an
+ * einsum, directly or through reshape views that keep its rows apart, and
+ * whose result is no output.  Its result is a strided matrix of its
+ * operand's buffer (rows of len x inner elements, a fixed distance apart),
+ * which a GEMM reads as it is (BLAS's and cuBLAS's leading dimension, BLIS's
+ * row and column strides): torch's split and narrow are such views, and
+ * addmm reads them without a copy.  outer: per buffer, the rows of the
+ * strided matrix it is (0: none); gemm_only: per buffer, read by einsums
+ * alone (both scratch, n_bufs long). */
+static void fold_strided_slices(spmd_program *p, uint8_t *fold, const uint8_t *bad, const int64_t *numel,
+                                int64_t *outer, uint8_t *gemm_only)
+{
+    int n = p->n_instrs, any = 0;
+    memset(outer, 0, (size_t)p->n_bufs * sizeof *outer);
+    for (int i = 0; i < n; i++) {
+        const spmd_instr *in = &p->instrs[i];
+        int64_t o = slice_outer(p, in);
+        if (in->out < 0) continue;
+        if (!o && is_view(p, in, numel) && outer[in->in[0]] > 0 && keeps_rows(p, in->out, outer[in->in[0]]))
+            o = outer[in->in[0]];
+        outer[in->out] = o;
+        any |= o > 0;
+    }
+    if (!any) return;
+    memset(gemm_only, 1, (size_t)p->n_bufs);
+    for (int i = n - 1; i >= 0; i--) { /* readers come after their operands' producers */
+        const spmd_instr *in = &p->instrs[i];
+        int einsum = in->kind == SPMD_COMPUTE && p->g->ops[in->op].kind == IR_OP_EINSUM;
+        int view = is_view(p, in, numel) && outer[in->out] > 0 && gemm_only[in->out] && !(bad[in->out] & 2);
+        for (int k = 0; k < IR_MAX_OPERANDS; k++)
+            if (in->in[k] >= 0 && !einsum && !view) gemm_only[in->in[k]] = 0;
+    }
+    for (int i = 0; i < n; i++) {
+        const spmd_instr *in = &p->instrs[i];
+        if (slice_outer(p, in) && gemm_only[in->out] && !(bad[in->out] & 2)) fold[i] = 1;
+    }
+}
+
 /* Folded into their readers (no kernel, never written): broadcasts every
- * reader of which is an elementwise op or a reduction, and reshapes (views:
- * any reader reads the operand's buffer); neither when its result is an
- * output.  cls: each instruction's kernel_class. */
+ * reader of which is an elementwise op or a reduction, reshapes (views:
+ * any reader reads the operand's buffer) and slices read in place by
+ * einsums (fold_strided_slices); none when its result is an output.
+ * cls: each instruction's kernel_class. */
 static void fold_broadcasts(spmd_program *p, uint8_t *fold, const uint8_t *cls, const int64_t *numel)
 {
-    int n = p->n_instrs;
+    int n = p->n_instrs, slices = 0;
     uint8_t *bad = ir_xcalloc((size_t)(p->n_bufs ? p->n_bufs : 1), 1); /* bit 0: read by a non-fusing reader; 1: an output */
     for (int i = 0; i < p->g->n_outputs; i++)
         if (p->out_buf[i] >= 0) bad[p->out_buf[i]] = 3;
@@ -255,7 +317,17 @@ static void fold_broadcasts(spmd_program *p, uint8_t *fold, const uint8_t *cls, 
         fold[i] = in->kind == SPMD_COMPUTE && p->g->ops[in->op].kind == IR_OP_BROADCAST &&
                   p->g->values[p->g->ops[in->op].out].dtype != IR_I32 && !bad[in->out];
         fold[i] |= is_view(p, in, numel) && !(bad[in->out] & 2);
+        slices |= in->kind == SPMD_COMPUTE && p->g->ops[in->op].kind == IR_OP_SLICE;
     }
+    if (!slices) {
+        free(bad);
+        return;
+    }
+    int64_t *outer = ir_xrealloc(NULL, (size_t)(p->n_bufs ? p->n_bufs : 1) * sizeof *outer);
+    uint8_t *gemm_only = ir_xrealloc(NULL, (size_t)(p->n_bufs ? p->n_bufs : 1));
+    fold_strided_slices(p, fold, bad, numel, outer, gemm_only);
+    free(outer);
+    free(gemm_only);
     free(bad);
 }
 

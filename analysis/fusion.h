@@ -76,7 +76,7 @@ typedef struct spmd_fuse_plan {
      * fused_elementwise = 2; carve's CPU executors run the groups above. */
     int *klen;            /* per instruction: the kernel starting here covers [i, i + klen) (>= 1), 0 inside
                              a kernel, for a folded broadcast, and for collectives and slices */
-    uint8_t *kfold;       /* per instruction: 1 for a broadcast folded into its readers (never written) */
+    uint8_t *kfold;       /* per instruction: 1 for a broadcast, reshape or slice folded into its readers (never written) */
     int n_kernels, n_folded, kcap;
 } spmd_fuse_plan;
 
@@ -101,7 +101,9 @@ void spmd_fuse_plan_free(spmd_fuse_plan *pl);
  *    ops on the row space after it join too, so softmax and layernorm are one
  *    kernel (one read, one write); any other reduction ends the kernel;
  *  - a broadcast every reader of which is an elementwise op or a reduction is
- *    folded: never written, its readers read its (small) operand.
+ *    folded: never written, its readers read its (small) operand; so are
+ *    reshapes (views) and slices every reader of which is an einsum (a GEMM
+ *    reads the strided matrix in place: its leading dimension).
  * With `enabled` 0 every instruction is its own kernel. */
 struct spmd_program;
 void spmd_plan_kernels(struct spmd_program *p, int enabled);

@@ -61,7 +61,7 @@ struct cost_ws {
     int *last_use;
     uint8_t *persistent;      /* 1: argument buffers and kept outputs, 2: donated outputs, 3: fused
                                  results in scratch tiles or kernel-internal (never allocated) */
-    int *fold_src;            /* per buffer made by a folded broadcast or reshape: the buffer its readers read, else -1 */
+    int *fold_src;            /* per buffer made by a folded broadcast, reshape or slice: the buffer its readers read, else -1 */
     unsigned *kin, *kout;     /* per buffer: stamp of the kernel that read / made it (price_kernel) */
     double *touched;          /* per buffer: the device's traffic when it was last read or written (cache) */
     unsigned kstamp;
@@ -756,7 +756,9 @@ static int price_kernel(ctx *c, const cost_hw *hw, int s, double *share)
         for (int k = 0; k < IR_MAX_OPERANDS; k++) {
             int b = in->in[k];
             if (b < 0) continue;
-            if (w->fold_src[b] >= 0) b = w->fold_src[b];
+            /* through a folded broadcast or view to the buffer read, unless it is
+             * larger (a strided slice: only the slice is read) */
+            if (w->fold_src[b] >= 0 && w->buf_bytes[w->fold_src[b]] <= w->buf_bytes[b]) b = w->fold_src[b];
             if (w->kout[b] == st || w->kin[b] == st) continue;
             w->kin[b] = st;
             bytes += w->buf_bytes[b];
@@ -768,7 +770,7 @@ static int price_kernel(ctx *c, const cost_hw *hw, int s, double *share)
     return len;
 }
 
-/* Kernels (fused_elementwise = 2): folded broadcasts and reshapes (views)
+/* Kernels (fused_elementwise = 2): folded broadcasts, reshapes and slices
  * hand their readers their operand, which then lives until the last of those
  * readers; a folded op's result and a kernel's results read only inside it
  * are never allocated (persistent 3). */

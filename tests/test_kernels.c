@@ -3,9 +3,10 @@
  * bias and activation epilogue in its kernel, softmax as one pass, a column
  * reduction ending its kernel, broadcasts folded into their readers, the
  * bytes of each kernel exactly, and the memory of results that stay in
- * registers; a dropout mask drawn inside its reader's kernel, kept for the
- * backward pass at one byte an element; then GEMM efficiency by shape (tile
- * and wave quantization) and a GPT step (with and without dropout) priced
+ * registers; slices an einsum reads in place (strided); a dropout mask
+ * drawn inside its reader's kernel, kept for the backward pass at one byte
+ * an element; then GEMM efficiency by shape (tile and wave quantization)
+ * and a GPT step (with and without dropout) priced
  * with kernels against the executor's groups.
  */
 #include "analysis/schedule.h"
@@ -186,6 +187,56 @@ static void test_unfolded_broadcast(void)
     ir_free(g);
 }
 
+/* A fused projection's parts, y_i = x @ W[:, i] of W [K, 3, F] (an imported
+ * c_attn): each slice of W is read in place by its einsum (a strided matrix:
+ * K rows of F, 3F apart), so it is folded, never written, and its einsum's
+ * kernel reads only the slice's bytes.  Not folded: a slice an elementwise op
+ * reads, one whose reshape merges its rows with its columns ([A, 1, B, F] to
+ * [A B, F]: no fixed row distance), and one that is an output. */
+static void test_strided_slices(void)
+{
+    enum { M = 64, K = 32, F = 16, A = 4, B = 8 };
+    ir_graph *g = ir_new("slices");
+    int64_t dx[2] = {M, K}, dw[3] = {K, 3, F}, dwi[2] = {K, F}, du[4] = {A, 3, B, F}, dui[2] = {A * B, F};
+    int x = ir_arg(g, "x", IR_INPUT, IR_F32, 2, dx);
+    int w = ir_arg(g, "w", IR_INPUT, IR_F32, 3, dw);
+    int u = ir_arg(g, "u", IR_INPUT, IR_F32, 4, du);
+    int sl[3], y[3];
+    for (int i = 0; i < 3; i++) {
+        sl[i] = ir_slice(g, w, 1, i, 1);
+        y[i] = ir_einsum(g, "mk,kf->mf", x, ir_reshape(g, sl[i], 2, dwi));
+        ir_add_output(g, y[i], -1);
+    }
+    int s_elem = ir_slice(g, w, 1, 0, 1), s_out = ir_slice(g, w, 1, 1, 1), s_merge = ir_slice(g, u, 1, 0, 1);
+    ir_add_output(g, ir_unary(g, IR_OP_EXP, s_elem), -1);
+    ir_add_output(g, s_out, -1);
+    int64_t dm[2] = {M, A * B};
+    int xm = ir_arg(g, "xm", IR_INPUT, IR_F32, 2, dm);
+    ir_add_output(g, ir_einsum(g, "mk,kf->mf", xm, ir_reshape(g, s_merge, 2, dui)), -1);
+    CHECK(ir_error(g) == NULL);
+    spmd_program *p = lower_one(g);
+    for (int i = 0; i < 3; i++) CHECKF(instr_of(p, sl[i]) >= 0 && p->fuse.kfold[instr_of(p, sl[i])] == 1, "part %d", i);
+    int ie = instr_of(p, s_elem), io = instr_of(p, s_out), im = instr_of(p, s_merge);
+    CHECK(ie >= 0 && io >= 0 && im >= 0);
+    if (ie < 0 || io < 0 || im < 0) return;
+    CHECK(!p->fuse.kfold[ie] && !p->fuse.kfold[io] && !p->fuse.kfold[im]);
+    /* each part's kernel reads x and its slice and writes y_i; the exp reads
+     * its slice, the output slice and the merged one are copies */
+    cost_hw hw = slow_memory_a100();
+    double times[256];
+    CHECK(p->n_instrs <= 256);
+    if (p->n_instrs > 256) return;
+    cost_estimate e = estimate_in(p, &hw, COST_FP32, COST_GRADS_AUTO, times);
+    int iy = instr_of(p, y[1]);
+    double part = 4.0 * (M * K + K * F + M * F) / 1e9;
+    CHECKF(iy >= 0 && close_rel(times[iy], part, 1e-9), "part %g want %g", iy >= 0 ? times[iy] : -1, part);
+    CHECKF(times[im] > 0 && times[ie] > 0 && times[io] > 0, "copies %g %g %g", times[im], times[ie], times[io]);
+    for (int i = 0; i < 3; i++) CHECKF(times[instr_of(p, sl[i])] == 0, "part %d's slice %g", i, times[instr_of(p, sl[i])]);
+    CHECK(e.compute_time > 0);
+    spmd_free(p);
+    ir_free(g);
+}
+
 /* Dropout of a matmul's result, y = (x @ w) * dropout_mask: the mask is
  * drawn inside the einsum's kernel (never read from memory).  Kept for a
  * later reader (the backward pass; here an output), the kernel writes it as
@@ -318,6 +369,7 @@ int main(void)
     test_epilogue();
     test_softmax_and_columns();
     test_unfolded_broadcast();
+    test_strided_slices();
     test_dropout_in_kernel();
     test_gpt_step("gpt-tiny");
     test_gpt_step("gpt-tiny:dropout=0.1");
