@@ -241,23 +241,30 @@ static void axis_comm(const view_explanation *x, const double *instr_time, doubl
 /* Tokens (or samples) a step: the model's (model_step_units) when x->model
  * is a model spec, else the graph's first i32 input of rank >= 2 (token
  * ids), else its first input's dim 0; times the micro-batches of a
- * pipeline's body. */
+ * pipeline's body.  Only inputs some op reads count: an input the step
+ * never reads (torch.export writes one for each alias of an example input,
+ * and a pipeline's body keeps it at the whole batch) is no data it takes. */
 static double step_units(const view_explanation *x, const char **unit)
 {
     model_config c;
     if (x->model && model_parse(x->model, &c, NULL, 0) == 0) return model_step_units(&c, unit);
     const ir_graph *g = x->st->g;
     double units = 0, m = x->microbatches;
+    uint8_t *read = ir_xcalloc((size_t)g->n_values + 1, 1);
+    for (int i = 0; i < g->n_ops; i++)
+        for (int k = 0; k < g->ops[i].n_in; k++)
+            if (g->ops[i].in[k] >= 0) read[g->ops[i].in[k]] = 1;
     for (int v = 0; v < g->n_values && !units; v++)
-        if (g->values[v].role == IR_INPUT && g->values[v].dtype == IR_I32 && g->values[v].rank >= 2) {
+        if (read[v] && g->values[v].role == IR_INPUT && g->values[v].dtype == IR_I32 && g->values[v].rank >= 2) {
             *unit = "tokens";
             units = (double)ir_numel(&g->values[v]);
         }
     for (int v = 0; v < g->n_values && !units; v++)
-        if (g->values[v].role == IR_INPUT && g->values[v].rank >= 1) {
+        if (read[v] && g->values[v].role == IR_INPUT && g->values[v].rank >= 1) {
             *unit = "samples";
             units = (double)g->values[v].dims[0];
         }
+    free(read);
     return units * m;
 }
 
