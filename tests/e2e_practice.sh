@@ -30,8 +30,8 @@ ok "explain runs" "$carve" explain plan.json
 has "explain: links" "^links          gpu=8: NVLink 3"
 has "explain: throughput" "^throughput     .* tokens/s"
 
-# a graph's tokens (or samples) come from the inputs its ops read: an input no op reads (torch.export writes
-# one for an aliased example input, a pipeline's body keeps it at the whole batch) made 664.9k samples/s
+# a graph's tokens (or samples) come from the inputs its ops read: an input no op reads (issue 44's 70B
+# export leaves 'input_ids' unread; a pipeline's body keeps it at the whole batch) made 664.9k samples/s
 # read as 85.11M tokens/s
 "$py" -c 'import json, sys; g = json.load(open(sys.argv[1])); g["args"].insert(0, {"name": "unused_ids", "role": "input", "dtype": "i32", "shape": [64, 16], "init": "ids", "init_arg": 4}); json.dump(g, open("unused.json", "w"))' "$root/tests/graphs/mlp-by-hand.json"
 ok "cost of the plain graph" "$carve" cost --graph "$root/tests/graphs/mlp-by-hand.json" --mesh d=2 --schedule dp:d --hw a100

@@ -242,8 +242,9 @@ static void axis_comm(const view_explanation *x, const double *instr_time, doubl
  * is a model spec, else the graph's first i32 input of rank >= 2 (token
  * ids), else its first input's dim 0; times the micro-batches of a
  * pipeline's body.  Only inputs some op reads count: an input the step
- * never reads (torch.export writes one for each alias of an example input,
- * and a pipeline's body keeps it at the whole batch) is no data it takes. */
+ * never reads (an export may hold one: issue 44's LLaMA-2-70B embeds
+ * 'labels' and leaves 'input_ids' unread; a pipeline's body keeps it at the
+ * whole batch) is no data it takes. */
 static double step_units(const view_explanation *x, const char **unit)
 {
     model_config c;
