@@ -249,23 +249,21 @@ static double step_units(const view_explanation *x, const char **unit)
 {
     model_config c;
     if (x->model && model_parse(x->model, &c, NULL, 0) == 0) return model_step_units(&c, unit);
-    const ir_graph *g = x->st->g;
+    const shard_state *st = x->st;
+    const ir_graph *g = st->g;
     double units = 0, m = x->microbatches;
-    uint8_t *read = ir_xcalloc((size_t)g->n_values + 1, 1);
-    for (int i = 0; i < g->n_ops; i++)
-        for (int k = 0; k < g->ops[i].n_in; k++)
-            if (g->ops[i].in[k] >= 0) read[g->ops[i].in[k]] = 1;
+#define READ(v) (st->use_start[(v) + 1] > st->use_start[v]) /* the state's use lists */
     for (int v = 0; v < g->n_values && !units; v++)
-        if (read[v] && g->values[v].role == IR_INPUT && g->values[v].dtype == IR_I32 && g->values[v].rank >= 2) {
+        if (READ(v) && g->values[v].role == IR_INPUT && g->values[v].dtype == IR_I32 && g->values[v].rank >= 2) {
             *unit = "tokens";
             units = (double)ir_numel(&g->values[v]);
         }
     for (int v = 0; v < g->n_values && !units; v++)
-        if (read[v] && g->values[v].role == IR_INPUT && g->values[v].rank >= 1) {
+        if (READ(v) && g->values[v].role == IR_INPUT && g->values[v].rank >= 1) {
             *unit = "samples";
             units = (double)g->values[v].dims[0];
         }
-    free(read);
+#undef READ
     return units * m;
 }
 
