@@ -629,6 +629,49 @@ static void test_rebatch_means(void)
 
 /* ---- models built here (protobuf-c), for the errors -------------------- */
 
+/* A float tensor's value info (name, shape): the three structs it points into,
+ * alive until the model is packed. */
+typedef struct {
+    Onnx__ValueInfoProto vi;
+    Onnx__TypeProto type;
+    Onnx__TypeProto__Tensor tt;
+} float_info;
+
+static Onnx__ValueInfoProto *float_info_init(float_info *f, const char *name, Onnx__TensorShapeProto *shape)
+{
+    onnx__value_info_proto__init(&f->vi);
+    onnx__type_proto__init(&f->type);
+    onnx__type_proto__tensor__init(&f->tt);
+    f->tt.has_elem_type = 1;
+    f->tt.elem_type = 1;
+    f->tt.shape = shape;
+    f->type.value_case = ONNX__TYPE_PROTO__VALUE_TENSOR_TYPE;
+    f->type.tensor_type = &f->tt;
+    f->vi.name = (char *)name;
+    f->vi.type = &f->type;
+    return &f->vi;
+}
+
+/* Graph g as a model of the default domain at `opset` (IR version 8): the
+ * packed bytes (malloc'ed), their count in *len. */
+static uint8_t *pack_model(Onnx__GraphProto *g, int opset, size_t *len)
+{
+    Onnx__OperatorSetIdProto os = ONNX__OPERATOR_SET_ID_PROTO__INIT, *oss[1] = {&os};
+    os.domain = "";
+    os.has_version = 1;
+    os.version = opset;
+    Onnx__ModelProto m = ONNX__MODEL_PROTO__INIT;
+    m.has_ir_version = 1;
+    m.ir_version = 8;
+    m.n_opset_import = 1;
+    m.opset_import = oss;
+    m.graph = g;
+    *len = onnx__model_proto__get_packed_size(&m);
+    uint8_t *buf = malloc(*len + 1);
+    onnx__model_proto__pack(&m, buf);
+    return buf;
+}
+
 /* A one-node model: input x (float, dims; a dim of -1 is symbolic "batch"),
  * node `op` named "n1" reading x, output y declared with x's first y_rank dims. */
 static uint8_t *one_node(int opset, const char *op, int rank, const int64_t *dims, int y_rank, size_t *len)
@@ -656,20 +699,8 @@ static uint8_t *one_node(int opset, const char *op, int rank, const int64_t *dim
     shape.dim = dp;
     yshape.n_dim = (size_t)y_rank;
     yshape.dim = yp;
-    Onnx__TypeProto__Tensor tt = ONNX__TYPE_PROTO__TENSOR__INIT, yt = ONNX__TYPE_PROTO__TENSOR__INIT;
-    tt.has_elem_type = yt.has_elem_type = 1;
-    tt.elem_type = yt.elem_type = 1;
-    tt.shape = &shape;
-    yt.shape = &yshape;
-    Onnx__TypeProto type = ONNX__TYPE_PROTO__INIT, ytype = ONNX__TYPE_PROTO__INIT;
-    type.value_case = ytype.value_case = ONNX__TYPE_PROTO__VALUE_TENSOR_TYPE;
-    type.tensor_type = &tt;
-    ytype.tensor_type = &yt;
-    Onnx__ValueInfoProto in = ONNX__VALUE_INFO_PROTO__INIT, out = ONNX__VALUE_INFO_PROTO__INIT, *ins[1] = {&in}, *outs[1] = {&out};
-    in.name = "x";
-    in.type = &type;
-    out.name = "y";
-    out.type = &ytype;
+    float_info in, out;
+    Onnx__ValueInfoProto *ins[1] = {float_info_init(&in, "x", &shape)}, *outs[1] = {float_info_init(&out, "y", &yshape)};
     char *nin[1] = {"x"}, *nout[1] = {"y"};
     Onnx__NodeProto node = ONNX__NODE_PROTO__INIT, *nodes[1] = {&node};
     node.n_input = node.n_output = 1;
@@ -684,20 +715,7 @@ static uint8_t *one_node(int opset, const char *op, int rank, const int64_t *dim
     g.n_input = g.n_output = 1;
     g.input = ins;
     g.output = outs;
-    Onnx__OperatorSetIdProto os = ONNX__OPERATOR_SET_ID_PROTO__INIT, *oss[1] = {&os};
-    os.domain = "";
-    os.has_version = 1;
-    os.version = opset;
-    Onnx__ModelProto m = ONNX__MODEL_PROTO__INIT;
-    m.has_ir_version = 1;
-    m.ir_version = 8;
-    m.n_opset_import = 1;
-    m.opset_import = oss;
-    m.graph = &g;
-    *len = onnx__model_proto__get_packed_size(&m);
-    uint8_t *buf = malloc(*len + 1);
-    onnx__model_proto__pack(&m, buf);
-    return buf;
+    return pack_model(&g, opset, len);
 }
 
 /* Imports bytes; returns the graph (or NULL) with the message in err. */
@@ -815,6 +833,18 @@ static void test_errors(void)
     }
 }
 
+/* fills_model's node m: op reading io[0..n_in-1], writing io[2]. */
+static Onnx__NodeProto *fill_node(Onnx__NodeProto *m, char **io, const char *op, int n_in)
+{
+    onnx__node_proto__init(m);
+    m->input = io;
+    m->output = io + 2;
+    m->n_input = (size_t)n_in;
+    m->n_output = 1;
+    m->op_type = (char *)op;
+    return m;
+}
+
 /* Fills (issue 43): `count` fills of `elems` elements, all made before any
  * is added to input x (x float[elems]), then ReduceSum.  Variant 0:
  * ConstantOfShape(n) of 0.5; 1: the same, read by a folded Neg; 2: passed through a folded Reshape(c,
@@ -833,20 +863,8 @@ static uint8_t *fills_model(int count, int64_t elems, int variant, size_t *len)
     Onnx__TensorShapeProto shape = ONNX__TENSOR_SHAPE_PROTO__INIT, scalar_shape = ONNX__TENSOR_SHAPE_PROTO__INIT;
     shape.n_dim = 1;
     shape.dim = dp;
-    Onnx__TypeProto__Tensor tt = ONNX__TYPE_PROTO__TENSOR__INIT, yt = ONNX__TYPE_PROTO__TENSOR__INIT;
-    tt.has_elem_type = yt.has_elem_type = 1;
-    tt.elem_type = yt.elem_type = 1;
-    tt.shape = &shape;
-    yt.shape = &scalar_shape;
-    Onnx__TypeProto type = ONNX__TYPE_PROTO__INIT, ytype = ONNX__TYPE_PROTO__INIT;
-    type.value_case = ytype.value_case = ONNX__TYPE_PROTO__VALUE_TENSOR_TYPE;
-    type.tensor_type = &tt;
-    ytype.tensor_type = &yt;
-    Onnx__ValueInfoProto in = ONNX__VALUE_INFO_PROTO__INIT, out = ONNX__VALUE_INFO_PROTO__INIT, *ins[1] = {&in}, *outs[1] = {&out};
-    in.name = "x";
-    in.type = &type;
-    out.name = "loss";
-    out.type = &ytype;
+    float_info in, out;
+    Onnx__ValueInfoProto *ins[1] = {float_info_init(&in, "x", &shape)}, *outs[1] = {float_info_init(&out, "loss", &scalar_shape)};
     /* initializers: n = [elems] (int64), s = 0.5 (a float scalar) */
     int64_t nv = elems, one_dim = 1;
     float half = 0.5f;
@@ -896,18 +914,11 @@ static uint8_t *fills_model(int count, int64_t elems, int variant, size_t *len)
     char *fs[MAXN];
     for (int i = 0; i < count; i++) { /* the fills c_i and what reads them (f_i), all alive together */
         char *c = NAME("c%d", i), *f = c;
-        Onnx__NodeProto *m = &nodes[k];
-        onnx__node_proto__init(m);
-        m->input = io[k];
-        m->output = io[k] + 2;
-        m->n_input = m->n_output = 1;
+        Onnx__NodeProto *m = fill_node(&nodes[k], io[k], variant == 3 ? "Expand" : "ConstantOfShape", variant == 3 ? 2 : 1);
         if (variant == 3) {
-            m->op_type = "Expand";
-            m->n_input = 2;
             io[k][0] = "s";
             io[k][1] = "n";
         } else {
-            m->op_type = "ConstantOfShape";
             io[k][0] = "n";
             m->n_attribute = 1;
             m->attribute = vas;
@@ -916,13 +927,7 @@ static uint8_t *fills_model(int count, int64_t elems, int variant, size_t *len)
         np[k] = m;
         k++;
         if (variant == 1 || variant == 2) {
-            m = &nodes[k];
-            onnx__node_proto__init(m);
-            m->input = io[k];
-            m->output = io[k] + 2;
-            m->n_input = variant == 2 ? 2 : 1;
-            m->n_output = 1;
-            m->op_type = variant == 2 ? "Reshape" : "Neg";
+            m = fill_node(&nodes[k], io[k], variant == 2 ? "Reshape" : "Neg", variant == 2 ? 2 : 1);
             io[k][0] = c;
             io[k][1] = "n";
             io[k][2] = f = NAME("f%d", i);
@@ -932,13 +937,7 @@ static uint8_t *fills_model(int count, int64_t elems, int variant, size_t *len)
         fs[i] = f;
     }
     for (int i = 0; i < count; i++) { /* then the adds */
-        Onnx__NodeProto *m = &nodes[k];
-        onnx__node_proto__init(m);
-        m->input = io[k];
-        m->output = io[k] + 2;
-        m->n_input = 2;
-        m->n_output = 1;
-        m->op_type = variant == 2 ? "Mul" : "Add";
+        Onnx__NodeProto *m = fill_node(&nodes[k], io[k], variant == 2 ? "Mul" : "Add", 2);
         io[k][0] = (char *)prev;
         io[k][1] = fs[i];
         io[k][2] = NAME("s%d", i);
@@ -946,12 +945,7 @@ static uint8_t *fills_model(int count, int64_t elems, int variant, size_t *len)
         np[k] = m;
         k++;
     }
-    Onnx__NodeProto *m = &nodes[k];
-    onnx__node_proto__init(m);
-    m->input = io[k];
-    m->output = io[k] + 2;
-    m->n_input = m->n_output = 1;
-    m->op_type = "ReduceSum";
+    Onnx__NodeProto *m = fill_node(&nodes[k], io[k], "ReduceSum", 1);
     m->n_attribute = 1;
     m->attribute = kds;
     io[k][0] = (char *)prev;
@@ -968,20 +962,7 @@ static uint8_t *fills_model(int count, int64_t elems, int variant, size_t *len)
     g.output = outs;
     g.n_initializer = 2;
     g.initializer = inits;
-    Onnx__OperatorSetIdProto os = ONNX__OPERATOR_SET_ID_PROTO__INIT, *oss[1] = {&os};
-    os.domain = "";
-    os.has_version = 1;
-    os.version = 17;
-    Onnx__ModelProto mp = ONNX__MODEL_PROTO__INIT;
-    mp.has_ir_version = 1;
-    mp.ir_version = 8;
-    mp.n_opset_import = 1;
-    mp.opset_import = oss;
-    mp.graph = &g;
-    *len = onnx__model_proto__get_packed_size(&mp);
-    uint8_t *buf = malloc(*len + 1);
-    onnx__model_proto__pack(&mp, buf);
-    return buf;
+    return pack_model(&g, 17, len);
 }
 
 /* A fill is kept without its elements until a folder reads them: ten fills
