@@ -529,6 +529,14 @@ int main(int argc, char **argv)
         return 2;
     }
     char err[512];
+    if (out_dir) { /* before 16 minutes of timing, not after them */
+        char probe[4096];
+        snprintf(probe, sizeof probe, "%s/times.tsv", out_dir);
+        if (ir_out_check(probe, err, sizeof err) < 0) {
+            fprintf(stderr, "bench_fidelity: -o: %s\n", err);
+            return 2;
+        }
+    }
     double t_start = exec_spmd_now();
     exec_blis_setup();
     static live L[N_MODELS][N_PLANS];
