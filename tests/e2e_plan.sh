@@ -136,6 +136,8 @@ edit e11.json "p['arguments'][0]['shape'][0]+=1"
 bad edit-shape "shape\[0\]" "$carve" explain e11.json
 edit e12.json "p['cost_options']['turbo']=True"
 bad edit-unknown-option "cost_options: turbo: unknown option" "$carve" explain e12.json
+edit e12b.json "p['arguments'].pop()"
+bad edit-fewer-entries "arguments: has [0-9]* entries, carve derives [0-9]*" "$carve" explain e12b.json
 edit e13.json "p['arguments'][0]['extra']=1"
 bad edit-nested-unknown "arguments\[0\] ([a-z]*).extra: unknown key" "$carve" explain e13.json
 # a key given twice (json.dump cannot write one: the text is edited); cJSON would keep the first
