@@ -14,11 +14,14 @@
  * CARVE_QUALITY_ALGOS=1; CARVE_QUALITY_ONLY=0 selects no row);
  * CARVE_QUALITY_BUDGET=N gives every row a budget of N steps instead;
  * CARVE_QUALITY_PER_SEED=1 prints each seed's result, best-so-far curve
- * (steps:ratio) and plan (group/axis actions on top of its seed) on stderr.
+ * (steps:ratio) and plan (group/axis actions on top of its seed) on stderr,
+ * with the seed's wall and CPU seconds (its thread's clock).
  * Checks: every seed's search runs, and where an expert fits, every seed's
  * plan (and every algorithm's) fits and is at most the best expert's step
  * time (the experts seed the search: it cannot end worse).  `--smoke`: rows
  * 1, 3 and 6 at a budget of 40 steps, the algorithms on rows 1 and 3. */
+#include <time.h>
+
 #include "bench/bench_setup.h"
 
 #define SEEDS 5
@@ -40,6 +43,15 @@ static search_budget budget_of(const setup *s, int steps, uint64_t seed)
 {
     return (search_budget){.simulations = steps ? steps : SEARCH_AUTO_CAP, .converge = !steps, .seed = seed,
                            .threads = 1, .seeds = s->seeds, .n_seeds = s->n_seeds, .max_exhaustive = 50000};
+}
+
+/* The CPU seconds this thread has used: a seed's search runs on one thread (the
+ * wall seconds of a shared machine are its load's). */
+static double thread_cpu(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
 }
 
 static int cmp_double(const void *a, const void *b)
@@ -73,7 +85,9 @@ static void quality_row(int k, const qcase *c, int steps_budget)
         char err[256];
         ratio[i] = -1;
         fits[i] = 0;
+        double cpu0 = thread_cpu();
         if (search_run(&search_mcts, s.prefix, s.gs, &s.ev, &b, &r, err, sizeof err) < 0) continue;
+        double cpu = thread_cpu() - cpu0;
         fits[i] = r.best.fits;
         if (s.best >= 0 && r.best.fits) ratio[i] = r.best.step_time / s.ex[s.best].e.step_time;
         secs[i] = r.seconds;
@@ -81,9 +95,9 @@ static void quality_row(int k, const qcase *c, int steps_budget)
         steps[i] = r.steps;
         stops[i] = r.stop;
         if (getenv("CARVE_QUALITY_PER_SEED"))
-            fprintf(stderr, "row %d seed %d: ratio %.4f step %.7g s, %d steps, %lld plans, %s, %.1f s\n", k, i + 1,
-                    ratio[i], r.best.step_time, (int)r.steps, (long long)r.evaluations,
-                    search_stop_name((search_stop)r.stop), r.seconds);
+            fprintf(stderr, "row %d seed %d: ratio %.4f step %.7g s, %d steps, %lld plans, %s, %.1f s, %.1f s CPU\n", k,
+                    i + 1, ratio[i], r.best.step_time, (int)r.steps, (long long)r.evaluations,
+                    search_stop_name((search_stop)r.stop), r.seconds, cpu);
         if (getenv("CARVE_QUALITY_PER_SEED")) {
             fprintf(stderr, "  seed %d curve:", i + 1);
             for (int j = 0; j < r.n_curve; j++)
