@@ -11,6 +11,8 @@
 # the CPU seconds are what to compare with the bound, the wall is the load's).
 # Usage: bench/zoo_seeds.sh [SEEDS [CASE-FILTER [zoo|axes]]]   (default "1 2 3 4 5", every case, zoo)
 # The time-bound table of issue 47 (every preset over 3 and 4 axes, seed 1): bench/zoo_seeds.sh 1 . axes
+# KEEP=DIR keeps each run's output and CPU times there (MODEL_MESH_seedS.out / .cpu), so a seed-1 run also
+# gives zoo_defaults.sh's columns (the same command: one thread by default).
 set -u
 here=$(dirname "$0")
 carve=${CARVE_BIN:-$here/../build/carve}
@@ -41,6 +43,13 @@ cases | grep -E -- "$filter" | while read -r model mesh hw; do
             --quiet >"$tmp/out.txt" 2>"$tmp/err.txt"
         wall=$(echo "$(date +%s.%N) - $start" | bc)
         cpu=$(tail -n 1 "$tmp/cpu.txt" | awk '{print $1 + $2}')
+        if [ -n "${KEEP:-}" ]; then
+            mkdir -p "$KEEP"
+            keep="$KEEP/$(printf %s "${model}_${mesh}_${hw}" | tr -c 'A-Za-z0-9._=,-' _)_seed$s"
+            cp "$tmp/out.txt" "$keep.out"
+            cp "$tmp/cpu.txt" "$keep.cpu"
+            cp "$tmp/err.txt" "$keep.err"
+        fi
         t=$(sed -n 's/^  step time \([0-9.e+-]*\) \([a-z]*\) .*/\1 \2/p' "$tmp/out.txt" | head -1 |
             awk '{f = $2 == "s" ? 1 : $2 == "ms" ? 1e-3 : $2 == "us" ? 1e-6 : 1e-9; printf "%.6g", $1 * f}')
         if [ -z "$t" ]; then failed="seed $s: $(grep -m1 . "$tmp/err.txt")"; break; fi
