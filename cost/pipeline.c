@@ -923,10 +923,11 @@ static void pipe_estimate(cost_pipe_stage *stg, cost_pipe_result *res, const pip
 }
 
 /* cost_estimate_plan of a pipelined program; when prices is not NULL, *prices gets the
- * per-instruction prices the simulation ran on (scheduled_prices: free
- * them), for a caller that balances the split on them. */
+ * per-instruction prices the simulation ran on (scheduled_prices) and
+ * *alone_out their alone ratios (NULL where the devices do not share cores;
+ * free both), for a caller that balances the split on them. */
 static int estimate_pipeline(cost_ws *ws, const pipe_program *pp, const cost_hw *hw, const cost_options *opt, cost_estimate *out,
-                             cost_pipe_estimate *pe, double **prices, char *err, size_t errlen)
+                             cost_pipe_estimate *pe, double **prices, double **alone_out, char *err, size_t errlen)
 {
     static const cost_options defaults = {COST_FP32, 0, 0, COST_GRADS_AUTO};
     if (!opt) opt = &defaults;
@@ -947,9 +948,13 @@ static int estimate_pipeline(cost_ws *ws, const pipe_program *pp, const cost_hw 
         pipe_estimate(stg, &res, pp, hw, pe);
         stg = NULL;
     }
-    if (prices && !rc) *prices = it;
-    else free(it);
-    free(alone);
+    if (prices && !rc) {
+        *prices = it;
+        *alone_out = alone;
+    } else {
+        free(it);
+        free(alone);
+    }
     free(stg);
     pricer_close(&c);
     cost_pipe_result_free(&res);
@@ -1048,47 +1053,292 @@ done:
     free(cut);
 }
 
-/* A split for pp's auto spec (priced on the prices `it` its simulation ran
- * on) when it is better than the even one pp has: *pp, *e and *pe become the
- * balanced program's.  A balanced split that fails to lower or price keeps
- * the even one.  Returns 0, or -1 with a message (pp freed). */
-static int balance_split(cost_ws *ws, shard_state *st, const spmd_options *opts, const cost_hw *hw, const cost_options *opt,
-                         double *it, pipe_program *pp, cost_estimate *e, cost_pipe_estimate *pe, char *err, size_t errlen)
+/* ---- the split refined on the schedule ------------------------------------------ */
+
+/* Another split of pp's layers simulated without lowering it again: pp's
+ * model (its events at pp's split) with each segment's work scaled to what
+ * the segment holds under that split, its untagged work as at pp's split
+ * plus its layers' (each layer's instructions priced as in pp, with the adds
+ * into accumulators add_events counts); the transfers as at pp's split (a
+ * boundary sends the same activations wherever it falls). */
+typedef struct resplit {
+    pricer c;              /* pp's model, c.m: its work events rescaled per split */
+    double *time0, *alone0; /* per event: its time and alone time at pp's split */
+    double *seg0;          /* per model segment: its work at pp's split */
+    double *rest;          /* per model segment: its untagged work */
+    double *pre;           /* [3 * (L + 1)]: prefix sums over the layers of their forward, backward (one
+                              micro-batch) and end-of-step work */
+    int V, P, L;
+    double tasks_left;     /* simulated tasks the refinement may still run (REFINE_TASKS) */
+} resplit;
+
+/* The most tasks (stages times their tasks, summed over simulations) one
+ * refinement simulates: a bound on its work for the largest pipelines (about
+ * 1.5 s of one core of a 2-vCPU Xeon VM), not a setting of its result below
+ * it (LLaMA-2-70B's 32 virtual stages over 8 devices, 8 micro-batches: both
+ * descents together 5.3M; 1T's 64 stages of 512 micro-batches, 1F1B: 65,536
+ * a simulation, and a round of single moves 4,032 simulations, so there the
+ * bound ends the descents within their first round). */
+#define REFINE_TASKS 33554432.0
+
+/* The work of layers [a, b) of kind k (0 forward, 1 backward, 2 end). */
+static double layer_work(const resplit *z, int k, int a, int b)
 {
-    pipe_spec bal;
-    cost_pipe_balance(pp, it, &bal);
-    free(it);
-    if (!memcmp(bal.first, pp->spec.first, sizeof bal.first)) return 0;
-    pipe_program q;
-    cost_estimate f;
-    cost_pipe_estimate qe;
-    if (pipe_lower(st, &bal, opts, &q, err, errlen) < 0) return 0; /* keep the even split */
-    if (estimate_pipeline(ws, &q, hw, opt, &f, pe ? &qe : NULL, NULL, err, errlen) < 0) {
-        pipe_program_free(&q);
-        return 0;
+    const double *p = z->pre + (size_t)k * (z->L + 1);
+    return p[b] - p[a];
+}
+
+/* Each instruction's work into its layer (by the kind of its segment) or
+ * its model segment's untagged rest (the common end's into every stage's). */
+static void resplit_work(resplit *z, double *lw)
+{
+    const pipe_program *pp = z->c.pp;
+    const spmd_program *p = pp->prog;
+    int V = z->V, P = z->P, L = z->L;
+    for (int k = 0; k <= 2 * V + P; k++) {
+        int kind = k < V ? 0 : k < 2 * V ? 1 : 2, fb = k < 2 * V;
+        for (int i = pp->seg[k].lo; i < pp->seg[k].hi; i++) {
+            const spmd_instr *in = &p->instrs[i];
+            if (spmd_kind_is_p2p(in->kind)) continue;
+            double t = z->c.it[i] + (fb && pp->buf_class[in->out] == PIPE_BUF_ACC ? 3 * z->c.bytes[in->out] / z->c.mem_bandwidth : 0);
+            if (k == 2 * V + P)
+                for (int r = 0; r < P; r++) z->rest[2 * V + r] += t;
+            else if (in->layer >= 0 && in->layer < L) lw[(size_t)kind * L + in->layer] += t;
+            else z->rest[k] += t;
+        }
     }
-    int better = f.fits != e->fits ? f.fits : f.fits ? f.step_time < e->step_time : f.peak_memory < e->peak_memory;
-    if (!better) {
-        pipe_program_free(&q);
-        if (pe) cost_pipe_estimate_free(&qe);
-        /* the workspace now holds the balanced program's buffers: price the even one again */
-        if (estimate_pipeline(ws, pp, hw, opt, e, NULL, NULL, err, errlen) == 0) return 0;
-        pipe_program_free(pp);
-        if (pe) cost_pipe_estimate_free(pe);
-        return -1;
+}
+
+/* z for pp (priced: it, alone as estimate_pipeline's model ran on them; ws
+ * holding pp's buffers).  Returns 0, or -1 when out of memory (z freed). */
+static void resplit_free(resplit *z);
+static int resplit_open(resplit *z, cost_ws *ws, const pipe_program *pp, const cost_hw *hw, const double *it, const double *alone)
+{
+    memset(z, 0, sizeof *z);
+    z->c = (pricer){.pp = pp, .p = pp->prog, .it = it, .bytes = cost_ws_buffer_bytes(ws), .ws = ws, .mem_bandwidth = hw->mem_bandwidth,
+                    .alone = alone};
+    z->V = pp->n_vstages;
+    z->P = pp->spec.stages;
+    z->L = pp->spec.n_layers;
+    int L = z->L, ns = 2 * z->V + z->P;
+    double *lw = calloc(3 * (size_t)L + 1, sizeof *lw);
+    z->pre = calloc(3 * ((size_t)L + 1), sizeof *z->pre);
+    z->seg0 = calloc((size_t)ns, sizeof *z->seg0);
+    z->rest = calloc((size_t)ns, sizeof *z->rest);
+    if (!lw || !z->pre || !z->seg0 || !z->rest || build_model(&z->c, hw) < 0) goto fail;
+    cost_pipe_model *m = &z->c.m;
+    z->time0 = malloc(((size_t)m->n_ev + 1) * sizeof *z->time0);
+    z->alone0 = malloc(((size_t)m->n_ev + 1) * sizeof *z->alone0);
+    if (!z->time0 || !z->alone0) goto fail;
+    for (int e = 0; e < m->n_ev; e++) {
+        z->time0[e] = m->ev[e].time;
+        z->alone0[e] = m->ev[e].alone;
     }
-    pipe_program_free(pp);
-    *pp = q;
-    *e = f;
-    if (pe) {
-        cost_pipe_estimate_free(pe);
-        *pe = qe;
+    for (int k = 0; k < ns; k++) {
+        int lo, hi;
+        seg_events(m, k, &lo, &hi);
+        for (int e = lo; e < hi; e++) z->seg0[k] += m->ev[e].kind == COST_PIPE_WORK ? m->ev[e].time : 0;
     }
+    resplit_work(z, lw);
+    for (int k = 0; k < 3; k++)
+        for (int l = 0; l < L; l++) z->pre[(size_t)k * (L + 1) + l + 1] = z->pre[(size_t)k * (L + 1) + l] + lw[(size_t)k * L + l];
+    free(lw);
     return 0;
+fail:
+    free(lw);
+    resplit_free(z);
+    return -1;
+}
+
+static void resplit_free(resplit *z)
+{
+    free(z->time0);
+    free(z->alone0);
+    free(z->seg0);
+    free(z->rest);
+    free(z->pre);
+    pricer_close(&z->c);
+    memset(z, 0, sizeof *z);
+}
+
+/* The simulated step of split first[] (V + 1 entries), or INFINITY where
+ * the model cannot carry it (a segment without work at pp's split that
+ * would get some; a deadlock) or the refinement's tasks are spent. */
+static double resplit_step(resplit *z, const int *first)
+{
+    cost_pipe_model *m = &z->c.m;
+    int V = z->V, P = z->P;
+    if (z->tasks_left <= 0) return INFINITY;
+    z->tasks_left -= (double)P * pipe_task_count(&m->spec);
+    for (int k = 0; k < 2 * V + P; k++) {
+        double want = z->rest[k];
+        if (k < 2 * V) want += layer_work(z, k < V ? 0 : 1, first[k % V], first[k % V + 1]);
+        else
+            for (int vs = k - 2 * V; vs < V; vs += P) want += layer_work(z, 2, first[vs], first[vs + 1]);
+        if (z->seg0[k] <= 0 && want > 0) return INFINITY;
+        double f = z->seg0[k] > 0 ? want / z->seg0[k] : 0;
+        int lo, hi;
+        seg_events(m, k, &lo, &hi);
+        for (int e = lo; e < hi; e++)
+            if (m->ev[e].kind == COST_PIPE_WORK) {
+                m->ev[e].time = z->time0[e] * f;
+                m->ev[e].alone = z->alone0[e] * f;
+            }
+    }
+    cost_pipe_result res;
+    char err[160];
+    double step = cost_pipe_simulate(m, &res, err, sizeof err) < 0 ? INFINITY : res.step;
+    if (step < INFINITY) cost_pipe_result_free(&res);
+    return step;
+}
+
+/* Moves one layer from virtual stage a to virtual stage b (the stages
+ * between keep their counts; each passes one layer on). */
+static void move_layer(int *first, int a, int b)
+{
+    if (a < b)
+        for (int k = a + 1; k <= b; k++) first[k]--;
+    else
+        for (int k = b + 1; k <= a; k++) first[k]++;
+}
+
+/* A descent from split first[] (its simulated step `step`): each round
+ * moves the one layer, from any virtual stage to any other, that shortens
+ * the simulated step most, until none does (or the tasks are spent: the
+ * best move of the round so far is taken).  Returns the step it ends on. */
+static double descend(resplit *z, int *first, double step)
+{
+    int V = z->V, L = z->L, least = L >= V ? 1 : 0;
+    for (int round = 0; round < L * V && step < INFINITY; round++) {
+        int ba = -1, bb = -1;
+        double to = step * (1 - 1e-9);
+        for (int a = 0; a < V; a++) {
+            if (first[a + 1] - first[a] <= least) continue;
+            for (int b = 0; b < V; b++) {
+                if (b == a) continue;
+                move_layer(first, a, b);
+                double t = resplit_step(z, first);
+                move_layer(first, b, a);
+                if (t < to) to = t, ba = a, bb = b;
+            }
+        }
+        if (ba < 0) break;
+        move_layer(first, ba, bb);
+        step = to;
+        if (z->tasks_left <= 0) break;
+    }
+    return step;
+}
+
+/* The even split whose extra layers go to the middle virtual stages. */
+static void split_middle(int *first, int V, int L)
+{
+    int base = L / V, extra = L % V, from = (V - extra) / 2;
+    first[0] = 0;
+    for (int v = 0; v < V; v++) first[v + 1] = first[v] + base + (v >= from && v < from + extra);
+}
+
+/* Refines s's split (V + 1 entries of first[]) on z's simulated schedule:
+ * descents (descend) from s's split and from the even split that gives its
+ * extra layers to the middle virtual stages; the shorter end is kept (s's
+ * on a tie).  The largest virtual stage alone (cost_pipe_balance) cannot
+ * tell apart the splits that tie on it (80 layers on 32 virtual stages:
+ * every split has a stage of 3), yet a step is more than its largest stage:
+ * a device runs the sum of its chunks, and the fill and drain run the first
+ * and last virtual stages with little to overlap them (hence the second
+ * start: the middle stages are the ones the schedule overlaps).  A descent
+ * takes one move at a time, so it can stop short (a local optimum): two
+ * starts find the same best split on LLaMA-2-70B's 80 layers whether the
+ * layers carry the imported graph's extra work or not. */
+static void refine_split(resplit *z, pipe_spec *s)
+{
+    int mid[PIPE_MAX_VSTAGES + 1];
+    split_middle(mid, z->V, z->L);
+    z->tasks_left = REFINE_TASKS / 2; /* half for each descent */
+    double a = descend(z, s->first, resplit_step(z, s->first));
+    z->tasks_left += REFINE_TASKS / 2;
+    double b = descend(z, mid, resplit_step(z, mid));
+    if (b < a) memcpy(s->first, mid, (size_t)(z->V + 1) * sizeof *mid);
+}
+
+/* Lowers and prices split s into *q (its stages into *qe when qe).
+ * Returns 0, or -1 (nothing to free) when it does not lower or price. */
+static int price_split(cost_ws *ws, shard_state *st, const pipe_spec *s, const spmd_options *opts, const cost_hw *hw,
+                       const cost_options *opt, pipe_program *q, cost_estimate *f, cost_pipe_estimate *qe)
+{
+    char err[256];
+    if (pipe_lower(st, s, opts, q, err, sizeof err) < 0) return -1;
+    if (estimate_pipeline(ws, q, hw, opt, f, qe, NULL, NULL, err, sizeof err) == 0) return 0;
+    pipe_program_free(q);
+    return -1;
+}
+
+/* The splits an auto spec is priced at beside the even one pp has, priced
+ * on `it` and `alone` (the prices pp's simulation ran on; taken over):
+ * cost_pipe_balance's, and that one refined on pp's simulated schedule
+ * (refine_split; where the refinement cannot run, the balanced one alone).
+ * Returns how many of out[2] differ from pp's split and from each other. */
+static int auto_splits(cost_ws *ws, const pipe_program *pp, const cost_hw *hw, double *it, double *alone, pipe_spec *out)
+{
+    cost_pipe_balance(pp, it, &out[0]);
+    out[1] = out[0];
+    resplit z;
+    if (resplit_open(&z, ws, pp, hw, it, alone) == 0) {
+        refine_split(&z, &out[1]);
+        resplit_free(&z);
+    }
+    free(it);
+    free(alone);
+    int n = 0;
+    for (int k = 0; k < 2; k++)
+        if (memcmp(out[k].first, pp->spec.first, sizeof out[k].first) && (!n || memcmp(out[k].first, out[0].first, sizeof out[k].first)))
+            out[n++] = out[k];
+    return n;
+}
+
+/* The best of pp's split and auto_splits' (priced in that order: the refined
+ * one, the likeliest, last) becomes *pp, *e and *pe (a plan that fits first,
+ * then the shorter step; among misfits the smaller peak).  A split that
+ * fails to lower or price is passed over.  Returns 0, or -1 with a message
+ * (pp freed). */
+static int balance_split(cost_ws *ws, shard_state *st, const spmd_options *opts, const cost_hw *hw, const cost_options *opt,
+                         double *it, double *alone, pipe_program *pp, cost_estimate *e, cost_pipe_estimate *pe, char *err,
+                         size_t errlen)
+{
+    pipe_spec cand[2];
+    int n = auto_splits(ws, pp, hw, it, alone, cand), held = 1; /* held: the workspace holds *pp's buffers */
+    for (int k = 0; k < n; k++) {
+        pipe_program q;
+        cost_estimate f;
+        cost_pipe_estimate qe;
+        if (price_split(ws, st, &cand[k], opts, hw, opt, &q, &f, pe ? &qe : NULL) < 0) {
+            held = 0; /* (a price that failed may have left the workspace half filled) */
+            continue;
+        }
+        held = f.fits != e->fits ? f.fits : f.fits ? f.step_time < e->step_time : f.peak_memory < e->peak_memory;
+        if (!held) {
+            pipe_program_free(&q);
+            if (pe) cost_pipe_estimate_free(&qe);
+            continue;
+        }
+        pipe_program_free(pp);
+        *pp = q;
+        *e = f;
+        if (pe) {
+            cost_pipe_estimate_free(pe);
+            *pe = qe;
+        }
+    }
+    if (held) return 0;
+    /* the workspace holds a split that lost: price the kept one again */
+    if (estimate_pipeline(ws, pp, hw, opt, e, NULL, NULL, NULL, err, errlen) == 0) return 0;
+    pipe_program_free(pp);
+    if (pe) cost_pipe_estimate_free(pe);
+    return -1;
 }
 
 /* cost_price_plan of a pipelined plan: an auto split priced at the even split
- * and at the balanced one (balance_split). */
+ * and at the balanced ones (balance_split). */
 static int price_pipelined(cost_ws *ws, shard_state *st, const pipe_spec *spec, const spmd_options *opts, const cost_hw *hw,
                            const cost_options *opt, pipe_program *pp, cost_estimate *e, cost_pipe_estimate *pe, char *err,
                            size_t errlen)
@@ -1099,13 +1349,13 @@ static int price_pipelined(cost_ws *ws, shard_state *st, const pipe_spec *spec, 
         pipe_split_even(&sp, st->g->n_layers);
         sp.split_auto = 0;
     }
-    double *it = NULL; /* the prices the simulation ran on, to balance the split on */
+    double *it = NULL, *alone = NULL; /* the prices the simulation ran on, to balance the split on */
     if (pipe_lower(st, &sp, opts, pp, err, errlen) < 0) return -1;
-    if (estimate_pipeline(ws, pp, hw, opt, e, pe, autos ? &it : NULL, err, errlen) < 0) {
+    if (estimate_pipeline(ws, pp, hw, opt, e, pe, autos ? &it : NULL, &alone, err, errlen) < 0) {
         pipe_program_free(pp);
         return -1;
     }
-    return autos ? balance_split(ws, st, opts, hw, opt, it, pp, e, pe, err, errlen) : 0;
+    return autos ? balance_split(ws, st, opts, hw, opt, it, alone, pp, e, pe, err, errlen) : 0;
 }
 
 /* ---- every plan ---------------------------------------------------------------- */
@@ -1138,7 +1388,7 @@ static int one_stage(const pipe_program *pp, const cost_estimate *e, cost_pipe_e
 int cost_estimate_plan(cost_ws *ws, const pipe_program *pp, const cost_hw *hw, const cost_options *opt, cost_estimate *out,
                        cost_pipe_estimate *pe, char *err, size_t errlen)
 {
-    if (pp->spec.axis >= 0) return estimate_pipeline(ws, pp, hw, opt, out, pe, NULL, err, errlen);
+    if (pp->spec.axis >= 0) return estimate_pipeline(ws, pp, hw, opt, out, pe, NULL, NULL, err, errlen);
     if (cost_estimate_program(ws, pp->prog, hw, opt, out, err, errlen) < 0) return -1;
     return pe ? one_stage(pp, out, pe, err, errlen) : 0;
 }

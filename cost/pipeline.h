@@ -182,8 +182,10 @@ void cost_pipe_balance(const pipe_program *pp, const double *instr_time, pipe_sp
  * (cost_estimate_plan): the one function that lowers and prices a plan,
  * pipelined (spec from sched_pipeline_step) or not (pipe_spec_none()).  A
  * pipelined spec with split_auto is priced at the even split first, then at
- * cost_pipe_balance's split when that moves a layer, and the faster of the
- * two is kept (a plan that fits first).  pp: zeroed, or a program made here
+ * cost_pipe_balance's split and at that split refined on the even split's
+ * simulated schedule (descents that move one layer at a time while the
+ * simulated step shortens; docs/pipeline.md), each where it moves a layer,
+ * and the fastest is kept (a plan that fits first).  pp: zeroed, or a program made here
  * before (a plan of one stage reuses its arrays; the search prices thousands
  * of plans); it receives the program priced (free with pipe_program_free;
  * pp->spec holds the split).  pe may be NULL; else it is overwritten (free a
