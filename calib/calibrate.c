@@ -208,6 +208,64 @@ static double vector_rate(int threads, int64_t n, int inner, char *err, size_t e
     return failed ? NAN : slowest_rate(rates, threads);
 }
 
+/* FLOP/s per thread, with `threads` threads each running its own, of the
+ * executor's fused attention kernels (exec/attention.c): the forward and the
+ * three backward outputs in turn, as a step runs them, causal, on q, k, v, dy
+ * [1, s, 4, 64].  The FLOPs are counted as the cost model counts them
+ * (ops.def: FlashAttention-2's 4 + 6 + 2 + 2), so rate / the GEMM's rate is
+ * the profile's attention_efficiency: on the matrix units of an accelerator
+ * one kernel does the backward, here each backward output recomputes what
+ * it needs, row by row, without BLIS, and the measured rate says so. */
+static double attention_rate(int threads, int64_t s, int inner, char *err, size_t errlen)
+{
+    enum { HEADS = 4, HEAD_DIM = 64 };
+    static const ir_opkind ops[4] = {IR_OP_ATTENTION, IR_OP_ATTENTION_DQ, IR_OP_ATTENTION_DK, IR_OP_ATTENTION_DV};
+    int failed = 0;
+    double rates[64] = {0};
+    ir_op o;
+    memset(&o, 0, sizeof o);
+    o.attrs.n_ints = 1;
+    o.attrs.ints[0] = 1; /* causal */
+    o.attrs.scalar = 0.125;
+    int64_t dims[4] = {1, s, HEADS, HEAD_DIM};
+    double f = 0;
+    for (int k = 0; k < 4; k++) f += ir_op_coef(ops[k]) * ir_attention_count(&o, 4, dims, s);
+    size_t n = (size_t)s * HEADS * HEAD_DIM;
+#pragma omp parallel num_threads(threads)
+    {
+        int t = omp_get_thread_num();
+        float *b = malloc(5 * n * sizeof(float));
+        if (b) {
+            for (size_t i = 0; i < 5 * n; i++) b[i] = noise(i, -1, 1);
+            exec_tensor x[5];
+            for (int i = 0; i < 5; i++) {
+                x[i] = (exec_tensor){IR_F32, 4, {0}, b + i * n};
+                memcpy(x[i].dims, dims, sizeof dims);
+            }
+            /* q, k, v, dy in; the result in x[4]; dv reads q, k, dy */
+            const exec_tensor dv_in[3] = {x[0], x[1], x[3]};
+            exec_kernel_opts opts;
+            memset(&opts, 0, sizeof opts);
+            char msg[128];
+            double tr[REPS];
+            for (int r = 0; r < REPS; r++) {
+#pragma omp barrier
+                double t0 = now();
+                for (int q = 0; q < inner; q++)
+                    for (int k = 0; k < 4; k++)
+                        if (exec_attention(ops[k], &o.attrs, k == 3 ? dv_in : x, &x[4], &opts, msg, sizeof msg) < 0)
+                            kernel_failed(&failed, err, errlen, ops[k], msg);
+                tr[r] = (now() - t0) / inner;
+            }
+            if (t < 64) rates[t] = f / median(tr, REPS);
+        } else {
+            kernel_failed(&failed, err, errlen, IR_OP_ATTENTION, "out of memory");
+        }
+        free(b);
+    }
+    return failed ? NAN : slowest_rate(rates, threads);
+}
+
 /* One kernel call of the op-rate suite: op kind, operand and result dims.
  * Shapes are built from n (elements of the result or of the reduced input);
  * every buffer fits in the core's cache, so these are compute rates (the
@@ -641,6 +699,7 @@ typedef struct cal_raw {
     double ovh;           /* a kernel call on one element */
     double ga, ea, ca;    /* one thread alone over every core busy, GEMM, elementwise, copy: each the median of
                              ALONE_PAIRS ratios measured back to back (alone_speedup, alone_bandwidth) */
+    double attn;          /* the fused attention kernels' FLOP/s per thread, every core busy (attention_rate) */
     double rates[IR_N_OPS];
 } cal_raw;
 #define CAL_RAW_FIELDS (sizeof(cal_raw) / sizeof(double))
@@ -710,6 +769,10 @@ static int measure_round(cal_raw *m, int cores, int quick, FILE *log, char *err,
     say(log, "  op rates (G elements/s per thread): exp %.2f, gelu %.2f, add %.2f, broadcast %.2f, reduce_sum %.2f\n",
         m->rates[IR_OP_EXP] / 1e9, m->rates[IR_OP_GELU] / 1e9, m->rates[IR_OP_ADD] / 1e9, m->rates[IR_OP_BROADCAST] / 1e9,
         m->rates[IR_OP_REDUCE_SUM] / 1e9);
+    m->attn = attention_rate(cores, quick ? 64 : 256, 1, err, errlen);
+    if (isnan(m->attn)) return -1;
+    say(log, "  fused attention (forward and backward kernels, causal, 4 heads of 64): %.2f GFLOP/s per thread as "
+        "FlashAttention-2's FLOPs count, %.1f%% of the GEMM's\n", m->attn / 1e9, 100 * m->attn / m->gn);
     m->call = calib_gemm_call(cores, quick);
     say(log, "  GEMM call (1x1x1 GEMMs, per extra call): %.2f us\n", m->call * 1e6);
     int sets = cold_sets(gemm_n);
@@ -718,7 +781,7 @@ static int measure_round(cal_raw *m, int cores, int quick, FILE *log, char *err,
     if (isnan(m->ovh)) return -1;
     say(log, "  kernel call overhead: %.3f us\n", m->ovh * 1e6);
     int ok = m->gn > 0 && m->vr > 0 && m->cr > 0 && isfinite(m->lat) && isfinite(m->ovh) && isfinite(m->call) &&
-             isfinite(m->lat_over) && m->gcold > 0;
+             isfinite(m->lat_over) && m->gcold > 0 && m->attn > 0;
     for (int k = 0; k < IR_N_OPS; k++) ok &= !op_timed((ir_opkind)k) || (m->rates[k] > 0 && isfinite(m->rates[k]));
     if (!ok) {
         snprintf(err, errlen, "calibrate: a measurement failed (out of memory?)");
@@ -773,6 +836,8 @@ static int derive_profile(cost_hw *hw, const cal_raw *m, int cores, int quick, i
              quick ? " (quick)" : "", med, cores, exec_blis_arch(), m->g1 / 1e9, m->gn / 1e9);
     hw->matmul_flops[IR_F32] = hw->matmul_flops[IR_BF16] = hw->matmul_flops[IR_F16] = hw->tf32_flops = m->gn; /* all run as f32 here */
     hw->vector_flops = m->vr;
+    /* the executor's attention kernels at their measured share of the GEMM's rate (within the field's bounds) */
+    hw->attention_efficiency = fmin(1, fmax(0.001, m->attn / m->gn));
     hw->mem_bandwidth = 2 * m->cr;
     hw->mem_capacity = ram;
     hw->op_overhead = m->ovh > 0 ? m->ovh : 0;

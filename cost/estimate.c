@@ -650,8 +650,9 @@ static double price_compute(ctx *c, const cost_hw *hw, const spmd_instr *in, dou
         }
         /* operands and result fetched from memory, not cache */
         if (hw->gemm_bandwidth > 0) extra += c->bw * bytes / hw->gemm_bandwidth;
-    } else if (w->op_rule[in->op] == FL_ATTN && hw->gemm_efficiency > 0) {
-        /* a fused attention kernel on the matrix units, at its own measured fraction of their peak */
+    } else if (w->op_rule[in->op] == FL_ATTN && (hw->gemm_efficiency > 0 || hw->attention_efficiency > 0)) {
+        /* a fused attention kernel on the matrix units, at its own measured fraction of their peak (a calibrated
+         * CPU profile: carve's own kernels', carve calibrate's attention_rate) */
         double eff = hw->attention_efficiency > 0 ? hw->attention_efficiency : hw->gemm_efficiency;
         peak_rate = cost_matmul_peak(hw, c->precision, 0) * eff;
         tf = flops / peak_rate;

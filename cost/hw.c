@@ -149,7 +149,7 @@ static const hw_row hw_rows[] = {
     {"shared_memory", offsetof(cost_hw, shared_memory), HW_BOOL, 0, 1, 0, NULL, 0, -1},
     {"fused_elementwise", offsetof(cost_hw, fused_elementwise), HW_INT, 1, 2, HW_ZERO_OK, NULL, 0, -1},
     {"gemm_efficiency", offsetof(cost_hw, gemm_efficiency), HW_REAL, 0.01, 1, HW_ZERO_OK, NULL, 0, -1},
-    {"attention_efficiency", offsetof(cost_hw, attention_efficiency), HW_REAL, 0.01, 1, HW_ZERO_OK, NULL, 0, -1},
+    {"attention_efficiency", offsetof(cost_hw, attention_efficiency), HW_REAL, 0.001, 1, HW_ZERO_OK, NULL, 0, -1},
     {"gemm_tile", offsetof(cost_hw, gemm_tile), HW_INT, 1, 65536, HW_ZERO_OK, NULL, 0, -1},
     {"gemm_units", offsetof(cost_hw, gemm_units), HW_INT, 1, 1 << 20, HW_ZERO_OK, NULL, 0, -1},
     {"intra_link", offsetof(cost_hw, intra), HW_OBJECT, 0, 0, HW_REQUIRED, ROWS(link_rows), -1},
