@@ -47,6 +47,18 @@ about what the engines do differently, or the comparison fails:
   reduce-scatter and all-reduce as one
                  (jax) carve reduce-scatters a gradient over the ZeRO axis and all-reduces its
                  block over the data axis; XLA on the CPU all-reduces it over both axes at once
+  reduce-scatters in turn as whole all-reduces
+                 (jax) carve reduce-scatters a gradient over one axis, then its block over another;
+                 XLA on the CPU all-reduces it over the first and keeps the whole, then all-reduces
+                 the whole over the second (n times carve's second reduce-scatter's bytes)
+  gathered over two axes at once
+                 carve gathers a value split over two axes over one, then the other (two
+                 all-gathers, results b/n and b); the engine over both at once (one, result b): the
+                 same bytes arrive on each device
+  addends moved apart (carve)
+                 carve moves both addends of an add (a projection's product and its broadcast bias)
+                 to the sum's layout, two all-to-alls of the same bytes; the engine adds first and
+                 moves the sum once
   all-to-all as all-gather (gloo)
                  (torch on gloo) gloo has no all-to-all: DTensor gathers the value and keeps its
                  chunk where carve's plan has an all-to-all of the same bytes
@@ -328,14 +340,17 @@ def rule_all_to_all(eng, car, ctx):
             n *= size.get(a, 1)
         return n
 
-    def fits(e, c):
-        if e["kind"] != "all-gather" or e["phase"] != c["phase"] or e["axes"] != c["axes"]:
-            return False
-        if e["bytes"] == c["bytes"]:
-            return True
-        r = _redistribution(e)
-        return r is not None and e["bytes"] == c["bytes"] * n_of(c["axes"]) and e["bytes"] == _gathered_bytes(e, ctx)
-    return _pair_each(eng, car, lambda c: c["kind"] == "all-to-all", fits)
+    def whole(e, c):  # the gather's result is the value whole: n b, as its logged redistribution gives it
+        return e["kind"] == "all-gather" and e["phase"] == c["phase"] and e["axes"] == c["axes"] and \
+            _redistribution(e) is not None and e["bytes"] == c["bytes"] * n_of(c["axes"]) and e["bytes"] == _gathered_bytes(e, ctx)
+
+    def same(e, c):
+        return e["kind"] == "all-gather" and e["phase"] == c["phase"] and e["axes"] == c["axes"] and e["bytes"] == c["bytes"]
+    # the checked sizes first, so that an equal size does not take another all-to-all's gather
+    got = [_pair_each(eng, car, lambda c: c["kind"] == "all-to-all", fits) for fits in (whole, same)]
+    es = [e for g in got if g for e in g[0]]
+    cs = [c for g in got if g for c in g[1]]
+    return (es, cs) if cs else None
 
 
 def rule_rs_ar_as_one(eng, car, ctx):
@@ -363,6 +378,74 @@ def rule_rs_ar_as_one(eng, car, ctx):
                 es.append(e)
                 cs += [rs, ar]
                 break
+    return (es, cs) if cs else None
+
+
+def rule_addends_moved(eng, car, ctx):
+    """carve-only: two carve all-to-alls of equal bytes, phase and axes that serve one add (op "add", the same
+    op_output: a projection's product and its broadcast bias, each the whole block) against the engine's
+    one: carve's lowering moves each addend to the sum's layout and adds there; the engine adds in the
+    addends' layout and moves the sum once (carve's lowering could do the same).  One of each such pair
+    is claimed; the other is paired as any all-to-all is."""
+    cs = []
+    for c in [c for c in car if c["kind"] == "all-to-all" and c.get("op") == "add"]:
+        if c in cs:
+            continue
+        twin = next((t for t in car if t is not c and t not in cs and t["kind"] == "all-to-all" and t.get("op") == "add"
+                     and t["op_output"] == c["op_output"] and t["phase"] == c["phase"] and t["axes"] == c["axes"]
+                     and t["bytes"] == c["bytes"] and t["what"] != c["what"]), None)
+        if twin is not None:
+            cs.append(c)
+    for c in cs:
+        car.remove(c)
+    return ([], cs) if cs else None
+
+
+def rule_rs_chain(eng, car, ctx):
+    """(XLA on the CPU) carve reduce-scatters a gradient over axis A (b bytes in), then its block over axis B
+    (b/n, n the size of A: exactly that block); with no reduce-scatter the engine all-reduces it over A and
+    keeps the whole value ("no reduce-scatter" pairs that), then all-reduces the whole over B: an engine
+    all-reduce over B of b against carve's second reduce-scatter of b/n, the same gradient as the first
+    (already paired).  The engine's all-reduce counts as paired for "summands reduced apart"."""
+    if any(e["kind"] == "reduce-scatter" for e in eng):
+        return None
+    size = dict(zip([a["name"] for a in ctx.get("mesh_axes", ())], ctx.get("mesh_sizes", ())))
+    es, cs = [], []
+    for c in [c for c in car if c["kind"] == "reduce-scatter" and len(c["axes"]) == 1]:
+        first = next((f for f in ctx["paired"] if f["kind"] == "reduce-scatter" and f["phase"] == c["phase"]
+                      and f["what"] == c["what"] and len(f["axes"]) == 1 and f["axes"] != c["axes"]
+                      and size.get(f["axes"][0], 1) > 1 and f["bytes"] == c["bytes"] * size.get(f["axes"][0], 1)), None)
+        e = first and next((e for e in eng if e["kind"] == "all-reduce" and e["phase"] == c["phase"] and
+                            e["axes"] == c["axes"] and e["bytes"] == first["bytes"]), None)
+        if e is not None:
+            eng.remove(e)
+            car.remove(c)
+            ctx.setdefault("as_one", []).append(e)
+            es.append(e)
+            cs.append(c)
+    return (es, cs) if cs else None
+
+
+def rule_gathered_at_once(eng, car, ctx):
+    """An engine all-gather of a value over two axes at once (result b) against carve's two all-gathers of
+    that value in the same phase, over one axis (result b/n, n the other axis's size) and then the other
+    (result b): the same bytes arrive on each device (b - b/N, N the two sizes' product), in one collective
+    (XLA, from a param stored split over both axes to the layout the export's compute spec asks for)."""
+    size = dict(zip([a["name"] for a in ctx.get("mesh_axes", ())], ctx.get("mesh_sizes", ())))
+    es, cs = [], []
+    for e in [e for e in eng if e["kind"] == "all-gather" and len(e["axes"]) == 2]:
+        pair = next(((c1, c2) for second in e["axes"] if size.get(second, 1) > 1
+                     for c2 in car if c2["kind"] == "all-gather" and c2["phase"] == e["phase"] and c2["axes"] == [second]
+                     and c2["bytes"] == e["bytes"]
+                     for c1 in car if c1["kind"] == "all-gather" and c1["phase"] == e["phase"] and len(c1["axes"]) == 1
+                     and c1["axes"][0] in e["axes"] and c1["axes"][0] != second and c1["what"] == c2["what"]
+                     and c1["bytes"] * size[second] == e["bytes"]), None)
+        if pair:
+            eng.remove(e)
+            for c in pair:
+                car.remove(c)
+            es.append(e)
+            cs += list(pair)
     return (es, cs) if cs else None
 
 
@@ -605,7 +688,10 @@ ORIGIN_RULES = (("loss read", rule_loss_read), ("cross-entropy", rule_cross_entr
 SHAPE_RULES = (("scatter-gather between stages", rule_scatter_gather), ("2-D partial", rule_two_dim_partial), ("all-reduce as reduce-scatter + all-gather", rule_rs_ag),
                ("no reduce-scatter (XLA on the CPU)", rule_no_reduce_scatter),
                ("reduce-scatter and all-reduce as one (XLA on the CPU)", rule_rs_ar_as_one),
-               ("summed before gathered", rule_reduce_first), ("all-to-all as all-gather (gloo)", rule_all_to_all), ("phase of a combined value", rule_phase),
+               ("reduce-scatters in turn as whole all-reduces (XLA on the CPU)", rule_rs_chain),
+               ("gathered over two axes at once", rule_gathered_at_once),
+               ("summed before gathered", rule_reduce_first), ("addends moved apart (carve)", rule_addends_moved),
+               ("all-to-all as all-gather (gloo)", rule_all_to_all), ("phase of a combined value", rule_phase),
                ("interleaved transfers", rule_interleaved_transfers), ("reduced over more axes", rule_more_axes), ("fused parts as one", rule_fused_parts), ("each summand reduced", rule_summands), ("summands reduced apart", rule_extra_summand),
                ("gathered again for the backward", rule_regather), ("summed before scattered", rule_scatter_summed))
 

@@ -12,7 +12,9 @@
 #          5% after them;
 #   refuse what torch cannot hold is one line naming the value and its placement.
 # The suite runs a small set; CARVE_TEST_LONG=1 (./build.sh test-long) the whole matrix of
-# BENCHMARKS.md's table (bench/engines.sh writes the table).  torch and JAX come from
+# BENCHMARKS.md's table (bench/engines.sh writes the table).  The set holds t-gp-zero3 and j-g-seq, the
+# last two cases whose collectives came to agree with carve's (issue 42): a module or export that stops
+# following the plan there fails the suite.  torch and JAX come from
 # $CARVE_PYTHON (build.sh's pinned venv); missing, they fail unless CARVE_TEST_WITHOUT names them.
 # carve-test: frameworks
 # Closing line: N passed, N failed (, N skipped).
@@ -72,7 +74,7 @@ hf-gpt2-l4|t-hg-inter|pipe=2,model=2|megatron:model,pipeline:pipe:2:interleaved-
 hf-llama|t-hl-gpipe|pipe=2,model=2|megatron:model,pipeline:pipe:4:gpipe,auto|5|--graph $hf/llama-legacy.onnx
 hf-llama|t-hl-seq|batch=2,model=2|dp:batch,group:input_ids:1:model,auto|40|--graph $hf/llama-legacy.onnx
 gpt|t-gp-dpmeg|batch=2,model=2|dp:batch,megatron:model,auto|5|--model gpt-tiny:attention=materialized
-gpt|t-gp-zero3|model=2,batch=2|zero3:batch,megatron:model,auto|5|--model gpt-tiny:attention=materialized
+*gpt|t-gp-zero3|model=2,batch=2|zero3:batch,megatron:model,auto|5|--model gpt-tiny:attention=materialized
 gpt|t-gp-seq|model=2,batch=2|dp:batch,group:tokens:1:model,auto|40|--model gpt-tiny:attention=materialized
 gpt|t-gp-1f1b|pipe=2,model=2|megatron:model,pipeline:pipe:2:1f1b,auto|5|--model gpt-tiny:attention=materialized
 gpt|t-gp-gpipe|pipe=2,model=2|megatron:model,pipeline:pipe:4:gpipe,auto|5|--model gpt-tiny:layers=4,attention=materialized
@@ -90,7 +92,7 @@ j-g-meg|model=4|megatron:model,auto|5|gpt-tiny:attention=materialized
 j-g-z3|batch=4|zero3:batch,auto|5|gpt-tiny:attention=materialized
 *j-g-dpmeg8|batch=2,model=4|dp:batch,megatron:model,auto|5|gpt-tiny:attention=materialized
 j-g-3ax|batch=2,model=2,x2=2|dp:batch,megatron:model,zero3:x2,auto|5|gpt-tiny:attention=materialized
-j-g-seq|batch=2,model=2|dp:batch,group:tokens:1:model,auto|40|gpt-tiny:attention=materialized
+*j-g-seq|batch=2,model=2|dp:batch,group:tokens:1:model,auto|40|gpt-tiny:attention=materialized
 j-l-dpmeg8|batch=2,model=4|dp:batch,megatron:model,auto|5|llama-tiny:attention=materialized
 j-l-z3meg|batch=2,model=2,x2=2|zero3:batch,megatron:model,dp:x2,auto|5|llama-tiny:attention=materialized
 EOF

@@ -59,6 +59,20 @@ sys.exit(0 if ok>=2 else 1)"
 check "multi-axis dims present" $?
 grep -q "last_tile_dim_replicate" zero3-megatron.xla && grep -q "T(" dp-megatron-zero3.xla; check "xla forms with replication and transposes" $?
 
+# READ_PLACEMENTS (the torch export): where carve's GPT preset under ZeRO-3 beside Megatron on a model-first mesh
+# computes its MLP weight-stationary (e2e_engines' t-gp-zero3), the MLP's input gathered over batch and its
+# activation moved back to the weights' split before the second projection, which tests/torch_models.py reads
+# there (issue 42: without them DTensor gathers the weights, -30% of carve's bytes); none under plain Megatron
+"$carve" autopart --model gpt-tiny:attention=materialized --mesh model=2,batch=2 --schedule zero3:batch,megatron:model,auto \
+    --precision f32 --budget 5 --memory-tactics none --quiet --out ws.json >/dev/null 2>&1 &&
+    "$carve" export ws.json --to torch --out ws.py 2>/dev/null &&
+    grep -qx '    "h0.ln2.out": \[Replicate(), Replicate()\],' ws.py && grep -qx '    "h1.mlp.act": \[Shard(2), Shard(2)\],' ws.py &&
+    grep -qx '    "tokens": \[Replicate(), Replicate()\],' ws.py && grep -q 'self.read("act",' "$root/tests/torch_models.py" &&
+    grep -q 'self.read("ln2.out",' "$root/tests/torch_models.py"
+check "torch export: a weight-stationary MLP's reads (READ_PLACEMENTS), marked by the preset's module" $?
+sed -n '/^READ_PLACEMENTS = {$/,/^}$/p' dp-megatron.torch | grep -c '^    "' | grep -qx 0
+check "torch export: no read moved under dp x Megatron" $?
+
 # ---- the engines' own parsers: jaxlib's sdy dialect, XLA's HloSharding (tests/sdy_xla_check.py) ----
 py=${CARVE_PYTHON:-python3}
 if "$py" -c "import jax, jaxlib.mlir.dialects.sdy" 2>/dev/null; then

@@ -86,9 +86,13 @@ class Model:
         return self.constrain(name, x)
 
     def causal(self):
+        """The mask from two iotas, the rows' and the columns' (models/blocks.c): one position vector
+        read both ways would be split with the rows and gathered back for the columns (a 64 B
+        all-gather of XLA's own where the plan splits the sequence)."""
         s = self.c["seq"]
-        pos = jnp.arange(s, dtype=jnp.float32)
-        mask = self.at("causal_mask", (pos[:, None] >= pos[None, :]).astype(jnp.float32))
+        rows = jax.lax.broadcasted_iota(jnp.float32, (s, s), 0)
+        cols = jax.lax.broadcasted_iota(jnp.float32, (s, s), 1)
+        mask = self.at("causal_mask", (rows >= cols).astype(jnp.float32))
         return mask, self.at("causal_bias", (mask - 1) * 1e9)
 
     def attend(self, q, k, v, mask, bias, pre, qk, pv):

@@ -342,7 +342,7 @@ def run_case(rank, model_name, plan_path, export_path, steps):
     ex = load_export(export_path, "carve_export_%d" % abs(hash(export_path)))
     if model_name in ("gpt", "llama-preset"):
         import torch_models
-        torch_models.Named.constrain = None  # set again below for this case's export
+        torch_models.Named.constrain = torch_models.Named.reader = None  # set again below for this case's export
     model, batch = build(model_name, plan)
     ref = copy.deepcopy(model) if rank == 0 else None
     # transformers' GPT-2 (whose c_attn the export holds on a view, FUSED): the weights come from an
@@ -371,6 +371,7 @@ def run_case(rank, model_name, plan_path, export_path, steps):
         if model_name in ("gpt", "llama-preset"):  # carve's presets mark their named values (tests/torch_models.py)
             import torch_models
             torch_models.Named.constrain = staticmethod(ex.constrain)
+            torch_models.Named.reader = staticmethod(ex.read)
         losses = train(model, batch, steps, log, positional=model_name.startswith("hf-"))
         params = ex.ordinary_state_dict(model) if ckpt is not None else full_params(model)
     # the engine's side: rank 0's collectives, and in a pipeline one rank's of each stage (the ranks

@@ -10,6 +10,11 @@ outputs and its state_dict names are the plan's param names.  The values
 inside a module that carve names (q, k, v, scores, ..., logits) pass through
 `at(name, x)`: the identity, or the export's `constrain` once torch_load.py
 sets CarveGPT.constrain (as tests/jax_load.py places with_sharding_constraint).
+Where a projection (or the lookup) reads a named value or input, it passes
+through `read(name, x)`: the identity, or the export's `read` once torch_load.py
+sets Named.reader (the layout the plan's program computes that read with, its
+READ_PLACEMENTS: a ZeRO axis's batch split gathered before a weight the plan
+keeps split there, an activation moved between splits).
 """
 import math
 
@@ -30,15 +35,71 @@ class Named(nn.Module):
     """A module that marks its named values: at(name, x) is x, or constrain(x, name) when set."""
 
     constrain = None
+    reader = None
     prefix = ""
 
     def at(self, name, x):
         c = Named.constrain
         return x if c is None else c(x, self.prefix + name)
 
+    def read(self, name, x):
+        r = Named.reader
+        return x if r is None else r(x, self.prefix + name)
+
 
 def _normal(*shape, std=0.02):
     return nn.Parameter(torch.randn(*shape) * std)
+
+
+def lookup(ids, table):
+    """table's rows at ids: F.embedding; or, where table is a DTensor whose rows are split over two or
+    more mesh dims (a vocabulary split over a Megatron and a ZeRO axis) and the ids are whole on every
+    rank (the plan's read of them: carve gathers the ids for such a lookup), the vocabulary-parallel
+    lookup carve's program does (and Megatron's VocabParallelEmbedding): each rank looks the ids up in
+    its own rows, zeros for the others, a partial sum over those mesh dims that the plan's placement of
+    the result then reduces; the backward adds the gradient's rows into the rank's own rows (no
+    reduction).  DTensor's embedding takes a row split on one mesh dim only (on two: "MaskBuffer has been
+    materialized with conflicting data"), so it would gather the table over the other."""
+    try:
+        from torch.distributed.tensor import DTensor, Replicate, Shard
+    except ImportError:
+        return F.embedding(ids, table)
+    if not isinstance(table, DTensor) or not isinstance(ids, DTensor) or \
+            any(not isinstance(p, Replicate) for p in ids.placements) or \
+            any(not isinstance(p, (Shard, Replicate)) or (isinstance(p, Shard) and p.dim != 0) for p in table.placements) or \
+            sum(isinstance(p, Shard) for p in table.placements) < 2:
+        return F.embedding(ids, table)
+    return _RowLookup.apply(ids, table)
+
+
+class _RowLookup(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, ids, table):
+        from torch.distributed.tensor import DTensor, Partial, Replicate, Shard
+        mesh, block = table.device_mesh, 0
+        for i, p in enumerate(table.placements):  # the rank's block of rows: mesh dims in order, outer first
+            if isinstance(p, Shard):
+                block = block * mesh.size(i) + mesh.get_local_rank(i)
+        rows = table.to_local().shape[0]
+        lo = block * rows
+        local = ids.to_local()
+        mine = (local >= lo) & (local < lo + rows)
+        out = F.embedding(torch.where(mine, local - lo, torch.zeros_like(local)), table.to_local()) * mine.unsqueeze(-1)
+        ctx.save_for_backward(local, mine)
+        ctx.lo, ctx.rows, ctx.table = lo, rows, (table.placements, table.shape, table.stride(), mesh)
+        return DTensor.from_local(out, mesh, [Partial() if isinstance(p, Shard) else Replicate() for p in table.placements],
+                                  run_check=False)
+
+    @staticmethod
+    def backward(ctx, grad):
+        from torch.distributed.tensor import DTensor, Replicate
+        local, mine = ctx.saved_tensors
+        placements, shape, stride, mesh = ctx.table
+        if isinstance(grad, DTensor):
+            grad = grad.redistribute(mesh, [Replicate()] * mesh.ndim).to_local()
+        g = grad.new_zeros((ctx.rows,) + tuple(grad.shape[local.dim():]))
+        g.index_add_(0, (local - ctx.lo)[mine], grad[mine])
+        return None, DTensor.from_local(g, mesh, placements, shape=shape, stride=stride, run_check=False)
 
 
 class LayerNorm(nn.Module):
@@ -71,6 +132,8 @@ class Attention(Named):
         q = self.at("q", torch.einsum("bsh,hnd->bsnd", x, self.wq) + self.bq)
         k = self.at("k", torch.einsum("bsh,hnd->bsnd", x, self.wk) + self.bk)
         v = self.at("v", torch.einsum("bsh,hnd->bsnd", x, self.wv) + self.bv)
+        # the attention's own reads are DTensor's: where the plan gathers k and v over a sequence split, it
+        # gathers them again for the backward, as DTensor's einsum does (a read() would keep the forward's copy)
         scores = self.at("scores", torch.einsum("bsnd,btnd->bnst", q, k) * (1.0 / math.sqrt(self.dh)))
         masked = self.at("masked", scores * mask + bias)
         probs = self.at("probs", torch.softmax(masked, -1))
@@ -87,7 +150,9 @@ class MLP(Named):
 
     def forward(self, x):
         fc1 = self.at("fc1", x @ self.w1 + self.b1)
-        return self.at("act", F.gelu(fc1, approximate="tanh")) @ self.w2 + self.b2
+        # the product placed as the plan holds the MLP's output (a partial sum reduced before the bias is
+        # added, as carve's program adds it; DTensor would add the bias to the partial sum)
+        return self.at("out", self.read("act", self.at("act", F.gelu(fc1, approximate="tanh"))) @ self.w2) + self.b2
 
 
 class Block(Named):
@@ -98,8 +163,8 @@ class Block(Named):
         self.attn, self.mlp = Attention(h, heads, prefix + "attn."), MLP(h, prefix + "mlp.")
 
     def forward(self, x):
-        x = self.at("resid", x + self.attn(self.ln1(x)))
-        return x + self.mlp(self.ln2(x))
+        x = self.at("resid", x + self.attn(self.read("ln1.out", self.ln1(x))))
+        return x + self.mlp(self.read("ln2.out", self.ln2(x)))
 
 
 class CarveGPT(Named):
@@ -115,10 +180,13 @@ class CarveGPT(Named):
         self.ln_f = LayerNorm(h)
 
     def forward(self, tokens, labels):
-        x = self.at("embed", self.at("embed.tok", F.embedding(tokens, self.wte)) + self.wpe)
+        # placed (apply_plan), the ids as carve holds them, 4 bytes each, where the plan moves them; a traced
+        # pipeline stage keeps the input's dtype (DTensor has no rule for the cast's metadata check)
+        ids = tokens if Named.reader is None else self.read("tokens", tokens.to(torch.int32))
+        x = self.at("embed", self.at("embed.tok", lookup(ids, self.wte)) + self.wpe)
         for layer in range(self.layers):
             x = getattr(self, "h%d" % layer)(x)
-        logits = self.at("logits", self.ln_f(x) @ self.wte.t())
+        logits = self.at("logits", self.read("ln_f.out", self.ln_f(x)) @ self.wte.t())
         return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), labels.reshape(-1))
 
 

@@ -549,6 +549,36 @@ static void torch_module_inputs(FILE *f, const view_explanation *x, const uint8_
     fputs("}\n\n", f);
 }
 
+/* READ_PLACEMENTS: the inputs and named forward values whose first forward reader the program computes
+ * with in another layout than the value's own (a norm's output gathered over a ZeRO axis before a
+ * projection whose weight the plan keeps split there; an activation moved between splits before the
+ * next projection): name -> those placements.  apply_plan's hooks act on module boundaries; a module
+ * that marks where it reads a named value (carve's presets as torch modules, tests/torch_models.py:
+ * read(x, name) at each projection's input) moves it there with the export's read().  A value whose own
+ * placement or whose read is partial, or a read DTensor cannot hold (torch_reordered), is left out. */
+static void torch_reads(FILE *f, const view_explanation *x, const uint8_t *fwd)
+{
+    const shard_state *st = x->st;
+    const ir_graph *g = st->g;
+    fputs("# inputs and named forward values whose first forward reader the plan computes with in another layout\n"
+          "# (a module that marks that read calls read(x, name) there): name -> those placements\n"
+          "READ_PLACEMENTS = {\n",
+          f);
+    for (int v = 0; v < g->n_values; v++) {
+        const ir_value *y = &g->values[v];
+        if ((y->role != IR_INPUT && y->role != IR_INTERMEDIATE) || !export_listed(st, fwd, v) || st->spec[v].partial) continue;
+        int b = export_compute_buf(x->p, v);
+        const shard_spec *use = b >= 0 ? &x->p->bufs[b].spec : NULL;
+        if (!use || use->partial || torch_reordered(use, y->rank) || shard_spec_equal(use, &st->spec[v], y->rank)) continue;
+        fputs("    ", f);
+        export_put_str(f, y->name, 0);
+        fputs(": ", f);
+        torch_placements(f, &st->mesh, use, y->rank, NULL);
+        fputs(",\n", f);
+    }
+    fputs("}\n\n", f);
+}
+
 /* A schedule of the plan's program (a pipeline's) as torch_pipeline writes it. */
 static void torch_schedule(FILE *f, const view_explanation *x, const pipe_program *pp)
 {
@@ -614,6 +644,7 @@ static void write_torch(FILE *f, const view_explanation *x, const uint8_t *fwd)
     torch_compute(f, x, fwd);
     torch_module_outputs(f, x, fwd);
     torch_module_inputs(f, x, fwd);
+    torch_reads(f, x, fwd);
     torch_pipeline(f, x);
     fputs(export_torch_runtime, f);
 }

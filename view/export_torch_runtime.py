@@ -269,14 +269,21 @@ def _resolve(grad, placements):
 def _redistribute(x, placements):
     """x placed as `placements`, first taking locally the blocks it will keep (a replicated mesh dim the
     target shards), so the reductions move blocks, not whole tensors (DTensor would all-reduce a
-    partial-and-replicated value whole before slicing it)."""
-    from torch.distributed.tensor import Replicate, Shard
+    partial-and-replicated value whole before slicing it); a value partial over several mesh dims is
+    reduce-scattered over those the target shards before the others are all-reduced (the block, not
+    the whole value: carve's program orders them so)."""
+    from torch.distributed.tensor import Partial, Replicate, Shard
     now = tuple(x.placements)
     if now == tuple(placements):
         return x
     first = tuple(t if isinstance(t, Shard) and isinstance(c, Replicate) else c for c, t in zip(now, placements))
     if first != now:
         x = x.redistribute(x.device_mesh, first)
+    partial = [i for i, c in enumerate(first) if isinstance(c, Partial)]
+    if len(partial) >= 2:
+        scatter = tuple(t if i in partial and isinstance(t, Shard) else c for i, (c, t) in enumerate(zip(first, placements)))
+        if scatter != first and scatter != tuple(placements):
+            x = x.redistribute(x.device_mesh, scatter)
     return x.redistribute(x.device_mesh, placements)
 
 
@@ -295,6 +302,32 @@ def constrain(x, name, drop_axis=None):
     if not isinstance(x, DTensor) or placements is None or any(isinstance(p, Partial) for p in placements):
         return x
     return _grad_as(_redistribute(x, placements), placements)
+
+
+def read(x, name):
+    """x placed as the plan's first forward reader of the value `name` computes with it
+    (READ_PLACEMENTS), its gradient brought back to x's placement (_redistribute: a partial sum
+    reduce-scattered onto the block x keeps, then all-reduced over the other mesh dims, as carve's
+    program does; DTensor's own backward of the move would choose its order).  For the reads that no
+    module boundary marks (apply_plan's hooks place module inputs and outputs): a module calls it where
+    it reads a named value (carve's presets as torch modules, tests/torch_models.py).  x unchanged where
+    x is no DTensor or the plan reads `name` as it holds it."""
+    import torch
+    from torch.distributed.tensor import DTensor
+    placements = READ_PLACEMENTS.get(name)
+    if not isinstance(x, DTensor) or placements is None or tuple(x.placements) == tuple(placements):
+        return x
+    own = tuple(x.placements)
+
+    class Read(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, t):
+            return _redistribute(t, placements)
+
+        @staticmethod
+        def backward(ctx, grad):
+            return _redistribute(grad, own)
+    return Read.apply(x)
 
 
 class _Placed:
