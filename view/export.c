@@ -99,6 +99,13 @@ int export_compute_buf(const spmd_program *p, int v)
     return -1;
 }
 
+const shard_spec *export_moved_use(const spmd_program *p, const shard_state *st, int v)
+{
+    int b = p ? export_compute_buf(p, v) : -1;
+    const shard_spec *use = b >= 0 ? &p->bufs[b].spec : NULL;
+    return use && !use->partial && !shard_spec_equal(use, &st->spec[v], st->g->values[v].rank) ? use : NULL;
+}
+
 int view_export_uneven(const shard_state *st, char *first, size_t n)
 {
     int count = 0;

@@ -33,6 +33,10 @@ void export_py_tables(FILE *f, const shard_state *st, const uint8_t *fwd, const 
  * argument's own, or the version the program gathers (ZeRO-3) or slices for
  * it; -1 when no forward instruction reads v. */
 int export_compute_buf(const spmd_program *p, int v);
+/* The layout that buffer has (the one v's first forward reader computes with)
+ * when it is another than v's own (st->spec[v]) and holds no partial sum;
+ * NULL otherwise or when p is NULL. */
+const shard_spec *export_moved_use(const spmd_program *p, const shard_state *st, int v);
 /* Writes the stages of pipelined program pp that hold param v (an argument
  * of pp's program), the one that updates it first: "0, 1". */
 void export_param_stages(FILE *f, const pipe_program *pp, int v);

@@ -49,10 +49,8 @@ static void jax_compute_specs(FILE *f, const view_explanation *x)
           "PARAM_COMPUTE_SPECS_FLAT = {\n",
           f);
     for (int v = 0; p && v < g->n_values; v++) {
-        if (g->values[v].role != IR_PARAM || p->arg_buf[v] < 0) continue;
-        int b = export_compute_buf(p, v);
-        const shard_spec *use = b >= 0 ? &p->bufs[b].spec : NULL;
-        if (!use || use->partial || shard_spec_equal(use, &st->spec[v], g->values[v].rank)) continue;
+        const shard_spec *use = g->values[v].role == IR_PARAM && p->arg_buf[v] >= 0 ? export_moved_use(p, st, v) : NULL;
+        if (!use) continue;
         fputs("    ", f);
         export_put_str(f, g->values[v].name, 0);
         fputs(": ", f);

@@ -567,9 +567,8 @@ static void torch_reads(FILE *f, const view_explanation *x, const uint8_t *fwd)
     for (int v = 0; v < g->n_values; v++) {
         const ir_value *y = &g->values[v];
         if ((y->role != IR_INPUT && y->role != IR_INTERMEDIATE) || !export_listed(st, fwd, v) || st->spec[v].partial) continue;
-        int b = export_compute_buf(x->p, v);
-        const shard_spec *use = b >= 0 ? &x->p->bufs[b].spec : NULL;
-        if (!use || use->partial || torch_reordered(use, y->rank) || shard_spec_equal(use, &st->spec[v], y->rank)) continue;
+        const shard_spec *use = export_moved_use(x->p, st, v);
+        if (!use || torch_reordered(use, y->rank)) continue;
         fputs("    ", f);
         export_put_str(f, y->name, 0);
         fputs(": ", f);
