@@ -168,6 +168,45 @@ static void kernel_failed(int *failed, char *first, size_t n, ir_opkind k, const
     }
 }
 
+/* One call of a timed suite: kernel k of ctx's, its message in msg.
+ * Returns 0, or -1 when the kernel failed. */
+typedef int (*suite_call)(const void *ctx, int k, char *msg, size_t n);
+
+/* Median seconds of one pass over a suite of n kernel calls (call(ctx, k),
+ * k < n; ops[k] names them), each thread of the team timing its own at
+ * once: REPS repeats of `inner` passes, each repeat from a barrier of the
+ * team.  A thread without its buffers (ctx NULL) still meets every barrier.
+ * A failed call is recorded in *failed and err. */
+static double time_suite(suite_call call, const void *ctx, int n, const ir_opkind *ops, int inner, int *failed, char *err,
+                         size_t errlen)
+{
+    char msg[128];
+    double tr[REPS];
+    for (int r = 0; r < REPS; r++) {
+#pragma omp barrier
+        double t0 = now();
+        for (int q = 0; ctx && q < inner; q++)
+            for (int k = 0; k < n; k++)
+                if (call(ctx, k, msg, sizeof msg) < 0) kernel_failed(failed, err, errlen, ops[k], msg);
+        tr[r] = (now() - t0) / inner;
+    }
+    return median(tr, REPS);
+}
+
+/* The elementwise suite: mul, exp and gelu on in, into out. */
+typedef struct vector_suite {
+    const ir_opkind *ops;
+    ir_attrs at;
+    exec_tensor in[2], out;
+} vector_suite;
+
+static int vector_call(const void *ctx, int k, char *msg, size_t n)
+{
+    const vector_suite *v = ctx;
+    exec_tensor out = v->out;
+    return exec_kernel_run(v->ops[k], &v->at, ir_op_arity(v->ops[k]), v->in, &out, NULL, msg, n);
+}
+
 /* Per-thread elementwise FLOP rate: mul, exp and gelu (FLOPs per element
  * from ir/ops.def) on `n`-element in-cache buffers, total FLOPs over total
  * time.  NaN, with a message in err, when a kernel fails. */
@@ -175,37 +214,44 @@ static double vector_rate(int threads, int64_t n, int inner, char *err, size_t e
 {
     int failed = 0;
     static const ir_opkind ops[3] = {IR_OP_MUL, IR_OP_EXP, IR_OP_GELU};
-    double rates[64] = {0};
+    double rates[64] = {0}, f = 0;
+    for (int o = 0; o < 3; o++) f += ir_op_coef(ops[o]) * (double)n;
 #pragma omp parallel num_threads(threads)
     {
         int t = omp_get_thread_num();
         float *x = malloc((size_t)n * sizeof(float)), *y = malloc((size_t)n * sizeof(float)),
               *z = malloc((size_t)n * sizeof(float));
-        if (x && y && z) {
+        vector_suite v;
+        memset(&v, 0, sizeof v);
+        v.ops = ops;
+        v.in[0] = (exec_tensor){IR_F32, 1, {n}, x};
+        v.in[1] = (exec_tensor){IR_F32, 1, {n}, y};
+        v.out = (exec_tensor){IR_F32, 1, {n}, z};
+        if (x && y && z)
             for (int64_t i = 0; i < n; i++) x[i] = y[i] = noise((uint64_t)i, -3, 3);
-            exec_tensor in[2] = {{IR_F32, 1, {n}, x}, {IR_F32, 1, {n}, y}}, out = {IR_F32, 1, {n}, z};
-            ir_attrs at;
-            memset(&at, 0, sizeof at);
-            char msg[128];
-            double tr[REPS];
-            for (int r = 0; r < REPS; r++) {
-#pragma omp barrier
-                double t0 = now();
-                for (int k = 0; k < inner; k++)
-                    for (int o = 0; o < 3; o++)
-                        if (exec_kernel_run(ops[o], &at, ir_op_arity(ops[o]), in, &out, NULL, msg, sizeof msg) < 0)
-                            kernel_failed(&failed, err, errlen, ops[o], msg);
-                tr[r] = now() - t0;
-            }
-            double f = 0;
-            for (int o = 0; o < 3; o++) f += ir_op_coef(ops[o]) * (double)n * inner;
-            if (t < 64) rates[t] = f / median(tr, REPS);
-        }
+        double sec = time_suite(vector_call, x && y && z ? &v : NULL, 3, ops, inner, &failed, err, errlen);
+        if (t < 64 && x && y && z) rates[t] = f / sec;
         free(x);
         free(y);
         free(z);
     }
     return failed ? NAN : slowest_rate(rates, threads);
+}
+
+/* The fused attention suite: the forward and the three backward outputs of
+ * q, k, v, dy (x[0..4)) into x[4]; dv reads q, k, dy. */
+typedef struct attention_suite {
+    const ir_opkind *ops;
+    ir_attrs at;
+    exec_tensor x[5], dv_in[3];
+    exec_kernel_opts opts;
+} attention_suite;
+
+static int attention_call(const void *ctx, int k, char *msg, size_t n)
+{
+    const attention_suite *a = ctx;
+    exec_tensor out = a->x[4];
+    return exec_attention(a->ops[k], &a->at, k == 3 ? a->dv_in : a->x, &out, &a->opts, msg, n);
 }
 
 /* FLOP/s per thread, with `threads` threads each running its own, of the
@@ -235,32 +281,22 @@ static double attention_rate(int threads, int64_t s, int inner, char *err, size_
     {
         int t = omp_get_thread_num();
         float *b = malloc(5 * n * sizeof(float));
+        attention_suite a;
+        memset(&a, 0, sizeof a);
+        a.ops = ops;
+        a.at = o.attrs;
         if (b) {
             for (size_t i = 0; i < 5 * n; i++) b[i] = noise(i, -1, 1);
-            exec_tensor x[5];
             for (int i = 0; i < 5; i++) {
-                x[i] = (exec_tensor){IR_F32, 4, {0}, b + i * n};
-                memcpy(x[i].dims, dims, sizeof dims);
+                a.x[i] = (exec_tensor){IR_F32, 4, {0}, b + i * n};
+                memcpy(a.x[i].dims, dims, sizeof dims);
             }
-            /* q, k, v, dy in; the result in x[4]; dv reads q, k, dy */
-            const exec_tensor dv_in[3] = {x[0], x[1], x[3]};
-            exec_kernel_opts opts;
-            memset(&opts, 0, sizeof opts);
-            char msg[128];
-            double tr[REPS];
-            for (int r = 0; r < REPS; r++) {
-#pragma omp barrier
-                double t0 = now();
-                for (int q = 0; q < inner; q++)
-                    for (int k = 0; k < 4; k++)
-                        if (exec_attention(ops[k], &o.attrs, k == 3 ? dv_in : x, &x[4], &opts, msg, sizeof msg) < 0)
-                            kernel_failed(&failed, err, errlen, ops[k], msg);
-                tr[r] = (now() - t0) / inner;
-            }
-            if (t < 64) rates[t] = f / median(tr, REPS);
+            a.dv_in[0] = a.x[0], a.dv_in[1] = a.x[1], a.dv_in[2] = a.x[3];
         } else {
             kernel_failed(&failed, err, errlen, IR_OP_ATTENTION, "out of memory");
         }
+        double sec = time_suite(attention_call, b ? &a : NULL, 4, ops, inner, &failed, err, errlen);
+        if (t < 64 && b) rates[t] = f / sec;
         free(b);
     }
     return failed ? NAN : slowest_rate(rates, threads);
