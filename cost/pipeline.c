@@ -1187,8 +1187,9 @@ static double resplit_step(resplit *z, const int *first)
     }
     cost_pipe_result res;
     char err[160];
-    double step = cost_pipe_simulate(m, &res, err, sizeof err) < 0 ? INFINITY : res.step;
-    if (step < INFINITY) cost_pipe_result_free(&res);
+    if (cost_pipe_simulate(m, &res, err, sizeof err) < 0) return INFINITY; /* it freed res */
+    double step = res.step;
+    cost_pipe_result_free(&res);
     return step;
 }
 
