@@ -46,6 +46,39 @@ static spmd_program *lower(const ir_graph *g, const char *mesh_text, const char 
     return p;
 }
 
+/* A calibrated profile's fused attention (the executor's kernels, measured): its share of the GEMM's rate, and the
+ * estimator prices the attention ops of a program at it (not at vector_flops, as before the measurement). */
+static void check_attention_priced(const cost_hw *hw)
+{
+    static const ir_opkind attn[4] = {IR_OP_ATTENTION, IR_OP_ATTENTION_DQ, IR_OP_ATTENTION_DK, IR_OP_ATTENTION_DV};
+    char err[256];
+    CHECKF(hw->attention_efficiency >= 0.001 && hw->attention_efficiency <= 1, "attention_efficiency %g", hw->attention_efficiency);
+    model_config cfg;
+    ir_optimizer opt = ir_default_adam();
+    CHECKF(model_parse("gpt-tiny", &cfg, err, sizeof err) == 0, "%s", err); /* fused attention */
+    ir_graph *g = model_build_step(&cfg, &opt, err, sizeof err);
+    CHECKF(g != NULL, "%s", err);
+    if (!g) return;
+    spmd_program *p = lower(g, "d=1", "");
+    double attn_flops = 0, attn_time = 0;
+    cost_estimate e;
+    cost_options co = {COST_FP32, 0, 0, COST_GRADS_AUTO};
+    cost_ws *ws = cost_ws_new(p->g);
+    CHECKF(cost_estimate_program(ws, p, hw, &co, &e, err, sizeof err) == 0, "%s", err);
+    for (int k = 0; k < 4; k++) {
+        attn_time += e.op_time[attn[k]];
+        for (int o = 0; o < g->n_ops; o++)
+            if (g->ops[o].kind == attn[k]) attn_flops += ir_op_flops(g, o);
+    }
+    /* at the measured rate, per thread with every core busy, times the cores factor of one device (as every op) */
+    double want = attn_flops / (hw->matmul_flops[IR_F32] * hw->attention_efficiency) * e.serialisation;
+    CHECKF(attn_flops > 0 && attn_time >= want * (1 - 1e-9) && attn_time <= want * 1.5,
+           "attention priced %.4g s, its FLOPs at the measured rate %.4g s", attn_time, want);
+    cost_ws_free(ws);
+    spmd_free(p);
+    ir_free(g);
+}
+
 static void test_calibrate_quick(void)
 {
     cost_hw hw;
@@ -61,31 +94,7 @@ static void test_calibrate_quick(void)
     for (int k = 0; k < IR_N_OPS; k++) rates &= ir_op_class(k) == IR_CONTRACTION ? hw.op_rate[k] == 0 : hw.op_rate[k] > 0;
     CHECK(rates && hw.alone_speedup >= 1 && hw.alone_bandwidth >= 1 && hw.shared_memory == 1 && hw.fused_elementwise == 1 && hw.gemm_call >= 0 && hw.oversub_latency >= 0 &&
           hw.gemm_bandwidth >= 0);
-    /* the executor's fused attention kernels, measured: their share of the GEMM's rate, and the estimator prices
-     * the attention ops of a program at it (not at vector_flops, as before the measurement) */
-    CHECKF(hw.attention_efficiency >= 0.001 && hw.attention_efficiency <= 1, "attention_efficiency %g", hw.attention_efficiency);
-    model_config cfg;
-    ir_optimizer opt = ir_default_adam();
-    CHECKF(model_parse("gpt-tiny", &cfg, err, sizeof err) == 0, "%s", err); /* fused attention */
-    ir_graph *g = model_build_step(&cfg, &opt, err, sizeof err);
-    CHECKF(g != NULL, "%s", err);
-    if (!g) return;
-    spmd_program *p = lower(g, "d=1", "");
-    double attn_flops = 0, attn_time = 0;
-    cost_estimate e;
-    cost_options co = {COST_FP32, 0, 0, COST_GRADS_AUTO};
-    cost_ws *ws = cost_ws_new(p->g);
-    CHECKF(cost_estimate_program(ws, p, &hw, &co, &e, err, sizeof err) == 0, "%s", err);
-    for (int o = 0; o < g->n_ops; o++)
-        if (ir_op_class(g->ops[o].kind) == IR_CONTRACTION && g->ops[o].kind != IR_OP_EINSUM) attn_flops += ir_op_flops(g, o);
-    for (int k = IR_OP_ATTENTION; k <= IR_OP_ATTENTION_DV; k++) attn_time += e.op_time[k];
-    /* at the measured rate, per thread with every core busy, times the cores factor of one device (as every op) */
-    double want = attn_flops / (hw.matmul_flops[IR_F32] * hw.attention_efficiency) * e.serialisation;
-    CHECKF(attn_flops > 0 && attn_time >= want * (1 - 1e-9) && attn_time <= want * 1.5,
-           "attention priced %.4g s, its FLOPs at the measured rate %.4g s", attn_time, want);
-    cost_ws_free(ws);
-    spmd_free(p);
-    ir_free(g);
+    check_attention_priced(&hw);
 }
 
 /* FLOPs and instructions the collected einsums stand for. */
