@@ -97,7 +97,14 @@ about what the engines do differently, or the comparison fails:
                  (torch, sequence splits) carve splits a position table's rows like the sequence and
                  looks them up locally; DTensor's embedding makes a masked partial it reduce-scatters
                  (the lookup's bytes), and reduces the table's gradient over the sequence axis too
-                 (k times carve's bytes, k that axis's size)
+                 (k times carve's bytes, k that axis's size; a table split over the data axis as
+                 well: one reduce-scatter of the whole table over the sequence axis before the
+                 data axis's, which pairs with carve's)
+  kv heads repeated before gathered
+                 (torch, sequence splits of GQA) transformers' eager attention repeats the key and value
+                 heads (repeat_kv) before its matmuls, so DTensor gathers the sequence-split key and
+                 value after the repeat, heads/kv_heads times the bytes of carve's gathers, which its
+                 attention makes of the kv heads
   shard moved between dims (gloo)
                  (torch) DTensor put a value on another dim than carve's plan (the Partial
                  gradient scattered onto dim 0 above) and moves it back for the next op or the
@@ -635,11 +642,34 @@ def rule_masked_lookup(eng, car, ctx):
                 es.append(e)
                 cs.append(c)
                 break
-    if not cs:  # no table gradient reduced over the sequence axis too: another lookup (a vocabulary split)
+    tables = len(cs) + _table_scatters(eng, es, names)
+    if not tables:  # no table gradient reduced over the sequence axis too: another lookup (a vocabulary split)
         return None
-    for e in lookups[:len(cs)]:
+    for e in lookups[:tables]:
         eng.remove(e)
-    return lookups[:len(cs)] + es, cs
+    return lookups[:tables] + es, cs
+
+
+def _table_scatters(eng, es, names):
+    """rule_masked_lookup's table split over the sequence axis too (ZeRO's data axis beside it: carve
+    reduce-scatters its gradient over the data axis alone, the rows already the device's): DTensor's
+    table gradient, partial over every mesh dim, is reduce-scattered over the sequence axis first, the
+    whole table (engine-only, bytes by its logged shape); its reduce-scatter over the data axis pairs
+    with carve's.  Moves those from eng to es; returns how many."""
+    n = 0
+    for e in [e for e in eng if e["kind"] == "reduce-scatter" and e["phase"] == "backward" and e.get("op") == "embedding_dense_backward"]:
+        r = _redistribution(e)
+        if not r or len(r[1]) != len(names) or any(a != "P" for a in r[1]):
+            continue
+        whole = 4
+        for x in r[0]:
+            whole *= x
+        axes = [names.index(a) for a in e["axes"] if a in names]
+        if axes and e["bytes"] == whole and all(_tensor_dim(r[2][i]) == 0 for i in axes):
+            eng.remove(e)
+            es.append(e)
+            n += 1
+    return n
 
 
 def rule_shard_moved(eng, car, ctx):
@@ -679,6 +709,22 @@ def rule_scatter_summed(eng, car, ctx):
                       and c["bytes"] // e["bytes"] in (2, 4, 8))
 
 
+def rule_repeat_gathered(eng, car, ctx):
+    """(torch) An engine all-gather of k times a carve all-gather's bytes (k = 2 to 8), same phase and axes,
+    the engine's for a bmm (its logged shape and placements give its bytes, checked), carve's for its
+    fused attention (attention and its backward ops): transformers' eager attention repeats GQA's key and
+    value heads to all heads (repeat_kv) before its matmuls, so DTensor gathers the sequence-split key
+    and value after the repeat, k = heads / kv_heads times the bytes, where carve's attention reads the
+    kv heads and gathers them before any repeat.  The module's order of ops, which the export cannot
+    move (repeat_kv is a function inside the attention's forward, no module boundary)."""
+    def bmm_gather(e):
+        return e["kind"] == "all-gather" and e.get("op") == "bmm" and _redistribution(e) is not None and \
+            e["bytes"] == _gathered_bytes(e, ctx)
+    return _pair_each(eng, car, lambda c: c["kind"] == "all-gather" and (c.get("op") or "").startswith("attention"),
+                      lambda e, c: bmm_gather(e) and e["phase"] == c["phase"] and e["axes"] == c["axes"]
+                      and e["bytes"] > c["bytes"] and e["bytes"] % c["bytes"] == 0 and e["bytes"] // c["bytes"] in (2, 4, 8))
+
+
 # rules on what the engine's collectives are for (before pairing: their counts differ by design),
 # then rules on the shape of what pairing leaves
 ORIGIN_RULES = (("loss read", rule_loss_read), ("cross-entropy", rule_cross_entropy), ("tied param between stages", rule_tied),
@@ -693,7 +739,8 @@ SHAPE_RULES = (("scatter-gather between stages", rule_scatter_gather), ("2-D par
                ("summed before gathered", rule_reduce_first), ("addends moved apart (carve)", rule_addends_moved),
                ("all-to-all as all-gather (gloo)", rule_all_to_all), ("phase of a combined value", rule_phase),
                ("interleaved transfers", rule_interleaved_transfers), ("reduced over more axes", rule_more_axes), ("fused parts as one", rule_fused_parts), ("each summand reduced", rule_summands), ("summands reduced apart", rule_extra_summand),
-               ("gathered again for the backward", rule_regather), ("summed before scattered", rule_scatter_summed))
+               ("gathered again for the backward", rule_regather), ("summed before scattered", rule_scatter_summed),
+               ("kv heads repeated before gathered", rule_repeat_gathered))
 
 
 def compare(engine_calls, explain, loss_name="loss", microbatches=1, fused=(), schedule=None):
