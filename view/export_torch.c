@@ -19,8 +19,22 @@ static int torch_reordered(const shard_spec *s, int rank)
     return reordered;
 }
 
+/* The split factor of mesh axis a's split of dim d under s: the product of
+ * the sizes of the axes that split d before a (more major in carve's order)
+ * but come after a in the mesh.  1: a plain Shard; more: DTensor's
+ * _StridedShard(d, split_factor), which puts a's blocks inside those axes'
+ * blocks as carve does (DTensor applies placements in mesh order). */
+static int64_t torch_split_factor(const shard_mesh *m, const shard_spec *s, int d, int a)
+{
+    int64_t sf = 1;
+    for (int k = 0; k < s->n[d] && s->axes[d][k] != a; k++)
+        if (s->axes[d][k] > a) sf *= m->sizes[s->axes[d][k]];
+    return sf;
+}
+
 /* DTensor placements: one per mesh dim, Shard(map[d]) for a split of dim d
- * (map NULL: d).  Returns torch_reordered(s). */
+ * (map NULL: d), _StridedShard where carve splits d over several mesh axes
+ * minor axis first (torch_split_factor).  Returns torch_reordered(s). */
 static int torch_placements(FILE *f, const shard_mesh *m, const shard_spec *s, int rank, const int *map)
 {
     fputc('[', f);
@@ -30,7 +44,9 @@ static int torch_placements(FILE *f, const shard_mesh *m, const shard_spec *s, i
             for (int k = 0; k < s->n[d]; k++)
                 if (s->axes[d][k] == a) dim = d;
         if (a) fputs(", ", f);
-        if (dim >= 0) fprintf(f, "Shard(%d)", map ? map[dim] : dim);
+        int64_t sf = dim >= 0 ? torch_split_factor(m, s, dim, a) : 1;
+        if (sf > 1) fprintf(f, "_StridedShard(%d, split_factor=%lld)", map ? map[dim] : dim, (long long)sf);
+        else if (dim >= 0) fprintf(f, "Shard(%d)", map ? map[dim] : dim);
         else if (s->partial & (1u << a)) fputs(s->partial_max & (1u << a) ? "Partial(\"max\")" : "Partial()", f);
         else fputs("Replicate()", f);
     }
@@ -89,11 +105,11 @@ static void torch_value(FILE *f, const shard_state *st, int v, const shard_spec 
         fputs(",  # on t.view(", f);
         for (int d = 0; d < x->rank; d++) fprintf(f, "%s%lld", d ? ", " : "", (long long)x->dims[d]);
         fputs("): carve splits a factor of a dim that DTensor cannot (VIEWS)", f);
-        if (r) fputs("; a dim split minor mesh axis first", f);
+        if (r) fputs("; a dim split minor mesh axis first (_StridedShard)", f);
         fputc('\n', f);
         return;
     }
-    fputs(r ? ",  # carve splits a dim minor mesh axis first: DTensor's blocks go to other devices\n" : ",\n", f);
+    fputs(r ? ",  # carve splits a dim minor mesh axis first: _StridedShard puts its blocks where carve does\n" : ",\n", f);
 }
 
 static void torch_entry(FILE *f, const shard_state *st, int v) { torch_value(f, st, v, &st->spec[v]); }
@@ -181,7 +197,7 @@ static void py_dims(FILE *f, int rank, const int64_t *dims)
 /* SHAPES (each param's and input's shape as the module holds it: the
  * file's for an imported param carve holds split), OPT_STATE_OF (each
  * optimizer state's param) and MINOR_FIRST (the arguments whose dims carve
- * splits minor mesh axis first). */
+ * splits minor mesh axis first: _StridedShard, refused where torch has none). */
 static void torch_facts(FILE *f, const shard_state *st)
 {
     const ir_graph *g = st->g;
@@ -209,7 +225,8 @@ static void torch_facts(FILE *f, const shard_state *st)
         export_put_str(f, g->values[x->tied].name, 0);
         fputs(",\n", f);
     }
-    fputs("}\n\n# arguments whose dims carve splits over several mesh axes minor axis first\nMINOR_FIRST = {", f);
+    fputs("}\n\n# arguments whose dims carve splits over several mesh axes minor axis first (placed with\n"
+          "# _StridedShard; refused on a torch without it)\nMINOR_FIRST = {", f);
     int n = 0;
     for (int v = 0; v < g->n_values; v++) {
         const ir_value *x = &g->values[v];
@@ -626,6 +643,15 @@ static void write_torch(FILE *f, const view_explanation *x, const uint8_t *fwd)
           "except ImportError:  # older torch\n"
           "    from torch.distributed._tensor import Replicate, Shard\n"
           "    from torch.distributed._tensor.placement_types import Partial\n"
+          "try:  # a dim split over several mesh dims minor dim first (torch 2.13 has it)\n"
+          "    from torch.distributed.tensor.placement_types import _StridedShard\n"
+          "    STRIDED_SHARD = True\n"
+          "except ImportError:  # refusals() names each value that needs it\n"
+          "    STRIDED_SHARD = False\n\n"
+          "    class _StridedShard(Shard):\n"
+          "        def __init__(self, dim, split_factor):\n"
+          "            super().__init__(dim)\n"
+          "            self.split_factor = split_factor\n"
           "from torch.distributed.device_mesh import init_device_mesh\n\n",
           f);
     export_py_mesh(f, &st->mesh);

@@ -9,8 +9,16 @@ class PlanError(ValueError):
     """A module that is not the plan's model, or a placement torch cannot express."""
 
 
+def _split(p):
+    """Whether placement p splits a dim: Shard, or _StridedShard (carve's split of a dim over several
+    mesh dims minor dim first: this mesh dim's blocks inside the later mesh dims' blocks)."""
+    return isinstance(p, (Shard, _StridedShard))
+
+
 def _pl_text(placements):
     def one(p):
+        if isinstance(p, _StridedShard):
+            return "_StridedShard(%d, split_factor=%d)" % (p.dim, p.split_factor)
         if isinstance(p, Shard):
             return "Shard(%d)" % p.dim
         return "Replicate()" if isinstance(p, Replicate) else "Partial()"
@@ -21,7 +29,7 @@ def _shards(placements):
     """{tensor dim: number of blocks} of a placement list on this plan's mesh."""
     out = {}
     for axis, p in enumerate(placements):
-        if isinstance(p, Shard):
+        if _split(p):
             out[p.dim] = out.get(p.dim, 1) * MESH_SHAPE[axis]
     return out
 
@@ -78,9 +86,9 @@ def refusals():
                 if shape[d] % n:
                     out.append("%s '%s': %s splits dim %d (%d) into %d blocks unevenly: carve pads it, DTensor "
                                "would cut it as torch.chunk does" % (role, name, _pl_text(pl), d, shape[d], n))
-            if name in MINOR_FIRST:
-                out.append("%s '%s': %s: carve splits a dim over several mesh axes minor axis first, DTensor in "
-                           "mesh order (each block would sit on another device)" % (role, name, _pl_text(pl)))
+            if name in MINOR_FIRST and not STRIDED_SHARD:
+                out.append("%s '%s': %s: carve splits a dim over several mesh axes minor axis first, and this torch's "
+                           "DTensor has no _StridedShard (torch 2.13 has)" % (role, name, _pl_text(pl)))
     for name, pl in OPT_STATE_PLACEMENTS.items():
         of = OPT_STATE_OF.get(name)
         if of is not None and list(pl) != list(PARAM_PLACEMENTS[of]):
@@ -134,7 +142,7 @@ def _target_count(target, pick):
         return pick(target).sum()
     count = pick(target.to_local()).sum()
     mesh = target.device_mesh
-    dims = [i for i, p in enumerate(target.placements) if isinstance(p, Shard)]
+    dims = [i for i, p in enumerate(target.placements) if _split(p)]
     if dims:
         names = tuple(mesh.mesh_dim_names[i] for i in dims)
         dist.all_reduce(count, group=mesh[names]._flatten().get_group() if len(dims) > 1 else mesh.get_group(dims[0]))
@@ -148,9 +156,9 @@ def _split_targets(target, x, ignore):
     every rank (a scalar all-reduce where the targets are split)."""
     from torch.distributed.tensor import DTensor
     dim = 1 if x.dim() >= 2 else 0
-    if x.device_mesh.ndim > 1 and any(isinstance(p, Shard) and p.dim == dim for p in x.placements):
+    if x.device_mesh.ndim > 1 and any(_split(p) and p.dim == dim for p in x.placements):
         return True
-    split = isinstance(target, DTensor) and any(isinstance(p, Shard) for p in target.placements)
+    split = isinstance(target, DTensor) and any(_split(p) for p in target.placements)
     return split and int(_target_count(target, lambda t: t == ignore)) > 0
 
 
@@ -186,7 +194,7 @@ class _LossOps:
                 dim = 1 if x.dim() >= 2 else 0
             else:
                 dim = args[1 if logits_arg == 0 else 2] % x.dim()
-            split = any(isinstance(p, Shard) and p.dim == dim for p in x.placements)
+            split = any(_split(p) and p.dim == dim for p in x.placements)
             if nll and logits_arg == 0 and args[3] == 1 and _split_targets(args[1], x, args[4]):
                 return self._mean(handler if split else self._default(op_call), op_call, args, kwargs)
             return handler(op_call, args, kwargs) if split else self._default(op_call)(op_call, args, kwargs)
@@ -255,7 +263,7 @@ def _resolve(grad, placements):
     dims = [i for i, (c, t) in enumerate(zip(grad.placements, placements))
             if isinstance(c, Partial) and c.reduce_op == "sum" and not isinstance(t, Partial)]
     if len(dims) >= 2:
-        first = tuple(t if isinstance(t, Shard) and isinstance(c, Replicate) else c for c, t in zip(grad.placements, placements))
+        first = tuple(t if _split(t) and isinstance(c, Replicate) else c for c, t in zip(grad.placements, placements))
         if first != tuple(grad.placements):
             grad = grad.redistribute(mesh, first)
         names = tuple(mesh.mesh_dim_names[i] for i in dims)
@@ -276,12 +284,12 @@ def _redistribute(x, placements):
     now = tuple(x.placements)
     if now == tuple(placements):
         return x
-    first = tuple(t if isinstance(t, Shard) and isinstance(c, Replicate) else c for c, t in zip(now, placements))
+    first = tuple(t if _split(t) and isinstance(c, Replicate) else c for c, t in zip(now, placements))
     if first != now:
         x = x.redistribute(x.device_mesh, first)
     partial = [i for i, c in enumerate(first) if isinstance(c, Partial)]
     if len(partial) >= 2:
-        scatter = tuple(t if i in partial and isinstance(t, Shard) else c for i, (c, t) in enumerate(zip(first, placements)))
+        scatter = tuple(t if i in partial and _split(t) else c for i, (c, t) in enumerate(zip(first, placements)))
         if scatter != first and scatter != tuple(placements):
             x = x.redistribute(x.device_mesh, scatter)
     return x.redistribute(x.device_mesh, placements)
