@@ -8,8 +8,10 @@
 # Runs tests/e2e_engines.sh's whole matrix (CARVE_TEST_LONG=1) with $CARVE_PYTHON (default
 # /work/venv/bin/python, or build.sh's .venv) and prints three markdown tables from its results:
 # torch (per module and plan: loss and param differences against one process), JAX (per plan),
-# and the collectives (tests/comm_compare.py --table).  CARVE_ENGINES_DIR=DIR keeps the runs' files there.  Nothing here is a time: the figures are
-# differences and counts, the same on every machine up to rounding.
+# and the collectives (tests/comm_compare.py --table).  The plans are the pinned files of
+# tests/engines/plans/ (j-g-seq searched live); CARVE_ENGINES_REPLAN=1 searches every row again, writes
+# them there and runs the matrix on them.  CARVE_ENGINES_DIR=DIR keeps the runs' files there.  Nothing
+# here is a time: the figures are differences and counts, the same on every machine up to rounding.
 set -u
 cd "$(dirname "$0")/.." || exit 2
 build=${1:-build}
