@@ -565,7 +565,9 @@ def _gathered_bytes(e, ctx):
     outer mesh dim's shard of a tensor dim that an inner mesh dim keeps sharded ([_StridedShard(0),
     Shard(0)] -> [Replicate, Shard(0)]), DTensor gathers over the inner mesh dim first (that
     collective's value still split over the outer ones), then over the outer (the value whole over
-    both), and cuts the inner shard again locally."""
+    both), and cuts the inner shard again locally.  A _StridedShard moved to another tensor dim
+    ([_StridedShard(2), Shard(2)] -> [Shard(0), Shard(2)]) is gathered over its own mesh dim alone:
+    its blocks lie inside the later mesh dim's, which keeps its split."""
     shape, src, dst = _redistribution(e)
     names = [a["name"] for a in ctx.get("mesh_axes", ())]
     sizes = ctx.get("mesh_sizes", ())
@@ -576,7 +578,8 @@ def _gathered_bytes(e, ctx):
     for i, (size, a, b) in enumerate(zip(sizes, src, dst)):
         if a != b or not a.startswith(("S(", "_StridedS")):
             continue
-        outer = [j for j in range(i) if src[j] != dst[j] and _tensor_dim(src[j]) == _tensor_dim(a)]
+        outer = [j for j in range(i) if src[j] != dst[j] and _tensor_dim(src[j]) == _tensor_dim(a)
+                 and not (src[j].startswith("_StridedS") and dst[j] != "R")]
         if not outer:
             n //= size
         elif i in own:  # the inner shard gathered first: still split over the outer mesh dims
@@ -591,11 +594,13 @@ def rule_strided_gather(eng, car, ctx):
     (the weight gradient's input) and bmm (GQA's keys after repeat_interleave) do not take: it gathers
     the value over that axis (keeping a plain chunk, or whole).  carve's dot and einsum keep the split
     through the flatten.  Engine-only, its bytes the value's per device as its logged shape and
-    placements give them (checked)."""
+    placements give them (checked).  A strided shard moved to another tensor dim is no such gather:
+    it is carve's all-to-all ("all-to-all as all-gather (gloo)")."""
     es = []
     for e in [e for e in eng if e["kind"] == "all-gather"]:
         r = _redistribution(e)
-        if r and any(a.startswith("_StridedS") and (b.startswith("S(") or b == "R") for a, b in zip(r[1], r[2])) \
+        if r and any(a.startswith("_StridedS") and (b == "R" or (b.startswith("S(") and _tensor_dim(b) == _tensor_dim(a)))
+                     for a, b in zip(r[1], r[2])) \
                 and e["bytes"] == _gathered_bytes(e, ctx):
             eng.remove(e)
             es.append(e)

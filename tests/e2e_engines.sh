@@ -89,7 +89,8 @@ plan() {
 # weights from an ordinary checkpoint loaded after placing (the export's load hook; tests/torch_load.py).  ZeRO-3 beside
 # Megatron splits a param's dim over model first, then batch: on a (batch, model) mesh that is minor axis
 # first, which the export places as DTensor's _StridedShard (checked below); those rows name the mesh
-# model first, as they have since before the export could.
+# model first, as they have since before the export could, and t-gp-z3minor names it batch first (the
+# FSDP2 x TP layout: params and the MLP activation's read with _StridedShard).
 torch_rows() {
     cat <<EOF
 gpt2|t-g2-seq|batch=2,model=2|dp:batch,group:tokens:1:model,auto|40|--graph $fx/gpt2-o17-train.onnx
@@ -109,6 +110,7 @@ hf-llama|t-hl-seq|batch=2,model=2|dp:batch,group:input_ids:1:model,auto|40|--gra
 gpt|t-gp-dpmeg|batch=2,model=2|dp:batch,megatron:model,auto|5|--model gpt-tiny:attention=materialized
 *gpt|t-gp-zero3|model=2,batch=2|zero3:batch,megatron:model,auto|5|--model gpt-tiny:attention=materialized
 gpt|t-gp-seq|model=2,batch=2|dp:batch,group:tokens:1:model,auto|40|--model gpt-tiny:attention=materialized
+gpt|t-gp-z3minor|batch=2,model=2|megatron:model,zero3:batch,auto|5|--model gpt-tiny:attention=materialized
 gpt|t-gp-1f1b|pipe=2,model=2|megatron:model,pipeline:pipe:2:1f1b,auto|5|--model gpt-tiny:attention=materialized
 gpt|t-gp-gpipe|pipe=2,model=2|megatron:model,pipeline:pipe:4:gpipe,auto|5|--model gpt-tiny:layers=4,attention=materialized
 gpt|t-gp-inter|pipe=2,model=2|megatron:model,pipeline:pipe:2:interleaved-2,auto|5|--model gpt-tiny:layers=4,attention=materialized
@@ -184,9 +186,10 @@ spec = importlib.util.spec_from_file_location("minor", sys.argv[1])
 ex = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(ex)
 strided = [n for n, pl in ex.PARAM_PLACEMENTS.items() if any(type(p).__name__ == "_StridedShard" for p in pl)]
-print("strided %d refusals %d %s" % (len(strided), len(ex.refusals()), ex.PARAM_PLACEMENTS.get("h0.mlp.w1")))
+print("strided %d refusals %d %s read %s" % (len(strided), len(ex.refusals()), ex.PARAM_PLACEMENTS.get("h0.mlp.w1"),
+                                          ex.READ_PLACEMENTS.get("h0.mlp.act")))
 EOF
-    grep -q "^strided [1-9][0-9]* refusals 0 \[_StridedShard(dim=1, sf=2), Shard(dim=1)\]" minor.txt
+    grep -q "^strided [1-9][0-9]* refusals 0 \[_StridedShard(dim=1, sf=2), Shard(dim=1)\] read \[_StridedShard(dim=2, sf=2), Shard(dim=2)\]" minor.txt
     check "a dim split minor mesh axis first is placed as _StridedShard, not refused ($(head -1 minor.txt))" $?
     cat >refuse.py <<'EOF'
 import importlib.util, sys, torch.nn as nn

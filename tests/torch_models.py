@@ -66,28 +66,34 @@ def lookup(ids, table):
         return F.embedding(ids, table)
     if not isinstance(table, DTensor) or not isinstance(ids, DTensor) or \
             any(not isinstance(p, Replicate) for p in ids.placements) or \
-            any(not isinstance(p, (Shard, Replicate)) or (isinstance(p, Shard) and p.dim != 0) for p in table.placements) or \
-            sum(isinstance(p, Shard) for p in table.placements) < 2:
+            any(not (isinstance(p, Replicate) or (_rows_split(p) and p.dim == 0)) for p in table.placements) or \
+            sum(_rows_split(p) for p in table.placements) < 2:
         return F.embedding(ids, table)
     return _RowLookup.apply(ids, table)
+
+
+def _rows_split(p):
+    """Whether placement p splits a dim: Shard, or _StridedShard (the export's split of a dim over
+    several mesh dims minor dim first)."""
+    from torch.distributed.tensor import Shard
+    return isinstance(p, Shard) or type(p).__name__ == "_StridedShard"
 
 
 class _RowLookup(torch.autograd.Function):
     @staticmethod
     def forward(ctx, ids, table):
-        from torch.distributed.tensor import DTensor, Partial, Replicate, Shard
-        mesh, block = table.device_mesh, 0
-        for i, p in enumerate(table.placements):  # the rank's block of rows: mesh dims in order, outer first
-            if isinstance(p, Shard):
-                block = block * mesh.size(i) + mesh.get_local_rank(i)
+        from torch.distributed.tensor import DTensor, Partial, Replicate
+        from torch.distributed.tensor._utils import compute_local_shape_and_global_offset
+        mesh = table.device_mesh
         rows = table.to_local().shape[0]
-        lo = block * rows
+        # the rank's block of rows as DTensor places it (_StridedShard's nesting included)
+        lo = compute_local_shape_and_global_offset(table.shape, mesh, table.placements)[1][0]
         local = ids.to_local()
         mine = (local >= lo) & (local < lo + rows)
         out = F.embedding(torch.where(mine, local - lo, torch.zeros_like(local)), table.to_local()) * mine.unsqueeze(-1)
         ctx.save_for_backward(local, mine)
         ctx.lo, ctx.rows, ctx.table = lo, rows, (table.placements, table.shape, table.stride(), mesh)
-        return DTensor.from_local(out, mesh, [Partial() if isinstance(p, Shard) else Replicate() for p in table.placements],
+        return DTensor.from_local(out, mesh, [Partial() if _rows_split(p) else Replicate() for p in table.placements],
                                   run_check=False)
 
     @staticmethod

@@ -572,7 +572,9 @@ static void torch_module_inputs(FILE *f, const view_explanation *x, const uint8_
  * next projection): name -> those placements.  apply_plan's hooks act on module boundaries; a module
  * that marks where it reads a named value (carve's presets as torch modules, tests/torch_models.py:
  * read(x, name) at each projection's input) moves it there with the export's read().  A value whose own
- * placement or whose read is partial, or a read DTensor cannot hold (torch_reordered), is left out. */
+ * placement or whose read is partial is left out; a read split minor mesh axis first is written with
+ * _StridedShard (torch_placements), as the GPT preset's MLP activation under ZeRO-3 x Megatron on a
+ * (batch, model) mesh. */
 static void torch_reads(FILE *f, const view_explanation *x, const uint8_t *fwd)
 {
     const shard_state *st = x->st;
@@ -585,7 +587,7 @@ static void torch_reads(FILE *f, const view_explanation *x, const uint8_t *fwd)
         const ir_value *y = &g->values[v];
         if ((y->role != IR_INPUT && y->role != IR_INTERMEDIATE) || !export_listed(st, fwd, v) || st->spec[v].partial) continue;
         const shard_spec *use = export_moved_use(x->p, st, v);
-        if (!use || torch_reordered(use, y->rank)) continue;
+        if (!use) continue;
         fputs("    ", f);
         export_put_str(f, y->name, 0);
         fputs(": ", f);
