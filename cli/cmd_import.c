@@ -28,6 +28,13 @@ int cmd_import(const cli_opts *o)
         cli_error("%s", err);
         return CLI_BAD_INPUT;
     }
+    int unmerged = 0; /* as every command reads the file (session/load.c) */
+    ir_graph *h = ir_unmerge(g, &unmerged, err, sizeof err);
+    if (h) {
+        ir_free(g);
+        g = h;
+    } else
+        cli_error("note: merged dims kept as imported (%s)", err);
     if (info.notes[0]) cli_error("note: %s", info.notes);
     if (ir_save_json_file(g, o->out, err, sizeof err) < 0) {
         cli_error("import: %s", err);
@@ -46,6 +53,9 @@ int cmd_import(const cli_opts *o)
     if (info.fused_projections)
         printf("  %d fused projections cut into their parts (q, k, v: each a slice of the param, held split by parts "
                "and heads; docs/onnx.md)\n", info.fused_projections);
+    if (unmerged)
+        printf("  %d merged dims kept as their two dims up to the reshapes that read them (torch 1.13's attention on "
+               "[S, B*H, D], then [S*B, E]: its heads and batch can split; docs/onnx.md)\n", unmerged);
     printf("wrote %s (carve-graph/1: the forward graph; constant tables inline%s)\n", o->out,
            o->weights ? ", the params' values too" : "; the params' values stay in the ONNX file");
     ir_free(g);

@@ -461,6 +461,15 @@ int ir_attention(ir_graph *g, int q, int k, int v, double scale, int causal);
  * nothing was fused) with *fused and *skipped counted and the first reason
  * for a skip in why (n bytes); NULL with a message in err. */
 ir_graph *ir_fuse_attention(const ir_graph *g, int *fused, int *skipped, char *why, size_t n, char *err, size_t errlen);
+/* Two dims a reshape merges ([S, B, H, D] -> [S, B*H, D], torch 1.13's
+ * nn.MultiheadAttention) kept apart on every value after it where the ops
+ * carry the merged dim only as an index they keep (elementwise ops, fills,
+ * broadcast, reductions over other dims, transpose, an einsum letter of the
+ * result), up to the reshapes that read it (ir/unmerge.c): so a split of
+ * the minor factor (the heads) is a plain split.  Returns a new graph
+ * (caller frees; a copy when nothing changed) with the regions rewritten in
+ * *regions; NULL with a message in err (a rewrite that would not verify). */
+ir_graph *ir_unmerge(const ir_graph *g, int *regions, char *err, size_t errlen);
 /* Generic entry used by the JSON loader: checks arity and attrs, infers the
  * result shape (`shape_hint` is needed for CONSTANT, IOTA, BROADCAST, RESHAPE;
  * for SCATTER_ADD its dims[0] gives the rows; may be NULL otherwise). */

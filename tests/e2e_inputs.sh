@@ -143,6 +143,15 @@ ok "nn.MultiheadAttention with its float mask" "$carve" run --graph "$hf/mha-leg
 has "the MHA model's check passes" "^check: passed"
 grep -q "holding -inf or NaN kept constant (a mask: no update trains it; 'mask')" err.txt
 check "the mask is named in a note" $?
+# torch 1.13's nn.MultiheadAttention computes on [S, B*H, D]: the merged dims are kept apart
+# (ir_unmerge), so Megatron splits its fused in_proj by heads and the plan runs and passes the check
+ok "torch 1.13's MHA ([S, B*H, D]) shards" "$carve" shard --graph "$hf/mha-t113.onnx" --mesh batch=2,model=2 \
+    --schedule dp:batch,megatron:model --summary
+has "its fused in_proj_weight split by heads" 'blocks\.0\.attn\.in_proj_weight *param *f32\[3,2,8,16\] *\[null, "model", null, null\]'
+has "no conflict: the batch split passes the attention too ([S*B, E] kept apart)" "^conflicts: 0"
+has "its out_proj split by rows" 'blocks\.0\.attn\.out_proj\.weight *param *f32\[16,16\] *\[null, "model"\]'
+ok "torch 1.13's MHA runs dp+megatron" "$carve" run --graph "$hf/mha-t113.onnx" --inputs "$hf/mha-t113.ref.pb" "${plan[@]}"
+has "torch 1.13's MHA passes the check" "^check: passed"
 
 # bad batches: one line, exit 2
 "$py" -c "

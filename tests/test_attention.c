@@ -356,6 +356,47 @@ static void fuse_onnx(const char *name, int want_fused, int want_skipped)
     fuse_onnx_with(name, NULL, 0, want_fused, want_skipped);
 }
 
+/* ir_unmerge: torch 1.13's nn.MultiheadAttention, written on [S, B*H, D] and
+ * [S*B, E], computes the same training step with its merged dims kept apart
+ * (two places a layer), and then its chains fuse; the presets' merges (the
+ * heads merged before the output projection contracts them) stay as
+ * written. */
+static void unmerge_mha(void)
+{
+    char path[1024], err[512], why[200];
+    const char *root = getenv("CARVE_ROOT");
+    snprintf(path, sizeof path, "%s/tests/onnx/hf/mha-t113.onnx", root ? root : ".");
+    onnx_options o;
+    memset(&o, 0, sizeof o);
+    ir_graph *f = onnx_import(path, &o, NULL, err, sizeof err);
+    CHECKF(f, "mha-t113: %s", err);
+    if (!f) return;
+    int n = -1, fused = -1, skipped = -1;
+    ir_graph *w = ir_fuse_attention(f, &fused, &skipped, why, sizeof why, err, sizeof err); /* as written: [S, B*H, D] */
+    CHECKF(w && fused == 0, "mha-t113 as written: %d chains fused, none expected", fused);
+    ir_free(w);
+    ir_graph *u = ir_unmerge(f, &n, err, sizeof err), *z = NULL;
+    CHECKF(u && n == 4, "mha-t113: merged dims kept apart in %d places, 4 expected %s", n, u ? "" : err);
+    if (u) {
+        same_training("mha-t113 with its merged dims kept apart", f, u);
+        z = ir_fuse_attention(u, &fused, &skipped, why, sizeof why, err, sizeof err);
+        CHECKF(z && fused == 2 && skipped == 0, "mha-t113 kept apart: %d fused, %d skipped (%s)", fused, skipped, why);
+    }
+    if (z) same_training("mha-t113 kept apart and fused", f, z);
+    ir_free(z);
+    ir_free(u);
+    ir_free(f);
+    const char *presets[] = {"gpt-tiny:attention=materialized", "llama-tiny:attention=materialized", "vit-tiny"};
+    for (size_t i = 0; i < sizeof presets / sizeof *presets; i++) {
+        model_config c;
+        ir_graph *g = model_parse(presets[i], &c, err, sizeof err) == 0 ? model_build_forward(&c, err, sizeof err) : NULL;
+        ir_graph *h = g ? ir_unmerge(g, &n, err, sizeof err) : NULL;
+        CHECKF(h && n == 0 && h->n_ops == g->n_ops, "%s: merged dims kept apart in %d places, none expected", presets[i], n);
+        ir_free(h);
+        ir_free(g);
+    }
+}
+
 /* The bias of mask test `form` over scores sd: 0 the table m [b, s, t]
  * read as it is; 1 torch 2's exporter's where(M, 0, finfo.min) as the ONNX
  * reader writes it, 0*M + min*(1 - M), m a 0/1 table [1, 1, s, t] reshaped
@@ -443,6 +484,7 @@ int main(void)
     fuse_onnx("hf/llama-dynamo", 0, 2);
     fuse_onnx("hf/qwen2-t113", 2, 0);
     fuse_onnx("hf/bert-legacy", 0, 2);
+    unmerge_mha();
     for (int form = 0; form < 2; form++) {
         fuse_mask_table(form, -1, 1, 0);
         fuse_mask_table(form, 1, 1, 0);

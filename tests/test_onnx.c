@@ -61,6 +61,7 @@ typedef struct fixture {
     onnx_tensor *t;
     int n;
     int partial; /* the reference has gradients for the state_dict params only (tests/onnx/hf.py) */
+    int unmerged; /* load: the places ir_unmerge kept merged dims apart */
 } fixture;
 
 static const onnx_tensor *ref_get(const fixture *f, const char *name)
@@ -72,13 +73,17 @@ static const onnx_tensor *ref_get(const fixture *f, const char *name)
 
 /* The forward graph of fixture f with its weights, the batch attached to
  * its inputs. */
-static ir_graph *load(const fixture *f, onnx_info *info)
+static ir_graph *load(fixture *f, onnx_info *info)
 {
     char err[1024];
     onnx_options o = {.weights = 1};
-    ir_graph *g = onnx_import(f->model, &o, info, err, sizeof err);
+    ir_graph *g = onnx_import(f->model, &o, info, err, sizeof err), *h;
     CHECKF(g != NULL, "%s", err);
     if (!g) return NULL;
+    h = ir_unmerge(g, &f->unmerged, err, sizeof err); /* as carve's commands import it */
+    CHECKF(h != NULL, "%s: %s", f->name, err);
+    ir_free(g);
+    if (!(g = h)) return NULL;
     for (int v = 0; v < g->n_values; v++) {
         if (g->values[v].role != IR_INPUT) continue;
         const onnx_tensor *t = ref_get(f, g->values[v].name);
@@ -345,44 +350,35 @@ static void hf_row(FILE *t, const char *name, const char *cells)
     if (t) fprintf(t, "| %s | %s |\n", name, cells);
 }
 
-/* The fixtures whose attention no Megatron block reaches, and why
- * (docs/onnx.md's table says so too). */
-static const char *const hf_megatron_known[][2] = {
-    {"mha-t113", "torch 1.13 writes nn.MultiheadAttention's attention on [B * H, T, D]: the heads stay merged with the batch"},
-};
-
 /* The model family's fused projections (one param for q, k, v) whose parts
  * onnx/fused.c cuts out: a layer each. */
-static int fused_expected(const char *name)
-{
-    return !strncmp(name, "gpt2-", 5) || (!strncmp(name, "mha-", 4) && strcmp(name, "mha-t113"));
-}
+static int fused_expected(const char *name) { return !strncmp(name, "gpt2-", 5) || !strncmp(name, "mha-", 4); }
 
 /* Megatron on an import (issue 44 item 4): each fused q/k/v projection cut
  * into its parts (one a layer), and every attention or MLP weight of a block
  * a forward contraction reads split by a Megatron block (none in
- * shard_megatron's unsplit list), but where hf_megatron_known says why not. */
-static void check_megatron(const char *name, const ir_graph *g, const onnx_info *info, int layers)
+ * shard_megatron's unsplit list).  torch 1.13's nn.MultiheadAttention
+ * computes on [S, B*H, D]: its merged dims are kept apart (ir_unmerge, in
+ * load as in carve's commands), two places a layer ([S, B*H, D], then
+ * [S*B, E] once that is a merge of two dims), so its heads split too;
+ * no other fixture has such a place. */
+static void check_megatron(const char *name, const ir_graph *g, const onnx_info *info, int layers, int unmerged)
 {
     if (fused_expected(name))
         CHECKF(info->fused_projections == layers, "%s: %d fused projections cut, %d expected", name, info->fused_projections,
                layers);
+    int want = strcmp(name, "mha-t113") ? 0 : 2 * layers; /* [S, B*H, D] and then [S*B, E] */
+    CHECKF(unmerged == want, "%s: merged dims kept apart in %d places, %d expected", name, unmerged, want);
     static const char *const block_weights[] = {"attn", "attention", "q_proj", "k_proj", "v_proj", "o_proj", "query", "key",
                                                 "value", "qkv", "mlp", "fc", "gate_proj", "up_proj", "down_proj", "DenseReluDense",
                                                 "intermediate", ".q.", ".k.", ".v.", ".o."};
-    int known = 0;
-    for (size_t i = 0; i < sizeof hf_megatron_known / sizeof hf_megatron_known[0]; i++) known |= !strcmp(name, hf_megatron_known[i][0]);
     shard_megatron *mg = shard_megatron_build(g);
-    int missed = 0;
     for (int i = 0; i < mg->n_unsplit; i++) {
         const ir_value *x = &g->values[mg->unsplit[i].value];
         int block = 0;
         for (size_t k = 0; k < sizeof block_weights / sizeof *block_weights; k++) block |= strstr(x->name, block_weights[k]) != NULL;
-        if (!block || x->layer < 0) continue;
-        missed++;
-        CHECKF(known, "%s: Megatron leaves %s whole: %s", name, x->name, mg->unsplit[i].why);
+        CHECKF(!block || x->layer < 0, "%s: Megatron leaves %s whole: %s", name, x->name, mg->unsplit[i].why);
     }
-    if (known) CHECKF(missed > 0, "%s: listed as known but every block weight is split now: update hf_megatron_known", name);
     shard_megatron_free(mg);
 }
 
@@ -449,7 +445,7 @@ static void test_hf_fixture(const char *name, int layers, FILE *table)
     if (!f.t) return;
     g = load(&f, &info);
     CHECKF(g && info.layers == layers, "%s: %d layers found, the config has %d", name, g ? info.layers : -1, layers);
-    if (g) check_megatron(name, g, &info, layers);
+    if (g) check_megatron(name, g, &info, layers, f.unmerged);
     /* GPT-2's gelu_new (0.5 * x, then the tanh formula): one gelu op a layer (onnx/patterns.c) */
     if (g && !strncmp(name, "gpt2-", 5)) {
         int gelu = 0, tanh_ops = 0;
@@ -532,15 +528,16 @@ static double forward_loss(const char *name, ir_graph *g)
     return loss;
 }
 
-/* ir_rebatch (issue 44 item 8): an exported GPT-2 and LLaMA built at half
- * their batch and run on each half of torch's batch: the mean of the two
+/* ir_rebatch (issue 44 item 8): an exported GPT-2, LLaMA and torch 1.13's
+ * nn.MultiheadAttention (its merged [S, B*H, D] and [S*B, E] kept apart:
+ * ir_unmerge) built at half their batch and run on each half of torch's batch: the mean of the two
  * halves' losses is the batch's (every example has as many tokens), so the
  * micro-batch step computes the model's function; the batch dim is found
  * from the inputs and the loss's reduction; a training-mode BatchNorm
  * (whose statistics couple the examples) is flagged. */
 static void test_rebatch(void)
 {
-    const char *names[] = {"gpt2-legacy", "llama-legacy", "resnet-legacy"};
+    const char *names[] = {"gpt2-legacy", "llama-legacy", "resnet-legacy", "mha-t113"};
     for (size_t i = 0; i < sizeof names / sizeof *names; i++) {
         fixture f;
         memset(&f, 0, sizeof f);
