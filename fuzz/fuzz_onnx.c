@@ -4,7 +4,9 @@
  * loss) get its training step derived; a model without a scalar output is
  * imported again with its outputs kept (as the node tests are).  Folded
  * constants are capped at 2^16 elements here (and 16 times that in all), so
- * a shape of 10^12 elements is a refusal, not a long allocation.
+ * a shape of 10^12 elements is a refusal, not a long allocation.  What
+ * imports is also rewritten by ir_unmerge, as session/load.c rewrites every
+ * import, and the rewrite (or its one-line refusal) checked the same way.
  *
  * The model's folder is a temporary one made at the first input, so that
  * external data is read too: ext.bin (8 bytes: the float pair 0.5, -2), a
@@ -65,10 +67,18 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         o.opset_lo = 1;
         g = onnx_import_bytes(data, size, "fuzz.onnx", model_dir(), &o, &info, err, sizeof err);
     }
-    if (!g) fuzz_check_message(err);
-    else {
-        fuzz_graph_checks(g);
-        ir_free(g);
+    if (!g) {
+        fuzz_check_message(err);
+        return 0;
     }
+    fuzz_graph_checks(g);
+    int regions;
+    ir_graph *h = ir_unmerge(g, &regions, err, sizeof err); /* as session/load.c does to every import */
+    if (!h) fuzz_check_message(err);
+    else {
+        fuzz_graph_checks(h);
+        ir_free(h);
+    }
+    ir_free(g);
     return 0;
 }
