@@ -184,12 +184,11 @@ static int node_for(search_ctx *c, uint64_t key)
 }
 
 /* Untried actions of a new node: the legal group actions and STOP, and at the
- * root the seeds, kept at the end of the list so they are taken first (not in
- * a round without them: search_ctx_round_seeded). */
+ * root the seeds, kept at the end of the list so they are taken first. */
 static void expand_node(search_ctx *c, int id, int root)
 {
     int n = search_ctx_legal(c, c->scratch);
-    int n_seeds = root && search_ctx_round_seeded(c) ? c->n_ids - c->n_actions - 1 : 0;
+    int n_seeds = root ? c->n_ids - c->n_actions - 1 : 0;
     search_node *nd = &c->nodes[id];
     int total = n + 1 + n_seeds;
     nd->untried = ir_xrealloc(NULL, (size_t)total * sizeof(int));

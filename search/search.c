@@ -398,30 +398,22 @@ int search_ctx_stalled(const search_ctx *c)
 }
 
 /* When the converge rule ends a round of an algorithm that restarts: whether
- * to start another, and if so, asks for it.  Each round is a search of its
- * own, from a fresh start, whose patience counts from its own gains.  After a
- * round that gained (its best is more than SEARCH_CONVERGE_GAIN better than
- * every plan before it) another starts from the seeds; after one with the
- * seeds that did not, one without them (search_ctx_round_seeded); after one
- * without them that did not (or with none to leave out), the search has converged: independent searches
- * agree.  So the rule before rounds without seeds is what a search does until
- * it would have converged (its plan can only get better).  Only while a plan
- * fits (while none does, the caller's memory tactics decide; docs/search.md,
- * "Rounds"). */
+ * to start another (the round gained: its best is more than
+ * SEARCH_CONVERGE_GAIN better than every plan before it; and a plan fits:
+ * while none does, the caller's memory tactics decide), and if so, asks for
+ * it.  Each round is a search of its own, from a fresh start, whose patience
+ * counts from its own gains; the search converges when a whole round finds
+ * nothing materially better than the rounds before: two independent searches
+ * agree (docs/search.md, "Rounds"). */
 static int next_round(search_ctx *c)
 {
     const search_budget *b = c->b;
-    if (!c->restarts || !b->converge || !c->res.best.fits) return 0;
-    int gained = search_material_gain(b, c->best_reward, c->round_start_reward);
-    if (!gained && (c->unseeded || c->n_ids == c->n_actions + 1)) return 0; /* converged (no seeds: no such round) */
+    if (!c->restarts || !b->converge || !c->res.best.fits ||
+        !search_material_gain(b, c->best_reward, c->round_start_reward))
+        return 0;
     if (b->max_rounds > 0 && c->res.rounds >= b->max_rounds) return 0;
-    /* a step's time grows about as the square of the mesh's axes (one axis priced as two; more than four as four,
-     * so the bound never refuses a round the unweighted one allowed) */
-    int n_axes = c->prefix->mesh.n_axes < 2 ? 2 : c->prefix->mesh.n_axes > 4 ? 4 : c->prefix->mesh.n_axes;
-    double axes = n_axes / 4.0;
-    if (search_ctx_steps(c) * c->prefix->g->n_ops * axes * axes > SEARCH_ROUND_OP_STEPS) return 0; /* the time bound */
+    if (search_ctx_steps(c) * c->prefix->g->n_ops > SEARCH_ROUND_OP_STEPS) return 0; /* the time bound */
     c->restart = 1;
-    c->unseeded = !gained;
     c->second = 0;
     c->res.round_steps = c->round_gain_steps = search_ctx_steps(c);
     c->round_gain_reward = -1e300;

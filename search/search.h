@@ -225,9 +225,7 @@ const char *search_stop_name(search_stop s);
  * and the round has converged (MCTS: its tree, then its local search; a round
  * that found a plan more than SEARCH_CONVERGE_GAIN better than every plan
  * before it is followed by another, from a fresh tree, whose patience counts
- * from its own start and gains; after a round from the seeds that did not
- * gain, one without them at its root before the search converges;
- * search_budget.max_rounds).  The least patience is SEARCH_PATIENCE_MIN
+ * from its own start and gains; search_budget.max_rounds).  The least patience is SEARCH_PATIENCE_MIN
  * steps, and on a graph of fewer than SEARCH_PATIENCE_OPS ops, whose steps are
  * cheap, the steps that price as many ops as SEARCH_PATIENCE_MIN steps of a
  * graph of SEARCH_PATIENCE_OPS ops (a step's time is about proportional to
@@ -239,18 +237,12 @@ const char *search_stop_name(search_stop s);
  * the tree to compare) the least patience grows in proportion, the same steps
  * per root action. */
 /* The converge rule's rounds after the first (search_budget.max_rounds) start
- * only while the search's steps times its graph's ops times (mesh axes / 4)^2
- * (one axis counted as two, more than four as four: it never refuses a round
- * the unweighted bound allowed) are at most this many: a step's time is about proportional to the graph's
- * ops and grows with the mesh's axes, about as their square (CPU seconds of
- * the 2-vCPU Xeon per 1e6 op-steps: 0.36-0.46 over two axes, bench_quality
- * rows 13 and 27 on 2026-12-07; 0.56-0.66 over three, row 23; about 1.8 over
- * four, GPT-15B over a=4,b=4,c=2,d=2, the case this bound was set on), so
- * rounds start within about 12-18 s of that core on every mesh and the default
- * time bound (60 s for autopart at the defaults) holds; a large graph's
- * search has one round.  Set from the time bound (on four axes as it was; on
- * two it was 1e7 op-steps, about 4 s, before 2026-12-07), not tuned on any
- * case's plans. */
+ * only while the search's steps times its graph's ops are at most this many:
+ * a step's time is about proportional to the graph's ops (about 1 s of one
+ * core of the 2-vCPU Xeon per 1e6 op-steps), so rounds stay within about 10 s
+ * of that core and the default time bound (60 s for autopart at the defaults)
+ * holds; a large graph's search has one round.  Set from the time bound, not
+ * tuned on any case's plans. */
 #define SEARCH_ROUND_OP_STEPS 1e7
 #define SEARCH_CONVERGE_GAIN 1e-3
 #define SEARCH_PATIENCE_MIN 200.0

@@ -152,18 +152,12 @@ typedef struct search_ctx {
     double round_gain_reward, round_gain_steps; /* the round's own last gain (of its plans, as gain_reward of all),
                               * which the converge rule's patience counts from */
     double round_start_reward; /* the best reward when the round started */
-    int unseeded;            /* this round's tree grows without the seeds (search_ctx_round_seeded) */
     double next_epoch;       /* steps at which this thread next meets the others (search_shared.sync) */
     double t0, last_progress;
     int thread;
     int *scratch; /* n_ids */
     search_shared *shared;
 } search_ctx;
-
-/* Whether this round of the converge rule grows its tree from the seeds, or from the prefix alone (the round
- * after one that found nothing better, when that one had them: the seeds' plans start near the best, so a fresh
- * tree that has them goes back to the basin the round before ended in; docs/search.md, "Rounds"). */
-static inline int search_ctx_round_seeded(const search_ctx *c) { return !c->unseeded; }
 
 static inline int search_ctx_group(const search_ctx *c, int a) { return a / c->prefix->mesh.n_axes; }
 static inline int search_ctx_axis(const search_ctx *c, int a) { return a % c->prefix->mesh.n_axes; }
