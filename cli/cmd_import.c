@@ -28,13 +28,8 @@ int cmd_import(const cli_opts *o)
         cli_error("%s", err);
         return CLI_BAD_INPUT;
     }
-    int unmerged = 0; /* as every command reads the file (session/load.c) */
-    ir_graph *h = ir_unmerge(g, &unmerged, err, sizeof err);
-    if (h) {
-        ir_free(g);
-        g = h;
-    } else
-        cli_error("note: merged dims kept as imported (%s)", err);
+    int unmerged; /* as every command reads the file */
+    g = session_unmerge(g, &unmerged, info.notes, sizeof info.notes);
     if (info.notes[0]) cli_error("note: %s", info.notes);
     if (ir_save_json_file(g, o->out, err, sizeof err) < 0) {
         cli_error("import: %s", err);

@@ -238,17 +238,13 @@ static char *onnx_key(const char *arg, const session_source *s)
     return k;
 }
 
-/* Import g (NULL: passed on) with the dims its reshapes merge kept apart
- * where the ops after them allow (ir_unmerge: torch 1.13's
- * nn.MultiheadAttention on [S, B*H, D], whose heads Megatron could not
- * split otherwise); a rewrite that fails leaves g as imported, said in
- * notes (n bytes). */
-static ir_graph *unmerge(ir_graph *g, char *notes, size_t n)
+ir_graph *session_unmerge(ir_graph *g, int *regions, char *notes, size_t n)
 {
     if (!g) return NULL;
-    int regions;
+    int r = 0;
     char e2[IR_ERR_LEN];
-    ir_graph *h = ir_unmerge(g, &regions, e2, sizeof e2);
+    ir_graph *h = ir_unmerge(g, &r, e2, sizeof e2);
+    if (regions) *regions = h ? r : 0;
     if (!h) {
         size_t k = strlen(notes);
         snprintf(notes + k, n - k, "%smerged dims kept as imported (%s)", k ? "; " : "", e2);
@@ -259,7 +255,7 @@ static ir_graph *unmerge(ir_graph *g, char *notes, size_t n)
 }
 
 /* arg imported under s (a clone of the last import when it is the same
- * one; the merged dims kept apart: unmerge), its notes into notes.  NULL
+ * one; the merged dims kept apart: session_unmerge), its notes into notes.  NULL
  * with a message. */
 static ir_graph *onnx_import_kept(const char *arg, const session_source *s, char *notes, size_t notes_len, char *err,
                                   size_t errlen)
@@ -273,7 +269,7 @@ static ir_graph *onnx_import_kept(const char *arg, const session_source *s, char
         if (key && onnx_last.key && !strcmp(key, onnx_last.key)) {
             g = ir_clone(onnx_last.g);
             snprintf(info.notes, sizeof info.notes, "%s", onnx_last.notes);
-        } else if ((g = unmerge(onnx_import(arg, &o, &info, err, errlen), info.notes, sizeof info.notes)) && key) {
+        } else if ((g = session_unmerge(onnx_import(arg, &o, &info, err, errlen), NULL, info.notes, sizeof info.notes)) && key) {
             free(onnx_last.key);
             ir_free(onnx_last.g);
             onnx_last.key = key;

@@ -77,6 +77,13 @@ int64_t session_step_batch(const ir_graph *g);
 /* The optimizer named "adam" (or NULL) or "sgd" (lr 0.01). */
 ir_optimizer session_optimizer(const char *name);
 
+/* An ONNX import g (NULL: passed on; consumed) with the dims its reshapes
+ * merge kept apart where the ops after them allow (ir_unmerge: torch 1.13's
+ * nn.MultiheadAttention on [S, B*H, D], whose heads Megatron could not
+ * split otherwise); *regions (when not NULL) the regions rewritten.  A
+ * rewrite that fails leaves g as imported, said in notes (n bytes).  Every
+ * command's ONNX import and `carve import` go through it. */
+ir_graph *session_unmerge(ir_graph *g, int *regions, char *notes, size_t n);
 /* Loads src: the training step (or the forward graph), built with
  * sched's micro-batches and rewritten by its remat: tactics; with a
  * pipeline: tactic, the body of one micro-batch (model_build_pipeline_body;
