@@ -9,7 +9,9 @@
  * torch the section says so.
  *
  * Nothing lost by importing: each export and its preset get the same
- * treatment: the training step (Adam), the dim groups and the search's root
+ * treatment: the training step (Adam; the export loaded as `carve --graph`
+ * loads it, session_load_step, so its attention is fused at the default as
+ * the presets' is), the dim groups and the search's root
  * width, the expert schedules priced (plan/experts.c), and the search
  * (MCTS seeded with the experts, as autopart's sharding level) at a budget
  * of distinct plans, median of 3 seeds; the import's predicted step time
@@ -39,6 +41,7 @@
 #include "bench/bench_util.h"
 #include "models/models.h"
 #include "onnx/onnx.h"
+#include "session/session.h"
 
 #define SEEDS 3
 
@@ -96,21 +99,13 @@ static int setup_step(bench_setup *s, ir_graph *step, const char *mesh, const ch
     return 0;
 }
 
-/* The training step of an ONNX file (shapes only), or NULL. */
-static ir_graph *onnx_step(const char *path, const char *frozen, double *seconds)
+/* The training step of an ONNX file (shapes only) as `carve --graph FILE` builds it (session_load_step: the
+ * import, its merged dims kept apart, attention fused at the default, Adam), or NULL. */
+static ir_graph *onnx_step(const char *path, const char *frozen)
 {
-    char err[1024];
-    onnx_options o = {.frozen = frozen};
-    double t0 = bench_now();
-    ir_graph *fwd = onnx_import(path, &o, NULL, err, sizeof err);
-    if (seconds) *seconds = bench_now() - t0;
-    if (!fwd) {
-        fprintf(stderr, "%s\n", err);
-        return NULL;
-    }
-    ir_optimizer adam = ir_default_adam();
-    ir_graph *g = ir_train_step(fwd, &adam, err, sizeof err);
-    ir_free(fwd);
+    char err[1024], label[256];
+    session_source src = {.graph = path, .optimizer = "adam", .frozen = frozen};
+    ir_graph *g = session_load_step(&src, label, sizeof label, NULL, err, sizeof err);
     if (!g) fprintf(stderr, "%s: %s\n", path, err);
     return g;
 }
@@ -178,7 +173,7 @@ static void compare_row(const char *label, const char *preset, const char *expor
     }
     model_config cfg;
     ir_graph *pg = model_parse(preset, &cfg, err, sizeof err) < 0 ? NULL : model_build_step(&cfg, NULL, err, sizeof err);
-    ir_graph *og = onnx_step(path, frozen, NULL);
+    ir_graph *og = onnx_step(path, frozen);
     bench_setup ps, os;
     result pr, orr;
     if (!pg || !og || setup_step(&ps, pg, mesh, "a100") < 0 || setup_step(&os, og, mesh, "a100") < 0) {
@@ -203,7 +198,7 @@ static void padding_row(const char *export_name, const char *args, const char *m
         printf("The vocabulary-50257 export could not be made (no torch?).\n\n");
         return;
     }
-    ir_graph *g = onnx_step(path, NULL, NULL);
+    ir_graph *g = onnx_step(path, NULL);
     bench_setup s;
     result r;
     if (!g || setup_step(&s, g, mesh, "a100") < 0) {
@@ -252,7 +247,7 @@ static void scale_rows(const char *mesh, int budget)
     if (pid == 0) { /* the child: what `carve autopart --graph` holds */
         close(pipefd[0]);
         double t0 = bench_now();
-        ir_graph *g = onnx_step(path, NULL, NULL);
+        ir_graph *g = onnx_step(path, NULL);
         bench_setup s;
         result r = {0};
         if (g && setup_step(&s, g, mesh, "a100") == 0) measure(&s, budget, &r);
