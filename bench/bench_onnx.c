@@ -41,7 +41,6 @@
 #include "bench/bench_util.h"
 #include "models/models.h"
 #include "onnx/onnx.h"
-#include "session/session.h"
 
 #define SEEDS 3
 
@@ -99,13 +98,12 @@ static int setup_step(bench_setup *s, ir_graph *step, const char *mesh, const ch
     return 0;
 }
 
-/* The training step of an ONNX file (shapes only) as `carve --graph FILE` builds it (session_load_step: the
- * import, its merged dims kept apart, attention fused at the default, Adam), or NULL. */
+/* The training step of an ONNX file (shapes only) as `carve --graph FILE` builds it (bench_load_step: the
+ * import, its merged dims kept apart, attention fused at the default, Adam), or NULL with the error on stderr. */
 static ir_graph *onnx_step(const char *path, const char *frozen)
 {
-    char err[1024], label[256];
-    session_source src = {.graph = path, .optimizer = "adam", .frozen = frozen};
-    ir_graph *g = session_load_step(&src, label, sizeof label, NULL, err, sizeof err);
+    char err[1024];
+    ir_graph *g = bench_load_step(path, frozen, err, sizeof err);
     if (!g) fprintf(stderr, "%s: %s\n", path, err);
     return g;
 }

@@ -43,12 +43,13 @@ static inline int bench_lookup_hw(const char *name, cost_hw *hw, char *err, size
 }
 
 /* The training step of a model spec, or of a graph file (a name ending in
- * .json, or an ONNX file), loaded as carve autopart loads it (session_load_step). */
-static inline ir_graph *bench_load_step(const char *model, char *err, size_t n)
+ * .json, or an ONNX file, whose params named in frozen, when not NULL, are
+ * held constant: --frozen), loaded as carve autopart loads it (session_load_step). */
+static inline ir_graph *bench_load_step(const char *model, const char *frozen, char *err, size_t n)
 {
     char label[512];
     int file = strstr(model, ".json") != NULL || strstr(model, ".onnx") != NULL;
-    session_source src = {.model = file ? NULL : model, .graph = file ? model : NULL};
+    session_source src = {.model = file ? NULL : model, .graph = file ? model : NULL, .frozen = frozen};
     return session_load_step(&src, label, sizeof label, NULL, err, n);
 }
 
@@ -63,7 +64,7 @@ static inline int bench_setup_make(bench_setup *s, const char *model, const char
     memset(s, 0, sizeof *s);
     s->best = -1;
     cost_hw hw;
-    if (!(s->g = bench_load_step(model, err, sizeof err)) || shard_mesh_parse(mesh, &s->mesh, err, sizeof err) < 0 ||
+    if (!(s->g = bench_load_step(model, NULL, err, sizeof err)) || shard_mesh_parse(mesh, &s->mesh, err, sizeof err) < 0 ||
         bench_lookup_hw(hw_name, &hw, err, sizeof err) < 0) {
         fprintf(stderr, "%s: %s\n", model, err);
         return -1;
