@@ -188,7 +188,7 @@ static int node_for(search_ctx *c, uint64_t key)
 static void expand_node(search_ctx *c, int id, int root)
 {
     int n = search_ctx_legal(c, c->scratch);
-    int n_seeds = root ? c->n_ids - c->n_actions - 1 : 0;
+    int n_seeds = root && !c->unseeded ? c->n_ids - c->n_actions - 1 : 0;
     search_node *nd = &c->nodes[id];
     int total = n + 1 + n_seeds;
     nd->untried = ir_xrealloc(NULL, (size_t)total * sizeof(int));

@@ -393,26 +393,47 @@ static int patience_out(const search_budget *b, double steps, double best_steps,
 int search_ctx_stalled(const search_ctx *c)
 {
     if (c->shared->sync) return 0;
+    if (c->unseeded && c->round_cap > 0 && search_ctx_steps(c) >= c->round_cap) return 1;
     return patience_out(c->b, search_ctx_steps(c), c->best_steps, c->round_gain_steps, c->second, c->phase_steps,
                         c->res.round_steps);
 }
 
 /* When the converge rule ends a round of an algorithm that restarts: whether
- * to start another (the round gained: its best is more than
- * SEARCH_CONVERGE_GAIN better than every plan before it; and a plan fits:
- * while none does, the caller's memory tactics decide), and if so, asks for
- * it.  Each round is a search of its own, from a fresh start, whose patience
- * counts from its own gains; the search converges when a whole round finds
- * nothing materially better than the rounds before: two independent searches
- * agree (docs/search.md, "Rounds"). */
+ * to start another, and if so, asks for it.  Each round is a search of its
+ * own, from a fresh start, whose patience counts from its own gains; the
+ * search converges when a whole round finds nothing materially better than
+ * the rounds before: two independent searches agree (docs/search.md,
+ * "Rounds").  Only while a plan fits (while none does, the caller's memory
+ * tactics decide).
+ * - After a round that gained (its best more than SEARCH_CONVERGE_GAIN
+ *   better than every plan before it) while the search's steps times its
+ *   ops are within SEARCH_ROUND_OP_STEPS: a round from the seeds, as the
+ *   first.
+ * - Else, when the search has seeds: one round from the prefix alone (the
+ *   seeds left out of its root), where the op-steps bound is weighed by
+ *   (axes/4)^2 (a search over fewer axes prices a plan faster), and that
+ *   ends by SEARCH_UNSEEDED_CAP times the steps at its start.  The seeds'
+ *   rounds all start in the basins the experts chose, so two of them
+ *   agreeing says little where every seed's tree commits to one expert;
+ *   a round without them is the independent search the rule means (issue
+ *   47: bench_quality rows 13 and 27 and Mixtral-8x7B over 8x8 ended 5-8%
+ *   apart by seed).  Its cap keeps the time bound where one round on a
+ *   large graph would run far past it (issue 44's LLaMA-2-70B import).
+ * - A round without the seeds that does not gain ends the search. */
 static int next_round(search_ctx *c)
 {
     const search_budget *b = c->b;
-    if (!c->restarts || !b->converge || !c->res.best.fits ||
-        !search_material_gain(b, c->best_reward, c->round_start_reward))
-        return 0;
+    if (!c->restarts || !b->converge || !c->res.best.fits) return 0;
+    int gained = search_material_gain(b, c->best_reward, c->round_start_reward);
+    if (!gained && (c->unseeded || c->n_ids == c->n_actions + 1)) return 0; /* converged */
     if (b->max_rounds > 0 && c->res.rounds >= b->max_rounds) return 0;
-    if (search_ctx_steps(c) * c->prefix->g->n_ops > SEARCH_ROUND_OP_STEPS) return 0; /* the time bound */
+    int has_seeds = c->n_ids > c->n_actions + 1;
+    int n_axes = c->prefix->mesh.n_axes < 2 ? 2 : c->prefix->mesh.n_axes > 4 ? 4 : c->prefix->mesh.n_axes;
+    double op_steps = search_ctx_steps(c) * c->prefix->g->n_ops;
+    int seeded = gained && op_steps <= SEARCH_ROUND_OP_STEPS;
+    if (!seeded && (!has_seeds || op_steps * (n_axes / 4.0) * (n_axes / 4.0) > SEARCH_ROUND_OP_STEPS)) return 0;
+    c->round_cap = seeded ? 0 : SEARCH_UNSEEDED_CAP * search_ctx_steps(c);
+    c->unseeded = !seeded;
     c->restart = 1;
     c->second = 0;
     c->res.round_steps = c->round_gain_steps = search_ctx_steps(c);

@@ -152,6 +152,8 @@ typedef struct search_ctx {
     double round_gain_reward, round_gain_steps; /* the round's own last gain (of its plans, as gain_reward of all),
                               * which the converge rule's patience counts from */
     double round_start_reward; /* the best reward when the round started */
+    int unseeded;            /* the current round grows from the prefix alone (the seeds left out) */
+    double round_cap;        /* an unseeded round ends by these steps (0: no cap) */
     double next_epoch;       /* steps at which this thread next meets the others (search_shared.sync) */
     double t0, last_progress;
     int thread;
