@@ -71,24 +71,25 @@ static int edge_index_input(const ir_graph *g)
     return -1;
 }
 
-/* The first input dim group (rows before columns) whose tiling over axis 0
- * makes some shift (a convolution's tap) shift along a tiled dim: a spatial
- * dim.  Returns 1 with its first member's value and dim, else 0. */
-static int spatial_group(const shard_state *base, int *value, int *dim)
+/* The first input dim group from group `from` on (rows before columns)
+ * whose tiling over axis 0 makes some shift (a convolution's tap) shift
+ * along a tiled dim: a spatial dim.  Returns its group index + 1 with its
+ * first member's value and dim, else 0. */
+static int spatial_group(const shard_state *base, int from, int *value, int *dim)
 {
     const ir_graph *g = base->g;
     const shard_groups *gs = shard_state_groups(base);
     shard_state *st = shard_state_new_like(base); /* replicated: base's tactics are not applied */
     st->record_conflicts = 0;
     int found = 0;
-    for (int grp = 0; grp < gs->n && !found; grp++) {
+    for (int grp = from; grp < gs->n && !found; grp++) {
         const shard_member *m = &gs->members[gs->groups[grp].first];
         if (g->values[m->value].role != IR_INPUT) continue;
         shard_state_reset(st);
         if (!shard_group_legal(st, gs, grp, 0) || !shard_group_apply(st, gs, grp, 0)) continue;
         for (int i = 0; i < g->n_ops && !found; i++) {
             const ir_op *o = &g->ops[i];
-            found = o->kind == IR_OP_SHIFT && st->spec[o->out].n[o->attrs.ints[0]];
+            found = o->kind == IR_OP_SHIFT && st->spec[o->out].n[o->attrs.ints[0]] ? grp + 1 : 0;
         }
         if (found) *value = m->value, *dim = m->dim;
     }
@@ -115,6 +116,30 @@ static int add_group_experts(const ir_graph *g, const shard_mesh *mesh, unsigned
                 snprintf(text + k, sizeof text - k, "%s%s:%s", k ? "," : "", tac, mesh->names[a]);
             }
         add_tactics(text, sizeof text, rest, all & ~e, mesh);
+        name_expert(&out[n++], text);
+    }
+    return n;
+}
+
+/* Two-dimensional tiling as experts: the image's rows (dim rd of `value`)
+ * over the axes in e, its columns (dim cd) over the others, for every split
+ * of the mesh's axes into two non-empty parts.  A square-ish tile exchanges
+ * a halo of its perimeter where a strip of rows exchanges one of the whole
+ * width (domain decomposition; issue 47: U-Net-512 over batch=8,model=8,
+ * whose batch of 4 cannot be split 8 ways, found the tiling on one seed in
+ * five).  Returns how many. */
+static int add_tile_experts(const ir_graph *g, const shard_mesh *mesh, unsigned all, int value, int rd, int cd,
+                            autopart_expert *out)
+{
+    int n = 0;
+    char text[160], rows[96], cols[96];
+    snprintf(rows, sizeof rows, "group:%s:%d", g->values[value].name, rd);
+    snprintf(cols, sizeof cols, "group:%s:%d", g->values[value].name, cd);
+    for (unsigned e = all; e-- > 1;) {
+        if ((e & all) != e || !(all & ~e)) continue;
+        text[0] = 0;
+        add_tactics(text, sizeof text, rows, e, mesh);
+        add_tactics(text, sizeof text, cols, all & ~e, mesh);
         name_expert(&out[n++], text);
     }
     return n;
@@ -171,9 +196,13 @@ static int list_experts(const ir_graph *g, const shard_mesh *mesh, const shard_s
                 snprintf(ex[n++].what, sizeof ex->what, "expert parallelism");
             }
         }
-    int ids = edge_index_input(g), sv, sd;
+    int ids = edge_index_input(g), sv, sd, rows;
     if (ids >= 0) n += add_group_experts(g, mesh, all, ids, 0, "zero3", ex + n);
-    if (spatial_group(base, &sv, &sd)) n += add_group_experts(g, mesh, all, sv, sd, "dp", ex + n);
+    if ((rows = spatial_group(base, 0, &sv, &sd))) {
+        n += add_group_experts(g, mesh, all, sv, sd, "dp", ex + n);
+        int cv, cd;
+        if (spatial_group(base, rows, &cv, &cd) && cv == sv) n += add_tile_experts(g, mesh, all, sv, sd, cd, ex + n);
+    }
     *out = ex;
     return n;
 }

@@ -8,6 +8,9 @@
  */
 #include "autopart/memory.h"
 
+#include "analysis/groups.h"
+#include "analysis/schedule.h"
+
 #include <math.h>
 #include <stdlib.h>
 #include <time.h>
@@ -32,6 +35,55 @@ int autopart_step_search(autopart_step *s, const search_algo *algo, const search
                          size_t errlen)
 {
     return autopart_step_search_seeds(s, algo, b, 1, NULL, err, errlen);
+}
+
+/* The search's actions of schedule `text` into out (at most cap), where it
+ * is group tactics alone (and the pricer's gather:keep): each group tactic's
+ * dim groups over its axis.  Returns how many, 0 when it has another kind. */
+static int group_actions(const autopart_step *s, const char *text, int *out, int cap)
+{
+    schedule sc;
+    char err[256], buf[SCHED_STR_MAX];
+    snprintf(buf, sizeof buf, "%s", text);
+    const shard_mesh *mesh = &s->prefix->mesh;
+    if (sched_parse(buf, mesh, &sc, err, sizeof err) < 0) return 0;
+    int n = 0;
+    for (int i = 0; i < sc.n; i++) {
+        const tactic *t = &sc.t[i];
+        if (t->kind == TACTIC_GATHER) continue;
+        if (t->kind != TACTIC_GROUP) return 0;
+        int found = 0;
+        for (int grp = 0; grp < s->gs->n; grp++) {
+            const shard_group *G = &s->gs->groups[grp];
+            int here = 0;
+            for (int j = 0; j < G->n && !here; j++) {
+                const shard_member *m = &s->gs->members[G->first + j];
+                here = m->dim == t->dim && !strcmp(s->g->values[m->value].name, t->pattern);
+            }
+            if (here && n < cap) out[n++] = grp * mesh->n_axes + t->axis, found = 1;
+        }
+        if (!found) return 0;
+    }
+    return n;
+}
+
+/* search_budget.seed_actions of s->b's seeds (NULL where no seed is group
+ * actions alone). */
+static void seed_actions(autopart_step *s)
+{
+    int any = 0, at = 0, cap = SEARCH_MAX_PLAN;
+    s->seed_action_at = ir_xcalloc((size_t)s->b.n_seeds + 2, sizeof *s->seed_action_at);
+    s->seed_actions = ir_xcalloc((size_t)s->b.n_seeds * (size_t)cap + 1, sizeof *s->seed_actions);
+    for (int i = 0, k = 0; i < s->n_ex; i++) {
+        if (!s->ex[i].ok) continue;
+        s->seed_action_at[k] = at;
+        int n = group_actions(s, s->ex[i].schedule, s->seed_actions + at, cap);
+        any |= n > 0;
+        at += n;
+        s->seed_action_at[++k] = at;
+    }
+    s->b.seed_actions = any ? s->seed_actions : NULL;
+    s->b.seed_action_at = any ? s->seed_action_at : NULL;
 }
 
 /* The expert schedules and the ZeRO-1/2 ones priced on s->prefix (on the
@@ -66,6 +118,7 @@ static void price_experts(autopart_step *s, const search_budget *b)
         }
     s->b.seeds = s->seeds;
     s->b.seed_scores = s->seed_scores;
+    seed_actions(s);
 }
 
 int autopart_step_search_seeds(autopart_step *s, const search_algo *algo, const search_budget *b, int k,
@@ -112,6 +165,8 @@ void autopart_step_free(autopart_step *s)
 {
     free(s->seeds);
     free(s->seed_scores);
+    free(s->seed_actions);
+    free(s->seed_action_at);
     autopart_experts_free(s->ex, s->n_ex);
     autopart_pricer_free(&s->pr);
     shard_state_free(s->prefix);

@@ -54,6 +54,7 @@ typedef struct autopart_step {
     int n_ex;
     const shard_state **seeds;
     search_score *seed_scores; /* the seeds' scores (their expert rows' prices) */
+    int *seed_actions, *seed_action_at; /* the seeds as group actions (search_budget.seed_actions) */
     search_budget b;
     search_result res;
     cost_estimate e;           /* the best plan's price */

@@ -452,13 +452,27 @@ static double try_plan(mcts *m, const int *a, int n)
     return r;
 }
 
+/* The actions of the seed that plan p starts from (search_budget.seed_actions:
+ * a seed that is group actions alone) in *acts, and how many (0: p starts
+ * from no such seed, or would be too long with them). */
+static int seed_expansion(const search_ctx *c, const mcts_plan *p, const int **acts)
+{
+    const search_budget *b = c->b;
+    if (!b->seed_actions || p->n < 1 || p->a[0] <= c->n_actions) return 0;
+    int k = p->a[0] - c->n_actions - 1, n = b->seed_action_at[k + 1] - b->seed_action_at[k];
+    *acts = b->seed_actions + b->seed_action_at[k];
+    return n > 0 && p->n - 1 + n <= c->max_depth ? n : 0;
+}
+
 /* The number of re-bases of plan p (rebase): a plan that starts from a seed
- * has one for each other seed and one for the prefix; a plan without one, one
+ * has one for each other seed and one for the prefix, and one more where
+ * the seed is group actions alone (seed_expansion); a plan without one, one
  * for each seed when one more action fits. */
 static int n_rebases(const search_ctx *c, const mcts_plan *p)
 {
     int seeds = c->n_ids - c->n_actions - 1;
-    if (p->n > 0 && p->a[0] > c->n_actions) return seeds;
+    const int *acts;
+    if (p->n > 0 && p->a[0] > c->n_actions) return seeds + (seed_expansion(c, p, &acts) > 0);
     return p->n < c->max_depth ? seeds : 0;
 }
 
@@ -468,12 +482,24 @@ static int n_rebases(const search_ctx *c, const mcts_plan *p)
  * commits to a seed early and the other moves keep it, so without these a
  * plan's actions were never tried on another seed (issue 47, bench_quality
  * row 23: five seeds ended 17% apart, each on the expert its tree had chosen,
- * the best action found on the wrong one).  Returns the length. */
+ * the best action found on the wrong one).  Last, for a seed that is group
+ * actions alone, the seed written as its actions: the same plan, but a climb
+ * from it may insert actions before the seed's, and order decides conflicts
+ * (issue 47: the U-Nets over 8x8, whose fast plans split the deep levels'
+ * channels before the image is tiled; from the tiling seed those splits are
+ * refused).  Returns the length. */
 static int rebase(const search_ctx *c, const mcts_plan *p, int k, int *out)
 {
-    int L = p->n, first = c->n_actions + 1;
+    int L = p->n, first = c->n_actions + 1, seeds = c->n_ids - c->n_actions - 1;
+    const int *acts;
+    int m = seed_expansion(c, p, &acts);
+    if (m > 0 && k == seeds) { /* the seed as its actions, the plan's after them */
+        memcpy(out, acts, (size_t)m * sizeof(int));
+        memcpy(out + m, p->a + 1, (size_t)(L - 1) * sizeof(int));
+        return m + L - 1;
+    }
     if (L > 0 && p->a[0] > c->n_actions) {
-        if (k == n_rebases(c, p) - 1) { /* the prefix */
+        if (k == seeds - 1) { /* the prefix */
             memcpy(out, p->a + 1, (size_t)(L - 1) * sizeof(int));
             return L - 1;
         }

@@ -135,6 +135,12 @@ typedef struct search_budget {
      * evaluator (autopart/memory.c prices the experts), or NULL: then the search
      * prices them, the threads sharing the work. */
     const search_score *seed_scores;
+    /* Seed k's plan as the search's own actions, where its schedule is
+     * group actions alone (a tiling: "group:image:1:batch,..."):
+     * seed_actions[seed_action_at[k] .. seed_action_at[k + 1]), or NULL (none
+     * has any).  MCTS's local search expands such a seed into its actions, so
+     * a climb may put actions before them (mcts.c, rebase). */
+    const int *seed_actions, *seed_action_at;
 } search_budget;
 
 /* Why a search stopped: its budget of steps, its time, the --stall patience, a signal, the space priced

@@ -8,6 +8,10 @@
 #include "analysis/schedule.h"
 #include "analysis/structure.h"
 #include "autopart/experts.h"
+#include "autopart/memory.h"
+#include "analysis/groups.h"
+#include "models/models.h"
+#include "search/search.h"
 #include "tests/test.h"
 #include "tests/util.h"
 
@@ -242,6 +246,61 @@ static void experts_on_threads(void)
     ir_free(g);
 }
 
+/* A U-Net over two axes: the experts tile the image in two dimensions
+ * (rows over one axis, columns over the other, both ways), both apply, and
+ * the search's budget gets each as its group actions, which applied to the
+ * prefix reach the expert's own state (the local search's re-base writes a
+ * seed out as them, search/mcts.c); the row tilings over both axes and with
+ * data parallelism are not group actions alone. */
+static void tiles_in_two_dims(void)
+{
+    char err[512];
+    model_config cfg;
+    shard_mesh mesh;
+    cost_hw hw;
+    autopart_step s;
+    memset(&s, 0, sizeof s);
+    CHECK(model_parse("unet:levels=2,base=4,size=16,batch=2,in=2,out=2", &cfg, err, sizeof err) == 0);
+    CHECK(shard_mesh_parse("x=2,y=2", &mesh, err, sizeof err) == 0 && cost_hw_preset("a100", &hw, err, sizeof err) == 0);
+    ir_graph *g = test_build_step("unet:levels=2,base=4,size=16,batch=2,in=2,out=2");
+    schedule none;
+    memset(&none, 0, sizeof none);
+    cost_options o = {.precision = COST_MIXED_BF16};
+    int rc = autopart_step_setup(&s, g, &mesh, &none, &hw, &o, 1, err, sizeof err);
+    search_budget b = {.simulations = 30, .seed = 1, .threads = 1};
+    rc = rc ? rc : autopart_step_search(&s, &search_mcts, &b, err, sizeof err);
+    CHECKF(rc == 0, "%s", err);
+    const char *want[] = {"group:image:1:y,group:image:2:x", "group:image:1:x,group:image:2:y"};
+    int found = 0, expanded = 0, whole = 0;
+    for (int i = 0, k = 0; rc == 0 && i < s.n_ex; i++) {
+        if (!s.ex[i].ok) continue;
+        int n = s.b.seed_actions ? s.b.seed_action_at[k + 1] - s.b.seed_action_at[k] : 0;
+        for (int w = 0; w < 2; w++)
+            if (!strncmp(s.ex[i].schedule, want[w], strlen(want[w]))) {
+                found |= 1 << w;
+                CHECKF(n == 2, "%s: %d group actions", s.ex[i].schedule, n);
+            }
+        if (strstr(s.ex[i].schedule, "dp:")) CHECKF(n == 0, "%s: %d group actions", s.ex[i].schedule, n);
+        if (n > 0) { /* its actions on the prefix reach its state */
+            expanded++;
+            shard_state *st = shard_state_new_like(s.prefix);
+            shard_state_copy(st, s.prefix);
+            for (int j = 0; j < n; j++) {
+                int a = s.b.seed_actions[s.b.seed_action_at[k] + j];
+                shard_group_apply(st, s.gs, a / mesh.n_axes, a % mesh.n_axes);
+            }
+            whole += shard_state_hash(st) == shard_state_hash(s.ex[i].st);
+            CHECKF(shard_state_hash(st) == shard_state_hash(s.ex[i].st), "%s: its actions reach another state", s.ex[i].schedule);
+            shard_state_free(st);
+        }
+        k++;
+    }
+    CHECKF(found == 3, "two-dimensional tilings found: %#x", found);
+    printf("unet over x=2,y=2: %d experts, %d written out as group actions (%d reach the expert's state)\n", s.n_ex, expanded,
+           whole);
+    autopart_step_free(&s);
+}
+
 int main(void)
 {
     batch_from_the_loss();
@@ -249,5 +308,6 @@ int main(void)
     experts_use_every_axis();
     experts_on_threads();
     never_below_the_experts();
+    tiles_in_two_dims();
     return test_done();
 }
