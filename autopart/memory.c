@@ -72,6 +72,8 @@ static int group_actions(const autopart_step *s, const char *text, int *out, int
 static void seed_actions(autopart_step *s)
 {
     int any = 0, at = 0, cap = SEARCH_MAX_PLAN;
+    free(s->seed_actions); /* (a step's experts are priced once; a second pricing starts afresh) */
+    free(s->seed_action_at);
     s->seed_action_at = ir_xcalloc((size_t)s->b.n_seeds + 2, sizeof *s->seed_action_at);
     s->seed_actions = ir_xcalloc((size_t)s->b.n_seeds * (size_t)cap + 1, sizeof *s->seed_actions);
     for (int i = 0, k = 0; i < s->n_ex; i++) {

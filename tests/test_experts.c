@@ -10,7 +10,6 @@
 #include "autopart/experts.h"
 #include "autopart/memory.h"
 #include "analysis/groups.h"
-#include "models/models.h"
 #include "search/search.h"
 #include "tests/test.h"
 #include "tests/util.h"
@@ -250,17 +249,15 @@ static void experts_on_threads(void)
  * (rows over one axis, columns over the other, both ways), both apply, and
  * the search's budget gets each as its group actions, which applied to the
  * prefix reach the expert's own state (the local search's re-base writes a
- * seed out as them, search/mcts.c); the row tilings over both axes and with
- * data parallelism are not group actions alone. */
+ * seed out as them, search/mcts.c); the tilings with data parallelism over
+ * the other axes are not group actions alone. */
 static void tiles_in_two_dims(void)
 {
     char err[512];
-    model_config cfg;
     shard_mesh mesh;
     cost_hw hw;
     autopart_step s;
     memset(&s, 0, sizeof s);
-    CHECK(model_parse("unet:levels=2,base=4,size=16,batch=2,in=2,out=2", &cfg, err, sizeof err) == 0);
     CHECK(shard_mesh_parse("x=2,y=2", &mesh, err, sizeof err) == 0 && cost_hw_preset("a100", &hw, err, sizeof err) == 0);
     ir_graph *g = test_build_step("unet:levels=2,base=4,size=16,batch=2,in=2,out=2");
     schedule none;
