@@ -98,48 +98,25 @@ static int spatial_group(const shard_state *base, int from, int *value, int *dim
 }
 
 /* A group action as an expert: the dim group of (value, dim) over the axes
- * in e (every subset of the mesh's axes), `rest` over the others.  Edge
- * sharding (the edge index's group, ZeRO-3 over the rest) and spatial tiling
- * (an image's rows, data parallel over the rest). */
+ * in e (every non-empty subset of the mesh's axes; proper: every one that
+ * leaves some axis over), the tactic `rest` over the others.  Edge sharding
+ * (the edge index's group, ZeRO-3 over the rest), spatial tiling (an image's
+ * rows, data parallel over the rest) and two-dimensional tiling (the rows,
+ * the columns' group over the rest, proper: a square-ish tile exchanges a
+ * halo of its perimeter where a strip of rows exchanges one of the whole
+ * width; issue 47: U-Net-512 over batch=8,model=8, whose batch of 4 cannot
+ * be split 8 ways).  Returns how many. */
 static int add_group_experts(const ir_graph *g, const shard_mesh *mesh, unsigned all, int value, int dim, const char *rest,
-                             autopart_expert *out)
+                             int proper, autopart_expert *out)
 {
     int n = 0;
     char text[160], tac[96];
     snprintf(tac, sizeof tac, "group:%s:%d", g->values[value].name, dim);
     for (unsigned e = all + 1; e-- > 1;) {
-        if ((e & all) != e) continue;
+        if ((e & all) != e || (proper && !(all & ~e))) continue;
         text[0] = 0;
-        for (int a = 0; a < mesh->n_axes; a++)
-            if (e & (1u << a)) {
-                size_t k = strlen(text);
-                snprintf(text + k, sizeof text - k, "%s%s:%s", k ? "," : "", tac, mesh->names[a]);
-            }
+        add_tactics(text, sizeof text, tac, e, mesh);
         add_tactics(text, sizeof text, rest, all & ~e, mesh);
-        name_expert(&out[n++], text);
-    }
-    return n;
-}
-
-/* Two-dimensional tiling as experts: the image's rows (dim rd of `value`)
- * over the axes in e, its columns (dim cd) over the others, for every split
- * of the mesh's axes into two non-empty parts.  A square-ish tile exchanges
- * a halo of its perimeter where a strip of rows exchanges one of the whole
- * width (domain decomposition; issue 47: U-Net-512 over batch=8,model=8,
- * whose batch of 4 cannot be split 8 ways, found the tiling on one seed in
- * five).  Returns how many. */
-static int add_tile_experts(const ir_graph *g, const shard_mesh *mesh, unsigned all, int value, int rd, int cd,
-                            autopart_expert *out)
-{
-    int n = 0;
-    char text[160], rows[96], cols[96];
-    snprintf(rows, sizeof rows, "group:%s:%d", g->values[value].name, rd);
-    snprintf(cols, sizeof cols, "group:%s:%d", g->values[value].name, cd);
-    for (unsigned e = all; e-- > 1;) {
-        if ((e & all) != e || !(all & ~e)) continue;
-        text[0] = 0;
-        add_tactics(text, sizeof text, rows, e, mesh);
-        add_tactics(text, sizeof text, cols, all & ~e, mesh);
         name_expert(&out[n++], text);
     }
     return n;
@@ -197,11 +174,15 @@ static int list_experts(const ir_graph *g, const shard_mesh *mesh, const shard_s
             }
         }
     int ids = edge_index_input(g), sv, sd, rows;
-    if (ids >= 0) n += add_group_experts(g, mesh, all, ids, 0, "zero3", ex + n);
+    if (ids >= 0) n += add_group_experts(g, mesh, all, ids, 0, "zero3", 0, ex + n);
     if ((rows = spatial_group(base, 0, &sv, &sd))) {
-        n += add_group_experts(g, mesh, all, sv, sd, "dp", ex + n);
+        n += add_group_experts(g, mesh, all, sv, sd, "dp", 0, ex + n);
         int cv, cd;
-        if (spatial_group(base, rows, &cv, &cd) && cv == sv) n += add_tile_experts(g, mesh, all, sv, sd, cd, ex + n);
+        char cols[96];
+        if (spatial_group(base, rows, &cv, &cd) && cv == sv) {
+            snprintf(cols, sizeof cols, "group:%s:%d", g->values[sv].name, cd);
+            n += add_group_experts(g, mesh, all, sv, sd, cols, 1, ex + n);
+        }
     }
     *out = ex;
     return n;

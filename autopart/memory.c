@@ -39,7 +39,8 @@ int autopart_step_search(autopart_step *s, const search_algo *algo, const search
 
 /* The search's actions of schedule `text` into out (at most cap), where it
  * is group tactics alone (and the pricer's gather:keep): each group tactic's
- * dim groups over its axis.  Returns how many, 0 when it has another kind. */
+ * dim group (shard_groups.dim_group) over its axis.  Returns how many, 0 when
+ * it has another kind or a tactic names no argument's dim group. */
 static int group_actions(const autopart_step *s, const char *text, int *out, int cap)
 {
     schedule sc;
@@ -51,18 +52,10 @@ static int group_actions(const autopart_step *s, const char *text, int *out, int
     for (int i = 0; i < sc.n; i++) {
         const tactic *t = &sc.t[i];
         if (t->kind == TACTIC_GATHER) continue;
-        if (t->kind != TACTIC_GROUP) return 0;
-        int found = 0;
-        for (int grp = 0; grp < s->gs->n; grp++) {
-            const shard_group *G = &s->gs->groups[grp];
-            int here = 0;
-            for (int j = 0; j < G->n && !here; j++) {
-                const shard_member *m = &s->gs->members[G->first + j];
-                here = m->dim == t->dim && !strcmp(s->g->values[m->value].name, t->pattern);
-            }
-            if (here && n < cap) out[n++] = grp * mesh->n_axes + t->axis, found = 1;
-        }
-        if (!found) return 0;
+        int v = t->kind == TACTIC_GROUP ? ir_find(s->g, t->pattern) : -1;
+        int grp = v >= 0 && t->dim < s->g->values[v].rank ? s->gs->dim_group[s->gs->dim_base[v] + t->dim] : -1;
+        if (grp < 0 || n == cap) return 0;
+        out[n++] = grp * mesh->n_axes + t->axis;
     }
     return n;
 }
@@ -71,21 +64,18 @@ static int group_actions(const autopart_step *s, const char *text, int *out, int
  * actions alone). */
 static void seed_actions(autopart_step *s)
 {
-    int any = 0, at = 0, cap = SEARCH_MAX_PLAN;
+    int at = 0, cap = SEARCH_MAX_PLAN;
     free(s->seed_actions); /* (a step's experts are priced once; a second pricing starts afresh) */
     free(s->seed_action_at);
     s->seed_action_at = ir_xcalloc((size_t)s->b.n_seeds + 2, sizeof *s->seed_action_at);
     s->seed_actions = ir_xcalloc((size_t)s->b.n_seeds * (size_t)cap + 1, sizeof *s->seed_actions);
     for (int i = 0, k = 0; i < s->n_ex; i++) {
         if (!s->ex[i].ok) continue;
-        s->seed_action_at[k] = at;
-        int n = group_actions(s, s->ex[i].schedule, s->seed_actions + at, cap);
-        any |= n > 0;
-        at += n;
+        at += group_actions(s, s->ex[i].schedule, s->seed_actions + at, cap);
         s->seed_action_at[++k] = at;
     }
-    s->b.seed_actions = any ? s->seed_actions : NULL;
-    s->b.seed_action_at = any ? s->seed_action_at : NULL;
+    s->b.seed_actions = at ? s->seed_actions : NULL; /* (none is group actions alone) */
+    s->b.seed_action_at = at ? s->seed_action_at : NULL;
 }
 
 /* The expert schedules and the ZeRO-1/2 ones priced on s->prefix (on the

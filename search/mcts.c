@@ -188,7 +188,7 @@ static int node_for(search_ctx *c, uint64_t key)
 static void expand_node(search_ctx *c, int id, int root)
 {
     int n = search_ctx_legal(c, c->scratch);
-    int n_seeds = root && !c->unseeded ? c->n_ids - c->n_actions - 1 : 0;
+    int n_seeds = root && !c->unseeded_until ? search_ctx_seeds(c) : 0;
     search_node *nd = &c->nodes[id];
     int total = n + 1 + n_seeds;
     nd->untried = ir_xrealloc(NULL, (size_t)total * sizeof(int));
@@ -470,7 +470,7 @@ static int seed_expansion(const search_ctx *c, const mcts_plan *p, const int **a
  * for each seed when one more action fits. */
 static int n_rebases(const search_ctx *c, const mcts_plan *p)
 {
-    int seeds = c->n_ids - c->n_actions - 1;
+    int seeds = search_ctx_seeds(c);
     const int *acts;
     if (p->n > 0 && p->a[0] > c->n_actions) return seeds + (seed_expansion(c, p, &acts) > 0);
     return p->n < c->max_depth ? seeds : 0;
@@ -490,7 +490,7 @@ static int n_rebases(const search_ctx *c, const mcts_plan *p)
  * refused).  Returns the length. */
 static int rebase(const search_ctx *c, const mcts_plan *p, int k, int *out)
 {
-    int L = p->n, first = c->n_actions + 1, seeds = c->n_ids - c->n_actions - 1;
+    int L = p->n, first = c->n_actions + 1, seeds = search_ctx_seeds(c);
     const int *acts;
     int m = seed_expansion(c, p, &acts);
     if (m > 0 && k == seeds) { /* the seed as its actions, the plan's after them */

@@ -393,7 +393,7 @@ static int patience_out(const search_budget *b, double steps, double best_steps,
 int search_ctx_stalled(const search_ctx *c)
 {
     if (c->shared->sync) return 0;
-    if (c->unseeded && c->round_cap > 0 && search_ctx_steps(c) >= c->round_cap) return 1;
+    if (c->unseeded_until > 0 && search_ctx_steps(c) >= c->unseeded_until) return 1;
     return patience_out(c->b, search_ctx_steps(c), c->best_steps, c->round_gain_steps, c->second, c->phase_steps,
                         c->res.round_steps);
 }
@@ -424,16 +424,14 @@ static int next_round(search_ctx *c)
 {
     const search_budget *b = c->b;
     if (!c->restarts || !b->converge || !c->res.best.fits) return 0;
-    int gained = search_material_gain(b, c->best_reward, c->round_start_reward);
-    if (!gained && (c->unseeded || c->n_ids == c->n_actions + 1)) return 0; /* converged */
+    int gained = search_material_gain(b, c->best_reward, c->round_start_reward), has_seeds = search_ctx_seeds(c) > 0;
+    if (!gained && (c->unseeded_until > 0 || !has_seeds)) return 0; /* converged */
     if (b->max_rounds > 0 && c->res.rounds >= b->max_rounds) return 0;
-    int has_seeds = c->n_ids > c->n_actions + 1;
     int n_axes = c->prefix->mesh.n_axes < 2 ? 2 : c->prefix->mesh.n_axes > 4 ? 4 : c->prefix->mesh.n_axes;
     double op_steps = search_ctx_steps(c) * c->prefix->g->n_ops;
     int seeded = gained && op_steps <= SEARCH_ROUND_OP_STEPS;
     if (!seeded && (!has_seeds || op_steps * (n_axes / 4.0) * (n_axes / 4.0) > SEARCH_ROUND_OP_STEPS)) return 0;
-    c->round_cap = seeded ? 0 : SEARCH_UNSEEDED_CAP * search_ctx_steps(c);
-    c->unseeded = !seeded;
+    c->unseeded_until = seeded ? 0 : SEARCH_UNSEEDED_CAP * search_ctx_steps(c);
     c->restart = 1;
     c->second = 0;
     c->res.round_steps = c->round_gain_steps = search_ctx_steps(c);

@@ -152,8 +152,8 @@ typedef struct search_ctx {
     double round_gain_reward, round_gain_steps; /* the round's own last gain (of its plans, as gain_reward of all),
                               * which the converge rule's patience counts from */
     double round_start_reward; /* the best reward when the round started */
-    int unseeded;            /* the current round grows from the prefix alone (the seeds left out) */
-    double round_cap;        /* an unseeded round ends by these steps (0: no cap) */
+    double unseeded_until;   /* > 0: the current round grows from the prefix alone (the seeds left out of its
+                              * root) and ends by these steps (next_round); 0: a round from the seeds */
     double next_epoch;       /* steps at which this thread next meets the others (search_shared.sync) */
     double t0, last_progress;
     int thread;
@@ -161,6 +161,8 @@ typedef struct search_ctx {
     search_shared *shared;
 } search_ctx;
 
+/* The seeds the search starts from (ids n_actions + 1 .. n_ids - 1). */
+static inline int search_ctx_seeds(const search_ctx *c) { return c->n_ids - c->n_actions - 1; }
 static inline int search_ctx_group(const search_ctx *c, int a) { return a / c->prefix->mesh.n_axes; }
 static inline int search_ctx_axis(const search_ctx *c, int a) { return a % c->prefix->mesh.n_axes; }
 
