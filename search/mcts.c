@@ -486,8 +486,8 @@ static int n_rebases(const search_ctx *c, const mcts_plan *p)
  * actions alone, the seed written as its actions: the same plan, but a climb
  * from it may insert actions before the seed's, and order decides conflicts
  * (issue 47: the U-Nets over 8x8, whose fast plans split the deep levels'
- * channels before the image is tiled; from the tiling seed those splits are
- * refused).  Returns the length. */
+ * channels before the image is tiled; after the tiling seed those splits are
+ * mostly blocked).  Returns the length. */
 static int rebase(const search_ctx *c, const mcts_plan *p, int k, int *out)
 {
     int L = p->n, first = c->n_actions + 1, seeds = search_ctx_seeds(c);
