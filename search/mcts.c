@@ -15,7 +15,8 @@
  * The last fifth of a budget of steps (or, with the stall or converge rule,
  * what follows the tree's patience running out) is an exact local search
  * around the 8 best plans priced (climb): the plan's actions re-based on each
- * other seed (or on none), one action swapped with the next, removed,
+ * other seed (or on none; a seed of group actions alone also written out, and
+ * after the plan's actions), one action swapped with the next, removed,
  * replaced or inserted, first improvement, plateaus of equal reward followed
  * a little way.  When every kept plan is a local optimum, half of the
  * steps are kicks (the best plan changed by two random moves, then climbed
@@ -452,28 +453,73 @@ static double try_plan(mcts *m, const int *a, int n)
     return r;
 }
 
-/* The actions of the seed that plan p starts from (search_budget.seed_actions:
- * a seed that is group actions alone) in *acts, and how many (0: p starts
- * from no such seed, or would be too long with them). */
-static int seed_expansion(const search_ctx *c, const mcts_plan *p, const int **acts)
+/* Seed k's actions (search_budget.seed_actions: a seed that is group actions
+ * alone) in *acts, and how many (0: none such). */
+static int seed_actions_of(const search_ctx *c, int k, const int **acts)
 {
     const search_budget *b = c->b;
-    if (!b->seed_actions || p->n < 1 || p->a[0] <= c->n_actions) return 0;
-    int k = p->a[0] - c->n_actions - 1, n = b->seed_action_at[k + 1] - b->seed_action_at[k];
+    if (!b->seed_actions) return 0;
     *acts = b->seed_actions + b->seed_action_at[k];
+    return b->seed_action_at[k + 1] - b->seed_action_at[k];
+}
+
+/* The actions of the seed that plan p starts from (seed_actions_of) in *acts,
+ * and how many (0: p starts from no such seed, or would be too long with
+ * them). */
+static int seed_expansion(const search_ctx *c, const mcts_plan *p, const int **acts)
+{
+    if (p->n < 1 || p->a[0] <= c->n_actions) return 0;
+    int n = seed_actions_of(c, p->a[0] - c->n_actions - 1, acts);
     return n > 0 && p->n - 1 + n <= c->max_depth ? n : 0;
 }
 
+/* The seeds whose actions may follow plan p's (a plan that starts from a
+ * seed, each seed that is group actions alone and fits after them): bit k
+ * for seed k. */
+static uint64_t seeds_after(const search_ctx *c, const mcts_plan *p)
+{
+    uint64_t m = 0;
+    const int *acts;
+    if (p->n < 1 || p->a[0] <= c->n_actions) return 0;
+    for (int k = 0; k < search_ctx_seeds(c) && k < 64; k++) {
+        int n = seed_actions_of(c, k, &acts);
+        if (n > 0 && p->n - 1 + n <= c->max_depth) m |= 1ull << k;
+    }
+    return m;
+}
+
+/* The length of plan p's last actions where they are a seed's written out,
+ * in any order (a plan without a seed that ends with some seed_actions_of:
+ * a swap may have reordered them), else 0. */
+static int seed_tail(const search_ctx *c, const mcts_plan *p)
+{
+    const int *acts;
+    if (p->n < 1 || p->a[0] > c->n_actions) return 0;
+    for (int k = 0; k < search_ctx_seeds(c); k++) {
+        int n = seed_actions_of(c, k, &acts), all = n > 0 && n <= p->n;
+        for (int i = 0; all && i < n; i++) {
+            int in = 0;
+            for (int j = p->n - n; j < p->n; j++) in |= p->a[j] == acts[i];
+            all = in;
+        }
+        if (all) return n;
+    }
+    return 0;
+}
+
 /* The number of re-bases of plan p (rebase): a plan that starts from a seed
- * has one for each other seed and one for the prefix, and one more where
- * the seed is group actions alone (seed_expansion); a plan without one, one
- * for each seed when one more action fits. */
+ * has one for each other seed and one for the prefix, one more where the
+ * seed is group actions alone (seed_expansion), and one for each seed that
+ * is (seeds_after); a plan without one, one for each seed when one more
+ * action fits, and one for each action where it ends with a seed's actions
+ * (seed_tail). */
 static int n_rebases(const search_ctx *c, const mcts_plan *p)
 {
     int seeds = search_ctx_seeds(c);
     const int *acts;
-    if (p->n > 0 && p->a[0] > c->n_actions) return seeds + (seed_expansion(c, p, &acts) > 0);
-    return p->n < c->max_depth ? seeds : 0;
+    if (p->n > 0 && p->a[0] > c->n_actions)
+        return seeds + (seed_expansion(c, p, &acts) > 0) + __builtin_popcountll(seeds_after(c, p));
+    return p->n < c->max_depth ? seeds + (seed_tail(c, p) > 0) * c->n_actions : 0;
 }
 
 /* The k-th re-base of plan p (k < n_rebases): its actions on another base.
@@ -482,23 +528,47 @@ static int n_rebases(const search_ctx *c, const mcts_plan *p)
  * commits to a seed early and the other moves keep it, so without these a
  * plan's actions were never tried on another seed (issue 47, bench_quality
  * row 23: five seeds ended 17% apart, each on the expert its tree had chosen,
- * the best action found on the wrong one).  Last, for a seed that is group
- * actions alone, the seed written as its actions: the same plan, but a climb
- * from it may insert actions before the seed's, and order decides conflicts
- * (issue 47: the U-Nets over 8x8, whose fast plans split the deep levels'
- * channels before the image is tiled; after the tiling seed those splits are
- * mostly blocked).  Returns the length. */
+ * the best action found on the wrong one).
+ * Seeds that are group actions alone (a tiling) have three more, since order
+ * decides conflicts (issue 47: the U-Nets over 8x8, whose fast plans split
+ * the deep levels' channels before the image is tiled; after the tiling
+ * those splits are mostly blocked):
+ * - the plan's own seed written as its actions: the same plan, from which a
+ *   climb may insert actions before the seed's;
+ * - for each such seed (its own too), the plan's actions first and that
+ *   seed's after them: all of them put before a tiling at once, also from a
+ *   plan grown on another seed (U-Net-512 over 8x8: seed 3's seeded round
+ *   ended at 7.977 ms on the tiling of the rows over both axes);
+ * - a plan that ends with such a seed's actions (any order: a swap may have
+ *   turned them): each action inserted just before them.  These are inserts
+ *   the climb prices anyway, but after all the replacements (about the
+ *   plan's length times the actions): first, each move of a climb that puts
+ *   the channel splits one by one before the tiling costs 40-50 steps
+ *   instead of 400-700 (U-Net-1024 over 8x8: seed 2 was still climbing such
+ *   a path at the 10,000-step cap, 3.2% slower than seeds 1 and 3-5; with
+ *   this it reaches their 6.184 ms at step 9,800, close to the cap).
+ * Returns the length. */
 static int rebase(const search_ctx *c, const mcts_plan *p, int k, int *out)
 {
     int L = p->n, first = c->n_actions + 1, seeds = search_ctx_seeds(c);
-    const int *acts;
+    const int *acts = NULL;
     int m = seed_expansion(c, p, &acts);
     if (m > 0 && k == seeds) { /* the seed as its actions, the plan's after them */
         memcpy(out, acts, (size_t)m * sizeof(int));
         memcpy(out + m, p->a + 1, (size_t)(L - 1) * sizeof(int));
         return m + L - 1;
     }
-    if (L > 0 && p->a[0] > c->n_actions) {
+    int on_seed = L > 0 && p->a[0] > c->n_actions;
+    if (on_seed && (k > seeds || (k == seeds && m == 0))) { /* the plan's actions, then a seed's (seeds_after's j-th) */
+        int j = k - seeds - (m > 0);
+        uint64_t after = seeds_after(c, p);
+        while (j-- > 0) after &= after - 1;
+        int t = __builtin_ctzll(after), n = seed_actions_of(c, t, &acts);
+        memcpy(out, p->a + 1, (size_t)(L - 1) * sizeof(int));
+        memcpy(out + L - 1, acts, (size_t)n * sizeof(int));
+        return L - 1 + n;
+    }
+    if (on_seed) {
         if (k == seeds - 1) { /* the prefix */
             memcpy(out, p->a + 1, (size_t)(L - 1) * sizeof(int));
             return L - 1;
@@ -506,6 +576,13 @@ static int rebase(const search_ctx *c, const mcts_plan *p, int k, int *out)
         memcpy(out, p->a, (size_t)L * sizeof(int));
         out[0] = first + k + (first + k >= p->a[0]); /* its own seed skipped */
         return L;
+    }
+    if (k >= seeds) { /* an action inserted before the seed's actions the plan ends with */
+        int n = seed_tail(c, p);
+        memcpy(out, p->a, (size_t)(L - n) * sizeof(int));
+        out[L - n] = k - seeds;
+        memcpy(out + L - n + 1, p->a + L - n, (size_t)n * sizeof(int));
+        return L + 1;
     }
     out[0] = first + k;
     memcpy(out + 1, p->a, (size_t)L * sizeof(int));
