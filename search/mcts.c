@@ -474,8 +474,8 @@ static int seed_expansion(const search_ctx *c, const mcts_plan *p, const int **a
 }
 
 /* The seeds whose actions may follow plan p's (a plan that starts from a
- * seed, each seed that is group actions alone and fits after them): bit k
- * for seed k. */
+ * seed, each of the first 64 seeds that is group actions alone and fits
+ * after them): bit k for seed k. */
 static uint64_t seeds_after(const search_ctx *c, const mcts_plan *p)
 {
     uint64_t m = 0;

@@ -684,19 +684,11 @@ static void ends_at_a_local_optimum(void)
     search_fix_free(&f);
 }
 
-/* Seeds made by hand for ends_on_the_best_base: each n_act random actions
- * (stream mk) drawn from those that alone make the prefix better under the
- * proxy, so the seeds are good and differ. */
-static void hand_seeds_acts(const search_fix *f, void *ws, shard_state *st, int mk, int n_act, shard_state **out, int n,
-                            int *acts, int *at);
-
-static void hand_seeds(const search_fix *f, void *ws, shard_state *st, int mk, int n_act, shard_state **out, int n)
-{
-    hand_seeds_acts(f, ws, st, mk, n_act, out, n, NULL, NULL);
-}
-
-/* hand_seeds, and each seed's actions as the search's (group * axes + axis)
- * in acts[at[k] .. at[k + 1]) where acts is not NULL. */
+/* Seeds made by hand for ends_on_the_best_base and ends_on_the_best_order:
+ * each n_act random actions (stream mk) drawn from those that alone make the
+ * prefix better under the proxy, so the seeds are good and differ; where
+ * acts is not NULL, seed k's actions as the search's (group * axes + axis)
+ * in acts[at[k] .. at[k + 1]). */
 static void hand_seeds_acts(const search_fix *f, void *ws, shard_state *st, int mk, int n_act, shard_state **out, int n,
                             int *acts, int *at)
 {
@@ -725,6 +717,11 @@ static void hand_seeds_acts(const search_fix *f, void *ws, shard_state *st, int 
         }
         if (at) at[k + 1] = at[k] + m;
     }
+}
+
+static void hand_seeds(const search_fix *f, void *ws, shard_state *st, int mk, int n_act, shard_state **out, int n)
+{
+    hand_seeds_acts(f, ws, st, mk, n_act, out, n, NULL, NULL);
 }
 
 /* The local search also re-bases (search/mcts.c): the plan MCTS returns is
