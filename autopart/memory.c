@@ -38,12 +38,14 @@ int autopart_step_search(autopart_step *s, const search_algo *algo, const search
 }
 
 /* The search's actions of schedule `text` into out (at most cap), where it
- * is group tactics alone (and the pricer's gather:keep): each group tactic's
- * dim group (shard_groups.dim_group) over its axis.  Returns how many, 0 when
- * it has another kind or a tactic names no argument's dim group. */
+ * is group tactics alone (and the pricer's gather:keep): the dim groups each
+ * group tactic tiles as the schedule expands it on the prefix (sched_expand),
+ * each over the tactic's axis.  Returns how many, 0 when it has another kind
+ * or a tactic tiles nothing there. */
 static int group_actions(const autopart_step *s, const char *text, int *out, int cap)
 {
     schedule sc;
+    shard_decision d[256];
     char err[256], buf[SCHED_STR_MAX];
     snprintf(buf, sizeof buf, "%s", text);
     const shard_mesh *mesh = &s->prefix->mesh;
@@ -52,10 +54,14 @@ static int group_actions(const autopart_step *s, const char *text, int *out, int
     for (int i = 0; i < sc.n; i++) {
         const tactic *t = &sc.t[i];
         if (t->kind == TACTIC_GATHER) continue;
-        int v = t->kind == TACTIC_GROUP ? ir_find(s->g, t->pattern) : -1;
-        int grp = v >= 0 && t->dim < s->g->values[v].rank ? s->gs->dim_group[s->gs->dim_base[v] + t->dim] : -1;
-        if (grp < 0 || n == cap) return 0;
-        out[n++] = grp * mesh->n_axes + t->axis;
+        int nd = t->kind == TACTIC_GROUP ? sched_expand(t, s->prefix, d, 256, err, sizeof err) : -1;
+        if (nd <= 0) return 0;
+        for (int j = 0, first = n; j < nd; j++) {
+            int grp = s->gs->dim_group[s->gs->dim_base[d[j].value] + d[j].dim], a = grp * mesh->n_axes + t->axis, seen = 0;
+            for (int q = first; q < n; q++) seen |= out[q] == a;
+            if (grp < 0 || (!seen && n == cap)) return 0;
+            if (!seen) out[n++] = a;
+        }
     }
     return n;
 }

@@ -463,29 +463,39 @@ static int seed_actions_of(const search_ctx *c, int k, const int **acts)
     return b->seed_action_at[k + 1] - b->seed_action_at[k];
 }
 
-/* The actions of the seed that plan p starts from (seed_actions_of) in *acts,
- * and how many (0: p starts from no such seed, or would be too long with
- * them). */
-static int seed_expansion(const search_ctx *c, const mcts_plan *p, const int **acts)
+/* Seed k's actions in *acts and how many, where they may follow plan p's
+ * (p starts from a seed; seed k is group actions alone and fits after
+ * them), else 0. */
+static int follows(const search_ctx *c, const mcts_plan *p, int k, const int **acts)
 {
-    if (p->n < 1 || p->a[0] <= c->n_actions) return 0;
-    int n = seed_actions_of(c, p->a[0] - c->n_actions - 1, acts);
+    int n = p->n > 0 && p->a[0] > c->n_actions ? seed_actions_of(c, k, acts) : 0;
     return n > 0 && p->n - 1 + n <= c->max_depth ? n : 0;
 }
 
-/* The seeds whose actions may follow plan p's (a plan that starts from a
- * seed, each of the first 64 seeds that is group actions alone and fits
- * after them): bit k for seed k. */
-static uint64_t seeds_after(const search_ctx *c, const mcts_plan *p)
+/* The actions of the seed that plan p starts from, where they may follow
+ * (or, written out, replace) it (follows), in *acts, and how many. */
+static int seed_expansion(const search_ctx *c, const mcts_plan *p, const int **acts)
 {
-    uint64_t m = 0;
+    return p->n > 0 && p->a[0] > c->n_actions ? follows(c, p, p->a[0] - c->n_actions - 1, acts) : 0;
+}
+
+/* How many seeds may follow plan p's actions (follows). */
+static int n_seeds_after(const search_ctx *c, const mcts_plan *p)
+{
     const int *acts;
-    if (p->n < 1 || p->a[0] <= c->n_actions) return 0;
-    for (int k = 0; k < search_ctx_seeds(c) && k < 64; k++) {
-        int n = seed_actions_of(c, k, &acts);
-        if (n > 0 && p->n - 1 + n <= c->max_depth) m |= 1ull << k;
-    }
+    int m = 0;
+    for (int k = 0; k < search_ctx_seeds(c); k++) m += follows(c, p, k, &acts) > 0;
     return m;
+}
+
+/* The j-th of them (in seed order): its actions in *acts; returns how many. */
+static int seed_after(const search_ctx *c, const mcts_plan *p, int j, const int **acts)
+{
+    for (int k = 0; k < search_ctx_seeds(c); k++) {
+        int n = follows(c, p, k, acts);
+        if (n > 0 && j-- == 0) return n;
+    }
+    return 0;
 }
 
 /* The length of plan p's last actions where they are a seed's written out,
@@ -510,7 +520,7 @@ static int seed_tail(const search_ctx *c, const mcts_plan *p)
 /* The number of re-bases of plan p (rebase): a plan that starts from a seed
  * has one for each other seed and one for the prefix, one more where the
  * seed is group actions alone (seed_expansion), and one for each seed that
- * is (seeds_after); a plan without one, one for each seed when one more
+ * is (n_seeds_after); a plan without one, one for each seed when one more
  * action fits, and one for each action where it ends with a seed's actions
  * (seed_tail). */
 static int n_rebases(const search_ctx *c, const mcts_plan *p)
@@ -518,7 +528,7 @@ static int n_rebases(const search_ctx *c, const mcts_plan *p)
     int seeds = search_ctx_seeds(c);
     const int *acts;
     if (p->n > 0 && p->a[0] > c->n_actions)
-        return seeds + (seed_expansion(c, p, &acts) > 0) + __builtin_popcountll(seeds_after(c, p));
+        return seeds + (seed_expansion(c, p, &acts) > 0) + n_seeds_after(c, p);
     return p->n < c->max_depth ? seeds + (seed_tail(c, p) > 0) * c->n_actions : 0;
 }
 
@@ -559,11 +569,8 @@ static int rebase(const search_ctx *c, const mcts_plan *p, int k, int *out)
         return m + L - 1;
     }
     int on_seed = L > 0 && p->a[0] > c->n_actions;
-    if (on_seed && (k > seeds || (k == seeds && m == 0))) { /* the plan's actions, then a seed's (seeds_after's j-th) */
-        int j = k - seeds - (m > 0);
-        uint64_t after = seeds_after(c, p);
-        while (j-- > 0) after &= after - 1;
-        int t = __builtin_ctzll(after), n = seed_actions_of(c, t, &acts);
+    if (on_seed && (k > seeds || (k == seeds && m == 0))) { /* the plan's actions, then a seed's (seed_after's j-th) */
+        int n = seed_after(c, p, k - seeds - (m > 0), &acts);
         memcpy(out, p->a + 1, (size_t)(L - 1) * sizeof(int));
         memcpy(out + L - 1, acts, (size_t)n * sizeof(int));
         return L - 1 + n;
