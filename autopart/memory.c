@@ -54,7 +54,7 @@ static int group_actions(const autopart_step *s, const char *text, int *out, int
     for (int i = 0; i < sc.n; i++) {
         const tactic *t = &sc.t[i];
         if (t->kind == TACTIC_GATHER) continue;
-        int nd = t->kind == TACTIC_GROUP ? sched_expand(t, s->prefix, d, 256, err, sizeof err) : -1;
+        int nd = t->kind == TACTIC_GROUP ? sched_expand(t, s->prefix, d, (int)(sizeof d / sizeof *d), err, sizeof err) : -1;
         if (nd <= 0) return 0;
         for (int j = 0, first = n; j < nd; j++) {
             int grp = s->gs->dim_group[s->gs->dim_base[d[j].value] + d[j].dim], a = grp * mesh->n_axes + t->axis, seen = 0;

@@ -562,27 +562,26 @@ static int rebase(const search_ctx *c, const mcts_plan *p, int k, int *out)
 {
     int L = p->n, first = c->n_actions + 1, seeds = search_ctx_seeds(c);
     const int *acts = NULL;
-    int m = seed_expansion(c, p, &acts);
-    if (m > 0 && k == seeds) { /* the seed as its actions, the plan's after them */
-        memcpy(out, acts, (size_t)m * sizeof(int));
-        memcpy(out + m, p->a + 1, (size_t)(L - 1) * sizeof(int));
-        return m + L - 1;
-    }
-    int on_seed = L > 0 && p->a[0] > c->n_actions;
-    if (on_seed && (k > seeds || (k == seeds && m == 0))) { /* the plan's actions, then a seed's (seed_after's j-th) */
-        int n = seed_after(c, p, k - seeds - (m > 0), &acts);
-        memcpy(out, p->a + 1, (size_t)(L - 1) * sizeof(int));
-        memcpy(out + L - 1, acts, (size_t)n * sizeof(int));
-        return L - 1 + n;
-    }
-    if (on_seed) {
+    if (L > 0 && p->a[0] > c->n_actions) { /* on a seed */
         if (k == seeds - 1) { /* the prefix */
             memcpy(out, p->a + 1, (size_t)(L - 1) * sizeof(int));
             return L - 1;
         }
-        memcpy(out, p->a, (size_t)L * sizeof(int));
-        out[0] = first + k + (first + k >= p->a[0]); /* its own seed skipped */
-        return L;
+        if (k < seeds - 1) {
+            memcpy(out, p->a, (size_t)L * sizeof(int));
+            out[0] = first + k + (first + k >= p->a[0]); /* its own seed skipped */
+            return L;
+        }
+        int m = seed_expansion(c, p, &acts);
+        if (m > 0 && k == seeds) { /* the seed as its actions, the plan's after them */
+            memcpy(out, acts, (size_t)m * sizeof(int));
+            memcpy(out + m, p->a + 1, (size_t)(L - 1) * sizeof(int));
+            return m + L - 1;
+        }
+        int n = seed_after(c, p, k - seeds - (m > 0), &acts); /* the plan's actions, then a seed's */
+        memcpy(out, p->a + 1, (size_t)(L - 1) * sizeof(int));
+        memcpy(out + L - 1, acts, (size_t)n * sizeof(int));
+        return L - 1 + n;
     }
     if (k >= seeds) { /* an action inserted before the seed's actions the plan ends with */
         int n = seed_tail(c, p);
