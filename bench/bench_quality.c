@@ -22,7 +22,9 @@
  * Checks: every seed's search runs, and where an expert fits, every seed's
  * plan (and every algorithm's) fits and is at most the best expert's step
  * time (the experts seed the search: it cannot end worse).  `--smoke`: rows
- * 1, 3 and 6 at a budget of 40 steps, the algorithms on rows 1 and 3. */
+ * 1, 3 and 6 at a budget of 40 steps, the algorithms on rows 1 and 3.
+ * `--cases`: prints the cases, "MODEL MESH HW" a line, and runs nothing
+ * (bench/zoo_seeds.sh's `quality` part runs them through `carve autopart`). */
 #include <time.h>
 
 #include "bench/bench_setup.h"
@@ -228,6 +230,10 @@ static int in_list(const char *list, int k)
 
 int main(int argc, char **argv)
 {
+    if (argc == 2 && !strcmp(argv[1], "--cases")) {
+        for (int k = 0; k < N_CASES; k++) printf("%s %s %s\n", cases[k].model, cases[k].mesh, cases[k].hw);
+        return 0;
+    }
     bench_parse_smoke(argc, argv);
     int n = N_CASES;
     const char *lim = getenv("CARVE_QUALITY_CASES"), *only = getenv("CARVE_QUALITY_ONLY");

@@ -7,8 +7,10 @@
 # adds them up. A program without that line (no smoke mode, a crash) fails.
 # bench_mpi needs mpirun (CARVE_TEST_WITHOUT=mpi skips it).  The bench
 # scripts (bench/*.sh, *.py: campaigns of many carve commands) are read for
-# syntax, and zoo_defaults.sh runs its gpt-tiny row (a converged search, at
-# most the best expert's step time).
+# syntax, zoo_defaults.sh runs its gpt-tiny row (a converged search, at
+# most the best expert's step time), and zoo_seeds.sh's quality part runs
+# two of bench_quality's cases (a preset, and a graph file as --graph) with
+# two seeds each.
 # Closing line: N passed, N failed[, N skipped].
 set -u
 . "$(dirname "$0")/lib_e2e.sh"
@@ -62,4 +64,16 @@ row=$(grep '^| gpt-tiny ' zoo.txt)
 if [ -n "$row" ] && [ "$(echo "$row" | cut -d'|' -f11 | tr -d ' ')" = converged ] &&
     awk -v r="$(echo "$row" | cut -d'|' -f13 | tr -d ' ')" 'BEGIN { exit !(r > 0 && r <= 1.0) }'; then pass=$((pass + 1))
 else fail=$((fail + 1)); echo "FAIL zoo_defaults.sh's gpt-tiny row: converged, at most the best expert:"; tail -3 zoo.txt; fi
+# bench_quality's cases through carve autopart (issue 47: the seeds at the defaults on the search-quality cases)
+"$benchdir/bench_quality" --cases >cases.txt 2>&1
+check "bench_quality --cases lists its 27 cases as MODEL MESH HW" \
+    "$([ "$(grep -cE '^[^ ]+ [^ ]+ [^ ]+$' cases.txt)" = 27 ] && [ "$(wc -l <cases.txt)" = 27 ]; echo $?)"
+CARVE_BIN=$carve CARVE_QUALITY_BIN=$benchdir/bench_quality NICE=0 bash "$root/bench/zoo_seeds.sh" "1 2" \
+    '^(mlp:layers=8,batch=64,|bench/graphs/vit-base.json data=8 )' quality >seeds.txt 2>&1
+ok=$([ "$(grep -cE '^\| [^|]+ \| [^|]+ \| a100 \| [0-9.e-]+, [0-9.e-]+ s \| [0-9.]+% \|' seeds.txt)" = 2 ]; echo $?)
+check "zoo_seeds.sh quality: an MLP preset and vit-base.json (--graph), two seeds each, a step time per seed" "$ok"
+[ "$ok" = 0 ] || cat seeds.txt
+bash "$root/bench/zoo_seeds.sh" 1 . bogus >bogus.txt 2>&1
+rc=$?
+check "zoo_seeds.sh: an unknown part is one error line and exit 2" "$([ $rc = 2 ] && [ "$(wc -l <bogus.txt)" = 1 ]; echo $?)"
 closing
