@@ -10,7 +10,9 @@
 # syntax, zoo_defaults.sh runs its gpt-tiny row (a converged search, at
 # most the best expert's step time), and zoo_seeds.sh's quality part runs
 # two of bench_quality's cases (a preset, and a graph file as --graph) with
-# two seeds each.
+# two seeds each; bench/profiles/a100-2pn.json is the a100 preset but for
+# its two devices a node (bench_setup.h's a100-2pn; it had lost the
+# preset's attention_efficiency when issue 46 added it).
 # Closing line: N passed, N failed[, N skipped].
 set -u
 . "$(dirname "$0")/lib_e2e.sh"
@@ -73,6 +75,18 @@ CARVE_BIN=$carve CARVE_QUALITY_BIN=$benchdir/bench_quality NICE=0 bash "$root/be
 ok=$([ "$(grep -cE '^\| [^|]+ \| [^|]+ \| a100 \| [0-9.e-]+, [0-9.e-]+ s \| [0-9.]+% \|' seeds.txt)" = 2 ]; echo $?)
 check "zoo_seeds.sh quality: an MLP preset and vit-base.json (--graph), two seeds each, a step time per seed" "$ok"
 [ "$ok" = 0 ] || cat seeds.txt
+# the profile file against the preset, as a plan records it
+"$carve" autopart --model gpt-tiny --mesh batch=2 --hw a100 --budget 5 --quiet --out preset.json >/dev/null 2>&1
+python3 - "$root/bench/profiles/a100-2pn.json" preset.json >profile.txt 2>&1 <<'PY'
+import json, sys
+f = json.load(open(sys.argv[1]))
+p = json.load(open(sys.argv[2]))["hardware"]["profile"]
+bad = [k for k in sorted(set(f) | set(p)) if k not in ("name", "source", "node_devices") and f.get(k) != p.get(k)]
+print("differs from the a100 preset in: " + ", ".join(bad) if bad else "same")
+sys.exit(1 if bad or f.get("node_devices") != 2 else 0)
+PY
+rc=$?
+check "bench/profiles/a100-2pn.json is the a100 preset with node_devices 2 ($(cat profile.txt))" $rc
 bash "$root/bench/zoo_seeds.sh" 1 . bogus >bogus.txt 2>&1
 rc=$?
 check "zoo_seeds.sh: an unknown part is one error line and exit 2" "$([ $rc = 2 ] && [ "$(wc -l <bogus.txt)" = 1 ]; echo $?)"
