@@ -129,8 +129,11 @@ static int inputs(const cli_opts *o, session_autopart *a)
         .converge = !o->budget && !o->stall && !(o->time_s > 0),
         .seconds = o->time_s,
         /* the default's time bound (search.h): no search goes past the process's first SEARCH_AUTO_CPU_SECONDS of
-         * CPU; the layout level still prices its layouts (its search then stops at once: the configuration) */
-        .cpu_deadline = !o->budget && !o->stall && !(o->time_s > 0) ? SEARCH_AUTO_CPU_SECONDS : 0,
+         * CPU, times the searches of the plain step (--seeds K: K searches, each as long as one); the layout level
+         * still prices its layouts (its search then stops at once: the configuration) */
+        .cpu_deadline = !o->budget && !o->stall && !(o->time_s > 0)
+                            ? SEARCH_AUTO_CPU_SECONDS * (double)(o->seeds > 1 ? o->seeds : 1)
+                            : 0,
         .stall = o->stall,
         .seed = (uint64_t)o->seed,
         .threads = (int)o->threads,
