@@ -72,7 +72,8 @@ typedef struct search_evaluator {
 /* carve autopart's time bound at the defaults (issue 47: 60 s of one core),
  * by design rather than by the steps' usual cost: its searches stop (`stopped
  * by time`) once the process has used this many CPU seconds
- * (search_budget.cpu_deadline), leaving 5 of the 60 for what follows them
+ * (search_budget.cpu_deadline; K times as many with --seeds K, whose K
+ * searches each get one's), leaving 5 of the 60 for what follows them
  * (the plan explained and written: 1.4 s on GPT-15B over four axes).  A step
  * costs about 1 s of the 2-vCPU Xeon per 10^6 op-steps on two-axis meshes and
  * more on four (GPT-15B over a=4,b=4,c=2,d=2: 76.7 s of CPU for 2,301 plans
