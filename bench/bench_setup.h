@@ -4,9 +4,12 @@
  * hardware profile as the evaluator, and optionally the expert schedules
  * priced and kept as the search's seeds.
  *
- * Hardware names are the cost model's profiles plus "a100-2pn": the A100
- * profile with 2 devices per node, so a mesh's outer axis crosses the slow
- * inter-node link (25 GB/s a direction). */
+ * Hardware names are the cost model's profiles, or a file of bench/profiles
+ * named without its directory and .json, as bench/zoo_seeds.sh names them:
+ * "a100-2pn", the A100 profile with 2 devices per node, so a mesh's outer
+ * axis crosses the slow inter-node link (21.2 GB/s a direction).  Like the
+ * graph files, they are read from the repository's root, where the benches
+ * run. */
 #ifndef CARVE_BENCH_SETUP_H
 #define CARVE_BENCH_SETUP_H
 
@@ -14,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <unistd.h>
 
 #include "autopart/experts.h"
 #include "bench/bench_util.h"
@@ -33,13 +37,9 @@ typedef struct bench_setup {
 
 static inline int bench_lookup_hw(const char *name, cost_hw *hw, char *err, size_t n)
 {
-    if (!strcmp(name, "a100-2pn")) {
-        if (cost_hw_lookup("a100", hw, err, n) < 0) return -1;
-        hw->node_devices = 2;
-        snprintf(hw->name, sizeof hw->name, "a100-2pn");
-        return 0;
-    }
-    return cost_hw_lookup(name, hw, err, n);
+    char path[512];
+    snprintf(path, sizeof path, "bench/profiles/%s.json", name);
+    return cost_hw_lookup(access(path, R_OK) == 0 ? path : name, hw, err, n);
 }
 
 /* The training step of a model spec, or of a graph file (a name ending in

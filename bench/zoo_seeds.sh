@@ -15,8 +15,8 @@
 # the CPU seconds are what to compare with the bound, the wall is the load's).
 # Usage: bench/zoo_seeds.sh [SEEDS [CASE-FILTER [zoo|axes|quality]]]   (default "1 2 3 4 5", every case, zoo)
 # quality reads its cases from `bench_quality --cases` (CARVE_QUALITY_BIN, default build/bench/bench_quality); a
-# model that names a file is given as --graph (relative to the repository), and a hardware name that is not a preset
-# but a file in bench/profiles (a100-2pn) as that file.
+# model that names a file is given as --graph (relative to the repository), and a hardware name that names a file in
+# bench/profiles (a100-2pn) as that file, as bench/bench_setup.h reads it for bench_quality.
 # The time-bound table of issue 47 (every preset over 3 and 4 axes, seed 1): bench/zoo_seeds.sh 1 . axes
 # KEEP=DIR keeps each run's output and CPU times there (MODEL_MESH_seedS.out / .cpu), so a seed-1 run also
 # gives zoo_defaults.sh's columns (the same command: one thread by default).
@@ -28,7 +28,7 @@ filter=${2:-.}
 part=${3:-zoo}
 case "$part" in zoo | axes | quality) ;; *) echo "zoo_seeds.sh: unknown part '$part' (zoo, axes or quality)" >&2 && exit 2 ;; esac
 quality=${CARVE_QUALITY_BIN:-$here/../build/bench/bench_quality}
-if [ "$part" = quality ] && ! "$quality" --cases >/dev/null 2>&1; then
+if [ "$part" = quality ] && ! listed=$("$quality" --cases 2>/dev/null); then
     echo "zoo_seeds.sh: cannot list bench_quality's cases with $quality --cases (build it: ./build.sh)" >&2 && exit 2
 fi
 tmp=$(mktemp -d)
@@ -37,7 +37,7 @@ cases() {
     if [ "$part" = zoo ]; then # the list in zoo_defaults.sh, comments out
         awk '/<<.CASES. [|]/ {on = 1; next} /^CASES$/ {on = 0} on && !/^#/' "$here/zoo_defaults.sh"
     elif [ "$part" = quality ]; then
-        "$quality" --cases
+        printf '%s\n' "$listed"
     else
         for model in gpt-125m gpt-350m gpt-1.3b gpt-6.7b gpt-15b gpt-39b llama2-7b llama2-70b:seq=1024 llama3-8b:seq=2048 \
                      mixtral-8x7b vit-l16 t5-large unet-512 unet-1024 gns-large gns-3d; do

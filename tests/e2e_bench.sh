@@ -10,9 +10,9 @@
 # syntax, zoo_defaults.sh runs its gpt-tiny row (a converged search, at
 # most the best expert's step time), and zoo_seeds.sh's quality part runs
 # two of bench_quality's cases (a preset, and a graph file as --graph) with
-# two seeds each; bench/profiles/a100-2pn.json is the a100 preset but for
-# its two devices a node (bench_setup.h's a100-2pn; it had lost the
-# preset's attention_efficiency when issue 46 added it).
+# two seeds each; bench/profiles/a100-2pn.json (which bench_quality and
+# zoo_seeds.sh read) is the a100 preset but for its two devices a node (it
+# had lost the preset's attention_efficiency when issue 46 added it).
 # Closing line: N passed, N failed[, N skipped].
 set -u
 . "$(dirname "$0")/lib_e2e.sh"
